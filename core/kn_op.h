@@ -1,0 +1,95 @@
+/* kn_op: the op enum (from kn_ops.def) and one op invocation (kn_opcall).
+ *
+ * A kn_opcall is what eager execution hands a backend and, later, what a
+ * graph node stores: the op, its inputs, its attributes and its outputs.
+ * All dims in attributes are 0-based and already normalized (non-negative);
+ * the Lua boundary converts from the user's 1-based dims.
+ */
+#ifndef KN_OP_H
+#define KN_OP_H
+
+#include <stdint.h>
+
+#include "kn_tensor.h"
+
+typedef enum kn_op_kind {
+    KN_K_UNARY,
+    KN_K_BINARY,
+    KN_K_COMPARE,
+    KN_K_TERNARY,
+    KN_K_MASKED,
+    KN_K_REDUCE,
+    KN_K_ARGREDUCE,
+    KN_K_SOFTMAX,
+    KN_K_NORM,
+    KN_K_MATMUL,
+    KN_K_CONV,
+    KN_K_POOL,
+    KN_K_COPY,
+    KN_K_CAT,
+    KN_K_INDEX,
+    KN_K_TRI,
+    KN_K_CREATE
+} kn_op_kind;
+
+typedef enum kn_op {
+#define KN_OP(id, name, kind, nin, expr) KN_OP_##id,
+#include "kn_ops.def"
+#undef KN_OP
+    KN_OP_COUNT
+} kn_op;
+
+const char *kn_op_name(kn_op op);
+kn_op_kind kn_op_kind_of(kn_op op);
+int kn_op_arity(kn_op op); /* -1: variadic */
+/* Look an op up by name; returns KN_OP_COUNT if there is none. */
+kn_op kn_op_by_name(const char *name);
+
+#define KN_MAX_INPUTS 8 /* cat takes up to this many inputs in one call */
+#define KN_MAX_OUTPUTS 2
+
+typedef struct kn_attrs {
+    int dims[KN_MAX_DIMS]; /* reduce dims; permute order */
+    int ndims;             /* reduce: 0 means all dims */
+    int64_t shape[KN_MAX_DIMS]; /* creation shape; layer_norm normalized shape; adaptive pool output */
+    int nshape;
+    int dim;          /* softmax, cat, max, index ops */
+    int keepdim;      /* reductions */
+    int correction;   /* var: 1 = unbiased (default), 0 = population */
+    int64_t diagonal; /* tril / triu */
+    int kernel[2], stride[2], padding[2], dilation[2];
+    int groups;
+    int ceil_mode;        /* pools */
+    int count_include_pad; /* avg_pool2d (default 1, as PyTorch) */
+    double eps;           /* norms */
+    double value;         /* full value; masked_fill value; arange start; rand/randint low */
+    double value2;        /* arange step; randint high */
+    uint64_t seed;        /* random creation */
+    uint64_t rng_offset;  /* counter offset into the seed's stream */
+    kn_dtype dtype;       /* cast target; creation dtype */
+} kn_attrs;
+
+typedef struct kn_opcall {
+    kn_op op;
+    int n_in;
+    kn_tensor *in[KN_MAX_INPUTS]; /* borrowed */
+    kn_attrs a;
+    int n_out;
+    kn_tensor *out[KN_MAX_OUTPUTS]; /* owned by the caller once filled */
+} kn_opcall;
+
+/* Zero the call and set attribute defaults (correction 1, count_include_pad 1,
+ * groups 1, dilation 1, eps 1e-5). */
+void kn_opcall_init(kn_opcall *c, kn_op op);
+
+/* Shape inference: check inputs (count, dtypes, shapes, attrs) and fill the
+ * output metadata. On error, the message names the op, the argument, what was
+ * expected and what came. Defined in core/kn_shape.c. */
+kn_status kn_op_infer(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int *n_out);
+
+/* Eager execution: infer, allocate outputs on the inputs' device (or
+ * `dev` for creation ops), run on that device's backend. On success
+ * c->out[0..n_out) hold new tensors owned by the caller. */
+kn_status kn_op_eager(kn_opcall *c, kn_device dev);
+
+#endif

@@ -1,0 +1,186 @@
+/* kn_tensor: tensor and storage lifetime, shapes and views. */
+#include "kn_tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_backend.h"
+
+const char *kn_device_name(kn_device d)
+{
+    return d == KN_CUDA ? "cuda" : "cpu";
+}
+
+kn_status kn_device_parse(const char *name, kn_device *out)
+{
+    if (strcmp(name, "cpu") == 0) *out = KN_CPU;
+    else if (strcmp(name, "cuda") == 0 || strncmp(name, "cuda:", 5) == 0) *out = KN_CUDA;
+    else return kn_error(KN_ERR_ARG, "unknown device '%s' (expected cpu or cuda)", name);
+    return KN_OK;
+}
+
+int64_t kn_numel_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+int64_t kn_tensor_numel(const kn_tensor *t)
+{
+    return kn_numel_of(t->ndim, t->shape);
+}
+
+const char *kn_shape_str(int ndim, const int64_t *shape, char *buf, int bufsize)
+{
+    int n = snprintf(buf, (size_t)bufsize, "{");
+    for (int i = 0; i < ndim && n < bufsize; i++)
+        n += snprintf(buf + n, (size_t)(bufsize - n), i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (n < bufsize) snprintf(buf + n, (size_t)(bufsize - n), "}");
+    return buf;
+}
+
+kn_status kn_shape_check(const char *what, int ndim, const int64_t *shape, kn_dtype dt)
+{
+    if (ndim < 0 || ndim > KN_MAX_DIMS)
+        return kn_error(KN_ERR_SHAPE, "%s: a tensor has at most %d dims, got %d", what,
+                        KN_MAX_DIMS, ndim);
+    int64_t bytes = (int64_t)kn_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return kn_error(KN_ERR_SHAPE, "%s: size %lld at dim %d is negative", what,
+                            (long long)shape[i], i + 1);
+        if (shape[i] > 0 && bytes > KN_MAX_BYTES / shape[i])
+            return kn_error(KN_ERR_OOM, "%s: a tensor of that shape would exceed %lld bytes",
+                            what, (long long)KN_MAX_BYTES);
+        bytes *= shape[i] ? shape[i] : 1;
+    }
+    return KN_OK;
+}
+
+void kn_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device dev,
+                        kn_tensor **out)
+{
+    *out = NULL;
+    KN_TRY(kn_shape_check("tensor", ndim, shape, dt));
+    const kn_backend *be = kn_backend_get(dev);
+    if (!be) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
+    kn_tensor *t = calloc(1, sizeof *t);
+    kn_storage *s = calloc(1, sizeof *s);
+    if (!t || !s) {
+        free(t);
+        free(s);
+        return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
+    }
+    s->refcount = 1;
+    s->device = dev;
+    s->nbytes = kn_numel_of(ndim, shape) * (int64_t)kn_dtype_size(dt);
+    kn_status st = be->alloc(s->nbytes, &s->data);
+    if (st != KN_OK) {
+        free(t);
+        free(s);
+        return st;
+    }
+    t->refcount = 1;
+    t->dtype = dt;
+    t->ndim = ndim;
+    if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    kn_contiguous_strides(ndim, shape, t->strides);
+    t->storage = s;
+    *out = t;
+    return KN_OK;
+}
+
+kn_status kn_tensor_new_meta(const kn_meta *m, kn_device dev, kn_tensor **out)
+{
+    return kn_tensor_new(m->dtype, m->ndim, m->shape, dev, out);
+}
+
+kn_status kn_tensor_view_of(const kn_tensor *t, int ndim, const int64_t *shape,
+                            const int64_t *strides, int64_t offset, kn_tensor **out)
+{
+    *out = NULL;
+    if (ndim < 0 || ndim > KN_MAX_DIMS)
+        return kn_error(KN_ERR_SHAPE, "view: a tensor has at most %d dims, got %d",
+                        KN_MAX_DIMS, ndim);
+    kn_tensor *v = calloc(1, sizeof *v);
+    if (!v) return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
+    v->refcount = 1;
+    v->dtype = t->dtype;
+    v->ndim = ndim;
+    if (ndim > 0) { /* a scalar view may come with NULL arrays */
+        memcpy(v->shape, shape, sizeof(int64_t) * (size_t)ndim);
+        memcpy(v->strides, strides, sizeof(int64_t) * (size_t)ndim);
+    }
+    v->offset = offset;
+    v->storage = t->storage;
+    v->storage->refcount++;
+    *out = v;
+    return KN_OK;
+}
+
+void kn_tensor_retain(kn_tensor *t)
+{
+    if (t) t->refcount++;
+}
+
+void kn_tensor_release(kn_tensor *t)
+{
+    if (!t || --t->refcount > 0) return;
+    kn_storage *s = t->storage;
+    if (s && --s->refcount == 0) {
+        const kn_backend *be = kn_backend_get(s->device);
+        if (be) be->free(s->data);
+        free(s);
+    }
+    free(t);
+}
+
+bool kn_tensor_is_contiguous(const kn_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != s) return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+kn_device kn_tensor_device(const kn_tensor *t)
+{
+    return t->storage->device;
+}
+
+void *kn_tensor_data(const kn_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)kn_dtype_size(t->dtype);
+}
+
+kn_meta kn_tensor_meta(const kn_tensor *t)
+{
+    kn_meta m;
+    m.dtype = t->dtype;
+    m.ndim = t->ndim;
+    memcpy(m.shape, t->shape, sizeof m.shape);
+    return m;
+}
+
+kn_status kn_norm_dim(const char *what, int64_t dim, int ndim, int *out)
+{
+    int n = ndim > 0 ? ndim : 1; /* a scalar accepts dim 0 / -1, as PyTorch */
+    if (dim < -n || dim >= n)
+        return kn_error(KN_ERR_ARG, "%s: dim %lld out of range for a tensor with %d dims", what,
+                        (long long)(dim >= 0 ? dim + 1 : dim), ndim);
+    *out = (int)(dim < 0 ? dim + n : dim);
+    return KN_OK;
+}

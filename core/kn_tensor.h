@@ -1,0 +1,90 @@
+/* kn_tensor: strided views over refcounted storage.
+ *
+ * A tensor is (storage, offset, shape, strides, dtype). Views (reshape of a
+ * contiguous tensor, transpose, permute, slice, expand) share the storage and
+ * only change the metadata. Strides and offsets are in elements, not bytes.
+ * Both storages and tensors are refcounted: kn_tensor_retain / _release.
+ * Shapes may hold zero-sized dims; a 0-dim tensor is a scalar.
+ */
+#ifndef KN_TENSOR_H
+#define KN_TENSOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kn_dtype.h"
+#include "kn_status.h"
+
+#define KN_MAX_DIMS 8
+/* No tensor may hold more bytes than this: it bounds every size computation,
+ * so a huge size from Lua gives an error instead of an overflow. */
+#define KN_MAX_BYTES ((int64_t)1 << 40)
+
+typedef enum kn_device { KN_CPU = 0, KN_CUDA = 1, KN_DEVICE_COUNT } kn_device;
+
+const char *kn_device_name(kn_device d);
+kn_status kn_device_parse(const char *name, kn_device *out);
+
+typedef struct kn_storage {
+    int refcount;
+    kn_device device;
+    int64_t nbytes;
+    void *data; /* owned; freed through the device's backend */
+} kn_storage;
+
+typedef struct kn_tensor {
+    int refcount;
+    kn_dtype dtype;
+    int ndim;
+    int64_t shape[KN_MAX_DIMS];
+    int64_t strides[KN_MAX_DIMS]; /* in elements */
+    int64_t offset;               /* in elements */
+    kn_storage *storage;
+} kn_tensor;
+
+/* Shape-only description of a tensor (what shape inference produces). */
+typedef struct kn_meta {
+    kn_dtype dtype;
+    int ndim;
+    int64_t shape[KN_MAX_DIMS];
+} kn_meta;
+
+/* Number of elements of a shape (1 for ndim 0). */
+int64_t kn_numel_of(int ndim, const int64_t *shape);
+int64_t kn_tensor_numel(const kn_tensor *t);
+
+/* Check a shape from the user: 0 <= ndim <= KN_MAX_DIMS, no negative dim,
+ * total bytes within KN_MAX_BYTES. `what` names the op in the message. */
+kn_status kn_shape_check(const char *what, int ndim, const int64_t *shape, kn_dtype dt);
+
+/* New contiguous tensor with uninitialized (CPU: zeroed) storage on `dev`.
+ * Returns a tensor with refcount 1 in *out, owned by the caller. */
+kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device dev,
+                        kn_tensor **out);
+kn_status kn_tensor_new_meta(const kn_meta *m, kn_device dev, kn_tensor **out);
+
+/* New tensor header sharing t's storage (refcount of the storage is bumped);
+ * shape and strides as given. Used by every view op. */
+kn_status kn_tensor_view_of(const kn_tensor *t, int ndim, const int64_t *shape,
+                            const int64_t *strides, int64_t offset, kn_tensor **out);
+
+void kn_tensor_retain(kn_tensor *t);
+void kn_tensor_release(kn_tensor *t); /* NULL is fine */
+
+bool kn_tensor_is_contiguous(const kn_tensor *t);
+kn_device kn_tensor_device(const kn_tensor *t);
+/* Pointer to element 0 of the view (CPU tensors only). */
+void *kn_tensor_data(const kn_tensor *t);
+kn_meta kn_tensor_meta(const kn_tensor *t);
+
+/* Contiguous strides of a shape. */
+void kn_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* "{2,3}" into buf; returns buf. */
+const char *kn_shape_str(int ndim, const int64_t *shape, char *buf, int bufsize);
+
+/* Normalize a 0-based dim that may be negative (counting from the end) against
+ * ndim; KN_ERR_ARG naming `what` if out of range. */
+kn_status kn_norm_dim(const char *what, int64_t dim, int ndim, int *out);
+
+#endif

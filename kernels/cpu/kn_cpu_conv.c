@@ -1,0 +1,368 @@
+/* kn_cpu_conv: conv2d (im2col + the shared gemm) and the 2-D pools on CPU.
+ *
+ * conv2d lowers each (image, group) to one gemm, out[o, p] = sum_k w[o, k] *
+ * col[k, p], where col is the im2col matrix: row k = (c, ky, kx) holds the
+ * input pixel under that kernel tap for every output pixel p. The columns
+ * are built a band of output rows at a time so the scratch matrix stays
+ * about 1 MiB however large the image. Sums are in f32 (f64 for f64 outputs),
+ * bias is added before the one rounding to the output dtype.
+ *
+ * The pools follow PyTorch's CPU kernels window for window (clipping, the
+ * avg divisor, NaN in max), because models ported from PyTorch are checked
+ * against it. Shapes and attributes were validated by kn_infer_conv2d /
+ * kn_infer_pool2d (core/kn_shape_linalg.c).
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kn_cpu.h"
+#include "cpu/kn_cpu_gemm.h"
+
+/* Elements of im2col scratch per band: 1 MiB of f32, so that a band is
+ * still in L2 when the gemm packs it (measured: 2^21 was 20% slower). */
+#define CONV_COL_LIMIT ((int64_t)1 << 18)
+
+/* The dims of x (N,C,H,W) or unbatched (C,H,W) as a 4-D view. */
+typedef struct img4 {
+    int64_t n, c, h, w;     /* sizes */
+    int64_t sn, sc, sh, sw; /* strides in elements */
+} img4;
+
+static img4 img4_of(const kn_tensor *t)
+{
+    int xo = t->ndim - 3;
+    img4 v = {xo ? t->shape[0] : 1, t->shape[xo], t->shape[xo + 1], t->shape[xo + 2],
+              xo ? t->strides[0] : 0, t->strides[xo], t->strides[xo + 1], t->strides[xo + 2]};
+    return v;
+}
+
+/* ---- conv2d ---- */
+
+typedef struct conv_geom {
+    int64_t cg, h, w;          /* input channels per group, input size */
+    int64_t kh, kw, oh, ow;    /* kernel and output size */
+    int64_t sh, sw, ph, pw, dh, dw;
+} conv_geom;
+
+/* n elements of src (step `step`) into contiguous dst, esz 4 or 8. */
+static void copy_strided(void *restrict dst, const void *restrict src, int64_t n, int64_t step,
+                         size_t esz)
+{
+    if (step == 1) {
+        memcpy(dst, src, (size_t)n * esz);
+    } else if (esz == sizeof(float)) {
+        float *d = dst;
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] = s[i * step];
+    } else {
+        double *d = dst;
+        const double *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] = s[i * step];
+    }
+}
+
+/* im2col for output rows [y0, y1) of one group: img is that group's input,
+ * contiguous (cg, h, w) in the compute type; col is (cg*kh*kw) x ((y1-y0)*ow). */
+static void im2col(const conv_geom *g, const char *img, char *col, int64_t y0, int64_t y1,
+                   size_t esz)
+{
+    int64_t width = (y1 - y0) * g->ow;
+    for (int64_t ci = 0; ci < g->cg; ci++)
+        for (int64_t ky = 0; ky < g->kh; ky++)
+            for (int64_t kx = 0; kx < g->kw; kx++) {
+                char *row = col + (size_t)(((ci * g->kh + ky) * g->kw + kx) * width) * esz;
+                /* output columns ox with 0 <= ox*sw + x0 < w read the input */
+                int64_t x0 = kx * g->dw - g->pw;
+                int64_t lo = x0 >= 0 ? 0 : (-x0 + g->sw - 1) / g->sw;
+                int64_t hi = g->w - 1 - x0 < 0 ? 0 : (g->w - 1 - x0) / g->sw + 1;
+                if (hi > g->ow) hi = g->ow;
+                if (lo > hi) lo = hi;
+                for (int64_t oy = y0; oy < y1; oy++) {
+                    char *d = row + (size_t)((oy - y0) * g->ow) * esz;
+                    int64_t iy = oy * g->sh - g->ph + ky * g->dh;
+                    if (iy < 0 || iy >= g->h) {
+                        memset(d, 0, (size_t)g->ow * esz);
+                        continue;
+                    }
+                    const char *s = img + (size_t)((ci * g->h + iy) * g->w) * esz;
+                    memset(d, 0, (size_t)lo * esz);
+                    if (hi > lo) /* else the source pointer would leave the row */
+                        copy_strided(d + (size_t)lo * esz, s + (size_t)(lo * g->sw + x0) * esz,
+                                     hi - lo, g->sw, esz);
+                    memset(d + (size_t)hi * esz, 0, (size_t)(g->ow - hi) * esz);
+                }
+            }
+}
+
+/* Channels [c0, c0+cg) of image n of x into contiguous (cg, h, w) of type ct. */
+static void load_group(const kn_tensor *x, const img4 *v, int64_t n, int64_t c0, int64_t cg,
+                       kn_dtype ct, void *dst)
+{
+    const void *xd = kn_tensor_data(x);
+    size_t esz = kn_dtype_size(ct);
+    int64_t i = 0;
+    for (int64_t ci = 0; ci < cg; ci++)
+        for (int64_t y = 0; y < v->h; y++) {
+            int64_t off = n * v->sn + (c0 + ci) * v->sc + y * v->sh;
+            if (x->dtype == ct) { /* no conversion: whole rows at once */
+                copy_strided((char *)dst + (size_t)i * esz, (const char *)xd + (size_t)off * esz,
+                             v->w, v->sw, esz);
+                i += v->w;
+                continue;
+            }
+            for (int64_t xx = 0; xx < v->w; xx++, i++) {
+                if (ct == KN_F64) ((double *)dst)[i] = kn_gemm_ld64(xd, x->dtype, off + xx * v->sw);
+                else ((float *)dst)[i] = kn_gemm_ld32(xd, x->dtype, off + xx * v->sw);
+            }
+        }
+}
+
+/* The weight as a contiguous (O, cg*kh*kw) matrix of type ct. */
+static void load_weight(const kn_tensor *w, kn_dtype ct, void *dst)
+{
+    const void *wd = kn_tensor_data(w);
+    int64_t i = 0;
+    for (int64_t o = 0; o < w->shape[0]; o++)
+        for (int64_t ci = 0; ci < w->shape[1]; ci++)
+            for (int64_t ky = 0; ky < w->shape[2]; ky++)
+                for (int64_t kx = 0; kx < w->shape[3]; kx++, i++) {
+                    int64_t off = o * w->strides[0] + ci * w->strides[1] + ky * w->strides[2] +
+                                  kx * w->strides[3];
+                    if (ct == KN_F64) ((double *)dst)[i] = kn_gemm_ld64(wd, w->dtype, off);
+                    else ((float *)dst)[i] = kn_gemm_ld32(wd, w->dtype, off);
+                }
+}
+
+/* Scratch of one conv2d call, freed together. */
+typedef struct conv_bufs {
+    void *wmat, *img, *col, *acc;
+    kn_gemm_ws ws;
+} conv_bufs;
+
+static void conv_bufs_free(conv_bufs *b)
+{
+    free(b->wmat);
+    free(b->img);
+    free(b->col);
+    free(b->acc);
+    kn_gemm_ws_free(&b->ws);
+}
+
+/* bias[o] added to every pixel of channel o, then the rounding to out's
+ * dtype; `acc` holds image n's sums (O x P) in the compute type and may be
+ * that image of `out` itself. */
+static void conv_finish(const kn_tensor *bias, kn_tensor *out, const void *acc, kn_dtype ct,
+                        int64_t n, int64_t oc, int64_t np)
+{
+    void *od = kn_tensor_data(out);
+    const void *bd = bias ? kn_tensor_data(bias) : NULL;
+    for (int64_t o = 0; o < oc; o++) {
+        double b = bias ? kn_gemm_ld64(bd, bias->dtype, o * bias->strides[0]) : 0.0;
+        int64_t base = (n * oc + o) * np;
+        if (out->dtype == KN_F32 && acc == (float *)od + n * oc * np) { /* in place, no rounding */
+            float *d = (float *)od + base, fb = (float)b;
+            for (int64_t p = 0; p < np; p++) d[p] += fb;
+            continue;
+        }
+        for (int64_t p = 0; p < np; p++) {
+            double v;
+            /* f32 sums add a f32 bias in f32, as the output would */
+            if (ct == KN_F64) v = ((const double *)acc)[o * np + p] + b;
+            else v = ((const float *)acc)[o * np + p] + (float)b;
+            kn_gemm_st(od, out->dtype, base + p, v);
+        }
+    }
+}
+
+kn_status kn_cpu_conv2d(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+    kn_tensor *out = c->out[0];
+    img4 v = img4_of(x);
+    int64_t groups = c->a.groups, oc = w->shape[0], ocg = oc / groups;
+    conv_geom g = {w->shape[1], v.h, v.w, w->shape[2], w->shape[3],
+                   out->shape[out->ndim - 2], out->shape[out->ndim - 1],
+                   c->a.stride[0], c->a.stride[1], c->a.padding[0], c->a.padding[1],
+                   c->a.dilation[0], c->a.dilation[1]};
+    int64_t np = g.oh * g.ow, kc = g.cg * g.kh * g.kw;
+    if (kn_tensor_numel(out) == 0) return KN_OK;
+
+    kn_dtype ct = out->dtype == KN_F64 ? KN_F64 : KN_F32;
+    size_t esz = kn_dtype_size(ct);
+    /* Output rows per im2col band; divisions, not a product, so no overflow. */
+    int64_t band = kc > 0 ? CONV_COL_LIMIT / kc / g.ow : g.oh;
+    if (band < 1) band = 1;
+    if (band > g.oh) band = g.oh;
+    /* The gemm writes straight into an output of the compute type (the bias
+     * is then added in place); bf16/f16 outputs get an f32 image first. */
+    bool direct = out->dtype == ct;
+    conv_bufs b = {0};
+    b.wmat = malloc((size_t)(oc * kc) * esz + 1);
+    b.img = malloc((size_t)(g.cg * g.h * g.w) * esz + 1);
+    b.col = malloc((size_t)(kc * band * g.ow) * esz + 1);
+    if (!direct) b.acc = malloc((size_t)(oc * np) * esz);
+    if (!b.wmat || !b.img || !b.col || (!direct && !b.acc)) {
+        conv_bufs_free(&b);
+        return kn_error(KN_ERR_OOM, "conv2d: out of memory for the im2col scratch");
+    }
+    load_weight(w, ct, b.wmat);
+
+    kn_status st = KN_OK;
+    for (int64_t n = 0; n < v.n && st == KN_OK; n++) {
+        char *acc = direct ? (char *)kn_tensor_data(out) + (size_t)(n * oc * np) * esz : b.acc;
+        for (int64_t gi = 0; gi < groups && st == KN_OK; gi++) {
+            load_group(x, &v, n, gi * g.cg, g.cg, ct, b.img);
+            kn_gemm_mat A = {(const char *)b.wmat + (size_t)(gi * ocg * kc) * esz, ct, kc, 1,
+                             NULL, 0};
+            for (int64_t y0 = 0; y0 < g.oh && st == KN_OK; y0 += band) {
+                int64_t y1 = y0 + band < g.oh ? y0 + band : g.oh, width = (y1 - y0) * g.ow;
+                im2col(&g, b.img, b.col, y0, y1, esz);
+                kn_gemm_mat B = {b.col, ct, width, 1, NULL, 0};
+                st = kn_cpu_gemm(&b.ws, ct, ocg, width, kc, &A, &B,
+                                 acc + (size_t)(gi * ocg * np + y0 * g.ow) * esz, np);
+            }
+        }
+        if (st == KN_OK && (!direct || bias)) conv_finish(bias, out, acc, ct, n, oc, np);
+    }
+    conv_bufs_free(&b);
+    return st;
+}
+
+/* ---- pools ---- */
+
+/* The input rows (or columns) each output row (column) of a pool reads:
+ * taps start[i], start[i] + step, ... < end[i], all inside the input; div[i]
+ * is the avg divisor's factor for that axis. Windows depend on one axis
+ * only, so they are computed once per call rather than once per output. */
+typedef struct pool_axis {
+    int64_t *start, *end, *div;
+    int64_t step;
+} pool_axis;
+
+/* a * b / c rounded down (or up), for 0 <= a, b and 0 < c. A stride-0
+ * view can make b huge, so the product is checked; past int64 it falls back
+ * to long double, which is merely inexact at sizes no one can pool. */
+static int64_t muldiv(int64_t a, int64_t b, int64_t c, bool up)
+{
+    int64_t p;
+    if (__builtin_mul_overflow(a, b, &p)) {
+        long double q = (long double)a * (long double)b / (long double)c;
+        return (int64_t)(up ? ceill(q) : floorl(q));
+    }
+    return p / c + (up && p % c != 0);
+}
+
+/* Windows along one axis of length `in` with `out` outputs, following
+ * PyTorch's CPU kernels: max taps step by the dilation and are clipped to
+ * the input; avg clips too, but its divisor (count_include_pad) counts the
+ * padding taps, never those past the padding that only ceil_mode windows
+ * reach; adaptive rows run floor(i*in/out) .. ceil((i+1)*in/out). */
+static void pool_axis_fill(pool_axis *ax, kn_op op, const kn_attrs *a, int d, int64_t in,
+                           int64_t out)
+{
+    int64_t k = a->kernel[d], s = a->stride[d], p = a->padding[d], dil = a->dilation[d];
+    ax->step = op == KN_OP_MAX_POOL2D ? dil : 1;
+    for (int64_t i = 0; i < out; i++) {
+        int64_t st, en, div;
+        if (op == KN_OP_ADAPTIVE_AVG_POOL2D) {
+            st = muldiv(i, in, out, false);
+            en = muldiv(i + 1, in, out, true);
+            div = en - st;
+        } else if (op == KN_OP_MAX_POOL2D) {
+            st = i * s - p;
+            en = st + (k - 1) * dil + 1;
+            if (st < 0) st += (-st + dil - 1) / dil * dil; /* first tap inside */
+            div = 1;
+        } else {
+            st = i * s - p;
+            en = st + k;
+            if (en > in + p) en = in + p;
+            div = en - st; /* the padded extent */
+            if (st < 0) st = 0;
+        }
+        if (en > in) en = in;
+        if (st > en) st = en;
+        if (op == KN_OP_AVG_POOL2D && !a->count_include_pad) div = en - st;
+        ax->start[i] = st, ax->end[i] = en, ax->div[i] = div;
+    }
+}
+
+/* Plane (n, ch) of x into contiguous doubles (exact for every float dtype). */
+static void load_plane(const kn_tensor *x, const img4 *v, int64_t n, int64_t ch, double *dst)
+{
+    const void *xd = kn_tensor_data(x);
+    int64_t base = n * v->sn + ch * v->sc;
+    for (int64_t y = 0; y < v->h; y++, dst += v->w) {
+        int64_t off = base + y * v->sh;
+        if (x->dtype == KN_F32) {
+            const float *s = (const float *)xd + off;
+            for (int64_t i = 0; i < v->w; i++) dst[i] = s[i * v->sw];
+        } else {
+            for (int64_t i = 0; i < v->w; i++) dst[i] = kn_gemm_ld64(xd, x->dtype, off + i * v->sw);
+        }
+    }
+}
+
+/* One output of a pool over the plane: max (NaN wins, as in PyTorch; an
+ * empty window is -inf) or the mean with the given divisor (0 if empty). */
+static double pool_one(bool is_max, const double *pl, int64_t w, const pool_axis *ay,
+                       const pool_axis *ax, int64_t oy, int64_t ox)
+{
+    int64_t ys = ay->start[oy], ye = ay->end[oy], xs = ax->start[ox], xe = ax->end[ox];
+    if (is_max) {
+        double m = -INFINITY;
+        int nan = 0; /* kept apart so the compare can become a branch-free max */
+        for (int64_t y = ys; y < ye; y += ay->step) {
+            const double *row = pl + y * w;
+            for (int64_t x = xs; x < xe; x += ax->step) {
+                double e = row[x];
+                m = e > m ? e : m;
+                nan |= e != e;
+            }
+        }
+        return nan ? NAN : m;
+    }
+    double s = 0.0;
+    for (int64_t y = ys; y < ye; y++) {
+        const double *row = pl + y * w;
+        for (int64_t x = xs; x < xe; x++) s += row[x];
+    }
+    int64_t div = ay->div[oy] * ax->div[ox];
+    return div > 0 ? s / (double)div : 0.0;
+}
+
+kn_status kn_cpu_pool2d(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0];
+    kn_tensor *out = c->out[0];
+    img4 v = img4_of(x);
+    int64_t oh = out->shape[out->ndim - 2], ow = out->shape[out->ndim - 1];
+    if (kn_tensor_numel(out) == 0) return KN_OK;
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(3 * (oh + ow)));
+    double *pl = malloc(sizeof(double) * (size_t)(v.h * v.w));
+    if (!idx || !pl) {
+        free(idx);
+        free(pl);
+        return kn_error(KN_ERR_OOM, "%s: out of memory for a %lldx%lld plane", kn_op_name(c->op),
+                        (long long)v.h, (long long)v.w);
+    }
+    pool_axis ay = {idx, idx + oh, idx + 2 * oh, 1};
+    pool_axis ax = {idx + 3 * oh, idx + 3 * oh + ow, idx + 3 * oh + 2 * ow, 1};
+    pool_axis_fill(&ay, c->op, &c->a, 0, v.h, oh);
+    pool_axis_fill(&ax, c->op, &c->a, 1, v.w, ow);
+    bool is_max = c->op == KN_OP_MAX_POOL2D;
+    void *od = kn_tensor_data(out);
+    int64_t i = 0;
+    for (int64_t n = 0; n < v.n; n++)
+        for (int64_t ch = 0; ch < v.c; ch++) {
+            load_plane(x, &v, n, ch, pl);
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++, i++)
+                    kn_gemm_st(od, out->dtype, i, pool_one(is_max, pl, v.w, &ay, &ax, oy, ox));
+        }
+    free(idx);
+    free(pl);
+    return KN_OK;
+}

@@ -1,0 +1,24 @@
+/* kn_cuda: what the CUDA side offers the rest of kiln. Only built when the
+ * CUDA toolkit is found (KILN_HAVE_CUDA); callers check that macro. */
+#ifndef KN_CUDA_H
+#define KN_CUDA_H
+
+#include <stdint.h>
+
+#include "kn_status.h"
+
+typedef struct kn_cuda_device_info {
+    char name[256];
+    int64_t memory_bytes;
+    int64_t free_bytes;
+    int sm_count;
+    int cc_major, cc_minor;
+    int l2_bytes;
+    int driver_version, runtime_version;
+} kn_cuda_device_info;
+
+/* Up to `max` devices into out; *count gets how many exist. KN_ERR_DEVICE
+ * with the CUDA error text when the driver or device is missing. */
+kn_status kn_cuda_query_devices(kn_cuda_device_info *out, int max, int *count);
+
+#endif

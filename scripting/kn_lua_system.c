@@ -1,0 +1,134 @@
+/* kn_lua_system: kiln.clock, kiln.device_info, kiln.default_device and the
+ * op list: facts about the machine for the REPL's :device and :run. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kn_lua.h"
+#include "kn_lua_util.h"
+#ifdef KILN_HAVE_CUDA
+#include "cuda/kn_cuda.h"
+#endif
+
+/* kiln.clock(): monotonic seconds, for timing calls. */
+static int l_clock(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+static void cpu_name(char *buf, size_t n)
+{
+    snprintf(buf, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += 1 + (p[1] == ' ');
+                p[strcspn(p, "\n")] = 0;
+                snprintf(buf, n, "%s", p);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void push_cuda(lua_State *L)
+{
+    lua_newtable(L);
+#ifdef KILN_HAVE_CUDA
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "built");
+    kn_cuda_device_info info[8];
+    int count = 0;
+    kn_status st = kn_cuda_query_devices(info, 8, &count);
+    lua_pushinteger(L, count);
+    lua_setfield(L, -2, "count");
+    if (st != KN_OK) {
+        lua_pushstring(L, kn_last_error());
+        lua_setfield(L, -2, "error");
+    }
+    lua_newtable(L);
+    for (int i = 0; i < count && i < 8 && st == KN_OK; i++) {
+        lua_newtable(L);
+        lua_pushstring(L, info[i].name);
+        lua_setfield(L, -2, "name");
+        lua_pushinteger(L, info[i].memory_bytes);
+        lua_setfield(L, -2, "memory_bytes");
+        lua_pushinteger(L, info[i].free_bytes);
+        lua_setfield(L, -2, "free_bytes");
+        lua_pushinteger(L, info[i].sm_count);
+        lua_setfield(L, -2, "sm_count");
+        lua_pushfstring(L, "%d.%d", info[i].cc_major, info[i].cc_minor);
+        lua_setfield(L, -2, "cc");
+        lua_pushinteger(L, info[i].l2_bytes);
+        lua_setfield(L, -2, "l2_bytes");
+        lua_pushfstring(L, "%d.%d", info[i].driver_version / 1000, (info[i].driver_version % 1000) / 10);
+        lua_setfield(L, -2, "driver");
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "devices");
+#else
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "built");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "count");
+    lua_pushliteral(L, "this kiln was built without the CUDA toolkit");
+    lua_setfield(L, -2, "error");
+    lua_newtable(L);
+    lua_setfield(L, -2, "devices");
+#endif
+}
+
+/* kiln.device_info() -> {cpu = {name, cores, memory_bytes}, cuda = {...}} */
+static int l_device_info(lua_State *L)
+{
+    lua_newtable(L);
+    lua_newtable(L);
+    char name[256];
+    cpu_name(name, sizeof name);
+    lua_pushstring(L, name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, sysconf(_SC_NPROCESSORS_ONLN));
+    lua_setfield(L, -2, "cores");
+    lua_pushinteger(L, (lua_Integer)sysconf(_SC_PHYS_PAGES) * (lua_Integer)sysconf(_SC_PAGESIZE));
+    lua_setfield(L, -2, "memory_bytes");
+    lua_setfield(L, -2, "cpu");
+    push_cuda(L);
+    lua_setfield(L, -2, "cuda");
+    return 1;
+}
+
+static int l_default_device(lua_State *L)
+{
+    lua_pushstring(L, kn_device_name(kn_lua_default_device()));
+    return 1;
+}
+
+/* kiln.ops(): the names of every op in the op table, in table order. */
+static int l_ops(lua_State *L)
+{
+    lua_createtable(L, KN_OP_COUNT, 0);
+    for (int i = 0; i < KN_OP_COUNT; i++) {
+        lua_pushstring(L, kn_op_name((kn_op)i));
+        lua_seti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+void kn_lua_open_system(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"clock", l_clock},
+                                   {"device_info", l_device_info},
+                                   {"default_device", l_default_device},
+                                   {"ops", l_ops},
+                                   {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+}

@@ -1,0 +1,834 @@
+/* kn_lua_tensor: the kiln.Tensor userdata, tensor creation, conversion,
+ * printing and view methods (reshape, transpose, slice, ...).
+ *
+ * The userdata holds one reference to a kn_tensor; __gc and __close release
+ * it. Dims and indices from Lua are 1-based (negative counts from the end);
+ * they are converted to core's 0-based dims here, at the boundary.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_lua.h"
+#include "kn_lua_util.h"
+#include "kn_view.h"
+
+typedef struct {
+    kn_tensor *t;
+} kn_lua_tensor_ud;
+
+/* ---- errors ------------------------------------------------------------ */
+
+int kn_lua_fail(lua_State *L, kn_status st)
+{
+    (void)st;
+    kn_lua_where(L); /* the user's file:line, skipping kiln's own Lua */
+    lua_pushstring(L, kn_last_error());
+    lua_concat(L, 2);
+    return lua_error(L);
+}
+
+void kn_lua_where(lua_State *L)
+{
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (ar.currentline <= 0) continue;                  /* C functions */
+        if (strncmp(ar.source, "@kiln/", 6) == 0) continue; /* kiln's nn and commands */
+        lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+        return;
+    }
+    lua_pushliteral(L, "");
+}
+
+/* ---- userdata ---------------------------------------------------------- */
+
+kn_tensor *kn_lua_totensor(lua_State *L, int idx)
+{
+    kn_lua_tensor_ud *u = luaL_testudata(L, idx, KN_TENSOR_MT);
+    return u ? u->t : NULL;
+}
+
+kn_tensor *kn_lua_checktensor(lua_State *L, int idx)
+{
+    kn_tensor *t = kn_lua_totensor(L, idx);
+    if (!t) {
+        const char *got = luaL_typename(L, idx);
+        luaL_argerror(L, idx, lua_pushfstring(L, "tensor expected, got %s", got));
+    }
+    return t;
+}
+
+void kn_lua_pushtensor(lua_State *L, kn_tensor *t)
+{
+    kn_lua_tensor_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->t = t;
+    luaL_setmetatable(L, KN_TENSOR_MT);
+}
+
+static int tensor_gc(lua_State *L)
+{
+    kn_lua_tensor_ud *u = luaL_checkudata(L, 1, KN_TENSOR_MT);
+    kn_tensor_release(u->t);
+    u->t = NULL;
+    return 0;
+}
+
+/* ---- argument helpers (shared with kn_lua_ops.c) ----------------------- */
+
+int kn_lua_dim(lua_State *L, int idx, const char *what)
+{
+    lua_Integer d = luaL_checkinteger(L, idx);
+    if (d == 0)
+        return luaL_error(L, "%s: dim 0 is not a dim: dims are 1-based (1 is the first, -1 the last)",
+                          what);
+    if (d > 64 || d < -64) return luaL_error(L, "%s: dim %d out of range", what, (int)d);
+    return (int)(d > 0 ? d - 1 : d); /* core normalizes negatives */
+}
+
+int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what)
+{
+    int n = 0;
+    if (lua_istable(L, idx)) {
+        n = (int)luaL_len(L, idx);
+        if (n > KN_MAX_DIMS)
+            return luaL_error(L, "%s: a shape has at most %d dims, got %d", what, KN_MAX_DIMS, n);
+        for (int i = 0; i < n; i++) {
+            lua_geti(L, idx, i + 1);
+            int isnum;
+            lua_Integer v = lua_tointegerx(L, -1, &isnum);
+            if (!isnum)
+                return luaL_error(L, "%s: shape entry %d must be an integer, got %s", what, i + 1,
+                                  luaL_typename(L, -1));
+            shape[i] = v;
+            lua_pop(L, 1);
+        }
+        return n;
+    }
+    /* varargs: f(2, 3, 4) */
+    int top = lua_gettop(L);
+    for (int i = idx; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
+        if (n >= KN_MAX_DIMS)
+            return luaL_error(L, "%s: a shape has at most %d dims", what, KN_MAX_DIMS);
+        int isnum;
+        lua_Integer v = lua_tointegerx(L, i, &isnum);
+        if (!isnum) return luaL_error(L, "%s: shape entry %d must be an integer", what, n + 1);
+        shape[n++] = v;
+    }
+    if (n == 0 && !lua_isnoneornil(L, idx))
+        return luaL_error(L, "%s: shape expected (a table like {2, 3}), got %s", what,
+                          luaL_typename(L, idx));
+    return n;
+}
+
+/* Options table at idx (or nil): dtype, device, seed. */
+void kn_lua_opts(lua_State *L, int idx, kn_dtype *dt, kn_device *dev, int64_t *seed, int *has_seed)
+{
+    if (lua_isnoneornil(L, idx)) return;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    if (lua_getfield(L, idx, "dtype") != LUA_TNIL) {
+        kn_status st = kn_dtype_parse(luaL_checkstring(L, -1), dt);
+        if (st != KN_OK) kn_lua_fail(L, st);
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, idx, "device") != LUA_TNIL) {
+        kn_status st = kn_device_parse(luaL_checkstring(L, -1), dev);
+        if (st != KN_OK) kn_lua_fail(L, st);
+    }
+    lua_pop(L, 1);
+    if (seed && lua_getfield(L, idx, "seed") != LUA_TNIL) {
+        int isnum;
+        *seed = lua_tointegerx(L, -1, &isnum);
+        if (!isnum) luaL_error(L, "seed must be an integer, got %s", luaL_typename(L, -1));
+        *has_seed = 1;
+    }
+    if (seed) lua_pop(L, 1);
+}
+
+kn_device kn_lua_default_device(void)
+{
+    return KN_CPU; /* becomes cuda when a GPU is present, once the CUDA backend runs ops */
+}
+
+/* ---- creation ---------------------------------------------------------- */
+
+/* The global random stream: calls without a seed draw consecutive counters. */
+static uint64_t g_seed = 0x6b696c6e; /* "kiln" */
+static uint64_t g_offset;
+
+static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double value, double value2)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, op);
+    c.a.nshape = kn_lua_shape(L, shape_idx, c.a.shape, kn_op_name(op));
+    kn_dtype dt = op == KN_OP_RANDINT ? KN_I64 : KN_F32;
+    kn_device dev = kn_lua_default_device();
+    int64_t seed = 0;
+    int has_seed = 0;
+    kn_lua_opts(L, opts_idx, &dt, &dev, &seed, &has_seed);
+    c.a.dtype = dt;
+    c.a.value = value;
+    c.a.value2 = value2;
+    kn_status st = kn_shape_check(kn_op_name(op), c.a.nshape, c.a.shape, dt);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    if (has_seed) {
+        c.a.seed = (uint64_t)seed;
+        c.a.rng_offset = 0;
+    } else {
+        c.a.seed = g_seed;
+        c.a.rng_offset = g_offset;
+        g_offset += (uint64_t)kn_numel_of(c.a.nshape, c.a.shape);
+    }
+    st = kn_op_eager(&c, dev);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, c.out[0]);
+    return 1;
+}
+
+static int opts_index(lua_State *L, int shape_idx)
+{
+    /* options come after the shape: after a table, or after the numbers */
+    if (lua_istable(L, shape_idx)) return shape_idx + 1;
+    int i = shape_idx;
+    while (lua_type(L, i) == LUA_TNUMBER) i++;
+    return i;
+}
+
+static int l_zeros(lua_State *L) { return create(L, KN_OP_FULL, 1, opts_index(L, 1), 0, 0); }
+static int l_ones(lua_State *L) { return create(L, KN_OP_FULL, 1, opts_index(L, 1), 1, 0); }
+static int l_randn(lua_State *L) { return create(L, KN_OP_RANDN, 1, opts_index(L, 1), 0, 0); }
+
+static int l_rand(lua_State *L)
+{
+    return create(L, KN_OP_RAND, 1, opts_index(L, 1), 0, 0);
+}
+
+static int l_full(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : luaL_checknumber(L, 2);
+    /* kiln.full(shape, value [, opts]) */
+    return create(L, KN_OP_FULL, 1, 3, v, 0);
+}
+
+/* kiln.randint(low, high, shape [, opts]) -> i64 in [low, high) */
+static int l_randint(lua_State *L)
+{
+    lua_Integer lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2);
+    if (hi <= lo) return luaL_error(L, "randint: high (%d) must be greater than low (%d)", (int)hi, (int)lo);
+    return create(L, KN_OP_RANDINT, 3, 4, (double)lo, (double)hi);
+}
+
+/* kiln.arange(n) | arange(start, stop [, step]) [, opts]: stop exclusive, as
+ * PyTorch (a count is not an index, so nothing 1-based here). */
+static int l_arange(lua_State *L)
+{
+    int nnum = 0;
+    while (nnum < 3 && lua_type(L, nnum + 1) == LUA_TNUMBER) nnum++;
+    if (nnum == 0) return luaL_error(L, "arange: expected (n), (start, stop) or (start, stop, step)");
+    double start = 0, stop, step = 1;
+    if (nnum == 1) stop = lua_tonumber(L, 1);
+    else {
+        start = lua_tonumber(L, 1);
+        stop = lua_tonumber(L, 2);
+        if (nnum == 3) step = lua_tonumber(L, 3);
+    }
+    if (step == 0 || isnan(start) || isnan(stop) || isnan(step) || isinf(start) || isinf(stop))
+        return luaL_error(L, "arange: start %g, stop %g, step %g do not make a range", start, stop, step);
+    double len = ceil((stop - start) / step);
+    if (len < 0) len = 0;
+    if (len > 1e12) return luaL_error(L, "arange: %g elements is too many", len);
+    int all_int = 1;
+    for (int i = 1; i <= nnum; i++) all_int &= lua_isinteger(L, i);
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_ARANGE);
+    c.a.nshape = 1;
+    c.a.shape[0] = (int64_t)len;
+    kn_dtype dt = all_int ? KN_I64 : KN_F32;
+    kn_device dev = kn_lua_default_device();
+    kn_lua_opts(L, nnum + 1, &dt, &dev, NULL, NULL);
+    c.a.dtype = dt;
+    c.a.value = start;
+    c.a.value2 = step;
+    kn_status st = kn_op_eager(&c, dev);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, c.out[0]);
+    return 1;
+}
+
+/* Walk a nested Lua table to find its shape (checked rectangular). */
+static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *ndim, int *has_float)
+{
+    if (lua_type(L, idx) != LUA_TTABLE) {
+        if (*ndim < 0) *ndim = depth;
+        else if (*ndim != depth) luaL_error(L, "tensor: nested table is ragged at depth %d", depth + 1);
+        if (lua_type(L, idx) == LUA_TNUMBER) {
+            if (!lua_isinteger(L, idx)) *has_float = 1;
+        } else if (!lua_isboolean(L, idx)) {
+            luaL_error(L, "tensor: expected numbers or booleans, found %s", luaL_typename(L, idx));
+        }
+        return;
+    }
+    if (depth >= KN_MAX_DIMS) luaL_error(L, "tensor: more than %d nested levels", KN_MAX_DIMS);
+    int64_t n = (int64_t)luaL_len(L, idx);
+    if (*ndim >= 0 && depth >= *ndim) luaL_error(L, "tensor: nested table is ragged at depth %d", depth + 1);
+    if (shape[depth] < 0) shape[depth] = n;
+    else if (shape[depth] != n)
+        luaL_error(L, "tensor: nested table is ragged at depth %d (%d vs %d entries)", depth + 1,
+                   (int)n, (int)shape[depth]);
+    if (n == 0) {
+        if (*ndim < 0) *ndim = depth + 1;
+        return;
+    }
+    luaL_checkstack(L, 4, "tensor");
+    for (int64_t i = 1; i <= n; i++) {
+        lua_geti(L, idx, i);
+        nested_shape(L, lua_gettop(L), depth + 1, shape, ndim, has_float);
+        lua_pop(L, 1);
+    }
+}
+
+static void nested_fill(lua_State *L, int idx, kn_dtype dt, char **p)
+{
+    if (lua_type(L, idx) != LUA_TTABLE) {
+        double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
+        if (dt == KN_I64 && lua_isinteger(L, idx)) {
+            int64_t iv = lua_tointeger(L, idx);
+            memcpy(*p, &iv, 8);
+        } else {
+            kn_store_f64(*p, dt, v);
+        }
+        *p += kn_dtype_size(dt);
+        return;
+    }
+    int64_t n = (int64_t)luaL_len(L, idx);
+    for (int64_t i = 1; i <= n; i++) {
+        lua_geti(L, idx, i);
+        nested_fill(L, lua_gettop(L), dt, p);
+        lua_pop(L, 1);
+    }
+}
+
+/* kiln.tensor(nested_table_or_number [, opts]) */
+static int l_tensor(lua_State *L)
+{
+    luaL_argexpected(L, lua_istable(L, 1) || lua_isnumber(L, 1) || lua_isboolean(L, 1), 1,
+                     "table, number or boolean");
+    int64_t shape[KN_MAX_DIMS];
+    for (int i = 0; i < KN_MAX_DIMS; i++) shape[i] = -1;
+    int ndim = -1, has_float = 0;
+    nested_shape(L, 1, 0, shape, &ndim, &has_float);
+    /* f32 unless told otherwise, as Torch7: {1, 2} in Lua is rarely meant as i64 */
+    (void)has_float;
+    kn_dtype dt = lua_isboolean(L, 1) ? KN_BOOL : KN_F32;
+    kn_device dev = kn_lua_default_device();
+    kn_lua_opts(L, 2, &dt, &dev, NULL, NULL);
+    kn_tensor *t;
+    kn_status st = kn_tensor_new(dt, ndim, shape, KN_CPU, &t);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, t); /* owned by Lua now, so an error below cannot leak it */
+    char *p = t->storage->data;
+    nested_fill(L, 1, dt, &p);
+    if (dev != KN_CPU) {
+        kn_tensor *d;
+        st = kn_tensor_to_device(t, dev, &d);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        kn_lua_pushtensor(L, d);
+    }
+    return 1;
+}
+
+/* kiln.manual_seed(n): restart the global random stream. */
+static int l_manual_seed(lua_State *L)
+{
+    g_seed = (uint64_t)luaL_checkinteger(L, 1);
+    g_offset = 0;
+    return 0;
+}
+
+/* ---- properties and conversion ----------------------------------------- */
+
+static void push_shape(lua_State *L, int ndim, const int64_t *shape)
+{
+    lua_createtable(L, ndim, 0);
+    for (int i = 0; i < ndim; i++) {
+        lua_pushinteger(L, shape[i]);
+        lua_seti(L, -2, i + 1);
+    }
+}
+
+static int m_shape(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    push_shape(L, t->ndim, t->shape);
+    return 1;
+}
+
+static int m_size(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    if (lua_isnoneornil(L, 2)) return m_shape(L);
+    int d;
+    kn_status st = kn_norm_dim("size", kn_lua_dim(L, 2, "size"), t->ndim, &d);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    lua_pushinteger(L, t->ndim ? t->shape[d] : 1);
+    return 1;
+}
+
+static int m_strides(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    push_shape(L, t->ndim, t->strides);
+    return 1;
+}
+
+static int m_dim(lua_State *L)
+{
+    lua_pushinteger(L, kn_lua_checktensor(L, 1)->ndim);
+    return 1;
+}
+
+static int m_numel(lua_State *L)
+{
+    lua_pushinteger(L, kn_tensor_numel(kn_lua_checktensor(L, 1)));
+    return 1;
+}
+
+static int m_is_contiguous(lua_State *L)
+{
+    lua_pushboolean(L, kn_tensor_is_contiguous(kn_lua_checktensor(L, 1)));
+    return 1;
+}
+
+/* A CPU copy of t (a new reference), for reading values. */
+static kn_tensor *host_copy(lua_State *L, kn_tensor *t)
+{
+    kn_tensor *h;
+    kn_status st = kn_tensor_to_device(t, KN_CPU, &h);
+    if (st != KN_OK) kn_lua_fail(L, st);
+    return h;
+}
+
+static void push_element(lua_State *L, const kn_tensor *t, const char *p)
+{
+    switch (t->dtype) {
+    case KN_BOOL: lua_pushboolean(L, *p != 0); break;
+    case KN_I64: { int64_t v; memcpy(&v, p, 8); lua_pushinteger(L, v); break; }
+    case KN_I32: { int32_t v; memcpy(&v, p, 4); lua_pushinteger(L, v); break; }
+    default: lua_pushnumber(L, kn_load_f64(p, t->dtype));
+    }
+}
+
+static int m_item(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    if (kn_tensor_numel(t) != 1)
+        return luaL_error(L, "item: the tensor has %d elements; item() needs exactly one",
+                          (int)kn_tensor_numel(t));
+    kn_tensor *h = host_copy(L, t);
+    push_element(L, h, kn_tensor_data(h));
+    kn_tensor_release(h);
+    return 1;
+}
+
+static void tolist_rec(lua_State *L, const kn_tensor *t, int d, const char *p)
+{
+    if (d == t->ndim) {
+        push_element(L, t, p);
+        return;
+    }
+    luaL_checkstack(L, 3, "tolist");
+    lua_createtable(L, (int)t->shape[d], 0);
+    size_t es = kn_dtype_size(t->dtype);
+    for (int64_t i = 0; i < t->shape[d]; i++) {
+        tolist_rec(L, t, d + 1, p + i * t->strides[d] * (int64_t)es);
+        lua_seti(L, -2, i + 1);
+    }
+}
+
+static int m_tolist(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    if (kn_tensor_numel(t) > (1 << 26))
+        return luaL_error(L, "tolist: %d elements are too many for a Lua table", (int)kn_tensor_numel(t));
+    kn_tensor *h = host_copy(L, t);
+    tolist_rec(L, h, 0, kn_tensor_data(h));
+    kn_tensor_release(h);
+    return 1;
+}
+
+/* x:to("cpu" | "cuda" | dtype name | {device=, dtype=}) */
+static int m_to(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    kn_dtype dt = t->dtype;
+    kn_device dev = kn_tensor_device(t);
+    for (int i = 2; i <= lua_gettop(L); i++) {
+        if (lua_istable(L, i)) {
+            kn_lua_opts(L, i, &dt, &dev, NULL, NULL);
+            continue;
+        }
+        const char *s = luaL_checkstring(L, i);
+        if (kn_device_parse(s, &dev) != KN_OK) {
+            kn_status st = kn_dtype_parse(s, &dt);
+            if (st != KN_OK)
+                return luaL_error(L, "to: '%s' is neither a device (cpu, cuda) nor a dtype "
+                                     "(f32, f64, bf16, f16, i32, i64, bool)", s);
+        }
+    }
+    kn_tensor *a, *b;
+    kn_status st = kn_tensor_to_device(t, dev, &a);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    st = kn_tensor_cast(a, dt, &b);
+    kn_tensor_release(a);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, b);
+    return 1;
+}
+
+static int m_clone(lua_State *L)
+{
+    kn_tensor *c;
+    kn_status st = kn_tensor_contiguous_copy(kn_lua_checktensor(L, 1), &c);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, c);
+    return 1;
+}
+
+static int m_contiguous(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    if (kn_tensor_is_contiguous(t)) {
+        lua_settop(L, 1);
+        return 1;
+    }
+    return m_clone(L);
+}
+
+/* ---- printing ---------------------------------------------------------- */
+
+typedef struct {
+    luaL_Buffer *b;
+    const kn_tensor *t;
+    int sci;
+} printer;
+
+static void print_elem(printer *pr, const char *p)
+{
+    char s[64];
+    switch (pr->t->dtype) {
+    case KN_BOOL: snprintf(s, sizeof s, "%s", *p ? "true" : "false"); break;
+    case KN_I32: case KN_I64:
+        snprintf(s, sizeof s, "%lld", (long long)kn_load_f64(p, pr->t->dtype));
+        if (pr->t->dtype == KN_I64) { int64_t v; memcpy(&v, p, 8); snprintf(s, sizeof s, "%lld", (long long)v); }
+        break;
+    default: {
+        double v = kn_load_f64(p, pr->t->dtype);
+        if (isnan(v)) snprintf(s, sizeof s, "nan");
+        else if (isinf(v)) snprintf(s, sizeof s, v > 0 ? "inf" : "-inf");
+        else snprintf(s, sizeof s, pr->sci ? "%.4e" : "%.4f", v);
+    }
+    }
+    luaL_addstring(pr->b, s);
+}
+
+static void print_rec(printer *pr, int d, const char *p, int indent)
+{
+    const kn_tensor *t = pr->t;
+    if (d == t->ndim) {
+        print_elem(pr, p);
+        return;
+    }
+    size_t es = kn_dtype_size(t->dtype);
+    int64_t n = t->shape[d];
+    int summarize = kn_tensor_numel(t) > 1000 && n > 6;
+    luaL_addchar(pr->b, '{');
+    for (int64_t i = 0; i < n; i++) {
+        if (summarize && i == 3) {
+            luaL_addstring(pr->b, d == t->ndim - 1 ? "..., " : "...,\n");
+            if (d != t->ndim - 1)
+                for (int k = 0; k < indent + 1; k++) luaL_addchar(pr->b, ' ');
+            i = n - 3;
+        }
+        print_rec(pr, d + 1, p + i * t->strides[d] * (int64_t)es, indent + 1);
+        if (i + 1 < n) {
+            if (d == t->ndim - 1) luaL_addstring(pr->b, ", ");
+            else {
+                luaL_addstring(pr->b, ",\n");
+                for (int k = 0; k < indent + 1; k++) luaL_addchar(pr->b, ' ');
+            }
+        }
+    }
+    luaL_addchar(pr->b, '}');
+}
+
+static int m_tostring(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    kn_tensor *h = host_copy(L, t);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    printer pr = {&b, h, 0};
+    if (kn_dtype_is_float(h->dtype)) {
+        /* scientific notation when the magnitudes would not read well in %.4f */
+        double lo = INFINITY, hi = 0;
+        int64_t n = kn_tensor_numel(h);
+        kn_tensor *c = NULL;
+        if (n > 0 && n <= (1 << 22) && kn_tensor_contiguous_copy(h, &c) == KN_OK) {
+            for (int64_t i = 0; i < n; i++) {
+                double v = fabs(kn_load_f64((char *)c->storage->data + i * (int64_t)kn_dtype_size(c->dtype), c->dtype));
+                if (!isfinite(v) || v == 0) continue;
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+            kn_tensor_release(c);
+        }
+        pr.sci = hi >= 1e5 || (lo < 1e-4 && hi > 0);
+    }
+    luaL_addstring(&b, "tensor(");
+    print_rec(&pr, 0, kn_tensor_data(h), 7);
+    char tail[128];
+    snprintf(tail, sizeof tail, ", dtype=%s, device=%s)", kn_dtype_name(t->dtype),
+             kn_device_name(kn_tensor_device(t)));
+    if (t->ndim > 1) {
+        char shp[96];
+        snprintf(tail, sizeof tail, ", shape=%s, dtype=%s, device=%s)",
+                 kn_shape_str(t->ndim, t->shape, shp, sizeof shp), kn_dtype_name(t->dtype),
+                 kn_device_name(kn_tensor_device(t)));
+    }
+    luaL_addstring(&b, tail);
+    kn_tensor_release(h);
+    luaL_pushresult(&b);
+    return 1;
+}
+
+/* ---- views ------------------------------------------------------------- */
+
+/* Push the view *v made by a call that returned st. Takes a pointer: the
+ * call must run before *v is read. */
+static int push_view_result(lua_State *L, kn_status st, kn_tensor *const *v)
+{
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, *v);
+    return 1;
+}
+
+static int m_reshape(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int64_t shape[KN_MAX_DIMS];
+    int n = kn_lua_shape(L, 2, shape, "reshape");
+    return push_view_result(L, kn_view_reshape(t, n, shape, &v), &v);
+}
+
+static int m_view(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int64_t shape[KN_MAX_DIMS];
+    int n = kn_lua_shape(L, 2, shape, "view");
+    return push_view_result(L, kn_view_view(t, n, shape, &v), &v);
+}
+
+static int m_expand(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int64_t shape[KN_MAX_DIMS];
+    int n = kn_lua_shape(L, 2, shape, "expand");
+    return push_view_result(L, kn_view_expand(t, n, shape, &v), &v);
+}
+
+static int m_transpose(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int a = lua_isnoneornil(L, 2) ? -2 : kn_lua_dim(L, 2, "transpose");
+    int b = lua_isnoneornil(L, 3) ? -1 : kn_lua_dim(L, 3, "transpose");
+    if (t->ndim < 2 && lua_isnoneornil(L, 2)) {
+        lua_settop(L, 1);
+        return 1; /* x:t() of a vector is itself, as PyTorch */
+    }
+    return push_view_result(L, kn_view_transpose(t, a, b, &v), &v);
+}
+
+static int m_permute(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int64_t order[KN_MAX_DIMS];
+    int n = kn_lua_shape(L, 2, order, "permute");
+    for (int i = 0; i < n; i++) {
+        if (order[i] == 0) return luaL_error(L, "permute: dims are 1-based, got 0");
+        if (order[i] > 0) order[i]--;
+    }
+    return push_view_result(L, kn_view_permute(t, n, order, &v), &v);
+}
+
+static int m_unsqueeze(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    lua_Integer d = luaL_checkinteger(L, 2);
+    if (d == 0) return luaL_error(L, "unsqueeze: dims are 1-based, got 0");
+    return push_view_result(L, kn_view_unsqueeze(t, d > 0 ? d - 1 : d, &v), &v);
+}
+
+static int m_squeeze(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int all = lua_isnoneornil(L, 2);
+    int d = all ? 0 : kn_lua_dim(L, 2, "squeeze");
+    return push_view_result(L, kn_view_squeeze(t, d, all, &v), &v);
+}
+
+static int m_flatten(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int a = lua_isnoneornil(L, 2) ? 0 : kn_lua_dim(L, 2, "flatten");
+    int b = lua_isnoneornil(L, 3) ? -1 : kn_lua_dim(L, 3, "flatten");
+    return push_view_result(L, kn_view_flatten(t, a, b, &v), &v);
+}
+
+/* Resolve a 1-based inclusive Lua index against size n into 0-based. */
+static int64_t lua_index(int64_t i, int64_t n)
+{
+    return i > 0 ? i - 1 : n + i;
+}
+
+/* x:slice(dim, start [, stop [, step]]): elements start..stop (1-based,
+ * inclusive, negatives from the end, like string.sub), as a view. */
+static int m_slice(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    int d = kn_lua_dim(L, 2, "slice"), nd;
+    kn_status st = kn_norm_dim("slice", d, t->ndim, &nd);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    if (t->ndim == 0) return luaL_error(L, "slice: cannot slice a 0-dim tensor");
+    int64_t n = t->shape[nd];
+    lua_Integer start = luaL_optinteger(L, 3, 1), stop = luaL_optinteger(L, 4, -1);
+    lua_Integer step = luaL_optinteger(L, 5, 1);
+    if (start == 0 || stop == 0)
+        return luaL_error(L, "slice: indices are 1-based (1 is the first, -1 the last), got 0");
+    int64_t s0 = lua_index(start, n), s1 = lua_index(stop, n) + 1;
+    if (s0 < 0) s0 = 0;
+    if (s1 < s0) s1 = s0;
+    return push_view_result(L, kn_view_slice(t, nd, s0, s1, step, &v), &v);
+}
+
+/* x:split(size | {sizes}, dim): views, returned as multiple values. */
+static int m_split(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    int d = lua_isnoneornil(L, 3) ? 0 : kn_lua_dim(L, 3, "split"), nd;
+    kn_status st = kn_norm_dim("split", d, t->ndim, &nd);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    if (t->ndim == 0) return luaL_error(L, "split: cannot split a 0-dim tensor");
+    int64_t n = t->shape[nd];
+    int count = 0;
+    int64_t pos = 0;
+    if (lua_istable(L, 2)) {
+        int k = (int)luaL_len(L, 2);
+        int64_t total = 0;
+        for (int i = 1; i <= k; i++) {
+            lua_geti(L, 2, i);
+            lua_Integer s = lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            if (s < 0) return luaL_error(L, "split: size %d is negative", (int)s);
+            total += s;
+        }
+        if (total != n)
+            return luaL_error(L, "split: sizes add up to %d but dim %d has size %d", (int)total,
+                              nd + 1, (int)n);
+        luaL_checkstack(L, k, "split");
+        for (int i = 1; i <= k; i++) {
+            lua_geti(L, 2, i);
+            int64_t s = lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            kn_tensor *v;
+            st = kn_view_slice(t, nd, pos, pos + s, 1, &v);
+            if (st != KN_OK) return kn_lua_fail(L, st);
+            kn_lua_pushtensor(L, v);
+            pos += s;
+            count++;
+        }
+        return count;
+    }
+    lua_Integer size = luaL_checkinteger(L, 2);
+    if (size <= 0) return luaL_error(L, "split: size must be positive, got %d", (int)size);
+    if (n / size > 10000) return luaL_error(L, "split: %d pieces are too many", (int)(n / size));
+    do {
+        kn_tensor *v;
+        luaL_checkstack(L, 1, "split");
+        st = kn_view_slice(t, nd, pos, pos + size, 1, &v);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        kn_lua_pushtensor(L, v);
+        pos += size;
+        count++;
+    } while (pos < n);
+    return count;
+}
+
+/* ---- metatable --------------------------------------------------------- */
+
+static const luaL_Reg tensor_methods[] = {
+    {"shape", m_shape},         {"size", m_size},         {"strides", m_strides},
+    {"dim", m_dim},             {"numel", m_numel},       {"is_contiguous", m_is_contiguous},
+    {"item", m_item},           {"tolist", m_tolist},     {"to", m_to},
+    {"clone", m_clone},         {"contiguous", m_contiguous},
+    {"reshape", m_reshape},     {"view", m_view},         {"expand", m_expand},
+    {"transpose", m_transpose}, {"t", m_transpose},       {"permute", m_permute},
+    {"unsqueeze", m_unsqueeze}, {"squeeze", m_squeeze},   {"flatten", m_flatten},
+    {"slice", m_slice},         {"split", m_split},
+    {NULL, NULL}};
+
+/* __index: properties first (x.dtype, x.device, x.ndim), then methods. */
+static int tensor_index(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    const char *k = lua_tostring(L, 2);
+    if (k && lua_type(L, 2) == LUA_TSTRING) {
+        if (strcmp(k, "dtype") == 0) {
+            lua_pushstring(L, kn_dtype_name(t->dtype));
+            return 1;
+        }
+        if (strcmp(k, "device") == 0) {
+            lua_pushstring(L, kn_device_name(kn_tensor_device(t)));
+            return 1;
+        }
+        if (strcmp(k, "ndim") == 0) {
+            lua_pushinteger(L, t->ndim);
+            return 1;
+        }
+    }
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
+    return 1;
+}
+
+void kn_lua_open_tensor(lua_State *L)
+{
+    int kiln = lua_gettop(L);
+    luaL_newmetatable(L, KN_TENSOR_MT);
+    int mt = lua_gettop(L);
+    lua_pushcfunction(L, tensor_gc);
+    lua_setfield(L, mt, "__gc");
+    lua_pushcfunction(L, tensor_gc);
+    lua_setfield(L, mt, "__close");
+    lua_pushcfunction(L, m_tostring);
+    lua_setfield(L, mt, "__tostring");
+    lua_pushliteral(L, "kiln.Tensor");
+    lua_setfield(L, mt, "__name");
+    /* the methods table: kiln.Tensor, where ops add their methods too */
+    lua_newtable(L);
+    luaL_setfuncs(L, tensor_methods, 0);
+    lua_pushcfunction(L, m_tostring);
+    lua_setfield(L, -2, "tostring");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, kiln, "Tensor");
+    lua_pushcclosure(L, tensor_index, 1);
+    lua_setfield(L, mt, "__index");
+    lua_settop(L, kiln);
+
+    static const luaL_Reg fns[] = {
+        {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},     {"full", l_full},
+        {"randn", l_randn},   {"rand", l_rand},   {"randint", l_randint}, {"arange", l_arange},
+        {"manual_seed", l_manual_seed},           {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+}

@@ -1,0 +1,600 @@
+-- 20_repl.lua: the REPL's `:` commands as Lua functions (kiln.cmd.NAME and
+-- kiln.load), the session they share (kiln.session), and the helpers the C
+-- REPL (repl/kn_repl.c) calls: kiln.repl.command runs a `:` line,
+-- kiln.repl.show prints results, kiln.repl.complete gives tab completions.
+-- luaopen_kiln runs this file with the kiln table as `...`, so it works the
+-- same in the kiln program and under the stock lua5.4 (require "kiln").
+--
+-- Later files add commands with kiln.repl.register(name, info, fn), which
+-- keeps :help and kiln.cmd in step.
+local kiln = ...
+
+local repl = kiln.repl or {}
+kiln.repl = repl
+local cmd = kiln.cmd or {}
+kiln.cmd = cmd
+
+-- The globals of this Lua state, whatever the user later does to _G.
+local G = _ENV
+
+local MODES = { "eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs" }
+local MODE_SET = {}
+for _, m in ipairs(MODES) do MODE_SET[m] = true end
+
+-- The session: what :load loaded and how :run runs it. Settable from Lua
+-- (kiln.session.small = true asks inputs() for the reduced size).
+kiln.session = kiln.session or {}
+local session = kiln.session
+if session.mode == nil then session.mode = "eager" end
+if session.small == nil then session.small = false end
+
+---------------------------------------------------------------------------
+-- Errors for the user, not for a debugger: an error object whose __tostring
+-- is the message. The REPL's message handler prints such objects without a
+-- traceback (as lua.c does); tostring(err) gives the text from Lua.
+
+local UsageError = { __name = "kiln.UsageError" }
+UsageError.__tostring = function(e) return e.message end
+UsageError.__concat = function(a, b) return tostring(a) .. tostring(b) end
+
+-- Raise a usage error; with more arguments, fmt is a string.format format.
+function repl.error(fmt, ...)
+  local msg = select("#", ...) > 0 and string.format(fmt, ...) or tostring(fmt)
+  error(setmetatable({ message = msg }, UsageError), 2)
+end
+local fail = repl.error
+
+---------------------------------------------------------------------------
+-- Command registry: one entry per command, in the order :help lists them.
+
+local commands, order = {}, {}
+
+-- Add or replace command `name`: info = {usage = ":run [n]", summary = "one
+-- line", help = "longer text for :help name"}; fn becomes kiln.cmd[name].
+function repl.register(name, info, fn)
+  assert(type(name) == "string" and name:match("^[%a_][%w_%-]*$"), "command name expected")
+  assert(type(fn) == "function", "command function expected")
+  if not commands[name] then order[#order + 1] = name end
+  commands[name] = {
+    usage = info.usage or (":" .. name),
+    summary = info.summary or "",
+    help = info.help,
+  }
+  cmd[name] = fn
+end
+
+-- The command list, one line per command that still exists (for :help and
+-- kiln --help).
+function repl.help_text()
+  local rows, width = {}, 0
+  for _, name in ipairs(order) do
+    if cmd[name] then
+      local c = commands[name]
+      rows[#rows + 1] = c
+      width = math.max(width, #c.usage)
+    end
+  end
+  local lines = {}
+  for _, c in ipairs(rows) do
+    lines[#lines + 1] = string.format("  %-" .. width .. "s  %s", c.usage, c.summary)
+  end
+  lines[#lines + 1] = "Each command is also a Lua function: kiln.cmd.run(3), kiln.load(path)."
+  lines[#lines + 1] = ":help CMD shows the details of one command."
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- Run one `:` line: split on whitespace into a name and string arguments,
+-- then call kiln.cmd[name](args...).
+function repl.command(line)
+  local name, rest = tostring(line):match("^%s*:(%S*)(.*)$")
+  if not name then fail("not a command: '%s' (commands start with ':')", tostring(line)) end
+  if name == "" then fail("empty command (try :help)") end
+  local f = cmd[name]
+  if f == nil then fail("unknown command ':%s' (try :help)", name) end
+  local args = {}
+  for a in rest:gmatch("%S+") do args[#args + 1] = a end
+  return f(table.unpack(args))
+end
+
+---------------------------------------------------------------------------
+-- Small helpers
+
+local function is_callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__call") ~= nil
+end
+
+local function is_tensor(v)
+  if type(v) ~= "userdata" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Tensor"
+end
+
+local function shape_string(shape)
+  local dims = {}
+  for i, d in ipairs(shape) do dims[i] = tostring(d) end
+  return "{" .. table.concat(dims, ",") .. "}"
+end
+
+-- "output {16,256,512} f32": a value as :run reports it.
+local function describe(v, depth)
+  depth = depth or 0
+  if is_tensor(v) then
+    local ok, shape = pcall(function() return v:shape() end)
+    local okd, dtype = pcall(function() return v.dtype end)
+    return (ok and type(shape) == "table" and shape_string(shape) or "?") .. " " .. (okd and tostring(dtype) or "?")
+  end
+  if type(v) == "table" and depth < 2 then
+    local parts = {}
+    for i, e in ipairs(v) do
+      if i > 4 then parts[#parts + 1] = "..."; break end
+      parts[#parts + 1] = describe(e, depth + 1)
+    end
+    if #parts > 0 then return "{" .. table.concat(parts, ", ") .. "}" end
+  end
+  if type(v) == "number" or type(v) == "boolean" then return type(v) .. " " .. tostring(v) end
+  return type(v)
+end
+
+-- Milliseconds with about four significant digits.
+local function fmt_ms(ms)
+  if ms >= 100 then return string.format("%.1f", ms) end
+  if ms >= 1 then return string.format("%.2f", ms) end
+  return string.format("%.3f", ms)
+end
+
+local function fmt_bytes(n)
+  if type(n) ~= "number" then return "? memory" end
+  if n >= 2 ^ 30 then return string.format("%.1f GiB", n / 2 ^ 30) end
+  return string.format("%.0f MiB", n / 2 ^ 20)
+end
+
+local function default_device()
+  if type(kiln.default_device) == "function" then return kiln.default_device() end
+  return "cpu"
+end
+
+local function clock()
+  -- kiln.clock is monotonic wall time; os.clock (CPU time) is the fallback
+  -- for a build that lacks it, and is wrong for GPU work.
+  if type(kiln.clock) == "function" then return kiln.clock() end
+  return os.clock()
+end
+
+---------------------------------------------------------------------------
+-- :load
+
+-- The number of scalar parameters of an nn module (model:parameters() gives
+-- a list of tensors), or nil when the model has no parameters() method.
+local function count_parameters(model)
+  if type(model) ~= "table" then return nil end
+  local okp, params_fn = pcall(function() return model.parameters end)
+  if not okp or type(params_fn) ~= "function" then return nil end
+  local ok, params = pcall(params_fn, model)
+  if not ok then fail("model:parameters() failed: %s", tostring(params)) end
+  if type(params) ~= "table" then fail("model:parameters() returned %s, not a list of tensors", type(params)) end
+  local n = 0
+  for _, p in pairs(params) do
+    local okn, numel = pcall(function() return p:numel() end)
+    if okn and math.type(numel) == "integer" then n = n + numel end
+  end
+  return n
+end
+
+-- Load a model file: it returns {name = "...", model = <module or function>,
+-- inputs = function(opts) return {x, ...} end}. Makes it the session's model
+-- and prints "loaded NAME from FILE: N parameters" unless opts.quiet.
+-- Returns the table the file returned.
+function kiln.load(path, opts)
+  if type(path) ~= "string" or path == "" then
+    fail("usage: :load FILE.lua (kiln.load needs a file name, got %s)", type(path) == "string" and "''" or type(path))
+  end
+  local f, oerr = io.open(path, "r")
+  if not f then
+    fail("cannot open model file '%s': %s", path, tostring(oerr):match(": ([^:]*)$") or tostring(oerr))
+  end
+  f:close()
+  local chunk, lerr = loadfile(path, "t")
+  if not chunk then fail("cannot load model file '%s': %s", path, lerr) end
+  local ok, spec = xpcall(chunk, debug.traceback)
+  if not ok then fail("error while running model file '%s': %s", path, tostring(spec)) end
+
+  local shape = "{name = ..., model = ..., inputs = function(opts) return {x, ...} end}"
+  if type(spec) ~= "table" then
+    fail("model file '%s' must return a table %s, got %s", path, shape, type(spec))
+  end
+  local function need(field, good, what)
+    local v = spec[field]
+    if v == nil then fail("model file '%s' has no '%s' field (%s)", path, field, what) end
+    if not good(v) then fail("model file '%s': '%s' must be %s, got %s", path, field, what, type(v)) end
+  end
+  need("name", function(v) return type(v) == "string" end, "the model's name, a string")
+  need("model", is_callable, "the model to run: an nn module or a function")
+  need("inputs", is_callable, "a function(opts) returning the list of inputs {x, ...}")
+
+  local nparams = count_parameters(spec.model)
+  session.model, session.spec, session.name, session.file = spec.model, spec, spec.name, path
+  session.compiled, session.warm = nil, nil
+  if not (type(opts) == "table" and opts.quiet) then
+    local what
+    if nparams then what = string.format("%d parameters", nparams)
+    elseif type(spec.model) == "function" then what = "a function"
+    else what = "a callable " .. type(spec.model) end
+    print(string.format("loaded %s from %s: %s", spec.name, path, what))
+  end
+  return spec
+end
+
+repl.register("load", {
+  usage = ":load FILE.lua",
+  summary = "load a model file (it returns {name=, model=, inputs=})",
+  help = [[
+Runs FILE.lua, which returns
+  {name = "...", model = <nn module or function>,
+   inputs = function(opts) return {x, ...} end}
+opts carries device, dtype and small (true: a reduced size that runs in a
+second on a CPU; set kiln.session.small = true). The model becomes the
+session's model for :run and :mode. From Lua: kiln.load(path) returns the
+table; kiln.load(path, {quiet = true}) prints nothing.]],
+}, function(path) return kiln.load(path) end)
+
+---------------------------------------------------------------------------
+-- :mode
+
+repl.register("mode", {
+  usage = ":mode [MODE]",
+  summary = "show or set the mode (eager, default, reduce-overhead, max-autotune...)",
+  help = [[
+With no argument, shows the session's mode; else sets it. "eager" runs the
+model as written; the others compile it with kiln.compile(model, {mode = ...})
+on the next :run. Modes: ]] .. table.concat(MODES, ", ") .. ".",
+}, function(mode)
+  if mode == nil then
+    print("mode: " .. session.mode)
+    return session.mode
+  end
+  if not MODE_SET[mode] then fail("unknown mode '%s' (modes: %s)", tostring(mode), table.concat(MODES, ", ")) end
+  if mode ~= "eager" and type(kiln.compile) ~= "function" then
+    fail("mode '%s' needs kiln.compile, which this build does not have yet: only 'eager' works", mode)
+  end
+  session.mode = mode
+  local c = session.compiled
+  if c and mode ~= "eager" then
+    -- keep the compiled versions when the callable can switch modes itself
+    local ok = pcall(function() c:set_mode(mode) end)
+    if not ok then session.compiled = nil end
+    session.warm = nil -- the next call compiles: time it apart
+  end
+  print("mode: " .. mode)
+  return mode
+end)
+
+---------------------------------------------------------------------------
+-- :run
+
+-- What :run calls: the model itself, or its compiled form.
+local function runner()
+  if session.mode == "eager" then return session.model, false end
+  if type(kiln.compile) ~= "function" then
+    fail("mode '%s' needs kiln.compile, which this build does not have yet: only 'eager' works", session.mode)
+  end
+  if not session.compiled then
+    session.compiled = kiln.compile(session.model, { mode = session.mode })
+    session.warm = nil
+  end
+  return session.compiled, true
+end
+
+repl.register("run", {
+  usage = ":run [n]",
+  summary = "run the loaded model n times (default 1) and time it",
+  help = [[
+Builds the inputs once with inputs({device = kiln.default_device(),
+dtype = "f32", small = kiln.session.small}), calls the model n times and
+prints the output's shape and dtype and the time per call (the median, and
+the minimum). In a compiled mode the first call compiles; it is timed apart.
+From Lua, kiln.cmd.run(n) returns {output, runs, times_ms, median_ms, min_ms,
+mode, device, compile_s}.]],
+}, function(n)
+  local count = 1
+  if n ~= nil then
+    count = math.tointeger(tonumber(n))
+    if not count or count < 1 then fail("usage: :run [n] (n must be a positive integer, got '%s')", tostring(n)) end
+  end
+  if not session.model then fail("no model loaded (use :load FILE.lua)") end
+  local device = default_device()
+  local inputs = session.spec.inputs({ device = device, dtype = "f32", small = session.small and true or false })
+  if type(inputs) ~= "table" then
+    fail("inputs(opts) of '%s' must return a list of inputs {x, ...}, got %s", session.file, type(inputs))
+  end
+  local ninputs = inputs.n or #inputs
+  local fn, compiled = runner()
+  local sync = type(kiln.synchronize) == "function" and kiln.synchronize or function() end
+
+  local compile_s
+  if compiled and not session.warm then
+    local t0 = clock()
+    fn(table.unpack(inputs, 1, ninputs))
+    sync()
+    compile_s = clock() - t0
+    session.warm = true
+    print(string.format("first call (compiling): %.2f s", compile_s))
+  end
+  local times, out = {}, nil
+  for i = 1, count do
+    local t0 = clock()
+    out = table.pack(fn(table.unpack(inputs, 1, ninputs)))
+    sync()
+    times[i] = (clock() - t0) * 1000
+  end
+  local sorted = table.move(times, 1, count, 1, {})
+  table.sort(sorted)
+  local median = count % 2 == 1 and sorted[(count + 1) // 2] or (sorted[count // 2] + sorted[count // 2 + 1]) / 2
+  local described = {}
+  for i = 1, out.n do described[i] = describe(out[i]) end
+  print(string.format("output %s · %d run%s · %s ms per call (min %s) · %s on %s",
+    out.n == 0 and "nothing" or table.concat(described, ", "), count, count == 1 and "" or "s",
+    fmt_ms(median), fmt_ms(sorted[1]), session.mode, device))
+  return {
+    output = out.n <= 1 and out[1] or out, runs = count, times_ms = times,
+    median_ms = median, min_ms = sorted[1], mode = session.mode, device = device, compile_s = compile_s,
+  }
+end)
+
+---------------------------------------------------------------------------
+-- :device
+
+repl.register("device", {
+  usage = ":device",
+  summary = "the CPU and the CUDA devices kiln can use",
+  help = [[
+Shows the CPU (name, cores, memory) and, for CUDA, whether this kiln was
+built with it, each device's name, memory, SM count and compute capability,
+or the reason there is none. From Lua: kiln.cmd.device() also returns
+kiln.device_info().]],
+}, function()
+  if type(kiln.device_info) ~= "function" then fail("kiln.device_info is not available in this build") end
+  local info = kiln.device_info()
+  local cpu, cuda = info.cpu or {}, info.cuda or {}
+  local lines = {
+    string.format("CPU   %s · %s cores · %s", cpu.name or "unknown", tostring(cpu.cores or "?"), fmt_bytes(cpu.memory_bytes)),
+  }
+  local devices = cuda.devices or {}
+  if not cuda.built then
+    lines[#lines + 1] = "CUDA  not built (this kiln was compiled without the CUDA toolkit)"
+  elseif #devices == 0 then
+    lines[#lines + 1] = "CUDA  built; " .. tostring(cuda.error or "no device found")
+  else
+    lines[#lines + 1] = string.format("CUDA  %d device%s", #devices, #devices == 1 and "" or "s")
+    for i, d in ipairs(devices) do
+      lines[#lines + 1] = string.format("  %d: %s · %s · %s SMs · compute capability %s", i - 1,
+        d.name or "?", fmt_bytes(d.memory_bytes), tostring(d.sm_count or "?"), tostring(d.cc or "?"))
+    end
+    if cuda.error then lines[#lines + 1] = "  note: " .. tostring(cuda.error) end
+  end
+  print(table.concat(lines, "\n"))
+  return info
+end)
+
+---------------------------------------------------------------------------
+-- :help, :quit
+
+repl.register("help", {
+  usage = ":help [CMD]",
+  summary = "list the commands, or show the details of one",
+}, function(name)
+  if name == nil then
+    io.stdout:write(repl.help_text())
+    return
+  end
+  name = tostring(name):gsub("^:", "")
+  local c = commands[name]
+  if not c or not cmd[name] then fail("unknown command ':%s' (try :help)", name) end
+  print(c.usage .. "\n" .. (c.help or c.summary))
+end)
+
+repl.register("quit", {
+  usage = ":quit",
+  summary = "leave kiln (as Ctrl-D does)",
+}, function()
+  -- In the REPL, on_quit ends the loop after this line, so the exit status
+  -- still tells whether earlier lines failed; elsewhere, exit at once.
+  if type(repl.on_quit) == "function" then return repl.on_quit() end
+  os.exit(0)
+end)
+
+---------------------------------------------------------------------------
+-- Printing results: tables as Lua constructors, nested up to a depth.
+
+local MAX_DEPTH, MAX_ITEMS, WIDTH = 4, 40, 78
+
+local function quote(s)
+  return (string.format("%q", s):gsub("\\\n", "\\n"))
+end
+
+local function key_order(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta < tb end
+  if ta == "number" or ta == "string" then return a < b end
+  return tostring(a) < tostring(b)
+end
+
+local format_value
+
+local function format_table(t, depth, seen, indent)
+  if seen[t] then return "<cycle>" end
+  if depth > MAX_DEPTH then return "{...}" end
+  seen[t] = true
+  local items, n = {}, rawlen(t)
+  for i = 1, math.min(n, MAX_ITEMS) do items[#items + 1] = format_value(rawget(t, i), depth + 1, seen, indent .. "  ") end
+  local keys = {}
+  for k in next, t do
+    if not (math.type(k) == "integer" and k >= 1 and k <= n) then keys[#keys + 1] = k end
+  end
+  table.sort(keys, key_order)
+  for _, k in ipairs(keys) do
+    if #items >= MAX_ITEMS then break end
+    local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or ("[" .. format_value(k, depth + 1, seen, indent) .. "]")
+    items[#items + 1] = ks .. " = " .. format_value(rawget(t, k), depth + 1, seen, indent .. "  ")
+  end
+  local total = n + #keys
+  if total > #items then items[#items + 1] = string.format("... (%d more)", total - #items) end
+  seen[t] = nil
+  if #items == 0 then return "{}" end
+  local line = "{" .. table.concat(items, ", ") .. "}"
+  if #line + #indent <= WIDTH and not line:find("\n") then return line end
+  return "{\n" .. indent .. "  " .. table.concat(items, ",\n" .. indent .. "  ") .. "\n" .. indent .. "}"
+end
+
+function format_value(v, depth, seen, indent)
+  local tv = type(v)
+  if tv == "string" then return quote(v) end
+  if tv ~= "table" then return tostring(v) end
+  local mt = getmetatable(v)
+  if type(mt) == "table" and rawget(mt, "__tostring") then return tostring(v) end
+  return format_table(v, depth, seen, indent)
+end
+
+-- One value as the REPL shows it: strings as they are, tables readably.
+function repl.format(v)
+  if type(v) == "string" then return v end
+  return format_value(v, 1, {}, "")
+end
+
+-- Print the results of an expression, tab-separated (as print does).
+function repl.show(...)
+  local parts = table.pack(...)
+  for i = 1, parts.n do parts[i] = repl.format(parts[i]) end
+  io.stdout:write(table.concat(parts, "\t", 1, parts.n), "\n")
+end
+
+---------------------------------------------------------------------------
+-- Tab completion
+
+local KEYWORDS = {
+  "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if", "in",
+  "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
+}
+
+-- Fields that a userdata's __index function computes, by metatable name:
+-- they are in no table to walk.
+local PROPERTIES = { ["kiln.Tensor"] = { "dtype", "device", "ndim" } }
+
+-- A C __index function that looks keys up in a table keeps that table as an
+-- upvalue (kiln.Tensor's methods do); Lua closures are left alone, since
+-- their first upvalue is often _ENV.
+local function index_table(f)
+  local info = debug.getinfo(f, "S")
+  if not info or info.what ~= "C" then return nil end
+  for i = 1, 4 do
+    local name, val = debug.getupvalue(f, i)
+    if name == nil then return nil end
+    if type(val) == "table" then return val end
+  end
+end
+
+-- The step from a value to where its missing fields come from: a table
+-- __index, or the table behind a C __index.
+local function next_index(v)
+  local mt = getmetatable(v)
+  if type(mt) ~= "table" then return nil, nil end
+  local idx = rawget(mt, "__index")
+  if type(idx) == "function" then idx = index_table(idx) end
+  return type(idx) == "table" and idx or nil, mt
+end
+
+-- v[k] without running any metamethod function.
+local function field(v, k)
+  for _ = 1, 16 do
+    if type(v) == "table" then
+      local r = rawget(v, k)
+      if r ~= nil then return r end
+    end
+    v = next_index(v)
+    if v == nil then return nil end
+  end
+end
+
+-- name -> value for the identifier keys of v and of its __index chain.
+local function fields(v)
+  local out, visited = {}, {}
+  for _ = 1, 16 do
+    if type(v) == "table" and not visited[v] then
+      visited[v] = true
+      for k, val in next, v do
+        if type(k) == "string" and k:match("^[%a_][%w_]*$") and out[k] == nil then out[k] = val end
+      end
+    end
+    local idx, mt = next_index(v)
+    local props = mt and PROPERTIES[rawget(mt, "__name")]
+    for _, p in ipairs(props or {}) do if out[p] == nil then out[p] = true end end
+    if idx == nil then break end
+    v = idx
+  end
+  return out
+end
+
+local function starting_with(names, p, prefix)
+  local out = {}
+  for _, name in ipairs(names) do
+    if name:sub(1, #p) == p then out[#out + 1] = prefix .. name end
+  end
+  table.sort(out)
+  return out
+end
+
+local function command_names()
+  local names = {}
+  for name in pairs(cmd) do
+    if type(name) == "string" then names[#names + 1] = name end
+  end
+  return names
+end
+
+-- Completions of `word` (the text before the cursor back to a blank or a
+-- bracket; `before` is the rest of the line before it): `:` commands at the
+-- start of a line, command names after :help, modes after :mode, else Lua
+-- names, fields after `a.b.` and methods after `a:`. Returns a sorted list
+-- of whole words that replace `word`, or nil where file names fit (the
+-- arguments of other commands).
+function repl.complete(word, before)
+  word, before = tostring(word or ""), tostring(before or "")
+  if word:sub(1, 1) == ":" and not before:find("%S") then
+    return starting_with(command_names(), word:sub(2), ":")
+  end
+  local command = before:match("^%s*:(%S+)%s")
+  if command == "help" then return starting_with(command_names(), word, "") end
+  if command == "mode" then return starting_with(MODES, word, "") end
+  if command then return nil end
+  local out = {}
+  -- `word` may start with an operator (breaks are only blanks and
+  -- brackets): keep that part as it is.
+  local head, expr = word:match("^(.-)([%a_][%w_%.:]*)$")
+  if not head then return out end
+  local path, sep, partial = expr:match("^(.*)([.:])([%w_]*)$")
+  local names
+  if not path then
+    partial, names = expr, fields(G)
+    for _, k in ipairs(KEYWORDS) do names[k] = names[k] or true end
+  else
+    if path:find(":") then return out end
+    local v = G
+    for name in path:gmatch("[^.]+") do
+      if not name:match("^[%a_][%w_]*$") then return out end
+      v = field(v, name)
+      if v == nil then return out end
+    end
+    names = fields(v)
+  end
+  local prefix = head .. (path and (path .. sep) or "")
+  for k, val in pairs(names) do
+    if k:sub(1, #partial) == partial and (sep ~= ":" or is_callable(val)) then
+      out[#out + 1] = prefix .. k
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+return kiln

@@ -1,0 +1,65 @@
+-- tap.lua: a small TAP producer for kiln's Lua tests (run by prove via t/run).
+--   local T = dofile("t/tap.lua")
+--   T.ok(cond, name); T.is(got, want, name); T.like(str, pattern, name)
+--   T.near(got, want, tol, name); T.raises(fn, pattern, name); T.skip_all(reason)
+--   T.done()  -- prints the plan and exits non-zero on failure
+local T = { n = 0, failed = 0 }
+
+local function where()
+  local info = debug.getinfo(3, "Sl")
+  return info and (info.short_src .. ":" .. info.currentline) or "?"
+end
+
+local function report(cond, name, diag)
+  T.n = T.n + 1
+  io.write((cond and "ok " or "not ok ") .. T.n .. " - " .. tostring(name or "") .. "\n")
+  if not cond then
+    T.failed = T.failed + 1
+    io.write("#   Failed test at " .. where() .. "\n")
+    if diag then io.write((diag:gsub("[^\n]+", "#   %0")) .. "\n") end
+  end
+  io.flush()
+  return cond
+end
+
+function T.ok(cond, name) return report(cond and true or false, name) end
+
+function T.is(got, want, name)
+  return report(got == want, name,
+    string.format("     got: %s\nexpected: %s", tostring(got), tostring(want)))
+end
+
+function T.like(got, pattern, name)
+  local s = tostring(got)
+  return report(s:find(pattern) ~= nil, name,
+    string.format("     got: %s\nto match: %s", s, pattern))
+end
+
+-- |got - want| <= tol (absolute); NaN never passes.
+function T.near(got, want, tol, name)
+  local good = type(got) == "number" and got == got and math.abs(got - want) <= tol
+  return report(good, name, string.format("     got: %s\nexpected: %s (tol %g)",
+    tostring(got), tostring(want), tol))
+end
+
+-- fn must raise an error whose message matches the Lua pattern.
+function T.raises(fn, pattern, name)
+  local okc, err = pcall(fn)
+  if okc then return report(false, name, "no error raised; expected one matching " .. pattern) end
+  return report(tostring(err):find(pattern) ~= nil, name,
+    string.format("   error: %s\nto match: %s", tostring(err), pattern))
+end
+
+function T.skip_all(reason)
+  io.write("1..0 # SKIP " .. reason .. "\n")
+  os.exit(0)
+end
+
+function T.diag(msg) io.write((tostring(msg):gsub("[^\n]+", "# %0")) .. "\n") end
+
+function T.done()
+  io.write("1.." .. T.n .. "\n")
+  os.exit(T.failed == 0 and T.n > 0 and 0 or 1)
+end
+
+return T
