@@ -25,12 +25,12 @@ const char *kn_op_name(kn_op op)
 
 kn_op_kind kn_op_kind_of(kn_op op)
 {
-    return kn_op_table[op].kind;
+    return (unsigned)op < KN_OP_COUNT ? kn_op_table[op].kind : KN_K_CREATE;
 }
 
 int kn_op_arity(kn_op op)
 {
-    return kn_op_table[op].arity;
+    return (unsigned)op < KN_OP_COUNT ? kn_op_table[op].arity : 0;
 }
 
 kn_op kn_op_by_name(const char *name)

@@ -148,6 +148,7 @@ void kn_tensor_release(kn_tensor *t)
 
 bool kn_tensor_is_contiguous(const kn_tensor *t)
 {
+    if (kn_tensor_numel(t) == 0) return true; /* no element to be out of place */
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != s) return false;

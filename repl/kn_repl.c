@@ -209,6 +209,7 @@ static int pushline(lua_State *L, int firstline)
         }
         return r;
     }
+    if (kn_interrupt_pending()) return KN_EDIT_INTERRUPTED; /* came between two lines */
     errno = 0;
     ssize_t n = getline(&repl.buf, &repl.cap, stdin);
     if (n < 0) return errno == EINTR && kn_interrupt_pending() ? KN_EDIT_INTERRUPTED : KN_EDIT_EOF;

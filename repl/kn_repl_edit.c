@@ -4,22 +4,24 @@
  *
  * Ctrl-C: libedit's own signal handling is off (rl_catch_signals = 0, as
  * Python does), so SIGINT reaches kiln's handler, which only sets the
- * kn_interrupt flag. The read() in edit_getc then fails with EINTR (the
- * handler is installed without SA_RESTART), sees the flag and hands libedit a
- * newline, which ends the line; kn_edit_readline throws that line away. No
- * longjmp out of libedit, no libedit call from a signal handler.
+ * kn_interrupt flag. edit_getc waits for input in pselect, which the signal
+ * interrupts; it sees the flag and hands libedit a newline, which ends the
+ * line; kn_edit_readline throws that line away. No longjmp out of libedit,
+ * no libedit call from a signal handler.
  *
  * Completion candidates come from Lua (kiln.repl.complete in
  * scripting/lua/20_repl.lua), which knows tables and metatables better than
  * C would; file names come from libedit.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <locale.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +39,10 @@ static char *last_entry;             /* the newest history entry, to skip repeat
 static int line_discarded;           /* set by edit_getc when Ctrl-C ended the line */
 static int utf8_input;               /* the locale is UTF-8: decode input bytes */
 static volatile sig_atomic_t winch;  /* the terminal was resized */
+/* The terminal, opened a second time with O_NONBLOCK: a file description
+ * of kiln's own, so the flag does not leak to the shell that shares stdin's.
+ * STDIN_FILENO (blocking) when that cannot be opened. */
+static int input_fd = STDIN_FILENO;
 
 /* Breaks between words for completion. '.', ':' stay inside a word so that
  * `kiln.nn.Li` and `x:sh` complete as one; '/', '-' and '~' too, for paths
@@ -49,25 +55,49 @@ static void on_sigwinch(int sig)
     winch = 1;
 }
 
-/* Read one byte of terminal input; -1 at end of input. EINTR with the
- * interrupt flag set returns '\n' after marking the line as discarded. */
+/* Read one byte of terminal input; -1 at end of input. A Ctrl-C returns
+ * '\n' after marking the line as discarded. Two races are closed here:
+ * SIGINT and SIGWINCH stay blocked except inside pselect, so a signal that
+ * lands just before the wait still interrupts it (a flag check followed by a
+ * plain read() would sleep through it); and the read is non-blocking, since
+ * the terminal flushes pending input when Ctrl-C is typed, so input that
+ * pselect saw may be gone by the time of the read. */
 static int read_byte(void)
 {
-    unsigned char c;
+    sigset_t block, orig;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGWINCH);
+    sigprocmask(SIG_BLOCK, &block, &orig);
+    int c = -1;
     for (;;) {
         if (winch) {
             winch = 0;
             rl_resize_terminal();
         }
-        ssize_t n = read(STDIN_FILENO, &c, 1);
-        if (n == 1) return c;
-        if (n == 0 || errno != EINTR) return -1;
         if (kn_interrupt_pending()) {
             kn_interrupt_clear();
             line_discarded = 1;
-            return '\n';
+            c = '\n';
+            break;
         }
+        fd_set in;
+        FD_ZERO(&in);
+        FD_SET(input_fd, &in);
+        int n = pselect(input_fd + 1, &in, NULL, NULL, NULL, &orig);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        unsigned char b;
+        ssize_t r = read(input_fd, &b, 1);
+        if (r == 1) {
+            c = b;
+            break;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+        break; /* 0: the terminal hung up */
     }
+    sigprocmask(SIG_SETMASK, &orig, NULL);
+    return c;
 }
 
 /* libedit's rl_getc_function. libedit stores what it returns as one wide
@@ -247,6 +277,10 @@ void kn_edit_init(lua_State *L)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGWINCH, &sa, NULL);
 
+    const char *tty = ttyname(STDIN_FILENO);
+    int fd = tty ? open(tty, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) : -1;
+    input_fd = fd >= 0 ? fd : STDIN_FILENO;
+
     rl_readline_name = "kiln";
     rl_catch_signals = 0;           /* kiln's SIGINT handler stays in place */
     rl_getc_function = edit_getc;   /* must be set before rl_initialize */
@@ -276,6 +310,8 @@ int kn_edit_readline(const char *prompt, char **line)
 
 void kn_edit_close(void)
 {
+    if (input_fd != STDIN_FILENO) close(input_fd);
+    input_fd = STDIN_FILENO;
     free(history_path);
     free(last_entry);
     history_path = last_entry = NULL;

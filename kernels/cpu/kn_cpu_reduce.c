@@ -310,12 +310,16 @@ static kn_status run_softmax(const kn_opcall *c, const kn_tensor *x)
             for (int64_t j = 0; j < len; j++)
                 if (row[j] > mx || row[j] != row[j]) mx = row[j];
             /* A row of -inf has mx = -inf and -inf - -inf = NaN: NaN out, as torch. */
-            for (int64_t j = 0; j < len; j++) sum += exp(row[j] - mx);
             if (logsm) {
+                for (int64_t j = 0; j < len; j++) sum += exp(row[j] - mx);
                 double ls = log(sum);
                 for (int64_t j = 0; j < len; j++) row[j] = row[j] - mx - ls;
-            } else {
-                for (int64_t j = 0; j < len; j++) row[j] = exp(row[j] - mx) / sum;
+            } else { /* keep the exponentials: one exp per element */
+                for (int64_t j = 0; j < len; j++) {
+                    row[j] = exp(row[j] - mx);
+                    sum += row[j];
+                }
+                for (int64_t j = 0; j < len; j++) row[j] /= sum;
             }
             store_row(od, c->out[0]->dtype, base, inner, row, len);
         }
