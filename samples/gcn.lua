@@ -14,8 +14,8 @@ local kiln = rawget(_G, "kiln") or require("kiln")
 local nn = kiln.nn
 
 local args = ...
-local small = type(args) == "table" and args.small
-if small == nil then small = kiln.session ~= nil and kiln.session.small or false end
+local small = kiln.session ~= nil and kiln.session.small or false
+if type(args) == "table" and args.small ~= nil then small = args.small end
 
 local N, Fin, H, C, E = 2708, 1433, 16, 7, 10556
 if small then N, E = 200, 780 end

@@ -9,8 +9,8 @@ local kiln = rawget(_G, "kiln") or require("kiln")
 local nn = kiln.nn
 
 local args = ...
-local small = type(args) == "table" and args.small
-if small == nil then small = kiln.session ~= nil and kiln.session.small or false end
+local small = kiln.session ~= nil and kiln.session.small or false
+if type(args) == "table" and args.small ~= nil then small = args.small end
 local width = small and 256 or 4096
 
 nn.manual_seed(0)

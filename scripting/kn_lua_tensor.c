@@ -199,9 +199,23 @@ static int l_zeros(lua_State *L) { return create(L, KN_OP_FULL, 1, opts_index(L,
 static int l_ones(lua_State *L) { return create(L, KN_OP_FULL, 1, opts_index(L, 1), 1, 0); }
 static int l_randn(lua_State *L) { return create(L, KN_OP_RANDN, 1, opts_index(L, 1), 0, 0); }
 
+/* kiln.rand(shape [, {low =, high =, ...}]): uniform in [low, high), default (0, 1) */
 static int l_rand(lua_State *L)
 {
-    return create(L, KN_OP_RAND, 1, opts_index(L, 1), 0, 0);
+    int oi = opts_index(L, 1);
+    double lo = 0, hi = 0;
+    if (lua_istable(L, oi)) {
+        lua_getfield(L, oi, "low");
+        lua_getfield(L, oi, "high");
+        if (!lua_isnil(L, -2) || !lua_isnil(L, -1)) {
+            lo = luaL_optnumber(L, -2, 0);
+            hi = luaL_optnumber(L, -1, 1);
+            if (!(hi > lo) || !isfinite(lo) || !isfinite(hi))
+                return luaL_error(L, "rand: high (%g) must be greater than low (%g), both finite", hi, lo);
+        }
+        lua_pop(L, 2);
+    }
+    return create(L, KN_OP_RAND, 1, oi, lo, hi);
 }
 
 static int l_full(lua_State *L)

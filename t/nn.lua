@@ -1,6 +1,6 @@
 -- t/nn.lua: kiln.nn modules (scripting/lua/10_nn.lua) against small cases
 -- computed by hand, plus naming, state, :to, save/load and error messages.
-local T = dofile("t/tap.lua")
+local T = dofile("t/lib/tap.lua")
 local nn = kiln.nn
 
 local tmpdir = os.getenv("TMPDIR") or "/tmp"

@@ -2,7 +2,7 @@
 -- kiln.load, kiln.repl.command), with good and bad model files written to a
 -- temporary folder; also the REPL helpers kiln.repl.format and
 -- kiln.repl.complete. Run by the kiln program (t/run).
-local T = dofile("t/tap.lua")
+local T = dofile("t/lib/tap.lua")
 
 -- Run fn(...) with print and io.stdout captured; returns the text printed,
 -- then pcall's results.

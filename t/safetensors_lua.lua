@@ -1,6 +1,6 @@
 -- t/safetensors_lua.lua: kiln.load_safetensors / kiln.save_safetensors
 -- (scripting/kn_lua_io.c): round trips from Lua and errors on bad input.
-local T = dofile("t/tap.lua")
+local T = dofile("t/lib/tap.lua")
 
 math.randomseed(os.time())
 local function tmpfile(name)

@@ -3,7 +3,7 @@
 -- second load, the parameter names of the PyTorch model it copies
 -- (../shared/bench/torch_models.py); plus causality of the transformer block
 -- and normalized GCN outputs.
-local T = dofile("t/tap.lua")
+local T = dofile("t/lib/tap.lua")
 
 local function load(name)
   local chunk = assert(loadfile("samples/" .. name .. ".lua"))
@@ -105,6 +105,20 @@ do
   local x = spec.inputs({})[1]
   local density = x:mean():item()
   T.ok(x.dtype == "f32" and density > 0.01 and density < 0.03, "gcn: binary features with about 2% ones")
+end
+
+-- small at load time can also come from kiln.session.small (what :load sees)
+do
+  local session = kiln.session
+  if session then
+    local saved = session.small
+    session.small = true
+    local ok, spec = pcall(dofile, "samples/gcn.lua")
+    local okl, lin = pcall(dofile, "samples/large_linear.lua")
+    session.small = saved
+    T.ok(ok and spec.model.num_nodes == 200, "gcn: kiln.session.small = true gives the small graph")
+    T.ok(okl and lin.model[1].in_features == 256, "large_linear: and the small width")
+  end
 end
 
 -- full-size inputs have the sizes of torch_models.py (built, not run)

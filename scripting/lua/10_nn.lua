@@ -121,7 +121,7 @@ end
 -- U(-bound, bound), PyTorch's default for Linear and Conv2d weights and biases
 -- (kaiming_uniform with a = sqrt(5) reduces to bound = 1 / sqrt(fan_in)).
 local function uniform(shape, bound)
-  return kiln.rand(shape, { seed = next_seed() }) * (2 * bound) - bound
+  return kiln.rand(shape, { seed = next_seed(), low = -bound, high = bound })
 end
 
 function nn.init_bound(fan_in)

@@ -1,5 +1,5 @@
 -- tap.lua: a small TAP producer for kiln's Lua tests (run by prove via t/run).
---   local T = dofile("t/tap.lua")
+--   local T = dofile("t/lib/tap.lua")
 --   T.ok(cond, name); T.is(got, want, name); T.like(str, pattern, name)
 --   T.near(got, want, tol, name); T.raises(fn, pattern, name); T.skip_all(reason)
 --   T.done()  -- prints the plan and exits non-zero on failure
