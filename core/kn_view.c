@@ -267,6 +267,16 @@ kn_status kn_tensor_contiguous_copy(kn_tensor *t, kn_tensor **out)
     return KN_OK;
 }
 
+kn_status kn_tensor_contiguous(kn_tensor *t, kn_tensor **out)
+{
+    if (kn_tensor_is_contiguous(t)) {
+        kn_tensor_retain(t);
+        *out = t;
+        return KN_OK;
+    }
+    return kn_tensor_contiguous_copy(t, out);
+}
+
 kn_status kn_tensor_cast(kn_tensor *t, kn_dtype dt, kn_tensor **out)
 {
     *out = NULL;

@@ -30,6 +30,9 @@ kn_status kn_view_squeeze(kn_tensor *t, int64_t dim, int all, kn_tensor **out);
 /* Flatten dims [d0, d1] into one. */
 kn_status kn_view_flatten(kn_tensor *t, int64_t d0, int64_t d1, kn_tensor **out);
 
+/* t itself (retained) when it is contiguous, else a contiguous copy; the
+ * caller releases *out either way. */
+kn_status kn_tensor_contiguous(kn_tensor *t, kn_tensor **out);
 /* A contiguous copy (a new tensor even if t is contiguous). */
 kn_status kn_tensor_contiguous_copy(kn_tensor *t, kn_tensor **out);
 /* t on device dev (a new reference to t if it is already there). */

@@ -377,38 +377,38 @@ static void read_pair(lua_State *L, int idx, int *out, const char *op, const cha
     out[0] = out[1] = (int)v;
 }
 
-/* Read conv/pool attributes: positional args from `first`, or one options table. */
-static void read_window(lua_State *L, int first, kn_opcall *c, const char *const *names, int n)
+/* Set one named window attribute from the value at stack index idx (nil
+ * keeps the default). */
+static void window_attr(lua_State *L, int idx, kn_opcall *c, const char *name)
 {
     const char *op = kn_op_name(c->op);
-    int *slots[] = {c->a.stride, c->a.padding, c->a.dilation};
-    if (lua_istable(L, first) && luaL_len(L, first) == 0 && n > 0) {
-        for (int i = 0; i < n; i++) {
-            lua_getfield(L, first, names[i]);
-            int top = lua_gettop(L);
-            if (strcmp(names[i], "groups") == 0) {
-                if (!lua_isnil(L, top)) c->a.groups = (int)luaL_checkinteger(L, top);
-            } else if (strcmp(names[i], "ceil_mode") == 0) {
-                c->a.ceil_mode = lua_toboolean(L, top);
-            } else if (strcmp(names[i], "count_include_pad") == 0) {
-                if (!lua_isnil(L, top)) c->a.count_include_pad = lua_toboolean(L, top);
-            } else {
-                read_pair(L, top, slots[i], op, names[i]);
-            }
-            lua_pop(L, 1);
-        }
-        return;
+    if (strcmp(name, "groups") == 0) {
+        if (!lua_isnoneornil(L, idx)) c->a.groups = (int)luaL_checkinteger(L, idx);
+    } else if (strcmp(name, "ceil_mode") == 0) {
+        c->a.ceil_mode = lua_toboolean(L, idx);
+    } else if (strcmp(name, "count_include_pad") == 0) {
+        if (!lua_isnoneornil(L, idx)) c->a.count_include_pad = lua_toboolean(L, idx);
+    } else if (strcmp(name, "stride") == 0) {
+        read_pair(L, idx, c->a.stride, op, name);
+    } else if (strcmp(name, "padding") == 0) {
+        read_pair(L, idx, c->a.padding, op, name);
+    } else if (strcmp(name, "dilation") == 0) {
+        read_pair(L, idx, c->a.dilation, op, name);
     }
+}
+
+/* Read conv/pool attributes: positional args from `first` in the order of
+ * `names`, or one options table {stride =, padding =, ...}. */
+static void read_window(lua_State *L, int first, kn_opcall *c, const char *const *names, int n)
+{
+    int table = lua_istable(L, first) && luaL_len(L, first) == 0;
     for (int i = 0; i < n; i++) {
-        int idx = first + i;
-        if (strcmp(names[i], "groups") == 0) {
-            if (!lua_isnoneornil(L, idx)) c->a.groups = (int)luaL_checkinteger(L, idx);
-        } else if (strcmp(names[i], "ceil_mode") == 0) {
-            c->a.ceil_mode = lua_toboolean(L, idx);
-        } else if (strcmp(names[i], "count_include_pad") == 0) {
-            if (!lua_isnoneornil(L, idx)) c->a.count_include_pad = lua_toboolean(L, idx);
+        if (table) {
+            lua_getfield(L, first, names[i]);
+            window_attr(L, lua_gettop(L), c, names[i]);
+            lua_pop(L, 1);
         } else {
-            read_pair(L, idx, slots[i], op, names[i]);
+            window_attr(L, first + i, c, names[i]);
         }
     }
 }
@@ -440,17 +440,7 @@ static int l_pool(lua_State *L)
     if (lua_isnoneornil(L, 2)) return luaL_error(L, "%s: kernel size expected", kn_op_name(c.op));
     c.a.stride[0] = c.a.kernel[0];
     c.a.stride[1] = c.a.kernel[1];
-    /* positional: stride, padding, ceil_mode, count_include_pad; the slots
-     * array in read_window maps stride and padding */
-    int first = 3;
-    if (lua_istable(L, first) && luaL_len(L, first) == 0) {
-        read_window(L, first, &c, names, 4);
-    } else {
-        read_pair(L, 3, c.a.stride, kn_op_name(c.op), "stride");
-        read_pair(L, 4, c.a.padding, kn_op_name(c.op), "padding");
-        if (!lua_isnoneornil(L, 5)) c.a.ceil_mode = lua_toboolean(L, 5);
-        if (!lua_isnoneornil(L, 6)) c.a.count_include_pad = lua_toboolean(L, 6);
-    }
+    read_window(L, 3, &c, names, 4);
     return run_call(L, &c, KN_CPU);
 }
 

@@ -10,24 +10,7 @@
 #include <string.h>
 
 #include "kn_cpu.h"
-
-/* A contiguous version of t: t itself (retained) or a new copy. The caller
- * releases *out. */
-static kn_status contiguous_of(kn_tensor *t, kn_tensor **out)
-{
-    if (kn_tensor_is_contiguous(t)) {
-        kn_tensor_retain(t);
-        *out = t;
-        return KN_OK;
-    }
-    kn_opcall cc;
-    kn_opcall_init(&cc, KN_OP_CONTIGUOUS);
-    cc.n_in = 1;
-    cc.in[0] = t;
-    KN_TRY(kn_op_eager(&cc, KN_CPU));
-    *out = cc.out[0];
-    return KN_OK;
-}
+#include "kn_view.h"
 
 /* Copy (with a dtype conversion when they differ) the view `in` into the
  * view `out` of the same shape, through the elementwise kernels. */
@@ -250,13 +233,13 @@ kn_status kn_cpu_index(const kn_opcall *c)
     /* index_add must check its indices even when nothing is added, and the
      * others too when their output is empty but the index is not. */
     kn_tensor *a = NULL, *idx = NULL;
-    kn_status st = contiguous_of(c->in[1], &idx);
+    kn_status st = kn_tensor_contiguous(c->in[1], &idx);
     if (st == KN_OK) {
         if (c->op == KN_OP_INDEX_ADD) {
-            st = contiguous_of(c->in[2], &a);
+            st = kn_tensor_contiguous(c->in[2], &a);
             if (st == KN_OK) st = run_index_add(c, idx, a);
         } else {
-            st = contiguous_of(c->in[0], &a);
+            st = kn_tensor_contiguous(c->in[0], &a);
             if (st == KN_OK)
                 st = c->op == KN_OP_GATHER ? run_gather(c, a, idx) : run_index_select(c, a, idx);
         }

@@ -8,24 +8,7 @@
 #include <stdlib.h>
 
 #include "kn_cpu.h"
-
-/* A contiguous version of t: t itself (retained) or a new copy. The caller
- * releases *out. */
-static kn_status contiguous_of(kn_tensor *t, kn_tensor **out)
-{
-    if (kn_tensor_is_contiguous(t)) {
-        kn_tensor_retain(t);
-        *out = t;
-        return KN_OK;
-    }
-    kn_opcall cc;
-    kn_opcall_init(&cc, KN_OP_CONTIGUOUS);
-    cc.n_in = 1;
-    cc.in[0] = t;
-    KN_TRY(kn_op_eager(&cc, KN_CPU));
-    *out = cc.out[0];
-    return KN_OK;
-}
+#include "kn_view.h"
 
 /* All of t (any view) as a new array of doubles; NULL input gives `fill`
  * repeated n times (a missing weight is 1, a missing bias 0). */
@@ -38,7 +21,7 @@ static kn_status doubles_of(kn_tensor *t, int64_t n, double fill, double **out)
         return KN_OK;
     }
     kn_tensor *ct;
-    kn_status st = contiguous_of(t, &ct);
+    kn_status st = kn_tensor_contiguous(t, &ct);
     if (st != KN_OK) {
         free(*out);
         *out = NULL;
@@ -142,7 +125,7 @@ kn_status kn_cpu_norm(const kn_opcall *c)
         return kn_error(KN_ERR_ARG, "%s: bad call", kn_op_name(c->op));
     if (kn_tensor_numel(c->out[0]) == 0) return KN_OK;
     kn_tensor *x;
-    KN_TRY(contiguous_of(c->in[0], &x));
+    KN_TRY(kn_tensor_contiguous(c->in[0], &x));
     kn_status st = c->op == KN_OP_LAYER_NORM ? run_layer_norm(c, x) : run_batch_norm(c, x);
     kn_tensor_release(x);
     return st;

@@ -12,26 +12,9 @@
 #include <string.h>
 
 #include "kn_cpu.h"
+#include "kn_view.h"
 
 #define CHUNK 512
-
-/* A contiguous version of t: t itself (retained) or a new copy. The caller
- * releases *out. */
-static kn_status contiguous_of(kn_tensor *t, kn_tensor **out)
-{
-    if (kn_tensor_is_contiguous(t)) {
-        kn_tensor_retain(t);
-        *out = t;
-        return KN_OK;
-    }
-    kn_opcall cc;
-    kn_opcall_init(&cc, KN_OP_CONTIGUOUS);
-    cc.n_in = 1;
-    cc.in[0] = t;
-    KN_TRY(kn_op_eager(&cc, KN_CPU));
-    *out = cc.out[0];
-    return KN_OK;
-}
 
 /* n elements of x's dtype at element offset off, stride st, into dst. */
 static void load_row(double *dst, const char *base, kn_dtype dt, int64_t off, int64_t st,
@@ -336,7 +319,7 @@ kn_status kn_cpu_reduce(const kn_opcall *c)
         return kn_error(KN_ERR_UNSUPPORTED, "%s: not a reduction", kn_op_name(c->op));
     if (kn_tensor_numel(c->out[0]) == 0) return KN_OK;
     kn_tensor *x;
-    KN_TRY(contiguous_of(c->in[0], &x));
+    KN_TRY(kn_tensor_contiguous(c->in[0], &x));
     kn_status st;
     if (kind == KN_K_REDUCE) st = run_reduce(c, x);
     else if (kind == KN_K_ARGREDUCE) st = run_max(c, x);
