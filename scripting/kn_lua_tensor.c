@@ -211,7 +211,7 @@ static int l_rand(lua_State *L)
             lo = luaL_optnumber(L, -2, 0);
             hi = luaL_optnumber(L, -1, 1);
             if (!(hi > lo) || !isfinite(lo) || !isfinite(hi))
-                return luaL_error(L, "rand: high (%g) must be greater than low (%g), both finite", hi, lo);
+                return luaL_error(L, "rand: high (%f) must be greater than low (%f), both finite", hi, lo);
         }
         lua_pop(L, 2);
     }
@@ -249,10 +249,10 @@ static int l_arange(lua_State *L)
         if (nnum == 3) step = lua_tonumber(L, 3);
     }
     if (step == 0 || isnan(start) || isnan(stop) || isnan(step) || isinf(start) || isinf(stop))
-        return luaL_error(L, "arange: start %g, stop %g, step %g do not make a range", start, stop, step);
+        return luaL_error(L, "arange: start %f, stop %f, step %f do not make a range", start, stop, step);
     double len = ceil((stop - start) / step);
     if (len < 0) len = 0;
-    if (len > 1e12) return luaL_error(L, "arange: %g elements is too many", len);
+    if (len > 1e12) return luaL_error(L, "arange: %f elements are too many", len);
     int all_int = 1;
     for (int i = 1; i <= nnum; i++) all_int &= lua_isinteger(L, i);
     kn_opcall c;

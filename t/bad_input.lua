@@ -23,8 +23,11 @@ for name, f in pairs(kiln.Tensor) do
 end
 table.sort(fns, function(a, b) return a[1] < b[1] end)
 
+-- A message of ours, not a Lua internal error leaking out of kiln's own code
+-- ("attempt to index a nil value") or a broken format.
 local function is_error_message(e)
-  return type(e) == "string" and #e > 0
+  return type(e) == "string" and #e > 0 and not e:find("attempt to", 1, true)
+    and not e:find("invalid option", 1, true)
 end
 
 local calls, errors, bad_errors = 0, 0, {}
@@ -57,6 +60,34 @@ T.ok(calls > 1000, "fed " .. calls .. " bad argument lists to " .. #fns .. " fun
 T.ok(errors > calls / 3, "most of them raised errors (" .. errors .. ")")
 T.is(#bad_errors, 0, "every error carries a message")
 if #bad_errors > 0 then T.diag(table.concat(bad_errors, "\n", 1, math.min(5, #bad_errors))) end
+
+-- kiln.nn constructors and forward calls get the same treatment.
+local nn_calls, nn_bad = 0, {}
+local classes = {}
+for name, cls in pairs(kiln.nn) do
+  if type(cls) == "table" and name:match("^%u") and name ~= "Module" then classes[#classes + 1] = name end
+end
+table.sort(classes)
+local nn_args = {nil, -1, 0, 0/0, 2^40, 1.5, "x", {}, {0, 0}, {-1, 2}, good}
+for _, name in ipairs(classes) do
+  for _, a1 in pairs(nn_args) do
+    for _, a2 in ipairs{3, -2, 0/0, {}} do
+      nn_calls = nn_calls + 1
+      local okc, mod = pcall(kiln.nn[name], a1, a2, a2)
+      if not okc and not is_error_message(mod) then nn_bad[#nn_bad + 1] = name .. ": " .. tostring(mod) end
+      if okc then
+        for _, x in ipairs{good, kiln.randn({2, 3, 4, 4}, {seed = 5}), "x", nil} do
+          nn_calls = nn_calls + 1
+          local okf, e = pcall(mod, x)
+          if not okf and not is_error_message(e) then nn_bad[#nn_bad + 1] = name .. "(): " .. tostring(e) end
+        end
+      end
+    end
+  end
+end
+T.ok(nn_calls > 200, "fed " .. nn_calls .. " bad argument lists to " .. #classes .. " nn classes")
+T.is(#nn_bad, 0, "every nn error is a message of kiln's")
+if #nn_bad > 0 then T.diag(table.concat(nn_bad, "\n", 1, #nn_bad)) end
 
 -- Messages name the op, the argument, what was expected and what came.
 local a, b = kiln.randn({2, 3}), kiln.randn({4, 5})

@@ -75,14 +75,18 @@ local function check_count(v, what, fn, min)
 end
 
 -- A size given as n or {h, w}, as a pair.
-local function pair(v, what, fn)
+local function pair(v, what, fn, min)
+  min = min or 1
   if type(v) == "table" then
-    if #v ~= 2 or math.type(v[1]) ~= "integer" or math.type(v[2]) ~= "integer" then
-      fail("%s: %s must be an integer or {h, w}", fn, what)
+    if #v ~= 2 or math.type(v[1]) ~= "integer" or math.type(v[2]) ~= "integer"
+        or v[1] < min or v[2] < min then
+      fail("%s: %s must be an integer >= %d or {h, w} of them", fn, what, min)
     end
     return { v[1], v[2] }
   end
-  if math.type(v) ~= "integer" then fail("%s: %s must be an integer or {h, w}, got %s", fn, what, tostring(v)) end
+  if math.type(v) ~= "integer" or v < min then
+    fail("%s: %s must be an integer >= %d or {h, w} of them, got %s", fn, what, min, tostring(v))
+  end
   return { v, v }
 end
 
@@ -121,6 +125,7 @@ end
 -- U(-bound, bound), PyTorch's default for Linear and Conv2d weights and biases
 -- (kaiming_uniform with a = sqrt(5) reduces to bound = 1 / sqrt(fan_in)).
 local function uniform(shape, bound)
+  if bound == 0 then return kiln.zeros(shape) end -- fan_in 0: nothing to scale by
   return kiln.rand(shape, { seed = next_seed(), low = -bound, high = bound })
 end
 
@@ -532,7 +537,7 @@ nn.Conv2d = nn.Module {
     self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
     self.kernel_size = pair(kernel_size, "kernel_size", "Conv2d")
     self.stride = pair(opts.stride or 1, "stride", "Conv2d")
-    self.padding = pair(opts.padding or 0, "padding", "Conv2d")
+    self.padding = pair(opts.padding or 0, "padding", "Conv2d", 0)
     self.dilation = pair(opts.dilation or 1, "dilation", "Conv2d")
     local kh, kw = self.kernel_size[1], self.kernel_size[2]
     local bound = nn.init_bound(in_channels // groups * kh * kw)
@@ -764,7 +769,7 @@ local function pool_module(name, fn)
       opts = opts_table(opts, name)
       self.kernel_size = pair(kernel_size, "kernel_size", name)
       self.stride = pair(opts.stride or kernel_size, "stride", name)
-      self.padding = pair(opts.padding or 0, "padding", name)
+      self.padding = pair(opts.padding or 0, "padding", name, 0)
       self.ceil_mode = opts.ceil_mode and true or false
     end,
     forward = function(self, x)
@@ -778,5 +783,22 @@ local function pool_module(name, fn)
 end
 nn.MaxPool2d = pool_module("MaxPool2d", "max_pool2d")
 nn.AvgPool2d = pool_module("AvgPool2d", "avg_pool2d")
+
+-- The built-in layers take one tensor: say so at the user's line instead of
+-- failing inside kiln's own code with "attempt to call a nil value".
+local function is_tensor(x)
+  local mt = type(x) == "userdata" and getmetatable(x)
+  return mt and mt.__name == "kiln.Tensor"
+end
+for _, name in ipairs { "Linear", "Conv2d", "BatchNorm2d", "LayerNorm", "Embedding", "ReLU", "SiLU",
+  "Tanh", "Sigmoid", "GELU", "Dropout", "Softmax", "LogSoftmax", "Flatten", "AdaptiveAvgPool2d",
+  "MaxPool2d", "AvgPool2d" } do
+  local cls = nn[name]
+  local forward = rawget(cls, "forward")
+  cls.forward = function(self, x, ...)
+    if not is_tensor(x) then fail("%s: expected a tensor as input, got %s", name, type(x)) end
+    return forward(self, x, ...)
+  end
+end
 
 return nn
