@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kn_backend.h"
+#include "kn_view.h"
 
 static const struct {
     const char *name;
@@ -64,6 +65,12 @@ kn_status kn_op_eager(kn_opcall *c, kn_device dev)
     kn_meta metas[KN_MAX_OUTPUTS];
     int n_out = 0;
     c->n_out = 0;
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] && !c->in[i]->storage)
+            return kn_error(KN_ERR_ARG,
+                            "%s: input %d is a traced value that has no data (it comes from a "
+                            "compiled call that did not finish)",
+                            kn_op_name(c->op), i + 1);
     if (c->n_in > 0) {
         dev = kn_tensor_device(c->in[0]);
         for (int i = 1; i < c->n_in; i++)
@@ -74,6 +81,11 @@ kn_status kn_op_eager(kn_opcall *c, kn_device dev)
                                 kn_device_name(dev));
     }
     KN_TRY(kn_op_infer(c, metas, &n_out));
+    if (kn_op_kind_of(c->op) == KN_K_VIEW) { /* metadata only: no backend involved */
+        KN_TRY(kn_view_run(c, &c->out[0]));
+        c->n_out = 1;
+        return KN_OK;
+    }
     const kn_backend *be = kn_backend_get(dev);
     if (!be) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
     if (!be->supports_op(c))

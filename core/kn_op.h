@@ -29,6 +29,7 @@ typedef enum kn_op_kind {
     KN_K_CAT,
     KN_K_INDEX,
     KN_K_TRI,
+    KN_K_VIEW,
     KN_K_CREATE
 } kn_op_kind;
 
@@ -57,6 +58,7 @@ typedef struct kn_attrs {
     int keepdim;      /* reductions */
     int correction;   /* var: 1 = unbiased (default), 0 = population */
     int64_t diagonal; /* tril / triu */
+    int64_t start, stop, step; /* slice: 0-based, half-open */
     int kernel[2], stride[2], padding[2], dilation[2];
     int groups;
     int ceil_mode;        /* pools */

@@ -8,6 +8,7 @@
  * them. The matmul / conv / pool rules live in kn_shape_linalg.c.
  */
 #include "kn_shape.h"
+#include "kn_view.h"
 
 #include <math.h>
 #include <string.h>
@@ -522,6 +523,9 @@ static kn_status infer_one(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int 
         if (c->op == KN_OP_GATHER) return infer_gather(c, out);
         return infer_index_add(c, out);
     case KN_K_TRI: return infer_tri(c, out);
+    case KN_K_VIEW:
+        KN_TRY(check_count(c, 1, 1, "a tensor"));
+        return kn_view_infer(c, out);
     case KN_K_CREATE: return infer_create(c, out);
     }
     return kn_error(KN_ERR_ARG, "%s: unknown op kind", op_name(c));

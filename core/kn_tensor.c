@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "kn_backend.h"
+#include "kn_capture.h"
+
+static uint64_t kn_next_tensor_id = 1;
 
 const char *kn_device_name(kn_device d)
 {
@@ -92,6 +95,7 @@ kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device d
         return st;
     }
     t->refcount = 1;
+    t->id = kn_next_tensor_id++;
     t->dtype = dt;
     t->ndim = ndim;
     if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
@@ -113,9 +117,12 @@ kn_status kn_tensor_view_of(const kn_tensor *t, int ndim, const int64_t *shape,
     if (ndim < 0 || ndim > KN_MAX_DIMS)
         return kn_error(KN_ERR_SHAPE, "view: a tensor has at most %d dims, got %d",
                         KN_MAX_DIMS, ndim);
+    if (!t->storage)
+        return kn_error(KN_ERR_ARG, "view: this tensor is a traced value with no data yet");
     kn_tensor *v = calloc(1, sizeof *v);
     if (!v) return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
     v->refcount = 1;
+    v->id = kn_next_tensor_id++;
     v->dtype = t->dtype;
     v->ndim = ndim;
     if (ndim > 0) { /* a scalar view may come with NULL arrays */
@@ -129,6 +136,21 @@ kn_status kn_tensor_view_of(const kn_tensor *t, int ndim, const int64_t *shape,
     return KN_OK;
 }
 
+kn_status kn_tensor_new_placeholder(const kn_meta *m, struct kn_lazy *lazy, kn_tensor **out)
+{
+    kn_tensor *t = calloc(1, sizeof *t);
+    if (!t) return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
+    t->refcount = 1;
+    t->id = kn_next_tensor_id++;
+    t->dtype = m->dtype;
+    t->ndim = m->ndim;
+    memcpy(t->shape, m->shape, sizeof t->shape);
+    kn_contiguous_strides(m->ndim, m->shape, t->strides);
+    t->lazy = lazy;
+    *out = t;
+    return KN_OK;
+}
+
 void kn_tensor_retain(kn_tensor *t)
 {
     if (t) t->refcount++;
@@ -137,6 +159,7 @@ void kn_tensor_retain(kn_tensor *t)
 void kn_tensor_release(kn_tensor *t)
 {
     if (!t || --t->refcount > 0) return;
+    if (t->lazy) kn_lazy_release(t->lazy);
     kn_storage *s = t->storage;
     if (s && --s->refcount == 0) {
         const kn_backend *be = kn_backend_get(s->device);
@@ -159,6 +182,7 @@ bool kn_tensor_is_contiguous(const kn_tensor *t)
 
 kn_device kn_tensor_device(const kn_tensor *t)
 {
+    if (!t->storage) return t->lazy ? kn_lazy_device(t->lazy) : KN_CPU;
     return t->storage->device;
 }
 

@@ -32,15 +32,20 @@ typedef struct kn_storage {
     void *data; /* owned; freed through the device's backend */
 } kn_storage;
 
+struct kn_lazy;
+
 typedef struct kn_tensor {
     int refcount;
+    uint64_t id; /* unique per tensor header: identity for guards */
     kn_dtype dtype;
     int ndim;
     int64_t shape[KN_MAX_DIMS];
     int64_t strides[KN_MAX_DIMS]; /* in elements */
     int64_t offset;               /* in elements */
-    kn_storage *storage;
+    kn_storage *storage;   /* NULL for a traced placeholder */
+    struct kn_lazy *lazy;  /* set on a traced placeholder: the graph value it stands for */
 } kn_tensor;
+
 
 /* Shape-only description of a tensor (what shape inference produces). */
 typedef struct kn_meta {
@@ -48,6 +53,10 @@ typedef struct kn_meta {
     int ndim;
     int64_t shape[KN_MAX_DIMS];
 } kn_meta;
+
+/* A placeholder: shape and dtype only, standing for a value of a graph being
+ * captured (see kn_capture.h). Takes over one reference of lazy. */
+kn_status kn_tensor_new_placeholder(const kn_meta *m, struct kn_lazy *lazy, kn_tensor **out);
 
 /* Number of elements of a shape (1 for ndim 0). */
 int64_t kn_numel_of(int ndim, const int64_t *shape);

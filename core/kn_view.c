@@ -347,3 +347,43 @@ kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, kn_tensor **out)
     kn_tensor_release(c);
     return st;
 }
+
+kn_status kn_view_run(const kn_opcall *c, kn_tensor **out)
+{
+    kn_tensor *t = c->in[0];
+    const kn_attrs *a = &c->a;
+    switch (c->op) {
+    case KN_OP_RESHAPE: return kn_view_reshape(t, a->nshape, a->shape, out);
+    case KN_OP_EXPAND: return kn_view_expand(t, a->nshape, a->shape, out);
+    case KN_OP_SLICE: return kn_view_slice(t, a->dim, a->start, a->stop, a->step, out);
+    case KN_OP_PERMUTE: {
+        int64_t order[KN_MAX_DIMS];
+        for (int i = 0; i < a->ndims; i++) order[i] = a->dims[i];
+        return kn_view_permute(t, a->ndims, order, out);
+    }
+    default: return kn_error(KN_ERR_ARG, "%s: not a view op", kn_op_name(c->op));
+    }
+}
+
+/* Shape inference for a view: run the view on a header with the input's
+ * metadata over a storage that holds nothing, so the rules (and messages)
+ * are exactly those of the eager views. */
+kn_status kn_view_infer(const kn_opcall *c, kn_meta *out)
+{
+    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL}; /* never freed */
+    const kn_tensor *in = c->in[0];
+    kn_tensor probe = {0};
+    probe.refcount = 1 << 30;
+    probe.dtype = in->dtype;
+    probe.ndim = in->ndim;
+    memcpy(probe.shape, in->shape, sizeof probe.shape);
+    kn_contiguous_strides(in->ndim, in->shape, probe.strides);
+    probe.storage = &nothing;
+    kn_opcall call = *c;
+    call.in[0] = &probe;
+    kn_tensor *v = NULL;
+    KN_TRY(kn_view_run(&call, &v));
+    *out = kn_tensor_meta(v);
+    kn_tensor_release(v);
+    return KN_OK;
+}

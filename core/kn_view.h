@@ -9,6 +9,7 @@
 #ifndef KN_VIEW_H
 #define KN_VIEW_H
 
+#include "kn_op.h"
 #include "kn_tensor.h"
 
 /* shape may contain one -1 (inferred). */
@@ -33,6 +34,12 @@ kn_status kn_view_flatten(kn_tensor *t, int64_t d0, int64_t d1, kn_tensor **out)
 /* t itself (retained) when it is contiguous, else a contiguous copy; the
  * caller releases *out either way. */
 kn_status kn_tensor_contiguous(kn_tensor *t, kn_tensor **out);
+/* The view ops of the op table (KN_K_VIEW: reshape, permute, slice,
+ * expand) as calls: shape inference from metadata alone, and running one on
+ * a real tensor. Used by eager dispatch and by graph execution. */
+kn_status kn_view_infer(const kn_opcall *c, kn_meta *out);
+kn_status kn_view_run(const kn_opcall *c, kn_tensor **out);
+
 /* A contiguous copy (a new tensor even if t is contiguous). */
 kn_status kn_tensor_contiguous_copy(kn_tensor *t, kn_tensor **out);
 /* t on device dev (a new reference to t if it is already there). */

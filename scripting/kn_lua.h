@@ -26,6 +26,25 @@ void kn_lua_open_tensor(lua_State *L);
 void kn_lua_open_ops(lua_State *L);
 void kn_lua_open_io(lua_State *L);     /* safetensors */
 void kn_lua_open_system(lua_State *L); /* clock, device_info, ... */
+void kn_lua_open_compile(lua_State *L); /* compile, explain, graph_break, eager, config, log */
+
+/* ---- capture (kn_lua_compile.c) ---- */
+struct kn_capture;
+/* The capture of the compiled call in progress, or NULL. */
+struct kn_capture *kn_lua_active_capture(void);
+/* Run an op: eagerly, or appended to the graph being captured. Pushes the
+ * outputs and returns their count; raises on error. */
+int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev);
+/* A placeholder for the Lua number at idx baked into the graph (pushed). */
+kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt);
+/* The value of t, breaking the graph first when t is a traced placeholder
+ * whose value does not exist yet; `method` names what needs it. */
+kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method);
+/* Record a graph break (category, reason, hint) at the user's line and run
+ * what was captured; nothing when no capture is active. */
+void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, const char *hint);
+/* "file.lua:LINE" of the innermost user code. */
+void kn_lua_where_str(lua_State *L, char *buf, size_t size);
 
 int luaopen_kiln(lua_State *L);
 

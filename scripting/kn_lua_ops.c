@@ -12,14 +12,13 @@
 #include "kn_lua.h"
 #include "kn_lua_util.h"
 #include "kn_view.h"
+#include "kn_capture.h"
 
-/* Run a prepared call and push its outputs; raises on error. */
+/* Run a prepared call (eagerly or into the graph being captured) and push
+ * its outputs; raises on error. */
 static int run_call(lua_State *L, kn_opcall *c, kn_device dev)
 {
-    kn_status st = kn_op_eager(c, dev);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
-    return c->n_out;
+    return kn_lua_run(L, c, dev);
 }
 
 /* A 0-dim tensor holding v, with a dtype that fits next to `like`. Pushed on
@@ -42,6 +41,7 @@ static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like)
         else if (lua_isinteger(L, idx)) dt = like->dtype == KN_BOOL ? KN_I64 : like->dtype;
         else dt = KN_F32;
     }
+    if (kn_lua_active_capture()) return kn_lua_capture_number(L, idx, dt);
     kn_tensor *t;
     kn_device dev = like ? kn_tensor_device(like) : kn_lua_default_device();
     kn_status st = kn_tensor_new(dt, 0, NULL, KN_CPU, &t);
@@ -176,10 +176,8 @@ static int mm_compare(lua_State *L, kn_op op)
     c.n_in = 2;
     c.in[0] = a ? a : operand(L, 1, b);
     c.in[1] = b ? b : operand(L, 2, a);
-    kn_status st = kn_op_eager(&c, KN_CPU);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    kn_tensor *r = c.out[0];
-    kn_lua_pushtensor(L, r);
+    run_call(L, &c, KN_CPU);
+    kn_tensor *r = kn_lua_need_value(L, kn_lua_totensor(L, -1), op == KN_OP_LT ? "__lt" : "__le");
     if (kn_tensor_numel(r) != 1)
         return luaL_error(L, "%s: the truth value of a tensor with %d elements is ambiguous; "
                              "use x:%s(y) for an elementwise bool tensor",
@@ -489,9 +487,7 @@ static int l_cat(lua_State *L)
             }
             kn_status st = kn_norm_dim("cat", d, c.in[0]->ndim, &c.a.dim);
             if (st != KN_OK) return kn_lua_fail(L, st);
-            st = kn_op_eager(&c, KN_CPU);
-            if (st != KN_OK) return kn_lua_fail(L, st);
-            kn_lua_pushtensor(L, c.out[0]);
+            run_call(L, &c, KN_CPU);
             lua_seti(L, list, ++m);
         }
         n = m;
@@ -538,6 +534,55 @@ static int l_tri(lua_State *L)
     c.in[0] = kn_lua_checktensor(L, 1);
     c.a.diagonal = luaL_optinteger(L, 2, 0);
     return run_call(L, &c, KN_CPU);
+}
+
+/* x:nonzero(): the 1-based indices of the nonzero elements, {n, ndim} i64.
+ * Its output shape depends on the data, so a graph being captured breaks
+ * here and the op runs eagerly. */
+static int l_nonzero(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    if (t->lazy && !t->lazy->value)
+        kn_lua_graph_break(L, "unsupported op", "Tensor.nonzero has a data-dependent output shape",
+                           "compute a mask and use kiln.where or masked_fill instead");
+    t = kn_lua_need_value(L, t, "nonzero");
+    kn_tensor *h;
+    kn_status st = kn_tensor_to_device(t, KN_CPU, &h);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    int64_t n = kn_tensor_numel(h), count = 0;
+    size_t es = kn_dtype_size(h->dtype);
+    int64_t idx[KN_MAX_DIMS] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        kn_tensor *out = NULL;
+        if (pass == 1) {
+            int64_t shape[2] = {count, h->ndim};
+            st = kn_tensor_new(KN_I64, 2, shape, KN_CPU, &out);
+            if (st != KN_OK) {
+                kn_tensor_release(h);
+                return kn_lua_fail(L, st);
+            }
+        }
+        int64_t row = 0;
+        memset(idx, 0, sizeof idx);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t off = 0;
+            for (int d = 0; d < h->ndim; d++) off += idx[d] * h->strides[d];
+            if (kn_load_f64((const char *)kn_tensor_data(h) + off * (int64_t)es, h->dtype) != 0) {
+                if (pass == 0) count++;
+                else
+                    for (int d = 0; d < h->ndim; d++)
+                        ((int64_t *)out->storage->data)[row * h->ndim + d] = idx[d] + 1;
+                row++;
+            }
+            for (int d = h->ndim - 1; d >= 0; d--) {
+                if (++idx[d] < h->shape[d]) break;
+                idx[d] = 0;
+            }
+        }
+        if (pass == 1) kn_lua_pushtensor(L, out);
+    }
+    kn_tensor_release(h);
+    return 1;
 }
 
 /* ---- registration ------------------------------------------------------ */
@@ -591,6 +636,7 @@ void kn_lua_open_ops(lua_State *L)
     reg_op(L, kiln, methods, "index_select", l_index2, KN_OP_INDEX_SELECT);
     reg_op(L, kiln, methods, "gather", l_index2, KN_OP_GATHER);
     reg_op(L, kiln, methods, "index_add", l_index_add, -1);
+    reg_op(L, kiln, methods, "nonzero", l_nonzero, -1);
 
     luaL_getmetatable(L, KN_TENSOR_MT);
     static const luaL_Reg mms[] = {{"__add", mm_add}, {"__sub", mm_sub}, {"__mul", mm_mul},

@@ -13,6 +13,7 @@
 #include "kn_lua.h"
 #include "kn_lua_util.h"
 #include "kn_view.h"
+#include "kn_capture.h"
 
 typedef struct {
     kn_tensor *t;
@@ -44,10 +45,27 @@ void kn_lua_where(lua_State *L)
 
 /* ---- userdata ---------------------------------------------------------- */
 
+/* A placeholder whose graph has run stands for its value: outside the
+ * capture that made it, hand out the value (and, once that capture is over,
+ * keep the value in the userdata for good). */
 kn_tensor *kn_lua_totensor(lua_State *L, int idx)
 {
     kn_lua_tensor_ud *u = luaL_testudata(L, idx, KN_TENSOR_MT);
-    return u ? u->t : NULL;
+    if (!u) return NULL;
+    kn_tensor *t = u->t;
+    if (t && t->lazy && t->lazy->value) {
+        struct kn_capture *cap = kn_lua_active_capture();
+        if (!cap || t->lazy->cap != cap) {
+            kn_tensor *v = t->lazy->value;
+            if (!t->lazy->cap) {
+                kn_tensor_retain(v);
+                u->t = v;
+                kn_tensor_release(t);
+            }
+            return v;
+        }
+    }
+    return t;
 }
 
 kn_tensor *kn_lua_checktensor(lua_State *L, int idx)
@@ -172,7 +190,9 @@ static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double va
     c.a.value2 = value2;
     kn_status st = kn_shape_check(kn_op_name(op), c.a.nshape, c.a.shape, dt);
     if (st != KN_OK) return kn_lua_fail(L, st);
-    if (has_seed) {
+    if (op == KN_OP_FULL) {
+        /* not random: no seed, so the same call traces to the same node */
+    } else if (has_seed) {
         c.a.seed = (uint64_t)seed;
         c.a.rng_offset = 0;
     } else {
@@ -180,10 +200,7 @@ static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double va
         c.a.rng_offset = g_offset;
         g_offset += (uint64_t)kn_numel_of(c.a.nshape, c.a.shape);
     }
-    st = kn_op_eager(&c, dev);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    kn_lua_pushtensor(L, c.out[0]);
-    return 1;
+    return kn_lua_run(L, &c, dev);
 }
 
 static int opts_index(lua_State *L, int shape_idx)
@@ -265,10 +282,7 @@ static int l_arange(lua_State *L)
     c.a.dtype = dt;
     c.a.value = start;
     c.a.value2 = step;
-    kn_status st = kn_op_eager(&c, dev);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    kn_lua_pushtensor(L, c.out[0]);
-    return 1;
+    return kn_lua_run(L, &c, dev);
 }
 
 /* Walk a nested Lua table to find its shape (checked rectangular). */
@@ -436,7 +450,7 @@ static void push_element(lua_State *L, const kn_tensor *t, const char *p)
 
 static int m_item(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1);
+    kn_tensor *t = kn_lua_need_value(L, kn_lua_checktensor(L, 1), "item");
     if (kn_tensor_numel(t) != 1)
         return luaL_error(L, "item: the tensor has %d elements; item() needs exactly one",
                           (int)kn_tensor_numel(t));
@@ -463,13 +477,25 @@ static void tolist_rec(lua_State *L, const kn_tensor *t, int d, const char *p)
 
 static int m_tolist(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1);
+    kn_tensor *t = kn_lua_need_value(L, kn_lua_checktensor(L, 1), "tolist");
     if (kn_tensor_numel(t) > (1 << 26))
         return luaL_error(L, "tolist: %d elements are too many for a Lua table", (int)kn_tensor_numel(t));
     kn_tensor *h = host_copy(L, t);
     tolist_rec(L, h, 0, kn_tensor_data(h));
     kn_tensor_release(h);
     return 1;
+}
+
+/* A view or copy op on t through kn_lua_run (so it is captured when a
+ * compiled call is running); pushes the result. */
+static int run1(lua_State *L, kn_op op, kn_tensor *t, const kn_attrs *attrs)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, op);
+    if (attrs) c.a = *attrs;
+    c.n_in = 1;
+    c.in[0] = t;
+    return kn_lua_run(L, &c, KN_CPU);
 }
 
 /* x:to("cpu" | "cuda" | dtype name | {device=, dtype=}) */
@@ -491,33 +517,37 @@ static int m_to(lua_State *L)
                                      "(f32, f64, bf16, f16, i32, i64, bool)", s);
         }
     }
-    kn_tensor *a, *b;
-    kn_status st = kn_tensor_to_device(t, dev, &a);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    st = kn_tensor_cast(a, dt, &b);
-    kn_tensor_release(a);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    kn_lua_pushtensor(L, b);
-    return 1;
+    lua_settop(L, 1);
+    if (dev != kn_tensor_device(t)) {
+        if (t->lazy && !t->lazy->value)
+            kn_lua_graph_break(L, "unsupported op", "Tensor.to moves a traced tensor between devices",
+                               "move inputs to the device before calling the compiled function");
+        kn_tensor *d;
+        kn_status st = kn_tensor_to_device(kn_lua_need_value(L, t, "to"), dev, &d);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        kn_lua_pushtensor(L, d);
+        t = d;
+    }
+    if (dt == t->dtype) return 1;
+    kn_attrs a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    return run1(L, KN_OP_CAST, t, &a);
 }
 
 static int m_clone(lua_State *L)
 {
-    kn_tensor *c;
-    kn_status st = kn_tensor_contiguous_copy(kn_lua_checktensor(L, 1), &c);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    kn_lua_pushtensor(L, c);
-    return 1;
+    return run1(L, KN_OP_CONTIGUOUS, kn_lua_checktensor(L, 1), NULL);
 }
 
 static int m_contiguous(lua_State *L)
 {
     kn_tensor *t = kn_lua_checktensor(L, 1);
-    if (kn_tensor_is_contiguous(t)) {
+    if (!t->lazy && kn_tensor_is_contiguous(t)) {
         lua_settop(L, 1);
         return 1;
     }
-    return m_clone(L);
+    return run1(L, KN_OP_CONTIGUOUS, t, NULL);
 }
 
 /* ---- printing ---------------------------------------------------------- */
@@ -579,7 +609,7 @@ static void print_rec(printer *pr, int d, const char *p, int indent)
 
 static int m_tostring(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1);
+    kn_tensor *t = kn_lua_need_value(L, kn_lua_checktensor(L, 1), "__tostring");
     kn_tensor *h = host_copy(L, t);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -617,87 +647,160 @@ static int m_tostring(lua_State *L)
     return 1;
 }
 
-/* ---- views ------------------------------------------------------------- */
+/* ---- views ----------------------------------------------------------- */
 
-/* Push the view *v made by a call that returned st. Takes a pointer: the
- * call must run before *v is read. */
-static int push_view_result(lua_State *L, kn_status st, kn_tensor *const *v)
+/* Each view is an op of the table (reshape, permute, slice, expand), so a
+ * compiled call captures it; eagerly it only makes a new header. */
+
+static int reshape_to(lua_State *L, kn_tensor *t, int n, const int64_t *shape)
 {
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    kn_lua_pushtensor(L, *v);
-    return 1;
+    kn_attrs a;
+    memset(&a, 0, sizeof a);
+    a.nshape = n;
+    memcpy(a.shape, shape, sizeof(int64_t) * (size_t)n);
+    return run1(L, KN_OP_RESHAPE, t, &a);
 }
 
 static int m_reshape(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    kn_tensor *t = kn_lua_checktensor(L, 1);
     int64_t shape[KN_MAX_DIMS];
     int n = kn_lua_shape(L, 2, shape, "reshape");
-    return push_view_result(L, kn_view_reshape(t, n, shape, &v), &v);
+    return reshape_to(L, t, n, shape);
 }
 
+/* view: as reshape, but eagerly it refuses what the strides cannot express */
 static int m_view(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    kn_tensor *t = kn_lua_checktensor(L, 1);
     int64_t shape[KN_MAX_DIMS];
     int n = kn_lua_shape(L, 2, shape, "view");
-    return push_view_result(L, kn_view_view(t, n, shape, &v), &v);
+    if (!t->lazy) {
+        kn_tensor *v;
+        kn_status st = kn_view_view(t, n, shape, &v);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        kn_lua_pushtensor(L, v);
+        return 1;
+    }
+    return reshape_to(L, t, n, shape);
 }
 
 static int m_expand(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
-    int64_t shape[KN_MAX_DIMS];
-    int n = kn_lua_shape(L, 2, shape, "expand");
-    return push_view_result(L, kn_view_expand(t, n, shape, &v), &v);
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    kn_attrs a;
+    memset(&a, 0, sizeof a);
+    a.nshape = kn_lua_shape(L, 2, a.shape, "expand");
+    return run1(L, KN_OP_EXPAND, t, &a);
+}
+
+static int permute_to(lua_State *L, kn_tensor *t, const int *order)
+{
+    kn_attrs a;
+    memset(&a, 0, sizeof a);
+    a.ndims = t->ndim;
+    memcpy(a.dims, order, sizeof(int) * (size_t)t->ndim);
+    return run1(L, KN_OP_PERMUTE, t, &a);
 }
 
 static int m_transpose(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
-    int a = lua_isnoneornil(L, 2) ? -2 : kn_lua_dim(L, 2, "transpose");
-    int b = lua_isnoneornil(L, 3) ? -1 : kn_lua_dim(L, 3, "transpose");
+    kn_tensor *t = kn_lua_checktensor(L, 1);
     if (t->ndim < 2 && lua_isnoneornil(L, 2)) {
         lua_settop(L, 1);
         return 1; /* x:t() of a vector is itself, as PyTorch */
     }
-    return push_view_result(L, kn_view_transpose(t, a, b, &v), &v);
+    int a = lua_isnoneornil(L, 2) ? -2 : kn_lua_dim(L, 2, "transpose");
+    int b = lua_isnoneornil(L, 3) ? -1 : kn_lua_dim(L, 3, "transpose");
+    int da, db;
+    kn_status st = kn_norm_dim("transpose", a, t->ndim, &da);
+    if (st == KN_OK) st = kn_norm_dim("transpose", b, t->ndim, &db);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    if (t->ndim == 0) {
+        lua_settop(L, 1);
+        return 1;
+    }
+    int order[KN_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) order[i] = i;
+    order[da] = db;
+    order[db] = da;
+    return permute_to(L, t, order);
 }
 
 static int m_permute(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
-    int64_t order[KN_MAX_DIMS];
-    int n = kn_lua_shape(L, 2, order, "permute");
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    int64_t raw[KN_MAX_DIMS];
+    int n = kn_lua_shape(L, 2, raw, "permute");
+    if (n != t->ndim)
+        return luaL_error(L, "permute: got %d dims for a tensor with %d dims", n, t->ndim);
+    int order[KN_MAX_DIMS], seen[KN_MAX_DIMS] = {0};
     for (int i = 0; i < n; i++) {
-        if (order[i] == 0) return luaL_error(L, "permute: dims are 1-based, got 0");
-        if (order[i] > 0) order[i]--;
+        if (raw[i] == 0) return luaL_error(L, "permute: dims are 1-based, got 0");
+        kn_status st = kn_norm_dim("permute", raw[i] > 0 ? raw[i] - 1 : raw[i], t->ndim, &order[i]);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        if (seen[order[i]]++) return luaL_error(L, "permute: dim %d appears twice", order[i] + 1);
     }
-    return push_view_result(L, kn_view_permute(t, n, order, &v), &v);
+    return permute_to(L, t, order);
 }
 
 static int m_unsqueeze(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    kn_tensor *t = kn_lua_checktensor(L, 1);
     lua_Integer d = luaL_checkinteger(L, 2);
     if (d == 0) return luaL_error(L, "unsqueeze: dims are 1-based, got 0");
-    return push_view_result(L, kn_view_unsqueeze(t, d > 0 ? d - 1 : d, &v), &v);
+    if (t->ndim >= KN_MAX_DIMS) return luaL_error(L, "unsqueeze: a tensor has at most %d dims", KN_MAX_DIMS);
+    int nd;
+    kn_status st = kn_norm_dim("unsqueeze", d > 0 ? d - 1 : d, t->ndim + 1, &nd);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    int64_t shape[KN_MAX_DIMS];
+    for (int i = 0, j = 0; i <= t->ndim; i++) shape[i] = i == nd ? 1 : t->shape[j++];
+    return reshape_to(L, t, t->ndim + 1, shape);
 }
 
 static int m_squeeze(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
-    int all = lua_isnoneornil(L, 2);
-    int d = all ? 0 : kn_lua_dim(L, 2, "squeeze");
-    return push_view_result(L, kn_view_squeeze(t, d, all, &v), &v);
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    int all = lua_isnoneornil(L, 2), nd = -1;
+    if (!all) {
+        kn_status st = kn_norm_dim("squeeze", kn_lua_dim(L, 2, "squeeze"), t->ndim, &nd);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+    }
+    int64_t shape[KN_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (!(t->shape[i] == 1 && (all || i == nd))) shape[n++] = t->shape[i];
+    return reshape_to(L, t, n, shape);
 }
 
 static int m_flatten(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
-    int a = lua_isnoneornil(L, 2) ? 0 : kn_lua_dim(L, 2, "flatten");
-    int b = lua_isnoneornil(L, 3) ? -1 : kn_lua_dim(L, 3, "flatten");
-    return push_view_result(L, kn_view_flatten(t, a, b, &v), &v);
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    int64_t one = kn_tensor_numel(t);
+    if (t->ndim == 0) return reshape_to(L, t, 1, &one);
+    int a, b;
+    kn_status st = kn_norm_dim("flatten", lua_isnoneornil(L, 2) ? 0 : kn_lua_dim(L, 2, "flatten"), t->ndim, &a);
+    if (st == KN_OK) st = kn_norm_dim("flatten", lua_isnoneornil(L, 3) ? -1 : kn_lua_dim(L, 3, "flatten"), t->ndim, &b);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    if (a > b) return luaL_error(L, "flatten: start dim %d is after end dim %d", a + 1, b + 1);
+    int64_t shape[KN_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (i > a && i <= b) shape[n - 1] *= t->shape[i];
+        else shape[n++] = t->shape[i];
+    }
+    return reshape_to(L, t, n, shape);
+}
+
+static int slice_to(lua_State *L, kn_tensor *t, int dim, int64_t start, int64_t stop, int64_t step)
+{
+    kn_attrs a;
+    memset(&a, 0, sizeof a);
+    a.dim = dim;
+    a.start = start;
+    a.stop = stop;
+    a.step = step;
+    return run1(L, KN_OP_SLICE, t, &a);
 }
 
 /* Resolve a 1-based inclusive Lua index against size n into 0-based. */
@@ -710,20 +813,23 @@ static int64_t lua_index(int64_t i, int64_t n)
  * inclusive, negatives from the end, like string.sub), as a view. */
 static int m_slice(lua_State *L)
 {
-    kn_tensor *t = kn_lua_checktensor(L, 1), *v;
+    kn_tensor *t = kn_lua_checktensor(L, 1);
     int d = kn_lua_dim(L, 2, "slice"), nd;
+    if (t->ndim == 0) return luaL_error(L, "slice: cannot slice a 0-dim tensor");
     kn_status st = kn_norm_dim("slice", d, t->ndim, &nd);
     if (st != KN_OK) return kn_lua_fail(L, st);
-    if (t->ndim == 0) return luaL_error(L, "slice: cannot slice a 0-dim tensor");
     int64_t n = t->shape[nd];
     lua_Integer start = luaL_optinteger(L, 3, 1), stop = luaL_optinteger(L, 4, -1);
     lua_Integer step = luaL_optinteger(L, 5, 1);
     if (start == 0 || stop == 0)
         return luaL_error(L, "slice: indices are 1-based (1 is the first, -1 the last), got 0");
+    if (step < 1) return luaL_error(L, "slice: step must be positive, got %d", (int)step);
     int64_t s0 = lua_index(start, n), s1 = lua_index(stop, n) + 1;
     if (s0 < 0) s0 = 0;
+    if (s0 > n) s0 = n;
+    if (s1 > n) s1 = n;
     if (s1 < s0) s1 = s0;
-    return push_view_result(L, kn_view_slice(t, nd, s0, s1, step, &v), &v);
+    return slice_to(L, t, nd, s0, s1, step);
 }
 
 /* x:split(size | {sizes}, dim): views, returned as multiple values. */
@@ -731,52 +837,46 @@ static int m_split(lua_State *L)
 {
     kn_tensor *t = kn_lua_checktensor(L, 1);
     int d = lua_isnoneornil(L, 3) ? 0 : kn_lua_dim(L, 3, "split"), nd;
+    if (t->ndim == 0) return luaL_error(L, "split: cannot split a 0-dim tensor");
     kn_status st = kn_norm_dim("split", d, t->ndim, &nd);
     if (st != KN_OK) return kn_lua_fail(L, st);
-    if (t->ndim == 0) return luaL_error(L, "split: cannot split a 0-dim tensor");
     int64_t n = t->shape[nd];
-    int count = 0;
-    int64_t pos = 0;
+    int top = lua_gettop(L);
     if (lua_istable(L, 2)) {
         int k = (int)luaL_len(L, 2);
         int64_t total = 0;
         for (int i = 1; i <= k; i++) {
             lua_geti(L, 2, i);
-            lua_Integer s = lua_tointeger(L, -1);
+            int isnum;
+            lua_Integer sz = lua_tointegerx(L, -1, &isnum);
             lua_pop(L, 1);
-            if (s < 0) return luaL_error(L, "split: size %d is negative", (int)s);
-            total += s;
+            if (!isnum || sz < 0) return luaL_error(L, "split: size %d must be an integer >= 0", i);
+            total += sz;
         }
         if (total != n)
             return luaL_error(L, "split: sizes add up to %d but dim %d has size %d", (int)total,
                               nd + 1, (int)n);
         luaL_checkstack(L, k, "split");
+        int64_t pos = 0;
         for (int i = 1; i <= k; i++) {
             lua_geti(L, 2, i);
-            int64_t s = lua_tointeger(L, -1);
+            int64_t sz = lua_tointeger(L, -1);
             lua_pop(L, 1);
-            kn_tensor *v;
-            st = kn_view_slice(t, nd, pos, pos + s, 1, &v);
-            if (st != KN_OK) return kn_lua_fail(L, st);
-            kn_lua_pushtensor(L, v);
-            pos += s;
-            count++;
+            slice_to(L, t, nd, pos, pos + sz, 1);
+            pos += sz;
         }
-        return count;
+        return lua_gettop(L) - top;
     }
     lua_Integer size = luaL_checkinteger(L, 2);
     if (size <= 0) return luaL_error(L, "split: size must be positive, got %d", (int)size);
     if (n / size > 10000) return luaL_error(L, "split: %d pieces are too many", (int)(n / size));
+    int64_t pos = 0;
     do {
-        kn_tensor *v;
         luaL_checkstack(L, 1, "split");
-        st = kn_view_slice(t, nd, pos, pos + size, 1, &v);
-        if (st != KN_OK) return kn_lua_fail(L, st);
-        kn_lua_pushtensor(L, v);
+        slice_to(L, t, nd, pos, pos + size < n ? pos + size : n, 1);
         pos += size;
-        count++;
     } while (pos < n);
-    return count;
+    return lua_gettop(L) - top;
 }
 
 /* ---- metatable --------------------------------------------------------- */

@@ -66,6 +66,7 @@ static kn_status cpu_run(const kn_opcall *c)
     case KN_K_INDEX:
     case KN_K_TRI: return kn_cpu_index(c);
     case KN_K_CREATE: return kn_cpu_create(c);
+    case KN_K_VIEW: break; /* views are metadata: kn_op_eager runs them in core */
     }
     return kn_error(KN_ERR_UNSUPPORTED, "%s: no cpu kernel", kn_op_name(c->op));
 }

@@ -1,0 +1,614 @@
+/* kn_capture: the capture state machine, the version cache with its guards,
+ * and the messages that explain breaks and recompilations. */
+#include "kn_capture.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Messages here are built into fixed buffers on purpose (they are kept in
+ * arrays of records); a name long enough to overflow one is cut, not lost. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- lazies and placeholders --------------------------------------------- */
+
+void kn_lazy_release(kn_lazy *lz)
+{
+    if (!lz || --lz->refcount > 0) return;
+    kn_tensor_release(lz->value);
+    free(lz);
+}
+
+kn_device kn_lazy_device(const kn_lazy *lz)
+{
+    return lz->value ? kn_tensor_device(lz->value) : lz->device;
+}
+
+static kn_device graph_device(const kn_capture *cap)
+{
+    for (int i = 0; i < cap->g.n_inputs; i++)
+        if (cap->g.inputs[i].tensor) return cap->g.inputs[i].device;
+    return KN_CPU;
+}
+
+/* A placeholder for output `out` of node `node` of the open graph. */
+static kn_status make_placeholder(kn_capture *cap, int node, int out, kn_tensor **t)
+{
+    if (cap->n_lazies == cap->cap_lazies) {
+        int ncap = cap->cap_lazies ? cap->cap_lazies * 2 : 64;
+        kn_lazy **np = realloc(cap->lazies, sizeof *np * (size_t)ncap);
+        if (!np) return kn_error(KN_ERR_OOM, "out of host memory while capturing");
+        cap->lazies = np;
+        cap->cap_lazies = ncap;
+    }
+    kn_lazy *lz = calloc(1, sizeof *lz);
+    if (!lz) return kn_error(KN_ERR_OOM, "out of host memory while capturing");
+    lz->refcount = 2; /* the placeholder's and the capture's */
+    lz->cap = cap;
+    lz->segment = cap->segment;
+    lz->node = node;
+    lz->out = out;
+    lz->output_index = -1;
+    lz->device = graph_device(cap);
+    kn_status st = kn_tensor_new_placeholder(&cap->g.nodes[node].out[out], lz, t);
+    if (st != KN_OK) {
+        free(lz);
+        return st;
+    }
+    cap->lazies[cap->n_lazies++] = lz;
+    return KN_OK;
+}
+
+static bool is_current(const kn_capture *cap, const kn_tensor *t)
+{
+    return t->lazy && t->lazy->cap == cap && t->lazy->segment == cap->segment && !t->lazy->value;
+}
+
+bool kn_capture_needs_input(const kn_capture *cap, const kn_tensor *t)
+{
+    return !is_current(cap, t);
+}
+
+kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, const char *name,
+                           kn_tensor **out)
+{
+    *out = NULL;
+    if (is_current(cap, t)) {
+        kn_tensor_retain(t);
+        *out = t;
+        return KN_OK;
+    }
+    char gname[KN_NAME_MAX];
+    kn_tensor *real = t;
+    if (t->lazy) {
+        if (!t->lazy->value)
+            return kn_error(KN_ERR_ARG, "a traced value was used after the compiled call that "
+                                        "made it failed; it has no value");
+        real = t->lazy->value;
+        if (t->lazy->cap == cap) {
+            snprintf(gname, sizeof gname, "graph %d output %d", t->lazy->segment,
+                     t->lazy->output_index);
+            kind = KN_IN_GRAPH_OUTPUT;
+            name = gname;
+        }
+    }
+    int node = -1;
+    for (int i = 0; i < cap->g.n_nodes && node < 0; i++) {
+        const kn_node *n = &cap->g.nodes[i];
+        if (n->op == KN_NODE_INPUT && cap->g.inputs[n->input].tensor_id == real->id) node = i;
+    }
+    if (node < 0) KN_TRY(kn_graph_add_input(&cap->g, kind, name, real, &node));
+    return make_placeholder(cap, node, 0, out);
+}
+
+kn_status kn_capture_const(kn_capture *cap, double value, kn_dtype dt, const char *name,
+                           const char *where, kn_tensor **out)
+{
+    kn_node n;
+    memset(&n, 0, sizeof n);
+    n.op = KN_NODE_CONST;
+    n.value = value;
+    n.n_out = 1;
+    n.out[0].dtype = dt;
+    n.out[0].ndim = 0;
+    snprintf(n.name, sizeof n.name, "%s", name ? name : "");
+    snprintf(n.where, sizeof n.where, "%s", where ? where : "?");
+    int idx;
+    KN_TRY(kn_graph_add_node(&cap->g, &n, &idx));
+    return make_placeholder(cap, idx, 0, out);
+}
+
+kn_status kn_capture_op(kn_capture *cap, kn_opcall *c, const char *where)
+{
+    kn_node n;
+    memset(&n, 0, sizeof n);
+    for (int i = 0; i < c->n_in; i++) {
+        if (!c->in[i]) continue; /* kn_op_infer explains a missing input */
+        if (!is_current(cap, c->in[i]))
+            return kn_error(KN_ERR_ARG, "%s: input %d is not part of the graph being captured",
+                            kn_op_name(c->op), i + 1);
+        n.in_node[i] = c->in[i]->lazy->node;
+        n.in_out[i] = c->in[i]->lazy->out;
+    }
+    int n_out = 0;
+    KN_TRY(kn_op_infer(c, n.out, &n_out));
+    n.op = (int)c->op;
+    n.n_in = c->n_in;
+    n.a = c->a;
+    n.n_out = n_out;
+    snprintf(n.where, sizeof n.where, "%s", where ? where : "?");
+    int idx;
+    KN_TRY(kn_graph_add_node(&cap->g, &n, &idx));
+    c->n_out = 0;
+    for (int k = 0; k < n_out; k++) {
+        kn_status st = make_placeholder(cap, idx, k, &c->out[k]);
+        if (st != KN_OK) {
+            for (int j = 0; j < k; j++) kn_tensor_release(c->out[j]);
+            return st;
+        }
+    }
+    c->n_out = n_out;
+    return KN_OK;
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)
+{
+    if (!(cm->log_flags & kind)) return;
+    char buf[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = (int)sizeof buf - 1;
+    char *p = realloc(cm->log, cm->log_len + (size_t)n + 1);
+    if (!p) return;
+    memcpy(p + cm->log_len, buf, (size_t)n + 1);
+    cm->log = p;
+    cm->log_len += (size_t)n;
+}
+
+void kn_break_format(const kn_break *b, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "Graph break in user code at %s\n  Reason: %s: %s\n",
+                                b->where, b->category, b->reason);
+    if (n < size && b->hint[0]) n += (size_t)snprintf(buf + n, size - n, "  Hint: %s\n", b->hint);
+    if (n < size) n += (size_t)snprintf(buf + n, size - n, "  User stack:\n");
+    for (int i = 0; i < b->n_frames && n < size; i++) {
+        if (b->frame_fn[i][0])
+            n += (size_t)snprintf(buf + n, size - n, "    %s in function '%s'\n", b->frame_where[i],
+                                  b->frame_fn[i]);
+        else
+            n += (size_t)snprintf(buf + n, size - n, "    %s in main chunk\n", b->frame_where[i]);
+    }
+}
+
+/* "{16, 256, 512}" as guards print shapes. */
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "{");
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "}");
+}
+
+static bool input_contiguous(const kn_graph_input *in)
+{
+    int64_t s = 1;
+    for (int i = in->meta.ndim - 1; i >= 0; i--) {
+        if (in->meta.shape[i] != 1 && in->strides[i] != s) return false;
+        s *= in->meta.shape[i];
+    }
+    return true;
+}
+
+static void input_guard_text(const kn_graph_input *in, char *buf, size_t size)
+{
+    char shp[256], str[256];
+    shape_text(in->meta.ndim, in->meta.shape, shp, sizeof shp);
+    if (input_contiguous(in)) snprintf(str, sizeof str, "contiguous");
+    else {
+        char s[200];
+        shape_text(in->meta.ndim, in->strides, s, sizeof s);
+        snprintf(str, sizeof str, "strides %s", s);
+    }
+    const char *what = in->kind == KN_IN_PARAM ? "parameter" : "tensor";
+    snprintf(buf, size, "%s '%s' shape %s dtype %s device %s %s%s", what, in->name, shp,
+             kn_dtype_name(in->meta.dtype), kn_device_name(in->device), str,
+             in->kind == KN_IN_PARAM || in->kind == KN_IN_TENSOR ? ", same object" : "");
+}
+
+/* ---- guards -------------------------------------------------------------- */
+
+/* The first guard of version v that the traced graph g fails, as text in
+ * buf; false when every guard holds. */
+static bool input_failure(const kn_graph_input *want, const kn_graph_input *got, char *buf, size_t size)
+{
+    const char *what = want->kind == KN_IN_PARAM ? "parameter" : "tensor";
+    if ((want->kind == KN_IN_PARAM || want->kind == KN_IN_TENSOR) && want->tensor_id != got->tensor_id) {
+        snprintf(buf, size, "%s '%s' was replaced", what, want->name);
+        return true;
+    }
+    if (want->meta.dtype != got->meta.dtype) {
+        snprintf(buf, size, "%s '%s' dtype mismatch: expected %s, actual %s", what, want->name,
+                 kn_dtype_name(want->meta.dtype), kn_dtype_name(got->meta.dtype));
+        return true;
+    }
+    if (want->device != got->device) {
+        snprintf(buf, size, "%s '%s' device mismatch: expected %s, actual %s", what, want->name,
+                 kn_device_name(want->device), kn_device_name(got->device));
+        return true;
+    }
+    if (want->meta.ndim != got->meta.ndim) {
+        snprintf(buf, size, "%s '%s' dim count mismatch: expected %d, actual %d", what, want->name,
+                 want->meta.ndim, got->meta.ndim);
+        return true;
+    }
+    for (int d = 0; d < want->meta.ndim; d++)
+        if (want->meta.shape[d] != got->meta.shape[d]) {
+            snprintf(buf, size, "%s '%s' size mismatch at dim %d: expected %lld, actual %lld", what,
+                     want->name, d + 1, (long long)want->meta.shape[d], (long long)got->meta.shape[d]);
+            return true;
+        }
+    bool wc = input_contiguous(want), gc = input_contiguous(got);
+    if (wc != gc || (!wc && memcmp(want->strides, got->strides, sizeof(int64_t) * (size_t)want->meta.ndim))) {
+        char ws[200], gs[200];
+        if (wc) snprintf(ws, sizeof ws, "contiguous");
+        else shape_text(want->meta.ndim, want->strides, ws, sizeof ws);
+        if (gc) snprintf(gs, sizeof gs, "contiguous");
+        else shape_text(got->meta.ndim, got->strides, gs, sizeof gs);
+        snprintf(buf, size, "%s '%s' stride mismatch: expected %s, actual %s", what, want->name, ws, gs);
+        return true;
+    }
+    return false;
+}
+
+static bool same_node(const kn_node *a, const kn_node *b)
+{
+    if (a->op != b->op || a->n_in != b->n_in || a->n_out != b->n_out) return false;
+    if (memcmp(a->in_node, b->in_node, sizeof(int) * (size_t)a->n_in) ||
+        memcmp(a->in_out, b->in_out, sizeof(int) * (size_t)a->n_in))
+        return false;
+    if (a->op == KN_NODE_INPUT) return strcmp(a->name, b->name) == 0;
+    if (a->op == KN_NODE_CONST) return a->out[0].dtype == b->out[0].dtype && strcmp(a->where, b->where) == 0;
+    /* A random op draws fresh numbers each call (its counter offset moves
+     * on); that is the same graph, not a new one. */
+    kn_attrs x = a->a, y = b->a;
+    x.rng_offset = y.rng_offset = 0;
+    return memcmp(&x, &y, sizeof x) == 0;
+}
+
+/* A number as Lua would print it back: the shortest text that reads back
+ * to the same double. */
+static const char *num_text(double v, char *buf, size_t size)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, size, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+static bool version_failure(const kn_compiled *cm, const kn_version *v, int vi, const kn_graph *g,
+                            char *buf, size_t size)
+{
+    if (strcmp(v->mode, cm->mode) != 0) {
+        snprintf(buf, size, "mode changed: %s -> %s", v->mode, cm->mode);
+        return true;
+    }
+    for (int i = 0; i < v->g.n_inputs; i++) {
+        const kn_graph_input *want = &v->g.inputs[i];
+        for (int j = 0; j < g->n_inputs; j++)
+            if (strcmp(g->inputs[j].name, want->name) == 0) {
+                if (input_failure(want, &g->inputs[j], buf, size)) return true;
+                break;
+            }
+    }
+    int n = v->g.n_nodes < g->n_nodes ? v->g.n_nodes : g->n_nodes, diff = -1;
+    for (int i = 0; i < n && diff < 0; i++)
+        if (!same_node(&v->g.nodes[i], &g->nodes[i])) diff = i;
+    if (diff < 0 && v->g.n_nodes != g->n_nodes) diff = n;
+    int limit = diff < 0 ? n : diff;
+    for (int i = 0; i < limit; i++) {
+        const kn_node *a = &v->g.nodes[i], *b = &g->nodes[i];
+        if (a->op == KN_NODE_CONST && a->value != b->value) {
+            char x[40], y[40];
+            num_text(a->value, x, sizeof x);
+            num_text(b->value, y, sizeof y);
+            if (a->name[0])
+                snprintf(buf, size, "number '%s' at %s changed: %s -> %s", a->name, a->where, x, y);
+            else
+                snprintf(buf, size, "number at %s changed: %s -> %s", a->where, x, y);
+            return true;
+        }
+    }
+    if (diff >= 0) {
+        const char *where = diff < g->n_nodes ? g->nodes[diff].where : v->g.nodes[diff].where;
+        snprintf(buf, size, "graph differs from version %d from node %d at %s",
+                 vi, diff, where);
+        return true;
+    }
+    return false;
+}
+
+static kn_status make_guards(kn_version *v)
+{
+    int n = v->g.n_inputs + 2;
+    for (int i = 0; i < v->g.n_nodes; i++) n += v->g.nodes[i].op == KN_NODE_CONST;
+    v->guards = calloc((size_t)n, sizeof *v->guards);
+    if (!v->guards) return kn_error(KN_ERR_OOM, "out of host memory for guards");
+    snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "mode %s", v->mode);
+    for (int i = 0; i < v->g.n_inputs; i++)
+        input_guard_text(&v->g.inputs[i], v->guards[v->n_guards++], KN_REASON_MAX);
+    for (int i = 0; i < v->g.n_nodes; i++) {
+        const kn_node *c = &v->g.nodes[i];
+        if (c->op != KN_NODE_CONST) continue;
+        char x[40];
+        num_text(c->value, x, sizeof x);
+        if (c->name[0])
+            snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "number '%s' at %s == %s", c->name, c->where, x);
+        else
+            snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "number at %s == %s", c->where, x);
+    }
+    snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "graph structure: %d nodes, %d ops",
+             v->g.n_nodes, kn_graph_op_count(&v->g));
+    return KN_OK;
+}
+
+/* Find a cached version of graph K that fits g, or compile a new one
+ * (explaining why). *version gets its index, or -1 when the graph must run
+ * eagerly (cache limit). */
+static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, int *version)
+{
+    *version = -1;
+    if (k >= cm->n_graphs) {
+        kn_graph_cache *ng = realloc(cm->graphs, sizeof *ng * (size_t)(k + 1));
+        if (!ng) return kn_error(KN_ERR_OOM, "out of host memory for the graph cache");
+        memset(ng + cm->n_graphs, 0, sizeof *ng * (size_t)(k + 1 - cm->n_graphs));
+        cm->graphs = ng;
+        cm->n_graphs = k + 1;
+    }
+    kn_graph_cache *gc = &cm->graphs[k];
+    if (gc->eager) return KN_OK;
+    kn_recompile rc;
+    memset(&rc, 0, sizeof rc);
+    for (int v = gc->n_versions - 1; v >= 0; v--) {
+        char why[KN_REASON_MAX - 16];
+        if (!version_failure(cm, &gc->versions[v], v, g, why, sizeof why)) {
+            *version = v;
+            cm->stats.cache_hits++;
+            return KN_OK;
+        }
+        if (rc.n_reasons < KN_MAX_REASONS)
+            snprintf(rc.reasons[rc.n_reasons++], KN_REASON_MAX, "%d/%d: %s", k, v, why);
+    }
+    rc.graph = k;
+    rc.version = gc->n_versions;
+    snprintf(rc.where, sizeof rc.where, "%s", cm->fn_where);
+    if (gc->n_versions > 0) {
+        char msg[KN_MAX_REASONS * KN_REASON_MAX + 256];
+        size_t n = (size_t)snprintf(msg, sizeof msg,
+                                    "Recompiling %s (%s), graph %d, version %d\n"
+                                    "  triggered by the guard failure(s):\n",
+                                    cm->fn_name, cm->fn_where, k, rc.version);
+        for (int i = 0; i < rc.n_reasons && n < sizeof msg; i++)
+            n += (size_t)snprintf(msg + n, sizeof msg - n, "  - %s\n", rc.reasons[i]);
+        if (gc->n_versions >= cm->cache_size_limit) {
+            gc->eager = true;
+            kn_compiled_log(cm, KN_LOG_WARN,
+                            "%s (%s) hit kiln.config.cache_size_limit (%d): graph %d runs eagerly from now on\n"
+                            "  last reason: %s\n",
+                            cm->fn_name, cm->fn_where, cm->cache_size_limit, k, rc.reasons[0]);
+            return KN_OK;
+        }
+        if (cm->error_on_recompile)
+            return kn_error(KN_ERR_ARG, "kiln.config.error_on_recompile is set and this call would recompile:\n%s", msg);
+        kn_recompile *nr = realloc(cm->recompiles, sizeof *nr * (size_t)(cm->n_recompiles + 1));
+        if (!nr) return kn_error(KN_ERR_OOM, "out of host memory for the recompile log");
+        cm->recompiles = nr;
+        cm->recompiles[cm->n_recompiles++] = rc;
+        kn_compiled_log(cm, KN_LOG_RECOMPILES, "%s", msg);
+    }
+    kn_version *nv = realloc(gc->versions, sizeof *nv * (size_t)(gc->n_versions + 1));
+    if (!nv) return kn_error(KN_ERR_OOM, "out of host memory for the graph cache");
+    gc->versions = nv;
+    kn_version *v = &gc->versions[gc->n_versions];
+    memset(v, 0, sizeof *v);
+    KN_TRY(kn_graph_copy(g, &v->g));
+    snprintf(v->mode, sizeof v->mode, "%s", cm->mode);
+    kn_status st = make_guards(v);
+    if (st != KN_OK) {
+        kn_graph_free(&v->g);
+        return st;
+    }
+    *version = gc->n_versions++;
+    cm->stats.cache_misses++;
+    if (cm->log_flags & KN_LOG_GUARDS) {
+        kn_compiled_log(cm, KN_LOG_GUARDS, "Guards of %s (%s), graph %d, version %d:\n", cm->fn_name,
+                        cm->fn_where, k, *version);
+        for (int i = 0; i < v->n_guards; i++) kn_compiled_log(cm, KN_LOG_GUARDS, "  %s\n", v->guards[i]);
+    }
+    return KN_OK;
+}
+
+/* ---- segments ------------------------------------------------------------ */
+
+kn_status kn_capture_begin(kn_compiled *cm)
+{
+    kn_capture *cap = &cm->cap;
+    if (cap->active) return kn_error(KN_ERR_ARG, "%s is already being captured", cm->fn_name);
+    kn_graph_init(&cap->g);
+    cap->cm = cm;
+    cap->active = true;
+    cap->segment = 0;
+    cap->n_graphs = 0;
+    cap->n_breaks = 0;
+    cap->n_lazies = 0;
+    cap->t_start = now_s();
+    cap->capture_s = 0;
+    cm->stats.calls++;
+    return KN_OK;
+}
+
+/* Drop the capture's references on the open graph's lazies; the ones still
+ * referenced by placeholders stay, detached from this graph. */
+static void drop_lazies(kn_capture *cap, bool detach)
+{
+    for (int i = 0; i < cap->n_lazies; i++) {
+        kn_lazy *lz = cap->lazies[i];
+        if (detach) lz->cap = NULL;
+        kn_lazy_release(lz);
+    }
+    cap->n_lazies = 0;
+}
+
+kn_status kn_capture_flush(kn_capture *cap)
+{
+    kn_compiled *cm = cap->cm;
+    kn_graph *g = &cap->g;
+    int ops = kn_graph_op_count(g);
+    kn_status st = KN_OK;
+    kn_tensor **values = NULL;
+    if (g->n_nodes > 0) {
+        double t0 = now_s();
+        cm->stats.capture_s += t0 - cap->t_start;
+        cap->capture_s += t0 - cap->t_start;
+        int version = -1;
+        if (ops > 0) {
+            st = lookup_or_compile(cm, cap->segment, g, &version);
+            if (st == KN_OK && version < 0) cm->stats.eager_fallbacks++;
+        }
+        if (st == KN_OK) {
+            values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS, sizeof *values);
+            if (!values) st = kn_error(KN_ERR_OOM, "out of host memory running a graph");
+        }
+        if (st == KN_OK) st = kn_graph_run(g, values);
+        if (st == KN_OK) {
+            int next_output = 0;
+            for (int i = 0; i < cap->n_lazies; i++) {
+                kn_lazy *lz = cap->lazies[i];
+                if (lz->refcount < 2) continue; /* nothing refers to it any more */
+                lz->value = values[lz->node * KN_MAX_OUTPUTS + lz->out];
+                kn_tensor_retain(lz->value);
+                /* outputs are numbered among computed values, not inputs */
+                if (g->nodes[lz->node].op < KN_OP_COUNT) lz->output_index = next_output++;
+            }
+            if (ops > 0) {
+                if (cap->n_graphs < (int)(sizeof cap->ops_per_graph / sizeof cap->ops_per_graph[0]))
+                    cap->ops_per_graph[cap->n_graphs] = ops;
+                cap->n_graphs++;
+                cm->stats.graphs_run++;
+            }
+        }
+        if (values) {
+            for (int i = 0; i < g->n_nodes * KN_MAX_OUTPUTS; i++) kn_tensor_release(values[i]);
+            free(values);
+        }
+        cap->t_start = now_s();
+    }
+    /* Placeholders of this graph keep their lazies; lazies are retired from
+     * the "current graph" by the segment number moving on. */
+    drop_lazies(cap, false);
+    kn_graph_free(g);
+    kn_graph_init(g);
+    if (ops > 0) cap->segment++;
+    else cap->segment += 0; /* an op-less graph is not a graph: keep numbering */
+    return st;
+}
+
+kn_status kn_capture_break(kn_capture *cap, const kn_break *b)
+{
+    kn_compiled *cm = cap->cm;
+    kn_break rec = *b;
+    rec.graph = cap->segment;
+    if (cap->n_breaks == cap->cap_call_breaks) {
+        int ncap = cap->cap_call_breaks ? cap->cap_call_breaks * 2 : 8;
+        kn_break *nb = realloc(cap->call_breaks, sizeof *nb * (size_t)ncap);
+        if (!nb) return kn_error(KN_ERR_OOM, "out of host memory for the break log");
+        cap->call_breaks = nb;
+        cap->cap_call_breaks = ncap;
+    }
+    cap->call_breaks[cap->n_breaks++] = rec;
+    bool seen = false;
+    for (int i = 0; i < cm->n_breaks && !seen; i++)
+        seen = strcmp(cm->breaks[i].where, rec.where) == 0 && strcmp(cm->breaks[i].reason, rec.reason) == 0 &&
+               strcmp(cm->breaks[i].category, rec.category) == 0;
+    if (!seen) {
+        kn_break *nb = realloc(cm->breaks, sizeof *nb * (size_t)(cm->n_breaks + 1));
+        if (!nb) return kn_error(KN_ERR_OOM, "out of host memory for the break log");
+        cm->breaks = nb;
+        cm->breaks[cm->n_breaks++] = rec;
+    }
+    char text[4096];
+    kn_break_format(&rec, text, sizeof text);
+    if (cm->fullgraph)
+        return kn_error(KN_ERR_UNSUPPORTED, "fullgraph=true: %s compiles to one graph only, but:\n%s",
+                        cm->fn_name, text);
+    if (!seen) kn_compiled_log(cm, KN_LOG_GRAPH_BREAKS, "%s", text);
+    /* The values are needed now: run what was captured so far. Even a graph
+     * of no ops is flushed, so its placeholders (inputs) get values. */
+    return kn_capture_flush(cap);
+}
+
+kn_status kn_capture_end(kn_capture *cap, bool ok)
+{
+    kn_status st = KN_OK;
+    if (ok) st = kn_capture_flush(cap);
+    drop_lazies(cap, true);
+    kn_graph_free(&cap->g);
+    cap->active = false;
+    return st;
+}
+
+/* ---- compiled functions -------------------------------------------------- */
+
+kn_status kn_compiled_new(const char *fn_name, const char *fn_where, kn_compiled **out)
+{
+    kn_compiled *cm = calloc(1, sizeof *cm);
+    if (!cm) return kn_error(KN_ERR_OOM, "out of host memory for a compiled function");
+    snprintf(cm->fn_name, sizeof cm->fn_name, "%s", fn_name);
+    snprintf(cm->fn_where, sizeof cm->fn_where, "%s", fn_where);
+    snprintf(cm->mode, sizeof cm->mode, "default");
+    cm->cache_size_limit = 8;
+    cm->log_flags = KN_LOG_WARN;
+    *out = cm;
+    return KN_OK;
+}
+
+void kn_compiled_set_mode(kn_compiled *cm, const char *mode)
+{
+    snprintf(cm->mode, sizeof cm->mode, "%s", mode);
+}
+
+void kn_compiled_free(kn_compiled *cm)
+{
+    if (!cm) return;
+    if (cm->cap.active) kn_capture_end(&cm->cap, false);
+    free(cm->cap.lazies);
+    free(cm->cap.call_breaks);
+    for (int k = 0; k < cm->n_graphs; k++) {
+        for (int v = 0; v < cm->graphs[k].n_versions; v++) {
+            kn_graph_free(&cm->graphs[k].versions[v].g);
+            free(cm->graphs[k].versions[v].guards);
+        }
+        free(cm->graphs[k].versions);
+    }
+    free(cm->graphs);
+    free(cm->breaks);
+    free(cm->recompiles);
+    free(cm->log);
+    free(cm);
+}

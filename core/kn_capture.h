@@ -1,0 +1,166 @@
+/* kn_capture: turning a run of Lua code into graphs, and the per-function
+ * cache of compiled graph versions with their guards.
+ *
+ * The model: while a compiled function runs, every kiln op appends a node to
+ * the current graph instead of computing, and returns a placeholder tensor
+ * (kn_tensor with a kn_lazy). When the code needs a value (a graph break) or
+ * returns, the graph so far is looked up in the cache (guards), compiled if
+ * no version fits (a recompilation, explained), and run; every placeholder
+ * still referenced gets its value, and capture goes on in the next graph.
+ *
+ * Nothing here knows Lua: the scripting layer passes source locations,
+ * names and break reasons in as plain strings.
+ */
+#ifndef KN_CAPTURE_H
+#define KN_CAPTURE_H
+
+#include <stdbool.h>
+
+#include "kn_graph.h"
+
+struct kn_capture;
+
+/* The graph value a placeholder stands for. Refcounted: one reference per
+ * placeholder tensor, one held by the capture while its graph is open. */
+typedef struct kn_lazy {
+    int refcount;
+    struct kn_capture *cap; /* NULL once its capture ended */
+    int segment;            /* the graph (of the call) that computes it */
+    int node, out;
+    int output_index;       /* among its graph's outputs, once run; -1 before */
+    kn_device device;
+    kn_tensor *value;       /* the value, once its graph ran (owned) */
+} kn_lazy;
+
+void kn_lazy_release(kn_lazy *lz);
+kn_device kn_lazy_device(const kn_lazy *lz);
+
+#define KN_MAX_FRAMES 16
+#define KN_CATEGORY_MAX 32
+#define KN_REASON_MAX 512
+
+/* A graph break, as the design's message shows it. */
+typedef struct kn_break {
+    char category[KN_CATEGORY_MAX]; /* data-dependent control flow | unsupported op | explicit break | eager function */
+    char reason[KN_REASON_MAX];
+    char hint[KN_REASON_MAX];
+    char where[KN_WHERE_MAX];       /* "file.lua:LINE" */
+    int n_frames;                   /* user stack, innermost first */
+    char frame_where[KN_MAX_FRAMES][KN_WHERE_MAX];
+    char frame_fn[KN_MAX_FRAMES][64];
+    int graph;                      /* the graph the break ended */
+} kn_break;
+
+/* "Graph break in user code at ...\n  Reason: ...\n  Hint: ...\n  User stack:\n    ..." */
+void kn_break_format(const kn_break *b, char *buf, size_t size);
+
+#define KN_MAX_REASONS 16
+
+typedef struct kn_recompile {
+    int graph, version;
+    char where[KN_WHERE_MAX];
+    int n_reasons;
+    char reasons[KN_MAX_REASONS][KN_REASON_MAX]; /* "0/0: tensor 'x' size mismatch at dim 2: ..." */
+} kn_recompile;
+
+/* A cached, compiled version of graph K of a function: the structure it
+ * was traced with (inputs unbound) and the mode it was compiled for. */
+typedef struct kn_version {
+    kn_graph g;
+    char mode[32];
+    int n_guards;
+    char (*guards)[KN_REASON_MAX]; /* human-readable guard strings */
+} kn_version;
+
+typedef struct kn_graph_cache {
+    kn_version *versions;
+    int n_versions;
+    bool eager; /* hit the cache size limit: runs without caching from now on */
+} kn_graph_cache;
+
+typedef struct kn_compile_stats {
+    int calls;
+    int graphs_run;
+    int cache_hits;   /* a traced graph matched a cached version */
+    int cache_misses; /* a version was compiled */
+    int eager_fallbacks;
+    double capture_s, passes_s, codegen_s, backend_s;
+} kn_compile_stats;
+
+typedef struct kn_compiled kn_compiled;
+
+typedef struct kn_capture {
+    kn_compiled *cm;
+    bool active;
+    kn_graph g;  /* the graph being captured */
+    int segment; /* its index in this call */
+    kn_lazy **lazies;
+    int n_lazies, cap_lazies;
+    int ops_per_graph[256];
+    int n_graphs; /* graphs run in this call */
+    int n_breaks; /* breaks in this call */
+    kn_break *call_breaks; /* every break of this call, in order */
+    int cap_call_breaks;
+    double t_start;
+    double capture_s; /* time spent capturing in this call */
+} kn_capture;
+
+struct kn_compiled {
+    char fn_name[64];          /* "forward" */
+    char fn_where[KN_WHERE_MAX]; /* "samples/transformer_block.lua:21" */
+    char mode[32];
+    int cache_size_limit;
+    bool error_on_recompile;
+    bool fullgraph;
+    kn_graph_cache *graphs;
+    int n_graphs;
+    kn_break *breaks; /* distinct breaks seen so far, in order */
+    int n_breaks;
+    kn_recompile *recompiles;
+    int n_recompiles;
+    kn_compile_stats stats;
+    kn_capture cap;
+    /* Messages for the caller to show (recompiles, cache-limit warnings),
+     * appended as they happen; the scripting layer prints and clears them. */
+    char *log;
+    size_t log_len;
+    int log_flags; /* which kinds of message to keep: KN_LOG_* */
+};
+
+enum { KN_LOG_RECOMPILES = 1, KN_LOG_GRAPH_BREAKS = 2, KN_LOG_GUARDS = 4, KN_LOG_WARN = 8 };
+
+kn_status kn_compiled_new(const char *fn_name, const char *fn_where, kn_compiled **out);
+void kn_compiled_free(kn_compiled *cm);
+/* Change the mode: later graphs fail their "mode" guard and recompile. */
+void kn_compiled_set_mode(kn_compiled *cm, const char *mode);
+
+/* Start capturing one call. */
+kn_status kn_capture_begin(kn_compiled *cm);
+/* The placeholder standing for a real tensor in the current graph: reuses
+ * the input already made for t (by identity), else adds one with `kind` and
+ * `name`. A placeholder of an earlier graph of this call becomes an input
+ * named "graph K output N". New reference in *out. */
+kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, const char *name,
+                           kn_tensor **out);
+/* Whether t needs kn_capture_input before it can enter an op. */
+bool kn_capture_needs_input(const kn_capture *cap, const kn_tensor *t);
+/* A placeholder for a Lua number baked into the graph. */
+kn_status kn_capture_const(kn_capture *cap, double value, kn_dtype dt, const char *name,
+                           const char *where, kn_tensor **out);
+/* Append the op; c->in are placeholders of the current graph. Shape
+ * inference runs now, so a shape error comes back here, at the user's line.
+ * Output placeholders in c->out (owned by the caller). */
+kn_status kn_capture_op(kn_capture *cap, kn_opcall *c, const char *where);
+/* Record a break and end the current graph: run it and give every live
+ * placeholder its value. With fullgraph, fails with the break report instead. */
+kn_status kn_capture_break(kn_capture *cap, const kn_break *b);
+/* End the current graph (run it) and start the next one. */
+kn_status kn_capture_flush(kn_capture *cap);
+/* Finish the call: flush when ok, then detach every placeholder. */
+kn_status kn_capture_end(kn_capture *cap, bool ok);
+
+/* Append to cm->log (kept when `kind` is in cm->log_flags). */
+void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,162 @@
+/* kn_graph: building, copying and running graphs. The runner here is the
+ * reference executor: node by node through kn_op_eager, so any backend with
+ * per-op kernels can run any graph; the compiler replaces it with fused
+ * kernels for the nodes it takes. */
+#include "kn_graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_view.h"
+
+void kn_graph_init(kn_graph *g)
+{
+    memset(g, 0, sizeof *g);
+}
+
+void kn_graph_unbind(kn_graph *g)
+{
+    for (int i = 0; i < g->n_inputs; i++) {
+        kn_tensor_release(g->inputs[i].tensor);
+        g->inputs[i].tensor = NULL;
+    }
+}
+
+void kn_graph_free(kn_graph *g)
+{
+    kn_graph_unbind(g);
+    free(g->nodes);
+    free(g->inputs);
+    kn_graph_init(g);
+}
+
+static kn_status grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap) return KN_OK;
+    int ncap = *cap ? *cap * 2 : 32;
+    while (ncap < need) ncap *= 2;
+    void *np = realloc(*p, (size_t)ncap * elem);
+    if (!np) return kn_error(KN_ERR_OOM, "out of host memory for a graph");
+    *p = np;
+    *cap = ncap;
+    return KN_OK;
+}
+
+kn_status kn_graph_copy(const kn_graph *src, kn_graph *dst)
+{
+    kn_graph_init(dst);
+    KN_TRY(grow((void **)&dst->nodes, &dst->cap_nodes, src->n_nodes, sizeof(kn_node)));
+    if (src->n_inputs > 0 &&
+        grow((void **)&dst->inputs, &dst->cap_inputs, src->n_inputs, sizeof(kn_graph_input)) != KN_OK) {
+        kn_graph_free(dst);
+        return KN_ERR_OOM;
+    }
+    if (src->n_nodes) memcpy(dst->nodes, src->nodes, sizeof(kn_node) * (size_t)src->n_nodes);
+    if (src->n_inputs) memcpy(dst->inputs, src->inputs, sizeof(kn_graph_input) * (size_t)src->n_inputs);
+    dst->n_nodes = src->n_nodes;
+    dst->n_inputs = src->n_inputs;
+    for (int i = 0; i < dst->n_inputs; i++) dst->inputs[i].tensor = NULL;
+    return KN_OK;
+}
+
+kn_status kn_graph_add_node(kn_graph *g, const kn_node *n, int *index)
+{
+    KN_TRY(grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(kn_node)));
+    g->nodes[g->n_nodes] = *n;
+    *index = g->n_nodes++;
+    return KN_OK;
+}
+
+kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
+                             int *node)
+{
+    KN_TRY(grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(kn_graph_input)));
+    kn_graph_input *in = &g->inputs[g->n_inputs];
+    memset(in, 0, sizeof *in);
+    in->kind = kind;
+    snprintf(in->name, sizeof in->name, "%s", name);
+    in->tensor = t;
+    kn_tensor_retain(t);
+    in->tensor_id = t->id;
+    in->meta = kn_tensor_meta(t);
+    memcpy(in->strides, t->strides, sizeof in->strides);
+    in->device = kn_tensor_device(t);
+    kn_node n;
+    memset(&n, 0, sizeof n);
+    n.op = KN_NODE_INPUT;
+    n.input = g->n_inputs;
+    n.n_out = 1;
+    n.out[0] = in->meta;
+    snprintf(n.name, sizeof n.name, "%s", name);
+    g->n_inputs++;
+    return kn_graph_add_node(g, &n, node);
+}
+
+int kn_graph_op_count(const kn_graph *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].op < KN_OP_COUNT;
+    return n;
+}
+
+const char *kn_node_op_name(const kn_node *n)
+{
+    if (n->op == KN_NODE_INPUT) return "input";
+    if (n->op == KN_NODE_CONST) return "constant";
+    return kn_op_name((kn_op)n->op);
+}
+
+static kn_status const_tensor(const kn_node *n, kn_device dev, kn_tensor **out)
+{
+    kn_tensor *t;
+    KN_TRY(kn_tensor_new(n->out[0].dtype, 0, NULL, KN_CPU, &t));
+    kn_store_f64(t->storage->data, n->out[0].dtype, n->value);
+    if (dev == KN_CPU) {
+        *out = t;
+        return KN_OK;
+    }
+    kn_status st = kn_tensor_to_device(t, dev, out);
+    kn_tensor_release(t);
+    return st;
+}
+
+kn_status kn_graph_run(const kn_graph *g, kn_tensor **values)
+{
+    memset(values, 0, sizeof(kn_tensor *) * (size_t)g->n_nodes * KN_MAX_OUTPUTS);
+    kn_device dev = g->n_inputs > 0 && g->inputs[0].tensor ? kn_tensor_device(g->inputs[0].tensor) : KN_CPU;
+    kn_status st = KN_OK;
+    for (int i = 0; i < g->n_nodes && st == KN_OK; i++) {
+        const kn_node *n = &g->nodes[i];
+        kn_tensor **v = &values[i * KN_MAX_OUTPUTS];
+        if (n->op == KN_NODE_INPUT) {
+            v[0] = g->inputs[n->input].tensor;
+            kn_tensor_retain(v[0]);
+            if (!v[0]) st = kn_error(KN_ERR_ARG, "graph input '%s' is not bound", n->name);
+            continue;
+        }
+        if (n->op == KN_NODE_CONST) {
+            st = const_tensor(n, dev, &v[0]);
+            continue;
+        }
+        kn_opcall c;
+        kn_opcall_init(&c, (kn_op)n->op);
+        c.a = n->a;
+        c.n_in = n->n_in;
+        for (int k = 0; k < n->n_in; k++) c.in[k] = values[n->in_node[k] * KN_MAX_OUTPUTS + n->in_out[k]];
+        st = kn_op_eager(&c, dev);
+        if (st != KN_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", kn_last_error());
+            st = kn_error(st, "%s (node %d, traced at %s)", msg, i, n->where);
+            break;
+        }
+        for (int k = 0; k < c.n_out; k++) v[k] = c.out[k];
+    }
+    if (st != KN_OK)
+        for (int i = 0; i < g->n_nodes * KN_MAX_OUTPUTS; i++) {
+            kn_tensor_release(values[i]);
+            values[i] = NULL;
+        }
+    return st;
+}

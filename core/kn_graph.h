@@ -1,0 +1,83 @@
+/* kn_graph: the graph IR that capture builds and every executor runs.
+ *
+ * A graph is a list of nodes in execution order. A node is an op of the op
+ * table, or an input (a tensor bound from outside: a function argument, a
+ * module parameter, an output of an earlier graph), or a constant (a Lua
+ * number baked in). Node i reads only nodes before it. Each node keeps the
+ * user's source line it came from, so breaks, guard failures and drawings
+ * can point at the Lua code.
+ */
+#ifndef KN_GRAPH_H
+#define KN_GRAPH_H
+
+#include <stdbool.h>
+
+#include "kn_op.h"
+
+enum { KN_NODE_INPUT = KN_OP_COUNT, KN_NODE_CONST };
+
+typedef enum kn_input_kind {
+    KN_IN_ARG,          /* an argument of the compiled function */
+    KN_IN_PARAM,        /* a parameter or buffer of the compiled module */
+    KN_IN_GRAPH_OUTPUT, /* a value an earlier graph of the same call produced */
+    KN_IN_TENSOR        /* any other tensor the code used (an upvalue, a global) */
+} kn_input_kind;
+
+#define KN_NAME_MAX 96
+#define KN_WHERE_MAX 128
+
+typedef struct kn_node {
+    int op; /* a kn_op, KN_NODE_INPUT or KN_NODE_CONST */
+    int n_in;
+    int in_node[KN_MAX_INPUTS], in_out[KN_MAX_INPUTS];
+    kn_attrs a;
+    int n_out;
+    kn_meta out[KN_MAX_OUTPUTS]; /* shapes seen when this node was traced */
+    int input;                   /* INPUT: index into the graph's inputs */
+    double value;                /* CONST: the number (dtype in out[0]) */
+    char name[KN_NAME_MAX];      /* CONST: the Lua name of the number, or "" */
+    char where[KN_WHERE_MAX];    /* "file.lua:LINE" of the user code */
+} kn_node;
+
+typedef struct kn_graph_input {
+    kn_input_kind kind;
+    char name[KN_NAME_MAX]; /* 'x', 'fc1.weight', 'graph 0 output 1' */
+    kn_tensor *tensor;      /* bound for the current run; owned (retained) */
+    uint64_t tensor_id;     /* identity, for parameter guards */
+    kn_meta meta;
+    int64_t strides[KN_MAX_DIMS];
+    kn_device device;
+} kn_graph_input;
+
+typedef struct kn_graph {
+    kn_node *nodes;
+    int n_nodes, cap_nodes;
+    kn_graph_input *inputs;
+    int n_inputs, cap_inputs;
+} kn_graph;
+
+void kn_graph_init(kn_graph *g);
+/* Free everything, releasing bound input tensors. */
+void kn_graph_free(kn_graph *g);
+/* Unbind (release) the input tensors but keep the structure. */
+void kn_graph_unbind(kn_graph *g);
+/* A deep copy of the structure; inputs are copied unbound. */
+kn_status kn_graph_copy(const kn_graph *src, kn_graph *dst);
+
+/* Append a node (copied); its index in *index. */
+kn_status kn_graph_add_node(kn_graph *g, const kn_node *n, int *index);
+/* Add an input bound to t (retained) and its INPUT node; node index in *node. */
+kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
+                             int *node);
+
+/* Number of op nodes (not inputs or constants). */
+int kn_graph_op_count(const kn_graph *g);
+const char *kn_node_op_name(const kn_node *n);
+
+/* Run the graph node by node on the inputs' backend. values[i * KN_MAX_OUTPUTS + j]
+ * gets output j of node i (new references the caller releases; NULL where a
+ * node has fewer outputs). values must hold n_nodes * KN_MAX_OUTPUTS entries.
+ * On error every value is released and the message names the node's line. */
+kn_status kn_graph_run(const kn_graph *g, kn_tensor **values);
+
+#endif

@@ -1,0 +1,855 @@
+/* kn_lua_compile: kiln.compile, kiln.explain, kiln.graph_break, kiln.eager
+ * and the Lua side of capture.
+ *
+ * While a compiled callable runs, kn_lua_active_capture() is set and every op
+ * binding hands its call to kn_lua_run, which appends a node instead of
+ * computing. This file feeds core/kn_capture with what only Lua knows: the
+ * user's source lines and stacks, argument names (debug info), parameter
+ * names (the module's named_parameters) and the names of baked-in numbers.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_capture.h"
+#include "kn_lua.h"
+#include "kn_lua_util.h"
+
+#define KN_COMPILED_MT "kiln.Compiled"
+
+typedef struct {
+    kn_compiled *cm;
+} compiled_ud;
+
+/* The capture of the call in progress, and the userdata index of its
+ * compiled callable (for the parameter-name map), or NULL / 0. */
+static kn_capture *g_cap;
+static int g_log_flags = KN_LOG_WARN;
+
+kn_capture *kn_lua_active_capture(void)
+{
+    return g_cap;
+}
+
+/* ---- where the user is ------------------------------------------------- */
+
+static bool user_frame(lua_Debug *ar)
+{
+    return ar->currentline > 0 && strncmp(ar->source, "@kiln/", 6) != 0;
+}
+
+void kn_lua_where_str(lua_State *L, char *buf, size_t size)
+{
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (!user_frame(&ar)) continue;
+        snprintf(buf, size, "%s:%d", ar.short_src, ar.currentline);
+        return;
+    }
+    snprintf(buf, size, "?");
+}
+
+/* The name of the function running at this level, for the user stack. */
+static void frame_name(lua_State *L, lua_Debug *ar, int level, char *buf, size_t size)
+{
+    buf[0] = 0;
+    if (ar->name) {
+        snprintf(buf, size, "%s", ar->name);
+        return;
+    }
+    if (strcmp(ar->what, "main") == 0) return;
+    /* called from C (the compiled callable): name it as kiln.compile did */
+    if (g_cap && lua_getstack(L, level, ar) && lua_getinfo(L, "f", ar)) {
+        lua_pop(L, 1);
+        snprintf(buf, size, "%s", g_cap->cm->fn_name);
+        return;
+    }
+    snprintf(buf, size, "?");
+}
+
+static void fill_break(lua_State *L, kn_break *b, const char *category, const char *reason,
+                       const char *hint)
+{
+    memset(b, 0, sizeof *b);
+    snprintf(b->category, sizeof b->category, "%s", category);
+    snprintf(b->reason, sizeof b->reason, "%s", reason);
+    snprintf(b->hint, sizeof b->hint, "%s", hint);
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar) && b->n_frames < KN_MAX_FRAMES; level++) {
+        lua_getinfo(L, "Sln", &ar);
+        if (!user_frame(&ar)) continue;
+        int i = b->n_frames++;
+        snprintf(b->frame_where[i], sizeof b->frame_where[i], "%s:%d", ar.short_src, ar.currentline);
+        frame_name(L, &ar, level, b->frame_fn[i], sizeof b->frame_fn[i]);
+    }
+    snprintf(b->where, sizeof b->where, "%s", b->n_frames ? b->frame_where[0] : "?");
+}
+
+static void flush_log(kn_compiled *cm)
+{
+    if (cm->log_len) {
+        fputs(cm->log, stderr);
+        fflush(stderr);
+    }
+    free(cm->log);
+    cm->log = NULL;
+    cm->log_len = 0;
+}
+
+/* Record a break and run what was captured; raises on fullgraph. */
+void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, const char *hint)
+{
+    kn_capture *cap = g_cap;
+    if (!cap) return;
+    kn_break b;
+    fill_break(L, &b, category, reason, hint);
+    /* Which traced values are still referenced decides the graph's outputs
+     * and their numbers ("graph K output N"): collect garbage first so that
+     * does not depend on when the collector last ran. */
+    lua_gc(L, LUA_GCCOLLECT);
+    kn_status st = kn_capture_break(cap, &b);
+    flush_log(cap->cm);
+    if (st != KN_OK) kn_lua_fail(L, st);
+}
+
+/* ---- names ------------------------------------------------------------- */
+
+/* Search the locals and upvalues of the innermost user function for a value
+ * rawequal to the one at idx; its name into buf ("" if none). */
+static void find_name(lua_State *L, int idx, char *buf, size_t size)
+{
+    buf[0] = 0;
+    idx = lua_absindex(L, idx);
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (!user_frame(&ar)) continue;
+        const char *name;
+        for (int i = 1; (name = lua_getlocal(L, &ar, i)) != NULL; i++) {
+            bool hit = name[0] != '(' && lua_rawequal(L, -1, idx);
+            lua_pop(L, 1);
+            if (hit) {
+                snprintf(buf, size, "%s", name);
+                return;
+            }
+        }
+        lua_getinfo(L, "f", &ar);
+        for (int i = 1; (name = lua_getupvalue(L, -1, i)) != NULL; i++) {
+            bool hit = lua_rawequal(L, -1, idx);
+            lua_pop(L, 1);
+            if (hit && name[0]) {
+                lua_pop(L, 1);
+                snprintf(buf, size, "%s", name);
+                return;
+            }
+        }
+        lua_pop(L, 1);
+        return; /* only the innermost user function */
+    }
+}
+
+/* Registry key of the parameter-name map of the call in progress: a table
+ * from tensor id to dotted name, built from the module at each traced call. */
+static int g_param_map = LUA_NOREF;
+
+static const char *param_name(lua_State *L, const kn_tensor *t)
+{
+    if (g_param_map == LUA_NOREF) return NULL;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g_param_map);
+    lua_rawgeti(L, -1, (lua_Integer)t->id);
+    const char *name = lua_tostring(L, -1); /* kept alive by the map */
+    lua_pop(L, 2);
+    return name;
+}
+
+/* A placeholder for the tensor at stack index idx, naming it. */
+static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, int idx)
+{
+    char name[KN_NAME_MAX];
+    kn_input_kind kind = KN_IN_TENSOR;
+    const char *pn = t->lazy ? NULL : param_name(L, t);
+    if (pn) {
+        snprintf(name, sizeof name, "%s", pn);
+        kind = KN_IN_PARAM;
+    } else {
+        if (idx) find_name(L, idx, name, sizeof name);
+        else name[0] = 0;
+        if (!name[0]) snprintf(name, sizeof name, "tensor %llu", (unsigned long long)t->id);
+    }
+    kn_tensor *p;
+    kn_status st = kn_capture_input(cap, t, kind, name, &p);
+    if (st != KN_OK) kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, p); /* Lua owns it from here */
+    return p;
+}
+
+/* ---- running ops ------------------------------------------------------- */
+
+int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
+{
+    kn_capture *cap = g_cap;
+    if (!cap) {
+        kn_status st = kn_op_eager(c, dev);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
+        return c->n_out;
+    }
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
+            c->in[i] = capture_input(L, cap, c->in[i], 0);
+    char where[KN_WHERE_MAX];
+    kn_lua_where_str(L, where, sizeof where);
+    kn_status st = kn_capture_op(cap, c, where);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
+    return c->n_out;
+}
+
+kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt)
+{
+    kn_capture *cap = g_cap;
+    char name[KN_NAME_MAX], where[KN_WHERE_MAX];
+    find_name(L, idx, name, sizeof name);
+    kn_lua_where_str(L, where, sizeof where);
+    double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
+    kn_tensor *p;
+    kn_status st = kn_capture_const(cap, v, dt, name, where, &p);
+    if (st != KN_OK) kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, p);
+    return p;
+}
+
+kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method)
+{
+    if (!t->lazy) return t;
+    if (!t->lazy->value) {
+        if (!g_cap || t->lazy->cap != g_cap)
+            luaL_error(L, "Tensor.%s: this traced tensor has no value (its compiled call failed)", method);
+        char reason[256];
+        snprintf(reason, sizeof reason, "Tensor.%s needs the value of a traced tensor", method);
+        const char *hint = strcmp(method, "__lt") == 0 || strcmp(method, "__le") == 0
+                               ? "keep the branch inside the graph with kiln.where, or move it out of the compiled function"
+                               : "keep the computation in tensor ops, or move the read out of the compiled function";
+        kn_lua_graph_break(L, "data-dependent control flow", reason, hint);
+    }
+    return t->lazy->value;
+}
+
+/* ---- kiln.graph_break, kiln.eager -------------------------------------- */
+
+static int l_graph_break(lua_State *L)
+{
+    kn_lua_graph_break(L, "explicit break", "kiln.graph_break() called",
+                       "remove the call to keep this code in one graph");
+    return 0;
+}
+
+/* The wrapper kiln.eager returns: upvalue 1 is the function, 2 its name. */
+static int eager_call(lua_State *L)
+{
+    kn_capture *cap = g_cap;
+    int n = lua_gettop(L);
+    if (cap) {
+        char reason[256];
+        snprintf(reason, sizeof reason, "kiln.eager function '%s' always runs uncompiled",
+                 lua_tostring(L, lua_upvalueindex(2)));
+        kn_lua_graph_break(L, "eager function", reason,
+                           "drop kiln.eager to capture the function into the graph");
+    }
+    g_cap = NULL; /* placeholders given as arguments resolve to their values */
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    int st = lua_pcall(L, n, LUA_MULTRET, 0);
+    g_cap = cap;
+    if (st != LUA_OK) return lua_error(L);
+    return lua_gettop(L);
+}
+
+static int l_eager(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    char name[KN_NAME_MAX];
+    find_name(L, 1, name, sizeof name);
+    lua_pushvalue(L, 1);
+    lua_pushstring(L, name[0] ? name : "?");
+    lua_pushcclosure(L, eager_call, 2);
+    return 1;
+}
+
+/* ---- the compiled callable ---------------------------------------------- */
+
+static compiled_ud *check_compiled(lua_State *L, int idx)
+{
+    compiled_ud *u = luaL_checkudata(L, idx, KN_COMPILED_MT);
+    if (!u->cm) luaL_error(L, "this compiled callable was freed");
+    return u;
+}
+
+/* Read kiln.config into the compiled function's settings. */
+static void read_config(lua_State *L, kn_compiled *cm)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "cache_size_limit");
+        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->cache_size_limit = (int)lua_tointeger(L, -1);
+        lua_getfield(L, -2, "error_on_recompile");
+        cm->error_on_recompile = lua_toboolean(L, -1);
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    cm->log_flags = g_log_flags;
+}
+
+/* The uservalue table of a compiled callable: {fn =, module =}. */
+static int cm_call(lua_State *L)
+{
+    compiled_ud *u = check_compiled(L, 1);
+    kn_compiled *cm = u->cm;
+    int nargs = lua_gettop(L) - 1;
+    lua_getiuservalue(L, 1, 1);
+    int uv = lua_gettop(L);
+    lua_getfield(L, uv, "fn");
+    lua_getfield(L, uv, "module");
+    bool is_module = !lua_isnil(L, -1);
+
+    if (g_cap || cm->cap.active) { /* nested: trace the inner function into the outer graph */
+        int base = lua_gettop(L) - 1; /* fn */
+        if (!is_module) lua_pop(L, 1);
+        for (int i = 2; i <= nargs + 1; i++) lua_pushvalue(L, i);
+        lua_call(L, nargs + (is_module ? 1 : 0), LUA_MULTRET);
+        return lua_gettop(L) - base + 1;
+    }
+
+    read_config(L, cm);
+    /* parameter names of the module, by tensor id */
+    luaL_unref(L, LUA_REGISTRYINDEX, g_param_map);
+    g_param_map = LUA_NOREF;
+    if (is_module) {
+        lua_newtable(L);
+        int map = lua_gettop(L);
+        static const char *const lists[] = {"named_parameters", "named_buffers"};
+        for (int li = 0; li < 2; li++) {
+            if (lua_getfield(L, map - 1, lists[li]) != LUA_TFUNCTION) {
+                lua_pop(L, 1);
+                continue;
+            }
+            lua_pushvalue(L, map - 1);
+            lua_call(L, 1, 3); /* iterator, state, control */
+            for (;;) {
+                lua_pushvalue(L, -3);
+                lua_pushvalue(L, -3);
+                lua_pushvalue(L, -3);
+                lua_call(L, 2, 2);
+                if (lua_isnil(L, -2)) {
+                    lua_pop(L, 2);
+                    break;
+                }
+                kn_tensor *t = kn_lua_totensor(L, -1);
+                if (t) {
+                    lua_pushvalue(L, -2);
+                    lua_rawseti(L, map, (lua_Integer)t->id);
+                }
+                lua_replace(L, -3); /* control = name */
+                lua_pop(L, 1);
+            }
+            lua_pop(L, 3);
+        }
+        g_param_map = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+
+    kn_status st = kn_capture_begin(cm);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    g_cap = &cm->cap;
+    /* the function (and self), then the arguments: tensors become inputs
+     * named by the function's parameters */
+    int fn_idx = uv + 1;
+    lua_pushvalue(L, fn_idx);
+    int first_param = 1;
+    if (is_module) {
+        lua_pushvalue(L, fn_idx + 1);
+        first_param = 2;
+    }
+    int call_base = lua_gettop(L) - (is_module ? 1 : 0); /* the function's slot */
+    for (int i = 0; i < nargs; i++) {
+        kn_tensor *t = kn_lua_totensor(L, 2 + i);
+        if (!t) {
+            lua_pushvalue(L, 2 + i);
+            continue;
+        }
+        lua_pushvalue(L, fn_idx);
+        const char *pname = lua_getlocal(L, NULL, first_param + i);
+        char name[KN_NAME_MAX];
+        snprintf(name, sizeof name, "%s", pname ? pname : "");
+        lua_pop(L, 1);
+        if (!name[0]) snprintf(name, sizeof name, "arg %d", i + 1);
+        kn_tensor *p;
+        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, &p);
+        if (st != KN_OK) {
+            g_cap = NULL;
+            kn_capture_end(&cm->cap, false);
+            return kn_lua_fail(L, st);
+        }
+        kn_lua_pushtensor(L, p);
+    }
+    int n = lua_gettop(L) - call_base;
+    int rc = lua_pcall(L, n, LUA_MULTRET, 0);
+    g_cap = NULL;
+    if (rc != LUA_OK) {
+        kn_capture_end(&cm->cap, false);
+        flush_log(cm);
+        return lua_error(L);
+    }
+    st = kn_capture_end(&cm->cap, true);
+    flush_log(cm);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    return lua_gettop(L) - call_base + 1;
+}
+
+static int cm_gc(lua_State *L)
+{
+    compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
+    kn_compiled_free(u->cm);
+    u->cm = NULL;
+    return 0;
+}
+
+static void push_break(lua_State *L, const kn_break *b)
+{
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, b->category);
+    lua_setfield(L, -2, "category");
+    lua_pushstring(L, b->reason);
+    lua_setfield(L, -2, "reason");
+    lua_pushstring(L, b->hint);
+    lua_setfield(L, -2, "hint");
+    lua_pushstring(L, b->where);
+    lua_setfield(L, -2, "where");
+    lua_pushinteger(L, b->graph);
+    lua_setfield(L, -2, "graph");
+    lua_createtable(L, b->n_frames, 0);
+    lua_createtable(L, b->n_frames, 0);
+    for (int i = 0; i < b->n_frames; i++) {
+        lua_pushstring(L, b->frame_where[i]);
+        lua_seti(L, -3, i + 1);
+        lua_pushstring(L, b->frame_fn[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -3, "functions");
+    lua_setfield(L, -2, "stack");
+    char text[4096];
+    kn_break_format(b, text, sizeof text);
+    lua_pushstring(L, text);
+    lua_setfield(L, -2, "message");
+}
+
+static int cm_breaks(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    lua_createtable(L, cm->n_breaks, 0);
+    for (int i = 0; i < cm->n_breaks; i++) {
+        push_break(L, &cm->breaks[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int cm_recompiles(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    lua_createtable(L, cm->n_recompiles, 0);
+    for (int i = 0; i < cm->n_recompiles; i++) {
+        const kn_recompile *r = &cm->recompiles[i];
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, r->graph);
+        lua_setfield(L, -2, "graph");
+        lua_pushinteger(L, r->version);
+        lua_setfield(L, -2, "version");
+        lua_pushstring(L, r->where);
+        lua_setfield(L, -2, "where");
+        lua_createtable(L, r->n_reasons, 0);
+        for (int k = 0; k < r->n_reasons; k++) {
+            lua_pushstring(L, r->reasons[k]);
+            lua_seti(L, -2, k + 1);
+        }
+        lua_setfield(L, -2, "reasons");
+        lua_seti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* {{graph = 0, version = 0, guards = {...}}, ...} */
+static int cm_guards(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    int n = 0;
+    for (int k = 0; k < cm->n_graphs; k++)
+        for (int v = 0; v < cm->graphs[k].n_versions; v++) {
+            const kn_version *ver = &cm->graphs[k].versions[v];
+            lua_createtable(L, 0, 3);
+            lua_pushinteger(L, k);
+            lua_setfield(L, -2, "graph");
+            lua_pushinteger(L, v);
+            lua_setfield(L, -2, "version");
+            lua_createtable(L, ver->n_guards, 0);
+            for (int i = 0; i < ver->n_guards; i++) {
+                lua_pushstring(L, ver->guards[i]);
+                lua_seti(L, -2, i + 1);
+            }
+            lua_setfield(L, -2, "guards");
+            lua_seti(L, -2, ++n);
+        }
+    return 1;
+}
+
+static void push_shape_list(lua_State *L, const kn_meta *m)
+{
+    lua_createtable(L, m->ndim, 0);
+    for (int d = 0; d < m->ndim; d++) {
+        lua_pushinteger(L, m->shape[d]);
+        lua_seti(L, -2, d + 1);
+    }
+}
+
+/* The latest version of each graph: {{graph =, version =, nodes = {{op =, inputs =, shape =, dtype =, where =}}}} */
+static int cm_graphs(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    for (int k = 0; k < cm->n_graphs; k++) {
+        const kn_graph_cache *gc = &cm->graphs[k];
+        if (gc->n_versions == 0) continue;
+        const kn_graph *g = &gc->versions[gc->n_versions - 1].g;
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, k);
+        lua_setfield(L, -2, "graph");
+        lua_pushinteger(L, gc->n_versions - 1);
+        lua_setfield(L, -2, "version");
+        lua_pushinteger(L, kn_graph_op_count(g));
+        lua_setfield(L, -2, "op_count");
+        lua_createtable(L, g->n_nodes, 0);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *nd = &g->nodes[i];
+            lua_createtable(L, 0, 6);
+            lua_pushstring(L, kn_node_op_name(nd));
+            lua_setfield(L, -2, "op");
+            if (nd->name[0]) {
+                lua_pushstring(L, nd->name);
+                lua_setfield(L, -2, "name");
+            }
+            lua_createtable(L, nd->n_in, 0);
+            for (int j = 0; j < nd->n_in; j++) {
+                lua_pushinteger(L, nd->in_node[j]);
+                lua_seti(L, -2, j + 1);
+            }
+            lua_setfield(L, -2, "inputs");
+            push_shape_list(L, &nd->out[0]);
+            lua_setfield(L, -2, "shape");
+            lua_pushstring(L, kn_dtype_name(nd->out[0].dtype));
+            lua_setfield(L, -2, "dtype");
+            lua_pushstring(L, nd->where[0] ? nd->where : "");
+            lua_setfield(L, -2, "where");
+            lua_seti(L, -2, i + 1);
+        }
+        lua_setfield(L, -2, "nodes");
+        lua_seti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+    }
+    return 1;
+}
+
+/* Until the compiler lands, each op node of a graph runs as one CPU kernel. */
+static int cm_kernels(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    int n = 0;
+    for (int k = 0; k < cm->n_graphs; k++) {
+        const kn_graph_cache *gc = &cm->graphs[k];
+        if (gc->n_versions == 0) continue;
+        const kn_graph *g = &gc->versions[gc->n_versions - 1].g;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *nd = &g->nodes[i];
+            if (nd->op >= KN_OP_COUNT) continue;
+            lua_createtable(L, 0, 4);
+            lua_pushfstring(L, "k%d_%s", n, kn_node_op_name(nd));
+            lua_setfield(L, -2, "name");
+            lua_pushstring(L, kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW ? "view" : "cpu");
+            lua_setfield(L, -2, "kind");
+            lua_createtable(L, 1, 0);
+            lua_pushstring(L, kn_node_op_name(nd));
+            lua_seti(L, -2, 1);
+            lua_setfield(L, -2, "ops");
+            lua_pushinteger(L, k);
+            lua_setfield(L, -2, "graph");
+            lua_seti(L, -2, ++n);
+        }
+    }
+    return 1;
+}
+
+static int cm_stats(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    const kn_compile_stats *s = &cm->stats;
+    lua_createtable(L, 0, 16);
+    int versions = 0;
+    for (int k = 0; k < cm->n_graphs; k++) versions += cm->graphs[k].n_versions;
+    lua_pushinteger(L, cm->n_graphs);
+    lua_setfield(L, -2, "graphs");
+    lua_pushinteger(L, versions);
+    lua_setfield(L, -2, "versions");
+    lua_pushinteger(L, s->calls);
+    lua_setfield(L, -2, "calls");
+    lua_pushinteger(L, s->graphs_run);
+    lua_setfield(L, -2, "graphs_run");
+    int kernels = 0;
+    for (int k = 0; k < cm->n_graphs; k++)
+        if (cm->graphs[k].n_versions)
+            kernels += kn_graph_op_count(&cm->graphs[k].versions[cm->graphs[k].n_versions - 1].g);
+    lua_pushinteger(L, kernels);
+    lua_setfield(L, -2, "kernels");
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, s->capture_s);
+    lua_setfield(L, -2, "capture");
+    lua_pushnumber(L, s->passes_s);
+    lua_setfield(L, -2, "passes");
+    lua_pushnumber(L, s->codegen_s);
+    lua_setfield(L, -2, "codegen");
+    lua_pushnumber(L, s->backend_s);
+    lua_setfield(L, -2, "backend");
+    lua_setfield(L, -2, "compile_s");
+    /* the graph-version cache; the persistent kernel cache arrives with the compiler */
+    lua_pushinteger(L, s->cache_hits);
+    lua_setfield(L, -2, "version_hits");
+    lua_pushinteger(L, s->cache_misses);
+    lua_setfield(L, -2, "version_misses");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "cache_hits");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "cache_misses");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "autotune_s");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "autotune_cache_hits");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "replays");
+    lua_pushinteger(L, s->eager_fallbacks);
+    lua_setfield(L, -2, "eager_fallbacks");
+    lua_pushinteger(L, (lua_Integer)cm->n_breaks);
+    lua_setfield(L, -2, "breaks");
+    lua_pushinteger(L, (lua_Integer)cm->n_recompiles);
+    lua_setfield(L, -2, "recompiles");
+    return 1;
+}
+
+/* cm:last_call(): what the latest call did, for kiln.explain:
+ * {graph_count, graph_break_count, op_count, ops_per_graph, break_reasons, compile_s = {...}} */
+static int cm_last_call(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    const kn_capture *cap = &cm->cap;
+    lua_createtable(L, 0, 6);
+    lua_pushinteger(L, cap->n_graphs);
+    lua_setfield(L, -2, "graph_count");
+    lua_pushinteger(L, cap->n_breaks);
+    lua_setfield(L, -2, "graph_break_count");
+    int ops = 0, n = cap->n_graphs < 256 ? cap->n_graphs : 256;
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        ops += cap->ops_per_graph[i];
+        lua_pushinteger(L, cap->ops_per_graph[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "ops_per_graph");
+    lua_pushinteger(L, ops);
+    lua_setfield(L, -2, "op_count");
+    lua_createtable(L, cap->n_breaks, 0);
+    for (int i = 0; i < cap->n_breaks; i++) {
+        push_break(L, &cap->call_breaks[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "break_reasons");
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, cap->capture_s);
+    lua_setfield(L, -2, "capture");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "passes");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "codegen");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "backend");
+    lua_setfield(L, -2, "compile_s");
+    return 1;
+}
+
+static const char *const kn_modes[] = {"default", "reduce-overhead", "max-autotune",
+                                       "max-autotune-no-cudagraphs", "eager", NULL};
+
+static int cm_set_mode(lua_State *L)
+{
+    kn_compiled *cm = check_compiled(L, 1)->cm;
+    int m = luaL_checkoption(L, 2, NULL, kn_modes);
+    kn_compiled_set_mode(cm, kn_modes[m]);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int cm_mode(lua_State *L)
+{
+    lua_pushstring(L, check_compiled(L, 1)->cm->mode);
+    return 1;
+}
+
+static int cm_tostring(lua_State *L)
+{
+    compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
+    if (!u->cm) lua_pushliteral(L, "kiln.Compiled (freed)");
+    else lua_pushfstring(L, "kiln.Compiled %s (%s), mode %s", u->cm->fn_name, u->cm->fn_where, u->cm->mode);
+    return 1;
+}
+
+/* A name for the function or module being compiled, and where it is defined. */
+static void describe(lua_State *L, int idx, bool is_module, char *name, size_t nsize, char *where,
+                     size_t wsize)
+{
+    lua_Debug ar;
+    if (is_module) {
+        lua_getfield(L, idx, "forward");
+        snprintf(name, nsize, "forward");
+    } else {
+        lua_pushvalue(L, idx);
+        find_name(L, idx, name, nsize);
+        if (!name[0]) snprintf(name, nsize, "function");
+    }
+    if (lua_isfunction(L, -1)) {
+        lua_getinfo(L, ">S", &ar);
+        if (ar.linedefined > 0) snprintf(where, wsize, "%s:%d", ar.short_src, ar.linedefined);
+        else snprintf(where, wsize, "%s", ar.short_src);
+    } else {
+        lua_pop(L, 1);
+        snprintf(where, wsize, "?");
+    }
+}
+
+/* kiln.compile(fn_or_module [, {mode =, fullgraph =, dynamic =, backend =}]) */
+static int l_compile(lua_State *L)
+{
+    bool is_module = lua_istable(L, 1) || lua_isuserdata(L, 1);
+    if (!lua_isfunction(L, 1) && !is_module)
+        return luaL_argerror(L, 1, "function or kiln.nn module expected");
+    if (is_module && lua_getfield(L, 1, "forward") != LUA_TFUNCTION)
+        return luaL_argerror(L, 1, "a module needs a forward method");
+    if (is_module) lua_pop(L, 1);
+    const char *mode = "default";
+    bool fullgraph = false;
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        if (lua_getfield(L, 2, "mode") != LUA_TNIL) mode = kn_modes[luaL_checkoption(L, -1, NULL, kn_modes)];
+        lua_pop(L, 1);
+        lua_getfield(L, 2, "fullgraph");
+        fullgraph = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    char name[64], where[KN_WHERE_MAX];
+    describe(L, 1, is_module, name, sizeof name, where, sizeof where);
+    compiled_ud *u = lua_newuserdatauv(L, sizeof *u, 1);
+    u->cm = NULL;
+    luaL_setmetatable(L, KN_COMPILED_MT);
+    kn_status st = kn_compiled_new(name, where, &u->cm);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_compiled_set_mode(u->cm, mode);
+    u->cm->fullgraph = fullgraph;
+    lua_createtable(L, 0, 2);
+    if (is_module) {
+        lua_getfield(L, 1, "forward");
+        lua_setfield(L, -2, "fn");
+        lua_pushvalue(L, 1);
+        lua_setfield(L, -2, "module");
+    } else {
+        lua_pushvalue(L, 1);
+        lua_setfield(L, -2, "fn");
+    }
+    lua_setiuservalue(L, -2, 1);
+    return 1;
+}
+
+/* kiln.log{"graph_breaks", "recompiles", "guards"}: what compiled calls print. */
+static int parse_log_word(const char *w)
+{
+    if (strcmp(w, "graph_breaks") == 0) return KN_LOG_GRAPH_BREAKS;
+    if (strcmp(w, "recompiles") == 0) return KN_LOG_RECOMPILES;
+    if (strcmp(w, "guards") == 0) return KN_LOG_GUARDS;
+    if (strcmp(w, "kernels") == 0 || strcmp(w, "autotune") == 0 || strcmp(w, "passes") == 0) return 0;
+    return -1;
+}
+
+static int l_log(lua_State *L)
+{
+    int flags = KN_LOG_WARN;
+    if (lua_istable(L, 1)) {
+        for (lua_Integer i = 1; i <= luaL_len(L, 1); i++) {
+            lua_geti(L, 1, i);
+            int f = parse_log_word(luaL_checkstring(L, -1));
+            if (f < 0)
+                return luaL_error(L, "kiln.log: unknown log '%s' (graph_breaks, recompiles, guards, kernels, autotune)",
+                                  lua_tostring(L, -1));
+            flags |= f;
+            lua_pop(L, 1);
+        }
+    } else if (!lua_isnoneornil(L, 1)) {
+        return luaL_argerror(L, 1, "a list of log names expected");
+    }
+    g_log_flags = flags;
+    return 0;
+}
+
+static void log_from_env(void)
+{
+    const char *env = getenv("KILN_LOGS");
+    if (!env) return;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+        int f = parse_log_word(w);
+        if (f > 0) g_log_flags |= f;
+    }
+}
+
+void kn_lua_open_compile(lua_State *L)
+{
+    int kiln = lua_gettop(L);
+    if (luaL_newmetatable(L, KN_COMPILED_MT)) {
+        static const luaL_Reg mm[] = {{"__call", cm_call}, {"__gc", cm_gc}, {"__tostring", cm_tostring}, {NULL, NULL}};
+        luaL_setfuncs(L, mm, 0);
+        static const luaL_Reg methods[] = {{"breaks", cm_breaks},     {"recompiles", cm_recompiles},
+                                           {"guards", cm_guards},     {"graphs", cm_graphs},
+                                           {"kernels", cm_kernels},   {"stats", cm_stats},
+                                           {"set_mode", cm_set_mode}, {"mode", cm_mode},
+                                           {"last_call", cm_last_call},
+                                           {NULL, NULL}};
+        luaL_newlib(L, methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    /* kiln.config: read at each compiled call */
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, 8);
+    lua_setfield(L, -2, "cache_size_limit");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "error_on_recompile");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "allow_tf32");
+    const char *cache = getenv("KILN_CACHE_DIR");
+    const char *home = getenv("HOME");
+    if (cache) lua_pushstring(L, cache);
+    else lua_pushfstring(L, "%s/.cache/kiln", home ? home : ".");
+    lua_setfield(L, -2, "cache_dir");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    lua_setfield(L, kiln, "config");
+    log_from_env();
+    static const luaL_Reg fns[] = {{"compile", l_compile}, {"graph_break", l_graph_break},
+                                   {"eager", l_eager},     {"log", l_log},
+                                   {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+}

@@ -1,0 +1,46 @@
+-- 30_compile.lua: kiln.explain and the report formats of design section 4,
+-- on top of the C compiled callable (scripting/kn_lua_compile.c).
+local kiln = ...
+
+local function fmt_s(x) return string.format("%.2f", x) end
+
+-- The text kiln.explain prints for a report.
+function kiln.format_explain(r)
+  if type(r) ~= "table" or type(r.break_reasons) ~= "table" then
+    error("kiln.format_explain: expected the report table kiln.explain returns, got " .. type(r), 2)
+  end
+  local lines = {
+    "Graph count: " .. r.graph_count,
+    "Graph break count: " .. r.graph_break_count,
+    "Op count: " .. r.op_count,
+  }
+  if #r.break_reasons > 0 then
+    lines[#lines + 1] = "Break reasons:"
+    for i, b in ipairs(r.break_reasons) do
+      lines[#lines + 1] = string.format("  %d. %s at %s: %s", i, b.category, b.where, b.reason)
+      for j, w in ipairs(b.stack) do
+        if j > 1 then lines[#lines + 1] = "       from " .. w end
+      end
+    end
+  end
+  local ops = {}
+  for i, n in ipairs(r.ops_per_graph) do ops[i] = tostring(n) end
+  lines[#lines + 1] = "Ops per graph: " .. (#ops > 0 and table.concat(ops, ", ") or "none")
+  local c = r.compile_s
+  lines[#lines + 1] = string.format("Compile time: %s s (capture %s, passes %s, codegen %s, backend compile %s)",
+    fmt_s(r.compile_time_s), fmt_s(c.capture), fmt_s(c.passes), fmt_s(c.codegen), fmt_s(c.backend))
+  return table.concat(lines, "\n")
+end
+
+-- kiln.explain(fn_or_module, ...): run once under capture and report the
+-- graphs and breaks (design section 4). Prints the report unless
+-- kiln.explain_quiet is set, and returns it.
+function kiln.explain(fn, ...)
+  local cm = kiln.compile(fn)
+  cm(...)
+  local r = cm:last_call()
+  local c = r.compile_s
+  r.compile_time_s = c.capture + c.passes + c.codegen + c.backend
+  if not kiln.explain_quiet then print(kiln.format_explain(r)) end
+  return r
+end
