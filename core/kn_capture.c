@@ -215,10 +215,24 @@ static bool input_contiguous(const kn_graph_input *in)
     return true;
 }
 
-static void input_guard_text(const kn_graph_input *in, char *buf, size_t size)
+/* "{16, s0, 512}": an input's shape with its symbols. */
+static void input_shape_text(const kn_graph_input *in, const kn_symbols *sym, int i, char *buf,
+                             size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "{");
+    for (int d = 0; d < in->meta.ndim && n < size; d++) {
+        int sj = sym && sym->input_sym ? sym->input_sym[i][d] : -1;
+        if (sj >= 0) n += (size_t)snprintf(buf + n, size - n, d ? ", s%d" : "s%d", sj);
+        else n += (size_t)snprintf(buf + n, size - n, d ? ", %lld" : "%lld", (long long)in->meta.shape[d]);
+    }
+    if (n < size) snprintf(buf + n, size - n, "}");
+}
+
+static void input_guard_text(const kn_graph_input *in, const kn_symbols *sym, int i, char *buf,
+                             size_t size)
 {
     char shp[256], str[256];
-    shape_text(in->meta.ndim, in->meta.shape, shp, sizeof shp);
+    input_shape_text(in, sym, i, shp, sizeof shp);
     if (input_contiguous(in)) snprintf(str, sizeof str, "contiguous");
     else {
         char s[200];
@@ -233,10 +247,18 @@ static void input_guard_text(const kn_graph_input *in, char *buf, size_t size)
 
 /* ---- guards -------------------------------------------------------------- */
 
-/* The first guard of version v that the traced graph g fails, as text in
- * buf; false when every guard holds. */
-static bool input_failure(const kn_graph_input *want, const kn_graph_input *got, char *buf, size_t size)
+/* Where a size guard failed, so automatic dynamic shapes can act on it. */
+typedef struct {
+    int input, dim; /* -1 when the failure was not a static size */
+} size_failure;
+
+/* The first guard on input i of a version that the traced input fails, as
+ * text in buf; false when they all hold. vals/seen collect symbol values. */
+static bool input_failure(const kn_version *v, int i, const kn_graph_input *got, int64_t *vals,
+                          bool *seen, size_failure *sf, char *buf, size_t size)
 {
+    const kn_graph_input *want = &v->g.inputs[i];
+    const kn_symbols *sym = v->dynamic ? &v->sym : NULL;
     const char *what = want->kind == KN_IN_PARAM ? "parameter" : "tensor";
     if ((want->kind == KN_IN_PARAM || want->kind == KN_IN_TENSOR) && want->tensor_id != got->tensor_id) {
         snprintf(buf, size, "%s '%s' was replaced", what, want->name);
@@ -258,13 +280,16 @@ static bool input_failure(const kn_graph_input *want, const kn_graph_input *got,
         return true;
     }
     for (int d = 0; d < want->meta.ndim; d++)
-        if (want->meta.shape[d] != got->meta.shape[d]) {
-            snprintf(buf, size, "%s '%s' size mismatch at dim %d: expected %lld, actual %lld", what,
-                     want->name, d + 1, (long long)want->meta.shape[d], (long long)got->meta.shape[d]);
-            return true;
+        if ((!sym || sym->input_sym[i][d] < 0) && want->meta.shape[d] != got->meta.shape[d]) {
+            sf->input = i;
+            sf->dim = d;
+            break;
         }
+    if (kn_sym_input_failure(sym, i, want, got, vals, seen, buf, size)) return true;
     bool wc = input_contiguous(want), gc = input_contiguous(got);
-    if (wc != gc || (!wc && memcmp(want->strides, got->strides, sizeof(int64_t) * (size_t)want->meta.ndim))) {
+    /* with symbolic sizes the strides move with them: only contiguity is kept */
+    bool exact = !sym && !wc;
+    if (wc != gc || (exact && memcmp(want->strides, got->strides, sizeof(int64_t) * (size_t)want->meta.ndim))) {
         char ws[200], gs[200];
         if (wc) snprintf(ws, sizeof ws, "contiguous");
         else shape_text(want->meta.ndim, want->strides, ws, sizeof ws);
@@ -278,14 +303,11 @@ static bool input_failure(const kn_graph_input *want, const kn_graph_input *got,
 
 static bool same_node(const kn_node *a, const kn_node *b)
 {
-    if (a->op != b->op || a->n_in != b->n_in || a->n_out != b->n_out) return false;
-    if (memcmp(a->in_node, b->in_node, sizeof(int) * (size_t)a->n_in) ||
-        memcmp(a->in_out, b->in_out, sizeof(int) * (size_t)a->n_in))
-        return false;
-    if (a->op == KN_NODE_INPUT) return strcmp(a->name, b->name) == 0;
-    if (a->op == KN_NODE_CONST) return a->out[0].dtype == b->out[0].dtype && strcmp(a->where, b->where) == 0;
-    /* A random op draws fresh numbers each call (its counter offset moves
-     * on); that is the same graph, not a new one. */
+    if (!kn_sym_same_node_modulo_sizes(a, b)) return false;
+    for (int o = 0; o < a->n_out; o++)
+        if (memcmp(a->out[o].shape, b->out[o].shape, sizeof(int64_t) * (size_t)a->out[o].ndim)) return false;
+    if (a->op == KN_NODE_INPUT || a->op == KN_NODE_CONST) return true;
+    /* sizes in attributes too (random ops' counter offsets excluded, as above) */
     kn_attrs x = a->a, y = b->a;
     x.rng_offset = y.rng_offset = 0;
     return memcmp(&x, &y, sizeof x) == 0;
@@ -302,24 +324,29 @@ static const char *num_text(double v, char *buf, size_t size)
     return buf;
 }
 
+/* Why version v (index vi) does not fit the traced graph g: text in buf and
+ * true, or false when it fits (then vals holds the symbol values of g). */
 static bool version_failure(const kn_compiled *cm, const kn_version *v, int vi, const kn_graph *g,
-                            char *buf, size_t size)
+                            int64_t *vals, size_failure *sf, char *buf, size_t size)
 {
+    bool seen[KN_MAX_SYMS] = {false};
+    sf->input = sf->dim = -1;
     if (strcmp(v->mode, cm->mode) != 0) {
         snprintf(buf, size, "mode changed: %s -> %s", v->mode, cm->mode);
         return true;
     }
-    for (int i = 0; i < v->g.n_inputs; i++) {
-        const kn_graph_input *want = &v->g.inputs[i];
+    for (int i = 0; i < v->g.n_inputs; i++)
         for (int j = 0; j < g->n_inputs; j++)
-            if (strcmp(g->inputs[j].name, want->name) == 0) {
-                if (input_failure(want, &g->inputs[j], buf, size)) return true;
+            if (strcmp(g->inputs[j].name, v->g.inputs[i].name) == 0) {
+                if (input_failure(v, i, &g->inputs[j], vals, seen, sf, buf, size)) return true;
                 break;
             }
-    }
     int n = v->g.n_nodes < g->n_nodes ? v->g.n_nodes : g->n_nodes, diff = -1;
-    for (int i = 0; i < n && diff < 0; i++)
-        if (!same_node(&v->g.nodes[i], &g->nodes[i])) diff = i;
+    for (int i = 0; i < n && diff < 0; i++) {
+        bool same = v->dynamic ? kn_sym_same_node_modulo_sizes(&v->g.nodes[i], &g->nodes[i])
+                               : same_node(&v->g.nodes[i], &g->nodes[i]);
+        if (!same) diff = i;
+    }
     if (diff < 0 && v->g.n_nodes != g->n_nodes) diff = n;
     int limit = diff < 0 ? n : diff;
     for (int i = 0; i < limit; i++) {
@@ -335,10 +362,10 @@ static bool version_failure(const kn_compiled *cm, const kn_version *v, int vi, 
             return true;
         }
     }
+    if (diff < 0 && v->dynamic && v->sym.fitted) diff = kn_sym_sizes_differ(&v->sym, &v->g, g, vals);
     if (diff >= 0) {
         const char *where = diff < g->n_nodes ? g->nodes[diff].where : v->g.nodes[diff].where;
-        snprintf(buf, size, "graph differs from version %d from node %d at %s",
-                 vi, diff, where);
+        snprintf(buf, size, "graph differs from version %d from node %d at %s", vi, diff, where);
         return true;
     }
     return false;
@@ -350,9 +377,11 @@ static kn_status make_guards(kn_version *v)
     for (int i = 0; i < v->g.n_nodes; i++) n += v->g.nodes[i].op == KN_NODE_CONST;
     v->guards = calloc((size_t)n, sizeof *v->guards);
     if (!v->guards) return kn_error(KN_ERR_OOM, "out of host memory for guards");
+    v->n_guards = 0;
     snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "mode %s", v->mode);
     for (int i = 0; i < v->g.n_inputs; i++)
-        input_guard_text(&v->g.inputs[i], v->guards[v->n_guards++], KN_REASON_MAX);
+        input_guard_text(&v->g.inputs[i], v->dynamic ? &v->sym : NULL, i, v->guards[v->n_guards++],
+                         KN_REASON_MAX);
     for (int i = 0; i < v->g.n_nodes; i++) {
         const kn_node *c = &v->g.nodes[i];
         if (c->op != KN_NODE_CONST) continue;
@@ -363,8 +392,93 @@ static kn_status make_guards(kn_version *v)
         else
             snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "number at %s == %s", c->where, x);
     }
-    snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "graph structure: %d nodes, %d ops",
-             v->g.n_nodes, kn_graph_op_count(&v->g));
+    snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "graph structure: %d nodes, %d ops%s",
+             v->g.n_nodes, kn_graph_op_count(&v->g),
+             v->dynamic ? (v->sym.fitted ? ", sizes as expressions of the symbols" : ", sizes fitted at the next call") : "");
+    return KN_OK;
+}
+
+void kn_version_size_text(const kn_version *v, int node, int out, int dim, char *buf, size_t size)
+{
+    const kn_node *n = &v->g.nodes[node];
+    if (v->dynamic && v->sym.fitted)
+        kn_dimexpr_text(&v->sym.expr[node][out * KN_MAX_DIMS + dim], buf, size);
+    else
+        snprintf(buf, size, "%lld", (long long)n->out[out].shape[dim]);
+}
+
+/* ---- dynamic dims -------------------------------------------------------- */
+
+static struct {
+    uint64_t tensor_id;
+    int dim;
+} g_marks[256];
+static int g_n_marks;
+
+void kn_mark_dynamic(uint64_t tensor_id, int dim)
+{
+    g_marks[g_n_marks % 256].tensor_id = tensor_id;
+    g_marks[g_n_marks % 256].dim = dim;
+    g_n_marks++;
+}
+
+static bool marked(uint64_t id, int dim)
+{
+    int n = g_n_marks < 256 ? g_n_marks : 256;
+    for (int i = 0; i < n; i++)
+        if (g_marks[i].tensor_id == id && g_marks[i].dim == dim) return true;
+    return false;
+}
+
+static bool is_dynamic(void *ctx, const kn_graph_input *in, int dim)
+{
+    const kn_compiled *cm = ctx;
+    if (in->kind == KN_IN_PARAM) return false;
+    if (marked(in->tensor_id, dim)) return true;
+    if (cm->dynamic == 0) return false;
+    if (cm->dynamic == 1) return true;
+    for (int i = 0; i < cm->n_dyn; i++)
+        if (cm->dyn[i].dim == dim && strcmp(cm->dyn[i].name, in->name) == 0) return true;
+    return false;
+}
+
+static void add_dynamic(kn_compiled *cm, const char *name, int dim)
+{
+    for (int i = 0; i < cm->n_dyn; i++)
+        if (cm->dyn[i].dim == dim && strcmp(cm->dyn[i].name, name) == 0) return;
+    void *nd = realloc(cm->dyn, sizeof *cm->dyn * (size_t)(cm->n_dyn + 1));
+    if (!nd) return; /* stays static: correct, only recompiles more */
+    cm->dyn = nd;
+    snprintf(cm->dyn[cm->n_dyn].name, sizeof cm->dyn[cm->n_dyn].name, "%s", name);
+    cm->dyn[cm->n_dyn].dim = dim;
+    cm->n_dyn++;
+}
+
+/* Make the new version's symbolic sizes: choose symbols, then fit the
+ * expressions against the newest older version traced from the same code. */
+static kn_status make_symbols(kn_compiled *cm, kn_graph_cache *gc, kn_version *v)
+{
+    bool any = false;
+    KN_TRY(kn_sym_assign(&v->g, is_dynamic, cm, &v->sym, &any));
+    v->dynamic = any;
+    if (!any) {
+        kn_sym_free(&v->sym);
+        return KN_OK;
+    }
+    for (int o = gc->n_versions - 1; o >= 0; o--) {
+        const kn_version *old = &gc->versions[o];
+        if (old->g.n_nodes != v->g.n_nodes || old->g.n_inputs != v->g.n_inputs) continue;
+        bool same = true;
+        for (int i = 0; i < v->g.n_nodes && same; i++)
+            same = kn_sym_same_node_modulo_sizes(&old->g.nodes[i], &v->g.nodes[i]);
+        if (!same) continue;
+        int64_t vals[KN_MAX_SYMS];
+        memcpy(vals, v->sym.value, sizeof vals);
+        for (int i = 0; i < v->g.n_inputs; i++)
+            for (int d = 0; d < v->g.inputs[i].meta.ndim; d++)
+                if (v->sym.input_sym[i][d] >= 0) vals[(int)v->sym.input_sym[i][d]] = old->g.inputs[i].meta.shape[d];
+        return kn_sym_fit(&v->sym, &v->g, &old->g, vals);
+    }
     return KN_OK;
 }
 
@@ -385,13 +499,23 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
     if (gc->eager) return KN_OK;
     kn_recompile rc;
     memset(&rc, 0, sizeof rc);
+    size_failure newest = {-1, -1};
     for (int v = gc->n_versions - 1; v >= 0; v--) {
         char why[KN_REASON_MAX - 16];
-        if (!version_failure(cm, &gc->versions[v], v, g, why, sizeof why)) {
+        int64_t vals[KN_MAX_SYMS];
+        size_failure sf;
+        kn_version *ver = &gc->versions[v];
+        if (!version_failure(cm, ver, v, g, vals, &sf, why, sizeof why)) {
+            if (ver->dynamic && !ver->sym.fitted) {
+                KN_TRY(kn_sym_fit(&ver->sym, &ver->g, g, vals));
+                free(ver->guards);
+                KN_TRY(make_guards(ver));
+            }
             *version = v;
             cm->stats.cache_hits++;
             return KN_OK;
         }
+        if (v == gc->n_versions - 1) newest = sf;
         if (rc.n_reasons < KN_MAX_REASONS)
             snprintf(rc.reasons[rc.n_reasons++], KN_REASON_MAX, "%d/%d: %s", k, v, why);
     }
@@ -421,6 +545,11 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
         cm->recompiles = nr;
         cm->recompiles[cm->n_recompiles++] = rc;
         kn_compiled_log(cm, KN_LOG_RECOMPILES, "%s", msg);
+        /* automatic dynamic shapes: a size that changed once is made symbolic */
+        if (newest.input >= 0 && cm->dynamic < 0) {
+            const kn_graph_input *in = &gc->versions[gc->n_versions - 1].g.inputs[newest.input];
+            if (in->kind != KN_IN_PARAM) add_dynamic(cm, in->name, newest.dim);
+        }
     }
     kn_version *nv = realloc(gc->versions, sizeof *nv * (size_t)(gc->n_versions + 1));
     if (!nv) return kn_error(KN_ERR_OOM, "out of host memory for the graph cache");
@@ -429,9 +558,11 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
     memset(v, 0, sizeof *v);
     KN_TRY(kn_graph_copy(g, &v->g));
     snprintf(v->mode, sizeof v->mode, "%s", cm->mode);
-    kn_status st = make_guards(v);
+    kn_status st = make_symbols(cm, gc, v);
+    if (st == KN_OK) st = make_guards(v);
     if (st != KN_OK) {
         kn_graph_free(&v->g);
+        kn_sym_free(&v->sym);
         return st;
     }
     *version = gc->n_versions++;
@@ -583,6 +714,7 @@ kn_status kn_compiled_new(const char *fn_name, const char *fn_where, kn_compiled
     snprintf(cm->fn_where, sizeof cm->fn_where, "%s", fn_where);
     snprintf(cm->mode, sizeof cm->mode, "default");
     cm->cache_size_limit = 8;
+    cm->dynamic = -1;
     cm->log_flags = KN_LOG_WARN;
     *out = cm;
     return KN_OK;
@@ -602,6 +734,7 @@ void kn_compiled_free(kn_compiled *cm)
     for (int k = 0; k < cm->n_graphs; k++) {
         for (int v = 0; v < cm->graphs[k].n_versions; v++) {
             kn_graph_free(&cm->graphs[k].versions[v].g);
+            kn_sym_free(&cm->graphs[k].versions[v].sym);
             free(cm->graphs[k].versions[v].guards);
         }
         free(cm->graphs[k].versions);
@@ -609,6 +742,7 @@ void kn_compiled_free(kn_compiled *cm)
     free(cm->graphs);
     free(cm->breaks);
     free(cm->recompiles);
+    free(cm->dyn);
     free(cm->log);
     free(cm);
 }

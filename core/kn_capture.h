@@ -17,6 +17,7 @@
 #include <stdbool.h>
 
 #include "kn_graph.h"
+#include "kn_symbolic.h"
 
 struct kn_capture;
 
@@ -68,6 +69,8 @@ typedef struct kn_recompile {
 typedef struct kn_version {
     kn_graph g;
     char mode[32];
+    bool dynamic;  /* some input dims are symbolic */
+    kn_symbols sym; /* valid when dynamic */
     int n_guards;
     char (*guards)[KN_REASON_MAX]; /* human-readable guard strings */
 } kn_version;
@@ -119,6 +122,12 @@ struct kn_compiled {
     kn_recompile *recompiles;
     int n_recompiles;
     kn_compile_stats stats;
+    int dynamic; /* -1: automatic (a dim that changed once), 0: never, 1: every dim */
+    struct {
+        char name[KN_NAME_MAX];
+        int dim;
+    } *dyn; /* dims made dynamic automatically, by input name */
+    int n_dyn;
     kn_capture cap;
     /* Messages for the caller to show (recompiles, cache-limit warnings),
      * appended as they happen; the scripting layer prints and clears them. */
@@ -158,6 +167,13 @@ kn_status kn_capture_break(kn_capture *cap, const kn_break *b);
 kn_status kn_capture_flush(kn_capture *cap);
 /* Finish the call: flush when ok, then detach every placeholder. */
 kn_status kn_capture_end(kn_capture *cap, bool ok);
+
+/* kiln.mark_dynamic: dim of the tensor with this id is symbolic wherever
+ * it enters a graph. */
+void kn_mark_dynamic(uint64_t tensor_id, int dim);
+/* Size `dim` of output `out` of node `node` of a version, as its expression
+ * ("s0*8") when the version is dynamic, else the number. */
+void kn_version_size_text(const kn_version *v, int node, int out, int dim, char *buf, size_t size);
 
 /* Append to cm->log (kept when `kind` is in cm->log_flags). */
 void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)

@@ -545,6 +545,20 @@ static int cm_graphs(lua_State *L)
             lua_setfield(L, -2, "inputs");
             push_shape_list(L, &nd->out[0]);
             lua_setfield(L, -2, "shape");
+            {
+                luaL_Buffer b;
+                luaL_buffinit(L, &b);
+                luaL_addchar(&b, '{');
+                for (int d = 0; d < nd->out[0].ndim; d++) {
+                    char t[64];
+                    kn_version_size_text(&gc->versions[gc->n_versions - 1], i, 0, d, t, sizeof t);
+                    if (d) luaL_addstring(&b, ", ");
+                    luaL_addstring(&b, t);
+                }
+                luaL_addchar(&b, '}');
+                luaL_pushresult(&b);
+                lua_setfield(L, -2, "shape_text");
+            }
             lua_pushstring(L, kn_dtype_name(nd->out[0].dtype));
             lua_setfield(L, -2, "dtype");
             lua_pushstring(L, nd->where[0] ? nd->where : "");
@@ -742,12 +756,24 @@ static int l_compile(lua_State *L)
     if (is_module) lua_pop(L, 1);
     const char *mode = "default";
     bool fullgraph = false;
+    int dynamic = -1;
     if (!lua_isnoneornil(L, 2)) {
         luaL_checktype(L, 2, LUA_TTABLE);
         if (lua_getfield(L, 2, "mode") != LUA_TNIL) mode = kn_modes[luaL_checkoption(L, -1, NULL, kn_modes)];
         lua_pop(L, 1);
         lua_getfield(L, 2, "fullgraph");
         fullgraph = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        lua_getfield(L, 2, "dynamic");
+        dynamic = lua_isnil(L, -1) ? -1 : lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (lua_getfield(L, 2, "backend") != LUA_TNIL) {
+            const char *b = luaL_checkstring(L, -1);
+            if (strcmp(b, "cpu") != 0 && strcmp(b, "cuda") != 0)
+                return luaL_error(L, "kiln.compile: unknown backend '%s' (cpu or cuda)", b);
+            if (strcmp(b, "cuda") == 0)
+                return luaL_error(L, "kiln.compile: backend 'cuda' is not available in this build yet");
+        }
         lua_pop(L, 1);
     }
     char name[64], where[KN_WHERE_MAX];
@@ -759,6 +785,7 @@ static int l_compile(lua_State *L)
     if (st != KN_OK) return kn_lua_fail(L, st);
     kn_compiled_set_mode(u->cm, mode);
     u->cm->fullgraph = fullgraph;
+    u->cm->dynamic = dynamic;
     lua_createtable(L, 0, 2);
     if (is_module) {
         lua_getfield(L, 1, "forward");
@@ -781,6 +808,19 @@ static int parse_log_word(const char *w)
     if (strcmp(w, "guards") == 0) return KN_LOG_GUARDS;
     if (strcmp(w, "kernels") == 0 || strcmp(w, "autotune") == 0 || strcmp(w, "passes") == 0) return 0;
     return -1;
+}
+
+/* kiln.mark_dynamic(x, dim): that size of x is symbolic in every compiled
+ * graph it enters (dims 1-based). */
+static int l_mark_dynamic(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    int d = kn_lua_dim(L, 2, "mark_dynamic"), nd;
+    kn_status st = kn_norm_dim("mark_dynamic", d, t->ndim, &nd);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    kn_mark_dynamic(t->id, nd);
+    lua_settop(L, 1);
+    return 1;
 }
 
 static int l_log(lua_State *L)
@@ -850,6 +890,7 @@ void kn_lua_open_compile(lua_State *L)
     log_from_env();
     static const luaL_Reg fns[] = {{"compile", l_compile}, {"graph_break", l_graph_break},
                                    {"eager", l_eager},     {"log", l_log},
+                                   {"mark_dynamic", l_mark_dynamic},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }
