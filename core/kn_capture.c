@@ -407,6 +407,16 @@ void kn_version_size_text(const kn_version *v, int node, int out, int dim, char 
         snprintf(buf, size, "%lld", (long long)n->out[out].shape[dim]);
 }
 
+bool kn_version_input_matches(const kn_version *v, int i, const kn_tensor *t)
+{
+    const kn_graph_input *want = &v->g.inputs[i];
+    if (t->lazy || !t->storage || t->dtype != want->meta.dtype || t->ndim != want->meta.ndim ||
+        kn_tensor_device(t) != want->device)
+        return false;
+    if (memcmp(t->shape, want->meta.shape, sizeof(int64_t) * (size_t)t->ndim) != 0) return false;
+    return memcmp(t->strides, want->strides, sizeof(int64_t) * (size_t)t->ndim) == 0;
+}
+
 /* ---- dynamic dims -------------------------------------------------------- */
 
 static struct {
@@ -638,8 +648,10 @@ kn_status kn_capture_flush(kn_capture *cap)
                 if (g->nodes[lz->node].op < KN_OP_COUNT) lz->output_index = next_output++;
             }
             if (ops > 0) {
-                if (cap->n_graphs < (int)(sizeof cap->ops_per_graph / sizeof cap->ops_per_graph[0]))
+                if (cap->n_graphs < (int)(sizeof cap->ops_per_graph / sizeof cap->ops_per_graph[0])) {
                     cap->ops_per_graph[cap->n_graphs] = ops;
+                    cap->graph_version[cap->n_graphs] = version;
+                }
                 cap->n_graphs++;
                 cm->stats.graphs_run++;
             }

@@ -100,6 +100,7 @@ typedef struct kn_capture {
     kn_lazy **lazies;
     int n_lazies, cap_lazies;
     int ops_per_graph[256];
+    int graph_version[256]; /* the cached version each graph of this call ran (-1: eagerly) */
     int n_graphs; /* graphs run in this call */
     int n_breaks; /* breaks in this call */
     kn_break *call_breaks; /* every break of this call, in order */
@@ -174,6 +175,10 @@ void kn_mark_dynamic(uint64_t tensor_id, int dim);
 /* Size `dim` of output `out` of node `node` of a version, as its expression
  * ("s0*8") when the version is dynamic, else the number. */
 void kn_version_size_text(const kn_version *v, int node, int out, int dim, char *buf, size_t size);
+
+/* Fast guard for replay: does tensor t pass input i of static version v
+ * (identity for parameters aside)? */
+bool kn_version_input_matches(const kn_version *v, int i, const kn_tensor *t);
 
 /* Append to cm->log (kept when `kind` is in cm->log_flags). */
 void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)

@@ -45,6 +45,9 @@ kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method);
 void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, const char *hint);
 /* "file.lua:LINE" of the innermost user code. */
 void kn_lua_where_str(lua_State *L, char *buf, size_t size);
+/* The trace in progress called something whose result may differ next
+ * time (a random op without a seed): replaying it would be wrong. */
+void kn_lua_mark_impure(const char *what);
 
 int luaopen_kiln(lua_State *L);
 

@@ -9,6 +9,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kn_capture.h"
 #include "kn_lua.h"
@@ -16,8 +17,32 @@
 
 #define KN_COMPILED_MT "kiln.Compiled"
 
+#define KN_REPLAY_MAX 32
+
+/* What a direct replay needs: when the last trace of a call made exactly one
+ * graph, saw no impure call and returned only values of that graph (or
+ * plain constants), later calls whose guards hold run the cached graph
+ * without running the Lua function again. The Lua values it checks
+ * (non-tensor arguments, upvalues, module fields) live in the uservalue's
+ * `replay` table. */
+typedef struct {
+    bool valid;
+    int version;                    /* of graph 0, static */
+    int nargs;
+    int arg_input[KN_REPLAY_MAX];   /* tensor argument -> graph input, -2: a Lua value, -1: unused tensor */
+    int n_results;
+    int res_node[KN_REPLAY_MAX], res_out[KN_REPLAY_MAX]; /* res_node -1: a constant Lua value */
+    int n_params;
+    int param_input[64];            /* graph input of each parameter (path in the replay table) */
+    char mode[32];
+} replay_t;
+
 typedef struct {
     kn_compiled *cm;
+    replay_t rp;
+    int direct_replays;
+    double replay_run_s; /* time inside kn_graph_run during replays */
+    char no_replay[128]; /* why the last trace cannot be replayed ("" when it can) */
 } compiled_ud;
 
 /* The capture of the call in progress, and the userdata index of its
@@ -276,6 +301,114 @@ static int l_eager(lua_State *L)
     return 1;
 }
 
+/* ---- purity: which calls a replay may skip ------------------------------ */
+
+/* While a trace runs, a call hook watches every C function called: kiln's
+ * ops and Lua's pure library functions keep the trace replayable; anything
+ * else (print, io, os, math.random, kiln.clock, ...) may depend on or change
+ * the world, so such a function is traced again on every call. */
+static bool g_impure;
+static char g_impure_what[64];
+
+void kn_lua_mark_impure(const char *what)
+{
+    if (g_cap && !g_impure) {
+        g_impure = true;
+        snprintf(g_impure_what, sizeof g_impure_what, "%s", what);
+    }
+}
+
+static void purity_hook(lua_State *L, lua_Debug *ar)
+{
+    if (g_impure || !lua_getinfo(L, "Sf", ar)) return;
+    if (strcmp(ar->what, "C") != 0) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.pure");
+    lua_pushvalue(L, -2);
+    bool pure = lua_rawget(L, -2) != LUA_TNIL;
+    lua_pop(L, 3);
+    if (!pure) {
+        lua_getinfo(L, "n", ar);
+        kn_lua_mark_impure(ar->name ? ar->name : "a C function");
+    }
+}
+
+/* Add every C function of the table at idx to the pure set at set. */
+static void add_pure_functions(lua_State *L, int set, int idx, const char *const *except)
+{
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        bool skip = false;
+        if (lua_type(L, -2) == LUA_TSTRING)
+            for (const char *const *e = except; *e && !skip; e++) skip = strcmp(lua_tostring(L, -2), *e) == 0;
+        if (!skip && lua_iscfunction(L, -1)) {
+            lua_pushvalue(L, -1);
+            lua_pushboolean(L, 1);
+            lua_rawset(L, set);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* The set of C functions a replayable trace may call (built once). */
+static void build_pure_set(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "kiln.pure") == LUA_TTABLE) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_newtable(L);
+    int set = lua_gettop(L);
+    static const char *const none[] = {NULL};
+    static const char *const kiln_impure[] = {"clock", "manual_seed", "load_safetensors", "save_safetensors",
+                                              "device_info", "eager", "graph_break", "log", "explain", "load", NULL};
+    static const char *const math_impure[] = {"random", "randomseed", NULL};
+    lua_getglobal(L, "kiln");
+    if (lua_istable(L, -1)) {
+        add_pure_functions(L, set, -1, kiln_impure);
+        lua_getfield(L, -1, "Tensor");
+        if (lua_istable(L, -1)) add_pure_functions(L, set, -1, none);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    luaL_getmetatable(L, KN_TENSOR_MT);
+    add_pure_functions(L, set, -1, none);
+    lua_pop(L, 1);
+    static const char *const libs[] = {"math", "string", "table", "utf8", NULL};
+    for (const char *const *lib = libs; *lib; lib++) {
+        lua_getglobal(L, *lib);
+        if (lua_istable(L, -1)) add_pure_functions(L, set, -1, strcmp(*lib, "math") == 0 ? math_impure : none);
+        lua_pop(L, 1);
+    }
+    static const char *const base[] = {"select", "type", "ipairs", "pairs", "next", "rawget", "rawequal",
+                                       "rawlen", "tostring", "tonumber", "getmetatable", "setmetatable",
+                                       "assert", "error", "pcall", "xpcall", "unpack", NULL};
+    for (const char *const *b = base; *b; b++) {
+        lua_getglobal(L, *b);
+        if (lua_iscfunction(L, -1)) {
+            lua_pushboolean(L, 1);
+            lua_rawset(L, -3);
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    /* the pairs/ipairs iterator functions themselves */
+    lua_getglobal(L, "ipairs");
+    if (lua_isfunction(L, -1)) {
+        lua_newtable(L);
+        lua_call(L, 1, 1);
+        lua_pushboolean(L, 1);
+        lua_rawset(L, -3);
+    } else {
+        lua_pop(L, 1);
+    }
+    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.pure");
+}
+
 /* ---- the compiled callable ---------------------------------------------- */
 
 static compiled_ud *check_compiled(lua_State *L, int idx)
@@ -300,7 +433,305 @@ static void read_config(lua_State *L, kn_compiled *cm)
     cm->log_flags = g_log_flags;
 }
 
-/* The uservalue table of a compiled callable: {fn =, module =}. */
+/* Resolve a dotted parameter path ("layers.1.weight") from the module at
+ * idx; pushes the value (nil when a step is missing). */
+static void push_path(lua_State *L, int idx, const char *path)
+{
+    lua_pushvalue(L, idx);
+    const char *p = path;
+    while (*p && lua_istable(L, -1)) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        char *end;
+        long long k = strtoll(p, &end, 10);
+        if (end == p + len && len > 0) lua_rawgeti(L, -1, k);
+        else {
+            lua_pushlstring(L, p, len);
+            lua_rawget(L, -2);
+        }
+        lua_remove(L, -2);
+        p += len + (dot ? 1 : 0);
+        if (!dot) break;
+    }
+    if (*p && !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
+}
+
+/* Snapshot the scalar fields (numbers, booleans, strings) of the module
+ * table at idx and of the tables under it into list (at list_idx) as
+ * {table, key, value} triples: a replay checks they are unchanged. */
+static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
+{
+    if (depth > 8 || !lua_checkstack(L, 8)) return;
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        int t = lua_type(L, -1);
+        if (t == LUA_TNUMBER || t == LUA_TBOOLEAN || t == LUA_TSTRING) {
+            lua_createtable(L, 3, 0);
+            lua_pushvalue(L, idx);
+            lua_rawseti(L, -2, 1);
+            lua_pushvalue(L, -3);
+            lua_rawseti(L, -2, 2);
+            lua_pushvalue(L, -2);
+            lua_rawseti(L, -2, 3);
+            lua_rawseti(L, list_idx, (lua_Integer)lua_rawlen(L, list_idx) + 1);
+        } else if (t == LUA_TTABLE) {
+            snapshot_fields(L, -1, list_idx, depth + 1);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* Try a direct replay; pushes the results and returns their count, or -1
+ * when a guard does not hold (then nothing is pushed and the call traces). */
+static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx)
+{
+    replay_t *rp = &u->rp;
+    kn_compiled *cm = u->cm;
+    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->mode) != 0 || cm->n_graphs < 1 ||
+        rp->version >= cm->graphs[0].n_versions || cm->graphs[0].eager)
+        return -1;
+    kn_version *v = &cm->graphs[0].versions[rp->version];
+    int top = lua_gettop(L);
+    lua_getfield(L, uv, "replay");
+    int rt = lua_gettop(L);
+    kn_tensor *bound[256] = {NULL};
+    if (v->g.n_inputs > 256) goto miss;
+    /* arguments */
+    lua_getfield(L, rt, "args");
+    for (int i = 0; i < nargs; i++) {
+        int k = rp->arg_input[i];
+        if (k == -2) {
+            lua_rawgeti(L, -1, i + 1);
+            bool same = lua_rawequal(L, -1, 2 + i);
+            lua_pop(L, 1);
+            if (!same) goto miss;
+            continue;
+        }
+        kn_tensor *t = kn_lua_totensor(L, 2 + i);
+        if (!t || (k >= 0 && !kn_version_input_matches(v, k, t))) goto miss;
+        if (k >= 0) bound[k] = t;
+    }
+    lua_pop(L, 1);
+    /* parameters: the module still holds the same tensors */
+    if (rp->n_params) {
+        lua_getfield(L, rt, "params");
+        for (int i = 0; i < rp->n_params; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            push_path(L, module_idx, lua_tostring(L, -1));
+            kn_tensor *t = kn_lua_totensor(L, -1);
+            int k = rp->param_input[i];
+            lua_pop(L, 2);
+            if (!t || t->id != v->g.inputs[k].tensor_id || !kn_version_input_matches(v, k, t)) goto miss;
+            bound[k] = t;
+        }
+        lua_pop(L, 1);
+    }
+    /* other tensors the function used (upvalues, globals): kept alive here */
+    lua_getfield(L, rt, "tensors");
+    for (int k = 0; k < v->g.n_inputs; k++) {
+        if (bound[k]) continue;
+        lua_rawgeti(L, -1, k + 1);
+        bound[k] = kn_lua_totensor(L, -1);
+        lua_pop(L, 1);
+        if (!bound[k]) goto miss;
+    }
+    lua_pop(L, 1);
+    /* upvalues of the function and scalar fields of the module */
+    lua_getfield(L, rt, "upvalues");
+    lua_getfield(L, uv, "fn");
+    for (int i = 1;; i++) {
+        if (!lua_getupvalue(L, -1, i)) break;
+        lua_rawgeti(L, -3, i);
+        bool same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+        if (!same) goto miss;
+    }
+    lua_pop(L, 2);
+    if (is_module) {
+        lua_getfield(L, rt, "fields");
+        int n = (int)lua_rawlen(L, -1);
+        for (int i = 1; i <= n; i++) {
+            lua_rawgeti(L, -1, i);
+            lua_rawgeti(L, -1, 1);
+            lua_rawgeti(L, -2, 2);
+            lua_rawget(L, -2);
+            lua_rawgeti(L, -3, 3);
+            bool same = lua_rawequal(L, -1, -2);
+            lua_pop(L, 4);
+            if (!same) goto miss;
+        }
+        lua_pop(L, 1);
+    }
+    {
+        /* every guard holds: run the cached graph on these inputs */
+        for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = bound[k];
+        /* running the graph: allocating, computing and freeing its values */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        kn_tensor **values = calloc((size_t)v->g.n_nodes * KN_MAX_OUTPUTS, sizeof *values);
+        kn_status st = values ? kn_graph_run(&v->g, values) : kn_error(KN_ERR_OOM, "out of host memory");
+        for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = NULL;
+        if (st != KN_OK) {
+            free(values);
+            lua_settop(L, top);
+            return kn_lua_fail(L, st);
+        }
+        kn_tensor *results[KN_REPLAY_MAX];
+        for (int i = 0; i < rp->n_results; i++) {
+            results[i] = rp->res_node[i] < 0 ? NULL : values[rp->res_node[i] * KN_MAX_OUTPUTS + rp->res_out[i]];
+            kn_tensor_retain(results[i]);
+        }
+        for (int i = 0; i < v->g.n_nodes * KN_MAX_OUTPUTS; i++) kn_tensor_release(values[i]);
+        free(values);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        u->replay_run_s += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        lua_settop(L, top);
+        lua_getfield(L, uv, "replay");
+        lua_getfield(L, -1, "results");
+        lua_remove(L, -2);
+        int rtab = lua_gettop(L);
+        luaL_checkstack(L, rp->n_results, "replay");
+        for (int i = 0; i < rp->n_results; i++) {
+            if (results[i]) kn_lua_pushtensor(L, results[i]);
+            else lua_rawgeti(L, rtab, i + 1);
+        }
+        lua_remove(L, rtab);
+        u->direct_replays++;
+        cm->stats.calls++;
+        cm->stats.cache_hits++;
+        return rp->n_results;
+    }
+miss:
+    lua_settop(L, top);
+    return -1;
+}
+
+/* After a traced call: record what a replay needs, when the call allows it.
+ * Results are at [first, top]. */
+static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
+                          int first)
+{
+    replay_t *rp = &u->rp;
+    kn_compiled *cm = u->cm;
+    const kn_capture *cap = &cm->cap;
+    rp->valid = false;
+    int nres = lua_gettop(L) - first + 1;
+    const char *why = NULL;
+    if (g_impure) why = g_impure_what;
+    else if (cap->n_breaks) why = "graph breaks";
+    else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
+    else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
+    else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
+    else if (cm->graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
+    if (why) {
+        snprintf(u->no_replay, sizeof u->no_replay, "%s%s", g_impure ? "called " : "", why);
+        return;
+    }
+    snprintf(u->no_replay, sizeof u->no_replay, "returns or takes values a replay cannot reproduce");
+    const kn_version *v = &cm->graphs[0].versions[cap->graph_version[0]];
+    if (v->g.n_inputs > 256) return;
+    int top = lua_gettop(L);
+    lua_createtable(L, 0, 6);
+    int rt = lua_gettop(L);
+    /* results: values of the graph, or constants */
+    lua_createtable(L, nres, 0);
+    for (int i = 0; i < nres; i++) {
+        int idx = first + i;
+        void *ud = luaL_testudata(L, idx, KN_TENSOR_MT);
+        rp->res_node[i] = -1;
+        if (ud) {
+            kn_tensor *t = *(kn_tensor **)ud;
+            if (!t->lazy || t->lazy->segment != 0) goto fail; /* a tensor from outside the graph */
+            rp->res_node[i] = t->lazy->node;
+            rp->res_out[i] = t->lazy->out;
+        } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isfunction(L, idx) || lua_isthread(L, idx)) {
+            goto fail; /* may hold tensors or state */
+        } else {
+            lua_pushvalue(L, idx);
+            lua_rawseti(L, -2, i + 1);
+        }
+    }
+    rp->n_results = nres;
+    lua_setfield(L, rt, "results");
+    /* arguments: tensors map to graph inputs by name; other values are kept */
+    lua_createtable(L, nargs, 0);
+    lua_getfield(L, uv, "fn");
+    for (int i = 0; i < nargs; i++) {
+        int idx = 2 + i;
+        kn_tensor *t = kn_lua_totensor(L, idx);
+        if (t) {
+            const char *pname = lua_getlocal(L, NULL, (is_module ? 2 : 1) + i);
+            char name[KN_NAME_MAX];
+            snprintf(name, sizeof name, "%s", pname ? pname : "");
+            if (!name[0]) snprintf(name, sizeof name, "arg %d", i + 1);
+            rp->arg_input[i] = -1;
+            for (int k = 0; k < v->g.n_inputs; k++)
+                if (v->g.inputs[k].kind == KN_IN_ARG && strcmp(v->g.inputs[k].name, name) == 0) rp->arg_input[i] = k;
+        } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isthread(L, idx)) {
+            lua_pop(L, 1);
+            goto fail;
+        } else {
+            rp->arg_input[i] = -2;
+            lua_pushvalue(L, idx);
+            lua_rawseti(L, -3, i + 1);
+        }
+    }
+    lua_pop(L, 1);
+    rp->nargs = nargs;
+    lua_setfield(L, rt, "args");
+    /* parameters by path; other tensor inputs kept alive by reference */
+    lua_newtable(L);
+    lua_newtable(L);
+    rp->n_params = 0;
+    for (int k = 0; k < v->g.n_inputs; k++) {
+        const kn_graph_input *in = &v->g.inputs[k];
+        if (in->kind == KN_IN_ARG) {
+            bool from_arg = false;
+            for (int i = 0; i < nargs; i++) from_arg = from_arg || rp->arg_input[i] == k;
+            if (!from_arg) goto fail2;
+            continue;
+        }
+        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
+            lua_pushstring(L, in->name);
+            lua_rawseti(L, -3, ++rp->n_params);
+            rp->param_input[rp->n_params - 1] = k;
+            continue;
+        }
+        if (in->kind != KN_IN_TENSOR) goto fail2;
+        /* find the tensor by identity among the values the trace saw: the
+         * graph's inputs were bound to them; keep a reference for replays */
+        goto fail2; /* (tensors from upvalues or globals: traced each call for now) */
+    }
+    lua_setfield(L, rt, "tensors");
+    lua_setfield(L, rt, "params");
+    /* upvalues of the function, and the module's scalar fields */
+    lua_newtable(L);
+    lua_getfield(L, uv, "fn");
+    for (int i = 1; lua_getupvalue(L, -1, i); i++) lua_rawseti(L, -3, i);
+    lua_pop(L, 1);
+    lua_setfield(L, rt, "upvalues");
+    if (is_module) {
+        lua_newtable(L);
+        snapshot_fields(L, module_idx, lua_gettop(L), 0);
+        lua_setfield(L, rt, "fields");
+    }
+    lua_setfield(L, uv, "replay");
+    snprintf(rp->mode, sizeof rp->mode, "%s", cm->mode);
+    rp->version = cap->graph_version[0];
+    rp->valid = true;
+    u->no_replay[0] = 0;
+    lua_settop(L, top);
+    return;
+fail2:
+fail:
+    lua_settop(L, top);
+}
+
+/* The uservalue table of a compiled callable: {fn =, module =, replay =}. */
 static int cm_call(lua_State *L)
 {
     compiled_ud *u = check_compiled(L, 1);
@@ -311,15 +742,20 @@ static int cm_call(lua_State *L)
     lua_getfield(L, uv, "fn");
     lua_getfield(L, uv, "module");
     bool is_module = !lua_isnil(L, -1);
+    int module_idx = lua_gettop(L);
 
     if (g_cap || cm->cap.active) { /* nested: trace the inner function into the outer graph */
-        int base = lua_gettop(L) - 1; /* fn */
+        int fn_idx = uv + 1;
         if (!is_module) lua_pop(L, 1);
         for (int i = 2; i <= nargs + 1; i++) lua_pushvalue(L, i);
         lua_call(L, nargs + (is_module ? 1 : 0), LUA_MULTRET);
-        return lua_gettop(L) - base + 1;
+        return lua_gettop(L) - fn_idx + 1;
     }
 
+    if (u->rp.valid) {
+        int n = try_replay(L, u, uv, nargs, is_module, module_idx);
+        if (n >= 0) return n;
+    }
     read_config(L, cm);
     /* parameter names of the module, by tensor id */
     luaL_unref(L, LUA_REGISTRYINDEX, g_param_map);
@@ -366,7 +802,7 @@ static int cm_call(lua_State *L)
     lua_pushvalue(L, fn_idx);
     int first_param = 1;
     if (is_module) {
-        lua_pushvalue(L, fn_idx + 1);
+        lua_pushvalue(L, module_idx);
         first_param = 2;
     }
     int call_base = lua_gettop(L) - (is_module ? 1 : 0); /* the function's slot */
@@ -392,7 +828,15 @@ static int cm_call(lua_State *L)
         kn_lua_pushtensor(L, p);
     }
     int n = lua_gettop(L) - call_base;
+    /* watch the calls for impure ones (see purity_hook) */
+    build_pure_set(L);
+    lua_Hook old_hook = lua_gethook(L);
+    int old_mask = lua_gethookmask(L), old_count = lua_gethookcount(L);
+    g_impure = false;
+    if (!old_hook) lua_sethook(L, purity_hook, LUA_MASKCALL, 0);
+    else kn_lua_mark_impure("a debug hook was set"); /* cannot watch: do not replay */
     int rc = lua_pcall(L, n, LUA_MULTRET, 0);
+    if (!old_hook) lua_sethook(L, old_hook, old_mask, old_count);
     g_cap = NULL;
     if (rc != LUA_OK) {
         kn_capture_end(&cm->cap, false);
@@ -402,6 +846,12 @@ static int cm_call(lua_State *L)
     st = kn_capture_end(&cm->cap, true);
     flush_log(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    lua_getfield(L, -1, "replay");
+    bool replay_on = lua_isnil(L, -1) || lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    u->rp.valid = false;
+    if (replay_on) record_replay(L, u, uv, nargs, is_module, module_idx, call_base);
     return lua_gettop(L) - call_base + 1;
 }
 
@@ -649,6 +1099,13 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "replays");
     lua_pushinteger(L, s->eager_fallbacks);
     lua_setfield(L, -2, "eager_fallbacks");
+    compiled_ud *u = check_compiled(L, 1);
+    lua_pushinteger(L, u->direct_replays);
+    lua_setfield(L, -2, "direct_replays");
+    lua_pushnumber(L, u->replay_run_s);
+    lua_setfield(L, -2, "replay_run_s");
+    lua_pushstring(L, u->rp.valid ? "yes" : u->no_replay[0] ? u->no_replay : "not called yet");
+    lua_setfield(L, -2, "replayable");
     lua_pushinteger(L, (lua_Integer)cm->n_breaks);
     lua_setfield(L, -2, "breaks");
     lua_pushinteger(L, (lua_Integer)cm->n_recompiles);
@@ -779,7 +1236,7 @@ static int l_compile(lua_State *L)
     char name[64], where[KN_WHERE_MAX];
     describe(L, 1, is_module, name, sizeof name, where, sizeof where);
     compiled_ud *u = lua_newuserdatauv(L, sizeof *u, 1);
-    u->cm = NULL;
+    memset(u, 0, sizeof *u);
     luaL_setmetatable(L, KN_COMPILED_MT);
     kn_status st = kn_compiled_new(name, where, &u->cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
