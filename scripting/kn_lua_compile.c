@@ -621,14 +621,14 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     rp->valid = false;
     int nres = lua_gettop(L) - first + 1;
     const char *why = NULL;
-    if (g_impure) why = g_impure_what;
-    else if (cap->n_breaks) why = "graph breaks";
+    if (cap->n_breaks) why = "graph breaks";
+    else if (g_impure) why = g_impure_what;
     else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
     else if (cm->graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
     if (why) {
-        snprintf(u->no_replay, sizeof u->no_replay, "%s%s", g_impure ? "called " : "", why);
+        snprintf(u->no_replay, sizeof u->no_replay, "%s%s", g_impure && !cap->n_breaks ? "called " : "", why);
         return;
     }
     snprintf(u->no_replay, sizeof u->no_replay, "returns or takes values a replay cannot reproduce");
