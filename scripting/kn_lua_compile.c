@@ -628,7 +628,8 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
     else if (cm->graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
     if (why) {
-        snprintf(u->no_replay, sizeof u->no_replay, "%s%s", g_impure && !cap->n_breaks ? "called " : "", why);
+        bool called = g_impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
+        snprintf(u->no_replay, sizeof u->no_replay, "%s%s", called ? "called " : "", why);
         return;
     }
     snprintf(u->no_replay, sizeof u->no_replay, "returns or takes values a replay cannot reproduce");
@@ -1336,6 +1337,8 @@ void kn_lua_open_compile(lua_State *L)
     lua_setfield(L, -2, "error_on_recompile");
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "allow_tf32");
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "replay"); /* direct replay of pure traces (see README) */
     const char *cache = getenv("KILN_CACHE_DIR");
     const char *home = getenv("HOME");
     if (cache) lua_pushstring(L, cache);

@@ -196,6 +196,8 @@ static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double va
         c.a.seed = (uint64_t)seed;
         c.a.rng_offset = 0;
     } else {
+        /* fresh numbers each call: a replay would repeat the same ones */
+        kn_lua_mark_impure("a random op without a seed");
         c.a.seed = g_seed;
         c.a.rng_offset = g_offset;
         g_offset += (uint64_t)kn_numel_of(c.a.nshape, c.a.shape);
