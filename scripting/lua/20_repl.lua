@@ -215,7 +215,7 @@ function kiln.load(path, opts)
 
   local nparams = count_parameters(spec.model)
   session.model, session.spec, session.name, session.file = spec.model, spec, spec.name, path
-  session.compiled, session.warm = nil, nil
+  session.compiled, session.warm, session.inspect = nil, nil, nil
   if not (type(opts) == "table" and opts.quiet) then
     local what
     if nparams then what = string.format("%d parameters", nparams)
@@ -273,6 +273,18 @@ end)
 ---------------------------------------------------------------------------
 -- :run
 
+-- The session model's inputs as :run builds them: the list, its length and
+-- the device.
+local function model_inputs()
+  if not session.model then fail("no model loaded (use :load FILE.lua)") end
+  local device = default_device()
+  local inputs = session.spec.inputs({ device = device, dtype = "f32", small = session.small and true or false })
+  if type(inputs) ~= "table" then
+    fail("inputs(opts) of '%s' must return a list of inputs {x, ...}, got %s", session.file, type(inputs))
+  end
+  return inputs, inputs.n or #inputs, device
+end
+
 -- What :run calls: the model itself, or its compiled form.
 local function runner()
   if session.mode == "eager" then return session.model, false end
@@ -302,13 +314,7 @@ mode, device, compile_s}.]],
     count = math.tointeger(tonumber(n))
     if not count or count < 1 then fail("usage: :run [n] (n must be a positive integer, got '%s')", tostring(n)) end
   end
-  if not session.model then fail("no model loaded (use :load FILE.lua)") end
-  local device = default_device()
-  local inputs = session.spec.inputs({ device = device, dtype = "f32", small = session.small and true or false })
-  if type(inputs) ~= "table" then
-    fail("inputs(opts) of '%s' must return a list of inputs {x, ...}, got %s", session.file, type(inputs))
-  end
-  local ninputs = inputs.n or #inputs
+  local inputs, ninputs, device = model_inputs()
   local fn, compiled = runner()
   local sync = type(kiln.synchronize) == "function" and kiln.synchronize or function() end
 
@@ -340,6 +346,155 @@ mode, device, compile_s}.]],
     output = out.n <= 1 and out[1] or out, runs = count, times_ms = times,
     median_ms = median, min_ms = sorted[1], mode = session.mode, device = device, compile_s = compile_s,
   }
+end)
+
+---------------------------------------------------------------------------
+-- :explain, :breaks, :recompiles, :guards: what capture made of the model
+
+-- The mode the inspection commands compile with when the session is eager.
+local INSPECT_MODE = "default"
+
+local function need_compile()
+  if type(kiln.compile) ~= "function" then fail("this build has no kiln.compile: nothing to inspect") end
+  if not session.model then fail("no model loaded (use :load FILE.lua)") end
+end
+
+-- In eager mode the inspection commands look at a compiled model that :run
+-- does not use: say so, so that nobody takes it for what :run did.
+local function eager_note()
+  if session.mode == "eager" then
+    print(string.format("(mode eager: compiled with mode %s for this inspection; :run stays eager)", INSPECT_MODE))
+  end
+end
+
+-- The compiled model to inspect, called at least once: the session's own
+-- (what :run calls) in a compiled mode, compiled with the current mode when
+-- needed; in eager mode one compiled with INSPECT_MODE, kept until the next
+-- :load so that later inspections see the same calls.
+local function inspected()
+  need_compile()
+  eager_note()
+  local cm
+  if session.mode == "eager" then
+    session.inspect = session.inspect or kiln.compile(session.model, { mode = INSPECT_MODE })
+    cm = session.inspect
+  else
+    cm = runner()
+  end
+  if cm:stats().calls == 0 then
+    local inputs, n = model_inputs()
+    cm(table.unpack(inputs, 1, n))
+    -- the compiling call is done: :run need not time its next call apart
+    if cm == session.compiled then session.warm = true end
+  end
+  return cm
+end
+
+-- The compiled function's name and definition line, as its messages show
+-- them ("forward", "samples/breaks.lua:42").
+local function compiled_name(cm, entry)
+  local name, where = tostring(cm):match("^kiln%.Compiled (.-) %((.*)%), mode [%w%-]+$")
+  return (entry and entry.fn) or name or "?", (entry and entry.where) or where or "?"
+end
+
+repl.register("explain", {
+  usage = ":explain",
+  summary = "graph count, break count, op count, each break with reason and source line",
+  help = [[
+Runs the loaded model once under capture with its inputs (as :run builds
+them) through kiln.explain and prints its report: graph count, graph break
+count, op count, each break with its reason and source line (and the lines
+that called it), ops per graph and compile time. kiln.explain compiles with
+mode default whatever the session's mode. From Lua, kiln.cmd.explain()
+returns the report table.]],
+}, function()
+  need_compile()
+  local inputs, n = model_inputs()
+  eager_note()
+  local quiet = kiln.explain_quiet
+  kiln.explain_quiet = true
+  local ok, r = pcall(kiln.explain, session.model, table.unpack(inputs, 1, n))
+  kiln.explain_quiet = quiet
+  if not ok then error(r, 0) end
+  print(kiln.format_explain(r))
+  return r
+end)
+
+repl.register("breaks", {
+  usage = ":breaks",
+  summary = "graph breaks with reason, file:line and user stack",
+  help = [[
+Prints each distinct graph break of the session's compiled model as
+KILN_LOGS=graph_breaks does: where it happened, its reason and a hint, and
+the user stack, innermost first. Compiles the model with the session's mode
+(mode default when the session is eager) and runs it once if it has not run
+yet. From Lua, kiln.cmd.breaks() returns cm:breaks().]],
+}, function()
+  local cm = inspected()
+  local list = cm:breaks()
+  if #list == 0 then
+    print("no graph breaks")
+    return list
+  end
+  local texts = {}
+  for i, b in ipairs(list) do texts[i] = (tostring(b.message):gsub("\n+$", "")) end
+  print(table.concat(texts, "\n\n"))
+  return list
+end)
+
+repl.register("recompiles", {
+  usage = ":recompiles",
+  summary = "recompilations with the failed guards of each cached version",
+  help = [[
+Prints each recompilation of the session's compiled model, oldest first, as
+KILN_LOGS=recompiles does: the function, graph and new version, then the
+guard that failed against each cached version (K/V: graph K, version V),
+the newest first. Says "no recompilations" when there were none. Compiles
+and runs the model once if needed (mode default when the session is eager).
+From Lua, kiln.cmd.recompiles() returns cm:recompiles().]],
+}, function()
+  local cm = inspected()
+  local list = cm:recompiles()
+  if #list == 0 then
+    print("no recompilations")
+    return list
+  end
+  local lines = {}
+  for _, r in ipairs(list) do
+    local name, where = compiled_name(cm, r)
+    lines[#lines + 1] = string.format("Recompiling %s (%s), graph %d, version %d", name, where, r.graph, r.version)
+    lines[#lines + 1] = "  triggered by the guard failure(s):"
+    for _, reason in ipairs(r.reasons) do lines[#lines + 1] = "  - " .. reason end
+  end
+  print(table.concat(lines, "\n"))
+  return list
+end)
+
+repl.register("guards", {
+  usage = ":guards",
+  summary = "the guards of each cached version of each graph",
+  help = [[
+Prints, for each graph of the session's compiled model and each cached
+version of it, the guards a call must pass to reuse that version: the mode,
+each input tensor and parameter (shape, dtype, device, layout), each Lua
+number baked into the graph and the graph's structure. Compiles and runs
+the model once if needed (mode default when the session is eager). From Lua,
+kiln.cmd.guards() returns cm:guards().]],
+}, function()
+  local cm = inspected()
+  local list = cm:guards()
+  if #list == 0 then
+    print("no compiled versions (the model ran no tensor ops)")
+    return list
+  end
+  local name, where = compiled_name(cm)
+  local lines = {}
+  for _, v in ipairs(list) do
+    lines[#lines + 1] = string.format("Guards of %s (%s), graph %d, version %d:", name, where, v.graph, v.version)
+    for _, g in ipairs(v.guards) do lines[#lines + 1] = "  " .. g end
+  end
+  print(table.concat(lines, "\n"))
+  return list
 end)
 
 ---------------------------------------------------------------------------
