@@ -81,7 +81,7 @@ bool kn_capture_needs_input(const kn_capture *cap, const kn_tensor *t)
 }
 
 kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, const char *name,
-                           kn_tensor **out)
+                           const char *where, kn_tensor **out)
 {
     *out = NULL;
     if (is_current(cap, t)) {
@@ -96,19 +96,25 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
             return kn_error(KN_ERR_ARG, "a traced value was used after the compiled call that "
                                         "made it failed; it has no value");
         real = t->lazy->value;
-        if (t->lazy->cap == cap) {
+        if (t->lazy->cap == cap && t->lazy->is_input) {
+            /* an input of an earlier graph (an argument, a parameter) keeps its name */
+            kind = t->lazy->input_kind;
+            name = t->lazy->input_name;
+        } else if (t->lazy->cap == cap) {
             snprintf(gname, sizeof gname, "graph %d output %d", t->lazy->segment,
                      t->lazy->output_index);
             kind = KN_IN_GRAPH_OUTPUT;
             name = gname;
         }
+    } else if (kind == KN_IN_TENSOR && t->id >= cap->first_tensor_id) {
+        kind = KN_IN_VALUE; /* made during this call: a new object every call */
     }
     int node = -1;
     for (int i = 0; i < cap->g.n_nodes && node < 0; i++) {
         const kn_node *n = &cap->g.nodes[i];
         if (n->op == KN_NODE_INPUT && cap->g.inputs[n->input].tensor_id == real->id) node = i;
     }
-    if (node < 0) KN_TRY(kn_graph_add_input(&cap->g, kind, name, real, &node));
+    if (node < 0) KN_TRY(kn_graph_add_input(&cap->g, kind, name, real, where, &node));
     return make_placeholder(cap, node, 0, out);
 }
 
@@ -188,7 +194,10 @@ void kn_break_format(const kn_break *b, char *buf, size_t size)
     if (n < size && b->hint[0]) n += (size_t)snprintf(buf + n, size - n, "  Hint: %s\n", b->hint);
     if (n < size) n += (size_t)snprintf(buf + n, size - n, "  User stack:\n");
     for (int i = 0; i < b->n_frames && n < size; i++) {
-        if (b->frame_fn[i][0])
+        if (b->frame_fn[i][0] == '<') /* Lua's name for a function it cannot name */
+            n += (size_t)snprintf(buf + n, size - n, "    %s in function %s\n", b->frame_where[i],
+                                  b->frame_fn[i]);
+        else if (b->frame_fn[i][0])
             n += (size_t)snprintf(buf + n, size - n, "    %s in function '%s'\n", b->frame_where[i],
                                   b->frame_fn[i]);
         else
@@ -600,6 +609,7 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->n_lazies = 0;
     cap->t_start = now_s();
     cap->capture_s = 0;
+    cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
     return KN_OK;
 }
@@ -644,6 +654,12 @@ kn_status kn_capture_flush(kn_capture *cap)
                 if (lz->refcount < 2) continue; /* nothing refers to it any more */
                 lz->value = values[lz->node * KN_MAX_OUTPUTS + lz->out];
                 kn_tensor_retain(lz->value);
+                const kn_node *nd = &g->nodes[lz->node];
+                if (nd->op == KN_NODE_INPUT) {
+                    lz->is_input = true;
+                    lz->input_kind = g->inputs[nd->input].kind;
+                    snprintf(lz->input_name, sizeof lz->input_name, "%s", g->inputs[nd->input].name);
+                }
                 /* outputs are numbered among computed values, not inputs */
                 if (g->nodes[lz->node].op < KN_OP_COUNT) lz->output_index = next_output++;
             }

@@ -31,6 +31,9 @@ typedef struct kn_lazy {
     int output_index;       /* among its graph's outputs, once run; -1 before */
     kn_device device;
     kn_tensor *value;       /* the value, once its graph ran (owned) */
+    bool is_input;          /* it stood for an input of its graph: keeps that name */
+    kn_input_kind input_kind;
+    char input_name[KN_NAME_MAX];
 } kn_lazy;
 
 void kn_lazy_release(kn_lazy *lz);
@@ -106,6 +109,7 @@ typedef struct kn_capture {
     kn_break *call_breaks; /* every break of this call, in order */
     int cap_call_breaks;
     double t_start;
+    uint64_t first_tensor_id; /* tensors with ids from here on were made during this call */
     double capture_s; /* time spent capturing in this call */
 } kn_capture;
 
@@ -151,7 +155,7 @@ kn_status kn_capture_begin(kn_compiled *cm);
  * `name`. A placeholder of an earlier graph of this call becomes an input
  * named "graph K output N". New reference in *out. */
 kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, const char *name,
-                           kn_tensor **out);
+                           const char *where, kn_tensor **out);
 /* Whether t needs kn_capture_input before it can enter an op. */
 bool kn_capture_needs_input(const kn_capture *cap, const kn_tensor *t);
 /* A placeholder for a Lua number baked into the graph. */

@@ -69,7 +69,7 @@ kn_status kn_graph_add_node(kn_graph *g, const kn_node *n, int *index)
 }
 
 kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
-                             int *node)
+                             const char *where, int *node)
 {
     KN_TRY(grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(kn_graph_input)));
     kn_graph_input *in = &g->inputs[g->n_inputs];
@@ -89,6 +89,7 @@ kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, 
     n.n_out = 1;
     n.out[0] = in->meta;
     snprintf(n.name, sizeof n.name, "%s", name);
+    snprintf(n.where, sizeof n.where, "%s", where ? where : "?");
     g->n_inputs++;
     return kn_graph_add_node(g, &n, node);
 }

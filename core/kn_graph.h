@@ -20,7 +20,8 @@ typedef enum kn_input_kind {
     KN_IN_ARG,          /* an argument of the compiled function */
     KN_IN_PARAM,        /* a parameter or buffer of the compiled module */
     KN_IN_GRAPH_OUTPUT, /* a value an earlier graph of the same call produced */
-    KN_IN_TENSOR        /* any other tensor the code used (an upvalue, a global) */
+    KN_IN_TENSOR,       /* any other tensor the code used (an upvalue, a global): guarded by identity */
+    KN_IN_VALUE         /* a tensor made during the call outside any graph (kiln.eager's result) */
 } kn_input_kind;
 
 #define KN_NAME_MAX 96
@@ -68,7 +69,7 @@ kn_status kn_graph_copy(const kn_graph *src, kn_graph *dst);
 kn_status kn_graph_add_node(kn_graph *g, const kn_node *n, int *index);
 /* Add an input bound to t (retained) and its INPUT node; node index in *node. */
 kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
-                             int *node);
+                             const char *where, int *node);
 
 /* Number of op nodes (not inputs or constants). */
 int kn_graph_op_count(const kn_graph *g);

@@ -10,6 +10,11 @@
 
 static uint64_t kn_next_tensor_id = 1;
 
+uint64_t kn_tensor_next_id(void)
+{
+    return kn_next_tensor_id;
+}
+
 const char *kn_device_name(kn_device d)
 {
     return d == KN_CUDA ? "cuda" : "cpu";

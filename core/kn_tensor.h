@@ -58,6 +58,10 @@ typedef struct kn_meta {
  * captured (see kn_capture.h). Takes over one reference of lazy. */
 kn_status kn_tensor_new_placeholder(const kn_meta *m, struct kn_lazy *lazy, kn_tensor **out);
 
+/* The id the next tensor header will get: ids only grow, so a tensor with
+ * an id at least this was made after this call. */
+uint64_t kn_tensor_next_id(void);
+
 /* Number of elements of a shape (1 for ndim 0). */
 int64_t kn_numel_of(int ndim, const int64_t *shape);
 int64_t kn_tensor_numel(const kn_tensor *t);

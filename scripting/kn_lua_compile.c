@@ -83,13 +83,18 @@ static void frame_name(lua_State *L, lua_Debug *ar, int level, char *buf, size_t
         return;
     }
     if (strcmp(ar->what, "main") == 0) return;
-    /* called from C (the compiled callable): name it as kiln.compile did */
-    if (g_cap && lua_getstack(L, level, ar) && lua_getinfo(L, "f", ar)) {
-        lua_pop(L, 1);
-        snprintf(buf, size, "%s", g_cap->cm->fn_name);
-        return;
+    /* called from C: the compiled function itself gets the name kiln.compile
+     * gave it; others are named as Lua does, <file:line> */
+    if (g_cap && lua_getstack(L, level, ar) && lua_getinfo(L, "fS", ar)) {
+        lua_getfield(L, LUA_REGISTRYINDEX, "kiln.compiling");
+        bool is_compiled = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+        if (is_compiled) {
+            snprintf(buf, size, "%s", g_cap->cm->fn_name);
+            return;
+        }
     }
-    snprintf(buf, size, "?");
+    snprintf(buf, size, "<%s:%d>", ar->short_src, ar->linedefined);
 }
 
 static void fill_break(lua_State *L, kn_break *b, const char *category, const char *reason,
@@ -173,6 +178,48 @@ static void find_name(lua_State *L, int idx, char *buf, size_t size)
     }
 }
 
+/* The tensor held by the userdata at idx (placeholder or value), or NULL. */
+static kn_tensor *raw_tensor(lua_State *L, int idx)
+{
+    kn_tensor **ud = luaL_testudata(L, idx, KN_TENSOR_MT);
+    return ud ? *ud : NULL;
+}
+
+/* Like find_name, for a tensor: a local or upvalue of the innermost user
+ * function holding t (or a placeholder that stands for it). */
+static void find_tensor_name(lua_State *L, const kn_tensor *t, char *buf, size_t size)
+{
+    buf[0] = 0;
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (!user_frame(&ar)) continue;
+        const char *name;
+        for (int i = 1; (name = lua_getlocal(L, &ar, i)) != NULL; i++) {
+            kn_tensor *u = raw_tensor(L, -1);
+            bool hit = name[0] != '(' && u && (u == t || (u->lazy && u->lazy->value == t));
+            lua_pop(L, 1);
+            if (hit) {
+                snprintf(buf, size, "%s", name);
+                return;
+            }
+        }
+        lua_getinfo(L, "f", &ar);
+        for (int i = 1; (name = lua_getupvalue(L, -1, i)) != NULL; i++) {
+            kn_tensor *u = raw_tensor(L, -1);
+            bool hit = u && (u == t || (u->lazy && u->lazy->value == t));
+            lua_pop(L, 1);
+            if (hit && name[0]) {
+                lua_pop(L, 1);
+                snprintf(buf, size, "%s", name);
+                return;
+            }
+        }
+        lua_pop(L, 1);
+        return;
+    }
+}
+
 /* Registry key of the parameter-name map of the call in progress: a table
  * from tensor id to dotted name, built from the module at each traced call. */
 static int g_param_map = LUA_NOREF;
@@ -187,8 +234,9 @@ static const char *param_name(lua_State *L, const kn_tensor *t)
     return name;
 }
 
-/* A placeholder for the tensor at stack index idx, naming it. */
-static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, int idx)
+/* A placeholder for tensor t, naming it: a module parameter by its dotted
+ * name, else the user's variable that holds it. */
+static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, const char *where)
 {
     char name[KN_NAME_MAX];
     kn_input_kind kind = KN_IN_TENSOR;
@@ -197,12 +245,11 @@ static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, int
         snprintf(name, sizeof name, "%s", pn);
         kind = KN_IN_PARAM;
     } else {
-        if (idx) find_name(L, idx, name, sizeof name);
-        else name[0] = 0;
-        if (!name[0]) snprintf(name, sizeof name, "tensor %llu", (unsigned long long)t->id);
+        find_tensor_name(L, t, name, sizeof name);
+        if (!name[0]) snprintf(name, sizeof name, "tensor at %.80s", where);
     }
     kn_tensor *p;
-    kn_status st = kn_capture_input(cap, t, kind, name, &p);
+    kn_status st = kn_capture_input(cap, t, kind, name, where, &p);
     if (st != KN_OK) kn_lua_fail(L, st);
     kn_lua_pushtensor(L, p); /* Lua owns it from here */
     return p;
@@ -219,11 +266,11 @@ int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
         for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
         return c->n_out;
     }
-    for (int i = 0; i < c->n_in; i++)
-        if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
-            c->in[i] = capture_input(L, cap, c->in[i], 0);
     char where[KN_WHERE_MAX];
     kn_lua_where_str(L, where, sizeof where);
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
+            c->in[i] = capture_input(L, cap, c->in[i], where);
     kn_status st = kn_capture_op(cap, c, where);
     if (st != KN_OK) return kn_lua_fail(L, st);
     for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
@@ -820,7 +867,7 @@ static int cm_call(lua_State *L)
         lua_pop(L, 1);
         if (!name[0]) snprintf(name, sizeof name, "arg %d", i + 1);
         kn_tensor *p;
-        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, &p);
+        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, cm->fn_where, &p);
         if (st != KN_OK) {
             g_cap = NULL;
             kn_capture_end(&cm->cap, false);
@@ -829,6 +876,8 @@ static int cm_call(lua_State *L)
         kn_lua_pushtensor(L, p);
     }
     int n = lua_gettop(L) - call_base;
+    lua_pushvalue(L, fn_idx);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.compiling"); /* for naming its frame in break stacks */
     /* watch the calls for impure ones (see purity_hook) */
     build_pure_set(L);
     lua_Hook old_hook = lua_gethook(L);
@@ -917,6 +966,8 @@ static int cm_recompiles(lua_State *L)
         lua_setfield(L, -2, "version");
         lua_pushstring(L, r->where);
         lua_setfield(L, -2, "where");
+        lua_pushstring(L, cm->fn_name);
+        lua_setfield(L, -2, "fn");
         lua_createtable(L, r->n_reasons, 0);
         for (int k = 0; k < r->n_reasons; k++) {
             lua_pushstring(L, r->reasons[k]);

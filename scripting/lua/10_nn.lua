@@ -154,6 +154,11 @@ end
 
 local module_tostring -- defined below
 
+-- m(x) calls m:forward(x). Not as a tail call: then Lua still knows the
+-- callee's name ('forward') for tracebacks and graph-break user stacks.
+local function pass(...) return ... end
+local function call_forward(self, ...) return pass(self:forward(...)) end
+
 -- kiln.nn.Module{name =, init = function(self, ...), forward = function(self, ...),
 -- extends = <class>, other methods...} returns a class.
 function nn.Module(def)
@@ -173,7 +178,7 @@ function nn.Module(def)
   cls.__index = cls
   cls.__name = "kiln.nn." .. cls.__kiln_name
   -- metamethods are looked up raw, so they are set (or inherited) here
-  cls.__call = def.__call or rawget(parent, "__call") or function(self, ...) return self:forward(...) end
+  cls.__call = def.__call or rawget(parent, "__call") or call_forward
   cls.__tostring = def.__tostring or rawget(parent, "__tostring") or module_tostring
   return setmetatable(cls, {
     __index = parent,
