@@ -15,35 +15,7 @@
 #include "kn_lua.h"
 #include "kn_lua_util.h"
 
-#define KN_COMPILED_MT "kiln.Compiled"
-
-#define KN_REPLAY_MAX 32
-
-/* What a direct replay needs: when the last trace of a call made exactly one
- * graph, saw no impure call and returned only values of that graph (or
- * plain constants), later calls whose guards hold run the cached graph
- * without running the Lua function again. The Lua values it checks
- * (non-tensor arguments, upvalues, module fields) live in the uservalue's
- * `replay` table. */
-typedef struct {
-    bool valid;
-    int version;                    /* of graph 0, static */
-    int nargs;
-    int arg_input[KN_REPLAY_MAX];   /* tensor argument -> graph input, -2: a Lua value, -1: unused tensor */
-    int n_results;
-    int res_node[KN_REPLAY_MAX], res_out[KN_REPLAY_MAX]; /* res_node -1: a constant Lua value */
-    int n_params;
-    int param_input[64];            /* graph input of each parameter (path in the replay table) */
-    char mode[32];
-} replay_t;
-
-typedef struct {
-    kn_compiled *cm;
-    replay_t rp;
-    int direct_replays;
-    double replay_run_s; /* time inside kn_graph_run during replays */
-    char no_replay[128]; /* why the last trace cannot be replayed ("" when it can) */
-} compiled_ud;
+#include "kn_lua_compile.h"
 
 /* The capture of the call in progress, and the userdata index of its
  * compiled callable (for the parameter-name map), or NULL / 0. */
@@ -458,7 +430,7 @@ static void build_pure_set(lua_State *L)
 
 /* ---- the compiled callable ---------------------------------------------- */
 
-static compiled_ud *check_compiled(lua_State *L, int idx)
+compiled_ud *kn_lua_check_compiled(lua_State *L, int idx)
 {
     compiled_ud *u = luaL_checkudata(L, idx, KN_COMPILED_MT);
     if (!u->cm) luaL_error(L, "this compiled callable was freed");
@@ -782,7 +754,7 @@ fail:
 /* The uservalue table of a compiled callable: {fn =, module =, replay =}. */
 static int cm_call(lua_State *L)
 {
-    compiled_ud *u = check_compiled(L, 1);
+    compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
     int nargs = lua_gettop(L) - 1;
     lua_getiuservalue(L, 1, 1);
@@ -913,304 +885,12 @@ static int cm_gc(lua_State *L)
     return 0;
 }
 
-static void push_break(lua_State *L, const kn_break *b)
-{
-    lua_createtable(L, 0, 6);
-    lua_pushstring(L, b->category);
-    lua_setfield(L, -2, "category");
-    lua_pushstring(L, b->reason);
-    lua_setfield(L, -2, "reason");
-    lua_pushstring(L, b->hint);
-    lua_setfield(L, -2, "hint");
-    lua_pushstring(L, b->where);
-    lua_setfield(L, -2, "where");
-    lua_pushinteger(L, b->graph);
-    lua_setfield(L, -2, "graph");
-    lua_createtable(L, b->n_frames, 0);
-    lua_createtable(L, b->n_frames, 0);
-    for (int i = 0; i < b->n_frames; i++) {
-        lua_pushstring(L, b->frame_where[i]);
-        lua_seti(L, -3, i + 1);
-        lua_pushstring(L, b->frame_fn[i]);
-        lua_seti(L, -2, i + 1);
-    }
-    lua_setfield(L, -3, "functions");
-    lua_setfield(L, -2, "stack");
-    char text[4096];
-    kn_break_format(b, text, sizeof text);
-    lua_pushstring(L, text);
-    lua_setfield(L, -2, "message");
-}
-
-static int cm_breaks(lua_State *L)
-{
-    kn_compiled *cm = check_compiled(L, 1)->cm;
-    lua_createtable(L, cm->n_breaks, 0);
-    for (int i = 0; i < cm->n_breaks; i++) {
-        push_break(L, &cm->breaks[i]);
-        lua_seti(L, -2, i + 1);
-    }
-    return 1;
-}
-
-static int cm_recompiles(lua_State *L)
-{
-    kn_compiled *cm = check_compiled(L, 1)->cm;
-    lua_createtable(L, cm->n_recompiles, 0);
-    for (int i = 0; i < cm->n_recompiles; i++) {
-        const kn_recompile *r = &cm->recompiles[i];
-        lua_createtable(L, 0, 4);
-        lua_pushinteger(L, r->graph);
-        lua_setfield(L, -2, "graph");
-        lua_pushinteger(L, r->version);
-        lua_setfield(L, -2, "version");
-        lua_pushstring(L, r->where);
-        lua_setfield(L, -2, "where");
-        lua_pushstring(L, cm->fn_name);
-        lua_setfield(L, -2, "fn");
-        lua_createtable(L, r->n_reasons, 0);
-        for (int k = 0; k < r->n_reasons; k++) {
-            lua_pushstring(L, r->reasons[k]);
-            lua_seti(L, -2, k + 1);
-        }
-        lua_setfield(L, -2, "reasons");
-        lua_seti(L, -2, i + 1);
-    }
-    return 1;
-}
-
-/* {{graph = 0, version = 0, guards = {...}}, ...} */
-static int cm_guards(lua_State *L)
-{
-    kn_compiled *cm = check_compiled(L, 1)->cm;
-    lua_newtable(L);
-    int n = 0;
-    for (int k = 0; k < cm->n_graphs; k++)
-        for (int v = 0; v < cm->graphs[k].n_versions; v++) {
-            const kn_version *ver = &cm->graphs[k].versions[v];
-            lua_createtable(L, 0, 3);
-            lua_pushinteger(L, k);
-            lua_setfield(L, -2, "graph");
-            lua_pushinteger(L, v);
-            lua_setfield(L, -2, "version");
-            lua_createtable(L, ver->n_guards, 0);
-            for (int i = 0; i < ver->n_guards; i++) {
-                lua_pushstring(L, ver->guards[i]);
-                lua_seti(L, -2, i + 1);
-            }
-            lua_setfield(L, -2, "guards");
-            lua_seti(L, -2, ++n);
-        }
-    return 1;
-}
-
-static void push_shape_list(lua_State *L, const kn_meta *m)
-{
-    lua_createtable(L, m->ndim, 0);
-    for (int d = 0; d < m->ndim; d++) {
-        lua_pushinteger(L, m->shape[d]);
-        lua_seti(L, -2, d + 1);
-    }
-}
-
-/* The latest version of each graph: {{graph =, version =, nodes = {{op =, inputs =, shape =, dtype =, where =}}}} */
-static int cm_graphs(lua_State *L)
-{
-    kn_compiled *cm = check_compiled(L, 1)->cm;
-    lua_newtable(L);
-    for (int k = 0; k < cm->n_graphs; k++) {
-        const kn_graph_cache *gc = &cm->graphs[k];
-        if (gc->n_versions == 0) continue;
-        const kn_graph *g = &gc->versions[gc->n_versions - 1].g;
-        lua_createtable(L, 0, 4);
-        lua_pushinteger(L, k);
-        lua_setfield(L, -2, "graph");
-        lua_pushinteger(L, gc->n_versions - 1);
-        lua_setfield(L, -2, "version");
-        lua_pushinteger(L, kn_graph_op_count(g));
-        lua_setfield(L, -2, "op_count");
-        lua_createtable(L, g->n_nodes, 0);
-        for (int i = 0; i < g->n_nodes; i++) {
-            const kn_node *nd = &g->nodes[i];
-            lua_createtable(L, 0, 6);
-            lua_pushstring(L, kn_node_op_name(nd));
-            lua_setfield(L, -2, "op");
-            if (nd->name[0]) {
-                lua_pushstring(L, nd->name);
-                lua_setfield(L, -2, "name");
-            }
-            lua_createtable(L, nd->n_in, 0);
-            for (int j = 0; j < nd->n_in; j++) {
-                lua_pushinteger(L, nd->in_node[j]);
-                lua_seti(L, -2, j + 1);
-            }
-            lua_setfield(L, -2, "inputs");
-            push_shape_list(L, &nd->out[0]);
-            lua_setfield(L, -2, "shape");
-            {
-                luaL_Buffer b;
-                luaL_buffinit(L, &b);
-                luaL_addchar(&b, '{');
-                for (int d = 0; d < nd->out[0].ndim; d++) {
-                    char t[64];
-                    kn_version_size_text(&gc->versions[gc->n_versions - 1], i, 0, d, t, sizeof t);
-                    if (d) luaL_addstring(&b, ", ");
-                    luaL_addstring(&b, t);
-                }
-                luaL_addchar(&b, '}');
-                luaL_pushresult(&b);
-                lua_setfield(L, -2, "shape_text");
-            }
-            lua_pushstring(L, kn_dtype_name(nd->out[0].dtype));
-            lua_setfield(L, -2, "dtype");
-            lua_pushstring(L, nd->where[0] ? nd->where : "");
-            lua_setfield(L, -2, "where");
-            lua_seti(L, -2, i + 1);
-        }
-        lua_setfield(L, -2, "nodes");
-        lua_seti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
-    }
-    return 1;
-}
-
-/* Until the compiler lands, each op node of a graph runs as one CPU kernel. */
-static int cm_kernels(lua_State *L)
-{
-    kn_compiled *cm = check_compiled(L, 1)->cm;
-    lua_newtable(L);
-    int n = 0;
-    for (int k = 0; k < cm->n_graphs; k++) {
-        const kn_graph_cache *gc = &cm->graphs[k];
-        if (gc->n_versions == 0) continue;
-        const kn_graph *g = &gc->versions[gc->n_versions - 1].g;
-        for (int i = 0; i < g->n_nodes; i++) {
-            const kn_node *nd = &g->nodes[i];
-            if (nd->op >= KN_OP_COUNT) continue;
-            lua_createtable(L, 0, 4);
-            lua_pushfstring(L, "k%d_%s", n, kn_node_op_name(nd));
-            lua_setfield(L, -2, "name");
-            lua_pushstring(L, kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW ? "view" : "cpu");
-            lua_setfield(L, -2, "kind");
-            lua_createtable(L, 1, 0);
-            lua_pushstring(L, kn_node_op_name(nd));
-            lua_seti(L, -2, 1);
-            lua_setfield(L, -2, "ops");
-            lua_pushinteger(L, k);
-            lua_setfield(L, -2, "graph");
-            lua_seti(L, -2, ++n);
-        }
-    }
-    return 1;
-}
-
-static int cm_stats(lua_State *L)
-{
-    kn_compiled *cm = check_compiled(L, 1)->cm;
-    const kn_compile_stats *s = &cm->stats;
-    lua_createtable(L, 0, 16);
-    int versions = 0;
-    for (int k = 0; k < cm->n_graphs; k++) versions += cm->graphs[k].n_versions;
-    lua_pushinteger(L, cm->n_graphs);
-    lua_setfield(L, -2, "graphs");
-    lua_pushinteger(L, versions);
-    lua_setfield(L, -2, "versions");
-    lua_pushinteger(L, s->calls);
-    lua_setfield(L, -2, "calls");
-    lua_pushinteger(L, s->graphs_run);
-    lua_setfield(L, -2, "graphs_run");
-    int kernels = 0;
-    for (int k = 0; k < cm->n_graphs; k++)
-        if (cm->graphs[k].n_versions)
-            kernels += kn_graph_op_count(&cm->graphs[k].versions[cm->graphs[k].n_versions - 1].g);
-    lua_pushinteger(L, kernels);
-    lua_setfield(L, -2, "kernels");
-    lua_createtable(L, 0, 4);
-    lua_pushnumber(L, s->capture_s);
-    lua_setfield(L, -2, "capture");
-    lua_pushnumber(L, s->passes_s);
-    lua_setfield(L, -2, "passes");
-    lua_pushnumber(L, s->codegen_s);
-    lua_setfield(L, -2, "codegen");
-    lua_pushnumber(L, s->backend_s);
-    lua_setfield(L, -2, "backend");
-    lua_setfield(L, -2, "compile_s");
-    /* the graph-version cache; the persistent kernel cache arrives with the compiler */
-    lua_pushinteger(L, s->cache_hits);
-    lua_setfield(L, -2, "version_hits");
-    lua_pushinteger(L, s->cache_misses);
-    lua_setfield(L, -2, "version_misses");
-    lua_pushinteger(L, 0);
-    lua_setfield(L, -2, "cache_hits");
-    lua_pushinteger(L, 0);
-    lua_setfield(L, -2, "cache_misses");
-    lua_pushnumber(L, 0);
-    lua_setfield(L, -2, "autotune_s");
-    lua_pushinteger(L, 0);
-    lua_setfield(L, -2, "autotune_cache_hits");
-    lua_pushinteger(L, 0);
-    lua_setfield(L, -2, "replays");
-    lua_pushinteger(L, s->eager_fallbacks);
-    lua_setfield(L, -2, "eager_fallbacks");
-    compiled_ud *u = check_compiled(L, 1);
-    lua_pushinteger(L, u->direct_replays);
-    lua_setfield(L, -2, "direct_replays");
-    lua_pushnumber(L, u->replay_run_s);
-    lua_setfield(L, -2, "replay_run_s");
-    lua_pushstring(L, u->rp.valid ? "yes" : u->no_replay[0] ? u->no_replay : "not called yet");
-    lua_setfield(L, -2, "replayable");
-    lua_pushinteger(L, (lua_Integer)cm->n_breaks);
-    lua_setfield(L, -2, "breaks");
-    lua_pushinteger(L, (lua_Integer)cm->n_recompiles);
-    lua_setfield(L, -2, "recompiles");
-    return 1;
-}
-
-/* cm:last_call(): what the latest call did, for kiln.explain:
- * {graph_count, graph_break_count, op_count, ops_per_graph, break_reasons, compile_s = {...}} */
-static int cm_last_call(lua_State *L)
-{
-    kn_compiled *cm = check_compiled(L, 1)->cm;
-    const kn_capture *cap = &cm->cap;
-    lua_createtable(L, 0, 6);
-    lua_pushinteger(L, cap->n_graphs);
-    lua_setfield(L, -2, "graph_count");
-    lua_pushinteger(L, cap->n_breaks);
-    lua_setfield(L, -2, "graph_break_count");
-    int ops = 0, n = cap->n_graphs < 256 ? cap->n_graphs : 256;
-    lua_createtable(L, n, 0);
-    for (int i = 0; i < n; i++) {
-        ops += cap->ops_per_graph[i];
-        lua_pushinteger(L, cap->ops_per_graph[i]);
-        lua_seti(L, -2, i + 1);
-    }
-    lua_setfield(L, -2, "ops_per_graph");
-    lua_pushinteger(L, ops);
-    lua_setfield(L, -2, "op_count");
-    lua_createtable(L, cap->n_breaks, 0);
-    for (int i = 0; i < cap->n_breaks; i++) {
-        push_break(L, &cap->call_breaks[i]);
-        lua_seti(L, -2, i + 1);
-    }
-    lua_setfield(L, -2, "break_reasons");
-    lua_createtable(L, 0, 4);
-    lua_pushnumber(L, cap->capture_s);
-    lua_setfield(L, -2, "capture");
-    lua_pushnumber(L, 0);
-    lua_setfield(L, -2, "passes");
-    lua_pushnumber(L, 0);
-    lua_setfield(L, -2, "codegen");
-    lua_pushnumber(L, 0);
-    lua_setfield(L, -2, "backend");
-    lua_setfield(L, -2, "compile_s");
-    return 1;
-}
-
 static const char *const kn_modes[] = {"default", "reduce-overhead", "max-autotune",
                                        "max-autotune-no-cudagraphs", "eager", NULL};
 
 static int cm_set_mode(lua_State *L)
 {
-    kn_compiled *cm = check_compiled(L, 1)->cm;
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     int m = luaL_checkoption(L, 2, NULL, kn_modes);
     kn_compiled_set_mode(cm, kn_modes[m]);
     lua_settop(L, 1);
@@ -1219,7 +899,7 @@ static int cm_set_mode(lua_State *L)
 
 static int cm_mode(lua_State *L)
 {
-    lua_pushstring(L, check_compiled(L, 1)->cm->mode);
+    lua_pushstring(L, kn_lua_check_compiled(L, 1)->cm->mode);
     return 1;
 }
 
@@ -1370,13 +1050,9 @@ void kn_lua_open_compile(lua_State *L)
     if (luaL_newmetatable(L, KN_COMPILED_MT)) {
         static const luaL_Reg mm[] = {{"__call", cm_call}, {"__gc", cm_gc}, {"__tostring", cm_tostring}, {NULL, NULL}};
         luaL_setfuncs(L, mm, 0);
-        static const luaL_Reg methods[] = {{"breaks", cm_breaks},     {"recompiles", cm_recompiles},
-                                           {"guards", cm_guards},     {"graphs", cm_graphs},
-                                           {"kernels", cm_kernels},   {"stats", cm_stats},
-                                           {"set_mode", cm_set_mode}, {"mode", cm_mode},
-                                           {"last_call", cm_last_call},
-                                           {NULL, NULL}};
+        static const luaL_Reg methods[] = {{"set_mode", cm_set_mode}, {"mode", cm_mode}, {NULL, NULL}};
         luaL_newlib(L, methods);
+        kn_lua_compiled_inspect_methods(L); /* breaks, recompiles, guards, graphs, ... */
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);

@@ -1,0 +1,314 @@
+/* kn_lua_inspect: the inspection methods of a compiled callable:
+ * cm:breaks(), cm:recompiles(), cm:guards(), cm:graphs(), cm:kernels(),
+ * cm:stats() and cm:last_call() (what kiln.explain reports), as the tables
+ * of design section 2. */
+#include <string.h>
+
+#include "kn_lua_compile.h"
+
+/* The latest version of graph k, or NULL when it has none. */
+static const kn_version *latest_version(const kn_compiled *cm, int k)
+{
+    const kn_graph_cache *gc = &cm->graphs[k];
+    return gc->n_versions ? &gc->versions[gc->n_versions - 1] : NULL;
+}
+
+static void push_break(lua_State *L, const kn_break *b)
+{
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, b->category);
+    lua_setfield(L, -2, "category");
+    lua_pushstring(L, b->reason);
+    lua_setfield(L, -2, "reason");
+    lua_pushstring(L, b->hint);
+    lua_setfield(L, -2, "hint");
+    lua_pushstring(L, b->where);
+    lua_setfield(L, -2, "where");
+    lua_pushinteger(L, b->graph);
+    lua_setfield(L, -2, "graph");
+    lua_createtable(L, b->n_frames, 0);
+    lua_createtable(L, b->n_frames, 0);
+    for (int i = 0; i < b->n_frames; i++) {
+        lua_pushstring(L, b->frame_where[i]);
+        lua_seti(L, -3, i + 1);
+        lua_pushstring(L, b->frame_fn[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -3, "functions");
+    lua_setfield(L, -2, "stack");
+    char text[4096];
+    kn_break_format(b, text, sizeof text);
+    lua_pushstring(L, text);
+    lua_setfield(L, -2, "message");
+}
+
+static int cm_breaks(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    lua_createtable(L, cm->n_breaks, 0);
+    for (int i = 0; i < cm->n_breaks; i++) {
+        push_break(L, &cm->breaks[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int cm_recompiles(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    lua_createtable(L, cm->n_recompiles, 0);
+    for (int i = 0; i < cm->n_recompiles; i++) {
+        const kn_recompile *r = &cm->recompiles[i];
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, r->graph);
+        lua_setfield(L, -2, "graph");
+        lua_pushinteger(L, r->version);
+        lua_setfield(L, -2, "version");
+        lua_pushstring(L, r->where);
+        lua_setfield(L, -2, "where");
+        lua_pushstring(L, cm->fn_name);
+        lua_setfield(L, -2, "fn");
+        lua_createtable(L, r->n_reasons, 0);
+        for (int k = 0; k < r->n_reasons; k++) {
+            lua_pushstring(L, r->reasons[k]);
+            lua_seti(L, -2, k + 1);
+        }
+        lua_setfield(L, -2, "reasons");
+        lua_seti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* {{graph = 0, version = 0, guards = {...}}, ...} */
+static int cm_guards(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    int n = 0;
+    for (int k = 0; k < cm->n_graphs; k++)
+        for (int v = 0; v < cm->graphs[k].n_versions; v++) {
+            const kn_version *ver = &cm->graphs[k].versions[v];
+            lua_createtable(L, 0, 3);
+            lua_pushinteger(L, k);
+            lua_setfield(L, -2, "graph");
+            lua_pushinteger(L, v);
+            lua_setfield(L, -2, "version");
+            lua_createtable(L, ver->n_guards, 0);
+            for (int i = 0; i < ver->n_guards; i++) {
+                lua_pushstring(L, ver->guards[i]);
+                lua_seti(L, -2, i + 1);
+            }
+            lua_setfield(L, -2, "guards");
+            lua_seti(L, -2, ++n);
+        }
+    return 1;
+}
+
+static void push_shape_list(lua_State *L, const kn_meta *m)
+{
+    lua_createtable(L, m->ndim, 0);
+    for (int d = 0; d < m->ndim; d++) {
+        lua_pushinteger(L, m->shape[d]);
+        lua_seti(L, -2, d + 1);
+    }
+}
+
+/* The latest version of each graph: {{graph =, version =, nodes = {{op =, inputs =, shape =, dtype =, where =}}}} */
+static int cm_graphs(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    for (int k = 0; k < cm->n_graphs; k++) {
+        const kn_version *ver = latest_version(cm, k);
+        if (!ver) continue;
+        const kn_graph *g = &ver->g;
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, k);
+        lua_setfield(L, -2, "graph");
+        lua_pushinteger(L, cm->graphs[k].n_versions - 1);
+        lua_setfield(L, -2, "version");
+        lua_pushinteger(L, kn_graph_op_count(g));
+        lua_setfield(L, -2, "op_count");
+        lua_createtable(L, g->n_nodes, 0);
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *nd = &g->nodes[i];
+            lua_createtable(L, 0, 6);
+            lua_pushstring(L, kn_node_op_name(nd));
+            lua_setfield(L, -2, "op");
+            if (nd->name[0]) {
+                lua_pushstring(L, nd->name);
+                lua_setfield(L, -2, "name");
+            }
+            lua_createtable(L, nd->n_in, 0);
+            for (int j = 0; j < nd->n_in; j++) {
+                lua_pushinteger(L, nd->in_node[j]);
+                lua_seti(L, -2, j + 1);
+            }
+            lua_setfield(L, -2, "inputs");
+            push_shape_list(L, &nd->out[0]);
+            lua_setfield(L, -2, "shape");
+            {
+                luaL_Buffer b;
+                luaL_buffinit(L, &b);
+                luaL_addchar(&b, '{');
+                for (int d = 0; d < nd->out[0].ndim; d++) {
+                    char t[64];
+                    kn_version_size_text(ver, i, 0, d, t, sizeof t);
+                    if (d) luaL_addstring(&b, ", ");
+                    luaL_addstring(&b, t);
+                }
+                luaL_addchar(&b, '}');
+                luaL_pushresult(&b);
+                lua_setfield(L, -2, "shape_text");
+            }
+            lua_pushstring(L, kn_dtype_name(nd->out[0].dtype));
+            lua_setfield(L, -2, "dtype");
+            lua_pushstring(L, nd->where[0] ? nd->where : "");
+            lua_setfield(L, -2, "where");
+            lua_seti(L, -2, i + 1);
+        }
+        lua_setfield(L, -2, "nodes");
+        lua_seti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+    }
+    return 1;
+}
+
+/* Until the compiler lands, each op node of a graph runs as one CPU kernel. */
+static int cm_kernels(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    int n = 0;
+    for (int k = 0; k < cm->n_graphs; k++) {
+        const kn_version *ver = latest_version(cm, k);
+        if (!ver) continue;
+        const kn_graph *g = &ver->g;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *nd = &g->nodes[i];
+            if (nd->op >= KN_OP_COUNT) continue;
+            lua_createtable(L, 0, 4);
+            lua_pushfstring(L, "k%d_%s", n, kn_node_op_name(nd));
+            lua_setfield(L, -2, "name");
+            lua_pushstring(L, kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW ? "view" : "cpu");
+            lua_setfield(L, -2, "kind");
+            lua_createtable(L, 1, 0);
+            lua_pushstring(L, kn_node_op_name(nd));
+            lua_seti(L, -2, 1);
+            lua_setfield(L, -2, "ops");
+            lua_pushinteger(L, k);
+            lua_setfield(L, -2, "graph");
+            lua_seti(L, -2, ++n);
+        }
+    }
+    return 1;
+}
+
+static int cm_stats(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    const kn_compile_stats *s = &cm->stats;
+    lua_createtable(L, 0, 16);
+    int versions = 0;
+    for (int k = 0; k < cm->n_graphs; k++) versions += cm->graphs[k].n_versions;
+    lua_pushinteger(L, cm->n_graphs);
+    lua_setfield(L, -2, "graphs");
+    lua_pushinteger(L, versions);
+    lua_setfield(L, -2, "versions");
+    lua_pushinteger(L, s->calls);
+    lua_setfield(L, -2, "calls");
+    lua_pushinteger(L, s->graphs_run);
+    lua_setfield(L, -2, "graphs_run");
+    int kernels = 0;
+    for (int k = 0; k < cm->n_graphs; k++)
+        if (latest_version(cm, k)) kernels += kn_graph_op_count(&latest_version(cm, k)->g);
+    lua_pushinteger(L, kernels);
+    lua_setfield(L, -2, "kernels");
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, s->capture_s);
+    lua_setfield(L, -2, "capture");
+    lua_pushnumber(L, s->passes_s);
+    lua_setfield(L, -2, "passes");
+    lua_pushnumber(L, s->codegen_s);
+    lua_setfield(L, -2, "codegen");
+    lua_pushnumber(L, s->backend_s);
+    lua_setfield(L, -2, "backend");
+    lua_setfield(L, -2, "compile_s");
+    /* the graph-version cache; the persistent kernel cache arrives with the compiler */
+    lua_pushinteger(L, s->cache_hits);
+    lua_setfield(L, -2, "version_hits");
+    lua_pushinteger(L, s->cache_misses);
+    lua_setfield(L, -2, "version_misses");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "cache_hits");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "cache_misses");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "autotune_s");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "autotune_cache_hits");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "replays");
+    lua_pushinteger(L, s->eager_fallbacks);
+    lua_setfield(L, -2, "eager_fallbacks");
+    compiled_ud *u = kn_lua_check_compiled(L, 1);
+    lua_pushinteger(L, u->direct_replays);
+    lua_setfield(L, -2, "direct_replays");
+    lua_pushnumber(L, u->replay_run_s);
+    lua_setfield(L, -2, "replay_run_s");
+    lua_pushstring(L, u->rp.valid ? "yes" : u->no_replay[0] ? u->no_replay : "not called yet");
+    lua_setfield(L, -2, "replayable");
+    lua_pushinteger(L, (lua_Integer)cm->n_breaks);
+    lua_setfield(L, -2, "breaks");
+    lua_pushinteger(L, (lua_Integer)cm->n_recompiles);
+    lua_setfield(L, -2, "recompiles");
+    return 1;
+}
+
+/* cm:last_call(): what the latest call did, for kiln.explain:
+ * {graph_count, graph_break_count, op_count, ops_per_graph, break_reasons, compile_s = {...}} */
+static int cm_last_call(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    const kn_capture *cap = &cm->cap;
+    lua_createtable(L, 0, 6);
+    lua_pushinteger(L, cap->n_graphs);
+    lua_setfield(L, -2, "graph_count");
+    lua_pushinteger(L, cap->n_breaks);
+    lua_setfield(L, -2, "graph_break_count");
+    int ops = 0, n = cap->n_graphs < 256 ? cap->n_graphs : 256;
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        ops += cap->ops_per_graph[i];
+        lua_pushinteger(L, cap->ops_per_graph[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "ops_per_graph");
+    lua_pushinteger(L, ops);
+    lua_setfield(L, -2, "op_count");
+    lua_createtable(L, cap->n_breaks, 0);
+    for (int i = 0; i < cap->n_breaks; i++) {
+        push_break(L, &cap->call_breaks[i]);
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "break_reasons");
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, cap->capture_s);
+    lua_setfield(L, -2, "capture");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "passes");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "codegen");
+    lua_pushnumber(L, 0);
+    lua_setfield(L, -2, "backend");
+    lua_setfield(L, -2, "compile_s");
+    return 1;
+}
+
+void kn_lua_compiled_inspect_methods(lua_State *L)
+{
+    static const luaL_Reg methods[] = {{"breaks", cm_breaks},   {"recompiles", cm_recompiles},
+                                       {"guards", cm_guards},   {"graphs", cm_graphs},
+                                       {"kernels", cm_kernels}, {"stats", cm_stats},
+                                       {"last_call", cm_last_call}, {NULL, NULL}};
+    luaL_setfuncs(L, methods, 0);
+}
