@@ -10,6 +10,9 @@
 
 #include "kn_op.h"
 
+struct kn_kprogram;
+struct kn_kernel;
+
 typedef struct kn_backend {
     const char *name;
     kn_device device;
@@ -26,6 +29,15 @@ typedef struct kn_backend {
     kn_status (*run)(const kn_opcall *c);
     /* Wait for queued work (no-op on CPU). */
     kn_status (*sync)(void);
+    /* Generated code (NULL where the backend has none): compile the
+     * POINTWISE and ROW kernels of p (using the persistent cache in
+     * cache_dir); fns[i] gets kernel i's entry point (NULL for library and
+     * fallback kernels), *lib keeps the code loaded until release_program. */
+    kn_status (*compile_program)(const struct kn_kprogram *p, const char *cache_dir, void **lib,
+                                 void **fns);
+    void (*release_program)(void *lib);
+    /* Run one generated kernel: bufs[i] is argument i's first element. */
+    kn_status (*launch)(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
 } kn_backend;
 
 /* The backend for a device, or NULL when it is not built or has no device. */

@@ -626,6 +626,86 @@ static void drop_lazies(kn_capture *cap, bool detach)
     cap->n_lazies = 0;
 }
 
+kn_plan *kn_version_plan(const kn_version *v)
+{
+    return v && v->n_plans ? v->plans[v->n_plans - 1].plan : NULL;
+}
+
+static bool same_wanted(const struct kn_plan_entry *e, const kn_plan_value *w, int n, const kn_graph *g, bool dyn)
+{
+    if (e->n_want != n || memcmp(e->want, w, sizeof *w * (size_t)n) != 0) return false;
+    if (!dyn) return true;
+    for (int i = 0; i < g->n_inputs; i++)
+        if (memcmp(&e->in_metas[i], &g->inputs[i].meta, sizeof(kn_meta)) != 0) return false;
+    return true;
+}
+
+/* The plan of v for these values, built now if needed; NULL (with
+ * v->plan_error set) when it cannot be built. */
+static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *w, int n)
+{
+    for (int i = v->n_plans - 1; i >= 0; i--)
+        if (same_wanted(&v->plans[i], w, n, g, v->dynamic)) return v->plans[i].plan;
+    if (v->plan_error[0] || v->n_plans >= 16) return NULL;
+    kn_plan *plan;
+    kn_status st = kn_plan_build(g, w, n, cm->cache_dir, cm->pass_flags, &plan);
+    if (st != KN_OK) {
+        snprintf(v->plan_error, sizeof v->plan_error, "%s", kn_last_error());
+        kn_compiled_log(cm, KN_LOG_WARN, "kiln: %s (%s): could not compile a graph (%s); it runs op by op\n",
+                        cm->fn_name, cm->fn_where, v->plan_error);
+        return NULL;
+    }
+    struct kn_plan_entry *ne = realloc(v->plans, sizeof *ne * (size_t)(v->n_plans + 1));
+    kn_plan_value *want = malloc(sizeof *want * (size_t)(n ? n : 1));
+    kn_meta *metas = malloc(sizeof *metas * (size_t)(g->n_inputs ? g->n_inputs : 1));
+    if (!ne || !want || !metas) {
+        if (ne) v->plans = ne;
+        free(want);
+        free(metas);
+        kn_plan_free(plan);
+        return NULL;
+    }
+    v->plans = ne;
+    memcpy(want, w, sizeof *want * (size_t)n);
+    for (int i = 0; i < g->n_inputs; i++) metas[i] = g->inputs[i].meta;
+    v->plans[v->n_plans++] = (struct kn_plan_entry){want, n, metas, plan};
+    cm->stats.plans_built++;
+    cm->stats.passes_s += plan->passes_s;
+    cm->stats.codegen_s += plan->codegen_s;
+    cm->stats.backend_s += plan->backend_s;
+    if (plan->f.why) kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s):\n%s", cm->fn_name, cm->fn_where, plan->f.why);
+    if (cm->log_flags & KN_LOG_KERNELS)
+        for (int k = 0; k < plan->f.prog.n_kernels; k++)
+            kn_compiled_log(cm, KN_LOG_KERNELS, "kernel %s (%d nodes)\n", plan->f.prog.kernels[k].name,
+                            plan->f.prog.kernels[k].n_nodes);
+    return plan;
+}
+
+kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
+                          int n_wanted, kn_tensor **results)
+{
+    kn_plan *plan = v && cm->compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
+    if (plan) {
+        kn_tensor *ins[256];
+        if (g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
+        for (int i = 0; i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
+        kn_status st = kn_plan_run(plan, ins, results);
+        if (plan->peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->peak_bytes;
+        return st;
+    }
+    kn_tensor **values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof *values);
+    if (!values) return kn_error(KN_ERR_OOM, "out of host memory running a graph");
+    kn_status st = kn_graph_run(g, values);
+    for (int i = 0; i < n_wanted; i++) {
+        results[i] = st == KN_OK ? values[wanted[i].node * KN_MAX_OUTPUTS + wanted[i].out] : NULL;
+        kn_tensor_retain(results[i]);
+    }
+    if (st == KN_OK)
+        for (int i = 0; i < g->n_nodes * KN_MAX_OUTPUTS; i++) kn_tensor_release(values[i]);
+    free(values);
+    return st;
+}
+
 kn_status kn_capture_flush(kn_capture *cap)
 {
     kn_compiled *cm = cap->cm;
@@ -642,17 +722,31 @@ kn_status kn_capture_flush(kn_capture *cap)
             st = lookup_or_compile(cm, cap->segment, g, &version);
             if (st == KN_OK && version < 0) cm->stats.eager_fallbacks++;
         }
+        /* the values still referenced are what this graph must produce */
+        kn_plan_value *want = NULL;
+        int n_want = 0;
         if (st == KN_OK) {
-            values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS, sizeof *values);
-            if (!values) st = kn_error(KN_ERR_OOM, "out of host memory running a graph");
+            want = malloc(sizeof *want * (size_t)(cap->n_lazies + 1));
+            values = calloc((size_t)cap->n_lazies + 1, sizeof *values);
+            if (!want || !values) st = kn_error(KN_ERR_OOM, "out of host memory running a graph");
         }
-        if (st == KN_OK) st = kn_graph_run(g, values);
+        for (int i = 0; st == KN_OK && i < cap->n_lazies; i++) {
+            kn_lazy *lz = cap->lazies[i];
+            if (lz->refcount < 2) continue; /* nothing refers to it any more */
+            int j = 0;
+            while (j < n_want && (want[j].node != lz->node || want[j].out != lz->out)) j++;
+            if (j == n_want) want[n_want++] = (kn_plan_value){lz->node, lz->out};
+        }
+        kn_version *ver = version >= 0 ? &cm->graphs[cap->segment].versions[version] : NULL;
+        if (st == KN_OK) st = kn_compiled_run(cm, ver, g, want, n_want, values);
         if (st == KN_OK) {
             int next_output = 0;
             for (int i = 0; i < cap->n_lazies; i++) {
                 kn_lazy *lz = cap->lazies[i];
-                if (lz->refcount < 2) continue; /* nothing refers to it any more */
-                lz->value = values[lz->node * KN_MAX_OUTPUTS + lz->out];
+                if (lz->refcount < 2) continue;
+                int j = 0;
+                while (want[j].node != lz->node || want[j].out != lz->out) j++;
+                lz->value = values[j];
                 kn_tensor_retain(lz->value);
                 const kn_node *nd = &g->nodes[lz->node];
                 if (nd->op == KN_NODE_INPUT) {
@@ -661,7 +755,7 @@ kn_status kn_capture_flush(kn_capture *cap)
                     snprintf(lz->input_name, sizeof lz->input_name, "%s", g->inputs[nd->input].name);
                 }
                 /* outputs are numbered among computed values, not inputs */
-                if (g->nodes[lz->node].op < KN_OP_COUNT) lz->output_index = next_output++;
+                if (nd->op < KN_OP_COUNT) lz->output_index = next_output++;
             }
             if (ops > 0) {
                 if (cap->n_graphs < (int)(sizeof cap->ops_per_graph / sizeof cap->ops_per_graph[0])) {
@@ -673,9 +767,10 @@ kn_status kn_capture_flush(kn_capture *cap)
             }
         }
         if (values) {
-            for (int i = 0; i < g->n_nodes * KN_MAX_OUTPUTS; i++) kn_tensor_release(values[i]);
+            for (int i = 0; i < n_want; i++) kn_tensor_release(values[i]);
             free(values);
         }
+        free(want);
         cap->t_start = now_s();
     }
     /* Placeholders of this graph keep their lazies; lazies are retired from
@@ -761,6 +856,13 @@ void kn_compiled_free(kn_compiled *cm)
     free(cm->cap.call_breaks);
     for (int k = 0; k < cm->n_graphs; k++) {
         for (int v = 0; v < cm->graphs[k].n_versions; v++) {
+            kn_version *ver = &cm->graphs[k].versions[v];
+            for (int i = 0; i < ver->n_plans; i++) {
+                kn_plan_free(ver->plans[i].plan);
+                free(ver->plans[i].want);
+                free(ver->plans[i].in_metas);
+            }
+            free(ver->plans);
             kn_graph_free(&cm->graphs[k].versions[v].g);
             kn_sym_free(&cm->graphs[k].versions[v].sym);
             free(cm->graphs[k].versions[v].guards);

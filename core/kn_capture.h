@@ -17,6 +17,7 @@
 #include <stdbool.h>
 
 #include "kn_graph.h"
+#include "kn_plan.h"
 #include "kn_symbolic.h"
 
 struct kn_capture;
@@ -76,6 +77,16 @@ typedef struct kn_version {
     kn_symbols sym; /* valid when dynamic */
     int n_guards;
     char (*guards)[KN_REASON_MAX]; /* human-readable guard strings */
+    /* compiled plans, one per set of values wanted (and, for a dynamic
+     * version, per set of input shapes) */
+    struct kn_plan_entry {
+        kn_plan_value *want;
+        int n_want;
+        kn_meta *in_metas;
+        kn_plan *plan;
+    } *plans;
+    int n_plans;
+    char plan_error[KN_REASON_MAX]; /* why it runs op by op ("" when it compiles) */
 } kn_version;
 
 typedef struct kn_graph_cache {
@@ -91,6 +102,8 @@ typedef struct kn_compile_stats {
     int cache_misses; /* a version was compiled */
     int eager_fallbacks;
     double capture_s, passes_s, codegen_s, backend_s;
+    int plans_built;
+    int64_t peak_bytes; /* most bytes of intermediate values alive in one compiled run */
 } kn_compile_stats;
 
 typedef struct kn_compiled kn_compiled;
@@ -127,6 +140,9 @@ struct kn_compiled {
     kn_recompile *recompiles;
     int n_recompiles;
     kn_compile_stats stats;
+    bool compiler;           /* run versions through compiled plans (else op by op) */
+    char cache_dir[512];     /* the persistent kernel cache */
+    int pass_flags;          /* KN_PASSES_LOG / KN_PASSES_VERIFY */
     int dynamic; /* -1: automatic (a dim that changed once), 0: never, 1: every dim */
     struct {
         char name[KN_NAME_MAX];
@@ -183,6 +199,17 @@ void kn_version_size_text(const kn_version *v, int node, int out, int dim, char 
 /* Fast guard for replay: does tensor t pass input i of static version v
  * (identity for parameters aside)? */
 bool kn_version_input_matches(const kn_version *v, int i, const kn_tensor *t);
+
+/* Run graph g (inputs bound) of version v for the values wanted:
+ * through v's compiled plan (built on first use), or node by node when v is
+ * NULL (eager fallback) or its plan cannot be built. results[i] gets new
+ * references. */
+kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
+                          int n_wanted, kn_tensor **results);
+/* The plan a version ran most recently (NULL when none). */
+kn_plan *kn_version_plan(const kn_version *v);
+
+enum { KN_LOG_FUSION = 16, KN_LOG_KERNELS = 32, KN_LOG_PASSES = 64 };
 
 /* Append to cm->log (kept when `kind` is in cm->log_flags). */
 void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)

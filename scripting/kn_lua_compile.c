@@ -16,6 +16,7 @@
 #include "kn_lua_util.h"
 
 #include "kn_lua_compile.h"
+#include "kn_passes.h"
 
 /* The capture of the call in progress, and the userdata index of its
  * compiled callable (for the parameter-name map), or NULL / 0. */
@@ -446,10 +447,15 @@ static void read_config(lua_State *L, kn_compiled *cm)
         if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->cache_size_limit = (int)lua_tointeger(L, -1);
         lua_getfield(L, -2, "error_on_recompile");
         cm->error_on_recompile = lua_toboolean(L, -1);
-        lua_pop(L, 2);
+        lua_getfield(L, -3, "compiler");
+        cm->compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
+        lua_getfield(L, -4, "cache_dir");
+        snprintf(cm->cache_dir, sizeof cm->cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+        lua_pop(L, 4);
     }
     lua_pop(L, 1);
     cm->log_flags = g_log_flags;
+    cm->pass_flags = (g_log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
 }
 
 /* Resolve a dotted parameter path ("layers.1.weight") from the module at
@@ -591,21 +597,20 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         /* running the graph: allocating, computing and freeing its values */
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        kn_tensor **values = calloc((size_t)v->g.n_nodes * KN_MAX_OUTPUTS, sizeof *values);
-        kn_status st = values ? kn_graph_run(&v->g, values) : kn_error(KN_ERR_OOM, "out of host memory");
+        kn_plan_value want[KN_REPLAY_MAX];
+        kn_tensor *outs[KN_REPLAY_MAX];
+        int n_want = 0;
+        for (int i = 0; i < rp->n_results; i++)
+            if (rp->res_node[i] >= 0) want[n_want++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
+        kn_status st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
         for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = NULL;
         if (st != KN_OK) {
-            free(values);
+            flush_log(cm);
             lua_settop(L, top);
             return kn_lua_fail(L, st);
         }
         kn_tensor *results[KN_REPLAY_MAX];
-        for (int i = 0; i < rp->n_results; i++) {
-            results[i] = rp->res_node[i] < 0 ? NULL : values[rp->res_node[i] * KN_MAX_OUTPUTS + rp->res_out[i]];
-            kn_tensor_retain(results[i]);
-        }
-        for (int i = 0; i < v->g.n_nodes * KN_MAX_OUTPUTS; i++) kn_tensor_release(values[i]);
-        free(values);
+        for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
         clock_gettime(CLOCK_MONOTONIC, &t1);
         u->replay_run_s += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
         lua_settop(L, top);
@@ -619,6 +624,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
             else lua_rawgeti(L, rtab, i + 1);
         }
         lua_remove(L, rtab);
+        flush_log(cm);
         u->direct_replays++;
         cm->stats.calls++;
         cm->stats.cache_hits++;
@@ -772,6 +778,13 @@ static int cm_call(lua_State *L)
         return lua_gettop(L) - fn_idx + 1;
     }
 
+    if (strcmp(cm->mode, "eager") == 0) { /* no capture: the function as written */
+        int fn_idx = uv + 1;
+        if (!is_module) lua_pop(L, 1);
+        for (int i = 2; i <= nargs + 1; i++) lua_pushvalue(L, i);
+        lua_call(L, nargs + (is_module ? 1 : 0), LUA_MULTRET);
+        return lua_gettop(L) - fn_idx + 1;
+    }
     if (u->rp.valid) {
         int n = try_replay(L, u, uv, nargs, is_module, module_idx);
         if (n >= 0) return n;
@@ -995,7 +1008,10 @@ static int parse_log_word(const char *w)
     if (strcmp(w, "graph_breaks") == 0) return KN_LOG_GRAPH_BREAKS;
     if (strcmp(w, "recompiles") == 0) return KN_LOG_RECOMPILES;
     if (strcmp(w, "guards") == 0) return KN_LOG_GUARDS;
-    if (strcmp(w, "kernels") == 0 || strcmp(w, "autotune") == 0 || strcmp(w, "passes") == 0) return 0;
+    if (strcmp(w, "kernels") == 0) return KN_LOG_KERNELS;
+    if (strcmp(w, "fusion") == 0) return KN_LOG_FUSION;
+    if (strcmp(w, "passes") == 0) return KN_LOG_PASSES;
+    if (strcmp(w, "autotune") == 0) return 0;
     return -1;
 }
 
@@ -1066,6 +1082,8 @@ void kn_lua_open_compile(lua_State *L)
     lua_setfield(L, -2, "allow_tf32");
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "replay"); /* direct replay of pure traces (see README) */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "compiler"); /* false: compiled graphs run op by op (the reference) */
     const char *cache = getenv("KILN_CACHE_DIR");
     const char *home = getenv("HOME");
     if (cache) lua_pushstring(L, cache);

@@ -2,6 +2,7 @@
  * cm:breaks(), cm:recompiles(), cm:guards(), cm:graphs(), cm:kernels(),
  * cm:stats() and cm:last_call() (what kiln.explain reports), as the tables
  * of design section 2. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kn_lua_compile.h"
@@ -174,6 +175,48 @@ static int cm_graphs(lua_State *L)
 }
 
 /* Until the compiler lands, each op node of a graph runs as one CPU kernel. */
+/* The kernels of a compiled plan: name, kind, the op nodes it covers and,
+ * for generated ones, the source. */
+static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
+{
+    for (int k = 0; k < p->f.prog.n_kernels; k++) {
+        const kn_kernel *kn = &p->f.prog.kernels[k];
+        bool gen = kn->kind == KN_KERNEL_POINTWISE || kn->kind == KN_KERNEL_ROW;
+        lua_createtable(L, 0, 6);
+        lua_pushstring(L, kn->name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, gen ? "generated" : "cpu");
+        lua_setfield(L, -2, "kind");
+        lua_pushstring(L, kn->kind == KN_KERNEL_POINTWISE ? "pointwise"
+                          : kn->kind == KN_KERNEL_ROW     ? "row"
+                          : kn->kind == KN_KERNEL_LIBRARY ? "library"
+                                                          : "reference");
+        lua_setfield(L, -2, "shape_kind");
+        lua_createtable(L, kn->n_nodes, 0);
+        int m = 0;
+        for (int i = 0; i < kn->n_nodes; i++) {
+            const kn_node *nd = &p->g.nodes[kn->nodes[i]];
+            if (nd->op >= KN_OP_COUNT) continue;
+            lua_pushstring(L, kn_node_op_name(nd));
+            lua_seti(L, -2, ++m);
+        }
+        lua_setfield(L, -2, "ops");
+        lua_pushinteger(L, graph);
+        lua_setfield(L, -2, "graph");
+        if (gen) {
+            char *src = NULL;
+            if (kn_kernel_render(kn, KN_TARGET_C, &src) == KN_OK) {
+                lua_pushstring(L, src);
+                lua_setfield(L, -2, "source");
+            }
+            free(src);
+        }
+        lua_seti(L, -2, ++*n);
+    }
+}
+
+/* cm:kernels(): the kernels of the latest version of each graph; a graph
+ * that runs op by op lists one reference kernel per op. */
 static int cm_kernels(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -182,14 +225,19 @@ static int cm_kernels(lua_State *L)
     for (int k = 0; k < cm->n_graphs; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
+        const kn_plan *plan = kn_version_plan(ver);
+        if (plan) {
+            push_plan_kernels(L, plan, k, &n);
+            continue;
+        }
         const kn_graph *g = &ver->g;
         for (int i = 0; i < g->n_nodes; i++) {
             const kn_node *nd = &g->nodes[i];
-            if (nd->op >= KN_OP_COUNT) continue;
+            if (nd->op >= KN_OP_COUNT || kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW) continue;
             lua_createtable(L, 0, 4);
             lua_pushfstring(L, "k%d_%s", n, kn_node_op_name(nd));
             lua_setfield(L, -2, "name");
-            lua_pushstring(L, kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW ? "view" : "cpu");
+            lua_pushstring(L, "cpu");
             lua_setfield(L, -2, "kind");
             lua_createtable(L, 1, 0);
             lua_pushstring(L, kn_node_op_name(nd));
@@ -219,8 +267,26 @@ static int cm_stats(lua_State *L)
     lua_pushinteger(L, s->graphs_run);
     lua_setfield(L, -2, "graphs_run");
     int kernels = 0;
-    for (int k = 0; k < cm->n_graphs; k++)
-        if (latest_version(cm, k)) kernels += kn_graph_op_count(&latest_version(cm, k)->g);
+    int64_t eager_peak = 0;
+    for (int k = 0; k < cm->n_graphs; k++) {
+        const kn_version *ver = latest_version(cm, k);
+        if (!ver) continue;
+        const kn_plan *plan = kn_version_plan(ver);
+        kernels += plan ? plan->f.prog.n_kernels : kn_graph_op_count(&ver->g);
+        /* op by op, every value of a graph is alive until the graph ends */
+        int64_t bytes = 0;
+        for (int i = 0; i < ver->g.n_nodes; i++)
+            if (ver->g.nodes[i].op < KN_OP_COUNT && kn_op_kind_of((kn_op)ver->g.nodes[i].op) != KN_K_VIEW)
+                bytes += kn_numel_of(ver->g.nodes[i].out[0].ndim, ver->g.nodes[i].out[0].shape) *
+                         (int64_t)kn_dtype_size(ver->g.nodes[i].out[0].dtype);
+        if (bytes > eager_peak) eager_peak = bytes;
+    }
+    lua_pushinteger(L, (lua_Integer)s->peak_bytes);
+    lua_setfield(L, -2, "peak_bytes");
+    lua_pushinteger(L, (lua_Integer)eager_peak);
+    lua_setfield(L, -2, "eager_peak_bytes");
+    lua_pushinteger(L, s->plans_built);
+    lua_setfield(L, -2, "plans");
     lua_pushinteger(L, kernels);
     lua_setfield(L, -2, "kernels");
     lua_createtable(L, 0, 4);

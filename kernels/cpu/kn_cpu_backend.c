@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "kn_cpu.h"
+#include "kn_cpu_jit.h"
+#include "kn_kir.h"
 
 #define KN_CPU_ALIGN 64
 
@@ -76,6 +78,49 @@ static kn_status cpu_sync(void)
     return KN_OK;
 }
 
+/* Generated kernels: the program's C source, compiled by the system C
+ * compiler through the persistent cache (kn_cpu_jit). */
+static kn_status cpu_compile_program(const struct kn_kprogram *p, const char *cache_dir, void **lib,
+                                     void **fns)
+{
+    *lib = NULL;
+    if (!kn_jit_available())
+        return kn_error(KN_ERR_UNSUPPORTED, "no C compiler found (set $CC, or install cc) to build generated kernels");
+    char *src = NULL;
+    KN_TRY(kn_kprogram_render(p, KN_TARGET_C, &src));
+    kn_jit_lib *l = NULL;
+    kn_status st = kn_jit_compile(src, cache_dir, &l);
+    free(src);
+    KN_TRY(st);
+    for (int k = 0; k < p->n_kernels; k++) {
+        const kn_kernel *kn = &p->kernels[k];
+        if (kn->kind != KN_KERNEL_POINTWISE && kn->kind != KN_KERNEL_ROW) continue;
+        fns[k] = kn_jit_symbol(l, kn->name);
+        if (!fns[k]) {
+            kn_jit_release(l);
+            return kn_error(KN_ERR_UNSUPPORTED, "generated kernel %s is missing from its compiled object", kn->name);
+        }
+    }
+    *lib = l;
+    return KN_OK;
+}
+
+static void cpu_release_program(void *lib)
+{
+    kn_jit_release(lib);
+}
+
+typedef void (*kn_cpu_kernel_fn)(char **bufs, const int64_t *sizes);
+
+static kn_status cpu_launch(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes)
+{
+    (void)k;
+    kn_cpu_kernel_fn f;
+    memcpy(&f, &fn, sizeof f); /* dlsym gives an object pointer; POSIX allows this */
+    f(bufs, sizes);
+    return KN_OK;
+}
+
 const kn_backend kn_cpu_backend = {
     .name = "cpu",
     .device = KN_CPU,
@@ -86,4 +131,7 @@ const kn_backend kn_cpu_backend = {
     .supports_op = cpu_supports_op,
     .run = cpu_run,
     .sync = cpu_sync,
+    .compile_program = cpu_compile_program,
+    .release_program = cpu_release_program,
+    .launch = cpu_launch,
 };

@@ -1,0 +1,643 @@
+/* kn_fuse: which nodes share a kernel, and the kernel IR for each group.
+ * See kn_fuse.h for the rules; every rule here is local and greedy, in node
+ * order, so the grouping of a graph is easy to predict and to explain. */
+#include "kn_fuse.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_view.h"
+
+/* ---- classification ------------------------------------------------------ */
+
+static bool is_op(const kn_node *n)
+{
+    return n->op < KN_OP_COUNT;
+}
+
+/* Ops a generated pointwise kernel computes element by element. */
+static bool is_pointwise(const kn_node *n)
+{
+    if (!is_op(n)) return false;
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_UNARY:
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY:
+    case KN_K_MASKED:
+    case KN_K_COPY:
+    case KN_K_TRI: return true;
+    case KN_K_NORM: return n->op == KN_OP_BATCH_NORM;
+    case KN_K_CREATE: return n->op == KN_OP_FULL || n->op == KN_OP_ARANGE;
+    default: return false;
+    }
+}
+
+/* The row dim of a row op (a reduction over one dim, softmax, layer_norm
+ * over the last dim), or -1 when the op is not one a ROW kernel covers. */
+static int row_dim(const kn_graph *g, const kn_node *n)
+{
+    if (!is_op(n)) return -1;
+    const kn_meta *in = &g->nodes[n->in_node[0]].out[n->in_out[0]];
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_SOFTMAX: return in->ndim ? n->a.dim : -1;
+    case KN_K_REDUCE:
+        if (n->a.ndims == 1) return n->a.dims[0];
+        if (n->a.ndims == 0 && in->ndim == 1) return 0;
+        return -1;
+    case KN_K_NORM: return n->op == KN_OP_LAYER_NORM && n->a.nshape == 1 && in->ndim ? in->ndim - 1 : -1;
+    default: return -1;
+    }
+}
+
+static bool same_shape(const kn_meta *a, const kn_meta *b)
+{
+    return a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+static void contiguous_layout(const kn_meta *m, kn_layout *l)
+{
+    l->ndim = m->ndim;
+    memcpy(l->shape, m->shape, sizeof l->shape);
+    kn_contiguous_strides(m->ndim, m->shape, l->strides);
+}
+
+/* The layout of a view node's value from its source's layout: the view
+ * run on a header over no storage. A reshape the strides cannot express
+ * copies at run time (kn_view_run), so its value is contiguous. */
+static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
+{
+    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL};
+    kn_tensor probe = {0};
+    probe.refcount = 1 << 30;
+    probe.dtype = n->out[0].dtype;
+    probe.ndim = src->ndim;
+    memcpy(probe.shape, src->shape, sizeof probe.shape);
+    memcpy(probe.strides, src->strides, sizeof probe.strides);
+    probe.storage = &nothing;
+    kn_tensor *v = NULL;
+    kn_status st;
+    if (n->op == KN_OP_RESHAPE) st = kn_view_view(&probe, n->a.nshape, n->a.shape, &v);
+    else {
+        kn_opcall c;
+        kn_opcall_init(&c, (kn_op)n->op);
+        c.a = n->a;
+        c.n_in = 1;
+        c.in[0] = &probe;
+        st = kn_view_run(&c, &v);
+    }
+    if (st == KN_OK && v) {
+        out->ndim = v->ndim;
+        memcpy(out->shape, v->shape, sizeof out->shape);
+        memcpy(out->strides, v->strides, sizeof out->strides);
+        kn_tensor_release(v);
+    } else {
+        contiguous_layout(&n->out[0], out);
+    }
+}
+
+/* ---- building one kernel -------------------------------------------------- */
+
+typedef struct {
+    const kn_graph *g;
+    kn_fusion *f;
+    kn_kernel *k;
+    int kid;
+    int no;                    /* ndim of the original space (pointwise: the output; row: the row input) */
+    int64_t oshape[KN_MAX_DIMS];
+    int perm[KN_MAX_DIMS];     /* iteration dim j is original dim perm[j] */
+    int *memo_expr;            /* per node: expression in this kernel, or -1 */
+    int *memo_arg;             /* per node: argument in this kernel, or -1 */
+} kctx;
+
+static kn_status add_expr(kctx *c, kn_kexpr e, int *out)
+{
+    return kn_kernel_add_expr(c->k, &e, out);
+}
+
+static kn_kexpr kx(kn_kx_kind kind, int op, kn_dtype dt)
+{
+    kn_kexpr e;
+    memset(&e, 0, sizeof e);
+    e.kind = kind;
+    e.op = op;
+    e.a = e.b = e.c = -1;
+    e.dtype = dt;
+    return e;
+}
+
+static kn_status mk_const(kctx *c, double v, kn_dtype dt, int *out)
+{
+    kn_kexpr e = kx(KN_KX_CONST, 0, dt);
+    e.value = v;
+    return add_expr(c, e, out);
+}
+
+static kn_status mk_op(kctx *c, kn_op op, kn_dtype dt, int a, int b, int cc, int *out)
+{
+    kn_kexpr e = kx(KN_KX_OP, op, dt);
+    e.a = a;
+    e.b = b;
+    e.c = cc;
+    return add_expr(c, e, out);
+}
+
+static kn_status mk_cast(kctx *c, int e, kn_dtype dt, int *out)
+{
+    if (c->k->exprs[e].dtype == dt) {
+        *out = e;
+        return KN_OK;
+    }
+    return mk_op(c, KN_OP_CAST, dt, e, -1, -1, out);
+}
+
+static kn_status mk_index(kctx *c, int odim, int *out)
+{
+    int j = 0;
+    while (j < c->k->ndim && c->perm[j] != odim) j++;
+    kn_kexpr e = kx(KN_KX_INDEX, 0, KN_I64);
+    e.dim = j;
+    return add_expr(c, e, out);
+}
+
+/* Load node `node`'s value; its dim vd is original dim first_odim + vd
+ * (first_odim < 0: right-aligned broadcasting). */
+static kn_status mk_load(kctx *c, int node, int out, int first_odim, int *res)
+{
+    const kn_layout *l = &c->f->layout[node];
+    const kn_meta *m = &c->g->nodes[node].out[out];
+    kn_karg a;
+    memset(&a, 0, sizeof a);
+    a.node = node;
+    a.out = out;
+    a.dtype = m->dtype;
+    int base = first_odim >= 0 ? first_odim : c->no - m->ndim;
+    for (int j = 0; j < c->k->ndim; j++) {
+        int vd = c->perm[j] - base;
+        a.strides[j] = (vd >= 0 && vd < m->ndim && m->shape[vd] != 1) ? l->strides[vd] : 0;
+    }
+    int ai;
+    KN_TRY(kn_kernel_add_arg(c->k, &a, &ai));
+    kn_kexpr e = kx(KN_KX_LOAD, 0, m->dtype);
+    e.buf = ai;
+    return add_expr(c, e, res);
+}
+
+static kn_status build(kctx *c, int node, int out, int *res);
+
+/* The expression of a pointwise node, from its operands' expressions. */
+static kn_status build_pointwise(kctx *c, int node, int *res)
+{
+    const kn_node *n = &c->g->nodes[node];
+    kn_dtype dt = n->out[0].dtype;
+    int e[KN_MAX_INPUTS];
+    if (n->op == KN_OP_BATCH_NORM) { /* params are per channel: dim 1 of x */
+        KN_TRY(build(c, n->in_node[0], n->in_out[0], &e[0]));
+        KN_TRY(mk_cast(c, e[0], dt, &e[0]));
+        for (int i = 1; i < n->n_in; i++) {
+            KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], 1, &e[i]));
+            KN_TRY(mk_cast(c, e[i], dt, &e[i]));
+        }
+        int eps, t, r;
+        KN_TRY(mk_const(c, n->a.eps, dt, &eps));
+        KN_TRY(mk_op(c, KN_OP_ADD, dt, e[2], eps, -1, &t));
+        KN_TRY(mk_op(c, KN_OP_RSQRT, dt, t, -1, -1, &t));
+        KN_TRY(mk_op(c, KN_OP_SUB, dt, e[0], e[1], -1, &r));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, r, t, -1, &r));
+        if (n->n_in > 3) KN_TRY(mk_op(c, KN_OP_MUL, dt, r, e[3], -1, &r));
+        if (n->n_in > 4) KN_TRY(mk_op(c, KN_OP_ADD, dt, r, e[4], -1, &r));
+        *res = r;
+        return KN_OK;
+    }
+    if (n->op == KN_OP_FULL) return mk_const(c, n->a.value, dt, res);
+    if (n->op == KN_OP_ARANGE) {
+        int i, s, st, r;
+        KN_TRY(mk_index(c, 0, &i));
+        KN_TRY(mk_cast(c, i, dt, &i));
+        KN_TRY(mk_const(c, n->a.value, dt, &s));
+        KN_TRY(mk_const(c, n->a.value2, dt, &st));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, st, i, -1, &r));
+        return mk_op(c, KN_OP_ADD, dt, s, r, -1, res);
+    }
+    for (int i = 0; i < n->n_in; i++) KN_TRY(build(c, n->in_node[i], n->in_out[i], &e[i]));
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_COPY: *res = e[0]; return KN_OK;
+    case KN_K_UNARY:
+        if (n->op == KN_OP_CAST) return mk_cast(c, e[0], dt, res);
+        if (n->op != KN_OP_LOGICAL_NOT) KN_TRY(mk_cast(c, e[0], dt, &e[0]));
+        return mk_op(c, (kn_op)n->op, dt, e[0], -1, -1, res);
+    case KN_K_BINARY:
+        KN_TRY(mk_cast(c, e[0], dt, &e[0]));
+        KN_TRY(mk_cast(c, e[1], dt, &e[1]));
+        return mk_op(c, (kn_op)n->op, dt, e[0], e[1], -1, res);
+    case KN_K_COMPARE: {
+        kn_dtype ct = kn_dtype_promote(c->k->exprs[e[0]].dtype, c->k->exprs[e[1]].dtype);
+        KN_TRY(mk_cast(c, e[0], ct, &e[0]));
+        KN_TRY(mk_cast(c, e[1], ct, &e[1]));
+        return mk_op(c, (kn_op)n->op, KN_BOOL, e[0], e[1], -1, res);
+    }
+    case KN_K_TERNARY:
+        KN_TRY(mk_cast(c, e[1], dt, &e[1]));
+        KN_TRY(mk_cast(c, e[2], dt, &e[2]));
+        return mk_op(c, KN_OP_WHERE, dt, e[0], e[1], e[2], res);
+    case KN_K_MASKED: {
+        KN_TRY(mk_cast(c, e[0], dt, &e[0]));
+        kn_kexpr x = kx(KN_KX_OP, KN_OP_MASKED_FILL, dt);
+        x.a = e[0];
+        x.b = e[1];
+        x.value = n->a.value;
+        return add_expr(c, x, res);
+    }
+    case KN_K_TRI: {
+        const kn_meta *m = &n->out[0];
+        int row, col, d, diag, cond, zero;
+        KN_TRY(mk_index(c, c->no - 2, &row));
+        KN_TRY(mk_index(c, c->no - 1, &col));
+        KN_TRY(mk_op(c, KN_OP_SUB, KN_I64, col, row, -1, &d));
+        KN_TRY(mk_const(c, (double)n->a.diagonal, KN_I64, &diag));
+        KN_TRY(mk_op(c, n->op == KN_OP_TRIL ? KN_OP_LE : KN_OP_GE, KN_BOOL, d, diag, -1, &cond));
+        KN_TRY(mk_const(c, 0, m->dtype, &zero));
+        return mk_op(c, KN_OP_WHERE, dt, cond, e[0], zero, res);
+    }
+    default: return kn_error(KN_ERR_UNSUPPORTED, "fusion: %s is not pointwise", kn_op_name((kn_op)n->op));
+    }
+}
+
+static kn_status build(kctx *c, int node, int out, int *res)
+{
+    if (out != 0) return mk_load(c, node, out, -1, res); /* a second output is always materialized */
+    if (c->memo_expr[node] >= 0) {
+        *res = c->memo_expr[node];
+        return KN_OK;
+    }
+    const kn_node *n = &c->g->nodes[node];
+    kn_status st;
+    if (n->op == KN_NODE_CONST) st = mk_const(c, n->value, n->out[0].dtype, res);
+    else if (c->f->disp[node] == KN_D_INLINE && c->f->kernel[node] == c->kid) st = build_pointwise(c, node, res);
+    else st = mk_load(c, node, 0, -1, res);
+    if (st == KN_OK) c->memo_expr[node] = *res;
+    return st;
+}
+
+static void kernel_name(kctx *c, int root, const char *what)
+{
+    kn_kernel *k = c->k;
+    const kn_node *r = &c->g->nodes[root];
+    char sizes[64] = "";
+    size_t n = 0;
+    for (int d = 0; d < r->out[0].ndim && n < sizeof sizes; d++)
+        n += (size_t)snprintf(sizes + n, sizeof sizes - n, d ? "x%lld" : "%lld", (long long)r->out[0].shape[d]);
+    if (!r->out[0].ndim) snprintf(sizes, sizeof sizes, "scalar");
+    snprintf(k->name, sizeof k->name, "k%d_%s_%s_%s", c->kid, what, kn_dtype_name(r->out[0].dtype), sizes);
+    for (char *p = k->name; *p; p++)
+        if (*p == '-' || *p == '.') *p = '_';
+}
+
+/* The output argument of a kernel: node's value, contiguous in its own
+ * shape; `skip` (a row dim not kept) maps to stride 0. */
+static kn_status out_arg(kctx *c, int node, int skip, bool keepdim, int *ai)
+{
+    const kn_meta *m = &c->g->nodes[node].out[0];
+    int64_t cs[KN_MAX_DIMS];
+    kn_contiguous_strides(m->ndim, m->shape, cs);
+    kn_karg a;
+    memset(&a, 0, sizeof a);
+    a.node = node;
+    a.dtype = m->dtype;
+    a.is_output = true;
+    for (int j = 0; j < c->k->ndim; j++) {
+        int od = c->perm[j];
+        if (od == skip) {
+            a.strides[j] = 0;
+            continue;
+        }
+        int md = (skip >= 0 && !keepdim && od > skip) ? od - 1 : od;
+        md -= c->no - (skip >= 0 && !keepdim ? m->ndim + 1 : m->ndim);
+        a.strides[j] = md >= 0 && md < m->ndim && m->shape[md] != 1 ? cs[md] : 0;
+    }
+    return kn_kernel_add_arg(c->k, &a, ai);
+}
+
+static void list_nodes(kctx *c, int root)
+{
+    for (int i = 0; i <= root && c->k->n_nodes < KN_KIR_MAX_NODES; i++)
+        if (c->f->kernel[i] == c->kid) c->k->nodes[c->k->n_nodes++] = i;
+}
+
+/* A short name for what a kernel does: its ops, up to three. */
+static void what_text(kctx *c, int root, char *buf, size_t size)
+{
+    size_t n = 0;
+    int shown = 0;
+    buf[0] = 0;
+    for (int i = 0; i <= root; i++) {
+        if (c->f->kernel[i] != c->kid || !is_op(&c->g->nodes[i])) continue;
+        if (shown == 3) {
+            n += (size_t)snprintf(buf + n, size - n, "_etc");
+            break;
+        }
+        n += (size_t)snprintf(buf + n, size - n, shown ? "_%s" : "%s", kn_op_name((kn_op)c->g->nodes[i].op));
+        shown++;
+        if (n >= size) break;
+    }
+}
+
+static kn_status build_pointwise_kernel(kctx *c, int root)
+{
+    const kn_meta *m = &c->g->nodes[root].out[0];
+    c->k->kind = KN_KERNEL_POINTWISE;
+    c->k->ndim = c->no = m->ndim;
+    memcpy(c->k->shape, m->shape, sizeof c->k->shape);
+    memcpy(c->oshape, m->shape, sizeof c->oshape);
+    for (int j = 0; j < m->ndim; j++) c->perm[j] = j;
+    int e, o;
+    KN_TRY(out_arg(c, root, -1, true, &o));
+    KN_TRY(build_pointwise(c, root, &e));
+    KN_TRY(mk_cast(c, e, m->dtype, &e));
+    c->k->stores[c->k->n_stores++] = (kn_kstore){o, e, false};
+    return KN_OK;
+}
+
+static kn_status build_row_kernel(kctx *c, int root, int d)
+{
+    const kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[root];
+    const kn_meta *in = &g->nodes[n->in_node[0]].out[n->in_out[0]];
+    kn_kernel *k = c->k;
+    k->kind = KN_KERNEL_ROW;
+    k->ndim = c->no = in->ndim;
+    memcpy(c->oshape, in->shape, sizeof c->oshape);
+    int j = 0;
+    for (int od = 0; od < in->ndim; od++)
+        if (od != d) c->perm[j++] = od;
+    c->perm[j] = d;
+    for (j = 0; j < k->ndim; j++) k->shape[j] = in->shape[c->perm[j]];
+    kn_dtype dt = n->out[0].dtype;
+    kn_dtype ct = kn_dtype_is_float(dt) ? dt : KN_I64;
+    int x, o, acc0, acc1, t, r;
+    double len = (double)in->shape[d];
+    KN_TRY(build(c, n->in_node[0], n->in_out[0], &x));
+    kn_kexpr a0 = kx(KN_KX_ACC, 0, ct), a1 = kx(KN_KX_ACC, 0, ct);
+    a1.acc = 1;
+    switch (n->op) {
+    case KN_OP_SOFTMAX:
+    case KN_OP_LOG_SOFTMAX: {
+        KN_TRY(mk_cast(c, x, dt, &x));
+        k->stages[k->n_stages++] = (kn_kstage){KN_OP_AMAX, x};
+        KN_TRY(add_expr(c, a0, &acc0));
+        KN_TRY(mk_op(c, KN_OP_SUB, dt, x, acc0, -1, &t));
+        int ex;
+        KN_TRY(mk_op(c, KN_OP_EXP, dt, t, -1, -1, &ex));
+        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, ex};
+        KN_TRY(add_expr(c, a1, &acc1));
+        if (n->op == KN_OP_SOFTMAX) KN_TRY(mk_op(c, KN_OP_DIV, dt, ex, acc1, -1, &r));
+        else {
+            int lg;
+            KN_TRY(mk_op(c, KN_OP_LOG, dt, acc1, -1, -1, &lg));
+            KN_TRY(mk_op(c, KN_OP_SUB, dt, t, lg, -1, &r));
+        }
+        KN_TRY(out_arg(c, root, -1, true, &o));
+        k->stores[k->n_stores++] = (kn_kstore){o, r, false};
+        return KN_OK;
+    }
+    case KN_OP_LAYER_NORM: {
+        KN_TRY(mk_cast(c, x, dt, &x));
+        int inv, mean, var, eps, xm, sq;
+        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, x};
+        KN_TRY(add_expr(c, a0, &acc0));
+        KN_TRY(mk_const(c, 1.0 / len, dt, &inv));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc0, inv, -1, &mean));
+        KN_TRY(mk_op(c, KN_OP_SUB, dt, x, mean, -1, &xm));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, xm, xm, -1, &sq));
+        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
+        KN_TRY(add_expr(c, a1, &acc1));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc1, inv, -1, &var));
+        KN_TRY(mk_const(c, n->a.eps, dt, &eps));
+        KN_TRY(mk_op(c, KN_OP_ADD, dt, var, eps, -1, &t));
+        KN_TRY(mk_op(c, KN_OP_RSQRT, dt, t, -1, -1, &t));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, xm, t, -1, &r));
+        for (int i = 1; i < n->n_in; i++) {
+            int p;
+            KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], -1, &p));
+            KN_TRY(mk_cast(c, p, dt, &p));
+            KN_TRY(mk_op(c, i == 1 ? KN_OP_MUL : KN_OP_ADD, dt, r, p, -1, &r));
+        }
+        KN_TRY(out_arg(c, root, -1, true, &o));
+        k->stores[k->n_stores++] = (kn_kstore){o, r, false};
+        return KN_OK;
+    }
+    default: break;
+    }
+    /* reductions: one value per row */
+    KN_TRY(mk_cast(c, x, n->op == KN_OP_AMAX || n->op == KN_OP_AMIN ? dt : ct, &x));
+    int op = n->op == KN_OP_AMAX ? KN_OP_AMAX : n->op == KN_OP_AMIN ? KN_OP_AMIN : KN_OP_SUM;
+    k->stages[k->n_stages++] = (kn_kstage){op, x};
+    a0.dtype = k->exprs[x].dtype;
+    KN_TRY(add_expr(c, a0, &acc0));
+    r = acc0;
+    if (n->op == KN_OP_MEAN) {
+        int inv;
+        KN_TRY(mk_const(c, 1.0 / len, dt, &inv));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc0, inv, -1, &r));
+    } else if (n->op == KN_OP_VAR) {
+        int inv, mean, xm, sq, den;
+        KN_TRY(mk_const(c, 1.0 / len, dt, &inv));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc0, inv, -1, &mean));
+        KN_TRY(mk_op(c, KN_OP_SUB, dt, x, mean, -1, &xm));
+        KN_TRY(mk_op(c, KN_OP_MUL, dt, xm, xm, -1, &sq));
+        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
+        KN_TRY(add_expr(c, a1, &acc1));
+        KN_TRY(mk_const(c, len - n->a.correction, dt, &den));
+        KN_TRY(mk_op(c, KN_OP_DIV, dt, acc1, den, -1, &r));
+    }
+    KN_TRY(mk_cast(c, r, dt, &r));
+    KN_TRY(out_arg(c, root, d, n->a.keepdim, &o));
+    k->stores[k->n_stores++] = (kn_kstore){o, r, true};
+    return KN_OK;
+}
+
+/* ---- the plan ------------------------------------------------------------ */
+
+void kn_fusion_free(kn_fusion *f)
+{
+    free(f->disp);
+    free(f->kernel);
+    free(f->last_use);
+    free(f->drop_head);
+    free(f->drop_next);
+    free(f->layout);
+    free(f->kernel_at);
+    free(f->why);
+    kn_kprogram_free(&f->prog);
+    memset(f, 0, sizeof *f);
+}
+
+static void note_why(kn_fusion *f, const char *fmt, int a, const char *an, int b, const char *bn, const char *reason)
+{
+    size_t old = f->why ? strlen(f->why) : 0;
+    char line[256];
+    int n = snprintf(line, sizeof line, fmt, a, an, b, bn, reason);
+    if (n <= 0) return;
+    char *p = realloc(f->why, old + (size_t)n + 1);
+    if (!p) return;
+    memcpy(p + old, line, (size_t)n + 1);
+    f->why = p;
+}
+
+kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f)
+{
+    memset(f, 0, sizeof *f);
+    int n = g->n_nodes;
+    f->n_nodes = n;
+    f->disp = calloc((size_t)n + 1, sizeof *f->disp);
+    f->kernel = malloc(sizeof *f->kernel * ((size_t)n + 1));
+    f->last_use = malloc(sizeof *f->last_use * ((size_t)n + 1));
+    f->layout = calloc((size_t)n + 1, sizeof *f->layout);
+    int *uses = calloc((size_t)n + 1, sizeof *uses), *consumer = malloc(sizeof *consumer * ((size_t)n + 1));
+    bool *is_out = calloc((size_t)n + 1, sizeof *is_out), *needed = calloc((size_t)n + 1, sizeof *needed);
+    int *memo_e = malloc(sizeof *memo_e * ((size_t)n + 1)), *memo_a = malloc(sizeof *memo_a * ((size_t)n + 1));
+    kn_status st = KN_OK;
+    if (!f->disp || !f->kernel || !f->last_use || !f->layout || !uses || !consumer || !is_out || !needed ||
+        !memo_e || !memo_a) {
+        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+        goto done;
+    }
+    for (int i = 0; i < n_outputs; i++)
+        if (outputs[i] >= 0 && outputs[i] < n) is_out[outputs[i]] = needed[outputs[i]] = true;
+    for (int i = n - 1; i >= 0; i--)
+        if (needed[i])
+            for (int k = 0; k < g->nodes[i].n_in; k++) needed[g->nodes[i].in_node[k]] = true;
+    for (int i = 0; i < n; i++) {
+        f->kernel[i] = -1;
+        f->last_use[i] = is_out[i] ? n : -1;
+        consumer[i] = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!needed[i]) continue;
+        const kn_node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->n_in; k++) {
+            int p = nd->in_node[k];
+            uses[p]++;
+            consumer[p] = i;
+        }
+    }
+    /* dispositions and layouts, in node order */
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (!needed[i]) {
+            f->disp[i] = KN_D_DEAD;
+            continue;
+        }
+        if (nd->op == KN_NODE_INPUT) {
+            const kn_graph_input *in = &g->inputs[nd->input];
+            f->disp[i] = KN_D_INPUT;
+            f->layout[i].ndim = in->meta.ndim;
+            memcpy(f->layout[i].shape, in->meta.shape, sizeof f->layout[i].shape);
+            memcpy(f->layout[i].strides, in->strides, sizeof f->layout[i].strides);
+            continue;
+        }
+        if (nd->op == KN_NODE_CONST) {
+            f->disp[i] = KN_D_CONST;
+            contiguous_layout(&nd->out[0], &f->layout[i]);
+            continue;
+        }
+        if (kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW) {
+            f->disp[i] = KN_D_VIEW;
+            view_layout(nd, &f->layout[nd->in_node[0]], &f->layout[i]);
+            continue;
+        }
+        contiguous_layout(&nd->out[0], &f->layout[i]);
+        f->disp[i] = KN_D_ROOT;
+        /* inline into the one consumer when it is pointwise over the same
+         * shape, or a row op reading this as its row input */
+        if (!is_pointwise(nd) || uses[i] != 1 || is_out[i]) continue;
+        int cidx = consumer[i];
+        const kn_node *cn = &g->nodes[cidx];
+        const char *why = NULL;
+        if (is_pointwise(cn)) {
+            if (!same_shape(&nd->out[0], &cn->out[0])) why = "a different shape (broadcast: computed once instead)";
+            else if (cn->op == KN_OP_BATCH_NORM && cn->in_node[0] != i) why = "a batch_norm parameter";
+        } else if (row_dim(g, cn) >= 0) {
+            if (cn->in_node[0] != i) why = "not the row input of the reduction";
+            else if (cn->in_out[0] != 0) why = "a second output";
+        } else {
+            why = is_op(cn) ? "its consumer is not generated code (library call, view or reference op)" : "an output";
+        }
+        if (why) {
+            note_why(f, "node %d (%s) not fused into node %d (%s): %s\n", i, kn_op_name((kn_op)nd->op), cidx,
+                     is_op(cn) ? kn_op_name((kn_op)cn->op) : "input", why);
+            continue;
+        }
+        f->disp[i] = KN_D_INLINE;
+    }
+    /* kernels: one per root, in node order; inlined nodes join their consumer's */
+    int nk = 0;
+    for (int i = 0; i < n; i++) nk += f->disp[i] == KN_D_ROOT;
+    f->prog.kernels = calloc((size_t)nk + 1, sizeof *f->prog.kernels);
+    f->kernel_at = malloc(sizeof *f->kernel_at * ((size_t)nk + 1));
+    if (!f->prog.kernels || !f->kernel_at) {
+        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+        goto done;
+    }
+    int kid = 0;
+    for (int i = 0; i < n; i++)
+        if (f->disp[i] == KN_D_ROOT) f->kernel[i] = kid++;
+    for (int i = n - 1; i >= 0; i--)
+        if (f->disp[i] == KN_D_INLINE) f->kernel[i] = f->kernel[consumer[i]];
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        if (f->disp[i] != KN_D_ROOT) continue;
+        kid = f->kernel[i];
+        kn_kernel *k = &f->prog.kernels[kid];
+        f->kernel_at[kid] = i;
+        k->lib_node = i;
+        kctx c = {g, f, k, kid, 0, {0}, {0}, memo_e, memo_a};
+        for (int m = 0; m < n; m++) memo_e[m] = memo_a[m] = -1;
+        const kn_node *nd = &g->nodes[i];
+        char what[48];
+        int d = row_dim(g, nd);
+        if (is_pointwise(nd)) st = build_pointwise_kernel(&c, i);
+        else if (d >= 0) st = build_row_kernel(&c, i, d);
+        else {
+            k->kind = (nd->op == KN_OP_MATMUL || nd->op == KN_OP_CONV2D) ? KN_KERNEL_LIBRARY : KN_KERNEL_FALLBACK;
+            k->ndim = nd->out[0].ndim;
+            memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
+        }
+        list_nodes(&c, i);
+        what_text(&c, i, what, sizeof what);
+        kernel_name(&c, i, what);
+        f->prog.n_kernels++;
+    }
+    /* lifetimes: a value is read where its reader runs: an inlined node
+     * runs inside its kernel, at the kernel's root */
+    f->drop_head = malloc(sizeof *f->drop_head * ((size_t)n + 1));
+    f->drop_next = malloc(sizeof *f->drop_next * ((size_t)n + 1));
+    if (st == KN_OK && (!f->drop_head || !f->drop_next)) st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+    for (int i = 0; st == KN_OK && i < n; i++) {
+        f->drop_head[i] = -1;
+        f->drop_next[i] = -1;
+    }
+    for (int i = 0; st == KN_OK && i < n; i++) {
+        if (f->disp[i] == KN_D_DEAD) continue;
+        int pos = f->disp[i] == KN_D_INLINE ? f->kernel_at[f->kernel[i]] : i;
+        for (int k = 0; k < g->nodes[i].n_in; k++) {
+            int src = g->nodes[i].in_node[k];
+            if (f->last_use[src] != n && f->last_use[src] < pos) f->last_use[src] = pos;
+        }
+    }
+    for (int i = 0; st == KN_OK && i < n; i++) {
+        int at = f->last_use[i];
+        if (at < 0 || at >= n || f->disp[i] == KN_D_INLINE || f->disp[i] == KN_D_DEAD) continue;
+        f->drop_next[i] = f->drop_head[at];
+        f->drop_head[at] = i;
+    }
+done:
+    free(uses);
+    free(consumer);
+    free(is_out);
+    free(needed);
+    free(memo_e);
+    free(memo_a);
+    if (st != KN_OK) kn_fusion_free(f);
+    return st;
+}

@@ -1,0 +1,54 @@
+/* kn_fuse: fusion and scheduling, graph -> kernels.
+ *
+ * Every node gets a disposition: an input, a constant, a view (made at run
+ * time from its source's value: no copy), inlined into the one kernel that
+ * uses it, the root of a kernel (its value is materialized), or dead.
+ * Pointwise chains of one shape fuse into one POINTWISE kernel; a reduction,
+ * softmax or layer_norm takes its pointwise producers into one ROW kernel;
+ * matmul and convolution are LIBRARY kernels whose consumers (bias,
+ * activation, residual) fuse into the pointwise kernel that follows; what
+ * no generated kernel covers yet is a FALLBACK run by the reference
+ * executor. Views become strides in the kernels that read them.
+ */
+#ifndef KN_FUSE_H
+#define KN_FUSE_H
+
+#include "kn_kir.h"
+
+typedef enum kn_disp {
+    KN_D_DEAD,
+    KN_D_INPUT,
+    KN_D_CONST,
+    KN_D_VIEW,
+    KN_D_INLINE,
+    KN_D_ROOT
+} kn_disp;
+
+/* The layout of a value the plan materializes or binds: strides in
+ * elements (the value's data pointer already includes any view offset). */
+typedef struct kn_layout {
+    int ndim;
+    int64_t shape[KN_MAX_DIMS];
+    int64_t strides[KN_MAX_DIMS];
+} kn_layout;
+
+typedef struct kn_fusion {
+    int n_nodes;
+    kn_disp *disp;     /* per node */
+    int *kernel;       /* per node: the kernel that computes it (roots and inlined), or -1 */
+    int *last_use;     /* per node: the position (node index) of the last kernel or view
+                          that reads its value (n_nodes: an output, kept) */
+    int *drop_head;    /* per position: the first node whose value dies there, or -1 */
+    int *drop_next;    /* per node: the next node that dies at the same position, or -1 */
+    kn_layout *layout; /* per node (output 0) */
+    kn_kprogram prog;
+    int *kernel_at;    /* per kernel: the node at whose position it runs */
+    char *why;         /* KILN_LOGS=fusion: why neighbours were not fused (may be NULL) */
+} kn_fusion;
+
+/* Plan the kernels of g. outputs: the node indices whose values the caller
+ * needs (kept materialized). Inputs must be bound or carry strides. */
+kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f);
+void kn_fusion_free(kn_fusion *f);
+
+#endif

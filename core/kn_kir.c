@@ -1,0 +1,1020 @@
+/* kn_kir: builders, the text dump and the one source renderer of the kernel
+ * IR (see kn_kir.h), for two targets: C (compiled at run time for the CPU)
+ * and CUDA C++ (NVRTC).
+ *
+ * The renderer is shared; a target overrides only what must differ: the
+ * prelude (types, bf16/f16 bit code, helpers), the function header, how the
+ * loop nest walks the space (C: nested loops; CUDA: a grid-stride loop over
+ * the flattened space, or one block per row with a shared-memory tree), and
+ * the reduction accumulator type. Scalar expressions come from the op table
+ * (kn_ops.def) as text: a small token rewrite turns its `a`, `b`, `c` into
+ * the operand variables, `kn_exp` and friends into the function of the
+ * compute type (expf for f32, exp for f64) and floating literals into f32
+ * literals where the compute type is f32, so f32 math stays in f32.
+ *
+ * Precision choices (the tests hold them to the reference's tolerances):
+ *  - f32, bf16 and f16 values compute in float, f64 in double, integers in
+ *    int64 (i32 stores saturate, as the reference's), bool as 0/1 int.
+ *  - A CAST to bf16 or f16 rounds right there (not only at the store): an
+ *    eager cast materializes a bf16 tensor, and later ops must see that.
+ *  - Row sums of float values accumulate in double on the C target (serial
+ *    loops anyway: without -ffast-math the compiler cannot reassociate) and
+ *    in float on CUDA, where the tree reduction is already pairwise.
+ *  - max / min reductions propagate NaN: once NaN, the accumulator stays NaN.
+ */
+#include "kn_kir.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- builders ---- */
+
+void kn_kprogram_free(kn_kprogram *p)
+{
+    if (!p) return;
+    free(p->kernels);
+    p->kernels = NULL;
+    p->n_kernels = 0;
+}
+
+kn_status kn_kernel_add_expr(kn_kernel *k, const kn_kexpr *e, int *out)
+{
+    if (k->n_exprs >= KN_KIR_MAX_EXPRS)
+        return kn_error(KN_ERR_ARG, "kernel %s: more than %d expressions", k->name,
+                        KN_KIR_MAX_EXPRS);
+    k->exprs[k->n_exprs] = *e;
+    if (out) *out = k->n_exprs;
+    k->n_exprs++;
+    return KN_OK;
+}
+
+kn_status kn_kernel_add_arg(kn_kernel *k, const kn_karg *a, int *out)
+{
+    if (k->n_args >= KN_KIR_MAX_ARGS)
+        return kn_error(KN_ERR_ARG, "kernel %s: more than %d arguments", k->name,
+                        KN_KIR_MAX_ARGS);
+    k->args[k->n_args] = *a;
+    if (out) *out = k->n_args;
+    k->n_args++;
+    return KN_OK;
+}
+
+/* ---- a growable string ---- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void sb_put(sbuf *s, const char *text, size_t len)
+{
+    if (s->oom) return;
+    if (s->n + len + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 4096;
+        while (cap < s->n + len + 1) cap *= 2;
+        char *p = realloc(s->p, cap);
+        if (!p) {
+            s->oom = true;
+            return;
+        }
+        s->p = p;
+        s->cap = cap;
+    }
+    memcpy(s->p + s->n, text, len);
+    s->n += len;
+    s->p[s->n] = 0;
+}
+
+static void sb_printf(sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *s, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof small) {
+        sb_put(s, small, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        s->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_put(s, big, (size_t)n);
+    free(big);
+}
+
+/* Hand the buffer to the caller, or free it and report OOM. */
+static kn_status sb_finish(sbuf *s, char **out, const char *what)
+{
+    if (s->oom || !s->p) {
+        free(s->p);
+        *out = NULL;
+        return kn_error(KN_ERR_OOM, "%s: out of memory rendering source", what);
+    }
+    *out = s->p;
+    return KN_OK;
+}
+
+/* ---- compute types ---- */
+
+typedef enum ctype { CT_F32, CT_F64, CT_I64, CT_BOOL } ctype;
+
+static ctype ctype_of(kn_dtype dt)
+{
+    switch (dt) {
+    case KN_F64: return CT_F64;
+    case KN_I32:
+    case KN_I64: return CT_I64;
+    case KN_BOOL: return CT_BOOL;
+    default: return CT_F32;
+    }
+}
+
+static const char *ctype_name(ctype c)
+{
+    static const char *names[] = {"float", "double", "kn_i64", "int"};
+    return names[c];
+}
+
+/* The element type of a buffer of dt, as the generated code declares it. */
+static const char *storage_name(kn_dtype dt)
+{
+    switch (dt) {
+    case KN_F32: return "float";
+    case KN_F64: return "double";
+    case KN_BF16:
+    case KN_F16: return "kn_u16";
+    case KN_I32: return "kn_i32";
+    case KN_I64: return "kn_i64";
+    default: return "kn_u8";
+    }
+}
+
+/* A literal of compute type c for the number v. Integers saturate and NaN
+ * becomes 0, as the reference's integer stores do. */
+static void put_literal(sbuf *s, ctype c, double v)
+{
+    if (c == CT_BOOL) {
+        sb_printf(s, "%d", v != 0.0);
+        return;
+    }
+    if (c == CT_I64) {
+        if (isnan(v)) v = 0;
+        if (v <= -9223372036854775808.0) sb_printf(s, "(-9223372036854775807LL - 1)");
+        else if (v >= 9223372036854774784.0) sb_printf(s, "9223372036854774784LL");
+        else sb_printf(s, "%lldLL", (long long)v);
+        return;
+    }
+    if (isnan(v)) {
+        sb_printf(s, c == CT_F32 ? "NAN" : "((double)NAN)");
+        return;
+    }
+    if (isinf(v)) {
+        sb_printf(s, "%s%s", v < 0 ? "-" : "", c == CT_F32 ? "INFINITY" : "((double)INFINITY)");
+        return;
+    }
+    char num[64];
+    snprintf(num, sizeof num, c == CT_F32 ? "%.9g" : "%.17g", c == CT_F32 ? (double)(float)v : v);
+    bool has_point = strpbrk(num, ".e") != NULL;
+    sb_printf(s, "%s%s%s", num, has_point ? "" : ".0", c == CT_F32 ? "f" : "");
+}
+
+/* ---- the render context ---- */
+
+typedef struct rctx {
+    const kn_kernel *k;
+    kn_target t;
+    sbuf *s;
+    int indent;
+} rctx;
+
+static void line(rctx *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(rctx *r, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    sb_printf(r->s, "%*s%s\n", r->indent * 4, "", text);
+}
+
+static ctype expr_ct(const rctx *r, int i)
+{
+    return ctype_of(r->k->exprs[i].dtype);
+}
+
+/* "v<i>" converted from its compute type to `to`. */
+static void put_conv(sbuf *s, ctype from, ctype to, const char *val)
+{
+    if (from == to) sb_printf(s, "%s", val);
+    else if (to == CT_BOOL) sb_printf(s, "((%s) != 0)", val);
+    else if (to == CT_I64 && (from == CT_F32 || from == CT_F64))
+        sb_printf(s, "kn_f2i((double)(%s))", val);
+    else sb_printf(s, "((%s)(%s))", ctype_name(to), val);
+}
+
+/* The math function an op-table helper (kn_exp, ...) names in compute type c. */
+static const char *math_name(const char *helper, ctype c)
+{
+    static const char *const table[][3] = {
+        /* helper    f32       f64 */
+        {"kn_exp", "expf", "exp"},    {"kn_log", "logf", "log"},
+        {"kn_tanh", "tanhf", "tanh"}, {"kn_erf", "erff", "erf"},
+        {"kn_sqrt", "sqrtf", "sqrt"}, {"kn_abs", "fabsf", "fabs"},
+        {"kn_pow", "powf", "pow"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(table[i][0], helper) != 0) continue;
+        if (c == CT_F32) return table[i][1];
+        if (c == CT_F64) return table[i][2];
+        /* integers: exact abs, the rest in double through prelude wrappers
+         * (shape inference gives float outputs for them; this is a guard). */
+        if (strcmp(helper, "kn_abs") == 0) return "kn_iabs";
+        if (strcmp(helper, "kn_pow") == 0) return "kn_ipow";
+        return table[i][2];
+    }
+    return NULL;
+}
+
+/* The op table's formula text for each op. */
+static const char *const op_formula[KN_OP_COUNT] = {
+#define KN_OP(id, name, kind, nin, expr) [KN_OP_##id] = #expr,
+#include "kn_ops.def"
+#undef KN_OP
+};
+
+/* Rewrite formula text for compute type c with operands ops[0..2] (already
+ * converted text) and the fill value v. */
+static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], double v)
+{
+    const char *p = f;
+    while (*p) {
+        if (isalpha((unsigned char)*p) || *p == '_') {
+            const char *q = p;
+            while (isalnum((unsigned char)*q) || *q == '_') q++;
+            char id[48];
+            size_t n = (size_t)(q - p) < sizeof id - 1 ? (size_t)(q - p) : sizeof id - 1;
+            memcpy(id, p, n);
+            id[n] = 0;
+            if (n == 1 && (id[0] == 'a' || id[0] == 'b' || id[0] == 'c')) {
+                sb_printf(r->s, "%s", ops[id[0] - 'a']);
+            } else if (strcmp(id, "kn_attr_value") == 0) {
+                sb_printf(r->s, "(");
+                put_literal(r->s, c, v);
+                sb_printf(r->s, ")");
+            } else if (strncmp(id, "kn_", 3) == 0) {
+                const char *m = math_name(id, c);
+                if (!m)
+                    return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: no rendering for %s",
+                                    r->k->name, id);
+                sb_printf(r->s, "%s", m);
+            } else {
+                sb_printf(r->s, "%s", id);
+            }
+            p = q;
+        } else if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) {
+            const char *q = p;
+            bool is_float = false;
+            while (isalnum((unsigned char)*q) || *q == '.' ||
+                   ((*q == '+' || *q == '-') && (q[-1] == 'e' || q[-1] == 'E'))) {
+                if (*q == '.' || *q == 'e' || *q == 'E') is_float = true;
+                q++;
+            }
+            sb_printf(r->s, "%.*s%s", (int)(q - p), p, is_float && c == CT_F32 ? "f" : "");
+            p = q;
+        } else {
+            sb_put(r->s, p, 1);
+            p++;
+        }
+    }
+    return KN_OK;
+}
+
+/* The text of element `idx` of argument j: "p<j>[offset]" where offset sums
+ * i<d> * stride over dims d < upto (strides are baked constants). */
+static void put_elem(rctx *r, int j, int upto)
+{
+    const kn_karg *a = &r->k->args[j];
+    sb_printf(r->s, "p%d[0", j);
+    for (int d = 0; d < upto; d++) {
+        if (a->strides[d] == 0) continue;
+        if (a->strides[d] == 1) sb_printf(r->s, " + i%d", d);
+        else sb_printf(r->s, " + i%d * %lldLL", d, (long long)a->strides[d]);
+    }
+    sb_printf(r->s, "]");
+}
+
+/* A load of argument j (at dims < upto) as a value of compute type `to`. */
+static void put_load(rctx *r, int j, int upto, ctype to)
+{
+    kn_dtype dt = r->k->args[j].dtype;
+    sbuf tmp = {0};
+    sbuf *keep = r->s;
+    r->s = &tmp;
+    if (dt == KN_BF16) sb_printf(r->s, "kn_ld_bf16(");
+    else if (dt == KN_F16) sb_printf(r->s, "kn_ld_f16(");
+    else sb_printf(r->s, "(");
+    put_elem(r, j, upto);
+    sb_printf(r->s, dt == KN_BOOL ? " != 0)" : ")");
+    r->s = keep;
+    if (tmp.oom || !tmp.p) r->s->oom = true;
+    else put_conv(r->s, ctype_of(dt), to, tmp.p);
+    free(tmp.p);
+}
+
+/* Check the expressions, stages and stores reference what exists. */
+static kn_status kernel_check(const kn_kernel *k)
+{
+    const char *n = k->name;
+    if (!n[0] || isdigit((unsigned char)n[0])) return kn_error(KN_ERR_ARG, "kernel '%s': bad name", n);
+    for (const char *p = n; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_')
+            return kn_error(KN_ERR_ARG, "kernel '%s': name is not a C identifier", n);
+    if (k->ndim < 0 || k->ndim > KN_MAX_DIMS || k->n_args > KN_KIR_MAX_ARGS ||
+        k->n_exprs > KN_KIR_MAX_EXPRS || k->n_stages > KN_KIR_MAX_STAGES ||
+        k->n_stores > KN_KIR_MAX_STORES)
+        return kn_error(KN_ERR_ARG, "kernel %s: counts out of range", n);
+    if (k->kind == KN_KERNEL_ROW && k->ndim < 1)
+        return kn_error(KN_ERR_ARG, "kernel %s: a row kernel needs at least one dim", n);
+    for (int i = 0; i < k->n_exprs; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if ((unsigned)e->dtype >= KN_DTYPE_COUNT)
+            return kn_error(KN_ERR_ARG, "kernel %s: e%d has a bad dtype", n, i);
+        switch (e->kind) {
+        case KN_KX_LOAD:
+            if (e->buf < 0 || e->buf >= k->n_args)
+                return kn_error(KN_ERR_ARG, "kernel %s: e%d loads arg %d of %d", n, i, e->buf, k->n_args);
+            break;
+        case KN_KX_ACC:
+            if (k->kind != KN_KERNEL_ROW || e->acc < 0 || e->acc >= k->n_stages)
+                return kn_error(KN_ERR_ARG, "kernel %s: e%d reads stage %d of %d", n, i, e->acc, k->n_stages);
+            break;
+        case KN_KX_INDEX:
+            if (e->dim < 0 || e->dim >= k->ndim)
+                return kn_error(KN_ERR_ARG, "kernel %s: e%d indexes dim %d of %d", n, i, e->dim, k->ndim);
+            break;
+        case KN_KX_CONST: break;
+        case KN_KX_OP: {
+            if (e->op < 0 || e->op >= KN_OP_COUNT)
+                return kn_error(KN_ERR_ARG, "kernel %s: e%d has a bad op %d", n, i, e->op);
+            kn_op_kind ok = kn_op_kind_of((kn_op)e->op);
+            int need = ok == KN_K_UNARY ? 1 : ok == KN_K_TERNARY ? 3
+                     : (ok == KN_K_BINARY || ok == KN_K_COMPARE || ok == KN_K_MASKED) ? 2 : 0;
+            if (!need)
+                return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: e%d: %s is not elementwise", n, i,
+                                kn_op_name((kn_op)e->op));
+            int opnd[3] = {e->a, e->b, e->c};
+            for (int j = 0; j < need; j++)
+                if (opnd[j] < 0 || opnd[j] >= i)
+                    return kn_error(KN_ERR_ARG, "kernel %s: e%d (%s) operand %d is e%d", n, i,
+                                    kn_op_name((kn_op)e->op), j, opnd[j]);
+            break;
+        }
+        default: return kn_error(KN_ERR_ARG, "kernel %s: e%d has a bad kind", n, i);
+        }
+    }
+    for (int s = 0; s < k->n_stages; s++) {
+        const kn_kstage *st = &k->stages[s];
+        if (st->op != KN_OP_SUM && st->op != KN_OP_AMAX && st->op != KN_OP_AMIN)
+            return kn_error(KN_ERR_ARG, "kernel %s: stage %d reduces with op %d", n, s, st->op);
+        if (st->expr < 0 || st->expr >= k->n_exprs)
+            return kn_error(KN_ERR_ARG, "kernel %s: stage %d reduces e%d", n, s, st->expr);
+    }
+    for (int s = 0; s < k->n_stores; s++) {
+        const kn_kstore *st = &k->stores[s];
+        if (st->arg < 0 || st->arg >= k->n_args || st->expr < 0 || st->expr >= k->n_exprs)
+            return kn_error(KN_ERR_ARG, "kernel %s: store %d (arg %d, e%d) out of range", n, s,
+                            st->arg, st->expr);
+        if (!k->args[st->arg].is_output)
+            return kn_error(KN_ERR_ARG, "kernel %s: store %d writes arg %d, which is not an output",
+                            n, s, st->arg);
+    }
+    return KN_OK;
+}
+
+/* Mark the expressions `roots` need (roots already marked in need[]). */
+static void mark_deps(const kn_kernel *k, bool *need)
+{
+    for (int i = k->n_exprs - 1; i >= 0; i--) {
+        if (!need[i]) continue;
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind != KN_KX_OP) continue;
+        if (e->a >= 0) need[e->a] = true;
+        if (e->b >= 0) need[e->b] = true;
+        if (e->c >= 0) need[e->c] = true;
+    }
+}
+
+/* The compute type each operand of an op is evaluated in. */
+static void operand_types(const rctx *r, const kn_kexpr *e, ctype ct[3])
+{
+    ctype self = ctype_of(e->dtype);
+    kn_op_kind kind = kn_op_kind_of((kn_op)e->op);
+    ct[0] = ct[1] = ct[2] = self;
+    if (kind == KN_K_COMPARE) {
+        ct[0] = ct[1] = ctype_of(kn_dtype_promote(r->k->exprs[e->a].dtype, r->k->exprs[e->b].dtype));
+    } else if (e->op == KN_OP_CAST || e->op == KN_OP_LOGICAL_NOT) {
+        ct[0] = expr_ct(r, e->a);
+    } else if (kind == KN_K_TERNARY) {
+        ct[0] = expr_ct(r, e->a); /* the condition keeps its type */
+    } else if (kind == KN_K_MASKED) {
+        ct[1] = expr_ct(r, e->b); /* the mask */
+    }
+}
+
+/* `const T v<i> = ...;` for one expression; `upto` dims index loads. */
+static kn_status render_expr(rctx *r, int i, int upto)
+{
+    const kn_kexpr *e = &r->k->exprs[i];
+    ctype c = ctype_of(e->dtype);
+    sb_printf(r->s, "%*sconst %s v%d = ", r->indent * 4, "", ctype_name(c), i);
+    switch (e->kind) {
+    case KN_KX_LOAD: put_load(r, e->buf, upto, c); break;
+    case KN_KX_CONST: put_literal(r->s, c, e->value); break;
+    case KN_KX_ACC: {
+        char v[16];
+        snprintf(v, sizeof v, "acc%d", e->acc);
+        put_conv(r->s, expr_ct(r, r->k->stages[e->acc].expr), c, v);
+        break;
+    }
+    case KN_KX_INDEX: {
+        char v[16];
+        snprintf(v, sizeof v, "i%d", e->dim);
+        put_conv(r->s, CT_I64, c, v);
+        break;
+    }
+    case KN_KX_OP: {
+        ctype oct[3];
+        operand_types(r, e, oct);
+        char ops[3][96] = {"0", "0", "0"};
+        int opnd[3] = {e->a, e->b, e->c};
+        for (int j = 0; j < 3; j++) {
+            if (opnd[j] < 0) continue;
+            char v[16];
+            snprintf(v, sizeof v, "v%d", opnd[j]);
+            sbuf tmp = {0};
+            put_conv(&tmp, expr_ct(r, opnd[j]), oct[j], v);
+            if (!tmp.p) return kn_error(KN_ERR_OOM, "kernel %s: out of memory", r->k->name);
+            snprintf(ops[j], sizeof ops[j], "%s", tmp.p);
+            free(tmp.p);
+        }
+        ctype fc = oct[0]; /* the type the formula computes in */
+        if (kn_op_kind_of((kn_op)e->op) == KN_K_TERNARY) fc = oct[1];
+        bool int_div = fc == CT_I64 || fc == CT_BOOL;
+        sbuf body = {0};
+        sbuf *keep = r->s;
+        r->s = &body;
+        kn_status st = KN_OK;
+        if (int_div && e->op == KN_OP_DIV) sb_printf(r->s, "kn_idiv(%s, %s)", ops[0], ops[1]);
+        else st = put_formula(r, op_formula[e->op], fc, ops, e->value);
+        r->s = keep;
+        if (st != KN_OK || !body.p) {
+            free(body.p);
+            return st != KN_OK ? st : kn_error(KN_ERR_OOM, "kernel %s: out of memory", r->k->name);
+        }
+        kn_op_kind kind = kn_op_kind_of((kn_op)e->op);
+        ctype rt = kind == KN_K_COMPARE || e->op == KN_OP_LOGICAL_NOT ? CT_BOOL : fc;
+        if (e->op == KN_OP_CAST && (e->dtype == KN_BF16 || e->dtype == KN_F16)) {
+            /* an explicit cast to a half type rounds now, as the eager op does */
+            sb_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
+            put_conv(r->s, rt, CT_F32, body.p);
+            sb_printf(r->s, ")");
+        } else {
+            put_conv(r->s, rt, c, body.p);
+        }
+        free(body.p);
+        break;
+    }
+    }
+    sb_printf(r->s, ";\n");
+    return KN_OK;
+}
+
+/* Render every marked expression in order. */
+static kn_status render_needed(rctx *r, const bool *need, int upto)
+{
+    for (int i = 0; i < r->k->n_exprs; i++)
+        if (need[i]) KN_TRY(render_expr(r, i, upto));
+    return KN_OK;
+}
+
+/* The store of expression e into argument j (element at dims < upto). */
+static void render_store(rctx *r, int j, int e, int upto)
+{
+    kn_dtype dt = r->k->args[j].dtype;
+    char v[16];
+    snprintf(v, sizeof v, "v%d", e);
+    sb_printf(r->s, "%*s", r->indent * 4, "");
+    put_elem(r, j, upto);
+    sb_printf(r->s, " = ");
+    ctype from = expr_ct(r, e);
+    switch (dt) {
+    case KN_BF16:
+    case KN_F16:
+        sb_printf(r->s, "%s(", dt == KN_BF16 ? "kn_st_bf16" : "kn_st_f16");
+        put_conv(r->s, from, CT_F32, v);
+        sb_printf(r->s, ")");
+        break;
+    case KN_I32:
+        sb_printf(r->s, "kn_sat_i32(");
+        put_conv(r->s, from, CT_I64, v);
+        sb_printf(r->s, ")");
+        break;
+    case KN_BOOL:
+        sb_printf(r->s, "(kn_u8)");
+        put_conv(r->s, from, CT_BOOL, v);
+        break;
+    default:
+        put_conv(r->s, from, ctype_of(dt), v);
+        break;
+    }
+    sb_printf(r->s, ";\n");
+}
+
+/* ---- preludes ---- */
+
+/* Code both targets share once the types and KN_FN are defined. */
+static const char prelude_common[] =
+    "KN_FN float kn_ld_bf16(kn_u16 h) { return kn_u2f((kn_u32)h << 16); }\n"
+    "KN_FN kn_u16 kn_st_bf16(float f)\n"
+    "{\n"
+    "    kn_u32 u = kn_f2u(f);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (kn_u16)((u >> 16) | 0x40u);\n"
+    "    u += 0x7fffu + ((u >> 16) & 1u);\n"
+    "    return (kn_u16)(u >> 16);\n"
+    "}\n"
+    "KN_FN float kn_ld_f16(kn_u16 h)\n"
+    "{\n"
+    "    kn_u32 sign = (kn_u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+    "    if (e == 0) { float v = (float)m * 5.9604644775390625e-8f; return sign ? -v : v; }\n"
+    "    if (e == 31) return kn_u2f(sign | 0x7f800000u | (m << 13));\n"
+    "    return kn_u2f(sign | ((e + 112u) << 23) | (m << 13));\n"
+    "}\n"
+    "KN_FN kn_u16 kn_st_f16(float f)\n"
+    "{\n"
+    "    kn_u32 u = kn_f2u(f), a = u & 0x7fffffffu;\n"
+    "    kn_u16 sign = (kn_u16)((u >> 16) & 0x8000u);\n"
+    "    if (a > 0x7f800000u) return (kn_u16)(sign | 0x7e00u);\n"
+    "    if (a >= 0x477ff000u) return (kn_u16)(sign | 0x7c00u);\n"
+    "    if (a < 0x38800000u) return (kn_u16)(sign | (kn_u16)rintf(kn_u2f(a) * 16777216.0f));\n"
+    "    kn_u32 r = a + 0xfffu + ((a >> 13) & 1u);\n"
+    "    return (kn_u16)(sign | (kn_u16)((r - 0x38000000u) >> 13));\n"
+    "}\n"
+    "KN_FN float kn_round_bf16(float f) { return kn_ld_bf16(kn_st_bf16(f)); }\n"
+    "KN_FN float kn_round_f16(float f) { return kn_ld_f16(kn_st_f16(f)); }\n"
+    "KN_FN kn_i64 kn_f2i(double v)\n"
+    "{\n"
+    "    if (v != v) return 0;\n"
+    "    if (v <= -9223372036854775808.0) return -9223372036854775807LL - 1;\n"
+    "    if (v >= 9223372036854774784.0) return 9223372036854774784LL;\n"
+    "    return (kn_i64)v;\n"
+    "}\n"
+    "KN_FN kn_i32 kn_sat_i32(kn_i64 v) { return (kn_i32)(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }\n"
+    "KN_FN kn_i64 kn_iabs(kn_i64 v) { return v < 0 ? -v : v; }\n"
+    "KN_FN kn_i64 kn_ipow(kn_i64 a, kn_i64 b) { return kn_f2i(pow((double)a, (double)b)); }\n"
+    "KN_FN kn_i64 kn_idiv(kn_i64 a, kn_i64 b)\n"
+    "{\n"
+    "    if (b == 0) return a == 0 ? 0 : a > 0 ? 9223372036854774784LL : -9223372036854775807LL - 1;\n"
+    "    if (b == -1) return -a;\n"
+    "    return a / b;\n"
+    "}\n";
+
+static void render_prelude(sbuf *s, kn_target t)
+{
+    if (t == KN_TARGET_C) {
+        sb_printf(s, "/* generated by kiln (C target) */\n"
+                     "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"
+                     "typedef int64_t kn_i64; typedef int32_t kn_i32; typedef uint32_t kn_u32;\n"
+                     "typedef uint16_t kn_u16; typedef uint8_t kn_u8;\n"
+                     "#define KN_FN static inline\n"
+                     "KN_FN float kn_u2f(kn_u32 u) { float f; memcpy(&f, &u, 4); return f; }\n"
+                     "KN_FN kn_u32 kn_f2u(float f) { kn_u32 u; memcpy(&u, &f, 4); return u; }\n");
+    } else {
+        /* NVRTC has no standard headers: everything is self-contained. */
+        sb_printf(s, "/* generated by kiln (CUDA target) */\n"
+                     "typedef long long kn_i64; typedef int kn_i32; typedef unsigned int kn_u32;\n"
+                     "typedef unsigned short kn_u16; typedef unsigned char kn_u8;\n"
+                     "typedef struct kn_kargs { char *bufs[%d]; long long sizes[%d]; } kn_kargs;\n"
+                     "#define KN_FN static __device__ __forceinline__\n"
+                     "#define INFINITY __int_as_float(0x7f800000)\n"
+                     "#define NAN __int_as_float(0x7fffffff)\n"
+                     "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n"
+                     "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n",
+                  KN_KIR_MAX_ARGS, KN_MAX_DIMS);
+    }
+    sb_printf(s, "%s\n", prelude_common);
+}
+
+/* ---- kernel bodies ---- */
+
+/* Typed pointers for the arguments and n<d> for the sizes. */
+static void render_params(rctx *r, const char *bufs, const char *sizes)
+{
+    const kn_kernel *k = r->k;
+    for (int j = 0; j < k->n_args; j++) {
+        const kn_karg *a = &k->args[j];
+        const char *cq = a->is_output ? "" : "const ";
+        line(r, "%s%s *p%d = (%s%s *)%s[%d];", cq, storage_name(a->dtype), j, cq,
+             storage_name(a->dtype), bufs, j);
+    }
+    for (int d = 0; d < k->ndim; d++) line(r, "const kn_i64 n%d = %s[%d];", d, sizes, d);
+}
+
+/* Stores (and their expressions) selected by per_row == want. */
+static kn_status render_stores(rctx *r, bool want_per_row, int upto)
+{
+    const kn_kernel *k = r->k;
+    bool need[KN_KIR_MAX_EXPRS] = {false};
+    int n = 0;
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].per_row == want_per_row || k->kind != KN_KERNEL_ROW) {
+            need[k->stores[s].expr] = true;
+            n++;
+        }
+    if (!n) return KN_OK;
+    mark_deps(k, need);
+    KN_TRY(render_needed(r, need, upto));
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].per_row == want_per_row || k->kind != KN_KERNEL_ROW)
+            render_store(r, k->stores[s].arg, k->stores[s].expr, upto);
+    return KN_OK;
+}
+
+static bool has_stores(const kn_kernel *k, bool per_row)
+{
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].per_row == per_row) return true;
+    return false;
+}
+
+/* The accumulator type of a stage: float sums in double on C (see top). */
+static const char *acc_type(const rctx *r, int s)
+{
+    ctype c = expr_ct(r, r->k->stages[s].expr);
+    if (c == CT_BOOL) c = CT_I64;
+    if (c == CT_F32 && r->t == KN_TARGET_C && r->k->stages[s].op == KN_OP_SUM) return "double";
+    return ctype_name(c);
+}
+
+static void put_acc_init(rctx *r, int s)
+{
+    ctype c = expr_ct(r, r->k->stages[s].expr);
+    int op = r->k->stages[s].op;
+    if (op == KN_OP_SUM) sb_printf(r->s, "0");
+    else if (c == CT_I64 || c == CT_BOOL)
+        sb_printf(r->s, op == KN_OP_AMAX ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL");
+    else sb_printf(r->s, "%sINFINITY", op == KN_OP_AMAX ? "-" : "");
+}
+
+/* acc = combine(acc, val) for stage s: sum, or max / min that keep NaN. */
+static void render_combine(rctx *r, int s, const char *acc, const char *val)
+{
+    int op = r->k->stages[s].op;
+    if (op == KN_OP_SUM) line(r, "%s += %s;", acc, val);
+    else
+        line(r, "%s = (%s != %s || %s %c %s) ? %s : %s;", acc, val, val, val,
+             op == KN_OP_AMAX ? '>' : '<', acc, val, acc);
+}
+
+static kn_status render_c_pointwise(rctx *r)
+{
+    const kn_kernel *k = r->k;
+    for (int d = 0; d < k->ndim; d++) {
+        line(r, "for (kn_i64 i%d = 0; i%d < n%d; i%d++) {", d, d, d, d);
+        r->indent++;
+    }
+    KN_TRY(render_stores(r, false, k->ndim));
+    for (int d = 0; d < k->ndim; d++) {
+        r->indent--;
+        line(r, "}");
+    }
+    return KN_OK;
+}
+
+/* The stages of one row, then its stores. `lo`, `step`: the row loop's
+ * start and step (C: 0 and 1; CUDA: the thread and the block size). */
+static kn_status render_row_body(rctx *r, const char *lo, const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1;
+    for (int s = 0; s < k->n_stages; s++) {
+        char acc[16];
+        snprintf(acc, sizeof acc, "s%d", s);
+        sb_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", acc_type(r, s), s);
+        put_acc_init(r, s);
+        sb_printf(r->s, ";\n");
+        line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
+        r->indent++;
+        bool need[KN_KIR_MAX_EXPRS] = {false};
+        need[k->stages[s].expr] = true;
+        mark_deps(k, need);
+        for (int i = 0; i < k->n_exprs; i++)
+            if (need[i] && k->exprs[i].kind == KN_KX_ACC && k->exprs[i].acc >= s)
+                return kn_error(KN_ERR_ARG, "kernel %s: stage %d reads its own or a later stage", k->name, s);
+        KN_TRY(render_needed(r, need, k->ndim));
+        char val[16];
+        snprintf(val, sizeof val, "v%d", k->stages[s].expr);
+        render_combine(r, s, acc, val);
+        r->indent--;
+        line(r, "}");
+        if (r->t == KN_TARGET_CUDA) {
+            /* a tree over the block in shared memory; blockDim is a power of 2 */
+            line(r, "red%d[threadIdx.x] = s%d;", s, s);
+            line(r, "__syncthreads();");
+            line(r, "for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {");
+            r->indent++;
+            line(r, "if (threadIdx.x < w) {");
+            r->indent++;
+            line(r, "%s o = red%d[threadIdx.x + w], m = red%d[threadIdx.x];", acc_type(r, s), s, s);
+            render_combine(r, s, "m", "o");
+            line(r, "red%d[threadIdx.x] = m;", s);
+            r->indent--;
+            line(r, "}");
+            line(r, "__syncthreads();");
+            r->indent--;
+            line(r, "}");
+            line(r, "s%d = red%d[0];", s, s);
+            line(r, "__syncthreads(); /* red%d is free again for the next row */", s);
+        }
+        line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,
+             ctype_name(expr_ct(r, k->stages[s].expr)), s);
+    }
+    if (has_stores(k, false)) {
+        line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
+        r->indent++;
+        KN_TRY(render_stores(r, false, k->ndim));
+        r->indent--;
+        line(r, "}");
+    }
+    if (has_stores(k, true)) {
+        line(r, r->t == KN_TARGET_CUDA ? "if (threadIdx.x == 0) {" : "{");
+        r->indent++;
+        line(r, "const kn_i64 i%d = 0; /* per-row values may load row-broadcast args */", R);
+        line(r, "(void)i%d;", R);
+        KN_TRY(render_stores(r, true, R));
+        r->indent--;
+        line(r, "}");
+    }
+    return KN_OK;
+}
+
+static kn_status render_c_row(rctx *r)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1;
+    for (int d = 0; d < R; d++) {
+        line(r, "for (kn_i64 i%d = 0; i%d < n%d; i%d++) {", d, d, d, d);
+        r->indent++;
+    }
+    line(r, "{");
+    r->indent++;
+    KN_TRY(render_row_body(r, "0", "1"));
+    r->indent--;
+    line(r, "}");
+    for (int d = 0; d < R; d++) {
+        r->indent--;
+        line(r, "}");
+    }
+    return KN_OK;
+}
+
+/* i<d> for d < upto from the flat index `flat` (row-major). 64-bit
+ * division is a long software sequence on the GPU, so a space under 2^31
+ * elements (a uniform branch) divides in 32 bits. */
+static void render_unflatten(rctx *r, const char *flat, const char *total, int upto)
+{
+    if (upto == 0) return;
+    if (upto == 1) {
+        line(r, "const kn_i64 i0 = %s;", flat);
+        return;
+    }
+    sb_printf(r->s, "%*skn_i64 i0", r->indent * 4, "");
+    for (int d = 1; d < upto; d++) sb_printf(r->s, ", i%d", d);
+    sb_printf(r->s, ";\n");
+    line(r, "if (%s <= 2147483647LL) {", total);
+    r->indent++;
+    line(r, "unsigned rest = (unsigned)%s;", flat);
+    for (int d = upto - 1; d > 0; d--) {
+        line(r, "i%d = rest %% (unsigned)n%d;", d, d);
+        line(r, "rest /= (unsigned)n%d;", d);
+    }
+    line(r, "i0 = rest;");
+    r->indent--;
+    line(r, "} else {");
+    r->indent++;
+    line(r, "kn_i64 rest = %s;", flat);
+    for (int d = upto - 1; d > 0; d--) {
+        line(r, "i%d = rest %% n%d;", d, d);
+        line(r, "rest /= n%d;", d);
+    }
+    line(r, "i0 = rest;");
+    r->indent--;
+    line(r, "}");
+}
+
+static kn_status render_cuda_pointwise(rctx *r)
+{
+    const kn_kernel *k = r->k;
+    sb_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
+    for (int d = 0; d < k->ndim; d++) sb_printf(r->s, " * n%d", d);
+    sb_printf(r->s, ";\n");
+    line(r, "for (kn_i64 t = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;"
+            " t += (kn_i64)gridDim.x * blockDim.x) {");
+    r->indent++;
+    render_unflatten(r, "t", "total", k->ndim);
+    KN_TRY(render_stores(r, false, k->ndim));
+    r->indent--;
+    line(r, "}");
+    return KN_OK;
+}
+
+static kn_status render_cuda_row(rctx *r)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1;
+    for (int s = 0; s < k->n_stages; s++)
+        line(r, "__shared__ %s red%d[%d];", acc_type(r, s), s, KN_KIR_ROW_BLOCK);
+    sb_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
+    for (int d = 0; d < R; d++) sb_printf(r->s, " * n%d", d);
+    sb_printf(r->s, ";\n");
+    line(r, "for (kn_i64 row = blockIdx.x; row < rows; row += gridDim.x) {");
+    r->indent++;
+    render_unflatten(r, "row", "rows", R);
+    KN_TRY(render_row_body(r, "threadIdx.x", "blockDim.x"));
+    r->indent--;
+    line(r, "}");
+    return KN_OK;
+}
+
+/* One kernel's function (no prelude). */
+static kn_status render_function(const kn_kernel *k, kn_target t, sbuf *s)
+{
+    KN_TRY(kernel_check(k));
+    if (k->kind == KN_KERNEL_FALLBACK || (k->kind == KN_KERNEL_LIBRARY && k->n_stores == 0))
+        return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: %s kernels have no generated source",
+                        k->name, k->kind == KN_KERNEL_FALLBACK ? "fallback" : "library");
+    rctx r = {k, t, s, 0};
+    if (t == KN_TARGET_C)
+        line(&r, "void %s(char **bufs, const kn_i64 *sizes)", k->name);
+    else
+        line(&r, "extern \"C\" __global__ void __launch_bounds__(%d) %s(kn_kargs ka)",
+             KN_KIR_ROW_BLOCK, k->name);
+    line(&r, "{");
+    r.indent++;
+    render_params(&r, t == KN_TARGET_C ? "bufs" : "ka.bufs", t == KN_TARGET_C ? "sizes" : "ka.sizes");
+    if (t == KN_TARGET_C) line(&r, "(void)bufs; (void)sizes;");
+    kn_status st;
+    if (k->kind == KN_KERNEL_ROW)
+        st = t == KN_TARGET_C ? render_c_row(&r) : render_cuda_row(&r);
+    else /* POINTWISE, and a LIBRARY kernel's epilogue (run after the library call) */
+        st = t == KN_TARGET_C ? render_c_pointwise(&r) : render_cuda_pointwise(&r);
+    if (st != KN_OK) return st;
+    r.indent--;
+    line(&r, "}");
+    return KN_OK;
+}
+
+kn_status kn_kernel_render(const kn_kernel *k, kn_target t, char **src)
+{
+    sbuf s = {0};
+    render_prelude(&s, t);
+    kn_status st = render_function(k, t, &s);
+    if (st != KN_OK) {
+        free(s.p);
+        *src = NULL;
+        return st;
+    }
+    return sb_finish(&s, src, k->name);
+}
+
+bool kn_kernel_has_source(const kn_kernel *k)
+{
+    return k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW ||
+           (k->kind == KN_KERNEL_LIBRARY && k->n_stores > 0);
+}
+
+kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src)
+{
+    sbuf s = {0};
+    render_prelude(&s, t);
+    for (int i = 0; i < p->n_kernels; i++) {
+        if (!kn_kernel_has_source(&p->kernels[i])) continue;
+        sb_printf(&s, "\n");
+        kn_status st = render_function(&p->kernels[i], t, &s);
+        if (st != KN_OK) {
+            free(s.p);
+            *src = NULL;
+            return st;
+        }
+    }
+    return sb_finish(&s, src, "program");
+}
+
+/* ---- launch configuration ---- */
+
+void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *grid, int *block)
+{
+    if (!sizes) sizes = k->shape;
+    int64_t n = 1;
+    int upto = k->kind == KN_KERNEL_ROW ? k->ndim - 1 : k->ndim;
+    for (int d = 0; d < upto; d++) n *= sizes[d];
+    if (k->kind == KN_KERNEL_ROW && k->ndim >= 1 && sizes[k->ndim - 1] == 0 && !has_stores(k, true))
+        n = 0;
+    *block = KN_KIR_ROW_BLOCK;
+    if (k->kind == KN_KERNEL_ROW) {
+        *grid = n < KN_KIR_MAX_GRID ? n : KN_KIR_MAX_GRID;
+    } else {
+        int64_t g = (n + KN_KIR_ROW_BLOCK - 1) / KN_KIR_ROW_BLOCK;
+        *grid = g < KN_KIR_MAX_GRID ? g : KN_KIR_MAX_GRID;
+    }
+}
+
+/* ---- dump ---- */
+
+static const char *kind_name(kn_kernel_kind k)
+{
+    static const char *names[] = {"pointwise", "row", "library", "fallback"};
+    return (unsigned)k < 4 ? names[k] : "?";
+}
+
+static void dump_ints(sbuf *s, int n, const int64_t *v)
+{
+    sb_printf(s, "{");
+    for (int i = 0; i < n; i++) sb_printf(s, "%s%lld", i ? "," : "", (long long)v[i]);
+    sb_printf(s, "}");
+}
+
+static void dump_expr(sbuf *s, const kn_kexpr *e)
+{
+    switch (e->kind) {
+    case KN_KX_LOAD: sb_printf(s, "load arg%d", e->buf); break;
+    case KN_KX_CONST: sb_printf(s, "const %.17g", e->value); break;
+    case KN_KX_ACC: sb_printf(s, "acc%d", e->acc); break;
+    case KN_KX_INDEX: sb_printf(s, "index dim%d", e->dim); break;
+    case KN_KX_OP: {
+        const char *name = (unsigned)e->op < KN_OP_COUNT ? kn_op_name((kn_op)e->op) : "?";
+        sb_printf(s, "%s(", name);
+        int opnd[3] = {e->a, e->b, e->c};
+        bool first = true;
+        for (int j = 0; j < 3; j++) {
+            if (opnd[j] < 0) continue;
+            sb_printf(s, "%se%d", first ? "" : ", ", opnd[j]);
+            first = false;
+        }
+        if (e->op == KN_OP_MASKED_FILL) sb_printf(s, ", value=%.17g", e->value);
+        sb_printf(s, ")");
+        break;
+    }
+    default: sb_printf(s, "?"); break;
+    }
+    sb_printf(s, " : %s\n", kn_dtype_name(e->dtype));
+}
+
+kn_status kn_kernel_dump(const kn_kernel *k, char **text)
+{
+    sbuf s = {0};
+    sb_printf(&s, "kernel %s: %s, shape ", k->name, kind_name(k->kind));
+    dump_ints(&s, k->ndim, k->shape);
+    sb_printf(&s, "\n");
+    if (k->kind == KN_KERNEL_LIBRARY || k->kind == KN_KERNEL_FALLBACK)
+        sb_printf(&s, "  runs node %d\n", k->lib_node);
+    for (int j = 0; j < k->n_args; j++) {
+        const kn_karg *a = &k->args[j];
+        sb_printf(&s, "  arg%d: %s %s node %d.%d offset %lld strides ", j, kn_dtype_name(a->dtype),
+                  a->is_output ? "out" : "in ", a->node, a->out, (long long)a->offset);
+        dump_ints(&s, k->ndim, a->strides);
+        sb_printf(&s, "\n");
+    }
+    for (int i = 0; i < k->n_exprs; i++) {
+        sb_printf(&s, "  e%d = ", i);
+        dump_expr(&s, &k->exprs[i]);
+    }
+    for (int i = 0; i < k->n_stages; i++) {
+        const kn_kstage *st = &k->stages[i];
+        sb_printf(&s, "  stage%d = %s over the row of e%d\n", i,
+                  (unsigned)st->op < KN_OP_COUNT ? kn_op_name((kn_op)st->op) : "?", st->expr);
+    }
+    for (int i = 0; i < k->n_stores; i++) {
+        const kn_kstore *st = &k->stores[i];
+        sb_printf(&s, "  store arg%d = e%d%s\n", st->arg, st->expr, st->per_row ? " (per row)" : "");
+    }
+    if (k->n_nodes) {
+        sb_printf(&s, "  nodes:");
+        for (int i = 0; i < k->n_nodes; i++) sb_printf(&s, " %d", k->nodes[i]);
+        sb_printf(&s, "\n");
+    }
+    return sb_finish(&s, text, k->name);
+}

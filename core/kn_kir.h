@@ -1,0 +1,163 @@
+/* kn_kir: the kernel IR, between fusion and the renderers.
+ *
+ * A kernel is a loop nest over an iteration space (shape[0..ndim)) that
+ * loads from buffer arguments through per-dim strides (views and
+ * broadcasting are strides, so no copies), evaluates scalar expressions
+ * (the op table's elementwise formulas) and stores results. Two shapes of
+ * loop nest cover what kiln fuses:
+ *
+ *   POINTWISE  for every index i of the space:  store(exprs...)
+ *   ROW        the last dim is the row; for every row r (all other dims):
+ *                acc0 = reduce over the row of expr0        (stage 0)
+ *                acc1 = reduce over the row of expr1(acc0)  (stage 1) ...
+ *                then stores: per element of the row, or once per row
+ *              (softmax = max, then sum of exp(x - acc0), then store
+ *               exp(x - acc0) / acc1; layer_norm = mean, then variance, ...)
+ *
+ * Matmul and convolution are LIBRARY kernels: one graph node run by the
+ * backend's library routine, then an optional pointwise epilogue over its
+ * output (bias, activation, residual add) in the same kernel. FALLBACK
+ * kernels run one node with the reference executor (ops no generated code
+ * covers yet). One renderer turns POINTWISE and ROW kernels into C (CPU,
+ * compiled at run time) and CUDA C++ (NVRTC).
+ *
+ * Everything here is plain data: fusion builds it, renderers read it, and
+ * it can be printed and hashed for the persistent cache.
+ */
+#ifndef KN_KIR_H
+#define KN_KIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kn_graph.h"
+
+#define KN_KIR_MAX_ARGS 16
+#define KN_KIR_MAX_EXPRS 256
+#define KN_KIR_MAX_STAGES 4
+#define KN_KIR_MAX_STORES 8
+#define KN_KIR_MAX_NODES 64
+
+typedef enum kn_kernel_kind {
+    KN_KERNEL_POINTWISE,
+    KN_KERNEL_ROW,
+    KN_KERNEL_LIBRARY,
+    KN_KERNEL_FALLBACK
+} kn_kernel_kind;
+
+typedef enum kn_kx_kind {
+    KN_KX_LOAD,  /* arg[buf] at the current index (row kernels: element `i` of the row) */
+    KN_KX_CONST, /* value */
+    KN_KX_OP,    /* op (a kn_op of kind UNARY/BINARY/COMPARE/TERNARY/MASKED) on a, b, c;
+                    the formula is the op table's; CAST converts to dtype */
+    KN_KX_ACC,   /* the result of reduction stage `acc` of this row */
+    KN_KX_INDEX  /* the loop index of dim `dim` (for tril/triu masks), as i64 */
+} kn_kx_kind;
+
+typedef struct kn_kexpr {
+    kn_kx_kind kind;
+    int op;        /* KX_OP: a kn_op */
+    int a, b, c;   /* KX_OP operands: indices of earlier exprs (-1 unused) */
+    int buf;       /* KX_LOAD: argument index */
+    int acc;       /* KX_ACC: stage index */
+    int dim;       /* KX_INDEX */
+    double value;  /* KX_CONST; also MASKED_FILL's fill value */
+    kn_dtype dtype; /* the value's type; computation happens in f32 for
+                       f32/bf16/f16, f64 for f64, i64 for ints, as bool for bool */
+} kn_kexpr;
+
+typedef struct kn_karg {
+    int node, out;     /* the graph value it binds to (node index, output) */
+    kn_dtype dtype;
+    int64_t offset;    /* in elements, from the buffer's first element */
+    int64_t strides[KN_MAX_DIMS]; /* per dim of the iteration space, in elements; 0 = broadcast */
+    bool is_output;    /* written by this kernel (contiguous in the space: strides are the
+                          contiguous strides of shape, or of shape without the row dim for
+                          per-row stores) */
+} kn_karg;
+
+typedef struct kn_kstage {
+    int op;   /* KN_OP_SUM, KN_OP_AMAX or KN_OP_AMIN (mean = sum, then * (1/n) in an expr) */
+    int expr; /* the expression reduced over the row (may use KX_ACC of earlier stages) */
+} kn_kstage;
+
+typedef struct kn_kstore {
+    int arg;      /* the output argument */
+    int expr;     /* the value */
+    bool per_row; /* ROW kernels: once per row (after the stages) instead of per element */
+} kn_kstore;
+
+typedef struct kn_kernel {
+    char name[80];     /* "k3_softmax_f32_64x128": index, main op, dtype, sizes */
+    kn_kernel_kind kind;
+    int ndim;
+    int64_t shape[KN_MAX_DIMS];
+    int n_args;
+    kn_karg args[KN_KIR_MAX_ARGS];
+    int n_exprs;
+    kn_kexpr exprs[KN_KIR_MAX_EXPRS];
+    int n_stages;
+    kn_kstage stages[KN_KIR_MAX_STAGES];
+    int n_stores;
+    kn_kstore stores[KN_KIR_MAX_STORES];
+    int n_nodes;
+    int nodes[KN_KIR_MAX_NODES]; /* the graph nodes it covers, in order */
+    int lib_node;                /* LIBRARY / FALLBACK: the node the backend runs */
+    /* LIBRARY epilogue: exprs/stores over the library output, which is
+     * arg 0 (is_output) and read back with KX_LOAD of arg 0. */
+} kn_kernel;
+
+/* The kernels of one graph, in execution order. */
+typedef struct kn_kprogram {
+    int n_kernels;
+    kn_kernel *kernels;
+} kn_kprogram;
+
+void kn_kprogram_free(kn_kprogram *p);
+
+/* Builders: append an expression / argument; index in *out, or an error
+ * when the kernel is full. */
+kn_status kn_kernel_add_expr(kn_kernel *k, const kn_kexpr *e, int *out);
+kn_status kn_kernel_add_arg(kn_kernel *k, const kn_karg *a, int *out);
+
+/* The generated source of one kernel (or of every kernel of a program) for
+ * a target; caller frees *src. The function for kernel k is named k->name
+ * and has the signature
+ *     void NAME(char **bufs, const int64_t *sizes)
+ * with bufs[i] the address of element 0 of argument i (offset applied by
+ * the caller) and sizes the iteration shape (generated code may also bake
+ * the shape in: sizes lets a cached object serve a dynamic version). */
+typedef enum kn_target { KN_TARGET_C, KN_TARGET_CUDA } kn_target;
+kn_status kn_kernel_render(const kn_kernel *k, kn_target t, char **src);
+kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src);
+
+/* Human-readable dump of a kernel (for KILN_LOGS=kernels and tests). */
+kn_status kn_kernel_dump(const kn_kernel *k, char **text);
+
+/* Whether the renderers produce a function for k: POINTWISE, ROW, and a
+ * LIBRARY kernel with an epilogue (its stores; rendered like POINTWISE and
+ * run after the library call). kn_kprogram_render skips the others. */
+bool kn_kernel_has_source(const kn_kernel *k);
+
+/* CUDA launches. A CUDA kernel is
+ *     extern "C" __global__ void NAME(kn_kargs ka)
+ * with the struct below passed by value (the rendered prelude defines the
+ * same layout): bufs as for C, sizes the iteration shape. Launch with
+ * kn_kernel_launch_dims (sizes: the run's shape, NULL = k->shape), no
+ * dynamic shared memory:
+ *   POINTWISE (and LIBRARY epilogues): a grid-stride loop over the flattened
+ *     space; block 256, grid ceil(numel / 256) capped at KN_KIR_MAX_GRID.
+ *     Any grid >= 1 and any block <= 256 is correct (an autotuner may vary them).
+ *   ROW: one block per row (grid-stride over rows), a shared-memory tree
+ *     reduction per stage: block must be a power of two <= KN_KIR_ROW_BLOCK;
+ *     grid = rows capped at KN_KIR_MAX_GRID; any grid >= 1 is correct.
+ * grid 0 means there is nothing to do: skip the launch. */
+#define KN_KIR_ROW_BLOCK 256
+#define KN_KIR_MAX_GRID 65535
+typedef struct kn_kargs {
+    char *bufs[KN_KIR_MAX_ARGS];
+    long long sizes[KN_MAX_DIMS];
+} kn_kargs;
+void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *grid, int *block);
+
+#endif

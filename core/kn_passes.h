@@ -1,0 +1,79 @@
+/* kn_passes: graph-to-graph rewrites that run between capture and fusion,
+ * the graph checker that runs between them, and the graph printer.
+ *
+ * The pipeline is a short named list, as tinygrad's: dce, cse,
+ * fold_constants, fold_batch_norm, simplify, dce. Each pass rewrites the
+ * graph in place and keeps its invariants (node i reads only nodes before
+ * it; every node's out metas are what kn_op_infer says for its inputs), so
+ * kn_graph_verify can run after any of them. A pass may remove, merge and
+ * renumber nodes; it never changes the value of a node the caller listed as
+ * an output (within f32 rounding for fold_batch_norm; bit for bit otherwise,
+ * except that x + 0 turns a -0.0 into +0.0).
+ *
+ * What callers should know:
+ * - INPUT nodes are never removed and g->inputs is never reordered (nodes
+ *   are renumbered, inputs are not): g->inputs[k] keeps its index, so
+ *   binding by input index stays valid. An INPUT node no output depends on
+ *   stays in the graph, unused; executors may skip it.
+ * - After a pass an output may be an INPUT or CONST node (x * 1 with x an
+ *   input; 2 * 3), or the same node as another output (cse). A listed node
+ *   with two outputs (max) keeps both: value (outputs[i], k) is what
+ *   (old node, k) was. A listed node is never replaced by output 1 of
+ *   another node (neg(neg(max indices)) stays when it is an output).
+ * - fold_batch_norm adds inputs: g->inputs grows by two per folded conv
+ *   (kind KN_IN_VALUE, named "folded conv weight" / "folded conv bias"),
+ *   bound to tensors computed from the bound values of the conv's and the
+ *   batch norm's parameters at the time of the pass. The graph owns them;
+ *   they are not arguments anyone binds again. Their values are those of
+ *   the parameters when the pass ran: a parameter changed in place later
+ *   (same tensor, new values) needs the graph compiled again. It folds
+ *   only when every parameter involved is a bound INPUT node, so it does
+ *   nothing on an unbound copy (kn_graph_copy) of a graph: run the passes
+ *   on the bound graph a capture produced.
+ * - cse merges constants with the same value and dtype (the first keeps its
+ *   name): guards on Lua numbers should be taken from the graph as captured.
+ */
+#ifndef KN_PASSES_H
+#define KN_PASSES_H
+
+#include <stddef.h>
+
+#include "kn_graph.h"
+
+enum {
+    KN_PASSES_VERIFY = 1, /* kn_graph_verify after each pass; an error names the pass and node */
+    KN_PASSES_LOG = 2     /* print the graph to stderr after each pass (KILN_LOGS=passes) */
+};
+
+/* Run the pass list on g in place. outputs[0..n_outputs) are the node
+ * indices whose values the caller needs (output 0, or every output of a
+ * multi-output node); they are updated in place to the new indices. On
+ * error the graph may be half rewritten (still valid unless VERIFY failed):
+ * run the passes on a copy when the original must survive. */
+kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags);
+
+/* Run one pass of the list by name ("cse"); KN_ERR_ARG for an unknown name. */
+kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags);
+
+/* The pass list, in order, NULL-terminated (static storage). */
+const char *const *kn_passes_names(void);
+
+/* Check the invariants: input counts and indices (node i reads only nodes
+ * before it, outputs that exist), INPUT nodes pointing at their input with
+ * its meta, CONST nodes 0-dim, and kn_op_infer on each op node's input
+ * metas reproducing its out metas. On failure returns KN_ERR_ARG, writes a
+ * message naming the node into why (and kn_last_error). why may be NULL. */
+kn_status kn_graph_verify(const kn_graph *g, char *why, size_t size);
+
+/* Shape inference for node i of g from its input nodes' out metas (any
+ * order: it only reads the nodes i names). */
+kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], int *n_out);
+
+/* The graph as text, one line per node:
+ *   "  5  add          (3, 4:1)           f32{2,3}  at model.lua:12"
+ * index, op, inputs (node or node:output), out dtype and shape (each output),
+ * the attributes worth showing, and the source line. *text is malloc'd; the
+ * caller frees it. Defined in core/kn_graph_print.c. */
+kn_status kn_graph_format(const kn_graph *g, char **text);
+
+#endif

@@ -1,0 +1,256 @@
+/* kn_passes_fold: the passes that compute at compile time.
+ *
+ * fold_constants evaluates elementwise ops whose inputs are all constants
+ * (0-dim Lua numbers) with the CPU reference, so the folded value is the
+ * one the op would have produced. fold_batch_norm merges an inference-mode
+ * batch_norm into the convolution that feeds it: new weights and bias,
+ * computed now in float64 from the bound parameter tensors and stored in
+ * the weight's dtype, become new inputs of the graph (kn_passes.h says what
+ * that means for binding).
+ */
+#include "kn_passes_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_view.h"
+
+/* ---- fold_constants ---- */
+
+static bool foldable_kind(kn_op op)
+{
+    switch (kn_op_kind_of(op)) {
+    case KN_K_UNARY:
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY:
+    case KN_K_MASKED: return true;
+    default: return false;
+    }
+}
+
+/* Evaluate node n (all inputs CONST) on 0-dim CPU tensors. */
+static kn_status eval_const_op(const kn_graph *g, const kn_node *n, double *value)
+{
+    kn_tensor *in[KN_MAX_INPUTS] = {NULL};
+    kn_opcall c;
+    kn_opcall_init(&c, (kn_op)n->op);
+    c.a = n->a;
+    c.n_in = n->n_in;
+    kn_status st = KN_OK;
+    for (int k = 0; k < n->n_in && st == KN_OK; k++) {
+        const kn_node *p = &g->nodes[n->in_node[k]];
+        st = kn_tensor_new(p->out[0].dtype, 0, NULL, KN_CPU, &in[k]);
+        if (st == KN_OK) kn_store_f64(in[k]->storage->data, p->out[0].dtype, p->value);
+        c.in[k] = in[k];
+    }
+    if (st == KN_OK) st = kn_op_eager(&c, KN_CPU);
+    if (st == KN_OK) {
+        if (c.n_out == 1 && c.out[0]->ndim == 0 && c.out[0]->dtype == n->out[0].dtype)
+            *value = kn_load_f64(kn_tensor_data(c.out[0]), c.out[0]->dtype);
+        else st = KN_ERR_ARG;
+        for (int k = 0; k < c.n_out; k++) kn_tensor_release(c.out[k]);
+    }
+    for (int k = 0; k < n->n_in; k++) kn_tensor_release(in[k]);
+    return st;
+}
+
+kn_status kn_pass_fold_constants(kn_pass_ctx *x)
+{
+    kn_graph *g = x->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        kn_node *n = &g->nodes[i];
+        if ((unsigned)n->op >= KN_OP_COUNT || !foldable_kind((kn_op)n->op) || n->n_in < 1) continue;
+        if (n->n_out != 1 || n->out[0].ndim != 0) continue;
+        bool all_const = true;
+        for (int k = 0; k < n->n_in; k++)
+            all_const = all_const && g->nodes[n->in_node[k]].op == KN_NODE_CONST && n->in_out[k] == 0;
+        if (!all_const) continue;
+        double v = 0;
+        if (eval_const_op(g, n, &v) != KN_OK) continue; /* leave it to run (and fail) as traced */
+        kn_meta m = n->out[0];
+        char where[KN_WHERE_MAX];
+        memcpy(where, n->where, sizeof where);
+        memset(n, 0, sizeof *n);
+        n->op = KN_NODE_CONST;
+        n->value = v;
+        n->n_out = 1;
+        n->out[0] = m;
+        memcpy(n->where, where, sizeof where);
+    }
+    return KN_OK;
+}
+
+/* ---- fold_batch_norm ---- */
+
+/* The bound tensor of INPUT node r (output 0), else NULL. */
+static kn_tensor *bound(const kn_graph *g, int node, int out)
+{
+    const kn_node *n = &g->nodes[node];
+    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs) return NULL;
+    kn_tensor *t = g->inputs[n->input].tensor;
+    return t && t->storage && kn_dtype_is_float(t->dtype) ? t : NULL;
+}
+
+/* t's elements as float64, row-major (from any device, any layout). */
+static kn_status load_doubles(kn_tensor *t, double **out)
+{
+    *out = NULL;
+    kn_tensor *h = NULL;
+    KN_TRY(kn_tensor_to_device(t, KN_CPU, &h));
+    int64_t n = kn_tensor_numel(h);
+    size_t es = kn_dtype_size(h->dtype);
+    unsigned char *raw = malloc((size_t)(n > 0 ? n : 1) * es);
+    double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!raw || !v) {
+        free(raw);
+        free(v);
+        kn_tensor_release(h);
+        return kn_error(KN_ERR_OOM, "fold_batch_norm: out of host memory");
+    }
+    kn_tensor_gather_host(h, raw);
+    for (int64_t i = 0; i < n; i++) v[i] = kn_load_f64(raw + (size_t)i * es, h->dtype);
+    free(raw);
+    kn_tensor_release(h);
+    *out = v;
+    return KN_OK;
+}
+
+/* A new tensor of dtype/shape on dev holding v. */
+static kn_status store_doubles(const double *v, kn_dtype dt, int ndim, const int64_t *shape,
+                               kn_device dev, kn_tensor **out)
+{
+    kn_tensor *h;
+    KN_TRY(kn_tensor_new(dt, ndim, shape, KN_CPU, &h));
+    int64_t n = kn_tensor_numel(h);
+    size_t es = kn_dtype_size(dt);
+    unsigned char *p = h->storage->data;
+    for (int64_t i = 0; i < n; i++) kn_store_f64(p + (size_t)i * es, dt, v[i]);
+    if (dev == KN_CPU) {
+        *out = h;
+        return KN_OK;
+    }
+    kn_status st = kn_tensor_to_device(h, dev, out);
+    kn_tensor_release(h);
+    return st;
+}
+
+/* How many inputs of all nodes, and caller outputs, read node `node`. */
+static int use_count(const kn_pass_ctx *x, int node)
+{
+    int uses = 0;
+    for (int i = 0; i < x->g->n_nodes; i++) {
+        if (x->dead[i]) continue;
+        const kn_node *n = &x->g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) uses += n->in_node[k] == node;
+    }
+    for (int k = 0; k < x->n_outputs; k++) uses += x->outputs[k] == node;
+    return uses;
+}
+
+typedef struct bn_fold {
+    int conv, bn;
+    kn_tensor *w, *cbias;            /* the conv's (bias may be NULL) */
+    kn_tensor *p[4];                 /* mean, var, weight, bias (the last two may be NULL) */
+    double eps;
+} bn_fold;
+
+/* Whether batch_norm node i can fold into its conv; fills f. */
+static bool bn_match(kn_pass_ctx *x, int i, bn_fold *f)
+{
+    const kn_graph *g = x->g;
+    const kn_node *bn = &g->nodes[i];
+    if (bn->op != KN_OP_BATCH_NORM || bn->n_in < 3 || bn->in_out[0] != 0) return false;
+    const kn_node *conv = &g->nodes[bn->in_node[0]];
+    if (conv->op != KN_OP_CONV2D || conv->out[0].ndim != 4 || conv->n_in < 2) return false;
+    memset(f, 0, sizeof *f);
+    f->conv = bn->in_node[0];
+    f->bn = i;
+    f->eps = bn->a.eps;
+    f->w = bound(g, conv->in_node[1], conv->in_out[1]);
+    if (!f->w || f->w->ndim != 4) return false;
+    if (conv->n_in > 2 && !(f->cbias = bound(g, conv->in_node[2], conv->in_out[2]))) return false;
+    for (int k = 1; k < bn->n_in; k++)
+        if (!(f->p[k - 1] = bound(g, bn->in_node[k], bn->in_out[k]))) return false;
+    return use_count(x, f->conv) == 1;
+}
+
+/* w' = w * s, b' = (b_conv - mean) * s + beta, s = gamma / sqrt(var + eps),
+ * per output channel. */
+static kn_status bn_compute(const bn_fold *f, kn_tensor **w_out, kn_tensor **b_out)
+{
+    double *w = NULL, *cb = NULL, *p[4] = {NULL};
+    int64_t oc = f->w->shape[0], per = kn_tensor_numel(f->w) / (oc > 0 ? oc : 1);
+    kn_status st = load_doubles(f->w, &w);
+    if (st == KN_OK && f->cbias) st = load_doubles(f->cbias, &cb);
+    for (int k = 0; k < 4 && st == KN_OK; k++)
+        if (f->p[k]) st = load_doubles(f->p[k], &p[k]);
+    double *b = st == KN_OK ? malloc(sizeof(double) * (size_t)(oc > 0 ? oc : 1)) : NULL;
+    if (st == KN_OK && !b) st = kn_error(KN_ERR_OOM, "fold_batch_norm: out of host memory");
+    if (st == KN_OK) {
+        for (int64_t c = 0; c < oc; c++) {
+            double s = (p[2] ? p[2][c] : 1.0) / sqrt(p[1][c] + f->eps);
+            for (int64_t j = 0; j < per; j++) w[c * per + j] *= s;
+            b[c] = ((cb ? cb[c] : 0.0) - p[0][c]) * s + (p[3] ? p[3][c] : 0.0);
+        }
+        kn_device dev = kn_tensor_device(f->w);
+        kn_dtype bdt = f->cbias ? f->cbias->dtype : f->w->dtype;
+        st = store_doubles(w, f->w->dtype, 4, f->w->shape, dev, w_out);
+        if (st == KN_OK) {
+            st = store_doubles(b, bdt, 1, &oc, dev, b_out);
+            if (st != KN_OK) kn_tensor_release(*w_out);
+        }
+    }
+    free(w);
+    free(cb);
+    free(b);
+    for (int k = 0; k < 4; k++) free(p[k]);
+    return st;
+}
+
+static kn_status bn_apply(kn_pass_ctx *x, const bn_fold *f)
+{
+    kn_tensor *wt, *bt;
+    KN_TRY(bn_compute(f, &wt, &bt));
+    kn_graph *g = x->g;
+    char where[KN_WHERE_MAX];
+    memcpy(where, g->nodes[f->conv].where, sizeof where);
+    int wn, bn_node;
+    kn_status st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv weight", wt, where, &wn);
+    kn_tensor_release(wt);
+    if (st == KN_OK) st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv bias", bt, where, &bn_node);
+    kn_tensor_release(bt);
+    if (st == KN_OK) st = kn_pass_sync(x);
+    if (st != KN_OK) return st;
+    x->before[wn] = f->conv;
+    x->before[bn_node] = f->conv;
+    kn_node *conv = &g->nodes[f->conv]; /* after add_input: nodes may have moved */
+    kn_node saved = *conv;
+    conv->n_in = 3;
+    conv->in_node[1] = wn;
+    conv->in_out[1] = 0;
+    conv->in_node[2] = bn_node;
+    conv->in_out[2] = 0;
+    kn_meta m[KN_MAX_OUTPUTS];
+    int n_out;
+    if (kn_node_infer(g, f->conv, m, &n_out) != KN_OK || n_out != 1 ||
+        m[0].dtype != g->nodes[f->bn].out[0].dtype) {
+        *conv = saved; /* the new inputs stay, unused */
+        return KN_OK;
+    }
+    x->repl[KN_REF(f->bn, 0)] = KN_REF(f->conv, 0);
+    x->dead[f->bn] = 1;
+    return KN_OK;
+}
+
+kn_status kn_pass_fold_batch_norm(kn_pass_ctx *x)
+{
+    int n = x->g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        bn_fold f;
+        if (!bn_match(x, i, &f)) continue;
+        KN_TRY(bn_apply(x, &f));
+    }
+    return KN_OK;
+}

@@ -1,0 +1,52 @@
+/* kn_passes_impl: what the pass files (kn_passes.c, kn_passes_fold.c)
+ * share and nobody else needs: the rewrite context every pass works in.
+ *
+ * A pass does not move nodes itself. It marks nodes dead, redirects a
+ * node's uses to another value (repl), or appends nodes and says where
+ * they go (before); kn_pass_commit then builds the new node array, points
+ * every input and every caller output at the surviving values and renumbers.
+ * Values are encoded as node * KN_MAX_OUTPUTS + output ("refs"). A
+ * replacement always points at an earlier node, so chains end.
+ */
+#ifndef KN_PASSES_IMPL_H
+#define KN_PASSES_IMPL_H
+
+#include <stdbool.h>
+
+#include "kn_passes.h"
+
+typedef struct kn_pass_ctx {
+    kn_graph *g;
+    int *outputs, n_outputs;
+    int n_orig;           /* nodes before the pass appended any */
+    int cap;              /* entries of the arrays below (nodes) */
+    int *repl;            /* cap * KN_MAX_OUTPUTS refs: where uses of each value go */
+    unsigned char *dead;  /* cap: remove this node */
+    int *before;          /* cap: an appended node goes before this original node (-1: at the end) */
+} kn_pass_ctx;
+
+#define KN_REF(node, out) ((node) * KN_MAX_OUTPUTS + (out))
+#define KN_REF_NODE(r) ((r) / KN_MAX_OUTPUTS)
+#define KN_REF_OUT(r) ((r) % KN_MAX_OUTPUTS)
+
+/* Grow the arrays to g->n_nodes after a pass appended nodes. */
+kn_status kn_pass_sync(kn_pass_ctx *x);
+/* The value uses of r go to now. */
+int kn_pass_resolve(const kn_pass_ctx *x, int r);
+/* Rewrite node i's inputs to their resolved values (done before a pass
+ * looks at the node, so comparisons see the values that will remain). */
+void kn_pass_resolve_inputs(kn_pass_ctx *x, int i);
+/* Whether node i is one of the caller's outputs. */
+bool kn_pass_is_output(const kn_pass_ctx *x, int i);
+/* Redirect every use of node i's output 0 to value r and drop node i. False
+ * (nothing done) when i is a caller output and r is not an output 0, which
+ * the caller's list of node indices cannot express. */
+bool kn_pass_replace(kn_pass_ctx *x, int i, int r);
+
+/* The CONST node's value as its dtype stores it (an i32 constant 1.5 is 1). */
+double kn_pass_const_value(const kn_node *n);
+
+kn_status kn_pass_fold_constants(kn_pass_ctx *x);
+kn_status kn_pass_fold_batch_norm(kn_pass_ctx *x);
+
+#endif

@@ -1,0 +1,257 @@
+/* kn_plan: building a compiled graph (passes -> fusion -> code) and running
+ * it: kernels in order, views made as the values they read exist, every
+ * intermediate freed after its last use. */
+#include "kn_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kn_backend.h"
+#include "kn_passes.h"
+#include "kn_view.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void kn_plan_free(kn_plan *p)
+{
+    if (!p) return;
+    const kn_backend *be = kn_backend_get(p->device);
+    if (p->lib && be && be->release_program) be->release_program(p->lib);
+    kn_fusion_free(&p->f);
+    /* inputs the caller binds are borrowed during runs; the passes' are owned */
+    for (int i = 0; i < p->n_orig_inputs && i < p->g.n_inputs; i++) p->g.inputs[i].tensor = NULL;
+    kn_graph_free(&p->g);
+    free(p->outputs);
+    free(p->pass_out);
+    free(p->fns);
+    free(p->source);
+    free(p);
+}
+
+kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
+                        int pass_flags, kn_plan **out)
+{
+    *out = NULL;
+    kn_plan *p = calloc(1, sizeof *p);
+    if (!p) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+    kn_status st = kn_graph_copy(g, &p->g);
+    if (st != KN_OK) {
+        free(p);
+        return st;
+    }
+    p->n_orig_inputs = g->n_inputs;
+    p->device = KN_CPU;
+    for (int i = 0; i < g->n_inputs; i++) { /* bound for the passes that read values */
+        p->g.inputs[i].tensor = g->inputs[i].tensor;
+        kn_tensor_retain(p->g.inputs[i].tensor);
+        if (g->inputs[i].tensor) p->device = g->inputs[i].device;
+    }
+    p->n_outputs = n_wanted;
+    p->outputs = malloc(sizeof *p->outputs * (size_t)(n_wanted ? n_wanted : 1));
+    p->pass_out = malloc(sizeof *p->pass_out * (size_t)(n_wanted ? n_wanted : 1));
+    if (!p->outputs || !p->pass_out) {
+        st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
+        goto fail;
+    }
+    for (int i = 0; i < n_wanted; i++) {
+        p->outputs[i] = wanted[i];
+        p->pass_out[i] = wanted[i].node;
+    }
+    double t0 = now_s();
+    st = kn_passes_run(&p->g, p->pass_out, n_wanted, pass_flags);
+    if (st != KN_OK) goto fail;
+    for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
+    /* the caller's inputs are bound again at each run: drop ours now */
+    for (int i = 0; i < p->n_orig_inputs; i++) {
+        kn_tensor_release(p->g.inputs[i].tensor);
+        p->g.inputs[i].tensor = NULL;
+    }
+    double t1 = now_s();
+    p->passes_s = t1 - t0;
+    st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->f);
+    if (st != KN_OK) goto fail;
+    const kn_backend *be = kn_backend_get(p->device);
+    p->fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *p->fns);
+    if (!p->fns) {
+        st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
+        goto fail;
+    }
+    int generated = 0;
+    for (int k = 0; k < p->f.prog.n_kernels; k++)
+        generated += p->f.prog.kernels[k].kind == KN_KERNEL_POINTWISE || p->f.prog.kernels[k].kind == KN_KERNEL_ROW;
+    double t2 = now_s();
+    p->codegen_s = t2 - t1;
+    if (generated && be && be->compile_program) {
+        st = be->compile_program(&p->f.prog, cache_dir, &p->lib, p->fns);
+        if (st != KN_OK) goto fail;
+        p->generated = true;
+    }
+    p->backend_s = now_s() - t2;
+    if (generated && !p->generated) {
+        st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", be ? be->name : "?");
+        goto fail;
+    }
+    *out = p;
+    return KN_OK;
+fail:
+    kn_plan_free(p);
+    return st;
+}
+
+/* ---- running ------------------------------------------------------------- */
+
+typedef struct {
+    kn_plan *p;
+    kn_tensor **val; /* per node * KN_MAX_OUTPUTS */
+    int64_t live, peak;
+} run_ctx;
+
+static int64_t tensor_bytes(const kn_tensor *t)
+{
+    return t && t->storage ? t->storage->nbytes : 0;
+}
+
+static void set_val(run_ctx *r, int node, int out, kn_tensor *t)
+{
+    r->val[node * KN_MAX_OUTPUTS + out] = t;
+    r->live += tensor_bytes(t);
+    if (r->live > r->peak) r->peak = r->live;
+}
+
+static void drop_val(run_ctx *r, int node)
+{
+    for (int o = 0; o < KN_MAX_OUTPUTS; o++) {
+        kn_tensor **v = &r->val[node * KN_MAX_OUTPUTS + o];
+        if (!*v) continue;
+        if ((*v)->refcount == 1) r->live -= tensor_bytes(*v);
+        kn_tensor_release(*v);
+        *v = NULL;
+    }
+}
+
+static kn_status run_reference(run_ctx *r, int node)
+{
+    const kn_node *n = &r->p->g.nodes[node];
+    kn_opcall c;
+    kn_opcall_init(&c, (kn_op)n->op);
+    c.a = n->a;
+    c.n_in = n->n_in;
+    for (int k = 0; k < n->n_in; k++) {
+        c.in[k] = r->val[n->in_node[k] * KN_MAX_OUTPUTS + n->in_out[k]];
+        if (!c.in[k]) return kn_error(KN_ERR_ARG, "plan: node %d reads a value that was not computed", node);
+    }
+    kn_status st = kn_op_eager(&c, r->p->device);
+    if (st != KN_OK) return st;
+    for (int k = 0; k < c.n_out; k++) set_val(r, node, k, c.out[k]);
+    return KN_OK;
+}
+
+static kn_status run_generated(run_ctx *r, int kid)
+{
+    kn_plan *p = r->p;
+    const kn_kernel *k = &p->f.prog.kernels[kid];
+    char *bufs[KN_KIR_MAX_ARGS];
+    for (int a = 0; a < k->n_args; a++) {
+        const kn_karg *ar = &k->args[a];
+        kn_tensor **slot = &r->val[ar->node * KN_MAX_OUTPUTS + ar->out];
+        if (ar->is_output && !*slot) {
+            kn_tensor *t;
+            KN_TRY(kn_tensor_new_meta(&p->g.nodes[ar->node].out[ar->out], p->device, &t));
+            set_val(r, ar->node, ar->out, t);
+        }
+        if (!*slot) return kn_error(KN_ERR_ARG, "plan: kernel %s reads node %d before it is computed", k->name, ar->node);
+        bufs[a] = (char *)kn_tensor_data(*slot) + ar->offset * (int64_t)kn_dtype_size(ar->dtype);
+    }
+    const kn_backend *be = kn_backend_get(p->device);
+    return be->launch(k, p->fns[kid], bufs, k->shape);
+}
+
+static kn_status const_value(run_ctx *r, int node)
+{
+    const kn_node *n = &r->p->g.nodes[node];
+    kn_tensor *t;
+    KN_TRY(kn_tensor_new(n->out[0].dtype, 0, NULL, KN_CPU, &t));
+    kn_store_f64(t->storage->data, n->out[0].dtype, n->value);
+    if (r->p->device != KN_CPU) {
+        kn_tensor *d;
+        kn_status st = kn_tensor_to_device(t, r->p->device, &d);
+        kn_tensor_release(t);
+        KN_TRY(st);
+        t = d;
+    }
+    set_val(r, node, 0, t);
+    return KN_OK;
+}
+
+kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
+{
+    kn_graph *g = &p->g;
+    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0};
+    if (!r.val) return kn_error(KN_ERR_OOM, "out of host memory running a plan");
+    kn_status st = KN_OK;
+    const kn_fusion *f = &p->f;
+    for (int i = 0; i < g->n_nodes && st == KN_OK; i++) {
+        const kn_node *n = &g->nodes[i];
+        switch (f->disp[i]) {
+        case KN_D_DEAD:
+        case KN_D_INLINE: break;
+        case KN_D_INPUT: {
+            kn_tensor *t = n->input < p->n_orig_inputs ? inputs[n->input] : g->inputs[n->input].tensor;
+            kn_tensor_retain(t);
+            if (!t) st = kn_error(KN_ERR_ARG, "plan: input '%s' is not bound", g->inputs[n->input].name);
+            else r.val[i * KN_MAX_OUTPUTS] = t; /* not counted: the caller's memory */
+            break;
+        }
+        case KN_D_CONST: st = const_value(&r, i); break;
+        case KN_D_VIEW: {
+            kn_opcall c;
+            kn_opcall_init(&c, (kn_op)n->op);
+            c.a = n->a;
+            c.n_in = 1;
+            c.in[0] = r.val[n->in_node[0] * KN_MAX_OUTPUTS + n->in_out[0]];
+            kn_tensor *v = NULL;
+            st = c.in[0] ? kn_view_run(&c, &v) : kn_error(KN_ERR_ARG, "plan: view %d of a missing value", i);
+            if (st == KN_OK) r.val[i * KN_MAX_OUTPUTS] = v; /* shares its source's storage */
+            break;
+        }
+        case KN_D_ROOT: {
+            int kid = f->kernel[i];
+            const kn_kernel *k = &f->prog.kernels[kid];
+            if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) st = run_generated(&r, kid);
+            else st = run_reference(&r, i);
+            break;
+        }
+        }
+        if (st != KN_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", kn_last_error());
+            st = kn_error(st, "%s (node %d, traced at %s)", msg, i, n->where);
+            break;
+        }
+        /* free what no later kernel reads */
+        for (int d = f->drop_head[i]; d >= 0; d = f->drop_next[d]) drop_val(&r, d);
+    }
+    if (st == KN_OK)
+        for (int o = 0; o < p->n_outputs; o++) {
+            kn_tensor *t = r.val[p->outputs[o].node * KN_MAX_OUTPUTS + p->outputs[o].out];
+            if (!t) {
+                st = kn_error(KN_ERR_ARG, "plan: output %d was not computed", o);
+                break;
+            }
+            kn_tensor_retain(t);
+            results[o] = t;
+        }
+    if (st != KN_OK)
+        for (int o = 0; o < p->n_outputs; o++) results[o] = NULL;
+    for (int i = 0; i < g->n_nodes; i++) drop_val(&r, i);
+    p->peak_bytes = r.peak;
+    free(r.val);
+    return st;
+}

@@ -1,0 +1,44 @@
+/* kn_plan: a compiled graph: passes, fusion, generated code, and the run.
+ *
+ * kn_plan_build takes a captured graph (inputs bound), runs the pass list,
+ * fuses it into kernels, renders and compiles the generated ones through
+ * the backend (with the persistent cache), and keeps everything needed to
+ * run it again on new inputs of the same shapes. kn_plan_run binds the
+ * inputs, runs the kernels in order and frees each intermediate value after
+ * its last use.
+ */
+#ifndef KN_PLAN_H
+#define KN_PLAN_H
+
+#include "kn_fuse.h"
+
+typedef struct kn_plan_value {
+    int node, out;
+} kn_plan_value;
+
+typedef struct kn_plan {
+    kn_graph g;          /* the optimized graph; inputs past n_orig_inputs are owned constants */
+    int n_orig_inputs;
+    int n_outputs;
+    kn_plan_value *outputs; /* what the caller asked for, in its order, in g's numbering */
+    int *pass_out;          /* node list given to the passes */
+    kn_fusion f;
+    kn_device device;
+    void *lib;
+    void **fns;
+    bool generated;         /* false: the backend has no code generator; runs node by node */
+    double passes_s, codegen_s, backend_s;
+    int64_t peak_bytes;     /* most bytes of values alive at once in the last run */
+    char *source;           /* the generated source (C), for :src */
+} kn_plan;
+
+/* Build a plan for the values `wanted` (node, out) of g, whose inputs are
+ * bound. log_flags: KN_PASSES_LOG / VERIFY from kn_passes.h. */
+kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
+                        int pass_flags, kn_plan **out);
+/* Run on inputs[0..n_orig_inputs) (same shapes, dtypes and strides as at
+ * build); results[i] gets a new reference to wanted value i. */
+kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results);
+void kn_plan_free(kn_plan *p);
+
+#endif

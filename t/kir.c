@@ -1,0 +1,721 @@
+/* t/kir.c: the kernel IR's C renderer and the JIT, end to end. Hand-built
+ * POINTWISE and ROW kernels (broadcasting row + column + scalar in 2-D and
+ * 3-D over f32, bf16, f16 and f64; a transposed input; i64 / i32 / bool with
+ * comparisons and where; masked_fill; casts with saturation and bf16
+ * rounding; softmax, log_softmax, layer_norm, per-row sum, amax with NaN,
+ * a tril mask from KX_INDEX) are rendered to C, compiled at run time, run on
+ * fresh random buffers (seed printed) and compared with the CPU reference
+ * (kn_op_eager of the equivalent ops), with tolerances per dtype. Also the
+ * dump text, the expression-overflow error and a two-kernel program.
+ */
+#include <dirent.h>
+
+#include "cpu/kn_cpu_jit.h"
+#include "kn_kir.h"
+#ifdef KIR_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/kn_cuda_nvrtc.h"
+
+static dim3 dim3_of(int64_t n)
+{
+    dim3 d = {(unsigned)n, 1, 1};
+    return d;
+}
+#endif
+#include "kn_view.h"
+#include "ops_testlib.h"
+
+static char cache_dir[256];
+
+/* ---- building kernels ---- */
+
+static kn_kernel *kernel_new(const char *name, kn_kernel_kind kind, int ndim, const int64_t *shape)
+{
+    kn_kernel *k = calloc(1, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->kind = kind;
+    k->ndim = ndim;
+    for (int d = 0; d < ndim; d++) k->shape[d] = shape[d];
+    return k;
+}
+
+static int add(kn_kernel *k, kn_kexpr e)
+{
+    int i = -1;
+    if (kn_kernel_add_expr(k, &e, &i) != KN_OK) printf("Bail out! %s\n", kn_last_error());
+    return i;
+}
+
+static int ld(kn_kernel *k, int buf)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_LOAD, .buf = buf, .a = -1, .b = -1, .c = -1,
+                             .dtype = k->args[buf].dtype});
+}
+
+static int cst(kn_kernel *k, double v, kn_dtype dt)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_CONST, .value = v, .a = -1, .b = -1, .c = -1, .dtype = dt});
+}
+
+static int op3(kn_kernel *k, kn_op op, int a, int b, int c, kn_dtype dt)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_OP, .op = op, .a = a, .b = b, .c = c, .dtype = dt});
+}
+#define op1(k, op, a, dt) op3(k, op, a, -1, -1, dt)
+#define op2(k, op, a, b, dt) op3(k, op, a, b, -1, dt)
+
+static int acc(kn_kernel *k, int s, kn_dtype dt)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_ACC, .acc = s, .a = -1, .b = -1, .c = -1, .dtype = dt});
+}
+
+static int idx(kn_kernel *k, int dim)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_INDEX, .dim = dim, .a = -1, .b = -1, .c = -1, .dtype = KN_I64});
+}
+
+/* An argument bound to t, broadcast to the kernel's space (trailing dims
+ * aligned; missing or size-1 dims get stride 0). drop_row: a per-row
+ * output whose tensor lacks the row dim. */
+static int arg_of(kn_kernel *k, const kn_tensor *t, bool out, bool drop_row)
+{
+    kn_karg a = {.dtype = t->dtype, .is_output = out};
+    int nd = drop_row ? k->ndim - 1 : k->ndim;
+    int lead = nd - t->ndim;
+    for (int d = 0; d < nd; d++) {
+        int id = d - lead;
+        a.strides[d] = (id < 0 || t->shape[id] == 1) ? 0 : t->strides[id];
+    }
+    int i = -1;
+    if (kn_kernel_add_arg(k, &a, &i) != KN_OK) printf("Bail out! %s\n", kn_last_error());
+    return i;
+}
+
+static void stage(kn_kernel *k, kn_op op, int expr)
+{
+    k->stages[k->n_stages++] = (kn_kstage){.op = op, .expr = expr};
+}
+
+static void store(kn_kernel *k, int arg, int expr, bool per_row)
+{
+    k->stores[k->n_stores++] = (kn_kstore){.arg = arg, .expr = expr, .per_row = per_row};
+}
+
+/* ---- running ---- */
+
+typedef void (*kfn)(char **bufs, const int64_t *sizes);
+
+#ifndef KIR_CUDA
+/* Render k to C, compile, run on ts (one per arg, in order). True when it
+ * ran (compare now); a failure is one TAP line. */
+static bool run(const kn_kernel *k, kn_tensor **ts, const char *name)
+{
+    char *src = NULL;
+    kn_jit_lib *lib = NULL;
+    kn_status st = kn_kernel_render(k, KN_TARGET_C, &src);
+    if (st == KN_OK) st = kn_jit_compile(src, cache_dir, &lib);
+    if (getenv("KIR_SHOW") && src) printf("%s\n", src);
+    free(src);
+    if (st != KN_OK) {
+        ok(0, "%s: renders and compiles", name);
+        printf("#   %s\n", kn_last_error());
+        return false;
+    }
+    kfn f = (kfn)kn_jit_symbol(lib, k->name);
+    if (!f) {
+        ok(0, "%s: symbol %s found", name, k->name);
+        kn_jit_release(lib);
+        return false;
+    }
+    char *bufs[KN_KIR_MAX_ARGS];
+    for (int j = 0; j < k->n_args; j++) bufs[j] = kn_tensor_data(ts[j]);
+    f(bufs, k->shape);
+    kn_jit_release(lib);
+    return true;
+}
+#else
+static int have_gpu;
+
+/* Render k to CUDA and compile it with NVRTC for sm_90 (one TAP line).
+ * With a GPU, also run it there on copies of ts and copy the outputs back:
+ * true means compare now. */
+static bool run(const kn_kernel *k, kn_tensor **ts, const char *name)
+{
+    char *src = NULL, *img = NULL, *log = NULL;
+    size_t size = 0;
+    kn_status st = kn_kernel_render(k, KN_TARGET_CUDA, &src);
+    if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &size, &log);
+    if (getenv("KIR_SHOW") && src) printf("%s\n", src);
+    free(src);
+    free(log);
+    if (!ok(st == KN_OK && size > 0, "%s: CUDA source compiles with NVRTC for sm_90", name)) {
+        printf("#   %s\n", kn_last_error());
+        return false;
+    }
+    if (!have_gpu) {
+        free(img);
+        return false;
+    }
+    cudaLibrary_t lib = NULL;
+    cudaKernel_t kern = NULL;
+    void *dev[KN_KIR_MAX_ARGS] = {NULL};
+    kn_kargs ka;
+    memset(&ka, 0, sizeof ka);
+    cudaError_t ce = cudaLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0);
+    if (ce == cudaSuccess) ce = cudaLibraryGetKernel(&kern, lib, k->name);
+    for (int j = 0; j < k->n_args && ce == cudaSuccess; j++) {
+        kn_storage *sg = ts[j]->storage;
+        ce = cudaMalloc(&dev[j], (size_t)sg->nbytes + 1);
+        if (ce == cudaSuccess) ce = cudaMemcpy(dev[j], sg->data, (size_t)sg->nbytes, cudaMemcpyHostToDevice);
+        ka.bufs[j] = (char *)dev[j] + ts[j]->offset * (int64_t)kn_dtype_size(ts[j]->dtype);
+    }
+    for (int d = 0; d < k->ndim; d++) ka.sizes[d] = k->shape[d];
+    int64_t grid;
+    int block;
+    kn_kernel_launch_dims(k, NULL, &grid, &block);
+    void *params[1] = {&ka};
+    if (ce == cudaSuccess && grid > 0)
+        ce = cudaLaunchKernel((const void *)kern, dim3_of(grid), dim3_of(block), params, 0, 0);
+    if (ce == cudaSuccess) ce = cudaDeviceSynchronize();
+    for (int j = 0; j < k->n_args && ce == cudaSuccess; j++)
+        if (k->args[j].is_output)
+            ce = cudaMemcpy(ts[j]->storage->data, dev[j], (size_t)ts[j]->storage->nbytes, cudaMemcpyDeviceToHost);
+    for (int j = 0; j < k->n_args; j++) cudaFree(dev[j]);
+    if (lib) cudaLibraryUnload(lib);
+    free(img);
+    if (!ok(ce == cudaSuccess, "%s: runs on the GPU (grid %lld, block %d)", name, (long long)grid, block)) {
+        printf("#   CUDA: %s\n", cudaGetErrorString(ce));
+        return false;
+    }
+    return true;
+}
+#endif
+
+/* Eager reference: op on up to three inputs; attrs set by the caller through c. */
+static kn_tensor *ref_call(kn_opcall *c)
+{
+    kn_status st = kn_op_eager(c, KN_CPU);
+    if (st != KN_OK) {
+        printf("Bail out! reference %s: %s\n", kn_op_name(c->op), kn_last_error());
+        exit(2);
+    }
+    return c->out[0];
+}
+
+static kn_tensor *ref(kn_op op, kn_tensor *a, kn_tensor *b, kn_tensor *c3)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, op);
+    kn_tensor *in[3] = {a, b, c3};
+    for (int i = 0; i < 3 && in[i]; i++) c.in[c.n_in++] = in[i];
+    return ref_call(&c);
+}
+
+static kn_tensor *scalar(kn_dtype dt, double v)
+{
+    kn_tensor *t = tl_new(dt, 0, NULL);
+    tl_set(t, 0, v);
+    return t;
+}
+
+/* Tolerances against the eager reference, which rounds to the storage type
+ * after every op while a fused kernel rounds once at the store. */
+static void tol_of(kn_dtype dt, double *rel, double *abs_)
+{
+    switch (dt) {
+    case KN_F64: *rel = 1e-12; *abs_ = 1e-12; break;
+    case KN_F32: *rel = 1e-5; *abs_ = 1e-5; break;
+    case KN_BF16: *rel = 2e-2; *abs_ = 3e-2; break;
+    case KN_F16: *rel = 3e-3; *abs_ = 4e-3; break;
+    default: *rel = 0; *abs_ = 0; break;
+    }
+}
+
+/* One TAP line: got against want, element by element; NaN only where
+ * nan_ok and the reference is NaN too. */
+static void check(const kn_tensor *got, const kn_tensor *want, bool nan_ok, const char *name)
+{
+    double rel, abs_;
+    tol_of(got->dtype, &rel, &abs_);
+    int64_t n = tl_numel(got->ndim, got->shape), bad = -1;
+    double g = 0, w = 0;
+    bool same = got->dtype == want->dtype && tl_numel(want->ndim, want->shape) == n;
+    for (int64_t i = 0; i < n && same && bad < 0; i++) {
+        g = tl_get(got, i);
+        w = tl_get(want, i);
+        bool good = isnan(g) || isnan(w) ? nan_ok && isnan(g) && isnan(w)
+                  : isinf(g) || isinf(w) ? g == w
+                  : fabs(g - w) <= abs_ + rel * fabs(w);
+        if (!good) bad = i;
+    }
+    if (!ok(same && bad < 0, "%s", name)) {
+        if (!same) printf("#   got %s x%lld, want %s x%lld\n", kn_dtype_name(got->dtype), (long long)n,
+                          kn_dtype_name(want->dtype), (long long)tl_numel(want->ndim, want->shape));
+        else printf("#   element %lld of %lld: got %.9g, want %.9g\n", (long long)bad, (long long)n, g, w);
+    }
+}
+
+static void release(int n, kn_tensor **ts)
+{
+    for (int i = 0; i < n; i++) kn_tensor_release(ts[i]);
+}
+
+/* ---- pointwise ---- */
+
+/* out = gelu(x * row + col) - s, in 2-D or 3-D, every tensor of dtype dt. */
+static void test_broadcast(kn_dtype dt, int ndim)
+{
+    int64_t shape[3] = {3, 37, 129};
+    int64_t *sh = ndim == 3 ? shape : shape + 1;
+    int64_t rs[1] = {sh[ndim - 1]}, cs[2] = {sh[ndim - 2], 1};
+    kn_tensor *x = tl_rand(dt, ndim, sh, TL_CONTIG, -2, 2, 0);
+    kn_tensor *row = tl_rand(dt, 1, rs, TL_CONTIG, -2, 2, 0);
+    kn_tensor *col = tl_rand(dt, 2, cs, TL_CONTIG, -2, 2, 0);
+    kn_tensor *s = scalar(dt, tl_value(dt, -1, 1, 0));
+    kn_tensor *out = tl_new(dt, ndim, sh);
+    kn_kernel *k = kernel_new("k0_gelu_bcast", KN_KERNEL_POINTWISE, ndim, sh);
+    int ax = arg_of(k, x, false, false), ar = arg_of(k, row, false, false);
+    int ac = arg_of(k, col, false, false), as = arg_of(k, s, false, false);
+    int ao = arg_of(k, out, true, false);
+    int e = op2(k, KN_OP_MUL, ld(k, ax), ld(k, ar), dt);
+    e = op2(k, KN_OP_ADD, e, ld(k, ac), dt);
+    e = op1(k, KN_OP_GELU, e, dt);
+    e = op2(k, KN_OP_SUB, e, ld(k, as), dt);
+    store(k, ao, e, false);
+    kn_tensor *ts[] = {x, row, col, s, out};
+    char name[128];
+    snprintf(name, sizeof name, "gelu(x * row + col) - scalar, %s, %d-D %s", kn_dtype_name(dt), ndim,
+             tl_shape_str(ndim, sh));
+    if (run(k, ts, name)) {
+        kn_tensor *r1 = ref(KN_OP_MUL, x, row, NULL), *r2 = ref(KN_OP_ADD, r1, col, NULL);
+        kn_tensor *r3 = ref(KN_OP_GELU, r2, NULL, NULL), *r4 = ref(KN_OP_SUB, r3, s, NULL);
+        check(out, r4, false, name);
+        kn_tensor *rs_[] = {r1, r2, r3, r4};
+        release(4, rs_);
+    }
+    release(5, ts);
+    free(k);
+}
+
+/* out = exp(x^T) + y with x^T a transposed view (strides {1, 37}). */
+static void test_transposed(void)
+{
+    int64_t base_shape[2] = {129, 37}, sh[2] = {37, 129};
+    kn_tensor *base = tl_rand(KN_F32, 2, base_shape, TL_CONTIG, -3, 3, 0), *xt = NULL;
+    kn_view_transpose(base, 0, 1, &xt);
+    kn_tensor *y = tl_rand(KN_F32, 2, sh, TL_CONTIG, -1, 1, 0), *out = tl_new(KN_F32, 2, sh);
+    kn_kernel *k = kernel_new("k1_exp_add_t", KN_KERNEL_POINTWISE, 2, sh);
+    int ax = arg_of(k, xt, false, false), ay = arg_of(k, y, false, false), ao = arg_of(k, out, true, false);
+    int e = op2(k, KN_OP_ADD, op1(k, KN_OP_EXP, ld(k, ax), KN_F32), ld(k, ay), KN_F32);
+    store(k, ao, e, false);
+    kn_tensor *ts[] = {xt, y, out};
+    ok(k->args[0].strides[0] == 1 && k->args[0].strides[1] == 37, "transposed arg has strides {1,37}");
+    if (run(k, ts, "exp(x^T) + y")) {
+        kn_tensor *r1 = ref(KN_OP_EXP, xt, NULL, NULL), *r2 = ref(KN_OP_ADD, r1, y, NULL);
+        check(out, r2, false, "exp(x^T) + y over a transposed view, f32");
+        kn_tensor_release(r1);
+        kn_tensor_release(r2);
+    }
+    kn_tensor_release(base);
+    release(3, ts);
+    free(k);
+}
+
+/* c = a > b (i64 vs i32); out = where(c, a, b * 2) (i64); nc = !c (bool). */
+static void test_int_bool(void)
+{
+    int64_t sh[2] = {19, 23}, bs[1] = {23};
+    kn_tensor *a = tl_rand(KN_I64, 2, sh, TL_CONTIG, -50, 50, 0);
+    kn_tensor *b = tl_rand(KN_I32, 1, bs, TL_CONTIG, -50, 50, 0);
+    kn_tensor *two = scalar(KN_I32, 2);
+    kn_tensor *out = tl_new(KN_I64, 2, sh), *nc = tl_new(KN_BOOL, 2, sh);
+    kn_kernel *k = kernel_new("k2_where_i64", KN_KERNEL_POINTWISE, 2, sh);
+    int aa = arg_of(k, a, false, false), ab = arg_of(k, b, false, false);
+    int ao = arg_of(k, out, true, false), an = arg_of(k, nc, true, false);
+    int la = ld(k, aa), lb = ld(k, ab);
+    int c = op2(k, KN_OP_GT, la, lb, KN_BOOL);
+    int b2 = op2(k, KN_OP_MUL, lb, cst(k, 2, KN_I32), KN_I32);
+    store(k, ao, op3(k, KN_OP_WHERE, c, la, b2, KN_I64), false);
+    store(k, an, op1(k, KN_OP_LOGICAL_NOT, c, KN_BOOL), false);
+    kn_tensor *ts[] = {a, b, out, nc};
+    if (run(k, ts, "i64/i32 where")) {
+        kn_tensor *rc = ref(KN_OP_GT, a, b, NULL), *rb2 = ref(KN_OP_MUL, b, two, NULL);
+        kn_tensor *rw = ref(KN_OP_WHERE, rc, a, rb2), *rn = ref(KN_OP_LOGICAL_NOT, rc, NULL, NULL);
+        check(out, rw, false, "where(a > b, a, b * 2) over i64 and i32, exact");
+        check(nc, rn, false, "logical_not(a > b) stored as bool, exact");
+        kn_tensor *rs[] = {rc, rb2, rw, rn};
+        release(4, rs);
+    }
+    release(4, ts);
+    kn_tensor_release(two);
+    free(k);
+}
+
+/* masked_fill(x, mask, -1e9) with the mask broadcast along rows. */
+static void test_masked_fill(void)
+{
+    int64_t sh[2] = {11, 70}, ms[1] = {70};
+    kn_tensor *x = tl_rand(KN_F32, 2, sh, TL_CONTIG, -1, 1, 0);
+    kn_tensor *m = tl_rand(KN_BOOL, 1, ms, TL_CONTIG, 0, 1, 0), *out = tl_new(KN_F32, 2, sh);
+    kn_kernel *k = kernel_new("k3_masked_fill", KN_KERNEL_POINTWISE, 2, sh);
+    int ax = arg_of(k, x, false, false), am = arg_of(k, m, false, false), ao = arg_of(k, out, true, false);
+    kn_kexpr e = {.kind = KN_KX_OP, .op = KN_OP_MASKED_FILL, .a = ld(k, ax), .b = ld(k, am), .c = -1,
+                  .value = -1e9, .dtype = KN_F32};
+    store(k, ao, add(k, e), false);
+    kn_tensor *ts[] = {x, m, out};
+    if (run(k, ts, "masked_fill")) {
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_MASKED_FILL);
+        c.in[0] = x;
+        c.in[1] = m;
+        c.n_in = 2;
+        c.a.value = -1e9;
+        kn_tensor *r = ref_call(&c);
+        check(out, r, false, "masked_fill(x, row mask, -1e9), f32");
+        kn_tensor_release(r);
+    }
+    release(3, ts);
+    free(k);
+}
+
+/* i = cast(x, i32) (saturating, truncating); y = cast(cast(x, bf16), f32) * 3. */
+static void test_cast(void)
+{
+    int64_t sh[1] = {501};
+    kn_tensor *x = tl_rand(KN_F32, 1, sh, TL_CONTIG, -3e9, 3e9, 0);
+    for (int i = 0; i < 100; i++) tl_set(x, i, tl_value(KN_F32, -100, 100, 0)); /* small ones too */
+    tl_set(x, 100, NAN);
+    kn_tensor *oi = tl_new(KN_I32, 1, sh), *of = tl_new(KN_F32, 1, sh), *three = scalar(KN_F32, 3);
+    kn_kernel *k = kernel_new("k4_casts", KN_KERNEL_POINTWISE, 1, sh);
+    int ax = arg_of(k, x, false, false), ai = arg_of(k, oi, true, false), af = arg_of(k, of, true, false);
+    int lx = ld(k, ax);
+    store(k, ai, op1(k, KN_OP_CAST, lx, KN_I32), false);
+    int hb = op1(k, KN_OP_CAST, lx, KN_BF16);
+    int back = op1(k, KN_OP_CAST, hb, KN_F32);
+    store(k, af, op2(k, KN_OP_MUL, back, cst(k, 3, KN_F32), KN_F32), false);
+    kn_tensor *ts[] = {x, oi, of};
+    if (run(k, ts, "casts")) {
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_CAST);
+        c.in[c.n_in++] = x;
+        c.a.dtype = KN_I32;
+        kn_tensor *ri = ref_call(&c);
+        kn_opcall_init(&c, KN_OP_CAST);
+        c.in[c.n_in++] = x;
+        c.a.dtype = KN_BF16;
+        kn_tensor *rb = ref_call(&c);
+        kn_tensor *rm = ref(KN_OP_MUL, rb, three, NULL);
+        check(oi, ri, false, "cast f32 -> i32 truncates, saturates, NaN -> 0 (exact)");
+        kn_tensor *rm32 = NULL;
+        kn_opcall_init(&c, KN_OP_CAST);
+        c.in[c.n_in++] = rm;
+        c.a.dtype = KN_F32;
+        rm32 = ref_call(&c);
+        /* exact: bf16 * 3 is exact in f32, so rounding at the cast is visible */
+        int64_t bad = -1;
+        for (int64_t i = 0; i < sh[0] && bad < 0; i++)
+            if (i != 100 && tl_get(of, i) != tl_get(rm32, i)) bad = i;
+        if (!ok(bad < 0 && isnan(tl_get(of, 100)), "cast to bf16 rounds at the cast: cast(x, bf16) * 3 exact"))
+            printf("#   element %lld: got %.9g want %.9g\n", (long long)bad, tl_get(of, bad), tl_get(rm32, bad));
+        kn_tensor *rs[] = {ri, rb, rm, rm32};
+        release(4, rs);
+    }
+    release(3, ts);
+    kn_tensor_release(three);
+    free(k);
+}
+
+/* ---- row kernels ---- */
+
+/* softmax (log = false) or log_softmax over the last dim of x [rows, n]. */
+static void test_softmax(kn_dtype dt, bool log_form)
+{
+    int64_t sh[2] = {13, 300};
+    kn_tensor *x = tl_rand(dt, 2, sh, TL_CONTIG, -8, 8, 0), *out = tl_new(dt, 2, sh);
+    kn_kernel *k = kernel_new(log_form ? "k5_log_softmax" : "k5_softmax", KN_KERNEL_ROW, 2, sh);
+    int ax = arg_of(k, x, false, false), ao = arg_of(k, out, true, false);
+    int lx = ld(k, ax);
+    stage(k, KN_OP_AMAX, lx);
+    int sh0 = op2(k, KN_OP_SUB, lx, acc(k, 0, dt), dt);
+    stage(k, KN_OP_SUM, op1(k, KN_OP_EXP, sh0, dt));
+    int y = log_form ? op2(k, KN_OP_SUB, sh0, op1(k, KN_OP_LOG, acc(k, 1, dt), dt), dt)
+                     : op2(k, KN_OP_DIV, op1(k, KN_OP_EXP, sh0, dt), acc(k, 1, dt), dt);
+    store(k, ao, y, false);
+    kn_tensor *ts[] = {x, out};
+    char name[96];
+    snprintf(name, sizeof name, "%s over rows, %s %s", log_form ? "log_softmax" : "softmax",
+             kn_dtype_name(dt), tl_shape_str(2, sh));
+    if (run(k, ts, name)) {
+        kn_opcall c;
+        kn_opcall_init(&c, log_form ? KN_OP_LOG_SOFTMAX : KN_OP_SOFTMAX);
+        c.in[c.n_in++] = x;
+        c.a.dim = 1;
+        kn_tensor *r = ref_call(&c);
+        check(out, r, false, name);
+        kn_tensor_release(r);
+    }
+    release(2, ts);
+    free(k);
+}
+
+/* layer_norm over the last dim with weight and bias (row-broadcast args). */
+static void test_layer_norm(kn_dtype dt)
+{
+    int64_t sh[2] = {9, 200}, ws[1] = {200};
+    double n = (double)sh[1], eps = 1e-5;
+    kn_tensor *x = tl_rand(dt, 2, sh, TL_CONTIG, 3, 7, 0); /* a large mean: needs two passes */
+    kn_tensor *w = tl_rand(dt, 1, ws, TL_CONTIG, 0.5, 1.5, 0), *b = tl_rand(dt, 1, ws, TL_CONTIG, -1, 1, 0);
+    kn_tensor *out = tl_new(dt, 2, sh);
+    kn_kernel *k = kernel_new("k6_layer_norm", KN_KERNEL_ROW, 2, sh);
+    int ax = arg_of(k, x, false, false), aw = arg_of(k, w, false, false), ab = arg_of(k, b, false, false);
+    int ao = arg_of(k, out, true, false);
+    int lx = ld(k, ax);
+    stage(k, KN_OP_SUM, lx);
+    int mean = op2(k, KN_OP_MUL, acc(k, 0, dt), cst(k, 1 / n, dt), dt);
+    int d = op2(k, KN_OP_SUB, lx, mean, dt);
+    stage(k, KN_OP_SUM, op2(k, KN_OP_MUL, d, d, dt));
+    int var = op2(k, KN_OP_MUL, acc(k, 1, dt), cst(k, 1 / n, dt), dt);
+    int inv = op1(k, KN_OP_RSQRT, op2(k, KN_OP_ADD, var, cst(k, eps, dt), dt), dt);
+    int y = op2(k, KN_OP_ADD, op2(k, KN_OP_MUL, op2(k, KN_OP_MUL, d, inv, dt), ld(k, aw), dt), ld(k, ab), dt);
+    store(k, ao, y, false);
+    ok(k->args[aw].strides[0] == 0 && k->args[aw].strides[1] == 1, "weight is loaded with strides {0,1}");
+    kn_tensor *ts[] = {x, w, b, out};
+    char name[96];
+    snprintf(name, sizeof name, "layer_norm with weight and bias, %s %s", kn_dtype_name(dt), tl_shape_str(2, sh));
+    if (run(k, ts, name)) {
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_LAYER_NORM);
+        c.in[0] = x;
+        c.in[1] = w;
+        c.in[2] = b;
+        c.n_in = 3;
+        c.a.nshape = 1;
+        c.a.shape[0] = sh[1];
+        c.a.eps = eps;
+        kn_tensor *r = ref_call(&c);
+        check(out, r, false, name);
+        kn_tensor_release(r);
+    }
+    release(4, ts);
+    free(k);
+}
+
+/* out[r] = sum of x[r, :] and mx[r] = amax of x[r, :] (per-row stores), one
+ * row holding a NaN (amax keeps it). */
+static void test_row_reduce(void)
+{
+    int64_t sh[3] = {4, 17, 333}, os[2] = {4, 17};
+    kn_tensor *x = tl_rand(KN_F32, 3, sh, TL_CONTIG, -5, 5, 0);
+    tl_set(x, 5 * 333 + 100, NAN); /* row 5 */
+    kn_tensor *sum = tl_new(KN_F32, 2, os), *mx = tl_new(KN_F32, 2, os), *mn = tl_new(KN_F32, 2, os);
+    kn_kernel *k = kernel_new("k7_sum_amax_amin", KN_KERNEL_ROW, 3, sh);
+    int ax = arg_of(k, x, false, false);
+    int as = arg_of(k, sum, true, true), am = arg_of(k, mx, true, true), an = arg_of(k, mn, true, true);
+    int lx = ld(k, ax);
+    stage(k, KN_OP_SUM, lx);
+    stage(k, KN_OP_AMAX, lx);
+    stage(k, KN_OP_AMIN, lx);
+    store(k, as, acc(k, 0, KN_F32), true);
+    store(k, am, acc(k, 1, KN_F32), true);
+    store(k, an, acc(k, 2, KN_F32), true);
+    kn_tensor *ts[] = {x, sum, mx, mn};
+    if (run(k, ts, "row sum / amax / amin")) {
+        kn_tensor *r[3];
+        kn_op ops[3] = {KN_OP_SUM, KN_OP_AMAX, KN_OP_AMIN};
+        for (int i = 0; i < 3; i++) {
+            kn_opcall c;
+            kn_opcall_init(&c, ops[i]);
+            c.in[c.n_in++] = x;
+            c.a.ndims = 1;
+            c.a.dims[0] = 2;
+            r[i] = ref_call(&c);
+        }
+        check(sum, r[0], true, "per-row sum of a 3-D tensor (NaN row stays NaN)");
+        check(mx, r[1], true, "per-row amax (NaN propagates)");
+        check(mn, r[2], true, "per-row amin (NaN propagates)");
+        ok(isnan(tl_get(mx, 5)) && isnan(tl_get(mn, 5)) && !isnan(tl_get(mx, 4)) && !isnan(tl_get(mx, 6)),
+           "only the row with the NaN is NaN");
+        release(3, r);
+    }
+    release(4, ts);
+    free(k);
+}
+
+/* tril(x, diagonal) as where(index(col) - index(row) <= diagonal, x, 0). */
+static void test_tril(int64_t diagonal)
+{
+    int64_t sh[2] = {7, 9};
+    kn_tensor *x = tl_rand(KN_F32, 2, sh, TL_CONTIG, -1, 1, 0), *out = tl_new(KN_F32, 2, sh);
+    kn_kernel *k = kernel_new("k8_tril", KN_KERNEL_POINTWISE, 2, sh);
+    int ax = arg_of(k, x, false, false), ao = arg_of(k, out, true, false);
+    int diff = op2(k, KN_OP_SUB, idx(k, 1), idx(k, 0), KN_I64);
+    int keep = op2(k, KN_OP_LE, diff, cst(k, (double)diagonal, KN_I64), KN_BOOL);
+    store(k, ao, op3(k, KN_OP_WHERE, keep, ld(k, ax), cst(k, 0, KN_F32), KN_F32), false);
+    kn_tensor *ts[] = {x, out};
+    char name[64];
+    snprintf(name, sizeof name, "tril(x, %lld) from KX_INDEX", (long long)diagonal);
+    if (run(k, ts, name)) {
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_TRIL);
+        c.in[c.n_in++] = x;
+        c.a.diagonal = diagonal;
+        kn_tensor *r = ref_call(&c);
+        check(out, r, false, name);
+        kn_tensor_release(r);
+    }
+    release(2, ts);
+    free(k);
+}
+
+/* ---- program, dump, errors ---- */
+
+static void test_program_and_dump(void)
+{
+    int64_t sh[1] = {10};
+    kn_kprogram p = {.n_kernels = 3, .kernels = calloc(3, sizeof(kn_kernel))};
+    const char *names[2] = {"k0_first", "k2_second"};
+    kn_tensor *x = tl_rand(KN_F32, 1, sh, TL_CONTIG, -1, 1, 0), *o[2] = {tl_new(KN_F32, 1, sh), tl_new(KN_F32, 1, sh)};
+    for (int i = 0; i < 2; i++) {
+        kn_kernel *k = &p.kernels[i * 2];
+        snprintf(k->name, sizeof k->name, "%s", names[i]);
+        k->kind = KN_KERNEL_POINTWISE;
+        k->ndim = 1;
+        k->shape[0] = sh[0];
+        int ax = arg_of(k, x, false, false), ao = arg_of(k, o[i], true, false);
+        int lx = ld(k, ax);
+        store(k, ao, op2(k, KN_OP_MUL, lx, cst(k, i + 2, KN_F32), KN_F32), false);
+    }
+    snprintf(p.kernels[1].name, sizeof p.kernels[1].name, "k1_matmul");
+    p.kernels[1].kind = KN_KERNEL_LIBRARY; /* no epilogue: no source */
+    char *src = NULL;
+    kn_status st;
+#ifndef KIR_CUDA
+    kn_jit_lib *lib = NULL;
+    st = kn_kprogram_render(&p, KN_TARGET_C, &src);
+    if (st == KN_OK) st = kn_jit_compile(src, cache_dir, &lib);
+    ok(st == KN_OK, "a program of two generated kernels and a library kernel renders and compiles");
+    if (st != KN_OK) printf("#   %s\n", kn_last_error());
+    if (lib) {
+        for (int i = 0; i < 2; i++) {
+            kfn f = (kfn)kn_jit_symbol(lib, names[i]);
+            char *bufs[2] = {kn_tensor_data(x), kn_tensor_data(o[i])};
+            if (f) f(bufs, sh);
+            bool good = f != NULL;
+            for (int j = 0; j < 10 && good; j++) good = tl_get(o[i], j) == (float)(tl_get(x, j) * (i + 2));
+            ok(good, "program kernel %s computes x * %d", names[i], i + 2);
+        }
+        ok(kn_jit_symbol(lib, "k1_matmul") == NULL, "library kernels are not rendered");
+    }
+    kn_jit_release(lib);
+#else
+    char *img = NULL;
+    size_t size = 0;
+    st = kn_kprogram_render(&p, KN_TARGET_CUDA, &src);
+    if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &size, NULL);
+    ok(st == KN_OK && size > 0, "a CUDA program of two kernels compiles as one NVRTC unit");
+    if (st != KN_OK) printf("#   %s\n", kn_last_error());
+    const char *first = src ? strstr(src, "typedef struct kn_kargs") : NULL;
+    ok(first && !strstr(first + 1, "typedef struct kn_kargs"), "one prelude per program");
+    ok(src && strstr(src, "void __launch_bounds__(256) k0_first(kn_kargs ka)") &&
+           strstr(src, "k2_second(kn_kargs ka)") && !strstr(src, "k1_matmul"),
+       "both kernels, extern \"C\", and no library kernel");
+    free(img);
+    st = kn_nvrtc_compile("extern \"C\" __global__ void f(int *p) { p[0] = undefined_name; }", "sm_90",
+                          &img, &size, NULL);
+    ok(st == KN_ERR_UNSUPPORTED && img == NULL, "an NVRTC compile error is KN_ERR_UNSUPPORTED");
+    like(kn_last_error(), "undefined_name", "with the program log");
+    st = kn_nvrtc_compile("extern \"C\" __global__ void g(int *p) { p[0] = 1; }", "compute_90", &img, &size, NULL);
+    ok(st == KN_OK && img && strstr(img, ".entry g") != NULL, "compute_90 gives PTX");
+    free(img);
+#endif
+    free(src);
+
+    char *text = NULL;
+    kn_kernel *k = &p.kernels[0];
+    ok(kn_kernel_dump(k, &text) == KN_OK, "dump succeeds");
+    like(text, "kernel k0_first: pointwise, shape {10}", "dump names the kernel, kind and shape");
+    like(text, "e2 = mul(e0, e1) : f32", "dump shows expressions");
+    like(text, "store arg1 = e2", "dump shows stores");
+    free(text);
+
+    /* expression overflow */
+    kn_kernel *big = kernel_new("k3_big", KN_KERNEL_POINTWISE, 1, sh);
+    kn_kexpr e = {.kind = KN_KX_CONST, .value = 1, .a = -1, .b = -1, .c = -1, .dtype = KN_F32};
+    int at = -1;
+    for (int i = 0; i < KN_KIR_MAX_EXPRS; i++) kn_kernel_add_expr(big, &e, &at);
+    st = kn_kernel_add_expr(big, &e, &at);
+    ok(st == KN_ERR_ARG && at == KN_KIR_MAX_EXPRS - 1, "the 257th expression is refused");
+    is_str(kn_last_error(), "kernel k3_big: more than 256 expressions", "overflow message");
+    kn_karg a = {.dtype = KN_F32};
+    for (int i = 0; i < KN_KIR_MAX_ARGS; i++) kn_kernel_add_arg(big, &a, &at);
+    ok(kn_kernel_add_arg(big, &a, &at) == KN_ERR_ARG, "the 17th argument is refused");
+    is_str(kn_last_error(), "kernel k3_big: more than 16 arguments", "argument overflow message");
+
+    /* a bad operand reference is an error, not bad code */
+    kn_kernel *bad = kernel_new("k4_bad", KN_KERNEL_POINTWISE, 1, sh);
+    arg_of(bad, x, true, false);
+    int c0 = cst(bad, 1, KN_F32);
+    store(bad, 0, op2(bad, KN_OP_ADD, c0, 7, KN_F32), false);
+    src = NULL;
+    ok(kn_kernel_render(bad, KN_TARGET_C, &src) == KN_ERR_ARG && src == NULL, "an operand after its use is refused");
+    like(kn_last_error(), "kernel k4_bad: e1 (add) operand 1 is e7", "its message");
+    kn_kprogram_free(&p);
+    ok(p.kernels == NULL && p.n_kernels == 0, "kprogram_free clears");
+    free(big);
+    free(bad);
+    kn_tensor_release(x);
+    release(2, o);
+}
+
+static void rm_cache(void)
+{
+    DIR *d = opendir(cache_dir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] == '.' && (!de->d_name[1] || de->d_name[1] == '.')) continue;
+            char p[600];
+            snprintf(p, sizeof p, "%s/%s", cache_dir, de->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(cache_dir);
+}
+
+int main(void)
+{
+#ifdef KIR_CUDA
+    int ndev = 0;
+    have_gpu = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0;
+    printf("# NVRTC %s; %s\n", kn_nvrtc_version(), have_gpu ? "running on the GPU too" : "no GPU: compile only");
+#else
+    if (!kn_jit_available()) skip_all("no C compiler for the JIT");
+#endif
+    tl_seed();
+    snprintf(cache_dir, sizeof cache_dir, "%s/kiln-kir-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(cache_dir)) skip_all("cannot make a temporary directory");
+    const kn_dtype fl[] = {KN_F32, KN_BF16, KN_F16, KN_F64};
+    for (int i = 0; i < 4; i++) {
+        test_broadcast(fl[i], 2);
+        test_broadcast(fl[i], 3);
+    }
+    test_transposed();
+    test_int_bool();
+    test_masked_fill();
+    test_cast();
+    test_softmax(KN_F32, false);
+    test_softmax(KN_BF16, false);
+    test_softmax(KN_F64, false);
+    test_softmax(KN_F32, true);
+    test_layer_norm(KN_F32);
+    test_layer_norm(KN_F16);
+    test_row_reduce();
+    test_tril(0);
+    test_tril(2);
+    test_tril(-1);
+    test_program_and_dump();
+    rm_cache();
+    return done_testing();
+}
