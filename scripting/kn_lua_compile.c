@@ -878,6 +878,9 @@ static int cm_call(lua_State *L)
         flush_log(cm);
         return lua_error(L);
     }
+    /* the last graph computes what is still referenced: collect first, so
+     * that set (and so the compiled plan) does not depend on the collector */
+    lua_gc(L, LUA_GCCOLLECT);
     st = kn_capture_end(&cm->cap, true);
     flush_log(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);

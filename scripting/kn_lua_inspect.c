@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kn_lua_compile.h"
+#include "cpu/kn_cpu_jit.h"
 
 /* The latest version of graph k, or NULL when it has none. */
 static const kn_version *latest_version(const kn_compiled *cm, int k)
@@ -304,9 +305,11 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "version_hits");
     lua_pushinteger(L, s->cache_misses);
     lua_setfield(L, -2, "version_misses");
-    lua_pushinteger(L, 0);
+    kn_jit_stats js; /* the persistent kernel cache is shared by the process */
+    kn_jit_stats_get(&js);
+    lua_pushinteger(L, js.hits);
     lua_setfield(L, -2, "cache_hits");
-    lua_pushinteger(L, 0);
+    lua_pushinteger(L, js.misses);
     lua_setfield(L, -2, "cache_misses");
     lua_pushnumber(L, 0);
     lua_setfield(L, -2, "autotune_s");

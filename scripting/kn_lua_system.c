@@ -7,6 +7,7 @@
 
 #include "kn_lua.h"
 #include "kn_lua_util.h"
+#include "cpu/kn_cpu_jit.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/kn_cuda.h"
 #endif
@@ -112,6 +113,31 @@ static int l_default_device(lua_State *L)
     return 1;
 }
 
+/* kiln.jit_stats(): the process-wide counters of the generated-code cache. */
+static int l_jit_stats(lua_State *L)
+{
+    kn_jit_stats s;
+    kn_jit_stats_get(&s);
+    lua_createtable(L, 0, 7);
+    lua_pushinteger(L, s.hits);
+    lua_setfield(L, -2, "hits");
+    lua_pushinteger(L, s.misses);
+    lua_setfield(L, -2, "misses");
+    lua_pushinteger(L, s.compiles);
+    lua_setfield(L, -2, "compiles");
+    lua_pushinteger(L, s.corrupt);
+    lua_setfield(L, -2, "corrupt");
+    lua_pushinteger(L, s.cache_errors);
+    lua_setfield(L, -2, "cache_errors");
+    lua_pushnumber(L, s.compile_s);
+    lua_setfield(L, -2, "compile_s");
+    lua_pushnumber(L, s.load_s);
+    lua_setfield(L, -2, "load_s");
+    lua_pushstring(L, kn_jit_compiler_id());
+    lua_setfield(L, -2, "compiler");
+    return 1;
+}
+
 /* kiln.ops(): the names of every op in the op table, in table order. */
 static int l_ops(lua_State *L)
 {
@@ -129,6 +155,7 @@ void kn_lua_open_system(lua_State *L)
                                    {"device_info", l_device_info},
                                    {"default_device", l_default_device},
                                    {"ops", l_ops},
+                                   {"jit_stats", l_jit_stats},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }
