@@ -402,21 +402,25 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
         return KN_OK;
     }
     case KN_OP_LAYER_NORM: {
-        KN_TRY(mk_cast(c, x, dt, &x));
-        int inv, mean, var, eps, xm, sq;
-        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, x};
+        /* statistics in f64 (as the reference): a row of equal values must
+         * normalize to exactly 0, not to rounding noise times 1/sqrt(eps) */
+        int x64, nn, mean, var, eps, xm, sq;
+        KN_TRY(mk_cast(c, x, KN_F64, &x64));
+        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, x64};
+        a0.dtype = a1.dtype = KN_F64;
         KN_TRY(add_expr(c, a0, &acc0));
-        KN_TRY(mk_const(c, 1.0 / len, dt, &inv));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc0, inv, -1, &mean));
-        KN_TRY(mk_op(c, KN_OP_SUB, dt, x, mean, -1, &xm));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, xm, xm, -1, &sq));
+        KN_TRY(mk_const(c, len, KN_F64, &nn));
+        KN_TRY(mk_op(c, KN_OP_DIV, KN_F64, acc0, nn, -1, &mean));
+        KN_TRY(mk_op(c, KN_OP_SUB, KN_F64, x64, mean, -1, &xm));
+        KN_TRY(mk_op(c, KN_OP_MUL, KN_F64, xm, xm, -1, &sq));
         k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
         KN_TRY(add_expr(c, a1, &acc1));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc1, inv, -1, &var));
-        KN_TRY(mk_const(c, n->a.eps, dt, &eps));
-        KN_TRY(mk_op(c, KN_OP_ADD, dt, var, eps, -1, &t));
-        KN_TRY(mk_op(c, KN_OP_RSQRT, dt, t, -1, -1, &t));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, xm, t, -1, &r));
+        KN_TRY(mk_op(c, KN_OP_DIV, KN_F64, acc1, nn, -1, &var));
+        KN_TRY(mk_const(c, n->a.eps, KN_F64, &eps));
+        KN_TRY(mk_op(c, KN_OP_ADD, KN_F64, var, eps, -1, &t));
+        KN_TRY(mk_op(c, KN_OP_RSQRT, KN_F64, t, -1, -1, &t));
+        KN_TRY(mk_op(c, KN_OP_MUL, KN_F64, xm, t, -1, &r));
+        KN_TRY(mk_cast(c, r, dt, &r));
         for (int i = 1; i < n->n_in; i++) {
             int p;
             KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], -1, &p));
@@ -429,27 +433,29 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
     }
     default: break;
     }
-    /* reductions: one value per row */
-    KN_TRY(mk_cast(c, x, n->op == KN_OP_AMAX || n->op == KN_OP_AMIN ? dt : ct, &x));
+    /* reductions: one value per row; sums of floats accumulate in f64 */
+    bool minmax = n->op == KN_OP_AMAX || n->op == KN_OP_AMIN;
+    kn_dtype st = minmax ? dt : kn_dtype_is_float(dt) ? KN_F64 : KN_I64;
+    KN_TRY(mk_cast(c, x, st, &x));
     int op = n->op == KN_OP_AMAX ? KN_OP_AMAX : n->op == KN_OP_AMIN ? KN_OP_AMIN : KN_OP_SUM;
     k->stages[k->n_stages++] = (kn_kstage){op, x};
-    a0.dtype = k->exprs[x].dtype;
+    a0.dtype = a1.dtype = st;
     KN_TRY(add_expr(c, a0, &acc0));
     r = acc0;
-    if (n->op == KN_OP_MEAN) {
-        int inv;
-        KN_TRY(mk_const(c, 1.0 / len, dt, &inv));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc0, inv, -1, &r));
-    } else if (n->op == KN_OP_VAR) {
-        int inv, mean, xm, sq, den;
-        KN_TRY(mk_const(c, 1.0 / len, dt, &inv));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, acc0, inv, -1, &mean));
-        KN_TRY(mk_op(c, KN_OP_SUB, dt, x, mean, -1, &xm));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, xm, xm, -1, &sq));
-        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
-        KN_TRY(add_expr(c, a1, &acc1));
-        KN_TRY(mk_const(c, len - n->a.correction, dt, &den));
-        KN_TRY(mk_op(c, KN_OP_DIV, dt, acc1, den, -1, &r));
+    if (n->op == KN_OP_MEAN || n->op == KN_OP_VAR) {
+        int nn, mean;
+        KN_TRY(mk_const(c, len, st, &nn));
+        KN_TRY(mk_op(c, KN_OP_DIV, st, acc0, nn, -1, &mean));
+        r = mean;
+        if (n->op == KN_OP_VAR) {
+            int xm, sq, den;
+            KN_TRY(mk_op(c, KN_OP_SUB, st, x, mean, -1, &xm));
+            KN_TRY(mk_op(c, KN_OP_MUL, st, xm, xm, -1, &sq));
+            k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
+            KN_TRY(add_expr(c, a1, &acc1));
+            KN_TRY(mk_const(c, len - n->a.correction, st, &den));
+            KN_TRY(mk_op(c, KN_OP_DIV, st, acc1, den, -1, &r));
+        }
     }
     KN_TRY(mk_cast(c, r, dt, &r));
     KN_TRY(out_arg(c, root, d, n->a.keepdim, &o));

@@ -474,16 +474,39 @@ static kn_status render_expr(rctx *r, int i, int upto)
         ctype fc = oct[0]; /* the type the formula computes in */
         if (kn_op_kind_of((kn_op)e->op) == KN_K_TERNARY) fc = oct[1];
         bool int_div = fc == CT_I64 || fc == CT_BOOL;
+        /* On the CPU an f32 formula is evaluated in double and rounded once,
+         * as the reference does: +, -, *, / and sqrt round the same either
+         * way, and exp, erf, tanh, pow then agree with the reference to the
+         * last bit (a float expf can differ, and 0/underflow turns that into
+         * NaN against a finite reference). */
+        ctype eval = fc;
+        if (r->t == KN_TARGET_C && fc == CT_F32 && kn_op_kind_of((kn_op)e->op) != KN_K_COMPARE &&
+            e->op != KN_OP_LOGICAL_NOT && e->op != KN_OP_CAST) {
+            eval = CT_F64;
+            for (int j = 0; j < 3; j++) {
+                if (opnd[j] < 0 || oct[j] != CT_F32) continue;
+                char w[96];
+                snprintf(w, sizeof w, "((double)%.80s)", ops[j]);
+                snprintf(ops[j], sizeof ops[j], "%s", w);
+            }
+        }
         sbuf body = {0};
         sbuf *keep = r->s;
         r->s = &body;
         kn_status st = KN_OK;
         if (int_div && e->op == KN_OP_DIV) sb_printf(r->s, "kn_idiv(%s, %s)", ops[0], ops[1]);
-        else st = put_formula(r, op_formula[e->op], fc, ops, e->value);
+        else st = put_formula(r, op_formula[e->op], eval, ops, e->value);
         r->s = keep;
         if (st != KN_OK || !body.p) {
             free(body.p);
             return st != KN_OK ? st : kn_error(KN_ERR_OOM, "kernel %s: out of memory", r->k->name);
+        }
+        if (eval != fc) { /* round the double result to f32 once, here */
+            sbuf rounded = {0};
+            sb_printf(&rounded, "((float)(%s))", body.p);
+            free(body.p);
+            body = rounded;
+            if (!body.p) return kn_error(KN_ERR_OOM, "kernel %s: out of memory", r->k->name);
         }
         kn_op_kind kind = kn_op_kind_of((kn_op)e->op);
         ctype rt = kind == KN_K_COMPARE || e->op == KN_OP_LOGICAL_NOT ? CT_BOOL : fc;
