@@ -689,6 +689,28 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
         kn_tensor *ins[256];
         if (g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
         for (int i = 0; i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
+        plan->fault_kernel = cm->fault_kernel;
+        if (cm->check_numerics || cm->check_once) {
+            int bad = -1;
+            char why[KN_REASON_MAX];
+            KN_TRY(kn_plan_check(plan, ins, 1e-4, &bad, why, sizeof why));
+            cm->checks_run++;
+            if (bad >= 0) {
+                const kn_kernel *k = &plan->f.prog.kernels[bad];
+                size_t n = (size_t)snprintf(cm->check_report, sizeof cm->check_report,
+                                            "kernel %s (ops", k->name);
+                for (int i = 0; i < k->n_nodes && n < sizeof cm->check_report; i++) {
+                    const kn_node *nd = &plan->g.nodes[k->nodes[i]];
+                    if (nd->op < KN_OP_COUNT)
+                        n += (size_t)snprintf(cm->check_report + n, sizeof cm->check_report - n, " %s at %s",
+                                              kn_op_name((kn_op)nd->op), nd->where);
+                }
+                if (n < sizeof cm->check_report)
+                    snprintf(cm->check_report + n, sizeof cm->check_report - n, ") differs from the reference: %s", why);
+                kn_compiled_log(cm, KN_LOG_WARN, "kiln: numerics check of %s (%s): %s\n", cm->fn_name, cm->fn_where,
+                                cm->check_report);
+            }
+        }
         kn_status st = kn_plan_run(plan, ins, results);
         if (plan->peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->peak_bytes;
         return st;

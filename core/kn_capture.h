@@ -141,6 +141,11 @@ struct kn_compiled {
     int n_recompiles;
     kn_compile_stats stats;
     bool compiler;           /* run versions through compiled plans (else op by op) */
+    bool check_numerics;     /* compare every compiled run with the reference */
+    bool check_once;         /* cm:check: this call only */
+    int fault_kernel;        /* tests of the checker: add 1 to this kernel's first output (-1: none) */
+    char check_report[KN_REASON_MAX * 2]; /* the last check's finding ("" = all agreed) */
+    int checks_run;
     char cache_dir[512];     /* the persistent kernel cache */
     int pass_flags;          /* KN_PASSES_LOG / KN_PASSES_VERIFY */
     int dynamic; /* -1: automatic (a dim that changed once), 0: never, 1: every dim */

@@ -3,6 +3,7 @@
  * intermediate freed after its last use. */
 #include "kn_plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     }
     p->n_orig_inputs = g->n_inputs;
     p->device = KN_CPU;
+    p->fault_kernel = -1;
     for (int i = 0; i < g->n_inputs; i++) { /* bound for the passes that read values */
         p->g.inputs[i].tensor = g->inputs[i].tensor;
         kn_tensor_retain(p->g.inputs[i].tensor);
@@ -111,6 +113,7 @@ typedef struct {
     kn_plan *p;
     kn_tensor **val; /* per node * KN_MAX_OUTPUTS */
     int64_t live, peak;
+    bool keep;       /* keep every value (numerics check) */
 } run_ctx;
 
 static int64_t tensor_bytes(const kn_tensor *t)
@@ -170,7 +173,14 @@ static kn_status run_generated(run_ctx *r, int kid)
         bufs[a] = (char *)kn_tensor_data(*slot) + ar->offset * (int64_t)kn_dtype_size(ar->dtype);
     }
     const kn_backend *be = kn_backend_get(p->device);
-    return be->launch(k, p->fns[kid], bufs, k->shape);
+    KN_TRY(be->launch(k, p->fns[kid], bufs, k->shape));
+    if (kid == p->fault_kernel && p->device == KN_CPU) /* a deliberate fault, for the checker's tests */
+        for (int a = 0; a < k->n_args; a++)
+            if (k->args[a].is_output && kn_dtype_is_float(k->args[a].dtype)) {
+                kn_store_f64(bufs[a], k->args[a].dtype, kn_load_f64(bufs[a], k->args[a].dtype) + 1.0);
+                break;
+            }
+    return KN_OK;
 }
 
 static kn_status const_value(run_ctx *r, int node)
@@ -190,10 +200,10 @@ static kn_status const_value(run_ctx *r, int node)
     return KN_OK;
 }
 
-kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
+static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept)
 {
     kn_graph *g = &p->g;
-    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0};
+    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL};
     if (!r.val) return kn_error(KN_ERR_OOM, "out of host memory running a plan");
     kn_status st = KN_OK;
     const kn_fusion *f = &p->f;
@@ -236,7 +246,8 @@ kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
             break;
         }
         /* free what no later kernel reads */
-        for (int d = f->drop_head[i]; d >= 0; d = f->drop_next[d]) drop_val(&r, d);
+        if (!r.keep)
+            for (int d = f->drop_head[i]; d >= 0; d = f->drop_next[d]) drop_val(&r, d);
     }
     if (st == KN_OK)
         for (int o = 0; o < p->n_outputs; o++) {
@@ -250,8 +261,92 @@ kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
         }
     if (st != KN_OK)
         for (int o = 0; o < p->n_outputs; o++) results[o] = NULL;
+    if (kept && st == KN_OK) {
+        *kept = r.val;
+        return st;
+    }
     for (int i = 0; i < g->n_nodes; i++) drop_val(&r, i);
     p->peak_bytes = r.peak;
     free(r.val);
+    return st;
+}
+
+kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
+{
+    return plan_run(p, inputs, results, NULL);
+}
+
+/* Does got match the reference want? (see kn_plan_check) */
+static bool close_enough(const kn_tensor *got, const kn_tensor *want, double rtol, char *why, size_t size)
+{
+    if (got->dtype != want->dtype || got->ndim != want->ndim ||
+        memcmp(got->shape, want->shape, sizeof(int64_t) * (size_t)got->ndim) != 0) {
+        snprintf(why, size, "shape or dtype differs");
+        return false;
+    }
+    kn_tensor *a = NULL, *b = NULL;
+    if (kn_tensor_to_device((kn_tensor *)got, KN_CPU, &a) != KN_OK ||
+        kn_tensor_to_device((kn_tensor *)want, KN_CPU, &b) != KN_OK) {
+        kn_tensor_release(a);
+        snprintf(why, size, "could not read the values");
+        return false;
+    }
+    int64_t n = kn_tensor_numel(a);
+    size_t es = kn_dtype_size(a->dtype);
+    char *pa = malloc((size_t)(n ? n : 1) * es), *pb = malloc((size_t)(n ? n : 1) * es);
+    bool same = pa && pb;
+    if (same) {
+        kn_tensor_gather_host(a, pa);
+        kn_tensor_gather_host(b, pb);
+    }
+    for (int64_t i = 0; same && i < n; i++) {
+        double x = kn_load_f64(pa + (size_t)i * es, a->dtype), y = kn_load_f64(pb + (size_t)i * es, a->dtype);
+        bool ok = isnan(y) ? isnan(x) : isinf(y) ? x == y : fabs(x - y) <= rtol * fmax(1.0, fabs(y));
+        if (!ok) {
+            snprintf(why, size, "element %lld is %.9g, the reference %.9g", (long long)i, x, y);
+            same = false;
+        }
+    }
+    free(pa);
+    free(pb);
+    kn_tensor_release(a);
+    kn_tensor_release(b);
+    return same;
+}
+
+kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *bad_kernel, char *why,
+                        size_t size)
+{
+    *bad_kernel = -1;
+    kn_graph *g = &p->g;
+    kn_tensor **res = calloc((size_t)p->n_outputs + 1, sizeof *res);
+    kn_tensor **ref = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof *ref);
+    kn_tensor **got = NULL;
+    if (!res || !ref) {
+        free(res);
+        free(ref);
+        return kn_error(KN_ERR_OOM, "out of host memory for a numerics check");
+    }
+    kn_status st = plan_run(p, inputs, res, &got);
+    if (st == KN_OK) {
+        for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = inputs[i];
+        st = kn_graph_run(g, ref);
+        for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = NULL;
+    }
+    for (int k = 0; st == KN_OK && k < p->f.prog.n_kernels && *bad_kernel < 0; k++) {
+        int node = p->f.kernel_at[k];
+        for (int o = 0; o < g->nodes[node].n_out && *bad_kernel < 0; o++) {
+            kn_tensor *a = got[node * KN_MAX_OUTPUTS + o], *b = ref[node * KN_MAX_OUTPUTS + o];
+            if (a && b && !close_enough(a, b, rtol, why, size)) *bad_kernel = k;
+        }
+    }
+    for (int i = 0; i < p->n_outputs; i++) kn_tensor_release(res[i]);
+    for (int i = 0; i < g->n_nodes * KN_MAX_OUTPUTS; i++) {
+        kn_tensor_release(ref[i]);
+        if (got) kn_tensor_release(got[i]);
+    }
+    free(res);
+    free(ref);
+    free(got);
     return st;
 }

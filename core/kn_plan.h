@@ -30,6 +30,7 @@ typedef struct kn_plan {
     double passes_s, codegen_s, backend_s;
     int64_t peak_bytes;     /* most bytes of values alive at once in the last run */
     char *source;           /* the generated source (C), for :src */
+    int fault_kernel;       /* testing the numerics check: corrupt this kernel's output (-1: none) */
 } kn_plan;
 
 /* Build a plan for the values `wanted` (node, out) of g, whose inputs are
@@ -40,5 +41,13 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
  * build); results[i] gets a new reference to wanted value i. */
 kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results);
 void kn_plan_free(kn_plan *p);
+
+/* Numerics check: run the plan and, node by node, the reference executor
+ * on the same inputs, and compare every value a kernel materializes. On a
+ * difference beyond rtol (relative to max(1, |reference|); NaN only where
+ * the reference has NaN) *bad_kernel gets the first such kernel and why a
+ * description; -1 when all agree. */
+kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *bad_kernel, char *why,
+                        size_t size);
 
 #endif

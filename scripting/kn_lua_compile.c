@@ -451,7 +451,11 @@ static void read_config(lua_State *L, kn_compiled *cm)
         cm->compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_getfield(L, -4, "cache_dir");
         snprintf(cm->cache_dir, sizeof cm->cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
-        lua_pop(L, 4);
+        lua_getfield(L, -5, "check_numerics");
+        cm->check_numerics = lua_toboolean(L, -1);
+        lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */
+        cm->fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+        lua_pop(L, 6);
     }
     lua_pop(L, 1);
     cm->log_flags = g_log_flags;
@@ -785,11 +789,11 @@ static int cm_call(lua_State *L)
         lua_call(L, nargs + (is_module ? 1 : 0), LUA_MULTRET);
         return lua_gettop(L) - fn_idx + 1;
     }
+    read_config(L, cm);
     if (u->rp.valid) {
         int n = try_replay(L, u, uv, nargs, is_module, module_idx);
         if (n >= 0) return n;
     }
-    read_config(L, cm);
     /* parameter names of the module, by tensor id */
     luaL_unref(L, LUA_REGISTRYINDEX, g_param_map);
     g_param_map = LUA_NOREF;
@@ -903,6 +907,34 @@ static int cm_gc(lua_State *L)
 
 static const char *const kn_modes[] = {"default", "reduce-overhead", "max-autotune",
                                        "max-autotune-no-cudagraphs", "eager", NULL};
+
+/* cm:check(...): one call with the numerics check on. Returns {ok =,
+ * message =, checks =} and the call's results after it. */
+static int cm_check(lua_State *L)
+{
+    compiled_ud *u = kn_lua_check_compiled(L, 1);
+    kn_compiled *cm = u->cm;
+    cm->check_report[0] = 0;
+    int before = cm->checks_run;
+    cm->check_once = true;
+    lua_pushcfunction(L, cm_call);
+    lua_insert(L, 1);
+    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    cm->check_once = false;
+    if (rc != LUA_OK) return lua_error(L);
+    int nres = lua_gettop(L);
+    lua_createtable(L, 0, 3);
+    lua_pushboolean(L, cm->check_report[0] == 0);
+    lua_setfield(L, -2, "ok");
+    lua_pushstring(L, cm->check_report[0] ? cm->check_report
+                                          : cm->checks_run > before ? "every kernel agrees with the reference"
+                                                                    : "nothing compiled ran (eager mode or op by op)");
+    lua_setfield(L, -2, "message");
+    lua_pushinteger(L, cm->checks_run - before);
+    lua_setfield(L, -2, "checks");
+    lua_insert(L, 1);
+    return nres + 1;
+}
 
 static int cm_set_mode(lua_State *L)
 {
@@ -1069,7 +1101,7 @@ void kn_lua_open_compile(lua_State *L)
     if (luaL_newmetatable(L, KN_COMPILED_MT)) {
         static const luaL_Reg mm[] = {{"__call", cm_call}, {"__gc", cm_gc}, {"__tostring", cm_tostring}, {NULL, NULL}};
         luaL_setfuncs(L, mm, 0);
-        static const luaL_Reg methods[] = {{"set_mode", cm_set_mode}, {"mode", cm_mode}, {NULL, NULL}};
+        static const luaL_Reg methods[] = {{"set_mode", cm_set_mode}, {"mode", cm_mode}, {"check", cm_check}, {NULL, NULL}};
         luaL_newlib(L, methods);
         kn_lua_compiled_inspect_methods(L); /* breaks, recompiles, guards, graphs, ... */
         lua_setfield(L, -2, "__index");
@@ -1087,6 +1119,8 @@ void kn_lua_open_compile(lua_State *L)
     lua_setfield(L, -2, "replay"); /* direct replay of pure traces (see README) */
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "compiler"); /* false: compiled graphs run op by op (the reference) */
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "check_numerics"); /* compare every compiled run with the reference */
     const char *cache = getenv("KILN_CACHE_DIR");
     const char *home = getenv("HOME");
     if (cache) lua_pushstring(L, cache);

@@ -373,11 +373,35 @@ static int cm_last_call(lua_State *L)
     return 1;
 }
 
+/* cm:source([target]): the generated program of each graph's latest plan,
+ * "c" (default) or "cuda"; graphs joined in order. */
+static int cm_source(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    static const char *const targets[] = {"c", "cuda", NULL};
+    int t = luaL_checkoption(L, 2, "c", targets);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int k = 0; k < cm->n_graphs; k++) {
+        const kn_version *ver = latest_version(cm, k);
+        const kn_plan *plan = ver ? kn_version_plan(ver) : NULL;
+        if (!plan) continue;
+        char *src = NULL;
+        kn_status st = kn_kprogram_render(&plan->f.prog, t ? KN_TARGET_CUDA : KN_TARGET_C, &src);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        luaL_addstring(&b, src);
+        free(src);
+    }
+    luaL_pushresult(&b);
+    return 1;
+}
+
 void kn_lua_compiled_inspect_methods(lua_State *L)
 {
     static const luaL_Reg methods[] = {{"breaks", cm_breaks},   {"recompiles", cm_recompiles},
                                        {"guards", cm_guards},   {"graphs", cm_graphs},
                                        {"kernels", cm_kernels}, {"stats", cm_stats},
-                                       {"last_call", cm_last_call}, {NULL, NULL}};
+                                       {"last_call", cm_last_call}, {"source", cm_source},
+                                       {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);
 }

@@ -10,7 +10,9 @@
 #include "cpu/kn_cpu_jit.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/kn_cuda.h"
+#include "cuda/kn_cuda_nvrtc.h"
 #endif
+#include <stdlib.h>
 
 /* kiln.clock(): monotonic seconds, for timing calls. */
 static int l_clock(lua_State *L)
@@ -138,6 +140,28 @@ static int l_jit_stats(lua_State *L)
     return 1;
 }
 
+/* kiln.nvrtc_compile(src [, arch]): true, or false and NVRTC's log; nil
+ * when this kiln was built without CUDA. NVRTC needs no GPU. */
+static int l_nvrtc_compile(lua_State *L)
+{
+#ifdef KILN_HAVE_CUDA
+    const char *src = luaL_checkstring(L, 1);
+    const char *arch = luaL_optstring(L, 2, "sm_90");
+    char *image = NULL, *log = NULL;
+    size_t size = 0;
+    kn_status st = kn_nvrtc_compile(src, arch, &image, &size, &log);
+    lua_pushboolean(L, st == KN_OK);
+    if (st == KN_OK) lua_pushinteger(L, (lua_Integer)size);
+    else lua_pushstring(L, log ? log : kn_last_error());
+    free(image);
+    free(log);
+    return 2;
+#else
+    (void)L;
+    return 0;
+#endif
+}
+
 /* kiln.ops(): the names of every op in the op table, in table order. */
 static int l_ops(lua_State *L)
 {
@@ -156,6 +180,7 @@ void kn_lua_open_system(lua_State *L)
                                    {"default_device", l_default_device},
                                    {"ops", l_ops},
                                    {"jit_stats", l_jit_stats},
+                                   {"nvrtc_compile", l_nvrtc_compile},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }
