@@ -460,6 +460,9 @@ static void read_config(lua_State *L, kn_compiled *cm)
     lua_pop(L, 1);
     cm->log_flags = g_log_flags;
     cm->pass_flags = (g_log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
+#ifndef NDEBUG
+    cm->pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
+#endif
 }
 
 /* Resolve a dotted parameter path ("layers.1.weight") from the module at

@@ -498,6 +498,161 @@ kiln.cmd.guards() returns cm:guards().]],
 end)
 
 ---------------------------------------------------------------------------
+-- :kernels, :src, :check: what the compiler made of the model
+
+-- The kernels of the inspected model (compiled and run once if needed), as
+-- cm:kernels() lists them: the latest version of each graph, in order.
+-- Their index in :kernels and :src is the 0-based position in that list,
+-- which is the N of the kernel's kN_ name when there is one graph (names
+-- restart at k0 in each graph).
+local function inspected_kernels()
+  local cm = inspected()
+  return cm, cm:kernels()
+end
+
+-- Kernel K of the list: an index (number, or a string of digits) or a
+-- kernel name; a usage error for anything else. Returns the entry and its
+-- index.
+local function find_kernel(list, k)
+  local how = "see :kernels"
+  if #list == 0 then fail("the model has no kernels (it ran no tensor ops)") end
+  local i = math.tointeger(tonumber(k))
+  if i ~= nil then
+    if i < 0 or i >= #list then
+      fail("no kernel %d: the model has %d kernel%s, 0 to %d (%s)", i, #list, #list == 1 and "" or "s", #list - 1, how)
+    end
+    return list[i + 1], i
+  end
+  local found = {}
+  for j, e in ipairs(list) do
+    if e.name == k then found[#found + 1] = j - 1 end
+  end
+  if #found == 0 then fail("no kernel named '%s' (%s)", tostring(k), how) end
+  if #found > 1 then
+    local idx = {}
+    for j, f in ipairs(found) do idx[j] = tostring(f) end
+    fail("kernel name '%s' is in several graphs: give its index (%s)", tostring(k), table.concat(idx, ", "))
+  end
+  return list[found[1] + 1], found[1]
+end
+
+repl.register("kernels", {
+  usage = ":kernels",
+  summary = "the compiled kernels of the loaded model: index, name, kind, ops",
+  help = [[
+Lists the kernels of the current version of each graph of the session's
+compiled model, in the order they run: the index (for :src), the graph when
+there are several, the kernel's name, its kind ("generated": C or CUDA that
+kiln wrote for this graph; "cpu": a library call or a reference op), its
+group (pointwise, row, library, reference) and the op nodes it covers.
+Compiles and runs the model once if needed (mode default when the session
+is eager). With kiln.config.compiler = false the graph runs op by op: one
+cpu kernel per op. From Lua, kiln.cmd.kernels() returns cm:kernels().]],
+}, function()
+  local cm, list = inspected_kernels()
+  if #list == 0 then
+    print("no kernels (the model ran no tensor ops)")
+    return list
+  end
+  local graphs, ngen = {}, 0
+  for _, k in ipairs(list) do
+    graphs[k.graph or 0] = true
+    if k.kind == "generated" then ngen = ngen + 1 end
+  end
+  local ngraphs = 0
+  for _ in pairs(graphs) do ngraphs = ngraphs + 1 end
+  local rows = { { "#", "graph", "kernel", "kind", "group", "ops" } }
+  for i, k in ipairs(list) do
+    rows[#rows + 1] = { tostring(i - 1), tostring(k.graph or 0), k.name, k.kind, k.shape_kind or "-",
+      table.concat(k.ops or {}, ", ") }
+  end
+  local cols = ngraphs > 1 and { 1, 2, 3, 4, 5, 6 } or { 1, 3, 4, 5, 6 }
+  local width = {}
+  for _, c in ipairs(cols) do
+    width[c] = 0
+    for _, r in ipairs(rows) do width[c] = math.max(width[c], #r[c]) end
+  end
+  local lines = {}
+  for _, r in ipairs(rows) do
+    local parts = {}
+    for j, c in ipairs(cols) do
+      if c == 1 then parts[j] = string.format("%" .. width[c] .. "s", r[c])
+      elseif j == #cols then parts[j] = r[c]
+      else parts[j] = string.format("%-" .. width[c] .. "s", r[c]) end
+    end
+    lines[#lines + 1] = "  " .. table.concat(parts, "  ")
+  end
+  local nk = #list
+  lines[#lines + 1] = string.format("%d kernel%s (%d generated, %d cpu) in %d graph%s%s",
+    nk, nk == 1 and "" or "s", ngen, nk - ngen, ngraphs, ngraphs == 1 and "" or "s",
+    kiln.config and kiln.config.compiler == false and "; kiln.config.compiler = false: op by op" or "")
+  print(table.concat(lines, "\n"))
+  return list
+end)
+
+repl.register("src", {
+  usage = ":src K",
+  summary = "the generated source of kernel K (index from :kernels, or name)",
+  help = [[
+Prints the C source kiln generated for kernel K of the session's compiled
+model: K is the index that :kernels shows, or the kernel's name. Library
+calls and reference ops have no generated source. Compiles and runs the
+model once if needed (mode default when the session is eager). The whole
+program of a graph, for C or CUDA, is cm:source("c") or cm:source("cuda").
+From Lua, kiln.cmd.src(K) returns the source.]],
+}, function(k)
+  if k == nil or k == "" then fail("usage: :src K (K: a kernel's index from :kernels, or its name)") end
+  local _, list = inspected_kernels()
+  local e, i = find_kernel(list, k)
+  if e.source == nil then
+    local what
+    if e.kind == "generated" then what = "a generated kernel whose source could not be rendered"
+    elseif e.shape_kind == "library" then what = "a library call"
+    elseif e.shape_kind == "reference" then what = "a reference op (the cpu backend's own code)"
+    elseif e.shape_kind == nil then what = "an op run op by op (kiln.config.compiler = false)"
+    else what = "a " .. tostring(e.kind) .. " kernel" end
+    fail("kernel %d (%s) is %s: no generated source", i, e.name, what)
+  end
+  local src = tostring(e.source)
+  io.stdout:write(src, src:sub(-1) == "\n" and "" or "\n")
+  return src
+end)
+
+repl.register("check", {
+  usage = ":check",
+  summary = "run the model once comparing every kernel with the reference",
+  help = [[
+Runs the session's compiled model once on its inputs (as :run builds them)
+with the numerics check: each kernel's outputs are compared with the
+reference ops on the same inputs, and the first kernel that diverges is
+named with its op nodes and their source lines. Prints "numerics check:
+every kernel agrees with the reference", or the kernel that differs (and
+then the command fails). Compiles the model if needed (mode default when the
+session is eager). kiln.config.check_numerics = true checks every call.
+From Lua, kiln.cmd.check() returns the report {ok, message, checks} of
+cm:check.]],
+}, function()
+  need_compile()
+  eager_note()
+  local cm
+  if session.mode == "eager" then
+    session.inspect = session.inspect or kiln.compile(session.model, { mode = INSPECT_MODE })
+    cm = session.inspect
+  else
+    cm = runner()
+  end
+  local inputs, n = model_inputs()
+  local report = cm:check(table.unpack(inputs, 1, n))
+  if cm == session.compiled then session.warm = true end
+  if type(report) ~= "table" then fail("cm:check returned %s, not a report", type(report)) end
+  print("numerics check: " .. tostring(report.message))
+  if not report.ok then
+    fail("numerics check failed: the compiled model differs from the reference")
+  end
+  return report
+end)
+
+---------------------------------------------------------------------------
 -- :device
 
 repl.register("device", {
