@@ -35,7 +35,7 @@ end
 local eager_us = per_call_us(f, calls)
 local cm = kiln.compile(f)
 cm(x, w)
-local ops = cm:stats().kernels
+local ops, kernels = cm:graphs()[1].op_count, cm:stats().kernels
 local run0 = cm:stats().replay_run_s
 local compiled_us = per_call_us(cm, calls)
 local s = cm:stats()
@@ -44,10 +44,10 @@ local run_us = (s.replay_run_s - run0) / (calls + 100) * 1e6
 local cg = kiln.compile(g)
 local traced_us = per_call_us(cg, math.max(1, calls // 10))
 
-print(string.format("graph: %d ops; replayable: %s; direct replays: %d; recompiles: %d",
-  ops, s.replayable, s.direct_replays, s.recompiles))
+print(string.format("graph: %d ops in %d kernels; replayable: %s; direct replays: %d; recompiles: %d",
+  ops, kernels, s.replayable, s.direct_replays, s.recompiles))
 print(string.format("eager call (Lua runs each op)        %8.2f us", eager_us))
 print(string.format("compiled call, direct replay         %8.2f us", compiled_us))
-print(string.format("  of which running the 50 ops        %8.2f us", run_us))
+print(string.format("  of which running the graph          %8.2f us", run_us))
 print(string.format("  kiln overhead (guards, lookup, I/O) %7.2f us per call", compiled_us - run_us))
 print(string.format("compiled call that re-traces (break) %8.2f us (capture on every call)", traced_us))

@@ -2,6 +2,7 @@
  * cm:breaks(), cm:recompiles(), cm:guards(), cm:graphs(), cm:kernels(),
  * cm:stats() and cm:last_call() (what kiln.explain reports), as the tables
  * of design section 2. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -273,7 +274,10 @@ static int cm_stats(lua_State *L)
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
         const kn_plan *plan = kn_version_plan(ver);
-        kernels += plan ? plan->f.prog.n_kernels : kn_graph_op_count(&ver->g);
+        if (plan) kernels += plan->f.prog.n_kernels;
+        else /* op by op: one reference kernel per op, views aside (as cm:kernels) */
+            for (int i = 0; i < ver->g.n_nodes; i++)
+                kernels += ver->g.nodes[i].op < KN_OP_COUNT && kn_op_kind_of((kn_op)ver->g.nodes[i].op) != KN_K_VIEW;
         /* op by op, every value of a graph is alive until the graph ends */
         int64_t bytes = 0;
         for (int i = 0; i < ver->g.n_nodes; i++)
@@ -373,26 +377,39 @@ static int cm_last_call(lua_State *L)
     return 1;
 }
 
-/* cm:source([target]): the generated program of each graph's latest plan,
- * "c" (default) or "cuda"; graphs joined in order. */
+/* cm:source([target]): the generated program of the latest plans of all
+ * graphs as one translation unit, "c" (default) or "cuda". Kernel names
+ * restart at k0 in each graph, so kernels of graph K > 0 are renamed gK_... */
 static int cm_source(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     static const char *const targets[] = {"c", "cuda", NULL};
     int t = luaL_checkoption(L, 2, "c", targets);
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
+    int total = 0;
     for (int k = 0; k < cm->n_graphs; k++) {
-        const kn_version *ver = latest_version(cm, k);
-        const kn_plan *plan = ver ? kn_version_plan(ver) : NULL;
-        if (!plan) continue;
-        char *src = NULL;
-        kn_status st = kn_kprogram_render(&plan->f.prog, t ? KN_TARGET_CUDA : KN_TARGET_C, &src);
-        if (st != KN_OK) return kn_lua_fail(L, st);
-        luaL_addstring(&b, src);
-        free(src);
+        const kn_plan *plan = latest_version(cm, k) ? kn_version_plan(latest_version(cm, k)) : NULL;
+        if (plan) total += plan->f.prog.n_kernels;
     }
-    luaL_pushresult(&b);
+    kn_kprogram all = {0, calloc((size_t)total + 1, sizeof(kn_kernel))};
+    if (!all.kernels) return luaL_error(L, "out of host memory");
+    for (int k = 0; k < cm->n_graphs; k++) {
+        const kn_plan *plan = latest_version(cm, k) ? kn_version_plan(latest_version(cm, k)) : NULL;
+        for (int i = 0; plan && i < plan->f.prog.n_kernels; i++) {
+            kn_kernel *kn = &all.kernels[all.n_kernels++];
+            *kn = plan->f.prog.kernels[i];
+            if (k > 0) {
+                char name[sizeof kn->name];
+                snprintf(name, sizeof name, "g%d_%.60s", k % 1000, kn->name);
+                snprintf(kn->name, sizeof kn->name, "%s", name);
+            }
+        }
+    }
+    char *src = NULL;
+    kn_status st = kn_kprogram_render(&all, t ? KN_TARGET_CUDA : KN_TARGET_C, &src);
+    free(all.kernels);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    lua_pushstring(L, src);
+    free(src);
     return 1;
 }
 

@@ -147,5 +147,19 @@ is "$left" "" "... no temporary files are left in the cache dir"
 got=$(KILN_CACHE_DIR="$cache2" "$KILN" -e 'io.write(kiln.config.cache_dir)')
 is "$got" "$cache2" "kiln.config.cache_dir is \$KILN_CACHE_DIR"
 
+
+# ---- kiln.config.cache_dir set from Lua wins; another graph is another entry
+LINEAR='kiln.session.small = true
+local s = dofile("samples/simple_linear.lua")
+if kiln.default_device() ~= "cpu" then s.model:to("cpu") end
+local cm = kiln.compile(s.model)
+cm(s.inputs({small = true, device = "cpu"})[1])
+local j = kiln.jit_stats()
+print(j.misses, j.hits)'
+got=$(KILN_CACHE_DIR="$tmp/unused" "$KILN" -e "kiln.config.cache_dir = '$cache2'" -e "$LINEAR" 2>&1)
+is "$got" "1	0" "a different graph (simple_linear) misses a cache that holds transformer_block's code"
+[ ! -e "$tmp/unused" ] && [ "$(ls "$cache2"/*.kjit | wc -l)" -ge 2 ]
+ok $? "kiln.config.cache_dir set from Lua is where the entry goes (not \$KILN_CACHE_DIR)" "$(ls -A "$tmp" "$cache2")"
+
 echo "1..$n"
 [ "$failed" -eq 0 ]

@@ -78,8 +78,7 @@ is "$err" "" "... nothing on stderr"
 if [ "$dev" = cpu ]; then
     # the whole table, exact: the CPU backend's kernel groups
     is "$(printf '%s\n' "$out" | sed -n '2,18p')" "$NOTE
-$TABLE
-$NOTE" ":kernels prints the table of kernels: index, name, kind, group, ops (exact)"
+$TABLE" ":kernels prints the table of kernels: index, name, kind, group, ops (exact)"
 else
     skip ":kernels' exact table is the CPU backend's (default device $dev)"
 fi
