@@ -25,6 +25,8 @@ void kn_plan_free(kn_plan *p)
     if (!p) return;
     const kn_backend *be = kn_backend_get(p->device);
     if (p->lib && be && be->release_program) be->release_program(p->lib);
+    if (p->arena && be) be->free(p->arena);
+    free(p->arena_off);
     kn_fusion_free(&p->f);
     /* inputs the caller binds are borrowed during runs; the passes' are owned */
     for (int i = 0; i < p->n_orig_inputs && i < p->g.n_inputs; i++) p->g.inputs[i].tensor = NULL;
@@ -35,6 +37,8 @@ void kn_plan_free(kn_plan *p)
     free(p->source);
     free(p);
 }
+
+static kn_status plan_memory(kn_plan *p);
 
 kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
                         int pass_flags, kn_plan **out)
@@ -79,6 +83,8 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     p->passes_s = t1 - t0;
     st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->f);
     if (st != KN_OK) goto fail;
+    st = plan_memory(p);
+    if (st != KN_OK) goto fail;
     const kn_backend *be = kn_backend_get(p->device);
     p->fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *p->fns);
     if (!p->fns) {
@@ -107,6 +113,80 @@ fail:
     return st;
 }
 
+/* ---- memory plan ------------------------------------------------------------ */
+
+#define KN_ARENA_ALIGN 64
+
+/* Place the outputs of generated kernels in one arena: in order of the
+ * kernels, each value goes at the lowest offset that no value still alive
+ * overlaps (alive: its last reader has not run yet; a value read by the
+ * kernel that writes another may not share its bytes). */
+static kn_status plan_memory(kn_plan *p)
+{
+    const kn_graph *g = &p->g;
+    const kn_fusion *f = &p->f;
+    int n = g->n_nodes, nv = n * KN_MAX_OUTPUTS;
+    p->arena_off = malloc(sizeof *p->arena_off * (size_t)(nv + 1));
+    bool *escapes = calloc((size_t)n + 1, sizeof *escapes);
+    int64_t *size = calloc((size_t)nv + 1, sizeof *size);
+    int *live = malloc(sizeof *live * (size_t)(nv + 1));
+    int *end = malloc(sizeof *end * ((size_t)n + 1));
+    if (!p->arena_off || !escapes || !size || !live || !end) {
+        free(escapes);
+        free(size);
+        free(live);
+        free(end);
+        return kn_error(KN_ERR_OOM, "out of host memory planning a graph's memory");
+    }
+    /* a value's bytes live until the last reader of it or of any view of it */
+    for (int i = 0; i < n; i++) end[i] = f->last_use[i];
+    for (int i = n - 1; i >= 0; i--)
+        if (f->disp[i] == KN_D_VIEW) {
+            int src = g->nodes[i].in_node[0];
+            if (end[i] > end[src]) end[src] = end[i];
+        }
+    for (int i = 0; i < nv; i++) p->arena_off[i] = -1;
+    for (int o = 0; o < p->n_outputs; o++) { /* an output, and the value its views reach */
+        int b = p->outputs[o].node;
+        while (b >= 0 && f->disp[b] == KN_D_VIEW) b = g->nodes[b].in_node[0];
+        if (b >= 0) escapes[b] = true;
+    }
+    int n_live = 0;
+    for (int i = 0; i < n; i++) {
+        if (f->disp[i] != KN_D_ROOT || escapes[i] || end[i] >= n || end[i] < 0) continue;
+        const kn_kernel *k = &f->prog.kernels[f->kernel[i]];
+        if (k->kind != KN_KERNEL_POINTWISE && k->kind != KN_KERNEL_ROW) continue;
+        /* retire what died before this kernel */
+        int w = 0;
+        for (int j = 0; j < n_live; j++)
+            if (end[live[j] / KN_MAX_OUTPUTS] >= i) live[w++] = live[j];
+        n_live = w;
+        const kn_meta *m = &g->nodes[i].out[0];
+        int64_t bytes = kn_numel_of(m->ndim, m->shape) * (int64_t)kn_dtype_size(m->dtype);
+        bytes = (bytes + KN_ARENA_ALIGN - 1) / KN_ARENA_ALIGN * KN_ARENA_ALIGN;
+        int64_t off = 0;
+        for (bool moved = true; moved;) { /* first fit: lowest offset clear of every live block */
+            moved = false;
+            for (int j = 0; j < n_live; j++) {
+                int64_t o2 = p->arena_off[live[j]], s2 = size[live[j]];
+                if (off < o2 + s2 && o2 < off + bytes) {
+                    off = o2 + s2;
+                    moved = true;
+                }
+            }
+        }
+        p->arena_off[i * KN_MAX_OUTPUTS] = off;
+        size[i * KN_MAX_OUTPUTS] = bytes;
+        live[n_live++] = i * KN_MAX_OUTPUTS;
+        if (off + bytes > p->arena_bytes) p->arena_bytes = off + bytes;
+    }
+    free(escapes);
+    free(size);
+    free(live);
+    free(end);
+    return KN_OK;
+}
+
 /* ---- running ------------------------------------------------------------- */
 
 typedef struct {
@@ -133,7 +213,8 @@ static void drop_val(run_ctx *r, int node)
     for (int o = 0; o < KN_MAX_OUTPUTS; o++) {
         kn_tensor **v = &r->val[node * KN_MAX_OUTPUTS + o];
         if (!*v) continue;
-        if ((*v)->refcount == 1) r->live -= tensor_bytes(*v);
+        if ((*v)->refcount == 1 && (*v)->storage && (*v)->storage->refcount == 1 && !(*v)->storage->borrowed)
+            r->live -= tensor_bytes(*v);
         kn_tensor_release(*v);
         *v = NULL;
     }
@@ -166,8 +247,16 @@ static kn_status run_generated(run_ctx *r, int kid)
         kn_tensor **slot = &r->val[ar->node * KN_MAX_OUTPUTS + ar->out];
         if (ar->is_output && !*slot) {
             kn_tensor *t;
-            KN_TRY(kn_tensor_new_meta(&p->g.nodes[ar->node].out[ar->out], p->device, &t));
-            set_val(r, ar->node, ar->out, t);
+            const kn_meta *m = &p->g.nodes[ar->node].out[ar->out];
+            /* a numerics check keeps every value: the arena would reuse their bytes */
+            int64_t off = r->keep ? -1 : p->arena_off[ar->node * KN_MAX_OUTPUTS + ar->out];
+            if (off >= 0) {
+                KN_TRY(kn_tensor_new_borrowed(m, (char *)p->arena + off, p->device, &t));
+                r->val[ar->node * KN_MAX_OUTPUTS + ar->out] = t; /* counted in the arena */
+            } else {
+                KN_TRY(kn_tensor_new_meta(m, p->device, &t));
+                set_val(r, ar->node, ar->out, t);
+            }
         }
         if (!*slot) return kn_error(KN_ERR_ARG, "plan: kernel %s reads node %d before it is computed", k->name, ar->node);
         bufs[a] = (char *)kn_tensor_data(*slot) + ar->offset * (int64_t)kn_dtype_size(ar->dtype);
@@ -205,6 +294,15 @@ static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resu
     kn_graph *g = &p->g;
     run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL};
     if (!r.val) return kn_error(KN_ERR_OOM, "out of host memory running a plan");
+    if (p->arena_bytes && !p->arena) {
+        const kn_backend *be = kn_backend_get(p->device);
+        kn_status ast = be ? be->alloc(p->arena_bytes, &p->arena) : kn_error(KN_ERR_DEVICE, "no backend");
+        if (ast != KN_OK) {
+            free(r.val);
+            return ast;
+        }
+    }
+    r.live = r.peak = p->arena_bytes;
     kn_status st = KN_OK;
     const kn_fusion *f = &p->f;
     for (int i = 0; i < g->n_nodes && st == KN_OK; i++) {

@@ -28,7 +28,14 @@ typedef struct kn_plan {
     void **fns;
     bool generated;         /* false: the backend has no code generator; runs node by node */
     double passes_s, codegen_s, backend_s;
-    int64_t peak_bytes;     /* most bytes of values alive at once in the last run */
+    int64_t peak_bytes;     /* most bytes of values alive at once in the last run (arena included) */
+    /* memory plan: the generated kernels' intermediate values share one
+     * arena, placed by liveness (a value's bytes are reused once its last
+     * reader has run); graph outputs and what views of them reach are not
+     * in it, since they outlive the run */
+    int64_t *arena_off;     /* per node * KN_MAX_OUTPUTS: offset in the arena, or -1 */
+    int64_t arena_bytes;
+    void *arena;            /* allocated at the first run, kept for the next */
     char *source;           /* the generated source (C), for :src */
     int fault_kernel;       /* testing the numerics check: corrupt this kernel's output (-1: none) */
 } kn_plan;

@@ -110,6 +110,33 @@ kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device d
     return KN_OK;
 }
 
+kn_status kn_tensor_new_borrowed(const kn_meta *m, void *data, kn_device dev, kn_tensor **out)
+{
+    *out = NULL;
+    KN_TRY(kn_shape_check("tensor", m->ndim, m->shape, m->dtype));
+    kn_tensor *t = calloc(1, sizeof *t);
+    kn_storage *s = calloc(1, sizeof *s);
+    if (!t || !s) {
+        free(t);
+        free(s);
+        return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
+    }
+    s->refcount = 1;
+    s->device = dev;
+    s->nbytes = kn_numel_of(m->ndim, m->shape) * (int64_t)kn_dtype_size(m->dtype);
+    s->data = data;
+    s->borrowed = true;
+    t->refcount = 1;
+    t->id = kn_next_tensor_id++;
+    t->dtype = m->dtype;
+    t->ndim = m->ndim;
+    memcpy(t->shape, m->shape, sizeof t->shape);
+    kn_contiguous_strides(m->ndim, m->shape, t->strides);
+    t->storage = s;
+    *out = t;
+    return KN_OK;
+}
+
 kn_status kn_tensor_new_meta(const kn_meta *m, kn_device dev, kn_tensor **out)
 {
     return kn_tensor_new(m->dtype, m->ndim, m->shape, dev, out);
@@ -168,7 +195,7 @@ void kn_tensor_release(kn_tensor *t)
     kn_storage *s = t->storage;
     if (s && --s->refcount == 0) {
         const kn_backend *be = kn_backend_get(s->device);
-        if (be) be->free(s->data);
+        if (be && !s->borrowed) be->free(s->data);
         free(s);
     }
     free(t);

@@ -29,7 +29,8 @@ typedef struct kn_storage {
     int refcount;
     kn_device device;
     int64_t nbytes;
-    void *data; /* owned; freed through the device's backend */
+    void *data;    /* owned (freed through the device's backend) unless borrowed */
+    bool borrowed; /* data belongs to someone else (a plan's arena): never freed here */
 } kn_storage;
 
 struct kn_lazy;
@@ -75,6 +76,10 @@ kn_status kn_shape_check(const char *what, int ndim, const int64_t *shape, kn_dt
 kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device dev,
                         kn_tensor **out);
 kn_status kn_tensor_new_meta(const kn_meta *m, kn_device dev, kn_tensor **out);
+
+/* A contiguous tensor over memory the caller owns and keeps alive longer
+ * than the tensor (a compiled plan's arena); releasing it never frees data. */
+kn_status kn_tensor_new_borrowed(const kn_meta *m, void *data, kn_device dev, kn_tensor **out);
 
 /* New tensor header sharing t's storage (refcount of the storage is bumped);
  * shape and strides as given. Used by every view op. */
