@@ -164,6 +164,7 @@ static kn_status plan_memory(kn_plan *p)
         const kn_meta *m = &g->nodes[i].out[0];
         int64_t bytes = kn_numel_of(m->ndim, m->shape) * (int64_t)kn_dtype_size(m->dtype);
         bytes = (bytes + KN_ARENA_ALIGN - 1) / KN_ARENA_ALIGN * KN_ARENA_ALIGN;
+        if (bytes == 0) bytes = KN_ARENA_ALIGN; /* a zero-size value still gets an address */
         int64_t off = 0;
         for (bool moved = true; moved;) { /* first fit: lowest offset clear of every live block */
             moved = false;

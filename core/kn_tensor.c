@@ -76,8 +76,10 @@ void kn_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
     }
 }
 
-kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device dev,
-                        kn_tensor **out)
+/* A contiguous tensor and its storage over `data` (NULL: allocate it on
+ * dev; else borrowed memory the caller keeps alive). */
+static kn_status new_tensor(kn_dtype dt, int ndim, const int64_t *shape, kn_device dev, void *data,
+                            kn_tensor **out)
 {
     *out = NULL;
     KN_TRY(kn_shape_check("tensor", ndim, shape, dt));
@@ -93,11 +95,15 @@ kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device d
     s->refcount = 1;
     s->device = dev;
     s->nbytes = kn_numel_of(ndim, shape) * (int64_t)kn_dtype_size(dt);
-    kn_status st = be->alloc(s->nbytes, &s->data);
-    if (st != KN_OK) {
-        free(t);
-        free(s);
-        return st;
+    s->data = data;
+    s->borrowed = data != NULL;
+    if (!data) {
+        kn_status st = be->alloc(s->nbytes, &s->data);
+        if (st != KN_OK) {
+            free(t);
+            free(s);
+            return st;
+        }
     }
     t->refcount = 1;
     t->id = kn_next_tensor_id++;
@@ -110,31 +116,16 @@ kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device d
     return KN_OK;
 }
 
+kn_status kn_tensor_new(kn_dtype dt, int ndim, const int64_t *shape, kn_device dev,
+                        kn_tensor **out)
+{
+    return new_tensor(dt, ndim, shape, dev, NULL, out);
+}
+
 kn_status kn_tensor_new_borrowed(const kn_meta *m, void *data, kn_device dev, kn_tensor **out)
 {
-    *out = NULL;
-    KN_TRY(kn_shape_check("tensor", m->ndim, m->shape, m->dtype));
-    kn_tensor *t = calloc(1, sizeof *t);
-    kn_storage *s = calloc(1, sizeof *s);
-    if (!t || !s) {
-        free(t);
-        free(s);
-        return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
-    }
-    s->refcount = 1;
-    s->device = dev;
-    s->nbytes = kn_numel_of(m->ndim, m->shape) * (int64_t)kn_dtype_size(m->dtype);
-    s->data = data;
-    s->borrowed = true;
-    t->refcount = 1;
-    t->id = kn_next_tensor_id++;
-    t->dtype = m->dtype;
-    t->ndim = m->ndim;
-    memcpy(t->shape, m->shape, sizeof t->shape);
-    kn_contiguous_strides(m->ndim, m->shape, t->strides);
-    t->storage = s;
-    *out = t;
-    return KN_OK;
+    if (!data) return kn_error(KN_ERR_ARG, "tensor: borrowed memory is NULL");
+    return new_tensor(m->dtype, m->ndim, m->shape, dev, data, out);
 }
 
 kn_status kn_tensor_new_meta(const kn_meta *m, kn_device dev, kn_tensor **out)

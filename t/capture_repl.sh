@@ -4,29 +4,7 @@
 # kiln's standard input, with the message formats of section 4; and
 # KILN_LOGS=graph_breaks,recompiles on a script, exact stderr.
 # Run by prove through t/run, which sets $KILN.
-KILN=${KILN:-build/kiln}
-case $KILN in /*) ;; *) KILN=$(pwd)/$KILN ;; esac
-
-n=0
-failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-pass() { n=$((n + 1)); echo "ok $n - $1"; }
-fail() {
-    n=$((n + 1)); failed=$((failed + 1))
-    echo "not ok $n - $1"
-    shift
-    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/#   /'; done
-}
-# is GOT WANT NAME
-is() {
-    if [ "$1" = "$2" ]; then pass "$3"; else fail "$3" "got:" "$1" "expected:" "$2"; fi
-}
-# like GOT SUBSTRING NAME
-like() {
-    case $1 in *"$2"*) pass "$3" ;; *) fail "$3" "got:" "$1" "to contain:" "$2" ;; esac
-}
+. "$(dirname "$0")/lib/tap.sh"
 
 # feed INPUT: run kiln with INPUT on stdin; sets out, err, rc. "Compile
 # time" lines and :run's timings vary: they are replaced by fixed text.

@@ -5,29 +5,7 @@
 # entry is reported and rebuilt with the same results; processes started at
 # once on an empty cache all succeed with the same results.
 # Run by prove through t/run, which sets $KILN.
-KILN=${KILN:-build/kiln}
-case $KILN in /*) ;; *) KILN=$(pwd)/$KILN ;; esac
-
-n=0
-failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-pass() { n=$((n + 1)); echo "ok $n - $1"; }
-fail() {
-    n=$((n + 1)); failed=$((failed + 1))
-    echo "not ok $n - $1"
-    shift
-    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/#   /'; done
-}
-# is GOT WANT NAME
-is() {
-    if [ "$1" = "$2" ]; then pass "$3"; else fail "$3" "got:" "$1" "expected:" "$2"; fi
-}
-# like GOT SUBSTRING NAME
-like() {
-    case $1 in *"$2"*) pass "$3" ;; *) fail "$3" "got:" "$1" "to contain:" "$2" ;; esac
-}
+. "$(dirname "$0")/lib/tap.sh"
 # ok CONDITION-EXIT-STATUS NAME DIAG...: pass when the previous test command succeeded
 ok() {
     if [ "$1" -eq 0 ]; then pass "$2"; else shift; fail "$@"; fi
