@@ -7,6 +7,8 @@
  * user's source lines and stacks, argument names (debug info), parameter
  * names (the module's named_parameters) and the names of baked-in numbers.
  */
+#include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -963,26 +965,64 @@ static int cm_tostring(lua_State *L)
 }
 
 /* A name for the function or module being compiled, and where it is defined. */
+/* The name a function's definition gives it, read from its source line
+ * ("local function forward(", "function M.run(", "step = function("), for
+ * functions no variable in sight holds. */
+static void name_from_source(const lua_Debug *ar, char *name, size_t nsize)
+{
+    if (ar->source[0] != '@' || ar->linedefined <= 0) return;
+    FILE *fp = fopen(ar->source + 1, "r");
+    if (!fp) return;
+    char line[512];
+    for (int n = 1; fgets(line, sizeof line, fp); n++) {
+        if (n < ar->linedefined) continue;
+        char *p = strstr(line, "function");
+        if (!p) break;
+        char *q = p + 8;
+        while (*q == ' ' || *q == '\t') q++;
+        size_t len = strspn(q, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:");
+        if (len > 0) { /* function NAME( */
+            const char *last = q + len;
+            const char *start = q;
+            for (const char *c = q; c < last; c++)
+                if (*c == '.' || *c == ':') start = c + 1;
+            snprintf(name, nsize, "%.*s", (int)(last - start), start);
+        } else { /* NAME = function( */
+            char *e = p;
+            while (e > line && (e[-1] == ' ' || e[-1] == '=' || e[-1] == '\t')) e--;
+            char *b = e;
+            while (b > line && (isalnum((unsigned char)b[-1]) || b[-1] == '_')) b--;
+            if (e > b && memchr(e, '=', (size_t)(p - e)) != NULL) snprintf(name, nsize, "%.*s", (int)(e - b), b);
+        }
+        break;
+    }
+    fclose(fp);
+}
+
 static void describe(lua_State *L, int idx, bool is_module, char *name, size_t nsize, char *where,
                      size_t wsize)
 {
     lua_Debug ar;
+    name[0] = 0;
     if (is_module) {
         lua_getfield(L, idx, "forward");
         snprintf(name, nsize, "forward");
     } else {
         lua_pushvalue(L, idx);
-        find_name(L, idx, name, nsize);
-        if (!name[0]) snprintf(name, nsize, "function");
     }
     if (lua_isfunction(L, -1)) {
         lua_getinfo(L, ">S", &ar);
         if (ar.linedefined > 0) snprintf(where, wsize, "%s:%d", ar.short_src, ar.linedefined);
         else snprintf(where, wsize, "%s", ar.short_src);
+        /* a function is named as its definition names it, else as the
+         * caller's variable that holds it */
+        if (!name[0]) name_from_source(&ar, name, nsize);
+        if (!name[0]) find_name(L, idx, name, nsize);
     } else {
         lua_pop(L, 1);
         snprintf(where, wsize, "?");
     }
+    if (!name[0]) snprintf(name, nsize, "function");
 }
 
 /* kiln.compile(fn_or_module [, {mode =, fullgraph =, dynamic =, backend =}]) */
