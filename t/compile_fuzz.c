@@ -62,6 +62,8 @@ int main(void)
         if (!good) {
             ok(0, "seed %llu: compiled graph equals the reference", (unsigned long long)seed);
             printf("#   %s\n", why);
+            /* stderr too: prove shows it, so a CI log names the seed to rerun */
+            fprintf(stderr, "compile_fuzz: KILN_SEED=%llu KILN_FUZZ_GRAPHS=1 fails: %s\n", (unsigned long long)seed, why);
             char *text = NULL;
             if (kn_graph_format(&g, &text) == KN_OK) printf("%s", text);
             free(text);
