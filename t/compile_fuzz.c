@@ -2,7 +2,9 @@
  * Each seeded graph (t/lib/graph_fuzz.h) runs node by node (the reference)
  * and through a compiled plan (passes, fusion, generated C); every output
  * must match within 1e-5 relative, NaN only where the reference has NaN.
- * KILN_FUZZ_GRAPHS sets how many graphs (default 300); KILN_SEED the first seed. */
+ * KILN_FUZZ_GRAPHS sets how many graphs (default 300); KILN_SEED the first
+ * seed (to rerun a failure); KILN_FUZZ_SEED fixes the corpus, as .ci/run does
+ * so that CI is reproducible (without it every run draws new graphs). */
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,7 +19,8 @@ int main(void)
     if (!kn_jit_available()) skip_all("no C compiler for generated kernels");
     const char *env = getenv("KILN_FUZZ_GRAPHS");
     int count = env ? atoi(env) : 300;
-    const char *senv = getenv("KILN_SEED");
+    /* KILN_SEED reruns one graph; KILN_FUZZ_SEED fixes the corpus (CI) */
+    const char *senv = getenv("KILN_SEED") ? getenv("KILN_SEED") : getenv("KILN_FUZZ_SEED");
     uint64_t seed0 = senv ? strtoull(senv, NULL, 10) : (uint64_t)time(NULL) * 1000003u + (uint64_t)getpid();
     printf("# first seed %llu, %d graphs\n", (unsigned long long)seed0, count);
     char dir[] = "/tmp/kiln-fuzz-cache-XXXXXX";
