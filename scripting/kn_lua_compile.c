@@ -119,19 +119,21 @@ void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, 
 
 /* ---- names ------------------------------------------------------------- */
 
-/* Search the locals and upvalues of the innermost user function for a value
- * rawequal to the one at idx; its name into buf ("" if none). */
-static void find_name(lua_State *L, int idx, char *buf, size_t size)
+/* Does the value on the stack top match what a name search looks for? */
+typedef bool (*kn_name_match)(lua_State *L, const void *want);
+
+/* Name, into buf ("" if none), the first local (then upvalue) of the
+ * innermost user function whose value matches. */
+static void find_name_by(lua_State *L, kn_name_match match, const void *want, char *buf, size_t size)
 {
     buf[0] = 0;
-    idx = lua_absindex(L, idx);
     lua_Debug ar;
     for (int level = 1; lua_getstack(L, level, &ar); level++) {
         lua_getinfo(L, "Sl", &ar);
         if (!user_frame(&ar)) continue;
         const char *name;
         for (int i = 1; (name = lua_getlocal(L, &ar, i)) != NULL; i++) {
-            bool hit = name[0] != '(' && lua_rawequal(L, -1, idx);
+            bool hit = name[0] != '(' && match(L, want);
             lua_pop(L, 1);
             if (hit) {
                 snprintf(buf, size, "%s", name);
@@ -140,9 +142,9 @@ static void find_name(lua_State *L, int idx, char *buf, size_t size)
         }
         lua_getinfo(L, "f", &ar);
         for (int i = 1; (name = lua_getupvalue(L, -1, i)) != NULL; i++) {
-            bool hit = lua_rawequal(L, -1, idx);
+            bool hit = name[0] && match(L, want);
             lua_pop(L, 1);
-            if (hit && name[0]) {
+            if (hit) {
                 lua_pop(L, 1);
                 snprintf(buf, size, "%s", name);
                 return;
@@ -153,6 +155,19 @@ static void find_name(lua_State *L, int idx, char *buf, size_t size)
     }
 }
 
+static bool same_value(lua_State *L, const void *want)
+{
+    return lua_rawequal(L, -1, *(const int *)want);
+}
+
+/* A local or upvalue of the innermost user function rawequal to the value
+ * at idx. */
+static void find_name(lua_State *L, int idx, char *buf, size_t size)
+{
+    int abs = lua_absindex(L, idx);
+    find_name_by(L, same_value, &abs, buf, size);
+}
+
 /* The tensor held by the userdata at idx (placeholder or value), or NULL. */
 static kn_tensor *raw_tensor(lua_State *L, int idx)
 {
@@ -160,39 +175,17 @@ static kn_tensor *raw_tensor(lua_State *L, int idx)
     return ud ? *ud : NULL;
 }
 
-/* Like find_name, for a tensor: a local or upvalue of the innermost user
- * function holding t (or a placeholder that stands for it). */
+static bool holds_tensor(lua_State *L, const void *want)
+{
+    kn_tensor *u = raw_tensor(L, -1);
+    return u && (u == want || (u->lazy && u->lazy->value == want));
+}
+
+/* Like find_name, for a tensor: a local or upvalue holding t (or a
+ * placeholder that stands for it). */
 static void find_tensor_name(lua_State *L, const kn_tensor *t, char *buf, size_t size)
 {
-    buf[0] = 0;
-    lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        lua_getinfo(L, "Sl", &ar);
-        if (!user_frame(&ar)) continue;
-        const char *name;
-        for (int i = 1; (name = lua_getlocal(L, &ar, i)) != NULL; i++) {
-            kn_tensor *u = raw_tensor(L, -1);
-            bool hit = name[0] != '(' && u && (u == t || (u->lazy && u->lazy->value == t));
-            lua_pop(L, 1);
-            if (hit) {
-                snprintf(buf, size, "%s", name);
-                return;
-            }
-        }
-        lua_getinfo(L, "f", &ar);
-        for (int i = 1; (name = lua_getupvalue(L, -1, i)) != NULL; i++) {
-            kn_tensor *u = raw_tensor(L, -1);
-            bool hit = u && (u == t || (u->lazy && u->lazy->value == t));
-            lua_pop(L, 1);
-            if (hit && name[0]) {
-                lua_pop(L, 1);
-                snprintf(buf, size, "%s", name);
-                return;
-            }
-        }
-        lua_pop(L, 1);
-        return;
-    }
+    find_name_by(L, holds_tensor, t, buf, size);
 }
 
 /* Registry key of the parameter-name map of the call in progress: a table
