@@ -375,44 +375,6 @@ kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
     return plan_run(p, inputs, results, NULL);
 }
 
-/* Does got match the reference want? (see kn_plan_check) */
-static bool close_enough(const kn_tensor *got, const kn_tensor *want, double rtol, char *why, size_t size)
-{
-    if (got->dtype != want->dtype || got->ndim != want->ndim ||
-        memcmp(got->shape, want->shape, sizeof(int64_t) * (size_t)got->ndim) != 0) {
-        snprintf(why, size, "shape or dtype differs");
-        return false;
-    }
-    kn_tensor *a = NULL, *b = NULL;
-    if (kn_tensor_to_device((kn_tensor *)got, KN_CPU, &a) != KN_OK ||
-        kn_tensor_to_device((kn_tensor *)want, KN_CPU, &b) != KN_OK) {
-        kn_tensor_release(a);
-        snprintf(why, size, "could not read the values");
-        return false;
-    }
-    int64_t n = kn_tensor_numel(a);
-    size_t es = kn_dtype_size(a->dtype);
-    char *pa = malloc((size_t)(n ? n : 1) * es), *pb = malloc((size_t)(n ? n : 1) * es);
-    bool same = pa && pb;
-    if (same) {
-        kn_tensor_gather_host(a, pa);
-        kn_tensor_gather_host(b, pb);
-    }
-    for (int64_t i = 0; same && i < n; i++) {
-        double x = kn_load_f64(pa + (size_t)i * es, a->dtype), y = kn_load_f64(pb + (size_t)i * es, a->dtype);
-        bool ok = isnan(y) ? isnan(x) : isinf(y) ? x == y : fabs(x - y) <= rtol * fmax(1.0, fabs(y));
-        if (!ok) {
-            snprintf(why, size, "element %lld is %.9g, the reference %.9g", (long long)i, x, y);
-            same = false;
-        }
-    }
-    free(pa);
-    free(pb);
-    kn_tensor_release(a);
-    kn_tensor_release(b);
-    return same;
-}
-
 kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *bad_kernel, char *why,
                         size_t size)
 {
@@ -436,7 +398,7 @@ kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *
         int node = p->f.kernel_at[k];
         for (int o = 0; o < g->nodes[node].n_out && *bad_kernel < 0; o++) {
             kn_tensor *a = got[node * KN_MAX_OUTPUTS + o], *b = ref[node * KN_MAX_OUTPUTS + o];
-            if (a && b && !close_enough(a, b, rtol, why, size)) *bad_kernel = k;
+            if (a && b && !kn_tensor_close(a, b, rtol, why, size)) *bad_kernel = k;
         }
     }
     for (int i = 0; i < p->n_outputs; i++) kn_tensor_release(res[i]);

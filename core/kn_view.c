@@ -2,6 +2,8 @@
  * plus copies between devices and dtypes. */
 #include "kn_view.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -386,4 +388,46 @@ kn_status kn_view_infer(const kn_opcall *c, kn_meta *out)
     *out = kn_tensor_meta(v);
     kn_tensor_release(v);
     return KN_OK;
+}
+
+bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, char *why, size_t size)
+{
+    char s1[128], s2[128];
+    if (!got || !want) {
+        snprintf(why, size, "missing value (%s)", got ? "reference" : "result");
+        return false;
+    }
+    if (got->dtype != want->dtype || got->ndim != want->ndim ||
+        memcmp(got->shape, want->shape, sizeof(int64_t) * (size_t)got->ndim) != 0) {
+        snprintf(why, size, "%s%s vs the reference %s%s", kn_dtype_name(got->dtype),
+                 kn_shape_str(got->ndim, got->shape, s1, sizeof s1), kn_dtype_name(want->dtype),
+                 kn_shape_str(want->ndim, want->shape, s2, sizeof s2));
+        return false;
+    }
+    kn_tensor *a = NULL, *b = NULL;
+    bool same = kn_tensor_to_device((kn_tensor *)got, KN_CPU, &a) == KN_OK &&
+                kn_tensor_to_device((kn_tensor *)want, KN_CPU, &b) == KN_OK;
+    int64_t n = kn_tensor_numel(got);
+    size_t es = kn_dtype_size(got->dtype);
+    unsigned char *pa = malloc((size_t)(n ? n : 1) * es), *pb = malloc((size_t)(n ? n : 1) * es);
+    if (!same || !pa || !pb) {
+        snprintf(why, size, "could not read the values back");
+        same = false;
+    } else {
+        kn_tensor_gather_host(a, pa);
+        kn_tensor_gather_host(b, pb);
+        for (int64_t i = 0; i < n && same; i++) {
+            double x = kn_load_f64(pa + (size_t)i * es, got->dtype);
+            double y = kn_load_f64(pb + (size_t)i * es, got->dtype);
+            if (isnan(y) ? isnan(x) : isinf(y) ? x == y : fabs(x - y) <= rtol * fmax(1.0, fabs(y)))
+                continue;
+            snprintf(why, size, "element %lld: %.9g vs the reference %.9g", (long long)i, x, y);
+            same = false;
+        }
+    }
+    free(pa);
+    free(pb);
+    kn_tensor_release(a);
+    kn_tensor_release(b);
+    return same;
 }

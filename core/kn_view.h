@@ -9,6 +9,9 @@
 #ifndef KN_VIEW_H
 #define KN_VIEW_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "kn_op.h"
 #include "kn_tensor.h"
 
@@ -46,6 +49,10 @@ kn_status kn_tensor_contiguous_copy(kn_tensor *t, kn_tensor **out);
 kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, kn_tensor **out);
 /* t converted to dtype (a new reference to t if it already has it). */
 kn_status kn_tensor_cast(kn_tensor *t, kn_dtype dt, kn_tensor **out);
+/* Compare a computed value with a reference: same dtype and shape, each
+ * element within rtol * max(1, |reference|), infinities equal, NaN only
+ * where the reference has NaN. On a mismatch, what differs goes to why. */
+bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, char *why, size_t size);
 /* Copy the elements of any CPU view into a contiguous host buffer. */
 void kn_tensor_gather_host(const kn_tensor *t, void *dst);
 

@@ -429,50 +429,11 @@ static inline kn_status kn_fuzz_copy_bound(const kn_graph *src, kn_graph *dst)
     return KN_OK;
 }
 
-/* Compare two values elementwise: same dtype and shape; |a - b| <= rtol *
- * max(1, |b|) (b the reference), infinities equal, NaN only where the
- * reference has NaN. On a mismatch writes what differs into why. */
+/* Compare two values (see kn_tensor_close in core/kn_view.h). */
 static inline bool kn_fuzz_close(const kn_tensor *got, const kn_tensor *want, double rtol,
                                  char *why, size_t size)
 {
-    char s1[128], s2[128];
-    if (!got || !want) {
-        snprintf(why, size, "missing value (%s)", got ? "reference" : "result");
-        return false;
-    }
-    if (got->dtype != want->dtype || got->ndim != want->ndim ||
-        memcmp(got->shape, want->shape, sizeof(int64_t) * (size_t)got->ndim) != 0) {
-        snprintf(why, size, "%s%s vs reference %s%s", kn_dtype_name(got->dtype),
-                 kn_shape_str(got->ndim, got->shape, s1, sizeof s1), kn_dtype_name(want->dtype),
-                 kn_shape_str(want->ndim, want->shape, s2, sizeof s2));
-        return false;
-    }
-    kn_tensor *a = NULL, *b = NULL;
-    bool same = kn_tensor_to_device((kn_tensor *)got, KN_CPU, &a) == KN_OK &&
-                kn_tensor_to_device((kn_tensor *)want, KN_CPU, &b) == KN_OK;
-    int64_t n = kn_tensor_numel(got);
-    size_t es = kn_dtype_size(got->dtype);
-    unsigned char *pa = malloc((size_t)(n ? n : 1) * es), *pb = malloc((size_t)(n ? n : 1) * es);
-    if (!same || !pa || !pb) {
-        snprintf(why, size, "could not read the values back");
-        same = false;
-    } else {
-        kn_tensor_gather_host(a, pa);
-        kn_tensor_gather_host(b, pb);
-        for (int64_t i = 0; i < n && same; i++) {
-            double x = kn_load_f64(pa + (size_t)i * es, got->dtype);
-            double y = kn_load_f64(pb + (size_t)i * es, got->dtype);
-            if (isnan(y) ? isnan(x) : isinf(y) ? x == y : fabs(x - y) <= rtol * fmax(1.0, fabs(y)))
-                continue;
-            snprintf(why, size, "element %lld: %.9g vs reference %.9g", (long long)i, x, y);
-            same = false;
-        }
-    }
-    free(pa);
-    free(pb);
-    kn_tensor_release(a);
-    kn_tensor_release(b);
-    return same;
+    return kn_tensor_close(got, want, rtol, why, size);
 }
 
 #endif
