@@ -12,16 +12,7 @@
 local T = dofile("t/lib/tap.lua")
 
 local SRC = debug.getinfo(1, "S").short_src -- "t/capture_guards.lua"
-local LINE = {}
-do
-  local n = 0
-  for l in io.lines(debug.getinfo(1, "S").source:sub(2)) do
-    n = n + 1
-    local tag = l:match("%-%- @([%w_]+)")
-    if tag then LINE[tag] = n end
-  end
-end
-local function at(tag) return SRC .. ":" .. assert(LINE[tag], tag) end
+local LINE, _, at = T.tags()
 
 local function skip(name, why)
   T.n = T.n + 1

@@ -50,6 +50,21 @@ function T.raises(fn, pattern, name)
     string.format("   error: %s\nto match: %s", tostring(err), pattern))
 end
 
+-- The lines of the calling test file that carry "-- @tag" comments:
+-- returns LINE (tag -> line number), SRC (the file as messages name it) and
+-- at(tag) -> "SRC:LINE", so expected messages follow the code they quote.
+function T.tags()
+  local info = debug.getinfo(2, "S")
+  local src, lines = info.short_src, {}
+  local n = 0
+  for l in io.lines(info.source:sub(2)) do
+    n = n + 1
+    local tag = l:match("%-%- @([%w_]+)")
+    if tag then lines[tag] = n end
+  end
+  return lines, src, function(tag) return src .. ":" .. assert(lines[tag], tag) end
+end
+
 function T.skip_all(reason)
   io.write("1..0 # SKIP " .. reason .. "\n")
   os.exit(0)
