@@ -38,12 +38,36 @@ typedef struct kn_backend {
     void (*release_program)(void *lib);
     /* Run one generated kernel: bufs[i] is argument i's first element. */
     kn_status (*launch)(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
+    /* Timing (NULL on a backend without): an event marks a point in the
+     * device's queue; elapsed_ms waits for b and gives the time from a to b.
+     * The CPU backend's events are clock readings (its work is synchronous). */
+    kn_status (*event_create)(void **ev);
+    void (*event_destroy)(void *ev);
+    kn_status (*event_record)(void *ev);
+    kn_status (*event_elapsed_ms)(void *a, void *b, double *ms);
+    /* Recording (CUDA graphs; NULL where the backend has none): work queued
+     * between capture_begin and capture_end is recorded, not run, and
+     * *exec replays it. Memory allocated while recording stays reserved
+     * for the recording until graph_destroy (a replay writes to it). */
+    kn_status (*capture_begin)(void);
+    kn_status (*capture_end)(void **exec);
+    kn_status (*graph_launch)(void *exec);
+    void (*graph_destroy)(void *exec);
 } kn_backend;
+
+/* Options the Lua side sets from kiln.config (read by backends). */
+void kn_set_allow_tf32(bool allow);
+bool kn_allow_tf32(void);
 
 /* The backend for a device, or NULL when it is not built or has no device. */
 const kn_backend *kn_backend_get(kn_device dev);
 
 /* Provided by kernels/cpu. */
 extern const kn_backend kn_cpu_backend;
+#ifdef KILN_HAVE_CUDA
+/* Provided by kernels/cuda; kn_backend_get(KN_CUDA) gives it only when
+ * kn_cuda_available() says a usable device is present. */
+extern const kn_backend kn_cuda_backend;
+#endif
 
 #endif

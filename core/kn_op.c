@@ -54,10 +54,29 @@ void kn_opcall_init(kn_opcall *c, kn_op op)
     c->a.dtype = KN_F32;
 }
 
+#ifdef KILN_HAVE_CUDA
+#include "cuda/kn_cuda.h"
+#endif
+
 const kn_backend *kn_backend_get(kn_device dev)
 {
     if (dev == KN_CPU) return &kn_cpu_backend;
-    return NULL; /* the CUDA backend registers here once it exists */
+#ifdef KILN_HAVE_CUDA
+    if (dev == KN_CUDA && kn_cuda_available()) return &kn_cuda_backend;
+#endif
+    return NULL;
+}
+
+static bool g_allow_tf32;
+
+void kn_set_allow_tf32(bool allow)
+{
+    g_allow_tf32 = allow;
+}
+
+bool kn_allow_tf32(void)
+{
+    return g_allow_tf32;
 }
 
 kn_status kn_op_eager(kn_opcall *c, kn_device dev)

@@ -3,6 +3,7 @@
 #ifndef KN_CUDA_H
 #define KN_CUDA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kn_status.h"
@@ -20,5 +21,11 @@ typedef struct kn_cuda_device_info {
 /* Up to `max` devices into out; *count gets how many exist. KN_ERR_DEVICE
  * with the CUDA error text when the driver or device is missing. */
 kn_status kn_cuda_query_devices(kn_cuda_device_info *out, int max, int *count);
+
+/* Whether the CUDA backend can run: a device is present and the driver is
+ * new enough (checked once; KILN_DEVICE=cpu in the environment says no).
+ * When it says no, kn_cuda_unavailable_reason() gives the one-line why. */
+bool kn_cuda_available(void);
+const char *kn_cuda_unavailable_reason(void);
 
 #endif

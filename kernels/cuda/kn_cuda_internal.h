@@ -1,0 +1,99 @@
+/* kn_cuda_internal: what the files of the CUDA backend share among
+ * themselves (kernels/cuda only; the rest of kiln sees kn_cuda.h and the
+ * backend vtable).
+ *
+ *   kn_cuda_backend.c  the vtable, the stream, copies, errors, events, graphs
+ *   kn_cuda_alloc.c    the caching device allocator
+ *   kn_cuda_module.c   NVRTC programs: in-memory and on-disk cubin cache, load, lookup
+ *   kn_cuda_eager.c    eager ops through one-node kernel IR (elementwise, row ops)
+ *   kn_cuda_ops.c      eager ops through kiln's CUDA templates (kernels/cuda/ *.cu files)
+ *   kn_cuda_blas.c     matmul through cuBLASLt
+ *   kn_cuda_dnn.c      convolution through cuDNN's graph API
+ */
+#ifndef KN_CUDA_INTERNAL_H
+#define KN_CUDA_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kn_backend.h"
+#include "kn_cuda.h"
+
+/* ---- kn_cuda_backend.c ---------------------------------------------------- */
+
+/* Make the device current and create the stream on first use; an error
+ * (no device, old driver) names what is missing. Every other entry point
+ * calls it. */
+kn_status kn_cuda_init(void);
+/* The one stream all of kiln's CUDA work goes to (eager ops, plans,
+ * library calls, captures). */
+cudaStream_t kn_cuda_stream(void);
+/* A CUDA error as a kiln status with a message naming `what` (an
+ * out-of-memory error becomes KN_ERR_OOM with the free/total bytes). */
+kn_status kn_cuda_fail(cudaError_t e, const char *what);
+#define KN_CUDA_TRY(call, what)                                                \
+    do {                                                                       \
+        cudaError_t kn_e_ = (call);                                            \
+        if (kn_e_ != cudaSuccess) return kn_cuda_fail(kn_e_, (what));          \
+    } while (0)
+/* Compute capability of the current device, e.g. 90. */
+int kn_cuda_arch(void);
+/* Whether f32 matmul/conv may use TF32 (kiln.config.allow_tf32). */
+#define kn_cuda_allow_tf32() kn_allow_tf32()
+
+/* ---- kn_cuda_alloc.c ------------------------------------------------------ */
+
+/* Caching allocator: blocks are rounded up to size classes and kept on
+ * free lists after kn_cuda_free instead of cudaFree; cudaMalloc only when
+ * no cached block fits (and after emptying the cache once on OOM).
+ * Pointers are 256-byte aligned. Work already queued on kn_cuda_stream
+ * may still use a freed block: since everything runs on that one stream,
+ * reuse by later work on the same stream is ordered after it. */
+kn_status kn_cuda_malloc(int64_t nbytes, void **p);
+void kn_cuda_free(void *p);
+typedef struct kn_cuda_alloc_stats {
+    int64_t allocated;      /* bytes in blocks handed out now */
+    int64_t reserved;       /* bytes held from cudaMalloc (in use + cached) */
+    int64_t peak_allocated; /* most `allocated` since the last reset */
+    int64_t n_malloc;       /* cudaMalloc calls */
+    int64_t n_reuse;        /* requests served from the cache */
+} kn_cuda_alloc_stats;
+void kn_cuda_alloc_stats_get(kn_cuda_alloc_stats *s);
+void kn_cuda_alloc_reset_peak(void);
+/* cudaFree every cached (unused) block. */
+void kn_cuda_empty_cache(void);
+
+/* ---- kn_cuda_module.c ----------------------------------------------------- */
+
+/* A loaded NVRTC program. */
+typedef struct kn_cuda_module kn_cuda_module;
+/* Compile (or find in the in-memory cache, then in cache_dir as a verified
+ * cubin file) and load src; cache_dir may be NULL (memory only). */
+kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m);
+/* A kernel by its extern "C" name, as the pointer cudaLaunchKernel takes. */
+kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, const void **fn);
+/* Counters for kiln.jit_stats-like reporting. */
+typedef struct kn_cuda_module_stats {
+    int64_t compiles, disk_hits, memory_hits;
+    double compile_s;
+} kn_cuda_module_stats;
+void kn_cuda_module_stats_get(kn_cuda_module_stats *s);
+/* The cache dir eager ops use for their kernels (set from kiln.config). */
+void kn_cuda_set_cache_dir(const char *dir);
+const char *kn_cuda_cache_dir(void);
+/* Launch a kernel taking one kn_kargs-like struct by value. */
+kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);
+
+/* ---- kernels by op family (each returns KN_ERR_UNSUPPORTED for calls it
+ * does not cover, so `run` can name the gap) ---- */
+kn_status kn_cuda_eager_ir(const kn_opcall *c);  /* kn_cuda_eager.c */
+kn_status kn_cuda_ops_run(const kn_opcall *c);   /* kn_cuda_ops.c: templates */
+kn_status kn_cuda_matmul(const kn_opcall *c);    /* kn_cuda_blas.c */
+kn_status kn_cuda_conv2d(const kn_opcall *c);    /* kn_cuda_dnn.c */
+
+/* The embedded template sources (the .cu files of kernels/cuda, made at build time). */
+const char *kn_cuda_template(const char *name); /* "kn_ops" for kn_ops.cu; NULL if absent */
+
+#endif
