@@ -22,6 +22,8 @@ typedef struct kn_backend {
     /* Copy between host memory and this device's memory. */
     kn_status (*to_host)(void *dst, const void *src, int64_t nbytes);
     kn_status (*from_host)(void *dst, const void *src, int64_t nbytes);
+    /* Copy within this device's memory, queued in order with the kernels. */
+    kn_status (*copy)(void *dst, const void *src, int64_t nbytes);
     /* Whether `run` can execute this call (op, dtypes, attrs). */
     bool (*supports_op)(const kn_opcall *c);
     /* Compute c->out from c->in; outputs are preallocated, contiguous, with

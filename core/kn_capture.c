@@ -711,7 +711,22 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
                                 cm->check_report);
             }
         }
-        kn_status st = kn_plan_run(plan, ins, results);
+        kn_status st;
+        if (kn_mode_records(cm->mode) && !cm->check_numerics) {
+            bool replayed = false;
+            int before = plan->rec_state;
+            st = kn_plan_run_recorded(plan, ins, results, &replayed);
+            if (replayed) cm->stats.replays++;
+            if (plan->rec_state == KN_REC_NEVER && before != KN_REC_NEVER) {
+                snprintf(cm->stats.cuda_graph_why, sizeof cm->stats.cuda_graph_why, "%s", plan->rec_why);
+                /* torch says "skipping cudagraphs due to ..." once; so does kiln, on a GPU */
+                kn_compiled_log(cm, plan->device == KN_CPU ? KN_LOG_CUDAGRAPHS : KN_LOG_WARN,
+                                "kiln: %s (%s): a graph runs without a CUDA graph: %s\n", cm->fn_name,
+                                cm->fn_where, plan->rec_why);
+            }
+        } else {
+            st = kn_plan_run(plan, ins, results);
+        }
         if (plan->peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->peak_bytes;
         return st;
     }
@@ -863,6 +878,11 @@ kn_status kn_compiled_new(const char *fn_name, const char *fn_where, kn_compiled
     cm->log_flags = KN_LOG_WARN;
     *out = cm;
     return KN_OK;
+}
+
+bool kn_mode_records(const char *mode)
+{
+    return strcmp(mode, "reduce-overhead") == 0 || strcmp(mode, "max-autotune") == 0;
 }
 
 void kn_compiled_set_mode(kn_compiled *cm, const char *mode)

@@ -104,7 +104,12 @@ typedef struct kn_compile_stats {
     double capture_s, passes_s, codegen_s, backend_s;
     int plans_built;
     int64_t peak_bytes; /* most bytes of intermediate values alive in one compiled run */
+    int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
+    char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */
 } kn_compile_stats;
+
+/* Whether a mode records CUDA graphs (reduce-overhead, max-autotune). */
+bool kn_mode_records(const char *mode);
 
 typedef struct kn_compiled kn_compiled;
 
@@ -214,7 +219,7 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
 /* The plan a version ran most recently (NULL when none). */
 kn_plan *kn_version_plan(const kn_version *v);
 
-enum { KN_LOG_FUSION = 16, KN_LOG_KERNELS = 32, KN_LOG_PASSES = 64 };
+enum { KN_LOG_FUSION = 16, KN_LOG_KERNELS = 32, KN_LOG_PASSES = 64, KN_LOG_CUDAGRAPHS = 128 };
 
 /* Append to cm->log (kept when `kind` is in cm->log_flags). */
 void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)

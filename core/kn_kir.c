@@ -607,7 +607,19 @@ static const char prelude_common[] =
     "}\n"
     "KN_FN kn_i32 kn_sat_i32(kn_i64 v) { return (kn_i32)(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }\n"
     "KN_FN kn_i64 kn_iabs(kn_i64 v) { return v < 0 ? -v : v; }\n"
-    "KN_FN kn_i64 kn_ipow(kn_i64 a, kn_i64 b) { return kn_f2i(pow((double)a, (double)b)); }\n"
+    /* by squaring: exact wherever the result is an exact double, as the
+     * reference's correctly rounded pow is; CUDA's pow(-3.0, 1.0) gave
+     * -2.9999999999999996, which truncates to -2 */
+    "KN_FN kn_i64 kn_ipow(kn_i64 a, kn_i64 b)\n"
+    "{\n"
+    "    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : a == 0 ? kn_f2i(INFINITY) : 0;\n"
+    "    double r = 1.0, x = (double)a;\n"
+    "    for (; b; b >>= 1) {\n"
+    "        if (b & 1) r *= x;\n"
+    "        if (b > 1) x *= x;\n"
+    "    }\n"
+    "    return kn_f2i(r);\n"
+    "}\n"
     "KN_FN kn_i64 kn_idiv(kn_i64 a, kn_i64 b)\n"
     "{\n"
     "    if (b == 0) return a == 0 ? 0 : a > 0 ? 9223372036854774784LL : -9223372036854775807LL - 1;\n"
@@ -944,6 +956,18 @@ kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src)
         }
     }
     return sb_finish(&s, src, "program");
+}
+
+const char *kn_kir_cuda_prelude(void)
+{
+    /* rendered once and kept: template modules prepend it on every build */
+    static char *text;
+    if (!text) {
+        sbuf s = {0};
+        render_prelude(&s, KN_TARGET_CUDA);
+        if (sb_finish(&s, &text, "cuda prelude") != KN_OK) return NULL;
+    }
+    return text;
 }
 
 /* ---- launch configuration ---- */

@@ -130,6 +130,9 @@ kn_status kn_kernel_add_arg(kn_kernel *k, const kn_karg *a, int *out);
 typedef enum kn_target { KN_TARGET_C, KN_TARGET_CUDA } kn_target;
 kn_status kn_kernel_render(const kn_kernel *k, kn_target t, char **src);
 kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src);
+/* The CUDA prelude alone (types, bf16/f16 bit code, helpers; no includes),
+ * for hand-written templates that share it; static storage, NULL on OOM. */
+const char *kn_kir_cuda_prelude(void);
 
 /* Human-readable dump of a kernel (for KILN_LOGS=kernels and tests). */
 kn_status kn_kernel_dump(const kn_kernel *k, char **text);

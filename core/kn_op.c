@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kn_backend.h"
+#include "kn_profile.h"
 #include "kn_view.h"
 
 static const struct {
@@ -118,7 +119,10 @@ kn_status kn_op_eager(kn_opcall *c, kn_device dev)
         }
     }
     c->n_out = n_out;
+    bool prof = kn_profile_on;
+    int slot = prof ? kn_profile_kernel_begin(dev) : -1;
     kn_status st = be->run(c);
+    if (prof) kn_profile_op_end(slot, c);
     if (st != KN_OK) {
         for (int i = 0; i < n_out; i++) {
             kn_tensor_release(c->out[i]);

@@ -11,6 +11,7 @@
 
 #include "kn_backend.h"
 #include "kn_passes.h"
+#include "kn_profile.h"
 #include "kn_view.h"
 
 static double now_s(void)
@@ -24,6 +25,14 @@ void kn_plan_free(kn_plan *p)
 {
     if (!p) return;
     const kn_backend *be = kn_backend_get(p->device);
+    if (p->rec_exec && be && be->graph_destroy) be->graph_destroy(p->rec_exec);
+    for (int i = 0; p->rec_in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec_in[i]);
+    for (int i = 0; p->rec_out && i < p->n_outputs; i++) kn_tensor_release(p->rec_out[i]);
+    free(p->rec_in);
+    free(p->rec_ptr);
+    free(p->rec_out);
+    for (int i = 0; p->consts && i < p->g.n_nodes; i++) kn_tensor_release(p->consts[i]);
+    free(p->consts);
     if (p->lib && be && be->release_program) be->release_program(p->lib);
     if (p->arena && be) be->free(p->arena);
     free(p->arena_off);
@@ -273,8 +282,20 @@ static kn_status run_generated(run_ctx *r, int kid)
     return KN_OK;
 }
 
+/* A constant's value on the plan's device: made at the first run and kept,
+ * so later runs (and recordings, which cannot copy from the host) reuse it. */
 static kn_status const_value(run_ctx *r, int node)
 {
+    kn_plan *p = r->p;
+    if (!p->consts) {
+        p->consts = calloc((size_t)p->g.n_nodes + 1, sizeof *p->consts);
+        if (!p->consts) return kn_error(KN_ERR_OOM, "out of host memory for a plan's constants");
+    }
+    if (p->consts[node]) {
+        kn_tensor_retain(p->consts[node]);
+        r->val[node * KN_MAX_OUTPUTS] = p->consts[node]; /* not counted: the plan's memory */
+        return KN_OK;
+    }
     const kn_node *n = &r->p->g.nodes[node];
     kn_tensor *t;
     KN_TRY(kn_tensor_new(n->out[0].dtype, 0, NULL, KN_CPU, &t));
@@ -286,7 +307,9 @@ static kn_status const_value(run_ctx *r, int node)
         KN_TRY(st);
         t = d;
     }
-    set_val(r, node, 0, t);
+    p->consts[node] = t;
+    kn_tensor_retain(t);
+    r->val[node * KN_MAX_OUTPUTS] = t;
     return KN_OK;
 }
 
@@ -333,8 +356,11 @@ static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resu
         case KN_D_ROOT: {
             int kid = f->kernel[i];
             const kn_kernel *k = &f->prog.kernels[kid];
+            bool prof = kn_profile_on;
+            int slot = prof ? kn_profile_kernel_begin(p->device) : -1;
             if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) st = run_generated(&r, kid);
             else st = run_reference(&r, i);
+            if (prof) kn_profile_plan_end(slot, p, kid);
             break;
         }
         }
@@ -410,4 +436,202 @@ kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *
     free(ref);
     free(got);
     return st;
+}
+
+/* ---- recordings (reduce-overhead) ------------------------------------------ */
+
+static kn_status rec_never(kn_plan *p, const char *fmt, const char *arg)
+{
+    p->rec_state = KN_REC_NEVER;
+    snprintf(p->rec_why, sizeof p->rec_why, fmt, arg);
+    return KN_OK;
+}
+
+/* Whether p can be recorded at all; sets rec_why when not. */
+static void rec_check(kn_plan *p, kn_tensor *const *inputs)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    if (!be || !be->capture_begin || !be->copy) {
+        rec_never(p, "the %s backend has no graph recording", kn_device_name(p->device));
+        return;
+    }
+    for (int i = 0; i < p->g.n_nodes; i++) {
+        int op = p->g.nodes[i].op;
+        if (p->f.disp[i] == KN_D_ROOT && (op == KN_OP_RANDN || op == KN_OP_RAND || op == KN_OP_RANDINT)) {
+            /* a replay would repeat the recorded numbers */
+            rec_never(p, "the graph makes random numbers (%s)", kn_op_name((kn_op)op));
+            return;
+        }
+    }
+    for (int i = 0; i < p->n_orig_inputs; i++) {
+        if (!inputs[i] || !inputs[i]->storage) {
+            rec_never(p, "input '%s' has no data", p->g.inputs[i].name);
+            return;
+        }
+        if (kn_tensor_device(inputs[i]) != p->device) {
+            rec_never(p, "input '%s' is on another device", p->g.inputs[i].name);
+            return;
+        }
+        kn_input_kind k = p->g.inputs[i].kind;
+        if (k != KN_IN_PARAM && k != KN_IN_TENSOR && !kn_tensor_is_contiguous(inputs[i])) {
+            rec_never(p, "input '%s' is not contiguous (it would need a static buffer of its layout)",
+                      p->g.inputs[i].name);
+            return;
+        }
+    }
+}
+
+/* Inputs from outside are copied into the recording's static buffers;
+ * parameters and identity-guarded tensors are read in place. */
+static bool rec_in_place(const kn_plan *p, int i)
+{
+    kn_input_kind k = p->g.inputs[i].kind;
+    return k == KN_IN_PARAM || k == KN_IN_TENSOR;
+}
+
+static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    for (int i = 0; i < p->n_orig_inputs; i++) {
+        kn_tensor *s = p->rec_in[i];
+        if (!s) continue;
+        void *dst = kn_tensor_data(s);
+        const void *src = kn_tensor_data(inputs[i]);
+        if (dst != src)
+            KN_TRY(be->copy(dst, src, kn_tensor_numel(s) * (int64_t)kn_dtype_size(s->dtype)));
+    }
+    return KN_OK;
+}
+
+/* The caller's copy of a recording output: a new tensor, so the next
+ * replay cannot change it. */
+static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    if (kn_tensor_is_contiguous(t)) {
+        kn_meta m = kn_tensor_meta(t);
+        KN_TRY(kn_tensor_new_meta(&m, p->device, out));
+        kn_status st = be->copy(kn_tensor_data(*out), kn_tensor_data(t),
+                                kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype));
+        if (st != KN_OK) {
+            kn_tensor_release(*out);
+            *out = NULL;
+        }
+        return st;
+    }
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_CONTIGUOUS);
+    c.n_in = 1;
+    c.in[0] = t;
+    KN_TRY(kn_op_eager(&c, p->device));
+    *out = c.out[0];
+    return KN_OK;
+}
+
+static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    KN_TRY(rec_copy_inputs(p, inputs));
+    KN_TRY(be->graph_launch(p->rec_exec));
+    p->replays++;
+    for (int o = 0; o < p->n_outputs; o++) {
+        kn_status st = rec_clone(p, p->rec_out[o], &results[o]);
+        if (st != KN_OK) {
+            for (int j = 0; j < o; j++) {
+                kn_tensor_release(results[j]);
+                results[j] = NULL;
+            }
+            return st;
+        }
+    }
+    return KN_OK;
+}
+
+static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    int n_in = p->n_orig_inputs;
+    p->rec_in = calloc((size_t)n_in + 1, sizeof *p->rec_in);
+    p->rec_ptr = calloc((size_t)n_in + 1, sizeof *p->rec_ptr);
+    p->rec_out = calloc((size_t)p->n_outputs + 1, sizeof *p->rec_out);
+    kn_tensor **bound = calloc((size_t)n_in + 1, sizeof *bound);
+    if (!p->rec_in || !p->rec_ptr || !p->rec_out || !bound) {
+        free(bound);
+        return kn_error(KN_ERR_OOM, "out of host memory recording a graph");
+    }
+    kn_status st = KN_OK;
+    for (int i = 0; i < n_in && st == KN_OK; i++) {
+        if (rec_in_place(p, i)) {
+            bound[i] = inputs[i];
+            p->rec_ptr[i] = kn_tensor_data(inputs[i]);
+            continue;
+        }
+        kn_meta m = kn_tensor_meta(inputs[i]);
+        st = kn_tensor_new_meta(&m, p->device, &p->rec_in[i]);
+        bound[i] = p->rec_in[i];
+    }
+    if (st == KN_OK) st = rec_copy_inputs(p, inputs);
+    if (st == KN_OK) st = be->capture_begin();
+    if (st == KN_OK) {
+        kn_status run = kn_plan_run(p, bound, p->rec_out);
+        char why[200];
+        snprintf(why, sizeof why, "%s", run != KN_OK ? kn_last_error() : "");
+        void *exec = NULL;
+        kn_status end = be->capture_end(&exec); /* always end the capture, even after a failed run */
+        if (run != KN_OK || end != KN_OK) {
+            if (run == KN_OK) snprintf(why, sizeof why, "%s", kn_last_error());
+            if (exec) be->graph_destroy(exec);
+            for (int o = 0; o < p->n_outputs; o++) {
+                kn_tensor_release(p->rec_out[o]);
+                p->rec_out[o] = NULL;
+            }
+            rec_never(p, "recording failed: %s", why);
+            free(bound);
+            return KN_OK; /* the caller runs it without */
+        }
+        p->rec_exec = exec;
+        p->rec_state = KN_REC_READY;
+    }
+    free(bound);
+    KN_TRY(st);
+    /* the capture ran nothing: the first replay computes this call */
+    return rec_replay(p, inputs, results);
+}
+
+kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed)
+{
+    *replayed = false;
+    /* profiling times each kernel with events, which a capture cannot hold:
+     * a profiled call runs the plan as is */
+    if (kn_profile_on) return kn_plan_run(p, inputs, results);
+    if (p->rec_state == KN_REC_WARMUP) {
+        rec_check(p, inputs);
+        if (p->rec_state == KN_REC_WARMUP) p->rec_state = KN_REC_RECORD;
+        return kn_plan_run(p, inputs, results);
+    }
+    if (p->rec_state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
+    for (int i = 0; i < p->n_orig_inputs; i++)
+        if (p->rec_state == KN_REC_READY && rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec_ptr[i]) {
+            /* a parameter's storage moved (same tensor, new data): record again */
+            const kn_backend *be = kn_backend_get(p->device);
+            be->graph_destroy(p->rec_exec);
+            p->rec_exec = NULL;
+            for (int j = 0; j < p->n_orig_inputs; j++) kn_tensor_release(p->rec_in[j]);
+            for (int j = 0; j < p->n_outputs; j++) kn_tensor_release(p->rec_out[j]);
+            free(p->rec_in);
+            free(p->rec_ptr);
+            free(p->rec_out);
+            p->rec_in = p->rec_out = NULL;
+            p->rec_ptr = NULL;
+            p->rec_state = KN_REC_RECORD;
+            break;
+        }
+    if (p->rec_state == KN_REC_RECORD) {
+        KN_TRY(rec_record(p, inputs, results));
+        if (p->rec_state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
+        *replayed = true;
+        return KN_OK;
+    }
+    *replayed = true;
+    return rec_replay(p, inputs, results);
 }

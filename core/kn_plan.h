@@ -38,7 +38,19 @@ typedef struct kn_plan {
     void *arena;            /* allocated at the first run, kept for the next */
     char *source;           /* the generated source (C), for :src */
     int fault_kernel;       /* testing the numerics check: corrupt this kernel's output (-1: none) */
+    kn_tensor **consts;     /* per node: the constant's value on the device, made at the first run */
+    /* reduce-overhead: the recording (CUDA graph) of this plan, see kn_plan_run_recorded */
+    int rec_state;          /* KN_REC_* */
+    char rec_why[256];      /* why it runs without a recording (KN_REC_NEVER) */
+    void *rec_exec;         /* the backend's replayable recording */
+    kn_tensor **rec_in;     /* per caller input: the static buffer the recording reads, or NULL
+                               when it reads the caller's tensor in place (parameters) */
+    void **rec_ptr;         /* per caller input read in place: its data address when recorded */
+    kn_tensor **rec_out;    /* the recording's outputs (overwritten by each replay) */
+    int64_t replays;
 } kn_plan;
+
+enum { KN_REC_WARMUP = 0, KN_REC_RECORD, KN_REC_READY, KN_REC_NEVER };
 
 /* Build a plan for the values `wanted` (node, out) of g, whose inputs are
  * bound. log_flags: KN_PASSES_LOG / VERIFY from kn_passes.h. */
@@ -48,6 +60,17 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
  * build); results[i] gets a new reference to wanted value i. */
 kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results);
 void kn_plan_free(kn_plan *p);
+
+/* kn_plan_run through a recording (reduce-overhead): the first call runs
+ * as usual (warm-up: kernels loaded, library plans and workspaces made),
+ * the second records the run into a replayable graph, later calls copy the
+ * inputs that come from outside into the recording's static buffers and
+ * replay it; results are copies of the recording's outputs, so a later
+ * replay never changes a value the caller holds. A plan that cannot be
+ * recorded (backend without recording, random ops, non-contiguous inputs,
+ * a failed capture) runs as kn_plan_run from then on, with the reason in
+ * p->rec_why; *recorded_now tells the caller to report it once. */
+kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed);
 
 /* Numerics check: run the plan and, node by node, the reference executor
  * on the same inputs, and compare every value a kernel materializes. On a

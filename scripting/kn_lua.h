@@ -27,6 +27,7 @@ void kn_lua_open_ops(lua_State *L);
 void kn_lua_open_io(lua_State *L);     /* safetensors */
 void kn_lua_open_system(lua_State *L); /* clock, device_info, ... */
 void kn_lua_open_compile(lua_State *L); /* compile, explain, graph_break, eager, config, log */
+void kn_lua_open_timing(lua_State *L);  /* kiln.profiler: events, ceilings (kn_lua_timing.c) */
 
 /* ---- capture (kn_lua_compile.c) ---- */
 struct kn_capture;

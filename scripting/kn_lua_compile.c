@@ -19,6 +19,10 @@
 
 #include "kn_lua_compile.h"
 #include "kn_passes.h"
+#include "kn_backend.h"
+#ifdef KILN_HAVE_CUDA
+#include "cuda/kn_cuda.h"
+#endif
 
 /* The capture of the call in progress, and the userdata index of its
  * compiled callable (for the parameter-name map), or NULL / 0. */
@@ -433,6 +437,24 @@ compiled_ud *kn_lua_check_compiled(lua_State *L, int idx)
     return u;
 }
 
+void kn_lua_sync_config(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "allow_tf32");
+        kn_set_allow_tf32(lua_toboolean(L, -1));
+        lua_getfield(L, -2, "cache_dir");
+#ifdef KILN_HAVE_CUDA
+        if (lua_isstring(L, -1)) {
+            const char *dir = lua_tostring(L, -1), *cur = kn_cuda_cache_dir();
+            if (!cur || strcmp(cur, dir) != 0) kn_cuda_set_cache_dir(dir);
+        }
+#endif
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+}
+
 /* Read kiln.config into the compiled function's settings. */
 static void read_config(lua_State *L, kn_compiled *cm)
 {
@@ -453,6 +475,7 @@ static void read_config(lua_State *L, kn_compiled *cm)
         lua_pop(L, 6);
     }
     lua_pop(L, 1);
+    kn_lua_sync_config(L);
     cm->log_flags = g_log_flags;
     cm->pass_flags = (g_log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
 #ifndef NDEBUG
@@ -1080,6 +1103,7 @@ static int parse_log_word(const char *w)
     if (strcmp(w, "recompiles") == 0) return KN_LOG_RECOMPILES;
     if (strcmp(w, "guards") == 0) return KN_LOG_GUARDS;
     if (strcmp(w, "kernels") == 0) return KN_LOG_KERNELS;
+    if (strcmp(w, "cudagraphs") == 0) return KN_LOG_CUDAGRAPHS;
     if (strcmp(w, "fusion") == 0) return KN_LOG_FUSION;
     if (strcmp(w, "passes") == 0) return KN_LOG_PASSES;
     if (strcmp(w, "autotune") == 0) return 0;

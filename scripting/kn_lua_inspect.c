@@ -319,8 +319,14 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "autotune_s");
     lua_pushinteger(L, 0);
     lua_setfield(L, -2, "autotune_cache_hits");
-    lua_pushinteger(L, 0);
+    lua_pushinteger(L, (lua_Integer)s->replays);
     lua_setfield(L, -2, "replays");
+    /* "yes" once a call replayed a recording; else why not (or not yet) */
+    if (s->cuda_graph_why[0]) lua_pushfstring(L, "no: %s", s->cuda_graph_why);
+    else if (s->replays) lua_pushstring(L, "yes");
+    else if (kn_mode_records(cm->mode)) lua_pushstring(L, "not recorded yet");
+    else lua_pushfstring(L, "no: mode %s does not record", cm->mode);
+    lua_setfield(L, -2, "cuda_graph");
     lua_pushinteger(L, s->eager_fallbacks);
     lua_setfield(L, -2, "eager_fallbacks");
     compiled_ud *u = kn_lua_check_compiled(L, 1);

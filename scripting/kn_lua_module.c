@@ -42,6 +42,7 @@ int luaopen_kiln(lua_State *L)
     kn_lua_open_io(L);
     kn_lua_open_system(L);
     kn_lua_open_compile(L);
+    kn_lua_open_timing(L);
     run_embedded(L, kiln_idx);
     return 1;
 }

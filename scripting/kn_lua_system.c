@@ -7,6 +7,7 @@
 
 #include "kn_lua.h"
 #include "kn_lua_util.h"
+#include "kn_backend.h"
 #include "cpu/kn_cpu_jit.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/kn_cuda.h"
@@ -115,6 +116,39 @@ static int l_default_device(lua_State *L)
     return 1;
 }
 
+/* kiln.cuda_available(): true, or false and the one-line reason. */
+static int l_cuda_available(lua_State *L)
+{
+#ifdef KILN_HAVE_CUDA
+    bool ok = kn_cuda_available();
+    lua_pushboolean(L, ok);
+    if (ok) return 1;
+    lua_pushstring(L, kn_cuda_unavailable_reason());
+    return 2;
+#else
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, "this kiln was built without the CUDA toolkit");
+    return 2;
+#endif
+}
+
+/* kiln.synchronize([device]): wait for the device's queued work, so wall
+ * clocks around GPU calls measure the work and not its launch. */
+static int l_synchronize(lua_State *L)
+{
+    kn_device dev = kn_lua_default_device();
+    if (!lua_isnoneornil(L, 1)) {
+        kn_status st = kn_device_parse(luaL_checkstring(L, 1), &dev);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+    }
+    const kn_backend *be = kn_backend_get(dev);
+    if (be && be->sync) {
+        kn_status st = be->sync();
+        if (st != KN_OK) return kn_lua_fail(L, st);
+    }
+    return 0;
+}
+
 /* kiln.jit_stats(): the process-wide counters of the generated-code cache. */
 static int l_jit_stats(lua_State *L)
 {
@@ -181,6 +215,8 @@ void kn_lua_open_system(lua_State *L)
                                    {"ops", l_ops},
                                    {"jit_stats", l_jit_stats},
                                    {"nvrtc_compile", l_nvrtc_compile},
+                                   {"cuda_available", l_cuda_available},
+                                   {"synchronize", l_synchronize},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }

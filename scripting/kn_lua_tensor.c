@@ -12,6 +12,7 @@
 
 #include "kn_lua.h"
 #include "kn_lua_util.h"
+#include "kn_backend.h"
 #include "kn_view.h"
 #include "kn_capture.h"
 
@@ -166,7 +167,10 @@ void kn_lua_opts(lua_State *L, int idx, kn_dtype *dt, kn_device *dev, int64_t *s
 
 kn_device kn_lua_default_device(void)
 {
-    return KN_CPU; /* becomes cuda when a GPU is present, once the CUDA backend runs ops */
+    /* design section 2: cuda when a GPU is present, else cpu */
+    static int cached = -1;
+    if (cached < 0) cached = kn_backend_get(KN_CUDA) ? KN_CUDA : KN_CPU;
+    return (kn_device)cached;
 }
 
 /* ---- creation ---------------------------------------------------------- */
@@ -537,6 +541,54 @@ static int m_to(lua_State *L)
     return run1(L, KN_OP_CAST, t, &a);
 }
 
+/* x:copy_(src): overwrite x's elements with src's (same shape and dtype,
+ * any device), in place: what feeds new data to a tensor a recording
+ * (reduce-overhead) or a caller holds. Returns x. */
+static int m_copy_(lua_State *L)
+{
+    kn_tensor *dst = kn_lua_checktensor(L, 1), *src = kn_lua_checktensor(L, 2);
+    if (dst->lazy || src->lazy || !dst->storage || !src->storage)
+        return luaL_error(L, "copy_: in-place copies are not traced; call it outside compiled functions");
+    char a[64], b[64];
+    if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->ndim) != 0 ||
+        dst->dtype != src->dtype)
+        return luaL_error(L, "copy_: source %s %s does not match destination %s %s",
+                          kn_shape_str(src->ndim, src->shape, a, sizeof a), kn_dtype_name(src->dtype),
+                          kn_shape_str(dst->ndim, dst->shape, b, sizeof b), kn_dtype_name(dst->dtype));
+    if (!kn_tensor_is_contiguous(dst)) return luaL_error(L, "copy_: the destination must be contiguous");
+    kn_device dd = kn_tensor_device(dst);
+    kn_tensor *s = src, *tmp = NULL;
+    kn_status st = KN_OK;
+    if (kn_tensor_device(s) != dd) {
+        st = kn_tensor_to_device(s, dd, &tmp); /* contiguous on the destination's device */
+        s = tmp;
+    } else if (!kn_tensor_is_contiguous(s)) {
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_CONTIGUOUS);
+        c.n_in = 1;
+        c.in[0] = s;
+        st = kn_op_eager(&c, dd);
+        s = tmp = c.out[0];
+    }
+    if (st == KN_OK && !kn_tensor_is_contiguous(s)) {
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_CONTIGUOUS);
+        c.n_in = 1;
+        c.in[0] = s;
+        st = kn_op_eager(&c, dd);
+        kn_tensor_release(tmp);
+        s = tmp = st == KN_OK ? c.out[0] : NULL;
+    }
+    const kn_backend *be = kn_backend_get(dd);
+    if (st == KN_OK && !be) st = kn_error(KN_ERR_DEVICE, "copy_: device %s is not available", kn_device_name(dd));
+    if (st == KN_OK)
+        st = be->copy(kn_tensor_data(dst), kn_tensor_data(s), kn_tensor_numel(dst) * (int64_t)kn_dtype_size(dst->dtype));
+    kn_tensor_release(tmp);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    lua_settop(L, 1);
+    return 1;
+}
+
 static int m_clone(lua_State *L)
 {
     return run1(L, KN_OP_CONTIGUOUS, kn_lua_checktensor(L, 1), NULL);
@@ -887,7 +939,7 @@ static const luaL_Reg tensor_methods[] = {
     {"shape", m_shape},         {"size", m_size},         {"strides", m_strides},
     {"dim", m_dim},             {"numel", m_numel},       {"is_contiguous", m_is_contiguous},
     {"item", m_item},           {"tolist", m_tolist},     {"to", m_to},
-    {"clone", m_clone},         {"contiguous", m_contiguous},
+    {"clone", m_clone},         {"contiguous", m_contiguous}, {"copy_", m_copy_},
     {"reshape", m_reshape},     {"view", m_view},         {"expand", m_expand},
     {"transpose", m_transpose}, {"t", m_transpose},       {"permute", m_permute},
     {"unsqueeze", m_unsqueeze}, {"squeeze", m_squeeze},   {"flatten", m_flatten},

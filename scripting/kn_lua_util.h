@@ -13,5 +13,7 @@ int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what);
 /* Read {dtype=, device=, seed=} at idx (nil is fine); seed may be NULL. */
 void kn_lua_opts(lua_State *L, int idx, kn_dtype *dt, kn_device *dev, int64_t *seed, int *has_seed);
 kn_device kn_lua_default_device(void);
+/* Push kiln.config's backend switches (allow_tf32, cache_dir) to core. */
+void kn_lua_sync_config(lua_State *L);
 
 #endif

@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kn_cpu.h"
 #include "kn_cpu_jit.h"
@@ -121,6 +122,32 @@ static kn_status cpu_launch(const struct kn_kernel *k, void *fn, char **bufs, co
     return KN_OK;
 }
 
+/* Events: the CPU's work is done when the call that queued it returns, so
+ * an event is a clock reading taken when it is recorded. */
+static kn_status cpu_event_create(void **ev)
+{
+    *ev = calloc(1, sizeof(struct timespec));
+    return *ev ? KN_OK : kn_error(KN_ERR_OOM, "cpu: out of host memory for an event");
+}
+
+static void cpu_event_destroy(void *ev)
+{
+    free(ev);
+}
+
+static kn_status cpu_event_record(void *ev)
+{
+    clock_gettime(CLOCK_MONOTONIC, (struct timespec *)ev);
+    return KN_OK;
+}
+
+static kn_status cpu_event_elapsed_ms(void *a, void *b, double *ms)
+{
+    const struct timespec *x = a, *y = b;
+    *ms = (double)(y->tv_sec - x->tv_sec) * 1e3 + (double)(y->tv_nsec - x->tv_nsec) * 1e-6;
+    return KN_OK;
+}
+
 const kn_backend kn_cpu_backend = {
     .name = "cpu",
     .device = KN_CPU,
@@ -128,10 +155,15 @@ const kn_backend kn_cpu_backend = {
     .free = cpu_free,
     .to_host = cpu_copy,
     .from_host = cpu_copy,
+    .copy = cpu_copy,
     .supports_op = cpu_supports_op,
     .run = cpu_run,
     .sync = cpu_sync,
     .compile_program = cpu_compile_program,
     .release_program = cpu_release_program,
     .launch = cpu_launch,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .event_elapsed_ms = cpu_event_elapsed_ms,
 };

@@ -1,14 +1,442 @@
-/* kn_cuda_backend: placeholder until the CUDA backend lands (issue 5). */
+/* kn_cuda_backend: the CUDA backend's vtable, its one stream, copies,
+ * errors, events and recordings (CUDA graphs by stream capture).
+ *
+ * Everything kiln queues on the GPU goes to one non-blocking stream, so the
+ * order of calls is the order of work and the caching allocator can reuse
+ * a freed block at once. The host waits only where it must: copies to the
+ * host, copies from host memory the caller may free on return, `sync`, and
+ * event timing.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "kn_cuda_internal.h"
+#include "kn_kir.h"
+
+/* ---- availability and initialization ---- */
+
+static pthread_once_t avail_once = PTHREAD_ONCE_INIT;
+static bool avail;
+static char avail_why[512] = "the CUDA backend was not probed";
+
+/* CUDA 13 compiles for sm_75 and newer only. */
+#define KN_CUDA_MIN_ARCH 75
+
+static void probe(void)
+{
+    const char *dev = getenv("KILN_DEVICE");
+    if (dev && strcmp(dev, "cpu") == 0) {
+        snprintf(avail_why, sizeof avail_why, "KILN_DEVICE=cpu turns the CUDA backend off");
+        return;
+    }
+    int n = 0, driver = 0, runtime = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (e == cudaErrorInsufficientDriver && driver == 0) {
+        snprintf(avail_why, sizeof avail_why, "no CUDA driver is installed (cudaGetDeviceCount: %s)",
+                 cudaGetErrorString(e));
+    } else if (e == cudaErrorInsufficientDriver || (driver > 0 && driver / 1000 < runtime / 1000)) {
+        snprintf(avail_why, sizeof avail_why,
+                 "CUDA driver too old: it supports CUDA %d.%d, kiln's CUDA runtime is %d.%d (update the driver)",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    } else if (e != cudaSuccess) {
+        snprintf(avail_why, sizeof avail_why, "no CUDA device: %s", cudaGetErrorString(e));
+    } else if (n == 0) {
+        snprintf(avail_why, sizeof avail_why, "no CUDA device: the driver reports none");
+    } else {
+        int major = 0, minor = 0;
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+        if (e != cudaSuccess)
+            snprintf(avail_why, sizeof avail_why, "CUDA device 0 cannot be queried: %s", cudaGetErrorString(e));
+        else if (major * 10 + minor < KN_CUDA_MIN_ARCH)
+            snprintf(avail_why, sizeof avail_why,
+                     "CUDA device 0 has compute capability %d.%d; kiln's CUDA %d.%d needs 7.5 or newer", major,
+                     minor, runtime / 1000, runtime % 1000 / 10);
+        else {
+            avail = true;
+            avail_why[0] = 0;
+        }
+    }
+    (void)cudaGetLastError();
+}
 
 bool kn_cuda_available(void)
 {
-    return false;
+    pthread_once(&avail_once, probe);
+    return avail;
 }
 
 const char *kn_cuda_unavailable_reason(void)
 {
-    return "the CUDA backend is not built yet";
+    pthread_once(&avail_once, probe);
+    return avail ? "" : avail_why;
 }
 
-const kn_backend kn_cuda_backend = {.name = "cuda", .device = KN_CUDA};
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int init_state; /* 0 not yet, 1 ready, 2 failed (for good) */
+static char init_why[512];
+static cudaStream_t stream;
+static int arch;
+
+static void init_locked(void)
+{
+    if (!kn_cuda_available()) {
+        snprintf(init_why, sizeof init_why, "CUDA is not available: %s", kn_cuda_unavailable_reason());
+        init_state = 2;
+        return;
+    }
+    int major = 0, minor = 0;
+    cudaError_t e = cudaSetDevice(0);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    if (e != cudaSuccess) {
+        snprintf(init_why, sizeof init_why, "cannot start CUDA on device 0: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        init_state = 2;
+        return;
+    }
+    arch = major * 10 + minor;
+    __atomic_store_n(&init_state, 1, __ATOMIC_RELEASE);
+}
+
+kn_status kn_cuda_init(void)
+{
+    if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == 1) return KN_OK;
+    pthread_mutex_lock(&init_lock);
+    if (init_state == 0) init_locked();
+    int s = init_state;
+    pthread_mutex_unlock(&init_lock);
+    if (s != 1) return kn_error(KN_ERR_DEVICE, "%s", init_why);
+    return KN_OK;
+}
+
+cudaStream_t kn_cuda_stream(void)
+{
+    (void)kn_cuda_init(); /* callers have checked it: this only makes the order safe */
+    return stream;
+}
+
+int kn_cuda_arch(void)
+{
+    (void)kn_cuda_init();
+    return arch;
+}
+
+/* ---- errors ---- */
+
+/* Errors after which the context is lost: every later call fails too. */
+static bool is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorHardwareStackError:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout: return true;
+    default: return false;
+    }
+}
+
+static double mib(int64_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
+
+kn_status kn_cuda_oom(int64_t nbytes, const char *what)
+{
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+    kn_cuda_alloc_stats s;
+    kn_cuda_alloc_stats_get(&s);
+    char req[96] = "";
+    if (nbytes >= 0) snprintf(req, sizeof req, ": tried to allocate %.2f MiB", mib(nbytes));
+    return kn_error(KN_ERR_OOM,
+                    "%s%sCUDA out of memory%s; %.2f MiB free of %.2f MiB total, %.2f MiB cached by kiln "
+                    "(%.2f MiB in use by kiln's tensors)",
+                    what ? what : "", what ? ": " : "", req, mib((int64_t)free_b), mib((int64_t)total_b),
+                    mib(s.reserved - s.allocated), mib(s.allocated));
+}
+
+kn_status kn_cuda_fail(cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError(); /* a non-sticky error must not show up again at the next call */
+    if (e == cudaErrorMemoryAllocation) return kn_cuda_oom(-1, what);
+    return kn_error(KN_ERR_DEVICE, "%s: %s%s", what, cudaGetErrorString(e),
+                    is_sticky(e) ? " (the GPU context is lost after this error: restart kiln)" : "");
+}
+
+/* Errors a wait reports belong to earlier work, not to the wait. */
+static kn_status wait_stream(const char *what)
+{
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess) return KN_OK;
+    char ctx[256];
+    snprintf(ctx, sizeof ctx,
+             "%s: a CUDA kernel queued earlier failed (CUDA reports it only when waiting; "
+             "CUDA_LAUNCH_BLOCKING=1 names the kernel)", what);
+    return kn_cuda_fail(e, ctx);
+}
+
+/* ---- memory ---- */
+
+static kn_status cuda_alloc(int64_t nbytes, void **p)
+{
+    return kn_cuda_malloc(nbytes, p);
+}
+
+static void cuda_free(void *p)
+{
+    kn_cuda_free(p);
+}
+
+static kn_status cuda_to_host(void *dst, const void *src, int64_t nbytes)
+{
+    if (nbytes <= 0) return KN_OK;
+    KN_TRY(kn_cuda_init());
+    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost, stream),
+                "copying from the GPU to the host");
+    return wait_stream("copying from the GPU to the host");
+}
+
+static kn_status cuda_from_host(void *dst, const void *src, int64_t nbytes)
+{
+    if (nbytes <= 0) return KN_OK;
+    KN_TRY(kn_cuda_init());
+    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyHostToDevice, stream),
+                "copying from the host to the GPU");
+    /* the caller may free or reuse src as soon as this returns */
+    return wait_stream("copying from the host to the GPU");
+}
+
+static kn_status cuda_copy(void *dst, const void *src, int64_t nbytes)
+{
+    if (nbytes <= 0 || dst == src) return KN_OK;
+    KN_TRY(kn_cuda_init());
+    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToDevice, stream),
+                "copying on the GPU");
+    return KN_OK;
+}
+
+/* ---- ops ---- */
+
+/* kn_op_infer has rejected bad dtypes and attrs already; what no CUDA
+ * kernel covers is named by `run`, which knows which family declined. */
+static bool cuda_supports_op(const kn_opcall *c)
+{
+    return c && (unsigned)c->op < KN_OP_COUNT;
+}
+
+static kn_status no_kernel(const kn_opcall *c)
+{
+    char dts[160] = "";
+    size_t n = 0;
+    for (int i = 0; i < c->n_in && n < sizeof dts; i++)
+        n += (size_t)snprintf(dts + n, sizeof dts - n, "%s%s", i ? ", " : "", kn_dtype_name(c->in[i]->dtype));
+    if (c->n_out > 0 && c->out[0] && n < sizeof dts)
+        snprintf(dts + n, sizeof dts - n, "%s-> %s", n ? " " : "", kn_dtype_name(c->out[0]->dtype));
+    return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA kernel for this call (dtypes %s)", kn_op_name(c->op), dts);
+}
+
+static kn_status cuda_run(const kn_opcall *c)
+{
+    if (!c || (unsigned)c->op >= KN_OP_COUNT)
+        return kn_error(KN_ERR_ARG, "cuda: unknown op %d", c ? (int)c->op : -1);
+    KN_TRY(kn_cuda_init());
+    switch (kn_op_kind_of(c->op)) {
+    case KN_K_MATMUL: return kn_cuda_matmul(c);
+    case KN_K_CONV: return kn_cuda_conv2d(c);
+    case KN_K_VIEW: return kn_error(KN_ERR_ARG, "%s: views are metadata: kn_op_eager runs them", kn_op_name(c->op));
+    default: break;
+    }
+    kn_status st = kn_cuda_eager_ir(c);
+    if (st != KN_ERR_UNSUPPORTED) return st;
+    st = kn_cuda_ops_run(c);
+    if (st != KN_ERR_UNSUPPORTED) return st;
+    return no_kernel(c);
+}
+
+static kn_status cuda_sync(void)
+{
+    KN_TRY(kn_cuda_init());
+    return wait_stream("waiting for the GPU");
+}
+
+/* ---- generated kernels ---- */
+
+static kn_status cuda_compile_program(const struct kn_kprogram *p, const char *cache_dir, void **lib, void **fns)
+{
+    *lib = NULL;
+    KN_TRY(kn_cuda_init());
+    char *src = NULL;
+    KN_TRY(kn_kprogram_render(p, KN_TARGET_CUDA, &src));
+    kn_cuda_module *m = NULL;
+    kn_status st = kn_cuda_module_get(src, cache_dir, &m);
+    free(src);
+    KN_TRY(st);
+    for (int k = 0; k < p->n_kernels; k++) {
+        const kn_kernel *kn = &p->kernels[k];
+        if (kn->kind != KN_KERNEL_POINTWISE && kn->kind != KN_KERNEL_ROW) continue;
+        const void *fn = NULL;
+        KN_TRY(kn_cuda_module_kernel(m, kn->name, &fn));
+        fns[k] = (void *)(uintptr_t)fn;
+    }
+    *lib = m; /* modules live for the process: release has nothing to do */
+    return KN_OK;
+}
+
+static void cuda_release_program(void *lib)
+{
+    (void)lib;
+}
+
+static kn_status cuda_launch(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes)
+{
+    if (!sizes) sizes = k->shape;
+    kn_kargs ka;
+    memset(&ka, 0, sizeof ka);
+    for (int a = 0; a < k->n_args && a < KN_KIR_MAX_ARGS; a++) ka.bufs[a] = bufs[a];
+    for (int d = 0; d < k->ndim && d < KN_MAX_DIMS; d++) ka.sizes[d] = sizes[d];
+    int64_t grid;
+    int block;
+    kn_kernel_launch_dims(k, sizes, &grid, &block);
+    return kn_cuda_launch(fn, grid, block, &ka, 0);
+}
+
+/* ---- events ---- */
+
+static kn_status cuda_event_create(void **ev)
+{
+    *ev = NULL;
+    KN_TRY(kn_cuda_init());
+    cudaEvent_t e;
+    KN_CUDA_TRY(cudaEventCreate(&e), "creating a CUDA event");
+    *ev = e;
+    return KN_OK;
+}
+
+static void cuda_event_destroy(void *ev)
+{
+    if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
+static kn_status cuda_event_record(void *ev)
+{
+    KN_CUDA_TRY(cudaEventRecord((cudaEvent_t)ev, stream), "recording a CUDA event");
+    return KN_OK;
+}
+
+static kn_status cuda_event_elapsed_ms(void *a, void *b, double *ms)
+{
+    *ms = 0;
+    cudaError_t e = cudaEventSynchronize((cudaEvent_t)b);
+    if (e != cudaSuccess)
+        return kn_cuda_fail(e, "timing: the work before the end event failed (CUDA reports it when waiting)");
+    float f = 0;
+    KN_CUDA_TRY(cudaEventElapsedTime(&f, (cudaEvent_t)a, (cudaEvent_t)b), "reading a CUDA event timer");
+    *ms = f;
+    return KN_OK;
+}
+
+/* ---- recordings ---- */
+
+typedef struct cuda_graph {
+    cudaGraphExec_t exec;
+    void *held; /* the allocator's blocks this recording reads and writes */
+} cuda_graph;
+
+static kn_status cuda_capture_begin(void)
+{
+    KN_TRY(kn_cuda_init());
+    KN_TRY(kn_cuda_alloc_capture_begin());
+    /* relaxed: the allocator may still call cudaMalloc while recording */
+    cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+        void *held = NULL;
+        kn_cuda_alloc_capture_end(&held);
+        kn_cuda_alloc_release_held(held);
+        return kn_cuda_fail(e, "this graph cannot be recorded: starting the capture");
+    }
+    return KN_OK;
+}
+
+static kn_status cuda_capture_end(void **exec)
+{
+    *exec = NULL;
+    cudaGraph_t g = NULL;
+    void *held = NULL;
+    cudaError_t e = cudaStreamEndCapture(stream, &g);
+    kn_cuda_alloc_capture_end(&held);
+    if (e != cudaSuccess || !g) {
+        if (g) cudaGraphDestroy(g);
+        /* nothing recorded ran, so nothing can still be using the blocks */
+        kn_cuda_alloc_release_held(held);
+        return kn_cuda_fail(e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated,
+                            "this graph cannot be recorded");
+    }
+    cudaGraphExec_t ge = NULL;
+    e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    if (e == cudaSuccess) e = cudaGraphUpload(ge, stream);
+    cuda_graph *cg = e == cudaSuccess ? calloc(1, sizeof *cg) : NULL;
+    if (!cg) {
+        if (ge) cudaGraphExecDestroy(ge);
+        kn_cuda_alloc_release_held(held);
+        if (e == cudaSuccess) return kn_error(KN_ERR_OOM, "out of host memory for a recording");
+        return kn_cuda_fail(e, "this graph cannot be recorded: instantiating it");
+    }
+    cg->exec = ge;
+    cg->held = held;
+    *exec = cg;
+    return KN_OK;
+}
+
+static kn_status cuda_graph_launch(void *exec)
+{
+    cuda_graph *cg = exec;
+    if (!cg) return kn_error(KN_ERR_ARG, "cuda: replay of a missing recording");
+    KN_CUDA_TRY(cudaGraphLaunch(cg->exec, stream), "replaying a CUDA graph");
+    return KN_OK;
+}
+
+static void cuda_graph_destroy(void *exec)
+{
+    cuda_graph *cg = exec;
+    if (!cg) return;
+    /* a replay still in flight writes to the held blocks */
+    if (cudaStreamSynchronize(stream) != cudaSuccess) (void)cudaGetLastError();
+    cudaGraphExecDestroy(cg->exec);
+    kn_cuda_alloc_release_held(cg->held);
+    free(cg);
+}
+
+const kn_backend kn_cuda_backend = {
+    .name = "cuda",
+    .device = KN_CUDA,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .to_host = cuda_to_host,
+    .from_host = cuda_from_host,
+    .copy = cuda_copy,
+    .supports_op = cuda_supports_op,
+    .run = cuda_run,
+    .sync = cuda_sync,
+    .compile_program = cuda_compile_program,
+    .release_program = cuda_release_program,
+    .launch = cuda_launch,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
+};

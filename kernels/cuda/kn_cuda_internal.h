@@ -64,6 +64,20 @@ void kn_cuda_alloc_stats_get(kn_cuda_alloc_stats *s);
 void kn_cuda_alloc_reset_peak(void);
 /* cudaFree every cached (unused) block. */
 void kn_cuda_empty_cache(void);
+/* Recording (CUDA graphs): between capture_begin and capture_end, blocks
+ * freed are reusable only by later allocations of the same recording, and
+ * every block handed out while recording stays reserved for it (a replay
+ * writes there) even after it is freed: capture_end gives the recording
+ * an opaque list of them, and kn_cuda_alloc_release_held (when the
+ * recording is destroyed, after a sync) returns the free ones to the cache
+ * and lets the others go to the cache when they are freed. One recording
+ * at a time; capture_begin fails while one is open. */
+kn_status kn_cuda_alloc_capture_begin(void);
+void kn_cuda_alloc_capture_end(void **held);
+void kn_cuda_alloc_release_held(void *held);
+/* The out-of-memory status: KN_ERR_OOM with the request, the device's free
+ * and total memory and what kiln caches (nbytes < 0: size unknown). */
+kn_status kn_cuda_oom(int64_t nbytes, const char *what);
 
 /* ---- kn_cuda_module.c ----------------------------------------------------- */
 
@@ -92,6 +106,18 @@ kn_status kn_cuda_eager_ir(const kn_opcall *c);  /* kn_cuda_eager.c */
 kn_status kn_cuda_ops_run(const kn_opcall *c);   /* kn_cuda_ops.c: templates */
 kn_status kn_cuda_matmul(const kn_opcall *c);    /* kn_cuda_blas.c */
 kn_status kn_cuda_conv2d(const kn_opcall *c);    /* kn_cuda_dnn.c */
+
+/* kn_cuda_blas.c: matmul with a fused epilogue, out = act(a @ b + bias),
+ * for the compiler's matmul+bias(+act) groups. bias (may be NULL) is 1-D
+ * {N} on cuda; any float dtype (cast to the output's when the runtime can,
+ * else added by kiln's kernel). act: 0 none, 1 relu (exact), 2 GELU with
+ * the tanh approximation (cuBLASLt's GELU epilogue is that one): kiln's
+ * gelu op is the erf form, so pass 2 only for a graph that asks for tanh. */
+kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act);
+/* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
+ * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in
+ * TFLOP/s. f32 follows kiln.config.allow_tf32 like every matmul. */
+kn_status kn_cuda_matmul_rate(kn_dtype dt, double *tflops);
 
 /* The embedded template sources (the .cu files of kernels/cuda, made at build time). */
 const char *kn_cuda_template(const char *name); /* "kn_ops" for kn_ops.cu; NULL if absent */

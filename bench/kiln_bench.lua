@@ -1,0 +1,287 @@
+-- kiln_bench.lua: the kiln side of bench/gpu_bench.sh. Times a sample in a
+-- kiln mode with the method of bench/torch_models.py (time_calls: a cold
+-- first call, warm-up calls, then REPS repetitions of CALLS back-to-back
+-- calls with a device sync after each; ms per call is the median over the
+-- repetitions), checks the output against PyTorch's on PyTorch's weights
+-- and input, and prints one JSON line per row on stdout (progress goes to
+-- stderr).
+--
+--   build/kiln bench/kiln_bench.lua MODEL MODE DTYPE   one row
+--   build/kiln bench/kiln_bench.lua                    MODELS x KILN_MODES x DTYPES in this process
+--   build/kiln bench/kiln_bench.lua info               one line: kiln version and devices
+--   (or lua5.4 with build/ on package.cpath: the module is required when there is no global kiln)
+--
+-- Env: KILN_BENCH_DEVICE (cuda; cpu for a test without a GPU), KILN_BENCH_SMALL
+-- (1: the samples' small sizes), KILN_BENCH_REF (a folder with PyTorch's
+-- MODEL-DTYPE.weights.safetensors and MODEL-DTYPE.io.safetensors; without it,
+-- or without the files, the sample's own weights and input are used and the
+-- output is checked against kiln eager), KILN_BENCH_FIRST_ONLY (1: only the
+-- first call, for the second process of a warm persistent-cache probe),
+-- REPS (5), CALLS (100), WARMUP (10), and for the no-argument form MODELS,
+-- KILN_MODES, DTYPES (comma lists).
+local kiln = rawget(_G, "kiln") or require("kiln")
+
+local function env(name, default)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return default end
+  return v
+end
+
+local function list(s)
+  local t = {}
+  for w in s:gmatch("[^,%s]+") do t[#t + 1] = w end
+  return t
+end
+
+local DEVICE = env("KILN_BENCH_DEVICE", "cuda")
+local SMALL = env("KILN_BENCH_SMALL", "0") == "1"
+local REF = env("KILN_BENCH_REF", nil)
+local FIRST_ONLY = env("KILN_BENCH_FIRST_ONLY", "0") == "1"
+local REPS = math.tointeger(tonumber(env("REPS", "5")))
+local CALLS = math.tointeger(tonumber(env("CALLS", "100")))
+local WARMUP = math.tointeger(tonumber(env("WARMUP", "10")))
+-- the samples live beside this file's folder, wherever the command runs from
+local ROOT = ((arg and arg[0] or ""):match("^(.*)bench/kiln_bench%.lua$") or "")
+
+---------------------------------------------------------------------------
+-- JSON (one line, sorted keys, so rows diff well)
+
+local function json(v)
+  local t = type(v)
+  if t == "nil" then return "null" end
+  if t == "boolean" then return tostring(v) end
+  if t == "number" then
+    if v ~= v then return '"nan"' end
+    if v == math.huge then return '"inf"' end
+    if v == -math.huge then return '"-inf"' end
+    if math.type(v) == "integer" then return tostring(v) end
+    return string.format("%.6g", v)
+  end
+  if t == "string" then
+    return '"' .. v:gsub('[%c"\\]', function(c)
+      local named = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
+      return named[c] or string.format("\\u%04x", c:byte())
+    end) .. '"'
+  end
+  if t == "table" then
+    if #v > 0 or next(v) == nil then
+      local parts = {}
+      for i = 1, #v do parts[i] = json(v[i]) end
+      return "[" .. table.concat(parts, ",") .. "]"
+    end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = json(k) .. ":" .. json(v[k]) end
+    return "{" .. table.concat(parts, ",") .. "}"
+  end
+  return json(tostring(v))
+end
+
+---------------------------------------------------------------------------
+
+local SIZE = { f32 = 4, f64 = 8, bf16 = 2, f16 = 2, i32 = 4, i64 = 8, bool = 1 }
+
+local function bytes_of(t)
+  return t:numel() * (SIZE[t.dtype] or 4)
+end
+
+local function median(v)
+  local s = { table.unpack(v) }
+  table.sort(s)
+  local n = #s
+  if n % 2 == 1 then return s[(n + 1) // 2] end
+  return 0.5 * (s[n // 2] + s[n // 2 + 1])
+end
+
+local sync = function() end
+if type(kiln.synchronize) == "function" then
+  sync = function() kiln.synchronize(DEVICE) end
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- PyTorch's GCN holds its edges as 0-based node numbers; kiln's index ops
+-- count from 1, so the loaded src and dst are shifted to mean the same edges.
+local FIXUPS = {
+  gcn = function(m)
+    m.src = m.src + 1
+    m.dst = m.dst + 1
+  end,
+}
+
+-- Max abs difference, and that over the largest |expected| (in f32, on the CPU).
+local function errors(y, expected)
+  local a, b = y:to("cpu"):to("f32"), expected:to("cpu"):to("f32")
+  local sa, sb = a:shape(), b:shape()
+  if #sa ~= #sb then return nil, nil end
+  for i = 1, #sa do
+    if sa[i] ~= sb[i] then return nil, nil end
+  end
+  local d = (a - b):abs():amax():item()
+  local scale = b:abs():amax():item()
+  return d, scale > 0 and d / scale or d
+end
+
+local function stat_copy(st)
+  local out = {}
+  for k, v in pairs(st or {}) do
+    if type(v) == "number" or type(v) == "string" or type(v) == "boolean" then out[k] = v end
+  end
+  if type(st) == "table" and type(st.compile_s) == "table" then
+    out.compile_s = {}
+    for k, v in pairs(st.compile_s) do out.compile_s[k] = v end
+  end
+  return out
+end
+
+-- A device memory counter, where this kiln exposes one (the names are
+-- guesses at what the CUDA backend will call it; none exists yet).
+local function device_memory()
+  for _, name in ipairs { "cuda_memory_stats", "memory_stats" } do
+    local f = kiln[name]
+    if type(f) == "function" then
+      local ok, st = pcall(f, DEVICE)
+      if ok and type(st) == "table" then return name, stat_copy(st) end
+    end
+  end
+  return nil
+end
+
+local function row(model_name, mode, dtype)
+  local r = { side = "kiln", model = model_name, mode = mode, dtype = dtype, device = DEVICE,
+    kiln = kiln.version, reps = REPS, calls = CALLS, warmup = WARMUP, small = SMALL or nil,
+    phase = FIRST_ONLY and "warm" or "cold" }
+  kiln.session.small = SMALL
+  kiln.config.allow_tf32 = false -- as PyTorch's rows
+  local spec = kiln.load(ROOT .. "samples/" .. model_name .. ".lua", { quiet = true })
+  local model = spec.model
+  local x, expected
+  local wpath = REF and string.format("%s/%s-%s.weights.safetensors", REF, model_name, dtype)
+  local iopath = REF and string.format("%s/%s-%s.io.safetensors", REF, model_name, dtype)
+  if wpath and exists(wpath) and exists(iopath) then
+    -- loaded while the model is still f32 on the CPU: bf16 weights widen
+    -- exactly and narrow back to the same bits in :to(dtype) below
+    model:load_safetensors(wpath, { index_base = 0 })
+    if FIXUPS[model_name] then FIXUPS[model_name](model) end
+    local io_t = kiln.load_safetensors(iopath)
+    x, expected = io_t.input, io_t.output
+    r.ref = "torch-eager"
+  else
+    x = spec.inputs({ small = SMALL, dtype = "f32", device = "cpu" })[1]
+    r.ref = "kiln-eager"
+    r.ref_note = REF and "no PyTorch export for this row; compared with kiln eager on the sample's weights" or nil
+  end
+  model:to(dtype):to(DEVICE)
+  x = x:to(dtype):to(DEVICE)
+  r.input_shape = x:shape()
+  local pbytes = 0
+  for _, t in pairs(model:state_dict()) do pbytes = pbytes + bytes_of(t) end
+  r.param_bytes, r.input_bytes = pbytes, bytes_of(x)
+
+  if expected == nil then -- kiln eager on the same device and dtype is the reference
+    expected = model(x):to("cpu")
+  end
+
+  local f, cm = model, nil
+  if mode ~= "eager" then
+    local ok, c = pcall(kiln.compile, model, { mode = mode })
+    if not ok then
+      r.error, r.unsupported = tostring(c), true
+      return r
+    end
+    f, cm = c, c
+  end
+
+  sync()
+  local t0 = kiln.clock()
+  local y = f(x)
+  sync()
+  r.first_call_s = kiln.clock() - t0
+  local y_first = y:to("cpu") -- copied now: a replayed graph may reuse its output buffer
+  if cm then r.stats_first = stat_copy(cm:stats()) end
+  r.first_max_abs_err, r.first_max_rel_err = errors(y_first, expected)
+  if FIRST_ONLY then return r end
+
+  for _ = 1, WARMUP do f(x) end
+  sync()
+  local per = {}
+  for i = 1, REPS do
+    t0 = kiln.clock()
+    for _ = 1, CALLS do f(x) end
+    sync()
+    per[i] = (kiln.clock() - t0) / CALLS * 1e3
+  end
+  y = f(x)
+  sync()
+  r.max_abs_err, r.max_rel_err = errors(y, expected)
+  r.ms_per_call, r.ms_reps = median(per), per
+  r.ms_min = math.min(table.unpack(per))
+  if cm then
+    local st = cm:stats()
+    r.stats = stat_copy(st)
+    r.peak_bytes = st.peak_bytes
+    -- evidence that the mode did what it says, since kiln accepts every mode
+    -- name before it implements it
+    r.cuda_graph_replays = st.replays
+    if mode:match("^max%-autotune") then
+      r.autotuned = (tonumber(st.autotune_s) or 0) > 0 or (tonumber(st.autotune_cache_hits) or 0) > 0
+    end
+  end
+  -- without a sync the clock would read launch time only on an asynchronous device
+  r.synced = type(kiln.synchronize) == "function"
+  local mem_fn, mem = device_memory()
+  if mem_fn then r.device_memory, r.device_memory_fn = mem, mem_fn end
+  return r
+end
+
+local function info()
+  local di = kiln.device_info()
+  local r = { side = "env-kiln", kiln = kiln.version, device = DEVICE, cpu = di.cpu and di.cpu.name }
+  local cuda = di.cuda or {}
+  r.cuda_built, r.cuda_error = cuda.built, cuda.error
+  local d = cuda.devices and cuda.devices[1]
+  if d then
+    for k, v in pairs(d) do r["gpu_" .. k] = v end
+  end
+  for _, k in ipairs { "runtime", "cudnn", "nvrtc", "cublaslt" } do -- if a later kiln reports them
+    if cuda[k] ~= nil then r["cuda_" .. k] = cuda[k] end
+  end
+  return r
+end
+
+local function emit(r)
+  io.stdout:write(json(r), "\n")
+  io.stdout:flush()
+end
+
+local function safe_row(m, mode, dt)
+  local ok, r = xpcall(row, debug.traceback, m, mode, dt)
+  if not ok then r = { side = "kiln", model = m, mode = mode, dtype = dt, device = DEVICE, error = tostring(r) } end
+  return r
+end
+
+local a = arg or {}
+if a[1] == "info" then
+  emit(info())
+elseif a[1] then
+  if not (a[2] and a[3]) then error("usage: kiln_bench.lua [info | MODEL MODE DTYPE]") end
+  emit(safe_row(a[1], a[2], a[3]))
+else
+  for _, m in ipairs(list(env("MODELS", "simple_linear,large_linear,convnet,transformer_block,gcn"))) do
+    for _, dt in ipairs(list(env("DTYPES", "f32,bf16"))) do
+      for _, mode in ipairs(list(env("KILN_MODES", "eager,default,reduce-overhead,max-autotune"))) do
+        local t0 = kiln.clock()
+        local r = safe_row(m, mode, dt)
+        io.stderr:write(string.format("kiln %s %s %s: %.1f s%s\n", m, mode, dt, kiln.clock() - t0,
+          r.error and " (error)" or ""))
+        emit(r)
+      end
+    end
+  end
+end

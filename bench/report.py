@@ -1,0 +1,258 @@
+"""Joins the raw rows of bench/gpu_bench.sh into design.md section 6's table.
+
+  python3 bench/report.py RAW.jsonl [MORE.jsonl ...] > RESULT.md
+
+Several files (runs split with MODELS=...) are merged; a later row replaces
+an earlier one with the same side, model, mode, dtype and phase. Needs only
+the Python standard library.
+"""
+import json, sys
+
+MODELS = ["simple_linear", "large_linear", "convnet", "transformer_block", "gcn"]
+WORKLOAD = {
+    "simple_linear": "simple_linear: Linear 1024->1024, batch 32",
+    "large_linear": "large_linear: 4 x (Linear 4096->4096 + ReLU), batch 64",
+    "convnet": "convnet: 4 x (conv3x3 s2 + BN + ReLU), pool, fc; 32x3x224x224",
+    "transformer_block": "transformer_block: pre-LN, 8 heads, d 512, ff 2048, causal; 16x256",
+    "gcn": "gcn: 2 GCN layers, 2708 nodes, 1433 features, 10556 edges",
+}
+TORCH_MODES = ["eager", "default", "reduce-overhead", "max-autotune"]
+KILN_MODES = ["eager", "default", "reduce-overhead", "max-autotune"]
+DTYPES = ["f32", "bf16"]
+TARGET = 0.8
+# A kiln row whose output is further than this from PyTorch eager's (max abs
+# error over the largest |output|) does not count as kiln's best: a fast wrong
+# answer is not a result. bf16 keeps 8 bits of mantissa, so a few ulps of the
+# largest output is a few 1e-3; accumulation order changes more than that.
+TOL = {"f32": 1e-3, "bf16": 5e-2}
+
+
+def num(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def load(paths):
+    env, rows = {}, {}
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                side = r.get("side", "")
+                if side.startswith("env"):
+                    env.setdefault(side, {}).update(r)
+                elif side in ("torch", "kiln"):
+                    key = (side, r.get("model"), r.get("mode"), r.get("dtype"), r.get("phase", "cold"))
+                    rows[key] = r
+    return env, rows
+
+
+def ms(v):
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if v >= 0.1 else f"{v:.4f}"
+
+
+def sec(v):
+    return "-" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
+
+
+def sci(v):
+    if isinstance(v, str):
+        return v
+    return "-" if v is None else f"{v:.2g}"
+
+
+def mib(v):
+    return "-" if v is None else f"{v:.1f}"
+
+
+def first_line(s, n=160):
+    s = (s or "").strip()
+    lines = [l for l in s.splitlines() if l.strip()]
+    # a Lua traceback's message is its first line; a Python one's is its last
+    line = (lines[-1] if s.startswith("Traceback") else lines[0]) if lines else ""
+    return line if len(line) <= n else line[: n - 3] + "..."
+
+
+class Cell:
+    """One timing cell and whether it may be a best."""
+
+    def __init__(self, text, ms=None, usable=False, note=None):
+        self.text, self.ms, self.usable, self.note = text, ms, usable, note
+
+
+def torch_cell(r):
+    if r is None:
+        return Cell("-")
+    if r.get("skipped"):
+        return Cell("skipped", note=r["skipped"])
+    if r.get("error"):
+        return Cell("error", note=r["error"])
+    return Cell(ms(r["ms_per_call"]), r["ms_per_call"], True)
+
+
+def kiln_cell(r, dtype):
+    if r is None:
+        return Cell("-")
+    if r.get("skipped"):
+        return Cell("skipped", note=r["skipped"])
+    if r.get("unsupported"):
+        return Cell("n/a", note=r.get("error"))
+    if r.get("error"):
+        return Cell("error", note=r["error"])
+    v = r.get("ms_per_call")
+    if r.get("mode", "").startswith("max-autotune") and not r.get("autotuned"):
+        return Cell("n/a", note="kiln accepts max-autotune but ran no autotuning (cm:stats().autotune_s and "
+                                "autotune_cache_hits are 0); its time, as default, is in the raw rows")
+    rel = num(r.get("max_rel_err"))
+    text, usable, note = ms(v), True, None
+    if rel is None or not rel <= TOL[dtype]:  # NaN fails too
+        text, usable = text + " ✗", False
+        note = f"output differs from PyTorch eager: max rel err {sci(r.get('max_rel_err'))} > {TOL[dtype]:g}"
+    if r.get("synced") is False and r.get("device") != "cpu":
+        text += " ?"
+        note = "this kiln has no kiln.synchronize: the time is launch time, not device time"
+    if r.get("mode") == "reduce-overhead" and not r.get("cuda_graph_replays"):
+        text += " †"
+    return Cell(text, v, usable, note)
+
+
+def best(cells):
+    c = [(cell.ms, mode) for mode, cell in cells.items() if cell.usable and cell.ms is not None]
+    return min(c) if c else (None, None)
+
+
+def kiln_peak_mib(r):
+    """Device memory of a kiln row: the allocator's peak where kiln exposes
+    one, else weights + input + the compiled plan's peak of intermediates."""
+    if r is None:
+        return None, ""
+    dm = r.get("device_memory") or {}
+    for k in ("peak_bytes", "max_allocated_bytes", "peak_allocated_bytes", "allocated_bytes_peak"):
+        if num(dm.get(k)) is not None:
+            return dm[k] / 2**20, ""
+    pb = num(r.get("peak_bytes"))
+    if pb is None:
+        return None, ""
+    return (pb + (r.get("param_bytes") or 0) + (r.get("input_bytes") or 0)) / 2**20, "≈"
+
+
+def header(env):
+    host, tor, kil = env.get("env-host", {}), env.get("env-torch", {}), env.get("env-kiln", {})
+    gpu = host.get("gpu") or tor.get("gpu") or kil.get("gpu_name") or "unknown GPU"
+    out = [f"# kiln vs PyTorch on {gpu}, {host.get('date', '?')}", ""]
+    out.append(f"- GPU: {gpu}; {kil.get('gpu_sm_count') or tor.get('sm_count') or '?'} SMs, "
+               f"compute capability {kil.get('gpu_cc') or tor.get('cc') or '?'}, "
+               f"{tor.get('gpu_memory_mib', '?')} MiB")
+    out.append(f"- driver {host.get('driver') or kil.get('gpu_driver') or '?'} "
+               f"(nvidia-smi CUDA version {host.get('smi_cuda', '?')}); "
+               f"kiln sees driver CUDA {kil.get('gpu_driver', '?')}")
+    out.append(f"- PyTorch {tor.get('torch', '?')}: CUDA runtime {tor.get('cuda_runtime', '?')}, "
+               f"cuDNN {tor.get('cudnn', '?')} (PyTorch's own wheels)")
+    kx = ", ".join(f"{k[5:]} {v}" for k, v in sorted(kil.items()) if k.startswith("cuda_") and k not in
+                   ("cuda_built", "cuda_error")) or "runtime and cuDNN versions not reported by kiln"
+    out.append(f"- kiln {kil.get('kiln', '?')}, commit {host.get('commit', '?')}, "
+               f"CUDA backend built: {kil.get('cuda_built', '?')}; {kx}"
+               + (f"; CUDA: {kil['cuda_error']}" if kil.get("cuda_error") else ""))
+    out.append(f"- host: {kil.get('cpu', '?')}; Python {tor.get('python', '?')}")
+    out.append(f"- method: per row its own process; a cold first call (compile included), "
+               f"{host.get('warmup', '?')} warm-up calls, then {host.get('reps', '?')} repetitions of "
+               f"{host.get('calls', '?')} back-to-back calls with a device sync after each; ms per call "
+               f"is the median repetition; TF32 off on both sides; same weights, input and batch "
+               f"(PyTorch's, exported and loaded into kiln)")
+    if host.get("note"):
+        out.append(f"- {host['note']}")
+    return out
+
+
+def report(env, rows):
+    models = [m for m in MODELS if any(k[1] == m for k in rows)]
+    models += sorted({k[1] for k in rows if k[1] not in MODELS})
+    dtypes = [d for d in DTYPES if any(k[3] == d for k in rows)]
+    out = header(env) + [""]
+    notes = {}  # message -> the rows it came from; one footnote per distinct message
+
+    def footnote(message, where):
+        notes.setdefault(message, []).append(where)
+        return list(notes).index(message) + 1
+
+    t1 = ["## Time per call (ms)", "",
+          "| workload | dtype | torch eager | torch default | torch reduce-overhead | torch max-autotune | "
+          "torch best (mode) | kiln eager | kiln default | kiln reduce-overhead | kiln max-autotune | "
+          "kiln best (mode) | kiln best / torch best | target ≤ 0.8 met |",
+          "|" + "---|" * 14]
+    t2 = ["## Compile, memory, accuracy", "",
+          "| workload | dtype | kiln first call s, cold (default) | compile_s capture / passes / codegen / backend "
+          "| kiln first call s, warm cache | torch first call s (default) | peak MiB torch best | "
+          "peak MiB kiln best | kiln best vs torch eager: max abs / rel err | worst kiln rel err (mode) | "
+          "torch best vs eager rel err |",
+          "|" + "---|" * 11]
+    for m in models:
+        for d in dtypes:
+            tr = {md: rows.get(("torch", m, md, d, "cold")) for md in TORCH_MODES}
+            kr = {md: rows.get(("kiln", m, md, d, "cold")) for md in KILN_MODES}
+            if not any(tr.values()) and not any(kr.values()):
+                continue
+            tc = {md: torch_cell(r) for md, r in tr.items()}
+            kc = {md: kiln_cell(r, d) for md, r in kr.items()}
+            for cells, side in ((tc, "torch"), (kc, "kiln")):
+                for md, c in cells.items():
+                    if c.note:
+                        c.text += f" [{footnote(first_line(c.note), f'{side} {m} {d} {md}')}]"
+            tb, tbm = best(tc)
+            kb, kbm = best(kc)
+            ratio = kb / tb if kb is not None and tb else None
+            met = "-" if ratio is None else ("yes" if ratio <= TARGET else "no")
+            t1.append(f"| {m} | {d} | " + " | ".join(tc[md].text for md in TORCH_MODES)
+                      + f" | {ms(tb)} ({tbm or '-'}) | " + " | ".join(kc[md].text for md in KILN_MODES)
+                      + f" | {ms(kb)} ({kbm or '-'}) | {'-' if ratio is None else f'{ratio:.2f}'} | {met} |")
+
+            kd = kr.get("default") or {}
+            first = num(kd.get("first_call_s"))
+            cs = (kd.get("stats_first") or {}).get("compile_s") or {}
+            phases = " / ".join(sec(num(cs.get(p))) for p in ("capture", "passes", "codegen", "backend")) \
+                if cs else "-"
+            warm = rows.get(("kiln", m, "default", d, "warm")) or {}
+            tdef = tr.get("default") or {}
+            tbest = tr.get(tbm) or {}
+            kbest = kr.get(kbm) if kbm else None
+            kp, approx = kiln_peak_mib(kbest)
+            worst = max(((num(r.get("max_rel_err")), md) for md, r in kr.items()
+                         if r and num(r.get("max_rel_err")) is not None), default=(None, None))
+            kerr = (f"{sci(kbest.get('max_abs_err'))} / {sci(kbest.get('max_rel_err'))}"
+                    + ("" if kbest.get("ref") == "torch-eager" else f" (vs {kbest.get('ref')})")) if kbest else "-"
+            t2.append(f"| {m} | {d} | {sec(first)} | {phases} | {sec(num(warm.get('first_call_s')))} | "
+                      f"{sec(num(tdef.get('first_call_s')))} | {mib(num(tbest.get('peak_mib')))} | "
+                      f"{approx}{mib(kp)} | {kerr} | "
+                      f"{sci(worst[0])} ({worst[1] or '-'}) | {sci(tbest.get('max_rel_err')) if tbm != 'eager' else '0'} |")
+    out += t1 + [""] + t2 + [""]
+    out += ["Legend: best = the fastest mode that ran without error (a kiln mode also needs its output within "
+            f"{TOL['f32']:g} (f32) / {TOL['bf16']:g} (bf16) relative error of PyTorch eager's; ✗ marks one that is not); "
+            "n/a = the mode is not implemented (max-autotune counts only when kiln reports autotuning: "
+            "cm:stats().autotune_s or autotune_cache_hits > 0); † = reduce-overhead ran without CUDA graph replays "
+            "(cm:stats().replays == 0); - = not run. Relative error = max |kiln - torch| / max |torch|. "
+            "Kiln peak MiB: the allocator's peak where kiln exposes one, else ≈ weights + input + "
+            "cm:stats().peak_bytes (the compiled plan's intermediates); PyTorch: torch.cuda.max_memory_allocated() "
+            "over one call after warm-up. kiln first call, warm cache: a second process on the persistent cache "
+            "the cold row filled. gcn runs PyTorch's graph (its seeded src/dst/norm buffers, loaded into kiln's "
+            "model with src and dst shifted to 1-based), not the graph samples/gcn.lua draws.", ""]
+    if notes:
+        out += ["Notes:", ""]
+        for i, (message, where) in enumerate(notes.items(), 1):
+            rows_text = ", ".join(where) if len(where) <= 4 else f"{len(where)} rows"
+            out.append(f"{i}. {rows_text}: {message}")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    env, rows = load(sys.argv[1:])
+    print(report(env, rows))

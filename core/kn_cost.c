@@ -1,0 +1,140 @@
+/* kn_cost: bytes and flops of ops and kernels (the rules are in kn_cost.h). */
+#include "kn_cost.h"
+
+#include <string.h>
+
+static double meta_bytes(const kn_meta *m)
+{
+    return (double)kn_numel_of(m->ndim, m->shape) * (double)kn_dtype_size(m->dtype);
+}
+
+kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int n_out, const kn_meta *out)
+{
+    kn_cost c = {0, 0};
+    for (int i = 0; i < n_in; i++) c.bytes += meta_bytes(&in[i]);
+    for (int i = 0; i < n_out; i++) c.bytes += meta_bytes(&out[i]);
+    double on = n_out ? (double)kn_numel_of(out[0].ndim, out[0].shape) : 0;
+    double inn = n_in ? (double)kn_numel_of(in[0].ndim, in[0].shape) : 0;
+    switch (kn_op_kind_of(op)) {
+    case KN_K_UNARY:
+        c.flops = op == KN_OP_CAST ? 0 : on;
+        break;
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY:
+    case KN_K_MASKED: c.flops = on; break;
+    case KN_K_REDUCE:
+    case KN_K_ARGREDUCE: c.flops = inn; break;
+    case KN_K_SOFTMAX: c.flops = 4 * inn; break;
+    case KN_K_NORM: c.flops = 6 * inn; break;
+    case KN_K_MATMUL:
+        /* the contracted dim is the first operand's last (a vector's only) one */
+        if (n_in >= 1 && in[0].ndim >= 1) c.flops = 2 * on * (double)in[0].shape[in[0].ndim - 1];
+        break;
+    case KN_K_CONV:
+        /* weight {K, C/groups, R, S}: each output element sums (C/groups)*R*S products */
+        if (n_in >= 2 && in[1].ndim == 4)
+            c.flops = 2 * on * (double)in[1].shape[1] * (double)in[1].shape[2] * (double)in[1].shape[3];
+        if (n_in >= 3) c.flops += on;
+        break;
+    case KN_K_POOL:
+        c.flops = op == KN_OP_ADAPTIVE_AVG_POOL2D ? inn : on * (double)a->kernel[0] * (double)a->kernel[1];
+        break;
+    case KN_K_COPY:
+    case KN_K_CAT:
+    case KN_K_INDEX:
+    case KN_K_TRI:
+    case KN_K_VIEW:
+    case KN_K_CREATE: break;
+    }
+    return c;
+}
+
+/* The elements a strided tensor reaches: a dim of stride 0 (broadcast)
+ * repeats the same elements; never more than its storage holds. */
+static double tensor_reach_bytes(const kn_tensor *t)
+{
+    double n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->strides[d] != 0 || t->shape[d] == 0) n *= (double)t->shape[d];
+    double b = n * (double)kn_dtype_size(t->dtype);
+    if (t->storage && b > (double)t->storage->nbytes) b = (double)t->storage->nbytes;
+    return b;
+}
+
+kn_cost kn_cost_opcall(const kn_opcall *c)
+{
+    kn_meta in[KN_MAX_INPUTS], out[KN_MAX_OUTPUTS];
+    memset(in, 0, sizeof in);
+    memset(out, 0, sizeof out);
+    int n_in = 0, n_out = 0;
+    for (int i = 0; i < c->n_in && i < KN_MAX_INPUTS; i++) {
+        if (!c->in[i]) continue;
+        in[n_in].dtype = c->in[i]->dtype;
+        in[n_in].ndim = c->in[i]->ndim;
+        for (int d = 0; d < c->in[i]->ndim; d++) in[n_in].shape[d] = c->in[i]->shape[d];
+        n_in++;
+    }
+    for (int i = 0; i < c->n_out && i < KN_MAX_OUTPUTS; i++) {
+        if (!c->out[i]) continue;
+        out[n_out].dtype = c->out[i]->dtype;
+        out[n_out].ndim = c->out[i]->ndim;
+        for (int d = 0; d < c->out[i]->ndim; d++) out[n_out].shape[d] = c->out[i]->shape[d];
+        n_out++;
+    }
+    kn_cost r = kn_cost_op(c->op, &c->a, n_in, in, n_out, out);
+    /* bytes: what the strided inputs really reach, not their logical size */
+    r.bytes = 0;
+    for (int i = 0; i < c->n_in && i < KN_MAX_INPUTS; i++)
+        if (c->in[i]) r.bytes += tensor_reach_bytes(c->in[i]);
+    for (int i = 0; i < n_out; i++) r.bytes += meta_bytes(&out[i]);
+    return r;
+}
+
+/* Flops of a kernel's expressions over `elems` elements: casts are free. */
+static double expr_flops(const kn_kernel *k, double elems)
+{
+    int ops = 0;
+    for (int e = 0; e < k->n_exprs; e++)
+        ops += k->exprs[e].kind == KN_KX_OP && k->exprs[e].op != KN_OP_CAST;
+    return elems * (double)(ops + k->n_stages);
+}
+
+kn_cost kn_cost_kernel(const kn_graph *g, const kn_kernel *k, int node)
+{
+    kn_cost c = {0, 0};
+    double space = (double)kn_numel_of(k->ndim, k->shape);
+    if (k->kind == KN_KERNEL_LIBRARY || k->kind == KN_KERNEL_FALLBACK) {
+        if (node < 0 || node >= g->n_nodes) return c;
+        const kn_node *n = &g->nodes[node];
+        if (n->op >= KN_OP_COUNT) return c;
+        kn_meta in[KN_MAX_INPUTS];
+        int n_in = 0;
+        for (int i = 0; i < n->n_in && i < KN_MAX_INPUTS; i++) {
+            int src = n->in_node[i];
+            if (src < 0 || src >= g->n_nodes) continue;
+            in[n_in++] = g->nodes[src].out[n->in_out[i]];
+        }
+        c = kn_cost_op((kn_op)n->op, &n->a, n_in, in, n->n_out, n->out);
+        if (k->n_stores) c.flops += expr_flops(k, space); /* a fused epilogue */
+        return c;
+    }
+    /* each distinct value once, as many elements as the loop nest reaches */
+    for (int a = 0; a < k->n_args; a++) {
+        const kn_karg *ar = &k->args[a];
+        bool seen = false;
+        for (int b = 0; b < a && !seen; b++) seen = k->args[b].node == ar->node && k->args[b].out == ar->out;
+        if (seen) continue;
+        double reach = 1;
+        for (int d = 0; d < k->ndim; d++)
+            if (ar->strides[d] != 0 || k->shape[d] == 0) reach *= (double)k->shape[d];
+        if (ar->node >= 0 && ar->node < g->n_nodes) {
+            const kn_meta *m = &g->nodes[ar->node].out[ar->out];
+            double held = (double)kn_numel_of(m->ndim, m->shape);
+            if (reach > held) reach = held;
+        }
+        c.bytes += reach * (double)kn_dtype_size(ar->dtype);
+    }
+    c.flops = expr_flops(k, space);
+    return c;
+}

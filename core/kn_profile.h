@@ -1,0 +1,73 @@
+/* kn_profile: per-kernel device timing (kiln.time, kiln.profile, :time,
+ * kiln.trace) and the measured ceilings of the roofline.
+ *
+ * One process-wide session at a time: between kn_profile_begin(dev) and
+ * kn_profile_end, every kernel a plan runs on dev (generated, library or
+ * reference) and every eager op on dev gets a backend event before and
+ * after it, with its name, kind, and the bytes and flops of kn_cost. An op
+ * run inside a recorded kernel (a plan's reference kernel goes through
+ * kn_op_eager) is part of that kernel, not a record of its own. Events come
+ * from a pool kept across sessions, so a profiled call creates none once
+ * warm. Outside a session the hooks cost one test of kn_profile_on.
+ *
+ * Work that is replayed from a device recording (CUDA graphs) runs no
+ * hooks: whoever replays should run the plan directly while kn_profile_on.
+ */
+#ifndef KN_PROFILE_H
+#define KN_PROFILE_H
+
+#include <stdbool.h>
+
+#include "kn_op.h"
+
+struct kn_plan;
+
+typedef struct kn_profile_record {
+    char name[96];     /* the kernel's name, or op_dtype_sizes for an eager op */
+    char kind[16];     /* generated | cublaslt | cudnn | cuda | cpu */
+    const void *owner; /* the plan that ran it (NULL: an eager op) */
+    int index;         /* kernel index in owner's program, -1 for an eager op */
+    kn_dtype dtype;    /* of its (first) result: which peak rate applies */
+    double start_ms;   /* from the session's first record */
+    double ms;         /* device time between its events */
+    double bytes, flops;
+} kn_profile_record;
+
+/* Set while a session is on: what the hooks test. */
+extern bool kn_profile_on;
+
+/* Start a session on dev; KN_ERR_UNSUPPORTED when its backend has no
+ * events, KN_ERR_ARG when a session is already on. */
+kn_status kn_profile_begin(kn_device dev);
+/* End the session: wait for the device, read every pair of events and hand
+ * back the records in the order they ran (*records is the caller's to
+ * free; NULL when there are none). */
+kn_status kn_profile_end(kn_profile_record **records, int *n);
+/* Drop a session without reading it (after an error). */
+void kn_profile_cancel(void);
+
+/* Hooks (call only while kn_profile_on, and call the matching end even
+ * when the kernel failed): begin records the event before a kernel on dev
+ * and returns its slot, or -1 when it is not recorded (another device, or
+ * nested in a recorded kernel). */
+int kn_profile_kernel_begin(kn_device dev);
+void kn_profile_plan_end(int slot, const struct kn_plan *p, int kernel);
+void kn_profile_op_end(int slot, const kn_opcall *c);
+
+/* The ceilings of dev: copy bandwidth (a device-to-device copy of a large
+ * buffer, read + write bytes; memcpy on the CPU) and the matmul rates for
+ * f32 and bf16 (kn_cuda_matmul_rate on CUDA, else square matmuls through
+ * kn_op_eager; 0 where the device has no such matmul). Takes a few hundred
+ * milliseconds. */
+typedef struct kn_ceilings {
+    double copy_gbps;
+    double f32_gflops;
+    double bf16_gflops;
+} kn_ceilings;
+kn_status kn_profile_measure_ceilings(kn_device dev, kn_ceilings *c);
+
+/* The kind word of a kernel that is not generated, as cm:kernels() and the
+ * timing tables show it. */
+const char *kn_profile_op_kind(kn_device dev, kn_op op);
+
+#endif

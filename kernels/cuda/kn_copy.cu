@@ -1,0 +1,49 @@
+/* kn_copy.cu: strided copies with a dtype conversion, and cat.
+ *
+ * kn_copy_<dst> copies a KN_DT view into a view of dtype <dst> of the same
+ * shape: CONTIGUOUS and CAST for every pair of dtypes, index_add's first
+ * copy and cat's inputs of another dtype. A conversion goes through
+ * double, as the CPU's cast does; same-dtype copies move bytes.
+ */
+
+template <int S, int D> KN_FN void kn_copy_impl(const kn_copy_args &a)
+{
+    for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
+        long long so, dof;
+        if (a.ndim == 1) {
+            so = e * a.sst[0];
+            dof = e * a.dst_st[0];
+        } else {
+            so = kn_offset(e, a.ndim, a.shape, a.sst);
+            dof = kn_offset(e, a.ndim, a.shape, a.dst_st);
+        }
+        const char *s = a.src + so * kn_esize<S>();
+        char *d = a.dst + dof * kn_esize<D>();
+        if constexpr (S == D) kn_cpy<S>(d, s);
+        else kn_std<D>(d, kn_ldd<S>(s));
+    }
+}
+
+extern "C" __global__ void kn_copy_f32(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_F32>(a); }
+extern "C" __global__ void kn_copy_f64(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_F64>(a); }
+extern "C" __global__ void kn_copy_bf16(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_BF16>(a); }
+extern "C" __global__ void kn_copy_f16(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_F16>(a); }
+extern "C" __global__ void kn_copy_i32(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_I32>(a); }
+extern "C" __global__ void kn_copy_i64(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_I64>(a); }
+extern "C" __global__ void kn_copy_bool(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_BOOL>(a); }
+
+/* Output element e (contiguous) comes from the input whose range along
+ * dim holds e's coordinate there. */
+extern "C" __global__ void kn_cat(kn_cat_args a)
+{
+    const int es = kn_esize<KN_DT>();
+    long long c[KN_T_MAXD];
+    for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
+        kn_coords(e, a.ndim, a.shape, c);
+        long long p = kn_pick(c, a.dim);
+        int k = 0;
+        while (k + 1 < a.nin && a.start[k + 1] <= p) k++;
+        long long off = kn_offset_at(c, a.ndim, a.st[k], a.dim, p - a.start[k]);
+        kn_cpy<KN_DT>(a.dst + e * es, a.src[k] + off * es);
+    }
+}

@@ -1,0 +1,365 @@
+/* kn_cuda_alloc: the caching device allocator (contract in kn_cuda_internal.h).
+ *
+ * cudaMalloc and cudaFree are slow (cudaFree synchronizes the device), and
+ * eager code frees and allocates the same sizes over and over; so blocks
+ * are rounded to size classes and a freed block goes to a cache, from
+ * which the smallest block that fits (and is at most twice the request,
+ * so a small tensor does not pin a huge block) serves the next request.
+ * No block is split: each is one cudaMalloc.
+ *
+ * Reuse without waiting is safe because all of kiln's device work runs on
+ * one stream: work queued after the reuse runs after the work that still
+ * read the block. Recordings (CUDA graphs) replay later, so a block they
+ * touched must never be handed to anyone else while they live: see
+ * capture_begin below.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_cuda_internal.h"
+
+#define SMALL_MAX ((int64_t)1 << 20)
+#define SMALL_ROUND ((int64_t)512)
+#define LARGE_ROUND ((int64_t)2 << 20)
+
+typedef struct rec rec;
+
+typedef struct block {
+    void *ptr;
+    int64_t size;
+    bool in_use;
+    int holds;           /* live recordings the block is reserved for */
+    rec *owner;          /* the latest of them (tells whether the open one has it) */
+    struct block *hnext; /* chain of the pointer table */
+} block;
+
+/* Blocks sorted by (size, address): best fit is a binary search. */
+typedef struct blist {
+    block **v;
+    int n, cap;
+} blist;
+
+struct rec {
+    blist all;  /* every block reserved for this recording */
+    blist free; /* those free to reuse while it is still being recorded */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static block **table; /* by pointer, chained */
+static size_t table_size, table_count;
+static blist cache;
+static rec *recording; /* the recording open now, or NULL */
+static kn_cuda_alloc_stats stats;
+static bool warned_unknown;
+
+/* ---- sorted lists ---- */
+
+static bool before(const block *a, const block *b)
+{
+    return a->size < b->size || (a->size == b->size && (uintptr_t)a->ptr < (uintptr_t)b->ptr);
+}
+
+static bool blist_insert(blist *l, block *b)
+{
+    if (l->n == l->cap) {
+        int ncap = l->cap ? l->cap * 2 : 64;
+        block **nv = realloc(l->v, sizeof *nv * (size_t)ncap);
+        if (!nv) return false;
+        l->v = nv;
+        l->cap = ncap;
+    }
+    int lo = 0, hi = l->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (before(l->v[mid], b)) lo = mid + 1;
+        else hi = mid;
+    }
+    memmove(&l->v[lo + 1], &l->v[lo], sizeof *l->v * (size_t)(l->n - lo));
+    l->v[lo] = b;
+    l->n++;
+    return true;
+}
+
+static void blist_remove_at(blist *l, int i)
+{
+    memmove(&l->v[i], &l->v[i + 1], sizeof *l->v * (size_t)(l->n - i - 1));
+    l->n--;
+}
+
+/* Take the smallest block of at least need bytes and at most twice that. */
+static block *blist_take(blist *l, int64_t need)
+{
+    int lo = 0, hi = l->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (l->v[mid]->size < need) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == l->n || l->v[lo]->size > 2 * need) return NULL;
+    block *b = l->v[lo];
+    blist_remove_at(l, lo);
+    return b;
+}
+
+/* ---- the pointer table ---- */
+
+static size_t slot_of(const void *p, size_t size)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (size_t)h & (size - 1);
+}
+
+static bool table_add(block *b)
+{
+    if (table_count + 1 > table_size) { /* load factor 1: rehash into twice the buckets */
+        size_t nsize = table_size ? table_size * 2 : 1024;
+        block **nt = calloc(nsize, sizeof *nt);
+        if (!nt) return false;
+        for (size_t i = 0; i < table_size; i++)
+            for (block *c = table[i], *next; c; c = next) {
+                next = c->hnext;
+                size_t s = slot_of(c->ptr, nsize);
+                c->hnext = nt[s];
+                nt[s] = c;
+            }
+        free(table);
+        table = nt;
+        table_size = nsize;
+    }
+    size_t s = slot_of(b->ptr, table_size);
+    b->hnext = table[s];
+    table[s] = b;
+    table_count++;
+    return true;
+}
+
+static block *table_find(const void *p)
+{
+    if (!table_size) return NULL;
+    for (block *b = table[slot_of(p, table_size)]; b; b = b->hnext)
+        if (b->ptr == p) return b;
+    return NULL;
+}
+
+static void table_remove(block *b)
+{
+    block **pp = &table[slot_of(b->ptr, table_size)];
+    while (*pp && *pp != b) pp = &(*pp)->hnext;
+    if (*pp) {
+        *pp = b->hnext;
+        table_count--;
+    }
+}
+
+/* ---- allocation ---- */
+
+static int64_t round_size(int64_t n)
+{
+    if (n <= 0) return SMALL_ROUND; /* a zero-byte tensor still gets a unique pointer */
+    if (n <= SMALL_MAX) return (n + SMALL_ROUND - 1) / SMALL_ROUND * SMALL_ROUND;
+    return (n + LARGE_ROUND - 1) / LARGE_ROUND * LARGE_ROUND;
+}
+
+/* cudaFree the cached blocks (lock held). */
+static void empty_locked(void)
+{
+    for (int i = 0; i < cache.n; i++) {
+        block *b = cache.v[i];
+        table_remove(b);
+        cudaFree(b->ptr);
+        stats.reserved -= b->size;
+        free(b);
+    }
+    cache.n = 0;
+}
+
+/* Reserve b for the open recording (lock held). */
+static bool reserve(block *b)
+{
+    if (!recording || b->owner == recording) return true;
+    if (!blist_insert(&recording->all, b)) return false;
+    b->owner = recording;
+    b->holds++;
+    return true;
+}
+
+static void hand_out(block *b)
+{
+    b->in_use = true;
+    stats.allocated += b->size;
+    if (stats.allocated > stats.peak_allocated) stats.peak_allocated = stats.allocated;
+}
+
+kn_status kn_cuda_malloc(int64_t nbytes, void **p)
+{
+    *p = NULL;
+    if (nbytes < 0 || nbytes > KN_MAX_BYTES)
+        return kn_error(KN_ERR_OOM, "cuda: cannot allocate %lld bytes", (long long)nbytes);
+    KN_TRY(kn_cuda_init());
+    int64_t need = round_size(nbytes);
+    pthread_mutex_lock(&lock);
+    block *b = recording ? blist_take(&recording->free, need) : NULL;
+    if (!b) b = blist_take(&cache, need);
+    if (b) {
+        if (!reserve(b)) {
+            blist_insert(&cache, b); /* cannot fail: the block was just in it */
+            pthread_mutex_unlock(&lock);
+            return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
+        }
+        stats.n_reuse++;
+        hand_out(b);
+        *p = b->ptr;
+        pthread_mutex_unlock(&lock);
+        return KN_OK;
+    }
+    block *nb = calloc(1, sizeof *nb);
+    if (!nb) {
+        pthread_mutex_unlock(&lock);
+        return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
+    }
+    void *ptr = NULL;
+    cudaError_t e = cudaMalloc(&ptr, (size_t)need);
+    stats.n_malloc++;
+    if (e == cudaErrorMemoryAllocation && !recording) {
+        /* cudaFree synchronizes the device, which an open recording's
+         * capture cannot tolerate; outside one, give the cache back and
+         * try once more */
+        (void)cudaGetLastError();
+        empty_locked();
+        e = cudaMalloc(&ptr, (size_t)need);
+        stats.n_malloc++;
+    }
+    if (e != cudaSuccess) {
+        free(nb);
+        pthread_mutex_unlock(&lock);
+        (void)cudaGetLastError(); /* an OOM is not sticky: later calls must not see it */
+        if (e == cudaErrorMemoryAllocation) return kn_cuda_oom(nbytes, NULL);
+        return kn_cuda_fail(e, "cudaMalloc");
+    }
+    nb->ptr = ptr;
+    nb->size = need;
+    if (!table_add(nb) || !reserve(nb)) {
+        table_remove(nb);
+        cudaFree(ptr);
+        free(nb);
+        pthread_mutex_unlock(&lock);
+        return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
+    }
+    stats.reserved += need;
+    hand_out(nb);
+    *p = ptr;
+    pthread_mutex_unlock(&lock);
+    return KN_OK;
+}
+
+void kn_cuda_free(void *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&lock);
+    block *b = table_find(p);
+    if (!b || !b->in_use) {
+        bool warn = !warned_unknown;
+        warned_unknown = true;
+        pthread_mutex_unlock(&lock);
+        if (warn) fprintf(stderr, "kiln: CUDA free of a pointer the allocator does not hold (%p); ignored\n", p);
+        return;
+    }
+    b->in_use = false;
+    stats.allocated -= b->size;
+    bool kept = false;
+    if (recording && reserve(b)) {
+        /* freed while recording: the recording may have read it, so it is
+         * the recording's from now on; reusable inside it unless another
+         * live recording holds it too */
+        if (b->holds == 1) blist_insert(&recording->free, b);
+        kept = true;
+    } else if (b->holds > 0) {
+        kept = true; /* a live recording's: stays reserved until that is destroyed */
+    }
+    if (!kept && !blist_insert(&cache, b)) { /* no room in the list: give it back */
+        table_remove(b);
+        cudaFree(b->ptr);
+        stats.reserved -= b->size;
+        free(b);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void kn_cuda_empty_cache(void)
+{
+    pthread_mutex_lock(&lock);
+    empty_locked();
+    pthread_mutex_unlock(&lock);
+}
+
+void kn_cuda_alloc_stats_get(kn_cuda_alloc_stats *s)
+{
+    pthread_mutex_lock(&lock);
+    *s = stats;
+    pthread_mutex_unlock(&lock);
+}
+
+void kn_cuda_alloc_reset_peak(void)
+{
+    pthread_mutex_lock(&lock);
+    stats.peak_allocated = stats.allocated;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- recordings ---- */
+
+kn_status kn_cuda_alloc_capture_begin(void)
+{
+    rec *r = calloc(1, sizeof *r);
+    if (!r) return kn_error(KN_ERR_OOM, "out of host memory for a recording");
+    pthread_mutex_lock(&lock);
+    if (recording) {
+        pthread_mutex_unlock(&lock);
+        free(r);
+        return kn_error(KN_ERR_ARG, "cuda: a recording is already open (recordings do not nest)");
+    }
+    recording = r;
+    pthread_mutex_unlock(&lock);
+    return KN_OK;
+}
+
+void kn_cuda_alloc_capture_end(void **held)
+{
+    pthread_mutex_lock(&lock);
+    rec *r = recording;
+    recording = NULL;
+    if (r) { /* its free blocks stay reserved, no longer reusable */
+        free(r->free.v);
+        memset(&r->free, 0, sizeof r->free);
+    }
+    pthread_mutex_unlock(&lock);
+    *held = r;
+}
+
+void kn_cuda_alloc_release_held(void *held)
+{
+    rec *r = held;
+    if (!r) return;
+    pthread_mutex_lock(&lock);
+    if (recording == r) recording = NULL;
+    for (int i = 0; i < r->all.n; i++) {
+        block *b = r->all.v[i];
+        if (b->owner == r) b->owner = NULL;
+        if (--b->holds > 0 || b->in_use) continue; /* its holder frees it into the cache later */
+        if (!blist_insert(&cache, b)) {
+            table_remove(b);
+            cudaFree(b->ptr);
+            stats.reserved -= b->size;
+            free(b);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    free(r->all.v);
+    free(r->free.v);
+    free(r);
+}

@@ -1,0 +1,770 @@
+/* kn_cuda_blas: matmul on the GPU through cuBLASLt, with kiln's own kernels
+ * (kn_linalg.cu) for whatever cuBLASLt refuses or when it is not built in.
+ *
+ * Semantics are kn_infer_matmul's (core/kn_shape_linalg.c): 1-D operands,
+ * broadcast batch dims, a mix of float dtypes promoted to the output's.
+ * kiln tensors are row-major; cuBLASLt is column-major, so C = A.B is
+ * computed as C^T = B^T.A^T: kiln's b is cuBLASLt's A and kiln's a its B,
+ * and the output, contiguous [.., M, N], is read as an N x M column-major
+ * matrix. An operand whose inner stride is 1 along either matrix dim maps
+ * onto a layout (op N or op T) without a copy; the batch dims that collapse
+ * to one stride for both operands (a broadcast is stride 0) become one
+ * strided-batch call and any outer batch dims a loop of such calls. When b
+ * is shared by all batches and a's rows continue from batch to batch
+ * (x @ w over [B, T, K]), the batches fold into the rows of one GEMM.
+ *
+ * Each distinct call signature gets its cuBLASLt descriptors and the
+ * heuristic's algorithm once, cached, so a repeated call costs one
+ * cublasLtMatmul per batch run. The workspace is allocated once and never
+ * moves: a CUDA graph recorded around a matmul keeps its address.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_cuda_linalg.h"
+#include "kn_hash.h"
+
+#ifdef KILN_HAVE_CUBLASLT
+#include <cublasLt.h>
+#include <dlfcn.h>
+#endif
+
+#define GRID_CAP 65535
+#define LT_WORKSPACE ((int64_t)32 << 20)
+
+/* ---- helpers shared with kn_cuda_dnn.c (kn_cuda_linalg.h) ---------------- */
+
+char *kn_cuda_tensor_ptr(const kn_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)kn_dtype_size(t->dtype);
+}
+
+int64_t kn_cuda_align_of(const void *p, const int64_t *byte_strides, int n, int64_t cap)
+{
+    uint64_t bits = (uint64_t)(uintptr_t)p;
+    for (int i = 0; i < n; i++) bits |= (uint64_t)(byte_strides[i] < 0 ? -byte_strides[i] : byte_strides[i]);
+    int64_t a = cap;
+    while (a > 1 && bits % (uint64_t)a) a >>= 1;
+    return a;
+}
+
+kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, dt == t->dtype ? KN_OP_CONTIGUOUS : KN_OP_CAST);
+    c.n_in = 1;
+    c.in[0] = (kn_tensor *)t;
+    c.a.dtype = dt;
+    KN_TRY(kn_op_eager(&c, KN_CUDA));
+    *out = c.out[0];
+    return KN_OK;
+}
+
+kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
+{
+    static kn_cuda_module *mod;
+    static struct {
+        const char *name;
+        const void *fn;
+    } known[8];
+    for (int i = 0; i < 8 && known[i].name; i++)
+        if (strcmp(known[i].name, name) == 0) {
+            *fn = known[i].fn;
+            return KN_OK;
+        }
+    if (!mod) {
+        static const char head[] = "#define KN_LA_STANDALONE 1\n";
+        const char *tpl = kn_cuda_template("kn_linalg");
+        if (!tpl)
+            return kn_error(KN_ERR_UNSUPPORTED,
+                            "%s: kernels/cuda/kn_linalg.cu is not embedded in this build", name);
+        size_t n = strlen(tpl);
+        char *src = malloc(sizeof head + n);
+        if (!src) return kn_error(KN_ERR_OOM, "%s: out of memory for the kernel source", name);
+        memcpy(src, head, sizeof head - 1);
+        memcpy(src + sizeof head - 1, tpl, n + 1);
+        kn_status st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
+        free(src);
+        KN_TRY(st);
+    }
+    KN_TRY(kn_cuda_module_kernel(mod, name, fn));
+    for (int i = 0; i < 8; i++)
+        if (!known[i].name) {
+            known[i].name = name; /* callers pass string literals */
+            known[i].fn = *fn;
+            break;
+        }
+    return KN_OK;
+}
+
+bool kn_cuda_lib_log_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("KILN_LOGS");
+        on = v && strstr(v, "library") != NULL;
+    }
+    return on;
+}
+
+static int64_t grid_for(int64_t work, int64_t per_block)
+{
+    int64_t g = (work + per_block - 1) / per_block;
+    return g < 1 ? 1 : g > GRID_CAP ? GRID_CAP : g;
+}
+
+kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, int64_t channels,
+                           int act)
+{
+    int64_t total = kn_tensor_numel(y);
+    if (total == 0 || (!bias && act == 0)) return KN_OK;
+    kn_la_bias_args p;
+    memset(&p, 0, sizeof p);
+    p.y = kn_cuda_tensor_ptr(y);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.total = total;
+    p.inner = inner > 0 ? inner : 1;
+    p.channels = channels > 0 ? channels : 1;
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.y_dt = (int)y->dtype;
+    p.b_dt = bias ? (int)bias->dtype : 0;
+    p.act = act;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_F64 ? "kn_la_bias_act_f64" : "kn_la_bias_act_f32", &fn));
+    return kn_cuda_launch(fn, grid_for(total, 256), 256, &p, 0);
+}
+
+/* ---- the problem: sizes and strides of one matmul call ------------------ */
+
+typedef struct mm_operand {
+    const kn_tensor *t;
+    int64_t rs, cs;                  /* matrix row / column strides (elements) */
+    int64_t bs[KN_LA_MAX_BATCH];     /* strides over the output's batch dims; 0 = broadcast */
+} mm_operand;
+
+typedef struct mm_problem {
+    int64_t m, n, k, nbatch;
+    int nbat;
+    int64_t bsize[KN_LA_MAX_BATCH];
+    mm_operand a, b;
+    kn_tensor *o;
+} mm_problem;
+
+/* Strides of a (M x K) and b (K x N) as CPU's kn_cpu_matmul reads them. */
+static void mm_describe_operand(mm_problem *pr, mm_operand *op, const kn_tensor *t, bool left)
+{
+    int nd = t->ndim;
+    op->t = t;
+    if (left) {
+        op->rs = nd >= 2 ? t->strides[nd - 2] : 0;
+        op->cs = t->strides[nd - 1];
+    } else {
+        op->rs = nd >= 2 ? t->strides[nd - 2] : t->strides[0];
+        op->cs = nd >= 2 ? t->strides[nd - 1] : 0;
+    }
+    int nb = nd > 2 ? nd - 2 : 0;
+    for (int i = 0; i < pr->nbat; i++) {
+        int it = i - (pr->nbat - nb);
+        op->bs[i] = it >= 0 && t->shape[it] != 1 ? t->strides[it] : 0;
+    }
+}
+
+static void mm_describe(mm_problem *pr, const kn_tensor *a, const kn_tensor *b, kn_tensor *o)
+{
+    int na = a->ndim, nb = b->ndim;
+    memset(pr, 0, sizeof *pr);
+    pr->m = na >= 2 ? a->shape[na - 2] : 1;
+    pr->k = a->shape[na - 1];
+    pr->n = nb >= 2 ? b->shape[nb - 1] : 1;
+    pr->nbat = o->ndim - (na >= 2) - (nb >= 2);
+    pr->nbatch = 1;
+    for (int i = 0; i < pr->nbat; i++) {
+        pr->bsize[i] = o->shape[i];
+        pr->nbatch *= o->shape[i];
+    }
+    pr->o = o;
+    mm_describe_operand(pr, &pr->a, a, true);
+    mm_describe_operand(pr, &pr->b, b, false);
+}
+
+/* kiln's tiled kernel: any strides, any float dtypes. */
+static kn_status matmul_naive(const mm_problem *pr)
+{
+    kn_la_matmul_args p;
+    memset(&p, 0, sizeof p);
+    p.a = kn_cuda_tensor_ptr(pr->a.t);
+    p.b = kn_cuda_tensor_ptr(pr->b.t);
+    p.out = kn_cuda_tensor_ptr(pr->o);
+    p.m = pr->m, p.n = pr->n, p.k = pr->k, p.nbatch = pr->nbatch;
+    p.a_rs = pr->a.rs, p.a_cs = pr->a.cs, p.b_rs = pr->b.rs, p.b_cs = pr->b.cs;
+    p.nbat = pr->nbat;
+    for (int i = 0; i < pr->nbat; i++) {
+        p.bsize[i] = pr->bsize[i];
+        p.a_bs[i] = pr->a.bs[i];
+        p.b_bs[i] = pr->b.bs[i];
+    }
+    p.a_dt = (int)pr->a.t->dtype, p.b_dt = (int)pr->b.t->dtype, p.o_dt = (int)pr->o->dtype;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel(pr->o->dtype == KN_F64 ? "kn_la_matmul_f64" : "kn_la_matmul_f32", &fn));
+    int64_t tiles = ((pr->m + 15) / 16) * ((pr->n + 15) / 16) * pr->nbatch;
+    return kn_cuda_launch(fn, grid_for(tiles, 1), 256, &p, 0);
+}
+
+/* ---- cuBLASLt ------------------------------------------------------------ */
+
+#ifdef KILN_HAVE_CUBLASLT
+
+/* What fixes a cuBLASLt call apart from its pointers. Zeroed before being
+ * filled, so it can be hashed and compared as bytes. */
+typedef struct lt_key {
+    int32_t dtype, epilogue, bias_dt, tf32;
+    int32_t op_a, op_b; /* cuBLASLt's A is kiln's b, its B kiln's a */
+    int64_t m, n, k, count;
+    int64_t rows_a, cols_a, ld_a, rows_b, cols_b, ld_b;
+    int64_t sa, sb, sd; /* strided-batch offsets */
+    int64_t align_a, align_b, align_d, align_bias;
+} lt_key;
+
+typedef struct lt_entry {
+    lt_key key;
+    uint64_t hash;
+    bool refused; /* the heuristic found no algorithm: use kiln's kernel */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} lt_entry;
+
+static struct {
+    cublasLtHandle_t h;
+    int state; /* 0 not tried, 1 ready, -1 unavailable */
+    void *ws;
+    int64_t ws_size;
+    lt_entry **slots; /* open addressing; entries never move */
+    size_t cap, count;
+} g_lt;
+
+/* cuBLASLt is opened on the first matmul rather than linked: the library
+ * is over 500 MB, and linking it cost every kiln process (CPU-only runs,
+ * the REPL, each test) about 85 ms and 210 MB of resident memory at start
+ * (measured on the development machine). */
+#define LT_FUNCS(X)                                                                                \
+    X(cublasLtCreate) X(cublasLtGetStatusString) X(cublasLtMatmul) X(cublasLtMatmulDescCreate)     \
+    X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)   \
+    X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                             \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                           \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic)
+
+static struct {
+#define LT_FIELD(f) __typeof__(&f) f;
+    LT_FUNCS(LT_FIELD)
+#undef LT_FIELD
+} lt;
+
+/* The library this build was configured with, then its soname, then any. */
+static bool lt_open(void)
+{
+    static const char *const names[] = {
+#ifdef KILN_CUBLASLT_LIB
+        KILN_CUBLASLT_LIB,
+#endif
+#ifdef KILN_CUBLASLT_SONAME
+        KILN_CUBLASLT_SONAME,
+#endif
+        "libcublasLt.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) return false;
+    bool ok = true;
+#define LT_SYM(f) ok = ok && (*(void **)&lt.f = dlsym(h, #f)) != NULL;
+    LT_FUNCS(LT_SYM)
+#undef LT_SYM
+    return ok; /* a library missing a symbol stays loaded but unused */
+}
+
+static kn_status lt_fail(cublasStatus_t s, const char *what)
+{
+    return kn_error(KN_ERR_DEVICE, "matmul: cuBLASLt %s failed: %s (%d)", what,
+                    lt.cublasLtGetStatusString(s), (int)s);
+}
+
+/* The handle and the one workspace; false when cuBLASLt cannot start (the
+ * naive kernels then do all matmuls). */
+static bool lt_ready(void)
+{
+    if (g_lt.state) return g_lt.state > 0;
+    g_lt.state = -1;
+    if (!lt_open() || lt.cublasLtCreate(&g_lt.h) != CUBLAS_STATUS_SUCCESS) {
+        if (kn_cuda_lib_log_on())
+            fprintf(stderr, "kiln: cuBLASLt cannot be opened or started: matmuls use kiln's kernel\n");
+        return false;
+    }
+    if (kn_cuda_malloc(LT_WORKSPACE, &g_lt.ws) == KN_OK) g_lt.ws_size = LT_WORKSPACE;
+    else g_lt.ws = NULL, g_lt.ws_size = 0; /* algorithms without workspace only */
+    g_lt.state = 1;
+    return true;
+}
+
+static lt_entry *lt_find(const lt_key *k, uint64_t h)
+{
+    if (!g_lt.cap) return NULL;
+    for (size_t i = h & (g_lt.cap - 1);; i = (i + 1) & (g_lt.cap - 1)) {
+        lt_entry *e = g_lt.slots[i];
+        if (!e) return NULL;
+        if (e->hash == h && memcmp(&e->key, k, sizeof *k) == 0) return e;
+    }
+}
+
+static kn_status lt_insert(lt_entry *e)
+{
+    if ((g_lt.count + 1) * 2 > g_lt.cap) {
+        size_t cap = g_lt.cap ? g_lt.cap * 2 : 64;
+        lt_entry **s = calloc(cap, sizeof *s);
+        if (!s) return kn_error(KN_ERR_OOM, "matmul: out of memory for the cuBLASLt plan cache");
+        for (size_t i = 0; i < g_lt.cap; i++) {
+            lt_entry *o = g_lt.slots[i];
+            if (!o) continue;
+            size_t j = o->hash & (cap - 1);
+            while (s[j]) j = (j + 1) & (cap - 1);
+            s[j] = o;
+        }
+        free(g_lt.slots);
+        g_lt.slots = s;
+        g_lt.cap = cap;
+    }
+    size_t j = e->hash & (g_lt.cap - 1);
+    while (g_lt.slots[j]) j = (j + 1) & (g_lt.cap - 1);
+    g_lt.slots[j] = e;
+    g_lt.count++;
+    return KN_OK;
+}
+
+static cudaDataType_t lt_type(kn_dtype dt)
+{
+    switch (dt) {
+    case KN_F64: return CUDA_R_64F;
+    case KN_BF16: return CUDA_R_16BF;
+    case KN_F16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+    }
+}
+
+static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows,
+                                int64_t cols, int64_t ld, int64_t count, int64_t stride)
+{
+    cublasStatus_t s = lt.cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld);
+    if (s != CUBLAS_STATUS_SUCCESS || count <= 1) return s;
+    int32_t c32 = (int32_t)count;
+    s = lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c32, sizeof c32);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lt.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                             sizeof stride);
+    return s;
+}
+
+static void lt_entry_destroy(lt_entry *e)
+{
+    if (e->la) lt.cublasLtMatrixLayoutDestroy(e->la);
+    if (e->lb) lt.cublasLtMatrixLayoutDestroy(e->lb);
+    if (e->ld) lt.cublasLtMatrixLayoutDestroy(e->ld);
+    if (e->desc) lt.cublasLtMatmulDescDestroy(e->desc);
+    free(e);
+}
+
+/* Descriptors, layouts and the heuristic's first algorithm for key k.
+ * bias_ptr only tells the heuristic its alignment. A refusal
+ * (NOT_SUPPORTED, no algorithm) is cached as e->refused, not an error. */
+static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_ptr, lt_entry **out)
+{
+    lt_entry *e = calloc(1, sizeof *e);
+    if (!e) return kn_error(KN_ERR_OOM, "matmul: out of memory for a cuBLASLt plan");
+    e->key = *k;
+    e->hash = h;
+    kn_dtype dt = (kn_dtype)k->dtype;
+    cudaDataType_t t = lt_type(dt);
+    cublasComputeType_t ct = dt == KN_F64 ? CUBLAS_COMPUTE_64F
+                             : k->tf32    ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+    cudaDataType_t scale = dt == KN_F64 ? CUDA_R_64F : CUDA_R_32F;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t s = lt.cublasLtMatmulDescCreate(&e->desc, ct, scale);
+    int32_t op_a = k->op_a, op_b = k->op_b;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lt.cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lt.cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
+    if (s == CUBLAS_STATUS_SUCCESS && k->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        uint32_t epi = (uint32_t)k->epilogue;
+        s = lt.cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        if (s == CUBLAS_STATUS_SUCCESS && bias_ptr) {
+            int32_t bt = (int32_t)lt_type((kn_dtype)k->bias_dt);
+            s = lt.cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                               sizeof bt);
+            if (s == CUBLAS_STATUS_SUCCESS)
+                s = lt.cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias_ptr, sizeof bias_ptr);
+        }
+    }
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lt_layout(&e->la, t, k->rows_a, k->cols_a, k->ld_a, k->count, k->sa);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lt_layout(&e->lb, t, k->rows_b, k->cols_b, k->ld_b, k->count, k->sb);
+    if (s == CUBLAS_STATUS_SUCCESS) s = lt_layout(&e->ld, t, k->m, k->n, k->m, k->count, k->sd);
+    if (s == CUBLAS_STATUS_SUCCESS) s = lt.cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t wsb = (uint64_t)g_lt.ws_size;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                                 sizeof wsb);
+    /* The default assumes 256-byte aligned operands; a slice view is less. */
+    const struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        int64_t align;
+    } al[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k->align_a},
+              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k->align_b},
+              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k->align_d},
+              {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k->align_d}};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++) {
+        uint32_t v = (uint32_t)al[i].align;
+        s = lt.cublasLtMatmulPreferenceSetAttribute(pref, al[i].attr, &v, sizeof v);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        if (pref) lt.cublasLtMatmulPreferenceDestroy(pref);
+        lt_entry_destroy(e);
+        return lt_fail(s, "descriptor setup");
+    }
+    cublasLtMatmulHeuristicResult_t res[8];
+    int got = 0;
+    memset(res, 0, sizeof res);
+    s = lt.cublasLtMatmulAlgoGetHeuristic(g_lt.h, e->desc, e->la, e->lb, e->ld, e->ld, pref, 8, res, &got);
+    lt.cublasLtMatmulPreferenceDestroy(pref);
+    e->refused = true;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        for (int i = 0; i < got; i++)
+            if (res[i].state == CUBLAS_STATUS_SUCCESS && (int64_t)res[i].workspaceSize <= g_lt.ws_size) {
+                e->algo = res[i].algo;
+                e->refused = false;
+                break;
+            }
+    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED &&
+        s != CUBLAS_STATUS_INVALID_VALUE) {
+        lt_entry_destroy(e);
+        return lt_fail(s, "heuristic");
+    }
+    kn_status st = lt_insert(e);
+    if (st != KN_OK) {
+        lt_entry_destroy(e);
+        return st;
+    }
+    if (kn_cuda_lib_log_on())
+        fprintf(stderr,
+                "kiln: matmul %s m=%lld n=%lld k=%lld batch=%lld ops=%c%c ld=%lld,%lld align=%lld,%lld,%lld "
+                "epilogue=%d tf32=%d: %s%s\n",
+                kn_dtype_name(dt), (long long)k->n, (long long)k->m, (long long)k->k, (long long)k->count,
+                k->op_b == CUBLAS_OP_T ? 'T' : 'N', k->op_a == CUBLAS_OP_T ? 'T' : 'N',
+                (long long)k->ld_b, (long long)k->ld_a, (long long)k->align_b, (long long)k->align_a,
+                (long long)k->align_d, k->epilogue, k->tf32,
+                e->refused ? "cuBLASLt refused (kiln's kernel runs): " : "cuBLASLt",
+                !e->refused                 ? ""
+                : s == CUBLAS_STATUS_SUCCESS ? "no algorithm"
+                                             : lt.cublasLtGetStatusString(s));
+    *out = e;
+    return KN_OK;
+}
+
+/* cuBLASLt's view of the logical p x q matrix L with L(i, j) at
+ * i*si + j*sj: column-major as is (op N, ld sj) when si is 1, or stored
+ * transposed (op T, ld si) when sj is 1. A dim of size 1 leaves its stride
+ * free. False when neither fits (then a copy makes it contiguous). */
+static bool lt_map(int64_t p, int64_t q, int64_t si, int64_t sj, int32_t *op, int64_t *rows,
+                   int64_t *cols, int64_t *ld)
+{
+    if ((si == 1 || p == 1) && (q == 1 || sj >= p)) {
+        *op = CUBLAS_OP_N, *rows = p, *cols = q, *ld = q == 1 ? p : sj;
+        return true;
+    }
+    if ((sj == 1 || q == 1) && (p == 1 || si >= q)) {
+        *op = CUBLAS_OP_T, *rows = q, *cols = p, *ld = p == 1 ? q : si;
+        return true;
+    }
+    return false;
+}
+
+/* Whether batch dims [lo, nbat) are one strided run for strides st (dims
+ * of size 1 skipped); *step gets the run's stride. */
+static bool batch_run(const mm_problem *pr, const int64_t *st, int lo, int64_t *step)
+{
+    int64_t expect = 0;
+    bool have = false;
+    *step = 0;
+    for (int d = pr->nbat - 1; d >= lo; d--) {
+        if (pr->bsize[d] == 1) continue;
+        if (st[d] < 0) return false;
+        if (have && st[d] != expect) return false;
+        if (!have) *step = st[d];
+        have = true;
+        expect = st[d] * pr->bsize[d];
+    }
+    return true;
+}
+
+static bool fits_i32(int64_t v)
+{
+    return v >= 0 && v <= INT32_MAX;
+}
+
+/* The library path. *done stays false when cuBLASLt refuses or a needed
+ * copy is not available: the caller then runs kiln's kernel. Temporaries
+ * (casts, contiguous copies) are released before returning; the allocator
+ * keeps their memory from reuse until the queued work is done. */
+static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act, bool *done)
+{
+    *done = false;
+    if (!lt_ready()) return KN_OK;
+    kn_dtype dt = pr0->o->dtype;
+    size_t esz = kn_dtype_size(dt);
+    kn_tensor *tmp[3] = {NULL, NULL, NULL};
+    kn_status st = KN_OK;
+    mm_problem pr = *pr0;
+    /* operands in the output dtype, each mappable onto a cuBLASLt layout */
+    for (int w = 0; w < 2; w++) {
+        mm_operand *op = w ? &pr.b : &pr.a;
+        int64_t p = w ? pr.n : pr.k, q = w ? pr.k : pr.m;
+        int32_t o32;
+        int64_t r, c, l;
+        bool neg = op->cs < 0 || op->rs < 0;
+        for (int i = 0; i < pr.nbat; i++) neg = neg || op->bs[i] < 0;
+        if (op->t->dtype == dt && !neg && lt_map(p, q, op->cs, op->rs, &o32, &r, &c, &l)) continue;
+        if (kn_cuda_copy_as(op->t, dt, &tmp[w]) != KN_OK) { /* naive on the views */
+            if (kn_cuda_lib_log_on())
+                fprintf(stderr, "kiln: matmul: no %s copy of operand %d for cuBLASLt (%s): kiln's kernel runs\n",
+                        op->t->dtype == dt ? "contiguous" : "converted", w + 1, kn_last_error());
+            goto out;
+        }
+        mm_describe_operand(&pr, op, tmp[w], w == 0);
+    }
+    const kn_tensor *lbias = bias;
+    if (bias && (bias->dtype != dt || (pr.n > 1 && bias->strides[0] != 1))) {
+        lbias = kn_cuda_copy_as(bias, dt, &tmp[2]) == KN_OK ? tmp[2] : NULL;
+    }
+    /* largest suffix of batch dims that is one strided run for a and b */
+    int split = 0;
+    int64_t sa = 0, sb = 0;
+    while (!(batch_run(&pr, pr.a.bs, split, &sa) && batch_run(&pr, pr.b.bs, split, &sb))) split++;
+    int64_t count = 1;
+    for (int d = split; d < pr.nbat; d++) count *= pr.bsize[d];
+    int64_t m = pr.m, a_rs = pr.a.rs;
+    if (count > 1 && sb == 0 && (pr.m == 1 || sa == pr.m * pr.a.rs)) {
+        /* b shared: the batches of a are more rows of one GEMM */
+        int32_t o32;
+        int64_t r, c, l, rs = pr.m == 1 ? sa : pr.a.rs;
+        if (lt_map(pr.k, pr.m * count, pr.a.cs, rs, &o32, &r, &c, &l)) {
+            a_rs = rs;
+            m = pr.m * count;
+            count = 1;
+        }
+    }
+    lt_key k;
+    memset(&k, 0, sizeof k);
+    k.dtype = (int32_t)dt;
+    k.tf32 = dt == KN_F32 && kn_allow_tf32();
+    /* cuBLASLt A = kiln b^T (N x K), B = kiln a^T (K x m), D = out^T (N x m) */
+    if (!lt_map(pr.n, pr.k, pr.b.cs, pr.b.rs, &k.op_a, &k.rows_a, &k.cols_a, &k.ld_a) ||
+        !lt_map(pr.k, m, pr.a.cs, a_rs, &k.op_b, &k.rows_b, &k.cols_b, &k.ld_b))
+        goto out; /* cannot happen after the copies; kept for safety */
+    k.m = pr.n, k.n = m, k.k = pr.k, k.count = count;
+    k.sa = count > 1 ? sb : 0;
+    k.sb = count > 1 ? sa : 0;
+    k.sd = count > 1 ? pr.m * pr.n : 0;
+    if (!fits_i32(k.m) || !fits_i32(k.n) || !fits_i32(k.k) || !fits_i32(k.ld_a) ||
+        !fits_i32(k.ld_b) || !fits_i32(k.count))
+        goto out;
+    /* alignment over every pointer the calls will use: base plus batch steps */
+    const char *pa = kn_cuda_tensor_ptr(pr.b.t), *pb = kn_cuda_tensor_ptr(pr.a.t);
+    char *pd = kn_cuda_tensor_ptr(pr.o);
+    int64_t bya[KN_LA_MAX_BATCH], byb[KN_LA_MAX_BATCH];
+    for (int i = 0; i < pr.nbat; i++) {
+        bya[i] = pr.b.bs[i] * (int64_t)esz;
+        byb[i] = pr.a.bs[i] * (int64_t)esz;
+    }
+    int64_t byd = pr.m * pr.n * (int64_t)esz;
+    k.align_a = kn_cuda_align_of(pa, bya, pr.nbat, 256);
+    k.align_b = kn_cuda_align_of(pb, byb, pr.nbat, 256);
+    k.align_d = kn_cuda_align_of(pd, &byd, pr.nbat ? 1 : 0, 256);
+    bool want_epi = (bias || act) && (!bias || lbias);
+    for (int attempt = want_epi ? 0 : 1; attempt < 2 && !*done; attempt++) {
+        bool epi = attempt == 0;
+        k.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        k.bias_dt = 0;
+        k.align_bias = 0;
+        if (epi) {
+            k.epilogue = act == 1   ? (bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
+                         : act == 2 ? (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
+                                    : CUBLASLT_EPILOGUE_BIAS;
+            if (bias) {
+                k.bias_dt = (int32_t)lbias->dtype;
+                k.align_bias = kn_cuda_align_of(kn_cuda_tensor_ptr(lbias), NULL, 0, 256);
+            }
+        }
+        const void *bptr = epi && bias ? kn_cuda_tensor_ptr(lbias) : NULL;
+        uint64_t h = kn_hash_bytes(KN_HASH_SEED, &k, sizeof k);
+        lt_entry *e = lt_find(&k, h);
+        if (!e && (st = lt_entry_build(&k, h, bptr, &e)) != KN_OK) goto out;
+        if (e->refused) continue;
+        if (bptr) {
+            cublasStatus_t s = lt.cublasLtMatmulDescSetAttribute(
+                e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr);
+            if (s != CUBLAS_STATUS_SUCCESS) {
+                st = lt_fail(s, "bias pointer");
+                goto out;
+            }
+        }
+        float one_f = 1.0f, zero_f = 0.0f;
+        double one_d = 1.0, zero_d = 0.0;
+        const void *alpha = dt == KN_F64 ? (const void *)&one_d : (const void *)&one_f;
+        const void *beta = dt == KN_F64 ? (const void *)&zero_d : (const void *)&zero_f;
+        /* the outer batch dims [0, split): one strided-batch call each */
+        int64_t outer = 1, idx[KN_LA_MAX_BATCH] = {0};
+        for (int d = 0; d < split; d++) outer *= pr.bsize[d];
+        int64_t oa = 0, ob = 0;
+        for (int64_t it = 0; it < outer; it++) {
+            int64_t od = it * count * m * pr.n; /* m: rows after any folding */
+            cublasStatus_t s = lt.cublasLtMatmul(
+                g_lt.h, e->desc, alpha, pa + oa * (int64_t)esz, e->la, pb + ob * (int64_t)esz, e->lb,
+                beta, pd + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, g_lt.ws,
+                (size_t)g_lt.ws_size, kn_cuda_stream());
+            if (s == CUBLAS_STATUS_NOT_SUPPORTED && it == 0) {
+                e->refused = true; /* remembered: next time straight to the fallback */
+                if (kn_cuda_lib_log_on())
+                    fprintf(stderr, "kiln: matmul: cublasLtMatmul refused its own algorithm: kiln's kernel runs\n");
+                break;
+            }
+            if (s != CUBLAS_STATUS_SUCCESS) {
+                st = lt_fail(s, "matmul");
+                goto out;
+            }
+            for (int d = split - 1; d >= 0; d--) { /* odometer over the outer dims */
+                oa += pr.b.bs[d];
+                ob += pr.a.bs[d];
+                if (++idx[d] < pr.bsize[d]) break;
+                oa -= pr.b.bs[d] * idx[d];
+                ob -= pr.a.bs[d] * idx[d];
+                idx[d] = 0;
+            }
+        }
+        if (e->refused) continue;
+        *done = true;
+        if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act);
+    }
+out:
+    for (int i = 0; i < 3; i++) kn_tensor_release(tmp[i]);
+    return st;
+}
+
+#endif /* KILN_HAVE_CUBLASLT */
+
+/* ---- entry points ---------------------------------------------------------- */
+
+static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act)
+{
+    if (c->n_in != 2 || !c->in[0] || !c->in[1] || c->n_out < 1 || !c->out[0])
+        return kn_error(KN_ERR_ARG, "matmul: expects 2 inputs and a preallocated output");
+    if (act < 0 || act > 2) return kn_error(KN_ERR_ARG, "matmul: unknown activation %d", act);
+    kn_tensor *o = c->out[0];
+    const kn_tensor *a = c->in[0], *b = c->in[1];
+    if (kn_tensor_device(a) != KN_CUDA || kn_tensor_device(b) != KN_CUDA || kn_tensor_device(o) != KN_CUDA)
+        return kn_error(KN_ERR_DEVICE, "matmul: the CUDA backend got a tensor that is not on cuda");
+    if (!kn_dtype_is_float(o->dtype) || !kn_dtype_is_float(a->dtype) || !kn_dtype_is_float(b->dtype))
+        return kn_error(KN_ERR_UNSUPPORTED, "matmul: float tensors only on cuda, got %s and %s",
+                        kn_dtype_name(a->dtype), kn_dtype_name(b->dtype));
+    mm_problem pr;
+    mm_describe(&pr, a, b, o);
+    if (pr.nbat > KN_LA_MAX_BATCH)
+        return kn_error(KN_ERR_UNSUPPORTED, "matmul: more than %d batch dims", KN_LA_MAX_BATCH);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != pr.n || !kn_dtype_is_float(bias->dtype) ||
+                 kn_tensor_device(bias) != KN_CUDA))
+        return kn_error(KN_ERR_SHAPE, "matmul: a fused bias must be a float cuda tensor of shape {%lld}",
+                        (long long)pr.n);
+    KN_TRY(kn_cuda_init());
+    if (kn_tensor_numel(o) == 0) return KN_OK;
+    if (pr.k == 0) { /* empty sums: zeros (all-zero bits in every float dtype) */
+        KN_CUDA_TRY(cudaMemsetAsync(kn_cuda_tensor_ptr(o), 0,
+                                    (size_t)kn_tensor_numel(o) * kn_dtype_size(o->dtype),
+                                    kn_cuda_stream()),
+                    "matmul: zero fill");
+        return kn_cuda_bias_act(o, bias, 1, pr.n, act);
+    }
+#ifdef KILN_HAVE_CUBLASLT
+    bool done = false;
+    KN_TRY(matmul_lt(&pr, bias, act, &done));
+    if (done) return KN_OK;
+#endif
+    KN_TRY(matmul_naive(&pr));
+    return kn_cuda_bias_act(o, bias, 1, pr.n, act);
+}
+
+kn_status kn_cuda_matmul(const kn_opcall *c)
+{
+    return matmul_run(c, NULL, 0);
+}
+
+kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act)
+{
+    return matmul_run(c, bias, act);
+}
+
+/* ---- the roofline ceiling ------------------------------------------------- */
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+kn_status kn_cuda_matmul_rate(kn_dtype dt, double *tflops)
+{
+    enum { SIZE = 8192, WARM = 2, RUNS = 5 };
+    *tflops = 0;
+    if (!kn_dtype_is_float(dt))
+        return kn_error(KN_ERR_DTYPE, "matmul rate: float dtypes only, got %s", kn_dtype_name(dt));
+    KN_TRY(kn_cuda_init());
+    int64_t shape[2] = {SIZE, SIZE};
+    kn_tensor *t[3] = {NULL, NULL, NULL};
+    cudaEvent_t ev[2] = {NULL, NULL};
+    kn_status st = KN_OK;
+    for (int i = 0; i < 3 && st == KN_OK; i++) st = kn_tensor_new(dt, 2, shape, KN_CUDA, &t[i]);
+    /* 0x3c bytes: small finite values in every float dtype (zeros would
+     * let the GPU draw less power and clock higher than real data does) */
+    for (int i = 0; i < 2 && st == KN_OK; i++) {
+        cudaError_t e = cudaMemsetAsync(kn_cuda_tensor_ptr(t[i]), 0x3c,
+                                        (size_t)(SIZE * SIZE) * kn_dtype_size(dt), kn_cuda_stream());
+        if (e != cudaSuccess) st = kn_cuda_fail(e, "matmul rate: fill");
+    }
+    for (int i = 0; i < 2 && st == KN_OK; i++) {
+        cudaError_t e = cudaEventCreate(&ev[i]);
+        if (e != cudaSuccess) st = kn_cuda_fail(e, "matmul rate: event");
+    }
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_MATMUL);
+    c.n_in = 2, c.in[0] = t[0], c.in[1] = t[1], c.n_out = 1, c.out[0] = t[2];
+    double ms[RUNS];
+    for (int r = 0; r < WARM + RUNS && st == KN_OK; r++) {
+        cudaError_t e = cudaEventRecord(ev[0], kn_cuda_stream());
+        if (e == cudaSuccess && (st = kn_cuda_matmul(&c)) != KN_OK) break;
+        if (e == cudaSuccess) e = cudaEventRecord(ev[1], kn_cuda_stream());
+        if (e == cudaSuccess) e = cudaEventSynchronize(ev[1]);
+        float f = 0;
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&f, ev[0], ev[1]);
+        if (e != cudaSuccess) st = kn_cuda_fail(e, "matmul rate: timing");
+        if (r >= WARM) ms[r - WARM] = f;
+    }
+    if (st == KN_OK) {
+        qsort(ms, RUNS, sizeof ms[0], cmp_double);
+        double med = ms[RUNS / 2];
+        *tflops = med > 0 ? 2.0 * SIZE * (double)SIZE * SIZE / (med * 1e-3) / 1e12 : 0;
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    for (int i = 0; i < 3; i++) kn_tensor_release(t[i]);
+    return st;
+}

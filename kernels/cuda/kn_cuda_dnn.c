@@ -1,0 +1,624 @@
+/* kn_cuda_dnn: conv2d on the GPU through cuDNN's graph (backend) API, with
+ * kiln's direct-convolution kernel (kn_linalg.cu) for whatever cuDNN
+ * refuses or when cuDNN is not built in.
+ *
+ * One call: X [N,C,H,W] and W [K,C/groups,R,S] in the output's dtype,
+ * contiguous and 16-byte aligned (a copy is made when they are not and the
+ * runtime can), Y [N,K,P,Q] contiguous. With a bias the graph is conv ->
+ * virtual f32 tensor -> pointwise ADD of bias [1,K,1,1] -> Y, so the bias
+ * is added before the one rounding, as on the CPU; when cuDNN refuses that
+ * graph, the conv alone runs and kiln's kernel adds the bias.
+ *
+ * Engines: heuristics mode A, then FALLBACK, in rank order. Strict f32
+ * (allow_tf32 off) skips engines with the TENSOR_CORE or
+ * DOWN_CONVERT_INPUTS notes (measured on the H100: strict 9e-7 error, TF32
+ * 3e-4); every dtype skips REDUCED_PRECISION_REDUCTION (kiln sums in f32).
+ * Runtime-compiled engines are tried only when no precompiled one works:
+ * finalizing their plans took 0.5-1.8 s each.
+ *
+ * The plan, its descriptors and its workspace are kept per call signature
+ * (shapes, strides, dtypes, conv params, tf32, alignments) for the life of
+ * the process; the workspace never moves, so CUDA graph recordings stay
+ * valid. A refusal is remembered too: that signature goes straight to the
+ * fallback kernel afterwards.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_cuda_linalg.h"
+#include "kn_hash.h"
+
+#ifdef KILN_HAVE_CUDNN
+#include <cudnn_graph.h>
+#endif
+
+#define GRID_CAP 65535
+
+/* kiln's kernel: any strides, any float dtypes, bias fused. */
+static kn_status conv_naive(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
+                            kn_tensor *y, const kn_attrs *at)
+{
+    kn_la_conv_args p;
+    memset(&p, 0, sizeof p);
+    int xo = x->ndim - 3, yo = y->ndim - 3;
+    p.x = kn_cuda_tensor_ptr(x);
+    p.w = kn_cuda_tensor_ptr(w);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.y = kn_cuda_tensor_ptr(y);
+    p.n = xo ? x->shape[0] : 1;
+    p.c = x->shape[xo], p.h = x->shape[xo + 1], p.wd = x->shape[xo + 2];
+    p.k = w->shape[0], p.r = w->shape[2], p.s = w->shape[3];
+    p.p = y->shape[yo + 1], p.q = y->shape[yo + 2];
+    p.xs[0] = xo ? x->strides[0] : 0;
+    for (int i = 0; i < 3; i++) p.xs[i + 1] = x->strides[xo + i];
+    for (int i = 0; i < 4; i++) p.ws[i] = w->strides[i];
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
+    p.dh = at->dilation[0], p.dw = at->dilation[1], p.groups = at->groups;
+    p.x_dt = (int)x->dtype, p.w_dt = (int)w->dtype, p.b_dt = bias ? (int)bias->dtype : 0;
+    p.y_dt = (int)y->dtype;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_F64 ? "kn_la_conv2d_f64" : "kn_la_conv2d_f32", &fn));
+    int64_t total = kn_tensor_numel(y), g = (total + 255) / 256;
+    return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
+}
+
+/* ---- cuDNN ------------------------------------------------------------------ */
+
+#ifdef KILN_HAVE_CUDNN
+
+enum { UID_X = 1, UID_W, UID_Y, UID_B, UID_T /* virtual conv output */ };
+enum { MAX_KEEP = 12 };
+/* A workspace above this is not worth it: the next engine is tried. */
+#define DNN_MAX_WORKSPACE ((int64_t)512 << 20)
+
+typedef struct dnn_key {
+    int32_t dt, tf32, bias_dt, fused;
+    int32_t stride[2], pad[2], dil[2];
+    int64_t xd[4], xs[4], wd[4], ws[4], yd[4];
+    int64_t align_x, align_w, align_y, align_b;
+} dnn_key;
+
+typedef struct dnn_entry {
+    dnn_key key;
+    uint64_t hash;
+    bool refused;
+    cudnnBackendDescriptor_t plan;
+    cudnnBackendDescriptor_t keep[MAX_KEEP]; /* what the plan was built from */
+    int nkeep;
+    void *ws;
+    int64_t ws_size;
+} dnn_entry;
+
+static struct {
+    cudnnHandle_t h;
+    int state; /* 0 not tried, 1 ready, -1 unavailable */
+    size_t version;
+    dnn_entry **slots;
+    size_t cap, count;
+} g_dnn;
+
+static kn_status dnn_fail(cudnnStatus_t s, const char *what)
+{
+    char last[512] = "";
+    cudnnGetLastErrorString(last, sizeof last);
+    return kn_error(KN_ERR_DEVICE, "conv2d: cuDNN %s failed: %s (%d)%s%s", what, cudnnGetErrorString(s),
+                    (int)s, last[0] ? ": " : "", last);
+}
+
+static bool dnn_ready(void)
+{
+    if (g_dnn.state) return g_dnn.state > 0;
+    g_dnn.state = -1;
+    g_dnn.version = cudnnGetVersion();
+    cudnnStatus_t s = cudnnCreate(&g_dnn.h);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        if (kn_cuda_lib_log_on())
+            fprintf(stderr, "kiln: cuDNN %zu cannot start (%s): conv2d uses kiln's kernel\n", g_dnn.version,
+                    cudnnGetErrorString(s));
+        return false;
+    }
+    g_dnn.state = 1;
+    return true;
+}
+
+static bool is_not_supported(cudnnStatus_t s)
+{
+    return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+static dnn_entry *dnn_find(const dnn_key *k, uint64_t h)
+{
+    if (!g_dnn.cap) return NULL;
+    for (size_t i = h & (g_dnn.cap - 1);; i = (i + 1) & (g_dnn.cap - 1)) {
+        dnn_entry *e = g_dnn.slots[i];
+        if (!e) return NULL;
+        if (e->hash == h && memcmp(&e->key, k, sizeof *k) == 0) return e;
+    }
+}
+
+static kn_status dnn_insert(dnn_entry *e)
+{
+    if ((g_dnn.count + 1) * 2 > g_dnn.cap) {
+        size_t cap = g_dnn.cap ? g_dnn.cap * 2 : 64;
+        dnn_entry **s = calloc(cap, sizeof *s);
+        if (!s) return kn_error(KN_ERR_OOM, "conv2d: out of memory for the cuDNN plan cache");
+        for (size_t i = 0; i < g_dnn.cap; i++) {
+            dnn_entry *o = g_dnn.slots[i];
+            if (!o) continue;
+            size_t j = o->hash & (cap - 1);
+            while (s[j]) j = (j + 1) & (cap - 1);
+            s[j] = o;
+        }
+        free(g_dnn.slots);
+        g_dnn.slots = s;
+        g_dnn.cap = cap;
+    }
+    size_t j = e->hash & (g_dnn.cap - 1);
+    while (g_dnn.slots[j]) j = (j + 1) & (g_dnn.cap - 1);
+    g_dnn.slots[j] = e;
+    g_dnn.count++;
+    return KN_OK;
+}
+
+static cudnnDataType_t dnn_type(kn_dtype dt)
+{
+    switch (dt) {
+    case KN_F64: return CUDNN_DATA_DOUBLE;
+    case KN_BF16: return CUDNN_DATA_BFLOAT16;
+    case KN_F16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+    }
+}
+
+/* Descriptors built for an entry are recorded in it, so that one cleanup
+ * frees them whichever step fails. */
+static cudnnStatus_t dnn_create(dnn_entry *e, cudnnBackendDescriptorType_t t,
+                                cudnnBackendDescriptor_t *d)
+{
+    *d = NULL;
+    if (e->nkeep == MAX_KEEP) return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t s = cudnnBackendCreateDescriptor(t, d);
+    if (s == CUDNN_STATUS_SUCCESS) e->keep[e->nkeep++] = *d;
+    return s;
+}
+
+static void dnn_entry_release(dnn_entry *e)
+{
+    if (e->plan) cudnnBackendDestroyDescriptor(e->plan);
+    for (int i = e->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(e->keep[i]);
+    e->plan = NULL;
+    e->nkeep = 0;
+}
+
+static cudnnStatus_t dnn_tensor(dnn_entry *e, int64_t uid, cudnnDataType_t dt, const int64_t *dims,
+                                const int64_t *strides, int64_t align, bool virt,
+                                cudnnBackendDescriptor_t *out)
+{
+    cudnnBackendDescriptor_t d;
+    cudnnStatus_t s = dnn_create(e, CUDNN_BACKEND_TENSOR_DESCRIPTOR, &d);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    if (s == CUDNN_STATUS_SUCCESS && virt)
+        s = cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(d);
+    *out = d;
+    return s;
+}
+
+/* Whether the engine behind cfg may run this graph; *rtc says it compiles
+ * at plan time. */
+static bool engine_allowed(cudnnBackendDescriptor_t cfg, bool strict_f32, bool *rtc)
+{
+    cudnnBackendDescriptor_t eng = NULL;
+    int64_t n = 0;
+    *rtc = false;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS)
+        return false;
+    bool ok = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                       &n, &eng) == CUDNN_STATUS_SUCCESS && n == 1;
+    cudnnBackendNumericalNote_t num[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    if (ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, num) == CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
+            if (num[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) ok = false;
+            if (strict_f32 && (num[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
+                               num[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
+                ok = false;
+        }
+    cudnnBackendBehaviorNote_t beh[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    if (ok && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                       CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, beh) == CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < n && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
+            if (beh[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) *rtc = true;
+    cudnnBackendDestroyDescriptor(eng);
+    return ok;
+}
+
+/* A finalized plan for the op graph: heuristics A then FALLBACK, ranked;
+ * precompiled engines first (pass 0), runtime-compiled ones after (pass 1).
+ * NOT_SUPPORTED when no engine takes the graph. The chosen config goes to
+ * e->keep (the plan was built from it). */
+static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph, bool strict_f32)
+{
+    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+    for (int pass = 0; pass < 2; pass++)
+        for (int mi = 0; mi < 2; mi++) {
+            cudnnBackendDescriptor_t heur = NULL, *cfgs = NULL;
+            int64_t n = 0, got = 0;
+            cudnnBackendHeurMode_t mode = modes[mi];
+            cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+            if (s == CUDNN_STATUS_SUCCESS)
+                s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+            if (s == CUDNN_STATUS_SUCCESS)
+                s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+            if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(heur);
+            if (s == CUDNN_STATUS_SUCCESS)
+                s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                             0, &n, NULL);
+            if (s == CUDNN_STATUS_SUCCESS && n > 0) {
+                cfgs = calloc((size_t)n, sizeof *cfgs);
+                if (!cfgs) s = CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
+                for (int64_t i = 0; i < n && s == CUDNN_STATUS_SUCCESS; i++)
+                    s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]);
+                if (s == CUDNN_STATUS_SUCCESS)
+                    s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs);
+            }
+            if (s != CUDNN_STATUS_SUCCESS) last = s;
+            int64_t chosen = -1;
+            for (int64_t i = 0; s == CUDNN_STATUS_SUCCESS && i < got && chosen < 0; i++) {
+                bool rtc;
+                if (!engine_allowed(cfgs[i], strict_f32, &rtc) || rtc != (pass == 1)) continue;
+                cudnnBackendDescriptor_t plan = NULL;
+                cudnnStatus_t ps = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+                if (ps == CUDNN_STATUS_SUCCESS)
+                    ps = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+                /* before 9.8 the plan needed the handle (the attribute is
+                 * deprecated since, hence the number) */
+                if (ps == CUDNN_STATUS_SUCCESS && g_dnn.version < 90800)
+                    ps = cudnnBackendSetAttribute(plan, (cudnnBackendAttributeName_t)400, CUDNN_TYPE_HANDLE, 1,
+                                                  &g_dnn.h);
+                if (ps == CUDNN_STATUS_SUCCESS) ps = cudnnBackendFinalize(plan);
+                int64_t ws = 0, cnt = 0;
+                if (ps == CUDNN_STATUS_SUCCESS)
+                    ps = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                  CUDNN_TYPE_INT64, 1, &cnt, &ws);
+                if (ps == CUDNN_STATUS_SUCCESS && ws <= DNN_MAX_WORKSPACE && e->nkeep < MAX_KEEP) {
+                    e->plan = plan;
+                    e->ws_size = ws;
+                    e->keep[e->nkeep++] = cfgs[i];
+                    chosen = i;
+                } else {
+                    if (plan) cudnnBackendDestroyDescriptor(plan);
+                    if (ps != CUDNN_STATUS_SUCCESS) last = ps;
+                }
+            }
+            for (int64_t i = 0; cfgs && i < n; i++)
+                if (cfgs[i] && i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
+            free(cfgs);
+            if (heur) cudnnBackendDestroyDescriptor(heur);
+            if (chosen >= 0) return CUDNN_STATUS_SUCCESS;
+        }
+    return is_not_supported(last) || last == CUDNN_STATUS_SUCCESS ? CUDNN_STATUS_NOT_SUPPORTED : last;
+}
+
+/* The op graph of key k (conv, or conv + bias add when k->fused) and its
+ * plan. NOT_SUPPORTED (any of its sub-codes) means cuDNN refuses. */
+static cudnnStatus_t dnn_build(dnn_entry *e)
+{
+    const dnn_key *k = &e->key;
+    kn_dtype kdt = (kn_dtype)k->dt;
+    cudnnDataType_t dt = dnn_type(kdt);
+    cudnnDataType_t comp = kdt == KN_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t tx, tw, ty, tb = NULL, tt = NULL, conv, op_conv, pw = NULL, op_pw = NULL,
+                                                                               graph;
+    int64_t ys[4] = {k->yd[1] * k->yd[2] * k->yd[3], k->yd[2] * k->yd[3], k->yd[3], 1};
+    cudnnStatus_t s = dnn_tensor(e, UID_X, dt, k->xd, k->xs, k->align_x, false, &tx);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_W, dt, k->wd, k->ws, k->align_w, false, &tw);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_Y, dt, k->yd, ys, k->align_y, false, &ty);
+    if (s == CUDNN_STATUS_SUCCESS && k->fused) {
+        int64_t bd[4] = {1, k->yd[1], 1, 1}, bs[4] = {k->yd[1], 1, 1, 1};
+        s = dnn_tensor(e, UID_B, dnn_type((kn_dtype)k->bias_dt), bd, bs, k->align_b, false, &tb);
+        if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_T, comp, k->yd, ys, 16, true, &tt);
+    }
+    /* the conv descriptor */
+    int64_t sd = 2, pre[2] = {k->pad[0], k->pad[1]}, dil[2] = {k->dil[0], k->dil[1]};
+    int64_t str[2] = {k->stride[0], k->stride[1]};
+    cudnnConvolutionMode_t cm = CUDNN_CROSS_CORRELATION;
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_create(e, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &cm);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre);
+    /* PyTorch pads symmetrically; the floor in the output size drops any
+     * excess on the far side */
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pre);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(conv);
+    /* the conv op; groups follow from X's C over W's C/groups */
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = dnn_create(e, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op_conv);
+    cudnnBackendDescriptor_t conv_y = k->fused ? tt : ty;
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv_y);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
+    float af = 1.0f, bf = 0.0f;
+    double ad = 1.0, bdv = 0.0;
+    bool dbl = kdt == KN_F64;
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                     dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+                                     dbl ? (const void *)&ad : (const void *)&af);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                                     dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+                                     dbl ? (const void *)&bdv : (const void *)&bf);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_conv);
+    /* the bias add */
+    if (s == CUDNN_STATUS_SUCCESS && k->fused) {
+        cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
+        s = dnn_create(e, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(pw);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = dnn_create(e, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op_pw);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tt);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tb);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_pw);
+    }
+    /* the graph */
+    cudnnBackendDescriptor_t ops[2] = {op_conv, op_pw};
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_create(e, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                     k->fused ? 2 : 1, ops);
+    /* before 9.8 the graph needed the handle (deprecated since) */
+    if (s == CUDNN_STATUS_SUCCESS && g_dnn.version < 90800)
+        s = cudnnBackendSetAttribute(graph, (cudnnBackendAttributeName_t)800, CUDNN_TYPE_HANDLE, 1, &g_dnn.h);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(graph);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_pick_plan(e, graph, kdt == KN_F32 && !k->tf32);
+    return s;
+}
+
+/* The cached entry for k, built on first use; a refusal is an entry too. */
+static kn_status dnn_entry_get(const dnn_key *k, dnn_entry **out)
+{
+    uint64_t h = kn_hash_bytes(KN_HASH_SEED, k, sizeof *k);
+    dnn_entry *e = dnn_find(k, h);
+    if (e) {
+        *out = e;
+        return KN_OK;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e) return kn_error(KN_ERR_OOM, "conv2d: out of memory for a cuDNN plan");
+    e->key = *k;
+    e->hash = h;
+    cudnnStatus_t s = dnn_build(e);
+    kn_status st = KN_OK;
+    if (kn_cuda_lib_log_on()) {
+        char last[256] = "";
+        if (s != CUDNN_STATUS_SUCCESS) cudnnGetLastErrorString(last, sizeof last);
+        fprintf(stderr,
+                "kiln: conv2d %s x{%lld,%lld,%lld,%lld} w{%lld,%lld,%lld,%lld} s{%d,%d} p{%d,%d} d{%d,%d} "
+                "%s tf32=%d align=%lld,%lld,%lld: %s%s%s\n",
+                kn_dtype_name((kn_dtype)k->dt), (long long)k->xd[0], (long long)k->xd[1],
+                (long long)k->xd[2], (long long)k->xd[3], (long long)k->wd[0], (long long)k->wd[1],
+                (long long)k->wd[2], (long long)k->wd[3], k->stride[0], k->stride[1], k->pad[0],
+                k->pad[1], k->dil[0], k->dil[1], k->fused ? "fused bias" : "conv", k->tf32,
+                (long long)k->align_x, (long long)k->align_y, (long long)k->align_b,
+                s == CUDNN_STATUS_SUCCESS ? "cuDNN plan" : "cuDNN refused: ",
+                s == CUDNN_STATUS_SUCCESS ? "" : cudnnGetErrorString(s), last[0] ? last : "");
+    }
+    if (s != CUDNN_STATUS_SUCCESS) {
+        /* bad-param codes also come from shapes or layouts cuDNN cannot
+         * take: only allocation and internal failures are errors */
+        if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_INTERNAL_ERROR ||
+            CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_EXECUTION_FAILED)
+            st = dnn_fail(s, "plan build");
+        dnn_entry_release(e);
+        e->refused = true;
+    } else if (e->ws_size > 0) {
+        st = kn_cuda_malloc(e->ws_size, &e->ws);
+        if (st != KN_OK) { /* keep nothing half-built: the next call retries */
+            dnn_entry_release(e);
+            free(e);
+            return st;
+        }
+    }
+    if (st != KN_OK) {
+        free(e);
+        return st;
+    }
+    if ((st = dnn_insert(e)) != KN_OK) {
+        dnn_entry_release(e);
+        if (e->ws) kn_cuda_free(e->ws);
+        free(e);
+        return st;
+    }
+    *out = e;
+    return KN_OK;
+}
+
+static kn_status dnn_execute(dnn_entry *e, void *x, void *w, void *y, void *b)
+{
+    int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
+    void *ptrs[4] = {x, w, y, b};
+    int64_t n = e->key.fused ? 4 : 3;
+    cudnnBackendDescriptor_t vp = NULL;
+    cudnnStatus_t s = cudnnSetStream(g_dnn.h, kn_cuda_stream());
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &e->ws);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(g_dnn.h, e->plan, vp);
+    if (vp) cudnnBackendDestroyDescriptor(vp);
+    if (s == CUDNN_STATUS_SUCCESS) return KN_OK;
+    if (is_not_supported(s)) return KN_ERR_UNSUPPORTED; /* the caller falls back */
+    return dnn_fail(s, "execute");
+}
+
+/* Strides that cuDNN reads as a plain NCHW tensor. */
+static void packed(const int64_t *d, int64_t *s)
+{
+    s[3] = 1;
+    s[2] = d[3];
+    s[1] = d[2] * d[3];
+    s[0] = d[1] * d[2] * d[3];
+}
+
+/* The cuDNN path; *done stays false when cuDNN refuses or a needed copy is
+ * not available (the caller then runs kiln's kernel). */
+static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_tensor *bias,
+                          kn_tensor *y, const kn_attrs *at, bool *done)
+{
+    *done = false;
+    if (!dnn_ready()) return KN_OK;
+    kn_dtype dt = y->dtype;
+    kn_tensor *tmp[3] = {NULL, NULL, NULL};
+    const kn_tensor *in[2] = {x0, w0};
+    kn_status st = KN_OK;
+    /* x and w: the output's dtype, packed NCHW, 16-byte aligned */
+    for (int i = 0; i < 2; i++) {
+        const kn_tensor *t = in[i];
+        bool aligned = kn_cuda_align_of(kn_cuda_tensor_ptr(t), NULL, 0, 16) == 16;
+        if (t->dtype == dt && kn_tensor_is_contiguous(t) && aligned) continue;
+        if (kn_cuda_copy_as(t, dt, &tmp[i]) != KN_OK) {
+            if (kn_cuda_lib_log_on())
+                fprintf(stderr, "kiln: conv2d: no copy of %s for cuDNN (%s): kiln's kernel runs\n",
+                        i ? "the weight" : "x", kn_last_error());
+            goto out;
+        }
+        in[i] = tmp[i];
+    }
+    const kn_tensor *x = in[0], *w = in[1];
+    dnn_key k;
+    memset(&k, 0, sizeof k);
+    k.dt = (int32_t)dt;
+    k.tf32 = dt == KN_F32 && kn_allow_tf32();
+    for (int i = 0; i < 2; i++) {
+        k.stride[i] = at->stride[i];
+        k.pad[i] = at->padding[i];
+        k.dil[i] = at->dilation[i];
+    }
+    int xo = x->ndim - 3, yo = y->ndim - 3;
+    k.xd[0] = xo ? x->shape[0] : 1;
+    for (int i = 0; i < 3; i++) k.xd[i + 1] = x->shape[xo + i];
+    for (int i = 0; i < 4; i++) k.wd[i] = w->shape[i];
+    k.yd[0] = k.xd[0];
+    for (int i = 0; i < 3; i++) k.yd[i + 1] = y->shape[yo + i];
+    packed(k.xd, k.xs);
+    packed(k.wd, k.ws);
+    char *px = kn_cuda_tensor_ptr(x), *pw = kn_cuda_tensor_ptr(w), *py = kn_cuda_tensor_ptr(y);
+    k.align_x = k.align_w = 16;
+    k.align_y = kn_cuda_align_of(py, NULL, 0, 16);
+    /* the bias for the fused graph: output dtype, one stride */
+    const kn_tensor *fb = NULL;
+    if (bias) {
+        fb = bias;
+        if (bias->dtype != dt || (bias->shape[0] > 1 && bias->strides[0] != 1))
+            fb = kn_cuda_copy_as(bias, dt, &tmp[2]) == KN_OK ? tmp[2] : NULL;
+    }
+    for (int fused = fb ? 1 : 0; fused >= 0 && !*done; fused--) {
+        k.fused = fused;
+        k.bias_dt = fused ? (int32_t)fb->dtype : 0;
+        k.align_b = fused ? kn_cuda_align_of(kn_cuda_tensor_ptr(fb), NULL, 0, 16) : 0;
+        dnn_entry *e = NULL;
+        if ((st = dnn_entry_get(&k, &e)) != KN_OK) goto out;
+        if (e->refused) continue;
+        st = dnn_execute(e, px, pw, py, fused ? kn_cuda_tensor_ptr(fb) : NULL);
+        if (st == KN_ERR_UNSUPPORTED) { /* refused at run time: remember it */
+            st = KN_OK;
+            e->refused = true;
+            if (kn_cuda_lib_log_on()) fprintf(stderr, "kiln: conv2d: cuDNN refused to execute its plan\n");
+            continue;
+        }
+        if (st != KN_OK) goto out;
+        *done = true;
+        if (!fused && bias) st = kn_cuda_bias_act(y, bias, k.yd[2] * k.yd[3], k.yd[1], 0);
+    }
+out:
+    for (int i = 0; i < 3; i++) kn_tensor_release(tmp[i]);
+    return st;
+}
+
+#endif /* KILN_HAVE_CUDNN */
+
+/* ---- entry point ------------------------------------------------------------ */
+
+kn_status kn_cuda_conv2d(const kn_opcall *c)
+{
+    if (c->n_in < 2 || c->n_in > 3 || !c->in[0] || !c->in[1] || (c->n_in == 3 && !c->in[2]) ||
+        c->n_out < 1 || !c->out[0])
+        return kn_error(KN_ERR_ARG, "conv2d: expects x, weight [, bias] and a preallocated output");
+    const kn_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+    kn_tensor *y = c->out[0];
+    for (int i = 0; i < c->n_in; i++)
+        if (kn_tensor_device(c->in[i]) != KN_CUDA)
+            return kn_error(KN_ERR_DEVICE, "conv2d: the CUDA backend got input %d on %s", i + 1,
+                            kn_device_name(kn_tensor_device(c->in[i])));
+    if (kn_tensor_device(y) != KN_CUDA || !kn_dtype_is_float(y->dtype))
+        return kn_error(KN_ERR_UNSUPPORTED, "conv2d: float cuda outputs only");
+    KN_TRY(kn_cuda_init());
+    if (kn_tensor_numel(y) == 0) return KN_OK;
+    if (w->shape[1] == 0) { /* no input channels: the output is the bias */
+        KN_CUDA_TRY(cudaMemsetAsync(kn_cuda_tensor_ptr(y), 0,
+                                    (size_t)kn_tensor_numel(y) * kn_dtype_size(y->dtype),
+                                    kn_cuda_stream()),
+                    "conv2d: zero fill");
+        int64_t inner = y->shape[y->ndim - 2] * y->shape[y->ndim - 1];
+        return kn_cuda_bias_act(y, bias, inner, w->shape[0], 0);
+    }
+#ifdef KILN_HAVE_CUDNN
+    bool done = false;
+    KN_TRY(conv_dnn(x, w, bias, y, &c->a, &done));
+    if (done) return KN_OK;
+#endif
+    return conv_naive(x, w, bias, y, &c->a);
+}

@@ -1,0 +1,368 @@
+/* kn_cuda_module: NVRTC programs, compiled once per process and once per
+ * cache directory.
+ *
+ * A module's key hashes everything that changes the CUBIN: the source, the
+ * arch, NVRTC's version, kiln's version and the compile options. Lookups go
+ * to an in-memory table first (modules stay loaded for the process, so a
+ * kernel pointer handed out stays valid), then to
+ * <cache_dir>/cuda-<key>.cubin, then to NVRTC. A disk entry is a header
+ * (magic, key, arch, lengths, checksums), the source it was built from and
+ * the CUBIN; everything is checked before the bytes reach the driver, and
+ * an entry that fails a check is reported and rebuilt. Entries are written
+ * to a temporary file and renamed into place, so another process sees a
+ * whole entry or none.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kn_cuda_internal.h"
+#include "kn_cuda_nvrtc.h"
+#include "kn_hash.h"
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "dev"
+#endif
+
+/* kn_nvrtc_compile's options: part of the key, so changing them there
+ * must change this string too (old entries then stop matching). */
+#define NVRTC_OPTIONS "--fmad=false -default-device --std=c++17"
+#define MAX_ENTRY_BYTES ((long)1 << 28)
+#define N_BUCKETS 4096
+
+struct kn_cuda_module {
+    uint64_t key;
+    char *src;
+    cudaLibrary_t lib;
+    struct kn_cuda_module *next;
+};
+
+typedef struct cubin_header {
+    char magic[8];
+    uint64_t key;
+    char arch[16];
+    uint64_t src_len, image_len;
+    uint64_t image_sum;  /* FNV-1a of the CUBIN */
+    uint64_t header_sum; /* FNV-1a of the fields above and the source */
+} cubin_header;
+
+static const char entry_magic[8] = {'K', 'N', 'C', 'U', 'B', 'I', 'N', 1};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static kn_cuda_module *buckets[N_BUCKETS];
+static kn_cuda_module_stats stats;
+static char cache_dir_buf[1024];
+static bool cache_dir_set, warned_write;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- the cache directory ---- */
+
+void kn_cuda_set_cache_dir(const char *dir)
+{
+    pthread_mutex_lock(&lock);
+    snprintf(cache_dir_buf, sizeof cache_dir_buf, "%s", dir ? dir : "");
+    cache_dir_set = true;
+    pthread_mutex_unlock(&lock);
+}
+
+const char *kn_cuda_cache_dir(void)
+{
+    pthread_mutex_lock(&lock);
+    if (!cache_dir_set) {
+        const char *env = getenv("KILN_CACHE_DIR"), *home = getenv("HOME");
+        if (env && *env) snprintf(cache_dir_buf, sizeof cache_dir_buf, "%s", env);
+        else if (home && *home) snprintf(cache_dir_buf, sizeof cache_dir_buf, "%s/.cache/kiln", home);
+        else cache_dir_buf[0] = 0;
+        cache_dir_set = true;
+    }
+    pthread_mutex_unlock(&lock);
+    return cache_dir_buf[0] ? cache_dir_buf : NULL;
+}
+
+void kn_cuda_module_stats_get(kn_cuda_module_stats *s)
+{
+    pthread_mutex_lock(&lock);
+    *s = stats;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- files ---- */
+
+/* mkdir -p; errno set on failure. */
+static bool make_dirs(const char *path)
+{
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+    struct stat sb;
+    if (stat(p, &sb) != 0) return false;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
+}
+
+static char *read_file(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && n <= MAX_ENTRY_BYTES && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            } else {
+                *size = n;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static bool write_all(FILE *f, const void *p, size_t n)
+{
+    return n == 0 || fwrite(p, 1, n, f) == n;
+}
+
+static uint64_t header_sum(const cubin_header *h, const char *src)
+{
+    uint64_t s = kn_hash_bytes(KN_HASH_SEED, h, offsetof(cubin_header, header_sum));
+    return kn_hash_bytes(s, src, (size_t)h->src_len);
+}
+
+/* NULL when buf is a valid entry for (key, arch, src), with *image in
+ * buf; else why not. */
+static const char *entry_verify(const char *buf, long size, uint64_t key, const char *arch, const char *src,
+                                const char **image, size_t *image_len)
+{
+    cubin_header h;
+    if ((size_t)size < sizeof h) return "truncated header";
+    memcpy(&h, buf, sizeof h);
+    if (memcmp(h.magic, entry_magic, sizeof h.magic) != 0) return "bad magic: not a kiln CUDA entry";
+    uint64_t body = (uint64_t)size - sizeof h;
+    if (h.src_len > body || h.image_len > body || h.src_len + h.image_len != body)
+        return "length mismatch: truncated or extended";
+    const char *esrc = buf + sizeof h;
+    if (header_sum(&h, esrc) != h.header_sum) return "header checksum mismatch";
+    if (h.key != key) return "key mismatch: a foreign entry";
+    if (strncmp(h.arch, arch, sizeof h.arch) != 0) return "built for another GPU architecture";
+    if (h.src_len != strlen(src) || memcmp(esrc, src, (size_t)h.src_len) != 0) return "built from another source";
+    *image = esrc + h.src_len;
+    *image_len = (size_t)h.image_len;
+    if (h.image_len == 0) return "empty CUBIN";
+    if (kn_hash_bytes(KN_HASH_SEED, *image, *image_len) != h.image_sum) return "checksum mismatch";
+    return NULL;
+}
+
+/* Write an entry atomically: a temporary file in dir, then rename. errno
+ * tells why on failure. */
+static bool entry_write(const char *dir, const char *path, uint64_t key, const char *arch, const char *src,
+                        const char *image, size_t image_len)
+{
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-cuda-%016llx-XXXXXX", dir, (unsigned long long)key);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return false;
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        errno = err;
+        return false;
+    }
+    cubin_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, entry_magic, sizeof h.magic);
+    h.key = key;
+    snprintf(h.arch, sizeof h.arch, "%s", arch);
+    h.src_len = strlen(src);
+    h.image_len = image_len;
+    h.image_sum = kn_hash_bytes(KN_HASH_SEED, image, image_len);
+    h.header_sum = header_sum(&h, src);
+    bool ok = write_all(f, &h, sizeof h) && write_all(f, src, (size_t)h.src_len) && write_all(f, image, image_len);
+    int err = errno;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) != 0) ok = false;
+    if (!ok) {
+        if (!err) err = errno;
+        unlink(tmp);
+        errno = err ? err : EIO;
+    }
+    return ok;
+}
+
+/* ---- modules ---- */
+
+static cudaError_t load_image(const char *image, cudaLibrary_t *lib)
+{
+    cudaError_t e = cudaLibraryLoadData(lib, image, NULL, NULL, 0, NULL, NULL, 0);
+    if (e != cudaSuccess) (void)cudaGetLastError(); /* a bad image is not sticky */
+    return e;
+}
+
+static uint64_t module_key(const char *src, const char *arch)
+{
+    uint64_t h = kn_hash_str(KN_HASH_SEED, "kiln-cuda-module-1");
+    h = kn_hash_str(h, arch);
+    h = kn_hash_str(h, kn_nvrtc_version());
+    h = kn_hash_str(h, KILN_VERSION);
+    h = kn_hash_str(h, NVRTC_OPTIONS);
+    return kn_hash_str(h, src);
+}
+
+/* A valid disk entry, loaded; false on a miss (a bad entry is reported). */
+static bool disk_load(const char *path, uint64_t key, const char *arch, const char *src, cudaLibrary_t *lib)
+{
+    long size = 0;
+    char *buf = read_file(path, &size);
+    if (!buf) return false;
+    const char *image = NULL;
+    size_t image_len = 0;
+    const char *why = entry_verify(buf, size, key, arch, src, &image, &image_len);
+    char reason[160];
+    if (!why) {
+        /* the CUBIN goes to the driver from an aligned copy of its own */
+        char *copy = malloc(image_len);
+        cudaError_t e = cudaErrorMemoryAllocation;
+        if (copy) {
+            memcpy(copy, image, image_len);
+            e = load_image(copy, lib);
+            free(copy);
+        }
+        if (e == cudaSuccess) {
+            free(buf);
+            return true;
+        }
+        snprintf(reason, sizeof reason, "the driver refused it: %s", cudaGetErrorString(e));
+        why = reason;
+    }
+    fprintf(stderr, "kiln: ignoring corrupt CUDA cache entry %s (%s); rebuilding\n", path, why);
+    free(buf);
+    return false;
+}
+
+kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m)
+{
+    *m = NULL;
+    KN_TRY(kn_cuda_init());
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d", kn_cuda_arch());
+    uint64_t key = module_key(src, arch);
+    size_t bucket = (size_t)(key % N_BUCKETS);
+    pthread_mutex_lock(&lock);
+    for (kn_cuda_module *c = buckets[bucket]; c; c = c->next)
+        if (c->key == key && strcmp(c->src, src) == 0) {
+            stats.memory_hits++;
+            pthread_mutex_unlock(&lock);
+            *m = c;
+            return KN_OK;
+        }
+    pthread_mutex_unlock(&lock);
+
+    kn_cuda_module *mod = calloc(1, sizeof *mod);
+    char *copy = strdup(src);
+    if (!mod || !copy) {
+        free(mod);
+        free(copy);
+        return kn_error(KN_ERR_OOM, "out of host memory for a CUDA module");
+    }
+    mod->key = key;
+    mod->src = copy;
+    char path[1200] = "";
+    bool use_disk = cache_dir && *cache_dir;
+    if (use_disk) snprintf(path, sizeof path, "%s/cuda-%016llx.cubin", cache_dir, (unsigned long long)key);
+    bool from_disk = use_disk && disk_load(path, key, arch, src, &mod->lib);
+    if (!from_disk) {
+        char *image = NULL;
+        size_t image_len = 0;
+        double t0 = now_s();
+        kn_status st = kn_nvrtc_compile(src, arch, &image, &image_len, NULL);
+        pthread_mutex_lock(&lock);
+        stats.compiles++;
+        stats.compile_s += now_s() - t0;
+        pthread_mutex_unlock(&lock);
+        if (st == KN_OK && image_len == 0) st = kn_error(KN_ERR_DEVICE, "nvrtc gave an empty CUBIN for %s", arch);
+        cudaError_t e = st == KN_OK ? load_image(image, &mod->lib) : cudaSuccess;
+        if (st == KN_OK && e != cudaSuccess) st = kn_cuda_fail(e, "loading a CUDA module compiled by NVRTC");
+        if (st != KN_OK) {
+            free(image);
+            free(copy);
+            free(mod);
+            return st;
+        }
+        if (use_disk && !(make_dirs(cache_dir) && entry_write(cache_dir, path, key, arch, src, image, image_len))) {
+            pthread_mutex_lock(&lock);
+            bool warn = !warned_write;
+            warned_write = true;
+            pthread_mutex_unlock(&lock);
+            if (warn)
+                fprintf(stderr, "kiln: cannot write CUDA cache entry %s (%s); kernels will be compiled again "
+                                "next run\n", path, strerror(errno));
+        }
+        free(image);
+    }
+    pthread_mutex_lock(&lock);
+    if (from_disk) stats.disk_hits++;
+    /* another thread may have loaded the same source meanwhile: keep both
+     * (modules are never unloaded), the table serves the first */
+    mod->next = buckets[bucket];
+    buckets[bucket] = mod;
+    pthread_mutex_unlock(&lock);
+    *m = mod;
+    return KN_OK;
+}
+
+kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, const void **fn)
+{
+    *fn = NULL;
+    if (!m) return kn_error(KN_ERR_ARG, "cuda: no module to look up kernel '%s' in", name);
+    cudaKernel_t k = NULL;
+    cudaError_t e = cudaLibraryGetKernel(&k, m->lib, name);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return kn_error(KN_ERR_UNSUPPORTED, "CUDA module has no kernel '%s' (%s)", name, cudaGetErrorString(e));
+    }
+    *fn = (const void *)k; /* the runtime takes a cudaKernel_t where it takes a kernel pointer */
+    return KN_OK;
+}
+
+kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem)
+{
+    if (grid <= 0) return KN_OK; /* nothing to do: an empty tensor */
+    if (!fn) return kn_error(KN_ERR_ARG, "cuda: launch of a NULL kernel");
+    if (grid > INT_MAX || block <= 0 || block > 1024)
+        return kn_error(KN_ERR_ARG, "cuda: bad launch configuration (grid %lld, block %d)", (long long)grid, block);
+    dim3 g = {(unsigned)grid, 1, 1}, b = {(unsigned)block, 1, 1};
+    void *args[1] = {args_struct};
+    cudaError_t e = cudaLaunchKernel(fn, g, b, args, shmem, kn_cuda_stream());
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) return kn_cuda_fail(e, "launching a CUDA kernel");
+    return KN_OK;
+}

@@ -1,0 +1,441 @@
+/* kn_cuda_ops: eager ops through kiln's CUDA templates (kernels/cuda/ *.cu)
+ * for what the one-node kernel IR does not cover: reductions over several
+ * dims, max with indices, the pools, cat, index_select / gather /
+ * index_add, the random creation ops, and strided copies between any two
+ * dtypes (contiguous, cast).
+ *
+ * Every result matches the CPU reference (kernels/cpu) bit for bit, except
+ * float sums (double accumulation in another order) and index_add on floats
+ * (atomics in another order). Kernels are looked up once per (dtype, kernel)
+ * and kept in a static table, so a call costs one struct fill and one
+ * launch; index ops add a read-back of their range check.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_cuda_internal.h"
+#include "kn_cuda_ops.h"
+#include "kn_cuda_targs.h"
+
+#define GRID_CAP 65535 /* kernels loop over their work: any grid is correct */
+
+static char *g_src[KN_DTYPE_COUNT]; /* kept: the module cache may hold on to it */
+static kn_cuda_module *g_mod[KN_DTYPE_COUNT];
+static const void *g_fn[KN_DTYPE_COUNT][KN_TK_COUNT];
+
+static kn_status kernel_of(kn_dtype dt, int k, const void **fn)
+{
+    if (g_fn[dt][k]) {
+        *fn = g_fn[dt][k];
+        return KN_OK;
+    }
+    if (!g_mod[dt]) {
+        if (!g_src[dt]) KN_TRY(kn_cuda_ops_source(dt, &g_src[dt]));
+        KN_TRY(kn_cuda_module_get(g_src[dt], kn_cuda_cache_dir(), &g_mod[dt]));
+    }
+    KN_TRY(kn_cuda_module_kernel(g_mod[dt], kn_cuda_ops_kernel_name(k), &g_fn[dt][k]));
+    *fn = g_fn[dt][k];
+    return KN_OK;
+}
+
+static int64_t grid_for(int64_t work, int per_block)
+{
+    int64_t g = (work + per_block - 1) / per_block;
+    return g < GRID_CAP ? g : GRID_CAP;
+}
+
+static kn_status launch(kn_dtype dt, int k, int64_t grid, void *args)
+{
+    const void *fn;
+    KN_TRY(kernel_of(dt, k, &fn));
+    if (grid <= 0) return KN_OK;
+    return kn_cuda_launch(fn, grid, KN_T_BLOCK, args, 0);
+}
+
+static int64_t esize(const kn_tensor *t)
+{
+    return (int64_t)kn_dtype_size(t->dtype);
+}
+
+/* Element 0 of the view on the device. */
+static char *dptr(const kn_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * esize(t);
+}
+
+/* Append dim (size, strides in two views) to a dim list, dropping size 1
+ * and merging with the previous dim where both views allow it. */
+static void push_dim(int *n, long long *shape, long long *s1, long long *s2, int64_t size,
+                     int64_t st1, int64_t st2)
+{
+    if (size == 1) return;
+    int m = *n;
+    if (m > 0 && s1[m - 1] == st1 * size && (!s2 || s2[m - 1] == st2 * size)) {
+        shape[m - 1] *= size;
+        s1[m - 1] = st1;
+        if (s2) s2[m - 1] = st2;
+        return;
+    }
+    shape[m] = size;
+    s1[m] = st1;
+    if (s2) s2[m] = st2;
+    *n = m + 1;
+}
+
+/* Group size for `count` elements per output: a few elements per lane,
+ * unless the outputs alone fill the device and the reduced elements are
+ * not adjacent (then one thread per output reads neighbouring outputs). */
+static int pick_group(int64_t count, int64_t nout, bool adjacent)
+{
+    int g = 1;
+    if (!adjacent && nout >= 4096) return 1;
+    while (g < KN_T_BLOCK && g * 4 < count) g <<= 1;
+    return g;
+}
+
+/* ---- copies ---- */
+
+/* The view `in` into dst (dtype ddt, strides dst_st over in's shape). */
+static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, const int64_t *dst_st)
+{
+    kn_copy_args a;
+    memset(&a, 0, sizeof a);
+    a.n = kn_tensor_numel(in);
+    if (a.n == 0) return KN_OK;
+    a.src = dptr(in);
+    a.dst = dst;
+    for (int d = 0; d < in->ndim; d++)
+        push_dim(&a.ndim, a.shape, a.sst, a.dst_st, in->shape[d], in->strides[d], dst_st[d]);
+    if (a.ndim == 0) {
+        a.ndim = 1;
+        a.shape[0] = 1;
+    }
+    if (in->dtype == ddt && a.ndim == 1 && a.sst[0] == 1 && a.dst_st[0] == 1) {
+        KN_CUDA_TRY(cudaMemcpyAsync(dst, a.src, (size_t)(a.n * esize(in)), cudaMemcpyDeviceToDevice,
+                                    kn_cuda_stream()),
+                    "copy");
+        return KN_OK;
+    }
+    return launch(in->dtype, KN_TK_COPY + ddt, grid_for(a.n, KN_T_BLOCK), &a);
+}
+
+static kn_status copy_into(const kn_tensor *in, kn_tensor *out)
+{
+    int64_t st[KN_MAX_DIMS];
+    kn_contiguous_strides(out->ndim, out->shape, st);
+    return copy_strided(in, dptr(out), out->dtype, st);
+}
+
+/* ---- reductions ---- */
+
+static kn_status run_reduce(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0];
+    kn_tensor *out = c->out[0];
+    kn_reduce_args a;
+    memset(&a, 0, sizeof a);
+    a.nout = kn_tensor_numel(out);
+    if (a.nout == 0) return KN_OK;
+    switch (c->op) {
+    case KN_OP_SUM: a.op = KN_TR_SUM; break;
+    case KN_OP_MEAN: a.op = KN_TR_MEAN; break;
+    case KN_OP_AMAX: a.op = KN_TR_AMAX; break;
+    case KN_OP_AMIN: a.op = KN_TR_AMIN; break;
+    default: a.op = KN_TR_VAR; break;
+    }
+    bool red[KN_MAX_DIMS] = {false};
+    for (int i = 0; i < c->a.ndims; i++)
+        if (x->ndim > 0) red[c->a.dims[i]] = true;
+    if (c->a.ndims == 0)
+        for (int d = 0; d < x->ndim; d++) red[d] = true;
+    a.count = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (red[d]) {
+            a.count *= x->shape[d];
+            push_dim(&a.nr, a.rsize, a.rst, NULL, x->shape[d], x->strides[d], 0);
+        } else {
+            push_dim(&a.nk, a.ksize, a.kst, NULL, x->shape[d], x->strides[d], 0);
+        }
+    }
+    if (a.nr == 0) {
+        a.nr = 1;
+        a.rsize[0] = 1;
+    }
+    a.x = dptr(x);
+    a.out = dptr(out);
+    a.correction = c->a.correction;
+    a.group = pick_group(a.count, a.nout, a.rst[a.nr - 1] == 1 || a.nk == 0);
+    a.nsplit = 1;
+    if (a.nout <= 64 && a.count >= 65536) { /* too few outputs for the device: split them */
+        int64_t want = (512 + a.nout - 1) / a.nout, most = a.count / 16384;
+        a.nsplit = (int)(want < most ? want : most);
+        a.group = KN_T_BLOCK;
+    }
+    a.chunk = (a.count + a.nsplit - 1) / a.nsplit;
+    int per = KN_T_BLOCK / a.group;
+    if (a.nsplit == 1) return launch(x->dtype, KN_TK_REDUCE, grid_for(a.nout, per), &a);
+    void *part;
+    KN_TRY(kn_cuda_malloc(a.nout * a.nsplit * (int64_t)sizeof(kn_rpart), &part));
+    a.part = part;
+    kn_status st = launch(x->dtype, KN_TK_REDUCE, grid_for(a.nout * a.nsplit, per), &a);
+    if (st == KN_OK) st = launch(x->dtype, KN_TK_REDUCE_FINAL, grid_for(a.nout, KN_T_BLOCK), &a);
+    kn_cuda_free(part); /* later work on the one stream is ordered after these kernels */
+    return st;
+}
+
+static kn_status run_argmax(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0];
+    kn_argmax_args a;
+    memset(&a, 0, sizeof a);
+    a.nout = kn_tensor_numel(c->out[0]);
+    if (a.nout == 0) return KN_OK;
+    a.len = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d == c->a.dim) {
+            a.len = x->shape[d];
+            a.lst = x->strides[d];
+        } else {
+            push_dim(&a.nk, a.ksize, a.kst, NULL, x->shape[d], x->strides[d], 0);
+        }
+    }
+    a.x = dptr(x);
+    a.val = dptr(c->out[0]);
+    a.idx = (long long *)(void *)dptr(c->out[1]);
+    a.group = pick_group(a.len, a.nout, a.lst == 1 || a.nk == 0);
+    return launch(x->dtype, KN_TK_ARGMAX, grid_for(a.nout, KN_T_BLOCK / a.group), &a);
+}
+
+/* ---- pools ---- */
+
+static kn_status run_pool(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0];
+    kn_tensor *out = c->out[0];
+    const kn_attrs *at = &c->a;
+    kn_pool_args a;
+    memset(&a, 0, sizeof a);
+    a.total = kn_tensor_numel(out);
+    if (a.total == 0) return KN_OK;
+    a.op = c->op == KN_OP_MAX_POOL2D ? KN_TP_MAX : c->op == KN_OP_AVG_POOL2D ? KN_TP_AVG : KN_TP_ADAPTIVE;
+    int xo = x->ndim - 3;
+    a.n = xo ? x->shape[0] : 1;
+    a.sn = xo ? x->strides[0] : 0;
+    a.c = x->shape[xo];
+    a.h = x->shape[xo + 1];
+    a.w = x->shape[xo + 2];
+    a.sc = x->strides[xo];
+    a.sh = x->strides[xo + 1];
+    a.sw = x->strides[xo + 2];
+    a.oh = out->shape[out->ndim - 2];
+    a.ow = out->shape[out->ndim - 1];
+    a.kh = at->kernel[0], a.kw = at->kernel[1];
+    a.sy = at->stride[0], a.sx = at->stride[1];
+    a.py = at->padding[0], a.px = at->padding[1];
+    a.dy = at->dilation[0], a.dx = at->dilation[1];
+    a.count_include_pad = at->count_include_pad;
+    a.x = dptr(x);
+    a.out = dptr(out);
+    return launch(x->dtype, KN_TK_POOL, grid_for(a.total, KN_T_BLOCK), &a);
+}
+
+/* ---- cat ---- */
+
+static kn_status run_cat(const kn_opcall *c)
+{
+    kn_tensor *out = c->out[0];
+    int dim = c->a.dim;
+    bool same = true;
+    for (int i = 0; i < c->n_in; i++) same = same && c->in[i]->dtype == out->dtype;
+    if (!same) { /* each input converted into its slice of the output */
+        int64_t st[KN_MAX_DIMS], pos = 0;
+        kn_contiguous_strides(out->ndim, out->shape, st);
+        for (int i = 0; i < c->n_in; i++) {
+            KN_TRY(copy_strided(c->in[i], dptr(out) + pos * st[dim] * esize(out), out->dtype, st));
+            pos += c->in[i]->shape[dim];
+        }
+        return KN_OK;
+    }
+    kn_cat_args a;
+    memset(&a, 0, sizeof a);
+    a.n = kn_tensor_numel(out);
+    if (a.n == 0) return KN_OK;
+    a.dst = dptr(out);
+    a.ndim = out->ndim;
+    a.dim = dim;
+    a.nin = c->n_in;
+    for (int d = 0; d < out->ndim; d++) a.shape[d] = out->shape[d];
+    for (int i = 0; i < c->n_in; i++) {
+        const kn_tensor *x = c->in[i];
+        a.src[i] = dptr(x);
+        a.start[i + 1] = a.start[i] + x->shape[dim];
+        for (int d = 0; d < x->ndim; d++) a.st[i][d] = x->strides[d];
+    }
+    return launch(out->dtype, KN_TK_CAT, grid_for(a.n, KN_T_BLOCK), &a);
+}
+
+/* ---- index ops ---- */
+
+static unsigned long long *g_flag; /* device: first bad index position, ~0 if none */
+
+/* Where flat position p of the index lies, 1-based, for the message. */
+static void index_position(const kn_tensor *idx, unsigned long long p, char *buf, int size)
+{
+    int64_t c[KN_MAX_DIMS];
+    for (int d = idx->ndim - 1; d >= 0; d--) {
+        c[d] = (int64_t)(p % (unsigned long long)idx->shape[d]) + 1;
+        p /= (unsigned long long)idx->shape[d];
+    }
+    kn_shape_str(idx->ndim, c, buf, size);
+}
+
+/* Queue the range check of idx against 1..size (with the kernel of the
+ * op's dtype module, which the op loads anyway); *check says whether the
+ * host can read it back (not while the stream is being recorded). */
+static kn_status index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t size, bool *check)
+{
+    kn_icheck_args a;
+    memset(&a, 0, sizeof a);
+    a.n = kn_tensor_numel(idx);
+    *check = false;
+    if (a.n == 0) return KN_OK;
+    if (!g_flag) KN_TRY(kn_cuda_malloc(sizeof *g_flag, (void **)&g_flag));
+    cudaStream_t s = kn_cuda_stream();
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    KN_CUDA_TRY(cudaStreamIsCapturing(s, &cs), "index check");
+    *check = cs == cudaStreamCaptureStatusNone;
+    KN_CUDA_TRY(cudaMemsetAsync(g_flag, 0xff, sizeof *g_flag, s), "index check");
+    a.idx = dptr(idx);
+    a.idx64 = idx->dtype == KN_I64;
+    a.ndim = idx->ndim;
+    a.size = size;
+    a.flag = g_flag;
+    for (int d = 0; d < idx->ndim; d++) {
+        a.shape[d] = idx->shape[d];
+        a.st[d] = idx->strides[d];
+    }
+    return launch(dt, KN_TK_ICHECK, grid_for(a.n, KN_T_BLOCK), &a);
+}
+
+/* After the op's kernels: the CPU's error for the first bad index, if any. */
+static kn_status index_check_result(const kn_opcall *c, const kn_tensor *idx, int64_t size)
+{
+    unsigned long long bad = 0;
+    cudaStream_t s = kn_cuda_stream();
+    KN_CUDA_TRY(cudaMemcpyAsync(&bad, g_flag, sizeof bad, cudaMemcpyDeviceToHost, s), "index check");
+    KN_CUDA_TRY(cudaStreamSynchronize(s), "index check");
+    if (bad == ~0ULL) return KN_OK;
+    int64_t off = 0;
+    unsigned long long rem = bad;
+    for (int d = idx->ndim - 1; d >= 0; d--) {
+        off += (int64_t)(rem % (unsigned long long)idx->shape[d]) * idx->strides[d];
+        rem /= (unsigned long long)idx->shape[d];
+    }
+    int64_t v = 0;
+    if (idx->dtype == KN_I64) {
+        KN_CUDA_TRY(cudaMemcpy(&v, dptr(idx) + off * 8, 8, cudaMemcpyDeviceToHost), "index check");
+    } else {
+        int32_t w = 0;
+        KN_CUDA_TRY(cudaMemcpy(&w, dptr(idx) + off * 4, 4, cudaMemcpyDeviceToHost), "index check");
+        v = w;
+    }
+    if (c->op == KN_OP_GATHER) {
+        char where[KN_MAX_DIMS * 24];
+        index_position(idx, bad, where, (int)sizeof where);
+        return kn_error(KN_ERR_ARG, "gather: index %lld at position %s is out of range 1..%lld",
+                        (long long)v, where, (long long)size);
+    }
+    return kn_error(KN_ERR_ARG, "%s: index %lld at position %lld is out of range 1..%lld",
+                    kn_op_name(c->op), (long long)v, (long long)(bad + 1), (long long)size);
+}
+
+static kn_status run_index(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0], *idx = c->in[1];
+    kn_tensor *out = c->out[0];
+    int dim = c->a.dim;
+    int64_t size = x->shape[dim];
+    bool check;
+    KN_TRY(index_check_launch(x->dtype, idx, size, &check));
+    kn_index_args a;
+    memset(&a, 0, sizeof a);
+    a.idx = dptr(idx);
+    a.idx64 = idx->dtype == KN_I64;
+    a.ndim = x->ndim;
+    a.dim = dim;
+    a.size = size;
+    int k;
+    const kn_tensor *shape_of = out; /* the tensor whose elements the kernel walks */
+    if (c->op == KN_OP_INDEX_ADD) {
+        KN_TRY(copy_into(x, out));
+        const kn_tensor *src = c->in[2];
+        shape_of = src;
+        a.x = dptr(src);
+        for (int d = 0; d < src->ndim; d++) a.xst[d] = src->strides[d];
+        int64_t ost[KN_MAX_DIMS];
+        kn_contiguous_strides(out->ndim, out->shape, ost);
+        for (int d = 0; d < out->ndim; d++) a.dst_st[d] = ost[d];
+        a.ist[0] = idx->strides[0];
+        k = KN_TK_IADD;
+    } else {
+        a.x = dptr(x);
+        for (int d = 0; d < x->ndim; d++) a.xst[d] = x->strides[d];
+        if (c->op == KN_OP_GATHER)
+            for (int d = 0; d < idx->ndim; d++) a.ist[d] = idx->strides[d];
+        else a.ist[0] = idx->strides[0];
+        k = c->op == KN_OP_GATHER ? KN_TK_GATHER : KN_TK_ISELECT;
+    }
+    a.dst = dptr(out);
+    a.n = kn_tensor_numel(shape_of);
+    for (int d = 0; d < shape_of->ndim; d++) a.shape[d] = shape_of->shape[d];
+    if (a.n > 0 && size > 0) KN_TRY(launch(x->dtype, k, grid_for(a.n, KN_T_BLOCK), &a));
+    return check ? index_check_result(c, idx, size) : KN_OK;
+}
+
+/* ---- random creation ---- */
+
+static kn_status run_random(const kn_opcall *c)
+{
+    kn_tensor *out = c->out[0];
+    kn_random_args a;
+    memset(&a, 0, sizeof a);
+    a.n = kn_tensor_numel(out);
+    if (a.n == 0) return KN_OK;
+    a.out = dptr(out);
+    a.op = c->op == KN_OP_RANDN ? KN_TRNG_NORMAL : c->op == KN_OP_RAND ? KN_TRNG_UNIFORM : KN_TRNG_INT;
+    a.seed = c->a.seed;
+    a.offset = c->a.rng_offset;
+    a.lo = c->a.value;
+    a.hi = c->a.value2;
+    return launch(out->dtype, KN_TK_RANDOM, grid_for(a.n, KN_T_BLOCK), &a);
+}
+
+kn_status kn_cuda_ops_run(const kn_opcall *c)
+{
+    if (c->n_out < 1 || !c->out[0])
+        return kn_error(KN_ERR_ARG, "%s: bad call (no output)", kn_op_name(c->op));
+    switch (c->op) {
+    case KN_OP_SUM:
+    case KN_OP_MEAN:
+    case KN_OP_AMAX:
+    case KN_OP_AMIN:
+    case KN_OP_VAR: return run_reduce(c);
+    case KN_OP_MAX: return c->n_out == 2 && c->out[1] ? run_argmax(c)
+                                                      : kn_error(KN_ERR_ARG, "max: bad call (needs 2 outputs)");
+    case KN_OP_MAX_POOL2D:
+    case KN_OP_AVG_POOL2D:
+    case KN_OP_ADAPTIVE_AVG_POOL2D: return run_pool(c);
+    case KN_OP_CAT: return run_cat(c);
+    case KN_OP_INDEX_SELECT:
+    case KN_OP_GATHER:
+    case KN_OP_INDEX_ADD: return run_index(c);
+    case KN_OP_RANDN:
+    case KN_OP_RAND:
+    case KN_OP_RANDINT: return run_random(c);
+    case KN_OP_CONTIGUOUS:
+    case KN_OP_CAST: return copy_into(c->in[0], c->out[0]);
+    default:
+        return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA template kernel for this op",
+                        kn_op_name(c->op));
+    }
+}

@@ -1,0 +1,97 @@
+/* kn_index.cu: index_select, gather and index_add with kiln's 1-based
+ * indices (kernels/cpu/kn_cpu_index.c is the reference).
+ *
+ * Only the data says whether an index is in range, and a device cannot
+ * raise an error: kn_index_check records the first bad position for the
+ * host to report, and the copying kernels clamp every index into range so
+ * that a bad one never reads or writes outside its tensor.
+ */
+
+KN_FN long long kn_index_at(const char *idx, int idx64, long long off)
+{
+    return idx64 ? ((const long long *)idx)[off] : (long long)((const int *)idx)[off];
+}
+
+/* idx[off] - 1 clamped into 0..size-1 */
+KN_FN long long kn_index_clamped(const char *idx, int idx64, long long off, long long size)
+{
+    long long j = kn_index_at(idx, idx64, off) - 1;
+    return j < 0 ? 0 : j >= size ? size - 1 : j;
+}
+
+extern "C" __global__ void kn_index_check(kn_icheck_args a)
+{
+    for (long long p = kn_tid(); p < a.n; p += kn_nthreads()) {
+        long long v = kn_index_at(a.idx, a.idx64, kn_offset(p, a.ndim, a.shape, a.st));
+        if (v < 1 || v > a.size) atomicMin(a.flag, (unsigned long long)p);
+    }
+}
+
+extern "C" __global__ void kn_index_select(kn_index_args a)
+{
+    const int es = kn_esize<KN_DT>();
+    long long c[KN_T_MAXD];
+    for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
+        kn_coords(e, a.ndim, a.shape, c);
+        long long j = kn_index_clamped(a.idx, a.idx64, kn_pick(c, a.dim) * a.ist[0], a.size);
+        kn_cpy<KN_DT>(a.dst + e * es, a.x + kn_offset_at(c, a.ndim, a.xst, a.dim, j) * es);
+    }
+}
+
+extern "C" __global__ void kn_gather(kn_index_args a)
+{
+    const int es = kn_esize<KN_DT>();
+    long long c[KN_T_MAXD];
+    for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
+        kn_coords(e, a.ndim, a.shape, c);
+        long long ioff = kn_offset_at(c, a.ndim, a.ist, -1, 0);
+        long long j = kn_index_clamped(a.idx, a.idx64, ioff, a.size);
+        kn_cpy<KN_DT>(a.dst + e * es, a.x + kn_offset_at(c, a.ndim, a.xst, a.dim, j) * es);
+    }
+}
+
+/* dst += v with one atomic read-modify-write, rounding as the CPU's
+ * kn_store_f64(dst, kn_load_f64(dst) + v) does. bf16 and f16 have no
+ * atomics without CUDA's headers: compare-and-swap the 32-bit word that
+ * holds them. */
+KN_FN void kn_atomic_add(char *dst, const char *src)
+{
+    if constexpr (KN_DT == KN_DT_F32) {
+        atomicAdd((float *)dst, *(const float *)src);
+    } else if constexpr (KN_DT == KN_DT_F64) {
+        atomicAdd((double *)dst, *(const double *)src);
+    } else if constexpr (KN_DT == KN_DT_I32) {
+        atomicAdd((unsigned int *)dst, *(const unsigned int *)src); /* wraps, as the CPU */
+    } else if constexpr (KN_DT == KN_DT_I64) {
+        atomicAdd((unsigned long long *)dst, *(const unsigned long long *)src);
+    } else if constexpr (KN_DT == KN_DT_BOOL) {
+        unsigned long long addr = (unsigned long long)dst;
+        unsigned int *w = (unsigned int *)(addr & ~3ULL);
+        if (*(const unsigned char *)src) atomicOr(w, 1u << (8 * (addr & 3)));
+    } else {
+        unsigned long long addr = (unsigned long long)dst;
+        unsigned int *w = (unsigned int *)(addr & ~3ULL);
+        int sh = (int)(addr & 2) * 8;
+        double v = kn_ldd<KN_DT>(src);
+        unsigned int old = *w, seen;
+        do {
+            seen = old;
+            kn_u16 cur = (kn_u16)(seen >> sh), sum;
+            kn_std<KN_DT>((char *)&sum, kn_ldd<KN_DT>((const char *)&cur) + v);
+            unsigned int nw = (seen & ~(0xffffu << sh)) | ((unsigned int)sum << sh);
+            old = atomicCAS(w, seen, nw);
+        } while (old != seen);
+    }
+}
+
+extern "C" __global__ void kn_index_add(kn_index_args a)
+{
+    const int es = kn_esize<KN_DT>();
+    long long c[KN_T_MAXD];
+    for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
+        kn_coords(e, a.ndim, a.shape, c);
+        long long j = kn_index_clamped(a.idx, a.idx64, kn_pick(c, a.dim) * a.ist[0], a.size);
+        kn_atomic_add(a.dst + kn_offset_at(c, a.ndim, a.dst_st, a.dim, j) * es,
+                      a.x + kn_offset_at(c, a.ndim, a.xst, -1, 0) * es);
+    }
+}

@@ -1,0 +1,237 @@
+// kn_linalg.cu: kiln's own matmul, conv2d and bias/activation kernels, the
+// fallback behind cuBLASLt and cuDNN (kn_cuda_blas.c, kn_cuda_dnn.c). They
+// run whatever the libraries refuse (or when a library is missing), so they
+// take any strides and any mix of float dtypes, and they sum the way the CPU
+// reference does: in f32 (f64 for an f64 result), k in order, one rounding
+// at the store. NVRTC compiles this file with --fmad=false, so a multiply
+// and an add round separately as on the CPU.
+//
+// No CUDA headers: the program is compiled without include paths, so bf16
+// and f16 are handled as raw 16-bit words.
+//
+// Each kernel takes one struct by value; kernels/cuda/kn_cuda_linalg.h
+// declares the same structs for the C side, field for field.
+//
+// The build concatenates every kernels/cuda/*.cu into the template modules
+// of kn_cuda_ops.c too; this file is wanted only in its own module, which
+// kn_cuda_blas.c compiles with KN_LA_STANDALONE defined.
+#ifdef KN_LA_STANDALONE
+
+#define KN_LA_MAX_BATCH 6
+
+// dtype codes: kiln's kn_dtype values
+#define KN_LA_F32 0
+#define KN_LA_F64 1
+#define KN_LA_BF16 2
+#define KN_LA_F16 3
+
+typedef struct kn_la_matmul_args {
+    const char *a, *b;
+    char *out;
+    long long m, n, k, nbatch;
+    long long a_rs, a_cs, b_rs, b_cs;
+    long long bsize[KN_LA_MAX_BATCH], a_bs[KN_LA_MAX_BATCH], b_bs[KN_LA_MAX_BATCH];
+    int nbat, a_dt, b_dt, o_dt;
+} kn_la_matmul_args;
+
+typedef struct kn_la_conv_args {
+    const char *x, *w, *bias;
+    char *y;
+    long long n, c, h, wd, k, r, s, p, q;
+    long long xs[4], ws[4], bias_s;
+    int sh, sw, ph, pw, dh, dw, groups;
+    int x_dt, w_dt, b_dt, y_dt, pad_;
+} kn_la_conv_args;
+
+typedef struct kn_la_bias_args {
+    char *y;
+    const char *bias;
+    long long total, inner, channels, bias_s;
+    int y_dt, b_dt, act, pad_;
+} kn_la_bias_args;
+
+__device__ __forceinline__ float kn_la_bf16_ld(unsigned short h)
+{
+    return __uint_as_float((unsigned)h << 16);
+}
+
+// round to nearest even; a NaN stays a (quiet) NaN
+__device__ __forceinline__ unsigned short kn_la_bf16_st(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ float kn_la_f16_ld(unsigned short h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ unsigned short kn_la_f16_st(float f)
+{
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float kn_la_tanh(float x)
+{
+    return tanhf(x);
+}
+
+__device__ __forceinline__ double kn_la_tanh(double x)
+{
+    return tanh(x);
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc kn_la_ld(const char *p, int dt, long long i)
+{
+    switch (dt) {
+    case KN_LA_F64: return (Acc)((const double *)p)[i];
+    case KN_LA_BF16: return (Acc)kn_la_bf16_ld(((const unsigned short *)p)[i]);
+    case KN_LA_F16: return (Acc)kn_la_f16_ld(((const unsigned short *)p)[i]);
+    default: return (Acc)((const float *)p)[i];
+    }
+}
+
+template <typename Acc>
+__device__ __forceinline__ void kn_la_st(char *p, int dt, long long i, Acc v)
+{
+    switch (dt) {
+    case KN_LA_F64: ((double *)p)[i] = (double)v; break;
+    case KN_LA_BF16: ((unsigned short *)p)[i] = kn_la_bf16_st((float)v); break;
+    case KN_LA_F16: ((unsigned short *)p)[i] = kn_la_f16_st((float)v); break;
+    default: ((float *)p)[i] = (float)v; break;
+    }
+}
+
+// ---- matmul: out[b, i, j] = sum_k a[b, i, k] * b[b, k, j] ----
+// One 16x16 output tile per block iteration (block = 256 threads), k in
+// tiles of 16 through shared memory; a grid-stride loop over
+// (batch, tile row, tile col), so any grid >= 1 is correct.
+template <typename Acc>
+__device__ void kn_la_matmul_body(const kn_la_matmul_args &p)
+{
+    __shared__ Acc as[16][17];
+    __shared__ Acc bs[16][17];
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    long long tm = (p.m + 15) / 16, tn = (p.n + 15) / 16, per = tm * tn;
+    long long total = per * p.nbatch;
+    for (long long t = blockIdx.x; t < total; t += gridDim.x) {
+        long long bi = t / per, r = t % per, i0 = (r / tn) * 16, j0 = (r % tn) * 16;
+        long long ao = 0, bo = 0, rem = bi;
+        for (int d = p.nbat - 1; d >= 0; d--) {
+            long long idx = rem % p.bsize[d];
+            rem /= p.bsize[d];
+            ao += idx * p.a_bs[d];
+            bo += idx * p.b_bs[d];
+        }
+        Acc acc = (Acc)0;
+        for (long long k0 = 0; k0 < p.k; k0 += 16) {
+            long long ar = i0 + ty, ak = k0 + tx, bk = k0 + ty, bc = j0 + tx;
+            as[ty][tx] = ar < p.m && ak < p.k ? kn_la_ld<Acc>(p.a, p.a_dt, ao + ar * p.a_rs + ak * p.a_cs)
+                                              : (Acc)0;
+            bs[ty][tx] = bk < p.k && bc < p.n ? kn_la_ld<Acc>(p.b, p.b_dt, bo + bk * p.b_rs + bc * p.b_cs)
+                                              : (Acc)0;
+            __syncthreads();
+            int kend = p.k - k0 < 16 ? (int)(p.k - k0) : 16;
+            for (int kk = 0; kk < kend; kk++) acc = acc + as[ty][kk] * bs[kk][tx];
+            __syncthreads();
+        }
+        long long i = i0 + ty, j = j0 + tx;
+        if (i < p.m && j < p.n) kn_la_st<Acc>(p.out, p.o_dt, (bi * p.m + i) * p.n + j, acc);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_matmul_f32(kn_la_matmul_args p)
+{
+    kn_la_matmul_body<float>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_matmul_f64(kn_la_matmul_args p)
+{
+    kn_la_matmul_body<double>(p);
+}
+
+// ---- conv2d, direct: one thread per output element of y [N, K, P, Q]
+// (contiguous); taps summed in the CPU's im2col order (channel, ky, kx),
+// then the bias, then one rounding. ----
+template <typename Acc>
+__device__ void kn_la_conv_body(const kn_la_conv_args &p)
+{
+    long long total = p.n * p.k * p.p * p.q;
+    long long kg = p.k / p.groups, cg = p.c / p.groups;
+    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+         o += (long long)gridDim.x * blockDim.x) {
+        long long ox = o % p.q, t = o / p.q;
+        long long oy = t % p.p;
+        t /= p.p;
+        long long ko = t % p.k, ni = t / p.k;
+        long long c0 = (ko / kg) * cg;
+        Acc acc = (Acc)0;
+        for (long long ci = 0; ci < cg; ci++)
+            for (long long ky = 0; ky < p.r; ky++) {
+                long long iy = oy * p.sh - p.ph + ky * p.dh;
+                for (long long kx = 0; kx < p.s; kx++) {
+                    long long ix = ox * p.sw - p.pw + kx * p.dw;
+                    // a padding tap contributes 0 * w: add it too, so the
+                    // sum rounds as the CPU's zero-filled im2col does
+                    Acc xv = (Acc)0;
+                    if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.wd)
+                        xv = kn_la_ld<Acc>(p.x, p.x_dt,
+                                           ni * p.xs[0] + (c0 + ci) * p.xs[1] + iy * p.xs[2] + ix * p.xs[3]);
+                    Acc wv = kn_la_ld<Acc>(p.w, p.w_dt,
+                                           ko * p.ws[0] + ci * p.ws[1] + ky * p.ws[2] + kx * p.ws[3]);
+                    acc = acc + xv * wv;
+                }
+            }
+        if (p.bias) acc = acc + kn_la_ld<Acc>(p.bias, p.b_dt, ko * p.bias_s);
+        kn_la_st<Acc>(p.y, p.y_dt, o, acc);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_conv2d_f32(kn_la_conv_args p)
+{
+    kn_la_conv_body<float>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_conv2d_f64(kn_la_conv_args p)
+{
+    kn_la_conv_body<double>(p);
+}
+
+// ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;
+// act 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's epilogue) ----
+template <typename Acc>
+__device__ void kn_la_bias_body(const kn_la_bias_args &p)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.total;
+         i += (long long)gridDim.x * blockDim.x) {
+        Acc v = kn_la_ld<Acc>(p.y, p.y_dt, i);
+        if (p.bias) v = v + kn_la_ld<Acc>(p.bias, p.b_dt, ((i / p.inner) % p.channels) * p.bias_s);
+        if (p.act == 1) {
+            v = v > (Acc)0 ? v : (v == v ? (Acc)0 : v); // NaN passes, as relu on the CPU
+        } else if (p.act == 2) {
+            Acc u = (Acc)0.7978845608028654 * (v + (Acc)0.044715 * v * v * v);
+            v = (Acc)0.5 * v * ((Acc)1 + kn_la_tanh(u));
+        }
+        kn_la_st<Acc>(p.y, p.y_dt, i, v);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_bias_act_f32(kn_la_bias_args p)
+{
+    kn_la_bias_body<float>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_bias_act_f64(kn_la_bias_args p)
+{
+    kn_la_bias_body<double>(p);
+}
+
+#endif // KN_LA_STANDALONE

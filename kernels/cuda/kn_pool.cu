@@ -1,0 +1,73 @@
+/* kn_pool.cu: max_pool2d, avg_pool2d and adaptive_avg_pool2d, one thread
+ * per output (kernels/cpu/kn_cpu_conv.c is the reference).
+ *
+ * Windows, their clipping and the avg divisor follow the CPU's
+ * pool_axis_fill line for line, and each window is read in the CPU's order
+ * with a double accumulator, so every result is the CPU's to the bit.
+ */
+
+/* Taps [*st, *en) stepping *step along one axis of length `in`, for output
+ * i of `out`; *div is the avg divisor's factor. */
+KN_FN void kn_pool_axis(const kn_pool_args &a, int d, long long i, long long in, long long out,
+                        long long *st, long long *en, long long *step, long long *div)
+{
+    long long k = d ? a.kw : a.kh, s = d ? a.sx : a.sy, p = d ? a.px : a.py, dil = d ? a.dx : a.dy;
+    long long b, e, dv;
+    *step = a.op == KN_TP_MAX ? dil : 1;
+    if (a.op == KN_TP_ADAPTIVE) {
+        b = i * in / out;
+        e = ((i + 1) * in + out - 1) / out;
+        dv = e - b;
+    } else if (a.op == KN_TP_MAX) {
+        b = i * s - p;
+        e = b + (k - 1) * dil + 1;
+        if (b < 0) b += (-b + dil - 1) / dil * dil; /* first tap inside */
+        dv = 1;
+    } else {
+        b = i * s - p;
+        e = b + k;
+        if (e > in + p) e = in + p;
+        dv = e - b; /* the padded extent */
+        if (b < 0) b = 0;
+    }
+    if (e > in) e = in;
+    if (b > e) b = e;
+    if (a.op == KN_TP_AVG && !a.count_include_pad) dv = e - b;
+    *st = b;
+    *en = e;
+    *div = dv;
+}
+
+extern "C" __global__ void kn_pool(kn_pool_args a)
+{
+    const int es = kn_esize<KN_DT>();
+    for (long long e = kn_tid(); e < a.total; e += kn_nthreads()) {
+        long long ox = e % a.ow, t = e / a.ow;
+        long long oy = t % a.oh;
+        t /= a.oh;
+        long long ch = t % a.c, n = t / a.c;
+        long long ys, ye, ystep, ydiv, xs, xe, xstep, xdiv;
+        kn_pool_axis(a, 0, oy, a.h, a.oh, &ys, &ye, &ystep, &ydiv);
+        kn_pool_axis(a, 1, ox, a.w, a.ow, &xs, &xe, &xstep, &xdiv);
+        const char *plane = a.x + (n * a.sn + ch * a.sc) * es;
+        double r;
+        if (a.op == KN_TP_MAX) {
+            double m = -__longlong_as_double(0x7ff0000000000000LL);
+            bool nan = false;
+            for (long long y = ys; y < ye; y += ystep)
+                for (long long x = xs; x < xe; x += xstep) {
+                    double v = kn_ldd<KN_DT>(plane + (y * a.sh + x * a.sw) * es);
+                    m = v > m ? v : m;
+                    nan |= v != v;
+                }
+            r = nan ? kn_qnan() : m;
+        } else {
+            double s = 0.0;
+            for (long long y = ys; y < ye; y++)
+                for (long long x = xs; x < xe; x++) s += kn_ldd<KN_DT>(plane + (y * a.sh + x * a.sw) * es);
+            long long div = ydiv * xdiv;
+            r = div > 0 ? s / (double)div : 0.0;
+        }
+        kn_std<KN_DT>(a.out + e * es, r);
+    }
+}

@@ -1,0 +1,242 @@
+/* kn_reduce.cu: sum / mean / amax / amin / var over any set of dims, and
+ * max along one dim with its 1-based index (kernels/cpu/kn_cpu_reduce.c is
+ * the reference).
+ *
+ * Floats accumulate in double and integers in int64 (sums wrap), as the
+ * CPU does; only the order of the double additions differs, far below the
+ * output's precision. NaN is sticky in amax / amin; max returns the first
+ * NaN or else the first maximum. `group` threads (a power of two dividing
+ * the block) share one output and combine through shared memory.
+ */
+
+KN_FN double kn_fext(int op, double a, double b)
+{
+    if (a != a) return a;
+    if (b != b) return b;
+    return op == KN_TR_AMAX ? (b > a ? b : a) : (b < a ? b : a);
+}
+
+KN_FN long long kn_iext(int op, long long a, long long b)
+{
+    return op == KN_TR_AMAX ? (b > a ? b : a) : (b < a ? b : a);
+}
+
+/* Tree-combine v over the `g` lanes of this thread's group; every lane
+ * gets the result. All threads of the block must call it together. */
+KN_FN double kn_group_fsum(double v, double *sh, int g, int lane, int op)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = g / 2; w > 0; w >>= 1) {
+        if (lane < w) {
+            double a = sh[threadIdx.x], b = sh[threadIdx.x + w];
+            sh[threadIdx.x] = op == KN_TR_AMAX || op == KN_TR_AMIN ? kn_fext(op, a, b) : a + b;
+        }
+        __syncthreads();
+    }
+    double r = sh[threadIdx.x - lane];
+    __syncthreads();
+    return r;
+}
+
+KN_FN long long kn_group_isum(long long v, long long *sh, int g, int lane, int op)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = g / 2; w > 0; w >>= 1) {
+        if (lane < w) {
+            long long a = sh[threadIdx.x], b = sh[threadIdx.x + w];
+            sh[threadIdx.x] = op == KN_TR_SUM ? (long long)((unsigned long long)a + (unsigned long long)b)
+                                              : kn_iext(op, a, b);
+        }
+        __syncthreads();
+    }
+    long long r = sh[threadIdx.x - lane];
+    __syncthreads();
+    return r;
+}
+
+/* The finished value of a float reduction into out (dtype KN_DT). */
+KN_FN void kn_rfinish_f(const kn_reduce_args &a, long long o, double s, double m2)
+{
+    double v = s, n = (double)a.count;
+    if (a.op == KN_TR_MEAN) v = s / n; /* 0/0 = NaN for an empty set, as torch */
+    else if (a.op == KN_TR_VAR) {
+        double denom = n - a.correction;
+        v = m2 / (denom > 0 ? denom : 0.0);
+    }
+    kn_std<KN_DT>(a.out + o * kn_esize<KN_DT>(), v);
+}
+
+/* Integer results: sums are i64, extremes keep the input dtype. */
+KN_FN void kn_rfinish_i(const kn_reduce_args &a, long long o, long long v)
+{
+    if (a.op == KN_TR_SUM) kn_sti<KN_DT_I64>(a.out + o * 8, v);
+    else kn_sti<KN_DT>(a.out + o * kn_esize<KN_DT>(), v);
+}
+
+extern "C" __global__ void kn_reduce(kn_reduce_args a)
+{
+    __shared__ double shd[KN_T_BLOCK];
+    __shared__ long long shl[KN_T_BLOCK];
+    const int g = a.group, lane = threadIdx.x % g, per = KN_T_BLOCK / g;
+    const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
+    const long long units = a.nout * a.nsplit;
+    const char *x = a.x;
+    const int es = kn_esize<KN_DT>();
+    for (long long u0 = (long long)blockIdx.x * per; u0 < units; u0 += (long long)gridDim.x * per) {
+        long long u = u0 + threadIdx.x / g;
+        bool live = u < units;
+        long long o = live ? u / a.nsplit : 0, s = live ? u % a.nsplit : 0;
+        long long base = kn_offset(o, a.nk, a.ksize, a.kst);
+        long long lo = s * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
+        if (!live || hi < lo) hi = lo;
+        if constexpr (kn_isfloat<KN_DT>()) {
+            double acc = ext ? (a.op == KN_TR_AMAX ? -__longlong_as_double(0x7ff0000000000000LL)
+                                                   : __longlong_as_double(0x7ff0000000000000LL))
+                             : 0.0;
+            for (long long e = lo + lane; e < hi; e += g) {
+                double v = kn_ldd<KN_DT>(x + (base + kn_offset(e, a.nr, a.rsize, a.rst)) * es);
+                acc = ext ? kn_fext(a.op, acc, v) : acc + v;
+            }
+            double tot = kn_group_fsum(acc, shd, g, lane, a.op), m2 = 0.0;
+            if (a.op == KN_TR_VAR) {
+                double mean = tot / (double)(hi - lo), sq = 0.0;
+                for (long long e = lo + lane; e < hi; e += g) {
+                    double v = kn_ldd<KN_DT>(x + (base + kn_offset(e, a.nr, a.rsize, a.rst)) * es);
+                    sq += (v - mean) * (v - mean);
+                }
+                m2 = kn_group_fsum(sq, shd, g, lane, KN_TR_SUM);
+            }
+            if (live && lane == 0) {
+                if (a.nsplit == 1) kn_rfinish_f(a, o, tot, m2);
+                else a.part[u] = kn_rpart{tot, m2, 0, hi - lo};
+            }
+        } else {
+            long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1)
+                            : a.op == KN_TR_AMIN ? 9223372036854775807LL : 0;
+            for (long long e = lo + lane; e < hi; e += g) {
+                long long v = kn_ldi<KN_DT>(x + (base + kn_offset(e, a.nr, a.rsize, a.rst)) * es);
+                acc = ext ? kn_iext(a.op, acc, v) : (long long)((unsigned long long)acc + (unsigned long long)v);
+            }
+            long long tot = kn_group_isum(acc, shl, g, lane, a.op);
+            if (live && lane == 0) {
+                if (a.nsplit == 1) kn_rfinish_i(a, o, tot);
+                else a.part[u] = kn_rpart{0.0, 0.0, tot, hi - lo};
+            }
+        }
+    }
+}
+
+/* One thread per output: combine its nsplit partials in order (var by
+ * Chan et al.'s pairwise update of count, mean and squared deviations). */
+extern "C" __global__ void kn_reduce_final(kn_reduce_args a)
+{
+    const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
+    for (long long o = kn_tid(); o < a.nout; o += kn_nthreads()) {
+        const kn_rpart *p = a.part + o * a.nsplit;
+        if constexpr (kn_isfloat<KN_DT>()) {
+            double s = p[0].s, m2 = p[0].m2, n = (double)p[0].n;
+            double mean = n > 0 ? s / n : 0.0;
+            for (int k = 1; k < a.nsplit; k++) {
+                if (ext) {
+                    s = kn_fext(a.op, s, p[k].s);
+                } else if (a.op == KN_TR_VAR) {
+                    double nb = (double)p[k].n;
+                    if (nb == 0) continue;
+                    double mb = p[k].s / nb, nt = n + nb, d = mb - mean;
+                    mean += d * (nb / nt);
+                    m2 += p[k].m2 + d * d * (n * nb / nt);
+                    n = nt;
+                } else {
+                    s += p[k].s;
+                }
+            }
+            kn_rfinish_f(a, o, s, m2);
+        } else {
+            long long v = p[0].i;
+            for (int k = 1; k < a.nsplit; k++)
+                v = ext ? kn_iext(a.op, v, p[k].i)
+                        : (long long)((unsigned long long)v + (unsigned long long)p[k].i);
+            kn_rfinish_i(a, o, v);
+        }
+    }
+}
+
+/* Is candidate (vb, jb) better than (va, ja) by the CPU's scan order: the
+ * first NaN wins, then the larger value, then the lower index. ja < 0 or
+ * jb < 0 marks no candidate. */
+KN_FN bool kn_better_f(double va, long long ja, double vb, long long jb)
+{
+    if (jb < 0) return false;
+    if (ja < 0) return true;
+    bool na = va != va, nb = vb != vb;
+    if (na || nb) return nb && (!na || jb < ja);
+    return vb > va || (vb == va && jb < ja);
+}
+
+KN_FN bool kn_better_i(long long va, long long ja, long long vb, long long jb)
+{
+    if (jb < 0) return false;
+    if (ja < 0) return true;
+    return vb > va || (vb == va && jb < ja);
+}
+
+extern "C" __global__ void kn_argmax(kn_argmax_args a)
+{
+    __shared__ double shd[KN_T_BLOCK];
+    __shared__ long long shv[KN_T_BLOCK];
+    __shared__ long long shj[KN_T_BLOCK];
+    const int g = a.group, lane = threadIdx.x % g, per = KN_T_BLOCK / g;
+    const int es = kn_esize<KN_DT>();
+    for (long long o0 = (long long)blockIdx.x * per; o0 < a.nout; o0 += (long long)gridDim.x * per) {
+        long long o = o0 + threadIdx.x / g;
+        bool live = o < a.nout;
+        long long base = live ? kn_offset(o, a.nk, a.ksize, a.kst) : 0;
+        long long best = -1;
+        double bv = 0.0;
+        long long bi = 0;
+        /* this lane's elements in order: the CPU's scan restricted to them */
+        for (long long j = lane; live && j < a.len; j += g) {
+            const char *p = a.x + (base + j * a.lst) * es;
+            if constexpr (kn_isfloat<KN_DT>()) {
+                double v = kn_ldd<KN_DT>(p);
+                if (best < 0 || v > bv || v != v) {
+                    bv = v;
+                    best = j;
+                }
+                if (v != v) break;
+            } else {
+                long long v = kn_ldi<KN_DT>(p);
+                if (best < 0 || v > bi) {
+                    bi = v;
+                    best = j;
+                }
+            }
+        }
+        shd[threadIdx.x] = bv;
+        shv[threadIdx.x] = bi;
+        shj[threadIdx.x] = best;
+        __syncthreads();
+        for (int w = g / 2; w > 0; w >>= 1) {
+            if (lane < w) {
+                int t = threadIdx.x, q = t + w;
+                bool take;
+                if constexpr (kn_isfloat<KN_DT>()) take = kn_better_f(shd[t], shj[t], shd[q], shj[q]);
+                else take = kn_better_i(shv[t], shj[t], shv[q], shj[q]);
+                if (take) {
+                    shd[t] = shd[q];
+                    shv[t] = shv[q];
+                    shj[t] = shj[q];
+                }
+            }
+            __syncthreads();
+        }
+        if (live && lane == 0) {
+            long long j = shj[threadIdx.x];
+            kn_cpy<KN_DT>(a.val + o * es, a.x + (base + j * a.lst) * es);
+            a.idx[o] = j + 1; /* 1-based, as Lua and Torch7 */
+        }
+        __syncthreads();
+    }
+}

@@ -1,0 +1,233 @@
+/* kn_lua_timing: the C half of kiln.time, kiln.profile, kiln.trace and the
+ * roofline (scripting/lua/40_timing.lua is the other half), as the table
+ * kiln.profiler:
+ *   begin(device)              start a per-kernel session (core/kn_profile)
+ *   finish()                   end it: {{name, kind, key, index, dtype, ms, start_ms, bytes,
+ *                              flops}, ...} (index: in its plan; nil for an eager op)
+ *   cancel()                   drop a session after an error
+ *   time_calls(n, device, fn, ...)  call fn(...) n times back to back with a
+ *                              device event between calls; returns the device
+ *                              ms of each call and the host ms each call took
+ *                              to return (for the CPU: to run)
+ *   measure(device)            {copy_gbps, f32_gflops, bf16_gflops}
+ *   write_file(path, text)     write a small file, making its folders
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kn_backend.h"
+#include "kn_lua.h"
+#include "kn_profile.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static kn_device check_device(lua_State *L, int idx)
+{
+    const char *name = luaL_checkstring(L, idx);
+    kn_device dev;
+    if (kn_device_parse(name, &dev) != KN_OK) luaL_argerror(L, idx, lua_pushfstring(L, "unknown device '%s'", name));
+    return dev;
+}
+
+static int l_begin(lua_State *L)
+{
+    kn_status st = kn_profile_begin(check_device(L, 1));
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    return 0;
+}
+
+static int l_cancel(lua_State *L)
+{
+    (void)L;
+    if (kn_profile_on) kn_profile_cancel();
+    return 0;
+}
+
+static int l_finish(lua_State *L)
+{
+    kn_profile_record *r = NULL;
+    int n = 0;
+    kn_status st = kn_profile_end(&r, &n);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_createtable(L, 0, 9);
+        lua_pushstring(L, r[i].name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, r[i].kind);
+        lua_setfield(L, -2, "kind");
+        /* what identifies a kernel across calls: its plan and index (names
+         * restart at k0 in each graph), or the name of an eager op */
+        if (r[i].owner) lua_pushfstring(L, "%p#%d", r[i].owner, r[i].index);
+        else lua_pushstring(L, r[i].name);
+        lua_setfield(L, -2, "key");
+        if (r[i].owner) {
+            lua_pushinteger(L, r[i].index);
+            lua_setfield(L, -2, "index");
+        }
+        lua_pushstring(L, kn_dtype_name(r[i].dtype));
+        lua_setfield(L, -2, "dtype");
+        lua_pushnumber(L, r[i].ms);
+        lua_setfield(L, -2, "ms");
+        lua_pushnumber(L, r[i].start_ms);
+        lua_setfield(L, -2, "start_ms");
+        lua_pushnumber(L, r[i].bytes);
+        lua_setfield(L, -2, "bytes");
+        lua_pushnumber(L, r[i].flops);
+        lua_setfield(L, -2, "flops");
+        lua_seti(L, -2, i + 1);
+    }
+    free(r);
+    return 1;
+}
+
+typedef struct {
+    const kn_backend *be;
+    void **ev;
+    int n;
+} events_ud;
+
+static int events_gc(lua_State *L)
+{
+    events_ud *u = lua_touserdata(L, 1);
+    for (int i = 0; i < u->n; i++) u->be->event_destroy(u->ev[i]);
+    free(u->ev);
+    u->ev = NULL;
+    u->n = 0;
+    return 0;
+}
+
+static int l_time_calls(lua_State *L)
+{
+    lua_Integer n = luaL_checkinteger(L, 1);
+    kn_device dev = check_device(L, 2);
+    luaL_checkany(L, 3);
+    int nargs = lua_gettop(L) - 3;
+    if (n < 1 || n > 1000000) return luaL_argerror(L, 1, "the number of calls must be in 1..1000000");
+    const kn_backend *be = kn_backend_get(dev);
+    if (!be) return luaL_error(L, "device %s is not available", kn_device_name(dev));
+    if (!be->event_create || !be->event_record || !be->event_elapsed_ms)
+        return luaL_error(L, "the %s backend has no timing events", be->name);
+    /* the events live in a userdata, so a Lua error in fn frees them */
+    events_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->be = be;
+    u->n = 0;
+    u->ev = calloc((size_t)n + 1, sizeof *u->ev);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, events_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    int ud = lua_gettop(L);
+    if (!u->ev) return luaL_error(L, "out of host memory for %d events", (int)n + 1);
+    for (; u->n <= n; u->n++) {
+        kn_status st = be->event_create(&u->ev[u->n]);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+    }
+    lua_createtable(L, (int)n, 0);
+    int wall = lua_gettop(L);
+    kn_status st = be->event_record(u->ev[0]);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    for (lua_Integer i = 0; i < n; i++) {
+        double t0 = now_ms();
+        lua_pushvalue(L, 3);
+        for (int a = 0; a < nargs; a++) lua_pushvalue(L, 4 + a);
+        lua_call(L, nargs, 0);
+        lua_pushnumber(L, now_ms() - t0);
+        lua_seti(L, wall, i + 1);
+        st = be->event_record(u->ev[i + 1]);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+    }
+    if (be->sync && (st = be->sync()) != KN_OK) return kn_lua_fail(L, st);
+    lua_createtable(L, (int)n, 0);
+    for (lua_Integer i = 0; i < n; i++) {
+        double ms = 0;
+        st = be->event_elapsed_ms(u->ev[i], u->ev[i + 1], &ms);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        lua_pushnumber(L, ms);
+        lua_seti(L, -2, i + 1);
+    }
+    lua_pushvalue(L, wall);
+    lua_pushcfunction(L, events_gc);
+    lua_pushvalue(L, ud);
+    lua_call(L, 1, 0);
+    return 2;
+}
+
+static int l_measure(lua_State *L)
+{
+    kn_ceilings c;
+    kn_status st = kn_profile_measure_ceilings(check_device(L, 1), &c);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    lua_createtable(L, 0, 3);
+    lua_pushnumber(L, c.copy_gbps);
+    lua_setfield(L, -2, "copy_gbps");
+    lua_pushnumber(L, c.f32_gflops);
+    lua_setfield(L, -2, "f32_gflops");
+    lua_pushnumber(L, c.bf16_gflops);
+    lua_setfield(L, -2, "bf16_gflops");
+    return 1;
+}
+
+/* mkdir -p of the folders above path. */
+static void make_parents(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(buf, 0755);
+            *p = '/';
+        }
+}
+
+/* Written to a temporary name and renamed, so that a reader never sees
+ * half a file (two kilns measuring at once each write a whole one). */
+static int l_write_file(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    size_t len;
+    const char *text = luaL_checklstring(L, 2, &len);
+    make_parents(path);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot write %s: %s", tmp, strerror(errno));
+        return 2;
+    }
+    bool ok = fwrite(text, 1, len, f) == len;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot write %s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+void kn_lua_open_timing(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"begin", l_begin},
+                                   {"finish", l_finish},
+                                   {"cancel", l_cancel},
+                                   {"time_calls", l_time_calls},
+                                   {"measure", l_measure},
+                                   {"write_file", l_write_file},
+                                   {NULL, NULL}};
+    luaL_newlib(L, fns);
+    lua_setfield(L, -2, "profiler");
+}

@@ -1,0 +1,622 @@
+-- 40_timing.lua: live timing (design sections 2, 3 and 5): kiln.time,
+-- kiln.profile, kiln.trace, the roofline's ceilings (kiln.ceilings,
+-- kiln.device) and the REPL commands :time and :device, on top of
+-- kiln.profiler (scripting/kn_lua_timing.c, core/kn_profile.c).
+--
+-- How the figures are made:
+--   median_ms, min_ms, max_ms  `iters` calls back to back after `warmup`,
+--       with a device event between consecutive calls: the device time of
+--       each call, idle gaps included (a host-bound call is as long as the
+--       host makes it).
+--   host_us  on a GPU, the median time a call takes to return to the host
+--       (enqueuing its work, which the device runs behind it); on the CPU,
+--       where a call returns when its work is done, the median wall time of
+--       a call minus the time its kernels ran.
+--   kernels  a separate profiled pass (`profile_iters` calls, default 10)
+--       with events around every kernel; one row per kernel (per plan
+--       kernel, or per eager op name), median over its runs; pct is its
+--       share of the kernels' time per call (calls x median).
+--   roofline  roof_pct = achieved FLOP/s / min(peak FLOP/s, bandwidth x
+--       flops/bytes); for a kernel with no flops, achieved bytes/s over the
+--       bandwidth. bytes and flops per kernel follow core/kn_cost.h.
+local kiln = ...
+
+local P = kiln.profiler
+local repl = kiln.repl
+local fail = repl.error
+local session = kiln.session
+
+-- Captured now: tests (and users) may replace kiln.device_info to see how
+-- :device prints, but the cache file must name the real device.
+local real_device_info = kiln.device_info
+
+local function is_tensor(v)
+  if type(v) ~= "userdata" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Tensor"
+end
+
+local function is_compiled(v)
+  if type(v) ~= "userdata" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Compiled"
+end
+
+local function is_callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__call") ~= nil
+end
+
+local function median(list)
+  local n = #list
+  if n == 0 then return 0 end
+  local s = table.move(list, 1, n, 1, {})
+  table.sort(s)
+  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
+end
+
+local function default_device()
+  return type(kiln.default_device) == "function" and kiln.default_device() or "cpu"
+end
+
+-- The device the arguments live on (the first tensor, looking one level
+-- into tables), else the default device.
+local function device_of(args)
+  for i = 1, args.n do
+    local a = args[i]
+    if is_tensor(a) then return a.device end
+    if type(a) == "table" and not getmetatable(a) then
+      for _, v in pairs(a) do
+        if is_tensor(v) then return v.device end
+      end
+    end
+  end
+  return default_device()
+end
+
+local OPT_KEYS = { iters = true, warmup = true, profile_iters = true, device = true, ceilings = true }
+
+-- Split (x..., opts): a trailing plain table of known option keys is opts.
+local function split_opts(...)
+  local args = table.pack(...)
+  local last = args[args.n]
+  if type(last) == "table" and getmetatable(last) == nil then
+    local only = true
+    for k in pairs(last) do
+      if not OPT_KEYS[k] then only = false; break end
+    end
+    if only then
+      args[args.n] = nil
+      args.n = args.n - 1
+      return args, last
+    end
+  end
+  return args, {}
+end
+
+local function count_opt(opts, key, default, least)
+  local v = opts[key]
+  if v == nil then return default end
+  local n = math.tointeger(v)
+  if not n or n < least then
+    error(string.format("kiln.time: opts.%s must be an integer >= %d, got %s", key, least, tostring(v)), 3)
+  end
+  return n
+end
+
+---------------------------------------------------------------------------
+-- Ceilings: measured once per device, cached as a small text file.
+
+local memo = {}
+
+local function device_label(dev)
+  local ok, info = pcall(real_device_info)
+  if ok and type(info) == "table" then
+    if dev == "cpu" and info.cpu and info.cpu.name then return info.cpu.name end
+    local d = info.cuda and info.cuda.devices and info.cuda.devices[1]
+    if dev == "cuda" and d and d.name then return d.name end
+  end
+  return dev
+end
+
+local function cache_path(dev, label)
+  local dir = kiln.config and kiln.config.cache_dir or "."
+  local slug = (dev .. "-" .. label):gsub("[^%w%-]+", "_"):gsub("_+$", "")
+  return dir .. "/device-" .. slug .. ".txt"
+end
+
+-- The values of a cache file, or nil when it is missing, corrupt or for
+-- another device.
+local function read_ceilings(path, label)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  local c = {}
+  for k, v in text:gmatch("\n?([%w_]+) = ([^\n]*)") do c[k] = v end
+  local copy, f32, bf16 = tonumber(c.copy_gbps), tonumber(c.f32_gflops), tonumber(c.bf16_gflops)
+  if c.device ~= label or not copy or copy <= 0 or not f32 or f32 <= 0 or not bf16 or bf16 < 0 then return nil end
+  return { copy_gbps = copy, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?" }
+end
+
+-- kiln.ceilings{device =, remeasure =, progress = function(path)}: the
+-- roofline of a device: {device, name, copy_gbps, f32_gflops, bf16_gflops,
+-- date, path, cached}; cached is true when read from the file.
+function kiln.ceilings(opts)
+  opts = opts or {}
+  local dev = opts.device or default_device()
+  local label = device_label(dev)
+  local path = cache_path(dev, label)
+  local m = memo[path]
+  if m and not opts.remeasure then
+    local copy = table.move(m, 1, 0, 1, {})
+    for k, v in pairs(m) do copy[k] = v end
+    copy.cached = true
+    return copy
+  end
+  local c = not opts.remeasure and read_ceilings(path, label)
+  if c then
+    c.cached = true
+  else
+    if opts.progress then opts.progress(path) end
+    c = P.measure(dev)
+    c.date = os.date("!%Y-%m-%d %H:%M UTC")
+    c.cached = false
+    local text = string.format(
+      "# kiln roofline ceilings, measured once for this device (delete the file to measure again)\n" ..
+      "device = %s\ncopy_gbps = %.3f\nf32_gflops = %.3f\nbf16_gflops = %.3f\ndate = %s\n",
+      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date)
+    local ok, err = P.write_file(path, text)
+    if not ok then io.stderr:write("kiln: could not cache the roofline: ", tostring(err), "\n") end
+  end
+  c.device, c.name, c.path = dev, label, path
+  memo[path] = c
+  return c
+end
+
+---------------------------------------------------------------------------
+-- Per-kernel rows and the table of design section 5
+
+local function fmt_us(us)
+  if us >= 1 then return string.format("%.1f", us) end
+  return string.format("%.2f", us)
+end
+
+local function fmt_rate(x)
+  if x == nil then return "-" end
+  if x >= 100 then return string.format("%.0f", x) end
+  return string.format("%.1f", x)
+end
+
+-- The kernel column is 30 wide as in the design, wider when a name is
+-- longer, so that the columns stay aligned.
+local function rows_text(kernels)
+  local w = 30
+  for _, k in ipairs(kernels) do w = math.max(w, #k.name) end
+  local lines = { string.format("  #  %-" .. w .. "s  kind       calls   median us   %%     GB/s   GFLOP/s  roof%%", "kernel") }
+  local fmt = "%3d  %-" .. w .. "s  %-9s  %5d%11s%6.1f%7s%9s%7s"
+  for i, k in ipairs(kernels) do
+    lines[#lines + 1] = string.format(fmt, i - 1, k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
+      fmt_rate(k.gbps), fmt_rate(k.gflops), k.roof_pct and string.format("%.0f", k.roof_pct) or "-")
+  end
+  return lines
+end
+
+local function total_line(r)
+  return string.format("total %.1f us per call (device), host overhead %.0f us, %d kernels, CUDA graph: %s",
+    r.median_ms * 1000, r.host_us, r.launches, r.cuda_graph and "yes" or "no")
+end
+
+local KernelList = { __name = "kiln.KernelTimes" }
+KernelList.__tostring = function(t)
+  local lines = rows_text(t)
+  lines[#lines + 1] = string.format("%.1f us per call in %d kernels", t.total_us or 0, t.launches or 0)
+  return table.concat(lines, "\n")
+end
+
+local Timing = { __name = "kiln.Timing" }
+Timing.__tostring = function(r)
+  local lines = rows_text(r.kernels)
+  lines[#lines + 1] = total_line(r)
+  return table.concat(lines, "\n")
+end
+
+-- The roofline percentage of one kernel (nil without ceilings or figures).
+local function roof(k, c)
+  if not c or not k.median_us or k.median_us <= 0 then return nil end
+  local bw = c.copy_gbps
+  local peak = (k.dtype == "bf16" or k.dtype == "f16") and c.bf16_gflops > 0 and c.bf16_gflops or c.f32_gflops
+  if k.flops > 0 and k.bytes > 0 and bw > 0 and peak > 0 then
+    local attainable = math.min(peak, bw * k.flops / k.bytes)
+    return k.gflops / attainable * 100
+  elseif k.bytes > 0 and bw > 0 then
+    return k.gbps / bw * 100
+  end
+  return nil
+end
+
+-- Rows from the records of `ncalls` profiled calls: one per kernel key, in
+-- the order they first ran.
+local function kernel_rows(calls, ncalls, ceil)
+  local rows, by_key = {}, {}
+  for _, recs in ipairs(calls) do
+    for _, r in ipairs(recs) do
+      local k = by_key[r.key]
+      if not k then
+        k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, flops = r.flops, index = r.index,
+          times = {} }
+        by_key[r.key] = k
+        rows[#rows + 1] = k
+      end
+      k.times[#k.times + 1] = r.ms
+    end
+  end
+  local total, launches = 0, 0
+  for _, k in ipairs(rows) do
+    k.calls = math.max(1, math.floor(#k.times / ncalls + 0.5))
+    k.median_us = median(k.times) * 1000
+    k.times = nil
+    total = total + k.calls * k.median_us
+    launches = launches + k.calls
+  end
+  for _, k in ipairs(rows) do
+    k.pct = total > 0 and k.calls * k.median_us / total * 100 or 0
+    local s = k.median_us * 1e-6
+    if s > 0 then
+      k.gbps = k.bytes > 0 and k.bytes / s / 1e9 or nil
+      k.gflops = k.flops > 0 and k.flops / s / 1e9 or nil
+    end
+    k.roof_pct = roof(k, ceil)
+  end
+  return setmetatable(rows, KernelList), total, launches
+end
+
+-- Run fn(args) under the profiler n times; the records of each call.
+local function profiled_calls(fn, args, dev, n)
+  local calls = {}
+  for i = 1, n do
+    P.begin(dev)
+    local ok, err = pcall(fn, table.unpack(args, 1, args.n))
+    if not ok then
+      P.cancel()
+      error(err, 0)
+    end
+    calls[i] = P.finish()
+  end
+  return calls
+end
+
+local function check_fn(fn, what)
+  if not is_callable(fn) then
+    error(string.format("%s: expected a compiled model or a function as argument 1, got %s", what, type(fn)), 3)
+  end
+end
+
+-- cm:stats().replays (CUDA graph replays so far), 0 for a plain function.
+local function replays(fn)
+  if not is_compiled(fn) then return 0 end
+  local ok, s = pcall(fn.stats, fn)
+  return ok and type(s) == "table" and tonumber(s.replays) or 0
+end
+
+-- kiln.time(cm_or_fn, x..., {iters = 100, warmup = 10, profile_iters = 10})
+function kiln.time(fn, ...)
+  check_fn(fn, "kiln.time")
+  local args, opts = split_opts(...)
+  local iters = count_opt(opts, "iters", 100, 1)
+  local warmup = count_opt(opts, "warmup", 10, 0)
+  local piters = math.min(count_opt(opts, "profile_iters", 10, 1), iters)
+  local dev = opts.device or device_of(args)
+  for _ = 1, warmup do fn(table.unpack(args, 1, args.n)) end
+  local replays0 = replays(fn)
+  local device_ms, wall_ms = P.time_calls(iters, dev, fn, table.unpack(args, 1, args.n))
+  -- the timed calls replayed a recording (the profiled ones below cannot)
+  local cuda_graph = replays(fn) > replays0
+  local ceil = opts.ceilings
+  if ceil == nil then
+    local ok, c = pcall(kiln.ceilings, { device = dev })
+    ceil = ok and c or false
+  end
+  local calls = profiled_calls(fn, args, dev, piters)
+  local kernels, kernel_us, launches = kernel_rows(calls, piters, ceil or nil)
+  local sorted = table.move(device_ms, 1, iters, 1, {})
+  table.sort(sorted)
+  local wall_us = median(wall_ms) * 1000
+  local host_us = dev == "cpu" and wall_us - kernel_us or wall_us
+  return setmetatable({
+    median_ms = median(device_ms), min_ms = sorted[1], max_ms = sorted[iters],
+    host_us = math.max(0, host_us), kernels = kernels, kernel_us = kernel_us, launches = launches,
+    cuda_graph = cuda_graph, device = dev, iters = iters, ceilings = ceil or nil,
+  }, Timing)
+end
+
+-- kiln.profile(cm_or_fn, x..., {warmup = 2, profile_iters = 10}): the
+-- per-kernel rows alone (a list whose tostring is the table).
+function kiln.profile(fn, ...)
+  check_fn(fn, "kiln.profile")
+  local args, opts = split_opts(...)
+  local warmup = count_opt(opts, "warmup", 2, 0)
+  local n = count_opt(opts, "profile_iters", 10, 1)
+  local dev = opts.device or device_of(args)
+  for _ = 1, warmup do fn(table.unpack(args, 1, args.n)) end
+  local ceil = opts.ceilings
+  if ceil == nil then
+    local ok, c = pcall(kiln.ceilings, { device = dev })
+    ceil = ok and c or false
+  end
+  local rows, total, launches = kernel_rows(profiled_calls(fn, args, dev, n), n, ceil or nil)
+  rows.total_us, rows.launches = total, launches
+  return rows
+end
+
+---------------------------------------------------------------------------
+-- kiln.trace: one call's kernels as Chrome trace events
+
+local function json_string(s)
+  return '"' .. tostring(s):gsub('[%c"\\]', function(ch)
+    if ch == '"' then return '\\"' elseif ch == "\\" then return "\\\\" end
+    return string.format("\\u%04x", ch:byte())
+  end) .. '"'
+end
+
+-- kiln.trace(cm_or_fn, x..., "trace.json"): calls it once to warm up (it
+-- may compile), then traces one call. Returns the path and the event count.
+function kiln.trace(fn, ...)
+  check_fn(fn, "kiln.trace")
+  local args = table.pack(...)
+  local path = args[args.n]
+  if type(path) ~= "string" then
+    error("kiln.trace: the last argument must be the output file name (\"trace.json\")", 2)
+  end
+  args[args.n], args.n = nil, args.n - 1
+  local dev = device_of(args)
+  fn(table.unpack(args, 1, args.n))
+  local recs = profiled_calls(fn, args, dev, 1)[1]
+  local events = {}
+  for i, r in ipairs(recs) do
+    events[i] = string.format(
+      '{"name":%s,"cat":%s,"ph":"X","ts":%.3f,"dur":%.3f,"pid":1,"tid":1,"args":{"bytes":%.0f,"flops":%.0f,"dtype":%s}}',
+      json_string(r.name), json_string(r.kind), r.start_ms * 1000, r.ms * 1000, r.bytes, r.flops, json_string(r.dtype))
+  end
+  local text = '{"traceEvents":[\n' .. table.concat(events, ",\n") .. '\n],"displayTimeUnit":"ns"}\n'
+  local f, err = io.open(path, "w")
+  if not f then error("kiln.trace: cannot write " .. tostring(err), 2) end
+  f:write(text)
+  f:close()
+  return path, #events
+end
+
+---------------------------------------------------------------------------
+-- kiln.device and :device
+
+local function fmt_gib(n)
+  if type(n) ~= "number" then return "?" end
+  if n >= 2 ^ 30 then return string.format("%.1f GiB", n / 2 ^ 30) end
+  return string.format("%.0f MiB", n / 2 ^ 20)
+end
+
+-- kiln.device(): kiln.device_info() plus the device timing runs on and its
+-- ceilings (measured on first use): {cpu, cuda, device, ceilings}.
+function kiln.device(opts)
+  opts = opts or {}
+  local info = kiln.device_info()
+  info.device = default_device()
+  info.ceilings = kiln.ceilings({ device = info.device, remeasure = opts.remeasure, progress = opts.progress })
+  return info
+end
+
+local function ceilings_line(c)
+  local bf16 = c.bf16_gflops > 0 and string.format(" · bf16 matmul %s GFLOP/s", fmt_rate(c.bf16_gflops)) or ""
+  return string.format("roofline  copy %s GB/s · f32 matmul %s GFLOP/s%s (%s)", fmt_rate(c.copy_gbps),
+    fmt_rate(c.f32_gflops), bf16,
+    c.cached and string.format("cached, measured %s, in %s", c.date, c.path) or "measured just now")
+end
+
+local progress = function(path)
+  print(string.format("measuring the roofline once (cached in %s)", path))
+  io.flush()
+end
+
+local base_device = kiln.cmd.device
+
+repl.register("device", {
+  usage = ":device",
+  summary = "the devices, and the measured roofline (copy bandwidth, matmul rates)",
+  help = [[
+Shows the CPU (name, cores, memory) and each CUDA device (name, memory
+total and free, SM count, compute capability, L2, driver and runtime), or
+why there is none; then the ceilings of the device kiln runs on (the GPU,
+else the CPU): copy bandwidth (a large device-to-device copy, read plus
+write bytes) and the f32 and bf16 matmul rates. They are measured once and
+cached in kiln.config.cache_dir (device-NAME.txt; delete it to measure
+again). :time's roof% is against them. From Lua: kiln.device() returns the
+same as a table; kiln.ceilings{remeasure = true} measures again.]],
+}, function()
+  local info = base_device and base_device() or kiln.device_info()
+  local devices = info and info.cuda and info.cuda.devices or {}
+  for i, d in ipairs(devices) do
+    local parts = {}
+    if d.free_bytes then parts[#parts + 1] = "free " .. fmt_gib(d.free_bytes) end
+    if d.l2_bytes then parts[#parts + 1] = "L2 " .. fmt_gib(d.l2_bytes) end
+    if d.driver then parts[#parts + 1] = "driver " .. tostring(d.driver) end
+    if d.runtime then parts[#parts + 1] = "runtime " .. tostring(d.runtime) end
+    if #parts > 0 then print(string.format("  %d: %s", i - 1, table.concat(parts, " · "))) end
+  end
+  local dev = default_device()
+  if dev == "cpu" then print("no GPU in use: timing and the roofline are the CPU's") end
+  local c = kiln.ceilings({ device = dev, progress = progress })
+  print(ceilings_line(c))
+  info = info or {}
+  info.device, info.ceilings = dev, c
+  return info
+end)
+
+---------------------------------------------------------------------------
+-- :time
+
+repl.register("time", {
+  usage = ":time [n]",
+  summary = "per-kernel device timing of the loaded model (n calls, default 100)",
+  help = [[
+Runs the session's model (as :run does: compiled in the session's mode, or
+eager) 10 times to warm up, n times back to back (default 100) with device
+events between calls, then 10 more calls with events around every kernel,
+and prints one line per kernel: calls per model call, median time, share of
+the kernels' time, achieved GB/s and GFLOP/s, and % of the roofline
+(min(peak FLOP/s, bandwidth x flops/bytes), ceilings as :device shows them),
+then the total per call, the host overhead, the kernel count and whether
+the call replays a CUDA graph. From Lua: kiln.cmd.time(n) returns the table
+of kiln.time.]],
+}, function(n)
+  local count = 100
+  if n ~= nil then
+    count = math.tointeger(tonumber(n))
+    if not count or count < 1 then fail("usage: :time [n] (n must be a positive integer, got '%s')", tostring(n)) end
+  end
+  if not session.model then fail("no model loaded (use :load FILE.lua)") end
+  local dev = default_device()
+  local inputs = session.spec.inputs({ device = dev, dtype = "f32", small = session.small and true or false })
+  if type(inputs) ~= "table" then
+    fail("inputs(opts) of '%s' must return a list of inputs {x, ...}, got %s", session.file, type(inputs))
+  end
+  local fn = session.model
+  if session.mode ~= "eager" then
+    if type(kiln.compile) ~= "function" then fail("mode '%s' needs kiln.compile", session.mode) end
+    session.compiled = session.compiled or kiln.compile(session.model, { mode = session.mode })
+    fn = session.compiled
+  end
+  local ceil = kiln.ceilings({ device = dev, progress = progress })
+  local ninputs = inputs.n or #inputs
+  local args = table.move(inputs, 1, ninputs, 1, {})
+  args[ninputs + 1] = { iters = count, warmup = math.min(10, count), ceilings = ceil }
+  local r = kiln.time(fn, table.unpack(args, 1, ninputs + 1))
+  if fn == session.compiled then session.warm = true end
+  print(tostring(r))
+  return r
+end)
+
+---------------------------------------------------------------------------
+-- kiln.bench and :bench: one row per mode
+
+local BENCH_MODES = { "eager", "default", "reduce-overhead", "max-autotune" }
+
+local function sync(dev)
+  if type(kiln.synchronize) == "function" then kiln.synchronize(dev) end
+end
+
+local function fmt_num(x, f) return x and string.format(f, x) or "-" end
+
+local Bench = { __name = "kiln.Bench" }
+Bench.__index = Bench
+Bench.__tostring = function(b)
+  local lines = { string.format("%-28s %10s %12s %9s %10s %9s", "mode", "eager ms", "compiled ms", "speedup",
+    "compile s", "peak MiB") }
+  for _, r in ipairs(b) do
+    if r.error then
+      lines[#lines + 1] = string.format("%-28s failed: %s", r.mode, r.error)
+    else
+      lines[#lines + 1] = string.format("%-28s %10s %12s %9s %10s %9s", r.mode, fmt_num(r.eager_ms, "%.3f"),
+        fmt_num(r.compiled_ms, "%.3f"), fmt_num(r.speedup, "%.2fx"), fmt_num(r.compile_s, "%.2f"),
+        fmt_num(r.peak_mib, "%.1f"))
+    end
+  end
+  return table.concat(lines, "\n")
+end
+
+local BENCH_FIELDS = { "mode", "eager_ms", "compiled_ms", "speedup", "compile_s", "peak_mib", "error" }
+
+function Bench:csv()
+  local lines = { table.concat(BENCH_FIELDS, ",") }
+  for _, r in ipairs(self) do
+    local cells = {}
+    for i, f in ipairs(BENCH_FIELDS) do
+      local v = r[f]
+      if type(v) == "number" then cells[i] = string.format("%.6g", v)
+      elseif v == nil then cells[i] = ""
+      else cells[i] = '"' .. tostring(v):gsub('"', '""') .. '"' end
+    end
+    lines[#lines + 1] = table.concat(cells, ",")
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+function Bench:json()
+  local rows = {}
+  for i, r in ipairs(self) do
+    local fields = {}
+    for _, f in ipairs(BENCH_FIELDS) do
+      local v = r[f]
+      if type(v) == "number" then fields[#fields + 1] = string.format('"%s":%.6g', f, v)
+      elseif v ~= nil then fields[#fields + 1] = string.format('"%s":%s', f, json_string(v)) end
+    end
+    rows[i] = "{" .. table.concat(fields, ",") .. "}"
+  end
+  return "[" .. table.concat(rows, ",") .. "]\n"
+end
+
+-- kiln.bench(model, inputs, {modes = {...}, iters = 20, warmup = 3}):
+-- inputs is the list of arguments. The median device time per call of
+-- back-to-back calls, eager and in each mode; compile s is the first call
+-- of a fresh compiled model (capture and compile included), peak MiB the
+-- compiled model's peak_bytes.
+function kiln.bench(model, inputs, opts)
+  check_fn(model, "kiln.bench")
+  if type(inputs) ~= "table" then error("kiln.bench: inputs must be the list of arguments {x, ...}", 2) end
+  opts = opts or {}
+  local modes = opts.modes or BENCH_MODES
+  local iters = count_opt(opts, "iters", 20, 1)
+  local warmup = count_opt(opts, "warmup", 3, 0)
+  local n = inputs.n or #inputs
+  local args = table.move(inputs, 1, n, 1, { n = n })
+  local dev = opts.device or device_of(args)
+  local function median_ms(fn)
+    for _ = 1, warmup do fn(table.unpack(args, 1, n)) end
+    return median((P.time_calls(iters, dev, fn, table.unpack(args, 1, n))))
+  end
+  local eager_ms = median_ms(model)
+  local rows = setmetatable({}, Bench)
+  for _, mode in ipairs(modes) do
+    local row = { mode = mode, eager_ms = eager_ms }
+    if mode == "eager" then
+      row.compiled_ms, row.speedup = eager_ms, 1
+    else
+      local ok, err = pcall(function()
+        local cm = kiln.compile(model, { mode = mode })
+        local t0 = kiln.clock()
+        cm(table.unpack(args, 1, n))
+        sync(dev)
+        row.compile_s = kiln.clock() - t0
+        row.compiled_ms = median_ms(cm)
+        row.speedup = row.compiled_ms > 0 and eager_ms / row.compiled_ms or nil
+        local s = cm:stats()
+        row.peak_mib = s.peak_bytes and s.peak_bytes / 2 ^ 20 or nil
+      end)
+      if not ok then row.error = tostring(err) end
+    end
+    rows[#rows + 1] = row
+  end
+  return rows
+end
+
+repl.register("bench", {
+  usage = ":bench [n]",
+  summary = "the loaded model in every mode: eager ms, compiled ms, speedup, compile s, peak MiB",
+  help = [[
+Runs the session's model eagerly and compiled in each mode (eager, default,
+reduce-overhead, max-autotune), n timed calls each (default 20) after a
+warm-up, and prints one row per mode. From Lua: kiln.bench(model, inputs,
+{modes = {...}, iters = n}) returns the rows; tostring, :csv() and :json()
+format them.]],
+}, function(n)
+  local iters = 20
+  if n ~= nil then
+    iters = math.tointeger(tonumber(n))
+    if not iters or iters < 1 then fail("usage: :bench [n] (n must be a positive integer, got '%s')", tostring(n)) end
+  end
+  if not session.model then fail("no model loaded (use :load FILE.lua)") end
+  local inputs = session.spec.inputs({ device = default_device(), dtype = "f32", small = session.small and true or false })
+  local b = kiln.bench(session.model, inputs, { iters = iters })
+  print(tostring(b))
+  return b
+end)

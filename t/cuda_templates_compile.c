@@ -1,0 +1,86 @@
+/* t/cuda_templates_compile.c: every CUDA template module of kn_cuda_ops.c
+ * (one per dtype: the prelude, the argument structs, kn_rng.h and the .cu
+ * families) compiles with NVRTC for sm_90 without errors or warnings and
+ * holds every kernel kn_cuda_ops.c looks up by name; kn_linalg.cu compiles
+ * as its own module. Needs NVRTC only, no GPU, so template syntax errors
+ * fail CI on any machine with the toolkit. */
+#include "tap.h"
+
+#ifndef KILN_HAVE_CUDA
+int main(void)
+{
+    skip_all("built without the CUDA toolkit (no NVRTC)");
+}
+#else
+#include <string.h>
+
+#include "cuda/kn_cuda_internal.h"
+#include "cuda/kn_cuda_nvrtc.h"
+#include "cuda/kn_cuda_ops.h"
+
+/* Whether the image names symbol `name` (ELF string tables hold names
+ * NUL-terminated, so "kn_reduce" does not match "kn_reduce_final"). */
+static bool has_symbol(const char *img, size_t n, const char *name)
+{
+    size_t len = strlen(name) + 1;
+    for (const char *p = img; p && (size_t)(p - img) + len <= n; p++) {
+        p = memchr(p, name[0], n - (size_t)(p - img));
+        if (!p || (size_t)(p - img) + len > n) return false;
+        if (memcmp(p, name, len) == 0 && (p == img || p[-1] == 0 || p[-1] == '.')) return true;
+    }
+    return false;
+}
+
+int main(void)
+{
+    ok(kn_cuda_template("kn_ops") != NULL, "kn_ops.cu is embedded");
+    ok(kn_cuda_template("kn_rng.h") != NULL, "kn_rng.h is embedded");
+    ok(kn_cuda_template("kn_cuda_targs.h") != NULL, "kn_cuda_targs.h is embedded");
+    ok(kn_cuda_template("kn_no_such_template") == NULL, "an unknown template is NULL");
+    for (int dt = 0; dt < KN_DTYPE_COUNT; dt++) {
+        const char *name = kn_dtype_name((kn_dtype)dt);
+        char *src = NULL, *img = NULL, *log = NULL;
+        size_t n = 0;
+        kn_status st = kn_cuda_ops_source((kn_dtype)dt, &src);
+        ok(st == KN_OK && src, "%s: module source assembled", name);
+        if (st != KN_OK) {
+            printf("# %s\n", kn_last_error());
+            continue;
+        }
+        st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
+        if (!ok(st == KN_OK, "%s: module compiles for sm_90 (%zu-byte source)", name, strlen(src)))
+            printf("# %s\n", kn_last_error());
+        if (!ok(!log || !strstr(log, "warning"), "%s: no NVRTC warnings", name)) printf("# %s\n", log);
+        if (st == KN_OK) {
+            int missing = 0;
+            for (int k = 0; k < KN_TK_COUNT; k++)
+                if (!has_symbol(img, n, kn_cuda_ops_kernel_name(k))) {
+                    printf("# %s: no kernel %s in the image\n", name, kn_cuda_ops_kernel_name(k));
+                    missing++;
+                }
+            is_int(missing, 0, "every kernel the host looks up is in the image");
+        }
+        free(img);
+        free(log);
+        free(src);
+    }
+    /* kn_linalg.cu (kn_cuda_blas.c, kn_cuda_dnn.c) builds a module of its own */
+    const char *la = kn_cuda_template("kn_linalg");
+    if (la) {
+        static const char head[] = "#define KN_LA_STANDALONE 1\n";
+        char *src = malloc(sizeof head + strlen(la)), *img = NULL, *log = NULL;
+        size_t n = 0;
+        if (src) {
+            memcpy(src, head, sizeof head - 1);
+            strcpy(src + sizeof head - 1, la);
+        }
+        kn_status st = src ? kn_nvrtc_compile(src, "sm_90", &img, &n, &log) : KN_ERR_OOM;
+        if (!ok(st == KN_OK, "kn_linalg.cu compiles for sm_90 as its own module"))
+            printf("# %s\n", kn_last_error());
+        free(img);
+        free(log);
+        free(src);
+    }
+    return done_testing();
+}
+#endif

@@ -1,0 +1,355 @@
+-- timing.lua: live timing on the CPU (design sections 2, 3 and 5):
+-- kiln.profiler's records, kiln.time, kiln.profile, kiln.trace (valid JSON,
+-- one event per kernel), the roofline arithmetic, the ceilings cache
+-- (:device measures once, later calls and processes read the file, a
+-- corrupt file is measured again), the :time table format, and that
+-- profiling does not change results.
+local T = dofile("t/lib/tap.lua")
+
+local KILN = os.getenv("KILN") or "build/kiln"
+
+local function lit(s) return (tostring(s):gsub("%p", "%%%0")) end
+
+local function capture(fn, ...)
+  local buf = {}
+  local old_print = print
+  print = function(...)
+    local t = table.pack(...)
+    for i = 1, t.n do t[i] = tostring(t[i]) end
+    buf[#buf + 1] = table.concat(t, "\t", 1, t.n) .. "\n"
+  end
+  local res = table.pack(pcall(fn, ...))
+  print = old_print
+  if not res[1] then T.diag(tostring(res[2])) end
+  return table.concat(buf), table.unpack(res, 1, res.n)
+end
+
+local function maxdiff(a, b)
+  if table.concat(a:shape(), ",") ~= table.concat(b:shape(), ",") then return math.huge end
+  return (a - b):abs():amax():item()
+end
+
+-- A tiny JSON validator: true when s is one JSON value and nothing else.
+local function json_ok(s)
+  local i = 1
+  local value
+  local function ws() i = s:find("[^ \t\r\n]", i) or #s + 1 end
+  local function str()
+    if s:sub(i, i) ~= '"' then return false end
+    i = i + 1
+    while i <= #s do
+      local c = s:sub(i, i)
+      if c == '"' then i = i + 1; return true end
+      if c == "\\" then
+        local e = s:sub(i + 1, i + 1)
+        if e == "u" then
+          if not s:sub(i + 2, i + 5):match("^%x%x%x%x$") then return false end
+          i = i + 6
+        elseif e:match('["\\/bfnrt]') then i = i + 2
+        else return false end
+      elseif c:byte() < 32 then return false
+      else i = i + 1 end
+    end
+    return false
+  end
+  local function seq(close, item)
+    i = i + 1
+    ws()
+    if s:sub(i, i) == close then i = i + 1; return true end
+    while true do
+      if not item() then return false end
+      ws()
+      local c = s:sub(i, i)
+      i = i + 1
+      if c == close then return true end
+      if c ~= "," then return false end
+      ws()
+    end
+  end
+  function value()
+    ws()
+    local c = s:sub(i, i)
+    local ok
+    if c == "{" then
+      ok = seq("}", function()
+        if not str() then return false end
+        ws()
+        if s:sub(i, i) ~= ":" then return false end
+        i = i + 1
+        return value()
+      end)
+    elseif c == "[" then ok = seq("]", value)
+    elseif c == '"' then ok = str()
+    else
+      local num = s:match("^-?%d+%.?%d*[eE]?[-+]?%d*", i)
+      for _, w in ipairs({ "true", "false", "null" }) do
+        if s:sub(i, i + #w - 1) == w then num = w end
+      end
+      if not num or num == "" then return false end
+      i = i + #num
+      ok = true
+    end
+    ws()
+    return ok
+  end
+  return value() and i == #s + 1
+end
+
+-- Run a kiln child on a chunk; stdout and the exit status.
+local function child(code, env)
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write(code)
+  f:close()
+  local p = io.popen(string.format("%s %s %s 2>&1", env or "", KILN, script))
+  local out = p:read("a")
+  local _, _, rc = p:close()
+  os.remove(script)
+  return out, rc
+end
+
+-- ---------------------------------------------------------------------------
+-- The profiler's records of eager ops
+
+local P = kiln.profiler
+T.ok(type(P) == "table" and type(P.begin) == "function", "kiln.profiler is there")
+local a = kiln.randn({8, 32}, { seed = 1, device = "cpu" })
+local w = kiln.randn({32, 16}, { seed = 2, device = "cpu" })
+P.begin("cpu")
+local y_prof = a:matmul(w):relu()
+local recs = P.finish()
+local y_plain = a:matmul(w):relu()
+T.is(#recs, 2, "two eager ops, two records")
+T.is(recs[1] and recs[1].name, "matmul_f32_8x16x32", "an eager matmul is named op_dtype_MxNxK")
+T.is(recs[2] and recs[2].name, "relu_f32_8x16", "an eager op is named op_dtype_sizes")
+T.is(recs[1] and recs[1].kind, "cpu", "a CPU op's kind is cpu")
+T.is(recs[1] and recs[1].flops, 2 * 8 * 16 * 32, "matmul flops are 2*M*N*K")
+T.is(recs[1] and recs[1].bytes, (8 * 32 + 32 * 16 + 8 * 16) * 4, "matmul bytes: both operands and the result once")
+T.is(recs[2] and recs[2].bytes, 2 * 8 * 16 * 4, "relu bytes: read once, written once")
+T.ok(recs[1] and recs[1].ms >= 0 and recs[2].start_ms >= recs[1].start_ms, "records carry times in order")
+T.is(maxdiff(y_prof, y_plain), 0, "eager results are the same with the profiler on")
+P.begin("cpu")
+T.raises(function() P.begin("cpu") end, "already on", "a second session is refused")
+P.cancel()
+local bc = kiln.randn({1, 16}, { seed = 3, device = "cpu" })
+P.begin("cpu")
+local _ = a:matmul(w) + bc:expand({8, 16})
+recs = P.finish()
+T.is(recs[#recs] and recs[#recs].bytes, (8 * 16 + 16 + 8 * 16) * 4, "a broadcast operand counts the elements it has")
+
+-- ---------------------------------------------------------------------------
+-- A compiled sample: kiln.time, kiln.profile, kiln.trace
+
+kiln.session.small = true
+local spec = kiln.load("samples/transformer_block.lua", { quiet = true })
+-- this part times the CPU backend, on any machine
+if kiln.default_device() ~= "cpu" then spec.model:to("cpu") end
+local x = spec.inputs({ small = true, dtype = "f32", device = "cpu" })
+local cm = kiln.compile(spec.model)
+local y1 = cm(table.unpack(x))
+local y2 = cm(table.unpack(x))
+
+-- the ceilings go to a cache folder of this test's own
+local cache = os.tmpname()
+os.remove(cache)
+kiln.config.cache_dir = cache .. "/nested"
+
+P.begin("cpu")
+local y3 = cm(table.unpack(x))
+local crecs = P.finish()
+T.is(maxdiff(y3, y2), 0, "a compiled call gives the same result with the profiler on")
+T.is(maxdiff(y2, y1), 0, "and the same as before")
+
+local klist = cm:kernels()
+local plan_recs = {}
+for _, r in ipairs(crecs) do if r.index then plan_recs[#plan_recs + 1] = r end end
+T.is(#plan_recs, #klist, "one record per kernel of cm:kernels()")
+local names_ok = #klist > 0
+for i, k in ipairs(klist) do
+  if not plan_recs[i] or plan_recs[i].name ~= k.name or plan_recs[i].kind ~= k.kind then names_ok = false end
+end
+T.ok(names_ok, "records follow cm:kernels(): same names and kinds, same order")
+
+local r = kiln.time(cm, x[1], { iters = 5, warmup = 1, profile_iters = 2 })
+T.ok(r.median_ms > 0 and r.min_ms <= r.median_ms and r.median_ms <= r.max_ms, "median_ms > 0, min <= median <= max")
+T.ok(r.host_us >= 0, "host_us is not negative")
+T.is(r.cuda_graph, false, "no CUDA graph on the CPU")
+local rows = {}
+for _, k in ipairs(r.kernels) do if k.index then rows[#rows + 1] = k end end
+T.is(#rows, #klist, "kiln.time: one row per kernel of cm:kernels()")
+names_ok = true
+for i, k in ipairs(klist) do if not rows[i] or rows[i].name ~= k.name then names_ok = false end end
+T.ok(names_ok, "kiln.time: rows named as cm:kernels() names them")
+local pct, roof_ok, rate_ok, calls_ok = 0, true, true, true
+for _, k in ipairs(r.kernels) do
+  pct = pct + k.pct
+  if k.roof_pct ~= nil and not (k.roof_pct > 0 and k.roof_pct < 1000) then
+    roof_ok = false
+    T.diag(string.format("%s roof %.1f%%", k.name, k.roof_pct))
+  end
+  if k.gbps and math.abs(k.gbps - k.bytes / (k.median_us * 1e-6) / 1e9) > 1e-9 * k.gbps then rate_ok = false end
+  if k.gflops and math.abs(k.gflops - k.flops / (k.median_us * 1e-6) / 1e9) > 1e-9 * k.gflops then rate_ok = false end
+  if k.calls < 1 or k.median_us < 0 then calls_ok = false end
+end
+T.near(pct, 100, 0.01, "the kernels' shares add up to 100%")
+T.ok(roof_ok, "roof_pct is in (0, 1000) or nil")
+T.ok(rate_ok, "GB/s and GFLOP/s are bytes and flops over the median time")
+T.ok(calls_ok, "every row ran at least once per call")
+T.ok(r.ceilings and r.ceilings.copy_gbps > 0 and r.ceilings.f32_gflops > 0, "kiln.time measured the CPU's ceilings")
+
+-- the roofline arithmetic against ceilings we choose
+local fake = { copy_gbps = 10, f32_gflops = 100, bf16_gflops = 0 }
+local rf = kiln.time(cm, x[1], { iters = 1, warmup = 0, profile_iters = 1, ceilings = fake })
+local math_ok, seen_compute, seen_bw = true, false, false
+for _, k in ipairs(rf.kernels) do
+  local want
+  if k.flops > 0 and k.bytes > 0 then
+    want = k.gflops / math.min(100, 10 * k.flops / k.bytes) * 100
+    seen_compute = true
+  elseif k.bytes > 0 then
+    want = k.gbps / 10 * 100
+    seen_bw = true
+  end
+  if want and math.abs(k.roof_pct - want) > 1e-9 * want then math_ok = false end
+end
+T.ok(math_ok and seen_compute, "roof% = achieved / min(peak, bandwidth x intensity)")
+if not seen_bw then T.diag("no kernel without flops in this sample") end
+
+local text = tostring(r)
+T.like(text, "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s  roof%%\n",
+  "tostring(kiln.time(...)) starts with the design's header (the kernel column as wide as the longest name)")
+T.like(text, "\ntotal [%d.]+ us per call %(device%), host overhead %d+ us, %d+ kernels, CUDA graph: no$",
+  "and ends with the total line")
+T.like(text, "\n +0  k0_%S+ +generated +1 +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+\n", "a kernel row has every column")
+
+-- an eager function
+local rr = kiln.time(function(t) return t:relu() end, a, { iters = 3, warmup = 0, profile_iters = 2 })
+T.is(#rr.kernels, 1, "a plain function with one op: one row")
+T.is(rr.kernels[1] and rr.kernels[1].name, "relu_f32_8x32", "named after the eager op")
+T.is(rr.kernels[1] and rr.kernels[1].calls, 1, "one call per call")
+T.is(tostring(rr):match("^[^\n]*"),
+  "  #  kernel                          kind       calls   median us   %     GB/s   GFLOP/s  roof%",
+  "with short names the header is the design's, column for column")
+T.like(tostring(rr), "\n  0  relu_f32_8x32                   cpu            1 +[%d.]+ 100%.0 +[%d.]+ +[%d.]+ +%d+\n",
+  "and the row lines up under it")
+T.raises(function() kiln.time(function() error("boom") end, { iters = 1, warmup = 0 }) end, "boom",
+  "an error in the timed function is raised")
+P.begin("cpu")
+P.cancel()
+T.ok(true, "the profiler is usable after an error")
+T.raises(function() kiln.time(42) end, "expected a compiled model or a function", "kiln.time checks its argument")
+
+local prof = kiln.profile(cm, x[1], { profile_iters = 2, warmup = 0 })
+T.ok(#prof >= #klist, "kiln.profile lists the kernels")
+T.like(tostring(prof), "^  #  kernel .*\n[%d.]+ us per call in %d+ kernels$", "kiln.profile prints as a table")
+
+local trace_path = cache .. "/trace.json"
+local tp, nev = kiln.trace(cm, x[1], trace_path)
+T.is(tp, trace_path, "kiln.trace returns the path")
+local tf = io.open(trace_path, "r")
+local tjson = tf and tf:read("a") or ""
+if tf then tf:close() end
+T.ok(json_ok(tjson), "the trace is valid JSON")
+T.like(tjson, '^{"traceEvents":%[', "a Chrome trace object")
+local events, gen_events = 0, 0
+for ev in tjson:gmatch('{"name":"[^"]*","cat":"[^"]*","ph":"X","ts":[%d.]+,"dur":[%d.]+,"pid":1,"tid":1,"args":{"bytes":%d+,"flops":%d+') do
+  events = events + 1
+  if ev:match('"name":"k%d+_') then gen_events = gen_events + 1 end
+end
+T.is(events, nev, "every event is a complete X event with bytes and flops")
+T.is(gen_events, #klist, "one event per kernel of cm:kernels()")
+T.like(tjson, '"ts":0%.000', "timestamps start at the first event")
+
+-- ---------------------------------------------------------------------------
+-- :device and the ceilings cache
+
+kiln.session.mode = "eager"
+local out = capture(kiln.cmd.device)
+local path_pat = lit(cache .. "/nested/device-" .. kiln.default_device() .. "-")
+T.like(out, "CPU   ", ":device shows the CPU")
+if kiln.default_device() == "cpu" then
+  T.like(out, "no GPU in use", ":device says there is no GPU")
+else
+  T.ok(true, "(a GPU is in use)")
+end
+T.like(out, "roofline  copy [%d.]+ GB/s · f32 matmul [%d.]+ GFLOP/s", ":device prints the ceilings")
+-- kiln.time already measured them in this process: memoized, so cached
+local files = io.popen("ls '" .. cache .. "/nested'"):read("a")
+T.like(files, "^device%-cpu%-[%w_%-]+%.txt\n", "the ceilings are cached as device-NAME.txt")
+local fname = cache .. "/nested/" .. files:match("^(%S+)")
+local cf = io.open(fname, "r")
+local ctext = cf and cf:read("a") or ""
+if cf then cf:close() end
+T.like(ctext, "\ncopy_gbps = [%d.]+\nf32_gflops = [%d.]+\nbf16_gflops = [%d.]+\ndate = ", "the file is readable text")
+out = capture(kiln.cmd.device)
+T.like(out, "%(cached, measured .- in " .. path_pat, "a second :device reads the cache")
+T.ok(not out:find("measuring", 1, true), "and does not measure again")
+
+-- a new process: the file, then a corrupt file
+local env = "KILN_CACHE_DIR='" .. cache .. "/nested'"
+local code = [[
+local c = kiln.ceilings({device = "cpu", progress = function(p) print("measuring " .. p) end})
+print("cached=" .. tostring(c.cached), c.copy_gbps)
+]]
+local o1, rc1 = child(code, env)
+T.ok(rc1 == 0 and o1:find("cached=true", 1, true) and not o1:find("measuring", 1, true),
+  "another process reads the cached ceilings")
+local bad = io.open(fname, "w")
+bad:write("device = ???\ncopy_gbps = banana\n")
+bad:close()
+local o2, rc2 = child(code, env)
+T.ok(rc2 == 0 and o2:find("cached=false", 1, true) and o2:find("measuring", 1, true), "a corrupt file is measured again")
+cf = io.open(fname, "r")
+ctext = cf and cf:read("a") or ""
+if cf then cf:close() end
+T.like(ctext, "\ncopy_gbps = [%d.]+\n", "and rewritten")
+local o3 = child(code, env)
+T.like(o3, "cached=true", "then read again")
+
+-- ---------------------------------------------------------------------------
+-- :time on the loaded model
+
+-- on the default device (the GPU where there is one)
+kiln.load("samples/transformer_block.lua", { quiet = true })
+capture(kiln.cmd.mode, "default")
+out = capture(kiln.cmd.time, "3")
+local lines = {}
+for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+T.like(lines[1] or "", "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s  roof%%$", ":time prints the header")
+T.like(lines[#lines] or "", "^total [%d.]+ us per call %(device%), host overhead %d+ us, %d+ kernels, CUDA graph: no$",
+  ":time ends with the total line")
+local krows = 0
+for _, l in ipairs(lines) do
+  if l:match("^ +%d+  k%d+_%S+ +%a+ +%d+ +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+$") then krows = krows + 1 end
+end
+T.is(krows, #kiln.session.compiled:kernels(), ":time prints one row per compiled kernel")
+if kiln.default_device() == "cuda" then
+  capture(kiln.cmd.mode, "reduce-overhead")
+  out = capture(kiln.cmd.time, "5")
+  T.like(out, "CUDA graph: yes\n?$", ":time in reduce-overhead replays a CUDA graph")
+  T.like(out, "\n +0  k0_", "and still times each kernel (the profiled calls run the plan)")
+else
+  for _ = 1, 2 do
+    T.n = T.n + 1
+    io.write("ok " .. T.n .. " # skip CUDA graphs need a GPU\n")
+  end
+end
+capture(kiln.cmd.mode, "eager")
+out = capture(kiln.cmd.time, "2")
+T.like(out, "\n +0  layer_norm_f32_%S+ +%a+ ", ":time in eager mode times each op")
+T.ok(not pcall(kiln.cmd.time, "x"), ":time x is a usage error")
+
+-- ---------------------------------------------------------------------------
+-- kiln.bench
+
+local bm = kiln.bench(function(t) return (t * 2):relu() + 1 end, { a }, { modes = { "eager", "default" }, iters = 2, warmup = 1 })
+T.is(#bm, 2, "kiln.bench: one row per mode")
+T.ok(bm[1].mode == "eager" and bm[1].speedup == 1 and bm[1].eager_ms > 0, "the eager row")
+T.ok(bm[2].mode == "default" and bm[2].compiled_ms > 0 and bm[2].compile_s > 0 and bm[2].speedup > 0,
+  "a compiled row has its time, compile time and speedup")
+T.like(tostring(bm), "^mode +eager ms +compiled ms +speedup +compile s +peak MiB\neager +[%d.]+ ", "tostring is a table")
+T.like(bm:csv(), "^mode,eager_ms,compiled_ms,speedup,compile_s,peak_mib,error\n\"eager\",", ":csv()")
+T.ok(json_ok(bm:json()), ":json() is valid JSON")
+
+os.execute("rm -rf '" .. cache .. "'")
+T.done()
