@@ -20,6 +20,7 @@
  * that is safe in a signal handler.
  */
 #include <errno.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -573,8 +574,28 @@ static int pmain(lua_State *L)
     return 1;
 }
 
+/* A crash is a kiln bug: say so and print the native stack (addresses
+ * resolve with `addr2line -e kiln`), then die with the same signal so
+ * the exit status stays honest. Only async-signal-safe calls here. */
+static void on_crash(int sig)
+{
+    static const char msg[] = "kiln: internal error (fatal signal); native stack:\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing more to do */ }
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, STDERR_FILENO);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int main(int argc, char **argv)
 {
+    void *warm[1];
+    backtrace(warm, 1); /* loads libgcc now: it cannot be loaded inside the handler */
+    signal(SIGSEGV, on_crash);
+    signal(SIGFPE, on_crash);
+    signal(SIGBUS, on_crash);
+    signal(SIGILL, on_crash);
     lua_State *L = luaL_newstate();
     if (L == NULL) {
         l_message(argv[0], "cannot create state: not enough memory");

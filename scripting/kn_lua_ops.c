@@ -185,7 +185,14 @@ static int mm_compare(lua_State *L, kn_op op)
         return luaL_error(L, "%s: the truth value of a tensor with %d elements is ambiguous; "
                              "use x:%s(y) for an elementwise bool tensor",
                           op == KN_OP_LT ? "<" : "<=", (int)kn_tensor_numel(r), kn_op_name(op));
-    lua_pushboolean(L, *(const uint8_t *)kn_tensor_data(r) != 0);
+    kn_tensor *h = r;
+    if (kn_tensor_device(r) != KN_CPU) { /* the truth value lives on the device */
+        kn_status st = kn_tensor_to_device(r, KN_CPU, &h);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+    }
+    bool truth = *(const uint8_t *)kn_tensor_data(h) != 0;
+    if (h != r) kn_tensor_release(h);
+    lua_pushboolean(L, truth);
     return 1;
 }
 

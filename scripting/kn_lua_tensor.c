@@ -79,11 +79,26 @@ kn_tensor *kn_lua_checktensor(lua_State *L, int idx)
     return t;
 }
 
+/* Lua's collector sees a tensor as a few bytes of userdata, not the
+ * megabytes of (device) memory behind it: an eager loop would fill the GPU
+ * with garbage before Lua felt any pressure (the transformer_block sample
+ * ran out of 80 GB that way). So fresh storage is counted here, and past a
+ * threshold a full collection frees what Lua no longer reaches. */
+#define KN_GC_PRESSURE_BYTES ((int64_t)1 << 30)
+static int64_t g_bytes_since_gc;
+
 void kn_lua_pushtensor(lua_State *L, kn_tensor *t)
 {
     kn_lua_tensor_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
     u->t = t;
     luaL_setmetatable(L, KN_TENSOR_MT);
+    if (t && t->storage && t->storage->refcount == 1 && !t->storage->borrowed) {
+        g_bytes_since_gc += t->storage->nbytes;
+        if (g_bytes_since_gc > KN_GC_PRESSURE_BYTES) {
+            g_bytes_since_gc = 0;
+            lua_gc(L, LUA_GCCOLLECT); /* the new userdata is on the stack: it stays */
+        }
+    }
 }
 
 static int tensor_gc(lua_State *L)

@@ -286,9 +286,11 @@ static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph,
                 if (ps == CUDNN_STATUS_SUCCESS)
                     ps = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
-                /* before 9.8 the plan needed the handle (the attribute is
-                 * deprecated since, hence the number) */
-                if (ps == CUDNN_STATUS_SUCCESS && g_dnn.version < 90800)
+                /* the attribute is deprecated since 9.8, hence the number;
+                 * but without it 9.14 on the H100 saw no device (its log:
+                 * GPU=NULL, smVersion 0, every engine ARCH_MISMATCH, and a
+                 * SIGFPE inside the heuristics for a 1-channel conv) */
+                if (ps == CUDNN_STATUS_SUCCESS)
                     ps = cudnnBackendSetAttribute(plan, (cudnnBackendAttributeName_t)400, CUDNN_TYPE_HANDLE, 1,
                                                   &g_dnn.h);
                 if (ps == CUDNN_STATUS_SUCCESS) ps = cudnnBackendFinalize(plan);
@@ -415,8 +417,8 @@ static cudnnStatus_t dnn_build(dnn_entry *e)
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                      k->fused ? 2 : 1, ops);
-    /* before 9.8 the graph needed the handle (deprecated since) */
-    if (s == CUDNN_STATUS_SUCCESS && g_dnn.version < 90800)
+    /* deprecated since 9.8 but still needed (see dnn_pick_plan) */
+    if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(graph, (cudnnBackendAttributeName_t)800, CUDNN_TYPE_HANDLE, 1, &g_dnn.h);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(graph);
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_pick_plan(e, graph, kdt == KN_F32 && !k->tf32);

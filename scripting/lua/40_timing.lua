@@ -143,8 +143,16 @@ end
 -- kiln.ceilings{device =, remeasure =, progress = function(path)}: the
 -- roofline of a device: {device, name, copy_gbps, f32_gflops, bf16_gflops,
 -- date, path, cached}; cached is true when read from the file.
+-- An options table or nil; anything else is the caller's mistake.
+local function opts_table(opts, fname)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(string.format("%s: options must be a table, got %s", fname, type(opts)), 3)
+  end
+  return opts or {}
+end
+
 function kiln.ceilings(opts)
-  opts = opts or {}
+  opts = opts_table(opts, "kiln.ceilings")
   local dev = opts.device or default_device()
   local label = device_label(dev)
   local path = cache_path(dev, label)
@@ -399,7 +407,7 @@ end
 -- kiln.device(): kiln.device_info() plus the device timing runs on and its
 -- ceilings (measured on first use): {cpu, cuda, device, ceilings}.
 function kiln.device(opts)
-  opts = opts or {}
+  opts = opts_table(opts, "kiln.device")
   local info = kiln.device_info()
   info.device = default_device()
   info.ceilings = kiln.ceilings({ device = info.device, remeasure = opts.remeasure, progress = opts.progress })
@@ -563,7 +571,7 @@ end
 function kiln.bench(model, inputs, opts)
   check_fn(model, "kiln.bench")
   if type(inputs) ~= "table" then error("kiln.bench: inputs must be the list of arguments {x, ...}", 2) end
-  opts = opts or {}
+  opts = opts_table(opts, "kiln.bench")
   local modes = opts.modes or BENCH_MODES
   local iters = count_opt(opts, "iters", 20, 1)
   local warmup = count_opt(opts, "warmup", 3, 0)
