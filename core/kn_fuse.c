@@ -491,6 +491,46 @@ static void note_why(kn_fusion *f, const char *fmt, int a, const char *an, int b
     f->why = p;
 }
 
+/* Merge neighbouring dims of a pointwise kernel's iteration space where
+ * every argument walks them as one (stride[d] == stride[d+1] * size[d+1]),
+ * and drop dims of size 1. A contiguous kernel becomes one flat loop: on
+ * the GPU that removes a 64-bit division and remainder per dim and element
+ * from the index arithmetic, which had held a ReLU over 51 MB to a third
+ * of the H100's bandwidth. Kernels that read loop indices (tril masks)
+ * keep their dims. The name keeps the original shape. */
+static void coalesce_dims(kn_kernel *k)
+{
+    for (int e = 0; e < k->n_exprs; e++)
+        if (k->exprs[e].kind == KN_KX_INDEX) return;
+    int nd = 0;
+    int64_t shape[KN_MAX_DIMS];
+    int64_t strides[KN_KIR_MAX_ARGS][KN_MAX_DIMS];
+    for (int d = 0; d < k->ndim; d++) {
+        if (k->shape[d] == 1 && k->ndim > 1) continue;
+        bool merge = nd > 0;
+        for (int a = 0; a < k->n_args && merge; a++)
+            merge = strides[a][nd - 1] == k->args[a].strides[d] * k->shape[d];
+        if (merge) {
+            shape[nd - 1] *= k->shape[d];
+            for (int a = 0; a < k->n_args; a++) strides[a][nd - 1] = k->args[a].strides[d];
+        } else {
+            shape[nd] = k->shape[d];
+            for (int a = 0; a < k->n_args; a++) strides[a][nd] = k->args[a].strides[d];
+            nd++;
+        }
+    }
+    if (nd == 0) { /* every dim had size 1 */
+        shape[0] = 1;
+        for (int a = 0; a < k->n_args; a++) strides[a][0] = 0;
+        nd = 1;
+    }
+    if (k->ndim == 0) return;
+    k->ndim = nd;
+    for (int d = 0; d < KN_MAX_DIMS; d++) k->shape[d] = d < nd ? shape[d] : 0;
+    for (int a = 0; a < k->n_args; a++)
+        for (int d = 0; d < KN_MAX_DIMS; d++) k->args[a].strides[d] = d < nd ? strides[a][d] : 0;
+}
+
 kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f)
 {
     memset(f, 0, sizeof *f);
@@ -612,6 +652,7 @@ kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusio
         list_nodes(&c, i);
         what_text(&c, i, what, sizeof what);
         kernel_name(&c, i, what);
+        if (k->kind == KN_KERNEL_POINTWISE) coalesce_dims(k);
         f->prog.n_kernels++;
     }
     /* lifetimes: a value is read where its reader runs: an inlined node

@@ -766,22 +766,27 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
         r->indent--;
         line(r, "}");
         if (r->t == KN_TARGET_CUDA) {
-            /* a tree over the block in shared memory; blockDim is a power of 2 */
-            line(r, "red%d[threadIdx.x] = s%d;", s, s);
-            line(r, "__syncthreads();");
-            line(r, "for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {");
+            /* butterfly shuffles inside each warp, then the warps' partials
+             * through shared memory, combined by every thread in the same
+             * order (so all agree): two barriers a stage instead of a
+             * shared-memory tree's nine, which had made softmax rows of
+             * 256 latency-bound (131 us for 8.4M elements on the H100).
+             * blockDim is a power of two >= 32 (kn_kernel_launch_dims). */
+            line(r, "for (int w = 16; w > 0; w >>= 1) {");
             r->indent++;
-            line(r, "if (threadIdx.x < w) {");
-            r->indent++;
-            line(r, "%s o = red%d[threadIdx.x + w], m = red%d[threadIdx.x];", acc_type(r, s), s, s);
-            render_combine(r, s, "m", "o");
-            line(r, "red%d[threadIdx.x] = m;", s);
+            line(r, "%s o = __shfl_xor_sync(0xffffffffu, s%d, w);", acc_type(r, s), s);
+            render_combine(r, s, acc, "o");
             r->indent--;
             line(r, "}");
+            line(r, "if ((threadIdx.x & 31u) == 0) red%d[threadIdx.x >> 5] = s%d;", s, s);
             line(r, "__syncthreads();");
-            r->indent--;
-            line(r, "}");
             line(r, "s%d = red%d[0];", s, s);
+            line(r, "for (unsigned w = 1; w < (blockDim.x >> 5); w++) {");
+            r->indent++;
+            line(r, "%s o = red%d[w];", acc_type(r, s), s);
+            render_combine(r, s, acc, "o");
+            r->indent--;
+            line(r, "}");
             line(r, "__syncthreads(); /* red%d is free again for the next row */", s);
         }
         line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,

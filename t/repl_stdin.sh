@@ -26,6 +26,9 @@ run() {
 }
 
 [ -x "$KILN" ] || { echo "1..0 # SKIP no kiln program at $KILN"; exit 0; }
+# the default device (cpu, or cuda with a GPU): where :run puts the inputs
+dev=$("$KILN" -e 'io.write(kiln.default_device())' 2>/dev/null)
+[ -n "$dev" ] || dev="(kiln.default_device() failed)"
 
 # ---- --version, --help
 run --version
@@ -156,7 +159,7 @@ kiln.session.small = true
 like "$out" "loaded double from $tmp/double.lua: a function" ":load reports the model"
 like "$out" "output {4,3} f32 · 2 runs · " ":run 2 reports the output and the run count"
 like "$out" "ms per call (min " ":run reports the time per call"
-like "$out" "eager on cpu" ":run reports the mode and device"
+like "$out" "eager on $dev" ":run reports the mode and the default device"
 like "$out" "output {1,3} f32 · 1 run · " "kiln.session.small = true reaches inputs(opts)"
 is "$rc" 0 "the model pipeline exits 0"
 

@@ -10,8 +10,9 @@ local function load(name)
   return chunk({ small = true })
 end
 
+-- the inputs go where the model is: the default device (cpu, or cuda with a GPU)
 local function run(spec)
-  local inputs = spec.inputs({ small = true, dtype = "f32", device = "cpu" })
+  local inputs = spec.inputs({ small = true, dtype = "f32", device = kiln.default_device() })
   return spec.model(table.unpack(inputs)), inputs
 end
 
