@@ -18,9 +18,6 @@
  * its outputs; raises on error. */
 static int run_call(lua_State *L, kn_opcall *c, kn_device dev)
 {
-    /* kiln.config is a plain table: the library ops read the TF32 switch
-     * at each call, so setting it takes effect at once */
-    if (c->op == KN_OP_MATMUL || c->op == KN_OP_CONV2D) kn_lua_sync_config(L);
     return kn_lua_run(L, c, dev);
 }
 

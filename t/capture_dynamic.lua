@@ -3,7 +3,6 @@
 -- the direct replay of pure traces (when it happens, what stops it, and
 -- that a changed upvalue, parameter or module flag is never missed).
 local T = dofile("t/lib/tap.lua")
-local DEV = kiln.default_device() -- where kiln.randn puts the arguments, so what the guards name
 
 local function maxdiff(a, b)
   local d = (a - b):abs():amax():item()
@@ -15,6 +14,8 @@ local function f(x)                                   -- line 12
   local y = x:reshape({B, S * 2, D // 2}):relu()
   return y:sum(3) + 1
 end
+
+local DEV = kiln.default_device() -- where kiln.randn puts the arguments, so what the guards name
 
 local function guard_of(cm, k, v, prefix)
   for _, g in ipairs(cm:guards()) do

@@ -5,9 +5,15 @@
 -- and normalized GCN outputs.
 local T = dofile("t/lib/tap.lua")
 
+-- The models run on the CPU on any machine (samples are made on the default
+-- device; with a GPU they move): the same checks everywhere, exact equality
+-- of two loads included (CUDA's index_add sums with atomics, in no fixed
+-- order). t/cuda_samples.lua runs them on the GPU.
 local function load(name)
   local chunk = assert(loadfile("samples/" .. name .. ".lua"))
-  return chunk({ small = true })
+  local spec = chunk({ small = true })
+  if kiln.default_device() ~= "cpu" then spec.model:to("cpu") end
+  return spec
 end
 
 -- the inputs go where the model is: the default device (cpu, or cuda with a GPU)
@@ -80,15 +86,15 @@ end
 -- transformer: a later token cannot change an earlier output; an earlier one changes later ones
 do
   local spec = specs.transformer_block
-  local x = spec.inputs({ small = true })[1]
+  local x = spec.inputs({ small = true, device = "cpu" })[1]
   local B, Tn, D = table.unpack(x:shape())
   local y = spec.model(x)
-  local x_late = kiln.cat({ x:slice(2, 1, Tn - 1), kiln.randn({ B, 1, D }, { seed = 99 }) }, 2)
+  local x_late = kiln.cat({ x:slice(2, 1, Tn - 1), kiln.randn({ B, 1, D }, { seed = 99, device = "cpu" }) }, 2)
   local y_late = spec.model(x_late)
   T.ok(maxdiff(y:slice(2, 1, Tn - 1), y_late:slice(2, 1, Tn - 1)) <= 1e-6,
     "transformer: changing the last token leaves earlier outputs unchanged")
   T.ok(maxdiff(y:slice(2, Tn, Tn), y_late:slice(2, Tn, Tn)) > 1e-3, "and changes the last output")
-  local x_early = kiln.cat({ kiln.randn({ B, 1, D }, { seed = 98 }), x:slice(2, 2, Tn) }, 2)
+  local x_early = kiln.cat({ kiln.randn({ B, 1, D }, { seed = 98, device = "cpu" }), x:slice(2, 2, Tn) }, 2)
   T.ok(maxdiff(y:slice(2, Tn, Tn), spec.model(x_early):slice(2, Tn, Tn)) > 1e-3,
     "changing the first token changes the last output")
 end
@@ -98,7 +104,7 @@ do
   local spec = specs.gcn
   local y = run(spec)
   local rows = y:exp():sum(2)
-  T.ok(maxdiff(rows, kiln.ones({ 200 })) < 1e-5, "gcn: each row of exp(output) sums to 1")
+  T.ok(maxdiff(rows, kiln.ones({ 200 }, { device = "cpu" })) < 1e-5, "gcn: each row of exp(output) sums to 1")
   T.ok(y:amax():item() <= 0, "gcn: log-probabilities are <= 0")
   local m = spec.model
   T.is(shape(m.src) .. " " .. shape(m.dst) .. " " .. m.src.dtype, "980 980 i64", "gcn: 780 edges plus 200 self loops")
