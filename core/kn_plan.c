@@ -33,6 +33,7 @@ void kn_plan_free(kn_plan *p)
     free(p->rec_out);
     for (int i = 0; p->consts && i < p->g.n_nodes; i++) kn_tensor_release(p->consts[i]);
     free(p->consts);
+    free(p->epi);
     if (p->lib && be && be->release_program) be->release_program(p->lib);
     if (p->arena && be) be->free(p->arena);
     free(p->arena_off);
@@ -48,6 +49,7 @@ void kn_plan_free(kn_plan *p)
 }
 
 static kn_status plan_memory(kn_plan *p);
+static kn_status plan_epilogues(kn_plan *p);
 
 kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
                         int pass_flags, kn_plan **out)
@@ -93,6 +95,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->f);
     if (st != KN_OK) goto fail;
     st = plan_memory(p);
+    if (st == KN_OK) st = plan_epilogues(p);
     if (st != KN_OK) goto fail;
     const kn_backend *be = kn_backend_get(p->device);
     p->fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *p->fns);
@@ -197,6 +200,88 @@ static kn_status plan_memory(kn_plan *p)
     return KN_OK;
 }
 
+/* ---- library epilogues ------------------------------------------------------ */
+
+/* Whether value (node, out) is read by any node but `reader`, or is a
+ * graph output: then the matmul's own value must exist. */
+static bool read_elsewhere(const kn_plan *p, int node, int reader)
+{
+    for (int o = 0; o < p->n_outputs; o++)
+        if (p->outputs[o].node == node) return true;
+    for (int j = 0; j < p->g.n_nodes; j++) {
+        if (j == reader || p->f.disp[j] == KN_D_DEAD) continue;
+        const kn_node *n = &p->g.nodes[j];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in_node[k] == node) return true;
+    }
+    return false;
+}
+
+/* The operand of binary node n that is not (node, 0); -1 when neither or both are. */
+static int other_operand(const kn_node *n, int node, int *out)
+{
+    bool a = n->in_node[0] == node && n->in_out[0] == 0, b = n->in_node[1] == node && n->in_out[1] == 0;
+    if (a == b) return -1;
+    *out = a ? n->in_out[1] : n->in_out[0];
+    return a ? n->in_node[1] : n->in_node[0];
+}
+
+/* Fold the pointwise kernel after a matmul into the library call where
+ * the backend can (cuBLASLt's BIAS / RELU_BIAS epilogues, and a residual
+ * as its C operand): Linear's `x·wᵀ + b`, its ReLU, and the transformer's
+ * `x + proj(y)`. The kernel must be exactly that chain and the matmul's
+ * own value read nowhere else; the run checks the tensors' layouts and
+ * falls back to the two kernels when they do not fit. */
+static kn_status plan_epilogues(kn_plan *p)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    if (!be || !be->matmul_fused) return KN_OK;
+    kn_fusion *f = &p->f;
+    int nk = f->prog.n_kernels;
+    p->epi = malloc(sizeof *p->epi * (size_t)(nk + 1));
+    if (!p->epi) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+    for (int k = 0; k < nk; k++) p->epi[k].into = -1;
+    for (int k = 0; k + 1 < nk; k++) {
+        const kn_kernel *L = &f->prog.kernels[k], *P = &f->prog.kernels[k + 1];
+        int m = f->kernel_at[k];
+        const kn_node *mn = &p->g.nodes[m];
+        if (L->kind != KN_KERNEL_LIBRARY || mn->op != KN_OP_MATMUL || P->kind != KN_KERNEL_POINTWISE) continue;
+        if (P->n_nodes < 1 || P->n_nodes > 2 || !kn_dtype_is_float(mn->out[0].dtype)) continue;
+        const kn_node *add = &p->g.nodes[P->nodes[0]];
+        if (add->op != KN_OP_ADD || read_elsewhere(p, m, P->nodes[0])) continue;
+        struct kn_plan_epi e = {k + 1, -1, 0, -1, 0, 0};
+        e.bias_node = other_operand(add, m, &e.bias_out);
+        if (e.bias_node < 0) continue;
+        const kn_meta *bm = &p->g.nodes[e.bias_node].out[e.bias_out];
+        int64_t n_last = mn->out[0].ndim ? mn->out[0].shape[mn->out[0].ndim - 1] : 1;
+        if (bm->ndim != 1 || bm->shape[0] != n_last || bm->dtype != mn->out[0].dtype) continue;
+        if (add->out[0].dtype != mn->out[0].dtype || add->out[0].ndim != mn->out[0].ndim ||
+            memcmp(add->out[0].shape, mn->out[0].shape, sizeof(int64_t) * (size_t)mn->out[0].ndim) != 0)
+            continue;
+        if (P->n_nodes == 2) {
+            const kn_node *second = &p->g.nodes[P->nodes[1]];
+            if (read_elsewhere(p, P->nodes[0], P->nodes[1])) continue;
+            if (second->op == KN_OP_RELU && second->in_node[0] == P->nodes[0]) {
+                e.act = 1;
+            } else if (second->op == KN_OP_ADD) {
+                e.res_node = other_operand(second, P->nodes[0], &e.res_out);
+                if (e.res_node < 0) continue;
+                const kn_meta *rm = &p->g.nodes[e.res_node].out[e.res_out];
+                if (rm->dtype != mn->out[0].dtype || rm->ndim != mn->out[0].ndim ||
+                    memcmp(rm->shape, mn->out[0].shape, sizeof(int64_t) * (size_t)rm->ndim) != 0 ||
+                    second->out[0].dtype != mn->out[0].dtype)
+                    continue;
+            } else {
+                continue;
+            }
+        }
+        p->epi[k] = e;
+        p->n_epi++;
+        k++; /* the folded kernel cannot start a pair itself */
+    }
+    return KN_OK;
+}
+
 /* ---- running ------------------------------------------------------------- */
 
 typedef struct {
@@ -204,6 +289,7 @@ typedef struct {
     kn_tensor **val; /* per node * KN_MAX_OUTPUTS */
     int64_t live, peak;
     bool keep;       /* keep every value (numerics check) */
+    bool *folded;    /* per kernel: already computed by a library epilogue this run */
 } run_ctx;
 
 static int64_t tensor_bytes(const kn_tensor *t)
@@ -284,6 +370,47 @@ static kn_status run_generated(run_ctx *r, int kid)
 
 /* A constant's value on the plan's device: made at the first run and kept,
  * so later runs (and recordings, which cannot copy from the host) reuse it. */
+/* The matmul at node m with the next kernel in its library epilogue (see
+ * plan_epilogues); *done false when this run's tensors do not fit (a
+ * strided bias or residual), and the kernels then run as planned. */
+static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
+{
+    kn_plan *p = r->p;
+    const struct kn_plan_epi *e = &p->epi[kid];
+    const kn_node *mn = &p->g.nodes[m];
+    int root = p->f.kernel_at[e->into];
+    *done = false;
+    kn_tensor *a = r->val[mn->in_node[0] * KN_MAX_OUTPUTS + mn->in_out[0]];
+    kn_tensor *b = r->val[mn->in_node[1] * KN_MAX_OUTPUTS + mn->in_out[1]];
+    kn_tensor *bias = r->val[e->bias_node * KN_MAX_OUTPUTS + e->bias_out];
+    kn_tensor *res = e->res_node >= 0 ? r->val[e->res_node * KN_MAX_OUTPUTS + e->res_out] : NULL;
+    if (!a || !b || !bias || (e->res_node >= 0 && !res) || r->val[root * KN_MAX_OUTPUTS]) return KN_OK;
+    if (bias->ndim != 1 || (bias->shape[0] > 1 && bias->strides[0] != 1)) return KN_OK;
+    if (res && !kn_tensor_is_contiguous(res)) return KN_OK;
+    const kn_meta *m_out = &p->g.nodes[root].out[0];
+    kn_tensor *out;
+    int64_t off = p->arena_off[root * KN_MAX_OUTPUTS];
+    if (off >= 0) {
+        KN_TRY(kn_tensor_new_borrowed(m_out, (char *)p->arena + off, p->device, &out));
+        r->val[root * KN_MAX_OUTPUTS] = out; /* counted in the arena */
+    } else {
+        KN_TRY(kn_tensor_new_meta(m_out, p->device, &out));
+        set_val(r, root, 0, out);
+    }
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_MATMUL);
+    c.a = mn->a;
+    c.n_in = 2;
+    c.in[0] = a;
+    c.in[1] = b;
+    c.n_out = 1;
+    c.out[0] = out;
+    KN_TRY(kn_backend_get(p->device)->matmul_fused(&c, bias, e->act, res));
+    r->folded[e->into] = true;
+    *done = true;
+    return KN_OK;
+}
+
 static kn_status const_value(run_ctx *r, int node)
 {
     kn_plan *p = r->p;
@@ -316,13 +443,19 @@ static kn_status const_value(run_ctx *r, int node)
 static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept)
 {
     kn_graph *g = &p->g;
-    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL};
-    if (!r.val) return kn_error(KN_ERR_OOM, "out of host memory running a plan");
+    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL, NULL};
+    if (p->n_epi) r.folded = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *r.folded);
+    if (!r.val || (p->n_epi && !r.folded)) {
+        free(r.val);
+        free(r.folded);
+        return kn_error(KN_ERR_OOM, "out of host memory running a plan");
+    }
     if (p->arena_bytes && !p->arena) {
         const kn_backend *be = kn_backend_get(p->device);
         kn_status ast = be ? be->alloc(p->arena_bytes, &p->arena) : kn_error(KN_ERR_DEVICE, "no backend");
         if (ast != KN_OK) {
             free(r.val);
+            free(r.folded);
             return ast;
         }
     }
@@ -356,10 +489,18 @@ static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resu
         case KN_D_ROOT: {
             int kid = f->kernel[i];
             const kn_kernel *k = &f->prog.kernels[kid];
+            if (r.folded && r.folded[kid]) break; /* ran in the matmul's epilogue */
             bool prof = kn_profile_on;
             int slot = prof ? kn_profile_kernel_begin(p->device) : -1;
-            if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) st = run_generated(&r, kid);
-            else st = run_reference(&r, i);
+            bool fused = false;
+            if (p->epi && p->epi[kid].into >= 0 && !r.keep) st = run_fused(&r, kid, i, &fused);
+            if (fused || st != KN_OK) {
+                /* done (or failed) in the library call */
+            } else if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) {
+                st = run_generated(&r, kid);
+            } else {
+                st = run_reference(&r, i);
+            }
             if (prof) kn_profile_plan_end(slot, p, kid);
             break;
         }
@@ -386,6 +527,7 @@ static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resu
         }
     if (st != KN_OK)
         for (int o = 0; o < p->n_outputs; o++) results[o] = NULL;
+    free(r.folded);
     if (kept && st == KN_OK) {
         *kept = r.val;
         return st;

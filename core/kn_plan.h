@@ -39,6 +39,15 @@ typedef struct kn_plan {
     char *source;           /* the generated source (C), for :src */
     int fault_kernel;       /* testing the numerics check: corrupt this kernel's output (-1: none) */
     kn_tensor **consts;     /* per node: the constant's value on the device, made at the first run */
+    /* per kernel: a matmul whose following pointwise kernel (bias, relu,
+     * residual) runs in the library call's epilogue instead (into = that
+     * kernel, -1: none); see plan_epilogues */
+    struct kn_plan_epi {
+        int into;
+        int bias_node, bias_out, res_node, res_out; /* res_node -1: no residual */
+        int act;
+    } *epi;
+    int n_epi;              /* how many kernels were folded, for cm:stats() */
     /* reduce-overhead: the recording (CUDA graph) of this plan, see kn_plan_run_recorded */
     int rec_state;          /* KN_REC_* */
     char rec_why[256];      /* why it runs without a recording (KN_REC_NEVER) */

@@ -268,13 +268,16 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "calls");
     lua_pushinteger(L, s->graphs_run);
     lua_setfield(L, -2, "graphs_run");
-    int kernels = 0;
+    int kernels = 0, folded = 0;
     int64_t eager_peak = 0;
     for (int k = 0; k < cm->n_graphs; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
         const kn_plan *plan = kn_version_plan(ver);
-        if (plan) kernels += plan->f.prog.n_kernels;
+        if (plan) {
+            kernels += plan->f.prog.n_kernels;
+            folded += plan->n_epi;
+        }
         else /* op by op: one reference kernel per op, views aside (as cm:kernels) */
             for (int i = 0; i < ver->g.n_nodes; i++)
                 kernels += ver->g.nodes[i].op < KN_OP_COUNT && kn_op_kind_of((kn_op)ver->g.nodes[i].op) != KN_K_VIEW;
@@ -294,6 +297,9 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "plans");
     lua_pushinteger(L, kernels);
     lua_setfield(L, -2, "kernels");
+    /* pointwise kernels (bias, relu, residual) run in a matmul's library epilogue */
+    lua_pushinteger(L, folded);
+    lua_setfield(L, -2, "library_epilogues");
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, s->capture_s);
     lua_setfield(L, -2, "capture");

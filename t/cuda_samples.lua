@@ -65,6 +65,11 @@ for _, name in ipairs(SAMPLES) do
       end
       T.ok(worst <= TOL[dt], string.format("%s %s %s: 4 compiled calls match eager: rel %.2e", name, dt, mode, worst))
       local st = cm:stats()
+      if name == "simple_linear" or name == "large_linear" or name == "transformer_block" then
+        -- Linear's bias (and ReLU, and the residual add) in cuBLASLt's epilogue
+        T.ok(st.library_epilogues > 0,
+          string.format("%s %s %s: %d pointwise kernels run in a matmul's epilogue", name, dt, mode, st.library_epilogues))
+      end
       if mode == "reduce-overhead" then
         T.is(st.cuda_graph, "yes", string.format("%s %s: the graph is recorded and replayed", name, dt))
         T.ok(st.replays >= 2, string.format("%s %s: %d calls replayed a recording", name, dt, st.replays))

@@ -431,6 +431,7 @@ const kn_backend kn_cuda_backend = {
     .compile_program = cuda_compile_program,
     .release_program = cuda_release_program,
     .launch = cuda_launch,
+    .matmul_fused = kn_cuda_matmul_fused,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

@@ -517,7 +517,8 @@ static bool fits_i32(int64_t v)
  * copy is not available: the caller then runs kiln's kernel. Temporaries
  * (casts, contiguous copies) are released before returning; the allocator
  * keeps their memory from reuse until the queued work is done. */
-static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act, bool *done)
+static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act, const kn_tensor *residual,
+                           bool *done)
 {
     *done = false;
     if (!lt_ready()) return KN_OK;
@@ -635,6 +636,13 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         double one_d = 1.0, zero_d = 0.0;
         const void *alpha = dt == KN_F64 ? (const void *)&one_d : (const void *)&one_f;
         const void *beta = dt == KN_F64 ? (const void *)&zero_d : (const void *)&zero_f;
+        /* a residual rides in as C with beta 1: D = A·B + C (+ bias); it has
+         * D's shape and layout (the caller checked), so D's layout serves */
+        const char *pc = pd;
+        if (residual) {
+            beta = alpha;
+            pc = kn_cuda_tensor_ptr(residual);
+        }
         /* the outer batch dims [0, split): one strided-batch call each */
         int64_t outer = 1, idx[KN_LA_MAX_BATCH] = {0};
         for (int d = 0; d < split; d++) outer *= pr.bsize[d];
@@ -643,7 +651,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
             int64_t od = it * count * m * pr.n; /* m: rows after any folding */
             cublasStatus_t s = lt.cublasLtMatmul(
                 g_lt.h, e->desc, alpha, pa + oa * (int64_t)esz, e->la, pb + ob * (int64_t)esz, e->lb,
-                beta, pd + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, g_lt.ws,
+                beta, pc + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, g_lt.ws,
                 (size_t)g_lt.ws_size, kn_cuda_stream());
             if (s == CUBLAS_STATUS_NOT_SUPPORTED && it == 0) {
                 e->refused = true; /* remembered: next time straight to the fallback */
@@ -677,7 +685,24 @@ out:
 
 /* ---- entry points ---------------------------------------------------------- */
 
-static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act)
+/* o += r (same shape) when the library could not take the residual:
+ * through kiln's own add, then a copy back into o. */
+static kn_status add_into(kn_tensor *o, const kn_tensor *r)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_ADD);
+    c.n_in = 2;
+    c.in[0] = o;
+    c.in[1] = (kn_tensor *)r;
+    KN_TRY(kn_op_eager(&c, KN_CUDA));
+    cudaError_t e = cudaMemcpyAsync(kn_cuda_tensor_ptr(o), kn_cuda_tensor_ptr(c.out[0]),
+                                    (size_t)kn_tensor_numel(o) * kn_dtype_size(o->dtype), cudaMemcpyDeviceToDevice,
+                                    kn_cuda_stream());
+    kn_tensor_release(c.out[0]);
+    return e == cudaSuccess ? KN_OK : kn_cuda_fail(e, "matmul: residual add");
+}
+
+static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
 {
     if (c->n_in != 2 || !c->in[0] || !c->in[1] || c->n_out < 1 || !c->out[0])
         return kn_error(KN_ERR_ARG, "matmul: expects 2 inputs and a preallocated output");
@@ -704,25 +729,39 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act)
                                     (size_t)kn_tensor_numel(o) * kn_dtype_size(o->dtype),
                                     kn_cuda_stream()),
                     "matmul: zero fill");
-        return kn_cuda_bias_act(o, bias, 1, pr.n, act);
+        KN_TRY(kn_cuda_bias_act(o, bias, 1, pr.n, act));
+        return residual ? add_into(o, residual) : KN_OK;
     }
 #ifdef KILN_HAVE_CUBLASLT
     bool done = false;
-    KN_TRY(matmul_lt(&pr, bias, act, &done));
+    KN_TRY(matmul_lt(&pr, bias, act, residual, &done));
     if (done) return KN_OK;
 #endif
     KN_TRY(matmul_naive(&pr));
-    return kn_cuda_bias_act(o, bias, 1, pr.n, act);
+    KN_TRY(kn_cuda_bias_act(o, bias, 1, pr.n, act));
+    return residual ? add_into(o, residual) : KN_OK;
 }
 
 kn_status kn_cuda_matmul(const kn_opcall *c)
 {
-    return matmul_run(c, NULL, 0);
+    return matmul_run(c, NULL, 0, NULL);
 }
 
 kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act)
 {
-    return matmul_run(c, bias, act);
+    return matmul_run(c, bias, act, NULL);
+}
+
+kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
+{
+    const kn_tensor *o = c->out[0];
+    if (residual && (act || residual->dtype != o->dtype || !kn_tensor_is_contiguous(residual) ||
+                     residual->ndim != o->ndim ||
+                     memcmp(residual->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) != 0 ||
+                     kn_tensor_device(residual) != KN_CUDA))
+        return kn_error(KN_ERR_SHAPE, "matmul: a fused residual must be a contiguous cuda tensor like the "
+                                      "output, with no activation");
+    return matmul_run(c, bias, act, residual);
 }
 
 /* ---- the roofline ceiling ------------------------------------------------- */

@@ -113,6 +113,10 @@ kn_status kn_cuda_conv2d(const kn_opcall *c);    /* kn_cuda_dnn.c */
  * else added by kiln's kernel). act: 0 none, 1 relu (exact), 2 GELU with
  * the tanh approximation (cuBLASLt's GELU epilogue is that one): kiln's
  * gelu op is the erf form, so pass 2 only for a graph that asks for tanh. */
+/* matmul with bias (1-D over N), activation (0 none, 1 relu) and a
+ * residual (contiguous, the output's shape) added in the library's
+ * epilogue: out = act(a·b + bias) or a·b + bias + residual. */
+kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
 kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act);
 /* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
  * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in
