@@ -236,6 +236,7 @@ static kn_status plan_epilogues(kn_plan *p)
 {
     const kn_backend *be = kn_backend_get(p->device);
     if (!be || !be->matmul_fused) return KN_OK;
+    if (p->device == KN_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
     kn_fusion *f = &p->f;
     int nk = f->prog.n_kernels;
     p->epi = malloc(sizeof *p->epi * (size_t)(nk + 1));
@@ -290,7 +291,21 @@ typedef struct {
     int64_t live, peak;
     bool keep;       /* keep every value (numerics check) */
     bool *folded;    /* per kernel: already computed by a library epilogue this run */
+    kn_tensor *const *inputs; /* the caller's */
 } run_ctx;
+
+/* Bind input node i's tensor (the caller's, or a constant of the passes). */
+static kn_status bind_input(run_ctx *r, int i)
+{
+    kn_plan *p = r->p;
+    const kn_node *n = &p->g.nodes[i];
+    if (r->val[i * KN_MAX_OUTPUTS]) return KN_OK; /* bound early, for a library epilogue */
+    kn_tensor *t = n->input < p->n_orig_inputs ? r->inputs[n->input] : p->g.inputs[n->input].tensor;
+    if (!t) return kn_error(KN_ERR_ARG, "plan: input '%s' is not bound", p->g.inputs[n->input].name);
+    kn_tensor_retain(t);
+    r->val[i * KN_MAX_OUTPUTS] = t; /* not counted: the caller's memory */
+    return KN_OK;
+}
 
 static int64_t tensor_bytes(const kn_tensor *t)
 {
@@ -380,6 +395,10 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     const kn_node *mn = &p->g.nodes[m];
     int root = p->f.kernel_at[e->into];
     *done = false;
+    /* the bias (a parameter first used by the add) may come after the
+     * matmul in graph order: inputs can be bound early */
+    if (p->f.disp[e->bias_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->bias_node));
+    if (e->res_node >= 0 && p->f.disp[e->res_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->res_node));
     kn_tensor *a = r->val[mn->in_node[0] * KN_MAX_OUTPUTS + mn->in_out[0]];
     kn_tensor *b = r->val[mn->in_node[1] * KN_MAX_OUTPUTS + mn->in_out[1]];
     kn_tensor *bias = r->val[e->bias_node * KN_MAX_OUTPUTS + e->bias_out];
@@ -388,15 +407,12 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     if (bias->ndim != 1 || (bias->shape[0] > 1 && bias->strides[0] != 1)) return KN_OK;
     if (res && !kn_tensor_is_contiguous(res)) return KN_OK;
     const kn_meta *m_out = &p->g.nodes[root].out[0];
+    /* not the arena slot the memory plan gave the pointwise kernel's
+     * output: that plan let it reuse the bytes of values dead by then,
+     * such as the matmul's own input, which the library call still reads */
     kn_tensor *out;
-    int64_t off = p->arena_off[root * KN_MAX_OUTPUTS];
-    if (off >= 0) {
-        KN_TRY(kn_tensor_new_borrowed(m_out, (char *)p->arena + off, p->device, &out));
-        r->val[root * KN_MAX_OUTPUTS] = out; /* counted in the arena */
-    } else {
-        KN_TRY(kn_tensor_new_meta(m_out, p->device, &out));
-        set_val(r, root, 0, out);
-    }
+    KN_TRY(kn_tensor_new_meta(m_out, p->device, &out));
+    set_val(r, root, 0, out);
     kn_opcall c;
     kn_opcall_init(&c, KN_OP_MATMUL);
     c.a = mn->a;
@@ -443,7 +459,8 @@ static kn_status const_value(run_ctx *r, int node)
 static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept)
 {
     kn_graph *g = &p->g;
-    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL, NULL};
+    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL, NULL,
+                 inputs};
     if (p->n_epi) r.folded = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *r.folded);
     if (!r.val || (p->n_epi && !r.folded)) {
         free(r.val);
@@ -467,13 +484,7 @@ static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resu
         switch (f->disp[i]) {
         case KN_D_DEAD:
         case KN_D_INLINE: break;
-        case KN_D_INPUT: {
-            kn_tensor *t = n->input < p->n_orig_inputs ? inputs[n->input] : g->inputs[n->input].tensor;
-            kn_tensor_retain(t);
-            if (!t) st = kn_error(KN_ERR_ARG, "plan: input '%s' is not bound", g->inputs[n->input].name);
-            else r.val[i * KN_MAX_OUTPUTS] = t; /* not counted: the caller's memory */
-            break;
-        }
+        case KN_D_INPUT: st = bind_input(&r, i); break;
         case KN_D_CONST: st = const_value(&r, i); break;
         case KN_D_VIEW: {
             kn_opcall c;

@@ -111,6 +111,33 @@ static void cpu_release_program(void *lib)
     kn_jit_release(lib);
 }
 
+/* The reference for a library epilogue: the matmul, then each step
+ * rounded to the output dtype as the separate kernels would (so a folded
+ * plan gives the same bits). Plans fold on the CPU only when
+ * KILN_CPU_FOLD_EPILOGUES is set: it lets CI test the folding without a
+ * GPU, while cm:kernels() and the CPU timings keep one kernel per step. */
+static kn_status cpu_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *res)
+{
+    KN_TRY(kn_cpu_matmul(c));
+    kn_tensor *o = c->out[0];
+    int64_t n = kn_tensor_numel(o), cols = o->ndim ? o->shape[o->ndim - 1] : 1;
+    size_t es = kn_dtype_size(o->dtype);
+    char *op = kn_tensor_data(o);
+    const char *bp = bias ? kn_tensor_data(bias) : NULL, *rp = res ? kn_tensor_data(res) : NULL;
+    for (int64_t i = 0; i < n; i++) {
+        char *y = op + i * (int64_t)es;
+        double v = kn_load_f64(y, o->dtype);
+        if (bp) {
+            int64_t j = cols ? i % cols : 0;
+            kn_store_f64(y, o->dtype, v + kn_load_f64(bp + j * bias->strides[0] * (int64_t)kn_dtype_size(bias->dtype), bias->dtype));
+            v = kn_load_f64(y, o->dtype);
+        }
+        if (act == 1 && v < 0) kn_store_f64(y, o->dtype, v = 0.0);
+        if (rp) kn_store_f64(y, o->dtype, v + kn_load_f64(rp + i * (int64_t)kn_dtype_size(res->dtype), res->dtype));
+    }
+    return KN_OK;
+}
+
 typedef void (*kn_cpu_kernel_fn)(char **bufs, const int64_t *sizes);
 
 static kn_status cpu_launch(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes)
@@ -162,6 +189,7 @@ const kn_backend kn_cpu_backend = {
     .compile_program = cpu_compile_program,
     .release_program = cpu_release_program,
     .launch = cpu_launch,
+    .matmul_fused = cpu_matmul_fused,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
