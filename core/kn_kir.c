@@ -198,6 +198,7 @@ typedef struct rctx {
     kn_target t;
     sbuf *s;
     int indent;
+    bool warp_rows; /* CUDA ROW kernel with one warp per row (kn_kernel_warp_rows) */
 } rctx;
 
 static void line(rctx *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -778,16 +779,18 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
             render_combine(r, s, acc, "o");
             r->indent--;
             line(r, "}");
-            line(r, "if ((threadIdx.x & 31u) == 0) red%d[threadIdx.x >> 5] = s%d;", s, s);
-            line(r, "__syncthreads();");
-            line(r, "s%d = red%d[0];", s, s);
-            line(r, "for (unsigned w = 1; w < (blockDim.x >> 5); w++) {");
-            r->indent++;
-            line(r, "%s o = red%d[w];", acc_type(r, s), s);
-            render_combine(r, s, acc, "o");
-            r->indent--;
-            line(r, "}");
-            line(r, "__syncthreads(); /* red%d is free again for the next row */", s);
+            if (!r->warp_rows) {
+                line(r, "if ((threadIdx.x & 31u) == 0) red%d[threadIdx.x >> 5] = s%d;", s, s);
+                line(r, "__syncthreads();");
+                line(r, "s%d = red%d[0];", s, s);
+                line(r, "for (unsigned w = 1; w < (blockDim.x >> 5); w++) {");
+                r->indent++;
+                line(r, "%s o = red%d[w];", acc_type(r, s), s);
+                render_combine(r, s, acc, "o");
+                r->indent--;
+                line(r, "}");
+                line(r, "__syncthreads(); /* red%d is free again for the next row */", s);
+            }
         }
         line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,
              ctype_name(expr_ct(r, k->stages[s].expr)), s);
@@ -800,7 +803,7 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
         line(r, "}");
     }
     if (has_stores(k, true)) {
-        line(r, r->t == KN_TARGET_CUDA ? "if (threadIdx.x == 0) {" : "{");
+        line(r, r->t != KN_TARGET_CUDA ? "{" : r->warp_rows ? "if (lane == 0) {" : "if (threadIdx.x == 0) {");
         r->indent++;
         line(r, "const kn_i64 i%d = 0; /* per-row values may load row-broadcast args */", R);
         line(r, "(void)i%d;", R);
@@ -885,18 +888,33 @@ static kn_status render_cuda_row(rctx *r)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1;
-    for (int s = 0; s < k->n_stages; s++)
-        line(r, "__shared__ %s red%d[%d];", acc_type(r, s), s, KN_KIR_ROW_BLOCK);
+    if (!r->warp_rows)
+        for (int s = 0; s < k->n_stages; s++)
+            line(r, "__shared__ %s red%d[%d];", acc_type(r, s), s, KN_KIR_ROW_BLOCK);
     sb_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
     for (int d = 0; d < R; d++) sb_printf(r->s, " * n%d", d);
     sb_printf(r->s, ";\n");
-    line(r, "for (kn_i64 row = blockIdx.x; row < rows; row += gridDim.x) {");
+    if (r->warp_rows) {
+        /* one warp per row: no barriers at all, and a block's eight rows
+         * keep eight times the loads in flight */
+        line(r, "const unsigned lane = threadIdx.x & 31u;");
+        line(r, "const kn_i64 wpb = blockDim.x >> 5;");
+        line(r, "for (kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;"
+                " row += (kn_i64)gridDim.x * wpb) {");
+    } else {
+        line(r, "for (kn_i64 row = blockIdx.x; row < rows; row += gridDim.x) {");
+    }
     r->indent++;
     render_unflatten(r, "row", "rows", R);
-    KN_TRY(render_row_body(r, "threadIdx.x", "blockDim.x"));
+    KN_TRY(render_row_body(r, r->warp_rows ? "(kn_i64)lane" : "threadIdx.x", r->warp_rows ? "32" : "blockDim.x"));
     r->indent--;
     line(r, "}");
     return KN_OK;
+}
+
+bool kn_kernel_warp_rows(const kn_kernel *k)
+{
+    return k->kind == KN_KERNEL_ROW && k->ndim >= 1 && k->shape[k->ndim - 1] <= KN_KIR_WARP_ROW_MAX;
 }
 
 /* One kernel's function (no prelude). */
@@ -906,7 +924,7 @@ static kn_status render_function(const kn_kernel *k, kn_target t, sbuf *s)
     if (k->kind == KN_KERNEL_FALLBACK || (k->kind == KN_KERNEL_LIBRARY && k->n_stores == 0))
         return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: %s kernels have no generated source",
                         k->name, k->kind == KN_KERNEL_FALLBACK ? "fallback" : "library");
-    rctx r = {k, t, s, 0};
+    rctx r = {k, t, s, 0, t == KN_TARGET_CUDA && kn_kernel_warp_rows(k)};
     if (t == KN_TARGET_C)
         line(&r, "void %s(char **bufs, const kn_i64 *sizes)", k->name);
     else
@@ -987,6 +1005,7 @@ void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *gr
         n = 0;
     *block = KN_KIR_ROW_BLOCK;
     if (k->kind == KN_KERNEL_ROW) {
+        if (kn_kernel_warp_rows(k)) n = (n + KN_KIR_ROW_BLOCK / 32 - 1) / (KN_KIR_ROW_BLOCK / 32);
         *grid = n < KN_KIR_MAX_GRID ? n : KN_KIR_MAX_GRID;
     } else {
         int64_t g = (n + KN_KIR_ROW_BLOCK - 1) / KN_KIR_ROW_BLOCK;

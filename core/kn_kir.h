@@ -151,16 +151,22 @@ bool kn_kernel_has_source(const kn_kernel *k);
  *   POINTWISE (and LIBRARY epilogues): a grid-stride loop over the flattened
  *     space; block 256, grid ceil(numel / 256) capped at KN_KIR_MAX_GRID.
  *     Any grid >= 1 and any block <= 256 is correct (an autotuner may vary them).
- *   ROW: one block per row (grid-stride over rows), a shared-memory tree
- *     reduction per stage: block must be a power of two <= KN_KIR_ROW_BLOCK;
- *     grid = rows capped at KN_KIR_MAX_GRID; any grid >= 1 is correct.
+ *   ROW: one block per row (grid-stride over rows), warp shuffles then
+ *     the warps' partials in shared memory per stage: block must be a power
+ *     of two in [32, KN_KIR_ROW_BLOCK]; grid = rows capped at
+ *     KN_KIR_MAX_GRID; any grid >= 1 is correct. Rows of at most
+ *     KN_KIR_WARP_ROW_MAX elements (by k->shape, fixed when rendered:
+ *     kn_kernel_warp_rows) get one warp each instead, block / 32 rows per
+ *     block: grid = ceil(rows / (block / 32)), capped likewise.
  * grid 0 means there is nothing to do: skip the launch. */
 #define KN_KIR_ROW_BLOCK 256
+#define KN_KIR_WARP_ROW_MAX 1024
 #define KN_KIR_MAX_GRID 65535
 typedef struct kn_kargs {
     char *bufs[KN_KIR_MAX_ARGS];
     long long sizes[KN_MAX_DIMS];
 } kn_kargs;
 void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *grid, int *block);
+bool kn_kernel_warp_rows(const kn_kernel *k);
 
 #endif
