@@ -48,7 +48,7 @@ end
 ---------------------------------------------------------------------------
 -- Small helpers
 
-local TENSOR_MT = getmetatable(kiln.zeros({ 1 }, { device = "cpu" }) -- cpu: loading kiln starts no GPU work)
+local TENSOR_MT = getmetatable(kiln.zeros({ 1 }, { device = "cpu" })) -- cpu: loading kiln starts no GPU work
 local is_tensor = kiln.is_tensor or function(v)
   return type(v) == "userdata" and getmetatable(v) == TENSOR_MT
 end
