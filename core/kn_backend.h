@@ -40,12 +40,13 @@ typedef struct kn_backend {
     void (*release_program)(void *lib);
     /* Run one generated kernel: bufs[i] is argument i's first element. */
     kn_status (*launch)(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
-    /* A matmul (c->out[0] preallocated) with its epilogue in the library
-     * call: out = act(a·b + bias) (act 0 none, 1 relu; bias 1-D over the
-     * last dim) or a·b + bias + residual (residual contiguous, the output's
-     * shape). NULL where the backend fuses none; plans then run the
-     * pointwise kernel after the matmul. */
-    kn_status (*matmul_fused)(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
+    /* A library op (c->out[0] preallocated) with its epilogue in the
+     * library call. Matmul: out = act(a·b + bias) (act 0 none, 1 relu;
+     * bias 1-D over the last dim) or a·b + bias + residual (residual
+     * contiguous, the output's shape). conv2d: act(conv + its own bias
+     * input), bias and residual NULL. NULL where the backend fuses none;
+     * plans then run the pointwise kernel after the library call. */
+    kn_status (*library_fused)(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
     /* Timing (NULL on a backend without): an event marks a point in the
      * device's queue; elapsed_ms waits for b and gives the time from a to b.
      * The CPU backend's events are clock readings (its work is synchronous). */

@@ -235,7 +235,7 @@ static int other_operand(const kn_node *n, int node, int *out)
 static kn_status plan_epilogues(kn_plan *p)
 {
     const kn_backend *be = kn_backend_get(p->device);
-    if (!be || !be->matmul_fused) return KN_OK;
+    if (!be || !be->library_fused) return KN_OK;
     if (p->device == KN_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
     kn_fusion *f = &p->f;
     int nk = f->prog.n_kernels;
@@ -246,6 +246,18 @@ static kn_status plan_epilogues(kn_plan *p)
         const kn_kernel *L = &f->prog.kernels[k], *P = &f->prog.kernels[k + 1];
         int m = f->kernel_at[k];
         const kn_node *mn = &p->g.nodes[m];
+        if (L->kind == KN_KERNEL_LIBRARY && mn->op == KN_OP_CONV2D && P->kind == KN_KERNEL_POINTWISE &&
+            P->n_nodes == 1 && mn->n_in == 3 && kn_dtype_is_float(mn->out[0].dtype)) {
+            /* conv (+ its bias, as batch norm folding leaves it) + ReLU: one cuDNN graph */
+            const kn_node *rl = &p->g.nodes[P->nodes[0]];
+            if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
+                rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {
+                p->epi[k] = (struct kn_plan_epi){k + 1, -1, 0, -1, 0, 1};
+                p->n_epi++;
+                k++;
+            }
+            continue;
+        }
         if (L->kind != KN_KERNEL_LIBRARY || mn->op != KN_OP_MATMUL || P->kind != KN_KERNEL_POINTWISE) continue;
         if (P->n_nodes < 1 || P->n_nodes > 2 || !kn_dtype_is_float(mn->out[0].dtype)) continue;
         const kn_node *add = &p->g.nodes[P->nodes[0]];
@@ -397,14 +409,20 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     *done = false;
     /* the bias (a parameter first used by the add) may come after the
      * matmul in graph order: inputs can be bound early */
-    if (p->f.disp[e->bias_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->bias_node));
+    if (e->bias_node >= 0 && p->f.disp[e->bias_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->bias_node));
     if (e->res_node >= 0 && p->f.disp[e->res_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->res_node));
-    kn_tensor *a = r->val[mn->in_node[0] * KN_MAX_OUTPUTS + mn->in_out[0]];
-    kn_tensor *b = r->val[mn->in_node[1] * KN_MAX_OUTPUTS + mn->in_out[1]];
-    kn_tensor *bias = r->val[e->bias_node * KN_MAX_OUTPUTS + e->bias_out];
+    kn_opcall c;
+    kn_opcall_init(&c, (kn_op)mn->op);
+    c.a = mn->a;
+    c.n_in = mn->n_in;
+    for (int i = 0; i < mn->n_in; i++) {
+        c.in[i] = r->val[mn->in_node[i] * KN_MAX_OUTPUTS + mn->in_out[i]];
+        if (!c.in[i]) return KN_OK;
+    }
+    kn_tensor *bias = e->bias_node >= 0 ? r->val[e->bias_node * KN_MAX_OUTPUTS + e->bias_out] : NULL;
     kn_tensor *res = e->res_node >= 0 ? r->val[e->res_node * KN_MAX_OUTPUTS + e->res_out] : NULL;
-    if (!a || !b || !bias || (e->res_node >= 0 && !res) || r->val[root * KN_MAX_OUTPUTS]) return KN_OK;
-    if (bias->ndim != 1 || (bias->shape[0] > 1 && bias->strides[0] != 1)) return KN_OK;
+    if ((e->bias_node >= 0 && !bias) || (e->res_node >= 0 && !res) || r->val[root * KN_MAX_OUTPUTS]) return KN_OK;
+    if (bias && (bias->ndim != 1 || (bias->shape[0] > 1 && bias->strides[0] != 1))) return KN_OK;
     if (res && !kn_tensor_is_contiguous(res)) return KN_OK;
     const kn_meta *m_out = &p->g.nodes[root].out[0];
     /* not the arena slot the memory plan gave the pointwise kernel's
@@ -413,15 +431,9 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     kn_tensor *out;
     KN_TRY(kn_tensor_new_meta(m_out, p->device, &out));
     set_val(r, root, 0, out);
-    kn_opcall c;
-    kn_opcall_init(&c, KN_OP_MATMUL);
-    c.a = mn->a;
-    c.n_in = 2;
-    c.in[0] = a;
-    c.in[1] = b;
     c.n_out = 1;
     c.out[0] = out;
-    KN_TRY(kn_backend_get(p->device)->matmul_fused(&c, bias, e->act, res));
+    KN_TRY(kn_backend_get(p->device)->library_fused(&c, bias, e->act, res));
     r->folded[e->into] = true;
     *done = true;
     return KN_OK;

@@ -116,9 +116,9 @@ static void cpu_release_program(void *lib)
  * plan gives the same bits). Plans fold on the CPU only when
  * KILN_CPU_FOLD_EPILOGUES is set: it lets CI test the folding without a
  * GPU, while cm:kernels() and the CPU timings keep one kernel per step. */
-static kn_status cpu_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *res)
+static kn_status cpu_library_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *res)
 {
-    KN_TRY(kn_cpu_matmul(c));
+    KN_TRY(c->op == KN_OP_CONV2D ? kn_cpu_conv2d(c) : kn_cpu_matmul(c));
     kn_tensor *o = c->out[0];
     int64_t n = kn_tensor_numel(o), cols = o->ndim ? o->shape[o->ndim - 1] : 1;
     size_t es = kn_dtype_size(o->dtype);
@@ -189,7 +189,7 @@ const kn_backend kn_cpu_backend = {
     .compile_program = cpu_compile_program,
     .release_program = cpu_release_program,
     .launch = cpu_launch,
-    .matmul_fused = cpu_matmul_fused,
+    .library_fused = cpu_library_fused,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,

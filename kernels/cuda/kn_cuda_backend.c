@@ -417,6 +417,15 @@ static void cuda_graph_destroy(void *exec)
     free(cg);
 }
 
+static kn_status cuda_library_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
+{
+    if (c->op == KN_OP_CONV2D) {
+        if (bias || residual) return kn_error(KN_ERR_ARG, "conv2d: its epilogue takes an activation only");
+        return kn_cuda_conv2d_fused(c, act);
+    }
+    return kn_cuda_matmul_fused(c, bias, act, residual);
+}
+
 const kn_backend kn_cuda_backend = {
     .name = "cuda",
     .device = KN_CUDA,
@@ -431,7 +440,7 @@ const kn_backend kn_cuda_backend = {
     .compile_program = cuda_compile_program,
     .release_program = cuda_release_program,
     .launch = cuda_launch,
-    .matmul_fused = kn_cuda_matmul_fused,
+    .library_fused = cuda_library_fused,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

@@ -68,13 +68,14 @@ static kn_status conv_naive(const kn_tensor *x, const kn_tensor *w, const kn_ten
 
 #ifdef KILN_HAVE_CUDNN
 
-enum { UID_X = 1, UID_W, UID_Y, UID_B, UID_T /* virtual conv output */ };
+enum { UID_X = 1, UID_W, UID_Y, UID_B, UID_T /* virtual conv output */, UID_T2 /* virtual biased, before ReLU */ };
 enum { MAX_KEEP = 12 };
 /* A workspace above this is not worth it: the next engine is tried. */
 #define DNN_MAX_WORKSPACE ((int64_t)512 << 20)
 
 typedef struct dnn_key {
     int32_t dt, tf32, bias_dt, fused;
+    int32_t act; /* 1: ReLU after the bias add (only with fused) */
     int32_t stride[2], pad[2], dil[2];
     int64_t xd[4], xs[4], wd[4], ws[4], yd[4];
     int64_t align_x, align_w, align_y, align_b;
@@ -325,8 +326,8 @@ static cudnnStatus_t dnn_build(dnn_entry *e)
     kn_dtype kdt = (kn_dtype)k->dt;
     cudnnDataType_t dt = dnn_type(kdt);
     cudnnDataType_t comp = kdt == KN_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t tx, tw, ty, tb = NULL, tt = NULL, conv, op_conv, pw = NULL, op_pw = NULL,
-                                                                               graph;
+    cudnnBackendDescriptor_t tx, tw, ty, tb = NULL, tt = NULL, tt2 = NULL, conv, op_conv, pw = NULL, op_pw = NULL,
+                             rl = NULL, op_rl = NULL, graph;
     int64_t ys[4] = {k->yd[1] * k->yd[2] * k->yd[3], k->yd[2] * k->yd[3], k->yd[3], 1};
     cudnnStatus_t s = dnn_tensor(e, UID_X, dt, k->xd, k->xs, k->align_x, false, &tx);
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_W, dt, k->wd, k->ws, k->align_w, false, &tw);
@@ -335,6 +336,7 @@ static cudnnStatus_t dnn_build(dnn_entry *e)
         int64_t bd[4] = {1, k->yd[1], 1, 1}, bs[4] = {k->yd[1], 1, 1, 1};
         s = dnn_tensor(e, UID_B, dnn_type((kn_dtype)k->bias_dt), bd, bs, k->align_b, false, &tb);
         if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_T, comp, k->yd, ys, 16, true, &tt);
+        if (s == CUDNN_STATUS_SUCCESS && k->act) s = dnn_tensor(e, UID_T2, comp, k->yd, ys, 16, true, &tt2);
     }
     /* the conv descriptor */
     int64_t sd = 2, pre[2] = {k->pad[0], k->pad[1]}, dil[2] = {k->dil[0], k->dil[1]};
@@ -406,17 +408,40 @@ static cudnnStatus_t dnn_build(dnn_entry *e)
         if (s == CUDNN_STATUS_SUCCESS)
             s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tb);
+        cudnnBackendDescriptor_t add_y = k->act ? tt2 : ty;
         if (s == CUDNN_STATUS_SUCCESS)
             s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty);
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &add_y);
         if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_pw);
     }
+    /* the ReLU after it (a compiled plan folds the graph's ReLU here) */
+    if (s == CUDNN_STATUS_SUCCESS && k->fused && k->act) {
+        cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
+        s = dnn_create(e, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &rl);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(rl, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(rl, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(rl);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = dnn_create(e, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op_rl);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(op_rl, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rl);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(op_rl, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tt2);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(op_rl, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_rl);
+    }
     /* the graph */
-    cudnnBackendDescriptor_t ops[2] = {op_conv, op_pw};
+    cudnnBackendDescriptor_t ops[3] = {op_conv, op_pw, op_rl};
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_create(e, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph);
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                     k->fused ? 2 : 1, ops);
+                                     k->fused ? (k->act ? 3 : 2) : 1, ops);
     /* deprecated since 9.8 but still needed (see dnn_pick_plan) */
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(graph, (cudnnBackendAttributeName_t)800, CUDNN_TYPE_HANDLE, 1, &g_dnn.h);
@@ -518,7 +543,7 @@ static void packed(const int64_t *d, int64_t *s)
 /* The cuDNN path; *done stays false when cuDNN refuses or a needed copy is
  * not available (the caller then runs kiln's kernel). */
 static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_tensor *bias,
-                          kn_tensor *y, const kn_attrs *at, bool *done)
+                          kn_tensor *y, const kn_attrs *at, int act, bool *done)
 {
     *done = false;
     if (!dnn_ready()) return KN_OK;
@@ -569,6 +594,7 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
     }
     for (int fused = fb ? 1 : 0; fused >= 0 && !*done; fused--) {
         k.fused = fused;
+        k.act = fused ? act : 0;
         k.bias_dt = fused ? (int32_t)fb->dtype : 0;
         k.align_b = fused ? kn_cuda_align_of(kn_cuda_tensor_ptr(fb), NULL, 0, 16) : 0;
         dnn_entry *e = NULL;
@@ -583,7 +609,7 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         }
         if (st != KN_OK) goto out;
         *done = true;
-        if (!fused && bias) st = kn_cuda_bias_act(y, bias, k.yd[2] * k.yd[3], k.yd[1], 0);
+        if (!fused && (bias || act)) st = kn_cuda_bias_act(y, bias, k.yd[2] * k.yd[3], k.yd[1], act);
     }
 out:
     for (int i = 0; i < 3; i++) kn_tensor_release(tmp[i]);
@@ -594,7 +620,7 @@ out:
 
 /* ---- entry point ------------------------------------------------------------ */
 
-kn_status kn_cuda_conv2d(const kn_opcall *c)
+static kn_status conv_run(const kn_opcall *c, int act)
 {
     if (c->n_in < 2 || c->n_in > 3 || !c->in[0] || !c->in[1] || (c->n_in == 3 && !c->in[2]) ||
         c->n_out < 1 || !c->out[0])
@@ -615,12 +641,24 @@ kn_status kn_cuda_conv2d(const kn_opcall *c)
                                     kn_cuda_stream()),
                     "conv2d: zero fill");
         int64_t inner = y->shape[y->ndim - 2] * y->shape[y->ndim - 1];
-        return kn_cuda_bias_act(y, bias, inner, w->shape[0], 0);
+        return kn_cuda_bias_act(y, bias, inner, w->shape[0], act);
     }
 #ifdef KILN_HAVE_CUDNN
     bool done = false;
-    KN_TRY(conv_dnn(x, w, bias, y, &c->a, &done));
+    KN_TRY(conv_dnn(x, w, bias, y, &c->a, act, &done));
     if (done) return KN_OK;
 #endif
-    return conv_naive(x, w, bias, y, &c->a);
+    KN_TRY(conv_naive(x, w, bias, y, &c->a));
+    return act ? kn_cuda_bias_act(y, NULL, y->shape[y->ndim - 2] * y->shape[y->ndim - 1], w->shape[0], act) : KN_OK;
+}
+
+kn_status kn_cuda_conv2d(const kn_opcall *c)
+{
+    return conv_run(c, 0);
+}
+
+kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act)
+{
+    if (act != 0 && act != 1) return kn_error(KN_ERR_ARG, "conv2d: unknown activation %d", act);
+    return conv_run(c, act);
 }

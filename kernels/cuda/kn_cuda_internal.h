@@ -117,6 +117,9 @@ kn_status kn_cuda_conv2d(const kn_opcall *c);    /* kn_cuda_dnn.c */
  * residual (contiguous, the output's shape) added in the library's
  * epilogue: out = act(a·b + bias) or a·b + bias + residual. */
 kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
+/* conv2d (its own bias input, if any) with act (0 none, 1 relu) in cuDNN's
+ * graph: conv -> bias add -> ReLU as one plan. */
+kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act);
 kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act);
 /* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
  * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in
