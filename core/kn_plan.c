@@ -95,7 +95,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->f);
     if (st != KN_OK) goto fail;
     st = plan_memory(p);
-    if (st == KN_OK) st = plan_epilogues(p);
+    if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);
     if (st != KN_OK) goto fail;
     const kn_backend *be = kn_backend_get(p->device);
     p->fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *p->fns);

@@ -463,6 +463,7 @@ void kn_lua_sync_config(lua_State *L)
 /* Read kiln.config into the compiled function's settings. */
 static void read_config(lua_State *L, kn_compiled *cm)
 {
+    bool fold = true;
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "cache_size_limit");
@@ -477,12 +478,15 @@ static void read_config(lua_State *L, kn_compiled *cm)
         cm->check_numerics = lua_toboolean(L, -1);
         lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */
         cm->fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
-        lua_pop(L, 6);
+        lua_getfield(L, -7, "fold_epilogues");
+        fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
+        lua_pop(L, 7);
     }
     lua_pop(L, 1);
     kn_lua_sync_config(L);
     cm->log_flags = g_log_flags;
     cm->pass_flags = (g_log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
+    if (!fold) cm->pass_flags |= KN_PLAN_NO_EPILOGUES;
 #ifndef NDEBUG
     cm->pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
 #endif
@@ -1186,6 +1190,8 @@ void kn_lua_open_compile(lua_State *L)
     lua_setfield(L, -2, "compiler"); /* false: compiled graphs run op by op (the reference) */
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "check_numerics"); /* compare every compiled run with the reference */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "fold_epilogues"); /* bias/ReLU/residual in the matmul or conv library call */
     const char *cache = getenv("KILN_CACHE_DIR");
     const char *home = getenv("HOME");
     if (cache) lua_pushstring(L, cache);
