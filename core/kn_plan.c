@@ -248,7 +248,11 @@ static kn_status plan_epilogues(kn_plan *p)
         const kn_node *mn = &p->g.nodes[m];
         if (L->kind == KN_KERNEL_LIBRARY && mn->op == KN_OP_CONV2D && P->kind == KN_KERNEL_POINTWISE &&
             P->n_nodes == 1 && mn->n_in == 3 && kn_dtype_is_float(mn->out[0].dtype)) {
-            /* conv (+ its bias, as batch norm folding leaves it) + ReLU: one cuDNN graph */
+            /* conv (+ its bias, as batch norm folding leaves it) + ReLU: one
+             * cuDNN graph; but not in strict f32, where cuDNN's fused engines
+             * were slower than conv then a ReLU kernel (convnet on an H200:
+             * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua) */
+            if (mn->out[0].dtype == KN_F32 && !kn_allow_tf32()) continue;
             const kn_node *rl = &p->g.nodes[P->nodes[0]];
             if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
                 rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {
