@@ -8,6 +8,7 @@
 
 #include "kn_lua_compile.h"
 #include "cpu/kn_cpu_jit.h"
+#include "kn_profile.h"
 
 /* The latest version of graph k, or NULL when it has none. */
 static const kn_version *latest_version(const kn_compiled *cm, int k)
@@ -187,8 +188,14 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
         lua_createtable(L, 0, 6);
         lua_pushstring(L, kn->name);
         lua_setfield(L, -2, "name");
-        lua_pushstring(L, gen ? "generated" : "cpu");
+        /* library and reference kernels: what runs them on this device
+         * (cublaslt, cudnn, cuda templates, or the cpu) */
+        lua_pushstring(L, gen ? "generated" : kn_profile_op_kind(p->device, (kn_op)p->g.nodes[kn->lib_node].op));
         lua_setfield(L, -2, "kind");
+        if (p->epi && p->epi[k].into >= 0) { /* the next kernel runs in this one's library epilogue */
+            lua_pushstring(L, p->f.prog.kernels[p->epi[k].into].name);
+            lua_setfield(L, -2, "epilogue");
+        }
         lua_pushstring(L, kn->kind == KN_KERNEL_POINTWISE ? "pointwise"
                           : kn->kind == KN_KERNEL_ROW     ? "row"
                           : kn->kind == KN_KERNEL_LIBRARY ? "library"

@@ -65,6 +65,13 @@ for _, name in ipairs(SAMPLES) do
       end
       T.ok(worst <= TOL[dt], string.format("%s %s %s: 4 compiled calls match eager: rel %.2e", name, dt, mode, worst))
       local st = cm:stats()
+      local kinds = {}
+      for _, k in ipairs(cm:kernels()) do kinds[k.kind] = (kinds[k.kind] or 0) + 1 end
+      local want = name == "convnet" and "cudnn" or name ~= "gcn" and "cublaslt" or nil
+      if want then
+        T.ok((kinds[want] or 0) > 0 and not kinds.cpu,
+          string.format("%s %s %s: cm:kernels() names %s kernels and no cpu ones", name, dt, mode, want))
+      end
       if name ~= "gcn" then
         -- Linear's bias (and ReLU, and the residual add) in cuBLASLt's epilogue; a conv's ReLU in cuDNN's graph
         T.ok(st.library_epilogues > 0,
