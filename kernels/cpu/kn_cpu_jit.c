@@ -1,5 +1,6 @@
 /* kn_cpu_jit: run-time C compilation with a verified persistent cache (see
  * kn_cpu_jit.h for the contract and the entry format's invariants). */
+#include "kn_fs.h"
 #include "kn_cpu_jit.h"
 
 #include <dlfcn.h>
@@ -148,27 +149,6 @@ static void run_logged(char **argv, const char *log_path, int *status)
 }
 
 /* A whole file into a new buffer (NUL-terminated too); NULL if unreadable. */
-static char *read_file(const char *path, long *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && n <= MAX_ENTRY_BYTES && fseek(f, 0, SEEK_SET) == 0 &&
-            (buf = malloc((size_t)n + 1)) != NULL) {
-            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf[n] = 0;
-                *size = n;
-            }
-        }
-    }
-    fclose(f);
-    return buf;
-}
 
 static bool write_all(int fd, const void *p, size_t n)
 {
@@ -206,7 +186,7 @@ static void cc_probe(void)
     int status;
     run_logged(argv, log, &status);
     long size = 0;
-    char *text = read_file(log, &size);
+    char *text = kn_read_file(log, MAX_ENTRY_BYTES, &size);
     unlink(log);
     rmdir(dir);
     if (status == 0 && text) {
@@ -294,9 +274,9 @@ static kn_status compile_so(const char *src, char **so, long *so_len)
         jit_stats.compile_s += now_s() - t0;
         pthread_mutex_unlock(&jit_lock);
         long loglen = 0;
-        char *log = read_file(lpath, &loglen);
+        char *log = kn_read_file(lpath, MAX_ENTRY_BYTES, &loglen);
         if (status != 0) st = compile_error(src, log, status);
-        else if (!(*so = read_file(opath, so_len)))
+        else if (!(*so = kn_read_file(opath, MAX_ENTRY_BYTES, so_len)))
             st = kn_error(KN_ERR_IO, "jit: the compiler wrote no %s", opath);
         free(log);
     }
@@ -309,29 +289,6 @@ static kn_status compile_so(const char *src, char **so, long *so_len)
 
 /* ---- the cache ---- */
 
-/* mkdir -p; errno set on failure. */
-static bool make_dirs(const char *path)
-{
-    char p[1024];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
-        errno = ENAMETOOLONG;
-        return false;
-    }
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
-    struct stat sb;
-    if (stat(p, &sb) != 0) return false;
-    if (!S_ISDIR(sb.st_mode)) {
-        errno = ENOTDIR;
-        return false;
-    }
-    return true;
-}
 
 static uint64_t header_sum(const entry_header *h, const char *src, const char *id)
 {
@@ -430,7 +387,7 @@ static void *cache_load(const char *dir, const char *path, uint64_t key, const c
 {
     double t0 = now_s();
     long size = 0;
-    char *buf = read_file(path, &size);
+    char *buf = kn_read_file(path, MAX_ENTRY_BYTES, &size);
     if (!buf) return NULL;
     const char *payload = NULL;
     uint64_t plen = 0;
@@ -459,7 +416,7 @@ kn_status kn_jit_compile(const char *src, const char *cache_dir, kn_jit_lib **ou
     uint64_t key = jit_key(src, id);
     char path[1200] = "";
     bool use_cache = cache_dir && *cache_dir;
-    if (use_cache && !make_dirs(cache_dir)) {
+    if (use_cache && !kn_make_dirs(cache_dir)) {
         STAT_ADD(cache_errors, 1);
         notice("kiln cache: cannot create cache directory '%s' (%s); compiling without the "
                "persistent cache", cache_dir, strerror(errno));

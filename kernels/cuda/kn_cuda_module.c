@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kn_fs.h"
 #include "kn_cuda_internal.h"
 #include "kn_cuda_nvrtc.h"
 #include "kn_hash.h"
@@ -101,49 +102,7 @@ void kn_cuda_module_stats_get(kn_cuda_module_stats *s)
 
 /* ---- files ---- */
 
-/* mkdir -p; errno set on failure. */
-static bool make_dirs(const char *path)
-{
-    char p[1024];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
-        errno = ENAMETOOLONG;
-        return false;
-    }
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
-    struct stat sb;
-    if (stat(p, &sb) != 0) return false;
-    if (!S_ISDIR(sb.st_mode)) {
-        errno = ENOTDIR;
-        return false;
-    }
-    return true;
-}
 
-static char *read_file(const char *path, long *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && n <= MAX_ENTRY_BYTES && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-            } else {
-                *size = n;
-            }
-        }
-    }
-    fclose(f);
-    return buf;
-}
 
 static bool write_all(FILE *f, const void *p, size_t n)
 {
@@ -241,7 +200,7 @@ static uint64_t module_key(const char *src, const char *arch)
 static bool disk_load(const char *path, uint64_t key, const char *arch, const char *src, cudaLibrary_t *lib)
 {
     long size = 0;
-    char *buf = read_file(path, &size);
+    char *buf = kn_read_file(path, MAX_ENTRY_BYTES, &size);
     if (!buf) return false;
     const char *image = NULL;
     size_t image_len = 0;
@@ -317,7 +276,7 @@ kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_mod
             free(mod);
             return st;
         }
-        if (use_disk && !(make_dirs(cache_dir) && entry_write(cache_dir, path, key, arch, src, image, image_len))) {
+        if (use_disk && !(kn_make_dirs(cache_dir) && entry_write(cache_dir, path, key, arch, src, image, image_len))) {
             pthread_mutex_lock(&lock);
             bool warn = !warned_write;
             warned_write = true;

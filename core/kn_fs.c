@@ -1,0 +1,51 @@
+/* kn_fs: file-system helpers of the persistent caches (see kn_fs.h). */
+#include "kn_fs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+bool kn_make_dirs(const char *path)
+{
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+    struct stat sb;
+    if (stat(p, &sb) != 0) return false;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return true;
+}
+
+char *kn_read_file(const char *path, long max_bytes, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && n <= max_bytes && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
+            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf[n] = 0;
+                *size = n;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
