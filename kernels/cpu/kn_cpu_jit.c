@@ -1,6 +1,5 @@
 /* kn_cpu_jit: run-time C compilation with a verified persistent cache (see
  * kn_cpu_jit.h for the contract and the entry format's invariants). */
-#include "kn_fs.h"
 #include "kn_cpu_jit.h"
 
 #include <dlfcn.h>
@@ -18,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kn_fs.h"
 #include "kn_hash.h"
 
 #ifndef KILN_VERSION
