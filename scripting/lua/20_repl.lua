@@ -155,6 +155,9 @@ local function default_device()
   return "cpu"
 end
 
+-- shared with the later Lua parts of kiln (40_timing.lua)
+repl.fmt_bytes, repl.default_device = fmt_bytes, default_device
+
 local function clock()
   -- kiln.clock is monotonic wall time; os.clock (CPU time) is the fallback
   -- for a build that lacks it, and is wrong for GPU work.

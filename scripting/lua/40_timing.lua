@@ -56,9 +56,7 @@ local function median(list)
   return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
 end
 
-local function default_device()
-  return type(kiln.default_device) == "function" and kiln.default_device() or "cpu"
-end
+local default_device = repl.default_device -- 20_repl.lua
 
 -- The device the arguments live on (the first tensor, looking one level
 -- into tables), else the default device.
@@ -398,12 +396,6 @@ end
 ---------------------------------------------------------------------------
 -- kiln.device and :device
 
-local function fmt_gib(n)
-  if type(n) ~= "number" then return "?" end
-  if n >= 2 ^ 30 then return string.format("%.1f GiB", n / 2 ^ 30) end
-  return string.format("%.0f MiB", n / 2 ^ 20)
-end
-
 -- kiln.device(): kiln.device_info() plus the device timing runs on and its
 -- ceilings (measured on first use): {cpu, cuda, device, ceilings}.
 function kiln.device(opts)
@@ -445,8 +437,8 @@ same as a table; kiln.ceilings{remeasure = true} measures again.]],
   local devices = info and info.cuda and info.cuda.devices or {}
   for i, d in ipairs(devices) do
     local parts = {}
-    if d.free_bytes then parts[#parts + 1] = "free " .. fmt_gib(d.free_bytes) end
-    if d.l2_bytes then parts[#parts + 1] = "L2 " .. fmt_gib(d.l2_bytes) end
+    if d.free_bytes then parts[#parts + 1] = "free " .. repl.fmt_bytes(d.free_bytes) end
+    if d.l2_bytes then parts[#parts + 1] = "L2 " .. repl.fmt_bytes(d.l2_bytes) end
     if d.driver then parts[#parts + 1] = "driver " .. tostring(d.driver) end
     if d.runtime then parts[#parts + 1] = "runtime " .. tostring(d.runtime) end
     if #parts > 0 then print(string.format("  %d: %s", i - 1, table.concat(parts, " · "))) end
