@@ -62,6 +62,19 @@ typedef struct kn_backend {
     kn_status (*capture_end)(void **exec);
     kn_status (*graph_launch)(void *exec);
     void (*graph_destroy)(void *exec);
+    /* Autotuning (core/kn_autotune); each may be NULL. */
+    /* Evict the device's caches (L2 on a GPU), so a timed run reads from
+     * memory as it does inside a whole model. Queued like a kernel. */
+    kn_status (*flush_cache)(void);
+    /* What a tuned choice is only valid for: device name, driver and
+     * library versions ("NVIDIA H100 80GB HBM3, sm 9.0, driver 12080, ..."). */
+    void (*identity)(char *buf, size_t size);
+    /* Library ops: the label of variant c->variant of this call ("cublaslt
+     * algo 23 tile 128x128 stages 4 splitk 2"), found by running it: after
+     * run / library_fused with c->variant = v, the label of what ran. A
+     * variant past the last one the library offers fails the run with
+     * KN_ERR_RANGE; variants are numbered densely from 0 (the default). */
+    void (*library_variant_label)(char *buf, size_t size);
 } kn_backend;
 
 /* Options the Lua side sets from kiln.config (read by backends). */

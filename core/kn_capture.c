@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "kn_autotune.h"
+#include "kn_passes.h"
+
 /* Messages here are built into fixed buffers on purpose (they are kept in
  * arrays of records); a name long enough to overflow one is cut, not lost. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -648,7 +651,8 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
         if (same_wanted(&v->plans[i], w, n, g, v->dynamic)) return v->plans[i].plan;
     if (v->plan_error[0] || v->n_plans >= 16) return NULL;
     kn_plan *plan;
-    kn_status st = kn_plan_build(g, w, n, cm->cache_dir, cm->pass_flags, &plan);
+    int flags = cm->pass_flags | (kn_mode_autotunes(cm->mode) ? KN_PLAN_AUTOTUNE : 0);
+    kn_status st = kn_plan_build(g, w, n, cm->cache_dir, flags, &plan);
     if (st != KN_OK) {
         snprintf(v->plan_error, sizeof v->plan_error, "%s", kn_last_error());
         kn_compiled_log(cm, KN_LOG_WARN, "kiln: %s (%s): could not compile a graph (%s); it runs op by op\n",
@@ -673,12 +677,41 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     cm->stats.passes_s += plan->passes_s;
     cm->stats.codegen_s += plan->codegen_s;
     cm->stats.backend_s += plan->backend_s;
+    cm->stats.autotune_cache_hits += plan->tune_cache_hits;
     if (plan->f.why) kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s):\n%s", cm->fn_name, cm->fn_where, plan->f.why);
     if (cm->log_flags & KN_LOG_KERNELS)
         for (int k = 0; k < plan->f.prog.n_kernels; k++)
             kn_compiled_log(cm, KN_LOG_KERNELS, "kernel %s (%d nodes)\n", plan->f.prog.kernels[k].name,
                             plan->f.prog.kernels[k].n_nodes);
     return plan;
+}
+
+static void autotune_log(void *ud, const char *text)
+{
+    kn_compiled_log(ud, KN_LOG_AUTOTUNE, "%s", text);
+}
+
+/* The last progress report, and a line on how the search ended when it
+ * did not finish (the budget, Ctrl-C): printed, not only logged. */
+static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
+{
+    const kn_autotune_opts *o = kn_autotune_get_opts();
+    if (o->progress) {
+        kn_autotune_progress pr = {"", s->kernels_done, s->kernels_total, s->candidates, now_s() - s->t0,
+                                   s->budget_s, true};
+        o->progress(&pr, o->progress_ud);
+    }
+    int skipped = 0;
+    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++) skipped += p->tune[k].source == KN_TUNED_SKIPPED;
+    if (s->interrupted || s->out_of_budget) {
+        char path[1100];
+        kn_autotune_cache_path(cm->cache_dir, path, sizeof path);
+        kn_compiled_log(cm, KN_LOG_WARN,
+                        "kiln: %s (%s): autotuning %s: %d kernels measured and saved in %s, %d keep their defaults\n",
+                        cm->fn_name, cm->fn_where,
+                        s->interrupted ? "interrupted" : "stopped at kiln.config.autotune_budget_s",
+                        s->measured, path, skipped);
+    }
 }
 
 kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
@@ -712,7 +745,22 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
             }
         }
         kn_status st;
-        if (kn_mode_records(cm->mode) && !cm->check_numerics) {
+        if (plan->autotune && plan->tune_state == KN_TUNE_PENDING && !cm->check_numerics) {
+            /* max-autotune's search, inside this first call */
+            kn_tune_session ts = {0};
+            ts.cache_dir = cm->cache_dir;
+            ts.budget_s = kn_autotune_get_opts()->budget_s - cm->stats.autotune_s;
+            ts.log = autotune_log;
+            ts.log_ud = cm;
+            ts.t0 = now_s();
+            st = kn_plan_autotune(plan, ins, results, &ts);
+            if (ts.kernels_total) cm->stats.autotune_s += now_s() - ts.t0;
+            cm->stats.autotune_kernels += ts.measured;
+            cm->stats.autotune_candidates += ts.candidates;
+            cm->stats.autotune_interrupted |= ts.interrupted;
+            cm->stats.autotune_out_of_budget |= ts.out_of_budget;
+            if (ts.kernels_total) autotune_done(cm, plan, &ts);
+        } else if (kn_mode_records(cm->mode) && !cm->check_numerics) {
             bool replayed = false;
             int before = plan->rec_state;
             st = kn_plan_run_recorded(plan, ins, results, &replayed);
@@ -878,6 +926,11 @@ kn_status kn_compiled_new(const char *fn_name, const char *fn_where, kn_compiled
     cm->log_flags = KN_LOG_WARN;
     *out = cm;
     return KN_OK;
+}
+
+bool kn_mode_autotunes(const char *mode)
+{
+    return strncmp(mode, "max-autotune", 12) == 0;
 }
 
 bool kn_mode_records(const char *mode)

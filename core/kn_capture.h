@@ -106,7 +106,16 @@ typedef struct kn_compile_stats {
     int64_t peak_bytes; /* most bytes of intermediate values alive in one compiled run */
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */
+    /* max-autotune */
+    double autotune_s;       /* time spent searching (the budget counts it) */
+    int autotune_cache_hits; /* kernels whose choice came from the cache file */
+    int autotune_kernels;    /* kernels searched */
+    int autotune_candidates; /* candidates measured */
+    bool autotune_interrupted, autotune_out_of_budget;
 } kn_compile_stats;
+
+/* Whether a mode searches (max-autotune, max-autotune-no-cudagraphs). */
+bool kn_mode_autotunes(const char *mode);
 
 /* Whether a mode records CUDA graphs (reduce-overhead, max-autotune). */
 bool kn_mode_records(const char *mode);
@@ -219,7 +228,7 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
 /* The plan a version ran most recently (NULL when none). */
 kn_plan *kn_version_plan(const kn_version *v);
 
-enum { KN_LOG_FUSION = 16, KN_LOG_KERNELS = 32, KN_LOG_PASSES = 64, KN_LOG_CUDAGRAPHS = 128 };
+enum { KN_LOG_FUSION = 16, KN_LOG_KERNELS = 32, KN_LOG_PASSES = 64, KN_LOG_CUDAGRAPHS = 128, KN_LOG_AUTOTUNE = 256 };
 
 /* Append to cm->log (kept when `kind` is in cm->log_flags). */
 void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)

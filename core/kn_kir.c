@@ -201,6 +201,14 @@ typedef struct rctx {
     bool warp_rows; /* CUDA ROW kernel with one warp per row (kn_kernel_warp_rows) */
 } rctx;
 
+/* The threads per block of a CUDA kernel (k->cfg.block or the default). */
+static int cfg_block(const kn_kernel *k)
+{
+    return k->cfg.block > 0 ? k->cfg.block : KN_KIR_ROW_BLOCK;
+}
+
+
+
 static void line(rctx *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void line(rctx *r, const char *fmt, ...)
 {
@@ -210,6 +218,12 @@ static void line(rctx *r, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     sb_printf(r->s, "%*s%s\n", r->indent * 4, "", text);
+}
+
+/* C: the unroll pragma (before an innermost loop) when the config asks for one. */
+static void put_unroll(rctx *r)
+{
+    if (r->t == KN_TARGET_C && r->k->cfg.unroll > 0) line(r, "#pragma GCC unroll %d", r->k->cfg.unroll);
 }
 
 static ctype expr_ct(const rctx *r, int i)
@@ -728,12 +742,26 @@ static void render_combine(rctx *r, int s, const char *acc, const char *val)
 static kn_status render_c_pointwise(rctx *r)
 {
     const kn_kernel *k = r->k;
-    for (int d = 0; d < k->ndim; d++) {
+    /* tiled: the two innermost dims walk tile x tile blocks, so a kernel
+     * that reads one operand transposed touches fewer cache lines per block */
+    int T = k->cfg.tile, tiled = T > 0 && k->ndim >= 2 ? 2 : 0, opened = 0;
+    for (int d = 0; d < k->ndim - tiled; d++, opened++) {
+        if (d == k->ndim - 1) put_unroll(r);
         line(r, "for (kn_i64 i%d = 0; i%d < n%d; i%d++) {", d, d, d, d);
         r->indent++;
     }
+    for (int d = k->ndim - tiled; d < k->ndim; d++, opened++) {
+        line(r, "for (kn_i64 b%d = 0; b%d < n%d; b%d += %d) {", d, d, d, d, T);
+        r->indent++;
+    }
+    for (int d = k->ndim - tiled; d < k->ndim; d++, opened++) {
+        if (d == k->ndim - 1) put_unroll(r);
+        line(r, "for (kn_i64 i%d = b%d; i%d < (b%d + %d < n%d ? b%d + %d : n%d); i%d++) {", d, d, d, d, T, d, d,
+             T, d, d);
+        r->indent++;
+    }
     KN_TRY(render_stores(r, false, k->ndim));
-    for (int d = 0; d < k->ndim; d++) {
+    for (int d = 0; d < opened; d++) {
         r->indent--;
         line(r, "}");
     }
@@ -752,6 +780,7 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
         sb_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", acc_type(r, s), s);
         put_acc_init(r, s);
         sb_printf(r->s, ";\n");
+        put_unroll(r);
         line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
         r->indent++;
         bool need[KN_KIR_MAX_EXPRS] = {false};
@@ -796,6 +825,7 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
              ctype_name(expr_ct(r, k->stages[s].expr)), s);
     }
     if (has_stores(k, false)) {
+        put_unroll(r);
         line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
         r->indent++;
         KN_TRY(render_stores(r, false, k->ndim));
@@ -874,13 +904,29 @@ static kn_status render_cuda_pointwise(rctx *r)
     sb_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
     for (int d = 0; d < k->ndim; d++) sb_printf(r->s, " * n%d", d);
     sb_printf(r->s, ";\n");
-    line(r, "for (kn_i64 t = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;"
-            " t += (kn_i64)gridDim.x * blockDim.x) {");
-    r->indent++;
+    int ept = k->cfg.ept > 1 ? k->cfg.ept : 1;
+    if (ept == 1) {
+        line(r, "for (kn_i64 t = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;"
+                " t += (kn_i64)gridDim.x * blockDim.x) {");
+        r->indent++;
+    } else {
+        /* ept elements a block-width apart per thread and step: loads stay
+         * coalesced, and the unrolled steps keep ept loads in flight */
+        line(r, "for (kn_i64 base = (kn_i64)blockIdx.x * blockDim.x * %d + threadIdx.x; base < total;"
+                " base += (kn_i64)gridDim.x * blockDim.x * %d) {", ept, ept);
+        r->indent++;
+        line(r, "#pragma unroll");
+        line(r, "for (int e = 0; e < %d; e++) {", ept);
+        r->indent++;
+        line(r, "const kn_i64 t = base + (kn_i64)e * blockDim.x;");
+        line(r, "if (t >= total) break;");
+    }
     render_unflatten(r, "t", "total", k->ndim);
     KN_TRY(render_stores(r, false, k->ndim));
-    r->indent--;
-    line(r, "}");
+    for (int l = 0; l < (ept == 1 ? 1 : 2); l++) {
+        r->indent--;
+        line(r, "}");
+    }
     return KN_OK;
 }
 
@@ -890,7 +936,7 @@ static kn_status render_cuda_row(rctx *r)
     int R = k->ndim - 1;
     if (!r->warp_rows)
         for (int s = 0; s < k->n_stages; s++)
-            line(r, "__shared__ %s red%d[%d];", acc_type(r, s), s, KN_KIR_ROW_BLOCK);
+            line(r, "__shared__ %s red%d[32]; /* one partial per warp */", acc_type(r, s), s);
     sb_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
     for (int d = 0; d < R; d++) sb_printf(r->s, " * n%d", d);
     sb_printf(r->s, ";\n");
@@ -914,7 +960,9 @@ static kn_status render_cuda_row(rctx *r)
 
 bool kn_kernel_warp_rows(const kn_kernel *k)
 {
-    return k->kind == KN_KERNEL_ROW && k->ndim >= 1 && k->shape[k->ndim - 1] <= KN_KIR_WARP_ROW_MAX;
+    if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return false;
+    if (k->cfg.rows != KN_ROWS_AUTO) return k->cfg.rows == KN_ROWS_WARP;
+    return k->shape[k->ndim - 1] <= KN_KIR_WARP_ROW_MAX;
 }
 
 /* One kernel's function (no prelude). */
@@ -928,8 +976,7 @@ static kn_status render_function(const kn_kernel *k, kn_target t, sbuf *s)
     if (t == KN_TARGET_C)
         line(&r, "void %s(char **bufs, const kn_i64 *sizes)", k->name);
     else
-        line(&r, "extern \"C\" __global__ void __launch_bounds__(%d) %s(kn_kargs ka)",
-             KN_KIR_ROW_BLOCK, k->name);
+        line(&r, "extern \"C\" __global__ void __launch_bounds__(%d) %s(kn_kargs ka)", cfg_block(k), k->name);
     line(&r, "{");
     r.indent++;
     render_params(&r, t == KN_TARGET_C ? "bufs" : "ka.bufs", t == KN_TARGET_C ? "sizes" : "ka.sizes");
@@ -1003,14 +1050,118 @@ void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *gr
     for (int d = 0; d < upto; d++) n *= sizes[d];
     if (k->kind == KN_KERNEL_ROW && k->ndim >= 1 && sizes[k->ndim - 1] == 0 && !has_stores(k, true))
         n = 0;
-    *block = KN_KIR_ROW_BLOCK;
+    int b = *block = cfg_block(k);
     if (k->kind == KN_KERNEL_ROW) {
-        if (kn_kernel_warp_rows(k)) n = (n + KN_KIR_ROW_BLOCK / 32 - 1) / (KN_KIR_ROW_BLOCK / 32);
+        if (kn_kernel_warp_rows(k)) n = (n + b / 32 - 1) / (b / 32);
         *grid = n < KN_KIR_MAX_GRID ? n : KN_KIR_MAX_GRID;
     } else {
-        int64_t g = (n + KN_KIR_ROW_BLOCK - 1) / KN_KIR_ROW_BLOCK;
+        int64_t per = (int64_t)b * (k->cfg.ept > 1 ? k->cfg.ept : 1);
+        int64_t g = (n + per - 1) / per;
         *grid = g < KN_KIR_MAX_GRID ? g : KN_KIR_MAX_GRID;
     }
+}
+
+/* ---- configurations (the autotuner's search space) ---- */
+
+static const struct {
+    const char *name;
+    size_t off;
+} cfg_fields[] = {{"block", offsetof(kn_kconfig, block)},   {"ept", offsetof(kn_kconfig, ept)},
+                  {"rows", offsetof(kn_kconfig, rows)},     {"unroll", offsetof(kn_kconfig, unroll)},
+                  {"tile", offsetof(kn_kconfig, tile)}};
+#define N_CFG_FIELDS (sizeof cfg_fields / sizeof cfg_fields[0])
+static const char *const rows_names[] = {"auto", "block", "warp"};
+
+void kn_kconfig_text(const kn_kconfig *c, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t f = 0; f < N_CFG_FIELDS && n < size; f++) {
+        int v = *(const int *)((const char *)c + cfg_fields[f].off);
+        if (!v) continue;
+        if (cfg_fields[f].off == offsetof(kn_kconfig, rows) && v > 0 && v < 3)
+            n += (size_t)snprintf(buf + n, size - n, "%srows=%s", n ? " " : "", rows_names[v]);
+        else
+            n += (size_t)snprintf(buf + n, size - n, "%s%s=%d", n ? " " : "", cfg_fields[f].name, v);
+    }
+    if (!buf[0]) snprintf(buf, size, "default");
+}
+
+kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
+{
+    memset(c, 0, sizeof *c);
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        size_t len = strcspn(p, " ,");
+        char word[64];
+        snprintf(word, sizeof word, "%.*s", (int)(len < 63 ? len : 63), p);
+        p += len;
+        if (strcmp(word, "default") == 0) continue;
+        char *eq = strchr(word, '=');
+        size_t f = N_CFG_FIELDS;
+        if (eq) {
+            *eq = 0;
+            for (f = 0; f < N_CFG_FIELDS && strcmp(cfg_fields[f].name, word) != 0; f++) {}
+        }
+        if (f == N_CFG_FIELDS)
+            return kn_error(KN_ERR_ARG, "kernel config '%s': '%s' is not one of block=, ept=, rows=, unroll=, tile=",
+                            text, word);
+        int v = -1;
+        if (cfg_fields[f].off == offsetof(kn_kconfig, rows)) {
+            for (int i = 0; i < 3; i++)
+                if (strcmp(eq + 1, rows_names[i]) == 0) v = i;
+        } else {
+            char *end;
+            long l = strtol(eq + 1, &end, 10);
+            if (*end == 0 && end != eq + 1 && l >= 0 && l <= 4096) v = (int)l;
+        }
+        bool pow2 = v > 0 && (v & (v - 1)) == 0;
+        if (v < 0 || (cfg_fields[f].off == offsetof(kn_kconfig, block) && v && (!pow2 || v < 32 || v > 1024)))
+            return kn_error(KN_ERR_ARG, "kernel config '%s': bad value for %s=%s%s", text, word, eq + 1,
+                            cfg_fields[f].off == offsetof(kn_kconfig, block) ? " (a power of two in 32..1024)"
+                            : cfg_fields[f].off == offsetof(kn_kconfig, rows) ? " (auto, block or warp)"
+                                                                               : "");
+        *(int *)((char *)c + cfg_fields[f].off) = v;
+    }
+    return KN_OK;
+}
+
+int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int max)
+{
+    int n = 0;
+    if (max < 1) return 0;
+    memset(&out[n++], 0, sizeof *out); /* the default first: every other is measured against it */
+    if (k->kind != KN_KERNEL_POINTWISE && k->kind != KN_KERNEL_ROW) return n;
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        if (n < max) out[n++] = (kn_kconfig){__VA_ARGS__};                                         \
+    } while (0)
+    if (t == KN_TARGET_CUDA && k->kind == KN_KERNEL_POINTWISE) {
+        static const int blocks[] = {128, 256, 512}, epts[] = {1, 2, 4, 8};
+        for (int b = 0; b < 3; b++)
+            for (int e = 0; e < 4; e++)
+                if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == 1)) ADD(.block = blocks[b], .ept = epts[e]);
+    } else if (t == KN_TARGET_CUDA) {
+        int64_t row = k->ndim ? k->shape[k->ndim - 1] : 1;
+        bool auto_warp = kn_kernel_warp_rows(k);
+        static const int wblocks[] = {64, 128, 256, 512}, bblocks[] = {64, 128, 256, 512, 1024};
+        for (int b = 0; b < 4; b++) /* one warp per row: for rows up to a few thousand */
+            if (row <= 8 * KN_KIR_WARP_ROW_MAX && !(auto_warp && wblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
+        for (int b = 0; b < 5; b++) /* one block per row: wide rows want wide blocks */
+            if (bblocks[b] / 2 <= row && !(!auto_warp && bblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK);
+    } else {
+        static const int unrolls[] = {0, 2, 4, 8}, tiles[] = {0, 16, 64};
+        int nt = k->kind == KN_KERNEL_POINTWISE && k->ndim >= 2 ? 3 : 1;
+        for (int ti = 0; ti < nt; ti++)
+            for (int u = 0; u < 4; u++)
+                if (ti || u) ADD(.unroll = unrolls[u], .tile = tiles[ti]);
+    }
+#undef ADD
+    return n;
 }
 
 /* ---- dump ---- */

@@ -87,6 +87,27 @@ typedef struct kn_kstore {
     bool per_row; /* ROW kernels: once per row (after the stages) instead of per element */
 } kn_kstore;
 
+/* How a generated kernel is laid out on its target, beyond what it
+ * computes: the autotuner's knobs (core/kn_autotune). All zero is the
+ * default every mode but max-autotune runs; a field a target or kernel kind
+ * does not use stays 0. Every setting computes the same values (up to the
+ * order of a row's float additions). */
+typedef struct kn_kconfig {
+    int block;  /* CUDA: threads per block, a power of two in [32, 1024]; 0: 256 */
+    int ept;    /* CUDA POINTWISE: elements per thread per grid step, unrolled; 0: 1 */
+    int rows;   /* CUDA ROW: KN_ROWS_AUTO (one warp per row when the row has at most
+                   KN_KIR_WARP_ROW_MAX elements, else one block), KN_ROWS_BLOCK, KN_ROWS_WARP */
+    int unroll; /* C: `#pragma GCC unroll` on the innermost loops; 0: the compiler's choice */
+    int tile;   /* C POINTWISE over >= 2 dims: the two innermost loops in tile x tile blocks; 0: none */
+} kn_kconfig;
+
+enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2 };
+
+/* "default", or the non-default fields as "block=128 ept=4"; and back
+ * (KN_ERR_ARG naming the bad word). */
+void kn_kconfig_text(const kn_kconfig *c, char *buf, size_t size);
+kn_status kn_kconfig_parse(const char *text, kn_kconfig *c);
+
 typedef struct kn_kernel {
     char name[80];     /* "k3_softmax_f32_64x128": index, main op, dtype, sizes */
     kn_kernel_kind kind;
@@ -103,6 +124,7 @@ typedef struct kn_kernel {
     int n_nodes;
     int nodes[KN_KIR_MAX_NODES]; /* the graph nodes it covers, in order */
     int lib_node;                /* LIBRARY / FALLBACK: the node the backend runs */
+    kn_kconfig cfg;              /* POINTWISE / ROW: the layout (autotuned in max-autotune) */
     /* LIBRARY epilogue: exprs/stores over the library output, which is
      * arg 0 (is_output) and read back with KX_LOAD of arg 0. */
 } kn_kernel;
@@ -134,6 +156,11 @@ kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src);
  * for hand-written templates that share it; static storage, NULL on OOM. */
 const char *kn_kir_cuda_prelude(void);
 
+/* The configurations worth measuring for generated kernel k on target t,
+ * the default first (out[0] is all zero); at most max; returns the count
+ * (1 for kernels with nothing to tune). */
+int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int max);
+
 /* Human-readable dump of a kernel (for KILN_LOGS=kernels and tests). */
 kn_status kn_kernel_dump(const kn_kernel *k, char **text);
 
@@ -148,16 +175,19 @@ bool kn_kernel_has_source(const kn_kernel *k);
  * same layout): bufs as for C, sizes the iteration shape. Launch with
  * kn_kernel_launch_dims (sizes: the run's shape, NULL = k->shape), no
  * dynamic shared memory:
+ * (block: k->cfg.block, default KN_KIR_ROW_BLOCK; it is also the kernel's
+ * __launch_bounds__, so launch with no larger block):
  *   POINTWISE (and LIBRARY epilogues): a grid-stride loop over the flattened
- *     space; block 256, grid ceil(numel / 256) capped at KN_KIR_MAX_GRID.
- *     Any grid >= 1 and any block <= 256 is correct (an autotuner may vary them).
+ *     space, each thread taking cfg.ept elements a block-width apart per
+ *     step; grid ceil(numel / (block * ept)) capped at KN_KIR_MAX_GRID.
+ *     Any grid >= 1 and any block up to the bound is correct.
  *   ROW: one block per row (grid-stride over rows), warp shuffles then
  *     the warps' partials in shared memory per stage: block must be a power
- *     of two in [32, KN_KIR_ROW_BLOCK]; grid = rows capped at
- *     KN_KIR_MAX_GRID; any grid >= 1 is correct. Rows of at most
- *     KN_KIR_WARP_ROW_MAX elements (by k->shape, fixed when rendered:
- *     kn_kernel_warp_rows) get one warp each instead, block / 32 rows per
- *     block: grid = ceil(rows / (block / 32)), capped likewise.
+ *     of two in [32, 1024]; grid = rows capped at KN_KIR_MAX_GRID; any
+ *     grid >= 1 is correct. With one warp per row (kn_kernel_warp_rows:
+ *     cfg.rows, or by default rows of at most KN_KIR_WARP_ROW_MAX elements
+ *     of k->shape, fixed when rendered) a block takes block / 32 rows:
+ *     grid = ceil(rows / (block / 32)), capped likewise.
  * grid 0 means there is nothing to do: skip the launch. */
 #define KN_KIR_ROW_BLOCK 256
 #define KN_KIR_WARP_ROW_MAX 1024

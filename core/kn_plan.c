@@ -2,6 +2,7 @@
  * it: kernels in order, views made as the values they read exist, every
  * intermediate freed after its last use. */
 #include "kn_plan.h"
+#include "kn_plan_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ void kn_plan_free(kn_plan *p)
     for (int i = 0; p->consts && i < p->g.n_nodes; i++) kn_tensor_release(p->consts[i]);
     free(p->consts);
     free(p->epi);
+    kn_plan_tune_free(p);
     if (p->lib && be && be->release_program) be->release_program(p->lib);
     if (p->arena && be) be->free(p->arena);
     free(p->arena_off);
@@ -99,6 +101,12 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     if (st != KN_OK) goto fail;
     const kn_backend *be = kn_backend_get(p->device);
     p->fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *p->fns);
+    if (p->fns && (pass_flags & KN_PLAN_AUTOTUNE)) {
+        /* the cache file's choices, before the compile: their
+         * configurations are what gets compiled */
+        st = kn_plan_tune_prepare(p, cache_dir);
+        if (st != KN_OK) goto fail;
+    }
     if (!p->fns) {
         st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
         goto fail;
@@ -301,15 +309,6 @@ static kn_status plan_epilogues(kn_plan *p)
 
 /* ---- running ------------------------------------------------------------- */
 
-typedef struct {
-    kn_plan *p;
-    kn_tensor **val; /* per node * KN_MAX_OUTPUTS */
-    int64_t live, peak;
-    bool keep;       /* keep every value (numerics check) */
-    bool *folded;    /* per kernel: already computed by a library epilogue this run */
-    kn_tensor *const *inputs; /* the caller's */
-} run_ctx;
-
 /* Bind input node i's tensor (the caller's, or a constant of the passes). */
 static kn_status bind_input(run_ctx *r, int i)
 {
@@ -347,12 +346,13 @@ static void drop_val(run_ctx *r, int node)
     }
 }
 
-static kn_status run_reference(run_ctx *r, int node)
+static kn_status run_reference(run_ctx *r, int node, int kid)
 {
     const kn_node *n = &r->p->g.nodes[node];
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)n->op);
     c.a = n->a;
+    c.variant = r->p->variant && kid >= 0 ? r->p->variant[kid] : 0;
     c.n_in = n->n_in;
     for (int k = 0; k < n->n_in; k++) {
         c.in[k] = r->val[n->in_node[k] * KN_MAX_OUTPUTS + n->in_out[k]];
@@ -364,11 +364,10 @@ static kn_status run_reference(run_ctx *r, int node)
     return KN_OK;
 }
 
-static kn_status run_generated(run_ctx *r, int kid)
+kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs)
 {
     kn_plan *p = r->p;
     const kn_kernel *k = &p->f.prog.kernels[kid];
-    char *bufs[KN_KIR_MAX_ARGS];
     for (int a = 0; a < k->n_args; a++) {
         const kn_karg *ar = &k->args[a];
         kn_tensor **slot = &r->val[ar->node * KN_MAX_OUTPUTS + ar->out];
@@ -388,6 +387,15 @@ static kn_status run_generated(run_ctx *r, int kid)
         if (!*slot) return kn_error(KN_ERR_ARG, "plan: kernel %s reads node %d before it is computed", k->name, ar->node);
         bufs[a] = (char *)kn_tensor_data(*slot) + ar->offset * (int64_t)kn_dtype_size(ar->dtype);
     }
+    return KN_OK;
+}
+
+static kn_status run_generated(run_ctx *r, int kid)
+{
+    kn_plan *p = r->p;
+    const kn_kernel *k = &p->f.prog.kernels[kid];
+    char *bufs[KN_KIR_MAX_ARGS];
+    KN_TRY(kn_plan_kernel_bufs(r, kid, bufs));
     const kn_backend *be = kn_backend_get(p->device);
     KN_TRY(be->launch(k, p->fns[kid], bufs, k->shape));
     if (kid == p->fault_kernel && p->device == KN_CPU) /* a deliberate fault, for the checker's tests */
@@ -404,13 +412,13 @@ static kn_status run_generated(run_ctx *r, int kid)
 /* The matmul at node m with the next kernel in its library epilogue (see
  * plan_epilogues); *done false when this run's tensors do not fit (a
  * strided bias or residual), and the kernels then run as planned. */
-static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
+kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *cp, kn_tensor **biasp, kn_tensor **resp,
+                             bool *ok)
 {
     kn_plan *p = r->p;
     const struct kn_plan_epi *e = &p->epi[kid];
     const kn_node *mn = &p->g.nodes[m];
-    int root = p->f.kernel_at[e->into];
-    *done = false;
+    *ok = false;
     /* the bias (a parameter first used by the add) may come after the
      * matmul in graph order: inputs can be bound early */
     if (e->bias_node >= 0 && p->f.disp[e->bias_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->bias_node));
@@ -425,9 +433,29 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     }
     kn_tensor *bias = e->bias_node >= 0 ? r->val[e->bias_node * KN_MAX_OUTPUTS + e->bias_out] : NULL;
     kn_tensor *res = e->res_node >= 0 ? r->val[e->res_node * KN_MAX_OUTPUTS + e->res_out] : NULL;
-    if ((e->bias_node >= 0 && !bias) || (e->res_node >= 0 && !res) || r->val[root * KN_MAX_OUTPUTS]) return KN_OK;
+    if ((e->bias_node >= 0 && !bias) || (e->res_node >= 0 && !res)) return KN_OK;
     if (bias && (bias->ndim != 1 || (bias->shape[0] > 1 && bias->strides[0] != 1))) return KN_OK;
     if (res && !kn_tensor_is_contiguous(res)) return KN_OK;
+    c.variant = p->variant ? p->variant[kid] : 0;
+    *cp = c;
+    *biasp = bias;
+    *resp = res;
+    *ok = true;
+    return KN_OK;
+}
+
+static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
+{
+    kn_plan *p = r->p;
+    const struct kn_plan_epi *e = &p->epi[kid];
+    int root = p->f.kernel_at[e->into];
+    kn_opcall c;
+    kn_tensor *bias, *res;
+    *done = false;
+    if (r->val[root * KN_MAX_OUTPUTS]) return KN_OK;
+    KN_TRY(kn_plan_fused_call(r, kid, m, &c, &bias, &res, done));
+    if (!*done) return KN_OK;
+    *done = false;
     const kn_meta *m_out = &p->g.nodes[root].out[0];
     /* not the arena slot the memory plan gave the pointwise kernel's
      * output: that plan let it reuse the bytes of values dead by then,
@@ -437,7 +465,7 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     set_val(r, root, 0, out);
     c.n_out = 1;
     c.out[0] = out;
-    KN_TRY(kn_backend_get(p->device)->library_fused(&c, bias, e->act, res));
+    KN_TRY(kn_backend_get(p->device)->library_fused(&c, bias, p->epi[kid].act, res));
     r->folded[e->into] = true;
     *done = true;
     return KN_OK;
@@ -472,11 +500,12 @@ static kn_status const_value(run_ctx *r, int node)
     return KN_OK;
 }
 
-static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept)
+kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept,
+                         kn_tune_session *tune)
 {
     kn_graph *g = &p->g;
     run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL, NULL,
-                 inputs};
+                 inputs, tune};
     if (p->n_epi) r.folded = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *r.folded);
     if (!r.val || (p->n_epi && !r.folded)) {
         free(r.val);
@@ -526,9 +555,10 @@ static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resu
             } else if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) {
                 st = run_generated(&r, kid);
             } else {
-                st = run_reference(&r, i);
+                st = run_reference(&r, i, kid);
             }
             if (prof) kn_profile_plan_end(slot, p, kid);
+            if (st == KN_OK && r.tune) st = kn_plan_tune_kernel(&r, kid, i, fused);
             break;
         }
         }
@@ -567,7 +597,7 @@ static kn_status plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resu
 
 kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
-    return plan_run(p, inputs, results, NULL);
+    return kn_plan_run_ex(p, inputs, results, NULL, NULL);
 }
 
 kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *bad_kernel, char *why,
@@ -583,7 +613,7 @@ kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *
         free(ref);
         return kn_error(KN_ERR_OOM, "out of host memory for a numerics check");
     }
-    kn_status st = plan_run(p, inputs, res, &got);
+    kn_status st = kn_plan_run_ex(p, inputs, res, &got, NULL);
     if (st == KN_OK) {
         for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = inputs[i];
         st = kn_graph_run(g, ref);
@@ -714,6 +744,21 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         }
     }
     return KN_OK;
+}
+
+void kn_plan_drop_recording(kn_plan *p)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    if (p->rec_exec && be && be->graph_destroy) be->graph_destroy(p->rec_exec);
+    p->rec_exec = NULL;
+    for (int i = 0; p->rec_in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec_in[i]);
+    for (int i = 0; p->rec_out && i < p->n_outputs; i++) kn_tensor_release(p->rec_out[i]);
+    free(p->rec_in);
+    free(p->rec_ptr);
+    free(p->rec_out);
+    p->rec_in = p->rec_out = NULL;
+    p->rec_ptr = NULL;
+    if (p->rec_state != KN_REC_NEVER) p->rec_state = KN_REC_WARMUP;
 }
 
 static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)

@@ -57,7 +57,52 @@ typedef struct kn_plan {
     void **rec_ptr;         /* per caller input read in place: its data address when recorded */
     kn_tensor **rec_out;    /* the recording's outputs (overwritten by each replay) */
     int64_t replays;
+    /* max-autotune (core/kn_plan_tune.c): per kernel, the library variant
+     * it runs (0: the library's default pick) and what the search measured
+     * or the cache gave; the compiled programs of chosen configurations */
+    bool autotune;          /* built with KN_PLAN_AUTOTUNE */
+    int tune_state;         /* KN_TUNE_* */
+    int *variant;
+    struct kn_tune_result *tune;
+    void **tune_libs;
+    int n_tune_libs;
+    int tune_cache_hits;    /* kernels whose choice came from the cache file */
+    char tune_dev[17];      /* the device key of the choices */
 } kn_plan;
+
+/* Per kernel of an autotuned plan. */
+typedef struct kn_tune_result {
+    int source;             /* KN_TUNED_* */
+    char sig[17];           /* the cache key (kn_autotune.h) */
+    char choice[64], label[128];
+    double us, default_us;  /* the chosen one's median and the default's; < 0: not measured */
+    int n_cands;
+    struct kn_tune_cand *cands; /* what was measured (NULL when from the cache) */
+} kn_tune_result;
+
+enum { KN_TUNE_PENDING = 0, KN_TUNE_DONE };
+enum {
+    KN_TUNED_NONE = 0,      /* nothing to tune (views, fallbacks, folded kernels) or not reached */
+    KN_TUNED_MEASURED,      /* searched in this process */
+    KN_TUNED_CACHED,        /* the cache file's choice */
+    KN_TUNED_PINNED,        /* kiln.autotune.pin */
+    KN_TUNED_SKIPPED        /* tunable, but the budget ran out or the search was interrupted: default */
+};
+
+/* One max-autotune search (a compiled function's call); see kn_plan_autotune. */
+typedef struct kn_tune_session {
+    const char *cache_dir;
+    double budget_s;        /* what this function may still spend */
+    double spent_s;         /* out: time spent searching (compiles included) */
+    int measured;           /* out: kernels searched */
+    int candidates;         /* out: candidates measured */
+    bool out_of_budget, interrupted;
+    void (*log)(void *ud, const char *text);
+    void *log_ud;
+    /* internal */
+    double t0;
+    int kernels_total, kernels_done;
+} kn_tune_session;
 
 enum { KN_REC_WARMUP = 0, KN_REC_RECORD, KN_REC_READY, KN_REC_NEVER };
 
@@ -80,6 +125,21 @@ void kn_plan_free(kn_plan *p);
  * a failed capture) runs as kn_plan_run from then on, with the reason in
  * p->rec_why; *recorded_now tells the caller to report it once. */
 kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed);
+
+/* max-autotune. Plans built with KN_PLAN_AUTOTUNE take the cache file's
+ * choices at build (tune_cache_hits); the first call then runs through
+ * kn_plan_autotune, which measures every kernel still untuned on that
+ * call's inputs (see core/kn_autotune.h), keeps the winners, saves them
+ * and returns the call's results. KN_ERR_INTERRUPTED when Ctrl-C stopped
+ * the search (what was measured is kept and saved). */
+kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s);
+/* Pin kernel kid to a choice ("default", "block=128 ept=4", "variant=3"):
+ * compiled now, saved in the cache as pinned; the recording is dropped. */
+kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *cache_dir);
+/* Forget the recording (its kernels changed): the next calls warm up and record again. */
+void kn_plan_drop_recording(kn_plan *p);
+/* Whether kernel kid has anything to tune on this plan's device. */
+bool kn_plan_tunable(const kn_plan *p, int kid);
 
 /* Numerics check: run the plan and, node by node, the reference executor
  * on the same inputs, and compare every value a kernel materializes. On a

@@ -33,6 +33,7 @@ const char *kn_status_name(kn_status st)
     case KN_ERR_UNSUPPORTED: return "unsupported";
     case KN_ERR_DEVICE: return "device error";
     case KN_ERR_INTERRUPTED: return "interrupted";
+    case KN_ERR_RANGE: return "out of range";
     }
     return "unknown error";
 }

@@ -18,7 +18,8 @@ typedef enum kn_status {
     KN_ERR_FORMAT,      /* a file is corrupt or truncated */
     KN_ERR_UNSUPPORTED, /* no implementation on this backend */
     KN_ERR_DEVICE,      /* the device (GPU) failed or is missing */
-    KN_ERR_INTERRUPTED  /* the user pressed Ctrl-C */
+    KN_ERR_INTERRUPTED, /* the user pressed Ctrl-C */
+    KN_ERR_RANGE        /* an index past the end (a library variant that does not exist) */
 } kn_status;
 
 /* Set the message for the current error and return `st` (so callers can

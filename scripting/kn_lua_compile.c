@@ -18,6 +18,7 @@
 #include "kn_lua_util.h"
 
 #include "kn_lua_compile.h"
+#include "kn_autotune.h"
 #include "kn_passes.h"
 #include "kn_backend.h"
 #ifdef KILN_HAVE_CUDA
@@ -458,6 +459,7 @@ void kn_lua_sync_config(lua_State *L)
         lua_pop(L, 2);
     }
     lua_pop(L, 1);
+    kn_lua_autotune_sync(L);
 }
 
 /* Read kiln.config into the compiled function's settings. */
@@ -1115,7 +1117,7 @@ static int parse_log_word(const char *w)
     if (strcmp(w, "cudagraphs") == 0) return KN_LOG_CUDAGRAPHS;
     if (strcmp(w, "fusion") == 0) return KN_LOG_FUSION;
     if (strcmp(w, "passes") == 0) return KN_LOG_PASSES;
-    if (strcmp(w, "autotune") == 0) return 0;
+    if (strcmp(w, "autotune") == 0) return KN_LOG_AUTOTUNE;
     return -1;
 }
 
@@ -1173,6 +1175,7 @@ void kn_lua_open_compile(lua_State *L)
         static const luaL_Reg methods[] = {{"set_mode", cm_set_mode}, {"mode", cm_mode}, {"check", cm_check}, {NULL, NULL}};
         luaL_newlib(L, methods);
         kn_lua_compiled_inspect_methods(L); /* breaks, recompiles, guards, graphs, ... */
+        kn_lua_compiled_autotune_methods(L);
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
@@ -1192,6 +1195,8 @@ void kn_lua_open_compile(lua_State *L)
     lua_setfield(L, -2, "check_numerics"); /* compare every compiled run with the reference */
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "fold_epilogues"); /* bias/ReLU/residual in the matmul or conv library call */
+    lua_pushnumber(L, kn_autotune_get_opts()->budget_s);
+    lua_setfield(L, -2, "autotune_budget_s"); /* max-autotune's search time per compiled function */
     const char *cache = getenv("KILN_CACHE_DIR");
     const char *home = getenv("HOME");
     if (cache) lua_pushstring(L, cache);
@@ -1201,6 +1206,7 @@ void kn_lua_open_compile(lua_State *L)
     lua_setfield(L, LUA_REGISTRYINDEX, "kiln.config");
     lua_setfield(L, kiln, "config");
     log_from_env();
+    kn_lua_autotune_functions(L, kiln);
     static const luaL_Reg fns[] = {{"compile", l_compile}, {"graph_break", l_graph_break},
                                    {"eager", l_eager},     {"log", l_log},
                                    {"mark_dynamic", l_mark_dynamic},

@@ -43,5 +43,10 @@ typedef struct {
 compiled_ud *kn_lua_check_compiled(lua_State *L, int idx);
 /* Add the inspection methods to the methods table on the stack top. */
 void kn_lua_compiled_inspect_methods(lua_State *L);
+/* kn_lua_autotune.c: cm:autotune(), cm:autotune_pin(); kiln._autotune_*;
+ * the search's options from kiln.config (at each call). */
+void kn_lua_compiled_autotune_methods(lua_State *L);
+void kn_lua_autotune_functions(lua_State *L, int kiln);
+void kn_lua_autotune_sync(lua_State *L);
 
 #endif

@@ -328,10 +328,18 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "cache_hits");
     lua_pushinteger(L, js.misses);
     lua_setfield(L, -2, "cache_misses");
-    lua_pushnumber(L, 0);
+    lua_pushnumber(L, s->autotune_s);
     lua_setfield(L, -2, "autotune_s");
-    lua_pushinteger(L, 0);
+    lua_pushinteger(L, s->autotune_cache_hits);
     lua_setfield(L, -2, "autotune_cache_hits");
+    lua_pushinteger(L, s->autotune_kernels);
+    lua_setfield(L, -2, "autotune_kernels");
+    lua_pushinteger(L, s->autotune_candidates);
+    lua_setfield(L, -2, "autotune_candidates");
+    if (s->autotune_interrupted || s->autotune_out_of_budget) {
+        lua_pushstring(L, s->autotune_interrupted ? "interrupted" : "budget");
+        lua_setfield(L, -2, "autotune_stopped");
+    }
     lua_pushinteger(L, (lua_Integer)s->replays);
     lua_setfield(L, -2, "replays");
     /* "yes" once a call replayed a recording; else why not (or not yet) */

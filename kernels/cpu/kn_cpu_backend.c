@@ -3,6 +3,7 @@
  * kn_tensor_new promises; `run` sends each call to the kernel family of its
  * op kind (see kn_cpu.h). The CPU runs everything synchronously.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -175,6 +176,38 @@ static kn_status cpu_event_elapsed_ms(void *a, void *b, double *ms)
     return KN_OK;
 }
 
+/* Autotuning: evict the caches by writing a buffer larger than a core's
+ * share of the last-level cache (timing runs of a CPU kernel otherwise
+ * read inputs the previous run left in cache). */
+#define CPU_FLUSH_BYTES ((size_t)8 << 20)
+
+static kn_status cpu_flush_cache(void)
+{
+    static unsigned char *buf;
+    static unsigned char round;
+    if (!buf && !(buf = malloc(CPU_FLUSH_BYTES))) return KN_OK; /* timing without a flush is still timing */
+    memset(buf, ++round, CPU_FLUSH_BYTES);
+    __asm__ volatile("" : : "r"(buf) : "memory"); /* keep the stores */
+    return KN_OK;
+}
+
+/* The C compiler and the CPU model: a choice measured with another
+ * compiler or on another machine kind is not reused. */
+static void cpu_identity(char *buf, size_t size)
+{
+    char model[256] = "unknown cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    if (f) fclose(f);
+    snprintf(buf, size, "cpu %s, %s", model, kn_jit_compiler_id());
+}
+
 const kn_backend kn_cpu_backend = {
     .name = "cpu",
     .device = KN_CPU,
@@ -194,4 +227,6 @@ const kn_backend kn_cpu_backend = {
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
     .event_elapsed_ms = cpu_event_elapsed_ms,
+    .flush_cache = cpu_flush_cache,
+    .identity = cpu_identity,
 };

@@ -31,6 +31,8 @@
 #endif
 
 #define GRID_CAP 65535
+#define LT_HEUR_MAX 8 /* the heuristic's algorithms asked for (max-autotune measures them all) */
+#define LT_SPLITS 3   /* split-K variants of its first: 2, 4, 8 */
 #define LT_WORKSPACE ((int64_t)32 << 20)
 
 /* ---- helpers shared with kn_cuda_dnn.c (kn_cuda_linalg.h) ---------------- */
@@ -224,12 +226,14 @@ typedef struct lt_key {
     int64_t rows_a, cols_a, ld_a, rows_b, cols_b, ld_b;
     int64_t sa, sb, sd; /* strided-batch offsets */
     int64_t align_a, align_b, align_d, align_bias;
+    int32_t variant, pad_; /* max-autotune: which algorithm (lt_entry_build) */
 } lt_key;
 
 typedef struct lt_entry {
     lt_key key;
     uint64_t hash;
     bool refused; /* the heuristic found no algorithm: use kiln's kernel */
+    bool past_end; /* variant > 0 beyond what the heuristic offers */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -253,7 +257,9 @@ static struct {
     X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)   \
     X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                             \
     X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                           \
-    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic)
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic)                      \
+    X(cublasLtMatmulAlgoConfigGetAttribute) X(cublasLtMatmulAlgoConfigSetAttribute)                \
+    X(cublasLtMatmulAlgoCheck) X(cublasLtGetVersion)
 
 static struct {
 #define LT_FIELD(f) __typeof__(&f) f;
@@ -287,6 +293,27 @@ static kn_status lt_fail(cublasStatus_t s, const char *what)
 {
     return kn_error(KN_ERR_DEVICE, "matmul: cuBLASLt %s failed: %s (%d)", what,
                     lt.cublasLtGetStatusString(s), (int)s);
+}
+
+static bool lt_ready(void);
+
+/* "cublaslt algo 21 tile 18 stages 8 splitk 2" (cuBLASLt's enum numbers). */
+static void lt_label(const cublasLtMatmulAlgo_t *a, const char *extra)
+{
+    int32_t id = -1, splitk = 1;
+    uint32_t tile = 0, stages = 0;
+    size_t w;
+    lt.cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    lt.cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    lt.cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+    lt.cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+    kn_cuda_variant_label("cublaslt algo %d tile %u stages %u splitk %d%s", (int)id, (unsigned)tile,
+                          (unsigned)stages, (int)(splitk > 0 ? splitk : 1), extra);
+}
+
+size_t kn_cuda_blas_version(void)
+{
+    return lt_ready() ? lt.cublasLtGetVersion() : 0;
 }
 
 /* The handle and the one workspace; false when cuBLASLt cannot start (the
@@ -433,19 +460,37 @@ static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_pt
         lt_entry_destroy(e);
         return lt_fail(s, "descriptor setup");
     }
-    cublasLtMatmulHeuristicResult_t res[8];
+    cublasLtMatmulHeuristicResult_t res[LT_HEUR_MAX];
     int got = 0;
     memset(res, 0, sizeof res);
-    s = lt.cublasLtMatmulAlgoGetHeuristic(g_lt.h, e->desc, e->la, e->lb, e->ld, e->ld, pref, 8, res, &got);
+    s = lt.cublasLtMatmulAlgoGetHeuristic(g_lt.h, e->desc, e->la, e->lb, e->ld, e->ld, pref, LT_HEUR_MAX, res,
+                                          &got);
     lt.cublasLtMatmulPreferenceDestroy(pref);
     e->refused = true;
-    if (s == CUBLAS_STATUS_SUCCESS)
-        for (int i = 0; i < got; i++)
-            if (res[i].state == CUBLAS_STATUS_SUCCESS && (int64_t)res[i].workspaceSize <= g_lt.ws_size) {
-                e->algo = res[i].algo;
-                e->refused = false;
-                break;
-            }
+    /* variant v: the heuristic's v-th usable algorithm; past those, its
+     * first with split-K 2, 4, 8 (a wide-K, few-tile GEMM such as
+     * large_linear's M = 64 fills the GPU only when K is split) */
+    int usable[LT_HEUR_MAX], nu = 0;
+    for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < got; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && (int64_t)res[i].workspaceSize <= g_lt.ws_size) usable[nu++] = i;
+    int v = k->variant;
+    if (nu && v < nu) {
+        e->algo = res[usable[v]].algo;
+        e->refused = false;
+    } else if (nu && v < nu + LT_SPLITS) {
+        e->algo = res[usable[0]].algo;
+        int32_t split = 2 << (v - nu);
+        cublasLtMatmulHeuristicResult_t chk;
+        memset(&chk, 0, sizeof chk);
+        if (lt.cublasLtMatmulAlgoConfigSetAttribute(&e->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split,
+                                                    sizeof split) == CUBLAS_STATUS_SUCCESS &&
+            lt.cublasLtMatmulAlgoCheck(g_lt.h, e->desc, e->la, e->lb, e->ld, e->ld, &e->algo, &chk) ==
+                CUBLAS_STATUS_SUCCESS &&
+            (int64_t)chk.workspaceSize <= g_lt.ws_size)
+            e->refused = false;
+    } else if (v) {
+        e->past_end = true;
+    }
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED &&
         s != CUBLAS_STATUS_INVALID_VALUE) {
         lt_entry_destroy(e);
@@ -518,10 +563,12 @@ static bool fits_i32(int64_t v)
  * (casts, contiguous copies) are released before returning; the allocator
  * keeps their memory from reuse until the queued work is done. */
 static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act, const kn_tensor *residual,
-                           bool *done)
+                           int variant, bool *done)
 {
     *done = false;
-    if (!lt_ready()) return KN_OK;
+    bool past_end = false;
+    if (!lt_ready())
+        return variant ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt is not available: no variant %d", variant) : KN_OK;
     kn_dtype dt = pr0->o->dtype;
     size_t esz = kn_dtype_size(dt);
     kn_tensor *tmp[3] = {NULL, NULL, NULL};
@@ -580,6 +627,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
     lt_key k;
     memset(&k, 0, sizeof k);
     k.dtype = (int32_t)dt;
+    k.variant = variant;
     k.tf32 = dt == KN_F32 && kn_allow_tf32();
     /* cuBLASLt A = kiln b^T (N x K), B = kiln a^T (K x m), D = out^T (N x m) */
     if (!lt_map(pr.n, pr.k, pr.b.cs, pr.b.rs, &k.op_a, &k.rows_a, &k.cols_a, &k.ld_a) ||
@@ -623,6 +671,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         uint64_t h = kn_hash_bytes(KN_HASH_SEED, &k, sizeof k);
         lt_entry *e = lt_find(&k, h);
         if (!e && (st = lt_entry_build(&k, h, bptr, &e)) != KN_OK) goto out;
+        past_end = past_end || e->past_end;
         if (e->refused) continue;
         if (bptr) {
             cublasStatus_t s = lt.cublasLtMatmulDescSetAttribute(
@@ -674,13 +723,23 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         }
         if (e->refused) continue;
         *done = true;
+        lt_label(&e->algo, epi ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "");
         if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act);
     }
+    /* a variant is that algorithm or nothing: kiln's kernel is no variant */
+    if (!*done && variant && st == KN_OK)
+        st = past_end ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt has no variant %d for this call", variant)
+                      : kn_error(KN_ERR_UNSUPPORTED, "matmul: cuBLASLt variant %d cannot run this call", variant);
 out:
     for (int i = 0; i < 3; i++) kn_tensor_release(tmp[i]);
     return st;
 }
 
+#else
+size_t kn_cuda_blas_version(void)
+{
+    return 0;
+}
 #endif /* KILN_HAVE_CUBLASLT */
 
 /* ---- entry points ---------------------------------------------------------- */
@@ -734,9 +793,12 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
     }
 #ifdef KILN_HAVE_CUBLASLT
     bool done = false;
-    KN_TRY(matmul_lt(&pr, bias, act, residual, &done));
+    KN_TRY(matmul_lt(&pr, bias, act, residual, c->variant, &done));
     if (done) return KN_OK;
+#else
+    if (c->variant) return kn_error(KN_ERR_RANGE, "matmul: no cuBLASLt in this build: no variant %d", c->variant);
 #endif
+    kn_cuda_variant_label("kiln matmul kernel");
     KN_TRY(matmul_naive(&pr));
     KN_TRY(kn_cuda_bias_act(o, bias, 1, pr.n, act));
     return residual ? add_into(o, residual) : KN_OK;

@@ -76,6 +76,7 @@ enum { MAX_KEEP = 12 };
 typedef struct dnn_key {
     int32_t dt, tf32, bias_dt, fused;
     int32_t act; /* 1: ReLU after the bias add (only with fused) */
+    int32_t variant; /* max-autotune: the variant-th allowed precompiled engine config (0: the first) */
     int32_t stride[2], pad[2], dil[2];
     int64_t xd[4], xs[4], wd[4], ws[4], yd[4];
     int64_t align_x, align_w, align_y, align_b;
@@ -85,6 +86,8 @@ typedef struct dnn_entry {
     dnn_key key;
     uint64_t hash;
     bool refused;
+    bool past_end; /* variant > 0 beyond the configs cuDNN offers */
+    char label[128]; /* "cudnn eng 7 knobs(3=2,10=1)" */
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t keep[MAX_KEEP]; /* what the plan was built from */
     int nkeep;
@@ -245,15 +248,61 @@ static bool engine_allowed(cudnnBackendDescriptor_t cfg, bool strict_f32, bool *
     return ok;
 }
 
+/* "cudnn eng 7 knobs(3=2,10=1)": the engine's global index and its knob choices. */
+static void engine_label(cudnnBackendDescriptor_t cfg, char *buf, size_t size)
+{
+    cudnnBackendDescriptor_t eng = NULL, knobs[16] = {NULL};
+    int64_t n = 0, idx = -1, nk = 0;
+    snprintf(buf, size, "cudnn engine");
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &idx) ==
+            CUDNN_STATUS_SUCCESS)
+        snprintf(buf, size, "cudnn eng %lld", (long long)idx);
+    cudnnBackendDestroyDescriptor(eng);
+    int made = 0;
+    for (; made < 16; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &knobs[made]) != CUDNN_STATUS_SUCCESS)
+            break;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &nk,
+                                 knobs) == CUDNN_STATUS_SUCCESS && nk > 0) {
+        size_t at = strlen(buf);
+        at += (size_t)snprintf(buf + at, at < size ? size - at : 0, " knobs(");
+        for (int64_t i = 0; i < nk && i < made && at < size; i++) {
+            cudnnBackendKnobType_t type;
+            int64_t v = 0, got = 0;
+            if (cudnnBackendGetAttribute(knobs[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got,
+                                         &type) != CUDNN_STATUS_SUCCESS ||
+                cudnnBackendGetAttribute(knobs[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &got,
+                                         &v) != CUDNN_STATUS_SUCCESS)
+                continue;
+            at += (size_t)snprintf(buf + at, size - at, "%s%d=%lld", i ? "," : "", (int)type, (long long)v);
+        }
+        if (at < size) snprintf(buf + at, size - at, ")");
+    }
+    for (int i = 0; i < made; i++) cudnnBackendDestroyDescriptor(knobs[i]);
+}
+
 /* A finalized plan for the op graph: heuristics A then FALLBACK, ranked;
  * precompiled engines first (pass 0), runtime-compiled ones after (pass 1).
  * NOT_SUPPORTED when no engine takes the graph. The chosen config goes to
- * e->keep (the plan was built from it). */
+ * e->keep (the plan was built from it). Variant v > 0 (max-autotune) takes
+ * the v-th allowed precompiled config after the first instead (the same
+ * config listed by both heuristics counts once per listing), with a
+ * smaller workspace cap; none: e->past_end. */
+#define DNN_VARIANT_MAX 8
+#define DNN_VARIANT_WORKSPACE ((int64_t)64 << 20)
 static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph, bool strict_f32)
 {
     static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-    for (int pass = 0; pass < 2; pass++)
+    int want = e->key.variant, seen = 0;
+    if (want >= DNN_VARIANT_MAX) {
+        e->past_end = true;
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    }
+    for (int pass = 0; pass < (want ? 1 : 2); pass++)
         for (int mi = 0; mi < 2; mi++) {
             cudnnBackendDescriptor_t heur = NULL, *cfgs = NULL;
             int64_t n = 0, got = 0;
@@ -299,7 +348,13 @@ static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph,
                 if (ps == CUDNN_STATUS_SUCCESS)
                     ps = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                   CUDNN_TYPE_INT64, 1, &cnt, &ws);
-                if (ps == CUDNN_STATUS_SUCCESS && ws <= DNN_MAX_WORKSPACE && e->nkeep < MAX_KEEP) {
+                bool fits = ws <= (want ? DNN_VARIANT_WORKSPACE : DNN_MAX_WORKSPACE);
+                if (ps == CUDNN_STATUS_SUCCESS && fits && want && seen++ < want) {
+                    cudnnBackendDestroyDescriptor(plan); /* an earlier variant's */
+                    continue;
+                }
+                if (ps == CUDNN_STATUS_SUCCESS && fits && e->nkeep < MAX_KEEP) {
+                    engine_label(cfgs[i], e->label, sizeof e->label);
                     e->plan = plan;
                     e->ws_size = ws;
                     e->keep[e->nkeep++] = cfgs[i];
@@ -315,6 +370,7 @@ static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph,
             if (heur) cudnnBackendDestroyDescriptor(heur);
             if (chosen >= 0) return CUDNN_STATUS_SUCCESS;
         }
+    if (want) e->past_end = true;
     return is_not_supported(last) || last == CUDNN_STATUS_SUCCESS ? CUDNN_STATUS_NOT_SUPPORTED : last;
 }
 
@@ -543,7 +599,7 @@ static void packed(const int64_t *d, int64_t *s)
 /* The cuDNN path; *done stays false when cuDNN refuses or a needed copy is
  * not available (the caller then runs kiln's kernel). */
 static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_tensor *bias,
-                          kn_tensor *y, const kn_attrs *at, int act, bool *done)
+                          kn_tensor *y, const kn_attrs *at, int act, int variant, bool *done)
 {
     *done = false;
     if (!dnn_ready()) return KN_OK;
@@ -569,6 +625,8 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
     memset(&k, 0, sizeof k);
     k.dt = (int32_t)dt;
     k.tf32 = dt == KN_F32 && kn_allow_tf32();
+    k.variant = variant;
+    bool past_end = false;
     for (int i = 0; i < 2; i++) {
         k.stride[i] = at->stride[i];
         k.pad[i] = at->padding[i];
@@ -599,6 +657,7 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         k.align_b = fused ? kn_cuda_align_of(kn_cuda_tensor_ptr(fb), NULL, 0, 16) : 0;
         dnn_entry *e = NULL;
         if ((st = dnn_entry_get(&k, &e)) != KN_OK) goto out;
+        past_end = past_end || e->past_end;
         if (e->refused) continue;
         st = dnn_execute(e, px, pw, py, fused ? kn_cuda_tensor_ptr(fb) : NULL);
         if (st == KN_ERR_UNSUPPORTED) { /* refused at run time: remember it */
@@ -609,8 +668,13 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         }
         if (st != KN_OK) goto out;
         *done = true;
+        kn_cuda_variant_label("%s%s", e->label, fused ? (act ? " +bias+relu" : " +bias") : "");
         if (!fused && (bias || act)) st = kn_cuda_bias_act(y, bias, k.yd[2] * k.yd[3], k.yd[1], act);
     }
+    /* a variant is that engine or nothing: kiln's kernel is no variant */
+    if (!*done && variant && st == KN_OK)
+        st = past_end ? kn_error(KN_ERR_RANGE, "conv2d: cuDNN has no variant %d for this call", variant)
+                      : kn_error(KN_ERR_UNSUPPORTED, "conv2d: cuDNN variant %d refused this call", variant);
 out:
     for (int i = 0; i < 3; i++) kn_tensor_release(tmp[i]);
     return st;
@@ -645,9 +709,12 @@ static kn_status conv_run(const kn_opcall *c, int act)
     }
 #ifdef KILN_HAVE_CUDNN
     bool done = false;
-    KN_TRY(conv_dnn(x, w, bias, y, &c->a, act, &done));
+    KN_TRY(conv_dnn(x, w, bias, y, &c->a, act, c->variant, &done));
     if (done) return KN_OK;
+#else
+    if (c->variant) return kn_error(KN_ERR_RANGE, "conv2d: no cuDNN in this build: no variant %d", c->variant);
 #endif
+    kn_cuda_variant_label("kiln conv2d kernel");
     KN_TRY(conv_naive(x, w, bias, y, &c->a));
     return act ? kn_cuda_bias_act(y, NULL, y->shape[y->ndim - 2] * y->shape[y->ndim - 1], w->shape[0], act) : KN_OK;
 }

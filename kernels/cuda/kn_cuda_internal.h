@@ -100,6 +100,12 @@ const char *kn_cuda_cache_dir(void);
 /* Launch a kernel taking one kn_kargs-like struct by value. */
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);
 
+/* max-autotune: what the last library call ran ("cublaslt algo 21 ...",
+ * "cudnn eng 7 knobs(...)"), for kn_backend.library_variant_label. */
+void kn_cuda_variant_label(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* cuBLASLt's version (opening it), 0 without it. */
+size_t kn_cuda_blas_version(void);
+
 /* ---- kernels by op family (each returns KN_ERR_UNSUPPORTED for calls it
  * does not cover, so `run` can name the gap) ---- */
 kn_status kn_cuda_eager_ir(const kn_opcall *c);  /* kn_cuda_eager.c */

@@ -1,0 +1,109 @@
+/* kn_autotune: what max-autotune's measured search shares across plans:
+ * its options (budget, progress and log callbacks), the timing of one
+ * candidate, and the persistent choice cache.
+ *
+ * The search itself runs inside a plan's first call (core/kn_plan_tune.c):
+ * each generated kernel is rendered in every configuration of
+ * kn_kconfig_candidates and each library call (matmul, conv) is run in
+ * every algorithm its backend offers (kn_backend.library_variant_label),
+ * all on the call's real inputs; a candidate whose output differs from the
+ * default's beyond tolerance is rejected and reported, the fastest of the
+ * rest wins, and the default stays unless another is measurably faster.
+ *
+ * The cache is one text file, <cache_dir>/autotune.tsv, readable and
+ * editable by people:
+ *
+ *   # kiln autotune cache v1
+ *   # device 5f0c2a9e1b7d4c33 = NVIDIA H100 80GB HBM3, sm 9.0, driver 12080, ...; kiln 0.1.0
+ *   5f0c2a9e1b7d4c33<TAB>a81d...<TAB>block=128 ept=4<TAB>12.4<TAB>15.0<TAB>0<TAB>k3_add_relu_f32_64x4096<TAB>label
+ *
+ * fields: device key (hash of the backend's identity and kiln's version),
+ * kernel signature (hash of what the kernel computes on which shapes,
+ * dtypes and strides: kernel names and graph positions are not in it),
+ * the choice, its median time and the default's (us), pinned (1: chosen
+ * by kiln.autotune.pin), the kernel's name and a label for people. A file
+ * that does not parse is reported once and ignored (and rewritten by the
+ * next save); choices of other devices are kept but not used.
+ */
+#ifndef KN_AUTOTUNE_H
+#define KN_AUTOTUNE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kn_status.h"
+
+#define KN_TUNE_KEY 17       /* 16 hex digits + NUL */
+#define KN_TUNE_CHOICE 64
+#define KN_TUNE_LABEL 128
+#define KN_TUNE_NAME 80
+
+/* Where the search stands, for a progress bar. */
+typedef struct kn_autotune_progress {
+    const char *kernel;   /* the kernel being measured ("" when done) */
+    int kernels_done, kernels_total;
+    int candidates;       /* measured so far, all kernels */
+    double elapsed_s, budget_s;
+    bool done;            /* the last report of a search */
+} kn_autotune_progress;
+
+typedef struct kn_autotune_opts {
+    double budget_s;      /* search time per compiled function (kiln.config.autotune_budget_s) */
+    void (*progress)(const kn_autotune_progress *p, void *ud);
+    void *progress_ud;
+    /* testing the rejection path: candidate N (N >= 1) of every tuned
+     * kernel gets its output corrupted after it runs; 0: none
+     * (KILN_AUTOTUNE_FAULT) */
+    int fault_candidate;
+} kn_autotune_opts;
+
+void kn_autotune_set_opts(const kn_autotune_opts *o);
+const kn_autotune_opts *kn_autotune_get_opts(void);
+
+/* One candidate's measurement: median of enough timed runs to be stable. */
+typedef struct kn_tune_cand {
+    char choice[KN_TUNE_CHOICE]; /* "default", "block=128 ept=4", "variant=3" */
+    char label[KN_TUNE_LABEL];   /* what ran, for people ("cublaslt algo 23 ...") */
+    double us;                   /* median; < 0 when not measured */
+    int reps;
+    char status[192];            /* "" when valid; else why it was rejected or failed */
+} kn_tune_cand;
+
+/* Statistics of timed runs (ms) in us: the median, and whether the
+ * spread between the quartiles is within `tol` of it. */
+double kn_autotune_median_us(double *ms, int n, double tol, bool *stable);
+
+/* ---- the persistent cache ---- */
+
+typedef struct kn_tune_entry {
+    char dev[KN_TUNE_KEY], sig[KN_TUNE_KEY];
+    char choice[KN_TUNE_CHOICE];
+    double us, default_us;
+    int pinned;
+    char name[KN_TUNE_NAME];
+    char label[KN_TUNE_LABEL];
+} kn_tune_entry;
+
+/* The device key for a backend identity ("" identity: a test device). */
+void kn_autotune_device_key(const char *identity, char key[KN_TUNE_KEY]);
+/* A 16-hex-digit key of some text. */
+void kn_autotune_hash_key(const char *text, char key[KN_TUNE_KEY]);
+
+/* Look up (dev, sig) in the cache of cache_dir (loaded at the first use;
+ * a corrupt file is reported through `notice` once and ignored). NULL or
+ * "" cache_dir: an in-memory cache for the process. Returns false when
+ * there is no entry. */
+bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *sig, kn_tune_entry *out);
+/* Add or replace an entry, remembering identity for the file's device
+ * line, and rewrite the file (atomically: a temporary, then rename). */
+kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, const kn_tune_entry *e);
+/* Forget the process's copy (the next lookup reads the file again). */
+void kn_autotune_cache_reset(void);
+/* The cache file's path for cache_dir (buf) */
+void kn_autotune_cache_path(const char *cache_dir, char *buf, size_t size);
+
+/* Where a corrupt-file report goes (NULL: stderr). */
+typedef void (*kn_autotune_notice_fn)(const char *msg, void *ud);
+void kn_autotune_set_notice(kn_autotune_notice_fn fn, void *ud);
+
+#endif

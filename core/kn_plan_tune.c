@@ -1,0 +1,633 @@
+/* kn_plan_tune: max-autotune's measured search, run inside a plan's first
+ * call (see kn_plan.h and kn_autotune.h).
+ *
+ * The plan runs as usual; right after a tunable kernel has run with its
+ * default, its other candidates run on the same inputs into the same
+ * outputs: generated kernels in every configuration of
+ * kn_kconfig_candidates (compiled together, one program per kernel),
+ * library calls in every variant their backend offers. The default's
+ * outputs are the reference: a candidate that differs beyond tolerance is
+ * rejected and reported. Each survivor is timed (cache flushed before each
+ * run, median of enough runs to be stable); the fastest wins, but a
+ * non-default choice must be measurably faster (FASTER) to replace the
+ * default. The winner runs last, so the values later kernels read are the
+ * winner's, and is saved in the cache file.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kn_autotune.h"
+#include "kn_backend.h"
+#include "kn_interrupt.h"
+#include "kn_plan_impl.h"
+#include "kn_view.h"
+
+#define MAX_CANDS 16
+#define MIN_REPS 5
+#define MAX_REPS 60
+#define STABLE_SPREAD 0.05 /* quartiles within 5% of the median */
+#define FASTER 0.97        /* a non-default choice must take at most 97% of the default's time */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static kn_target target_of(const kn_plan *p)
+{
+    return p->device == KN_CPU ? KN_TARGET_C : KN_TARGET_CUDA;
+}
+
+/* Kernels that run inside a matmul's library epilogue never run alone. */
+static bool folded_into(const kn_plan *p, int kid)
+{
+    for (int j = 0; p->epi && j < p->f.prog.n_kernels; j++)
+        if (p->epi[j].into == kid) return true;
+    return false;
+}
+
+static bool is_generated(const kn_kernel *k)
+{
+    return k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
+}
+
+static bool is_library(const kn_plan *p, const kn_kernel *k)
+{
+    if (k->kind != KN_KERNEL_LIBRARY && k->kind != KN_KERNEL_FALLBACK) return false;
+    kn_op op = (kn_op)p->g.nodes[k->lib_node].op;
+    return op == KN_OP_MATMUL || op == KN_OP_CONV2D;
+}
+
+bool kn_plan_tunable(const kn_plan *p, int kid)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    const kn_kernel *k = &p->f.prog.kernels[kid];
+    if (!be || folded_into(p, kid)) return false;
+    if (is_generated(k)) {
+        kn_kconfig c[2];
+        return be->compile_program && kn_kconfig_candidates(k, target_of(p), c, 2) > 1;
+    }
+    return is_library(p, k) && be->library_variant_label;
+}
+
+static void identity_of(const kn_plan *p, char *buf, size_t size)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    if (be && be->identity) be->identity(buf, size);
+    else snprintf(buf, size, "%s", be ? be->name : "none");
+}
+
+/* What the kernel computes, on which shapes, dtypes and strides, hashed:
+ * its generated source under a fixed name, or the library call's
+ * description. Names and graph positions are left out, so the same kernel
+ * in another model or process finds the same entry. */
+static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
+{
+    const kn_kernel *k = &p->f.prog.kernels[kid];
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return kn_error(KN_ERR_OOM, "out of host memory for an autotune key");
+    kn_status st = KN_OK;
+    if (is_generated(k)) {
+        kn_kernel *copy = malloc(sizeof *copy);
+        char *src = NULL;
+        if (!copy) {
+            st = kn_error(KN_ERR_OOM, "out of host memory for an autotune key");
+        } else {
+            *copy = *k;
+            snprintf(copy->name, sizeof copy->name, "k");
+            memset(&copy->cfg, 0, sizeof copy->cfg);
+            st = kn_kernel_render(copy, target_of(p), &src);
+        }
+        if (st == KN_OK) {
+            fprintf(f, "gen %s shape", target_of(p) == KN_TARGET_C ? "c" : "cuda");
+            for (int d = 0; d < k->ndim; d++) fprintf(f, " %lld", (long long)k->shape[d]);
+            fprintf(f, "\n%s", src);
+        }
+        free(src);
+        free(copy);
+    } else {
+        const kn_node *n = &p->g.nodes[k->lib_node];
+        fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_allow_tf32() ? 1 : 0);
+        for (int i = 0; i < n->n_in; i++) {
+            const kn_layout *l = &p->f.layout[n->in_node[i]];
+            fprintf(f, " in%d %s [", i, kn_dtype_name(p->g.nodes[n->in_node[i]].out[n->in_out[i]].dtype));
+            for (int d = 0; d < l->ndim; d++)
+                fprintf(f, "%s%lld:%lld", d ? "," : "", (long long)l->shape[d], (long long)l->strides[d]);
+            fprintf(f, "]");
+        }
+        fprintf(f, " out %s stride %d %d pad %d %d dil %d %d groups %d", kn_dtype_name(n->out[0].dtype),
+                n->a.stride[0], n->a.stride[1], n->a.padding[0], n->a.padding[1], n->a.dilation[0],
+                n->a.dilation[1], n->a.groups);
+        if (p->epi && p->epi[kid].into >= 0)
+            fprintf(f, " epilogue bias %d act %d residual %d", p->epi[kid].bias_node >= 0, p->epi[kid].act,
+                    p->epi[kid].res_node >= 0);
+    }
+    fclose(f);
+    if (st == KN_OK) kn_autotune_hash_key(text, sig);
+    free(text);
+    return st;
+}
+
+/* Apply a choice text to kernel kid before or after its compile (after:
+ * the caller compiles it). */
+static kn_status parse_choice(const kn_plan *p, int kid, const char *choice, kn_kconfig *cfg, int *variant)
+{
+    const kn_kernel *k = &p->f.prog.kernels[kid];
+    memset(cfg, 0, sizeof *cfg);
+    *variant = 0;
+    if (is_generated(k)) return kn_kconfig_parse(choice, cfg);
+    if (strcmp(choice, "default") == 0) return KN_OK;
+    char *end;
+    if (strncmp(choice, "variant=", 8) == 0) {
+        long v = strtol(choice + 8, &end, 10);
+        if (*end == 0 && end != choice + 8 && v >= 0 && v < MAX_CANDS) {
+            *variant = (int)v;
+            return KN_OK;
+        }
+    }
+    return kn_error(KN_ERR_ARG, "kernel %s runs in a library: its choice is 'default' or 'variant=N' (N < %d), not '%s'",
+                    k->name, MAX_CANDS, choice);
+}
+
+kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
+{
+    int n = p->f.prog.n_kernels;
+    p->autotune = true;
+    p->variant = calloc((size_t)n + 1, sizeof *p->variant);
+    p->tune = calloc((size_t)n + 1, sizeof *p->tune);
+    if (!p->variant || !p->tune) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+    char id[512];
+    identity_of(p, id, sizeof id);
+    kn_autotune_device_key(id, p->tune_dev);
+    for (int kid = 0; kid < n; kid++) {
+        kn_tune_result *tr = &p->tune[kid];
+        tr->us = tr->default_us = -1;
+        if (!kn_plan_tunable(p, kid)) continue;
+        KN_TRY(kernel_sig(p, kid, tr->sig));
+        kn_tune_entry e;
+        if (!kn_autotune_cache_find(cache_dir, p->tune_dev, tr->sig, &e)) continue;
+        kn_kconfig cfg;
+        int v;
+        if (parse_choice(p, kid, e.choice, &cfg, &v) != KN_OK) continue; /* an edited file: search again */
+        p->f.prog.kernels[kid].cfg = cfg;
+        p->variant[kid] = v;
+        tr->source = e.pinned ? KN_TUNED_PINNED : KN_TUNED_CACHED;
+        snprintf(tr->choice, sizeof tr->choice, "%s", e.choice);
+        snprintf(tr->label, sizeof tr->label, "%s", e.label);
+        tr->us = e.us;
+        tr->default_us = e.default_us;
+        p->tune_cache_hits++;
+    }
+    return KN_OK;
+}
+
+void kn_plan_tune_free(kn_plan *p)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    for (int i = 0; i < p->n_tune_libs; i++)
+        if (be && be->release_program) be->release_program(p->tune_libs[i]);
+    free(p->tune_libs);
+    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++) free(p->tune[k].cands);
+    free(p->tune);
+    free(p->variant);
+}
+
+static kn_status keep_lib(kn_plan *p, void *lib)
+{
+    void **n = realloc(p->tune_libs, sizeof *n * (size_t)(p->n_tune_libs + 1));
+    if (!n) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+    p->tune_libs = n;
+    p->tune_libs[p->n_tune_libs++] = lib;
+    return KN_OK;
+}
+
+static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const char *cache_dir, kn_kconfig *cfg,
+                              int *v);
+
+/* ---- one kernel's search ---- */
+
+typedef struct tune_job {
+    run_ctx *r;
+    int kid, node;
+    const kn_backend *be;
+    bool library, fused;
+    /* generated: the candidates as kernels (0 is the plan's own) and their entry points */
+    kn_kernel *variants;
+    void *fns[MAX_CANDS];
+    void *lib;
+    char *bufs[KN_KIR_MAX_ARGS];
+    /* library: the call */
+    kn_opcall c;
+    kn_tensor *bias, *res;
+    int act;
+    /* the outputs, and the default's values of them */
+    int n_out;
+    kn_tensor *out[KN_KIR_MAX_ARGS];
+    kn_tensor *ref[KN_KIR_MAX_ARGS];
+} tune_job;
+
+static kn_status job_run(tune_job *j, int ci)
+{
+    if (!j->library) {
+        const kn_kernel *k = &j->variants[ci];
+        return j->be->launch(k, j->fns[ci], j->bufs, k->shape);
+    }
+    kn_opcall c = j->c;
+    c.variant = ci;
+    return j->fused ? j->be->library_fused(&c, j->bias, j->act, j->res) : j->be->run(&c);
+}
+
+static kn_status time_once(tune_job *j, int ci, void *ea, void *eb, double *ms)
+{
+    if (j->be->flush_cache) KN_TRY(j->be->flush_cache());
+    KN_TRY(j->be->event_record(ea));
+    KN_TRY(job_run(j, ci));
+    KN_TRY(j->be->event_record(eb));
+    return j->be->event_elapsed_ms(ea, eb, ms);
+}
+
+/* Median of at least MIN_REPS runs; more (up to MAX_REPS) while the
+ * quartiles are apart and the candidate's share of the budget lasts. */
+static kn_status measure(tune_job *j, int ci, double share_s, kn_tune_cand *cand)
+{
+    void *ea = NULL, *eb = NULL;
+    KN_TRY(j->be->event_create(&ea));
+    kn_status st = j->be->event_create(&eb);
+    double ms[MAX_REPS], tmp[MAX_REPS];
+    int n = 0;
+    double t0 = now_s(), med = -1;
+    while (st == KN_OK && n < MAX_REPS) {
+        st = time_once(j, ci, ea, eb, &ms[n]);
+        if (st != KN_OK) break;
+        n++;
+        if (n >= MIN_REPS) {
+            bool stable;
+            memcpy(tmp, ms, sizeof *ms * (size_t)n);
+            med = kn_autotune_median_us(tmp, n, STABLE_SPREAD, &stable);
+            if (stable || now_s() - t0 > share_s) break;
+        }
+    }
+    if (ea) j->be->event_destroy(ea);
+    if (eb) j->be->event_destroy(eb);
+    KN_TRY(st);
+    if (n < MIN_REPS) {
+        bool stable;
+        memcpy(tmp, ms, sizeof *ms * (size_t)n);
+        med = kn_autotune_median_us(tmp, n, STABLE_SPREAD, &stable);
+    }
+    cand->us = med;
+    cand->reps = n;
+    return KN_OK;
+}
+
+/* How far a candidate may differ from the default: float kernels reorder
+ * additions (and bf16/f16 round each store); integers must match. */
+static double tolerance(kn_dtype dt)
+{
+    if (dt == KN_BF16 || dt == KN_F16) return 3e-2;
+    if (dt == KN_F32) return kn_allow_tf32() ? 1e-2 : 1e-4;
+    if (dt == KN_F64) return 1e-9;
+    return 0;
+}
+
+/* KILN_AUTOTUNE_FAULT: make a candidate wrong, to see it rejected. */
+static void corrupt(tune_job *j)
+{
+    for (int o = 0; o < j->n_out; o++) {
+        kn_tensor *t = j->out[o];
+        if (!kn_dtype_is_float(t->dtype) || kn_tensor_numel(t) == 0) continue;
+        unsigned char v[8];
+        size_t es = kn_dtype_size(t->dtype);
+        char *at = kn_tensor_data(t);
+        if (j->be->sync) j->be->sync();
+        if (j->be->to_host(v, at, (int64_t)es) != KN_OK) return;
+        kn_store_f64(v, t->dtype, kn_load_f64(v, t->dtype) + 1.0);
+        j->be->from_host(at, v, (int64_t)es);
+        return;
+    }
+}
+
+static bool outputs_match(tune_job *j, char *why, size_t size)
+{
+    for (int o = 0; o < j->n_out; o++)
+        if (!kn_tensor_close(j->out[o], j->ref[o], tolerance(j->out[o]->dtype), why, size)) return false;
+    return true;
+}
+
+/* The call, outputs and (generated) candidate programs of kernel kid. */
+static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fused, kn_kconfig *cfgs, int *n_cands)
+{
+    kn_plan *p = r->p;
+    const kn_kernel *k = &p->f.prog.kernels[kid];
+    memset(j, 0, sizeof *j);
+    j->r = r;
+    j->kid = kid;
+    j->node = node;
+    j->be = kn_backend_get(p->device);
+    j->library = !is_generated(k);
+    j->fused = fused;
+    *n_cands = 1;
+    if (!j->library) {
+        int n = kn_kconfig_candidates(k, target_of(p), cfgs, MAX_CANDS);
+        j->variants = calloc((size_t)n, sizeof *j->variants);
+        if (!j->variants) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+        for (int i = 0; i < n; i++) {
+            j->variants[i] = *k;
+            j->variants[i].cfg = cfgs[i];
+            if (i) snprintf(j->variants[i].name, sizeof j->variants[i].name, "%.70s_t%d", k->name, i % 100);
+        }
+        j->fns[0] = p->fns[kid];
+        if (n > 1) {
+            kn_kprogram prog = {n - 1, j->variants + 1};
+            void *fns[MAX_CANDS] = {0};
+            KN_TRY(j->be->compile_program(&prog, r->tune->cache_dir, &j->lib, fns));
+            for (int i = 1; i < n; i++) j->fns[i] = fns[i - 1];
+        }
+        *n_cands = n;
+        KN_TRY(kn_plan_kernel_bufs(r, kid, j->bufs));
+        for (int a = 0; a < k->n_args; a++)
+            if (k->args[a].is_output) j->out[j->n_out++] = r->val[k->args[a].node * KN_MAX_OUTPUTS + k->args[a].out];
+    } else if (fused) {
+        bool ok;
+        KN_TRY(kn_plan_fused_call(r, kid, node, &j->c, &j->bias, &j->res, &ok));
+        if (!ok) return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: its fused call does not fit this run", k->name);
+        j->act = p->epi[kid].act;
+        int root = p->f.kernel_at[p->epi[kid].into];
+        j->c.n_out = 1;
+        j->c.out[0] = j->out[j->n_out++] = r->val[root * KN_MAX_OUTPUTS];
+    } else {
+        const kn_node *n = &p->g.nodes[node];
+        kn_opcall_init(&j->c, (kn_op)n->op);
+        j->c.a = n->a;
+        j->c.n_in = n->n_in;
+        for (int i = 0; i < n->n_in; i++) j->c.in[i] = r->val[n->in_node[i] * KN_MAX_OUTPUTS + n->in_out[i]];
+        j->c.n_out = n->n_out;
+        for (int o = 0; o < n->n_out; o++) j->c.out[o] = j->out[j->n_out++] = r->val[node * KN_MAX_OUTPUTS + o];
+    }
+    for (int o = 0; o < j->n_out; o++) {
+        if (!j->out[o]) return kn_error(KN_ERR_ARG, "kernel %s: an output is missing after its run", k->name);
+        KN_TRY(kn_tensor_contiguous_copy(j->out[o], &j->ref[o]));
+    }
+    return KN_OK;
+}
+
+static void job_free(tune_job *j, bool keep_lib_loaded)
+{
+    for (int o = 0; o < j->n_out; o++) kn_tensor_release(j->ref[o]);
+    if (j->lib && !keep_lib_loaded && j->be->release_program) j->be->release_program(j->lib);
+    free(j->variants);
+}
+
+static void progress(kn_tune_session *s, const char *kernel, bool done)
+{
+    const kn_autotune_opts *o = kn_autotune_get_opts();
+    if (!o->progress) return;
+    kn_autotune_progress pr = {kernel,        s->kernels_done, s->kernels_total, s->candidates,
+                               now_s() - s->t0, s->budget_s,   done};
+    o->progress(&pr, o->progress_ud);
+}
+
+/* "k3_... | winner  41.2 us  100% | other  44.9 us  92% | bad  rejected: ..." */
+static void log_result(kn_tune_session *s, const kn_kernel *k, const kn_tune_cand *c, int n, int best)
+{
+    if (!s->log) return;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return;
+    fprintf(f, "autotune %s  %s  %.1f us  100%%", k->name, c[best].label, c[best].us);
+    bool shown[MAX_CANDS] = {false};
+    shown[best] = true;
+    for (;;) { /* the others, fastest first */
+        int m = -1;
+        for (int i = 0; i < n; i++)
+            if (!shown[i] && !c[i].status[0] && c[i].us >= 0 && (m < 0 || c[i].us < c[m].us)) m = i;
+        if (m < 0) break;
+        shown[m] = true;
+        fprintf(f, "  | %s%s  %.1f us  %.0f%%", c[m].label, m == 0 ? " (default)" : "", c[m].us,
+                100.0 * c[best].us / c[m].us);
+    }
+    for (int i = 0; i < n; i++)
+        if (!shown[i] && c[i].status[0]) fprintf(f, "  | %s  %s", c[i].label, c[i].status);
+    if (best != 0 && c[0].us >= 0) fprintf(f, "  (%.2fx the default)", c[0].us / c[best].us);
+    fprintf(f, "\n");
+    fclose(f);
+    s->log(s->log_ud, text);
+    free(text);
+}
+
+kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
+{
+    kn_plan *p = r->p;
+    kn_tune_session *s = r->tune;
+    kn_tune_result *tr = p->tune ? &p->tune[kid] : NULL;
+    if (!tr || tr->source != KN_TUNED_NONE || !kn_plan_tunable(p, kid)) return KN_OK;
+    if (s->interrupted || s->out_of_budget) {
+        tr->source = KN_TUNED_SKIPPED;
+        return KN_OK;
+    }
+    kn_kernel *k = &p->f.prog.kernels[kid];
+    /* the same kernel earlier in this model (a repeated block) was measured: reuse it */
+    kn_tune_entry e;
+    if (kn_autotune_cache_find(s->cache_dir, p->tune_dev, tr->sig, &e)) {
+        kn_kconfig cfg;
+        int v;
+        if (apply_choice(p, kid, e.choice, s->cache_dir, &cfg, &v) == KN_OK) {
+            tr->source = e.pinned ? KN_TUNED_PINNED : KN_TUNED_CACHED;
+            snprintf(tr->choice, sizeof tr->choice, "%s", e.choice);
+            snprintf(tr->label, sizeof tr->label, "%s", e.label);
+            tr->us = e.us;
+            tr->default_us = e.default_us;
+            s->kernels_done++;
+            return KN_OK; /* its outputs are the default's: valid */
+        }
+    }
+    progress(s, k->name, false);
+    tune_job j;
+    kn_kconfig cfgs[MAX_CANDS];
+    int n = 1;
+    kn_status st = job_setup(&j, r, kid, node, fused, cfgs, &n);
+    kn_tune_cand *c = calloc(MAX_CANDS, sizeof *c);
+    if (!c && st == KN_OK) st = kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+    if (st != KN_OK) {
+        free(c);
+        job_free(&j, false);
+        return st;
+    }
+    const kn_autotune_opts *o = kn_autotune_get_opts();
+    int left = s->kernels_total - s->kernels_done;
+    double kernel_share = (s->budget_s - (now_s() - s->t0)) / (left > 0 ? left : 1);
+    int tried = 0;
+    bool complete = true;
+    for (int ci = 0; ci < (j.library ? MAX_CANDS : n); ci++) {
+        kn_tune_cand *cd = &c[ci];
+        cd->us = -1;
+        if (j.library) snprintf(cd->choice, sizeof cd->choice, ci ? "variant=%d" : "default", ci);
+        else kn_kconfig_text(&cfgs[ci], cd->choice, sizeof cd->choice);
+        snprintf(cd->label, sizeof cd->label, "%s", cd->choice);
+        if (kn_interrupt_pending()) {
+            s->interrupted = true;
+            complete = false;
+            break;
+        }
+        if (now_s() - s->t0 > s->budget_s) {
+            s->out_of_budget = true;
+            complete = false;
+            break;
+        }
+        /* the correctness run (and warm-up); the default's was the plan's own run */
+        kn_status rs = ci == 0 ? KN_OK : job_run(&j, ci);
+        if (rs == KN_ERR_RANGE) break; /* the library has no more variants */
+        if (j.library && j.be->library_variant_label && (ci == 0 || rs == KN_OK)) {
+            if (ci == 0) rs = job_run(&j, 0); /* to learn its label */
+            j.be->library_variant_label(cd->label, sizeof cd->label);
+        }
+        tried = ci + 1;
+        if (rs != KN_OK) {
+            snprintf(cd->status, sizeof cd->status, "failed: %s", kn_last_error());
+            if (ci == 0) break; /* no default: nothing to compare with */
+            continue;
+        }
+        if (ci > 0 && ci == o->fault_candidate) corrupt(&j);
+        char why[140];
+        if (ci > 0 && !outputs_match(&j, why, sizeof why)) {
+            snprintf(cd->status, sizeof cd->status, "rejected: differs from the default: %s", why);
+            continue;
+        }
+        int remaining = (j.library ? 4 : n) - ci; /* library lists are short; assume a few more */
+        rs = measure(&j, ci, kernel_share / (remaining > 0 ? remaining : 1), cd);
+        if (rs != KN_OK) snprintf(cd->status, sizeof cd->status, "failed: %s", kn_last_error());
+        s->candidates++;
+        progress(s, k->name, false);
+    }
+    int best = 0;
+    if (c[0].us < 0) complete = false; /* the default could not be timed: keep it */
+    for (int ci = 1; ci < tried && c[0].us >= 0; ci++)
+        if (!c[ci].status[0] && c[ci].us >= 0 && c[ci].us < c[best].us) best = ci;
+    if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
+    if (best != 0 && !j.library) {
+        k->cfg = cfgs[best];
+        p->fns[kid] = j.fns[best];
+    }
+    if (j.library) p->variant[kid] = best;
+    /* the winner's values are what later kernels read */
+    st = job_run(&j, best);
+    bool keep = best != 0 && !j.library;
+    if (keep && st == KN_OK) st = keep_lib(p, j.lib);
+    job_free(&j, keep && st == KN_OK);
+    if (st != KN_OK) {
+        free(c);
+        return st;
+    }
+    snprintf(tr->choice, sizeof tr->choice, "%s", c[best].choice);
+    snprintf(tr->label, sizeof tr->label, "%s", c[best].label);
+    tr->us = c[best].us;
+    tr->default_us = c[0].us;
+    tr->cands = c;
+    tr->n_cands = tried;
+    tr->source = complete ? KN_TUNED_MEASURED : KN_TUNED_SKIPPED;
+    s->kernels_done++;
+    if (complete) {
+        s->measured++;
+        log_result(s, k, c, tried, best);
+        memset(&e, 0, sizeof e);
+        snprintf(e.dev, sizeof e.dev, "%s", p->tune_dev);
+        snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
+        snprintf(e.choice, sizeof e.choice, "%s", tr->choice);
+        e.us = tr->us;
+        e.default_us = tr->default_us;
+        snprintf(e.name, sizeof e.name, "%s", k->name);
+        snprintf(e.label, sizeof e.label, "%s", tr->label);
+        char id[512];
+        identity_of(p, id, sizeof id);
+        if (kn_autotune_cache_put(s->cache_dir, id, &e) != KN_OK && s->log) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "autotune: the choice of %s is not saved: %s\n", k->name, kn_last_error());
+            s->log(s->log_ud, msg);
+        }
+    }
+    progress(s, k->name, false);
+    return KN_OK;
+}
+
+kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s)
+{
+    p->tune_state = KN_TUNE_DONE; /* one search per plan, even when it is cut short */
+    int todo = 0;
+    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++)
+        todo += p->tune[k].source == KN_TUNED_NONE && kn_plan_tunable(p, k);
+    if (!todo) return kn_plan_run(p, inputs, results);
+    s->kernels_total += todo;
+    kn_status st = kn_plan_run_ex(p, inputs, results, NULL, s);
+    s->spent_s = now_s() - s->t0;
+    return st;
+}
+
+/* Switch compiled kernel kid to a choice: a generated one is compiled in
+ * that configuration now. */
+static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const char *cache_dir, kn_kconfig *cfg,
+                              int *v)
+{
+    kn_kernel *k = &p->f.prog.kernels[kid];
+    KN_TRY(parse_choice(p, kid, choice, cfg, v));
+    if (!is_generated(k)) {
+        p->variant[kid] = *v;
+        return KN_OK;
+    }
+    if (memcmp(&k->cfg, cfg, sizeof *cfg) == 0) return KN_OK;
+    kn_kernel *copy = malloc(sizeof *copy);
+    if (!copy) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+    *copy = *k;
+    copy->cfg = *cfg;
+    void *lib = NULL, *fn = NULL;
+    kn_kprogram prog = {1, copy};
+    kn_status st = kn_backend_get(p->device)->compile_program(&prog, cache_dir, &lib, &fn);
+    free(copy);
+    KN_TRY(st);
+    KN_TRY(keep_lib(p, lib));
+    k->cfg = *cfg;
+    p->fns[kid] = fn;
+    return KN_OK;
+}
+
+kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *cache_dir)
+{
+    if (kid < 0 || kid >= p->f.prog.n_kernels) return kn_error(KN_ERR_ARG, "autotune pin: no kernel %d", kid);
+    kn_kernel *k = &p->f.prog.kernels[kid];
+    if (!p->tune || !p->variant) KN_TRY(kn_plan_tune_prepare(p, NULL));
+    if (!kn_plan_tunable(p, kid))
+        return kn_error(KN_ERR_ARG, "autotune pin: kernel %s has nothing to choose on %s", k->name,
+                        kn_device_name(p->device));
+    kn_kconfig cfg;
+    int v;
+    kn_tune_result *tr = &p->tune[kid];
+    if (!tr->sig[0]) KN_TRY(kernel_sig(p, kid, tr->sig));
+    KN_TRY(apply_choice(p, kid, choice, cache_dir, &cfg, &v));
+    char text[KN_TUNE_CHOICE];
+    if (is_generated(k)) kn_kconfig_text(&cfg, text, sizeof text);
+    else snprintf(text, sizeof text, v ? "variant=%d" : "default", v);
+    snprintf(tr->choice, sizeof tr->choice, "%s", text);
+    snprintf(tr->label, sizeof tr->label, "%s", text);
+    tr->source = KN_TUNED_PINNED;
+    tr->us = -1;
+    kn_plan_drop_recording(p); /* it replays the old kernel */
+    kn_tune_entry e = {0};
+    snprintf(e.dev, sizeof e.dev, "%s", p->tune_dev);
+    snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
+    snprintf(e.choice, sizeof e.choice, "%s", text);
+    e.us = -1;
+    e.default_us = tr->default_us;
+    e.pinned = 1;
+    snprintf(e.name, sizeof e.name, "%s", k->name);
+    snprintf(e.label, sizeof e.label, "%s", text);
+    char id[512];
+    identity_of(p, id, sizeof id);
+    return kn_autotune_cache_put(cache_dir, id, &e);
+}

@@ -1,0 +1,202 @@
+/* kn_lua_autotune: max-autotune from Lua: kiln.config.autotune_budget_s,
+ * the progress bar, cm:autotune() (what the search measured per kernel),
+ * cm:autotune_pin(kernel, choice) and kiln.autotune_cache_path(). The
+ * search itself is core/kn_plan_tune.c; scripting/lua/45_autotune.lua
+ * builds kiln.autotune and the :autotune command on these. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kn_autotune.h"
+#include "kn_lua_compile.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The bar, on stderr when it is a terminal, at most ten times a second:
+ *   autotune [########------------]  12/40 kernels  85 candidates  6.2 s of 20 s  k13_softmax_f32_... */
+static void progress_bar(const kn_autotune_progress *p, void *ud)
+{
+    (void)ud;
+    static double last;
+    static bool shown;
+    if (!isatty(2)) return;
+    double t = now_s();
+    if (p->done) {
+        if (shown) fprintf(stderr, "\r\033[K");
+        shown = false;
+        return;
+    }
+    if (t - last < 0.1) return;
+    last = t;
+    shown = true;
+    enum { W = 20 };
+    int fill = p->kernels_total ? (int)((double)W * p->kernels_done / p->kernels_total) : 0;
+    char bar[W + 1];
+    for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '-';
+    bar[W] = 0;
+    double left = p->budget_s - p->elapsed_s;
+    fprintf(stderr, "\r\033[Kautotune [%s] %3d/%d kernels  %d candidates  %.1f s, at most %.0f s left  %.40s", bar,
+            p->kernels_done, p->kernels_total, p->candidates, p->elapsed_s, left > 0 ? left : 0, p->kernel);
+    fflush(stderr);
+}
+
+/* kiln.config.autotune_budget_s (and KILN_AUTOTUNE_FAULT, for the tests
+ * of the rejection path) into the search's options; at each call. */
+void kn_lua_autotune_sync(lua_State *L)
+{
+    kn_autotune_opts o = *kn_autotune_get_opts();
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "autotune_budget_s");
+        if (lua_isnumber(L, -1) && lua_tonumber(L, -1) >= 0) o.budget_s = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    const char *fault = getenv("KILN_AUTOTUNE_FAULT");
+    o.fault_candidate = fault ? atoi(fault) : 0;
+    o.progress = progress_bar;
+    o.progress_ud = NULL;
+    kn_autotune_set_opts(&o);
+}
+
+static const char *source_name(int s)
+{
+    switch (s) {
+    case KN_TUNED_MEASURED: return "measured";
+    case KN_TUNED_CACHED: return "cached";
+    case KN_TUNED_PINNED: return "pinned";
+    case KN_TUNED_SKIPPED: return "skipped";
+    default: return "none";
+    }
+}
+
+static void set_num(lua_State *L, const char *k, double v)
+{
+    if (v < 0) return; /* not measured: absent */
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
+/* cm:autotune(): per kernel of the latest plan of each graph,
+ * {graph, index, name, source, choice, label, us, default_us,
+ *  candidates = {{choice, label, us, reps, status}}} (tunable kernels only). */
+static int cm_autotune(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    int n = 0, index = 0;
+    for (int g = 0; g < cm->n_graphs; g++) {
+        const kn_graph_cache *gc = &cm->graphs[g];
+        const kn_plan *p = gc->n_versions ? kn_version_plan(&gc->versions[gc->n_versions - 1]) : NULL;
+        for (int k = 0; p && k < p->f.prog.n_kernels; k++, index++) {
+            if (!p->tune || !kn_plan_tunable(p, k)) continue;
+            const kn_tune_result *tr = &p->tune[k];
+            lua_createtable(L, 0, 10);
+            lua_pushinteger(L, g);
+            lua_setfield(L, -2, "graph");
+            lua_pushinteger(L, index);
+            lua_setfield(L, -2, "index");
+            set_str(L, "name", p->f.prog.kernels[k].name);
+            set_str(L, "source", source_name(tr->source));
+            set_str(L, "choice", tr->choice[0] ? tr->choice : "default");
+            set_str(L, "label", tr->label[0] ? tr->label : "default");
+            set_num(L, "us", tr->us);
+            set_num(L, "default_us", tr->default_us);
+            lua_createtable(L, tr->n_cands, 0);
+            for (int c = 0; c < tr->n_cands; c++) {
+                const kn_tune_cand *cd = &tr->cands[c];
+                lua_createtable(L, 0, 5);
+                set_str(L, "choice", cd->choice);
+                set_str(L, "label", cd->label);
+                set_num(L, "us", cd->us);
+                lua_pushinteger(L, cd->reps);
+                lua_setfield(L, -2, "reps");
+                if (cd->status[0]) set_str(L, "status", cd->status);
+                lua_seti(L, -2, c + 1);
+            }
+            lua_setfield(L, -2, "candidates");
+            lua_seti(L, -2, ++n);
+        }
+    }
+    return 1;
+}
+
+/* cm:autotune_pin(kernel, choice): kernel is a name ("k3_add_f32_64") or
+ * the 0-based index cm:kernels() lists; choice as cm:autotune() shows it.
+ * Compiles it now, saves it as pinned; the next call runs it. */
+static int cm_autotune_pin(lua_State *L)
+{
+    compiled_ud *u = kn_lua_check_compiled(L, 1);
+    kn_compiled *cm = u->cm;
+    const char *choice = luaL_checkstring(L, 3);
+    int want = lua_isinteger(L, 2) ? (int)lua_tointeger(L, 2) : -1;
+    const char *name = want < 0 ? luaL_checkstring(L, 2) : NULL;
+    int index = 0, found_graph = -1, found_k = -1, matches = 0;
+    for (int g = 0; g < cm->n_graphs; g++) {
+        const kn_graph_cache *gc = &cm->graphs[g];
+        const kn_plan *p = gc->n_versions ? kn_version_plan(&gc->versions[gc->n_versions - 1]) : NULL;
+        for (int k = 0; p && k < p->f.prog.n_kernels; k++, index++)
+            if (index == want || (name && strcmp(p->f.prog.kernels[k].name, name) == 0)) {
+                found_graph = g;
+                found_k = k;
+                matches++;
+            }
+    }
+    if (matches == 0)
+        return luaL_error(L, "autotune pin: no kernel %s%s in this compiled callable (cm:kernels() lists them; call "
+                             "it once first)", name ? name : lua_tostring(L, 2), name ? "" : " (0-based index)");
+    if (matches > 1)
+        return luaL_error(L, "autotune pin: kernel name '%s' is in several graphs: give its index", name);
+    const kn_graph_cache *gc = &cm->graphs[found_graph];
+    kn_plan *p = kn_version_plan(&gc->versions[gc->n_versions - 1]);
+    kn_status st = kn_plan_tune_pin(p, found_k, choice, cm->cache_dir);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    u->rp.valid = false; /* a direct replay would skip the new kernel */
+    lua_pushstring(L, p->f.prog.kernels[found_k].name);
+    return 1;
+}
+
+static int l_autotune_cache_path(lua_State *L)
+{
+    char path[1100];
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    lua_getfield(L, -1, "cache_dir");
+    kn_autotune_cache_path(lua_tostring(L, -1), path, sizeof path);
+    lua_pushstring(L, path);
+    return 1;
+}
+
+/* The process's copy of the cache is dropped: the next search reads the file. */
+static int l_autotune_reload(lua_State *L)
+{
+    (void)L;
+    kn_autotune_cache_reset();
+    return 0;
+}
+
+void kn_lua_compiled_autotune_methods(lua_State *L)
+{
+    static const luaL_Reg methods[] = {{"autotune", cm_autotune}, {"autotune_pin", cm_autotune_pin}, {NULL, NULL}};
+    luaL_setfuncs(L, methods, 0);
+}
+
+void kn_lua_autotune_functions(lua_State *L, int kiln)
+{
+    lua_pushcfunction(L, l_autotune_cache_path);
+    lua_setfield(L, kiln, "_autotune_cache_path");
+    lua_pushcfunction(L, l_autotune_reload);
+    lua_setfield(L, kiln, "_autotune_reload");
+}
