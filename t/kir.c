@@ -684,6 +684,96 @@ static void rm_cache(void)
     rmdir(cache_dir);
 }
 
+/* ---- autotuner configurations ---- */
+
+/* Every configuration the autotuner would measure computes what the
+ * default does: a transposed pointwise kernel (tiles on C, elements per
+ * thread and blocks on CUDA), softmax over short rows and a sum over long
+ * ones (one warp or one block per row, each block size). */
+static void test_configs(void)
+{
+#ifdef KIR_CUDA
+    const kn_target tgt = KN_TARGET_CUDA;
+#else
+    const kn_target tgt = KN_TARGET_C;
+#endif
+    int64_t bsh[2] = {129, 37}, sh[2] = {37, 129};
+    kn_tensor *base = tl_rand(KN_F32, 2, bsh, TL_CONTIG, -3, 3, 0), *xt = NULL;
+    kn_view_transpose(base, 0, 1, &xt);
+    kn_tensor *y = tl_rand(KN_F32, 2, sh, TL_CONTIG, -1, 1, 0), *out = tl_new(KN_F32, 2, sh);
+    kn_kernel *k = kernel_new("k7_cfg_pointwise", KN_KERNEL_POINTWISE, 2, sh);
+    int ax = arg_of(k, xt, false, false), ay = arg_of(k, y, false, false), ao = arg_of(k, out, true, false);
+    store(k, ao, op2(k, KN_OP_MUL, op1(k, KN_OP_EXP, ld(k, ax), KN_F32), ld(k, ay), KN_F32), false);
+    kn_tensor *r1 = ref(KN_OP_EXP, xt, NULL, NULL), *want = ref(KN_OP_MUL, r1, y, NULL);
+    kn_kconfig cfgs[16];
+    int n = kn_kconfig_candidates(k, tgt, cfgs, 16);
+    ok(n > 4, "a pointwise kernel has %d configurations to measure", n);
+    for (int i = 0; i < n; i++) {
+        char text[64], name[160];
+        kn_kconfig_text(&cfgs[i], text, sizeof text);
+        kn_kconfig back;
+        ok(kn_kconfig_parse(text, &back) == KN_OK && memcmp(&back, &cfgs[i], sizeof back) == 0,
+           "configuration '%s' reads back from its text", text);
+        k->cfg = cfgs[i];
+        memset(kn_tensor_data(out), 0, (size_t)out->storage->nbytes);
+        snprintf(name, sizeof name, "exp(x^T) * y with %s", text);
+        if (run(k, (kn_tensor *[]){xt, y, out}, name)) check(out, want, false, name);
+    }
+    kn_tensor_release(r1);
+    kn_tensor_release(want);
+    kn_tensor_release(base);
+    release(3, (kn_tensor *[]){xt, y, out});
+    free(k);
+
+    /* rows: softmax over 300 (short rows) and a sum over 5000 (long rows) */
+    const int64_t lens[2] = {300, 5000};
+    for (int li = 0; li < 2; li++) {
+        int64_t rsh[2] = {11, lens[li]}, osh[1] = {11};
+        kn_tensor *x = tl_rand(KN_F32, 2, rsh, TL_CONTIG, -4, 4, 0);
+        kn_tensor *o = li ? tl_new(KN_F32, 1, osh) : tl_new(KN_F32, 2, rsh);
+        kn_kernel *kr = kernel_new(li ? "k8_cfg_rowsum" : "k8_cfg_softmax", KN_KERNEL_ROW, 2, rsh);
+        int a = arg_of(kr, x, false, false), b = arg_of(kr, o, true, li == 1);
+        int lx = ld(kr, a);
+        kn_tensor *r;
+        kn_opcall c;
+        if (li == 0) {
+            stage(kr, KN_OP_AMAX, lx);
+            int d = op2(kr, KN_OP_SUB, lx, acc(kr, 0, KN_F32), KN_F32);
+            stage(kr, KN_OP_SUM, op1(kr, KN_OP_EXP, d, KN_F32));
+            store(kr, b, op2(kr, KN_OP_DIV, op1(kr, KN_OP_EXP, d, KN_F32), acc(kr, 1, KN_F32), KN_F32), false);
+            kn_opcall_init(&c, KN_OP_SOFTMAX);
+            c.a.dim = 1;
+        } else {
+            stage(kr, KN_OP_SUM, lx);
+            store(kr, b, acc(kr, 0, KN_F32), true);
+            kn_opcall_init(&c, KN_OP_SUM);
+            c.a.dims[0] = 1;
+            c.a.ndims = 1;
+        }
+        c.in[c.n_in++] = x;
+        r = ref_call(&c);
+        n = kn_kconfig_candidates(kr, tgt, cfgs, 16);
+        ok(n > 2, "%s has %d configurations to measure", kr->name, n);
+        for (int i = 0; i < n; i++) {
+            char text[64], name[160];
+            kn_kconfig_text(&cfgs[i], text, sizeof text);
+            kr->cfg = cfgs[i];
+            memset(kn_tensor_data(o), 0, (size_t)o->storage->nbytes);
+            snprintf(name, sizeof name, "%s over rows of %lld with %s", li ? "sum" : "softmax", (long long)lens[li],
+                     text);
+            if (run(kr, (kn_tensor *[]){x, o}, name)) check(o, r, false, name);
+        }
+        kn_tensor_release(r);
+        release(2, (kn_tensor *[]){x, o});
+        free(kr);
+    }
+    kn_kconfig bad;
+    ok(kn_kconfig_parse("block=100", &bad) == KN_ERR_ARG && strstr(kn_last_error(), "power of two"),
+       "a block size that is no power of two is refused: %s", kn_last_error());
+    ok(kn_kconfig_parse("warp=2", &bad) == KN_ERR_ARG && strstr(kn_last_error(), "'warp'"),
+       "an unknown knob is refused by name: %s", kn_last_error());
+}
+
 int main(void)
 {
 #ifdef KIR_CUDA
@@ -716,6 +806,7 @@ int main(void)
     test_tril(2);
     test_tril(-1);
     test_program_and_dump();
+    test_configs();
     rm_cache();
     return done_testing();
 }

@@ -539,6 +539,9 @@ local function find_kernel(list, k)
   return list[found[1] + 1], found[1]
 end
 
+-- for later files' commands (45_autotune.lua)
+repl.inspected, repl.find_kernel = inspected, find_kernel
+
 repl.register("kernels", {
   usage = ":kernels",
   summary = "the compiled kernels of the loaded model: index, name, kind, ops",

@@ -1,0 +1,258 @@
+-- autotune.lua: max-autotune's search (issue 6) on the default device (the
+-- CPU's generated C kernels in CI; CUDA kernels and cuBLASLt/cuDNN variants
+-- on the GPU machine): results equal eager; every tunable kernel measured,
+-- with times and a winner no slower than the default; the choices saved in
+-- a readable file that a second process reuses without measuring; a
+-- corrupt file reported and ignored; the budget honoured; a wrong
+-- candidate rejected and reported; pinning; KILN_LOGS=autotune's format;
+-- the :autotune command.
+local T = dofile("t/lib/tap.lua")
+
+local KILN = os.getenv("KILN") or "build/kiln"
+
+local function lit(s) return (tostring(s):gsub("%p", "%%%0")) end
+
+local cache = os.tmpname()
+os.remove(cache)
+kiln.config.cache_dir = cache
+kiln.config.autotune_budget_s = 120
+local file = kiln.autotune.cache_path()
+T.is(file, cache .. "/autotune.tsv", "kiln.autotune.cache_path() is autotune.tsv in kiln.config.cache_dir")
+
+-- A small model with what kiln tunes: pointwise and row kernels, a matmul
+-- (a library call), a transposed read.
+local MODEL = [[
+local kiln = rawget(_G, "kiln") or require("kiln")
+local W = kiln.randn({64, 96}, {seed = 3})
+local B = kiln.randn({96}, {seed = 4})
+local function f(x)
+  local h = kiln.gelu(kiln.matmul(x, W) + B)
+  local s = kiln.softmax(h * 0.5, -1)
+  local n = kiln.layer_norm(s + h, {96})
+  return n:transpose(1, 2):contiguous() * 2 + 1
+end
+local x = kiln.randn({48, 64}, {seed = 5})
+]]
+local f, x = load(MODEL .. "\nreturn f, x")()
+local ref = f(x)
+
+local function maxdiff(a, b)
+  if table.concat(a:shape(), ",") ~= table.concat(b:shape(), ",") then return math.huge end
+  local d = (a:to("f32") - b:to("f32")):abs():amax():item()
+  return d == d and d or math.huge -- NaN never passes
+end
+
+-- Run a kiln child on a chunk with env settings; output (stdout+stderr), status.
+local function child(code, env)
+  local script = os.tmpname()
+  local fh = assert(io.open(script, "w"))
+  fh:write(code)
+  fh:close()
+  local p = io.popen(string.format("KILN_CACHE_DIR='%s' %s %s %s 2>&1", cache, env or "", KILN, script))
+  local out = p:read("a")
+  local _, _, rc = p:close()
+  os.remove(script)
+  return out, rc
+end
+
+local function read_file(path)
+  local fh = io.open(path, "r")
+  if not fh then return nil end
+  local s = fh:read("a")
+  fh:close()
+  return s
+end
+
+-- ---------------------------------------------------------------------------
+-- The search
+
+local cm = kiln.compile(f, { mode = "max-autotune" })
+local y = cm(x)
+T.ok(maxdiff(y, ref) < 1e-4, "max-autotune's first call (the search) equals eager: " .. maxdiff(y, ref))
+T.ok(maxdiff(cm(x), ref) < 1e-4, "its later calls equal eager")
+local st = cm:stats()
+local res = cm:autotune()
+T.ok(#res >= 4, "cm:autotune() lists the tunable kernels: " .. #res)
+T.is(st.autotune_kernels, #res, "every tunable kernel was measured (stats.autotune_kernels)")
+T.ok(st.autotune_s > 0 and st.autotune_s < 120, "stats.autotune_s is the search time: " .. st.autotune_s)
+T.is(st.autotune_cache_hits, 0, "nothing came from a cache on a fresh cache dir")
+local cands, all_timed, winners_ok, defaults_first = 0, true, true, true
+for _, k in ipairs(res) do
+  T.is(k.source, "measured", k.name .. " was measured now")
+  T.ok(#k.candidates >= 2, k.name .. " had " .. #k.candidates .. " candidates")
+  cands = cands + #k.candidates
+  defaults_first = defaults_first and k.candidates[1].choice == "default"
+  local best
+  for _, c in ipairs(k.candidates) do
+    if not c.status then
+      all_timed = all_timed and type(c.us) == "number" and c.us > 0 and c.reps >= 5
+      best = best and math.min(best, c.us) or c.us
+    end
+  end
+  -- the winner is the fastest, or the default when no other is 3% faster
+  winners_ok = winners_ok and k.us <= k.default_us
+    and ((k.choice ~= "default" and k.us == best) or (k.choice == "default" and best >= k.default_us * 0.97 - 1e-9))
+end
+T.ok(defaults_first, "the default is the first candidate of every kernel")
+T.ok(all_timed, "every valid candidate has a median of at least 5 timed runs")
+T.ok(winners_ok, "every choice is no slower than its default")
+T.is(st.autotune_candidates, cands, "stats.autotune_candidates counts the measured candidates")
+
+-- ---------------------------------------------------------------------------
+-- The file
+
+local text = read_file(file)
+T.ok(text ~= nil, "the choices are saved in " .. file)
+text = text or ""
+T.like(text, "^# kiln autotune cache v1\n", "it starts with its magic line")
+T.like(text, "\n# device %x+ = [^\n]+; kiln ", "it names the device and kiln version")
+local entries = {}
+for line in text:gmatch("[^\n]+") do
+  if not line:match("^#") then
+    local f1, f2, choice, us, dus, pinned, name = line:match("^(%x+)\t(%x+)\t([^\t]+)\t([%d%.%-]+)\t([%d%.%-]+)\t([01])\t([^\t]+)\t")
+    T.ok(f1 and #f1 == 16 and #f2 == 16, "entry line has keys, choice, times, pinned, name, label: " .. line:sub(1, 80))
+    if name then entries[name] = { choice = choice, us = tonumber(us), default_us = tonumber(dus) } end
+  end
+end
+local found = 0
+for _, k in ipairs(res) do
+  local e = entries[k.name]
+  if e and e.choice == k.choice then found = found + 1 end
+end
+T.ok(found >= 1 and found <= #res, "each measured kernel's choice is in the file (" .. found .. " of " .. #res
+  .. "; identical kernels share one line)")
+
+-- ---------------------------------------------------------------------------
+-- A second process reuses the file without measuring
+
+local SECOND = MODEL .. [[
+local cm = kiln.compile(f, {mode = "max-autotune"})
+local y = cm(x)
+local st = cm:stats()
+print("hits", st.autotune_cache_hits, "measured", st.autotune_kernels, "candidates", st.autotune_candidates)
+local src = {}
+for _, k in ipairs(cm:autotune()) do src[#src + 1] = k.name .. "=" .. k.source .. ":" .. k.choice end
+print("sources", table.concat(src, ","))
+print("diff", (y - f(x)):abs():amax():item())
+]]
+local out, rc = child(SECOND)
+T.is(rc, 0, "a second process runs")
+local hits = tonumber(out:match("hits\t(%d+)"))
+T.ok(hits and hits == #res, "the second process takes all " .. #res .. " choices from the file: " .. tostring(hits))
+T.like(out, "measured\t0\tcandidates\t0", "and measures nothing")
+T.ok(not out:match("=measured"), "no kernel is measured again")
+for _, k in ipairs(res) do
+  T.like(out, lit(k.name .. "=cached:" .. k.choice), k.name .. " runs its saved choice " .. k.choice)
+end
+local d = tonumber(out:match("diff\t(%S+)"))
+T.ok(d and d < 1e-4, "its results equal eager: " .. tostring(d))
+
+-- ---------------------------------------------------------------------------
+-- KILN_LOGS=autotune, a rejected candidate (KILN_AUTOTUNE_FAULT), the budget
+
+local FRESH = MODEL .. [[
+kiln.config.autotune_budget_s = tonumber(os.getenv("BUDGET") or "120")
+local cm = kiln.compile(f, {mode = os.getenv("MODE") or "max-autotune"})
+local y = cm(x)
+local st = cm:stats()
+print("measured", st.autotune_kernels, "stopped", tostring(st.autotune_stopped))
+local skipped = 0
+for _, k in ipairs(cm:autotune()) do
+  if k.source == "skipped" then skipped = skipped + 1 end
+  for _, c in ipairs(k.candidates) do
+    if c.choice == k.choice and c.status then print("BAD winner was rejected", k.name) end
+  end
+end
+print("skipped", skipped, "kernels", #cm:autotune())
+print("diff", (y - f(x)):abs():amax():item())
+]]
+local fresh = cache .. "-fault"
+out, rc = child(FRESH, "KILN_CACHE_DIR=" .. fresh .. " KILN_LOGS=autotune KILN_AUTOTUNE_FAULT=1")
+T.is(rc, 0, "a search with a faulty candidate runs")
+T.like(out, "autotune k%d+_[%w_]+  [^\n]-  [%d%.]+ us  100%%", "KILN_LOGS=autotune prints each kernel: winner, time, 100%")
+T.like(out, "  | [^|\n]- [%d%.]+ us  %d+%%", "and the other candidates with their time and % of the winner's speed")
+T.like(out, "rejected: differs from the default: element %d+", "the corrupted candidate is rejected and reported")
+T.ok(not out:match("BAD winner"), "a rejected candidate never wins")
+d = tonumber(out:match("diff\t(%S+)"))
+T.ok(d and d < 1e-4, "results with a rejected candidate equal eager: " .. tostring(d))
+
+out, rc = child(FRESH, "KILN_CACHE_DIR=" .. cache .. "-budget BUDGET=0")
+T.is(rc, 0, "a search with no budget runs")
+T.like(out, "measured\t0\tstopped\tbudget", "a zero budget measures nothing and says why (stats.autotune_stopped)")
+T.like(out, "autotuning stopped at kiln%.config%.autotune_budget_s: 0 kernels measured", "and tells the user")
+local sk, nk = out:match("skipped\t(%d+)\tkernels\t(%d+)")
+T.ok(sk and sk == nk, "every tunable kernel keeps its default, marked skipped: " .. tostring(sk) .. "/" .. tostring(nk))
+d = tonumber(out:match("diff\t(%S+)"))
+T.ok(d and d < 1e-4, "results without a search equal eager: " .. tostring(d))
+T.ok(read_file(cache .. "-budget/autotune.tsv") == nil, "nothing unmeasured is saved")
+
+out, rc = child(FRESH, "KILN_CACHE_DIR=" .. cache .. "-nocg MODE=max-autotune-no-cudagraphs")
+T.like(out, "measured\t[1-9]", "max-autotune-no-cudagraphs searches too")
+d = tonumber(out:match("diff\t(%S+)"))
+T.ok(d and d < 1e-4, "and equals eager: " .. tostring(d))
+
+-- ---------------------------------------------------------------------------
+-- A corrupt file is reported and ignored (and rewritten)
+
+local fh = assert(io.open(file, "w"))
+fh:write("# kiln autotune cache v1\nthis line is not an entry\n")
+fh:close()
+out, rc = child(SECOND)
+T.is(rc, 0, "a process with a corrupt cache file runs")
+T.like(out, "autotune cache " .. lit(file) .. " is corrupt %(line 2: 1 fields instead of 8%); it is ignored",
+  "the corrupt file is reported with the line and why")
+T.like(out, "hits\t0\tmeasured\t" .. #res, "its entries are ignored: the kernels are measured again")
+T.like(read_file(file) or "", "^# kiln autotune cache v1\n# one line", "and the file is rewritten whole")
+fh = assert(io.open(file, "w"))
+fh:write("# kiln autotune cache v1\n" .. ("0"):rep(16) .. "\t" .. ("1"):rep(16) .. "\tdefault\t1.0\t1.0\t0\tk0")
+fh:close()
+out = child(SECOND)
+T.like(out, "is corrupt %(it is truncated", "a truncated file (no end to its last line) is reported too")
+
+-- ---------------------------------------------------------------------------
+-- Pinning
+
+kiln._autotune_reload()
+local pick
+for _, k in ipairs(res) do
+  for _, c in ipairs(k.candidates) do
+    if not pick and c.choice ~= k.choice and not c.status then pick = { kernel = k, choice = c.choice } end
+  end
+end
+T.ok(pick ~= nil, "some kernel has a valid candidate that did not win")
+if pick then
+  local name = kiln.autotune.pin(pick.kernel.name, pick.choice, cm)
+  T.is(name, pick.kernel.name, "kiln.autotune.pin(name, choice, cm) returns the kernel's name")
+  T.ok(maxdiff(cm(x), ref) < 1e-4, "after pinning " .. pick.kernel.name .. " to " .. pick.choice .. " the results equal eager")
+  local after
+  for _, k in ipairs(cm:autotune()) do if k.name == pick.kernel.name then after = k end end
+  T.is(after and after.source, "pinned", "cm:autotune() shows it pinned")
+  T.is(after and after.choice, pick.choice, "with the pinned choice")
+  T.like(read_file(file) or "", lit(pick.choice) .. "\t%-1%.000\t[%d%.%-]+\t1\t" .. lit(pick.kernel.name),
+    "the file keeps it, marked pinned")
+  local i = pick.kernel.index
+  T.is(cm:autotune_pin(i, "default"), pick.kernel.name, "cm:autotune_pin takes the 0-based index of cm:kernels()")
+  T.ok(maxdiff(cm(x), ref) < 1e-4, "back to the default, results equal eager")
+end
+T.raises(function() kiln.autotune.pin(res[1].name, "warp=2", cm) end, "'warp' is not one of",
+  "an unknown knob is refused by name")
+T.raises(function() kiln.autotune.pin("k99_nothing", "default", cm) end, "no kernel k99_nothing",
+  "an unknown kernel is refused by name")
+T.raises(function() kiln.autotune.pin(res[1].name, 3, cm) end, "choice must be a string",
+  "a choice that is not a string is refused")
+
+-- ---------------------------------------------------------------------------
+-- :autotune in the REPL
+
+local p = io.popen(string.format("printf 'kiln.session.small = true\\n:load samples/transformer_block.lua\\n:autotune\\n"
+  .. ":mode max-autotune\\n:run\\n:autotune\\n:autotune 0\\n' "
+  .. "| KILN_CACHE_DIR='%s-repl' %s 2>&1", cache, KILN))
+out = p:read("a")
+p:close()
+T.like(out, "mode is eager: autotuning runs in max%-autotune", ":autotune in another mode says how to get there")
+T.like(out, "#  kernel%s+choice%s+time%s+default%s+speedup%s+from%s+tried", ":autotune prints the table header")
+T.like(out, "tunable kernels?; search [%d%.]+ s, %d+ kernels measured", "and the summary line")
+T.like(out, "%(kernel 0%): [^\n]+\n  %*", ":autotune K lists kernel K's candidates, the chosen one starred")
+
+os.execute("rm -rf '" .. cache .. "' '" .. cache .. "'-*")
+T.done()
