@@ -268,6 +268,29 @@ int main(void)
     type("return 7\r");
     like(until_prompt(seg, sizeof seg), "\r\n7\r\n", "the next line still works after an interrupt");
 
+    /* Ctrl-C during max-autotune's search: it stops, keeps what it
+     * measured, and the prompt comes back */
+    type("kiln.config.cache_dir = os.tmpname() .. '-autotune'; kiln.config.autotune_budget_s = 300\r");
+    until_prompt(seg, sizeof seg);
+    type(":load samples/transformer_block.lua\r");
+    until_prompt(seg, sizeof seg);
+    type(":mode max-autotune\r");
+    until_prompt(seg, sizeof seg);
+    type(":run\r");
+    ok(expect("autotune ["), "max-autotune's first call shows a progress bar");
+    ok(expect(" kernels "), "with the kernels done");
+    type(KEY_CTRL('c'));
+    s = until_prompt(seg, sizeof seg);
+    like(s, "autotuning interrupted: ", "Ctrl-C stops the search and says what it kept");
+    like(s, "interrupted", "the call ends with 'interrupted'");
+    type(":autotune\r");
+    s = until_prompt(seg, sizeof seg);
+    like(s, "stopped: interrupted", ":autotune then shows the search was interrupted");
+    type("os.execute('rm -rf ' .. kiln.config.cache_dir)\r");
+    until_prompt(seg, sizeof seg);
+    type("return 7\r"); /* the last line, which the next session's Up recalls */
+    until_prompt(seg, sizeof seg);
+
     type(KEY_CTRL('d'));
     is_int(finish(), 0, "Ctrl-D at an empty prompt exits with status 0");
 
