@@ -155,7 +155,7 @@ for mode in $(commas "$KILN_MODES"); do
             cache="$work/cache/$model-$dt-$mode"
             rm -rf "$cache" && mkdir -p "$cache"
             kiln_row "$model" "$mode" "$dt" cold "$cache"
-            if [ "$mode" = default ] && [ "$KILN_WARM" = 1 ]; then
+            if { [ "$mode" = default ] || [ "${mode#max-autotune}" != "$mode" ]; } && [ "$KILN_WARM" = 1 ]; then
                 kiln_row "$model" "$mode" "$dt" warm "$cache"
             fi
         done

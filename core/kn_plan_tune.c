@@ -402,7 +402,8 @@ static void log_result(kn_tune_session *s, const kn_kernel *k, const kn_tune_can
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f) return;
-    fprintf(f, "autotune %s  %s  %.1f us  100%%", k->name, c[best].label, c[best].us);
+    fprintf(f, "autotune %s  %s%s  %.1f us  100%%", k->name, c[best].label, best == 0 ? " (default)" : "",
+            c[best].us);
     bool shown[MAX_CANDS] = {false};
     shown[best] = true;
     for (;;) { /* the others, fastest first */

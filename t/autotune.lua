@@ -234,8 +234,16 @@ if pick then
   T.is(cm:autotune_pin(i, "default"), pick.kernel.name, "cm:autotune_pin takes the 0-based index of cm:kernels()")
   T.ok(maxdiff(cm(x), ref) < 1e-4, "back to the default, results equal eager")
 end
-T.raises(function() kiln.autotune.pin(res[1].name, "warp=2", cm) end, "'warp' is not one of",
-  "an unknown knob is refused by name")
+local gen, lib
+for _, k in ipairs(res) do
+  if k.candidates[2] and k.candidates[2].choice:match("^variant=") then lib = lib or k else gen = gen or k end
+end
+T.raises(function() kiln.autotune.pin(gen.name, "warp=2", cm) end, "'warp' is not one of",
+  "an unknown knob of a generated kernel is refused by name")
+if lib then -- on the GPU: matmul runs in cuBLASLt
+  T.raises(function() kiln.autotune.pin(lib.name, "block=128", cm) end, "runs in a library: its choice is 'default' or 'variant=N'",
+    "a library kernel takes variants only")
+end
 T.raises(function() kiln.autotune.pin("k99_nothing", "default", cm) end, "no kernel k99_nothing",
   "an unknown kernel is refused by name")
 T.raises(function() kiln.autotune.pin(res[1].name, 3, cm) end, "choice must be a string",
