@@ -812,6 +812,51 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
     return rec_replay(p, inputs, results);
 }
 
+/* Wall time of n calls (synchronized) in us per call: replays or plain runs. */
+static kn_status time_calls(kn_plan *p, kn_tensor *const *inputs, bool replay, int n, double *us)
+{
+    const kn_backend *be = kn_backend_get(p->device);
+    kn_tensor *res[64];
+    if (p->n_outputs > 64) return kn_error(KN_ERR_UNSUPPORTED, "timing a plan with more than 64 outputs");
+    KN_TRY(be->sync());
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        KN_TRY(replay ? rec_replay(p, inputs, res) : kn_plan_run(p, inputs, res));
+        for (int o = 0; o < p->n_outputs; o++) kn_tensor_release(res[o]);
+    }
+    KN_TRY(be->sync());
+    *us = (now_s() - t0) / n * 1e6;
+    return KN_OK;
+}
+
+/* max-autotune: a recording is kept only when replaying it is measured
+ * faster than running the plan (it usually is; a plan of a few large
+ * library calls may not be: the input and output copies around a replay
+ * cost more than the launches they save). */
+#define REC_TIMED_CALLS 20
+static kn_status rec_choose(kn_plan *p, kn_tensor *const *inputs)
+{
+    double rep = 1e30, plain = 1e30;
+    for (int round = 0; round < 3; round++) { /* interleaved, best of three */
+        double r, q;
+        KN_TRY(time_calls(p, inputs, true, REC_TIMED_CALLS, &r));
+        KN_TRY(time_calls(p, inputs, false, REC_TIMED_CALLS, &q));
+        if (r < rep) rep = r;
+        if (q < plain) plain = q;
+    }
+    p->rec_replay_us = rep;
+    p->rec_plain_us = plain;
+    if (plain < rep * 0.97) {
+        char why[200];
+        snprintf(why, sizeof why, "max-autotune measured the plain run faster (%.1f us against %.1f us replaying)",
+                 plain, rep);
+        kn_plan_drop_recording(p);
+        p->rec_by_choice = true;
+        return rec_never(p, "%s", why);
+    }
+    return KN_OK;
+}
+
 kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed)
 {
     *replayed = false;
@@ -843,7 +888,14 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
     if (p->rec_state == KN_REC_RECORD) {
         KN_TRY(rec_record(p, inputs, results));
         if (p->rec_state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
-        *replayed = true;
+        if (p->autotune && p->rec_state == KN_REC_READY && !p->rec_by_choice && p->rec_plain_us == 0) {
+            kn_status st = rec_choose(p, inputs);
+            if (st != KN_OK) {
+                for (int o = 0; o < p->n_outputs; o++) kn_tensor_release(results[o]);
+                return st;
+            }
+        }
+        *replayed = p->rec_state == KN_REC_READY;
         return KN_OK;
     }
     *replayed = true;

@@ -57,6 +57,8 @@ typedef struct kn_plan {
     void **rec_ptr;         /* per caller input read in place: its data address when recorded */
     kn_tensor **rec_out;    /* the recording's outputs (overwritten by each replay) */
     int64_t replays;
+    bool rec_by_choice;     /* max-autotune chose to run without the recording (measured slower) */
+    double rec_replay_us, rec_plain_us; /* what that measurement saw (0: not measured) */
     /* max-autotune (core/kn_plan_tune.c): per kernel, the library variant
      * it runs (0: the library's default pick) and what the search measured
      * or the cache gave; the compiled programs of chosen configurations */

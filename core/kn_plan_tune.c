@@ -558,6 +558,30 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     return KN_OK;
 }
 
+/* The whole program again, in the chosen configurations: what the next
+ * process compiles from the cache file's choices, so its compile finds
+ * this one in the persistent kernel cache instead of starting NVRTC (or
+ * the C compiler) cold. */
+static kn_status compile_chosen(kn_plan *p, const char *cache_dir)
+{
+    bool changed = false;
+    for (int k = 0; k < p->f.prog.n_kernels; k++) {
+        const kn_kconfig *c = &p->f.prog.kernels[k].cfg;
+        changed = changed || c->block || c->ept || c->rows || c->unroll || c->tile;
+    }
+    if (!changed || !p->generated) return KN_OK;
+    const kn_backend *be = kn_backend_get(p->device);
+    void **fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *fns), *lib = NULL;
+    if (!fns) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+    kn_status st = be->compile_program(&p->f.prog, cache_dir, &lib, fns);
+    if (st == KN_OK) st = keep_lib(p, lib);
+    if (st == KN_OK)
+        for (int k = 0; k < p->f.prog.n_kernels; k++)
+            if (fns[k]) p->fns[k] = fns[k];
+    free(fns);
+    return st;
+}
+
 kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s)
 {
     p->tune_state = KN_TUNE_DONE; /* one search per plan, even when it is cut short */
@@ -567,6 +591,13 @@ kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **res
     if (!todo) return kn_plan_run(p, inputs, results);
     s->kernels_total += todo;
     kn_status st = kn_plan_run_ex(p, inputs, results, NULL, s);
+    /* not fatal: the chosen kernels already run from their own programs */
+    if (st == KN_OK && s->measured && compile_chosen(p, s->cache_dir) != KN_OK && s->log) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "autotune: the chosen program is not cached for later processes: %s\n",
+                 kn_last_error());
+        s->log(s->log_ud, msg);
+    }
     s->spent_s = now_s() - s->t0;
     return st;
 }
