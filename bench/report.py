@@ -231,7 +231,41 @@ def report(env, rows):
                       f"{sec(num(tdef.get('first_call_s')))} | {mib(num(tbest.get('peak_mib')))} | "
                       f"{approx}{mib(kp)} | {kerr} | "
                       f"{sci(worst[0])} ({worst[1] or '-'}) | {sci(tbest.get('max_rel_err')) if tbm != 'eager' else '0'} |")
+    # max-autotune: what the search bought and what it cost, against default and PyTorch
+    t3 = ["## max-autotune", "",
+          "| workload | dtype | kiln default ms | kiln max-autotune ms | MA / default | kiln search s "
+          "(kernels, candidates) | kiln MA first call s, cold | kiln MA first call s, warm cache (choices reused) | "
+          "CUDA graph | torch max-autotune ms | torch MA first call s | kiln MA / torch best |",
+          "|" + "---|" * 12]
+    for m in models:
+        for d in dtypes:
+            ma = rows.get(("kiln", m, "max-autotune", d, "cold"))
+            if not ma:
+                continue
+            kd = rows.get(("kiln", m, "default", d, "cold")) or {}
+            warm = rows.get(("kiln", m, "max-autotune", d, "warm")) or {}
+            tma = rows.get(("torch", m, "max-autotune", d, "cold")) or {}
+            tr = {md: rows.get(("torch", m, md, d, "cold")) for md in TORCH_MODES}
+            tb, _ = best({md: torch_cell(r) for md, r in tr.items()})
+            st = ma.get("stats_first") or {}
+            wst = warm.get("stats_first") or {}
+            dms, mms = num(kd.get("ms_per_call")), num(ma.get("ms_per_call"))
+            graph = (ma.get("stats") or {}).get("cuda_graph") or "-"
+            t3.append(f"| {m} | {d} | {ms(dms)} | {ms(mms)} | "
+                      f"{'-' if not dms or mms is None else f'{mms / dms:.2f}'} | "
+                      f"{sec(num(st.get('autotune_s')))} ({st.get('autotune_kernels', '-')}, "
+                      f"{st.get('autotune_candidates', '-')}) | {sec(num(ma.get('first_call_s')))} | "
+                      f"{sec(num(warm.get('first_call_s')))} ({wst.get('autotune_cache_hits', '-')} from the cache, "
+                      f"{wst.get('autotune_kernels', '-')} measured) | {graph} | {ms(num(tma.get('ms_per_call')))} | "
+                      f"{sec(num(tma.get('first_call_s')))} | "
+                      f"{'-' if not tb or mms is None else f'{mms / tb:.2f}'} |")
     out += t1 + [""] + t2 + [""]
+    if len(t3) > 4:
+        out += t3 + ["", "MA = max-autotune. kiln search s: cm:stats().autotune_s of the cold first call (the "
+                     "measured search, compiles of the candidates included). warm cache: a second process on the "
+                     "cache dir the cold row filled; its choices come from autotune.tsv, nothing is measured. "
+                     "CUDA graph: whether the tuned model replays one (max-autotune keeps it only when replaying "
+                     "measured faster).", ""]
     out += ["Legend: best = the fastest mode that ran without error (a kiln mode also needs its output within "
             f"{TOL['f32']:g} (f32) / {TOL['bf16']:g} (bf16) relative error of PyTorch eager's; ✗ marks one that is not); "
             "n/a = the mode is not implemented (max-autotune counts only when kiln reports autotuning: "
