@@ -94,6 +94,16 @@ for _, k in ipairs(res) do
     and ((k.choice ~= "default" and k.us == best) or (k.choice == "default" and best >= k.default_us * 0.97 - 1e-9))
 end
 T.ok(defaults_first, "the default is the first candidate of every kernel")
+for _ = 1, 3 do cm(x) end
+local graph = cm:stats().cuda_graph
+if kiln.cuda_available() then
+  -- recorded on the second call; kept only when replaying measured faster
+  T.ok(graph == "yes" or graph:match("^no: max%-autotune measured the plain run faster %(") ~= nil,
+    "max-autotune keeps its CUDA graph or says it measured the plain run faster: " .. graph)
+  T.ok(maxdiff(cm(x), ref) < 1e-4, "after that choice the results equal eager")
+else
+  T.like(graph, "^no: ", "on the CPU there is no CUDA graph, and cm:stats() says why: " .. graph)
+end
 T.ok(all_timed, "every valid candidate has a median of at least 5 timed runs")
 T.ok(winners_ok, "every choice is no slower than its default")
 T.is(st.autotune_candidates, cands, "stats.autotune_candidates counts the measured candidates")
