@@ -226,6 +226,12 @@ static void put_unroll(rctx *r)
     if (r->t == KN_TARGET_C && r->k->cfg.unroll > 0) line(r, "#pragma GCC unroll %d", r->k->cfg.unroll);
 }
 
+/* C POINTWISE: the simd pragma (before the innermost loop) when asked for. */
+static void put_simd(rctx *r)
+{
+    if (r->t == KN_TARGET_C && r->k->cfg.vec > 0) line(r, "#pragma omp simd simdlen(%d)", r->k->cfg.vec);
+}
+
 static ctype expr_ct(const rctx *r, int i)
 {
     return ctype_of(r->k->exprs[i].dtype);
@@ -746,7 +752,10 @@ static kn_status render_c_pointwise(rctx *r)
      * that reads one operand transposed touches fewer cache lines per block */
     int T = k->cfg.tile, tiled = T > 0 && k->ndim >= 2 ? 2 : 0, opened = 0;
     for (int d = 0; d < k->ndim - tiled; d++, opened++) {
-        if (d == k->ndim - 1) put_unroll(r);
+        if (d == k->ndim - 1) {
+            put_unroll(r);
+            put_simd(r);
+        }
         line(r, "for (kn_i64 i%d = 0; i%d < n%d; i%d++) {", d, d, d, d);
         r->indent++;
     }
@@ -755,7 +764,10 @@ static kn_status render_c_pointwise(rctx *r)
         r->indent++;
     }
     for (int d = k->ndim - tiled; d < k->ndim; d++, opened++) {
-        if (d == k->ndim - 1) put_unroll(r);
+        if (d == k->ndim - 1) {
+            put_unroll(r);
+            put_simd(r);
+        }
         line(r, "for (kn_i64 i%d = b%d; i%d < (b%d + %d < n%d ? b%d + %d : n%d); i%d++) {", d, d, d, d, T, d, d,
              T, d, d);
         r->indent++;
@@ -1068,7 +1080,7 @@ static const struct {
     size_t off;
 } cfg_fields[] = {{"block", offsetof(kn_kconfig, block)},   {"ept", offsetof(kn_kconfig, ept)},
                   {"rows", offsetof(kn_kconfig, rows)},     {"unroll", offsetof(kn_kconfig, unroll)},
-                  {"tile", offsetof(kn_kconfig, tile)}};
+                  {"tile", offsetof(kn_kconfig, tile)},     {"vec", offsetof(kn_kconfig, vec)}};
 #define N_CFG_FIELDS (sizeof cfg_fields / sizeof cfg_fields[0])
 static const char *const rows_names[] = {"auto", "block", "warp"};
 
@@ -1106,7 +1118,7 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
             for (f = 0; f < N_CFG_FIELDS && strcmp(cfg_fields[f].name, word) != 0; f++) {}
         }
         if (f == N_CFG_FIELDS)
-            return kn_error(KN_ERR_ARG, "kernel config '%s': '%s' is not one of block=, ept=, rows=, unroll=, tile=",
+            return kn_error(KN_ERR_ARG, "kernel config '%s': '%s' is not one of block=, ept=, rows=, unroll=, tile=, vec=",
                             text, word);
         int v = -1;
         if (cfg_fields[f].off == offsetof(kn_kconfig, rows)) {
@@ -1159,6 +1171,10 @@ int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int 
         for (int ti = 0; ti < nt; ti++)
             for (int u = 0; u < 4; u++)
                 if (ti || u) ADD(.unroll = unrolls[u], .tile = tiles[ti]);
+        if (k->kind == KN_KERNEL_POINTWISE) { /* the vector width, forced */
+            ADD(.vec = 8);
+            ADD(.vec = 16);
+        }
     }
 #undef ADD
     return n;

@@ -30,9 +30,10 @@ extern char **environ;
  * -O3, not -O2: GCC 12's -O2 cost model does not version loops for possible
  * aliasing, so the generated loops (no restrict: an output may share a
  * buffer with an input) would stay scalar. -fwrapv: integer kernels wrap
- * instead of being undefined on overflow. */
+ * instead of being undefined on overflow. -fopenmp-simd: the autotuner's
+ * vector-width candidates (`#pragma omp simd`; no OpenMP runtime). */
 static const char *const jit_flags[] = {"-std=c11", "-O3", "-fPIC", "-shared", "-fno-math-errno",
-                                        "-ffp-contract=off", "-fwrapv"};
+                                        "-ffp-contract=off", "-fwrapv", "-fopenmp-simd"};
 #define N_FLAGS (sizeof jit_flags / sizeof jit_flags[0])
 #define MAX_CC_WORDS 8
 #define LOG_LINES 20

@@ -5,7 +5,7 @@
  * identification, kiln's version, the flags) into a key. A valid cache
  * entry for the key is loaded without running the compiler; otherwise the
  * compiler builds a shared object (cc -std=c11 -O3 -fPIC -shared
- * -fno-math-errno -ffp-contract=off -fwrapv; never -ffast-math: NaN and
+ * -fno-math-errno -ffp-contract=off -fwrapv -fopenmp-simd; never -ffast-math: NaN and
  * inf must behave as in the reference), which is loaded and then stored.
  *
  * Cache entries (<cache_dir>/c-<key>.kjit) hold a header (magic, key,
