@@ -270,7 +270,7 @@ p:close()
 T.like(out, "mode is eager: autotuning runs in max%-autotune", ":autotune in another mode says how to get there")
 T.like(out, "#  kernel%s+choice%s+time%s+default%s+speedup%s+from%s+tried", ":autotune prints the table header")
 T.like(out, "tunable kernels?; search [%d%.]+ s, %d+ kernels measured", "and the summary line")
-T.like(out, "%(kernel 0%): [^\n]+\n.-\n  %* ", ":autotune K lists kernel K's candidates, the chosen one starred")
+T.like(out, "%(kernel 0%): [^\n]+\n.-  %* ", ":autotune K lists kernel K's candidates, the chosen one starred")
 
 os.execute("rm -rf '" .. cache .. "' '" .. cache .. "'-*")
 T.done()
