@@ -199,6 +199,7 @@ typedef struct rctx {
     sbuf *s;
     int indent;
     bool warp_rows; /* CUDA ROW kernel with one warp per row (kn_kernel_warp_rows) */
+    bool vec_body;  /* CUDA vector path: contiguous args are read from l<j>.x[e], stored to s<j>.x[e] */
 } rctx;
 
 /* The threads per block of a CUDA kernel (k->cfg.block or the default). */
@@ -329,6 +330,10 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
 static void put_elem(rctx *r, int j, int upto)
 {
     const kn_karg *a = &r->k->args[j];
+    if (r->vec_body && a->strides[r->k->ndim - 1] == 1) { /* the register copy of this thread's vector */
+        sb_printf(r->s, "%c%d.x[e]", a->is_output ? 's' : 'l', j);
+        return;
+    }
     sb_printf(r->s, "p%d[0", j);
     for (int d = 0; d < upto; d++) {
         if (a->strides[d] == 0) continue;
@@ -472,8 +477,10 @@ static kn_status render_expr(rctx *r, int i, int upto)
         break;
     }
     case KN_KX_INDEX: {
-        char v[16];
-        snprintf(v, sizeof v, "i%d", e->dim);
+        char v[32];
+        /* the vector path's i<last> is its chunk's first element */
+        if (r->vec_body && e->dim == r->k->ndim - 1) snprintf(v, sizeof v, "(i%d + e)", e->dim);
+        else snprintf(v, sizeof v, "i%d", e->dim);
         put_conv(r->s, CT_I64, c, v);
         break;
     }
@@ -910,12 +917,93 @@ static void render_unflatten(rctx *r, const char *flat, const char *total, int u
     line(r, "}");
 }
 
+/* Whether a CUDA POINTWISE kernel can take vector width V: along the last
+ * dim every argument is contiguous (stride 1) or broadcast (stride 0), a
+ * vector (V elements of the last dim, at most 16 bytes) never straddles
+ * two rows, and a contiguous argument's other strides keep each row's
+ * vectors aligned. */
+static bool vec_ok(const kn_kernel *k, int V)
+{
+    if (k->kind != KN_KERNEL_POINTWISE || k->ndim < 1 || V < 2) return false;
+    int L = k->ndim - 1;
+    if (k->shape[L] % V != 0) return false;
+    for (int j = 0; j < k->n_args; j++) {
+        const kn_karg *a = &k->args[j];
+        if (a->strides[L] != 0 && a->strides[L] != 1) return false;
+        if (a->strides[L] == 0) continue;
+        if (V * kn_dtype_size(a->dtype) > 16) return false;
+        for (int d = 0; d < L; d++)
+            if (a->strides[d] % V != 0) return false;
+    }
+    return true;
+}
+
+/* Vector path (cfg.vec = V): each thread moves V consecutive elements of
+ * every contiguous argument with one aligned vector load or store, then
+ * computes them one by one from registers. Taken when every such pointer
+ * is aligned to its vector (a view's offset may break that: then the
+ * scalar loop below runs) and the size is a multiple of V (checked when
+ * the candidates are made, against the shape the kernel was built for; a
+ * dynamic size that is not falls back too). */
+static kn_status render_cuda_vector(rctx *r, int V)
+{
+    const kn_kernel *k = r->k;
+    int L = k->ndim - 1;
+    sb_printf(r->s, "%*sif (n%d %% %d == 0", r->indent * 4, "", L, V);
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1)
+            sb_printf(r->s, " && ((unsigned long long)p%d %% %zu) == 0", j, V * kn_dtype_size(k->args[j].dtype));
+    sb_printf(r->s, ") {\n");
+    r->indent++;
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1)
+            line(r, "struct __align__(%zu) v%d_t { %s x[%d]; };", V * kn_dtype_size(k->args[j].dtype), j,
+                 storage_name(k->args[j].dtype), V);
+    line(r, "for (kn_i64 q = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; q < total / %d;"
+            " q += (kn_i64)gridDim.x * blockDim.x) {", V);
+    r->indent++;
+    line(r, "const kn_i64 t = q * %d;", V);
+    render_unflatten(r, "t", "total", k->ndim);
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1) {
+            if (k->args[j].is_output) {
+                line(r, "v%d_t s%d;", j, j);
+                continue;
+            }
+            sb_printf(r->s, "%*sconst v%d_t l%d = *(const v%d_t *)&", r->indent * 4, "", j, j, j);
+            put_elem(r, j, k->ndim);
+            sb_printf(r->s, ";\n");
+        }
+    line(r, "#pragma unroll");
+    line(r, "for (int e = 0; e < %d; e++) {", V);
+    r->indent++;
+    r->vec_body = true;
+    kn_status st = render_stores(r, false, k->ndim);
+    r->vec_body = false;
+    KN_TRY(st);
+    r->indent--;
+    line(r, "}");
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1 && k->args[j].is_output) {
+            sb_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+            put_elem(r, j, k->ndim);
+            sb_printf(r->s, " = s%d;\n", j);
+        }
+    r->indent--;
+    line(r, "}");
+    line(r, "return;");
+    r->indent--;
+    line(r, "}");
+    return KN_OK;
+}
+
 static kn_status render_cuda_pointwise(rctx *r)
 {
     const kn_kernel *k = r->k;
     sb_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
     for (int d = 0; d < k->ndim; d++) sb_printf(r->s, " * n%d", d);
     sb_printf(r->s, ";\n");
+    if (vec_ok(k, k->cfg.vec)) KN_TRY(render_cuda_vector(r, k->cfg.vec));
     int ept = k->cfg.ept > 1 ? k->cfg.ept : 1;
     if (ept == 1) {
         line(r, "for (kn_i64 t = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;"
@@ -984,7 +1072,7 @@ static kn_status render_function(const kn_kernel *k, kn_target t, sbuf *s)
     if (k->kind == KN_KERNEL_FALLBACK || (k->kind == KN_KERNEL_LIBRARY && k->n_stores == 0))
         return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: %s kernels have no generated source",
                         k->name, k->kind == KN_KERNEL_FALLBACK ? "fallback" : "library");
-    rctx r = {k, t, s, 0, t == KN_TARGET_CUDA && kn_kernel_warp_rows(k)};
+    rctx r = {k, t, s, 0, t == KN_TARGET_CUDA && kn_kernel_warp_rows(k), false};
     if (t == KN_TARGET_C)
         line(&r, "void %s(char **bufs, const kn_i64 *sizes)", k->name);
     else
@@ -1068,6 +1156,7 @@ void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *gr
         *grid = n < KN_KIR_MAX_GRID ? n : KN_KIR_MAX_GRID;
     } else {
         int64_t per = (int64_t)b * (k->cfg.ept > 1 ? k->cfg.ept : 1);
+        if (vec_ok(k, k->cfg.vec)) per = (int64_t)b * k->cfg.vec; /* the vector path's */
         int64_t g = (n + per - 1) / per;
         *grid = g < KN_KIR_MAX_GRID ? g : KN_KIR_MAX_GRID;
     }
@@ -1151,10 +1240,16 @@ int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int 
         if (n < max) out[n++] = (kn_kconfig){__VA_ARGS__};                                         \
     } while (0)
     if (t == KN_TARGET_CUDA && k->kind == KN_KERNEL_POINTWISE) {
-        static const int blocks[] = {128, 256, 512}, epts[] = {1, 2, 4, 8};
+        static const int blocks[] = {128, 256, 512}, epts[] = {1, 2, 4};
         for (int b = 0; b < 3; b++)
-            for (int e = 0; e < 4; e++)
+            for (int e = 0; e < 3; e++)
                 if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == 1)) ADD(.block = blocks[b], .ept = epts[e]);
+        /* vector loads and stores where every argument is contiguous or one element */
+        for (int v = 2; v <= 8; v *= 2)
+            if (vec_ok(k, v)) {
+                ADD(.block = 128, .vec = v);
+                ADD(.block = 256, .vec = v);
+            }
     } else if (t == KN_TARGET_CUDA) {
         int64_t row = k->ndim ? k->shape[k->ndim - 1] : 1;
         bool auto_warp = kn_kernel_warp_rows(k);

@@ -99,8 +99,12 @@ typedef struct kn_kconfig {
                    KN_KIR_WARP_ROW_MAX elements, else one block), KN_ROWS_BLOCK, KN_ROWS_WARP */
     int unroll; /* C: `#pragma GCC unroll` on the innermost loops; 0: the compiler's choice */
     int tile;   /* C POINTWISE over >= 2 dims: the two innermost loops in tile x tile blocks; 0: none */
-    int vec;    /* C POINTWISE: `#pragma omp simd simdlen(vec)` on the innermost loop (outputs never
-                   alias inputs in a plan, which the pragma asserts); 0: the compiler's choice */
+    int vec;    /* POINTWISE vector width. CUDA: each thread moves vec consecutive elements of
+                   every argument with one aligned vector load or store (flat kernels whose
+                   arguments are all contiguous or broadcast scalars; a scalar loop serves
+                   misaligned pointers). C: `#pragma omp simd simdlen(vec)` on the innermost
+                   loop (outputs never alias inputs in a plan, which the pragma asserts).
+                   0: none */
 } kn_kconfig;
 
 enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2 };

@@ -725,6 +725,66 @@ static void test_configs(void)
     release(3, (kn_tensor *[]){xt, y, out});
     free(k);
 
+    /* flat and contiguous (vector loads on CUDA): out = a * b + c, a read at
+     * an offset of 0 or 1 element (a misaligned view takes the scalar loop) */
+    const kn_dtype fdt[2] = {KN_F32, KN_BF16};
+    for (int di = 0; di < 2; di++)
+        for (int off = 0; off < 2; off++) {
+            int64_t n1[1] = {1000}, nb[1] = {1001};
+            kn_tensor *base1 = tl_rand(fdt[di], 1, nb, TL_CONTIG, -2, 2, 0), *a1 = NULL;
+            kn_view_slice(base1, 0, off, off + 1000, 1, &a1);
+            kn_tensor *b1 = tl_rand(fdt[di], 1, n1, TL_CONTIG, -2, 2, 0);
+            kn_tensor *c1 = scalar(fdt[di], 0.5), *o1 = tl_new(fdt[di], 1, n1);
+            kn_kernel *kf = kernel_new("k9_cfg_flat", KN_KERNEL_POINTWISE, 1, n1);
+            int xa = arg_of(kf, a1, false, false), xb = arg_of(kf, b1, false, false);
+            int xc = arg_of(kf, c1, false, false), xo = arg_of(kf, o1, true, false);
+            store(kf, xo, op2(kf, KN_OP_ADD, op2(kf, KN_OP_MUL, ld(kf, xa), ld(kf, xb), fdt[di]), ld(kf, xc), fdt[di]),
+                  false);
+            kn_tensor *m1 = ref(KN_OP_MUL, a1, b1, NULL), *w1 = ref(KN_OP_ADD, m1, c1, NULL);
+            n = kn_kconfig_candidates(kf, tgt, cfgs, 16);
+            int vecs = 0;
+            for (int i = 0; i < n; i++) {
+                char text[64], name[160];
+                kn_kconfig_text(&cfgs[i], text, sizeof text);
+                vecs += cfgs[i].vec > 0;
+                kf->cfg = cfgs[i];
+                memset(kn_tensor_data(o1), 0, (size_t)o1->storage->nbytes);
+                snprintf(name, sizeof name, "a * b + c, %s, flat 1000, a at offset %d, with %s", kn_dtype_name(fdt[di]),
+                         off, text);
+                if (run(kf, (kn_tensor *[]){a1, b1, c1, o1}, name)) check(o1, w1, false, name);
+            }
+            ok(vecs >= 2, "a flat contiguous %s kernel has %d vector-width candidates", kn_dtype_name(fdt[di]), vecs);
+            release(2, (kn_tensor *[]){m1, w1});
+            release(5, (kn_tensor *[]){base1, a1, b1, c1, o1});
+            free(kf);
+        }
+
+    /* 2-D with a row-broadcast bias (vector loads of x and the bias's row,
+     * per row): out = gelu(x + bias), bf16, rows of 96 */
+    {
+        int64_t sh2[2] = {7, 96}, bs2[1] = {96};
+        kn_tensor *x2 = tl_rand(KN_BF16, 2, sh2, TL_CONTIG, -2, 2, 0), *b2 = tl_rand(KN_BF16, 1, bs2, TL_CONTIG, -1, 1, 0);
+        kn_tensor *o2 = tl_new(KN_BF16, 2, sh2);
+        kn_kernel *kb = kernel_new("k10_cfg_bias_gelu", KN_KERNEL_POINTWISE, 2, sh2);
+        int xa = arg_of(kb, x2, false, false), xb = arg_of(kb, b2, false, false), xo = arg_of(kb, o2, true, false);
+        store(kb, xo, op1(kb, KN_OP_GELU, op2(kb, KN_OP_ADD, ld(kb, xa), ld(kb, xb), KN_BF16), KN_BF16), false);
+        kn_tensor *r2a = ref(KN_OP_ADD, x2, b2, NULL), *r2 = ref(KN_OP_GELU, r2a, NULL, NULL);
+        n = kn_kconfig_candidates(kb, tgt, cfgs, 16);
+        int vecs = 0;
+        for (int i = 0; i < n; i++) {
+            char text[64], name[160];
+            kn_kconfig_text(&cfgs[i], text, sizeof text);
+            vecs += cfgs[i].vec > 0;
+            kb->cfg = cfgs[i];
+            memset(kn_tensor_data(o2), 0, (size_t)o2->storage->nbytes);
+            snprintf(name, sizeof name, "gelu(x + bias) bf16 7x96 with %s", text);
+            if (run(kb, (kn_tensor *[]){x2, b2, o2}, name)) check(o2, r2, false, name);
+        }
+        ok(vecs >= 2, "a row-broadcast kernel has %d vector-width candidates", vecs);
+        release(5, (kn_tensor *[]){x2, b2, o2, r2a, r2});
+        free(kb);
+    }
+
     /* rows: softmax over 300 (short rows) and a sum over 5000 (long rows) */
     const int64_t lens[2] = {300, 5000};
     for (int li = 0; li < 2; li++) {
