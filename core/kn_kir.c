@@ -200,6 +200,8 @@ typedef struct rctx {
     int indent;
     bool warp_rows; /* CUDA ROW kernel with one warp per row (kn_kernel_warp_rows) */
     bool vec_body;  /* CUDA vector path: contiguous args are read from l<j>.x[e], stored to s<j>.x[e] */
+    int regs_k;     /* CUDA ROW, rows=regs: each lane keeps its regs_k elements of the row in registers */
+    bool in_regs;   /* inside such a loop: row-varying loads read the registers c<j>[u] */
 } rctx;
 
 /* The threads per block of a CUDA kernel (k->cfg.block or the default). */
@@ -330,6 +332,10 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
 static void put_elem(rctx *r, int j, int upto)
 {
     const kn_karg *a = &r->k->args[j];
+    if (r->in_regs && !a->is_output && a->strides[r->k->ndim - 1] != 0) { /* the lane's copy of its elements */
+        sb_printf(r->s, "c%d[u]", j);
+        return;
+    }
     if (r->vec_body && a->strides[r->k->ndim - 1] == 1) { /* the register copy of this thread's vector */
         sb_printf(r->s, "%c%d.x[e]", a->is_output ? 's' : 'l', j);
         return;
@@ -787,21 +793,67 @@ static kn_status render_c_pointwise(rctx *r)
     return KN_OK;
 }
 
+/* A loop over the elements of the row: i<R> from lo by step, or with the
+ * row in registers (r->regs_k) the lane's regs_k elements, unrolled. */
+static void open_row_loop(rctx *r, const char *lo, const char *step)
+{
+    int R = r->k->ndim - 1;
+    if (r->regs_k) {
+        line(r, "#pragma unroll");
+        line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+        r->indent++;
+        line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
+        line(r, "if (i%d >= n%d) break;", R, R);
+        r->in_regs = true;
+        return;
+    }
+    put_unroll(r);
+    line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
+    r->indent++;
+}
+
+static void close_row_loop(rctx *r)
+{
+    r->in_regs = false;
+    r->indent--;
+    line(r, "}");
+}
+
 /* The stages of one row, then its stores. `lo`, `step`: the row loop's
  * start and step (C: 0 and 1; CUDA: the thread and the block size). */
 static kn_status render_row_body(rctx *r, const char *lo, const char *step)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1;
+    if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
+        bool cached[KN_KIR_MAX_ARGS] = {false};
+        for (int i = 0; i < k->n_exprs; i++)
+            if (k->exprs[i].kind == KN_KX_LOAD && !k->args[k->exprs[i].buf].is_output &&
+                k->args[k->exprs[i].buf].strides[R] != 0)
+                cached[k->exprs[i].buf] = true;
+        for (int j = 0; j < k->n_args; j++)
+            if (cached[j]) line(r, "%s c%d[%d];", storage_name(k->args[j].dtype), j, r->regs_k);
+        line(r, "#pragma unroll");
+        line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+        r->indent++;
+        line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
+        line(r, "if (i%d >= n%d) break;", R, R);
+        for (int j = 0; j < k->n_args; j++)
+            if (cached[j]) {
+                sb_printf(r->s, "%*sc%d[u] = ", r->indent * 4, "", j);
+                put_elem(r, j, k->ndim);
+                sb_printf(r->s, ";\n");
+            }
+        r->indent--;
+        line(r, "}");
+    }
     for (int s = 0; s < k->n_stages; s++) {
         char acc[16];
         snprintf(acc, sizeof acc, "s%d", s);
         sb_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", acc_type(r, s), s);
         put_acc_init(r, s);
         sb_printf(r->s, ";\n");
-        put_unroll(r);
-        line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
-        r->indent++;
+        open_row_loop(r, lo, step);
         bool need[KN_KIR_MAX_EXPRS] = {false};
         need[k->stages[s].expr] = true;
         mark_deps(k, need);
@@ -812,8 +864,7 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
         char val[16];
         snprintf(val, sizeof val, "v%d", k->stages[s].expr);
         render_combine(r, s, acc, val);
-        r->indent--;
-        line(r, "}");
+        close_row_loop(r);
         if (r->t == KN_TARGET_CUDA) {
             /* butterfly shuffles inside each warp, then the warps' partials
              * through shared memory, combined by every thread in the same
@@ -844,12 +895,9 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
              ctype_name(expr_ct(r, k->stages[s].expr)), s);
     }
     if (has_stores(k, false)) {
-        put_unroll(r);
-        line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
-        r->indent++;
+        open_row_loop(r, lo, step);
         KN_TRY(render_stores(r, false, k->ndim));
-        r->indent--;
-        line(r, "}");
+        close_row_loop(r);
     }
     if (has_stores(k, true)) {
         line(r, r->t != KN_TARGET_CUDA ? "{" : r->warp_rows ? "if (lane == 0) {" : "if (threadIdx.x == 0) {");
@@ -1052,7 +1100,25 @@ static kn_status render_cuda_row(rctx *r)
     }
     r->indent++;
     render_unflatten(r, "row", "rows", R);
+    if (k->cfg.rows == KN_ROWS_REGS) {
+        /* the row in registers when it fits what was rendered; a longer
+         * row (a dynamic size) takes the plain warp loop */
+        int K = (int)((k->shape[R] + 31) / 32);
+        line(r, "if (n%d <= %d) {", R, K * 32);
+        r->indent++;
+        r->regs_k = K;
+        kn_status st = render_row_body(r, "(kn_i64)lane", "32");
+        r->regs_k = 0;
+        KN_TRY(st);
+        r->indent--;
+        line(r, "} else {");
+        r->indent++;
+    }
     KN_TRY(render_row_body(r, r->warp_rows ? "(kn_i64)lane" : "threadIdx.x", r->warp_rows ? "32" : "blockDim.x"));
+    if (k->cfg.rows == KN_ROWS_REGS) {
+        r->indent--;
+        line(r, "}");
+    }
     r->indent--;
     line(r, "}");
     return KN_OK;
@@ -1061,7 +1127,7 @@ static kn_status render_cuda_row(rctx *r)
 bool kn_kernel_warp_rows(const kn_kernel *k)
 {
     if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return false;
-    if (k->cfg.rows != KN_ROWS_AUTO) return k->cfg.rows == KN_ROWS_WARP;
+    if (k->cfg.rows != KN_ROWS_AUTO) return k->cfg.rows == KN_ROWS_WARP || k->cfg.rows == KN_ROWS_REGS;
     return k->shape[k->ndim - 1] <= KN_KIR_WARP_ROW_MAX;
 }
 
@@ -1072,7 +1138,7 @@ static kn_status render_function(const kn_kernel *k, kn_target t, sbuf *s)
     if (k->kind == KN_KERNEL_FALLBACK || (k->kind == KN_KERNEL_LIBRARY && k->n_stores == 0))
         return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: %s kernels have no generated source",
                         k->name, k->kind == KN_KERNEL_FALLBACK ? "fallback" : "library");
-    rctx r = {k, t, s, 0, t == KN_TARGET_CUDA && kn_kernel_warp_rows(k), false};
+    rctx r = {k, t, s, 0, t == KN_TARGET_CUDA && kn_kernel_warp_rows(k), false, 0, false};
     if (t == KN_TARGET_C)
         line(&r, "void %s(char **bufs, const kn_i64 *sizes)", k->name);
     else
@@ -1171,7 +1237,7 @@ static const struct {
                   {"rows", offsetof(kn_kconfig, rows)},     {"unroll", offsetof(kn_kconfig, unroll)},
                   {"tile", offsetof(kn_kconfig, tile)},     {"vec", offsetof(kn_kconfig, vec)}};
 #define N_CFG_FIELDS (sizeof cfg_fields / sizeof cfg_fields[0])
-static const char *const rows_names[] = {"auto", "block", "warp"};
+static const char *const rows_names[] = {"auto", "block", "warp", "regs"};
 
 void kn_kconfig_text(const kn_kconfig *c, char *buf, size_t size)
 {
@@ -1180,7 +1246,7 @@ void kn_kconfig_text(const kn_kconfig *c, char *buf, size_t size)
     for (size_t f = 0; f < N_CFG_FIELDS && n < size; f++) {
         int v = *(const int *)((const char *)c + cfg_fields[f].off);
         if (!v) continue;
-        if (cfg_fields[f].off == offsetof(kn_kconfig, rows) && v > 0 && v < 3)
+        if (cfg_fields[f].off == offsetof(kn_kconfig, rows) && v > 0 && v < 4)
             n += (size_t)snprintf(buf + n, size - n, "%srows=%s", n ? " " : "", rows_names[v]);
         else
             n += (size_t)snprintf(buf + n, size - n, "%s%s=%d", n ? " " : "", cfg_fields[f].name, v);
@@ -1211,7 +1277,7 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
                             text, word);
         int v = -1;
         if (cfg_fields[f].off == offsetof(kn_kconfig, rows)) {
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < 4; i++)
                 if (strcmp(eq + 1, rows_names[i]) == 0) v = i;
         } else {
             char *end;
@@ -1222,7 +1288,7 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
         if (v < 0 || (cfg_fields[f].off == offsetof(kn_kconfig, block) && v && (!pow2 || v < 32 || v > 1024)))
             return kn_error(KN_ERR_ARG, "kernel config '%s': bad value for %s=%s%s", text, word, eq + 1,
                             cfg_fields[f].off == offsetof(kn_kconfig, block) ? " (a power of two in 32..1024)"
-                            : cfg_fields[f].off == offsetof(kn_kconfig, rows) ? " (auto, block or warp)"
+                            : cfg_fields[f].off == offsetof(kn_kconfig, rows) ? " (auto, block, warp or regs)"
                                                                                : "");
         *(int *)((char *)c + cfg_fields[f].off) = v;
     }
@@ -1257,6 +1323,8 @@ int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int 
         for (int b = 0; b < 4; b++) /* one warp per row: for rows up to a few thousand */
             if (row <= 8 * KN_KIR_WARP_ROW_MAX && !(auto_warp && wblocks[b] == KN_KIR_ROW_BLOCK))
                 ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
+        for (int b = 1; b < 3 && row <= 1024; b++) /* one warp per row, the row in registers */
+            ADD(.block = wblocks[b], .rows = KN_ROWS_REGS);
         for (int b = 0; b < 5; b++) /* one block per row: wide rows want wide blocks */
             if (bblocks[b] / 2 <= row && !(!auto_warp && bblocks[b] == KN_KIR_ROW_BLOCK))
                 ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK);

@@ -96,7 +96,8 @@ typedef struct kn_kconfig {
     int block;  /* CUDA: threads per block, a power of two in [32, 1024]; 0: 256 */
     int ept;    /* CUDA POINTWISE: elements per thread per grid step, unrolled; 0: 1 */
     int rows;   /* CUDA ROW: KN_ROWS_AUTO (one warp per row when the row has at most
-                   KN_KIR_WARP_ROW_MAX elements, else one block), KN_ROWS_BLOCK, KN_ROWS_WARP */
+                   KN_KIR_WARP_ROW_MAX elements, else one block), KN_ROWS_BLOCK, KN_ROWS_WARP,
+                   KN_ROWS_REGS */
     int unroll; /* C: `#pragma GCC unroll` on the innermost loops; 0: the compiler's choice */
     int tile;   /* C POINTWISE over >= 2 dims: the two innermost loops in tile x tile blocks; 0: none */
     int vec;    /* POINTWISE vector width. CUDA: each thread moves vec consecutive elements of
@@ -107,7 +108,10 @@ typedef struct kn_kconfig {
                    0: none */
 } kn_kconfig;
 
-enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2 };
+/* ROW strategies; KN_ROWS_REGS is one warp per row with each lane keeping
+ * its elements of the row in registers (read from memory once, however
+ * many stages; rows of at most 1024 elements). */
+enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2, KN_ROWS_REGS = 3 };
 
 /* "default", or the non-default fields as "block=128 ept=4"; and back
  * (KN_ERR_ARG naming the bad word). */
