@@ -166,6 +166,11 @@ kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src);
  * for hand-written templates that share it; static storage, NULL on OOM. */
 const char *kn_kir_cuda_prelude(void);
 
+/* Whether CUDA POINTWISE kernel k can take vector width V (cfg.vec): along
+ * the last dim every argument is contiguous or broadcast, V elements fit
+ * 16 bytes and never straddle rows. */
+bool kn_kernel_vec_ok(const kn_kernel *k, int V);
+
 /* The configurations worth measuring for generated kernel k on target t,
  * the default first (out[0] is all zero); at most max; returns the count
  * (1 for kernels with nothing to tune). */

@@ -1,0 +1,124 @@
+/* kn_kconfig: the layouts a generated kernel can be rendered in (kn_kconfig
+ * in kn_kir.h): their text form ("block=128 ept=4", what the autotune cache
+ * file and kiln.autotune.pin use) and the candidates the autotuner measures
+ * per kernel and target. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_kir.h"
+
+static const struct {
+    const char *name;
+    size_t off;
+} cfg_fields[] = {{"block", offsetof(kn_kconfig, block)},   {"ept", offsetof(kn_kconfig, ept)},
+                  {"rows", offsetof(kn_kconfig, rows)},     {"unroll", offsetof(kn_kconfig, unroll)},
+                  {"tile", offsetof(kn_kconfig, tile)},     {"vec", offsetof(kn_kconfig, vec)}};
+#define N_CFG_FIELDS (sizeof cfg_fields / sizeof cfg_fields[0])
+static const char *const rows_names[] = {"auto", "block", "warp", "regs"};
+
+void kn_kconfig_text(const kn_kconfig *c, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t f = 0; f < N_CFG_FIELDS && n < size; f++) {
+        int v = *(const int *)((const char *)c + cfg_fields[f].off);
+        if (!v) continue;
+        if (cfg_fields[f].off == offsetof(kn_kconfig, rows) && v > 0 && v < 4)
+            n += (size_t)snprintf(buf + n, size - n, "%srows=%s", n ? " " : "", rows_names[v]);
+        else
+            n += (size_t)snprintf(buf + n, size - n, "%s%s=%d", n ? " " : "", cfg_fields[f].name, v);
+    }
+    if (!buf[0]) snprintf(buf, size, "default");
+}
+
+kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
+{
+    memset(c, 0, sizeof *c);
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        size_t len = strcspn(p, " ,");
+        char word[64];
+        snprintf(word, sizeof word, "%.*s", (int)(len < 63 ? len : 63), p);
+        p += len;
+        if (strcmp(word, "default") == 0) continue;
+        char *eq = strchr(word, '=');
+        size_t f = N_CFG_FIELDS;
+        if (eq) {
+            *eq = 0;
+            for (f = 0; f < N_CFG_FIELDS && strcmp(cfg_fields[f].name, word) != 0; f++) {}
+        }
+        if (f == N_CFG_FIELDS)
+            return kn_error(KN_ERR_ARG, "kernel config '%s': '%s' is not one of block=, ept=, rows=, unroll=, tile=, vec=",
+                            text, word);
+        int v = -1;
+        if (cfg_fields[f].off == offsetof(kn_kconfig, rows)) {
+            for (int i = 0; i < 4; i++)
+                if (strcmp(eq + 1, rows_names[i]) == 0) v = i;
+        } else {
+            char *end;
+            long l = strtol(eq + 1, &end, 10);
+            if (*end == 0 && end != eq + 1 && l >= 0 && l <= 4096) v = (int)l;
+        }
+        bool pow2 = v > 0 && (v & (v - 1)) == 0;
+        if (v < 0 || (cfg_fields[f].off == offsetof(kn_kconfig, block) && v && (!pow2 || v < 32 || v > 1024)))
+            return kn_error(KN_ERR_ARG, "kernel config '%s': bad value for %s=%s%s", text, word, eq + 1,
+                            cfg_fields[f].off == offsetof(kn_kconfig, block) ? " (a power of two in 32..1024)"
+                            : cfg_fields[f].off == offsetof(kn_kconfig, rows) ? " (auto, block, warp or regs)"
+                                                                               : "");
+        *(int *)((char *)c + cfg_fields[f].off) = v;
+    }
+    return KN_OK;
+}
+
+int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int max)
+{
+    int n = 0;
+    if (max < 1) return 0;
+    memset(&out[n++], 0, sizeof *out); /* the default first: every other is measured against it */
+    if (k->kind != KN_KERNEL_POINTWISE && k->kind != KN_KERNEL_ROW) return n;
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        if (n < max) out[n++] = (kn_kconfig){__VA_ARGS__};                                         \
+    } while (0)
+    if (t == KN_TARGET_CUDA && k->kind == KN_KERNEL_POINTWISE) {
+        static const int blocks[] = {128, 256, 512}, epts[] = {1, 2, 4};
+        for (int b = 0; b < 3; b++)
+            for (int e = 0; e < 3; e++)
+                if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == 1)) ADD(.block = blocks[b], .ept = epts[e]);
+        /* vector loads and stores where every argument is contiguous or one element */
+        for (int v = 2; v <= 8; v *= 2)
+            if (kn_kernel_vec_ok(k, v)) {
+                ADD(.block = 128, .vec = v);
+                ADD(.block = 256, .vec = v);
+            }
+    } else if (t == KN_TARGET_CUDA) {
+        int64_t row = k->ndim ? k->shape[k->ndim - 1] : 1;
+        bool auto_warp = kn_kernel_warp_rows(k);
+        static const int wblocks[] = {64, 128, 256, 512}, bblocks[] = {64, 128, 256, 512, 1024};
+        for (int b = 0; b < 4; b++) /* one warp per row: for rows up to a few thousand */
+            if (row <= 8 * KN_KIR_WARP_ROW_MAX && !(auto_warp && wblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
+        for (int b = 1; b < 3 && row <= 1024; b++) /* one warp per row, the row in registers */
+            ADD(.block = wblocks[b], .rows = KN_ROWS_REGS);
+        for (int b = 0; b < 5; b++) /* one block per row: wide rows want wide blocks */
+            if (bblocks[b] / 2 <= row && !(!auto_warp && bblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK);
+    } else {
+        static const int unrolls[] = {0, 2, 4, 8}, tiles[] = {0, 16, 64};
+        int nt = k->kind == KN_KERNEL_POINTWISE && k->ndim >= 2 ? 3 : 1;
+        for (int ti = 0; ti < nt; ti++)
+            for (int u = 0; u < 4; u++)
+                if (ti || u) ADD(.unroll = unrolls[u], .tile = tiles[ti]);
+        if (k->kind == KN_KERNEL_POINTWISE) { /* the vector width, forced */
+            ADD(.vec = 8);
+            ADD(.vec = 16);
+        }
+    }
+#undef ADD
+    return n;
+}
+
