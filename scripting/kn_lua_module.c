@@ -19,6 +19,9 @@ typedef struct {
 
 extern const kn_embedded_file kn_lua_embedded[];
 
+/* kiln.viz: the C half of kiln.render and :graph (kn_lua_viz.c, viz/) */
+void kn_lua_open_viz(lua_State *L);
+
 static void run_embedded(lua_State *L, int kiln_idx)
 {
     for (const kn_embedded_file *f = kn_lua_embedded; f->name; f++) {
@@ -43,6 +46,7 @@ int luaopen_kiln(lua_State *L)
     kn_lua_open_system(L);
     kn_lua_open_compile(L);
     kn_lua_open_timing(L);
+    kn_lua_open_viz(L);
     run_embedded(L, kiln_idx);
     return 1;
 }

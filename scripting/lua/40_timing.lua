@@ -22,6 +22,9 @@
 local kiln = ...
 
 local P = kiln.profiler
+-- The latest kiln.time result (or kiln.profile rows) of each compiled
+-- callable, weakly keyed: kiln.render and :graph colour the fused view with it.
+P.last_time = P.last_time or setmetatable({}, { __mode = "k" })
 local repl = kiln.repl
 local fail = repl.error
 local session = kiln.session
@@ -251,7 +254,7 @@ local function kernel_rows(calls, ncalls, ceil)
       local k = by_key[r.key]
       if not k then
         k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, flops = r.flops, index = r.index,
-          times = {} }
+          key = r.key, times = {} }
         by_key[r.key] = k
         rows[#rows + 1] = k
       end
@@ -330,11 +333,13 @@ function kiln.time(fn, ...)
   table.sort(sorted)
   local wall_us = median(wall_ms) * 1000
   local host_us = dev == "cpu" and wall_us - kernel_us or wall_us
-  return setmetatable({
+  local r = setmetatable({
     median_ms = median(device_ms), min_ms = sorted[1], max_ms = sorted[iters],
     host_us = math.max(0, host_us), kernels = kernels, kernel_us = kernel_us, launches = launches,
     cuda_graph = cuda_graph, device = dev, iters = iters, ceilings = ceil or nil,
   }, Timing)
+  if is_compiled(fn) then P.last_time[fn] = r end
+  return r
 end
 
 -- kiln.profile(cm_or_fn, x..., {warmup = 2, profile_iters = 10}): the
@@ -353,6 +358,7 @@ function kiln.profile(fn, ...)
   end
   local rows, total, launches = kernel_rows(profiled_calls(fn, args, dev, n), n, ceil or nil)
   rows.total_us, rows.launches = total, launches
+  if is_compiled(fn) then P.last_time[fn] = rows end
   return rows
 end
 

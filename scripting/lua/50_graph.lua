@@ -1,0 +1,221 @@
+-- 50_graph.lua: drawing (design sections 2 and 3): kiln.render and the
+-- REPL command :graph, on top of kiln.viz (scripting/kn_lua_viz.c, viz/).
+--
+-- Views: "captured" (each graph as traced, its breaks between) and "fused"
+-- (the kernels after the passes; with the heat of the latest kiln.time or
+-- :time of that compiled callable). Files: .svg (laid out by Graphviz's
+-- dot) or .dot (the graph as DOT text, for other tools).
+local kiln = ...
+
+local V = kiln.viz
+local P = kiln.profiler
+local repl = kiln.repl
+local fail = repl.error
+local session = kiln.session
+
+local function is_compiled(v)
+  if type(v) ~= "userdata" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Compiled"
+end
+
+local RANKDIRS = { TB = true, LR = true, BT = true, RL = true }
+local OPT_KEYS = { view = true, format = true, rankdir = true, collapse = true, timings = true, inputs = true }
+
+-- The format a file name asks for, or nil.
+local function format_of(path)
+  local ext = path:match("%.(%w+)$")
+  ext = ext and ext:lower()
+  if ext == "svg" then return "svg" end
+  if ext == "dot" or ext == "gv" then return "dot" end
+  return nil
+end
+
+-- The timing rows that colour the fused view: opts.timings (a kiln.time
+-- result, kiln.profile rows, or a list of {name, median_us, pct,
+-- roof_pct}), false for none, else the latest kiln.time of cm.
+local function timing_rows(cm, t, fname)
+  if t == false then return nil end
+  if t == nil then t = P.last_time and P.last_time[cm] end
+  if t == nil then return nil end
+  if type(t) ~= "table" then
+    error(string.format("%s: opts.timings must be a kiln.time result or a list of kernel rows, got %s", fname,
+      type(t)), 4)
+  end
+  if type(t.kernels) == "table" then t = t.kernels end
+  return t
+end
+
+-- Checked options: {view, format, rankdir, collapse, timings, inputs}.
+local function check_opts(opts, fname)
+  opts = opts == nil and {} or opts
+  if type(opts) ~= "table" then error(string.format("%s: options must be a table, got %s", fname, type(opts)), 3) end
+  for k in pairs(opts) do
+    if not OPT_KEYS[k] then
+      error(string.format("%s: unknown option '%s' (known: view, format, rankdir, collapse, timings, inputs)", fname,
+        tostring(k)), 3)
+    end
+  end
+  local view = opts.view or "fused"
+  if view ~= "captured" and view ~= "fused" then
+    error(string.format("%s: unknown view '%s' (expected \"captured\" or \"fused\")", fname, tostring(view)), 3)
+  end
+  local format = opts.format
+  if format ~= nil and format ~= "svg" and format ~= "dot" then
+    error(string.format("%s: unknown format '%s' (expected \"svg\" or \"dot\")", fname, tostring(format)), 3)
+  end
+  local rankdir = opts.rankdir and tostring(opts.rankdir):upper() or "TB"
+  if not RANKDIRS[rankdir] then
+    error(string.format("%s: unknown rankdir '%s' (expected \"TB\", \"LR\", \"BT\" or \"RL\")", fname,
+      tostring(opts.rankdir)), 3)
+  end
+  return { view = view, format = format, rankdir = rankdir, collapse = opts.collapse and true or false,
+    timings = opts.timings, inputs = opts.inputs }
+end
+
+-- The compiled callable to draw: cm itself, or fn compiled and called
+-- once on opts.inputs.
+local function to_compiled(fn, o, fname)
+  if is_compiled(fn) then return fn end
+  local callable = type(fn) == "function" or (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call)
+  if callable and type(o.inputs) == "table" then
+    local cm = kiln.compile(fn)
+    cm(table.unpack(o.inputs, 1, o.inputs.n or #o.inputs))
+    return cm
+  end
+  error(string.format("%s: argument 1 must be a compiled callable (kiln.compile(f)) that has been called, got %s%s",
+    fname, type(fn), callable and "; or pass opts.inputs = {x, ...} to compile and call it once here" or ""), 3)
+end
+
+-- kiln.render(cm_or_fn, path, opts): draws the view to path (.svg or .dot)
+-- and returns the path; with path nil, returns the text (opts.format,
+-- default svg).
+function kiln.render(fn, path, opts)
+  local fname = "kiln.render"
+  if path ~= nil and type(path) ~= "string" then
+    error(string.format("%s: argument 2 must be the output file name (\"out.svg\" or \"out.dot\"), got %s", fname,
+      type(path)), 2)
+  end
+  local o = check_opts(opts, fname)
+  local cm = to_compiled(fn, o, fname)
+  local format = o.format
+  if path and not format then
+    format = format_of(path)
+    if not format then
+      error(string.format("%s: cannot tell the format of '%s' from its name: use a .svg or .dot file name, " ..
+        "or opts.format = \"svg\" | \"dot\"", fname, path), 2)
+    end
+  end
+  local timings = o.view == "fused" and timing_rows(cm, o.timings, fname) or nil
+  local r, err = V.render(cm, path, o.view, format or "svg", o.rankdir, o.collapse, timings)
+  if r == nil then error(fname .. ": " .. tostring(err), 2) end
+  return r
+end
+
+-- kiln.outline(cm, opts): the text outline that :graph prints.
+function kiln.outline(fn, opts)
+  local o = check_opts(opts, "kiln.outline")
+  local cm = to_compiled(fn, o, "kiln.outline")
+  local timings = o.view == "fused" and timing_rows(cm, o.timings, "kiln.outline") or nil
+  local r, err = V.outline(cm, o.view, o.collapse, timings)
+  if r == nil then error("kiln.outline: " .. tostring(err), 2) end
+  return r
+end
+
+---------------------------------------------------------------------------
+-- :graph
+
+-- As :kernels and the other inspection commands (20_repl.lua) do: the
+-- session's compiled model in a compiled mode, else one compiled with mode
+-- default for inspection (session.inspect, shared with them), called once
+-- when it has not been yet.
+local INSPECT_MODE = "default"
+
+local function inspected()
+  if type(kiln.compile) ~= "function" then fail("this build has no kiln.compile: nothing to draw") end
+  if not session.model then fail("no model loaded (use :load FILE.lua)") end
+  local cm
+  if session.mode == "eager" then
+    print(string.format("(mode eager: compiled with mode %s for this drawing; :run stays eager)", INSPECT_MODE))
+    session.inspect = session.inspect or kiln.compile(session.model, { mode = INSPECT_MODE })
+    cm = session.inspect
+  else
+    if not session.compiled then
+      session.compiled = kiln.compile(session.model, { mode = session.mode })
+      session.warm = nil
+    end
+    cm = session.compiled
+  end
+  if cm:stats().calls == 0 then
+    local device = repl.default_device()
+    local inputs = session.spec.inputs({ device = device, dtype = "f32", small = session.small and true or false })
+    if type(inputs) ~= "table" then
+      fail("inputs(opts) of '%s' must return a list of inputs {x, ...}, got %s", tostring(session.file), type(inputs))
+    end
+    cm(table.unpack(inputs, 1, inputs.n or #inputs))
+    if cm == session.compiled then session.warm = true end
+  end
+  return cm
+end
+
+local function temp_svg(view)
+  local dir = os.getenv("TMPDIR")
+  if not dir or dir == "" then dir = "/tmp" end
+  local name = tostring(session.spec and session.spec.name or "model"):gsub("[^%w_%-]", "_")
+  return string.format("%s/kiln-%s-%s.svg", dir, name, view)
+end
+
+repl.register("graph", {
+  usage = ":graph [captured|fused] [FILE.svg|FILE.dot|text]",
+  summary = "draw the loaded model's graphs: outline here, picture in an SVG (breaks, kernels, timing heat)",
+  help = [[
+Draws the session's compiled model (compiled and run once if needed; mode
+default when the session is eager). Views:
+  fused     (default) one box per kernel with its name, kind and the ops it
+            covers; edges between kernels carry the tensor's shape and
+            bytes; after :time, each kernel's median time, share and roof%,
+            coloured from cool to hot by its share of the time
+  captured  each graph as traced: every op with its shape and dtype (source
+            line in the tooltip), inputs, parameters and outputs, and a red
+            node for each graph break with its category, reason and line
+Where it goes:
+  :graph [VIEW]            prints a text outline of the view and writes the
+                           picture to a temporary SVG whose path is printed
+  :graph [VIEW] text       the outline only
+  :graph [VIEW] FILE.svg   the picture to FILE (FILE.dot: DOT text instead)
+More words: collapse (a repeated run of ops or kernels, e.g. identical
+blocks, drawn once with its count), lr / tb (rank direction: left to right,
+top to bottom). From Lua: kiln.render(cm, "out.svg", {view = "captured",
+collapse = true, rankdir = "LR"}) and kiln.outline(cm, {view = ...});
+kiln.cmd.graph(...) returns {view, path, outline}.]],
+}, function(...)
+  local view, path, text_only, collapse, rankdir = "fused", nil, false, false, "TB"
+  for _, w in ipairs({ ... }) do
+    local lw = tostring(w):lower()
+    if lw == "captured" or lw == "fused" then view = lw
+    elseif lw == "text" then text_only = true
+    elseif lw == "collapse" then collapse = true
+    elseif RANKDIRS[lw:upper()] then rankdir = lw:upper()
+    elseif format_of(tostring(w)) then
+      if path then fail(":graph takes one file name, got '%s' and '%s'", path, tostring(w)) end
+      path = tostring(w)
+    else
+      fail("unknown word '%s' for :graph (expected captured, fused, text, collapse, lr, tb, or FILE.svg / FILE.dot)",
+        tostring(w))
+    end
+  end
+  if text_only and path then fail(":graph: 'text' prints the outline only; leave it out to write %s", path) end
+  local cm = inspected()
+  local opts = { view = view, collapse = collapse, rankdir = rankdir }
+  local result = { view = view }
+  if not path then
+    result.outline = kiln.outline(cm, opts)
+    io.stdout:write(result.outline)
+    if text_only then return result end
+  end
+  local ok, r = pcall(kiln.render, cm, path or temp_svg(view), opts)
+  if not ok then fail("%s", (tostring(r):gsub("^kiln%.render: ", ""))) end
+  result.path = r
+  print(string.format("%s %s view: %s", path and "wrote the" or "drew the", view, r))
+  return result
+end)
