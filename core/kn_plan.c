@@ -264,7 +264,7 @@ static kn_status plan_epilogues(kn_plan *p)
             const kn_node *rl = &p->g.nodes[P->nodes[0]];
             if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
                 rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {
-                p->epi[k] = (struct kn_plan_epi){k + 1, -1, 0, -1, 0, 1};
+                p->epi[k] = (struct kn_plan_epi){k + 1, -1, 0, -1, 0, 1, false};
                 p->n_epi++;
                 k++;
             }
@@ -274,7 +274,7 @@ static kn_status plan_epilogues(kn_plan *p)
         if (P->n_nodes < 1 || P->n_nodes > 2 || !kn_dtype_is_float(mn->out[0].dtype)) continue;
         const kn_node *add = &p->g.nodes[P->nodes[0]];
         if (add->op != KN_OP_ADD || read_elsewhere(p, m, P->nodes[0])) continue;
-        struct kn_plan_epi e = {k + 1, -1, 0, -1, 0, 0};
+        struct kn_plan_epi e = {k + 1, -1, 0, -1, 0, 0, false};
         e.bias_node = other_operand(add, m, &e.bias_out);
         if (e.bias_node < 0) continue;
         const kn_meta *bm = &p->g.nodes[e.bias_node].out[e.bias_out];
@@ -549,7 +549,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
             bool prof = kn_profile_on;
             int slot = prof ? kn_profile_kernel_begin(p->device) : -1;
             bool fused = false;
-            if (p->epi && p->epi[kid].into >= 0 && !r.keep) st = run_fused(&r, kid, i, &fused);
+            if (kn_plan_epi_active(p, kid) && !r.keep) st = run_fused(&r, kid, i, &fused);
             if (fused || st != KN_OK) {
                 /* done (or failed) in the library call */
             } else if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) {

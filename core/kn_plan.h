@@ -46,6 +46,7 @@ typedef struct kn_plan {
         int into;
         int bias_node, bias_out, res_node, res_out; /* res_node -1: no residual */
         int act;
+        bool off;  /* max-autotune measured the two kernels apart faster: run them so */
     } *epi;
     int n_epi;              /* how many kernels were folded, for cm:stats() */
     /* reduce-overhead: the recording (CUDA graph) of this plan, see kn_plan_run_recorded */
@@ -140,6 +141,12 @@ kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **res
 kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *cache_dir);
 /* Forget the recording (its kernels changed): the next calls warm up and record again. */
 void kn_plan_drop_recording(kn_plan *p);
+/* Whether kernel kid runs with the next kernel in its library epilogue. */
+static inline bool kn_plan_epi_active(const kn_plan *p, int kid)
+{
+    return p->epi && p->epi[kid].into >= 0 && !p->epi[kid].off;
+}
+
 /* Whether kernel kid has anything to tune on this plan's device. */
 bool kn_plan_tunable(const kn_plan *p, int kid);
 

@@ -47,7 +47,7 @@ static kn_target target_of(const kn_plan *p)
 static bool folded_into(const kn_plan *p, int kid)
 {
     for (int j = 0; p->epi && j < p->f.prog.n_kernels; j++)
-        if (p->epi[j].into == kid) return true;
+        if (p->epi[j].into == kid && !p->epi[j].off) return true;
     return false;
 }
 
@@ -72,7 +72,9 @@ bool kn_plan_tunable(const kn_plan *p, int kid)
         kn_kconfig c[2];
         return be->compile_program && kn_kconfig_candidates(k, target_of(p), c, 2) > 1;
     }
-    return is_library(p, k) && be->library_variant_label;
+    /* a library call has candidates when its library offers variants, or
+     * when its epilogue is fused (the unfused candidate) */
+    return is_library(p, k) && (be->library_variant_label || (p->epi && p->epi[kid].into >= 0));
 }
 
 static void identity_of(const kn_plan *p, char *buf, size_t size)
@@ -137,13 +139,21 @@ static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
 
 /* Apply a choice text to kernel kid before or after its compile (after:
  * the caller compiles it). */
-static kn_status parse_choice(const kn_plan *p, int kid, const char *choice, kn_kconfig *cfg, int *variant)
+static kn_status parse_choice(const kn_plan *p, int kid, const char *choice, kn_kconfig *cfg, int *variant,
+                              bool *unfused)
 {
     const kn_kernel *k = &p->f.prog.kernels[kid];
     memset(cfg, 0, sizeof *cfg);
     *variant = 0;
+    *unfused = false;
     if (is_generated(k)) return kn_kconfig_parse(choice, cfg);
     if (strcmp(choice, "default") == 0) return KN_OK;
+    if (strcmp(choice, "unfused") == 0) {
+        if (!p->epi || p->epi[kid].into < 0)
+            return kn_error(KN_ERR_ARG, "kernel %s has no fused epilogue: 'unfused' does not apply", k->name);
+        *unfused = true;
+        return KN_OK;
+    }
     char *end;
     if (strncmp(choice, "variant=", 8) == 0) {
         long v = strtol(choice + 8, &end, 10);
@@ -152,8 +162,18 @@ static kn_status parse_choice(const kn_plan *p, int kid, const char *choice, kn_
             return KN_OK;
         }
     }
-    return kn_error(KN_ERR_ARG, "kernel %s runs in a library: its choice is 'default' or 'variant=N' (N < %d), not '%s'",
-                    k->name, MAX_CANDS, choice);
+    return kn_error(KN_ERR_ARG,
+                    "kernel %s runs in a library: its choice is 'default', 'variant=N' (N < %d)%s, not '%s'", k->name,
+                    MAX_CANDS, p->epi && p->epi[kid].into >= 0 ? " or 'unfused' (its epilogue as its own kernel)" : "",
+                    choice);
+}
+
+/* Fold kernel kid's epilogue into its library call, or not. */
+static void set_unfused(kn_plan *p, int kid, bool unfused)
+{
+    if (!p->epi || p->epi[kid].into < 0 || p->epi[kid].off == unfused) return;
+    p->epi[kid].off = unfused;
+    p->n_epi += unfused ? -1 : 1;
 }
 
 kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
@@ -175,9 +195,11 @@ kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
         if (!kn_autotune_cache_find(cache_dir, p->tune_dev, tr->sig, &e)) continue;
         kn_kconfig cfg;
         int v;
-        if (parse_choice(p, kid, e.choice, &cfg, &v) != KN_OK) continue; /* an edited file: search again */
+        bool unfused;
+        if (parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) continue; /* an edited file: search again */
         p->f.prog.kernels[kid].cfg = cfg;
         p->variant[kid] = v;
+        set_unfused(p, kid, unfused);
         tr->source = e.pinned ? KN_TUNED_PINNED : KN_TUNED_CACHED;
         snprintf(tr->choice, sizeof tr->choice, "%s", e.choice);
         snprintf(tr->label, sizeof tr->label, "%s", e.label);
@@ -227,6 +249,13 @@ typedef struct tune_job {
     kn_opcall c;
     kn_tensor *bias, *res;
     int act;
+    /* a fused call's "unfused" candidate (index unfused_ci, -1: none): the
+     * library call alone into tmp, then the epilogue's own kernel */
+    int unfused_ci;
+    kn_tensor *tmp;
+    const kn_kernel *epi_kernel;
+    void *epi_fn;
+    char *epi_bufs[KN_KIR_MAX_ARGS];
     /* the outputs, and the default's values of them */
     int n_out;
     kn_tensor *out[KN_KIR_MAX_ARGS];
@@ -238,6 +267,13 @@ static kn_status job_run(tune_job *j, int ci)
     if (!j->library) {
         const kn_kernel *k = &j->variants[ci];
         return j->be->launch(k, j->fns[ci], j->bufs, k->shape);
+    }
+    if (ci == j->unfused_ci) {
+        kn_opcall c = j->c;
+        c.variant = 0;
+        c.out[0] = j->tmp;
+        KN_TRY(j->be->run(&c));
+        return j->be->launch(j->epi_kernel, j->epi_fn, j->epi_bufs, j->epi_kernel->shape);
     }
     kn_opcall c = j->c;
     c.variant = ci;
@@ -327,6 +363,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
     kn_plan *p = r->p;
     const kn_kernel *k = &p->f.prog.kernels[kid];
     memset(j, 0, sizeof *j);
+    j->unfused_ci = -1;
     j->r = r;
     j->kid = kid;
     j->node = node;
@@ -359,9 +396,24 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         KN_TRY(kn_plan_fused_call(r, kid, node, &j->c, &j->bias, &j->res, &ok));
         if (!ok) return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: its fused call does not fit this run", k->name);
         j->act = p->epi[kid].act;
-        int root = p->f.kernel_at[p->epi[kid].into];
+        int into = p->epi[kid].into, root = p->f.kernel_at[into];
         j->c.n_out = 1;
         j->c.out[0] = j->out[j->n_out++] = r->val[root * KN_MAX_OUTPUTS];
+        /* the unfused candidate: the epilogue kernel reads the library's
+         * output from tmp and everything else from this run's values */
+        const kn_kernel *ek = &p->f.prog.kernels[into];
+        bool can = p->fns[into] != NULL && is_generated(ek) &&
+                   kn_tensor_new_meta(&p->g.nodes[node].out[0], p->device, &j->tmp) == KN_OK;
+        for (int a = 0; can && a < ek->n_args; a++) {
+            const kn_karg *ar = &ek->args[a];
+            kn_tensor *t = ar->node == node ? j->tmp : r->val[ar->node * KN_MAX_OUTPUTS + ar->out];
+            if (!t) can = false;
+            else j->epi_bufs[a] = (char *)kn_tensor_data(t) + ar->offset * (int64_t)kn_dtype_size(ar->dtype);
+        }
+        if (can) {
+            j->epi_kernel = ek;
+            j->epi_fn = p->fns[into];
+        }
     } else {
         const kn_node *n = &p->g.nodes[node];
         kn_opcall_init(&j->c, (kn_op)n->op);
@@ -380,6 +432,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
 
 static void job_free(tune_job *j, bool keep_lib_loaded)
 {
+    kn_tensor_release(j->tmp);
     for (int o = 0; o < j->n_out; o++) kn_tensor_release(j->ref[o]);
     if (j->lib && !keep_lib_loaded && j->be->release_program) j->be->release_program(j->lib);
     free(j->variants);
@@ -435,6 +488,9 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
         return KN_OK;
     }
     kn_kernel *k = &p->f.prog.kernels[kid];
+    /* a kernel that became tunable during this run (its matmul's epilogue
+     * was unfolded) has no key yet */
+    if (!tr->sig[0]) KN_TRY(kernel_sig(p, kid, tr->sig));
     /* the same kernel earlier in this model (a repeated block) was measured: reuse it */
     kn_tune_entry e;
     if (kn_autotune_cache_find(s->cache_dir, p->tune_dev, tr->sig, &e)) {
@@ -470,7 +526,8 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     for (int ci = 0; ci < (j.library ? MAX_CANDS : n); ci++) {
         kn_tune_cand *cd = &c[ci];
         cd->us = -1;
-        if (j.library) snprintf(cd->choice, sizeof cd->choice, ci ? "variant=%d" : "default", ci);
+        if (ci == j.unfused_ci) snprintf(cd->choice, sizeof cd->choice, "unfused");
+        else if (j.library) snprintf(cd->choice, sizeof cd->choice, ci ? "variant=%d" : "default", ci);
         else kn_kconfig_text(&cfgs[ci], cd->choice, sizeof cd->choice);
         snprintf(cd->label, sizeof cd->label, "%s", cd->choice);
         if (kn_interrupt_pending()) {
@@ -485,8 +542,17 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
         }
         /* the correctness run (and warm-up); the default's was the plan's own run */
         kn_status rs = ci == 0 ? KN_OK : job_run(&j, ci);
-        if (rs == KN_ERR_RANGE) break; /* the library has no more variants */
-        if (j.library && j.be->library_variant_label && (ci == 0 || rs == KN_OK)) {
+        if (rs == KN_ERR_RANGE) { /* the library has no more variants: last, the epilogue apart */
+            if (!j.epi_kernel || j.unfused_ci >= 0) break;
+            j.unfused_ci = ci;
+            snprintf(cd->choice, sizeof cd->choice, "unfused");
+            rs = job_run(&j, ci);
+        }
+        if (ci == j.unfused_ci && rs == KN_OK) {
+            char lib[KN_TUNE_LABEL - 40] = "library call";
+            if (j.be->library_variant_label) j.be->library_variant_label(lib, sizeof lib);
+            snprintf(cd->label, sizeof cd->label, "%.60s, then %.60s", lib, j.epi_kernel->name);
+        } else if (j.library && j.be->library_variant_label && (ci == 0 || rs == KN_OK)) {
             if (ci == 0) rs = job_run(&j, 0); /* to learn its label */
             j.be->library_variant_label(cd->label, sizeof cd->label);
         }
@@ -503,6 +569,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
             continue;
         }
         int remaining = (j.library ? 4 : n) - ci; /* library lists are short; assume a few more */
+        if (ci == j.unfused_ci) remaining = 1;
         rs = measure(&j, ci, kernel_share / (remaining > 0 ? remaining : 1), cd);
         if (rs != KN_OK) snprintf(cd->status, sizeof cd->status, "failed: %s", kn_last_error());
         s->candidates++;
@@ -517,9 +584,20 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
         k->cfg = cfgs[best];
         p->fns[kid] = j.fns[best];
     }
-    if (j.library) p->variant[kid] = best;
+    if (j.library) {
+        p->variant[kid] = best == j.unfused_ci ? 0 : best;
+        set_unfused(p, kid, best == j.unfused_ci);
+    }
     /* the winner's values are what later kernels read */
     st = job_run(&j, best);
+    if (st == KN_OK && j.library && best == j.unfused_ci) {
+        /* the epilogue kernel runs (and is searched) next in this run, on
+         * the library's output, as it will in later runs */
+        int into = p->epi[kid].into;
+        kn_tensor_retain(j.tmp);
+        r->val[node * KN_MAX_OUTPUTS] = j.tmp;
+        if (r->folded) r->folded[into] = false;
+    }
     bool keep = best != 0 && !j.library;
     if (keep && st == KN_OK) st = keep_lib(p, j.lib);
     job_free(&j, keep && st == KN_OK);
@@ -608,9 +686,11 @@ static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const cha
                               int *v)
 {
     kn_kernel *k = &p->f.prog.kernels[kid];
-    KN_TRY(parse_choice(p, kid, choice, cfg, v));
+    bool unfused;
+    KN_TRY(parse_choice(p, kid, choice, cfg, v, &unfused));
     if (!is_generated(k)) {
         p->variant[kid] = *v;
+        set_unfused(p, kid, unfused);
         return KN_OK;
     }
     if (memcmp(&k->cfg, cfg, sizeof *cfg) == 0) return KN_OK;
@@ -644,6 +724,7 @@ kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *
     KN_TRY(apply_choice(p, kid, choice, cache_dir, &cfg, &v));
     char text[KN_TUNE_CHOICE];
     if (is_generated(k)) kn_kconfig_text(&cfg, text, sizeof text);
+    else if (p->epi && p->epi[kid].off) snprintf(text, sizeof text, "unfused");
     else snprintf(text, sizeof text, v ? "variant=%d" : "default", v);
     snprintf(tr->choice, sizeof tr->choice, "%s", text);
     snprintf(tr->label, sizeof tr->label, "%s", text);

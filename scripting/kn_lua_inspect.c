@@ -192,7 +192,7 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
          * (cublaslt, cudnn, cuda templates, or the cpu) */
         lua_pushstring(L, gen ? "generated" : kn_profile_op_kind(p->device, (kn_op)p->g.nodes[kn->lib_node].op));
         lua_setfield(L, -2, "kind");
-        if (p->epi && p->epi[k].into >= 0) { /* the next kernel runs in this one's library epilogue */
+        if (kn_plan_epi_active(p, k)) { /* the next kernel runs in this one's library epilogue */
             lua_pushstring(L, p->f.prog.kernels[p->epi[k].into].name);
             lua_setfield(L, -2, "epilogue");
         }

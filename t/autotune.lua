@@ -260,6 +260,54 @@ T.raises(function() kiln.autotune.pin(res[1].name, 3, cm) end, "choice must be a
   "a choice that is not a string is refused")
 
 -- ---------------------------------------------------------------------------
+-- A fused epilogue (bias + ReLU in the matmul's library call) against the
+-- two kernels apart: the "unfused" candidate. The CPU folds only with
+-- KILN_CPU_FOLD_EPILOGUES=1 (what CI tests the folding with); CUDA always.
+
+local FOLD = [[
+kiln.config.autotune_budget_s = 120
+local nn = kiln.nn
+nn.manual_seed(1)
+local m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32)):eval()
+local x = kiln.randn({16, 64}, {seed = 2})
+local ref = m(x)
+local cm = kiln.compile(m, {mode = "max-autotune"})
+local function diff() return (cm(x) - ref):abs():amax():item() end
+print("diff", diff())
+local folded = 0
+for _, k in ipairs(cm:kernels()) do if k.epilogue then folded = folded + 1 end end
+print("epilogues", cm:stats().library_epilogues, folded)
+for _, k in ipairs(cm:autotune()) do
+  local c = {}
+  for _, x in ipairs(k.candidates) do c[#c + 1] = x.choice .. (x.status and "!" or "") end
+  print("kernel", k.index, k.name, k.source, k.choice, table.concat(c, ","))
+end
+local mm = cm:kernels()[1].name
+kiln.autotune.pin(mm, "unfused", cm)
+print("unfused-pinned", diff(), cm:kernels()[1].epilogue == nil)
+kiln.autotune.pin(mm, "default", cm)
+print("default-pinned", diff(), cm:kernels()[1].epilogue ~= nil)
+print("bad", pcall(kiln.autotune.pin, mm, "unroll=4", cm))
+]]
+out, rc = child(FOLD, "KILN_CACHE_DIR=" .. cache .. "-fold KILN_CPU_FOLD_EPILOGUES=1")
+T.is(rc, 0, "a model with fused epilogues is tuned")
+d = tonumber(out:match("diff\t(%S+)"))
+T.ok(d and d < 1e-4, "its results equal eager: " .. tostring(d))
+T.like(out, "kernel\t0\tk0_matmul[%w_]+\tmeasured\t[%w=]+\tdefault,[^\n]*unfused", "the matmul with the fused epilogue has an unfused candidate")
+local e1, e2 = out:match("epilogues\t(%d+)\t(%d+)")
+T.ok(e1 and e1 == e2, "cm:stats().library_epilogues agrees with cm:kernels()' epilogue fields: " .. tostring(e1) .. "/" .. tostring(e2))
+local chose_unfused = out:match("kernel\t0\tk0_matmul[%w_]+\tmeasured\tunfused\t") ~= nil
+if chose_unfused then -- its epilogue kernel then runs apart and is searched in the same call
+  T.like(out, "kernel\t1\tk1_[%w_]+\tmeasured\t", "when unfused wins, the epilogue kernel is searched in the same call")
+else
+  T.ok(true, "the fused call won: its epilogue kernel never runs apart (nothing more to search)")
+end
+T.like(out, "unfused%-pinned\t0%.?0*\ttrue", "pinned unfused: the epilogue runs as its own kernel, results equal eager")
+T.like(out, "default%-pinned\t0%.?0*\ttrue", "pinned back to default: the epilogue is folded again, results equal eager")
+T.like(out, "bad\tfalse\t[^\n]*runs in a library: its choice is 'default', 'variant=N' %(N < 16%) or 'unfused'",
+  "a generated kernel's knob on a library call is refused, naming the choices it takes")
+
+-- ---------------------------------------------------------------------------
 -- :autotune in the REPL
 
 local p = io.popen(string.format("printf 'kiln.session.small = true\\n:load samples/transformer_block.lua\\n:autotune\\n"

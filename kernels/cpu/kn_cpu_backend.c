@@ -52,6 +52,8 @@ static kn_status cpu_run(const kn_opcall *c)
 {
     if (!c || (unsigned)c->op >= KN_OP_COUNT)
         return kn_error(KN_ERR_ARG, "cpu: unknown op %d", c ? (int)c->op : -1);
+    if (c->variant) /* one algorithm per op here: the autotuner's list ends at 0 */
+        return kn_error(KN_ERR_RANGE, "%s: the cpu backend has no variant %d", kn_op_name(c->op), c->variant);
     switch (kn_op_kind_of(c->op)) {
     case KN_K_UNARY:
     case KN_K_BINARY:
@@ -119,6 +121,7 @@ static void cpu_release_program(void *lib)
  * GPU, while cm:kernels() and the CPU timings keep one kernel per step. */
 static kn_status cpu_library_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *res)
 {
+    if (c->variant) return kn_error(KN_ERR_RANGE, "%s: the cpu backend has no variant %d", kn_op_name(c->op), c->variant);
     KN_TRY(c->op == KN_OP_CONV2D ? kn_cpu_conv2d(c) : kn_cpu_matmul(c));
     kn_tensor *o = c->out[0];
     int64_t n = kn_tensor_numel(o), cols = o->ndim ? o->shape[o->ndim - 1] : 1;

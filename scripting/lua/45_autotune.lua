@@ -35,7 +35,7 @@ end
 -- kiln.autotune.pin(kernel, choice [, cm]): run kernel (name or 0-based
 -- index, as cm:kernels() lists them) with choice ("default", a generated
 -- kernel's "block=128 ept=4" or "unroll=4 tile=16", a library call's
--- "variant=N") from the next call on, in this process and (saved as
+-- "variant=N", or "unfused" for one whose epilogue is folded) from the next call on, in this process and (saved as
 -- pinned in the cache file) in later ones. Returns the kernel's name.
 function autotune.pin(kernel, choice, cm)
   if type(choice) ~= "string" then fail("kiln.autotune.pin(kernel, choice): choice must be a string, got %s", type(choice)) end
@@ -114,7 +114,8 @@ In mode max-autotune (or max-autotune-no-cudagraphs) the first call of the
 loaded model measures, for every kernel, the candidates (generated kernels:
 block size, elements per thread, one warp or one block per row; on the CPU
 unrolling and tiles; matmul and conv: cuBLASLt's algorithms with split-K and
-cuDNN's engine configs), rejects those whose output differs from the default,
+cuDNN's engine configs; a fused epilogue also runs apart, "unfused"),
+rejects those whose output differs from the default,
 and keeps the fastest (the default unless another is at least 3% faster).
 Choices persist in kiln.config.cache_dir (autotune.tsv) and later processes
 reuse them. kiln.config.autotune_budget_s caps the search per model; Ctrl-C
@@ -122,7 +123,7 @@ stops it and keeps what was measured.
   :autotune            one line per kernel: choice, time, default's time, speedup
   :autotune K          every candidate of kernel K (index or name), fastest first
   :autotune pin K C    run kernel K with choice C ("default", "block=128 ept=4",
-                       "variant=3"; saved as pinned), then retime the model (:time)
+                       "variant=3", "unfused"; saved as pinned), then retime (:time)
 KILN_LOGS=autotune prints each kernel's candidates as they are measured.
 From Lua: kiln.autotune.results(), kiln.autotune.pin(kernel, choice [, cm]).]],
 }, function(a, b, c)
