@@ -288,7 +288,7 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
                  : kn->kind == KN_KERNEL_ROW     ? "row"
                  : kn->kind == KN_KERNEL_LIBRARY ? "library"
                                                  : "reference");
-        if (p->epi && p->epi[k].into >= 0 && p->epi[k].into < vg->n_kernels) vg->kernels[p->epi[k].into].epilogue_of = k;
+        if (kn_plan_epi_active(p, k) && p->epi[k].into < vg->n_kernels) vg->kernels[p->epi[k].into].epilogue_of = k;
         const kn_viz_timing *t = o->timings ? find_timing(o, p, k, kn->name, used) : NULL;
         if (t) {
             vk->timed = true;
