@@ -176,6 +176,17 @@ static void set_unfused(kn_plan *p, int kid, bool unfused)
     p->n_epi += unfused ? -1 : 1;
 }
 
+/* A kernel's result from a cache entry (the file's, or an identical
+ * kernel's measured earlier in this process). */
+static void take_entry(kn_tune_result *tr, const kn_tune_entry *e)
+{
+    tr->source = e->pinned ? KN_TUNED_PINNED : KN_TUNED_CACHED;
+    snprintf(tr->choice, sizeof tr->choice, "%s", e->choice);
+    snprintf(tr->label, sizeof tr->label, "%s", e->label);
+    tr->us = e->us;
+    tr->default_us = e->default_us;
+}
+
 kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
 {
     int n = p->f.prog.n_kernels;
@@ -200,11 +211,7 @@ kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
         p->f.prog.kernels[kid].cfg = cfg;
         p->variant[kid] = v;
         set_unfused(p, kid, unfused);
-        tr->source = e.pinned ? KN_TUNED_PINNED : KN_TUNED_CACHED;
-        snprintf(tr->choice, sizeof tr->choice, "%s", e.choice);
-        snprintf(tr->label, sizeof tr->label, "%s", e.label);
-        tr->us = e.us;
-        tr->default_us = e.default_us;
+        take_entry(tr, &e);
         p->tune_cache_hits++;
     }
     return KN_OK;
@@ -497,11 +504,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
         kn_kconfig cfg;
         int v;
         if (apply_choice(p, kid, e.choice, s->cache_dir, &cfg, &v) == KN_OK) {
-            tr->source = e.pinned ? KN_TUNED_PINNED : KN_TUNED_CACHED;
-            snprintf(tr->choice, sizeof tr->choice, "%s", e.choice);
-            snprintf(tr->label, sizeof tr->label, "%s", e.label);
-            tr->us = e.us;
-            tr->default_us = e.default_us;
+            take_entry(tr, &e);
             s->kernels_done++;
             return KN_OK; /* its outputs are the default's: valid */
         }
