@@ -213,7 +213,17 @@ T.is(count(fused_svg, "<title>break%d+</title>"), #breaks, "fused: the breaks ar
 T.like(fused_svg, "%d+ B</text>", "fused: edges into kernels carry the bytes")
 
 local outline = kiln.outline(cm, { view = "captured" })
-T.like(outline, "graph 1 %(version 0%): 8 ops\n", "outline: per graph its op count")
+T.like(outline, "graph 1 %(version 0%): 8 ops, %d+ guards\n", "outline: per graph its op count and guard count")
+T.like(outline, "\n  guard: tensor 'x' shape {2, 16} dtype f32 device cpu contiguous\n", "outline: the captured view lists the guards")
+-- the guards in the picture: a note in each captured cluster, all of them in the cluster's tooltip
+local guards = cm:guards()
+T.ok(#guards >= 1 and #guards[1].guards >= 2, "breaks.lua has guards to draw")
+local g1 = guards[1].guards[2]:gsub("'", "&#39;")
+T.ok(svg:find("graph 0 · version 0 · 6 ops · " .. #guards[1].guards .. " guards", 1, true) ~= nil,
+  "captured: each cluster's title counts its guards")
+T.ok(svg:find("guard: " .. g1, 1, true) ~= nil or svg:find("guard: " .. guards[1].guards[2], 1, true) ~= nil,
+  "captured: and lists them under the title: " .. guards[1].guards[2])
+T.like(fused_svg, "guards of graph 0, version 0 %(a call runs it when all hold%)", "fused: the cluster's tooltip lists the guards")
 T.like(outline, "break 1: data%-dependent control flow at samples/breaks%.lua:14: Tensor%.__lt needs",
   "outline: the breaks between graphs")
 local fused_outline = kiln.outline(cm)

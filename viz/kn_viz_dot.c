@@ -166,6 +166,18 @@ static void set(void *obj, const char *name, const char *value)
     agsafeset(obj, (char *)name, (char *)value, "");
 }
 
+/* s for an HTML-like label: &, <, > and quotes as entities. */
+static void esc_html(kn_viz_buf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '&') kn_viz_printf(b, "&amp;");
+        else if (*s == '<') kn_viz_printf(b, "&lt;");
+        else if (*s == '>') kn_viz_printf(b, "&gt;");
+        else if (*s == '"') kn_viz_printf(b, "&quot;");
+        else kn_viz_printf(b, "%c", *s);
+    }
+}
+
 /* Set attribute `name` to the buffer's text, then empty the buffer. */
 static void set_buf(void *obj, const char *name, kn_viz_buf *b)
 {
@@ -380,16 +392,43 @@ static void build_graph(builder *bd, int gi)
     snprintf(name, sizeof name, "cluster_g%d", vg->index);
     Agraph_t *sg = agsubg(bd->g, name, 1);
     kn_viz_buf *b = &bd->b;
+    bool list_guards = m->view == KN_VIZ_CAPTURED && vg->n_guards;
     kn_viz_printf(b, "graph %d · version %d · %d op%s", vg->index, vg->version, vg->n_ops, vg->n_ops == 1 ? "" : "s");
     if (m->view == KN_VIZ_FUSED) kn_viz_printf(b, " · %d kernel%s", vg->n_kernels, vg->n_kernels == 1 ? "" : "s");
+    kn_viz_printf(b, " · %d guard%s", vg->n_guards, vg->n_guards == 1 ? "" : "s");
     if (vg->note[0]) {
         kn_viz_printf(b, "\\n");
         esc_wrapped(b, vg->note, 60);
     }
-    set_buf(sg, "label", b);
+    if (list_guards) {
+        /* the captured view lists the first guards under the cluster's
+         * title, small (a label, not a node: a node would change the
+         * ranks and put the graphs side by side) */
+        enum { SHOWN = 6 };
+        kn_viz_printf(b, "<BR ALIGN=\"LEFT\"/><FONT POINT-SIZE=\"8\">");
+        for (int i = 0; i < vg->n_guards && i < SHOWN; i++) {
+            kn_viz_printf(b, "guard: ");
+            esc_html(b, vg->guards[i]);
+            kn_viz_printf(b, "<BR ALIGN=\"LEFT\"/>");
+        }
+        if (vg->n_guards > SHOWN) kn_viz_printf(b, "... %d more (in the tooltip)<BR ALIGN=\"LEFT\"/>", vg->n_guards - SHOWN);
+        kn_viz_printf(b, "</FONT>"); /* an HTML-like label: Graphviz adds the < > */
+        agsafeset(sg, "label", agstrdup_html(agroot(sg), b->p ? b->p : ""), "");
+        b->len = 0;
+        if (b->p) b->p[0] = 0;
+    } else {
+        set_buf(sg, "label", b);
+    }
     set(sg, "style", "rounded");
     set(sg, "color", "#9e9e9e");
     set(sg, "fontsize", "11");
+    /* every guard in the cluster's tooltip */
+    kn_viz_printf(b, "guards of graph %d, version %d (a call runs it when all hold):", vg->index, vg->version);
+    for (int i = 0; i < vg->n_guards; i++) {
+        kn_viz_printf(b, "\\n- ");
+        esc(b, vg->guards[i]);
+    }
+    set_buf(sg, "tooltip", b);
     Agraph_t *rep = NULL;
     if (vg->rep_count) {
         snprintf(name, sizeof name, "cluster_g%d_rep", vg->index);

@@ -480,6 +480,8 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         vg->index = k;
         vg->version = cm->graphs[k].n_versions - 1;
         vg->n_ops = kn_graph_op_count(&ver->g);
+        vg->n_guards = ver->n_guards;
+        vg->guards = (const char (*)[KN_REASON_MAX])ver->guards;
         if (o->view == KN_VIZ_CAPTURED) {
             st = build_captured(ver, vg);
             if (st == KN_OK && o->collapse) st = collapse_captured(vg);

@@ -59,6 +59,9 @@ typedef struct kn_viz_vgraph {
     /* collapse: a run of rep_count equal repetitions of rep_len nodes
      * (captured) or kernels (fused) from rep_start; rep_count 0: none */
     int rep_start, rep_len, rep_count;
+    /* the version's guards (what a call must match to run it), borrowed from the kn_version */
+    int n_guards;
+    const char (*guards)[KN_REASON_MAX];
 } kn_viz_vgraph;
 
 typedef struct kn_viz_model {

@@ -99,7 +99,8 @@ kn_status kn_viz_outline(const kn_compiled *cm, const kn_viz_opts *o, char **tex
         const kn_viz_vgraph *vg = &m.graphs[gi];
         kn_viz_printf(&b, "graph %d (version %d): %d op%s", vg->index, vg->version, vg->n_ops, vg->n_ops == 1 ? "" : "s");
         if (fused) kn_viz_printf(&b, " in %d kernel%s", vg->n_kernels, vg->n_kernels == 1 ? "" : "s");
-        kn_viz_printf(&b, "\n");
+        kn_viz_printf(&b, ", %d guard%s\n", vg->n_guards, vg->n_guards == 1 ? "" : "s");
+        for (int i = 0; !fused && i < vg->n_guards; i++) kn_viz_printf(&b, "  guard: %s\n", vg->guards[i]);
         if (fused) fused_graph(&b, &m, vg);
         else captured_graph(&b, vg);
         for (; next_break < m.n_breaks && m.breaks[next_break].graph <= vg->index; next_break++) {
