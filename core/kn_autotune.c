@@ -335,5 +335,12 @@ kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, con
     snprintf(text, sizeof text, "%s; kiln %s", identity, KILN_VERSION);
     add_dev(e->dev, text);
     KN_TRY(add_entry(e));
-    return cache_save();
+    kn_status st = cache_save();
+    /* said once per process: the choices still serve this process */
+    static bool told;
+    if (st != KN_OK && !told) {
+        told = true;
+        notice("kiln: %s; the autotune choices last for this process only", kn_last_error());
+    }
+    return st;
 }

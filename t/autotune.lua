@@ -219,6 +219,19 @@ fh:close()
 out = child(SECOND)
 T.like(out, "is corrupt %(it is truncated", "a truncated file (no end to its last line) is reported too")
 
+-- A cache dir that cannot be made (a file is in the way): said once, the
+-- search still serves the process
+local blocker = os.tmpname()
+out, rc = child(FRESH, "KILN_CACHE_DIR=" .. blocker .. "/sub")
+T.is(rc, 0, "a search whose cache dir cannot be made still runs")
+T.like(out, "autotune cache: cannot create " .. lit(blocker) .. "/sub: Not a directory; the autotune choices last for this process only",
+  "and says once that its choices are not saved")
+local _, said = out:gsub("the autotune choices last for this process only", "")
+T.is(said, 1, "once, not per kernel")
+d = tonumber(out:match("diff\t(%S+)"))
+T.ok(d and d < 1e-4, "its results equal eager: " .. tostring(d))
+os.remove(blocker)
+
 -- ---------------------------------------------------------------------------
 -- Pinning
 
