@@ -55,7 +55,13 @@ void kn_lua_autotune_sync(lua_State *L)
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "autotune_budget_s");
-        if (lua_isnumber(L, -1) && lua_tonumber(L, -1) >= 0) o.budget_s = lua_tonumber(L, -1);
+        if (lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) >= 0) o.budget_s = lua_tonumber(L, -1);
+        else if (!lua_isnil(L, -1)) {
+            char got[64];
+            if (lua_type(L, -1) == LUA_TNUMBER) snprintf(got, sizeof got, "number %g", lua_tonumber(L, -1));
+            else snprintf(got, sizeof got, "%s", luaL_typename(L, -1));
+            luaL_error(L, "kiln.config.autotune_budget_s must be a number of seconds >= 0, got %s", got);
+        }
         lua_pop(L, 1);
     }
     lua_pop(L, 1);

@@ -219,6 +219,15 @@ fh:close()
 out = child(SECOND)
 T.like(out, "is corrupt %(it is truncated", "a truncated file (no end to its last line) is reported too")
 
+-- A budget that is no number of seconds is refused by name
+kiln.config.autotune_budget_s = "fast"
+T.raises(function() kiln.compile(function(v) return v + 1 end, { mode = "max-autotune" })(x) end,
+  "kiln%.config%.autotune_budget_s must be a number of seconds >= 0, got string", "a budget that is a string is refused")
+kiln.config.autotune_budget_s = -1
+T.raises(function() kiln.compile(function(v) return v + 1 end, { mode = "max-autotune" })(x) end,
+  "must be a number of seconds >= 0, got number %-1", "a negative budget is refused")
+kiln.config.autotune_budget_s = 120
+
 -- A cache dir that cannot be made (a file is in the way): said once, the
 -- search still serves the process
 local blocker = os.tmpname()
