@@ -519,7 +519,11 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     if (st != KN_OK) {
         free(c);
         job_free(&j, false);
-        return st;
+        if (!kn_interrupt_pending()) return st;
+        /* Ctrl-C during the candidates' compile: stop as between two candidates */
+        s->interrupted = true;
+        tr->source = KN_TUNED_SKIPPED;
+        return KN_OK;
     }
     const kn_autotune_opts *o = kn_autotune_get_opts();
     int left = s->kernels_total - s->kernels_done;

@@ -138,8 +138,17 @@ static void run_logged(char **argv, const char *log_path, int *status)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    /* its own process group: a Ctrl-C at the terminal is kiln's to handle
+     * (between two steps, keeping what is done), not the compiler's to die
+     * of halfway through a kernel (the autotuner's candidates compile while
+     * the user may press it) */
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&at, 0);
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
+    posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     *status = -1;
     if (rc != 0) return;
