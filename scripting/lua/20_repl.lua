@@ -105,11 +105,18 @@ local function is_callable(v)
   return type(mt) == "table" and rawget(mt, "__call") ~= nil
 end
 
-local function is_tensor(v)
+-- Whether v is a userdata of kiln's kind `name` ("kiln.Tensor", "kiln.Compiled").
+local function is_kind(v, name)
   if type(v) ~= "userdata" then return false end
   local mt = getmetatable(v)
-  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Tensor"
+  return type(mt) == "table" and rawget(mt, "__name") == name
 end
+
+local function is_tensor(v) return is_kind(v, "kiln.Tensor") end
+local function is_compiled(v) return is_kind(v, "kiln.Compiled") end
+
+-- for later files (40_timing, 45_autotune, 50_graph)
+repl.is_callable, repl.is_tensor, repl.is_compiled = is_callable, is_tensor, is_compiled
 
 local function shape_string(shape)
   local dims = {}

@@ -33,23 +33,7 @@ local session = kiln.session
 -- :device prints, but the cache file must name the real device.
 local real_device_info = kiln.device_info
 
-local function is_tensor(v)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Tensor"
-end
-
-local function is_compiled(v)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Compiled"
-end
-
-local function is_callable(v)
-  if type(v) == "function" then return true end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and rawget(mt, "__call") ~= nil
-end
+local is_tensor, is_compiled, is_callable = repl.is_tensor, repl.is_compiled, repl.is_callable
 
 local function median(list)
   local n = #list

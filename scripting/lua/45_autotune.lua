@@ -20,7 +20,7 @@ local function check_compiled(cm, what)
     fail("%s: give a compiled callable (kiln.compile(model, {mode = \"max-autotune\"})), or load a model and "
       .. "set :mode max-autotune", what)
   end
-  if type(cm) ~= "userdata" or type(cm.autotune) ~= "function" then
+  if not repl.is_compiled(cm) then
     fail("%s: expected a compiled callable, got %s", what, type(cm))
   end
   return cm

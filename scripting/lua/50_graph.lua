@@ -13,11 +13,7 @@ local repl = kiln.repl
 local fail = repl.error
 local session = kiln.session
 
-local function is_compiled(v)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and rawget(mt, "__name") == "kiln.Compiled"
-end
+local is_compiled = repl.is_compiled
 
 local RANKDIRS = { TB = true, LR = true, BT = true, RL = true }
 local OPT_KEYS = { view = true, format = true, rankdir = true, collapse = true, timings = true, inputs = true }
