@@ -3,7 +3,7 @@
  *
  * While a compiled callable runs, kn_lua_active_capture() is set and every op
  * binding hands its call to kn_lua_run, which appends a node instead of
- * computing. This file feeds core/kn_capture with what only Lua knows: the
+ * computing. This file feeds core/capture/kn_capture with what only Lua knows: the
  * user's source lines and stacks, argument names (debug info), parameter
  * names (the module's named_parameters) and the names of baked-in numbers.
  */

@@ -1,5 +1,5 @@
 /* kn_lua_io: kiln.load_safetensors and kiln.save_safetensors, the Lua side
- * of core/kn_safetensors.
+ * of core/tensor/kn_safetensors.
  *
  *   local tensors, metadata = kiln.load_safetensors(path)   -- name -> tensor, key -> string
  *   kiln.save_safetensors(path, {name = tensor, ...} [, {key = "value", ...}])

@@ -1,7 +1,7 @@
 /* kn_lua_timing: the C half of kiln.time, kiln.profile, kiln.trace and the
  * roofline (scripting/lua/40_timing.lua is the other half), as the table
  * kiln.profiler:
- *   begin(device)              start a per-kernel session (core/kn_profile)
+ *   begin(device)              start a per-kernel session (core/tensor/kn_profile)
  *   finish()                   end it: {{name, kind, key, index, dtype, ms, start_ms, bytes,
  *                              flops}, ...} (index: in its plan; nil for an eager op)
  *   cancel()                   drop a session after an error

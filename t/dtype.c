@@ -1,4 +1,4 @@
-/* t/dtype.c: element types (core/kn_dtype.c): names, sizes, parsing,
+/* t/dtype.c: element types (core/base/kn_dtype.c): names, sizes, parsing,
  * promotion, the bf16 / f16 conversions and kn_load_f64 / kn_store_f64.
  *
  * The conversions are checked exhaustively where the domain is small (every

@@ -1,4 +1,4 @@
-/* passes: each pass of core/kn_passes.c on small hand-built graphs: the node
+/* passes: each pass of core/compiler/kn_passes.c on small hand-built graphs: the node
  * count after it, the rewrite it made, and the outputs' values unchanged;
  * the graph checker's messages; the graph printer. */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* t/rng.c: the counter-based generator of core/kn_rng.h.
+/* t/rng.c: the counter-based generator of core/base/kn_rng.h.
  *
  * kn_philox is checked against the published Random123 known answers for
  * Philox4x32-10 through a reference written here from the paper (full 128-bit

@@ -10,7 +10,7 @@
  * The pools follow PyTorch's CPU kernels window for window (clipping, the
  * avg divisor, NaN in max), because models ported from PyTorch are checked
  * against it. Shapes and attributes were validated by kn_infer_conv2d /
- * kn_infer_pool2d (core/kn_shape_linalg.c).
+ * kn_infer_pool2d (core/tensor/kn_shape_linalg.c).
  */
 #include <math.h>
 #include <stdbool.h>

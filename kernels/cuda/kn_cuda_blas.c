@@ -1,7 +1,7 @@
 /* kn_cuda_blas: matmul on the GPU through cuBLASLt, with kiln's own kernels
  * (kn_linalg.cu) for whatever cuBLASLt refuses or when it is not built in.
  *
- * Semantics are kn_infer_matmul's (core/kn_shape_linalg.c): 1-D operands,
+ * Semantics are kn_infer_matmul's (core/tensor/kn_shape_linalg.c): 1-D operands,
  * broadcast batch dims, a mix of float dtypes promoted to the output's.
  * kiln tensors are row-major; cuBLASLt is column-major, so C = A.B is
  * computed as C^T = B^T.A^T: kiln's b is cuBLASLt's A and kiln's a its B,

@@ -1,5 +1,5 @@
 /* kn_cuda_tsrc: the embedded template texts (kernels/cuda/ *.cu,
- * kn_cuda_targs.h and core/kn_rng.h, turned into kn_cuda_embedded by
+ * kn_cuda_targs.h and core/base/kn_rng.h, turned into kn_cuda_embedded by
  * cmake/embed.cmake) and the assembly of a module's source from them.
  * Kept apart from kn_cuda_ops.c so that it needs no GPU and no loader.
  */

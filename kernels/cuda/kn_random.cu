@@ -1,5 +1,5 @@
 /* kn_random.cu: randn, rand and randint (kernels/cpu/kn_cpu_create.c is
- * the reference). Element i comes from core/kn_rng.h (prepended to the
+ * the reference). Element i comes from core/base/kn_rng.h (prepended to the
  * module) at counter rng_offset + i, the same code the CPU runs, and the
  * transforms below are the CPU's: same seed, same bits.
  */

@@ -1,7 +1,7 @@
 -- 40_timing.lua: live timing (design sections 2, 3 and 5): kiln.time,
 -- kiln.profile, kiln.trace, the roofline's ceilings (kiln.ceilings,
 -- kiln.device) and the REPL commands :time and :device, on top of
--- kiln.profiler (scripting/kn_lua_timing.c, core/kn_profile.c).
+-- kiln.profiler (scripting/kn_lua_timing.c, core/tensor/kn_profile.c).
 --
 -- How the figures are made:
 --   median_ms, min_ms, max_ms  `iters` calls back to back after `warmup`,
@@ -18,7 +18,7 @@
 --       share of the kernels' time per call (calls x median).
 --   roofline  roof_pct = achieved FLOP/s / min(peak FLOP/s, bandwidth x
 --       flops/bytes); for a kernel with no flops, achieved bytes/s over the
---       bandwidth. bytes and flops per kernel follow core/kn_cost.h.
+--       bandwidth. bytes and flops per kernel follow core/tensor/kn_cost.h.
 local kiln = ...
 
 local P = kiln.profiler

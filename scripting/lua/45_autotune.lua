@@ -1,6 +1,6 @@
 -- 45_autotune.lua: max-autotune from Lua and the REPL: kiln.autotune
 -- (results, pin, cache_path) and the :autotune command. The search runs in
--- C inside a max-autotune model's first call (core/kn_plan_tune.c);
+-- C inside a max-autotune model's first call (core/compiler/kn_plan_tune.c);
 -- cm:autotune() reports it and cm:autotune_pin(kernel, choice) overrides it.
 local kiln = ...
 local repl = kiln.repl

@@ -429,7 +429,7 @@ static inline kn_status kn_fuzz_copy_bound(const kn_graph *src, kn_graph *dst)
     return KN_OK;
 }
 
-/* Compare two values (see kn_tensor_close in core/kn_view.h). */
+/* Compare two values (see kn_tensor_close in core/tensor/kn_view.h). */
 static inline bool kn_fuzz_close(const kn_tensor *got, const kn_tensor *want, double rtol,
                                  char *why, size_t size)
 {

@@ -2,7 +2,7 @@
  * its options (budget, progress and log callbacks), the timing of one
  * candidate, and the persistent choice cache.
  *
- * The search itself runs inside a plan's first call (core/kn_plan_tune.c):
+ * The search itself runs inside a plan's first call (core/compiler/kn_plan_tune.c):
  * each generated kernel is rendered in every configuration of
  * kn_kconfig_candidates and each library call (matmul, conv) is run in
  * every algorithm its backend offers (kn_backend.library_variant_label),

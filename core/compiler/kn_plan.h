@@ -60,7 +60,7 @@ typedef struct kn_plan {
     int64_t replays;
     bool rec_by_choice;     /* max-autotune chose to run without the recording (measured slower) */
     double rec_replay_us, rec_plain_us; /* what that measurement saw (0: not measured) */
-    /* max-autotune (core/kn_plan_tune.c): per kernel, the library variant
+    /* max-autotune (core/compiler/kn_plan_tune.c): per kernel, the library variant
      * it runs (0: the library's default pick) and what the search measured
      * or the cache gave; the compiled programs of chosen configurations */
     bool autotune;          /* built with KN_PLAN_AUTOTUNE */
@@ -132,7 +132,7 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
 /* max-autotune. Plans built with KN_PLAN_AUTOTUNE take the cache file's
  * choices at build (tune_cache_hits); the first call then runs through
  * kn_plan_autotune, which measures every kernel still untuned on that
- * call's inputs (see core/kn_autotune.h), keeps the winners, saves them
+ * call's inputs (see core/compiler/kn_autotune.h), keeps the winners, saves them
  * and returns the call's results. KN_ERR_INTERRUPTED when Ctrl-C stopped
  * the search (what was measured is kept and saved). */
 kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s);

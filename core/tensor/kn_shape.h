@@ -1,5 +1,5 @@
-/* kn_shape: shape inference helpers shared by kn_op_infer (core/kn_shape.c)
- * and the linear-algebra rules (core/kn_shape_linalg.c).
+/* kn_shape: shape inference helpers shared by kn_op_infer (core/tensor/kn_shape.c)
+ * and the linear-algebra rules (core/tensor/kn_shape_linalg.c).
  *
  * kn_op_infer (declared in kn_op.h) is the guard against bad user input: it
  * checks input counts, NULL inputs, dtypes, dims and shapes, and fills the
@@ -13,7 +13,7 @@
 
 #include "kn_op.h"
 
-/* Rules for the matmul / conv / pool kinds, defined in core/kn_shape_linalg.c.
+/* Rules for the matmul / conv / pool kinds, defined in core/tensor/kn_shape_linalg.c.
  * `out` points at KN_MAX_OUTPUTS metas; these kinds have one output. The
  * caller (kn_op_infer) has already checked c->op < KN_OP_COUNT, nothing else. */
 kn_status kn_infer_matmul(const kn_opcall *c, kn_meta *out);

@@ -75,7 +75,7 @@ kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], i
  *   "  5  add          (3, 4:1)           f32{2,3}  at model.lua:12"
  * index, op, inputs (node or node:output), out dtype and shape (each output),
  * the attributes worth showing, and the source line. *text is malloc'd; the
- * caller frees it. Defined in core/kn_graph_print.c. */
+ * caller frees it. Defined in core/compiler/kn_graph_print.c. */
 kn_status kn_graph_format(const kn_graph *g, char **text);
 
 #endif

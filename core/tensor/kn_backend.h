@@ -62,7 +62,7 @@ typedef struct kn_backend {
     kn_status (*capture_end)(void **exec);
     kn_status (*graph_launch)(void *exec);
     void (*graph_destroy)(void *exec);
-    /* Autotuning (core/kn_autotune); each may be NULL. */
+    /* Autotuning (core/compiler/kn_autotune); each may be NULL. */
     /* Evict the device's caches (L2 on a GPU), so a timed run reads from
      * memory as it does inside a whole model. Queued like a kernel. */
     kn_status (*flush_cache)(void);

@@ -89,7 +89,7 @@ void kn_opcall_init(kn_opcall *c, kn_op op);
 
 /* Shape inference: check inputs (count, dtypes, shapes, attrs) and fill the
  * output metadata. On error, the message names the op, the argument, what was
- * expected and what came. Defined in core/kn_shape.c. */
+ * expected and what came. Defined in core/tensor/kn_shape.c. */
 kn_status kn_op_infer(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int *n_out);
 
 /* Eager execution: infer, allocate outputs on the inputs' device (or

@@ -88,7 +88,7 @@ typedef struct kn_kstore {
 } kn_kstore;
 
 /* How a generated kernel is laid out on its target, beyond what it
- * computes: the autotuner's knobs (core/kn_autotune). All zero is the
+ * computes: the autotuner's knobs (core/compiler/kn_autotune). All zero is the
  * default every mode but max-autotune runs; a field a target or kernel kind
  * does not use stays 0. Every setting computes the same values (up to the
  * order of a row's float additions). */
