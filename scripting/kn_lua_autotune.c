@@ -11,13 +11,7 @@
 
 #include "kn_autotune.h"
 #include "kn_lua_compile.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "kn_clock.h"
 
 /* The bar, on stderr when it is a terminal, at most ten times a second:
  *   autotune [########------------]  12/40 kernels  85 candidates  6.2 s of 20 s  k13_softmax_f32_... */
@@ -27,7 +21,7 @@ static void progress_bar(const kn_autotune_progress *p, void *ud)
     static double last;
     static bool shown;
     if (!isatty(2)) return;
-    double t = now_s();
+    double t = kn_clock_s();
     if (p->done) {
         if (shown) fprintf(stderr, "\r\033[K");
         shown = false;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kn_clock.h"
 #include "kn_capture.h"
 #include "kn_lua.h"
 #include "kn_lua_util.h"
@@ -631,8 +632,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         /* every guard holds: run the cached graph on these inputs */
         for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = bound[k];
         /* running the graph: allocating, computing and freeing its values */
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = kn_clock_s();
         kn_plan_value want[KN_REPLAY_MAX];
         kn_tensor *outs[KN_REPLAY_MAX];
         int n_want = 0;
@@ -647,8 +647,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         }
         kn_tensor *results[KN_REPLAY_MAX];
         for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        u->replay_run_s += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        u->replay_run_s += kn_clock_s() - t0;
         lua_settop(L, top);
         lua_getfield(L, uv, "replay");
         lua_getfield(L, -1, "results");

@@ -7,6 +7,7 @@
 
 #include "kn_lua.h"
 #include "kn_lua_util.h"
+#include "kn_clock.h"
 #include "kn_backend.h"
 #include "cpu/kn_cpu_jit.h"
 #ifdef KILN_HAVE_CUDA
@@ -18,9 +19,7 @@
 /* kiln.clock(): monotonic seconds, for timing calls. */
 static int l_clock(lua_State *L)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+    lua_pushnumber(L, kn_clock_s());
     return 1;
 }
 

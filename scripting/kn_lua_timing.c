@@ -20,15 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kn_clock.h"
 #include "kn_backend.h"
 #include "kn_lua.h"
 #include "kn_profile.h"
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return kn_clock_s() * 1e3;
 }
 
 static kn_device check_device(lua_State *L, int idx)

@@ -22,6 +22,7 @@
 #include "kn_op.h"
 #include "kn_tensor.h"
 #include "tap.h"
+#include "kn_clock.h"
 
 #define SHAPE(...) (int64_t[]){__VA_ARGS__}
 
@@ -636,13 +637,6 @@ static void test_pool_errors(void)
 
 /* ---- speed (a comment, not a test) ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void time_conv(int64_t n, int64_t ci, int64_t hw, int64_t co)
 {
     kn_tensor *x = rand_tensor(KN_F32, 4, SHAPE(n, ci, hw, hw));
@@ -654,9 +648,9 @@ static void time_conv(int64_t n, int64_t ci, int64_t hw, int64_t co)
         conv_attrs(&c, &(conv_cfg){{2, 2}, {1, 1}, {1, 1}, 1});
         c.n_in = 2;
         c.in[0] = x, c.in[1] = w;
-        double t = now_s();
+        double t = kn_clock_s();
         if (kn_op_eager(&c, KN_CPU) != KN_OK) break;
-        t = now_s() - t;
+        t = kn_clock_s() - t;
         best = t < best ? t : best;
         o = c.out[0]->shape[2];
         kn_tensor_release(c.out[0]);

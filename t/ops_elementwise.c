@@ -6,6 +6,7 @@
  * dtype an op accepts. Then shape inference's error messages.
  */
 #include "ops_testlib.h"
+#include "kn_clock.h"
 
 static const kn_dtype all_dtypes[] = {KN_F32, KN_F64, KN_BF16, KN_F16, KN_I32, KN_I64, KN_BOOL};
 #define N_DTYPES 7
@@ -360,13 +361,6 @@ static void test_cast(void)
 
 /* ---- a mid-size f32 pass over the fast paths, with timings as comments ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void test_fast_paths(void)
 {
     int64_t s2[2] = {512, 1024}, row[1] = {1024}, col[2] = {512, 1};
@@ -391,9 +385,9 @@ static void test_fast_paths(void)
         c.n_in = 2;
         c.in[0] = a;
         c.in[1] = rhs[j];
-        double t0 = now_s();
+        double t0 = kn_clock_s();
         kn_status st = tl_run(&c);
-        double t1 = now_s();
+        double t1 = kn_clock_s();
         printf("# mul f32 {512,1024} %s: %.2f ms\n", what[j], (t1 - t0) * 1e3);
         if (st != KN_OK) ok(0, "mul f32 %s: %s", what[j], kn_last_error());
         else tl_check(c.out[0], want, "mul f32 {512,1024} %s", what[j]);
@@ -405,9 +399,9 @@ static void test_fast_paths(void)
     kn_opcall_init(&c, KN_OP_GELU);
     c.n_in = 1;
     c.in[0] = a;
-    double t0 = now_s();
+    double t0 = kn_clock_s();
     kn_status st = tl_run(&c);
-    printf("# gelu f32 {512,1024}: %.2f ms\n", (now_s() - t0) * 1e3);
+    printf("# gelu f32 {512,1024}: %.2f ms\n", (kn_clock_s() - t0) * 1e3);
     if (st != KN_OK) ok(0, "gelu f32: %s", kn_last_error());
     else tl_check(c.out[0], want, "gelu f32 {512,1024}");
     tl_release_outputs(&c);

@@ -21,6 +21,7 @@
 #include "kn_op.h"
 #include "kn_tensor.h"
 #include "tap.h"
+#include "kn_clock.h"
 
 /* ---- random inputs ---- */
 
@@ -375,22 +376,15 @@ static void test_errors(void)
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) kn_tensor_release(t[k]);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Best-of-3 time of a @ b, in GFLOP/s. */
 static double gflops(kn_tensor *a, kn_tensor *b, double flop)
 {
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
         kn_tensor *o = NULL;
-        double t0 = now_s();
+        double t0 = kn_clock_s();
         kn_status st = run_matmul(a, b, &o);
-        double t = now_s() - t0;
+        double t = kn_clock_s() - t0;
         kn_tensor_release(o);
         if (st != KN_OK) return 0;
         if (t < best) best = t;

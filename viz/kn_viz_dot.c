@@ -136,22 +136,22 @@ static Agiddisc_t id_disc = {id_open, id_map, id_alloc, id_free, id_print, id_cl
 
 /* s with backslashes doubled: Graphviz reads \n, \l, \N ... in labels and
  * tooltips as escapes, and user text (reasons, file names) is not that. */
-static void esc(kn_viz_buf *b, const char *s)
+static void esc(kn_strbuf *b, const char *s)
 {
     for (; *s; s++) {
-        if (*s == '\\') kn_viz_printf(b, "\\\\");
-        else if (*s == '\n') kn_viz_printf(b, "\\n");
-        else kn_viz_printf(b, "%c", *s);
+        if (*s == '\\') kn_strbuf_printf(b, "\\\\");
+        else if (*s == '\n') kn_strbuf_printf(b, "\\n");
+        else kn_strbuf_printf(b, "%c", *s);
     }
 }
 
 /* s escaped as esc does, broken into lines of about `width` at spaces. */
-static void esc_wrapped(kn_viz_buf *b, const char *s, int width)
+static void esc_wrapped(kn_strbuf *b, const char *s, int width)
 {
     int col = 0;
     for (; *s; s++) {
         if (*s == ' ' && col >= width) {
-            kn_viz_printf(b, "\\n");
+            kn_strbuf_printf(b, "\\n");
             col = 0;
             continue;
         }
@@ -167,19 +167,19 @@ static void set(void *obj, const char *name, const char *value)
 }
 
 /* s for an HTML-like label: &, <, > and quotes as entities. */
-static void esc_html(kn_viz_buf *b, const char *s)
+static void esc_html(kn_strbuf *b, const char *s)
 {
     for (; *s; s++) {
-        if (*s == '&') kn_viz_printf(b, "&amp;");
-        else if (*s == '<') kn_viz_printf(b, "&lt;");
-        else if (*s == '>') kn_viz_printf(b, "&gt;");
-        else if (*s == '"') kn_viz_printf(b, "&quot;");
-        else kn_viz_printf(b, "%c", *s);
+        if (*s == '&') kn_strbuf_printf(b, "&amp;");
+        else if (*s == '<') kn_strbuf_printf(b, "&lt;");
+        else if (*s == '>') kn_strbuf_printf(b, "&gt;");
+        else if (*s == '"') kn_strbuf_printf(b, "&quot;");
+        else kn_strbuf_printf(b, "%c", *s);
     }
 }
 
 /* Set attribute `name` to the buffer's text, then empty the buffer. */
-static void set_buf(void *obj, const char *name, kn_viz_buf *b)
+static void set_buf(void *obj, const char *name, kn_strbuf *b)
 {
     set(obj, name, b->p ? b->p : "");
     b->len = 0;
@@ -213,22 +213,22 @@ typedef struct builder {
     const kn_viz_model *m;
     Agraph_t *g;
     Agnode_t ***nodes; /* per graph, per drawn node (NULL: hidden) */
-    kn_viz_buf b;
+    kn_strbuf b;
 } builder;
 
 static void title(builder *bd, const kn_viz_opts *o)
 {
     const kn_viz_model *m = bd->m;
     const kn_compiled *cm = m->cm;
-    kn_viz_buf *b = &bd->b;
+    kn_strbuf *b = &bd->b;
     esc(b, cm->fn_name);
-    kn_viz_printf(b, " (");
+    kn_strbuf_printf(b, " (");
     esc(b, cm->fn_where);
-    kn_viz_printf(b, ") · %s graph · mode %s · %d graph%s, %d break%s", o->view == KN_VIZ_FUSED ? "fused" : "captured",
+    kn_strbuf_printf(b, ") · %s graph · mode %s · %d graph%s, %d break%s", o->view == KN_VIZ_FUSED ? "fused" : "captured",
                   cm->mode, m->n_graphs, m->n_graphs == 1 ? "" : "s", m->n_breaks, m->n_breaks == 1 ? "" : "s");
-    if (o->view == KN_VIZ_FUSED) kn_viz_printf(b, ", %d kernel%s", m->n_kernels, m->n_kernels == 1 ? "" : "s");
-    if (m->timed) kn_viz_printf(b, " · %.1f us per call in kernels", m->total_us);
-    kn_viz_printf(b, "\\l");
+    if (o->view == KN_VIZ_FUSED) kn_strbuf_printf(b, ", %d kernel%s", m->n_kernels, m->n_kernels == 1 ? "" : "s");
+    if (m->timed) kn_strbuf_printf(b, " · %.1f us per call in kernels", m->total_us);
+    kn_strbuf_printf(b, "\\l");
 }
 
 static void graph_defaults(builder *bd, const kn_viz_opts *o)
@@ -260,27 +260,27 @@ static void graph_defaults(builder *bd, const kn_viz_opts *o)
 
 static void node_text(builder *bd, Agnode_t *n, const kn_viz_vnode *v)
 {
-    kn_viz_buf *b = &bd->b;
+    kn_strbuf *b = &bd->b;
     char bytes[32];
     kn_viz_fmt_bytes(v->bytes, bytes, sizeof bytes);
     switch (v->kind) {
     case KN_VN_OP:
     case KN_VN_VIEW:
-        kn_viz_printf(b, "%s\\n%s %s", v->op, v->shape, v->dtype);
+        kn_strbuf_printf(b, "%s\\n%s %s", v->op, v->shape, v->dtype);
         set_buf(n, "label", b);
-        kn_viz_printf(b, "%s%s at ", v->op, v->kind == KN_VN_VIEW ? " (a view: no copy)" : "");
+        kn_strbuf_printf(b, "%s%s at ", v->op, v->kind == KN_VN_VIEW ? " (a view: no copy)" : "");
         esc(b, v->where[0] ? v->where : "?");
-        kn_viz_printf(b, "\\n%s %s, %s", v->shape, v->dtype, bytes);
+        kn_strbuf_printf(b, "\\n%s %s, %s", v->shape, v->dtype, bytes);
         set_buf(n, "tooltip", b);
         return;
     case KN_VN_CONST:
         if (v->name[0]) {
             esc(b, v->name);
-            kn_viz_printf(b, " = ");
+            kn_strbuf_printf(b, " = ");
         }
-        kn_viz_printf(b, "%g", v->value);
+        kn_strbuf_printf(b, "%g", v->value);
         set_buf(n, "label", b);
-        kn_viz_printf(b, "a Lua number baked into the graph at ");
+        kn_strbuf_printf(b, "a Lua number baked into the graph at ");
         esc(b, v->where[0] ? v->where : "?");
         set_buf(n, "tooltip", b);
         return;
@@ -290,13 +290,13 @@ static void node_text(builder *bd, Agnode_t *n, const kn_viz_vnode *v)
         [KN_VN_ARG] = "argument", [KN_VN_PARAM] = "parameter", [KN_VN_PREV] = "value of an earlier graph",
         [KN_VN_TENSOR] = "tensor", [KN_VN_OUTPUT] = "output"};
     esc(b, v->name);
-    kn_viz_printf(b, "\\n%s %s", v->shape, v->dtype);
+    kn_strbuf_printf(b, "\\n%s %s", v->shape, v->dtype);
     set_buf(n, "label", b);
-    kn_viz_printf(b, "%s '", what[v->kind]);
+    kn_strbuf_printf(b, "%s '", what[v->kind]);
     esc(b, v->name);
-    kn_viz_printf(b, "': %s %s, %s", v->shape, v->dtype, bytes);
+    kn_strbuf_printf(b, "': %s %s, %s", v->shape, v->dtype, bytes);
     if (v->where[0]) {
-        kn_viz_printf(b, ", first used at ");
+        kn_strbuf_printf(b, ", first used at ");
         esc(b, v->where);
     }
     set_buf(n, "tooltip", b);
@@ -351,16 +351,16 @@ static Agraph_t *kernel_cluster(builder *bd, Agraph_t *parent, const kn_viz_vgra
     char name[64], colour[16];
     snprintf(name, sizeof name, "cluster_g%d_k%d", vg->index, k);
     Agraph_t *c = agsubg(parent, name, 1);
-    kn_viz_buf *b = &bd->b;
-    kn_viz_printf(b, "%s · %s\\l", vk->name, vk->kind);
-    if (vk->epilogue_of >= 0) kn_viz_printf(b, "in the epilogue of %s\\l", vg->kernels[vk->epilogue_of].name);
+    kn_strbuf *b = &bd->b;
+    kn_strbuf_printf(b, "%s · %s\\l", vk->name, vk->kind);
+    if (vk->epilogue_of >= 0) kn_strbuf_printf(b, "in the epilogue of %s\\l", vg->kernels[vk->epilogue_of].name);
     if (vk->timed) {
-        kn_viz_printf(b, "%.1f us · %.1f%%", vk->us, vk->pct);
-        if (vk->calls > 1) kn_viz_printf(b, " · %d calls", vk->calls);
-        if (vk->roof >= 0) kn_viz_printf(b, " · roof %.0f%%", vk->roof);
-        kn_viz_printf(b, "\\l");
+        kn_strbuf_printf(b, "%.1f us · %.1f%%", vk->us, vk->pct);
+        if (vk->calls > 1) kn_strbuf_printf(b, " · %d calls", vk->calls);
+        if (vk->roof >= 0) kn_strbuf_printf(b, " · roof %.0f%%", vk->roof);
+        kn_strbuf_printf(b, "\\l");
     }
-    else if (bd->m->timed) kn_viz_printf(b, "(not timed%s)\\l", vk->epilogue_of >= 0 ? ": part of that call" : "");
+    else if (bd->m->timed) kn_strbuf_printf(b, "(not timed%s)\\l", vk->epilogue_of >= 0 ? ": part of that call" : "");
     set_buf(c, "label", b);
     set(c, "style", "rounded,filled");
     if (vk->timed) heat_colour(bd->m->max_pct > 0 ? vk->pct / bd->m->max_pct : 0, colour, sizeof colour);
@@ -368,7 +368,7 @@ static Agraph_t *kernel_cluster(builder *bd, Agraph_t *parent, const kn_viz_vgra
     set(c, "color", vk->epilogue_of >= 0 ? "#8c6bb1" : "#6b6b6b");
     set(c, "fontsize", "10");
     set(c, "labeljust", "l"); /* left-justified lines: off the middle, where edges come in */
-    kn_viz_printf(b, "kernel %s (%s, %s)", vk->name, vk->kind, vk->group);
+    kn_strbuf_printf(b, "kernel %s (%s, %s)", vk->name, vk->kind, vk->group);
     set_buf(c, "tooltip", b);
     return c;
 }
@@ -391,13 +391,13 @@ static void build_graph(builder *bd, int gi)
     char name[64];
     snprintf(name, sizeof name, "cluster_g%d", vg->index);
     Agraph_t *sg = agsubg(bd->g, name, 1);
-    kn_viz_buf *b = &bd->b;
+    kn_strbuf *b = &bd->b;
     bool list_guards = m->view == KN_VIZ_CAPTURED && vg->n_guards;
-    kn_viz_printf(b, "graph %d · version %d · %d op%s", vg->index, vg->version, vg->n_ops, vg->n_ops == 1 ? "" : "s");
-    if (m->view == KN_VIZ_FUSED) kn_viz_printf(b, " · %d kernel%s", vg->n_kernels, vg->n_kernels == 1 ? "" : "s");
-    kn_viz_printf(b, " · %d guard%s", vg->n_guards, vg->n_guards == 1 ? "" : "s");
+    kn_strbuf_printf(b, "graph %d · version %d · %d op%s", vg->index, vg->version, vg->n_ops, vg->n_ops == 1 ? "" : "s");
+    if (m->view == KN_VIZ_FUSED) kn_strbuf_printf(b, " · %d kernel%s", vg->n_kernels, vg->n_kernels == 1 ? "" : "s");
+    kn_strbuf_printf(b, " · %d guard%s", vg->n_guards, vg->n_guards == 1 ? "" : "s");
     if (vg->note[0]) {
-        kn_viz_printf(b, "\\n");
+        kn_strbuf_printf(b, "\\n");
         esc_wrapped(b, vg->note, 60);
     }
     if (list_guards) {
@@ -405,14 +405,14 @@ static void build_graph(builder *bd, int gi)
          * title, small (a label, not a node: a node would change the
          * ranks and put the graphs side by side) */
         enum { SHOWN = 6 };
-        kn_viz_printf(b, "<BR ALIGN=\"LEFT\"/><FONT POINT-SIZE=\"8\">");
+        kn_strbuf_printf(b, "<BR ALIGN=\"LEFT\"/><FONT POINT-SIZE=\"8\">");
         for (int i = 0; i < vg->n_guards && i < SHOWN; i++) {
-            kn_viz_printf(b, "guard: ");
+            kn_strbuf_printf(b, "guard: ");
             esc_html(b, vg->guards[i]);
-            kn_viz_printf(b, "<BR ALIGN=\"LEFT\"/>");
+            kn_strbuf_printf(b, "<BR ALIGN=\"LEFT\"/>");
         }
-        if (vg->n_guards > SHOWN) kn_viz_printf(b, "... %d more (in the tooltip)<BR ALIGN=\"LEFT\"/>", vg->n_guards - SHOWN);
-        kn_viz_printf(b, "</FONT>"); /* an HTML-like label: Graphviz adds the < > */
+        if (vg->n_guards > SHOWN) kn_strbuf_printf(b, "... %d more (in the tooltip)<BR ALIGN=\"LEFT\"/>", vg->n_guards - SHOWN);
+        kn_strbuf_printf(b, "</FONT>"); /* an HTML-like label: Graphviz adds the < > */
         agsafeset(sg, "label", agstrdup_html(agroot(sg), b->p ? b->p : ""), "");
         b->len = 0;
         if (b->p) b->p[0] = 0;
@@ -423,9 +423,9 @@ static void build_graph(builder *bd, int gi)
     set(sg, "color", "#9e9e9e");
     set(sg, "fontsize", "11");
     /* every guard in the cluster's tooltip */
-    kn_viz_printf(b, "guards of graph %d, version %d (a call runs it when all hold):", vg->index, vg->version);
+    kn_strbuf_printf(b, "guards of graph %d, version %d (a call runs it when all hold):", vg->index, vg->version);
     for (int i = 0; i < vg->n_guards; i++) {
-        kn_viz_printf(b, "\\n- ");
+        kn_strbuf_printf(b, "\\n- ");
         esc(b, vg->guards[i]);
     }
     set_buf(sg, "tooltip", b);
@@ -436,9 +436,9 @@ static void build_graph(builder *bd, int gi)
         double pct = 0;
         for (int k = vg->rep_start; m->view == KN_VIZ_FUSED && k < vg->rep_start + vg->rep_len * vg->rep_count; k++)
             pct += vg->kernels[k].pct;
-        kn_viz_printf(b, "× %d: the same %d %s, repeated %d times (drawn once)\\l", vg->rep_count, vg->rep_len,
+        kn_strbuf_printf(b, "× %d: the same %d %s, repeated %d times (drawn once)\\l", vg->rep_count, vg->rep_len,
                       m->view == KN_VIZ_FUSED ? (vg->rep_len == 1 ? "kernel" : "kernels") : "nodes", vg->rep_count);
-        if (m->view == KN_VIZ_FUSED && m->timed) kn_viz_printf(b, "%.1f%% of the time in all %d\\l", pct, vg->rep_count);
+        if (m->view == KN_VIZ_FUSED && m->timed) kn_strbuf_printf(b, "%.1f%% of the time in all %d\\l", pct, vg->rep_count);
         set_buf(rep, "label", b);
         set(rep, "style", "rounded,dashed");
         set(rep, "penwidth", "2");
@@ -482,8 +482,8 @@ static void build_graph(builder *bd, int gi)
             if (crosses) {
                 char bytes[32];
                 kn_viz_fmt_bytes(s->bytes, bytes, sizeof bytes);
-                if (s->kind == KN_VN_OP || s->kind == KN_VN_VIEW) kn_viz_printf(b, "%s %s\\n%s", s->shape, s->dtype, bytes);
-                else kn_viz_printf(b, "%s", bytes);
+                if (s->kind == KN_VN_OP || s->kind == KN_VN_VIEW) kn_strbuf_printf(b, "%s %s\\n%s", s->shape, s->dtype, bytes);
+                else kn_strbuf_printf(b, "%s", bytes);
                 set_buf(e, "label", b);
             }
         }
@@ -532,7 +532,7 @@ static void cluster_edge(builder *bd, Agnode_t *t, Agnode_t *h, int tail_graph, 
 static void build_breaks(builder *bd)
 {
     const kn_viz_model *m = bd->m;
-    kn_viz_buf *b = &bd->b;
+    kn_strbuf *b = &bd->b;
     Agnode_t *prev = NULL;
     int prev_graph = -1;
     for (int i = 0; i < m->n_breaks; i++) {
@@ -540,11 +540,11 @@ static void build_breaks(builder *bd)
         char name[32];
         snprintf(name, sizeof name, "break%d", i);
         Agnode_t *n = agnode(bd->g, name, 1);
-        kn_viz_printf(b, "graph break %d: ", i + 1);
+        kn_strbuf_printf(b, "graph break %d: ", i + 1);
         esc(b, br->category);
-        kn_viz_printf(b, "\\n");
+        kn_strbuf_printf(b, "\\n");
         esc_wrapped(b, br->reason, 48);
-        kn_viz_printf(b, "\\nat ");
+        kn_strbuf_printf(b, "\\nat ");
         esc(b, br->where);
         set_buf(n, "label", b);
         char text[4096];
@@ -600,16 +600,16 @@ static void build_handoffs(builder *bd)
 static void build_legend(builder *bd)
 {
     if (!bd->m->timed) return;
-    kn_viz_buf *b = &bd->b;
-    kn_viz_printf(b, "<table border=\"0\" cellborder=\"1\" cellspacing=\"0\" cellpadding=\"4\">"
+    kn_strbuf *b = &bd->b;
+    kn_strbuf_printf(b, "<table border=\"0\" cellborder=\"1\" cellspacing=\"0\" cellpadding=\"4\">"
                      "<tr><td colspan=\"5\">share of the kernels' time (hottest: %.1f%%)</td></tr><tr>",
                   bd->m->max_pct);
     for (int i = 0; i <= 4; i++) {
         char colour[16];
         heat_colour(i / 4.0, colour, sizeof colour);
-        kn_viz_printf(b, "<td bgcolor=\"%s\">%.0f%%</td>", colour, bd->m->max_pct * i / 4.0);
+        kn_strbuf_printf(b, "<td bgcolor=\"%s\">%.0f%%</td>", colour, bd->m->max_pct * i / 4.0);
     }
-    kn_viz_printf(b, "</tr></table>");
+    kn_strbuf_printf(b, "</tr></table>");
     Agnode_t *n = agnode(bd->g, "legend", 1);
     set(n, "shape", "plaintext");
     set(n, "style", "");

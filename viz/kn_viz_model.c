@@ -11,31 +11,6 @@
 #include "kn_profile.h"
 #include "kn_viz_model.h"
 
-void kn_viz_printf(kn_viz_buf *b, const char *fmt, ...)
-{
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (b->len + (size_t)n + 1 > cap) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 void kn_viz_fmt_bytes(double bytes, char *buf, size_t size)
 {
     static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};

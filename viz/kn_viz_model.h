@@ -4,6 +4,7 @@
 #ifndef KN_VIZ_MODEL_H
 #define KN_VIZ_MODEL_H
 
+#include "kn_strbuf.h"
 #include "kn_viz.h"
 
 typedef enum kn_viz_vkind {
@@ -78,14 +79,6 @@ typedef struct kn_viz_model {
 
 kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz_model *m);
 void kn_viz_model_free(kn_viz_model *m);
-
-/* Append to a growing NUL-terminated text (printf-style); false on OOM. */
-typedef struct kn_viz_buf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} kn_viz_buf;
-void kn_viz_printf(kn_viz_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* "12.5 KiB" */
 void kn_viz_fmt_bytes(double bytes, char *buf, size_t size);

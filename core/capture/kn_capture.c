@@ -10,19 +10,13 @@
 
 #include "kn_autotune.h"
 #include "kn_passes.h"
+#include "kn_clock.h"
 
 /* Messages here are built into fixed buffers on purpose (they are kept in
  * arrays of records); a name long enough to overflow one is cut, not lost. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- lazies and placeholders --------------------------------------------- */
 
@@ -610,7 +604,7 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->n_graphs = 0;
     cap->n_breaks = 0;
     cap->n_lazies = 0;
-    cap->t_start = now_s();
+    cap->t_start = kn_clock_s();
     cap->capture_s = 0;
     cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
@@ -697,7 +691,7 @@ static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
 {
     const kn_autotune_opts *o = kn_autotune_get_opts();
     if (o->progress) {
-        kn_autotune_progress pr = {"", s->kernels_done, s->kernels_total, s->candidates, now_s() - s->t0,
+        kn_autotune_progress pr = {"", s->kernels_done, s->kernels_total, s->candidates, kn_clock_s() - s->t0,
                                    s->budget_s, true};
         o->progress(&pr, o->progress_ud);
     }
@@ -752,9 +746,9 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
             ts.budget_s = kn_autotune_get_opts()->budget_s - cm->stats.autotune_s;
             ts.log = autotune_log;
             ts.log_ud = cm;
-            ts.t0 = now_s();
+            ts.t0 = kn_clock_s();
             st = kn_plan_autotune(plan, ins, results, &ts);
-            if (ts.kernels_total) cm->stats.autotune_s += now_s() - ts.t0;
+            if (ts.kernels_total) cm->stats.autotune_s += kn_clock_s() - ts.t0;
             cm->stats.autotune_kernels += ts.measured;
             cm->stats.autotune_candidates += ts.candidates;
             cm->stats.autotune_interrupted |= ts.interrupted;
@@ -800,7 +794,7 @@ kn_status kn_capture_flush(kn_capture *cap)
     kn_status st = KN_OK;
     kn_tensor **values = NULL;
     if (g->n_nodes > 0) {
-        double t0 = now_s();
+        double t0 = kn_clock_s();
         cm->stats.capture_s += t0 - cap->t_start;
         cap->capture_s += t0 - cap->t_start;
         int version = -1;
@@ -857,7 +851,7 @@ kn_status kn_capture_flush(kn_capture *cap)
             free(values);
         }
         free(want);
-        cap->t_start = now_s();
+        cap->t_start = kn_clock_s();
     }
     /* Placeholders of this graph keep their lazies; lazies are retired from
      * the "current graph" by the segment number moving on. */

@@ -8,104 +8,74 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} strbuf;
+#include "kn_strbuf.h"
 
-static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(strbuf *b, const char *fmt, ...)
+static void sb_ints(kn_strbuf *b, const char *key, const int *v, int n, int add)
 {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t ncap = b->cap ? b->cap * 2 : 1024;
-        while (ncap < b->len + (size_t)n + 1) ncap *= 2;
-        char *ns = realloc(b->s, ncap);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns;
-        b->cap = ncap;
-    }
+    kn_strbuf_printf(b, " %s={", key);
+    for (int i = 0; i < n; i++) kn_strbuf_printf(b, "%s%d", i ? "," : "", v[i] + add);
+    kn_strbuf_printf(b, "}");
 }
 
-static void sb_ints(strbuf *b, const char *key, const int *v, int n, int add)
-{
-    sb_printf(b, " %s={", key);
-    for (int i = 0; i < n; i++) sb_printf(b, "%s%d", i ? "," : "", v[i] + add);
-    sb_printf(b, "}");
-}
-
-static void sb_shape(strbuf *b, const char *key, const int64_t *v, int n)
+static void sb_shape(kn_strbuf *b, const char *key, const int64_t *v, int n)
 {
     char s[160];
-    sb_printf(b, " %s=%s", key, kn_shape_str(n < 0 ? 0 : n > KN_MAX_DIMS ? KN_MAX_DIMS : n, v, s, sizeof s));
+    kn_strbuf_printf(b, " %s=%s", key, kn_shape_str(n < 0 ? 0 : n > KN_MAX_DIMS ? KN_MAX_DIMS : n, v, s, sizeof s));
 }
 
-static void attrs_text(strbuf *b, const kn_node *n)
+static void attrs_text(kn_strbuf *b, const kn_node *n)
 {
     const kn_attrs *a = &n->a;
     kn_op op = (kn_op)n->op;
     switch (kn_op_kind_of(op)) {
     case KN_K_UNARY:
-        if (op == KN_OP_CAST) sb_printf(b, " to=%s", kn_dtype_name(a->dtype));
+        if (op == KN_OP_CAST) kn_strbuf_printf(b, " to=%s", kn_dtype_name(a->dtype));
         break;
-    case KN_K_MASKED: sb_printf(b, " value=%g", a->value); break;
+    case KN_K_MASKED: kn_strbuf_printf(b, " value=%g", a->value); break;
     case KN_K_REDUCE:
-        if (a->ndims == 0) sb_printf(b, " dims=all");
+        if (a->ndims == 0) kn_strbuf_printf(b, " dims=all");
         else sb_ints(b, "dims", a->dims, a->ndims, 1);
-        if (a->keepdim) sb_printf(b, " keepdim");
-        if (op == KN_OP_VAR) sb_printf(b, " correction=%d", a->correction);
+        if (a->keepdim) kn_strbuf_printf(b, " keepdim");
+        if (op == KN_OP_VAR) kn_strbuf_printf(b, " correction=%d", a->correction);
         break;
-    case KN_K_ARGREDUCE: sb_printf(b, " dim=%d%s", a->dim + 1, a->keepdim ? " keepdim" : ""); break;
+    case KN_K_ARGREDUCE: kn_strbuf_printf(b, " dim=%d%s", a->dim + 1, a->keepdim ? " keepdim" : ""); break;
     case KN_K_SOFTMAX:
     case KN_K_CAT:
-    case KN_K_INDEX: sb_printf(b, " dim=%d", a->dim + 1); break;
+    case KN_K_INDEX: kn_strbuf_printf(b, " dim=%d", a->dim + 1); break;
     case KN_K_NORM:
         if (op == KN_OP_LAYER_NORM) sb_shape(b, "shape", a->shape, a->nshape);
-        sb_printf(b, " eps=%g", a->eps);
+        kn_strbuf_printf(b, " eps=%g", a->eps);
         break;
     case KN_K_CONV:
-        sb_printf(b, " stride={%d,%d} padding={%d,%d} dilation={%d,%d} groups=%d", a->stride[0],
+        kn_strbuf_printf(b, " stride={%d,%d} padding={%d,%d} dilation={%d,%d} groups=%d", a->stride[0],
                   a->stride[1], a->padding[0], a->padding[1], a->dilation[0], a->dilation[1],
                   a->groups);
         break;
     case KN_K_POOL:
         if (op == KN_OP_ADAPTIVE_AVG_POOL2D) sb_shape(b, "size", a->shape, a->nshape);
         else
-            sb_printf(b, " kernel={%d,%d} stride={%d,%d} padding={%d,%d}", a->kernel[0],
+            kn_strbuf_printf(b, " kernel={%d,%d} stride={%d,%d} padding={%d,%d}", a->kernel[0],
                       a->kernel[1], a->stride[0], a->stride[1], a->padding[0], a->padding[1]);
         break;
-    case KN_K_TRI: sb_printf(b, " diagonal=%lld", (long long)a->diagonal); break;
+    case KN_K_TRI: kn_strbuf_printf(b, " diagonal=%lld", (long long)a->diagonal); break;
     case KN_K_VIEW:
         if (op == KN_OP_PERMUTE) sb_ints(b, "dims", a->dims, a->ndims, 1);
         else if (op == KN_OP_SLICE)
-            sb_printf(b, " dim=%d start=%lld stop=%lld step=%lld", a->dim + 1, (long long)a->start,
+            kn_strbuf_printf(b, " dim=%d start=%lld stop=%lld step=%lld", a->dim + 1, (long long)a->start,
                       (long long)a->stop, (long long)a->step);
         else sb_shape(b, "shape", a->shape, a->nshape);
         break;
     case KN_K_CREATE:
         sb_shape(b, "shape", a->shape, a->nshape);
-        if (op == KN_OP_FULL) sb_printf(b, " value=%g", a->value);
-        else if (op == KN_OP_ARANGE) sb_printf(b, " start=%g step=%g", a->value, a->value2);
-        else sb_printf(b, " seed=%llu", (unsigned long long)a->seed);
+        if (op == KN_OP_FULL) kn_strbuf_printf(b, " value=%g", a->value);
+        else if (op == KN_OP_ARANGE) kn_strbuf_printf(b, " start=%g step=%g", a->value, a->value2);
+        else kn_strbuf_printf(b, " seed=%llu", (unsigned long long)a->seed);
         break;
     default: break;
     }
 }
 
-static void node_text(strbuf *b, const kn_graph *g, int i)
+static void node_text(kn_strbuf *b, const kn_graph *g, int i)
 {
     static const char *const kinds[] = {"arg", "param", "graph output", "tensor", "value"};
     const kn_node *n = &g->nodes[i];
@@ -118,41 +88,35 @@ static void node_text(strbuf *b, const kn_graph *g, int i)
                                         n->in_node[k]);
         if (w > 0) len += (size_t)w;
     }
-    sb_printf(b, "%4d  %-14s", i, kn_node_op_name(n));
+    kn_strbuf_printf(b, "%4d  %-14s", i, kn_node_op_name(n));
     if (n->op < KN_OP_COUNT) {
         char paren[176];
         snprintf(paren, sizeof paren, "(%s)", ins);
-        sb_printf(b, " %-14s", paren);
+        kn_strbuf_printf(b, " %-14s", paren);
     }
     for (int k = 0; k < n->n_out && k < KN_MAX_OUTPUTS; k++) {
         int nd = n->out[k].ndim < 0 ? 0 : n->out[k].ndim > KN_MAX_DIMS ? KN_MAX_DIMS : n->out[k].ndim;
-        sb_printf(b, "%s%s%s", k ? ", " : " ",
+        kn_strbuf_printf(b, "%s%s%s", k ? ", " : " ",
                   (unsigned)n->out[k].dtype < KN_DTYPE_COUNT ? kn_dtype_name(n->out[k].dtype) : "?",
                   kn_shape_str(nd, n->out[k].shape, s, sizeof s));
     }
     if (n->op == KN_NODE_INPUT) {
         bool ok = n->input >= 0 && n->input < g->n_inputs;
         const kn_graph_input *in = ok ? &g->inputs[n->input] : NULL;
-        sb_printf(b, " #%d '%s' (%s%s)", n->input, in ? in->name : n->name,
+        kn_strbuf_printf(b, " #%d '%s' (%s%s)", n->input, in ? in->name : n->name,
                   in && (unsigned)in->kind < 5 ? kinds[in->kind] : "?",
                   in && in->tensor ? ", bound" : "");
     } else if (n->op == KN_NODE_CONST) {
-        sb_printf(b, " value=%.9g", n->value);
-        if (n->name[0]) sb_printf(b, " '%s'", n->name);
+        kn_strbuf_printf(b, " value=%.9g", n->value);
+        if (n->name[0]) kn_strbuf_printf(b, " '%s'", n->name);
     } else attrs_text(b, n);
-    sb_printf(b, "  at %s\n", n->where[0] ? n->where : "?");
+    kn_strbuf_printf(b, "  at %s\n", n->where[0] ? n->where : "?");
 }
 
 kn_status kn_graph_format(const kn_graph *g, char **text)
 {
-    strbuf b = {0};
-    *text = NULL;
-    sb_printf(&b, "%s", "");
+    kn_strbuf b = {0};
+    kn_strbuf_puts(&b, "");
     for (int i = 0; i < g->n_nodes; i++) node_text(&b, g, i);
-    if (b.oom || !b.s) {
-        free(b.s);
-        return kn_error(KN_ERR_OOM, "graph format: out of host memory");
-    }
-    *text = b.s;
-    return KN_OK;
+    return kn_strbuf_finish(&b, text, "graph format");
 }

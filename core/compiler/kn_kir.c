@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_strbuf.h"
+
 /* ---- builders ---- */
 
 void kn_kprogram_free(kn_kprogram *p)
@@ -60,70 +62,6 @@ kn_status kn_kernel_add_arg(kn_kernel *k, const kn_karg *a, int *out)
     k->args[k->n_args] = *a;
     if (out) *out = k->n_args;
     k->n_args++;
-    return KN_OK;
-}
-
-/* ---- a growable string ---- */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *s, const char *text, size_t len)
-{
-    if (s->oom) return;
-    if (s->n + len + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap < s->n + len + 1) cap *= 2;
-        char *p = realloc(s->p, cap);
-        if (!p) {
-            s->oom = true;
-            return;
-        }
-        s->p = p;
-        s->cap = cap;
-    }
-    memcpy(s->p + s->n, text, len);
-    s->n += len;
-    s->p[s->n] = 0;
-}
-
-static void sb_printf(sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *s, const char *fmt, ...)
-{
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof small) {
-        sb_put(s, small, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        s->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(s, big, (size_t)n);
-    free(big);
-}
-
-/* Hand the buffer to the caller, or free it and report OOM. */
-static kn_status sb_finish(sbuf *s, char **out, const char *what)
-{
-    if (s->oom || !s->p) {
-        free(s->p);
-        *out = NULL;
-        return kn_error(KN_ERR_OOM, "%s: out of memory rendering source", what);
-    }
-    *out = s->p;
     return KN_OK;
 }
 
@@ -164,31 +102,31 @@ static const char *storage_name(kn_dtype dt)
 
 /* A literal of compute type c for the number v. Integers saturate and NaN
  * becomes 0, as the reference's integer stores do. */
-static void put_literal(sbuf *s, ctype c, double v)
+static void put_literal(kn_strbuf *s, ctype c, double v)
 {
     if (c == CT_BOOL) {
-        sb_printf(s, "%d", v != 0.0);
+        kn_strbuf_printf(s, "%d", v != 0.0);
         return;
     }
     if (c == CT_I64) {
         if (isnan(v)) v = 0;
-        if (v <= -9223372036854775808.0) sb_printf(s, "(-9223372036854775807LL - 1)");
-        else if (v >= 9223372036854774784.0) sb_printf(s, "9223372036854774784LL");
-        else sb_printf(s, "%lldLL", (long long)v);
+        if (v <= -9223372036854775808.0) kn_strbuf_printf(s, "(-9223372036854775807LL - 1)");
+        else if (v >= 9223372036854774784.0) kn_strbuf_printf(s, "9223372036854774784LL");
+        else kn_strbuf_printf(s, "%lldLL", (long long)v);
         return;
     }
     if (isnan(v)) {
-        sb_printf(s, c == CT_F32 ? "NAN" : "((double)NAN)");
+        kn_strbuf_printf(s, c == CT_F32 ? "NAN" : "((double)NAN)");
         return;
     }
     if (isinf(v)) {
-        sb_printf(s, "%s%s", v < 0 ? "-" : "", c == CT_F32 ? "INFINITY" : "((double)INFINITY)");
+        kn_strbuf_printf(s, "%s%s", v < 0 ? "-" : "", c == CT_F32 ? "INFINITY" : "((double)INFINITY)");
         return;
     }
     char num[64];
     snprintf(num, sizeof num, c == CT_F32 ? "%.9g" : "%.17g", c == CT_F32 ? (double)(float)v : v);
     bool has_point = strpbrk(num, ".e") != NULL;
-    sb_printf(s, "%s%s%s", num, has_point ? "" : ".0", c == CT_F32 ? "f" : "");
+    kn_strbuf_printf(s, "%s%s%s", num, has_point ? "" : ".0", c == CT_F32 ? "f" : "");
 }
 
 /* ---- the render context ---- */
@@ -196,7 +134,7 @@ static void put_literal(sbuf *s, ctype c, double v)
 typedef struct rctx {
     const kn_kernel *k;
     kn_target t;
-    sbuf *s;
+    kn_strbuf *s;
     int indent;
     bool warp_rows; /* CUDA ROW kernel with one warp per row (kn_kernel_warp_rows) */
     bool vec_body;  /* CUDA vector path: contiguous args are read from l<j>.x[e], stored to s<j>.x[e] */
@@ -220,7 +158,7 @@ static void line(rctx *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    sb_printf(r->s, "%*s%s\n", r->indent * 4, "", text);
+    kn_strbuf_printf(r->s, "%*s%s\n", r->indent * 4, "", text);
 }
 
 /* C: the unroll pragma (before an innermost loop) when the config asks for one. */
@@ -241,13 +179,13 @@ static ctype expr_ct(const rctx *r, int i)
 }
 
 /* "v<i>" converted from its compute type to `to`. */
-static void put_conv(sbuf *s, ctype from, ctype to, const char *val)
+static void put_conv(kn_strbuf *s, ctype from, ctype to, const char *val)
 {
-    if (from == to) sb_printf(s, "%s", val);
-    else if (to == CT_BOOL) sb_printf(s, "((%s) != 0)", val);
+    if (from == to) kn_strbuf_printf(s, "%s", val);
+    else if (to == CT_BOOL) kn_strbuf_printf(s, "((%s) != 0)", val);
     else if (to == CT_I64 && (from == CT_F32 || from == CT_F64))
-        sb_printf(s, "kn_f2i((double)(%s))", val);
-    else sb_printf(s, "((%s)(%s))", ctype_name(to), val);
+        kn_strbuf_printf(s, "kn_f2i((double)(%s))", val);
+    else kn_strbuf_printf(s, "((%s)(%s))", ctype_name(to), val);
 }
 
 /* The math function an op-table helper (kn_exp, ...) names in compute type c. */
@@ -294,19 +232,19 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
             memcpy(id, p, n);
             id[n] = 0;
             if (n == 1 && (id[0] == 'a' || id[0] == 'b' || id[0] == 'c')) {
-                sb_printf(r->s, "%s", ops[id[0] - 'a']);
+                kn_strbuf_printf(r->s, "%s", ops[id[0] - 'a']);
             } else if (strcmp(id, "kn_attr_value") == 0) {
-                sb_printf(r->s, "(");
+                kn_strbuf_printf(r->s, "(");
                 put_literal(r->s, c, v);
-                sb_printf(r->s, ")");
+                kn_strbuf_printf(r->s, ")");
             } else if (strncmp(id, "kn_", 3) == 0) {
                 const char *m = math_name(id, c);
                 if (!m)
                     return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: no rendering for %s",
                                     r->k->name, id);
-                sb_printf(r->s, "%s", m);
+                kn_strbuf_printf(r->s, "%s", m);
             } else {
-                sb_printf(r->s, "%s", id);
+                kn_strbuf_printf(r->s, "%s", id);
             }
             p = q;
         } else if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) {
@@ -317,10 +255,10 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
                 if (*q == '.' || *q == 'e' || *q == 'E') is_float = true;
                 q++;
             }
-            sb_printf(r->s, "%.*s%s", (int)(q - p), p, is_float && c == CT_F32 ? "f" : "");
+            kn_strbuf_printf(r->s, "%.*s%s", (int)(q - p), p, is_float && c == CT_F32 ? "f" : "");
             p = q;
         } else {
-            sb_put(r->s, p, 1);
+            kn_strbuf_put(r->s, p, 1);
             p++;
         }
     }
@@ -333,34 +271,34 @@ static void put_elem(rctx *r, int j, int upto)
 {
     const kn_karg *a = &r->k->args[j];
     if (r->in_regs && !a->is_output && a->strides[r->k->ndim - 1] != 0) { /* the lane's copy of its elements */
-        sb_printf(r->s, "c%d[u]", j);
+        kn_strbuf_printf(r->s, "c%d[u]", j);
         return;
     }
     if (r->vec_body && a->strides[r->k->ndim - 1] == 1) { /* the register copy of this thread's vector */
-        sb_printf(r->s, "%c%d.x[e]", a->is_output ? 's' : 'l', j);
+        kn_strbuf_printf(r->s, "%c%d.x[e]", a->is_output ? 's' : 'l', j);
         return;
     }
-    sb_printf(r->s, "p%d[0", j);
+    kn_strbuf_printf(r->s, "p%d[0", j);
     for (int d = 0; d < upto; d++) {
         if (a->strides[d] == 0) continue;
-        if (a->strides[d] == 1) sb_printf(r->s, " + i%d", d);
-        else sb_printf(r->s, " + i%d * %lldLL", d, (long long)a->strides[d]);
+        if (a->strides[d] == 1) kn_strbuf_printf(r->s, " + i%d", d);
+        else kn_strbuf_printf(r->s, " + i%d * %lldLL", d, (long long)a->strides[d]);
     }
-    sb_printf(r->s, "]");
+    kn_strbuf_printf(r->s, "]");
 }
 
 /* A load of argument j (at dims < upto) as a value of compute type `to`. */
 static void put_load(rctx *r, int j, int upto, ctype to)
 {
     kn_dtype dt = r->k->args[j].dtype;
-    sbuf tmp = {0};
-    sbuf *keep = r->s;
+    kn_strbuf tmp = {0};
+    kn_strbuf *keep = r->s;
     r->s = &tmp;
-    if (dt == KN_BF16) sb_printf(r->s, "kn_ld_bf16(");
-    else if (dt == KN_F16) sb_printf(r->s, "kn_ld_f16(");
-    else sb_printf(r->s, "(");
+    if (dt == KN_BF16) kn_strbuf_printf(r->s, "kn_ld_bf16(");
+    else if (dt == KN_F16) kn_strbuf_printf(r->s, "kn_ld_f16(");
+    else kn_strbuf_printf(r->s, "(");
     put_elem(r, j, upto);
-    sb_printf(r->s, dt == KN_BOOL ? " != 0)" : ")");
+    kn_strbuf_printf(r->s, dt == KN_BOOL ? " != 0)" : ")");
     r->s = keep;
     if (tmp.oom || !tmp.p) r->s->oom = true;
     else put_conv(r->s, ctype_of(dt), to, tmp.p);
@@ -472,7 +410,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
 {
     const kn_kexpr *e = &r->k->exprs[i];
     ctype c = ctype_of(e->dtype);
-    sb_printf(r->s, "%*sconst %s v%d = ", r->indent * 4, "", ctype_name(c), i);
+    kn_strbuf_printf(r->s, "%*sconst %s v%d = ", r->indent * 4, "", ctype_name(c), i);
     switch (e->kind) {
     case KN_KX_LOAD: put_load(r, e->buf, upto, c); break;
     case KN_KX_CONST: put_literal(r->s, c, e->value); break;
@@ -499,7 +437,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
             if (opnd[j] < 0) continue;
             char v[16];
             snprintf(v, sizeof v, "v%d", opnd[j]);
-            sbuf tmp = {0};
+            kn_strbuf tmp = {0};
             put_conv(&tmp, expr_ct(r, opnd[j]), oct[j], v);
             if (!tmp.p) return kn_error(KN_ERR_OOM, "kernel %s: out of memory", r->k->name);
             snprintf(ops[j], sizeof ops[j], "%s", tmp.p);
@@ -524,11 +462,11 @@ static kn_status render_expr(rctx *r, int i, int upto)
                 snprintf(ops[j], sizeof ops[j], "%s", w);
             }
         }
-        sbuf body = {0};
-        sbuf *keep = r->s;
+        kn_strbuf body = {0};
+        kn_strbuf *keep = r->s;
         r->s = &body;
         kn_status st = KN_OK;
-        if (int_div && e->op == KN_OP_DIV) sb_printf(r->s, "kn_idiv(%s, %s)", ops[0], ops[1]);
+        if (int_div && e->op == KN_OP_DIV) kn_strbuf_printf(r->s, "kn_idiv(%s, %s)", ops[0], ops[1]);
         else st = put_formula(r, op_formula[e->op], eval, ops, e->value);
         r->s = keep;
         if (st != KN_OK || !body.p) {
@@ -536,8 +474,8 @@ static kn_status render_expr(rctx *r, int i, int upto)
             return st != KN_OK ? st : kn_error(KN_ERR_OOM, "kernel %s: out of memory", r->k->name);
         }
         if (eval != fc) { /* round the double result to f32 once, here */
-            sbuf rounded = {0};
-            sb_printf(&rounded, "((float)(%s))", body.p);
+            kn_strbuf rounded = {0};
+            kn_strbuf_printf(&rounded, "((float)(%s))", body.p);
             free(body.p);
             body = rounded;
             if (!body.p) return kn_error(KN_ERR_OOM, "kernel %s: out of memory", r->k->name);
@@ -546,9 +484,9 @@ static kn_status render_expr(rctx *r, int i, int upto)
         ctype rt = kind == KN_K_COMPARE || e->op == KN_OP_LOGICAL_NOT ? CT_BOOL : fc;
         if (e->op == KN_OP_CAST && (e->dtype == KN_BF16 || e->dtype == KN_F16)) {
             /* an explicit cast to a half type rounds now, as the eager op does */
-            sb_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
+            kn_strbuf_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
             put_conv(r->s, rt, CT_F32, body.p);
-            sb_printf(r->s, ")");
+            kn_strbuf_printf(r->s, ")");
         } else {
             put_conv(r->s, rt, c, body.p);
         }
@@ -556,7 +494,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
         break;
     }
     }
-    sb_printf(r->s, ";\n");
+    kn_strbuf_printf(r->s, ";\n");
     return KN_OK;
 }
 
@@ -574,31 +512,31 @@ static void render_store(rctx *r, int j, int e, int upto)
     kn_dtype dt = r->k->args[j].dtype;
     char v[16];
     snprintf(v, sizeof v, "v%d", e);
-    sb_printf(r->s, "%*s", r->indent * 4, "");
+    kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
     put_elem(r, j, upto);
-    sb_printf(r->s, " = ");
+    kn_strbuf_printf(r->s, " = ");
     ctype from = expr_ct(r, e);
     switch (dt) {
     case KN_BF16:
     case KN_F16:
-        sb_printf(r->s, "%s(", dt == KN_BF16 ? "kn_st_bf16" : "kn_st_f16");
+        kn_strbuf_printf(r->s, "%s(", dt == KN_BF16 ? "kn_st_bf16" : "kn_st_f16");
         put_conv(r->s, from, CT_F32, v);
-        sb_printf(r->s, ")");
+        kn_strbuf_printf(r->s, ")");
         break;
     case KN_I32:
-        sb_printf(r->s, "kn_sat_i32(");
+        kn_strbuf_printf(r->s, "kn_sat_i32(");
         put_conv(r->s, from, CT_I64, v);
-        sb_printf(r->s, ")");
+        kn_strbuf_printf(r->s, ")");
         break;
     case KN_BOOL:
-        sb_printf(r->s, "(kn_u8)");
+        kn_strbuf_printf(r->s, "(kn_u8)");
         put_conv(r->s, from, CT_BOOL, v);
         break;
     default:
         put_conv(r->s, from, ctype_of(dt), v);
         break;
     }
-    sb_printf(r->s, ";\n");
+    kn_strbuf_printf(r->s, ";\n");
 }
 
 /* ---- preludes ---- */
@@ -661,10 +599,10 @@ static const char prelude_common[] =
     "    return a / b;\n"
     "}\n";
 
-static void render_prelude(sbuf *s, kn_target t)
+static void render_prelude(kn_strbuf *s, kn_target t)
 {
     if (t == KN_TARGET_C) {
-        sb_printf(s, "/* generated by kiln (C target) */\n"
+        kn_strbuf_printf(s, "/* generated by kiln (C target) */\n"
                      "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"
                      "typedef int64_t kn_i64; typedef int32_t kn_i32; typedef uint32_t kn_u32;\n"
                      "typedef uint16_t kn_u16; typedef uint8_t kn_u8;\n"
@@ -673,7 +611,7 @@ static void render_prelude(sbuf *s, kn_target t)
                      "KN_FN kn_u32 kn_f2u(float f) { kn_u32 u; memcpy(&u, &f, 4); return u; }\n");
     } else {
         /* NVRTC has no standard headers: everything is self-contained. */
-        sb_printf(s, "/* generated by kiln (CUDA target) */\n"
+        kn_strbuf_printf(s, "/* generated by kiln (CUDA target) */\n"
                      "typedef long long kn_i64; typedef int kn_i32; typedef unsigned int kn_u32;\n"
                      "typedef unsigned short kn_u16; typedef unsigned char kn_u8;\n"
                      "typedef struct kn_kargs { char *bufs[%d]; long long sizes[%d]; } kn_kargs;\n"
@@ -684,7 +622,7 @@ static void render_prelude(sbuf *s, kn_target t)
                      "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n",
                   KN_KIR_MAX_ARGS, KN_MAX_DIMS);
     }
-    sb_printf(s, "%s\n", prelude_common);
+    kn_strbuf_printf(s, "%s\n", prelude_common);
 }
 
 /* ---- kernel bodies ---- */
@@ -742,10 +680,10 @@ static void put_acc_init(rctx *r, int s)
 {
     ctype c = expr_ct(r, r->k->stages[s].expr);
     int op = r->k->stages[s].op;
-    if (op == KN_OP_SUM) sb_printf(r->s, "0");
+    if (op == KN_OP_SUM) kn_strbuf_printf(r->s, "0");
     else if (c == CT_I64 || c == CT_BOOL)
-        sb_printf(r->s, op == KN_OP_AMAX ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL");
-    else sb_printf(r->s, "%sINFINITY", op == KN_OP_AMAX ? "-" : "");
+        kn_strbuf_printf(r->s, op == KN_OP_AMAX ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL");
+    else kn_strbuf_printf(r->s, "%sINFINITY", op == KN_OP_AMAX ? "-" : "");
 }
 
 /* acc = combine(acc, val) for stage s: sum, or max / min that keep NaN. */
@@ -840,9 +778,9 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
         line(r, "if (i%d >= n%d) break;", R, R);
         for (int j = 0; j < k->n_args; j++)
             if (cached[j]) {
-                sb_printf(r->s, "%*sc%d[u] = ", r->indent * 4, "", j);
+                kn_strbuf_printf(r->s, "%*sc%d[u] = ", r->indent * 4, "", j);
                 put_elem(r, j, k->ndim);
-                sb_printf(r->s, ";\n");
+                kn_strbuf_printf(r->s, ";\n");
             }
         r->indent--;
         line(r, "}");
@@ -850,9 +788,9 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
     for (int s = 0; s < k->n_stages; s++) {
         char acc[16];
         snprintf(acc, sizeof acc, "s%d", s);
-        sb_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", acc_type(r, s), s);
+        kn_strbuf_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", acc_type(r, s), s);
         put_acc_init(r, s);
-        sb_printf(r->s, ";\n");
+        kn_strbuf_printf(r->s, ";\n");
         open_row_loop(r, lo, step);
         bool need[KN_KIR_MAX_EXPRS] = {false};
         need[k->stages[s].expr] = true;
@@ -941,9 +879,9 @@ static void render_unflatten(rctx *r, const char *flat, const char *total, int u
         line(r, "const kn_i64 i0 = %s;", flat);
         return;
     }
-    sb_printf(r->s, "%*skn_i64 i0", r->indent * 4, "");
-    for (int d = 1; d < upto; d++) sb_printf(r->s, ", i%d", d);
-    sb_printf(r->s, ";\n");
+    kn_strbuf_printf(r->s, "%*skn_i64 i0", r->indent * 4, "");
+    for (int d = 1; d < upto; d++) kn_strbuf_printf(r->s, ", i%d", d);
+    kn_strbuf_printf(r->s, ";\n");
     line(r, "if (%s <= 2147483647LL) {", total);
     r->indent++;
     line(r, "unsigned rest = (unsigned)%s;", flat);
@@ -997,11 +935,11 @@ static kn_status render_cuda_vector(rctx *r, int V)
 {
     const kn_kernel *k = r->k;
     int L = k->ndim - 1;
-    sb_printf(r->s, "%*sif (n%d %% %d == 0", r->indent * 4, "", L, V);
+    kn_strbuf_printf(r->s, "%*sif (n%d %% %d == 0", r->indent * 4, "", L, V);
     for (int j = 0; j < k->n_args; j++)
         if (k->args[j].strides[L] == 1)
-            sb_printf(r->s, " && ((unsigned long long)p%d %% %zu) == 0", j, V * kn_dtype_size(k->args[j].dtype));
-    sb_printf(r->s, ") {\n");
+            kn_strbuf_printf(r->s, " && ((unsigned long long)p%d %% %zu) == 0", j, V * kn_dtype_size(k->args[j].dtype));
+    kn_strbuf_printf(r->s, ") {\n");
     r->indent++;
     for (int j = 0; j < k->n_args; j++)
         if (k->args[j].strides[L] == 1)
@@ -1018,9 +956,9 @@ static kn_status render_cuda_vector(rctx *r, int V)
                 line(r, "v%d_t s%d;", j, j);
                 continue;
             }
-            sb_printf(r->s, "%*sconst v%d_t l%d = *(const v%d_t *)&", r->indent * 4, "", j, j, j);
+            kn_strbuf_printf(r->s, "%*sconst v%d_t l%d = *(const v%d_t *)&", r->indent * 4, "", j, j, j);
             put_elem(r, j, k->ndim);
-            sb_printf(r->s, ";\n");
+            kn_strbuf_printf(r->s, ";\n");
         }
     line(r, "#pragma unroll");
     line(r, "for (int e = 0; e < %d; e++) {", V);
@@ -1033,9 +971,9 @@ static kn_status render_cuda_vector(rctx *r, int V)
     line(r, "}");
     for (int j = 0; j < k->n_args; j++)
         if (k->args[j].strides[L] == 1 && k->args[j].is_output) {
-            sb_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+            kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
             put_elem(r, j, k->ndim);
-            sb_printf(r->s, " = s%d;\n", j);
+            kn_strbuf_printf(r->s, " = s%d;\n", j);
         }
     r->indent--;
     line(r, "}");
@@ -1048,9 +986,9 @@ static kn_status render_cuda_vector(rctx *r, int V)
 static kn_status render_cuda_pointwise(rctx *r)
 {
     const kn_kernel *k = r->k;
-    sb_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
-    for (int d = 0; d < k->ndim; d++) sb_printf(r->s, " * n%d", d);
-    sb_printf(r->s, ";\n");
+    kn_strbuf_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
+    for (int d = 0; d < k->ndim; d++) kn_strbuf_printf(r->s, " * n%d", d);
+    kn_strbuf_printf(r->s, ";\n");
     if (kn_kernel_vec_ok(k, k->cfg.vec)) KN_TRY(render_cuda_vector(r, k->cfg.vec));
     int ept = k->cfg.ept > 1 ? k->cfg.ept : 1;
     if (ept == 1) {
@@ -1085,9 +1023,9 @@ static kn_status render_cuda_row(rctx *r)
     if (!r->warp_rows)
         for (int s = 0; s < k->n_stages; s++)
             line(r, "__shared__ %s red%d[32]; /* one partial per warp */", acc_type(r, s), s);
-    sb_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
-    for (int d = 0; d < R; d++) sb_printf(r->s, " * n%d", d);
-    sb_printf(r->s, ";\n");
+    kn_strbuf_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
+    for (int d = 0; d < R; d++) kn_strbuf_printf(r->s, " * n%d", d);
+    kn_strbuf_printf(r->s, ";\n");
     if (r->warp_rows) {
         /* one warp per row: no barriers at all, and a block's eight rows
          * keep eight times the loads in flight */
@@ -1132,7 +1070,7 @@ bool kn_kernel_warp_rows(const kn_kernel *k)
 }
 
 /* One kernel's function (no prelude). */
-static kn_status render_function(const kn_kernel *k, kn_target t, sbuf *s)
+static kn_status render_function(const kn_kernel *k, kn_target t, kn_strbuf *s)
 {
     KN_TRY(kernel_check(k));
     if (k->kind == KN_KERNEL_FALLBACK || (k->kind == KN_KERNEL_LIBRARY && k->n_stores == 0))
@@ -1160,7 +1098,7 @@ static kn_status render_function(const kn_kernel *k, kn_target t, sbuf *s)
 
 kn_status kn_kernel_render(const kn_kernel *k, kn_target t, char **src)
 {
-    sbuf s = {0};
+    kn_strbuf s = {0};
     render_prelude(&s, t);
     kn_status st = render_function(k, t, &s);
     if (st != KN_OK) {
@@ -1168,7 +1106,7 @@ kn_status kn_kernel_render(const kn_kernel *k, kn_target t, char **src)
         *src = NULL;
         return st;
     }
-    return sb_finish(&s, src, k->name);
+    return kn_strbuf_finish(&s, src, k->name);
 }
 
 bool kn_kernel_has_source(const kn_kernel *k)
@@ -1179,11 +1117,11 @@ bool kn_kernel_has_source(const kn_kernel *k)
 
 kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src)
 {
-    sbuf s = {0};
+    kn_strbuf s = {0};
     render_prelude(&s, t);
     for (int i = 0; i < p->n_kernels; i++) {
         if (!kn_kernel_has_source(&p->kernels[i])) continue;
-        sb_printf(&s, "\n");
+        kn_strbuf_printf(&s, "\n");
         kn_status st = render_function(&p->kernels[i], t, &s);
         if (st != KN_OK) {
             free(s.p);
@@ -1191,7 +1129,7 @@ kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src)
             return st;
         }
     }
-    return sb_finish(&s, src, "program");
+    return kn_strbuf_finish(&s, src, "program");
 }
 
 const char *kn_kir_cuda_prelude(void)
@@ -1199,9 +1137,9 @@ const char *kn_kir_cuda_prelude(void)
     /* rendered once and kept: template modules prepend it on every build */
     static char *text;
     if (!text) {
-        sbuf s = {0};
+        kn_strbuf s = {0};
         render_prelude(&s, KN_TARGET_CUDA);
-        if (sb_finish(&s, &text, "cuda prelude") != KN_OK) return NULL;
+        if (kn_strbuf_finish(&s, &text, "cuda prelude") != KN_OK) return NULL;
     }
     return text;
 }
@@ -1236,71 +1174,71 @@ static const char *kind_name(kn_kernel_kind k)
     return (unsigned)k < 4 ? names[k] : "?";
 }
 
-static void dump_ints(sbuf *s, int n, const int64_t *v)
+static void dump_ints(kn_strbuf *s, int n, const int64_t *v)
 {
-    sb_printf(s, "{");
-    for (int i = 0; i < n; i++) sb_printf(s, "%s%lld", i ? "," : "", (long long)v[i]);
-    sb_printf(s, "}");
+    kn_strbuf_printf(s, "{");
+    for (int i = 0; i < n; i++) kn_strbuf_printf(s, "%s%lld", i ? "," : "", (long long)v[i]);
+    kn_strbuf_printf(s, "}");
 }
 
-static void dump_expr(sbuf *s, const kn_kexpr *e)
+static void dump_expr(kn_strbuf *s, const kn_kexpr *e)
 {
     switch (e->kind) {
-    case KN_KX_LOAD: sb_printf(s, "load arg%d", e->buf); break;
-    case KN_KX_CONST: sb_printf(s, "const %.17g", e->value); break;
-    case KN_KX_ACC: sb_printf(s, "acc%d", e->acc); break;
-    case KN_KX_INDEX: sb_printf(s, "index dim%d", e->dim); break;
+    case KN_KX_LOAD: kn_strbuf_printf(s, "load arg%d", e->buf); break;
+    case KN_KX_CONST: kn_strbuf_printf(s, "const %.17g", e->value); break;
+    case KN_KX_ACC: kn_strbuf_printf(s, "acc%d", e->acc); break;
+    case KN_KX_INDEX: kn_strbuf_printf(s, "index dim%d", e->dim); break;
     case KN_KX_OP: {
         const char *name = (unsigned)e->op < KN_OP_COUNT ? kn_op_name((kn_op)e->op) : "?";
-        sb_printf(s, "%s(", name);
+        kn_strbuf_printf(s, "%s(", name);
         int opnd[3] = {e->a, e->b, e->c};
         bool first = true;
         for (int j = 0; j < 3; j++) {
             if (opnd[j] < 0) continue;
-            sb_printf(s, "%se%d", first ? "" : ", ", opnd[j]);
+            kn_strbuf_printf(s, "%se%d", first ? "" : ", ", opnd[j]);
             first = false;
         }
-        if (e->op == KN_OP_MASKED_FILL) sb_printf(s, ", value=%.17g", e->value);
-        sb_printf(s, ")");
+        if (e->op == KN_OP_MASKED_FILL) kn_strbuf_printf(s, ", value=%.17g", e->value);
+        kn_strbuf_printf(s, ")");
         break;
     }
-    default: sb_printf(s, "?"); break;
+    default: kn_strbuf_printf(s, "?"); break;
     }
-    sb_printf(s, " : %s\n", kn_dtype_name(e->dtype));
+    kn_strbuf_printf(s, " : %s\n", kn_dtype_name(e->dtype));
 }
 
 kn_status kn_kernel_dump(const kn_kernel *k, char **text)
 {
-    sbuf s = {0};
-    sb_printf(&s, "kernel %s: %s, shape ", k->name, kind_name(k->kind));
+    kn_strbuf s = {0};
+    kn_strbuf_printf(&s, "kernel %s: %s, shape ", k->name, kind_name(k->kind));
     dump_ints(&s, k->ndim, k->shape);
-    sb_printf(&s, "\n");
+    kn_strbuf_printf(&s, "\n");
     if (k->kind == KN_KERNEL_LIBRARY || k->kind == KN_KERNEL_FALLBACK)
-        sb_printf(&s, "  runs node %d\n", k->lib_node);
+        kn_strbuf_printf(&s, "  runs node %d\n", k->lib_node);
     for (int j = 0; j < k->n_args; j++) {
         const kn_karg *a = &k->args[j];
-        sb_printf(&s, "  arg%d: %s %s node %d.%d offset %lld strides ", j, kn_dtype_name(a->dtype),
+        kn_strbuf_printf(&s, "  arg%d: %s %s node %d.%d offset %lld strides ", j, kn_dtype_name(a->dtype),
                   a->is_output ? "out" : "in ", a->node, a->out, (long long)a->offset);
         dump_ints(&s, k->ndim, a->strides);
-        sb_printf(&s, "\n");
+        kn_strbuf_printf(&s, "\n");
     }
     for (int i = 0; i < k->n_exprs; i++) {
-        sb_printf(&s, "  e%d = ", i);
+        kn_strbuf_printf(&s, "  e%d = ", i);
         dump_expr(&s, &k->exprs[i]);
     }
     for (int i = 0; i < k->n_stages; i++) {
         const kn_kstage *st = &k->stages[i];
-        sb_printf(&s, "  stage%d = %s over the row of e%d\n", i,
+        kn_strbuf_printf(&s, "  stage%d = %s over the row of e%d\n", i,
                   (unsigned)st->op < KN_OP_COUNT ? kn_op_name((kn_op)st->op) : "?", st->expr);
     }
     for (int i = 0; i < k->n_stores; i++) {
         const kn_kstore *st = &k->stores[i];
-        sb_printf(&s, "  store arg%d = e%d%s\n", st->arg, st->expr, st->per_row ? " (per row)" : "");
+        kn_strbuf_printf(&s, "  store arg%d = e%d%s\n", st->arg, st->expr, st->per_row ? " (per row)" : "");
     }
     if (k->n_nodes) {
-        sb_printf(&s, "  nodes:");
-        for (int i = 0; i < k->n_nodes; i++) sb_printf(&s, " %d", k->nodes[i]);
-        sb_printf(&s, "\n");
+        kn_strbuf_printf(&s, "  nodes:");
+        for (int i = 0; i < k->n_nodes; i++) kn_strbuf_printf(&s, " %d", k->nodes[i]);
+        kn_strbuf_printf(&s, "\n");
     }
-    return sb_finish(&s, text, k->name);
+    return kn_strbuf_finish(&s, text, k->name);
 }

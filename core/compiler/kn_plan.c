@@ -14,13 +14,7 @@
 #include "kn_passes.h"
 #include "kn_profile.h"
 #include "kn_view.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "kn_clock.h"
 
 void kn_plan_free(kn_plan *p)
 {
@@ -83,7 +77,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         p->outputs[i] = wanted[i];
         p->pass_out[i] = wanted[i].node;
     }
-    double t0 = now_s();
+    double t0 = kn_clock_s();
     st = kn_passes_run(&p->g, p->pass_out, n_wanted, pass_flags);
     if (st != KN_OK) goto fail;
     for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
@@ -92,7 +86,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         kn_tensor_release(p->g.inputs[i].tensor);
         p->g.inputs[i].tensor = NULL;
     }
-    double t1 = now_s();
+    double t1 = kn_clock_s();
     p->passes_s = t1 - t0;
     st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->f);
     if (st != KN_OK) goto fail;
@@ -114,14 +108,14 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     int generated = 0;
     for (int k = 0; k < p->f.prog.n_kernels; k++)
         generated += p->f.prog.kernels[k].kind == KN_KERNEL_POINTWISE || p->f.prog.kernels[k].kind == KN_KERNEL_ROW;
-    double t2 = now_s();
+    double t2 = kn_clock_s();
     p->codegen_s = t2 - t1;
     if (generated && be && be->compile_program) {
         st = be->compile_program(&p->f.prog, cache_dir, &p->lib, p->fns);
         if (st != KN_OK) goto fail;
         p->generated = true;
     }
-    p->backend_s = now_s() - t2;
+    p->backend_s = kn_clock_s() - t2;
     if (generated && !p->generated) {
         st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", be ? be->name : "?");
         goto fail;
@@ -819,13 +813,13 @@ static kn_status time_calls(kn_plan *p, kn_tensor *const *inputs, bool replay, i
     kn_tensor *res[64];
     if (p->n_outputs > 64) return kn_error(KN_ERR_UNSUPPORTED, "timing a plan with more than 64 outputs");
     KN_TRY(be->sync());
-    double t0 = now_s();
+    double t0 = kn_clock_s();
     for (int i = 0; i < n; i++) {
         KN_TRY(replay ? rec_replay(p, inputs, res) : kn_plan_run(p, inputs, res));
         for (int o = 0; o < p->n_outputs; o++) kn_tensor_release(res[o]);
     }
     KN_TRY(be->sync());
-    *us = (now_s() - t0) / n * 1e6;
+    *us = (kn_clock_s() - t0) / n * 1e6;
     return KN_OK;
 }
 

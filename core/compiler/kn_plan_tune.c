@@ -24,19 +24,13 @@
 #include "kn_interrupt.h"
 #include "kn_plan_impl.h"
 #include "kn_view.h"
+#include "kn_clock.h"
 
 #define MAX_CANDS 16
 #define MIN_REPS 5
 #define MAX_REPS 60
 #define STABLE_SPREAD 0.05 /* quartiles within 5% of the median */
 #define FASTER 0.97        /* a non-default choice must take at most 97% of the default's time */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static kn_target target_of(const kn_plan *p)
 {
@@ -305,7 +299,7 @@ static kn_status measure(tune_job *j, int ci, double share_s, kn_tune_cand *cand
     kn_status st = j->be->event_create(&eb);
     double ms[MAX_REPS], tmp[MAX_REPS];
     int n = 0;
-    double t0 = now_s(), med = -1;
+    double t0 = kn_clock_s(), med = -1;
     while (st == KN_OK && n < MAX_REPS) {
         st = time_once(j, ci, ea, eb, &ms[n]);
         if (st != KN_OK) break;
@@ -314,7 +308,7 @@ static kn_status measure(tune_job *j, int ci, double share_s, kn_tune_cand *cand
             bool stable;
             memcpy(tmp, ms, sizeof *ms * (size_t)n);
             med = kn_autotune_median_us(tmp, n, STABLE_SPREAD, &stable);
-            if (stable || now_s() - t0 > share_s) break;
+            if (stable || kn_clock_s() - t0 > share_s) break;
         }
     }
     if (ea) j->be->event_destroy(ea);
@@ -450,7 +444,7 @@ static void progress(kn_tune_session *s, const char *kernel, bool done)
     const kn_autotune_opts *o = kn_autotune_get_opts();
     if (!o->progress) return;
     kn_autotune_progress pr = {kernel,        s->kernels_done, s->kernels_total, s->candidates,
-                               now_s() - s->t0, s->budget_s,   done};
+                               kn_clock_s() - s->t0, s->budget_s,   done};
     o->progress(&pr, o->progress_ud);
 }
 
@@ -527,7 +521,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     }
     const kn_autotune_opts *o = kn_autotune_get_opts();
     int left = s->kernels_total - s->kernels_done;
-    double kernel_share = (s->budget_s - (now_s() - s->t0)) / (left > 0 ? left : 1);
+    double kernel_share = (s->budget_s - (kn_clock_s() - s->t0)) / (left > 0 ? left : 1);
     int tried = 0;
     bool complete = true;
     for (int ci = 0; ci < (j.library ? MAX_CANDS : n); ci++) {
@@ -542,7 +536,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
             complete = false;
             break;
         }
-        if (now_s() - s->t0 > s->budget_s) {
+        if (kn_clock_s() - s->t0 > s->budget_s) {
             s->out_of_budget = true;
             complete = false;
             break;
@@ -683,7 +677,7 @@ kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **res
                  kn_last_error());
         s->log(s->log_ud, msg);
     }
-    s->spent_s = now_s() - s->t0;
+    s->spent_s = kn_clock_s() - s->t0;
     return st;
 }
 

@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kn_strbuf.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define ST_BIG_ENDIAN 1
 #else
@@ -843,62 +845,32 @@ kn_status kn_safetensors_load_mem(const void *data, size_t len, const char *name
 
 /* ---------------------------------------------------------------- saving */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap : 256;
-        while (ncap < b->len + n + 1) ncap *= 2;
-        char *p = realloc(b->p, ncap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = ncap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
-
 /* A JSON string, escaped as serde_json does (the reference writer): the two
  * mandatory escapes, short forms for \b \f \n \r \t, \u00XX for the other
  * control characters, everything else (UTF-8 included) as is. */
-static void sb_json_str(sbuf *b, const char *s)
+static void sb_json_str(kn_strbuf *b, const char *s)
 {
-    sb_put(b, "\"", 1);
+    kn_strbuf_put(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char esc[8];
         switch (*p) {
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '\b': sb_put(b, "\\b", 2); break;
-        case '\f': sb_put(b, "\\f", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        case '\r': sb_put(b, "\\r", 2); break;
-        case '\t': sb_put(b, "\\t", 2); break;
+        case '"': kn_strbuf_put(b, "\\\"", 2); break;
+        case '\\': kn_strbuf_put(b, "\\\\", 2); break;
+        case '\b': kn_strbuf_put(b, "\\b", 2); break;
+        case '\f': kn_strbuf_put(b, "\\f", 2); break;
+        case '\n': kn_strbuf_put(b, "\\n", 2); break;
+        case '\r': kn_strbuf_put(b, "\\r", 2); break;
+        case '\t': kn_strbuf_put(b, "\\t", 2); break;
         default:
             if (*p < 0x20) {
                 snprintf(esc, sizeof esc, "\\u%04x", *p);
-                sb_str(b, esc);
+                kn_strbuf_puts(b, esc);
             } else {
-                sb_put(b, (const char *)p, 1);
+                kn_strbuf_put(b, (const char *)p, 1);
             }
         }
     }
-    sb_put(b, "\"", 1);
+    kn_strbuf_put(b, "\"", 1);
 }
 
 typedef struct st_item {
@@ -1004,43 +976,43 @@ static kn_status save_prepare(const char *path, int n, const char *const *names,
 }
 
 /* The JSON header, padded with spaces to a multiple of 8 bytes. */
-static kn_status build_header(sbuf *b, int n, const st_item *items, kn_tensor *const *tensors,
+static kn_status build_header(kn_strbuf *b, int n, const st_item *items, kn_tensor *const *tensors,
                               int n_meta, const st_item *meta, const char *const *mv,
                               const char *path)
 {
-    sb_put(b, "{", 1);
+    kn_strbuf_put(b, "{", 1);
     if (n_meta > 0) {
-        sb_str(b, "\"__metadata__\":{");
+        kn_strbuf_puts(b, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
-            if (i) sb_put(b, ",", 1);
+            if (i) kn_strbuf_put(b, ",", 1);
             sb_json_str(b, meta[i].name);
-            sb_put(b, ":", 1);
+            kn_strbuf_put(b, ":", 1);
             sb_json_str(b, mv[meta[i].idx]);
         }
-        sb_put(b, "}", 1);
-        if (n > 0) sb_put(b, ",", 1);
+        kn_strbuf_put(b, "}", 1);
+        if (n > 0) kn_strbuf_put(b, ",", 1);
     }
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
         const kn_tensor *t = tensors[items[i].idx];
         char num[64];
         int64_t nbytes = kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype);
-        if (i) sb_put(b, ",", 1);
+        if (i) kn_strbuf_put(b, ",", 1);
         sb_json_str(b, items[i].name);
-        sb_str(b, ":{\"dtype\":\"");
-        sb_str(b, kn_st_dtype_name(t->dtype));
-        sb_str(b, "\",\"shape\":[");
+        kn_strbuf_puts(b, ":{\"dtype\":\"");
+        kn_strbuf_puts(b, kn_st_dtype_name(t->dtype));
+        kn_strbuf_puts(b, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
             snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
-            sb_str(b, num);
+            kn_strbuf_puts(b, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%lld,%lld]}", (long long)off,
                  (long long)(off + nbytes));
-        sb_str(b, num);
+        kn_strbuf_puts(b, num);
         off += nbytes;
     }
-    sb_put(b, "}", 1);
-    while (!b->oom && b->len % 8) sb_put(b, " ", 1);
+    kn_strbuf_put(b, "}", 1);
+    while (!b->oom && b->len % 8) kn_strbuf_put(b, " ", 1);
     if (b->oom) return kn_error(KN_ERR_OOM, "%s: out of memory building the header", path);
     if ((int64_t)b->len > KN_ST_MAX_HEADER)
         return kn_error(KN_ERR_ARG, "%s: the header would exceed %lld bytes", path,
@@ -1086,7 +1058,7 @@ kn_status kn_safetensors_save(const char *path, int n, const char *const *names,
     st_item *items = malloc(((size_t)n + (size_t)n_meta + 1) * sizeof *items);
     if (!items) return kn_error(KN_ERR_OOM, "%s: out of memory", path);
     st_item *meta = items + n;
-    sbuf b = {0};
+    kn_strbuf b = {0};
     kn_status st = save_prepare(path, n, names, tensors, n_meta, meta_keys, meta_values, items, meta);
     if (st == KN_OK) st = build_header(&b, n, items, tensors, n_meta, meta, meta_values, path);
     /* Saving over a symbolic link replaces the file it points to, not the

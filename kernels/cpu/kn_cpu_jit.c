@@ -19,6 +19,7 @@
 
 #include "kn_fs.h"
 #include "kn_hash.h"
+#include "kn_clock.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "dev"
@@ -65,13 +66,6 @@ static char cc_id[256];
 static bool cc_ok;
 
 /* ---- small helpers ---- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void notice(const char *fmt, ...)
@@ -276,12 +270,12 @@ static kn_status compile_so(const char *src, char **so, long *so_len)
         argv[n++] = cpath;
         argv[n++] = "-lm";
         argv[n] = NULL;
-        double t0 = now_s();
+        double t0 = kn_clock_s();
         int status;
         run_logged(argv, lpath, &status);
         pthread_mutex_lock(&jit_lock);
         jit_stats.compiles++;
-        jit_stats.compile_s += now_s() - t0;
+        jit_stats.compile_s += kn_clock_s() - t0;
         pthread_mutex_unlock(&jit_lock);
         long loglen = 0;
         char *log = kn_read_file(lpath, MAX_ENTRY_BYTES, &loglen);
@@ -395,7 +389,7 @@ static uint64_t jit_key(const char *src, const char *id)
 static void *cache_load(const char *dir, const char *path, uint64_t key, const char *src,
                         const char *id)
 {
-    double t0 = now_s();
+    double t0 = kn_clock_s();
     long size = 0;
     char *buf = kn_read_file(path, MAX_ENTRY_BYTES, &size);
     if (!buf) return NULL;
@@ -412,7 +406,7 @@ static void *cache_load(const char *dir, const char *path, uint64_t key, const c
         if (!h) notice("kiln cache: entry %s could not be loaded (%s); rebuilding", path, err);
     }
     free(buf);
-    if (h) STAT_ADD(load_s, now_s() - t0);
+    if (h) STAT_ADD(load_s, kn_clock_s() - t0);
     return h;
 }
 

@@ -27,6 +27,7 @@
 #include "kn_cuda_internal.h"
 #include "kn_cuda_nvrtc.h"
 #include "kn_hash.h"
+#include "kn_clock.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "dev"
@@ -61,13 +62,6 @@ static kn_cuda_module *buckets[N_BUCKETS];
 static kn_cuda_module_stats stats;
 static char cache_dir_buf[1024];
 static bool cache_dir_set, warned_write;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- the cache directory ---- */
 
@@ -261,11 +255,11 @@ kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_mod
     if (!from_disk) {
         char *image = NULL;
         size_t image_len = 0;
-        double t0 = now_s();
+        double t0 = kn_clock_s();
         kn_status st = kn_nvrtc_compile(src, arch, &image, &image_len, NULL);
         pthread_mutex_lock(&lock);
         stats.compiles++;
-        stats.compile_s += now_s() - t0;
+        stats.compile_s += kn_clock_s() - t0;
         pthread_mutex_unlock(&lock);
         if (st == KN_OK && image_len == 0) st = kn_error(KN_ERR_DEVICE, "nvrtc gave an empty CUBIN for %s", arch);
         cudaError_t e = st == KN_OK ? load_image(image, &mod->lib) : cudaSuccess;
