@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_lua_compile.h"
 #include "cpu/kn_cpu_jit.h"
+#include "kn_lua_compiled_ud.h"
+#include "kn_lua_inspect.h"
+#include "kn_lua_util.h"
 #include "kn_profile.h"
 
 /* The latest version of graph k, or NULL when it has none. */

@@ -5,7 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kn_lua.h"
+#include "kn_lua_system.h"
 #include "kn_lua_util.h"
 #include "kn_clock.h"
 #include "kn_backend.h"
