@@ -1,6 +1,6 @@
 /* kn_lua_autotune: max-autotune from Lua: kiln.config.autotune_budget_s,
  * the progress bar, cm:autotune() (what the search measured per kernel),
- * cm:autotune_pin(kernel, choice) and kiln.autotune_cache_path(). The
+ * cm:autotune_pin(kernel, choice) and kiln._autotune_cache_path(). The
  * search itself is core/compiler/kn_plan_tune.c; scripting/lua/45_autotune.lua
  * builds kiln.autotune and the :autotune command on these. */
 #include <stdio.h>
