@@ -126,10 +126,10 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
 {
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
-    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->mode) != 0 || cm->n_graphs < 1 ||
-        rp->version >= cm->graphs[0].n_versions || cm->graphs[0].eager)
+    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->id.mode) != 0 || cm->cache.n_graphs < 1 ||
+        rp->version >= cm->cache.graphs[0].n_versions || cm->cache.graphs[0].eager)
         return -1;
-    kn_version *v = &cm->graphs[0].versions[rp->version];
+    kn_version *v = &cm->cache.graphs[0].versions[rp->version];
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
@@ -260,14 +260,14 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
-    else if (cm->graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
+    else if (cm->cache.graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
     if (why) {
         bool called = s->impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
         snprintf(u->no_replay, sizeof u->no_replay, "%s%s", called ? "called " : "", why);
         return;
     }
     snprintf(u->no_replay, sizeof u->no_replay, "returns or takes values a replay cannot reproduce");
-    const kn_version *v = &cm->graphs[0].versions[cap->graph_version[0]];
+    const kn_version *v = &cm->cache.graphs[0].versions[cap->graph_version[0]];
     if (v->g.n_inputs > 256) return;
     int top = lua_gettop(L);
     lua_createtable(L, 0, 6);
@@ -355,7 +355,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         lua_setfield(L, rt, "fields");
     }
     lua_setfield(L, uv, "replay");
-    snprintf(rp->mode, sizeof rp->mode, "%s", cm->mode);
+    snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
     rp->version = cap->graph_version[0];
     rp->valid = true;
     u->no_replay[0] = 0;
@@ -388,7 +388,7 @@ static int cm_call(lua_State *L)
         return lua_gettop(L) - fn_idx + 1;
     }
 
-    if (strcmp(cm->mode, "eager") == 0) { /* no capture: the function as written */
+    if (strcmp(cm->id.mode, "eager") == 0) { /* no capture: the function as written */
         int fn_idx = uv + 1;
         if (!is_module) lua_pop(L, 1);
         for (int i = 2; i <= nargs + 1; i++) lua_pushvalue(L, i);
@@ -429,7 +429,7 @@ static int cm_call(lua_State *L)
         lua_pop(L, 1);
         if (!name[0]) snprintf(name, sizeof name, "arg %d", i + 1);
         kn_tensor *p;
-        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, cm->fn_where, &p);
+        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, cm->id.where, &p);
         if (st != KN_OK) {
             s->cap = NULL;
             kn_capture_end(&cm->cap, false);
@@ -483,23 +483,23 @@ static int cm_check(lua_State *L)
 {
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
-    cm->check_report[0] = 0;
-    int before = cm->checks_run;
-    cm->check_once = true;
+    cm->check.report[0] = 0;
+    int before = cm->check.runs;
+    cm->check.once = true;
     lua_pushcfunction(L, cm_call);
     lua_insert(L, 1);
     int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    cm->check_once = false;
+    cm->check.once = false;
     if (rc != LUA_OK) return lua_error(L);
     int nres = lua_gettop(L);
     lua_createtable(L, 0, 3);
-    lua_pushboolean(L, cm->check_report[0] == 0);
+    lua_pushboolean(L, cm->check.report[0] == 0);
     lua_setfield(L, -2, "ok");
-    lua_pushstring(L, cm->check_report[0] ? cm->check_report
-                                          : cm->checks_run > before ? "every kernel agrees with the reference"
+    lua_pushstring(L, cm->check.report[0] ? cm->check.report
+                                          : cm->check.runs > before ? "every kernel agrees with the reference"
                                                                     : "nothing compiled ran (eager mode or op by op)");
     lua_setfield(L, -2, "message");
-    lua_pushinteger(L, cm->checks_run - before);
+    lua_pushinteger(L, cm->check.runs - before);
     lua_setfield(L, -2, "checks");
     lua_insert(L, 1);
     return nres + 1;
@@ -516,7 +516,7 @@ static int cm_set_mode(lua_State *L)
 
 static int cm_mode(lua_State *L)
 {
-    lua_pushstring(L, kn_lua_check_compiled(L, 1)->cm->mode);
+    lua_pushstring(L, kn_lua_check_compiled(L, 1)->cm->id.mode);
     return 1;
 }
 
@@ -524,7 +524,7 @@ static int cm_tostring(lua_State *L)
 {
     compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
     if (!u->cm) lua_pushliteral(L, "kiln.Compiled (freed)");
-    else lua_pushfstring(L, "kiln.Compiled %s (%s), mode %s", u->cm->fn_name, u->cm->fn_where, u->cm->mode);
+    else lua_pushfstring(L, "kiln.Compiled %s (%s), mode %s", u->cm->id.name, u->cm->id.where, u->cm->id.mode);
     return 1;
 }
 
@@ -628,8 +628,8 @@ static int l_compile(lua_State *L)
     kn_status st = kn_compiled_new(name, where, &u->cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
     kn_compiled_set_mode(u->cm, mode);
-    u->cm->fullgraph = fullgraph;
-    u->cm->dynamic = dynamic;
+    u->cm->opt.fullgraph = fullgraph;
+    u->cm->opt.dynamic = dynamic;
     lua_createtable(L, 0, 2);
     if (is_module) {
         lua_getfield(L, 1, "forward");

@@ -129,17 +129,17 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "cache_size_limit");
-        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->cache_size_limit = (int)lua_tointeger(L, -1);
+        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->opt.cache_size_limit = (int)lua_tointeger(L, -1);
         lua_getfield(L, -2, "error_on_recompile");
-        cm->error_on_recompile = lua_toboolean(L, -1);
+        cm->opt.error_on_recompile = lua_toboolean(L, -1);
         lua_getfield(L, -3, "compiler");
-        cm->compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
+        cm->opt.compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_getfield(L, -4, "cache_dir");
-        snprintf(cm->cache_dir, sizeof cm->cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+        snprintf(cm->opt.cache_dir, sizeof cm->opt.cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
         lua_getfield(L, -5, "check_numerics");
-        cm->check_numerics = lua_toboolean(L, -1);
+        cm->opt.check_numerics = lua_toboolean(L, -1);
         lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */
-        cm->fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+        cm->check.fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
         lua_getfield(L, -7, "fold_epilogues");
         fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_pop(L, 7);
@@ -147,10 +147,10 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
     lua_pop(L, 1);
     kn_lua_sync_config(L);
     int log_flags = kn_lua_state_get(L)->log_flags;
-    cm->log_flags = log_flags;
-    cm->pass_flags = (log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
-    if (!fold) cm->pass_flags |= KN_PLAN_NO_EPILOGUES;
+    cm->log.flags = log_flags;
+    cm->opt.pass_flags = (log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
+    if (!fold) cm->opt.pass_flags |= KN_PLAN_NO_EPILOGUES;
 #ifndef NDEBUG
-    cm->pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
+    cm->opt.pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
 #endif
 }

@@ -38,7 +38,7 @@ static void frame_name(lua_State *L, lua_Debug *ar, int level, char *buf, size_t
         bool is_compiled = lua_rawequal(L, -1, -2);
         lua_pop(L, 2);
         if (is_compiled) {
-            snprintf(buf, size, "%s", cap->cm->fn_name);
+            snprintf(buf, size, "%s", cap->cm->id.name);
             return;
         }
     }
@@ -65,13 +65,13 @@ static void fill_break(lua_State *L, kn_break *b, const char *category, const ch
 
 void kn_lua_trace_flush_log(kn_compiled *cm)
 {
-    if (cm->log_len) {
-        fputs(cm->log, stderr);
+    if (cm->log.len) {
+        fputs(cm->log.text, stderr);
         fflush(stderr);
     }
-    free(cm->log);
-    cm->log = NULL;
-    cm->log_len = 0;
+    free(cm->log.text);
+    cm->log.text = NULL;
+    cm->log.len = 0;
 }
 
 /* Record a break and run what was captured; raises on fullgraph. */
