@@ -32,9 +32,11 @@
 #define STABLE_SPREAD 0.05 /* quartiles within 5% of the median */
 #define FASTER 0.97        /* a non-default choice must take at most 97% of the default's time */
 
-static kn_target target_of(const kn_plan *p)
+/* The language the plan's device generates kernels in: its backend's. */
+static const kn_render_target *target_of(const kn_plan *p)
 {
-    return p->device == KN_CPU ? KN_TARGET_C : KN_TARGET_CUDA;
+    const kn_backend *be = kn_backend_get(p->device);
+    return be ? be->render_target : NULL;
 }
 
 /* Kernels that run inside a matmul's library epilogue never run alone. */
@@ -64,7 +66,7 @@ bool kn_plan_tunable(const kn_plan *p, int kid)
     if (!be || folded_into(p, kid)) return false;
     if (is_generated(k)) {
         kn_kconfig c[2];
-        return be->compile_program && kn_kconfig_candidates(k, target_of(p), c, 2) > 1;
+        return be->compile_program && be->render_target && kn_kconfig_candidates(k, be->render_target, c, 2) > 1;
     }
     /* a library call has candidates when its library offers variants, or
      * when its epilogue is fused (the unfused candidate) */
@@ -102,7 +104,7 @@ static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
             st = kn_kernel_render(copy, target_of(p), &src);
         }
         if (st == KN_OK) {
-            fprintf(f, "gen %s shape", target_of(p) == KN_TARGET_C ? "c" : "cuda");
+            fprintf(f, "gen %s shape", target_of(p)->name);
             for (int d = 0; d < k->ndim; d++) fprintf(f, " %lld", (long long)k->shape[d]);
             fprintf(f, "\n%s", src);
         }

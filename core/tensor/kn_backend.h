@@ -12,6 +12,7 @@
 
 struct kn_kprogram;
 struct kn_kernel;
+struct kn_render_target;
 
 typedef struct kn_backend {
     const char *name;
@@ -38,6 +39,10 @@ typedef struct kn_backend {
     kn_status (*compile_program)(const struct kn_kprogram *p, const char *cache_dir, void **lib,
                                  void **fns);
     void (*release_program)(void *lib);
+    /* What compile_program's source is written for (kn_kir.h): the
+     * renderer reads it, so core never maps a device to a language. NULL
+     * where the backend has no generated code. */
+    const struct kn_render_target *render_target;
     /* Run one generated kernel: bufs[i] is argument i's first element. */
     kn_status (*launch)(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
     /* A library op (c->out[0] preallocated) with its epilogue in the
