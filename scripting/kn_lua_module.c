@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kn_kernels.h"
 #include "kn_lua.h"
 
 typedef struct {
@@ -36,6 +37,7 @@ static void run_embedded(lua_State *L, int kiln_idx)
 
 int luaopen_kiln(lua_State *L)
 {
+    kn_kernels_register(); /* before anything makes a tensor */
     lua_newtable(L);
     int kiln_idx = lua_gettop(L);
     lua_pushstring(L, KILN_VERSION);

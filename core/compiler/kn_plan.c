@@ -19,8 +19,8 @@
 void kn_plan_free(kn_plan *p)
 {
     if (!p) return;
-    const kn_backend *be = kn_backend_get(p->device);
-    if (p->rec_exec && be && be->graph_destroy) be->graph_destroy(p->rec_exec);
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (p->rec_exec && dc && dc->be->graph_destroy) dc->be->graph_destroy(dc, p->rec_exec);
     for (int i = 0; p->rec_in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec_in[i]);
     for (int i = 0; p->rec_out && i < p->n_outputs; i++) kn_tensor_release(p->rec_out[i]);
     free(p->rec_in);
@@ -30,8 +30,8 @@ void kn_plan_free(kn_plan *p)
     free(p->consts);
     free(p->epi);
     kn_plan_tune_free(p);
-    if (p->lib && be && be->release_program) be->release_program(p->lib);
-    if (p->arena && be) be->free(p->arena);
+    if (p->lib && dc && dc->be->release_program) dc->be->release_program(dc, p->lib);
+    if (p->arena && dc) dc->be->free(dc, p->arena);
     free(p->arena_off);
     kn_fusion_free(&p->f);
     /* inputs the caller binds are borrowed during runs; the passes' are owned */
@@ -93,7 +93,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     st = plan_memory(p);
     if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);
     if (st != KN_OK) goto fail;
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     p->fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *p->fns);
     if (p->fns && (pass_flags & KN_PLAN_AUTOTUNE)) {
         /* the cache file's choices, before the compile: their
@@ -110,14 +110,14 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         generated += p->f.prog.kernels[k].kind == KN_KERNEL_POINTWISE || p->f.prog.kernels[k].kind == KN_KERNEL_ROW;
     double t2 = kn_clock_s();
     p->codegen_s = t2 - t1;
-    if (generated && be && be->compile_program) {
-        st = be->compile_program(&p->f.prog, cache_dir, &p->lib, p->fns);
+    if (generated && dc && dc->be->compile_program) {
+        st = dc->be->compile_program(dc, &p->f.prog, cache_dir, &p->lib, p->fns);
         if (st != KN_OK) goto fail;
         p->generated = true;
     }
     p->backend_s = kn_clock_s() - t2;
     if (generated && !p->generated) {
-        st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", be ? be->name : "?");
+        st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", dc ? dc->be->name : "?");
         goto fail;
     }
     *out = p;
@@ -236,9 +236,9 @@ static int other_operand(const kn_node *n, int node, int *out)
  * falls back to the two kernels when they do not fit. */
 static kn_status plan_epilogues(kn_plan *p)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    if (!be || !be->library_fused) return KN_OK;
-    if (p->device == KN_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (!dc || !dc->be->library_fused) return KN_OK;
+    if (kn_device_kind_of(p->device) == KN_DEVICE_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
     kn_fusion *f = &p->f;
     int nk = f->prog.n_kernels;
     p->epi = malloc(sizeof *p->epi * (size_t)(nk + 1));
@@ -390,9 +390,9 @@ static kn_status run_generated(run_ctx *r, int kid)
     const kn_kernel *k = &p->f.prog.kernels[kid];
     char *bufs[KN_KIR_MAX_ARGS];
     KN_TRY(kn_plan_kernel_bufs(r, kid, bufs));
-    const kn_backend *be = kn_backend_get(p->device);
-    KN_TRY(be->launch(k, p->fns[kid], bufs, k->shape));
-    if (kid == p->fault_kernel && p->device == KN_CPU) /* a deliberate fault, for the checker's tests */
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    KN_TRY(dc->be->launch(dc, k, p->fns[kid], bufs, k->shape));
+    if (kid == p->fault_kernel && kn_device_kind_of(p->device) == KN_DEVICE_CPU) /* a deliberate fault, for the checker's tests */
         for (int a = 0; a < k->n_args; a++)
             if (k->args[a].is_output && kn_dtype_is_float(k->args[a].dtype)) {
                 kn_store_f64(bufs[a], k->args[a].dtype, kn_load_f64(bufs[a], k->args[a].dtype) + 1.0);
@@ -459,7 +459,8 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     set_val(r, root, 0, out);
     c.n_out = 1;
     c.out[0] = out;
-    KN_TRY(kn_backend_get(p->device)->library_fused(&c, bias, p->epi[kid].act, res));
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    KN_TRY(dc->be->library_fused(dc, &c, bias, p->epi[kid].act, res));
     r->folded[e->into] = true;
     *done = true;
     return KN_OK;
@@ -507,8 +508,8 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
         return kn_error(KN_ERR_OOM, "out of host memory running a plan");
     }
     if (p->arena_bytes && !p->arena) {
-        const kn_backend *be = kn_backend_get(p->device);
-        kn_status ast = be ? be->alloc(p->arena_bytes, &p->arena) : kn_error(KN_ERR_DEVICE, "no backend");
+        kn_device_ctx *dc = kn_backend_get(p->device);
+        kn_status ast = dc ? dc->be->alloc(dc, p->arena_bytes, &p->arena) : kn_error(KN_ERR_DEVICE, "no backend");
         if (ast != KN_OK) {
             free(r.val);
             free(r.folded);
@@ -643,8 +644,8 @@ static kn_status rec_never(kn_plan *p, const char *fmt, const char *arg)
 /* Whether p can be recorded at all; sets rec_why when not. */
 static void rec_check(kn_plan *p, kn_tensor *const *inputs)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    if (!be || !be->capture_begin || !be->copy) {
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (!dc || !dc->be->capture_begin || !dc->be->copy) {
         rec_never(p, "the %s backend has no graph recording", kn_device_name(p->device));
         return;
     }
@@ -684,14 +685,14 @@ static bool rec_in_place(const kn_plan *p, int i)
 
 static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     for (int i = 0; i < p->n_orig_inputs; i++) {
         kn_tensor *s = p->rec_in[i];
         if (!s) continue;
         void *dst = kn_tensor_data(s);
         const void *src = kn_tensor_data(inputs[i]);
         if (dst != src)
-            KN_TRY(be->copy(dst, src, kn_tensor_numel(s) * (int64_t)kn_dtype_size(s->dtype)));
+            KN_TRY(dc->be->copy(dc, dst, src, kn_tensor_numel(s) * (int64_t)kn_dtype_size(s->dtype)));
     }
     return KN_OK;
 }
@@ -700,11 +701,11 @@ static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
  * replay cannot change it. */
 static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     if (kn_tensor_is_contiguous(t)) {
         kn_meta m = kn_tensor_meta(t);
         KN_TRY(kn_tensor_new_meta(&m, p->device, out));
-        kn_status st = be->copy(kn_tensor_data(*out), kn_tensor_data(t),
+        kn_status st = dc->be->copy(dc, kn_tensor_data(*out), kn_tensor_data(t),
                                 kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype));
         if (st != KN_OK) {
             kn_tensor_release(*out);
@@ -723,9 +724,9 @@ static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
 
 static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     KN_TRY(rec_copy_inputs(p, inputs));
-    KN_TRY(be->graph_launch(p->rec_exec));
+    KN_TRY(dc->be->graph_launch(dc, p->rec_exec));
     p->replays++;
     for (int o = 0; o < p->n_outputs; o++) {
         kn_status st = rec_clone(p, p->rec_out[o], &results[o]);
@@ -742,8 +743,8 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 
 void kn_plan_drop_recording(kn_plan *p)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    if (p->rec_exec && be && be->graph_destroy) be->graph_destroy(p->rec_exec);
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (p->rec_exec && dc && dc->be->graph_destroy) dc->be->graph_destroy(dc, p->rec_exec);
     p->rec_exec = NULL;
     for (int i = 0; p->rec_in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec_in[i]);
     for (int i = 0; p->rec_out && i < p->n_outputs; i++) kn_tensor_release(p->rec_out[i]);
@@ -757,7 +758,7 @@ void kn_plan_drop_recording(kn_plan *p)
 
 static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     int n_in = p->n_orig_inputs;
     p->rec_in = calloc((size_t)n_in + 1, sizeof *p->rec_in);
     p->rec_ptr = calloc((size_t)n_in + 1, sizeof *p->rec_ptr);
@@ -779,16 +780,16 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         bound[i] = p->rec_in[i];
     }
     if (st == KN_OK) st = rec_copy_inputs(p, inputs);
-    if (st == KN_OK) st = be->capture_begin();
+    if (st == KN_OK) st = dc->be->capture_begin(dc);
     if (st == KN_OK) {
         kn_status run = kn_plan_run(p, bound, p->rec_out);
         char why[200];
         snprintf(why, sizeof why, "%s", run != KN_OK ? kn_last_error() : "");
         void *exec = NULL;
-        kn_status end = be->capture_end(&exec); /* always end the capture, even after a failed run */
+        kn_status end = dc->be->capture_end(dc, &exec); /* always end the capture, even after a failed run */
         if (run != KN_OK || end != KN_OK) {
             if (run == KN_OK) snprintf(why, sizeof why, "%s", kn_last_error());
-            if (exec) be->graph_destroy(exec);
+            if (exec) dc->be->graph_destroy(dc, exec);
             for (int o = 0; o < p->n_outputs; o++) {
                 kn_tensor_release(p->rec_out[o]);
                 p->rec_out[o] = NULL;
@@ -809,16 +810,16 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 /* Wall time of n calls (synchronized) in us per call: replays or plain runs. */
 static kn_status time_calls(kn_plan *p, kn_tensor *const *inputs, bool replay, int n, double *us)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     kn_tensor *res[64];
     if (p->n_outputs > 64) return kn_error(KN_ERR_UNSUPPORTED, "timing a plan with more than 64 outputs");
-    KN_TRY(be->sync());
+    KN_TRY(dc->be->sync(dc));
     double t0 = kn_clock_s();
     for (int i = 0; i < n; i++) {
         KN_TRY(replay ? rec_replay(p, inputs, res) : kn_plan_run(p, inputs, res));
         for (int o = 0; o < p->n_outputs; o++) kn_tensor_release(res[o]);
     }
-    KN_TRY(be->sync());
+    KN_TRY(dc->be->sync(dc));
     *us = (kn_clock_s() - t0) / n * 1e6;
     return KN_OK;
 }
@@ -866,8 +867,8 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
     for (int i = 0; i < p->n_orig_inputs; i++)
         if (p->rec_state == KN_REC_READY && rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec_ptr[i]) {
             /* a parameter's storage moved (same tensor, new data): record again */
-            const kn_backend *be = kn_backend_get(p->device);
-            be->graph_destroy(p->rec_exec);
+            kn_device_ctx *dc = kn_backend_get(p->device);
+            dc->be->graph_destroy(dc, p->rec_exec);
             p->rec_exec = NULL;
             for (int j = 0; j < p->n_orig_inputs; j++) kn_tensor_release(p->rec_in[j]);
             for (int j = 0; j < p->n_outputs; j++) kn_tensor_release(p->rec_out[j]);

@@ -39,6 +39,9 @@ typedef struct entry {
     int block;
 } entry;
 
+/* Process-wide: an entry holds a context-independent kernel handle and
+ * launch geometry, valid on every GPU (of the architecture it was built
+ * for: kiln assumes one architecture per machine, see kn_cuda_module.c). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static entry *buckets[N_BUCKETS];
 static int n_entries;
