@@ -129,11 +129,15 @@ static void init_locked(kn_cuda_dev *g)
         g->init_state = 2;
         return;
     }
-    int major = 0, minor = 0;
+    int major = 0, minor = 0, was = 0;
+    /* the stream belongs to the device current when it is made; then the
+     * thread's device goes back to what kn_cuda_enter last set */
+    bool restore = cudaGetDevice(&was) == cudaSuccess && was != g->index;
     cudaError_t e = cudaSetDevice(g->index);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->index);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->index);
+    if (restore) (void)cudaSetDevice(was);
     if (e != cudaSuccess) {
         snprintf(g->init_why, sizeof g->init_why, "cannot start CUDA on device %d: %s", g->index,
                  cudaGetErrorString(e));
@@ -536,6 +540,7 @@ static kn_status cuda_flush_cache(kn_device_ctx *d)
 static void cuda_identity(kn_device_ctx *d, char *buf, size_t size)
 {
     const kn_cuda_dev *gpu = d->state;
+    (void)kn_cuda_enter(d); /* cuBLASLt's version below opens it on this GPU */
     int dev = gpu->index, driver = 0, runtime = 0;
     struct cudaDeviceProp prop;
     cudaDriverGetVersion(&driver);
