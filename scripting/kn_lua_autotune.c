@@ -1,6 +1,6 @@
 /* kn_lua_autotune: max-autotune from Lua: kiln.config.autotune_budget_s,
  * the progress bar, cm:autotune() (what the search measured per kernel),
- * cm:autotune_pin(kernel, choice) and kiln.autotune_cache_path(). The
+ * cm:autotune_pin(kernel, choice) and kiln._autotune_cache_path(). The
  * search itself is core/compiler/kn_plan_tune.c; scripting/lua/45_autotune.lua
  * builds kiln.autotune and the :autotune command on these. */
 #include <stdio.h>
@@ -98,18 +98,18 @@ static int cm_autotune(lua_State *L)
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     lua_newtable(L);
     int n = 0, index = 0;
-    for (int g = 0; g < cm->n_graphs; g++) {
-        const kn_graph_cache *gc = &cm->graphs[g];
+    for (int g = 0; g < cm->cache.n_graphs; g++) {
+        const kn_graph_cache *gc = &cm->cache.graphs[g];
         const kn_plan *p = gc->n_versions ? kn_version_plan(&gc->versions[gc->n_versions - 1]) : NULL;
-        for (int k = 0; p && k < p->f.prog.n_kernels; k++, index++) {
-            if (!p->tune || !kn_plan_tunable(p, k)) continue;
-            const kn_tune_result *tr = &p->tune[k];
+        for (int k = 0; p && k < p->code.fusion.prog.n_kernels; k++, index++) {
+            if (!p->tune.result || !kn_plan_tunable(p, k)) continue;
+            const kn_tune_result *tr = &p->tune.result[k];
             lua_createtable(L, 0, 10);
             lua_pushinteger(L, g);
             lua_setfield(L, -2, "graph");
             lua_pushinteger(L, index);
             lua_setfield(L, -2, "index");
-            set_str(L, "name", p->f.prog.kernels[k].name);
+            set_str(L, "name", p->code.fusion.prog.kernels[k].name);
             set_str(L, "source", source_name(tr->source));
             set_str(L, "choice", tr->choice[0] ? tr->choice : "default");
             set_str(L, "label", tr->label[0] ? tr->label : "default");
@@ -145,11 +145,11 @@ static int cm_autotune_pin(lua_State *L)
     int want = lua_isinteger(L, 2) ? (int)lua_tointeger(L, 2) : -1;
     const char *name = want < 0 ? luaL_checkstring(L, 2) : NULL;
     int index = 0, found_graph = -1, found_k = -1, matches = 0;
-    for (int g = 0; g < cm->n_graphs; g++) {
-        const kn_graph_cache *gc = &cm->graphs[g];
+    for (int g = 0; g < cm->cache.n_graphs; g++) {
+        const kn_graph_cache *gc = &cm->cache.graphs[g];
         const kn_plan *p = gc->n_versions ? kn_version_plan(&gc->versions[gc->n_versions - 1]) : NULL;
-        for (int k = 0; p && k < p->f.prog.n_kernels; k++, index++)
-            if (index == want || (name && strcmp(p->f.prog.kernels[k].name, name) == 0)) {
+        for (int k = 0; p && k < p->code.fusion.prog.n_kernels; k++, index++)
+            if (index == want || (name && strcmp(p->code.fusion.prog.kernels[k].name, name) == 0)) {
                 found_graph = g;
                 found_k = k;
                 matches++;
@@ -160,12 +160,12 @@ static int cm_autotune_pin(lua_State *L)
                              "it once first)", name ? name : lua_tostring(L, 2), name ? "" : " (0-based index)");
     if (matches > 1)
         return luaL_error(L, "autotune pin: kernel name '%s' is in several graphs: give its index", name);
-    const kn_graph_cache *gc = &cm->graphs[found_graph];
+    const kn_graph_cache *gc = &cm->cache.graphs[found_graph];
     kn_plan *p = kn_version_plan(&gc->versions[gc->n_versions - 1]);
-    kn_status st = kn_plan_tune_pin(p, found_k, choice, cm->cache_dir);
+    kn_status st = kn_plan_tune_pin(p, found_k, choice, cm->opt.cache_dir);
     if (st != KN_OK) return kn_lua_fail(L, st);
     u->rp.valid = false; /* a direct replay would skip the new kernel */
-    lua_pushstring(L, p->f.prog.kernels[found_k].name);
+    lua_pushstring(L, p->code.fusion.prog.kernels[found_k].name);
     return 1;
 }
 

@@ -71,7 +71,7 @@ static void frame_name(lua_State *L, lua_Debug *ar, int level, char *buf, size_t
         bool is_compiled = lua_rawequal(L, -1, -2);
         lua_pop(L, 2);
         if (is_compiled) {
-            snprintf(buf, size, "%s", g_cap->cm->fn_name);
+            snprintf(buf, size, "%s", g_cap->cm->id.name);
             return;
         }
     }
@@ -98,13 +98,13 @@ static void fill_break(lua_State *L, kn_break *b, const char *category, const ch
 
 static void flush_log(kn_compiled *cm)
 {
-    if (cm->log_len) {
-        fputs(cm->log, stderr);
+    if (cm->log.len) {
+        fputs(cm->log.text, stderr);
         fflush(stderr);
     }
-    free(cm->log);
-    cm->log = NULL;
-    cm->log_len = 0;
+    free(cm->log.text);
+    cm->log.text = NULL;
+    cm->log.len = 0;
 }
 
 /* Record a break and run what was captured; raises on fullgraph. */
@@ -471,28 +471,28 @@ static void read_config(lua_State *L, kn_compiled *cm)
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "cache_size_limit");
-        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->cache_size_limit = (int)lua_tointeger(L, -1);
+        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->opt.cache_size_limit = (int)lua_tointeger(L, -1);
         lua_getfield(L, -2, "error_on_recompile");
-        cm->error_on_recompile = lua_toboolean(L, -1);
+        cm->opt.error_on_recompile = lua_toboolean(L, -1);
         lua_getfield(L, -3, "compiler");
-        cm->compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
+        cm->opt.compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_getfield(L, -4, "cache_dir");
-        snprintf(cm->cache_dir, sizeof cm->cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+        snprintf(cm->opt.cache_dir, sizeof cm->opt.cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
         lua_getfield(L, -5, "check_numerics");
-        cm->check_numerics = lua_toboolean(L, -1);
+        cm->opt.check_numerics = lua_toboolean(L, -1);
         lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */
-        cm->fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+        cm->check.fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
         lua_getfield(L, -7, "fold_epilogues");
         fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_pop(L, 7);
     }
     lua_pop(L, 1);
     kn_lua_sync_config(L);
-    cm->log_flags = g_log_flags;
-    cm->pass_flags = (g_log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
-    if (!fold) cm->pass_flags |= KN_PLAN_NO_EPILOGUES;
+    cm->log.flags = g_log_flags;
+    cm->opt.pass_flags = (g_log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
+    if (!fold) cm->opt.pass_flags |= KN_PLAN_NO_EPILOGUES;
 #ifndef NDEBUG
-    cm->pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
+    cm->opt.pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
 #endif
 }
 
@@ -554,10 +554,10 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
 {
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
-    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->mode) != 0 || cm->n_graphs < 1 ||
-        rp->version >= cm->graphs[0].n_versions || cm->graphs[0].eager)
+    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->id.mode) != 0 || cm->cache.n_graphs < 1 ||
+        rp->version >= cm->cache.graphs[0].n_versions || cm->cache.graphs[0].eager)
         return -1;
-    kn_version *v = &cm->graphs[0].versions[rp->version];
+    kn_version *v = &cm->cache.graphs[0].versions[rp->version];
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
@@ -687,14 +687,14 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
-    else if (cm->graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
+    else if (cm->cache.graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
     if (why) {
         bool called = g_impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
         snprintf(u->no_replay, sizeof u->no_replay, "%s%s", called ? "called " : "", why);
         return;
     }
     snprintf(u->no_replay, sizeof u->no_replay, "returns or takes values a replay cannot reproduce");
-    const kn_version *v = &cm->graphs[0].versions[cap->graph_version[0]];
+    const kn_version *v = &cm->cache.graphs[0].versions[cap->graph_version[0]];
     if (v->g.n_inputs > 256) return;
     int top = lua_gettop(L);
     lua_createtable(L, 0, 6);
@@ -782,7 +782,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         lua_setfield(L, rt, "fields");
     }
     lua_setfield(L, uv, "replay");
-    snprintf(rp->mode, sizeof rp->mode, "%s", cm->mode);
+    snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
     rp->version = cap->graph_version[0];
     rp->valid = true;
     u->no_replay[0] = 0;
@@ -814,7 +814,7 @@ static int cm_call(lua_State *L)
         return lua_gettop(L) - fn_idx + 1;
     }
 
-    if (strcmp(cm->mode, "eager") == 0) { /* no capture: the function as written */
+    if (strcmp(cm->id.mode, "eager") == 0) { /* no capture: the function as written */
         int fn_idx = uv + 1;
         if (!is_module) lua_pop(L, 1);
         for (int i = 2; i <= nargs + 1; i++) lua_pushvalue(L, i);
@@ -888,7 +888,7 @@ static int cm_call(lua_State *L)
         lua_pop(L, 1);
         if (!name[0]) snprintf(name, sizeof name, "arg %d", i + 1);
         kn_tensor *p;
-        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, cm->fn_where, &p);
+        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, cm->id.where, &p);
         if (st != KN_OK) {
             g_cap = NULL;
             kn_capture_end(&cm->cap, false);
@@ -946,23 +946,23 @@ static int cm_check(lua_State *L)
 {
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
-    cm->check_report[0] = 0;
-    int before = cm->checks_run;
-    cm->check_once = true;
+    cm->check.report[0] = 0;
+    int before = cm->check.runs;
+    cm->check.once = true;
     lua_pushcfunction(L, cm_call);
     lua_insert(L, 1);
     int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    cm->check_once = false;
+    cm->check.once = false;
     if (rc != LUA_OK) return lua_error(L);
     int nres = lua_gettop(L);
     lua_createtable(L, 0, 3);
-    lua_pushboolean(L, cm->check_report[0] == 0);
+    lua_pushboolean(L, cm->check.report[0] == 0);
     lua_setfield(L, -2, "ok");
-    lua_pushstring(L, cm->check_report[0] ? cm->check_report
-                                          : cm->checks_run > before ? "every kernel agrees with the reference"
+    lua_pushstring(L, cm->check.report[0] ? cm->check.report
+                                          : cm->check.runs > before ? "every kernel agrees with the reference"
                                                                     : "nothing compiled ran (eager mode or op by op)");
     lua_setfield(L, -2, "message");
-    lua_pushinteger(L, cm->checks_run - before);
+    lua_pushinteger(L, cm->check.runs - before);
     lua_setfield(L, -2, "checks");
     lua_insert(L, 1);
     return nres + 1;
@@ -979,7 +979,7 @@ static int cm_set_mode(lua_State *L)
 
 static int cm_mode(lua_State *L)
 {
-    lua_pushstring(L, kn_lua_check_compiled(L, 1)->cm->mode);
+    lua_pushstring(L, kn_lua_check_compiled(L, 1)->cm->id.mode);
     return 1;
 }
 
@@ -987,7 +987,7 @@ static int cm_tostring(lua_State *L)
 {
     compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
     if (!u->cm) lua_pushliteral(L, "kiln.Compiled (freed)");
-    else lua_pushfstring(L, "kiln.Compiled %s (%s), mode %s", u->cm->fn_name, u->cm->fn_where, u->cm->mode);
+    else lua_pushfstring(L, "kiln.Compiled %s (%s), mode %s", u->cm->id.name, u->cm->id.where, u->cm->id.mode);
     return 1;
 }
 
@@ -1091,8 +1091,8 @@ static int l_compile(lua_State *L)
     kn_status st = kn_compiled_new(name, where, &u->cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
     kn_compiled_set_mode(u->cm, mode);
-    u->cm->fullgraph = fullgraph;
-    u->cm->dynamic = dynamic;
+    u->cm->opt.fullgraph = fullgraph;
+    u->cm->opt.dynamic = dynamic;
     lua_createtable(L, 0, 2);
     if (is_module) {
         lua_getfield(L, 1, "forward");

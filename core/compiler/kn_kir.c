@@ -265,8 +265,9 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
     return KN_OK;
 }
 
-/* The text of element `idx` of argument j: "p<j>[offset]" where offset sums
- * i<d> * stride over dims d < upto (strides are baked constants). */
+/* The text of argument j's element at the loop indices i<d>: "p<j>[offset]"
+ * where offset sums i<d> * stride over dims d < upto (strides are baked
+ * constants), or its register copy in the lane and vector bodies. */
 static void put_elem(rctx *r, int j, int upto)
 {
     const kn_karg *a = &r->k->args[j];

@@ -40,8 +40,8 @@ static kn_target target_of(const kn_plan *p)
 /* Kernels that run inside a matmul's library epilogue never run alone. */
 static bool folded_into(const kn_plan *p, int kid)
 {
-    for (int j = 0; p->epi && j < p->f.prog.n_kernels; j++)
-        if (p->epi[j].into == kid && !p->epi[j].off) return true;
+    for (int j = 0; p->epi.kernel && j < p->code.fusion.prog.n_kernels; j++)
+        if (p->epi.kernel[j].into == kid && !p->epi.kernel[j].off) return true;
     return false;
 }
 
@@ -60,7 +60,7 @@ static bool is_library(const kn_plan *p, const kn_kernel *k)
 bool kn_plan_tunable(const kn_plan *p, int kid)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     if (!dc || folded_into(p, kid)) return false;
     if (is_generated(k)) {
         kn_kconfig c[2];
@@ -68,7 +68,7 @@ bool kn_plan_tunable(const kn_plan *p, int kid)
     }
     /* a library call has candidates when its library offers variants, or
      * when its epilogue is fused (the unfused candidate) */
-    return is_library(p, k) && (dc->be->library_variant_label || (p->epi && p->epi[kid].into >= 0));
+    return is_library(p, k) && (dc->be->library_variant_label || (p->epi.kernel && p->epi.kernel[kid].into >= 0));
 }
 
 static void identity_of(const kn_plan *p, char *buf, size_t size)
@@ -84,7 +84,7 @@ static void identity_of(const kn_plan *p, char *buf, size_t size)
  * in another model or process finds the same entry. */
 static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
 {
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -112,7 +112,7 @@ static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
         const kn_node *n = &p->g.nodes[k->lib_node];
         fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_allow_tf32() ? 1 : 0);
         for (int i = 0; i < n->n_in; i++) {
-            const kn_layout *l = &p->f.layout[n->in_node[i]];
+            const kn_layout *l = &p->code.fusion.layout[n->in_node[i]];
             fprintf(f, " in%d %s [", i, kn_dtype_name(p->g.nodes[n->in_node[i]].out[n->in_out[i]].dtype));
             for (int d = 0; d < l->ndim; d++)
                 fprintf(f, "%s%lld:%lld", d ? "," : "", (long long)l->shape[d], (long long)l->strides[d]);
@@ -121,9 +121,9 @@ static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
         fprintf(f, " out %s stride %d %d pad %d %d dil %d %d groups %d", kn_dtype_name(n->out[0].dtype),
                 n->a.stride[0], n->a.stride[1], n->a.padding[0], n->a.padding[1], n->a.dilation[0],
                 n->a.dilation[1], n->a.groups);
-        if (p->epi && p->epi[kid].into >= 0)
-            fprintf(f, " epilogue bias %d act %d residual %d", p->epi[kid].bias_node >= 0, p->epi[kid].act,
-                    p->epi[kid].res_node >= 0);
+        if (p->epi.kernel && p->epi.kernel[kid].into >= 0)
+            fprintf(f, " epilogue bias %d act %d residual %d", p->epi.kernel[kid].bias_node >= 0,
+                    p->epi.kernel[kid].act, p->epi.kernel[kid].res_node >= 0);
     }
     fclose(f);
     if (st == KN_OK) kn_autotune_hash_key(text, sig);
@@ -136,14 +136,14 @@ static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
 static kn_status parse_choice(const kn_plan *p, int kid, const char *choice, kn_kconfig *cfg, int *variant,
                               bool *unfused)
 {
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     memset(cfg, 0, sizeof *cfg);
     *variant = 0;
     *unfused = false;
     if (is_generated(k)) return kn_kconfig_parse(choice, cfg);
     if (strcmp(choice, "default") == 0) return KN_OK;
     if (strcmp(choice, "unfused") == 0) {
-        if (!p->epi || p->epi[kid].into < 0)
+        if (!p->epi.kernel || p->epi.kernel[kid].into < 0)
             return kn_error(KN_ERR_ARG, "kernel %s has no fused epilogue: 'unfused' does not apply", k->name);
         *unfused = true;
         return KN_OK;
@@ -158,16 +158,17 @@ static kn_status parse_choice(const kn_plan *p, int kid, const char *choice, kn_
     }
     return kn_error(KN_ERR_ARG,
                     "kernel %s runs in a library: its choice is 'default', 'variant=N' (N < %d)%s, not '%s'", k->name,
-                    MAX_CANDS, p->epi && p->epi[kid].into >= 0 ? " or 'unfused' (its epilogue as its own kernel)" : "",
+                    MAX_CANDS,
+                    p->epi.kernel && p->epi.kernel[kid].into >= 0 ? " or 'unfused' (its epilogue as its own kernel)" : "",
                     choice);
 }
 
 /* Fold kernel kid's epilogue into its library call, or not. */
 static void set_unfused(kn_plan *p, int kid, bool unfused)
 {
-    if (!p->epi || p->epi[kid].into < 0 || p->epi[kid].off == unfused) return;
-    p->epi[kid].off = unfused;
-    p->n_epi += unfused ? -1 : 1;
+    if (!p->epi.kernel || p->epi.kernel[kid].into < 0 || p->epi.kernel[kid].off == unfused) return;
+    p->epi.kernel[kid].off = unfused;
+    p->epi.n_folded += unfused ? -1 : 1;
 }
 
 /* A kernel's result from a cache entry (the file's, or an identical
@@ -183,30 +184,30 @@ static void take_entry(kn_tune_result *tr, const kn_tune_entry *e)
 
 kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
 {
-    int n = p->f.prog.n_kernels;
-    p->autotune = true;
-    p->variant = calloc((size_t)n + 1, sizeof *p->variant);
-    p->tune = calloc((size_t)n + 1, sizeof *p->tune);
-    if (!p->variant || !p->tune) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+    int n = p->code.fusion.prog.n_kernels;
+    p->tune.enabled = true;
+    p->tune.variant = calloc((size_t)n + 1, sizeof *p->tune.variant);
+    p->tune.result = calloc((size_t)n + 1, sizeof *p->tune.result);
+    if (!p->tune.variant || !p->tune.result) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
     char id[512];
     identity_of(p, id, sizeof id);
-    kn_autotune_device_key(id, p->tune_dev);
+    kn_autotune_device_key(id, p->tune.dev);
     for (int kid = 0; kid < n; kid++) {
-        kn_tune_result *tr = &p->tune[kid];
+        kn_tune_result *tr = &p->tune.result[kid];
         tr->us = tr->default_us = -1;
         if (!kn_plan_tunable(p, kid)) continue;
         KN_TRY(kernel_sig(p, kid, tr->sig));
         kn_tune_entry e;
-        if (!kn_autotune_cache_find(cache_dir, p->tune_dev, tr->sig, &e)) continue;
+        if (!kn_autotune_cache_find(cache_dir, p->tune.dev, tr->sig, &e)) continue;
         kn_kconfig cfg;
         int v;
         bool unfused;
         if (parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) continue; /* an edited file: search again */
-        p->f.prog.kernels[kid].cfg = cfg;
-        p->variant[kid] = v;
+        p->code.fusion.prog.kernels[kid].cfg = cfg;
+        p->tune.variant[kid] = v;
         set_unfused(p, kid, unfused);
         take_entry(tr, &e);
-        p->tune_cache_hits++;
+        p->tune.cache_hits++;
     }
     return KN_OK;
 }
@@ -214,20 +215,20 @@ kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
 void kn_plan_tune_free(kn_plan *p)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
-    for (int i = 0; i < p->n_tune_libs; i++)
-        if (dc && dc->be->release_program) dc->be->release_program(dc, p->tune_libs[i]);
-    free(p->tune_libs);
-    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++) free(p->tune[k].cands);
-    free(p->tune);
-    free(p->variant);
+    for (int i = 0; i < p->tune.n_libs; i++)
+        if (dc && dc->be->release_program) dc->be->release_program(dc, p->tune.libs[i]);
+    free(p->tune.libs);
+    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++) free(p->tune.result[k].cands);
+    free(p->tune.result);
+    free(p->tune.variant);
 }
 
 static kn_status keep_lib(kn_plan *p, void *lib)
 {
-    void **n = realloc(p->tune_libs, sizeof *n * (size_t)(p->n_tune_libs + 1));
+    void **n = realloc(p->tune.libs, sizeof *n * (size_t)(p->tune.n_libs + 1));
     if (!n) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
-    p->tune_libs = n;
-    p->tune_libs[p->n_tune_libs++] = lib;
+    p->tune.libs = n;
+    p->tune.libs[p->tune.n_libs++] = lib;
     return KN_OK;
 }
 
@@ -362,7 +363,7 @@ static bool outputs_match(tune_job *j, char *why, size_t size)
 static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fused, kn_kconfig *cfgs, int *n_cands)
 {
     kn_plan *p = r->p;
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     memset(j, 0, sizeof *j);
     j->unfused_ci = -1;
     j->r = r;
@@ -381,7 +382,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
             j->variants[i].cfg = cfgs[i];
             if (i) snprintf(j->variants[i].name, sizeof j->variants[i].name, "%.70s_t%d", k->name, i % 100);
         }
-        j->fns[0] = p->fns[kid];
+        j->fns[0] = p->code.fns[kid];
         if (n > 1) {
             kn_kprogram prog = {n - 1, j->variants + 1};
             void *fns[MAX_CANDS] = {0};
@@ -396,14 +397,14 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         bool ok;
         KN_TRY(kn_plan_fused_call(r, kid, node, &j->c, &j->bias, &j->res, &ok));
         if (!ok) return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: its fused call does not fit this run", k->name);
-        j->act = p->epi[kid].act;
-        int into = p->epi[kid].into, root = p->f.kernel_at[into];
+        j->act = p->epi.kernel[kid].act;
+        int into = p->epi.kernel[kid].into, root = p->code.fusion.kernel_at[into];
         j->c.n_out = 1;
         j->c.out[0] = j->out[j->n_out++] = r->val[root * KN_MAX_OUTPUTS];
         /* the unfused candidate: the epilogue kernel reads the library's
          * output from tmp and everything else from this run's values */
-        const kn_kernel *ek = &p->f.prog.kernels[into];
-        bool can = p->fns[into] != NULL && is_generated(ek) &&
+        const kn_kernel *ek = &p->code.fusion.prog.kernels[into];
+        bool can = p->code.fns[into] != NULL && is_generated(ek) &&
                    kn_tensor_new_meta(&p->g.nodes[node].out[0], p->device, &j->tmp) == KN_OK;
         for (int a = 0; can && a < ek->n_args; a++) {
             const kn_karg *ar = &ek->args[a];
@@ -413,7 +414,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         }
         if (can) {
             j->epi_kernel = ek;
-            j->epi_fn = p->fns[into];
+            j->epi_fn = p->code.fns[into];
         }
     } else {
         const kn_node *n = &p->g.nodes[node];
@@ -482,19 +483,19 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
 {
     kn_plan *p = r->p;
     kn_tune_session *s = r->tune;
-    kn_tune_result *tr = p->tune ? &p->tune[kid] : NULL;
+    kn_tune_result *tr = p->tune.result ? &p->tune.result[kid] : NULL;
     if (!tr || tr->source != KN_TUNED_NONE || !kn_plan_tunable(p, kid)) return KN_OK;
     if (s->interrupted || s->out_of_budget) {
         tr->source = KN_TUNED_SKIPPED;
         return KN_OK;
     }
-    kn_kernel *k = &p->f.prog.kernels[kid];
+    kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     /* a kernel that became tunable during this run (its matmul's epilogue
      * was unfolded) has no key yet */
     if (!tr->sig[0]) KN_TRY(kernel_sig(p, kid, tr->sig));
     /* the same kernel earlier in this model (a repeated block) was measured: reuse it */
     kn_tune_entry e;
-    if (kn_autotune_cache_find(s->cache_dir, p->tune_dev, tr->sig, &e)) {
+    if (kn_autotune_cache_find(s->cache_dir, p->tune.dev, tr->sig, &e)) {
         kn_kconfig cfg;
         int v;
         if (apply_choice(p, kid, e.choice, s->cache_dir, &cfg, &v) == KN_OK) {
@@ -583,10 +584,10 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
     if (best != 0 && !j.library) {
         k->cfg = cfgs[best];
-        p->fns[kid] = j.fns[best];
+        p->code.fns[kid] = j.fns[best];
     }
     if (j.library) {
-        p->variant[kid] = best == j.unfused_ci ? 0 : best;
+        p->tune.variant[kid] = best == j.unfused_ci ? 0 : best;
         set_unfused(p, kid, best == j.unfused_ci);
     }
     /* the winner's values are what later kernels read */
@@ -594,7 +595,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     if (st == KN_OK && j.library && best == j.unfused_ci) {
         /* the epilogue kernel runs (and is searched) next in this run, on
          * the library's output, as it will in later runs */
-        int into = p->epi[kid].into;
+        int into = p->epi.kernel[kid].into;
         kn_tensor_retain(j.tmp);
         r->val[node * KN_MAX_OUTPUTS] = j.tmp;
         if (r->folded) r->folded[into] = false;
@@ -618,7 +619,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
         s->measured++;
         log_result(s, k, c, tried, best);
         memset(&e, 0, sizeof e);
-        snprintf(e.dev, sizeof e.dev, "%s", p->tune_dev);
+        snprintf(e.dev, sizeof e.dev, "%s", p->tune.dev);
         snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
         snprintf(e.choice, sizeof e.choice, "%s", tr->choice);
         e.us = tr->us;
@@ -644,29 +645,29 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
 static kn_status compile_chosen(kn_plan *p, const char *cache_dir)
 {
     bool changed = false;
-    for (int k = 0; k < p->f.prog.n_kernels; k++) {
-        const kn_kconfig *c = &p->f.prog.kernels[k].cfg;
+    for (int k = 0; k < p->code.fusion.prog.n_kernels; k++) {
+        const kn_kconfig *c = &p->code.fusion.prog.kernels[k].cfg;
         changed = changed || c->block || c->ept || c->rows || c->unroll || c->tile;
     }
-    if (!changed || !p->generated) return KN_OK;
+    if (!changed || !p->code.generated) return KN_OK;
     kn_device_ctx *dc = kn_backend_get(p->device);
-    void **fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *fns), *lib = NULL;
+    void **fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *fns), *lib = NULL;
     if (!fns) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
-    kn_status st = dc->be->compile_program(dc, &p->f.prog, cache_dir, &lib, fns);
+    kn_status st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &lib, fns);
     if (st == KN_OK) st = keep_lib(p, lib);
     if (st == KN_OK)
-        for (int k = 0; k < p->f.prog.n_kernels; k++)
-            if (fns[k]) p->fns[k] = fns[k];
+        for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
+            if (fns[k]) p->code.fns[k] = fns[k];
     free(fns);
     return st;
 }
 
 kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s)
 {
-    p->tune_state = KN_TUNE_DONE; /* one search per plan, even when it is cut short */
+    p->tune.state = KN_TUNE_DONE; /* one search per plan, even when it is cut short */
     int todo = 0;
-    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++)
-        todo += p->tune[k].source == KN_TUNED_NONE && kn_plan_tunable(p, k);
+    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++)
+        todo += p->tune.result[k].source == KN_TUNED_NONE && kn_plan_tunable(p, k);
     if (!todo) return kn_plan_run(p, inputs, results);
     s->kernels_total += todo;
     kn_status st = kn_plan_run_ex(p, inputs, results, NULL, s);
@@ -686,11 +687,11 @@ kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **res
 static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const char *cache_dir, kn_kconfig *cfg,
                               int *v)
 {
-    kn_kernel *k = &p->f.prog.kernels[kid];
+    kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     bool unfused;
     KN_TRY(parse_choice(p, kid, choice, cfg, v, &unfused));
     if (!is_generated(k)) {
-        p->variant[kid] = *v;
+        p->tune.variant[kid] = *v;
         set_unfused(p, kid, unfused);
         return KN_OK;
     }
@@ -707,26 +708,26 @@ static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const cha
     KN_TRY(st);
     KN_TRY(keep_lib(p, lib));
     k->cfg = *cfg;
-    p->fns[kid] = fn;
+    p->code.fns[kid] = fn;
     return KN_OK;
 }
 
 kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *cache_dir)
 {
-    if (kid < 0 || kid >= p->f.prog.n_kernels) return kn_error(KN_ERR_ARG, "autotune pin: no kernel %d", kid);
-    kn_kernel *k = &p->f.prog.kernels[kid];
-    if (!p->tune || !p->variant) KN_TRY(kn_plan_tune_prepare(p, NULL));
+    if (kid < 0 || kid >= p->code.fusion.prog.n_kernels) return kn_error(KN_ERR_ARG, "autotune pin: no kernel %d", kid);
+    kn_kernel *k = &p->code.fusion.prog.kernels[kid];
+    if (!p->tune.result || !p->tune.variant) KN_TRY(kn_plan_tune_prepare(p, NULL));
     if (!kn_plan_tunable(p, kid))
         return kn_error(KN_ERR_ARG, "autotune pin: kernel %s has nothing to choose on %s", k->name,
                         kn_device_name(p->device));
     kn_kconfig cfg;
     int v;
-    kn_tune_result *tr = &p->tune[kid];
+    kn_tune_result *tr = &p->tune.result[kid];
     if (!tr->sig[0]) KN_TRY(kernel_sig(p, kid, tr->sig));
     KN_TRY(apply_choice(p, kid, choice, cache_dir, &cfg, &v));
     char text[KN_TUNE_CHOICE];
     if (is_generated(k)) kn_kconfig_text(&cfg, text, sizeof text);
-    else if (p->epi && p->epi[kid].off) snprintf(text, sizeof text, "unfused");
+    else if (p->epi.kernel && p->epi.kernel[kid].off) snprintf(text, sizeof text, "unfused");
     else snprintf(text, sizeof text, v ? "variant=%d" : "default", v);
     snprintf(tr->choice, sizeof tr->choice, "%s", text);
     snprintf(tr->label, sizeof tr->label, "%s", text);
@@ -734,7 +735,7 @@ kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *
     tr->us = -1;
     kn_plan_drop_recording(p); /* it replays the old kernel */
     kn_tune_entry e = {0};
-    snprintf(e.dev, sizeof e.dev, "%s", p->tune_dev);
+    snprintf(e.dev, sizeof e.dev, "%s", p->tune.dev);
     snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
     snprintf(e.choice, sizeof e.choice, "%s", text);
     e.us = -1;

@@ -1,6 +1,6 @@
-/* kn_backend: the vtable every executor implements (cpu, cuda), the
- * device objects it runs on, and the registry that maps a kn_device to its
- * device object.
+/* kn_backend: the vtable every executor implements (kernels/cpu,
+ * kernels/cuda), the device objects it runs on, and the registry that maps
+ * a kn_device to its device object.
  *
  * core/ dispatches through it and never calls a kernel directly; the CPU
  * backend is the reference every other backend is tested against.
@@ -52,7 +52,7 @@ typedef struct kn_backend {
      * plans then run the pointwise kernel after the library call. */
     kn_status (*library_fused)(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
     /* Timing (NULL on a backend without): an event marks a point in the
-     * device's queue; elapsed_ms waits for b and gives the time from a to b.
+     * device's queue; event_elapsed_ms waits for b and gives the time from a to b.
      * The CPU backend's events are clock readings (its work is synchronous). */
     kn_status (*event_create)(kn_device_ctx *d, void **ev);
     void (*event_destroy)(kn_device_ctx *d, void *ev);

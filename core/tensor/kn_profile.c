@@ -139,8 +139,8 @@ void kn_profile_plan_end(int slot, const kn_plan *p, int kernel)
 {
     if (!kernel_end(slot)) return;
     kn_profile_record *r = &P.rec[slot];
-    const kn_kernel *k = &p->f.prog.kernels[kernel];
-    int node = p->f.kernel_at ? p->f.kernel_at[kernel] : k->lib_node;
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kernel];
+    int node = p->code.fusion.kernel_at ? p->code.fusion.kernel_at[kernel] : k->lib_node;
     snprintf(r->name, sizeof r->name, "%s", k->name);
     bool gen = k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
     int op = node >= 0 && node < p->g.n_nodes ? p->g.nodes[node].op : -1;
