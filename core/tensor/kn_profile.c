@@ -17,7 +17,7 @@ bool kn_profile_on;
 /* The pool outlives sessions: creating CUDA events per kernel per call
  * would cost more than the kernels being timed. Slot i uses events 2i, 2i+1. */
 static struct {
-    const kn_backend *be;
+    kn_device_ctx *dc;
     void **ev;
     int n_ev, cap_ev;
     kn_profile_record *rec;
@@ -30,7 +30,7 @@ static struct {
 static void pool_drop(void)
 {
     for (int i = 0; i < P.n_ev; i++)
-        if (P.be && P.be->event_destroy) P.be->event_destroy(P.ev[i]);
+        if (P.dc && P.dc->be->event_destroy) P.dc->be->event_destroy(P.dc, P.ev[i]);
     free(P.ev);
     P.ev = NULL;
     P.n_ev = P.cap_ev = 0;
@@ -46,13 +46,13 @@ static void hook_fail(kn_status st)
 kn_status kn_profile_begin(kn_device dev)
 {
     if (kn_profile_on) return kn_error(KN_ERR_ARG, "a profiling session is already on");
-    const kn_backend *be = kn_backend_get(dev);
-    if (!be) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
-    if (!be->event_create || !be->event_record || !be->event_elapsed_ms)
-        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend has no timing events", be->name);
-    if (P.be != be) {
+    kn_device_ctx *dc = kn_backend_get(dev);
+    if (!dc) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
+    if (!dc->be->event_create || !dc->be->event_record || !dc->be->event_elapsed_ms)
+        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend has no timing events", dc->be->name);
+    if (P.dc != dc) {
         pool_drop();
-        P.be = be;
+        P.dc = dc;
     }
     P.n_rec = 0;
     P.depth = 0;
@@ -81,7 +81,7 @@ static kn_status pool_reserve(int slot)
         P.cap_ev = cap;
     }
     while (P.n_ev < need) {
-        KN_TRY(P.be->event_create(&P.ev[P.n_ev]));
+        KN_TRY(P.dc->be->event_create(P.dc, &P.ev[P.n_ev]));
         P.n_ev++;
     }
     if (slot >= P.cap_rec) {
@@ -98,10 +98,10 @@ static kn_status pool_reserve(int slot)
 int kn_profile_kernel_begin(kn_device dev)
 {
     if (!kn_profile_on) return -1;
-    if (P.depth++ > 0 || dev != P.be->device || P.error != KN_OK) return -1;
+    if (P.depth++ > 0 || dev != P.dc->device || P.error != KN_OK) return -1;
     int slot = P.n_rec;
     kn_status st = pool_reserve(slot);
-    if (st == KN_OK) st = P.be->event_record(P.ev[2 * slot]);
+    if (st == KN_OK) st = P.dc->be->event_record(P.dc, P.ev[2 * slot]);
     if (st != KN_OK) {
         hook_fail(st);
         return -1;
@@ -118,7 +118,7 @@ static bool kernel_end(int slot)
 {
     if (P.depth > 0) P.depth--;
     if (!kn_profile_on || slot < 0 || slot >= P.n_rec) return false;
-    kn_status st = P.be->event_record(P.ev[2 * slot + 1]);
+    kn_status st = P.dc->be->event_record(P.dc, P.ev[2 * slot + 1]);
     if (st != KN_OK) {
         hook_fail(st);
         return false;
@@ -129,7 +129,7 @@ static bool kernel_end(int slot)
 
 const char *kn_profile_op_kind(kn_device dev, kn_op op)
 {
-    if (dev == KN_CPU) return "cpu";
+    if (kn_device_kind_of(dev) == KN_DEVICE_CPU) return "cpu";
     if (op == KN_OP_MATMUL) return "cublaslt";
     if (op == KN_OP_CONV2D) return "cudnn";
     return "cuda";
@@ -169,7 +169,7 @@ void kn_profile_op_end(int slot, const kn_opcall *c)
     if (o && o->ndim == 0 && n < sizeof r->name) n += (size_t)snprintf(r->name + n, sizeof r->name - n, "_scalar");
     if (c->op == KN_OP_MATMUL && c->in[0] && c->in[0]->ndim > 0 && n < sizeof r->name)
         snprintf(r->name + n, sizeof r->name - n, "x%lld", (long long)c->in[0]->shape[c->in[0]->ndim - 1]);
-    snprintf(r->kind, sizeof r->kind, "%s", kn_profile_op_kind(P.be->device, c->op));
+    snprintf(r->kind, sizeof r->kind, "%s", kn_profile_op_kind(P.dc->device, c->op));
     r->dtype = o ? o->dtype : KN_F32;
     kn_cost cost = kn_cost_opcall(c);
     r->bytes = cost.bytes;
@@ -190,7 +190,7 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
     for (int i = 0; i < P.n_rec; i++) m += P.rec[i].ms >= 0;
     if (m == 0) {
         P.n_rec = 0;
-        return P.be->sync ? P.be->sync() : KN_OK;
+        return P.dc->be->sync ? P.dc->be->sync(P.dc) : KN_OK;
     }
     kn_profile_record *out = malloc(sizeof *out * (size_t)m);
     if (!out) return kn_error(KN_ERR_OOM, "out of host memory for profiling records");
@@ -200,8 +200,8 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
         if (P.rec[i].ms < 0) continue; /* begun, never ended: its kernel failed */
         if (first < 0) first = i;
         out[k] = P.rec[i];
-        st = P.be->event_elapsed_ms(P.ev[2 * i], P.ev[2 * i + 1], &out[k].ms);
-        if (st == KN_OK) st = P.be->event_elapsed_ms(P.ev[2 * first], P.ev[2 * i], &out[k].start_ms);
+        st = P.dc->be->event_elapsed_ms(P.dc, P.ev[2 * i], P.ev[2 * i + 1], &out[k].ms);
+        if (st == KN_OK) st = P.dc->be->event_elapsed_ms(P.dc, P.ev[2 * first], P.ev[2 * i], &out[k].start_ms);
         k++;
     }
     P.n_rec = 0;
@@ -219,28 +219,28 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
 /* Best time (ms) of `reps` runs of fn after one warm-up, timed with the
  * backend's events. */
 typedef kn_status (*timed_fn)(void *ctx);
-static kn_status best_ms(const kn_backend *be, timed_fn fn, void *ctx, int reps, double *best)
+static kn_status best_ms(kn_device_ctx *dc, timed_fn fn, void *ctx, int reps, double *best)
 {
     void *a = NULL, *b = NULL;
-    KN_TRY(be->event_create(&a));
-    kn_status st = be->event_create(&b);
+    KN_TRY(dc->be->event_create(dc, &a));
+    kn_status st = dc->be->event_create(dc, &b);
     *best = -1;
     if (st == KN_OK) st = fn(ctx);
     for (int i = 0; i < reps && st == KN_OK; i++) {
         double ms = 0;
-        st = be->event_record(a);
+        st = dc->be->event_record(dc, a);
         if (st == KN_OK) st = fn(ctx);
-        if (st == KN_OK) st = be->event_record(b);
-        if (st == KN_OK) st = be->event_elapsed_ms(a, b, &ms);
+        if (st == KN_OK) st = dc->be->event_record(dc, b);
+        if (st == KN_OK) st = dc->be->event_elapsed_ms(dc, a, b, &ms);
         if (st == KN_OK && (*best < 0 || ms < *best)) *best = ms;
     }
-    be->event_destroy(a);
-    if (b) be->event_destroy(b);
+    dc->be->event_destroy(dc, a);
+    if (b) dc->be->event_destroy(dc, b);
     return st;
 }
 
 typedef struct {
-    const kn_backend *be;
+    kn_device_ctx *dc;
     void *dst, *src;
     int64_t bytes;
     kn_tensor *x, *y; /* copy through an op / matmul operands */
@@ -249,7 +249,7 @@ typedef struct {
 static kn_status backend_copy(void *vctx)
 {
     ceil_ctx *c = vctx;
-    return c->be->copy(c->dst, c->src, c->bytes);
+    return c->dc->be->copy(c->dc, c->dst, c->src, c->bytes);
 }
 
 static kn_status op_run(kn_op op, ceil_ctx *c)
@@ -276,14 +276,14 @@ static kn_status matmul_run(void *vctx)
 
 static kn_status matmul_rate(kn_device dev, kn_dtype dt, int64_t n, double *gflops)
 {
-    const kn_backend *be = kn_backend_get(dev);
-    ceil_ctx c = {be, NULL, NULL, 0, NULL, NULL};
+    kn_device_ctx *dc = kn_backend_get(dev);
+    ceil_ctx c = {dc, NULL, NULL, 0, NULL, NULL};
     int64_t shape[2] = {n, n};
     *gflops = 0;
     kn_status st = kn_tensor_new(dt, 2, shape, dev, &c.x);
     if (st == KN_OK) st = kn_tensor_new(dt, 2, shape, dev, &c.y);
     double ms = 0;
-    if (st == KN_OK) st = best_ms(be, matmul_run, &c, 3, &ms);
+    if (st == KN_OK) st = best_ms(dc, matmul_run, &c, 3, &ms);
     kn_tensor_release(c.x);
     kn_tensor_release(c.y);
     if (st == KN_OK && ms > 0) *gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) / 1e9;
@@ -293,33 +293,33 @@ static kn_status matmul_rate(kn_device dev, kn_dtype dt, int64_t n, double *gflo
 kn_status kn_profile_measure_ceilings(kn_device dev, kn_ceilings *out)
 {
     memset(out, 0, sizeof *out);
-    const kn_backend *be = kn_backend_get(dev);
-    if (!be) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
-    if (!be->event_create || !be->event_record || !be->event_elapsed_ms)
-        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend has no timing events", be->name);
+    kn_device_ctx *dc = kn_backend_get(dev);
+    if (!dc) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
+    if (!dc->be->event_create || !dc->be->event_record || !dc->be->event_elapsed_ms)
+        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend has no timing events", dc->be->name);
     if (kn_profile_on) return kn_error(KN_ERR_ARG, "cannot measure the ceilings while profiling");
     /* beyond the last-level cache, so that the copy streams from memory */
-    int64_t bytes = dev == KN_CPU ? (int64_t)64 << 20 : (int64_t)256 << 20;
-    ceil_ctx c = {be, NULL, NULL, bytes, NULL, NULL};
+    int64_t bytes = kn_device_kind_of(dev) == KN_DEVICE_CPU ? (int64_t)64 << 20 : (int64_t)256 << 20;
+    ceil_ctx c = {dc, NULL, NULL, bytes, NULL, NULL};
     double ms = 0;
     kn_status st;
-    if (be->copy) { /* memmove on the CPU, a device-to-device memcpy on a GPU */
-        st = be->alloc(bytes, &c.src);
-        if (st == KN_OK) st = be->alloc(bytes, &c.dst);
-        if (st == KN_OK) st = best_ms(be, backend_copy, &c, 5, &ms);
-        if (c.src) be->free(c.src);
-        if (c.dst) be->free(c.dst);
+    if (dc->be->copy) { /* memmove on the CPU, a device-to-device memcpy on a GPU */
+        st = dc->be->alloc(dc, bytes, &c.src);
+        if (st == KN_OK) st = dc->be->alloc(dc, bytes, &c.dst);
+        if (st == KN_OK) st = best_ms(dc, backend_copy, &c, 5, &ms);
+        if (c.src) dc->be->free(dc, c.src);
+        if (c.dst) dc->be->free(dc, c.dst);
     } else {
         int64_t shape[1] = {bytes / 4};
         st = kn_tensor_new(KN_F32, 1, shape, dev, &c.x);
-        if (st == KN_OK) st = best_ms(be, device_copy, &c, 5, &ms);
+        if (st == KN_OK) st = best_ms(dc, device_copy, &c, 5, &ms);
         kn_tensor_release(c.x);
     }
     KN_TRY(st);
     if (ms > 0) out->copy_gbps = 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
 #ifdef KILN_HAVE_CUDA
     double tf32 = 0, tbf16 = 0;
-    if (dev == KN_CUDA && kn_cuda_matmul_rate(KN_F32, &tf32) == KN_OK && tf32 > 0) {
+    if (kn_device_kind_of(dev) == KN_DEVICE_CUDA && kn_cuda_matmul_rate(KN_F32, &tf32) == KN_OK && tf32 > 0) {
         out->f32_gflops = tf32 * 1e3;
         if (kn_cuda_matmul_rate(KN_BF16, &tbf16) == KN_OK) out->bf16_gflops = tbf16 * 1e3;
         return KN_OK;
@@ -327,9 +327,9 @@ kn_status kn_profile_measure_ceilings(kn_device dev, kn_ceilings *out)
 #endif
     /* big enough to reach the library's peak, small enough to take well
      * under a second on a CPU core */
-    int64_t n = dev == KN_CPU ? 384 : 4096;
+    int64_t n = kn_device_kind_of(dev) == KN_DEVICE_CPU ? 384 : 4096;
     KN_TRY(matmul_rate(dev, KN_F32, n, &out->f32_gflops));
-    if (matmul_rate(dev, KN_BF16, dev == KN_CPU ? n / 2 : n, &out->bf16_gflops) != KN_OK)
+    if (matmul_rate(dev, KN_BF16, kn_device_kind_of(dev) == KN_DEVICE_CPU ? n / 2 : n, &out->bf16_gflops) != KN_OK)
         out->bf16_gflops = 0; /* no bf16 matmul on this device: only the f32 ceiling */
     return KN_OK;
 }
