@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "kn_backend.h"
+#include "kn_kernel_cost.h"
 #include "kn_passes.h"
 #include "kn_profile.h"
 #include "kn_view.h"
@@ -494,6 +495,30 @@ static kn_status const_value(run_ctx *r, int node)
     return KN_OK;
 }
 
+/* The profiler's description of kernel `kernel` of p (filled only when the
+ * profiler records it: slot >= 0). */
+static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
+{
+    kn_profile_record r;
+    memset(&r, 0, sizeof r);
+    if (slot >= 0) {
+        const kn_kernel *k = &p->f.prog.kernels[kernel];
+        int node = p->f.kernel_at ? p->f.kernel_at[kernel] : k->lib_node;
+        snprintf(r.name, sizeof r.name, "%s", k->name);
+        bool gen = k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
+        int op = node >= 0 && node < p->g.n_nodes ? p->g.nodes[node].op : -1;
+        snprintf(r.kind, sizeof r.kind, "%s",
+                 gen ? "generated" : kn_profile_op_kind(p->device, op >= 0 && op < KN_OP_COUNT ? (kn_op)op : KN_OP_COUNT));
+        r.owner = p;
+        r.index = kernel;
+        r.dtype = node >= 0 && node < p->g.n_nodes ? p->g.nodes[node].out[0].dtype : KN_F32;
+        kn_cost c = kn_kernel_cost(&p->g, k, node);
+        r.bytes = c.bytes;
+        r.flops = c.flops;
+    }
+    kn_profile_kernel_end(slot, &r);
+}
+
 kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept,
                          kn_tune_session *tune)
 {
@@ -551,7 +576,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
             } else {
                 st = run_reference(&r, i, kid);
             }
-            if (prof) kn_profile_plan_end(slot, p, kid);
+            if (prof) profile_kernel_end(slot, p, kid);
             if (st == KN_OK && r.tune) st = kn_plan_tune_kernel(&r, kid, i, fused);
             break;
         }

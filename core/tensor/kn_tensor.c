@@ -6,26 +6,13 @@
 #include <string.h>
 
 #include "kn_backend.h"
-#include "kn_capture.h"
+#include "kn_lazy.h"
 
 static uint64_t kn_next_tensor_id = 1;
 
 uint64_t kn_tensor_next_id(void)
 {
     return kn_next_tensor_id;
-}
-
-const char *kn_device_name(kn_device d)
-{
-    return d == KN_CUDA ? "cuda" : "cpu";
-}
-
-kn_status kn_device_parse(const char *name, kn_device *out)
-{
-    if (strcmp(name, "cpu") == 0) *out = KN_CPU;
-    else if (strcmp(name, "cuda") == 0 || strncmp(name, "cuda:", 5) == 0) *out = KN_CUDA;
-    else return kn_error(KN_ERR_ARG, "unknown device '%s' (expected cpu or cuda)", name);
-    return KN_OK;
 }
 
 int64_t kn_numel_of(int ndim, const int64_t *shape)
@@ -182,7 +169,7 @@ void kn_tensor_retain(kn_tensor *t)
 void kn_tensor_release(kn_tensor *t)
 {
     if (!t || --t->refcount > 0) return;
-    if (t->lazy) kn_lazy_release(t->lazy);
+    if (t->lazy) kn_tensor_release(kn_lazy_release(t->lazy));
     kn_storage *s = t->storage;
     if (s && --s->refcount == 0) {
         const kn_backend *be = kn_backend_get(s->device);
@@ -205,7 +192,10 @@ bool kn_tensor_is_contiguous(const kn_tensor *t)
 
 kn_device kn_tensor_device(const kn_tensor *t)
 {
-    if (!t->storage) return t->lazy ? kn_lazy_device(t->lazy) : KN_CPU;
+    if (!t->storage) {
+        if (!t->lazy) return KN_CPU;
+        return t->lazy->value ? kn_tensor_device(t->lazy->value) : t->lazy->device;
+    }
     return t->storage->device;
 }
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kn_device.h"
 #include "kn_dtype.h"
 #include "kn_status.h"
 
@@ -19,11 +20,6 @@
 /* No tensor may hold more bytes than this: it bounds every size computation,
  * so a huge size from Lua gives an error instead of an overflow. */
 #define KN_MAX_BYTES ((int64_t)1 << 40)
-
-typedef enum kn_device { KN_CPU = 0, KN_CUDA = 1, KN_DEVICE_COUNT } kn_device;
-
-const char *kn_device_name(kn_device d);
-kn_status kn_device_parse(const char *name, kn_device *out);
 
 typedef struct kn_storage {
     int refcount;
@@ -33,7 +29,7 @@ typedef struct kn_storage {
     bool borrowed; /* data belongs to someone else (a plan's arena): never freed here */
 } kn_storage;
 
-struct kn_lazy;
+struct kn_lazy; /* kn_lazy.h */
 
 typedef struct kn_tensor {
     int refcount;

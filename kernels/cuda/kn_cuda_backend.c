@@ -511,4 +511,5 @@ const kn_backend kn_cuda_backend = {
     .flush_cache = cuda_flush_cache,
     .identity = cuda_identity,
     .library_variant_label = cuda_library_variant_label,
+    .library_matmul_rate = kn_cuda_matmul_rate,
 };
