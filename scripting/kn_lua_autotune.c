@@ -1,70 +1,17 @@
-/* kn_lua_autotune: max-autotune from Lua: kiln.config.autotune_budget_s,
- * the progress bar, cm:autotune() (what the search measured per kernel),
- * cm:autotune_pin(kernel, choice) and kiln.autotune_cache_path(). The
- * search itself is core/compiler/kn_plan_tune.c; scripting/lua/45_autotune.lua
- * builds kiln.autotune and the :autotune command on these. */
+/* kn_lua_autotune: max-autotune from Lua: cm:autotune() (what the search
+ * measured per kernel), cm:autotune_pin(kernel, choice) and
+ * kiln._autotune_cache_path(); its options and progress bar come with
+ * kiln.config (kn_lua_config.c). The search itself is
+ * core/compiler/kn_plan_tune.c; scripting/lua/45_autotune.lua builds
+ * kiln.autotune and the :autotune command on these. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "kn_autotune.h"
-#include "kn_lua_compile.h"
-#include "kn_clock.h"
-
-/* The bar, on stderr when it is a terminal, at most ten times a second:
- *   autotune [########------------]  12/40 kernels  85 candidates  6.2 s of 20 s  k13_softmax_f32_... */
-static void progress_bar(const kn_autotune_progress *p, void *ud)
-{
-    (void)ud;
-    static double last;
-    static bool shown;
-    if (!isatty(2)) return;
-    double t = kn_clock_s();
-    if (p->done) {
-        if (shown) fprintf(stderr, "\r\033[K");
-        shown = false;
-        return;
-    }
-    if (t - last < 0.1) return;
-    last = t;
-    shown = true;
-    enum { W = 20 };
-    int fill = p->kernels_total ? (int)((double)W * p->kernels_done / p->kernels_total) : 0;
-    char bar[W + 1];
-    for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '-';
-    bar[W] = 0;
-    double left = p->budget_s - p->elapsed_s;
-    fprintf(stderr, "\r\033[Kautotune [%s] %3d/%d kernels  %d candidates  %.1f s, at most %.0f s left  %.40s", bar,
-            p->kernels_done, p->kernels_total, p->candidates, p->elapsed_s, left > 0 ? left : 0, p->kernel);
-    fflush(stderr);
-}
-
-/* kiln.config.autotune_budget_s (and KILN_AUTOTUNE_FAULT, for the tests
- * of the rejection path) into the search's options; at each call. */
-void kn_lua_autotune_sync(lua_State *L)
-{
-    kn_autotune_opts o = *kn_autotune_get_opts();
-    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "autotune_budget_s");
-        if (lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) >= 0) o.budget_s = lua_tonumber(L, -1);
-        else if (!lua_isnil(L, -1)) {
-            char got[64];
-            if (lua_type(L, -1) == LUA_TNUMBER) snprintf(got, sizeof got, "number %g", lua_tonumber(L, -1));
-            else snprintf(got, sizeof got, "%s", luaL_typename(L, -1));
-            luaL_error(L, "kiln.config.autotune_budget_s must be a number of seconds >= 0, got %s", got);
-        }
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    const char *fault = getenv("KILN_AUTOTUNE_FAULT");
-    o.fault_candidate = fault ? atoi(fault) : 0;
-    o.progress = progress_bar;
-    o.progress_ud = NULL;
-    kn_autotune_set_opts(&o);
-}
+#include "kn_lua_autotune.h"
+#include "kn_lua_compiled_ud.h"
+#include "kn_lua_util.h"
 
 static const char *source_name(int s)
 {
@@ -98,18 +45,18 @@ static int cm_autotune(lua_State *L)
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     lua_newtable(L);
     int n = 0, index = 0;
-    for (int g = 0; g < cm->n_graphs; g++) {
-        const kn_graph_cache *gc = &cm->graphs[g];
+    for (int g = 0; g < cm->cache.n_graphs; g++) {
+        const kn_graph_cache *gc = &cm->cache.graphs[g];
         const kn_plan *p = gc->n_versions ? kn_version_plan(&gc->versions[gc->n_versions - 1]) : NULL;
-        for (int k = 0; p && k < p->f.prog.n_kernels; k++, index++) {
-            if (!p->tune || !kn_plan_tunable(p, k)) continue;
-            const kn_tune_result *tr = &p->tune[k];
+        for (int k = 0; p && k < p->code.fusion.prog.n_kernels; k++, index++) {
+            if (!p->tune.result || !kn_plan_tunable(p, k)) continue;
+            const kn_tune_result *tr = &p->tune.result[k];
             lua_createtable(L, 0, 10);
             lua_pushinteger(L, g);
             lua_setfield(L, -2, "graph");
             lua_pushinteger(L, index);
             lua_setfield(L, -2, "index");
-            set_str(L, "name", p->f.prog.kernels[k].name);
+            set_str(L, "name", p->code.fusion.prog.kernels[k].name);
             set_str(L, "source", source_name(tr->source));
             set_str(L, "choice", tr->choice[0] ? tr->choice : "default");
             set_str(L, "label", tr->label[0] ? tr->label : "default");
@@ -145,11 +92,11 @@ static int cm_autotune_pin(lua_State *L)
     int want = lua_isinteger(L, 2) ? (int)lua_tointeger(L, 2) : -1;
     const char *name = want < 0 ? luaL_checkstring(L, 2) : NULL;
     int index = 0, found_graph = -1, found_k = -1, matches = 0;
-    for (int g = 0; g < cm->n_graphs; g++) {
-        const kn_graph_cache *gc = &cm->graphs[g];
+    for (int g = 0; g < cm->cache.n_graphs; g++) {
+        const kn_graph_cache *gc = &cm->cache.graphs[g];
         const kn_plan *p = gc->n_versions ? kn_version_plan(&gc->versions[gc->n_versions - 1]) : NULL;
-        for (int k = 0; p && k < p->f.prog.n_kernels; k++, index++)
-            if (index == want || (name && strcmp(p->f.prog.kernels[k].name, name) == 0)) {
+        for (int k = 0; p && k < p->code.fusion.prog.n_kernels; k++, index++)
+            if (index == want || (name && strcmp(p->code.fusion.prog.kernels[k].name, name) == 0)) {
                 found_graph = g;
                 found_k = k;
                 matches++;
@@ -160,12 +107,12 @@ static int cm_autotune_pin(lua_State *L)
                              "it once first)", name ? name : lua_tostring(L, 2), name ? "" : " (0-based index)");
     if (matches > 1)
         return luaL_error(L, "autotune pin: kernel name '%s' is in several graphs: give its index", name);
-    const kn_graph_cache *gc = &cm->graphs[found_graph];
+    const kn_graph_cache *gc = &cm->cache.graphs[found_graph];
     kn_plan *p = kn_version_plan(&gc->versions[gc->n_versions - 1]);
-    kn_status st = kn_plan_tune_pin(p, found_k, choice, cm->cache_dir);
+    kn_status st = kn_plan_tune_pin(p, found_k, choice, cm->opt.cache_dir);
     if (st != KN_OK) return kn_lua_fail(L, st);
     u->rp.valid = false; /* a direct replay would skip the new kernel */
-    lua_pushstring(L, p->f.prog.kernels[found_k].name);
+    lua_pushstring(L, p->code.fusion.prog.kernels[found_k].name);
     return 1;
 }
 

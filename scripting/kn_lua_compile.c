@@ -1,11 +1,10 @@
-/* kn_lua_compile: kiln.compile, kiln.explain, kiln.graph_break, kiln.eager
- * and the Lua side of capture.
+/* kn_lua_compile: kiln.compile, the compiled callable (calling, direct
+ * replay, modes), kiln.graph_break, kiln.eager, kiln.log and
+ * kiln.mark_dynamic.
  *
- * While a compiled callable runs, kn_lua_active_capture() is set and every op
- * binding hands its call to kn_lua_run, which appends a node instead of
- * computing. This file feeds core/capture/kn_capture with what only Lua knows: the
- * user's source lines and stacks, argument names (debug info), parameter
- * names (the module's named_parameters) and the names of baked-in numbers.
+ * A call traces the function through kn_lua_trace (the Lua side of capture)
+ * and core/capture/kn_capture; its inspection methods are kn_lua_inspect.c
+ * and kn_lua_autotune.c.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -15,276 +14,15 @@
 
 #include "kn_clock.h"
 #include "kn_capture.h"
-#include "kn_lua.h"
-#include "kn_lua_util.h"
-
+#include "kn_lua_autotune.h"
 #include "kn_lua_compile.h"
-#include "kn_autotune.h"
-#include "kn_passes.h"
-#include "kn_backend.h"
-#ifdef KILN_HAVE_CUDA
-#include "cuda/kn_cuda.h"
-#endif
-
-/* The capture of the call in progress, and the userdata index of its
- * compiled callable (for the parameter-name map), or NULL / 0. */
-static kn_capture *g_cap;
-static int g_log_flags = KN_LOG_WARN;
-
-kn_capture *kn_lua_active_capture(void)
-{
-    return g_cap;
-}
-
-/* ---- where the user is ------------------------------------------------- */
-
-static bool user_frame(lua_Debug *ar)
-{
-    return ar->currentline > 0 && strncmp(ar->source, "@kiln/", 6) != 0;
-}
-
-void kn_lua_where_str(lua_State *L, char *buf, size_t size)
-{
-    lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        lua_getinfo(L, "Sl", &ar);
-        if (!user_frame(&ar)) continue;
-        snprintf(buf, size, "%s:%d", ar.short_src, ar.currentline);
-        return;
-    }
-    snprintf(buf, size, "?");
-}
-
-/* The name of the function running at this level, for the user stack. */
-static void frame_name(lua_State *L, lua_Debug *ar, int level, char *buf, size_t size)
-{
-    buf[0] = 0;
-    if (ar->name) {
-        snprintf(buf, size, "%s", ar->name);
-        return;
-    }
-    if (strcmp(ar->what, "main") == 0) return;
-    /* called from C: the compiled function itself gets the name kiln.compile
-     * gave it; others are named as Lua does, <file:line> */
-    if (g_cap && lua_getstack(L, level, ar) && lua_getinfo(L, "fS", ar)) {
-        lua_getfield(L, LUA_REGISTRYINDEX, "kiln.compiling");
-        bool is_compiled = lua_rawequal(L, -1, -2);
-        lua_pop(L, 2);
-        if (is_compiled) {
-            snprintf(buf, size, "%s", g_cap->cm->fn_name);
-            return;
-        }
-    }
-    snprintf(buf, size, "<%s:%d>", ar->short_src, ar->linedefined);
-}
-
-static void fill_break(lua_State *L, kn_break *b, const char *category, const char *reason,
-                       const char *hint)
-{
-    memset(b, 0, sizeof *b);
-    snprintf(b->category, sizeof b->category, "%s", category);
-    snprintf(b->reason, sizeof b->reason, "%s", reason);
-    snprintf(b->hint, sizeof b->hint, "%s", hint);
-    lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar) && b->n_frames < KN_MAX_FRAMES; level++) {
-        lua_getinfo(L, "Sln", &ar);
-        if (!user_frame(&ar)) continue;
-        int i = b->n_frames++;
-        snprintf(b->frame_where[i], sizeof b->frame_where[i], "%s:%d", ar.short_src, ar.currentline);
-        frame_name(L, &ar, level, b->frame_fn[i], sizeof b->frame_fn[i]);
-    }
-    snprintf(b->where, sizeof b->where, "%s", b->n_frames ? b->frame_where[0] : "?");
-}
-
-static void flush_log(kn_compiled *cm)
-{
-    if (cm->log_len) {
-        fputs(cm->log, stderr);
-        fflush(stderr);
-    }
-    free(cm->log);
-    cm->log = NULL;
-    cm->log_len = 0;
-}
-
-/* Record a break and run what was captured; raises on fullgraph. */
-void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, const char *hint)
-{
-    kn_capture *cap = g_cap;
-    if (!cap) return;
-    kn_break b;
-    fill_break(L, &b, category, reason, hint);
-    /* Which traced values are still referenced decides the graph's outputs
-     * and their numbers ("graph K output N"): collect garbage first so that
-     * does not depend on when the collector last ran. */
-    lua_gc(L, LUA_GCCOLLECT);
-    kn_status st = kn_capture_break(cap, &b);
-    flush_log(cap->cm);
-    if (st != KN_OK) kn_lua_fail(L, st);
-}
-
-/* ---- names ------------------------------------------------------------- */
-
-/* Does the value on the stack top match what a name search looks for? */
-typedef bool (*kn_name_match)(lua_State *L, const void *want);
-
-/* Name, into buf ("" if none), the first local (then upvalue) of the
- * innermost user function whose value matches. */
-static void find_name_by(lua_State *L, kn_name_match match, const void *want, char *buf, size_t size)
-{
-    buf[0] = 0;
-    lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        lua_getinfo(L, "Sl", &ar);
-        if (!user_frame(&ar)) continue;
-        const char *name;
-        for (int i = 1; (name = lua_getlocal(L, &ar, i)) != NULL; i++) {
-            bool hit = name[0] != '(' && match(L, want);
-            lua_pop(L, 1);
-            if (hit) {
-                snprintf(buf, size, "%s", name);
-                return;
-            }
-        }
-        lua_getinfo(L, "f", &ar);
-        for (int i = 1; (name = lua_getupvalue(L, -1, i)) != NULL; i++) {
-            bool hit = name[0] && match(L, want);
-            lua_pop(L, 1);
-            if (hit) {
-                lua_pop(L, 1);
-                snprintf(buf, size, "%s", name);
-                return;
-            }
-        }
-        lua_pop(L, 1);
-        return; /* only the innermost user function */
-    }
-}
-
-static bool same_value(lua_State *L, const void *want)
-{
-    return lua_rawequal(L, -1, *(const int *)want);
-}
-
-/* A local or upvalue of the innermost user function rawequal to the value
- * at idx. */
-static void find_name(lua_State *L, int idx, char *buf, size_t size)
-{
-    int abs = lua_absindex(L, idx);
-    find_name_by(L, same_value, &abs, buf, size);
-}
-
-/* The tensor held by the userdata at idx (placeholder or value), or NULL. */
-static kn_tensor *raw_tensor(lua_State *L, int idx)
-{
-    kn_tensor **ud = luaL_testudata(L, idx, KN_TENSOR_MT);
-    return ud ? *ud : NULL;
-}
-
-static bool holds_tensor(lua_State *L, const void *want)
-{
-    kn_tensor *u = raw_tensor(L, -1);
-    return u && (u == want || (u->lazy && u->lazy->value == want));
-}
-
-/* Like find_name, for a tensor: a local or upvalue holding t (or a
- * placeholder that stands for it). */
-static void find_tensor_name(lua_State *L, const kn_tensor *t, char *buf, size_t size)
-{
-    find_name_by(L, holds_tensor, t, buf, size);
-}
-
-/* Registry key of the parameter-name map of the call in progress: a table
- * from tensor id to dotted name, built from the module at each traced call. */
-static int g_param_map = LUA_NOREF;
-
-static const char *param_name(lua_State *L, const kn_tensor *t)
-{
-    if (g_param_map == LUA_NOREF) return NULL;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, g_param_map);
-    lua_rawgeti(L, -1, (lua_Integer)t->id);
-    const char *name = lua_tostring(L, -1); /* kept alive by the map */
-    lua_pop(L, 2);
-    return name;
-}
-
-/* A placeholder for tensor t, naming it: a module parameter by its dotted
- * name, else the user's variable that holds it. */
-static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, const char *where)
-{
-    char name[KN_NAME_MAX];
-    kn_input_kind kind = KN_IN_TENSOR;
-    const char *pn = t->lazy ? NULL : param_name(L, t);
-    if (pn) {
-        snprintf(name, sizeof name, "%s", pn);
-        kind = KN_IN_PARAM;
-    } else {
-        find_tensor_name(L, t, name, sizeof name);
-        if (!name[0]) snprintf(name, sizeof name, "tensor at %.80s", where);
-    }
-    kn_tensor *p;
-    kn_status st = kn_capture_input(cap, t, kind, name, where, &p);
-    if (st != KN_OK) kn_lua_fail(L, st);
-    kn_lua_pushtensor(L, p); /* Lua owns it from here */
-    return p;
-}
-
-/* ---- running ops ------------------------------------------------------- */
-
-int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
-{
-    kn_capture *cap = g_cap;
-    if (!cap) {
-        /* kiln.config is a plain table: GPU ops read its switches (TF32, the
-         * cache dir of their kernels) at each call, so a change takes effect
-         * at once; a few table reads against a kernel launch */
-        if (dev == KN_CUDA || (c->n_in > 0 && c->in[0] && kn_tensor_device(c->in[0]) == KN_CUDA))
-            kn_lua_sync_config(L);
-        kn_status st = kn_op_eager(c, dev);
-        if (st != KN_OK) return kn_lua_fail(L, st);
-        for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
-        return c->n_out;
-    }
-    char where[KN_WHERE_MAX];
-    kn_lua_where_str(L, where, sizeof where);
-    for (int i = 0; i < c->n_in; i++)
-        if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
-            c->in[i] = capture_input(L, cap, c->in[i], where);
-    kn_status st = kn_capture_op(cap, c, where);
-    if (st != KN_OK) return kn_lua_fail(L, st);
-    for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
-    return c->n_out;
-}
-
-kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt)
-{
-    kn_capture *cap = g_cap;
-    char name[KN_NAME_MAX], where[KN_WHERE_MAX];
-    find_name(L, idx, name, sizeof name);
-    kn_lua_where_str(L, where, sizeof where);
-    double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
-    kn_tensor *p;
-    kn_status st = kn_capture_const(cap, v, dt, name, where, &p);
-    if (st != KN_OK) kn_lua_fail(L, st);
-    kn_lua_pushtensor(L, p);
-    return p;
-}
-
-kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method)
-{
-    if (!t->lazy) return t;
-    if (!t->lazy->value) {
-        if (!g_cap || t->lazy->cap != g_cap)
-            luaL_error(L, "Tensor.%s: this traced tensor has no value (its compiled call failed)", method);
-        char reason[256];
-        snprintf(reason, sizeof reason, "Tensor.%s needs the value of a traced tensor", method);
-        const char *hint = strcmp(method, "__lt") == 0 || strcmp(method, "__le") == 0
-                               ? "keep the branch inside the graph with kiln.where, or move it out of the compiled function"
-                               : "keep the computation in tensor ops, or move the read out of the compiled function";
-        kn_lua_graph_break(L, "data-dependent control flow", reason, hint);
-    }
-    return t->lazy->value;
-}
+#include "kn_lua_compiled_ud.h"
+#include "kn_lua_config.h"
+#include "kn_lua_inspect.h"
+#include "kn_lua_state.h"
+#include "kn_lua_tensor_ud.h"
+#include "kn_lua_trace.h"
+#include "kn_lua_util.h"
 
 /* ---- kiln.graph_break, kiln.eager -------------------------------------- */
 
@@ -298,7 +36,8 @@ static int l_graph_break(lua_State *L)
 /* The wrapper kiln.eager returns: upvalue 1 is the function, 2 its name. */
 static int eager_call(lua_State *L)
 {
-    kn_capture *cap = g_cap;
+    kn_lua_state *s = kn_lua_state_get(L);
+    kn_capture *cap = s->cap;
     int n = lua_gettop(L);
     if (cap) {
         char reason[256];
@@ -307,11 +46,11 @@ static int eager_call(lua_State *L)
         kn_lua_graph_break(L, "eager function", reason,
                            "drop kiln.eager to capture the function into the graph");
     }
-    g_cap = NULL; /* placeholders given as arguments resolve to their values */
+    s->cap = NULL; /* placeholders given as arguments resolve to their values */
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     int st = lua_pcall(L, n, LUA_MULTRET, 0);
-    g_cap = cap;
+    s->cap = cap;
     if (st != LUA_OK) return lua_error(L);
     return lua_gettop(L);
 }
@@ -320,180 +59,14 @@ static int l_eager(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TFUNCTION);
     char name[KN_NAME_MAX];
-    find_name(L, 1, name, sizeof name);
+    kn_lua_trace_find_name(L, 1, name, sizeof name);
     lua_pushvalue(L, 1);
     lua_pushstring(L, name[0] ? name : "?");
     lua_pushcclosure(L, eager_call, 2);
     return 1;
 }
 
-/* ---- purity: which calls a replay may skip ------------------------------ */
-
-/* While a trace runs, a call hook watches every C function called: kiln's
- * ops and Lua's pure library functions keep the trace replayable; anything
- * else (print, io, os, math.random, kiln.clock, ...) may depend on or change
- * the world, so such a function is traced again on every call. */
-static bool g_impure;
-static char g_impure_what[64];
-
-void kn_lua_mark_impure(const char *what)
-{
-    if (g_cap && !g_impure) {
-        g_impure = true;
-        snprintf(g_impure_what, sizeof g_impure_what, "%s", what);
-    }
-}
-
-static void purity_hook(lua_State *L, lua_Debug *ar)
-{
-    if (g_impure || !lua_getinfo(L, "Sf", ar)) return;
-    if (strcmp(ar->what, "C") != 0) {
-        lua_pop(L, 1);
-        return;
-    }
-    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.pure");
-    lua_pushvalue(L, -2);
-    bool pure = lua_rawget(L, -2) != LUA_TNIL;
-    lua_pop(L, 3);
-    if (!pure) {
-        lua_getinfo(L, "n", ar);
-        kn_lua_mark_impure(ar->name ? ar->name : "a C function");
-    }
-}
-
-/* Add every C function of the table at idx to the pure set at set. */
-static void add_pure_functions(lua_State *L, int set, int idx, const char *const *except)
-{
-    idx = lua_absindex(L, idx);
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        bool skip = false;
-        if (lua_type(L, -2) == LUA_TSTRING)
-            for (const char *const *e = except; *e && !skip; e++) skip = strcmp(lua_tostring(L, -2), *e) == 0;
-        if (!skip && lua_iscfunction(L, -1)) {
-            lua_pushvalue(L, -1);
-            lua_pushboolean(L, 1);
-            lua_rawset(L, set);
-        }
-        lua_pop(L, 1);
-    }
-}
-
-/* The set of C functions a replayable trace may call (built once). */
-static void build_pure_set(lua_State *L)
-{
-    if (lua_getfield(L, LUA_REGISTRYINDEX, "kiln.pure") == LUA_TTABLE) {
-        lua_pop(L, 1);
-        return;
-    }
-    lua_pop(L, 1);
-    lua_newtable(L);
-    int set = lua_gettop(L);
-    static const char *const none[] = {NULL};
-    static const char *const kiln_impure[] = {"clock", "manual_seed", "load_safetensors", "save_safetensors",
-                                              "device_info", "eager", "graph_break", "log", "explain", "load", NULL};
-    static const char *const math_impure[] = {"random", "randomseed", NULL};
-    lua_getglobal(L, "kiln");
-    if (lua_istable(L, -1)) {
-        add_pure_functions(L, set, -1, kiln_impure);
-        lua_getfield(L, -1, "Tensor");
-        if (lua_istable(L, -1)) add_pure_functions(L, set, -1, none);
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    luaL_getmetatable(L, KN_TENSOR_MT);
-    add_pure_functions(L, set, -1, none);
-    lua_pop(L, 1);
-    static const char *const libs[] = {"math", "string", "table", "utf8", NULL};
-    for (const char *const *lib = libs; *lib; lib++) {
-        lua_getglobal(L, *lib);
-        if (lua_istable(L, -1)) add_pure_functions(L, set, -1, strcmp(*lib, "math") == 0 ? math_impure : none);
-        lua_pop(L, 1);
-    }
-    static const char *const base[] = {"select", "type", "ipairs", "pairs", "next", "rawget", "rawequal",
-                                       "rawlen", "tostring", "tonumber", "getmetatable", "setmetatable",
-                                       "assert", "error", "pcall", "xpcall", "unpack", NULL};
-    for (const char *const *b = base; *b; b++) {
-        lua_getglobal(L, *b);
-        if (lua_iscfunction(L, -1)) {
-            lua_pushboolean(L, 1);
-            lua_rawset(L, -3);
-        } else {
-            lua_pop(L, 1);
-        }
-    }
-    /* the pairs/ipairs iterator functions themselves */
-    lua_getglobal(L, "ipairs");
-    if (lua_isfunction(L, -1)) {
-        lua_newtable(L);
-        lua_call(L, 1, 1);
-        lua_pushboolean(L, 1);
-        lua_rawset(L, -3);
-    } else {
-        lua_pop(L, 1);
-    }
-    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.pure");
-}
-
 /* ---- the compiled callable ---------------------------------------------- */
-
-compiled_ud *kn_lua_check_compiled(lua_State *L, int idx)
-{
-    compiled_ud *u = luaL_checkudata(L, idx, KN_COMPILED_MT);
-    if (!u->cm) luaL_error(L, "this compiled callable was freed");
-    return u;
-}
-
-void kn_lua_sync_config(lua_State *L)
-{
-    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "allow_tf32");
-        kn_set_allow_tf32(lua_toboolean(L, -1));
-        lua_getfield(L, -2, "cache_dir");
-#ifdef KILN_HAVE_CUDA
-        if (lua_isstring(L, -1)) {
-            const char *dir = lua_tostring(L, -1), *cur = kn_cuda_cache_dir();
-            if (!cur || strcmp(cur, dir) != 0) kn_cuda_set_cache_dir(dir);
-        }
-#endif
-        lua_pop(L, 2);
-    }
-    lua_pop(L, 1);
-    kn_lua_autotune_sync(L);
-}
-
-/* Read kiln.config into the compiled function's settings. */
-static void read_config(lua_State *L, kn_compiled *cm)
-{
-    bool fold = true;
-    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "cache_size_limit");
-        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->cache_size_limit = (int)lua_tointeger(L, -1);
-        lua_getfield(L, -2, "error_on_recompile");
-        cm->error_on_recompile = lua_toboolean(L, -1);
-        lua_getfield(L, -3, "compiler");
-        cm->compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
-        lua_getfield(L, -4, "cache_dir");
-        snprintf(cm->cache_dir, sizeof cm->cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
-        lua_getfield(L, -5, "check_numerics");
-        cm->check_numerics = lua_toboolean(L, -1);
-        lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */
-        cm->fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
-        lua_getfield(L, -7, "fold_epilogues");
-        fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
-        lua_pop(L, 7);
-    }
-    lua_pop(L, 1);
-    kn_lua_sync_config(L);
-    cm->log_flags = g_log_flags;
-    cm->pass_flags = (g_log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
-    if (!fold) cm->pass_flags |= KN_PLAN_NO_EPILOGUES;
-#ifndef NDEBUG
-    cm->pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
-#endif
-}
 
 /* Resolve a dotted parameter path ("layers.1.weight") from the module at
  * idx; pushes the value (nil when a step is missing). */
@@ -553,10 +126,10 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
 {
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
-    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->mode) != 0 || cm->n_graphs < 1 ||
-        rp->version >= cm->graphs[0].n_versions || cm->graphs[0].eager)
+    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->id.mode) != 0 || cm->cache.n_graphs < 1 ||
+        rp->version >= cm->cache.graphs[0].n_versions || cm->cache.graphs[0].eager)
         return -1;
-    kn_version *v = &cm->graphs[0].versions[rp->version];
+    kn_version *v = &cm->cache.graphs[0].versions[rp->version];
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
@@ -641,7 +214,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         kn_status st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
         for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = NULL;
         if (st != KN_OK) {
-            flush_log(cm);
+            kn_lua_trace_flush_log(cm);
             lua_settop(L, top);
             return kn_lua_fail(L, st);
         }
@@ -659,7 +232,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
             else lua_rawgeti(L, rtab, i + 1);
         }
         lua_remove(L, rtab);
-        flush_log(cm);
+        kn_lua_trace_flush_log(cm);
         u->direct_replays++;
         cm->stats.calls++;
         cm->stats.cache_hits++;
@@ -680,20 +253,21 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     const kn_capture *cap = &cm->cap;
     rp->valid = false;
     int nres = lua_gettop(L) - first + 1;
+    const kn_lua_state *s = kn_lua_state_get(L);
     const char *why = NULL;
     if (cap->n_breaks) why = "graph breaks";
-    else if (g_impure) why = g_impure_what;
+    else if (s->impure) why = s->impure_what;
     else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
-    else if (cm->graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
+    else if (cm->cache.graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
     if (why) {
-        bool called = g_impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
+        bool called = s->impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
         snprintf(u->no_replay, sizeof u->no_replay, "%s%s", called ? "called " : "", why);
         return;
     }
     snprintf(u->no_replay, sizeof u->no_replay, "returns or takes values a replay cannot reproduce");
-    const kn_version *v = &cm->graphs[0].versions[cap->graph_version[0]];
+    const kn_version *v = &cm->cache.graphs[0].versions[cap->graph_version[0]];
     if (v->g.n_inputs > 256) return;
     int top = lua_gettop(L);
     lua_createtable(L, 0, 6);
@@ -781,7 +355,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         lua_setfield(L, rt, "fields");
     }
     lua_setfield(L, uv, "replay");
-    snprintf(rp->mode, sizeof rp->mode, "%s", cm->mode);
+    snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
     rp->version = cap->graph_version[0];
     rp->valid = true;
     u->no_replay[0] = 0;
@@ -805,7 +379,8 @@ static int cm_call(lua_State *L)
     bool is_module = !lua_isnil(L, -1);
     int module_idx = lua_gettop(L);
 
-    if (g_cap || cm->cap.active) { /* nested: trace the inner function into the outer graph */
+    kn_lua_state *s = kn_lua_state_get(L);
+    if (s->cap || cm->cap.active) { /* nested: trace the inner function into the outer graph */
         int fn_idx = uv + 1;
         if (!is_module) lua_pop(L, 1);
         for (int i = 2; i <= nargs + 1; i++) lua_pushvalue(L, i);
@@ -813,57 +388,24 @@ static int cm_call(lua_State *L)
         return lua_gettop(L) - fn_idx + 1;
     }
 
-    if (strcmp(cm->mode, "eager") == 0) { /* no capture: the function as written */
+    if (strcmp(cm->id.mode, "eager") == 0) { /* no capture: the function as written */
         int fn_idx = uv + 1;
         if (!is_module) lua_pop(L, 1);
         for (int i = 2; i <= nargs + 1; i++) lua_pushvalue(L, i);
         lua_call(L, nargs + (is_module ? 1 : 0), LUA_MULTRET);
         return lua_gettop(L) - fn_idx + 1;
     }
-    read_config(L, cm);
+    kn_lua_config_compiled(L, cm);
     if (u->rp.valid) {
         int n = try_replay(L, u, uv, nargs, is_module, module_idx);
         if (n >= 0) return n;
     }
     /* parameter names of the module, by tensor id */
-    luaL_unref(L, LUA_REGISTRYINDEX, g_param_map);
-    g_param_map = LUA_NOREF;
-    if (is_module) {
-        lua_newtable(L);
-        int map = lua_gettop(L);
-        static const char *const lists[] = {"named_parameters", "named_buffers"};
-        for (int li = 0; li < 2; li++) {
-            if (lua_getfield(L, map - 1, lists[li]) != LUA_TFUNCTION) {
-                lua_pop(L, 1);
-                continue;
-            }
-            lua_pushvalue(L, map - 1);
-            lua_call(L, 1, 3); /* iterator, state, control */
-            for (;;) {
-                lua_pushvalue(L, -3);
-                lua_pushvalue(L, -3);
-                lua_pushvalue(L, -3);
-                lua_call(L, 2, 2);
-                if (lua_isnil(L, -2)) {
-                    lua_pop(L, 2);
-                    break;
-                }
-                kn_tensor *t = kn_lua_totensor(L, -1);
-                if (t) {
-                    lua_pushvalue(L, -2);
-                    lua_rawseti(L, map, (lua_Integer)t->id);
-                }
-                lua_replace(L, -3); /* control = name */
-                lua_pop(L, 1);
-            }
-            lua_pop(L, 3);
-        }
-        g_param_map = luaL_ref(L, LUA_REGISTRYINDEX);
-    }
+    kn_lua_trace_param_map(L, is_module ? module_idx : 0);
 
     kn_status st = kn_capture_begin(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
-    g_cap = &cm->cap;
+    s->cap = &cm->cap;
     /* the function (and self), then the arguments: tensors become inputs
      * named by the function's parameters */
     int fn_idx = uv + 1;
@@ -887,9 +429,9 @@ static int cm_call(lua_State *L)
         lua_pop(L, 1);
         if (!name[0]) snprintf(name, sizeof name, "arg %d", i + 1);
         kn_tensor *p;
-        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, cm->fn_where, &p);
+        st = kn_capture_input(&cm->cap, t, KN_IN_ARG, name, cm->id.where, &p);
         if (st != KN_OK) {
-            g_cap = NULL;
+            s->cap = NULL;
             kn_capture_end(&cm->cap, false);
             return kn_lua_fail(L, st);
         }
@@ -899,25 +441,21 @@ static int cm_call(lua_State *L)
     lua_pushvalue(L, fn_idx);
     lua_setfield(L, LUA_REGISTRYINDEX, "kiln.compiling"); /* for naming its frame in break stacks */
     /* watch the calls for impure ones (see purity_hook) */
-    build_pure_set(L);
-    lua_Hook old_hook = lua_gethook(L);
-    int old_mask = lua_gethookmask(L), old_count = lua_gethookcount(L);
-    g_impure = false;
-    if (!old_hook) lua_sethook(L, purity_hook, LUA_MASKCALL, 0);
-    else kn_lua_mark_impure("a debug hook was set"); /* cannot watch: do not replay */
+    kn_lua_trace_hook saved_hook;
+    kn_lua_trace_watch(L, &saved_hook);
     int rc = lua_pcall(L, n, LUA_MULTRET, 0);
-    if (!old_hook) lua_sethook(L, old_hook, old_mask, old_count);
-    g_cap = NULL;
+    kn_lua_trace_unwatch(L, &saved_hook);
+    s->cap = NULL;
     if (rc != LUA_OK) {
         kn_capture_end(&cm->cap, false);
-        flush_log(cm);
+        kn_lua_trace_flush_log(cm);
         return lua_error(L);
     }
     /* the last graph computes what is still referenced: collect first, so
      * that set (and so the compiled plan) does not depend on the collector */
     lua_gc(L, LUA_GCCOLLECT);
     st = kn_capture_end(&cm->cap, true);
-    flush_log(cm);
+    kn_lua_trace_flush_log(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     lua_getfield(L, -1, "replay");
@@ -945,23 +483,23 @@ static int cm_check(lua_State *L)
 {
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
-    cm->check_report[0] = 0;
-    int before = cm->checks_run;
-    cm->check_once = true;
+    cm->check.report[0] = 0;
+    int before = cm->check.runs;
+    cm->check.once = true;
     lua_pushcfunction(L, cm_call);
     lua_insert(L, 1);
     int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    cm->check_once = false;
+    cm->check.once = false;
     if (rc != LUA_OK) return lua_error(L);
     int nres = lua_gettop(L);
     lua_createtable(L, 0, 3);
-    lua_pushboolean(L, cm->check_report[0] == 0);
+    lua_pushboolean(L, cm->check.report[0] == 0);
     lua_setfield(L, -2, "ok");
-    lua_pushstring(L, cm->check_report[0] ? cm->check_report
-                                          : cm->checks_run > before ? "every kernel agrees with the reference"
+    lua_pushstring(L, cm->check.report[0] ? cm->check.report
+                                          : cm->check.runs > before ? "every kernel agrees with the reference"
                                                                     : "nothing compiled ran (eager mode or op by op)");
     lua_setfield(L, -2, "message");
-    lua_pushinteger(L, cm->checks_run - before);
+    lua_pushinteger(L, cm->check.runs - before);
     lua_setfield(L, -2, "checks");
     lua_insert(L, 1);
     return nres + 1;
@@ -978,7 +516,7 @@ static int cm_set_mode(lua_State *L)
 
 static int cm_mode(lua_State *L)
 {
-    lua_pushstring(L, kn_lua_check_compiled(L, 1)->cm->mode);
+    lua_pushstring(L, kn_lua_check_compiled(L, 1)->cm->id.mode);
     return 1;
 }
 
@@ -986,7 +524,7 @@ static int cm_tostring(lua_State *L)
 {
     compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
     if (!u->cm) lua_pushliteral(L, "kiln.Compiled (freed)");
-    else lua_pushfstring(L, "kiln.Compiled %s (%s), mode %s", u->cm->fn_name, u->cm->fn_where, u->cm->mode);
+    else lua_pushfstring(L, "kiln.Compiled %s (%s), mode %s", u->cm->id.name, u->cm->id.where, u->cm->id.mode);
     return 1;
 }
 
@@ -1043,7 +581,7 @@ static void describe(lua_State *L, int idx, bool is_module, char *name, size_t n
         /* a function is named as its definition names it, else as the
          * caller's variable that holds it */
         if (!name[0]) name_from_source(&ar, name, nsize);
-        if (!name[0]) find_name(L, idx, name, nsize);
+        if (!name[0]) kn_lua_trace_find_name(L, idx, name, nsize);
     } else {
         lua_pop(L, 1);
         snprintf(where, wsize, "?");
@@ -1090,8 +628,8 @@ static int l_compile(lua_State *L)
     kn_status st = kn_compiled_new(name, where, &u->cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
     kn_compiled_set_mode(u->cm, mode);
-    u->cm->fullgraph = fullgraph;
-    u->cm->dynamic = dynamic;
+    u->cm->opt.fullgraph = fullgraph;
+    u->cm->opt.dynamic = dynamic;
     lua_createtable(L, 0, 2);
     if (is_module) {
         lua_getfield(L, 1, "forward");
@@ -1149,11 +687,11 @@ static int l_log(lua_State *L)
     } else if (!lua_isnoneornil(L, 1)) {
         return luaL_argerror(L, 1, "a list of log names expected");
     }
-    g_log_flags = flags;
+    kn_lua_state_get(L)->log_flags = flags;
     return 0;
 }
 
-static void log_from_env(void)
+static void log_from_env(lua_State *L)
 {
     const char *env = getenv("KILN_LOGS");
     if (!env) return;
@@ -1161,7 +699,7 @@ static void log_from_env(void)
     snprintf(buf, sizeof buf, "%s", env);
     for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
         int f = parse_log_word(w);
-        if (f > 0) g_log_flags |= f;
+        if (f > 0) kn_lua_state_get(L)->log_flags |= f;
     }
 }
 
@@ -1178,33 +716,8 @@ void kn_lua_open_compile(lua_State *L)
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
-    /* kiln.config: read at each compiled call */
-    lua_createtable(L, 0, 4);
-    lua_pushinteger(L, 8);
-    lua_setfield(L, -2, "cache_size_limit");
-    lua_pushboolean(L, 0);
-    lua_setfield(L, -2, "error_on_recompile");
-    lua_pushboolean(L, 0);
-    lua_setfield(L, -2, "allow_tf32");
-    lua_pushboolean(L, 1);
-    lua_setfield(L, -2, "replay"); /* direct replay of pure traces (see README) */
-    lua_pushboolean(L, 1);
-    lua_setfield(L, -2, "compiler"); /* false: compiled graphs run op by op (the reference) */
-    lua_pushboolean(L, 0);
-    lua_setfield(L, -2, "check_numerics"); /* compare every compiled run with the reference */
-    lua_pushboolean(L, 1);
-    lua_setfield(L, -2, "fold_epilogues"); /* bias/ReLU/residual in the matmul or conv library call */
-    lua_pushnumber(L, kn_autotune_get_opts()->budget_s);
-    lua_setfield(L, -2, "autotune_budget_s"); /* max-autotune's search time per compiled function */
-    const char *cache = getenv("KILN_CACHE_DIR");
-    const char *home = getenv("HOME");
-    if (cache) lua_pushstring(L, cache);
-    else lua_pushfstring(L, "%s/.cache/kiln", home ? home : ".");
-    lua_setfield(L, -2, "cache_dir");
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.config");
-    lua_setfield(L, kiln, "config");
-    log_from_env();
+    kn_lua_open_config(L, kiln);
+    log_from_env(L);
     kn_lua_autotune_functions(L, kiln);
     static const luaL_Reg fns[] = {{"compile", l_compile}, {"graph_break", l_graph_break},
                                    {"eager", l_eager},     {"log", l_log},

@@ -1,52 +1,11 @@
-/* kn_lua_compile.h: what the files of the compiled callable share
- * (kn_lua_compile.c: calling, capture and replay; kn_lua_inspect.c: the
- * inspection methods). Private to scripting/. */
+/* kn_lua_compile: kiln.compile and the compiled callable, kiln.config,
+ * graph_break, eager, log, mark_dynamic. Private to scripting/. */
 #ifndef KN_LUA_COMPILE_H
 #define KN_LUA_COMPILE_H
 
-#include <stdbool.h>
+#include <lua.h>
 
-#include "kn_capture.h"
-#include "kn_lua.h"
-
-#define KN_COMPILED_MT "kiln.Compiled"
-
-#define KN_REPLAY_MAX 32
-
-/* What a direct replay needs: when the last trace of a call made exactly one
- * graph, saw no impure call and returned only values of that graph (or
- * plain constants), later calls whose guards hold run the cached graph
- * without running the Lua function again. The Lua values it checks
- * (non-tensor arguments, upvalues, module fields) live in the uservalue's
- * `replay` table. */
-typedef struct {
-    bool valid;
-    int version;                    /* of graph 0, static */
-    int nargs;
-    int arg_input[KN_REPLAY_MAX];   /* tensor argument -> graph input, -2: a Lua value, -1: unused tensor */
-    int n_results;
-    int res_node[KN_REPLAY_MAX], res_out[KN_REPLAY_MAX]; /* res_node -1: a constant Lua value */
-    int n_params;
-    int param_input[64];            /* graph input of each parameter (path in the replay table) */
-    char mode[32];
-} replay_t;
-
-typedef struct {
-    kn_compiled *cm;
-    replay_t rp;
-    int direct_replays;
-    double replay_run_s; /* time inside kn_graph_run during replays */
-    char no_replay[128]; /* why the last trace cannot be replayed ("" when it can) */
-} compiled_ud;
-
-/* The compiled callable at idx (raises if it is not one, or was freed). */
-compiled_ud *kn_lua_check_compiled(lua_State *L, int idx);
-/* Add the inspection methods to the methods table on the stack top. */
-void kn_lua_compiled_inspect_methods(lua_State *L);
-/* kn_lua_autotune.c: cm:autotune(), cm:autotune_pin(); kiln._autotune_*;
- * the search's options from kiln.config (at each call). */
-void kn_lua_compiled_autotune_methods(lua_State *L);
-void kn_lua_autotune_functions(lua_State *L, int kiln);
-void kn_lua_autotune_sync(lua_State *L);
+/* Add them to the kiln table on the stack top. */
+void kn_lua_open_compile(lua_State *L);
 
 #endif

@@ -6,14 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_lua_compile.h"
 #include "cpu/kn_cpu_jit.h"
+#include "kn_lua_compiled_ud.h"
+#include "kn_lua_inspect.h"
+#include "kn_lua_util.h"
 #include "kn_profile.h"
 
 /* The latest version of graph k, or NULL when it has none. */
 static const kn_version *latest_version(const kn_compiled *cm, int k)
 {
-    const kn_graph_cache *gc = &cm->graphs[k];
+    const kn_graph_cache *gc = &cm->cache.graphs[k];
     return gc->n_versions ? &gc->versions[gc->n_versions - 1] : NULL;
 }
 
@@ -49,9 +51,9 @@ static void push_break(lua_State *L, const kn_break *b)
 static int cm_breaks(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
-    lua_createtable(L, cm->n_breaks, 0);
-    for (int i = 0; i < cm->n_breaks; i++) {
-        push_break(L, &cm->breaks[i]);
+    lua_createtable(L, cm->cache.n_breaks, 0);
+    for (int i = 0; i < cm->cache.n_breaks; i++) {
+        push_break(L, &cm->cache.breaks[i]);
         lua_seti(L, -2, i + 1);
     }
     return 1;
@@ -60,9 +62,9 @@ static int cm_breaks(lua_State *L)
 static int cm_recompiles(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
-    lua_createtable(L, cm->n_recompiles, 0);
-    for (int i = 0; i < cm->n_recompiles; i++) {
-        const kn_recompile *r = &cm->recompiles[i];
+    lua_createtable(L, cm->cache.n_recompiles, 0);
+    for (int i = 0; i < cm->cache.n_recompiles; i++) {
+        const kn_recompile *r = &cm->cache.recompiles[i];
         lua_createtable(L, 0, 4);
         lua_pushinteger(L, r->graph);
         lua_setfield(L, -2, "graph");
@@ -70,7 +72,7 @@ static int cm_recompiles(lua_State *L)
         lua_setfield(L, -2, "version");
         lua_pushstring(L, r->where);
         lua_setfield(L, -2, "where");
-        lua_pushstring(L, cm->fn_name);
+        lua_pushstring(L, cm->id.name);
         lua_setfield(L, -2, "fn");
         lua_createtable(L, r->n_reasons, 0);
         for (int k = 0; k < r->n_reasons; k++) {
@@ -89,9 +91,9 @@ static int cm_guards(lua_State *L)
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     lua_newtable(L);
     int n = 0;
-    for (int k = 0; k < cm->n_graphs; k++)
-        for (int v = 0; v < cm->graphs[k].n_versions; v++) {
-            const kn_version *ver = &cm->graphs[k].versions[v];
+    for (int k = 0; k < cm->cache.n_graphs; k++)
+        for (int v = 0; v < cm->cache.graphs[k].n_versions; v++) {
+            const kn_version *ver = &cm->cache.graphs[k].versions[v];
             lua_createtable(L, 0, 3);
             lua_pushinteger(L, k);
             lua_setfield(L, -2, "graph");
@@ -122,14 +124,14 @@ static int cm_graphs(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     lua_newtable(L);
-    for (int k = 0; k < cm->n_graphs; k++) {
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
         const kn_graph *g = &ver->g;
         lua_createtable(L, 0, 4);
         lua_pushinteger(L, k);
         lua_setfield(L, -2, "graph");
-        lua_pushinteger(L, cm->graphs[k].n_versions - 1);
+        lua_pushinteger(L, cm->cache.graphs[k].n_versions - 1);
         lua_setfield(L, -2, "version");
         lua_pushinteger(L, kn_graph_op_count(g));
         lua_setfield(L, -2, "op_count");
@@ -182,8 +184,8 @@ static int cm_graphs(lua_State *L)
  * for generated ones, the source. */
 static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
 {
-    for (int k = 0; k < p->f.prog.n_kernels; k++) {
-        const kn_kernel *kn = &p->f.prog.kernels[k];
+    for (int k = 0; k < p->code.fusion.prog.n_kernels; k++) {
+        const kn_kernel *kn = &p->code.fusion.prog.kernels[k];
         bool gen = kn->kind == KN_KERNEL_POINTWISE || kn->kind == KN_KERNEL_ROW;
         lua_createtable(L, 0, 6);
         lua_pushstring(L, kn->name);
@@ -193,7 +195,7 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
         lua_pushstring(L, gen ? "generated" : kn_profile_op_kind(p->device, (kn_op)p->g.nodes[kn->lib_node].op));
         lua_setfield(L, -2, "kind");
         if (kn_plan_epi_active(p, k)) { /* the next kernel runs in this one's library epilogue */
-            lua_pushstring(L, p->f.prog.kernels[p->epi[k].into].name);
+            lua_pushstring(L, p->code.fusion.prog.kernels[p->epi.kernel[k].into].name);
             lua_setfield(L, -2, "epilogue");
         }
         lua_pushstring(L, kn->kind == KN_KERNEL_POINTWISE ? "pointwise"
@@ -231,7 +233,7 @@ static int cm_kernels(lua_State *L)
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     lua_newtable(L);
     int n = 0;
-    for (int k = 0; k < cm->n_graphs; k++) {
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
         const kn_plan *plan = kn_version_plan(ver);
@@ -266,8 +268,8 @@ static int cm_stats(lua_State *L)
     const kn_compile_stats *s = &cm->stats;
     lua_createtable(L, 0, 16);
     int versions = 0;
-    for (int k = 0; k < cm->n_graphs; k++) versions += cm->graphs[k].n_versions;
-    lua_pushinteger(L, cm->n_graphs);
+    for (int k = 0; k < cm->cache.n_graphs; k++) versions += cm->cache.graphs[k].n_versions;
+    lua_pushinteger(L, cm->cache.n_graphs);
     lua_setfield(L, -2, "graphs");
     lua_pushinteger(L, versions);
     lua_setfield(L, -2, "versions");
@@ -277,13 +279,13 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "graphs_run");
     int kernels = 0, folded = 0;
     int64_t eager_peak = 0;
-    for (int k = 0; k < cm->n_graphs; k++) {
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
         const kn_plan *plan = kn_version_plan(ver);
         if (plan) {
-            kernels += plan->f.prog.n_kernels;
-            folded += plan->n_epi;
+            kernels += plan->code.fusion.prog.n_kernels;
+            folded += plan->epi.n_folded;
         }
         else /* op by op: one reference kernel per op, views aside (as cm:kernels) */
             for (int i = 0; i < ver->g.n_nodes; i++)
@@ -345,8 +347,8 @@ static int cm_stats(lua_State *L)
     /* "yes" once a call replayed a recording; else why not (or not yet) */
     if (s->cuda_graph_why[0]) lua_pushfstring(L, "no: %s", s->cuda_graph_why);
     else if (s->replays) lua_pushstring(L, "yes");
-    else if (kn_mode_records(cm->mode)) lua_pushstring(L, "not recorded yet");
-    else lua_pushfstring(L, "no: mode %s does not record", cm->mode);
+    else if (kn_mode_records(cm->id.mode)) lua_pushstring(L, "not recorded yet");
+    else lua_pushfstring(L, "no: mode %s does not record", cm->id.mode);
     lua_setfield(L, -2, "cuda_graph");
     lua_pushinteger(L, s->eager_fallbacks);
     lua_setfield(L, -2, "eager_fallbacks");
@@ -357,9 +359,9 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "replay_run_s");
     lua_pushstring(L, u->rp.valid ? "yes" : u->no_replay[0] ? u->no_replay : "not called yet");
     lua_setfield(L, -2, "replayable");
-    lua_pushinteger(L, (lua_Integer)cm->n_breaks);
+    lua_pushinteger(L, (lua_Integer)cm->cache.n_breaks);
     lua_setfield(L, -2, "breaks");
-    lua_pushinteger(L, (lua_Integer)cm->n_recompiles);
+    lua_pushinteger(L, (lua_Integer)cm->cache.n_recompiles);
     lua_setfield(L, -2, "recompiles");
     return 1;
 }
@@ -413,17 +415,17 @@ static int cm_source(lua_State *L)
     static const char *const targets[] = {"c", "cuda", NULL};
     int t = luaL_checkoption(L, 2, "c", targets);
     int total = 0;
-    for (int k = 0; k < cm->n_graphs; k++) {
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_plan *plan = latest_version(cm, k) ? kn_version_plan(latest_version(cm, k)) : NULL;
-        if (plan) total += plan->f.prog.n_kernels;
+        if (plan) total += plan->code.fusion.prog.n_kernels;
     }
     kn_kprogram all = {0, calloc((size_t)total + 1, sizeof(kn_kernel))};
     if (!all.kernels) return luaL_error(L, "out of host memory");
-    for (int k = 0; k < cm->n_graphs; k++) {
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_plan *plan = latest_version(cm, k) ? kn_version_plan(latest_version(cm, k)) : NULL;
-        for (int i = 0; plan && i < plan->f.prog.n_kernels; i++) {
+        for (int i = 0; plan && i < plan->code.fusion.prog.n_kernels; i++) {
             kn_kernel *kn = &all.kernels[all.n_kernels++];
-            *kn = plan->f.prog.kernels[i];
+            *kn = plan->code.fusion.prog.kernels[i];
             if (k > 0) {
                 char name[sizeof kn->name];
                 snprintf(name, sizeof name, "g%d_%.60s", k % 1000, kn->name);

@@ -9,7 +9,9 @@
  */
 #include <string.h>
 
-#include "kn_lua.h"
+#include "kn_lua_io.h"
+#include "kn_lua_tensor_ud.h"
+#include "kn_lua_util.h"
 #include "kn_safetensors.h"
 #include "kn_view.h"
 

@@ -9,10 +9,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "kn_lua.h"
+#include "kn_capture.h"
+#include "kn_lua_ops.h"
+#include "kn_lua_tensor_ud.h"
+#include "kn_lua_trace.h"
 #include "kn_lua_util.h"
 #include "kn_view.h"
-#include "kn_capture.h"
 
 /* Run a prepared call (eagerly or into the graph being captured) and push
  * its outputs; raises on error. */
@@ -41,7 +43,7 @@ static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like)
         else if (lua_isinteger(L, idx)) dt = like->dtype == KN_BOOL ? KN_I64 : like->dtype;
         else dt = KN_F32;
     }
-    if (kn_lua_active_capture()) return kn_lua_capture_number(L, idx, dt);
+    if (kn_lua_active_capture(L)) return kn_lua_capture_number(L, idx, dt);
     kn_tensor *t;
     kn_device dev = like ? kn_tensor_device(like) : kn_lua_default_device();
     kn_status st = kn_tensor_new(dt, 0, NULL, KN_CPU, &t);

@@ -1,5 +1,6 @@
-/* kn_lua_tensor: the kiln.Tensor userdata, tensor creation, conversion,
- * printing and view methods (reshape, transpose, slice, ...).
+/* kn_lua_tensor: the kiln.Tensor metatable and methods, tensor creation,
+ * conversion, printing and view methods (reshape, transpose, slice, ...);
+ * the userdata itself is kn_lua_tensor_ud.c.
  *
  * The userdata holds one reference to a kn_tensor; __gc and __close release
  * it. Dims and indices from Lua are 1-based (negative counts from the end);
@@ -10,96 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_lua.h"
-#include "kn_lua_util.h"
 #include "kn_backend.h"
-#include "kn_view.h"
 #include "kn_capture.h"
-
-typedef struct {
-    kn_tensor *t;
-} kn_lua_tensor_ud;
-
-/* ---- errors ------------------------------------------------------------ */
-
-int kn_lua_fail(lua_State *L, kn_status st)
-{
-    (void)st;
-    kn_lua_where(L); /* the user's file:line, skipping kiln's own Lua */
-    lua_pushstring(L, kn_last_error());
-    lua_concat(L, 2);
-    return lua_error(L);
-}
-
-void kn_lua_where(lua_State *L)
-{
-    lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        lua_getinfo(L, "Sl", &ar);
-        if (ar.currentline <= 0) continue;                  /* C functions */
-        if (strncmp(ar.source, "@kiln/", 6) == 0) continue; /* kiln's nn and commands */
-        lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
-        return;
-    }
-    lua_pushliteral(L, "");
-}
+#include "kn_lua_state.h"
+#include "kn_lua_tensor.h"
+#include "kn_lua_tensor_ud.h"
+#include "kn_lua_trace.h"
+#include "kn_lua_util.h"
+#include "kn_view.h"
 
 /* ---- userdata ---------------------------------------------------------- */
-
-/* A placeholder whose graph has run stands for its value: outside the
- * capture that made it, hand out the value (and, once that capture is over,
- * keep the value in the userdata for good). */
-kn_tensor *kn_lua_totensor(lua_State *L, int idx)
-{
-    kn_lua_tensor_ud *u = luaL_testudata(L, idx, KN_TENSOR_MT);
-    if (!u) return NULL;
-    kn_tensor *t = u->t;
-    if (t && t->lazy && t->lazy->value) {
-        struct kn_capture *cap = kn_lua_active_capture();
-        if (!cap || t->lazy->cap != cap) {
-            kn_tensor *v = t->lazy->value;
-            if (!t->lazy->cap) {
-                kn_tensor_retain(v);
-                u->t = v;
-                kn_tensor_release(t);
-            }
-            return v;
-        }
-    }
-    return t;
-}
-
-kn_tensor *kn_lua_checktensor(lua_State *L, int idx)
-{
-    kn_tensor *t = kn_lua_totensor(L, idx);
-    if (!t) {
-        const char *got = luaL_typename(L, idx);
-        luaL_argerror(L, idx, lua_pushfstring(L, "tensor expected, got %s", got));
-    }
-    return t;
-}
-
-/* Lua's collector sees a tensor as a few bytes of userdata, not the
- * megabytes of (device) memory behind it: an eager loop would fill the GPU
- * with garbage before Lua felt any pressure (the transformer_block sample
- * ran out of 80 GB that way). So fresh storage is counted here, and past a
- * threshold a full collection frees what Lua no longer reaches. */
-#define KN_GC_PRESSURE_BYTES ((int64_t)1 << 30)
-static int64_t g_bytes_since_gc;
-
-void kn_lua_pushtensor(lua_State *L, kn_tensor *t)
-{
-    kn_lua_tensor_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
-    u->t = t;
-    luaL_setmetatable(L, KN_TENSOR_MT);
-    if (t && t->storage && t->storage->refcount == 1 && !t->storage->borrowed) {
-        g_bytes_since_gc += t->storage->nbytes;
-        if (g_bytes_since_gc > KN_GC_PRESSURE_BYTES) {
-            g_bytes_since_gc = 0;
-            lua_gc(L, LUA_GCCOLLECT); /* the new userdata is on the stack: it stays */
-        }
-    }
-}
 
 static int tensor_gc(lua_State *L)
 {
@@ -109,90 +30,7 @@ static int tensor_gc(lua_State *L)
     return 0;
 }
 
-/* ---- argument helpers (shared with kn_lua_ops.c) ----------------------- */
-
-int kn_lua_dim(lua_State *L, int idx, const char *what)
-{
-    lua_Integer d = luaL_checkinteger(L, idx);
-    if (d == 0)
-        return luaL_error(L, "%s: dim 0 is not a dim: dims are 1-based (1 is the first, -1 the last)",
-                          what);
-    if (d > 64 || d < -64) return luaL_error(L, "%s: dim %d out of range", what, (int)d);
-    return (int)(d > 0 ? d - 1 : d); /* core normalizes negatives */
-}
-
-int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what)
-{
-    int n = 0;
-    if (lua_istable(L, idx)) {
-        n = (int)luaL_len(L, idx);
-        if (n > KN_MAX_DIMS)
-            return luaL_error(L, "%s: a shape has at most %d dims, got %d", what, KN_MAX_DIMS, n);
-        for (int i = 0; i < n; i++) {
-            lua_geti(L, idx, i + 1);
-            int isnum;
-            lua_Integer v = lua_tointegerx(L, -1, &isnum);
-            if (!isnum)
-                return luaL_error(L, "%s: shape entry %d must be an integer, got %s", what, i + 1,
-                                  luaL_typename(L, -1));
-            shape[i] = v;
-            lua_pop(L, 1);
-        }
-        return n;
-    }
-    /* varargs: f(2, 3, 4) */
-    int top = lua_gettop(L);
-    for (int i = idx; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
-        if (n >= KN_MAX_DIMS)
-            return luaL_error(L, "%s: a shape has at most %d dims", what, KN_MAX_DIMS);
-        int isnum;
-        lua_Integer v = lua_tointegerx(L, i, &isnum);
-        if (!isnum) return luaL_error(L, "%s: shape entry %d must be an integer", what, n + 1);
-        shape[n++] = v;
-    }
-    if (n == 0 && !lua_isnoneornil(L, idx))
-        return luaL_error(L, "%s: shape expected (a table like {2, 3}), got %s", what,
-                          luaL_typename(L, idx));
-    return n;
-}
-
-/* Options table at idx (or nil): dtype, device, seed. */
-void kn_lua_opts(lua_State *L, int idx, kn_dtype *dt, kn_device *dev, int64_t *seed, int *has_seed)
-{
-    if (lua_isnoneornil(L, idx)) return;
-    luaL_checktype(L, idx, LUA_TTABLE);
-    if (lua_getfield(L, idx, "dtype") != LUA_TNIL) {
-        kn_status st = kn_dtype_parse(luaL_checkstring(L, -1), dt);
-        if (st != KN_OK) kn_lua_fail(L, st);
-    }
-    lua_pop(L, 1);
-    if (lua_getfield(L, idx, "device") != LUA_TNIL) {
-        kn_status st = kn_device_parse(luaL_checkstring(L, -1), dev);
-        if (st != KN_OK) kn_lua_fail(L, st);
-    }
-    lua_pop(L, 1);
-    if (seed && lua_getfield(L, idx, "seed") != LUA_TNIL) {
-        int isnum;
-        *seed = lua_tointegerx(L, -1, &isnum);
-        if (!isnum) luaL_error(L, "seed must be an integer, got %s", luaL_typename(L, -1));
-        *has_seed = 1;
-    }
-    if (seed) lua_pop(L, 1);
-}
-
-kn_device kn_lua_default_device(void)
-{
-    /* design section 2: cuda when a GPU is present, else cpu */
-    static int cached = -1;
-    if (cached < 0) cached = kn_backend_get(KN_CUDA) ? KN_CUDA : KN_CPU;
-    return (kn_device)cached;
-}
-
 /* ---- creation ---------------------------------------------------------- */
-
-/* The global random stream: calls without a seed draw consecutive counters. */
-static uint64_t g_seed = 0x6b696c6e; /* "kiln" */
-static uint64_t g_offset;
 
 static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double value, double value2)
 {
@@ -216,10 +54,12 @@ static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double va
         c.a.rng_offset = 0;
     } else {
         /* fresh numbers each call: a replay would repeat the same ones */
-        kn_lua_mark_impure("a random op without a seed");
-        c.a.seed = g_seed;
-        c.a.rng_offset = g_offset;
-        g_offset += (uint64_t)kn_numel_of(c.a.nshape, c.a.shape);
+        /* the state's random stream: calls without a seed draw consecutive counters */
+        kn_lua_mark_impure(L, "a random op without a seed");
+        kn_lua_state *s = kn_lua_state_get(L);
+        c.a.seed = s->seed;
+        c.a.rng_offset = s->rng_offset;
+        s->rng_offset += (uint64_t)kn_numel_of(c.a.nshape, c.a.shape);
     }
     return kn_lua_run(L, &c, dev);
 }
@@ -388,11 +228,12 @@ static int l_tensor(lua_State *L)
     return 1;
 }
 
-/* kiln.manual_seed(n): restart the global random stream. */
+/* kiln.manual_seed(n): restart this state's random stream. */
 static int l_manual_seed(lua_State *L)
 {
-    g_seed = (uint64_t)luaL_checkinteger(L, 1);
-    g_offset = 0;
+    kn_lua_state *s = kn_lua_state_get(L);
+    s->seed = (uint64_t)luaL_checkinteger(L, 1);
+    s->rng_offset = 0;
     return 0;
 }
 

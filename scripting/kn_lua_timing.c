@@ -23,7 +23,8 @@
 #include "kn_clock.h"
 #include "kn_backend.h"
 #include "kn_ceilings.h"
-#include "kn_lua.h"
+#include "kn_lua_timing.h"
+#include "kn_lua_util.h"
 #include "kn_profile.h"
 
 static double now_ms(void)

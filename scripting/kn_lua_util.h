@@ -1,11 +1,25 @@
-/* kn_lua_util: argument helpers shared by the binding files. */
+/* kn_lua_util: errors at the user's line and argument helpers shared by
+ * the binding files. The lowest part of scripting/: it uses no other. */
 #ifndef KN_LUA_UTIL_H
 #define KN_LUA_UTIL_H
 
-#include "kn_lua.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "kn_tensor.h"
+
+/* Raise a Lua error with kn_last_error() (the status names the kind). Never returns. */
+int kn_lua_fail(lua_State *L, kn_status st);
+/* Is this frame the user's code (not C, not kiln's own Lua)? */
+bool kn_lua_user_frame(const lua_Debug *ar);
 /* Push "file:line: " of the innermost user code (not kiln's own Lua). */
 void kn_lua_where(lua_State *L);
+/* "file.lua:LINE" of the innermost user code ("?" when there is none). */
+void kn_lua_where_str(lua_State *L, char *buf, size_t size);
 /* A 1-based Lua dim at idx as a core dim: 0-based, negatives kept. */
 int kn_lua_dim(lua_State *L, int idx, const char *what);
 /* A shape from a table at idx, or from the numbers starting at idx; returns ndim. */
@@ -13,7 +27,5 @@ int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what);
 /* Read {dtype=, device=, seed=} at idx (nil is fine); seed may be NULL. */
 void kn_lua_opts(lua_State *L, int idx, kn_dtype *dt, kn_device *dev, int64_t *seed, int *has_seed);
 kn_device kn_lua_default_device(void);
-/* Push kiln.config's backend switches (allow_tf32, cache_dir) to core. */
-void kn_lua_sync_config(lua_State *L);
 
 #endif

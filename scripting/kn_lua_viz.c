@@ -14,11 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_lua_compile.h"
+#include "kn_lua_compiled_ud.h"
+#include "kn_lua_viz.h"
 #include "kn_viz.h"
-
-/* luaopen_kiln calls it (kn_lua_module.c). */
-void kn_lua_open_viz(lua_State *L);
 
 static double num_field(lua_State *L, int idx, const char *key, double dflt)
 {

@@ -49,9 +49,10 @@ int main(void)
             for (int k = 0; k < g.n_inputs && k < 64; k++) ins[k] = g.inputs[k].tensor;
             st = kn_plan_run(p, ins, got);
             compiled++;
-            kernels += p->f.prog.n_kernels;
-            for (int k = 0; k < p->f.prog.n_kernels; k++)
-                generated += p->f.prog.kernels[k].kind == KN_KERNEL_POINTWISE || p->f.prog.kernels[k].kind == KN_KERNEL_ROW;
+            kernels += p->code.fusion.prog.n_kernels;
+            for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
+                generated += p->code.fusion.prog.kernels[k].kind == KN_KERNEL_POINTWISE ||
+                             p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
         }
         bool good = st == KN_OK;
         if (!good) snprintf(why, sizeof why, "%s", kn_last_error());
@@ -73,8 +74,9 @@ int main(void)
             if (p && getenv("KILN_FUZZ_DEBUG")) { /* the optimized graph and its kernels */
                 if (kn_graph_format(&p->g, &text) == KN_OK) printf("# optimized:\n%s", text);
                 free(text);
-                for (int k = 0; k < p->f.prog.n_kernels; k++)
-                    if (kn_kernel_dump(&p->f.prog.kernels[k], &text) == KN_OK) printf("%s\n", text), free(text);
+                for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
+                    if (kn_kernel_dump(&p->code.fusion.prog.kernels[k], &text) == KN_OK)
+                        printf("%s\n", text), free(text);
             }
             failed++;
         }

@@ -693,9 +693,9 @@ static void rm_cache(void)
 static void test_configs(void)
 {
 #ifdef KIR_CUDA
-    const kn_target tgt = KN_TARGET_CUDA;
+    const kn_render_target *tgt = KN_TARGET_CUDA;
 #else
-    const kn_target tgt = KN_TARGET_C;
+    const kn_render_target *tgt = KN_TARGET_C;
 #endif
     int64_t bsh[2] = {129, 37}, sh[2] = {37, 129};
     kn_tensor *base = tl_rand(KN_F32, 2, bsh, TL_CONTIG, -3, 3, 0), *xt = NULL;

@@ -221,11 +221,11 @@ static void title(builder *bd, const kn_viz_opts *o)
     const kn_viz_model *m = bd->m;
     const kn_compiled *cm = m->cm;
     kn_strbuf *b = &bd->b;
-    esc(b, cm->fn_name);
+    esc(b, cm->id.name);
     kn_strbuf_printf(b, " (");
-    esc(b, cm->fn_where);
+    esc(b, cm->id.where);
     kn_strbuf_printf(b, ") · %s graph · mode %s · %d graph%s, %d break%s", o->view == KN_VIZ_FUSED ? "fused" : "captured",
-                  cm->mode, m->n_graphs, m->n_graphs == 1 ? "" : "s", m->n_breaks, m->n_breaks == 1 ? "" : "s");
+                  cm->id.mode, m->n_graphs, m->n_graphs == 1 ? "" : "s", m->n_breaks, m->n_breaks == 1 ? "" : "s");
     if (o->view == KN_VIZ_FUSED) kn_strbuf_printf(b, ", %d kernel%s", m->n_kernels, m->n_kernels == 1 ? "" : "s");
     if (m->timed) kn_strbuf_printf(b, " · %.1f us per call in kernels", m->total_us);
     kn_strbuf_printf(b, "\\l");

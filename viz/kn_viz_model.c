@@ -33,7 +33,7 @@ static unsigned hash_str(unsigned h, const char *s)
 
 static const kn_version *latest_version(const kn_compiled *cm, int k)
 {
-    const kn_graph_cache *gc = &cm->graphs[k];
+    const kn_graph_cache *gc = &cm->cache.graphs[k];
     return gc->n_versions ? &gc->versions[gc->n_versions - 1] : NULL;
 }
 
@@ -229,7 +229,7 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
                             kn_viz_vgraph *vg)
 {
     const kn_graph *g = &p->g;
-    const kn_fusion *f = &p->f;
+    const kn_fusion *f = &p->code.fusion;
     int *map = malloc(sizeof *map * (size_t)(g->n_nodes + 1));
     if (!map) return kn_error(KN_ERR_OOM, "out of host memory drawing a graph");
     kn_status st = alloc_kernels(vg, f->prog.n_kernels);
@@ -263,7 +263,8 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
                  : kn->kind == KN_KERNEL_ROW     ? "row"
                  : kn->kind == KN_KERNEL_LIBRARY ? "library"
                                                  : "reference");
-        if (kn_plan_epi_active(p, k) && p->epi[k].into < vg->n_kernels) vg->kernels[p->epi[k].into].epilogue_of = k;
+        if (kn_plan_epi_active(p, k) && p->epi.kernel[k].into < vg->n_kernels)
+            vg->kernels[p->epi.kernel[k].into].epilogue_of = k;
         const kn_viz_timing *t = o->timings ? find_timing(o, p, k, kn->name, used) : NULL;
         if (t) {
             vk->timed = true;
@@ -307,7 +308,7 @@ static kn_status build_op_by_op(const kn_compiled *cm, const kn_version *ver, in
     }
     snprintf(vg->note, sizeof vg->note, "runs op by op: %s",
              ver->plan_error[0] ? ver->plan_error
-             : cm->compiler     ? "no compiled plan yet"
+             : cm->opt.compiler     ? "no compiled plan yet"
                                 : "kiln.config.compiler = false");
     return KN_OK;
 }
@@ -436,10 +437,10 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
     m->cm = cm;
     m->view = o->view;
     int n = 0;
-    for (int k = 0; k < cm->n_graphs; k++) n += latest_version(cm, k) != NULL;
+    for (int k = 0; k < cm->cache.n_graphs; k++) n += latest_version(cm, k) != NULL;
     if (n == 0)
         return kn_error(KN_ERR_ARG, "%s (%s) has no captured graph yet: call it once before drawing it",
-                        cm->fn_name, cm->fn_where);
+                        cm->id.name, cm->id.where);
     m->graphs = calloc((size_t)n, sizeof *m->graphs);
     bool *used = calloc((size_t)o->n_timings + 1, sizeof *used);
     if (!m->graphs || !used) {
@@ -448,12 +449,12 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
     }
     kn_status st = KN_OK;
     int kernel_no = 0;
-    for (int k = 0; k < cm->n_graphs && st == KN_OK; k++) {
+    for (int k = 0; k < cm->cache.n_graphs && st == KN_OK; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
         kn_viz_vgraph *vg = &m->graphs[m->n_graphs++];
         vg->index = k;
-        vg->version = cm->graphs[k].n_versions - 1;
+        vg->version = cm->cache.graphs[k].n_versions - 1;
         vg->n_ops = kn_graph_op_count(&ver->g);
         vg->n_guards = ver->n_guards;
         vg->guards = (const char (*)[KN_REASON_MAX])ver->guards;
@@ -483,8 +484,8 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         m->n_breaks = cm->cap.n_breaks;
     }
     else {
-        m->breaks = cm->breaks;
-        m->n_breaks = cm->n_breaks;
+        m->breaks = cm->cache.breaks;
+        m->n_breaks = cm->cache.n_breaks;
     }
     if (st != KN_OK) kn_viz_model_free(m);
     return st;

@@ -88,8 +88,8 @@ kn_status kn_viz_outline(const kn_compiled *cm, const kn_viz_opts *o, char **tex
     KN_TRY(kn_viz_model_build(cm, o, &m));
     kn_strbuf b = {0};
     bool fused = o->view == KN_VIZ_FUSED;
-    kn_strbuf_printf(&b, "%s (%s) · %s graph · mode %s · %d graph%s, %d break%s", cm->fn_name, cm->fn_where,
-                  fused ? "fused" : "captured", cm->mode, m.n_graphs, m.n_graphs == 1 ? "" : "s", m.n_breaks,
+    kn_strbuf_printf(&b, "%s (%s) · %s graph · mode %s · %d graph%s, %d break%s", cm->id.name, cm->id.where,
+                  fused ? "fused" : "captured", cm->id.mode, m.n_graphs, m.n_graphs == 1 ? "" : "s", m.n_breaks,
                   m.n_breaks == 1 ? "" : "s");
     if (fused) kn_strbuf_printf(&b, ", %d kernel%s", m.n_kernels, m.n_kernels == 1 ? "" : "s");
     if (m.timed) kn_strbuf_printf(&b, " · %.1f us per call in kernels", m.total_us);

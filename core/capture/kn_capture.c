@@ -159,7 +159,7 @@ kn_status kn_capture_op(kn_capture *cap, kn_opcall *c, const char *where)
 
 void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)
 {
-    if (!(cm->log_flags & kind)) return;
+    if (!(cm->log.flags & kind)) return;
     char buf[8192];
     va_list ap;
     va_start(ap, fmt);
@@ -167,11 +167,11 @@ void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)
     va_end(ap);
     if (n < 0) return;
     if ((size_t)n >= sizeof buf) n = (int)sizeof buf - 1;
-    char *p = realloc(cm->log, cm->log_len + (size_t)n + 1);
+    char *p = realloc(cm->log.text, cm->log.len + (size_t)n + 1);
     if (!p) return;
-    memcpy(p + cm->log_len, buf, (size_t)n + 1);
-    cm->log = p;
-    cm->log_len += (size_t)n;
+    memcpy(p + cm->log.len, buf, (size_t)n + 1);
+    cm->log.text = p;
+    cm->log.len += (size_t)n;
 }
 
 void kn_break_format(const kn_break *b, char *buf, size_t size)
@@ -327,8 +327,8 @@ static bool version_failure(const kn_compiled *cm, const kn_version *v, int vi, 
 {
     bool seen[KN_MAX_SYMS] = {false};
     sf->input = sf->dim = -1;
-    if (strcmp(v->mode, cm->mode) != 0) {
-        snprintf(buf, size, "mode changed: %s -> %s", v->mode, cm->mode);
+    if (strcmp(v->mode, cm->id.mode) != 0) {
+        snprintf(buf, size, "mode changed: %s -> %s", v->mode, cm->id.mode);
         return true;
     }
     for (int i = 0; i < v->g.n_inputs; i++)
@@ -441,23 +441,23 @@ static bool is_dynamic(void *ctx, const kn_graph_input *in, int dim)
     const kn_compiled *cm = ctx;
     if (in->kind == KN_IN_PARAM) return false;
     if (marked(in->tensor_id, dim)) return true;
-    if (cm->dynamic == 0) return false;
-    if (cm->dynamic == 1) return true;
-    for (int i = 0; i < cm->n_dyn; i++)
-        if (cm->dyn[i].dim == dim && strcmp(cm->dyn[i].name, in->name) == 0) return true;
+    if (cm->opt.dynamic == 0) return false;
+    if (cm->opt.dynamic == 1) return true;
+    for (int i = 0; i < cm->dyn.n_dims; i++)
+        if (cm->dyn.dims[i].dim == dim && strcmp(cm->dyn.dims[i].name, in->name) == 0) return true;
     return false;
 }
 
 static void add_dynamic(kn_compiled *cm, const char *name, int dim)
 {
-    for (int i = 0; i < cm->n_dyn; i++)
-        if (cm->dyn[i].dim == dim && strcmp(cm->dyn[i].name, name) == 0) return;
-    void *nd = realloc(cm->dyn, sizeof *cm->dyn * (size_t)(cm->n_dyn + 1));
+    for (int i = 0; i < cm->dyn.n_dims; i++)
+        if (cm->dyn.dims[i].dim == dim && strcmp(cm->dyn.dims[i].name, name) == 0) return;
+    void *nd = realloc(cm->dyn.dims, sizeof *cm->dyn.dims * (size_t)(cm->dyn.n_dims + 1));
     if (!nd) return; /* stays static: correct, only recompiles more */
-    cm->dyn = nd;
-    snprintf(cm->dyn[cm->n_dyn].name, sizeof cm->dyn[cm->n_dyn].name, "%s", name);
-    cm->dyn[cm->n_dyn].dim = dim;
-    cm->n_dyn++;
+    cm->dyn.dims = nd;
+    snprintf(cm->dyn.dims[cm->dyn.n_dims].name, sizeof cm->dyn.dims[cm->dyn.n_dims].name, "%s", name);
+    cm->dyn.dims[cm->dyn.n_dims].dim = dim;
+    cm->dyn.n_dims++;
 }
 
 /* Make the new version's symbolic sizes: choose symbols, then fit the
@@ -494,14 +494,14 @@ static kn_status make_symbols(kn_compiled *cm, kn_graph_cache *gc, kn_version *v
 static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, int *version)
 {
     *version = -1;
-    if (k >= cm->n_graphs) {
-        kn_graph_cache *ng = realloc(cm->graphs, sizeof *ng * (size_t)(k + 1));
+    if (k >= cm->cache.n_graphs) {
+        kn_graph_cache *ng = realloc(cm->cache.graphs, sizeof *ng * (size_t)(k + 1));
         if (!ng) return kn_error(KN_ERR_OOM, "out of host memory for the graph cache");
-        memset(ng + cm->n_graphs, 0, sizeof *ng * (size_t)(k + 1 - cm->n_graphs));
-        cm->graphs = ng;
-        cm->n_graphs = k + 1;
+        memset(ng + cm->cache.n_graphs, 0, sizeof *ng * (size_t)(k + 1 - cm->cache.n_graphs));
+        cm->cache.graphs = ng;
+        cm->cache.n_graphs = k + 1;
     }
-    kn_graph_cache *gc = &cm->graphs[k];
+    kn_graph_cache *gc = &cm->cache.graphs[k];
     if (gc->eager) return KN_OK;
     kn_recompile rc;
     memset(&rc, 0, sizeof rc);
@@ -527,32 +527,32 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
     }
     rc.graph = k;
     rc.version = gc->n_versions;
-    snprintf(rc.where, sizeof rc.where, "%s", cm->fn_where);
+    snprintf(rc.where, sizeof rc.where, "%s", cm->id.where);
     if (gc->n_versions > 0) {
         char msg[KN_MAX_REASONS * KN_REASON_MAX + 256];
         size_t n = (size_t)snprintf(msg, sizeof msg,
                                     "Recompiling %s (%s), graph %d, version %d\n"
                                     "  triggered by the guard failure(s):\n",
-                                    cm->fn_name, cm->fn_where, k, rc.version);
+                                    cm->id.name, cm->id.where, k, rc.version);
         for (int i = 0; i < rc.n_reasons && n < sizeof msg; i++)
             n += (size_t)snprintf(msg + n, sizeof msg - n, "  - %s\n", rc.reasons[i]);
-        if (gc->n_versions >= cm->cache_size_limit) {
+        if (gc->n_versions >= cm->opt.cache_size_limit) {
             gc->eager = true;
             kn_compiled_log(cm, KN_LOG_WARN,
                             "%s (%s) hit kiln.config.cache_size_limit (%d): graph %d runs eagerly from now on\n"
                             "  last reason: %s\n",
-                            cm->fn_name, cm->fn_where, cm->cache_size_limit, k, rc.reasons[0]);
+                            cm->id.name, cm->id.where, cm->opt.cache_size_limit, k, rc.reasons[0]);
             return KN_OK;
         }
-        if (cm->error_on_recompile)
+        if (cm->opt.error_on_recompile)
             return kn_error(KN_ERR_ARG, "kiln.config.error_on_recompile is set and this call would recompile:\n%s", msg);
-        kn_recompile *nr = realloc(cm->recompiles, sizeof *nr * (size_t)(cm->n_recompiles + 1));
+        kn_recompile *nr = realloc(cm->cache.recompiles, sizeof *nr * (size_t)(cm->cache.n_recompiles + 1));
         if (!nr) return kn_error(KN_ERR_OOM, "out of host memory for the recompile log");
-        cm->recompiles = nr;
-        cm->recompiles[cm->n_recompiles++] = rc;
+        cm->cache.recompiles = nr;
+        cm->cache.recompiles[cm->cache.n_recompiles++] = rc;
         kn_compiled_log(cm, KN_LOG_RECOMPILES, "%s", msg);
         /* automatic dynamic shapes: a size that changed once is made symbolic */
-        if (newest.input >= 0 && cm->dynamic < 0) {
+        if (newest.input >= 0 && cm->opt.dynamic < 0) {
             const kn_graph_input *in = &gc->versions[gc->n_versions - 1].g.inputs[newest.input];
             if (in->kind != KN_IN_PARAM) add_dynamic(cm, in->name, newest.dim);
         }
@@ -563,7 +563,7 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
     kn_version *v = &gc->versions[gc->n_versions];
     memset(v, 0, sizeof *v);
     KN_TRY(kn_graph_copy(g, &v->g));
-    snprintf(v->mode, sizeof v->mode, "%s", cm->mode);
+    snprintf(v->mode, sizeof v->mode, "%s", cm->id.mode);
     kn_status st = make_symbols(cm, gc, v);
     if (st == KN_OK) st = make_guards(v);
     if (st != KN_OK) {
@@ -573,9 +573,9 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
     }
     *version = gc->n_versions++;
     cm->stats.cache_misses++;
-    if (cm->log_flags & KN_LOG_GUARDS) {
-        kn_compiled_log(cm, KN_LOG_GUARDS, "Guards of %s (%s), graph %d, version %d:\n", cm->fn_name,
-                        cm->fn_where, k, *version);
+    if (cm->log.flags & KN_LOG_GUARDS) {
+        kn_compiled_log(cm, KN_LOG_GUARDS, "Guards of %s (%s), graph %d, version %d:\n", cm->id.name,
+                        cm->id.where, k, *version);
         for (int i = 0; i < v->n_guards; i++) kn_compiled_log(cm, KN_LOG_GUARDS, "  %s\n", v->guards[i]);
     }
     return KN_OK;
@@ -586,7 +586,7 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
 kn_status kn_capture_begin(kn_compiled *cm)
 {
     kn_capture *cap = &cm->cap;
-    if (cap->active) return kn_error(KN_ERR_ARG, "%s is already being captured", cm->fn_name);
+    if (cap->active) return kn_error(KN_ERR_ARG, "%s is already being captured", cm->id.name);
     kn_graph_init(&cap->g);
     cap->cm = cm;
     cap->active = true;
@@ -635,12 +635,12 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
         if (same_wanted(&v->plans[i], w, n, g, v->dynamic)) return v->plans[i].plan;
     if (v->plan_error[0] || v->n_plans >= 16) return NULL;
     kn_plan *plan;
-    int flags = cm->pass_flags | (kn_mode_autotunes(cm->mode) ? KN_PLAN_AUTOTUNE : 0);
-    kn_status st = kn_plan_build(g, w, n, cm->cache_dir, flags, &plan);
+    int flags = cm->opt.pass_flags | (kn_mode_autotunes(cm->id.mode) ? KN_PLAN_AUTOTUNE : 0);
+    kn_status st = kn_plan_build(g, w, n, cm->opt.cache_dir, flags, &plan);
     if (st != KN_OK) {
         snprintf(v->plan_error, sizeof v->plan_error, "%s", kn_last_error());
         kn_compiled_log(cm, KN_LOG_WARN, "kiln: %s (%s): could not compile a graph (%s); it runs op by op\n",
-                        cm->fn_name, cm->fn_where, v->plan_error);
+                        cm->id.name, cm->id.where, v->plan_error);
         return NULL;
     }
     struct kn_plan_entry *ne = realloc(v->plans, sizeof *ne * (size_t)(v->n_plans + 1));
@@ -658,15 +658,16 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     for (int i = 0; i < g->n_inputs; i++) metas[i] = g->inputs[i].meta;
     v->plans[v->n_plans++] = (struct kn_plan_entry){want, n, metas, plan};
     cm->stats.plans_built++;
-    cm->stats.passes_s += plan->passes_s;
-    cm->stats.codegen_s += plan->codegen_s;
-    cm->stats.backend_s += plan->backend_s;
-    cm->stats.autotune_cache_hits += plan->tune_cache_hits;
-    if (plan->f.why) kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s):\n%s", cm->fn_name, cm->fn_where, plan->f.why);
-    if (cm->log_flags & KN_LOG_KERNELS)
-        for (int k = 0; k < plan->f.prog.n_kernels; k++)
-            kn_compiled_log(cm, KN_LOG_KERNELS, "kernel %s (%d nodes)\n", plan->f.prog.kernels[k].name,
-                            plan->f.prog.kernels[k].n_nodes);
+    cm->stats.passes_s += plan->times.passes_s;
+    cm->stats.codegen_s += plan->times.codegen_s;
+    cm->stats.backend_s += plan->times.backend_s;
+    cm->stats.autotune_cache_hits += plan->tune.cache_hits;
+    if (plan->code.fusion.why)
+        kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s):\n%s", cm->id.name, cm->id.where, plan->code.fusion.why);
+    if (cm->log.flags & KN_LOG_KERNELS)
+        for (int k = 0; k < plan->code.fusion.prog.n_kernels; k++)
+            kn_compiled_log(cm, KN_LOG_KERNELS, "kernel %s (%d nodes)\n", plan->code.fusion.prog.kernels[k].name,
+                            plan->code.fusion.prog.kernels[k].n_nodes);
     return plan;
 }
 
@@ -686,13 +687,14 @@ static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
         o->progress(&pr, o->progress_ud);
     }
     int skipped = 0;
-    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++) skipped += p->tune[k].source == KN_TUNED_SKIPPED;
+    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++)
+        skipped += p->tune.result[k].source == KN_TUNED_SKIPPED;
     if (s->interrupted || s->out_of_budget) {
         char path[1100];
-        kn_autotune_cache_path(cm->cache_dir, path, sizeof path);
+        kn_autotune_cache_path(cm->opt.cache_dir, path, sizeof path);
         kn_compiled_log(cm, KN_LOG_WARN,
                         "kiln: %s (%s): autotuning %s: %d kernels measured and saved in %s, %d keep their defaults\n",
-                        cm->fn_name, cm->fn_where,
+                        cm->id.name, cm->id.where,
                         s->interrupted ? "interrupted" : "stopped at kiln.config.autotune_budget_s",
                         s->measured, path, skipped);
     }
@@ -701,38 +703,39 @@ static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
 kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
                           int n_wanted, kn_tensor **results)
 {
-    kn_plan *plan = v && cm->compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
+    kn_plan *plan = v && cm->opt.compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
     if (plan) {
         kn_tensor *ins[256];
         if (g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
         for (int i = 0; i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
-        plan->fault_kernel = cm->fault_kernel;
-        if (cm->check_numerics || cm->check_once) {
+        plan->fault_kernel = cm->check.fault_kernel;
+        if (cm->opt.check_numerics || cm->check.once) {
             int bad = -1;
             char why[KN_REASON_MAX];
             KN_TRY(kn_plan_check(plan, ins, 1e-4, &bad, why, sizeof why));
-            cm->checks_run++;
+            cm->check.runs++;
             if (bad >= 0) {
-                const kn_kernel *k = &plan->f.prog.kernels[bad];
-                size_t n = (size_t)snprintf(cm->check_report, sizeof cm->check_report,
+                const kn_kernel *k = &plan->code.fusion.prog.kernels[bad];
+                size_t n = (size_t)snprintf(cm->check.report, sizeof cm->check.report,
                                             "kernel %s (ops", k->name);
-                for (int i = 0; i < k->n_nodes && n < sizeof cm->check_report; i++) {
+                for (int i = 0; i < k->n_nodes && n < sizeof cm->check.report; i++) {
                     const kn_node *nd = &plan->g.nodes[k->nodes[i]];
                     if (nd->op < KN_OP_COUNT)
-                        n += (size_t)snprintf(cm->check_report + n, sizeof cm->check_report - n, " %s at %s",
+                        n += (size_t)snprintf(cm->check.report + n, sizeof cm->check.report - n, " %s at %s",
                                               kn_op_name((kn_op)nd->op), nd->where);
                 }
-                if (n < sizeof cm->check_report)
-                    snprintf(cm->check_report + n, sizeof cm->check_report - n, ") differs from the reference: %s", why);
-                kn_compiled_log(cm, KN_LOG_WARN, "kiln: numerics check of %s (%s): %s\n", cm->fn_name, cm->fn_where,
-                                cm->check_report);
+                if (n < sizeof cm->check.report)
+                    snprintf(cm->check.report + n, sizeof cm->check.report - n, ") differs from the reference: %s",
+                             why);
+                kn_compiled_log(cm, KN_LOG_WARN, "kiln: numerics check of %s (%s): %s\n", cm->id.name, cm->id.where,
+                                cm->check.report);
             }
         }
         kn_status st;
-        if (plan->autotune && plan->tune_state == KN_TUNE_PENDING && !cm->check_numerics) {
+        if (plan->tune.enabled && plan->tune.state == KN_TUNE_PENDING && !cm->opt.check_numerics) {
             /* max-autotune's search, inside this first call */
             kn_tune_session ts = {0};
-            ts.cache_dir = cm->cache_dir;
+            ts.cache_dir = cm->opt.cache_dir;
             ts.budget_s = kn_autotune_get_opts()->budget_s - cm->stats.autotune_s;
             ts.log = autotune_log;
             ts.log_ud = cm;
@@ -744,23 +747,23 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
             cm->stats.autotune_interrupted |= ts.interrupted;
             cm->stats.autotune_out_of_budget |= ts.out_of_budget;
             if (ts.kernels_total) autotune_done(cm, plan, &ts);
-        } else if (kn_mode_records(cm->mode) && !cm->check_numerics) {
+        } else if (kn_mode_records(cm->id.mode) && !cm->opt.check_numerics) {
             bool replayed = false;
-            int before = plan->rec_state;
+            int before = plan->rec.state;
             st = kn_plan_run_recorded(plan, ins, results, &replayed);
             if (replayed) cm->stats.replays++;
-            if (plan->rec_state == KN_REC_NEVER && before != KN_REC_NEVER) {
-                snprintf(cm->stats.cuda_graph_why, sizeof cm->stats.cuda_graph_why, "%s", plan->rec_why);
+            if (plan->rec.state == KN_REC_NEVER && before != KN_REC_NEVER) {
+                snprintf(cm->stats.cuda_graph_why, sizeof cm->stats.cuda_graph_why, "%s", plan->rec.why);
                 /* torch says "skipping cudagraphs due to ..." once; so does kiln, on a GPU */
-                kn_compiled_log(cm, plan->device == KN_CPU || plan->rec_by_choice ? KN_LOG_CUDAGRAPHS | KN_LOG_AUTOTUNE
+                kn_compiled_log(cm, plan->device == KN_CPU || plan->rec.by_choice ? KN_LOG_CUDAGRAPHS | KN_LOG_AUTOTUNE
                                                                                   : KN_LOG_WARN,
-                                "kiln: %s (%s): a graph runs without a CUDA graph: %s\n", cm->fn_name,
-                                cm->fn_where, plan->rec_why);
+                                "kiln: %s (%s): a graph runs without a CUDA graph: %s\n", cm->id.name,
+                                cm->id.where, plan->rec.why);
             }
         } else {
             st = kn_plan_run(plan, ins, results);
         }
-        if (plan->peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->peak_bytes;
+        if (plan->mem.peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->mem.peak_bytes;
         return st;
     }
     kn_tensor **values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof *values);
@@ -807,7 +810,7 @@ kn_status kn_capture_flush(kn_capture *cap)
             while (j < n_want && (want[j].node != lz->node || want[j].out != lz->out)) j++;
             if (j == n_want) want[n_want++] = (kn_plan_value){lz->node, lz->out};
         }
-        kn_version *ver = version >= 0 ? &cm->graphs[cap->segment].versions[version] : NULL;
+        kn_version *ver = version >= 0 ? &cm->cache.graphs[cap->segment].versions[version] : NULL;
         if (st == KN_OK) st = kn_compiled_run(cm, ver, g, want, n_want, values);
         if (st == KN_OK) {
             int next_output = 0;
@@ -867,20 +870,21 @@ kn_status kn_capture_break(kn_capture *cap, const kn_break *b)
     }
     cap->call_breaks[cap->n_breaks++] = rec;
     bool seen = false;
-    for (int i = 0; i < cm->n_breaks && !seen; i++)
-        seen = strcmp(cm->breaks[i].where, rec.where) == 0 && strcmp(cm->breaks[i].reason, rec.reason) == 0 &&
-               strcmp(cm->breaks[i].category, rec.category) == 0;
+    for (int i = 0; i < cm->cache.n_breaks && !seen; i++)
+        seen = strcmp(cm->cache.breaks[i].where, rec.where) == 0 &&
+               strcmp(cm->cache.breaks[i].reason, rec.reason) == 0 &&
+               strcmp(cm->cache.breaks[i].category, rec.category) == 0;
     if (!seen) {
-        kn_break *nb = realloc(cm->breaks, sizeof *nb * (size_t)(cm->n_breaks + 1));
+        kn_break *nb = realloc(cm->cache.breaks, sizeof *nb * (size_t)(cm->cache.n_breaks + 1));
         if (!nb) return kn_error(KN_ERR_OOM, "out of host memory for the break log");
-        cm->breaks = nb;
-        cm->breaks[cm->n_breaks++] = rec;
+        cm->cache.breaks = nb;
+        cm->cache.breaks[cm->cache.n_breaks++] = rec;
     }
     char text[4096];
     kn_break_format(&rec, text, sizeof text);
-    if (cm->fullgraph)
+    if (cm->opt.fullgraph)
         return kn_error(KN_ERR_UNSUPPORTED, "fullgraph=true: %s compiles to one graph only, but:\n%s",
-                        cm->fn_name, text);
+                        cm->id.name, text);
     if (!seen) kn_compiled_log(cm, KN_LOG_GRAPH_BREAKS, "%s", text);
     /* The values are needed now: run what was captured so far. Even a graph
      * of no ops is flushed, so its placeholders (inputs) get values. */
@@ -903,12 +907,12 @@ kn_status kn_compiled_new(const char *fn_name, const char *fn_where, kn_compiled
 {
     kn_compiled *cm = calloc(1, sizeof *cm);
     if (!cm) return kn_error(KN_ERR_OOM, "out of host memory for a compiled function");
-    snprintf(cm->fn_name, sizeof cm->fn_name, "%s", fn_name);
-    snprintf(cm->fn_where, sizeof cm->fn_where, "%s", fn_where);
-    snprintf(cm->mode, sizeof cm->mode, "default");
-    cm->cache_size_limit = 8;
-    cm->dynamic = -1;
-    cm->log_flags = KN_LOG_WARN;
+    snprintf(cm->id.name, sizeof cm->id.name, "%s", fn_name);
+    snprintf(cm->id.where, sizeof cm->id.where, "%s", fn_where);
+    snprintf(cm->id.mode, sizeof cm->id.mode, "default");
+    cm->opt.cache_size_limit = 8;
+    cm->opt.dynamic = -1;
+    cm->log.flags = KN_LOG_WARN;
     *out = cm;
     return KN_OK;
 }
@@ -925,7 +929,7 @@ bool kn_mode_records(const char *mode)
 
 void kn_compiled_set_mode(kn_compiled *cm, const char *mode)
 {
-    snprintf(cm->mode, sizeof cm->mode, "%s", mode);
+    snprintf(cm->id.mode, sizeof cm->id.mode, "%s", mode);
 }
 
 void kn_compiled_free(kn_compiled *cm)
@@ -934,25 +938,25 @@ void kn_compiled_free(kn_compiled *cm)
     if (cm->cap.active) kn_capture_end(&cm->cap, false);
     free(cm->cap.lazies);
     free(cm->cap.call_breaks);
-    for (int k = 0; k < cm->n_graphs; k++) {
-        for (int v = 0; v < cm->graphs[k].n_versions; v++) {
-            kn_version *ver = &cm->graphs[k].versions[v];
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        for (int v = 0; v < cm->cache.graphs[k].n_versions; v++) {
+            kn_version *ver = &cm->cache.graphs[k].versions[v];
             for (int i = 0; i < ver->n_plans; i++) {
                 kn_plan_free(ver->plans[i].plan);
                 free(ver->plans[i].want);
                 free(ver->plans[i].in_metas);
             }
             free(ver->plans);
-            kn_graph_free(&cm->graphs[k].versions[v].g);
-            kn_sym_free(&cm->graphs[k].versions[v].sym);
-            free(cm->graphs[k].versions[v].guards);
+            kn_graph_free(&cm->cache.graphs[k].versions[v].g);
+            kn_sym_free(&cm->cache.graphs[k].versions[v].sym);
+            free(cm->cache.graphs[k].versions[v].guards);
         }
-        free(cm->graphs[k].versions);
+        free(cm->cache.graphs[k].versions);
     }
-    free(cm->graphs);
-    free(cm->breaks);
-    free(cm->recompiles);
-    free(cm->dyn);
-    free(cm->log);
+    free(cm->cache.graphs);
+    free(cm->cache.breaks);
+    free(cm->cache.recompiles);
+    free(cm->dyn.dims);
+    free(cm->log.text);
     free(cm);
 }

@@ -124,39 +124,60 @@ typedef struct kn_capture {
 } kn_capture;
 
 struct kn_compiled {
-    char fn_name[64];          /* "forward" */
-    char fn_where[KN_WHERE_MAX]; /* "samples/transformer_block.lua:21" */
-    char mode[32];
-    int cache_size_limit;
-    bool error_on_recompile;
-    bool fullgraph;
-    kn_graph_cache *graphs;
-    int n_graphs;
-    kn_break *breaks; /* distinct breaks seen so far, in order */
-    int n_breaks;
-    kn_recompile *recompiles;
-    int n_recompiles;
-    kn_compile_stats stats;
-    bool compiler;           /* run versions through compiled plans (else op by op) */
-    bool check_numerics;     /* compare every compiled run with the reference */
-    bool check_once;         /* cm:check: this call only */
-    int fault_kernel;        /* tests of the checker: add 1 to this kernel's first output (-1: none) */
-    char check_report[KN_REASON_MAX * 2]; /* the last check's finding ("" = all agreed) */
-    int checks_run;
-    char cache_dir[512];     /* the persistent kernel cache */
-    int pass_flags;          /* KN_PASSES_LOG / KN_PASSES_VERIFY */
-    int dynamic; /* -1: automatic (a dim that changed once), 0: never, 1: every dim */
+    /* which function this is and what it is compiled for: named in every
+     * message, and the mode is part of every version's guards */
     struct {
-        char name[KN_NAME_MAX];
-        int dim;
-    } *dyn; /* dims made dynamic automatically, by input name */
-    int n_dyn;
+        char name[64];              /* "forward" */
+        char where[KN_WHERE_MAX];   /* "samples/transformer_block.lua:21" */
+        char mode[32];
+    } id;
+    /* how the caller asked for it to be compiled: kiln.compile's options,
+     * and kiln.config as read again at every call */
+    struct {
+        int cache_size_limit;
+        bool error_on_recompile;
+        bool fullgraph;
+        bool compiler;          /* run versions through compiled plans (else op by op) */
+        bool check_numerics;    /* compare every compiled run with the reference */
+        int dynamic;            /* -1: automatic (a dim that changed once), 0: never, 1: every dim */
+        int pass_flags;         /* KN_PASSES_* and KN_PLAN_* (kn_passes.h) */
+        char cache_dir[512];    /* the persistent kernel cache */
+    } opt;
+    /* what earlier calls traced: per graph of a call its compiled versions,
+     * and the breaks and recompiles met on the way, for explain() */
+    struct {
+        kn_graph_cache *graphs;
+        int n_graphs;
+        kn_break *breaks;       /* distinct breaks seen so far, in order */
+        int n_breaks;
+        kn_recompile *recompiles;
+        int n_recompiles;
+    } cache;
+    kn_compile_stats stats;
+    /* the numerics check: its state between calls and what it found */
+    struct {
+        bool once;              /* cm:check: this call only */
+        int fault_kernel;       /* tests of the checker: add 1 to this kernel's first output (-1: none) */
+        char report[KN_REASON_MAX * 2]; /* the last check's finding ("" = all agreed) */
+        int runs;
+    } check;
+    /* dims made dynamic automatically (opt.dynamic -1), by input name, so
+     * later versions trace them symbolic */
+    struct {
+        struct {
+            char name[KN_NAME_MAX];
+            int dim;
+        } *dims;
+        int n_dims;
+    } dyn;
     kn_capture cap;
     /* Messages for the caller to show (recompiles, cache-limit warnings),
      * appended as they happen; the scripting layer prints and clears them. */
-    char *log;
-    size_t log_len;
-    int log_flags; /* which kinds of message to keep: KN_LOG_* */
+    struct {
+        char *text;
+        size_t len;
+        int flags;              /* which kinds of message to keep: KN_LOG_* */
+    } log;
 };
 
 enum { KN_LOG_RECOMPILES = 1, KN_LOG_GRAPH_BREAKS = 2, KN_LOG_GUARDS = 4, KN_LOG_WARN = 8 };
@@ -213,7 +234,7 @@ kn_plan *kn_version_plan(const kn_version *v);
 
 enum { KN_LOG_FUSION = 16, KN_LOG_KERNELS = 32, KN_LOG_PASSES = 64, KN_LOG_CUDAGRAPHS = 128, KN_LOG_AUTOTUNE = 256 };
 
-/* Append to cm->log (kept when `kind` is in cm->log_flags). */
+/* Append to cm->log.text (kept when `kind` is in cm->log.flags). */
 void kn_compiled_log(kn_compiled *cm, int kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -90,9 +90,9 @@ void kn_autotune_device_key(const char *identity, char key[KN_TUNE_KEY]);
 void kn_autotune_hash_key(const char *text, char key[KN_TUNE_KEY]);
 
 /* Look up (dev, sig) in the cache of cache_dir (loaded at the first use;
- * a corrupt file is reported through `notice` once and ignored). NULL or
- * "" cache_dir: an in-memory cache for the process. Returns false when
- * there is no entry. */
+ * a corrupt file is reported once, through kn_autotune_set_notice's
+ * function, and ignored). NULL or "" cache_dir: an in-memory cache for
+ * the process. Returns false when there is no entry. */
 bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *sig, kn_tune_entry *out);
 /* Add or replace an entry, remembering identity for the file's device
  * line, and rewrite the file (atomically: a temporary, then rename). */

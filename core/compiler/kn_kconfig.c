@@ -1,7 +1,7 @@
 /* kn_kconfig: the layouts a generated kernel can be rendered in (kn_kconfig
  * in kn_kir.h): their text form ("block=128 ept=4", what the autotune cache
  * file and kiln.autotune.pin use) and the candidates the autotuner measures
- * per kernel and target. */
+ * per kernel (the target's own, kn_render_target.candidates). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,51 +74,13 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
     return KN_OK;
 }
 
-int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int max)
+int kn_kconfig_candidates(const kn_kernel *k, const kn_render_target *t, kn_kconfig *out, int max)
 {
     int n = 0;
     if (max < 1) return 0;
     memset(&out[n++], 0, sizeof *out); /* the default first: every other is measured against it */
     if (k->kind != KN_KERNEL_POINTWISE && k->kind != KN_KERNEL_ROW) return n;
-#define ADD(...)                                                                                   \
-    do {                                                                                           \
-        if (n < max) out[n++] = (kn_kconfig){__VA_ARGS__};                                         \
-    } while (0)
-    if (t == KN_TARGET_CUDA && k->kind == KN_KERNEL_POINTWISE) {
-        static const int blocks[] = {128, 256, 512}, epts[] = {1, 2, 4};
-        for (int b = 0; b < 3; b++)
-            for (int e = 0; e < 3; e++)
-                if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == 1)) ADD(.block = blocks[b], .ept = epts[e]);
-        /* vector loads and stores where every argument is contiguous or one element */
-        for (int v = 2; v <= 8; v *= 2)
-            if (kn_kernel_vec_ok(k, v)) {
-                ADD(.block = 128, .vec = v);
-                ADD(.block = 256, .vec = v);
-            }
-    } else if (t == KN_TARGET_CUDA) {
-        int64_t row = k->ndim ? k->shape[k->ndim - 1] : 1;
-        bool auto_warp = kn_kernel_warp_rows(k);
-        static const int wblocks[] = {64, 128, 256, 512}, bblocks[] = {64, 128, 256, 512, 1024};
-        for (int b = 0; b < 4; b++) /* one warp per row: for rows up to a few thousand */
-            if (row <= 8 * KN_KIR_WARP_ROW_MAX && !(auto_warp && wblocks[b] == KN_KIR_ROW_BLOCK))
-                ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
-        for (int b = 1; b < 3 && row <= 1024; b++) /* one warp per row, the row in registers */
-            ADD(.block = wblocks[b], .rows = KN_ROWS_REGS);
-        for (int b = 0; b < 5; b++) /* one block per row: wide rows want wide blocks */
-            if (bblocks[b] / 2 <= row && !(!auto_warp && bblocks[b] == KN_KIR_ROW_BLOCK))
-                ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK);
-    } else {
-        static const int unrolls[] = {0, 2, 4, 8}, tiles[] = {0, 16, 64};
-        int nt = k->kind == KN_KERNEL_POINTWISE && k->ndim >= 2 ? 3 : 1;
-        for (int ti = 0; ti < nt; ti++)
-            for (int u = 0; u < 4; u++)
-                if (ti || u) ADD(.unroll = unrolls[u], .tile = tiles[ti]);
-        if (k->kind == KN_KERNEL_POINTWISE) { /* the vector width, forced */
-            ADD(.vec = 8);
-            ADD(.vec = 16);
-        }
-    }
-#undef ADD
+    /* the knobs are the target's: what a layout means is how it renders */
+    if (t->candidates) n += t->candidates(k, out + 1, max - 1);
     return n;
 }
-

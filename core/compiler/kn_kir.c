@@ -1,12 +1,14 @@
 /* kn_kir: builders, the text dump and the one source renderer of the kernel
- * IR (see kn_kir.h), for two targets: C (compiled at run time for the CPU)
- * and CUDA C++ (NVRTC).
+ * IR (see kn_kir.h), for the render targets the backends own (kernels/cpu:
+ * C compiled at run time for the CPU; kernels/cuda: CUDA C++ for NVRTC).
  *
- * The renderer is shared; a target overrides only what must differ: the
- * prelude (types, bf16/f16 bit code, helpers), the function header, how the
- * loop nest walks the space (C: nested loops; CUDA: a grid-stride loop over
- * the flattened space, or one block per row with a shared-memory tree), and
- * the reduction accumulator type. Scalar expressions come from the op table
+ * The renderer is shared and never asks which target it writes for: it
+ * reads the target's descriptor (kn_render_target): its prelude (types,
+ * KN_FN), the function's signature, how the body reaches its buffers, the
+ * unroll pragma and the precision switches as data, and the loop nest (C:
+ * nested loops; CUDA: a grid-stride loop over the flattened space, or a
+ * block or warp per row) and the combining of a row's partial sums across
+ * threads as overrides, which the target writes with kn_kir_target.h. Scalar expressions come from the op table
  * (kn_ops.def) as text: a small token rewrite turns its `a`, `b`, `c` into
  * the operand variables, `kn_exp` and friends into the function of the
  * compute type (expf for f32, exp for f64) and floating literals into f32
@@ -17,9 +19,10 @@
  *    int64 (i32 stores saturate, as the reference's), bool as 0/1 int.
  *  - A CAST to bf16 or f16 rounds right there (not only at the store): an
  *    eager cast materializes a bf16 tensor, and later ops must see that.
- *  - Row sums of float values accumulate in double on the C target (serial
- *    loops anyway: without -ffast-math the compiler cannot reassociate) and
- *    in float on CUDA, where the tree reduction is already pairwise.
+ *  - Row sums of float values accumulate in double where the target asks
+ *    (C: serial loops anyway, without -ffast-math the compiler cannot
+ *    reassociate) and in float elsewhere (CUDA, where the tree reduction
+ *    is already pairwise).
  *  - max / min reductions propagate NaN: once NaN, the accumulator stays NaN.
  */
 #include "kn_kir.h"
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_kir_target.h"
 #include "kn_strbuf.h"
 
 /* ---- builders ---- */
@@ -86,8 +90,7 @@ static const char *ctype_name(ctype c)
     return names[c];
 }
 
-/* The element type of a buffer of dt, as the generated code declares it. */
-static const char *storage_name(kn_dtype dt)
+const char *kn_kir_storage_name(kn_dtype dt)
 {
     switch (dt) {
     case KN_F32: return "float";
@@ -131,27 +134,9 @@ static void put_literal(kn_strbuf *s, ctype c, double v)
 
 /* ---- the render context ---- */
 
-typedef struct rctx {
-    const kn_kernel *k;
-    kn_target t;
-    kn_strbuf *s;
-    int indent;
-    bool warp_rows; /* CUDA ROW kernel with one warp per row (kn_kernel_warp_rows) */
-    bool vec_body;  /* CUDA vector path: contiguous args are read from l<j>.x[e], stored to s<j>.x[e] */
-    int regs_k;     /* CUDA ROW, rows=regs: each lane keeps its regs_k elements of the row in registers */
-    bool in_regs;   /* inside such a loop: row-varying loads read the registers c<j>[u] */
-} rctx;
+typedef kn_kir_rctx rctx;
 
-/* The threads per block of a CUDA kernel (k->cfg.block or the default). */
-static int cfg_block(const kn_kernel *k)
-{
-    return k->cfg.block > 0 ? k->cfg.block : KN_KIR_ROW_BLOCK;
-}
-
-
-
-static void line(rctx *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void line(rctx *r, const char *fmt, ...)
+void kn_kir_line(rctx *r, const char *fmt, ...)
 {
     char text[1024];
     va_list ap;
@@ -161,16 +146,9 @@ static void line(rctx *r, const char *fmt, ...)
     kn_strbuf_printf(r->s, "%*s%s\n", r->indent * 4, "", text);
 }
 
-/* C: the unroll pragma (before an innermost loop) when the config asks for one. */
-static void put_unroll(rctx *r)
+void kn_kir_put_unroll(rctx *r)
 {
-    if (r->t == KN_TARGET_C && r->k->cfg.unroll > 0) line(r, "#pragma GCC unroll %d", r->k->cfg.unroll);
-}
-
-/* C POINTWISE: the simd pragma (before the innermost loop) when asked for. */
-static void put_simd(rctx *r)
-{
-    if (r->t == KN_TARGET_C && r->k->cfg.vec > 0) line(r, "#pragma omp simd simdlen(%d)", r->k->cfg.vec);
+    if (r->t->unroll_pragma && r->k->cfg.unroll > 0) kn_kir_line(r, "%s %d", r->t->unroll_pragma, r->k->cfg.unroll);
 }
 
 static ctype expr_ct(const rctx *r, int i)
@@ -265,9 +243,10 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
     return KN_OK;
 }
 
-/* The text of element `idx` of argument j: "p<j>[offset]" where offset sums
- * i<d> * stride over dims d < upto (strides are baked constants). */
-static void put_elem(rctx *r, int j, int upto)
+/* The text of argument j's element at the loop indices i<d>: "p<j>[offset]"
+ * where offset sums i<d> * stride over dims d < upto (strides are baked
+ * constants), or its register copy in the lane and vector bodies. */
+void kn_kir_put_elem(rctx *r, int j, int upto)
 {
     const kn_karg *a = &r->k->args[j];
     if (r->in_regs && !a->is_output && a->strides[r->k->ndim - 1] != 0) { /* the lane's copy of its elements */
@@ -297,7 +276,7 @@ static void put_load(rctx *r, int j, int upto, ctype to)
     if (dt == KN_BF16) kn_strbuf_printf(r->s, "kn_ld_bf16(");
     else if (dt == KN_F16) kn_strbuf_printf(r->s, "kn_ld_f16(");
     else kn_strbuf_printf(r->s, "(");
-    put_elem(r, j, upto);
+    kn_kir_put_elem(r, j, upto);
     kn_strbuf_printf(r->s, dt == KN_BOOL ? " != 0)" : ")");
     r->s = keep;
     if (tmp.oom || !tmp.p) r->s->oom = true;
@@ -446,13 +425,13 @@ static kn_status render_expr(rctx *r, int i, int upto)
         ctype fc = oct[0]; /* the type the formula computes in */
         if (kn_op_kind_of((kn_op)e->op) == KN_K_TERNARY) fc = oct[1];
         bool int_div = fc == CT_I64 || fc == CT_BOOL;
-        /* On the CPU an f32 formula is evaluated in double and rounded once,
-         * as the reference does: +, -, *, / and sqrt round the same either
-         * way, and exp, erf, tanh, pow then agree with the reference to the
-         * last bit (a float expf can differ, and 0/underflow turns that into
-         * NaN against a finite reference). */
+        /* Where the target asks (the CPU), an f32 formula is evaluated in
+         * double and rounded once, as the reference does: +, -, *, / and
+         * sqrt round the same either way, and exp, erf, tanh, pow then agree
+         * with the reference to the last bit (a float expf can differ, and
+         * 0/underflow turns that into NaN against a finite reference). */
         ctype eval = fc;
-        if (r->t == KN_TARGET_C && fc == CT_F32 && kn_op_kind_of((kn_op)e->op) != KN_K_COMPARE &&
+        if (r->t->f32_math_in_f64 && fc == CT_F32 && kn_op_kind_of((kn_op)e->op) != KN_K_COMPARE &&
             e->op != KN_OP_LOGICAL_NOT && e->op != KN_OP_CAST) {
             eval = CT_F64;
             for (int j = 0; j < 3; j++) {
@@ -513,7 +492,7 @@ static void render_store(rctx *r, int j, int e, int upto)
     char v[16];
     snprintf(v, sizeof v, "v%d", e);
     kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
-    put_elem(r, j, upto);
+    kn_kir_put_elem(r, j, upto);
     kn_strbuf_printf(r->s, " = ");
     ctype from = expr_ct(r, e);
     switch (dt) {
@@ -599,30 +578,9 @@ static const char prelude_common[] =
     "    return a / b;\n"
     "}\n";
 
-static void render_prelude(kn_strbuf *s, kn_target t)
+static void render_prelude(kn_strbuf *s, const kn_render_target *t)
 {
-    if (t == KN_TARGET_C) {
-        kn_strbuf_printf(s, "/* generated by kiln (C target) */\n"
-                     "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"
-                     "typedef int64_t kn_i64; typedef int32_t kn_i32; typedef uint32_t kn_u32;\n"
-                     "typedef uint16_t kn_u16; typedef uint8_t kn_u8;\n"
-                     "#define KN_FN static inline\n"
-                     "KN_FN float kn_u2f(kn_u32 u) { float f; memcpy(&f, &u, 4); return f; }\n"
-                     "KN_FN kn_u32 kn_f2u(float f) { kn_u32 u; memcpy(&u, &f, 4); return u; }\n");
-    } else {
-        /* NVRTC has no standard headers: everything is self-contained. */
-        kn_strbuf_printf(s, "/* generated by kiln (CUDA target) */\n"
-                     "typedef long long kn_i64; typedef int kn_i32; typedef unsigned int kn_u32;\n"
-                     "typedef unsigned short kn_u16; typedef unsigned char kn_u8;\n"
-                     "typedef struct kn_kargs { char *bufs[%d]; long long sizes[%d]; } kn_kargs;\n"
-                     "#define KN_FN static __device__ __forceinline__\n"
-                     "#define INFINITY __int_as_float(0x7f800000)\n"
-                     "#define NAN __int_as_float(0x7fffffff)\n"
-                     "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n"
-                     "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n",
-                  KN_KIR_MAX_ARGS, KN_MAX_DIMS);
-    }
-    kn_strbuf_printf(s, "%s\n", prelude_common);
+    kn_strbuf_printf(s, "%s%s\n", t->prelude, prelude_common);
 }
 
 /* ---- kernel bodies ---- */
@@ -634,14 +592,13 @@ static void render_params(rctx *r, const char *bufs, const char *sizes)
     for (int j = 0; j < k->n_args; j++) {
         const kn_karg *a = &k->args[j];
         const char *cq = a->is_output ? "" : "const ";
-        line(r, "%s%s *p%d = (%s%s *)%s[%d];", cq, storage_name(a->dtype), j, cq,
-             storage_name(a->dtype), bufs, j);
+        kn_kir_line(r, "%s%s *p%d = (%s%s *)%s[%d];", cq, kn_kir_storage_name(a->dtype), j, cq,
+             kn_kir_storage_name(a->dtype), bufs, j);
     }
-    for (int d = 0; d < k->ndim; d++) line(r, "const kn_i64 n%d = %s[%d];", d, sizes, d);
+    for (int d = 0; d < k->ndim; d++) kn_kir_line(r, "const kn_i64 n%d = %s[%d];", d, sizes, d);
 }
 
-/* Stores (and their expressions) selected by per_row == want. */
-static kn_status render_stores(rctx *r, bool want_per_row, int upto)
+kn_status kn_kir_render_stores(rctx *r, bool want_per_row, int upto)
 {
     const kn_kernel *k = r->k;
     bool need[KN_KIR_MAX_EXPRS] = {false};
@@ -667,12 +624,12 @@ static bool has_stores(const kn_kernel *k, bool per_row)
     return false;
 }
 
-/* The accumulator type of a stage: float sums in double on C (see top). */
-static const char *acc_type(const rctx *r, int s)
+/* Float sums may accumulate in double (the target says; see top). */
+const char *kn_kir_acc_type(const rctx *r, int s)
 {
     ctype c = expr_ct(r, r->k->stages[s].expr);
     if (c == CT_BOOL) c = CT_I64;
-    if (c == CT_F32 && r->t == KN_TARGET_C && r->k->stages[s].op == KN_OP_SUM) return "double";
+    if (c == CT_F32 && r->t->f32_row_sum_in_f64 && r->k->stages[s].op == KN_OP_SUM) return "double";
     return ctype_name(c);
 }
 
@@ -686,49 +643,14 @@ static void put_acc_init(rctx *r, int s)
     else kn_strbuf_printf(r->s, "%sINFINITY", op == KN_OP_AMAX ? "-" : "");
 }
 
-/* acc = combine(acc, val) for stage s: sum, or max / min that keep NaN. */
-static void render_combine(rctx *r, int s, const char *acc, const char *val)
+/* Sum, or max / min that keep NaN. */
+void kn_kir_combine(rctx *r, int s, const char *acc, const char *val)
 {
     int op = r->k->stages[s].op;
-    if (op == KN_OP_SUM) line(r, "%s += %s;", acc, val);
+    if (op == KN_OP_SUM) kn_kir_line(r, "%s += %s;", acc, val);
     else
-        line(r, "%s = (%s != %s || %s %c %s) ? %s : %s;", acc, val, val, val,
+        kn_kir_line(r, "%s = (%s != %s || %s %c %s) ? %s : %s;", acc, val, val, val,
              op == KN_OP_AMAX ? '>' : '<', acc, val, acc);
-}
-
-static kn_status render_c_pointwise(rctx *r)
-{
-    const kn_kernel *k = r->k;
-    /* tiled: the two innermost dims walk tile x tile blocks, so a kernel
-     * that reads one operand transposed touches fewer cache lines per block */
-    int T = k->cfg.tile, tiled = T > 0 && k->ndim >= 2 ? 2 : 0, opened = 0;
-    for (int d = 0; d < k->ndim - tiled; d++, opened++) {
-        if (d == k->ndim - 1) {
-            put_unroll(r);
-            put_simd(r);
-        }
-        line(r, "for (kn_i64 i%d = 0; i%d < n%d; i%d++) {", d, d, d, d);
-        r->indent++;
-    }
-    for (int d = k->ndim - tiled; d < k->ndim; d++, opened++) {
-        line(r, "for (kn_i64 b%d = 0; b%d < n%d; b%d += %d) {", d, d, d, d, T);
-        r->indent++;
-    }
-    for (int d = k->ndim - tiled; d < k->ndim; d++, opened++) {
-        if (d == k->ndim - 1) {
-            put_unroll(r);
-            put_simd(r);
-        }
-        line(r, "for (kn_i64 i%d = b%d; i%d < (b%d + %d < n%d ? b%d + %d : n%d); i%d++) {", d, d, d, d, T, d, d,
-             T, d, d);
-        r->indent++;
-    }
-    KN_TRY(render_stores(r, false, k->ndim));
-    for (int d = 0; d < opened; d++) {
-        r->indent--;
-        line(r, "}");
-    }
-    return KN_OK;
 }
 
 /* A loop over the elements of the row: i<R> from lo by step, or with the
@@ -737,16 +659,16 @@ static void open_row_loop(rctx *r, const char *lo, const char *step)
 {
     int R = r->k->ndim - 1;
     if (r->regs_k) {
-        line(r, "#pragma unroll");
-        line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+        kn_kir_line(r, "#pragma unroll");
+        kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
         r->indent++;
-        line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
-        line(r, "if (i%d >= n%d) break;", R, R);
+        kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
+        kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
         r->in_regs = true;
         return;
     }
-    put_unroll(r);
-    line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
+    kn_kir_put_unroll(r);
+    kn_kir_line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
     r->indent++;
 }
 
@@ -754,12 +676,10 @@ static void close_row_loop(rctx *r)
 {
     r->in_regs = false;
     r->indent--;
-    line(r, "}");
+    kn_kir_line(r, "}");
 }
 
-/* The stages of one row, then its stores. `lo`, `step`: the row loop's
- * start and step (C: 0 and 1; CUDA: the thread and the block size). */
-static kn_status render_row_body(rctx *r, const char *lo, const char *step)
+kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char *per_row_open)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1;
@@ -770,25 +690,25 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
                 k->args[k->exprs[i].buf].strides[R] != 0)
                 cached[k->exprs[i].buf] = true;
         for (int j = 0; j < k->n_args; j++)
-            if (cached[j]) line(r, "%s c%d[%d];", storage_name(k->args[j].dtype), j, r->regs_k);
-        line(r, "#pragma unroll");
-        line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+            if (cached[j]) kn_kir_line(r, "%s c%d[%d];", kn_kir_storage_name(k->args[j].dtype), j, r->regs_k);
+        kn_kir_line(r, "#pragma unroll");
+        kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
         r->indent++;
-        line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
-        line(r, "if (i%d >= n%d) break;", R, R);
+        kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
+        kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
         for (int j = 0; j < k->n_args; j++)
             if (cached[j]) {
                 kn_strbuf_printf(r->s, "%*sc%d[u] = ", r->indent * 4, "", j);
-                put_elem(r, j, k->ndim);
+                kn_kir_put_elem(r, j, k->ndim);
                 kn_strbuf_printf(r->s, ";\n");
             }
         r->indent--;
-        line(r, "}");
+        kn_kir_line(r, "}");
     }
     for (int s = 0; s < k->n_stages; s++) {
         char acc[16];
         snprintf(acc, sizeof acc, "s%d", s);
-        kn_strbuf_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", acc_type(r, s), s);
+        kn_strbuf_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", kn_kir_acc_type(r, s), s);
         put_acc_init(r, s);
         kn_strbuf_printf(r->s, ";\n");
         open_row_loop(r, lo, step);
@@ -801,106 +721,27 @@ static kn_status render_row_body(rctx *r, const char *lo, const char *step)
         KN_TRY(render_needed(r, need, k->ndim));
         char val[16];
         snprintf(val, sizeof val, "v%d", k->stages[s].expr);
-        render_combine(r, s, acc, val);
+        kn_kir_combine(r, s, acc, val);
         close_row_loop(r);
-        if (r->t == KN_TARGET_CUDA) {
-            /* butterfly shuffles inside each warp, then the warps' partials
-             * through shared memory, combined by every thread in the same
-             * order (so all agree): two barriers a stage instead of a
-             * shared-memory tree's nine, which had made softmax rows of
-             * 256 latency-bound (131 us for 8.4M elements on the H100).
-             * blockDim is a power of two >= 32 (kn_kernel_launch_dims). */
-            line(r, "for (int w = 16; w > 0; w >>= 1) {");
-            r->indent++;
-            line(r, "%s o = __shfl_xor_sync(0xffffffffu, s%d, w);", acc_type(r, s), s);
-            render_combine(r, s, acc, "o");
-            r->indent--;
-            line(r, "}");
-            if (!r->warp_rows) {
-                line(r, "if ((threadIdx.x & 31u) == 0) red%d[threadIdx.x >> 5] = s%d;", s, s);
-                line(r, "__syncthreads();");
-                line(r, "s%d = red%d[0];", s, s);
-                line(r, "for (unsigned w = 1; w < (blockDim.x >> 5); w++) {");
-                r->indent++;
-                line(r, "%s o = red%d[w];", acc_type(r, s), s);
-                render_combine(r, s, acc, "o");
-                r->indent--;
-                line(r, "}");
-                line(r, "__syncthreads(); /* red%d is free again for the next row */", s);
-            }
-        }
-        line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,
+        if (r->t->row_partials) r->t->row_partials(r, s);
+        kn_kir_line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,
              ctype_name(expr_ct(r, k->stages[s].expr)), s);
     }
     if (has_stores(k, false)) {
         open_row_loop(r, lo, step);
-        KN_TRY(render_stores(r, false, k->ndim));
+        KN_TRY(kn_kir_render_stores(r, false, k->ndim));
         close_row_loop(r);
     }
     if (has_stores(k, true)) {
-        line(r, r->t != KN_TARGET_CUDA ? "{" : r->warp_rows ? "if (lane == 0) {" : "if (threadIdx.x == 0) {");
+        kn_kir_line(r, "%s", per_row_open);
         r->indent++;
-        line(r, "const kn_i64 i%d = 0; /* per-row values may load row-broadcast args */", R);
-        line(r, "(void)i%d;", R);
-        KN_TRY(render_stores(r, true, R));
+        kn_kir_line(r, "const kn_i64 i%d = 0; /* per-row values may load row-broadcast args */", R);
+        kn_kir_line(r, "(void)i%d;", R);
+        KN_TRY(kn_kir_render_stores(r, true, R));
         r->indent--;
-        line(r, "}");
+        kn_kir_line(r, "}");
     }
     return KN_OK;
-}
-
-static kn_status render_c_row(rctx *r)
-{
-    const kn_kernel *k = r->k;
-    int R = k->ndim - 1;
-    for (int d = 0; d < R; d++) {
-        line(r, "for (kn_i64 i%d = 0; i%d < n%d; i%d++) {", d, d, d, d);
-        r->indent++;
-    }
-    line(r, "{");
-    r->indent++;
-    KN_TRY(render_row_body(r, "0", "1"));
-    r->indent--;
-    line(r, "}");
-    for (int d = 0; d < R; d++) {
-        r->indent--;
-        line(r, "}");
-    }
-    return KN_OK;
-}
-
-/* i<d> for d < upto from the flat index `flat` (row-major). 64-bit
- * division is a long software sequence on the GPU, so a space under 2^31
- * elements (a uniform branch) divides in 32 bits. */
-static void render_unflatten(rctx *r, const char *flat, const char *total, int upto)
-{
-    if (upto == 0) return;
-    if (upto == 1) {
-        line(r, "const kn_i64 i0 = %s;", flat);
-        return;
-    }
-    kn_strbuf_printf(r->s, "%*skn_i64 i0", r->indent * 4, "");
-    for (int d = 1; d < upto; d++) kn_strbuf_printf(r->s, ", i%d", d);
-    kn_strbuf_printf(r->s, ";\n");
-    line(r, "if (%s <= 2147483647LL) {", total);
-    r->indent++;
-    line(r, "unsigned rest = (unsigned)%s;", flat);
-    for (int d = upto - 1; d > 0; d--) {
-        line(r, "i%d = rest %% (unsigned)n%d;", d, d);
-        line(r, "rest /= (unsigned)n%d;", d);
-    }
-    line(r, "i0 = rest;");
-    r->indent--;
-    line(r, "} else {");
-    r->indent++;
-    line(r, "kn_i64 rest = %s;", flat);
-    for (int d = upto - 1; d > 0; d--) {
-        line(r, "i%d = rest %% n%d;", d, d);
-        line(r, "rest /= n%d;", d);
-    }
-    line(r, "i0 = rest;");
-    r->indent--;
-    line(r, "}");
 }
 
 /* Whether a CUDA POINTWISE kernel can take vector width V: along the last
@@ -924,144 +765,6 @@ bool kn_kernel_vec_ok(const kn_kernel *k, int V)
     return true;
 }
 
-/* Vector path (cfg.vec = V): each thread moves V consecutive elements of
- * every contiguous argument with one aligned vector load or store, then
- * computes them one by one from registers. Taken when every such pointer
- * is aligned to its vector (a view's offset may break that: then the
- * scalar loop below runs) and the size is a multiple of V (checked when
- * the candidates are made, against the shape the kernel was built for; a
- * dynamic size that is not falls back too). */
-static kn_status render_cuda_vector(rctx *r, int V)
-{
-    const kn_kernel *k = r->k;
-    int L = k->ndim - 1;
-    kn_strbuf_printf(r->s, "%*sif (n%d %% %d == 0", r->indent * 4, "", L, V);
-    for (int j = 0; j < k->n_args; j++)
-        if (k->args[j].strides[L] == 1)
-            kn_strbuf_printf(r->s, " && ((unsigned long long)p%d %% %zu) == 0", j, V * kn_dtype_size(k->args[j].dtype));
-    kn_strbuf_printf(r->s, ") {\n");
-    r->indent++;
-    for (int j = 0; j < k->n_args; j++)
-        if (k->args[j].strides[L] == 1)
-            line(r, "struct __align__(%zu) v%d_t { %s x[%d]; };", V * kn_dtype_size(k->args[j].dtype), j,
-                 storage_name(k->args[j].dtype), V);
-    line(r, "for (kn_i64 q = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; q < total / %d;"
-            " q += (kn_i64)gridDim.x * blockDim.x) {", V);
-    r->indent++;
-    line(r, "const kn_i64 t = q * %d;", V);
-    render_unflatten(r, "t", "total", k->ndim);
-    for (int j = 0; j < k->n_args; j++)
-        if (k->args[j].strides[L] == 1) {
-            if (k->args[j].is_output) {
-                line(r, "v%d_t s%d;", j, j);
-                continue;
-            }
-            kn_strbuf_printf(r->s, "%*sconst v%d_t l%d = *(const v%d_t *)&", r->indent * 4, "", j, j, j);
-            put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, ";\n");
-        }
-    line(r, "#pragma unroll");
-    line(r, "for (int e = 0; e < %d; e++) {", V);
-    r->indent++;
-    r->vec_body = true;
-    kn_status st = render_stores(r, false, k->ndim);
-    r->vec_body = false;
-    KN_TRY(st);
-    r->indent--;
-    line(r, "}");
-    for (int j = 0; j < k->n_args; j++)
-        if (k->args[j].strides[L] == 1 && k->args[j].is_output) {
-            kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
-            put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, " = s%d;\n", j);
-        }
-    r->indent--;
-    line(r, "}");
-    line(r, "return;");
-    r->indent--;
-    line(r, "}");
-    return KN_OK;
-}
-
-static kn_status render_cuda_pointwise(rctx *r)
-{
-    const kn_kernel *k = r->k;
-    kn_strbuf_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
-    for (int d = 0; d < k->ndim; d++) kn_strbuf_printf(r->s, " * n%d", d);
-    kn_strbuf_printf(r->s, ";\n");
-    if (kn_kernel_vec_ok(k, k->cfg.vec)) KN_TRY(render_cuda_vector(r, k->cfg.vec));
-    int ept = k->cfg.ept > 1 ? k->cfg.ept : 1;
-    if (ept == 1) {
-        line(r, "for (kn_i64 t = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;"
-                " t += (kn_i64)gridDim.x * blockDim.x) {");
-        r->indent++;
-    } else {
-        /* ept elements a block-width apart per thread and step: loads stay
-         * coalesced, and the unrolled steps keep ept loads in flight */
-        line(r, "for (kn_i64 base = (kn_i64)blockIdx.x * blockDim.x * %d + threadIdx.x; base < total;"
-                " base += (kn_i64)gridDim.x * blockDim.x * %d) {", ept, ept);
-        r->indent++;
-        line(r, "#pragma unroll");
-        line(r, "for (int e = 0; e < %d; e++) {", ept);
-        r->indent++;
-        line(r, "const kn_i64 t = base + (kn_i64)e * blockDim.x;");
-        line(r, "if (t >= total) break;");
-    }
-    render_unflatten(r, "t", "total", k->ndim);
-    KN_TRY(render_stores(r, false, k->ndim));
-    for (int l = 0; l < (ept == 1 ? 1 : 2); l++) {
-        r->indent--;
-        line(r, "}");
-    }
-    return KN_OK;
-}
-
-static kn_status render_cuda_row(rctx *r)
-{
-    const kn_kernel *k = r->k;
-    int R = k->ndim - 1;
-    if (!r->warp_rows)
-        for (int s = 0; s < k->n_stages; s++)
-            line(r, "__shared__ %s red%d[32]; /* one partial per warp */", acc_type(r, s), s);
-    kn_strbuf_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
-    for (int d = 0; d < R; d++) kn_strbuf_printf(r->s, " * n%d", d);
-    kn_strbuf_printf(r->s, ";\n");
-    if (r->warp_rows) {
-        /* one warp per row: no barriers at all, and a block's eight rows
-         * keep eight times the loads in flight */
-        line(r, "const unsigned lane = threadIdx.x & 31u;");
-        line(r, "const kn_i64 wpb = blockDim.x >> 5;");
-        line(r, "for (kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;"
-                " row += (kn_i64)gridDim.x * wpb) {");
-    } else {
-        line(r, "for (kn_i64 row = blockIdx.x; row < rows; row += gridDim.x) {");
-    }
-    r->indent++;
-    render_unflatten(r, "row", "rows", R);
-    if (k->cfg.rows == KN_ROWS_REGS) {
-        /* the row in registers when it fits what was rendered; a longer
-         * row (a dynamic size) takes the plain warp loop */
-        int K = (int)((k->shape[R] + 31) / 32);
-        line(r, "if (n%d <= %d) {", R, K * 32);
-        r->indent++;
-        r->regs_k = K;
-        kn_status st = render_row_body(r, "(kn_i64)lane", "32");
-        r->regs_k = 0;
-        KN_TRY(st);
-        r->indent--;
-        line(r, "} else {");
-        r->indent++;
-    }
-    KN_TRY(render_row_body(r, r->warp_rows ? "(kn_i64)lane" : "threadIdx.x", r->warp_rows ? "32" : "blockDim.x"));
-    if (k->cfg.rows == KN_ROWS_REGS) {
-        r->indent--;
-        line(r, "}");
-    }
-    r->indent--;
-    line(r, "}");
-    return KN_OK;
-}
-
 bool kn_kernel_warp_rows(const kn_kernel *k)
 {
     if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return false;
@@ -1070,33 +773,26 @@ bool kn_kernel_warp_rows(const kn_kernel *k)
 }
 
 /* One kernel's function (no prelude). */
-static kn_status render_function(const kn_kernel *k, kn_target t, kn_strbuf *s)
+static kn_status render_function(const kn_kernel *k, const kn_render_target *t, kn_strbuf *s)
 {
     KN_TRY(kernel_check(k));
     if (k->kind == KN_KERNEL_FALLBACK || (k->kind == KN_KERNEL_LIBRARY && k->n_stores == 0))
         return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: %s kernels have no generated source",
                         k->name, k->kind == KN_KERNEL_FALLBACK ? "fallback" : "library");
-    rctx r = {k, t, s, 0, t == KN_TARGET_CUDA && kn_kernel_warp_rows(k), false, 0, false};
-    if (t == KN_TARGET_C)
-        line(&r, "void %s(char **bufs, const kn_i64 *sizes)", k->name);
-    else
-        line(&r, "extern \"C\" __global__ void __launch_bounds__(%d) %s(kn_kargs ka)", cfg_block(k), k->name);
-    line(&r, "{");
+    rctx r = {k, t, s, 0, false, false, 0, false};
+    t->signature(&r);
+    kn_kir_line(&r, "{");
     r.indent++;
-    render_params(&r, t == KN_TARGET_C ? "bufs" : "ka.bufs", t == KN_TARGET_C ? "sizes" : "ka.sizes");
-    if (t == KN_TARGET_C) line(&r, "(void)bufs; (void)sizes;");
-    kn_status st;
-    if (k->kind == KN_KERNEL_ROW)
-        st = t == KN_TARGET_C ? render_c_row(&r) : render_cuda_row(&r);
-    else /* POINTWISE, and a LIBRARY kernel's epilogue (run after the library call) */
-        st = t == KN_TARGET_C ? render_c_pointwise(&r) : render_cuda_pointwise(&r);
-    if (st != KN_OK) return st;
+    render_params(&r, t->bufs, t->sizes);
+    if (t->after_params) kn_kir_line(&r, "%s", t->after_params);
+    /* POINTWISE, and a LIBRARY kernel's epilogue (run after the library call) */
+    KN_TRY(k->kind == KN_KERNEL_ROW ? t->row(&r) : t->pointwise(&r));
     r.indent--;
-    line(&r, "}");
+    kn_kir_line(&r, "}");
     return KN_OK;
 }
 
-kn_status kn_kernel_render(const kn_kernel *k, kn_target t, char **src)
+kn_status kn_kernel_render(const kn_kernel *k, const kn_render_target *t, char **src)
 {
     kn_strbuf s = {0};
     render_prelude(&s, t);
@@ -1115,7 +811,7 @@ bool kn_kernel_has_source(const kn_kernel *k)
            (k->kind == KN_KERNEL_LIBRARY && k->n_stores > 0);
 }
 
-kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src)
+kn_status kn_kprogram_render(const kn_kprogram *p, const kn_render_target *t, char **src)
 {
     kn_strbuf s = {0};
     render_prelude(&s, t);
@@ -1132,19 +828,19 @@ kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src)
     return kn_strbuf_finish(&s, src, "program");
 }
 
-const char *kn_kir_cuda_prelude(void)
+kn_status kn_kir_prelude(const kn_render_target *t, char **src)
 {
-    /* rendered once and kept: template modules prepend it on every build */
-    static char *text;
-    if (!text) {
-        kn_strbuf s = {0};
-        render_prelude(&s, KN_TARGET_CUDA);
-        if (kn_strbuf_finish(&s, &text, "cuda prelude") != KN_OK) return NULL;
-    }
-    return text;
+    kn_strbuf s = {0};
+    render_prelude(&s, t);
+    return kn_strbuf_finish(&s, src, "prelude");
 }
 
 /* ---- launch configuration ---- */
+
+int kn_kernel_block(const kn_kernel *k)
+{
+    return k->cfg.block > 0 ? k->cfg.block : KN_KIR_ROW_BLOCK;
+}
 
 void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *grid, int *block)
 {
@@ -1154,7 +850,7 @@ void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *gr
     for (int d = 0; d < upto; d++) n *= sizes[d];
     if (k->kind == KN_KERNEL_ROW && k->ndim >= 1 && sizes[k->ndim - 1] == 0 && !has_stores(k, true))
         n = 0;
-    int b = *block = cfg_block(k);
+    int b = *block = kn_kernel_block(k);
     if (k->kind == KN_KERNEL_ROW) {
         if (kn_kernel_warp_rows(k)) n = (n + b / 32 - 1) / (b / 32);
         *grid = n < KN_KIR_MAX_GRID ? n : KN_KIR_MAX_GRID;

@@ -152,6 +152,49 @@ void kn_kprogram_free(kn_kprogram *p);
 kn_status kn_kernel_add_expr(kn_kernel *k, const kn_kexpr *e, int *out);
 kn_status kn_kernel_add_arg(kn_kernel *k, const kn_karg *a, int *out);
 
+/* A render target: what one backend's generated code looks like. The
+ * renderer (kn_kir.c) is shared; each backend owns its target (kernels/cpu:
+ * C for the CPU JIT, kernels/cuda: CUDA C++ for NVRTC) and hands it to core
+ * through its vtable (kn_backend.render_target). Differences that are text
+ * or a switch are fields; the loop nest, which differs in shape (nested
+ * loops against a grid-stride loop over threads), and the target's tuning
+ * knobs are overrides, written with the helpers of kn_kir_target.h. */
+typedef struct kn_kir_rctx kn_kir_rctx;
+typedef struct kn_render_target {
+    const char *name;    /* "c", "cuda": cm:source's word, and part of autotune keys */
+    const char *prelude; /* types, KN_FN, kn_u2f / kn_f2u; the shared bf16 / f16 and integer
+                            helpers follow it */
+    const char *bufs, *sizes;  /* how a function body reaches its buffers and sizes */
+    const char *after_params;  /* a line after the parameters, or NULL */
+    const char *unroll_pragma; /* spelled before a loop as "PRAGMA N" when cfg.unroll > 0;
+                                  NULL: the target ignores cfg.unroll */
+    bool f32_math_in_f64;    /* f32 formulas evaluate in double and round once (the CPU
+                                reference's results to the last bit) */
+    bool f32_row_sum_in_f64; /* float row sums accumulate in double (a serial loop, which
+                                a tree reduction does not need) */
+    /* The function's first line: its name k->name, and a signature that
+     * takes bufs and sizes as the fields above reach them. */
+    void (*signature)(kn_kir_rctx *r);
+    /* The loop nests, with the body inside (kn_kir_target.h's helpers):
+     * POINTWISE (and LIBRARY epilogues), and ROW. */
+    kn_status (*pointwise)(kn_kir_rctx *r);
+    kn_status (*row)(kn_kir_rctx *r);
+    /* ROW: after each stage's loop, combine the partial accumulators of
+     * the threads that share a row into s<stage>; NULL: one thread a row. */
+    void (*row_partials)(kn_kir_rctx *r, int stage);
+    /* The non-default configurations worth measuring for generated kernel k
+     * (POINTWISE or ROW), at most max into out; returns the count. */
+    int (*candidates)(const kn_kernel *k, kn_kconfig *out, int max);
+} kn_render_target;
+
+/* The backends' targets, by name, for code that renders without a backend
+ * at hand (cm:source, tests). The CUDA target is plain C and is built even
+ * without the CUDA toolkit, so CUDA source can be written and read anywhere. */
+extern const kn_render_target kn_cpu_render_target;
+extern const kn_render_target kn_cuda_render_target;
+#define KN_TARGET_C (&kn_cpu_render_target)
+#define KN_TARGET_CUDA (&kn_cuda_render_target)
+
 /* The generated source of one kernel (or of every kernel of a program) for
  * a target; caller frees *src. The function for kernel k is named k->name
  * and has the signature
@@ -159,12 +202,11 @@ kn_status kn_kernel_add_arg(kn_kernel *k, const kn_karg *a, int *out);
  * with bufs[i] the address of element 0 of argument i (offset applied by
  * the caller) and sizes the iteration shape (generated code may also bake
  * the shape in: sizes lets a cached object serve a dynamic version). */
-typedef enum kn_target { KN_TARGET_C, KN_TARGET_CUDA } kn_target;
-kn_status kn_kernel_render(const kn_kernel *k, kn_target t, char **src);
-kn_status kn_kprogram_render(const kn_kprogram *p, kn_target t, char **src);
-/* The CUDA prelude alone (types, bf16/f16 bit code, helpers; no includes),
- * for hand-written templates that share it; static storage, NULL on OOM. */
-const char *kn_kir_cuda_prelude(void);
+kn_status kn_kernel_render(const kn_kernel *k, const kn_render_target *t, char **src);
+kn_status kn_kprogram_render(const kn_kprogram *p, const kn_render_target *t, char **src);
+/* A target's prelude alone (types, bf16/f16 bit code, helpers; no includes
+ * on CUDA), for hand-written templates that share it; caller frees *src. */
+kn_status kn_kir_prelude(const kn_render_target *t, char **src);
 
 /* Whether CUDA POINTWISE kernel k can take vector width V (cfg.vec): along
  * the last dim every argument is contiguous or broadcast, V elements fit
@@ -174,7 +216,7 @@ bool kn_kernel_vec_ok(const kn_kernel *k, int V);
 /* The configurations worth measuring for generated kernel k on target t,
  * the default first (out[0] is all zero); at most max; returns the count
  * (1 for kernels with nothing to tune). */
-int kn_kconfig_candidates(const kn_kernel *k, kn_target t, kn_kconfig *out, int max);
+int kn_kconfig_candidates(const kn_kernel *k, const kn_render_target *t, kn_kconfig *out, int max);
 
 /* Human-readable dump of a kernel (for KILN_LOGS=kernels and tests). */
 kn_status kn_kernel_dump(const kn_kernel *k, char **text);
@@ -212,6 +254,8 @@ typedef struct kn_kargs {
     long long sizes[KN_MAX_DIMS];
 } kn_kargs;
 void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *grid, int *block);
+/* A CUDA kernel's threads per block: k->cfg.block, or KN_KIR_ROW_BLOCK. */
+int kn_kernel_block(const kn_kernel *k);
 bool kn_kernel_warp_rows(const kn_kernel *k);
 
 #endif

@@ -3,8 +3,9 @@
  *
  * A pass does not move nodes itself. It marks nodes dead, redirects a
  * node's uses to another value (repl), or appends nodes and says where
- * they go (before); kn_pass_commit then builds the new node array, points
- * every input and every caller output at the surviving values and renumbers.
+ * they go (before); commit() in kn_passes.c then builds the new node
+ * array, points every input and every caller output at the surviving
+ * values and renumbers.
  * Values are encoded as node * KN_MAX_OUTPUTS + output ("refs"). A
  * replacement always points at an earlier node, so chains end.
  */

@@ -22,16 +22,18 @@
  * Which kernels have choices, their cache keys, and applying a saved choice
  * before the compile; the measured search is kn_plan_tune.c. */
 
-kn_target kn_plan_target(const kn_plan *p)
+/* The language the plan's device generates kernels in: its backend's. */
+const kn_render_target *kn_plan_target(const kn_plan *p)
 {
-    return p->device == KN_CPU ? KN_TARGET_C : KN_TARGET_CUDA;
+    const kn_backend *be = kn_backend_get(p->device);
+    return be ? be->render_target : NULL;
 }
 
 /* Kernels that run inside a matmul's library epilogue never run alone. */
 static bool folded_into(const kn_plan *p, int kid)
 {
-    for (int j = 0; p->epi && j < p->f.prog.n_kernels; j++)
-        if (p->epi[j].into == kid && !p->epi[j].off) return true;
+    for (int j = 0; p->epi.kernel && j < p->code.fusion.prog.n_kernels; j++)
+        if (p->epi.kernel[j].into == kid && !p->epi.kernel[j].off) return true;
     return false;
 }
 
@@ -45,15 +47,15 @@ static bool is_library(const kn_plan *p, const kn_kernel *k)
 bool kn_plan_tunable(const kn_plan *p, int kid)
 {
     const kn_backend *be = kn_backend_get(p->device);
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     if (!be || folded_into(p, kid)) return false;
     if (kn_plan_generated(k)) {
         kn_kconfig c[2];
-        return be->compile_program && kn_kconfig_candidates(k, kn_plan_target(p), c, 2) > 1;
+        return be->compile_program && be->render_target && kn_kconfig_candidates(k, be->render_target, c, 2) > 1;
     }
     /* a library call has candidates when its library offers variants, or
      * when its epilogue is fused (the unfused candidate) */
-    return is_library(p, k) && (be->library_variant_label || (p->epi && p->epi[kid].into >= 0));
+    return is_library(p, k) && (be->library_variant_label || (p->epi.kernel && p->epi.kernel[kid].into >= 0));
 }
 
 void kn_plan_identity(const kn_plan *p, char *buf, size_t size)
@@ -69,7 +71,7 @@ void kn_plan_identity(const kn_plan *p, char *buf, size_t size)
  * in another model or process finds the same entry. */
 kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
 {
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -87,7 +89,7 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
             st = kn_kernel_render(copy, kn_plan_target(p), &src);
         }
         if (st == KN_OK) {
-            fprintf(f, "gen %s shape", kn_plan_target(p) == KN_TARGET_C ? "c" : "cuda");
+            fprintf(f, "gen %s shape", kn_plan_target(p)->name);
             for (int d = 0; d < k->ndim; d++) fprintf(f, " %lld", (long long)k->shape[d]);
             fprintf(f, "\n%s", src);
         }
@@ -97,7 +99,7 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
         const kn_node *n = &p->g.nodes[k->lib_node];
         fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_allow_tf32() ? 1 : 0);
         for (int i = 0; i < n->n_in; i++) {
-            const kn_layout *l = &p->f.layout[n->in_node[i]];
+            const kn_layout *l = &p->code.fusion.layout[n->in_node[i]];
             fprintf(f, " in%d %s [", i, kn_dtype_name(p->g.nodes[n->in_node[i]].out[n->in_out[i]].dtype));
             for (int d = 0; d < l->ndim; d++)
                 fprintf(f, "%s%lld:%lld", d ? "," : "", (long long)l->shape[d], (long long)l->strides[d]);
@@ -106,9 +108,9 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
         fprintf(f, " out %s stride %d %d pad %d %d dil %d %d groups %d", kn_dtype_name(n->out[0].dtype),
                 n->a.stride[0], n->a.stride[1], n->a.padding[0], n->a.padding[1], n->a.dilation[0],
                 n->a.dilation[1], n->a.groups);
-        if (p->epi && p->epi[kid].into >= 0)
-            fprintf(f, " epilogue bias %d act %d residual %d", p->epi[kid].bias_node >= 0, p->epi[kid].act,
-                    p->epi[kid].res_node >= 0);
+        if (p->epi.kernel && p->epi.kernel[kid].into >= 0)
+            fprintf(f, " epilogue bias %d act %d residual %d", p->epi.kernel[kid].bias_node >= 0,
+                    p->epi.kernel[kid].act, p->epi.kernel[kid].res_node >= 0);
     }
     fclose(f);
     if (st == KN_OK) kn_autotune_hash_key(text, sig);
@@ -121,14 +123,14 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
 kn_status kn_plan_parse_choice(const kn_plan *p, int kid, const char *choice, kn_kconfig *cfg, int *variant,
                               bool *unfused)
 {
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     memset(cfg, 0, sizeof *cfg);
     *variant = 0;
     *unfused = false;
     if (kn_plan_generated(k)) return kn_kconfig_parse(choice, cfg);
     if (strcmp(choice, "default") == 0) return KN_OK;
     if (strcmp(choice, "unfused") == 0) {
-        if (!p->epi || p->epi[kid].into < 0)
+        if (!p->epi.kernel || p->epi.kernel[kid].into < 0)
             return kn_error(KN_ERR_ARG, "kernel %s has no fused epilogue: 'unfused' does not apply", k->name);
         *unfused = true;
         return KN_OK;
@@ -143,16 +145,17 @@ kn_status kn_plan_parse_choice(const kn_plan *p, int kid, const char *choice, kn
     }
     return kn_error(KN_ERR_ARG,
                     "kernel %s runs in a library: its choice is 'default', 'variant=N' (N < %d)%s, not '%s'", k->name,
-                    KN_TUNE_MAX_CANDS, p->epi && p->epi[kid].into >= 0 ? " or 'unfused' (its epilogue as its own kernel)" : "",
+                    KN_TUNE_MAX_CANDS,
+                    p->epi.kernel && p->epi.kernel[kid].into >= 0 ? " or 'unfused' (its epilogue as its own kernel)" : "",
                     choice);
 }
 
 /* Fold kernel kid's epilogue into its library call, or not. */
 void kn_plan_set_unfused(kn_plan *p, int kid, bool unfused)
 {
-    if (!p->epi || p->epi[kid].into < 0 || p->epi[kid].off == unfused) return;
-    p->epi[kid].off = unfused;
-    p->n_epi += unfused ? -1 : 1;
+    if (!p->epi.kernel || p->epi.kernel[kid].into < 0 || p->epi.kernel[kid].off == unfused) return;
+    p->epi.kernel[kid].off = unfused;
+    p->epi.n_folded += unfused ? -1 : 1;
 }
 
 /* A kernel's result from a cache entry (the file's, or an identical
@@ -168,30 +171,30 @@ void kn_plan_take_entry(kn_tune_result *tr, const kn_tune_entry *e)
 
 kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
 {
-    int n = p->f.prog.n_kernels;
-    p->autotune = true;
-    p->variant = calloc((size_t)n + 1, sizeof *p->variant);
-    p->tune = calloc((size_t)n + 1, sizeof *p->tune);
-    if (!p->variant || !p->tune) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
+    int n = p->code.fusion.prog.n_kernels;
+    p->tune.enabled = true;
+    p->tune.variant = calloc((size_t)n + 1, sizeof *p->tune.variant);
+    p->tune.result = calloc((size_t)n + 1, sizeof *p->tune.result);
+    if (!p->tune.variant || !p->tune.result) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
     char id[512];
     kn_plan_identity(p, id, sizeof id);
-    kn_autotune_device_key(id, p->tune_dev);
+    kn_autotune_device_key(id, p->tune.dev);
     for (int kid = 0; kid < n; kid++) {
-        kn_tune_result *tr = &p->tune[kid];
+        kn_tune_result *tr = &p->tune.result[kid];
         tr->us = tr->default_us = -1;
         if (!kn_plan_tunable(p, kid)) continue;
         KN_TRY(kn_plan_kernel_key(p, kid, tr->sig));
         kn_tune_entry e;
-        if (!kn_autotune_cache_find(cache_dir, p->tune_dev, tr->sig, &e)) continue;
+        if (!kn_autotune_cache_find(cache_dir, p->tune.dev, tr->sig, &e)) continue;
         kn_kconfig cfg;
         int v;
         bool unfused;
         if (kn_plan_parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) continue; /* an edited file: search again */
-        p->f.prog.kernels[kid].cfg = cfg;
-        p->variant[kid] = v;
+        p->code.fusion.prog.kernels[kid].cfg = cfg;
+        p->tune.variant[kid] = v;
         kn_plan_set_unfused(p, kid, unfused);
         kn_plan_take_entry(tr, &e);
-        p->tune_cache_hits++;
+        p->tune.cache_hits++;
     }
     return KN_OK;
 }
@@ -200,12 +203,12 @@ kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
 static void free_tuning(kn_plan *p)
 {
     const kn_backend *be = kn_backend_get(p->device);
-    for (int i = 0; i < p->n_tune_libs; i++)
-        if (be && be->release_program) be->release_program(p->tune_libs[i]);
-    free(p->tune_libs);
-    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++) free(p->tune[k].cands);
-    free(p->tune);
-    free(p->variant);
+    for (int i = 0; i < p->tune.n_libs; i++)
+        if (be && be->release_program) be->release_program(p->tune.libs[i]);
+    free(p->tune.libs);
+    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++) free(p->tune.result[k].cands);
+    free(p->tune.result);
+    free(p->tune.variant);
 }
 
 /* ---- building ---------------------------------------------------------------- */
@@ -214,27 +217,27 @@ void kn_plan_free(kn_plan *p)
 {
     if (!p) return;
     const kn_backend *be = kn_backend_get(p->device);
-    if (p->rec_exec && be && be->graph_destroy) be->graph_destroy(p->rec_exec);
-    for (int i = 0; p->rec_in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec_in[i]);
-    for (int i = 0; p->rec_out && i < p->n_outputs; i++) kn_tensor_release(p->rec_out[i]);
-    free(p->rec_in);
-    free(p->rec_ptr);
-    free(p->rec_out);
-    for (int i = 0; p->consts && i < p->g.n_nodes; i++) kn_tensor_release(p->consts[i]);
-    free(p->consts);
-    free(p->epi);
+    if (p->rec.exec && be && be->graph_destroy) be->graph_destroy(p->rec.exec);
+    for (int i = 0; p->rec.in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec.in[i]);
+    for (int i = 0; p->rec.out && i < p->n_outputs; i++) kn_tensor_release(p->rec.out[i]);
+    free(p->rec.in);
+    free(p->rec.ptr);
+    free(p->rec.out);
+    for (int i = 0; p->mem.consts && i < p->g.n_nodes; i++) kn_tensor_release(p->mem.consts[i]);
+    free(p->mem.consts);
+    free(p->epi.kernel);
     free_tuning(p);
-    if (p->lib && be && be->release_program) be->release_program(p->lib);
-    if (p->arena && be) be->free(p->arena);
-    free(p->arena_off);
-    kn_fusion_free(&p->f);
+    if (p->code.lib && be && be->release_program) be->release_program(p->code.lib);
+    if (p->mem.arena && be) be->free(p->mem.arena);
+    free(p->mem.arena_off);
+    kn_fusion_free(&p->code.fusion);
     /* inputs the caller binds are borrowed during runs; the passes' are owned */
     for (int i = 0; i < p->n_orig_inputs && i < p->g.n_inputs; i++) p->g.inputs[i].tensor = NULL;
     kn_graph_free(&p->g);
     free(p->outputs);
     free(p->pass_out);
-    free(p->fns);
-    free(p->source);
+    free(p->code.fns);
+    free(p->code.source);
     free(p);
 }
 
@@ -281,36 +284,37 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         p->g.inputs[i].tensor = NULL;
     }
     double t1 = kn_clock_s();
-    p->passes_s = t1 - t0;
-    st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->f);
+    p->times.passes_s = t1 - t0;
+    st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->code.fusion);
     if (st != KN_OK) goto fail;
     st = plan_memory(p);
     if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);
     if (st != KN_OK) goto fail;
     const kn_backend *be = kn_backend_get(p->device);
-    p->fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *p->fns);
-    if (p->fns && (pass_flags & KN_PLAN_AUTOTUNE)) {
+    p->code.fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *p->code.fns);
+    if (p->code.fns && (pass_flags & KN_PLAN_AUTOTUNE)) {
         /* the cache file's choices, before the compile: their
          * configurations are what gets compiled */
         st = kn_plan_tune_prepare(p, cache_dir);
         if (st != KN_OK) goto fail;
     }
-    if (!p->fns) {
+    if (!p->code.fns) {
         st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
         goto fail;
     }
     int generated = 0;
-    for (int k = 0; k < p->f.prog.n_kernels; k++)
-        generated += p->f.prog.kernels[k].kind == KN_KERNEL_POINTWISE || p->f.prog.kernels[k].kind == KN_KERNEL_ROW;
+    for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
+        generated += p->code.fusion.prog.kernels[k].kind == KN_KERNEL_POINTWISE ||
+                     p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
     double t2 = kn_clock_s();
-    p->codegen_s = t2 - t1;
+    p->times.codegen_s = t2 - t1;
     if (generated && be && be->compile_program) {
-        st = be->compile_program(&p->f.prog, cache_dir, &p->lib, p->fns);
+        st = be->compile_program(&p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns);
         if (st != KN_OK) goto fail;
-        p->generated = true;
+        p->code.generated = true;
     }
-    p->backend_s = kn_clock_s() - t2;
-    if (generated && !p->generated) {
+    p->times.backend_s = kn_clock_s() - t2;
+    if (generated && !p->code.generated) {
         st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", be ? be->name : "?");
         goto fail;
     }
@@ -332,14 +336,14 @@ fail:
 static kn_status plan_memory(kn_plan *p)
 {
     const kn_graph *g = &p->g;
-    const kn_fusion *f = &p->f;
+    const kn_fusion *f = &p->code.fusion;
     int n = g->n_nodes, nv = n * KN_MAX_OUTPUTS;
-    p->arena_off = malloc(sizeof *p->arena_off * (size_t)(nv + 1));
+    p->mem.arena_off = malloc(sizeof *p->mem.arena_off * (size_t)(nv + 1));
     bool *escapes = calloc((size_t)n + 1, sizeof *escapes);
     int64_t *size = calloc((size_t)nv + 1, sizeof *size);
     int *live = malloc(sizeof *live * (size_t)(nv + 1));
     int *end = malloc(sizeof *end * ((size_t)n + 1));
-    if (!p->arena_off || !escapes || !size || !live || !end) {
+    if (!p->mem.arena_off || !escapes || !size || !live || !end) {
         free(escapes);
         free(size);
         free(live);
@@ -353,7 +357,7 @@ static kn_status plan_memory(kn_plan *p)
             int src = g->nodes[i].in_node[0];
             if (end[i] > end[src]) end[src] = end[i];
         }
-    for (int i = 0; i < nv; i++) p->arena_off[i] = -1;
+    for (int i = 0; i < nv; i++) p->mem.arena_off[i] = -1;
     for (int o = 0; o < p->n_outputs; o++) { /* an output, and the value its views reach */
         int b = p->outputs[o].node;
         while (b >= 0 && f->disp[b] == KN_D_VIEW) b = g->nodes[b].in_node[0];
@@ -377,17 +381,17 @@ static kn_status plan_memory(kn_plan *p)
         for (bool moved = true; moved;) { /* first fit: lowest offset clear of every live block */
             moved = false;
             for (int j = 0; j < n_live; j++) {
-                int64_t o2 = p->arena_off[live[j]], s2 = size[live[j]];
+                int64_t o2 = p->mem.arena_off[live[j]], s2 = size[live[j]];
                 if (off < o2 + s2 && o2 < off + bytes) {
                     off = o2 + s2;
                     moved = true;
                 }
             }
         }
-        p->arena_off[i * KN_MAX_OUTPUTS] = off;
+        p->mem.arena_off[i * KN_MAX_OUTPUTS] = off;
         size[i * KN_MAX_OUTPUTS] = bytes;
         live[n_live++] = i * KN_MAX_OUTPUTS;
-        if (off + bytes > p->arena_bytes) p->arena_bytes = off + bytes;
+        if (off + bytes > p->mem.arena_bytes) p->mem.arena_bytes = off + bytes;
     }
     free(escapes);
     free(size);
@@ -405,7 +409,7 @@ static bool read_elsewhere(const kn_plan *p, int node, int reader)
     for (int o = 0; o < p->n_outputs; o++)
         if (p->outputs[o].node == node) return true;
     for (int j = 0; j < p->g.n_nodes; j++) {
-        if (j == reader || p->f.disp[j] == KN_D_DEAD) continue;
+        if (j == reader || p->code.fusion.disp[j] == KN_D_DEAD) continue;
         const kn_node *n = &p->g.nodes[j];
         for (int k = 0; k < n->n_in; k++)
             if (n->in_node[k] == node) return true;
@@ -433,11 +437,11 @@ static kn_status plan_epilogues(kn_plan *p)
     const kn_backend *be = kn_backend_get(p->device);
     if (!be || !be->library_fused) return KN_OK;
     if (p->device == KN_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
-    kn_fusion *f = &p->f;
+    kn_fusion *f = &p->code.fusion;
     int nk = f->prog.n_kernels;
-    p->epi = malloc(sizeof *p->epi * (size_t)(nk + 1));
-    if (!p->epi) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
-    for (int k = 0; k < nk; k++) p->epi[k].into = -1;
+    p->epi.kernel = malloc(sizeof *p->epi.kernel * (size_t)(nk + 1));
+    if (!p->epi.kernel) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+    for (int k = 0; k < nk; k++) p->epi.kernel[k].into = -1;
     for (int k = 0; k + 1 < nk; k++) {
         const kn_kernel *L = &f->prog.kernels[k], *P = &f->prog.kernels[k + 1];
         int m = f->kernel_at[k];
@@ -452,8 +456,8 @@ static kn_status plan_epilogues(kn_plan *p)
             const kn_node *rl = &p->g.nodes[P->nodes[0]];
             if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
                 rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {
-                p->epi[k] = (struct kn_plan_epi){k + 1, -1, 0, -1, 0, 1, false};
-                p->n_epi++;
+                p->epi.kernel[k] = (struct kn_plan_epi){k + 1, -1, 0, -1, 0, 1, false};
+                p->epi.n_folded++;
                 k++;
             }
             continue;
@@ -488,8 +492,8 @@ static kn_status plan_epilogues(kn_plan *p)
                 continue;
             }
         }
-        p->epi[k] = e;
-        p->n_epi++;
+        p->epi.kernel[k] = e;
+        p->epi.n_folded++;
         k++; /* the folded kernel cannot start a pair itself */
     }
     return KN_OK;
@@ -540,7 +544,7 @@ static kn_status run_reference(run_ctx *r, int node, int kid)
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)n->op);
     c.a = n->a;
-    c.variant = r->p->variant && kid >= 0 ? r->p->variant[kid] : 0;
+    c.variant = r->p->tune.variant && kid >= 0 ? r->p->tune.variant[kid] : 0;
     c.n_in = n->n_in;
     for (int k = 0; k < n->n_in; k++) {
         c.in[k] = r->val[n->in_node[k] * KN_MAX_OUTPUTS + n->in_out[k]];
@@ -555,7 +559,7 @@ static kn_status run_reference(run_ctx *r, int node, int kid)
 kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs)
 {
     kn_plan *p = r->p;
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     for (int a = 0; a < k->n_args; a++) {
         const kn_karg *ar = &k->args[a];
         kn_tensor **slot = &r->val[ar->node * KN_MAX_OUTPUTS + ar->out];
@@ -563,9 +567,9 @@ kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs)
             kn_tensor *t;
             const kn_meta *m = &p->g.nodes[ar->node].out[ar->out];
             /* a numerics check keeps every value: the arena would reuse their bytes */
-            int64_t off = r->keep ? -1 : p->arena_off[ar->node * KN_MAX_OUTPUTS + ar->out];
+            int64_t off = r->keep ? -1 : p->mem.arena_off[ar->node * KN_MAX_OUTPUTS + ar->out];
             if (off >= 0) {
-                KN_TRY(kn_tensor_new_borrowed(m, (char *)p->arena + off, p->device, &t));
+                KN_TRY(kn_tensor_new_borrowed(m, (char *)p->mem.arena + off, p->device, &t));
                 r->val[ar->node * KN_MAX_OUTPUTS + ar->out] = t; /* counted in the arena */
             } else {
                 KN_TRY(kn_tensor_new_meta(m, p->device, &t));
@@ -581,11 +585,11 @@ kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs)
 static kn_status run_generated(run_ctx *r, int kid)
 {
     kn_plan *p = r->p;
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     char *bufs[KN_KIR_MAX_ARGS];
     KN_TRY(kn_plan_kernel_bufs(r, kid, bufs));
     const kn_backend *be = kn_backend_get(p->device);
-    KN_TRY(be->launch(k, p->fns[kid], bufs, k->shape));
+    KN_TRY(be->launch(k, p->code.fns[kid], bufs, k->shape));
     if (kid == p->fault_kernel && p->device == KN_CPU) /* a deliberate fault, for the checker's tests */
         for (int a = 0; a < k->n_args; a++)
             if (k->args[a].is_output && kn_dtype_is_float(k->args[a].dtype)) {
@@ -604,13 +608,13 @@ kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *cp, kn_tenso
                              bool *ok)
 {
     kn_plan *p = r->p;
-    const struct kn_plan_epi *e = &p->epi[kid];
+    const struct kn_plan_epi *e = &p->epi.kernel[kid];
     const kn_node *mn = &p->g.nodes[m];
     *ok = false;
     /* the bias (a parameter first used by the add) may come after the
      * matmul in graph order: inputs can be bound early */
-    if (e->bias_node >= 0 && p->f.disp[e->bias_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->bias_node));
-    if (e->res_node >= 0 && p->f.disp[e->res_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->res_node));
+    if (e->bias_node >= 0 && p->code.fusion.disp[e->bias_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->bias_node));
+    if (e->res_node >= 0 && p->code.fusion.disp[e->res_node] == KN_D_INPUT) KN_TRY(bind_input(r, e->res_node));
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)mn->op);
     c.a = mn->a;
@@ -624,7 +628,7 @@ kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *cp, kn_tenso
     if ((e->bias_node >= 0 && !bias) || (e->res_node >= 0 && !res)) return KN_OK;
     if (bias && (bias->ndim != 1 || (bias->shape[0] > 1 && bias->strides[0] != 1))) return KN_OK;
     if (res && !kn_tensor_is_contiguous(res)) return KN_OK;
-    c.variant = p->variant ? p->variant[kid] : 0;
+    c.variant = p->tune.variant ? p->tune.variant[kid] : 0;
     *cp = c;
     *biasp = bias;
     *resp = res;
@@ -635,8 +639,8 @@ kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *cp, kn_tenso
 static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
 {
     kn_plan *p = r->p;
-    const struct kn_plan_epi *e = &p->epi[kid];
-    int root = p->f.kernel_at[e->into];
+    const struct kn_plan_epi *e = &p->epi.kernel[kid];
+    int root = p->code.fusion.kernel_at[e->into];
     kn_opcall c;
     kn_tensor *bias, *res;
     *done = false;
@@ -653,7 +657,7 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     set_val(r, root, 0, out);
     c.n_out = 1;
     c.out[0] = out;
-    KN_TRY(kn_backend_get(p->device)->library_fused(&c, bias, p->epi[kid].act, res));
+    KN_TRY(kn_backend_get(p->device)->library_fused(&c, bias, p->epi.kernel[kid].act, res));
     r->folded[e->into] = true;
     *done = true;
     return KN_OK;
@@ -662,13 +666,13 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
 static kn_status const_value(run_ctx *r, int node)
 {
     kn_plan *p = r->p;
-    if (!p->consts) {
-        p->consts = calloc((size_t)p->g.n_nodes + 1, sizeof *p->consts);
-        if (!p->consts) return kn_error(KN_ERR_OOM, "out of host memory for a plan's constants");
+    if (!p->mem.consts) {
+        p->mem.consts = calloc((size_t)p->g.n_nodes + 1, sizeof *p->mem.consts);
+        if (!p->mem.consts) return kn_error(KN_ERR_OOM, "out of host memory for a plan's constants");
     }
-    if (p->consts[node]) {
-        kn_tensor_retain(p->consts[node]);
-        r->val[node * KN_MAX_OUTPUTS] = p->consts[node]; /* not counted: the plan's memory */
+    if (p->mem.consts[node]) {
+        kn_tensor_retain(p->mem.consts[node]);
+        r->val[node * KN_MAX_OUTPUTS] = p->mem.consts[node]; /* not counted: the plan's memory */
         return KN_OK;
     }
     const kn_node *n = &r->p->g.nodes[node];
@@ -682,7 +686,7 @@ static kn_status const_value(run_ctx *r, int node)
         KN_TRY(st);
         t = d;
     }
-    p->consts[node] = t;
+    p->mem.consts[node] = t;
     kn_tensor_retain(t);
     r->val[node * KN_MAX_OUTPUTS] = t;
     return KN_OK;
@@ -695,8 +699,8 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
     kn_profile_record r;
     memset(&r, 0, sizeof r);
     if (slot >= 0) {
-        const kn_kernel *k = &p->f.prog.kernels[kernel];
-        int node = p->f.kernel_at ? p->f.kernel_at[kernel] : k->lib_node;
+        const kn_kernel *k = &p->code.fusion.prog.kernels[kernel];
+        int node = p->code.fusion.kernel_at ? p->code.fusion.kernel_at[kernel] : k->lib_node;
         snprintf(r.name, sizeof r.name, "%s", k->name);
         bool gen = k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
         int op = node >= 0 && node < p->g.n_nodes ? p->g.nodes[node].op : -1;
@@ -718,24 +722,24 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
     kn_graph *g = &p->g;
     run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL, NULL,
                  inputs, tune};
-    if (p->n_epi) r.folded = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *r.folded);
-    if (!r.val || (p->n_epi && !r.folded)) {
+    if (p->epi.n_folded) r.folded = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *r.folded);
+    if (!r.val || (p->epi.n_folded && !r.folded)) {
         free(r.val);
         free(r.folded);
         return kn_error(KN_ERR_OOM, "out of host memory running a plan");
     }
-    if (p->arena_bytes && !p->arena) {
+    if (p->mem.arena_bytes && !p->mem.arena) {
         const kn_backend *be = kn_backend_get(p->device);
-        kn_status ast = be ? be->alloc(p->arena_bytes, &p->arena) : kn_error(KN_ERR_DEVICE, "no backend");
+        kn_status ast = be ? be->alloc(p->mem.arena_bytes, &p->mem.arena) : kn_error(KN_ERR_DEVICE, "no backend");
         if (ast != KN_OK) {
             free(r.val);
             free(r.folded);
             return ast;
         }
     }
-    r.live = r.peak = p->arena_bytes;
+    r.live = r.peak = p->mem.arena_bytes;
     kn_status st = KN_OK;
-    const kn_fusion *f = &p->f;
+    const kn_fusion *f = &p->code.fusion;
     for (int i = 0; i < g->n_nodes && st == KN_OK; i++) {
         const kn_node *n = &g->nodes[i];
         switch (f->disp[i]) {
@@ -802,7 +806,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
         return st;
     }
     for (int i = 0; i < g->n_nodes; i++) drop_val(&r, i);
-    p->peak_bytes = r.peak;
+    p->mem.peak_bytes = r.peak;
     free(r.val);
     return st;
 }
@@ -831,8 +835,8 @@ kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *
         st = kn_graph_run(g, ref);
         for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = NULL;
     }
-    for (int k = 0; st == KN_OK && k < p->f.prog.n_kernels && *bad_kernel < 0; k++) {
-        int node = p->f.kernel_at[k];
+    for (int k = 0; st == KN_OK && k < p->code.fusion.prog.n_kernels && *bad_kernel < 0; k++) {
+        int node = p->code.fusion.kernel_at[k];
         for (int o = 0; o < g->nodes[node].n_out && *bad_kernel < 0; o++) {
             kn_tensor *a = got[node * KN_MAX_OUTPUTS + o], *b = ref[node * KN_MAX_OUTPUTS + o];
             if (a && b && !kn_tensor_close(a, b, rtol, why, size)) *bad_kernel = k;
@@ -853,12 +857,12 @@ kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *
 
 static kn_status rec_never(kn_plan *p, const char *fmt, const char *arg)
 {
-    p->rec_state = KN_REC_NEVER;
-    snprintf(p->rec_why, sizeof p->rec_why, fmt, arg);
+    p->rec.state = KN_REC_NEVER;
+    snprintf(p->rec.why, sizeof p->rec.why, fmt, arg);
     return KN_OK;
 }
 
-/* Whether p can be recorded at all; sets rec_why when not. */
+/* Whether p can be recorded at all; sets rec.why when not. */
 static void rec_check(kn_plan *p, kn_tensor *const *inputs)
 {
     const kn_backend *be = kn_backend_get(p->device);
@@ -868,7 +872,7 @@ static void rec_check(kn_plan *p, kn_tensor *const *inputs)
     }
     for (int i = 0; i < p->g.n_nodes; i++) {
         int op = p->g.nodes[i].op;
-        if (p->f.disp[i] == KN_D_ROOT && (op == KN_OP_RANDN || op == KN_OP_RAND || op == KN_OP_RANDINT)) {
+        if (p->code.fusion.disp[i] == KN_D_ROOT && (op == KN_OP_RANDN || op == KN_OP_RAND || op == KN_OP_RANDINT)) {
             /* a replay would repeat the recorded numbers */
             rec_never(p, "the graph makes random numbers (%s)", kn_op_name((kn_op)op));
             return;
@@ -904,7 +908,7 @@ static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
 {
     const kn_backend *be = kn_backend_get(p->device);
     for (int i = 0; i < p->n_orig_inputs; i++) {
-        kn_tensor *s = p->rec_in[i];
+        kn_tensor *s = p->rec.in[i];
         if (!s) continue;
         void *dst = kn_tensor_data(s);
         const void *src = kn_tensor_data(inputs[i]);
@@ -943,10 +947,10 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 {
     const kn_backend *be = kn_backend_get(p->device);
     KN_TRY(rec_copy_inputs(p, inputs));
-    KN_TRY(be->graph_launch(p->rec_exec));
-    p->replays++;
+    KN_TRY(be->graph_launch(p->rec.exec));
+    p->rec.replays++;
     for (int o = 0; o < p->n_outputs; o++) {
-        kn_status st = rec_clone(p, p->rec_out[o], &results[o]);
+        kn_status st = rec_clone(p, p->rec.out[o], &results[o]);
         if (st != KN_OK) {
             for (int j = 0; j < o; j++) {
                 kn_tensor_release(results[j]);
@@ -961,27 +965,27 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 void kn_plan_drop_recording(kn_plan *p)
 {
     const kn_backend *be = kn_backend_get(p->device);
-    if (p->rec_exec && be && be->graph_destroy) be->graph_destroy(p->rec_exec);
-    p->rec_exec = NULL;
-    for (int i = 0; p->rec_in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec_in[i]);
-    for (int i = 0; p->rec_out && i < p->n_outputs; i++) kn_tensor_release(p->rec_out[i]);
-    free(p->rec_in);
-    free(p->rec_ptr);
-    free(p->rec_out);
-    p->rec_in = p->rec_out = NULL;
-    p->rec_ptr = NULL;
-    if (p->rec_state != KN_REC_NEVER) p->rec_state = KN_REC_WARMUP;
+    if (p->rec.exec && be && be->graph_destroy) be->graph_destroy(p->rec.exec);
+    p->rec.exec = NULL;
+    for (int i = 0; p->rec.in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec.in[i]);
+    for (int i = 0; p->rec.out && i < p->n_outputs; i++) kn_tensor_release(p->rec.out[i]);
+    free(p->rec.in);
+    free(p->rec.ptr);
+    free(p->rec.out);
+    p->rec.in = p->rec.out = NULL;
+    p->rec.ptr = NULL;
+    if (p->rec.state != KN_REC_NEVER) p->rec.state = KN_REC_WARMUP;
 }
 
 static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
     const kn_backend *be = kn_backend_get(p->device);
     int n_in = p->n_orig_inputs;
-    p->rec_in = calloc((size_t)n_in + 1, sizeof *p->rec_in);
-    p->rec_ptr = calloc((size_t)n_in + 1, sizeof *p->rec_ptr);
-    p->rec_out = calloc((size_t)p->n_outputs + 1, sizeof *p->rec_out);
+    p->rec.in = calloc((size_t)n_in + 1, sizeof *p->rec.in);
+    p->rec.ptr = calloc((size_t)n_in + 1, sizeof *p->rec.ptr);
+    p->rec.out = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.out);
     kn_tensor **bound = calloc((size_t)n_in + 1, sizeof *bound);
-    if (!p->rec_in || !p->rec_ptr || !p->rec_out || !bound) {
+    if (!p->rec.in || !p->rec.ptr || !p->rec.out || !bound) {
         free(bound);
         return kn_error(KN_ERR_OOM, "out of host memory recording a graph");
     }
@@ -989,17 +993,17 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
     for (int i = 0; i < n_in && st == KN_OK; i++) {
         if (rec_in_place(p, i)) {
             bound[i] = inputs[i];
-            p->rec_ptr[i] = kn_tensor_data(inputs[i]);
+            p->rec.ptr[i] = kn_tensor_data(inputs[i]);
             continue;
         }
         kn_meta m = kn_tensor_meta(inputs[i]);
-        st = kn_tensor_new_meta(&m, p->device, &p->rec_in[i]);
-        bound[i] = p->rec_in[i];
+        st = kn_tensor_new_meta(&m, p->device, &p->rec.in[i]);
+        bound[i] = p->rec.in[i];
     }
     if (st == KN_OK) st = rec_copy_inputs(p, inputs);
     if (st == KN_OK) st = be->capture_begin();
     if (st == KN_OK) {
-        kn_status run = kn_plan_run(p, bound, p->rec_out);
+        kn_status run = kn_plan_run(p, bound, p->rec.out);
         char why[200];
         snprintf(why, sizeof why, "%s", run != KN_OK ? kn_last_error() : "");
         void *exec = NULL;
@@ -1008,15 +1012,15 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
             if (run == KN_OK) snprintf(why, sizeof why, "%s", kn_last_error());
             if (exec) be->graph_destroy(exec);
             for (int o = 0; o < p->n_outputs; o++) {
-                kn_tensor_release(p->rec_out[o]);
-                p->rec_out[o] = NULL;
+                kn_tensor_release(p->rec.out[o]);
+                p->rec.out[o] = NULL;
             }
             rec_never(p, "recording failed: %s", why);
             free(bound);
             return KN_OK; /* the caller runs it without */
         }
-        p->rec_exec = exec;
-        p->rec_state = KN_REC_READY;
+        p->rec.exec = exec;
+        p->rec.state = KN_REC_READY;
     }
     free(bound);
     KN_TRY(st);
@@ -1056,14 +1060,14 @@ static kn_status rec_choose(kn_plan *p, kn_tensor *const *inputs)
         if (r < rep) rep = r;
         if (q < plain) plain = q;
     }
-    p->rec_replay_us = rep;
-    p->rec_plain_us = plain;
+    p->rec.replay_us = rep;
+    p->rec.plain_us = plain;
     if (plain < rep * 0.97) {
         char why[200];
         snprintf(why, sizeof why, "max-autotune measured the plain run faster (%.1f us against %.1f us replaying)",
                  plain, rep);
         kn_plan_drop_recording(p);
-        p->rec_by_choice = true;
+        p->rec.by_choice = true;
         return rec_never(p, "%s", why);
     }
     return KN_OK;
@@ -1075,39 +1079,39 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
     /* profiling times each kernel with events, which a capture cannot hold:
      * a profiled call runs the plan as is */
     if (kn_profile_on) return kn_plan_run(p, inputs, results);
-    if (p->rec_state == KN_REC_WARMUP) {
+    if (p->rec.state == KN_REC_WARMUP) {
         rec_check(p, inputs);
-        if (p->rec_state == KN_REC_WARMUP) p->rec_state = KN_REC_RECORD;
+        if (p->rec.state == KN_REC_WARMUP) p->rec.state = KN_REC_RECORD;
         return kn_plan_run(p, inputs, results);
     }
-    if (p->rec_state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
+    if (p->rec.state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
     for (int i = 0; i < p->n_orig_inputs; i++)
-        if (p->rec_state == KN_REC_READY && rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec_ptr[i]) {
+        if (p->rec.state == KN_REC_READY && rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]) {
             /* a parameter's storage moved (same tensor, new data): record again */
             const kn_backend *be = kn_backend_get(p->device);
-            be->graph_destroy(p->rec_exec);
-            p->rec_exec = NULL;
-            for (int j = 0; j < p->n_orig_inputs; j++) kn_tensor_release(p->rec_in[j]);
-            for (int j = 0; j < p->n_outputs; j++) kn_tensor_release(p->rec_out[j]);
-            free(p->rec_in);
-            free(p->rec_ptr);
-            free(p->rec_out);
-            p->rec_in = p->rec_out = NULL;
-            p->rec_ptr = NULL;
-            p->rec_state = KN_REC_RECORD;
+            be->graph_destroy(p->rec.exec);
+            p->rec.exec = NULL;
+            for (int j = 0; j < p->n_orig_inputs; j++) kn_tensor_release(p->rec.in[j]);
+            for (int j = 0; j < p->n_outputs; j++) kn_tensor_release(p->rec.out[j]);
+            free(p->rec.in);
+            free(p->rec.ptr);
+            free(p->rec.out);
+            p->rec.in = p->rec.out = NULL;
+            p->rec.ptr = NULL;
+            p->rec.state = KN_REC_RECORD;
             break;
         }
-    if (p->rec_state == KN_REC_RECORD) {
+    if (p->rec.state == KN_REC_RECORD) {
         KN_TRY(rec_record(p, inputs, results));
-        if (p->rec_state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
-        if (p->autotune && p->rec_state == KN_REC_READY && !p->rec_by_choice && p->rec_plain_us == 0) {
+        if (p->rec.state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
+        if (p->tune.enabled && p->rec.state == KN_REC_READY && !p->rec.by_choice && p->rec.plain_us == 0) {
             kn_status st = rec_choose(p, inputs);
             if (st != KN_OK) {
                 for (int o = 0; o < p->n_outputs; o++) kn_tensor_release(results[o]);
                 return st;
             }
         }
-        *replayed = p->rec_state == KN_REC_READY;
+        *replayed = p->rec.state == KN_REC_READY;
         return KN_OK;
     }
     *replayed = true;

@@ -22,55 +22,68 @@ typedef struct kn_plan {
     int n_outputs;
     kn_plan_value *outputs; /* what the caller asked for, in its order, in g's numbering */
     int *pass_out;          /* node list given to the passes */
-    kn_fusion f;
     kn_device device;
-    void *lib;
-    void **fns;
-    bool generated;         /* false: the backend has no code generator; runs node by node */
-    double passes_s, codegen_s, backend_s;
-    int64_t peak_bytes;     /* most bytes of values alive at once in the last run (arena included) */
+    int fault_kernel;       /* testing the numerics check: corrupt this kernel's output (-1: none) */
+    /* the program: the graph cut into kernels and the code that runs them */
+    struct {
+        kn_fusion fusion;
+        void *lib;
+        void **fns;
+        bool generated;     /* false: the backend has no code generator; runs node by node */
+        char *source;       /* the generated source (C), for :src */
+    } code;
+    /* what each build step cost, for cm:stats() */
+    struct {
+        double passes_s, codegen_s, backend_s;
+    } times;
     /* memory plan: the generated kernels' intermediate values share one
      * arena, placed by liveness (a value's bytes are reused once its last
      * reader has run); graph outputs and what views of them reach are not
      * in it, since they outlive the run */
-    int64_t *arena_off;     /* per node * KN_MAX_OUTPUTS: offset in the arena, or -1 */
-    int64_t arena_bytes;
-    void *arena;            /* allocated at the first run, kept for the next */
-    char *source;           /* the generated source (C), for :src */
-    int fault_kernel;       /* testing the numerics check: corrupt this kernel's output (-1: none) */
-    kn_tensor **consts;     /* per node: the constant's value on the device, made at the first run */
-    /* per kernel: a matmul whose following pointwise kernel (bias, relu,
-     * residual) runs in the library call's epilogue instead (into = that
-     * kernel, -1: none); see plan_epilogues */
-    struct kn_plan_epi {
-        int into;
-        int bias_node, bias_out, res_node, res_out; /* res_node -1: no residual */
-        int act;
-        bool off;  /* max-autotune measured the two kernels apart faster: run them so */
-    } *epi;
-    int n_epi;              /* how many kernels were folded, for cm:stats() */
+    struct {
+        int64_t *arena_off; /* per node * KN_MAX_OUTPUTS: offset in the arena, or -1 */
+        int64_t arena_bytes;
+        void *arena;        /* allocated at the first run, kept for the next */
+        int64_t peak_bytes; /* most bytes of values alive at once in the last run (arena included) */
+        kn_tensor **consts; /* per node: the constant's value on the device, made at the first run */
+    } mem;
+    /* a matmul whose following pointwise kernel (bias, relu, residual) runs
+     * in the library call's epilogue instead; see plan_epilogues */
+    struct {
+        struct kn_plan_epi {
+            int into;       /* the kernel folded into this one, -1: none */
+            int bias_node, bias_out, res_node, res_out; /* res_node -1: no residual */
+            int act;
+            bool off;       /* max-autotune measured the two kernels apart faster: run them so */
+        } *kernel;          /* per kernel */
+        int n_folded;       /* how many kernels were folded, for cm:stats() */
+    } epi;
     /* reduce-overhead: the recording (CUDA graph) of this plan, see kn_plan_run_recorded */
-    int rec_state;          /* KN_REC_* */
-    char rec_why[256];      /* why it runs without a recording (KN_REC_NEVER) */
-    void *rec_exec;         /* the backend's replayable recording */
-    kn_tensor **rec_in;     /* per caller input: the static buffer the recording reads, or NULL
+    struct {
+        int state;          /* KN_REC_* */
+        char why[256];      /* why it runs without a recording (KN_REC_NEVER) */
+        void *exec;         /* the backend's replayable recording */
+        kn_tensor **in;     /* per caller input: the static buffer the recording reads, or NULL
                                when it reads the caller's tensor in place (parameters) */
-    void **rec_ptr;         /* per caller input read in place: its data address when recorded */
-    kn_tensor **rec_out;    /* the recording's outputs (overwritten by each replay) */
-    int64_t replays;
-    bool rec_by_choice;     /* max-autotune chose to run without the recording (measured slower) */
-    double rec_replay_us, rec_plain_us; /* what that measurement saw (0: not measured) */
-    /* max-autotune (core/compiler/kn_plan_tune.c): per kernel, the library variant
-     * it runs (0: the library's default pick) and what the search measured
-     * or the cache gave; the compiled programs of chosen configurations */
-    bool autotune;          /* built with KN_PLAN_AUTOTUNE */
-    int tune_state;         /* KN_TUNE_* */
-    int *variant;
-    struct kn_tune_result *tune;
-    void **tune_libs;
-    int n_tune_libs;
-    int tune_cache_hits;    /* kernels whose choice came from the cache file */
-    char tune_dev[17];      /* the device key of the choices */
+        void **ptr;         /* per caller input read in place: its data address when recorded */
+        kn_tensor **out;    /* the recording's outputs (overwritten by each replay) */
+        int64_t replays;
+        bool by_choice;     /* max-autotune chose to run without the recording (measured slower) */
+        double replay_us, plain_us; /* what that measurement saw (0: not measured) */
+    } rec;
+    /* max-autotune (core/compiler/kn_plan_tune.c): per kernel, the library
+     * variant it runs (0: the library's default pick) and what the search
+     * measured or the cache gave; the compiled programs of chosen configurations */
+    struct {
+        bool enabled;       /* built with KN_PLAN_AUTOTUNE */
+        int state;          /* KN_TUNE_* */
+        int *variant;
+        struct kn_tune_result *result; /* per kernel */
+        void **libs;
+        int n_libs;
+        int cache_hits;     /* kernels whose choice came from the cache file */
+        char dev[17];       /* the device key of the choices */
+    } tune;
 } kn_plan;
 
 /* Per kernel of an autotuned plan. */
@@ -115,7 +128,7 @@ typedef struct kn_tune_session {
 enum { KN_REC_WARMUP = 0, KN_REC_RECORD, KN_REC_READY, KN_REC_NEVER };
 
 /* Build a plan for the values `wanted` (node, out) of g, whose inputs are
- * bound. log_flags: KN_PASSES_LOG / VERIFY from kn_passes.h. */
+ * bound. pass_flags: KN_PASSES_LOG / VERIFY and KN_PLAN_* from kn_passes.h. */
 kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
                         int pass_flags, kn_plan **out);
 /* Run on inputs[0..n_orig_inputs) (same shapes, dtypes and strides as at
@@ -131,11 +144,12 @@ void kn_plan_free(kn_plan *p);
  * replay never changes a value the caller holds. A plan that cannot be
  * recorded (backend without recording, random ops, non-contiguous inputs,
  * a failed capture) runs as kn_plan_run from then on, with the reason in
- * p->rec_why; *recorded_now tells the caller to report it once. */
+ * p->rec.why (the caller reports it once, when rec.state turns KN_REC_NEVER).
+ * *replayed: the recording answered this call (recorded now or replayed). */
 kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed);
 
 /* max-autotune. Plans built with KN_PLAN_AUTOTUNE take the cache file's
- * choices at build (tune_cache_hits); the first call then runs through
+ * choices at build (tune.cache_hits); the first call then runs through
  * kn_plan_autotune, which measures every kernel still untuned on that
  * call's inputs (see core/compiler/kn_autotune.h), keeps the winners, saves them
  * and returns the call's results. KN_ERR_INTERRUPTED when Ctrl-C stopped
@@ -149,7 +163,7 @@ void kn_plan_drop_recording(kn_plan *p);
 /* Whether kernel kid runs with the next kernel in its library epilogue. */
 static inline bool kn_plan_epi_active(const kn_plan *p, int kid)
 {
-    return p->epi && p->epi[kid].into >= 0 && !p->epi[kid].off;
+    return p->epi.kernel && p->epi.kernel[kid].into >= 0 && !p->epi.kernel[kid].off;
 }
 
 /* Whether kernel kid has anything to tune on this plan's device. */

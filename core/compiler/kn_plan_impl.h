@@ -48,7 +48,8 @@ static inline bool kn_plan_generated(const kn_kernel *k)
 {
     return k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
 }
-kn_target kn_plan_target(const kn_plan *p);
+/* The language the plan's device generates kernels in (NULL: none). */
+const kn_render_target *kn_plan_target(const kn_plan *p);
 /* The backend's identity (what a choice is valid for). */
 void kn_plan_identity(const kn_plan *p, char *buf, size_t size);
 /* Kernel kid's cache key: what it computes, on which shapes, dtypes and

@@ -47,10 +47,10 @@
 
 static kn_status keep_lib(kn_plan *p, void *lib)
 {
-    void **n = realloc(p->tune_libs, sizeof *n * (size_t)(p->n_tune_libs + 1));
+    void **n = realloc(p->tune.libs, sizeof *n * (size_t)(p->tune.n_libs + 1));
     if (!n) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
-    p->tune_libs = n;
-    p->tune_libs[p->n_tune_libs++] = lib;
+    p->tune.libs = n;
+    p->tune.libs[p->tune.n_libs++] = lib;
     return KN_OK;
 }
 
@@ -185,7 +185,7 @@ static bool outputs_match(tune_job *j, char *why, size_t size)
 static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fused, kn_kconfig *cfgs, int *n_cands)
 {
     kn_plan *p = r->p;
-    const kn_kernel *k = &p->f.prog.kernels[kid];
+    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     memset(j, 0, sizeof *j);
     j->unfused_ci = -1;
     j->r = r;
@@ -204,7 +204,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
             j->variants[i].cfg = cfgs[i];
             if (i) snprintf(j->variants[i].name, sizeof j->variants[i].name, "%.70s_t%d", k->name, i % 100);
         }
-        j->fns[0] = p->fns[kid];
+        j->fns[0] = p->code.fns[kid];
         if (n > 1) {
             kn_kprogram prog = {n - 1, j->variants + 1};
             void *fns[MAX_CANDS] = {0};
@@ -219,14 +219,14 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         bool ok;
         KN_TRY(kn_plan_fused_call(r, kid, node, &j->c, &j->bias, &j->res, &ok));
         if (!ok) return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: its fused call does not fit this run", k->name);
-        j->act = p->epi[kid].act;
-        int into = p->epi[kid].into, root = p->f.kernel_at[into];
+        j->act = p->epi.kernel[kid].act;
+        int into = p->epi.kernel[kid].into, root = p->code.fusion.kernel_at[into];
         j->c.n_out = 1;
         j->c.out[0] = j->out[j->n_out++] = r->val[root * KN_MAX_OUTPUTS];
         /* the unfused candidate: the epilogue kernel reads the library's
          * output from tmp and everything else from this run's values */
-        const kn_kernel *ek = &p->f.prog.kernels[into];
-        bool can = p->fns[into] != NULL && kn_plan_generated(ek) &&
+        const kn_kernel *ek = &p->code.fusion.prog.kernels[into];
+        bool can = p->code.fns[into] != NULL && kn_plan_generated(ek) &&
                    kn_tensor_new_meta(&p->g.nodes[node].out[0], p->device, &j->tmp) == KN_OK;
         for (int a = 0; can && a < ek->n_args; a++) {
             const kn_karg *ar = &ek->args[a];
@@ -236,7 +236,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         }
         if (can) {
             j->epi_kernel = ek;
-            j->epi_fn = p->fns[into];
+            j->epi_fn = p->code.fns[into];
         }
     } else {
         const kn_node *n = &p->g.nodes[node];
@@ -305,19 +305,19 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
 {
     kn_plan *p = r->p;
     kn_tune_session *s = r->tune;
-    kn_tune_result *tr = p->tune ? &p->tune[kid] : NULL;
+    kn_tune_result *tr = p->tune.result ? &p->tune.result[kid] : NULL;
     if (!tr || tr->source != KN_TUNED_NONE || !kn_plan_tunable(p, kid)) return KN_OK;
     if (s->interrupted || s->out_of_budget) {
         tr->source = KN_TUNED_SKIPPED;
         return KN_OK;
     }
-    kn_kernel *k = &p->f.prog.kernels[kid];
+    kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     /* a kernel that became tunable during this run (its matmul's epilogue
      * was unfolded) has no key yet */
     if (!tr->sig[0]) KN_TRY(kn_plan_kernel_key(p, kid, tr->sig));
     /* the same kernel earlier in this model (a repeated block) was measured: reuse it */
     kn_tune_entry e;
-    if (kn_autotune_cache_find(s->cache_dir, p->tune_dev, tr->sig, &e)) {
+    if (kn_autotune_cache_find(s->cache_dir, p->tune.dev, tr->sig, &e)) {
         kn_kconfig cfg;
         int v;
         if (apply_choice(p, kid, e.choice, s->cache_dir, &cfg, &v) == KN_OK) {
@@ -406,10 +406,10 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
     if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
     if (best != 0 && !j.library) {
         k->cfg = cfgs[best];
-        p->fns[kid] = j.fns[best];
+        p->code.fns[kid] = j.fns[best];
     }
     if (j.library) {
-        p->variant[kid] = best == j.unfused_ci ? 0 : best;
+        p->tune.variant[kid] = best == j.unfused_ci ? 0 : best;
         kn_plan_set_unfused(p, kid, best == j.unfused_ci);
     }
     /* the winner's values are what later kernels read */
@@ -417,7 +417,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
     if (st == KN_OK && j.library && best == j.unfused_ci) {
         /* the epilogue kernel runs (and is searched) next in this run, on
          * the library's output, as it will in later runs */
-        int into = p->epi[kid].into;
+        int into = p->epi.kernel[kid].into;
         kn_tensor_retain(j.tmp);
         r->val[node * KN_MAX_OUTPUTS] = j.tmp;
         if (r->folded) r->folded[into] = false;
@@ -441,7 +441,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
         s->measured++;
         log_result(s, k, c, tried, best);
         memset(&e, 0, sizeof e);
-        snprintf(e.dev, sizeof e.dev, "%s", p->tune_dev);
+        snprintf(e.dev, sizeof e.dev, "%s", p->tune.dev);
         snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
         snprintf(e.choice, sizeof e.choice, "%s", tr->choice);
         e.us = tr->us;
@@ -467,29 +467,29 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
 static kn_status compile_chosen(kn_plan *p, const char *cache_dir)
 {
     bool changed = false;
-    for (int k = 0; k < p->f.prog.n_kernels; k++) {
-        const kn_kconfig *c = &p->f.prog.kernels[k].cfg;
+    for (int k = 0; k < p->code.fusion.prog.n_kernels; k++) {
+        const kn_kconfig *c = &p->code.fusion.prog.kernels[k].cfg;
         changed = changed || c->block || c->ept || c->rows || c->unroll || c->tile;
     }
-    if (!changed || !p->generated) return KN_OK;
+    if (!changed || !p->code.generated) return KN_OK;
     const kn_backend *be = kn_backend_get(p->device);
-    void **fns = calloc((size_t)p->f.prog.n_kernels + 1, sizeof *fns), *lib = NULL;
+    void **fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *fns), *lib = NULL;
     if (!fns) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
-    kn_status st = be->compile_program(&p->f.prog, cache_dir, &lib, fns);
+    kn_status st = be->compile_program(&p->code.fusion.prog, cache_dir, &lib, fns);
     if (st == KN_OK) st = keep_lib(p, lib);
     if (st == KN_OK)
-        for (int k = 0; k < p->f.prog.n_kernels; k++)
-            if (fns[k]) p->fns[k] = fns[k];
+        for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
+            if (fns[k]) p->code.fns[k] = fns[k];
     free(fns);
     return st;
 }
 
 kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s)
 {
-    p->tune_state = KN_TUNE_DONE; /* one search per plan, even when it is cut short */
+    p->tune.state = KN_TUNE_DONE; /* one search per plan, even when it is cut short */
     int todo = 0;
-    for (int k = 0; p->tune && k < p->f.prog.n_kernels; k++)
-        todo += p->tune[k].source == KN_TUNED_NONE && kn_plan_tunable(p, k);
+    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++)
+        todo += p->tune.result[k].source == KN_TUNED_NONE && kn_plan_tunable(p, k);
     if (!todo) return kn_plan_run(p, inputs, results);
     s->kernels_total += todo;
     s->search_kernel = search_kernel;
@@ -510,11 +510,11 @@ kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **res
 static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const char *cache_dir, kn_kconfig *cfg,
                               int *v)
 {
-    kn_kernel *k = &p->f.prog.kernels[kid];
+    kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     bool unfused;
     KN_TRY(kn_plan_parse_choice(p, kid, choice, cfg, v, &unfused));
     if (!kn_plan_generated(k)) {
-        p->variant[kid] = *v;
+        p->tune.variant[kid] = *v;
         kn_plan_set_unfused(p, kid, unfused);
         return KN_OK;
     }
@@ -530,26 +530,26 @@ static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const cha
     KN_TRY(st);
     KN_TRY(keep_lib(p, lib));
     k->cfg = *cfg;
-    p->fns[kid] = fn;
+    p->code.fns[kid] = fn;
     return KN_OK;
 }
 
 kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *cache_dir)
 {
-    if (kid < 0 || kid >= p->f.prog.n_kernels) return kn_error(KN_ERR_ARG, "autotune pin: no kernel %d", kid);
-    kn_kernel *k = &p->f.prog.kernels[kid];
-    if (!p->tune || !p->variant) KN_TRY(kn_plan_tune_prepare(p, NULL));
+    if (kid < 0 || kid >= p->code.fusion.prog.n_kernels) return kn_error(KN_ERR_ARG, "autotune pin: no kernel %d", kid);
+    kn_kernel *k = &p->code.fusion.prog.kernels[kid];
+    if (!p->tune.result || !p->tune.variant) KN_TRY(kn_plan_tune_prepare(p, NULL));
     if (!kn_plan_tunable(p, kid))
         return kn_error(KN_ERR_ARG, "autotune pin: kernel %s has nothing to choose on %s", k->name,
                         kn_device_name(p->device));
     kn_kconfig cfg;
     int v;
-    kn_tune_result *tr = &p->tune[kid];
+    kn_tune_result *tr = &p->tune.result[kid];
     if (!tr->sig[0]) KN_TRY(kn_plan_kernel_key(p, kid, tr->sig));
     KN_TRY(apply_choice(p, kid, choice, cache_dir, &cfg, &v));
     char text[KN_TUNE_CHOICE];
     if (kn_plan_generated(k)) kn_kconfig_text(&cfg, text, sizeof text);
-    else if (p->epi && p->epi[kid].off) snprintf(text, sizeof text, "unfused");
+    else if (p->epi.kernel && p->epi.kernel[kid].off) snprintf(text, sizeof text, "unfused");
     else snprintf(text, sizeof text, v ? "variant=%d" : "default", v);
     snprintf(tr->choice, sizeof tr->choice, "%s", text);
     snprintf(tr->label, sizeof tr->label, "%s", text);
@@ -557,7 +557,7 @@ kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *
     tr->us = -1;
     kn_plan_drop_recording(p); /* it replays the old kernel */
     kn_tune_entry e = {0};
-    snprintf(e.dev, sizeof e.dev, "%s", p->tune_dev);
+    snprintf(e.dev, sizeof e.dev, "%s", p->tune.dev);
     snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
     snprintf(e.choice, sizeof e.choice, "%s", text);
     e.us = -1;

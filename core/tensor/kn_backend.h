@@ -1,4 +1,4 @@
-/* kn_backend: the vtable every executor implements (cpu now, cuda later).
+/* kn_backend: the vtable every executor implements (kernels/cpu, kernels/cuda).
  *
  * core/ dispatches through it and never calls a kernel directly; the CPU
  * backend is the reference every other backend is tested against.
@@ -20,6 +20,7 @@ typedef struct kn_opcall kn_opcall;
 typedef struct kn_tensor kn_tensor;
 struct kn_kprogram;
 struct kn_kernel;
+struct kn_render_target;
 
 typedef struct kn_backend {
     const char *name;
@@ -46,6 +47,10 @@ typedef struct kn_backend {
     kn_status (*compile_program)(const struct kn_kprogram *p, const char *cache_dir, void **lib,
                                  void **fns);
     void (*release_program)(void *lib);
+    /* What compile_program's source is written for (kn_kir.h): the
+     * renderer reads it, so core never maps a device to a language. NULL
+     * where the backend has no generated code. */
+    const struct kn_render_target *render_target;
     /* Run one generated kernel: bufs[i] is argument i's first element. */
     kn_status (*launch)(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
     /* A library op (c->out[0] preallocated) with its epilogue in the
@@ -56,7 +61,7 @@ typedef struct kn_backend {
      * plans then run the pointwise kernel after the library call. */
     kn_status (*library_fused)(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
     /* Timing (NULL on a backend without): an event marks a point in the
-     * device's queue; elapsed_ms waits for b and gives the time from a to b.
+     * device's queue; event_elapsed_ms waits for b and gives the time from a to b.
      * The CPU backend's events are clock readings (its work is synchronous). */
     kn_status (*event_create)(void **ev);
     void (*event_destroy)(void *ev);

@@ -80,7 +80,7 @@ typedef struct kn_opcall {
     kn_tensor *out[KN_MAX_OUTPUTS]; /* owned by the caller once filled */
     int variant; /* library ops (matmul, conv2d): which of the backend's
                     algorithms runs it; 0 is its default pick (the autotuner
-                    measures the others, kn_backend.library_variant) */
+                    measures the others, kn_backend.library_variant_label) */
 } kn_opcall;
 
 /* Zero the call and set attribute defaults (correction 1, count_include_pad 1,

@@ -91,7 +91,7 @@ static kn_status cpu_compile_program(const struct kn_kprogram *p, const char *ca
     if (!kn_jit_available())
         return kn_error(KN_ERR_UNSUPPORTED, "no C compiler found (set $CC, or install cc) to build generated kernels");
     char *src = NULL;
-    KN_TRY(kn_kprogram_render(p, KN_TARGET_C, &src));
+    KN_TRY(kn_kprogram_render(p, &kn_cpu_render_target, &src));
     kn_jit_lib *l = NULL;
     kn_status st = kn_jit_compile(src, cache_dir, &l);
     free(src);
@@ -224,6 +224,7 @@ const kn_backend kn_cpu_backend = {
     .sync = cpu_sync,
     .compile_program = cpu_compile_program,
     .release_program = cpu_release_program,
+    .render_target = &kn_cpu_render_target,
     .launch = cpu_launch,
     .library_fused = cpu_library_fused,
     .event_create = cpu_event_create,

@@ -281,7 +281,7 @@ static kn_status cuda_compile_program(const struct kn_kprogram *p, const char *c
     *lib = NULL;
     KN_TRY(kn_cuda_init());
     char *src = NULL;
-    KN_TRY(kn_kprogram_render(p, KN_TARGET_CUDA, &src));
+    KN_TRY(kn_kprogram_render(p, &kn_cuda_render_target, &src));
     kn_cuda_module *m = NULL;
     kn_status st = kn_cuda_module_get(src, cache_dir, &m);
     free(src);
@@ -498,6 +498,7 @@ const kn_backend kn_cuda_backend = {
     .sync = cuda_sync,
     .compile_program = cuda_compile_program,
     .release_program = cuda_release_program,
+    .render_target = &kn_cuda_render_target,
     .launch = cuda_launch,
     .library_fused = cuda_library_fused,
     .event_create = cuda_event_create,

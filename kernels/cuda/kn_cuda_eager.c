@@ -201,7 +201,7 @@ static kn_status build(const kn_opcall *c, entry *e)
     for (int d = 0; d < k->ndim; d++) e->sizes[d] = k->shape[d];
     kn_kernel_launch_dims(k, NULL, &e->grid, &e->block);
     char *src = NULL;
-    st = kn_kernel_render(k, KN_TARGET_CUDA, &src);
+    st = kn_kernel_render(k, &kn_cuda_render_target, &src);
     kn_cuda_module *m = NULL;
     if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &m);
     if (st == KN_OK) st = kn_cuda_module_kernel(m, k->name, &e->fn);

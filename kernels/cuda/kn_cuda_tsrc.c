@@ -9,6 +9,7 @@
 
 #include "kn_cuda_internal.h"
 #include "kn_cuda_ops.h"
+#include "kn_cuda_render.h"
 #include "kn_kir.h"
 
 typedef struct {
@@ -63,7 +64,7 @@ static const char *const families[] = {"kn_reduce.cu", "kn_index.cu", "kn_pool.c
 kn_status kn_cuda_ops_source(kn_dtype dt, char **src)
 {
     *src = NULL;
-    const char *prelude = kn_kir_cuda_prelude();
+    const char *prelude = kn_cuda_render_prelude();
     const char *targs = kn_cuda_template("kn_cuda_targs.h"), *rng = kn_cuda_template("kn_rng.h");
     const char *common = kn_cuda_template("kn_ops");
     if (!prelude) return kn_error(KN_ERR_OOM, "cuda templates: out of memory for the prelude");

@@ -1,4 +1,4 @@
-/* kn_lua_module: luaopen_kiln, the entry of the `kiln` Lua module.
+/* kn_lua: luaopen_kiln, the entry of the `kiln` Lua module.
  *
  * Builds the kiln table from the C parts (tensor, ops, io, system) and then
  * runs the embedded Lua parts (the files of scripting/lua, in file-name order), each
@@ -9,7 +9,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <lauxlib.h>
+
 #include "kn_lua.h"
+#include "kn_lua_compile.h"
+#include "kn_lua_io.h"
+#include "kn_lua_ops.h"
+#include "kn_lua_state.h"
+#include "kn_lua_system.h"
+#include "kn_lua_tensor.h"
+#include "kn_lua_timing.h"
+#include "kn_lua_viz.h"
 
 typedef struct {
     const char *name;
@@ -18,9 +28,6 @@ typedef struct {
 } kn_embedded_file;
 
 extern const kn_embedded_file kn_lua_embedded[];
-
-/* kiln.viz: the C half of kiln.render and :graph (kn_lua_viz.c, viz/) */
-void kn_lua_open_viz(lua_State *L);
 
 static void run_embedded(lua_State *L, int kiln_idx)
 {
@@ -36,6 +43,7 @@ static void run_embedded(lua_State *L, int kiln_idx)
 
 int luaopen_kiln(lua_State *L)
 {
+    kn_lua_state_get(L); /* this state's data, before any part needs it */
     lua_newtable(L);
     int kiln_idx = lua_gettop(L);
     lua_pushstring(L, KILN_VERSION);

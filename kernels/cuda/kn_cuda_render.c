@@ -1,0 +1,304 @@
+/* kn_cuda_render: the CUDA backend's render target (kn_render_target in
+ * kn_kir.h): generated kernels as CUDA C++ for NVRTC.
+ *
+ * Threads share the space: POINTWISE kernels walk it flattened in a
+ * grid-stride loop (optionally several elements a thread, or aligned
+ * vector loads), ROW kernels give each row a block or a warp, whose threads
+ * then combine their partial accumulators with warp shuffles (and shared
+ * memory across the warps of a block). Launch geometry: kn_kernel_launch_dims.
+ *
+ * Plain C with no CUDA header: it is built without the CUDA toolkit too,
+ * so CUDA source can be written (cm:source "cuda") on any machine.
+ */
+#include "kn_cuda_render.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kn_kir_target.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static void cuda_signature(kn_kir_rctx *r)
+{
+    kn_kir_line(r, "extern \"C\" __global__ void __launch_bounds__(%d) %s(kn_kargs ka)", kn_kernel_block(r->k),
+                r->k->name);
+}
+
+/* i<d> for d < upto from the flat index `flat` (row-major). 64-bit
+ * division is a long software sequence on the GPU, so a space under 2^31
+ * elements (a uniform branch) divides in 32 bits. */
+static void render_unflatten(kn_kir_rctx *r, const char *flat, const char *total, int upto)
+{
+    if (upto == 0) return;
+    if (upto == 1) {
+        kn_kir_line(r, "const kn_i64 i0 = %s;", flat);
+        return;
+    }
+    kn_strbuf_printf(r->s, "%*skn_i64 i0", r->indent * 4, "");
+    for (int d = 1; d < upto; d++) kn_strbuf_printf(r->s, ", i%d", d);
+    kn_strbuf_printf(r->s, ";\n");
+    kn_kir_line(r, "if (%s <= 2147483647LL) {", total);
+    r->indent++;
+    kn_kir_line(r, "unsigned rest = (unsigned)%s;", flat);
+    for (int d = upto - 1; d > 0; d--) {
+        kn_kir_line(r, "i%d = rest %% (unsigned)n%d;", d, d);
+        kn_kir_line(r, "rest /= (unsigned)n%d;", d);
+    }
+    kn_kir_line(r, "i0 = rest;");
+    r->indent--;
+    kn_kir_line(r, "} else {");
+    r->indent++;
+    kn_kir_line(r, "kn_i64 rest = %s;", flat);
+    for (int d = upto - 1; d > 0; d--) {
+        kn_kir_line(r, "i%d = rest %% n%d;", d, d);
+        kn_kir_line(r, "rest /= n%d;", d);
+    }
+    kn_kir_line(r, "i0 = rest;");
+    r->indent--;
+    kn_kir_line(r, "}");
+}
+
+/* Vector path (cfg.vec = V): each thread moves V consecutive elements of
+ * every contiguous argument with one aligned vector load or store, then
+ * computes them one by one from registers. Taken when every such pointer
+ * is aligned to its vector (a view's offset may break that: then the
+ * scalar loop below runs) and the size is a multiple of V (checked when
+ * the candidates are made, against the shape the kernel was built for; a
+ * dynamic size that is not falls back too). */
+static kn_status cuda_vector(kn_kir_rctx *r, int V)
+{
+    const kn_kernel *k = r->k;
+    int L = k->ndim - 1;
+    kn_strbuf_printf(r->s, "%*sif (n%d %% %d == 0", r->indent * 4, "", L, V);
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1)
+            kn_strbuf_printf(r->s, " && ((unsigned long long)p%d %% %zu) == 0", j, V * kn_dtype_size(k->args[j].dtype));
+    kn_strbuf_printf(r->s, ") {\n");
+    r->indent++;
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1)
+            kn_kir_line(r, "struct __align__(%zu) v%d_t { %s x[%d]; };", V * kn_dtype_size(k->args[j].dtype), j,
+                 kn_kir_storage_name(k->args[j].dtype), V);
+    kn_kir_line(r, "for (kn_i64 q = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; q < total / %d;"
+            " q += (kn_i64)gridDim.x * blockDim.x) {", V);
+    r->indent++;
+    kn_kir_line(r, "const kn_i64 t = q * %d;", V);
+    render_unflatten(r, "t", "total", k->ndim);
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1) {
+            if (k->args[j].is_output) {
+                kn_kir_line(r, "v%d_t s%d;", j, j);
+                continue;
+            }
+            kn_strbuf_printf(r->s, "%*sconst v%d_t l%d = *(const v%d_t *)&", r->indent * 4, "", j, j, j);
+            kn_kir_put_elem(r, j, k->ndim);
+            kn_strbuf_printf(r->s, ";\n");
+        }
+    kn_kir_line(r, "#pragma unroll");
+    kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+    r->indent++;
+    r->vec_body = true;
+    kn_status st = kn_kir_render_stores(r, false, k->ndim);
+    r->vec_body = false;
+    KN_TRY(st);
+    r->indent--;
+    kn_kir_line(r, "}");
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1 && k->args[j].is_output) {
+            kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+            kn_kir_put_elem(r, j, k->ndim);
+            kn_strbuf_printf(r->s, " = s%d;\n", j);
+        }
+    r->indent--;
+    kn_kir_line(r, "}");
+    kn_kir_line(r, "return;");
+    r->indent--;
+    kn_kir_line(r, "}");
+    return KN_OK;
+}
+
+static kn_status cuda_pointwise(kn_kir_rctx *r)
+{
+    const kn_kernel *k = r->k;
+    kn_strbuf_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
+    for (int d = 0; d < k->ndim; d++) kn_strbuf_printf(r->s, " * n%d", d);
+    kn_strbuf_printf(r->s, ";\n");
+    if (kn_kernel_vec_ok(k, k->cfg.vec)) KN_TRY(cuda_vector(r, k->cfg.vec));
+    int ept = k->cfg.ept > 1 ? k->cfg.ept : 1;
+    if (ept == 1) {
+        kn_kir_line(r, "for (kn_i64 t = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;"
+                " t += (kn_i64)gridDim.x * blockDim.x) {");
+        r->indent++;
+    } else {
+        /* ept elements a block-width apart per thread and step: loads stay
+         * coalesced, and the unrolled steps keep ept loads in flight */
+        kn_kir_line(r, "for (kn_i64 base = (kn_i64)blockIdx.x * blockDim.x * %d + threadIdx.x; base < total;"
+                " base += (kn_i64)gridDim.x * blockDim.x * %d) {", ept, ept);
+        r->indent++;
+        kn_kir_line(r, "#pragma unroll");
+        kn_kir_line(r, "for (int e = 0; e < %d; e++) {", ept);
+        r->indent++;
+        kn_kir_line(r, "const kn_i64 t = base + (kn_i64)e * blockDim.x;");
+        kn_kir_line(r, "if (t >= total) break;");
+    }
+    render_unflatten(r, "t", "total", k->ndim);
+    KN_TRY(kn_kir_render_stores(r, false, k->ndim));
+    for (int l = 0; l < (ept == 1 ? 1 : 2); l++) {
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+    return KN_OK;
+}
+
+static kn_status cuda_row(kn_kir_rctx *r)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1;
+    r->warp_rows = kn_kernel_warp_rows(k);
+    /* the thread that writes a row's per-row values */
+    const char *first = r->warp_rows ? "if (lane == 0) {" : "if (threadIdx.x == 0) {";
+    if (!r->warp_rows)
+        for (int s = 0; s < k->n_stages; s++)
+            kn_kir_line(r, "__shared__ %s red%d[32]; /* one partial per warp */", kn_kir_acc_type(r, s), s);
+    kn_strbuf_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
+    for (int d = 0; d < R; d++) kn_strbuf_printf(r->s, " * n%d", d);
+    kn_strbuf_printf(r->s, ";\n");
+    if (r->warp_rows) {
+        /* one warp per row: no barriers at all, and a block's eight rows
+         * keep eight times the loads in flight */
+        kn_kir_line(r, "const unsigned lane = threadIdx.x & 31u;");
+        kn_kir_line(r, "const kn_i64 wpb = blockDim.x >> 5;");
+        kn_kir_line(r, "for (kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;"
+                " row += (kn_i64)gridDim.x * wpb) {");
+    } else {
+        kn_kir_line(r, "for (kn_i64 row = blockIdx.x; row < rows; row += gridDim.x) {");
+    }
+    r->indent++;
+    render_unflatten(r, "row", "rows", R);
+    if (k->cfg.rows == KN_ROWS_REGS) {
+        /* the row in registers when it fits what was rendered; a longer
+         * row (a dynamic size) takes the plain warp loop */
+        int K = (int)((k->shape[R] + 31) / 32);
+        kn_kir_line(r, "if (n%d <= %d) {", R, K * 32);
+        r->indent++;
+        r->regs_k = K;
+        kn_status st = kn_kir_row_body(r, "(kn_i64)lane", "32", first);
+        r->regs_k = 0;
+        KN_TRY(st);
+        r->indent--;
+        kn_kir_line(r, "} else {");
+        r->indent++;
+    }
+    KN_TRY(kn_kir_row_body(r, r->warp_rows ? "(kn_i64)lane" : "threadIdx.x", r->warp_rows ? "32" : "blockDim.x",
+                           first));
+    if (k->cfg.rows == KN_ROWS_REGS) {
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+    r->indent--;
+    kn_kir_line(r, "}");
+    return KN_OK;
+}
+
+/* After a stage's loop: butterfly shuffles inside each warp, then the
+ * warps' partials through shared memory, combined by every thread in the
+ * same order (so all agree): two barriers a stage instead of a
+ * shared-memory tree's nine, which had made softmax rows of 256
+ * latency-bound (131 us for 8.4M elements on the H100). blockDim is a
+ * power of two >= 32 (kn_kernel_launch_dims). */
+static void cuda_row_partials(kn_kir_rctx *r, int s)
+{
+    char acc[16];
+    snprintf(acc, sizeof acc, "s%d", s);
+    kn_kir_line(r, "for (int w = 16; w > 0; w >>= 1) {");
+    r->indent++;
+    kn_kir_line(r, "%s o = __shfl_xor_sync(0xffffffffu, s%d, w);", kn_kir_acc_type(r, s), s);
+    kn_kir_combine(r, s, acc, "o");
+    r->indent--;
+    kn_kir_line(r, "}");
+    if (r->warp_rows) return;
+    kn_kir_line(r, "if ((threadIdx.x & 31u) == 0) red%d[threadIdx.x >> 5] = s%d;", s, s);
+    kn_kir_line(r, "__syncthreads();");
+    kn_kir_line(r, "s%d = red%d[0];", s, s);
+    kn_kir_line(r, "for (unsigned w = 1; w < (blockDim.x >> 5); w++) {");
+    r->indent++;
+    kn_kir_line(r, "%s o = red%d[w];", kn_kir_acc_type(r, s), s);
+    kn_kir_combine(r, s, acc, "o");
+    r->indent--;
+    kn_kir_line(r, "}");
+    kn_kir_line(r, "__syncthreads(); /* red%d is free again for the next row */", s);
+}
+
+/* Blocks and elements per thread (and vector widths where the arguments
+ * allow) for pointwise kernels; for rows, a warp per row (the row in
+ * memory or in registers) or a block per row, in several block sizes. */
+static int cuda_candidates(const kn_kernel *k, kn_kconfig *out, int max)
+{
+    int n = 0;
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        if (n < max) out[n++] = (kn_kconfig){__VA_ARGS__};                                         \
+    } while (0)
+    if (k->kind == KN_KERNEL_POINTWISE) {
+        static const int blocks[] = {128, 256, 512}, epts[] = {1, 2, 4};
+        for (int b = 0; b < 3; b++)
+            for (int e = 0; e < 3; e++)
+                if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == 1)) ADD(.block = blocks[b], .ept = epts[e]);
+        /* vector loads and stores where every argument is contiguous or one element */
+        for (int v = 2; v <= 8; v *= 2)
+            if (kn_kernel_vec_ok(k, v)) {
+                ADD(.block = 128, .vec = v);
+                ADD(.block = 256, .vec = v);
+            }
+    } else {
+        int64_t row = k->ndim ? k->shape[k->ndim - 1] : 1;
+        bool auto_warp = kn_kernel_warp_rows(k);
+        static const int wblocks[] = {64, 128, 256, 512}, bblocks[] = {64, 128, 256, 512, 1024};
+        for (int b = 0; b < 4; b++) /* one warp per row: for rows up to a few thousand */
+            if (row <= 8 * KN_KIR_WARP_ROW_MAX && !(auto_warp && wblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
+        for (int b = 1; b < 3 && row <= 1024; b++) /* one warp per row, the row in registers */
+            ADD(.block = wblocks[b], .rows = KN_ROWS_REGS);
+        for (int b = 0; b < 5; b++) /* one block per row: wide rows want wide blocks */
+            if (bblocks[b] / 2 <= row && !(!auto_warp && bblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK);
+    }
+#undef ADD
+    return n;
+}
+
+const kn_render_target kn_cuda_render_target = {
+    .name = "cuda",
+    /* NVRTC has no standard headers: everything is self-contained. */
+    .prelude = "/* generated by kiln (CUDA target) */\n"
+               "typedef long long kn_i64; typedef int kn_i32; typedef unsigned int kn_u32;\n"
+               "typedef unsigned short kn_u16; typedef unsigned char kn_u8;\n"
+               "typedef struct kn_kargs { char *bufs[" STR(KN_KIR_MAX_ARGS) "]; long long sizes[" STR(
+                   KN_MAX_DIMS) "]; } kn_kargs;\n"
+               "#define KN_FN static __device__ __forceinline__\n"
+               "#define INFINITY __int_as_float(0x7f800000)\n"
+               "#define NAN __int_as_float(0x7fffffff)\n"
+               "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n"
+               "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n",
+    .bufs = "ka.bufs",
+    .sizes = "ka.sizes",
+    .after_params = NULL,
+    .unroll_pragma = NULL, /* cfg.unroll is the C target's knob */
+    .f32_math_in_f64 = false,
+    .f32_row_sum_in_f64 = false,
+    .signature = cuda_signature,
+    .pointwise = cuda_pointwise,
+    .row = cuda_row,
+    .row_partials = cuda_row_partials,
+    .candidates = cuda_candidates,
+};
+
+const char *kn_cuda_render_prelude(void)
+{
+    /* rendered once and kept: template modules prepend it on every build */
+    static char *text;
+    if (!text && kn_kir_prelude(&kn_cuda_render_target, &text) != KN_OK) return NULL;
+    return text;
+}

@@ -1,0 +1,13 @@
+/* kn_cuda_render: the CUDA backend's render target (kn_cuda_render_target,
+ * declared in kn_kir.h with the other targets) and its prelude. */
+#ifndef KN_CUDA_RENDER_H
+#define KN_CUDA_RENDER_H
+
+#include "kn_kir.h"
+
+/* The CUDA target's prelude (types, bf16/f16 bit code, helpers; no
+ * includes), for the hand-written templates that share it; rendered once,
+ * static storage; NULL on OOM. */
+const char *kn_cuda_render_prelude(void);
+
+#endif

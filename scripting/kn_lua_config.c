@@ -1,0 +1,156 @@
+/* kn_lua_config: kiln.config and how its switches reach core (see
+ * kn_lua_config.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+
+#include "kn_autotune.h"
+#include "kn_backend.h"
+#include "kn_clock.h"
+#include "kn_lua_config.h"
+#include "kn_lua_state.h"
+#include "kn_passes.h"
+#ifdef KILN_HAVE_CUDA
+#include "cuda/kn_cuda.h"
+#endif
+
+void kn_lua_open_config(lua_State *L, int kiln)
+{
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, 8);
+    lua_setfield(L, -2, "cache_size_limit");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "error_on_recompile");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "allow_tf32");
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "replay"); /* direct replay of pure traces (see README) */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "compiler"); /* false: compiled graphs run op by op (the reference) */
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "check_numerics"); /* compare every compiled run with the reference */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "fold_epilogues"); /* bias/ReLU/residual in the matmul or conv library call */
+    lua_pushnumber(L, kn_autotune_get_opts()->budget_s);
+    lua_setfield(L, -2, "autotune_budget_s"); /* max-autotune's search time per compiled function */
+    const char *cache = getenv("KILN_CACHE_DIR");
+    const char *home = getenv("HOME");
+    if (cache) lua_pushstring(L, cache);
+    else lua_pushfstring(L, "%s/.cache/kiln", home ? home : ".");
+    lua_setfield(L, -2, "cache_dir");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    lua_setfield(L, kiln, "config");
+}
+
+/* The bar, on stderr when it is a terminal, at most ten times a second:
+ *   autotune [########------------]  12/40 kernels  85 candidates  6.2 s of 20 s  k13_softmax_f32_... */
+static void progress_bar(const kn_autotune_progress *p, void *ud)
+{
+    (void)ud;
+    /* process-wide on purpose: there is one stderr, whichever state searches */
+    static double last;
+    static bool shown;
+    if (!isatty(2)) return;
+    double t = kn_clock_s();
+    if (p->done) {
+        if (shown) fprintf(stderr, "\r\033[K");
+        shown = false;
+        return;
+    }
+    if (t - last < 0.1) return;
+    last = t;
+    shown = true;
+    enum { W = 20 };
+    int fill = p->kernels_total ? (int)((double)W * p->kernels_done / p->kernels_total) : 0;
+    char bar[W + 1];
+    for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '-';
+    bar[W] = 0;
+    double left = p->budget_s - p->elapsed_s;
+    fprintf(stderr, "\r\033[Kautotune [%s] %3d/%d kernels  %d candidates  %.1f s, at most %.0f s left  %.40s", bar,
+            p->kernels_done, p->kernels_total, p->candidates, p->elapsed_s, left > 0 ? left : 0, p->kernel);
+    fflush(stderr);
+}
+
+/* kiln.config.autotune_budget_s (and KILN_AUTOTUNE_FAULT, for the tests
+ * of the rejection path) into the search's options; at each call. */
+static void sync_autotune(lua_State *L)
+{
+    kn_autotune_opts o = *kn_autotune_get_opts();
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "autotune_budget_s");
+        if (lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) >= 0) o.budget_s = lua_tonumber(L, -1);
+        else if (!lua_isnil(L, -1)) {
+            char got[64];
+            if (lua_type(L, -1) == LUA_TNUMBER) snprintf(got, sizeof got, "number %g", lua_tonumber(L, -1));
+            else snprintf(got, sizeof got, "%s", luaL_typename(L, -1));
+            luaL_error(L, "kiln.config.autotune_budget_s must be a number of seconds >= 0, got %s", got);
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    const char *fault = getenv("KILN_AUTOTUNE_FAULT");
+    o.fault_candidate = fault ? atoi(fault) : 0;
+    o.progress = progress_bar;
+    o.progress_ud = NULL;
+    kn_autotune_set_opts(&o);
+}
+
+/* The switches are process-wide in core (a backend reads them when it runs
+ * a kernel), so they are pushed from the calling state's kiln.config at each
+ * call: two states with different settings each get their own for their
+ * own calls. */
+void kn_lua_sync_config(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "allow_tf32");
+        kn_set_allow_tf32(lua_toboolean(L, -1));
+        lua_getfield(L, -2, "cache_dir");
+#ifdef KILN_HAVE_CUDA
+        if (lua_isstring(L, -1)) {
+            const char *dir = lua_tostring(L, -1), *cur = kn_cuda_cache_dir();
+            if (!cur || strcmp(cur, dir) != 0) kn_cuda_set_cache_dir(dir);
+        }
+#endif
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    sync_autotune(L);
+}
+
+void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
+{
+    bool fold = true;
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "cache_size_limit");
+        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->opt.cache_size_limit = (int)lua_tointeger(L, -1);
+        lua_getfield(L, -2, "error_on_recompile");
+        cm->opt.error_on_recompile = lua_toboolean(L, -1);
+        lua_getfield(L, -3, "compiler");
+        cm->opt.compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
+        lua_getfield(L, -4, "cache_dir");
+        snprintf(cm->opt.cache_dir, sizeof cm->opt.cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+        lua_getfield(L, -5, "check_numerics");
+        cm->opt.check_numerics = lua_toboolean(L, -1);
+        lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */
+        cm->check.fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+        lua_getfield(L, -7, "fold_epilogues");
+        fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
+        lua_pop(L, 7);
+    }
+    lua_pop(L, 1);
+    kn_lua_sync_config(L);
+    int log_flags = kn_lua_state_get(L)->log_flags;
+    cm->log.flags = log_flags;
+    cm->opt.pass_flags = (log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
+    if (!fold) cm->opt.pass_flags |= KN_PLAN_NO_EPILOGUES;
+#ifndef NDEBUG
+    cm->opt.pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
+#endif
+}

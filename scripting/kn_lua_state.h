@@ -1,0 +1,39 @@
+/* kn_lua_state: what kiln keeps per Lua state, in that state's registry.
+ *
+ * Two Lua states in one process (an embedder with one state per job, a test)
+ * must not see each other's random stream, compiled call in progress or
+ * parameter names, so none of that lives in C statics. Coroutines of one
+ * state share its registry, so they share this too, as they share kiln.
+ * Private to scripting/. */
+#ifndef KN_LUA_STATE_H
+#define KN_LUA_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <lua.h>
+
+struct kn_capture;
+
+typedef struct {
+    /* the capture of the compiled call being traced, or NULL */
+    struct kn_capture *cap;
+    /* registry reference of that call's parameter names (tensor id ->
+     * dotted name), or LUA_NOREF */
+    int param_map;
+    /* the trace called something a replay cannot repeat, and what */
+    bool impure;
+    char impure_what[64];
+    /* the random stream of calls without a seed: consecutive counters */
+    uint64_t seed, rng_offset;
+    /* KN_LOG_* flags that compiled calls log with (kiln.log, KILN_LOGS) */
+    int log_flags;
+    /* fresh tensor storage since this state's last forced collection */
+    int64_t bytes_since_gc;
+} kn_lua_state;
+
+/* This state's data, made on first use. The pointer stays valid until the
+ * state is closed (the registry holds the userdata behind it). */
+kn_lua_state *kn_lua_state_get(lua_State *L);
+
+#endif

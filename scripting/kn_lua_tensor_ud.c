@@ -1,0 +1,59 @@
+/* kn_lua_tensor_ud: the kiln.Tensor userdata (see kn_lua_tensor_ud.h). */
+#include "kn_capture.h"
+#include "kn_lua_state.h"
+#include "kn_lua_tensor_ud.h"
+
+/* A placeholder whose graph has run stands for its value: outside the
+ * capture that made it, hand out the value (and, once that capture is over,
+ * keep the value in the userdata for good). */
+kn_tensor *kn_lua_totensor(lua_State *L, int idx)
+{
+    kn_lua_tensor_ud *u = luaL_testudata(L, idx, KN_TENSOR_MT);
+    if (!u) return NULL;
+    kn_tensor *t = u->t;
+    if (t && t->lazy && t->lazy->value) {
+        struct kn_capture *cap = kn_lua_state_get(L)->cap;
+        if (!cap || t->lazy->cap != cap) {
+            kn_tensor *v = t->lazy->value;
+            if (!t->lazy->cap) {
+                kn_tensor_retain(v);
+                u->t = v;
+                kn_tensor_release(t);
+            }
+            return v;
+        }
+    }
+    return t;
+}
+
+kn_tensor *kn_lua_checktensor(lua_State *L, int idx)
+{
+    kn_tensor *t = kn_lua_totensor(L, idx);
+    if (!t) {
+        const char *got = luaL_typename(L, idx);
+        luaL_argerror(L, idx, lua_pushfstring(L, "tensor expected, got %s", got));
+    }
+    return t;
+}
+
+/* Lua's collector sees a tensor as a few bytes of userdata, not the
+ * megabytes of (device) memory behind it: an eager loop would fill the GPU
+ * with garbage before Lua felt any pressure (the transformer_block sample
+ * ran out of 80 GB that way). So fresh storage is counted here, and past a
+ * threshold a full collection frees what Lua no longer reaches. */
+#define KN_GC_PRESSURE_BYTES ((int64_t)1 << 30)
+
+void kn_lua_pushtensor(lua_State *L, kn_tensor *t)
+{
+    kn_lua_tensor_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->t = t;
+    luaL_setmetatable(L, KN_TENSOR_MT);
+    if (t && t->storage && t->storage->refcount == 1 && !t->storage->borrowed) {
+        kn_lua_state *s = kn_lua_state_get(L);
+        s->bytes_since_gc += t->storage->nbytes;
+        if (s->bytes_since_gc > KN_GC_PRESSURE_BYTES) {
+            s->bytes_since_gc = 0;
+            lua_gc(L, LUA_GCCOLLECT); /* the new userdata is on the stack: it stays */
+        }
+    }
+}

@@ -1,0 +1,416 @@
+/* kn_lua_trace: the Lua side of capture (see kn_lua_trace.h). This file
+ * feeds core/capture/kn_capture with what only Lua knows: the user's source
+ * lines and stacks, argument names (debug info), parameter names (the
+ * module's named_parameters) and the names of baked-in numbers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "kn_lua_config.h"
+#include "kn_lua_state.h"
+#include "kn_lua_tensor_ud.h"
+#include "kn_lua_trace.h"
+#include "kn_lua_util.h"
+
+kn_capture *kn_lua_active_capture(lua_State *L)
+{
+    return kn_lua_state_get(L)->cap;
+}
+
+/* ---- where the user is ------------------------------------------------- */
+
+/* The name of the function running at this level, for the user stack. */
+static void frame_name(lua_State *L, lua_Debug *ar, int level, char *buf, size_t size)
+{
+    buf[0] = 0;
+    if (ar->name) {
+        snprintf(buf, size, "%s", ar->name);
+        return;
+    }
+    if (strcmp(ar->what, "main") == 0) return;
+    /* called from C: the compiled function itself gets the name kiln.compile
+     * gave it; others are named as Lua does, <file:line> */
+    kn_capture *cap = kn_lua_state_get(L)->cap;
+    if (cap && lua_getstack(L, level, ar) && lua_getinfo(L, "fS", ar)) {
+        lua_getfield(L, LUA_REGISTRYINDEX, "kiln.compiling");
+        bool is_compiled = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+        if (is_compiled) {
+            snprintf(buf, size, "%s", cap->cm->id.name);
+            return;
+        }
+    }
+    snprintf(buf, size, "<%s:%d>", ar->short_src, ar->linedefined);
+}
+
+static void fill_break(lua_State *L, kn_break *b, const char *category, const char *reason,
+                       const char *hint)
+{
+    memset(b, 0, sizeof *b);
+    snprintf(b->category, sizeof b->category, "%s", category);
+    snprintf(b->reason, sizeof b->reason, "%s", reason);
+    snprintf(b->hint, sizeof b->hint, "%s", hint);
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar) && b->n_frames < KN_MAX_FRAMES; level++) {
+        lua_getinfo(L, "Sln", &ar);
+        if (!kn_lua_user_frame(&ar)) continue;
+        int i = b->n_frames++;
+        snprintf(b->frame_where[i], sizeof b->frame_where[i], "%s:%d", ar.short_src, ar.currentline);
+        frame_name(L, &ar, level, b->frame_fn[i], sizeof b->frame_fn[i]);
+    }
+    snprintf(b->where, sizeof b->where, "%s", b->n_frames ? b->frame_where[0] : "?");
+}
+
+void kn_lua_trace_flush_log(kn_compiled *cm)
+{
+    if (cm->log.len) {
+        fputs(cm->log.text, stderr);
+        fflush(stderr);
+    }
+    free(cm->log.text);
+    cm->log.text = NULL;
+    cm->log.len = 0;
+}
+
+/* Record a break and run what was captured; raises on fullgraph. */
+void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, const char *hint)
+{
+    kn_capture *cap = kn_lua_state_get(L)->cap;
+    if (!cap) return;
+    kn_break b;
+    fill_break(L, &b, category, reason, hint);
+    /* Which traced values are still referenced decides the graph's outputs
+     * and their numbers ("graph K output N"): collect garbage first so that
+     * does not depend on when the collector last ran. */
+    lua_gc(L, LUA_GCCOLLECT);
+    kn_status st = kn_capture_break(cap, &b);
+    kn_lua_trace_flush_log(cap->cm);
+    if (st != KN_OK) kn_lua_fail(L, st);
+}
+
+/* ---- names ------------------------------------------------------------- */
+
+/* Does the value on the stack top match what a name search looks for? */
+typedef bool (*kn_name_match)(lua_State *L, const void *want);
+
+/* Name, into buf ("" if none), the first local (then upvalue) of the
+ * innermost user function whose value matches. */
+static void find_name_by(lua_State *L, kn_name_match match, const void *want, char *buf, size_t size)
+{
+    buf[0] = 0;
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (!kn_lua_user_frame(&ar)) continue;
+        const char *name;
+        for (int i = 1; (name = lua_getlocal(L, &ar, i)) != NULL; i++) {
+            bool hit = name[0] != '(' && match(L, want);
+            lua_pop(L, 1);
+            if (hit) {
+                snprintf(buf, size, "%s", name);
+                return;
+            }
+        }
+        lua_getinfo(L, "f", &ar);
+        for (int i = 1; (name = lua_getupvalue(L, -1, i)) != NULL; i++) {
+            bool hit = name[0] && match(L, want);
+            lua_pop(L, 1);
+            if (hit) {
+                lua_pop(L, 1);
+                snprintf(buf, size, "%s", name);
+                return;
+            }
+        }
+        lua_pop(L, 1);
+        return; /* only the innermost user function */
+    }
+}
+
+static bool same_value(lua_State *L, const void *want)
+{
+    return lua_rawequal(L, -1, *(const int *)want);
+}
+
+void kn_lua_trace_find_name(lua_State *L, int idx, char *buf, size_t size)
+{
+    int abs = lua_absindex(L, idx);
+    find_name_by(L, same_value, &abs, buf, size);
+}
+
+/* The tensor held by the userdata at idx (placeholder or value), or NULL. */
+static kn_tensor *raw_tensor(lua_State *L, int idx)
+{
+    kn_tensor **ud = luaL_testudata(L, idx, KN_TENSOR_MT);
+    return ud ? *ud : NULL;
+}
+
+static bool holds_tensor(lua_State *L, const void *want)
+{
+    kn_tensor *u = raw_tensor(L, -1);
+    return u && (u == want || (u->lazy && u->lazy->value == want));
+}
+
+/* Like find_name, for a tensor: a local or upvalue holding t (or a
+ * placeholder that stands for it). */
+static void find_tensor_name(lua_State *L, const kn_tensor *t, char *buf, size_t size)
+{
+    find_name_by(L, holds_tensor, t, buf, size);
+}
+
+/* The parameter-name map of the call in progress (kn_lua_state's
+ * param_map): a table from tensor id to dotted name, built from the module
+ * at each traced call. */
+static const char *param_name(lua_State *L, const kn_tensor *t)
+{
+    int map = kn_lua_state_get(L)->param_map;
+    if (map == LUA_NOREF) return NULL;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, map);
+    lua_rawgeti(L, -1, (lua_Integer)t->id);
+    const char *name = lua_tostring(L, -1); /* kept alive by the map */
+    lua_pop(L, 2);
+    return name;
+}
+
+/* A placeholder for tensor t, naming it: a module parameter by its dotted
+ * name, else the user's variable that holds it. */
+static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, const char *where)
+{
+    char name[KN_NAME_MAX];
+    kn_input_kind kind = KN_IN_TENSOR;
+    const char *pn = t->lazy ? NULL : param_name(L, t);
+    if (pn) {
+        snprintf(name, sizeof name, "%s", pn);
+        kind = KN_IN_PARAM;
+    } else {
+        find_tensor_name(L, t, name, sizeof name);
+        if (!name[0]) snprintf(name, sizeof name, "tensor at %.80s", where);
+    }
+    kn_tensor *p;
+    kn_status st = kn_capture_input(cap, t, kind, name, where, &p);
+    if (st != KN_OK) kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, p); /* Lua owns it from here */
+    return p;
+}
+
+/* ---- running ops ------------------------------------------------------- */
+
+int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
+{
+    kn_capture *cap = kn_lua_state_get(L)->cap;
+    if (!cap) {
+        /* kiln.config is a plain table: GPU ops read its switches (TF32, the
+         * cache dir of their kernels) at each call, so a change takes effect
+         * at once; a few table reads against a kernel launch */
+        if (dev == KN_CUDA || (c->n_in > 0 && c->in[0] && kn_tensor_device(c->in[0]) == KN_CUDA))
+            kn_lua_sync_config(L);
+        kn_status st = kn_op_eager(c, dev);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
+        return c->n_out;
+    }
+    char where[KN_WHERE_MAX];
+    kn_lua_where_str(L, where, sizeof where);
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
+            c->in[i] = capture_input(L, cap, c->in[i], where);
+    kn_status st = kn_capture_op(cap, c, where);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
+    return c->n_out;
+}
+
+kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt)
+{
+    kn_capture *cap = kn_lua_state_get(L)->cap;
+    char name[KN_NAME_MAX], where[KN_WHERE_MAX];
+    kn_lua_trace_find_name(L, idx, name, sizeof name);
+    kn_lua_where_str(L, where, sizeof where);
+    double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
+    kn_tensor *p;
+    kn_status st = kn_capture_const(cap, v, dt, name, where, &p);
+    if (st != KN_OK) kn_lua_fail(L, st);
+    kn_lua_pushtensor(L, p);
+    return p;
+}
+
+kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method)
+{
+    if (!t->lazy) return t;
+    if (!t->lazy->value) {
+        kn_capture *cap = kn_lua_state_get(L)->cap;
+        if (!cap || t->lazy->cap != cap)
+            luaL_error(L, "Tensor.%s: this traced tensor has no value (its compiled call failed)", method);
+        char reason[256];
+        snprintf(reason, sizeof reason, "Tensor.%s needs the value of a traced tensor", method);
+        const char *hint = strcmp(method, "__lt") == 0 || strcmp(method, "__le") == 0
+                               ? "keep the branch inside the graph with kiln.where, or move it out of the compiled function"
+                               : "keep the computation in tensor ops, or move the read out of the compiled function";
+        kn_lua_graph_break(L, "data-dependent control flow", reason, hint);
+    }
+    return t->lazy->value;
+}
+
+/* ---- purity: which calls a replay may skip ------------------------------ */
+
+/* While a trace runs, a call hook watches every C function called: kiln's
+ * ops and Lua's pure library functions keep the trace replayable; anything
+ * else (print, io, os, math.random, kiln.clock, ...) may depend on or change
+ * the world, so such a function is traced again on every call. */
+void kn_lua_mark_impure(lua_State *L, const char *what)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    if (s->cap && !s->impure) {
+        s->impure = true;
+        snprintf(s->impure_what, sizeof s->impure_what, "%s", what);
+    }
+}
+
+static void purity_hook(lua_State *L, lua_Debug *ar)
+{
+    if (kn_lua_state_get(L)->impure || !lua_getinfo(L, "Sf", ar)) return;
+    if (strcmp(ar->what, "C") != 0) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.pure");
+    lua_pushvalue(L, -2);
+    bool pure = lua_rawget(L, -2) != LUA_TNIL;
+    lua_pop(L, 3);
+    if (!pure) {
+        lua_getinfo(L, "n", ar);
+        kn_lua_mark_impure(L, ar->name ? ar->name : "a C function");
+    }
+}
+
+/* Add every C function of the table at idx to the pure set at set. */
+static void add_pure_functions(lua_State *L, int set, int idx, const char *const *except)
+{
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        bool skip = false;
+        if (lua_type(L, -2) == LUA_TSTRING)
+            for (const char *const *e = except; *e && !skip; e++) skip = strcmp(lua_tostring(L, -2), *e) == 0;
+        if (!skip && lua_iscfunction(L, -1)) {
+            lua_pushvalue(L, -1);
+            lua_pushboolean(L, 1);
+            lua_rawset(L, set);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* The set of C functions a replayable trace may call (built once). */
+static void build_pure_set(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "kiln.pure") == LUA_TTABLE) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_newtable(L);
+    int set = lua_gettop(L);
+    static const char *const none[] = {NULL};
+    static const char *const kiln_impure[] = {"clock", "manual_seed", "load_safetensors", "save_safetensors",
+                                              "device_info", "eager", "graph_break", "log", "explain", "load", NULL};
+    static const char *const math_impure[] = {"random", "randomseed", NULL};
+    lua_getglobal(L, "kiln");
+    if (lua_istable(L, -1)) {
+        add_pure_functions(L, set, -1, kiln_impure);
+        lua_getfield(L, -1, "Tensor");
+        if (lua_istable(L, -1)) add_pure_functions(L, set, -1, none);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    luaL_getmetatable(L, KN_TENSOR_MT);
+    add_pure_functions(L, set, -1, none);
+    lua_pop(L, 1);
+    static const char *const libs[] = {"math", "string", "table", "utf8", NULL};
+    for (const char *const *lib = libs; *lib; lib++) {
+        lua_getglobal(L, *lib);
+        if (lua_istable(L, -1)) add_pure_functions(L, set, -1, strcmp(*lib, "math") == 0 ? math_impure : none);
+        lua_pop(L, 1);
+    }
+    static const char *const base[] = {"select", "type", "ipairs", "pairs", "next", "rawget", "rawequal",
+                                       "rawlen", "tostring", "tonumber", "getmetatable", "setmetatable",
+                                       "assert", "error", "pcall", "xpcall", "unpack", NULL};
+    for (const char *const *b = base; *b; b++) {
+        lua_getglobal(L, *b);
+        if (lua_iscfunction(L, -1)) {
+            lua_pushboolean(L, 1);
+            lua_rawset(L, -3);
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    /* the pairs/ipairs iterator functions themselves */
+    lua_getglobal(L, "ipairs");
+    if (lua_isfunction(L, -1)) {
+        lua_newtable(L);
+        lua_call(L, 1, 1);
+        lua_pushboolean(L, 1);
+        lua_rawset(L, -3);
+    } else {
+        lua_pop(L, 1);
+    }
+    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.pure");
+}
+
+/* ---- around a traced call ----------------------------------------------- */
+
+void kn_lua_trace_param_map(lua_State *L, int module_idx)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    luaL_unref(L, LUA_REGISTRYINDEX, s->param_map);
+    s->param_map = LUA_NOREF;
+    if (!module_idx) return;
+    module_idx = lua_absindex(L, module_idx);
+    lua_newtable(L);
+    int map = lua_gettop(L);
+    static const char *const lists[] = {"named_parameters", "named_buffers"};
+    for (int li = 0; li < 2; li++) {
+        if (lua_getfield(L, module_idx, lists[li]) != LUA_TFUNCTION) {
+            lua_pop(L, 1);
+            continue;
+        }
+        lua_pushvalue(L, module_idx);
+        lua_call(L, 1, 3); /* iterator, state, control */
+        for (;;) {
+            lua_pushvalue(L, -3);
+            lua_pushvalue(L, -3);
+            lua_pushvalue(L, -3);
+            lua_call(L, 2, 2);
+            if (lua_isnil(L, -2)) {
+                lua_pop(L, 2);
+                break;
+            }
+            kn_tensor *t = kn_lua_totensor(L, -1);
+            if (t) {
+                lua_pushvalue(L, -2);
+                lua_rawseti(L, map, (lua_Integer)t->id);
+            }
+            lua_replace(L, -3); /* control = name */
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 3);
+    }
+    s->param_map = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+void kn_lua_trace_watch(lua_State *L, kn_lua_trace_hook *saved)
+{
+    build_pure_set(L);
+    saved->hook = lua_gethook(L);
+    saved->mask = lua_gethookmask(L);
+    saved->count = lua_gethookcount(L);
+    kn_lua_state_get(L)->impure = false;
+    if (!saved->hook) lua_sethook(L, purity_hook, LUA_MASKCALL, 0);
+    else kn_lua_mark_impure(L, "a debug hook was set"); /* cannot watch: do not replay */
+}
+
+void kn_lua_trace_unwatch(lua_State *L, const kn_lua_trace_hook *saved)
+{
+    if (!saved->hook) lua_sethook(L, saved->hook, saved->mask, saved->count);
+}

@@ -1,0 +1,54 @@
+/* kn_lua_trace: the Lua side of capture. While a compiled callable traces
+ * its function (kn_lua_state's cap is set), every op binding hands its call
+ * to kn_lua_run, which appends a node instead of computing. What only Lua
+ * knows goes to core/capture with it: the user's source lines and stacks,
+ * the names of variables, parameters and baked-in numbers, and whether the
+ * trace called something a replay could not repeat. Private to scripting/. */
+#ifndef KN_LUA_TRACE_H
+#define KN_LUA_TRACE_H
+
+#include <stddef.h>
+
+#include <lua.h>
+
+#include "kn_capture.h"
+
+/* The capture of the compiled call in progress in this state, or NULL. */
+kn_capture *kn_lua_active_capture(lua_State *L);
+/* Run an op: eagerly, or appended to the graph being captured. Pushes the
+ * outputs and returns their count; raises on error. */
+int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev);
+/* A placeholder for the Lua number at idx baked into the graph (pushed). */
+kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt);
+/* The value of t, breaking the graph first when t is a traced placeholder
+ * whose value does not exist yet; `method` names what needs it. */
+kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method);
+/* Record a graph break (category, reason, hint) at the user's line and run
+ * what was captured; nothing when no capture is active. */
+void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, const char *hint);
+/* The trace in progress called something whose result may differ next
+ * time (a random op without a seed): replaying it would be wrong. */
+void kn_lua_mark_impure(lua_State *L, const char *what);
+
+/* Print and drop what the compiled function logged. */
+void kn_lua_trace_flush_log(kn_compiled *cm);
+/* Name, into buf ("" if none), a local or upvalue of the innermost user
+ * function rawequal to the value at idx. */
+void kn_lua_trace_find_name(lua_State *L, int idx, char *buf, size_t size);
+/* Build the parameter-name map of the call about to be traced from the
+ * module at module_idx (its named_parameters and named_buffers); 0: no
+ * module, no map. */
+void kn_lua_trace_param_map(lua_State *L, int module_idx);
+
+/* The debug hook that was set before kn_lua_trace_watch. */
+typedef struct {
+    lua_Hook hook;
+    int mask, count;
+} kn_lua_trace_hook;
+/* Watch the calls of the trace about to run (the capture is set) for
+ * impure ones, clearing the state's impure mark; kn_lua_trace_unwatch
+ * restores the hook saved. */
+void kn_lua_trace_watch(lua_State *L, kn_lua_trace_hook *saved);
+void kn_lua_trace_unwatch(lua_State *L, const kn_lua_trace_hook *saved);
+
+#endif

@@ -1,0 +1,128 @@
+/* kn_lua_util: errors at the user's line and the argument helpers of the
+ * binding files (see kn_lua_util.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "kn_backend.h"
+#include "kn_lua_util.h"
+
+/* ---- errors and where the user is -------------------------------------- */
+
+int kn_lua_fail(lua_State *L, kn_status st)
+{
+    (void)st;
+    kn_lua_where(L); /* the user's file:line, skipping kiln's own Lua */
+    lua_pushstring(L, kn_last_error());
+    lua_concat(L, 2);
+    return lua_error(L);
+}
+
+bool kn_lua_user_frame(const lua_Debug *ar)
+{
+    /* C functions have no line; kiln's nn and commands come from @kiln/ */
+    return ar->currentline > 0 && strncmp(ar->source, "@kiln/", 6) != 0;
+}
+
+void kn_lua_where(lua_State *L)
+{
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (!kn_lua_user_frame(&ar)) continue;
+        lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+        return;
+    }
+    lua_pushliteral(L, "");
+}
+
+void kn_lua_where_str(lua_State *L, char *buf, size_t size)
+{
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (!kn_lua_user_frame(&ar)) continue;
+        snprintf(buf, size, "%s:%d", ar.short_src, ar.currentline);
+        return;
+    }
+    snprintf(buf, size, "?");
+}
+
+/* ---- arguments --------------------------------------------------------- */
+
+int kn_lua_dim(lua_State *L, int idx, const char *what)
+{
+    lua_Integer d = luaL_checkinteger(L, idx);
+    if (d == 0)
+        return luaL_error(L, "%s: dim 0 is not a dim: dims are 1-based (1 is the first, -1 the last)",
+                          what);
+    if (d > 64 || d < -64) return luaL_error(L, "%s: dim %d out of range", what, (int)d);
+    return (int)(d > 0 ? d - 1 : d); /* core normalizes negatives */
+}
+
+int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what)
+{
+    int n = 0;
+    if (lua_istable(L, idx)) {
+        n = (int)luaL_len(L, idx);
+        if (n > KN_MAX_DIMS)
+            return luaL_error(L, "%s: a shape has at most %d dims, got %d", what, KN_MAX_DIMS, n);
+        for (int i = 0; i < n; i++) {
+            lua_geti(L, idx, i + 1);
+            int isnum;
+            lua_Integer v = lua_tointegerx(L, -1, &isnum);
+            if (!isnum)
+                return luaL_error(L, "%s: shape entry %d must be an integer, got %s", what, i + 1,
+                                  luaL_typename(L, -1));
+            shape[i] = v;
+            lua_pop(L, 1);
+        }
+        return n;
+    }
+    /* varargs: f(2, 3, 4) */
+    int top = lua_gettop(L);
+    for (int i = idx; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
+        if (n >= KN_MAX_DIMS)
+            return luaL_error(L, "%s: a shape has at most %d dims", what, KN_MAX_DIMS);
+        int isnum;
+        lua_Integer v = lua_tointegerx(L, i, &isnum);
+        if (!isnum) return luaL_error(L, "%s: shape entry %d must be an integer", what, n + 1);
+        shape[n++] = v;
+    }
+    if (n == 0 && !lua_isnoneornil(L, idx))
+        return luaL_error(L, "%s: shape expected (a table like {2, 3}), got %s", what,
+                          luaL_typename(L, idx));
+    return n;
+}
+
+/* Options table at idx (or nil): dtype, device, seed. */
+void kn_lua_opts(lua_State *L, int idx, kn_dtype *dt, kn_device *dev, int64_t *seed, int *has_seed)
+{
+    if (lua_isnoneornil(L, idx)) return;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    if (lua_getfield(L, idx, "dtype") != LUA_TNIL) {
+        kn_status st = kn_dtype_parse(luaL_checkstring(L, -1), dt);
+        if (st != KN_OK) kn_lua_fail(L, st);
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, idx, "device") != LUA_TNIL) {
+        kn_status st = kn_device_parse(luaL_checkstring(L, -1), dev);
+        if (st != KN_OK) kn_lua_fail(L, st);
+    }
+    lua_pop(L, 1);
+    if (seed && lua_getfield(L, idx, "seed") != LUA_TNIL) {
+        int isnum;
+        *seed = lua_tointegerx(L, -1, &isnum);
+        if (!isnum) luaL_error(L, "seed must be an integer, got %s", luaL_typename(L, -1));
+        *has_seed = 1;
+    }
+    if (seed) lua_pop(L, 1);
+}
+
+kn_device kn_lua_default_device(void)
+{
+    /* design section 2: cuda when a GPU is present, else cpu. Process-wide
+     * on purpose: it is a fact about the machine, the same for every state. */
+    static int cached = -1;
+    if (cached < 0) cached = kn_backend_get(KN_CUDA) ? KN_CUDA : KN_CPU;
+    return (kn_device)cached;
+}

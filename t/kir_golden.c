@@ -1,0 +1,282 @@
+/* t/kir_golden.c: the generated source of both render targets, byte for
+ * byte. The persistent caches are keyed by source text, so a change to the
+ * renderer or a target descriptor that alters a single character costs
+ * every user a recompile (and may change results); this test makes such a
+ * change visible. Four hand-built kernels (pointwise over bf16 with a
+ * broadcast row and two outputs, a transposed f32 read, softmax rows, an
+ * f16 normalization with a per-row output) are rendered as one program per
+ * target and configuration into t/golden/kir_sources.txt. The file was
+ * written by the renderer before the targets became descriptors; rewrite
+ * it with KILN_UPDATE_GOLDEN=1 only for a change meant to alter the text.
+ *
+ * Also: the renderer reads a target's fields rather than knowing targets
+ * (a copy of the C target with other fields renders differently), and
+ * every backend's target is complete.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_backend.h"
+#include "kn_kir.h"
+#include "tap.h"
+
+#define GOLDEN "t/golden/kir_sources.txt"
+#define N_KERNELS 4
+
+static int add(kn_kernel *k, kn_kexpr e)
+{
+    int i = -1;
+    if (kn_kernel_add_expr(k, &e, &i) != KN_OK) printf("Bail out! %s\n", kn_last_error());
+    return i;
+}
+
+static int ld(kn_kernel *k, int buf)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_LOAD, .buf = buf, .a = -1, .b = -1, .c = -1, .dtype = k->args[buf].dtype});
+}
+
+static int cst(kn_kernel *k, double v, kn_dtype dt)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_CONST, .value = v, .a = -1, .b = -1, .c = -1, .dtype = dt});
+}
+
+static int op(kn_kernel *k, kn_op o, int a, int b, int c, kn_dtype dt)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_OP, .op = o, .a = a, .b = b, .c = c, .dtype = dt});
+}
+
+static int acc(kn_kernel *k, int s, kn_dtype dt)
+{
+    return add(k, (kn_kexpr){.kind = KN_KX_ACC, .acc = s, .a = -1, .b = -1, .c = -1, .dtype = dt});
+}
+
+/* An argument with the given strides over the kernel's space. */
+static int arg(kn_kernel *k, kn_dtype dt, bool out, int64_t s0, int64_t s1)
+{
+    kn_karg a = {.dtype = dt, .is_output = out, .strides = {s0, s1}};
+    int i = -1;
+    if (kn_kernel_add_arg(k, &a, &i) != KN_OK) printf("Bail out! %s\n", kn_last_error());
+    return i;
+}
+
+static void store(kn_kernel *k, int a, int e, bool per_row)
+{
+    k->stores[k->n_stores++] = (kn_kstore){.arg = a, .expr = e, .per_row = per_row};
+}
+
+static void init(kn_kernel *k, const char *name, kn_kernel_kind kind, int64_t n0, int64_t n1)
+{
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->kind = kind;
+    k->ndim = 2;
+    k->shape[0] = n0;
+    k->shape[1] = n1;
+}
+
+static void build(kn_kernel ks[N_KERNELS])
+{
+    kn_kernel *k = &ks[0]; /* out = tanh(x + b) * 0.5 (bf16), pos = x > 0 ? that : 0 (f16) */
+    init(k, "k0_bias_tanh", KN_KERNEL_POINTWISE, 64, 96);
+    int x = arg(k, KN_BF16, false, 96, 1), b = arg(k, KN_BF16, false, 0, 1);
+    int o = arg(k, KN_BF16, true, 96, 1), pos = arg(k, KN_F16, true, 96, 1);
+    int lx = ld(k, x);
+    int y = op(k, KN_OP_MUL, op(k, KN_OP_TANH, op(k, KN_OP_ADD, lx, ld(k, b), -1, KN_BF16), -1, -1, KN_BF16),
+               cst(k, 0.5, KN_BF16), -1, KN_BF16);
+    store(k, o, y, false);
+    int gt = op(k, KN_OP_GT, lx, cst(k, 0, KN_BF16), -1, KN_BOOL);
+    store(k, pos, op(k, KN_OP_CAST, op(k, KN_OP_WHERE, gt, y, cst(k, 0, KN_BF16), KN_BF16), -1, -1, KN_F16), false);
+
+    k = &ks[1]; /* exp(x^T) - y, f32, read transposed */
+    init(k, "k1_transposed", KN_KERNEL_POINTWISE, 37, 129);
+    x = arg(k, KN_F32, false, 1, 37);
+    int yy = arg(k, KN_F32, false, 129, 1);
+    o = arg(k, KN_F32, true, 129, 1);
+    store(k, o, op(k, KN_OP_SUB, op(k, KN_OP_EXP, ld(k, x), -1, -1, KN_F32), ld(k, yy), -1, KN_F32), false);
+
+    k = &ks[2]; /* softmax over rows of 300 */
+    init(k, "k2_softmax", KN_KERNEL_ROW, 13, 300);
+    x = arg(k, KN_F32, false, 300, 1);
+    o = arg(k, KN_F32, true, 300, 1);
+    lx = ld(k, x);
+    k->stages[k->n_stages++] = (kn_kstage){.op = KN_OP_AMAX, .expr = lx};
+    int sh = op(k, KN_OP_SUB, lx, acc(k, 0, KN_F32), -1, KN_F32);
+    k->stages[k->n_stages++] = (kn_kstage){.op = KN_OP_SUM, .expr = op(k, KN_OP_EXP, sh, -1, -1, KN_F32)};
+    store(k, o, op(k, KN_OP_DIV, op(k, KN_OP_EXP, sh, -1, -1, KN_F32), acc(k, 1, KN_F32), -1, KN_F32), false);
+
+    k = &ks[3]; /* (x - mean) * w, and the mean per row, f16 */
+    init(k, "k3_center", KN_KERNEL_ROW, 9, 200);
+    x = arg(k, KN_F16, false, 200, 1);
+    int w = arg(k, KN_F16, false, 0, 1);
+    o = arg(k, KN_F16, true, 200, 1);
+    int mean_out = arg(k, KN_F16, true, 1, 0);
+    lx = ld(k, x);
+    k->stages[k->n_stages++] = (kn_kstage){.op = KN_OP_SUM, .expr = lx};
+    int mean = op(k, KN_OP_MUL, acc(k, 0, KN_F16), cst(k, 1.0 / 200, KN_F16), -1, KN_F16);
+    store(k, o, op(k, KN_OP_MUL, op(k, KN_OP_SUB, lx, mean, -1, KN_F16), ld(k, w), -1, KN_F16), false);
+    store(k, mean_out, mean, true);
+}
+
+/* Every knob each target reads, in a few settings (the other target's
+ * knobs are ignored, which the text shows too). */
+static const char *const c_configs[] = {"default", "unroll=4", "tile=16 unroll=2 vec=8", "block=128 ept=4"};
+static const char *const cuda_configs[] = {"default",          "block=128 ept=4",   "block=256 vec=4",
+                                           "block=512 rows=block", "block=128 rows=warp", "block=64 rows=regs",
+                                           "unroll=4 tile=16"};
+
+/* The sections of one target: its prelude, then the program (less the
+ * prelude) per configuration. */
+static bool render_target(FILE *f, const kn_render_target *t, const char *const *cfgs, int n_cfgs,
+                          kn_kernel ks[N_KERNELS])
+{
+    char *prelude = NULL;
+    if (kn_kir_prelude(t, &prelude) != KN_OK) return false;
+    fprintf(f, "==== %s prelude\n%s", t->name, prelude);
+    bool good = true;
+    for (int i = 0; i < n_cfgs && good; i++) {
+        kn_kconfig cfg;
+        good = kn_kconfig_parse(cfgs[i], &cfg) == KN_OK;
+        for (int j = 0; j < N_KERNELS; j++) ks[j].cfg = cfg;
+        kn_kprogram p = {N_KERNELS, ks};
+        char *src = NULL;
+        good = good && kn_kprogram_render(&p, t, &src) == KN_OK && strncmp(src, prelude, strlen(prelude)) == 0;
+        if (good) fprintf(f, "==== %s %s\n%s", t->name, cfgs[i], src + strlen(prelude));
+        free(src);
+    }
+    free(prelude);
+    return good;
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, m);
+    fclose(f);
+    fclose(m);
+    return text;
+}
+
+/* The section of text starting at "==== NAME\n", up to the next one. */
+static char *section(const char *text, const char *name)
+{
+    char head[128];
+    snprintf(head, sizeof head, "==== %s\n", name);
+    const char *p = text;
+    while (p && strncmp(p, head, strlen(head)) != 0) {
+        p = strstr(p, "\n==== ");
+        if (p) p++;
+    }
+    if (!p) return NULL;
+    const char *end = strstr(p + strlen(head), "\n==== ");
+    size_t n = end ? (size_t)(end - p) + 1 : strlen(p);
+    char *s = malloc(n + 1);
+    memcpy(s, p, n);
+    s[n] = 0;
+    return s;
+}
+
+/* One TAP line per section; a mismatch shows its first differing line. */
+static void compare(const char *got, const char *want, const char *name)
+{
+    char *g = section(got, name), *w = section(want, name);
+    bool same = g && w && strcmp(g, w) == 0;
+    ok(same, "%s: the rendered source is the golden one", name);
+    if (!same && g && w) {
+        const char *a = g, *b = w;
+        int line = 1;
+        while (*a && *a == *b) {
+            if (*a == '\n') line++;
+            a++;
+            b++;
+        }
+        printf("#   first difference at line %d of the section:\n#   got:  %.*s\n#   want: %.*s\n", line,
+               (int)strcspn(a, "\n"), a, (int)strcspn(b, "\n"), b);
+    }
+    free(g);
+    free(w);
+}
+
+/* A copy of the C target with other fields: the renderer must follow them. */
+static void test_fields_are_read(kn_kernel ks[N_KERNELS])
+{
+    kn_render_target t = kn_cpu_render_target;
+    t.name = "c-variant";
+    t.unroll_pragma = "#pragma unroll";
+    t.f32_math_in_f64 = false;
+    t.f32_row_sum_in_f64 = false;
+    t.after_params = NULL;
+    kn_kernel k = ks[2]; /* softmax: f32 math and a float row sum */
+    k.cfg = (kn_kconfig){.unroll = 4};
+    char *src = NULL, *ref = NULL;
+    ok(kn_kernel_render(&k, &t, &src) == KN_OK && kn_kernel_render(&k, KN_TARGET_C, &ref) == KN_OK,
+       "a copy of the C target with other fields renders");
+    if (!src || !ref) return;
+    ok(strstr(src, "#pragma unroll 4\n") && !strstr(src, "GCC unroll") && strstr(ref, "#pragma GCC unroll 4\n"),
+       "the unroll pragma is the target's spelling");
+    const char *body = strstr(src, "void k2_softmax"), *ref_body = strstr(ref, "void k2_softmax"); /* past the prelude */
+    ok(body && ref_body && !strstr(body, "(double)") && !strstr(body, "double s1") && strstr(ref_body, "(double)") &&
+           strstr(ref_body, "double s1"),
+       "f32 math and row sums stay in float where the target says so, in double for the C target");
+    ok(!strstr(src, "(void)bufs") && strstr(ref, "(void)bufs; (void)sizes;"), "the line after the parameters is the target's");
+    free(src);
+    free(ref);
+}
+
+/* Each backend's target is complete and is what its vtable hands to core. */
+static void test_backend_targets(void)
+{
+    const kn_render_target *ts[] = {KN_TARGET_C, KN_TARGET_CUDA};
+    for (int i = 0; i < 2; i++) {
+        const kn_render_target *t = ts[i];
+        ok(t->name && t->prelude && t->bufs && t->sizes && t->signature && t->pointwise && t->row && t->candidates,
+           "target %s has a name, a prelude, parameters, a signature, loop nests and candidates", t->name);
+    }
+    ok(kn_cpu_backend.render_target == KN_TARGET_C, "the CPU backend renders with the C target");
+#ifdef KILN_HAVE_CUDA
+    ok(kn_cuda_backend.render_target == KN_TARGET_CUDA, "the CUDA backend renders with the CUDA target");
+#endif
+}
+
+int main(void)
+{
+    static kn_kernel ks[N_KERNELS];
+    build(ks);
+    char *got = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&got, &len);
+    bool good = render_target(f, KN_TARGET_C, c_configs, (int)(sizeof c_configs / sizeof *c_configs), ks) &&
+                render_target(f, KN_TARGET_CUDA, cuda_configs, (int)(sizeof cuda_configs / sizeof *cuda_configs), ks);
+    fclose(f);
+    if (!ok(good, "every kernel renders on both targets in every configuration")) printf("#   %s\n", kn_last_error());
+    if (getenv("KILN_UPDATE_GOLDEN")) {
+        FILE *out = fopen(GOLDEN, "w");
+        ok(out && fputs(got, out) >= 0 && fclose(out) == 0, "wrote " GOLDEN);
+    }
+    char *want = read_all(GOLDEN);
+    if (!ok(want != NULL, "%s is readable (run from the repository root)", GOLDEN)) return done_testing();
+    ok(strcmp(got, want) == 0, "the whole file matches (%zu bytes rendered)", strlen(got));
+    const char *const *lists[] = {c_configs, cuda_configs};
+    int counts[] = {(int)(sizeof c_configs / sizeof *c_configs), (int)(sizeof cuda_configs / sizeof *cuda_configs)};
+    const char *names[] = {"c", "cuda"};
+    for (int t = 0; t < 2; t++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s prelude", names[t]);
+        compare(got, want, name);
+        for (int i = 0; i < counts[t]; i++) {
+            snprintf(name, sizeof name, "%s %s", names[t], lists[t][i]);
+            compare(got, want, name);
+        }
+    }
+    free(got);
+    free(want);
+    test_fields_are_read(ks);
+    test_backend_targets();
+    return done_testing();
+}
