@@ -11,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "kn_kernels.h"
 #include "kn_lua.h"
 #include "kn_lua_compile.h"
 #include "kn_lua_io.h"
@@ -43,7 +44,8 @@ static void run_embedded(lua_State *L, int kiln_idx)
 
 int luaopen_kiln(lua_State *L)
 {
-    kn_lua_state_get(L); /* this state's data, before any part needs it */
+    kn_kernels_register(); /* before anything makes a tensor */
+    kn_lua_state_get(L);   /* this state's data, before any part needs it */
     lua_newtable(L);
     int kiln_idx = lua_gettop(L);
     lua_pushstring(L, KILN_VERSION);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu/kn_cpu_jit.h"
+#include "kn_kernels.h"
 #include "kn_lua_compiled_ud.h"
 #include "kn_lua_inspect.h"
 #include "kn_lua_util.h"

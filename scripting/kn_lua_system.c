@@ -141,9 +141,9 @@ static int l_synchronize(lua_State *L)
         kn_status st = kn_device_parse(luaL_checkstring(L, 1), &dev);
         if (st != KN_OK) return kn_lua_fail(L, st);
     }
-    const kn_backend *be = kn_backend_get(dev);
-    if (be && be->sync) {
-        kn_status st = be->sync();
+    kn_device_ctx *dc = kn_backend_get(dev);
+    if (dc && dc->be->sync) {
+        kn_status st = dc->be->sync(dc);
         if (st != KN_OK) return kn_lua_fail(L, st);
     }
     return 0;

@@ -435,10 +435,10 @@ static int m_copy_(lua_State *L)
         kn_tensor_release(tmp);
         s = tmp = st == KN_OK ? c.out[0] : NULL;
     }
-    const kn_backend *be = kn_backend_get(dd);
-    if (st == KN_OK && !be) st = kn_error(KN_ERR_DEVICE, "copy_: device %s is not available", kn_device_name(dd));
+    kn_device_ctx *dc = kn_backend_get(dd);
+    if (st == KN_OK && !dc) st = kn_error(KN_ERR_DEVICE, "copy_: device %s is not available", kn_device_name(dd));
     if (st == KN_OK)
-        st = be->copy(kn_tensor_data(dst), kn_tensor_data(s), kn_tensor_numel(dst) * (int64_t)kn_dtype_size(dst->dtype));
+        st = dc->be->copy(dc, kn_tensor_data(dst), kn_tensor_data(s), kn_tensor_numel(dst) * (int64_t)kn_dtype_size(dst->dtype));
     kn_tensor_release(tmp);
     if (st != KN_OK) return kn_lua_fail(L, st);
     lua_settop(L, 1);

@@ -93,7 +93,7 @@ static int l_finish(lua_State *L)
 }
 
 typedef struct {
-    const kn_backend *be;
+    kn_device_ctx *dc;
     void **ev;
     int n;
 } events_ud;
@@ -101,7 +101,7 @@ typedef struct {
 static int events_gc(lua_State *L)
 {
     events_ud *u = lua_touserdata(L, 1);
-    for (int i = 0; i < u->n; i++) u->be->event_destroy(u->ev[i]);
+    for (int i = 0; i < u->n; i++) u->dc->be->event_destroy(u->dc, u->ev[i]);
     free(u->ev);
     u->ev = NULL;
     u->n = 0;
@@ -115,13 +115,13 @@ static int l_time_calls(lua_State *L)
     luaL_checkany(L, 3);
     int nargs = lua_gettop(L) - 3;
     if (n < 1 || n > 1000000) return luaL_argerror(L, 1, "the number of calls must be in 1..1000000");
-    const kn_backend *be = kn_backend_get(dev);
-    if (!be) return luaL_error(L, "device %s is not available", kn_device_name(dev));
-    if (!be->event_create || !be->event_record || !be->event_elapsed_ms)
-        return luaL_error(L, "the %s backend has no timing events", be->name);
+    kn_device_ctx *dc = kn_backend_get(dev);
+    if (!dc) return luaL_error(L, "device %s is not available", kn_device_name(dev));
+    if (!dc->be->event_create || !dc->be->event_record || !dc->be->event_elapsed_ms)
+        return luaL_error(L, "the %s backend has no timing events", dc->be->name);
     /* the events live in a userdata, so a Lua error in fn frees them */
     events_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
-    u->be = be;
+    u->dc = dc;
     u->n = 0;
     u->ev = calloc((size_t)n + 1, sizeof *u->ev);
     lua_createtable(L, 0, 1);
@@ -131,12 +131,12 @@ static int l_time_calls(lua_State *L)
     int ud = lua_gettop(L);
     if (!u->ev) return luaL_error(L, "out of host memory for %d events", (int)n + 1);
     for (; u->n <= n; u->n++) {
-        kn_status st = be->event_create(&u->ev[u->n]);
+        kn_status st = dc->be->event_create(dc, &u->ev[u->n]);
         if (st != KN_OK) return kn_lua_fail(L, st);
     }
     lua_createtable(L, (int)n, 0);
     int wall = lua_gettop(L);
-    kn_status st = be->event_record(u->ev[0]);
+    kn_status st = dc->be->event_record(dc, u->ev[0]);
     if (st != KN_OK) return kn_lua_fail(L, st);
     for (lua_Integer i = 0; i < n; i++) {
         double t0 = now_ms();
@@ -145,14 +145,14 @@ static int l_time_calls(lua_State *L)
         lua_call(L, nargs, 0);
         lua_pushnumber(L, now_ms() - t0);
         lua_seti(L, wall, i + 1);
-        st = be->event_record(u->ev[i + 1]);
+        st = dc->be->event_record(dc, u->ev[i + 1]);
         if (st != KN_OK) return kn_lua_fail(L, st);
     }
-    if (be->sync && (st = be->sync()) != KN_OK) return kn_lua_fail(L, st);
+    if (dc->be->sync && (st = dc->be->sync(dc)) != KN_OK) return kn_lua_fail(L, st);
     lua_createtable(L, (int)n, 0);
     for (lua_Integer i = 0; i < n; i++) {
         double ms = 0;
-        st = be->event_elapsed_ms(u->ev[i], u->ev[i + 1], &ms);
+        st = dc->be->event_elapsed_ms(dc, u->ev[i], u->ev[i + 1], &ms);
         if (st != KN_OK) return kn_lua_fail(L, st);
         lua_pushnumber(L, ms);
         lua_seti(L, -2, i + 1);

@@ -203,7 +203,8 @@ int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
         /* kiln.config is a plain table: GPU ops read its switches (TF32, the
          * cache dir of their kernels) at each call, so a change takes effect
          * at once; a few table reads against a kernel launch */
-        if (dev == KN_CUDA || (c->n_in > 0 && c->in[0] && kn_tensor_device(c->in[0]) == KN_CUDA))
+        if (kn_device_kind_of(dev) == KN_DEVICE_CUDA ||
+            (c->n_in > 0 && c->in[0] && kn_device_kind_of(kn_tensor_device(c->in[0])) == KN_DEVICE_CUDA))
             kn_lua_sync_config(L);
         kn_status st = kn_op_eager(c, dev);
         if (st != KN_OK) return kn_lua_fail(L, st);

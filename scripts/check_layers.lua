@@ -23,11 +23,13 @@ local LAYERS = {
   { dir = "core/tensor",   uses = { "core/base" } },
   { dir = "core/compiler", uses = { "core/base", "core/tensor" } },
   { dir = "core/capture",  uses = { "core/base", "core/tensor", "core/compiler" } },
+  -- kernels/kn_kernels: the one file naming every backend (registration)
+  { dir = "kernels",       uses = { "core/*", "kernels/*" } },
   { dir = "kernels/cpu",   uses = { "core/*" } },
   { dir = "kernels/cuda",  uses = { "core/*" } },
   { dir = "viz",           uses = { "core/*" } },
-  { dir = "scripting",     uses = { "core/*", "kernels/*", "viz" } },
-  { dir = "repl",          uses = { "core/*", "kernels/*", "viz", "scripting" } },
+  { dir = "scripting",     uses = { "core/*", "kernels", "kernels/*", "viz" } },
+  { dir = "repl",          uses = { "core/*", "kernels", "kernels/*", "viz", "scripting" } },
 }
 -- Folders whose modules must not form circles (the rest are reported only).
 local ACYCLIC = { "core/base", "core/tensor", "core/compiler", "core/capture", "scripting" }
@@ -76,7 +78,7 @@ local modules, by_base, files = {}, {}, {}
 local dirs = {}
 for _, L in ipairs(LAYERS) do dirs[#dirs + 1] = sh_quote(src .. "/" .. L.dir) end
 for _, f in ipairs(lines_of("find " .. table.concat(dirs, " ") ..
-                            " -type f \\( -name '*.c' -o -name '*.h' -o -name '*.def' \\) 2>/dev/null | sort")) do
+                            " -type f \\( -name '*.c' -o -name '*.h' -o -name '*.def' \\) 2>/dev/null | sort -u")) do
   local rel = f:sub(#src + 2)
   local L = layer_of(rel)
   if L then

@@ -23,7 +23,7 @@ int main(void)
 #include "kn_view.h"
 #include "ops_testlib.h"
 
-static const kn_backend *be;
+static kn_device_ctx *dc;
 
 /* ---- tensors on the GPU ---- */
 
@@ -34,7 +34,7 @@ static kn_tensor *gpu_like(const kn_tensor *t)
     int64_t n = t->storage->nbytes / (int64_t)es;
     kn_tensor *base = NULL, *v = NULL;
     if (kn_tensor_new(t->dtype, 1, &n, KN_CUDA, &base) != KN_OK ||
-        be->from_host(base->storage->data, t->storage->data, t->storage->nbytes) != KN_OK ||
+        dc->be->from_host(dc, base->storage->data, t->storage->data, t->storage->nbytes) != KN_OK ||
         kn_tensor_view_of(base, t->ndim, t->shape, t->strides, t->offset, &v) != KN_OK) {
         printf("Bail out! copying a tensor to the GPU: %s\n", kn_last_error());
         exit(2);
@@ -577,7 +577,7 @@ static bool fill_works(kn_cuda_module *m, long long n, float v)
     if (kn_cuda_malloc(n * 4, &d) != KN_OK) return false;
     fill_args a = {d, n, v};
     float *h = calloc((size_t)n, 4);
-    bool good = kn_cuda_launch(fn, (n + 127) / 128, 128, &a, 0) == KN_OK && be->to_host(h, d, n * 4) == KN_OK;
+    bool good = kn_cuda_launch(fn, (n + 127) / 128, 128, &a, 0) == KN_OK && dc->be->to_host(dc, h, d, n * 4) == KN_OK;
     for (long long i = 0; good && i < n; i++) good = h[i] == v;
     free(h);
     kn_cuda_free(d);
@@ -589,9 +589,9 @@ static int module_child(const char *dir, const char *marker)
 {
     char src[1024];
     fill_src(src, sizeof src, marker);
-    be = kn_backend_get(KN_CUDA);
+    dc = kn_backend_get(KN_CUDA);
     kn_cuda_module *m = NULL;
-    if (!be || kn_cuda_module_get(src, dir, &m) != KN_OK) {
+    if (!dc || kn_cuda_module_get(src, dir, &m) != KN_OK) {
         printf("error %s\n", kn_last_error());
         return 1;
     }
@@ -734,11 +734,11 @@ static void test_graphs(void)
     ok(kn_op_eager(&warm, KN_CUDA) == KN_OK, "warm-up: the kernel is loaded before recording");
     kn_tensor_release(warm.out[0]);
 
-    ok(be->capture_begin() == KN_OK, "recording begins");
+    ok(dc->be->capture_begin(dc) == KN_OK, "recording begins");
     kn_opcall rc = c;
     kn_status st = kn_op_eager(&rc, KN_CUDA);
     void *exec = NULL;
-    kn_status end = be->capture_end(&exec);
+    kn_status end = dc->be->capture_end(dc, &exec);
     ok(st == KN_OK && end == KN_OK && exec, "an eager add is recorded");
     if (end != KN_OK) printf("#   %s\n", kn_last_error());
     kn_opcall ref = c;
@@ -746,32 +746,32 @@ static void test_graphs(void)
     ref.in[1] = hy;
     kn_op_eager(&ref, KN_CPU);
     if (exec && st == KN_OK) {
-        ok(be->graph_launch(exec) == KN_OK, "the recording replays");
+        ok(dc->be->graph_launch(dc, exec) == KN_OK, "the recording replays");
         same_values(rc.out[0], ref.out[0], "the replay computed x + y");
         /* new input values in place: the next replay reads them */
         for (int64_t i = 0; i < 64 * 33; i++) tl_set(hx, i, tl_get(hx, i) * -2);
-        be->from_host(x->storage->data, hx->storage->data, hx->storage->nbytes);
+        dc->be->from_host(dc, x->storage->data, hx->storage->data, hx->storage->nbytes);
         tl_release_outputs(&ref);
         ref.in[0] = hx;
         kn_op_eager(&ref, KN_CPU);
-        ok(be->graph_launch(exec) == KN_OK, "a second replay");
+        ok(dc->be->graph_launch(dc, exec) == KN_OK, "a second replay");
         same_values(rc.out[0], ref.out[0], "... reads the new input values");
         kn_tensor_release(rc.out[0]);
-        be->graph_destroy(exec);
+        dc->be->graph_destroy(dc, exec);
     }
     tl_release_outputs(&ref);
 
     /* a recording that cannot be: a copy to the host waits, which capture forbids */
-    ok(be->capture_begin() == KN_OK, "a second recording begins");
+    ok(dc->be->capture_begin(dc) == KN_OK, "a second recording begins");
     float tmp[4];
-    kn_status cp = be->to_host(tmp, x->storage->data, sizeof tmp);
+    kn_status cp = dc->be->to_host(dc, tmp, x->storage->data, sizeof tmp);
     exec = NULL;
-    end = be->capture_end(&exec);
+    end = dc->be->capture_end(dc, &exec);
     ok(cp != KN_OK && end != KN_OK && exec == NULL, "waiting for the GPU while recording fails the recording");
     like(kn_last_error(), "cannot be recorded", "... with a message that says so");
-    if (exec) be->graph_destroy(exec);
+    if (exec) dc->be->graph_destroy(dc, exec);
     kn_opcall after = c;
-    ok(kn_op_eager(&after, KN_CUDA) == KN_OK && be->sync() == KN_OK, "the GPU works after a failed recording");
+    ok(kn_op_eager(&after, KN_CUDA) == KN_OK && dc->be->sync(dc) == KN_OK, "the GPU works after a failed recording");
     kn_tensor_release(after.out[0]);
     kn_tensor_release(x);
     kn_tensor_release(y);
@@ -787,8 +787,8 @@ int main(int argc, char **argv)
         skip_all("no CUDA device");
     }
     self_path = argv[0];
-    be = kn_backend_get(KN_CUDA);
-    if (!be || kn_cuda_init() != KN_OK) {
+    dc = kn_backend_get(KN_CUDA);
+    if (!dc || kn_cuda_init() != KN_OK) {
         printf("Bail out! CUDA is available but does not start: %s\n", kn_last_error());
         return 2;
     }

@@ -11,6 +11,7 @@
 #include <dirent.h>
 
 #include "cpu/kn_cpu_jit.h"
+#include "kn_kernels.h"
 #include "kn_kir.h"
 #ifdef KIR_CUDA
 #include <cuda_runtime.h>

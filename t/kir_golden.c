@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kn_backend.h"
+#include "kn_kernels.h"
 #include "kn_kir.h"
 #include "tap.h"
 
@@ -238,10 +239,9 @@ static void test_backend_targets(void)
         ok(t->name && t->prelude && t->bufs && t->sizes && t->signature && t->pointwise && t->row && t->candidates,
            "target %s has a name, a prelude, parameters, a signature, loop nests and candidates", t->name);
     }
-    ok(kn_cpu_backend.render_target == KN_TARGET_C, "the CPU backend renders with the C target");
-#ifdef KILN_HAVE_CUDA
-    ok(kn_cuda_backend.render_target == KN_TARGET_CUDA, "the CUDA backend renders with the CUDA target");
-#endif
+    kn_device_ctx *cpu = kn_backend_get(KN_CPU), *cuda = kn_backend_get(KN_CUDA);
+    ok(cpu && cpu->be->render_target == KN_TARGET_C, "the CPU backend renders with the C target");
+    if (cuda) ok(cuda->be->render_target == KN_TARGET_CUDA, "the CUDA backend renders with the CUDA target");
 }
 
 int main(void)

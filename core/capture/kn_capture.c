@@ -755,7 +755,7 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
             if (plan->rec.state == KN_REC_NEVER && before != KN_REC_NEVER) {
                 snprintf(cm->stats.cuda_graph_why, sizeof cm->stats.cuda_graph_why, "%s", plan->rec.why);
                 /* torch says "skipping cudagraphs due to ..." once; so does kiln, on a GPU */
-                kn_compiled_log(cm, plan->device == KN_CPU || plan->rec.by_choice ? KN_LOG_CUDAGRAPHS | KN_LOG_AUTOTUNE
+                kn_compiled_log(cm, kn_device_kind_of(plan->device) == KN_DEVICE_CPU || plan->rec.by_choice ? KN_LOG_CUDAGRAPHS | KN_LOG_AUTOTUNE
                                                                                   : KN_LOG_WARN,
                                 "kiln: %s (%s): a graph runs without a CUDA graph: %s\n", cm->id.name,
                                 cm->id.where, plan->rec.why);

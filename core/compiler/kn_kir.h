@@ -187,13 +187,6 @@ typedef struct kn_render_target {
     int (*candidates)(const kn_kernel *k, kn_kconfig *out, int max);
 } kn_render_target;
 
-/* The backends' targets, by name, for code that renders without a backend
- * at hand (cm:source, tests). The CUDA target is plain C and is built even
- * without the CUDA toolkit, so CUDA source can be written and read anywhere. */
-extern const kn_render_target kn_cpu_render_target;
-extern const kn_render_target kn_cuda_render_target;
-#define KN_TARGET_C (&kn_cpu_render_target)
-#define KN_TARGET_CUDA (&kn_cuda_render_target)
 
 /* The generated source of one kernel (or of every kernel of a program) for
  * a target; caller frees *src. The function for kernel k is named k->name

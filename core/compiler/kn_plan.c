@@ -25,8 +25,8 @@
 /* The language the plan's device generates kernels in: its backend's. */
 const kn_render_target *kn_plan_target(const kn_plan *p)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    return be ? be->render_target : NULL;
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    return dc ? dc->be->render_target : NULL;
 }
 
 /* Kernels that run inside a matmul's library epilogue never run alone. */
@@ -46,23 +46,24 @@ static bool is_library(const kn_plan *p, const kn_kernel *k)
 
 bool kn_plan_tunable(const kn_plan *p, int kid)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
-    if (!be || folded_into(p, kid)) return false;
+    if (!dc || folded_into(p, kid)) return false;
     if (kn_plan_generated(k)) {
         kn_kconfig c[2];
-        return be->compile_program && be->render_target && kn_kconfig_candidates(k, be->render_target, c, 2) > 1;
+        return dc->be->compile_program && dc->be->render_target &&
+               kn_kconfig_candidates(k, dc->be->render_target, c, 2) > 1;
     }
     /* a library call has candidates when its library offers variants, or
      * when its epilogue is fused (the unfused candidate) */
-    return is_library(p, k) && (be->library_variant_label || (p->epi.kernel && p->epi.kernel[kid].into >= 0));
+    return is_library(p, k) && (dc->be->library_variant_label || (p->epi.kernel && p->epi.kernel[kid].into >= 0));
 }
 
 void kn_plan_identity(const kn_plan *p, char *buf, size_t size)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    if (be && be->identity) be->identity(buf, size);
-    else snprintf(buf, size, "%s", be ? be->name : "none");
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (dc && dc->be->identity) dc->be->identity(dc, buf, size);
+    else snprintf(buf, size, "%s", dc ? dc->be->name : "none");
 }
 
 /* What the kernel computes, on which shapes, dtypes and strides, hashed:
@@ -202,9 +203,9 @@ kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
 /* What the choices and the search keep in p (kn_plan_free). */
 static void free_tuning(kn_plan *p)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     for (int i = 0; i < p->tune.n_libs; i++)
-        if (be && be->release_program) be->release_program(p->tune.libs[i]);
+        if (dc && dc->be->release_program) dc->be->release_program(dc, p->tune.libs[i]);
     free(p->tune.libs);
     for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++) free(p->tune.result[k].cands);
     free(p->tune.result);
@@ -216,8 +217,8 @@ static void free_tuning(kn_plan *p)
 void kn_plan_free(kn_plan *p)
 {
     if (!p) return;
-    const kn_backend *be = kn_backend_get(p->device);
-    if (p->rec.exec && be && be->graph_destroy) be->graph_destroy(p->rec.exec);
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (p->rec.exec && dc && dc->be->graph_destroy) dc->be->graph_destroy(dc, p->rec.exec);
     for (int i = 0; p->rec.in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec.in[i]);
     for (int i = 0; p->rec.out && i < p->n_outputs; i++) kn_tensor_release(p->rec.out[i]);
     free(p->rec.in);
@@ -227,8 +228,8 @@ void kn_plan_free(kn_plan *p)
     free(p->mem.consts);
     free(p->epi.kernel);
     free_tuning(p);
-    if (p->code.lib && be && be->release_program) be->release_program(p->code.lib);
-    if (p->mem.arena && be) be->free(p->mem.arena);
+    if (p->code.lib && dc && dc->be->release_program) dc->be->release_program(dc, p->code.lib);
+    if (p->mem.arena && dc) dc->be->free(dc, p->mem.arena);
     free(p->mem.arena_off);
     kn_fusion_free(&p->code.fusion);
     /* inputs the caller binds are borrowed during runs; the passes' are owned */
@@ -290,7 +291,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     st = plan_memory(p);
     if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);
     if (st != KN_OK) goto fail;
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     p->code.fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *p->code.fns);
     if (p->code.fns && (pass_flags & KN_PLAN_AUTOTUNE)) {
         /* the cache file's choices, before the compile: their
@@ -308,14 +309,14 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
                      p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
     double t2 = kn_clock_s();
     p->times.codegen_s = t2 - t1;
-    if (generated && be && be->compile_program) {
-        st = be->compile_program(&p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns);
+    if (generated && dc && dc->be->compile_program) {
+        st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns);
         if (st != KN_OK) goto fail;
         p->code.generated = true;
     }
     p->times.backend_s = kn_clock_s() - t2;
     if (generated && !p->code.generated) {
-        st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", be ? be->name : "?");
+        st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", dc ? dc->be->name : "?");
         goto fail;
     }
     *out = p;
@@ -434,9 +435,9 @@ static int other_operand(const kn_node *n, int node, int *out)
  * falls back to the two kernels when they do not fit. */
 static kn_status plan_epilogues(kn_plan *p)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    if (!be || !be->library_fused) return KN_OK;
-    if (p->device == KN_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (!dc || !dc->be->library_fused) return KN_OK;
+    if (kn_device_kind_of(p->device) == KN_DEVICE_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
     kn_fusion *f = &p->code.fusion;
     int nk = f->prog.n_kernels;
     p->epi.kernel = malloc(sizeof *p->epi.kernel * (size_t)(nk + 1));
@@ -588,9 +589,9 @@ static kn_status run_generated(run_ctx *r, int kid)
     const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     char *bufs[KN_KIR_MAX_ARGS];
     KN_TRY(kn_plan_kernel_bufs(r, kid, bufs));
-    const kn_backend *be = kn_backend_get(p->device);
-    KN_TRY(be->launch(k, p->code.fns[kid], bufs, k->shape));
-    if (kid == p->fault_kernel && p->device == KN_CPU) /* a deliberate fault, for the checker's tests */
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    KN_TRY(dc->be->launch(dc, k, p->code.fns[kid], bufs, k->shape));
+    if (kid == p->fault_kernel && kn_device_kind_of(p->device) == KN_DEVICE_CPU) /* a deliberate fault, for the checker's tests */
         for (int a = 0; a < k->n_args; a++)
             if (k->args[a].is_output && kn_dtype_is_float(k->args[a].dtype)) {
                 kn_store_f64(bufs[a], k->args[a].dtype, kn_load_f64(bufs[a], k->args[a].dtype) + 1.0);
@@ -657,7 +658,8 @@ static kn_status run_fused(run_ctx *r, int kid, int m, bool *done)
     set_val(r, root, 0, out);
     c.n_out = 1;
     c.out[0] = out;
-    KN_TRY(kn_backend_get(p->device)->library_fused(&c, bias, p->epi.kernel[kid].act, res));
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    KN_TRY(dc->be->library_fused(dc, &c, bias, p->epi.kernel[kid].act, res));
     r->folded[e->into] = true;
     *done = true;
     return KN_OK;
@@ -729,8 +731,8 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
         return kn_error(KN_ERR_OOM, "out of host memory running a plan");
     }
     if (p->mem.arena_bytes && !p->mem.arena) {
-        const kn_backend *be = kn_backend_get(p->device);
-        kn_status ast = be ? be->alloc(p->mem.arena_bytes, &p->mem.arena) : kn_error(KN_ERR_DEVICE, "no backend");
+        kn_device_ctx *dc = kn_backend_get(p->device);
+        kn_status ast = dc ? dc->be->alloc(dc, p->mem.arena_bytes, &p->mem.arena) : kn_error(KN_ERR_DEVICE, "no backend");
         if (ast != KN_OK) {
             free(r.val);
             free(r.folded);
@@ -865,8 +867,8 @@ static kn_status rec_never(kn_plan *p, const char *fmt, const char *arg)
 /* Whether p can be recorded at all; sets rec.why when not. */
 static void rec_check(kn_plan *p, kn_tensor *const *inputs)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    if (!be || !be->capture_begin || !be->copy) {
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (!dc || !dc->be->capture_begin || !dc->be->copy) {
         rec_never(p, "the %s backend has no graph recording", kn_device_name(p->device));
         return;
     }
@@ -906,14 +908,14 @@ static bool rec_in_place(const kn_plan *p, int i)
 
 static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     for (int i = 0; i < p->n_orig_inputs; i++) {
         kn_tensor *s = p->rec.in[i];
         if (!s) continue;
         void *dst = kn_tensor_data(s);
         const void *src = kn_tensor_data(inputs[i]);
         if (dst != src)
-            KN_TRY(be->copy(dst, src, kn_tensor_numel(s) * (int64_t)kn_dtype_size(s->dtype)));
+            KN_TRY(dc->be->copy(dc, dst, src, kn_tensor_numel(s) * (int64_t)kn_dtype_size(s->dtype)));
     }
     return KN_OK;
 }
@@ -922,11 +924,11 @@ static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
  * replay cannot change it. */
 static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     if (kn_tensor_is_contiguous(t)) {
         kn_meta m = kn_tensor_meta(t);
         KN_TRY(kn_tensor_new_meta(&m, p->device, out));
-        kn_status st = be->copy(kn_tensor_data(*out), kn_tensor_data(t),
+        kn_status st = dc->be->copy(dc, kn_tensor_data(*out), kn_tensor_data(t),
                                 kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype));
         if (st != KN_OK) {
             kn_tensor_release(*out);
@@ -945,9 +947,9 @@ static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
 
 static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     KN_TRY(rec_copy_inputs(p, inputs));
-    KN_TRY(be->graph_launch(p->rec.exec));
+    KN_TRY(dc->be->graph_launch(dc, p->rec.exec));
     p->rec.replays++;
     for (int o = 0; o < p->n_outputs; o++) {
         kn_status st = rec_clone(p, p->rec.out[o], &results[o]);
@@ -964,8 +966,8 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 
 void kn_plan_drop_recording(kn_plan *p)
 {
-    const kn_backend *be = kn_backend_get(p->device);
-    if (p->rec.exec && be && be->graph_destroy) be->graph_destroy(p->rec.exec);
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (p->rec.exec && dc && dc->be->graph_destroy) dc->be->graph_destroy(dc, p->rec.exec);
     p->rec.exec = NULL;
     for (int i = 0; p->rec.in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec.in[i]);
     for (int i = 0; p->rec.out && i < p->n_outputs; i++) kn_tensor_release(p->rec.out[i]);
@@ -979,7 +981,7 @@ void kn_plan_drop_recording(kn_plan *p)
 
 static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     int n_in = p->n_orig_inputs;
     p->rec.in = calloc((size_t)n_in + 1, sizeof *p->rec.in);
     p->rec.ptr = calloc((size_t)n_in + 1, sizeof *p->rec.ptr);
@@ -1001,16 +1003,16 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         bound[i] = p->rec.in[i];
     }
     if (st == KN_OK) st = rec_copy_inputs(p, inputs);
-    if (st == KN_OK) st = be->capture_begin();
+    if (st == KN_OK) st = dc->be->capture_begin(dc);
     if (st == KN_OK) {
         kn_status run = kn_plan_run(p, bound, p->rec.out);
         char why[200];
         snprintf(why, sizeof why, "%s", run != KN_OK ? kn_last_error() : "");
         void *exec = NULL;
-        kn_status end = be->capture_end(&exec); /* always end the capture, even after a failed run */
+        kn_status end = dc->be->capture_end(dc, &exec); /* always end the capture, even after a failed run */
         if (run != KN_OK || end != KN_OK) {
             if (run == KN_OK) snprintf(why, sizeof why, "%s", kn_last_error());
-            if (exec) be->graph_destroy(exec);
+            if (exec) dc->be->graph_destroy(dc, exec);
             for (int o = 0; o < p->n_outputs; o++) {
                 kn_tensor_release(p->rec.out[o]);
                 p->rec.out[o] = NULL;
@@ -1031,16 +1033,16 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 /* Wall time of n calls (synchronized) in us per call: replays or plain runs. */
 static kn_status time_calls(kn_plan *p, kn_tensor *const *inputs, bool replay, int n, double *us)
 {
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     kn_tensor *res[64];
     if (p->n_outputs > 64) return kn_error(KN_ERR_UNSUPPORTED, "timing a plan with more than 64 outputs");
-    KN_TRY(be->sync());
+    KN_TRY(dc->be->sync(dc));
     double t0 = kn_clock_s();
     for (int i = 0; i < n; i++) {
         KN_TRY(replay ? rec_replay(p, inputs, res) : kn_plan_run(p, inputs, res));
         for (int o = 0; o < p->n_outputs; o++) kn_tensor_release(res[o]);
     }
-    KN_TRY(be->sync());
+    KN_TRY(dc->be->sync(dc));
     *us = (kn_clock_s() - t0) / n * 1e6;
     return KN_OK;
 }
@@ -1088,8 +1090,8 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
     for (int i = 0; i < p->n_orig_inputs; i++)
         if (p->rec.state == KN_REC_READY && rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]) {
             /* a parameter's storage moved (same tensor, new data): record again */
-            const kn_backend *be = kn_backend_get(p->device);
-            be->graph_destroy(p->rec.exec);
+            kn_device_ctx *dc = kn_backend_get(p->device);
+            dc->be->graph_destroy(dc, p->rec.exec);
             p->rec.exec = NULL;
             for (int j = 0; j < p->n_orig_inputs; j++) kn_tensor_release(p->rec.in[j]);
             for (int j = 0; j < p->n_outputs; j++) kn_tensor_release(p->rec.out[j]);

@@ -62,7 +62,7 @@ static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const cha
 typedef struct tune_job {
     run_ctx *r;
     int kid, node;
-    const kn_backend *be;
+    kn_device_ctx *dc;
     bool library, fused;
     /* generated: the candidates as kernels (0 is the plan's own) and their entry points */
     kn_kernel *variants;
@@ -90,27 +90,27 @@ static kn_status job_run(tune_job *j, int ci)
 {
     if (!j->library) {
         const kn_kernel *k = &j->variants[ci];
-        return j->be->launch(k, j->fns[ci], j->bufs, k->shape);
+        return j->dc->be->launch(j->dc, k, j->fns[ci], j->bufs, k->shape);
     }
     if (ci == j->unfused_ci) {
         kn_opcall c = j->c;
         c.variant = 0;
         c.out[0] = j->tmp;
-        KN_TRY(j->be->run(&c));
-        return j->be->launch(j->epi_kernel, j->epi_fn, j->epi_bufs, j->epi_kernel->shape);
+        KN_TRY(j->dc->be->run(j->dc, &c));
+        return j->dc->be->launch(j->dc, j->epi_kernel, j->epi_fn, j->epi_bufs, j->epi_kernel->shape);
     }
     kn_opcall c = j->c;
     c.variant = ci;
-    return j->fused ? j->be->library_fused(&c, j->bias, j->act, j->res) : j->be->run(&c);
+    return j->fused ? j->dc->be->library_fused(j->dc, &c, j->bias, j->act, j->res) : j->dc->be->run(j->dc, &c);
 }
 
 static kn_status time_once(tune_job *j, int ci, void *ea, void *eb, double *ms)
 {
-    if (j->be->flush_cache) KN_TRY(j->be->flush_cache());
-    KN_TRY(j->be->event_record(ea));
+    if (j->dc->be->flush_cache) KN_TRY(j->dc->be->flush_cache(j->dc));
+    KN_TRY(j->dc->be->event_record(j->dc, ea));
     KN_TRY(job_run(j, ci));
-    KN_TRY(j->be->event_record(eb));
-    return j->be->event_elapsed_ms(ea, eb, ms);
+    KN_TRY(j->dc->be->event_record(j->dc, eb));
+    return j->dc->be->event_elapsed_ms(j->dc, ea, eb, ms);
 }
 
 /* Median of at least MIN_REPS runs; more (up to MAX_REPS) while the
@@ -118,8 +118,8 @@ static kn_status time_once(tune_job *j, int ci, void *ea, void *eb, double *ms)
 static kn_status measure(tune_job *j, int ci, double share_s, kn_tune_cand *cand)
 {
     void *ea = NULL, *eb = NULL;
-    KN_TRY(j->be->event_create(&ea));
-    kn_status st = j->be->event_create(&eb);
+    KN_TRY(j->dc->be->event_create(j->dc, &ea));
+    kn_status st = j->dc->be->event_create(j->dc, &eb);
     double ms[MAX_REPS], tmp[MAX_REPS];
     int n = 0;
     double t0 = kn_clock_s(), med = -1;
@@ -134,8 +134,8 @@ static kn_status measure(tune_job *j, int ci, double share_s, kn_tune_cand *cand
             if (stable || kn_clock_s() - t0 > share_s) break;
         }
     }
-    if (ea) j->be->event_destroy(ea);
-    if (eb) j->be->event_destroy(eb);
+    if (ea) j->dc->be->event_destroy(j->dc, ea);
+    if (eb) j->dc->be->event_destroy(j->dc, eb);
     KN_TRY(st);
     if (n < MIN_REPS) {
         bool stable;
@@ -166,10 +166,10 @@ static void corrupt(tune_job *j)
         unsigned char v[8];
         size_t es = kn_dtype_size(t->dtype);
         char *at = kn_tensor_data(t);
-        if (j->be->sync) j->be->sync();
-        if (j->be->to_host(v, at, (int64_t)es) != KN_OK) return;
+        if (j->dc->be->sync) j->dc->be->sync(j->dc);
+        if (j->dc->be->to_host(j->dc, v, at, (int64_t)es) != KN_OK) return;
         kn_store_f64(v, t->dtype, kn_load_f64(v, t->dtype) + 1.0);
-        j->be->from_host(at, v, (int64_t)es);
+        j->dc->be->from_host(j->dc, at, v, (int64_t)es);
         return;
     }
 }
@@ -191,7 +191,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
     j->r = r;
     j->kid = kid;
     j->node = node;
-    j->be = kn_backend_get(p->device);
+    j->dc = kn_backend_get(p->device);
     j->library = !kn_plan_generated(k);
     j->fused = fused;
     *n_cands = 1;
@@ -208,7 +208,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         if (n > 1) {
             kn_kprogram prog = {n - 1, j->variants + 1};
             void *fns[MAX_CANDS] = {0};
-            KN_TRY(j->be->compile_program(&prog, r->tune->cache_dir, &j->lib, fns));
+            KN_TRY(j->dc->be->compile_program(j->dc, &prog, r->tune->cache_dir, &j->lib, fns));
             for (int i = 1; i < n; i++) j->fns[i] = fns[i - 1];
         }
         *n_cands = n;
@@ -258,7 +258,7 @@ static void job_free(tune_job *j, bool keep_lib_loaded)
 {
     kn_tensor_release(j->tmp);
     for (int o = 0; o < j->n_out; o++) kn_tensor_release(j->ref[o]);
-    if (j->lib && !keep_lib_loaded && j->be->release_program) j->be->release_program(j->lib);
+    if (j->lib && !keep_lib_loaded && j->dc->be->release_program) j->dc->be->release_program(j->dc, j->lib);
     free(j->variants);
 }
 
@@ -374,11 +374,11 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
         }
         if (ci == j.unfused_ci && rs == KN_OK) {
             char lib[KN_TUNE_LABEL - 40] = "library call";
-            if (j.be->library_variant_label) j.be->library_variant_label(lib, sizeof lib);
+            if (j.dc->be->library_variant_label) j.dc->be->library_variant_label(j.dc, lib, sizeof lib);
             snprintf(cd->label, sizeof cd->label, "%.60s, then %.60s", lib, j.epi_kernel->name);
-        } else if (j.library && j.be->library_variant_label && (ci == 0 || rs == KN_OK)) {
+        } else if (j.library && j.dc->be->library_variant_label && (ci == 0 || rs == KN_OK)) {
             if (ci == 0) rs = job_run(&j, 0); /* to learn its label */
-            j.be->library_variant_label(cd->label, sizeof cd->label);
+            j.dc->be->library_variant_label(j.dc, cd->label, sizeof cd->label);
         }
         tried = ci + 1;
         if (rs != KN_OK) {
@@ -472,10 +472,10 @@ static kn_status compile_chosen(kn_plan *p, const char *cache_dir)
         changed = changed || c->block || c->ept || c->rows || c->unroll || c->tile;
     }
     if (!changed || !p->code.generated) return KN_OK;
-    const kn_backend *be = kn_backend_get(p->device);
+    kn_device_ctx *dc = kn_backend_get(p->device);
     void **fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *fns), *lib = NULL;
     if (!fns) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
-    kn_status st = be->compile_program(&p->code.fusion.prog, cache_dir, &lib, fns);
+    kn_status st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &lib, fns);
     if (st == KN_OK) st = keep_lib(p, lib);
     if (st == KN_OK)
         for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
@@ -525,7 +525,8 @@ static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const cha
     copy->cfg = *cfg;
     void *lib = NULL, *fn = NULL;
     kn_kprogram prog = {1, copy};
-    kn_status st = kn_backend_get(p->device)->compile_program(&prog, cache_dir, &lib, &fn);
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    kn_status st = dc->be->compile_program(dc, &prog, cache_dir, &lib, &fn);
     free(copy);
     KN_TRY(st);
     KN_TRY(keep_lib(p, lib));

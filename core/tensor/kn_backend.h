@@ -1,4 +1,6 @@
-/* kn_backend: the vtable every executor implements (kernels/cpu, kernels/cuda).
+/* kn_backend: the vtable every executor implements (kernels/cpu,
+ * kernels/cuda), the device objects it runs on, and the registry that maps
+ * a kn_device to its device object.
  *
  * core/ dispatches through it and never calls a kernel directly; the CPU
  * backend is the reference every other backend is tested against.
@@ -22,91 +24,114 @@ struct kn_kprogram;
 struct kn_kernel;
 struct kn_render_target;
 
+typedef struct kn_device_ctx kn_device_ctx;
+
 typedef struct kn_backend {
-    const char *name;
-    kn_device device;
+    const char *name; /* the kind's name: "cpu", "cuda" */
+    kn_device_kind kind;
     /* nbytes may be 0 (then *p may be NULL or a unique pointer). */
-    kn_status (*alloc)(int64_t nbytes, void **p);
-    void (*free)(void *p);
+    kn_status (*alloc)(kn_device_ctx *d, int64_t nbytes, void **p);
+    void (*free)(kn_device_ctx *d, void *p);
     /* Copy between host memory and this device's memory. */
-    kn_status (*to_host)(void *dst, const void *src, int64_t nbytes);
-    kn_status (*from_host)(void *dst, const void *src, int64_t nbytes);
+    kn_status (*to_host)(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes);
+    kn_status (*from_host)(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes);
     /* Copy within this device's memory, queued in order with the kernels. */
-    kn_status (*copy)(void *dst, const void *src, int64_t nbytes);
+    kn_status (*copy)(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes);
     /* Whether `run` can execute this call (op, dtypes, attrs). */
-    bool (*supports_op)(const kn_opcall *c);
+    bool (*supports_op)(kn_device_ctx *d, const kn_opcall *c);
     /* Compute c->out from c->in; outputs are preallocated, contiguous, with
      * the shapes kn_op_infer gave. Inputs may be any strided view. */
-    kn_status (*run)(const kn_opcall *c);
+    kn_status (*run)(kn_device_ctx *d, const kn_opcall *c);
     /* Wait for queued work (no-op on CPU). */
-    kn_status (*sync)(void);
+    kn_status (*sync)(kn_device_ctx *d);
     /* Generated code (NULL where the backend has none): compile the
      * POINTWISE and ROW kernels of p (using the persistent cache in
      * cache_dir); fns[i] gets kernel i's entry point (NULL for library and
      * fallback kernels), *lib keeps the code loaded until release_program. */
-    kn_status (*compile_program)(const struct kn_kprogram *p, const char *cache_dir, void **lib,
+    kn_status (*compile_program)(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib,
                                  void **fns);
-    void (*release_program)(void *lib);
+    void (*release_program)(kn_device_ctx *d, void *lib);
     /* What compile_program's source is written for (kn_kir.h): the
      * renderer reads it, so core never maps a device to a language. NULL
      * where the backend has no generated code. */
     const struct kn_render_target *render_target;
     /* Run one generated kernel: bufs[i] is argument i's first element. */
-    kn_status (*launch)(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
+    kn_status (*launch)(kn_device_ctx *d, const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
     /* A library op (c->out[0] preallocated) with its epilogue in the
      * library call. Matmul: out = act(a·b + bias) (act 0 none, 1 relu;
      * bias 1-D over the last dim) or a·b + bias + residual (residual
      * contiguous, the output's shape). conv2d: act(conv + its own bias
      * input), bias and residual NULL. NULL where the backend fuses none;
      * plans then run the pointwise kernel after the library call. */
-    kn_status (*library_fused)(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
+    kn_status (*library_fused)(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
     /* Timing (NULL on a backend without): an event marks a point in the
      * device's queue; event_elapsed_ms waits for b and gives the time from a to b.
      * The CPU backend's events are clock readings (its work is synchronous). */
-    kn_status (*event_create)(void **ev);
-    void (*event_destroy)(void *ev);
-    kn_status (*event_record)(void *ev);
-    kn_status (*event_elapsed_ms)(void *a, void *b, double *ms);
+    kn_status (*event_create)(kn_device_ctx *d, void **ev);
+    void (*event_destroy)(kn_device_ctx *d, void *ev);
+    kn_status (*event_record)(kn_device_ctx *d, void *ev);
+    kn_status (*event_elapsed_ms)(kn_device_ctx *d, void *a, void *b, double *ms);
     /* Recording (CUDA graphs; NULL where the backend has none): work queued
      * between capture_begin and capture_end is recorded, not run, and
      * *exec replays it. Memory allocated while recording stays reserved
      * for the recording until graph_destroy (a replay writes to it). */
-    kn_status (*capture_begin)(void);
-    kn_status (*capture_end)(void **exec);
-    kn_status (*graph_launch)(void *exec);
-    void (*graph_destroy)(void *exec);
+    kn_status (*capture_begin)(kn_device_ctx *d);
+    kn_status (*capture_end)(kn_device_ctx *d, void **exec);
+    kn_status (*graph_launch)(kn_device_ctx *d, void *exec);
+    void (*graph_destroy)(kn_device_ctx *d, void *exec);
     /* Autotuning (core/compiler/kn_autotune); each may be NULL. */
     /* Evict the device's caches (L2 on a GPU), so a timed run reads from
      * memory as it does inside a whole model. Queued like a kernel. */
-    kn_status (*flush_cache)(void);
+    kn_status (*flush_cache)(kn_device_ctx *d);
     /* What a tuned choice is only valid for: device name, driver and
      * library versions ("NVIDIA H100 80GB HBM3, sm 9.0, driver 12080, ..."). */
-    void (*identity)(char *buf, size_t size);
+    void (*identity)(kn_device_ctx *d, char *buf, size_t size);
     /* Library ops: the label of variant c->variant of this call ("cublaslt
      * algo 23 tile 128x128 stages 4 splitk 2"), found by running it: after
      * run / library_fused with c->variant = v, the label of what ran. A
      * variant past the last one the library offers fails the run with
      * KN_ERR_RANGE; variants are numbered densely from 0 (the default). */
-    void (*library_variant_label)(char *buf, size_t size);
+    void (*library_variant_label)(kn_device_ctx *d, char *buf, size_t size);
     /* The roofline's matmul ceiling as the library reaches it (NULL where
      * the backend has no library GEMM; kn_ceilings then times square
      * matmuls): TFLOP/s of a large matmul of the float dtype dt. */
-    kn_status (*library_matmul_rate)(kn_dtype dt, double *tflops);
+    kn_status (*library_matmul_rate)(kn_device_ctx *d, kn_dtype dt, double *tflops);
 } kn_backend;
+
+
+/* A device object: one device of a backend. Every vtable slot takes it
+ * first; the backend keeps what belongs to that device (a GPU's stream,
+ * allocator, library handles) in `state`, so cuda:0 and cuda:1 share no
+ * state but the code. */
+struct kn_device_ctx {
+    const kn_backend *be;
+    kn_device device; /* kind and index */
+    int index;
+    void *state; /* the backend's own, NULL where it keeps none */
+};
 
 /* Options the Lua side sets from kiln.config (read by backends). */
 void kn_set_allow_tf32(bool allow);
 bool kn_allow_tf32(void);
 
-/* The backend for a device, or NULL when it is not built or has no device. */
-const kn_backend *kn_backend_get(kn_device dev);
+/* ---- the registry (kn_backend.c): core names no backend; each registers
+ * itself (kernels/kn_kernels.c calls them all at start-up). ---- */
 
-/* Provided by kernels/cpu. */
-extern const kn_backend kn_cpu_backend;
-#ifdef KILN_HAVE_CUDA
-/* Provided by kernels/cuda; kn_backend_get(KN_CUDA) gives it only when
- * kn_cuda_available() says a usable device is present. */
-extern const kn_backend kn_cuda_backend;
-#endif
+/* The device object of dev, or NULL when no backend provides that device
+ * (not built, no such GPU, turned off). O(1): a small table. */
+kn_device_ctx *kn_backend_get(kn_device dev);
+
+/* Devices of be->kind are found on first use: open(d) is asked once per
+ * index, may fill d->state, and says whether the device exists (KN_OK) or
+ * not (any error). A GPU backend probes its driver only when kiln first
+ * asks for one of its devices, not at start-up. */
+typedef kn_status (*kn_backend_open_fn)(kn_device_ctx *d);
+void kn_backend_register_kind(const kn_backend *be, kn_backend_open_fn open);
+/* Add one device now, with its state (tests fake a second CPU device this
+ * way). KN_ERR_ARG if the index is out of range or already present. */
+kn_status kn_backend_add_device(const kn_backend *be, int index, void *state);
+/* The error for an absent device: "<what>: device cuda:1 is not available"
+ * (what may be NULL). */
+kn_status kn_backend_missing(kn_device dev, const char *what);
 
 #endif

@@ -1,8 +1,9 @@
-/* kn_eager: running one op call now (kn_op_eager, declared in kn_op.h):
- * infer, allocate, dispatch to the device's backend, profile. */
-#include "kn_op.h"
+/* kn_eager: eager execution of one op: check devices, infer shapes,
+ * allocate the outputs, run on the device's backend (kn_op_eager). */
+#include <string.h>
 
 #include "kn_backend.h"
+#include "kn_op.h"
 #include "kn_profile.h"
 #include "kn_view_meta.h"
 
@@ -51,11 +52,11 @@ kn_status kn_op_eager(kn_opcall *c, kn_device dev)
         c->n_out = 1;
         return KN_OK;
     }
-    const kn_backend *be = kn_backend_get(dev);
-    if (!be) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
-    if (!be->supports_op(c))
+    kn_device_ctx *d = kn_backend_get(dev);
+    if (!d) return kn_backend_missing(dev, NULL);
+    if (!d->be->supports_op(d, c))
         return kn_error(KN_ERR_UNSUPPORTED, "%s: not supported on %s for these dtypes",
-                        kn_op_name(c->op), be->name);
+                        kn_op_name(c->op), d->be->name);
     for (int i = 0; i < n_out; i++) {
         kn_status st = kn_tensor_new_meta(&metas[i], dev, &c->out[i]);
         if (st != KN_OK) {
@@ -66,7 +67,7 @@ kn_status kn_op_eager(kn_opcall *c, kn_device dev)
     c->n_out = n_out;
     bool prof = kn_profile_on;
     int slot = prof ? kn_profile_kernel_begin(dev) : -1;
-    kn_status st = be->run(c);
+    kn_status st = d->be->run(d, c);
     if (prof) kn_profile_op_end(slot, c);
     if (st != KN_OK) {
         for (int i = 0; i < n_out; i++) {

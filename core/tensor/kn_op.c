@@ -1,7 +1,8 @@
-/* kn_op: the op table's names and kinds. */
+/* kn_op: the op table's names, kinds and arities, and kn_opcall defaults. */
 #include "kn_op.h"
 
 #include <string.h>
+
 
 static const struct {
     const char *name;

@@ -13,7 +13,7 @@ bool kn_profile_on;
 /* The pool outlives sessions: creating CUDA events per kernel per call
  * would cost more than the kernels being timed. Slot i uses events 2i, 2i+1. */
 static struct {
-    const kn_backend *be;
+    kn_device_ctx *dc;
     void **ev;
     int n_ev, cap_ev;
     kn_profile_record *rec;
@@ -26,7 +26,7 @@ static struct {
 static void pool_drop(void)
 {
     for (int i = 0; i < P.n_ev; i++)
-        if (P.be && P.be->event_destroy) P.be->event_destroy(P.ev[i]);
+        if (P.dc && P.dc->be->event_destroy) P.dc->be->event_destroy(P.dc, P.ev[i]);
     free(P.ev);
     P.ev = NULL;
     P.n_ev = P.cap_ev = 0;
@@ -42,13 +42,13 @@ static void hook_fail(kn_status st)
 kn_status kn_profile_begin(kn_device dev)
 {
     if (kn_profile_on) return kn_error(KN_ERR_ARG, "a profiling session is already on");
-    const kn_backend *be = kn_backend_get(dev);
-    if (!be) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
-    if (!be->event_create || !be->event_record || !be->event_elapsed_ms)
-        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend has no timing events", be->name);
-    if (P.be != be) {
+    kn_device_ctx *dc = kn_backend_get(dev);
+    if (!dc) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
+    if (!dc->be->event_create || !dc->be->event_record || !dc->be->event_elapsed_ms)
+        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend has no timing events", dc->be->name);
+    if (P.dc != dc) {
         pool_drop();
-        P.be = be;
+        P.dc = dc;
     }
     P.n_rec = 0;
     P.depth = 0;
@@ -77,7 +77,7 @@ static kn_status pool_reserve(int slot)
         P.cap_ev = cap;
     }
     while (P.n_ev < need) {
-        KN_TRY(P.be->event_create(&P.ev[P.n_ev]));
+        KN_TRY(P.dc->be->event_create(P.dc, &P.ev[P.n_ev]));
         P.n_ev++;
     }
     if (slot >= P.cap_rec) {
@@ -94,10 +94,10 @@ static kn_status pool_reserve(int slot)
 int kn_profile_kernel_begin(kn_device dev)
 {
     if (!kn_profile_on) return -1;
-    if (P.depth++ > 0 || dev != P.be->device || P.error != KN_OK) return -1;
+    if (P.depth++ > 0 || dev != P.dc->device || P.error != KN_OK) return -1;
     int slot = P.n_rec;
     kn_status st = pool_reserve(slot);
-    if (st == KN_OK) st = P.be->event_record(P.ev[2 * slot]);
+    if (st == KN_OK) st = P.dc->be->event_record(P.dc, P.ev[2 * slot]);
     if (st != KN_OK) {
         hook_fail(st);
         return -1;
@@ -114,7 +114,7 @@ static bool kernel_end(int slot)
 {
     if (P.depth > 0) P.depth--;
     if (!kn_profile_on || slot < 0 || slot >= P.n_rec) return false;
-    kn_status st = P.be->event_record(P.ev[2 * slot + 1]);
+    kn_status st = P.dc->be->event_record(P.dc, P.ev[2 * slot + 1]);
     if (st != KN_OK) {
         hook_fail(st);
         return false;
@@ -125,7 +125,7 @@ static bool kernel_end(int slot)
 
 const char *kn_profile_op_kind(kn_device dev, kn_op op)
 {
-    if (dev == KN_CPU) return "cpu";
+    if (kn_device_kind_of(dev) == KN_DEVICE_CPU) return "cpu";
     if (op == KN_OP_MATMUL) return "cublaslt";
     if (op == KN_OP_CONV2D) return "cudnn";
     return "cuda";
@@ -156,7 +156,7 @@ void kn_profile_op_end(int slot, const kn_opcall *c)
     if (o && o->ndim == 0 && n < sizeof r->name) n += (size_t)snprintf(r->name + n, sizeof r->name - n, "_scalar");
     if (c->op == KN_OP_MATMUL && c->in[0] && c->in[0]->ndim > 0 && n < sizeof r->name)
         snprintf(r->name + n, sizeof r->name - n, "x%lld", (long long)c->in[0]->shape[c->in[0]->ndim - 1]);
-    snprintf(r->kind, sizeof r->kind, "%s", kn_profile_op_kind(P.be->device, c->op));
+    snprintf(r->kind, sizeof r->kind, "%s", kn_profile_op_kind(P.dc->device, c->op));
     r->dtype = o ? o->dtype : KN_F32;
     kn_cost cost = kn_cost_opcall(c);
     r->bytes = cost.bytes;
@@ -177,7 +177,7 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
     for (int i = 0; i < P.n_rec; i++) m += P.rec[i].ms >= 0;
     if (m == 0) {
         P.n_rec = 0;
-        return P.be->sync ? P.be->sync() : KN_OK;
+        return P.dc->be->sync ? P.dc->be->sync(P.dc) : KN_OK;
     }
     kn_profile_record *out = malloc(sizeof *out * (size_t)m);
     if (!out) return kn_error(KN_ERR_OOM, "out of host memory for profiling records");
@@ -187,8 +187,8 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
         if (P.rec[i].ms < 0) continue; /* begun, never ended: its kernel failed */
         if (first < 0) first = i;
         out[k] = P.rec[i];
-        st = P.be->event_elapsed_ms(P.ev[2 * i], P.ev[2 * i + 1], &out[k].ms);
-        if (st == KN_OK) st = P.be->event_elapsed_ms(P.ev[2 * first], P.ev[2 * i], &out[k].start_ms);
+        st = P.dc->be->event_elapsed_ms(P.dc, P.ev[2 * i], P.ev[2 * i + 1], &out[k].ms);
+        if (st == KN_OK) st = P.dc->be->event_elapsed_ms(P.dc, P.ev[2 * first], P.ev[2 * i], &out[k].start_ms);
         k++;
     }
     P.n_rec = 0;

@@ -958,7 +958,7 @@ static kn_status save_prepare(const char *path, int n, const char *const *names,
         if (rank < 0)
             return kn_error(KN_ERR_DTYPE, "%s: tensor '%.80s' has a dtype safetensors cannot hold",
                             path, names[i]);
-        if (kn_tensor_device(tensors[i]) != KN_CPU)
+        if (kn_device_kind_of(kn_tensor_device(tensors[i])) != KN_DEVICE_CPU)
             return kn_error(KN_ERR_DEVICE, "%s: tensor '%.80s' is on %s; copy it to the cpu "
                             "before saving", path, names[i],
                             kn_device_name(kn_tensor_device(tensors[i])));

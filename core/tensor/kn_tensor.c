@@ -70,8 +70,8 @@ static kn_status new_tensor(kn_dtype dt, int ndim, const int64_t *shape, kn_devi
 {
     *out = NULL;
     KN_TRY(kn_shape_check("tensor", ndim, shape, dt));
-    const kn_backend *be = kn_backend_get(dev);
-    if (!be) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(dev));
+    kn_device_ctx *d = kn_backend_get(dev);
+    if (!d) return kn_backend_missing(dev, NULL);
     kn_tensor *t = calloc(1, sizeof *t);
     kn_storage *s = calloc(1, sizeof *s);
     if (!t || !s) {
@@ -85,7 +85,7 @@ static kn_status new_tensor(kn_dtype dt, int ndim, const int64_t *shape, kn_devi
     s->data = data;
     s->borrowed = data != NULL;
     if (!data) {
-        kn_status st = be->alloc(s->nbytes, &s->data);
+        kn_status st = d->be->alloc(d, s->nbytes, &s->data);
         if (st != KN_OK) {
             free(t);
             free(s);
@@ -172,8 +172,8 @@ void kn_tensor_release(kn_tensor *t)
     if (t->lazy) kn_tensor_release(kn_lazy_release(t->lazy));
     kn_storage *s = t->storage;
     if (s && --s->refcount == 0) {
-        const kn_backend *be = kn_backend_get(s->device);
-        if (be && !s->borrowed) be->free(s->data);
+        kn_device_ctx *d = kn_backend_get(s->device);
+        if (d && !s->borrowed) d->be->free(d, s->data);
         free(s);
     }
     free(t);

@@ -106,6 +106,20 @@ void kn_tensor_gather_host(const kn_tensor *t, void *dst)
     }
 }
 
+/* Between two devices that are not host memory (cuda:0 -> cuda:1): through
+ * a host buffer, which is slow but needs nothing of either backend. */
+static kn_status copy_through_host(kn_device_ctx *src, kn_device_ctx *dst, void *to, const void *from,
+                                   int64_t nbytes)
+{
+    if (nbytes <= 0) return KN_OK;
+    void *staging = malloc((size_t)nbytes);
+    if (!staging) return kn_error(KN_ERR_OOM, "to: out of host memory for a %lld-byte copy", (long long)nbytes);
+    kn_status st = src->be->to_host(src, staging, from, nbytes);
+    if (st == KN_OK) st = dst->be->from_host(dst, to, staging, nbytes);
+    free(staging);
+    return st;
+}
+
 kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, kn_tensor **out)
 {
     *out = NULL;
@@ -115,8 +129,9 @@ kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, kn_tensor **out)
         *out = t;
         return KN_OK;
     }
-    const kn_backend *src = kn_backend_get(from), *dst = kn_backend_get(dev);
-    if (!dst) return kn_error(KN_ERR_DEVICE, "to: device %s is not available", kn_device_name(dev));
+    kn_device_ctx *src = kn_backend_get(from), *dst = kn_backend_get(dev);
+    if (!dst) return kn_backend_missing(dev, "to");
+    if (!src) return kn_backend_missing(from, "to");
     /* Make the source contiguous on its own device, then copy the bytes. */
     kn_tensor *c = t;
     if (!kn_tensor_is_contiguous(t)) KN_TRY(kn_tensor_contiguous_copy(t, &c));
@@ -125,10 +140,10 @@ kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, kn_tensor **out)
     kn_status st = kn_tensor_new(t->dtype, t->ndim, t->shape, dev, &r);
     if (st == KN_OK) {
         int64_t nbytes = kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype);
-        if (from == KN_CPU) st = dst->from_host(r->storage->data, kn_tensor_data(c), nbytes);
-        else if (dev == KN_CPU) st = src->to_host(r->storage->data, kn_tensor_data(c), nbytes);
-        else st = kn_error(KN_ERR_UNSUPPORTED, "to: no copy path from %s to %s",
-                           kn_device_name(from), kn_device_name(dev));
+        bool from_host = kn_device_kind_of(from) == KN_DEVICE_CPU, to_host = kn_device_kind_of(dev) == KN_DEVICE_CPU;
+        if (from_host) st = dst->be->from_host(dst, r->storage->data, kn_tensor_data(c), nbytes);
+        else if (to_host) st = src->be->to_host(src, r->storage->data, kn_tensor_data(c), nbytes);
+        else st = copy_through_host(src, dst, r->storage->data, kn_tensor_data(c), nbytes);
         if (st != KN_OK) kn_tensor_release(r);
         else *out = r;
     }

@@ -1,4 +1,4 @@
-/* kn_cpu_backend: the CPU reference backend's vtable. Memory is host memory,
+/* kn_cpu_backend: the CPU reference backend's vtable and registration. Memory is host memory,
  * 64-byte aligned (a cache line, and what AVX-512 loads like), zeroed as
  * kn_tensor_new promises; `run` sends each call to the kernel family of its
  * op kind (see kn_cpu.h). The CPU runs everything synchronously.
@@ -9,13 +9,15 @@
 #include <time.h>
 
 #include "kn_cpu.h"
+#include "kn_cpu_backend.h"
 #include "kn_cpu_jit.h"
 #include "kn_kir.h"
 
 #define KN_CPU_ALIGN 64
 
-static kn_status cpu_alloc(int64_t nbytes, void **p)
+static kn_status cpu_alloc(kn_device_ctx *d, int64_t nbytes, void **p)
 {
+    (void)d;
     *p = NULL;
     if (nbytes < 0 || nbytes > KN_MAX_BYTES)
         return kn_error(KN_ERR_OOM, "cpu: cannot allocate %lld bytes", (long long)nbytes);
@@ -30,26 +32,30 @@ static kn_status cpu_alloc(int64_t nbytes, void **p)
     return KN_OK;
 }
 
-static void cpu_free(void *p)
+static void cpu_free(kn_device_ctx *d, void *p)
 {
+    (void)d;
     free(p);
 }
 
-static kn_status cpu_copy(void *dst, const void *src, int64_t nbytes)
+static kn_status cpu_copy(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes)
 {
+    (void)d;
     if (nbytes > 0) memmove(dst, src, (size_t)nbytes);
     return KN_OK;
 }
 
 /* Every op has a CPU kernel; kn_op_infer has already rejected the dtypes and
  * attributes an op does not accept. */
-static bool cpu_supports_op(const kn_opcall *c)
+static bool cpu_supports_op(kn_device_ctx *d, const kn_opcall *c)
 {
+    (void)d;
     return c && (unsigned)c->op < KN_OP_COUNT;
 }
 
-static kn_status cpu_run(const kn_opcall *c)
+static kn_status cpu_run(kn_device_ctx *d, const kn_opcall *c)
 {
+    (void)d;
     if (!c || (unsigned)c->op >= KN_OP_COUNT)
         return kn_error(KN_ERR_ARG, "cpu: unknown op %d", c ? (int)c->op : -1);
     if (c->variant) /* one algorithm per op here: the autotuner's list ends at 0 */
@@ -77,16 +83,18 @@ static kn_status cpu_run(const kn_opcall *c)
     return kn_error(KN_ERR_UNSUPPORTED, "%s: no cpu kernel", kn_op_name(c->op));
 }
 
-static kn_status cpu_sync(void)
+static kn_status cpu_sync(kn_device_ctx *d)
 {
+    (void)d;
     return KN_OK;
 }
 
 /* Generated kernels: the program's C source, compiled by the system C
  * compiler through the persistent cache (kn_cpu_jit). */
-static kn_status cpu_compile_program(const struct kn_kprogram *p, const char *cache_dir, void **lib,
+static kn_status cpu_compile_program(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib,
                                      void **fns)
 {
+    (void)d;
     *lib = NULL;
     if (!kn_jit_available())
         return kn_error(KN_ERR_UNSUPPORTED, "no C compiler found (set $CC, or install cc) to build generated kernels");
@@ -109,8 +117,9 @@ static kn_status cpu_compile_program(const struct kn_kprogram *p, const char *ca
     return KN_OK;
 }
 
-static void cpu_release_program(void *lib)
+static void cpu_release_program(kn_device_ctx *d, void *lib)
 {
+    (void)d;
     kn_jit_release(lib);
 }
 
@@ -119,8 +128,9 @@ static void cpu_release_program(void *lib)
  * plan gives the same bits). Plans fold on the CPU only when
  * KILN_CPU_FOLD_EPILOGUES is set: it lets CI test the folding without a
  * GPU, while cm:kernels() and the CPU timings keep one kernel per step. */
-static kn_status cpu_library_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *res)
+static kn_status cpu_library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *res)
 {
+    (void)d;
     if (c->variant) return kn_error(KN_ERR_RANGE, "%s: the cpu backend has no variant %d", kn_op_name(c->op), c->variant);
     KN_TRY(c->op == KN_OP_CONV2D ? kn_cpu_conv2d(c) : kn_cpu_matmul(c));
     kn_tensor *o = c->out[0];
@@ -144,8 +154,9 @@ static kn_status cpu_library_fused(const kn_opcall *c, const kn_tensor *bias, in
 
 typedef void (*kn_cpu_kernel_fn)(char **bufs, const int64_t *sizes);
 
-static kn_status cpu_launch(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes)
+static kn_status cpu_launch(kn_device_ctx *d, const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes)
 {
+    (void)d;
     (void)k;
     kn_cpu_kernel_fn f;
     memcpy(&f, &fn, sizeof f); /* dlsym gives an object pointer; POSIX allows this */
@@ -155,25 +166,29 @@ static kn_status cpu_launch(const struct kn_kernel *k, void *fn, char **bufs, co
 
 /* Events: the CPU's work is done when the call that queued it returns, so
  * an event is a clock reading taken when it is recorded. */
-static kn_status cpu_event_create(void **ev)
+static kn_status cpu_event_create(kn_device_ctx *d, void **ev)
 {
+    (void)d;
     *ev = calloc(1, sizeof(struct timespec));
     return *ev ? KN_OK : kn_error(KN_ERR_OOM, "cpu: out of host memory for an event");
 }
 
-static void cpu_event_destroy(void *ev)
+static void cpu_event_destroy(kn_device_ctx *d, void *ev)
 {
+    (void)d;
     free(ev);
 }
 
-static kn_status cpu_event_record(void *ev)
+static kn_status cpu_event_record(kn_device_ctx *d, void *ev)
 {
+    (void)d;
     clock_gettime(CLOCK_MONOTONIC, (struct timespec *)ev);
     return KN_OK;
 }
 
-static kn_status cpu_event_elapsed_ms(void *a, void *b, double *ms)
+static kn_status cpu_event_elapsed_ms(kn_device_ctx *d, void *a, void *b, double *ms)
 {
+    (void)d;
     const struct timespec *x = a, *y = b;
     *ms = (double)(y->tv_sec - x->tv_sec) * 1e3 + (double)(y->tv_nsec - x->tv_nsec) * 1e-6;
     return KN_OK;
@@ -184,8 +199,10 @@ static kn_status cpu_event_elapsed_ms(void *a, void *b, double *ms)
  * read inputs the previous run left in cache). */
 #define CPU_FLUSH_BYTES ((size_t)8 << 20)
 
-static kn_status cpu_flush_cache(void)
+static kn_status cpu_flush_cache(kn_device_ctx *d)
 {
+    (void)d;
+    /* one buffer for every cpu device: they share the host's caches */
     static unsigned char *buf;
     static unsigned char round;
     if (!buf && !(buf = malloc(CPU_FLUSH_BYTES))) return KN_OK; /* timing without a flush is still timing */
@@ -196,8 +213,9 @@ static kn_status cpu_flush_cache(void)
 
 /* The C compiler and the CPU model: a choice measured with another
  * compiler or on another machine kind is not reused. */
-static void cpu_identity(char *buf, size_t size)
+static void cpu_identity(kn_device_ctx *d, char *buf, size_t size)
 {
+    (void)d;
     char model[256] = "unknown cpu";
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[512];
@@ -213,7 +231,7 @@ static void cpu_identity(char *buf, size_t size)
 
 const kn_backend kn_cpu_backend = {
     .name = "cpu",
-    .device = KN_CPU,
+    .kind = KN_DEVICE_CPU,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .to_host = cpu_copy,
@@ -234,3 +252,20 @@ const kn_backend kn_cpu_backend = {
     .flush_cache = cpu_flush_cache,
     .identity = cpu_identity,
 };
+
+/* cpu:0 is the host; other indices exist only when added (kn_cpu_add_device). */
+static kn_status cpu_open(kn_device_ctx *d)
+{
+    if (d->index != 0) return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(d->device));
+    return KN_OK;
+}
+
+void kn_cpu_register(void)
+{
+    kn_backend_register_kind(&kn_cpu_backend, cpu_open);
+}
+
+kn_status kn_cpu_add_device(int index)
+{
+    return kn_backend_add_device(&kn_cpu_backend, index, NULL);
+}

@@ -28,6 +28,11 @@ kn_status kn_cuda_query_devices(kn_cuda_device_info *out, int max, int *count);
 bool kn_cuda_available(void);
 const char *kn_cuda_unavailable_reason(void);
 
+/* Register the cuda kind (kernels/kn_kernels.c does, at start-up): cuda:N
+ * is present when CUDA is available and the driver reports more than N
+ * GPUs, probed the first time kiln asks for a cuda device. */
+void kn_cuda_register(void);
+
 /* Where generated CUDA kernels are cached on disk (from kiln.config.cache_dir). */
 void kn_cuda_set_cache_dir(const char *dir);
 const char *kn_cuda_cache_dir(void);

@@ -1,4 +1,5 @@
-/* kn_cuda_alloc: the caching device allocator (contract in kn_cuda_internal.h).
+/* kn_cuda_alloc: the caching device allocator, one per GPU (contract in
+ * kn_cuda_internal.h).
  *
  * cudaMalloc and cudaFree are slow (cudaFree synchronizes the device), and
  * eager code frees and allocates the same sizes over and over; so blocks
@@ -46,13 +47,28 @@ struct rec {
     blist free; /* those free to reuse while it is still being recorded */
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static block **table; /* by pointer, chained */
-static size_t table_size, table_count;
-static blist cache;
-static rec *recording; /* the recording open now, or NULL */
-static kn_cuda_alloc_stats stats;
-static bool warned_unknown;
+/* One GPU's allocator (kn_cuda_dev.pool): its blocks are that GPU's memory. */
+struct kn_cuda_pool {
+    pthread_mutex_t lock;
+    block **table; /* by pointer, chained */
+    size_t table_size, table_count;
+    blist cache;
+    rec *recording; /* the recording open now, or NULL */
+    kn_cuda_alloc_stats stats;
+    bool warned_unknown;
+};
+
+kn_cuda_pool *kn_cuda_pool_new(void)
+{
+    kn_cuda_pool *pool = calloc(1, sizeof *pool);
+    if (pool) pthread_mutex_init(&pool->lock, NULL);
+    return pool;
+}
+
+static kn_cuda_pool *current_pool(void)
+{
+    return kn_cuda_current()->pool;
+}
 
 /* ---- sorted lists ---- */
 
@@ -114,45 +130,45 @@ static size_t slot_of(const void *p, size_t size)
     return (size_t)h & (size - 1);
 }
 
-static bool table_add(block *b)
+static bool table_add(kn_cuda_pool *pool, block *b)
 {
-    if (table_count + 1 > table_size) { /* load factor 1: rehash into twice the buckets */
-        size_t nsize = table_size ? table_size * 2 : 1024;
+    if (pool->table_count + 1 > pool->table_size) { /* load factor 1: rehash into twice the buckets */
+        size_t nsize = pool->table_size ? pool->table_size * 2 : 1024;
         block **nt = calloc(nsize, sizeof *nt);
         if (!nt) return false;
-        for (size_t i = 0; i < table_size; i++)
-            for (block *c = table[i], *next; c; c = next) {
+        for (size_t i = 0; i < pool->table_size; i++)
+            for (block *c = pool->table[i], *next; c; c = next) {
                 next = c->hnext;
                 size_t s = slot_of(c->ptr, nsize);
                 c->hnext = nt[s];
                 nt[s] = c;
             }
-        free(table);
-        table = nt;
-        table_size = nsize;
+        free(pool->table);
+        pool->table = nt;
+        pool->table_size = nsize;
     }
-    size_t s = slot_of(b->ptr, table_size);
-    b->hnext = table[s];
-    table[s] = b;
-    table_count++;
+    size_t s = slot_of(b->ptr, pool->table_size);
+    b->hnext = pool->table[s];
+    pool->table[s] = b;
+    pool->table_count++;
     return true;
 }
 
-static block *table_find(const void *p)
+static block *table_find(kn_cuda_pool *pool, const void *p)
 {
-    if (!table_size) return NULL;
-    for (block *b = table[slot_of(p, table_size)]; b; b = b->hnext)
+    if (!pool->table_size) return NULL;
+    for (block *b = pool->table[slot_of(p, pool->table_size)]; b; b = b->hnext)
         if (b->ptr == p) return b;
     return NULL;
 }
 
-static void table_remove(block *b)
+static void table_remove(kn_cuda_pool *pool, block *b)
 {
-    block **pp = &table[slot_of(b->ptr, table_size)];
+    block **pp = &pool->table[slot_of(b->ptr, pool->table_size)];
     while (*pp && *pp != b) pp = &(*pp)->hnext;
     if (*pp) {
         *pp = b->hnext;
-        table_count--;
+        pool->table_count--;
     }
 }
 
@@ -166,199 +182,207 @@ static int64_t round_size(int64_t n)
 }
 
 /* cudaFree the cached blocks (lock held). */
-static void empty_locked(void)
+static void empty_locked(kn_cuda_pool *pool)
 {
-    for (int i = 0; i < cache.n; i++) {
-        block *b = cache.v[i];
-        table_remove(b);
+    for (int i = 0; i < pool->cache.n; i++) {
+        block *b = pool->cache.v[i];
+        table_remove(pool, b);
         cudaFree(b->ptr);
-        stats.reserved -= b->size;
+        pool->stats.reserved -= b->size;
         free(b);
     }
-    cache.n = 0;
+    pool->cache.n = 0;
 }
 
 /* Reserve b for the open recording (lock held). */
-static bool reserve(block *b)
+static bool reserve(kn_cuda_pool *pool, block *b)
 {
-    if (!recording || b->owner == recording) return true;
-    if (!blist_insert(&recording->all, b)) return false;
-    b->owner = recording;
+    if (!pool->recording || b->owner == pool->recording) return true;
+    if (!blist_insert(&pool->recording->all, b)) return false;
+    b->owner = pool->recording;
     b->holds++;
     return true;
 }
 
-static void hand_out(block *b)
+static void hand_out(kn_cuda_pool *pool, block *b)
 {
     b->in_use = true;
-    stats.allocated += b->size;
-    if (stats.allocated > stats.peak_allocated) stats.peak_allocated = stats.allocated;
+    pool->stats.allocated += b->size;
+    if (pool->stats.allocated > pool->stats.peak_allocated) pool->stats.peak_allocated = pool->stats.allocated;
 }
 
 kn_status kn_cuda_malloc(int64_t nbytes, void **p)
 {
+    kn_cuda_pool *pool = current_pool();
     *p = NULL;
     if (nbytes < 0 || nbytes > KN_MAX_BYTES)
         return kn_error(KN_ERR_OOM, "cuda: cannot allocate %lld bytes", (long long)nbytes);
     KN_TRY(kn_cuda_init());
     int64_t need = round_size(nbytes);
-    pthread_mutex_lock(&lock);
-    block *b = recording ? blist_take(&recording->free, need) : NULL;
-    if (!b) b = blist_take(&cache, need);
+    pthread_mutex_lock(&pool->lock);
+    block *b = pool->recording ? blist_take(&pool->recording->free, need) : NULL;
+    if (!b) b = blist_take(&pool->cache, need);
     if (b) {
-        if (!reserve(b)) {
-            blist_insert(&cache, b); /* cannot fail: the block was just in it */
-            pthread_mutex_unlock(&lock);
+        if (!reserve(pool, b)) {
+            blist_insert(&pool->cache, b); /* cannot fail: the block was just in it */
+            pthread_mutex_unlock(&pool->lock);
             return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
         }
-        stats.n_reuse++;
-        hand_out(b);
+        pool->stats.n_reuse++;
+        hand_out(pool, b);
         *p = b->ptr;
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pool->lock);
         return KN_OK;
     }
     block *nb = calloc(1, sizeof *nb);
     if (!nb) {
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pool->lock);
         return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
     }
     void *ptr = NULL;
     cudaError_t e = cudaMalloc(&ptr, (size_t)need);
-    stats.n_malloc++;
-    if (e == cudaErrorMemoryAllocation && !recording) {
+    pool->stats.n_malloc++;
+    if (e == cudaErrorMemoryAllocation && !pool->recording) {
         /* cudaFree synchronizes the device, which an open recording's
          * capture cannot tolerate; outside one, give the cache back and
          * try once more */
         (void)cudaGetLastError();
-        empty_locked();
+        empty_locked(pool);
         e = cudaMalloc(&ptr, (size_t)need);
-        stats.n_malloc++;
+        pool->stats.n_malloc++;
     }
     if (e != cudaSuccess) {
         free(nb);
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pool->lock);
         (void)cudaGetLastError(); /* an OOM is not sticky: later calls must not see it */
         if (e == cudaErrorMemoryAllocation) return kn_cuda_oom(nbytes, NULL);
         return kn_cuda_fail(e, "cudaMalloc");
     }
     nb->ptr = ptr;
     nb->size = need;
-    if (!table_add(nb) || !reserve(nb)) {
-        table_remove(nb);
+    if (!table_add(pool, nb) || !reserve(pool, nb)) {
+        table_remove(pool, nb);
         cudaFree(ptr);
         free(nb);
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pool->lock);
         return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
     }
-    stats.reserved += need;
-    hand_out(nb);
+    pool->stats.reserved += need;
+    hand_out(pool, nb);
     *p = ptr;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pool->lock);
     return KN_OK;
 }
 
 void kn_cuda_free(void *p)
 {
+    kn_cuda_pool *pool = current_pool();
     if (!p) return;
-    pthread_mutex_lock(&lock);
-    block *b = table_find(p);
+    pthread_mutex_lock(&pool->lock);
+    block *b = table_find(pool, p);
     if (!b || !b->in_use) {
-        bool warn = !warned_unknown;
-        warned_unknown = true;
-        pthread_mutex_unlock(&lock);
+        bool warn = !pool->warned_unknown;
+        pool->warned_unknown = true;
+        pthread_mutex_unlock(&pool->lock);
         if (warn) fprintf(stderr, "kiln: CUDA free of a pointer the allocator does not hold (%p); ignored\n", p);
         return;
     }
     b->in_use = false;
-    stats.allocated -= b->size;
+    pool->stats.allocated -= b->size;
     bool kept = false;
-    if (recording && reserve(b)) {
+    if (pool->recording && reserve(pool, b)) {
         /* freed while recording: the recording may have read it, so it is
          * the recording's from now on; reusable inside it unless another
          * live recording holds it too */
-        if (b->holds == 1) blist_insert(&recording->free, b);
+        if (b->holds == 1) blist_insert(&pool->recording->free, b);
         kept = true;
     } else if (b->holds > 0) {
         kept = true; /* a live recording's: stays reserved until that is destroyed */
     }
-    if (!kept && !blist_insert(&cache, b)) { /* no room in the list: give it back */
-        table_remove(b);
+    if (!kept && !blist_insert(&pool->cache, b)) { /* no room in the list: give it back */
+        table_remove(pool, b);
         cudaFree(b->ptr);
-        stats.reserved -= b->size;
+        pool->stats.reserved -= b->size;
         free(b);
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pool->lock);
 }
 
 void kn_cuda_empty_cache(void)
 {
-    pthread_mutex_lock(&lock);
-    empty_locked();
-    pthread_mutex_unlock(&lock);
+    kn_cuda_pool *pool = current_pool();
+    pthread_mutex_lock(&pool->lock);
+    empty_locked(pool);
+    pthread_mutex_unlock(&pool->lock);
 }
 
 void kn_cuda_alloc_stats_get(kn_cuda_alloc_stats *s)
 {
-    pthread_mutex_lock(&lock);
-    *s = stats;
-    pthread_mutex_unlock(&lock);
+    kn_cuda_pool *pool = current_pool();
+    pthread_mutex_lock(&pool->lock);
+    *s = pool->stats;
+    pthread_mutex_unlock(&pool->lock);
 }
 
 void kn_cuda_alloc_reset_peak(void)
 {
-    pthread_mutex_lock(&lock);
-    stats.peak_allocated = stats.allocated;
-    pthread_mutex_unlock(&lock);
+    kn_cuda_pool *pool = current_pool();
+    pthread_mutex_lock(&pool->lock);
+    pool->stats.peak_allocated = pool->stats.allocated;
+    pthread_mutex_unlock(&pool->lock);
 }
 
 /* ---- recordings ---- */
 
 kn_status kn_cuda_alloc_capture_begin(void)
 {
+    kn_cuda_pool *pool = current_pool();
     rec *r = calloc(1, sizeof *r);
     if (!r) return kn_error(KN_ERR_OOM, "out of host memory for a recording");
-    pthread_mutex_lock(&lock);
-    if (recording) {
-        pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&pool->lock);
+    if (pool->recording) {
+        pthread_mutex_unlock(&pool->lock);
         free(r);
         return kn_error(KN_ERR_ARG, "cuda: a recording is already open (recordings do not nest)");
     }
-    recording = r;
-    pthread_mutex_unlock(&lock);
+    pool->recording = r;
+    pthread_mutex_unlock(&pool->lock);
     return KN_OK;
 }
 
 void kn_cuda_alloc_capture_end(void **held)
 {
-    pthread_mutex_lock(&lock);
-    rec *r = recording;
-    recording = NULL;
+    kn_cuda_pool *pool = current_pool();
+    pthread_mutex_lock(&pool->lock);
+    rec *r = pool->recording;
+    pool->recording = NULL;
     if (r) { /* its free blocks stay reserved, no longer reusable */
         free(r->free.v);
         memset(&r->free, 0, sizeof r->free);
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pool->lock);
     *held = r;
 }
 
 void kn_cuda_alloc_release_held(void *held)
 {
+    kn_cuda_pool *pool = current_pool();
     rec *r = held;
     if (!r) return;
-    pthread_mutex_lock(&lock);
-    if (recording == r) recording = NULL;
+    pthread_mutex_lock(&pool->lock);
+    if (pool->recording == r) pool->recording = NULL;
     for (int i = 0; i < r->all.n; i++) {
         block *b = r->all.v[i];
         if (b->owner == r) b->owner = NULL;
         if (--b->holds > 0 || b->in_use) continue; /* its holder frees it into the cache later */
-        if (!blist_insert(&cache, b)) {
-            table_remove(b);
+        if (!blist_insert(&pool->cache, b)) {
+            table_remove(pool, b);
             cudaFree(b->ptr);
-            stats.reserved -= b->size;
+            pool->stats.reserved -= b->size;
             free(b);
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pool->lock);
     free(r->all.v);
     free(r->free.v);
     free(r);

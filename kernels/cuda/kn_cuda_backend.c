@@ -1,9 +1,10 @@
-/* kn_cuda_backend: the CUDA backend's vtable, its one stream, copies,
- * errors, events and recordings (CUDA graphs by stream capture).
+/* kn_cuda_backend: the CUDA backend's vtable, its registration and device
+ * objects (one per GPU: cuda:0, cuda:1, ...), streams, copies, errors,
+ * events and recordings (CUDA graphs by stream capture).
  *
- * Everything kiln queues on the GPU goes to one non-blocking stream, so the
- * order of calls is the order of work and the caching allocator can reuse
- * a freed block at once. The host waits only where it must: copies to the
+ * Everything kiln queues on one GPU goes to that GPU's non-blocking
+ * stream, so the order of calls is the order of work and the caching
+ * allocator can reuse a freed block at once. The host waits only where it must: copies to the
  * host, copies from host memory the caller may free on return, `sync`, and
  * event timing.
  */
@@ -15,6 +16,7 @@
 
 #include "kn_cuda_internal.h"
 #include "kn_kir.h"
+#include "kn_cuda_render.h"
 
 #ifdef KILN_HAVE_CUDNN
 #include <cudnn_graph.h>
@@ -22,8 +24,11 @@
 
 /* ---- availability and initialization ---- */
 
+/* Whether CUDA works at all is a property of the process (driver, runtime,
+ * KILN_DEVICE), so it is probed once for every GPU. */
 static pthread_once_t avail_once = PTHREAD_ONCE_INIT;
 static bool avail;
+static int avail_count; /* GPUs the driver reports */
 static char avail_why[512] = "the CUDA backend was not probed";
 
 /* CUDA 13 compiles for sm_75 and newer only. */
@@ -63,6 +68,7 @@ static void probe(void)
                      minor, runtime / 1000, runtime % 1000 / 10);
         else {
             avail = true;
+            avail_count = n;
             avail_why[0] = 0;
         }
     }
@@ -81,55 +87,109 @@ const char *kn_cuda_unavailable_reason(void)
     return avail ? "" : avail_why;
 }
 
-static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
-static int init_state; /* 0 not yet, 1 ready, 2 failed (for good) */
-static char init_why[512];
-static cudaStream_t stream;
-static int arch;
+/* ---- devices ---- */
 
-static void init_locked(void)
+/* The state of each GPU, made on first use and kept for the process (a
+ * device object lives as long as the registry). */
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+static kn_cuda_dev *devices[KN_DEVICE_MAX_INDEX];
+/* The calling thread's GPU, as CUDA's current device is per thread. */
+static _Thread_local kn_cuda_dev *current;
+
+static kn_cuda_dev *device_state(int index)
+{
+    if (index < 0 || index >= KN_DEVICE_MAX_INDEX) return NULL;
+    pthread_mutex_lock(&devices_lock);
+    kn_cuda_dev *g = devices[index];
+    if (!g && (g = calloc(1, sizeof *g)) != NULL) {
+        g->pool = kn_cuda_pool_new();
+        if (!g->pool) {
+            free(g);
+            g = NULL;
+        } else {
+            g->index = index;
+            g->device = kn_device_make(KN_DEVICE_CUDA, index);
+            pthread_mutex_init(&g->init_lock, NULL);
+            devices[index] = g;
+        }
+    }
+    pthread_mutex_unlock(&devices_lock);
+    return g;
+}
+
+kn_cuda_dev *kn_cuda_current(void)
+{
+    if (!current) current = device_state(0);
+    return current;
+}
+
+static void init_locked(kn_cuda_dev *g)
 {
     if (!kn_cuda_available()) {
-        snprintf(init_why, sizeof init_why, "CUDA is not available: %s", kn_cuda_unavailable_reason());
-        init_state = 2;
+        snprintf(g->init_why, sizeof g->init_why, "CUDA is not available: %s", kn_cuda_unavailable_reason());
+        g->init_state = 2;
         return;
     }
-    int major = 0, minor = 0;
-    cudaError_t e = cudaSetDevice(0);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    int major = 0, minor = 0, was = 0;
+    /* the stream belongs to the device current when it is made; then the
+     * thread's device goes back to what kn_cuda_enter last set */
+    bool restore = cudaGetDevice(&was) == cudaSuccess && was != g->index;
+    cudaError_t e = cudaSetDevice(g->index);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->index);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->index);
+    if (restore) (void)cudaSetDevice(was);
     if (e != cudaSuccess) {
-        snprintf(init_why, sizeof init_why, "cannot start CUDA on device 0: %s", cudaGetErrorString(e));
+        snprintf(g->init_why, sizeof g->init_why, "cannot start CUDA on device %d: %s", g->index,
+                 cudaGetErrorString(e));
         (void)cudaGetLastError();
-        init_state = 2;
+        g->init_state = 2;
         return;
     }
-    arch = major * 10 + minor;
-    __atomic_store_n(&init_state, 1, __ATOMIC_RELEASE);
+    g->arch = major * 10 + minor;
+    __atomic_store_n(&g->init_state, 1, __ATOMIC_RELEASE);
+}
+
+static kn_status init_device(kn_cuda_dev *g)
+{
+    if (!g) return kn_error(KN_ERR_OOM, "out of host memory for a CUDA device's state");
+    if (__atomic_load_n(&g->init_state, __ATOMIC_ACQUIRE) == 1) return KN_OK;
+    pthread_mutex_lock(&g->init_lock);
+    if (g->init_state == 0) init_locked(g);
+    int s = g->init_state;
+    pthread_mutex_unlock(&g->init_lock);
+    if (s != 1) return kn_error(KN_ERR_DEVICE, "%s", g->init_why);
+    return KN_OK;
 }
 
 kn_status kn_cuda_init(void)
 {
-    if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == 1) return KN_OK;
-    pthread_mutex_lock(&init_lock);
-    if (init_state == 0) init_locked();
-    int s = init_state;
-    pthread_mutex_unlock(&init_lock);
-    if (s != 1) return kn_error(KN_ERR_DEVICE, "%s", init_why);
+    return init_device(kn_cuda_current());
+}
+
+/* The multi-GPU hook: every vtable slot starts here, so the CUDA calls
+ * that follow (and the kernels/cuda files' state) are those of d's GPU. */
+kn_status kn_cuda_enter(kn_device_ctx *d)
+{
+    kn_cuda_dev *g = d->state;
+    KN_TRY(init_device(g));
+    if (current != g) {
+        KN_CUDA_TRY(cudaSetDevice(g->index), "making a GPU current");
+        current = g;
+    }
     return KN_OK;
 }
 
 cudaStream_t kn_cuda_stream(void)
 {
     (void)kn_cuda_init(); /* callers have checked it: this only makes the order safe */
-    return stream;
+    return kn_cuda_current()->stream;
 }
 
 int kn_cuda_arch(void)
 {
     (void)kn_cuda_init();
-    return arch;
+    return kn_cuda_current()->arch;
 }
 
 /* ---- errors ---- */
@@ -181,7 +241,7 @@ kn_status kn_cuda_fail(cudaError_t e, const char *what)
 /* Errors a wait reports belong to earlier work, not to the wait. */
 static kn_status wait_stream(const char *what)
 {
-    cudaError_t e = cudaStreamSynchronize(stream);
+    cudaError_t e = cudaStreamSynchronize(kn_cuda_stream());
     if (e == cudaSuccess) return KN_OK;
     char ctx[256];
     snprintf(ctx, sizeof ctx,
@@ -192,40 +252,42 @@ static kn_status wait_stream(const char *what)
 
 /* ---- memory ---- */
 
-static kn_status cuda_alloc(int64_t nbytes, void **p)
+static kn_status cuda_alloc(kn_device_ctx *d, int64_t nbytes, void **p)
 {
+    *p = NULL;
+    KN_TRY(kn_cuda_enter(d));
     return kn_cuda_malloc(nbytes, p);
 }
 
-static void cuda_free(void *p)
+static void cuda_free(kn_device_ctx *d, void *p)
 {
-    kn_cuda_free(p);
+    if (p && kn_cuda_enter(d) == KN_OK) kn_cuda_free(p);
 }
 
-static kn_status cuda_to_host(void *dst, const void *src, int64_t nbytes)
+static kn_status cuda_to_host(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes)
 {
     if (nbytes <= 0) return KN_OK;
-    KN_TRY(kn_cuda_init());
-    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost, stream),
+    KN_TRY(kn_cuda_enter(d));
+    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost, kn_cuda_stream()),
                 "copying from the GPU to the host");
     return wait_stream("copying from the GPU to the host");
 }
 
-static kn_status cuda_from_host(void *dst, const void *src, int64_t nbytes)
+static kn_status cuda_from_host(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes)
 {
     if (nbytes <= 0) return KN_OK;
-    KN_TRY(kn_cuda_init());
-    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyHostToDevice, stream),
+    KN_TRY(kn_cuda_enter(d));
+    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyHostToDevice, kn_cuda_stream()),
                 "copying from the host to the GPU");
     /* the caller may free or reuse src as soon as this returns */
     return wait_stream("copying from the host to the GPU");
 }
 
-static kn_status cuda_copy(void *dst, const void *src, int64_t nbytes)
+static kn_status cuda_copy(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes)
 {
     if (nbytes <= 0 || dst == src) return KN_OK;
-    KN_TRY(kn_cuda_init());
-    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToDevice, stream),
+    KN_TRY(kn_cuda_enter(d));
+    KN_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToDevice, kn_cuda_stream()),
                 "copying on the GPU");
     return KN_OK;
 }
@@ -234,8 +296,9 @@ static kn_status cuda_copy(void *dst, const void *src, int64_t nbytes)
 
 /* kn_op_infer has rejected bad dtypes and attrs already; what no CUDA
  * kernel covers is named by `run`, which knows which family declined. */
-static bool cuda_supports_op(const kn_opcall *c)
+static bool cuda_supports_op(kn_device_ctx *d, const kn_opcall *c)
 {
+    (void)d;
     return c && (unsigned)c->op < KN_OP_COUNT;
 }
 
@@ -250,11 +313,11 @@ static kn_status no_kernel(const kn_opcall *c)
     return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA kernel for this call (dtypes %s)", kn_op_name(c->op), dts);
 }
 
-static kn_status cuda_run(const kn_opcall *c)
+static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
 {
     if (!c || (unsigned)c->op >= KN_OP_COUNT)
         return kn_error(KN_ERR_ARG, "cuda: unknown op %d", c ? (int)c->op : -1);
-    KN_TRY(kn_cuda_init());
+    KN_TRY(kn_cuda_enter(d));
     switch (kn_op_kind_of(c->op)) {
     case KN_K_MATMUL: return kn_cuda_matmul(c);
     case KN_K_CONV: return kn_cuda_conv2d(c);
@@ -268,18 +331,18 @@ static kn_status cuda_run(const kn_opcall *c)
     return no_kernel(c);
 }
 
-static kn_status cuda_sync(void)
+static kn_status cuda_sync(kn_device_ctx *d)
 {
-    KN_TRY(kn_cuda_init());
+    KN_TRY(kn_cuda_enter(d));
     return wait_stream("waiting for the GPU");
 }
 
 /* ---- generated kernels ---- */
 
-static kn_status cuda_compile_program(const struct kn_kprogram *p, const char *cache_dir, void **lib, void **fns)
+static kn_status cuda_compile_program(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib, void **fns)
 {
     *lib = NULL;
-    KN_TRY(kn_cuda_init());
+    KN_TRY(kn_cuda_enter(d));
     char *src = NULL;
     KN_TRY(kn_kprogram_render(p, &kn_cuda_render_target, &src));
     kn_cuda_module *m = NULL;
@@ -297,18 +360,20 @@ static kn_status cuda_compile_program(const struct kn_kprogram *p, const char *c
     return KN_OK;
 }
 
-static void cuda_release_program(void *lib)
+static void cuda_release_program(kn_device_ctx *d, void *lib)
 {
+    (void)d;
     (void)lib;
 }
 
-static kn_status cuda_launch(const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes)
+static kn_status cuda_launch(kn_device_ctx *d, const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes)
 {
     if (!sizes) sizes = k->shape;
+    KN_TRY(kn_cuda_enter(d));
     kn_kargs ka;
     memset(&ka, 0, sizeof ka);
     for (int a = 0; a < k->n_args && a < KN_KIR_MAX_ARGS; a++) ka.bufs[a] = bufs[a];
-    for (int d = 0; d < k->ndim && d < KN_MAX_DIMS; d++) ka.sizes[d] = sizes[d];
+    for (int i = 0; i < k->ndim && i < KN_MAX_DIMS; i++) ka.sizes[i] = sizes[i];
     int64_t grid;
     int block;
     kn_kernel_launch_dims(k, sizes, &grid, &block);
@@ -317,30 +382,32 @@ static kn_status cuda_launch(const struct kn_kernel *k, void *fn, char **bufs, c
 
 /* ---- events ---- */
 
-static kn_status cuda_event_create(void **ev)
+static kn_status cuda_event_create(kn_device_ctx *d, void **ev)
 {
     *ev = NULL;
-    KN_TRY(kn_cuda_init());
+    KN_TRY(kn_cuda_enter(d));
     cudaEvent_t e;
     KN_CUDA_TRY(cudaEventCreate(&e), "creating a CUDA event");
     *ev = e;
     return KN_OK;
 }
 
-static void cuda_event_destroy(void *ev)
+static void cuda_event_destroy(kn_device_ctx *d, void *ev)
 {
-    if (ev) cudaEventDestroy((cudaEvent_t)ev);
+    if (ev && kn_cuda_enter(d) == KN_OK) cudaEventDestroy((cudaEvent_t)ev);
 }
 
-static kn_status cuda_event_record(void *ev)
+static kn_status cuda_event_record(kn_device_ctx *d, void *ev)
 {
-    KN_CUDA_TRY(cudaEventRecord((cudaEvent_t)ev, stream), "recording a CUDA event");
+    KN_TRY(kn_cuda_enter(d));
+    KN_CUDA_TRY(cudaEventRecord((cudaEvent_t)ev, kn_cuda_stream()), "recording a CUDA event");
     return KN_OK;
 }
 
-static kn_status cuda_event_elapsed_ms(void *a, void *b, double *ms)
+static kn_status cuda_event_elapsed_ms(kn_device_ctx *d, void *a, void *b, double *ms)
 {
     *ms = 0;
+    KN_TRY(kn_cuda_enter(d));
     cudaError_t e = cudaEventSynchronize((cudaEvent_t)b);
     if (e != cudaSuccess)
         return kn_cuda_fail(e, "timing: the work before the end event failed (CUDA reports it when waiting)");
@@ -357,12 +424,12 @@ typedef struct cuda_graph {
     void *held; /* the allocator's blocks this recording reads and writes */
 } cuda_graph;
 
-static kn_status cuda_capture_begin(void)
+static kn_status cuda_capture_begin(kn_device_ctx *d)
 {
-    KN_TRY(kn_cuda_init());
+    KN_TRY(kn_cuda_enter(d));
     KN_TRY(kn_cuda_alloc_capture_begin());
     /* relaxed: the allocator may still call cudaMalloc while recording */
-    cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+    cudaError_t e = cudaStreamBeginCapture(kn_cuda_stream(), cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) {
         void *held = NULL;
         kn_cuda_alloc_capture_end(&held);
@@ -372,12 +439,13 @@ static kn_status cuda_capture_begin(void)
     return KN_OK;
 }
 
-static kn_status cuda_capture_end(void **exec)
+static kn_status cuda_capture_end(kn_device_ctx *d, void **exec)
 {
     *exec = NULL;
+    KN_TRY(kn_cuda_enter(d));
     cudaGraph_t g = NULL;
     void *held = NULL;
-    cudaError_t e = cudaStreamEndCapture(stream, &g);
+    cudaError_t e = cudaStreamEndCapture(kn_cuda_stream(), &g);
     kn_cuda_alloc_capture_end(&held);
     if (e != cudaSuccess || !g) {
         if (g) cudaGraphDestroy(g);
@@ -389,7 +457,7 @@ static kn_status cuda_capture_end(void **exec)
     cudaGraphExec_t ge = NULL;
     e = cudaGraphInstantiate(&ge, g, 0);
     cudaGraphDestroy(g);
-    if (e == cudaSuccess) e = cudaGraphUpload(ge, stream);
+    if (e == cudaSuccess) e = cudaGraphUpload(ge, kn_cuda_stream());
     cuda_graph *cg = e == cudaSuccess ? calloc(1, sizeof *cg) : NULL;
     if (!cg) {
         if (ge) cudaGraphExecDestroy(ge);
@@ -403,27 +471,29 @@ static kn_status cuda_capture_end(void **exec)
     return KN_OK;
 }
 
-static kn_status cuda_graph_launch(void *exec)
+static kn_status cuda_graph_launch(kn_device_ctx *d, void *exec)
 {
     cuda_graph *cg = exec;
     if (!cg) return kn_error(KN_ERR_ARG, "cuda: replay of a missing recording");
-    KN_CUDA_TRY(cudaGraphLaunch(cg->exec, stream), "replaying a CUDA graph");
+    KN_TRY(kn_cuda_enter(d));
+    KN_CUDA_TRY(cudaGraphLaunch(cg->exec, kn_cuda_stream()), "replaying a CUDA graph");
     return KN_OK;
 }
 
-static void cuda_graph_destroy(void *exec)
+static void cuda_graph_destroy(kn_device_ctx *d, void *exec)
 {
     cuda_graph *cg = exec;
-    if (!cg) return;
+    if (!cg || kn_cuda_enter(d) != KN_OK) return;
     /* a replay still in flight writes to the held blocks */
-    if (cudaStreamSynchronize(stream) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaStreamSynchronize(kn_cuda_stream()) != cudaSuccess) (void)cudaGetLastError();
     cudaGraphExecDestroy(cg->exec);
     kn_cuda_alloc_release_held(cg->held);
     free(cg);
 }
 
-static kn_status cuda_library_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
+static kn_status cuda_library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
 {
+    KN_TRY(kn_cuda_enter(d));
     if (c->op == KN_OP_CONV2D) {
         if (bias || residual) return kn_error(KN_ERR_ARG, "conv2d: its epilogue takes an activation only");
         return kn_cuda_conv2d_fused(c, act);
@@ -433,47 +503,54 @@ static kn_status cuda_library_fused(const kn_opcall *c, const kn_tensor *bias, i
 
 /* ---- autotuning ---- */
 
-static char g_variant_label[128];
-
 void kn_cuda_variant_label(const char *fmt, ...)
 {
+    kn_cuda_dev *gpu = kn_cuda_current();
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_variant_label, sizeof g_variant_label, fmt, ap);
+    vsnprintf(gpu->variant_label, sizeof gpu->variant_label, fmt, ap);
     va_end(ap);
 }
 
-static void cuda_library_variant_label(char *buf, size_t size)
+static void cuda_library_variant_label(kn_device_ctx *d, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s", g_variant_label[0] ? g_variant_label : "library call");
+    const kn_cuda_dev *gpu = d->state;
+    snprintf(buf, size, "%s", gpu->variant_label[0] ? gpu->variant_label : "library call");
+}
+
+/* cuBLASLt's GEMM peak on this GPU (the roofline's matmul ceiling). */
+static kn_status cuda_library_matmul_rate(kn_device_ctx *d, kn_dtype dt, double *tflops)
+{
+    KN_TRY(kn_cuda_enter(d));
+    return kn_cuda_matmul_rate(dt, tflops);
 }
 
 /* Write a buffer twice the L2's size: what a timed kernel reads next comes
  * from memory, as it does inside a model whose other kernels evicted it. */
-static kn_status cuda_flush_cache(void)
+static kn_status cuda_flush_cache(kn_device_ctx *d)
 {
-    static void *buf;
-    static size_t size;
-    KN_TRY(kn_cuda_init());
-    if (!buf) {
-        int dev = 0, l2 = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
-        size = (size_t)(l2 > 0 ? l2 : 50 << 20) * 2;
-        if (kn_cuda_malloc((int64_t)size, &buf) != KN_OK) {
-            buf = NULL;
+    KN_TRY(kn_cuda_enter(d));
+    kn_cuda_dev *gpu = d->state;
+    if (!gpu->flush_buf) {
+        int l2 = 0;
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, gpu->index);
+        size_t size = (size_t)(l2 > 0 ? l2 : 50 << 20) * 2;
+        if (kn_cuda_malloc((int64_t)size, &gpu->flush_buf) != KN_OK) {
+            gpu->flush_buf = NULL;
             return KN_OK; /* timing without a flush is still timing */
         }
+        gpu->flush_size = size;
     }
-    KN_CUDA_TRY(cudaMemsetAsync(buf, 0, size, kn_cuda_stream()), "flushing the L2 cache");
+    KN_CUDA_TRY(cudaMemsetAsync(gpu->flush_buf, 0, gpu->flush_size, kn_cuda_stream()), "flushing the L2 cache");
     return KN_OK;
 }
 
-static void cuda_identity(char *buf, size_t size)
+static void cuda_identity(kn_device_ctx *d, char *buf, size_t size)
 {
-    int dev = 0, driver = 0, runtime = 0;
+    const kn_cuda_dev *gpu = d->state;
+    (void)kn_cuda_enter(d); /* cuBLASLt's version below opens it on this GPU */
+    int dev = gpu->index, driver = 0, runtime = 0;
     struct cudaDeviceProp prop;
-    cudaGetDevice(&dev);
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
     if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) snprintf(prop.name, sizeof prop.name, "cuda device");
@@ -485,9 +562,9 @@ static void cuda_identity(char *buf, size_t size)
              prop.major, prop.minor, driver, runtime, dnn, kn_cuda_blas_version());
 }
 
-const kn_backend kn_cuda_backend = {
+static const kn_backend kn_cuda_backend = {
     .name = "cuda",
-    .device = KN_CUDA,
+    .kind = KN_DEVICE_CUDA,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .to_host = cuda_to_host,
@@ -512,5 +589,20 @@ const kn_backend kn_cuda_backend = {
     .flush_cache = cuda_flush_cache,
     .identity = cuda_identity,
     .library_variant_label = cuda_library_variant_label,
-    .library_matmul_rate = kn_cuda_matmul_rate,
+    .library_matmul_rate = cuda_library_matmul_rate,
 };
+
+/* cuda:N exists when CUDA works and the driver reports more than N GPUs. */
+static kn_status cuda_open(kn_device_ctx *d)
+{
+    if (!kn_cuda_available() || d->index >= avail_count)
+        return kn_error(KN_ERR_DEVICE, "device %s is not available", kn_device_name(d->device));
+    d->state = device_state(d->index);
+    if (!d->state) return kn_error(KN_ERR_OOM, "out of host memory for a CUDA device's state");
+    return KN_OK;
+}
+
+void kn_cuda_register(void)
+{
+    kn_backend_register_kind(&kn_cuda_backend, cuda_open);
+}

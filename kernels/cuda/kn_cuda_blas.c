@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kn_cuda_linalg.h"
+#include "kn_cuda_libplans.h"
 #include "kn_hash.h"
 
 #ifdef KILN_HAVE_CUBLASLT
@@ -58,13 +59,14 @@ kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
     c.n_in = 1;
     c.in[0] = (kn_tensor *)t;
     c.a.dtype = dt;
-    KN_TRY(kn_op_eager(&c, KN_CUDA));
+    KN_TRY(kn_op_eager(&c, kn_cuda_current()->device));
     *out = c.out[0];
     return KN_OK;
 }
 
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
 {
+    /* process-wide, like the module cache: kernel handles serve every GPU */
     static kn_cuda_module *mod;
     static struct {
         const char *name;
@@ -239,14 +241,15 @@ typedef struct lt_entry {
     cublasLtMatmulAlgo_t algo;
 } lt_entry;
 
-static struct {
+/* One GPU's cuBLASLt (kn_cuda_dev.blas): its handle, its one workspace
+ * and the plans built with them. */
+struct kn_cuda_blas {
     cublasLtHandle_t h;
     int state; /* 0 not tried, 1 ready, -1 unavailable */
     void *ws;
     int64_t ws_size;
-    lt_entry **slots; /* open addressing; entries never move */
-    size_t cap, count;
-} g_lt;
+    kn_cuda_libplans *plans; /* lt_key -> lt_entry */
+};
 
 /* cuBLASLt is opened on the first matmul rather than linked: the library
  * is over 500 MB, and linking it cost every kiln process (CPU-only runs,
@@ -267,8 +270,9 @@ static struct {
 #undef LT_FIELD
 } lt;
 
-/* The library this build was configured with, then its soname, then any. */
-static bool lt_open(void)
+/* The library this build was configured with, then its soname, then any.
+ * Once per process: the function table `lt` serves every GPU. */
+static bool lt_open_once(void)
 {
     static const char *const names[] = {
 #ifdef KILN_CUBLASLT_LIB
@@ -289,13 +293,27 @@ static bool lt_open(void)
     return ok; /* a library missing a symbol stays loaded but unused */
 }
 
+static pthread_once_t lt_opened = PTHREAD_ONCE_INIT;
+static bool lt_loaded;
+
+static void lt_load(void)
+{
+    lt_loaded = lt_open_once();
+}
+
+static bool lt_open(void)
+{
+    pthread_once(&lt_opened, lt_load);
+    return lt_loaded;
+}
+
 static kn_status lt_fail(cublasStatus_t s, const char *what)
 {
     return kn_error(KN_ERR_DEVICE, "matmul: cuBLASLt %s failed: %s (%d)", what,
                     lt.cublasLtGetStatusString(s), (int)s);
 }
 
-static bool lt_ready(void);
+static kn_cuda_blas *lt_ready(void);
 
 /* "cublaslt algo 21 tile 18 stages 8 splitk 2" (cuBLASLt's enum numbers). */
 static void lt_label(const cublasLtMatmulAlgo_t *a, const char *extra)
@@ -316,55 +334,32 @@ size_t kn_cuda_blas_version(void)
     return lt_ready() ? lt.cublasLtGetVersion() : 0;
 }
 
-/* The handle and the one workspace; false when cuBLASLt cannot start (the
- * naive kernels then do all matmuls). */
-static bool lt_ready(void)
+static void lt_entry_destroy(lt_entry *e);
+
+static void lt_plan_destroy(void *plan)
 {
-    if (g_lt.state) return g_lt.state > 0;
-    g_lt.state = -1;
-    if (!lt_open() || lt.cublasLtCreate(&g_lt.h) != CUBLAS_STATUS_SUCCESS) {
+    lt_entry_destroy(plan);
+}
+
+/* The current GPU's handle and workspace; NULL when cuBLASLt cannot start
+ * (the naive kernels then do all matmuls). */
+static kn_cuda_blas *lt_ready(void)
+{
+    kn_cuda_dev *gpu = kn_cuda_current();
+    if (!gpu->blas && !(gpu->blas = calloc(1, sizeof *gpu->blas))) return NULL;
+    kn_cuda_blas *b = gpu->blas;
+    if (b->state) return b->state > 0 ? b : NULL;
+    b->state = -1;
+    if (!lt_open() || lt.cublasLtCreate(&b->h) != CUBLAS_STATUS_SUCCESS) {
         if (kn_cuda_lib_log_on())
             fprintf(stderr, "kiln: cuBLASLt cannot be opened or started: matmuls use kiln's kernel\n");
-        return false;
+        return NULL;
     }
-    if (kn_cuda_malloc(LT_WORKSPACE, &g_lt.ws) == KN_OK) g_lt.ws_size = LT_WORKSPACE;
-    else g_lt.ws = NULL, g_lt.ws_size = 0; /* algorithms without workspace only */
-    g_lt.state = 1;
-    return true;
-}
-
-static lt_entry *lt_find(const lt_key *k, uint64_t h)
-{
-    if (!g_lt.cap) return NULL;
-    for (size_t i = h & (g_lt.cap - 1);; i = (i + 1) & (g_lt.cap - 1)) {
-        lt_entry *e = g_lt.slots[i];
-        if (!e) return NULL;
-        if (e->hash == h && memcmp(&e->key, k, sizeof *k) == 0) return e;
-    }
-}
-
-static kn_status lt_insert(lt_entry *e)
-{
-    if ((g_lt.count + 1) * 2 > g_lt.cap) {
-        size_t cap = g_lt.cap ? g_lt.cap * 2 : 64;
-        lt_entry **s = calloc(cap, sizeof *s);
-        if (!s) return kn_error(KN_ERR_OOM, "matmul: out of memory for the cuBLASLt plan cache");
-        for (size_t i = 0; i < g_lt.cap; i++) {
-            lt_entry *o = g_lt.slots[i];
-            if (!o) continue;
-            size_t j = o->hash & (cap - 1);
-            while (s[j]) j = (j + 1) & (cap - 1);
-            s[j] = o;
-        }
-        free(g_lt.slots);
-        g_lt.slots = s;
-        g_lt.cap = cap;
-    }
-    size_t j = e->hash & (g_lt.cap - 1);
-    while (g_lt.slots[j]) j = (j + 1) & (g_lt.cap - 1);
-    g_lt.slots[j] = e;
-    g_lt.count++;
-    return KN_OK;
+    if (!(b->plans = kn_cuda_libplans_new(sizeof(lt_key), lt_plan_destroy))) return NULL;
+    if (kn_cuda_malloc(LT_WORKSPACE, &b->ws) == KN_OK) b->ws_size = LT_WORKSPACE;
+    else b->ws = NULL, b->ws_size = 0; /* algorithms without workspace only */
+    b->state = 1;
+    return b;
 }
 
 static cudaDataType_t lt_type(kn_dtype dt)
@@ -402,7 +397,8 @@ static void lt_entry_destroy(lt_entry *e)
 /* Descriptors, layouts and the heuristic's first algorithm for key k.
  * bias_ptr only tells the heuristic its alignment. A refusal
  * (NOT_SUPPORTED, no algorithm) is cached as e->refused, not an error. */
-static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_ptr, lt_entry **out)
+static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, const void *bias_ptr,
+                                lt_entry **out)
 {
     lt_entry *e = calloc(1, sizeof *e);
     if (!e) return kn_error(KN_ERR_OOM, "matmul: out of memory for a cuBLASLt plan");
@@ -439,7 +435,7 @@ static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_pt
         s = lt_layout(&e->lb, t, k->rows_b, k->cols_b, k->ld_b, k->count, k->sb);
     if (s == CUBLAS_STATUS_SUCCESS) s = lt_layout(&e->ld, t, k->m, k->n, k->m, k->count, k->sd);
     if (s == CUBLAS_STATUS_SUCCESS) s = lt.cublasLtMatmulPreferenceCreate(&pref);
-    uint64_t wsb = (uint64_t)g_lt.ws_size;
+    uint64_t wsb = (uint64_t)b->ws_size;
     if (s == CUBLAS_STATUS_SUCCESS)
         s = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
                                                  sizeof wsb);
@@ -463,7 +459,7 @@ static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_pt
     cublasLtMatmulHeuristicResult_t res[LT_HEUR_MAX];
     int got = 0;
     memset(res, 0, sizeof res);
-    s = lt.cublasLtMatmulAlgoGetHeuristic(g_lt.h, e->desc, e->la, e->lb, e->ld, e->ld, pref, LT_HEUR_MAX, res,
+    s = lt.cublasLtMatmulAlgoGetHeuristic(b->h, e->desc, e->la, e->lb, e->ld, e->ld, pref, LT_HEUR_MAX, res,
                                           &got);
     lt.cublasLtMatmulPreferenceDestroy(pref);
     e->refused = true;
@@ -472,7 +468,7 @@ static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_pt
      * large_linear's M = 64 fills the GPU only when K is split) */
     int usable[LT_HEUR_MAX], nu = 0;
     for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < got; i++)
-        if (res[i].state == CUBLAS_STATUS_SUCCESS && (int64_t)res[i].workspaceSize <= g_lt.ws_size) usable[nu++] = i;
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && (int64_t)res[i].workspaceSize <= b->ws_size) usable[nu++] = i;
     int v = k->variant;
     if (nu && v < nu) {
         e->algo = res[usable[v]].algo;
@@ -484,9 +480,9 @@ static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_pt
         memset(&chk, 0, sizeof chk);
         if (lt.cublasLtMatmulAlgoConfigSetAttribute(&e->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split,
                                                     sizeof split) == CUBLAS_STATUS_SUCCESS &&
-            lt.cublasLtMatmulAlgoCheck(g_lt.h, e->desc, e->la, e->lb, e->ld, e->ld, &e->algo, &chk) ==
+            lt.cublasLtMatmulAlgoCheck(b->h, e->desc, e->la, e->lb, e->ld, e->ld, &e->algo, &chk) ==
                 CUBLAS_STATUS_SUCCESS &&
-            (int64_t)chk.workspaceSize <= g_lt.ws_size)
+            (int64_t)chk.workspaceSize <= b->ws_size)
             e->refused = false;
     } else if (v) {
         e->past_end = true;
@@ -496,7 +492,7 @@ static kn_status lt_entry_build(const lt_key *k, uint64_t h, const void *bias_pt
         lt_entry_destroy(e);
         return lt_fail(s, "heuristic");
     }
-    kn_status st = lt_insert(e);
+    kn_status st = kn_cuda_libplans_insert(b->plans, &e->key, e->hash, e);
     if (st != KN_OK) {
         lt_entry_destroy(e);
         return st;
@@ -567,7 +563,8 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
 {
     *done = false;
     bool past_end = false;
-    if (!lt_ready())
+    kn_cuda_blas *b = lt_ready();
+    if (!b)
         return variant ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt is not available: no variant %d", variant) : KN_OK;
     kn_dtype dt = pr0->o->dtype;
     size_t esz = kn_dtype_size(dt);
@@ -669,8 +666,8 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         }
         const void *bptr = epi && bias ? kn_cuda_tensor_ptr(lbias) : NULL;
         uint64_t h = kn_hash_bytes(KN_HASH_SEED, &k, sizeof k);
-        lt_entry *e = lt_find(&k, h);
-        if (!e && (st = lt_entry_build(&k, h, bptr, &e)) != KN_OK) goto out;
+        lt_entry *e = kn_cuda_libplans_find(b->plans, &k, h);
+        if (!e && (st = lt_entry_build(b, &k, h, bptr, &e)) != KN_OK) goto out;
         past_end = past_end || e->past_end;
         if (e->refused) continue;
         if (bptr) {
@@ -699,9 +696,9 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         for (int64_t it = 0; it < outer; it++) {
             int64_t od = it * count * m * pr.n; /* m: rows after any folding */
             cublasStatus_t s = lt.cublasLtMatmul(
-                g_lt.h, e->desc, alpha, pa + oa * (int64_t)esz, e->la, pb + ob * (int64_t)esz, e->lb,
-                beta, pc + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, g_lt.ws,
-                (size_t)g_lt.ws_size, kn_cuda_stream());
+                b->h, e->desc, alpha, pa + oa * (int64_t)esz, e->la, pb + ob * (int64_t)esz, e->lb,
+                beta, pc + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, b->ws,
+                (size_t)b->ws_size, kn_cuda_stream());
             if (s == CUBLAS_STATUS_NOT_SUPPORTED && it == 0) {
                 e->refused = true; /* remembered: next time straight to the fallback */
                 if (kn_cuda_lib_log_on())
@@ -753,7 +750,7 @@ static kn_status add_into(kn_tensor *o, const kn_tensor *r)
     c.n_in = 2;
     c.in[0] = o;
     c.in[1] = (kn_tensor *)r;
-    KN_TRY(kn_op_eager(&c, KN_CUDA));
+    KN_TRY(kn_op_eager(&c, kn_cuda_current()->device));
     cudaError_t e = cudaMemcpyAsync(kn_cuda_tensor_ptr(o), kn_cuda_tensor_ptr(c.out[0]),
                                     (size_t)kn_tensor_numel(o) * kn_dtype_size(o->dtype), cudaMemcpyDeviceToDevice,
                                     kn_cuda_stream());
@@ -768,7 +765,7 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
     if (act < 0 || act > 2) return kn_error(KN_ERR_ARG, "matmul: unknown activation %d", act);
     kn_tensor *o = c->out[0];
     const kn_tensor *a = c->in[0], *b = c->in[1];
-    if (kn_tensor_device(a) != KN_CUDA || kn_tensor_device(b) != KN_CUDA || kn_tensor_device(o) != KN_CUDA)
+    if (!kn_cuda_on_current(a) || !kn_cuda_on_current(b) || !kn_cuda_on_current(o))
         return kn_error(KN_ERR_DEVICE, "matmul: the CUDA backend got a tensor that is not on cuda");
     if (!kn_dtype_is_float(o->dtype) || !kn_dtype_is_float(a->dtype) || !kn_dtype_is_float(b->dtype))
         return kn_error(KN_ERR_UNSUPPORTED, "matmul: float tensors only on cuda, got %s and %s",
@@ -778,7 +775,7 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
     if (pr.nbat > KN_LA_MAX_BATCH)
         return kn_error(KN_ERR_UNSUPPORTED, "matmul: more than %d batch dims", KN_LA_MAX_BATCH);
     if (bias && (bias->ndim != 1 || bias->shape[0] != pr.n || !kn_dtype_is_float(bias->dtype) ||
-                 kn_tensor_device(bias) != KN_CUDA))
+                 !kn_cuda_on_current(bias)))
         return kn_error(KN_ERR_SHAPE, "matmul: a fused bias must be a float cuda tensor of shape {%lld}",
                         (long long)pr.n);
     KN_TRY(kn_cuda_init());
@@ -820,7 +817,7 @@ kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int ac
     if (residual && (act || residual->dtype != o->dtype || !kn_tensor_is_contiguous(residual) ||
                      residual->ndim != o->ndim ||
                      memcmp(residual->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) != 0 ||
-                     kn_tensor_device(residual) != KN_CUDA))
+                     !kn_cuda_on_current(residual)))
         return kn_error(KN_ERR_SHAPE, "matmul: a fused residual must be a contiguous cuda tensor like the "
                                       "output, with no activation");
     return matmul_run(c, bias, act, residual);
@@ -845,7 +842,7 @@ kn_status kn_cuda_matmul_rate(kn_dtype dt, double *tflops)
     kn_tensor *t[3] = {NULL, NULL, NULL};
     cudaEvent_t ev[2] = {NULL, NULL};
     kn_status st = KN_OK;
-    for (int i = 0; i < 3 && st == KN_OK; i++) st = kn_tensor_new(dt, 2, shape, KN_CUDA, &t[i]);
+    for (int i = 0; i < 3 && st == KN_OK; i++) st = kn_tensor_new(dt, 2, shape, kn_cuda_current()->device, &t[i]);
     /* 0x3c bytes: small finite values in every float dtype (zeros would
      * let the GPU draw less power and clock higher than real data does) */
     for (int i = 0; i < 2 && st == KN_OK; i++) {

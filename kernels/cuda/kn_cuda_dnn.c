@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
 #include "kn_hash.h"
 
@@ -95,13 +96,13 @@ typedef struct dnn_entry {
     int64_t ws_size;
 } dnn_entry;
 
-static struct {
+/* One GPU's cuDNN (kn_cuda_dev.dnn): its handle and the plans built with it. */
+struct kn_cuda_dnn {
     cudnnHandle_t h;
     int state; /* 0 not tried, 1 ready, -1 unavailable */
     size_t version;
-    dnn_entry **slots;
-    size_t cap, count;
-} g_dnn;
+    kn_cuda_libplans *plans; /* dnn_key -> dnn_entry */
+};
 
 static kn_status dnn_fail(cudnnStatus_t s, const char *what)
 {
@@ -111,59 +112,41 @@ static kn_status dnn_fail(cudnnStatus_t s, const char *what)
                     (int)s, last[0] ? ": " : "", last);
 }
 
-static bool dnn_ready(void)
+static void dnn_entry_release(dnn_entry *e);
+
+static void dnn_plan_destroy(void *plan)
 {
-    if (g_dnn.state) return g_dnn.state > 0;
-    g_dnn.state = -1;
-    g_dnn.version = cudnnGetVersion();
-    cudnnStatus_t s = cudnnCreate(&g_dnn.h);
+    dnn_entry *e = plan;
+    dnn_entry_release(e);
+    if (e->ws) kn_cuda_free(e->ws);
+    free(e);
+}
+
+/* The current GPU's cuDNN; NULL when it cannot start (kiln's kernel then
+ * does every conv2d). */
+static kn_cuda_dnn *dnn_ready(void)
+{
+    kn_cuda_dev *gpu = kn_cuda_current();
+    if (!gpu->dnn && !(gpu->dnn = calloc(1, sizeof *gpu->dnn))) return NULL;
+    kn_cuda_dnn *dn = gpu->dnn;
+    if (dn->state) return dn->state > 0 ? dn : NULL;
+    dn->state = -1;
+    dn->version = cudnnGetVersion();
+    cudnnStatus_t s = cudnnCreate(&dn->h);
     if (s != CUDNN_STATUS_SUCCESS) {
         if (kn_cuda_lib_log_on())
-            fprintf(stderr, "kiln: cuDNN %zu cannot start (%s): conv2d uses kiln's kernel\n", g_dnn.version,
+            fprintf(stderr, "kiln: cuDNN %zu cannot start (%s): conv2d uses kiln's kernel\n", dn->version,
                     cudnnGetErrorString(s));
-        return false;
+        return NULL;
     }
-    g_dnn.state = 1;
-    return true;
+    if (!(dn->plans = kn_cuda_libplans_new(sizeof(dnn_key), dnn_plan_destroy))) return NULL;
+    dn->state = 1;
+    return dn;
 }
 
 static bool is_not_supported(cudnnStatus_t s)
 {
     return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED;
-}
-
-static dnn_entry *dnn_find(const dnn_key *k, uint64_t h)
-{
-    if (!g_dnn.cap) return NULL;
-    for (size_t i = h & (g_dnn.cap - 1);; i = (i + 1) & (g_dnn.cap - 1)) {
-        dnn_entry *e = g_dnn.slots[i];
-        if (!e) return NULL;
-        if (e->hash == h && memcmp(&e->key, k, sizeof *k) == 0) return e;
-    }
-}
-
-static kn_status dnn_insert(dnn_entry *e)
-{
-    if ((g_dnn.count + 1) * 2 > g_dnn.cap) {
-        size_t cap = g_dnn.cap ? g_dnn.cap * 2 : 64;
-        dnn_entry **s = calloc(cap, sizeof *s);
-        if (!s) return kn_error(KN_ERR_OOM, "conv2d: out of memory for the cuDNN plan cache");
-        for (size_t i = 0; i < g_dnn.cap; i++) {
-            dnn_entry *o = g_dnn.slots[i];
-            if (!o) continue;
-            size_t j = o->hash & (cap - 1);
-            while (s[j]) j = (j + 1) & (cap - 1);
-            s[j] = o;
-        }
-        free(g_dnn.slots);
-        g_dnn.slots = s;
-        g_dnn.cap = cap;
-    }
-    size_t j = e->hash & (g_dnn.cap - 1);
-    while (g_dnn.slots[j]) j = (j + 1) & (g_dnn.cap - 1);
-    g_dnn.slots[j] = e;
-    g_dnn.count++;
-    return KN_OK;
 }
 
 static cudnnDataType_t dnn_type(kn_dtype dt)
@@ -293,7 +276,7 @@ static void engine_label(cudnnBackendDescriptor_t cfg, char *buf, size_t size)
  * smaller workspace cap; none: e->past_end. */
 #define DNN_VARIANT_MAX 8
 #define DNN_VARIANT_WORKSPACE ((int64_t)64 << 20)
-static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph, bool strict_f32)
+static cudnnStatus_t dnn_pick_plan(kn_cuda_dnn *dn, dnn_entry *e, cudnnBackendDescriptor_t graph, bool strict_f32)
 {
     static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
@@ -342,7 +325,7 @@ static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph,
                  * SIGFPE inside the heuristics for a 1-channel conv) */
                 if (ps == CUDNN_STATUS_SUCCESS)
                     ps = cudnnBackendSetAttribute(plan, (cudnnBackendAttributeName_t)400, CUDNN_TYPE_HANDLE, 1,
-                                                  &g_dnn.h);
+                                                  &dn->h);
                 if (ps == CUDNN_STATUS_SUCCESS) ps = cudnnBackendFinalize(plan);
                 int64_t ws = 0, cnt = 0;
                 if (ps == CUDNN_STATUS_SUCCESS)
@@ -376,7 +359,7 @@ static cudnnStatus_t dnn_pick_plan(dnn_entry *e, cudnnBackendDescriptor_t graph,
 
 /* The op graph of key k (conv, or conv + bias add when k->fused) and its
  * plan. NOT_SUPPORTED (any of its sub-codes) means cuDNN refuses. */
-static cudnnStatus_t dnn_build(dnn_entry *e)
+static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
 {
     const dnn_key *k = &e->key;
     kn_dtype kdt = (kn_dtype)k->dt;
@@ -500,17 +483,17 @@ static cudnnStatus_t dnn_build(dnn_entry *e)
                                      k->fused ? (k->act ? 3 : 2) : 1, ops);
     /* deprecated since 9.8 but still needed (see dnn_pick_plan) */
     if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(graph, (cudnnBackendAttributeName_t)800, CUDNN_TYPE_HANDLE, 1, &g_dnn.h);
+        s = cudnnBackendSetAttribute(graph, (cudnnBackendAttributeName_t)800, CUDNN_TYPE_HANDLE, 1, &dn->h);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(graph);
-    if (s == CUDNN_STATUS_SUCCESS) s = dnn_pick_plan(e, graph, kdt == KN_F32 && !k->tf32);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_pick_plan(dn, e, graph, kdt == KN_F32 && !k->tf32);
     return s;
 }
 
 /* The cached entry for k, built on first use; a refusal is an entry too. */
-static kn_status dnn_entry_get(const dnn_key *k, dnn_entry **out)
+static kn_status dnn_entry_get(kn_cuda_dnn *dn, const dnn_key *k, dnn_entry **out)
 {
     uint64_t h = kn_hash_bytes(KN_HASH_SEED, k, sizeof *k);
-    dnn_entry *e = dnn_find(k, h);
+    dnn_entry *e = kn_cuda_libplans_find(dn->plans, k, h);
     if (e) {
         *out = e;
         return KN_OK;
@@ -519,7 +502,7 @@ static kn_status dnn_entry_get(const dnn_key *k, dnn_entry **out)
     if (!e) return kn_error(KN_ERR_OOM, "conv2d: out of memory for a cuDNN plan");
     e->key = *k;
     e->hash = h;
-    cudnnStatus_t s = dnn_build(e);
+    cudnnStatus_t s = dnn_build(dn, e);
     kn_status st = KN_OK;
     if (kn_cuda_lib_log_on()) {
         char last[256] = "";
@@ -555,7 +538,7 @@ static kn_status dnn_entry_get(const dnn_key *k, dnn_entry **out)
         free(e);
         return st;
     }
-    if ((st = dnn_insert(e)) != KN_OK) {
+    if ((st = kn_cuda_libplans_insert(dn->plans, &e->key, e->hash, e)) != KN_OK) {
         dnn_entry_release(e);
         if (e->ws) kn_cuda_free(e->ws);
         free(e);
@@ -565,13 +548,13 @@ static kn_status dnn_entry_get(const dnn_key *k, dnn_entry **out)
     return KN_OK;
 }
 
-static kn_status dnn_execute(dnn_entry *e, void *x, void *w, void *y, void *b)
+static kn_status dnn_execute(kn_cuda_dnn *dn, dnn_entry *e, void *x, void *w, void *y, void *b)
 {
     int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
     void *ptrs[4] = {x, w, y, b};
     int64_t n = e->key.fused ? 4 : 3;
     cudnnBackendDescriptor_t vp = NULL;
-    cudnnStatus_t s = cudnnSetStream(g_dnn.h, kn_cuda_stream());
+    cudnnStatus_t s = cudnnSetStream(dn->h, kn_cuda_stream());
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
@@ -580,7 +563,7 @@ static kn_status dnn_execute(dnn_entry *e, void *x, void *w, void *y, void *b)
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &e->ws);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(g_dnn.h, e->plan, vp);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(dn->h, e->plan, vp);
     if (vp) cudnnBackendDestroyDescriptor(vp);
     if (s == CUDNN_STATUS_SUCCESS) return KN_OK;
     if (is_not_supported(s)) return KN_ERR_UNSUPPORTED; /* the caller falls back */
@@ -602,7 +585,8 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
                           kn_tensor *y, const kn_attrs *at, int act, int variant, bool *done)
 {
     *done = false;
-    if (!dnn_ready()) return KN_OK;
+    kn_cuda_dnn *dn = dnn_ready();
+    if (!dn) return KN_OK;
     kn_dtype dt = y->dtype;
     kn_tensor *tmp[3] = {NULL, NULL, NULL};
     const kn_tensor *in[2] = {x0, w0};
@@ -656,10 +640,10 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         k.bias_dt = fused ? (int32_t)fb->dtype : 0;
         k.align_b = fused ? kn_cuda_align_of(kn_cuda_tensor_ptr(fb), NULL, 0, 16) : 0;
         dnn_entry *e = NULL;
-        if ((st = dnn_entry_get(&k, &e)) != KN_OK) goto out;
+        if ((st = dnn_entry_get(dn, &k, &e)) != KN_OK) goto out;
         past_end = past_end || e->past_end;
         if (e->refused) continue;
-        st = dnn_execute(e, px, pw, py, fused ? kn_cuda_tensor_ptr(fb) : NULL);
+        st = dnn_execute(dn, e, px, pw, py, fused ? kn_cuda_tensor_ptr(fb) : NULL);
         if (st == KN_ERR_UNSUPPORTED) { /* refused at run time: remember it */
             st = KN_OK;
             e->refused = true;
@@ -692,10 +676,10 @@ static kn_status conv_run(const kn_opcall *c, int act)
     const kn_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
     kn_tensor *y = c->out[0];
     for (int i = 0; i < c->n_in; i++)
-        if (kn_tensor_device(c->in[i]) != KN_CUDA)
+        if (!kn_cuda_on_current(c->in[i]))
             return kn_error(KN_ERR_DEVICE, "conv2d: the CUDA backend got input %d on %s", i + 1,
                             kn_device_name(kn_tensor_device(c->in[i])));
-    if (kn_tensor_device(y) != KN_CUDA || !kn_dtype_is_float(y->dtype))
+    if (!kn_cuda_on_current(y) || !kn_dtype_is_float(y->dtype))
         return kn_error(KN_ERR_UNSUPPORTED, "conv2d: float cuda outputs only");
     KN_TRY(kn_cuda_init());
     if (kn_tensor_numel(y) == 0) return KN_OK;

@@ -19,6 +19,7 @@
 #include "kn_cuda_internal.h"
 #include "kn_fuse.h"
 #include "kn_kir.h"
+#include "kn_cuda_render.h"
 
 #define N_BUCKETS 2048
 #define MAX_ENTRIES 16384 /* past this, calls are built each time (still correct) */
@@ -39,6 +40,9 @@ typedef struct entry {
     int block;
 } entry;
 
+/* Process-wide: an entry holds a context-independent kernel handle and
+ * launch geometry, valid on every GPU (of the architecture it was built
+ * for: kiln assumes one architecture per machine, see kn_cuda_module.c). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static entry *buckets[N_BUCKETS];
 static int n_entries;

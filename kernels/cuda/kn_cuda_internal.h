@@ -9,11 +9,13 @@
  *   kn_cuda_ops.c      eager ops through kiln's CUDA templates (kernels/cuda/ *.cu files)
  *   kn_cuda_blas.c     matmul through cuBLASLt
  *   kn_cuda_dnn.c      convolution through cuDNN's graph API
+ *   kn_cuda_libplans.c the per-signature plan cache both libraries use
  */
 #ifndef KN_CUDA_INTERNAL_H
 #define KN_CUDA_INTERNAL_H
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,12 +26,47 @@
 
 /* ---- kn_cuda_backend.c ---------------------------------------------------- */
 
-/* Make the device current and create the stream on first use; an error
- * (no device, old driver) names what is missing. Every other entry point
- * calls it. */
+typedef struct kn_cuda_pool kn_cuda_pool; /* kn_cuda_alloc.c */
+typedef struct kn_cuda_blas kn_cuda_blas; /* kn_cuda_blas.c */
+typedef struct kn_cuda_dnn kn_cuda_dnn;   /* kn_cuda_dnn.c */
+
+/* One GPU's state: the device object's `state` (kn_backend.h). Nothing of
+ * one GPU is shared with another: stream, allocator, library handles and
+ * their per-signature plans (which name this GPU's memory) live here. */
+typedef struct kn_cuda_dev {
+    int index; /* CUDA's device number */
+    kn_device device;
+    pthread_mutex_t init_lock;
+    int init_state; /* 0 not yet, 1 ready, 2 failed (for good) */
+    char init_why[512];
+    cudaStream_t stream; /* the one stream all of this GPU's work goes to */
+    int arch;            /* compute capability, e.g. 90 */
+    kn_cuda_pool *pool;  /* the caching allocator */
+    kn_cuda_blas *blas;  /* cuBLASLt handle, workspace, plans (NULL until the first matmul) */
+    kn_cuda_dnn *dnn;    /* cuDNN handle and plans (NULL until the first conv2d) */
+    char variant_label[128]; /* what the last library call ran (max-autotune) */
+    void *flush_buf;         /* twice the L2, written to evict it before a timed run */
+    size_t flush_size;
+    unsigned long long *index_flag; /* index ops' range check: first bad position */
+} kn_cuda_dev;
+
+/* The GPU the calling thread works on: set by each vtable slot from its
+ * device object (kn_cuda_enter), as CUDA's own current device is; device 0
+ * before any. The files of kernels/cuda reach their GPU's state through it. */
+kn_cuda_dev *kn_cuda_current(void);
+/* Make d's GPU the current one (cudaSetDevice when it changes) and start
+ * it on first use: its stream, its compute capability. */
+kn_status kn_cuda_enter(kn_device_ctx *d);
+/* Whether t's memory is the current GPU's (what a library call on it needs). */
+static inline bool kn_cuda_on_current(const kn_tensor *t)
+{
+    return kn_tensor_device(t) == kn_cuda_current()->device;
+}
+/* Start the current GPU on first use; an error (no device, old driver)
+ * names what is missing. */
 kn_status kn_cuda_init(void);
-/* The one stream all of kiln's CUDA work goes to (eager ops, plans,
- * library calls, captures). */
+/* The current GPU's stream: all of kiln's work on that GPU goes to it
+ * (eager ops, plans, library calls, captures). */
 cudaStream_t kn_cuda_stream(void);
 /* A CUDA error as a kiln status with a message naming `what` (an
  * out-of-memory error becomes KN_ERR_OOM with the free/total bytes). */
@@ -39,12 +76,16 @@ kn_status kn_cuda_fail(cudaError_t e, const char *what);
         cudaError_t kn_e_ = (call);                                            \
         if (kn_e_ != cudaSuccess) return kn_cuda_fail(kn_e_, (what));          \
     } while (0)
-/* Compute capability of the current device, e.g. 90. */
+/* Compute capability of the current GPU, e.g. 90. */
 int kn_cuda_arch(void);
 /* Whether f32 matmul/conv may use TF32 (kiln.config.allow_tf32). */
 #define kn_cuda_allow_tf32() kn_allow_tf32()
 
 /* ---- kn_cuda_alloc.c ------------------------------------------------------ */
+
+/* Each GPU has its own allocator (kn_cuda_dev.pool); the functions below
+ * work on the current GPU's. */
+kn_cuda_pool *kn_cuda_pool_new(void);
 
 /* Caching allocator: blocks are rounded up to size classes and kept on
  * free lists after kn_cuda_free instead of cudaFree; cudaMalloc only when
@@ -101,8 +142,9 @@ const char *kn_cuda_cache_dir(void);
 /* Launch a kernel taking one kn_kargs-like struct by value. */
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);
 
-/* max-autotune: what the last library call ran ("cublaslt algo 21 ...",
- * "cudnn eng 7 knobs(...)"), for kn_backend.library_variant_label. */
+/* max-autotune: what the last library call on the current GPU ran
+ * ("cublaslt algo 21 ...", "cudnn eng 7 knobs(...)"), for
+ * kn_backend.library_variant_label. */
 void kn_cuda_variant_label(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* cuBLASLt's version (opening it), 0 without it. */
 size_t kn_cuda_blas_version(void);

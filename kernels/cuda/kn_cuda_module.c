@@ -57,6 +57,9 @@ typedef struct cubin_header {
 
 static const char entry_magic[8] = {'K', 'N', 'C', 'U', 'B', 'I', 'N', 1};
 
+/* Process-wide, for every GPU: a module is keyed by its source and the
+ * GPU's architecture, and loaded context-independently (cudaLibrary), so
+ * one entry serves all GPUs of that architecture. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static kn_cuda_module *buckets[N_BUCKETS];
 static kn_cuda_module_stats stats;

@@ -19,6 +19,9 @@
 
 #define GRID_CAP 65535 /* kernels loop over their work: any grid is correct */
 
+/* Process-wide: modules are loaded context-independently (cudaLibrary), so
+ * one kernel handle serves every GPU (of one architecture, as the eager
+ * cache assumes too). */
 static char *g_src[KN_DTYPE_COUNT]; /* kept: the module cache may hold on to it */
 static kn_cuda_module *g_mod[KN_DTYPE_COUNT];
 static const void *g_fn[KN_DTYPE_COUNT][KN_TK_COUNT];
@@ -276,7 +279,6 @@ static kn_status run_cat(const kn_opcall *c)
 
 /* ---- index ops ---- */
 
-static unsigned long long *g_flag; /* device: first bad index position, ~0 if none */
 
 /* Where flat position p of the index lies, 1-based, for the message. */
 static void index_position(const kn_tensor *idx, unsigned long long p, char *buf, int size)
@@ -299,17 +301,18 @@ static kn_status index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t s
     a.n = kn_tensor_numel(idx);
     *check = false;
     if (a.n == 0) return KN_OK;
-    if (!g_flag) KN_TRY(kn_cuda_malloc(sizeof *g_flag, (void **)&g_flag));
+    kn_cuda_dev *gpu = kn_cuda_current();
+    if (!gpu->index_flag) KN_TRY(kn_cuda_malloc(sizeof *gpu->index_flag, (void **)&gpu->index_flag));
     cudaStream_t s = kn_cuda_stream();
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     KN_CUDA_TRY(cudaStreamIsCapturing(s, &cs), "index check");
     *check = cs == cudaStreamCaptureStatusNone;
-    KN_CUDA_TRY(cudaMemsetAsync(g_flag, 0xff, sizeof *g_flag, s), "index check");
+    KN_CUDA_TRY(cudaMemsetAsync(gpu->index_flag, 0xff, sizeof *gpu->index_flag, s), "index check");
     a.idx = dptr(idx);
     a.idx64 = idx->dtype == KN_I64;
     a.ndim = idx->ndim;
     a.size = size;
-    a.flag = g_flag;
+    a.flag = gpu->index_flag;
     for (int d = 0; d < idx->ndim; d++) {
         a.shape[d] = idx->shape[d];
         a.st[d] = idx->strides[d];
@@ -322,7 +325,7 @@ static kn_status index_check_result(const kn_opcall *c, const kn_tensor *idx, in
 {
     unsigned long long bad = 0;
     cudaStream_t s = kn_cuda_stream();
-    KN_CUDA_TRY(cudaMemcpyAsync(&bad, g_flag, sizeof bad, cudaMemcpyDeviceToHost, s), "index check");
+    KN_CUDA_TRY(cudaMemcpyAsync(&bad, kn_cuda_current()->index_flag, sizeof bad, cudaMemcpyDeviceToHost, s), "index check");
     KN_CUDA_TRY(cudaStreamSynchronize(s), "index check");
     if (bad == ~0ULL) return KN_OK;
     int64_t off = 0;
