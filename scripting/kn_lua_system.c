@@ -9,6 +9,7 @@
 #include "kn_lua_util.h"
 #include "kn_clock.h"
 #include "kn_backend.h"
+#include "kn_op.h"
 #include "cpu/kn_cpu_jit.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/kn_cuda.h"

@@ -22,6 +22,7 @@
 
 #include "kn_clock.h"
 #include "kn_backend.h"
+#include "kn_ceilings.h"
 #include "kn_lua_timing.h"
 #include "kn_lua_util.h"
 #include "kn_profile.h"
@@ -166,7 +167,7 @@ static int l_time_calls(lua_State *L)
 static int l_measure(lua_State *L)
 {
     kn_ceilings c;
-    kn_status st = kn_profile_measure_ceilings(check_device(L, 1), &c);
+    kn_status st = kn_ceilings_measure(check_device(L, 1), &c);
     if (st != KN_OK) return kn_lua_fail(L, st);
     lua_createtable(L, 0, 3);
     lua_pushnumber(L, c.copy_gbps);

@@ -20,17 +20,7 @@
 
 /* ---- lazies and placeholders --------------------------------------------- */
 
-void kn_lazy_release(kn_lazy *lz)
-{
-    if (!lz || --lz->refcount > 0) return;
-    kn_tensor_release(lz->value);
-    free(lz);
-}
-
-kn_device kn_lazy_device(const kn_lazy *lz)
-{
-    return lz->value ? kn_tensor_device(lz->value) : lz->device;
-}
+_Static_assert(KN_LAZY_NAME_MAX == KN_NAME_MAX, "a lazy keeps the name of a graph input");
 
 static kn_device graph_device(const kn_capture *cap)
 {
@@ -618,7 +608,7 @@ static void drop_lazies(kn_capture *cap, bool detach)
     for (int i = 0; i < cap->n_lazies; i++) {
         kn_lazy *lz = cap->lazies[i];
         if (detach) lz->cap = NULL;
-        kn_lazy_release(lz);
+        kn_tensor_release(kn_lazy_release(lz));
     }
     cap->n_lazies = 0;
 }

@@ -17,28 +17,11 @@
 #include <stdbool.h>
 
 #include "kn_graph.h"
+#include "kn_lazy.h"
 #include "kn_plan.h"
 #include "kn_symbolic.h"
 
 struct kn_capture;
-
-/* The graph value a placeholder stands for. Refcounted: one reference per
- * placeholder tensor, one held by the capture while its graph is open. */
-typedef struct kn_lazy {
-    int refcount;
-    struct kn_capture *cap; /* NULL once its capture ended */
-    int segment;            /* the graph (of the call) that computes it */
-    int node, out;
-    int output_index;       /* among its graph's outputs, once run; -1 before */
-    kn_device device;
-    kn_tensor *value;       /* the value, once its graph ran (owned) */
-    bool is_input;          /* it stood for an input of its graph: keeps that name */
-    kn_input_kind input_kind;
-    char input_name[KN_NAME_MAX];
-} kn_lazy;
-
-void kn_lazy_release(kn_lazy *lz);
-kn_device kn_lazy_device(const kn_lazy *lz);
 
 #define KN_MAX_FRAMES 16
 #define KN_CATEGORY_MAX 32

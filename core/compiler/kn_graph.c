@@ -161,3 +161,33 @@ kn_status kn_graph_run(const kn_graph *g, kn_tensor **values)
         }
     return st;
 }
+
+kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], int *n_out)
+{
+    const kn_node *n = &g->nodes[i];
+    kn_tensor t[KN_MAX_INPUTS];
+    kn_opcall c;
+    *n_out = 0;
+    if ((unsigned)n->op >= KN_OP_COUNT)
+        return kn_error(KN_ERR_ARG, "node %d: not an op node", i);
+    if (n->n_in < 0 || n->n_in > KN_MAX_INPUTS)
+        return kn_error(KN_ERR_ARG, "node %d: %d inputs", i, n->n_in);
+    kn_opcall_init(&c, (kn_op)n->op);
+    c.a = n->a;
+    c.n_in = n->n_in;
+    for (int k = 0; k < n->n_in; k++) {
+        int s = n->in_node[k], o = n->in_out[k];
+        if (s < 0 || s >= g->n_nodes || o < 0 || o >= g->nodes[s].n_out)
+            return kn_error(KN_ERR_ARG, "node %d: input %d names a missing value %d:%d", i, k + 1,
+                            s, o);
+        const kn_meta *m = &g->nodes[s].out[o];
+        memset(&t[k], 0, sizeof t[k]);
+        t[k].refcount = 1;
+        t[k].dtype = m->dtype;
+        t[k].ndim = m->ndim;
+        memcpy(t[k].shape, m->shape, sizeof t[k].shape);
+        if ((unsigned)m->ndim <= KN_MAX_DIMS) kn_contiguous_strides(m->ndim, m->shape, t[k].strides);
+        c.in[k] = &t[k];
+    }
+    return kn_op_infer(&c, out, n_out);
+}

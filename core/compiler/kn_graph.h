@@ -81,4 +81,8 @@ const char *kn_node_op_name(const kn_node *n);
  * On error every value is released and the message names the node's line. */
 kn_status kn_graph_run(const kn_graph *g, kn_tensor **values);
 
+/* Shape inference for node i of g from its input nodes' out metas (any
+ * order: it only reads the nodes i names). */
+kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], int *n_out);
+
 #endif

@@ -1,7 +1,7 @@
 /* kn_graph_print: a graph as text, one line per node (KILN_LOGS=passes,
  * debugging, test failure messages). Dims in attributes print 1-based, as
  * the Lua user wrote them and as messages show them. */
-#include "kn_passes.h"
+#include "kn_graph_print.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,36 +1,18 @@
 /* kn_passes: the pass list and its runner, the graph checker, and the
  * structural passes (dce, cse, simplify). The folding passes live in
- * kn_passes_fold.c; kn_passes_impl.h explains how a pass rewrites a graph
+ * kn_passes_fold.c; kn_pass_ctx.h explains how a pass rewrites a graph
  * (mark, redirect, commit). */
-#include "kn_passes_impl.h"
+#include "kn_passes.h"
+
+#include "kn_graph_print.h"
+#include "kn_pass_ctx.h"
+#include "kn_passes_fold.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- the rewrite context ---- */
-
-kn_status kn_pass_sync(kn_pass_ctx *x)
-{
-    int n = x->g->n_nodes;
-    if (n <= x->cap) return KN_OK;
-    int ncap = x->cap ? x->cap : 16;
-    while (ncap < n) ncap *= 2;
-    int *repl = realloc(x->repl, sizeof(int) * (size_t)ncap * KN_MAX_OUTPUTS);
-    if (repl) x->repl = repl;
-    unsigned char *dead = realloc(x->dead, (size_t)ncap);
-    if (dead) x->dead = dead;
-    int *before = realloc(x->before, sizeof(int) * (size_t)ncap);
-    if (before) x->before = before;
-    if (!repl || !dead || !before) return kn_error(KN_ERR_OOM, "passes: out of host memory");
-    for (int i = x->cap; i < ncap; i++) {
-        for (int k = 0; k < KN_MAX_OUTPUTS; k++) x->repl[KN_REF(i, k)] = KN_REF(i, k);
-        x->dead[i] = 0;
-        x->before[i] = -1;
-    }
-    x->cap = ncap;
-    return KN_OK;
-}
 
 static kn_status ctx_begin(kn_pass_ctx *x, kn_graph *g, int *outputs, int n_outputs)
 {
@@ -48,44 +30,6 @@ static void ctx_end(kn_pass_ctx *x)
     free(x->dead);
     free(x->before);
     memset(x, 0, sizeof *x);
-}
-
-int kn_pass_resolve(const kn_pass_ctx *x, int r)
-{
-    while (x->repl[r] != r) r = x->repl[r];
-    return r;
-}
-
-void kn_pass_resolve_inputs(kn_pass_ctx *x, int i)
-{
-    kn_node *n = &x->g->nodes[i];
-    for (int k = 0; k < n->n_in; k++) {
-        int r = kn_pass_resolve(x, KN_REF(n->in_node[k], n->in_out[k]));
-        n->in_node[k] = KN_REF_NODE(r);
-        n->in_out[k] = KN_REF_OUT(r);
-    }
-}
-
-bool kn_pass_is_output(const kn_pass_ctx *x, int i)
-{
-    for (int k = 0; k < x->n_outputs; k++)
-        if (kn_pass_resolve(x, KN_REF(x->outputs[k], 0)) == KN_REF(i, 0)) return true;
-    return false;
-}
-
-bool kn_pass_replace(kn_pass_ctx *x, int i, int r)
-{
-    if (KN_REF_OUT(r) != 0 && kn_pass_is_output(x, i)) return false;
-    x->repl[KN_REF(i, 0)] = r;
-    x->dead[i] = 1;
-    return true;
-}
-
-double kn_pass_const_value(const kn_node *n)
-{
-    unsigned char buf[16];
-    kn_store_f64(buf, n->out[0].dtype, n->value);
-    return kn_load_f64(buf, n->out[0].dtype);
 }
 
 /* Build the new node array: survivors in order, each appended node just
@@ -155,36 +99,6 @@ static kn_status commit(kn_pass_ctx *x, const char *pass)
 }
 
 /* ---- checking ---- */
-
-kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], int *n_out)
-{
-    const kn_node *n = &g->nodes[i];
-    kn_tensor t[KN_MAX_INPUTS];
-    kn_opcall c;
-    *n_out = 0;
-    if ((unsigned)n->op >= KN_OP_COUNT)
-        return kn_error(KN_ERR_ARG, "node %d: not an op node", i);
-    if (n->n_in < 0 || n->n_in > KN_MAX_INPUTS)
-        return kn_error(KN_ERR_ARG, "node %d: %d inputs", i, n->n_in);
-    kn_opcall_init(&c, (kn_op)n->op);
-    c.a = n->a;
-    c.n_in = n->n_in;
-    for (int k = 0; k < n->n_in; k++) {
-        int s = n->in_node[k], o = n->in_out[k];
-        if (s < 0 || s >= g->n_nodes || o < 0 || o >= g->nodes[s].n_out)
-            return kn_error(KN_ERR_ARG, "node %d: input %d names a missing value %d:%d", i, k + 1,
-                            s, o);
-        const kn_meta *m = &g->nodes[s].out[o];
-        memset(&t[k], 0, sizeof t[k]);
-        t[k].refcount = 1;
-        t[k].dtype = m->dtype;
-        t[k].ndim = m->ndim;
-        memcpy(t[k].shape, m->shape, sizeof t[k].shape);
-        if ((unsigned)m->ndim <= KN_MAX_DIMS) kn_contiguous_strides(m->ndim, m->shape, t[k].strides);
-        c.in[k] = &t[k];
-    }
-    return kn_op_infer(&c, out, n_out);
-}
 
 static bool meta_eq(const kn_meta *a, const kn_meta *b)
 {

@@ -1,5 +1,5 @@
 /* kn_passes: graph-to-graph rewrites that run between capture and fusion,
- * the graph checker that runs between them, and the graph printer.
+ * and the graph checker that runs between them (the printer is kn_graph_print).
  *
  * The pipeline is a short named list, as tinygrad's: dce, cse,
  * fold_constants, fold_batch_norm, simplify, dce. Each pass rewrites the
@@ -39,6 +39,7 @@
 #include <stddef.h>
 
 #include "kn_graph.h"
+#include "kn_graph_print.h" /* kn_graph_format, for the callers that log graphs */
 
 enum {
     KN_PASSES_VERIFY = 1, /* kn_graph_verify after each pass; an error names the pass and node */
@@ -66,16 +67,5 @@ const char *const *kn_passes_names(void);
  * metas reproducing its out metas. On failure returns KN_ERR_ARG, writes a
  * message naming the node into why (and kn_last_error). why may be NULL. */
 kn_status kn_graph_verify(const kn_graph *g, char *why, size_t size);
-
-/* Shape inference for node i of g from its input nodes' out metas (any
- * order: it only reads the nodes i names). */
-kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], int *n_out);
-
-/* The graph as text, one line per node:
- *   "  5  add          (3, 4:1)           f32{2,3}  at model.lua:12"
- * index, op, inputs (node or node:output), out dtype and shape (each output),
- * the attributes worth showing, and the source line. *text is malloc'd; the
- * caller frees it. Defined in core/compiler/kn_graph_print.c. */
-kn_status kn_graph_format(const kn_graph *g, char **text);
 
 #endif

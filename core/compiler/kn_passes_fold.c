@@ -8,7 +8,7 @@
  * the weight's dtype, become new inputs of the graph (kn_passes.h says what
  * that means for binding).
  */
-#include "kn_passes_impl.h"
+#include "kn_passes_fold.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -105,6 +105,8 @@ enum {
     KN_TUNED_SKIPPED        /* tunable, but the budget ran out or the search was interrupted: default */
 };
 
+struct run_ctx; /* kn_plan_impl.h */
+
 /* One max-autotune search (a compiled function's call); see kn_plan_autotune. */
 typedef struct kn_tune_session {
     const char *cache_dir;
@@ -118,6 +120,9 @@ typedef struct kn_tune_session {
     /* internal */
     double t0;
     int kernels_total, kernels_done;
+    /* the search, run by the plan right after each kernel (set by
+     * kn_plan_autotune: kn_plan_tune.c sits above the plan it runs) */
+    kn_status (*search_kernel)(struct run_ctx *r, int kid, int node, bool fused);
 } kn_tune_session;
 
 enum { KN_REC_WARMUP = 0, KN_REC_RECORD, KN_REC_READY, KN_REC_NEVER };

@@ -1,10 +1,24 @@
-/* kn_plan_impl: what kn_plan.c (building and running plans) shares with
- * kn_plan_tune.c (max-autotune's search inside a plan's run). Private to
- * core/. */
+/* kn_plan_impl: what kn_plan.c (building and running plans, and their
+ * autotuning choices) offers kn_plan_tune.c (max-autotune's search inside
+ * a plan's run). Private to core/. It names the plan types without
+ * including kn_plan.h, so kn_plan.c can include it without a circle. */
 #ifndef KN_PLAN_IMPL_H
 #define KN_PLAN_IMPL_H
 
-#include "kn_plan.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kn_autotune.h"
+#include "kn_kir.h"
+
+typedef struct kn_plan kn_plan;
+typedef struct kn_tune_session kn_tune_session;
+typedef struct kn_tune_result kn_tune_result;
+
+/* The most candidates one kernel's search measures (library variants are
+ * numbered below it). */
+#define KN_TUNE_MAX_CANDS 16
 
 /* One run of a plan: the values computed so far. */
 typedef struct run_ctx {
@@ -27,9 +41,27 @@ kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs);
  * its epilogue: *ok false when this run's tensors do not fit it. */
 kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *c, kn_tensor **bias, kn_tensor **res, bool *ok);
 
-/* kn_plan_tune.c */
+/* Choices. tune_prepare: the cache file's choices for every tunable kernel
+ * (before the compile: their configurations are what gets compiled). */
 kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir);
-kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused);
-void kn_plan_tune_free(kn_plan *p);
+static inline bool kn_plan_generated(const kn_kernel *k)
+{
+    return k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
+}
+/* The language the plan's device generates kernels in (NULL: none). */
+const kn_render_target *kn_plan_target(const kn_plan *p);
+/* The backend's identity (what a choice is valid for). */
+void kn_plan_identity(const kn_plan *p, char *buf, size_t size);
+/* Kernel kid's cache key: what it computes, on which shapes, dtypes and
+ * strides, hashed (names and graph positions left out). */
+kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY]);
+/* A choice text ("block=128 ept=4", "variant=3", "unfused", "default")
+ * for kernel kid, parsed; applying it is the caller's. */
+kn_status kn_plan_parse_choice(const kn_plan *p, int kid, const char *choice, kn_kconfig *cfg, int *variant,
+                               bool *unfused);
+/* Fold kernel kid's epilogue into its library call, or not. */
+void kn_plan_set_unfused(kn_plan *p, int kid, bool unfused);
+/* A kernel's result from a cache entry. */
+void kn_plan_take_entry(kn_tune_result *tr, const kn_tune_entry *e);
 
 #endif

@@ -22,209 +22,28 @@
 #include "kn_autotune.h"
 #include "kn_backend.h"
 #include "kn_interrupt.h"
+#include "kn_plan.h"
 #include "kn_plan_impl.h"
 #include "kn_view.h"
 #include "kn_clock.h"
 
-#define MAX_CANDS 16
+#define MAX_CANDS KN_TUNE_MAX_CANDS
 #define MIN_REPS 5
 #define MAX_REPS 60
 #define STABLE_SPREAD 0.05 /* quartiles within 5% of the median */
 #define FASTER 0.97        /* a non-default choice must take at most 97% of the default's time */
 
-/* The language the plan's device generates kernels in: its backend's. */
-static const kn_render_target *target_of(const kn_plan *p)
-{
-    kn_device_ctx *dc = kn_backend_get(p->device);
-    return dc ? dc->be->render_target : NULL;
-}
 
-/* Kernels that run inside a matmul's library epilogue never run alone. */
-static bool folded_into(const kn_plan *p, int kid)
-{
-    for (int j = 0; p->epi.kernel && j < p->code.fusion.prog.n_kernels; j++)
-        if (p->epi.kernel[j].into == kid && !p->epi.kernel[j].off) return true;
-    return false;
-}
 
-static bool is_generated(const kn_kernel *k)
-{
-    return k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
-}
 
-static bool is_library(const kn_plan *p, const kn_kernel *k)
-{
-    if (k->kind != KN_KERNEL_LIBRARY && k->kind != KN_KERNEL_FALLBACK) return false;
-    kn_op op = (kn_op)p->g.nodes[k->lib_node].op;
-    return op == KN_OP_MATMUL || op == KN_OP_CONV2D;
-}
 
-bool kn_plan_tunable(const kn_plan *p, int kid)
-{
-    kn_device_ctx *dc = kn_backend_get(p->device);
-    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
-    if (!dc || folded_into(p, kid)) return false;
-    if (is_generated(k)) {
-        kn_kconfig c[2];
-        return dc->be->compile_program && dc->be->render_target &&
-               kn_kconfig_candidates(k, dc->be->render_target, c, 2) > 1;
-    }
-    /* a library call has candidates when its library offers variants, or
-     * when its epilogue is fused (the unfused candidate) */
-    return is_library(p, k) && (dc->be->library_variant_label || (p->epi.kernel && p->epi.kernel[kid].into >= 0));
-}
 
-static void identity_of(const kn_plan *p, char *buf, size_t size)
-{
-    kn_device_ctx *dc = kn_backend_get(p->device);
-    if (dc && dc->be->identity) dc->be->identity(dc, buf, size);
-    else snprintf(buf, size, "%s", dc ? dc->be->name : "none");
-}
 
-/* What the kernel computes, on which shapes, dtypes and strides, hashed:
- * its generated source under a fixed name, or the library call's
- * description. Names and graph positions are left out, so the same kernel
- * in another model or process finds the same entry. */
-static kn_status kernel_sig(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
-{
-    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return kn_error(KN_ERR_OOM, "out of host memory for an autotune key");
-    kn_status st = KN_OK;
-    if (is_generated(k)) {
-        kn_kernel *copy = malloc(sizeof *copy);
-        char *src = NULL;
-        if (!copy) {
-            st = kn_error(KN_ERR_OOM, "out of host memory for an autotune key");
-        } else {
-            *copy = *k;
-            snprintf(copy->name, sizeof copy->name, "k");
-            memset(&copy->cfg, 0, sizeof copy->cfg);
-            st = kn_kernel_render(copy, target_of(p), &src);
-        }
-        if (st == KN_OK) {
-            fprintf(f, "gen %s shape", target_of(p)->name);
-            for (int d = 0; d < k->ndim; d++) fprintf(f, " %lld", (long long)k->shape[d]);
-            fprintf(f, "\n%s", src);
-        }
-        free(src);
-        free(copy);
-    } else {
-        const kn_node *n = &p->g.nodes[k->lib_node];
-        fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_allow_tf32() ? 1 : 0);
-        for (int i = 0; i < n->n_in; i++) {
-            const kn_layout *l = &p->code.fusion.layout[n->in_node[i]];
-            fprintf(f, " in%d %s [", i, kn_dtype_name(p->g.nodes[n->in_node[i]].out[n->in_out[i]].dtype));
-            for (int d = 0; d < l->ndim; d++)
-                fprintf(f, "%s%lld:%lld", d ? "," : "", (long long)l->shape[d], (long long)l->strides[d]);
-            fprintf(f, "]");
-        }
-        fprintf(f, " out %s stride %d %d pad %d %d dil %d %d groups %d", kn_dtype_name(n->out[0].dtype),
-                n->a.stride[0], n->a.stride[1], n->a.padding[0], n->a.padding[1], n->a.dilation[0],
-                n->a.dilation[1], n->a.groups);
-        if (p->epi.kernel && p->epi.kernel[kid].into >= 0)
-            fprintf(f, " epilogue bias %d act %d residual %d", p->epi.kernel[kid].bias_node >= 0,
-                    p->epi.kernel[kid].act, p->epi.kernel[kid].res_node >= 0);
-    }
-    fclose(f);
-    if (st == KN_OK) kn_autotune_hash_key(text, sig);
-    free(text);
-    return st;
-}
 
-/* Apply a choice text to kernel kid before or after its compile (after:
- * the caller compiles it). */
-static kn_status parse_choice(const kn_plan *p, int kid, const char *choice, kn_kconfig *cfg, int *variant,
-                              bool *unfused)
-{
-    const kn_kernel *k = &p->code.fusion.prog.kernels[kid];
-    memset(cfg, 0, sizeof *cfg);
-    *variant = 0;
-    *unfused = false;
-    if (is_generated(k)) return kn_kconfig_parse(choice, cfg);
-    if (strcmp(choice, "default") == 0) return KN_OK;
-    if (strcmp(choice, "unfused") == 0) {
-        if (!p->epi.kernel || p->epi.kernel[kid].into < 0)
-            return kn_error(KN_ERR_ARG, "kernel %s has no fused epilogue: 'unfused' does not apply", k->name);
-        *unfused = true;
-        return KN_OK;
-    }
-    char *end;
-    if (strncmp(choice, "variant=", 8) == 0) {
-        long v = strtol(choice + 8, &end, 10);
-        if (*end == 0 && end != choice + 8 && v >= 0 && v < MAX_CANDS) {
-            *variant = (int)v;
-            return KN_OK;
-        }
-    }
-    return kn_error(KN_ERR_ARG,
-                    "kernel %s runs in a library: its choice is 'default', 'variant=N' (N < %d)%s, not '%s'", k->name,
-                    MAX_CANDS,
-                    p->epi.kernel && p->epi.kernel[kid].into >= 0 ? " or 'unfused' (its epilogue as its own kernel)" : "",
-                    choice);
-}
 
-/* Fold kernel kid's epilogue into its library call, or not. */
-static void set_unfused(kn_plan *p, int kid, bool unfused)
-{
-    if (!p->epi.kernel || p->epi.kernel[kid].into < 0 || p->epi.kernel[kid].off == unfused) return;
-    p->epi.kernel[kid].off = unfused;
-    p->epi.n_folded += unfused ? -1 : 1;
-}
 
-/* A kernel's result from a cache entry (the file's, or an identical
- * kernel's measured earlier in this process). */
-static void take_entry(kn_tune_result *tr, const kn_tune_entry *e)
-{
-    tr->source = e->pinned ? KN_TUNED_PINNED : KN_TUNED_CACHED;
-    snprintf(tr->choice, sizeof tr->choice, "%s", e->choice);
-    snprintf(tr->label, sizeof tr->label, "%s", e->label);
-    tr->us = e->us;
-    tr->default_us = e->default_us;
-}
 
-kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
-{
-    int n = p->code.fusion.prog.n_kernels;
-    p->tune.enabled = true;
-    p->tune.variant = calloc((size_t)n + 1, sizeof *p->tune.variant);
-    p->tune.result = calloc((size_t)n + 1, sizeof *p->tune.result);
-    if (!p->tune.variant || !p->tune.result) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
-    char id[512];
-    identity_of(p, id, sizeof id);
-    kn_autotune_device_key(id, p->tune.dev);
-    for (int kid = 0; kid < n; kid++) {
-        kn_tune_result *tr = &p->tune.result[kid];
-        tr->us = tr->default_us = -1;
-        if (!kn_plan_tunable(p, kid)) continue;
-        KN_TRY(kernel_sig(p, kid, tr->sig));
-        kn_tune_entry e;
-        if (!kn_autotune_cache_find(cache_dir, p->tune.dev, tr->sig, &e)) continue;
-        kn_kconfig cfg;
-        int v;
-        bool unfused;
-        if (parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) continue; /* an edited file: search again */
-        p->code.fusion.prog.kernels[kid].cfg = cfg;
-        p->tune.variant[kid] = v;
-        set_unfused(p, kid, unfused);
-        take_entry(tr, &e);
-        p->tune.cache_hits++;
-    }
-    return KN_OK;
-}
 
-void kn_plan_tune_free(kn_plan *p)
-{
-    kn_device_ctx *dc = kn_backend_get(p->device);
-    for (int i = 0; i < p->tune.n_libs; i++)
-        if (dc && dc->be->release_program) dc->be->release_program(dc, p->tune.libs[i]);
-    free(p->tune.libs);
-    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++) free(p->tune.result[k].cands);
-    free(p->tune.result);
-    free(p->tune.variant);
-}
 
 static kn_status keep_lib(kn_plan *p, void *lib)
 {
@@ -373,11 +192,11 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
     j->kid = kid;
     j->node = node;
     j->dc = kn_backend_get(p->device);
-    j->library = !is_generated(k);
+    j->library = !kn_plan_generated(k);
     j->fused = fused;
     *n_cands = 1;
     if (!j->library) {
-        int n = kn_kconfig_candidates(k, target_of(p), cfgs, MAX_CANDS);
+        int n = kn_kconfig_candidates(k, kn_plan_target(p), cfgs, MAX_CANDS);
         j->variants = calloc((size_t)n, sizeof *j->variants);
         if (!j->variants) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
         for (int i = 0; i < n; i++) {
@@ -407,7 +226,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         /* the unfused candidate: the epilogue kernel reads the library's
          * output from tmp and everything else from this run's values */
         const kn_kernel *ek = &p->code.fusion.prog.kernels[into];
-        bool can = p->code.fns[into] != NULL && is_generated(ek) &&
+        bool can = p->code.fns[into] != NULL && kn_plan_generated(ek) &&
                    kn_tensor_new_meta(&p->g.nodes[node].out[0], p->device, &j->tmp) == KN_OK;
         for (int a = 0; can && a < ek->n_args; a++) {
             const kn_karg *ar = &ek->args[a];
@@ -482,7 +301,7 @@ static void log_result(kn_tune_session *s, const kn_kernel *k, const kn_tune_can
     free(text);
 }
 
-kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
+static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
 {
     kn_plan *p = r->p;
     kn_tune_session *s = r->tune;
@@ -495,14 +314,14 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     /* a kernel that became tunable during this run (its matmul's epilogue
      * was unfolded) has no key yet */
-    if (!tr->sig[0]) KN_TRY(kernel_sig(p, kid, tr->sig));
+    if (!tr->sig[0]) KN_TRY(kn_plan_kernel_key(p, kid, tr->sig));
     /* the same kernel earlier in this model (a repeated block) was measured: reuse it */
     kn_tune_entry e;
     if (kn_autotune_cache_find(s->cache_dir, p->tune.dev, tr->sig, &e)) {
         kn_kconfig cfg;
         int v;
         if (apply_choice(p, kid, e.choice, s->cache_dir, &cfg, &v) == KN_OK) {
-            take_entry(tr, &e);
+            kn_plan_take_entry(tr, &e);
             s->kernels_done++;
             return KN_OK; /* its outputs are the default's: valid */
         }
@@ -591,7 +410,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
     }
     if (j.library) {
         p->tune.variant[kid] = best == j.unfused_ci ? 0 : best;
-        set_unfused(p, kid, best == j.unfused_ci);
+        kn_plan_set_unfused(p, kid, best == j.unfused_ci);
     }
     /* the winner's values are what later kernels read */
     st = job_run(&j, best);
@@ -630,7 +449,7 @@ kn_status kn_plan_tune_kernel(run_ctx *r, int kid, int node, bool fused)
         snprintf(e.name, sizeof e.name, "%s", k->name);
         snprintf(e.label, sizeof e.label, "%s", tr->label);
         char id[512];
-        identity_of(p, id, sizeof id);
+        kn_plan_identity(p, id, sizeof id);
         if (kn_autotune_cache_put(s->cache_dir, id, &e) != KN_OK && s->log) {
             char msg[1200];
             snprintf(msg, sizeof msg, "autotune: the choice of %s is not saved: %s\n", k->name, kn_last_error());
@@ -673,6 +492,7 @@ kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **res
         todo += p->tune.result[k].source == KN_TUNED_NONE && kn_plan_tunable(p, k);
     if (!todo) return kn_plan_run(p, inputs, results);
     s->kernels_total += todo;
+    s->search_kernel = search_kernel;
     kn_status st = kn_plan_run_ex(p, inputs, results, NULL, s);
     /* not fatal: the chosen kernels already run from their own programs */
     if (st == KN_OK && s->measured && compile_chosen(p, s->cache_dir) != KN_OK && s->log) {
@@ -692,10 +512,10 @@ static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const cha
 {
     kn_kernel *k = &p->code.fusion.prog.kernels[kid];
     bool unfused;
-    KN_TRY(parse_choice(p, kid, choice, cfg, v, &unfused));
-    if (!is_generated(k)) {
+    KN_TRY(kn_plan_parse_choice(p, kid, choice, cfg, v, &unfused));
+    if (!kn_plan_generated(k)) {
         p->tune.variant[kid] = *v;
-        set_unfused(p, kid, unfused);
+        kn_plan_set_unfused(p, kid, unfused);
         return KN_OK;
     }
     if (memcmp(&k->cfg, cfg, sizeof *cfg) == 0) return KN_OK;
@@ -726,10 +546,10 @@ kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *
     kn_kconfig cfg;
     int v;
     kn_tune_result *tr = &p->tune.result[kid];
-    if (!tr->sig[0]) KN_TRY(kernel_sig(p, kid, tr->sig));
+    if (!tr->sig[0]) KN_TRY(kn_plan_kernel_key(p, kid, tr->sig));
     KN_TRY(apply_choice(p, kid, choice, cache_dir, &cfg, &v));
     char text[KN_TUNE_CHOICE];
-    if (is_generated(k)) kn_kconfig_text(&cfg, text, sizeof text);
+    if (kn_plan_generated(k)) kn_kconfig_text(&cfg, text, sizeof text);
     else if (p->epi.kernel && p->epi.kernel[kid].off) snprintf(text, sizeof text, "unfused");
     else snprintf(text, sizeof text, v ? "variant=%d" : "default", v);
     snprintf(tr->choice, sizeof tr->choice, "%s", text);
@@ -747,6 +567,6 @@ kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *
     snprintf(e.name, sizeof e.name, "%s", k->name);
     snprintf(e.label, sizeof e.label, "%s", text);
     char id[512];
-    identity_of(p, id, sizeof id);
+    kn_plan_identity(p, id, sizeof id);
     return kn_autotune_cache_put(cache_dir, id, &e);
 }

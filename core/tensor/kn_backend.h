@@ -9,9 +9,17 @@
 #define KN_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "kn_op.h"
+#include "kn_device.h"
+#include "kn_dtype.h"
+#include "kn_status.h"
 
+/* Pointers only: kn_tensor.c frees storage through this header, so it must
+ * not pull in the op table (which needs the tensor type). */
+typedef struct kn_opcall kn_opcall;
+typedef struct kn_tensor kn_tensor;
 struct kn_kprogram;
 struct kn_kernel;
 struct kn_render_target;
@@ -84,6 +92,10 @@ typedef struct kn_backend {
      * variant past the last one the library offers fails the run with
      * KN_ERR_RANGE; variants are numbered densely from 0 (the default). */
     void (*library_variant_label)(kn_device_ctx *d, char *buf, size_t size);
+    /* The roofline's matmul ceiling as the library reaches it (NULL where
+     * the backend has no library GEMM; kn_ceilings then times square
+     * matmuls): TFLOP/s of a large matmul of the float dtype dt. */
+    kn_status (*library_matmul_rate)(kn_device_ctx *d, kn_dtype dt, double *tflops);
 } kn_backend;
 
 

@@ -11,13 +11,14 @@
  *          per input element (pools: per window element), softmax 4 and the
  *          norms 6 per element; generated kernels: elements of the iteration
  *          space times (op expressions + reduction stages), casts not
- *          counted; copies, index ops, concatenation and creation 0.
+ *          counted (core/compiler/kn_kernel_cost); copies, index ops,
+ *          concatenation and creation 0.
  * A kernel with 0 flops is judged against bandwidth alone.
  */
 #ifndef KN_COST_H
 #define KN_COST_H
 
-#include "kn_kir.h"
+#include "kn_op.h"
 
 typedef struct kn_cost {
     double bytes;
@@ -29,8 +30,5 @@ kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int
 /* One eager call whose inputs and outputs are filled (strided inputs count
  * the elements they reach). */
 kn_cost kn_cost_opcall(const kn_opcall *c);
-/* Kernel k of a program fused from g (its LIBRARY and FALLBACK kernels run
- * node `node`, the node at whose position the kernel runs). */
-kn_cost kn_cost_kernel(const kn_graph *g, const kn_kernel *k, int node);
 
 #endif

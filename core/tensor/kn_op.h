@@ -94,7 +94,8 @@ kn_status kn_op_infer(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int *n_ou
 
 /* Eager execution: infer, allocate outputs on the inputs' device (or
  * `dev` for creation ops), run on that device's backend. On success
- * c->out[0..n_out) hold new tensors owned by the caller. */
+ * c->out[0..n_out) hold new tensors owned by the caller. Defined in
+ * core/tensor/kn_eager.c. */
 kn_status kn_op_eager(kn_opcall *c, kn_device dev);
 
 #endif

@@ -1,5 +1,5 @@
 /* kn_profile: per-kernel device timing (kiln.time, kiln.profile, :time,
- * kiln.trace) and the measured ceilings of the roofline.
+ * kiln.trace). The roofline's ceilings are measured by kn_ceilings.
  *
  * One process-wide session at a time: between kn_profile_begin(dev) and
  * kn_profile_end, every kernel a plan runs on dev (generated, library or
@@ -19,8 +19,6 @@
 #include <stdbool.h>
 
 #include "kn_op.h"
-
-struct kn_plan;
 
 typedef struct kn_profile_record {
     char name[96];     /* the kernel's name, or op_dtype_sizes for an eager op */
@@ -51,20 +49,10 @@ void kn_profile_cancel(void);
  * and returns its slot, or -1 when it is not recorded (another device, or
  * nested in a recorded kernel). */
 int kn_profile_kernel_begin(kn_device dev);
-void kn_profile_plan_end(int slot, const struct kn_plan *p, int kernel);
+/* A kernel the caller describes (a plan's): name, kind, owner, index,
+ * dtype, bytes and flops come from *what, its timing fields are ignored. */
+void kn_profile_kernel_end(int slot, const kn_profile_record *what);
 void kn_profile_op_end(int slot, const kn_opcall *c);
-
-/* The ceilings of dev: copy bandwidth (a device-to-device copy of a large
- * buffer, read + write bytes; memcpy on the CPU) and the matmul rates for
- * f32 and bf16 (kn_cuda_matmul_rate on CUDA, else square matmuls through
- * kn_op_eager; 0 where the device has no such matmul). Takes a few hundred
- * milliseconds. */
-typedef struct kn_ceilings {
-    double copy_gbps;
-    double f32_gflops;
-    double bf16_gflops;
-} kn_ceilings;
-kn_status kn_profile_measure_ceilings(kn_device dev, kn_ceilings *c);
 
 /* The kind word of a kernel that is not generated, as cm:kernels() and the
  * timing tables show it. */

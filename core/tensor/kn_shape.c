@@ -8,10 +8,12 @@
  * them. The matmul / conv / pool rules live in kn_shape_linalg.c.
  */
 #include "kn_shape.h"
-#include "kn_view.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "kn_shape_linalg.h"
+#include "kn_view_meta.h"
 
 #define SHAPE_BUF 128
 

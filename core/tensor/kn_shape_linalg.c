@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kn_shape.h"
+#include "kn_shape_linalg.h"
 
 #define SHAPE_BUF 160 /* "{a,b,...}" with 8 int64 dims fits */
 

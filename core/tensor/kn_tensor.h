@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kn_device.h"
 #include "kn_dtype.h"
 #include "kn_status.h"
 
@@ -19,35 +20,6 @@
 /* No tensor may hold more bytes than this: it bounds every size computation,
  * so a huge size from Lua gives an error instead of an overflow. */
 #define KN_MAX_BYTES ((int64_t)1 << 40)
-
-/* A device is a kind (cpu, cuda) and an index within the kind: cuda:1 is
- * the second GPU. KN_CPU and KN_CUDA are device 0 of their kind, so code
- * that means "the GPU kiln uses" keeps comparing against them; code that
- * asks "is this a GPU at all" compares kn_device_kind. */
-typedef enum kn_device_kind { KN_DEVICE_CPU = 0, KN_DEVICE_CUDA = 1, KN_DEVICE_KINDS } kn_device_kind;
-#define KN_DEVICE_MAX_INDEX 8 /* devices of one kind: indices 0 .. KN_DEVICE_MAX_INDEX-1 */
-#define KN_DEVICE_INDEX_SHIFT 4
-typedef int kn_device;
-enum { KN_CPU = KN_DEVICE_CPU, KN_CUDA = KN_DEVICE_CUDA };
-
-static inline kn_device_kind kn_device_kind_of(kn_device d)
-{
-    return (kn_device_kind)(d & ((1 << KN_DEVICE_INDEX_SHIFT) - 1));
-}
-static inline int kn_device_index(kn_device d)
-{
-    return d >> KN_DEVICE_INDEX_SHIFT;
-}
-static inline kn_device kn_device_make(kn_device_kind kind, int index)
-{
-    return (kn_device)kind | index << KN_DEVICE_INDEX_SHIFT;
-}
-
-/* "cpu", "cuda", "cuda:1": device 0 prints without its index. */
-const char *kn_device_name(kn_device d);
-/* "cpu", "cuda", "cpu:N", "cuda:N" (N below KN_DEVICE_MAX_INDEX; "cuda:0"
- * is "cuda"). Whether the device exists is asked of kn_backend_get. */
-kn_status kn_device_parse(const char *name, kn_device *out);
 
 typedef struct kn_storage {
     int refcount;
@@ -57,7 +29,7 @@ typedef struct kn_storage {
     bool borrowed; /* data belongs to someone else (a plan's arena): never freed here */
 } kn_storage;
 
-struct kn_lazy;
+struct kn_lazy; /* kn_lazy.h */
 
 typedef struct kn_tensor {
     int refcount;

@@ -4,6 +4,7 @@
 #define KN_CPU_H
 
 #include "kn_backend.h"
+#include "kn_op.h"
 
 /* Each runs one op; outputs are preallocated and contiguous (see kn_backend.h). */
 kn_status kn_cpu_elementwise(const kn_opcall *c); /* unary, binary, compare, ternary, masked, copy */

@@ -518,6 +518,13 @@ static void cuda_library_variant_label(kn_device_ctx *d, char *buf, size_t size)
     snprintf(buf, size, "%s", gpu->variant_label[0] ? gpu->variant_label : "library call");
 }
 
+/* cuBLASLt's GEMM peak on this GPU (the roofline's matmul ceiling). */
+static kn_status cuda_library_matmul_rate(kn_device_ctx *d, kn_dtype dt, double *tflops)
+{
+    KN_TRY(kn_cuda_enter(d));
+    return kn_cuda_matmul_rate(dt, tflops);
+}
+
 /* Write a buffer twice the L2's size: what a timed kernel reads next comes
  * from memory, as it does inside a model whose other kernels evicted it. */
 static kn_status cuda_flush_cache(kn_device_ctx *d)
@@ -582,6 +589,7 @@ static const kn_backend kn_cuda_backend = {
     .flush_cache = cuda_flush_cache,
     .identity = cuda_identity,
     .library_variant_label = cuda_library_variant_label,
+    .library_matmul_rate = cuda_library_matmul_rate,
 };
 
 /* cuda:N exists when CUDA works and the driver reports more than N GPUs. */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "kn_backend.h"
+#include "kn_op.h"
 #include "kn_cuda.h"
 
 /* ---- kn_cuda_backend.c ---------------------------------------------------- */

@@ -1,5 +1,5 @@
-/* kn_passes_impl: what the pass files (kn_passes.c, kn_passes_fold.c)
- * share and nobody else needs: the rewrite context every pass works in.
+/* kn_pass_ctx: what the pass files (kn_passes.c, kn_passes_fold.c) share
+ * and nobody else needs: the rewrite context every pass works in.
  *
  * A pass does not move nodes itself. It marks nodes dead, redirects a
  * node's uses to another value (repl), or appends nodes and says where
@@ -9,12 +9,12 @@
  * Values are encoded as node * KN_MAX_OUTPUTS + output ("refs"). A
  * replacement always points at an earlier node, so chains end.
  */
-#ifndef KN_PASSES_IMPL_H
-#define KN_PASSES_IMPL_H
+#ifndef KN_PASS_CTX_H
+#define KN_PASS_CTX_H
 
 #include <stdbool.h>
 
-#include "kn_passes.h"
+#include "kn_graph.h"
 
 typedef struct kn_pass_ctx {
     kn_graph *g;
@@ -46,8 +46,5 @@ bool kn_pass_replace(kn_pass_ctx *x, int i, int r);
 
 /* The CONST node's value as its dtype stores it (an i32 constant 1.5 is 1). */
 double kn_pass_const_value(const kn_node *n);
-
-kn_status kn_pass_fold_constants(kn_pass_ctx *x);
-kn_status kn_pass_fold_batch_norm(kn_pass_ctx *x);
 
 #endif
