@@ -33,7 +33,7 @@
 
 #include "kn_interrupt.h"
 #include "kn_lua.h"
-#include "kn_repl.h"
+#include "kn_repl_edit.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "0.0.0"

@@ -28,7 +28,7 @@
 #include <lauxlib.h>
 
 #include "kn_interrupt.h"
-#include "kn_repl.h"
+#include "kn_repl_edit.h"
 
 #define KN_HISTORY_MAX 1000
 

@@ -1,12 +1,13 @@
-/* kn_repl: what the REPL's C files share (the program is kn_repl.c; line
- * editing, history and tab completion are kn_repl_edit.c). */
-#ifndef KN_REPL_H
-#define KN_REPL_H
+/* kn_repl_edit: line editing, history and tab completion for the REPL
+ * program (kn_repl.c), which is the only caller. */
+#ifndef KN_REPL_EDIT_H
+#define KN_REPL_EDIT_H
 
 #include <lua.h>
 
 /* Registry key of the kiln module table, kept apart from the global `kiln`
- * so that a user who reassigns the global does not break the REPL. */
+ * so that a user who reassigns the global does not break the REPL (set by
+ * kn_repl.c, read here by completion). */
 #define KN_REPL_KILN_KEY "kiln.repl.module"
 
 /* Results of kn_edit_readline. */
