@@ -6,7 +6,7 @@
 #ifndef KN_KERNELS_H
 #define KN_KERNELS_H
 
-#include "cpu/kn_cpu_backend.h"
+#include "cpu/kn_cpu_render.h"
 #include "cuda/kn_cuda_render.h"
 
 /* Register the cpu backend and, when built, the cuda one (whose devices are

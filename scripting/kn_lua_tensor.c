@@ -373,9 +373,12 @@ static int m_to(lua_State *L)
         }
         const char *s = luaL_checkstring(L, i);
         if (kn_device_parse(s, &dev) != KN_OK) {
+            /* "cuda:99", "cpu:x": a device name with a bad number, whose
+             * own message says what is wrong better than the generic one */
+            if (strchr(s, ':')) return luaL_error(L, "to: %s", kn_last_error());
             kn_status st = kn_dtype_parse(s, &dt);
             if (st != KN_OK)
-                return luaL_error(L, "to: '%s' is neither a device (cpu, cuda) nor a dtype "
+                return luaL_error(L, "to: '%s' is neither a device (cpu, cuda, cuda:N) nor a dtype "
                                      "(f32, f64, bf16, f16, i32, i64, bool)", s);
         }
     }

@@ -141,7 +141,7 @@ is "$got" "1	0" "a different graph (simple_linear) misses a cache that holds tra
 # (no cache entry under $KILN_CACHE_DIR: with a GPU, the CUDA modules of
 # the eager ops that make the model follow kiln.config.cache_dir too)
 [ -z "$(ls "$tmp/unused"/*.kjit "$tmp/unused"/cuda-* 2>/dev/null)" ] && [ "$(ls "$cache2"/*.kjit | wc -l)" -ge 2 ]
-ok $? "kiln.config.cache_dir set from Lua is where the entry goes (not \$KILN_CACHE_DIR)" "$(ls -A "$tmp/unused" "$cache2")"
+ok $? "kiln.config.cache_dir set from Lua is where the entry goes (not \$KILN_CACHE_DIR)" "$(ls -A "$tmp/unused" "$cache2" 2>&1)"
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

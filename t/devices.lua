@@ -16,6 +16,9 @@ T.raises(function() return kiln.zeros({2}, {device = "cuda:99"}) end, "kiln addr
   "a device number out of range is an error")
 T.raises(function() return kiln.zeros({2}, {device = "gpu"}) end, "unknown device 'gpu' %(expected cpu or cuda%)",
   "an unknown device name is an error")
-T.raises(function() return x:to("cuda:x") end, "neither a device", "to() with a malformed device name fails")
+T.raises(function() return x:to("cuda:x") end, "unknown device 'cuda:x' %(expected cuda or cuda:N",
+  "to() with a malformed device number says what a device name looks like")
+T.raises(function() return x:to("cuda:99") end, "to: device 'cuda:99': kiln addresses cuda:0 to cuda:7",
+  "to() with a device number out of range says the range")
 
 T.done()

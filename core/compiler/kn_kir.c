@@ -659,7 +659,7 @@ static void open_row_loop(rctx *r, const char *lo, const char *step)
 {
     int R = r->k->ndim - 1;
     if (r->regs_k) {
-        kn_kir_line(r, "#pragma unroll");
+        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
         kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
         r->indent++;
         kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
@@ -691,7 +691,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
                 cached[k->exprs[i].buf] = true;
         for (int j = 0; j < k->n_args; j++)
             if (cached[j]) kn_kir_line(r, "%s c%d[%d];", kn_kir_storage_name(k->args[j].dtype), j, r->regs_k);
-        kn_kir_line(r, "#pragma unroll");
+        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
         kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
         r->indent++;
         kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);

@@ -168,6 +168,8 @@ typedef struct kn_render_target {
     const char *after_params;  /* a line after the parameters, or NULL */
     const char *unroll_pragma; /* spelled before a loop as "PRAGMA N" when cfg.unroll > 0;
                                   NULL: the target ignores cfg.unroll */
+    const char *full_unroll_pragma; /* before a loop whose trip count is a constant (a row
+                                       held in registers), or NULL */
     bool f32_math_in_f64;    /* f32 formulas evaluate in double and round once (the CPU
                                 reference's results to the last bit) */
     bool f32_row_sum_in_f64; /* float row sums accumulate in double (a serial loop, which

@@ -11,6 +11,7 @@
 #include "kn_cpu.h"
 #include "kn_cpu_backend.h"
 #include "kn_cpu_jit.h"
+#include "kn_cpu_render.h"
 #include "kn_kir.h"
 
 #define KN_CPU_ALIGN 64

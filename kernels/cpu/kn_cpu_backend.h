@@ -7,11 +7,8 @@
 #define KN_CPU_BACKEND_H
 
 #include "kn_backend.h"
-#include "kn_kir.h"
 
 extern const kn_backend kn_cpu_backend;
-/* The C the CPU backend generates (kn_cpu_render.c). */
-extern const kn_render_target kn_cpu_render_target;
 
 /* Register the cpu kind (kernels/kn_kernels.c does, at start-up). */
 void kn_cpu_register(void);

@@ -6,7 +6,7 @@
  * accumulator. f32 formulas evaluate in double and round once, so exp,
  * erf, tanh and pow agree with the reference kernels to the last bit.
  */
-#include "kn_cpu_backend.h"
+#include "kn_cpu_render.h"
 #include "kn_kir.h"
 #include "kn_kir_target.h"
 

@@ -286,6 +286,7 @@ const kn_render_target kn_cuda_render_target = {
     .sizes = "ka.sizes",
     .after_params = NULL,
     .unroll_pragma = NULL, /* cfg.unroll is the C target's knob */
+    .full_unroll_pragma = "#pragma unroll",
     .f32_math_in_f64 = false,
     .f32_row_sum_in_f64 = false,
     .signature = cuda_signature,
