@@ -592,11 +592,25 @@ static void describe(lua_State *L, int idx, bool is_module, char *name, size_t n
 /* kiln.compile(fn_or_module [, {mode =, fullgraph =, dynamic =, backend =}]) */
 static int l_compile(lua_State *L)
 {
+    /* Compiling a compiled callable compiles what it wraps, with the new
+     * options, as torch.compile accepts a compiled module: a second wrapper
+     * would trace the first one's cached plans, not the user's code. */
+    if (luaL_testudata(L, 1, KN_COMPILED_MT)) {
+        lua_getiuservalue(L, 1, 1);
+        if (lua_getfield(L, -1, "module") == LUA_TNIL) {
+            lua_pop(L, 1);
+            lua_getfield(L, -1, "fn");
+        }
+        lua_replace(L, 1);
+        lua_pop(L, 1);
+    }
     bool is_module = lua_istable(L, 1) || lua_isuserdata(L, 1);
     if (!lua_isfunction(L, 1) && !is_module)
-        return luaL_argerror(L, 1, "function or kiln.nn module expected");
+        return luaL_error(L, "kiln.compile: argument 1 must be a function or a kiln.nn module, got %s",
+                          luaL_typename(L, 1));
     if (is_module && lua_getfield(L, 1, "forward") != LUA_TFUNCTION)
-        return luaL_argerror(L, 1, "a module needs a forward method");
+        return luaL_error(L, "kiln.compile: argument 1 is a %s without a forward method: expected a "
+                          "function or a kiln.nn module", luaL_typename(L, 1));
     if (is_module) lua_pop(L, 1);
     const char *mode = "default";
     bool fullgraph = false;

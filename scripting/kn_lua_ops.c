@@ -7,6 +7,7 @@
  * operand's dtype (ints stay ints only for integer numbers), as PyTorch.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kn_capture.h"
@@ -243,7 +244,7 @@ static void read_reduce_opts(lua_State *L, int idx, kn_opcall *c)
     }
     if (!lua_istable(L, idx)) return;
     if (lua_getfield(L, idx, "keepdim") != LUA_TNIL) c->a.keepdim = lua_toboolean(L, -1);
-    if (lua_getfield(L, idx, "correction") != LUA_TNIL) c->a.correction = (int)luaL_checkinteger(L, -1);
+    if (lua_getfield(L, idx, "correction") != LUA_TNIL) c->a.correction = kn_lua_int_arg(L, -1, "correction");
     if (lua_getfield(L, idx, "unbiased") != LUA_TNIL) c->a.correction = lua_toboolean(L, -1);
     lua_pop(L, 3);
 }
@@ -390,7 +391,11 @@ static void window_attr(lua_State *L, int idx, kn_opcall *c, const char *name)
 {
     const char *op = kn_op_name(c->op);
     if (strcmp(name, "groups") == 0) {
-        if (!lua_isnoneornil(L, idx)) c->a.groups = (int)luaL_checkinteger(L, idx);
+        if (!lua_isnoneornil(L, idx)) {
+            char what[64];
+            snprintf(what, sizeof what, "%s: groups", op);
+            c->a.groups = kn_lua_int_arg(L, idx, what);
+        }
     } else if (strcmp(name, "ceil_mode") == 0) {
         c->a.ceil_mode = lua_toboolean(L, idx);
     } else if (strcmp(name, "count_include_pad") == 0) {

@@ -1,5 +1,6 @@
 /* kn_lua_util: errors at the user's line and the argument helpers of the
  * binding files (see kn_lua_util.h). */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,8 +56,22 @@ int kn_lua_dim(lua_State *L, int idx, const char *what)
     if (d == 0)
         return luaL_error(L, "%s: dim 0 is not a dim: dims are 1-based (1 is the first, -1 the last)",
                           what);
-    if (d > 64 || d < -64) return luaL_error(L, "%s: dim %d out of range", what, (int)d);
+    /* the message shows the value as the user wrote it: a cast first
+     * would turn 2^40 into 0 */
+    if (d > 64 || d < -64) /* small enough dims go on to core, which names the tensor's ndim */
+        return luaL_error(L, "%s: dim %I out of range (a tensor has at most %d dims)", what,
+                          (LUAI_UACINT)d, KN_MAX_DIMS);
     return (int)(d > 0 ? d - 1 : d); /* core normalizes negatives */
+}
+
+int kn_lua_int_arg(lua_State *L, int idx, const char *what)
+{
+    lua_Integer v = luaL_checkinteger(L, idx);
+    /* refused, not cast: (int)(2^32 + 1) is 1, a silently different value */
+    if (v < INT_MIN || v > INT_MAX)
+        return luaL_error(L, "%s must be an integer in [%d, %d], got %I", what, INT_MIN, INT_MAX,
+                          (LUAI_UACINT)v);
+    return (int)v;
 }
 
 int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what)

@@ -22,6 +22,9 @@ void kn_lua_where(lua_State *L);
 void kn_lua_where_str(lua_State *L, char *buf, size_t size);
 /* A 1-based Lua dim at idx as a core dim: 0-based, negatives kept. */
 int kn_lua_dim(lua_State *L, int idx, const char *what);
+/* An int-sized integer argument at idx; `what` names it in the error
+ * ("conv2d: groups"), which shows the user's value when it does not fit. */
+int kn_lua_int_arg(lua_State *L, int idx, const char *what);
 /* A shape from a table at idx, or from the numbers starting at idx; returns ndim. */
 int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what);
 /* Read {dtype=, device=, seed=} at idx (nil is fine); seed may be NULL. */
