@@ -140,6 +140,10 @@ static int l_arange(lua_State *L)
     kn_dtype dt = all_int ? KN_I64 : KN_F32;
     kn_device dev = kn_lua_default_device();
     kn_lua_opts(L, nnum + 1, &dt, &dev, NULL, NULL);
+    /* the first and the last element must fit an integer dtype */
+    kn_status st = kn_dtype_check_value("arange", "start", start, dt);
+    if (st == KN_OK && len >= 1) st = kn_dtype_check_value("arange", "last value", start + (len - 1) * step, dt);
+    if (st != KN_OK) return kn_lua_fail(L, st);
     c.a.dtype = dt;
     c.a.value = start;
     c.a.value2 = step;
@@ -182,7 +186,13 @@ static void nested_fill(lua_State *L, int idx, kn_dtype dt, char **p)
 {
     if (lua_type(L, idx) != LUA_TTABLE) {
         double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
-        if (dt == KN_I64 && lua_isinteger(L, idx)) {
+        bool exact_i64 = dt == KN_I64 && lua_isinteger(L, idx);
+        if (!exact_i64) {
+            /* a Lua integer beyond 2^53 checks its double; only i32 can refuse it */
+            kn_status st = kn_dtype_check_value("tensor", "value", v, dt);
+            if (st != KN_OK) kn_lua_fail(L, st);
+        }
+        if (exact_i64) {
             int64_t iv = lua_tointeger(L, idx);
             memcpy(*p, &iv, 8);
         } else {

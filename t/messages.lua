@@ -52,4 +52,33 @@ T.is(bare(function() return kiln.compile({}) end),
 T.is(bare(function() return kiln.compile(3) end),
   "kiln.compile: argument 1 must be a function or a kiln.nn module, got number", "a number says so")
 
+-- one rule for numbers stored into integer dtypes by creation ops: NaN,
+-- infinities and values outside the dtype's range are errors naming the
+-- value and the dtype (no saturation, no NaN-as-0); fractions truncate
+local I32 = "(range -2147483648 to 2147483647)"
+local I64 = "(range -9223372036854775808 to 9223372036854775807)"
+T.is(bare(function() return kiln.full({2}, 0/0, {dtype = "i32"}) end),
+  "full: value nan cannot be stored in an i32 tensor " .. I32, "full(NaN, i32) says nan, not -nan")
+T.is(bare(function() return kiln.full({2}, 1e300, {dtype = "i32"}) end),
+  "full: value 1e+300 cannot be stored in an i32 tensor " .. I32, "full(1e300, i32) does not saturate")
+T.is(bare(function() return kiln.full({2}, 2^31, {dtype = "i32"}) end),
+  "full: value 2147483648 cannot be stored in an i32 tensor " .. I32, "2^31 is one past i32")
+T.is(kiln.full({1}, 2147483647, {dtype = "i32"}):tolist()[1], 2147483647, "the largest i32 is stored")
+T.is(kiln.full({1}, -2.7, {dtype = "i32"}):tolist()[1], -2, "a fraction truncates toward zero")
+T.is(bare(function() return kiln.full({1}, 2^63, {dtype = "i64"}) end),
+  "full: value 9.223372036854776e+18 cannot be stored in an i64 tensor " .. I64, "2^63 is one past i64")
+T.is(bare(function() return kiln.tensor({0/0}, {dtype = "i64"}) end),
+  "tensor: value nan cannot be stored in an i64 tensor " .. I64, "tensor({0/0}, i64) is not 0")
+T.is(bare(function() return kiln.tensor({1, 2^40}, {dtype = "i32"}) end),
+  "tensor: value 1099511627776 cannot be stored in an i32 tensor " .. I32, "tensor({2^40}, i32) does not saturate")
+T.is(kiln.tensor({math.maxinteger}, {dtype = "i64"}):tolist()[1], math.maxinteger, "the largest i64 is exact")
+local mask = kiln.tensor({true, false}, {dtype = "bool"})
+T.is(bare(function() return kiln.zeros({2}, {dtype = "i32"}):masked_fill(mask, 1e10) end),
+  "masked_fill: value 1e+10 cannot be stored in an i32 tensor " .. I32, "masked_fill(1e10) into i32")
+T.is(bare(function() return kiln.arange(0, 1e300, 1e299, {dtype = "i64"}) end),
+  "arange: last value 9e+299 cannot be stored in an i64 tensor " .. I64, "arange's last value must fit")
+T.is(bare(function() return kiln.arange(2^40, 2^40 + 2, {dtype = "i32"}) end),
+  "arange: start 1099511627776 cannot be stored in an i32 tensor " .. I32, "arange's start must fit")
+T.ok(kiln.full({1}, 0/0):tolist()[1] ~= kiln.full({1}, 0/0):tolist()[1], "a float full(NaN) is still NaN")
+
 T.done()

@@ -2,6 +2,8 @@
 #include "kn_dtype.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -165,4 +167,37 @@ void kn_store_f64(void *p, kn_dtype dt, double v)
     case KN_BOOL: *(uint8_t *)p = (v != 0.0) ? 1 : 0; break; /* NaN is true, as in C */
     default: break;
     }
+}
+
+void kn_format_double(char *buf, size_t size, double v)
+{
+    if (isnan(v)) { /* glibc prints a sign on NaN ("-nan"), which means nothing to a user */
+        snprintf(buf, size, "nan");
+        return;
+    }
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+kn_status kn_dtype_check_value(const char *op, const char *which, double v, kn_dtype dt)
+{
+    double lo, hi_excl;
+    if (dt == KN_I32) {
+        lo = -2147483648.0;
+        hi_excl = 2147483648.0;
+    } else if (dt == KN_I64) {
+        lo = -9223372036854775808.0;
+        hi_excl = 9223372036854775808.0; /* 2^63: the largest i64 is not a double */
+    } else {
+        return KN_OK;
+    }
+    double t = trunc(v);
+    if (t == t && t >= lo && t < hi_excl) return KN_OK;
+    char s[40];
+    kn_format_double(s, sizeof s, v);
+    long long min = dt == KN_I32 ? INT32_MIN : INT64_MIN, max = dt == KN_I32 ? INT32_MAX : INT64_MAX;
+    return kn_error(KN_ERR_ARG, "%s: %s %s cannot be stored in an %s tensor (range %lld to %lld)", op,
+                    which, s, kn_dtype_name(dt), min, max);
 }

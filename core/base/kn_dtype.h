@@ -40,4 +40,13 @@ uint16_t kn_f32_to_f16(float f);
 double kn_load_f64(const void *p, kn_dtype dt);
 void kn_store_f64(void *p, kn_dtype dt, double v);
 
+/* The one rule for a Lua/user number that a creation op (full, tensor,
+ * masked_fill, arange...) stores into an integer dtype: NaN, infinities and
+ * values outside the dtype's range (after truncation toward zero) are
+ * KN_ERR_ARG naming op, which value, the value and the dtype; float and bool
+ * dtypes take any number. kn_store_f64's saturation is for computed data. */
+kn_status kn_dtype_check_value(const char *op, const char *which, double v, kn_dtype dt);
+/* v as the shortest decimal that reads back as v ("nan", "inf", "1e+300"). */
+void kn_format_double(char *buf, size_t size, double v);
+
 #endif

@@ -134,10 +134,7 @@ static kn_status need_dims(const kn_opcall *c, const kn_tensor *t, int min, cons
 /* A value attribute that will be stored into a tensor of dtype dt. */
 static kn_status check_value(const kn_opcall *c, double v, kn_dtype dt, const char *which)
 {
-    if ((dt == KN_I32 || dt == KN_I64) && !isfinite(v))
-        return kn_error(KN_ERR_ARG, "%s: %s %g cannot be stored in an %s tensor", op_name(c),
-                        which, v, kn_dtype_name(dt));
-    return KN_OK;
+    return kn_dtype_check_value(op_name(c), which, v, dt);
 }
 
 /* ---- elementwise ---- */
