@@ -60,6 +60,16 @@ T.raises(function() kiln.cmd.help("nosuch") end, lit("unknown command ':nosuch' 
 T.raises(function() kiln.repl.command(":nosuch 1 2") end, lit("unknown command ':nosuch' (try :help)"),
   "an unknown command")
 T.raises(function() kiln.repl.command(":") end, lit("empty command (try :help)"), "an empty command")
+-- extra words are an error naming them and the usage, never dropped
+T.raises(function() kiln.repl.command(":run 2 3") end,
+  "^" .. lit("':run' takes at most 1 argument, got extra '3' (usage: :run [n])") .. "$", ":run 2 3")
+T.raises(function() kiln.repl.command(":kernels all of them") end,
+  "^" .. lit("':kernels' takes no arguments, got 'all of them' (usage: :kernels)") .. "$", ":kernels with words")
+T.raises(function() kiln.repl.command(":mode eager now") end,
+  "^" .. lit("':mode' takes at most 1 argument, got extra 'now' (usage: :mode [MODE])") .. "$", ":mode with a second word")
+T.raises(function() kiln.repl.command(":autotune pin 0 c extra") end,
+  "^" .. lit("':autotune' takes at most 3 arguments, got extra 'extra' (usage: :autotune [K | pin K CHOICE])") .. "$",
+  ":autotune pin with a fourth word")
 local got
 out, _, got = capture(kiln.repl.command, "  :mode   eager  ")
 T.is(got, "eager", "a : line is split on whitespace into the name and its arguments")

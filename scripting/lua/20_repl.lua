@@ -55,10 +55,14 @@ function repl.register(name, info, fn)
   assert(type(name) == "string" and name:match("^[%a_][%w_%-]*$"), "command name expected")
   assert(type(fn) == "function", "command function expected")
   if not commands[name] then order[#order + 1] = name end
+  local usage = info.usage or (":" .. name)
   commands[name] = {
-    usage = info.usage or (":" .. name),
+    usage = usage,
     summary = info.summary or "",
     help = info.help,
+    -- how many words a `:` line may pass: info.max_args, else one per word
+    -- of the usage after the name (":graph [captured|fused] [FILE]" is 2)
+    max_args = info.max_args or select(2, usage:gsub("%S+", "")) - 1,
   }
   cmd[name] = fn
 end
@@ -93,6 +97,14 @@ function repl.command(line)
   if f == nil then fail("unknown command ':%s' (try :help)", name) end
   local args = {}
   for a in rest:gmatch("%S+") do args[#args + 1] = a end
+  -- a word too many is an error, not dropped: ':run 2 3' must not run twice
+  local c = commands[name]
+  if c and #args > c.max_args then
+    local extra = table.concat(args, " ", c.max_args + 1)
+    if c.max_args == 0 then fail("':%s' takes no arguments, got '%s' (usage: %s)", name, extra, c.usage) end
+    fail("':%s' takes at most %d argument%s, got extra '%s' (usage: %s)", name, c.max_args,
+      c.max_args == 1 and "" or "s", extra, c.usage)
+  end
   return f(table.unpack(args))
 end
 

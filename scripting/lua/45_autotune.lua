@@ -108,6 +108,7 @@ end
 
 repl.register("autotune", {
   usage = ":autotune [K | pin K CHOICE]",
+  max_args = 3,
   summary = "max-autotune's choices: per kernel, or every candidate of kernel K; pin a choice",
   help = [[
 In mode max-autotune (or max-autotune-no-cudagraphs) the first call of the

@@ -163,6 +163,7 @@ end
 
 repl.register("graph", {
   usage = ":graph [captured|fused] [FILE.svg|FILE.dot|text]",
+  max_args = math.huge, -- it checks every word itself (collapse, lr, ...)
   summary = "draw the loaded model's graphs: outline here, picture in an SVG (breaks, kernels, timing heat)",
   help = [[
 Draws the session's compiled model (compiled and run once if needed; mode
