@@ -219,6 +219,31 @@ fh:close()
 out = child(SECOND)
 T.like(out, "is corrupt %(it is truncated", "a truncated file (no end to its last line) is reported too")
 
+-- A well-formed line whose choice its kernel cannot use (an edited file) is
+-- reported once, naming the choice, the kernel and why; the kernel is
+-- searched again (it was dropped silently)
+child(SECOND) -- a whole, valid file again
+local text = read_file(file) or ""
+local kname
+text = text:gsub("\n(%x+\t%x+\t)([^\t\n]+)(\t[^\t\n]*\t[^\t\n]*\t[01]\t)([^\t\n]*)", function(keys, _, mid, name)
+  if kname then return nil end
+  kname = name
+  return "\n" .. keys .. "banana=7" .. mid .. name
+end, 1)
+fh = assert(io.open(file, "w"))
+fh:write(text)
+fh:close()
+T.ok(kname ~= nil, "an entry's choice is edited to banana=7: " .. tostring(kname))
+out, rc = child(SECOND)
+T.is(rc, 0, "a process with an unusable choice runs")
+local said = "autotune cache " .. lit(file) .. ": the choice 'banana=7' of kernel " .. lit(kname or "?") ..
+  " cannot be used %(([^\n]*)%); the kernel is searched again"
+T.like(out, said, "the unusable choice is reported with the kernel")
+T.diag(out:match("kiln: autotune cache [^\n]*banana[^\n]*"))
+local _, times = out:gsub(said, "")
+T.is(times, 1, "once")
+T.like(out, "measured\t[1-9]", "that kernel is measured again")
+
 -- A budget that is no number of seconds is refused by name
 kiln.config.autotune_budget_s = "fast"
 T.raises(function() kiln.compile(function(v) return v + 1 end, { mode = "max-autotune" })(x) end,

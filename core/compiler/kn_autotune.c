@@ -286,6 +286,22 @@ bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *
     return false;
 }
 
+void kn_autotune_cache_bad_choice(const char *cache_dir, const char *dev, const char *sig, const char *why)
+{
+    cache_load(cache_dir);
+    for (int i = 0; i < g_cache.n; i++) {
+        kn_tune_entry *e = &g_cache.e[i];
+        if (strcmp(e->dev, dev) != 0 || strcmp(e->sig, sig) != 0) continue;
+        if (e->bad_choice_said) return;
+        e->bad_choice_said = true;
+        char path[1100];
+        kn_autotune_cache_path(g_cache.dir, path, sizeof path);
+        notice("kiln: autotune cache %s: the choice '%s' of kernel %s cannot be used (%s); the kernel is searched again",
+               path, e->choice, e->name, why);
+        return;
+    }
+}
+
 /* Tabs and newlines would break the line format: names and labels lose them. */
 static void put_clean(FILE *f, const char *s)
 {

@@ -82,6 +82,7 @@ typedef struct kn_tune_entry {
     int pinned;
     char name[KN_TUNE_NAME];
     char label[KN_TUNE_LABEL];
+    bool bad_choice_said; /* this process reported its unusable choice (not saved) */
 } kn_tune_entry;
 
 /* The device key for a backend identity ("" identity: a test device). */
@@ -94,6 +95,10 @@ void kn_autotune_hash_key(const char *text, char key[KN_TUNE_KEY]);
  * function, and ignored). NULL or "" cache_dir: an in-memory cache for
  * the process. Returns false when there is no entry. */
 bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *sig, kn_tune_entry *out);
+/* The entry (dev, sig) of cache_dir holds a choice its kernel cannot use
+ * (an edited file): report it once per process through the notice function,
+ * with why; the caller searches the kernel again. */
+void kn_autotune_cache_bad_choice(const char *cache_dir, const char *dev, const char *sig, const char *why);
 /* Add or replace an entry, remembering identity for the file's device
  * line, and rewrite the file (atomically: a temporary, then rename). */
 kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, const kn_tune_entry *e);

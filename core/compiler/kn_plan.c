@@ -190,7 +190,11 @@ kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
         kn_kconfig cfg;
         int v;
         bool unfused;
-        if (kn_plan_parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) continue; /* an edited file: search again */
+        if (kn_plan_parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) {
+            /* an edited file: search again, and say so rather than drop it */
+            kn_autotune_cache_bad_choice(cache_dir, p->tune.dev, tr->sig, kn_last_error());
+            continue;
+        }
         p->code.fusion.prog.kernels[kid].cfg = cfg;
         p->tune.variant[kid] = v;
         kn_plan_set_unfused(p, kid, unfused);
