@@ -641,6 +641,10 @@ kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusio
         for (int m = 0; m < n; m++) memo_e[m] = memo_a[m] = -1;
         const kn_node *nd = &g->nodes[i];
         char what[48];
+        /* named before its body is built: a limit hit while building
+         * (kn_kernel_add_arg, _expr) names the kernel in its message */
+        what_text(&c, i, what, sizeof what);
+        kernel_name(&c, i, what);
         int d = row_dim(g, nd);
         if (is_pointwise(nd)) st = build_pointwise_kernel(&c, i);
         else if (d >= 0) st = build_row_kernel(&c, i, d);
@@ -650,8 +654,6 @@ kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusio
             memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
         }
         list_nodes(&c, i);
-        what_text(&c, i, what, sizeof what);
-        kernel_name(&c, i, what);
         if (k->kind == KN_KERNEL_POINTWISE) coalesce_dims(k);
         f->prog.n_kernels++;
     }
