@@ -107,4 +107,29 @@ print("diff", (y - want):abs():max():item())
   T.ok(d and d <= 1e-6, "and the op-by-op result equals eager: " .. tostring(d))
 end
 
+-- no table addresses: a value that is no string or number is named by kind
+T.is(bare(function() local m = kiln.nn.Linear({}, 3) return m end),
+  "Linear: in_features must be an integer >= 0, got a table", "nn: a table is 'a table'")
+T.is(bare(function() local m = kiln.nn.LayerNorm(print) return m end),
+  "LayerNorm: normalized shape must be an integer or a table of integers, got a function", "nn: a function")
+T.is(bare(function() local m = kiln.nn.Dropout(kiln.zeros({2, 3})) return m end),
+  "Dropout: p must be a number in [0, 1], got a tensor of shape {2,3}", "nn: a tensor by its shape")
+T.is(bare(function() local r = kiln.time(function(v) return v end, {kiln.zeros({2})}, {warmup = {}}) return r end),
+  "kiln.time: opts.warmup must be an integer >= 0, got a table", "kiln.time: a table")
+T.is(bare(function() local r = kiln.cmd.mode({}) return r end),
+  "unknown mode 'a table' (modes: eager, default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
+  ":mode: a table")
+T.is(bare(function() local r = kiln.cmd.run({}) return r end),
+  "usage: :run [n] (n must be a positive integer, got 'a table')", ":run: a table")
+
+-- nn errors at the user's line, also through a tail call (whose caller's
+-- frame is gone: no line rather than a wrong one)
+local line_of_linear = debug.getinfo(1, "l").currentline + 1
+local m1 = message(function() local m = kiln.nn.Linear("a", 3) return m end)
+T.is(m1, "t/messages.lua:" .. line_of_linear .. ": Linear: in_features must be an integer >= 0, got a",
+  "a bad argument to nn.Linear names the user's file and line")
+local function tail() return kiln.nn.Linear("a", 3) end
+T.is(message(tail), "Linear: in_features must be an integer >= 0, got a",
+  "through a tail call: no wrong line")
+
 T.done()

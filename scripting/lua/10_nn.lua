@@ -32,17 +32,42 @@ kiln.nn = nn
 
 local function where()
   for level = 3, 60 do
-    local info = debug.getinfo(level, "Sl")
+    local info = debug.getinfo(level, "Slt")
     if not info then break end
     if info.currentline > 0 and not info.source:find("^@kiln/") then
       return info.short_src .. ":" .. info.currentline .. ": "
     end
+    -- a tail call (`return nn.Linear(...)`) left no frame for the user's
+    -- line: the next frame up is the caller's caller, a wrong line
+    if info.istailcall then break end
   end
   return ""
 end
 
+-- A user's value as a message shows it: strings, numbers, booleans and nil
+-- as themselves; anything else by its kind ("a table"), never by the
+-- address tostring gives it ("table: 0x55..."), which means nothing to a
+-- user and differs between runs. Later files use it as kiln.repl.describe_value.
+local function show(v)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" or t == "nil" then return tostring(v) end
+  local mt = getmetatable(v)
+  local name = type(mt) == "table" and rawget(mt, "__name")
+  if name == "kiln.Tensor" then return "a tensor of shape {" .. table.concat(v:shape(), ",") .. "}" end
+  if type(name) == "string" then return "a " .. name end
+  return "a " .. t
+end
+kiln.repl = kiln.repl or {}
+kiln.repl.describe_value = show
+
+-- Arguments that are not strings or numbers are shown by show(): a %s of
+-- a table would print its address.
 local function fail(fmt, ...)
-  error(where() .. string.format(fmt, ...), 0)
+  local args = table.pack(...)
+  for i = 1, args.n do
+    if type(args[i]) ~= "string" and type(args[i]) ~= "number" then args[i] = show(args[i]) end
+  end
+  error(where() .. string.format(fmt, table.unpack(args, 1, args.n)), 0)
 end
 
 ---------------------------------------------------------------------------
@@ -69,7 +94,7 @@ end
 
 local function check_count(v, what, fn, min)
   if math.type(v) ~= "integer" or v < (min or 1) then
-    fail("%s: %s must be an integer >= %d, got %s", fn, what, min or 1, tostring(v))
+    fail("%s: %s must be an integer >= %d, got %s", fn, what, min or 1, v)
   end
   return v
 end
@@ -85,7 +110,7 @@ local function pair(v, what, fn, min)
     return { v[1], v[2] }
   end
   if math.type(v) ~= "integer" or v < min then
-    fail("%s: %s must be an integer >= %d or {h, w} of them, got %s", fn, what, min, tostring(v))
+    fail("%s: %s must be an integer >= %d or {h, w} of them, got %s", fn, what, min, v)
   end
   return { v, v }
 end
@@ -104,7 +129,7 @@ end
 local init_seed, init_count = 0, 0
 
 function nn.manual_seed(s)
-  if math.type(s) ~= "integer" then fail("nn.manual_seed: seed must be an integer, got %s", tostring(s)) end
+  if math.type(s) ~= "integer" then fail("nn.manual_seed: seed must be an integer, got %s", s) end
   init_seed, init_count = s, 0
 end
 
@@ -327,7 +352,7 @@ end
 -- Store t as field `name`, saved and moved with the module but not a parameter.
 function Base:register_buffer(name, t)
   if type(name) ~= "string" or not key_name(name) then
-    fail("register_buffer: name must be a string not starting with '_', got %s", tostring(name))
+    fail("register_buffer: name must be a string not starting with '_', got %s", name)
   end
   if t ~= nil and not is_tensor(t) then fail("register_buffer: '%s' must be a tensor, got %s", name, type(t)) end
   rawget(self, "_buffers")[name] = true
@@ -358,7 +383,7 @@ end
 
 local function canonical_dtype(name)
   local ok, t = pcall(kiln.zeros, { 0 }, { dtype = name })
-  if not ok then fail("to: '%s' is neither a device (cpu, cuda) nor a dtype", tostring(name)) end
+  if not ok then fail("to: '%s' is neither a device (cpu, cuda) nor a dtype", name) end
   return t.dtype
 end
 
@@ -408,7 +433,7 @@ end
 
 local function index_base(opts, fn)
   local b = opts.index_base or 1
-  if b ~= 0 and b ~= 1 then fail("%s: index_base must be 0 (PyTorch names) or 1, got %s", fn, tostring(b)) end
+  if b ~= 0 and b ~= 1 then fail("%s: index_base must be 0 (PyTorch names) or 1, got %s", fn, b) end
   return b
 end
 
@@ -617,7 +642,7 @@ nn.LayerNorm = nn.Module {
   init = function(self, shape, opts)
     if math.type(shape) == "integer" then shape = { shape } end
     if type(shape) ~= "table" or #shape == 0 then
-      fail("LayerNorm: normalized shape must be an integer or a table of integers, got %s", tostring(shape))
+      fail("LayerNorm: normalized shape must be an integer or a table of integers, got %s", shape)
     end
     for i = 1, #shape do check_count(shape[i], "normalized shape entry " .. i, "LayerNorm") end
     opts = opts_table(opts, "LayerNorm")
@@ -670,7 +695,7 @@ nn.Dropout = nn.Module {
   name = "Dropout",
   init = function(self, p)
     p = p or 0.5
-    if type(p) ~= "number" or p < 0 or p > 1 then fail("Dropout: p must be a number in [0, 1], got %s", tostring(p)) end
+    if type(p) ~= "number" or p < 0 or p > 1 then fail("Dropout: p must be a number in [0, 1], got %s", p) end
     self.p = p
   end,
   forward = function(self, x)
@@ -728,7 +753,7 @@ nn.GELU = nn.Module {
     opts = opts_table(opts, "GELU")
     self.approximate = opts.approximate or "none"
     if self.approximate ~= "none" and self.approximate ~= "tanh" then
-      fail("GELU: approximate must be 'none' or 'tanh', got '%s'", tostring(self.approximate))
+      fail("GELU: approximate must be 'none' or 'tanh', got '%s'", self.approximate)
     end
   end,
   forward = function(self, x)

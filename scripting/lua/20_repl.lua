@@ -38,8 +38,14 @@ UsageError.__tostring = function(e) return e.message end
 UsageError.__concat = function(a, b) return tostring(a) .. tostring(b) end
 
 -- Raise a usage error; with more arguments, fmt is a string.format format.
+-- Arguments that are not strings or numbers are shown by repl.describe_value (no
+-- table addresses in messages).
 function repl.error(fmt, ...)
-  local msg = select("#", ...) > 0 and string.format(fmt, ...) or tostring(fmt)
+  local args = table.pack(...)
+  for i = 1, args.n do
+    if type(args[i]) ~= "string" and type(args[i]) ~= "number" then args[i] = repl.describe_value(args[i]) end
+  end
+  local msg = args.n > 0 and string.format(fmt, table.unpack(args, 1, args.n)) or tostring(fmt)
   error(setmetatable({ message = msg }, UsageError), 2)
 end
 local fail = repl.error
@@ -91,7 +97,7 @@ end
 -- then call kiln.cmd[name](args...).
 function repl.command(line)
   local name, rest = tostring(line):match("^%s*:(%S*)(.*)$")
-  if not name then fail("not a command: '%s' (commands start with ':')", tostring(line)) end
+  if not name then fail("not a command: '%s' (commands start with ':')", line) end
   if name == "" then fail("empty command (try :help)") end
   local f = cmd[name]
   if f == nil then fail("unknown command ':%s' (try :help)", name) end
@@ -276,7 +282,7 @@ on the next :run. Modes: ]] .. table.concat(MODES, ", ") .. ".",
     print("mode: " .. session.mode)
     return session.mode
   end
-  if not MODE_SET[mode] then fail("unknown mode '%s' (modes: %s)", tostring(mode), table.concat(MODES, ", ")) end
+  if not MODE_SET[mode] then fail("unknown mode '%s' (modes: %s)", mode, table.concat(MODES, ", ")) end
   if mode ~= "eager" and type(kiln.compile) ~= "function" then
     fail("mode '%s' needs kiln.compile, which this build does not have yet: only 'eager' works", mode)
   end
@@ -334,7 +340,7 @@ mode, device, compile_s}.]],
   local count = 1
   if n ~= nil then
     count = math.tointeger(tonumber(n))
-    if not count or count < 1 then fail("usage: :run [n] (n must be a positive integer, got '%s')", tostring(n)) end
+    if not count or count < 1 then fail("usage: :run [n] (n must be a positive integer, got '%s')", n) end
   end
   local inputs, ninputs, device = model_inputs()
   local fn, compiled = runner()
@@ -549,11 +555,11 @@ local function find_kernel(list, k)
   for j, e in ipairs(list) do
     if e.name == k then found[#found + 1] = j - 1 end
   end
-  if #found == 0 then fail("no kernel named '%s' (%s)", tostring(k), how) end
+  if #found == 0 then fail("no kernel named '%s' (%s)", k, how) end
   if #found > 1 then
     local idx = {}
     for j, f in ipairs(found) do idx[j] = tostring(f) end
-    fail("kernel name '%s' is in several graphs: give its index (%s)", tostring(k), table.concat(idx, ", "))
+    fail("kernel name '%s' is in several graphs: give its index (%s)", k, table.concat(idx, ", "))
   end
   return list[found[1] + 1], found[1]
 end

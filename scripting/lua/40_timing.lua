@@ -85,7 +85,7 @@ local function count_opt(opts, key, default, least)
   if v == nil then return default end
   local n = math.tointeger(v)
   if not n or n < least then
-    error(string.format("kiln.time: opts.%s must be an integer >= %d, got %s", key, least, tostring(v)), 3)
+    error(string.format("kiln.time: opts.%s must be an integer >= %d, got %s", key, least, repl.describe_value(v)), 3)
   end
   return n
 end
@@ -462,7 +462,7 @@ of kiln.time.]],
   local count = 100
   if n ~= nil then
     count = math.tointeger(tonumber(n))
-    if not count or count < 1 then fail("usage: :time [n] (n must be a positive integer, got '%s')", tostring(n)) end
+    if not count or count < 1 then fail("usage: :time [n] (n must be a positive integer, got '%s')", n) end
   end
   if not session.model then fail("no model loaded (use :load FILE.lua)") end
   local dev = default_device()
@@ -602,7 +602,7 @@ format them.]],
   local iters = 20
   if n ~= nil then
     iters = math.tointeger(tonumber(n))
-    if not iters or iters < 1 then fail("usage: :bench [n] (n must be a positive integer, got '%s')", tostring(n)) end
+    if not iters or iters < 1 then fail("usage: :bench [n] (n must be a positive integer, got '%s')", n) end
   end
   if not session.model then fail("no model loaded (use :load FILE.lua)") end
   local inputs = session.spec.inputs({ device = default_device(), dtype = "f32", small = session.small and true or false })

@@ -150,7 +150,7 @@ From Lua: kiln.autotune.results(), kiln.autotune.pin(kernel, choice [, cm]).]],
         return k
       end
     end
-    fail("kernel %s has nothing to tune (no candidates on this device)", tostring(a))
+    fail("kernel %s has nothing to tune (no candidates on this device)", a)
   end
   if #list == 0 then
     print("no tunable kernels")

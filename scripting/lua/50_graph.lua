@@ -54,11 +54,11 @@ local function check_opts(opts, fname)
   end
   local view = opts.view or "fused"
   if view ~= "captured" and view ~= "fused" then
-    error(string.format("%s: unknown view '%s' (expected \"captured\" or \"fused\")", fname, tostring(view)), 3)
+    error(string.format("%s: unknown view '%s' (expected \"captured\" or \"fused\")", fname, repl.describe_value(view)), 3)
   end
   local format = opts.format
   if format ~= nil and format ~= "svg" and format ~= "dot" then
-    error(string.format("%s: unknown format '%s' (expected \"svg\" or \"dot\")", fname, tostring(format)), 3)
+    error(string.format("%s: unknown format '%s' (expected \"svg\" or \"dot\")", fname, repl.describe_value(format)), 3)
   end
   local rankdir = opts.rankdir and tostring(opts.rankdir):upper() or "TB"
   if not RANKDIRS[rankdir] then
