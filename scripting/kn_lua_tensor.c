@@ -108,7 +108,8 @@ static int l_full(lua_State *L)
 static int l_randint(lua_State *L)
 {
     lua_Integer lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2);
-    if (hi <= lo) return luaL_error(L, "randint: high (%d) must be greater than low (%d)", (int)hi, (int)lo);
+    if (hi <= lo)
+        return luaL_error(L, "randint: high (%I) must be greater than low (%I)", (LUAI_UACINT)hi, (LUAI_UACINT)lo);
     return create(L, KN_OP_RANDINT, 3, 4, (double)lo, (double)hi);
 }
 
@@ -168,8 +169,8 @@ static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *
     if (*ndim >= 0 && depth >= *ndim) luaL_error(L, "tensor: nested table is ragged at depth %d", depth + 1);
     if (shape[depth] < 0) shape[depth] = n;
     else if (shape[depth] != n)
-        luaL_error(L, "tensor: nested table is ragged at depth %d (%d vs %d entries)", depth + 1,
-                   (int)n, (int)shape[depth]);
+        luaL_error(L, "tensor: nested table is ragged at depth %d (%I vs %I entries)", depth + 1,
+                   (LUAI_UACINT)n, (LUAI_UACINT)shape[depth]);
     if (n == 0) {
         if (*ndim < 0) *ndim = depth + 1;
         return;

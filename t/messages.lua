@@ -32,6 +32,9 @@ T.is(bare(function() return x:var(2, {correction = 2^33}) end),
   "correction must be an integer in [-2147483648, 2147483647], got 8589934592",
   "var correction 2^33 is refused, not run as 0")
 
+T.is(bare(function() return kiln.randint(2^40, 2^40 - 5, {2}) end),
+  "randint: high (1099511627771) must be greater than low (1099511627776)", "randint shows its bounds as given")
+
 -- compiling a compiled callable compiles what it wraps (as torch.compile)
 local f = function(a) return a * 2 + 1 end
 local cm = kiln.compile(f)
