@@ -111,7 +111,13 @@ static void notice(const char *fmt, ...)
 
 kn_status kn_autotune_cache_path(const char *cache_dir, char *buf, size_t size)
 {
-    return kn_cache_file_path(buf, size, cache_dir && *cache_dir ? cache_dir : ".", CACHE_FILE);
+    const char *dir = cache_dir && *cache_dir ? cache_dir : ".";
+    kn_status st = kn_cache_dir_check(dir);
+    if (st != KN_OK) {
+        if (size) buf[0] = 0;
+        return st;
+    }
+    return kn_cache_file_path(buf, size, dir, CACHE_FILE);
 }
 
 void kn_autotune_cache_reset(void)
