@@ -86,6 +86,9 @@ static struct {
      * then, so that processes sharing the dir keep each other's entries */
     kn_tune_entry *mine;
     int n_mine, cap_mine;
+    /* entries reported unusable (kn_autotune_cache_reject): not found again */
+    kn_tune_entry *rejected;
+    int n_rejected, cap_rejected;
 } g_cache;
 
 static kn_autotune_notice_fn g_notice;
@@ -126,6 +129,7 @@ void kn_autotune_cache_reset(void)
     free(g_cache.e);
     free(g_cache.devs);
     free(g_cache.mine);
+    free(g_cache.rejected);
     memset(&g_cache, 0, sizeof g_cache);
 }
 
@@ -301,9 +305,31 @@ static void cache_load(const char *cache_dir)
     load_file(path);
 }
 
+static int list_find(const kn_tune_entry *list, int n, const char *dev, const char *sig)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i].dev, dev) == 0 && strcmp(list[i].sig, sig) == 0) return i;
+    return -1;
+}
+
+void kn_autotune_cache_reject(const char *cache_dir, const kn_tune_entry *e, const char *why)
+{
+    cache_load(cache_dir);
+    if (list_find(g_cache.rejected, g_cache.n_rejected, e->dev, e->sig) >= 0) return;
+    /* out of memory: it may be reported again, which is harmless */
+    (void)list_put(&g_cache.rejected, &g_cache.n_rejected, &g_cache.cap_rejected, e);
+    char path[KN_CACHE_PATH_MAX];
+    if (kn_autotune_cache_path(cache_dir, path, sizeof path) != KN_OK || !cache_dir || !*cache_dir)
+        snprintf(path, sizeof path, "(this process's)");
+    notice("kiln: autotune cache %s: the entry for kernel %s (choice '%s') is invalid: %s; it is ignored and the "
+           "kernel is measured again",
+           path, e->name, e->choice, why);
+}
+
 bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *sig, kn_tune_entry *out)
 {
     cache_load(cache_dir);
+    if (list_find(g_cache.rejected, g_cache.n_rejected, dev, sig) >= 0) return false;
     for (int i = 0; i < g_cache.n; i++)
         if (strcmp(g_cache.e[i].dev, dev) == 0 && strcmp(g_cache.e[i].sig, sig) == 0) {
             *out = g_cache.e[i];
@@ -391,6 +417,8 @@ kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, con
     add_dev(e->dev, text);
     KN_TRY(add_entry(e));
     KN_TRY(list_put(&g_cache.mine, &g_cache.n_mine, &g_cache.cap_mine, e));
+    int bad = list_find(g_cache.rejected, g_cache.n_rejected, e->dev, e->sig);
+    if (bad >= 0) g_cache.rejected[bad] = g_cache.rejected[--g_cache.n_rejected]; /* a new choice replaces it */
     kn_status st = cache_save();
     /* said once per process: the choices still serve this process */
     static bool told;

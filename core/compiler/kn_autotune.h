@@ -99,6 +99,10 @@ bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *
  * is now with this process's entries laid over it, written to a temporary
  * and renamed (processes tuning into one dir keep each other's entries). */
 kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, const kn_tune_entry *e);
+/* An entry found in the cache that cannot be used (a choice outside the
+ * search space, say): reported once, through the notice function, and not
+ * found again by this process until a new choice for its kernel is put. */
+void kn_autotune_cache_reject(const char *cache_dir, const kn_tune_entry *e, const char *why);
 /* Forget the process's copy (the next lookup reads the file again). */
 void kn_autotune_cache_reset(void);
 /* The cache file's path for cache_dir (buf); KN_ERR_ARG when it does not
