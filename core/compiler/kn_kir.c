@@ -466,6 +466,12 @@ static kn_status render_expr(rctx *r, int i, int upto)
             kn_strbuf_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
             put_conv(r->s, rt, CT_F32, body.p);
             kn_strbuf_printf(r->s, ")");
+        } else if (e->op == KN_OP_CAST && e->dtype == KN_I32 && (rt == CT_F32 || rt == CT_F64)) {
+            /* a float converted to i32 saturates at i32's range here, as the
+             * eager cast does; the store then keeps the low 32 bits */
+            kn_strbuf_printf(r->s, "kn_sat_i32(");
+            put_conv(r->s, rt, CT_I64, body.p);
+            kn_strbuf_printf(r->s, ")");
         } else {
             put_conv(r->s, rt, c, body.p);
         }
@@ -503,6 +509,13 @@ static void render_store(rctx *r, int j, int e, int upto)
         kn_strbuf_printf(r->s, ")");
         break;
     case KN_I32:
+        /* integer arithmetic wraps to the low 32 bits (as PyTorch's int32 and
+         * the CPU reference); a float converted to i32 saturates */
+        if (from == CT_I64 || from == CT_BOOL) {
+            kn_strbuf_printf(r->s, "(kn_i32)");
+            put_conv(r->s, from, CT_I64, v);
+            break;
+        }
         kn_strbuf_printf(r->s, "kn_sat_i32(");
         put_conv(r->s, from, CT_I64, v);
         kn_strbuf_printf(r->s, ")");

