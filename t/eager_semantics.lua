@@ -115,4 +115,39 @@ is_list(list(wide:to("i32")), {5, -7}, "i64 to i32 keeps the low 32 bits (eager)
 is_list(list(kiln.compile(function(x) return x:to("i32") end)(wide)), {5, -7},
   "i64 to i32 keeps the low 32 bits (compiled)")
 
+-- ---- a Lua number next to a half tensor computes in f32 ----------------
+
+-- The reference: the op in f32 math on the tensor's values, rounded once to
+-- the half dtype (kiln's f32 path computes in double and rounds to f32,
+-- which for + - * / is the f32 result).
+for _, dt in ipairs({"f16", "bf16"}) do
+  local x = kiln.tensor({1, 2, 3, -1000, 0.5}, {dtype = dt})
+  -- 1 + half an ulp of the dtype at 1: a tie that rounds to 1 in the dtype
+  local nudge = 1 + (dt == "f16" and 2 ^ -11 or 2 ^ -8)
+  local ops = {
+    {"x * (1 + ulp/2)", function(t) return t * nudge end},
+    {"x / 1e5", function(t) return t / 1e5 end},
+    {"x * 0.1", function(t) return t * 0.1 end},
+    {"1e5 / x", function(t) return 1e5 / t end},
+    {"x - 1e-4", function(t) return t - 1e-4 end},
+    {"x + 3.3", function(t) return kiln.add(t, 3.3) end},
+  }
+  for _, o in ipairs(ops) do
+    local want = list(o[2](x:to("f32")):to(dt))
+    local got = o[2](x)
+    T.is(got.dtype, dt, dt .. " " .. o[1] .. ": stays " .. dt)
+    is_list(list(got), want, dt .. " " .. o[1] .. ": computed in f32, rounded once (eager)")
+    is_list(list(kiln.compile(o[2])(x)), want, dt .. " " .. o[1] .. ": compiled equals eager")
+  end
+end
+local h = kiln.tensor({1, 2}, {dtype = "f16"})
+local q = list(h / 1e5)
+T.ok(q[1] > 0 and math.abs(q[1] - 1e-5) < 1e-7, "f16 1 / 1e5 is about 1e-5, not 0 (got " .. tostring(q[1]) .. ")")
+-- as PyTorch's eager: x * 1e5 overflows f16 to inf, never NaN
+is_list(list(h * 1e5 / 1e5), {math.huge, math.huge}, "f16 x * 1e5 / 1e5 is inf (f16 overflow), not NaN")
+
+T.raises(function() return i32 + (1 << 40) end,
+  "add: the number 1099511627776 does not fit the tensor's dtype i32",
+  "a Lua integer that does not fit an i32 tensor is refused")
+
 T.done()
