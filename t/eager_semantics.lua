@@ -150,4 +150,26 @@ T.raises(function() return i32 + (1 << 40) end,
   "add: the number 1099511627776 does not fit the tensor's dtype i32",
   "a Lua integer that does not fit an i32 tensor is refused")
 
+-- ---- creation values must fit the dtype ---------------------------------
+
+T.raises(function() return kiln.arange(0, 2 ^ 40, 2 ^ 39, {dtype = "i32"}) end,
+  "arange: last value 549755813888 does not fit an i32 tensor", "arange past i32 is refused")
+T.raises(function() return kiln.arange(2 ^ 31, 2 ^ 31 + 2, {dtype = "i32"}) end,
+  "arange: start 2147483648 does not fit an i32 tensor", "arange starting past i32 is refused")
+T.raises(function() return kiln.randint(0, 1 << 40, {3}, {dtype = "i32"}) end,
+  "randint: high %- 1 1099511627775 does not fit an i32 tensor", "randint past i32 is refused")
+T.raises(function() return kiln.full({2}, 2 ^ 31, {dtype = "i32"}) end,
+  "full: value 2147483648 does not fit an i32 tensor", "full past i32 is refused")
+T.raises(function() return kiln.randint(5, 1, {3}) end,
+  "randint: high %(1%) must be greater than low %(5%)", "randint's message names its bounds")
+is_list(list(kiln.arange(-2147483648, -2147483645, {dtype = "i32"})), {-2147483648, -2147483647, -2147483646},
+  "arange at the bottom of i32 works")
+is_list(list(kiln.arange(big, big + 3)), {big, big + 1, big + 2}, "i64 arange past 2^53 is exact")
+T.raises(function() return kiln.arange(big + 1, big + 3) end,
+  "arange: start 1152921504606846977 and step 1 must be exact as doubles", "an inexact integer start is refused")
+local r = list(kiln.randint(2147483640, 2147483648, {64}, {dtype = "i32", seed = 3}))
+local in_range = true
+for i = 1, #r do in_range = in_range and r[i] >= 2147483640 and r[i] <= 2147483647 end
+T.ok(in_range, "randint up to the top of i32 stays in [low, high)")
+
 T.done()

@@ -132,11 +132,22 @@ static kn_status need_dims(const kn_opcall *c, const kn_tensor *t, int min, cons
 }
 
 /* A value attribute that will be stored into a tensor of dtype dt. */
+/* A number bound for a tensor of dtype dt: into an integer dtype it must be
+ * finite and, truncated toward zero as stores do, within the dtype's range
+ * (it used to saturate silently: arange past 2^31 in i32 repeated
+ * 2147483647). */
 static kn_status check_value(const kn_opcall *c, double v, kn_dtype dt, const char *which)
 {
     if ((dt == KN_I32 || dt == KN_I64) && !isfinite(v))
         return kn_error(KN_ERR_ARG, "%s: %s %g cannot be stored in an %s tensor", op_name(c),
                         which, v, kn_dtype_name(dt));
+    double t = trunc(v);
+    if (dt == KN_I32 && (t < -2147483648.0 || t > 2147483647.0))
+        return kn_error(KN_ERR_ARG, "%s: %s %.17g does not fit an i32 tensor (expected -2147483648 "
+                        "to 2147483647)", op_name(c), which, v);
+    if (dt == KN_I64 && (t < -9223372036854775808.0 || t >= 9223372036854775808.0))
+        return kn_error(KN_ERR_ARG, "%s: %s %.17g does not fit an i64 tensor (expected -2^63 to "
+                        "2^63 - 1)", op_name(c), which, v);
     return KN_OK;
 }
 
@@ -475,6 +486,10 @@ static kn_status infer_create(const kn_opcall *c, kn_meta *out)
         if (!isfinite(a->value) || !isfinite(a->value2))
             return kn_error(KN_ERR_ARG, "arange: start and step must be finite, got %g and %g",
                             a->value, a->value2);
+        KN_TRY(check_value(c, a->value, a->dtype, "start"));
+        if (a->shape[0] > 0) /* the last value, start + (n - 1) * step */
+            KN_TRY(check_value(c, a->value + (double)(a->shape[0] - 1) * a->value2, a->dtype,
+                               "last value"));
         break;
     case KN_OP_RANDN:
     case KN_OP_RAND:
@@ -489,6 +504,10 @@ static kn_status infer_create(const kn_opcall *c, kn_meta *out)
         if (!isfinite(a->value) || !isfinite(a->value2) || !(a->value2 > a->value))
             return kn_error(KN_ERR_ARG, "randint: high (%g) must be greater than low (%g)",
                             a->value2, a->value);
+        if (!kn_dtype_is_float(a->dtype) && a->dtype != KN_BOOL) { /* draws are in [low, high) */
+            KN_TRY(check_value(c, a->value, a->dtype, "low"));
+            KN_TRY(check_value(c, ceil(a->value2) - 1, a->dtype, "high - 1"));
+        }
         break;
     default: break;
     }
