@@ -172,4 +172,13 @@ local in_range = true
 for i = 1, #r do in_range = in_range and r[i] >= 2147483640 and r[i] <= 2147483647 end
 T.ok(in_range, "randint up to the top of i32 stays in [low, high)")
 
+-- ---- nn.Dropout's p ------------------------------------------------------
+
+T.raises(function() kiln.nn.Dropout(0 / 0) end, "Dropout: p must be a number in %[0, 1%], got .*nan",
+  "Dropout(NaN) is refused")
+T.raises(function() kiln.nn.Dropout(-0.25) end, "Dropout: p must be a number in %[0, 1%]", "Dropout(-0.25) is refused")
+local all = kiln.nn.Dropout(1)
+all:train()
+is_list(list(all(kiln.tensor({1, math.huge, 0 / 0}))), {0.0, 0.0, 0.0}, "Dropout(1) in training gives zeros, even for inf and NaN")
+
 T.done()
