@@ -85,6 +85,22 @@ for _, cs in ipairs(unary) do
   is_list(list(kiln.compile(op)(a)), want, "i64 " .. name .. " (compiled)")
 end
 
+-- pow in integers: exact past 2^53, wrapping; a negative exponent gives
+-- 1 or -1 for a base of 1 or -1 and 0 otherwise (PyTorch's integer pow)
+local function ipow(x, y)
+  if y < 0 then return x == 1 and 1 or x == -1 and (y % 2 == 1 and -1 or 1) or 0 end
+  local r = 1
+  for _ = 1, y do r = r * x end -- Lua's integer * wraps
+  return r
+end
+local pb = kiln.tensor({3, 3, -2, 2, 7, 5, -1, 1, 0, -3}, {dtype = "i64"})
+local pe = kiln.tensor({39, 41, 63, 64, 23, -1, -3, -5, -1, 0}, {dtype = "i64"})
+local pref = {}
+for i, x in ipairs(pb:tolist()) do pref[i] = ipow(x, pe:tolist()[i]) end
+local function powf(x, y) return x ^ y end
+is_list(list(powf(pb, pe)), pref, "i64 pow: exact past 2^53, wrapping (eager)")
+is_list(list(kiln.compile(powf)(pb, pe)), pref, "i64 pow: exact past 2^53, wrapping (compiled)")
+
 -- A Lua integer next to an i64 tensor stays exact.
 is_list(list(a - big), ref1(function(x) return x - big end), "i64 tensor - Lua integer 2^60: exact")
 is_list(list(kiln.compile(function(x) return x - big end)(a)), ref1(function(x) return x - big end),

@@ -571,18 +571,19 @@ static const char prelude_common[] =
     "}\n"
     "KN_FN kn_i32 kn_sat_i32(kn_i64 v) { return (kn_i32)(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }\n"
     "KN_FN kn_i64 kn_iabs(kn_i64 v) { return v < 0 ? -v : v; }\n"
-    /* by squaring: exact wherever the result is an exact double, as the
-     * reference's correctly rounded pow is; CUDA's pow(-3.0, 1.0) gave
-     * -2.9999999999999996, which truncates to -2 */
+    /* by squaring in integers, wrapping as PyTorch's integer pow (and the
+     * CPU reference): a double loses past 2^53, and CUDA's pow(-3.0, 1.0)
+     * gave -2.9999999999999996, which truncates to -2. A negative exponent
+     * gives 1 or -1 for a base of 1 or -1 and 0 otherwise, as PyTorch's. */
     "KN_FN kn_i64 kn_ipow(kn_i64 a, kn_i64 b)\n"
     "{\n"
-    "    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : a == 0 ? kn_f2i(INFINITY) : 0;\n"
-    "    double r = 1.0, x = (double)a;\n"
+    "    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;\n"
+    "    unsigned long long r = 1, x = (unsigned long long)a;\n"
     "    for (; b; b >>= 1) {\n"
     "        if (b & 1) r *= x;\n"
     "        if (b > 1) x *= x;\n"
     "    }\n"
-    "    return kn_f2i(r);\n"
+    "    return (kn_i64)r;\n"
     "}\n"
     "KN_FN kn_i64 kn_idiv(kn_i64 a, kn_i64 b)\n"
     "{\n"

@@ -61,19 +61,32 @@ static const ew_fn ew_table[KN_OP_COUNT] = {
  * the op computes in int64_t (a double holds integers exactly only up to
  * 2^53: (2^60 + 1) - 2^60 came out 0). Overflow wraps in two's complement,
  * as PyTorch's integer tensors and the generated kernels (-fwrapv) do: +, -,
- * * and negation go through uint64_t, where wrapping is defined C. pow keeps
- * the double path (its integer form saturates, as the generated kn_ipow). */
+ * * and negation go through uint64_t, where wrapping is defined C; so does
+ * pow, by squaring (the generated kn_ipow is the same). */
 static int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 static int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 static int64_t wrap_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
 static int64_t wrap_neg(int64_t a) { return (int64_t)(0u - (uint64_t)a); }
 static int64_t wrap_abs(int64_t a) { return a < 0 ? wrap_neg(a) : a; }
+/* A negative exponent: 1 or -1 for a base of 1 or -1, else 0 (PyTorch's). */
+static int64_t wrap_pow(int64_t a, int64_t b)
+{
+    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, x = (uint64_t)a;
+    for (; b; b >>= 1) {
+        if (b & 1) r *= x;
+        if (b > 1) x *= x;
+    }
+    return (int64_t)r;
+}
 
 typedef void (*iw_fn)(int64_t n, int64_t *restrict o, const int64_t *restrict A,
                       const int64_t *restrict B, const int64_t *restrict C, int64_t v);
 
 #undef kn_abs
+#undef kn_pow
 #define kn_abs wrap_abs
+#define kn_pow wrap_pow
 #define KN_OP(id, name, kind, nin, expr)                                                     \
     static void iw_##id(int64_t n, int64_t *restrict o, const int64_t *restrict A,           \
                         const int64_t *restrict B, const int64_t *restrict C, int64_t v)     \
@@ -88,7 +101,9 @@ typedef void (*iw_fn)(int64_t n, int64_t *restrict o, const int64_t *restrict A,
 #include "kn_ops.def"
 #undef KN_OP
 #undef kn_abs
+#undef kn_pow
 #define kn_abs fabs
+#define kn_pow pow
 
 /* The ops whose formula can overflow in int64_t, written with wrapping. */
 #define IW_WRAPPED(id, body)                                                                 \
@@ -125,7 +140,7 @@ static iw_fn iw_for(kn_op op)
 /* Whether run_expr computes this call in int64_t (see above). */
 static bool int_path_ok(const kn_opcall *c, const kn_tensor *out, int nin)
 {
-    if (kn_dtype_is_float(out->dtype) || c->op == KN_OP_POW || c->op == KN_OP_DIV) return false;
+    if (kn_dtype_is_float(out->dtype) || c->op == KN_OP_DIV) return false;
     for (int i = 0; i < nin; i++)
         if (kn_dtype_is_float(c->in[i]->dtype)) return false;
     return true;
