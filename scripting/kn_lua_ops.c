@@ -24,9 +24,22 @@ static int run_call(lua_State *L, kn_opcall *c, kn_device dev)
     return kn_lua_run(L, c, dev);
 }
 
-/* A 0-dim tensor holding v, with a dtype that fits next to `like`. Pushed on
- * the stack (so Lua owns it) and returned. */
-static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like)
+/* A 0-dim tensor holding the Lua number at idx, with a dtype that fits next
+ * to `like`, for op `op` (named in errors). Pushed on the stack (so Lua owns
+ * it) and returned.
+ *
+ * As PyTorch, a number does not widen a tensor's dtype, but it is not rounded
+ * to that dtype either: an op on an f16 or bf16 tensor computes in f32 (its
+ * math type), and the number enters it as an f32 (x / 1e5 on an f16 x was 0,
+ * and x * 1e5 / 1e5 NaN, when 1e5 was first rounded to f16's inf). Where the
+ * caller passes math_scalar, an eager number next to a half tensor is made
+ * f32 and *math_scalar is set to the dtype the result is rounded back to
+ * (binary_call does that). A traced number keeps the tensor's dtype: the
+ * graph's constant holds its value exactly and the generated kernel computes
+ * half ops in f32 with it. An integer number next to an integer tensor must
+ * fit that dtype (PyTorch refuses one that overflows it). */
+static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like, const char *op,
+                                kn_dtype *math_scalar)
 {
     kn_dtype dt;
     double v;
@@ -43,8 +56,19 @@ static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like)
         else if (kn_dtype_is_float(like->dtype)) dt = like->dtype;
         else if (lua_isinteger(L, idx)) dt = like->dtype == KN_BOOL ? KN_I64 : like->dtype;
         else dt = KN_F32;
+        if (dt == KN_I32 && lua_isinteger(L, idx)) {
+            lua_Integer iv = lua_tointeger(L, idx);
+            if (iv < INT32_MIN || iv > INT32_MAX)
+                luaL_error(L, "%s: the number %I does not fit the tensor's dtype i32 "
+                              "(expected %d to %d); convert the tensor with :to('i64') first",
+                           op, iv, (int)INT32_MIN, (int)INT32_MAX);
+        }
     }
     if (kn_lua_active_capture(L)) return kn_lua_capture_number(L, idx, dt);
+    if (math_scalar && (dt == KN_F16 || dt == KN_BF16) && !lua_isboolean(L, idx)) {
+        *math_scalar = dt;
+        dt = KN_F32;
+    }
     kn_tensor *t;
     kn_device dev = like ? kn_tensor_device(like) : kn_lua_default_device();
     kn_status st = kn_tensor_new(dt, 0, NULL, KN_CPU, &t);
@@ -67,10 +91,39 @@ static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like)
 }
 
 /* Operand at idx: a tensor, or a number turned into one (pushed on the stack). */
-static kn_tensor *operand(lua_State *L, int idx, const kn_tensor *like)
+static kn_tensor *operand(lua_State *L, int idx, const kn_tensor *like, const char *op,
+                          kn_dtype *math_scalar)
 {
     kn_tensor *t = kn_lua_totensor(L, idx);
-    return t ? t : scalar_tensor(L, idx, like);
+    return t ? t : scalar_tensor(L, idx, like, op, math_scalar);
+}
+
+/* A binary op on the values at 1 and 2 (one of them may be a number); pushes
+ * the result and returns 1. A number next to a half tensor computes in f32
+ * (see scalar_tensor), and a float result is rounded back to the half dtype
+ * here, once, as PyTorch's half kernels round their f32 result. */
+static int binary_call(lua_State *L, kn_op op)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, op);
+    kn_tensor *a = kn_lua_totensor(L, 1), *b = kn_lua_totensor(L, 2);
+    if (!a && !b)
+        return luaL_error(L, "%s: at least one operand must be a tensor, got %s and %s",
+                          kn_op_name(op), luaL_typename(L, 1), luaL_typename(L, 2));
+    kn_dtype round_to = KN_DTYPE_COUNT;
+    c.n_in = 2;
+    c.in[0] = a ? a : operand(L, 1, b, kn_op_name(op), &round_to);
+    c.in[1] = b ? b : operand(L, 2, a, kn_op_name(op), &round_to);
+    run_call(L, &c, KN_CPU);
+    kn_tensor *r = kn_lua_totensor(L, -1);
+    if (round_to == KN_DTYPE_COUNT || !r || !kn_dtype_is_float(r->dtype) || r->dtype == round_to)
+        return 1;
+    kn_opcall cast;
+    kn_opcall_init(&cast, KN_OP_CAST);
+    cast.n_in = 1;
+    cast.in[0] = r;
+    cast.a.dtype = round_to;
+    return run_call(L, &cast, KN_CPU);
 }
 
 static kn_op op_upvalue(lua_State *L)
@@ -91,16 +144,7 @@ static int l_unary(lua_State *L)
 
 static int l_binary(lua_State *L)
 {
-    kn_opcall c;
-    kn_opcall_init(&c, op_upvalue(L));
-    kn_tensor *a = kn_lua_totensor(L, 1), *b = kn_lua_totensor(L, 2);
-    if (!a && !b)
-        return luaL_error(L, "%s: at least one operand must be a tensor, got %s and %s",
-                          kn_op_name(c.op), luaL_typename(L, 1), luaL_typename(L, 2));
-    c.n_in = 2;
-    c.in[0] = a ? a : operand(L, 1, b);
-    c.in[1] = b ? b : operand(L, 2, a);
-    return run_call(L, &c, KN_CPU);
+    return binary_call(L, op_upvalue(L));
 }
 
 static int l_cast(lua_State *L)
@@ -123,8 +167,8 @@ static int l_where(lua_State *L)
     kn_tensor *x = kn_lua_totensor(L, 2), *y = kn_lua_totensor(L, 3);
     c.n_in = 3;
     c.in[0] = cond;
-    c.in[1] = x ? x : operand(L, 2, y);
-    c.in[2] = y ? y : operand(L, 3, c.in[1]);
+    c.in[1] = x ? x : operand(L, 2, y, "where", NULL);
+    c.in[2] = y ? y : operand(L, 3, c.in[1], "where", NULL);
     return run_call(L, &c, KN_CPU);
 }
 
@@ -142,17 +186,8 @@ static int l_masked_fill(lua_State *L)
 
 /* ---- metamethods ------------------------------------------------------- */
 
-#define KN_MM_BINARY(fname, OP)                          \
-    static int fname(lua_State *L)                       \
-    {                                                    \
-        kn_opcall c;                                     \
-        kn_opcall_init(&c, OP);                          \
-        kn_tensor *a = kn_lua_totensor(L, 1), *b = kn_lua_totensor(L, 2); \
-        c.n_in = 2;                                      \
-        c.in[0] = a ? a : operand(L, 1, b);              \
-        c.in[1] = b ? b : operand(L, 2, a);              \
-        return run_call(L, &c, KN_CPU);                  \
-    }
+#define KN_MM_BINARY(fname, OP) \
+    static int fname(lua_State *L) { return binary_call(L, OP); }
 
 KN_MM_BINARY(mm_add, KN_OP_ADD)
 KN_MM_BINARY(mm_sub, KN_OP_SUB)
@@ -173,13 +208,7 @@ static int mm_unm(lua_State *L)
  * value: it is defined for one-element tensors only (as PyTorch's bool()). */
 static int mm_compare(lua_State *L, kn_op op)
 {
-    kn_opcall c;
-    kn_opcall_init(&c, op);
-    kn_tensor *a = kn_lua_totensor(L, 1), *b = kn_lua_totensor(L, 2);
-    c.n_in = 2;
-    c.in[0] = a ? a : operand(L, 1, b);
-    c.in[1] = b ? b : operand(L, 2, a);
-    run_call(L, &c, KN_CPU);
+    binary_call(L, op);
     kn_tensor *r = kn_lua_need_value(L, kn_lua_totensor(L, -1), op == KN_OP_LT ? "__lt" : "__le");
     if (kn_tensor_numel(r) != 1)
         return luaL_error(L, "%s: the truth value of a tensor with %d elements is ambiguous; "

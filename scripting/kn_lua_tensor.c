@@ -113,6 +113,34 @@ static int l_randint(lua_State *L)
     return create(L, KN_OP_RANDINT, 3, 4, (double)lo, (double)hi);
 }
 
+/* The element count of an all-integer arange, in integers: a double
+ * rounds 2^60 + 3 to 2^60, which made arange(2^60, 2^60 + 3) empty. Start
+ * and step travel to the kernel as doubles, so they must be exact there. */
+static bool exact_as_double(lua_Integer v)
+{
+    double d = (double)v;
+    return d < 9223372036854775808.0 && (lua_Integer)d == v;
+}
+
+static int64_t integer_range_length(lua_State *L, int nnum)
+{
+    lua_Integer start = 0, stop, step = 1;
+    if (nnum == 1) stop = lua_tointeger(L, 1);
+    else {
+        start = lua_tointeger(L, 1);
+        stop = lua_tointeger(L, 2);
+        if (nnum == 3) step = lua_tointeger(L, 3);
+    }
+    if (!exact_as_double(start) || !exact_as_double(step))
+        luaL_error(L, "arange: start %I and step %I must be exact as doubles (kiln passes them "
+                      "as such; any integer up to 2^53 is)", start, step);
+    if ((step > 0 && stop <= start) || (step < 0 && stop >= start)) return 0;
+    /* the distance as unsigned: exact even when stop - start overflows int64 */
+    uint64_t dist = step > 0 ? (uint64_t)stop - (uint64_t)start : (uint64_t)start - (uint64_t)stop;
+    uint64_t mag = step > 0 ? (uint64_t)step : 0u - (uint64_t)step;
+    return (int64_t)(dist / mag + (dist % mag != 0));
+}
+
 /* kiln.arange(n) | arange(start, stop [, step]) [, opts]: stop exclusive, as
  * PyTorch (a count is not an index, so nothing 1-based here). */
 static int l_arange(lua_State *L)
@@ -129,11 +157,11 @@ static int l_arange(lua_State *L)
     }
     if (step == 0 || isnan(start) || isnan(stop) || isnan(step) || isinf(start) || isinf(stop))
         return luaL_error(L, "arange: start %f, stop %f, step %f do not make a range", start, stop, step);
-    double len = ceil((stop - start) / step);
-    if (len < 0) len = 0;
-    if (len > 1e12) return luaL_error(L, "arange: %f elements are too many", len);
     int all_int = 1;
     for (int i = 1; i <= nnum; i++) all_int &= lua_isinteger(L, i);
+    double len = all_int ? (double)integer_range_length(L, nnum) : ceil((stop - start) / step);
+    if (len < 0) len = 0;
+    if (len > 1e12) return luaL_error(L, "arange: %f elements are too many", len);
     kn_opcall c;
     kn_opcall_init(&c, KN_OP_ARANGE);
     c.a.nshape = 1;

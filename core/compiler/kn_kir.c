@@ -466,6 +466,12 @@ static kn_status render_expr(rctx *r, int i, int upto)
             kn_strbuf_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
             put_conv(r->s, rt, CT_F32, body.p);
             kn_strbuf_printf(r->s, ")");
+        } else if (e->op == KN_OP_CAST && e->dtype == KN_I32 && (rt == CT_F32 || rt == CT_F64)) {
+            /* a float converted to i32 saturates at i32's range here, as the
+             * eager cast does; the store then keeps the low 32 bits */
+            kn_strbuf_printf(r->s, "kn_sat_i32(");
+            put_conv(r->s, rt, CT_I64, body.p);
+            kn_strbuf_printf(r->s, ")");
         } else {
             put_conv(r->s, rt, c, body.p);
         }
@@ -503,6 +509,13 @@ static void render_store(rctx *r, int j, int e, int upto)
         kn_strbuf_printf(r->s, ")");
         break;
     case KN_I32:
+        /* integer arithmetic wraps to the low 32 bits (as PyTorch's int32 and
+         * the CPU reference); a float converted to i32 saturates */
+        if (from == CT_I64 || from == CT_BOOL) {
+            kn_strbuf_printf(r->s, "(kn_i32)");
+            put_conv(r->s, from, CT_I64, v);
+            break;
+        }
         kn_strbuf_printf(r->s, "kn_sat_i32(");
         put_conv(r->s, from, CT_I64, v);
         kn_strbuf_printf(r->s, ")");
@@ -558,18 +571,19 @@ static const char prelude_common[] =
     "}\n"
     "KN_FN kn_i32 kn_sat_i32(kn_i64 v) { return (kn_i32)(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }\n"
     "KN_FN kn_i64 kn_iabs(kn_i64 v) { return v < 0 ? -v : v; }\n"
-    /* by squaring: exact wherever the result is an exact double, as the
-     * reference's correctly rounded pow is; CUDA's pow(-3.0, 1.0) gave
-     * -2.9999999999999996, which truncates to -2 */
+    /* by squaring in integers, wrapping as PyTorch's integer pow (and the
+     * CPU reference): a double loses past 2^53, and CUDA's pow(-3.0, 1.0)
+     * gave -2.9999999999999996, which truncates to -2. A negative exponent
+     * gives 1 or -1 for a base of 1 or -1 and 0 otherwise, as PyTorch's. */
     "KN_FN kn_i64 kn_ipow(kn_i64 a, kn_i64 b)\n"
     "{\n"
-    "    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : a == 0 ? kn_f2i(INFINITY) : 0;\n"
-    "    double r = 1.0, x = (double)a;\n"
+    "    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;\n"
+    "    unsigned long long r = 1, x = (unsigned long long)a;\n"
     "    for (; b; b >>= 1) {\n"
     "        if (b & 1) r *= x;\n"
     "        if (b > 1) x *= x;\n"
     "    }\n"
-    "    return kn_f2i(r);\n"
+    "    return (kn_i64)r;\n"
     "}\n"
     "KN_FN kn_i64 kn_idiv(kn_i64 a, kn_i64 b)\n"
     "{\n"

@@ -58,8 +58,11 @@ bool kn_pass_replace(kn_pass_ctx *x, int i, int r)
 
 double kn_pass_const_value(const kn_node *n)
 {
+    /* a number next to an f16 or bf16 tensor enters the op in f32, the
+     * type half ops compute in (x * (1 + 2^-11) is not x * 1 in f16) */
+    kn_dtype dt = n->out[0].dtype == KN_F16 || n->out[0].dtype == KN_BF16 ? KN_F32 : n->out[0].dtype;
     unsigned char buf[16];
-    kn_store_f64(buf, n->out[0].dtype, n->value);
-    return kn_load_f64(buf, n->out[0].dtype);
+    kn_store_f64(buf, dt, n->value);
+    return kn_load_f64(buf, dt);
 }
 

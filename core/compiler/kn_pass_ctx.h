@@ -44,7 +44,8 @@ bool kn_pass_is_output(const kn_pass_ctx *x, int i);
  * the caller's list of node indices cannot express. */
 bool kn_pass_replace(kn_pass_ctx *x, int i, int r);
 
-/* The CONST node's value as its dtype stores it (an i32 constant 1.5 is 1). */
+/* The CONST node's value as its op sees it: as its dtype stores it (an i32
+ * constant 1.5 is 1), in f32 for an f16 or bf16 one (their math type). */
 double kn_pass_const_value(const kn_node *n);
 
 #endif

@@ -131,7 +131,10 @@ static kn_status need_dims(const kn_opcall *c, const kn_tensor *t, int min, cons
     return KN_OK;
 }
 
-/* A value attribute that will be stored into a tensor of dtype dt. */
+/* A number bound for a tensor of dtype dt: into an integer dtype it must be
+ * finite and, truncated toward zero as stores do, within the dtype's range
+ * (it used to saturate silently: arange past 2^31 in i32 repeated
+ * 2147483647). */
 static kn_status check_value(const kn_opcall *c, double v, kn_dtype dt, const char *which)
 {
     return kn_dtype_check_value(op_name(c), which, v, dt);
@@ -472,6 +475,10 @@ static kn_status infer_create(const kn_opcall *c, kn_meta *out)
         if (!isfinite(a->value) || !isfinite(a->value2))
             return kn_error(KN_ERR_ARG, "arange: start and step must be finite, got %g and %g",
                             a->value, a->value2);
+        KN_TRY(check_value(c, a->value, a->dtype, "start"));
+        if (a->shape[0] > 0) /* the last value, start + (n - 1) * step */
+            KN_TRY(check_value(c, a->value + (double)(a->shape[0] - 1) * a->value2, a->dtype,
+                               "last value"));
         break;
     case KN_OP_RANDN:
     case KN_OP_RAND:
@@ -486,6 +493,10 @@ static kn_status infer_create(const kn_opcall *c, kn_meta *out)
         if (!isfinite(a->value) || !isfinite(a->value2) || !(a->value2 > a->value))
             return kn_error(KN_ERR_ARG, "randint: high (%g) must be greater than low (%g)",
                             a->value2, a->value);
+        if (!kn_dtype_is_float(a->dtype) && a->dtype != KN_BOOL) { /* draws are in [low, high) */
+            KN_TRY(check_value(c, a->value, a->dtype, "low"));
+            KN_TRY(check_value(c, ceil(a->value2) - 1, a->dtype, "high - 1"));
+        }
         break;
     default: break;
     }

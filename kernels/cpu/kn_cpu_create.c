@@ -42,6 +42,20 @@ kn_status kn_cpu_create(const kn_opcall *c)
     switch (c->op) {
     case KN_OP_FULL: fill_full(d, dt, n, a->value); break;
     case KN_OP_ARANGE:
+        if ((dt == KN_I64 || dt == KN_I32) && lo == trunc(lo) && hi == trunc(hi)) {
+            /* integral start and step: exact in int64 (a double loses
+             * integers past 2^53; shape inference checked the range) */
+            int64_t start = (int64_t)lo, step = (int64_t)hi;
+            for (int64_t i = 0; i < n; i++) {
+                int64_t v = (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
+                if (dt == KN_I64) memcpy(d + i * es, &v, 8);
+                else {
+                    int32_t w = (int32_t)v;
+                    memcpy(d + i * es, &w, 4);
+                }
+            }
+            break;
+        }
         for (int64_t i = 0; i < n; i++) kn_store_f64(d + i * es, dt, lo + (double)i * hi);
         break;
     case KN_OP_RANDN:

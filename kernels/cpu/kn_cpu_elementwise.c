@@ -57,6 +57,95 @@ static const ew_fn ew_table[KN_OP_COUNT] = {
 #undef KN_OP
 };
 
+/* The integer path: when the output and every input are integers or bool,
+ * the op computes in int64_t (a double holds integers exactly only up to
+ * 2^53: (2^60 + 1) - 2^60 came out 0). Overflow wraps in two's complement,
+ * as PyTorch's integer tensors and the generated kernels (-fwrapv) do: +, -,
+ * * and negation go through uint64_t, where wrapping is defined C; so does
+ * pow, by squaring (the generated kn_ipow is the same). */
+static int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static int64_t wrap_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+static int64_t wrap_neg(int64_t a) { return (int64_t)(0u - (uint64_t)a); }
+static int64_t wrap_abs(int64_t a) { return a < 0 ? wrap_neg(a) : a; }
+/* A negative exponent: 1 or -1 for a base of 1 or -1, else 0 (PyTorch's). */
+static int64_t wrap_pow(int64_t a, int64_t b)
+{
+    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, x = (uint64_t)a;
+    for (; b; b >>= 1) {
+        if (b & 1) r *= x;
+        if (b > 1) x *= x;
+    }
+    return (int64_t)r;
+}
+
+typedef void (*iw_fn)(int64_t n, int64_t *restrict o, const int64_t *restrict A,
+                      const int64_t *restrict B, const int64_t *restrict C, int64_t v);
+
+#undef kn_abs
+#undef kn_pow
+#define kn_abs wrap_abs
+#define kn_pow wrap_pow
+#define KN_OP(id, name, kind, nin, expr)                                                     \
+    static void iw_##id(int64_t n, int64_t *restrict o, const int64_t *restrict A,           \
+                        const int64_t *restrict B, const int64_t *restrict C, int64_t v)     \
+    {                                                                                        \
+        (void)A; (void)B; (void)C; (void)v;                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            const int64_t a = A[i], b = B[i], c = C[i];                                      \
+            (void)a; (void)b; (void)c;                                                       \
+            o[i] = (int64_t)(expr);                                                          \
+        }                                                                                    \
+    }
+#include "kn_ops.def"
+#undef KN_OP
+#undef kn_abs
+#undef kn_pow
+#define kn_abs fabs
+#define kn_pow pow
+
+/* The ops whose formula can overflow in int64_t, written with wrapping. */
+#define IW_WRAPPED(id, body)                                                                 \
+    static void iw_wrapped_##id(int64_t n, int64_t *restrict o, const int64_t *restrict A,   \
+                                const int64_t *restrict B, const int64_t *restrict C,        \
+                                int64_t v)                                                   \
+    {                                                                                        \
+        (void)B; (void)C; (void)v;                                                           \
+        for (int64_t i = 0; i < n; i++) o[i] = (body);                                       \
+    }
+IW_WRAPPED(ADD, wrap_add(A[i], B[i]))
+IW_WRAPPED(SUB, wrap_sub(A[i], B[i]))
+IW_WRAPPED(MUL, wrap_mul(A[i], B[i]))
+IW_WRAPPED(NEG, wrap_neg(A[i]))
+#undef IW_WRAPPED
+
+static const iw_fn iw_table[KN_OP_COUNT] = {
+#define KN_OP(id, name, kind, nin, expr) [KN_OP_##id] = iw_##id,
+#include "kn_ops.def"
+#undef KN_OP
+};
+
+static iw_fn iw_for(kn_op op)
+{
+    switch (op) {
+    case KN_OP_ADD: return iw_wrapped_ADD;
+    case KN_OP_SUB: return iw_wrapped_SUB;
+    case KN_OP_MUL: return iw_wrapped_MUL;
+    case KN_OP_NEG: return iw_wrapped_NEG;
+    default: return iw_table[op];
+    }
+}
+
+/* Whether run_expr computes this call in int64_t (see above). */
+static bool int_path_ok(const kn_opcall *c, const kn_tensor *out, int nin)
+{
+    if (kn_dtype_is_float(out->dtype) || c->op == KN_OP_DIV) return false;
+    for (int i = 0; i < nin; i++)
+        if (kn_dtype_is_float(c->in[i]->dtype)) return false;
+    return true;
+}
+
 /* The f32 fast path: when the output and every input are f32 and the output
  * row is contiguous, each op runs straight from the f32 inputs to the f32
  * output (still computing in double), with the common stride patterns
@@ -271,7 +360,91 @@ static void store_row(const kn_tensor *t, int64_t off, int64_t st, const double 
     }
 }
 
-/* ---- the two drivers ---- */
+/* Exact integer rows for the integer path (bool loads as 0 or 1). */
+static void load_irow(int64_t *dst, const kn_tensor *t, int64_t off, int64_t st, int64_t n)
+{
+    const char *base = t->storage->data;
+    switch (t->dtype) {
+    case KN_I32: {
+        const int32_t *p = (const int32_t *)base + off;
+        for (int64_t i = 0; i < n; i++) dst[i] = p[i * st];
+        break;
+    }
+    case KN_I64: {
+        const int64_t *p = (const int64_t *)base + off;
+        for (int64_t i = 0; i < n; i++) dst[i] = p[i * st];
+        break;
+    }
+    case KN_BOOL: {
+        const uint8_t *p = (const uint8_t *)base + off;
+        for (int64_t i = 0; i < n; i++) dst[i] = p[i * st] != 0;
+        break;
+    }
+    default: memset(dst, 0, sizeof(int64_t) * (size_t)n); break;
+    }
+}
+
+/* i32 keeps the low 32 bits: an int32 sum that overflows wraps, as PyTorch. */
+static void store_irow(const kn_tensor *t, int64_t off, int64_t st, const int64_t *src, int64_t n)
+{
+    char *base = t->storage->data;
+    switch (t->dtype) {
+    case KN_I32: {
+        int32_t *p = (int32_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i * st] = (int32_t)(uint32_t)(uint64_t)src[i];
+        break;
+    }
+    case KN_I64: {
+        int64_t *p = (int64_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i * st] = src[i];
+        break;
+    }
+    case KN_BOOL: {
+        uint8_t *p = (uint8_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i * st] = src[i] != 0;
+        break;
+    }
+    default: break;
+    }
+}
+
+/* A fill value for an integer output: truncated toward zero and saturated,
+ * as kn_store_f64 stores it (NaN is 0). */
+static int64_t int_attr_value(double v)
+{
+    if (v != v) return 0;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    return (int64_t)v;
+}
+
+/* ---- the drivers ---- */
+
+/* The integer path's driver: run_expr's walk with int64_t buffers. */
+static void run_int_expr(const kn_opcall *c, kn_tensor *out, int nin, ew_iter *it, int64_t *off)
+{
+    int64_t obuf[CHUNK], buf[3][CHUNK];
+    static const int64_t zeros[CHUNK];
+    const int64_t *arg[3] = {zeros, zeros, zeros};
+    for (int k = 0; k < nin; k++) arg[k] = buf[k];
+    iw_fn fn = iw_for(c->op);
+    int64_t v = int_attr_value(c->a.value);
+    int64_t inner = it->shape[it->nd - 1], rows = iter_rows(it);
+    int64_t idx[KN_MAX_DIMS] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t j = 0; j < inner; j += CHUNK) {
+            int64_t m = inner - j < CHUNK ? inner - j : CHUNK;
+            for (int k = 0; k < nin; k++) {
+                int64_t s = it->st[k + 1][it->nd - 1];
+                load_irow(buf[k], c->in[k], off[k + 1] + j * s, s, m);
+            }
+            fn(m, obuf, arg[0], arg[1], arg[2], v);
+            int64_t so = it->st[0][it->nd - 1];
+            store_irow(out, off[0] + j * so, so, obuf, m);
+        }
+        iter_next(it, idx, off);
+    }
+}
 
 /* out[...] = expr(in[0], in[1], in[2]) with broadcasting. */
 static kn_status run_expr(const kn_opcall *c, kn_tensor *out, int nin)
@@ -286,6 +459,10 @@ static kn_status run_expr(const kn_opcall *c, kn_tensor *out, int nin)
     off[0] = out->offset;
     for (int k = 0; k < nin; k++) iter_operand(&it, k + 1, c->in[k], off);
     iter_simplify(&it);
+    if (int_path_ok(c, out, nin)) {
+        run_int_expr(c, out, nin, &it, off);
+        return KN_OK;
+    }
 
     double obuf[CHUNK], buf[3][CHUNK];
     static const double zeros[CHUNK];

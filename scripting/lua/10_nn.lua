@@ -695,12 +695,16 @@ nn.Dropout = nn.Module {
   name = "Dropout",
   init = function(self, p)
     p = p or 0.5
-    if type(p) ~= "number" or p < 0 or p > 1 then fail("Dropout: p must be a number in [0, 1], got %s", p) end
+    -- written so that NaN fails too (every comparison with NaN is false)
+    if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+      fail("Dropout: p must be a number in [0, 1], got %s", p)
+    end
     self.p = p
   end,
   forward = function(self, x)
     if not self.training or self.p == 0 then return x end
-    if self.p == 1 then return x * 0 end
+    -- all dropped: zeros, also where x is inf or NaN (x * 0 is NaN there)
+    if self.p == 1 then return kiln.zeros(x:shape(), { dtype = x.dtype, device = x.device }) end
     local keep = kiln.rand(x:shape(), { device = x.device }):ge(self.p)
     return kiln.where(keep, x * (1 / (1 - self.p)), 0)
   end,
