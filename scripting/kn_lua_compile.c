@@ -372,6 +372,11 @@ static int cm_call(lua_State *L)
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
     int nargs = lua_gettop(L) - 1;
+    /* every path below pushes a copy of each argument (and a placeholder
+     * per tensor) on top of the originals: room for twice the arguments
+     * plus the few slots of our own, or a clear error, never a write past
+     * the stack */
+    luaL_checkstack(L, nargs + 16, "compiled function: too many arguments");
     lua_getiuservalue(L, 1, 1);
     int uv = lua_gettop(L);
     lua_getfield(L, uv, "fn");

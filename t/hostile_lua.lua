@@ -1,0 +1,29 @@
+-- hostile_lua.lua: issue 14, class 1. Input from Lua that once crashed or
+-- hung kiln: each case must give the right result or a clear error naming
+-- what was wrong, and the process must go on to the next case.
+local T = dofile("t/lib/tap.lua")
+
+-- 1. Many tensor arguments: each one is copied onto the Lua stack (and a
+-- placeholder pushed for it); without room checks 40 of them wrote past it.
+do
+  local args = {}
+  for i = 1, 300 do args[i] = kiln.full({2}, i) end
+  local add_all = kiln.compile(function(...)
+    local s = select(1, ...)
+    for i = 2, select("#", ...) do s = s + select(i, ...) end
+    return s
+  end)
+  for _, n in ipairs({40, 300}) do
+    local r = add_all(table.unpack(args, 1, n))
+    T.near(r:tolist()[1], n * (n + 1) / 2, 0, n .. " tensor arguments: their sum")
+  end
+  local echo = kiln.compile(function(...) return ... end)
+  local outs = {echo(table.unpack(args))}
+  T.is(#outs, 300, "300 arguments echoed back")
+  T.near(outs[300]:tolist()[2], 300, 0, "the last of them is the last argument")
+  local big = {}
+  for i = 1, 5000 do big[i] = args[1 + i % 300] end
+  T.is(select("#", echo(table.unpack(big))), 5000, "5000 arguments through a compiled function")
+end
+
+T.done()
