@@ -26,4 +26,19 @@ do
   T.is(select("#", echo(table.unpack(big))), 5000, "5000 arguments through a compiled function")
 end
 
+-- 2. A chain of 50,000 fused ops: fusion built each kernel's expression
+-- recursively, once per link, and overflowed the C stack.
+do
+  local chain = kiln.compile(function(x)
+    for _ = 1, 50000 do x = (x + 1):relu() end
+    return x
+  end)
+  local ok, r = pcall(chain, kiln.full({2}, -3))
+  T.ok(ok, "50,000 chained ops compile or fall back: " .. tostring(not ok and r or ""))
+  -- the first relu clamps -2 to 0, each later link adds 1
+  T.near(ok and r:tolist()[2] or 0/0, 49999, 0, "and compute the eager result")
+  T.ok(pcall(function() return #chain:source("c") end), "its source can be shown")
+  T.ok(#kiln.outline(chain) > 0, "and outlined")
+end
+
 T.done()
