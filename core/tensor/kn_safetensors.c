@@ -958,6 +958,9 @@ static kn_status save_prepare(const char *path, int n, const char *const *names,
         if (rank < 0)
             return kn_error(KN_ERR_DTYPE, "%s: tensor '%.80s' has a dtype safetensors cannot hold",
                             path, names[i]);
+        if (!tensors[i]->storage) /* a traced placeholder: shape and dtype, no bytes yet */
+            return kn_error(KN_ERR_ARG, "%s: tensor '%.80s' has no value yet (a traced tensor "
+                            "of a compiled function); save it after the call", path, names[i]);
         if (kn_device_kind_of(kn_tensor_device(tensors[i])) != KN_DEVICE_CPU)
             return kn_error(KN_ERR_DEVICE, "%s: tensor '%.80s' is on %s; copy it to the cpu "
                             "before saving", path, names[i],
