@@ -7,6 +7,7 @@
  * and kn_lua_autotune.c.
  */
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -680,7 +681,8 @@ static int l_log(lua_State *L)
 {
     int flags = KN_LOG_WARN;
     if (lua_istable(L, 1)) {
-        for (lua_Integer i = 1; i <= luaL_len(L, 1); i++) {
+        lua_Integer n = kn_lua_list_len(L, 1, 64, "kiln.log: names");
+        for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, 1, i);
             int f = parse_log_word(luaL_checkstring(L, -1));
             if (f < 0)
