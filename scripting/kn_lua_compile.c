@@ -15,6 +15,7 @@
 
 #include "kn_clock.h"
 #include "kn_capture.h"
+#include "kn_fs.h"
 #include "kn_lua_autotune.h"
 #include "kn_lua_compile.h"
 #include "kn_lua_compiled_ud.h"
@@ -541,7 +542,7 @@ static int cm_tostring(lua_State *L)
 static void name_from_source(const lua_Debug *ar, char *name, size_t nsize)
 {
     if (ar->source[0] != '@' || ar->linedefined <= 0) return;
-    FILE *fp = fopen(ar->source + 1, "r");
+    FILE *fp = kn_fopen_regular(ar->source + 1, NULL); /* a script read from a FIFO cannot be read twice */
     if (!fp) return;
     char line[512];
     for (int n = 1; fgets(line, sizeof line, fp); n++) {

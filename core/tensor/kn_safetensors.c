@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kn_fs.h"
 #include "kn_strbuf.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -817,7 +818,11 @@ static kn_status st_load(st_src *src, kn_st_file **out)
 kn_status kn_safetensors_load(const char *path, kn_st_file **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    bool not_regular;
+    FILE *f = kn_fopen_regular(path, &not_regular);
+    if (!f && not_regular)
+        return kn_error(KN_ERR_IO, "%s: not a regular file (a FIFO, device or directory cannot be "
+                        "read as safetensors)", path);
     if (!f) return kn_error(KN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
