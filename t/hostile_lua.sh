@@ -35,5 +35,38 @@ else
     fail "a cache entry was written" "$(ls -la "$tmp/cache")"
 fi
 
+# SIGTERM while the C compiler runs. The compiler is in its own process
+# group (Ctrl-C is kiln's), so it did not get the signal: it ran on as an
+# orphan and its kiln-jit-* folder stayed. $CC here is a wrapper that notes
+# its process group and takes its time, so the signal surely lands mid-compile.
+mkdir "$tmp/tmpdir" "$tmp/cache2"
+cat >"$tmp/slow_cc.sh" <<'CC'
+case "$1" in --version) exec cc "$@" ;; esac
+ps -o pgid= -p $$ | tr -d ' ' >"$SLOW_CC_PGID"
+sleep 60
+exec cc "$@"
+CC
+SLOW_CC_PGID="$tmp/cc.pgid" CC="sh $tmp/slow_cc.sh" TMPDIR="$tmp/tmpdir" KILN_CACHE_DIR="$tmp/cache2" \
+    "$KILN" -e 'local f = kiln.compile(function(x) return (x * 3 + 1):relu() end)
+print(f(kiln.ones({4})))' >"$tmp/slow.out" 2>&1 &
+kiln_pid=$!
+i=0
+while [ ! -s "$tmp/cc.pgid" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+pgid=$(cat "$tmp/cc.pgid" 2>/dev/null)
+if [ -n "$pgid" ]; then pass "the compiler started (group $pgid)"; else fail "the compiler started" "$(cat "$tmp/slow.out")"; fi
+jit_dirs_during=$(ls "$tmp/tmpdir" | grep -c '^kiln-jit-')
+is "$jit_dirs_during" 1 "one kiln-jit-* folder while it compiles"
+kill -TERM "$kiln_pid"
+wait "$kiln_pid"
+status=$?
+is "$status" 143 "kiln dies of the SIGTERM (status 128 + 15)"
+sleep 0.2
+left=""
+# (a zombie runs no more: its new parent reaps it in its own time)
+[ -n "$pgid" ] && left=$(ps -eo pgid=,pid=,stat=,args= | awk -v g="$pgid" '$1 == g && $3 !~ /^Z/')
+is "$left" "" "no process of the compiler's group is left"
+is "$(ls "$tmp/tmpdir" | grep -c '^kiln-jit-')" 0 "no kiln-jit-* folder is left"
+[ -n "$pgid" ] && kill -s KILL -- "-$pgid" 2>/dev/null
+
 echo "1..$n"
 [ "$failed" -eq 0 ]
