@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kn_autotune.h"
+#include "kn_fs.h"
 #include "kn_lua_autotune.h"
 #include "kn_lua_compiled_ud.h"
 #include "kn_lua_util.h"
@@ -119,10 +120,10 @@ static int cm_autotune_pin(lua_State *L)
 
 static int l_autotune_cache_path(lua_State *L)
 {
-    char path[1100];
+    char path[KN_CACHE_PATH_MAX];
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     lua_getfield(L, -1, "cache_dir");
-    kn_autotune_cache_path(lua_tostring(L, -1), path, sizeof path);
+    if (kn_autotune_cache_path(lua_tostring(L, -1), path, sizeof path) != KN_OK) return luaL_error(L, "%s", kn_last_error());
     lua_pushstring(L, path);
     return 1;
 }

@@ -11,6 +11,7 @@
 #include "kn_autotune.h"
 #include "kn_backend.h"
 #include "kn_clock.h"
+#include "kn_fs.h"
 #include "kn_lua_config.h"
 #include "kn_lua_state.h"
 #include "kn_lua_util.h"
@@ -138,7 +139,16 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
         lua_getfield(L, -3, "compiler");
         cm->opt.compiler = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_getfield(L, -4, "cache_dir");
-        snprintf(cm->opt.cache_dir, sizeof cm->opt.cache_dir, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+        size_t dir_len = 0;
+        const char *dir = lua_isstring(L, -1) ? lua_tolstring(L, -1, &dir_len) : "";
+        /* a cut or NUL-shortened dir would put the entries somewhere else */
+        if (dir_len > KN_CACHE_DIR_MAX)
+            luaL_error(L, "kiln.config.cache_dir is %d bytes long; kiln supports at most %d", (int)dir_len,
+                       KN_CACHE_DIR_MAX);
+        if (strlen(dir) != dir_len)
+            luaL_error(L, "kiln.config.cache_dir contains a NUL byte (at byte %d): not a valid path",
+                       (int)strlen(dir) + 1);
+        memcpy(cm->opt.cache_dir, dir, dir_len + 1);
         lua_getfield(L, -5, "check_numerics");
         cm->opt.check_numerics = lua_toboolean(L, -1);
         lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */

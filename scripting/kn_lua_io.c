@@ -32,10 +32,23 @@ static int box_gc(lua_State *L)
     return 0;
 }
 
+/* The string at idx; an argument error when it has a NUL byte, which C
+ * would silently cut it at (a name, a key, a path). */
+static const char *whole_string(lua_State *L, int idx, int arg, const char *what)
+{
+    size_t len = 0;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (s && strlen(s) != len)
+        luaL_argerror(L, arg, lua_pushfstring(L, "%s '%s' contains a NUL byte (at byte %d)", what, s,
+                                              (int)strlen(s) + 1));
+    return s;
+}
+
 /* kiln.load_safetensors(path) -> {name = tensor}, {key = value} */
 static int l_load(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    luaL_checkstring(L, 1);
+    const char *path = whole_string(L, 1, 1, "path");
     st_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     b->f = NULL;
     luaL_setmetatable(L, KN_ST_FILE_MT);
@@ -71,7 +84,8 @@ static int count_pairs(lua_State *L, int idx)
 /* kiln.save_safetensors(path, {name = tensor, ...} [, {key = value, ...}]) */
 static int l_save(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    luaL_checkstring(L, 1);
+    const char *path = whole_string(L, 1, 1, "path");
     luaL_checktype(L, 2, LUA_TTABLE);
     int has_meta = !lua_isnoneornil(L, 3);
     if (has_meta) luaL_checktype(L, 3, LUA_TTABLE);
@@ -106,7 +120,7 @@ static int l_save(lua_State *L)
             lua_rawseti(L, hold, (lua_Integer)luaL_len(L, hold) + 1);
             t = c;
         }
-        names[i] = lua_tostring(L, -2); /* anchored by the argument table */
+        names[i] = whole_string(L, -2, 2, "tensor name"); /* anchored by the argument table */
         tensors[i++] = t;
         lua_pop(L, 1);
     }
@@ -120,10 +134,10 @@ static int l_save(lua_State *L)
             if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
                 return luaL_argerror(L, 3, lua_pushfstring(L, "metadata value of '%s' must be a string, got %s",
                                                            lua_tostring(L, -2), luaL_typename(L, -1)));
-            mk[i] = lua_tostring(L, -2);
+            mk[i] = whole_string(L, -2, 3, "metadata key");
             /* convert a copy: lua_tostring on the table's own value would change it */
             lua_pushvalue(L, -1);
-            mv[i++] = lua_tostring(L, -1);
+            mv[i++] = whole_string(L, -1, 3, "metadata value");
             lua_rawseti(L, hold, (lua_Integer)luaL_len(L, hold) + 1);
             lua_pop(L, 1);
         }

@@ -5,12 +5,33 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+kn_status kn_cache_dir_check(const char *dir)
+{
+    size_t len = strlen(dir);
+    if (len > KN_CACHE_DIR_MAX)
+        return kn_error(KN_ERR_ARG, "cache dir '%.60s...' is %zu bytes long; kiln supports at most %d", dir, len,
+                        KN_CACHE_DIR_MAX);
+    return KN_OK;
+}
+
+kn_status kn_cache_file_path(char *buf, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(buf, size, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= size) {
+        if (size) buf[0] = 0;
+        return kn_error(KN_ERR_ARG, "cache file path '%.60s.../%s' is %d bytes long; kiln supports at most %zu",
+                        dir, name, n, size ? size - 1 : 0);
+    }
+    return KN_OK;
+}
+
 bool kn_make_dirs(const char *path)
 {
-    char p[1024];
+    char p[KN_CACHE_PATH_MAX];
     if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
         errno = ENAMETOOLONG;
         return false;

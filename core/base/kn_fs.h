@@ -4,7 +4,26 @@
 #define KN_FS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
+
+#include "kn_status.h"
+
+/* The longest cache directory kiln takes (bytes, without the NUL), and a
+ * size that holds any file path kiln builds in it. Every buffer that holds
+ * such a path is KN_CACHE_PATH_MAX long, and a longer dir is refused with
+ * an error rather than cut short (a cut path would put the entries
+ * somewhere else than the configured dir). */
+#define KN_CACHE_DIR_MAX 1024
+#define KN_CACHE_PATH_MAX (KN_CACHE_DIR_MAX + 128)
+
+/* KN_ERR_ARG naming the dir and the limit when dir is longer than
+ * KN_CACHE_DIR_MAX; else KN_OK. */
+kn_status kn_cache_dir_check(const char *dir);
+
+/* "dir/name" into buf; KN_ERR_ARG naming the path and the limit when it
+ * does not fit in size bytes (buf then holds ""). */
+kn_status kn_cache_file_path(char *buf, size_t size, const char *dir, const char *name);
 
 /* mkdir -p path; false with errno set on failure (ENOTDIR when a part of
  * the path is a file). */

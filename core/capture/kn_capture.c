@@ -690,8 +690,9 @@ static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
     for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++)
         skipped += p->tune.result[k].source == KN_TUNED_SKIPPED;
     if (s->interrupted || s->out_of_budget) {
-        char path[1100];
-        kn_autotune_cache_path(cm->opt.cache_dir, path, sizeof path);
+        char path[KN_CACHE_PATH_MAX];
+        if (kn_autotune_cache_path(cm->opt.cache_dir, path, sizeof path) != KN_OK)
+            snprintf(path, sizeof path, "the process (the cache dir is too long)");
         kn_compiled_log(cm, KN_LOG_WARN,
                         "kiln: %s (%s): autotuning %s: %d kernels measured and saved in %s, %d keep their defaults\n",
                         cm->id.name, cm->id.where,

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 
+#include "kn_fs.h"
 #include "kn_graph.h"
 #include "kn_lazy.h"
 #include "kn_plan.h"
@@ -141,7 +142,7 @@ struct kn_compiled {
         bool check_numerics;    /* compare every compiled run with the reference */
         int dynamic;            /* -1: automatic (a dim that changed once), 0: never, 1: every dim */
         int pass_flags;         /* KN_PASSES_* and KN_PLAN_* (kn_passes.h) */
-        char cache_dir[512];    /* the persistent kernel cache */
+        char cache_dir[KN_CACHE_DIR_MAX + 1]; /* the persistent kernel cache (kiln.config.cache_dir) */
     } opt;
     /* what earlier calls traced: per graph of a call its compiled versions,
      * and the breaks and recompiles met on the way, for explain() */

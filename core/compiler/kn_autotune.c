@@ -3,10 +3,12 @@
 #include "kn_autotune.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "kn_fs.h"
@@ -74,12 +76,19 @@ typedef struct dev_line {
 } dev_line;
 
 static struct {
-    char dir[1024];   /* the cache dir the entries belong to */
+    char *dir;        /* the cache dir the entries belong to (NULL: none loaded) */
     bool loaded;
     kn_tune_entry *e;
     int n, cap;
     dev_line *devs;
     int n_devs;
+    /* what this process put: a save merges these into the file as it is
+     * then, so that processes sharing the dir keep each other's entries */
+    kn_tune_entry *mine;
+    int n_mine, cap_mine;
+    /* entries reported unusable (kn_autotune_cache_reject): not found again */
+    kn_tune_entry *rejected;
+    int n_rejected, cap_rejected;
 } g_cache;
 
 static kn_autotune_notice_fn g_notice;
@@ -103,15 +112,24 @@ static void notice(const char *fmt, ...)
     else fprintf(stderr, "%s\n", msg);
 }
 
-void kn_autotune_cache_path(const char *cache_dir, char *buf, size_t size)
+kn_status kn_autotune_cache_path(const char *cache_dir, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s/%s", cache_dir && *cache_dir ? cache_dir : ".", CACHE_FILE);
+    const char *dir = cache_dir && *cache_dir ? cache_dir : ".";
+    kn_status st = kn_cache_dir_check(dir);
+    if (st != KN_OK) {
+        if (size) buf[0] = 0;
+        return st;
+    }
+    return kn_cache_file_path(buf, size, dir, CACHE_FILE);
 }
 
 void kn_autotune_cache_reset(void)
 {
+    free(g_cache.dir);
     free(g_cache.e);
     free(g_cache.devs);
+    free(g_cache.mine);
+    free(g_cache.rejected);
     memset(&g_cache, 0, sizeof g_cache);
 }
 
@@ -130,22 +148,28 @@ static bool copy_field(char *dst, size_t size, const char *src)
     return true;
 }
 
-static kn_status add_entry(const kn_tune_entry *e)
+/* Add or replace (same device and signature) e in the list *list. */
+static kn_status list_put(kn_tune_entry **list, int *n, int *cap, const kn_tune_entry *e)
 {
-    for (int i = 0; i < g_cache.n; i++)
-        if (strcmp(g_cache.e[i].dev, e->dev) == 0 && strcmp(g_cache.e[i].sig, e->sig) == 0) {
-            g_cache.e[i] = *e;
+    for (int i = 0; i < *n; i++)
+        if (strcmp((*list)[i].dev, e->dev) == 0 && strcmp((*list)[i].sig, e->sig) == 0) {
+            (*list)[i] = *e;
             return KN_OK;
         }
-    if (g_cache.n == g_cache.cap) {
-        int cap = g_cache.cap ? g_cache.cap * 2 : 64;
-        kn_tune_entry *n = realloc(g_cache.e, sizeof *n * (size_t)cap);
-        if (!n) return kn_error(KN_ERR_OOM, "out of host memory for the autotune cache");
-        g_cache.e = n;
-        g_cache.cap = cap;
+    if (*n == *cap) {
+        int new_cap = *cap ? *cap * 2 : 64;
+        kn_tune_entry *grown = realloc(*list, sizeof *grown * (size_t)new_cap);
+        if (!grown) return kn_error(KN_ERR_OOM, "out of host memory for the autotune cache");
+        *list = grown;
+        *cap = new_cap;
     }
-    g_cache.e[g_cache.n++] = *e;
+    (*list)[(*n)++] = *e;
     return KN_OK;
+}
+
+static kn_status add_entry(const kn_tune_entry *e)
+{
+    return list_put(&g_cache.e, &g_cache.n, &g_cache.cap, e);
 }
 
 static void add_dev(const char *key, const char *text)
@@ -213,16 +237,10 @@ static bool parse_line(char *line, kn_tune_entry *e, char *why, size_t size)
     return true;
 }
 
-static void cache_load(const char *cache_dir)
+/* Read the file at path into g_cache (adding to what is there); a file
+ * that does not parse is reported and none of its entries are kept. */
+static void load_file(const char *path)
 {
-    const char *dir = cache_dir ? cache_dir : "";
-    if (g_cache.loaded && strcmp(g_cache.dir, dir) == 0) return;
-    kn_autotune_cache_reset();
-    g_cache.loaded = true;
-    snprintf(g_cache.dir, sizeof g_cache.dir, "%s", dir);
-    if (!*dir) return;
-    char path[1100];
-    kn_autotune_cache_path(dir, path, sizeof path);
     long size = 0;
     errno = 0;
     char *text = kn_read_file(path, MAX_CACHE_BYTES, &size);
@@ -231,6 +249,7 @@ static void cache_load(const char *cache_dir)
             notice("kiln: autotune cache %s cannot be read (%s); it is ignored", path, strerror(errno));
         return;
     }
+    int n_before = g_cache.n, n_devs_before = g_cache.n_devs;
     char why[160] = "";
     int lineno = 0;
     bool ok = strncmp(text, cache_magic, strlen(cache_magic)) == 0;
@@ -267,17 +286,50 @@ static void cache_load(const char *cache_dir)
     free(text);
     if (!ok) {
         notice("kiln: autotune cache %s is corrupt (%s); it is ignored and will be rewritten", path, why);
-        free(g_cache.e);
-        free(g_cache.devs);
-        g_cache.e = NULL;
-        g_cache.devs = NULL;
-        g_cache.n = g_cache.cap = g_cache.n_devs = 0;
+        g_cache.n = n_before;
+        g_cache.n_devs = n_devs_before;
     }
+}
+
+static void cache_load(const char *cache_dir)
+{
+    const char *dir = cache_dir ? cache_dir : "";
+    if (g_cache.loaded && strcmp(g_cache.dir ? g_cache.dir : "", dir) == 0) return;
+    kn_autotune_cache_reset();
+    g_cache.loaded = true;
+    if (!*dir) return;
+    g_cache.dir = strdup(dir); /* NULL (out of memory): an in-memory cache */
+    /* a dir too long for kiln's paths has no file: kn_autotune_cache_put says why */
+    char path[KN_CACHE_PATH_MAX];
+    if (kn_cache_dir_check(dir) != KN_OK || kn_autotune_cache_path(dir, path, sizeof path) != KN_OK) return;
+    load_file(path);
+}
+
+static int list_find(const kn_tune_entry *list, int n, const char *dev, const char *sig)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i].dev, dev) == 0 && strcmp(list[i].sig, sig) == 0) return i;
+    return -1;
+}
+
+void kn_autotune_cache_reject(const char *cache_dir, const kn_tune_entry *e, const char *why)
+{
+    cache_load(cache_dir);
+    if (list_find(g_cache.rejected, g_cache.n_rejected, e->dev, e->sig) >= 0) return;
+    /* out of memory: it may be reported again, which is harmless */
+    (void)list_put(&g_cache.rejected, &g_cache.n_rejected, &g_cache.cap_rejected, e);
+    char path[KN_CACHE_PATH_MAX];
+    if (kn_autotune_cache_path(cache_dir, path, sizeof path) != KN_OK || !cache_dir || !*cache_dir)
+        snprintf(path, sizeof path, "(this process's)");
+    notice("kiln: autotune cache %s: the entry for kernel %s (choice '%s') is invalid: %s; it is ignored and the "
+           "kernel is measured again",
+           path, e->name, e->choice, why);
 }
 
 bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *sig, kn_tune_entry *out)
 {
     cache_load(cache_dir);
+    if (list_find(g_cache.rejected, g_cache.n_rejected, dev, sig) >= 0) return false;
     for (int i = 0; i < g_cache.n; i++)
         if (strcmp(g_cache.e[i].dev, dev) == 0 && strcmp(g_cache.e[i].sig, sig) == 0) {
             *out = g_cache.e[i];
@@ -292,13 +344,9 @@ static void put_clean(FILE *f, const char *s)
     for (; *s; s++) fputc(*s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s, f);
 }
 
-static kn_status cache_save(void)
+static kn_status write_file(const char *path)
 {
-    if (!g_cache.dir[0]) return KN_OK;
-    if (!kn_make_dirs(g_cache.dir))
-        return kn_error(KN_ERR_IO, "autotune cache: cannot create %s: %s", g_cache.dir, strerror(errno));
-    char path[1100], tmp[1200];
-    kn_autotune_cache_path(g_cache.dir, path, sizeof path);
+    char tmp[KN_CACHE_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return kn_error(KN_ERR_IO, "autotune cache: cannot write %s: %s", tmp, strerror(errno));
@@ -328,6 +376,39 @@ static kn_status cache_save(void)
     return KN_OK;
 }
 
+/* Several processes may tune into one dir at once. Each save, under an
+ * exclusive lock on <file>.lock, reads the file as it is now, lays this
+ * process's own entries over it and replaces it (temporary, then rename):
+ * a save never drops an entry another process wrote in the meantime. */
+static kn_status cache_save(void)
+{
+    if (!g_cache.dir) return KN_OK;
+    KN_TRY(kn_cache_dir_check(g_cache.dir));
+    if (!kn_make_dirs(g_cache.dir))
+        return kn_error(KN_ERR_IO, "autotune cache: cannot create %s: %s", g_cache.dir, strerror(errno));
+    char path[KN_CACHE_PATH_MAX], lock_path[KN_CACHE_PATH_MAX + 8];
+    KN_TRY(kn_autotune_cache_path(g_cache.dir, path, sizeof path));
+    snprintf(lock_path, sizeof lock_path, "%s.lock", path);
+    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0)
+        return kn_error(KN_ERR_IO, "autotune cache: cannot open the lock file %s: %s", lock_path, strerror(errno));
+    while (flock(lock_fd, LOCK_EX) != 0)
+        if (errno != EINTR) {
+            int err = errno;
+            close(lock_fd);
+            return kn_error(KN_ERR_IO, "autotune cache: cannot lock %s: %s", lock_path, strerror(err));
+        }
+    /* the file as the other processes left it, then ours on top */
+    g_cache.n = 0;
+    load_file(path);
+    kn_status st = KN_OK;
+    for (int i = 0; i < g_cache.n_mine && st == KN_OK; i++) st = add_entry(&g_cache.mine[i]);
+    if (st == KN_OK) st = write_file(path);
+    flock(lock_fd, LOCK_UN);
+    close(lock_fd);
+    return st;
+}
+
 kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, const kn_tune_entry *e)
 {
     cache_load(cache_dir);
@@ -335,6 +416,9 @@ kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, con
     snprintf(text, sizeof text, "%s; kiln %s", identity, KILN_VERSION);
     add_dev(e->dev, text);
     KN_TRY(add_entry(e));
+    KN_TRY(list_put(&g_cache.mine, &g_cache.n_mine, &g_cache.cap_mine, e));
+    int bad = list_find(g_cache.rejected, g_cache.n_rejected, e->dev, e->sig);
+    if (bad >= 0) g_cache.rejected[bad] = g_cache.rejected[--g_cache.n_rejected]; /* a new choice replaces it */
     kn_status st = cache_save();
     /* said once per process: the choices still serve this process */
     static bool told;

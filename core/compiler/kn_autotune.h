@@ -95,12 +95,19 @@ void kn_autotune_hash_key(const char *text, char key[KN_TUNE_KEY]);
  * the process. Returns false when there is no entry. */
 bool kn_autotune_cache_find(const char *cache_dir, const char *dev, const char *sig, kn_tune_entry *out);
 /* Add or replace an entry, remembering identity for the file's device
- * line, and rewrite the file (atomically: a temporary, then rename). */
+ * line, and rewrite the file: under a lock on <file>.lock, the file as it
+ * is now with this process's entries laid over it, written to a temporary
+ * and renamed (processes tuning into one dir keep each other's entries). */
 kn_status kn_autotune_cache_put(const char *cache_dir, const char *identity, const kn_tune_entry *e);
+/* An entry found in the cache that cannot be used (a choice outside the
+ * search space, say): reported once, through the notice function, and not
+ * found again by this process until a new choice for its kernel is put. */
+void kn_autotune_cache_reject(const char *cache_dir, const kn_tune_entry *e, const char *why);
 /* Forget the process's copy (the next lookup reads the file again). */
 void kn_autotune_cache_reset(void);
-/* The cache file's path for cache_dir (buf) */
-void kn_autotune_cache_path(const char *cache_dir, char *buf, size_t size);
+/* The cache file's path for cache_dir (buf); KN_ERR_ARG when it does not
+ * fit (then buf is ""). */
+kn_status kn_autotune_cache_path(const char *cache_dir, char *buf, size_t size);
 
 /* Where a corrupt-file report goes (NULL: stderr). */
 typedef void (*kn_autotune_notice_fn)(const char *msg, void *ud);

@@ -128,7 +128,25 @@ kn_status kn_plan_parse_choice(const kn_plan *p, int kid, const char *choice, kn
     memset(cfg, 0, sizeof *cfg);
     *variant = 0;
     *unfused = false;
-    if (kn_plan_generated(k)) return kn_kconfig_parse(choice, cfg);
+    if (kn_plan_generated(k)) {
+        KN_TRY(kn_kconfig_parse(choice, cfg));
+        /* only what the search itself would measure: a cached or pinned
+         * layout outside it (an edited file's unroll=4096) could compile
+         * for minutes or run wrong, unmeasured */
+        kn_kconfig cands[KN_TUNE_MAX_CANDS];
+        int n = kn_kconfig_candidates(k, kn_plan_target(p), cands, KN_TUNE_MAX_CANDS);
+        char list[512] = "";
+        size_t used = 0;
+        for (int i = 0; i < n; i++) {
+            if (memcmp(&cands[i], cfg, sizeof *cfg) == 0) return KN_OK;
+            char text[KN_TUNE_CHOICE];
+            kn_kconfig_text(&cands[i], text, sizeof text);
+            if (used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", i ? ", " : "", text);
+        }
+        return kn_error(KN_ERR_ARG, "kernel %s: choice '%s' is not one of the layouts kiln searches for it on %s: %s",
+                        k->name, choice, kn_device_name(p->device), list);
+    }
     if (strcmp(choice, "default") == 0) return KN_OK;
     if (strcmp(choice, "unfused") == 0) {
         if (!p->epi.kernel || p->epi.kernel[kid].into < 0)
@@ -190,7 +208,10 @@ kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir)
         kn_kconfig cfg;
         int v;
         bool unfused;
-        if (kn_plan_parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) continue; /* an edited file: search again */
+        if (kn_plan_parse_choice(p, kid, e.choice, &cfg, &v, &unfused) != KN_OK) {
+            kn_autotune_cache_reject(cache_dir, &e, kn_last_error()); /* an edited file: search again */
+            continue;
+        }
         p->code.fusion.prog.kernels[kid].cfg = cfg;
         p->tune.variant[kid] = v;
         kn_plan_set_unfused(p, kid, unfused);

@@ -325,6 +325,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
             s->kernels_done++;
             return KN_OK; /* its outputs are the default's: valid */
         }
+        kn_autotune_cache_reject(s->cache_dir, &e, kn_last_error());
     }
     progress(s, k->name, false);
     tune_job j;

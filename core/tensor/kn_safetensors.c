@@ -949,6 +949,21 @@ static kn_status write_tensor(FILE *f, const kn_tensor *t, const char *tmp)
 }
 
 /* Check the arguments of a save and put the tensors in writing order. */
+/* The header is JSON, which kiln's loader (and every other) reads as UTF-8:
+ * a string that is not would be saved, then refused on load. */
+static kn_status check_utf8(const char *path, const char *what, const char *s)
+{
+    size_t len = strlen(s);
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
+        if (!k)
+            return kn_error(KN_ERR_ARG, "%s: %s '%.80s' is not valid UTF-8 (byte %zu is 0x%02x); safetensors "
+                            "names and metadata are UTF-8 text", path, what, s, i + 1, (unsigned char)s[i]);
+        i += k;
+    }
+    return KN_OK;
+}
+
 static kn_status save_prepare(const char *path, int n, const char *const *names,
                               kn_tensor *const *tensors, int n_meta, const char *const *mk,
                               const char *const *mv, st_item *items, st_item *meta)
@@ -956,6 +971,7 @@ static kn_status save_prepare(const char *path, int n, const char *const *names,
     for (int i = 0; i < n; i++) {
         if (!names[i] || !tensors[i])
             return kn_error(KN_ERR_ARG, "%s: tensor %d has no name or no tensor", path, i + 1);
+        KN_TRY(check_utf8(path, "tensor name", names[i]));
         if (strcmp(names[i], "__metadata__") == 0)
             return kn_error(KN_ERR_ARG, "%s: '__metadata__' is reserved and cannot name a tensor",
                             path);
@@ -975,6 +991,8 @@ static kn_status save_prepare(const char *path, int n, const char *const *names,
     for (int i = 0; i < n_meta; i++) {
         if (!mk[i] || !mv[i])
             return kn_error(KN_ERR_ARG, "%s: metadata pair %d has no key or no value", path, i + 1);
+        KN_TRY(check_utf8(path, "metadata key", mk[i]));
+        KN_TRY(check_utf8(path, "metadata value", mv[i]));
         meta[i] = (st_item){mk[i], 0, i};
     }
     KN_TRY(sort_unique(items, n, path, "tensor name"));

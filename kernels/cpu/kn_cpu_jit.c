@@ -461,9 +461,9 @@ static const char *entry_verify(const char *buf, long size, uint64_t key, const 
 static bool entry_write(const char *dir, const char *path, uint64_t key, const char *src,
                         const char *id, const char *so, long so_len)
 {
-    char tmp[1200];
+    char tmp[KN_CACHE_PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s/.tmp-%016llx-XXXXXX", dir, (unsigned long long)key);
-    int fd = mkstemp(tmp);
+    int fd = mkstemp(tmp); /* the dir was checked (kn_cache_dir_check): tmp is whole */
     if (fd < 0) return false;
     entry_header h;
     memset(&h, 0, sizeof h);
@@ -486,12 +486,13 @@ static bool entry_write(const char *dir, const char *path, uint64_t key, const c
  * (falling back to $TMPDIR), open it, unlink it. */
 static void *load_bytes(const char *dir, const char *so, size_t len, char *err, size_t errsize)
 {
-    char path[1200];
+    char path[KN_CACHE_PATH_MAX];
     const char *tmpdir = getenv("TMPDIR");
     const char *dirs[2] = {dir, tmpdir && *tmpdir ? tmpdir : "/tmp"};
     for (int i = 0; i < 2; i++) {
         if (!dirs[i]) continue;
-        snprintf(path, sizeof path, "%s/.load-XXXXXX", dirs[i]);
+        /* a cut template has no XXXXXX: mkstemp then fails instead of writing elsewhere */
+        if (kn_cache_file_path(path, sizeof path, dirs[i], ".load-XXXXXX") != KN_OK) continue;
         int fd = mkstemp(path);
         if (fd < 0) continue;
         bool ok = write_all(fd, so, len);
@@ -548,15 +549,20 @@ kn_status kn_jit_compile(const char *src, const char *cache_dir, kn_jit_lib **ou
                         getenv("CC") && *getenv("CC") ? getenv("CC") : "cc");
     const char *id = kn_jit_compiler_id();
     uint64_t key = jit_key(src, id);
-    char path[1200] = "";
+    char path[KN_CACHE_PATH_MAX] = "";
     bool use_cache = cache_dir && *cache_dir;
+    if (use_cache) KN_TRY(kn_cache_dir_check(cache_dir));
     if (use_cache && !kn_make_dirs(cache_dir)) {
         STAT_ADD(cache_errors, 1);
         notice("kiln cache: cannot create cache directory '%s' (%s); compiling without the "
                "persistent cache", cache_dir, strerror(errno));
         use_cache = false;
     }
-    if (use_cache) snprintf(path, sizeof path, "%s/c-%016llx.kjit", cache_dir, (unsigned long long)key);
+    if (use_cache) {
+        char name[64];
+        snprintf(name, sizeof name, "c-%016llx.kjit", (unsigned long long)key);
+        KN_TRY(kn_cache_file_path(path, sizeof path, cache_dir, name));
+    }
 
     kn_jit_lib *lib = calloc(1, sizeof *lib);
     if (!lib) return kn_error(KN_ERR_OOM, "jit: out of memory");

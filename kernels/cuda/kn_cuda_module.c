@@ -63,7 +63,10 @@ static const char entry_magic[8] = {'K', 'N', 'C', 'U', 'B', 'I', 'N', 1};
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static kn_cuda_module *buckets[N_BUCKETS];
 static kn_cuda_module_stats stats;
-static char cache_dir_buf[1024];
+/* one byte more than a dir may have: a longer one is kept cut to
+ * KN_CACHE_DIR_MAX + 1 bytes, which kn_cache_dir_check then refuses
+ * (instead of using the cut path) */
+static char cache_dir_buf[KN_CACHE_DIR_MAX + 2];
 static bool cache_dir_set, warned_write;
 
 /* ---- the cache directory ---- */
@@ -141,8 +144,8 @@ static const char *entry_verify(const char *buf, long size, uint64_t key, const 
 static bool entry_write(const char *dir, const char *path, uint64_t key, const char *arch, const char *src,
                         const char *image, size_t image_len)
 {
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s/.tmp-cuda-%016llx-XXXXXX", dir, (unsigned long long)key);
+    char tmp[KN_CACHE_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-cuda-%016llx-XXXXXX", dir, (unsigned long long)key); /* dir was checked */
     int fd = mkstemp(tmp);
     if (fd < 0) return false;
     FILE *f = fdopen(fd, "wb");
@@ -251,9 +254,19 @@ kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_mod
     }
     mod->key = key;
     mod->src = copy;
-    char path[1200] = "";
+    char path[KN_CACHE_PATH_MAX] = "";
     bool use_disk = cache_dir && *cache_dir;
-    if (use_disk) snprintf(path, sizeof path, "%s/cuda-%016llx.cubin", cache_dir, (unsigned long long)key);
+    if (use_disk) {
+        char name[64];
+        snprintf(name, sizeof name, "cuda-%016llx.cubin", (unsigned long long)key);
+        kn_status st = kn_cache_dir_check(cache_dir);
+        if (st == KN_OK) st = kn_cache_file_path(path, sizeof path, cache_dir, name);
+        if (st != KN_OK) {
+            free(copy);
+            free(mod);
+            return st;
+        }
+    }
     bool from_disk = use_disk && disk_load(path, key, arch, src, &mod->lib);
     if (!from_disk) {
         char *image = NULL;
