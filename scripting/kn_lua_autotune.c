@@ -4,6 +4,7 @@
  * kiln.config (kn_lua_config.c). The search itself is
  * core/compiler/kn_plan_tune.c; scripting/lua/45_autotune.lua builds
  * kiln.autotune and the :autotune command on these. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,7 @@ static int cm_autotune_pin(lua_State *L)
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
     const char *choice = luaL_checkstring(L, 3);
-    int want = lua_isinteger(L, 2) ? kn_lua_int_arg(L, 2, "cm:autotune_pin: kernel index") : -1;
+    int want = lua_isinteger(L, 2) ? (int)kn_lua_int_in(L, 2, 0, INT_MAX, "autotune: kernel index") : -1;
     const char *name = want < 0 ? luaL_checkstring(L, 2) : NULL;
     int index = 0, found_graph = -1, found_k = -1, matches = 0;
     for (int g = 0; g < cm->cache.n_graphs; g++) {

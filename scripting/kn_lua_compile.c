@@ -7,6 +7,7 @@
  * and kn_lua_autotune.c.
  */
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include "kn_clock.h"
 #include "kn_capture.h"
+#include "kn_fs.h"
 #include "kn_lua_autotune.h"
 #include "kn_lua_compile.h"
 #include "kn_lua_compiled_ud.h"
@@ -372,6 +374,11 @@ static int cm_call(lua_State *L)
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
     int nargs = lua_gettop(L) - 1;
+    /* every path below pushes a copy of each argument (and a placeholder
+     * per tensor) on top of the originals: room for twice the arguments
+     * plus the few slots of our own, or a clear error, never a write past
+     * the stack */
+    luaL_checkstack(L, nargs + 16, "compiled function: too many arguments");
     lua_getiuservalue(L, 1, 1);
     int uv = lua_gettop(L);
     lua_getfield(L, uv, "fn");
@@ -535,7 +542,7 @@ static int cm_tostring(lua_State *L)
 static void name_from_source(const lua_Debug *ar, char *name, size_t nsize)
 {
     if (ar->source[0] != '@' || ar->linedefined <= 0) return;
-    FILE *fp = fopen(ar->source + 1, "r");
+    FILE *fp = kn_fopen_regular(ar->source + 1, NULL); /* a script read from a FIFO cannot be read twice */
     if (!fp) return;
     char line[512];
     for (int n = 1; fgets(line, sizeof line, fp); n++) {
@@ -689,7 +696,8 @@ static int l_log(lua_State *L)
 {
     int flags = KN_LOG_WARN;
     if (lua_istable(L, 1)) {
-        for (lua_Integer i = 1; i <= luaL_len(L, 1); i++) {
+        lua_Integer n = kn_lua_list_len(L, 1, 64, "kiln.log: names");
+        for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, 1, i);
             int f = parse_log_word(luaL_checkstring(L, -1));
             if (f < 0)

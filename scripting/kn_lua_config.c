@@ -1,5 +1,6 @@
 /* kn_lua_config: kiln.config and how its switches reach core (see
  * kn_lua_config.h). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "kn_fs.h"
 #include "kn_lua_config.h"
 #include "kn_lua_state.h"
+#include "kn_lua_util.h"
 #include "kn_passes.h"
 #ifdef KILN_HAVE_CUDA
 #include "cuda/kn_cuda.h"
@@ -130,7 +132,8 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "cache_size_limit");
-        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0) cm->opt.cache_size_limit = (int)lua_tointeger(L, -1);
+        if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0)
+            cm->opt.cache_size_limit = (int)kn_lua_int_in(L, -1, 0, INT_MAX, "kiln.config.cache_size_limit");
         lua_getfield(L, -2, "error_on_recompile");
         cm->opt.error_on_recompile = lua_toboolean(L, -1);
         lua_getfield(L, -3, "compiler");
@@ -149,7 +152,7 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
         lua_getfield(L, -5, "check_numerics");
         cm->opt.check_numerics = lua_toboolean(L, -1);
         lua_getfield(L, -6, "fault_kernel"); /* testing the checker: corrupt this kernel's output */
-        cm->check.fault_kernel = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+        cm->check.fault_kernel = lua_isinteger(L, -1) ? (int)kn_lua_int_in(L, -1, -1, INT_MAX, "kiln.config.fault_kernel") : -1;
         lua_getfield(L, -7, "fold_epilogues");
         fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_pop(L, 7);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kn_lua_io.h"
+#include "kn_lua_trace.h"
 #include "kn_lua_tensor_ud.h"
 #include "kn_lua_util.h"
 #include "kn_safetensors.h"
@@ -109,6 +110,8 @@ static int l_save(lua_State *L)
         if (!t)
             return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is a %s, not a tensor",
                                                        lua_tostring(L, -2), luaL_typename(L, -1)));
+        /* a traced tensor inside a compiled function: a graph break gives it its value */
+        t = kn_lua_need_value(L, t, "kiln.save_safetensors");
         if (kn_tensor_device(t) != KN_CPU) {
             kn_tensor *c;
             kn_status st = kn_tensor_to_device(t, KN_CPU, &c);

@@ -6,6 +6,7 @@
  * numbers given where a tensor is expected become 0-dim tensors of the other
  * operand's dtype (ints stay ints only for integer numbers), as PyTorch.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -235,8 +236,9 @@ static void read_dims(lua_State *L, int idx, kn_opcall *c)
 {
     if (lua_isnoneornil(L, idx)) return;
     if (lua_istable(L, idx)) {
-        int n = (int)luaL_len(L, idx);
-        if (n > KN_MAX_DIMS) luaL_error(L, "%s: too many dims (%d)", kn_op_name(c->op), n);
+        char what[64];
+        snprintf(what, sizeof what, "%s: dims", kn_op_name(c->op));
+        int n = (int)kn_lua_list_len(L, idx, KN_MAX_DIMS, what);
         for (int i = 0; i < n; i++) {
             lua_geti(L, idx, i + 1);
             c->a.dims[i] = kn_lua_dim(L, lua_gettop(L), kn_op_name(c->op));
@@ -273,7 +275,11 @@ static void read_reduce_opts(lua_State *L, int idx, kn_opcall *c)
     }
     if (!lua_istable(L, idx)) return;
     if (lua_getfield(L, idx, "keepdim") != LUA_TNIL) c->a.keepdim = lua_toboolean(L, -1);
-    if (lua_getfield(L, idx, "correction") != LUA_TNIL) c->a.correction = kn_lua_int_arg(L, -1, "correction");
+    if (lua_getfield(L, idx, "correction") != LUA_TNIL) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: correction", kn_op_name(c->op));
+        c->a.correction = (int)kn_lua_int_in(L, -1, INT_MIN, INT_MAX, what);
+    }
     if (lua_getfield(L, idx, "unbiased") != LUA_TNIL) c->a.correction = lua_toboolean(L, -1);
     lua_pop(L, 3);
 }
@@ -423,7 +429,7 @@ static void window_attr(lua_State *L, int idx, kn_opcall *c, const char *name)
         if (!lua_isnoneornil(L, idx)) {
             char what[64];
             snprintf(what, sizeof what, "%s: groups", op);
-            c->a.groups = kn_lua_int_arg(L, idx, what);
+            c->a.groups = (int)kn_lua_int_in(L, idx, 1, INT_MAX, what);
         }
     } else if (strcmp(name, "ceil_mode") == 0) {
         c->a.ceil_mode = lua_toboolean(L, idx);
@@ -506,7 +512,8 @@ static int l_adaptive_avg_pool2d(lua_State *L)
 static int l_cat(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
-    int n = (int)luaL_len(L, 1);
+    /* a list longer than this is not a list of tensors in memory */
+    int n = (int)kn_lua_list_len(L, 1, INT_MAX / 2, "cat: tensors");
     if (n == 0) return luaL_error(L, "cat: expected a non-empty list of tensors");
     int d = lua_isnoneornil(L, 2) ? 0 : kn_lua_dim(L, 2, "cat");
     /* the list is copied to a scratch table so partial results can replace entries */

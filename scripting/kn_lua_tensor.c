@@ -193,7 +193,7 @@ static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *
         return;
     }
     if (depth >= KN_MAX_DIMS) luaL_error(L, "tensor: more than %d nested levels", KN_MAX_DIMS);
-    int64_t n = (int64_t)luaL_len(L, idx);
+    int64_t n = kn_lua_list_len(L, idx, INT32_MAX, "tensor: nested table");
     if (*ndim >= 0 && depth >= *ndim) luaL_error(L, "tensor: nested table is ragged at depth %d", depth + 1);
     if (shape[depth] < 0) shape[depth] = n;
     else if (shape[depth] != n)
@@ -211,9 +211,16 @@ static void nested_shape(lua_State *L, int idx, int depth, int64_t *shape, int *
     }
 }
 
-static void nested_fill(lua_State *L, int idx, kn_dtype dt, char **p)
+/* Write the values. The walk follows the shape nested_shape found, and
+ * checks each table against it again: a __len or __index that answers
+ * differently the second time must not write past the tensor. */
+static void nested_fill(lua_State *L, int idx, int depth, int ndim, const int64_t *shape, kn_dtype dt,
+                        char **p)
 {
-    if (lua_type(L, idx) != LUA_TTABLE) {
+    if (depth == ndim) {
+        if (lua_type(L, idx) != LUA_TNUMBER && !lua_isboolean(L, idx))
+            luaL_error(L, "tensor: expected a number or boolean at depth %d, found %s (the table changed "
+                       "while it was read)", depth + 1, luaL_typename(L, idx));
         double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
         bool exact_i64 = dt == KN_I64 && lua_isinteger(L, idx);
         if (!exact_i64) {
@@ -230,10 +237,13 @@ static void nested_fill(lua_State *L, int idx, kn_dtype dt, char **p)
         *p += kn_dtype_size(dt);
         return;
     }
-    int64_t n = (int64_t)luaL_len(L, idx);
-    for (int64_t i = 1; i <= n; i++) {
+    if (lua_type(L, idx) != LUA_TTABLE ||
+        kn_lua_list_len(L, idx, INT32_MAX, "tensor: nested table") != shape[depth])
+        luaL_error(L, "tensor: nested table at depth %d changed while it was read (expected %d entries)",
+                   depth + 1, (int)shape[depth]);
+    for (int64_t i = 1; i <= shape[depth]; i++) {
         lua_geti(L, idx, i);
-        nested_fill(L, lua_gettop(L), dt, p);
+        nested_fill(L, lua_gettop(L), depth + 1, ndim, shape, dt, p);
         lua_pop(L, 1);
     }
 }
@@ -257,7 +267,7 @@ static int l_tensor(lua_State *L)
     if (st != KN_OK) return kn_lua_fail(L, st);
     kn_lua_pushtensor(L, t); /* owned by Lua now, so an error below cannot leak it */
     char *p = t->storage->data;
-    nested_fill(L, 1, dt, &p);
+    nested_fill(L, 1, 0, ndim, shape, dt, &p);
     if (dev != KN_CPU) {
         kn_tensor *d;
         st = kn_tensor_to_device(t, dev, &d);
@@ -775,7 +785,7 @@ static int m_slice(lua_State *L)
     lua_Integer step = luaL_optinteger(L, 5, 1);
     if (start == 0 || stop == 0)
         return luaL_error(L, "slice: indices are 1-based (1 is the first, -1 the last), got 0");
-    if (step < 1) return luaL_error(L, "slice: step must be positive, got %d", (int)step);
+    if (step < 1) return luaL_error(L, "slice: step must be positive, got %I", step);
     int64_t s0 = lua_index(start, n), s1 = lua_index(stop, n) + 1;
     if (s0 < 0) s0 = 0;
     if (s0 > n) s0 = n;
@@ -795,33 +805,34 @@ static int m_split(lua_State *L)
     int64_t n = t->shape[nd];
     int top = lua_gettop(L);
     if (lua_istable(L, 2)) {
-        int k = (int)luaL_len(L, 2);
-        int64_t total = 0;
-        for (int i = 1; i <= k; i++) {
-            lua_geti(L, 2, i);
-            int isnum;
-            lua_Integer sz = lua_tointegerx(L, -1, &isnum);
-            lua_pop(L, 1);
-            if (!isnum || sz < 0) return luaL_error(L, "split: size %d must be an integer >= 0", i);
-            total += sz;
-        }
-        if (total != n)
-            return luaL_error(L, "split: sizes add up to %d but dim %d has size %d", (int)total,
-                              nd + 1, (int)n);
-        luaL_checkstack(L, k, "split");
-        int64_t pos = 0;
-        for (int i = 1; i <= k; i++) {
-            lua_geti(L, 2, i);
-            int64_t sz = lua_tointeger(L, -1);
-            lua_pop(L, 1);
-            slice_to(L, t, nd, pos, pos + sz, 1);
-            pos += sz;
+        int k = (int)kn_lua_list_len(L, 2, INT32_MAX, "split: sizes");
+        /* the running total stays <= n, so 2^62-sized entries cannot wrap it
+         * (four of them once added up to 0); the second pass checks again
+         * because __index may answer differently */
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1) luaL_checkstack(L, k, "split: too many pieces");
+            int64_t pos = 0;
+            for (int i = 1; i <= k; i++) {
+                lua_geti(L, 2, i);
+                int isnum;
+                lua_Integer sz = lua_tointegerx(L, -1, &isnum);
+                lua_pop(L, 1);
+                if (!isnum || sz < 0) return luaL_error(L, "split: size %d must be an integer >= 0", i);
+                if (sz > n - pos)
+                    return luaL_error(L, "split: sizes add up to more than dim %d's size %I (at size %d: %I)",
+                                      nd + 1, (lua_Integer)n, i, sz);
+                if (pass == 1) slice_to(L, t, nd, pos, pos + sz, 1);
+                pos += sz;
+            }
+            if (pos != n)
+                return luaL_error(L, "split: sizes add up to %I but dim %d has size %I", (lua_Integer)pos,
+                                  nd + 1, (lua_Integer)n);
         }
         return lua_gettop(L) - top;
     }
     lua_Integer size = luaL_checkinteger(L, 2);
-    if (size <= 0) return luaL_error(L, "split: size must be positive, got %d", (int)size);
-    if (n / size > 10000) return luaL_error(L, "split: %d pieces are too many", (int)(n / size));
+    if (size <= 0) return luaL_error(L, "split: size must be positive, got %I", size);
+    if (n / size > 10000) return luaL_error(L, "split: %I pieces are too many", (lua_Integer)(n / size));
     int64_t pos = 0;
     do {
         luaL_checkstack(L, 1, "split");

@@ -130,6 +130,8 @@ static int l_time_calls(lua_State *L)
     lua_setmetatable(L, -2);
     int ud = lua_gettop(L);
     if (!u->ev) return luaL_error(L, "out of host memory for %d events", (int)n + 1);
+    /* each call pushes fn and a copy of every argument */
+    luaL_checkstack(L, nargs + 8, "time_calls: too many arguments");
     for (; u->n <= n; u->n++) {
         kn_status st = dc->be->event_create(dc, &u->ev[u->n]);
         if (st != KN_OK) return kn_lua_fail(L, st);

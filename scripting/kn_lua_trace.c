@@ -240,11 +240,13 @@ kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method)
 {
     if (!t->lazy) return t;
     if (!t->lazy->value) {
+        /* a method name ("item") is the tensor's; a dotted one ("kiln.save_safetensors") is whole */
+        const char *owner = strchr(method, '.') ? "" : "Tensor.";
         kn_capture *cap = kn_lua_state_get(L)->cap;
         if (!cap || t->lazy->cap != cap)
-            luaL_error(L, "Tensor.%s: this traced tensor has no value (its compiled call failed)", method);
+            luaL_error(L, "%s%s: this traced tensor has no value (its compiled call failed)", owner, method);
         char reason[256];
-        snprintf(reason, sizeof reason, "Tensor.%s needs the value of a traced tensor", method);
+        snprintf(reason, sizeof reason, "%s%s needs the value of a traced tensor", owner, method);
         const char *hint = strcmp(method, "__lt") == 0 || strcmp(method, "__le") == 0
                                ? "keep the branch inside the graph with kiln.where, or move it out of the compiled function"
                                : "keep the computation in tensor ops, or move the read out of the compiled function";

@@ -50,6 +50,30 @@ void kn_lua_where_str(lua_State *L, char *buf, size_t size)
 
 /* ---- arguments --------------------------------------------------------- */
 
+int64_t kn_lua_list_len(lua_State *L, int idx, int64_t max, const char *what)
+{
+    lua_Integer n = luaL_len(L, idx); /* raises if __len gives a non-integer */
+    if (n < 0 || n > max)
+        return luaL_error(L, "%s: list length must be in 0..%I, got %I (from its __len)", what,
+                          (lua_Integer)max, n);
+    return n;
+}
+
+int64_t kn_lua_int_in(lua_State *L, int idx, int64_t lo, int64_t hi, const char *what)
+{
+    int isnum;
+    lua_Integer v = lua_tointegerx(L, idx, &isnum);
+    if (!isnum) {
+        if (lua_type(L, idx) == LUA_TNUMBER)
+            return luaL_error(L, "%s: expected an integer, got %f", what, lua_tonumber(L, idx));
+        return luaL_error(L, "%s: expected an integer, got %s", what, luaL_typename(L, idx));
+    }
+    if (v < lo || v > hi)
+        return luaL_error(L, "%s: expected an integer in %I..%I, got %I", what, (lua_Integer)lo,
+                          (lua_Integer)hi, v);
+    return v;
+}
+
 int kn_lua_dim(lua_State *L, int idx, const char *what)
 {
     lua_Integer d = luaL_checkinteger(L, idx);
@@ -64,23 +88,13 @@ int kn_lua_dim(lua_State *L, int idx, const char *what)
     return (int)(d > 0 ? d - 1 : d); /* core normalizes negatives */
 }
 
-int kn_lua_int_arg(lua_State *L, int idx, const char *what)
-{
-    lua_Integer v = luaL_checkinteger(L, idx);
-    /* refused, not cast: (int)(2^32 + 1) is 1, a silently different value */
-    if (v < INT_MIN || v > INT_MAX)
-        return luaL_error(L, "%s must be an integer in [%d, %d], got %I", what, INT_MIN, INT_MAX,
-                          (LUAI_UACINT)v);
-    return (int)v;
-}
-
 int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what)
 {
     int n = 0;
     if (lua_istable(L, idx)) {
-        n = (int)luaL_len(L, idx);
-        if (n > KN_MAX_DIMS)
-            return luaL_error(L, "%s: a shape has at most %d dims, got %d", what, KN_MAX_DIMS, n);
+        char list_what[96];
+        snprintf(list_what, sizeof list_what, "%s: shape", what);
+        n = (int)kn_lua_list_len(L, idx, KN_MAX_DIMS, list_what);
         for (int i = 0; i < n; i++) {
             lua_geti(L, idx, i + 1);
             int isnum;

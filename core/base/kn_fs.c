@@ -2,10 +2,12 @@
 #include "kn_fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 kn_status kn_cache_dir_check(const char *dir)
 {
@@ -50,9 +52,39 @@ bool kn_make_dirs(const char *path)
     return true;
 }
 
+FILE *kn_fopen_regular(const char *path, bool *not_regular)
+{
+    if (not_regular) *not_regular = false;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) { /* a FIFO, a device, a directory */
+        if (not_regular) *not_regular = true;
+        close(fd);
+        errno = EINVAL;
+        return NULL;
+    }
+    /* a regular file never blocks; reads go back to the ordinary mode */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return f;
+}
+
 char *kn_read_file(const char *path, long max_bytes, long *size)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = kn_fopen_regular(path, NULL);
     if (!f) return NULL;
     char *buf = NULL;
     if (fseek(f, 0, SEEK_END) == 0) {

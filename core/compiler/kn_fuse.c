@@ -264,6 +264,75 @@ static kn_status build_pointwise(kctx *c, int node, int *res)
     }
 }
 
+/* Does `node` become an expression of this kernel built from its operands
+ * (rather than a constant or a load)? */
+static bool built_from_operands(const kctx *c, int node)
+{
+    return c->g->nodes[node].op != KN_NODE_CONST && c->f->disp[node] == KN_D_INLINE &&
+           c->f->kernel[node] == c->kid;
+}
+
+/* How many of a pointwise node's inputs build_pointwise builds (in order);
+ * the rest it loads itself. */
+static int operands_built(const kn_node *n)
+{
+    if (n->op == KN_OP_BATCH_NORM) return 1;
+    if (n->op == KN_OP_FULL || n->op == KN_OP_ARANGE) return 0;
+    return n->n_in;
+}
+
+/* The expression of one node whose first outputs are built already. */
+static kn_status build_node(kctx *c, int node, int *res)
+{
+    const kn_node *n = &c->g->nodes[node];
+    kn_status st;
+    if (n->op == KN_NODE_CONST) st = mk_const(c, n->value, n->out[0].dtype, res);
+    else if (built_from_operands(c, node)) st = build_pointwise(c, node, res);
+    else st = mk_load(c, node, 0, -1, res);
+    if (st == KN_OK) c->memo_expr[node] = *res;
+    return st;
+}
+
+/* Build every operand of `root` that is itself built from operands, deepest
+ * first, with a stack on the heap: a chain of 50,000 fused `x + 1` recursed
+ * once per link and overflowed the C stack. Operands are visited in the
+ * order build_pointwise visits them, so the expressions come out in the
+ * same order as a recursive build would make them. A node is on the stack
+ * at most once (a graph has no cycles), so n_nodes frames are enough. */
+static kn_status build_operands_first(kctx *c, int root)
+{
+    int *node_at = malloc(sizeof(int) * 2 * (size_t)c->g->n_nodes);
+    if (!node_at) return kn_error(KN_ERR_OOM, "fusion: out of host memory for %d nodes", c->g->n_nodes);
+    int *next_operand = node_at + c->g->n_nodes;
+    int depth = 0;
+    kn_status st = KN_OK;
+    node_at[depth] = root;
+    next_operand[depth++] = 0;
+    while (depth > 0 && st == KN_OK) {
+        int node = node_at[depth - 1];
+        const kn_node *n = &c->g->nodes[node];
+        if (next_operand[depth - 1] < operands_built(n)) {
+            int i = next_operand[depth - 1]++;
+            int operand = n->in_node[i], unused;
+            if (n->in_out[i] != 0 || c->memo_expr[operand] >= 0) continue; /* loaded, or built */
+            if (built_from_operands(c, operand)) {
+                node_at[depth] = operand;
+                next_operand[depth++] = 0;
+            } else {
+                st = build_node(c, operand, &unused); /* a constant or a load */
+            }
+            continue;
+        }
+        depth--;
+        if (node != root) { /* root is left to the caller */
+            int unused;
+            st = build_node(c, node, &unused);
+        }
+    }
+    free(node_at);
+    return st;
+}
+
 static kn_status build(kctx *c, int node, int out, int *res)
 {
     if (out != 0) return mk_load(c, node, out, -1, res); /* a second output is always materialized */
@@ -271,13 +340,8 @@ static kn_status build(kctx *c, int node, int out, int *res)
         *res = c->memo_expr[node];
         return KN_OK;
     }
-    const kn_node *n = &c->g->nodes[node];
-    kn_status st;
-    if (n->op == KN_NODE_CONST) st = mk_const(c, n->value, n->out[0].dtype, res);
-    else if (c->f->disp[node] == KN_D_INLINE && c->f->kernel[node] == c->kid) st = build_pointwise(c, node, res);
-    else st = mk_load(c, node, 0, -1, res);
-    if (st == KN_OK) c->memo_expr[node] = *res;
-    return st;
+    if (built_from_operands(c, node)) KN_TRY(build_operands_first(c, node));
+    return build_node(c, node, res);
 }
 
 static void kernel_name(kctx *c, int root, const char *what)

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kn_fs.h"
 #include "kn_strbuf.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -817,7 +818,11 @@ static kn_status st_load(st_src *src, kn_st_file **out)
 kn_status kn_safetensors_load(const char *path, kn_st_file **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    bool not_regular;
+    FILE *f = kn_fopen_regular(path, &not_regular);
+    if (!f && not_regular)
+        return kn_error(KN_ERR_IO, "%s: not a regular file (a FIFO, device or directory cannot be "
+                        "read as safetensors)", path);
     if (!f) return kn_error(KN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
@@ -974,6 +979,9 @@ static kn_status save_prepare(const char *path, int n, const char *const *names,
         if (rank < 0)
             return kn_error(KN_ERR_DTYPE, "%s: tensor '%.80s' has a dtype safetensors cannot hold",
                             path, names[i]);
+        if (!tensors[i]->storage) /* a traced placeholder: shape and dtype, no bytes yet */
+            return kn_error(KN_ERR_ARG, "%s: tensor '%.80s' has no value yet (a traced tensor "
+                            "of a compiled function); save it after the call", path, names[i]);
         if (kn_device_kind_of(kn_tensor_device(tensors[i])) != KN_DEVICE_CPU)
             return kn_error(KN_ERR_DEVICE, "%s: tensor '%.80s' is on %s; copy it to the cpu "
                             "before saving", path, names[i],

@@ -155,6 +155,9 @@ kn_status kn_view_slice(kn_tensor *t, int64_t dim, int64_t start, int64_t stop, 
     if (stop > n) stop = n;
     if (start > n) start = n;
     if (stop < start) stop = start;
+    /* a step past the end takes one element either way; clamped, the size
+     * and stride arithmetic below cannot overflow (a step near 2^62 did) */
+    if (step > n) step = n > 0 ? n : 1;
     int64_t shape[KN_MAX_DIMS], strides[KN_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     memcpy(strides, t->strides, sizeof strides);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -124,9 +125,108 @@ static int cc_words(char *buf, size_t size, char **argv)
     return n;
 }
 
+/* ---- dying cleanly while the compiler runs ----
+ * The compiler runs in its own process group (below), so a SIGTERM or
+ * SIGHUP sent to kiln does not reach it: cc and cc1 ran on as orphans and
+ * their kiln-jit-* folder stayed behind. Every work folder and compiler in
+ * use is registered here; on SIGTERM or SIGHUP the handler stops each
+ * compiler's group (SIGTERM first, so the driver deletes its own temporary
+ * files), waits for it, removes the folder, and re-raises the signal with
+ * the disposition kiln had before (by default: it dies of it). */
+#define MAX_WORKDIRS 64
+typedef struct {
+    volatile sig_atomic_t in_use;
+    volatile sig_atomic_t pid; /* the compiler, leader of its group; 0: none running */
+    char dir[512];
+} workdir_slot;
+static workdir_slot workdirs[MAX_WORKDIRS];
+/* the only files a work folder holds (the compiler's own go to its TMPDIR) */
+static const char *const workdir_files[] = {"kernel.c", "kernel.so", "cc.log", "version.txt"};
+static struct sigaction before_term, before_hup;
+static pthread_once_t cleanup_once = PTHREAD_ONCE_INIT;
+
+/* dir + "/" + name into out, with no library call that is unsafe in a signal handler */
+static void join_path(char *out, size_t size, const char *dir, const char *name)
+{
+    size_t n = 0;
+    for (const char *p = dir; *p && n + 1 < size; p++) out[n++] = *p;
+    if (n + 1 < size) out[n++] = '/';
+    for (const char *p = name; *p && n + 1 < size; p++) out[n++] = *p;
+    out[n] = 0;
+}
+
+static void stop_compilers_and_remove_workdirs(void)
+{
+    for (int i = 0; i < MAX_WORKDIRS; i++) {
+        if (!workdirs[i].in_use) continue;
+        pid_t pid = (pid_t)workdirs[i].pid;
+        if (pid > 0) {
+            kill(-pid, SIGTERM);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+            kill(-pid, SIGKILL); /* anything of the group still there */
+        }
+        char path[600];
+        for (size_t f = 0; f < sizeof workdir_files / sizeof workdir_files[0]; f++) {
+            join_path(path, sizeof path, workdirs[i].dir, workdir_files[f]);
+            unlink(path);
+        }
+        rmdir(workdirs[i].dir);
+    }
+}
+
+static void on_terminating_signal(int sig)
+{
+    int saved = errno;
+    stop_compilers_and_remove_workdirs();
+    sigaction(sig, sig == SIGTERM ? &before_term : &before_hup, NULL);
+    errno = saved;
+    raise(sig); /* delivered when this handler returns, to what kiln had before */
+}
+
+static void install_cleanup_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_terminating_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGHUP);
+    /* a signal kiln ignores (nohup) stays ignored */
+    if (sigaction(SIGTERM, NULL, &before_term) == 0 && before_term.sa_handler != SIG_IGN)
+        sigaction(SIGTERM, &sa, NULL);
+    if (sigaction(SIGHUP, NULL, &before_hup) == 0 && before_hup.sa_handler != SIG_IGN)
+        sigaction(SIGHUP, &sa, NULL);
+}
+
+/* Register a work folder; its slot, or -1 when all are taken (then it is
+ * merely not cleaned up on a signal). */
+static int workdir_register(const char *dir)
+{
+    int slot = -1;
+    pthread_mutex_lock(&jit_lock);
+    for (int i = 0; i < MAX_WORKDIRS && slot < 0; i++) {
+        if (workdirs[i].in_use) continue;
+        snprintf(workdirs[i].dir, sizeof workdirs[i].dir, "%s", dir);
+        workdirs[i].pid = 0;
+        workdirs[i].in_use = 1; /* last: the handler reads dir once this is set */
+        slot = i;
+    }
+    pthread_mutex_unlock(&jit_lock);
+    return slot;
+}
+
+static void workdir_unregister(int slot)
+{
+    if (slot < 0) return;
+    pthread_mutex_lock(&jit_lock);
+    workdirs[slot].in_use = 0;
+    workdirs[slot].pid = 0;
+    pthread_mutex_unlock(&jit_lock);
+}
+
 /* Run argv with stdout and stderr into the file log_path; exit status in
- * *status (-1 when it could not start). */
-static void run_logged(char **argv, const char *log_path, int *status)
+ * *status (-1 when it could not start). slot: its work folder's. */
+static void run_logged(char **argv, const char *log_path, int slot, int *status)
 {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -141,14 +241,25 @@ static void run_logged(char **argv, const char *log_path, int *status)
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
     posix_spawnattr_setpgroup(&at, 0);
     pid_t pid;
+    /* no SIGTERM between the start and the registration: the handler must
+     * know every compiler that runs */
+    sigset_t term, before;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigaddset(&term, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &term, &before);
     int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
+    if (rc == 0 && slot >= 0) workdirs[slot].pid = pid;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     *status = -1;
     if (rc != 0) return;
     int ws;
-    while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR) return;
+    pid_t done;
+    while ((done = waitpid(pid, &ws, 0)) < 0 && errno == EINTR) {}
+    if (slot >= 0) workdirs[slot].pid = 0;
+    if (done < 0) return;
     *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
 }
 
@@ -167,12 +278,33 @@ static bool write_all(int fd, const void *p, size_t n)
     return true;
 }
 
-/* A temporary directory for one compilation: $TMPDIR or /tmp. */
-static bool make_workdir(char *out, size_t size)
+/* A temporary directory for one compilation: $TMPDIR or /tmp, registered
+ * (in *slot) for removal on SIGTERM; remove_workdir undoes both. */
+static bool make_workdir(char *out, size_t size, int *slot)
 {
     const char *tmp = getenv("TMPDIR");
     snprintf(out, size, "%s/kiln-jit-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(out) != NULL;
+    pthread_once(&cleanup_once, install_cleanup_handlers);
+    sigset_t term, before;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigaddset(&term, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &term, &before); /* made and registered, or neither */
+    bool made = mkdtemp(out) != NULL;
+    *slot = made ? workdir_register(out) : -1;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    return made;
+}
+
+static void remove_workdir(const char *dir, int slot)
+{
+    char path[600];
+    for (size_t f = 0; f < sizeof workdir_files / sizeof workdir_files[0]; f++) {
+        snprintf(path, sizeof path, "%s/%s", dir, workdir_files[f]);
+        unlink(path);
+    }
+    rmdir(dir);
+    workdir_unregister(slot);
 }
 
 /* ---- the compiler ---- */
@@ -185,14 +317,14 @@ static void cc_probe(void)
     argv[n++] = "--version";
     argv[n] = NULL;
     char dir[512], log[600];
-    if (!make_workdir(dir, sizeof dir)) return;
+    int slot;
+    if (!make_workdir(dir, sizeof dir, &slot)) return;
     snprintf(log, sizeof log, "%s/version.txt", dir);
     int status;
-    run_logged(argv, log, &status);
+    run_logged(argv, log, slot, &status);
     long size = 0;
     char *text = kn_read_file(log, MAX_ENTRY_BYTES, &size);
-    unlink(log);
-    rmdir(dir);
+    remove_workdir(dir, slot);
     if (status == 0 && text) {
         size_t len = strcspn(text, "\n");
         snprintf(cc_id, sizeof cc_id, "%.*s", (int)len, text);
@@ -248,7 +380,8 @@ static kn_status compile_error(const char *src, const char *log, int status)
 static kn_status compile_so(const char *src, char **so, long *so_len)
 {
     char dir[512], cpath[600], opath[600], lpath[600];
-    if (!make_workdir(dir, sizeof dir))
+    int slot;
+    if (!make_workdir(dir, sizeof dir, &slot))
         return kn_error(KN_ERR_IO, "jit: cannot create a temporary directory: %s", strerror(errno));
     snprintf(cpath, sizeof cpath, "%s/kernel.c", dir);
     snprintf(opath, sizeof opath, "%s/kernel.so", dir);
@@ -272,7 +405,7 @@ static kn_status compile_so(const char *src, char **so, long *so_len)
         argv[n] = NULL;
         double t0 = kn_clock_s();
         int status;
-        run_logged(argv, lpath, &status);
+        run_logged(argv, lpath, slot, &status);
         pthread_mutex_lock(&jit_lock);
         jit_stats.compiles++;
         jit_stats.compile_s += kn_clock_s() - t0;
@@ -284,10 +417,7 @@ static kn_status compile_so(const char *src, char **so, long *so_len)
             st = kn_error(KN_ERR_IO, "jit: the compiler wrote no %s", opath);
         free(log);
     }
-    unlink(cpath);
-    unlink(opath);
-    unlink(lpath);
-    rmdir(dir);
+    remove_workdir(dir, slot);
     return st;
 }
 
