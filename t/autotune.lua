@@ -237,7 +237,7 @@ T.ok(kname ~= nil, "an entry's choice is edited to banana=7: " .. tostring(kname
 out, rc = child(SECOND)
 T.is(rc, 0, "a process with an unusable choice runs")
 local said = "autotune cache " .. lit(file) .. ": the entry for kernel " .. lit(kname or "?") ..
-  " %(choice 'banana=7'%) is invalid: [^\n]*'banana' is not one of [^\n]*; it is ignored and the kernel is measured again"
+  " %(choice 'banana=7'%) is invalid: [^\n]*banana[^\n]*; it is ignored and the kernel is measured again"
 T.like(out, said, "the unusable choice is reported with the kernel")
 local _, times = out:gsub(said, "")
 T.is(times, 1, "once")

@@ -7,6 +7,9 @@
 . "$(dirname "$0")/lib/tap.sh"
 [ -x "$KILN" ] || { echo "1..0 # SKIP no kiln program at $KILN"; exit 0; }
 command -v mkfifo >/dev/null 2>&1 || { echo "1..0 # SKIP no mkfifo"; exit 0; }
+# The kernel cache and compiler cases are the C compiler's (the CPU
+# backend), also on a machine with a GPU.
+export KILN_DEVICE=cpu
 
 # A FIFO given as a safetensors file: opening it for reading blocked until
 # a writer came, that is forever. (timeout: a hang fails instead of hanging.)

@@ -234,11 +234,15 @@ static void tol_of(kn_dtype dt, double *rel, double *abs_)
 }
 
 /* One TAP line: got against want, element by element; NaN only where
- * nan_ok and the reference is NaN too. */
-static void check(const kn_tensor *got, const kn_tensor *want, bool nan_ok, const char *name)
+ * nan_ok and the reference is NaN too. abs_floor widens the absolute
+ * tolerance where the kernel's rounding legitimately grows with its size
+ * (a long f32 row summed in another order than the f64 reference). */
+static void check_within(const kn_tensor *got, const kn_tensor *want, bool nan_ok, double abs_floor,
+                         const char *name)
 {
     double rel, abs_;
     tol_of(got->dtype, &rel, &abs_);
+    if (abs_ < abs_floor) abs_ = abs_floor;
     int64_t n = tl_numel(got->ndim, got->shape), bad = -1;
     double g = 0, w = 0;
     bool same = got->dtype == want->dtype && tl_numel(want->ndim, want->shape) == n;
@@ -255,6 +259,11 @@ static void check(const kn_tensor *got, const kn_tensor *want, bool nan_ok, cons
                           kn_dtype_name(want->dtype), (long long)tl_numel(want->ndim, want->shape));
         else printf("#   element %lld of %lld: got %.9g, want %.9g\n", (long long)bad, (long long)n, g, w);
     }
+}
+
+static void check(const kn_tensor *got, const kn_tensor *want, bool nan_ok, const char *name)
+{
+    check_within(got, want, nan_ok, 0, name);
 }
 
 static void release(int n, kn_tensor **ts)
@@ -822,7 +831,12 @@ static void test_configs(void)
             memset(kn_tensor_data(o), 0, (size_t)o->storage->nbytes);
             snprintf(name, sizeof name, "%s over rows of %lld with %s", li ? "sum" : "softmax", (long long)lens[li],
                      text);
-            if (run(kr, (kn_tensor *[]){x, o}, name)) check(o, r, false, name);
+            /* a sum of 5000 values in [-4, 4] (|x| summing to ~1e4) in f32 on
+             * the GPU, in block order: its rounding error is ~1e-5 to 1e-4,
+             * above the default f32 tolerance when the row sum cancels to
+             * ~1 (seed 7335906: off by 3.2e-5); 1e-3 still catches a lost
+             * or doubled element */
+            if (run(kr, (kn_tensor *[]){x, o}, name)) check_within(o, r, false, li ? 1e-3 : 0, name);
         }
         kn_tensor_release(r);
         release(2, (kn_tensor *[]){x, o});

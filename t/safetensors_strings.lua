@@ -42,7 +42,7 @@ kiln.save_safetensors(path, {["gewicht_é_层"] = x}, {["schlüssel"] = "wert �
 local t, meta = kiln.load_safetensors(path)
 local y = t["gewicht_é_层"]
 T.ok(y ~= nil, "a UTF-8 tensor name is saved and loads back")
-local d = y and (y - x):abs():amax():item() or math.huge
+local d = y and (y:to(x.device) - x):abs():amax():item() or math.huge
 T.ok(d == 0, "with the same values: max diff " .. d)
 T.is(meta and meta["schlüssel"], "wert ✓", "UTF-8 metadata round-trips")
 
