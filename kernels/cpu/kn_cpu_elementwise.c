@@ -35,20 +35,29 @@
 typedef void (*ew_fn)(int64_t n, double *restrict o, const double *restrict A,
                       const double *restrict B, const double *restrict C, double v);
 
-/* One loop per op over the chunk buffers. Ops whose expression is 0 (not
- * elementwise) get a function too; the table below never calls them. */
-#define KN_OP(id, name, kind, nin, expr)                                                     \
-    static void ew_##id(int64_t n, double *restrict o, const double *restrict A,             \
-                        const double *restrict B, const double *restrict C, double v)        \
+/* One loop per op over the chunk buffers, computing in EW_T; its functions
+ * are named EW_PREFIX_<op>. Instantiated twice: in double (ew_*) and, for
+ * the integer path below, in int64_t (iw_*). Ops whose expression is 0 (not
+ * elementwise) get a function too; the tables never call them. */
+#define EW_NAME2(prefix, id) prefix##_##id
+#define EW_NAME(prefix, id) EW_NAME2(prefix, id)
+#define EW_LOOP(id, expr)                                                                    \
+    static void EW_NAME(EW_PREFIX, id)(int64_t n, EW_T *restrict o, const EW_T *restrict A,  \
+                                       const EW_T *restrict B, const EW_T *restrict C, EW_T v) \
     {                                                                                        \
         (void)A; (void)B; (void)C; (void)v;                                                  \
         for (int64_t i = 0; i < n; i++) {                                                    \
-            const double a = A[i], b = B[i], c = C[i];                                       \
+            const EW_T a = A[i], b = B[i], c = C[i];                                         \
             (void)a; (void)b; (void)c;                                                       \
-            o[i] = (double)(expr);                                                           \
+            o[i] = (EW_T)(expr);                                                             \
         }                                                                                    \
     }
+#define KN_OP(id, name, kind, nin, expr) EW_LOOP(id, expr)
+#define EW_PREFIX ew
+#define EW_T double
 #include "kn_ops.def"
+#undef EW_T
+#undef EW_PREFIX
 #undef KN_OP
 
 static const ew_fn ew_table[KN_OP_COUNT] = {
@@ -87,19 +96,16 @@ typedef void (*iw_fn)(int64_t n, int64_t *restrict o, const int64_t *restrict A,
 #undef kn_pow
 #define kn_abs wrap_abs
 #define kn_pow wrap_pow
-#define KN_OP(id, name, kind, nin, expr)                                                     \
-    static void iw_##id(int64_t n, int64_t *restrict o, const int64_t *restrict A,           \
-                        const int64_t *restrict B, const int64_t *restrict C, int64_t v)     \
-    {                                                                                        \
-        (void)A; (void)B; (void)C; (void)v;                                                  \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const int64_t a = A[i], b = B[i], c = C[i];                                      \
-            (void)a; (void)b; (void)c;                                                       \
-            o[i] = (int64_t)(expr);                                                          \
-        }                                                                                    \
-    }
+#define KN_OP(id, name, kind, nin, expr) EW_LOOP(id, expr)
+#define EW_PREFIX iw
+#define EW_T int64_t
 #include "kn_ops.def"
+#undef EW_T
+#undef EW_PREFIX
 #undef KN_OP
+#undef EW_LOOP
+#undef EW_NAME
+#undef EW_NAME2
 #undef kn_abs
 #undef kn_pow
 #define kn_abs fabs
