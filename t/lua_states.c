@@ -51,6 +51,17 @@ static const char *const DRAW =
     "for i = 1, #t do t[i] = string.format('%.9g', t[i]) end\n"
     "return table.concat(t, ' ')";
 
+/* The end of both models' chunks: compiled y against eager e, then "ok"
+ * and the names of cm's graph inputs, or what went wrong. */
+#define CHECK_AND_NAME                                                                    \
+    "local diff = (y - e):abs():max():item()\n"                                          \
+    "if not (diff <= 1e-5) then return 'compiled differs from eager by ' .. diff end\n"  \
+    "local names = {}\n"                                                                 \
+    "for _, g in ipairs(cm:graphs()) do\n"                                               \
+    "  for _, n in ipairs(g.nodes) do if n.name then names[#names + 1] = n.name end end\n" \
+    "end\n"                                                                              \
+    "return 'ok ' .. table.concat(names, ' ')"
+
 /* B compiles a Linear (on the default device, as the model's parameters
  * are) and checks it against eager; returns "ok <names>"
  * with the names of its graph's parameter inputs, or what went wrong. */
@@ -58,14 +69,7 @@ static const char *const B_MODEL =
     "local m = kiln.nn.Linear(4, 3)\n"
     "local cm = kiln.compile(m)\n"
     "local x = kiln.randn({2, 4})\n"
-    "local y, e = cm(x), m(x)\n"
-    "local diff = (y - e):abs():max():item()\n"
-    "if not (diff <= 1e-5) then return 'compiled differs from eager by ' .. diff end\n"
-    "local names = {}\n"
-    "for _, g in ipairs(cm:graphs()) do\n"
-    "  for _, n in ipairs(g.nodes) do if n.name then names[#names + 1] = n.name end end\n"
-    "end\n"
-    "return 'ok ' .. table.concat(names, ' ')";
+    "local y, e = cm(x), m(x)\n" CHECK_AND_NAME;
 
 static lua_State *state_b;
 static char b_result[512];
@@ -88,14 +92,7 @@ static const char *const A_MODEL =
     "local cm = kiln.compile(m)\n"
     "local x = kiln.randn({2, 4})\n"
     "local y = cm(x)\n"
-    "local e = m.fc(x):relu()\n"
-    "local diff = (y - e):abs():max():item()\n"
-    "if not (diff <= 1e-5) then return 'compiled differs from eager by ' .. diff end\n"
-    "local names = {}\n"
-    "for _, g in ipairs(cm:graphs()) do\n"
-    "  for _, n in ipairs(g.nodes) do if n.name then names[#names + 1] = n.name end end\n"
-    "end\n"
-    "return 'ok ' .. table.concat(names, ' ')";
+    "local e = m.fc(x):relu()\n" CHECK_AND_NAME;
 
 int main(void)
 {
