@@ -515,7 +515,10 @@ kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flag
             return kn_error(KN_ERR_ARG, "before the passes: %s", why);
     }
     if (flags & KN_PASSES_LOG) KN_TRY(log_graph(g, "capture"));
-    for (int k = 0; pass_list[k]; k++) KN_TRY(run_pass(g, pass_list[k], outputs, n_outputs, flags, notes));
+    for (int k = 0; pass_list[k]; k++) {
+        if ((flags & KN_PASSES_NO_ATTENTION) && strcmp(pass_list[k], "attention") == 0) continue;
+        KN_TRY(run_pass(g, pass_list[k], outputs, n_outputs, flags, notes));
+    }
     return KN_OK;
 }
 

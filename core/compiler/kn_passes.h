@@ -45,7 +45,8 @@ enum {
     KN_PASSES_VERIFY = 1, /* kn_graph_verify after each pass; an error names the pass and node */
     KN_PASSES_LOG = 2,    /* print the graph to stderr after each pass (KILN_LOGS=passes) */
     KN_PLAN_NO_EPILOGUES = 4, /* plans keep library epilogues as separate kernels (kiln.config.fold_epilogues = false) */
-    KN_PLAN_AUTOTUNE = 8      /* max-autotune: plans take cached choices and search at their first call */
+    KN_PLAN_AUTOTUNE = 8,     /* max-autotune: plans take cached choices and search at their first call */
+    KN_PASSES_NO_ATTENTION = 16 /* skip the attention pass (the plan's backend has no attention kernel) */
 };
 
 /* Run the pass list on g in place. outputs[0..n_outputs) are the node

@@ -298,6 +298,14 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     }
     double t0 = kn_clock_s();
     char *pass_notes = NULL;
+    {
+        /* attention nodes only where the device's backend runs the op
+         * (its supports_op looks at the op alone here: no tensors yet) */
+        kn_device_ctx *adc = kn_backend_get(p->device);
+        kn_opcall probe;
+        kn_opcall_init(&probe, KN_OP_ATTENTION);
+        if (!adc || !adc->be->supports_op(adc, &probe)) pass_flags |= KN_PASSES_NO_ATTENTION;
+    }
     st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
     if (st != KN_OK) {
         free(pass_notes);
