@@ -271,6 +271,26 @@ for _, pc in ipairs(pass_cases) do
   end
 end
 
+-- the op itself while tracing: one node, one kernel; the cost model's flops and bytes
+do
+  local Bq, Hq, Tq, D = 2, 3, 8, 16
+  local q1, k1, v1 = randn({ Bq, Hq, Tq, D }), randn({ Bq, Hq, Tq, D }), randn({ Bq, Hq, Tq, D })
+  local m = kiln.rand({ Tq, Tq }, { seed = nextseed() }):gt(0.5)
+  for _, causal in ipairs({ false, true }) do
+    local f = function(a, b, c2) return kiln.scaled_dot_product_attention(a, b, c2, { causal = causal, mask = m, scale = 0.2 }) end
+    local cm = kiln.compile(f)
+    local got, want = cm(q1, k1, v1), f(q1, k1, v1)
+    local nan = isnan(want)
+    T.ok(#cm:kernels() == 1 and attention_kernels(cm) == 1, "traced op: one node, one kernel (causal " .. tostring(causal) .. ")")
+    T.ok(count(isnan(got):ne(nan)) == 0 and relerr(got:masked_fill(nan, 0), want:masked_fill(nan, 0)) == 0,
+      "traced op: the compiled result is the eager one")
+    local r = kiln.time(cm, q1, k1, v1)
+    local pairs_kept = causal and Tq * (Tq + 1) / 2 or Tq * Tq
+    T.is(r.kernels[1].flops, 2 * Bq * Hq * pairs_kept * (D + D), "cost: flops are 4 * batch * kept pairs * d (causal " .. tostring(causal) .. ")")
+    T.is(r.kernels[1].bytes, 4 * (4 * Bq * Hq * Tq * D) + Tq * Tq, "cost: bytes of q, k, v, the bool mask and out")
+  end
+end
+
 -- KILN_LOGS=fusion: why each non-match was left alone (a child kiln, stderr)
 do
   local script = os.tmpname()
