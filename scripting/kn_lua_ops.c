@@ -414,23 +414,23 @@ static int l_scaled_dot_product_attention(lua_State *L)
             const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
             if (!key || (strcmp(key, "causal") && strcmp(key, "scale") && strcmp(key, "mask"))) {
                 lua_pushvalue(L, -2);
-                return luaL_error(L,
-                                  "scaled_dot_product_attention: unknown option '%s' (the options are causal, "
-                                  "scale and mask)",
-                                  luaL_tolstring(L, -1, NULL));
+                return kn_lua_fail(L, kn_error(KN_ERR_ARG,
+                                               "scaled_dot_product_attention: unknown option '%s' (the options "
+                                               "are causal, scale and mask)",
+                                               luaL_tolstring(L, -1, NULL)));
             }
             lua_pop(L, 1);
         }
         lua_getfield(L, 4, "causal");
         if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
-            return luaL_error(L, "scaled_dot_product_attention: causal must be a boolean, got %s",
-                              luaL_typename(L, -1));
+            return kn_lua_fail(L, kn_error(KN_ERR_ARG, "scaled_dot_product_attention: causal must be a boolean, got %s",
+                                           luaL_typename(L, -1)));
         c.a.causal = lua_toboolean(L, -1);
         lua_getfield(L, 4, "scale");
         if (!lua_isnil(L, -1)) {
-            if (!lua_isnumber(L, -1))
-                return luaL_error(L, "scaled_dot_product_attention: scale must be a number, got %s",
-                                  luaL_typename(L, -1));
+            if (lua_type(L, -1) != LUA_TNUMBER)
+                return kn_lua_fail(L, kn_error(KN_ERR_ARG, "scaled_dot_product_attention: scale must be a number, got %s",
+                                               luaL_typename(L, -1)));
             c.a.scale = lua_tonumber(L, -1);
         }
         lua_getfield(L, 4, "mask");

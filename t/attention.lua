@@ -151,7 +151,10 @@ do
   e = err(q:cast("i32"), k:cast("i32"), v:cast("i32"))
   T.like(e, "must be float tensors", "integer inputs are refused")
   e = err(q, k, v, { causl = true })
-  T.like(e, "unknown option 'causl' %(the options are causal, scale and mask%)", "an unknown option key is an error")
+  T.like(e, "^t/attention%.lua:%d+: scaled_dot_product_attention: unknown option 'causl' %(the options are causal, scale and mask%)",
+    "an unknown option key is an error, at the caller's line")
+  e = err(q, k, v, { causal = 1 })
+  T.like(e, "causal must be a boolean, got number", "causal must be a boolean")
   e = err(q, k, v, { mask = kiln.ones({ 4, 6 }, { dtype = "bool" }) })
   T.like(e, "mask of shape {4,6} cannot be broadcast to the scores' shape {2,3,5,6}", "a mask that does not broadcast")
   e = err(q, k, v, { mask = randn({ 5, 6 }, "f64") })
