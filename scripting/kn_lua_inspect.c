@@ -213,6 +213,10 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
             lua_seti(L, -2, ++m);
         }
         lua_setfield(L, -2, "ops");
+        if (!gen && p->g.nodes[kn->lib_node].covers[0]) { /* a node a pass made from several ops */
+            lua_pushstring(L, p->g.nodes[kn->lib_node].covers);
+            lua_setfield(L, -2, "covers");
+        }
         lua_pushinteger(L, graph);
         lua_setfield(L, -2, "graph");
         if (gen) {

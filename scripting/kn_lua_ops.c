@@ -396,6 +396,52 @@ static int l_matmul(lua_State *L)
     return run_call(L, &c, KN_CPU);
 }
 
+/* scaled_dot_product_attention(q, k, v, [{causal = bool, scale = number, mask = tensor}]):
+ * PyTorch's F.scaled_dot_product_attention; scale defaults to 1/sqrt(head size). */
+static int l_scaled_dot_product_attention(lua_State *L)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_ATTENTION);
+    c.n_in = 3;
+    for (int i = 0; i < 3; i++) c.in[i] = kn_lua_checktensor(L, i + 1);
+    const kn_tensor *q = c.in[0];
+    int64_t d = q->ndim ? q->shape[q->ndim - 1] : 0;
+    c.a.scale = d > 0 ? 1.0 / sqrt((double)d) : 1.0;
+    if (!lua_isnoneornil(L, 4)) {
+        luaL_checktype(L, 4, LUA_TTABLE);
+        lua_pushnil(L);
+        while (lua_next(L, 4)) { /* every key must be one we read: a typo must not pass silently */
+            const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+            if (!key || (strcmp(key, "causal") && strcmp(key, "scale") && strcmp(key, "mask"))) {
+                lua_pushvalue(L, -2);
+                return kn_lua_fail(L, kn_error(KN_ERR_ARG,
+                                               "scaled_dot_product_attention: unknown option '%s' (the options "
+                                               "are causal, scale and mask)",
+                                               luaL_tolstring(L, -1, NULL)));
+            }
+            lua_pop(L, 1);
+        }
+        lua_getfield(L, 4, "causal");
+        if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+            return kn_lua_fail(L, kn_error(KN_ERR_ARG, "scaled_dot_product_attention: causal must be a boolean, got %s",
+                                           luaL_typename(L, -1)));
+        c.a.causal = lua_toboolean(L, -1);
+        lua_getfield(L, 4, "scale");
+        if (!lua_isnil(L, -1)) {
+            if (lua_type(L, -1) != LUA_TNUMBER)
+                return kn_lua_fail(L, kn_error(KN_ERR_ARG, "scaled_dot_product_attention: scale must be a number, got %s",
+                                               luaL_typename(L, -1)));
+            c.a.scale = lua_tonumber(L, -1);
+        }
+        lua_getfield(L, 4, "mask");
+        if (!lua_isnil(L, -1)) {
+            c.in[3] = kn_lua_checktensor(L, lua_gettop(L));
+            c.n_in = 4;
+        }
+    }
+    return run_call(L, &c, KN_CPU);
+}
+
 /* A pair attribute: a number n means {n, n}. */
 static void read_pair(lua_State *L, int idx, int *out, const char *op, const char *what)
 {
@@ -680,6 +726,7 @@ void kn_lua_open_ops(lua_State *L)
     reg_op(L, kiln, methods, "layer_norm", l_layer_norm, -1);
     reg_op(L, kiln, methods, "batch_norm", l_batch_norm, -1);
     reg_op(L, kiln, methods, "matmul", l_matmul, -1);
+    reg_op(L, kiln, methods, "scaled_dot_product_attention", l_scaled_dot_product_attention, -1);
     reg_op(L, kiln, methods, "conv2d", l_conv2d, -1);
     reg_op(L, kiln, methods, "adaptive_avg_pool2d", l_adaptive_avg_pool2d, -1);
     reg_op(L, kiln, methods, "cat", l_cat, -1);

@@ -124,22 +124,22 @@ groups.gcn = function(list)
 end
 
 groups.transformer_block = function(list)
-  local ln, softmax, matmuls = 0, {}, {}
+  local ln, attention, matmuls = 0, {}, {}
   for i, k in ipairs(list) do
     if k.kind == "generated" and ops_of(k) == "layer_norm" then ln = ln + 1 end
-    if k.kind == "generated" and has_op(k, "masked_fill") and has_op(k, "softmax") and has_op(k, "mul") then
-      softmax[#softmax + 1] = k
-    end
+    if k.kind == "cpu" and ops_of(k) == "scaled_dot_product_attention" then attention[#attention + 1] = k end
     if has_op(k, "matmul") then matmuls[#matmuls + 1] = i end
   end
   T.is(ln, 2, "transformer_block: 2 generated kernels that are one layer norm each")
-  T.is(#softmax, 1, "transformer_block: one generated kernel holds scale (mul), mask (masked_fill) and softmax")
-  local all_cpu = #matmuls == 6
+  T.is(#attention, 1, "transformer_block: q.k, scale, causal mask, softmax and att.v are one attention kernel")
+  T.like(attention[1] and attention[1].covers or "", "%(causal mask folded%)$",
+    "transformer_block: ... whose causal mask became its causal attribute")
+  local all_cpu = #matmuls == 4
   for _, i in ipairs(matmuls) do all_cpu = all_cpu and list[i].kind == "cpu" and ops_of(list[i]) == "matmul" end
-  T.ok(all_cpu, "transformer_block: 6 matmuls (qkv, q.k, att.v, proj, fc1, fc2), each a cpu kernel of its own")
+  T.ok(all_cpu, "transformer_block: 4 matmuls (qkv, proj, fc1, fc2), each a cpu kernel of its own")
   -- The linear layers' matmuls (output {2,16,N}) are followed by their
   -- epilogue: qkv's bias; proj's bias + residual; fc1's bias + gelu; fc2's
-  -- bias + residual. The attention matmuls ({2,8,16,N}) have none.
+  -- bias + residual.
   local epilogues = {}
   for _, i in ipairs(matmuls) do
     if list[i].name:match("_2x16x%d+$") then
@@ -149,12 +149,10 @@ groups.transformer_block = function(list)
   end
   T.is(table.concat(epilogues, " "), "generated:add generated:add,add generated:add,gelu generated:add,add",
     "transformer_block: qkv, proj, fc1, fc2 matmuls each followed by a generated kernel with the bias add (fc1's with gelu)")
-  -- 14 = 2 layer norms + 6 matmuls + 4 epilogues + the causal mask
-  -- (full, tril, logical_not: {16,16}, not fused into the {2,8,16,16}
-  -- masked_fill, so it is computed once rather than per element) + scale,
-  -- mask and softmax. split, reshape and transpose are views: no kernel.
-  T.is(#list, 14, "transformer_block: 14 kernels in all")
-  if #list ~= 14 then T.diag(signature(list)) end
+  -- 11 = 2 layer norms + 4 matmuls + 4 epilogues + attention (its causal
+  -- mask folded away). split, reshape and transpose are views: no kernel.
+  T.is(#list, 11, "transformer_block: 11 kernels in all")
+  if #list ~= 11 then T.diag(signature(list)) end
 end
 
 -- samples/breaks.lua breaks its graph twice on purpose: three graphs, each
@@ -256,7 +254,7 @@ do
   local list = compiled.transformer_block:kernels()
   local K, kname
   for i, k in ipairs(list) do
-    if has_op(k, "softmax") then K, kname = i - 1, k.name end
+    if has_op(k, "gelu") then K, kname = i - 1, k.name end
   end
   local prefix = [[
 kiln.session.small = true
@@ -275,10 +273,10 @@ print(r.ok, r.message)
 ]], K))
   local lines = {}
   for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
-  local wanted = "kernel " .. tostring(kname) .. " (ops mul at samples/transformer_block.lua:29 masked_fill at "
-    .. "samples/transformer_block.lua:31 softmax at samples/transformer_block.lua:31) differs from the reference: "
+  local wanted = "kernel " .. tostring(kname) .. " (ops add at samples/transformer_block.lua:34 gelu at "
+    .. "samples/transformer_block.lua:34) differs from the reference: "
   T.like(lines[1] or "", "^false\t" .. lit(wanted),
-    "fault_kernel = " .. tostring(K) .. " (the softmax kernel): cm:check names that kernel and its ops with their source lines")
+    "fault_kernel = " .. tostring(K) .. " (fc1's bias + gelu kernel): cm:check names that kernel and its ops with their source lines")
   T.is(lines[2], "true\tevery kernel agrees with the reference", "fault_kernel reset: cm:check agrees again")
   T.like(err, "^kiln: numerics check of forward %(samples/transformer_block%.lua:21%): " .. lit(wanted),
     "... and warns on stderr, naming the compiled function")

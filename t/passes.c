@@ -475,7 +475,7 @@ static void test_names_and_run(void)
     const char *const *names = kn_passes_names();
     char list[256] = "";
     for (int k = 0; names[k]; k++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? "," : "", names[k]);
-    is_str(list, "dce,cse,fold_constants,fold_batch_norm,simplify,dce", "the pass list in order");
+    is_str(list, "dce,cse,fold_constants,fold_batch_norm,simplify,attention,dce", "the pass list in order");
     kn_graph g;
     kn_graph_init(&g);
     int outs[1] = {0};
@@ -484,6 +484,75 @@ static void test_names_and_run(void)
     like(kn_last_error(), "no pass named 'nope'", "which names it");
     outs[0] = 5;
     ok(kn_passes_run(&g, outs, 1, 0) != KN_OK, "an output past the graph is an error");
+    kn_graph_free(&g);
+}
+
+
+/* attention: matmul(q, permute(k)) * c [masked_fill] -> softmax -> matmul(v)
+ * becomes one node whose value is the chain's (run by the reference
+ * executor before and after); a causal tril mask becomes the attribute; a
+ * softmax over another dim stays and the noted reason says so. */
+static void test_attention(void)
+{
+    static const int64_t Q[] = {2, 3, 5, 4}, T55[] = {5, 5};
+    for (int causal = 0; causal < 2; causal++) {
+        kn_graph g;
+        kn_graph_init(&g);
+        int q = input(&g, "q", KN_F64, false, 4, Q), k = input(&g, "k", KN_F64, false, 4, Q);
+        int v = input(&g, "v", KN_F64, false, 4, Q);
+        kn_attrs pa = kn_fuzz_attrs(KN_OP_PERMUTE);
+        pa.ndims = 4;
+        int dims[4] = {0, 1, 3, 2};
+        memcpy(pa.dims, dims, sizeof dims);
+        int kt = opn(&g, KN_OP_PERMUTE, &pa, 1, &k);
+        int s = op2(&g, KN_OP_MUL, op2(&g, KN_OP_MATMUL, q, kt), cnst(&g, 0.25, KN_F64));
+        if (causal) {
+            kn_attrs fa = kn_fuzz_attrs(KN_OP_FULL);
+            fa.dtype = KN_BOOL;
+            fa.value = 1;
+            fa.nshape = 2;
+            memcpy(fa.shape, T55, sizeof T55);
+            int ones = opn(&g, KN_OP_FULL, &fa, 0, NULL);
+            kn_attrs ta = kn_fuzz_attrs(KN_OP_TRIL);
+            ta.diagonal = 0;
+            int m = op1(&g, KN_OP_LOGICAL_NOT, opn(&g, KN_OP_TRIL, &ta, 1, &ones));
+            kn_attrs ma = kn_fuzz_attrs(KN_OP_MASKED_FILL);
+            ma.value = -INFINITY;
+            int in[2] = {s, m};
+            s = opn(&g, KN_OP_MASKED_FILL, &ma, 2, in);
+        }
+        kn_attrs sa = kn_fuzz_attrs(KN_OP_SOFTMAX);
+        sa.dim = 3;
+        int out = op2(&g, KN_OP_MATMUL, opn(&g, KN_OP_SOFTMAX, &sa, 1, &s), v);
+        int outs[1] = {out};
+        run_pass(&g, "all", outs, 1, 1e-12, causal ? "attention (causal)" : "attention");
+        int n_att = count_op(&g, KN_OP_ATTENTION);
+        const kn_node *a = &g.nodes[outs[0]];
+        ok(n_att == 1 && a->op == KN_OP_ATTENTION && a->a.scale == 0.25 && a->a.causal == causal &&
+               a->n_in == 3 && count_op(&g, KN_OP_SOFTMAX) == 0 && count_op(&g, KN_OP_TRIL) == 0,
+           "attention%s: one node, scale 0.25, causal %d, no mask input, the chain and mask gone",
+           causal ? " (causal)" : "", causal);
+        kn_graph_free(&g);
+    }
+    kn_graph g;
+    kn_graph_init(&g);
+    int q = input(&g, "q", KN_F64, false, 4, Q), k = input(&g, "k", KN_F64, false, 4, Q);
+    int v = input(&g, "v", KN_F64, false, 4, Q);
+    kn_attrs pa = kn_fuzz_attrs(KN_OP_PERMUTE);
+    pa.ndims = 4;
+    int dims[4] = {0, 1, 3, 2};
+    memcpy(pa.dims, dims, sizeof dims);
+    int s = op2(&g, KN_OP_MATMUL, q, opn(&g, KN_OP_PERMUTE, &pa, 1, &k));
+    kn_attrs sa = kn_fuzz_attrs(KN_OP_SOFTMAX);
+    sa.dim = 2;
+    int outs[1] = {op2(&g, KN_OP_MATMUL, opn(&g, KN_OP_SOFTMAX, &sa, 1, &s), v)};
+    char *notes = NULL;
+    ok(kn_passes_run_noted(&g, outs, 1, KN_PASSES_VERIFY, &notes) == KN_OK && count_op(&g, KN_OP_ATTENTION) == 0,
+       "attention: a softmax over dim 3 of 4 is left alone");
+    ok(notes && strstr(notes, "attention not matched at softmax (fuzz.lua:6): the softmax is over dim 3, not the last (4)"),
+       "attention: ... and the note names the softmax, its line and the dims");
+    if (notes) printf("# %s", notes);
+    free(notes);
     kn_graph_free(&g);
 }
 
@@ -499,5 +568,6 @@ int main(void)
     test_output_rules();
     test_verify_and_format();
     test_names_and_run();
+    test_attention();
     return done_testing();
 }

@@ -708,12 +708,15 @@ kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusio
         /* named before its body is built: a limit hit while building
          * (kn_kernel_add_arg, _expr) names the kernel in its message */
         what_text(&c, i, what, sizeof what);
+        if (nd->op == KN_OP_ATTENTION) snprintf(what, sizeof what, "attention"); /* the op's name is long */
         kernel_name(&c, i, what);
         int d = row_dim(g, nd);
         if (is_pointwise(nd)) st = build_pointwise_kernel(&c, i);
         else if (d >= 0) st = build_row_kernel(&c, i, d);
         else {
-            k->kind = (nd->op == KN_OP_MATMUL || nd->op == KN_OP_CONV2D) ? KN_KERNEL_LIBRARY : KN_KERNEL_FALLBACK;
+            k->kind = (nd->op == KN_OP_MATMUL || nd->op == KN_OP_CONV2D || nd->op == KN_OP_ATTENTION)
+                          ? KN_KERNEL_LIBRARY
+                          : KN_KERNEL_FALLBACK;
             k->ndim = nd->out[0].ndim;
             memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
         }

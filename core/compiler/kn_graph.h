@@ -26,6 +26,7 @@ typedef enum kn_input_kind {
 
 #define KN_NAME_MAX 96
 #define KN_WHERE_MAX 128
+#define KN_COVERS_MAX 192
 
 typedef struct kn_node {
     int op; /* a kn_op, KN_NODE_INPUT or KN_NODE_CONST */
@@ -38,6 +39,8 @@ typedef struct kn_node {
     double value;                /* CONST: the number (dtype in out[0]) */
     char name[KN_NAME_MAX];      /* CONST: the Lua name of the number, or "" */
     char where[KN_WHERE_MAX];    /* "file.lua:LINE" of the user code */
+    char covers[KN_COVERS_MAX];  /* a node a pass made from several: the ops it replaced with their
+                                    lines, for cm:kernels() ("matmul f.lua:3, softmax :4, ..."); or "" */
 } kn_node;
 
 typedef struct kn_graph_input {

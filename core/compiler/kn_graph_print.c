@@ -57,6 +57,7 @@ static void attrs_text(kn_strbuf *b, const kn_node *n)
             kn_strbuf_printf(b, " kernel={%d,%d} stride={%d,%d} padding={%d,%d}", a->kernel[0],
                       a->kernel[1], a->stride[0], a->stride[1], a->padding[0], a->padding[1]);
         break;
+    case KN_K_ATTENTION: kn_strbuf_printf(b, " scale=%g%s", a->scale, a->causal ? " causal" : ""); break;
     case KN_K_TRI: kn_strbuf_printf(b, " diagonal=%lld", (long long)a->diagonal); break;
     case KN_K_VIEW:
         if (op == KN_OP_PERMUTE) sb_ints(b, "dims", a->dims, a->ndims, 1);

@@ -5,6 +5,7 @@
 #include "kn_passes.h"
 
 #include "kn_graph_print.h"
+#include "kn_pass_attention.h"
 #include "kn_pass_ctx.h"
 #include "kn_passes_fold.h"
 
@@ -454,10 +455,11 @@ static const pass_entry pass_table[] = {
     {"fold_constants", kn_pass_fold_constants},
     {"fold_batch_norm", kn_pass_fold_batch_norm},
     {"simplify", pass_simplify},
+    {"attention", kn_pass_attention},
 };
 
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm",
-                                        "simplify", "dce", NULL};
+                                        "simplify", "attention", "dce", NULL};
 
 const char *const *kn_passes_names(void)
 {
@@ -474,7 +476,7 @@ static kn_status log_graph(const kn_graph *g, const char *pass)
     return KN_OK;
 }
 
-kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags)
+static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags, char **notes)
 {
     const pass_entry *p = NULL;
     for (size_t k = 0; k < sizeof pass_table / sizeof pass_table[0]; k++)
@@ -486,6 +488,7 @@ kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs
                             k + 1, outputs[k], g->n_nodes);
     kn_pass_ctx x;
     KN_TRY(ctx_begin(&x, g, outputs, n_outputs));
+    x.notes = notes;
     kn_status st = p->run(&x);
     if (st == KN_OK) st = commit(&x, p->name);
     ctx_end(&x);
@@ -499,7 +502,12 @@ kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs
     return KN_OK;
 }
 
-kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags)
+kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags)
+{
+    return run_pass(g, name, outputs, n_outputs, flags, NULL);
+}
+
+kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flags, char **notes)
 {
     if (flags & KN_PASSES_VERIFY) {
         char why[768];
@@ -507,6 +515,14 @@ kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags)
             return kn_error(KN_ERR_ARG, "before the passes: %s", why);
     }
     if (flags & KN_PASSES_LOG) KN_TRY(log_graph(g, "capture"));
-    for (int k = 0; pass_list[k]; k++) KN_TRY(kn_pass_run(g, pass_list[k], outputs, n_outputs, flags));
+    for (int k = 0; pass_list[k]; k++) {
+        if ((flags & KN_PASSES_NO_ATTENTION) && strcmp(pass_list[k], "attention") == 0) continue;
+        KN_TRY(run_pass(g, pass_list[k], outputs, n_outputs, flags, notes));
+    }
     return KN_OK;
+}
+
+kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags)
+{
+    return kn_passes_run_noted(g, outputs, n_outputs, flags, NULL);
 }

@@ -2,7 +2,7 @@
  * and the graph checker that runs between them (the printer is kn_graph_print).
  *
  * The pipeline is a short named list, as tinygrad's: dce, cse,
- * fold_constants, fold_batch_norm, simplify, dce. Each pass rewrites the
+ * fold_constants, fold_batch_norm, simplify, attention, dce. Each pass rewrites the
  * graph in place and keeps its invariants (node i reads only nodes before
  * it; every node's out metas are what kn_op_infer says for its inputs), so
  * kn_graph_verify can run after any of them. A pass may remove, merge and
@@ -45,7 +45,8 @@ enum {
     KN_PASSES_VERIFY = 1, /* kn_graph_verify after each pass; an error names the pass and node */
     KN_PASSES_LOG = 2,    /* print the graph to stderr after each pass (KILN_LOGS=passes) */
     KN_PLAN_NO_EPILOGUES = 4, /* plans keep library epilogues as separate kernels (kiln.config.fold_epilogues = false) */
-    KN_PLAN_AUTOTUNE = 8      /* max-autotune: plans take cached choices and search at their first call */
+    KN_PLAN_AUTOTUNE = 8,     /* max-autotune: plans take cached choices and search at their first call */
+    KN_PASSES_NO_ATTENTION = 16 /* skip the attention pass (the plan's backend has no attention kernel) */
 };
 
 /* Run the pass list on g in place. outputs[0..n_outputs) are the node
@@ -54,6 +55,10 @@ enum {
  * error the graph may be half rewritten (still valid unless VERIFY failed):
  * run the passes on a copy when the original must survive. */
 kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags);
+/* The same, keeping what the passes say they left alone and why (the
+ * attention pass's unmatched chains): *notes, if not NULL on return, is a
+ * malloc'd text of lines the caller frees. */
+kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flags, char **notes);
 
 /* Run one pass of the list by name ("cse"); KN_ERR_ARG for an unknown name. */
 kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags);

@@ -41,7 +41,7 @@ static bool is_library(const kn_plan *p, const kn_kernel *k)
 {
     if (k->kind != KN_KERNEL_LIBRARY && k->kind != KN_KERNEL_FALLBACK) return false;
     kn_op op = (kn_op)p->g.nodes[k->lib_node].op;
-    return op == KN_OP_MATMUL || op == KN_OP_CONV2D;
+    return op == KN_OP_MATMUL || op == KN_OP_CONV2D || op == KN_OP_ATTENTION;
 }
 
 bool kn_plan_tunable(const kn_plan *p, int kid)
@@ -297,8 +297,20 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         p->pass_out[i] = wanted[i].node;
     }
     double t0 = kn_clock_s();
-    st = kn_passes_run(&p->g, p->pass_out, n_wanted, pass_flags);
-    if (st != KN_OK) goto fail;
+    char *pass_notes = NULL;
+    {
+        /* attention nodes only where the device's backend runs the op
+         * (its supports_op looks at the op alone here: no tensors yet) */
+        kn_device_ctx *adc = kn_backend_get(p->device);
+        kn_opcall probe;
+        kn_opcall_init(&probe, KN_OP_ATTENTION);
+        if (!adc || !adc->be->supports_op(adc, &probe)) pass_flags |= KN_PASSES_NO_ATTENTION;
+    }
+    st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
+    if (st != KN_OK) {
+        free(pass_notes);
+        goto fail;
+    }
     for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
     /* the caller's inputs are bound again at each run: drop ours now */
     for (int i = 0; i < p->n_orig_inputs; i++) {
@@ -308,6 +320,18 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     double t1 = kn_clock_s();
     p->times.passes_s = t1 - t0;
     st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->code.fusion);
+    if (st == KN_OK && pass_notes) { /* the fusion log shows the passes' notes first */
+        char *why = p->code.fusion.why;
+        size_t a = strlen(pass_notes), b = why ? strlen(why) : 0;
+        char *both = malloc(a + b + 1);
+        if (both) {
+            memcpy(both, pass_notes, a);
+            memcpy(both + a, why ? why : "", b + 1);
+            free(why);
+            p->code.fusion.why = both;
+        }
+    }
+    free(pass_notes);
     if (st != KN_OK) goto fail;
     st = plan_memory(p);
     if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);

@@ -40,6 +40,22 @@ kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int
     case KN_K_POOL:
         c.flops = op == KN_OP_ADAPTIVE_AVG_POOL2D ? inn : on * (double)a->kernel[0] * (double)a->kernel[1];
         break;
+    case KN_K_ATTENTION:
+        /* q.k^T and probs.v: 2*Tq*Tk*d + 2*Tq*Tk*dv per batch-head (4*Tq*Tk*d when dv == d);
+         * causal skips the keys after each query: Tq*Tk - Tq*(Tq-1)/2 pairs remain (Tq <= Tk) */
+        if (n_in >= 3 && in[0].ndim >= 2 && in[2].ndim >= 2) {
+            int nd = in[0].ndim;
+            double tq = (double)in[0].shape[nd - 2], d = (double)in[0].shape[nd - 1];
+            double tk = (double)in[1].shape[nd - 2], dv = (double)in[2].shape[nd - 1];
+            double batch = tq > 0 ? inn / (tq * d > 0 ? tq * d : 1) : 0;
+            double pairs = tq * tk;
+            if (a && a->causal) {
+                double kept_rows = tq < tk ? tq : tk; /* query i keeps min(i+1, Tk) keys */
+                pairs = kept_rows * (kept_rows + 1) / 2 + (tq - kept_rows) * tk;
+            }
+            c.flops = 2 * batch * pairs * (d + dv);
+        }
+        break;
     case KN_K_COPY:
     case KN_K_CAT:
     case KN_K_INDEX:

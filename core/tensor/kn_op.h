@@ -25,6 +25,7 @@ typedef enum kn_op_kind {
     KN_K_MATMUL,
     KN_K_CONV,
     KN_K_POOL,
+    KN_K_ATTENTION,
     KN_K_COPY,
     KN_K_CAT,
     KN_K_INDEX,
@@ -69,6 +70,8 @@ typedef struct kn_attrs {
     uint64_t seed;        /* random creation */
     uint64_t rng_offset;  /* counter offset into the seed's stream */
     kn_dtype dtype;       /* cast target; creation dtype */
+    int causal;           /* attention: 1 keeps key j for query i only where j <= i (top-left, as PyTorch's is_causal) */
+    double scale;         /* attention: multiplies q.k^T before the softmax (the Lua API defaults it to 1/sqrt(d)) */
 } kn_attrs;
 
 typedef struct kn_opcall {

@@ -523,6 +523,7 @@ static kn_status infer_one(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int 
     case KN_K_MATMUL: return kn_infer_matmul(c, out);
     case KN_K_CONV: return kn_infer_conv2d(c, out);
     case KN_K_POOL: return kn_infer_pool2d(c, out);
+    case KN_K_ATTENTION: return kn_infer_attention(c, out);
     case KN_K_COPY:
         KN_TRY(check_count(c, 1, 1, "a tensor"));
         meta_set(out, c->in[0]->dtype, c->in[0]->ndim, c->in[0]->shape);

@@ -6,8 +6,10 @@
  * formulas exactly (the test suite compares against them), and all size
  * arithmetic is overflow-checked because a view can carry any int64 dims.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kn_shape_linalg.h"
 
@@ -251,4 +253,71 @@ kn_status kn_infer_pool2d(const kn_opcall *c, kn_meta *out)
     out->shape[xo + 1] = oh;
     out->shape[xo + 2] = ow;
     return kn_shape_check(name, out->ndim, out->shape, out->dtype);
+}
+
+/* ---- scaled_dot_product_attention ---- */
+
+/* Every shape or dtype mismatch among q, k and v names all three, since the
+ * fault is often in how the caller split heads, not in one tensor. */
+static kn_status attention_mismatch(const kn_opcall *c, kn_status st, const char *why)
+{
+    char sq[SHAPE_BUF], sk[SHAPE_BUF], sv[SHAPE_BUF];
+    const kn_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    return kn_error(st, "scaled_dot_product_attention: %s: q %s (%s), k %s (%s), v %s (%s)", why,
+                    shape_of(q, sq), kn_dtype_name(q->dtype), shape_of(k, sk), kn_dtype_name(k->dtype),
+                    shape_of(v, sv), kn_dtype_name(v->dtype));
+}
+
+kn_status kn_infer_attention(const kn_opcall *c, kn_meta *out)
+{
+    KN_TRY(check_inputs(c, 3, 4, "q, k, v [, mask]"));
+    const kn_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    if (!kn_dtype_is_float(q->dtype))
+        return attention_mismatch(c, KN_ERR_DTYPE, "q, k and v must be float tensors (f32, f64, bf16, f16)");
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return attention_mismatch(c, KN_ERR_DTYPE, "q, k and v must have one dtype");
+    if (q->ndim < 2 || k->ndim != q->ndim || v->ndim != q->ndim)
+        return attention_mismatch(c, KN_ERR_SHAPE, "q, k and v need the same number of dims, at least 2 ([..., T, d])");
+    int nd = q->ndim;
+    for (int i = 0; i < nd - 2; i++)
+        if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i]) {
+            char why[96];
+            snprintf(why, sizeof why, "leading dim %d differs", i + 1);
+            return attention_mismatch(c, KN_ERR_SHAPE, why);
+        }
+    if (k->shape[nd - 1] != q->shape[nd - 1])
+        return attention_mismatch(c, KN_ERR_SHAPE, "k's last dim (head size) must equal q's");
+    if (v->shape[nd - 2] != k->shape[nd - 2])
+        return attention_mismatch(c, KN_ERR_SHAPE, "v's second-to-last dim (keys) must equal k's");
+    if (!isfinite(c->a.scale))
+        return kn_error(KN_ERR_ARG, "scaled_dot_product_attention: scale must be finite, got %g", c->a.scale);
+    out->dtype = q->dtype;
+    out->ndim = nd;
+    for (int i = 0; i < nd - 1; i++) out->shape[i] = q->shape[i];
+    out->shape[nd - 1] = v->shape[nd - 1];
+    if (c->n_in == 4) {
+        const kn_tensor *m = c->in[3];
+        if (m->dtype != KN_BOOL && m->dtype != q->dtype)
+            return kn_error(KN_ERR_DTYPE,
+                            "scaled_dot_product_attention: mask must be bool (keep where true) or q's dtype %s "
+                            "(added to the scores), got %s",
+                            kn_dtype_name(q->dtype), kn_dtype_name(m->dtype));
+        /* the mask broadcasts to the scores [..., Tq, Tk], never the reverse */
+        int64_t scores[KN_MAX_DIMS];
+        for (int i = 0; i < nd - 1; i++) scores[i] = q->shape[i];
+        scores[nd - 1] = k->shape[nd - 2];
+        bool fits = m->ndim <= nd;
+        for (int i = 0; fits && i < m->ndim; i++) {
+            int64_t dm = m->shape[m->ndim - 1 - i], ds = scores[nd - 1 - i];
+            fits = dm == ds || dm == 1;
+        }
+        if (!fits) {
+            char sm[SHAPE_BUF], ss[SHAPE_BUF];
+            return kn_error(KN_ERR_SHAPE,
+                            "scaled_dot_product_attention: mask of shape %s cannot be broadcast to the scores' "
+                            "shape %s ([..., Tq, Tk])",
+                            shape_of(m, sm), kn_shape_str(nd, scores, ss, SHAPE_BUF));
+        }
+    }
+    return kn_shape_check("scaled_dot_product_attention", out->ndim, out->shape, out->dtype);
 }

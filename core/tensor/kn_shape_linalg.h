@@ -1,4 +1,4 @@
-/* kn_shape_linalg: the shape rules of the matmul / conv / pool kinds, for
+/* kn_shape_linalg: the shape rules of the matmul / conv / pool / attention kinds, for
  * kn_op_infer (core/tensor/kn_shape.c).
  *
  * Each rule has kn_op_infer's contract: on success it fills out[0] and
@@ -15,5 +15,9 @@
 kn_status kn_infer_matmul(const kn_opcall *c, kn_meta *out);
 kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out);
 kn_status kn_infer_pool2d(const kn_opcall *c, kn_meta *out);
+/* scaled_dot_product_attention: q [..., Tq, d], k [..., Tk, d], v [..., Tk, dv]
+ * with equal leading dims and one float dtype, an optional bool or float mask
+ * broadcastable to [..., Tq, Tk]; out [..., Tq, dv] in q's dtype. */
+kn_status kn_infer_attention(const kn_opcall *c, kn_meta *out);
 
 #endif

@@ -74,6 +74,7 @@ static kn_status cpu_run(kn_device_ctx *d, const kn_opcall *c)
     case KN_K_NORM: return kn_cpu_norm(c);
     case KN_K_MATMUL: return kn_cpu_matmul(c);
     case KN_K_CONV: return kn_cpu_conv2d(c);
+    case KN_K_ATTENTION: return kn_cpu_attention(c);
     case KN_K_POOL: return kn_cpu_pool2d(c);
     case KN_K_CAT:
     case KN_K_INDEX:

@@ -575,7 +575,8 @@ Lists the kernels of the current version of each graph of the session's
 compiled model, in the order they run: the index (for :src), the graph when
 there are several, the kernel's name, its kind ("generated": C or CUDA that
 kiln wrote for this graph; "cpu": a library call or a reference op), its
-group (pointwise, row, library, reference) and the op nodes it covers.
+group (pointwise, row, library, reference) and the op nodes it covers; a
+node a pass made from several ops (attention) lists those ops and lines.
 Compiles and runs the model once if needed (mode default when the session
 is eager). With kiln.config.compiler = false the graph runs op by op: one
 cpu kernel per op. From Lua, kiln.cmd.kernels() returns cm:kernels().]],
@@ -595,7 +596,7 @@ cpu kernel per op. From Lua, kiln.cmd.kernels() returns cm:kernels().]],
   local rows = { { "#", "graph", "kernel", "kind", "group", "ops" } }
   for i, k in ipairs(list) do
     rows[#rows + 1] = { tostring(i - 1), tostring(k.graph or 0), k.name, k.kind, k.shape_kind or "-",
-      table.concat(k.ops or {}, ", ") }
+      table.concat(k.ops or {}, ", ") .. (k.covers and (" = " .. k.covers) or "") }
   end
   local cols = ngraphs > 1 and { 1, 2, 3, 4, 5, 6 } or { 1, 3, 4, 5, 6 }
   local width = {}

@@ -1,0 +1,436 @@
+/* kn_pass_attention: the attention pass. It finds the chain users write for
+ * attention,
+ *
+ *   matmul(q, k viewed with its last two dims swapped)
+ *     -> [* c or / c, c a positive constant]   (before or after the mask)
+ *     -> [masked_fill(x, M, -inf) or x + m]    (m a float mask)
+ *     -> softmax over the last dim
+ *     -> matmul(probs, v)
+ *
+ * where every intermediate has no other user, and replaces it with one
+ * scaled_dot_product_attention node, which the backends run as one library
+ * kernel (flash attention on the GPU: the T x T scores never reach memory).
+ * A mask that is the causal one, logical_not(tril(ones bool {T, T})) or
+ * triu(ones bool {T, T}, 1) with Tq == Tk, becomes the causal attribute and
+ * its subgraph dies (the final dce removes it); any other bool M becomes the
+ * mask input logical_not(M) (the op keeps where true, masked_fill fills
+ * where true). A chain that starts like attention but breaks a condition is
+ * left alone, and the reason, naming the ops and their lines, goes to the
+ * pass notes (shown with KILN_LOGS=fusion).
+ */
+#include "kn_pass_attention.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Append one line to the notes (best effort: a note that cannot be kept is
+ * dropped, it never fails the compile). */
+static void note(kn_pass_ctx *x, const char *fmt, ...)
+{
+    if (!x->notes) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n <= 0) return;
+    if ((size_t)n >= sizeof line) n = (int)sizeof line - 1;
+    size_t old = *x->notes ? strlen(*x->notes) : 0;
+    char *p = realloc(*x->notes, old + (size_t)n + 2);
+    if (!p) return;
+    memcpy(p + old, line, (size_t)n);
+    p[old + (size_t)n] = '\n';
+    p[old + (size_t)n + 1] = 0;
+    *x->notes = p;
+}
+
+/* "matmul (f.lua:3)": how a note names a node */
+static const char *who(const kn_graph *g, int i, char *buf, size_t size)
+{
+    const kn_node *n = &g->nodes[i];
+    snprintf(buf, size, "%s (%s)", kn_node_op_name(n), n->where[0] ? n->where : "no source line");
+    return buf;
+}
+
+static int use_count(const kn_pass_ctx *x, int node)
+{
+    int uses = 0;
+    for (int i = 0; i < x->g->n_nodes; i++) {
+        if (x->dead[i]) continue;
+        const kn_node *n = &x->g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) uses += n->in_node[k] == node;
+    }
+    return uses;
+}
+
+/* One user and not a value the caller needs: the node can disappear. */
+static bool private_value(const kn_pass_ctx *x, int node)
+{
+    return use_count(x, node) == 1 && !kn_pass_is_output(x, node);
+}
+
+/* The full bool {T, T} of ones a causal mask starts from. */
+static bool is_ones_square(const kn_node *n, int64_t t)
+{
+    return n->op == KN_OP_FULL && n->out[0].dtype == KN_BOOL && n->a.value != 0 && n->out[0].ndim == 2 &&
+           n->out[0].shape[0] == t && n->out[0].shape[1] == t;
+}
+
+/* Whether the masked_fill mask M (filled where true) is the causal one:
+ * logical_not(tril(ones, 0)) or triu(ones, 1), over {T, T}. */
+static bool is_causal_fill_mask(const kn_graph *g, int m, int64_t t)
+{
+    const kn_node *n = &g->nodes[m];
+    if (n->out[0].dtype != KN_BOOL || n->out[0].ndim != 2 || n->out[0].shape[0] != t || n->out[0].shape[1] != t)
+        return false;
+    if (n->op == KN_OP_TRIU && n->a.diagonal == 1) return is_ones_square(&g->nodes[n->in_node[0]], t);
+    if (n->op != KN_OP_LOGICAL_NOT) return false;
+    const kn_node *tr = &g->nodes[n->in_node[0]];
+    return tr->op == KN_OP_TRIL && tr->a.diagonal == 0 && tr->out[0].dtype == KN_BOOL &&
+           is_ones_square(&g->nodes[tr->in_node[0]], t);
+}
+
+/* Whether value kt is k viewed with its last two dims swapped: a permute
+ * (possibly several merged into one, as simplify does with
+ * reshape(...):transpose(2, 3):transpose(-2, -1)) or a bound input whose
+ * strides say it is a transposed view (its second-to-last dim is the
+ * contiguous one). *src gets the value to view and perm the permutation
+ * that gives k from it (*identity: k is *src itself). */
+static bool transposed_view(const kn_graph *g, int kt, int *src, int *perm, bool *identity)
+{
+    const kn_node *n = &g->nodes[kt];
+    int nd = n->out[0].ndim;
+    if (nd < 2) return false;
+    if (n->op == KN_OP_PERMUTE && n->a.ndims == nd) {
+        for (int d = 0; d < nd; d++) perm[d] = n->a.dims[d];
+        *src = KN_REF(n->in_node[0], n->in_out[0]);
+    } else if (n->op == KN_NODE_INPUT && g->inputs[n->input].strides[nd - 2] == 1 &&
+               g->inputs[n->input].strides[nd - 1] != 1 && n->out[0].shape[nd - 1] > 1) {
+        for (int d = 0; d < nd; d++) perm[d] = d;
+        *src = KN_REF(kt, 0);
+    } else {
+        return false;
+    }
+    int t = perm[nd - 2]; /* k = kt with its last two dims swapped */
+    perm[nd - 2] = perm[nd - 1];
+    perm[nd - 1] = t;
+    *identity = true;
+    for (int d = 0; d < nd; d++) *identity = *identity && perm[d] == d;
+    return true;
+}
+
+typedef struct attn_match {
+    int mm1, scale_node, mask_node, softmax, mm2; /* nodes of the chain (-1: absent) */
+    int scale_before_mask;                        /* the scale comes first, reading the matmul */
+    double scale;
+    int mask_ref;     /* masked_fill's M or the added m (a ref), or -1 */
+    bool mask_is_bool; /* masked_fill (fill where true) rather than an added float mask */
+    int q, k, v;      /* refs (k: -1 until its view is made, see k_src) */
+    int k_src, k_perm[KN_MAX_DIMS]; /* k = permute(k_src, k_perm), or k_src itself */
+    bool k_identity;
+} attn_match;
+
+static bool is_scores_op(int op)
+{
+    return op == KN_OP_MATMUL || op == KN_OP_MUL || op == KN_OP_DIV || op == KN_OP_MASKED_FILL || op == KN_OP_ADD;
+}
+
+/* Walk from the softmax's input up to the first matmul through at most one
+ * scale and one mask. False with a note when the chain breaks a condition. */
+static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
+{
+    const kn_graph *g = x->g;
+    char a[200], b[200];
+    const char *head = who(g, sm, b, sizeof b);
+    char head_text[200];
+    snprintf(head_text, sizeof head_text, "%s", head);
+    int cur = g->nodes[sm].in_node[0];
+    for (int step = 0; step < 3; step++) {
+        const kn_node *n = &g->nodes[cur];
+        if (n->op == KN_OP_MATMUL) break;
+        if (!is_scores_op(n->op)) {
+            note(x, "attention not matched at %s: its scores come from %s, not matmul(q, k^T) with an optional scale "
+                    "and mask", head_text, who(g, cur, a, sizeof a));
+            return false;
+        }
+        if (!private_value(x, cur)) {
+            note(x, "attention not matched at %s: %s is used elsewhere too (the fused kernel never makes it)",
+                 head_text, who(g, cur, a, sizeof a));
+            return false;
+        }
+        if (n->op == KN_OP_MUL || n->op == KN_OP_DIV) {
+            int ci = -1, xi = 0;
+            if (g->nodes[n->in_node[1]].op == KN_NODE_CONST) ci = 1, xi = 0;
+            else if (n->op == KN_OP_MUL && g->nodes[n->in_node[0]].op == KN_NODE_CONST) ci = 0, xi = 1;
+            if (ci < 0 || m->scale_node >= 0) {
+                note(x, "attention not matched at %s: the scale %s is not one multiplication or division by a "
+                        "constant number", head_text, who(g, cur, a, sizeof a));
+                return false;
+            }
+            double c = kn_pass_const_value(&g->nodes[n->in_node[ci]]);
+            double s = n->op == KN_OP_MUL ? c : 1.0 / c;
+            if (!(s > 0) || !isfinite(s)) {
+                note(x, "attention not matched at %s: the scale %s is %g, not a positive finite number", head_text,
+                     who(g, cur, a, sizeof a), s);
+                return false;
+            }
+            m->scale_node = cur;
+            m->scale = s;
+            m->scale_before_mask = m->mask_node < 0 ? 0 : 1; /* walking up: a mask seen already comes after */
+            cur = n->in_node[xi];
+            continue;
+        }
+        if (m->mask_node >= 0) {
+            note(x, "attention not matched at %s: a second mask %s", head_text, who(g, cur, a, sizeof a));
+            return false;
+        }
+        if (n->op == KN_OP_MASKED_FILL) {
+            if (!(isinf(n->a.value) && n->a.value < 0)) {
+                note(x, "attention not matched at %s: %s fills %g, not -inf", head_text, who(g, cur, a, sizeof a),
+                     n->a.value);
+                return false;
+            }
+            m->mask_node = cur;
+            m->mask_is_bool = true;
+            m->mask_ref = KN_REF(n->in_node[1], n->in_out[1]);
+            cur = n->in_node[0];
+            continue;
+        }
+        /* x + m: the scores are the operand that comes from the chain and has the sum's shape */
+        int si = -1;
+        for (int k = 0; k < 2 && si < 0; k++) {
+            const kn_node *o = &g->nodes[n->in_node[k]];
+            if (is_scores_op(o->op) && o->out[0].ndim == n->out[0].ndim &&
+                !memcmp(o->out[0].shape, n->out[0].shape, sizeof(int64_t) * (size_t)n->out[0].ndim))
+                si = k;
+        }
+        if (si < 0 || !kn_dtype_is_float(g->nodes[n->in_node[1 - si]].out[0].dtype)) {
+            note(x, "attention not matched at %s: %s is not scores + a float mask", head_text,
+                 who(g, cur, a, sizeof a));
+            return false;
+        }
+        m->mask_node = cur;
+        m->mask_is_bool = false;
+        m->mask_ref = KN_REF(n->in_node[1 - si], n->in_out[1 - si]);
+        cur = n->in_node[si];
+    }
+    const kn_node *mm = &g->nodes[cur];
+    if (mm->op != KN_OP_MATMUL) {
+        note(x, "attention not matched at %s: its scores come from %s, not matmul(q, k^T) with one scale and one "
+                "mask", head_text, who(g, cur, a, sizeof a));
+        return false;
+    }
+    if (!private_value(x, cur)) {
+        note(x, "attention not matched at %s: the scores %s are used elsewhere too", head_text,
+             who(g, cur, a, sizeof a));
+        return false;
+    }
+    m->mm1 = cur;
+    m->q = KN_REF(mm->in_node[0], mm->in_out[0]);
+    if (!transposed_view(g, mm->in_node[1], &m->k_src, m->k_perm, &m->k_identity)) {
+        note(x, "attention not matched at %s: the second operand of %s is %s, not k viewed with its last two dims "
+                "swapped", head_text, who(g, cur, a, sizeof a), who(g, mm->in_node[1], b, sizeof b));
+        return false;
+    }
+    return true;
+}
+
+/* Append a node of op `op` on inputs refs[0..n) with attrs a, placed before
+ * node `before`; its shape inferred. False (nothing added) when it does not
+ * infer; the index in *out. */
+static kn_status append_node(kn_pass_ctx *x, int op, const int *refs, int n, const kn_attrs *a, int before,
+                             const char *where, int *out)
+{
+    kn_graph *g = x->g;
+    kn_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = op;
+    nd.n_in = n;
+    for (int k = 0; k < n; k++) {
+        nd.in_node[k] = KN_REF_NODE(refs[k]);
+        nd.in_out[k] = KN_REF_OUT(refs[k]);
+    }
+    kn_opcall defaults;
+    kn_opcall_init(&defaults, (kn_op)op);
+    nd.a = a ? *a : defaults.a;
+    snprintf(nd.where, sizeof nd.where, "%s", where);
+    int idx;
+    KN_TRY(kn_graph_add_node(g, &nd, &idx));
+    kn_meta m[KN_MAX_OUTPUTS];
+    int n_out = 0;
+    kn_status st = kn_node_infer(g, idx, m, &n_out);
+    if (st != KN_OK) {
+        g->n_nodes--; /* not kept: the pass context never saw it */
+        return st;
+    }
+    g->nodes[idx].n_out = n_out;
+    memcpy(g->nodes[idx].out, m, sizeof m);
+    KN_TRY(kn_pass_sync(x));
+    x->before[idx] = before;
+    *out = idx;
+    return KN_OK;
+}
+
+/* "matmul f.lua:27, mul :27, ...": each op once with its line, the file
+ * named on the first only when all share it. */
+static void covers_text(const kn_graph *g, const attn_match *m, bool causal, char *buf, size_t size)
+{
+    int order[5], n = 0;
+    order[n++] = m->mm1;
+    if (m->scale_node >= 0 && m->scale_before_mask) order[n++] = m->scale_node;
+    if (m->mask_node >= 0) order[n++] = m->mask_node;
+    if (m->scale_node >= 0 && !m->scale_before_mask) order[n++] = m->scale_node;
+    order[n++] = m->softmax;
+    order[n++] = m->mm2;
+    size_t len = 0;
+    buf[0] = 0;
+    const char *first = g->nodes[order[0]].where;
+    const char *colon = strrchr(first, ':');
+    size_t file_len = colon ? (size_t)(colon - first) : 0;
+    for (int i = 0; i < n && len < size; i++) {
+        const char *w = g->nodes[order[i]].where;
+        const char *shown = w;
+        if (i > 0 && file_len && !strncmp(w, first, file_len) && w[file_len] == ':') shown = w + file_len;
+        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", i ? ", " : "", kn_node_op_name(&g->nodes[order[i]]),
+                                shown[0] ? " " : "", shown);
+    }
+    if (causal && len < size) snprintf(buf + len, size - len, " (causal mask folded)");
+}
+
+static kn_status try_softmax(kn_pass_ctx *x, int sm)
+{
+    kn_graph *g = x->g;
+    char a[200], b[200];
+    const kn_node *s = &g->nodes[sm];
+    /* the softmax's one reader: matmul(probs, v) */
+    int mm2 = -1;
+    for (int i = sm + 1; i < g->n_nodes && mm2 < 0; i++) {
+        if (x->dead[i]) continue;
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in_node[k] == sm) mm2 = i;
+    }
+    bool reader_is_pv = mm2 >= 0 && g->nodes[mm2].op == KN_OP_MATMUL && g->nodes[mm2].in_node[0] == sm;
+    int in_op = g->nodes[s->in_node[0]].op;
+    bool from_scores = in_op == KN_OP_MATMUL || in_op == KN_OP_MASKED_FILL;
+    if (!reader_is_pv && !from_scores) return KN_OK; /* an ordinary softmax: nothing to say */
+    if (s->a.dim != s->out[0].ndim - 1) {
+        note(x, "attention not matched at %s: the softmax is over dim %d, not the last (%d)", who(g, sm, a, sizeof a),
+             s->a.dim + 1, s->out[0].ndim);
+        return KN_OK;
+    }
+    if (!reader_is_pv) {
+        note(x, "attention not matched at %s: its result is not read by matmul(probs, v)%s", who(g, sm, a, sizeof a),
+             mm2 >= 0 ? "" : " (nothing reads it)");
+        return KN_OK;
+    }
+    if (!private_value(x, sm)) {
+        note(x, "attention not matched at %s: the probabilities are used elsewhere too", who(g, sm, a, sizeof a));
+        return KN_OK;
+    }
+    attn_match m = {.mm1 = -1, .scale_node = -1, .mask_node = -1, .softmax = sm, .mm2 = mm2, .scale = 1.0,
+                    .mask_ref = -1};
+    if (!match_chain(x, sm, &m)) return KN_OK;
+    m.v = KN_REF(g->nodes[mm2].in_node[1], g->nodes[mm2].in_out[1]);
+    const kn_meta *qm = &g->nodes[KN_REF_NODE(m.q)].out[KN_REF_OUT(m.q)];
+    int64_t tq = qm->ndim >= 2 ? qm->shape[qm->ndim - 2] : -1;
+    int64_t tk = g->nodes[m.mm1].out[0].ndim >= 1 ? g->nodes[m.mm1].out[0].shape[g->nodes[m.mm1].out[0].ndim - 1] : -2;
+    bool causal = m.mask_is_bool && tq == tk && is_causal_fill_mask(g, KN_REF_NODE(m.mask_ref), tq);
+    const char *where = g->nodes[m.mm1].where;
+    int before = mm2;
+    int mask_in = -1;
+    kn_status st;
+    if (m.mask_ref >= 0 && !causal) {
+        if (m.mask_is_bool) {
+            /* masked_fill fills where M is true; the op keeps where its mask is true */
+            const kn_node *mn = &g->nodes[KN_REF_NODE(m.mask_ref)];
+            if (mn->op == KN_OP_LOGICAL_NOT && g->nodes[mn->in_node[0]].out[mn->in_out[0]].dtype == KN_BOOL) {
+                mask_in = KN_REF(mn->in_node[0], mn->in_out[0]);
+            } else {
+                int idx;
+                st = append_node(x, KN_OP_LOGICAL_NOT, &m.mask_ref, 1, NULL, before, g->nodes[m.mask_node].where, &idx);
+                if (st != KN_OK) {
+                    note(x, "attention not matched at %s: the mask of %s: %s", who(g, sm, a, sizeof a),
+                         who(g, m.mask_node, b, sizeof b), kn_last_error());
+                    return KN_OK;
+                }
+                mask_in = KN_REF(idx, 0);
+            }
+        } else if (m.scale_node >= 0 && m.scale_before_mask == 0) {
+            /* (s + m) * c = s * c + m * c: the op adds its mask after the scale */
+            const kn_node *sc = &g->nodes[m.scale_node];
+            int ci = g->nodes[sc->in_node[1]].op == KN_NODE_CONST ? 1 : 0;
+            int refs[2] = {m.mask_ref, KN_REF(sc->in_node[ci], sc->in_out[ci])};
+            int idx;
+            st = append_node(x, sc->op, refs, 2, &sc->a, before, sc->where, &idx);
+            if (st != KN_OK) {
+                note(x, "attention not matched at %s: scaling the mask: %s", who(g, sm, a, sizeof a), kn_last_error());
+                return KN_OK;
+            }
+            mask_in = KN_REF(idx, 0);
+        } else {
+            mask_in = m.mask_ref;
+        }
+    }
+    m.k = m.k_src;
+    if (!m.k_identity) { /* a view: no data moves */
+        kn_attrs pa;
+        kn_opcall pinit;
+        kn_opcall_init(&pinit, KN_OP_PERMUTE);
+        pa = pinit.a;
+        int nd = g->nodes[m.mm1].out[0].ndim;
+        pa.ndims = nd;
+        for (int d = 0; d < nd; d++) pa.dims[d] = m.k_perm[d];
+        int idx;
+        st = append_node(x, KN_OP_PERMUTE, &m.k_src, 1, &pa, before, g->nodes[g->nodes[m.mm1].in_node[1]].where, &idx);
+        if (st != KN_OK) {
+            note(x, "attention not matched at %s: viewing k: %s", who(g, sm, a, sizeof a), kn_last_error());
+            return KN_OK;
+        }
+        m.k = KN_REF(idx, 0);
+    }
+    int refs[4] = {m.q, m.k, m.v, mask_in};
+    kn_attrs at;
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_ATTENTION);
+    at = init.a;
+    at.causal = causal;
+    at.scale = m.scale;
+    int att;
+    st = append_node(x, KN_OP_ATTENTION, refs, mask_in >= 0 ? 4 : 3, &at, before, where, &att);
+    if (st == KN_OK) {
+        const kn_meta *o = &g->nodes[att].out[0], *want = &g->nodes[mm2].out[0];
+        if (o->dtype != want->dtype || o->ndim != want->ndim ||
+            memcmp(o->shape, want->shape, sizeof(int64_t) * (size_t)o->ndim)) {
+            x->dead[att] = 1;
+            note(x, "attention not matched at %s: the fused result would differ in shape or dtype from %s",
+                 who(g, sm, a, sizeof a), who(g, mm2, b, sizeof b));
+            return KN_OK;
+        }
+    } else {
+        note(x, "attention not matched at %s: the shapes do not fit: %s", who(g, sm, a, sizeof a), kn_last_error());
+        return KN_OK;
+    }
+    covers_text(g, &m, causal, g->nodes[att].covers, sizeof g->nodes[att].covers);
+    if (!kn_pass_replace(x, mm2, KN_REF(att, 0))) {
+        x->dead[att] = 1;
+        return KN_OK;
+    }
+    x->dead[sm] = 1;
+    x->dead[m.mm1] = 1;
+    if (m.scale_node >= 0) x->dead[m.scale_node] = 1;
+    if (m.mask_node >= 0) x->dead[m.mask_node] = 1;
+    return KN_OK;
+}
+
+kn_status kn_pass_attention(kn_pass_ctx *x)
+{
+    int n = x->n_orig;
+    for (int i = 0; i < n; i++) {
+        if (x->dead[i] || (x->g->nodes[i].op != KN_OP_SOFTMAX)) continue;
+        KN_TRY(try_softmax(x, i));
+    }
+    return KN_OK;
+}

@@ -1,0 +1,12 @@
+/* kn_pass_attention: the attention pass of the pass list (kn_passes.h):
+ * matmul(q, k^T) [-> scale] [-> mask] -> softmax(last dim) -> matmul(., v)
+ * becomes one scaled_dot_product_attention node. kn_pass_attention.c
+ * describes what matches; a chain that does not says why in x->notes. */
+#ifndef KN_PASS_ATTENTION_H
+#define KN_PASS_ATTENTION_H
+
+#include "kn_pass_ctx.h"
+
+kn_status kn_pass_attention(kn_pass_ctx *x);
+
+#endif
