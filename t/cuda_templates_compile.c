@@ -2,7 +2,10 @@
  * (one per dtype: the prelude, the argument structs, kn_rng.h and the .cu
  * families) compiles with NVRTC for sm_90 without errors or warnings and
  * holds every kernel kn_cuda_ops.c looks up by name; kn_linalg.cu compiles
- * as its own module. Needs NVRTC only, no GPU, so template syntax errors
+ * as its own module; every module of kn_attention.cu (tensor-core kernels
+ * per bf16/f16 head-dim bucket, SIMT kernels per dtype and output width)
+ * compiles without warnings and holds the kernels kn_cuda_attention.c
+ * looks up. Needs NVRTC only, no GPU, so template syntax errors
  * fail CI on any machine with the toolkit. */
 #include "tap.h"
 
@@ -14,6 +17,7 @@ int main(void)
 #else
 #include <string.h>
 
+#include "cuda/kn_cuda_attention.h"
 #include "cuda/kn_cuda_internal.h"
 #include "cuda/kn_cuda_nvrtc.h"
 #include "cuda/kn_cuda_ops.h"
@@ -29,6 +33,52 @@ static bool has_symbol(const char *img, size_t n, const char *name)
         if (memcmp(p, name, len) == 0 && (p == img || p[-1] == 0 || p[-1] == '.')) return true;
     }
     return false;
+}
+
+/* Every module kn_cuda_attention.c can build: tensor-core modules for
+ * bf16 and f16 at each padded head dim 16..128, SIMT modules for f32, bf16
+ * and f16 at 1..8 output chunks of 32 columns. */
+static void test_attention_modules(void)
+{
+    static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
+    int bad_compile = 0, bad_warn = 0, missing = 0, modules = 0;
+    for (int tc = 1; tc >= 0; tc--)
+        for (int di = 0; di < 3; di++) {
+            if (tc && dts[di] == KN_F32) continue;
+            for (int size = tc ? 16 : 1; size <= (tc ? 128 : 8); size += tc ? 16 : 1) {
+                char *src = NULL, *img = NULL, *log = NULL, names[3][48];
+                size_t n = 0;
+                const char *dn = kn_dtype_name(dts[di]);
+                kn_status st = kn_cuda_attention_source(tc, dts[di], size, &src);
+                if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
+                modules++;
+                if (st != KN_OK) {
+                    printf("# attention %s %s size %d: %s\n", tc ? "tc" : "simt", dn, size, kn_last_error());
+                    bad_compile++;
+                } else {
+                    if (log && strstr(log, "warning")) {
+                        printf("# attention %s %s size %d:\n%s\n", tc ? "tc" : "simt", dn, size, log);
+                        bad_warn++;
+                    }
+                    int nk = kn_cuda_attention_kernel_names(tc, dts[di], size, names);
+                    for (int k = 0; k < nk; k++)
+                        if (!has_symbol(img, n, names[k])) {
+                            printf("# attention: no kernel %s in the image\n", names[k]);
+                            missing++;
+                        }
+                }
+                free(img);
+                free(log);
+                free(src);
+            }
+        }
+    printf("# kn_attention.cu: %d modules\n", modules);
+    is_int(bad_compile, 0, "kn_attention.cu: every module compiles for sm_90");
+    is_int(bad_warn, 0, "kn_attention.cu: no NVRTC warnings");
+    is_int(missing, 0, "kn_attention.cu: every kernel the launcher looks up is in its module");
+    char *src = NULL;
+    ok(kn_cuda_attention_source(1, KN_F32, 64, &src) != KN_OK && !src, "attention: no tensor-core f32 module");
+    ok(kn_cuda_attention_source(1, KN_BF16, 72, &src) != KN_OK && !src, "attention: no module for an unpadded size");
 }
 
 int main(void)
@@ -81,6 +131,7 @@ int main(void)
         free(log);
         free(src);
     }
+    test_attention_modules();
     return done_testing();
 }
 #endif

@@ -9,6 +9,7 @@
  *   kn_cuda_ops.c      eager ops through kiln's CUDA templates (kernels/cuda/ *.cu files)
  *   kn_cuda_blas.c     matmul through cuBLASLt
  *   kn_cuda_dnn.c      convolution through cuDNN's graph API
+ *   kn_cuda_attention.c the fused attention kernel (kn_attention.cu), kn_cuda_attention.h
  *   kn_cuda_libplans.c the per-signature plan cache both libraries use
  */
 #ifndef KN_CUDA_INTERNAL_H

@@ -1,0 +1,302 @@
+/* kn_cuda_attention: the launcher of kn_attention.cu (see kn_cuda_attention.h).
+ *
+ * Modules are built per (dtype, head-dim bucket) so that a first call
+ * compiles a handful of kernels, not every instantiation: tensor-core
+ * modules per padded head dim (16..128 in steps of 16), SIMT modules per
+ * number of 32-column output chunks (1..8). Both are process-wide and keyed
+ * by their source in the module cache (memory, then disk), like
+ * kn_cuda_linalg_kernel's.
+ */
+#include "kn_cuda_attention.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_cuda_internal.h"
+
+/* field for field the kn_attn_args of kn_attention.cu */
+typedef struct kn_attn_args {
+    const char *q, *k, *v, *mask;
+    char *o;
+    long long heads, tq, tk;
+    long long qs[3], ks[3], vs[3], os[3];
+    long long ms[4];
+    float scale_log2;
+    int d, dv;
+    int causal;
+    int mask_kind;
+    int n_qblocks;
+} kn_attn_args;
+
+#define TC_MAX_DIM 128  /* Q fragments and O accumulators live in registers */
+#define SIMT_MAX_DIM 256
+#define N_TC_SIZES (TC_MAX_DIM / 16)
+#define N_SIMT_SIZES (SIMT_MAX_DIM / 32)
+#define SIMT_BM 32
+#define WARPS 4
+
+/* one kernel configuration */
+typedef struct attn_config {
+    int tc;     /* tensor cores (bf16/f16) or SIMT */
+    int mt;     /* tc: m16 tiles a warp (BM = 64 * mt) */
+    int bn;     /* keys a tile */
+    int slot;   /* index of the kernel within its module */
+    const char *label;
+} attn_config;
+
+static const attn_config tc_configs[] = {
+    {1, 1, 64, 0, "tc bm64 bn64"},
+    {1, 1, 32, 1, "tc bm64 bn32"},
+    {1, 2, 64, 2, "tc bm128 bn64"}, /* head dims <= 64 only: register budget */
+};
+static const attn_config simt_config = {0, 0, 32, 0, "simt bm32 bn32"};
+
+static int dt_code_index(kn_dtype dt) /* f32 0, bf16 1, f16 2 */
+{
+    return dt == KN_BF16 ? 1 : dt == KN_F16 ? 2 : 0;
+}
+
+static const char *dt_tag(kn_dtype dt)
+{
+    return dt == KN_BF16 ? "bf16" : dt == KN_F16 ? "f16" : "f32";
+}
+
+kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src)
+{
+    *src = NULL;
+    if (dt != KN_F32 && dt != KN_BF16 && dt != KN_F16)
+        return kn_error(KN_ERR_UNSUPPORTED, "attention: no kernels for dtype %s", kn_dtype_name(dt));
+    if (tc ? (dt == KN_F32 || size < 16 || size > TC_MAX_DIM || size % 16) : (size < 1 || size > N_SIMT_SIZES))
+        return kn_error(KN_ERR_ARG, "attention: no %s module of size %d for %s", tc ? "tensor-core" : "SIMT", size,
+                        kn_dtype_name(dt));
+    const char *tpl = kn_cuda_template("kn_attention");
+    if (!tpl) return kn_error(KN_ERR_UNSUPPORTED, "attention: kernels/cuda/kn_attention.cu is not embedded in this build");
+    char head[128];
+    int n = snprintf(head, sizeof head, "#define KN_ATT_STANDALONE 1\n#define KN_ATT_DT %d\n#define KN_ATT_%s %d\n",
+                     (int)dt, tc ? "DP" : "NC", size);
+    size_t len = strlen(tpl);
+    char *s = malloc((size_t)n + len + 1);
+    if (!s) return kn_error(KN_ERR_OOM, "attention: out of memory for the kernel source");
+    memcpy(s, head, (size_t)n);
+    memcpy(s + n, tpl, len + 1);
+    *src = s;
+    return KN_OK;
+}
+
+int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][48])
+{
+    if (!tc) {
+        snprintf(names[0], 48, "kn_attn_simt_%s_c%d", dt_tag(dt), size);
+        return 1;
+    }
+    int n = 0;
+    for (size_t i = 0; i < sizeof tc_configs / sizeof tc_configs[0]; i++) {
+        const attn_config *c = &tc_configs[i];
+        if (c->mt == 2 && size > 64) continue;
+        snprintf(names[n++], 48, "kn_attn_tc_%s_d%d_m%d_n%d", dt_tag(dt), size, 64 * c->mt, c->bn);
+    }
+    return n;
+}
+
+/* ---- modules and kernels, process-wide ---- */
+
+typedef struct kernel_slot {
+    const void *fn;
+    unsigned long long smem_devices; /* GPUs (index < 64) whose shared-memory limit was raised */
+} kernel_slot;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static kernel_slot tc_kernels[2][N_TC_SIZES][3];       /* [bf16, f16][DP/16 - 1][slot] */
+static kernel_slot simt_kernels[3][N_SIMT_SIZES];       /* [f32, bf16, f16][NC - 1] */
+
+static size_t tc_smem(int dp, const attn_config *c)
+{
+    /* Q block + two stages of K and of V, rows padded by 8 halves */
+    return (size_t)(64 * c->mt + 4 * c->bn) * (size_t)(dp + 8) * 2;
+}
+
+static size_t simt_smem(int64_t d, int64_t dv)
+{
+    return (size_t)(SIMT_BM * d + 32 * (d + 1) + 32 * dv) * sizeof(float);
+}
+
+/* The kernel of a configuration, compiled on first use, with its dynamic
+ * shared-memory limit raised to `smem` on the current GPU. */
+static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t smem, const void **fn)
+{
+    pthread_mutex_lock(&lock);
+    kernel_slot *slot = c->tc ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c->slot]
+                              : &simt_kernels[dt_code_index(dt)][size - 1];
+    kn_status st = KN_OK;
+    if (!slot->fn) {
+        char *src = NULL;
+        kn_cuda_module *mod = NULL;
+        char names[3][48];
+        kn_cuda_attention_kernel_names(c->tc, dt, size, names);
+        int which = 0;
+        if (c->tc) {
+            char want[48];
+            snprintf(want, sizeof want, "kn_attn_tc_%s_d%d_m%d_n%d", dt_tag(dt), size, 64 * c->mt, c->bn);
+            for (int i = 0; i < 3; i++)
+                if (strcmp(names[i], want) == 0) which = i;
+        }
+        st = kn_cuda_attention_source(c->tc, dt, size, &src);
+        if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
+        free(src);
+        if (st == KN_OK) st = kn_cuda_module_kernel(mod, names[which], &slot->fn);
+    }
+    int dev = kn_cuda_current()->index;
+    if (st == KN_OK && smem > 48 * 1024 && dev < 64 && !(slot->smem_devices >> dev & 1)) {
+        /* raise to the most any problem of this kernel needs, once a GPU */
+        cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)slot->fn,
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        (int)(c->tc ? smem : simt_smem(SIMT_MAX_DIM, 32 * size)), dev);
+        if (e != cudaSuccess) st = kn_cuda_fail(e, "attention: raising the kernel's shared-memory limit");
+        else slot->smem_devices |= 1ull << dev;
+    }
+    *fn = slot->fn;
+    pthread_mutex_unlock(&lock);
+    return st;
+}
+
+/* ---- validation and the configurations a problem can use ---- */
+
+static bool aligned(const void *ptr, size_t bytes)
+{
+    return (uintptr_t)ptr % bytes == 0;
+}
+
+/* Why the tensor-core kernels cannot take p (NULL when they can). */
+static const char *tc_refusal(const kn_attention_problem *p, char *why, size_t n)
+{
+    if (p->dtype == KN_F32) return "f32 runs on the SIMT kernel (no TF32 attention kernel yet)";
+    if (p->d % 8 || p->dv % 8 || p->d > TC_MAX_DIM || p->dv > TC_MAX_DIM) {
+        snprintf(why, n, "head dims d=%lld dv=%lld: the tensor-core kernels need multiples of 8 up to %d",
+                 (long long)p->d, (long long)p->dv, TC_MAX_DIM);
+        return why;
+    }
+    const void *ptrs[4] = {p->q, p->k, p->v, p->o};
+    const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
+    static const char *const names[4] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; i++) {
+        if (!aligned(ptrs[i], 16)) {
+            snprintf(why, n, "%s is not 16-byte aligned (the tensor-core kernels load 16 bytes at a time)", names[i]);
+            return why;
+        }
+        for (int s = 0; s < 3; s++)
+            if (strides[i][s] % 8) {
+                snprintf(why, n, "%s's stride %lld (dim %d) is not a multiple of 8 elements (16-byte loads)",
+                         names[i], (long long)strides[i][s], s);
+                return why;
+            }
+    }
+    return NULL;
+}
+
+static kn_status validate(const kn_attention_problem *p)
+{
+    if (!p) return kn_error(KN_ERR_ARG, "attention: no problem given");
+    if (p->dtype != KN_F32 && p->dtype != KN_BF16 && p->dtype != KN_F16)
+        return kn_error(KN_ERR_UNSUPPORTED, "attention: dtype %s is not supported (f32, bf16 or f16)",
+                        kn_dtype_name(p->dtype));
+    if (p->batch <= 0 || p->heads <= 0 || p->tq <= 0 || p->tk <= 0 || p->d <= 0 || p->dv <= 0)
+        return kn_error(KN_ERR_ARG, "attention: every dim must be > 0 (batch %lld heads %lld tq %lld tk %lld d %lld dv %lld)",
+                        (long long)p->batch, (long long)p->heads, (long long)p->tq, (long long)p->tk,
+                        (long long)p->d, (long long)p->dv);
+    if (p->d > SIMT_MAX_DIM || p->dv > SIMT_MAX_DIM)
+        return kn_error(KN_ERR_UNSUPPORTED, "attention: head dims d=%lld dv=%lld: the fused kernel takes at most %d",
+                        (long long)p->d, (long long)p->dv, SIMT_MAX_DIM);
+    if (!p->q || !p->k || !p->v || !p->o) return kn_error(KN_ERR_ARG, "attention: q, k, v or o is NULL");
+    size_t es = kn_dtype_size(p->dtype);
+    if (!aligned(p->q, es) || !aligned(p->k, es) || !aligned(p->v, es) || !aligned(p->o, es))
+        return kn_error(KN_ERR_UNSUPPORTED, "attention: q, k, v or o is not aligned to its %zu-byte elements", es);
+    if (p->mask) {
+        kn_dtype md = p->mask_dtype;
+        if (md != KN_BOOL && md != KN_F32 && md != p->dtype)
+            return kn_error(KN_ERR_UNSUPPORTED, "attention: a %s mask is not supported (bool, f32 or %s)",
+                            kn_dtype_name(md), kn_dtype_name(p->dtype));
+        if (!aligned(p->mask, kn_dtype_size(md)))
+            return kn_error(KN_ERR_UNSUPPORTED, "attention: the mask is not aligned to its elements");
+    }
+    if ((double)p->batch * (double)p->heads * (double)((p->tq + SIMT_BM - 1) / SIMT_BM) > 2147483647.0)
+        return kn_error(KN_ERR_UNSUPPORTED, "attention: batch*heads*query blocks exceeds one launch grid");
+    return KN_OK;
+}
+
+/* The configurations p can use, in default-preference order. */
+static int configs_of(const kn_attention_problem *p, const attn_config **out)
+{
+    char why[160];
+    int n = 0;
+    if (!tc_refusal(p, why, sizeof why)) {
+        int dp = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
+        for (size_t i = 0; i < sizeof tc_configs / sizeof tc_configs[0]; i++)
+            if (tc_configs[i].mt == 1 || dp <= 64) out[n++] = &tc_configs[i];
+    }
+    out[n++] = &simt_config;
+    return n;
+}
+
+int kn_cuda_attention_variants(const kn_attention_problem *p, const char **labels)
+{
+    if (validate(p) != KN_OK) return 0;
+    const attn_config *cfg[KN_ATTENTION_MAX_VARIANTS];
+    int n = configs_of(p, cfg);
+    if (labels)
+        for (int i = 0; i < n; i++) labels[i] = cfg[i]->label;
+    return n;
+}
+
+kn_status kn_cuda_attention(const kn_attention_problem *p)
+{
+    KN_TRY(validate(p));
+    const attn_config *cfg[KN_ATTENTION_MAX_VARIANTS];
+    int n = configs_of(p, cfg);
+    if (p->variant < 0 || p->variant > n)
+        return kn_error(KN_ERR_RANGE, "attention: variant %d does not exist (this problem has %d)", p->variant, n);
+    const attn_config *c = cfg[p->variant ? p->variant - 1 : 0];
+
+    kn_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.q = p->q;
+    a.k = p->k;
+    a.v = p->v;
+    a.o = p->o;
+    a.mask = p->mask;
+    a.heads = p->heads;
+    a.tq = p->tq;
+    a.tk = p->tk;
+    for (int i = 0; i < 3; i++) {
+        a.qs[i] = p->q_stride[i];
+        a.ks[i] = p->k_stride[i];
+        a.vs[i] = p->v_stride[i];
+        a.os[i] = p->o_stride[i];
+    }
+    if (p->mask)
+        for (int i = 0; i < 4; i++) a.ms[i] = p->mask_stride[i];
+    a.scale_log2 = (float)(p->scale * 1.4426950408889634);
+    a.d = (int)p->d;
+    a.dv = (int)p->dv;
+    a.causal = p->causal != 0;
+    a.mask_kind = !p->mask ? 0 : p->mask_dtype == KN_BOOL ? 1 : p->mask_dtype == p->dtype ? 2 : 3;
+
+    int size, bm;
+    size_t smem;
+    if (c->tc) {
+        size = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
+        bm = 64 * c->mt;
+        smem = tc_smem(size, c);
+    } else {
+        size = (int)(p->dv + 31) / 32;
+        bm = SIMT_BM;
+        smem = simt_smem(p->d, p->dv);
+    }
+    const void *fn = NULL;
+    KN_TRY(get_kernel(c, p->dtype, size, smem, &fn));
+    int64_t nqb = (p->tq + bm - 1) / bm;
+    a.n_qblocks = (int)nqb;
+    return kn_cuda_launch(fn, nqb * p->batch * p->heads, 32 * WARPS, &a, smem);
+}

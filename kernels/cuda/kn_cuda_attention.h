@@ -1,0 +1,62 @@
+/* kn_cuda_attention: kiln's fused scaled-dot-product attention forward on
+ * the GPU (kernels/cuda/kn_attention.cu), the same result as PyTorch's
+ * F.scaled_dot_product_attention:
+ *   o = softmax(q k^T * scale (+ mask)) v
+ * computed FlashAttention-2 style (online softmax in f32, the score matrix
+ * never stored). bf16/f16 run on tensor cores (mma.sync) when the head dims
+ * are multiples of 8 up to 128 and the operands allow 16-byte loads; every
+ * other supported case (f32, other head dims up to 256, unaligned views)
+ * runs a SIMT kernel that accumulates in f32 with f32 FMA.
+ */
+#ifndef KN_CUDA_ATTENTION_H
+#define KN_CUDA_ATTENTION_H
+
+#include <stdint.h>
+
+#include "kn_dtype.h"
+#include "kn_status.h"
+
+typedef struct kn_attention_problem {
+    kn_dtype dtype;       /* q, k, v and o: KN_F32, KN_BF16 or KN_F16 */
+    int64_t batch, heads; /* the leading dims, flattened into two */
+    int64_t tq, tk, d, dv; /* head dims d (q, k) and dv (v, o) */
+    const void *q, *k, *v;
+    void *o;
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3]; /* in elements: batch, head, row; the last dim is contiguous */
+    const void *mask; /* NULL: none. KN_BOOL: keep where true; float (same dtype as q or f32): added to the scores */
+    kn_dtype mask_dtype;
+    int64_t mask_stride[4]; /* batch, head, query row, key col; 0 broadcasts */
+    int causal;             /* key j is kept for query i iff j <= i (PyTorch's top-left is_causal) */
+    double scale;           /* scores = q.k^T * scale */
+    int allow_tf32;         /* f32 may use TF32 tensor cores only when set (the f32 path is SIMT FMA today) */
+    int variant;            /* 0 = default pick; 1..n = the configurations kn_cuda_attention_variants lists */
+} kn_attention_problem;
+
+/* The most configurations kn_cuda_attention_variants reports. */
+#define KN_ATTENTION_MAX_VARIANTS 8
+
+/* Enqueue the attention on the current GPU's stream (kn_cuda_stream()).
+ * KN_ERR_UNSUPPORTED, naming what, for a problem no kernel takes (a dtype,
+ * a head dim over 256, a misaligned pointer, an unknown variant), so the
+ * caller can fall back to the unfused ops; KN_ERR_ARG for a malformed one
+ * (a dim <= 0, a NULL operand). A query row whose every key is masked
+ * gives NaN, as the unfused softmax does. */
+kn_status kn_cuda_attention(const kn_attention_problem *p);
+
+/* How many configurations (variants 1..n) can run p, for an autotuner; 0
+ * when none can (kn_cuda_attention says why). labels (NULL, or room for
+ * KN_ATTENTION_MAX_VARIANTS) gets a static name for each, e.g.
+ * "tc bm64 bn64". */
+int kn_cuda_attention_variants(const kn_attention_problem *p, const char **labels);
+
+/* ---- for t/cuda_templates_compile.c: the modules and the kernel names ---- */
+
+/* The source of one module of kn_attention.cu: tensor-core kernels
+ * (tc = 1) of dtype dt for the padded head dim `size` (16..128, a multiple
+ * of 16), or the SIMT kernel (tc = 0) of dtype dt for dv <= 32*size (size
+ * 1..8). *src is malloc'd. */
+kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src);
+/* The kernel names such a module holds (up to 3; returns how many). */
+int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][48]);
+
+#endif
