@@ -299,9 +299,9 @@ static kn_status cuda_copy(kn_device_ctx *d, void *dst, const void *src, int64_t
 static bool cuda_supports_op(kn_device_ctx *d, const kn_opcall *c)
 {
     (void)d;
-    /* attention: not until kn_cuda_attention is wired into cuda_run; until
-     * then the attention pass leaves CUDA plans unfused (kn_plan.c asks) */
-    return c && (unsigned)c->op < KN_OP_COUNT && c->op != KN_OP_ATTENTION;
+    /* attention included: what the fused kernel declines runs unfused
+     * inside kn_cuda_attention_op */
+    return c && (unsigned)c->op < KN_OP_COUNT;
 }
 
 static kn_status no_kernel(const kn_opcall *c)
@@ -323,6 +323,7 @@ static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
     switch (kn_op_kind_of(c->op)) {
     case KN_K_MATMUL: return kn_cuda_matmul(c);
     case KN_K_CONV: return kn_cuda_conv2d(c);
+    case KN_K_ATTENTION: return kn_cuda_attention_op(c);
     case KN_K_VIEW: return kn_error(KN_ERR_ARG, "%s: views are metadata: kn_op_eager runs them", kn_op_name(c->op));
     default: break;
     }

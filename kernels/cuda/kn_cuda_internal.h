@@ -156,6 +156,7 @@ kn_status kn_cuda_eager_ir(const kn_opcall *c);  /* kn_cuda_eager.c */
 kn_status kn_cuda_ops_run(const kn_opcall *c);   /* kn_cuda_ops.c: templates */
 kn_status kn_cuda_matmul(const kn_opcall *c);    /* kn_cuda_blas.c */
 kn_status kn_cuda_conv2d(const kn_opcall *c);    /* kn_cuda_dnn.c */
+kn_status kn_cuda_attention_op(const kn_opcall *c); /* kn_cuda_attention_op.c */
 
 /* kn_cuda_blas.c: matmul with a fused epilogue, out = act(a @ b + bias),
  * for the compiler's matmul+bias(+act) groups. bias (may be NULL) is 1-D
