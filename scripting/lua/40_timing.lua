@@ -139,6 +139,9 @@ end
 function kiln.ceilings(opts)
   opts = opts_table(opts, "kiln.ceilings")
   local dev = opts.device or default_device()
+  if type(dev) ~= "string" then
+    error(string.format("kiln.ceilings: device must be a string such as \"cpu\" or \"cuda\", got %s", type(dev)), 2)
+  end
   local label = device_label(dev)
   local path = cache_path(dev, label)
   local m = memo[path]
