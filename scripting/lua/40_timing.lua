@@ -155,6 +155,9 @@ function kiln.ceilings(opts)
   if c then
     c.cached = true
   else
+    if opts.progress ~= nil and type(opts.progress) ~= "function" then
+      error(string.format("kiln.ceilings: progress must be a function, got %s", type(opts.progress)), 2)
+    end
     if opts.progress then opts.progress(path) end
     c = P.measure(dev)
     c.date = os.date("!%Y-%m-%d %H:%M UTC")
