@@ -11,14 +11,14 @@
 --   cache entries and autotune.tsv: the compiled result equals eager, and
 --     a corrupt kernel entry is compiled again and replaced.
 -- KILN_FUZZ_SEED fixes the seed (CI); without it each run draws a new one.
--- KILN_FUZZ_CASES (default 400) and KILN_FUZZ_SECONDS (default 50) bound
+-- KILN_FUZZ_CASES (default 400) and KILN_FUZZ_SECONDS (default 45) bound
 -- the run. A failure prints the seed and the case.
 
 local T = dofile("t/lib/tap.lua")
 local seed = tonumber(os.getenv("KILN_FUZZ_SEED") or "") or (os.time() * 1000 + math.floor(os.clock() * 1e6)) % 2^31
 seed = math.tointeger(seed)
 local max_cases = tonumber(os.getenv("KILN_FUZZ_CASES") or "") or 400
-local seconds = tonumber(os.getenv("KILN_FUZZ_SECONDS") or "") or 50
+local seconds = tonumber(os.getenv("KILN_FUZZ_SECONDS") or "") or 45
 math.randomseed(seed)
 local rnd = math.random
 io.write(string.format("# fuzz_files: seed %d, at most %d cases or %gs\n", seed, max_cases, seconds))
@@ -432,7 +432,7 @@ end
 -- dir and runs the child again: it must give eager's result, and a corrupt
 -- kernel entry must be replaced by a good one.
 local COMPILER = [[
-kiln.config.autotune_budget_s = 2
+kiln.config.autotune_budget_s = tonumber(os.getenv("FUZZ_BUDGET")) or 2
 local function f(x) return kiln.softmax((x * 2 + 1):tanh(), -1) + x:sum(-1, true) end
 local x = kiln.randn({4, 9}, {seed = 3})
 local ref = f(x)
@@ -527,7 +527,8 @@ T.ok(rc == 0 and out:find("##diff"), "cache: the first process compiles: " .. ou
 counts.cache = compile_case("cache", pristine, "default", "%.kjit$", n_rest // 2)
 
 local tuned = scratch .. "/tuned"
-out, rc = child(COMPILER, "FUZZ_MODE=max-autotune-no-cudagraphs KILN_CACHE_DIR=" .. sh(tuned), 120)
+-- (a budget that lets the slow sanitizer build measure and save something)
+out, rc = child(COMPILER, "FUZZ_BUDGET=30 FUZZ_MODE=max-autotune-no-cudagraphs KILN_CACHE_DIR=" .. sh(tuned), 120)
 T.ok(rc == 0 and out:find("##diff"), "autotune: the first process tunes: " .. out:sub(1, 200):gsub("\n", " "))
 counts.autotune = compile_case("autotune", tuned, "max-autotune-no-cudagraphs", "^autotune%.tsv$", n_rest - n_rest // 2)
 
