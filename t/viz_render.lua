@@ -325,4 +325,23 @@ local okline, err = pcall(function() kiln.render(cm_tiny, tmp .. "/x.svg", { vie
 T.like(not okline and err, "^t/viz_render%.lua:%d+: ", "the error names the caller's line")
 
 os.execute("rm -rf '" .. tmp .. "'")
+-- issue 14: a huge graph is refused with a message instead of hanging in
+-- Graphviz, and a FIFO as the output path is refused instead of blocking
+do
+  local big = kiln.compile(function(x) for _ = 1, 1000 do x = (x + 1):relu() end return x end)
+  big(kiln.ones({2}))
+  T.raises(function() return kiln.render(big, nil, {view = "captured"}) end,
+    "the drawing has %d+ nodes, more than the 2000 Graphviz can lay out", "a 3000-node SVG drawing is refused")
+  local okd, dot = pcall(kiln.render, big, nil, {view = "captured", format = "dot"})
+  T.ok(okd and #dot > 0, "the same graph as DOT text is drawn")
+  local fifo = os.tmpname()
+  os.remove(fifo)
+  if os.execute("mkfifo '" .. fifo .. ".svg' 2>/dev/null") then
+    local small = kiln.compile(function(x) return x + 1 end)
+    small(kiln.ones({2}))
+    T.raises(function() return kiln.render(small, fifo .. ".svg") end, "not a regular file", "a FIFO as the output path is refused")
+    os.remove(fifo .. ".svg")
+  end
+end
+
 T.done()

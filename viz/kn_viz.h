@@ -26,6 +26,14 @@
 
 #include "kn_capture.h"
 
+/* The most nodes a drawing may have: Graphviz's dot layout (SVG) takes
+ * about a second at 2,000 nodes and grows faster than the square, and
+ * building the DOT text grows about as the square; neither can be
+ * interrupted, and 100,000 nodes ran for hours. A larger drawing is
+ * refused with a message pointing at the outline. */
+#define KN_VIZ_LAYOUT_MAX_NODES 2000
+#define KN_VIZ_DOT_MAX_NODES 20000
+
 typedef enum kn_viz_view { KN_VIZ_CAPTURED, KN_VIZ_FUSED } kn_viz_view;
 typedef enum kn_viz_format { KN_VIZ_SVG, KN_VIZ_DOT } kn_viz_format;
 

@@ -19,6 +19,8 @@
 #include <graphviz/cgraph.h>
 #include <graphviz/gvc.h>
 
+#include "kn_fs.h"
+#include "kn_interrupt.h"
 #include "kn_viz_model.h"
 
 extern gvplugin_library_t gvplugin_dot_layout_LTX_library;
@@ -697,6 +699,25 @@ kn_status kn_viz_render(const kn_compiled *cm, const kn_viz_opts *o, kn_viz_form
 {
     kn_viz_model m;
     KN_TRY(kn_viz_model_build(cm, o, &m));
+    long drawn = 0;
+    for (int gi = 0; gi < m.n_graphs; gi++) drawn += m.graphs[gi].n_nodes;
+    if (fmt == KN_VIZ_SVG && drawn > KN_VIZ_LAYOUT_MAX_NODES) {
+        kn_viz_model_free(&m);
+        return kn_error(KN_ERR_UNSUPPORTED,
+                        "the drawing has %ld nodes, more than the %d Graphviz can lay out in reasonable time: "
+                        "draw it as DOT (format \"dot\" or a .dot file), collapse it, or see kiln.outline",
+                        drawn, KN_VIZ_LAYOUT_MAX_NODES);
+    }
+    if (drawn > KN_VIZ_DOT_MAX_NODES) {
+        kn_viz_model_free(&m);
+        return kn_error(KN_ERR_UNSUPPORTED,
+                        "the drawing has %ld nodes, more than the %d kiln draws: collapse it, or see kiln.outline",
+                        drawn, KN_VIZ_DOT_MAX_NODES);
+    }
+    if (kn_interrupt_pending()) {
+        kn_viz_model_free(&m);
+        return kn_error(KN_ERR_INTERRUPTED, "drawing interrupted");
+    }
     gv_message[0] = 0;
     agusererrf old = agseterrf(gv_error_handler);
     agerrlevel_t old_level = agseterr(AGERR);
@@ -715,9 +736,11 @@ kn_status kn_viz_render_file(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
     char *text = NULL;
     size_t len = 0;
     KN_TRY(kn_viz_render(cm, o, fmt, &text, &len));
-    FILE *f = fopen(path, "w");
+    bool not_regular = false;
+    FILE *f = kn_fopen_write_regular(path, &not_regular);
     kn_status st = KN_OK;
-    if (!f || fwrite(text, 1, len, f) != len) st = kn_error(KN_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    if (!f && not_regular) st = kn_error(KN_ERR_IO, "cannot write '%s': not a regular file (a FIFO, a device or a directory)", path);
+    else if (!f || fwrite(text, 1, len, f) != len) st = kn_error(KN_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     if (f && fclose(f) != 0 && st == KN_OK) st = kn_error(KN_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     free(text);
     return st;

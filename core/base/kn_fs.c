@@ -82,6 +82,42 @@ FILE *kn_fopen_regular(const char *path, bool *not_regular)
     return f;
 }
 
+FILE *kn_fopen_write_regular(const char *path, bool *not_regular)
+{
+    if (not_regular) *not_regular = false;
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
+    struct stat sb;
+    if (fd < 0) {
+        /* a FIFO with no reader (ENXIO) or a directory (EISDIR) */
+        int err = errno;
+        if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+            if (not_regular) *not_regular = true;
+            err = EINVAL;
+        }
+        errno = err;
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int err = errno;
+        if (!S_ISREG(sb.st_mode)) {
+            if (not_regular) *not_regular = true;
+            err = EINVAL;
+        }
+        close(fd);
+        errno = err;
+        return NULL;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = ftruncate(fd, 0) == 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return f;
+}
+
 char *kn_read_file(const char *path, long max_bytes, long *size)
 {
     FILE *f = kn_fopen_regular(path, NULL);

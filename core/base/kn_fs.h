@@ -35,6 +35,14 @@ bool kn_make_dirs(const char *path);
  * (may be NULL) says the path exists but is not a regular file. */
 FILE *kn_fopen_regular(const char *path, bool *not_regular);
 
+/* fopen(path, "wb") for a regular file only (created when missing,
+ * emptied when present). Opening a FIFO for writing blocks until a reader
+ * comes, so the file is opened without blocking and looked at before it
+ * is emptied. NULL with errno set on failure; *not_regular (may be NULL)
+ * says the path exists but is not a regular file (a FIFO, a device, a
+ * directory). */
+FILE *kn_fopen_write_regular(const char *path, bool *not_regular);
+
 /* The whole file as a new NUL-terminated buffer (caller frees) of *size
  * bytes; NULL when it cannot be opened or read, or is larger than
  * max_bytes. */

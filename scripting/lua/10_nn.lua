@@ -155,6 +155,9 @@ local function uniform(shape, bound)
 end
 
 function nn.init_bound(fan_in)
+  if math.type(fan_in) ~= "integer" or fan_in < 0 then
+    fail("init_bound: fan_in must be an integer >= 0, got %s", fan_in)
+  end
   return fan_in > 0 and 1 / math.sqrt(fan_in) or 0
 end
 

@@ -139,6 +139,9 @@ end
 function kiln.ceilings(opts)
   opts = opts_table(opts, "kiln.ceilings")
   local dev = opts.device or default_device()
+  if type(dev) ~= "string" then
+    error(string.format("kiln.ceilings: device must be a string such as \"cpu\" or \"cuda\", got %s", type(dev)), 2)
+  end
   local label = device_label(dev)
   local path = cache_path(dev, label)
   local m = memo[path]
@@ -152,6 +155,9 @@ function kiln.ceilings(opts)
   if c then
     c.cached = true
   else
+    if opts.progress ~= nil and type(opts.progress) ~= "function" then
+      error(string.format("kiln.ceilings: progress must be a function, got %s", type(opts.progress)), 2)
+    end
     if opts.progress then opts.progress(path) end
     c = P.measure(dev)
     c.date = os.date("!%Y-%m-%d %H:%M UTC")
