@@ -70,35 +70,48 @@ static int l_eager(lua_State *L)
 
 /* ---- the compiled callable ---------------------------------------------- */
 
-/* Resolve a dotted parameter path ("layers.1.weight") from the module at
- * idx; pushes the value (nil when a step is missing). */
-static void push_path(lua_State *L, int idx, const char *path)
+/* Push the keys of a dotted parameter path ("layers.1.weight") as a list
+ * {"layers", 1, "weight"}: split once when the replay is recorded, so a
+ * replay walks the module with raw lookups and no string work. */
+static void push_path_keys(lua_State *L, const char *path)
 {
-    lua_pushvalue(L, idx);
+    lua_newtable(L);
     const char *p = path;
-    while (*p && lua_istable(L, -1)) {
+    for (int n = 1; *p; n++) {
         const char *dot = strchr(p, '.');
         size_t len = dot ? (size_t)(dot - p) : strlen(p);
         char *end;
         long long k = strtoll(p, &end, 10);
-        if (end == p + len && len > 0) lua_rawgeti(L, -1, k);
-        else {
-            lua_pushlstring(L, p, len);
-            lua_rawget(L, -2);
-        }
-        lua_remove(L, -2);
-        p += len + (dot ? 1 : 0);
+        if (end == p + len && len > 0) lua_pushinteger(L, k);
+        else lua_pushlstring(L, p, len);
+        lua_rawseti(L, -2, n);
         if (!dot) break;
+        p = dot + 1;
     }
-    if (*p && !lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        lua_pushnil(L);
+}
+
+/* The value at the path whose key list is at keys_idx, from the module at
+ * idx: pushed (nil when a step is missing or not a table). */
+static void push_path_value(lua_State *L, int idx, int keys_idx)
+{
+    int n = (int)lua_rawlen(L, keys_idx);
+    lua_pushvalue(L, idx);
+    for (int i = 1; i <= n; i++) {
+        if (!lua_istable(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushnil(L);
+            return;
+        }
+        lua_rawgeti(L, keys_idx, i);
+        lua_rawget(L, -2);
+        lua_remove(L, -2);
     }
 }
 
 /* Snapshot the scalar fields (numbers, booleans, strings) of the module
- * table at idx and of the tables under it into list (at list_idx) as
- * {table, key, value} triples: a replay checks they are unchanged. */
+ * table at idx and of the tables under it into list (at list_idx) as a
+ * flat run of triples table, key, value: a replay checks they are
+ * unchanged (flat: one table read per item, not a table per field). */
 static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
 {
     if (depth > 8 || !lua_checkstack(L, 8)) return;
@@ -107,14 +120,13 @@ static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
     while (lua_next(L, idx)) {
         int t = lua_type(L, -1);
         if (t == LUA_TNUMBER || t == LUA_TBOOLEAN || t == LUA_TSTRING) {
-            lua_createtable(L, 3, 0);
+            lua_Integer n = (lua_Integer)lua_rawlen(L, list_idx);
             lua_pushvalue(L, idx);
-            lua_rawseti(L, -2, 1);
-            lua_pushvalue(L, -3);
-            lua_rawseti(L, -2, 2);
+            lua_rawseti(L, list_idx, n + 1);
             lua_pushvalue(L, -2);
-            lua_rawseti(L, -2, 3);
-            lua_rawseti(L, list_idx, (lua_Integer)lua_rawlen(L, list_idx) + 1);
+            lua_rawseti(L, list_idx, n + 2);
+            lua_pushvalue(L, -1);
+            lua_rawseti(L, list_idx, n + 3);
         } else if (t == LUA_TTABLE) {
             snapshot_fields(L, -1, list_idx, depth + 1);
         }
@@ -158,7 +170,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         lua_getfield(L, rt, "params");
         for (int i = 0; i < rp->n_params; i++) {
             lua_rawgeti(L, -1, i + 1);
-            push_path(L, module_idx, lua_tostring(L, -1));
+            push_path_value(L, module_idx, lua_gettop(L));
             kn_tensor *t = kn_lua_totensor(L, -1);
             int k = rp->param_input[i];
             lua_pop(L, 2);
@@ -190,15 +202,14 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     lua_pop(L, 2);
     if (is_module) {
         lua_getfield(L, rt, "fields");
-        int n = (int)lua_rawlen(L, -1);
-        for (int i = 1; i <= n; i++) {
-            lua_rawgeti(L, -1, i);
-            lua_rawgeti(L, -1, 1);
-            lua_rawgeti(L, -2, 2);
+        int fl = lua_gettop(L), n = (int)lua_rawlen(L, fl);
+        for (int i = 1; i + 2 <= n; i += 3) {
+            lua_rawgeti(L, fl, i);     /* the table */
+            lua_rawgeti(L, fl, i + 1); /* the key */
             lua_rawget(L, -2);
-            lua_rawgeti(L, -3, 3);
+            lua_rawgeti(L, fl, i + 2); /* the value it had */
             bool same = lua_rawequal(L, -1, -2);
-            lua_pop(L, 4);
+            lua_pop(L, 3);
             if (!same) goto miss;
         }
         lua_pop(L, 1);
@@ -333,7 +344,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
             continue;
         }
         if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
-            lua_pushstring(L, in->name);
+            push_path_keys(L, in->name);
             lua_rawseti(L, -3, ++rp->n_params);
             rp->param_input[rp->n_params - 1] = k;
             continue;
