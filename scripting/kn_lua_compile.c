@@ -134,6 +134,11 @@ static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
     }
 }
 
+/* The slots of the uservalue's `replay` table: integer keys, since a
+ * lua_getfield with a C string looks the string up (and compares it) at
+ * every call of the fast path. */
+enum { RP_ARGS = 1, RP_PARAMS, RP_TENSORS, RP_UPVALUES, RP_FIELDS, RP_RESULTS, RP_SLOTS = RP_RESULTS };
+
 /* Try a direct replay; pushes the results and returns their count, or -1
  * when a guard does not hold (then nothing is pushed and the call traces). */
 static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx)
@@ -150,7 +155,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     kn_tensor *bound[256] = {NULL};
     if (v->g.n_inputs > 256) goto miss;
     /* arguments */
-    lua_getfield(L, rt, "args");
+    lua_rawgeti(L, rt, RP_ARGS);
     for (int i = 0; i < nargs; i++) {
         int k = rp->arg_input[i];
         if (k == -2) {
@@ -167,7 +172,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     lua_pop(L, 1);
     /* parameters: the module still holds the same tensors */
     if (rp->n_params) {
-        lua_getfield(L, rt, "params");
+        lua_rawgeti(L, rt, RP_PARAMS);
         for (int i = 0; i < rp->n_params; i++) {
             lua_rawgeti(L, -1, i + 1);
             push_path_value(L, module_idx, lua_gettop(L));
@@ -180,7 +185,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         lua_pop(L, 1);
     }
     /* other tensors the function used (upvalues, globals): kept alive here */
-    lua_getfield(L, rt, "tensors");
+    lua_rawgeti(L, rt, RP_TENSORS);
     for (int k = 0; k < v->g.n_inputs; k++) {
         if (bound[k]) continue;
         lua_rawgeti(L, -1, k + 1);
@@ -190,7 +195,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     }
     lua_pop(L, 1);
     /* upvalues of the function and scalar fields of the module */
-    lua_getfield(L, rt, "upvalues");
+    lua_rawgeti(L, rt, RP_UPVALUES);
     lua_getfield(L, uv, "fn");
     for (int i = 1;; i++) {
         if (!lua_getupvalue(L, -1, i)) break;
@@ -201,7 +206,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     }
     lua_pop(L, 2);
     if (is_module) {
-        lua_getfield(L, rt, "fields");
+        lua_rawgeti(L, rt, RP_FIELDS);
         int fl = lua_gettop(L), n = (int)lua_rawlen(L, fl);
         for (int i = 1; i + 2 <= n; i += 3) {
             lua_rawgeti(L, fl, i);     /* the table */
@@ -234,11 +239,10 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         kn_tensor *results[KN_REPLAY_MAX];
         for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
         u->replay_run_s += kn_clock_s() - t0;
-        lua_settop(L, top);
-        lua_getfield(L, uv, "replay");
-        lua_getfield(L, -1, "results");
-        lua_remove(L, -2);
-        int rtab = lua_gettop(L);
+        lua_rawgeti(L, rt, RP_RESULTS); /* the constant results, in the replay table's slot */
+        lua_replace(L, rt);
+        lua_settop(L, rt);
+        int rtab = rt;
         luaL_checkstack(L, rp->n_results, "replay");
         for (int i = 0; i < rp->n_results; i++) {
             if (results[i]) kn_lua_pushtensor(L, results[i]);
@@ -283,7 +287,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     const kn_version *v = &cm->cache.graphs[0].versions[cap->graph_version[0]];
     if (v->g.n_inputs > 256) return;
     int top = lua_gettop(L);
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, RP_SLOTS, 0);
     int rt = lua_gettop(L);
     /* results: values of the graph, or constants */
     lua_createtable(L, nres, 0);
@@ -304,7 +308,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         }
     }
     rp->n_results = nres;
-    lua_setfield(L, rt, "results");
+    lua_rawseti(L, rt, RP_RESULTS);
     /* arguments: tensors map to graph inputs by name; other values are kept */
     lua_createtable(L, nargs, 0);
     lua_getfield(L, uv, "fn");
@@ -330,7 +334,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     }
     lua_pop(L, 1);
     rp->nargs = nargs;
-    lua_setfield(L, rt, "args");
+    lua_rawseti(L, rt, RP_ARGS);
     /* parameters by path; other tensor inputs kept alive by reference */
     lua_newtable(L);
     lua_newtable(L);
@@ -354,18 +358,18 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
          * graph's inputs were bound to them; keep a reference for replays */
         goto fail2; /* (tensors from upvalues or globals: traced each call for now) */
     }
-    lua_setfield(L, rt, "tensors");
-    lua_setfield(L, rt, "params");
+    lua_rawseti(L, rt, RP_TENSORS);
+    lua_rawseti(L, rt, RP_PARAMS);
     /* upvalues of the function, and the module's scalar fields */
     lua_newtable(L);
     lua_getfield(L, uv, "fn");
     for (int i = 1; lua_getupvalue(L, -1, i); i++) lua_rawseti(L, -3, i);
     lua_pop(L, 1);
-    lua_setfield(L, rt, "upvalues");
+    lua_rawseti(L, rt, RP_UPVALUES);
     if (is_module) {
         lua_newtable(L);
         snapshot_fields(L, module_idx, lua_gettop(L), 0);
-        lua_setfield(L, rt, "fields");
+        lua_rawseti(L, rt, RP_FIELDS);
     }
     lua_setfield(L, uv, "replay");
     snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
