@@ -46,11 +46,7 @@ local w = kiln.randn({4, 4}, {seed = 2, device = dev})
 -- alone: the median over the calls.
 local function per_call_us(fn, n, ...)
   for _ = 1, 100 do fn(...) end
-  kiln.synchronize()
-  local t0 = kiln.clock()
-  for _ = 1, n do fn(...) end
-  local host = kiln.clock() - t0
-  kiln.synchronize()
+  collectgarbage()
   local idle = {}
   for i = 1, math.max(1, n // 10) do
     kiln.synchronize()
@@ -59,6 +55,12 @@ local function per_call_us(fn, n, ...)
     idle[i] = kiln.clock() - t1
   end
   table.sort(idle)
+  collectgarbage()
+  kiln.synchronize()
+  local t0 = kiln.clock()
+  for _ = 1, n do fn(...) end
+  local host = kiln.clock() - t0
+  kiln.synchronize()
   return host / n * 1e6, idle[(#idle + 1) // 2] * 1e6
 end
 

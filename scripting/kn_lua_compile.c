@@ -104,7 +104,7 @@ static void push_path_value(lua_State *L, int idx, int keys_idx)
         }
         lua_rawgeti(L, keys_idx, i);
         lua_rawget(L, -2);
-        lua_remove(L, -2);
+        lua_replace(L, -2); /* the step's value in place of its table */
     }
 }
 
@@ -139,6 +139,19 @@ static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
  * every call of the fast path. */
 enum { RP_ARGS = 1, RP_PARAMS, RP_TENSORS, RP_UPVALUES, RP_FIELDS, RP_RESULTS, RP_SLOTS = RP_RESULTS };
 
+/* The tensor at idx, as kn_lua_totensor, for the replay's guards: the
+ * metatable is compared with the one at mt_idx (fetched once per call)
+ * instead of being looked up by name for every argument and parameter. */
+static kn_tensor *replay_tensor(lua_State *L, int idx, int mt_idx)
+{
+    if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+    bool is_tensor = lua_rawequal(L, -1, mt_idx);
+    lua_pop(L, 1);
+    if (!is_tensor) return NULL;
+    kn_tensor *t = ((kn_lua_tensor_ud *)lua_touserdata(L, idx))->t;
+    return t && t->lazy ? kn_lua_totensor(L, idx) : t; /* a traced value: resolved there */
+}
+
 /* Try a direct replay; pushes the results and returns their count, or -1
  * when a guard does not hold (then nothing is pushed and the call traces). */
 static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx)
@@ -152,6 +165,8 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
+    luaL_getmetatable(L, KN_TENSOR_MT);
+    int mt = lua_gettop(L);
     kn_tensor *bound[256] = {NULL};
     if (v->g.n_inputs > 256) goto miss;
     /* arguments */
@@ -165,7 +180,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
             if (!same) goto miss;
             continue;
         }
-        kn_tensor *t = kn_lua_totensor(L, 2 + i);
+        kn_tensor *t = replay_tensor(L, 2 + i, mt);
         if (!t || (k >= 0 && !kn_version_input_matches(v, k, t))) goto miss;
         if (k >= 0) bound[k] = t;
     }
@@ -176,7 +191,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         for (int i = 0; i < rp->n_params; i++) {
             lua_rawgeti(L, -1, i + 1);
             push_path_value(L, module_idx, lua_gettop(L));
-            kn_tensor *t = kn_lua_totensor(L, -1);
+            kn_tensor *t = replay_tensor(L, lua_gettop(L), mt);
             int k = rp->param_input[i];
             lua_pop(L, 2);
             if (!t || t->id != v->g.inputs[k].tensor_id || !kn_version_input_matches(v, k, t)) goto miss;
@@ -189,7 +204,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     for (int k = 0; k < v->g.n_inputs; k++) {
         if (bound[k]) continue;
         lua_rawgeti(L, -1, k + 1);
-        bound[k] = kn_lua_totensor(L, -1);
+        bound[k] = replay_tensor(L, lua_gettop(L), mt);
         lua_pop(L, 1);
         if (!bound[k]) goto miss;
     }
