@@ -70,35 +70,48 @@ static int l_eager(lua_State *L)
 
 /* ---- the compiled callable ---------------------------------------------- */
 
-/* Resolve a dotted parameter path ("layers.1.weight") from the module at
- * idx; pushes the value (nil when a step is missing). */
-static void push_path(lua_State *L, int idx, const char *path)
+/* Push the keys of a dotted parameter path ("layers.1.weight") as a list
+ * {"layers", 1, "weight"}: split once when the replay is recorded, so a
+ * replay walks the module with raw lookups and no string work. */
+static void push_path_keys(lua_State *L, const char *path)
 {
-    lua_pushvalue(L, idx);
+    lua_newtable(L);
     const char *p = path;
-    while (*p && lua_istable(L, -1)) {
+    for (int n = 1; *p; n++) {
         const char *dot = strchr(p, '.');
         size_t len = dot ? (size_t)(dot - p) : strlen(p);
         char *end;
         long long k = strtoll(p, &end, 10);
-        if (end == p + len && len > 0) lua_rawgeti(L, -1, k);
-        else {
-            lua_pushlstring(L, p, len);
-            lua_rawget(L, -2);
-        }
-        lua_remove(L, -2);
-        p += len + (dot ? 1 : 0);
+        if (end == p + len && len > 0) lua_pushinteger(L, k);
+        else lua_pushlstring(L, p, len);
+        lua_rawseti(L, -2, n);
         if (!dot) break;
+        p = dot + 1;
     }
-    if (*p && !lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        lua_pushnil(L);
+}
+
+/* The value at the path whose key list is at keys_idx, from the module at
+ * idx: pushed (nil when a step is missing or not a table). */
+static void push_path_value(lua_State *L, int idx, int keys_idx)
+{
+    int n = (int)lua_rawlen(L, keys_idx);
+    lua_pushvalue(L, idx);
+    for (int i = 1; i <= n; i++) {
+        if (!lua_istable(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushnil(L);
+            return;
+        }
+        lua_rawgeti(L, keys_idx, i);
+        lua_rawget(L, -2);
+        lua_replace(L, -2); /* the step's value in place of its table */
     }
 }
 
 /* Snapshot the scalar fields (numbers, booleans, strings) of the module
- * table at idx and of the tables under it into list (at list_idx) as
- * {table, key, value} triples: a replay checks they are unchanged. */
+ * table at idx and of the tables under it into list (at list_idx) as a
+ * flat run of triples table, key, value: a replay checks they are
+ * unchanged (flat: one table read per item, not a table per field). */
 static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
 {
     if (depth > 8 || !lua_checkstack(L, 8)) return;
@@ -107,19 +120,36 @@ static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
     while (lua_next(L, idx)) {
         int t = lua_type(L, -1);
         if (t == LUA_TNUMBER || t == LUA_TBOOLEAN || t == LUA_TSTRING) {
-            lua_createtable(L, 3, 0);
+            lua_Integer n = (lua_Integer)lua_rawlen(L, list_idx);
             lua_pushvalue(L, idx);
-            lua_rawseti(L, -2, 1);
-            lua_pushvalue(L, -3);
-            lua_rawseti(L, -2, 2);
+            lua_rawseti(L, list_idx, n + 1);
             lua_pushvalue(L, -2);
-            lua_rawseti(L, -2, 3);
-            lua_rawseti(L, list_idx, (lua_Integer)lua_rawlen(L, list_idx) + 1);
+            lua_rawseti(L, list_idx, n + 2);
+            lua_pushvalue(L, -1);
+            lua_rawseti(L, list_idx, n + 3);
         } else if (t == LUA_TTABLE) {
             snapshot_fields(L, -1, list_idx, depth + 1);
         }
         lua_pop(L, 1);
     }
+}
+
+/* The slots of the uservalue's `replay` table: integer keys, since a
+ * lua_getfield with a C string looks the string up (and compares it) at
+ * every call of the fast path. */
+enum { RP_ARGS = 1, RP_PARAMS, RP_TENSORS, RP_UPVALUES, RP_FIELDS, RP_RESULTS, RP_SLOTS = RP_RESULTS };
+
+/* The tensor at idx, as kn_lua_totensor, for the replay's guards: the
+ * metatable is compared with the one at mt_idx (fetched once per call)
+ * instead of being looked up by name for every argument and parameter. */
+static kn_tensor *replay_tensor(lua_State *L, int idx, int mt_idx)
+{
+    if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+    bool is_tensor = lua_rawequal(L, -1, mt_idx);
+    lua_pop(L, 1);
+    if (!is_tensor) return NULL;
+    kn_tensor *t = ((kn_lua_tensor_ud *)lua_touserdata(L, idx))->t;
+    return t && t->lazy ? kn_lua_totensor(L, idx) : t; /* a traced value: resolved there */
 }
 
 /* Try a direct replay; pushes the results and returns their count, or -1
@@ -135,10 +165,12 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
+    luaL_getmetatable(L, KN_TENSOR_MT);
+    int mt = lua_gettop(L);
     kn_tensor *bound[256] = {NULL};
     if (v->g.n_inputs > 256) goto miss;
     /* arguments */
-    lua_getfield(L, rt, "args");
+    lua_rawgeti(L, rt, RP_ARGS);
     for (int i = 0; i < nargs; i++) {
         int k = rp->arg_input[i];
         if (k == -2) {
@@ -148,18 +180,18 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
             if (!same) goto miss;
             continue;
         }
-        kn_tensor *t = kn_lua_totensor(L, 2 + i);
+        kn_tensor *t = replay_tensor(L, 2 + i, mt);
         if (!t || (k >= 0 && !kn_version_input_matches(v, k, t))) goto miss;
         if (k >= 0) bound[k] = t;
     }
     lua_pop(L, 1);
     /* parameters: the module still holds the same tensors */
     if (rp->n_params) {
-        lua_getfield(L, rt, "params");
+        lua_rawgeti(L, rt, RP_PARAMS);
         for (int i = 0; i < rp->n_params; i++) {
             lua_rawgeti(L, -1, i + 1);
-            push_path(L, module_idx, lua_tostring(L, -1));
-            kn_tensor *t = kn_lua_totensor(L, -1);
+            push_path_value(L, module_idx, lua_gettop(L));
+            kn_tensor *t = replay_tensor(L, lua_gettop(L), mt);
             int k = rp->param_input[i];
             lua_pop(L, 2);
             if (!t || t->id != v->g.inputs[k].tensor_id || !kn_version_input_matches(v, k, t)) goto miss;
@@ -168,17 +200,17 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         lua_pop(L, 1);
     }
     /* other tensors the function used (upvalues, globals): kept alive here */
-    lua_getfield(L, rt, "tensors");
+    lua_rawgeti(L, rt, RP_TENSORS);
     for (int k = 0; k < v->g.n_inputs; k++) {
         if (bound[k]) continue;
         lua_rawgeti(L, -1, k + 1);
-        bound[k] = kn_lua_totensor(L, -1);
+        bound[k] = replay_tensor(L, lua_gettop(L), mt);
         lua_pop(L, 1);
         if (!bound[k]) goto miss;
     }
     lua_pop(L, 1);
     /* upvalues of the function and scalar fields of the module */
-    lua_getfield(L, rt, "upvalues");
+    lua_rawgeti(L, rt, RP_UPVALUES);
     lua_getfield(L, uv, "fn");
     for (int i = 1;; i++) {
         if (!lua_getupvalue(L, -1, i)) break;
@@ -189,16 +221,15 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     }
     lua_pop(L, 2);
     if (is_module) {
-        lua_getfield(L, rt, "fields");
-        int n = (int)lua_rawlen(L, -1);
-        for (int i = 1; i <= n; i++) {
-            lua_rawgeti(L, -1, i);
-            lua_rawgeti(L, -1, 1);
-            lua_rawgeti(L, -2, 2);
+        lua_rawgeti(L, rt, RP_FIELDS);
+        int fl = lua_gettop(L), n = (int)lua_rawlen(L, fl);
+        for (int i = 1; i + 2 <= n; i += 3) {
+            lua_rawgeti(L, fl, i);     /* the table */
+            lua_rawgeti(L, fl, i + 1); /* the key */
             lua_rawget(L, -2);
-            lua_rawgeti(L, -3, 3);
+            lua_rawgeti(L, fl, i + 2); /* the value it had */
             bool same = lua_rawequal(L, -1, -2);
-            lua_pop(L, 4);
+            lua_pop(L, 3);
             if (!same) goto miss;
         }
         lua_pop(L, 1);
@@ -223,11 +254,10 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         kn_tensor *results[KN_REPLAY_MAX];
         for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
         u->replay_run_s += kn_clock_s() - t0;
-        lua_settop(L, top);
-        lua_getfield(L, uv, "replay");
-        lua_getfield(L, -1, "results");
-        lua_remove(L, -2);
-        int rtab = lua_gettop(L);
+        lua_rawgeti(L, rt, RP_RESULTS); /* the constant results, in the replay table's slot */
+        lua_replace(L, rt);
+        lua_settop(L, rt);
+        int rtab = rt;
         luaL_checkstack(L, rp->n_results, "replay");
         for (int i = 0; i < rp->n_results; i++) {
             if (results[i]) kn_lua_pushtensor(L, results[i]);
@@ -272,7 +302,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     const kn_version *v = &cm->cache.graphs[0].versions[cap->graph_version[0]];
     if (v->g.n_inputs > 256) return;
     int top = lua_gettop(L);
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, RP_SLOTS, 0);
     int rt = lua_gettop(L);
     /* results: values of the graph, or constants */
     lua_createtable(L, nres, 0);
@@ -293,7 +323,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         }
     }
     rp->n_results = nres;
-    lua_setfield(L, rt, "results");
+    lua_rawseti(L, rt, RP_RESULTS);
     /* arguments: tensors map to graph inputs by name; other values are kept */
     lua_createtable(L, nargs, 0);
     lua_getfield(L, uv, "fn");
@@ -319,7 +349,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     }
     lua_pop(L, 1);
     rp->nargs = nargs;
-    lua_setfield(L, rt, "args");
+    lua_rawseti(L, rt, RP_ARGS);
     /* parameters by path; other tensor inputs kept alive by reference */
     lua_newtable(L);
     lua_newtable(L);
@@ -333,7 +363,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
             continue;
         }
         if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
-            lua_pushstring(L, in->name);
+            push_path_keys(L, in->name);
             lua_rawseti(L, -3, ++rp->n_params);
             rp->param_input[rp->n_params - 1] = k;
             continue;
@@ -343,18 +373,18 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
          * graph's inputs were bound to them; keep a reference for replays */
         goto fail2; /* (tensors from upvalues or globals: traced each call for now) */
     }
-    lua_setfield(L, rt, "tensors");
-    lua_setfield(L, rt, "params");
+    lua_rawseti(L, rt, RP_TENSORS);
+    lua_rawseti(L, rt, RP_PARAMS);
     /* upvalues of the function, and the module's scalar fields */
     lua_newtable(L);
     lua_getfield(L, uv, "fn");
     for (int i = 1; lua_getupvalue(L, -1, i); i++) lua_rawseti(L, -3, i);
     lua_pop(L, 1);
-    lua_setfield(L, rt, "upvalues");
+    lua_rawseti(L, rt, RP_UPVALUES);
     if (is_module) {
         lua_newtable(L);
         snapshot_fields(L, module_idx, lua_gettop(L), 0);
-        lua_setfield(L, rt, "fields");
+        lua_rawseti(L, rt, RP_FIELDS);
     }
     lua_setfield(L, uv, "replay");
     snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);

@@ -1,6 +1,7 @@
 /* kn_lua_config: kiln.config and how its switches reach core (see
  * kn_lua_config.h). */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,17 @@ static void progress_bar(const kn_autotune_progress *p, void *ud)
     fflush(stderr);
 }
 
+/* KILN_AUTOTUNE_FAULT is read once per process: getenv scans the whole
+ * environment, and this runs at every compiled call. */
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+static int fault_candidate;
+
+static void read_fault_env(void)
+{
+    const char *fault = getenv("KILN_AUTOTUNE_FAULT");
+    fault_candidate = fault ? atoi(fault) : 0;
+}
+
 /* kiln.config.autotune_budget_s (and KILN_AUTOTUNE_FAULT, for the tests
  * of the rejection path) into the search's options; at each call. */
 static void sync_autotune(lua_State *L)
@@ -96,8 +108,8 @@ static void sync_autotune(lua_State *L)
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
-    const char *fault = getenv("KILN_AUTOTUNE_FAULT");
-    o.fault_candidate = fault ? atoi(fault) : 0;
+    pthread_once(&fault_once, read_fault_env);
+    o.fault_candidate = fault_candidate;
     o.progress = progress_bar;
     o.progress_ud = NULL;
     kn_autotune_set_opts(&o);

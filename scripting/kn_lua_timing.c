@@ -9,6 +9,8 @@
  *                              device event between calls; returns the device
  *                              ms of each call and the host ms each call took
  *                              to return (for the CPU: to run)
+ *   host_calls(n, device, fn, ...)  call fn(...) n times, each after a device
+ *                              synchronize (not timed); the host ms of each call
  *   measure(device)            {copy_gbps, f32_gflops, bf16_gflops}
  *   write_file(path, text)     write a small file, making its folders
  */
@@ -166,6 +168,37 @@ static int l_time_calls(lua_State *L)
     return 2;
 }
 
+/* host_calls(n, device, fn, ...): call fn(...) n times, each on an idle
+ * device (a synchronize before it, not timed); the host ms of each call.
+ * Back-to-back calls (time_calls) measure the device once its queue is
+ * full; these measure what the host spends to queue one call's work. */
+static int l_host_calls(lua_State *L)
+{
+    lua_Integer n = luaL_checkinteger(L, 1);
+    kn_device dev = check_device(L, 2);
+    luaL_checkany(L, 3);
+    int nargs = lua_gettop(L) - 3;
+    if (n < 1 || n > 1000000) return luaL_argerror(L, 1, "the number of calls must be in 1..1000000");
+    kn_device_ctx *dc = kn_backend_get(dev);
+    if (!dc) return luaL_error(L, "device %s is not available", kn_device_name(dev));
+    luaL_checkstack(L, nargs + 8, "host_calls: too many arguments");
+    lua_createtable(L, (int)n, 0);
+    int host = lua_gettop(L);
+    for (lua_Integer i = 0; i < n; i++) {
+        kn_status st = dc->be->sync ? dc->be->sync(dc) : KN_OK;
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        lua_pushvalue(L, 3);
+        for (int a = 0; a < nargs; a++) lua_pushvalue(L, 4 + a);
+        double t0 = now_ms();
+        lua_call(L, nargs, 0);
+        lua_pushnumber(L, now_ms() - t0);
+        lua_seti(L, host, i + 1);
+    }
+    kn_status st = dc->be->sync ? dc->be->sync(dc) : KN_OK;
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    return 1;
+}
+
 static int l_measure(lua_State *L)
 {
     kn_ceilings c;
@@ -228,6 +261,7 @@ void kn_lua_open_timing(lua_State *L)
                                    {"finish", l_finish},
                                    {"cancel", l_cancel},
                                    {"time_calls", l_time_calls},
+                                   {"host_calls", l_host_calls},
                                    {"measure", l_measure},
                                    {"write_file", l_write_file},
                                    {NULL, NULL}};

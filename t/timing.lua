@@ -218,7 +218,7 @@ if not seen_bw then T.diag("no kernel without flops in this sample") end
 local text = tostring(r)
 T.like(text, "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s  roof%%\n",
   "tostring(kiln.time(...)) starts with the design's header (the kernel column as wide as the longest name)")
-T.like(text, "\ntotal [%d.]+ us per call %(device%), host overhead %d+ us, %d+ kernels, CUDA graph: no$",
+T.like(text, "\ntotal [%d.]+ us per call %(device%), host overhead %d+ us %(%d+%.%d us per kernel%), %d+ kernels, CUDA graph: no$",
   "and ends with the total line")
 T.like(text, "\n +0  k0_%S+ +generated +1 +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+\n", "a kernel row has every column")
 
@@ -318,7 +318,7 @@ out = capture(kiln.cmd.time, "3")
 local lines = {}
 for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
 T.like(lines[1] or "", "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s  roof%%$", ":time prints the header")
-T.like(lines[#lines] or "", "^total [%d.]+ us per call %(device%), host overhead %d+ us, %d+ kernels, CUDA graph: no$",
+T.like(lines[#lines] or "", "^total [%d.]+ us per call %(device%), host overhead %d+ us %(%d+%.%d us per kernel%), %d+ kernels, CUDA graph: no$",
   ":time ends with the total line")
 local krows = 0
 for _, l in ipairs(lines) do

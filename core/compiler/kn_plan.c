@@ -250,6 +250,11 @@ void kn_plan_free(kn_plan *p)
     free(p->epi.kernel);
     free_tuning(p);
     if (p->code.lib && dc && dc->be->release_program) dc->be->release_program(dc, p->code.lib);
+    for (int i = 0; p->scratch.arena_t && i < p->g.n_nodes * KN_MAX_OUTPUTS; i++)
+        kn_tensor_release(p->scratch.arena_t[i]); /* borrowed: the arena is freed below */
+    free(p->scratch.arena_t);
+    free(p->scratch.val);
+    free(p->scratch.folded);
     if (p->mem.arena && dc) dc->be->free(dc, p->mem.arena);
     free(p->mem.arena_off);
     kn_fusion_free(&p->code.fusion);
@@ -615,8 +620,18 @@ kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs)
             /* a numerics check keeps every value: the arena would reuse their bytes */
             int64_t off = r->keep ? -1 : p->mem.arena_off[ar->node * KN_MAX_OUTPUTS + ar->out];
             if (off >= 0) {
-                KN_TRY(kn_tensor_new_borrowed(m, (char *)p->mem.arena + off, p->device, &t));
-                r->val[ar->node * KN_MAX_OUTPUTS + ar->out] = t; /* counted in the arena */
+                /* the header over this slot is made once and kept by the
+                 * plan: the slot's address and the value's meta never change */
+                int v = ar->node * KN_MAX_OUTPUTS + ar->out;
+                if (!p->scratch.arena_t) {
+                    p->scratch.arena_t = calloc((size_t)p->g.n_nodes * KN_MAX_OUTPUTS + 1, sizeof *p->scratch.arena_t);
+                    if (!p->scratch.arena_t) return kn_error(KN_ERR_OOM, "out of host memory running a plan");
+                }
+                if (!p->scratch.arena_t[v])
+                    KN_TRY(kn_tensor_new_borrowed(m, (char *)p->mem.arena + off, p->device, &p->scratch.arena_t[v]));
+                t = p->scratch.arena_t[v];
+                kn_tensor_retain(t);
+                r->val[v] = t; /* counted in the arena */
             } else {
                 KN_TRY(kn_tensor_new_meta(m, p->device, &t));
                 set_val(r, ar->node, ar->out, t);
@@ -767,23 +782,42 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
                          kn_tune_session *tune)
 {
     kn_graph *g = &p->g;
-    run_ctx r = {p, calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof(kn_tensor *)), 0, 0, kept != NULL, NULL,
-                 inputs, tune};
-    if (p->epi.n_folded) r.folded = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *r.folded);
+    size_t n_vals = (size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, n_kernels = (size_t)p->code.fusion.prog.n_kernels + 1;
+    /* the plan's scratch tables unless another run holds them or this one
+     * hands its values to the caller (kept) */
+    bool own = kept != NULL || p->scratch.busy;
+    if (!own && !p->scratch.val) {
+        p->scratch.val = calloc(n_vals, sizeof *p->scratch.val);
+        p->scratch.folded = calloc(n_kernels, sizeof *p->scratch.folded);
+        if (!p->scratch.val || !p->scratch.folded) {
+            free(p->scratch.val);
+            free(p->scratch.folded);
+            p->scratch.val = NULL;
+            p->scratch.folded = NULL;
+            return kn_error(KN_ERR_OOM, "out of host memory running a plan");
+        }
+    }
+    run_ctx r = {p, own ? calloc(n_vals, sizeof(kn_tensor *)) : p->scratch.val, 0, 0, kept != NULL, NULL, inputs, tune};
+    if (p->epi.n_folded) r.folded = own ? calloc(n_kernels, sizeof *r.folded) : p->scratch.folded;
     if (!r.val || (p->epi.n_folded && !r.folded)) {
-        free(r.val);
-        free(r.folded);
+        if (own) {
+            free(r.val);
+            free(r.folded);
+        }
         return kn_error(KN_ERR_OOM, "out of host memory running a plan");
     }
     if (p->mem.arena_bytes && !p->mem.arena) {
         kn_device_ctx *dc = kn_backend_get(p->device);
         kn_status ast = dc ? dc->be->alloc(dc, p->mem.arena_bytes, &p->mem.arena) : kn_error(KN_ERR_DEVICE, "no backend");
         if (ast != KN_OK) {
-            free(r.val);
-            free(r.folded);
+            if (own) {
+                free(r.val);
+                free(r.folded);
+            }
             return ast;
         }
     }
+    if (!own) p->scratch.busy = true;
     r.live = r.peak = p->mem.arena_bytes;
     kn_status st = KN_OK;
     const kn_fusion *f = &p->code.fusion;
@@ -847,14 +881,16 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
         }
     if (st != KN_OK)
         for (int o = 0; o < p->n_outputs; o++) results[o] = NULL;
-    free(r.folded);
+    if (own) free(r.folded);
+    else if (r.folded) memset(r.folded, 0, sizeof *r.folded * n_kernels);
     if (kept && st == KN_OK) {
         *kept = r.val;
         return st;
     }
-    for (int i = 0; i < g->n_nodes; i++) drop_val(&r, i);
+    for (int i = 0; i < g->n_nodes; i++) drop_val(&r, i); /* every slot back to NULL */
     p->mem.peak_bytes = r.peak;
-    free(r.val);
+    if (own) free(r.val);
+    else p->scratch.busy = false;
     return st;
 }
 

@@ -84,6 +84,16 @@ typedef struct kn_plan {
         int cache_hits;     /* kernels whose choice came from the cache file */
         char dev[17];       /* the device key of the choices */
     } tune;
+    /* what a run reuses from the last one instead of allocating it again
+     * (the launch path's host cost): its value table and folded flags, and
+     * the tensor headers over the arena's slots. A run that finds them busy
+     * (a run inside a run) or keeps its values allocates its own. */
+    struct {
+        kn_tensor **val;    /* per node * KN_MAX_OUTPUTS, all NULL between runs */
+        bool *folded;       /* per kernel */
+        bool busy;
+        kn_tensor **arena_t; /* per node * KN_MAX_OUTPUTS: a borrowed tensor over its arena slot, or NULL */
+    } scratch;
 } kn_plan;
 
 /* Per kernel of an autotuned plan. */

@@ -239,6 +239,8 @@ typedef struct lt_entry {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
+    char label[2][112]; /* lt_label's text without and with a residual, made at the first call that
+                           needs it: reading the algorithm's attributes costs host time every call */
 } lt_entry;
 
 /* One GPU's cuBLASLt (kn_cuda_dev.blas): its handle, its one workspace
@@ -316,7 +318,7 @@ static kn_status lt_fail(cublasStatus_t s, const char *what)
 static kn_cuda_blas *lt_ready(void);
 
 /* "cublaslt algo 21 tile 18 stages 8 splitk 2" (cuBLASLt's enum numbers). */
-static void lt_label(const cublasLtMatmulAlgo_t *a, const char *extra)
+static void lt_label(const cublasLtMatmulAlgo_t *a, const char *extra, char *buf, size_t size)
 {
     int32_t id = -1, splitk = 1;
     uint32_t tile = 0, stages = 0;
@@ -325,8 +327,8 @@ static void lt_label(const cublasLtMatmulAlgo_t *a, const char *extra)
     lt.cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
     lt.cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
     lt.cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
-    kn_cuda_variant_label("cublaslt algo %d tile %u stages %u splitk %d%s", (int)id, (unsigned)tile,
-                          (unsigned)stages, (int)(splitk > 0 ? splitk : 1), extra);
+    snprintf(buf, size, "cublaslt algo %d tile %u stages %u splitk %d%s", (int)id, (unsigned)tile,
+             (unsigned)stages, (int)(splitk > 0 ? splitk : 1), extra);
 }
 
 size_t kn_cuda_blas_version(void)
@@ -720,7 +722,11 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         }
         if (e->refused) continue;
         *done = true;
-        lt_label(&e->algo, epi ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "");
+        char *label = e->label[residual ? 1 : 0];
+        if (!label[0])
+            lt_label(&e->algo, epi ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "",
+                     label, sizeof e->label[0]);
+        kn_cuda_variant_label("%s", label);
         if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act);
     }
     /* a variant is that algorithm or nothing: kiln's kernel is no variant */

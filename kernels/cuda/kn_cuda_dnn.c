@@ -94,6 +94,11 @@ typedef struct dnn_entry {
     int nkeep;
     void *ws;
     int64_t ws_size;
+    /* the variant pack of the last execution and the pointers it holds:
+     * building one (create, three attributes, finalize) costs host time at
+     * every call, and a plan's calls mostly see the same pointers again */
+    cudnnBackendDescriptor_t vp;
+    void *vp_ptrs[4];
 } dnn_entry;
 
 /* One GPU's cuDNN (kn_cuda_dev.dnn): its handle and the plans built with it. */
@@ -173,6 +178,8 @@ static cudnnStatus_t dnn_create(dnn_entry *e, cudnnBackendDescriptorType_t t,
 
 static void dnn_entry_release(dnn_entry *e)
 {
+    if (e->vp) cudnnBackendDestroyDescriptor(e->vp);
+    e->vp = NULL;
     if (e->plan) cudnnBackendDestroyDescriptor(e->plan);
     for (int i = e->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(e->keep[i]);
     e->plan = NULL;
@@ -553,18 +560,31 @@ static kn_status dnn_execute(kn_cuda_dnn *dn, dnn_entry *e, void *x, void *w, vo
     int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
     void *ptrs[4] = {x, w, y, b};
     int64_t n = e->key.fused ? 4 : 3;
-    cudnnBackendDescriptor_t vp = NULL;
+    if (!e->key.fused) ptrs[3] = NULL;
     cudnnStatus_t s = cudnnSetStream(dn->h, kn_cuda_stream());
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &e->ws);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(dn->h, e->plan, vp);
-    if (vp) cudnnBackendDestroyDescriptor(vp);
+    /* the workspace is the entry's own, fixed: only the data pointers decide */
+    if (e->vp && memcmp(e->vp_ptrs, ptrs, sizeof ptrs) != 0) {
+        cudnnBackendDestroyDescriptor(e->vp);
+        e->vp = NULL;
+    }
+    if (s == CUDNN_STATUS_SUCCESS && !e->vp) {
+        cudnnBackendDescriptor_t vp = NULL;
+        s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &e->ws);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
+        if (s == CUDNN_STATUS_SUCCESS) {
+            e->vp = vp;
+            memcpy(e->vp_ptrs, ptrs, sizeof ptrs);
+        } else if (vp) {
+            cudnnBackendDestroyDescriptor(vp);
+        }
+    }
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(dn->h, e->plan, e->vp);
     if (s == CUDNN_STATUS_SUCCESS) return KN_OK;
     if (is_not_supported(s)) return KN_ERR_UNSUPPORTED; /* the caller falls back */
     return dnn_fail(s, "execute");
