@@ -860,9 +860,10 @@ static void test_configs(void)
  * every numeric dtype and not(x) in bool, with the inner dim a multiple of
  * every vector width (48) or of none (23) and x a view at an element
  * offset of 0 or 1 (1: misaligned, the scalar loop at run time); softmax
- * and layer_norm over rows of 1, 7, 256, 1000 (a row in registers) and
- * 100000 elements (a block per row), f32 and bf16, the 256 case also at a
- * misaligned row start. */
+ * and layer_norm over rows of 1, 7, 256, 1000 (a warp per row, the row in
+ * registers), 4096 (a block per row, the row in registers) and 100000
+ * elements (a block per row reading memory), f32 and bf16, the 256 case
+ * also at a misaligned row start. */
 static kn_tensor *offset_view(kn_dtype dt, int ndim, const int64_t *sh, int off, double lo, double hi,
                               kn_tensor **base)
 {
@@ -915,7 +916,7 @@ static void test_vector_layouts(void)
                 free(k);
             }
 
-    const int64_t lens[] = {1, 7, 256, 1000, 100000};
+    const int64_t lens[] = {1, 7, 256, 1000, 4096, 100000};
     const kn_dtype rdts[] = {KN_F32, KN_BF16};
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (int di = 0; di < 2; di++)

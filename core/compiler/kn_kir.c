@@ -947,8 +947,9 @@ int kn_kernel_vec_ept(const kn_kernel *k)
 bool kn_kernel_row_regs(const kn_kernel *k)
 {
     if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return false;
-    if (k->cfg.rows != KN_ROWS_AUTO) return k->cfg.rows == KN_ROWS_REGS;
-    return k->shape[k->ndim - 1] <= KN_KIR_WARP_ROW_MAX;
+    if (k->cfg.rows != KN_ROWS_AUTO) return k->cfg.rows == KN_ROWS_REGS || k->cfg.rows == KN_ROWS_BLOCK_REGS;
+    int64_t n = k->shape[k->ndim - 1];
+    return n <= KN_KIR_WARP_ROW_MAX || n <= (int64_t)KN_KIR_REGS_PER_THREAD * kn_kernel_block(k);
 }
 
 int kn_kernel_row_vec(const kn_kernel *k)

@@ -98,8 +98,10 @@ typedef struct kn_kconfig {
                    step, unrolled; 0: 1 on the scalar path, kn_kernel_vec_ept's on the vector
                    path */
     int rows;   /* CUDA ROW: KN_ROWS_AUTO (one warp per row with the row in registers when
-                   the row has at most KN_KIR_WARP_ROW_MAX elements, else one block),
-                   KN_ROWS_BLOCK, KN_ROWS_WARP, KN_ROWS_REGS */
+                   the row has at most KN_KIR_WARP_ROW_MAX elements, else one block with the
+                   row in registers when it has at most KN_KIR_REGS_PER_THREAD elements a
+                   thread, else one block reading memory), KN_ROWS_BLOCK, KN_ROWS_WARP,
+                   KN_ROWS_REGS, KN_ROWS_BLOCK_REGS */
     int unroll; /* C: `#pragma GCC unroll` on the innermost loops; 0: the compiler's choice */
     int tile;   /* C POINTWISE over >= 2 dims: the two innermost loops in tile x tile blocks; 0: none */
     int vec;    /* Vector width. CUDA POINTWISE: each thread moves vec consecutive elements of
@@ -114,8 +116,11 @@ typedef struct kn_kconfig {
 
 /* ROW strategies; KN_ROWS_REGS is one warp per row with each lane keeping
  * its elements of the row in registers (read from memory once, however
- * many stages; rows of at most 1024 elements). */
-enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2, KN_ROWS_REGS = 3 };
+ * many stages; rows of at most 1024 elements); KN_ROWS_BLOCK_REGS the same
+ * with one block per row (rows of at most KN_KIR_REGS_PER_THREAD x block). */
+enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2, KN_ROWS_REGS = 3, KN_ROWS_BLOCK_REGS = 4 };
+/* The most elements of a row one thread keeps in registers (per argument). */
+#define KN_KIR_REGS_PER_THREAD 32
 
 /* "default", or the non-default fields as "block=128 ept=4"; and back
  * (KN_ERR_ARG naming the bad word). */
@@ -224,8 +229,9 @@ int kn_kernel_vec_width(const kn_kernel *k);
  * the most (4, 2, 1) that still give KN_KIR_FULL_GRID blocks for
  * k->shape, so every SM has blocks and each thread has loads in flight. */
 int kn_kernel_vec_ept(const kn_kernel *k);
-/* CUDA ROW: whether each lane keeps its elements of the row in registers
- * (cfg.rows regs, or by default rows of at most KN_KIR_WARP_ROW_MAX), and
+/* CUDA ROW: whether each thread keeps its elements of the row in registers
+ * (cfg.rows regs or bregs, or by default rows of at most
+ * KN_KIR_REGS_PER_THREAD elements a thread of the warp or block), and
  * then its vector width (1: scalar): 16 bytes of the widest argument
  * contiguous along the row, where the row length of k->shape and the
  * arguments' row strides are multiples of it (cfg.vec 1: scalar). */

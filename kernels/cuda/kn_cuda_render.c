@@ -245,17 +245,20 @@ static kn_status cuda_row(kn_kir_rctx *r)
     render_unflatten(r, "row", "rows", R, 0);
     bool regs = kn_kernel_row_regs(k);
     if (regs) {
+        const char *lo = r->warp_rows ? "(kn_i64)lane" : "(kn_i64)threadIdx.x";
+        const char *step = r->warp_rows ? "32" : "(kn_i64)blockDim.x";
         /* the row in registers when it fits what was rendered; a longer
-         * row (a dynamic size) takes the plain warp loop. A lane holds K
+         * row (a dynamic size) takes the plain loop. A thread holds K
          * elements in groups of V consecutive ones (one vector each). */
-        int V = kn_kernel_row_vec(k);
-        int64_t groups = (k->shape[R] + 32 * V - 1) / (32 * V);
+        int V = kn_kernel_row_vec(k), threads = r->warp_rows ? 32 : kn_kernel_block(k);
+        int64_t groups = (k->shape[R] + (int64_t)threads * V - 1) / ((int64_t)threads * V);
         int K = (int)(groups > 0 ? groups : 1) * V;
-        kn_kir_line(r, "if (n%d <= %d) {", R, K * 32);
+        if (r->warp_rows) kn_kir_line(r, "if (n%d <= %d) {", R, K * 32);
+        else kn_kir_line(r, "if (n%d <= %d * (kn_i64)blockDim.x) {", R, K);
         r->indent++;
         r->regs_k = K;
         r->regs_v = V;
-        kn_status st = kn_kir_row_body(r, "(kn_i64)lane", "32", first);
+        kn_status st = kn_kir_row_body(r, lo, step, first);
         r->regs_k = 0;
         r->regs_v = 0;
         KN_TRY(st);
@@ -351,7 +354,11 @@ static int cuda_candidates(const kn_kernel *k, kn_kconfig *out, int max)
         }
         for (int b = 0; b < 4; b++) /* one warp per row reading memory: for rows up to a few thousand */
             if (row <= 8 * KN_KIR_WARP_ROW_MAX) ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
-        for (int b = 0; b < 5; b++) /* one block per row: wide rows want wide blocks */
+        bool auto_bregs = auto_regs && !kn_kernel_warp_rows(k);
+        for (int b = 1; b < 5 && row > KN_KIR_WARP_ROW_MAX; b++) /* one block per row, the row in registers */
+            if (row <= (int64_t)KN_KIR_REGS_PER_THREAD * bblocks[b] && !(auto_bregs && bblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK_REGS);
+        for (int b = 0; b < 5; b++) /* one block per row reading memory: wide rows want wide blocks */
             if (bblocks[b] / 2 <= row && !(!auto_regs && bblocks[b] == KN_KIR_ROW_BLOCK))
                 ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK);
     }
