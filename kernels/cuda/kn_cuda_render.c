@@ -169,7 +169,9 @@ static kn_status cuda_vector(kn_kir_rctx *r, int V)
         if (k->args[j].strides[L] == 1) cuda_vector_type(r, j, V);
     kn_kir_line(r, "const kn_i64 nvec = total / %d;", V);
     int E = kn_kernel_vec_ept(k);
-    kn_kir_line(r, "if (total <= 2147483647LL) {");
+    /* 32 bits while the space and one grid step both fit 31 (the loop
+     * counter then stays under 2^32) */
+    kn_kir_line(r, "if (total <= 2147483647LL && (kn_i64)gridDim.x * blockDim.x * %d <= 2147483647LL) {", E);
     r->indent++;
     KN_TRY(cuda_vector_loop(r, V, E, 32));
     r->indent--;
