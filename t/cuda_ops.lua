@@ -1,7 +1,9 @@
 -- t/cuda_ops.lua: the CUDA template ops (kernels/cuda/kn_cuda_ops.c) against
 -- the CPU reference on the same inputs: multi-dim reductions, max with
 -- indices, the pools, cat, index_select / gather / index_add (and their
--- range errors), the random ops (bit-exact for a seed) and copies / casts.
+-- range errors), the random ops (bit-exact for a seed) and copies / casts;
+-- and compiled generated kernels (vector loads, rows in registers or per
+-- block) on awkward sizes and views against f64 on the CPU.
 -- Inputs are made on the CPU with a seed and moved with :to("cuda").
 local T = dofile("t/lib/tap.lua")
 
