@@ -1,7 +1,9 @@
 -- t/cuda_ops.lua: the CUDA template ops (kernels/cuda/kn_cuda_ops.c) against
 -- the CPU reference on the same inputs: multi-dim reductions, max with
 -- indices, the pools, cat, index_select / gather / index_add (and their
--- range errors), the random ops (bit-exact for a seed) and copies / casts.
+-- range errors), the random ops (bit-exact for a seed) and copies / casts;
+-- and compiled generated kernels (vector loads, rows in registers or per
+-- block) on awkward sizes and views against f64 on the CPU.
 -- Inputs are made on the CPU with a seed and moved with :to("cuda").
 local T = dofile("t/lib/tap.lua")
 
@@ -325,6 +327,66 @@ do
     same(xc:contiguous(), xv:contiguous(), "contiguous " .. src .. " of a transposed view")
     for _, dst in ipairs(ALL) do
       same(xc:to(dst), xv:to(dst), "cast " .. src .. " -> " .. dst .. " of a transposed view")
+    end
+  end
+end
+
+------------------------------------- generated kernels: vectors and row layouts
+-- Compiled pointwise and row kernels (the renderer's vector loads, rows in
+-- registers, a block per row) on awkward sizes against the same function
+-- evaluated in f64 on the CPU: an inner dim a multiple of every vector
+-- width and one of none, inputs that are views at an element offset of 1
+-- (misaligned for vectors: the scalar loop), rows of 1 to 100000 elements.
+-- Inputs are f64 CPU values rounded to dt first, so both sides see the same
+-- numbers; NaN never passes.
+do
+  local function within(got, want, rtol, atol)
+    local g = got:to("cpu"):to("f64")
+    if shape_str(g) ~= shape_str(want) then return math.huge end
+    local excess = ((g - want):abs() - want:abs() * rtol - atol):amax():item()
+    return excess == excess and excess or math.huge
+  end
+  -- x of shape sh and dtype dt on the GPU, at an element offset `off` of its storage
+  local function input(sh, dt, off)
+    local n = 1
+    for _, d in ipairs(sh) do n = n * d end
+    local base = make({n + off}, "f32"):to(dt):to(DEV)
+    return base:slice(1, 1 + off, n + off):view(sh)
+  end
+  local function check(name, f, args, dt, rtol, atol)
+    local cm = kiln.compile(f)
+    local got = cm(table.unpack(args))
+    local ref = {}
+    for i, a in ipairs(args) do ref[i] = a:to("cpu"):to("f64") end
+    local e = within(got, f(table.unpack(ref)), rtol, atol)
+    T.ok(e <= 0, string.format("%s %s: compiled on the GPU within tolerance of f64 (excess %.3g)", name, dt, e))
+  end
+  for _, dt in ipairs({ "f32", "bf16", "f16", "f64" }) do
+    local rt = rtol_of(dt) == 1e-6 and 1e-5 or 2e-2
+    for _, cols in ipairs({ 1000, 1001 }) do
+      for _, off in ipairs({ 0, 1 }) do
+        local x, b = input({ 33, cols }, dt, off), input({ cols }, dt, 0)
+        check(string.format("gelu(x + bias) 33x%d offset %d", cols, off), function(x, b) return (x + b):gelu() end,
+          { x, b }, dt, rt, rt)
+      end
+    end
+  end
+  for _, dt in ipairs({ "f32", "bf16" }) do
+    local half = dt == "bf16"
+    for _, n in ipairs({ 1, 7, 256, 1000, 1001, 4096, 100000 }) do
+      local rows = n > 4096 and 5 or 37
+      for _, off in ipairs(n == 256 and { 0, 1 } or { 0 }) do
+        local x, r = input({ rows, n }, dt, off), input({ rows, n }, dt, 0)
+        local what = string.format("rows of %d offset %d", n, off)
+        check("softmax " .. what, function(x) return kiln.softmax(x * 3, -1) end, { x }, dt,
+          half and 2e-2 or 1e-4, 1e-9)
+        check("log_softmax " .. what, function(x) return kiln.log_softmax(x, -1) end, { x }, dt,
+          half and 2e-2 or 1e-4, half and 5e-2 or 1e-4)
+        check("layer_norm(x + r) " .. what, function(x, r) return kiln.layer_norm(x + r, { n }) end, { x, r }, dt,
+          half and 2e-2 or 1e-4, half and 5e-2 or 1e-4)
+        check("row sum " .. what, function(x) return (x * 2):sum(-1) end, { x }, dt,
+          half and 2e-2 or 1e-4, half and 0.5 or 1e-3)
+      end
     end
   end
 end

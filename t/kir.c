@@ -149,11 +149,16 @@ static bool run(const kn_kernel *k, kn_tensor **ts, const char *name)
     if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &size, &log);
     if (getenv("KIR_SHOW") && src) printf("%s\n", src);
     free(src);
-    free(log);
     if (!ok(st == KN_OK && size > 0, "%s: CUDA source compiles with NVRTC for sm_90", name)) {
         printf("#   %s\n", kn_last_error());
+        free(log);
         return false;
     }
+    if (log && strstr(log, "warning")) {
+        ok(false, "%s: no NVRTC warnings", name);
+        printf("#   %s\n", log);
+    }
+    free(log);
     if (!have_gpu) {
         free(img);
         return false;
@@ -849,6 +854,135 @@ static void test_configs(void)
        "an unknown knob is refused by name: %s", kn_last_error());
 }
 
+/* The vector and register layouts (the CUDA defaults) on awkward sizes and
+ * views, in the default configuration and the scalar one (vec=1), against
+ * the reference: pointwise x * y + bias (bias broadcast over the rows) in
+ * every numeric dtype and not(x) in bool, with the inner dim a multiple of
+ * every vector width (48) or of none (23) and x a view at an element
+ * offset of 0 or 1 (1: misaligned, the scalar loop at run time); softmax
+ * and layer_norm over rows of 1, 7, 256, 1000 (a warp per row, the row in
+ * registers), 4096 (a block per row, the row in registers) and 100000
+ * elements (a block per row reading memory), f32 and bf16, the 256 case
+ * also at a misaligned row start. */
+static kn_tensor *offset_view(kn_dtype dt, int ndim, const int64_t *sh, int off, double lo, double hi,
+                              kn_tensor **base)
+{
+    int64_t n = tl_numel(ndim, sh), nb[1] = {n + 1};
+    *base = tl_rand(dt, 1, nb, TL_CONTIG, lo, hi, 0);
+    kn_tensor *flat = NULL, *v = NULL;
+    kn_view_slice(*base, 0, off, off + n, 1, &flat);
+    kn_view_reshape(flat, ndim, sh, &v);
+    kn_tensor_release(flat);
+    return v;
+}
+
+static void test_vector_layouts(void)
+{
+    static const char *const cfgs[] = {"default", "vec=1"};
+    const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16, KN_F64, KN_I64, KN_I32, KN_BOOL};
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
+        for (int inner = 48; inner >= 23; inner -= 25)
+            for (int off = 0; off < 2; off++) {
+                kn_dtype dt = dts[di];
+                int64_t sh[2] = {5, inner}, bs[1] = {inner};
+                kn_tensor *base = NULL, *x = offset_view(dt, 2, sh, off, -3, 3, &base);
+                kn_tensor *y = tl_rand(dt, 2, sh, TL_CONTIG, -3, 3, 0), *b = tl_rand(dt, 1, bs, TL_CONTIG, -3, 3, 0);
+                kn_tensor *out = tl_new(dt, 2, sh), *want = NULL;
+                kn_kernel *k = kernel_new("k11_vec_layout", KN_KERNEL_POINTWISE, 2, sh);
+                int ax = arg_of(k, x, false, false);
+                if (dt == KN_BOOL) {
+                    int ao = arg_of(k, out, true, false);
+                    store(k, ao, op1(k, KN_OP_LOGICAL_NOT, ld(k, ax), KN_BOOL), false);
+                    want = ref(KN_OP_LOGICAL_NOT, x, NULL, NULL);
+                } else {
+                    int ay = arg_of(k, y, false, false), ab = arg_of(k, b, false, false);
+                    int ao = arg_of(k, out, true, false);
+                    store(k, ao, op2(k, KN_OP_ADD, op2(k, KN_OP_MUL, ld(k, ax), ld(k, ay), dt), ld(k, ab), dt), false);
+                    kn_tensor *m = ref(KN_OP_MUL, x, y, NULL);
+                    want = ref(KN_OP_ADD, m, b, NULL);
+                    kn_tensor_release(m);
+                }
+                for (int c = 0; c < 2; c++) {
+                    kn_kconfig_parse(cfgs[c], &k->cfg);
+                    char name[160];
+                    snprintf(name, sizeof name, "%s %s 5x%d, x at offset %d, %s",
+                             dt == KN_BOOL ? "not(x)" : "x * y + bias", kn_dtype_name(dt), inner, off, cfgs[c]);
+                    memset(kn_tensor_data(out), 0, (size_t)out->storage->nbytes);
+                    kn_tensor *ts[4] = {x, y, b, out};
+                    if (dt == KN_BOOL) ts[1] = out;
+                    if (run(k, ts, name)) check(out, want, false, name);
+                }
+                release(6, (kn_tensor *[]){base, x, y, b, out, want});
+                free(k);
+            }
+
+    const int64_t lens[] = {1, 7, 256, 1000, 4096, 100000};
+    const kn_dtype rdts[] = {KN_F32, KN_BF16};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (int di = 0; di < 2; di++)
+            for (int off = 0; off < (lens[li] == 256 ? 2 : 1); off++)
+                for (int which = 0; which < 2; which++) { /* softmax, layer_norm */
+                    kn_dtype dt = rdts[di];
+                    int64_t n = lens[li], sh[2] = {n > 1000 ? 3 : 9, n}, ws[1] = {n};
+                    kn_tensor *base = NULL, *x = offset_view(dt, 2, sh, off, which ? 3 : -8, which ? 7 : 8, &base);
+                    kn_tensor *w = tl_rand(dt, 1, ws, TL_CONTIG, 0.5, 1.5, 0), *bb = tl_rand(dt, 1, ws, TL_CONTIG, -1, 1, 0);
+                    kn_tensor *out = tl_new(dt, 2, sh);
+                    kn_kernel *k = kernel_new(which ? "k12_layer_norm_layout" : "k12_softmax_layout", KN_KERNEL_ROW, 2, sh);
+                    int ax = arg_of(k, x, false, false), aw = -1, ab = -1;
+                    if (which) {
+                        aw = arg_of(k, w, false, false);
+                        ab = arg_of(k, bb, false, false);
+                    }
+                    int ao = arg_of(k, out, true, false);
+                    int lx = ld(k, ax);
+                    kn_opcall c;
+                    if (which == 0) {
+                        stage(k, KN_OP_AMAX, lx);
+                        int d = op2(k, KN_OP_SUB, lx, acc(k, 0, dt), dt);
+                        stage(k, KN_OP_SUM, op1(k, KN_OP_EXP, d, dt));
+                        store(k, ao, op2(k, KN_OP_DIV, op1(k, KN_OP_EXP, d, dt), acc(k, 1, dt), dt), false);
+                        kn_opcall_init(&c, KN_OP_SOFTMAX);
+                        c.in[c.n_in++] = x;
+                        c.a.dim = 1;
+                    } else {
+                        double eps = 1e-5;
+                        stage(k, KN_OP_SUM, lx);
+                        int mean = op2(k, KN_OP_MUL, acc(k, 0, dt), cst(k, 1.0 / (double)n, dt), dt);
+                        int d = op2(k, KN_OP_SUB, lx, mean, dt);
+                        stage(k, KN_OP_SUM, op2(k, KN_OP_MUL, d, d, dt));
+                        int var = op2(k, KN_OP_MUL, acc(k, 1, dt), cst(k, 1.0 / (double)n, dt), dt);
+                        int inv = op1(k, KN_OP_RSQRT, op2(k, KN_OP_ADD, var, cst(k, eps, dt), dt), dt);
+                        store(k, ao,
+                              op2(k, KN_OP_ADD, op2(k, KN_OP_MUL, op2(k, KN_OP_MUL, d, inv, dt), ld(k, aw), dt),
+                                  ld(k, ab), dt),
+                              false);
+                        kn_opcall_init(&c, KN_OP_LAYER_NORM);
+                        c.in[0] = x;
+                        c.in[1] = w;
+                        c.in[2] = bb;
+                        c.n_in = 3;
+                        c.a.nshape = 1;
+                        c.a.shape[0] = n;
+                        c.a.eps = eps;
+                    }
+                    kn_tensor *want = ref_call(&c);
+                    for (int ci = 0; ci < 2; ci++) {
+                        kn_kconfig_parse(cfgs[ci], &k->cfg);
+                        char name[160];
+                        snprintf(name, sizeof name, "%s %s rows of %lld, row start offset %d, %s",
+                                 which ? "layer_norm" : "softmax", kn_dtype_name(dt), (long long)n, off, cfgs[ci]);
+                        memset(kn_tensor_data(out), 0, (size_t)out->storage->nbytes);
+                        /* a row of 1e5 f32 values summed in another order than the reference */
+                        kn_tensor *ts[4] = {x, w, bb, out};
+                        if (!which) ts[1] = out;
+                        if (run(k, ts, name))
+                            check_within(out, want, false, n > 1000 && dt == KN_F32 ? 1e-4 : 0, name);
+                    }
+                    release(6, (kn_tensor *[]){base, x, w, bb, out, want});
+                    free(k);
+                }
+}
+
 int main(void)
 {
 #ifdef KIR_CUDA
@@ -882,6 +1016,7 @@ int main(void)
     test_tril(-1);
     test_program_and_dump();
     test_configs();
+    test_vector_layouts();
     rm_cache();
     return done_testing();
 }

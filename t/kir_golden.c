@@ -123,7 +123,8 @@ static void build(kn_kernel ks[N_KERNELS])
  * knobs are ignored, which the text shows too). */
 static const char *const c_configs[] = {"default", "unroll=4", "tile=16 unroll=2 vec=8", "block=128 ept=4"};
 static const char *const cuda_configs[] = {"default",          "block=128 ept=4",   "block=256 vec=4",
-                                           "block=512 rows=block", "block=128 rows=warp", "block=64 rows=regs",
+                                           "block=512 rows=block", "block=128 rows=warp", "block=64 rows=regs", "vec=1",
+                                           "block=128 rows=bregs",
                                            "unroll=4 tile=16"};
 
 /* The sections of one target: its prelude, then the program (less the

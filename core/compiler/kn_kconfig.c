@@ -16,7 +16,8 @@ static const struct {
                   {"rows", offsetof(kn_kconfig, rows)},     {"unroll", offsetof(kn_kconfig, unroll)},
                   {"tile", offsetof(kn_kconfig, tile)},     {"vec", offsetof(kn_kconfig, vec)}};
 #define N_CFG_FIELDS (sizeof cfg_fields / sizeof cfg_fields[0])
-static const char *const rows_names[] = {"auto", "block", "warp", "regs"};
+static const char *const rows_names[] = {"auto", "block", "warp", "regs", "bregs"};
+#define N_ROWS_NAMES (int)(sizeof rows_names / sizeof rows_names[0])
 
 void kn_kconfig_text(const kn_kconfig *c, char *buf, size_t size)
 {
@@ -25,7 +26,7 @@ void kn_kconfig_text(const kn_kconfig *c, char *buf, size_t size)
     for (size_t f = 0; f < N_CFG_FIELDS && n < size; f++) {
         int v = *(const int *)((const char *)c + cfg_fields[f].off);
         if (!v) continue;
-        if (cfg_fields[f].off == offsetof(kn_kconfig, rows) && v > 0 && v < 4)
+        if (cfg_fields[f].off == offsetof(kn_kconfig, rows) && v > 0 && v < N_ROWS_NAMES)
             n += (size_t)snprintf(buf + n, size - n, "%srows=%s", n ? " " : "", rows_names[v]);
         else
             n += (size_t)snprintf(buf + n, size - n, "%s%s=%d", n ? " " : "", cfg_fields[f].name, v);
@@ -56,7 +57,7 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
                             text, word);
         int v = -1;
         if (cfg_fields[f].off == offsetof(kn_kconfig, rows)) {
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < N_ROWS_NAMES; i++)
                 if (strcmp(eq + 1, rows_names[i]) == 0) v = i;
         } else {
             char *end;
@@ -67,7 +68,7 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
         if (v < 0 || (cfg_fields[f].off == offsetof(kn_kconfig, block) && v && (!pow2 || v < 32 || v > 1024)))
             return kn_error(KN_ERR_ARG, "kernel config '%s': bad value for %s=%s%s", text, word, eq + 1,
                             cfg_fields[f].off == offsetof(kn_kconfig, block) ? " (a power of two in 32..1024)"
-                            : cfg_fields[f].off == offsetof(kn_kconfig, rows) ? " (auto, block, warp or regs)"
+                            : cfg_fields[f].off == offsetof(kn_kconfig, rows) ? " (auto, block, warp, regs or bregs)"
                                                                                : "");
         *(int *)((char *)c + cfg_fields[f].off) = v;
     }

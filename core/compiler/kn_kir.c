@@ -249,12 +249,19 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
 void kn_kir_put_elem(rctx *r, int j, int upto)
 {
     const kn_karg *a = &r->k->args[j];
-    if (r->in_regs && !a->is_output && a->strides[r->k->ndim - 1] != 0) { /* the lane's copy of its elements */
+    int64_t inner = a->strides[r->k->ndim - 1];
+    if (r->in_regs && inner == 1 && r->regs_v > 1 && (!a->is_output || upto == r->k->ndim)) {
+        /* the lane's copy of its elements, in vectors: loaded (c) or to store (d) */
+        kn_strbuf_printf(r->s, "%c%d[u / %d].x[u %% %d]", a->is_output ? 'd' : 'c', j, r->regs_v, r->regs_v);
+        return;
+    }
+    if (r->in_regs && !a->is_output && inner != 0) { /* the lane's copy of its elements */
         kn_strbuf_printf(r->s, "c%d[u]", j);
         return;
     }
-    if (r->vec_body && a->strides[r->k->ndim - 1] == 1) { /* the register copy of this thread's vector */
-        kn_strbuf_printf(r->s, "%c%d.x[e]", a->is_output ? 's' : 'l', j);
+    if (r->vec_body && inner == 1) { /* the register copy of this thread's vector */
+        if (a->is_output) kn_strbuf_printf(r->s, "s%d.x[e]", j);
+        else kn_strbuf_printf(r->s, "l%d[g].x[e]", j);
         return;
     }
     kn_strbuf_printf(r->s, "p%d[0", j);
@@ -669,18 +676,30 @@ void kn_kir_combine(rctx *r, int s, const char *acc, const char *val)
 
 /* A loop over the elements of the row: i<R> from lo by step, or with the
  * row in registers (r->regs_k) the lane's regs_k elements, unrolled. */
+/* Register u of a lane's row copy is element i<R>: lo + u * step, or in
+ * groups of V consecutive elements, (lo + (u / V) * step) * V + u % V
+ * (increasing in u either way, so the first one past the row ends the loop). */
+static void put_regs_index(rctx *r, const char *lo, const char *step)
+{
+    int R = r->k->ndim - 1, V = r->regs_v;
+    if (V > 1)
+        kn_kir_line(r, "const kn_i64 i%d = (%s + (kn_i64)(u / %d) * %s) * %d + u %% %d;", R, lo, V, step, V, V);
+    else
+        kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
+    kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
+}
+
 static void open_row_loop(rctx *r, const char *lo, const char *step)
 {
-    int R = r->k->ndim - 1;
     if (r->regs_k) {
         if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
         kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
         r->indent++;
-        kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
-        kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
+        put_regs_index(r, lo, step);
         r->in_regs = true;
         return;
     }
+    int R = r->k->ndim - 1;
     kn_kir_put_unroll(r);
     kn_kir_line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
     r->indent++;
@@ -693,31 +712,142 @@ static void close_row_loop(rctx *r)
     kn_kir_line(r, "}");
 }
 
+/* The lane's elements of the cached arguments into registers, one by one:
+ * which = 1: those contiguous along the row, -1: the others, 0: all. */
+static void regs_scalar_loads(rctx *r, const bool *cached, const char *lo, const char *step, int which)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1;
+    bool any = false;
+    for (int j = 0; j < k->n_args; j++)
+        if (cached[j] && (which == 0 || (which == 1) == (k->args[j].strides[R] == 1))) any = true;
+    if (!any) return;
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+    r->indent++;
+    put_regs_index(r, lo, step);
+    for (int j = 0; j < k->n_args; j++)
+        if (cached[j] && (which == 0 || (which == 1) == (k->args[j].strides[R] == 1))) {
+            kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
+            r->in_regs = true;
+            kn_kir_put_elem(r, j, k->ndim);
+            r->in_regs = false;
+            kn_strbuf_printf(r->s, " = ");
+            kn_kir_put_elem(r, j, k->ndim);
+            kn_strbuf_printf(r->s, ";\n");
+        }
+    r->indent--;
+    kn_kir_line(r, "}");
+}
+
+/* A row in registers in vectors of V = r->regs_v: the vector types, the
+ * lane's vector arrays (c<j> loaded, d<j> to store, for the arguments
+ * contiguous along the row) and kv, whether this row moves in whole
+ * vectors: its length a multiple of V and every such argument's row start
+ * aligned to its vector (a view's offset or a dynamic size may break
+ * that; the same registers are then filled element by element). */
+static kn_status row_vector_setup(rctx *r, const bool *cached, bool *vec_out)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    for (int s = 0; s < k->n_stores; s++)
+        if (!k->stores[s].per_row && k->args[k->stores[s].arg].strides[R] == 1) vec_out[k->stores[s].arg] = true;
+    kn_strbuf_printf(r->s, "%*sconst bool kv = n%d %% %d == 0", r->indent * 4, "", R, V);
+    for (int j = 0; j < k->n_args; j++)
+        if ((cached[j] || vec_out[j]) && k->args[j].strides[R] == 1) {
+            kn_strbuf_printf(r->s, " && ((unsigned long long)&");
+            kn_kir_put_elem(r, j, R);
+            kn_strbuf_printf(r->s, " %% %zu) == 0", V * kn_dtype_size(k->args[j].dtype));
+        }
+    kn_strbuf_printf(r->s, ";\n");
+    for (int j = 0; j < k->n_args; j++)
+        if ((cached[j] || vec_out[j]) && k->args[j].strides[R] == 1) {
+            r->t->vector_type(r, j, V);
+            kn_kir_line(r, "v%d_t %c%d[%d];", j, vec_out[j] ? 'd' : 'c', j, r->regs_k / V);
+        }
+    return KN_OK;
+}
+
+/* After the row's per-element stores into d<j>: the stores to memory,
+ * whole vectors where kv, else element by element. */
+static void regs_vector_stores(rctx *r, const bool *vec_out, const char *lo, const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    kn_kir_line(r, "if (kv) {");
+    r->indent++;
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+    r->indent++;
+    kn_kir_line(r, "const kn_i64 i%d = (%s + (kn_i64)g * %s) * %d;", R, lo, step, V);
+    kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
+    for (int j = 0; j < k->n_args; j++)
+        if (vec_out[j]) {
+            kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+            kn_kir_put_elem(r, j, k->ndim);
+            kn_strbuf_printf(r->s, " = d%d[g];\n", j);
+        }
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->indent--;
+    kn_kir_line(r, "} else {");
+    r->indent++;
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+    r->indent++;
+    put_regs_index(r, lo, step);
+    for (int j = 0; j < k->n_args; j++)
+        if (vec_out[j]) {
+            kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
+            kn_kir_put_elem(r, j, k->ndim);
+            kn_strbuf_printf(r->s, " = d%d[u / %d].x[u %% %d];\n", j, V, V);
+        }
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->indent--;
+    kn_kir_line(r, "}");
+}
+
 kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char *per_row_open)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1;
+    bool vec_out[KN_KIR_MAX_ARGS] = {false}; /* outputs staged in d<j> and stored in vectors */
     if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
         bool cached[KN_KIR_MAX_ARGS] = {false};
         for (int i = 0; i < k->n_exprs; i++)
             if (k->exprs[i].kind == KN_KX_LOAD && !k->args[k->exprs[i].buf].is_output &&
                 k->args[k->exprs[i].buf].strides[R] != 0)
                 cached[k->exprs[i].buf] = true;
+        int V = r->regs_v;
+        if (V > 1) KN_TRY(row_vector_setup(r, cached, vec_out));
         for (int j = 0; j < k->n_args; j++)
-            if (cached[j]) kn_kir_line(r, "%s c%d[%d];", kn_kir_storage_name(k->args[j].dtype), j, r->regs_k);
-        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-        kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
-        r->indent++;
-        kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
-        kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
-        for (int j = 0; j < k->n_args; j++)
-            if (cached[j]) {
-                kn_strbuf_printf(r->s, "%*sc%d[u] = ", r->indent * 4, "", j);
-                kn_kir_put_elem(r, j, k->ndim);
-                kn_strbuf_printf(r->s, ";\n");
-            }
-        r->indent--;
-        kn_kir_line(r, "}");
+            if (cached[j] && !(V > 1 && k->args[j].strides[R] == 1))
+                kn_kir_line(r, "%s c%d[%d];", kn_kir_storage_name(k->args[j].dtype), j, r->regs_k);
+        if (V > 1) { /* whole vectors where the row allows (kv), else element by element */
+            kn_kir_line(r, "if (kv) {");
+            r->indent++;
+            if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+            kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+            r->indent++;
+            kn_kir_line(r, "const kn_i64 i%d = (%s + (kn_i64)g * %s) * %d;", R, lo, step, V);
+            kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
+            for (int j = 0; j < k->n_args; j++)
+                if (cached[j] && k->args[j].strides[R] == 1) {
+                    kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                    kn_kir_put_elem(r, j, k->ndim);
+                    kn_strbuf_printf(r->s, ";\n");
+                }
+            r->indent--;
+            kn_kir_line(r, "}");
+            r->indent--;
+            kn_kir_line(r, "} else {");
+            r->indent++;
+            regs_scalar_loads(r, cached, lo, step, 1);
+            r->indent--;
+            kn_kir_line(r, "}");
+        }
+        regs_scalar_loads(r, cached, lo, step, V > 1 ? -1 : 0);
     }
     for (int s = 0; s < k->n_stages; s++) {
         char acc[16];
@@ -745,6 +875,9 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         open_row_loop(r, lo, step);
         KN_TRY(kn_kir_render_stores(r, false, k->ndim));
         close_row_loop(r);
+        bool any_vec_out = false;
+        for (int j = 0; j < k->n_args; j++) any_vec_out |= vec_out[j];
+        if (any_vec_out) regs_vector_stores(r, vec_out, lo, step);
     }
     if (has_stores(k, true)) {
         kn_kir_line(r, "%s", per_row_open);
@@ -779,6 +912,65 @@ bool kn_kernel_vec_ok(const kn_kernel *k, int V)
     return true;
 }
 
+/* The widest element of the arguments contiguous along the last dim. */
+static int widest_contiguous(const kn_kernel *k)
+{
+    int widest = 1, L = k->ndim - 1;
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1 && (int)kn_dtype_size(k->args[j].dtype) > widest)
+            widest = (int)kn_dtype_size(k->args[j].dtype);
+    return widest;
+}
+
+int kn_kernel_vec_width(const kn_kernel *k)
+{
+    if (k->kind != KN_KERNEL_POINTWISE || k->ndim < 1 || k->cfg.vec == 1) return 0;
+    if (k->cfg.vec > 1) return kn_kernel_vec_ok(k, k->cfg.vec) ? k->cfg.vec : 0;
+    for (int V = 16 / widest_contiguous(k); V >= 2; V /= 2)
+        if (kn_kernel_vec_ok(k, V)) return V;
+    return 0;
+}
+
+int kn_kernel_vec_ept(const kn_kernel *k)
+{
+    if (k->cfg.ept > 0) return k->cfg.ept;
+    int V = kn_kernel_vec_width(k);
+    if (!V) return 1;
+    int64_t n = 1;
+    for (int d = 0; d < k->ndim; d++) n *= k->shape[d];
+    int64_t per_block = (int64_t)kn_kernel_block(k) * V;
+    for (int ept = 4; ept > 1; ept /= 2)
+        if (n / (per_block * ept) >= KN_KIR_FULL_GRID) return ept;
+    return 1;
+}
+
+bool kn_kernel_row_regs(const kn_kernel *k)
+{
+    if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return false;
+    if (k->cfg.rows != KN_ROWS_AUTO) return k->cfg.rows == KN_ROWS_REGS || k->cfg.rows == KN_ROWS_BLOCK_REGS;
+    int64_t n = k->shape[k->ndim - 1];
+    return n <= KN_KIR_WARP_ROW_MAX || n <= (int64_t)KN_KIR_REGS_PER_THREAD * kn_kernel_block(k);
+}
+
+int kn_kernel_row_vec(const kn_kernel *k)
+{
+    if (!kn_kernel_row_regs(k) || k->cfg.vec == 1) return 1;
+    int R = k->ndim - 1;
+    int V = k->cfg.vec > 1 ? k->cfg.vec : 16 / widest_contiguous(k);
+    for (; V > 1; V /= 2) {
+        bool fits = k->shape[R] % V == 0;
+        for (int j = 0; j < k->n_args && fits; j++) {
+            const kn_karg *a = &k->args[j];
+            if (a->strides[R] != 1) continue;
+            if (V * kn_dtype_size(a->dtype) > 16) fits = false;
+            for (int d = 0; d < R; d++)
+                if (a->strides[d] % V != 0) fits = false;
+        }
+        if (fits) return V;
+    }
+    return 1;
+}
+
 bool kn_kernel_warp_rows(const kn_kernel *k)
 {
     if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return false;
@@ -793,7 +985,7 @@ static kn_status render_function(const kn_kernel *k, const kn_render_target *t, 
     if (k->kind == KN_KERNEL_FALLBACK || (k->kind == KN_KERNEL_LIBRARY && k->n_stores == 0))
         return kn_error(KN_ERR_UNSUPPORTED, "kernel %s: %s kernels have no generated source",
                         k->name, k->kind == KN_KERNEL_FALLBACK ? "fallback" : "library");
-    rctx r = {k, t, s, 0, false, false, 0, false};
+    rctx r = {.k = k, .t = t, .s = s};
     t->signature(&r);
     kn_kir_line(&r, "{");
     r.indent++;
@@ -870,7 +1062,8 @@ void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *gr
         *grid = n < KN_KIR_MAX_GRID ? n : KN_KIR_MAX_GRID;
     } else {
         int64_t per = (int64_t)b * (k->cfg.ept > 1 ? k->cfg.ept : 1);
-        if (kn_kernel_vec_ok(k, k->cfg.vec)) per = (int64_t)b * k->cfg.vec; /* the vector path's */
+        int V = kn_kernel_vec_width(k);
+        if (V) per = (int64_t)b * V * kn_kernel_vec_ept(k); /* the vector path's */
         int64_t g = (n + per - 1) / per;
         *grid = g < KN_KIR_MAX_GRID ? g : KN_KIR_MAX_GRID;
     }

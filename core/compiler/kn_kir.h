@@ -94,24 +94,33 @@ typedef struct kn_kstore {
  * order of a row's float additions). */
 typedef struct kn_kconfig {
     int block;  /* CUDA: threads per block, a power of two in [32, 1024]; 0: 256 */
-    int ept;    /* CUDA POINTWISE: elements per thread per grid step, unrolled; 0: 1 */
-    int rows;   /* CUDA ROW: KN_ROWS_AUTO (one warp per row when the row has at most
-                   KN_KIR_WARP_ROW_MAX elements, else one block), KN_ROWS_BLOCK, KN_ROWS_WARP,
-                   KN_ROWS_REGS */
+    int ept;    /* CUDA POINTWISE: elements (vectors, on the vector path) per thread per grid
+                   step, unrolled; 0: 1 on the scalar path, kn_kernel_vec_ept's on the vector
+                   path */
+    int rows;   /* CUDA ROW: KN_ROWS_AUTO (one warp per row with the row in registers when
+                   the row has at most KN_KIR_WARP_ROW_MAX elements, else one block with the
+                   row in registers when it has at most KN_KIR_REGS_PER_THREAD elements a
+                   thread, else one block reading memory), KN_ROWS_BLOCK, KN_ROWS_WARP,
+                   KN_ROWS_REGS, KN_ROWS_BLOCK_REGS */
     int unroll; /* C: `#pragma GCC unroll` on the innermost loops; 0: the compiler's choice */
     int tile;   /* C POINTWISE over >= 2 dims: the two innermost loops in tile x tile blocks; 0: none */
-    int vec;    /* POINTWISE vector width. CUDA: each thread moves vec consecutive elements of
-                   every argument with one aligned vector load or store (flat kernels whose
-                   arguments are all contiguous or broadcast scalars; a scalar loop serves
-                   misaligned pointers). C: `#pragma omp simd simdlen(vec)` on the innermost
-                   loop (outputs never alias inputs in a plan, which the pragma asserts).
-                   0: none */
+    int vec;    /* Vector width. CUDA POINTWISE: each thread moves vec consecutive elements of
+                   every argument contiguous along the last dim with one aligned vector load or
+                   store (arguments broadcast along it are loaded once); 0: the widest that
+                   fits 16 bytes (kn_kernel_vec_width), 1: scalar. CUDA ROW with the row in
+                   registers: the lanes' vector width likewise (kn_kernel_row_vec). A scalar
+                   loop serves misaligned pointers and sizes at run time. C:
+                   `#pragma omp simd simdlen(vec)` on the innermost loop (outputs never alias
+                   inputs in a plan, which the pragma asserts); 0: none */
 } kn_kconfig;
 
 /* ROW strategies; KN_ROWS_REGS is one warp per row with each lane keeping
  * its elements of the row in registers (read from memory once, however
- * many stages; rows of at most 1024 elements). */
-enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2, KN_ROWS_REGS = 3 };
+ * many stages; rows of at most 1024 elements); KN_ROWS_BLOCK_REGS the same
+ * with one block per row (rows of at most KN_KIR_REGS_PER_THREAD x block). */
+enum { KN_ROWS_AUTO = 0, KN_ROWS_BLOCK = 1, KN_ROWS_WARP = 2, KN_ROWS_REGS = 3, KN_ROWS_BLOCK_REGS = 4 };
+/* The most elements of a row one thread keeps in registers (per argument). */
+#define KN_KIR_REGS_PER_THREAD 32
 
 /* "default", or the non-default fields as "block=128 ept=4"; and back
  * (KN_ERR_ARG naming the bad word). */
@@ -187,6 +196,10 @@ typedef struct kn_render_target {
     /* The non-default configurations worth measuring for generated kernel k
      * (POINTWISE or ROW), at most max into out; returns the count. */
     int (*candidates)(const kn_kernel *k, kn_kconfig *out, int max);
+    /* Declares v<j>_t, an aligned struct of V elements of argument j
+     * (x[0..V)), for the vector loads of a row held in registers; NULL:
+     * the target never vectorizes rows. */
+    void (*vector_type)(kn_kir_rctx *r, int j, int V);
 } kn_render_target;
 
 
@@ -207,6 +220,23 @@ kn_status kn_kir_prelude(const kn_render_target *t, char **src);
  * the last dim every argument is contiguous or broadcast, V elements fit
  * 16 bytes and never straddle rows. */
 bool kn_kernel_vec_ok(const kn_kernel *k, int V);
+/* The vector width CUDA POINTWISE kernel k renders with: cfg.vec where
+ * kn_kernel_vec_ok allows it; by default (cfg.vec 0) the widest V with V
+ * elements of the widest contiguous argument in 16 bytes that it allows;
+ * 0: the scalar loop only (cfg.vec 1, or nothing fits). */
+int kn_kernel_vec_width(const kn_kernel *k);
+/* Vectors per thread per grid step on that path: cfg.ept, or by default
+ * the most (4, 2, 1) that still give KN_KIR_FULL_GRID blocks for
+ * k->shape, so every SM has blocks and each thread has loads in flight. */
+int kn_kernel_vec_ept(const kn_kernel *k);
+/* CUDA ROW: whether each thread keeps its elements of the row in registers
+ * (cfg.rows regs or bregs, or by default rows of at most
+ * KN_KIR_REGS_PER_THREAD elements a thread of the warp or block), and
+ * then its vector width (1: scalar): 16 bytes of the widest argument
+ * contiguous along the row, where the row length of k->shape and the
+ * arguments' row strides are multiples of it (cfg.vec 1: scalar). */
+bool kn_kernel_row_regs(const kn_kernel *k);
+int kn_kernel_row_vec(const kn_kernel *k);
 
 /* The configurations worth measuring for generated kernel k on target t,
  * the default first (out[0] is all zero); at most max; returns the count
@@ -231,8 +261,11 @@ bool kn_kernel_has_source(const kn_kernel *k);
  * __launch_bounds__, so launch with no larger block):
  *   POINTWISE (and LIBRARY epilogues): a grid-stride loop over the flattened
  *     space, each thread taking cfg.ept elements a block-width apart per
- *     step; grid ceil(numel / (block * ept)) capped at KN_KIR_MAX_GRID.
- *     Any grid >= 1 and any block up to the bound is correct.
+ *     step; grid ceil(numel / (block * ept)) capped at KN_KIR_MAX_GRID. On
+ *     the vector path (kn_kernel_vec_width V > 0) the elements are V-wide
+ *     vectors and ept kn_kernel_vec_ept's: grid ceil(numel / (block * V *
+ *     ept)), capped likewise. Any grid >= 1 and any block up to the bound is
+ *     correct.
  *   ROW: one block per row (grid-stride over rows), warp shuffles then
  *     the warps' partials in shared memory per stage: block must be a power
  *     of two in [32, 1024]; grid = rows capped at KN_KIR_MAX_GRID; any
@@ -244,6 +277,8 @@ bool kn_kernel_has_source(const kn_kernel *k);
 #define KN_KIR_ROW_BLOCK 256
 #define KN_KIR_WARP_ROW_MAX 1024
 #define KN_KIR_MAX_GRID 65535
+/* Blocks that fill a large GPU once: 132 SMs (H100) x 8 resident blocks of 256 threads. */
+#define KN_KIR_FULL_GRID 1056
 typedef struct kn_kargs {
     char *bufs[KN_KIR_MAX_ARGS];
     long long sizes[KN_MAX_DIMS];

@@ -30,10 +30,12 @@ struct kn_kir_rctx {
     int indent;     /* in steps of four spaces */
     bool warp_rows; /* set by a ROW loop nest whose rows are one warp each: row_partials
                        then needs no shared memory */
-    bool vec_body;  /* the CUDA vector path: contiguous args are read from l<j>.x[e], stored to
-                       s<j>.x[e] */
+    bool vec_body;  /* the CUDA vector path: contiguous args are read from l<j>[g].x[e], stored
+                       to s<j>.x[e] */
     int regs_k;     /* ROW, one warp per row: each lane keeps its regs_k elements of the row in
                        registers (0: it reads memory) */
+    int regs_v;     /* ... in groups of regs_v consecutive elements, moved with one vector load
+                       or store where the row allows (1: element by element) */
     bool in_regs;   /* inside such a loop: row-varying loads read the registers c<j>[u] */
 };
 

@@ -28,8 +28,9 @@ static void cuda_signature(kn_kir_rctx *r)
 
 /* i<d> for d < upto from the flat index `flat` (row-major). 64-bit
  * division is a long software sequence on the GPU, so a space under 2^31
- * elements (a uniform branch) divides in 32 bits. */
-static void render_unflatten(kn_kir_rctx *r, const char *flat, const char *total, int upto)
+ * elements (a uniform branch) divides in 32 bits. `width`: 0 both under
+ * that branch, 32 or 64 only the one (inside a loop already chosen by it). */
+static void render_unflatten(kn_kir_rctx *r, const char *flat, const char *total, int upto, int width)
 {
     if (upto == 0) return;
     if (upto == 1) {
@@ -39,34 +40,121 @@ static void render_unflatten(kn_kir_rctx *r, const char *flat, const char *total
     kn_strbuf_printf(r->s, "%*skn_i64 i0", r->indent * 4, "");
     for (int d = 1; d < upto; d++) kn_strbuf_printf(r->s, ", i%d", d);
     kn_strbuf_printf(r->s, ";\n");
-    kn_kir_line(r, "if (%s <= 2147483647LL) {", total);
-    r->indent++;
-    kn_kir_line(r, "unsigned rest = (unsigned)%s;", flat);
-    for (int d = upto - 1; d > 0; d--) {
-        kn_kir_line(r, "i%d = rest %% (unsigned)n%d;", d, d);
-        kn_kir_line(r, "rest /= (unsigned)n%d;", d);
+    if (width == 0) {
+        kn_kir_line(r, "if (%s <= 2147483647LL) {", total);
+        r->indent++;
     }
-    kn_kir_line(r, "i0 = rest;");
-    r->indent--;
-    kn_kir_line(r, "} else {");
-    r->indent++;
-    kn_kir_line(r, "kn_i64 rest = %s;", flat);
-    for (int d = upto - 1; d > 0; d--) {
-        kn_kir_line(r, "i%d = rest %% n%d;", d, d);
-        kn_kir_line(r, "rest /= n%d;", d);
+    if (width != 64) {
+        kn_kir_line(r, "unsigned rest = (unsigned)%s;", flat);
+        for (int d = upto - 1; d > 0; d--) {
+            kn_kir_line(r, "i%d = rest %% (unsigned)n%d;", d, d);
+            kn_kir_line(r, "rest /= (unsigned)n%d;", d);
+        }
+        kn_kir_line(r, "i0 = rest;");
     }
-    kn_kir_line(r, "i0 = rest;");
-    r->indent--;
-    kn_kir_line(r, "}");
+    if (width == 0) {
+        r->indent--;
+        kn_kir_line(r, "} else {");
+        r->indent++;
+    }
+    if (width != 32) {
+        kn_kir_line(r, "kn_i64 rest = %s;", flat);
+        for (int d = upto - 1; d > 0; d--) {
+            kn_kir_line(r, "i%d = rest %% n%d;", d, d);
+            kn_kir_line(r, "rest /= n%d;", d);
+        }
+        kn_kir_line(r, "i0 = rest;");
+    }
+    if (width == 0) {
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
 }
 
-/* Vector path (cfg.vec = V): each thread moves V consecutive elements of
- * every contiguous argument with one aligned vector load or store, then
- * computes them one by one from registers. Taken when every such pointer
- * is aligned to its vector (a view's offset may break that: then the
- * scalar loop below runs) and the size is a multiple of V (checked when
- * the candidates are made, against the shape the kernel was built for; a
- * dynamic size that is not falls back too). */
+static void cuda_vector_type(kn_kir_rctx *r, int j, int V)
+{
+    kn_dtype dt = r->k->args[j].dtype;
+    kn_kir_line(r, "struct __align__(%zu) v%d_t { %s x[%d]; };", V * kn_dtype_size(dt), j, kn_kir_storage_name(dt), V);
+}
+
+/* The vector path's loop, in 32-bit (index math in unsigned: the space is
+ * under 2^31 elements) or 64-bit integers: each thread takes E vectors a
+ * block-width apart per grid step, first loading all of them (E loads in
+ * flight per argument), then computing and storing them. */
+/* Whether some expression loads argument j (a plan binds only those it
+ * reads; a kernel built by hand may bind more). */
+static bool arg_loaded(const kn_kernel *k, int j)
+{
+    for (int i = 0; i < k->n_exprs; i++)
+        if (k->exprs[i].kind == KN_KX_LOAD && k->exprs[i].buf == j) return true;
+    return false;
+}
+
+static kn_status cuda_vector_loop(kn_kir_rctx *r, int V, int E, int width)
+{
+    const kn_kernel *k = r->k;
+    int L = k->ndim - 1;
+    const char *it = width == 32 ? "unsigned" : "kn_i64";
+    kn_kir_line(r, "for (%s base = (%s)blockIdx.x * blockDim.x * %d + threadIdx.x; base < (%s)nvec;"
+                " base += (%s)gridDim.x * blockDim.x * %d) {", it, it, E, it, it, E);
+    r->indent++;
+    bool any_input = false;
+    for (int j = 0; j < k->n_args; j++)
+        if (k->args[j].strides[L] == 1 && !k->args[j].is_output && arg_loaded(k, j)) {
+            kn_kir_line(r, "v%d_t l%d[%d];", j, j, E);
+            any_input = true;
+        }
+    for (int phase = any_input ? 0 : 1; phase < 2; phase++) {
+        kn_kir_line(r, "#pragma unroll");
+        kn_kir_line(r, "for (int g = 0; g < %d; g++) {", E);
+        r->indent++;
+        kn_kir_line(r, "const %s q = base + (%s)g * blockDim.x;", it, it);
+        kn_kir_line(r, "if (q >= (%s)nvec) break;", it);
+        kn_kir_line(r, "const %s t = q * %d;", it, V);
+        render_unflatten(r, "t", "total", k->ndim, width);
+        if (phase == 0) { /* the loads */
+            for (int d = 0; d < k->ndim; d++) kn_kir_line(r, "(void)i%d;", d);
+            for (int j = 0; j < k->n_args; j++)
+                if (k->args[j].strides[L] == 1 && !k->args[j].is_output && arg_loaded(k, j)) {
+                    kn_strbuf_printf(r->s, "%*sl%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                    kn_kir_put_elem(r, j, k->ndim);
+                    kn_strbuf_printf(r->s, ";\n");
+                }
+        } else { /* the values, from registers, and the stores */
+            for (int j = 0; j < k->n_args; j++)
+                if (k->args[j].strides[L] == 1 && k->args[j].is_output) kn_kir_line(r, "v%d_t s%d;", j, j);
+            kn_kir_line(r, "#pragma unroll");
+            kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+            r->indent++;
+            r->vec_body = true;
+            kn_status st = kn_kir_render_stores(r, false, k->ndim);
+            r->vec_body = false;
+            KN_TRY(st);
+            r->indent--;
+            kn_kir_line(r, "}");
+            for (int j = 0; j < k->n_args; j++)
+                if (k->args[j].strides[L] == 1 && k->args[j].is_output) {
+                    kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+                    kn_kir_put_elem(r, j, k->ndim);
+                    kn_strbuf_printf(r->s, " = s%d;\n", j);
+                }
+        }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+    r->indent--;
+    kn_kir_line(r, "}");
+    return KN_OK;
+}
+
+/* Vector path (kn_kernel_vec_width V > 0): each thread moves V consecutive
+ * elements of every argument contiguous along the last dim with one
+ * aligned vector load or store (a broadcast bias too), then computes them
+ * one by one from registers. Taken when every such pointer is aligned to
+ * its vector (a view's offset may break that: then the scalar loop below
+ * runs) and the last size is a multiple of V (kn_kernel_vec_ok checked the
+ * shape the kernel was built for; a dynamic size that is not falls back
+ * too). */
 static kn_status cuda_vector(kn_kir_rctx *r, int V)
 {
     const kn_kernel *k = r->k;
@@ -78,39 +166,18 @@ static kn_status cuda_vector(kn_kir_rctx *r, int V)
     kn_strbuf_printf(r->s, ") {\n");
     r->indent++;
     for (int j = 0; j < k->n_args; j++)
-        if (k->args[j].strides[L] == 1)
-            kn_kir_line(r, "struct __align__(%zu) v%d_t { %s x[%d]; };", V * kn_dtype_size(k->args[j].dtype), j,
-                 kn_kir_storage_name(k->args[j].dtype), V);
-    kn_kir_line(r, "for (kn_i64 q = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; q < total / %d;"
-            " q += (kn_i64)gridDim.x * blockDim.x) {", V);
+        if (k->args[j].strides[L] == 1) cuda_vector_type(r, j, V);
+    kn_kir_line(r, "const kn_i64 nvec = total / %d;", V);
+    int E = kn_kernel_vec_ept(k);
+    /* 32 bits while the space and one grid step both fit 31 (the loop
+     * counter then stays under 2^32) */
+    kn_kir_line(r, "if (total <= 2147483647LL && (kn_i64)gridDim.x * blockDim.x * %d <= 2147483647LL) {", E);
     r->indent++;
-    kn_kir_line(r, "const kn_i64 t = q * %d;", V);
-    render_unflatten(r, "t", "total", k->ndim);
-    for (int j = 0; j < k->n_args; j++)
-        if (k->args[j].strides[L] == 1) {
-            if (k->args[j].is_output) {
-                kn_kir_line(r, "v%d_t s%d;", j, j);
-                continue;
-            }
-            kn_strbuf_printf(r->s, "%*sconst v%d_t l%d = *(const v%d_t *)&", r->indent * 4, "", j, j, j);
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, ";\n");
-        }
-    kn_kir_line(r, "#pragma unroll");
-    kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
-    r->indent++;
-    r->vec_body = true;
-    kn_status st = kn_kir_render_stores(r, false, k->ndim);
-    r->vec_body = false;
-    KN_TRY(st);
+    KN_TRY(cuda_vector_loop(r, V, E, 32));
     r->indent--;
-    kn_kir_line(r, "}");
-    for (int j = 0; j < k->n_args; j++)
-        if (k->args[j].strides[L] == 1 && k->args[j].is_output) {
-            kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, " = s%d;\n", j);
-        }
+    kn_kir_line(r, "} else {");
+    r->indent++;
+    KN_TRY(cuda_vector_loop(r, V, E, 64));
     r->indent--;
     kn_kir_line(r, "}");
     kn_kir_line(r, "return;");
@@ -125,7 +192,8 @@ static kn_status cuda_pointwise(kn_kir_rctx *r)
     kn_strbuf_printf(r->s, "%*sconst kn_i64 total = 1", r->indent * 4, "");
     for (int d = 0; d < k->ndim; d++) kn_strbuf_printf(r->s, " * n%d", d);
     kn_strbuf_printf(r->s, ";\n");
-    if (kn_kernel_vec_ok(k, k->cfg.vec)) KN_TRY(cuda_vector(r, k->cfg.vec));
+    int V = kn_kernel_vec_width(k);
+    if (V) KN_TRY(cuda_vector(r, V));
     int ept = k->cfg.ept > 1 ? k->cfg.ept : 1;
     if (ept == 1) {
         kn_kir_line(r, "for (kn_i64 t = (kn_i64)blockIdx.x * blockDim.x + threadIdx.x; t < total;"
@@ -143,7 +211,7 @@ static kn_status cuda_pointwise(kn_kir_rctx *r)
         kn_kir_line(r, "const kn_i64 t = base + (kn_i64)e * blockDim.x;");
         kn_kir_line(r, "if (t >= total) break;");
     }
-    render_unflatten(r, "t", "total", k->ndim);
+    render_unflatten(r, "t", "total", k->ndim, 0);
     KN_TRY(kn_kir_render_stores(r, false, k->ndim));
     for (int l = 0; l < (ept == 1 ? 1 : 2); l++) {
         r->indent--;
@@ -176,16 +244,25 @@ static kn_status cuda_row(kn_kir_rctx *r)
         kn_kir_line(r, "for (kn_i64 row = blockIdx.x; row < rows; row += gridDim.x) {");
     }
     r->indent++;
-    render_unflatten(r, "row", "rows", R);
-    if (k->cfg.rows == KN_ROWS_REGS) {
+    render_unflatten(r, "row", "rows", R, 0);
+    bool regs = kn_kernel_row_regs(k);
+    if (regs) {
+        const char *lo = r->warp_rows ? "(kn_i64)lane" : "(kn_i64)threadIdx.x";
+        const char *step = r->warp_rows ? "32" : "(kn_i64)blockDim.x";
         /* the row in registers when it fits what was rendered; a longer
-         * row (a dynamic size) takes the plain warp loop */
-        int K = (int)((k->shape[R] + 31) / 32);
-        kn_kir_line(r, "if (n%d <= %d) {", R, K * 32);
+         * row (a dynamic size) takes the plain loop. A thread holds K
+         * elements in groups of V consecutive ones (one vector each). */
+        int V = kn_kernel_row_vec(k), threads = r->warp_rows ? 32 : kn_kernel_block(k);
+        int64_t groups = (k->shape[R] + (int64_t)threads * V - 1) / ((int64_t)threads * V);
+        int K = (int)(groups > 0 ? groups : 1) * V;
+        if (r->warp_rows) kn_kir_line(r, "if (n%d <= %d) {", R, K * 32);
+        else kn_kir_line(r, "if (n%d <= %d * (kn_i64)blockDim.x) {", R, K);
         r->indent++;
         r->regs_k = K;
-        kn_status st = kn_kir_row_body(r, "(kn_i64)lane", "32", first);
+        r->regs_v = V;
+        kn_status st = kn_kir_row_body(r, lo, step, first);
         r->regs_k = 0;
+        r->regs_v = 0;
         KN_TRY(st);
         r->indent--;
         kn_kir_line(r, "} else {");
@@ -193,7 +270,7 @@ static kn_status cuda_row(kn_kir_rctx *r)
     }
     KN_TRY(kn_kir_row_body(r, r->warp_rows ? "(kn_i64)lane" : "threadIdx.x", r->warp_rows ? "32" : "blockDim.x",
                            first));
-    if (k->cfg.rows == KN_ROWS_REGS) {
+    if (regs) {
         r->indent--;
         kn_kir_line(r, "}");
     }
@@ -231,9 +308,12 @@ static void cuda_row_partials(kn_kir_rctx *r, int s)
     kn_kir_line(r, "__syncthreads(); /* red%d is free again for the next row */", s);
 }
 
-/* Blocks and elements per thread (and vector widths where the arguments
- * allow) for pointwise kernels; for rows, a warp per row (the row in
- * memory or in registers) or a block per row, in several block sizes. */
+/* Pointwise: where vectors fit (the default then), blocks and vectors per
+ * thread at the default width, the narrower widths, and the scalar loop;
+ * elsewhere blocks and elements per thread. Rows: a warp per row with the
+ * row in registers (the default up to KN_KIR_WARP_ROW_MAX elements; also
+ * element by element), a warp per row reading memory, or a block per row,
+ * in several block sizes. */
 static int cuda_candidates(const kn_kernel *k, kn_kconfig *out, int max)
 {
     int n = 0;
@@ -243,26 +323,45 @@ static int cuda_candidates(const kn_kernel *k, kn_kconfig *out, int max)
     } while (0)
     if (k->kind == KN_KERNEL_POINTWISE) {
         static const int blocks[] = {128, 256, 512}, epts[] = {1, 2, 4};
-        for (int b = 0; b < 3; b++)
-            for (int e = 0; e < 3; e++)
-                if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == 1)) ADD(.block = blocks[b], .ept = epts[e]);
-        /* vector loads and stores where every argument is contiguous or one element */
-        for (int v = 2; v <= 8; v *= 2)
-            if (kn_kernel_vec_ok(k, v)) {
-                ADD(.block = 128, .vec = v);
-                ADD(.block = 256, .vec = v);
-            }
+        int widest = 0;
+        for (int v = 16; v >= 2 && !widest; v /= 2)
+            if (kn_kernel_vec_ok(k, v)) widest = v;
+        if (widest) {
+            int64_t numel = 1;
+            for (int d = 0; d < k->ndim; d++) numel *= k->shape[d];
+            for (int b = 0; b < 3; b++)
+                for (int e = 0; e < 3; e++) {
+                    /* the default's own vectors per thread at its block: measured already */
+                    int def = 1;
+                    for (int x = 4; x > 1 && def == 1; x /= 2)
+                        if (numel / ((int64_t)KN_KIR_ROW_BLOCK * widest * x) >= KN_KIR_FULL_GRID) def = x;
+                    if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == def)) ADD(.block = blocks[b], .ept = epts[e]);
+                }
+            for (int v = widest / 2; v >= 2; v /= 2) ADD(.block = KN_KIR_ROW_BLOCK, .vec = v);
+            ADD(.block = KN_KIR_ROW_BLOCK, .vec = 1);
+            ADD(.block = KN_KIR_ROW_BLOCK, .vec = 1, .ept = 4);
+        } else {
+            for (int b = 0; b < 3; b++)
+                for (int e = 0; e < 3; e++)
+                    if (!(blocks[b] == KN_KIR_ROW_BLOCK && epts[e] == 1)) ADD(.block = blocks[b], .ept = epts[e]);
+        }
     } else {
         int64_t row = k->ndim ? k->shape[k->ndim - 1] : 1;
-        bool auto_warp = kn_kernel_warp_rows(k);
+        bool auto_regs = kn_kernel_row_regs(k) && k->cfg.rows == KN_ROWS_AUTO;
         static const int wblocks[] = {64, 128, 256, 512}, bblocks[] = {64, 128, 256, 512, 1024};
-        for (int b = 0; b < 4; b++) /* one warp per row: for rows up to a few thousand */
-            if (row <= 8 * KN_KIR_WARP_ROW_MAX && !(auto_warp && wblocks[b] == KN_KIR_ROW_BLOCK))
-                ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
-        for (int b = 1; b < 3 && row <= 1024; b++) /* one warp per row, the row in registers */
-            ADD(.block = wblocks[b], .rows = KN_ROWS_REGS);
-        for (int b = 0; b < 5; b++) /* one block per row: wide rows want wide blocks */
-            if (bblocks[b] / 2 <= row && !(!auto_warp && bblocks[b] == KN_KIR_ROW_BLOCK))
+        if (row <= KN_KIR_WARP_ROW_MAX) { /* one warp per row, the row in registers */
+            for (int b = 0; b < 4; b++)
+                if (!(auto_regs && wblocks[b] == KN_KIR_ROW_BLOCK)) ADD(.block = wblocks[b], .rows = KN_ROWS_REGS);
+            ADD(.block = KN_KIR_ROW_BLOCK, .rows = KN_ROWS_REGS, .vec = 1);
+        }
+        for (int b = 0; b < 4; b++) /* one warp per row reading memory: for rows up to a few thousand */
+            if (row <= 8 * KN_KIR_WARP_ROW_MAX) ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
+        bool auto_bregs = auto_regs && !kn_kernel_warp_rows(k);
+        for (int b = 1; b < 5 && row > KN_KIR_WARP_ROW_MAX; b++) /* one block per row, the row in registers */
+            if (row <= (int64_t)KN_KIR_REGS_PER_THREAD * bblocks[b] && !(auto_bregs && bblocks[b] == KN_KIR_ROW_BLOCK))
+                ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK_REGS);
+        for (int b = 0; b < 5; b++) /* one block per row reading memory: wide rows want wide blocks */
+            if (bblocks[b] / 2 <= row && !(!auto_regs && bblocks[b] == KN_KIR_ROW_BLOCK))
                 ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK);
     }
 #undef ADD
@@ -277,7 +376,7 @@ const kn_render_target kn_cuda_render_target = {
                "typedef unsigned short kn_u16; typedef unsigned char kn_u8;\n"
                "typedef struct kn_kargs { char *bufs[" STR(KN_KIR_MAX_ARGS) "]; long long sizes[" STR(
                    KN_MAX_DIMS) "]; } kn_kargs;\n"
-               "#define KN_FN static __device__ __forceinline__\n"
+               "#define KN_FN [[maybe_unused]] static __device__ __forceinline__\n" /* helpers a kernel may not use */
                "#define INFINITY __int_as_float(0x7f800000)\n"
                "#define NAN __int_as_float(0x7fffffff)\n"
                "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n"
@@ -294,6 +393,7 @@ const kn_render_target kn_cuda_render_target = {
     .row = cuda_row,
     .row_partials = cuda_row_partials,
     .candidates = cuda_candidates,
+    .vector_type = cuda_vector_type,
 };
 
 const char *kn_cuda_render_prelude(void)
