@@ -96,35 +96,247 @@ static void push_path(lua_State *L, int idx, const char *path)
     }
 }
 
-/* Snapshot the scalar fields (numbers, booleans, strings) of the module
- * table at idx and of the tables under it into list (at list_idx) as
- * {table, key, value} triples: a replay checks they are unchanged. */
-static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
+/* ---- the Lua values a replay re-reads ------------------------------------ */
+
+/* A replay skips the Lua function, so every Lua value the trace may have
+ * read must still hold: a number read from an upvalue's table (cfg.scale)
+ * or a global is baked into the graph, a flag (model.training) chose its
+ * shape. The trace cannot say which fields it read, so the snapshot takes
+ * every scalar (number, boolean, string) reachable from the function's
+ * upvalues, its globals (_ENV) and the compiled module: fields of tables
+ * and upvalues of the user's Lua functions, with each table's field count
+ * (a field added later, nil before, shows as a new count). Lua's and
+ * kiln's own libraries are not walked (they are not the user's state).
+ * A replay compares each entry raw; any difference traces the call, whose
+ * guards then explain a changed number as a recompile. */
+#define KN_SNAPSHOT_MAX 4096 /* entries; a larger state is traced at every call */
+#define KN_SNAPSHOT_DEPTH 8
+
+typedef struct {
+    int fields; /* flat list: table, key, value, table, key, value, ... */
+    int upvals; /* flat list: function, upvalue index, value, ... */
+    int tables; /* flat list: table, field count, ... */
+    int seen;   /* set of tables and functions walked (or not to walk) */
+    int n;
+    bool over;
+} snapshot;
+
+static void snap_push3(lua_State *L, int list, int a, int b, int c)
 {
-    if (depth > 8 || !lua_checkstack(L, 8)) return;
-    idx = lua_absindex(L, idx);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+    lua_pushvalue(L, a);
+    lua_rawseti(L, list, n + 1);
+    lua_pushvalue(L, b);
+    lua_rawseti(L, list, n + 2);
+    lua_pushvalue(L, c);
+    lua_rawseti(L, list, n + 3);
+}
+
+static bool is_scalar(int t)
+{
+    return t == LUA_TNUMBER || t == LUA_TBOOLEAN || t == LUA_TSTRING;
+}
+
+/* Mark the value at idx walked; false when it was already. */
+static bool snap_first_visit(lua_State *L, snapshot *sn, int idx)
+{
+    lua_pushvalue(L, idx);
+    bool seen = lua_rawget(L, sn->seen) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (seen) return false;
+    lua_pushvalue(L, idx);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, sn->seen);
+    return true;
+}
+
+static void snap_value(lua_State *L, snapshot *sn, int idx, int depth);
+
+static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    int count = 0;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
-        int t = lua_type(L, -1);
-        if (t == LUA_TNUMBER || t == LUA_TBOOLEAN || t == LUA_TSTRING) {
-            lua_createtable(L, 3, 0);
-            lua_pushvalue(L, idx);
-            lua_rawseti(L, -2, 1);
-            lua_pushvalue(L, -3);
-            lua_rawseti(L, -2, 2);
-            lua_pushvalue(L, -2);
-            lua_rawseti(L, -2, 3);
-            lua_rawseti(L, list_idx, (lua_Integer)lua_rawlen(L, list_idx) + 1);
-        } else if (t == LUA_TTABLE) {
-            snapshot_fields(L, -1, list_idx, depth + 1);
+        count++;
+        int top = lua_gettop(L);
+        if (is_scalar(lua_type(L, top))) {
+            snap_push3(L, sn->fields, idx, top - 1, top);
+            sn->n++;
+        } else {
+            snap_value(L, sn, top, depth + 1);
+        }
+        lua_pop(L, 1);
+    }
+    lua_Integer n = (lua_Integer)lua_rawlen(L, sn->tables);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, sn->tables, n + 1);
+    lua_pushinteger(L, count);
+    lua_rawseti(L, sn->tables, n + 2);
+    sn->n++;
+}
+
+static void snap_function(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    lua_Debug ar;
+    lua_pushvalue(L, idx);
+    lua_getinfo(L, ">S", &ar);
+    /* C functions hold kiln's own state; kiln's Lua (@kiln/) is not the user's */
+    if (strcmp(ar.what, "C") == 0 || strncmp(ar.source, "@kiln/", 6) == 0) return;
+    for (int i = 1; lua_getupvalue(L, idx, i); i++) {
+        int top = lua_gettop(L);
+        if (is_scalar(lua_type(L, top))) {
+            lua_pushinteger(L, i);
+            snap_push3(L, sn->upvals, idx, top + 1, top);
+            lua_pop(L, 1);
+            sn->n++;
+        } else {
+            snap_value(L, sn, top, depth + 1);
         }
         lua_pop(L, 1);
     }
 }
 
+/* Walk the table or Lua function at idx (anything else holds nothing to snapshot). */
+static void snap_value(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    int t = lua_type(L, idx);
+    if ((t != LUA_TTABLE && t != LUA_TFUNCTION) || sn->over) return;
+    if (depth > KN_SNAPSHOT_DEPTH || sn->n > KN_SNAPSHOT_MAX || !lua_checkstack(L, 16)) {
+        sn->over = true;
+        return;
+    }
+    idx = lua_absindex(L, idx);
+    if (!snap_first_visit(L, sn, idx)) return;
+    if (t == LUA_TTABLE) snap_table(L, sn, idx, depth);
+    else snap_function(L, sn, idx, depth);
+}
+
+/* Snapshot what the function at fn_idx (and the module at module_idx, 0:
+ * none) can read into the table at rt (fields, upvals, tables); false when
+ * there is too much to check at every call. */
+static bool snapshot_state(lua_State *L, int rt, int fn_idx, int module_idx)
+{
+    int top = lua_gettop(L);
+    snapshot sn = {0};
+    lua_newtable(L);
+    sn.fields = lua_gettop(L);
+    lua_newtable(L);
+    sn.upvals = lua_gettop(L);
+    lua_newtable(L);
+    sn.tables = lua_gettop(L);
+    lua_newtable(L);
+    sn.seen = lua_gettop(L);
+    /* Lua's and kiln's libraries, and the loaded-modules table, are not walked */
+    static const char *const libs[] = {"string", "table", "math", "io", "os", "coroutine", "utf8", "debug",
+                                       "package", NULL};
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    int loaded = lua_gettop(L);
+    lua_pushvalue(L, loaded);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, sn.seen);
+    lua_pushnil(L);
+    while (lua_next(L, loaded)) {
+        bool lib = lua_type(L, -2) == LUA_TSTRING && strncmp(lua_tostring(L, -2), "kiln", 4) == 0;
+        for (const char *const *l = libs; *l && !lib && lua_type(L, -2) == LUA_TSTRING; l++)
+            lib = strcmp(lua_tostring(L, -2), *l) == 0;
+        if (lib) {
+            lua_pushboolean(L, 1);
+            lua_rawset(L, sn.seen); /* seen[module] = true, pops it */
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    if (lua_getglobal(L, "kiln") == LUA_TTABLE) {
+        lua_pushboolean(L, 1);
+        lua_rawset(L, sn.seen);
+    } else {
+        lua_pop(L, 1);
+    }
+    snap_value(L, &sn, fn_idx, 0);
+    if (module_idx) snap_value(L, &sn, module_idx, 0);
+    if (!sn.over) {
+        lua_pushvalue(L, sn.fields);
+        lua_setfield(L, rt, "fields");
+        lua_pushvalue(L, sn.upvals);
+        lua_setfield(L, rt, "upvals");
+        lua_pushvalue(L, sn.tables);
+        lua_setfield(L, rt, "tables");
+    }
+    lua_settop(L, top);
+    return !sn.over;
+}
+
+/* Whether every value of the snapshot in the replay table at rt holds. */
+static bool snapshot_holds(lua_State *L, int rt)
+{
+    bool same = true;
+    lua_getfield(L, rt, "fields");
+    int list = lua_gettop(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 3) {
+        lua_rawgeti(L, list, i);
+        lua_rawgeti(L, list, i + 1);
+        lua_rawget(L, -2);
+        lua_rawgeti(L, list, i + 2);
+        same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 3);
+    }
+    lua_getfield(L, rt, "upvals");
+    list = lua_gettop(L);
+    n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 3) {
+        lua_rawgeti(L, list, i);
+        lua_rawgeti(L, list, i + 1);
+        int k = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (!lua_getupvalue(L, -1, k)) lua_pushnil(L);
+        lua_rawgeti(L, list, i + 2);
+        same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 3);
+    }
+    lua_getfield(L, rt, "tables");
+    list = lua_gettop(L);
+    n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 2) {
+        lua_rawgeti(L, list, i);
+        int t = lua_gettop(L);
+        lua_Integer count = 0;
+        lua_pushnil(L);
+        while (lua_next(L, t)) {
+            count++;
+            lua_pop(L, 1);
+        }
+        lua_rawgeti(L, list, i + 1);
+        same = lua_tointeger(L, -1) == count;
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 3);
+    return same;
+}
+
+/* A replay's random numbers: the fresh random nodes of v's graph move to
+ * the state's stream as it is now (same seed, counters from its current
+ * offset, in the order the trace drew them), and the stream advances by
+ * what the trace drew. kn_compiled_run hands them to the plan. */
+static void replay_draw(lua_State *L, kn_version *v, uint64_t used)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    uint64_t first = UINT64_MAX;
+    for (int i = 0; i < v->g.n_nodes; i++)
+        if (v->g.nodes[i].a.rng_fresh && v->g.nodes[i].a.rng_offset < first) first = v->g.nodes[i].a.rng_offset;
+    for (int i = 0; i < v->g.n_nodes; i++) {
+        kn_attrs *a = &v->g.nodes[i].a;
+        if (!a->rng_fresh) continue;
+        a->rng_offset = s->rng_offset + (a->rng_offset - first);
+        a->seed = s->seed;
+    }
+    s->rng_offset += used;
+}
+
 /* Try a direct replay; pushes the results and returns their count, or -1
  * when a guard does not hold (then nothing is pushed and the call traces). */
-static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx)
+static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, int module_idx)
 {
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
@@ -188,24 +400,12 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         if (!same) goto miss;
     }
     lua_pop(L, 2);
-    if (is_module) {
-        lua_getfield(L, rt, "fields");
-        int n = (int)lua_rawlen(L, -1);
-        for (int i = 1; i <= n; i++) {
-            lua_rawgeti(L, -1, i);
-            lua_rawgeti(L, -1, 1);
-            lua_rawgeti(L, -2, 2);
-            lua_rawget(L, -2);
-            lua_rawgeti(L, -3, 3);
-            bool same = lua_rawequal(L, -1, -2);
-            lua_pop(L, 4);
-            if (!same) goto miss;
-        }
-        lua_pop(L, 1);
-    }
+    /* what the function can read: fields of its tables, globals, the module's fields */
+    if (!snapshot_holds(L, rt)) goto miss;
     {
         /* every guard holds: run the cached graph on these inputs */
         for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = bound[k];
+        if (rp->rng_used) replay_draw(L, v, rp->rng_used);
         /* running the graph: allocating, computing and freeing its values */
         double t0 = kn_clock_s();
         kn_plan_value want[KN_REPLAY_MAX];
@@ -351,10 +551,12 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     for (int i = 1; lua_getupvalue(L, -1, i); i++) lua_rawseti(L, -3, i);
     lua_pop(L, 1);
     lua_setfield(L, rt, "upvalues");
-    if (is_module) {
-        lua_newtable(L);
-        snapshot_fields(L, module_idx, lua_gettop(L), 0);
-        lua_setfield(L, rt, "fields");
+    lua_getfield(L, uv, "fn");
+    bool small = snapshot_state(L, rt, lua_gettop(L), is_module ? module_idx : 0);
+    lua_pop(L, 1);
+    if (!small) {
+        snprintf(u->no_replay, sizeof u->no_replay, "more Lua values than a replay checks (%d)", KN_SNAPSHOT_MAX);
+        goto fail;
     }
     lua_setfield(L, uv, "replay");
     snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
@@ -404,7 +606,7 @@ static int cm_call(lua_State *L)
     }
     kn_lua_config_compiled(L, cm);
     if (u->rp.valid) {
-        int n = try_replay(L, u, uv, nargs, is_module, module_idx);
+        int n = try_replay(L, u, uv, nargs, module_idx);
         if (n >= 0) return n;
     }
     /* parameter names of the module, by tensor id */
@@ -450,6 +652,7 @@ static int cm_call(lua_State *L)
     /* watch the calls for impure ones (see purity_hook) */
     kn_lua_trace_hook saved_hook;
     kn_lua_trace_watch(L, &saved_hook);
+    uint64_t rng_before = s->rng_offset;
     int rc = lua_pcall(L, n, LUA_MULTRET, 0);
     kn_lua_trace_unwatch(L, &saved_hook);
     s->cap = NULL;
@@ -469,6 +672,7 @@ static int cm_call(lua_State *L)
     bool replay_on = lua_isnil(L, -1) || lua_toboolean(L, -1);
     lua_pop(L, 2);
     u->rp.valid = false;
+    u->rp.rng_used = s->rng_offset - rng_before;
     if (replay_on) record_replay(L, u, uv, nargs, is_module, module_idx, call_base);
     return lua_gettop(L) - call_base + 1;
 }

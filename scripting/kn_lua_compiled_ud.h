@@ -6,6 +6,7 @@
 #define KN_LUA_COMPILED_UD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -32,6 +33,10 @@ typedef struct {
     int n_params;
     int param_input[64];            /* graph input of each parameter (path in the replay table) */
     char mode[32];
+    /* unseeded random ops: how many counters of the state's stream the
+     * traced call drew; a replay draws the same count from where the stream
+     * is now, so every call gets new numbers as a traced one does */
+    uint64_t rng_used;
 } replay_t;
 
 typedef struct {

@@ -28,7 +28,10 @@ static int input(kn_graph *g, const char *name, kn_dtype dt, bool pos, int nd, c
         kn_store_f64(p + (size_t)i * kn_dtype_size(dt), dt, pos ? fabs(v) + 0.5 : v);
     }
     int node;
-    kn_status st = kn_graph_add_input(g, KN_IN_ARG, name, t, "passes.lua:1", &node);
+    /* x is the argument; the rest stand for parameters, the same tensor at
+     * every call, whose values fold_batch_norm may bake */
+    kn_input_kind kind = strcmp(name, "x") == 0 ? KN_IN_ARG : KN_IN_PARAM;
+    kn_status st = kn_graph_add_input(g, kind, name, t, "passes.lua:1", &node);
     kn_tensor_release(t);
     return st == KN_OK ? node : -1;
 }

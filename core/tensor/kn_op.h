@@ -69,6 +69,9 @@ typedef struct kn_attrs {
     uint64_t seed;        /* random creation */
     uint64_t rng_offset;  /* counter offset into the seed's stream */
     kn_dtype dtype;       /* cast target; creation dtype */
+    int rng_fresh;        /* random creation without a seed: a draw from the caller's stream, so
+                             seed and rng_offset are per call, not part of the graph (they fill
+                             the padding after dtype: no padding bytes for memcmp to see) */
 } kn_attrs;
 
 typedef struct kn_opcall {
