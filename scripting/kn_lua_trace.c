@@ -282,8 +282,9 @@ static void find_field_name(lua_State *L, int want, char *buf, size_t size)
             }
             lua_pop(L, 1);
         }
-        if (!buf[0] && env && lua_getupvalue(L, fn, env)) {
-            search_fields(L, lua_gettop(L), "", want, 1, buf, size);
+        /* a global itself before a global table's field */
+        for (int depth = 0; depth <= 1 && !buf[0] && env && lua_getupvalue(L, fn, env); depth++) {
+            search_fields(L, lua_gettop(L), "", want, depth, buf, size);
             lua_pop(L, 1);
         }
         lua_pop(L, 1);
