@@ -1,7 +1,9 @@
 -- capture_guards.lua: guards and recompilations of kiln.compile held to
 -- design.md sections 2 and 4: one case per guard kind (tensor size, dim
 -- count, dtype, device (needs a GPU), stride, a Lua number baked in as an
--- argument or a local, graph structure, a replaced module parameter, mode)
+-- argument or a local, or read from an upvalue's table or a global (after
+-- replays, default and reduce-overhead), graph structure, a replaced
+-- module parameter, mode)
 -- with the exact recompile message (taken from the error that
 -- kiln.config.error_on_recompile raises) and the cm:recompiles() entry;
 -- cm:guards() strings; kiln.config.cache_size_limit with its warning;
