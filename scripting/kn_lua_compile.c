@@ -157,6 +157,11 @@ static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
     int count = 0;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
+        if (sn->over || sn->n > KN_SNAPSHOT_MAX) { /* a huge table: stop walking, no replay */
+            sn->over = true;
+            lua_pop(L, 2);
+            return;
+        }
         count++;
         int top = lua_gettop(L);
         if (is_scalar(lua_type(L, top))) {

@@ -210,4 +210,17 @@ do
   T.ok(zeros > 350 and zeros < 650, "an upvalue module switched to train(): the replay sees it (" .. zeros .. " dropped)")
 end
 
+-- a function that can reach more Lua values than a replay checks is traced
+-- at every call, and still right
+do
+  local big = { scale = 2 }
+  for i = 1, 5000 do big[i] = i end
+  local cm = kiln.compile(function(x) return x * big.scale end)
+  local x = randn({ 3 })
+  cm(x); cm(x)
+  T.like(cm:stats().replayable, "^more Lua values than a replay checks", "a huge table reachable: not replayed")
+  big.scale = 3
+  T.ok(same(cm(x), x * 3), "... and a changed field is still seen")
+end
+
 T.done()

@@ -725,9 +725,9 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
                           int n_wanted, kn_tensor **results)
 {
     kn_tensor *ins[256];
-    if (g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
-    for (int i = 0; i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
     kn_plan *plan = v && cm->opt.compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
+    if (plan && g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
+    for (int i = 0; plan && i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
     if (plan && plan->baked.storage && drop_stale_plan(cm, v, plan, ins))
         plan = version_plan(cm, v, g, wanted, n_wanted);
     if (plan) {
