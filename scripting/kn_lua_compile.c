@@ -102,15 +102,16 @@ static void push_path(lua_State *L, int idx, const char *path)
  * read must still hold: a number read from an upvalue's table (cfg.scale)
  * or a global is baked into the graph, a flag (model.training) chose its
  * shape. The trace cannot say which fields it read, so the snapshot takes
- * every scalar (number, boolean, string) reachable from the function's
- * upvalues, its globals (_ENV) and the compiled module: fields of tables
- * and upvalues of the user's Lua functions, with each table's field count
+ * every value reachable from the function's upvalues, its globals (_ENV)
+ * and the compiled module: fields of tables and upvalues of the user's Lua
+ * functions (tables, functions and userdata by identity), with each
+ * table's field count
  * (a field added later, nil before, shows as a new count). Lua's and
  * kiln's own libraries are not walked (they are not the user's state).
  * A replay compares each entry raw; any difference traces the call, whose
  * guards then explain a changed number as a recompile. */
 #define KN_SNAPSHOT_MAX 4096 /* entries; a larger state is traced at every call */
-#define KN_SNAPSHOT_DEPTH 8
+#define KN_SNAPSHOT_DEPTH 16 /* tables within tables; deeper state is traced at every call */
 
 typedef struct {
     int fields; /* flat list: table, key, value, table, key, value, ... */
@@ -130,11 +131,6 @@ static void snap_push3(lua_State *L, int list, int a, int b, int c)
     lua_rawseti(L, list, n + 2);
     lua_pushvalue(L, c);
     lua_rawseti(L, list, n + 3);
-}
-
-static bool is_scalar(int t)
-{
-    return t == LUA_TNUMBER || t == LUA_TBOOLEAN || t == LUA_TSTRING;
 }
 
 /* Mark the value at idx walked; false when it was already. */
@@ -164,12 +160,11 @@ static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
         }
         count++;
         int top = lua_gettop(L);
-        if (is_scalar(lua_type(L, top))) {
-            snap_push3(L, sn->fields, idx, top - 1, top);
-            sn->n++;
-        } else {
-            snap_value(L, sn, top, depth + 1);
-        }
+        /* every field by raw equality (a table put in place of another is
+         * seen too), and the tables and functions it holds walked */
+        snap_push3(L, sn->fields, idx, top - 1, top);
+        sn->n++;
+        snap_value(L, sn, top, depth + 1);
         lua_pop(L, 1);
     }
     lua_Integer n = (lua_Integer)lua_rawlen(L, sn->tables);
@@ -189,14 +184,11 @@ static void snap_function(lua_State *L, snapshot *sn, int idx, int depth)
     if (strcmp(ar.what, "C") == 0 || strncmp(ar.source, "@kiln/", 6) == 0) return;
     for (int i = 1; lua_getupvalue(L, idx, i); i++) {
         int top = lua_gettop(L);
-        if (is_scalar(lua_type(L, top))) {
-            lua_pushinteger(L, i);
-            snap_push3(L, sn->upvals, idx, top + 1, top);
-            lua_pop(L, 1);
-            sn->n++;
-        } else {
-            snap_value(L, sn, top, depth + 1);
-        }
+        lua_pushinteger(L, i);
+        snap_push3(L, sn->upvals, idx, top + 1, top);
+        lua_pop(L, 1);
+        sn->n++;
+        snap_value(L, sn, top, depth + 1);
         lua_pop(L, 1);
     }
 }

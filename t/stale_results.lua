@@ -198,6 +198,16 @@ for _, mode in ipairs(MODES) do
   T.ok(same(cf(x), x * 2), mode .. ": a field added to the table: still right")
 end
 
+-- a nested table replaced by another one holding a new value
+do
+  local holder = { cfg = { scale = 2 } }
+  local cm = kiln.compile(function(x) return x * holder.cfg.scale end)
+  local x = randn({ 3 })
+  cm(x); cm(x); cm(x)
+  holder.cfg = { scale = 7 }
+  T.ok(same(cm(x), x * 7), "a nested table replaced after replays: the new table's value")
+end
+
 -- a module held in an upvalue: its training flag is guarded on replay
 do
   local drop = kiln.nn.Dropout(0.5)
