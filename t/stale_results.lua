@@ -64,6 +64,24 @@ for _, mode in ipairs(MODES) do
   T.is(#cm:recompiles(), 0, mode .. ": without recompiling")
 end
 
+-- traced at every call (replay off): each trace's counters reach the plan
+-- built from the first trace
+do
+  kiln.config.replay = false
+  local cm = kiln.compile(noisy)
+  local x = kiln.zeros({ 6 })
+  local seed = fresh_seed()
+  kiln.manual_seed(seed)
+  local want = {}
+  for i = 1, 3 do want[i] = kiln.rand({ 6 }) end
+  kiln.manual_seed(seed)
+  local ok = true
+  for i = 1, 3 do ok = same(cm(x), want[i]) and ok end
+  T.ok(ok and cm:stats().direct_replays == 0, "replay off: every traced call draws the eager stream's next numbers")
+  T.is(cm:stats().versions, 1, "replay off: from one compiled version")
+  kiln.config.replay = nil
+end
+
 local function seeded(x) -- @seeded
   return x + kiln.randn({ 5 }, { seed = 1234 })
 end
