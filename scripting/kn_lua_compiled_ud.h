@@ -21,8 +21,9 @@
  * graph, saw no impure call and returned only values of that graph (or
  * plain constants), later calls whose guards hold run the cached graph
  * without running the Lua function again. The Lua values it checks
- * (non-tensor arguments, upvalues, module fields) live in the uservalue's
- * `replay` table. */
+ * (non-tensor arguments, upvalues, and everything reachable from them, the
+ * globals and the module: see snapshot_state in kn_lua_compile.c) live in
+ * the uservalue's `replay` table. */
 typedef struct {
     bool valid;
     int version;                    /* of graph 0, static */
