@@ -336,7 +336,8 @@ bool kn_plan_stale(const kn_plan *p, kn_tensor *const *inputs, char *why, size_t
         if (!kn_input_keeps_values(&p->g.inputs[i])) continue;
         const kn_storage *s = inputs[i] ? inputs[i]->storage : NULL;
         if (s == p->baked.storage[i] && (!s || s->version == p->baked.version[i])) continue;
-        snprintf(why, size, "input '%s', whose values a pass folded in, %s", p->g.inputs[i].name,
+        /* which inputs a fold read is not recorded: any of them may have been */
+        snprintf(why, size, "it folded parameter values in, and input '%s' %s since", p->g.inputs[i].name,
                  s == p->baked.storage[i] ? "was written in place" : "is another tensor");
         return true;
     }
