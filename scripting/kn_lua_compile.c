@@ -70,91 +70,270 @@ static int l_eager(lua_State *L)
 
 /* ---- the compiled callable ---------------------------------------------- */
 
-/* Push the keys of a dotted parameter path ("layers.1.weight") as a list
- * {"layers", 1, "weight"}: split once when the replay is recorded, so a
- * replay walks the module with raw lookups and no string work. */
-static void push_path_keys(lua_State *L, const char *path)
+/* Resolve a dotted parameter path ("layers.1.weight") from the module at
+ * idx; pushes the value (nil when a step is missing). */
+static void push_path(lua_State *L, int idx, const char *path)
 {
-    lua_newtable(L);
+    lua_pushvalue(L, idx);
     const char *p = path;
-    for (int n = 1; *p; n++) {
+    while (*p && lua_istable(L, -1)) {
         const char *dot = strchr(p, '.');
         size_t len = dot ? (size_t)(dot - p) : strlen(p);
         char *end;
         long long k = strtoll(p, &end, 10);
-        if (end == p + len && len > 0) lua_pushinteger(L, k);
-        else lua_pushlstring(L, p, len);
-        lua_rawseti(L, -2, n);
-        if (!dot) break;
-        p = dot + 1;
-    }
-}
-
-/* The value at the path whose key list is at keys_idx, from the module at
- * idx: pushed (nil when a step is missing or not a table). */
-static void push_path_value(lua_State *L, int idx, int keys_idx)
-{
-    int n = (int)lua_rawlen(L, keys_idx);
-    lua_pushvalue(L, idx);
-    for (int i = 1; i <= n; i++) {
-        if (!lua_istable(L, -1)) {
-            lua_pop(L, 1);
-            lua_pushnil(L);
-            return;
+        if (end == p + len && len > 0) lua_rawgeti(L, -1, k);
+        else {
+            lua_pushlstring(L, p, len);
+            lua_rawget(L, -2);
         }
-        lua_rawgeti(L, keys_idx, i);
-        lua_rawget(L, -2);
-        lua_replace(L, -2); /* the step's value in place of its table */
+        lua_remove(L, -2);
+        p += len + (dot ? 1 : 0);
+        if (!dot) break;
+    }
+    if (*p && !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
     }
 }
 
-/* Snapshot the scalar fields (numbers, booleans, strings) of the module
- * table at idx and of the tables under it into list (at list_idx) as a
- * flat run of triples table, key, value: a replay checks they are
- * unchanged (flat: one table read per item, not a table per field). */
-static void snapshot_fields(lua_State *L, int idx, int list_idx, int depth)
+/* ---- the Lua values a replay re-reads ------------------------------------ */
+
+/* A replay skips the Lua function, so every Lua value the trace may have
+ * read must still hold: a number read from an upvalue's table (cfg.scale)
+ * or a global is baked into the graph, a flag (model.training) chose its
+ * shape. The trace cannot say which fields it read, so the snapshot takes
+ * every value reachable from the function's upvalues, its globals (_ENV)
+ * and the compiled module: fields of tables and upvalues of the user's Lua
+ * functions (tables, functions and userdata by identity), with each
+ * table's field count
+ * (a field added later, nil before, shows as a new count). Lua's and
+ * kiln's own libraries are not walked (they are not the user's state).
+ * A replay compares each entry raw; any difference traces the call, whose
+ * guards then explain a changed number as a recompile. */
+#define KN_SNAPSHOT_MAX 4096 /* entries; a larger state is traced at every call */
+#define KN_SNAPSHOT_DEPTH 16 /* tables within tables; deeper state is traced at every call */
+
+typedef struct {
+    int fields; /* flat list: table, key, value, table, key, value, ... */
+    int upvals; /* flat list: function, upvalue index, value, ... */
+    int tables; /* flat list: table, field count, ... */
+    int seen;   /* set of tables and functions walked (or not to walk) */
+    int n;
+    bool over;
+} snapshot;
+
+static void snap_push3(lua_State *L, int list, int a, int b, int c)
 {
-    if (depth > 8 || !lua_checkstack(L, 8)) return;
-    idx = lua_absindex(L, idx);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+    lua_pushvalue(L, a);
+    lua_rawseti(L, list, n + 1);
+    lua_pushvalue(L, b);
+    lua_rawseti(L, list, n + 2);
+    lua_pushvalue(L, c);
+    lua_rawseti(L, list, n + 3);
+}
+
+/* Mark the value at idx walked; false when it was already. */
+static bool snap_first_visit(lua_State *L, snapshot *sn, int idx)
+{
+    lua_pushvalue(L, idx);
+    bool seen = lua_rawget(L, sn->seen) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (seen) return false;
+    lua_pushvalue(L, idx);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, sn->seen);
+    return true;
+}
+
+static void snap_value(lua_State *L, snapshot *sn, int idx, int depth);
+
+static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    int count = 0;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
-        int t = lua_type(L, -1);
-        if (t == LUA_TNUMBER || t == LUA_TBOOLEAN || t == LUA_TSTRING) {
-            lua_Integer n = (lua_Integer)lua_rawlen(L, list_idx);
-            lua_pushvalue(L, idx);
-            lua_rawseti(L, list_idx, n + 1);
-            lua_pushvalue(L, -2);
-            lua_rawseti(L, list_idx, n + 2);
-            lua_pushvalue(L, -1);
-            lua_rawseti(L, list_idx, n + 3);
-        } else if (t == LUA_TTABLE) {
-            snapshot_fields(L, -1, list_idx, depth + 1);
+        if (sn->over || sn->n > KN_SNAPSHOT_MAX) { /* a huge table: stop walking, no replay */
+            sn->over = true;
+            lua_pop(L, 2);
+            return;
         }
+        count++;
+        int top = lua_gettop(L);
+        /* every field by raw equality (a table put in place of another is
+         * seen too), and the tables and functions it holds walked */
+        snap_push3(L, sn->fields, idx, top - 1, top);
+        sn->n++;
+        snap_value(L, sn, top, depth + 1);
+        lua_pop(L, 1);
+    }
+    lua_Integer n = (lua_Integer)lua_rawlen(L, sn->tables);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, sn->tables, n + 1);
+    lua_pushinteger(L, count);
+    lua_rawseti(L, sn->tables, n + 2);
+    sn->n++;
+}
+
+static void snap_function(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    lua_Debug ar;
+    lua_pushvalue(L, idx);
+    lua_getinfo(L, ">S", &ar);
+    /* C functions hold kiln's own state; kiln's Lua (@kiln/) is not the user's */
+    if (strcmp(ar.what, "C") == 0 || strncmp(ar.source, "@kiln/", 6) == 0) return;
+    for (int i = 1; lua_getupvalue(L, idx, i); i++) {
+        int top = lua_gettop(L);
+        lua_pushinteger(L, i);
+        snap_push3(L, sn->upvals, idx, top + 1, top);
+        lua_pop(L, 1);
+        sn->n++;
+        snap_value(L, sn, top, depth + 1);
         lua_pop(L, 1);
     }
 }
 
-/* The slots of the uservalue's `replay` table: integer keys, since a
- * lua_getfield with a C string looks the string up (and compares it) at
- * every call of the fast path. */
-enum { RP_ARGS = 1, RP_PARAMS, RP_TENSORS, RP_UPVALUES, RP_FIELDS, RP_RESULTS, RP_SLOTS = RP_RESULTS };
-
-/* The tensor at idx, as kn_lua_totensor, for the replay's guards: the
- * metatable is compared with the one at mt_idx (fetched once per call)
- * instead of being looked up by name for every argument and parameter. */
-static kn_tensor *replay_tensor(lua_State *L, int idx, int mt_idx)
+/* Walk the table or Lua function at idx (anything else holds nothing to snapshot). */
+static void snap_value(lua_State *L, snapshot *sn, int idx, int depth)
 {
-    if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
-    bool is_tensor = lua_rawequal(L, -1, mt_idx);
+    int t = lua_type(L, idx);
+    if ((t != LUA_TTABLE && t != LUA_TFUNCTION) || sn->over) return;
+    if (depth > KN_SNAPSHOT_DEPTH || sn->n > KN_SNAPSHOT_MAX || !lua_checkstack(L, 16)) {
+        sn->over = true;
+        return;
+    }
+    idx = lua_absindex(L, idx);
+    if (!snap_first_visit(L, sn, idx)) return;
+    if (t == LUA_TTABLE) snap_table(L, sn, idx, depth);
+    else snap_function(L, sn, idx, depth);
+}
+
+/* Snapshot what the function at fn_idx (and the module at module_idx, 0:
+ * none) can read into the table at rt (fields, upvals, tables); false when
+ * there is too much to check at every call. */
+static bool snapshot_state(lua_State *L, int rt, int fn_idx, int module_idx)
+{
+    int top = lua_gettop(L);
+    snapshot sn = {0};
+    lua_newtable(L);
+    sn.fields = lua_gettop(L);
+    lua_newtable(L);
+    sn.upvals = lua_gettop(L);
+    lua_newtable(L);
+    sn.tables = lua_gettop(L);
+    lua_newtable(L);
+    sn.seen = lua_gettop(L);
+    /* Lua's and kiln's libraries, and the loaded-modules table, are not walked */
+    static const char *const libs[] = {"string", "table", "math", "io", "os", "coroutine", "utf8", "debug",
+                                       "package", NULL};
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    int loaded = lua_gettop(L);
+    lua_pushvalue(L, loaded);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, sn.seen);
+    lua_pushnil(L);
+    while (lua_next(L, loaded)) {
+        bool lib = lua_type(L, -2) == LUA_TSTRING && strncmp(lua_tostring(L, -2), "kiln", 4) == 0;
+        for (const char *const *l = libs; *l && !lib && lua_type(L, -2) == LUA_TSTRING; l++)
+            lib = strcmp(lua_tostring(L, -2), *l) == 0;
+        if (lib) {
+            lua_pushboolean(L, 1);
+            lua_rawset(L, sn.seen); /* seen[module] = true, pops it */
+        } else {
+            lua_pop(L, 1);
+        }
+    }
     lua_pop(L, 1);
-    if (!is_tensor) return NULL;
-    kn_tensor *t = ((kn_lua_tensor_ud *)lua_touserdata(L, idx))->t;
-    return t && t->lazy ? kn_lua_totensor(L, idx) : t; /* a traced value: resolved there */
+    if (lua_getglobal(L, "kiln") == LUA_TTABLE) {
+        lua_pushboolean(L, 1);
+        lua_rawset(L, sn.seen);
+    } else {
+        lua_pop(L, 1);
+    }
+    snap_value(L, &sn, fn_idx, 0);
+    if (module_idx) snap_value(L, &sn, module_idx, 0);
+    if (!sn.over) {
+        lua_pushvalue(L, sn.fields);
+        lua_setfield(L, rt, "fields");
+        lua_pushvalue(L, sn.upvals);
+        lua_setfield(L, rt, "upvals");
+        lua_pushvalue(L, sn.tables);
+        lua_setfield(L, rt, "tables");
+    }
+    lua_settop(L, top);
+    return !sn.over;
+}
+
+/* Whether every value of the snapshot in the replay table at rt holds. */
+static bool snapshot_holds(lua_State *L, int rt)
+{
+    bool same = true;
+    lua_getfield(L, rt, "fields");
+    int list = lua_gettop(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 3) {
+        lua_rawgeti(L, list, i);
+        lua_rawgeti(L, list, i + 1);
+        lua_rawget(L, -2);
+        lua_rawgeti(L, list, i + 2);
+        same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 3);
+    }
+    lua_getfield(L, rt, "upvals");
+    list = lua_gettop(L);
+    n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 3) {
+        lua_rawgeti(L, list, i);
+        lua_rawgeti(L, list, i + 1);
+        int k = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (!lua_getupvalue(L, -1, k)) lua_pushnil(L);
+        lua_rawgeti(L, list, i + 2);
+        same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 3);
+    }
+    lua_getfield(L, rt, "tables");
+    list = lua_gettop(L);
+    n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 2) {
+        lua_rawgeti(L, list, i);
+        int t = lua_gettop(L);
+        lua_Integer count = 0;
+        lua_pushnil(L);
+        while (lua_next(L, t)) {
+            count++;
+            lua_pop(L, 1);
+        }
+        lua_rawgeti(L, list, i + 1);
+        same = lua_tointeger(L, -1) == count;
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 3);
+    return same;
+}
+
+/* A replay's random numbers: the fresh random nodes of v's graph move to
+ * the state's stream as it is now (same seed, counters from its current
+ * offset, in the order the trace drew them), and the stream advances by
+ * what the trace drew. kn_compiled_run hands them to the plan. */
+static void replay_draw(lua_State *L, kn_version *v, uint64_t used)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    uint64_t first = UINT64_MAX;
+    for (int i = 0; i < v->g.n_nodes; i++)
+        if (v->g.nodes[i].a.rng_fresh && v->g.nodes[i].a.rng_offset < first) first = v->g.nodes[i].a.rng_offset;
+    for (int i = 0; i < v->g.n_nodes; i++) {
+        kn_attrs *a = &v->g.nodes[i].a;
+        if (!a->rng_fresh) continue;
+        a->rng_offset = s->rng_offset + (a->rng_offset - first);
+        a->seed = s->seed;
+    }
+    s->rng_offset += used;
 }
 
 /* Try a direct replay; pushes the results and returns their count, or -1
  * when a guard does not hold (then nothing is pushed and the call traces). */
-static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx)
+static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, int module_idx)
 {
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
@@ -165,12 +344,10 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
-    luaL_getmetatable(L, KN_TENSOR_MT);
-    int mt = lua_gettop(L);
     kn_tensor *bound[256] = {NULL};
     if (v->g.n_inputs > 256) goto miss;
     /* arguments */
-    lua_rawgeti(L, rt, RP_ARGS);
+    lua_getfield(L, rt, "args");
     for (int i = 0; i < nargs; i++) {
         int k = rp->arg_input[i];
         if (k == -2) {
@@ -180,18 +357,18 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
             if (!same) goto miss;
             continue;
         }
-        kn_tensor *t = replay_tensor(L, 2 + i, mt);
+        kn_tensor *t = kn_lua_totensor(L, 2 + i);
         if (!t || (k >= 0 && !kn_version_input_matches(v, k, t))) goto miss;
         if (k >= 0) bound[k] = t;
     }
     lua_pop(L, 1);
     /* parameters: the module still holds the same tensors */
     if (rp->n_params) {
-        lua_rawgeti(L, rt, RP_PARAMS);
+        lua_getfield(L, rt, "params");
         for (int i = 0; i < rp->n_params; i++) {
             lua_rawgeti(L, -1, i + 1);
-            push_path_value(L, module_idx, lua_gettop(L));
-            kn_tensor *t = replay_tensor(L, lua_gettop(L), mt);
+            push_path(L, module_idx, lua_tostring(L, -1));
+            kn_tensor *t = kn_lua_totensor(L, -1);
             int k = rp->param_input[i];
             lua_pop(L, 2);
             if (!t || t->id != v->g.inputs[k].tensor_id || !kn_version_input_matches(v, k, t)) goto miss;
@@ -200,17 +377,17 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         lua_pop(L, 1);
     }
     /* other tensors the function used (upvalues, globals): kept alive here */
-    lua_rawgeti(L, rt, RP_TENSORS);
+    lua_getfield(L, rt, "tensors");
     for (int k = 0; k < v->g.n_inputs; k++) {
         if (bound[k]) continue;
         lua_rawgeti(L, -1, k + 1);
-        bound[k] = replay_tensor(L, lua_gettop(L), mt);
+        bound[k] = kn_lua_totensor(L, -1);
         lua_pop(L, 1);
         if (!bound[k]) goto miss;
     }
     lua_pop(L, 1);
     /* upvalues of the function and scalar fields of the module */
-    lua_rawgeti(L, rt, RP_UPVALUES);
+    lua_getfield(L, rt, "upvalues");
     lua_getfield(L, uv, "fn");
     for (int i = 1;; i++) {
         if (!lua_getupvalue(L, -1, i)) break;
@@ -220,23 +397,12 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         if (!same) goto miss;
     }
     lua_pop(L, 2);
-    if (is_module) {
-        lua_rawgeti(L, rt, RP_FIELDS);
-        int fl = lua_gettop(L), n = (int)lua_rawlen(L, fl);
-        for (int i = 1; i + 2 <= n; i += 3) {
-            lua_rawgeti(L, fl, i);     /* the table */
-            lua_rawgeti(L, fl, i + 1); /* the key */
-            lua_rawget(L, -2);
-            lua_rawgeti(L, fl, i + 2); /* the value it had */
-            bool same = lua_rawequal(L, -1, -2);
-            lua_pop(L, 3);
-            if (!same) goto miss;
-        }
-        lua_pop(L, 1);
-    }
+    /* what the function can read: fields of its tables, globals, the module's fields */
+    if (!snapshot_holds(L, rt)) goto miss;
     {
         /* every guard holds: run the cached graph on these inputs */
         for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = bound[k];
+        if (rp->rng_used) replay_draw(L, v, rp->rng_used);
         /* running the graph: allocating, computing and freeing its values */
         double t0 = kn_clock_s();
         kn_plan_value want[KN_REPLAY_MAX];
@@ -254,10 +420,11 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_m
         kn_tensor *results[KN_REPLAY_MAX];
         for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
         u->replay_run_s += kn_clock_s() - t0;
-        lua_rawgeti(L, rt, RP_RESULTS); /* the constant results, in the replay table's slot */
-        lua_replace(L, rt);
-        lua_settop(L, rt);
-        int rtab = rt;
+        lua_settop(L, top);
+        lua_getfield(L, uv, "replay");
+        lua_getfield(L, -1, "results");
+        lua_remove(L, -2);
+        int rtab = lua_gettop(L);
         luaL_checkstack(L, rp->n_results, "replay");
         for (int i = 0; i < rp->n_results; i++) {
             if (results[i]) kn_lua_pushtensor(L, results[i]);
@@ -302,7 +469,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     const kn_version *v = &cm->cache.graphs[0].versions[cap->graph_version[0]];
     if (v->g.n_inputs > 256) return;
     int top = lua_gettop(L);
-    lua_createtable(L, RP_SLOTS, 0);
+    lua_createtable(L, 0, 6);
     int rt = lua_gettop(L);
     /* results: values of the graph, or constants */
     lua_createtable(L, nres, 0);
@@ -323,7 +490,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         }
     }
     rp->n_results = nres;
-    lua_rawseti(L, rt, RP_RESULTS);
+    lua_setfield(L, rt, "results");
     /* arguments: tensors map to graph inputs by name; other values are kept */
     lua_createtable(L, nargs, 0);
     lua_getfield(L, uv, "fn");
@@ -349,7 +516,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     }
     lua_pop(L, 1);
     rp->nargs = nargs;
-    lua_rawseti(L, rt, RP_ARGS);
+    lua_setfield(L, rt, "args");
     /* parameters by path; other tensor inputs kept alive by reference */
     lua_newtable(L);
     lua_newtable(L);
@@ -363,7 +530,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
             continue;
         }
         if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
-            push_path_keys(L, in->name);
+            lua_pushstring(L, in->name);
             lua_rawseti(L, -3, ++rp->n_params);
             rp->param_input[rp->n_params - 1] = k;
             continue;
@@ -373,18 +540,20 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
          * graph's inputs were bound to them; keep a reference for replays */
         goto fail2; /* (tensors from upvalues or globals: traced each call for now) */
     }
-    lua_rawseti(L, rt, RP_TENSORS);
-    lua_rawseti(L, rt, RP_PARAMS);
+    lua_setfield(L, rt, "tensors");
+    lua_setfield(L, rt, "params");
     /* upvalues of the function, and the module's scalar fields */
     lua_newtable(L);
     lua_getfield(L, uv, "fn");
     for (int i = 1; lua_getupvalue(L, -1, i); i++) lua_rawseti(L, -3, i);
     lua_pop(L, 1);
-    lua_rawseti(L, rt, RP_UPVALUES);
-    if (is_module) {
-        lua_newtable(L);
-        snapshot_fields(L, module_idx, lua_gettop(L), 0);
-        lua_rawseti(L, rt, RP_FIELDS);
+    lua_setfield(L, rt, "upvalues");
+    lua_getfield(L, uv, "fn");
+    bool small = snapshot_state(L, rt, lua_gettop(L), is_module ? module_idx : 0);
+    lua_pop(L, 1);
+    if (!small) {
+        snprintf(u->no_replay, sizeof u->no_replay, "more Lua values than a replay checks (%d)", KN_SNAPSHOT_MAX);
+        goto fail;
     }
     lua_setfield(L, uv, "replay");
     snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
@@ -434,7 +603,7 @@ static int cm_call(lua_State *L)
     }
     kn_lua_config_compiled(L, cm);
     if (u->rp.valid) {
-        int n = try_replay(L, u, uv, nargs, is_module, module_idx);
+        int n = try_replay(L, u, uv, nargs, module_idx);
         if (n >= 0) return n;
     }
     /* parameter names of the module, by tensor id */
@@ -480,6 +649,7 @@ static int cm_call(lua_State *L)
     /* watch the calls for impure ones (see purity_hook) */
     kn_lua_trace_hook saved_hook;
     kn_lua_trace_watch(L, &saved_hook);
+    uint64_t rng_before = s->rng_offset;
     int rc = lua_pcall(L, n, LUA_MULTRET, 0);
     kn_lua_trace_unwatch(L, &saved_hook);
     s->cap = NULL;
@@ -499,6 +669,7 @@ static int cm_call(lua_State *L)
     bool replay_on = lua_isnil(L, -1) || lua_toboolean(L, -1);
     lua_pop(L, 2);
     u->rp.valid = false;
+    u->rp.rng_used = s->rng_offset - rng_before;
     if (replay_on) record_replay(L, u, uv, nargs, is_module, module_idx, call_base);
     return lua_gettop(L) - call_base + 1;
 }

@@ -6,6 +6,7 @@
 #define KN_LUA_COMPILED_UD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -20,8 +21,9 @@
  * graph, saw no impure call and returned only values of that graph (or
  * plain constants), later calls whose guards hold run the cached graph
  * without running the Lua function again. The Lua values it checks
- * (non-tensor arguments, upvalues, module fields) live in the uservalue's
- * `replay` table. */
+ * (non-tensor arguments, upvalues, and everything reachable from them, the
+ * globals and the module: see snapshot_state in kn_lua_compile.c) live in
+ * the uservalue's `replay` table. */
 typedef struct {
     bool valid;
     int version;                    /* of graph 0, static */
@@ -32,6 +34,10 @@ typedef struct {
     int n_params;
     int param_input[64];            /* graph input of each parameter (path in the replay table) */
     char mode[32];
+    /* unseeded random ops: how many counters of the state's stream the
+     * traced call drew; a replay draws the same count from where the stream
+     * is now, so every call gets new numbers as a traced one does */
+    uint64_t rng_used;
 } replay_t;
 
 typedef struct {

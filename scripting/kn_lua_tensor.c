@@ -53,10 +53,11 @@ static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double va
         c.a.seed = (uint64_t)seed;
         c.a.rng_offset = 0;
     } else {
-        /* fresh numbers each call: a replay would repeat the same ones */
-        /* the state's random stream: calls without a seed draw consecutive counters */
-        kn_lua_mark_impure(L, "a random op without a seed");
+        /* the state's random stream: calls without a seed draw consecutive
+         * counters. Traced, the node is marked fresh: a compiled plan and a
+         * replay take its seed and offset from each call (kn_plan_bind_rng) */
         kn_lua_state *s = kn_lua_state_get(L);
+        c.a.rng_fresh = 1;
         c.a.seed = s->seed;
         c.a.rng_offset = s->rng_offset;
         s->rng_offset += (uint64_t)kn_numel_of(c.a.nshape, c.a.shape);
@@ -491,6 +492,7 @@ static int m_copy_(lua_State *L)
     if (st == KN_OK && !dc) st = kn_error(KN_ERR_DEVICE, "copy_: device %s is not available", kn_device_name(dd));
     if (st == KN_OK)
         st = dc->be->copy(dc, kn_tensor_data(dst), kn_tensor_data(s), kn_tensor_numel(dst) * (int64_t)kn_dtype_size(dst->dtype));
+    if (st == KN_OK) kn_storage_written(dst->storage); /* plans that baked dst's values rebuild */
     kn_tensor_release(tmp);
     if (st != KN_OK) return kn_lua_fail(L, st);
     lua_settop(L, 1);

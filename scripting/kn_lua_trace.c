@@ -222,11 +222,82 @@ int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
     return c->n_out;
 }
 
+/* Search the table at t for a string key whose value is rawequal to the
+ * value at want: "prefix.key" (or "key" without a prefix) into buf; one
+ * level deeper into its tables when depth > 0, skipping loaded modules
+ * (kiln, math, ...), which are not the user's settings. */
+static bool search_fields(lua_State *L, int t, const char *prefix, int want, int depth, char *buf, size_t size)
+{
+    if (!lua_checkstack(L, 8)) return false;
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    int loaded = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        if (lua_type(L, -2) == LUA_TSTRING) {
+            const char *key = lua_tostring(L, -2);
+            bool hit = lua_rawequal(L, -1, want);
+            if (hit) {
+                snprintf(buf, size, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+                lua_pop(L, 3);
+                return true;
+            }
+            if (depth > 0 && lua_istable(L, -1) && lua_getfield(L, loaded, key) >= 0) {
+                bool module = lua_rawequal(L, -1, -2);
+                lua_pop(L, 1);
+                char sub[KN_NAME_MAX];
+                snprintf(sub, sizeof sub, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+                if (!module && search_fields(L, lua_gettop(L), sub, want, depth - 1, buf, size)) {
+                    lua_pop(L, 3);
+                    return true;
+                }
+            }
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return false;
+}
+
+/* The name of a number no local or upvalue holds, as the innermost user
+ * function reads it: a field of one of its upvalue tables ("cfg.scale"),
+ * else a global ("SCALE") or a global table's field ("CFG.scale"). */
+static void find_field_name(lua_State *L, int want, char *buf, size_t size)
+{
+    buf[0] = 0;
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (!kn_lua_user_frame(&ar)) continue;
+        lua_getinfo(L, "f", &ar);
+        int fn = lua_gettop(L);
+        int env = 0;
+        const char *name;
+        for (int i = 1; !buf[0] && (name = lua_getupvalue(L, fn, i)) != NULL; i++) {
+            if (strcmp(name, "_ENV") == 0 && lua_istable(L, -1)) {
+                env = i;
+            } else if (lua_istable(L, -1)) {
+                char prefix[KN_NAME_MAX];
+                snprintf(prefix, sizeof prefix, "%s", name);
+                search_fields(L, lua_gettop(L), prefix, want, 0, buf, size);
+            }
+            lua_pop(L, 1);
+        }
+        /* a global itself before a global table's field */
+        for (int depth = 0; depth <= 1 && !buf[0] && env && lua_getupvalue(L, fn, env); depth++) {
+            search_fields(L, lua_gettop(L), "", want, depth, buf, size);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        return; /* only the innermost user function */
+    }
+}
+
 kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt)
 {
     kn_capture *cap = kn_lua_state_get(L)->cap;
     char name[KN_NAME_MAX], where[KN_WHERE_MAX];
     kn_lua_trace_find_name(L, idx, name, sizeof name);
+    if (!name[0]) find_field_name(L, lua_absindex(L, idx), name, sizeof name);
     kn_lua_where_str(L, where, sizeof where);
     double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
     kn_tensor *p;

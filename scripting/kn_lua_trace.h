@@ -27,7 +27,8 @@ kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method);
  * what was captured; nothing when no capture is active. */
 void kn_lua_graph_break(lua_State *L, const char *category, const char *reason, const char *hint);
 /* The trace in progress called something whose result may differ next
- * time (a random op without a seed): replaying it would be wrong. */
+ * time (print, io, math.random): replaying it would be wrong. (A random op
+ * without a seed is not: a replay draws its numbers from the stream.) */
 void kn_lua_mark_impure(lua_State *L, const char *what);
 
 /* Print and drop what the compiled function logged. */

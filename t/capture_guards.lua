@@ -1,7 +1,9 @@
 -- capture_guards.lua: guards and recompilations of kiln.compile held to
 -- design.md sections 2 and 4: one case per guard kind (tensor size, dim
 -- count, dtype, device (needs a GPU), stride, a Lua number baked in as an
--- argument or a local, graph structure, a replaced module parameter, mode)
+-- argument or a local, or read from an upvalue's table or a global (after
+-- replays, default and reduce-overhead), graph structure, a replaced
+-- module parameter, mode)
 -- with the exact recompile message (taken from the error that
 -- kiln.config.error_on_recompile raises) and the cm:recompiles() entry;
 -- cm:guards() strings; kiln.config.cache_size_limit with its warning;
@@ -89,6 +91,16 @@ local Net = kiln.nn.Module {
     return self.fc1(x):relu()
   end,
 }
+
+local knobs = { scale = 0.75 }
+local function from_field(x) -- @from_field
+  return x * knobs.scale -- @knob_use
+end
+
+GUARDED_SHIFT = 1.5
+local function from_global(x) -- @from_global
+  return x - GUARDED_SHIFT -- @global_shift
+end
 
 local function limited(x) -- @limited
   return x:exp()
@@ -349,6 +361,29 @@ do
   local want = recompile_msg("with_upvalue", at("upvalue"), 0, 1, { "0/0: tensor 'bias' was replaced" })
   T.ok(err ~= nil and err:find(want, 1, true) ~= nil, "replacing a tensor upvalue: \"tensor 'bias' was replaced\"")
   T.ok(close(cm(x), with_upvalue(x)), "a replaced tensor upvalue: results use the new tensor")
+end
+
+-- ---- numbers read from an upvalue's table or a global -------------------
+for _, mode in ipairs { "default", "reduce-overhead" } do
+  local cf = kiln.compile(from_field, { mode = mode })
+  local cg = kiln.compile(from_global, { mode = mode })
+  local x = cpu({ 3 }, 23)
+  cf(x); cf(x); cg(x); cg(x) -- the second calls replay
+  T.ok(has(guards_of(cf, 0, 0), "number 'knobs.scale' at " .. at("knob_use") .. " == 0.75"),
+    mode .. ": a number from an upvalue's table is a guard named by its field")
+  T.ok(has(guards_of(cg, 0, 0), "number 'GUARDED_SHIFT' at " .. at("global_shift") .. " == 1.5"),
+    mode .. ": a number from a global is a guard named by the global")
+  knobs.scale, GUARDED_SHIFT = 1.25, -2.5
+  local err = would_recompile(cf, x)
+  local want = recompile_msg("from_field", at("from_field"), 0, 1,
+    { "0/0: number 'knobs.scale' at " .. at("knob_use") .. " changed: 0.75 -> 1.25" })
+  T.ok(err ~= nil and err:find(want, 1, true) ~= nil, mode .. ": knobs.scale changed after a replay: exact recompile message")
+  err = would_recompile(cg, x)
+  want = recompile_msg("from_global", at("from_global"), 0, 1,
+    { "0/0: number 'GUARDED_SHIFT' at " .. at("global_shift") .. " changed: 1.5 -> -2.5" })
+  T.ok(err ~= nil and err:find(want, 1, true) ~= nil, mode .. ": a global changed after a replay: exact recompile message")
+  T.ok(close(cf(x), from_field(x)) and close(cg(x), from_global(x)), mode .. ": and the calls give the new results")
+  knobs.scale, GUARDED_SHIFT = 0.75, 1.5
 end
 
 T.done()

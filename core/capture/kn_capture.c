@@ -306,6 +306,7 @@ static bool same_node(const kn_node *a, const kn_node *b)
     /* sizes in attributes too (random ops' counter offsets excluded, as above) */
     kn_attrs x = a->a, y = b->a;
     x.rng_offset = y.rng_offset = 0;
+    if (x.rng_fresh) x.seed = y.seed = 0; /* the caller's stream: per call, not structure */
     return memcmp(&x, &y, sizeof x) == 0;
 }
 
@@ -701,14 +702,37 @@ static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
     }
 }
 
+/* A plan that baked values its inputs no longer hold (a parameter of a
+ * folded batch norm written by copy_) is dropped; the caller builds it
+ * again from this call's values. The reason is logged as a recompile's. */
+static bool drop_stale_plan(kn_compiled *cm, kn_version *v, kn_plan *plan, kn_tensor *const *ins)
+{
+    char why[KN_REASON_MAX];
+    if (!kn_plan_stale(plan, ins, why, sizeof why)) return false;
+    for (int i = 0; i < v->n_plans; i++) {
+        if (v->plans[i].plan != plan) continue;
+        kn_plan_free(plan);
+        free(v->plans[i].want);
+        free(v->plans[i].in_metas);
+        v->plans[i] = v->plans[--v->n_plans];
+        break;
+    }
+    kn_compiled_log(cm, KN_LOG_RECOMPILES, "Rebuilding a plan of %s (%s): %s\n", cm->id.name, cm->id.where, why);
+    return true;
+}
+
 kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
                           int n_wanted, kn_tensor **results)
 {
+    kn_tensor *ins[256];
     kn_plan *plan = v && cm->opt.compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
+    if (plan && g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
+    for (int i = 0; plan && i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
+    if (plan && plan->baked.storage && drop_stale_plan(cm, v, plan, ins))
+        plan = version_plan(cm, v, g, wanted, n_wanted);
     if (plan) {
-        kn_tensor *ins[256];
-        if (g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
-        for (int i = 0; i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
+        /* fresh random nodes draw at this call's counters, not the build's */
+        kn_plan_bind_rng(plan, g);
         plan->fault_kernel = cm->check.fault_kernel;
         if (cm->opt.check_numerics || cm->check.once) {
             int bad = -1;

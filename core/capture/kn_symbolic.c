@@ -43,6 +43,7 @@ bool kn_sym_same_node_modulo_sizes(const kn_node *a, const kn_node *b)
     if (a->op == KN_NODE_CONST) return strcmp(a->where, b->where) == 0;
     kn_attrs x = a->a, y = b->a;
     x.rng_offset = y.rng_offset = 0;
+    if (x.rng_fresh) x.seed = y.seed = 0; /* the caller's stream: per call, not structure */
     if (sized_attrs(a->op)) {
         memset(x.shape, 0, sizeof x.shape);
         memset(y.shape, 0, sizeof y.shape);

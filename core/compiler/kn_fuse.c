@@ -68,7 +68,7 @@ static void contiguous_layout(const kn_meta *m, kn_layout *l)
  * copies at run time (kn_view_run), so its value is contiguous. */
 static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
 {
-    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true};
+    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true, 0};
     kn_tensor probe = {0};
     probe.refcount = 1 << 30;
     probe.dtype = n->out[0].dtype;

@@ -71,6 +71,15 @@ kn_status kn_graph_copy(const kn_graph *src, kn_graph *dst);
 /* Append a node (copied); its index in *index. */
 kn_status kn_graph_add_node(kn_graph *g, const kn_node *n, int *index);
 /* Add an input bound to t (retained) and its INPUT node; node index in *node. */
+/* Whether an input is the same tensor at every call (a parameter, a tensor
+ * guarded by identity), so a pass may bake its values (fold_batch_norm)
+ * and a plan check they are unchanged (kn_plan_stale). Arguments and
+ * values made during a call are other tensors each time. */
+static inline bool kn_input_keeps_values(const kn_graph_input *in)
+{
+    return in->kind == KN_IN_PARAM || in->kind == KN_IN_TENSOR;
+}
+
 kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
                              const char *where, int *node);
 

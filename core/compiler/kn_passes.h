@@ -26,10 +26,12 @@
  *   batch norm's parameters at the time of the pass. The graph owns them;
  *   they are not arguments anyone binds again. Their values are those of
  *   the parameters when the pass ran: a parameter changed in place later
- *   (same tensor, new values) needs the graph compiled again. It folds
- *   only when every parameter involved is a bound INPUT node, so it does
- *   nothing on an unbound copy (kn_graph_copy) of a graph: run the passes
- *   on the bound graph a capture produced.
+ *   (same tensor, new values) needs the graph compiled again, which
+ *   kn_plan does from the storages' write versions (kn_plan_stale). It
+ *   folds only when every parameter involved is a bound INPUT node of a
+ *   kind that is the same tensor at every call (kn_input_keeps_values), so
+ *   it does nothing on an unbound copy (kn_graph_copy) of a graph, nor on
+ *   arguments: run the passes on the bound graph a capture produced.
  * - cse merges constants with the same value and dtype (the first keeps its
  *   name): guards on Lua numbers should be taken from the graph as captured.
  */

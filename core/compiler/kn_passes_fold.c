@@ -84,11 +84,14 @@ kn_status kn_pass_fold_constants(kn_pass_ctx *x)
 
 /* ---- fold_batch_norm ---- */
 
-/* The bound tensor of INPUT node r (output 0), else NULL. */
+/* The bound tensor of INPUT node r (output 0) when it is the same tensor
+ * at every call (its values can be baked: the plan checks their version
+ * at each run), else NULL. */
 static kn_tensor *bound(const kn_graph *g, int node, int out)
 {
     const kn_node *n = &g->nodes[node];
     if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs) return NULL;
+    if (!kn_input_keeps_values(&g->inputs[n->input])) return NULL;
     kn_tensor *t = g->inputs[n->input].tensor;
     return t && t->storage && kn_dtype_is_float(t->dtype) ? t : NULL;
 }

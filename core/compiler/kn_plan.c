@@ -247,6 +247,10 @@ void kn_plan_free(kn_plan *p)
     free(p->rec.out);
     for (int i = 0; p->mem.consts && i < p->g.n_nodes; i++) kn_tensor_release(p->mem.consts[i]);
     free(p->mem.consts);
+    free(p->baked.storage);
+    free(p->baked.version);
+    free(p->rng.node);
+    free(p->rng.orig);
     free(p->epi.kernel);
     free_tuning(p);
     if (p->code.lib && dc && dc->be->release_program) dc->be->release_program(dc, p->code.lib);
@@ -270,6 +274,80 @@ void kn_plan_free(kn_plan *p)
 
 static kn_status plan_memory(kn_plan *p);
 static kn_status plan_epilogues(kn_plan *p);
+
+/* ---- values a plan takes from each call (random streams, baked inputs) ---- */
+
+static bool is_random_op(int op)
+{
+    return op == KN_OP_RANDN || op == KN_OP_RAND || op == KN_OP_RANDINT;
+}
+
+/* After the passes (p->g optimized, its original inputs still bound; g the
+ * caller's graph): note the versions of the inputs when a pass baked
+ * values into new inputs, and map each fresh random node back to g's. */
+static kn_status plan_guard_values(kn_plan *p, const kn_graph *g)
+{
+    if (p->g.n_inputs > p->n_orig_inputs && p->n_orig_inputs > 0) {
+        p->baked.storage = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.storage);
+        p->baked.version = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.version);
+        if (!p->baked.storage || !p->baked.version) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+        for (int i = 0; i < p->n_orig_inputs; i++) {
+            if (!kn_input_keeps_values(&p->g.inputs[i])) continue; /* new values every call: never folded */
+            const kn_tensor *t = p->g.inputs[i].tensor;
+            p->baked.storage[i] = t ? t->storage : NULL;
+            p->baked.version[i] = t && t->storage ? t->storage->version : 0;
+        }
+    }
+    int n = 0;
+    for (int j = 0; j < p->g.n_nodes; j++) n += is_random_op(p->g.nodes[j].op) && p->g.nodes[j].a.rng_fresh;
+    if (!n) return KN_OK;
+    p->rng.node = malloc(sizeof *p->rng.node * (size_t)n);
+    p->rng.orig = malloc(sizeof *p->rng.orig * (size_t)n);
+    if (!p->rng.node || !p->rng.orig) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+    for (int j = 0; j < p->g.n_nodes; j++) {
+        const kn_attrs *a = &p->g.nodes[j].a;
+        if (!is_random_op(p->g.nodes[j].op) || !a->rng_fresh) continue;
+        /* passes renumber nodes but keep attributes: (seed, offset) names the
+         * draw (two draws share them only when the first is empty, and then
+         * they share them at every call) */
+        int orig = -1;
+        for (int i = 0; i < g->n_nodes && orig < 0; i++) {
+            const kn_node *o = &g->nodes[i];
+            if (o->op == p->g.nodes[j].op && o->a.rng_fresh && o->a.seed == a->seed && o->a.rng_offset == a->rng_offset)
+                orig = i;
+        }
+        if (orig < 0) return kn_error(KN_ERR_ARG, "plan: random node %d lost its origin in the passes", j);
+        p->rng.node[p->rng.n] = j;
+        p->rng.orig[p->rng.n++] = orig;
+    }
+    return KN_OK;
+}
+
+void kn_plan_bind_rng(kn_plan *p, const kn_graph *g)
+{
+    for (int k = 0; k < p->rng.n; k++) {
+        if (p->rng.orig[k] >= g->n_nodes) continue; /* not a graph of this plan's structure */
+        const kn_attrs *from = &g->nodes[p->rng.orig[k]].a;
+        kn_attrs *to = &p->g.nodes[p->rng.node[k]].a;
+        to->seed = from->seed;
+        to->rng_offset = from->rng_offset;
+    }
+}
+
+bool kn_plan_stale(const kn_plan *p, kn_tensor *const *inputs, char *why, size_t size)
+{
+    if (!p->baked.storage) return false;
+    for (int i = 0; i < p->n_orig_inputs; i++) {
+        if (!kn_input_keeps_values(&p->g.inputs[i])) continue;
+        const kn_storage *s = inputs[i] ? inputs[i]->storage : NULL;
+        if (s == p->baked.storage[i] && (!s || s->version == p->baked.version[i])) continue;
+        /* which inputs a fold read is not recorded: any of them may have been */
+        snprintf(why, size, "it folded parameter values in, and input '%s' %s since", p->g.inputs[i].name,
+                 s == p->baked.storage[i] ? "was written in place" : "is another tensor");
+        return true;
+    }
+    return false;
+}
 
 kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
                         int pass_flags, kn_plan **out)
@@ -317,6 +395,8 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         goto fail;
     }
     for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
+    st = plan_guard_values(p, g);
+    if (st != KN_OK) goto fail;
     /* the caller's inputs are bound again at each run: drop ours now */
     for (int i = 0; i < p->n_orig_inputs; i++) {
         kn_tensor_release(p->g.inputs[i].tensor);

@@ -32,6 +32,21 @@ typedef struct kn_plan {
         bool generated;     /* false: the backend has no code generator; runs node by node */
         char *source;       /* the generated source (C), for :src */
     } code;
+    /* values the passes may have read at build (fold_batch_norm bakes
+     * parameters into new inputs, past n_orig_inputs): each original
+     * input's storage and write version then, NULL when nothing was baked;
+     * see kn_plan_stale */
+    struct {
+        const kn_storage **storage;
+        uint64_t *version;
+    } baked;
+    /* random nodes that draw from the caller's stream (attrs.rng_fresh):
+     * their node here and the caller's graph node they came from, whose
+     * seed and offset each run takes (kn_plan_bind_rng) */
+    struct {
+        int n;
+        int *node, *orig;
+    } rng;
     /* what each build step cost, for cm:stats() */
     struct {
         double passes_s, codegen_s, backend_s;
@@ -145,6 +160,17 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
  * build); results[i] gets a new reference to wanted value i. */
 kn_status kn_plan_run(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results);
 void kn_plan_free(kn_plan *p);
+
+/* Whether the plan baked values of its inputs (a folded batch norm) that
+ * these inputs no longer hold: another tensor, or the same one written in
+ * place since. Then it must be built again; why names the input. */
+bool kn_plan_stale(const kn_plan *p, kn_tensor *const *inputs, char *why, size_t size);
+
+/* Take the seed and counter offset of every fresh random node from g, the
+ * caller's graph of this call (the one the plan was built from, or another
+ * trace of the same structure): unseeded random ops draw new numbers at
+ * every call, as they do eagerly. */
+void kn_plan_bind_rng(kn_plan *p, const kn_graph *g);
 
 /* kn_plan_run through a recording (reduce-overhead): the first call runs
  * as usual (warm-up: kernels loaded, library plans and workspaces made),

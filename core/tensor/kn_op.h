@@ -64,14 +64,18 @@ typedef struct kn_attrs {
     int groups;
     int ceil_mode;        /* pools */
     int count_include_pad; /* avg_pool2d (default 1, as PyTorch) */
+    int causal;           /* attention: 1 keeps key j for query i only where j <= i (top-left, as
+                             PyTorch's is_causal); here it fills the padding before eps */
     double eps;           /* norms */
     double value;         /* full value; masked_fill value; arange start; rand/randint low */
     double value2;        /* arange step; randint high */
+    double scale;         /* attention: multiplies q.k^T before the softmax (the Lua API defaults it to 1/sqrt(d)) */
     uint64_t seed;        /* random creation */
     uint64_t rng_offset;  /* counter offset into the seed's stream */
     kn_dtype dtype;       /* cast target; creation dtype */
-    int causal;           /* attention: 1 keeps key j for query i only where j <= i (top-left, as PyTorch's is_causal) */
-    double scale;         /* attention: multiplies q.k^T before the softmax (the Lua API defaults it to 1/sqrt(d)) */
+    int rng_fresh;        /* random creation without a seed: a draw from the caller's stream, so
+                             seed and rng_offset are per call, not part of the graph (it fills
+                             the padding after dtype) */
 } kn_attrs;
 
 typedef struct kn_opcall {

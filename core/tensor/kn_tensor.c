@@ -9,6 +9,12 @@
 #include "kn_lazy.h"
 
 static uint64_t kn_next_tensor_id = 1;
+static uint64_t kn_next_storage_version = 1; /* shared by all storages: (storage, version) is never reused */
+
+void kn_storage_written(kn_storage *s)
+{
+    if (s) s->version = kn_next_storage_version++;
+}
 
 uint64_t kn_tensor_next_id(void)
 {
@@ -84,6 +90,7 @@ static kn_status new_tensor(kn_dtype dt, int ndim, const int64_t *shape, kn_devi
     s->nbytes = kn_numel_of(ndim, shape) * (int64_t)kn_dtype_size(dt);
     s->data = data;
     s->borrowed = data != NULL;
+    s->version = kn_next_storage_version++;
     if (!data) {
         kn_status st = d->be->alloc(d, s->nbytes, &s->data);
         if (st != KN_OK) {

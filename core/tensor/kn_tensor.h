@@ -27,6 +27,11 @@ typedef struct kn_storage {
     int64_t nbytes;
     void *data;    /* owned (freed through the device's backend) unless borrowed */
     bool borrowed; /* data belongs to someone else (a plan's arena): never freed here */
+    /* the write version: a new storage takes a number no storage had, and
+     * every in-place write (kn_storage_written) takes a new one, so a
+     * compiled plan that baked these values (a folded batch norm) knows,
+     * from (storage, version), whether they are still the same */
+    uint64_t version;
 } kn_storage;
 
 struct kn_lazy; /* kn_lazy.h */
@@ -81,6 +86,10 @@ kn_status kn_tensor_new_borrowed(const kn_meta *m, void *data, kn_device dev, kn
  * shape and strides as given. Used by every view op. */
 kn_status kn_tensor_view_of(const kn_tensor *t, int ndim, const int64_t *shape,
                             const int64_t *strides, int64_t offset, kn_tensor **out);
+
+/* Every in-place write to a storage's bytes (copy_, a load into an
+ * existing tensor) calls this after writing: values baked from it are stale. */
+void kn_storage_written(kn_storage *s);
 
 void kn_tensor_retain(kn_tensor *t);
 void kn_tensor_release(kn_tensor *t); /* NULL is fine */

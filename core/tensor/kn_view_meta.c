@@ -249,7 +249,7 @@ kn_status kn_view_run_nocopy(const kn_opcall *c, kn_tensor **out)
  * are exactly those of the eager views. */
 kn_status kn_view_infer(const kn_opcall *c, kn_meta *out)
 {
-    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true}; /* never freed */
+    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true, 0}; /* never freed */
     const kn_tensor *in = c->in[0];
     kn_tensor probe = {0};
     probe.refcount = 1 << 30;

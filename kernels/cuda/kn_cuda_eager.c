@@ -313,6 +313,10 @@ static kn_status run_reshaped(const kn_opcall *c)
 
 kn_status kn_cuda_eager_ir(const kn_opcall *c)
 {
+    /* Random ops are never one generated kernel (the templates take seed and
+     * counter offset as kernel arguments), and their offset is new at every
+     * call: a signature keyed on it would add a futile entry per call. */
+    if (c->op == KN_OP_RAND || c->op == KN_OP_RANDN || c->op == KN_OP_RANDINT) return KN_ERR_UNSUPPORTED;
     for (int i = 0; i < c->n_in; i++)
         if (!c->in[i] || !c->in[i]->storage) return KN_ERR_UNSUPPORTED;
     for (int i = 0; i < c->n_out; i++)
