@@ -454,10 +454,11 @@ static const pass_entry pass_table[] = {
     {"fold_constants", kn_pass_fold_constants},
     {"fold_batch_norm", kn_pass_fold_batch_norm},
     {"simplify", pass_simplify},
+    {"fold_once", kn_pass_fold_once},
 };
 
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm",
-                                        "simplify", "dce", NULL};
+                                        "simplify", "fold_once", "dce", NULL};
 
 const char *const *kn_passes_names(void)
 {
