@@ -354,6 +354,18 @@ static int cm_stats(lua_State *L)
     }
     lua_pushinteger(L, once);
     lua_setfield(L, -2, "computed_once");
+    /* copies outside the kernels: reshapes of layouts their strides cannot
+     * express; and library calls that write their value permuted instead */
+    int view_copies = 0, permuted = 0;
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        const kn_plan *plan = kn_version_plan(latest_version(cm, k));
+        view_copies += plan ? plan->code.fusion.n_view_copies : 0;
+        permuted += plan ? plan->code.fusion.n_permuted : 0;
+    }
+    lua_pushinteger(L, view_copies);
+    lua_setfield(L, -2, "view_copies");
+    lua_pushinteger(L, permuted);
+    lua_setfield(L, -2, "permuted_outputs");
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, s->capture_s);
     lua_setfield(L, -2, "capture");
