@@ -331,6 +331,13 @@ static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
     return no_kernel(c);
 }
 
+/* Strided outputs: matmul through cuBLASLt's D layout (kn_cuda_blas.c). */
+static bool cuda_strided_out(kn_device_ctx *d, const kn_opcall *c)
+{
+    (void)d;
+    return c && c->op == KN_OP_MATMUL && kn_cuda_matmul_strided_ok(c);
+}
+
 static kn_status cuda_sync(kn_device_ctx *d)
 {
     KN_TRY(kn_cuda_enter(d));
@@ -572,6 +579,7 @@ static const kn_backend kn_cuda_backend = {
     .copy = cuda_copy,
     .supports_op = cuda_supports_op,
     .run = cuda_run,
+    .strided_out = cuda_strided_out,
     .sync = cuda_sync,
     .compile_program = cuda_compile_program,
     .release_program = cuda_release_program,
