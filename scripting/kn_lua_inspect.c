@@ -11,7 +11,6 @@
 #include "kn_lua_compiled_ud.h"
 #include "kn_lua_inspect.h"
 #include "kn_lua_util.h"
-#include "kn_passes.h" /* KN_ONCE_PREFIX */
 #include "kn_profile.h"
 
 /* The latest version of graph k, or NULL when it has none. */

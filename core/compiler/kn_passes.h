@@ -50,9 +50,6 @@
 #include "kn_graph.h"
 #include "kn_graph_print.h" /* kn_graph_format, for the callers that log graphs */
 
-/* The name of an input fold_once made starts so ("computed once: full, tril"). */
-#define KN_ONCE_PREFIX "computed once: "
-
 enum {
     KN_PASSES_VERIFY = 1, /* kn_graph_verify after each pass; an error names the pass and node */
     KN_PASSES_LOG = 2,    /* print the graph to stderr after each pass (KILN_LOGS=passes) */

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_passes.h" /* KN_ONCE_PREFIX */
 #include "kn_view.h"
 
 /* ---- fold_constants ---- */
