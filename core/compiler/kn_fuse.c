@@ -101,8 +101,8 @@ static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
 
 static void note_why(kn_fusion *f, const char *fmt, int a, const char *an, int b, const char *bn, const char *reason);
 
-/* Whether node n runs as a LIBRARY kernel (the same rule as the kernel
- * builder's below). */
+/* Whether node n runs as a LIBRARY kernel (its backend's library, or the
+ * CPU reference): the kernel builder's rule, and the permuted layouts'. */
 static bool runs_in_library(const kn_node *n)
 {
     return n->op == KN_OP_MATMUL || n->op == KN_OP_CONV2D;
@@ -819,7 +819,7 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
         if (is_pointwise(nd)) st = build_pointwise_kernel(&c, i);
         else if (d >= 0) st = build_row_kernel(&c, i, d);
         else {
-            k->kind = (nd->op == KN_OP_MATMUL || nd->op == KN_OP_CONV2D) ? KN_KERNEL_LIBRARY : KN_KERNEL_FALLBACK;
+            k->kind = runs_in_library(nd) ? KN_KERNEL_LIBRARY : KN_KERNEL_FALLBACK;
             k->ndim = nd->out[0].ndim;
             memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
         }

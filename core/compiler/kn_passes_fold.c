@@ -103,15 +103,17 @@ static bool is_random_op(int op)
     return op == KN_OP_RANDN || op == KN_OP_RAND || op == KN_OP_RANDINT;
 }
 
-/* The device the graph runs on: its bound inputs' (the plan's rule). */
+/* The device the graph runs on: its bound inputs' (kn_plan_build's rule:
+ * the last bound input's). */
 static bool graph_device(const kn_graph *g, kn_device *dev)
 {
+    bool any = false;
     for (int i = 0; i < g->n_inputs; i++)
         if (g->inputs[i].tensor) {
             *dev = kn_tensor_device(g->inputs[i].tensor);
-            return true;
+            any = true;
         }
-    return false;
+    return any;
 }
 
 /* The value of CONST node n on dev, as a 0-dim tensor. */
