@@ -147,7 +147,7 @@ static void once_name(const kn_graph *g, const unsigned char *needed_by, int roo
 kn_status kn_pass_fold_once(kn_pass_ctx *x)
 {
     kn_graph *g = x->g;
-    kn_device dev;
+    kn_device dev = KN_CPU;
     if (!graph_device(g, &dev)) return KN_OK; /* an unbound copy: nothing runs here */
     int n = g->n_nodes;
     /* fixed: depends on no input and nothing random; work: its subgraph
