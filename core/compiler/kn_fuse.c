@@ -108,11 +108,6 @@ static bool runs_in_library(const kn_node *n)
     return n->op == KN_OP_MATMUL || n->op == KN_OP_CONV2D;
 }
 
-static bool nd_is_reshape(const kn_node *n)
-{
-    return n->op == KN_OP_RESHAPE;
-}
-
 /* Whether reshape node n of a value laid out as src must copy. */
 static bool reshape_copies(const kn_node *n, const kn_layout *src)
 {
@@ -780,7 +775,7 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
     }
     permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
     for (int i = 0; i < n; i++) /* the copies left: a reshape its source's strides cannot express */
-        if (f->disp[i] == KN_D_VIEW && nd_is_reshape(&g->nodes[i]) &&
+        if (f->disp[i] == KN_D_VIEW && g->nodes[i].op == KN_OP_RESHAPE &&
             reshape_copies(&g->nodes[i], &f->layout[g->nodes[i].in_node[0]])) {
             f->n_view_copies++;
             note_why(f, "node %d (%s) copies node %d (%s): %s\n", i, "reshape", g->nodes[i].in_node[0],

@@ -108,8 +108,8 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
                 fprintf(f, "%s%lld:%lld", d ? "," : "", (long long)l->shape[d], (long long)l->strides[d]);
             fprintf(f, "]");
         }
-        const kn_layout *ol = &p->code.fusion.layout[k->lib_node];
         if (permuted_value(p, k->lib_node)) { /* written permuted (kn_fuse_ex): its own entry */
+            const kn_layout *ol = &p->code.fusion.layout[k->lib_node];
             fprintf(f, " out strides [");
             for (int d = 0; d < ol->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)ol->strides[d]);
             fprintf(f, "]");
