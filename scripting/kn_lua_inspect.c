@@ -231,12 +231,47 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
     }
 }
 
-/* cm:kernels(): the kernels of the latest version of each graph; a graph
- * that runs op by op lists one reference kernel per op. */
+/* The values plan p computed once, at its build (fold_once: inputs the
+ * graph owns, named KN_ONCE_PREFIX...), appended to the table on top. */
+static void push_plan_once(lua_State *L, const kn_plan *p, int graph, int *n)
+{
+    size_t len = strlen(KN_ONCE_PREFIX);
+    for (int i = p->n_orig_inputs; i < p->g.n_inputs; i++) {
+        const kn_graph_input *in = &p->g.inputs[i];
+        if (strncmp(in->name, KN_ONCE_PREFIX, len) != 0) continue;
+        lua_createtable(L, 0, 5);
+        lua_pushstring(L, in->name + len);
+        lua_setfield(L, -2, "ops");
+        push_shape_list(L, &in->meta);
+        lua_setfield(L, -2, "shape");
+        lua_pushstring(L, kn_dtype_name(in->meta.dtype));
+        lua_setfield(L, -2, "dtype");
+        for (int j = 0; j < p->g.n_nodes; j++)
+            if (p->g.nodes[j].op == KN_NODE_INPUT && p->g.nodes[j].input == i) {
+                lua_pushstring(L, p->g.nodes[j].where);
+                lua_setfield(L, -2, "where");
+            }
+        lua_pushinteger(L, graph);
+        lua_setfield(L, -2, "graph");
+        lua_seti(L, -2, ++*n);
+    }
+}
+
+/* cm:kernels(): the kernels of the latest version of each graph, the ones
+ * each call runs; a graph that runs op by op lists one reference kernel per
+ * op. Its field `once` lists what the plans computed once at their build
+ * instead (values of shapes and constants: a causal mask). */
 static int cm_kernels(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     lua_newtable(L);
+    lua_newtable(L);
+    int n_once = 0;
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        const kn_plan *plan = kn_version_plan(latest_version(cm, k));
+        if (plan) push_plan_once(L, plan, k, &n_once);
+    }
+    lua_setfield(L, -2, "once");
     int n = 0;
     for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_version *ver = latest_version(cm, k);
@@ -314,6 +349,26 @@ static int cm_stats(lua_State *L)
     /* pointwise kernels (bias, relu, residual) run in a matmul's library epilogue */
     lua_pushinteger(L, folded);
     lua_setfield(L, -2, "library_epilogues");
+    int once = 0; /* values computed once at a plan's build (fold_once) */
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        const kn_plan *plan = kn_version_plan(latest_version(cm, k));
+        for (int i = plan ? plan->n_orig_inputs : 0; plan && i < plan->g.n_inputs; i++)
+            once += strncmp(plan->g.inputs[i].name, KN_ONCE_PREFIX, strlen(KN_ONCE_PREFIX)) == 0;
+    }
+    lua_pushinteger(L, once);
+    lua_setfield(L, -2, "computed_once");
+    /* copies outside the kernels: reshapes of layouts their strides cannot
+     * express; and library calls that write their value permuted instead */
+    int view_copies = 0, permuted = 0;
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        const kn_plan *plan = kn_version_plan(latest_version(cm, k));
+        view_copies += plan ? plan->code.fusion.n_view_copies : 0;
+        permuted += plan ? plan->code.fusion.n_permuted : 0;
+    }
+    lua_pushinteger(L, view_copies);
+    lua_setfield(L, -2, "view_copies");
+    lua_pushinteger(L, permuted);
+    lua_setfield(L, -2, "permuted_outputs");
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, s->capture_s);
     lua_setfield(L, -2, "capture");

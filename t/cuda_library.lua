@@ -3,7 +3,8 @@
 -- CPU reference on the same inputs: matmul over 1-D operands, batches,
 -- broadcasts, transposed, sliced and expanded views, odd sizes, k = 1 and
 -- k = 0; conv2d over stride, padding, dilation, groups, bias, batch and
--- layouts; f32, f64, bf16 and f16, and f32 with allow_tf32. NaN never
+-- layouts; f32, f64, bf16 and f16, and f32 with allow_tf32; attention's
+-- head merge compiled with the matmul writing a permuted output. NaN never
 -- passes. Skipped where there is no CUDA device.
 local T = dofile("t/lib/tap.lua")
 
@@ -176,6 +177,48 @@ end
 -- f64: cuDNN or the fallback kernel, either way exact to f64 rounding
 conv_case("f64", CONV[2])
 conv_case("f64", CONV[4])
+
+---------------------------------------------------------------------------
+-- matmul into a permuted output (kn_plan.c run_permuted, kn_cuda_blas.c's
+-- strided D): attention's head merge compiled on cuda against the CPU's
+-- eager result. At B = 1 the output's batch dim (heads) is one strided run:
+-- cuBLASLt writes the head-merged layout directly (permuted_outputs 1, no
+-- copy left). At B > 1 (batch dims (B, H), no single run) the backend
+-- declines and the plan keeps the reshape's copy (permuted_outputs 0).
+local function head_merge(h)
+  return function(x)
+    local s = x:shape()
+    local B, Tn, D = s[1], s[2], s[3] // 3
+    local hd = D // h
+    local q, k, v = x:split(D, -1)
+    q = q:reshape({ B, Tn, h, hd }):transpose(2, 3)
+    k = k:reshape({ B, Tn, h, hd }):transpose(2, 3)
+    v = v:reshape({ B, Tn, h, hd }):transpose(2, 3)
+    return q:matmul(k:transpose(-2, -1)):softmax(-1):matmul(v):transpose(2, 3):reshape({ B, Tn, D })
+  end
+end
+for _, dt in ipairs({ "f32", "bf16", "f16" }) do
+  for _, c in ipairs({ { B = 1, Tn = 37, h = 3, hd = 16, permuted = 1 }, { B = 1, Tn = 8, h = 5, hd = 8, permuted = 1 },
+    { B = 2, Tn = 19, h = 4, hd = 8, permuted = 0 } }) do
+    local f = head_merge(c.h)
+    local name = string.format("head merge %s B %d T %d heads %d hd %d", dt, c.B, c.Tn, c.h, c.hd)
+    local x = rnd({ c.B, c.Tn, 3 * c.h * c.hd }, dt)
+    local want = f(x)
+    local cm = kiln.compile(f, { mode = "default" })
+    local okc, got = pcall(cm, x:to("cuda"))
+    if not okc then
+      T.ok(false, name .. " raised: " .. tostring(got))
+    else
+      check(got, want, tol_for(dt, math.max(c.Tn, c.hd)), name .. ": compiled on cuda equals the CPU's eager result")
+      local okc2, again = pcall(cm, x:to("cuda"))
+      T.ok(okc2 and relerr(again, want) <= tol_for(dt, math.max(c.Tn, c.hd)), name .. ": and again (a second call)")
+      local st = cm:stats()
+      T.ok(st.permuted_outputs == c.permuted and st.view_copies == 1 - c.permuted,
+        string.format("%s: permuted outputs %d (want %d), copies left %d", name, st.permuted_outputs, c.permuted,
+          st.view_copies))
+    end
+  end
+end
 
 -- allow_tf32 for conv: within 1e-2
 do

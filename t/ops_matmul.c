@@ -6,7 +6,8 @@
  * operands (transposed, offset, every-other-row, stride-0 batch), sizes that
  * straddle the gemm's block sizes, zero-size dims, f32/f64/bf16/f16 and
  * mixed dtypes, both the AVX2 and the generic micro-kernels, NaN, and the
- * shape errors by message. Tolerances are the textbook bound for a sum
+ * shape errors by message; and outputs with other strides than contiguous
+ * (a plan's head-merge layout, padded rows, a transposed output). Tolerances are the textbook bound for a sum
  * computed in order, (K+2)u * sum|a*b|, plus the output's rounding, so a
  * wrong or missing term fails while rounding never does.
  */
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kn_backend.h"
 #include "kn_op.h"
 #include "kn_tensor.h"
 #include "tap.h"
@@ -161,6 +163,8 @@ static kn_status run_matmul(kn_tensor *a, kn_tensor *b, kn_tensor **out)
     return st;
 }
 
+static void compare_case(const char *name, kn_tensor *a, kn_tensor *b, kn_tensor *o, int wnd, const int64_t *want);
+
 /* Multiply a and b (released here), compare with the reference; `want` is
  * the expected output shape. */
 static void check_case(const char *name, kn_tensor *a, kn_tensor *b, int wnd,
@@ -174,6 +178,12 @@ static void check_case(const char *name, kn_tensor *a, kn_tensor *b, int wnd,
         kn_tensor_release(b);
         return;
     }
+    compare_case(name, a, b, o, wnd, want);
+}
+
+/* Compare o = a @ b with the reference (a, b, o released here). */
+static void compare_case(const char *name, kn_tensor *a, kn_tensor *b, kn_tensor *o, int wnd, const int64_t *want)
+{
     int shape_ok = o->ndim == wnd && (wnd == 0 || memcmp(o->shape, want, sizeof(int64_t) * (size_t)wnd) == 0);
     char gs[128], ws[128];
     ok(shape_ok, "%s: shape %s (want %s)", name, kn_shape_str(o->ndim, o->shape, gs, sizeof gs),
@@ -409,6 +419,78 @@ static void test_speed(void)
     kn_tensor_release(b);
 }
 
+/* The backend writing into a preallocated output with the given strides
+ * (what a plan does for attention's head merge, kn_plan.c run_permuted):
+ * the elements the strides reach match the reference, and the bytes of the
+ * buffer they do not reach (row padding) keep their sentinel. */
+static void check_strided_out(const char *name, kn_dtype dt, kn_tensor *a, kn_tensor *b, int nd,
+                              const int64_t *shape, const int64_t *strides)
+{
+    int64_t span = 1;
+    for (int i = 0; i < nd; i++) span += (shape[i] - 1) * strides[i];
+    kn_tensor *buf = NULL, *o = NULL;
+    kn_tensor_new(dt, 1, &span, KN_CPU, &buf);
+    char *p = kn_tensor_data(buf);
+    size_t esz = kn_dtype_size(dt);
+    const double sentinel = 1024.0; /* exact in every float dtype; no product sum here reaches it */
+    for (int64_t i = 0; i < span; i++) kn_store_f64(p + (size_t)i * esz, dt, sentinel);
+    kn_tensor_view_of(buf, nd, shape, strides, 0, &o);
+    /* which elements of the buffer the output reaches */
+    unsigned char *reached = calloc((size_t)span, 1);
+    int64_t idx[KN_MAX_DIMS] = {0}, n = kn_numel_of(nd, shape);
+    for (int64_t e = 0; e < n; e++, next_index(nd, shape, idx)) {
+        int64_t off = 0;
+        for (int d = 0; d < nd; d++) off += idx[d] * strides[d];
+        reached[off] = 1;
+    }
+    kn_device_ctx *dc = kn_backend_get(KN_CPU);
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_MATMUL);
+    c.n_in = 2;
+    c.in[0] = a;
+    c.in[1] = b;
+    c.n_out = 1;
+    c.out[0] = o;
+    ok(dc->be->strided_out && dc->be->strided_out(dc, &c), "%s: the cpu backend says it writes these strides", name);
+    kn_status st = dc->be->run(dc, &c);
+    if (!ok(st == KN_OK, "%s: runs into the strided output", name)) printf("#   %s\n", kn_last_error());
+    int64_t untouched = 0, pads = 0;
+    for (int64_t i = 0; i < span; i++)
+        if (!reached[i]) {
+            pads++;
+            untouched += kn_load_f64(p + (size_t)i * esz, dt) == sentinel;
+        }
+    ok(untouched == pads, "%s: the %lld buffer elements outside the output keep their value (%lld do)", name,
+       (long long)pads, (long long)untouched);
+    free(reached);
+    kn_tensor_release(buf);
+    compare_case(name, a, b, o, nd, shape);
+}
+
+static void test_strided_out(kn_dtype dt)
+{
+    printf("# strided outputs, %s\n", kn_dtype_name(dt));
+    /* attention's head merge: (B, H, T, hd) written as (B, T, H, hd) contiguous */
+    check_strided_out("head merge (2,3,5,7)@(2,3,7,4) into a (2,5,3,4) layout", dt,
+                      rand_tensor(dt, 4, SHAPE(2, 3, 5, 7)), rand_tensor(dt, 4, SHAPE(2, 3, 7, 4)), 4,
+                      SHAPE(2, 3, 5, 4), SHAPE(60, 4, 12, 1));
+    /* q and k^T as views of one qkv tensor, as the transformer sample makes them */
+    check_strided_out("views of a qkv tensor, head-merged output", dt,
+                      rand_view(dt, 4, SHAPE(2, 3, 5, 4), SHAPE(5 * 36, 4, 36, 1), 0),
+                      rand_view(dt, 4, SHAPE(2, 3, 4, 5), SHAPE(5 * 36, 4, 1, 36), 12), 4, SHAPE(2, 3, 5, 5),
+                      SHAPE(75, 5, 15, 1));
+    check_strided_out("batched x 2-D (shared weight) into a (5,4,3) layout", dt,
+                      rand_tensor(dt, 3, SHAPE(4, 5, 6)), rand_tensor(dt, 2, SHAPE(6, 3)), 3, SHAPE(4, 5, 3),
+                      SHAPE(3, 12, 1));
+    check_strided_out("padded rows 13x29 @ 29x17, row stride 20", dt, rand_tensor(dt, 2, SHAPE(13, 29)),
+                      rand_tensor(dt, 2, SHAPE(29, 17)), 2, SHAPE(13, 17), SHAPE(20, 1));
+    check_strided_out("transposed output (column stride 5)", dt, rand_tensor(dt, 3, SHAPE(3, 5, 7)),
+                      rand_tensor(dt, 3, SHAPE(3, 7, 4)), 3, SHAPE(3, 5, 4), SHAPE(20, 1, 5));
+    check_strided_out("odd sizes across the blocks, head merge 97x300 @ 300x45", dt,
+                      rand_tensor(dt, 3, SHAPE(2, 97, 300)), rand_tensor(dt, 3, SHAPE(2, 300, 45)), 3,
+                      SHAPE(2, 97, 45), SHAPE(45, 90, 1));
+}
+
 int main(void)
 {
     seed_rng();
@@ -416,6 +498,7 @@ int main(void)
     for (int d = 0; d < 4; d++) test_ranks(dts[d]);
     for (int d = 0; d < 4; d++) test_block_edges(dts[d]);
     for (int d = 0; d < 4; d++) test_strided(dts[d]);
+    for (int d = 0; d < 4; d++) test_strided_out(dts[d]);
     test_zero_size();
     test_mixed_dtypes();
     test_nan();

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "graph_fuzz.h"
 #include "kn_passes.h"
@@ -290,6 +291,92 @@ static void test_fold_batch_norm(void)
     kn_graph_free(&g);
 }
 
+/* x:masked_fill(full({n, n}, 1, bool):tril():logical_not(), -1e9): the
+ * mask's nodes; *mask_out the logical_not. */
+static int build_masked(kn_graph *g, int x, int64_t n, kn_op creation, int *mask_out)
+{
+    kn_attrs fa = kn_fuzz_attrs(creation);
+    fa.nshape = 2;
+    fa.shape[0] = fa.shape[1] = n;
+    fa.dtype = creation == KN_OP_FULL ? KN_BOOL : KN_F32;
+    fa.value = creation == KN_OP_FULL ? 1 : 0;
+    fa.value2 = 1;
+    fa.seed = 7;
+    int full = opn(g, creation, &fa, 0, NULL);
+    int tri = op1(g, KN_OP_TRIL, full);
+    int mask = creation == KN_OP_FULL ? op1(g, KN_OP_LOGICAL_NOT, tri) : op2(g, KN_OP_GT, tri, cnst(g, 0.5, KN_F32));
+    *mask_out = mask;
+    kn_attrs ma = kn_fuzz_attrs(KN_OP_MASKED_FILL);
+    ma.value = -1e9;
+    int in[2] = {x, mask};
+    return opn(g, KN_OP_MASKED_FILL, &ma, 2, in);
+}
+
+static void test_fold_once(void)
+{
+    int64_t xs[2] = {5, 5};
+    kn_graph g;
+    kn_graph_init(&g);
+    int x = input(&g, "x", KN_F32, false, 2, xs), mask;
+    int m = build_masked(&g, x, 5, KN_OP_FULL, &mask);
+    int outs[1] = {m};
+    int n_inputs = g.n_inputs;
+    run_pass(&g, "fold_once", outs, 1, 0, "folds a causal mask");
+    run_pass(&g, "dce", outs, 1, 0, "after fold_once"); /* the list's last dce drops what nothing reads now */
+    is_int(count_op(&g, KN_OP_TRIL) + count_op(&g, KN_OP_FULL) + count_op(&g, KN_OP_LOGICAL_NOT), 0,
+           "fold_once: full, tril and logical_not are gone");
+    is_int(g.n_inputs, n_inputs + 1, "fold_once: one new input");
+    const kn_node *mf = &g.nodes[outs[0]];
+    const kn_graph_input *in = mf->op == KN_OP_MASKED_FILL && g.nodes[mf->in_node[1]].op == KN_NODE_INPUT
+                                   ? &g.inputs[g.nodes[mf->in_node[1]].input]
+                                   : NULL;
+    ok(in && in->kind == KN_IN_VALUE && strcmp(in->name, KN_ONCE_PREFIX "full, tril, logical_not") == 0 &&
+           in->tensor && in->meta.dtype == KN_BOOL,
+       "fold_once: the masked_fill reads a bool input named '%s'", in ? in->name : "?");
+    kn_graph_free(&g);
+
+    /* not folded: random creation; an output; an unbound graph; a lone full */
+    kn_graph_init(&g);
+    x = input(&g, "x", KN_F32, false, 2, xs);
+    m = build_masked(&g, x, 5, KN_OP_RAND, &mask);
+    outs[0] = m;
+    run_pass(&g, "fold_once", outs, 1, 0, "leaves a mask made from rand");
+    is_int(count_op(&g, KN_OP_RAND) + count_op(&g, KN_OP_TRIL), 2, "fold_once: rand and its tril stay");
+    kn_graph_free(&g);
+
+    kn_graph_init(&g);
+    x = input(&g, "x", KN_F32, false, 2, xs);
+    m = build_masked(&g, x, 5, KN_OP_FULL, &mask);
+    int outs2[2] = {m, mask};
+    run_pass(&g, "fold_once", outs2, 2, 0, "leaves a mask that is an output");
+    is_int(count_op(&g, KN_OP_LOGICAL_NOT), 1, "fold_once: the mask the caller gets is computed as traced");
+    kn_graph_free(&g);
+
+    kn_graph h;
+    kn_graph_init(&g);
+    x = input(&g, "x", KN_F32, false, 2, xs);
+    m = build_masked(&g, x, 5, KN_OP_FULL, &mask);
+    outs[0] = m;
+    kn_graph_copy(&g, &h);
+    ok(kn_pass_run(&h, "fold_once", outs, 1, KN_PASSES_VERIFY) == KN_OK && count_op(&h, KN_OP_TRIL) == 1 &&
+           h.n_inputs == g.n_inputs,
+       "fold_once: nothing folded on an unbound graph");
+    kn_graph_free(&h);
+    kn_graph_free(&g);
+
+    kn_graph_init(&g);
+    x = input(&g, "x", KN_F32, false, 2, xs);
+    kn_attrs fa = kn_fuzz_attrs(KN_OP_FULL);
+    fa.nshape = 2;
+    fa.shape[0] = fa.shape[1] = 5;
+    fa.dtype = KN_F32;
+    fa.value = 2.5;
+    outs[0] = op2(&g, KN_OP_MUL, x, opn(&g, KN_OP_FULL, &fa, 0, NULL));
+    run_pass(&g, "fold_once", outs, 1, 0, "leaves a lone full");
+    is_int(count_op(&g, KN_OP_FULL), 1, "fold_once: a lone full stays (its reader computes it for free)");
+    kn_graph_free(&g);
+}
+
 /* Random conv configurations (stride, padding, dilation, groups, bias,
  * affine or not, f32 or f64) fold to the same values. */
 static void test_fold_batch_norm_random(void)
@@ -489,7 +576,7 @@ static void test_names_and_run(void)
     const char *const *names = kn_passes_names();
     char list[256] = "";
     for (int k = 0; names[k]; k++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? "," : "", names[k]);
-    is_str(list, "dce,cse,fold_constants,fold_batch_norm,simplify,attention,dce", "the pass list in order");
+    is_str(list, "dce,cse,fold_constants,fold_batch_norm,simplify,attention,fold_once,dce", "the pass list in order");
     kn_graph g;
     kn_graph_init(&g);
     int outs[1] = {0};
@@ -577,6 +664,7 @@ int main(void)
     test_fold_constants();
     test_fold_batch_norm();
     test_fold_batch_norm_random();
+    test_fold_once();
     test_simplify_arith();
     test_simplify_views();
     test_output_rules();

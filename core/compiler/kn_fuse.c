@@ -97,6 +97,92 @@ static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
     }
 }
 
+/* ---- library outputs written permuted ------------------------------------ */
+
+static void note_why(kn_fusion *f, const char *fmt, int a, const char *an, int b, const char *bn, const char *reason);
+
+/* Whether node n runs as a LIBRARY kernel (its backend's library, or the
+ * CPU reference): the kernel builder's rule, and the permuted layouts'. */
+static bool runs_in_library(const kn_node *n)
+{
+    return n->op == KN_OP_MATMUL || n->op == KN_OP_CONV2D || n->op == KN_OP_ATTENTION;
+}
+
+/* Whether reshape node n of a value laid out as src must copy. */
+static bool reshape_copies(const kn_node *n, const kn_layout *src)
+{
+    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true, 0};
+    kn_tensor probe = {0};
+    probe.refcount = 1 << 30;
+    probe.dtype = n->out[0].dtype;
+    probe.ndim = src->ndim;
+    memcpy(probe.shape, src->shape, sizeof probe.shape);
+    memcpy(probe.strides, src->strides, sizeof probe.strides);
+    probe.storage = &nothing;
+    kn_tensor *v = NULL;
+    kn_status st = kn_view_view(&probe, n->a.nshape, n->a.shape, &v);
+    kn_tensor_release(v);
+    return st != KN_OK;
+}
+
+/* The head merge of attention, `att:matmul(v):transpose(2, 3):reshape(...)`:
+ * the reshape of a transposed value copies it. When a library kernel's
+ * value is read only by a permute that such a reshape reads, and the
+ * backend can write the library's output through strides (strided_out),
+ * its value is laid out so that the permute is contiguous: the library
+ * writes straight into the bytes the copy would have made, and the copy is
+ * gone. The layouts of the views after it follow. Op-agnostic: any library
+ * kernel whose backend says yes. */
+static void permuted_library_outputs(const kn_graph *g, kn_fusion *f, const int *uses, const int *consumer,
+                                     const bool *is_out, kn_fuse_strided_out_fn strided_out, void *ud)
+{
+    int n = g->n_nodes;
+    bool changed = false;
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (f->disp[i] != KN_D_ROOT || !runs_in_library(nd) || is_out[i] || uses[i] != 1 || nd->n_out != 1) continue;
+        int c = consumer[i];
+        const kn_node *pn = &g->nodes[c];
+        if (pn->op != KN_OP_PERMUTE || f->disp[c] != KN_D_VIEW || pn->in_out[0] != 0 || pn->a.ndims != nd->out[0].ndim)
+            continue;
+        int nd_ = pn->a.ndims, inv[KN_MAX_DIMS];
+        bool perm = true, identity = true;
+        for (int d = 0; d < nd_; d++) inv[d] = -1;
+        for (int j = 0; j < nd_ && perm; j++) {
+            int d = pn->a.dims[j] < 0 ? pn->a.dims[j] + nd_ : pn->a.dims[j];
+            perm = d >= 0 && d < nd_ && inv[d] < 0;
+            if (perm) inv[d] = j;
+            identity = identity && d == j;
+        }
+        if (!perm || identity) continue;
+        int reshape = -1;
+        for (int j = c + 1; j < n && reshape < 0; j++)
+            if (g->nodes[j].op == KN_OP_RESHAPE && f->disp[j] == KN_D_VIEW && g->nodes[j].in_node[0] == c &&
+                reshape_copies(&g->nodes[j], &f->layout[c]))
+                reshape = j;
+        if (reshape < 0) continue;
+        /* the permute's value contiguous: dim d of the library's value
+         * is dim inv[d] of the permute's */
+        int64_t pc[KN_MAX_DIMS];
+        kn_contiguous_strides(nd_, pn->out[0].shape, pc);
+        kn_layout want = f->layout[i];
+        for (int d = 0; d < nd_; d++) want.strides[d] = pc[inv[d]];
+        if (!strided_out || !strided_out(ud, g, i, &want)) {
+            note_why(f, "node %d (%s) is copied by node %d (%s): %s\n", i, kn_op_name((kn_op)nd->op), reshape,
+                     "reshape", "the backend cannot write this library call's output permuted");
+            continue;
+        }
+        f->layout[i] = want;
+        f->n_permuted++;
+        changed = true;
+        note_why(f, "node %d (%s) writes its value permuted for node %d (%s): %s\n", i, kn_op_name((kn_op)nd->op), c,
+                 "permute", "the reshape after it copies nothing");
+    }
+    if (!changed) return;
+    for (int i = 0; i < n; i++)
+        if (f->disp[i] == KN_D_VIEW) view_layout(&g->nodes[i], &f->layout[g->nodes[i].in_node[0]], &f->layout[i]);
+}
+
 /* ---- building one kernel -------------------------------------------------- */
 
 typedef struct {
@@ -597,6 +683,12 @@ static void coalesce_dims(kn_kernel *k)
 
 kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f)
 {
+    return kn_fuse_ex(g, outputs, n_outputs, NULL, NULL, f);
+}
+
+kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
+                     void *ud, kn_fusion *f)
+{
     memset(f, 0, sizeof *f);
     int n = g->n_nodes;
     f->n_nodes = n;
@@ -681,6 +773,15 @@ kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusio
         }
         f->disp[i] = KN_D_INLINE;
     }
+    permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
+    for (int i = 0; i < n; i++) /* the copies left: a reshape its source's strides cannot express */
+        if (f->disp[i] == KN_D_VIEW && g->nodes[i].op == KN_OP_RESHAPE &&
+            reshape_copies(&g->nodes[i], &f->layout[g->nodes[i].in_node[0]])) {
+            f->n_view_copies++;
+            note_why(f, "node %d (%s) copies node %d (%s): %s\n", i, "reshape", g->nodes[i].in_node[0],
+                     kn_op_name((kn_op)g->nodes[g->nodes[i].in_node[0]].op),
+                     "a reshape of a layout its strides cannot express, once per call");
+        }
     /* kernels: one per root, in node order; inlined nodes join their consumer's */
     int nk = 0;
     for (int i = 0; i < n; i++) nk += f->disp[i] == KN_D_ROOT;
@@ -714,9 +815,7 @@ kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusio
         if (is_pointwise(nd)) st = build_pointwise_kernel(&c, i);
         else if (d >= 0) st = build_row_kernel(&c, i, d);
         else {
-            k->kind = (nd->op == KN_OP_MATMUL || nd->op == KN_OP_CONV2D || nd->op == KN_OP_ATTENTION)
-                          ? KN_KERNEL_LIBRARY
-                          : KN_KERNEL_FALLBACK;
+            k->kind = runs_in_library(nd) ? KN_KERNEL_LIBRARY : KN_KERNEL_FALLBACK;
             k->ndim = nd->out[0].ndim;
             memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
         }

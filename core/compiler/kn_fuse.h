@@ -44,11 +44,24 @@ typedef struct kn_fusion {
     kn_kprogram prog;
     int *kernel_at;    /* per kernel: the node at whose position it runs */
     char *why;         /* KILN_LOGS=fusion: why neighbours were not fused (may be NULL) */
+    int n_permuted;    /* library kernels whose value is laid out permuted (see kn_fuse_ex) */
+    int n_view_copies; /* reshapes that copy at run time (kn_view_run): not kernels, but copies per call */
 } kn_fusion;
+
+/* Whether the backend can write library node `node`'s value with the
+ * strides of `layout` (not contiguous). */
+typedef bool (*kn_fuse_strided_out_fn)(void *ud, const kn_graph *g, int node, const kn_layout *layout);
 
 /* Plan the kernels of g. outputs: the node indices whose values the caller
  * needs (kept materialized). Inputs must be bound or carry strides. */
 kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f);
+/* kn_fuse, where a library kernel whose value only a permute reads, and a
+ * reshape that would copy reads that permute (attention's head merge), may
+ * have its value laid out permuted (layout[node] not contiguous) so that
+ * the reshape copies nothing; strided_out(ud, ...) says whether the
+ * plan's backend can write it so (NULL: never). */
+kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
+                     void *ud, kn_fusion *f);
 void kn_fusion_free(kn_fusion *f);
 
 #endif

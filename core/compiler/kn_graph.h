@@ -24,6 +24,11 @@ typedef enum kn_input_kind {
     KN_IN_VALUE         /* a tensor made during the call outside any graph (kiln.eager's result) */
 } kn_input_kind;
 
+/* The name of an input the fold_once pass made (a value of shapes and
+ * constants, computed once when a plan is built) starts so: "computed
+ * once: full, tril, logical_not" (kn_passes.h). */
+#define KN_ONCE_PREFIX "computed once: "
+
 #define KN_NAME_MAX 96
 #define KN_WHERE_MAX 128
 #define KN_COVERS_MAX 192

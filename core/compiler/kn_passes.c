@@ -456,10 +456,13 @@ static const pass_entry pass_table[] = {
     {"fold_batch_norm", kn_pass_fold_batch_norm},
     {"simplify", pass_simplify},
     {"attention", kn_pass_attention},
+    {"fold_once", kn_pass_fold_once},
 };
 
+/* attention before fold_once: the pattern pass wants to see the causal
+ * mask's subgraph, which fold_once would turn into an input */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm",
-                                        "simplify", "attention", "dce", NULL};
+                                        "simplify", "attention", "fold_once", "dce", NULL};
 
 const char *const *kn_passes_names(void)
 {

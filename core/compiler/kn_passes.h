@@ -2,7 +2,7 @@
  * and the graph checker that runs between them (the printer is kn_graph_print).
  *
  * The pipeline is a short named list, as tinygrad's: dce, cse,
- * fold_constants, fold_batch_norm, simplify, attention, dce. Each pass rewrites the
+ * fold_constants, fold_batch_norm, simplify, attention, fold_once, dce. Each pass rewrites the
  * graph in place and keeps its invariants (node i reads only nodes before
  * it; every node's out metas are what kn_op_infer says for its inputs), so
  * kn_graph_verify can run after any of them. A pass may remove, merge and
@@ -32,6 +32,15 @@
  *   kind that is the same tensor at every call (kn_input_keeps_values), so
  *   it does nothing on an unbound copy (kn_graph_copy) of a graph, nor on
  *   arguments: run the passes on the bound graph a capture produced.
+ * - fold_once adds inputs too: each value that depends only on shapes and
+ *   constants (no input, nothing random: a causal mask, arange position
+ *   ids) and that a value depending on inputs reads is computed now, node
+ *   by node on the bound inputs' device, and becomes an input the graph
+ *   owns (kind KN_IN_VALUE, named KN_ONCE_PREFIX and its ops). A plan
+ *   therefore computes it once, at its build, and frees it with itself.
+ *   Not folded: caller outputs (the caller would share the plan's buffer),
+ *   a lone full (its readers compute it for free), values over 64 MiB. It
+ *   runs after the pattern passes, which may want to see the subgraph.
  * - cse merges constants with the same value and dtype (the first keeps its
  *   name): guards on Lua numbers should be taken from the graph as captured.
  */

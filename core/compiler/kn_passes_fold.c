@@ -6,11 +6,20 @@
  * batch_norm into the convolution that feeds it: new weights and bias,
  * computed now in float64 from the bound parameter tensors and stored in
  * the weight's dtype, become new inputs of the graph (kn_passes.h says what
- * that means for binding).
+ * that means for binding). fold_once computes, at compile time and on the
+ * graph's device, the values that depend only on shapes and constants (a
+ * causal mask: full, tril, logical_not), so they are made once per plan
+ * instead of on every call.
+ *
+ * Why fold_constants alone does not take a mask: a CONST node holds one
+ * number, so it folds only 0-dim elementwise results of 0-dim constants;
+ * creation ops (full, arange) and tensor-shaped results are out of its
+ * reach. fold_once keeps them as tensors: new inputs the graph owns.
  */
 #include "kn_passes_fold.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +89,179 @@ kn_status kn_pass_fold_constants(kn_pass_ctx *x)
         memcpy(n->where, where, sizeof where);
     }
     return KN_OK;
+}
+
+/* ---- fold_once ---- */
+
+/* A value of at most this many bytes is kept; a larger one is computed per
+ * call as before (a plan keeps what it folds for its whole life). */
+#define KN_FOLD_ONCE_MAX_BYTES ((int64_t)64 << 20)
+
+/* Ops whose result is not a function of their inputs: never folded. */
+static bool is_random_op(int op)
+{
+    return op == KN_OP_RANDN || op == KN_OP_RAND || op == KN_OP_RANDINT;
+}
+
+/* The device the graph runs on: its bound inputs' (kn_plan_build's rule:
+ * the last bound input's). */
+static bool graph_device(const kn_graph *g, kn_device *dev)
+{
+    bool any = false;
+    for (int i = 0; i < g->n_inputs; i++)
+        if (g->inputs[i].tensor) {
+            *dev = kn_tensor_device(g->inputs[i].tensor);
+            any = true;
+        }
+    return any;
+}
+
+/* The value of CONST node n on dev, as a 0-dim tensor. */
+static kn_status once_const(const kn_node *n, kn_device dev, kn_tensor **out)
+{
+    kn_tensor *t;
+    KN_TRY(kn_tensor_new(n->out[0].dtype, 0, NULL, KN_CPU, &t));
+    kn_store_f64(t->storage->data, n->out[0].dtype, n->value);
+    if (dev == KN_CPU) {
+        *out = t;
+        return KN_OK;
+    }
+    kn_status st = kn_tensor_to_device(t, dev, out);
+    kn_tensor_release(t);
+    return st;
+}
+
+/* "computed once: full, tril, logical_not": the ops of root's subgraph, in
+ * graph order (the name :kernels shows). */
+static void once_name(const kn_graph *g, const unsigned char *needed_by, int root, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "%s", KN_ONCE_PREFIX);
+    for (int i = 0; i <= root && used < size; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (!needed_by[i] || n->op >= KN_OP_COUNT) continue;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", used > strlen(KN_ONCE_PREFIX) ? ", " : "",
+                                 kn_op_name((kn_op)n->op));
+    }
+}
+
+kn_status kn_pass_fold_once(kn_pass_ctx *x)
+{
+    kn_graph *g = x->g;
+    kn_device dev = KN_CPU;
+    if (!graph_device(g, &dev)) return KN_OK; /* an unbound copy: nothing runs here */
+    int n = g->n_nodes;
+    /* fixed: depends on no input and nothing random; work: its subgraph
+     * computes something (a lone full, viewed or not, is inlined into its
+     * reader as a constant: folding it would turn that into a load) */
+    unsigned char *fixed = calloc((size_t)n + 1, 1), *work = calloc((size_t)n + 1, 1);
+    unsigned char *root = calloc((size_t)n + 1, 1), *mark = calloc((size_t)n + 1, 1);
+    kn_tensor **val = calloc((size_t)n * KN_MAX_OUTPUTS + 1, sizeof *val);
+    kn_status st = KN_OK;
+    if (!fixed || !work || !root || !mark || !val) {
+        st = kn_error(KN_ERR_OOM, "fold_once: out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (x->dead[i] || nd->op == KN_NODE_INPUT) continue;
+        if (nd->op == KN_NODE_CONST) {
+            fixed[i] = 1;
+            continue;
+        }
+        if (is_random_op(nd->op)) continue;
+        bool f = true, w = nd->op != KN_OP_FULL && kn_op_kind_of((kn_op)nd->op) != KN_K_VIEW;
+        for (int k = 0; k < nd->n_in; k++) {
+            f = f && fixed[nd->in_node[k]];
+            w = w || work[nd->in_node[k]];
+        }
+        fixed[i] = f;
+        work[i] = f && w;
+    }
+    /* roots: fixed values with work that a non-fixed node reads; never a
+     * caller output (the caller would hold the plan's own buffer) */
+    int n_roots = 0;
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (x->dead[i] || fixed[i]) continue;
+        for (int k = 0; k < nd->n_in; k++) {
+            int s = nd->in_node[k];
+            const kn_node *sn = &g->nodes[s];
+            if (!work[s] || root[s] || sn->n_out != 1 || kn_pass_is_output(x, s)) continue;
+            int64_t bytes = kn_numel_of(sn->out[0].ndim, sn->out[0].shape) * (int64_t)kn_dtype_size(sn->out[0].dtype);
+            if (bytes > KN_FOLD_ONCE_MAX_BYTES) continue;
+            root[s] = 1;
+            n_roots++;
+        }
+    }
+    if (n_roots == 0) goto done;
+    /* evaluate every fixed node a root needs, in graph order, on the device */
+    for (int i = n - 1; i >= 0; i--) {
+        if (!root[i] && !mark[i]) continue;
+        mark[i] = 1;
+        for (int k = 0; k < g->nodes[i].n_in; k++) mark[g->nodes[i].in_node[k]] = 1;
+    }
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (!mark[i]) continue;
+        if (nd->op == KN_NODE_CONST) {
+            st = once_const(nd, dev, &val[KN_REF(i, 0)]);
+            continue;
+        }
+        kn_opcall c;
+        kn_opcall_init(&c, (kn_op)nd->op);
+        c.a = nd->a;
+        c.n_in = nd->n_in;
+        for (int k = 0; k < nd->n_in; k++) c.in[k] = val[KN_REF(nd->in_node[k], nd->in_out[k])];
+        st = kn_op_eager(&c, dev);
+        if (st != KN_OK) {
+            st = KN_OK; /* left to run (and fail) as traced */
+            mark[i] = 0;
+            root[i] = 0;
+            for (int j = i + 1; j < n; j++) /* nothing that reads it can be computed */
+                for (int k = 0; k < g->nodes[j].n_in; k++)
+                    if (!mark[g->nodes[j].in_node[k]] && mark[j]) mark[j] = root[j] = 0;
+            continue;
+        }
+        for (int k = 0; k < c.n_out; k++) val[KN_REF(i, k)] = c.out[k];
+    }
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        if (!root[i] || !val[KN_REF(i, 0)]) continue;
+        const kn_meta *m = &g->nodes[i].out[0];
+        kn_meta got = kn_tensor_meta(val[KN_REF(i, 0)]);
+        if (got.dtype != m->dtype || got.ndim != m->ndim ||
+            memcmp(got.shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0)
+            continue;
+        /* the subgraph of this root, for the name */
+        unsigned char *sub = calloc((size_t)n + 1, 1);
+        if (!sub) {
+            st = kn_error(KN_ERR_OOM, "fold_once: out of host memory");
+            break;
+        }
+        sub[i] = 1;
+        for (int j = i; j >= 0; j--)
+            if (sub[j])
+                for (int k = 0; k < g->nodes[j].n_in; k++) sub[g->nodes[j].in_node[k]] = 1;
+        char name[KN_NAME_MAX], where[KN_WHERE_MAX];
+        once_name(g, sub, i, name, sizeof name);
+        free(sub);
+        memcpy(where, g->nodes[i].where, sizeof where);
+        int in_node;
+        st = kn_graph_add_input(g, KN_IN_VALUE, name, val[KN_REF(i, 0)], where, &in_node);
+        if (st == KN_OK) st = kn_pass_sync(x);
+        if (st != KN_OK) break;
+        g = x->g; /* the node array may have moved */
+        x->before[in_node] = i;
+        x->repl[KN_REF(i, 0)] = KN_REF(in_node, 0);
+        x->dead[i] = 1;
+    }
+done:
+    for (int i = 0; val && i < n * KN_MAX_OUTPUTS; i++) kn_tensor_release(val[i]);
+    free(val);
+    free(fixed);
+    free(work);
+    free(root);
+    free(mark);
+    return st;
 }
 
 /* ---- fold_batch_norm ---- */

@@ -1,5 +1,5 @@
 /* kn_passes_fold: the folding passes of the pass list (kn_passes.h says
- * what each guarantees): fold_constants and fold_batch_norm. */
+ * what each guarantees): fold_constants, fold_batch_norm and fold_once. */
 #ifndef KN_PASSES_FOLD_H
 #define KN_PASSES_FOLD_H
 
@@ -7,5 +7,6 @@
 
 kn_status kn_pass_fold_constants(kn_pass_ctx *x);
 kn_status kn_pass_fold_batch_norm(kn_pass_ctx *x);
+kn_status kn_pass_fold_once(kn_pass_ctx *x);
 
 #endif

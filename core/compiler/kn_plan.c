@@ -22,6 +22,8 @@
  * Which kernels have choices, their cache keys, and applying a saved choice
  * before the compile; the measured search is kn_plan_tune.c. */
 
+static bool permuted_value(const kn_plan *p, int node);
+
 /* The language the plan's device generates kernels in: its backend's. */
 const kn_render_target *kn_plan_target(const kn_plan *p)
 {
@@ -104,6 +106,12 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
             fprintf(f, " in%d %s [", i, kn_dtype_name(p->g.nodes[n->in_node[i]].out[n->in_out[i]].dtype));
             for (int d = 0; d < l->ndim; d++)
                 fprintf(f, "%s%lld:%lld", d ? "," : "", (long long)l->shape[d], (long long)l->strides[d]);
+            fprintf(f, "]");
+        }
+        if (permuted_value(p, k->lib_node)) { /* written permuted (kn_fuse_ex): its own entry */
+            const kn_layout *ol = &p->code.fusion.layout[k->lib_node];
+            fprintf(f, " out strides [");
+            for (int d = 0; d < ol->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)ol->strides[d]);
             fprintf(f, "]");
         }
         fprintf(f, " out %s stride %d %d pad %d %d dil %d %d groups %d", kn_dtype_name(n->out[0].dtype),
@@ -349,6 +357,36 @@ bool kn_plan_stale(const kn_plan *p, kn_tensor *const *inputs, char *why, size_t
     return false;
 }
 
+/* kn_fuse_ex's question to the plan's backend: can the library call at
+ * `node` write its value with the strides of `layout`? Asked on headers
+ * without storage (inputs contiguous: their strides do not decide it). */
+static bool plan_strided_out(void *ud, const kn_graph *g, int node, const kn_layout *layout)
+{
+    kn_plan *p = ud;
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    const kn_node *n = &g->nodes[node];
+    if (!dc || !dc->be->strided_out || n->op >= KN_OP_COUNT || n->n_in > KN_MAX_INPUTS) return false;
+    kn_tensor hdr[KN_MAX_INPUTS + 1];
+    kn_opcall c;
+    kn_opcall_init(&c, (kn_op)n->op);
+    c.a = n->a;
+    c.n_in = n->n_in;
+    for (int k = 0; k <= n->n_in; k++) {
+        const kn_meta *m = k < n->n_in ? &g->nodes[n->in_node[k]].out[n->in_out[k]] : &n->out[0];
+        memset(&hdr[k], 0, sizeof hdr[k]);
+        hdr[k].refcount = 1;
+        hdr[k].dtype = m->dtype;
+        hdr[k].ndim = m->ndim;
+        memcpy(hdr[k].shape, m->shape, sizeof hdr[k].shape);
+        if (k < n->n_in) kn_contiguous_strides(m->ndim, m->shape, hdr[k].strides);
+        else memcpy(hdr[k].strides, layout->strides, sizeof hdr[k].strides);
+        if (k < n->n_in) c.in[k] = &hdr[k];
+    }
+    c.n_out = 1;
+    c.out[0] = &hdr[n->n_in];
+    return dc->be->strided_out(dc, &c);
+}
+
 kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
                         int pass_flags, kn_plan **out)
 {
@@ -404,7 +442,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     }
     double t1 = kn_clock_s();
     p->times.passes_s = t1 - t0;
-    st = kn_fuse(&p->g, p->pass_out, n_wanted, &p->code.fusion);
+    st = kn_fuse_ex(&p->g, p->pass_out, n_wanted, plan_strided_out, p, &p->code.fusion);
     if (st == KN_OK && pass_notes) { /* the fusion log shows the passes' notes first */
         char *why = p->code.fusion.why;
         size_t a = strlen(pass_notes), b = why ? strlen(why) : 0;
@@ -669,6 +707,72 @@ static void drop_val(run_ctx *r, int node)
     }
 }
 
+/* Whether node's value is laid out other than contiguous (a library
+ * kernel writing it permuted, kn_fuse_ex). */
+static bool permuted_value(const kn_plan *p, int node)
+{
+    const kn_layout *l = &p->code.fusion.layout[node];
+    int64_t cs[KN_MAX_DIMS];
+    kn_contiguous_strides(l->ndim, l->shape, cs);
+    for (int d = 0; d < l->ndim; d++)
+        if (l->shape[d] > 1 && l->strides[d] != cs[d]) return true;
+    return false;
+}
+
+/* The library call at node, writing its value through the permuted
+ * strides the fusion gave it (into one buffer of the value's size: the
+ * bytes the reshape after it reads in place). When the backend declines
+ * this call (KN_ERR_UNSUPPORTED: a stride pattern its library cannot
+ * take), it computes contiguous and one copy lays the value out, as the
+ * reshape would have copied. */
+static kn_status run_permuted(run_ctx *r, int node, const kn_opcall *call)
+{
+    kn_plan *p = r->p;
+    const kn_node *n = &p->g.nodes[node];
+    const kn_layout *l = &p->code.fusion.layout[node];
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    int64_t numel = kn_numel_of(n->out[0].ndim, n->out[0].shape);
+    kn_tensor *buf, *out;
+    KN_TRY(kn_tensor_new(n->out[0].dtype, 1, &numel, p->device, &buf));
+    kn_status st = kn_tensor_view_of(buf, l->ndim, l->shape, l->strides, 0, &out);
+    kn_tensor_release(buf);
+    KN_TRY(st);
+    kn_opcall c = *call;
+    c.n_out = 1;
+    c.out[0] = out;
+    st = dc && dc->be->strided_out && dc->be->strided_out(dc, &c) ? dc->be->run(dc, &c) : KN_ERR_UNSUPPORTED;
+    if (st == KN_ERR_UNSUPPORTED) {
+        kn_tensor_release(out);
+        out = NULL;
+        /* contiguous, then the dims in the layout's order (largest stride
+         * first) copied into a dense buffer: the same bytes */
+        kn_opcall e = *call;
+        st = kn_op_eager(&e, p->device);
+        if (st != KN_OK) return st;
+        int64_t order[KN_MAX_DIMS];
+        for (int d = 0; d < l->ndim; d++) order[d] = d;
+        for (int a = 1; a < l->ndim; a++) /* stable insertion sort by stride, descending */
+            for (int b = a; b > 0 && l->strides[order[b]] > l->strides[order[b - 1]]; b--) {
+                int64_t t = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = t;
+            }
+        kn_tensor *perm = NULL, *dense = NULL;
+        st = kn_view_permute(e.out[0], l->ndim, order, &perm);
+        if (st == KN_OK) st = kn_tensor_contiguous_copy(perm, &dense);
+        if (st == KN_OK) st = kn_tensor_view_of(dense, l->ndim, l->shape, l->strides, 0, &out);
+        kn_tensor_release(perm);
+        kn_tensor_release(dense);
+        for (int k = 0; k < e.n_out; k++) kn_tensor_release(e.out[k]);
+        if (st != KN_OK) return st;
+    } else if (st != KN_OK) {
+        kn_tensor_release(out);
+        return st;
+    }
+    set_val(r, node, 0, out);
+    return KN_OK;
+}
+
 static kn_status run_reference(run_ctx *r, int node, int kid)
 {
     const kn_node *n = &r->p->g.nodes[node];
@@ -681,6 +785,7 @@ static kn_status run_reference(run_ctx *r, int node, int kid)
         c.in[k] = r->val[n->in_node[k] * KN_MAX_OUTPUTS + n->in_out[k]];
         if (!c.in[k]) return kn_error(KN_ERR_ARG, "plan: node %d reads a value that was not computed", node);
     }
+    if (n->n_out == 1 && permuted_value(r->p, node)) return run_permuted(r, node, &c);
     kn_status st = kn_op_eager(&c, r->p->device);
     if (st != KN_OK) return st;
     for (int k = 0; k < c.n_out; k++) set_val(r, node, k, c.out[k]);

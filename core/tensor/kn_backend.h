@@ -40,8 +40,16 @@ typedef struct kn_backend {
     /* Whether `run` can execute this call (op, dtypes, attrs). */
     bool (*supports_op)(kn_device_ctx *d, const kn_opcall *c);
     /* Compute c->out from c->in; outputs are preallocated, contiguous, with
-     * the shapes kn_op_infer gave. Inputs may be any strided view. */
+     * the shapes kn_op_infer gave. Inputs may be any strided view. The one
+     * exception: where strided_out said yes, a plan passes c->out[0] with
+     * those strides; run then writes through them, or returns
+     * KN_ERR_UNSUPPORTED having written nothing (the plan then copies). */
     kn_status (*run)(kn_device_ctx *d, const kn_opcall *c);
+    /* Whether run can write c->out[0] with its (non-contiguous) strides:
+     * a library op whose value a plan lays out permuted, so that a
+     * transpose and reshape after it copy nothing (kn_fuse_ex). c->out[0]
+     * may be a header without storage. NULL: never. */
+    bool (*strided_out)(kn_device_ctx *d, const kn_opcall *c);
     /* Wait for queued work (no-op on CPU). */
     kn_status (*sync)(kn_device_ctx *d);
     /* Generated code (NULL where the backend has none): compile the

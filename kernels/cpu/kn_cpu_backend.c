@@ -54,6 +54,15 @@ static bool cpu_supports_op(kn_device_ctx *d, const kn_opcall *c)
     return c && (unsigned)c->op < KN_OP_COUNT;
 }
 
+/* matmul (kn_cpu_matmul) and attention (kn_cpu_attention) write any output
+ * strides; the other ops write contiguous outputs only. */
+static bool cpu_strided_out(kn_device_ctx *d, const kn_opcall *c)
+{
+    (void)d;
+    return c && (c->op == KN_OP_MATMUL || c->op == KN_OP_ATTENTION) && c->n_out == 1 && c->out[0] &&
+           kn_dtype_is_float(c->out[0]->dtype);
+}
+
 static kn_status cpu_run(kn_device_ctx *d, const kn_opcall *c)
 {
     (void)d;
@@ -72,7 +81,12 @@ static kn_status cpu_run(kn_device_ctx *d, const kn_opcall *c)
     case KN_K_ARGREDUCE:
     case KN_K_SOFTMAX: return kn_cpu_reduce(c);
     case KN_K_NORM: return kn_cpu_norm(c);
-    case KN_K_MATMUL: return kn_cpu_matmul(c);
+    case KN_K_MATMUL:
+        /* a test hook (t/matmul_permuted.lua): decline strided outputs as a
+         * GPU library may, so the plan's fallback copy runs on the CPU too */
+        if (c->n_out == 1 && !kn_tensor_is_contiguous(c->out[0]) && getenv("KILN_CPU_DECLINE_STRIDED_OUT"))
+            return kn_error(KN_ERR_UNSUPPORTED, "matmul: strided outputs declined (KILN_CPU_DECLINE_STRIDED_OUT)");
+        return kn_cpu_matmul(c);
     case KN_K_CONV: return kn_cpu_conv2d(c);
     case KN_K_ATTENTION: return kn_cpu_attention(c);
     case KN_K_POOL: return kn_cpu_pool2d(c);
@@ -134,6 +148,8 @@ static kn_status cpu_library_fused(kn_device_ctx *d, const kn_opcall *c, const k
 {
     (void)d;
     if (c->variant) return kn_error(KN_ERR_RANGE, "%s: the cpu backend has no variant %d", kn_op_name(c->op), c->variant);
+    if (!kn_tensor_is_contiguous(c->out[0]))
+        return kn_error(KN_ERR_UNSUPPORTED, "%s: a library epilogue writes contiguous outputs only", kn_op_name(c->op));
     KN_TRY(c->op == KN_OP_CONV2D ? kn_cpu_conv2d(c) : kn_cpu_matmul(c));
     kn_tensor *o = c->out[0];
     int64_t n = kn_tensor_numel(o), cols = o->ndim ? o->shape[o->ndim - 1] : 1;
@@ -241,6 +257,7 @@ const kn_backend kn_cpu_backend = {
     .copy = cpu_copy,
     .supports_op = cpu_supports_op,
     .run = cpu_run,
+    .strided_out = cpu_strided_out,
     .sync = cpu_sync,
     .compile_program = cpu_compile_program,
     .release_program = cpu_release_program,

@@ -391,14 +391,52 @@ static void batch_offsets(const kn_tensor *a, const kn_tensor *b, const kn_tenso
     }
 }
 
+/* Element offsets of each batch matrix of the output o (its own strides,
+ * possibly not contiguous: a plan's permuted layout). */
+static void out_batch_offsets(const kn_tensor *o, int nbat, int64_t nbatch, int64_t *ooff)
+{
+    int64_t idx[KN_MAX_DIMS] = {0}, off = 0;
+    for (int64_t n = 0; n < nbatch; n++) {
+        ooff[n] = off;
+        for (int i = nbat - 1; i >= 0; i--) {
+            off += o->strides[i];
+            if (++idx[i] < o->shape[i]) break;
+            off -= o->strides[i] * idx[i];
+            idx[i] = 0;
+        }
+    }
+}
+
+/* Store the row-major values v (compute type ct) into o through its strides. */
+static void scatter_out(kn_tensor *o, kn_dtype ct, const void *v, int64_t total)
+{
+    char *od = kn_tensor_data(o);
+    size_t es = kn_dtype_size(o->dtype);
+    int64_t idx[KN_MAX_DIMS] = {0}, off = 0;
+    for (int64_t i = 0; i < total; i++) {
+        double x = ct == KN_F64 ? ((const double *)v)[i] : (double)((const float *)v)[i];
+        kn_store_f64(od + off * (int64_t)es, o->dtype, x);
+        for (int d = o->ndim - 1; d >= 0; d--) {
+            off += o->strides[d];
+            if (++idx[d] < o->shape[d]) break;
+            off -= o->strides[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 /* out = a @ b with PyTorch's 1-D and batch-broadcast rules (shapes checked
  * by kn_infer_matmul). When b is shared by every batch (x @ w, the linear
- * layer case) the batches of a become the rows of one tall gemm. */
+ * layer case) the batches of a become the rows of one tall gemm. The
+ * output may have any strides (a plan writes attention's P·V straight into
+ * its head-merged layout): unit-stride rows are written in place, one gemm
+ * per batch matrix with the output's row stride; other layouts are
+ * computed contiguous and stored through the strides. */
 kn_status kn_cpu_matmul(const kn_opcall *c)
 {
     const kn_tensor *a = c->in[0], *b = c->in[1];
     kn_tensor *o = c->out[0];
-    int na = a->ndim, nb = b->ndim;
+    int na = a->ndim, nb = b->ndim, no = o->ndim;
     int64_t M = na >= 2 ? a->shape[na - 2] : 1, K = a->shape[na - 1];
     int64_t N = nb >= 2 ? b->shape[nb - 1] : 1;
     int nbat = o->ndim - (na >= 2) - (nb >= 2);
@@ -412,22 +450,30 @@ kn_status kn_cpu_matmul(const kn_opcall *c)
     kn_dtype ct = o->dtype == KN_F64 ? KN_F64 : KN_F32;
     size_t esz = kn_dtype_size(ct);
     int64_t total = nbatch * M * N; /* == numel(out), checked by inference */
+    bool dense = kn_tensor_is_contiguous(o);
+    /* a strided output written in place: both matrix dims, the compute
+     * dtype, unit-stride rows that do not overlap */
+    int64_t o_rs = no >= 2 ? o->strides[no - 2] : 0;
+    bool direct = !dense && o->dtype == ct && na >= 2 && nb >= 2 && (N == 1 || o->strides[no - 1] == 1) &&
+                  (M == 1 || o_rs >= N);
     void *cbuf = kn_tensor_data(o), *tmp = NULL;
-    int64_t *aoff = malloc(sizeof(int64_t) * (size_t)nbatch * 2);
-    if (o->dtype != ct) cbuf = tmp = malloc((size_t)total * esz); /* bf16/f16 out: sum in f32 */
-    if (!aoff || (o->dtype != ct && !tmp)) {
+    int64_t *aoff = malloc(sizeof(int64_t) * (size_t)nbatch * 3);
+    bool need_tmp = o->dtype != ct || (!dense && !direct);
+    if (need_tmp) cbuf = tmp = malloc((size_t)total * esz); /* bf16/f16 out: sum in f32 */
+    if (!aoff || (need_tmp && !tmp)) {
         free(aoff);
         free(tmp);
         return kn_error(KN_ERR_OOM, "matmul: out of memory for a %lld-element result",
                         (long long)total);
     }
-    int64_t *boff = aoff + nbatch;
+    int64_t *boff = aoff + nbatch, *ooff = aoff + 2 * nbatch;
     bool b_shared;
     batch_offsets(a, b, o, nbat, nbatch, aoff, boff, &b_shared);
+    if (direct) out_batch_offsets(o, nbat, nbatch, ooff);
 
     kn_gemm_ws ws = {0};
     kn_status st = KN_OK;
-    if (b_shared) {
+    if (b_shared && !direct) {
         A.blk = aoff;
         A.blk_rows = M;
         st = kn_cpu_gemm(&ws, ct, nbatch * M, N, K, &A, &B, cbuf, N);
@@ -437,13 +483,16 @@ kn_status kn_cpu_matmul(const kn_opcall *c)
         for (int64_t n = 0; n < nbatch && st == KN_OK; n++) {
             A.data = a0 + aoff[n] * (int64_t)asz;
             B.data = b0 + boff[n] * (int64_t)bsz;
-            st = kn_cpu_gemm(&ws, ct, M, N, K, &A, &B, (char *)cbuf + (size_t)(n * M * N) * esz, N);
+            char *cn = direct ? (char *)cbuf + (size_t)ooff[n] * esz : (char *)cbuf + (size_t)(n * M * N) * esz;
+            st = kn_cpu_gemm(&ws, ct, M, N, K, &A, &B, cn, direct ? (M == 1 ? N : o_rs) : N);
         }
     }
     kn_gemm_ws_free(&ws);
-    if (st == KN_OK && tmp) {
+    if (st == KN_OK && tmp && dense) {
         void *od = kn_tensor_data(o);
         for (int64_t i = 0; i < total; i++) kn_gemm_st(od, o->dtype, i, ((const float *)tmp)[i]);
+    } else if (st == KN_OK && tmp) {
+        scatter_out(o, ct, tmp, total);
     }
     free(tmp);
     free(aoff);

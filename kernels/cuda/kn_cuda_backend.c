@@ -334,6 +334,17 @@ static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
     return no_kernel(c);
 }
 
+/* Strided outputs: matmul through cuBLASLt's D layout (kn_cuda_blas.c);
+ * attention always (the fused kernel takes batch, head and row strides,
+ * and its unfused fallback copies into any layout), which is what makes
+ * the head merge after it free. */
+static bool cuda_strided_out(kn_device_ctx *d, const kn_opcall *c)
+{
+    (void)d;
+    if (c && c->op == KN_OP_ATTENTION) return c->n_out == 1 && c->out[0] && kn_dtype_is_float(c->out[0]->dtype);
+    return c && c->op == KN_OP_MATMUL && kn_cuda_matmul_strided_ok(c);
+}
+
 static kn_status cuda_sync(kn_device_ctx *d)
 {
     KN_TRY(kn_cuda_enter(d));
@@ -575,6 +586,7 @@ static const kn_backend kn_cuda_backend = {
     .copy = cuda_copy,
     .supports_op = cuda_supports_op,
     .run = cuda_run,
+    .strided_out = cuda_strided_out,
     .sync = cuda_sync,
     .compile_program = cuda_compile_program,
     .release_program = cuda_release_program,

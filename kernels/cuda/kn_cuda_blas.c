@@ -13,6 +13,14 @@
  * is shared by all batches and a's rows continue from batch to batch
  * (x @ w over [B, T, K]), the batches fold into the rows of one GEMM.
  *
+ * The output may be strided too (a plan lays attention's P·V out in its
+ * head-merged order, kn_plan.c run_permuted): D's leading dim is the
+ * output's row stride and its batch dims join the strided-batch runs as
+ * the operands' do. Its rows must be unit-stride (D has no transposed
+ * form); any other pattern, or one that needs kiln's own kernel (which
+ * writes contiguous outputs only), answers KN_ERR_UNSUPPORTED and the plan
+ * copies instead.
+ *
  * Each distinct call signature gets its cuBLASLt descriptors and the
  * heuristic's algorithm once, cached, so a repeated call costs one
  * cublasLtMatmul per batch run. The workspace is allocated once and never
@@ -153,6 +161,9 @@ typedef struct mm_problem {
     int64_t bsize[KN_LA_MAX_BATCH];
     mm_operand a, b;
     kn_tensor *o;
+    bool o_dense;                    /* the output is contiguous (the usual case) */
+    int64_t o_rs, o_cs;              /* its matrix row / column strides (elements) */
+    int64_t o_bs[KN_LA_MAX_BATCH];   /* its strides over the batch dims (0 where a dim has size 1) */
 } mm_problem;
 
 /* Strides of a (M x K) and b (K x N) as CPU's kn_cpu_matmul reads them. */
@@ -190,7 +201,41 @@ static void mm_describe(mm_problem *pr, const kn_tensor *a, const kn_tensor *b, 
     pr->o = o;
     mm_describe_operand(pr, &pr->a, a, true);
     mm_describe_operand(pr, &pr->b, b, false);
+    /* the output's dims: batch, then M (when a is 2-D or more), then N
+     * (when b is) */
+    int no = o->ndim;
+    pr->o_dense = kn_tensor_is_contiguous(o);
+    if (na >= 2 && nb >= 2) {
+        pr->o_rs = o->strides[no - 2];
+        pr->o_cs = o->strides[no - 1];
+    } else if (nb >= 2) { /* a 1-D: one row */
+        pr->o_rs = pr->n;
+        pr->o_cs = no ? o->strides[no - 1] : 1;
+    } else { /* b 1-D: one column; its rows are the last dim (if a has them) */
+        pr->o_rs = na >= 2 && no ? o->strides[no - 1] : 1;
+        pr->o_cs = 1;
+    }
+    if (pr->o_dense) { /* exactly what the contiguous layout gives */
+        pr->o_rs = pr->n;
+        pr->o_cs = 1;
+    }
+    for (int i = 0; i < pr->nbat && i < KN_LA_MAX_BATCH; i++) pr->o_bs[i] = o->shape[i] != 1 ? o->strides[i] : 0;
 }
+
+/* Whether cuBLASLt's D can take this output's strides: unit-stride rows
+ * (D is column-major N x M with the row stride as its leading dim) that do
+ * not overlap, no negative stride, a float dtype. */
+static bool mm_out_mappable(const mm_problem *pr)
+{
+    if (pr->o_dense) return true;
+    if (!kn_dtype_is_float(pr->o->dtype) || pr->nbat > KN_LA_MAX_BATCH) return false;
+    if (pr->n > 1 && pr->o_cs != 1) return false;
+    if (pr->m > 1 && pr->o_rs < pr->n) return false;
+    for (int i = 0; i < pr->nbat; i++)
+        if (pr->o_bs[i] < 0) return false;
+    return pr->o_rs >= 0;
+}
+
 
 /* kiln's tiled kernel: any strides, any float dtypes. */
 static kn_status matmul_naive(const mm_problem *pr)
@@ -226,6 +271,7 @@ typedef struct lt_key {
     int32_t op_a, op_b; /* cuBLASLt's A is kiln's b, its B kiln's a */
     int64_t m, n, k, count;
     int64_t rows_a, cols_a, ld_a, rows_b, cols_b, ld_b;
+    int64_t ld_d;       /* D's leading dim: N for a contiguous output, its row stride otherwise */
     int64_t sa, sb, sd; /* strided-batch offsets */
     int64_t align_a, align_b, align_d, align_bias;
     int32_t variant, pad_; /* max-autotune: which algorithm (lt_entry_build) */
@@ -435,7 +481,7 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
         s = lt_layout(&e->la, t, k->rows_a, k->cols_a, k->ld_a, k->count, k->sa);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = lt_layout(&e->lb, t, k->rows_b, k->cols_b, k->ld_b, k->count, k->sb);
-    if (s == CUBLAS_STATUS_SUCCESS) s = lt_layout(&e->ld, t, k->m, k->n, k->m, k->count, k->sd);
+    if (s == CUBLAS_STATUS_SUCCESS) s = lt_layout(&e->ld, t, k->m, k->n, k->ld_d, k->count, k->sd);
     if (s == CUBLAS_STATUS_SUCCESS) s = lt.cublasLtMatmulPreferenceCreate(&pref);
     uint64_t wsb = (uint64_t)b->ws_size;
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -606,21 +652,28 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         if (kn_cuda_copy_as(op->t, dt, &tmp[w]) != KN_OK) goto out;
         mm_describe_operand(&pr, op, tmp[w], w == 0);
     }
-    /* largest suffix of batch dims that is one strided run for a and b */
+    /* largest suffix of batch dims that is one strided run for a, b and
+     * the output (a contiguous output is one for any suffix) */
     int split = 0;
-    int64_t sa = 0, sb = 0;
-    while (!(batch_run(&pr, pr.a.bs, split, &sa) && batch_run(&pr, pr.b.bs, split, &sb))) split++;
+    int64_t sa = 0, sb = 0, so = 0;
+    while (!(batch_run(&pr, pr.a.bs, split, &sa) && batch_run(&pr, pr.b.bs, split, &sb) &&
+             (pr.o_dense || batch_run(&pr, pr.o_bs, split, &so))))
+        split++;
     int64_t count = 1;
     for (int d = split; d < pr.nbat; d++) count *= pr.bsize[d];
-    int64_t m = pr.m, a_rs = pr.a.rs;
-    if (count > 1 && sb == 0 && (pr.m == 1 || sa == pr.m * pr.a.rs)) {
-        /* b shared: the batches of a are more rows of one GEMM */
+    if (pr.o_dense) so = pr.m * pr.n;
+    int64_t m = pr.m, a_rs = pr.a.rs, ld_d = pr.o_dense || pr.m == 1 ? pr.n : pr.o_rs;
+    /* b shared: the batches of a are more rows of one GEMM, when the
+     * output's rows also continue from batch to batch */
+    bool o_rows_run = pr.o_dense || (pr.m == 1 ? so >= pr.n : so == pr.m * pr.o_rs);
+    if (count > 1 && sb == 0 && (pr.m == 1 || sa == pr.m * pr.a.rs) && o_rows_run) {
         int32_t o32;
         int64_t r, c, l, rs = pr.m == 1 ? sa : pr.a.rs;
         if (lt_map(pr.k, pr.m * count, pr.a.cs, rs, &o32, &r, &c, &l)) {
             a_rs = rs;
             m = pr.m * count;
             count = 1;
+            if (!pr.o_dense) ld_d = pr.m == 1 ? so : pr.o_rs;
         }
     }
     lt_key k;
@@ -633,11 +686,12 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         !lt_map(pr.k, m, pr.a.cs, a_rs, &k.op_b, &k.rows_b, &k.cols_b, &k.ld_b))
         goto out; /* cannot happen after the copies; kept for safety */
     k.m = pr.n, k.n = m, k.k = pr.k, k.count = count;
+    k.ld_d = ld_d;
     k.sa = count > 1 ? sb : 0;
     k.sb = count > 1 ? sa : 0;
-    k.sd = count > 1 ? pr.m * pr.n : 0;
+    k.sd = count > 1 ? so : 0;
     if (!fits_i32(k.m) || !fits_i32(k.n) || !fits_i32(k.k) || !fits_i32(k.ld_a) ||
-        !fits_i32(k.ld_b) || !fits_i32(k.count))
+        !fits_i32(k.ld_b) || !fits_i32(k.ld_d) || !fits_i32(k.count))
         goto out;
     /* alignment over every pointer the calls will use: base plus batch steps */
     const char *pa = kn_cuda_tensor_ptr(pr.b.t), *pb = kn_cuda_tensor_ptr(pr.a.t);
@@ -647,10 +701,16 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         bya[i] = pr.b.bs[i] * (int64_t)esz;
         byb[i] = pr.a.bs[i] * (int64_t)esz;
     }
-    int64_t byd = pr.m * pr.n * (int64_t)esz;
+    int64_t byd = pr.m * pr.n * (int64_t)esz, byo[KN_LA_MAX_BATCH + 1];
     k.align_a = kn_cuda_align_of(pa, bya, pr.nbat, 256);
     k.align_b = kn_cuda_align_of(pb, byb, pr.nbat, 256);
-    k.align_d = kn_cuda_align_of(pd, &byd, pr.nbat ? 1 : 0, 256);
+    if (pr.o_dense) {
+        k.align_d = kn_cuda_align_of(pd, &byd, pr.nbat ? 1 : 0, 256);
+    } else { /* every batch start and the row stride */
+        for (int i = 0; i < pr.nbat; i++) byo[i] = pr.o_bs[i] * (int64_t)esz;
+        byo[pr.nbat] = ld_d * (int64_t)esz;
+        k.align_d = kn_cuda_align_of(pd, byo, pr.nbat + 1, 256);
+    }
     bool want_epi = (bias || act) && (!bias || lbias);
     for (int attempt = want_epi ? 0 : 1; attempt < 2 && !*done; attempt++) {
         bool epi = attempt == 0;
@@ -694,9 +754,10 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         /* the outer batch dims [0, split): one strided-batch call each */
         int64_t outer = 1, idx[KN_LA_MAX_BATCH] = {0};
         for (int d = 0; d < split; d++) outer *= pr.bsize[d];
-        int64_t oa = 0, ob = 0;
+        int64_t oa = 0, ob = 0, oo = 0;
         for (int64_t it = 0; it < outer; it++) {
-            int64_t od = it * count * m * pr.n; /* m: rows after any folding */
+            /* m: rows after any folding; a strided output steps by its own strides */
+            int64_t od = pr.o_dense ? it * count * m * pr.n : oo;
             cublasStatus_t s = lt.cublasLtMatmul(
                 b->h, e->desc, alpha, pa + oa * (int64_t)esz, e->la, pb + ob * (int64_t)esz, e->lb,
                 beta, pc + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, b->ws,
@@ -714,9 +775,11 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
             for (int d = split - 1; d >= 0; d--) { /* odometer over the outer dims */
                 oa += pr.b.bs[d];
                 ob += pr.a.bs[d];
+                oo += pr.o_bs[d];
                 if (++idx[d] < pr.bsize[d]) break;
                 oa -= pr.b.bs[d] * idx[d];
                 ob -= pr.a.bs[d] * idx[d];
+                oo -= pr.o_bs[d] * idx[d];
                 idx[d] = 0;
             }
         }
@@ -727,7 +790,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
             lt_label(&e->algo, epi ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "",
                      label, sizeof e->label[0]);
         kn_cuda_variant_label("%s", label);
-        if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act);
+        if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act); /* a strided output has neither (matmul_run) */
     }
     /* a variant is that algorithm or nothing: kiln's kernel is no variant */
     if (!*done && variant && st == KN_OK)
@@ -784,6 +847,12 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
                  !kn_cuda_on_current(bias)))
         return kn_error(KN_ERR_SHAPE, "matmul: a fused bias must be a float cuda tensor of shape {%lld}",
                         (long long)pr.n);
+    /* a strided output (a plan's permuted layout) goes to cuBLASLt's D as
+     * is, or not at all: nothing here writes one otherwise, and the plan
+     * copies instead on KN_ERR_UNSUPPORTED */
+    if (!pr.o_dense && (bias || act || residual || pr.k == 0 || !mm_out_mappable(&pr)))
+        return kn_error(KN_ERR_UNSUPPORTED, "matmul: cannot write this strided output%s",
+                        bias || act || residual ? " with an epilogue" : "");
     KN_TRY(kn_cuda_init());
     if (kn_tensor_numel(o) == 0) return KN_OK;
     if (pr.k == 0) { /* empty sums: zeros (all-zero bits in every float dtype) */
@@ -801,6 +870,8 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
 #else
     if (c->variant) return kn_error(KN_ERR_RANGE, "matmul: no cuBLASLt in this build: no variant %d", c->variant);
 #endif
+    if (!pr.o_dense) /* kiln's kernel writes contiguous outputs only */
+        return kn_error(KN_ERR_UNSUPPORTED, "matmul: cuBLASLt did not take this strided output");
     kn_cuda_variant_label("kiln matmul kernel");
     KN_TRY(matmul_naive(&pr));
     KN_TRY(kn_cuda_bias_act(o, bias, 1, pr.n, act));
@@ -827,6 +898,29 @@ kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int ac
         return kn_error(KN_ERR_SHAPE, "matmul: a fused residual must be a contiguous cuda tensor like the "
                                       "output, with no activation");
     return matmul_run(c, bias, act, residual);
+}
+
+/* Strided outputs are taken where cuBLASLt writes them in one
+ * strided-batch call: the output's batch dims one strided run (B = 1, or
+ * a permutation that keeps them in order). Attention's head merge at
+ * B > 1 has batch dims (B, H) at strides (T*D, hd), no single run: it
+ * would take one call per b, and on the H100 such a loop of calls made the
+ * P.V matmul of transformer_block 232 us where one call and a copy cost
+ * ~45 us (see matmul_lt); so it is declined and the plan keeps its copy.
+ * A 2-D batch (cuBLASLt's pointer-array batch mode) would lift this. */
+bool kn_cuda_matmul_strided_ok(const kn_opcall *c)
+{
+    if (!c || c->op != KN_OP_MATMUL || c->n_in != 2 || !c->in[0] || !c->in[1] || c->n_out != 1 || !c->out[0])
+        return false;
+#ifndef KILN_HAVE_CUBLASLT
+    return false; /* kiln's own kernel writes contiguous outputs only */
+#else
+    mm_problem pr;
+    int64_t step;
+    if (c->out[0]->ndim - (c->in[0]->ndim >= 2) - (c->in[1]->ndim >= 2) > KN_LA_MAX_BATCH) return false;
+    mm_describe(&pr, c->in[0], c->in[1], c->out[0]);
+    return mm_out_mappable(&pr) && batch_run(&pr, pr.o_bs, 0, &step);
+#endif
 }
 
 /* ---- the roofline ceiling ------------------------------------------------- */

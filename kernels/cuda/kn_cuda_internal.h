@@ -155,6 +155,9 @@ size_t kn_cuda_blas_version(void);
 kn_status kn_cuda_eager_ir(const kn_opcall *c);  /* kn_cuda_eager.c */
 kn_status kn_cuda_ops_run(const kn_opcall *c);   /* kn_cuda_ops.c: templates */
 kn_status kn_cuda_matmul(const kn_opcall *c);    /* kn_cuda_blas.c */
+/* Whether kn_cuda_matmul can write c->out[0] with its strides (unit-stride
+ * rows, through cuBLASLt's D leading dim and batch stride). */
+bool kn_cuda_matmul_strided_ok(const kn_opcall *c);
 kn_status kn_cuda_conv2d(const kn_opcall *c);    /* kn_cuda_dnn.c */
 kn_status kn_cuda_attention_op(const kn_opcall *c); /* kn_cuda_attention_op.c */
 

@@ -579,7 +579,10 @@ group (pointwise, row, library, reference) and the op nodes it covers; a
 node a pass made from several ops (attention) lists those ops and lines.
 Compiles and runs the model once if needed (mode default when the session
 is eager). With kiln.config.compiler = false the graph runs op by op: one
-cpu kernel per op. From Lua, kiln.cmd.kernels() returns cm:kernels().]],
+cpu kernel per op. Values that depend only on shapes and constants (a
+causal mask) are computed once when a version is compiled, not per call:
+they are listed after the kernels. From Lua, kiln.cmd.kernels() returns
+cm:kernels() (its field `once` lists those values).]],
 }, function()
   local cm, list = inspected_kernels()
   if #list == 0 then
@@ -613,6 +616,10 @@ cpu kernel per op. From Lua, kiln.cmd.kernels() returns cm:kernels().]],
       else parts[j] = string.format("%-" .. width[c] .. "s", r[c]) end
     end
     lines[#lines + 1] = "  " .. table.concat(parts, "  ")
+  end
+  for _, o in ipairs(list.once or {}) do
+    lines[#lines + 1] = string.format("  computed once per version, not per call: %s -> %s {%s} (%s)", o.ops, o.dtype,
+      table.concat(o.shape, ", "), o.where or "?")
   end
   local nk = #list
   lines[#lines + 1] = string.format("%d kernel%s (%d generated, %d cpu) in %d graph%s%s",

@@ -1,0 +1,90 @@
+-- fold_once.lua: values that depend only on shapes and constants (a causal
+-- mask, arange position ids) are computed once per compiled version, not on
+-- every call (kn_pass_fold_once): they leave cm:kernels()'s per-call list
+-- and appear in its `once` list; results equal eager over several calls and
+-- for a second shape (a new version computes its own); random ops and
+-- anything reading an input are never folded. On the CPU.
+local T = dofile("t/lib/tap.lua")
+
+local seed = 500
+local function rnd(shape)
+  seed = seed + 1
+  return kiln.randn(shape, { seed = seed })
+end
+
+-- max |a - b| in f64; NaN anywhere or a shape mismatch gives math.huge
+local function maxdiff(a, b)
+  if table.concat(a:shape(), "x") ~= table.concat(b:shape(), "x") then return math.huge end
+  local d = (a:to("f64") - b:to("f64")):abs():amax():item()
+  return d == d and d or math.huge
+end
+
+local function has_kernel_with(list, op)
+  for _, k in ipairs(list) do
+    for _, o in ipairs(k.ops or {}) do
+      if o == op then return true end
+    end
+  end
+  return false
+end
+
+-- causal attention scores with a mask built per call, as the samples do
+local function causal(x)
+  local T_ = x:shape()[2]
+  local mask = kiln.ones({ T_, T_ }, { dtype = "bool" }):tril():logical_not()
+  local pos = kiln.arange(T_):to("f32") -- position ids: shapes only
+  local s = x:matmul(x:transpose(-2, -1)) + pos
+  return s:masked_fill(mask, -math.huge):softmax(-1)
+end
+
+local cm = kiln.compile(causal, { mode = "default" })
+for call = 1, 3 do
+  local x = rnd({ 2, 7, 5 })
+  T.ok(maxdiff(cm(x), causal(x)) <= 1e-6, "causal mask: call " .. call .. " equals eager")
+end
+local list = cm:kernels()
+T.ok(not has_kernel_with(list, "tril") and not has_kernel_with(list, "full") and not has_kernel_with(list, "arange"),
+  "the mask and the positions are not among the per-call kernels")
+T.is(#list.once, 2, "cm:kernels().once lists the two values computed once")
+local ops = {}
+for _, o in ipairs(list.once) do ops[#ops + 1] = o.ops end
+table.sort(ops)
+T.is(table.concat(ops, " | "), "arange, cast | full, tril, logical_not", "each once-value names its ops")
+T.is(cm:stats().computed_once, 2, "cm:stats().computed_once counts them")
+T.is(cm:stats().versions, 1, "three calls, one version")
+
+-- a second shape: a new version with its own mask
+local x9 = rnd({ 3, 9, 5 })
+T.ok(maxdiff(cm(x9), causal(x9)) <= 1e-6, "a second shape (T = 9) equals eager: its mask was computed for it")
+T.is(cm:stats().versions, 2, "the second shape made a second version")
+local once9 = cm:kernels().once
+T.ok(#once9 == 2 and once9[1].shape[1] == 9 and once9[2].shape[1] == 9, "the new version's once-values have T = 9")
+local x7 = rnd({ 2, 7, 5 })
+T.ok(maxdiff(cm(x7), causal(x7)) <= 1e-6, "back to T = 7: still equals eager")
+
+-- random ops are never folded (nor what reads them)
+local noise = kiln.compile(function(x) return x + kiln.rand({ 4, 4 }):tril() end, { mode = "default" })
+local z = kiln.zeros({ 4, 4 })
+noise(z)
+T.ok(has_kernel_with(noise:kernels(), "rand") and has_kernel_with(noise:kernels(), "tril"),
+  "rand and the tril that reads it stay per-call kernels")
+T.is(#noise:kernels().once, 0, "nothing of it is computed once")
+
+-- anything reading an input is never folded, even when it looks constant
+local function reads(x)
+  local n = x:shape()[1]
+  return x:matmul((x * 0 + kiln.ones({ n, n })):tril())
+end
+local cr = kiln.compile(reads, { mode = "default" })
+local xr = rnd({ 4, 4 })
+T.ok(maxdiff(cr(xr), reads(xr)) <= 1e-6, "a tril of a value computed from the input equals eager")
+local xr2 = rnd({ 4, 4 })
+T.ok(maxdiff(cr(xr2), reads(xr2)) <= 1e-6, "and on new inputs")
+T.ok(has_kernel_with(cr:kernels(), "tril") and #cr:kernels().once == 0, "it is computed per call")
+
+-- a lone full is left to the kernel that reads it (free there)
+local lone = kiln.compile(function(x) return x * kiln.full({ 3, 4 }, 2.5) end, { mode = "default" })
+local xl = rnd({ 3, 4 })
+T.ok(maxdiff(lone(xl), xl * 2.5) <= 1e-6 and #lone:kernels().once == 0, "a lone full is not folded")
+
+T.done()
