@@ -524,13 +524,20 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
         KN_TRY(mk_op(c, KN_OP_ADD, KN_F64, var, eps, -1, &t));
         KN_TRY(mk_op(c, KN_OP_RSQRT, KN_F64, t, -1, -1, &t));
         KN_TRY(mk_op(c, KN_OP_MUL, KN_F64, xm, t, -1, &r));
-        KN_TRY(mk_cast(c, r, dt, &r));
+        /* weight and bias: steps in the math type (double on the CPU, as
+         * eager), the result rounded to dt once */
+        kn_dtype mt = math_dtype(dt);
+        if (n->n_in > 1) {
+            KN_TRY(mk_cast(c, r, mt, &r));
+            c->k->exprs[r].internal = true;
+        }
         for (int i = 1; i < n->n_in; i++) {
             int p;
             KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], -1, &p));
-            KN_TRY(mk_cast(c, p, dt, &p));
-            KN_TRY(mk_op(c, i == 1 ? KN_OP_MUL : KN_OP_ADD, dt, r, p, -1, &r));
+            KN_TRY(mk_cast(c, p, mt, &p));
+            KN_TRY(mk_step(c, i == 1 ? KN_OP_MUL : KN_OP_ADD, mt, r, p, -1, &r));
         }
+        KN_TRY(mk_cast(c, r, dt, &r));
         KN_TRY(out_arg(c, root, -1, true, &o));
         k->stores[k->n_stores++] = (kn_kstore){o, r, false};
         return KN_OK;
