@@ -16,9 +16,12 @@
  *
  * Precision choices (the tests hold them to the reference's tolerances):
  *  - f32, bf16 and f16 values compute in float, f64 in double, integers in
- *    int64 (i32 stores saturate, as the reference's), bool as 0/1 int.
- *  - A CAST to bf16 or f16 rounds right there (not only at the store): an
- *    eager cast materializes a bf16 tensor, and later ops must see that.
+ *    int64, bool as 0/1 int.
+ *  - Every op's result is brought back to its dtype right after the op, as
+ *    the eager op stores it (put_fitted; docs/dtypes.md): bf16/f16 rounded,
+ *    i32 wrapped (or saturated from a float), i64 wrapping, bool 0/1. Steps
+ *    inside one op's decomposition (kn_kexpr.internal) are not results and
+ *    stay in the math type.
  *  - Row sums of float values accumulate in double where the target asks
  *    (C: serial loops anyway, without -ffast-math the compiler cannot
  *    reassociate) and in float elsewhere (CUDA, where the tree reduction
