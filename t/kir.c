@@ -441,6 +441,70 @@ static void test_cast(void)
     free(k);
 }
 
+/* Every fused op's result is its dtype's value (docs/dtypes.md), checked op
+ * by op against eager: i32 a + a wraps before the cast to i64, bool b + b is
+ * 1 (not 2) when cast to i32, f16 x * x overflows to inf before / 300, a bf16
+ * product is rounded before - 1. */
+static void test_dtype_chain(void)
+{
+    int64_t sh[1] = {257};
+    kn_tensor *a = tl_rand(KN_I32, 1, sh, TL_CONTIG, -50000, 50000, 0);
+    tl_set(a, 0, 2147483647.0);
+    tl_set(a, 1, -2147483648.0);
+    tl_set(a, 2, 1073741824.0);
+    kn_tensor *b = tl_rand(KN_BOOL, 1, sh, TL_CONTIG, 0, 1, 0);
+    kn_tensor *x = tl_rand(KN_F16, 1, sh, TL_CONTIG, -400, 400, 0);
+    kn_tensor *oi = tl_new(KN_I64, 1, sh), *ob = tl_new(KN_I32, 1, sh);
+    kn_tensor *oh = tl_new(KN_F32, 1, sh), *obf = tl_new(KN_F32, 1, sh);
+    kn_tensor *c300 = scalar(KN_F16, 300), *one = scalar(KN_BF16, 1);
+    kn_kernel *k = kernel_new("k5_dtype_chain", KN_KERNEL_POINTWISE, 1, sh);
+    int aa = arg_of(k, a, false, false), ab = arg_of(k, b, false, false), ax = arg_of(k, x, false, false);
+    int aoi = arg_of(k, oi, true, false), aob = arg_of(k, ob, true, false);
+    int aoh = arg_of(k, oh, true, false), aobf = arg_of(k, obf, true, false);
+    int la = ld(k, aa), lb = ld(k, ab), lx = ld(k, ax);
+    store(k, aoi, op1(k, KN_OP_CAST, op2(k, KN_OP_ADD, la, la, KN_I32), KN_I64), false);
+    store(k, aob, op1(k, KN_OP_CAST, op2(k, KN_OP_ADD, lb, lb, KN_BOOL), KN_I32), false);
+    int h = op2(k, KN_OP_DIV, op2(k, KN_OP_MUL, lx, lx, KN_F16), cst(k, 300, KN_F16), KN_F16);
+    store(k, aoh, op1(k, KN_OP_CAST, h, KN_F32), false);
+    int hb = op1(k, KN_OP_CAST, lx, KN_BF16);
+    int bq = op2(k, KN_OP_SUB, op2(k, KN_OP_MUL, hb, hb, KN_BF16), cst(k, 1, KN_BF16), KN_BF16);
+    store(k, aobf, op1(k, KN_OP_CAST, bq, KN_F32), false);
+    kn_tensor *ts[] = {a, b, x, oi, ob, oh, obf};
+    if (run(k, ts, "dtype chain")) {
+        kn_opcall c;
+        kn_tensor *r_aa = ref(KN_OP_ADD, a, a, NULL), *r_bb = ref(KN_OP_ADD, b, b, NULL);
+        kn_tensor *r_xx = ref(KN_OP_MUL, x, x, NULL);
+        kn_tensor *r_h = ref(KN_OP_DIV, r_xx, c300, NULL);
+        kn_opcall_init(&c, KN_OP_CAST);
+        c.in[c.n_in++] = x;
+        c.a.dtype = KN_BF16;
+        kn_tensor *r_xb = ref_call(&c);
+        kn_tensor *r_bm = ref(KN_OP_MUL, r_xb, r_xb, NULL);
+        kn_tensor *r_bq = ref(KN_OP_SUB, r_bm, one, NULL);
+        kn_tensor *want[4] = {r_aa, r_bb, r_h, r_bq};
+        kn_dtype to[4] = {KN_I64, KN_I32, KN_F32, KN_F32};
+        kn_tensor *got[4] = {oi, ob, oh, obf};
+        const char *what[4] = {"i32 a + a wraps to 32 bits before the cast to i64 (exact)",
+                               "bool b + b is 0 or 1 before the cast to i32 (exact)",
+                               "f16 x * x rounds (inf past 65504) before / 300",
+                               "bf16 x * x rounds before - 1"};
+        for (int i = 0; i < 4; i++) {
+            kn_opcall_init(&c, KN_OP_CAST);
+            c.in[c.n_in++] = want[i];
+            c.a.dtype = to[i];
+            kn_tensor *w = ref_call(&c);
+            check(got[i], w, false, what[i]);
+            kn_tensor_release(w);
+        }
+        kn_tensor *rs[] = {r_aa, r_bb, r_xx, r_h, r_xb, r_bm, r_bq};
+        release(7, rs);
+    }
+    release(7, ts);
+    kn_tensor_release(c300);
+    kn_tensor_release(one);
+    free(k);
+}
+
 /* ---- row kernels ---- */
 
 /* softmax (log = false) or log_softmax over the last dim of x [rows, n]. */
@@ -1004,6 +1068,7 @@ int main(void)
     test_int_bool();
     test_masked_fill();
     test_cast();
+    test_dtype_chain();
     test_softmax(KN_F32, false);
     test_softmax(KN_BF16, false);
     test_softmax(KN_F64, false);

@@ -3,6 +3,7 @@
  * order, so the grouping of a graph is easy to predict and to explain. */
 #include "kn_fuse.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,30 @@ static kn_status mk_op(kctx *c, kn_op op, kn_dtype dt, int a, int b, int cc, int
     return add_expr(c, e, out);
 }
 
+/* A step inside one op's decomposition (kn_kexpr.internal): not an op's
+ * result, so the renderer does not bring it back to its dtype. */
+static kn_status mk_step(kctx *c, kn_op op, kn_dtype dt, int a, int b, int cc, int *out)
+{
+    KN_TRY(mk_op(c, op, dt, a, b, cc, out));
+    c->k->exprs[*out].internal = true;
+    return KN_OK;
+}
+
+/* The type a decomposed float op computes its steps in: f32 for the half
+ * types (PyTorch's math type), the dtype itself otherwise. */
+static kn_dtype math_dtype(kn_dtype dt)
+{
+    return dt == KN_BF16 || dt == KN_F16 ? KN_F32 : dt;
+}
+
+/* v as a tensor of dtype dt holds it (a full of 1e5 in f16 is inf). */
+static double value_in(kn_dtype dt, double v)
+{
+    unsigned char b[8];
+    kn_store_f64(b, dt, v);
+    return kn_load_f64(b, dt);
+}
+
 static kn_status mk_cast(kctx *c, int e, kn_dtype dt, int *out)
 {
     if (c->k->exprs[e].dtype == dt) {
@@ -279,32 +304,40 @@ static kn_status build_pointwise(kctx *c, int node, int *res)
     kn_dtype dt = n->out[0].dtype;
     int e[KN_MAX_INPUTS];
     if (n->op == KN_OP_BATCH_NORM) { /* params are per channel: dim 1 of x */
+        /* steps in the math type, the result rounded once (as eager) */
+        kn_dtype mt = math_dtype(dt);
         KN_TRY(build(c, n->in_node[0], n->in_out[0], &e[0]));
-        KN_TRY(mk_cast(c, e[0], dt, &e[0]));
+        KN_TRY(mk_cast(c, e[0], mt, &e[0]));
         for (int i = 1; i < n->n_in; i++) {
             KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], 1, &e[i]));
-            KN_TRY(mk_cast(c, e[i], dt, &e[i]));
+            KN_TRY(mk_cast(c, e[i], mt, &e[i]));
         }
         int eps, t, r;
-        KN_TRY(mk_const(c, n->a.eps, dt, &eps));
-        KN_TRY(mk_op(c, KN_OP_ADD, dt, e[2], eps, -1, &t));
-        KN_TRY(mk_op(c, KN_OP_RSQRT, dt, t, -1, -1, &t));
-        KN_TRY(mk_op(c, KN_OP_SUB, dt, e[0], e[1], -1, &r));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, r, t, -1, &r));
-        if (n->n_in > 3) KN_TRY(mk_op(c, KN_OP_MUL, dt, r, e[3], -1, &r));
-        if (n->n_in > 4) KN_TRY(mk_op(c, KN_OP_ADD, dt, r, e[4], -1, &r));
-        *res = r;
-        return KN_OK;
+        KN_TRY(mk_const(c, n->a.eps, mt, &eps));
+        KN_TRY(mk_step(c, KN_OP_ADD, mt, e[2], eps, -1, &t));
+        KN_TRY(mk_step(c, KN_OP_RSQRT, mt, t, -1, -1, &t));
+        KN_TRY(mk_step(c, KN_OP_SUB, mt, e[0], e[1], -1, &r));
+        KN_TRY(mk_step(c, KN_OP_MUL, mt, r, t, -1, &r));
+        if (n->n_in > 3) KN_TRY(mk_step(c, KN_OP_MUL, mt, r, e[3], -1, &r));
+        if (n->n_in > 4) KN_TRY(mk_step(c, KN_OP_ADD, mt, r, e[4], -1, &r));
+        return mk_cast(c, r, dt, res);
     }
-    if (n->op == KN_OP_FULL) return mk_const(c, n->a.value, dt, res);
+    if (n->op == KN_OP_FULL) return mk_const(c, value_in(dt, n->a.value), dt, res);
     if (n->op == KN_OP_ARANGE) {
+        /* as the eager op: integral start and step of an integer arange in
+         * wrapping int64, anything else start + i * step in f64, then the
+         * dtype's conversion once */
+        double lo = n->a.value, step = n->a.value2;
+        bool int_path = (dt == KN_I64 || dt == KN_I32) && lo == trunc(lo) && step == trunc(step);
+        kn_dtype wt = int_path ? KN_I64 : KN_F64;
         int i, s, st, r;
         KN_TRY(mk_index(c, 0, &i));
-        KN_TRY(mk_cast(c, i, dt, &i));
-        KN_TRY(mk_const(c, n->a.value, dt, &s));
-        KN_TRY(mk_const(c, n->a.value2, dt, &st));
-        KN_TRY(mk_op(c, KN_OP_MUL, dt, st, i, -1, &r));
-        return mk_op(c, KN_OP_ADD, dt, s, r, -1, res);
+        KN_TRY(mk_cast(c, i, wt, &i));
+        KN_TRY(mk_const(c, lo, wt, &s));
+        KN_TRY(mk_const(c, step, wt, &st));
+        KN_TRY(mk_step(c, KN_OP_MUL, wt, st, i, -1, &r));
+        KN_TRY(mk_step(c, KN_OP_ADD, wt, s, r, -1, &r));
+        return mk_cast(c, r, dt, res);
     }
     for (int i = 0; i < n->n_in; i++) KN_TRY(build(c, n->in_node[i], n->in_out[i], &e[i]));
     switch (kn_op_kind_of((kn_op)n->op)) {
@@ -533,20 +566,27 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
     switch (n->op) {
     case KN_OP_SOFTMAX:
     case KN_OP_LOG_SOFTMAX: {
-        KN_TRY(mk_cast(c, x, dt, &x));
+        /* max, x - max, exp, the sum and its log are steps of one op (in
+         * the math type; in double where the target computes f32 math in
+         * double, as eager): only the result is rounded to dt */
+        kn_dtype mt = math_dtype(dt);
+        KN_TRY(mk_cast(c, x, mt, &x));
         k->stages[k->n_stages++] = (kn_kstage){KN_OP_AMAX, x};
+        a0.dtype = a1.dtype = mt;
+        a0.internal = a1.internal = true;
         KN_TRY(add_expr(c, a0, &acc0));
-        KN_TRY(mk_op(c, KN_OP_SUB, dt, x, acc0, -1, &t));
+        KN_TRY(mk_step(c, KN_OP_SUB, mt, x, acc0, -1, &t));
         int ex;
-        KN_TRY(mk_op(c, KN_OP_EXP, dt, t, -1, -1, &ex));
+        KN_TRY(mk_step(c, KN_OP_EXP, mt, t, -1, -1, &ex));
         k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, ex};
         KN_TRY(add_expr(c, a1, &acc1));
-        if (n->op == KN_OP_SOFTMAX) KN_TRY(mk_op(c, KN_OP_DIV, dt, ex, acc1, -1, &r));
+        if (n->op == KN_OP_SOFTMAX) KN_TRY(mk_step(c, KN_OP_DIV, mt, ex, acc1, -1, &r));
         else {
             int lg;
-            KN_TRY(mk_op(c, KN_OP_LOG, dt, acc1, -1, -1, &lg));
-            KN_TRY(mk_op(c, KN_OP_SUB, dt, t, lg, -1, &r));
+            KN_TRY(mk_step(c, KN_OP_LOG, mt, acc1, -1, -1, &lg));
+            KN_TRY(mk_step(c, KN_OP_SUB, mt, t, lg, -1, &r));
         }
+        KN_TRY(mk_cast(c, r, dt, &r));
         KN_TRY(out_arg(c, root, -1, true, &o));
         k->stores[k->n_stores++] = (kn_kstore){o, r, false};
         return KN_OK;
@@ -570,13 +610,20 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
         KN_TRY(mk_op(c, KN_OP_ADD, KN_F64, var, eps, -1, &t));
         KN_TRY(mk_op(c, KN_OP_RSQRT, KN_F64, t, -1, -1, &t));
         KN_TRY(mk_op(c, KN_OP_MUL, KN_F64, xm, t, -1, &r));
-        KN_TRY(mk_cast(c, r, dt, &r));
+        /* weight and bias: steps in the math type (double on the CPU, as
+         * eager), the result rounded to dt once */
+        kn_dtype mt = math_dtype(dt);
+        if (n->n_in > 1) {
+            KN_TRY(mk_cast(c, r, mt, &r));
+            c->k->exprs[r].internal = true;
+        }
         for (int i = 1; i < n->n_in; i++) {
             int p;
             KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], -1, &p));
-            KN_TRY(mk_cast(c, p, dt, &p));
-            KN_TRY(mk_op(c, i == 1 ? KN_OP_MUL : KN_OP_ADD, dt, r, p, -1, &r));
+            KN_TRY(mk_cast(c, p, mt, &p));
+            KN_TRY(mk_step(c, i == 1 ? KN_OP_MUL : KN_OP_ADD, mt, r, p, -1, &r));
         }
+        KN_TRY(mk_cast(c, r, dt, &r));
         KN_TRY(out_arg(c, root, -1, true, &o));
         k->stores[k->n_stores++] = (kn_kstore){o, r, false};
         return KN_OK;

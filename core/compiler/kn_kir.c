@@ -16,9 +16,12 @@
  *
  * Precision choices (the tests hold them to the reference's tolerances):
  *  - f32, bf16 and f16 values compute in float, f64 in double, integers in
- *    int64 (i32 stores saturate, as the reference's), bool as 0/1 int.
- *  - A CAST to bf16 or f16 rounds right there (not only at the store): an
- *    eager cast materializes a bf16 tensor, and later ops must see that.
+ *    int64, bool as 0/1 int.
+ *  - Every op's result is brought back to its dtype right after the op, as
+ *    the eager op stores it (put_fitted; docs/dtypes.md): bf16/f16 rounded,
+ *    i32 wrapped (or saturated from a float), i64 wrapping, bool 0/1. Steps
+ *    inside one op's decomposition (kn_kexpr.internal) are not results and
+ *    stay in the math type.
  *  - Row sums of float values accumulate in double where the target asks
  *    (C: serial loops anyway, without -ffast-math the compiler cannot
  *    reassociate) and in float elsewhere (CUDA, where the tree reduction
@@ -151,9 +154,17 @@ void kn_kir_put_unroll(rctx *r)
     if (r->t->unroll_pragma && r->k->cfg.unroll > 0) kn_kir_line(r, "%s %d", r->t->unroll_pragma, r->k->cfg.unroll);
 }
 
+/* The type v<i> is rendered in: its dtype's compute type, except that a
+ * decomposition's internal f32 step stays in double where the target
+ * evaluates f32 math in double (the eager kernel keeps it in a double: a
+ * log_softmax whose row sum was rounded to 1.0f gave log 0 where eager had
+ * -1e-9, and an amax of 0 then turned into NaN downstream). */
 static ctype expr_ct(const rctx *r, int i)
 {
-    return ctype_of(r->k->exprs[i].dtype);
+    const kn_kexpr *e = &r->k->exprs[i];
+    ctype c = ctype_of(e->dtype);
+    if (e->internal && c == CT_F32 && r->t->f32_math_in_f64) return CT_F64;
+    return c;
 }
 
 /* "v<i>" converted from its compute type to `to`. */
@@ -374,10 +385,11 @@ static void mark_deps(const kn_kernel *k, bool *need)
     }
 }
 
-/* The compute type each operand of an op is evaluated in. */
-static void operand_types(const rctx *r, const kn_kexpr *e, ctype ct[3])
+/* The compute type each operand of op expression i is evaluated in. */
+static void operand_types(const rctx *r, int i, ctype ct[3])
 {
-    ctype self = ctype_of(e->dtype);
+    const kn_kexpr *e = &r->k->exprs[i];
+    ctype self = expr_ct(r, i);
     kn_op_kind kind = kn_op_kind_of((kn_op)e->op);
     ct[0] = ct[1] = ct[2] = self;
     if (kind == KN_K_COMPARE) {
@@ -391,11 +403,65 @@ static void operand_types(const rctx *r, const kn_kexpr *e, ctype ct[3])
     }
 }
 
+/* MASKED_FILL's fill value as the eager op converts it to an integer
+ * output: truncated, saturated at the dtype's range, NaN as 0 (kn_store_f64's
+ * rule; put_literal saturates at i64's). */
+static double fill_value(const kn_kexpr *e)
+{
+    double v = e->value;
+    if (e->op != KN_OP_MASKED_FILL || e->dtype != KN_I32 || v != v) return v;
+    return v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
+}
+
+/* The value `body`, computed in type `from`, as a value of op expression e's
+ * dtype in compute type `to`. This is the one place the dtype semantics
+ * live: every op's result is its dtype's value, as the eager op stores it
+ * into a tensor of that dtype (and as PyTorch):
+ *  - bf16 / f16: rounded to nearest even, overflow to inf, here and not only
+ *    at the store (f16 `x * 1e5 / 1e5` is inf, as eager);
+ *  - i32: integer arithmetic keeps the low 32 bits (wraps), a float converted
+ *    to i32 saturates at i32's range (kn_store_f64's rule), NaN is 0;
+ *  - i64: wraps (kn_iadd & co.), a float saturates (kn_f2i);
+ *  - bool: 0 or 1 (bool + bool is `or`, as eager's int path and PyTorch).
+ * f32 and f64 results need nothing: the compute type is the dtype (on the
+ * CPU an f32 formula computed in double was rounded to float already).
+ * Internal steps of a decomposition are no op's result and stay as they
+ * are (see kn_kexpr.internal). */
+static void put_fitted(rctx *r, const kn_kexpr *e, ctype from, ctype to, const char *body)
+{
+    /* ops that cannot leave an integer or bool range when their operands are
+     * in it (constants are: scripting refuses an integer that does not fit
+     * an i32 tensor, and fill values are saturated above) */
+    kn_op_kind kind = kn_op_kind_of((kn_op)e->op);
+    bool closed = kind == KN_K_COMPARE || kind == KN_K_TERNARY || kind == KN_K_MASKED ||
+                  e->op == KN_OP_LOGICAL_NOT || e->op == KN_OP_MAXIMUM || e->op == KN_OP_MINIMUM ||
+                  e->op == KN_OP_RELU || (e->op == KN_OP_CAST && from == CT_BOOL);
+    bool fit = !e->internal;
+    bool fit_int = fit && !closed;
+    if (fit && (e->dtype == KN_BF16 || e->dtype == KN_F16)) {
+        kn_strbuf_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
+        put_conv(r->s, from, CT_F32, body);
+        kn_strbuf_printf(r->s, ")");
+    } else if (fit && e->dtype == KN_I32 && (from == CT_F32 || from == CT_F64)) {
+        kn_strbuf_printf(r->s, "kn_sat_i32(");
+        put_conv(r->s, from, CT_I64, body);
+        kn_strbuf_printf(r->s, ")");
+    } else if (fit_int && e->dtype == KN_I32) {
+        kn_strbuf_printf(r->s, "kn_wrap_i32(");
+        put_conv(r->s, from, CT_I64, body);
+        kn_strbuf_printf(r->s, ")");
+    } else if (fit_int && e->dtype == KN_BOOL && from == CT_BOOL) {
+        kn_strbuf_printf(r->s, "((%s) != 0)", body);
+    } else {
+        put_conv(r->s, from, to, body);
+    }
+}
+
 /* `const T v<i> = ...;` for one expression; `upto` dims index loads. */
 static kn_status render_expr(rctx *r, int i, int upto)
 {
     const kn_kexpr *e = &r->k->exprs[i];
-    ctype c = ctype_of(e->dtype);
+    ctype c = expr_ct(r, i);
     kn_strbuf_printf(r->s, "%*sconst %s v%d = ", r->indent * 4, "", ctype_name(c), i);
     switch (e->kind) {
     case KN_KX_LOAD: put_load(r, e->buf, upto, c); break;
@@ -416,7 +482,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
     }
     case KN_KX_OP: {
         ctype oct[3];
-        operand_types(r, e, oct);
+        operand_types(r, i, oct);
         char ops[3][96] = {"0", "0", "0"};
         int opnd[3] = {e->a, e->b, e->c};
         for (int j = 0; j < 3; j++) {
@@ -452,8 +518,14 @@ static kn_status render_expr(rctx *r, int i, int upto)
         kn_strbuf *keep = r->s;
         r->s = &body;
         kn_status st = KN_OK;
+        const char *wrapping = fc != CT_I64 ? NULL : e->op == KN_OP_ADD ? "kn_iadd"
+                             : e->op == KN_OP_SUB ? "kn_isub" : e->op == KN_OP_MUL ? "kn_imul"
+                             : e->op == KN_OP_NEG ? "kn_ineg" : NULL;
         if (int_div && e->op == KN_OP_DIV) kn_strbuf_printf(r->s, "kn_idiv(%s, %s)", ops[0], ops[1]);
-        else st = put_formula(r, op_formula[e->op], eval, ops, e->value);
+        else if (wrapping) /* two's complement, defined in C and CUDA C++ alike */
+            kn_strbuf_printf(r->s, "%s(%s%s%s)", wrapping, ops[0], e->op == KN_OP_NEG ? "" : ", ",
+                             e->op == KN_OP_NEG ? "" : ops[1]);
+        else st = put_formula(r, op_formula[e->op], eval, ops, fill_value(e));
         r->s = keep;
         if (st != KN_OK || !body.p) {
             free(body.p);
@@ -468,20 +540,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
         }
         kn_op_kind kind = kn_op_kind_of((kn_op)e->op);
         ctype rt = kind == KN_K_COMPARE || e->op == KN_OP_LOGICAL_NOT ? CT_BOOL : fc;
-        if (e->op == KN_OP_CAST && (e->dtype == KN_BF16 || e->dtype == KN_F16)) {
-            /* an explicit cast to a half type rounds now, as the eager op does */
-            kn_strbuf_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
-            put_conv(r->s, rt, CT_F32, body.p);
-            kn_strbuf_printf(r->s, ")");
-        } else if (e->op == KN_OP_CAST && e->dtype == KN_I32 && (rt == CT_F32 || rt == CT_F64)) {
-            /* a float converted to i32 saturates at i32's range here, as the
-             * eager cast does; the store then keeps the low 32 bits */
-            kn_strbuf_printf(r->s, "kn_sat_i32(");
-            put_conv(r->s, rt, CT_I64, body.p);
-            kn_strbuf_printf(r->s, ")");
-        } else {
-            put_conv(r->s, rt, c, body.p);
-        }
+        put_fitted(r, e, rt, c, body.p);
         free(body.p);
         break;
     }
@@ -577,7 +636,20 @@ static const char prelude_common[] =
     "    return (kn_i64)v;\n"
     "}\n"
     "KN_FN kn_i32 kn_sat_i32(kn_i64 v) { return (kn_i32)(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }\n"
-    "KN_FN kn_i64 kn_iabs(kn_i64 v) { return v < 0 ? -v : v; }\n"
+    /* integer arithmetic wraps in two's complement, as PyTorch's and the
+     * CPU reference's: through unsigned types, where C and CUDA C++ define
+     * it (signed overflow is undefined, and NVRTC has no -fwrapv) */
+    "KN_FN kn_i64 kn_iadd(kn_i64 a, kn_i64 b) { return (kn_i64)((unsigned long long)a + (unsigned long long)b); }\n"
+    "KN_FN kn_i64 kn_isub(kn_i64 a, kn_i64 b) { return (kn_i64)((unsigned long long)a - (unsigned long long)b); }\n"
+    "KN_FN kn_i64 kn_imul(kn_i64 a, kn_i64 b) { return (kn_i64)((unsigned long long)a * (unsigned long long)b); }\n"
+    "KN_FN kn_i64 kn_ineg(kn_i64 a) { return (kn_i64)(0ull - (unsigned long long)a); }\n"
+    "KN_FN kn_i64 kn_iabs(kn_i64 v) { return v < 0 ? kn_ineg(v) : v; }\n"
+    /* the low 32 bits as a signed value, without an out-of-range conversion */
+    "KN_FN kn_i64 kn_wrap_i32(kn_i64 v)\n"
+    "{\n"
+    "    kn_u32 u = (kn_u32)((unsigned long long)v & 0xffffffffull);\n"
+    "    return u >= 0x80000000u ? (kn_i64)u - 4294967296LL : (kn_i64)u;\n"
+    "}\n"
     /* by squaring in integers, wrapping as PyTorch's integer pow (and the
      * CPU reference): a double loses past 2^53, and CUDA's pow(-3.0, 1.0)
      * gave -2.9999999999999996, which truncates to -2. A negative exponent
@@ -595,7 +667,7 @@ static const char prelude_common[] =
     "KN_FN kn_i64 kn_idiv(kn_i64 a, kn_i64 b)\n"
     "{\n"
     "    if (b == 0) return a == 0 ? 0 : a > 0 ? 9223372036854774784LL : -9223372036854775807LL - 1;\n"
-    "    if (b == -1) return -a;\n"
+    "    if (b == -1) return kn_ineg(a);\n"
     "    return a / b;\n"
     "}\n";
 

@@ -64,6 +64,11 @@ typedef struct kn_kexpr {
     double value;  /* KX_CONST; also MASKED_FILL's fill value */
     kn_dtype dtype; /* the value's type; computation happens in f32 for
                        f32/bf16/f16, f64 for f64, i64 for ints, as bool for bool */
+    bool internal;  /* a step inside one op's decomposition (softmax's max and
+                       sum, arange's product), not the result of an op: it is
+                       not brought back to its dtype, and a target that
+                       evaluates f32 math in f64 keeps it in f64, as the
+                       eager kernel keeps it in a double (see kn_kir.c) */
 } kn_kexpr;
 
 typedef struct kn_karg {

@@ -366,6 +366,47 @@ static void store_row(const kn_tensor *t, int64_t off, int64_t st, const double 
     }
 }
 
+/* The dtype operand k of the op is converted to before the op computes, as
+ * PyTorch's kernels and the generated code (fusion casts operands to it):
+ * the result dtype, except a comparison's (the promoted dtype of its
+ * operands), the condition of where, the mask of masked_fill and the input
+ * of cast and logical_not, which keep theirs. */
+static kn_dtype operand_dtype(const kn_opcall *c, const kn_tensor *out, int k)
+{
+    kn_op_kind kind = kn_op_kind_of(c->op);
+    if (kind == KN_K_COMPARE) return kn_dtype_promote(c->in[0]->dtype, c->in[1]->dtype);
+    if (c->op == KN_OP_CAST || c->op == KN_OP_LOGICAL_NOT || (kind == KN_K_TERNARY && k == 0) ||
+        (kind == KN_K_MASKED && k == 1))
+        return c->in[k]->dtype;
+    return out->dtype;
+}
+
+/* load_row, then each value as dtype `to` holds it, where converting to it
+ * rounds: an i64 or i32 beyond 2^24, or an f64, next to an f32 becomes that
+ * f32 (16777217 + 0.5f is 16777216 in f32, not 16777218), and anything next
+ * to a half type becomes that half (2049 + f16 0.5 is 2048). An i64 converts
+ * to f32 directly, not through double, which could round twice. */
+static void load_row_as(double *dst, const kn_tensor *t, int64_t off, int64_t st, int64_t n,
+                        kn_dtype to)
+{
+    kn_dtype from = t->dtype;
+    load_row(dst, t, off, st, n);
+    bool half_to = to == KN_BF16 || to == KN_F16;
+    bool rounds = from != to && from != KN_BOOL &&
+                  (half_to || (to == KN_F32 && from != KN_BF16 && from != KN_F16));
+    if (!rounds) return;
+    if (from == KN_I64) {
+        const int64_t *p = (const int64_t *)t->storage->data + off;
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)p[i * st];
+    } else {
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)dst[i];
+    }
+    if (to == KN_BF16)
+        for (int64_t i = 0; i < n; i++) dst[i] = kn_bf16_to_f32(kn_f32_to_bf16((float)dst[i]));
+    else if (to == KN_F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = kn_f16_to_f32(kn_f32_to_f16((float)dst[i]));
+}
+
 /* Exact integer rows for the integer path (bool loads as 0 or 1). */
 static void load_irow(int64_t *dst, const kn_tensor *t, int64_t off, int64_t st, int64_t n)
 {
@@ -414,14 +455,20 @@ static void store_irow(const kn_tensor *t, int64_t off, int64_t st, const int64_
     }
 }
 
-/* A fill value for an integer output: truncated toward zero and saturated,
- * as kn_store_f64 stores it (NaN is 0). */
-static int64_t int_attr_value(double v)
+/* A fill value for an integer or bool output dt: the value a tensor of dt
+ * holds after kn_store_f64 (truncated toward zero, saturated at dt's range,
+ * NaN 0 for integers and true for bool), as full() and the generated
+ * kernels convert it. Saturating at i64's range and then keeping i32's low
+ * 32 bits gave -1 for masked_fill(1e300) on an i32 tensor. */
+static int64_t int_attr_value(double v, kn_dtype dt)
 {
-    if (v != v) return 0;
-    if (v <= -9223372036854775808.0) return INT64_MIN;
-    if (v >= 9223372036854775808.0) return INT64_MAX;
-    return (int64_t)v;
+    unsigned char b[8];
+    kn_store_f64(b, dt, v);
+    switch (dt) {
+    case KN_I32: { int32_t i; memcpy(&i, b, 4); return i; }
+    case KN_I64: { int64_t i; memcpy(&i, b, 8); return i; }
+    default: return b[0] != 0;
+    }
 }
 
 /* ---- the drivers ---- */
@@ -434,7 +481,7 @@ static void run_int_expr(const kn_opcall *c, kn_tensor *out, int nin, ew_iter *i
     const int64_t *arg[3] = {zeros, zeros, zeros};
     for (int k = 0; k < nin; k++) arg[k] = buf[k];
     iw_fn fn = iw_for(c->op);
-    int64_t v = int_attr_value(c->a.value);
+    int64_t v = int_attr_value(c->a.value, out->dtype);
     int64_t inner = it->shape[it->nd - 1], rows = iter_rows(it);
     int64_t idx[KN_MAX_DIMS] = {0};
     for (int64_t r = 0; r < rows; r++) {
@@ -494,7 +541,7 @@ static kn_status run_expr(const kn_opcall *c, kn_tensor *out, int nin)
             int64_t m = inner - j < CHUNK ? inner - j : CHUNK;
             for (int k = 0; k < nin; k++) {
                 int64_t s = it.st[k + 1][it.nd - 1];
-                load_row(buf[k], c->in[k], off[k + 1] + j * s, s, m);
+                load_row_as(buf[k], c->in[k], off[k + 1] + j * s, s, m, operand_dtype(c, out, k));
             }
             fn(m, obuf, arg[0], arg[1], arg[2], c->a.value);
             int64_t so = it.st[0][it.nd - 1];
