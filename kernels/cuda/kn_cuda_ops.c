@@ -122,11 +122,12 @@ static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, cons
     return launch(in->dtype, KN_TK_COPY + ddt, grid_for(a.n, KN_T_BLOCK), &a);
 }
 
+/* in into out through out's own strides: a fresh output is contiguous, and
+ * an output handed over as a view (a plan's permuted layout, attention's
+ * unfused fallback) is written where its strides say. */
 static kn_status copy_into(const kn_tensor *in, kn_tensor *out)
 {
-    int64_t st[KN_MAX_DIMS];
-    kn_contiguous_strides(out->ndim, out->shape, st);
-    return copy_strided(in, dptr(out), out->dtype, st);
+    return copy_strided(in, dptr(out), out->dtype, out->strides);
 }
 
 /* ---- reductions ---- */
