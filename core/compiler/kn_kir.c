@@ -260,7 +260,8 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
 void kn_kir_put_elem(rctx *r, int j, int upto)
 {
     const kn_karg *a = &r->k->args[j];
-    int64_t inner = a->strides[r->k->ndim - 1];
+    /* a 0-d kernel (one element) has no inner dim: no vectors, no lanes */
+    int64_t inner = r->k->ndim > 0 ? a->strides[r->k->ndim - 1] : 0;
     if (r->in_regs && inner == 1 && r->regs_v > 1 && (!a->is_output || upto == r->k->ndim)) {
         /* the lane's copy of its elements, in vectors: loaded (c) or to store (d) */
         kn_strbuf_printf(r->s, "%c%d[u / %d].x[u %% %d]", a->is_output ? 'd' : 'c', j, r->regs_v, r->regs_v);
