@@ -62,6 +62,13 @@ kn_status kn_kir_render_stores(kn_kir_rctx *r, bool want_per_row, int upto);
 kn_status kn_kir_row_body(kn_kir_rctx *r, const char *lo, const char *step, const char *per_row_open);
 
 /* Stage s's accumulator type, and acc = combine(acc, val) for it. */
+/* For a row held in registers in vectors (r->regs_k, r->regs_v > 1): the
+ * condition under which this row can move in whole vectors, as C text
+ * (its length a multiple of regs_v, every vector argument's row start
+ * aligned to its vector; a view's offset or a dynamic size may break it).
+ * The target takes the register path only where it holds, so that path
+ * has no element-by-element copy of the row (which cost ~50 registers). */
+void kn_kir_put_row_vec_ok(kn_kir_rctx *r);
 const char *kn_kir_acc_type(const kn_kir_rctx *r, int s);
 void kn_kir_combine(kn_kir_rctx *r, int s, const char *acc, const char *val);
 

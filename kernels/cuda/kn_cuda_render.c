@@ -247,19 +247,26 @@ static kn_status cuda_row(kn_kir_rctx *r)
     render_unflatten(r, "row", "rows", R, 0);
     bool regs = kn_kernel_row_regs(k);
     if (regs) {
-        const char *lo = r->warp_rows ? "(kn_i64)lane" : "(kn_i64)threadIdx.x";
-        const char *step = r->warp_rows ? "32" : "(kn_i64)blockDim.x";
-        /* the row in registers when it fits what was rendered; a longer
-         * row (a dynamic size) takes the plain loop. A thread holds K
-         * elements in groups of V consecutive ones (one vector each). */
+        /* int indices: the row is short (the guard below) */
+        const char *lo = r->warp_rows ? "(int)lane" : "(int)threadIdx.x";
+        const char *step = r->warp_rows ? "32" : "(int)blockDim.x";
+        /* the row in registers when it fits what was rendered and, with
+         * vectors, moves in whole aligned vectors; otherwise (a longer row
+         * of a dynamic size, a misaligned view) the plain loop. A thread
+         * holds K elements in groups of V consecutive ones (one vector each). */
         int V = kn_kernel_row_vec(k), threads = r->warp_rows ? 32 : kn_kernel_block(k);
         int64_t groups = (k->shape[R] + (int64_t)threads * V - 1) / ((int64_t)threads * V);
         int K = (int)(groups > 0 ? groups : 1) * V;
-        if (r->warp_rows) kn_kir_line(r, "if (n%d <= %d) {", R, K * 32);
-        else kn_kir_line(r, "if (n%d <= %d * (kn_i64)blockDim.x) {", R, K);
-        r->indent++;
         r->regs_k = K;
         r->regs_v = V;
+        if (r->warp_rows) kn_strbuf_printf(r->s, "%*sif (n%d <= %d", r->indent * 4, "", R, K * 32);
+        else kn_strbuf_printf(r->s, "%*sif (n%d <= %d * (kn_i64)blockDim.x", r->indent * 4, "", R, K);
+        if (V > 1) {
+            kn_strbuf_printf(r->s, " && ");
+            kn_kir_put_row_vec_ok(r);
+        }
+        kn_strbuf_printf(r->s, ") {\n");
+        r->indent++;
         kn_status st = kn_kir_row_body(r, lo, step, first);
         r->regs_k = 0;
         r->regs_v = 0;
