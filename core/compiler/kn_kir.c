@@ -804,6 +804,17 @@ static void row_cached(const kn_kernel *k, bool *cached, bool *early)
         if (need[i] && k->exprs[i].kind == KN_KX_LOAD && cached[k->exprs[i].buf]) early[k->exprs[i].buf] = true;
 }
 
+size_t kn_kir_row_early_bytes(const kn_kernel *k)
+{
+    bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
+    size_t bytes = 0;
+    if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return 0;
+    row_cached(k, cached, early);
+    for (int j = 0; j < k->n_args; j++)
+        if (early[j]) bytes += kn_dtype_size(k->args[j].dtype);
+    return bytes;
+}
+
 /* Whether argument j moves in vectors in a row held in registers. */
 static bool row_vec_arg(const rctx *r, int j)
 {
@@ -883,24 +894,60 @@ static void regs_loads(rctx *r, const bool *which, const char *lo, const char *s
     }
 }
 
-/* After the row's per-element stores into d<j>: the vector stores to memory. */
-static void regs_vector_stores(rctx *r, const bool *vec_out, const char *lo, const char *step)
+/* The stores of a row held in vectors, one vector group at a time: the
+ * group's vectors of the arguments only the stores read (`late`), its V
+ * values, then its vector stores. Only one group of those arguments and
+ * of the outputs is live at a time, not the whole row's (an f32 layer
+ * norm's weight, bias and output rows took 48 more registers). */
+static kn_status regs_group_stores(rctx *r, const bool *late, const bool *vec_out, const char *lo,
+                                   const char *step)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1, V = r->regs_v;
+    bool late_scalar[KN_KIR_MAX_ARGS] = {false};
+    for (int j = 0; j < k->n_args; j++) late_scalar[j] = late[j] && !row_vec_arg(r, j);
+    regs_loads(r, late_scalar, lo, step);
     if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
     kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
     r->indent++;
-    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
-    kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
-    for (int j = 0; j < k->n_args; j++)
-        if (vec_out[j]) {
-            kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, " = d%d[g];\n", j);
+    kn_kir_line(r, "if ((%s + g * %s) * %d >= n%d) break;", lo, step, V, R);
+    for (int pass = 0; pass < 2; pass++) { /* 0: the group's loads, 1: its stores */
+        bool any = false;
+        for (int j = 0; j < k->n_args; j++) any |= pass == 0 ? late[j] && row_vec_arg(r, j) : vec_out[j];
+        if (pass == 1) { /* the group's values first */
+            if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+            kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+            r->indent++;
+            kn_kir_line(r, "const int u = g * %d + e;", V);
+            kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+            r->in_regs = true;
+            kn_status st = kn_kir_render_stores(r, false, k->ndim);
+            r->in_regs = false;
+            KN_TRY(st);
+            r->indent--;
+            kn_kir_line(r, "}");
         }
+        if (!any) continue;
+        kn_kir_line(r, "{");
+        r->indent++;
+        kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+        for (int j = 0; j < k->n_args; j++) {
+            if (pass == 0 && late[j] && row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            } else if (pass == 1 && vec_out[j]) {
+                kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, " = d%d[g];\n", j);
+            }
+        }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
     r->indent--;
     kn_kir_line(r, "}");
+    return KN_OK;
 }
 
 kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char *per_row_open)
@@ -950,14 +997,13 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         kn_kir_line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,
              ctype_name(expr_ct(r, k->stages[s].expr)), s);
     }
-    if (has_stores(k, false)) {
+    if (has_stores(k, false) && r->regs_k && r->regs_v > 1) {
+        KN_TRY(regs_group_stores(r, late, vec_out, lo, step));
+    } else if (has_stores(k, false)) {
         if (any_late) regs_loads(r, late, lo, step);
         open_row_loop(r, lo, step);
         KN_TRY(kn_kir_render_stores(r, false, k->ndim));
         close_row_loop(r);
-        bool any_vec_out = false;
-        for (int j = 0; j < k->n_args; j++) any_vec_out |= vec_out[j];
-        if (any_vec_out) regs_vector_stores(r, vec_out, lo, step);
     }
     if (has_stores(k, true)) {
         kn_kir_line(r, "%s", per_row_open);

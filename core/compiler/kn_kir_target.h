@@ -69,6 +69,10 @@ kn_status kn_kir_row_body(kn_kir_rctx *r, const char *lo, const char *step, cons
  * The target takes the register path only where it holds, so that path
  * has no element-by-element copy of the row (which cost ~50 registers). */
 void kn_kir_put_row_vec_ok(kn_kir_rctx *r);
+/* ROW kernel k: the bytes per row element of the inputs a row held in
+ * registers keeps through its stages (the others load right before the
+ * stores), for a target's register budget. */
+size_t kn_kir_row_early_bytes(const struct kn_kernel *k);
 const char *kn_kir_acc_type(const kn_kir_rctx *r, int s);
 void kn_kir_combine(kn_kir_rctx *r, int s, const char *acc, const char *val);
 
