@@ -920,6 +920,8 @@ static kn_status regs_group_stores(rctx *r, const bool *late, const bool *vec_ou
             r->indent++;
             kn_kir_line(r, "const int u = g * %d + e;", V);
             kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+            kn_kir_line(r, "(void)u;");
+            kn_kir_line(r, "(void)i%d;", R);
             r->in_regs = true;
             kn_status st = kn_kir_render_stores(r, false, k->ndim);
             r->in_regs = false;
