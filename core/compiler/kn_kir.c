@@ -552,8 +552,20 @@ static kn_status render_expr(rctx *r, int i, int upto)
 /* Render every marked expression in order. */
 static kn_status render_needed(rctx *r, const bool *need, int upto)
 {
-    for (int i = 0; i < r->k->n_exprs; i++)
-        if (need[i]) KN_TRY(render_expr(r, i, upto));
+    for (int i = 0; i < r->k->n_exprs; i++) {
+        if (!need[i]) continue;
+        if (r->in_regs && r->folded) {
+            const kn_kexpr *f = &r->k->exprs[r->fold_expr];
+            if (i == f->a || i == f->b) continue; /* its operands are read by it alone */
+            if (i == r->fold_expr) { /* its value, from the registers it replaced */
+                kn_strbuf_printf(r->s, "%*sconst %s v%d = ", r->indent * 4, "", ctype_name(expr_ct(r, i)), i);
+                put_load(r, r->fold_arg, upto, expr_ct(r, i));
+                kn_strbuf_printf(r->s, ";\n");
+                continue;
+            }
+        }
+        KN_TRY(render_expr(r, i, upto));
+    }
     return KN_OK;
 }
 
@@ -804,6 +816,9 @@ static void row_cached(const kn_kernel *k, bool *cached, bool *early)
         if (need[i] && k->exprs[i].kind == KN_KX_LOAD && cached[k->exprs[i].buf]) early[k->exprs[i].buf] = true;
 }
 
+static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b);
+static bool row_vec_arg(const rctx *r, int j);
+
 size_t kn_kir_row_early_bytes(const kn_kernel *k)
 {
     bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
@@ -812,6 +827,9 @@ size_t kn_kir_row_early_bytes(const kn_kernel *k)
     row_cached(k, cached, early);
     for (int j = 0; j < k->n_args; j++)
         if (early[j]) bytes += kn_dtype_size(k->args[j].dtype);
+    const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
+    int arg_a = -1, arg_b = -1;
+    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype); /* B's registers are freed */
     return bytes;
 }
 
@@ -894,6 +912,90 @@ static void regs_loads(rctx *r, const bool *which, const char *lo, const char *s
     }
 }
 
+/* A row held in vectors may keep, instead of two input rows A and B, the
+ * row of an elementwise op of them (x + r before a layer norm): when the
+ * op's operands are the only loads of A and B, nothing else reads them,
+ * A, B and the op share a float dtype (the op's value is rounded to that
+ * dtype, so A's storage holds it exactly), and a stage reads the op (A and
+ * B load before the stages: `early`). Returns the op (-1: none). */
+static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b)
+{
+    const kn_kernel *k = r->k;
+    if (r->regs_v <= 1) return -1;
+    for (int i = 0; i < k->n_exprs; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind != KN_KX_OP || e->a < 0 || e->b < 0 || e->c >= 0 || e->a == e->b) continue;
+        if (e->dtype != KN_F32 && e->dtype != KN_BF16 && e->dtype != KN_F16) continue;
+        const kn_kexpr *la = &k->exprs[e->a], *lb = &k->exprs[e->b];
+        if (la->kind != KN_KX_LOAD || lb->kind != KN_KX_LOAD || la->buf == lb->buf) continue;
+        if (!early[la->buf] || !early[lb->buf] || !row_vec_arg(r, la->buf) || !row_vec_arg(r, lb->buf)) continue;
+        if (k->args[la->buf].dtype != e->dtype || k->args[lb->buf].dtype != e->dtype) continue;
+        bool alone = true;
+        for (int x = 0; x < k->n_exprs && alone; x++) {
+            const kn_kexpr *o = &k->exprs[x];
+            if (x != e->a && x != e->b && o->kind == KN_KX_LOAD && (o->buf == la->buf || o->buf == lb->buf))
+                alone = false;
+            if (x != i && o->kind == KN_KX_OP &&
+                (o->a == e->a || o->b == e->a || o->c == e->a || o->a == e->b || o->b == e->b || o->c == e->b))
+                alone = false;
+        }
+        for (int s = 0; s < k->n_stages && alone; s++)
+            if (k->stages[s].expr == e->a || k->stages[s].expr == e->b) alone = false;
+        for (int s = 0; s < k->n_stores && alone; s++)
+            if (k->stores[s].expr == e->a || k->stores[s].expr == e->b) alone = false;
+        if (!alone) continue;
+        *arg_a = la->buf;
+        *arg_b = lb->buf;
+        return i;
+    }
+    return -1;
+}
+
+/* The loads of A and B, and the lane's values of the folded op into A's
+ * registers, one vector group at a time: B holds registers for one group. */
+static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *lo, const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    bool need[KN_KIR_MAX_EXPRS] = {false};
+    need[fold] = true;
+    mark_deps(k, need);
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+    r->indent++;
+    kn_kir_line(r, "if ((%s + g * %s) * %d >= n%d) break;", lo, step, V, R);
+    kn_kir_line(r, "{");
+    r->indent++;
+    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+    for (int pass = 0; pass < 2; pass++) {
+        int j = pass ? arg_b : arg_a;
+        kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+        kn_kir_put_elem(r, j, k->ndim);
+        kn_strbuf_printf(r->s, ";\n");
+    }
+    r->indent--;
+    kn_kir_line(r, "}");
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+    r->indent++;
+    kn_kir_line(r, "const int u = g * %d + e;", V);
+    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+    kn_kir_line(r, "(void)i%d;", R);
+    r->in_regs = true;
+    kn_status st = render_needed(r, need, k->ndim);
+    if (st == KN_OK) render_store(r, arg_a, fold, k->ndim);
+    r->in_regs = false;
+    KN_TRY(st);
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->folded = true;
+    r->fold_expr = fold;
+    r->fold_arg = arg_a;
+    return KN_OK;
+}
+
 /* The stores of a row held in vectors, one vector group at a time: the
  * group's vectors of the arguments only the stores read (`late`), its V
  * values, then its vector stores. Only one group of those arguments and
@@ -958,6 +1060,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
     int R = k->ndim - 1;
     bool vec_out[KN_KIR_MAX_ARGS] = {false}; /* outputs staged in d<j> and stored in vectors */
     bool late[KN_KIR_MAX_ARGS] = {false};    /* cached arguments only the stores read */
+    r->folded = false;
     bool any_late = false;
     if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
         bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
@@ -974,6 +1077,11 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
             }
             late[j] = cached[j] && !early[j];
             any_late |= late[j];
+        }
+        int arg_a = -1, arg_b = -1, fold = row_fold(r, early, &arg_a, &arg_b);
+        if (fold >= 0) {
+            early[arg_a] = early[arg_b] = false;
+            KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
         }
         regs_loads(r, early, lo, step);
     }
@@ -1007,6 +1115,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         KN_TRY(kn_kir_render_stores(r, false, k->ndim));
         close_row_loop(r);
     }
+    r->folded = false;
     if (has_stores(k, true)) {
         kn_kir_line(r, "%s", per_row_open);
         r->indent++;
