@@ -927,7 +927,8 @@ static void test_configs(void)
  * and layer_norm over rows of 1, 7, 256, 1000 (a warp per row, the row in
  * registers), 4096 (a block per row, the row in registers) and 100000
  * elements (a block per row reading memory), f32 and bf16, the 256 case
- * also at a misaligned row start. */
+ * also at a misaligned row start; and a residual layer_norm(x + y) (the
+ * register path keeps x + y in x's registers) over the same rows. */
 static kn_tensor *offset_view(kn_dtype dt, int ndim, const int64_t *sh, int off, double lo, double hi,
                               kn_tensor **base)
 {
@@ -985,20 +986,24 @@ static void test_vector_layouts(void)
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (int di = 0; di < 2; di++)
             for (int off = 0; off < (lens[li] == 256 ? 2 : 1); off++)
-                for (int which = 0; which < 2; which++) { /* softmax, layer_norm */
+                for (int which = 0; which < 3; which++) { /* softmax, layer_norm, layer_norm(x + y) */
                     kn_dtype dt = rdts[di];
                     int64_t n = lens[li], sh[2] = {n > 1000 ? 3 : 9, n}, ws[1] = {n};
                     kn_tensor *base = NULL, *x = offset_view(dt, 2, sh, off, which ? 3 : -8, which ? 7 : 8, &base);
                     kn_tensor *w = tl_rand(dt, 1, ws, TL_CONTIG, 0.5, 1.5, 0), *bb = tl_rand(dt, 1, ws, TL_CONTIG, -1, 1, 0);
-                    kn_tensor *out = tl_new(dt, 2, sh);
-                    kn_kernel *k = kernel_new(which ? "k12_layer_norm_layout" : "k12_softmax_layout", KN_KERNEL_ROW, 2, sh);
-                    int ax = arg_of(k, x, false, false), aw = -1, ab = -1;
+                    kn_tensor *out = tl_new(dt, 2, sh), *y = which == 2 ? tl_rand(dt, 2, sh, TL_CONTIG, -2, 2, 0) : NULL;
+                    kn_tensor *xy = which == 2 ? ref(KN_OP_ADD, x, y, NULL) : NULL;
+                    kn_kernel *k = kernel_new(which == 2 ? "k12_add_layer_norm_layout"
+                                              : which ? "k12_layer_norm_layout" : "k12_softmax_layout",
+                                              KN_KERNEL_ROW, 2, sh);
+                    int ax = arg_of(k, x, false, false), ay = which == 2 ? arg_of(k, y, false, false) : -1, aw = -1,
+                        ab = -1;
                     if (which) {
                         aw = arg_of(k, w, false, false);
                         ab = arg_of(k, bb, false, false);
                     }
                     int ao = arg_of(k, out, true, false);
-                    int lx = ld(k, ax);
+                    int lx = which == 2 ? op2(k, KN_OP_ADD, ld(k, ax), ld(k, ay), dt) : ld(k, ax);
                     kn_opcall c;
                     if (which == 0) {
                         stage(k, KN_OP_AMAX, lx);
@@ -1021,7 +1026,7 @@ static void test_vector_layouts(void)
                                   ld(k, ab), dt),
                               false);
                         kn_opcall_init(&c, KN_OP_LAYER_NORM);
-                        c.in[0] = x;
+                        c.in[0] = which == 2 ? xy : x;
                         c.in[1] = w;
                         c.in[2] = bb;
                         c.n_in = 3;
@@ -1034,15 +1039,21 @@ static void test_vector_layouts(void)
                         kn_kconfig_parse(cfgs[ci], &k->cfg);
                         char name[160];
                         snprintf(name, sizeof name, "%s %s rows of %lld, row start offset %d, %s",
-                                 which ? "layer_norm" : "softmax", kn_dtype_name(dt), (long long)n, off, cfgs[ci]);
+                                 which == 2 ? "layer_norm(x + y)" : which ? "layer_norm" : "softmax", kn_dtype_name(dt), (long long)n, off, cfgs[ci]);
                         memset(kn_tensor_data(out), 0, (size_t)out->storage->nbytes);
                         /* a row of 1e5 f32 values summed in another order than the reference */
-                        kn_tensor *ts[4] = {x, w, bb, out};
+                        kn_tensor *ts[5] = {x, w, bb, out, out};
                         if (!which) ts[1] = out;
+                        if (which == 2) {
+                            ts[1] = y;
+                            ts[2] = w;
+                            ts[3] = bb;
+                        }
                         if (run(k, ts, name))
                             check_within(out, want, false, n > 1000 && dt == KN_F32 ? 1e-4 : 0, name);
                     }
                     release(6, (kn_tensor *[]){base, x, w, bb, out, want});
+                    if (y) release(2, (kn_tensor *[]){y, xy});
                     free(k);
                 }
 }

@@ -231,6 +231,47 @@ static void test_fields_are_read(kn_kernel ks[N_KERNELS])
     free(ref);
 }
 
+/* The CUDA rows held in registers, read structurally (the golden file pins
+ * the bytes; these say what must hold whatever the bytes): the register
+ * path is taken only where the row moves in whole aligned vectors (its
+ * guard tests the alignment), it has no element-by-element copy of the row
+ * (a misaligned row reads memory in the loop after it: that copy had cost
+ * ~50 registers), an input only the stores read (the weight of ks[3]) is
+ * loaded after the reductions, and a row kept in <= 64 bytes a thread asks
+ * ptxas for 64 registers (1024 threads an SM). */
+static void test_cuda_rows_in_registers(kn_kernel ks[N_KERNELS])
+{
+    for (int j = 2; j < 4; j++) {
+        kn_kconfig_parse("default", &ks[j].cfg);
+        char *src = NULL;
+        if (!ok(kn_kernel_render(&ks[j], KN_TARGET_CUDA, &src) == KN_OK, "%s renders", ks[j].name)) continue;
+        const char *guard = strstr(src, "if (n1 <= ");
+        const char *eol = guard ? strchr(guard, '\n') : NULL;
+        bool aligned = false;
+        for (const char *p = guard; p && eol && (p = strstr(p, "% 16) == 0")) && p < eol; p++) aligned = true;
+        ok(guard && aligned, "%s: the register path's guard tests vector alignment", ks[j].name);
+        bool scalar_copy = false; /* c0[u / 4].x[u % 4] = p0[...] or p1[...] = d1[u / 4].x[u % 4] */
+        for (const char *line = src; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+            const char *end = strchr(line, '\n'), *reg = strstr(line, ".x[u % ");
+            if (!reg || (end && reg > end)) continue;
+            const char *text = line + strspn(line, " ");
+            const char *from_mem = strstr(line, "= p");
+            if ((from_mem && (!end || from_mem < end)) || text[0] == 'p') scalar_copy = true;
+        }
+        ok(!scalar_copy, "%s: no element-by-element copy between memory and the row's registers", ks[j].name);
+        ok(strstr(src, "const bool kv") == NULL, "%s: no run-time choice inside the register path", ks[j].name);
+        ok(strstr(src, "__launch_bounds__(256, 4)") != NULL, "%s: rows of 12 f32 / 8 f16 a lane ask for 64 registers",
+           ks[j].name);
+        if (j == 3) {
+            const char *last_reduction = strstr(src, "const float acc0 =");
+            const char *weight = strstr(src, "c1[g] = *(const v1_t *)");
+            ok(last_reduction && weight && weight > last_reduction,
+               "%s: the weight, read only by the stores, loads after the reduction", ks[j].name);
+        }
+        free(src);
+    }
+}
+
 /* Each backend's target is complete and is what its vtable hands to core. */
 static void test_backend_targets(void)
 {
@@ -279,5 +320,6 @@ int main(void)
     free(want);
     test_fields_are_read(ks);
     test_backend_targets();
+    test_cuda_rows_in_registers(ks);
     return done_testing();
 }

@@ -553,8 +553,20 @@ static kn_status render_expr(rctx *r, int i, int upto)
 /* Render every marked expression in order. */
 static kn_status render_needed(rctx *r, const bool *need, int upto)
 {
-    for (int i = 0; i < r->k->n_exprs; i++)
-        if (need[i]) KN_TRY(render_expr(r, i, upto));
+    for (int i = 0; i < r->k->n_exprs; i++) {
+        if (!need[i]) continue;
+        if (r->in_regs && r->folded) {
+            const kn_kexpr *f = &r->k->exprs[r->fold_expr];
+            if (i == f->a || i == f->b) continue; /* its operands are read by it alone */
+            if (i == r->fold_expr) { /* its value, from the registers it replaced */
+                kn_strbuf_printf(r->s, "%*sconst %s v%d = ", r->indent * 4, "", ctype_name(expr_ct(r, i)), i);
+                put_load(r, r->fold_arg, upto, expr_ct(r, i));
+                kn_strbuf_printf(r->s, ";\n");
+                continue;
+            }
+        }
+        KN_TRY(render_expr(r, i, upto));
+    }
     return KN_OK;
 }
 
@@ -751,14 +763,16 @@ void kn_kir_combine(rctx *r, int s, const char *acc, const char *val)
  * row in registers (r->regs_k) the lane's regs_k elements, unrolled. */
 /* Register u of a lane's row copy is element i<R>: lo + u * step, or in
  * groups of V consecutive elements, (lo + (u / V) * step) * V + u % V
- * (increasing in u either way, so the first one past the row ends the loop). */
+ * (increasing in u either way, so the first one past the row ends the loop).
+ * A row held in registers is short (the target guards n<R> before), so the
+ * index is an int: no 64-bit multiply per element. */
 static void put_regs_index(rctx *r, const char *lo, const char *step)
 {
     int R = r->k->ndim - 1, V = r->regs_v;
     if (V > 1)
-        kn_kir_line(r, "const kn_i64 i%d = (%s + (kn_i64)(u / %d) * %s) * %d + u %% %d;", R, lo, V, step, V, V);
+        kn_kir_line(r, "const int i%d = (%s + (u / %d) * %s) * %d + u %% %d;", R, lo, V, step, V, V);
     else
-        kn_kir_line(r, "const kn_i64 i%d = %s + (kn_i64)u * %s;", R, lo, step);
+        kn_kir_line(r, "const int i%d = %s + u * %s;", R, lo, step);
     kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
 }
 
@@ -785,100 +799,260 @@ static void close_row_loop(rctx *r)
     kn_kir_line(r, "}");
 }
 
-/* The lane's elements of the cached arguments into registers, one by one:
- * which = 1: those contiguous along the row, -1: the others, 0: all. */
-static void regs_scalar_loads(rctx *r, const bool *cached, const char *lo, const char *step, int which)
+/* The arguments a row in registers keeps (inputs that vary along the row),
+ * and of those the ones some stage reads: those are loaded before the
+ * first stage, the others (a layer norm's weight and bias) only right
+ * before the stores, so they hold no registers through the reductions. */
+static void row_cached(const kn_kernel *k, bool *cached, bool *early)
 {
-    const kn_kernel *k = r->k;
     int R = k->ndim - 1;
-    bool any = false;
-    for (int j = 0; j < k->n_args; j++)
-        if (cached[j] && (which == 0 || (which == 1) == (k->args[j].strides[R] == 1))) any = true;
-    if (!any) return;
-    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-    kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
-    r->indent++;
-    put_regs_index(r, lo, step);
-    for (int j = 0; j < k->n_args; j++)
-        if (cached[j] && (which == 0 || (which == 1) == (k->args[j].strides[R] == 1))) {
-            kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
-            r->in_regs = true;
-            kn_kir_put_elem(r, j, k->ndim);
-            r->in_regs = false;
-            kn_strbuf_printf(r->s, " = ");
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, ";\n");
-        }
-    r->indent--;
-    kn_kir_line(r, "}");
+    for (int i = 0; i < k->n_exprs; i++)
+        if (k->exprs[i].kind == KN_KX_LOAD && !k->args[k->exprs[i].buf].is_output &&
+            k->args[k->exprs[i].buf].strides[R] != 0)
+            cached[k->exprs[i].buf] = true;
+    bool need[KN_KIR_MAX_EXPRS] = {false};
+    for (int s = 0; s < k->n_stages; s++) need[k->stages[s].expr] = true;
+    mark_deps(k, need);
+    for (int i = 0; i < k->n_exprs; i++)
+        if (need[i] && k->exprs[i].kind == KN_KX_LOAD && cached[k->exprs[i].buf]) early[k->exprs[i].buf] = true;
 }
 
-/* A row in registers in vectors of V = r->regs_v: the vector types, the
- * lane's vector arrays (c<j> loaded, d<j> to store, for the arguments
- * contiguous along the row) and kv, whether this row moves in whole
- * vectors: its length a multiple of V and every such argument's row start
- * aligned to its vector (a view's offset or a dynamic size may break
- * that; the same registers are then filled element by element). */
-static kn_status row_vector_setup(rctx *r, const bool *cached, bool *vec_out)
+static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b);
+static bool row_vec_arg(const rctx *r, int j);
+
+size_t kn_kir_row_early_bytes(const kn_kernel *k)
+{
+    bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
+    size_t bytes = 0;
+    if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return 0;
+    row_cached(k, cached, early);
+    for (int j = 0; j < k->n_args; j++)
+        if (early[j]) bytes += kn_dtype_size(k->args[j].dtype);
+    const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
+    int arg_a = -1, arg_b = -1;
+    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype); /* B's registers are freed */
+    return bytes;
+}
+
+/* Whether argument j moves in vectors in a row held in registers. */
+static bool row_vec_arg(const rctx *r, int j)
+{
+    return r->regs_v > 1 && r->k->args[j].strides[r->k->ndim - 1] == 1;
+}
+
+/* The outputs a row in registers stages in d<j> and stores in vectors. */
+static void row_vec_outputs(const rctx *r, bool *vec_out)
+{
+    const kn_kernel *k = r->k;
+    for (int s = 0; s < k->n_stores; s++)
+        if (!k->stores[s].per_row && row_vec_arg(r, k->stores[s].arg)) vec_out[k->stores[s].arg] = true;
+}
+
+void kn_kir_put_row_vec_ok(rctx *r)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1, V = r->regs_v;
-    for (int s = 0; s < k->n_stores; s++)
-        if (!k->stores[s].per_row && k->args[k->stores[s].arg].strides[R] == 1) vec_out[k->stores[s].arg] = true;
-    kn_strbuf_printf(r->s, "%*sconst bool kv = n%d %% %d == 0", r->indent * 4, "", R, V);
+    bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false}, vec_out[KN_KIR_MAX_ARGS] = {false};
+    row_cached(k, cached, early);
+    row_vec_outputs(r, vec_out);
+    kn_strbuf_printf(r->s, "n%d %% %d == 0", R, V);
     for (int j = 0; j < k->n_args; j++)
-        if ((cached[j] || vec_out[j]) && k->args[j].strides[R] == 1) {
+        if ((cached[j] || vec_out[j]) && row_vec_arg(r, j)) {
             kn_strbuf_printf(r->s, " && ((unsigned long long)&");
             kn_kir_put_elem(r, j, R);
             kn_strbuf_printf(r->s, " %% %zu) == 0", V * kn_dtype_size(k->args[j].dtype));
         }
-    kn_strbuf_printf(r->s, ";\n");
-    for (int j = 0; j < k->n_args; j++)
-        if ((cached[j] || vec_out[j]) && k->args[j].strides[R] == 1) {
-            r->t->vector_type(r, j, V);
-            kn_kir_line(r, "v%d_t %c%d[%d];", j, vec_out[j] ? 'd' : 'c', j, r->regs_k / V);
-        }
-    return KN_OK;
 }
 
-/* After the row's per-element stores into d<j>: the stores to memory,
- * whole vectors where kv, else element by element. */
-static void regs_vector_stores(rctx *r, const bool *vec_out, const char *lo, const char *step)
+/* The lane's elements of the arguments in `which` into registers: whole
+ * vectors for those contiguous along the row when regs_v > 1 (the target
+ * took this path only where kn_kir_put_row_vec_ok holds), element by
+ * element for the others. */
+static void regs_loads(rctx *r, const bool *which, const char *lo, const char *step)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1, V = r->regs_v;
-    kn_kir_line(r, "if (kv) {");
-    r->indent++;
+    bool any_vec = false, any_scalar = false;
+    for (int j = 0; j < k->n_args; j++)
+        if (which[j]) {
+            if (row_vec_arg(r, j)) any_vec = true;
+            else any_scalar = true;
+        }
+    if (any_vec) {
+        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+        kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+        r->indent++;
+        kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+        kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
+        for (int j = 0; j < k->n_args; j++)
+            if (which[j] && row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+    if (any_scalar) {
+        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+        kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+        r->indent++;
+        put_regs_index(r, lo, step);
+        for (int j = 0; j < k->n_args; j++)
+            if (which[j] && !row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
+                r->in_regs = true;
+                kn_kir_put_elem(r, j, k->ndim);
+                r->in_regs = false;
+                kn_strbuf_printf(r->s, " = ");
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+}
+
+/* A row held in vectors may keep, instead of two input rows A and B, the
+ * row of an elementwise op of them (x + r before a layer norm): when the
+ * op's operands are the only loads of A and B, nothing else reads them,
+ * A, B and the op share a float dtype (the op's value is rounded to that
+ * dtype, so A's storage holds it exactly), and a stage reads the op (A and
+ * B load before the stages: `early`). Returns the op (-1: none). */
+static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b)
+{
+    const kn_kernel *k = r->k;
+    if (r->regs_v <= 1) return -1;
+    for (int i = 0; i < k->n_exprs; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind != KN_KX_OP || e->a < 0 || e->b < 0 || e->c >= 0 || e->a == e->b) continue;
+        if (e->dtype != KN_F32 && e->dtype != KN_BF16 && e->dtype != KN_F16) continue;
+        const kn_kexpr *la = &k->exprs[e->a], *lb = &k->exprs[e->b];
+        if (la->kind != KN_KX_LOAD || lb->kind != KN_KX_LOAD || la->buf == lb->buf) continue;
+        if (!early[la->buf] || !early[lb->buf] || !row_vec_arg(r, la->buf) || !row_vec_arg(r, lb->buf)) continue;
+        if (k->args[la->buf].dtype != e->dtype || k->args[lb->buf].dtype != e->dtype) continue;
+        bool alone = true;
+        for (int x = 0; x < k->n_exprs && alone; x++) {
+            const kn_kexpr *o = &k->exprs[x];
+            if (x != e->a && x != e->b && o->kind == KN_KX_LOAD && (o->buf == la->buf || o->buf == lb->buf))
+                alone = false;
+            if (x != i && o->kind == KN_KX_OP &&
+                (o->a == e->a || o->b == e->a || o->c == e->a || o->a == e->b || o->b == e->b || o->c == e->b))
+                alone = false;
+        }
+        for (int s = 0; s < k->n_stages && alone; s++)
+            if (k->stages[s].expr == e->a || k->stages[s].expr == e->b) alone = false;
+        for (int s = 0; s < k->n_stores && alone; s++)
+            if (k->stores[s].expr == e->a || k->stores[s].expr == e->b) alone = false;
+        if (!alone) continue;
+        *arg_a = la->buf;
+        *arg_b = lb->buf;
+        return i;
+    }
+    return -1;
+}
+
+/* The loads of A and B, and the lane's values of the folded op into A's
+ * registers, one vector group at a time: B holds registers for one group. */
+static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *lo, const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    bool need[KN_KIR_MAX_EXPRS] = {false};
+    need[fold] = true;
+    mark_deps(k, need);
     if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
     kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
     r->indent++;
-    kn_kir_line(r, "const kn_i64 i%d = (%s + (kn_i64)g * %s) * %d;", R, lo, step, V);
-    kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
-    for (int j = 0; j < k->n_args; j++)
-        if (vec_out[j]) {
-            kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, " = d%d[g];\n", j);
-        }
+    kn_kir_line(r, "if ((%s + g * %s) * %d >= n%d) break;", lo, step, V, R);
+    kn_kir_line(r, "{");
+    r->indent++;
+    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+    for (int pass = 0; pass < 2; pass++) {
+        int j = pass ? arg_b : arg_a;
+        kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+        kn_kir_put_elem(r, j, k->ndim);
+        kn_strbuf_printf(r->s, ";\n");
+    }
     r->indent--;
     kn_kir_line(r, "}");
-    r->indent--;
-    kn_kir_line(r, "} else {");
-    r->indent++;
     if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-    kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+    kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
     r->indent++;
-    put_regs_index(r, lo, step);
-    for (int j = 0; j < k->n_args; j++)
-        if (vec_out[j]) {
-            kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, " = d%d[u / %d].x[u %% %d];\n", j, V, V);
+    kn_kir_line(r, "const int u = g * %d + e;", V);
+    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+    kn_kir_line(r, "(void)i%d;", R);
+    r->in_regs = true;
+    kn_status st = render_needed(r, need, k->ndim);
+    if (st == KN_OK) render_store(r, arg_a, fold, k->ndim);
+    r->in_regs = false;
+    KN_TRY(st);
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->folded = true;
+    r->fold_expr = fold;
+    r->fold_arg = arg_a;
+    return KN_OK;
+}
+
+/* The stores of a row held in vectors, one vector group at a time: the
+ * group's vectors of the arguments only the stores read (`late`), its V
+ * values, then its vector stores. Only one group of those arguments and
+ * of the outputs is live at a time, not the whole row's (an f32 layer
+ * norm's weight, bias and output rows took 48 more registers). */
+static kn_status regs_group_stores(rctx *r, const bool *late, const bool *vec_out, const char *lo,
+                                   const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    bool late_scalar[KN_KIR_MAX_ARGS] = {false};
+    for (int j = 0; j < k->n_args; j++) late_scalar[j] = late[j] && !row_vec_arg(r, j);
+    regs_loads(r, late_scalar, lo, step);
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+    r->indent++;
+    kn_kir_line(r, "if ((%s + g * %s) * %d >= n%d) break;", lo, step, V, R);
+    for (int pass = 0; pass < 2; pass++) { /* 0: the group's loads, 1: its stores */
+        bool any = false;
+        for (int j = 0; j < k->n_args; j++) any |= pass == 0 ? late[j] && row_vec_arg(r, j) : vec_out[j];
+        if (pass == 1) { /* the group's values first */
+            if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+            kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+            r->indent++;
+            kn_kir_line(r, "const int u = g * %d + e;", V);
+            kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+            kn_kir_line(r, "(void)u;");
+            kn_kir_line(r, "(void)i%d;", R);
+            r->in_regs = true;
+            kn_status st = kn_kir_render_stores(r, false, k->ndim);
+            r->in_regs = false;
+            KN_TRY(st);
+            r->indent--;
+            kn_kir_line(r, "}");
         }
+        if (!any) continue;
+        kn_kir_line(r, "{");
+        r->indent++;
+        kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+        for (int j = 0; j < k->n_args; j++) {
+            if (pass == 0 && late[j] && row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            } else if (pass == 1 && vec_out[j]) {
+                kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, " = d%d[g];\n", j);
+            }
+        }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
     r->indent--;
     kn_kir_line(r, "}");
-    r->indent--;
-    kn_kir_line(r, "}");
+    return KN_OK;
 }
 
 kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char *per_row_open)
@@ -886,41 +1060,31 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
     const kn_kernel *k = r->k;
     int R = k->ndim - 1;
     bool vec_out[KN_KIR_MAX_ARGS] = {false}; /* outputs staged in d<j> and stored in vectors */
+    bool late[KN_KIR_MAX_ARGS] = {false};    /* cached arguments only the stores read */
+    r->folded = false;
+    bool any_late = false;
     if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
-        bool cached[KN_KIR_MAX_ARGS] = {false};
-        for (int i = 0; i < k->n_exprs; i++)
-            if (k->exprs[i].kind == KN_KX_LOAD && !k->args[k->exprs[i].buf].is_output &&
-                k->args[k->exprs[i].buf].strides[R] != 0)
-                cached[k->exprs[i].buf] = true;
+        bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
+        row_cached(k, cached, early);
         int V = r->regs_v;
-        if (V > 1) KN_TRY(row_vector_setup(r, cached, vec_out));
-        for (int j = 0; j < k->n_args; j++)
-            if (cached[j] && !(V > 1 && k->args[j].strides[R] == 1))
+        if (V > 1) row_vec_outputs(r, vec_out);
+        for (int j = 0; j < k->n_args; j++) {
+            if (!cached[j] && !vec_out[j]) continue;
+            if (row_vec_arg(r, j)) {
+                r->t->vector_type(r, j, V);
+                kn_kir_line(r, "v%d_t %c%d[%d];", j, vec_out[j] ? 'd' : 'c', j, r->regs_k / V);
+            } else if (cached[j]) {
                 kn_kir_line(r, "%s c%d[%d];", kn_kir_storage_name(k->args[j].dtype), j, r->regs_k);
-        if (V > 1) { /* whole vectors where the row allows (kv), else element by element */
-            kn_kir_line(r, "if (kv) {");
-            r->indent++;
-            if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-            kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
-            r->indent++;
-            kn_kir_line(r, "const kn_i64 i%d = (%s + (kn_i64)g * %s) * %d;", R, lo, step, V);
-            kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
-            for (int j = 0; j < k->n_args; j++)
-                if (cached[j] && k->args[j].strides[R] == 1) {
-                    kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
-                    kn_kir_put_elem(r, j, k->ndim);
-                    kn_strbuf_printf(r->s, ";\n");
-                }
-            r->indent--;
-            kn_kir_line(r, "}");
-            r->indent--;
-            kn_kir_line(r, "} else {");
-            r->indent++;
-            regs_scalar_loads(r, cached, lo, step, 1);
-            r->indent--;
-            kn_kir_line(r, "}");
+            }
+            late[j] = cached[j] && !early[j];
+            any_late |= late[j];
         }
-        regs_scalar_loads(r, cached, lo, step, V > 1 ? -1 : 0);
+        int arg_a = -1, arg_b = -1, fold = row_fold(r, early, &arg_a, &arg_b);
+        if (fold >= 0) {
+            early[arg_a] = early[arg_b] = false;
+            KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
+        }
+        regs_loads(r, early, lo, step);
     }
     for (int s = 0; s < k->n_stages; s++) {
         char acc[16];
@@ -944,14 +1108,15 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         kn_kir_line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,
              ctype_name(expr_ct(r, k->stages[s].expr)), s);
     }
-    if (has_stores(k, false)) {
+    if (has_stores(k, false) && r->regs_k && r->regs_v > 1) {
+        KN_TRY(regs_group_stores(r, late, vec_out, lo, step));
+    } else if (has_stores(k, false)) {
+        if (any_late) regs_loads(r, late, lo, step);
         open_row_loop(r, lo, step);
         KN_TRY(kn_kir_render_stores(r, false, k->ndim));
         close_row_loop(r);
-        bool any_vec_out = false;
-        for (int j = 0; j < k->n_args; j++) any_vec_out |= vec_out[j];
-        if (any_vec_out) regs_vector_stores(r, vec_out, lo, step);
     }
+    r->folded = false;
     if (has_stores(k, true)) {
         kn_kir_line(r, "%s", per_row_open);
         r->indent++;

@@ -37,6 +37,9 @@ struct kn_kir_rctx {
     int regs_v;     /* ... in groups of regs_v consecutive elements, moved with one vector load
                        or store where the row allows (1: element by element) */
     bool in_regs;   /* inside such a loop: row-varying loads read the registers c<j>[u] */
+    bool folded;    /* ... and expression fold_expr (an elementwise op of two such rows, as
+                       a residual add) has replaced input fold_arg's registers: it reads them */
+    int fold_expr, fold_arg;
 };
 
 /* A line at the current indent. */
@@ -62,6 +65,17 @@ kn_status kn_kir_render_stores(kn_kir_rctx *r, bool want_per_row, int upto);
 kn_status kn_kir_row_body(kn_kir_rctx *r, const char *lo, const char *step, const char *per_row_open);
 
 /* Stage s's accumulator type, and acc = combine(acc, val) for it. */
+/* For a row held in registers in vectors (r->regs_k, r->regs_v > 1): the
+ * condition under which this row can move in whole vectors, as C text
+ * (its length a multiple of regs_v, every vector argument's row start
+ * aligned to its vector; a view's offset or a dynamic size may break it).
+ * The target takes the register path only where it holds, so that path
+ * has no element-by-element copy of the row (which cost ~50 registers). */
+void kn_kir_put_row_vec_ok(kn_kir_rctx *r);
+/* ROW kernel k: the bytes per row element of the inputs a row held in
+ * registers keeps through its stages (the others load right before the
+ * stores; a folded input pair counts once), for a target's register budget. */
+size_t kn_kir_row_early_bytes(const struct kn_kernel *k);
 const char *kn_kir_acc_type(const kn_kir_rctx *r, int s);
 void kn_kir_combine(kn_kir_rctx *r, int s, const char *acc, const char *val);
 

@@ -20,10 +20,31 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
+/* The elements of a row each thread keeps in registers (a multiple of the
+ * row's vector width). */
+static int row_regs_per_thread(const kn_kernel *k)
+{
+    int R = k->ndim - 1, V = kn_kernel_row_vec(k);
+    int threads = kn_kernel_warp_rows(k) ? 32 : kn_kernel_block(k);
+    int64_t groups = (k->shape[R] + (int64_t)threads * V - 1) / ((int64_t)threads * V);
+    return (int)(groups > 0 ? groups : 1) * V;
+}
+
+/* A row kernel that keeps at most 64 bytes of its row per thread through
+ * its reductions (a 512-wide f32 or bf16 layer norm, softmax rows of 256)
+ * asks for 64 registers a thread (1024 threads an SM): left alone, ptxas
+ * took 75-124 for the ILP, which left 2-3 blocks of 256 an SM and the
+ * kernel latency-bound; at 64 these spill nothing (-Xptxas -v). */
 static void cuda_signature(kn_kir_rctx *r)
 {
-    kn_kir_line(r, "extern \"C\" __global__ void __launch_bounds__(%d) %s(kn_kargs ka)", kn_kernel_block(r->k),
-                r->k->name);
+    const kn_kernel *k = r->k;
+    int block = kn_kernel_block(k);
+    char bounds[32];
+    snprintf(bounds, sizeof bounds, "%d", block);
+    if (kn_kernel_row_regs(k) && kn_kernel_warp_rows(k) && block <= 1024 &&
+        (size_t)row_regs_per_thread(k) * kn_kir_row_early_bytes(k) <= 64)
+        snprintf(bounds, sizeof bounds, "%d, %d", block, 1024 / block);
+    kn_kir_line(r, "extern \"C\" __global__ void __launch_bounds__(%s) %s(kn_kargs ka)", bounds, k->name);
 }
 
 /* i<d> for d < upto from the flat index `flat` (row-major). 64-bit
@@ -247,19 +268,24 @@ static kn_status cuda_row(kn_kir_rctx *r)
     render_unflatten(r, "row", "rows", R, 0);
     bool regs = kn_kernel_row_regs(k);
     if (regs) {
-        const char *lo = r->warp_rows ? "(kn_i64)lane" : "(kn_i64)threadIdx.x";
-        const char *step = r->warp_rows ? "32" : "(kn_i64)blockDim.x";
-        /* the row in registers when it fits what was rendered; a longer
-         * row (a dynamic size) takes the plain loop. A thread holds K
-         * elements in groups of V consecutive ones (one vector each). */
-        int V = kn_kernel_row_vec(k), threads = r->warp_rows ? 32 : kn_kernel_block(k);
-        int64_t groups = (k->shape[R] + (int64_t)threads * V - 1) / ((int64_t)threads * V);
-        int K = (int)(groups > 0 ? groups : 1) * V;
-        if (r->warp_rows) kn_kir_line(r, "if (n%d <= %d) {", R, K * 32);
-        else kn_kir_line(r, "if (n%d <= %d * (kn_i64)blockDim.x) {", R, K);
-        r->indent++;
+        /* int indices: the row is short (the guard below) */
+        const char *lo = r->warp_rows ? "(int)lane" : "(int)threadIdx.x";
+        const char *step = r->warp_rows ? "32" : "(int)blockDim.x";
+        /* the row in registers when it fits what was rendered and, with
+         * vectors, moves in whole aligned vectors; otherwise (a longer row
+         * of a dynamic size, a misaligned view) the plain loop. A thread
+         * holds K elements in groups of V consecutive ones (one vector each). */
+        int V = kn_kernel_row_vec(k), K = row_regs_per_thread(k);
         r->regs_k = K;
         r->regs_v = V;
+        if (r->warp_rows) kn_strbuf_printf(r->s, "%*sif (n%d <= %d", r->indent * 4, "", R, K * 32);
+        else kn_strbuf_printf(r->s, "%*sif (n%d <= %d * (kn_i64)blockDim.x", r->indent * 4, "", R, K);
+        if (V > 1) {
+            kn_strbuf_printf(r->s, " && ");
+            kn_kir_put_row_vec_ok(r);
+        }
+        kn_strbuf_printf(r->s, ") {\n");
+        r->indent++;
         kn_status st = kn_kir_row_body(r, lo, step, first);
         r->regs_k = 0;
         r->regs_v = 0;
