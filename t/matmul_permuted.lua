@@ -162,7 +162,14 @@ do
   local cm = kiln.compile(other, { mode = "default" })
   local a, b = rnd({ 2, 3, 5, 7 }), rnd({ 2, 3, 7, 4 })
   T.ok(relerr(cm(a, b), other(a, b)) <= 1e-6, "transpose(1, 3) then flatten: equals eager")
-  T.is(cm:stats().view_copies, 0, "transpose(1, 3) then flatten: written permuted, no copy left")
+  -- the CPU writes any strides; cuBLASLt takes one strided batch run only,
+  -- so on the GPU this layout (two batch dims) keeps its one copy
+  local st = cm:stats()
+  if kiln.default_device() == "cpu" then
+    T.is(st.view_copies, 0, "transpose(1, 3) then flatten: written permuted, no copy left")
+  else
+    T.is(st.permuted_outputs + st.view_copies, 1, "transpose(1, 3) then flatten: written permuted or copied once")
+  end
 end
 
 -- the transformer sample: no copy around its matmuls, equal to eager in every mode
