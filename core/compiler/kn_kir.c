@@ -613,7 +613,11 @@ static void render_store(rctx *r, int j, int e, int upto)
 /* ---- preludes ---- */
 
 /* Code both targets share once the types and KN_FN are defined. */
+/* A target may define the four half conversions itself (the CUDA target
+ * uses the hardware's instructions); these are the portable integer ones,
+ * bit for bit the CPU reference's rounding. */
 static const char prelude_common[] =
+    "#ifndef KN_HALF_CONVERSIONS_DEFINED\n"
     "KN_FN float kn_ld_bf16(kn_u16 h) { return kn_u2f((kn_u32)h << 16); }\n"
     "KN_FN kn_u16 kn_st_bf16(float f)\n"
     "{\n"
@@ -639,6 +643,7 @@ static const char prelude_common[] =
     "    kn_u32 r = a + 0xfffu + ((a >> 13) & 1u);\n"
     "    return (kn_u16)(sign | (kn_u16)((r - 0x38000000u) >> 13));\n"
     "}\n"
+    "#endif\n"
     "KN_FN float kn_round_bf16(float f) { return kn_ld_bf16(kn_st_bf16(f)); }\n"
     "KN_FN float kn_round_f16(float f) { return kn_ld_f16(kn_st_f16(f)); }\n"
     "KN_FN kn_i64 kn_f2i(double v)\n"

@@ -406,7 +406,18 @@ const kn_render_target kn_cuda_render_target = {
                "#define INFINITY __int_as_float(0x7f800000)\n"
                "#define NAN __int_as_float(0x7fffffff)\n"
                "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n"
-               "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n",
+               "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n"
+               /* the half conversions in one instruction each (sm_80+),
+                * instead of the shared prelude's integer versions: a bf16
+                * chain rounds after every op (docs/dtypes.md), so they are
+                * much of a half kernel's work. Both round to nearest even,
+                * overflow to inf and keep subnormals, as the integer
+                * versions do; a NaN stays a NaN. */
+               "#define KN_HALF_CONVERSIONS_DEFINED 1\n"
+               "KN_FN float kn_ld_bf16(kn_u16 h) { return kn_u2f((kn_u32)h << 16); }\n"
+               "KN_FN kn_u16 kn_st_bf16(float f) { kn_u16 h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+               "KN_FN float kn_ld_f16(kn_u16 h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+               "KN_FN kn_u16 kn_st_f16(float f) { kn_u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n",
     .bufs = "ka.bufs",
     .sizes = "ka.sizes",
     .after_params = NULL,
