@@ -411,13 +411,37 @@ const kn_render_target kn_cuda_render_target = {
                 * instead of the shared prelude's integer versions: a bf16
                 * chain rounds after every op (docs/dtypes.md), so they are
                 * much of a half kernel's work. Both round to nearest even,
-                * overflow to inf and keep subnormals, as the integer
-                * versions do; a NaN stays a NaN. */
+                * overflow to inf and keep subnormals; a NaN keeps the
+                * integer versions' bits (cvt would make every NaN the
+                * canonical one, and a copy must keep the bytes it copies). */
                "#define KN_HALF_CONVERSIONS_DEFINED 1\n"
                "KN_FN float kn_ld_bf16(kn_u16 h) { return kn_u2f((kn_u32)h << 16); }\n"
-               "KN_FN kn_u16 kn_st_bf16(float f) { kn_u16 h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-               "KN_FN float kn_ld_f16(kn_u16 h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
-               "KN_FN kn_u16 kn_st_f16(float f) { kn_u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n",
+               "KN_FN kn_u16 kn_st_bf16(float f)\n"
+               "{\n"
+               "    kn_u32 u = kn_f2u(f);\n"
+               "    if ((u & 0x7fffffffu) > 0x7f800000u) return (kn_u16)((u >> 16) | 0x40u);\n"
+               "    kn_u16 h;\n"
+               "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
+               "    return h;\n"
+               "}\n"
+               "KN_FN float kn_ld_f16(kn_u16 h)\n"
+               "{\n"
+               "    if ((h & 0x7fffu) > 0x7c00u) return kn_u2f(((kn_u32)(h & 0x8000u) << 16) | 0x7f800000u | ((kn_u32)(h & 0x3ffu) << 13));\n"
+               "    float f;\n"
+               "    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
+               "    return f;\n"
+               "}\n"
+               "KN_FN kn_u16 kn_st_f16(float f)\n"
+               "{\n"
+               "    kn_u32 u = kn_f2u(f);\n"
+               "    if ((u & 0x7fffffffu) > 0x7f800000u) return (kn_u16)(((u >> 16) & 0x8000u) | 0x7e00u);\n"
+               "    kn_u16 h;\n"
+               "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
+               "    return h;\n"
+               "}\n"
+               /* an intermediate's rounding: any NaN will do, so no check */
+               "KN_FN float kn_round_bf16(float f) { kn_u16 h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return kn_ld_bf16(h); }\n"
+               "KN_FN float kn_round_f16(float f) { kn_u16 h; float r; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(r) : \"h\"(h)); return r; }\n",
     .bufs = "ka.bufs",
     .sizes = "ka.sizes",
     .after_params = NULL,
