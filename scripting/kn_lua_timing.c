@@ -110,15 +110,25 @@ static int events_gc(lua_State *L)
     return 0;
 }
 
-static int l_time_calls(lua_State *L)
+/* The arguments time_calls and host_calls share: (n, device, fn, ...):
+ * the call count, the device's backend and how many arguments follow fn. */
+static kn_device_ctx *check_calls(lua_State *L, lua_Integer *n, int *nargs)
 {
-    lua_Integer n = luaL_checkinteger(L, 1);
+    *n = luaL_checkinteger(L, 1);
     kn_device dev = check_device(L, 2);
     luaL_checkany(L, 3);
-    int nargs = lua_gettop(L) - 3;
-    if (n < 1 || n > 1000000) return luaL_argerror(L, 1, "the number of calls must be in 1..1000000");
+    *nargs = lua_gettop(L) - 3;
+    if (*n < 1 || *n > 1000000) luaL_argerror(L, 1, "the number of calls must be in 1..1000000");
     kn_device_ctx *dc = kn_backend_get(dev);
-    if (!dc) return luaL_error(L, "device %s is not available", kn_device_name(dev));
+    if (!dc) luaL_error(L, "device %s is not available", kn_device_name(dev));
+    return dc;
+}
+
+static int l_time_calls(lua_State *L)
+{
+    lua_Integer n;
+    int nargs;
+    kn_device_ctx *dc = check_calls(L, &n, &nargs);
     if (!dc->be->event_create || !dc->be->event_record || !dc->be->event_elapsed_ms)
         return luaL_error(L, "the %s backend has no timing events", dc->be->name);
     /* the events live in a userdata, so a Lua error in fn frees them */
@@ -174,13 +184,9 @@ static int l_time_calls(lua_State *L)
  * full; these measure what the host spends to queue one call's work. */
 static int l_host_calls(lua_State *L)
 {
-    lua_Integer n = luaL_checkinteger(L, 1);
-    kn_device dev = check_device(L, 2);
-    luaL_checkany(L, 3);
-    int nargs = lua_gettop(L) - 3;
-    if (n < 1 || n > 1000000) return luaL_argerror(L, 1, "the number of calls must be in 1..1000000");
-    kn_device_ctx *dc = kn_backend_get(dev);
-    if (!dc) return luaL_error(L, "device %s is not available", kn_device_name(dev));
+    lua_Integer n;
+    int nargs;
+    kn_device_ctx *dc = check_calls(L, &n, &nargs);
     luaL_checkstack(L, nargs + 8, "host_calls: too many arguments");
     lua_createtable(L, (int)n, 0);
     int host = lua_gettop(L);

@@ -67,16 +67,24 @@ static void contiguous_layout(const kn_meta *m, kn_layout *l)
 /* The layout of a view node's value from its source's layout: the view
  * run on a header over no storage. A reshape the strides cannot express
  * copies at run time (kn_view_run), so its value is contiguous. */
-static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
+/* A header for view node n's source laid out as src, over no storage: what
+ * the view functions need to compute a layout, never released. */
+static void layout_probe(const kn_node *n, const kn_layout *src, kn_tensor *probe)
 {
     static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true, 0};
-    kn_tensor probe = {0};
-    probe.refcount = 1 << 30;
-    probe.dtype = n->out[0].dtype;
-    probe.ndim = src->ndim;
-    memcpy(probe.shape, src->shape, sizeof probe.shape);
-    memcpy(probe.strides, src->strides, sizeof probe.strides);
-    probe.storage = &nothing;
+    memset(probe, 0, sizeof *probe);
+    probe->refcount = 1 << 30;
+    probe->dtype = n->out[0].dtype;
+    probe->ndim = src->ndim;
+    memcpy(probe->shape, src->shape, sizeof probe->shape);
+    memcpy(probe->strides, src->strides, sizeof probe->strides);
+    probe->storage = &nothing;
+}
+
+static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
+{
+    kn_tensor probe;
+    layout_probe(n, src, &probe);
     kn_tensor *v = NULL;
     kn_status st;
     if (n->op == KN_OP_RESHAPE) st = kn_view_view(&probe, n->a.nshape, n->a.shape, &v);
@@ -112,14 +120,8 @@ static bool runs_in_library(const kn_node *n)
 /* Whether reshape node n of a value laid out as src must copy. */
 static bool reshape_copies(const kn_node *n, const kn_layout *src)
 {
-    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true, 0};
-    kn_tensor probe = {0};
-    probe.refcount = 1 << 30;
-    probe.dtype = n->out[0].dtype;
-    probe.ndim = src->ndim;
-    memcpy(probe.shape, src->shape, sizeof probe.shape);
-    memcpy(probe.strides, src->strides, sizeof probe.strides);
-    probe.storage = &nothing;
+    kn_tensor probe;
+    layout_probe(n, src, &probe);
     kn_tensor *v = NULL;
     kn_status st = kn_view_view(&probe, n->a.nshape, n->a.shape, &v);
     kn_tensor_release(v);

@@ -108,7 +108,7 @@ const char *kn_node_op_name(const kn_node *n)
     return kn_op_name((kn_op)n->op);
 }
 
-static kn_status const_tensor(const kn_node *n, kn_device dev, kn_tensor **out)
+kn_status kn_node_const_tensor(const kn_node *n, kn_device dev, kn_tensor **out)
 {
     kn_tensor *t;
     KN_TRY(kn_tensor_new(n->out[0].dtype, 0, NULL, KN_CPU, &t));
@@ -137,7 +137,7 @@ kn_status kn_graph_run(const kn_graph *g, kn_tensor **values)
             continue;
         }
         if (n->op == KN_NODE_CONST) {
-            st = const_tensor(n, dev, &v[0]);
+            st = kn_node_const_tensor(n, dev, &v[0]);
             continue;
         }
         kn_opcall c;

@@ -91,6 +91,8 @@ kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, 
 /* Number of op nodes (not inputs or constants). */
 int kn_graph_op_count(const kn_graph *g);
 const char *kn_node_op_name(const kn_node *n);
+/* The value of CONST node n on dev, as a 0-dim tensor owned by the caller. */
+kn_status kn_node_const_tensor(const kn_node *n, kn_device dev, kn_tensor **out);
 
 /* Run the graph node by node on the inputs' backend. values[i * KN_MAX_OUTPUTS + j]
  * gets output j of node i (new references the caller releases; NULL where a

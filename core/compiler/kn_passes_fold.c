@@ -116,21 +116,6 @@ static bool graph_device(const kn_graph *g, kn_device *dev)
     return any;
 }
 
-/* The value of CONST node n on dev, as a 0-dim tensor. */
-static kn_status once_const(const kn_node *n, kn_device dev, kn_tensor **out)
-{
-    kn_tensor *t;
-    KN_TRY(kn_tensor_new(n->out[0].dtype, 0, NULL, KN_CPU, &t));
-    kn_store_f64(t->storage->data, n->out[0].dtype, n->value);
-    if (dev == KN_CPU) {
-        *out = t;
-        return KN_OK;
-    }
-    kn_status st = kn_tensor_to_device(t, dev, out);
-    kn_tensor_release(t);
-    return st;
-}
-
 /* "computed once: full, tril, logical_not": the ops of root's subgraph, in
  * graph order (the name :kernels shows). */
 static void once_name(const kn_graph *g, const unsigned char *needed_by, int root, char *buf, size_t size)
@@ -204,7 +189,7 @@ kn_status kn_pass_fold_once(kn_pass_ctx *x)
         const kn_node *nd = &g->nodes[i];
         if (!mark[i]) continue;
         if (nd->op == KN_NODE_CONST) {
-            st = once_const(nd, dev, &val[KN_REF(i, 0)]);
+            st = kn_node_const_tensor(nd, dev, &val[KN_REF(i, 0)]);
             continue;
         }
         kn_opcall c;

@@ -39,13 +39,6 @@ static bool folded_into(const kn_plan *p, int kid)
     return false;
 }
 
-static bool is_library(const kn_plan *p, const kn_kernel *k)
-{
-    if (k->kind != KN_KERNEL_LIBRARY && k->kind != KN_KERNEL_FALLBACK) return false;
-    kn_op op = (kn_op)p->g.nodes[k->lib_node].op;
-    return op == KN_OP_MATMUL || op == KN_OP_CONV2D || op == KN_OP_ATTENTION;
-}
-
 bool kn_plan_tunable(const kn_plan *p, int kid)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
@@ -56,9 +49,11 @@ bool kn_plan_tunable(const kn_plan *p, int kid)
         return dc->be->compile_program && dc->be->render_target &&
                kn_kconfig_candidates(k, dc->be->render_target, c, 2) > 1;
     }
-    /* a library call has candidates when its library offers variants, or
-     * when its epilogue is fused (the unfused candidate) */
-    return is_library(p, k) && (dc->be->library_variant_label || (p->epi.kernel && p->epi.kernel[kid].into >= 0));
+    /* a library call (fusion decides which ops: kn_fuse.c runs_in_library)
+     * has candidates when its library offers variants, or when its
+     * epilogue is fused (the unfused candidate) */
+    return k->kind == KN_KERNEL_LIBRARY &&
+           (dc->be->library_variant_label || (p->epi.kernel && p->epi.kernel[kid].into >= 0));
 }
 
 void kn_plan_identity(const kn_plan *p, char *buf, size_t size)
