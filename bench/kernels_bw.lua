@@ -5,11 +5,14 @@
 -- the roofline per generated kernel, in bf16 and f32. These kernels are
 -- memory-bound, so roof% is the share of the device's measured copy
 -- bandwidth they reach (issue 15's target: 70% or better).
--- Usage: kiln bench/kernels_bw.lua [dtypes] [mode]
+-- Usage: kiln bench/kernels_bw.lua [dtypes] [mode] [iters]
 --   e.g. kiln bench/kernels_bw.lua bf16,f32 reduce-overhead
+-- A small iters (3) keeps the launches few for Nsight Compute:
+--   ncu --kernel-name regex:'^k[0-9]' --metrics gpu__time_duration.sum kiln bench/kernels_bw.lua bf16 default 3
 local dtypes = {}
 for d in ((arg and arg[1]) or "bf16,f32"):gmatch("[^,]+") do dtypes[#dtypes + 1] = d end
 local mode = (arg and arg[2]) or "reduce-overhead"
+local iters = tonumber(arg and arg[3] or "") or 100
 local dev = kiln.default_device()
 local B, T, D, H, F = 16, 256, 512, 8, 2048
 
@@ -38,7 +41,7 @@ for _, dt in ipairs(dtypes) do
     local args = c[3](dt)
     local cm = kiln.compile(c[2], { mode = mode })
     local call = { table.unpack(args) }
-    call[#call + 1] = { iters = 100, warmup = 10 } -- the options follow every input
+    call[#call + 1] = { iters = iters, warmup = math.min(10, iters) } -- the options follow every input
     local r = kiln.time(cm, table.unpack(call))
     for _, k in ipairs(r.kernels) do
       if k.kind == "generated" then

@@ -594,24 +594,36 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
         return KN_OK;
     }
     case KN_OP_LAYER_NORM: {
-        /* statistics in f64 (as the reference): a row of equal values must
-         * normalize to exactly 0, not to rounding noise times 1/sqrt(eps) */
-        int x64, nn, mean, var, eps, xm, sq;
-        KN_TRY(mk_cast(c, x, KN_F64, &x64));
-        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, x64};
-        a0.dtype = a1.dtype = KN_F64;
+        /* Statistics exact enough that a row of equal values normalizes to
+         * exactly 0, not to rounding noise times 1/sqrt(eps): in f64 (as the
+         * reference), or for the half types in f32 (internal steps, so a
+         * target computing f32 math in double still uses double). A half
+         * value has at most 11 significant bits, so any partial sum of up
+         * to 2^13 equal values is exact in f32's 24, and sum / n then
+         * gives the value back exactly; f32 keeps a GPU's row in f32
+         * registers instead of converting every element to double. */
+        bool half = dt == KN_BF16 || dt == KN_F16;
+        kn_dtype st = half && len <= 8192 ? KN_F32 : KN_F64;
+        int xs, nn, mean, var, eps, xm, sq;
+        KN_TRY(mk_cast(c, x, st, &xs));
+        c->k->exprs[xs].internal = true;
+        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, xs};
+        a0.dtype = a1.dtype = st;
+        a0.internal = a1.internal = true;
         KN_TRY(add_expr(c, a0, &acc0));
-        KN_TRY(mk_const(c, len, KN_F64, &nn));
-        KN_TRY(mk_op(c, KN_OP_DIV, KN_F64, acc0, nn, -1, &mean));
-        KN_TRY(mk_op(c, KN_OP_SUB, KN_F64, x64, mean, -1, &xm));
-        KN_TRY(mk_op(c, KN_OP_MUL, KN_F64, xm, xm, -1, &sq));
+        KN_TRY(mk_const(c, len, st, &nn));
+        c->k->exprs[nn].internal = true;
+        KN_TRY(mk_step(c, KN_OP_DIV, st, acc0, nn, -1, &mean));
+        KN_TRY(mk_step(c, KN_OP_SUB, st, xs, mean, -1, &xm));
+        KN_TRY(mk_step(c, KN_OP_MUL, st, xm, xm, -1, &sq));
         k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
         KN_TRY(add_expr(c, a1, &acc1));
-        KN_TRY(mk_op(c, KN_OP_DIV, KN_F64, acc1, nn, -1, &var));
-        KN_TRY(mk_const(c, n->a.eps, KN_F64, &eps));
-        KN_TRY(mk_op(c, KN_OP_ADD, KN_F64, var, eps, -1, &t));
-        KN_TRY(mk_op(c, KN_OP_RSQRT, KN_F64, t, -1, -1, &t));
-        KN_TRY(mk_op(c, KN_OP_MUL, KN_F64, xm, t, -1, &r));
+        KN_TRY(mk_step(c, KN_OP_DIV, st, acc1, nn, -1, &var));
+        KN_TRY(mk_const(c, n->a.eps, st, &eps));
+        c->k->exprs[eps].internal = true;
+        KN_TRY(mk_step(c, KN_OP_ADD, st, var, eps, -1, &t));
+        KN_TRY(mk_step(c, KN_OP_RSQRT, st, t, -1, -1, &t));
+        KN_TRY(mk_step(c, KN_OP_MUL, st, xm, t, -1, &r));
         /* weight and bias: steps in the math type (double on the CPU, as
          * eager), the result rounded to dt once */
         kn_dtype mt = math_dtype(dt);
@@ -632,28 +644,39 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
     }
     default: break;
     }
-    /* reductions: one value per row; sums of floats accumulate in f64 */
+    /* reductions: one value per row; sums of floats accumulate in f64,
+     * those of the half types in f32 steps (in double where the target
+     * computes f32 math in double, as the CPU reference): the f32 sum's
+     * error is far below a half type's rounding of the result, and a GPU
+     * then does not convert every element to double */
     bool minmax = n->op == KN_OP_AMAX || n->op == KN_OP_AMIN;
-    kn_dtype st = minmax ? dt : kn_dtype_is_float(dt) ? KN_F64 : KN_I64;
+    bool half = dt == KN_BF16 || dt == KN_F16;
+    kn_dtype st = minmax ? dt : half ? KN_F32 : kn_dtype_is_float(dt) ? KN_F64 : KN_I64;
     KN_TRY(mk_cast(c, x, st, &x));
+    if (half && !minmax) c->k->exprs[x].internal = true;
     int op = n->op == KN_OP_AMAX ? KN_OP_AMAX : n->op == KN_OP_AMIN ? KN_OP_AMIN : KN_OP_SUM;
     k->stages[k->n_stages++] = (kn_kstage){op, x};
     a0.dtype = a1.dtype = st;
+    a0.internal = a1.internal = half && !minmax;
     KN_TRY(add_expr(c, a0, &acc0));
     r = acc0;
     if (n->op == KN_OP_MEAN || n->op == KN_OP_VAR) {
         int nn, mean;
         KN_TRY(mk_const(c, len, st, &nn));
+        c->k->exprs[nn].internal = half;
         KN_TRY(mk_op(c, KN_OP_DIV, st, acc0, nn, -1, &mean));
+        c->k->exprs[mean].internal = half;
         r = mean;
         if (n->op == KN_OP_VAR) {
             int xm, sq, den;
             KN_TRY(mk_op(c, KN_OP_SUB, st, x, mean, -1, &xm));
             KN_TRY(mk_op(c, KN_OP_MUL, st, xm, xm, -1, &sq));
+            c->k->exprs[xm].internal = c->k->exprs[sq].internal = half;
             k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
             KN_TRY(add_expr(c, a1, &acc1));
             KN_TRY(mk_const(c, len - n->a.correction, st, &den));
             KN_TRY(mk_op(c, KN_OP_DIV, st, acc1, den, -1, &r));
+            c->k->exprs[den].internal = c->k->exprs[r].internal = half;
         }
     }
     KN_TRY(mk_cast(c, r, dt, &r));

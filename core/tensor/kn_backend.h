@@ -79,6 +79,13 @@ typedef struct kn_backend {
     void (*event_destroy)(kn_device_ctx *d, void *ev);
     kn_status (*event_record)(kn_device_ctx *d, void *ev);
     kn_status (*event_elapsed_ms)(kn_device_ctx *d, void *a, void *b, double *ms);
+    /* Keep the device's queue busy for about `us` microseconds (NULL where
+     * work is synchronous). Profiling queues it before a kernel's start
+     * event: the host then queues the event and the kernel while the
+     * device waits, so the event is stamped when the kernel can start, not
+     * when the host gets round to launching it, and the time between the
+     * events is the kernel's alone. */
+    kn_status (*hold_queue)(kn_device_ctx *d, double us);
     /* Recording (CUDA graphs; NULL where the backend has none): work queued
      * between capture_begin and capture_end is recorded, not run, and
      * *exec replays it. Memory allocated while recording stays reserved

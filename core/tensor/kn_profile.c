@@ -10,6 +10,10 @@
 
 bool kn_profile_on;
 
+/* Longer than the host takes from a kernel's start event to its launch (a
+ * library call with its plan lookups included): see hold_queue. */
+#define KN_PROFILE_HOLD_US 50.0
+
 /* The pool outlives sessions: creating CUDA events per kernel per call
  * would cost more than the kernels being timed. Slot i uses events 2i, 2i+1. */
 static struct {
@@ -97,6 +101,7 @@ int kn_profile_kernel_begin(kn_device dev)
     if (P.depth++ > 0 || dev != P.dc->device || P.error != KN_OK) return -1;
     int slot = P.n_rec;
     kn_status st = pool_reserve(slot);
+    if (st == KN_OK && P.dc->be->hold_queue) st = P.dc->be->hold_queue(P.dc, KN_PROFILE_HOLD_US);
     if (st == KN_OK) st = P.dc->be->event_record(P.dc, P.ev[2 * slot]);
     if (st != KN_OK) {
         hook_fail(st);

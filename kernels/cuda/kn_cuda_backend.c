@@ -418,6 +418,32 @@ static kn_status cuda_event_record(kn_device_ctx *d, void *ev)
     return KN_OK;
 }
 
+/* One thread spinning on the global nanosecond timer: a wait in the queue
+ * that costs the host one launch (see hold_queue in kn_backend.h). */
+static const char hold_src[] =
+    "extern \"C\" __global__ void kn_hold_queue(unsigned long long ns)\n"
+    "{\n"
+    "    unsigned long long t0, t;\n"
+    "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+    "    do {\n"
+    "        __nanosleep(1000);\n"
+    "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "    } while (t - t0 < ns);\n"
+    "}\n";
+
+static kn_status cuda_hold_queue(kn_device_ctx *d, double us)
+{
+    static kn_cuda_module *mod; /* modules are context-independent: one serves every GPU */
+    static const void *fn;
+    KN_TRY(kn_cuda_enter(d));
+    if (!fn) {
+        if (!mod) KN_TRY(kn_cuda_module_get(hold_src, kn_cuda_cache_dir(), &mod));
+        KN_TRY(kn_cuda_module_kernel(mod, "kn_hold_queue", &fn));
+    }
+    struct { unsigned long long ns; } arg = {(unsigned long long)(us * 1000.0)};
+    return kn_cuda_launch(fn, 1, 1, &arg, 0);
+}
+
 static kn_status cuda_event_elapsed_ms(kn_device_ctx *d, void *a, void *b, double *ms)
 {
     *ms = 0;
@@ -597,6 +623,7 @@ static const kn_backend kn_cuda_backend = {
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .event_elapsed_ms = cuda_event_elapsed_ms,
+    .hold_queue = cuda_hold_queue,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,
