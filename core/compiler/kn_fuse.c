@@ -582,7 +582,16 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
         KN_TRY(mk_step(c, KN_OP_EXP, mt, t, -1, -1, &ex));
         k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, ex};
         KN_TRY(add_expr(c, a1, &acc1));
-        if (n->op == KN_OP_SOFTMAX) KN_TRY(mk_step(c, KN_OP_DIV, mt, ex, acc1, -1, &r));
+        if (n->op == KN_OP_SOFTMAX && mt != dt) {
+            /* a half type: times the row's reciprocal, one multiply an
+             * element instead of a division (within an f32 ulp of the
+             * quotient, far below the half type's rounding) */
+            int one, inv;
+            KN_TRY(mk_const(c, 1.0, mt, &one));
+            c->k->exprs[one].internal = true;
+            KN_TRY(mk_step(c, KN_OP_DIV, mt, one, acc1, -1, &inv));
+            KN_TRY(mk_step(c, KN_OP_MUL, mt, ex, inv, -1, &r));
+        } else if (n->op == KN_OP_SOFTMAX) KN_TRY(mk_step(c, KN_OP_DIV, mt, ex, acc1, -1, &r));
         else {
             int lg;
             KN_TRY(mk_step(c, KN_OP_LOG, mt, acc1, -1, -1, &lg));

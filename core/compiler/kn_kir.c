@@ -386,6 +386,20 @@ static void mark_deps(const kn_kernel *k, bool *need)
     }
 }
 
+/* mark_deps, but not through the expressions marked in stop (their values
+ * are at hand: kept by an earlier loop of a row in registers). */
+static void mark_deps_stop(const kn_kernel *k, bool *need, const bool *stop)
+{
+    for (int i = k->n_exprs - 1; i >= 0; i--) {
+        if (!need[i] || (stop && stop[i])) continue;
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind != KN_KX_OP) continue;
+        if (e->a >= 0) need[e->a] = true;
+        if (e->b >= 0) need[e->b] = true;
+        if (e->c >= 0) need[e->c] = true;
+    }
+}
+
 /* The compute type each operand of op expression i is evaluated in. */
 static void operand_types(const rctx *r, int i, ctype ct[3])
 {
@@ -565,7 +579,13 @@ static kn_status render_needed(rctx *r, const bool *need, int upto)
                 continue;
             }
         }
+        if (r->in_regs && r->kept_avail && r->kept_avail[i]) {
+            const char *t = ctype_name(expr_ct(r, i));
+            kn_kir_line(r, "const %s v%d = x%d[u];", t, i, i);
+            continue;
+        }
         KN_TRY(render_expr(r, i, upto));
+        if (r->in_regs && r->kept_now && r->kept_now[i]) kn_kir_line(r, "x%d[u] = v%d;", i, i);
     }
     return KN_OK;
 }
@@ -720,7 +740,7 @@ kn_status kn_kir_render_stores(rctx *r, bool want_per_row, int upto)
             n++;
         }
     if (!n) return KN_OK;
-    mark_deps(k, need);
+    mark_deps_stop(k, need, r->in_regs ? r->kept_avail : NULL);
     KN_TRY(render_needed(r, need, upto));
     for (int s = 0; s < k->n_stores; s++)
         if (k->stores[s].per_row == want_per_row || k->kind != KN_KERNEL_ROW)
@@ -1060,12 +1080,129 @@ static kn_status regs_group_stores(rctx *r, const bool *late, const bool *vec_ou
     return KN_OK;
 }
 
+/* An op whose value costs many instructions to compute again. */
+static bool costly_op(int op)
+{
+    switch (op) {
+    case KN_OP_EXP: case KN_OP_LOG: case KN_OP_GELU: case KN_OP_SILU: case KN_OP_TANH:
+    case KN_OP_SIGMOID: case KN_OP_SQRT: case KN_OP_RSQRT: case KN_OP_DIV: case KN_OP_POW:
+        return true;
+    default: return false;
+    }
+}
+
+/* Roughly what computing row-varying expression i again costs: its ops
+ * (casts free, a transcendental or a division as several), capped. */
+static int recompute_cost(const kn_kernel *k, const bool *varies, int i, int depth)
+{
+    const kn_kexpr *e = &k->exprs[i];
+    if (e->kind != KN_KX_OP || !varies[i] || depth > 6) return 0;
+    int c = e->op == KN_OP_CAST ? 0 : costly_op(e->op) ? 4 : 1;
+    int opnd[3] = {e->a, e->b, e->c};
+    for (int j = 0; j < 3 && c < 8; j++)
+        if (opnd[j] >= 0) c += recompute_cost(k, varies, opnd[j], depth + 1);
+    return c;
+}
+
+/* Whether expression i varies along the row: it reads a row-varying
+ * argument or the row index (a per-row value, an accumulator's, is one
+ * register and the compiler hoists it). */
+static void row_varying(const kn_kernel *k, bool *varies)
+{
+    int R = k->ndim - 1;
+    for (int i = 0; i < k->n_exprs; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind == KN_KX_LOAD) varies[i] = k->args[e->buf].strides[R] != 0;
+        else if (e->kind == KN_KX_INDEX) varies[i] = e->dim == R;
+        else if (e->kind == KN_KX_OP)
+            varies[i] = (e->a >= 0 && varies[e->a]) || (e->b >= 0 && varies[e->b]) || (e->c >= 0 && varies[e->c]);
+        else varies[i] = false;
+    }
+}
+
+/* A row held in registers runs one loop per stage and one for the stores,
+ * and each loop computes what it needs from the row's registers. A value
+ * an earlier loop computed and a later one needs again (softmax's
+ * masked, scaled input for its max and its sum; exp(x - max) for its sum
+ * and its stores) is kept in an array x<i>[regs_k] instead of computed
+ * again, where computing it costs more than a register: an op past a
+ * cast of a load, or a transcendental (the half types' softmax spent
+ * most of its instructions recomputing them). kept[i]: keep i; first[i]:
+ * the loop that computes it (stage index; n_stages for the stores). At
+ * most budget_bytes a thread of the row's registers: its inputs' and the
+ * kept values' (past that, ptxas spills). */
+static void plan_kept(const kn_kernel *k, int regs_k, int budget_bytes, bool *kept, int *first)
+{
+    size_t row_bytes = (size_t)regs_k * kn_kir_row_early_bytes(k);
+    bool varies[KN_KIR_MAX_EXPRS];
+    row_varying(k, varies);
+    for (int i = 0; i < k->n_exprs; i++) first[i] = -1;
+    int n_loops = k->n_stages + 1;
+    for (int l = 0; l < n_loops; l++) {
+        bool need[KN_KIR_MAX_EXPRS] = {false};
+        if (l < k->n_stages) need[k->stages[l].expr] = true;
+        else
+            for (int s = 0; s < k->n_stores; s++)
+                if (!k->stores[s].per_row) need[k->stores[s].expr] = true;
+        mark_deps_stop(k, need, kept);
+        for (int i = 0; i < k->n_exprs; i++) {
+            if (!need[i] || first[i] >= 0 || kept[i]) continue;
+            first[i] = l;
+        }
+        /* what this loop needs again from an earlier one: keep the values
+         * it reads directly (the frontier), not their operands too */
+        for (int i = 0; i < k->n_exprs && l > 0; i++) {
+            if (!need[i] || kept[i] || first[i] >= l || !varies[i]) continue;
+            const kn_kexpr *e = &k->exprs[i];
+            if (e->kind != KN_KX_OP) continue;
+            bool costly = recompute_cost(k, varies, i, 0) >= 2;
+            bool frontier = false; /* read by an expression this loop computes afresh */
+            for (int j = i + 1; j < k->n_exprs && !frontier; j++) {
+                const kn_kexpr *u = &k->exprs[j];
+                if (need[j] && first[j] == l && u->kind == KN_KX_OP && (u->a == i || u->b == i || u->c == i))
+                    frontier = true;
+            }
+            if (l < k->n_stages && k->stages[l].expr == i) frontier = true;
+            for (int s = 0; s < k->n_stores && l == k->n_stages; s++)
+                if (!k->stores[s].per_row && k->stores[s].expr == i) frontier = true;
+            size_t more = (size_t)regs_k * kn_dtype_size(e->dtype == KN_F64 ? KN_F64 : KN_F32);
+            if (costly && frontier && row_bytes + more <= (size_t)budget_bytes) {
+                kept[i] = true;
+                row_bytes += more;
+            }
+        }
+        /* what this loop computes now that it reads kept values: the
+         * operands of those are no longer computed here */
+        bool now[KN_KIR_MAX_EXPRS] = {false};
+        if (l < k->n_stages) now[k->stages[l].expr] = true;
+        else
+            for (int s = 0; s < k->n_stores; s++)
+                if (!k->stores[s].per_row) now[k->stores[s].expr] = true;
+        mark_deps_stop(k, now, kept);
+        for (int i = 0; i < k->n_exprs; i++)
+            if (first[i] == l && !now[i]) first[i] = -1;
+    }
+}
+
+/* For loop l (a stage, or n_stages: the stores): the kept values an
+ * earlier loop computed, and those this loop computes and keeps. */
+static void set_kept_loop(const kn_kernel *k, const bool *kept, const int *first, int l, bool *avail, bool *now)
+{
+    for (int i = 0; i < k->n_exprs; i++) {
+        avail[i] = kept[i] && first[i] >= 0 && first[i] < l;
+        now[i] = kept[i] && first[i] == l;
+    }
+}
+
 kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char *per_row_open)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1;
     bool vec_out[KN_KIR_MAX_ARGS] = {false}; /* outputs staged in d<j> and stored in vectors */
     bool late[KN_KIR_MAX_ARGS] = {false};    /* cached arguments only the stores read */
+    bool kept[KN_KIR_MAX_EXPRS] = {false}, kept_avail[KN_KIR_MAX_EXPRS], kept_now[KN_KIR_MAX_EXPRS];
+    int kept_first[KN_KIR_MAX_EXPRS];
+    for (int i = 0; i < KN_KIR_MAX_EXPRS; i++) kept_first[i] = -1;
     r->folded = false;
     bool any_late = false;
     if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
@@ -1090,8 +1227,16 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
             KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
         }
         regs_loads(r, early, lo, step);
+        if (r->t->kept_bytes > 0) {
+            plan_kept(k, r->regs_k, r->t->kept_bytes, kept, kept_first);
+            for (int i = 0; i < k->n_exprs; i++)
+                if (kept[i]) kn_kir_line(r, "%s x%d[%d];", ctype_name(expr_ct(r, i)), i, r->regs_k);
+        }
     }
     for (int s = 0; s < k->n_stages; s++) {
+        set_kept_loop(k, kept, kept_first, s, kept_avail, kept_now);
+        r->kept_avail = kept_avail;
+        r->kept_now = kept_now;
         char acc[16];
         snprintf(acc, sizeof acc, "s%d", s);
         kn_strbuf_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", kn_kir_acc_type(r, s), s);
@@ -1100,7 +1245,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         open_row_loop(r, lo, step);
         bool need[KN_KIR_MAX_EXPRS] = {false};
         need[k->stages[s].expr] = true;
-        mark_deps(k, need);
+        mark_deps_stop(k, need, kept_avail);
         for (int i = 0; i < k->n_exprs; i++)
             if (need[i] && k->exprs[i].kind == KN_KX_ACC && k->exprs[i].acc >= s)
                 return kn_error(KN_ERR_ARG, "kernel %s: stage %d reads its own or a later stage", k->name, s);
@@ -1113,6 +1258,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         kn_kir_line(r, "const %s acc%d = (%s)s%d;", ctype_name(expr_ct(r, k->stages[s].expr)), s,
              ctype_name(expr_ct(r, k->stages[s].expr)), s);
     }
+    set_kept_loop(k, kept, kept_first, k->n_stages, kept_avail, kept_now);
     if (has_stores(k, false) && r->regs_k && r->regs_v > 1) {
         KN_TRY(regs_group_stores(r, late, vec_out, lo, step));
     } else if (has_stores(k, false)) {
@@ -1122,6 +1268,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         close_row_loop(r);
     }
     r->folded = false;
+    r->kept_avail = r->kept_now = NULL;
     if (has_stores(k, true)) {
         kn_kir_line(r, "%s", per_row_open);
         r->indent++;

@@ -186,6 +186,10 @@ typedef struct kn_render_target {
                                        held in registers), or NULL */
     bool f32_math_in_f64;    /* f32 formulas evaluate in double and round once (the CPU
                                 reference's results to the last bit) */
+    int kept_bytes;          /* a row held in registers keeps per-element values across its
+                                loops instead of computing them again while its registers
+                                (inputs and kept values) take at most this many bytes a
+                                thread (kn_kir.c, plan_kept; 0: none) */
     bool f32_row_sum_in_f64; /* float row sums accumulate in double (a serial loop, which
                                 a tree reduction does not need) */
     /* The function's first line: its name k->name, and a signature that

@@ -40,6 +40,11 @@ struct kn_kir_rctx {
     bool folded;    /* ... and expression fold_expr (an elementwise op of two such rows, as
                        a residual add) has replaced input fold_arg's registers: it reads them */
     int fold_expr, fold_arg;
+    /* ROW in registers: expressions whose per-element values an earlier
+     * stage's loop kept in an array x<i>[u] (kept_avail: read them there,
+     * not recomputed), and those the current loop computes and keeps
+     * (kept_now). NULL outside such a row. */
+    const bool *kept_avail, *kept_now;
 };
 
 /* A line at the current indent. */

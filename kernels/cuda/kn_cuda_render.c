@@ -449,6 +449,7 @@ const kn_render_target kn_cuda_render_target = {
     .full_unroll_pragma = "#pragma unroll",
     .f32_math_in_f64 = false,
     .f32_row_sum_in_f64 = false,
+    .kept_bytes = 96,
     .signature = cuda_signature,
     .pointwise = cuda_pointwise,
     .row = cuda_row,
