@@ -453,15 +453,23 @@ static int cm_last_call(lua_State *L)
         lua_seti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "break_reasons");
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 8);
     lua_pushnumber(L, cap->capture_s);
     lua_setfield(L, -2, "capture");
-    lua_pushnumber(L, 0);
+    lua_pushnumber(L, cap->passes_s);
     lua_setfield(L, -2, "passes");
-    lua_pushnumber(L, 0);
+    lua_pushnumber(L, cap->codegen_s);
     lua_setfield(L, -2, "codegen");
-    lua_pushnumber(L, 0);
+    lua_pushnumber(L, cap->backend_s);
     lua_setfield(L, -2, "backend");
+    /* capture plus everything compiling took (guards, version lookup,
+     * plan builds): the phases above add up to at most this */
+    lua_pushnumber(L, cap->capture_s + cap->compile_s);
+    lua_setfield(L, -2, "total");
+    lua_pushinteger(L, cap->kernels_generated);
+    lua_setfield(L, -2, "kernels");
+    lua_pushinteger(L, cap->kernels_cached);
+    lua_setfield(L, -2, "kernels_cached");
     lua_setfield(L, -2, "compile_s");
     return 1;
 }

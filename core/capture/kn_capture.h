@@ -122,6 +122,11 @@ typedef struct kn_capture {
     double t_start;
     uint64_t first_tensor_id; /* tensors with ids from here on were made during this call */
     double capture_s; /* time spent capturing in this call */
+    /* what compiling cost in this call: the phases of the plans it built,
+     * and all of it (guards and version lookup included); the generated
+     * kernels compiled, and how many of them came from a cache */
+    double passes_s, codegen_s, backend_s, compile_s;
+    int kernels_generated, kernels_cached;
 } kn_capture;
 
 struct kn_compiled {

@@ -472,10 +472,14 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
                      p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
     double t2 = kn_clock_s();
     p->times.codegen_s = t2 - t1;
+    p->times.generated = generated;
     if (generated && dc && dc->be->compile_program) {
-        st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns);
+        bool cached = false;
+        st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns, &cached);
         if (st != KN_OK) goto fail;
         p->code.generated = true;
+        /* the program is one unit: all its kernels are cached or none */
+        p->times.cached = cached ? generated : 0;
     }
     p->times.backend_s = kn_clock_s() - t2;
     if (generated && !p->code.generated) {

@@ -516,15 +516,18 @@ Bench.__index = Bench
 Bench.__tostring = function(b)
   local lines = { string.format("%-28s %10s %12s %9s %10s %9s", "mode", "eager ms", "compiled ms", "speedup",
     "compile s", "peak MiB") }
+  local cached = false
   for _, r in ipairs(b) do
     if r.error then
       lines[#lines + 1] = string.format("%-28s failed: %s", r.mode, r.error)
     else
       lines[#lines + 1] = string.format("%-28s %10s %12s %9s %10s %9s", r.mode, fmt_num(r.eager_ms, "%.3f"),
-        fmt_num(r.compiled_ms, "%.3f"), fmt_num(r.speedup, "%.2fx"), fmt_num(r.compile_s, "%.2f"),
-        fmt_num(r.peak_mib, "%.1f"))
+        fmt_num(r.compiled_ms, "%.3f"), fmt_num(r.speedup, "%.2fx"),
+        fmt_num(r.compile_s, r.compile_cached and "%.2f*" or "%.2f"), fmt_num(r.peak_mib, "%.1f"))
+      cached = cached or r.compile_cached
     end
   end
+  if cached then lines[#lines + 1] = "* its generated kernels came from the cache (kiln.config.cache_dir)" end
   return table.concat(lines, "\n")
 end
 
@@ -591,6 +594,8 @@ function kiln.bench(model, inputs, opts)
         cm(table.unpack(args, 1, n))
         sync(dev)
         row.compile_s = kiln.clock() - t0
+        local c = cm:last_call().compile_s
+        row.compile_cached = c.kernels > 0 and c.kernels_cached == c.kernels or nil
         row.compiled_ms = median_ms(cm)
         row.speedup = row.compiled_ms > 0 and eager_ms / row.compiled_ms or nil
         local s = cm:stats()
