@@ -219,6 +219,9 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
         }
         lua_pushinteger(L, graph);
         lua_setfield(L, -2, "graph");
+        /* what timing rows (kiln.time) name this kernel by */
+        lua_pushfstring(L, "%p#%d", (const void *)p, k);
+        lua_setfield(L, -2, "key");
         if (gen) {
             char *src = NULL;
             if (kn_kernel_render(kn, KN_TARGET_C, &src) == KN_OK) {

@@ -71,10 +71,16 @@ static int l_finish(lua_State *L)
         lua_setfield(L, -2, "kind");
         /* what identifies a kernel across calls: its plan and index (names
          * restart at k0 in each graph), or the name of an eager op */
-        if (r[i].owner) lua_pushfstring(L, "%p#%d", r[i].owner, r[i].index);
+        bool sub = r[i].owner && r[i].index < 0; /* an eager op run for kernel `parent` */
+        if (sub) lua_pushfstring(L, "%p#%d/%s", r[i].owner, r[i].parent, r[i].name);
+        else if (r[i].owner) lua_pushfstring(L, "%p#%d", r[i].owner, r[i].index);
         else lua_pushstring(L, r[i].name);
         lua_setfield(L, -2, "key");
-        if (r[i].owner) {
+        if (sub) {
+            /* the key of the kernel it belongs to, as cm:kernels() gives it */
+            lua_pushfstring(L, "%p#%d", r[i].owner, r[i].parent);
+            lua_setfield(L, -2, "parent");
+        } else if (r[i].owner) {
             lua_pushinteger(L, r[i].index);
             lua_setfield(L, -2, "index");
         }

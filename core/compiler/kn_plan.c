@@ -944,6 +944,7 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
 {
     kn_profile_record r;
     memset(&r, 0, sizeof r);
+    r.parent = -1;
     if (slot >= 0) {
         const kn_kernel *k = &p->code.fusion.prog.kernels[kernel];
         int node = p->code.fusion.kernel_at ? p->code.fusion.kernel_at[kernel] : k->lib_node;
@@ -960,6 +961,27 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
         r.flops = c.flops;
     }
     kn_profile_kernel_end(slot, &r);
+}
+
+/* The kernel that reads view node `view` (through further views), for the
+ * profiler: the first live reader's kernel, else `fallback` (a view that is
+ * an output is charged to the kernel that ran before it). */
+static int view_reader_kernel(const kn_plan *p, int view, int fallback)
+{
+    const kn_graph *g = &p->g;
+    const kn_fusion *f = &p->code.fusion;
+    for (int depth = 0; depth < g->n_nodes; depth++) {
+        int reader = -1;
+        for (int j = view + 1; j < g->n_nodes && reader < 0; j++) {
+            if (f->disp[j] == KN_D_DEAD) continue;
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                if (g->nodes[j].in_node[k] == view) reader = j;
+        }
+        if (reader < 0) return fallback;
+        if (f->disp[reader] != KN_D_VIEW) return f->kernel[reader] >= 0 ? f->kernel[reader] : fallback;
+        view = reader;
+    }
+    return fallback;
 }
 
 kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept,
@@ -1005,6 +1027,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
     r.live = r.peak = p->mem.arena_bytes;
     kn_status st = KN_OK;
     const kn_fusion *f = &p->code.fusion;
+    int last_kernel = -1; /* the kernel that ran last, for view_reader_kernel */
     for (int i = 0; i < g->n_nodes && st == KN_OK; i++) {
         const kn_node *n = &g->nodes[i];
         switch (f->disp[i]) {
@@ -1019,7 +1042,11 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
             c.n_in = 1;
             c.in[0] = r.val[n->in_node[0] * KN_MAX_OUTPUTS + n->in_out[0]];
             kn_tensor *v = NULL;
+            /* a reshape that must copy runs an eager op: timing tables show
+             * it under the kernel that reads the view */
+            if (kn_profile_on) kn_profile_within(p, view_reader_kernel(p, i, last_kernel));
             st = c.in[0] ? kn_view_run(&c, &v) : kn_error(KN_ERR_ARG, "plan: view %d of a missing value", i);
+            if (kn_profile_on) kn_profile_within(NULL, -1);
             if (st == KN_OK) r.val[i * KN_MAX_OUTPUTS] = v; /* shares its source's storage */
             break;
         }
@@ -1039,6 +1066,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
                 st = run_reference(&r, i, kid);
             }
             if (prof) profile_kernel_end(slot, p, kid);
+            last_kernel = kid;
             if (st == KN_OK && r.tune) st = r.tune->search_kernel(&r, kid, i, fused);
             break;
         }

@@ -21,7 +21,9 @@ static struct {
     int depth;       /* kernels begun and not ended (nesting) */
     kn_status error; /* the first failure of a hook (reported by end) */
     char error_msg[256];
-} P;
+    const void *within_owner; /* kn_profile_within */
+    int within_kernel;
+} P = {.within_kernel = -1};
 
 static void pool_drop(void)
 {
@@ -53,6 +55,7 @@ kn_status kn_profile_begin(kn_device dev)
     P.n_rec = 0;
     P.depth = 0;
     P.error = KN_OK;
+    kn_profile_within(NULL, -1);
     kn_profile_on = true;
     return KN_OK;
 }
@@ -105,6 +108,7 @@ int kn_profile_kernel_begin(kn_device dev)
     P.n_rec++;
     memset(&P.rec[slot], 0, sizeof P.rec[slot]);
     P.rec[slot].index = -1;
+    P.rec[slot].parent = -1;
     P.rec[slot].ms = -1; /* until the end event is recorded */
     return slot;
 }
@@ -161,6 +165,15 @@ void kn_profile_op_end(int slot, const kn_opcall *c)
     kn_cost cost = kn_cost_opcall(c);
     r->bytes = cost.bytes;
     r->flops = cost.flops;
+    r->index = -1;
+    r->owner = P.within_owner;
+    r->parent = P.within_owner ? P.within_kernel : -1;
+}
+
+void kn_profile_within(const void *owner, int kernel)
+{
+    P.within_owner = owner;
+    P.within_kernel = owner ? kernel : -1;
 }
 
 kn_status kn_profile_end(kn_profile_record **records, int *n)

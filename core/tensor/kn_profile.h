@@ -25,6 +25,8 @@ typedef struct kn_profile_record {
     char kind[16];     /* generated | cublaslt | cudnn | cuda | cpu */
     const void *owner; /* the plan that ran it (NULL: an eager op) */
     int index;         /* kernel index in owner's program, -1 for an eager op */
+    int parent;        /* an eager op run for kernel `parent` of owner (a copy a
+                          reshape makes for it to read), else -1 */
     kn_dtype dtype;    /* of its (first) result: which peak rate applies */
     double start_ms;   /* from the session's first record */
     double ms;         /* device time between its events */
@@ -53,6 +55,12 @@ int kn_profile_kernel_begin(kn_device dev);
  * dtype, bytes and flops come from *what, its timing fields are ignored. */
 void kn_profile_kernel_end(int slot, const kn_profile_record *what);
 void kn_profile_op_end(int slot, const kn_opcall *c);
+/* Eager ops recorded from now on are work done for kernel `kernel` of
+ * plan `owner` (their records get owner and parent), until called again
+ * with NULL, -1: a plan brackets the copies its views make this way, so
+ * that tables show them under the kernel that reads them instead of as
+ * kernels of their own. */
+void kn_profile_within(const void *owner, int kernel);
 
 /* The kind word of a kernel that is not generated, as cm:kernels() and the
  * timing tables show it. */

@@ -194,14 +194,58 @@ end
 -- longer, so that the columns stay aligned.
 local function rows_text(kernels)
   local w = 30
-  for _, k in ipairs(kernels) do w = math.max(w, #k.name) end
+  for _, k in ipairs(kernels) do w = math.max(w, #(k.label or k.name)) end
   local lines = { string.format("  #  %-" .. w .. "s  kind       calls   median us   %%     GB/s   GFLOP/s  roof%%", "kernel") }
-  local fmt = "%3d  %-" .. w .. "s  %-9s  %5d%11s%6.1f%7s%9s%7s"
+  local fmt = "%3s  %-" .. w .. "s  %-9s  %5d%11s%6.1f%7s%9s%7s"
   for i, k in ipairs(kernels) do
-    lines[#lines + 1] = string.format(fmt, i - 1, k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
+    -- compiled: the kernel's number in :kernels, :src and :autotune (a
+    -- sub-row, work done for a kernel, has none); eager: the row's
+    local num = k.sub and "" or tostring(k.number or (kernels.numbered and "-" or i - 1))
+    lines[#lines + 1] = string.format(fmt, num, k.label or k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
       fmt_rate(k.gbps), fmt_rate(k.gflops), k.roof_pct and string.format("%.0f", k.roof_pct) or "-")
   end
   return lines
+end
+
+-- Number the rows of a compiled callable's kernels as cm:kernels() (and so
+-- :kernels, :src and :autotune) does, and put each sub-row (an eager op run
+-- for a kernel: the copy a reshape makes for the kernel that reads it)
+-- right after its kernel, labelled "kN.copy NAME", so that it shifts no
+-- number. Rows of a plain function keep their order and positions.
+local function number_rows(rows, fn)
+  if not is_compiled(fn) then return rows end
+  local ok, list = pcall(fn.kernels, fn)
+  if not ok or type(list) ~= "table" then return rows end
+  local number = {}
+  for i, e in ipairs(list) do
+    if e.key then number[e.key] = i - 1 end
+  end
+  local subs, out = {}, {}
+  for _, k in ipairs(rows) do
+    if k.parent then
+      k.sub = true
+      local n = number[k.parent]
+      local what = k.name:find("^contiguous_") and "copy" or "op"
+      k.label = string.format("  %s.%s %s", n and "k" .. n or "k?", what, k.name)
+      subs[k.parent] = subs[k.parent] or {}
+      table.insert(subs[k.parent], k)
+    else
+      k.number = number[k.key]
+    end
+  end
+  for _, k in ipairs(rows) do
+    if not k.sub then
+      out[#out + 1] = k
+      for _, s in ipairs(subs[k.key] or {}) do out[#out + 1] = s end
+      subs[k.key] = nil
+    end
+  end
+  for _, k in ipairs(rows) do -- work for a kernel that has no row of its own
+    if k.sub and subs[k.parent] then out[#out + 1] = k end
+  end
+  for i = 1, #rows do rows[i] = out[i] end
+  rows.numbered = true
+  return rows
 end
 
 local function total_line(r)
@@ -246,7 +290,7 @@ local function kernel_rows(calls, ncalls, ceil)
       local k = by_key[r.key]
       if not k then
         k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, flops = r.flops, index = r.index,
-          key = r.key, times = {} }
+          key = r.key, parent = r.parent, times = {} }
         by_key[r.key] = k
         rows[#rows + 1] = k
       end
@@ -321,6 +365,7 @@ function kiln.time(fn, ...)
   end
   local calls = profiled_calls(fn, args, dev, piters)
   local kernels, kernel_us, launches = kernel_rows(calls, piters, ceil or nil)
+  number_rows(kernels, fn)
   local sorted = table.move(device_ms, 1, iters, 1, {})
   table.sort(sorted)
   local wall_us = median(wall_ms) * 1000
@@ -355,6 +400,7 @@ function kiln.profile(fn, ...)
     ceil = ok and c or false
   end
   local rows, total, launches = kernel_rows(profiled_calls(fn, args, dev, n), n, ceil or nil)
+  number_rows(rows, fn)
   rows.total_us, rows.launches = total, launches
   if is_compiled(fn) then P.last_time[fn] = rows end
   return rows
