@@ -11,7 +11,7 @@
  *                              to return (for the CPU: to run)
  *   host_calls(n, device, fn, ...)  call fn(...) n times, each after a device
  *                              synchronize (not timed); the host ms of each call
- *   measure(device)            {copy_gbps, f32_gflops, bf16_gflops}
+ *   measure(device)            {copy_gbps, bandwidth = {{bytes, gbps}...}, f32_gflops, bf16_gflops}
  *   write_file(path, text)     write a small file, making its folders
  */
 #include <errno.h>
@@ -216,9 +216,19 @@ static int l_measure(lua_State *L)
     kn_ceilings c;
     kn_status st = kn_ceilings_measure(check_device(L, 1), &c);
     if (st != KN_OK) return kn_lua_fail(L, st);
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
     lua_pushnumber(L, c.copy_gbps);
     lua_setfield(L, -2, "copy_gbps");
+    lua_createtable(L, c.n_bw, 0);
+    for (int i = 0; i < c.n_bw; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushnumber(L, c.bw[i].bytes);
+        lua_setfield(L, -2, "bytes");
+        lua_pushnumber(L, c.bw[i].gbps);
+        lua_setfield(L, -2, "gbps");
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "bandwidth");
     lua_pushnumber(L, c.f32_gflops);
     lua_setfield(L, -2, "f32_gflops");
     lua_pushnumber(L, c.bf16_gflops);

@@ -124,7 +124,30 @@ local function read_ceilings(path, label)
   for k, v in text:gmatch("\n?([%w_]+) = ([^\n]*)") do c[k] = v end
   local copy, f32, bf16 = tonumber(c.copy_gbps), tonumber(c.f32_gflops), tonumber(c.bf16_gflops)
   if c.device ~= label or not copy or copy <= 0 or not f32 or f32 <= 0 or not bf16 or bf16 < 0 then return nil end
-  return { copy_gbps = copy, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?" }
+  -- bandwidth by working set ("bytes:gbps ..."); a file from before it had
+  -- none (and one DRAM figure that cached kernels beat): measured again
+  local bw = {}
+  for b, g in (c.bandwidth or ""):gmatch("([%d.e+]+):([%d.e+]+)") do
+    b, g = tonumber(b), tonumber(g)
+    if not b or not g or b <= 0 or g <= 0 then return nil end
+    bw[#bw + 1] = { bytes = b, gbps = g }
+  end
+  if #bw == 0 then return nil end
+  return { copy_gbps = copy, bandwidth = bw, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?" }
+end
+
+-- The bandwidth a kernel moving `bytes` can reach: that of the largest
+-- measured working set not above its own (a smaller working set stays in a
+-- faster cache), so a kernel cannot beat it unless the measurement is off;
+-- ceilings without that table (given by hand) have copy_gbps alone.
+local function bandwidth_for(c, bytes)
+  local bw = c.bandwidth
+  if type(bw) ~= "table" or #bw == 0 then return c.copy_gbps end
+  local g = bw[1].gbps
+  for _, p in ipairs(bw) do
+    if p.bytes <= bytes then g = p.gbps end
+  end
+  return g
 end
 
 -- kiln.ceilings{device =, remeasure =, progress = function(path)}: the
@@ -164,10 +187,14 @@ function kiln.ceilings(opts)
     c = P.measure(dev)
     c.date = os.date("!%Y-%m-%d %H:%M UTC")
     c.cached = false
+    local points = {}
+    for i, p in ipairs(c.bandwidth or {}) do points[i] = string.format("%.0f:%.3f", p.bytes, p.gbps) end
     local text = string.format(
       "# kiln roofline ceilings, measured once for this device (delete the file to measure again)\n" ..
-      "device = %s\ncopy_gbps = %.3f\nf32_gflops = %.3f\nbf16_gflops = %.3f\ndate = %s\n",
-      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date)
+      "device = %s\ncopy_gbps = %.3f\nf32_gflops = %.3f\nbf16_gflops = %.3f\ndate = %s\n" ..
+      "# bandwidth by working set, bytes:GB/s (a kernel's data that fits in a cache moves faster)\n" ..
+      "bandwidth = %s\n",
+      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "))
     local ok, err = P.write_file(path, text)
     if not ok then io.stderr:write("kiln: could not cache the roofline: ", tostring(err), "\n") end
   end
@@ -190,6 +217,13 @@ local function fmt_rate(x)
   return string.format("%.1f", x)
 end
 
+-- roof% as a whole number; above 100 (the kernel beat its ceiling, so
+-- the ceiling is wrong) it carries a "!" that the legend explains.
+local function roof_text(pct)
+  if not pct then return "-" end
+  return string.format(pct > 100.5 and "%.0f!" or "%.0f", pct)
+end
+
 -- The kernel column is 30 wide as in the design, wider when a name is
 -- longer, so that the columns stay aligned.
 local function rows_text(kernels)
@@ -202,9 +236,17 @@ local function rows_text(kernels)
     -- sub-row, work done for a kernel, has none); eager: the row's
     local num = k.sub and "" or tostring(k.number or (kernels.numbered and "-" or i - 1))
     lines[#lines + 1] = string.format(fmt, num, k.label or k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
-      fmt_rate(k.gbps), fmt_rate(k.gflops), k.roof_pct and string.format("%.0f", k.roof_pct) or "-")
+      fmt_rate(k.gbps), fmt_rate(k.gflops), roof_text(k.roof_pct))
   end
-  return lines
+  local legend
+  for _, k in ipairs(kernels) do
+    if k.roof_pct and k.roof_pct > 100.5 then
+      legend = "roof% with !: above the measured ceiling, which is then too low (measured under load?): "
+        .. "kiln.ceilings{remeasure = true}"
+      break
+    end
+  end
+  return lines, legend
 end
 
 -- Number the rows of a compiled callable's kernels as cm:kernels() (and so
@@ -255,22 +297,24 @@ end
 
 local KernelList = { __name = "kiln.KernelTimes" }
 KernelList.__tostring = function(t)
-  local lines = rows_text(t)
+  local lines, legend = rows_text(t)
   lines[#lines + 1] = string.format("%.1f us per call in %d kernels", t.total_us or 0, t.launches or 0)
+  lines[#lines + 1] = legend
   return table.concat(lines, "\n")
 end
 
 local Timing = { __name = "kiln.Timing" }
 Timing.__tostring = function(r)
-  local lines = rows_text(r.kernels)
+  local lines, legend = rows_text(r.kernels)
   lines[#lines + 1] = total_line(r)
+  lines[#lines + 1] = legend
   return table.concat(lines, "\n")
 end
 
 -- The roofline percentage of one kernel (nil without ceilings or figures).
 local function roof(k, c)
   if not c or not k.median_us or k.median_us <= 0 then return nil end
-  local bw = c.copy_gbps
+  local bw = bandwidth_for(c, k.bytes)
   local peak = (k.dtype == "bf16" or k.dtype == "f16") and c.bf16_gflops > 0 and c.bf16_gflops or c.f32_gflops
   if k.flops > 0 and k.bytes > 0 and bw > 0 and peak > 0 then
     local attainable = math.min(peak, bw * k.flops / k.bytes)
