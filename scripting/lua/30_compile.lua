@@ -14,7 +14,6 @@ local function backend_text(c)
   end
   return text
 end
-kiln.format_backend_compile = backend_text
 
 -- The text kiln.explain prints for a report.
 function kiln.format_explain(r)
