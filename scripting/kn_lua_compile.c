@@ -35,6 +35,21 @@ static int l_graph_break(lua_State *L)
     return 0;
 }
 
+/* Puts the capture back when a kiln.eager function's call ends, by error
+ * too: a to-be-closed value, so that the function runs with lua_call and
+ * an error's traceback keeps the user's frames inside it. */
+typedef struct {
+    kn_lua_state *s;
+    kn_capture *cap;
+} eager_cap_restore;
+
+static int eager_cap_close(lua_State *L)
+{
+    eager_cap_restore *r = lua_touserdata(L, 1);
+    if (r && r->s) r->s->cap = r->cap;
+    return 0;
+}
+
 /* The wrapper kiln.eager returns: upvalue 1 is the function, 2 its name. */
 static int eager_call(lua_State *L)
 {
@@ -48,13 +63,23 @@ static int eager_call(lua_State *L)
         kn_lua_graph_break(L, "eager function", reason,
                            "drop kiln.eager to capture the function into the graph");
     }
+    eager_cap_restore *r = lua_newuserdatauv(L, sizeof *r, 0);
+    r->s = s;
+    r->cap = cap;
+    if (luaL_newmetatable(L, "kiln.eager_cap_restore")) {
+        lua_pushcfunction(L, eager_cap_close);
+        lua_setfield(L, -2, "__close");
+    }
+    lua_setmetatable(L, -2);
+    lua_insert(L, 1);
+    lua_toclose(L, 1);
     s->cap = NULL; /* placeholders given as arguments resolve to their values */
     lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    int st = lua_pcall(L, n, LUA_MULTRET, 0);
+    lua_insert(L, 2);
+    lua_call(L, n, LUA_MULTRET);
     s->cap = cap;
-    if (st != LUA_OK) return lua_error(L);
-    return lua_gettop(L);
+    r->s = NULL;
+    return lua_gettop(L) - 1;
 }
 
 static int l_eager(lua_State *L)
