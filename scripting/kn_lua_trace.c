@@ -64,7 +64,8 @@ static void fill_break(lua_State *L, kn_break *b, const char *category, const ch
         if (tail && b->n_frames == 0 && last[0]) {
             /* the user's frame that tail-called into kiln's Lua is gone
              * from the stack: its line as the trace saw it last */
-            snprintf(b->frame_where[b->n_frames++], sizeof b->frame_where[0], "%.*s", (int)sizeof b->frame_where[0] - 1, last);
+            snprintf(b->frame_where[b->n_frames++], sizeof b->frame_where[0], "%.*s",
+                     (int)sizeof b->frame_where[0] - 1, last);
             if (b->n_frames >= KN_MAX_FRAMES) break;
         }
         tail = false;

@@ -353,8 +353,8 @@ static kn_status cuda_sync(kn_device_ctx *d)
 
 /* ---- generated kernels ---- */
 
-static kn_status cuda_compile_program(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib, void **fns,
-                                     bool *cached)
+static kn_status cuda_compile_program(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib,
+                                     void **fns, bool *cached)
 {
     *lib = NULL;
     if (cached) *cached = false;

@@ -21,6 +21,12 @@
 --   roofline  roof_pct = achieved FLOP/s / min(peak FLOP/s, bandwidth x
 --       flops/bytes); for a kernel with no flops, achieved bytes/s over the
 --       bandwidth. bytes and flops per kernel follow core/tensor/kn_cost.h.
+--       The bandwidth is that measured for the kernel's working set (its
+--       bytes; core/tensor/kn_ceilings.h), so it is above 100 only where a
+--       ceiling was measured low: printed "NNN!" with a legend line.
+--   numbers  a compiled callable's rows carry the kernel numbers of
+--       cm:kernels() (:kernels, :src, :autotune); an eager op a plan runs
+--       for a kernel (the copy a reshape makes) is a sub-row after it.
 local kiln = ...
 
 local P = kiln.profiler
@@ -521,8 +527,9 @@ repl.register("device", {
 Shows the CPU (name, cores, memory) and each CUDA device (name, memory
 total and free, SM count, compute capability, L2, driver and runtime), or
 why there is none; then the ceilings of the device kiln runs on (the GPU,
-else the CPU): copy bandwidth (a large device-to-device copy, read plus
-write bytes) and the f32 and bf16 matmul rates. They are measured once and
+else the CPU): bandwidth (the better of a copy and an add, bytes read
+plus written, on buffers from cache-sized to beyond the last cache: the
+figure shown is the largest, DRAM's) and the f32 and bf16 matmul rates. They are measured once and
 cached in kiln.config.cache_dir (device-NAME.txt; delete it to measure
 again). :time's roof% is against them. From Lua: kiln.device() returns the
 same as a table; kiln.ceilings{remeasure = true} measures again.]],
@@ -556,9 +563,12 @@ repl.register("time", {
 Runs the session's model (as :run does: compiled in the session's mode, or
 eager) 10 times to warm up, n times back to back (default 100) with device
 events between calls, then 10 more calls with events around every kernel,
-and prints one line per kernel: calls per model call, median time, share of
-the kernels' time, achieved GB/s and GFLOP/s, and % of the roofline
-(min(peak FLOP/s, bandwidth x flops/bytes), ceilings as :device shows them),
+and prints one line per kernel, numbered as :kernels numbers them (a copy
+a reshape makes for kernel N is an indented sub-row "kN.copy ..."): calls
+per model call, median time, share of the kernels' time, achieved GB/s and
+GFLOP/s, and % of the roofline (min(peak FLOP/s, bandwidth x flops/bytes),
+the bandwidth of the kernel's working set, ceilings as :device shows them;
+a figure above 100 prints with "!": the ceiling was measured low),
 then the total per call, the host overhead, the kernel count and whether
 the call replays a CUDA graph. From Lua: kiln.cmd.time(n) returns the table
 of kiln.time.]],
