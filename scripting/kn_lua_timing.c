@@ -80,6 +80,10 @@ static int l_finish(lua_State *L)
             /* the key of the kernel it belongs to, as cm:kernels() gives it */
             lua_pushfstring(L, "%p#%d", r[i].owner, r[i].parent);
             lua_setfield(L, -2, "parent");
+            if (r[i].inner) { /* its time is part of the parent's */
+                lua_pushboolean(L, 1);
+                lua_setfield(L, -2, "inner");
+            }
         } else if (r[i].owner) {
             lua_pushinteger(L, r[i].index);
             lua_setfield(L, -2, "index");

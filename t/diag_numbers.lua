@@ -129,6 +129,30 @@ for i = 2, #expect + 1 do got[#got + 1] = (tlines[i] or ""):match("^(.-)%s%s+%a+
 T.is(table.concat(got, "\n"), table.concat(expect, "\n"),
   "kiln.time's table: kernel numbers as :kernels, the copy indented under its kernel (exact text)")
 
+-- a copy made inside a kernel's own call (the CPU's reference max reads
+-- its transposed input through a contiguous copy): a sub-row of that
+-- kernel, its time inside the kernel's, so not added to the total
+local inside = kiln.compile(function(x)
+  local v, i = x:t():max(-1)
+  return v, i
+end)
+local xm = kiln.randn({ 64, 32 }, { seed = 8 })
+inside(xm)
+local ilist = inside:kernels()
+local tin = kiln.time(inside, xm, { iters = 2, warmup = 1, profile_iters = 2 })
+local inner_row, kernel_sum = nil, 0
+for _, k in ipairs(tin.kernels) do
+  if k.sub then inner_row = k else kernel_sum = kernel_sum + k.calls * k.median_us end
+end
+local maxk
+for i, e in ipairs(ilist) do
+  if e.name:find("_max_") then maxk = i - 1 end
+end
+T.is(inner_row and inner_row.label, string.format("  k%d.copy contiguous_f32_32x64", maxk),
+  "a copy inside a kernel's call is its sub-row kN.copy NAME")
+T.ok(inner_row and inner_row.inner == true, "... marked as timed inside the kernel")
+T.near(tin.kernel_us, kernel_sum, 1e-6, "... and not added again to the kernels' total")
+
 ---------------------------------------------------------------------------
 -- 3. roof%: the bandwidth of the kernel's working set; "!" above 100
 

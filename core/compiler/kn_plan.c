@@ -746,7 +746,9 @@ static kn_status run_permuted(run_ctx *r, int node, const kn_opcall *call)
         /* contiguous, then the dims in the layout's order (largest stride
          * first) copied into a dense buffer: the same bytes */
         kn_opcall e = *call;
+        if (kn_profile_on) kn_profile_next_is_kernel(true);
         st = kn_op_eager(&e, p->device);
+        if (kn_profile_on) kn_profile_next_is_kernel(false);
         if (st != KN_OK) return st;
         int64_t order[KN_MAX_DIMS];
         for (int d = 0; d < l->ndim; d++) order[d] = d;
@@ -785,7 +787,9 @@ static kn_status run_reference(run_ctx *r, int node, int kid)
         if (!c.in[k]) return kn_error(KN_ERR_ARG, "plan: node %d reads a value that was not computed", node);
     }
     if (n->n_out == 1 && permuted_value(r->p, node)) return run_permuted(r, node, &c);
+    if (kn_profile_on) kn_profile_next_is_kernel(true); /* what it runs inside is the kernel's */
     kn_status st = kn_op_eager(&c, r->p->device);
+    if (kn_profile_on) kn_profile_next_is_kernel(false);
     if (st != KN_OK) return st;
     for (int k = 0; k < c.n_out; k++) set_val(r, node, k, c.out[k]);
     return KN_OK;

@@ -340,7 +340,7 @@ local function kernel_rows(calls, ncalls, ceil)
       local k = by_key[r.key]
       if not k then
         k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, flops = r.flops, index = r.index,
-          key = r.key, parent = r.parent, times = {} }
+          key = r.key, parent = r.parent, inner = r.inner, times = {} }
         by_key[r.key] = k
         rows[#rows + 1] = k
       end
@@ -352,7 +352,8 @@ local function kernel_rows(calls, ncalls, ceil)
     k.calls = math.max(1, math.floor(#k.times / ncalls + 0.5))
     k.median_us = median(k.times) * 1000
     k.times = nil
-    total = total + k.calls * k.median_us
+    -- a copy made inside a kernel's call is timed within that kernel's row
+    if not k.inner then total = total + k.calls * k.median_us end
     launches = launches + k.calls
   end
   for _, k in ipairs(rows) do
