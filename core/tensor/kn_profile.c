@@ -1,9 +1,6 @@
 /* kn_profile: the profiler session and its event pool. */
 #include "kn_profile.h"
 
-/* kernel_begin's answer for an op that is its kernel's own call */
-#define KN_PROFILE_TRANSPARENT (-2)
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +9,9 @@
 #include "kn_cost.h"
 
 bool kn_profile_on;
+
+/* kernel_begin's answer for an op that is its kernel's own call */
+#define KN_PROFILE_TRANSPARENT (-2)
 
 /* The pool outlives sessions: creating CUDA events per kernel per call
  * would cost more than the kernels being timed. Slot i uses events 2i, 2i+1. */

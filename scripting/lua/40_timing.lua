@@ -530,9 +530,10 @@ total and free, SM count, compute capability, L2, driver and runtime), or
 why there is none; then the ceilings of the device kiln runs on (the GPU,
 else the CPU): bandwidth (the better of a copy and an add, bytes read
 plus written, on buffers from cache-sized to beyond the last cache: the
-figure shown is the largest, DRAM's) and the f32 and bf16 matmul rates. They are measured once and
-cached in kiln.config.cache_dir (device-NAME.txt; delete it to measure
-again). :time's roof% is against them. From Lua: kiln.device() returns the
+figure shown is the largest, DRAM's) and the f32 and bf16 matmul rates.
+They are measured once and cached in kiln.config.cache_dir
+(device-NAME.txt; delete it to measure again). :time's roof% is against
+them, each kernel against the bandwidth of its own working set. From Lua: kiln.device() returns the
 same as a table; kiln.ceilings{remeasure = true} measures again.]],
 }, function()
   local info = base_device and base_device() or kiln.device_info()
