@@ -381,6 +381,10 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "codegen");
     lua_pushnumber(L, s->backend_s);
     lua_setfield(L, -2, "backend");
+    lua_pushinteger(L, s->kernels_generated);
+    lua_setfield(L, -2, "kernels");
+    lua_pushinteger(L, s->kernels_cached);
+    lua_setfield(L, -2, "kernels_cached");
     lua_setfield(L, -2, "compile_s");
     /* the graph-version cache; the persistent kernel cache arrives with the compiler */
     lua_pushinteger(L, s->cache_hits);

@@ -71,6 +71,12 @@ T.ok(warm.compile_s.backend < cold.compile_s.backend,
   string.format("warm: the backend compile (%.4f s) is shorter than cold (%.4f s)", warm.compile_s.backend,
     cold.compile_s.backend))
 
+-- cm:stats(): the same counts over every plan built
+local cs = kiln.compile(model)
+cs(x16)
+T.ok(cs:stats().compile_s.kernels == c.kernels and cs:stats().compile_s.kernels_cached == c.kernels,
+  "cm:stats().compile_s counts the kernels compiled and those from the cache")
+
 -- kiln.bench: compile s of a fresh compiled model, marked when cached
 local b = kiln.bench(model, { x16 }, { modes = { "default" }, iters = 2, warmup = 0 })
 T.ok(b[1].compile_s > 0 and b[1].compile_cached == true, "kiln.bench: compile s > 0, from the cache (warm)")
@@ -128,6 +134,26 @@ local got = {}
 for i = 2, #expect + 1 do got[#got + 1] = (tlines[i] or ""):match("^(.-)%s%s+%a+%s+%d+%s") end
 T.is(table.concat(got, "\n"), table.concat(expect, "\n"),
   "kiln.time's table: kernel numbers as :kernels, the copy indented under its kernel (exact text)")
+
+-- several graphs (samples/breaks.lua breaks twice): numbers run on across
+-- the graphs as in cm:kernels(), whose names restart at k0 in each graph
+local bspec = dofile("samples/breaks.lua")
+local cbt = kiln.compile(bspec.model)
+local bx = bspec.inputs({ small = true })[1]
+cbt(bx)
+local blist = cbt:kernels()
+local bt = kiln.time(cbt, bx, { iters = 2, warmup = 1, profile_iters = 2 })
+local bnums, bgood = {}, #bt.kernels == #blist
+for _, k in ipairs(bt.kernels) do
+  local e = k.number and blist[k.number + 1]
+  if not e or e.name ~= k.name or k.sub then bgood = false end
+  bnums[#bnums + 1] = tostring(k.number)
+end
+local bwant = {}
+for i = 1, #blist do bwant[i] = tostring(i - 1) end
+T.is(table.concat(bnums, " "), table.concat(bwant, " "), "three graphs: rows numbered 0.." .. (#blist - 1)
+  .. " in order")
+T.ok(bgood, "... each row named as the kernel of cm:kernels() with its number")
 
 -- a copy made inside a kernel's own call (the CPU's reference max reads
 -- its transposed input through a contiguous copy): a sub-row of that

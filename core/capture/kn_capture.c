@@ -669,6 +669,8 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     cm->cap.passes_s += plan->times.passes_s;
     cm->cap.codegen_s += plan->times.codegen_s;
     cm->cap.backend_s += plan->times.backend_s;
+    cm->stats.kernels_generated += plan->times.generated;
+    cm->stats.kernels_cached += plan->times.cached;
     cm->cap.kernels_generated += plan->times.generated;
     cm->cap.kernels_cached += plan->times.cached;
     cm->stats.autotune_cache_hits += plan->tune.cache_hits;

@@ -87,6 +87,7 @@ typedef struct kn_compile_stats {
     int eager_fallbacks;
     double capture_s, passes_s, codegen_s, backend_s;
     int plans_built;
+    int kernels_generated, kernels_cached; /* of the plans built: compiled, and of those loaded from a cache */
     int64_t peak_bytes; /* most bytes of intermediate values alive in one compiled run */
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */
