@@ -35,6 +35,21 @@ static int l_graph_break(lua_State *L)
     return 0;
 }
 
+/* Puts the capture back when a kiln.eager function's call ends, by error
+ * too: a to-be-closed value, so that the function runs with lua_call and
+ * an error's traceback keeps the user's frames inside it. */
+typedef struct {
+    kn_lua_state *s;
+    kn_capture *cap;
+} eager_cap_restore;
+
+static int eager_cap_close(lua_State *L)
+{
+    eager_cap_restore *r = lua_touserdata(L, 1);
+    if (r && r->s) r->s->cap = r->cap;
+    return 0;
+}
+
 /* The wrapper kiln.eager returns: upvalue 1 is the function, 2 its name. */
 static int eager_call(lua_State *L)
 {
@@ -48,13 +63,23 @@ static int eager_call(lua_State *L)
         kn_lua_graph_break(L, "eager function", reason,
                            "drop kiln.eager to capture the function into the graph");
     }
+    eager_cap_restore *r = lua_newuserdatauv(L, sizeof *r, 0);
+    r->s = s;
+    r->cap = cap;
+    if (luaL_newmetatable(L, "kiln.eager_cap_restore")) {
+        lua_pushcfunction(L, eager_cap_close);
+        lua_setfield(L, -2, "__close");
+    }
+    lua_setmetatable(L, -2);
+    lua_insert(L, 1);
+    lua_toclose(L, 1);
     s->cap = NULL; /* placeholders given as arguments resolve to their values */
     lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    int st = lua_pcall(L, n, LUA_MULTRET, 0);
+    lua_insert(L, 2);
+    lua_call(L, n, LUA_MULTRET);
     s->cap = cap;
-    if (st != LUA_OK) return lua_error(L);
-    return lua_gettop(L);
+    r->s = NULL;
+    return lua_gettop(L) - 1;
 }
 
 static int l_eager(lua_State *L)
@@ -568,6 +593,44 @@ fail:
 }
 
 /* The uservalue table of a compiled callable: {fn =, module =, replay =}. */
+/* What undoes a traced call when the traced function raises: a
+ * to-be-closed value under the function's slot. The function runs with
+ * lua_call, not lua_pcall, so that the error's traceback (made where it is
+ * raised, before the stack unwinds) shows the user's frames inside the
+ * compiled function as an eager call's does; this value's __close then
+ * ends the capture and restores the debug hook while the stack unwinds. */
+typedef struct {
+    kn_compiled *cm;
+    kn_lua_trace_hook hook;
+    bool armed; /* the traced call is running: undo it if closed now */
+} traced_call_guard;
+
+static int traced_call_close(lua_State *L)
+{
+    traced_call_guard *g = lua_touserdata(L, 1);
+    if (!g || !g->armed) return 0;
+    g->armed = false;
+    kn_lua_trace_unwatch(L, &g->hook);
+    kn_lua_state_get(L)->cap = NULL;
+    kn_capture_end(&g->cm->cap, false);
+    kn_lua_trace_flush_log(g->cm);
+    return 0;
+}
+
+static traced_call_guard *push_traced_call_guard(lua_State *L, kn_compiled *cm)
+{
+    traced_call_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
+    memset(g, 0, sizeof *g);
+    g->cm = cm;
+    if (luaL_newmetatable(L, "kiln.traced_call_guard")) {
+        lua_pushcfunction(L, traced_call_close);
+        lua_setfield(L, -2, "__close");
+    }
+    lua_setmetatable(L, -2);
+    lua_toclose(L, -1);
+    return g;
+}
+
 static int cm_call(lua_State *L)
 {
     compiled_ud *u = kn_lua_check_compiled(L, 1);
@@ -609,6 +672,8 @@ static int cm_call(lua_State *L)
     /* parameter names of the module, by tensor id */
     kn_lua_trace_param_map(L, is_module ? module_idx : 0);
 
+    /* under the function's slot, so that the results stay on top */
+    traced_call_guard *guard = push_traced_call_guard(L, cm);
     kn_status st = kn_capture_begin(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
     s->cap = &cm->cap;
@@ -647,17 +712,13 @@ static int cm_call(lua_State *L)
     lua_pushvalue(L, fn_idx);
     lua_setfield(L, LUA_REGISTRYINDEX, "kiln.compiling"); /* for naming its frame in break stacks */
     /* watch the calls for impure ones (see purity_hook) */
-    kn_lua_trace_hook saved_hook;
-    kn_lua_trace_watch(L, &saved_hook);
+    kn_lua_trace_watch(L, &guard->hook);
     uint64_t rng_before = s->rng_offset;
-    int rc = lua_pcall(L, n, LUA_MULTRET, 0);
-    kn_lua_trace_unwatch(L, &saved_hook);
+    guard->armed = true; /* an error from here on: traced_call_close undoes the call */
+    lua_call(L, n, LUA_MULTRET);
+    guard->armed = false;
+    kn_lua_trace_unwatch(L, &guard->hook);
     s->cap = NULL;
-    if (rc != LUA_OK) {
-        kn_capture_end(&cm->cap, false);
-        kn_lua_trace_flush_log(cm);
-        return lua_error(L);
-    }
     /* the last graph computes what is still referenced: collect first, so
      * that set (and so the compiled plan) does not depend on the collector */
     lua_gc(L, LUA_GCCOLLECT);

@@ -219,6 +219,9 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
         }
         lua_pushinteger(L, graph);
         lua_setfield(L, -2, "graph");
+        /* what timing rows (kiln.time) name this kernel by */
+        lua_pushfstring(L, "%p#%d", (const void *)p, k);
+        lua_setfield(L, -2, "key");
         if (gen) {
             char *src = NULL;
             if (kn_kernel_render(kn, KN_TARGET_C, &src) == KN_OK) {
@@ -378,6 +381,10 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "codegen");
     lua_pushnumber(L, s->backend_s);
     lua_setfield(L, -2, "backend");
+    lua_pushinteger(L, s->kernels_generated);
+    lua_setfield(L, -2, "kernels");
+    lua_pushinteger(L, s->kernels_cached);
+    lua_setfield(L, -2, "kernels_cached");
     lua_setfield(L, -2, "compile_s");
     /* the graph-version cache; the persistent kernel cache arrives with the compiler */
     lua_pushinteger(L, s->cache_hits);
@@ -453,15 +460,23 @@ static int cm_last_call(lua_State *L)
         lua_seti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "break_reasons");
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 8);
     lua_pushnumber(L, cap->capture_s);
     lua_setfield(L, -2, "capture");
-    lua_pushnumber(L, 0);
+    lua_pushnumber(L, cap->passes_s);
     lua_setfield(L, -2, "passes");
-    lua_pushnumber(L, 0);
+    lua_pushnumber(L, cap->codegen_s);
     lua_setfield(L, -2, "codegen");
-    lua_pushnumber(L, 0);
+    lua_pushnumber(L, cap->backend_s);
     lua_setfield(L, -2, "backend");
+    /* capture plus everything compiling took (guards, version lookup,
+     * plan builds): the phases above add up to at most this */
+    lua_pushnumber(L, cap->capture_s + cap->compile_s);
+    lua_setfield(L, -2, "total");
+    lua_pushinteger(L, cap->kernels_generated);
+    lua_setfield(L, -2, "kernels");
+    lua_pushinteger(L, cap->kernels_cached);
+    lua_setfield(L, -2, "kernels_cached");
     lua_setfield(L, -2, "compile_s");
     return 1;
 }

@@ -30,6 +30,11 @@ typedef struct {
     int log_flags;
     /* fresh tensor storage since this state's last forced collection */
     int64_t bytes_since_gc;
+    /* while tracing: the user's line that ran last ("file:line", "" none),
+     * kept by the trace's line hook; where a user function tail-called
+     * into kiln's Lua (`return self.head(y)`), its frame is gone from the
+     * stack and this is the line that made the call */
+    char last_user_line[160];
 } kn_lua_state;
 
 /* This state's data, made on first use. The pointer stays valid until the

@@ -11,7 +11,7 @@
  *                              to return (for the CPU: to run)
  *   host_calls(n, device, fn, ...)  call fn(...) n times, each after a device
  *                              synchronize (not timed); the host ms of each call
- *   measure(device)            {copy_gbps, f32_gflops, bf16_gflops}
+ *   measure(device)            {copy_gbps, bandwidth = {{bytes, gbps}...}, f32_gflops, bf16_gflops}
  *   write_file(path, text)     write a small file, making its folders
  */
 #include <errno.h>
@@ -71,10 +71,20 @@ static int l_finish(lua_State *L)
         lua_setfield(L, -2, "kind");
         /* what identifies a kernel across calls: its plan and index (names
          * restart at k0 in each graph), or the name of an eager op */
-        if (r[i].owner) lua_pushfstring(L, "%p#%d", r[i].owner, r[i].index);
+        bool sub = r[i].owner && r[i].index < 0; /* an eager op run for kernel `parent` */
+        if (sub) lua_pushfstring(L, "%p#%d/%s", r[i].owner, r[i].parent, r[i].name);
+        else if (r[i].owner) lua_pushfstring(L, "%p#%d", r[i].owner, r[i].index);
         else lua_pushstring(L, r[i].name);
         lua_setfield(L, -2, "key");
-        if (r[i].owner) {
+        if (sub) {
+            /* the key of the kernel it belongs to, as cm:kernels() gives it */
+            lua_pushfstring(L, "%p#%d", r[i].owner, r[i].parent);
+            lua_setfield(L, -2, "parent");
+            if (r[i].inner) { /* its time is part of the parent's */
+                lua_pushboolean(L, 1);
+                lua_setfield(L, -2, "inner");
+            }
+        } else if (r[i].owner) {
             lua_pushinteger(L, r[i].index);
             lua_setfield(L, -2, "index");
         }
@@ -210,9 +220,19 @@ static int l_measure(lua_State *L)
     kn_ceilings c;
     kn_status st = kn_ceilings_measure(check_device(L, 1), &c);
     if (st != KN_OK) return kn_lua_fail(L, st);
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
     lua_pushnumber(L, c.copy_gbps);
     lua_setfield(L, -2, "copy_gbps");
+    lua_createtable(L, c.n_bw, 0);
+    for (int i = 0; i < c.n_bw; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushnumber(L, c.bw[i].bytes);
+        lua_setfield(L, -2, "bytes");
+        lua_pushnumber(L, c.bw[i].gbps);
+        lua_setfield(L, -2, "gbps");
+        lua_seti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "bandwidth");
     lua_pushnumber(L, c.f32_gflops);
     lua_setfield(L, -2, "f32_gflops");
     lua_pushnumber(L, c.bf16_gflops);

@@ -53,9 +53,22 @@ static void fill_break(lua_State *L, kn_break *b, const char *category, const ch
     snprintf(b->reason, sizeof b->reason, "%s", reason);
     snprintf(b->hint, sizeof b->hint, "%s", hint);
     lua_Debug ar;
+    bool tail = false;
+    const char *last = kn_lua_state_get(L)->last_user_line;
     for (int level = 1; lua_getstack(L, level, &ar) && b->n_frames < KN_MAX_FRAMES; level++) {
-        lua_getinfo(L, "Sln", &ar);
-        if (!kn_lua_user_frame(&ar)) continue;
+        lua_getinfo(L, "Slnt", &ar);
+        if (!kn_lua_user_frame(&ar)) {
+            tail = tail || ar.istailcall;
+            continue;
+        }
+        if (tail && b->n_frames == 0 && last[0]) {
+            /* the user's frame that tail-called into kiln's Lua is gone
+             * from the stack: its line as the trace saw it last */
+            snprintf(b->frame_where[b->n_frames++], sizeof b->frame_where[0], "%.*s",
+                     (int)sizeof b->frame_where[0] - 1, last);
+            if (b->n_frames >= KN_MAX_FRAMES) break;
+        }
+        tail = false;
         int i = b->n_frames++;
         snprintf(b->frame_where[i], sizeof b->frame_where[i], "%s:%d", ar.short_src, ar.currentline);
         frame_name(L, &ar, level, b->frame_fn[i], sizeof b->frame_fn[i]);
@@ -341,8 +354,18 @@ void kn_lua_mark_impure(lua_State *L, const char *what)
     }
 }
 
+/* The trace's debug hook: at each new line of the user's Lua, that line
+ * (kn_lua_state.last_user_line); at each call, whether the trace called a C
+ * function a replay cannot repeat. */
 static void purity_hook(lua_State *L, lua_Debug *ar)
 {
+    if (ar->event == LUA_HOOKLINE) {
+        if (lua_getinfo(L, "S", ar) && kn_lua_user_frame(ar)) {
+            kn_lua_state *s = kn_lua_state_get(L);
+            snprintf(s->last_user_line, sizeof s->last_user_line, "%s:%d", ar->short_src, ar->currentline);
+        }
+        return;
+    }
     if (kn_lua_state_get(L)->impure || !lua_getinfo(L, "Sf", ar)) return;
     if (strcmp(ar->what, "C") != 0) {
         lua_pop(L, 1);
@@ -480,11 +503,13 @@ void kn_lua_trace_watch(lua_State *L, kn_lua_trace_hook *saved)
     saved->mask = lua_gethookmask(L);
     saved->count = lua_gethookcount(L);
     kn_lua_state_get(L)->impure = false;
-    if (!saved->hook) lua_sethook(L, purity_hook, LUA_MASKCALL, 0);
+    kn_lua_state_get(L)->last_user_line[0] = 0;
+    if (!saved->hook) lua_sethook(L, purity_hook, LUA_MASKCALL | LUA_MASKLINE, 0);
     else kn_lua_mark_impure(L, "a debug hook was set"); /* cannot watch: do not replay */
 }
 
 void kn_lua_trace_unwatch(lua_State *L, const kn_lua_trace_hook *saved)
 {
+    kn_lua_state_get(L)->last_user_line[0] = 0; /* eager code has no line hook */
     if (!saved->hook) lua_sethook(L, saved->hook, saved->mask, saved->count);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kn_backend.h"
+#include "kn_lua_state.h"
 #include "kn_lua_util.h"
 
 /* ---- errors and where the user is -------------------------------------- */
@@ -24,28 +25,44 @@ bool kn_lua_user_frame(const lua_Debug *ar)
     return ar->currentline > 0 && strncmp(ar->source, "@kiln/", 6) != 0;
 }
 
-void kn_lua_where(lua_State *L)
+/* The user's file:line into buf: the innermost frame outside kiln's Lua;
+ * but where a frame of kiln's was reached by a tail call (`return
+ * self.head(y)` in the user's forward), the user's frame that made it is
+ * gone and the next one down is its caller's: then the line the trace's
+ * line hook saw last. False when there is none. */
+static bool user_where(lua_State *L, char *buf, size_t size)
 {
     lua_Debug ar;
+    bool tail = false;
     for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        lua_getinfo(L, "Sl", &ar);
-        if (!kn_lua_user_frame(&ar)) continue;
-        lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
-        return;
+        lua_getinfo(L, "Slt", &ar);
+        if (!kn_lua_user_frame(&ar)) {
+            tail = tail || ar.istailcall;
+            continue;
+        }
+        const char *last = kn_lua_state_get(L)->last_user_line;
+        if (tail && last[0]) snprintf(buf, size, "%s", last);
+        else snprintf(buf, size, "%s:%d", ar.short_src, ar.currentline);
+        return true;
     }
-    lua_pushliteral(L, "");
+    const char *last = kn_lua_state_get(L)->last_user_line;
+    if (tail && last[0]) {
+        snprintf(buf, size, "%s", last);
+        return true;
+    }
+    return false;
+}
+
+void kn_lua_where(lua_State *L)
+{
+    char buf[200];
+    if (user_where(L, buf, sizeof buf)) lua_pushfstring(L, "%s: ", buf);
+    else lua_pushliteral(L, "");
 }
 
 void kn_lua_where_str(lua_State *L, char *buf, size_t size)
 {
-    lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        lua_getinfo(L, "Sl", &ar);
-        if (!kn_lua_user_frame(&ar)) continue;
-        snprintf(buf, size, "%s:%d", ar.short_src, ar.currentline);
-        return;
-    }
-    snprintf(buf, size, "?");
+    if (!user_where(L, buf, size)) snprintf(buf, size, "?");
 }
 
 /* ---- arguments --------------------------------------------------------- */

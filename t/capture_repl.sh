@@ -51,7 +51,7 @@ $NOTE
 $BREAK" ":explain prints the report, :breaks the break with its user stack (exact text)"
 is "$rc" 0 "... exit status 0"
 is "$err" "" "... nothing on stderr"
-if grep -Eq '^Compile time: [0-9]+\.[0-9]{2} s \(capture [0-9]+\.[0-9]{2}, passes [0-9]+\.[0-9]{2}, codegen [0-9]+\.[0-9]{2}, backend compile [0-9]+\.[0-9]{2}\)$' "$tmp/out"; then
+if grep -Eq '^Compile time: [0-9]+\.[0-9]{2} s \(capture [0-9]+\.[0-9]{2}, passes [0-9]+\.[0-9]{2}, codegen [0-9]+\.[0-9]{2}, backend compile [0-9]+\.[0-9]{2}( \([0-9]+ of [0-9]+ kernels? from the cache\))?\)$' "$tmp/out"; then
     pass ":explain's compile time line has the design's format"
 else
     fail ":explain's compile time line has the design's format" "got:" "$(grep '^Compile time' "$tmp/out")"

@@ -597,6 +597,8 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->n_lazies = 0;
     cap->t_start = kn_clock_s();
     cap->capture_s = 0;
+    cap->passes_s = cap->codegen_s = cap->backend_s = cap->compile_s = 0;
+    cap->kernels_generated = cap->kernels_cached = 0;
     cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
     return KN_OK;
@@ -637,7 +639,9 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     if (v->plan_error[0] || v->n_plans >= 16) return NULL;
     kn_plan *plan;
     int flags = cm->opt.pass_flags | (kn_mode_autotunes(cm->id.mode) ? KN_PLAN_AUTOTUNE : 0);
+    double t0 = kn_clock_s();
     kn_status st = kn_plan_build(g, w, n, cm->opt.cache_dir, flags, &plan);
+    cm->cap.compile_s += kn_clock_s() - t0;
     if (st != KN_OK) {
         snprintf(v->plan_error, sizeof v->plan_error, "%s", kn_last_error());
         kn_compiled_log(cm, KN_LOG_WARN, "kiln: %s (%s): could not compile a graph (%s); it runs op by op\n",
@@ -662,6 +666,13 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     cm->stats.passes_s += plan->times.passes_s;
     cm->stats.codegen_s += plan->times.codegen_s;
     cm->stats.backend_s += plan->times.backend_s;
+    cm->cap.passes_s += plan->times.passes_s;
+    cm->cap.codegen_s += plan->times.codegen_s;
+    cm->cap.backend_s += plan->times.backend_s;
+    cm->stats.kernels_generated += plan->times.generated;
+    cm->stats.kernels_cached += plan->times.cached;
+    cm->cap.kernels_generated += plan->times.generated;
+    cm->cap.kernels_cached += plan->times.cached;
     cm->stats.autotune_cache_hits += plan->tune.cache_hits;
     if (plan->code.fusion.why)
         kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s):\n%s", cm->id.name, cm->id.where, plan->code.fusion.why);
@@ -818,6 +829,7 @@ kn_status kn_capture_flush(kn_capture *cap)
         int version = -1;
         if (ops > 0) {
             st = lookup_or_compile(cm, cap->segment, g, &version);
+            cap->compile_s += kn_clock_s() - t0;
             if (st == KN_OK && version < 0) cm->stats.eager_fallbacks++;
         }
         /* the values still referenced are what this graph must produce */

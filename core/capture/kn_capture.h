@@ -87,6 +87,7 @@ typedef struct kn_compile_stats {
     int eager_fallbacks;
     double capture_s, passes_s, codegen_s, backend_s;
     int plans_built;
+    int kernels_generated, kernels_cached; /* of the plans built: compiled, and of those loaded from a cache */
     int64_t peak_bytes; /* most bytes of intermediate values alive in one compiled run */
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */
@@ -122,6 +123,11 @@ typedef struct kn_capture {
     double t_start;
     uint64_t first_tensor_id; /* tensors with ids from here on were made during this call */
     double capture_s; /* time spent capturing in this call */
+    /* what compiling cost in this call: the phases of the plans it built,
+     * and all of it (guards and version lookup included); the generated
+     * kernels compiled, and how many of them came from a cache */
+    double passes_s, codegen_s, backend_s, compile_s;
+    int kernels_generated, kernels_cached;
 } kn_capture;
 
 struct kn_compiled {

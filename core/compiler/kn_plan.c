@@ -472,10 +472,14 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
                      p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
     double t2 = kn_clock_s();
     p->times.codegen_s = t2 - t1;
+    p->times.generated = generated;
     if (generated && dc && dc->be->compile_program) {
-        st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns);
+        bool cached = false;
+        st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns, &cached);
         if (st != KN_OK) goto fail;
         p->code.generated = true;
+        /* the program is one unit: all its kernels are cached or none */
+        p->times.cached = cached ? generated : 0;
     }
     p->times.backend_s = kn_clock_s() - t2;
     if (generated && !p->code.generated) {
@@ -742,7 +746,9 @@ static kn_status run_permuted(run_ctx *r, int node, const kn_opcall *call)
         /* contiguous, then the dims in the layout's order (largest stride
          * first) copied into a dense buffer: the same bytes */
         kn_opcall e = *call;
+        if (kn_profile_on) kn_profile_next_is_kernel(true);
         st = kn_op_eager(&e, p->device);
+        if (kn_profile_on) kn_profile_next_is_kernel(false);
         if (st != KN_OK) return st;
         int64_t order[KN_MAX_DIMS];
         for (int d = 0; d < l->ndim; d++) order[d] = d;
@@ -781,7 +787,9 @@ static kn_status run_reference(run_ctx *r, int node, int kid)
         if (!c.in[k]) return kn_error(KN_ERR_ARG, "plan: node %d reads a value that was not computed", node);
     }
     if (n->n_out == 1 && permuted_value(r->p, node)) return run_permuted(r, node, &c);
+    if (kn_profile_on) kn_profile_next_is_kernel(true); /* what it runs inside is the kernel's */
     kn_status st = kn_op_eager(&c, r->p->device);
+    if (kn_profile_on) kn_profile_next_is_kernel(false);
     if (st != KN_OK) return st;
     for (int k = 0; k < c.n_out; k++) set_val(r, node, k, c.out[k]);
     return KN_OK;
@@ -940,6 +948,7 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
 {
     kn_profile_record r;
     memset(&r, 0, sizeof r);
+    r.parent = -1;
     if (slot >= 0) {
         const kn_kernel *k = &p->code.fusion.prog.kernels[kernel];
         int node = p->code.fusion.kernel_at ? p->code.fusion.kernel_at[kernel] : k->lib_node;
@@ -956,6 +965,27 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
         r.flops = c.flops;
     }
     kn_profile_kernel_end(slot, &r);
+}
+
+/* The kernel that reads view node `view` (through further views), for the
+ * profiler: the first live reader's kernel, else `fallback` (a view that is
+ * an output is charged to the kernel that ran before it). */
+static int view_reader_kernel(const kn_plan *p, int view, int fallback)
+{
+    const kn_graph *g = &p->g;
+    const kn_fusion *f = &p->code.fusion;
+    for (int depth = 0; depth < g->n_nodes; depth++) {
+        int reader = -1;
+        for (int j = view + 1; j < g->n_nodes && reader < 0; j++) {
+            if (f->disp[j] == KN_D_DEAD) continue;
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                if (g->nodes[j].in_node[k] == view) reader = j;
+        }
+        if (reader < 0) return fallback;
+        if (f->disp[reader] != KN_D_VIEW) return f->kernel[reader] >= 0 ? f->kernel[reader] : fallback;
+        view = reader;
+    }
+    return fallback;
 }
 
 kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept,
@@ -1001,6 +1031,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
     r.live = r.peak = p->mem.arena_bytes;
     kn_status st = KN_OK;
     const kn_fusion *f = &p->code.fusion;
+    int last_kernel = -1; /* the kernel that ran last, for view_reader_kernel */
     for (int i = 0; i < g->n_nodes && st == KN_OK; i++) {
         const kn_node *n = &g->nodes[i];
         switch (f->disp[i]) {
@@ -1015,7 +1046,11 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
             c.n_in = 1;
             c.in[0] = r.val[n->in_node[0] * KN_MAX_OUTPUTS + n->in_out[0]];
             kn_tensor *v = NULL;
+            /* a reshape that must copy runs an eager op: timing tables show
+             * it under the kernel that reads the view */
+            if (kn_profile_on) kn_profile_within(p, view_reader_kernel(p, i, last_kernel));
             st = c.in[0] ? kn_view_run(&c, &v) : kn_error(KN_ERR_ARG, "plan: view %d of a missing value", i);
+            if (kn_profile_on) kn_profile_within(NULL, -1);
             if (st == KN_OK) r.val[i * KN_MAX_OUTPUTS] = v; /* shares its source's storage */
             break;
         }
@@ -1035,6 +1070,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
                 st = run_reference(&r, i, kid);
             }
             if (prof) profile_kernel_end(slot, p, kid);
+            last_kernel = kid;
             if (st == KN_OK && r.tune) st = r.tune->search_kernel(&r, kid, i, fused);
             break;
         }

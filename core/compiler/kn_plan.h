@@ -50,6 +50,8 @@ typedef struct kn_plan {
     /* what each build step cost, for cm:stats() */
     struct {
         double passes_s, codegen_s, backend_s;
+        int generated; /* generated kernels compiled for it */
+        int cached;    /* of those, loaded from a cache without a compiler run */
     } times;
     /* memory plan: the generated kernels' intermediate values share one
      * arena, placed by liveness (a value's bytes are reused once its last

@@ -208,7 +208,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         if (n > 1) {
             kn_kprogram prog = {n - 1, j->variants + 1};
             void *fns[MAX_CANDS] = {0};
-            KN_TRY(j->dc->be->compile_program(j->dc, &prog, r->tune->cache_dir, &j->lib, fns));
+            KN_TRY(j->dc->be->compile_program(j->dc, &prog, r->tune->cache_dir, &j->lib, fns, NULL));
             for (int i = 1; i < n; i++) j->fns[i] = fns[i - 1];
         }
         *n_cands = n;
@@ -476,7 +476,7 @@ static kn_status compile_chosen(kn_plan *p, const char *cache_dir)
     kn_device_ctx *dc = kn_backend_get(p->device);
     void **fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *fns), *lib = NULL;
     if (!fns) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
-    kn_status st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &lib, fns);
+    kn_status st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &lib, fns, NULL);
     if (st == KN_OK) st = keep_lib(p, lib);
     if (st == KN_OK)
         for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
@@ -527,7 +527,7 @@ static kn_status apply_choice(kn_plan *p, int kid, const char *choice, const cha
     void *lib = NULL, *fn = NULL;
     kn_kprogram prog = {1, copy};
     kn_device_ctx *dc = kn_backend_get(p->device);
-    kn_status st = dc->be->compile_program(dc, &prog, cache_dir, &lib, &fn);
+    kn_status st = dc->be->compile_program(dc, &prog, cache_dir, &lib, &fn, NULL);
     free(copy);
     KN_TRY(st);
     KN_TRY(keep_lib(p, lib));

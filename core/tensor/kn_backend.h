@@ -55,9 +55,12 @@ typedef struct kn_backend {
     /* Generated code (NULL where the backend has none): compile the
      * POINTWISE and ROW kernels of p (using the persistent cache in
      * cache_dir); fns[i] gets kernel i's entry point (NULL for library and
-     * fallback kernels), *lib keeps the code loaded until release_program. */
+     * fallback kernels), *lib keeps the code loaded until release_program.
+     * *cached (when not NULL) says whether the code came from a cache (the
+     * persistent one or the process's own) with no compiler run, so that
+     * compile times can say why they are short. */
     kn_status (*compile_program)(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib,
-                                 void **fns);
+                                 void **fns, bool *cached);
     void (*release_program)(kn_device_ctx *d, void *lib);
     /* What compile_program's source is written for (kn_kir.h): the
      * renderer reads it, so core never maps a device to a language. NULL

@@ -35,12 +35,70 @@ typedef struct {
     void *dst, *src;
     int64_t bytes;
     kn_tensor *x, *y; /* copy through an op / matmul operands */
+    kn_tensor *out;   /* the add's preallocated output */
+    int passes;       /* passes per timed run: a small buffer takes microseconds */
 } ceil_ctx;
 
 static kn_status backend_copy(void *vctx)
 {
     ceil_ctx *c = vctx;
-    return c->dc->be->copy(c->dc, c->dst, c->src, c->bytes);
+    for (int i = 0; i < c->passes; i++) KN_TRY(c->dc->be->copy(c->dc, c->dst, c->src, c->bytes));
+    return KN_OK;
+}
+
+/* out = x + y through the backend's own elementwise kernel, into a buffer
+ * made once (kn_op_eager would allocate, and time the page faults). */
+static kn_status backend_add(void *vctx)
+{
+    ceil_ctx *c = vctx;
+    for (int i = 0; i < c->passes; i++) {
+        kn_opcall call;
+        kn_opcall_init(&call, KN_OP_ADD);
+        call.n_in = 2;
+        call.in[0] = c->x;
+        call.in[1] = c->y;
+        call.n_out = 1;
+        call.out[0] = c->out;
+        KN_TRY(c->dc->be->run(c->dc, &call));
+    }
+    return KN_OK;
+}
+
+/* The best bytes per second of a copy of `bytes` and of an add of two
+ * buffers of `bytes` (read + write, and read + read + write, counted as
+ * kn_cost counts a kernel's bytes), as GB/s; *moved: the add's bytes. */
+static kn_status stream_gbps(kn_device_ctx *dc, int64_t bytes, double *gbps, double *moved)
+{
+    ceil_ctx c = {dc, NULL, NULL, bytes, NULL, NULL, NULL, 1};
+    /* at least 16 MiB a timed run, so that the clock's resolution is no matter */
+    c.passes = bytes >= ((int64_t)16 << 20) ? 1 : (int)(((int64_t)16 << 20) / bytes);
+    int reps = 5;
+    double ms = 0, best = 0;
+    kn_status st = KN_OK;
+    *gbps = 0;
+    *moved = 3.0 * (double)bytes;
+    if (dc->be->copy) {
+        st = dc->be->alloc(dc, bytes, &c.src);
+        if (st == KN_OK) st = dc->be->alloc(dc, bytes, &c.dst);
+        if (st == KN_OK) st = best_ms(dc, backend_copy, &c, reps, &ms);
+        if (c.src) dc->be->free(dc, c.src);
+        if (c.dst) dc->be->free(dc, c.dst);
+        KN_TRY(st);
+        if (ms > 0) best = 2.0 * (double)bytes * c.passes / (ms * 1e-3) / 1e9;
+    }
+    int64_t shape[1] = {bytes / 4};
+    st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.x);
+    if (st == KN_OK) st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.y);
+    if (st == KN_OK) st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.out);
+    if (st == KN_OK) st = best_ms(dc, backend_add, &c, reps, &ms);
+    kn_tensor_release(c.x);
+    kn_tensor_release(c.y);
+    kn_tensor_release(c.out);
+    KN_TRY(st);
+    if (ms > 0 && 3.0 * (double)bytes * c.passes / (ms * 1e-3) / 1e9 > best)
+        best = 3.0 * (double)bytes * c.passes / (ms * 1e-3) / 1e9;
+    *gbps = best;
+    return KN_OK;
 }
 
 static kn_status op_run(kn_op op, ceil_ctx *c)
@@ -55,11 +113,6 @@ static kn_status op_run(kn_op op, ceil_ctx *c)
     return KN_OK;
 }
 
-static kn_status device_copy(void *vctx)
-{
-    return op_run(KN_OP_CONTIGUOUS, vctx);
-}
-
 static kn_status matmul_run(void *vctx)
 {
     return op_run(KN_OP_MATMUL, vctx);
@@ -68,13 +121,13 @@ static kn_status matmul_run(void *vctx)
 static kn_status matmul_rate(kn_device dev, kn_dtype dt, int64_t n, double *gflops)
 {
     kn_device_ctx *dc = kn_backend_get(dev);
-    ceil_ctx c = {dc, NULL, NULL, 0, NULL, NULL};
+    ceil_ctx c = {dc, NULL, NULL, 0, NULL, NULL, NULL, 1};
     int64_t shape[2] = {n, n};
     *gflops = 0;
     kn_status st = kn_tensor_new(dt, 2, shape, dev, &c.x);
     if (st == KN_OK) st = kn_tensor_new(dt, 2, shape, dev, &c.y);
     double ms = 0;
-    if (st == KN_OK) st = best_ms(dc, matmul_run, &c, 3, &ms);
+    if (st == KN_OK) st = best_ms(dc, matmul_run, &c, 5, &ms);
     kn_tensor_release(c.x);
     kn_tensor_release(c.y);
     if (st == KN_OK && ms > 0) *gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) / 1e9;
@@ -89,25 +142,23 @@ kn_status kn_ceilings_measure(kn_device dev, kn_ceilings *out)
     if (!dc->be->event_create || !dc->be->event_record || !dc->be->event_elapsed_ms)
         return kn_error(KN_ERR_UNSUPPORTED, "the %s backend has no timing events", dc->be->name);
     if (kn_profile_on) return kn_error(KN_ERR_ARG, "cannot measure the ceilings while profiling");
-    /* beyond the last-level cache, so that the copy streams from memory */
-    int64_t bytes = kn_device_kind_of(dev) == KN_DEVICE_CPU ? (int64_t)64 << 20 : (int64_t)256 << 20;
-    ceil_ctx c = {dc, NULL, NULL, bytes, NULL, NULL};
-    double ms = 0;
-    kn_status st;
-    if (dc->be->copy) { /* memmove on the CPU, a device-to-device memcpy on a GPU */
-        st = dc->be->alloc(dc, bytes, &c.src);
-        if (st == KN_OK) st = dc->be->alloc(dc, bytes, &c.dst);
-        if (st == KN_OK) st = best_ms(dc, backend_copy, &c, 5, &ms);
-        if (c.src) dc->be->free(dc, c.src);
-        if (c.dst) dc->be->free(dc, c.dst);
-    } else {
-        int64_t shape[1] = {bytes / 4};
-        st = kn_tensor_new(KN_F32, 1, shape, dev, &c.x);
-        if (st == KN_OK) st = best_ms(dc, device_copy, &c, 5, &ms);
-        kn_tensor_release(c.x);
+    /* buffers from a few L2-sized ones to well beyond the last-level
+     * cache (the last point streams from memory: the DRAM figure) */
+    bool cpu = kn_device_kind_of(dev) == KN_DEVICE_CPU;
+    int64_t smallest = cpu ? (int64_t)64 << 10 : (int64_t)1 << 20;
+    int64_t largest = cpu ? (int64_t)64 << 20 : (int64_t)256 << 20;
+    for (int64_t b = smallest; b <= largest && out->n_bw < KN_CEIL_BW_POINTS; b *= 4) {
+        double gbps = 0, moved = 0;
+        KN_TRY(stream_gbps(dc, b, &gbps, &moved));
+        out->bw[out->n_bw].bytes = moved;
+        out->bw[out->n_bw].gbps = gbps;
+        out->n_bw++;
     }
-    KN_TRY(st);
-    if (ms > 0) out->copy_gbps = 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
+    /* a smaller working set never has less bandwidth than a larger one:
+     * a dip is noise (another process), not the memory system */
+    for (int i = out->n_bw - 2; i >= 0; i--)
+        if (out->bw[i].gbps < out->bw[i + 1].gbps) out->bw[i].gbps = out->bw[i + 1].gbps;
+    out->copy_gbps = out->n_bw ? out->bw[out->n_bw - 1].gbps : 0;
     double tf32 = 0, tbf16 = 0;
     if (dc->be->library_matmul_rate && dc->be->library_matmul_rate(dc, KN_F32, &tf32) == KN_OK && tf32 > 0) {
         out->f32_gflops = tf32 * 1e3;
@@ -116,7 +167,7 @@ kn_status kn_ceilings_measure(kn_device dev, kn_ceilings *out)
     }
     /* big enough to reach the library's peak, small enough to take well
      * under a second on a CPU core */
-    int64_t n = kn_device_kind_of(dev) == KN_DEVICE_CPU ? 384 : 4096;
+    int64_t n = kn_device_kind_of(dev) == KN_DEVICE_CPU ? 512 : 4096;
     KN_TRY(matmul_rate(dev, KN_F32, n, &out->f32_gflops));
     if (matmul_rate(dev, KN_BF16, kn_device_kind_of(dev) == KN_DEVICE_CPU ? n / 2 : n, &out->bf16_gflops) != KN_OK)
         out->bf16_gflops = 0; /* no bf16 matmul on this device: only the f32 ceiling */

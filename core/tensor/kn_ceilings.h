@@ -2,7 +2,13 @@
  * kiln.time's and kiln.profile's percentages).
  *
  * Copy bandwidth: a device-to-device copy of a large buffer, read + write
- * bytes (memcpy on the CPU). Matmul rates for f32 and bf16: the backend's
+ * bytes (memcpy on the CPU), or an elementwise add of two such buffers
+ * (read, read, write) where that moves more bytes a second: the DRAM
+ * figure. Bandwidth by working set: the same measured on smaller buffers,
+ * which stay in the caches; a kernel that moves B bytes is held against
+ * the bandwidth of a working set of B bytes (kiln.time's roof%), since a
+ * kernel whose data fits in a cache runs faster than any DRAM ceiling.
+ * Matmul rates for f32 and bf16: the backend's
  * library_matmul_rate where it has one (the library's own GEMM peak), else
  * square matmuls through kn_op_eager; 0 where the device has no such
  * matmul. Takes a few hundred milliseconds; refused while profiling.
@@ -13,8 +19,14 @@
 #include "kn_device.h"
 #include "kn_status.h"
 
+#define KN_CEIL_BW_POINTS 8
+
 typedef struct kn_ceilings {
-    double copy_gbps;
+    double copy_gbps; /* the largest working set's: DRAM */
+    int n_bw;         /* bandwidth by working set, smallest first */
+    struct {
+        double bytes, gbps; /* bytes moved by one pass (all buffers) */
+    } bw[KN_CEIL_BW_POINTS];
     double f32_gflops;
     double bf16_gflops;
 } kn_ceilings;

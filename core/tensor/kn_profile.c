@@ -14,6 +14,9 @@ bool kn_profile_on;
  * library call with its plan lookups included): see hold_queue. */
 #define KN_PROFILE_HOLD_US 50.0
 
+/* kernel_begin's answer for an op that is its kernel's own call */
+#define KN_PROFILE_TRANSPARENT (-2)
+
 /* The pool outlives sessions: creating CUDA events per kernel per call
  * would cost more than the kernels being timed. Slot i uses events 2i, 2i+1. */
 static struct {
@@ -23,9 +26,14 @@ static struct {
     kn_profile_record *rec;
     int n_rec, cap_rec;
     int depth;       /* kernels begun and not ended (nesting) */
+    int outer;       /* the recorded kernel at depth 0 that is open, or -1 */
+    bool next_is_kernel; /* kn_profile_next_is_kernel */
+    int transparent;     /* open ops that were their kernel's own call */
     kn_status error; /* the first failure of a hook (reported by end) */
     char error_msg[256];
-} P;
+    const void *within_owner; /* kn_profile_within */
+    int within_kernel;
+} P = {.within_kernel = -1, .outer = -1};
 
 static void pool_drop(void)
 {
@@ -56,7 +64,11 @@ kn_status kn_profile_begin(kn_device dev)
     }
     P.n_rec = 0;
     P.depth = 0;
+    P.outer = -1;
+    P.next_is_kernel = false;
+    P.transparent = 0;
     P.error = KN_OK;
+    kn_profile_within(NULL, -1);
     kn_profile_on = true;
     return KN_OK;
 }
@@ -66,6 +78,9 @@ void kn_profile_cancel(void)
     kn_profile_on = false;
     P.n_rec = 0;
     P.depth = 0;
+    P.outer = -1;
+    P.next_is_kernel = false;
+    P.transparent = 0;
 }
 
 /* Events 2*slot and 2*slot+1 exist (created once, then reused). */
@@ -98,10 +113,18 @@ static kn_status pool_reserve(int slot)
 int kn_profile_kernel_begin(kn_device dev)
 {
     if (!kn_profile_on) return -1;
-    if (P.depth++ > 0 || dev != P.dc->device || P.error != KN_OK) return -1;
+    int depth = P.depth++ - P.transparent;
+    if (P.next_is_kernel && depth == 1) {
+        P.next_is_kernel = false;
+        P.transparent++;
+        return KN_PROFILE_TRANSPARENT;
+    }
+    /* depth 1: inside a recorded kernel, work its call does (a copy) */
+    if (depth > 1 || (depth == 1 && P.outer < 0) || dev != P.dc->device || P.error != KN_OK) return -1;
     int slot = P.n_rec;
     kn_status st = pool_reserve(slot);
-    if (st == KN_OK && P.dc->be->hold_queue) st = P.dc->be->hold_queue(P.dc, KN_PROFILE_HOLD_US);
+    /* not inside a recorded kernel: the hold would count as its time */
+    if (st == KN_OK && depth == 0 && P.dc->be->hold_queue) st = P.dc->be->hold_queue(P.dc, KN_PROFILE_HOLD_US);
     if (st == KN_OK) st = P.dc->be->event_record(P.dc, P.ev[2 * slot]);
     if (st != KN_OK) {
         hook_fail(st);
@@ -110,7 +133,10 @@ int kn_profile_kernel_begin(kn_device dev)
     P.n_rec++;
     memset(&P.rec[slot], 0, sizeof P.rec[slot]);
     P.rec[slot].index = -1;
+    P.rec[slot].parent = -1;
+    P.rec[slot].inside = depth == 1 ? P.outer : -1;
     P.rec[slot].ms = -1; /* until the end event is recorded */
+    if (depth == 0) P.outer = slot;
     return slot;
 }
 
@@ -118,6 +144,8 @@ int kn_profile_kernel_begin(kn_device dev)
 static bool kernel_end(int slot)
 {
     if (P.depth > 0) P.depth--;
+    if (slot == KN_PROFILE_TRANSPARENT && P.transparent > 0) P.transparent--;
+    if (P.depth == 0) P.outer = -1;
     if (!kn_profile_on || slot < 0 || slot >= P.n_rec) return false;
     kn_status st = P.dc->be->event_record(P.dc, P.ev[2 * slot + 1]);
     if (st != KN_OK) {
@@ -141,9 +169,11 @@ void kn_profile_kernel_end(int slot, const kn_profile_record *what)
     if (!kernel_end(slot)) return;
     kn_profile_record *r = &P.rec[slot];
     double ms = r->ms;
+    int inside = r->inside;
     *r = *what;
     r->start_ms = 0;
     r->ms = ms;
+    r->inside = inside;
 }
 
 void kn_profile_op_end(int slot, const kn_opcall *c)
@@ -166,6 +196,23 @@ void kn_profile_op_end(int slot, const kn_opcall *c)
     kn_cost cost = kn_cost_opcall(c);
     r->bytes = cost.bytes;
     r->flops = cost.flops;
+    r->index = -1;
+    r->owner = P.within_owner;
+    r->parent = P.within_owner ? P.within_kernel : -1;
+    /* inside a kernel only copies are shown apart: any other op there is
+     * the kernel's own work (kn_profile_end drops it) */
+    if (r->inside >= 0 && c->op != KN_OP_CONTIGUOUS && c->op != KN_OP_CAST) r->ms = -1;
+}
+
+void kn_profile_next_is_kernel(bool on)
+{
+    P.next_is_kernel = on;
+}
+
+void kn_profile_within(const void *owner, int kernel)
+{
+    P.within_owner = owner;
+    P.within_kernel = owner ? kernel : -1;
 }
 
 kn_status kn_profile_end(kn_profile_record **records, int *n)
@@ -177,6 +224,21 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
     if (P.error != KN_OK) {
         P.n_rec = 0;
         return kn_error(P.error, "profiling: %s", P.error_msg);
+    }
+    /* work inside a plan's kernel belongs to that kernel; inside an eager
+     * op it is not shown apart (the op's row holds its time) */
+    for (int i = 0; i < P.n_rec; i++) {
+        kn_profile_record *r = &P.rec[i];
+        if (r->inside < 0 || r->ms < 0) continue;
+        const kn_profile_record *in = &P.rec[r->inside];
+        if (in->owner && in->index >= 0) {
+            r->owner = in->owner;
+            r->parent = in->index;
+            r->index = -1;
+            r->inner = true;
+        } else {
+            r->ms = -1; /* dropped below */
+        }
     }
     int m = 0;
     for (int i = 0; i < P.n_rec; i++) m += P.rec[i].ms >= 0;

@@ -5,8 +5,9 @@
  * kn_profile_end, every kernel a plan runs on dev (generated, library or
  * reference) and every eager op on dev gets a backend event before and
  * after it, with its name, kind, and the bytes and flops of kn_cost. An op
- * run inside a recorded kernel (a plan's reference kernel goes through
- * kn_op_eager) is part of that kernel, not a record of its own. Events come
+ * run inside a plan's kernel (a copy its library call needs) is recorded
+ * as part of that kernel (inner, parent); deeper ones, and those inside an
+ * eager op, are not recorded apart. Events come
  * from a pool kept across sessions, so a profiled call creates none once
  * warm. Outside a session the hooks cost one test of kn_profile_on.
  *
@@ -25,6 +26,12 @@ typedef struct kn_profile_record {
     char kind[16];     /* generated | cublaslt | cudnn | cuda | cpu */
     const void *owner; /* the plan that ran it (NULL: an eager op) */
     int index;         /* kernel index in owner's program, -1 for an eager op */
+    int parent;        /* an eager op run for kernel `parent` of owner (a copy a
+                          reshape makes for it to read, or one its library
+                          call makes inside it), else -1 */
+    bool inner;        /* ran inside kernel `parent`'s own call: its time is
+                          part of that kernel's */
+    int inside;        /* while recording: the slot it ran inside, or -1 */
     kn_dtype dtype;    /* of its (first) result: which peak rate applies */
     double start_ms;   /* from the session's first record */
     double ms;         /* device time between its events */
@@ -53,6 +60,17 @@ int kn_profile_kernel_begin(kn_device dev);
  * dtype, bytes and flops come from *what, its timing fields are ignored. */
 void kn_profile_kernel_end(int slot, const kn_profile_record *what);
 void kn_profile_op_end(int slot, const kn_opcall *c);
+/* Eager ops recorded from now on are work done for kernel `kernel` of
+ * plan `owner` (their records get owner and parent), until called again
+ * with NULL, -1: a plan brackets the copies its views make this way, so
+ * that tables show them under the kernel that reads them instead of as
+ * kernels of their own. */
+void kn_profile_within(const void *owner, int kernel);
+/* The next op to begin is the recorded kernel's own op call (a plan's
+ * reference kernel runs its node through kn_op_eager): it gets no record
+ * and no nesting level, so what it runs inside counts as the kernel's.
+ * Call again with false after that op, in case it never began. */
+void kn_profile_next_is_kernel(bool on);
 
 /* The kind word of a kernel that is not generated, as cm:kernels() and the
  * timing tables show it. */

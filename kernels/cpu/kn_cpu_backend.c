@@ -108,16 +108,17 @@ static kn_status cpu_sync(kn_device_ctx *d)
 /* Generated kernels: the program's C source, compiled by the system C
  * compiler through the persistent cache (kn_cpu_jit). */
 static kn_status cpu_compile_program(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib,
-                                     void **fns)
+                                     void **fns, bool *cached)
 {
     (void)d;
     *lib = NULL;
+    if (cached) *cached = false;
     if (!kn_jit_available())
         return kn_error(KN_ERR_UNSUPPORTED, "no C compiler found (set $CC, or install cc) to build generated kernels");
     char *src = NULL;
     KN_TRY(kn_kprogram_render(p, &kn_cpu_render_target, &src));
     kn_jit_lib *l = NULL;
-    kn_status st = kn_jit_compile(src, cache_dir, &l);
+    kn_status st = kn_jit_compile_ex(src, cache_dir, &l, cached);
     free(src);
     KN_TRY(st);
     for (int k = 0; k < p->n_kernels; k++) {

@@ -543,7 +543,13 @@ static void *cache_load(const char *dir, const char *path, uint64_t key, const c
 
 kn_status kn_jit_compile(const char *src, const char *cache_dir, kn_jit_lib **out)
 {
+    return kn_jit_compile_ex(src, cache_dir, out, NULL);
+}
+
+kn_status kn_jit_compile_ex(const char *src, const char *cache_dir, kn_jit_lib **out, bool *cached)
+{
     *out = NULL;
+    if (cached) *cached = false;
     if (!kn_jit_available())
         return kn_error(KN_ERR_UNSUPPORTED, "jit: no working C compiler ('%s --version' failed)",
                         getenv("CC") && *getenv("CC") ? getenv("CC") : "cc");
@@ -568,6 +574,7 @@ kn_status kn_jit_compile(const char *src, const char *cache_dir, kn_jit_lib **ou
     if (!lib) return kn_error(KN_ERR_OOM, "jit: out of memory");
     if (use_cache && (lib->handle = cache_load(cache_dir, path, key, src, id))) {
         STAT_ADD(hits, 1);
+        if (cached) *cached = true;
         *out = lib;
         return KN_OK;
     }

@@ -55,6 +55,9 @@ const char *kn_jit_compiler_id(void);
  * with kn_jit_release. A compile error returns KN_ERR_UNSUPPORTED with the
  * compiler's first lines and the generated source line they point at. */
 kn_status kn_jit_compile(const char *src, const char *cache_dir, kn_jit_lib **out);
+/* kn_jit_compile; *cached (when not NULL) says whether the library was
+ * loaded from cache_dir without running the compiler. */
+kn_status kn_jit_compile_ex(const char *src, const char *cache_dir, kn_jit_lib **out, bool *cached);
 /* The address of a function of the library, or NULL. */
 void *kn_jit_symbol(kn_jit_lib *lib, const char *name);
 /* Unload; functions from the library must not be called after. NULL is fine. */

@@ -353,14 +353,16 @@ static kn_status cuda_sync(kn_device_ctx *d)
 
 /* ---- generated kernels ---- */
 
-static kn_status cuda_compile_program(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib, void **fns)
+static kn_status cuda_compile_program(kn_device_ctx *d, const struct kn_kprogram *p, const char *cache_dir, void **lib,
+                                     void **fns, bool *cached)
 {
     *lib = NULL;
+    if (cached) *cached = false;
     KN_TRY(kn_cuda_enter(d));
     char *src = NULL;
     KN_TRY(kn_kprogram_render(p, &kn_cuda_render_target, &src));
     kn_cuda_module *m = NULL;
-    kn_status st = kn_cuda_module_get(src, cache_dir, &m);
+    kn_status st = kn_cuda_module_get_ex(src, cache_dir, &m, cached);
     free(src);
     KN_TRY(st);
     for (int k = 0; k < p->n_kernels; k++) {

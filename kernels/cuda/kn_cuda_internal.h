@@ -129,6 +129,8 @@ typedef struct kn_cuda_module kn_cuda_module;
 /* Compile (or find in the in-memory cache, then in cache_dir as a verified
  * cubin file) and load src; cache_dir may be NULL (memory only). */
 kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m);
+/* kn_cuda_module_get; *cached (when not NULL): found in memory or on disk, no NVRTC run. */
+kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_module **m, bool *cached);
 /* A kernel by its extern "C" name, as the pointer cudaLaunchKernel takes. */
 kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, const void **fn);
 /* Counters for kiln.jit_stats-like reporting. */

@@ -229,7 +229,13 @@ static bool disk_load(const char *path, uint64_t key, const char *arch, const ch
 
 kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m)
 {
+    return kn_cuda_module_get_ex(src, cache_dir, m, NULL);
+}
+
+kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_module **m, bool *cached)
+{
     *m = NULL;
+    if (cached) *cached = false;
     KN_TRY(kn_cuda_init());
     char arch[16];
     snprintf(arch, sizeof arch, "sm_%d", kn_cuda_arch());
@@ -240,6 +246,7 @@ kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_mod
         if (c->key == key && strcmp(c->src, src) == 0) {
             stats.memory_hits++;
             pthread_mutex_unlock(&lock);
+            if (cached) *cached = true;
             *m = c;
             return KN_OK;
         }
@@ -299,6 +306,7 @@ kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_mod
     }
     pthread_mutex_lock(&lock);
     if (from_disk) stats.disk_hits++;
+    if (cached) *cached = from_disk;
     /* another thread may have loaded the same source meanwhile: keep both
      * (modules are never unloaded), the table serves the first */
     mod->next = buckets[bucket];

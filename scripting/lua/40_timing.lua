@@ -21,6 +21,12 @@
 --   roofline  roof_pct = achieved FLOP/s / min(peak FLOP/s, bandwidth x
 --       flops/bytes); for a kernel with no flops, achieved bytes/s over the
 --       bandwidth. bytes and flops per kernel follow core/tensor/kn_cost.h.
+--       The bandwidth is that measured for the kernel's working set (its
+--       bytes; core/tensor/kn_ceilings.h), so it is above 100 only where a
+--       ceiling was measured low: printed "NNN!" with a legend line.
+--   numbers  a compiled callable's rows carry the kernel numbers of
+--       cm:kernels() (:kernels, :src, :autotune); an eager op a plan runs
+--       for a kernel (the copy a reshape makes) is a sub-row after it.
 local kiln = ...
 
 local P = kiln.profiler
@@ -124,7 +130,30 @@ local function read_ceilings(path, label)
   for k, v in text:gmatch("\n?([%w_]+) = ([^\n]*)") do c[k] = v end
   local copy, f32, bf16 = tonumber(c.copy_gbps), tonumber(c.f32_gflops), tonumber(c.bf16_gflops)
   if c.device ~= label or not copy or copy <= 0 or not f32 or f32 <= 0 or not bf16 or bf16 < 0 then return nil end
-  return { copy_gbps = copy, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?" }
+  -- bandwidth by working set ("bytes:gbps ..."); a file from before it had
+  -- none (and one DRAM figure that cached kernels beat): measured again
+  local bw = {}
+  for b, g in (c.bandwidth or ""):gmatch("([%d.e+]+):([%d.e+]+)") do
+    b, g = tonumber(b), tonumber(g)
+    if not b or not g or b <= 0 or g <= 0 then return nil end
+    bw[#bw + 1] = { bytes = b, gbps = g }
+  end
+  if #bw == 0 then return nil end
+  return { copy_gbps = copy, bandwidth = bw, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?" }
+end
+
+-- The bandwidth a kernel moving `bytes` can reach: that of the largest
+-- measured working set not above its own (a smaller working set stays in a
+-- faster cache), so a kernel cannot beat it unless the measurement is off;
+-- ceilings without that table (given by hand) have copy_gbps alone.
+local function bandwidth_for(c, bytes)
+  local bw = c.bandwidth
+  if type(bw) ~= "table" or #bw == 0 then return c.copy_gbps end
+  local g = bw[1].gbps
+  for _, p in ipairs(bw) do
+    if p.bytes <= bytes then g = p.gbps end
+  end
+  return g
 end
 
 -- kiln.ceilings{device =, remeasure =, progress = function(path)}: the
@@ -164,10 +193,14 @@ function kiln.ceilings(opts)
     c = P.measure(dev)
     c.date = os.date("!%Y-%m-%d %H:%M UTC")
     c.cached = false
+    local points = {}
+    for i, p in ipairs(c.bandwidth or {}) do points[i] = string.format("%.0f:%.3f", p.bytes, p.gbps) end
     local text = string.format(
       "# kiln roofline ceilings, measured once for this device (delete the file to measure again)\n" ..
-      "device = %s\ncopy_gbps = %.3f\nf32_gflops = %.3f\nbf16_gflops = %.3f\ndate = %s\n",
-      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date)
+      "device = %s\ncopy_gbps = %.3f\nf32_gflops = %.3f\nbf16_gflops = %.3f\ndate = %s\n" ..
+      "# bandwidth by working set, bytes:GB/s (a kernel's data that fits in a cache moves faster)\n" ..
+      "bandwidth = %s\n",
+      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "))
     local ok, err = P.write_file(path, text)
     if not ok then io.stderr:write("kiln: could not cache the roofline: ", tostring(err), "\n") end
   end
@@ -190,18 +223,77 @@ local function fmt_rate(x)
   return string.format("%.1f", x)
 end
 
+-- roof% as a whole number; above 100 (the kernel beat its ceiling, so
+-- the ceiling is wrong) it carries a "!" that the legend explains.
+local function roof_text(pct)
+  if not pct then return "-" end
+  return string.format(pct > 100.5 and "%.0f!" or "%.0f", pct)
+end
+
 -- The kernel column is 30 wide as in the design, wider when a name is
 -- longer, so that the columns stay aligned.
 local function rows_text(kernels)
   local w = 30
-  for _, k in ipairs(kernels) do w = math.max(w, #k.name) end
+  for _, k in ipairs(kernels) do w = math.max(w, #(k.label or k.name)) end
   local lines = { string.format("  #  %-" .. w .. "s  kind       calls   median us   %%     GB/s   GFLOP/s  roof%%", "kernel") }
-  local fmt = "%3d  %-" .. w .. "s  %-9s  %5d%11s%6.1f%7s%9s%7s"
+  local fmt = "%3s  %-" .. w .. "s  %-9s  %5d%11s%6.1f%7s%9s%7s"
   for i, k in ipairs(kernels) do
-    lines[#lines + 1] = string.format(fmt, i - 1, k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
-      fmt_rate(k.gbps), fmt_rate(k.gflops), k.roof_pct and string.format("%.0f", k.roof_pct) or "-")
+    -- compiled: the kernel's number in :kernels, :src and :autotune (a
+    -- sub-row, work done for a kernel, has none); eager: the row's
+    local num = k.sub and "" or tostring(k.number or (kernels.numbered and "-" or i - 1))
+    lines[#lines + 1] = string.format(fmt, num, k.label or k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
+      fmt_rate(k.gbps), fmt_rate(k.gflops), roof_text(k.roof_pct))
   end
-  return lines
+  local legend
+  for _, k in ipairs(kernels) do
+    if k.roof_pct and k.roof_pct > 100.5 then
+      legend = "roof% with !: above the measured ceiling, which is then too low (measured under load?): "
+        .. "kiln.ceilings{remeasure = true}"
+      break
+    end
+  end
+  return lines, legend
+end
+
+-- Number the rows of a compiled callable's kernels as cm:kernels() (and so
+-- :kernels, :src and :autotune) does, and put each sub-row (an eager op run
+-- for a kernel: the copy a reshape makes for the kernel that reads it)
+-- right after its kernel, labelled "kN.copy NAME", so that it shifts no
+-- number. Rows of a plain function keep their order and positions.
+local function number_rows(rows, fn)
+  if not is_compiled(fn) then return rows end
+  local ok, list = pcall(fn.kernels, fn)
+  if not ok or type(list) ~= "table" then return rows end
+  local number = {}
+  for i, e in ipairs(list) do
+    if e.key then number[e.key] = i - 1 end
+  end
+  local subs, out = {}, {}
+  for _, k in ipairs(rows) do
+    if k.parent then
+      k.sub = true
+      local n = number[k.parent]
+      local what = k.name:find("^contiguous_") and "copy" or "op"
+      k.label = string.format("  %s.%s %s", n and "k" .. n or "k?", what, k.name)
+      subs[k.parent] = subs[k.parent] or {}
+      table.insert(subs[k.parent], k)
+    else
+      k.number = number[k.key]
+    end
+  end
+  for _, k in ipairs(rows) do
+    if not k.sub then
+      out[#out + 1] = k
+      for _, s in ipairs(subs[k.key] or {}) do out[#out + 1] = s end
+      subs[k.key] = nil
+    end
+  end
+  for _, k in ipairs(rows) do -- work for a kernel that has no row of its own
+    if k.sub and subs[k.parent] then out[#out + 1] = k end
+  end
+  for i = 1, #rows do rows[i] = out[i] end
+  rows.numbered = true
+  return rows
 end
 
 local function total_line(r)
@@ -211,22 +303,24 @@ end
 
 local KernelList = { __name = "kiln.KernelTimes" }
 KernelList.__tostring = function(t)
-  local lines = rows_text(t)
+  local lines, legend = rows_text(t)
   lines[#lines + 1] = string.format("%.1f us per call in %d kernels", t.total_us or 0, t.launches or 0)
+  lines[#lines + 1] = legend
   return table.concat(lines, "\n")
 end
 
 local Timing = { __name = "kiln.Timing" }
 Timing.__tostring = function(r)
-  local lines = rows_text(r.kernels)
+  local lines, legend = rows_text(r.kernels)
   lines[#lines + 1] = total_line(r)
+  lines[#lines + 1] = legend
   return table.concat(lines, "\n")
 end
 
 -- The roofline percentage of one kernel (nil without ceilings or figures).
 local function roof(k, c)
   if not c or not k.median_us or k.median_us <= 0 then return nil end
-  local bw = c.copy_gbps
+  local bw = bandwidth_for(c, k.bytes)
   local peak = (k.dtype == "bf16" or k.dtype == "f16") and c.bf16_gflops > 0 and c.bf16_gflops or c.f32_gflops
   if k.flops > 0 and k.bytes > 0 and bw > 0 and peak > 0 then
     local attainable = math.min(peak, bw * k.flops / k.bytes)
@@ -246,7 +340,7 @@ local function kernel_rows(calls, ncalls, ceil)
       local k = by_key[r.key]
       if not k then
         k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, flops = r.flops, index = r.index,
-          key = r.key, times = {} }
+          key = r.key, parent = r.parent, inner = r.inner, times = {} }
         by_key[r.key] = k
         rows[#rows + 1] = k
       end
@@ -258,7 +352,8 @@ local function kernel_rows(calls, ncalls, ceil)
     k.calls = math.max(1, math.floor(#k.times / ncalls + 0.5))
     k.median_us = median(k.times) * 1000
     k.times = nil
-    total = total + k.calls * k.median_us
+    -- a copy made inside a kernel's call is timed within that kernel's row
+    if not k.inner then total = total + k.calls * k.median_us end
     launches = launches + k.calls
   end
   for _, k in ipairs(rows) do
@@ -321,6 +416,7 @@ function kiln.time(fn, ...)
   end
   local calls = profiled_calls(fn, args, dev, piters)
   local kernels, kernel_us, launches = kernel_rows(calls, piters, ceil or nil)
+  number_rows(kernels, fn)
   local sorted = table.move(device_ms, 1, iters, 1, {})
   table.sort(sorted)
   local wall_us = median(wall_ms) * 1000
@@ -355,6 +451,7 @@ function kiln.profile(fn, ...)
     ceil = ok and c or false
   end
   local rows, total, launches = kernel_rows(profiled_calls(fn, args, dev, n), n, ceil or nil)
+  number_rows(rows, fn)
   rows.total_us, rows.launches = total, launches
   if is_compiled(fn) then P.last_time[fn] = rows end
   return rows
@@ -431,10 +528,12 @@ repl.register("device", {
 Shows the CPU (name, cores, memory) and each CUDA device (name, memory
 total and free, SM count, compute capability, L2, driver and runtime), or
 why there is none; then the ceilings of the device kiln runs on (the GPU,
-else the CPU): copy bandwidth (a large device-to-device copy, read plus
-write bytes) and the f32 and bf16 matmul rates. They are measured once and
-cached in kiln.config.cache_dir (device-NAME.txt; delete it to measure
-again). :time's roof% is against them. From Lua: kiln.device() returns the
+else the CPU): bandwidth (the better of a copy and an add, bytes read
+plus written, on buffers from cache-sized to beyond the last cache: the
+figure shown is the largest, DRAM's) and the f32 and bf16 matmul rates.
+They are measured once and cached in kiln.config.cache_dir
+(device-NAME.txt; delete it to measure again). :time's roof% is against
+them, each kernel against the bandwidth of its own working set. From Lua: kiln.device() returns the
 same as a table; kiln.ceilings{remeasure = true} measures again.]],
 }, function()
   local info = base_device and base_device() or kiln.device_info()
@@ -466,9 +565,12 @@ repl.register("time", {
 Runs the session's model (as :run does: compiled in the session's mode, or
 eager) 10 times to warm up, n times back to back (default 100) with device
 events between calls, then 10 more calls with events around every kernel,
-and prints one line per kernel: calls per model call, median time, share of
-the kernels' time, achieved GB/s and GFLOP/s, and % of the roofline
-(min(peak FLOP/s, bandwidth x flops/bytes), ceilings as :device shows them),
+and prints one line per kernel, numbered as :kernels numbers them (a copy
+a reshape makes for kernel N is an indented sub-row "kN.copy ..."): calls
+per model call, median time, share of the kernels' time, achieved GB/s and
+GFLOP/s, and % of the roofline (min(peak FLOP/s, bandwidth x flops/bytes),
+the bandwidth of the kernel's working set, ceilings as :device shows them;
+a figure above 100 prints with "!": the ceiling was measured low),
 then the total per call, the host overhead, the kernel count and whether
 the call replays a CUDA graph. From Lua: kiln.cmd.time(n) returns the table
 of kiln.time.]],
@@ -516,15 +618,18 @@ Bench.__index = Bench
 Bench.__tostring = function(b)
   local lines = { string.format("%-28s %10s %12s %9s %10s %9s", "mode", "eager ms", "compiled ms", "speedup",
     "compile s", "peak MiB") }
+  local cached = false
   for _, r in ipairs(b) do
     if r.error then
       lines[#lines + 1] = string.format("%-28s failed: %s", r.mode, r.error)
     else
       lines[#lines + 1] = string.format("%-28s %10s %12s %9s %10s %9s", r.mode, fmt_num(r.eager_ms, "%.3f"),
-        fmt_num(r.compiled_ms, "%.3f"), fmt_num(r.speedup, "%.2fx"), fmt_num(r.compile_s, "%.2f"),
-        fmt_num(r.peak_mib, "%.1f"))
+        fmt_num(r.compiled_ms, "%.3f"), fmt_num(r.speedup, "%.2fx"),
+        fmt_num(r.compile_s, r.compile_cached and "%.2f*" or "%.2f"), fmt_num(r.peak_mib, "%.1f"))
+      cached = cached or r.compile_cached
     end
   end
+  if cached then lines[#lines + 1] = "* its generated kernels came from the cache (kiln.config.cache_dir)" end
   return table.concat(lines, "\n")
 end
 
@@ -591,6 +696,8 @@ function kiln.bench(model, inputs, opts)
         cm(table.unpack(args, 1, n))
         sync(dev)
         row.compile_s = kiln.clock() - t0
+        local c = cm:last_call().compile_s
+        row.compile_cached = c.kernels > 0 and c.kernels_cached == c.kernels or nil
         row.compiled_ms = median_ms(cm)
         row.speedup = row.compiled_ms > 0 and eager_ms / row.compiled_ms or nil
         local s = cm:stats()
