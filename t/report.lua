@@ -204,6 +204,51 @@ T.ok(has(html2, "<td>k0_mul_relu_sum_f32_4</td>"), "the collected function keeps
 T.ok(has(html2, "the function was collected before the report"), "and says why it has no drawing")
 T.ok(has(html2, 'id="fn-' .. 3 .. '"'), "each function has its own section")
 
+-- only the latest few collected functions keep their details
+local keep = kiln._report.detailed_collected
+kiln._report.detailed_collected = 1
+for i = 1, 2 do
+  local c = kiln.compile(function(v) return v - i end)
+  c(cpu({ 2 }, 10 + i))
+  c = nil -- luacheck: ignore
+  collectgarbage()
+  collectgarbage()
+end
+local trimmed = kiln._report.html()
+kiln._report.detailed_collected = keep
+T.ok(has(trimmed, "guards, kernels, timings and graphs dropped: only the latest 1 collected functions keep them"),
+  "an older collected function is trimmed, and says so")
+well_formed(trimmed, "trimmed")
+
+---------------------------------------------------------------------------
+-- a recompile with its failed guard, and max-autotune's choices
+
+local rc = kiln.compile(function(v) return v * 2 end, { dynamic = false })
+rc(cpu({ 2 }, 4))
+rc(cpu({ 3 }, 5))
+local tuned = kiln.compile(function(v) return (v * 3):relu():sum(-1) end, { mode = "max-autotune" })
+tuned(cpu({ 4, 64 }, 6))
+local path3 = tmpdir .. "/more.html"
+kiln.report(path3)
+local html3 = read(path3) or ""
+well_formed(html3, "recompile and autotune")
+local rcs = rc:recompiles()
+T.is(#rcs, 1, "the shape change recompiled once (what the report must show)")
+T.ok(has(html3, "<h4>Recompiles (1)</h4>") and has(html3, esc(rcs[1].reasons[1])),
+  "the recompile with its failed guard: " .. tostring(rcs[1].reasons[1]))
+local choices = tuned:autotune()
+if #choices == 0 then
+  T.n = T.n + 1
+  io.write("ok " .. T.n .. " # skip autotune section: no tunable kernels on this device\n")
+else
+  local shown = 0
+  for _, k in ipairs(choices) do
+    if has(html3, "<td>" .. esc(k.name) .. "</td><td>" .. esc(k.label) .. "</td>") then shown = shown + 1 end
+  end
+  T.ok(has(html3, "<h4>Autotune choices (" .. #choices .. ")</h4>") and shown == #choices,
+    string.format("max-autotune's choice of each kernel (%d of %d)", shown, #choices))
+end
+
 ---------------------------------------------------------------------------
 -- paths that cannot be written
 

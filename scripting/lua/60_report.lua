@@ -91,6 +91,20 @@ local function summarize(cm, drawings)
   return s
 end
 
+-- Collected functions keep their full summary (kernel sources, outlines)
+-- only for the latest few: a program that compiles thousands of short-lived
+-- functions (a fuzz test, kiln.explain in a loop) must not grow without
+-- bound. Older ones keep their name, line, mode, counters, breaks and
+-- recompiles.
+R.detailed_collected = R.detailed_collected or 32
+R.detailed = R.detailed or {}
+
+local function trim(summary)
+  summary.guards, summary.kernels, summary.autotune, summary.timing = {}, {}, {}, nil
+  summary.views = {}
+  summary.trimmed = true
+end
+
 -- registry["kiln.on_compiled"]: a new compiled callable.
 local function track(cm)
   if R.by_compiled[cm] then return end
@@ -104,6 +118,9 @@ local function track(cm)
       sentinel.entry.summary = ok and s or { name = sentinel.entry.name, where = sentinel.entry.where,
         mode = sentinel.entry.mode, error = tostring(s) }
       sentinel.entry.collected = true
+      local d = R.detailed
+      d[#d + 1] = sentinel.entry
+      if #d > R.detailed_collected then trim(table.remove(d, 1).summary) end
     end,
   })
 end
@@ -374,11 +391,16 @@ local function function_section(out, entry, s)
   section_stats(out, s)
   section_breaks(out, s)
   section_recompiles(out, s)
-  section_guards(out, s)
-  section_kernels(out, s)
-  section_timing(out, s)
-  section_autotune(out, s)
-  section_graphs(out, s)
+  if s.trimmed then
+    out:add("<p class=\"note\">", h(string.format("guards, kernels, timings and graphs dropped: only the latest %d "
+      .. "collected functions keep them", R.detailed_collected)), "</p>")
+  else
+    section_guards(out, s)
+    section_kernels(out, s)
+    section_timing(out, s)
+    section_autotune(out, s)
+    section_graphs(out, s)
+  end
   out:add("</details></section>")
 end
 
