@@ -15,7 +15,7 @@ local function close(a, b)
   return d == d and m == m and d <= 1e-5 * math.max(1, m)
 end
 
-local fc = kiln.nn.Linear(8, 3)
+local fc = kiln.nn.Linear(8, 3):to("cpu") -- cpu inputs, also on a GPU machine
 local cm = kiln.compile(function(x)
   return x:matmul(fc.weight:transpose(1, 2)) + fc.bias -- @fields
 end)
@@ -36,7 +36,7 @@ T.ok(text:find("tensor 'tensor at " .. at("fields") .. " (2)' shape {3}", 1, tru
   "the bias gets a number")
 
 -- a module called from a plain function: the README's tour
-local model = kiln.nn.Linear(8, 3)
+local model = kiln.nn.Linear(8, 3):to("cpu")
 local cm2 = kiln.compile(function(x) return model(x):relu() end)
 for i = 1, 3 do cm2(cpu({ 2, 8 }, 200 + i)) end
 T.is(#cm2:recompiles(), 0, "a module called from a compiled function does not recompile")

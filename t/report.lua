@@ -105,6 +105,7 @@ T.ok(tag_problem("<p>x<br><img src=\"a\"/></p>") == nil, "checker: void and self
 
 kiln.session.small = false
 local spec = kiln.load("samples/breaks.lua", { quiet = true })
+spec.model:to("cpu") -- the inputs here are on the CPU, also on a GPU machine
 local cm = kiln.compile(spec.model)
 local x = cpu({ 8, 16 }, 1)
 cm(x)
@@ -152,6 +153,7 @@ for i, k in ipairs(kernels) do
 end
 T.is(#missing, 0, "every kernel is listed" .. (missing[1] and (": missing " .. missing[1]) or ""))
 T.ok(nsrc > 0 and sources == nsrc, string.format("every generated kernel's source (%d of %d)", sources, nsrc))
+T.ok(has(html, esc(cm:source("c"))), "the whole program as cm:source(\"c\") gives it")
 
 local trows = 0
 for _, k in ipairs(timing.kernels) do

@@ -70,6 +70,16 @@ local function summarize(cm, drawings)
   s.kernels = try(cm, "kernels") or {}
   s.autotune = try(cm, "autotune") or {}
   s.timing = timing_of(cm)
+  if drawings then
+    -- the whole program as C, and as CUDA where a GPU is the default device
+    -- (a callable does not say which device its latest call ran on)
+    s.programs = {}
+    local okd, dev = pcall(kiln.default_device)
+    for _, target in ipairs(okd and tostring(dev):match("^cuda") and { "c", "cuda" } or { "c" }) do
+      local text = try(cm, "source", target)
+      if type(text) == "string" and text:find("%S") then s.programs[#s.programs + 1] = { target = target, text = text } end
+    end
+  end
   s.views = {}
   local called = type(s.stats.calls) == "number" and s.stats.calls > 0
   for _, view in ipairs({ "captured", "fused" }) do
@@ -324,6 +334,10 @@ local function section_kernels(out, s)
     if k.source then
       out:details(string.format("source of kernel %d, %s", i - 1, k.name), function() out:pre(k.source) end)
     end
+  end
+  for _, p in ipairs(s.programs or {}) do
+    out:details(string.format("the whole program, every graph's kernels as one %s file (cm:source(\"%s\"))",
+      p.target == "cuda" and "CUDA" or "C", p.target), function() out:pre(p.text) end)
   end
 end
 
