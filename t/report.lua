@@ -118,6 +118,7 @@ T.ok(html ~= nil and #html > 1000, "the report was written")
 html = html or ""
 well_formed(html, "breaks.lua")
 T.ok(has(html, "<!DOCTYPE html>") and has(html, '<meta charset="utf-8">'), "a UTF-8 HTML5 page")
+T.ok(has(html, "REPL session: model breaks from samples/breaks.lua, mode eager"), "the REPL session's model and mode")
 T.ok(has(html, 'id="summary"') and has(html, 'id="fn-1"'), "the summary and the function's section")
 T.ok(has(html, esc("1. forward (samples/breaks.lua:42), mode default")), "the function by name, line and mode")
 for _, h4 in ipairs({ "Compile time and caches", "Graph breaks (1)", "Recompiles (0)", "Guards (3 versions)",

@@ -451,6 +451,11 @@ function R.html()
   out:add("<p class=\"meta\">", h(string.format("kiln %s · written %s · default device %s · %s (%d live, %d collected)",
     tostring(kiln.version), os.date("!%Y-%m-%d %H:%M:%S UTC"), dev, plural(#list, "compiled function"), live,
     #list - live)), "</p>")
+  local session = kiln.session or {}
+  if session.name then
+    out:add("<p class=\"meta\">", h(string.format("REPL session: model %s from %s, mode %s%s", tostring(session.name),
+      tostring(session.file), tostring(session.mode), session.small and ", small inputs" or "")), "</p>")
+  end
   out:add("<h2 id=\"summary\">Summary</h2>")
   if #list == 0 then
     out:add("<p class=\"note\">no compiled functions in this session: kiln.compile(f) (or :mode default and :run) ",
