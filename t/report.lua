@@ -259,6 +259,9 @@ local bad = tmpdir .. "/no/such/dir/r.html"
 T.raises(function() kiln.report(bad) end, "kiln%.report: cannot write '" .. bad:gsub("%p", "%%%0") .. "': No such file",
   "kiln.report names the path it cannot write")
 T.raises(function() kiln.report(42) end, "argument 1 must be the output file name", "a path that is not a string")
+T.raises(function() kiln.report(tmpdir .. "/x") end, "give a file name ending in %.html, got '.*/x'",
+  "a name that is not an HTML page's is refused")
+T.ok(read(tmpdir .. "/x") == nil, "and nothing is written")
 local ok, err = pcall(kiln.repl.command, ":report " .. bad)
 T.ok(not ok and tostring(err) == "cannot write '" .. bad .. "': No such file or directory",
   ":report names the path, one line: " .. tostring(err))

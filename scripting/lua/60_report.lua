@@ -485,6 +485,13 @@ function kiln.report(path)
     error(string.format("kiln.report: argument 1 must be the output file name (\"report.html\"), got %s",
       type(path) == "string" and "''" or type(path)), 2)
   end
+  -- as kiln.render asks for .svg or .dot: a name that is not a page's (a
+  -- stray word, a typo for another argument) must not become a file
+  local ext = path:match("%.(%w+)$")
+  ext = ext and ext:lower()
+  if ext ~= "html" and ext ~= "htm" then
+    error(string.format("kiln.report: the report is an HTML page: give a file name ending in .html, got '%s'", path), 2)
+  end
   local text = R.html()
   local f, err = io.open(path, "wb")
   if not f then
