@@ -5,6 +5,8 @@
  *                            is a terminal; else read lines from stdin with
  *                            no prompt and exit 1 if any of them failed
  *   kiln FILE.lua [args]     run a script with the global `arg`, as lua does
+ *                            (a model file: says to use -i or :load)
+ *   kiln -i FILE.lua         run it (load it, if it is a model file), then the REPL
  *   kiln -e CODE             run a chunk; -i then enters the REPL
  *   kiln --help, --version
  *
@@ -427,7 +429,9 @@ static void print_usage(lua_State *L, const char *badoption)
             "usage: %s [options] [script.lua [args]]\n"
             "Available options are:\n"
             "  -e code        run the Lua chunk 'code'\n"
-            "  -i             enter the REPL after running 'script' or -e\n"
+            "  -i             enter the REPL after running 'script' or -e; a model\n"
+            "                 file (one returning {name=, model=, inputs=}) is loaded\n"
+            "                 as :load does, so :run works\n"
             "  -v, --version  show the version\n"
             "  -h, --help     show this help\n"
             "  --             stop handling options\n"
@@ -435,7 +439,8 @@ static void print_usage(lua_State *L, const char *badoption)
             "With no script and no -e, kiln starts the REPL; when standard input is\n"
             "not a terminal it reads Lua lines and :commands from it with no prompt and\n"
             "exits with status 1 if any of them failed. The kiln module is the global\n"
-            "'kiln' (also require \"kiln\"). History: $KILN_HISTORY or ~/.kiln_history.\n",
+            "'kiln' (also require \"kiln\"). History: $KILN_HISTORY or ~/.kiln_history.\n"
+            "KILN_REPORT=FILE.html writes the session report (:report) at exit.\n",
             progname);
     if (badoption || !L || !push_repl_fn(L, "help_text")) return;
     if (lua_pcall(L, 0, 1, 0) == LUA_OK && lua_isstring(L, -1))
@@ -515,16 +520,47 @@ static int pushargs(lua_State *L)
     return n;
 }
 
-static int handle_script(lua_State *L, char **argv)
+/* Run the script; then_repl: the REPL follows (-i). A script that returns
+ * a model spec (as the samples do) is loaded as :load would with -i, and
+ * otherwise kiln says how to use it (kiln.repl.script_result). */
+static int handle_script(lua_State *L, char **argv, int then_repl)
 {
     const char *fname = argv[0];
     if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
+    int base = lua_gettop(L);
     int status = luaL_loadfile(L, fname);
     if (status == LUA_OK) {
         int n = pushargs(L);
         status = docall(L, n, LUA_MULTRET);
     }
+    if (status == LUA_OK && lua_gettop(L) > base && push_repl_fn(L, "script_result")) {
+        lua_pushvalue(L, base + 1);
+        lua_pushstring(L, fname ? fname : "stdin");
+        lua_pushboolean(L, then_repl);
+        status = docall(L, 3, 0);
+    }
+    if (status == LUA_OK) lua_settop(L, base);
     return report(L, status);
+}
+
+/* KILN_REPORT=file.html: write the session report (kiln.repl.exit_report,
+ * scripting/lua/60_report.lua) as the program ends. Returns 0 when it
+ * could not be written (the message names the path). */
+static int write_exit_report(lua_State *L)
+{
+    const char *path = getenv("KILN_REPORT");
+    if (!path || !*path) return 1;
+    if (!push_repl_fn(L, "exit_report")) {
+        lua_pop(L, 1);
+        return 1;
+    }
+    int status = docall(L, 0, 1);
+    if (status == LUA_OK && lua_isstring(L, -1)) {
+        fflush(stdout);
+        fprintf(stderr, "%s: wrote the session report to %s\n", progname, lua_tostring(L, -1));
+    }
+    if (status == LUA_OK) lua_pop(L, 1);
+    return report(L, status) == LUA_OK;
 }
 
 /* Open the libraries and the kiln module (the global `kiln`), and give the
@@ -560,16 +596,17 @@ static int pmain(lua_State *L)
     if (args & has_v) print_version();
     createargtable(L, argv, argc, script);
     install_sigint();
-    if (!runargs(L, argv, script)) return 0;
-    if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
-    int ok = 1;
-    if (args & has_i || (script == argc && !(args & (has_e | has_v)))) {
+    int ok = runargs(L, argv, script);
+    if (ok && script < argc && handle_script(L, argv + script, args & has_i) != LUA_OK) ok = 0;
+    if (ok && (args & has_i || (script == argc && !(args & (has_e | has_v))))) {
         /* A person at a terminal saw each error; piped lines are a script,
          * and their failures make the exit status. */
         int interactive = isatty(STDIN_FILENO);
         int failed = do_repl(L, interactive);
         ok = interactive || failed == 0;
     }
+    /* also after a failed script: the report shows what was compiled */
+    if (!write_exit_report(L)) ok = 0;
     lua_pushboolean(L, ok);
     return 1;
 }

@@ -1,7 +1,7 @@
 -- samples/convnet.lua: 4 x (conv 3x3 stride 2 padding 1 without bias +
 -- BatchNorm2d + ReLU), adaptive average pool to 1x1, flatten, Linear
 -- 256 -> 1000, on 32 x 3 x 224 x 224 images: the Sequential of
--- ../shared/bench/torch_models.py, child for child, so the parameter names
+-- bench/torch_models.py, child for child, so the parameter names
 -- match PyTorch's after index_base = 0 (PyTorch's "0.weight" is "1.weight").
 -- small: 2 images of 32 x 32.
 local kiln = rawget(_G, "kiln") or require("kiln")

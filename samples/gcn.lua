@@ -1,6 +1,6 @@
 -- samples/gcn.lua: a 2-layer graph convolutional network (Kipf & Welling)
 -- on a random graph of 2708 nodes with 1433 features, 10556 edges plus self
--- loops, hidden 16, 7 classes: the GCN of ../shared/bench/torch_models.py.
+-- loops, hidden 16, 7 classes: the GCN of bench/torch_models.py.
 -- Messages along each edge are scaled by deg(src)^-1/2 deg(dst)^-1/2
 -- (gathered with index_select, summed with index_add); the output is
 -- log_softmax over the classes. The graph lives in the model as buffers

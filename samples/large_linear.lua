@@ -1,5 +1,5 @@
 -- samples/large_linear.lua: 4 x (Linear 4096 -> 4096 + ReLU) on a batch of
--- 64, as nn.Sequential in ../shared/bench/torch_models.py.
+-- 64, as nn.Sequential in bench/torch_models.py.
 --
 -- small: a batch of 2 and, when the file is loaded in small mode
 -- (kiln.session.small = true before :load, or {small = true} passed to the

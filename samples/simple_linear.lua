@@ -1,6 +1,6 @@
 -- samples/simple_linear.lua: one Linear 1024 -> 1024 on a batch of 32, the
 -- first workload of design.md section 6 (nn.Linear(1024, 1024) in
--- ../shared/bench/torch_models.py). small: a batch of 2.
+-- bench/torch_models.py). small: a batch of 2.
 local kiln = rawget(_G, "kiln") or require("kiln")
 local nn = kiln.nn
 

@@ -1,6 +1,6 @@
 -- samples/transformer_block.lua: a pre-LayerNorm transformer block (causal
 -- self-attention with 8 heads, d 512, MLP 2048 with erf GELU) on 16 x 256
--- tokens: the Block of ../shared/bench/torch_models.py, same layers, same
+-- tokens: the Block of bench/torch_models.py, same layers, same
 -- names (ln1, ln2, qkv, proj, fc1, fc2). small: 2 x 16 tokens.
 -- The inputs are seeded, so every load gives the same model and data.
 local kiln = rawget(_G, "kiln") or require("kiln")

@@ -859,6 +859,21 @@ static void describe(lua_State *L, int idx, bool is_module, char *name, size_t n
 }
 
 /* kiln.compile(fn_or_module [, {mode =, fullgraph =, dynamic =, backend =}]) */
+/* Hands the new compiled callable on the top of the stack to the session
+ * report's registry (registry["kiln.on_compiled"], set by
+ * scripting/lua/60_report.lua), which keeps a summary of it after it is
+ * collected. An error there is dropped: the report must never break a
+ * compile. */
+static void track_compiled(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "kiln.on_compiled") != LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pushvalue(L, -2);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);
+}
+
 static int l_compile(lua_State *L)
 {
     /* Compiling a compiled callable compiles what it wraps, with the new
@@ -924,6 +939,7 @@ static int l_compile(lua_State *L)
         lua_setfield(L, -2, "fn");
     }
     lua_setiuservalue(L, -2, 1);
+    track_compiled(L);
     return 1;
 }
 

@@ -1,7 +1,7 @@
 -- t/samples.lua: each model of samples/ in its small size: it loads, runs,
 -- gives the expected output shape with finite values, the same output on a
 -- second load, the parameter names of the PyTorch model it copies
--- (../shared/bench/torch_models.py); plus causality of the transformer block
+-- (bench/torch_models.py); plus causality of the transformer block
 -- and normalized GCN outputs.
 local T = dofile("t/lib/tap.lua")
 

@@ -67,6 +67,25 @@ bool kn_capture_needs_input(const kn_capture *cap, const kn_tensor *t)
     return !is_current(cap, t);
 }
 
+/* name, or "name (N)" when graph g already has an input of that name.
+ * Versions match a call's inputs by name, so two tensors found under one
+ * name (two unnamed fields read on one line, both "tensor at f.lua:3")
+ * would each fail the other's identity guard, and every call recompiled. */
+static const char *unique_input_name(const kn_graph *g, const char *name, char *buf, size_t size)
+{
+    for (int n = 1; n <= g->n_inputs + 1; n++) {
+        const char *candidate = name;
+        if (n > 1) { /* the number must survive a long name's truncation */
+            snprintf(buf, size, "%.*s (%d)", (int)size - 16, name, n);
+            candidate = buf;
+        }
+        bool taken = false;
+        for (int i = 0; i < g->n_inputs && !taken; i++) taken = strcmp(g->inputs[i].name, candidate) == 0;
+        if (!taken) return candidate;
+    }
+    return name; /* not reached: n_inputs + 1 numbers cannot all be taken */
+}
+
 kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, const char *name,
                            const char *where, kn_tensor **out)
 {
@@ -101,7 +120,11 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
         const kn_node *n = &cap->g.nodes[i];
         if (n->op == KN_NODE_INPUT && cap->g.inputs[n->input].tensor_id == real->id) node = i;
     }
-    if (node < 0) KN_TRY(kn_graph_add_input(&cap->g, kind, name, real, where, &node));
+    if (node < 0) {
+        char uname[KN_NAME_MAX];
+        name = unique_input_name(&cap->g, name, uname, sizeof uname);
+        KN_TRY(kn_graph_add_input(&cap->g, kind, name, real, where, &node));
+    }
     return make_placeholder(cap, node, 0, out);
 }
 

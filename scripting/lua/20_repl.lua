@@ -227,7 +227,21 @@ function kiln.load(path, opts)
   if not chunk then fail("cannot load model file '%s': %s", path, lerr) end
   local ok, spec = xpcall(chunk, debug.traceback)
   if not ok then fail("error while running model file '%s': %s", path, tostring(spec)) end
+  return repl.use_spec(spec, path, opts)
+end
 
+-- Whether v looks like what a model file returns ({model =, inputs =}):
+-- `kiln FILE.lua` and `kiln -i FILE.lua` ask, to treat such a file as a model.
+function repl.is_model_spec(v)
+  if type(v) ~= "table" then return false end
+  local okm, model = pcall(function() return v.model end)
+  local oki, inputs = pcall(function() return v.inputs end)
+  return okm and oki and is_callable(model) and is_callable(inputs)
+end
+
+-- Make spec, what model file `path` returned, the session's model (the
+-- second half of kiln.load, for a file the program already ran).
+function repl.use_spec(spec, path, opts)
   local shape = "{name = ..., model = ..., inputs = function(opts) return {x, ...} end}"
   if type(spec) ~= "table" then
     fail("model file '%s' must return a table %s, got %s", path, shape, type(spec))
@@ -266,6 +280,18 @@ second on a CPU; set kiln.session.small = true). The model becomes the
 session's model for :run and :mode. From Lua: kiln.load(path) returns the
 table; kiln.load(path, {quiet = true}) prints nothing.]],
 }, function(path) return kiln.load(path) end)
+
+-- What the kiln program does with the first value a script returned
+-- (repl/kn_repl.c): a model spec is loaded as :load would with -i
+-- (then_repl), else it says how to use it, since running a model file
+-- alone computes nothing. Other values are ignored, as lua does.
+function repl.script_result(value, path, then_repl)
+  if not repl.is_model_spec(value) then return end
+  if then_repl then return repl.use_spec(value, path) end
+  local name = type(value.name) == "string" and (" (" .. value.name .. ")") or ""
+  print(string.format("%s returns a model%s: use `kiln -i %s` or `:load %s` in the REPL to run it", path, name,
+    path, path))
+end
 
 ---------------------------------------------------------------------------
 -- :mode
