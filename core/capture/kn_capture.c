@@ -663,8 +663,18 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     cm->stats.codegen_s += plan->times.codegen_s;
     cm->stats.backend_s += plan->times.backend_s;
     cm->stats.autotune_cache_hits += plan->tune.cache_hits;
-    if (plan->code.fusion.why)
-        kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s):\n%s", cm->id.name, cm->id.where, plan->code.fusion.why);
+    if (cm->log.flags & KN_LOG_FUSION) {
+        const kn_fusion *f = &plan->code.fusion;
+        kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s): %d kernel%s, %d edge%s between kernels\n%s",
+                        cm->id.name, cm->id.where, f->prog.n_kernels, f->prog.n_kernels == 1 ? "" : "s", f->n_edges,
+                        f->n_edges == 1 ? "" : "s", f->why ? f->why : "");
+        for (int e = 0; e < f->n_edges; e++) {
+            char reason[KN_FUSE_REASON_MAX + 160];
+            kn_plan_edge_reason(plan, &f->edges[e], reason, sizeof reason);
+            kn_compiled_log(cm, KN_LOG_FUSION, "  %s -> %s: %s\n", f->prog.kernels[f->edges[e].from_kernel].name,
+                            f->prog.kernels[f->edges[e].to_kernel].name, reason);
+        }
+    }
     if (cm->log.flags & KN_LOG_KERNELS)
         for (int k = 0; k < plan->code.fusion.prog.n_kernels; k++)
             kn_compiled_log(cm, KN_LOG_KERNELS, "kernel %s (%d nodes)\n", plan->code.fusion.prog.kernels[k].name,

@@ -202,6 +202,11 @@ static inline bool kn_plan_epi_active(const kn_plan *p, int kid)
     return p->epi.kernel && p->epi.kernel[kid].into >= 0 && !p->epi.kernel[kid].off;
 }
 
+/* Fusion edge e's reason as this plan runs it: kn_fuse_edge.reason, and
+ * a note when the backend folds the consumer into the library call's
+ * epilogue (then the two run as one call). */
+void kn_plan_edge_reason(const kn_plan *p, const kn_fuse_edge *e, char *buf, size_t size);
+
 /* Whether kernel kid has anything to tune on this plan's device. */
 bool kn_plan_tunable(const kn_plan *p, int kid);
 
