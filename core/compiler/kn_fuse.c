@@ -780,6 +780,14 @@ static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, 
         snprintf(buf, size, "%s has no element-by-element form to inline, so %s reads its value from memory", P, C);
     else
         snprintf(buf, size, "%s and %s are in different kernels (no fusion rule joins them)", P, C);
+    size_t len = strlen(buf);
+    if (view >= 0 && !view_copies && !strstr(buf, V) && len < size) /* q, k and v of one value: which one this is */
+        len += (size_t)snprintf(buf + len, size - len, "; it reads it through %s", V);
+    if (len >= size) return;
+    if (view_copies && !strstr(buf, "which copies it") && len < size)
+        snprintf(buf + len, size - len, "; on the way %s copies the value every call (its strides cannot express the "
+                                        "new shape)",
+                 V);
 }
 
 /* Every edge that crosses kernels, with its reason (kn_fusion.edges). */
@@ -799,9 +807,9 @@ static kn_status find_edges(const kn_graph *g, kn_fusion *f, const int *uses, co
             }
             if (p < 0 || (f->disp[p] != KN_D_ROOT && f->disp[p] != KN_D_INLINE)) continue;
             if (f->kernel[p] == f->kernel[c] || f->kernel[p] < 0) continue;
-            bool seen = false;
+            bool seen = false; /* x * x reads x once; q, k and v of one value are three views */
             for (int e = f->n_edges - 1; e >= 0 && !seen && f->edges[e].consumer == c; e--)
-                seen = f->edges[e].producer == p;
+                seen = f->edges[e].producer == p && f->edges[e].view == view;
             if (seen) continue;
             if (f->n_edges == cap) {
                 int ncap = cap ? 2 * cap : 16;
