@@ -238,6 +238,13 @@ end
 T.is(n3, 2, "graph 2: a line per edge")
 T.ok(not br_log:find("node %d") and not tb_log:find("node %d"), "no reason names a bare node id")
 
+-- where the backend runs the consumer in the library call's epilogue (the
+-- GPU; the CPU when asked to), the reason says the two are one call
+local epi_log = run("KILN_CPU_FOLD_EPILOGUES=1 KILN_LOGS=fusion " .. KILN .. " -e \"local s = dofile('" .. BR .. "'); "
+  .. "kiln.compile(s.model)(table.unpack(s.inputs({small = true, device = 'cpu'})))\"")
+T.ok(epi_log:find(block_log[1] .. "; here the library call runs k1_add_relu_f32_2x16 in its epilogue, so the two are "
+  .. "one call\n", 1, true) ~= nil, "a folded epilogue: the edge's reason says the library call runs it (exact text)")
+
 ---------------------------------------------------------------------------
 -- cm:fusion() and the fused drawing: every boundary has a tooltip
 
