@@ -266,6 +266,12 @@ for _, r in ipairs(reasons) do by_graph[r.graph] = (by_graph[r.graph] or 0) + 1 
 T.is(by_graph[0], 3, "breaks.lua: graph 0 has 3 reasons")
 T.is(by_graph[1], 4, "breaks.lua: graph 1 has 4 reasons")
 T.is(by_graph[2], 2, "breaks.lua: graph 2 has 2 reasons")
+local outline = kiln.outline(cm)
+local listed = 0
+for _, r in ipairs(reasons) do
+  if outline:find("\n    " .. r.from .. " -> " .. r.to .. ": " .. r.reason .. "\n", 1, true) then listed = listed + 1 end
+end
+T.is(listed, #reasons, "breaks.lua: the fused text outline lists every reason under its graph's kernels")
 local br_svg = read(kiln.render(cm, tmp .. "/breaks.svg", { collapse = false }))
 local tips = svg_edge_tooltips(br_svg)
 local n_tips = 0

@@ -509,7 +509,7 @@ static void build_graph(builder *bd, int gi)
             }
             /* fused: why this edge is between two kernels, on hover */
             if (m->view == KN_VIZ_FUSED && v->in_reason[q] >= 0) {
-                esc(b, vg->reasons[v->in_reason[q]]);
+                esc(b, vg->reasons[v->in_reason[q]].text);
                 set(e, "tooltip", b->p ? b->p : "");
                 set_buf(e, "labeltooltip", b);
             }

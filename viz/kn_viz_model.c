@@ -263,7 +263,10 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
         const kn_fuse_edge *ed = &f->edges[e];
         int from = map[ed->view >= 0 ? ed->view : ed->producer], to = map[ed->consumer];
         if (from < 0 || to < 0) continue;
-        kn_plan_edge_reason(p, ed, vg->reasons[vg->n_reasons], sizeof vg->reasons[0]);
+        struct kn_viz_reason *r = &vg->reasons[vg->n_reasons];
+        r->from = ed->from_kernel;
+        r->to = ed->to_kernel;
+        kn_plan_edge_reason(p, ed, r->text, sizeof r->text);
         kn_viz_vnode *v = &vg->nodes[to];
         for (int q = 0; q < v->n_in; q++)
             if (v->in[q] == from) v->in_reason[q] = vg->n_reasons;

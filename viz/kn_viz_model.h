@@ -66,7 +66,10 @@ typedef struct kn_viz_vgraph {
      * (captured) or kernels (fused) from rep_start; rep_count 0: none */
     int rep_start, rep_len, rep_count;
     /* fused: why each edge between two kernels is one (kn_fusion.edges, as the plan runs them) */
-    char (*reasons)[KN_VIZ_REASON_MAX];
+    struct kn_viz_reason {
+        int from, to; /* kernels */
+        char text[KN_VIZ_REASON_MAX];
+    } *reasons;
     int n_reasons;
     /* the version's guards (what a call must match to run it), borrowed from the kn_version */
     int n_guards;
