@@ -316,5 +316,48 @@ T.is(sum_reason, "matmul (" .. copy_file .. ":2) is a library call, which writes
   .. copy_file .. ":4) reads it in another kernel; on the way reshape (" .. copy_file .. ":3) copies the value every "
   .. "call (its strides cannot express the new shape)", "the reason of the edge through the copy names the copy too")
 
+---------------------------------------------------------------------------
+-- One rule per small function: the reason names the rule that applied
+-- (exact text; ops on one line, so each is named "op (FILE:1)")
+
+local RULES = {
+  { "local e = x:exp(); return e * e",
+    "mul (@) reads exp (@) more than once, and fusion inlines only a value read once, so exp (@) ends a kernel" },
+  { "local e = x:exp(); return e:sum(-1), e * 2",
+    "exp (@) has 2 readers (sum (@) is one), so its value is computed once and stored" },
+  { "return x:softmax(-1) * 3",
+    "softmax (@) is a row op, and a row kernel ends at its row op (nothing after it joins), so mul (@) starts "
+      .. "another kernel" },
+  { "return (x:sum(-1, true) + 1) * x",
+    "mul (@) broadcasts add (@) to a larger shape; computing it once is cheaper than once per element, so add (@) "
+      .. "ends a kernel" },
+  { "return (x + 1):sum()",
+    "sum (@) is a reduction over several dims or all of them, which a row kernel (one dim) does not cover, so its "
+      .. "producer add (@) ends a kernel" },
+  { "return x:layer_norm({8}, w:relu(), nil)",
+    "layer_norm (@) reads relu (@) as a parameter, not as the row it reduces, so relu (@) ends a kernel" },
+  { "return kiln.cat({x:exp(), x}, 1)",
+    "cat (@) is a concatenation, which no generated kernel covers, so its producer exp (@) ends a kernel" },
+  { "return (x + 1):matmul(w:reshape({8, 1}))",
+    "matmul (@) is a library call, which reads its inputs from memory, so its producer add (@) ends a kernel" },
+}
+for i, rule in ipairs(RULES) do
+  local file = tmp .. "/rule" .. i .. ".lua"
+  local fh = assert(io.open(file, "w"))
+  fh:write("return function(x, w) " .. rule[1] .. " end\n")
+  fh:close()
+  local fn = dofile(file)
+  local rcm = kiln.compile(fn)
+  rcm(kiln.randn({ 4, 8 }, { seed = i, device = "cpu" }), kiln.randn({ 8 }, { seed = 100 + i, device = "cpu" }))
+  local got = {}
+  for _, r in ipairs(rcm:fusion()) do got[#got + 1] = r.reason end
+  local want = rule[2]:gsub("@", file .. ":1")
+  local found = false
+  for _, r in ipairs(got) do found = found or r == want end
+  if not T.ok(found, "rule " .. i .. " (" .. rule[1] .. "): " .. rule[2]:gsub(" %(@%)", "")) then
+    T.diag("got:\n" .. table.concat(got, "\n"))
+  end
+end
+
 os.execute("rm -rf '" .. tmp .. "'")
 T.done()

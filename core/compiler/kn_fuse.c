@@ -726,6 +726,19 @@ static const char *fallback_why(const kn_graph *g, const kn_node *n)
     }
 }
 
+/* The nodes that read node p (x * x is one reader; uses[] counts two). */
+static int readers(const kn_graph *g, const kn_fusion *f, int p)
+{
+    int n = 0;
+    for (int j = p + 1; j < g->n_nodes; j++) {
+        if (f->disp[j] == KN_D_DEAD) continue;
+        bool reads = false;
+        for (int k = 0; k < g->nodes[j].n_in && !reads; k++) reads = g->nodes[j].in_node[k] == p;
+        n += reads;
+    }
+    return n;
+}
+
 /* Why consumer c's kernel reads producer p's value from memory instead of
  * computing it inline: the rule of kn_fuse_ex that kept them apart, in
  * the order that rule is checked, naming both ops by name and line. */
@@ -762,8 +775,12 @@ static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, 
                  C, P, V, P);
     else if (is_out[p])
         snprintf(buf, size, "%s is an output of the graph, so its value is stored and %s reads it back", P, C);
+    else if (uses[p] > 1 && readers(g, f, p) == 1)
+        snprintf(buf, size, "%s reads %s more than once, and fusion inlines only a value read once, so %s ends a kernel",
+                 C, P, P);
     else if (uses[p] > 1)
-        snprintf(buf, size, "%s has %d readers (%s is one), so its value is computed once and stored", P, uses[p], C);
+        snprintf(buf, size, "%s has %d readers (%s is one), so its value is computed once and stored", P,
+                 readers(g, f, p), C);
     else if (ck->kind == KN_KERNEL_FALLBACK)
         snprintf(buf, size, "%s is %s, so its producer %s ends a kernel", C, fallback_why(g, cn), P);
     else if (row_dim(g, cn) >= 0 && cn->in_node[0] != p)
