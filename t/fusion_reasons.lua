@@ -316,6 +316,23 @@ T.is(sum_reason, "matmul (" .. copy_file .. ":2) is a library call, which writes
   .. copy_file .. ":4) reads it in another kernel; on the way reshape (" .. copy_file .. ":3) copies the value every "
   .. "call (its strides cannot express the new shape)", "the reason of the edge through the copy names the copy too")
 
+-- an explicit contiguous() that materializes (two readers) is a copy node;
+-- one inlined into its reader's kernel copies nothing and is an op
+local function contiguous_copies(body)
+  local file = tmp .. "/contig" .. #body .. ".lua"
+  local fh = assert(io.open(file, "w"))
+  fh:write("return function(x) local t = x:transpose(1, 2):contiguous(); " .. body .. " end\n")
+  fh:close()
+  local ccm = kiln.compile(dofile(file))
+  ccm(kiln.randn({ 6, 8 }, { seed = 5, device = "cpu" }))
+  local csvg = read(kiln.render(ccm, tmp .. "/contig.svg", { collapse = false }))
+  local n = 0
+  for _ in csvg:gmatch(">copy · contiguous</text>") do n = n + 1 end
+  return n
+end
+T.is(contiguous_copies("return t:sum(-1), t:exp()"), 1, "a contiguous() read twice is drawn as a copy node")
+T.is(contiguous_copies("return t:exp()"), 0, "a contiguous() inlined into its reader's kernel is not")
+
 ---------------------------------------------------------------------------
 -- One rule per small function: the reason names the rule that applied
 -- (exact text; ops on one line, so each is named "op (FILE:1)")

@@ -251,7 +251,7 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
         }
         if (nd->op == KN_NODE_INPUT && nd->input >= p->n_orig_inputs) snprintf(v->name, sizeof v->name, "folded constant");
         if (kind == KN_VN_OP) v->kernel = f->kernel[i];
-        v->copies = (kind == KN_VN_VIEW && f->copies && f->copies[i]) || (kind == KN_VN_OP && nd->op == KN_OP_CONTIGUOUS);
+        v->copies = (kind == KN_VN_VIEW && f->copies && f->copies[i]) || (kind == KN_VN_OP && nd->op == KN_OP_CONTIGUOUS && d == KN_D_ROOT);
     }
     /* each edge between kernels: its reason, on the drawn edge into the
      * consumer (from the producer, or from the view the consumer reads) */
