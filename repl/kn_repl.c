@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,8 +121,48 @@ static int report(lua_State *L, int status)
 /* Message handler: append a traceback to string errors. An error object
  * with __tostring (kiln's command usage errors) gives just that string: a
  * user who typed `:run` with no model needs no stack. */
+/* Ctrl-C inside a REPL command: the command's own word on where it stopped
+ * (kiln.repl.interrupt_note(): "interrupted after 3 of 100 runs"), pushed
+ * on the stack; false when there is none (a plain chunk, no Ctrl-C). */
+static bool push_interrupt_note(lua_State *L)
+{
+    if (!kn_interrupt_pending()) return false;
+    lua_sethook(L, NULL, 0, 0); /* the Ctrl-C is being answered: no second "interrupted" in the note */
+    int top = lua_gettop(L);
+    if (lua_getglobal(L, "kiln") == LUA_TTABLE && lua_getfield(L, -1, "repl") == LUA_TTABLE &&
+        lua_getfield(L, -1, "interrupt_note") == LUA_TFUNCTION && lua_pcall(L, 0, 1, 0) == LUA_OK &&
+        lua_type(L, -1) == LUA_TSTRING) {
+        lua_replace(L, top + 1);
+        lua_settop(L, top + 1);
+        return true;
+    }
+    lua_settop(L, top);
+    return false;
+}
+
+/* Forget the note of the command that just ended, and end its progress
+ * line (kiln.profiler.progress_end: the line is cleared before an error
+ * is printed, and no later call draws under the old label). */
+static void clear_interrupt_note(lua_State *L)
+{
+    int top = lua_gettop(L);
+    if (lua_getglobal(L, "kiln") == LUA_TTABLE) {
+        if (lua_getfield(L, -1, "repl") == LUA_TTABLE) {
+            lua_pushnil(L);
+            lua_setfield(L, -2, "interrupt_note");
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, -1, "profiler") == LUA_TTABLE && lua_getfield(L, -1, "progress_end") == LUA_TFUNCTION)
+            lua_pcall(L, 0, 0, 0);
+    }
+    lua_settop(L, top);
+}
+
 static int msghandler(lua_State *L)
 {
+    /* an interrupted command says how far it got; kiln's own Lua frames
+     * are no traceback a user needs */
+    if (push_interrupt_note(L)) return 1;
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
@@ -145,6 +186,7 @@ static int docall(lua_State *L, int narg, int nres)
     running_L = NULL;
     lua_sethook(L, NULL, 0, 0); /* set by a Ctrl-C that C code honoured first */
     kn_interrupt_clear();
+    clear_interrupt_note(L);
     lua_remove(L, base);
     return status;
 }

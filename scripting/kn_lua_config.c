@@ -74,8 +74,13 @@ static void progress_bar(const kn_autotune_progress *p, void *ud)
     for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '-';
     bar[W] = 0;
     double left = p->budget_s - p->elapsed_s;
-    fprintf(stderr, "\r\033[Kautotune [%s] %3d/%d kernels  %d candidates  %.1f s, at most %.0f s left  %.40s", bar,
-            p->kernels_done, p->kernels_total, p->candidates, p->elapsed_s, left > 0 ? left : 0, p->kernel);
+    char resuming[64] = "";
+    if (p->resume_total)
+        snprintf(resuming, sizeof resuming, "resuming: %d of %d kernels left to tune  ", p->resume_left,
+                 p->resume_total);
+    fprintf(stderr, "\r\033[Kautotune %s[%s] %3d/%d kernels  %d candidates  %.1f s, at most %.0f s left  %.40s",
+            resuming, bar, p->kernels_done, p->kernels_total, p->candidates, p->elapsed_s, left > 0 ? left : 0,
+            p->kernel);
     fflush(stderr);
 }
 
@@ -110,8 +115,10 @@ static void sync_autotune(lua_State *L)
     lua_pop(L, 1);
     pthread_once(&fault_once, read_fault_env);
     o.fault_candidate = fault_candidate;
-    o.progress = progress_bar;
-    o.progress_ud = NULL;
+    if (!o.progress || o.progress == progress_bar) { /* an embedder's own callback is kept */
+        o.progress = progress_bar;
+        o.progress_ud = NULL;
+    }
     kn_autotune_set_opts(&o);
 }
 

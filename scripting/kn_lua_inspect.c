@@ -305,6 +305,51 @@ static int cm_kernels(lua_State *L)
     return 1;
 }
 
+/* cm:fusion(): every edge between two kernels of the latest versions'
+ * plans, with the reason fusion kept them apart: {graph, from, to (kernel
+ * names), producer, producer_where, consumer, consumer_where, view (the
+ * view op read through, or nil), reason}. */
+static int cm_fusion(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    lua_newtable(L);
+    int n = 0;
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        const kn_plan *plan = kn_version_plan(latest_version(cm, k));
+        if (!plan) continue;
+        const kn_fusion *f = &plan->code.fusion;
+        for (int e = 0; e < f->n_edges; e++) {
+            const kn_fuse_edge *ed = &f->edges[e];
+            const kn_node *pn = &plan->g.nodes[ed->producer], *cn = &plan->g.nodes[ed->consumer];
+            char reason[KN_FUSE_REASON_MAX + 160];
+            kn_plan_edge_reason(plan, ed, reason, sizeof reason);
+            lua_createtable(L, 0, 9);
+            lua_pushinteger(L, k);
+            lua_setfield(L, -2, "graph");
+            lua_pushstring(L, f->prog.kernels[ed->from_kernel].name);
+            lua_setfield(L, -2, "from");
+            lua_pushstring(L, f->prog.kernels[ed->to_kernel].name);
+            lua_setfield(L, -2, "to");
+            lua_pushstring(L, kn_node_op_name(pn));
+            lua_setfield(L, -2, "producer");
+            lua_pushstring(L, pn->where);
+            lua_setfield(L, -2, "producer_where");
+            lua_pushstring(L, kn_node_op_name(cn));
+            lua_setfield(L, -2, "consumer");
+            lua_pushstring(L, cn->where);
+            lua_setfield(L, -2, "consumer_where");
+            if (ed->view >= 0) {
+                lua_pushstring(L, kn_node_op_name(&plan->g.nodes[ed->view]));
+                lua_setfield(L, -2, "view");
+            }
+            lua_pushstring(L, reason);
+            lua_setfield(L, -2, "reason");
+            lua_seti(L, -2, ++n);
+        }
+    }
+    return 1;
+}
+
 static int cm_stats(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -523,6 +568,7 @@ void kn_lua_compiled_inspect_methods(lua_State *L)
                                        {"guards", cm_guards},   {"graphs", cm_graphs},
                                        {"kernels", cm_kernels}, {"stats", cm_stats},
                                        {"last_call", cm_last_call}, {"source", cm_source},
+                                       {"fusion", cm_fusion},
                                        {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);
 }

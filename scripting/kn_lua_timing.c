@@ -24,6 +24,7 @@
 
 #include "kn_clock.h"
 #include "kn_backend.h"
+#include "kn_interrupt.h"
 #include "kn_ceilings.h"
 #include "kn_lua_timing.h"
 #include "kn_lua_util.h"
@@ -32,6 +33,100 @@
 static double now_ms(void)
 {
     return kn_clock_s() * 1e3;
+}
+
+/* ---- progress of :time and :bench ----
+ *
+ * One line on stderr, redrawn at most ten times a second, and only when
+ * stderr is a terminal and the command has run for more than a second (a
+ * quick :time prints nothing extra; piped output never gets it). The
+ * autotune bar (kn_lua_config.c) is drawn the same way. Process-wide on
+ * purpose: there is one stderr. The command starts it with a label,
+ * the loops report (phase, done, total), the command ends it. */
+static struct {
+    bool active, shown;
+    double t0, last;
+    char label[64], phase[48];
+    long done, total;
+} progress;
+
+static void progress_draw(void)
+{
+    double t = kn_clock_s();
+    if (!progress.active || t - progress.t0 < 1.0 || t - progress.last < 0.1 || !isatty(2)) return;
+    progress.last = t;
+    progress.shown = true;
+    enum { W = 20 };
+    int fill = progress.total > 0 ? (int)((double)W * (double)progress.done / (double)progress.total) : 0;
+    char bar[W + 1];
+    for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '-';
+    bar[W] = 0;
+    fprintf(stderr, "\r\033[K%s [%s] %ld/%ld %s  %.1f s", progress.label, bar, progress.done, progress.total,
+            progress.phase, t - progress.t0);
+    fflush(stderr);
+}
+
+static void progress_report(const char *phase, long done, long total)
+{
+    if (!progress.active) return;
+    if (phase) snprintf(progress.phase, sizeof progress.phase, "%s", phase);
+    progress.done = done;
+    progress.total = total;
+    progress_draw();
+}
+
+/* progress_start(label): the command's line starts (drawn after a second). */
+static int l_progress_start(lua_State *L)
+{
+    snprintf(progress.label, sizeof progress.label, "%s", luaL_checkstring(L, 1));
+    progress.active = true;
+    progress.shown = false;
+    progress.t0 = kn_clock_s();
+    progress.last = 0;
+    progress.phase[0] = 0;
+    progress.done = progress.total = 0;
+    return 0;
+}
+
+/* progress_label(label): the line's label changes (:bench's mode), the clock goes on. */
+static int l_progress_label(lua_State *L)
+{
+    snprintf(progress.label, sizeof progress.label, "%s", luaL_checkstring(L, 1));
+    return 0;
+}
+
+/* progress(phase, done, total); also where a Lua loop stops on Ctrl-C when
+ * a call inside it caught the interrupt (the flag stays set) */
+static int l_progress(lua_State *L)
+{
+    if (kn_interrupt_pending()) return luaL_error(L, "interrupted");
+    progress_report(luaL_checkstring(L, 1), (long)luaL_checkinteger(L, 2), (long)luaL_checkinteger(L, 3));
+    return 0;
+}
+
+/* progress_end(): the line is cleared; returns where it stood: phase,
+ * done, total, label (for "interrupted after N of M ..."). */
+static int l_progress_end(lua_State *L)
+{
+    if (progress.shown) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+    }
+    progress.active = progress.shown = false;
+    lua_pushstring(L, progress.phase);
+    lua_pushinteger(L, progress.done);
+    lua_pushinteger(L, progress.total);
+    lua_pushstring(L, progress.label);
+    return 4;
+}
+
+/* interrupted(): whether Ctrl-C was pressed during the chunk running now
+ * (the REPL clears the flag when the chunk ends): tells an interrupt from
+ * another error. */
+static int l_interrupted(lua_State *L)
+{
+    lua_pushboolean(L, kn_interrupt_pending());
+    return 1;
 }
 
 static kn_device check_device(lua_State *L, int idx)
@@ -162,15 +257,27 @@ static int l_time_calls(lua_State *L)
     int wall = lua_gettop(L);
     kn_status st = dc->be->event_record(dc, u->ev[0]);
     if (st != KN_OK) return kn_lua_fail(L, st);
+    /* progress from the calls' own wall times: no clock read of its own
+     * between two events, at most every 50 ms of calls */
+    double calls_ms = 0, reported_ms = 0;
+    progress_report("timed calls", 0, (long)n);
     for (lua_Integer i = 0; i < n; i++) {
         double t0 = now_ms();
         lua_pushvalue(L, 3);
         for (int a = 0; a < nargs; a++) lua_pushvalue(L, 4 + a);
         lua_call(L, nargs, 0);
-        lua_pushnumber(L, now_ms() - t0);
+        double ms = now_ms() - t0;
+        if (kn_interrupt_pending()) return luaL_error(L, "interrupted"); /* fn caught the Ctrl-C */
+        lua_pushnumber(L, ms);
         lua_seti(L, wall, i + 1);
         st = dc->be->event_record(dc, u->ev[i + 1]);
         if (st != KN_OK) return kn_lua_fail(L, st);
+        calls_ms += ms;
+        if (progress.active && calls_ms - reported_ms >= 50) {
+            reported_ms = calls_ms;
+            progress_report(NULL, (long)i + 1, (long)n);
+        }
+        progress.done = (long)i + 1;
     }
     if (dc->be->sync && (st = dc->be->sync(dc)) != KN_OK) return kn_lua_fail(L, st);
     lua_createtable(L, (int)n, 0);
@@ -200,7 +307,9 @@ static int l_host_calls(lua_State *L)
     luaL_checkstack(L, nargs + 8, "host_calls: too many arguments");
     lua_createtable(L, (int)n, 0);
     int host = lua_gettop(L);
+    progress_report("host calls", 0, (long)n);
     for (lua_Integer i = 0; i < n; i++) {
+        progress_report(NULL, (long)i, (long)n);
         kn_status st = dc->be->sync ? dc->be->sync(dc) : KN_OK;
         if (st != KN_OK) return kn_lua_fail(L, st);
         lua_pushvalue(L, 3);
@@ -290,6 +399,11 @@ void kn_lua_open_timing(lua_State *L)
                                    {"host_calls", l_host_calls},
                                    {"measure", l_measure},
                                    {"write_file", l_write_file},
+                                   {"progress_start", l_progress_start},
+                                   {"progress", l_progress},
+                                   {"progress_label", l_progress_label},
+                                   {"progress_end", l_progress_end},
+                                   {"interrupted", l_interrupted},
                                    {NULL, NULL}};
     luaL_newlib(L, fns);
     lua_setfield(L, -2, "profiler");

@@ -270,7 +270,11 @@ int main(void)
 
     /* Ctrl-C during max-autotune's search: it stops, keeps what it
      * measured, and the prompt comes back */
+    /* the small size: the search takes a second or two, long enough to
+     * interrupt at its first progress report and short enough to resume */
     type("kiln.config.cache_dir = os.tmpname() .. '-autotune'; kiln.config.autotune_budget_s = 300\r");
+    until_prompt(seg, sizeof seg);
+    type("kiln.session.small = true\r");
     until_prompt(seg, sizeof seg);
     type(":load samples/transformer_block.lua\r");
     until_prompt(seg, sizeof seg);
@@ -286,6 +290,41 @@ int main(void)
     type(":autotune\r");
     s = until_prompt(seg, sizeof seg);
     like(s, "stopped: interrupted", ":autotune then shows the search was interrupted");
+    /* the next call tunes the kernels the interrupted search left */
+    type(":run\r");
+    s = until_prompt(seg, sizeof seg);
+    like(s, "autotune resuming: ", "the next call resumes the search, and its progress bar says so");
+    like(s, " kernels left to tune", "... with the kernels left to tune");
+    like(s, "autotuning resumed where Ctrl-C stopped it: ", "and says it resumed when it is done");
+    ok(!strstr(s, "interrupted after"), "the resumed call runs to its end");
+    type(":autotune\r");
+    s = until_prompt(seg, sizeof seg);
+    ok(!strstr(s, "stopped: interrupted"), ":autotune no longer shows the search as interrupted");
+
+    /* Ctrl-C in :run, :time and :bench: how far each got, no traceback */
+    type(":mode eager\r");
+    until_prompt(seg, sizeof seg);
+    type(":run 100000\r");
+    settle(2000);
+    type(KEY_CTRL('c'));
+    s = until_prompt(seg, sizeof seg);
+    like(s, " of 100000 runs\r\n", "Ctrl-C in :run: 'interrupted after N of 100000 runs'");
+    like(s, "interrupted after ", "... (the words)");
+    ok(!strstr(s, "traceback") && !strstr(s, ".lua:"), "... and no traceback through kiln's Lua files");
+    type(":time 100000\r");
+    ok(expect(":time ["), ":time draws a progress line once it has run a second");
+    settle(500);
+    type(KEY_CTRL('c'));
+    s = until_prompt(seg, sizeof seg);
+    like(s, " calls (:time)\r\n", "Ctrl-C in :time: 'interrupted after N of M ... calls (:time)'");
+    ok(!strstr(s, "traceback"), "... and no traceback");
+    type(":bench 100000\r");
+    ok(expect(":bench eager ["), ":bench draws a progress line with the mode it is in");
+    settle(500);
+    type(KEY_CTRL('c'));
+    s = until_prompt(seg, sizeof seg);
+    like(s, " of 100000 timed calls (:bench eager)\r\n", "Ctrl-C in :bench: how far it got, in which mode");
+    ok(!strstr(s, "traceback"), "... and no traceback");
     type("os.execute('rm -rf ' .. kiln.config.cache_dir)\r");
     until_prompt(seg, sizeof seg);
     type("return 7\r"); /* the last line, which the next session's Up recalls */

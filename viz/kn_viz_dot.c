@@ -270,6 +270,18 @@ static void node_text(builder *bd, Agnode_t *n, const kn_viz_vnode *v)
     case KN_VN_VIEW:
         kn_strbuf_printf(b, "%s\\n%s %s", v->op, v->shape, v->dtype);
         set_buf(n, "label", b);
+        if (v->copies) { /* a copy the plan makes: a node of its own, so it is seen */
+            kn_strbuf_printf(b, "copy · %s\\n%s %s · %s", v->op, v->shape, v->dtype, bytes);
+            set_buf(n, "label", b);
+            kn_strbuf_printf(b, "%s at ", v->op);
+            esc(b, v->where[0] ? v->where : "?");
+            kn_strbuf_printf(b, " copies %s every call: %s\\n%s %s", bytes,
+                             v->kind == KN_VN_VIEW ? "a reshape of a layout its strides cannot express"
+                                                   : "contiguous() materializes its input",
+                             v->shape, v->dtype);
+            set_buf(n, "tooltip", b);
+            return;
+        }
         kn_strbuf_printf(b, "%s%s at ", v->op, v->kind == KN_VN_VIEW ? " (a view: no copy)" : "");
         esc(b, v->where[0] ? v->where : "?");
         kn_strbuf_printf(b, "\\n%s %s, %s", v->shape, v->dtype, bytes);
@@ -306,6 +318,13 @@ static void node_text(builder *bd, Agnode_t *n, const kn_viz_vnode *v)
 
 static void node_style(Agnode_t *n, const kn_viz_vnode *v)
 {
+    if (v->copies) {
+        set(n, "shape", "box");
+        set(n, "style", "filled,bold");
+        set(n, "fillcolor", "#fdd0a2");
+        set(n, "color", "#d94801");
+        return;
+    }
     switch (v->kind) {
     case KN_VN_OP: /* captured: a view op, dashed as the fused view draws views */
         if (kn_op_kind_of(kn_op_by_name(v->op)) == KN_K_VIEW) set(n, "style", "rounded,dashed");
@@ -487,6 +506,12 @@ static void build_graph(builder *bd, int gi)
                 if (s->kind == KN_VN_OP || s->kind == KN_VN_VIEW) kn_strbuf_printf(b, "%s %s\\n%s", s->shape, s->dtype, bytes);
                 else kn_strbuf_printf(b, "%s", bytes);
                 set_buf(e, "label", b);
+            }
+            /* fused: why this edge is between two kernels, on hover */
+            if (m->view == KN_VIZ_FUSED && v->in_reason[q] >= 0) {
+                esc(b, vg->reasons[v->in_reason[q]].text);
+                set(e, "tooltip", b->p ? b->p : "");
+                set_buf(e, "labeltooltip", b);
             }
         }
     }

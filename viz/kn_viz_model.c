@@ -78,6 +78,7 @@ static kn_viz_vnode *add_node(kn_viz_vgraph *vg, kn_viz_vkind kind)
     v->kernel = -1;
     v->alias = -1;
     v->out_number = -1;
+    for (int q = 0; q < KN_MAX_INPUTS; q++) v->in_reason[q] = -1;
     return v;
 }
 
@@ -250,6 +251,26 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
         }
         if (nd->op == KN_NODE_INPUT && nd->input >= p->n_orig_inputs) snprintf(v->name, sizeof v->name, "folded constant");
         if (kind == KN_VN_OP) v->kernel = f->kernel[i];
+        v->copies = (kind == KN_VN_VIEW && f->copies && f->copies[i]) || (kind == KN_VN_OP && nd->op == KN_OP_CONTIGUOUS && d == KN_D_ROOT);
+    }
+    /* each edge between kernels: its reason, on the drawn edge into the
+     * consumer (from the producer, or from the view the consumer reads) */
+    if (st == KN_OK && f->n_edges) {
+        vg->reasons = calloc((size_t)f->n_edges, sizeof *vg->reasons);
+        if (!vg->reasons) st = kn_error(KN_ERR_OOM, "out of host memory drawing a graph");
+    }
+    for (int e = 0; st == KN_OK && e < f->n_edges; e++) {
+        const kn_fuse_edge *ed = &f->edges[e];
+        int from = map[ed->view >= 0 ? ed->view : ed->producer], to = map[ed->consumer];
+        if (from < 0 || to < 0) continue;
+        struct kn_viz_reason *r = &vg->reasons[vg->n_reasons];
+        r->from = ed->from_kernel;
+        r->to = ed->to_kernel;
+        kn_plan_edge_reason(p, ed, r->text, sizeof r->text);
+        kn_viz_vnode *v = &vg->nodes[to];
+        for (int q = 0; q < v->n_in; q++)
+            if (v->in[q] == from) v->in_reason[q] = vg->n_reasons;
+        vg->n_reasons++;
     }
     for (int k = 0; k < f->prog.n_kernels && st == KN_OK; k++) {
         const kn_kernel *kn = &f->prog.kernels[k];
@@ -497,6 +518,7 @@ void kn_viz_model_free(kn_viz_model *m)
         for (int j = 0; j < m->graphs[k].n_kernels; j++) free(m->graphs[k].kernels[j].nodes);
         free(m->graphs[k].kernels);
         free(m->graphs[k].nodes);
+        free(m->graphs[k].reasons);
     }
     free(m->graphs);
     memset(m, 0, sizeof *m);

@@ -34,7 +34,12 @@ typedef struct kn_viz_vnode {
     unsigned sig;              /* what a repeat must match (collapse) */
     bool hidden;               /* collapsed into the first repetition */
     int alias;                 /* hidden: the node of the first repetition it stands for, else -1 */
+    bool copies;               /* fused: a copy the plan makes (a reshape that copies, a contiguous op) */
+    int in_reason[KN_MAX_INPUTS]; /* fused: why input q crosses kernels, an index in the graph's
+                                     reasons, or -1 */
 } kn_viz_vnode;
+
+#define KN_VIZ_REASON_MAX 560
 
 typedef struct kn_viz_vkernel {
     char name[80];
@@ -60,6 +65,12 @@ typedef struct kn_viz_vgraph {
     /* collapse: a run of rep_count equal repetitions of rep_len nodes
      * (captured) or kernels (fused) from rep_start; rep_count 0: none */
     int rep_start, rep_len, rep_count;
+    /* fused: why each edge between two kernels is one (kn_fusion.edges, as the plan runs them) */
+    struct kn_viz_reason {
+        int from, to; /* kernels */
+        char text[KN_VIZ_REASON_MAX];
+    } *reasons;
+    int n_reasons;
     /* the version's guards (what a call must match to run it), borrowed from the kn_version */
     int n_guards;
     const char (*guards)[KN_REASON_MAX];

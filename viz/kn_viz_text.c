@@ -80,6 +80,17 @@ static void fused_graph(kn_strbuf *b, const kn_viz_model *m, const kn_viz_vgraph
         if (vk->epilogue_of >= 0) kn_strbuf_printf(b, " (in %s's epilogue)", vg->kernels[vk->epilogue_of].name);
         kn_strbuf_printf(b, "\n");
     }
+    /* why the kernels drawn are not fewer: each edge between two of them */
+    bool titled = false;
+    for (int i = 0; i < vg->n_reasons; i++) {
+        const struct kn_viz_reason *r = &vg->reasons[i];
+        if (r->from < 0 || r->to < 0 || r->from >= vg->n_kernels || r->to >= vg->n_kernels ||
+            vg->kernels[r->from].hidden || vg->kernels[r->to].hidden)
+            continue;
+        if (!titled) kn_strbuf_printf(b, "  between kernels:\n");
+        titled = true;
+        kn_strbuf_printf(b, "    %s -> %s: %s\n", vg->kernels[r->from].name, vg->kernels[r->to].name, r->text);
+    }
 }
 
 kn_status kn_viz_outline(const kn_compiled *cm, const kn_viz_opts *o, char **text)

@@ -697,8 +697,18 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     cm->cap.kernels_generated += plan->times.generated;
     cm->cap.kernels_cached += plan->times.cached;
     cm->stats.autotune_cache_hits += plan->tune.cache_hits;
-    if (plan->code.fusion.why)
-        kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s):\n%s", cm->id.name, cm->id.where, plan->code.fusion.why);
+    if (cm->log.flags & KN_LOG_FUSION) {
+        const kn_fusion *f = &plan->code.fusion;
+        kn_compiled_log(cm, KN_LOG_FUSION, "Fusion of %s (%s): %d kernel%s, %d edge%s between kernels\n%s",
+                        cm->id.name, cm->id.where, f->prog.n_kernels, f->prog.n_kernels == 1 ? "" : "s", f->n_edges,
+                        f->n_edges == 1 ? "" : "s", f->why ? f->why : "");
+        for (int e = 0; e < f->n_edges; e++) {
+            char reason[KN_FUSE_REASON_MAX + 160];
+            kn_plan_edge_reason(plan, &f->edges[e], reason, sizeof reason);
+            kn_compiled_log(cm, KN_LOG_FUSION, "  %s -> %s: %s\n", f->prog.kernels[f->edges[e].from_kernel].name,
+                            f->prog.kernels[f->edges[e].to_kernel].name, reason);
+        }
+    }
     if (cm->log.flags & KN_LOG_KERNELS)
         for (int k = 0; k < plan->code.fusion.prog.n_kernels; k++)
             kn_compiled_log(cm, KN_LOG_KERNELS, "kernel %s (%d nodes)\n", plan->code.fusion.prog.kernels[k].name,
@@ -711,6 +721,19 @@ static void autotune_log(void *ud, const char *text)
     kn_compiled_log(ud, KN_LOG_AUTOTUNE, "%s", text);
 }
 
+/* Whether a search Ctrl-C stopped waits in any plan of cm (resumed at
+ * that plan's next call). */
+static bool any_search_interrupted(const kn_compiled *cm)
+{
+    for (int k = 0; k < cm->cache.n_graphs; k++)
+        for (int v = 0; v < cm->cache.graphs[k].n_versions; v++) {
+            const kn_version *ver = &cm->cache.graphs[k].versions[v];
+            for (int i = 0; i < ver->n_plans; i++)
+                if (ver->plans[i].plan->tune.interrupted) return true;
+        }
+    return false;
+}
+
 /* The last progress report, and a line on how the search ended when it
  * did not finish (the budget, Ctrl-C): printed, not only logged. */
 static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
@@ -718,7 +741,7 @@ static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
     const kn_autotune_opts *o = kn_autotune_get_opts();
     if (o->progress) {
         kn_autotune_progress pr = {"", s->kernels_done, s->kernels_total, s->candidates, kn_clock_s() - s->t0,
-                                   s->budget_s, true};
+                                   s->budget_s, true, s->resume_left, s->resume_total};
         o->progress(&pr, o->progress_ud);
     }
     int skipped = 0;
@@ -803,6 +826,13 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
             if (ts.kernels_total) cm->stats.autotune_s += kn_clock_s() - ts.t0;
             cm->stats.autotune_kernels += ts.measured;
             cm->stats.autotune_candidates += ts.candidates;
+            if (ts.resume_total) {
+                kn_compiled_log(cm, KN_LOG_WARN,
+                                "kiln: %s (%s): autotuning resumed where Ctrl-C stopped it: %d of %d kernels were "
+                                "left to tune; %d tuned now\n",
+                                cm->id.name, cm->id.where, ts.resume_left, ts.resume_total, ts.kernels_done);
+                cm->stats.autotune_interrupted = ts.interrupted || any_search_interrupted(cm);
+            }
             cm->stats.autotune_interrupted |= ts.interrupted;
             cm->stats.autotune_out_of_budget |= ts.out_of_budget;
             if (ts.kernels_total) autotune_done(cm, plan, &ts);

@@ -45,6 +45,9 @@ typedef struct kn_autotune_progress {
     int candidates;       /* measured so far, all kernels */
     double elapsed_s, budget_s;
     bool done;            /* the last report of a search */
+    /* a search resuming one Ctrl-C stopped: kernels left to tune of the
+     * plan's tunable ones ("resuming: 5 of 14 kernels left to tune"); 0: none */
+    int resume_left, resume_total;
 } kn_autotune_progress;
 
 typedef struct kn_autotune_opts {

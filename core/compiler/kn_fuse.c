@@ -10,6 +10,10 @@
 
 #include "kn_view.h"
 
+/* The fusion reasons name ops by their source lines; a line too long for
+ * KN_FUSE_REASON_MAX is cut, which is what the size is for. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
 /* ---- classification ------------------------------------------------------ */
 
 static bool is_op(const kn_node *n)
@@ -108,7 +112,7 @@ static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
 
 /* ---- library outputs written permuted ------------------------------------ */
 
-static void note_why(kn_fusion *f, const char *fmt, int a, const char *an, int b, const char *bn, const char *reason);
+static void note_why(kn_fusion *f, const kn_graph *g, int a, const char *what, int b, const char *reason);
 
 /* Whether node n runs as a LIBRARY kernel (its backend's library, or the
  * CPU reference): the kernel builder's rule, and the permuted layouts'. */
@@ -171,15 +175,13 @@ static void permuted_library_outputs(const kn_graph *g, kn_fusion *f, const int 
         kn_layout want = f->layout[i];
         for (int d = 0; d < nd_; d++) want.strides[d] = pc[inv[d]];
         if (!strided_out || !strided_out(ud, g, i, &want)) {
-            note_why(f, "node %d (%s) is copied by node %d (%s): %s\n", i, kn_op_name((kn_op)nd->op), reshape,
-                     "reshape", "the backend cannot write this library call's output permuted");
+            note_why(f, g, i, "is copied by", reshape, "the backend cannot write this library call's output permuted");
             continue;
         }
         f->layout[i] = want;
         f->n_permuted++;
         changed = true;
-        note_why(f, "node %d (%s) writes its value permuted for node %d (%s): %s\n", i, kn_op_name((kn_op)nd->op), c,
-                 "permute", "the reshape after it copies nothing");
+        note_why(f, g, i, "writes its value permuted for", c, "the reshape after it copies nothing");
     }
     if (!changed) return;
     for (int i = 0; i < n; i++)
@@ -706,20 +708,175 @@ void kn_fusion_free(kn_fusion *f)
     free(f->layout);
     free(f->kernel_at);
     free(f->why);
+    free(f->edges);
+    free(f->copies);
     kn_kprogram_free(&f->prog);
     memset(f, 0, sizeof *f);
 }
 
-static void note_why(kn_fusion *f, const char *fmt, int a, const char *an, int b, const char *bn, const char *reason)
+/* "matmul (f.lua:20)": an op as the user wrote it, for every message
+ * fusion gives (node numbers appear nowhere a user looks). */
+static void node_text(const kn_graph *g, int i, char *buf, size_t size)
 {
-    size_t old = f->why ? strlen(f->why) : 0;
-    char line[256];
-    int n = snprintf(line, sizeof line, fmt, a, an, b, bn, reason);
-    if (n <= 0) return;
-    char *p = realloc(f->why, old + (size_t)n + 1);
+    const kn_node *n = &g->nodes[i];
+    snprintf(buf, size, "%s (%s)", kn_node_op_name(n), n->where[0] ? n->where : "no source line");
+}
+
+static void note_text(kn_fusion *f, const char *line)
+{
+    size_t old = f->why ? strlen(f->why) : 0, n = strlen(line);
+    char *p = realloc(f->why, old + n + 1);
     if (!p) return;
-    memcpy(p + old, line, (size_t)n + 1);
+    memcpy(p + old, line, n + 1);
     f->why = p;
+}
+
+/* "A (f:1) <what> B (f:2): reason" */
+static void note_why(kn_fusion *f, const kn_graph *g, int a, const char *what, int b, const char *reason)
+{
+    char an[KN_WHERE_MAX + 40], bn[KN_WHERE_MAX + 40], line[2 * KN_WHERE_MAX + 400];
+    node_text(g, a, an, sizeof an);
+    node_text(g, b, bn, sizeof bn);
+    snprintf(line, sizeof line, "%s %s %s: %s\n", an, what, bn, reason);
+    note_text(f, line);
+}
+
+/* Why node n has no generated kernel (its kernel is FALLBACK). */
+static const char *fallback_why(const kn_graph *g, const kn_node *n)
+{
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_REDUCE:
+        return g->nodes[n->in_node[0]].out[n->in_out[0]].ndim > 1 && n->a.ndims != 1
+                   ? "a reduction over several dims or all of them, which a row kernel (one dim) does not cover"
+                   : "a reduction no row kernel covers";
+    case KN_K_NORM: return "a norm over more than the last dim, which a row kernel does not cover";
+    case KN_K_ARGREDUCE: return "an index reduction, which no generated kernel covers";
+    case KN_K_CAT: return "a concatenation, which no generated kernel covers";
+    case KN_K_INDEX: return "an indexing op, which no generated kernel covers";
+    case KN_K_POOL: return "a pooling op, which no generated kernel covers";
+    default: return "an op no generated kernel covers";
+    }
+}
+
+/* The nodes that read node p (x * x is one reader; uses[] counts two). */
+static int readers(const kn_graph *g, const kn_fusion *f, int p)
+{
+    int n = 0;
+    for (int j = p + 1; j < g->n_nodes; j++) {
+        if (f->disp[j] == KN_D_DEAD) continue;
+        bool reads = false;
+        for (int k = 0; k < g->nodes[j].n_in && !reads; k++) reads = g->nodes[j].in_node[k] == p;
+        n += reads;
+    }
+    return n;
+}
+
+/* Why consumer c's kernel reads producer p's value from memory instead of
+ * computing it inline: the rule of kn_fuse_ex that kept them apart, in
+ * the order that rule is checked, naming both ops by name and line. */
+static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, const bool *is_out, int p, int c,
+                        int view, bool view_copies, char *buf, size_t size)
+{
+    char P[KN_WHERE_MAX + 40], C[KN_WHERE_MAX + 40], V[KN_WHERE_MAX + 40];
+    node_text(g, p, P, sizeof P);
+    node_text(g, c, C, sizeof C);
+    if (view >= 0) node_text(g, view, V, sizeof V);
+    const kn_node *pn = &g->nodes[p], *cn = &g->nodes[c];
+    const kn_kernel *pk = &f->prog.kernels[f->kernel[p]], *ck = &f->prog.kernels[f->kernel[c]];
+    int ci = 0;
+    while (ci < cn->n_in && cn->in_node[ci] != p && view < 0) ci++;
+    if (runs_in_library(pn))
+        snprintf(buf, size, "%s is a library call, which writes its value to memory, so %s reads it in another kernel",
+                 P, C);
+    else if (runs_in_library(cn))
+        snprintf(buf, size, "%s is a library call, which reads its inputs from memory, so its producer %s ends a kernel",
+                 C, P);
+    else if (pk->kind == KN_KERNEL_FALLBACK)
+        snprintf(buf, size, "%s is %s; it runs alone, so %s reads its value from memory", P, fallback_why(g, pn), C);
+    else if (pk->kind == KN_KERNEL_ROW && f->kernel_at[f->kernel[p]] == p)
+        snprintf(buf, size,
+                 "%s is a row op, and a row kernel ends at its row op (nothing after it joins), so %s starts "
+                 "another kernel",
+                 P, C);
+    else if (view >= 0 && view_copies)
+        snprintf(buf, size, "%s reads %s through %s, which copies it (its strides cannot express the new shape), so %s "
+                            "ends a kernel",
+                 C, P, V, P);
+    else if (view >= 0)
+        snprintf(buf, size, "%s reads %s through the view %s; fusion does not inline across a view, so %s ends a kernel",
+                 C, P, V, P);
+    else if (is_out[p])
+        snprintf(buf, size, "%s is an output of the graph, so its value is stored and %s reads it back", P, C);
+    else if (uses[p] > 1 && readers(g, f, p) == 1)
+        snprintf(buf, size, "%s reads %s more than once, and fusion inlines only a value read once, so %s ends a kernel",
+                 C, P, P);
+    else if (uses[p] > 1)
+        snprintf(buf, size, "%s has %d readers (%s is one), so its value is computed once and stored", P,
+                 readers(g, f, p), C);
+    else if (ck->kind == KN_KERNEL_FALLBACK)
+        snprintf(buf, size, "%s is %s, so its producer %s ends a kernel", C, fallback_why(g, cn), P);
+    else if (row_dim(g, cn) >= 0 && cn->in_node[0] != p)
+        snprintf(buf, size, "%s reads %s as a parameter, not as the row it reduces, so %s ends a kernel", C, P, P);
+    else if (row_dim(g, cn) >= 0 && ci < cn->n_in && cn->in_out[ci] != 0)
+        snprintf(buf, size, "%s reads a second output of %s, so %s ends a kernel", C, P, P);
+    else if (!same_shape(&pn->out[0], &cn->out[0]))
+        snprintf(buf, size, "%s broadcasts %s to a larger shape; computing it once is cheaper than once per element, so "
+                            "%s ends a kernel",
+                 C, P, P);
+    else if (cn->op == KN_OP_BATCH_NORM)
+        snprintf(buf, size, "%s reads %s as a parameter, so %s ends a kernel", C, P, P);
+    else if (!is_pointwise(pn) && row_dim(g, pn) < 0)
+        snprintf(buf, size, "%s has no element-by-element form to inline, so %s reads its value from memory", P, C);
+    else
+        snprintf(buf, size, "%s and %s are in different kernels (no fusion rule joins them)", P, C);
+    size_t len = strlen(buf);
+    if (view >= 0 && !view_copies && !strstr(buf, V) && len < size) /* q, k and v of one value: which one this is */
+        len += (size_t)snprintf(buf + len, size - len, "; it reads it through %s", V);
+    if (len >= size) return;
+    if (view_copies && !strstr(buf, "which copies it") && len < size)
+        snprintf(buf + len, size - len, "; on the way %s copies the value every call (its strides cannot express the "
+                                        "new shape)",
+                 V);
+}
+
+/* Every edge that crosses kernels, with its reason (kn_fusion.edges). */
+static kn_status find_edges(const kn_graph *g, kn_fusion *f, const int *uses, const bool *is_out)
+{
+    int cap = 0;
+    for (int c = 0; c < g->n_nodes; c++) {
+        if (f->disp[c] != KN_D_ROOT && f->disp[c] != KN_D_INLINE) continue;
+        const kn_node *cn = &g->nodes[c];
+        for (int k = 0; k < cn->n_in; k++) {
+            int p = cn->in_node[k], view = -1;
+            bool copies = false;
+            while (p >= 0 && f->disp[p] == KN_D_VIEW) {
+                if (view < 0) view = p;
+                copies = copies || f->copies[p];
+                p = g->nodes[p].in_node[0];
+            }
+            if (p < 0 || (f->disp[p] != KN_D_ROOT && f->disp[p] != KN_D_INLINE)) continue;
+            if (f->kernel[p] == f->kernel[c] || f->kernel[p] < 0) continue;
+            bool seen = false; /* x * x reads x once; q, k and v of one value are three views */
+            for (int e = f->n_edges - 1; e >= 0 && !seen && f->edges[e].consumer == c; e--)
+                seen = f->edges[e].producer == p && f->edges[e].view == view;
+            if (seen) continue;
+            if (f->n_edges == cap) {
+                int ncap = cap ? 2 * cap : 16;
+                kn_fuse_edge *ne = realloc(f->edges, sizeof *ne * (size_t)ncap);
+                if (!ne) return kn_error(KN_ERR_OOM, "out of host memory explaining kernels");
+                f->edges = ne;
+                cap = ncap;
+            }
+            kn_fuse_edge *e = &f->edges[f->n_edges++];
+            e->producer = p;
+            e->consumer = c;
+            e->from_kernel = f->kernel[p];
+            e->to_kernel = f->kernel[c];
+            e->view = view;
+            edge_reason(g, f, uses, is_out, p, c, view, copies, e->reason, sizeof e->reason);
+        }
+    }
+    return KN_OK;
 }
 
 /* Merge neighbouring dims of a pointwise kernel's iteration space where
@@ -847,20 +1004,21 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
         } else {
             why = is_op(cn) ? "its consumer is not generated code (library call, view or reference op)" : "an output";
         }
-        if (why) {
-            note_why(f, "node %d (%s) not fused into node %d (%s): %s\n", i, kn_op_name((kn_op)nd->op), cidx,
-                     is_op(cn) ? kn_op_name((kn_op)cn->op) : "input", why);
-            continue;
-        }
+        if (why) continue; /* find_edges says why, with both ops' lines */
         f->disp[i] = KN_D_INLINE;
     }
     permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
+    f->copies = calloc((size_t)n + 1, sizeof *f->copies);
+    if (!f->copies) {
+        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+        goto done;
+    }
     for (int i = 0; i < n; i++) /* the copies left: a reshape its source's strides cannot express */
         if (f->disp[i] == KN_D_VIEW && g->nodes[i].op == KN_OP_RESHAPE &&
             reshape_copies(&g->nodes[i], &f->layout[g->nodes[i].in_node[0]])) {
             f->n_view_copies++;
-            note_why(f, "node %d (%s) copies node %d (%s): %s\n", i, "reshape", g->nodes[i].in_node[0],
-                     kn_op_name((kn_op)g->nodes[g->nodes[i].in_node[0]].op),
+            f->copies[i] = true;
+            note_why(f, g, i, "copies", g->nodes[i].in_node[0],
                      "a reshape of a layout its strides cannot express, once per call");
         }
     /* kernels: one per root, in node order; inlined nodes join their consumer's */
@@ -904,6 +1062,7 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
         if (k->kind == KN_KERNEL_POINTWISE) coalesce_dims(k);
         f->prog.n_kernels++;
     }
+    if (st == KN_OK) st = find_edges(g, f, uses, is_out);
     /* lifetimes: a value is read where its reader runs: an inlined node
      * runs inside its kernel, at the kernel's root */
     f->drop_head = malloc(sizeof *f->drop_head * ((size_t)n + 1));

@@ -32,6 +32,18 @@ typedef struct kn_layout {
     int64_t strides[KN_MAX_DIMS];
 } kn_layout;
 
+/* One data edge between two kernels: the consumer's kernel reads the
+ * producer's value from memory. reason says why they are not one kernel,
+ * naming both ops by op name and source line ("layer_norm (f.lua:21) ..."),
+ * so a user can act on it (KILN_LOGS=fusion, the fused drawing's edges). */
+#define KN_FUSE_REASON_MAX 400
+typedef struct kn_fuse_edge {
+    int producer, consumer;      /* op nodes */
+    int from_kernel, to_kernel;
+    int view;                    /* the view node the consumer reads through (the one nearest it), or -1 */
+    char reason[KN_FUSE_REASON_MAX];
+} kn_fuse_edge;
+
 typedef struct kn_fusion {
     int n_nodes;
     kn_disp *disp;     /* per node */
@@ -43,7 +55,11 @@ typedef struct kn_fusion {
     kn_layout *layout; /* per node (output 0) */
     kn_kprogram prog;
     int *kernel_at;    /* per kernel: the node at whose position it runs */
-    char *why;         /* KILN_LOGS=fusion: why neighbours were not fused (may be NULL) */
+    char *why;         /* KILN_LOGS=fusion: the passes' notes and the layout notes (may be NULL) */
+    kn_fuse_edge *edges; /* every producer -> consumer edge that crosses kernels, in consumer order */
+    int n_edges;
+    bool *copies;      /* per node: a view that copies at run time (a reshape its source's strides
+                          cannot express): drawn as a copy, not a view */
     int n_permuted;    /* library kernels whose value is laid out permuted (see kn_fuse_ex) */
     int n_view_copies; /* reshapes that copy at run time (kn_view_run): not kernels, but copies per call */
 } kn_fusion;

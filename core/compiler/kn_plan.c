@@ -1416,3 +1416,11 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
     *replayed = true;
     return rec_replay(p, inputs, results);
 }
+
+void kn_plan_edge_reason(const kn_plan *p, const kn_fuse_edge *e, char *buf, size_t size)
+{
+    if (kn_plan_epi_active(p, e->from_kernel) && p->epi.kernel[e->from_kernel].into == e->to_kernel)
+        snprintf(buf, size, "%s; here the library call runs %s in its epilogue, so the two are one call", e->reason,
+                 p->code.fusion.prog.kernels[e->to_kernel].name);
+    else snprintf(buf, size, "%s", e->reason);
+}

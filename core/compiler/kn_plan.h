@@ -93,7 +93,8 @@ typedef struct kn_plan {
      * measured or the cache gave; the compiled programs of chosen configurations */
     struct {
         bool enabled;       /* built with KN_PLAN_AUTOTUNE */
-        int state;          /* KN_TUNE_* */
+        int state;          /* KN_TUNE_*: PENDING again after a search Ctrl-C stopped */
+        bool interrupted;   /* the last search was stopped by Ctrl-C: the next call resumes it */
         int *variant;
         struct kn_tune_result *result; /* per kernel */
         void **libs;
@@ -142,6 +143,9 @@ typedef struct kn_tune_session {
     int measured;           /* out: kernels searched */
     int candidates;         /* out: candidates measured */
     bool out_of_budget, interrupted;
+    /* out: a search that resumes one Ctrl-C stopped: the kernels left to
+     * tune and the plan's tunable kernels (0, 0: a first search) */
+    int resume_left, resume_total;
     void (*log)(void *ud, const char *text);
     void *log_ud;
     /* internal */
@@ -191,7 +195,9 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
  * kn_plan_autotune, which measures every kernel still untuned on that
  * call's inputs (see core/compiler/kn_autotune.h), keeps the winners, saves them
  * and returns the call's results. KN_ERR_INTERRUPTED when Ctrl-C stopped
- * the search (what was measured is kept and saved). */
+ * the search (what was measured is kept and saved). A search Ctrl-C
+ * stopped leaves the plan PENDING: the next call resumes it, measuring
+ * the kernels it skipped (s->resume_left of s->resume_total). */
 kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s);
 /* Pin kernel kid to a choice ("default", "block=128 ept=4", "variant=3"):
  * compiled now, saved in the cache as pinned; the recording is dropped. */
@@ -203,6 +209,11 @@ static inline bool kn_plan_epi_active(const kn_plan *p, int kid)
 {
     return p->epi.kernel && p->epi.kernel[kid].into >= 0 && !p->epi.kernel[kid].off;
 }
+
+/* Fusion edge e's reason as this plan runs it: kn_fuse_edge.reason, and
+ * a note when the backend folds the consumer into the library call's
+ * epilogue (then the two run as one call). */
+void kn_plan_edge_reason(const kn_plan *p, const kn_fuse_edge *e, char *buf, size_t size);
 
 /* Whether kernel kid has anything to tune on this plan's device. */
 bool kn_plan_tunable(const kn_plan *p, int kid);

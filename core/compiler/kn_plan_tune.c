@@ -267,7 +267,7 @@ static void progress(kn_tune_session *s, const char *kernel, bool done)
     const kn_autotune_opts *o = kn_autotune_get_opts();
     if (!o->progress) return;
     kn_autotune_progress pr = {kernel,        s->kernels_done, s->kernels_total, s->candidates,
-                               kn_clock_s() - s->t0, s->budget_s,   done};
+                               kn_clock_s() - s->t0, s->budget_s,   done, s->resume_left, s->resume_total};
     o->progress(&pr, o->progress_ud);
 }
 
@@ -405,6 +405,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
     for (int ci = 1; ci < tried && c[0].us >= 0; ci++)
         if (!c[ci].status[0] && c[ci].us >= 0 && c[ci].us < c[best].us) best = ci;
     if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
+    if (!complete) best = 0; /* a kernel left half-searched keeps its default; a resumed search starts it again */
     if (best != 0 && !j.library) {
         k->cfg = cfgs[best];
         p->code.fns[kid] = j.fns[best];
@@ -487,14 +488,34 @@ static kn_status compile_chosen(kn_plan *p, const char *cache_dir)
 
 kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tune_session *s)
 {
-    p->tune.state = KN_TUNE_DONE; /* one search per plan, even when it is cut short */
-    int todo = 0;
-    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++)
-        todo += p->tune.result[k].source == KN_TUNED_NONE && kn_plan_tunable(p, k);
+    /* one search per plan, even when the budget cuts it short; one that
+     * Ctrl-C stopped goes on at the next call with the kernels it skipped */
+    p->tune.state = KN_TUNE_DONE;
+    int todo = 0, tunable = 0;
+    for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++) {
+        if (!kn_plan_tunable(p, k)) continue;
+        tunable++;
+        if (p->tune.interrupted && p->tune.result[k].source == KN_TUNED_SKIPPED) {
+            free(p->tune.result[k].cands);
+            p->tune.result[k].cands = NULL;
+            p->tune.result[k].n_cands = 0;
+            p->tune.result[k].source = KN_TUNED_NONE;
+        }
+        todo += p->tune.result[k].source == KN_TUNED_NONE;
+    }
+    if (p->tune.interrupted && todo) {
+        s->resume_left = todo;
+        s->resume_total = tunable;
+    }
+    p->tune.interrupted = false;
     if (!todo) return kn_plan_run(p, inputs, results);
     s->kernels_total += todo;
     s->search_kernel = search_kernel;
     kn_status st = kn_plan_run_ex(p, inputs, results, NULL, s);
+    if (s->interrupted) {
+        p->tune.interrupted = true;
+        p->tune.state = KN_TUNE_PENDING;
+    }
     /* not fatal: the chosen kernels already run from their own programs */
     if (st == KN_OK && s->measured && compile_chosen(p, s->cache_dir) != KN_OK && s->log) {
         char msg[1200];

@@ -101,6 +101,7 @@ function repl.command(line)
   if name == "" then fail("empty command (try :help)") end
   local f = cmd[name]
   if f == nil then fail("unknown command ':%s' (try :help)", name) end
+  repl.interrupt_note = nil
   local args = {}
   for a in rest:gmatch("%S+") do args[#args + 1] = a end
   -- a word too many is an error, not dropped: ':run 2 3' must not run twice
@@ -112,6 +113,17 @@ function repl.command(line)
       c.max_args == 1 and "" or "s", extra, c.usage)
   end
   return f(table.unpack(args))
+end
+
+---------------------------------------------------------------------------
+-- Ctrl-C in a command: a command that runs long sets
+-- repl.interrupt_note = function() return "interrupted after ..." end; the
+-- REPL prints what it returns instead of a traceback (repl/kn_repl.c).
+-- check_interrupt stops a loop whose call swallowed the interrupt (a
+-- pcall in the model): the flag stays set until the chunk ends.
+
+function repl.check_interrupt()
+  if kiln.profiler and kiln.profiler.interrupted() then error("interrupted", 0) end
 end
 
 ---------------------------------------------------------------------------
@@ -372,13 +384,22 @@ mode, device, compile_s}.]],
   local fn, compiled = runner()
   local sync = type(kiln.synchronize) == "function" and kiln.synchronize or function() end
 
+  -- Ctrl-C: the REPL prints this note instead of a traceback
+  local done, compiling = 0, false
+  repl.interrupt_note = function()
+    return string.format("interrupted after %d of %d run%s%s", done, count, count == 1 and "" or "s",
+      compiling and " (in the first call, which compiles)" or "")
+  end
   local compile_s
   if compiled and not session.warm then
+    compiling = true
     local t0 = clock()
     fn(table.unpack(inputs, 1, ninputs))
     sync()
     compile_s = clock() - t0
     session.warm = true
+    compiling = false
+    repl.check_interrupt()
     print(string.format("first call (compiling): %.2f s", compile_s))
   end
   local times, out = {}, nil
@@ -387,7 +408,10 @@ mode, device, compile_s}.]],
     out = table.pack(fn(table.unpack(inputs, 1, ninputs)))
     sync()
     times[i] = (clock() - t0) * 1000
+    repl.check_interrupt() -- a Ctrl-C that code inside the call caught
+    done = i
   end
+  repl.interrupt_note = nil
   local sorted = table.move(times, 1, count, 1, {})
   table.sort(sorted)
   local median = count % 2 == 1 and sorted[(count + 1) // 2] or (sorted[count // 2] + sorted[count // 2 + 1]) / 2

@@ -372,6 +372,7 @@ end
 local function profiled_calls(fn, args, dev, n)
   local calls = {}
   for i = 1, n do
+    P.progress("profiled calls", i - 1, n)
     P.begin(dev)
     local ok, err = pcall(fn, table.unpack(args, 1, args.n))
     if not ok then
@@ -404,7 +405,10 @@ function kiln.time(fn, ...)
   local warmup = count_opt(opts, "warmup", 10, 0)
   local piters = math.min(count_opt(opts, "profile_iters", 10, 1), iters)
   local dev = opts.device or device_of(args)
-  for _ = 1, warmup do fn(table.unpack(args, 1, args.n)) end
+  for i = 1, warmup do
+    P.progress("warm-up calls", i - 1, warmup)
+    fn(table.unpack(args, 1, args.n))
+  end
   local replays0 = replays(fn)
   local device_ms, wall_ms = P.time_calls(iters, dev, fn, table.unpack(args, 1, args.n))
   -- the timed calls replayed a recording (the profiled ones below cannot)
@@ -558,6 +562,14 @@ end)
 ---------------------------------------------------------------------------
 -- :time
 
+-- Ctrl-C in :time or :bench: how far it got, from the progress line
+-- ("interrupted after 37 of 100 timed calls (:bench default)").
+local function interrupt_note()
+  local phase, done, total, label = P.progress_end()
+  if phase == "" then return "interrupted (" .. label .. ")" end
+  return string.format("interrupted after %d of %d %s (%s)", done, total, phase, label)
+end
+
 repl.register("time", {
   usage = ":time [n]",
   summary = "per-kernel device timing of the loaded model (n calls, default 100)",
@@ -596,7 +608,11 @@ of kiln.time.]],
   local ninputs = inputs.n or #inputs
   local args = table.move(inputs, 1, ninputs, 1, {})
   args[ninputs + 1] = { iters = count, warmup = math.min(10, count), ceilings = ceil }
+  P.progress_start(":time")
+  repl.interrupt_note = interrupt_note
   local r = kiln.time(fn, table.unpack(args, 1, ninputs + 1))
+  P.progress_end()
+  repl.interrupt_note = nil
   if fn == session.compiled then session.warm = true end
   print(tostring(r))
   return r
@@ -680,9 +696,13 @@ function kiln.bench(model, inputs, opts)
   local args = table.move(inputs, 1, n, 1, { n = n })
   local dev = opts.device or device_of(args)
   local function median_ms(fn)
-    for _ = 1, warmup do fn(table.unpack(args, 1, n)) end
+    for i = 1, warmup do
+      P.progress("warm-up calls", i - 1, warmup)
+      fn(table.unpack(args, 1, n))
+    end
     return median((P.time_calls(iters, dev, fn, table.unpack(args, 1, n))))
   end
+  P.progress_label(":bench eager")
   local eager_ms = median_ms(model)
   local rows = setmetatable({}, Bench)
   for _, mode in ipairs(modes) do
@@ -690,6 +710,8 @@ function kiln.bench(model, inputs, opts)
     if mode == "eager" then
       row.compiled_ms, row.speedup = eager_ms, 1
     else
+      P.progress_label(":bench " .. mode)
+      P.progress("first call (compiles)", 0, 1)
       local ok, err = pcall(function()
         local cm = kiln.compile(model, { mode = mode })
         local t0 = kiln.clock()
@@ -703,6 +725,7 @@ function kiln.bench(model, inputs, opts)
         local s = cm:stats()
         row.peak_mib = s.peak_bytes and s.peak_bytes / 2 ^ 20 or nil
       end)
+      if not ok and P.interrupted() then error(err, 0) end -- Ctrl-C stops the bench, not one mode
       if not ok then row.error = tostring(err) end
     end
     rows[#rows + 1] = row
@@ -727,7 +750,11 @@ format them.]],
   end
   if not session.model then fail("no model loaded (use :load FILE.lua)") end
   local inputs = session.spec.inputs({ device = default_device(), dtype = "f32", small = session.small and true or false })
+  P.progress_start(":bench")
+  repl.interrupt_note = interrupt_note
   local b = kiln.bench(session.model, inputs, { iters = iters })
+  P.progress_end()
+  repl.interrupt_note = nil
   print(tostring(b))
   return b
 end)

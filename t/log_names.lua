@@ -1,0 +1,56 @@
+-- log_names.lua: the log names of KILN_LOGS and kiln.log (issue 16, item
+-- 6). KILN_LOGS=help and kiln.log{"help"} list every name with one line;
+-- an unknown name in KILN_LOGS is a warning and in kiln.log an error, each
+-- naming all the valid ones; every listed name is accepted by both.
+local T = dofile("t/lib/tap.lua")
+local KILN = os.getenv("KILN") or "build/kiln"
+
+local function run(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+local NAMES = { "graph_breaks", "recompiles", "guards", "fusion", "kernels", "passes", "cudagraphs", "autotune",
+  "library", "all", "help" }
+local LIST = table.concat(NAMES, ", ")
+
+local help = run("KILN_LOGS=help " .. KILN .. " -e 'io.write(\"ran\")' 2>&1")
+T.like(help, "^kiln logs %(KILN_LOGS=name,name or kiln%.log{\"name\", %.%.%.}%):\n", "KILN_LOGS=help: a title")
+T.like(help, "ran$", "KILN_LOGS=help: the program still runs")
+local lines = {}
+for name, what in help:gmatch("\n  (%S+) +([^\n]+)") do lines[#lines + 1] = { name, what } end
+T.is(#lines, #NAMES, "KILN_LOGS=help: one line per log name")
+for i, want in ipairs(NAMES) do
+  T.ok(lines[i] and lines[i][1] == want and #lines[i][2] > 8, "KILN_LOGS=help lists '" .. want .. "' with a description")
+end
+T.like(help, "\n  fusion        why two kernels are two: every edge between kernels, naming both ops and lines\n",
+  "KILN_LOGS=help: the fusion line (exact text)")
+
+local from_lua = run(KILN .. " -e 'kiln.log{\"help\"}' 2>&1")
+T.is(from_lua .. "ran", help, "kiln.log{\"help\"} prints the same list")
+
+T.is(run("KILN_LOGS=bogus " .. KILN .. " -e 'io.write(\"ran\")' 2>&1"),
+  "kiln: KILN_LOGS: unknown log 'bogus' (the logs: " .. LIST .. ")\nran",
+  "KILN_LOGS=bogus: a warning naming every valid log, and the program runs (exact text)")
+T.is(run("KILN_LOGS=fusion,grpah_breaks " .. KILN .. " -e 'io.write(\"ran\")' 2>&1"),
+  "kiln: KILN_LOGS: unknown log 'grpah_breaks' (the logs: " .. LIST .. ")\nran",
+  "KILN_LOGS with a typo among good names: the typo is named")
+
+local ok, err = pcall(kiln.log, { "bogus" })
+T.ok(not ok, "kiln.log{\"bogus\"} is an error")
+T.is(tostring(err):gsub("^.-kiln%.log", "kiln.log"), "kiln.log: unknown log 'bogus' (the logs: " .. LIST .. ")",
+  "kiln.log{\"bogus\"}: the error names all " .. #NAMES .. " logs (exact text)")
+ok, err = pcall(kiln.log, { "library" })
+T.like(tostring(err), "kiln%.log: 'library' is read from KILN_LOGS when the process starts: run with KILN_LOGS=library$",
+  "kiln.log{\"library\"}: says it is a KILN_LOGS name")
+for _, name in ipairs(NAMES) do
+  if name ~= "library" and name ~= "help" then
+    T.ok(pcall(kiln.log, { name }), "kiln.log accepts '" .. name .. "'")
+  end
+end
+kiln.log{}
+T.is(run("KILN_LOGS=fusion,recompiles,all " .. KILN .. " -e 'io.write(\"ran\")' 2>&1"), "ran",
+  "KILN_LOGS with valid names prints no warning")
+T.done()
