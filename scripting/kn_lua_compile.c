@@ -442,6 +442,13 @@ miss:
     return -1;
 }
 
+static bool has_number_input(const kn_graph *g)
+{
+    for (int i = 0; i < g->n_inputs; i++)
+        if (kn_input_is_number(&g->inputs[i])) return true;
+    return false;
+}
+
 /* After a traced call: record what a replay needs, when the call allows it.
  * Results are at [first, top]. */
 static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
@@ -460,6 +467,8 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
     else if (cm->cache.graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
+    else if (has_number_input(&cm->cache.graphs[0].versions[cap->graph_version[0]].g))
+        why = "dynamic numbers (a replay could not know their values)";
     if (why) {
         bool called = s->impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
         snprintf(u->no_replay, sizeof u->no_replay, "%s%s", called ? "called " : "", why);

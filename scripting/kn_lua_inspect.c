@@ -81,6 +81,12 @@ static int cm_recompiles(lua_State *L)
             lua_seti(L, -2, k + 1);
         }
         lua_setfield(L, -2, "reasons");
+        lua_createtable(L, r->n_dynamic, 0);
+        for (int k = 0; k < r->n_dynamic; k++) {
+            lua_pushstring(L, r->dynamic[k]);
+            lua_seti(L, -2, k + 1);
+        }
+        lua_setfield(L, -2, "dynamic"); /* numbers made dynamic: {"number 's' at f.lua:5", ...} */
         lua_seti(L, -2, i + 1);
     }
     return 1;

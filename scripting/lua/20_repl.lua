@@ -493,6 +493,7 @@ From Lua, kiln.cmd.recompiles() returns cm:recompiles().]],
     lines[#lines + 1] = string.format("Recompiling %s (%s), graph %d, version %d", name, where, r.graph, r.version)
     lines[#lines + 1] = "  triggered by the guard failure(s):"
     for _, reason in ipairs(r.reasons) do lines[#lines + 1] = "  - " .. reason end
+    for _, number in ipairs(r.dynamic or {}) do lines[#lines + 1] = "  " .. number .. " is dynamic from now on" end
   end
   print(table.concat(lines, "\n"))
   return list
