@@ -1,0 +1,244 @@
+-- diag_dynamic.lua: automatic dynamic numbers (issue 16 item 3). A Lua
+-- number that changes between calls (an argument, an upvalue, a value read
+-- back with :item()) recompiles once, with "number 's' at FILE:LINE is
+-- dynamic from now on", and is read at every later call: 20 calls, one
+-- recompile, no eager fallback, every result equal to eager and to a float64
+-- reference. kiln.config.dynamic_numbers = false keeps one version per
+-- value (until the cache limit); numbers that decide a shape or a branch
+-- stay guarded. Functions carry "-- @tag" comments; messages take their
+-- lines from those tags.
+local T = dofile("t/lib/tap.lua")
+
+local SRC = debug.getinfo(1, "S").short_src
+local _, _, at = T.tags()
+
+local function skip(name, why)
+  T.n = T.n + 1
+  io.write("ok " .. T.n .. " # skip " .. name .. ": " .. why .. "\n")
+end
+
+-- largest |a - b| relative to b's largest magnitude; NaN never passes
+local function rel(a, b)
+  if table.concat(a:shape(), ",") ~= table.concat(b:shape(), ",") then return math.huge end
+  local d = (a:cast("f64") - b:cast("f64")):abs():amax():item()
+  local m = b:cast("f64"):abs():amax():item()
+  if d ~= d or m ~= m then return math.huge end
+  return d / math.max(1, m)
+end
+
+local function step(x, s) -- @step
+  return (x * s):sum(2) + x:sum(2) -- @step_use
+end
+
+local SCALE = 0.75
+local function scaled(x)
+  return x * SCALE -- @upvalue_use
+end
+
+local function fed_back(h)
+  local s = h:sum():item()
+  h = h * s -- @item_use
+  return h:relu()
+end
+
+local function shaped(x, n)
+  return x:reshape({n, -1}):sum(2) * n -- @shape_use
+end
+
+local function branchy(x, s)
+  if s > 1 then return x * 2 end -- @branch_big
+  return x * 3 -- @branch_small
+end
+
+local function two(x, a, b)
+  return x * a + b -- @two_use
+end
+
+-- a child kiln process runs one case; its stderr is the test's text
+if arg[1] == "child-step" or arg[1] == "child-static" then
+  if arg[1] == "child-static" then kiln.config.dynamic_numbers = false end
+  local cm = kiln.compile(step)
+  local x = kiln.randn({3, 5}, {seed = 1, device = "cpu"})
+  for i = 1, 20 do cm(x, 0.25 + i / 8) end
+  io.write(string.format("return {recompiles = %d, fallbacks = %d}", #cm:recompiles(), cm:stats().eager_fallbacks))
+  os.exit(0)
+end
+
+local function child(case, logs)
+  local kiln_bin = os.getenv("KILN") or "build/kiln"
+  local errfile = os.tmpname()
+  local p = io.popen("KILN_LOGS=" .. logs .. " '" .. kiln_bin .. "' " .. SRC .. " " .. case .. " 2>'" .. errfile .. "'")
+  local out = p:read("a")
+  p:close()
+  local f = io.open(errfile)
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  os.remove(errfile)
+  local okl, r = pcall(function() return assert(load(out))() end)
+  if not okl then
+    T.diag(case .. " printed: " .. out)
+    r = {}
+  end
+  return r, text
+end
+
+-- ---- a number argument (a step counter): dynamic after one recompile ----
+do
+  local cm = kiln.compile(step, {mode = "default"})
+  local x = kiln.randn({3, 5}, {seed = 2, device = "cpu"})
+  local worst_eager, worst_ref = 0, 0
+  for i = 1, 20 do
+    local s = 0.25 + i / 8
+    local y = cm(x, s)
+    worst_eager = math.max(worst_eager, rel(y, step(x, s)))
+    local x64 = x:cast("f64")
+    worst_ref = math.max(worst_ref, rel(y, (x64 * s):sum(2) + x64:sum(2)))
+  end
+  T.ok(worst_eager <= 1e-6, "argument: 20 calls, compiled equals eager (worst " .. worst_eager .. ")")
+  T.ok(worst_ref <= 1e-5, "argument: compiled equals a float64 reference (worst " .. worst_ref .. ")")
+  local rc = cm:recompiles()
+  T.is(#rc, 1, "argument: exactly one recompile in 20 calls")
+  T.is(cm:stats().eager_fallbacks, 0, "argument: no eager fallback")
+  T.is(cm:stats().versions, 2, "argument: two versions (the constant, then the input)")
+  T.is(rc[1] and rc[1].reasons[1], "0/0: number 's' at " .. at("step_use") .. " changed: 0.375 -> 0.5",
+    "argument: the recompile names the number")
+  T.is(rc[1] and table.concat(rc[1].dynamic, "|"), "number 's' at " .. at("step_use"),
+    "argument: cm:recompiles() lists the number made dynamic")
+  local found
+  for _, g in ipairs(cm:guards()) do
+    if g.version == 1 then
+      for _, s in ipairs(g.guards) do if s:find("^number 's'") then found = s end end
+    end
+  end
+  T.is(found, "number 's' at " .. at("step_use") .. " is dynamic: read at every call, dtype f32 device cpu",
+    "argument: the new version's guard says the number is read at every call")
+  T.is(cm:stats().replayable, "dynamic numbers (a replay could not know their values)",
+    "argument: cm:stats().replayable says why such a function traces every call")
+end
+
+-- ---- the recompile message, and dynamic_numbers = false, in a child ------
+do
+  local r, text = child("child-step", "recompiles")
+  T.is(r.recompiles, 1, "child: one recompile")
+  T.is(r.fallbacks, 0, "child: no eager fallback")
+  T.is(text, "Recompiling step (" .. at("step") .. "), graph 0, version 1\n"
+    .. "  triggered by the guard failure(s):\n"
+    .. "  - 0/0: number 's' at " .. at("step_use") .. " changed: 0.375 -> 0.5\n"
+    .. "  number 's' at " .. at("step_use") .. " is dynamic from now on\n",
+    "KILN_LOGS=recompiles: the recompile says the number is dynamic from now on (exact text)")
+
+  local rs, stext = child("child-static", "")
+  T.is(rs.recompiles, 7, "dynamic_numbers = false: a recompile per value up to the cache limit (8 versions)")
+  T.is(rs.fallbacks, 12, "dynamic_numbers = false: the 12 later calls run eagerly (today's specialization)")
+  T.is(stext, "step (" .. at("step") .. ") hit kiln.config.cache_size_limit (8): graph 0 runs eagerly from now on\n"
+    .. "  last reason: 0/7: number 's' at " .. at("step_use") .. " changed: 1.25 -> 1.375\n",
+    "dynamic_numbers = false: the cache-limit warning, once (exact text)")
+end
+
+-- ---- an upvalue -----------------------------------------------------------
+do
+  local cm = kiln.compile(scaled)
+  local x = kiln.randn({4, 4}, {seed = 3, device = "cpu"})
+  local worst = 0
+  for i = 1, 20 do
+    SCALE = 0.75 + i / 16
+    worst = math.max(worst, rel(cm(x), scaled(x)))
+  end
+  T.ok(worst <= 1e-6, "upvalue: 20 values, compiled equals eager")
+  T.is(#cm:recompiles(), 1, "upvalue: one recompile")
+  T.is(cm:stats().eager_fallbacks, 0, "upvalue: no eager fallback")
+  local rc = cm:recompiles()[1]
+  T.is(rc and table.concat(rc.dynamic, "|"), "number 'SCALE' at " .. at("upvalue_use"),
+    "upvalue: named as the code reads it")
+end
+
+-- ---- a number read back with :item() (after a graph break) ---------------
+do
+  local cm = kiln.compile(fed_back)
+  local h0 = kiln.randn({3, 3}, {seed = 4, device = "cpu"})
+  local worst = 0
+  for i = 1, 20 do
+    local h = h0 * (i / 10)
+    worst = math.max(worst, rel(cm(h), fed_back(h)))
+  end
+  T.ok(worst <= 1e-6, "item(): 20 calls, compiled equals eager")
+  T.is(#cm:recompiles(), 1, "item(): one recompile")
+  T.is(cm:stats().eager_fallbacks, 0, "item(): no eager fallback")
+  local rc = cm:recompiles()[1]
+  T.is(rc and table.concat(rc.dynamic, "|"), "number 's' at " .. at("item_use"), "item(): the fed-back number is dynamic")
+  T.is(rc and rc.graph, 1, "item(): in the graph after the break")
+end
+
+-- ---- two numbers of one line change together: both dynamic at once -------
+do
+  local cm = kiln.compile(two)
+  local x = kiln.randn({2, 3}, {seed = 5, device = "cpu"})
+  local worst = 0
+  for i = 1, 20 do worst = math.max(worst, rel(cm(x, i + 0.5, -i / 4), two(x, i + 0.5, -i / 4))) end
+  T.ok(worst <= 1e-6, "two numbers: compiled equals eager")
+  T.is(#cm:recompiles(), 1, "two numbers: one recompile for both")
+  local rc = cm:recompiles()[1]
+  T.is(rc and table.concat(rc.dynamic, "|"), "number 'a' at " .. at("two_use") .. "|number 'b' at " .. at("two_use") .. " #2",
+    "two numbers: each named, the second of the line numbered")
+end
+
+-- ---- a number that decides a shape stays guarded -------------------------
+do
+  local cm = kiln.compile(shaped, {dynamic = false})
+  local x = kiln.randn({12}, {seed = 6, device = "cpu"})
+  local worst = 0
+  for _, n in ipairs{2, 3, 4, 6, 3} do worst = math.max(worst, rel(cm(x, n), shaped(x, n))) end
+  T.ok(worst <= 1e-6, "shape number: compiled equals eager for each n")
+  local rc = cm:recompiles()
+  T.is(#rc, 3, "shape number: one version per n (n = 3 again fits its version)")
+  local any = 0
+  for _, r in ipairs(rc) do any = any + #r.dynamic end
+  T.is(any, 0, "shape number: never made dynamic (it is part of the graph's structure)")
+  T.like(rc[1] and rc[1].reasons[1] or "", "^0/0: graph differs from version 0 from node %d+ at " .. at("shape_use"):gsub("%p", "%%%0") .. "$",
+    "shape number: the reshape's size is a structure guard")
+end
+
+-- ---- a number that decides a branch stays guarded ------------------------
+do
+  local cm = kiln.compile(branchy)
+  local x = kiln.randn({2, 2}, {seed = 7, device = "cpu"})
+  local worst = 0
+  for i = 1, 10 do
+    local s = i % 2 == 0 and 0.5 + i or 0.5
+    worst = math.max(worst, rel(cm(x, s), branchy(x, s)))
+  end
+  T.ok(worst <= 1e-6, "branch: compiled equals eager on both sides")
+  local rc = cm:recompiles()
+  T.is(#rc, 1, "branch: one version per side")
+  T.is(rc[1] and #rc[1].dynamic, 0, "branch: the branch's numbers stay constants")
+end
+
+-- ---- reduce-overhead: the number is a per-call input of the replayed plan -
+do
+  local cm = kiln.compile(step, {mode = "reduce-overhead"})
+  local x = kiln.randn({3, 5}, {seed = 8, device = "cpu"})
+  local worst = 0
+  for i = 1, 20 do worst = math.max(worst, rel(cm(x, i / 3), step(x, i / 3))) end
+  T.ok(worst <= 1e-6, "reduce-overhead (CPU): 20 values, compiled equals eager")
+  T.is(#cm:recompiles(), 1, "reduce-overhead (CPU): one recompile")
+end
+
+-- ---- the GPU: the scalar lives on the device, CUDA graphs replay it -------
+if pcall(kiln.zeros, {1}, {device = "cuda"}) then
+  for _, mode in ipairs{"default", "reduce-overhead"} do
+    local cm = kiln.compile(step, {mode = mode})
+    local x = kiln.randn({64, 32}, {seed = 9, device = "cpu"}):to("cuda")
+    local worst = 0
+    for i = 1, 20 do worst = math.max(worst, rel(cm(x, i / 3):to("cpu"), step(x, i / 3):to("cpu"))) end
+    T.ok(worst <= 1e-5, "cuda " .. mode .. ": 20 values, compiled equals eager (worst " .. worst .. ")")
+    T.is(#cm:recompiles(), 1, "cuda " .. mode .. ": one recompile")
+    T.is(cm:stats().eager_fallbacks, 0, "cuda " .. mode .. ": no eager fallback")
+    if mode == "reduce-overhead" then
+      T.ok(cm:stats().replays > 0, "cuda reduce-overhead: the recording was replayed (" .. tostring(cm:stats().cuda_graph) .. ")")
+    end
+  end
+else
+  skip("cuda: dynamic numbers in default and reduce-overhead", "no CUDA device")
+end
+
+T.done()
