@@ -452,7 +452,7 @@ static bool has_number_input(const kn_graph *g)
 /* After a traced call: record what a replay needs, when the call allows it.
  * Results are at [first, top]. */
 static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
-                          int first)
+                          int first, int before)
 {
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
@@ -463,6 +463,9 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     const char *why = NULL;
     if (cap->n_breaks) why = "graph breaks";
     else if (s->impure) why = s->impure_what;
+    /* a step counter kept in an upvalue (lr = lr * 0.9) or a table: a replay
+     * would skip the write, and every later call would see the same value */
+    else if (!snapshot_holds(L, before)) why = "it changes Lua values it reads (an upvalue, a table field or a global)";
     else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
@@ -618,6 +621,12 @@ static int cm_call(lua_State *L)
     /* parameter names of the module, by tensor id */
     kn_lua_trace_param_map(L, is_module ? module_idx : 0);
 
+    /* what the function can read, before it runs: a trace that changes it
+     * must not be replayed (record_replay) */
+    lua_createtable(L, 0, 3);
+    int before = lua_gettop(L);
+    snapshot_state(L, before, uv + 1, is_module ? module_idx : 0);
+
     kn_status st = kn_capture_begin(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
     s->cap = &cm->cap;
@@ -679,7 +688,7 @@ static int cm_call(lua_State *L)
     lua_pop(L, 2);
     u->rp.valid = false;
     u->rp.rng_used = s->rng_offset - rng_before;
-    if (replay_on) record_replay(L, u, uv, nargs, is_module, module_idx, call_base);
+    if (replay_on) record_replay(L, u, uv, nargs, is_module, module_idx, call_base, before);
     return lua_gettop(L) - call_base + 1;
 }
 

@@ -427,6 +427,8 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "replayable");
     lua_pushinteger(L, (lua_Integer)cm->cache.n_breaks);
     lua_setfield(L, -2, "breaks");
+    lua_pushstring(L, cm->id.name); /* "forward": how messages name the function */
+    lua_setfield(L, -2, "name");
     lua_pushinteger(L, (lua_Integer)cm->cache.n_recompiles);
     lua_setfield(L, -2, "recompiles");
     return 1;

@@ -55,6 +55,18 @@ local function two(x, a, b)
 end
 
 -- a child kiln process runs one case; its stderr is the test's text
+if arg[1] == "child-slow" then
+  local spec = dofile("samples/breaks.lua")
+  local x = spec.inputs({ small = true, device = "cpu" })[1]
+  local b1 = kiln.bench(spec.model, { x }, { modes = { "default" }, iters = 20 })
+  local b2 = kiln.bench(spec.model, { x }, { modes = { "default" }, iters = 20 })
+  local cm = kiln.compile(spec.model)
+  kiln.time(cm, x, { iters = 5, warmup = 1, profile_iters = 1 })
+  kiln.time(cm, x, { iters = 5, warmup = 1, profile_iters = 1 })
+  io.write(string.format("return {slow1 = %q, slow2 = %q, text = %q, csv = %q}", tostring(b1[1].slow),
+    tostring(b2[1].slow), tostring(b1), b1:csv()))
+  os.exit(0)
+end
 if arg[1] == "child-step" or arg[1] == "child-static" then
   if arg[1] == "child-static" then kiln.config.dynamic_numbers = false end
   local cm = kiln.compile(step)
@@ -221,6 +233,47 @@ do
   for i = 1, 20 do worst = math.max(worst, rel(cm(x, i / 3), step(x, i / 3))) end
   T.ok(worst <= 1e-6, "reduce-overhead (CPU): 20 values, compiled equals eager")
   T.is(#cm:recompiles(), 1, "reduce-overhead (CPU): one recompile")
+end
+
+-- ---- the slow-compile warning (issue 16 item 4) --------------------------
+do
+  local spec = dofile("samples/breaks.lua")
+  local x = spec.inputs({ small = true, device = "cpu" })[1]
+  local cm = kiln.compile(spec.model)
+  cm(x)
+  local advice = "remove the break (kiln.where keeps a branch in the graph), move the code that needs a value "
+    .. "into kiln.eager, or turn fullgraph on (:fullgraph on, or kiln.compile(fn, {fullgraph = true})) "
+    .. "to stop at the first break with its stack; :breaks lists them"
+  local head = "forward re-traces on every call (2 graph breaks at samples/breaks.lua:14)"
+  T.is(kiln.profiler.slow_reason(cm, 0.193, 0.017),
+    head .. ", so compiled is 11x slower than eager: " .. advice,
+    "slow reason: breaks and the measured ratio, in plain words (exact text)")
+  T.is(kiln.profiler.slow_reason(cm, 0.05, 0.02),
+    head .. ", so compiled is 2.5x slower than eager: " .. advice, "slow reason: a ratio under 10 keeps a decimal")
+  T.is(kiln.profiler.slow_reason(cm), head .. ", so every call runs the Lua code and capture again: " .. advice,
+    "slow reason without an eager time (kiln.time): the re-tracing alone")
+  T.is(kiln.profiler.slow_reason(cm, 0.01, 0.02), nil, "not slower than eager: nothing to say")
+
+  local pure = kiln.compile(function(a) return (a * 2):relu() end)
+  pure(x)
+  pure(x)
+  T.is(kiln.profiler.slow_reason(pure), nil, "a replayed function with no eager time: nothing to say")
+  T.like(kiln.profiler.slow_reason(pure, 0.3, 0.1) or "",
+    "^function replays 1 graph of %d+ kernels per call, so compiled is 3%.0x slower than eager: the work is too small",
+    "slow reason of a replayed graph that is slower: says so")
+
+  local r, text = child("child-slow", "")
+  local lines = {}
+  for l in text:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  T.is(#lines, 2, "warned once per model (two kiln.bench calls) and once per compiled function (two kiln.time calls)")
+  T.like(lines[1] or "", "^kiln: " .. (head .. ", so compiled is "):gsub("%p", "%%%0") .. "%d[%d.]*x slower than eager: "
+    .. advice:gsub("%p", "%%%0") .. "$", "kiln.bench: the warning on stderr")
+  T.is(lines[2], "kiln: " .. head .. ", so every call runs the Lua code and capture again: " .. advice,
+    "kiln.time: the re-tracing warning on stderr")
+  T.like(r.slow1 or "", "^" .. head:gsub("%p", "%%%0"), "kiln.bench: the row's slow field holds the reason")
+  T.like(r.text or "", "\n! default: " .. head:gsub("%p", "%%%0"), "tostring(bench): the reason under the table")
+  T.like(r.text or "", "\ndefault +[%d.]+ +[%d.]+ +[%d.]+x! ", "tostring(bench): the row is marked !")
+  T.like(r.csv or "", "^mode,eager_ms,compiled_ms,speedup,compile_s,peak_mib,error,slow\n", "csv: a slow column")
 end
 
 -- ---- the GPU: the scalar lives on the device, CUDA graphs replay it -------
