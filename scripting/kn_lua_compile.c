@@ -376,6 +376,11 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
         }
         lua_pop(L, 1);
     }
+    /* dynamic numbers: the values of the trace, which every guard above
+     * holding means the Lua code would compute again */
+    for (int k = 0; k < v->g.n_inputs; k++)
+        if (kn_input_is_number(&v->g.inputs[k]) && !(bound[k] = kn_compiled_number_value(cm, v->g.inputs[k].name)))
+            goto miss;
     /* other tensors the function used (upvalues, globals): kept alive here */
     lua_getfield(L, rt, "tensors");
     for (int k = 0; k < v->g.n_inputs; k++) {
@@ -442,13 +447,6 @@ miss:
     return -1;
 }
 
-static bool has_number_input(const kn_graph *g)
-{
-    for (int i = 0; i < g->n_inputs; i++)
-        if (kn_input_is_number(&g->inputs[i])) return true;
-    return false;
-}
-
 /* After a traced call: record what a replay needs, when the call allows it.
  * Results are at [first, top]. */
 static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
@@ -470,8 +468,6 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
     else if (cm->cache.graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
-    else if (has_number_input(&cm->cache.graphs[0].versions[cap->graph_version[0]].g))
-        why = "dynamic numbers (a replay could not know their values)";
     if (why) {
         bool called = s->impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
         snprintf(u->no_replay, sizeof u->no_replay, "%s%s", called ? "called " : "", why);
@@ -539,6 +535,11 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
             bool from_arg = false;
             for (int i = 0; i < nargs; i++) from_arg = from_arg || rp->arg_input[i] == k;
             if (!from_arg) goto fail2;
+            continue;
+        }
+        if (kn_input_is_number(in)) {
+            /* a dynamic number: the replay binds this trace's value */
+            if (!kn_compiled_number_value(cm, in->name)) goto fail2;
             continue;
         }
         if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {

@@ -63,8 +63,8 @@ if arg[1] == "child-slow" then
   local cm = kiln.compile(spec.model)
   kiln.time(cm, x, { iters = 5, warmup = 1, profile_iters = 1 })
   kiln.time(cm, x, { iters = 5, warmup = 1, profile_iters = 1 })
-  io.write(string.format("return {slow1 = %q, slow2 = %q, text = %q, csv = %q}", tostring(b1[1].slow),
-    tostring(b2[1].slow), tostring(b1), b1:csv()))
+  io.write(string.format("return {slow1 = %q, slow2 = %q, text = %q}", tostring(b1[1].slow),
+    tostring(b2[1].slow), tostring(b1)))
   os.exit(0)
 end
 if arg[1] == "child-step" or arg[1] == "child-static" then
@@ -124,8 +124,35 @@ do
   end
   T.is(found, "number 's' at " .. at("step_use") .. " is dynamic: read at every call, dtype f32 device cpu",
     "argument: the new version's guard says the number is read at every call")
-  T.is(cm:stats().replayable, "dynamic numbers (a replay could not know their values)",
-    "argument: cm:stats().replayable says why such a function traces every call")
+  -- the same number again: a direct replay binds the traced value; a new one traces
+  local d0 = cm:stats().direct_replays
+  local y1, y2 = cm(x, 7.5), cm(x, 7.5)
+  T.ok(cm:stats().direct_replays == d0 + 1, "argument: the same number twice: the second call is a direct replay")
+  T.ok(rel(y2, step(x, 7.5)) <= 1e-6 and rel(y1, step(x, 7.5)) <= 1e-6, "argument: the replay uses the number")
+  T.ok(rel(cm(x, -2.25), step(x, -2.25)) <= 1e-6, "argument: after a replay, a new number is seen")
+  T.is(#cm:recompiles(), 1, "argument: still one recompile")
+end
+
+-- ---- a step counter the function keeps in its own upvalue ----------------
+do
+  local lr = 0.5
+  local function decay(x) -- @decay
+    lr = lr * 0.9
+    return x * lr -- @decay_use
+  end
+  local cm = kiln.compile(decay)
+  local x = kiln.randn({2, 3}, {seed = 10, device = "cpu"})
+  local worst = 0
+  for i = 1, 20 do
+    local y = cm(x)
+    local want = x:cast("f64") * (0.5 * 0.9 ^ i)
+    worst = math.max(worst, rel(y, want))
+  end
+  T.ok(worst <= 1e-6, "own upvalue: every call sees the new value (worst " .. worst .. ")")
+  T.is(cm:stats().replayable, "it changes Lua values it reads (an upvalue, a table field or a global)",
+    "own upvalue: never replayed (a replay would skip the write)")
+  T.is(#cm:recompiles(), 1, "own upvalue: one recompile")
+  T.is(cm:stats().eager_fallbacks, 0, "own upvalue: no eager fallback")
 end
 
 -- ---- the recompile message, and dynamic_numbers = false, in a child ------
@@ -273,7 +300,6 @@ do
   T.like(r.slow1 or "", "^" .. head:gsub("%p", "%%%0"), "kiln.bench: the row's slow field holds the reason")
   T.like(r.text or "", "\n! default: " .. head:gsub("%p", "%%%0"), "tostring(bench): the reason under the table")
   T.like(r.text or "", "\ndefault +[%d.]+ +[%d.]+ +[%d.]+x! ", "tostring(bench): the row is marked !")
-  T.like(r.csv or "", "^mode,eager_ms,compiled_ms,speedup,compile_s,peak_mib,error,slow\n", "csv: a slow column")
 end
 
 -- ---- the GPU: the scalar lives on the device, CUDA graphs replay it -------

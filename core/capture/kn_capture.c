@@ -160,11 +160,25 @@ static int number_ordinal(const kn_graph *g, int upto, const char *where)
     return k;
 }
 
-static const struct kn_dyn_number *dynamic_number(const kn_compiled *cm, const char *where, int ordinal)
+static struct kn_dyn_number *dynamic_number(const kn_compiled *cm, const char *where, int ordinal)
 {
     for (int i = 0; i < cm->dyn.n_numbers; i++)
         if (cm->dyn.numbers[i].ordinal == ordinal && strcmp(cm->dyn.numbers[i].where, where) == 0)
             return &cm->dyn.numbers[i];
+    return NULL;
+}
+
+static void keep_last(struct kn_dyn_number *d, kn_tensor *t)
+{
+    kn_tensor_retain(t);
+    kn_tensor_release(d->last);
+    d->last = t;
+}
+
+kn_tensor *kn_compiled_number_value(const kn_compiled *cm, const char *input_name)
+{
+    for (int i = 0; i < cm->dyn.n_numbers; i++)
+        if (strcmp(cm->dyn.numbers[i].name, input_name) == 0) return cm->dyn.numbers[i].last;
     return NULL;
 }
 
@@ -183,10 +197,10 @@ static kn_status make_numbers_dynamic(kn_compiled *cm, const kn_version *newest,
         if (!kn_sym_same_node_modulo_sizes(a, b)) break; /* a different branch from here: its numbers are its own */
         if (b->op != KN_NODE_CONST || a->value == b->value || !number_can_be_input(b->out[0].dtype)) continue;
         int ordinal = number_ordinal(g, i, b->where);
-        const struct kn_dyn_number *known = dynamic_number(cm, b->where, ordinal);
+        struct kn_dyn_number *d = dynamic_number(cm, b->where, ordinal);
         char iname[KN_NAME_MAX];
-        if (known) {
-            snprintf(iname, sizeof iname, "%s", known->name);
+        if (d) {
+            snprintf(iname, sizeof iname, "%s", d->name);
         } else {
             size_t len = b->name[0] ? (size_t)snprintf(iname, sizeof iname, NUMBER_PREFIX "'%s' at %s", b->name, b->where)
                                     : (size_t)snprintf(iname, sizeof iname, NUMBER_PREFIX "at %s", b->where);
@@ -194,7 +208,8 @@ static kn_status make_numbers_dynamic(kn_compiled *cm, const kn_version *newest,
             void *nn = realloc(cm->dyn.numbers, sizeof *cm->dyn.numbers * (size_t)(cm->dyn.n_numbers + 1));
             if (!nn) return kn_error(KN_ERR_OOM, "out of host memory for the dynamic numbers");
             cm->dyn.numbers = nn;
-            struct kn_dyn_number *d = &cm->dyn.numbers[cm->dyn.n_numbers++];
+            d = &cm->dyn.numbers[cm->dyn.n_numbers++];
+            memset(d, 0, sizeof *d);
             snprintf(d->where, sizeof d->where, "%s", b->where);
             d->ordinal = ordinal;
             snprintf(d->name, sizeof d->name, "%s", iname);
@@ -202,6 +217,7 @@ static kn_status make_numbers_dynamic(kn_compiled *cm, const kn_version *newest,
         kn_tensor *t;
         KN_TRY(kn_node_const_tensor(b, dev, &t));
         kn_status st = kn_graph_const_to_input(g, i, KN_IN_VALUE, iname, t);
+        keep_last(d, t);
         kn_tensor_release(t);
         KN_TRY(st);
         if (rc->n_dynamic < KN_MAX_REASONS) snprintf(rc->dynamic[rc->n_dynamic++], KN_NAME_MAX, "%s", iname);
@@ -212,9 +228,9 @@ static kn_status make_numbers_dynamic(kn_compiled *cm, const kn_version *newest,
 kn_status kn_capture_number(kn_capture *cap, double value, kn_dtype dt, kn_device dev, const char *name,
                             const char *where, kn_tensor **out)
 {
-    const kn_compiled *cm = cap->cm;
+    kn_compiled *cm = cap->cm;
     if (!where) where = "?";
-    const struct kn_dyn_number *d = NULL;
+    struct kn_dyn_number *d = NULL;
     if (cm && cm->dyn.n_numbers && numbers_dynamic(cm) && number_can_be_input(dt))
         d = dynamic_number(cm, where, number_ordinal(&cap->g, cap->g.n_nodes, where));
     if (!d) return kn_capture_const(cap, value, dt, name, where, out);
@@ -228,6 +244,7 @@ kn_status kn_capture_number(kn_capture *cap, double value, kn_dtype dt, kn_devic
     KN_TRY(kn_node_const_tensor(&n, dev, &t));
     int idx;
     kn_status st = kn_graph_add_input(&cap->g, KN_IN_VALUE, d->name, t, where, &idx);
+    keep_last(d, t);
     kn_tensor_release(t);
     KN_TRY(st);
     return make_placeholder(cap, idx, 0, out);
@@ -1122,6 +1139,7 @@ void kn_compiled_free(kn_compiled *cm)
     free(cm->cache.breaks);
     free(cm->cache.recompiles);
     free(cm->dyn.dims);
+    for (int i = 0; i < cm->dyn.n_numbers; i++) kn_tensor_release(cm->dyn.numbers[i].last);
     free(cm->dyn.numbers);
     free(cm->log.text);
     free(cm);

@@ -326,6 +326,15 @@ local function times_text(x) return string.format(x >= 10 and "%.0fx" or "%.1fx"
 -- (both or neither) are measured times per call; without them only a
 -- function that re-traces because of graph breaks is reported.
 function P.slow_reason(cm, compiled_ms, eager_ms)
+  for i, v in ipairs({ compiled_ms, eager_ms }) do
+    if v ~= nil and (type(v) ~= "number" or v ~= v) then
+      error(string.format("kiln.profiler.slow_reason: argument %d must be a time in ms, got %s", i + 1,
+        type(v) == "number" and "nan" or type(v)), 2)
+    end
+  end
+  if (compiled_ms == nil) ~= (eager_ms == nil) then
+    error("kiln.profiler.slow_reason: give both the compiled and the eager time, or neither", 2)
+  end
   if not is_compiled(cm) then return nil end
   local ok, s = pcall(cm.stats, cm)
   if not ok or type(s) ~= "table" or s.calls == 0 then return nil end
@@ -360,11 +369,11 @@ function P.slow_reason(cm, compiled_ms, eager_ms)
 end
 
 -- Print a slow reason on stderr once per (key, what it says).
-P.slow_warned = P.slow_warned or setmetatable({}, { __mode = "k" })
-function P.warn_slow(key, text, head)
-  if not text then return end
-  local seen = P.slow_warned[key] or {}
-  P.slow_warned[key] = seen
+local slow_warned = setmetatable({}, { __mode = "k" })
+local function warn_slow(key, text, head)
+  if type(text) ~= "string" then return end
+  local seen = slow_warned[key] or {}
+  slow_warned[key] = seen
   if seen[head or text] then return end
   seen[head or text] = true
   io.stderr:write("kiln: " .. text .. "\n")
@@ -408,7 +417,7 @@ function kiln.time(fn, ...)
   }, Timing)
   if is_compiled(fn) then
     P.last_time[fn] = r
-    P.warn_slow(fn, P.slow_reason(fn))
+    warn_slow(fn, P.slow_reason(fn))
   end
   return r
 end
@@ -611,7 +620,7 @@ Bench.__tostring = function(b)
   return table.concat(lines, "\n")
 end
 
-local BENCH_FIELDS = { "mode", "eager_ms", "compiled_ms", "speedup", "compile_s", "peak_mib", "error", "slow" }
+local BENCH_FIELDS = { "mode", "eager_ms", "compiled_ms", "speedup", "compile_s", "peak_mib", "error" }
 
 function Bench:csv()
   local lines = { table.concat(BENCH_FIELDS, ",") }
@@ -681,7 +690,7 @@ function kiln.bench(model, inputs, opts)
         local why, head = P.slow_reason(cm, row.compiled_ms, eager_ms)
         if why and row.compiled_ms > eager_ms then
           row.slow, row.slow_head = why, head
-          if not opts.quiet then P.warn_slow(model, why, head) end
+          if not opts.quiet then warn_slow(model, why, head) end
         end
       end)
       if not ok then row.error = tostring(err) end
@@ -697,9 +706,12 @@ repl.register("bench", {
   help = [[
 Runs the session's model eagerly and compiled in each mode (eager, default,
 reduce-overhead, max-autotune), n timed calls each (default 20) after a
-warm-up, and prints one row per mode. From Lua: kiln.bench(model, inputs,
-{modes = {...}, iters = n}) returns the rows; tostring, :csv() and :json()
-format them.]],
+warm-up, and prints one row per mode. A mode slower than eager is marked
+"!" after its speedup, and the reason (graph breaks that make every call
+trace again, ...) is printed under the table once, with what to do. From
+Lua: kiln.bench(model, inputs, {modes = {...}, iters = n}) returns the rows
+(row.slow holds the reason, also printed on stderr once per model);
+tostring, :csv() and :json() format them.]],
 }, function(n)
   local iters = 20
   if n ~= nil then
