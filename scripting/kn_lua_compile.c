@@ -379,7 +379,7 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
     /* dynamic numbers: the values of the trace, which every guard above
      * holding means the Lua code would compute again */
     for (int k = 0; k < v->g.n_inputs; k++)
-        if (kn_input_is_number(&v->g.inputs[k]) && !(bound[k] = kn_compiled_number_value(cm, v->g.inputs[k].name)))
+        if (kn_input_is_number(&v->g.inputs[k]) && !(bound[k] = kn_compiled_number_value(cm, 0, v->g.inputs[k].name)))
             goto miss;
     /* other tensors the function used (upvalues, globals): kept alive here */
     lua_getfield(L, rt, "tensors");
@@ -539,7 +539,7 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         }
         if (kn_input_is_number(in)) {
             /* a dynamic number: the replay binds this trace's value */
-            if (!kn_compiled_number_value(cm, in->name)) goto fail2;
+            if (!kn_compiled_number_value(cm, 0, in->name)) goto fail2;
             continue;
         }
         if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {

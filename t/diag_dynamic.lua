@@ -208,6 +208,27 @@ do
   T.is(rc and rc.graph, 1, "item(): in the graph after the break")
 end
 
+-- ---- one line in a loop across graph breaks: dynamic in each graph ------
+do
+  local function looped(x, s)
+    for _ = 1, 2 do
+      x = x * s -- @loop_use
+      if x:sum() > 1e9 then x = x + 1 end -- a break: the next turn is another graph
+    end
+    return x
+  end
+  local cm = kiln.compile(looped)
+  local x = kiln.randn({3}, {seed = 11, device = "cpu"})
+  local worst = 0
+  for i = 1, 20 do worst = math.max(worst, rel(cm(x, 1 + i / 32), looped(x, 1 + i / 32))) end
+  T.ok(worst <= 1e-6, "loop across breaks: compiled equals eager")
+  local rc = cm:recompiles()
+  T.is(#rc, 2, "loop across breaks: one recompile per graph holding the number, in the second call")
+  T.is(rc[1] and rc[2] and (rc[1].dynamic[1] .. "|" .. rc[2].dynamic[1]),
+    "number 's' at " .. at("loop_use") .. "|number 's' at " .. at("loop_use"), "loop across breaks: each says so")
+  T.is(cm:stats().eager_fallbacks, 0, "loop across breaks: no eager fallback")
+end
+
 -- ---- two numbers of one line change together: both dynamic at once -------
 do
   local cm = kiln.compile(two)

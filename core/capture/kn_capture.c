@@ -160,11 +160,12 @@ static int number_ordinal(const kn_graph *g, int upto, const char *where)
     return k;
 }
 
-static struct kn_dyn_number *dynamic_number(const kn_compiled *cm, const char *where, int ordinal)
+static struct kn_dyn_number *dynamic_number(const kn_compiled *cm, int graph, const char *where, int ordinal)
 {
-    for (int i = 0; i < cm->dyn.n_numbers; i++)
-        if (cm->dyn.numbers[i].ordinal == ordinal && strcmp(cm->dyn.numbers[i].where, where) == 0)
-            return &cm->dyn.numbers[i];
+    for (int i = 0; i < cm->dyn.n_numbers; i++) {
+        struct kn_dyn_number *d = &cm->dyn.numbers[i];
+        if (d->graph == graph && d->ordinal == ordinal && strcmp(d->where, where) == 0) return d;
+    }
     return NULL;
 }
 
@@ -175,10 +176,11 @@ static void keep_last(struct kn_dyn_number *d, kn_tensor *t)
     d->last = t;
 }
 
-kn_tensor *kn_compiled_number_value(const kn_compiled *cm, const char *input_name)
+kn_tensor *kn_compiled_number_value(const kn_compiled *cm, int graph, const char *input_name)
 {
     for (int i = 0; i < cm->dyn.n_numbers; i++)
-        if (strcmp(cm->dyn.numbers[i].name, input_name) == 0) return cm->dyn.numbers[i].last;
+        if (cm->dyn.numbers[i].graph == graph && strcmp(cm->dyn.numbers[i].name, input_name) == 0)
+            return cm->dyn.numbers[i].last;
     return NULL;
 }
 
@@ -186,7 +188,8 @@ kn_tensor *kn_compiled_number_value(const kn_compiled *cm, const char *input_nam
  * the same number (same line, the structure equal up to it) of the newest
  * version becomes dynamic, and its node in g an input now, so the version
  * compiled from g is the one later calls fit. */
-static kn_status make_numbers_dynamic(kn_compiled *cm, const kn_version *newest, kn_graph *g, kn_recompile *rc)
+static kn_status make_numbers_dynamic(kn_compiled *cm, int k, const kn_version *newest, kn_graph *g,
+                                      kn_recompile *rc)
 {
     kn_device dev;
     if (!number_device(g, &dev)) return KN_OK;
@@ -197,7 +200,7 @@ static kn_status make_numbers_dynamic(kn_compiled *cm, const kn_version *newest,
         if (!kn_sym_same_node_modulo_sizes(a, b)) break; /* a different branch from here: its numbers are its own */
         if (b->op != KN_NODE_CONST || a->value == b->value || !number_can_be_input(b->out[0].dtype)) continue;
         int ordinal = number_ordinal(g, i, b->where);
-        struct kn_dyn_number *d = dynamic_number(cm, b->where, ordinal);
+        struct kn_dyn_number *d = dynamic_number(cm, k, b->where, ordinal);
         char iname[KN_NAME_MAX];
         if (d) {
             snprintf(iname, sizeof iname, "%s", d->name);
@@ -210,6 +213,7 @@ static kn_status make_numbers_dynamic(kn_compiled *cm, const kn_version *newest,
             cm->dyn.numbers = nn;
             d = &cm->dyn.numbers[cm->dyn.n_numbers++];
             memset(d, 0, sizeof *d);
+            d->graph = k;
             snprintf(d->where, sizeof d->where, "%s", b->where);
             d->ordinal = ordinal;
             snprintf(d->name, sizeof d->name, "%s", iname);
@@ -232,7 +236,7 @@ kn_status kn_capture_number(kn_capture *cap, double value, kn_dtype dt, kn_devic
     if (!where) where = "?";
     struct kn_dyn_number *d = NULL;
     if (cm && cm->dyn.n_numbers && numbers_dynamic(cm) && number_can_be_input(dt))
-        d = dynamic_number(cm, where, number_ordinal(&cap->g, cap->g.n_nodes, where));
+        d = dynamic_number(cm, cap->segment, where, number_ordinal(&cap->g, cap->g.n_nodes, where));
     if (!d) return kn_capture_const(cap, value, dt, name, where, out);
     kn_node n;
     memset(&n, 0, sizeof n);
@@ -700,7 +704,7 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, kn_graph *g, int *ver
         }
         if (cm->opt.error_on_recompile)
             return kn_error(KN_ERR_ARG, "kiln.config.error_on_recompile is set and this call would recompile:\n%s", msg);
-        if (numbers_dynamic(cm)) KN_TRY(make_numbers_dynamic(cm, &gc->versions[gc->n_versions - 1], g, &rc));
+        if (numbers_dynamic(cm)) KN_TRY(make_numbers_dynamic(cm, k, &gc->versions[gc->n_versions - 1], g, &rc));
         for (int i = 0; i < rc.n_dynamic && n < sizeof msg; i++)
             n += (size_t)snprintf(msg + n, sizeof msg - n, "  %s is dynamic from now on\n", rc.dynamic[i]);
         kn_recompile *nr = realloc(cm->cache.recompiles, sizeof *nr * (size_t)(cm->cache.n_recompiles + 1));

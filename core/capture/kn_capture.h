@@ -179,6 +179,7 @@ struct kn_compiled {
          * 's' at f.lua:5"): an input of the graph, read at every call,
          * instead of a constant */
         struct kn_dyn_number {
+            int graph; /* the graph of a call (k of "k/v") it is in */
             char where[KN_WHERE_MAX];
             int ordinal;
             char name[KN_NAME_MAX];
@@ -235,10 +236,10 @@ kn_status kn_capture_number(kn_capture *cap, double value, kn_dtype dt, kn_devic
                             const char *where, kn_tensor **out);
 /* Whether graph input `in` is a dynamic Lua number (not a tensor). */
 bool kn_input_is_number(const kn_graph_input *in);
-/* The 0-dim tensor dynamic number input `input_name` held at the latest
- * trace (borrowed), or NULL. A replay binds it: every Lua value the trace
- * read is unchanged then, so the number is too. */
-kn_tensor *kn_compiled_number_value(const kn_compiled *cm, const char *input_name);
+/* The 0-dim tensor dynamic number input `input_name` of graph `graph` held
+ * at the latest trace (borrowed), or NULL. A replay binds it: every Lua
+ * value the trace read is unchanged then, so the number is too. */
+kn_tensor *kn_compiled_number_value(const kn_compiled *cm, int graph, const char *input_name);
 
 /* kiln.mark_dynamic: dim of the tensor with this id is symbolic wherever
  * it enters a graph. */
