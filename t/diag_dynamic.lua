@@ -174,6 +174,15 @@ do
     "dynamic_numbers = false: the cache-limit warning, once (exact text)")
 end
 
+-- ---- dynamic = false keeps numbers static too ------------------------------
+do
+  local cm = kiln.compile(step, {dynamic = false})
+  local x = kiln.randn({3, 5}, {seed = 12, device = "cpu"})
+  for i = 1, 4 do cm(x, i / 2) end
+  T.is(#cm:recompiles(), 3, "dynamic = false: one version per number")
+  T.is(#cm:recompiles()[3].dynamic, 0, "dynamic = false: no number made dynamic")
+end
+
 -- ---- an upvalue -----------------------------------------------------------
 do
   local cm = kiln.compile(scaled)

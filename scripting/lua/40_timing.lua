@@ -552,8 +552,10 @@ and prints one line per kernel: calls per model call, median time, share of
 the kernels' time, achieved GB/s and GFLOP/s, and % of the roofline
 (min(peak FLOP/s, bandwidth x flops/bytes), ceilings as :device shows them),
 then the total per call, the host overhead, the kernel count and whether
-the call replays a CUDA graph. From Lua: kiln.cmd.time(n) returns the table
-of kiln.time.]],
+the call replays a CUDA graph. When the compiled model re-traces at every
+call (graph breaks) or is slower than eager (timed over a few eager calls),
+the reason and what to do are printed once. From Lua: kiln.cmd.time(n)
+returns the table of kiln.time.]],
 }, function(n)
   local count = 100
   if n ~= nil then
@@ -579,6 +581,12 @@ of kiln.time.]],
   local r = kiln.time(fn, table.unpack(args, 1, ninputs + 1))
   if fn == session.compiled then session.warm = true end
   print(tostring(r))
+  if fn ~= session.model then
+    -- slower than eager? a few eager calls say (the reason is printed once)
+    local n = math.min(count, 20)
+    local eager_ms = median((P.time_calls(n, dev, session.model, table.unpack(args, 1, ninputs))))
+    warn_slow(fn, P.slow_reason(fn, r.median_ms, eager_ms))
+  end
   return r
 end)
 
