@@ -310,6 +310,9 @@ do
   T.is(kiln.profiler.slow_reason(cm), head .. ", so every call runs the Lua code and capture again: " .. advice,
     "slow reason without an eager time (kiln.time): the re-tracing alone")
   T.is(kiln.profiler.slow_reason(cm, 0.01, 0.02), nil, "not slower than eager: nothing to say")
+  T.is(kiln.profiler.slow_reason(cm, 0.105, 0.1), nil, "within 10% of eager (timing noise): nothing to say")
+  T.raises(function() kiln.profiler.slow_reason(cm, 0.1) end, "give both the compiled and the eager time",
+    "slow_reason: one time without the other is an error")
 
   local pure = kiln.compile(function(a) return (a * 2):relu() end)
   pure(x)
