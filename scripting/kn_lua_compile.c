@@ -402,6 +402,11 @@ static int try_replay(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
         }
         lua_pop(L, 1);
     }
+    /* dynamic numbers: the values of the trace, which every guard above
+     * holding means the Lua code would compute again */
+    for (int k = 0; k < v->g.n_inputs; k++)
+        if (kn_input_is_number(&v->g.inputs[k]) && !(bound[k] = kn_compiled_number_value(cm, 0, v->g.inputs[k].name)))
+            goto miss;
     /* other tensors the function used (upvalues, globals): kept alive here */
     lua_getfield(L, rt, "tensors");
     for (int k = 0; k < v->g.n_inputs; k++) {
@@ -471,7 +476,7 @@ miss:
 /* After a traced call: record what a replay needs, when the call allows it.
  * Results are at [first, top]. */
 static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
-                          int first)
+                          int first, int before)
 {
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
@@ -482,6 +487,9 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     const char *why = NULL;
     if (cap->n_breaks) why = "graph breaks";
     else if (s->impure) why = s->impure_what;
+    /* a step counter kept in an upvalue (lr = lr * 0.9) or a table: a replay
+     * would skip the write, and every later call would see the same value */
+    else if (!snapshot_holds(L, before)) why = "it changes Lua values it reads (an upvalue, a table field or a global)";
     else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
     else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
     else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
@@ -553,6 +561,11 @@ static void record_replay(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
             bool from_arg = false;
             for (int i = 0; i < nargs; i++) from_arg = from_arg || rp->arg_input[i] == k;
             if (!from_arg) goto fail2;
+            continue;
+        }
+        if (kn_input_is_number(in)) {
+            /* a dynamic number: the replay binds this trace's value */
+            if (!kn_compiled_number_value(cm, 0, in->name)) goto fail2;
             continue;
         }
         if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
@@ -673,6 +686,12 @@ static int cm_call(lua_State *L)
     /* parameter names of the module, by tensor id */
     kn_lua_trace_param_map(L, is_module ? module_idx : 0);
 
+    /* what the function can read, before it runs: a trace that changes it
+     * must not be replayed (record_replay) */
+    lua_createtable(L, 0, 3);
+    int before = lua_gettop(L);
+    snapshot_state(L, before, uv + 1, is_module ? module_idx : 0);
+
     /* under the function's slot, so that the results stay on top */
     traced_call_guard *guard = push_traced_call_guard(L, cm);
     kn_status st = kn_capture_begin(cm);
@@ -732,7 +751,7 @@ static int cm_call(lua_State *L)
     lua_pop(L, 2);
     u->rp.valid = false;
     u->rp.rng_used = s->rng_offset - rng_before;
-    if (replay_on) record_replay(L, u, uv, nargs, is_module, module_idx, call_base);
+    if (replay_on) record_replay(L, u, uv, nargs, is_module, module_idx, call_base, before);
     return lua_gettop(L) - call_base + 1;
 }
 

@@ -33,6 +33,8 @@ void kn_lua_open_config(lua_State *L, int kiln)
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "replay"); /* direct replay of pure traces (see README) */
     lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "dynamic_numbers"); /* a Lua number that changed once is read at every call */
+    lua_pushboolean(L, 1);
     lua_setfield(L, -2, "compiler"); /* false: compiled graphs run op by op (the reference) */
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "check_numerics"); /* compare every compiled run with the reference */
@@ -174,7 +176,9 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
         cm->check.fault_kernel = lua_isinteger(L, -1) ? (int)kn_lua_int_in(L, -1, -1, INT_MAX, "kiln.config.fault_kernel") : -1;
         lua_getfield(L, -7, "fold_epilogues");
         fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
-        lua_pop(L, 7);
+        lua_getfield(L, -8, "dynamic_numbers");
+        cm->opt.dynamic_numbers = lua_isnil(L, -1) || lua_toboolean(L, -1);
+        lua_pop(L, 8);
     }
     lua_pop(L, 1);
     kn_lua_sync_config(L);

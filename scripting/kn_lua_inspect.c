@@ -81,6 +81,12 @@ static int cm_recompiles(lua_State *L)
             lua_seti(L, -2, k + 1);
         }
         lua_setfield(L, -2, "reasons");
+        lua_createtable(L, r->n_dynamic, 0);
+        for (int k = 0; k < r->n_dynamic; k++) {
+            lua_pushstring(L, r->dynamic[k]);
+            lua_seti(L, -2, k + 1);
+        }
+        lua_setfield(L, -2, "dynamic"); /* numbers made dynamic: {"number 's' at f.lua:5", ...} */
         lua_seti(L, -2, i + 1);
     }
     return 1;
@@ -473,6 +479,8 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "replayable");
     lua_pushinteger(L, (lua_Integer)cm->cache.n_breaks);
     lua_setfield(L, -2, "breaks");
+    lua_pushstring(L, cm->id.name); /* "forward": how messages name the function */
+    lua_setfield(L, -2, "name");
     lua_pushinteger(L, (lua_Integer)cm->cache.n_recompiles);
     lua_setfield(L, -2, "recompiles");
     return 1;

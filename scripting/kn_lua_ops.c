@@ -65,7 +65,7 @@ static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like, co
                            op, iv, (int)INT32_MIN, (int)INT32_MAX);
         }
     }
-    if (kn_lua_active_capture(L)) return kn_lua_capture_number(L, idx, dt);
+    if (kn_lua_active_capture(L)) return kn_lua_capture_number(L, idx, dt, like);
     if (math_scalar && (dt == KN_F16 || dt == KN_BF16) && !lua_isboolean(L, idx)) {
         *math_scalar = dt;
         dt = KN_F32;

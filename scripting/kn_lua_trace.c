@@ -305,7 +305,7 @@ static void find_field_name(lua_State *L, int want, char *buf, size_t size)
     }
 }
 
-kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt)
+kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt, const kn_tensor *like)
 {
     kn_capture *cap = kn_lua_state_get(L)->cap;
     char name[KN_NAME_MAX], where[KN_WHERE_MAX];
@@ -314,7 +314,8 @@ kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt)
     kn_lua_where_str(L, where, sizeof where);
     double v = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
     kn_tensor *p;
-    kn_status st = kn_capture_const(cap, v, dt, name, where, &p);
+    kn_device dev = like ? kn_tensor_device(like) : kn_lua_default_device();
+    kn_status st = kn_capture_number(cap, v, dt, dev, name, where, &p);
     if (st != KN_OK) kn_lua_fail(L, st);
     kn_lua_pushtensor(L, p);
     return p;

@@ -19,7 +19,7 @@ kn_capture *kn_lua_active_capture(lua_State *L);
  * outputs and returns their count; raises on error. */
 int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev);
 /* A placeholder for the Lua number at idx baked into the graph (pushed). */
-kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt);
+kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt, const kn_tensor *like);
 /* The value of t, breaking the graph first when t is a traced placeholder
  * whose value does not exist yet; `method` names what needs it. */
 kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method);

@@ -32,12 +32,14 @@ local function close(a, b)
 end
 
 -- The recompile message of design.md section 4.
-local function recompile_msg(name, where, graph, version, reasons)
+-- `dynamic`: the numbers the recompilation made dynamic.
+local function recompile_msg(name, where, graph, version, reasons, dynamic)
   local lines = {
     string.format("Recompiling %s (%s), graph %d, version %d", name, where, graph, version),
     "  triggered by the guard failure(s):",
   }
   for _, r in ipairs(reasons) do lines[#lines + 1] = "  - " .. r end
+  for _, d in ipairs(dynamic or {}) do lines[#lines + 1] = "  " .. d .. " is dynamic from now on" end
   return table.concat(lines, "\n") .. "\n"
 end
 
@@ -325,7 +327,8 @@ do
   local text = p:read("a")
   p:close()
   T.is(text, recompile_msg("sized", at("sized"), 0, 1, { "0/0: tensor 'x' size mismatch at dim 2: expected 256, actual 128" })
-    .. recompile_msg("scaled", at("scaled"), 0, 1, { "0/0: number 'scale' at " .. at("scale_arg") .. " changed: 0.125 -> 0.25" }),
+    .. recompile_msg("scaled", at("scaled"), 0, 1, { "0/0: number 'scale' at " .. at("scale_arg") .. " changed: 0.125 -> 0.25" },
+      { "number 'scale' at " .. at("scale_arg") }),
     "KILN_LOGS=recompiles prints each recompilation on stderr, exact text")
   p = io.popen("KILN_LOGS= '" .. kiln_bin .. "' " .. SRC .. " child-recompiles 2>&1 >/dev/null")
   text = p:read("a")

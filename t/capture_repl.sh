@@ -174,7 +174,8 @@ is "$(cat "$tmp/err")" "Graph break in user code at $tmp/script.lua:3
     $tmp/script.lua:7 in main chunk
 Recompiling f ($tmp/script.lua:1), graph 0, version 1
   triggered by the guard failure(s):
-  - 0/0: number 'scale' at $tmp/script.lua:2 changed: 0.5 -> 0.25" \
+  - 0/0: number 'scale' at $tmp/script.lua:2 changed: 0.5 -> 0.25
+  number 'scale' at $tmp/script.lua:2 is dynamic from now on" \
     "KILN_LOGS=graph_breaks,recompiles: the break once, then the recompilation, on stderr (exact text)"
 is "$out" "done" "... stdout has only the script's output"
 is "$rc" 0 "... exit status 0"

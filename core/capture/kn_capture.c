@@ -128,6 +128,155 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
     return make_placeholder(cap, node, 0, out);
 }
 
+/* ---- dynamic numbers ----------------------------------------------------- */
+
+/* A Lua number that changed between calls (an argument, an upvalue, a value
+ * read back with :item()) is made dynamic at its first recompile: later
+ * traces make it a 0-dim input of the graph, bound to this call's value,
+ * instead of a constant, so the graph and its plan stay the same. Only
+ * numbers that enter ops as scalar operands come here; a number used as a
+ * size, a dim or an attribute is part of the node (the graph's structure)
+ * and a number the Lua code branches on changes which ops are traced, so
+ * both stay guarded. */
+
+#define NUMBER_PREFIX "number "
+
+bool kn_input_is_number(const kn_graph_input *in)
+{
+    return in->kind == KN_IN_VALUE && strncmp(in->name, NUMBER_PREFIX, strlen(NUMBER_PREFIX)) == 0;
+}
+
+static bool numbers_dynamic(const kn_compiled *cm)
+{
+    return cm->opt.dynamic_numbers && cm->opt.dynamic != 0;
+}
+
+/* A half number stays a constant: eager math does a number next to a half
+ * tensor in f32, which a half 0-dim input could not reproduce. */
+static bool number_can_be_input(kn_dtype dt)
+{
+    return dt != KN_F16 && dt != KN_BF16;
+}
+
+/* The graph's device, for a number made dynamic at a recompile: that of
+ * its first tensor input. A graph of no tensor inputs keeps its numbers. */
+static bool number_device(const kn_graph *g, kn_device *dev)
+{
+    for (int i = 0; i < g->n_inputs; i++)
+        if (!kn_input_is_number(&g->inputs[i])) {
+            *dev = g->inputs[i].device;
+            return true;
+        }
+    return false;
+}
+
+/* Which number of line `where` the next one is: numbers (constants and
+ * dynamic ones) of that line among the graph's first `upto` nodes. */
+static int number_ordinal(const kn_graph *g, int upto, const char *where)
+{
+    int k = 0;
+    for (int i = 0; i < upto; i++) {
+        const kn_node *n = &g->nodes[i];
+        if (strcmp(n->where, where) != 0) continue;
+        k += n->op == KN_NODE_CONST || (n->op == KN_NODE_INPUT && kn_input_is_number(&g->inputs[n->input]));
+    }
+    return k;
+}
+
+static struct kn_dyn_number *dynamic_number(const kn_compiled *cm, int graph, const char *where, int ordinal)
+{
+    for (int i = 0; i < cm->dyn.n_numbers; i++) {
+        struct kn_dyn_number *d = &cm->dyn.numbers[i];
+        if (d->graph == graph && d->ordinal == ordinal && strcmp(d->where, where) == 0) return d;
+    }
+    return NULL;
+}
+
+static void keep_last(struct kn_dyn_number *d, kn_tensor *t)
+{
+    kn_tensor_retain(t);
+    kn_tensor_release(d->last);
+    d->last = t;
+}
+
+kn_tensor *kn_compiled_number_value(const kn_compiled *cm, int graph, const char *input_name)
+{
+    for (int i = 0; i < cm->dyn.n_numbers; i++)
+        if (cm->dyn.numbers[i].graph == graph && strcmp(cm->dyn.numbers[i].name, input_name) == 0)
+            return cm->dyn.numbers[i].last;
+    return NULL;
+}
+
+/* A recompile: every number of the traced graph g whose value differs from
+ * the same number (same line, the structure equal up to it) of the newest
+ * version becomes dynamic, and its node in g an input now, so the version
+ * compiled from g is the one later calls fit. */
+static kn_status make_numbers_dynamic(kn_compiled *cm, int k, const kn_version *newest, kn_graph *g,
+                                      kn_recompile *rc)
+{
+    kn_device dev;
+    if (!number_device(g, &dev)) return KN_OK;
+    int n = newest->g.n_nodes < g->n_nodes ? newest->g.n_nodes : g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        const kn_node *a = &newest->g.nodes[i];
+        kn_node *b = &g->nodes[i];
+        if (!kn_sym_same_node_modulo_sizes(a, b)) break; /* a different branch from here: its numbers are its own */
+        if (b->op != KN_NODE_CONST || a->value == b->value || !number_can_be_input(b->out[0].dtype)) continue;
+        int ordinal = number_ordinal(g, i, b->where);
+        struct kn_dyn_number *d = dynamic_number(cm, k, b->where, ordinal);
+        char iname[KN_NAME_MAX];
+        if (d) {
+            snprintf(iname, sizeof iname, "%s", d->name);
+        } else {
+            size_t len = b->name[0] ? (size_t)snprintf(iname, sizeof iname, NUMBER_PREFIX "'%s' at %s", b->name, b->where)
+                                    : (size_t)snprintf(iname, sizeof iname, NUMBER_PREFIX "at %s", b->where);
+            if (ordinal && len < sizeof iname) snprintf(iname + len, sizeof iname - len, " #%d", ordinal + 1);
+            void *nn = realloc(cm->dyn.numbers, sizeof *cm->dyn.numbers * (size_t)(cm->dyn.n_numbers + 1));
+            if (!nn) return kn_error(KN_ERR_OOM, "out of host memory for the dynamic numbers");
+            cm->dyn.numbers = nn;
+            d = &cm->dyn.numbers[cm->dyn.n_numbers++];
+            memset(d, 0, sizeof *d);
+            d->graph = k;
+            snprintf(d->where, sizeof d->where, "%s", b->where);
+            d->ordinal = ordinal;
+            snprintf(d->name, sizeof d->name, "%s", iname);
+        }
+        kn_tensor *t;
+        KN_TRY(kn_node_const_tensor(b, dev, &t));
+        kn_status st = kn_graph_const_to_input(g, i, KN_IN_VALUE, iname, t);
+        keep_last(d, t);
+        kn_tensor_release(t);
+        KN_TRY(st);
+        if (rc->n_dynamic < KN_MAX_REASONS) snprintf(rc->dynamic[rc->n_dynamic++], KN_NAME_MAX, "%s", iname);
+    }
+    return KN_OK;
+}
+
+kn_status kn_capture_number(kn_capture *cap, double value, kn_dtype dt, kn_device dev, const char *name,
+                            const char *where, kn_tensor **out)
+{
+    kn_compiled *cm = cap->cm;
+    if (!where) where = "?";
+    struct kn_dyn_number *d = NULL;
+    if (cm && cm->dyn.n_numbers && numbers_dynamic(cm) && number_can_be_input(dt))
+        d = dynamic_number(cm, cap->segment, where, number_ordinal(&cap->g, cap->g.n_nodes, where));
+    if (!d) return kn_capture_const(cap, value, dt, name, where, out);
+    kn_node n;
+    memset(&n, 0, sizeof n);
+    n.op = KN_NODE_CONST;
+    n.value = value;
+    n.n_out = 1;
+    n.out[0].dtype = dt;
+    kn_tensor *t;
+    KN_TRY(kn_node_const_tensor(&n, dev, &t));
+    int idx;
+    kn_status st = kn_graph_add_input(&cap->g, KN_IN_VALUE, d->name, t, where, &idx);
+    keep_last(d, t);
+    kn_tensor_release(t);
+    KN_TRY(st);
+    return make_placeholder(cap, idx, 0, out);
+}
+
 kn_status kn_capture_const(kn_capture *cap, double value, kn_dtype dt, const char *name,
                            const char *where, kn_tensor **out)
 {
@@ -258,6 +407,11 @@ static void input_guard_text(const kn_graph_input *in, const kn_symbols *sym, in
         shape_text(in->meta.ndim, in->strides, s, sizeof s);
         snprintf(str, sizeof str, "strides %s", s);
     }
+    if (kn_input_is_number(in)) {
+        snprintf(buf, size, "%s is dynamic: read at every call, dtype %s device %s", in->name,
+                 kn_dtype_name(in->meta.dtype), kn_device_name(in->device));
+        return;
+    }
     const char *what = in->kind == KN_IN_PARAM ? "parameter" : "tensor";
     snprintf(buf, size, "%s '%s' shape %s dtype %s device %s %s%s", what, in->name, shp,
              kn_dtype_name(in->meta.dtype), kn_device_name(in->device), str,
@@ -279,22 +433,25 @@ static bool input_failure(const kn_version *v, int i, const kn_graph_input *got,
     const kn_graph_input *want = &v->g.inputs[i];
     const kn_symbols *sym = v->dynamic ? &v->sym : NULL;
     const char *what = want->kind == KN_IN_PARAM ? "parameter" : "tensor";
+    char label[KN_NAME_MAX + 16]; /* "tensor 'x'", or a dynamic number's own name */
+    if (kn_input_is_number(want)) snprintf(label, sizeof label, "%s", want->name);
+    else snprintf(label, sizeof label, "%s '%s'", what, want->name);
     if ((want->kind == KN_IN_PARAM || want->kind == KN_IN_TENSOR) && want->tensor_id != got->tensor_id) {
-        snprintf(buf, size, "%s '%s' was replaced", what, want->name);
+        snprintf(buf, size, "%s was replaced", label);
         return true;
     }
     if (want->meta.dtype != got->meta.dtype) {
-        snprintf(buf, size, "%s '%s' dtype mismatch: expected %s, actual %s", what, want->name,
+        snprintf(buf, size, "%s dtype mismatch: expected %s, actual %s", label,
                  kn_dtype_name(want->meta.dtype), kn_dtype_name(got->meta.dtype));
         return true;
     }
     if (want->device != got->device) {
-        snprintf(buf, size, "%s '%s' device mismatch: expected %s, actual %s", what, want->name,
+        snprintf(buf, size, "%s device mismatch: expected %s, actual %s", label,
                  kn_device_name(want->device), kn_device_name(got->device));
         return true;
     }
     if (want->meta.ndim != got->meta.ndim) {
-        snprintf(buf, size, "%s '%s' dim count mismatch: expected %d, actual %d", what, want->name,
+        snprintf(buf, size, "%s dim count mismatch: expected %d, actual %d", label,
                  want->meta.ndim, got->meta.ndim);
         return true;
     }
@@ -314,7 +471,7 @@ static bool input_failure(const kn_version *v, int i, const kn_graph_input *got,
         else shape_text(want->meta.ndim, want->strides, ws, sizeof ws);
         if (gc) snprintf(gs, sizeof gs, "contiguous");
         else shape_text(got->meta.ndim, got->strides, gs, sizeof gs);
-        snprintf(buf, size, "%s '%s' stride mismatch: expected %s, actual %s", what, want->name, ws, gs);
+        snprintf(buf, size, "%s stride mismatch: expected %s, actual %s", label, ws, gs);
         return true;
     }
     return false;
@@ -515,7 +672,7 @@ static kn_status make_symbols(kn_compiled *cm, kn_graph_cache *gc, kn_version *v
 /* Find a cached version of graph K that fits g, or compile a new one
  * (explaining why). *version gets its index, or -1 when the graph must run
  * eagerly (cache limit). */
-static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, int *version)
+static kn_status lookup_or_compile(kn_compiled *cm, int k, kn_graph *g, int *version)
 {
     *version = -1;
     if (k >= cm->cache.n_graphs) {
@@ -570,6 +727,9 @@ static kn_status lookup_or_compile(kn_compiled *cm, int k, const kn_graph *g, in
         }
         if (cm->opt.error_on_recompile)
             return kn_error(KN_ERR_ARG, "kiln.config.error_on_recompile is set and this call would recompile:\n%s", msg);
+        if (numbers_dynamic(cm)) KN_TRY(make_numbers_dynamic(cm, k, &gc->versions[gc->n_versions - 1], g, &rc));
+        for (int i = 0; i < rc.n_dynamic && n < sizeof msg; i++)
+            n += (size_t)snprintf(msg + n, sizeof msg - n, "  %s is dynamic from now on\n", rc.dynamic[i]);
         kn_recompile *nr = realloc(cm->cache.recompiles, sizeof *nr * (size_t)(cm->cache.n_recompiles + 1));
         if (!nr) return kn_error(KN_ERR_OOM, "out of host memory for the recompile log");
         cm->cache.recompiles = nr;
@@ -1002,6 +1162,7 @@ kn_status kn_compiled_new(const char *fn_name, const char *fn_where, kn_compiled
     snprintf(cm->id.mode, sizeof cm->id.mode, "default");
     cm->opt.cache_size_limit = 8;
     cm->opt.dynamic = -1;
+    cm->opt.dynamic_numbers = true;
     cm->log.flags = KN_LOG_WARN;
     *out = cm;
     return KN_OK;
@@ -1047,6 +1208,8 @@ void kn_compiled_free(kn_compiled *cm)
     free(cm->cache.breaks);
     free(cm->cache.recompiles);
     free(cm->dyn.dims);
+    for (int i = 0; i < cm->dyn.n_numbers; i++) kn_tensor_release(cm->dyn.numbers[i].last);
+    free(cm->dyn.numbers);
     free(cm->log.text);
     free(cm);
 }

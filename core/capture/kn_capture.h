@@ -50,6 +50,8 @@ typedef struct kn_recompile {
     char where[KN_WHERE_MAX];
     int n_reasons;
     char reasons[KN_MAX_REASONS][KN_REASON_MAX]; /* "0/0: tensor 'x' size mismatch at dim 2: ..." */
+    int n_dynamic;                               /* numbers this recompile made dynamic */
+    char dynamic[KN_MAX_REASONS][KN_NAME_MAX];   /* "number 's' at f.lua:5" */
 } kn_recompile;
 
 /* A cached, compiled version of graph K of a function: the structure it
@@ -147,6 +149,7 @@ struct kn_compiled {
         bool compiler;          /* run versions through compiled plans (else op by op) */
         bool check_numerics;    /* compare every compiled run with the reference */
         int dynamic;            /* -1: automatic (a dim that changed once), 0: never, 1: every dim */
+        bool dynamic_numbers;   /* a Lua number that changed once becomes an input (kiln.config.dynamic_numbers) */
         int pass_flags;         /* KN_PASSES_* and KN_PLAN_* (kn_passes.h) */
         char cache_dir[KN_CACHE_DIR_MAX + 1]; /* the persistent kernel cache (kiln.config.cache_dir) */
     } opt;
@@ -176,6 +179,19 @@ struct kn_compiled {
             int dim;
         } *dims;
         int n_dims;
+        /* Lua numbers made dynamic: the ordinal-th number of line `where`
+         * of a graph (names are found by value, so they do not identify
+         * one), and the input name it is traced as from now on ("number
+         * 's' at f.lua:5"): an input of the graph, read at every call,
+         * instead of a constant */
+        struct kn_dyn_number {
+            int graph; /* the graph of a call (k of "k/v") it is in */
+            char where[KN_WHERE_MAX];
+            int ordinal;
+            char name[KN_NAME_MAX];
+            kn_tensor *last; /* its value at the latest trace (owned), for replays */
+        } *numbers;
+        int n_numbers;
     } dyn;
     kn_capture cap;
     /* Messages for the caller to show (recompiles, cache-limit warnings),
@@ -218,6 +234,18 @@ kn_status kn_capture_break(kn_capture *cap, const kn_break *b);
 kn_status kn_capture_flush(kn_capture *cap);
 /* Finish the call: flush when ok, then detach every placeholder. */
 kn_status kn_capture_end(kn_capture *cap, bool ok);
+
+/* A Lua number entering an op as a scalar operand next to a tensor on
+ * `dev`: a constant (kn_capture_const), or, once the number was made
+ * dynamic by a recompile, a 0-dim input of the graph holding it. */
+kn_status kn_capture_number(kn_capture *cap, double value, kn_dtype dt, kn_device dev, const char *name,
+                            const char *where, kn_tensor **out);
+/* Whether graph input `in` is a dynamic Lua number (not a tensor). */
+bool kn_input_is_number(const kn_graph_input *in);
+/* The 0-dim tensor dynamic number input `input_name` of graph `graph` held
+ * at the latest trace (borrowed), or NULL. A replay binds it: every Lua
+ * value the trace read is unchanged then, so the number is too. */
+kn_tensor *kn_compiled_number_value(const kn_compiled *cm, int graph, const char *input_name);
 
 /* kiln.mark_dynamic: dim of the tensor with this id is symbolic wherever
  * it enters a graph. */

@@ -94,6 +94,36 @@ kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, 
     return kn_graph_add_node(g, &n, node);
 }
 
+kn_status kn_graph_const_to_input(kn_graph *g, int node, kn_input_kind kind, const char *name, kn_tensor *t)
+{
+    kn_node *n = &g->nodes[node];
+    if (n->op != KN_NODE_CONST) return kn_error(KN_ERR_ARG, "node %d is not a constant", node);
+    KN_TRY(grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(kn_graph_input)));
+    /* inputs are numbered in the order their nodes appear, as a trace adds them */
+    int at = 0;
+    for (int i = 0; i < node; i++) at += g->nodes[i].op == KN_NODE_INPUT;
+    memmove(&g->inputs[at + 1], &g->inputs[at], sizeof(kn_graph_input) * (size_t)(g->n_inputs - at));
+    for (int i = node + 1; i < g->n_nodes; i++)
+        if (g->nodes[i].op == KN_NODE_INPUT) g->nodes[i].input++;
+    kn_graph_input *in = &g->inputs[at];
+    memset(in, 0, sizeof *in);
+    in->kind = kind;
+    snprintf(in->name, sizeof in->name, "%s", name);
+    in->tensor = t;
+    kn_tensor_retain(t);
+    in->tensor_id = t->id;
+    in->meta = kn_tensor_meta(t);
+    memcpy(in->strides, t->strides, sizeof in->strides);
+    in->device = kn_tensor_device(t);
+    g->n_inputs++;
+    n->op = KN_NODE_INPUT;
+    n->input = at;
+    n->value = 0;
+    n->out[0] = in->meta;
+    snprintf(n->name, sizeof n->name, "%s", name);
+    return KN_OK;
+}
+
 int kn_graph_op_count(const kn_graph *g)
 {
     int n = 0;

@@ -88,6 +88,11 @@ static inline bool kn_input_keeps_values(const kn_graph_input *in)
 kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
                              const char *where, int *node);
 
+/* Turn CONST node `node` into an INPUT node bound to t (retained): a number
+ * that is read at every call instead of baked in. The input takes its place
+ * in input order (inputs are numbered as their nodes appear). */
+kn_status kn_graph_const_to_input(kn_graph *g, int node, kn_input_kind kind, const char *name, kn_tensor *t);
+
 /* Number of op nodes (not inputs or constants). */
 int kn_graph_op_count(const kn_graph *g);
 const char *kn_node_op_name(const kn_node *n);

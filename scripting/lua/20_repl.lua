@@ -27,6 +27,7 @@ kiln.session = kiln.session or {}
 local session = kiln.session
 if session.mode == nil then session.mode = "eager" end
 if session.small == nil then session.small = false end
+if session.fullgraph == nil then session.fullgraph = false end
 
 ---------------------------------------------------------------------------
 -- Errors for the user, not for a debugger: an error object whose __tostring
@@ -337,6 +338,34 @@ on the next :run. Modes: ]] .. table.concat(MODES, ", ") .. ".",
 end)
 
 ---------------------------------------------------------------------------
+-- :fullgraph
+
+repl.register("fullgraph", {
+  usage = ":fullgraph [on|off]",
+  summary = "show or set fullgraph: a graph break is an error instead of a new graph",
+  help = [[
+With no argument, shows whether the session compiles with fullgraph; "on"
+compiles the model with kiln.compile(model, {fullgraph = true}) from the
+next call, so the first graph break stops the call with the break's reason
+and user stack (the way to find what makes a model re-trace on every call);
+"off" lets capture go on after a break again. The compiled model is made
+afresh, so its cached versions start over.]],
+}, function(word)
+  if word == nil then
+    print("fullgraph: " .. (session.fullgraph and "on" or "off"))
+    return session.fullgraph
+  end
+  local on = ({ on = true, off = false })[word]
+  if on == nil then fail("usage: :fullgraph on|off (got '%s')", tostring(word)) end
+  if on ~= session.fullgraph then
+    session.fullgraph = on
+    session.compiled, session.warm = nil, nil -- compiled with the old setting
+  end
+  print("fullgraph: " .. word)
+  return on
+end)
+
+---------------------------------------------------------------------------
 -- :run
 
 -- The session model's inputs as :run builds them: the list, its length and
@@ -358,7 +387,7 @@ local function runner()
     fail("mode '%s' needs kiln.compile, which this build does not have yet: only 'eager' works", session.mode)
   end
   if not session.compiled then
-    session.compiled = kiln.compile(session.model, { mode = session.mode })
+    session.compiled = kiln.compile(session.model, { mode = session.mode, fullgraph = session.fullgraph })
     session.warm = nil
   end
   return session.compiled, true
@@ -543,6 +572,7 @@ From Lua, kiln.cmd.recompiles() returns cm:recompiles().]],
     lines[#lines + 1] = string.format("Recompiling %s (%s), graph %d, version %d", name, where, r.graph, r.version)
     lines[#lines + 1] = "  triggered by the guard failure(s):"
     for _, reason in ipairs(r.reasons) do lines[#lines + 1] = "  - " .. reason end
+    for _, number in ipairs(r.dynamic or {}) do lines[#lines + 1] = "  " .. number .. " is dynamic from now on" end
   end
   print(table.concat(lines, "\n"))
   return list

@@ -397,6 +397,87 @@ local function replays(fn)
   return ok and type(s) == "table" and tonumber(s.replays) or 0
 end
 
+---------------------------------------------------------------------------
+-- Why a compiled function is slow, said once in plain words: it traces again
+-- at every call (graph breaks, or a call a replay cannot skip), or it was
+-- measured slower than eager.
+
+-- "samples/breaks.lua:14, :22": each line once, its file named when it changes.
+local function lines_text(wheres)
+  local out, seen, last_file = {}, {}, nil
+  for _, w in ipairs(wheres) do
+    if not seen[w] then
+      seen[w] = true
+      local file, line = w:match("^(.*):(%d+)$")
+      out[#out + 1] = (file and file == last_file) and (":" .. line) or w
+      last_file = file or last_file
+    end
+  end
+  return table.concat(out, ", ")
+end
+
+local function times_text(x) return string.format(x >= 10 and "%.0fx" or "%.1fx", x) end
+
+-- The reason compiled callable cm is slow, or nil. compiled_ms and eager_ms
+-- (both or neither) are measured times per call (slower: by more than 10%);
+-- without them only a function that re-traces because of graph breaks is
+-- reported.
+function P.slow_reason(cm, compiled_ms, eager_ms)
+  for i, v in ipairs({ compiled_ms, eager_ms }) do
+    if v ~= nil and (type(v) ~= "number" or v ~= v) then
+      error(string.format("kiln.profiler.slow_reason: argument %d must be a time in ms, got %s", i + 1,
+        type(v) == "number" and "nan" or type(v)), 2)
+    end
+  end
+  if (compiled_ms == nil) ~= (eager_ms == nil) then
+    error("kiln.profiler.slow_reason: give both the compiled and the eager time, or neither", 2)
+  end
+  if not is_compiled(cm) then return nil end
+  local ok, s = pcall(cm.stats, cm)
+  if not ok or type(s) ~= "table" or s.calls == 0 then return nil end
+  local last = cm:last_call()
+  local nbreaks = last.graph_break_count or 0
+  -- 10% more than eager, so timing noise on a tie says nothing
+  local slower = compiled_ms and eager_ms and eager_ms > 0 and compiled_ms > eager_ms * 1.1
+  local retraces = s.replayable ~= "yes" and s.replayable ~= "not called yet"
+  if compiled_ms and eager_ms and not slower then return nil end -- measured, and it pays
+  if not slower and nbreaks == 0 then return nil end
+  local name = s.name or "the compiled function"
+  local head, advice
+  if nbreaks > 0 then
+    local wheres = {}
+    for i, b in ipairs(last.break_reasons or {}) do wheres[i] = b.where end
+    head = string.format("%s re-traces on every call (%d graph break%s at %s)", name, nbreaks,
+      nbreaks == 1 and "" or "s", lines_text(wheres))
+    advice = "remove the break (kiln.where keeps a branch in the graph), move the code that needs a value "
+      .. "into kiln.eager, or turn fullgraph on (:fullgraph on, or kiln.compile(fn, {fullgraph = true})) "
+      .. "to stop at the first break with its stack; :breaks lists them"
+  elseif retraces then
+    head = string.format("%s re-traces on every call (%s)", name, s.replayable)
+    advice = "a call that replays skips the Lua code; cm:stats().replayable says what stops it"
+  else
+    head = string.format("%s replays %d graph%s of %d kernels per call", name, s.graphs or 1,
+      (s.graphs or 1) == 1 and "" or "s", s.kernels or 0)
+    advice = "the work is too small for compiled kernels to pay for their calls; :time shows where the time "
+      .. "goes, and a small function can stay eager"
+  end
+  local so = slower and string.format("so compiled is %s slower than eager", times_text(compiled_ms / eager_ms))
+    or "so every call runs the Lua code and capture again"
+  return head .. ", " .. so .. ": " .. advice, head
+end
+
+-- Print a slow reason on stderr once per (key, what it says).
+local slow_warned = setmetatable({}, { __mode = "k" })
+local function warn_slow(key, text, head)
+  if type(text) ~= "string" then return end
+  local seen = slow_warned[key] or {}
+  slow_warned[key] = seen
+  if seen[head or text] then return end
+  seen[head or text] = true
+  io.stderr:write("kiln: " .. text .. "\n")
+  io.stderr:flush()
+end
+
 -- kiln.time(cm_or_fn, x..., {iters = 100, warmup = 10, profile_iters = 10})
 function kiln.time(fn, ...)
   check_fn(fn, "kiln.time")
@@ -436,7 +517,10 @@ function kiln.time(fn, ...)
     host_us_per_kernel = math.max(0, host_us) / math.max(1, launches),
     cuda_graph = cuda_graph, device = dev, iters = iters, ceilings = ceil or nil,
   }, Timing)
-  if is_compiled(fn) then P.last_time[fn] = r end
+  if is_compiled(fn) then
+    P.last_time[fn] = r
+    warn_slow(fn, P.slow_reason(fn))
+  end
   return r
 end
 
@@ -584,8 +668,10 @@ GFLOP/s, and % of the roofline (min(peak FLOP/s, bandwidth x flops/bytes),
 the bandwidth of the kernel's working set, ceilings as :device shows them;
 a figure above 100 prints with "!": the ceiling was measured low),
 then the total per call, the host overhead, the kernel count and whether
-the call replays a CUDA graph. From Lua: kiln.cmd.time(n) returns the table
-of kiln.time.]],
+the call replays a CUDA graph. When the compiled model re-traces at every
+call (graph breaks) or is slower than eager (timed over a few eager calls),
+the reason and what to do are printed once. From Lua: kiln.cmd.time(n)
+returns the table of kiln.time.]],
 }, function(n)
   local count = 100
   if n ~= nil then
@@ -601,7 +687,7 @@ of kiln.time.]],
   local fn = session.model
   if session.mode ~= "eager" then
     if type(kiln.compile) ~= "function" then fail("mode '%s' needs kiln.compile", session.mode) end
-    session.compiled = session.compiled or kiln.compile(session.model, { mode = session.mode })
+    session.compiled = session.compiled or kiln.compile(session.model, { mode = session.mode, fullgraph = session.fullgraph })
     fn = session.compiled
   end
   local ceil = kiln.ceilings({ device = dev, progress = progress })
@@ -615,6 +701,12 @@ of kiln.time.]],
   repl.interrupt_note = nil
   if fn == session.compiled then session.warm = true end
   print(tostring(r))
+  if fn ~= session.model then
+    -- slower than eager? a few eager calls say (the reason is printed once)
+    local n = math.min(count, 20)
+    local eager_ms = median((P.time_calls(n, dev, session.model, table.unpack(args, 1, ninputs))))
+    warn_slow(fn, P.slow_reason(fn, r.median_ms, eager_ms))
+  end
   return r
 end)
 
@@ -639,10 +731,20 @@ Bench.__tostring = function(b)
     if r.error then
       lines[#lines + 1] = string.format("%-28s failed: %s", r.mode, r.error)
     else
-      lines[#lines + 1] = string.format("%-28s %10s %12s %9s %10s %9s", r.mode, fmt_num(r.eager_ms, "%.3f"),
-        fmt_num(r.compiled_ms, "%.3f"), fmt_num(r.speedup, "%.2fx"),
+      -- "!" after the speedup marks a mode slower than eager; "*" a compile from the cache
+      lines[#lines + 1] = string.format("%-28s %10s %12s %9s%1s%10s %9s", r.mode, fmt_num(r.eager_ms, "%.3f"),
+        fmt_num(r.compiled_ms, "%.3f"), fmt_num(r.speedup, "%.2fx"), r.slow and "!" or " ",
         fmt_num(r.compile_s, r.compile_cached and "%.2f*" or "%.2f"), fmt_num(r.peak_mib, "%.1f"))
       cached = cached or r.compile_cached
+    end
+  end
+  -- why: each reason once (the modes of one model share it), from its first row
+  local said = {}
+  for _, r in ipairs(b) do
+    local key = r.slow_head or r.slow
+    if r.slow and not said[key] then
+      said[key] = true
+      lines[#lines + 1] = "! " .. r.mode .. ": " .. r.slow
     end
   end
   if cached then lines[#lines + 1] = "* its generated kernels came from the cache (kiln.config.cache_dir)" end
@@ -713,7 +815,7 @@ function kiln.bench(model, inputs, opts)
       P.progress_label(":bench " .. mode)
       P.progress("first call (compiles)", 0, 1)
       local ok, err = pcall(function()
-        local cm = kiln.compile(model, { mode = mode })
+        local cm = kiln.compile(model, { mode = mode, fullgraph = opts.fullgraph })
         local t0 = kiln.clock()
         cm(table.unpack(args, 1, n))
         sync(dev)
@@ -724,6 +826,11 @@ function kiln.bench(model, inputs, opts)
         row.speedup = row.compiled_ms > 0 and eager_ms / row.compiled_ms or nil
         local s = cm:stats()
         row.peak_mib = s.peak_bytes and s.peak_bytes / 2 ^ 20 or nil
+        local why, head = P.slow_reason(cm, row.compiled_ms, eager_ms)
+        if why then
+          row.slow, row.slow_head = why, head
+          if not opts.quiet then warn_slow(model, why, head) end
+        end
       end)
       if not ok and P.interrupted() then error(err, 0) end -- Ctrl-C stops the bench, not one mode
       if not ok then row.error = tostring(err) end
@@ -739,9 +846,12 @@ repl.register("bench", {
   help = [[
 Runs the session's model eagerly and compiled in each mode (eager, default,
 reduce-overhead, max-autotune), n timed calls each (default 20) after a
-warm-up, and prints one row per mode. From Lua: kiln.bench(model, inputs,
-{modes = {...}, iters = n}) returns the rows; tostring, :csv() and :json()
-format them.]],
+warm-up, and prints one row per mode. A mode slower than eager is marked
+"!" after its speedup, and the reason (graph breaks that make every call
+trace again, ...) is printed under the table once, with what to do. From
+Lua: kiln.bench(model, inputs, {modes = {...}, iters = n}) returns the rows
+(row.slow holds the reason, also printed on stderr once per model);
+tostring, :csv() and :json() format them.]],
 }, function(n)
   local iters = 20
   if n ~= nil then
@@ -752,7 +862,7 @@ format them.]],
   local inputs = session.spec.inputs({ device = default_device(), dtype = "f32", small = session.small and true or false })
   P.progress_start(":bench")
   repl.interrupt_note = interrupt_note
-  local b = kiln.bench(session.model, inputs, { iters = iters })
+  local b = kiln.bench(session.model, inputs, { iters = iters, quiet = true, fullgraph = session.fullgraph })
   P.progress_end()
   repl.interrupt_note = nil
   print(tostring(b))

@@ -137,7 +137,7 @@ local function inspected()
     cm = session.inspect
   else
     if not session.compiled then
-      session.compiled = kiln.compile(session.model, { mode = session.mode })
+      session.compiled = kiln.compile(session.model, { mode = session.mode, fullgraph = session.fullgraph })
       session.warm = nil
     end
     cm = session.compiled

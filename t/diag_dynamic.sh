@@ -1,0 +1,118 @@
+#!/bin/sh
+# diag_dynamic.sh: the REPL side of issue 16 items 3 and 4, through kiln's
+# standard input on samples/breaks.lua (small): :fullgraph on|off|bad (a bad
+# word is a clear error and the REPL goes on; on makes the first break an
+# error with its stack), :help lists it, :bench marks the modes slower than
+# eager and says why once, :time says the model re-traces on every call once,
+# and a dynamic number's recompile as :recompiles prints it.
+# Run by prove through t/run, which sets $KILN.
+KILN=${KILN:-build/kiln}
+case $KILN in /*) ;; *) KILN=$(pwd)/$KILN ;; esac
+
+n=0
+failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+KILN_CACHE_DIR="$tmp/cache"
+export KILN_CACHE_DIR
+
+pass() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() {
+    n=$((n + 1)); failed=$((failed + 1))
+    echo "not ok $n - $1"
+    shift
+    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/#   /'; done
+}
+is() {
+    if [ "$1" = "$2" ]; then pass "$3"; else fail "$3" "got:" "$1" "expected:" "$2"; fi
+}
+like() {
+    case $1 in *"$2"*) pass "$3" ;; *) fail "$3" "got:" "$1" "to contain:" "$2" ;; esac
+}
+# feed INPUT: run kiln with INPUT on stdin; sets out, err, rc.
+feed() {
+    printf '%s' "$1" | KILN_LOGS= "$KILN" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    out=$(cat "$tmp/out")
+    err=$(cat "$tmp/err")
+}
+
+[ -x "$KILN" ] || { echo "1..0 # SKIP no kiln program at $KILN"; exit 0; }
+
+ADVICE="remove the break (kiln.where keeps a branch in the graph), move the code that needs a value into kiln.eager, or turn fullgraph on (:fullgraph on, or kiln.compile(fn, {fullgraph = true})) to stop at the first break with its stack; :breaks lists them"
+HEAD="forward re-traces on every call (2 graph breaks at samples/breaks.lua:14)"
+
+# ---- :fullgraph ----------------------------------------------------------
+feed 'kiln.session.small = true
+:load samples/breaks.lua
+:fullgraph
+:fullgraph maybe
+:mode default
+:fullgraph on
+:run
+:fullgraph off
+:fullgraph
+:run
+'
+first=$(printf '%s\n' "$out" | grep -v '^first call\|^output ')
+is "$first" "loaded breaks from samples/breaks.lua: 612 parameters
+fullgraph: off
+mode: default
+fullgraph: on
+fullgraph: off
+fullgraph: off" ":fullgraph shows and sets the switch (exact text)"
+like "$err" "usage: :fullgraph on|off (got 'maybe')" ":fullgraph with a bad word: a clear error"
+like "$err" "fullgraph=true: forward compiles to one graph only, but:
+Graph break in user code at samples/breaks.lua:14" ":fullgraph on: the first break stops the call with its report"
+like "$out" "output {2,4} f32 · 1 run" "the REPL goes on: after :fullgraph off, :run runs"
+is "$rc" 1 "the exit status says lines failed"
+
+feed ':help
+:help fullgraph
+'
+like "$out" "  :fullgraph [on|off]                               show or set fullgraph: a graph break is an error instead of a new graph" ":help lists :fullgraph"
+like "$out" ":fullgraph [on|off]
+With no argument, shows whether the session compiles with fullgraph" ":help fullgraph explains it"
+
+# ---- :bench and :time say why compiled is slow, once ------------------------
+feed 'kiln.session.small = true
+:load samples/breaks.lua
+:bench 20
+:mode default
+:time 5
+:time 5
+'
+like "$out" "
+! default: $HEAD, so compiled is " ":bench: the reason under the table, named by its first mode"
+like "$out" "x slower than eager: $ADVICE" ":bench: ... with what to do"
+count=$(printf '%s\n' "$out" | grep -c '^! ')
+is "$count" 1 ":bench: the reason once for the modes that share it"
+marked=$(printf '%s\n' "$out" | grep -c '^\(default\|reduce-overhead\|max-autotune\) .*x!')
+is "$marked" 3 ":bench: each mode slower than eager is marked !"
+is "$err" "kiln: $HEAD, so every call runs the Lua code and capture again: $ADVICE" \
+    ":time: the re-tracing warning, once for two :time (exact text)"
+
+# ---- a dynamic number, as :recompiles prints it ---------------------------
+cat >"$tmp/stepper.lua" <<'LUA'
+local kiln = rawget(_G, "kiln") or require("kiln")
+local lr = 0.5
+local function step(x)
+  lr = lr * 0.9
+  return x * lr
+end
+return { name = "stepper", model = step, inputs = function() return { kiln.ones({2, 2}) } end }
+LUA
+feed ":load $tmp/stepper.lua
+:mode default
+:run 20
+:recompiles
+"
+rec=$(printf '%s\n' "$out" | sed -n '/^Recompiling/,$p')
+is "$rec" "Recompiling step ($tmp/stepper.lua:3), graph 0, version 1
+  triggered by the guard failure(s):
+  - 0/0: number 'lr' at $tmp/stepper.lua:5 changed: 0.45 -> 0.405
+  number 'lr' at $tmp/stepper.lua:5 is dynamic from now on" ":recompiles: one recompile in 20 runs, the number dynamic from now on"
+is "$err" "" "no cache-limit warning"
+
+echo "1..$n"
+[ "$failed" -eq 0 ]
