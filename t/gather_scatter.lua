@@ -208,6 +208,9 @@ do
     { "ones base", 1, function(h, src, dst, w) -- not zeros: kept as the base input
       return kiln.ones({ N, F }):index_add(1, dst, h:index_select(1, src) * w:reshape({ -1, 1 }))
     end, "^index_select .-, mul :%d+, index_add :%d+$" },
+    { "-0 base", 1, function(h, src, dst, w) -- not folded: rows no edge reaches stay -0
+      return kiln.full({ N + 2, F }, -0.0):index_add(1, dst, h:index_select(1, src) * w:reshape({ -1, 1 }))
+    end, "^index_select .-, mul :%d+, index_add :%d+$" },
     { "two layers", 2, function(h, src, dst, w)
       local function prop(x) return kiln.zeros(x:shape()):index_add(1, dst, x:index_select(1, src) * w:reshape({ -1, 1 })) end
       return prop(prop(h):relu())

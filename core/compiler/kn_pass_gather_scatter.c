@@ -16,6 +16,7 @@
  */
 #include "kn_pass_gather_scatter.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -119,7 +120,9 @@ static kn_status try_index_add(kn_pass_ctx *x, int ia)
     /* the base: zeros of the output's shape fold into the op */
     int base = add->in_node[0];
     const kn_node *bn = &g->nodes[base];
-    bool folded = bn->op == KN_OP_FULL && bn->a.value == 0 && bn->out[0].dtype == add->out[0].dtype &&
+    /* (not -0: a row no edge reaches keeps the base's sign, and the op's zeros are +0) */
+    bool folded = bn->op == KN_OP_FULL && bn->a.value == 0 && !signbit(bn->a.value) &&
+                  bn->out[0].dtype == add->out[0].dtype &&
                   same_shape(&bn->out[0], &add->out[0]);
     int refs[5], n = 0;
     refs[n++] = KN_REF(sn->in_node[0], sn->in_out[0]);

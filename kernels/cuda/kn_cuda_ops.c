@@ -2,7 +2,8 @@
  * for what the one-node kernel IR does not cover: reductions over several
  * dims, max with indices, the pools, cat, index_select / gather /
  * index_add, the random creation ops, and strided copies between any two
- * dtypes (contiguous, cast).
+ * dtypes (contiguous, cast); gather_scatter's kernels live in the same
+ * modules, launched by kn_cuda_gather_scatter.c.
  *
  * Every result matches the CPU reference (kernels/cpu) bit for bit, except
  * float sums (double accumulation in another order) and index_add on floats
