@@ -215,6 +215,10 @@ do
       local function prop(x) return kiln.zeros(x:shape()):index_add(1, dst, x:index_select(1, src) * w:reshape({ -1, 1 })) end
       return prop(prop(h):relu())
     end },
+    { "back to back", 2, function(h, src, dst, w) -- the second gathers the first's result
+      local function prop(x) return kiln.zeros({ N, F }):index_add(1, dst, x:index_select(1, src) * w:reshape({ -1, 1 })) end
+      return prop(prop(h))
+    end },
     { "messages used elsewhere", 0, function(h, src, dst, w)
       local msg = h:index_select(1, src) * w:reshape({ -1, 1 })
       return kiln.zeros({ N, F }):index_add(1, dst, msg), msg:sum()
