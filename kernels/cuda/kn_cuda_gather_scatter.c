@@ -43,7 +43,8 @@ typedef struct gs_key {
 
 typedef struct gs_csr {
     gs_key key;
-    int *buf; /* start[rows + 1], count[rows], perm[edges] */
+    int *buf; /* start[rows + 1], count[rows], perm[edges], from gpu's allocator */
+    const kn_cuda_dev *gpu;
     uint64_t used;
 } gs_csr;
 
@@ -151,7 +152,22 @@ static kn_status build_csr(kn_dtype dt, kn_gs_args *a, int *buf)
 static kn_status run_segments(kn_dtype dt, const kn_tensor *dst, kn_gs_args *a)
 {
     int64_t ints = 2 * a->rows + 1 + a->edges;
+    const kn_cuda_dev *gpu = kn_cuda_current();
+    gs_key k = key_of(dst, a->rows);
+    gs_csr *hit = NULL, *lru = NULL;
     bool keep = keepable(dst) && !capturing();
+    if (keep) {
+        pthread_mutex_lock(&g_lock);
+        for (int i = 0; i < GS_SLOTS; i++) {
+            gs_csr *e = &g_csr[i];
+            if (e->buf && same_key(&e->key, &k)) hit = e;
+            /* a slot to take: an empty one, else this GPU's least recently used
+             * (another GPU's block is not this allocator's to free) */
+            if (!e->buf ? !lru || lru->buf : e->gpu == gpu && (!lru || (lru->buf && e->used < lru->used))) lru = e;
+        }
+        keep = hit || lru;
+        if (!keep) pthread_mutex_unlock(&g_lock);
+    }
     if (!keep) {
         void *tmp = NULL;
         KN_TRY(kn_cuda_malloc(ints * (int64_t)sizeof(int), &tmp));
@@ -160,27 +176,20 @@ static kn_status run_segments(kn_dtype dt, const kn_tensor *dst, kn_gs_args *a)
         kn_cuda_free(tmp);
         return st;
     }
-    gs_key k = key_of(dst, a->rows);
-    pthread_mutex_lock(&g_lock);
-    gs_csr *hit = NULL, *lru = &g_csr[0];
-    for (int i = 0; i < GS_SLOTS; i++) {
-        gs_csr *e = &g_csr[i];
-        if (e->buf && same_key(&e->key, &k)) hit = e;
-        if (!e->buf || (lru->buf && e->used < lru->used)) lru = e;
-    }
     bool built = hit != NULL;
     kn_status st = KN_OK;
     if (!hit) { /* one slot per dst view: a new version rebuilds into the old one's block */
         for (int i = 0; i < GS_SLOTS && !hit; i++) {
             gs_csr *e = &g_csr[i];
-            if (e->buf && e->key.storage == k.storage && e->key.offset == k.offset && e->key.n == k.n &&
-                e->key.stride == k.stride && e->key.size == k.size && e->key.dtype == k.dtype)
+            if (e->buf && e->gpu == gpu && e->key.storage == k.storage && e->key.offset == k.offset &&
+                e->key.n == k.n && e->key.stride == k.stride && e->key.size == k.size && e->key.dtype == k.dtype)
                 hit = e;
         }
         if (!hit) {
             hit = lru;
             if (hit->buf) kn_cuda_free(hit->buf); /* stream-ordered: queued work still reads it first */
             hit->buf = NULL;
+            hit->gpu = gpu;
             st = kn_cuda_malloc(ints * (int64_t)sizeof(int), (void **)&hit->buf);
         }
         hit->key = k;
