@@ -622,6 +622,60 @@ static int l_index_add(lua_State *L)
     return run_call(L, &c, KN_CPU);
 }
 
+/* gather_scatter(h, src, dst, [{weight = w, base = b, rows = n}]): message
+ * passing in one op, out = b (or zeros of n rows, default h's rows);
+ * out[dst[e], ...] += h[src[e], ...] * w[e]. The same as
+ * b:index_add(1, dst, h:index_select(1, src) * w:reshape{-1, 1}), which
+ * kiln.compile fuses into this op. */
+static int l_gather_scatter(lua_State *L)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_GATHER_SCATTER);
+    c.n_in = 3;
+    for (int i = 0; i < 3; i++) c.in[i] = kn_lua_checktensor(L, i + 1);
+    kn_tensor *w = NULL, *b = NULL;
+    bool rows_given = false;
+    lua_Integer rows = c.in[0]->ndim >= 1 ? c.in[0]->shape[0] : 0;
+    if (!lua_isnoneornil(L, 4)) {
+        luaL_checktype(L, 4, LUA_TTABLE);
+        lua_pushnil(L);
+        while (lua_next(L, 4)) { /* every key must be one we read: a typo must not pass silently */
+            const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+            if (!key || (strcmp(key, "weight") && strcmp(key, "base") && strcmp(key, "rows"))) {
+                lua_pushvalue(L, -2);
+                return kn_lua_fail(L, kn_error(KN_ERR_ARG,
+                                               "gather_scatter: unknown option '%s' (the options are weight, base "
+                                               "and rows)",
+                                               luaL_tolstring(L, -1, NULL)));
+            }
+            lua_pop(L, 1);
+        }
+        lua_getfield(L, 4, "weight");
+        if (!lua_isnil(L, -1)) w = kn_lua_checktensor(L, lua_gettop(L));
+        lua_getfield(L, 4, "base");
+        if (!lua_isnil(L, -1)) b = kn_lua_checktensor(L, lua_gettop(L));
+        lua_getfield(L, 4, "rows");
+        if (!lua_isnil(L, -1)) {
+            if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+                return kn_lua_fail(L, kn_error(KN_ERR_ARG, "gather_scatter: rows must be a whole number >= 0, got %s",
+                                               luaL_tolstring(L, -1, NULL)));
+            rows = lua_tointeger(L, -1);
+            rows_given = true;
+        }
+    }
+    if (b && rows_given)
+        return kn_lua_fail(L, kn_error(KN_ERR_ARG, "gather_scatter: give rows or base, not both (base's rows are the "
+                                                   "output's)"));
+    if (w) c.in[c.n_in++] = w;
+    if (b) {
+        c.in[c.n_in++] = b;
+    } else {
+        c.a.nshape = 1;
+        c.a.shape[0] = rows;
+    }
+    return run_call(L, &c, KN_CPU);
+}
+
 static int l_tri(lua_State *L)
 {
     kn_opcall c;
@@ -733,6 +787,7 @@ void kn_lua_open_ops(lua_State *L)
     reg_op(L, kiln, methods, "index_select", l_index2, KN_OP_INDEX_SELECT);
     reg_op(L, kiln, methods, "gather", l_index2, KN_OP_GATHER);
     reg_op(L, kiln, methods, "index_add", l_index_add, -1);
+    reg_op(L, kiln, methods, "gather_scatter", l_gather_scatter, -1);
     reg_op(L, kiln, methods, "nonzero", l_nonzero, -1);
 
     luaL_getmetatable(L, KN_TENSOR_MT);

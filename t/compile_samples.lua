@@ -112,15 +112,15 @@ groups.convnet = function(list)
 end
 
 groups.gcn = function(list)
-  local sel, add, lsm, good = 0, 0, 0, true
+  local gs, left, lsm, good = 0, 0, 0, true
   for _, k in ipairs(list) do
-    if has_op(k, "index_select") then sel = sel + 1; good = good and k.kind == "cpu" end
-    if has_op(k, "index_add") then add = add + 1; good = good and k.kind == "cpu" end
+    if has_op(k, "gather_scatter") then gs = gs + 1; good = good and k.kind == "cpu" end
+    if has_op(k, "index_select") or has_op(k, "index_add") then left = left + 1 end
     if has_op(k, "log_softmax") then lsm = lsm + 1; good = good and k.kind == "generated" end
   end
-  T.ok(sel == 2 and add == 2 and lsm == 1 and good,
-    "gcn: index_select and index_add (2 each) are cpu kernels, log_softmax is generated")
-  if not (sel == 2 and add == 2 and lsm == 1 and good) then T.diag(signature(list)) end
+  T.ok(gs == 2 and left == 0 and lsm == 1 and good,
+    "gcn: each prop (index_select, mul, index_add) is one gather_scatter cpu kernel, log_softmax is generated")
+  if not (gs == 2 and left == 0 and lsm == 1 and good) then T.diag(signature(list)) end
 end
 
 groups.transformer_block = function(list)

@@ -1,7 +1,9 @@
 /* t/cuda_templates_compile.c: every CUDA template module of kn_cuda_ops.c
  * (one per dtype: the prelude, the argument structs, kn_rng.h and the .cu
  * families) compiles with NVRTC for sm_90 without errors or warnings and
- * holds every kernel kn_cuda_ops.c looks up by name; kn_linalg.cu compiles
+ * holds every kernel kn_cuda_ops.c looks up by name (kn_gather_scatter.cu's
+ * included: its float modules compile for sm_80 too, the paths without
+ * sm_90's vector and bf16 atomics); kn_linalg.cu compiles
  * as its own module; every module of kn_attention.cu (tensor-core kernels
  * per bf16/f16 head-dim bucket, SIMT kernels per dtype and output width)
  * compiles without warnings and holds the kernels kn_cuda_attention.c
@@ -110,6 +112,23 @@ int main(void)
                 }
             is_int(missing, 0, "every kernel the host looks up is in the image");
         }
+        free(img);
+        free(log);
+        free(src);
+    }
+    /* kn_gather_scatter.cu takes other paths before sm_90 (no vector or
+     * bf16 atomic reductions): the float modules compile for sm_80 too */
+    static const kn_dtype pre90[] = {KN_F32, KN_BF16, KN_F16};
+    for (int i = 0; i < 3; i++) {
+        char *src = NULL, *img = NULL, *log = NULL;
+        size_t n = 0;
+        kn_status st = kn_cuda_ops_source(pre90[i], &src);
+        if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_80", &img, &n, &log);
+        if (!ok(st == KN_OK, "%s: module compiles for sm_80", kn_dtype_name(pre90[i]))) printf("# %s\n", kn_last_error());
+        if (!ok(!log || !strstr(log, "warning"), "%s: no NVRTC warnings for sm_80", kn_dtype_name(pre90[i])))
+            printf("# %s\n", log);
+        ok(st == KN_OK && has_symbol(img, n, "kn_gs_atomic") && has_symbol(img, n, "kn_gs_segment"),
+           "%s: sm_80 image holds the gather_scatter kernels", kn_dtype_name(pre90[i]));
         free(img);
         free(log);
         free(src);

@@ -118,7 +118,7 @@ static void note_why(kn_fusion *f, const kn_graph *g, int a, const char *what, i
  * CPU reference): the kernel builder's rule, and the permuted layouts'. */
 static bool runs_in_library(const kn_node *n)
 {
-    return n->op == KN_OP_MATMUL || n->op == KN_OP_CONV2D || n->op == KN_OP_ATTENTION;
+    return n->op == KN_OP_MATMUL || n->op == KN_OP_CONV2D || n->op == KN_OP_ATTENTION || n->op == KN_OP_GATHER_SCATTER;
 }
 
 /* Whether reshape node n of a value laid out as src must copy. */

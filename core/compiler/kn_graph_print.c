@@ -39,9 +39,16 @@ static void attrs_text(kn_strbuf *b, const kn_node *n)
         if (op == KN_OP_VAR) kn_strbuf_printf(b, " correction=%d", a->correction);
         break;
     case KN_K_ARGREDUCE: kn_strbuf_printf(b, " dim=%d%s", a->dim + 1, a->keepdim ? " keepdim" : ""); break;
+    case KN_K_INDEX:
+        if (op == KN_OP_GATHER_SCATTER) { /* rows: the zero fill folded; else the last input is the base */
+            if (a->nshape == 1) kn_strbuf_printf(b, " rows=%lld", (long long)a->shape[0]);
+            else kn_strbuf_printf(b, " base");
+            break;
+        }
+        kn_strbuf_printf(b, " dim=%d", a->dim + 1);
+        break;
     case KN_K_SOFTMAX:
-    case KN_K_CAT:
-    case KN_K_INDEX: kn_strbuf_printf(b, " dim=%d", a->dim + 1); break;
+    case KN_K_CAT: kn_strbuf_printf(b, " dim=%d", a->dim + 1); break;
     case KN_K_NORM:
         if (op == KN_OP_LAYER_NORM) sb_shape(b, "shape", a->shape, a->nshape);
         kn_strbuf_printf(b, " eps=%g", a->eps);

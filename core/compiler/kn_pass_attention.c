@@ -21,56 +21,9 @@
 #include "kn_pass_attention.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Append one line to the notes (best effort: a note that cannot be kept is
- * dropped, it never fails the compile). */
-static void note(kn_pass_ctx *x, const char *fmt, ...)
-{
-    if (!x->notes) return;
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n <= 0) return;
-    if ((size_t)n >= sizeof line) n = (int)sizeof line - 1;
-    size_t old = *x->notes ? strlen(*x->notes) : 0;
-    char *p = realloc(*x->notes, old + (size_t)n + 2);
-    if (!p) return;
-    memcpy(p + old, line, (size_t)n);
-    p[old + (size_t)n] = '\n';
-    p[old + (size_t)n + 1] = 0;
-    *x->notes = p;
-}
-
-/* "matmul (f.lua:3)": how a note names a node */
-static const char *who(const kn_graph *g, int i, char *buf, size_t size)
-{
-    const kn_node *n = &g->nodes[i];
-    snprintf(buf, size, "%s (%s)", kn_node_op_name(n), n->where[0] ? n->where : "no source line");
-    return buf;
-}
-
-static int use_count(const kn_pass_ctx *x, int node)
-{
-    int uses = 0;
-    for (int i = 0; i < x->g->n_nodes; i++) {
-        if (x->dead[i]) continue;
-        const kn_node *n = &x->g->nodes[i];
-        for (int k = 0; k < n->n_in; k++) uses += n->in_node[k] == node;
-    }
-    return uses;
-}
-
-/* One user and not a value the caller needs: the node can disappear. */
-static bool private_value(const kn_pass_ctx *x, int node)
-{
-    return use_count(x, node) == 1 && !kn_pass_is_output(x, node);
-}
 
 /* The full bool {T, T} of ones a causal mask starts from. */
 static bool is_ones_square(const kn_node *n, int64_t t)
@@ -144,7 +97,7 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
 {
     const kn_graph *g = x->g;
     char a[200], b[200];
-    const char *head = who(g, sm, b, sizeof b);
+    const char *head = kn_pass_who(g, sm, b, sizeof b);
     char head_text[200];
     snprintf(head_text, sizeof head_text, "%s", head);
     int cur = g->nodes[sm].in_node[0];
@@ -152,13 +105,13 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
         const kn_node *n = &g->nodes[cur];
         if (n->op == KN_OP_MATMUL) break;
         if (!is_scores_op(n->op)) {
-            note(x, "attention not matched at %s: its scores come from %s, not matmul(q, k^T) with an optional scale "
-                    "and mask", head_text, who(g, cur, a, sizeof a));
+            kn_pass_note(x, "attention not matched at %s: its scores come from %s, not matmul(q, k^T) with an optional scale "
+                    "and mask", head_text, kn_pass_who(g, cur, a, sizeof a));
             return false;
         }
-        if (!private_value(x, cur)) {
-            note(x, "attention not matched at %s: %s is used elsewhere too (the fused kernel never makes it)",
-                 head_text, who(g, cur, a, sizeof a));
+        if (!kn_pass_private_value(x, cur)) {
+            kn_pass_note(x, "attention not matched at %s: %s is used elsewhere too (the fused kernel never makes it)",
+                 head_text, kn_pass_who(g, cur, a, sizeof a));
             return false;
         }
         if (n->op == KN_OP_MUL || n->op == KN_OP_DIV) {
@@ -166,15 +119,15 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
             if (g->nodes[n->in_node[1]].op == KN_NODE_CONST) ci = 1, xi = 0;
             else if (n->op == KN_OP_MUL && g->nodes[n->in_node[0]].op == KN_NODE_CONST) ci = 0, xi = 1;
             if (ci < 0 || m->scale_node >= 0) {
-                note(x, "attention not matched at %s: the scale %s is not one multiplication or division by a "
-                        "constant number", head_text, who(g, cur, a, sizeof a));
+                kn_pass_note(x, "attention not matched at %s: the scale %s is not one multiplication or division by a "
+                        "constant number", head_text, kn_pass_who(g, cur, a, sizeof a));
                 return false;
             }
             double c = kn_pass_const_value(&g->nodes[n->in_node[ci]]);
             double s = n->op == KN_OP_MUL ? c : 1.0 / c;
             if (!(s > 0) || !isfinite(s)) {
-                note(x, "attention not matched at %s: the scale %s is %g, not a positive finite number", head_text,
-                     who(g, cur, a, sizeof a), s);
+                kn_pass_note(x, "attention not matched at %s: the scale %s is %g, not a positive finite number", head_text,
+                     kn_pass_who(g, cur, a, sizeof a), s);
                 return false;
             }
             m->scale_node = cur;
@@ -184,12 +137,12 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
             continue;
         }
         if (m->mask_node >= 0) {
-            note(x, "attention not matched at %s: a second mask %s", head_text, who(g, cur, a, sizeof a));
+            kn_pass_note(x, "attention not matched at %s: a second mask %s", head_text, kn_pass_who(g, cur, a, sizeof a));
             return false;
         }
         if (n->op == KN_OP_MASKED_FILL) {
             if (!(isinf(n->a.value) && n->a.value < 0)) {
-                note(x, "attention not matched at %s: %s fills %g, not -inf", head_text, who(g, cur, a, sizeof a),
+                kn_pass_note(x, "attention not matched at %s: %s fills %g, not -inf", head_text, kn_pass_who(g, cur, a, sizeof a),
                      n->a.value);
                 return false;
             }
@@ -208,8 +161,8 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
                 si = k;
         }
         if (si < 0 || !kn_dtype_is_float(g->nodes[n->in_node[1 - si]].out[0].dtype)) {
-            note(x, "attention not matched at %s: %s is not scores + a float mask", head_text,
-                 who(g, cur, a, sizeof a));
+            kn_pass_note(x, "attention not matched at %s: %s is not scores + a float mask", head_text,
+                 kn_pass_who(g, cur, a, sizeof a));
             return false;
         }
         m->mask_node = cur;
@@ -219,59 +172,23 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
     }
     const kn_node *mm = &g->nodes[cur];
     if (mm->op != KN_OP_MATMUL) {
-        note(x, "attention not matched at %s: its scores come from %s, not matmul(q, k^T) with one scale and one "
-                "mask", head_text, who(g, cur, a, sizeof a));
+        kn_pass_note(x, "attention not matched at %s: its scores come from %s, not matmul(q, k^T) with one scale and one "
+                "mask", head_text, kn_pass_who(g, cur, a, sizeof a));
         return false;
     }
-    if (!private_value(x, cur)) {
-        note(x, "attention not matched at %s: the scores %s are used elsewhere too", head_text,
-             who(g, cur, a, sizeof a));
+    if (!kn_pass_private_value(x, cur)) {
+        kn_pass_note(x, "attention not matched at %s: the scores %s are used elsewhere too", head_text,
+             kn_pass_who(g, cur, a, sizeof a));
         return false;
     }
     m->mm1 = cur;
     m->q = KN_REF(mm->in_node[0], mm->in_out[0]);
     if (!transposed_view(g, mm->in_node[1], &m->k_src, m->k_perm, &m->k_identity)) {
-        note(x, "attention not matched at %s: the second operand of %s is %s, not k viewed with its last two dims "
-                "swapped", head_text, who(g, cur, a, sizeof a), who(g, mm->in_node[1], b, sizeof b));
+        kn_pass_note(x, "attention not matched at %s: the second operand of %s is %s, not k viewed with its last two dims "
+                "swapped", head_text, kn_pass_who(g, cur, a, sizeof a), kn_pass_who(g, mm->in_node[1], b, sizeof b));
         return false;
     }
     return true;
-}
-
-/* Append a node of op `op` on inputs refs[0..n) with attrs a, placed before
- * node `before`; its shape inferred. False (nothing added) when it does not
- * infer; the index in *out. */
-static kn_status append_node(kn_pass_ctx *x, int op, const int *refs, int n, const kn_attrs *a, int before,
-                             const char *where, int *out)
-{
-    kn_graph *g = x->g;
-    kn_node nd;
-    memset(&nd, 0, sizeof nd);
-    nd.op = op;
-    nd.n_in = n;
-    for (int k = 0; k < n; k++) {
-        nd.in_node[k] = KN_REF_NODE(refs[k]);
-        nd.in_out[k] = KN_REF_OUT(refs[k]);
-    }
-    kn_opcall defaults;
-    kn_opcall_init(&defaults, (kn_op)op);
-    nd.a = a ? *a : defaults.a;
-    snprintf(nd.where, sizeof nd.where, "%s", where);
-    int idx;
-    KN_TRY(kn_graph_add_node(g, &nd, &idx));
-    kn_meta m[KN_MAX_OUTPUTS];
-    int n_out = 0;
-    kn_status st = kn_node_infer(g, idx, m, &n_out);
-    if (st != KN_OK) {
-        g->n_nodes--; /* not kept: the pass context never saw it */
-        return st;
-    }
-    g->nodes[idx].n_out = n_out;
-    memcpy(g->nodes[idx].out, m, sizeof m);
-    KN_TRY(kn_pass_sync(x));
-    x->before[idx] = before;
-    *out = idx;
-    return KN_OK;
 }
 
 /* "matmul f.lua:27, mul :27, ...": each op once with its line, the file
@@ -317,17 +234,17 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     bool from_scores = in_op == KN_OP_MATMUL || in_op == KN_OP_MASKED_FILL;
     if (!reader_is_pv && !from_scores) return KN_OK; /* an ordinary softmax: nothing to say */
     if (s->a.dim != s->out[0].ndim - 1) {
-        note(x, "attention not matched at %s: the softmax is over dim %d, not the last (%d)", who(g, sm, a, sizeof a),
+        kn_pass_note(x, "attention not matched at %s: the softmax is over dim %d, not the last (%d)", kn_pass_who(g, sm, a, sizeof a),
              s->a.dim + 1, s->out[0].ndim);
         return KN_OK;
     }
     if (!reader_is_pv) {
-        note(x, "attention not matched at %s: its result is not read by matmul(probs, v)%s", who(g, sm, a, sizeof a),
+        kn_pass_note(x, "attention not matched at %s: its result is not read by matmul(probs, v)%s", kn_pass_who(g, sm, a, sizeof a),
              mm2 >= 0 ? "" : " (nothing reads it)");
         return KN_OK;
     }
-    if (!private_value(x, sm)) {
-        note(x, "attention not matched at %s: the probabilities are used elsewhere too", who(g, sm, a, sizeof a));
+    if (!kn_pass_private_value(x, sm)) {
+        kn_pass_note(x, "attention not matched at %s: the probabilities are used elsewhere too", kn_pass_who(g, sm, a, sizeof a));
         return KN_OK;
     }
     attn_match m = {.mm1 = -1, .scale_node = -1, .mask_node = -1, .softmax = sm, .mm2 = mm2, .scale = 1.0,
@@ -350,10 +267,10 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
                 mask_in = KN_REF(mn->in_node[0], mn->in_out[0]);
             } else {
                 int idx;
-                st = append_node(x, KN_OP_LOGICAL_NOT, &m.mask_ref, 1, NULL, before, g->nodes[m.mask_node].where, &idx);
+                st = kn_pass_append_node(x, KN_OP_LOGICAL_NOT, &m.mask_ref, 1, NULL, before, g->nodes[m.mask_node].where, &idx);
                 if (st != KN_OK) {
-                    note(x, "attention not matched at %s: the mask of %s: %s", who(g, sm, a, sizeof a),
-                         who(g, m.mask_node, b, sizeof b), kn_last_error());
+                    kn_pass_note(x, "attention not matched at %s: the mask of %s: %s", kn_pass_who(g, sm, a, sizeof a),
+                         kn_pass_who(g, m.mask_node, b, sizeof b), kn_last_error());
                     return KN_OK;
                 }
                 mask_in = KN_REF(idx, 0);
@@ -364,9 +281,9 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
             int ci = g->nodes[sc->in_node[1]].op == KN_NODE_CONST ? 1 : 0;
             int refs[2] = {m.mask_ref, KN_REF(sc->in_node[ci], sc->in_out[ci])};
             int idx;
-            st = append_node(x, sc->op, refs, 2, &sc->a, before, sc->where, &idx);
+            st = kn_pass_append_node(x, sc->op, refs, 2, &sc->a, before, sc->where, &idx);
             if (st != KN_OK) {
-                note(x, "attention not matched at %s: scaling the mask: %s", who(g, sm, a, sizeof a), kn_last_error());
+                kn_pass_note(x, "attention not matched at %s: scaling the mask: %s", kn_pass_who(g, sm, a, sizeof a), kn_last_error());
                 return KN_OK;
             }
             mask_in = KN_REF(idx, 0);
@@ -384,9 +301,9 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
         pa.ndims = nd;
         for (int d = 0; d < nd; d++) pa.dims[d] = m.k_perm[d];
         int idx;
-        st = append_node(x, KN_OP_PERMUTE, &m.k_src, 1, &pa, before, g->nodes[g->nodes[m.mm1].in_node[1]].where, &idx);
+        st = kn_pass_append_node(x, KN_OP_PERMUTE, &m.k_src, 1, &pa, before, g->nodes[g->nodes[m.mm1].in_node[1]].where, &idx);
         if (st != KN_OK) {
-            note(x, "attention not matched at %s: viewing k: %s", who(g, sm, a, sizeof a), kn_last_error());
+            kn_pass_note(x, "attention not matched at %s: viewing k: %s", kn_pass_who(g, sm, a, sizeof a), kn_last_error());
             return KN_OK;
         }
         m.k = KN_REF(idx, 0);
@@ -399,18 +316,18 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     at.causal = causal;
     at.scale = m.scale;
     int att;
-    st = append_node(x, KN_OP_ATTENTION, refs, mask_in >= 0 ? 4 : 3, &at, before, where, &att);
+    st = kn_pass_append_node(x, KN_OP_ATTENTION, refs, mask_in >= 0 ? 4 : 3, &at, before, where, &att);
     if (st == KN_OK) {
         const kn_meta *o = &g->nodes[att].out[0], *want = &g->nodes[mm2].out[0];
         if (o->dtype != want->dtype || o->ndim != want->ndim ||
             memcmp(o->shape, want->shape, sizeof(int64_t) * (size_t)o->ndim)) {
             x->dead[att] = 1;
-            note(x, "attention not matched at %s: the fused result would differ in shape or dtype from %s",
-                 who(g, sm, a, sizeof a), who(g, mm2, b, sizeof b));
+            kn_pass_note(x, "attention not matched at %s: the fused result would differ in shape or dtype from %s",
+                 kn_pass_who(g, sm, a, sizeof a), kn_pass_who(g, mm2, b, sizeof b));
             return KN_OK;
         }
     } else {
-        note(x, "attention not matched at %s: the shapes do not fit: %s", who(g, sm, a, sizeof a), kn_last_error());
+        kn_pass_note(x, "attention not matched at %s: the shapes do not fit: %s", kn_pass_who(g, sm, a, sizeof a), kn_last_error());
         return KN_OK;
     }
     covers_text(g, &m, causal, g->nodes[att].covers, sizeof g->nodes[att].covers);

@@ -1,7 +1,10 @@
 /* kn_pass_ctx: the rewrite context the passes share (see kn_pass_ctx.h). */
 #include "kn_pass_ctx.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 kn_status kn_pass_sync(kn_pass_ctx *x)
 {
@@ -66,3 +69,86 @@ double kn_pass_const_value(const kn_node *n)
     return kn_load_f64(buf, dt);
 }
 
+/* ---- what the pattern passes share (kn_pass_attention, kn_pass_gather_scatter) ---- */
+
+/* Append one line to the notes (best effort: a note that cannot be kept is
+ * dropped, it never fails the compile). */
+void kn_pass_note(kn_pass_ctx *x, const char *fmt, ...)
+{
+    if (!x->notes) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n <= 0) return;
+    if ((size_t)n >= sizeof line) n = (int)sizeof line - 1;
+    size_t old = *x->notes ? strlen(*x->notes) : 0;
+    char *p = realloc(*x->notes, old + (size_t)n + 2);
+    if (!p) return;
+    memcpy(p + old, line, (size_t)n);
+    p[old + (size_t)n] = '\n';
+    p[old + (size_t)n + 1] = 0;
+    *x->notes = p;
+}
+
+/* "matmul (f.lua:3)": how a note names a node */
+const char *kn_pass_who(const kn_graph *g, int i, char *buf, size_t size)
+{
+    const kn_node *n = &g->nodes[i];
+    snprintf(buf, size, "%s (%s)", kn_node_op_name(n), n->where[0] ? n->where : "no source line");
+    return buf;
+}
+
+static int use_count(const kn_pass_ctx *x, int node)
+{
+    int uses = 0;
+    for (int i = 0; i < x->g->n_nodes; i++) {
+        if (x->dead[i]) continue;
+        const kn_node *n = &x->g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) uses += n->in_node[k] == node;
+    }
+    return uses;
+}
+
+/* One user and not a value the caller needs: the node can disappear. */
+bool kn_pass_private_value(const kn_pass_ctx *x, int node)
+{
+    return use_count(x, node) == 1 && !kn_pass_is_output(x, node);
+}
+
+/* Append a node of op `op` on inputs refs[0..n) with attrs a, placed before
+ * node `before`; its shape inferred. False (nothing added) when it does not
+ * infer; the index in *out. */
+kn_status kn_pass_append_node(kn_pass_ctx *x, int op, const int *refs, int n, const kn_attrs *a, int before,
+                             const char *where, int *out)
+{
+    kn_graph *g = x->g;
+    kn_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = op;
+    nd.n_in = n;
+    for (int k = 0; k < n; k++) {
+        nd.in_node[k] = KN_REF_NODE(refs[k]);
+        nd.in_out[k] = KN_REF_OUT(refs[k]);
+    }
+    kn_opcall defaults;
+    kn_opcall_init(&defaults, (kn_op)op);
+    nd.a = a ? *a : defaults.a;
+    snprintf(nd.where, sizeof nd.where, "%s", where);
+    int idx;
+    KN_TRY(kn_graph_add_node(g, &nd, &idx));
+    kn_meta m[KN_MAX_OUTPUTS];
+    int n_out = 0;
+    kn_status st = kn_node_infer(g, idx, m, &n_out);
+    if (st != KN_OK) {
+        g->n_nodes--; /* not kept: the pass context never saw it */
+        return st;
+    }
+    g->nodes[idx].n_out = n_out;
+    memcpy(g->nodes[idx].out, m, sizeof m);
+    KN_TRY(kn_pass_sync(x));
+    x->before[idx] = before;
+    *out = idx;
+    return KN_OK;
+}

@@ -50,4 +50,22 @@ bool kn_pass_replace(kn_pass_ctx *x, int i, int r);
  * constant 1.5 is 1), in f32 for an f16 or bf16 one (their math type). */
 double kn_pass_const_value(const kn_node *n);
 
+/* For the pattern passes (kn_pass_attention, kn_pass_gather_scatter): */
+/* Append one printf-formatted line to x->notes (KILN_LOGS=fusion); best
+ * effort, a note that cannot be kept is dropped. */
+void kn_pass_note(kn_pass_ctx *x, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* "matmul (f.lua:3)": how a note names node i (written into buf). */
+const char *kn_pass_who(const kn_graph *g, int i, char *buf, size_t size);
+/* One user and not a value the caller needs: the node can disappear. */
+bool kn_pass_private_value(const kn_pass_ctx *x, int node);
+/* Append a node of op `op` on inputs refs[0..n) with attrs a (NULL: the
+ * op's defaults), placed before node `before`, its shape inferred. Not
+ * kept when it does not infer (the error is returned); its index in *out. */
+kn_status kn_pass_append_node(kn_pass_ctx *x, int op, const int *refs, int n, const kn_attrs *a, int before,
+                              const char *where, int *out);
+
 #endif

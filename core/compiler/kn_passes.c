@@ -6,6 +6,7 @@
 
 #include "kn_graph_print.h"
 #include "kn_pass_attention.h"
+#include "kn_pass_gather_scatter.h"
 #include "kn_pass_ctx.h"
 #include "kn_passes_fold.h"
 
@@ -456,13 +457,15 @@ static const pass_entry pass_table[] = {
     {"fold_batch_norm", kn_pass_fold_batch_norm},
     {"simplify", pass_simplify},
     {"attention", kn_pass_attention},
+    {"gather_scatter", kn_pass_gather_scatter},
     {"fold_once", kn_pass_fold_once},
 };
 
 /* attention before fold_once: the pattern pass wants to see the causal
- * mask's subgraph, which fold_once would turn into an input */
-static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm",
-                                        "simplify", "attention", "fold_once", "dce", NULL};
+ * mask's subgraph, which fold_once would turn into an input; gather_scatter
+ * too: it folds a zeros base, which fold_once would make an input */
+static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
+                                        "attention", "gather_scatter", "fold_once", "dce", NULL};
 
 const char *const *kn_passes_names(void)
 {

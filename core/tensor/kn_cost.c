@@ -56,9 +56,20 @@ kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int
             c.flops = 2 * batch * pairs * (d + dv);
         }
         break;
+    case KN_K_INDEX:
+        /* gather_scatter: a multiply (with a weight) and an add per gathered
+         * element; h is read at most once per edge (rows read again hit cache) */
+        if (op == KN_OP_GATHER_SCATTER && n_in >= 3 && in[0].ndim >= 1 && in[1].ndim == 1) {
+            double edges = (double)in[1].shape[0];
+            double row = in[0].shape[0] > 0 ? inn / (double)in[0].shape[0] : 0;
+            bool has_weight = n_in - 3 - (a && a->nshape == 0 ? 1 : 0) == 1;
+            c.flops = edges * row * (has_weight ? 2 : 1);
+            double gathered = edges * row * (double)kn_dtype_size(in[0].dtype);
+            if (gathered < meta_bytes(&in[0])) c.bytes += gathered - meta_bytes(&in[0]);
+        }
+        break;
     case KN_K_COPY:
     case KN_K_CAT:
-    case KN_K_INDEX:
     case KN_K_TRI:
     case KN_K_VIEW:
     case KN_K_CREATE: break;
@@ -103,6 +114,13 @@ kn_cost kn_cost_opcall(const kn_opcall *c)
     r.bytes = 0;
     for (int i = 0; i < c->n_in && i < KN_MAX_INPUTS; i++)
         if (c->in[i]) r.bytes += tensor_reach_bytes(c->in[i]);
+    if (c->op == KN_OP_GATHER_SCATTER && n_in >= 3 && c->in[0] && c->in[1] && c->in[0]->ndim >= 1 &&
+        c->in[0]->shape[0] > 0) { /* h: at most one row read per edge, as kn_cost_op */
+        double h_bytes = tensor_reach_bytes(c->in[0]);
+        double gathered = (double)c->in[1]->shape[0] * (double)(kn_tensor_numel(c->in[0]) / c->in[0]->shape[0]) *
+                          (double)kn_dtype_size(c->in[0]->dtype);
+        if (gathered < h_bytes) r.bytes -= h_bytes - gathered;
+    }
     for (int i = 0; i < n_out; i++) r.bytes += meta_bytes(&out[i]);
     return r;
 }

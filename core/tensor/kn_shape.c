@@ -445,6 +445,65 @@ static kn_status infer_index_add(const kn_opcall *c, kn_meta *out)
     return KN_OK;
 }
 
+/* gather_scatter(h, src, dst [, weight] [, base]): out = base, or zeros of
+ * attr.shape[0] rows (attr.nshape == 1: the zero fill folded into the op);
+ * out[dst[e], ...] += h[src[e], ...] * weight[e]. Rows are dim 0; weight
+ * is one number per edge ({E} or {E, 1, ...}). */
+static kn_status infer_gather_scatter(const kn_opcall *c, kn_meta *out)
+{
+    KN_TRY(check_count(c, 3, 5, "h, src, dst [, weight] [, base]"));
+    const kn_tensor *h = c->in[0], *src = c->in[1], *dst = c->in[2];
+    char s1[SHAPE_BUF], s2[SHAPE_BUF];
+    KN_TRY(need_dims(c, h, 1, "h"));
+    KN_TRY(need_float(c, h, "h"));
+    if (c->a.dim != 0)
+        return kn_error(KN_ERR_ARG, "gather_scatter: gathers and scatters rows (dim 1), got dim %d", c->a.dim + 1);
+    KN_TRY(need_index_dtype(c, src));
+    KN_TRY(need_index_dtype(c, dst));
+    if (src->ndim != 1 || dst->ndim != 1 || src->shape[0] != dst->shape[0])
+        return kn_error(KN_ERR_SHAPE, "gather_scatter: src and dst must be 1-D of one length (one per edge), got %s and %s",
+                        shp(src, s1), shp(dst, s2));
+    int64_t edges = src->shape[0];
+    bool has_base = c->a.nshape == 0;
+    if (!has_base && (c->a.nshape != 1 || c->a.shape[0] < 0))
+        return kn_error(KN_ERR_ARG, "gather_scatter: without a base, attr shape must be {rows}, got %d dims",
+                        c->a.nshape);
+    int n_w = c->n_in - 3 - (has_base ? 1 : 0);
+    if (n_w < 0 || n_w > 1)
+        return kn_error(KN_ERR_ARG, "gather_scatter: %d inputs do not fit h, src, dst [, weight]%s", c->n_in,
+                        has_base ? ", base (a base was asked for: attr shape is empty)" : " (no base: rows given)");
+    if (n_w) {
+        const kn_tensor *w = c->in[3];
+        bool per_edge = w->ndim >= 1 && w->shape[0] == edges && w->ndim <= h->ndim;
+        for (int d = 1; per_edge && d < w->ndim; d++) per_edge = w->shape[d] == 1;
+        if (!per_edge)
+            return kn_error(KN_ERR_SHAPE,
+                            "gather_scatter: weight must hold one number per edge ({%lld} or {%lld, 1, ...}), got %s",
+                            (long long)edges, (long long)edges, shp(w, s1));
+        if (w->dtype != h->dtype)
+            return kn_error(KN_ERR_DTYPE, "gather_scatter: weight must have h's dtype %s, got %s",
+                            kn_dtype_name(h->dtype), kn_dtype_name(w->dtype));
+    }
+    int64_t s[KN_MAX_DIMS];
+    memcpy(s, h->shape, sizeof s);
+    if (has_base) {
+        const kn_tensor *b = c->in[c->n_in - 1];
+        bool fits = b->ndim == h->ndim;
+        for (int d = 1; fits && d < h->ndim; d++) fits = b->shape[d] == h->shape[d];
+        if (!fits)
+            return kn_error(KN_ERR_SHAPE, "gather_scatter: base must have h's shape %s but for dim 1, got %s",
+                            shp(h, s1), shp(b, s2));
+        if (b->dtype != h->dtype)
+            return kn_error(KN_ERR_DTYPE, "gather_scatter: base must have h's dtype %s, got %s",
+                            kn_dtype_name(h->dtype), kn_dtype_name(b->dtype));
+        s[0] = b->shape[0];
+    } else {
+        s[0] = c->a.shape[0];
+    }
+    meta_set(out, h->dtype, h->ndim, s);
+    return KN_OK;
+}
+
 static kn_status infer_tri(const kn_opcall *c, kn_meta *out)
 {
     KN_TRY(check_count(c, 1, 1, "a tensor"));
@@ -532,6 +591,7 @@ static kn_status infer_one(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int 
     case KN_K_INDEX:
         if (c->op == KN_OP_INDEX_SELECT) return infer_index_select(c, out);
         if (c->op == KN_OP_GATHER) return infer_gather(c, out);
+        if (c->op == KN_OP_GATHER_SCATTER) return infer_gather_scatter(c, out);
         return infer_index_add(c, out);
     case KN_K_TRI: return infer_tri(c, out);
     case KN_K_VIEW:

@@ -1,5 +1,5 @@
 /* kn_cpu_index: the CPU reference for cat, index_select, gather, index_add,
- * tril and triu.
+ * tril and triu, and the fused gather_scatter (message passing).
  *
  * Indices are 1-based (kiln follows Lua and Torch7) and are checked here, at
  * run time, since only the data says whether they are in range; a bad one is
@@ -190,6 +190,74 @@ static kn_status run_index_add(const kn_opcall *c, const kn_tensor *idx, const k
     return KN_OK;
 }
 
+/* ---- gather_scatter: out = base or 0; out[dst[e]] += h[src[e]] * w[e] ----
+ * The eager chain's rounding, in its order: the message h * w is rounded
+ * to the dtype (as the eager mul stores it), then each edge's add is
+ * rounded (as index_add), edges in their order. So the fused op on the
+ * CPU gives the unfused chain's bits. */
+
+static kn_status check_edge_indices(const kn_tensor *idx, int64_t size, const char *which)
+{
+    int64_t n = kn_tensor_numel(idx);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = index_at(idx, i);
+        if (v < 1 || v > size)
+            return kn_error(KN_ERR_ARG, "gather_scatter: %s index %lld at position %lld is out of range 1..%lld", which,
+                            (long long)v, (long long)(i + 1), (long long)size);
+    }
+    return KN_OK;
+}
+
+static kn_status run_gather_scatter(const kn_opcall *c, const kn_tensor *h, const kn_tensor *src, const kn_tensor *dst,
+                                    const kn_tensor *w)
+{
+    kn_tensor *out = c->out[0];
+    kn_dtype dt = out->dtype;
+    int64_t rows = out->shape[0], edges = kn_tensor_numel(src);
+    int64_t row = h->shape[0] > 0 ? kn_tensor_numel(h) / h->shape[0] : kn_tensor_numel(out) / (rows > 0 ? rows : 1);
+    KN_TRY(check_edge_indices(src, h->shape[0], "src"));
+    KN_TRY(check_edge_indices(dst, rows, "dst"));
+    bool has_base = c->a.nshape == 0;
+    if (has_base) KN_TRY(copy_into(c->in[c->n_in - 1], out));
+    else memset(kn_tensor_data(out), 0, (size_t)kn_tensor_numel(out) * kn_dtype_size(dt));
+    size_t es = kn_dtype_size(dt);
+    char *od = kn_tensor_data(out);
+    const char *hd = kn_tensor_data(h);
+    for (int64_t e = 0; e < edges; e++) {
+        int64_t s = index_at(src, e) - 1, d = index_at(dst, e) - 1;
+        double wv = w ? kn_load_f64((const char *)kn_tensor_data(w) + (size_t)e * es, dt) : 1;
+        const char *hr = hd + (size_t)(s * row) * es;
+        char *orow = od + (size_t)(d * row) * es;
+        for (int64_t f = 0; f < row; f++) {
+            double m = kn_load_f64(hr + (size_t)f * es, dt);
+            if (w) { /* rounded as the eager mul stores it */
+                char tmp[8];
+                kn_store_f64(tmp, dt, m * wv);
+                m = kn_load_f64(tmp, dt);
+            }
+            kn_store_f64(orow + (size_t)f * es, dt, kn_load_f64(orow + (size_t)f * es, dt) + m);
+        }
+    }
+    return KN_OK;
+}
+
+static kn_status gather_scatter(const kn_opcall *c)
+{
+    bool has_base = c->a.nshape == 0;
+    bool has_w = c->n_in - 3 - (has_base ? 1 : 0) == 1;
+    kn_tensor *h = NULL, *src = NULL, *dst = NULL, *w = NULL;
+    kn_status st = kn_tensor_contiguous(c->in[0], &h);
+    if (st == KN_OK) st = kn_tensor_contiguous(c->in[1], &src);
+    if (st == KN_OK) st = kn_tensor_contiguous(c->in[2], &dst);
+    if (st == KN_OK && has_w) st = kn_tensor_contiguous(c->in[3], &w);
+    if (st == KN_OK) st = run_gather_scatter(c, h, src, dst, w);
+    kn_tensor_release(h);
+    kn_tensor_release(src);
+    kn_tensor_release(dst);
+    kn_tensor_release(w);
+    return st;
+}
+
 /* ---- tril / triu: copy, then zero the other triangle of each matrix ---- */
 
 static kn_status run_tri(const kn_opcall *c)
@@ -230,6 +298,7 @@ kn_status kn_cpu_index(const kn_opcall *c)
         return kn_error(KN_ERR_ARG, "%s: bad call", kn_op_name(c->op));
     if (kind == KN_K_CAT) return run_cat(c);
     if (kind == KN_K_TRI) return run_tri(c);
+    if (c->op == KN_OP_GATHER_SCATTER) return gather_scatter(c);
     /* index_add must check its indices even when nothing is added, and the
      * others too when their output is empty but the index is not. */
     kn_tensor *a = NULL, *idx = NULL;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kn_cuda_internal.h"
+#include "kn_cuda_ops.h"
 #include "kn_kir.h"
 #include "kn_cuda_render.h"
 
@@ -327,6 +328,8 @@ static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
     case KN_K_VIEW: return kn_error(KN_ERR_ARG, "%s: views are metadata: kn_op_eager runs them", kn_op_name(c->op));
     default: break;
     }
+    /* a library kernel of its own: no generated-kernel lookup first */
+    if (c->op == KN_OP_GATHER_SCATTER) return kn_cuda_gather_scatter(c);
     kn_status st = kn_cuda_eager_ir(c);
     if (st != KN_ERR_UNSUPPORTED) return st;
     st = kn_cuda_ops_run(c);

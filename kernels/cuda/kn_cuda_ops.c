@@ -2,7 +2,8 @@
  * for what the one-node kernel IR does not cover: reductions over several
  * dims, max with indices, the pools, cat, index_select / gather /
  * index_add, the random creation ops, and strided copies between any two
- * dtypes (contiguous, cast).
+ * dtypes (contiguous, cast); gather_scatter's kernels live in the same
+ * modules, launched by kn_cuda_gather_scatter.c.
  *
  * Every result matches the CPU reference (kernels/cpu) bit for bit, except
  * float sums (double accumulation in another order) and index_add on floats
@@ -53,6 +54,11 @@ static kn_status launch(kn_dtype dt, int k, int64_t grid, void *args)
     KN_TRY(kernel_of(dt, k, &fn));
     if (grid <= 0) return KN_OK;
     return kn_cuda_launch(fn, grid, KN_T_BLOCK, args, 0);
+}
+
+kn_status kn_cuda_ops_launch(kn_dtype dt, int k, int64_t work, void *args)
+{
+    return launch(dt, k, grid_for(work, KN_T_BLOCK), args);
 }
 
 static int64_t esize(const kn_tensor *t)
@@ -295,7 +301,7 @@ static void index_position(const kn_tensor *idx, unsigned long long p, char *buf
 /* Queue the range check of idx against 1..size (with the kernel of the
  * op's dtype module, which the op loads anyway); *check says whether the
  * host can read it back (not while the stream is being recorded). */
-static kn_status index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t size, bool *check)
+kn_status kn_cuda_index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t size, bool *check)
 {
     kn_icheck_args a;
     memset(&a, 0, sizeof a);
@@ -321,10 +327,11 @@ static kn_status index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t s
     return launch(dt, KN_TK_ICHECK, grid_for(a.n, KN_T_BLOCK), &a);
 }
 
-/* After the op's kernels: the CPU's error for the first bad index, if any. */
-static kn_status index_check_result(const kn_opcall *c, const kn_tensor *idx, int64_t size)
+kn_status kn_cuda_index_check_read(const kn_tensor *idx, int64_t *pos, int64_t *value)
 {
     unsigned long long bad = 0;
+    *pos = -1;
+    *value = 0;
     cudaStream_t s = kn_cuda_stream();
     KN_CUDA_TRY(cudaMemcpyAsync(&bad, kn_cuda_current()->index_flag, sizeof bad, cudaMemcpyDeviceToHost, s), "index check");
     KN_CUDA_TRY(cudaStreamSynchronize(s), "index check");
@@ -343,6 +350,18 @@ static kn_status index_check_result(const kn_opcall *c, const kn_tensor *idx, in
         KN_CUDA_TRY(cudaMemcpy(&w, dptr(idx) + off * 4, 4, cudaMemcpyDeviceToHost), "index check");
         v = w;
     }
+    *pos = (int64_t)bad;
+    *value = v;
+    return KN_OK;
+}
+
+/* After the op's kernels: the CPU's error for the first bad index, if any. */
+static kn_status index_check_result(const kn_opcall *c, const kn_tensor *idx, int64_t size)
+{
+    int64_t pos, v;
+    KN_TRY(kn_cuda_index_check_read(idx, &pos, &v));
+    if (pos < 0) return KN_OK;
+    unsigned long long bad = (unsigned long long)pos;
     if (c->op == KN_OP_GATHER) {
         char where[KN_MAX_DIMS * 24];
         index_position(idx, bad, where, (int)sizeof where);
@@ -360,7 +379,7 @@ static kn_status run_index(const kn_opcall *c)
     int dim = c->a.dim;
     int64_t size = x->shape[dim];
     bool check;
-    KN_TRY(index_check_launch(x->dtype, idx, size, &check));
+    KN_TRY(kn_cuda_index_check_launch(x->dtype, idx, size, &check));
     kn_index_args a;
     memset(&a, 0, sizeof a);
     a.idx = dptr(idx);
@@ -433,6 +452,7 @@ kn_status kn_cuda_ops_run(const kn_opcall *c)
     case KN_OP_INDEX_SELECT:
     case KN_OP_GATHER:
     case KN_OP_INDEX_ADD: return run_index(c);
+    case KN_OP_GATHER_SCATTER: return kn_cuda_gather_scatter(c);
     case KN_OP_RANDN:
     case KN_OP_RAND:
     case KN_OP_RANDINT: return run_random(c);

@@ -118,6 +118,23 @@ typedef struct kn_index_args {
     long long dst_st[KN_T_MAXD];
 } kn_index_args;
 
+/* gather_scatter (kn_gather_scatter.cu): out[dst[e]] += h[src[e]] * w[e]
+ * over rows of `row` elements; out is contiguous {rows, row}; h's and
+ * base's columns are contiguous, their rows `h_st` / `base_st` apart; w
+ * (NULL: none) holds one number per edge, `w_st` apart; base NULL: zeros.
+ * Threads work on `vec` adjacent columns (nvec = row / vec groups a row);
+ * vec > 1 only where every row start is 16-byte aligned. The segment
+ * variant reads the edges in dst order: edge perm[k] for k in
+ * start[r]..start[r + 1] ends at row r (count: scratch for building it). */
+typedef struct kn_gs_args {
+    const char *h, *w, *base, *src, *dst;
+    char *out;
+    int src64, dst64, vec;
+    long long edges, rows, hrows, row, nvec;
+    long long h_st, w_st, base_st, src_st, dst_st;
+    int *start, *count, *perm;
+} kn_gs_args;
+
 /* element i of a contiguous out is element rng_offset + i of the stream */
 typedef struct kn_random_args {
     char *out;

@@ -31,6 +31,12 @@ static const char *const kernel_names[KN_TK_COUNT] = {
     [KN_TK_IADD] = "kn_index_add",
     [KN_TK_RANDOM] = "kn_random",
     [KN_TK_CAT] = "kn_cat",
+    [KN_TK_GS_ATOMIC] = "kn_gs_atomic",
+    [KN_TK_GS_SEGMENT] = "kn_gs_segment",
+    [KN_TK_GS_COUNT] = "kn_gs_count",
+    [KN_TK_GS_SCAN] = "kn_gs_scan",
+    [KN_TK_GS_FILL] = "kn_gs_fill",
+    [KN_TK_GS_ORDER] = "kn_gs_order",
     [KN_TK_COPY + KN_F32] = "kn_copy_f32",
     [KN_TK_COPY + KN_F64] = "kn_copy_f64",
     [KN_TK_COPY + KN_BF16] = "kn_copy_bf16",
@@ -58,7 +64,7 @@ const char *kn_cuda_template(const char *name)
 /* The families of the per-dtype modules, after kn_ops.cu (other .cu files
  * of kernels/cuda, such as kn_linalg.cu, build modules of their own). */
 static const char *const families[] = {"kn_reduce.cu", "kn_index.cu", "kn_pool.cu", "kn_random.cu",
-                                       "kn_copy.cu"};
+                                       "kn_copy.cu", "kn_gather_scatter.cu"};
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
 kn_status kn_cuda_ops_source(kn_dtype dt, char **src)

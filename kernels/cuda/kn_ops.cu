@@ -4,7 +4,8 @@
  * 0 f32, 1 f64, 2 bf16, 3 f16, 4 i32, 5 i64, 6 bool) from this text: the
  * CUDA prelude of core/compiler/kn_kir.c (bf16/f16 bit code), kn_cuda_targs.h (the
  * argument structs), core/base/kn_rng.h, then this file and the family files
- * (kn_reduce.cu, kn_index.cu, kn_pool.cu, kn_random.cu, kn_copy.cu).
+ * (kn_reduce.cu, kn_index.cu, kn_pool.cu, kn_random.cu, kn_copy.cu,
+ * kn_gather_scatter.cu).
  * NVRTC has no headers, so nothing here includes anything.
  *
  * Loads and stores follow core/base/kn_dtype.c's kn_load_f64 / kn_store_f64 to

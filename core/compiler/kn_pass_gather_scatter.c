@@ -1,0 +1,182 @@
+/* kn_pass_gather_scatter: the message-passing pass. It finds the chain a
+ * graph network writes to send messages along edges,
+ *
+ *   msg = index_select(h, dim 1, src)          gather a row per edge
+ *         [* w, w one number per edge]         ({E, 1, ...}: scale each message)
+ *   out = index_add(base, dim 1, dst, msg)     sum the messages into rows
+ *
+ * where the gathered rows and the messages have no other user, and
+ * replaces it with one gather_scatter node, which the backends run as one
+ * kernel (on the GPU, kernels/cuda/kn_gather_scatter.cu: no E x F message
+ * tensor reaches memory). A base that is zeros of the output's shape
+ * (`kiln.zeros(h:shape()):index_add(...)`) is folded in: the node has no
+ * base input and the kernel writes every row. An index_add that does not
+ * fit is left alone, and the reason, naming the ops and their lines, goes
+ * to the pass notes (shown with KILN_LOGS=fusion).
+ */
+#include "kn_pass_gather_scatter.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static bool same_shape(const kn_meta *a, const kn_meta *b)
+{
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* w broadcasts one number per edge over msg: {E, 1, ...} with msg's rank
+ * (a 1-D w against a 2-D msg would line up with the features instead). */
+static bool per_edge(const kn_meta *w, const kn_meta *msg)
+{
+    if (w->ndim != msg->ndim || w->ndim < 1 || w->shape[0] != msg->shape[0]) return false;
+    for (int d = 1; d < w->ndim; d++)
+        if (w->shape[d] != 1) return false;
+    return true;
+}
+
+/* "index_select f.lua:46, mul :46, index_add :47 (zero fill folded)": each
+ * op once with its line, the file named on the first only when all share it. */
+static void covers_text(const kn_graph *g, const int *order, int n, bool folded, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    const char *first = g->nodes[order[0]].where;
+    const char *colon = strrchr(first, ':');
+    size_t file_len = colon ? (size_t)(colon - first) : 0;
+    for (int i = 0; i < n && len < size; i++) {
+        const char *w = g->nodes[order[i]].where;
+        const char *shown = w;
+        if (i > 0 && file_len && !strncmp(w, first, file_len) && w[file_len] == ':') shown = w + file_len;
+        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", i ? ", " : "", kn_node_op_name(&g->nodes[order[i]]),
+                                shown[0] ? " " : "", shown);
+    }
+    if (folded && len < size) snprintf(buf + len, size - len, " (zero fill folded)");
+}
+
+static kn_status try_index_add(kn_pass_ctx *x, int ia)
+{
+    kn_graph *g = x->g;
+    char a[200], b[200];
+    const kn_node *add = &g->nodes[ia];
+    const char *head = kn_pass_who(g, ia, b, sizeof b);
+    char head_text[200];
+    snprintf(head_text, sizeof head_text, "%s", head);
+    int msg = add->in_node[2];
+    const kn_node *mn = &g->nodes[msg];
+    /* the message: index_select(h, src), or that times a per-edge weight */
+    int sel = -1, mul = -1, w_ref = -1;
+    if (mn->op == KN_OP_INDEX_SELECT) {
+        sel = msg;
+    } else if (mn->op == KN_OP_MUL) {
+        for (int k = 0; k < 2 && sel < 0; k++)
+            if (g->nodes[mn->in_node[k]].op == KN_OP_INDEX_SELECT) {
+                sel = mn->in_node[k];
+                mul = msg;
+                w_ref = KN_REF(mn->in_node[1 - k], mn->in_out[1 - k]);
+            }
+    }
+    if (sel < 0) {
+        kn_pass_note(x, "gather_scatter not matched at %s: its source is %s, not index_select(h, 1, src) or that "
+                        "times a per-edge weight", head_text, kn_pass_who(g, msg, a, sizeof a));
+        return KN_OK;
+    }
+    const kn_node *sn = &g->nodes[sel];
+    if (add->a.dim != 0 || sn->a.dim != 0) {
+        kn_pass_note(x, "gather_scatter not matched at %s: it gathers or scatters along dim %d, not rows (dim 1)",
+                     head_text, (add->a.dim != 0 ? add->a.dim : sn->a.dim) + 1);
+        return KN_OK;
+    }
+    if (mul >= 0) {
+        const kn_meta *wm = &g->nodes[KN_REF_NODE(w_ref)].out[KN_REF_OUT(w_ref)];
+        if (!per_edge(wm, &sn->out[0]) || !same_shape(&mn->out[0], &sn->out[0])) {
+            char ws[64];
+            kn_pass_note(x, "gather_scatter not matched at %s: %s multiplies the gathered rows by a value of shape %s, "
+                            "not one number per edge ({%lld, 1, ...})", head_text, kn_pass_who(g, mul, a, sizeof a),
+                         kn_shape_str(wm->ndim, wm->shape, ws, (int)sizeof ws), (long long)sn->out[0].shape[0]);
+            return KN_OK;
+        }
+        if (mn->out[0].dtype != sn->out[0].dtype || wm->dtype != sn->out[0].dtype) {
+            kn_pass_note(x, "gather_scatter not matched at %s: %s mixes dtypes (%s rows, %s weight)", head_text,
+                         kn_pass_who(g, mul, a, sizeof a), kn_dtype_name(sn->out[0].dtype), kn_dtype_name(wm->dtype));
+            return KN_OK;
+        }
+        if (!kn_pass_private_value(x, mul)) {
+            kn_pass_note(x, "gather_scatter not matched at %s: the messages %s are used elsewhere too (the fused "
+                            "kernel never makes them)", head_text, kn_pass_who(g, mul, a, sizeof a));
+            return KN_OK;
+        }
+    }
+    if (!kn_pass_private_value(x, sel)) {
+        kn_pass_note(x, "gather_scatter not matched at %s: the gathered rows %s are used elsewhere too", head_text,
+                     kn_pass_who(g, sel, a, sizeof a));
+        return KN_OK;
+    }
+    if (!kn_dtype_is_float(add->out[0].dtype)) {
+        kn_pass_note(x, "gather_scatter not matched at %s: the fused op sums float rows, these are %s", head_text,
+                     kn_dtype_name(add->out[0].dtype));
+        return KN_OK;
+    }
+    /* the base: zeros of the output's shape fold into the op */
+    int base = add->in_node[0];
+    const kn_node *bn = &g->nodes[base];
+    /* (not -0: a row no edge reaches keeps the base's sign, and the op's zeros are +0) */
+    bool folded = bn->op == KN_OP_FULL && bn->a.value == 0 && !signbit(bn->a.value) &&
+                  bn->out[0].dtype == add->out[0].dtype &&
+                  same_shape(&bn->out[0], &add->out[0]);
+    int refs[5], n = 0;
+    refs[n++] = KN_REF(sn->in_node[0], sn->in_out[0]);
+    refs[n++] = KN_REF(sn->in_node[1], sn->in_out[1]);
+    refs[n++] = KN_REF(add->in_node[1], add->in_out[1]);
+    if (w_ref >= 0) refs[n++] = w_ref;
+    kn_attrs at;
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_GATHER_SCATTER);
+    at = init.a;
+    if (folded) {
+        at.nshape = 1;
+        at.shape[0] = add->out[0].shape[0];
+    } else {
+        refs[n++] = KN_REF(base, add->in_out[0]);
+    }
+    int gs;
+    kn_status st = kn_pass_append_node(x, KN_OP_GATHER_SCATTER, refs, n, &at, ia, sn->where, &gs);
+    if (st != KN_OK) {
+        kn_pass_note(x, "gather_scatter not matched at %s: the shapes do not fit: %s", head_text, kn_last_error());
+        return KN_OK;
+    }
+    add = &g->nodes[ia]; /* appending may have moved the node array */
+    const kn_meta *o = &g->nodes[gs].out[0];
+    if (o->dtype != add->out[0].dtype || !same_shape(o, &add->out[0])) {
+        x->dead[gs] = 1;
+        kn_pass_note(x, "gather_scatter not matched at %s: the fused result would differ in shape or dtype", head_text);
+        return KN_OK;
+    }
+    int order[4], no = 0;
+    order[no++] = sel;
+    if (mul >= 0) order[no++] = mul;
+    if (!folded) order[no++] = ia;
+    else {
+        order[no++] = base;
+        order[no++] = ia;
+    }
+    covers_text(g, order, no, folded, g->nodes[gs].covers, sizeof g->nodes[gs].covers);
+    if (!kn_pass_replace(x, ia, KN_REF(gs, 0))) {
+        x->dead[gs] = 1;
+        return KN_OK;
+    }
+    x->dead[sel] = 1;
+    if (mul >= 0) x->dead[mul] = 1;
+    /* a folded zero fill with no other user goes in the final dce */
+    return KN_OK;
+}
+
+kn_status kn_pass_gather_scatter(kn_pass_ctx *x)
+{
+    int n = x->n_orig;
+    for (int i = 0; i < n; i++) {
+        if (x->dead[i] || x->g->nodes[i].op != KN_OP_INDEX_ADD) continue;
+        KN_TRY(try_index_add(x, i));
+    }
+    return KN_OK;
+}
