@@ -6,6 +6,7 @@
 
 #include "kn_backend.h"
 #include "kn_lua_util.h"
+#include "kn_lua_state.h"
 
 /* ---- errors and where the user is -------------------------------------- */
 
@@ -38,6 +39,11 @@ void kn_lua_where(lua_State *L)
 
 void kn_lua_where_str(lua_State *L, char *buf, size_t size)
 {
+    const char *override = kn_lua_state_get(L)->where_override;
+    if (override[0]) {
+        snprintf(buf, size, "%s", override);
+        return;
+    }
     lua_Debug ar;
     for (int level = 1; lua_getstack(L, level, &ar); level++) {
         lua_getinfo(L, "Sl", &ar);
