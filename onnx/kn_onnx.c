@@ -276,11 +276,18 @@ static kn_status subgraph_outer_uses(const Onnx__GraphProto *sg, name_set *used)
         const Onnx__NodeProto *nd = sg->node[i];
         for (size_t j = 0; j < nd->n_input && st == KN_OK; j++)
             if (nd->input[j][0] && !set_has(&local, nd->input[j])) st = set_add(used, nd->input[j]);
+        /* what nested subgraphs read from outside them, less what this one defines */
+        name_set nested;
+        if (st == KN_OK) st = set_init(&nested, 8);
+        if (st != KN_OK) break;
         for (size_t a = 0; a < nd->n_attribute && st == KN_OK; a++) {
             const Onnx__AttributeProto *at = nd->attribute[a];
-            if (at->g) st = subgraph_outer_uses(at->g, used);
-            for (size_t k = 0; k < at->n_graphs && st == KN_OK; k++) st = subgraph_outer_uses(at->graphs[k], used);
+            if (at->g) st = subgraph_outer_uses(at->g, &nested);
+            for (size_t k = 0; k < at->n_graphs && st == KN_OK; k++) st = subgraph_outer_uses(at->graphs[k], &nested);
         }
+        for (size_t k = 0; k < nested.cap && st == KN_OK; k++)
+            if (nested.keys[k] && !set_has(&local, nested.keys[k])) st = set_add(used, nested.keys[k]);
+        free(nested.keys);
     }
     for (size_t i = 0; i < sg->n_output && st == KN_OK; i++)
         if (!set_has(&local, sg->output[i]->name)) st = set_add(used, sg->output[i]->name);
@@ -483,7 +490,9 @@ kn_status kn_onnx_load_bytes(const void *data, size_t size, const char *name, co
         if (m->opset < 0 && m->proto->n_opset_import == 0 && m->proto->has_ir_version && m->proto->ir_version < 3)
             m->opset = 1; /* IR v1/v2 models predate opset imports */
         if (m->opset < 0)
-            st = kn_error(KN_ERR_FORMAT, "%s: the model imports no version of the default ONNX opset", name);
+            st = kn_error(KN_ERR_UNSUPPORTED,
+                          "%s: unsupported: the model imports no version of the default ONNX opset (only other domains, which kiln does not implement)",
+                          name);
         else if (m->opset > KN_ONNX_MAX_OPSET)
             st = kn_error(KN_ERR_UNSUPPORTED, "%s: the model uses ONNX opset %lld; kiln knows opsets up to %d", name,
                           (long long)m->opset, KN_ONNX_MAX_OPSET);

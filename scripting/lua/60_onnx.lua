@@ -1,0 +1,1291 @@
+-- kiln.onnx: ONNX models as kiln modules.
+--
+--   local m = kiln.onnx.load("model.onnx" [, {sizes = {N = 1, T = 128}}])
+--   local y = m(x)                -- eager; kiln.compile(m) captures it
+--
+-- The C side (scripting/kn_lua_onnx.c, onnx/kn_onnx.c) reads and validates
+-- the file; here the graph is interpreted node by node with kiln's own
+-- tensor ops, so capture, compile, explain, render and time see the same
+-- ops a Lua model would make. Small integer values computed from shapes
+-- (Shape -> Gather -> Concat -> Reshape) and Constants are kept as Lua
+-- "known" values and folded here, so they neither break a graph nor make
+-- sizes dynamic; a tensor is made of one only where a tensor op needs it.
+-- While a node runs, the ops it makes carry "FILE:node 'NAME' (OP)" as
+-- their source location (kiln.onnx.where).
+local kiln = ...
+local onnx = kiln.onnx
+
+local FLOAT = { f32 = true, f64 = true, bf16 = true, f16 = true }
+local ONNX_TYPES = { [1] = "f32", [6] = "i32", [7] = "i64", [9] = "bool", [10] = "f16", [11] = "f64", [16] = "bf16" }
+local ONNX_TYPE_NAMES = { "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING", "BOOL",
+  "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16" }
+
+-- An error raised for something kiln does not implement: the message says
+-- "unsupported", which the conformance runner counts apart from failures.
+local Unsupported = {}
+local function unsupported(fmt, ...)
+  error(setmetatable({ msg = "unsupported: " .. string.format(fmt, ...) }, Unsupported), 0)
+end
+
+local function is_tensor(v) return kiln.is_tensor and kiln.is_tensor(v) or (type(v) == "userdata" and getmetatable(v) and getmetatable(v).__name == "kiln.Tensor") end
+
+---------------------------------------------------------------------------
+-- Known values: {known = true, dtype =, shape = {...}, v = {flat values}}
+
+local function numel(shape)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  return n
+end
+
+local function known(dtype, shape, v) return { known = true, dtype = dtype, shape = shape, v = v } end
+local function is_known(x) return type(x) == "table" and x.known end
+
+local function flatten_list(t, out)
+  if type(t) ~= "table" then out[#out + 1] = t; return out end
+  for _, e in ipairs(t) do flatten_list(e, out) end
+  return out
+end
+
+-- The largest tensor kept as a known value when read back from a tensor.
+local KNOWN_MAX = 64
+
+-- A known value of x (tensor or known); reading a traced tensor is a graph
+-- break, as :tolist() is anywhere.
+local function to_known(x)
+  if is_known(x) then return x end
+  local list = x:tolist()
+  local v = flatten_list(list, {})
+  if x:dim() == 0 then v = { list } end
+  local vals = {}
+  for i, e in ipairs(v) do
+    if e == true then e = 1 elseif e == false then e = 0 end
+    vals[i] = e
+  end
+  return known(x.dtype, x:shape(), vals)
+end
+
+local ctx -- the run in progress: {device =, file =, opset =}
+
+local function to_tensor(x)
+  if not is_known(x) then return x end
+  local t
+  local dev = ctx and ctx.device or nil
+  local v = x.v
+  if x.dtype == "bool" then
+    v = {}
+    for i, e in ipairs(x.v) do v[i] = e ~= 0 end
+  end
+  if #x.shape == 0 then
+    t = kiln.full({}, v[1], { dtype = x.dtype, device = dev })
+  else
+    t = kiln.tensor(v, { dtype = x.dtype, device = dev }):reshape(x.shape)
+  end
+  return t
+end
+
+local function ints(x, what)
+  if x == nil then return nil end
+  local k = to_known(x)
+  local out = {}
+  for i, e in ipairs(k.v) do
+    if math.type(e) ~= "integer" then
+      local f = math.tointeger(e)
+      if not f then error(string.format("%s: expected integers, got %s", what or "value", tostring(e)), 0) end
+      e = f
+    end
+    out[i] = e
+  end
+  return out
+end
+
+local function scalar(x)
+  local k = to_known(x)
+  return k.v[1]
+end
+
+local function shape_of(x) return is_known(x) and x.shape or x:shape() end
+local function rank_of(x) return #shape_of(x) end
+local function dtype_of(x) return x.dtype end
+
+local function norm_axis(a, rank, what)
+  if a < 0 then a = a + rank end
+  if a < 0 or a >= rank then error(string.format("%s: axis %d out of range for rank %d", what or "axis", a, rank), 0) end
+  return a
+end
+
+---------------------------------------------------------------------------
+-- Known-value arithmetic (shapes and small constants)
+
+local function known_index(shape, flat)
+  -- the multi-index of flat position flat (0-based)
+  local idx = {}
+  for d = #shape, 1, -1 do
+    idx[d] = flat % shape[d]
+    flat = flat // shape[d]
+  end
+  return idx
+end
+
+local function broadcast_shapes(a, b)
+  local n = math.max(#a, #b)
+  local out = {}
+  for i = 1, n do
+    local da = a[#a - n + i] or 1
+    local db = b[#b - n + i] or 1
+    if da ~= db and da ~= 1 and db ~= 1 then
+      error(string.format("shapes {%s} and {%s} do not broadcast", table.concat(a, ","), table.concat(b, ",")), 0)
+    end
+    out[i] = da == 1 and db or da
+  end
+  return out
+end
+
+local function known_at(k, idx, out_rank)
+  local off, stride = 0, 1
+  for d = #k.shape, 1, -1 do
+    local i = idx[out_rank - #k.shape + d]
+    if k.shape[d] == 1 then i = 0 end
+    off = off + i * stride
+    stride = stride * k.shape[d]
+  end
+  return k.v[off + 1]
+end
+
+local INT = { i32 = true, i64 = true }
+
+local function known_map(args, dtype, f)
+  local shape = args[1].shape
+  for i = 2, #args do shape = broadcast_shapes(shape, args[i].shape) end
+  local n = numel(shape)
+  local v = {}
+  for p = 0, n - 1 do
+    local idx = known_index(shape, p)
+    local xs = {}
+    for i, a in ipairs(args) do xs[i] = known_at(a, idx, #shape) end
+    v[p + 1] = f(table.unpack(xs))
+  end
+  return known(dtype, shape, v)
+end
+
+local function trunc_div(a, b)
+  if math.type(a) == "integer" and math.type(b) == "integer" then
+    if b == 0 then error("integer division by zero", 0) end
+    local q = a // b
+    if q < 0 and q * b ~= a then q = q + 1 end
+    return q
+  end
+  return a / b
+end
+
+local KNOWN_BINARY = {
+  Add = function(a, b) return a + b end,
+  Sub = function(a, b) return a - b end,
+  Mul = function(a, b) return a * b end,
+  Div = trunc_div,
+}
+local KNOWN_COMPARE = {
+  Equal = function(a, b) return a == b and 1 or 0 end,
+  Greater = function(a, b) return a > b and 1 or 0 end,
+  Less = function(a, b) return a < b and 1 or 0 end,
+  GreaterOrEqual = function(a, b) return a >= b and 1 or 0 end,
+  LessOrEqual = function(a, b) return a <= b and 1 or 0 end,
+}
+
+---------------------------------------------------------------------------
+-- Helpers on tensors
+
+local function dims_1based(axes) local out = {}; for i, a in ipairs(axes) do out[i] = a + 1 end; return out end
+
+local function full_like_shape(shape, value, dtype)
+  return kiln.full(shape, value, { dtype = dtype, device = ctx.device })
+end
+
+local function cat(list, axis)
+  local keep = {}
+  for _, t in ipairs(list) do keep[#keep + 1] = t end
+  if #keep == 1 then return keep[1] end
+  return kiln.cat(keep, axis + 1)
+end
+
+-- Gather positions idx (0-based Lua list, each in range) along axis.
+local function take(x, axis, idx)
+  local n = x:shape()[axis + 1]
+  -- a contiguous run is a slice (a view)
+  local run = #idx > 0
+  for i = 2, #idx do if idx[i] ~= idx[i - 1] + 1 then run = false; break end end
+  if run then return x:slice(axis + 1, idx[1] + 1, idx[#idx] + 1) end
+  if #idx == 0 then
+    local s = x:shape(); s[axis + 1] = 0
+    return full_like_shape(s, 0, x.dtype)
+  end
+  local one = {}
+  for i, e in ipairs(idx) do
+    if e < 0 or e >= n then error(string.format("index %d out of range for size %d", e, n), 0) end
+    one[i] = e + 1
+  end
+  return x:index_select(axis + 1, kiln.tensor(one, { dtype = "i64", device = ctx.device }))
+end
+
+-- Pad dims of x: begins[d], ends[d] (0-based dims; negative pads crop).
+local function pad(x, begins, ends, mode, value)
+  mode = mode or "constant"
+  for d = 0, x:dim() - 1 do
+    local b, e = begins[d + 1] or 0, ends[d + 1] or 0
+    if b ~= 0 or e ~= 0 then
+      local n = x:shape()[d + 1]
+      if b < 0 or e < 0 then
+        local lo, hi = math.max(0, -b), n - math.max(0, -e)
+        local idx = {}
+        for i = lo, hi - 1 do idx[#idx + 1] = i end
+        x = take(x, d, idx)
+        n = x:shape()[d + 1]
+        b, e = math.max(b, 0), math.max(e, 0)
+      end
+      if b > 0 or e > 0 then
+        if mode == "constant" then
+          local parts = {}
+          local s = x:shape()
+          if b > 0 then s[d + 1] = b; parts[#parts + 1] = full_like_shape(s, value or 0, x.dtype) end
+          parts[#parts + 1] = x
+          if e > 0 then s = x:shape(); s[d + 1] = e; parts[#parts + 1] = full_like_shape(s, value or 0, x.dtype) end
+          x = cat(parts, d)
+        else
+          local idx = {}
+          for i = -b, n + e - 1 do
+            local j = i
+            if mode == "edge" then
+              j = math.min(math.max(i, 0), n - 1)
+            elseif mode == "reflect" then
+              if n == 1 then j = 0 else
+                local period = 2 * (n - 1)
+                j = i % period
+                if j >= n then j = period - j end
+              end
+            elseif mode == "wrap" then
+              j = i % n
+            else
+              unsupported("Pad mode '%s'", mode)
+            end
+            idx[#idx + 1] = j
+          end
+          x = take(x, d, idx)
+        end
+      end
+    end
+  end
+  return x
+end
+
+-- ONNX's auto_pad: the begin/end pads of each spatial dim.
+local function window_pads(a, in_sizes, kernel, strides, dilations)
+  local nd = #kernel
+  local pads = a.pads or {}
+  local begins, ends = {}, {}
+  local auto = a.auto_pad or "NOTSET"
+  for i = 1, nd do
+    if auto == "SAME_UPPER" or auto == "SAME_LOWER" then
+      local out = (in_sizes[i] + strides[i] - 1) // strides[i]
+      local total = math.max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_sizes[i])
+      local small, big = total // 2, total - total // 2
+      if auto == "SAME_UPPER" then begins[i], ends[i] = small, big else begins[i], ends[i] = big, small end
+    elseif auto == "VALID" then
+      begins[i], ends[i] = 0, 0
+    else
+      begins[i], ends[i] = pads[i] or 0, pads[i + nd] or 0
+    end
+  end
+  return begins, ends
+end
+
+local function defaults(list, n, v)
+  local out = {}
+  for i = 1, n do out[i] = list and list[i] or v end
+  return out
+end
+
+-- 1-D windows become 2-D with a height of 1; more than 2 spatial dims is not in kiln.
+local function as_2d(x, what)
+  local nd = x:dim() - 2
+  if nd == 2 then return x, false end
+  if nd == 1 then return x:unsqueeze(4), true end
+  unsupported("%s with %d spatial dims (kiln has 2-D convolution and pooling)", what, nd)
+end
+
+local function lift(list, v) return { v, list[1] } end
+
+---------------------------------------------------------------------------
+-- The ops. Each takes (inputs, attrs, node) and returns its outputs.
+
+local ops = {}
+
+local function unary(f) return function(i) return f(to_tensor(i[1])) end end
+
+local function binary(name, f)
+  return function(i, _, node)
+    local a, b = i[1], i[2]
+    if is_known(a) and is_known(b) and KNOWN_BINARY[name] and (INT[a.dtype] or FLOAT[a.dtype]) then
+      return known_map({ a, b }, a.dtype, KNOWN_BINARY[name])
+    end
+    local ta, tb = to_tensor(a), to_tensor(b)
+    local r = f(ta, tb)
+    if name == "Div" and INT[ta.dtype] then r = r:to(ta.dtype) end
+    return r
+  end
+end
+
+ops.Add = binary("Add", function(a, b) return a + b end)
+ops.Sub = binary("Sub", function(a, b) return a - b end)
+ops.Mul = binary("Mul", function(a, b) return a * b end)
+ops.Div = binary("Div", function(a, b) return a / b end)
+ops.Pow = function(i)
+  local a, b = to_tensor(i[1]), to_tensor(i[2])
+  local r = a:pow(b)
+  if r.dtype ~= a.dtype then r = r:to(a.dtype) end
+  return r
+end
+local function compare(name, method)
+  return function(i)
+    local a, b = i[1], i[2]
+    if is_known(a) and is_known(b) then return known_map({ a, b }, "bool", KNOWN_COMPARE[name]) end
+    return to_tensor(a)[method](to_tensor(a), to_tensor(b))
+  end
+end
+ops.Equal = compare("Equal", "eq")
+ops.Greater = compare("Greater", "gt")
+ops.Less = compare("Less", "lt")
+ops.GreaterOrEqual = compare("GreaterOrEqual", "ge")
+ops.LessOrEqual = compare("LessOrEqual", "le")
+ops.Not = function(i) return to_tensor(i[1]):logical_not() end
+ops.And = function(i) return (to_tensor(i[1]):to("i32") * to_tensor(i[2]):to("i32")):ne(0) end
+ops.Or = function(i) return (to_tensor(i[1]):to("i32") + to_tensor(i[2]):to("i32")):ne(0) end
+ops.Xor = function(i) return to_tensor(i[1]):ne(to_tensor(i[2])) end
+
+ops.Where = function(i)
+  local c, a, b = i[1], i[2], i[3]
+  if is_known(c) and is_known(a) and is_known(b) then
+    return known_map({ c, a, b }, a.dtype, function(x, y, z) return x ~= 0 and y or z end)
+  end
+  return kiln.where(to_tensor(c), to_tensor(a), to_tensor(b))
+end
+
+ops.Relu = unary(function(x) return x:relu() end)
+ops.Sigmoid = unary(function(x) return x:sigmoid() end)
+ops.Tanh = unary(function(x) return x:tanh() end)
+ops.Exp = unary(function(x) return x:exp() end)
+ops.Log = unary(function(x) return x:log() end)
+ops.Sqrt = unary(function(x) return x:sqrt() end)
+ops.Abs = unary(function(x) return x:abs() end)
+ops.Neg = function(i)
+  if is_known(i[1]) then return known_map({ i[1] }, i[1].dtype, function(a) return -a end) end
+  return -i[1]
+end
+ops.Reciprocal = unary(function(x) return 1 / x end)
+ops.Erf = unary(function(x) return x:erf() end)
+ops.Softplus = unary(function(x) return (x:exp() + 1):log() end)
+ops.Softsign = unary(function(x) return x / (x:abs() + 1) end)
+ops.Identity = function(i) return i[1] end
+ops.Dropout = function(i, a, node)
+  if (a.training_mode or 0) ~= 0 or (i[3] and scalar(i[3]) ~= 0) then unsupported("Dropout in training mode") end
+  if #node.outputs > 1 and node.outputs[2] ~= "" then unsupported("Dropout's mask output") end
+  return i[1]
+end
+ops.LeakyRelu = function(i, a)
+  local x = to_tensor(i[1])
+  return kiln.where(x:ge(0), x, x * (a.alpha or 0.01))
+end
+ops.Elu = function(i, a)
+  local x = to_tensor(i[1])
+  return kiln.where(x:gt(0), x, (x:exp() - 1) * (a.alpha or 1.0))
+end
+ops.Selu = function(i, a)
+  local x = to_tensor(i[1])
+  local alpha, gamma = a.alpha or 1.67326319217681884765625, a.gamma or 1.05070102214813232421875
+  return kiln.where(x:gt(0), x * gamma, (x:exp() - 1) * (alpha * gamma))
+end
+ops.HardSigmoid = function(i, a)
+  local x = to_tensor(i[1])
+  return (x * (a.alpha or 0.2) + (a.beta or 0.5)):maximum(0):minimum(1)
+end
+ops.HardSwish = function(i)
+  local x = to_tensor(i[1])
+  return x * (x * (1 / 6) + 0.5):maximum(0):minimum(1)
+end
+ops.Gelu = function(i, a)
+  local x = to_tensor(i[1])
+  if (a.approximate or "none") == "tanh" then
+    return x * 0.5 * (((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)):tanh() + 1)
+  end
+  return x:gelu()
+end
+ops.Clip = function(i, a)
+  local x = to_tensor(i[1])
+  local lo, hi
+  if ctx.opset < 11 then
+    lo, hi = a.min, a.max
+  else
+    lo = i[2] and scalar(i[2]) or nil
+    hi = i[3] and scalar(i[3]) or nil
+  end
+  if lo then x = x:maximum(lo) end
+  if hi then x = x:minimum(hi) end
+  return x
+end
+
+local function softmax_like(method)
+  return function(i, a)
+    local x = to_tensor(i[1])
+    local r = x:dim()
+    if ctx.opset < 13 then
+      local axis = norm_axis(a.axis or 1, math.max(r, 1))
+      local s = x:shape()
+      local outer, inner = 1, 1
+      for d = 1, r do if d <= axis then outer = outer * s[d] else inner = inner * s[d] end end
+      return x:reshape({ outer, inner })[method](x:reshape({ outer, inner }), -1):reshape(s)
+    end
+    local axis = norm_axis(a.axis or -1, r)
+    return x[method](x, axis + 1)
+  end
+end
+ops.Softmax = softmax_like("softmax")
+ops.LogSoftmax = softmax_like("log_softmax")
+
+local function variadic(f)
+  return function(i)
+    local acc = to_tensor(i[1])
+    for k = 2, #i do acc = f(acc, to_tensor(i[k])) end
+    return acc
+  end
+end
+ops.Max = variadic(function(a, b) return a:maximum(b) end)
+ops.Min = variadic(function(a, b) return a:minimum(b) end)
+ops.Sum = variadic(function(a, b) return a + b end)
+ops.Mean = function(i) return ops.Sum(i) / #i end
+
+ops.MatMul = function(i)
+  local a, b = to_tensor(i[1]), to_tensor(i[2])
+  if not FLOAT[a.dtype] then unsupported("MatMul of %s tensors", a.dtype) end
+  return a:matmul(b)
+end
+ops.Gemm = function(i, a)
+  local A, B = to_tensor(i[1]), to_tensor(i[2])
+  if (a.transA or 0) ~= 0 then A = A:transpose(1, 2) end
+  if (a.transB or 0) ~= 0 then B = B:transpose(1, 2) end
+  local y = A:matmul(B)
+  local alpha, beta = a.alpha or 1.0, a.beta or 1.0
+  if alpha ~= 1 then y = y * alpha end
+  if i[3] then
+    local c = to_tensor(i[3])
+    if beta ~= 1 then c = c * beta end
+    y = y + c
+  end
+  return y
+end
+
+-- Reductions: axes from the attribute, or from input 2 (ReduceSum since
+-- opset 13, the others since 18).
+local function reduce(method, axes_input_opset)
+  return function(i, a)
+    local x = to_tensor(i[1])
+    local axes
+    if ctx.opset >= axes_input_opset then axes = i[2] and ints(i[2], "axes") or nil else axes = a.axes end
+    local keep = (a.keepdims or 1) ~= 0
+    if axes == nil or #axes == 0 then
+      if (a.noop_with_empty_axes or 0) ~= 0 then return x end
+      axes = {}
+      for d = 0, x:dim() - 1 do axes[#axes + 1] = d end
+    end
+    if x:dim() == 0 then return x end
+    local dims = {}
+    for k, ax in ipairs(axes) do dims[k] = norm_axis(ax, x:dim()) + 1 end
+    return method(x, dims, keep)
+  end
+end
+ops.ReduceSum = reduce(function(x, d, k) return x:sum(d, k) end, 13)
+ops.ReduceMean = reduce(function(x, d, k) return x:mean(d, k) end, 18)
+ops.ReduceMax = reduce(function(x, d, k) return x:amax(d, k) end, 18)
+ops.ReduceMin = reduce(function(x, d, k) return x:amin(d, k) end, 18)
+ops.ReduceSumSquare = reduce(function(x, d, k) return (x * x):sum(d, k) end, 18)
+ops.ReduceL2 = reduce(function(x, d, k) return (x * x):sum(d, k):sqrt() end, 18)
+ops.ReduceL1 = reduce(function(x, d, k) return x:abs():sum(d, k) end, 18)
+ops.ReduceLogSumExp = reduce(function(x, d, k)
+  local m = x:amax(d, true)
+  local r = (x - m):exp():sum(d, true):log() + m
+  if not k then for j = #d, 1, -1 do r = r:squeeze(d[j]) end end
+  return r
+end, 18)
+ops.ReduceLogSum = reduce(function(x, d, k) return x:sum(d, k):log() end, 18)
+
+ops.Shape = function(i, a)
+  local s = shape_of(i[1])
+  local r = #s
+  local lo, hi = a.start or 0, a["end"] or r
+  if lo < 0 then lo = lo + r end
+  if hi < 0 then hi = hi + r end
+  lo, hi = math.max(0, math.min(lo, r)), math.max(0, math.min(hi, r))
+  local v = {}
+  for d = lo + 1, hi do v[#v + 1] = s[d] end
+  return known("i64", { #v }, v)
+end
+ops.Size = function(i) return known("i64", {}, { numel(shape_of(i[1])) }) end
+
+ops.Constant = function(_, a)
+  if a.value then
+    if type(a.value) == "table" and a.value.unsupported then unsupported("%s", a.value.unsupported) end
+    local t = a.value
+    if t:numel() <= KNOWN_MAX and t.dtype ~= "bf16" and t.dtype ~= "f16" then return to_known(t) end
+    return ctx.device and t:to(ctx.device) or t
+  end
+  if a.value_float then return known("f32", {}, { a.value_float }) end
+  if a.value_int then return known("i64", {}, { a.value_int }) end
+  if a.value_floats then return known("f32", { #a.value_floats }, a.value_floats) end
+  if a.value_ints then return known("i64", { #a.value_ints }, a.value_ints) end
+  unsupported("Constant without a tensor, float or int value (sparse or string)")
+end
+
+ops.ConstantOfShape = function(i, a)
+  local shape = ints(i[1], "shape")
+  local dtype, v = "f32", 0
+  if a.value then
+    if type(a.value) == "table" and a.value.unsupported then unsupported("%s", a.value.unsupported) end
+    local k = to_known(a.value)
+    dtype, v = k.dtype, k.v[1]
+  end
+  if numel(shape) <= KNOWN_MAX then
+    local vals = {}
+    for j = 1, numel(shape) do vals[j] = v end
+    return known(dtype, shape, vals)
+  end
+  if dtype == "bool" then v = v ~= 0 end
+  return kiln.full(shape, v, { dtype = dtype, device = ctx.device })
+end
+
+ops.Range = function(i)
+  local s, l, d = scalar(i[1]), scalar(i[2]), scalar(i[3])
+  local n = math.max(math.ceil((l - s) / d), 0)
+  local v = {}
+  for k = 0, n - 1 do v[k + 1] = s + k * d end
+  local dt = dtype_of(i[1])
+  local r = known(dt, { n }, v)
+  if n > KNOWN_MAX then return to_tensor(r) end
+  return r
+end
+
+ops.Cast = function(i, a)
+  local to = ONNX_TYPES[a.to]
+  if not to then unsupported("Cast to %s", ONNX_TYPE_NAMES[a.to] or tostring(a.to)) end
+  local x = i[1]
+  if is_known(x) and (INT[to] or to == "bool" or to == "f32" or to == "f64") then
+    return known_map({ x }, to, function(e)
+      if to == "bool" then return e ~= 0 and 1 or 0 end
+      if INT[to] then
+        if e ~= e then return 0 end
+        local t = e >= 0 and math.floor(e) or math.ceil(e)
+        return math.tointeger(t) or t
+      end
+      return e + 0.0
+    end)
+  end
+  x = to_tensor(x)
+  if to == "bool" then return x:ne(0) end
+  return x:to(to)
+end
+ops.CastLike = function(i, a) return ops.Cast({ i[1] }, { to = ({ f32 = 1, i32 = 6, i64 = 7, bool = 9, f16 = 10, f64 = 11, bf16 = 16 })[dtype_of(i[2])] }) end
+
+local function reshape_known_or_tensor(x, shape)
+  if is_known(x) then return known(x.dtype, shape, x.v) end
+  return x:reshape(shape)
+end
+
+ops.Reshape = function(i, a)
+  local x = i[1]
+  local want = ints(i[2] or known("i64", { #a.shape }, a.shape), "shape")
+  local s = shape_of(x)
+  local out, infer = {}, nil
+  for k, d in ipairs(want) do
+    if d == 0 and (a.allowzero or 0) == 0 then d = s[k] end
+    if d == -1 then infer = k; d = 1 end
+    out[k] = d
+  end
+  if infer then
+    local rest = numel(out)
+    out[infer] = rest == 0 and 0 or numel(s) // rest
+  end
+  return reshape_known_or_tensor(x, out)
+end
+
+ops.Flatten = function(i, a)
+  local x = i[1]
+  local s = shape_of(x)
+  local axis = a.axis or 1
+  if axis < 0 then axis = axis + #s end
+  local outer, inner = 1, 1
+  for d = 1, #s do if d <= axis then outer = outer * s[d] else inner = inner * s[d] end end
+  return reshape_known_or_tensor(x, { outer, inner })
+end
+
+ops.Transpose = function(i, a)
+  local x = to_tensor(i[1])
+  local perm = a.perm
+  if not perm then
+    perm = {}
+    for d = x:dim() - 1, 0, -1 do perm[#perm + 1] = d end
+  end
+  if x:dim() < 2 then return x end
+  return x:permute(dims_1based(perm))
+end
+
+local function axes_arg(i, a, idx, opset_input)
+  if ctx.opset >= opset_input then return i[idx] and ints(i[idx], "axes") or nil end
+  return a.axes
+end
+
+ops.Unsqueeze = function(i, a)
+  local x = i[1]
+  local axes = axes_arg(i, a, 2, 13)
+  local s = shape_of(x)
+  local r = #s + #axes
+  local put = {}
+  for _, ax in ipairs(axes) do put[norm_axis(ax, r) + 1] = true end
+  local out, j = {}, 1
+  for d = 1, r do
+    if put[d] then out[d] = 1 else out[d] = s[j]; j = j + 1 end
+  end
+  return reshape_known_or_tensor(x, out)
+end
+
+ops.Squeeze = function(i, a)
+  local x = i[1]
+  local axes = axes_arg(i, a, 2, 13)
+  local s = shape_of(x)
+  local drop = {}
+  if axes and #axes > 0 then
+    for _, ax in ipairs(axes) do drop[norm_axis(ax, #s) + 1] = true end
+  else
+    for d = 1, #s do if s[d] == 1 then drop[d] = true end end
+  end
+  local out = {}
+  for d = 1, #s do if not drop[d] then out[#out + 1] = s[d] end end
+  return reshape_known_or_tensor(x, out)
+end
+
+ops.Concat = function(i, a)
+  local all_known = true
+  for _, v in ipairs(i) do if not is_known(v) then all_known = false end end
+  local axis = a.axis
+  if all_known and #i[1].shape == 1 then
+    local v = {}
+    for _, k in ipairs(i) do for _, e in ipairs(k.v) do v[#v + 1] = e end end
+    return known(i[1].dtype, { #v }, v)
+  end
+  local list = {}
+  for _, v in ipairs(i) do list[#list + 1] = to_tensor(v) end
+  return cat(list, norm_axis(axis, list[1]:dim()))
+end
+
+ops.Split = function(i, a, node)
+  local x = to_tensor(i[1])
+  local axis = norm_axis(a.axis or 0, x:dim())
+  local n = x:shape()[axis + 1]
+  local sizes
+  if ctx.opset >= 13 then sizes = i[2] and ints(i[2], "split") or nil else sizes = a.split end
+  local nout = #node.outputs
+  if not sizes or #sizes == 0 then
+    local each = (n + nout - 1) // nout
+    sizes = {}
+    local left = n
+    for k = 1, nout do sizes[k] = math.min(each, left); left = left - sizes[k] end
+  end
+  local outs, at = {}, 0
+  for k, sz in ipairs(sizes) do
+    local idx = {}
+    for j = at, at + sz - 1 do idx[#idx + 1] = j end
+    outs[k] = take(x, axis, idx)
+    at = at + sz
+  end
+  return table.unpack(outs)
+end
+
+ops.Slice = function(i, a)
+  local x = i[1]
+  local starts, ends, axes, steps
+  if ctx.opset < 10 then
+    starts, ends, axes = a.starts, a.ends, a.axes
+  else
+    starts, ends = ints(i[2], "starts"), ints(i[3], "ends")
+    axes = i[4] and ints(i[4], "axes") or nil
+    steps = i[5] and ints(i[5], "steps") or nil
+  end
+  local s = shape_of(x)
+  if not axes then axes = {}; for k = 1, #starts do axes[k] = k - 1 end end
+  local known_x = is_known(x)
+  if known_x and #s ~= 1 then x = to_tensor(x); known_x = false end
+  for k, ax in ipairs(axes) do
+    ax = norm_axis(ax, #s)
+    local n = s[ax + 1]
+    local st, en, step = starts[k], ends[k], steps and steps[k] or 1
+    if step == 0 then error("Slice: step 0", 0) end
+    if st < 0 then st = st + n end
+    if en < 0 then en = en + n end
+    local idx = {}
+    if step > 0 then
+      st, en = math.max(0, math.min(st, n)), math.max(0, math.min(en, n))
+      for j = st, en - 1, step do idx[#idx + 1] = j end
+    else
+      st, en = math.max(-1, math.min(st, n - 1)), math.max(-1, math.min(en, n - 1))
+      for j = st, en + 1, step do idx[#idx + 1] = j end
+    end
+    if known_x then
+      local v = {}
+      for j, p in ipairs(idx) do v[j] = x.v[p + 1] end
+      x = known(x.dtype, { #v }, v)
+    elseif step > 0 and #idx > 0 then
+      x = x:slice(ax + 1, idx[1] + 1, idx[#idx] + 1, step)
+    else
+      x = take(x, ax, idx)
+    end
+    s = shape_of(x)
+  end
+  return x
+end
+
+ops.Gather = function(i, a)
+  local x, idx = i[1], i[2]
+  local s = shape_of(x)
+  local axis = norm_axis(a.axis or 0, #s)
+  local n = s[axis + 1]
+  if is_known(x) and is_known(idx) and #s == 1 then
+    local v = {}
+    for k, p in ipairs(idx.v) do
+      if p < 0 then p = p + n end
+      if p < 0 or p >= n then error(string.format("Gather: index %d out of range for size %d", idx.v[k], n), 0) end
+      v[k] = x.v[p + 1]
+    end
+    return known(x.dtype, idx.shape, v)
+  end
+  x = to_tensor(x)
+  local ishape = shape_of(idx)
+  local out_shape = {}
+  for d = 1, axis do out_shape[#out_shape + 1] = s[d] end
+  for _, d in ipairs(ishape) do out_shape[#out_shape + 1] = d end
+  for d = axis + 2, #s do out_shape[#out_shape + 1] = s[d] end
+  local r
+  if is_known(idx) then
+    local list = {}
+    for k, p in ipairs(idx.v) do list[k] = p < 0 and p + n or p end
+    r = take(x, axis, list)
+  else
+    local flat = idx:reshape({ numel(ishape) })
+    flat = kiln.where(flat:lt(0), flat + n, flat) + 1
+    r = x:index_select(axis + 1, flat:to("i64"))
+  end
+  return r:reshape(out_shape)
+end
+
+ops.Expand = function(i)
+  local x = to_tensor(i[1])
+  local want = ints(i[2], "shape")
+  local out = broadcast_shapes(x:shape(), want)
+  local s = x:shape()
+  while #s < #out do table.insert(s, 1, 1) end
+  return x:reshape(s):expand(out)
+end
+
+ops.Tile = function(i)
+  local x = to_tensor(i[1])
+  local reps = ints(i[2], "repeats")
+  for d, r in ipairs(reps) do
+    if r ~= 1 then
+      local parts = {}
+      for k = 1, r do parts[k] = x end
+      x = r == 0 and take(x, d - 1, {}) or cat(parts, d - 1)
+    end
+  end
+  return x
+end
+
+ops.Pad = function(i, a)
+  local x = to_tensor(i[1])
+  local pads, value, mode = a.pads, a.value or 0, a.mode or "constant"
+  local axes
+  if ctx.opset >= 11 then
+    pads = ints(i[2], "pads")
+    if i[3] then value = scalar(i[3]) end
+    if i[4] then axes = ints(i[4], "axes") end
+  end
+  local r = x:dim()
+  axes = axes or (function() local t = {}; for d = 0, r - 1 do t[#t + 1] = d end; return t end)()
+  local begins, ends = {}, {}
+  for k, ax in ipairs(axes) do
+    ax = norm_axis(ax, r)
+    begins[ax + 1], ends[ax + 1] = pads[k], pads[k + #axes]
+  end
+  return pad(x, begins, ends, mode, value)
+end
+
+ops.Conv = function(i, a)
+  local x, w = to_tensor(i[1]), to_tensor(i[2])
+  local b = i[3] and to_tensor(i[3]) or nil
+  local x2, one_d = as_2d(x, "Conv")
+  if one_d then w = w:unsqueeze(4) end
+  local nd = 2
+  local kernel = {}
+  for d = 1, nd do kernel[d] = w:shape()[d + 2] end
+  local strides = defaults(a.strides, #kernel, 1)
+  local dil = defaults(a.dilations, #kernel, 1)
+  local begins, ends
+  if one_d then
+    local sp = x:shape()[3]
+    local bb, ee = window_pads(a, { sp }, { kernel[1] }, { strides[1] }, { dil[1] })
+    begins, ends = { bb[1], 0 }, { ee[1], 0 }
+    strides, dil = { strides[1], 1 }, { dil[1], 1 }
+  else
+    local s = x:shape()
+    begins, ends = window_pads(a, { s[3], s[4] }, kernel, strides, dil)
+  end
+  local padding = { 0, 0 }
+  if begins[1] == ends[1] and begins[2] == ends[2] then
+    padding = { begins[1], begins[2] }
+  else
+    x2 = pad(x2, { 0, 0, begins[1], begins[2] }, { 0, 0, ends[1], ends[2] })
+  end
+  local y = kiln.conv2d(x2, w, b, { stride = strides, padding = padding, dilation = dil, groups = a.group or 1 })
+  if one_d then y = y:squeeze(4) end
+  return y
+end
+
+local function pool(kind)
+  return function(i, a, node)
+    local x = to_tensor(i[1])
+    if kind == "max" and #node.outputs > 1 and node.outputs[2] ~= "" then unsupported("MaxPool's Indices output") end
+    for _, d in ipairs(a.dilations or {}) do if d ~= 1 then unsupported("%sPool with dilations", kind == "max" and "Max" or "Average") end end
+    if (a.storage_order or 0) ~= 0 then unsupported("MaxPool with storage_order=1") end
+    local x2, one_d = as_2d(x, kind == "max" and "MaxPool" or "AveragePool")
+    local kernel = a.kernel_shape
+    local strides = defaults(a.strides, #kernel, 1)
+    local s = x:shape()
+    local sizes = {}
+    for d = 1, #kernel do sizes[d] = s[d + 2] end
+    local begins, ends = window_pads(a, sizes, kernel, strides, defaults(nil, #kernel, 1))
+    if one_d then
+      kernel, strides = { kernel[1], 1 }, { strides[1], 1 }
+      begins, ends = { begins[1], 0 }, { ends[1], 0 }
+    end
+    local ceil = (a.ceil_mode or 0) ~= 0
+    local include = (a.count_include_pad or 0) ~= 0
+    local same = (a.auto_pad == "SAME_UPPER" or a.auto_pad == "SAME_LOWER")
+    local sym = begins[1] == ends[1] and begins[2] == ends[2]
+    local fn = kind == "max" and kiln.max_pool2d or kiln.avg_pool2d
+    local pads2 = { begins[1], begins[2] }
+    local y
+    if sym and not (kind == "avg" and same and not include) and pads2[1] * 2 <= kernel[1] and pads2[2] * 2 <= kernel[2] then
+      y = fn(x2, kernel, { stride = strides, padding = pads2, ceil_mode = ceil, count_include_pad = include })
+    else
+      local fill = kind == "max" and -math.huge or 0
+      local xp = pad(x2, { 0, 0, begins[1], begins[2] }, { 0, 0, ends[1], ends[2] }, "constant", fill)
+      y = fn(xp, kernel, { stride = strides, padding = { 0, 0 }, ceil_mode = ceil, count_include_pad = true })
+      if kind == "avg" and not include then
+        local ones = full_like_shape({ 1, 1, x2:shape()[3], x2:shape()[4] }, 1, x.dtype)
+        local mp = pad(ones, { 0, 0, begins[1], begins[2] }, { 0, 0, ends[1], ends[2] }, "constant", 0)
+        local cnt = kiln.avg_pool2d(mp, kernel, { stride = strides, padding = { 0, 0 }, ceil_mode = ceil, count_include_pad = true })
+        y = y / cnt
+      end
+    end
+    if one_d then y = y:squeeze(4) end
+    return y
+  end
+end
+ops.MaxPool = pool("max")
+ops.AveragePool = pool("avg")
+ops.GlobalAveragePool = function(i)
+  local x = to_tensor(i[1])
+  local dims = {}
+  for d = 3, x:dim() do dims[#dims + 1] = d end
+  return x:mean(dims, true)
+end
+ops.GlobalMaxPool = function(i)
+  local x = to_tensor(i[1])
+  local dims = {}
+  for d = 3, x:dim() do dims[#dims + 1] = d end
+  return x:amax(dims, true)
+end
+
+ops.BatchNormalization = function(i, a, node)
+  if (a.training_mode or 0) ~= 0 then unsupported("BatchNormalization in training mode") end
+  for k = 2, #node.outputs do if node.outputs[k] ~= "" then unsupported("BatchNormalization's running statistics outputs") end end
+  local x = to_tensor(i[1])
+  local scale, bias, mean, var = to_tensor(i[2]), to_tensor(i[3]), to_tensor(i[4]), to_tensor(i[5])
+  local eps = a.epsilon or 1e-5
+  if x:dim() == 4 then
+    return kiln.batch_norm(x, mean, var, scale, bias, eps)
+  end
+  local s = { x:shape()[2] }
+  for _ = 3, x:dim() do s[#s + 1] = 1 end
+  local function b(t) return t:reshape(s) end
+  return (x - b(mean)) / (b(var) + eps):sqrt() * b(scale) + b(bias)
+end
+
+ops.InstanceNormalization = function(i, a)
+  local x = to_tensor(i[1])
+  local scale, bias = to_tensor(i[2]), to_tensor(i[3])
+  local dims = {}
+  for d = 3, x:dim() do dims[#dims + 1] = d end
+  local m = x:mean(dims, true)
+  local v = ((x - m) * (x - m)):mean(dims, true)
+  local s = { x:shape()[2] }
+  for _ = 3, x:dim() do s[#s + 1] = 1 end
+  return (x - m) / (v + (a.epsilon or 1e-5)):sqrt() * scale:reshape(s) + bias:reshape(s)
+end
+
+ops.LayerNormalization = function(i, a, node)
+  for k = 2, #node.outputs do if node.outputs[k] ~= "" then unsupported("LayerNormalization's Mean and InvStdDev outputs") end end
+  local x = to_tensor(i[1])
+  local axis = norm_axis(a.axis or -1, x:dim())
+  local ns = {}
+  for d = axis + 1, x:dim() do ns[#ns + 1] = x:shape()[d] end
+  local w = i[2] and to_tensor(i[2]) or nil
+  local b = i[3] and to_tensor(i[3]) or nil
+  local function fit(t)
+    if t == nil then return nil end
+    local ts = t:shape()
+    local same = #ts == #ns
+    for d = 1, #ns do if ts[d] ~= ns[d] then same = false end end
+    if same then return t end
+    return t:expand(ns)
+  end
+  return kiln.layer_norm(x, ns, fit(w), fit(b), a.epsilon or 1e-5)
+end
+
+ops.PRelu = function(i)
+  local x, s = to_tensor(i[1]), to_tensor(i[2])
+  if ctx.opset < 7 and s:dim() == 1 and x:dim() >= 2 and s:shape()[1] == x:shape()[2] then
+    local sh = { s:shape()[1] } -- before opset 7 the slope is per channel (dim 2)
+    for _ = 3, x:dim() do sh[#sh + 1] = 1 end
+    s = s:reshape(sh)
+  end
+  return kiln.where(x:ge(0), x, x * s)
+end
+
+ops.ArgMax = function(i, a)
+  local x = to_tensor(i[1])
+  if (a.select_last_index or 0) ~= 0 then unsupported("ArgMax with select_last_index=1") end
+  local axis = norm_axis(a.axis or 0, x:dim())
+  local _, idx = x:max(axis + 1, (a.keepdims or 1) ~= 0)
+  return idx - 1
+end
+
+-- Resize: nearest and linear, separably, one dim at a time, with index
+-- lists (and weights) computed here from the sizes.
+ops.Resize = function(i, a)
+  local x = to_tensor(i[1])
+  local mode = a.mode or "nearest"
+  if mode ~= "nearest" and mode ~= "linear" then unsupported("Resize mode '%s'", mode) end
+  if (a.antialias or 0) ~= 0 then unsupported("Resize with antialias") end
+  if a.axes then unsupported("Resize with axes") end
+  if (a.keep_aspect_ratio_policy or "stretch") ~= "stretch" then unsupported("Resize keep_aspect_ratio_policy") end
+  local s = x:shape()
+  local scales, sizes
+  if ctx.opset < 11 then
+    scales = to_known(i[2]).v
+  else
+    if i[4] then sizes = ints(i[4], "sizes") end
+    if not sizes and i[3] then scales = to_known(i[3]).v end
+  end
+  if scales and #scales == 0 then scales = nil end
+  if sizes and #sizes == 0 then sizes = nil end
+  local ctm = a.coordinate_transformation_mode or (ctx.opset < 11 and "asymmetric" or "half_pixel")
+  if ctm == "tf_crop_and_resize" then unsupported("Resize coordinate_transformation_mode tf_crop_and_resize") end
+  local nearest_mode = a.nearest_mode or (ctx.opset < 11 and "floor" or "round_prefer_floor")
+  for d = 1, #s do
+    local n = s[d]
+    local out, scale, len
+    if sizes then
+      out = sizes[d]
+      scale = out / n
+      len = out
+    else
+      scale = scales[d]
+      out = math.floor(n * scale)
+      len = n * scale -- ONNX maps coordinates with the unrounded length
+    end
+    if out ~= n or scale ~= 1 then
+      local function src(o)
+        if ctm == "half_pixel" then return (o + 0.5) / scale - 0.5
+        elseif ctm == "pytorch_half_pixel" then return len > 1 and (o + 0.5) / scale - 0.5 or 0
+        elseif ctm == "align_corners" then return len > 1 and o * (n - 1) / (len - 1) or 0
+        elseif ctm == "asymmetric" then return o / scale
+        elseif ctm == "half_pixel_symmetric" then
+          local adj = out / (n * scale)
+          local c = n / 2 - n * adj / 2
+          return c + (o + 0.5) / scale - 0.5
+        end
+        unsupported("Resize coordinate_transformation_mode '%s'", ctm)
+      end
+      if mode == "nearest" then
+        local idx = {}
+        for o = 0, out - 1 do
+          local c = src(o)
+          local j
+          if nearest_mode == "round_prefer_floor" then j = (c - math.floor(c) == 0.5) and math.floor(c) or math.floor(c + 0.5)
+          elseif nearest_mode == "round_prefer_ceil" then j = math.floor(c + 0.5)
+          elseif nearest_mode == "floor" then j = math.floor(c)
+          elseif nearest_mode == "ceil" then j = math.ceil(c)
+          else unsupported("Resize nearest_mode '%s'", nearest_mode) end
+          idx[#idx + 1] = math.min(math.max(j, 0), n - 1)
+        end
+        x = take(x, d - 1, idx)
+      else
+        local lo, hi, wl, wh = {}, {}, {}, {}
+        for o = 0, out - 1 do
+          local c = math.min(math.max(src(o), 0), n - 1)
+          local f = math.floor(c)
+          lo[#lo + 1] = f
+          hi[#hi + 1] = math.min(f + 1, n - 1)
+          wh[#wh + 1] = c - f
+          wl[#wl + 1] = 1 - (c - f)
+        end
+        local ws = {}
+        for k = 1, #s do ws[k] = 1 end
+        ws[d] = out
+        local tl = kiln.tensor(wl, { dtype = x.dtype, device = ctx.device }):reshape(ws)
+        local th = kiln.tensor(wh, { dtype = x.dtype, device = ctx.device }):reshape(ws)
+        x = take(x, d - 1, lo) * tl + take(x, d - 1, hi) * th
+      end
+    end
+    s = x:shape()
+  end
+  return x
+end
+ops.Upsample = ops.Resize
+
+local run_graph -- forward declaration: If runs subgraphs
+
+ops.If = function(i, a, node, env)
+  local c = i[1]
+  local cond
+  if is_known(c) then
+    cond = c.v[1] ~= 0
+  else
+    -- a condition computed from tensor values: reading it is a graph break
+    -- while tracing, named by the node (kiln.onnx.where is set)
+    cond = c:item()
+    cond = cond ~= 0 and cond ~= false
+  end
+  local g = cond and a.then_branch or a.else_branch
+  local outs = run_graph(g, {}, env)
+  return table.unpack(outs)
+end
+
+---------------------------------------------------------------------------
+-- Running a graph
+
+local function node_label(node)
+  return string.format("ONNX node '%s' (%s, opset %d)", node.name ~= "" and node.name or node.outputs[1] or "?",
+    node.op, ctx.opset)
+end
+
+local function where_of(node)
+  return string.format("%s:node '%s' (%s)", ctx.short, node.name ~= "" and node.name or (node.outputs[1] or "?"), node.op)
+end
+
+-- env: name -> value, with a parent scope (If branches read outer values).
+local function lookup(env, name)
+  local e = env
+  while e do
+    local v = e.values[name]
+    if v ~= nil then return v end
+    e = e.parent
+  end
+  return nil
+end
+
+run_graph = function(g, feeds, parent)
+  local env = { values = {}, parent = parent }
+  for name, t in pairs(feeds) do env.values[name] = t end
+  for name, t in pairs(g.initializers) do
+    if env.values[name] == nil then env.values[name] = ctx.params[name] or t end
+  end
+  for _, node in ipairs(g.nodes) do
+    local impl = (node.domain == "" or node.domain == "ai.onnx") and ops[node.op] or nil
+    if not impl then
+      local what = node.domain ~= "" and node.domain ~= "ai.onnx" and ("op domain '" .. node.domain .. "'") or "the op"
+      error(string.format("%s: unsupported: %s is not implemented in kiln", node_label(node), what), 0)
+    end
+    for k, v in pairs(node.attrs) do
+      if type(v) == "table" and v.unsupported then
+        error(string.format("%s: unsupported: attribute '%s': %s", node_label(node), k, v.unsupported), 0)
+      end
+    end
+    local ins = {}
+    for k, name in ipairs(node.inputs) do
+      if name ~= "" then
+        local v = lookup(env, name)
+        if v == nil then error(string.format("%s: input '%s' has no value", node_label(node), name), 0) end
+        ins[k] = v
+      end
+    end
+    onnx.where(where_of(node))
+    local outs = table.pack(xpcall(impl, function(e)
+      if getmetatable(e) == Unsupported then return string.format("%s: %s", node_label(node), e.msg) end
+      local msg = tostring(e)
+      if msg:find("^ONNX node") then return msg end
+      return string.format("%s: %s", node_label(node), msg)
+    end, ins, node.attrs, node, env))
+    onnx.where(nil)
+    if not outs[1] then error(outs[2], 0) end
+    for k, name in ipairs(node.outputs) do
+      if name ~= "" then env.values[name] = outs[k + 1] end
+    end
+  end
+  local results = {}
+  for k, o in ipairs(g.outputs) do
+    local v = lookup(env, o.name)
+    if v == nil then error(string.format("%s: graph output '%s' has no value", ctx.file, o.name), 0) end
+    results[k] = v
+  end
+  return results
+end
+
+---------------------------------------------------------------------------
+-- The module
+
+local function shape_str(s)
+  local p = {}
+  for k, d in ipairs(s) do p[k] = tostring(d) end
+  return "{" .. table.concat(p, ", ") .. "}"
+end
+
+local OnnxModel = kiln.nn.Module {
+  name = "OnnxModel",
+  init = function(self, model, opts)
+    self._model = model
+    self._opts = opts or {}
+    self.params = {}
+    for name, t in pairs(model.graph.initializers) do self.params[name] = t end
+    local inputs = {}
+    for _, vi in ipairs(model.graph.inputs) do
+      if model.graph.initializers[vi.name] == nil then inputs[#inputs + 1] = vi end
+    end
+    self._inputs = inputs
+    for _, vi in ipairs(model.graph.outputs) do
+      if vi.unsupported_type then
+        self._unsupported = string.format("%s: unsupported: output '%s' has type %s", model.path, vi.name, vi.unsupported_type)
+      end
+    end
+  end,
+  forward = function(self, ...)
+    local model = self._model
+    local args = table.pack(...)
+    local feeds, dev = {}, nil
+    if self._unsupported then error(self._unsupported, 2) end
+    for _, vi in ipairs(self._inputs) do
+      if vi.unsupported_type then
+        error(string.format("%s: unsupported: input '%s' has type %s", model.path, vi.name, vi.unsupported_type), 2)
+      end
+    end
+    for k, vi in ipairs(self._inputs) do
+      local x = args[k]
+      if x == nil then
+        error(string.format("%s: input %d '%s' is missing (the model takes %d)", model.path, k, vi.name, #self._inputs), 2)
+      end
+      if type(x) == "number" then x = kiln.full({}, x, { dtype = vi.dtype or "f32" }) end
+      if vi.unsupported_type then
+        error(string.format("%s: unsupported: input '%s' has type %s, which kiln does not support", model.path, vi.name, vi.unsupported_type), 2)
+      end
+      if x.dtype ~= vi.dtype then
+        error(string.format("%s: input '%s' must be %s, got %s", model.path, vi.name, vi.dtype, x.dtype), 2)
+      end
+      if vi.shape then
+        local s = x:shape()
+        if #s ~= #vi.shape then
+          error(string.format("%s: input '%s' must have rank %d %s, got shape %s", model.path, vi.name, #vi.shape,
+            shape_str(vi.shape), shape_str(s)), 2)
+        end
+        for d, want in ipairs(vi.shape) do
+          if math.type(want) == "integer" and want ~= s[d] then
+            error(string.format("%s: input '%s' dim %d must be %d, got %d (shape %s)", model.path, vi.name, d, want, s[d],
+              shape_str(s)), 2)
+          end
+        end
+      end
+      dev = dev or x.device
+      feeds[vi.name] = x
+    end
+    local saved = ctx
+    local short = model.path:match("([^/]+)$") or model.path
+    ctx = { device = dev, file = model.path, short = short, opset = model.opset, params = self.params }
+    local ok, res = pcall(run_graph, model.graph, feeds, nil)
+    ctx = saved
+    onnx.where(nil)
+    if not ok then error(res, 0) end
+    for k, v in ipairs(res) do res[k] = to_tensor(v) end
+    return table.unpack(res, 1, #res)
+  end,
+  named_parameters = function(self)
+    local names = {}
+    for _, n in ipairs(self._model.graph.initializer_names) do names[#names + 1] = n end
+    local k = 0
+    return function()
+      k = k + 1
+      local n = names[k]
+      if n then return n, self.params[n] end
+    end
+  end,
+  parameters = function(self)
+    local out = {}
+    for _, n in ipairs(self._model.graph.initializer_names) do out[#out + 1] = self.params[n] end
+    return out
+  end,
+  state_dict = function(self)
+    local sd = {}
+    for n, t in pairs(self.params) do sd[n] = t end
+    return sd
+  end,
+  extra_repr = function(self)
+    local m = self._model
+    return string.format("'%s', opset %d, %d nodes, %d initializers", m.path, m.opset, #m.graph.nodes,
+      #m.graph.initializer_names)
+  end,
+}
+
+-- kiln.onnx.load(path [, {sizes = {N = 1}}]): an ONNX model as a kiln module.
+function onnx.load(path, opts)
+  if not onnx.available then
+    error("kiln.onnx.load: this kiln was built without ONNX import (protobuf-c or onnx.proto were missing)", 2)
+  end
+  if type(path) ~= "string" then error("kiln.onnx.load: expected a file path, got " .. type(path), 2) end
+  local ok, model = pcall(onnx.read, path)
+  if not ok then error(model, 2) end
+  return OnnxModel(model, opts)
+end
+
+-- Inputs for a loaded model from its graph's input types: dynamic dims from
+-- sizes (name -> size), floats random (seeded), integers zero, bools false.
+function onnx.example_inputs(m, sizes, seed)
+  sizes = sizes or (m._opts and m._opts.sizes) or {}
+  local out = {}
+  for k, vi in ipairs(m._inputs) do
+    if vi.unsupported_type then
+      error(string.format("%s: input '%s' has type %s, which kiln does not support", m._model.path, vi.name, vi.unsupported_type), 2)
+    end
+    local shape = {}
+    for d, want in ipairs(vi.shape or {}) do
+      if math.type(want) == "integer" then
+        shape[d] = want
+      elseif type(want) == "string" and sizes[want] then
+        shape[d] = math.tointeger(sizes[want]) or error(string.format("size %s must be an integer", want), 2)
+      else
+        error(string.format("%s: input '%s' dim %d is dynamic (%s): give its size, e.g. {sizes = {%s = 1}} or :load FILE %s=1",
+          m._model.path, vi.name, d, tostring(want), type(want) == "string" and want or "N", type(want) == "string" and want or "N"), 2)
+      end
+    end
+    if FLOAT[vi.dtype] then
+      out[k] = kiln.randn(shape, { dtype = vi.dtype, seed = (seed or 1) + k })
+    else
+      out[k] = kiln.zeros(shape, { dtype = vi.dtype })
+    end
+  end
+  return out
+end
+
+onnx.ops = ops
