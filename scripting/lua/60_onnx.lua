@@ -529,7 +529,8 @@ ops.Shape = function(i, a)
 end
 ops.Size = function(i) return known("i64", {}, { numel(shape_of(i[1])) }) end
 
-ops.Constant = function(_, a)
+ops.Constant = function(_, a, node)
+  if node.known_value then return node.known_value end
   if a.value then
     if type(a.value) == "table" and a.value.unsupported then unsupported("%s", a.value.unsupported) end
     local t = a.value
@@ -1103,7 +1104,7 @@ run_graph = function(g, feeds, parent)
   local env = { values = {}, parent = parent }
   for name, t in pairs(feeds) do env.values[name] = t end
   for name, t in pairs(g.initializers) do
-    if env.values[name] == nil then env.values[name] = ctx.params[name] or t end
+    if env.values[name] == nil then env.values[name] = g.known_inits[name] or ctx.params[name] or t end
   end
   for _, node in ipairs(g.nodes) do
     local impl = (node.domain == "" or node.domain == "ai.onnx") and ops[node.op] or nil
@@ -1155,10 +1156,30 @@ local function shape_str(s)
   return "{" .. table.concat(p, ", ") .. "}"
 end
 
+-- Before any call (so never while tracing): small integer initializers and
+-- Constant values become known values, so shape arithmetic on them folds
+-- here instead of reading a traced tensor (a graph break).
+local function prepare(g)
+  g.known_inits = {}
+  for name, t in pairs(g.initializers) do
+    if INT[t.dtype] and t:numel() <= KNOWN_MAX then g.known_inits[name] = to_known(t) end
+  end
+  for _, node in ipairs(g.nodes) do
+    local v = node.attrs.value
+    if node.op == "Constant" and is_tensor(v) and v:numel() <= KNOWN_MAX and v.dtype ~= "bf16" and v.dtype ~= "f16" then
+      node.known_value = to_known(v)
+    end
+    for _, a in pairs(node.attrs) do
+      if type(a) == "table" and a.nodes and a.initializers then prepare(a) end
+    end
+  end
+end
+
 local OnnxModel = kiln.nn.Module {
   name = "OnnxModel",
   init = function(self, model, opts)
     self._model = model
+    prepare(model.graph)
     self._opts = opts or {}
     self.params = {}
     for name, t in pairs(model.graph.initializers) do self.params[name] = t end
