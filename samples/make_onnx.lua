@@ -74,6 +74,7 @@ function W.attr(name, v)
   if math.type(v) == "integer" then return s .. f_varint(20, 2) .. f_varint(3, v) end
   if type(v) == "number" then return s .. f_varint(20, 1) .. f_float(2, v) end
   if type(v) == "string" then return s .. f_varint(20, 3) .. f_bytes(4, v) end
+  if type(v) == "table" and v.graph then return s .. f_varint(20, 5) .. f_bytes(6, W.graph(v.graph)) end
   if type(v) == "table" and v.tensor then return s .. f_varint(20, 4) .. f_bytes(5, W.tensor("", v.tensor)) end
   if type(v) == "table" and math.type(v[1]) == "integer" then
     local p = {}
@@ -110,15 +111,20 @@ function W.value_info(name, dtype, shape)
 end
 
 -- ModelProto: {nodes, initializers = {{name, tensor, opts}}, inputs = {{name, dtype, shape}}, outputs, opset =}
-function W.model(m)
+-- GraphProto bytes of {nodes, initializers, inputs, outputs, name}
+function W.graph(m)
   local g = {}
   for _, n in ipairs(m.nodes) do g[#g + 1] = f_bytes(1, W.node(n)) end
   g[#g + 1] = f_bytes(2, m.name or "kiln_sample")
   for _, init in ipairs(m.initializers or {}) do g[#g + 1] = f_bytes(5, W.tensor(init[1], init[2], init[3])) end
   for _, vi in ipairs(m.inputs) do g[#g + 1] = f_bytes(11, W.value_info(vi[1], vi[2], vi[3])) end
   for _, vi in ipairs(m.outputs) do g[#g + 1] = f_bytes(12, W.value_info(vi[1], vi[2], vi[3])) end
+  return table.concat(g)
+end
+
+function W.model(m)
   local opset = f_bytes(1, "") .. f_varint(2, m.opset or 17)
-  return f_varint(1, 8) .. f_bytes(2, "kiln samples/make_onnx.lua") .. f_bytes(7, table.concat(g)) .. f_bytes(8, opset)
+  return f_varint(1, 8) .. f_bytes(2, "kiln samples/make_onnx.lua") .. f_bytes(7, W.graph(m)) .. f_bytes(8, opset)
 end
 
 function W.write(path, bytes)

@@ -855,6 +855,83 @@ ops.Conv = function(i, a)
   return y
 end
 
+-- ConvTranspose as a convolution: the input spread out by the stride
+-- (zeros between elements), padded by dilation * (kernel - 1) less the
+-- pads, and convolved with the kernel flipped and its channel dims swapped.
+local function spread(x, dim, s)
+  if s == 1 then return x end
+  local sh = x:shape()
+  local n = sh[dim + 1]
+  local a, b = {}, {}
+  for d = 1, #sh do a[#a + 1] = sh[d]; if d == dim + 1 then a[#a + 1] = 1 end end
+  local xs = x:reshape(a)
+  local zs = {}
+  for d = 1, #a do zs[d] = a[d] end
+  zs[dim + 2] = s - 1
+  local z = full_like_shape(zs, 0, x.dtype)
+  local both = kiln.cat({ xs, z }, dim + 2)
+  for d = 1, #sh do b[d] = sh[d] end
+  b[dim + 1] = n * s
+  local flat = both:reshape(b)
+  return flat:slice(dim + 1, 1, (n - 1) * s + 1)
+end
+
+ops.ConvTranspose = function(i, a)
+  local x, w = to_tensor(i[1]), to_tensor(i[2])
+  local b = i[3] and to_tensor(i[3]) or nil
+  local x2, one_d = as_2d(x, "ConvTranspose")
+  if one_d then w = w:unsqueeze(4) end
+  local g = a.group or 1
+  local ws = w:shape()
+  local cin, cout_g, kh, kw = ws[1], ws[2], ws[3], ws[4]
+  local function pair2(list, v)
+    local t = defaults(list, one_d and 1 or 2, v)
+    if one_d then t[2] = v end
+    return t
+  end
+  local strides, dil = pair2(a.strides, 1), pair2(a.dilations, 1)
+  local outpad = pair2(a.output_padding, 0)
+  local kernel = { kh, kw }
+  local xs = x2:shape()
+  local begins, ends = {}, {}
+  local pads = a.pads or {}
+  local nd = one_d and 1 or 2
+  for d = 1, 2 do
+    local total_k = dil[d] * (kernel[d] - 1) + 1
+    if d > nd then
+      begins[d], ends[d] = 0, 0
+    elseif a.output_shape or a.auto_pad == "SAME_UPPER" or a.auto_pad == "SAME_LOWER" then
+      local out = a.output_shape and a.output_shape[#a.output_shape - nd + d] or xs[d + 2] * strides[d]
+      local total = strides[d] * (xs[d + 2] - 1) + outpad[d] + total_k - out
+      -- as ONNX's reference: SAME_UPPER puts the smaller half first; a
+      -- negative total (output_shape larger) extends the output
+      if a.auto_pad == "SAME_UPPER" then begins[d], ends[d] = total // 2, total - total // 2
+      else begins[d], ends[d] = total - total // 2, total // 2 end
+    elseif a.auto_pad == "VALID" then
+      begins[d], ends[d] = 0, 0
+    else
+      begins[d], ends[d] = pads[d] or 0, pads[d + nd] or 0
+    end
+  end
+  local xsp = spread(spread(x2, 2, strides[1]), 3, strides[2])
+  local pb, pe = {}, {}
+  for d = 1, 2 do
+    local k = dil[d] * (kernel[d] - 1)
+    pb[d], pe[d] = k - begins[d], k - ends[d] + outpad[d]
+  end
+  xsp = pad(xsp, { 0, 0, pb[1], pb[2] }, { 0, 0, pe[1], pe[2] })
+  -- weight {Cin, Cout/g, kh, kw} -> {Cout, Cin/g, kh, kw}, spatially flipped
+  local wt = w:reshape({ g, cin // g, cout_g, kh, kw }):permute({ 1, 3, 2, 4, 5 }):reshape({ g * cout_g, cin // g, kh, kw })
+  local rev_h, rev_w = {}, {}
+  for k = kh - 1, 0, -1 do rev_h[#rev_h + 1] = k end
+  for k = kw - 1, 0, -1 do rev_w[#rev_w + 1] = k end
+  if kh > 1 then wt = take(wt, 2, rev_h) end
+  if kw > 1 then wt = take(wt, 3, rev_w) end
+  local y = kiln.conv2d(xsp, wt:contiguous(), b, { stride = { 1, 1 }, padding = { 0, 0 }, dilation = dil, groups = g })
+  if one_d then y = y:squeeze(4) end
+  return y
+end
+
 local function pool(kind)
   return function(i, a, node)
     local x = to_tensor(i[1])
@@ -939,8 +1016,24 @@ ops.InstanceNormalization = function(i, a)
 end
 
 ops.LayerNormalization = function(i, a, node)
-  for k = 2, #node.outputs do if node.outputs[k] ~= "" then unsupported("LayerNormalization's Mean and InvStdDev outputs") end end
   local x = to_tensor(i[1])
+  local stats = false
+  for k = 2, #node.outputs do if node.outputs[k] ~= "" then stats = true end end
+  if stats then
+    -- the saved statistics are asked for: the normalization composed, in f32
+    -- (stash_type 1) at least
+    local axis = norm_axis(a.axis or -1, x:dim())
+    local dims = {}
+    for d = axis + 1, x:dim() do dims[#dims + 1] = d end
+    local xf = FLOAT[x.dtype] and (x.dtype == "f64" and x or x:to("f32")) or x:to("f32")
+    local mean = xf:mean(dims, true)
+    local c = xf - mean
+    local inv = 1 / ((c * c):mean(dims, true) + (a.epsilon or 1e-5)):sqrt()
+    local y = c * inv
+    if i[2] then y = y * to_tensor(i[2]) end
+    if i[3] then y = y + to_tensor(i[3]) end
+    return y:to(x.dtype), mean, inv
+  end
   local axis = norm_axis(a.axis or -1, x:dim())
   local ns = {}
   for d = axis + 1, x:dim() do ns[#ns + 1] = x:shape()[d] end
@@ -967,13 +1060,25 @@ ops.PRelu = function(i)
   return kiln.where(x:ge(0), x, x * s)
 end
 
-ops.ArgMax = function(i, a)
-  local x = to_tensor(i[1])
-  if (a.select_last_index or 0) ~= 0 then unsupported("ArgMax with select_last_index=1") end
-  local axis = norm_axis(a.axis or 0, x:dim())
-  local _, idx = x:max(axis + 1, (a.keepdims or 1) ~= 0)
-  return idx - 1
+local function arg_extreme(sign)
+  return function(i, a)
+    local x = to_tensor(i[1])
+    if sign < 0 then x = -x end
+    local axis = norm_axis(a.axis or 0, x:dim())
+    local n = x:shape()[axis + 1]
+    local last = (a.select_last_index or 0) ~= 0
+    if last then
+      local rev = {}
+      for k = n - 1, 0, -1 do rev[#rev + 1] = k end
+      x = take(x, axis, rev)
+    end
+    local _, idx = x:max(axis + 1, (a.keepdims or 1) ~= 0)
+    if last then return (idx - n) * -1 end
+    return idx - 1
+  end
 end
+ops.ArgMax = arg_extreme(1)
+ops.ArgMin = arg_extreme(-1)
 
 -- Resize: nearest and linear, separably, one dim at a time, with index
 -- lists (and weights) computed here from the sizes.
