@@ -67,21 +67,39 @@ end
 
 local ctx -- the run in progress: {device =, file =, opset =}
 
+-- A tensor of Lua values (index lists, interpolation weights, known values
+-- a tensor op needs). The same values give the same tensor object on every
+-- call (cached in the module): while tracing, a new object per call would
+-- be a new graph input each time, and the version's guards would not match.
+local function const_tensor(vals, dtype, shape)
+  local dev = ctx and ctx.device or nil
+  local key = dtype .. "|" .. tostring(dev) .. "|" .. table.concat(shape, ",") .. "|" .. table.concat(vals, ",")
+  local cache = ctx and ctx.consts
+  local t = cache and cache[key]
+  if t then return t end
+  local v = vals
+  if dtype == "bool" then
+    v = {}
+    for i, e in ipairs(vals) do v[i] = e ~= 0 end
+  end
+  if #shape == 0 then
+    t = kiln.tensor(v[1], { dtype = dtype, device = dev })
+  else
+    t = kiln.tensor(v, { dtype = dtype, device = dev }):reshape(shape)
+  end
+  if cache then cache[key] = t end
+  return t
+end
+
 local function to_tensor(x)
   if not is_known(x) then return x end
-  local t
-  local dev = ctx and ctx.device or nil
-  local v = x.v
-  if x.dtype == "bool" then
-    v = {}
-    for i, e in ipairs(x.v) do v[i] = e ~= 0 end
-  end
   if #x.shape == 0 then
-    t = kiln.full({}, v[1], { dtype = x.dtype, device = dev })
-  else
-    t = kiln.tensor(v, { dtype = x.dtype, device = dev }):reshape(x.shape)
+    -- a scalar is a constant of the graph, not an input
+    local v = x.v[1]
+    if x.dtype == "bool" then v = v ~= 0 end
+    return kiln.full({}, v, { dtype = x.dtype, device = ctx and ctx.device or nil })
   end
-  return t
+  return const_tensor(x.v, x.dtype, x.shape)
 end
 
 local function ints(x, what)
@@ -224,7 +242,7 @@ local function take(x, axis, idx)
     if e < 0 or e >= n then error(string.format("index %d out of range for size %d", e, n), 0) end
     one[i] = e + 1
   end
-  return x:index_select(axis + 1, kiln.tensor(one, { dtype = "i64", device = ctx.device }))
+  return x:index_select(axis + 1, const_tensor(one, "i64", { #one }))
 end
 
 -- Pad dims of x: begins[d], ends[d] (0-based dims; negative pads crop).
@@ -1153,8 +1171,8 @@ ops.Resize = function(i, a)
         local ws = {}
         for k = 1, #s do ws[k] = 1 end
         ws[d] = out
-        local tl = kiln.tensor(wl, { dtype = x.dtype, device = ctx.device }):reshape(ws)
-        local th = kiln.tensor(wh, { dtype = x.dtype, device = ctx.device }):reshape(ws)
+        local tl = const_tensor(wl, x.dtype, ws)
+        local th = const_tensor(wh, x.dtype, ws)
         x = take(x, d - 1, lo) * tl + take(x, d - 1, hi) * th
       end
     end
@@ -1339,7 +1357,9 @@ local OnnxModel = kiln.nn.Module {
     end
     local saved = ctx
     local short = model.path:match("([^/]+)$") or model.path
-    ctx = { device = dev, file = model.path, short = short, opset = model.opset, params = self.params }
+    self._consts = self._consts or {}
+    ctx = { device = dev, file = model.path, short = short, opset = model.opset, params = self.params,
+      consts = self._consts }
     local ok, res = pcall(run_graph, model.graph, feeds, nil)
     ctx = saved
     onnx.where(nil)
