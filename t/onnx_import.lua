@@ -1,4 +1,4 @@
--- onnx_import.lua: kiln.onnx.load on models written by samples/make_onnx.lua:
+-- onnx_import.lua: kiln.onnx.load on models written by samples/onnx/make_onnx.lua:
 -- values against the same network written with kiln ops in f64, compiled
 -- against eager, the same kernels as the Lua model, parameters under their
 -- ONNX names, no graph break for shape arithmetic, ONNX node names in
@@ -7,7 +7,7 @@
 local T = dofile("t/lib/tap.lua")
 if not kiln.onnx.available then T.skip_all("kiln was built without ONNX import (protobuf-c missing)") end
 MAKE_ONNX_LIB = true
-local W = dofile("samples/make_onnx.lua")
+local W = dofile("samples/onnx/make_onnx.lua")
 
 local dir = os.tmpname()
 os.remove(dir)

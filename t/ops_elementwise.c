@@ -27,6 +27,7 @@ static double ref_unary(kn_op op, double a)
     case KN_OP_SQRT: return sqrt(a);
     case KN_OP_RSQRT: return 1.0 / sqrt(a);
     case KN_OP_ABS: return fabs(a);
+    case KN_OP_ERF: return erf(a);
     case KN_OP_LOGICAL_NOT: return a == 0.0;
     default: return a; /* cast */
     }

@@ -330,8 +330,6 @@ local function as_2d(x, what)
   unsupported("%s with %d spatial dims (kiln has 2-D convolution and pooling)", what, nd)
 end
 
-local function lift(list, v) return { v, list[1] } end
-
 ---------------------------------------------------------------------------
 -- The ops. Each takes (inputs, attrs, node) and returns its outputs.
 
@@ -842,9 +840,119 @@ ops.Pad = function(i, a)
   return pad(x, begins, ends, mode, value)
 end
 
+-- 3-D windows as 2-D ones: for each kernel depth offset, the input's depth
+-- positions that offset reads (a strided slice) fold into the batch, a 2-D
+-- op runs on them, and the results combine (sum for conv, max or sum for
+-- pools). kD two-dimensional ops, no new kernel.
+local function fold_depth(xp, k, dil, stride, od)
+  local start = k * dil
+  local xs = xp:slice(3, start + 1, start + (od - 1) * stride + 1, stride) -- {N, C, OD, H, W}
+  local sh = xs:shape()
+  return xs:permute({ 1, 3, 2, 4, 5 }):reshape({ sh[1] * od, sh[2], sh[4], sh[5] })
+end
+local function unfold_depth(y, n, od)
+  local sh = y:shape()
+  return y:reshape({ n, od, sh[2], sh[3], sh[4] }):permute({ 1, 3, 2, 4, 5 })
+end
+
+local function conv3d(x, w, b, a)
+  local ks = w:shape()
+  local kernel = { ks[3], ks[4], ks[5] }
+  local strides, dil = defaults(a.strides, 3, 1), defaults(a.dilations, 3, 1)
+  local s = x:shape()
+  local begins, ends = window_pads(a, { s[3], s[4], s[5] }, kernel, strides, dil)
+  local xp = pad(x, { 0, 0, begins[1], begins[2], begins[3] }, { 0, 0, ends[1], ends[2], ends[3] })
+  local od = (xp:shape()[3] - dil[1] * (kernel[1] - 1) - 1) // strides[1] + 1
+  local acc
+  for k = 0, kernel[1] - 1 do
+    local wk = w:slice(3, k + 1, k + 1):squeeze(3)
+    local y = kiln.conv2d(fold_depth(xp, k, dil[1], strides[1], od), wk:contiguous(), nil,
+      { stride = { strides[2], strides[3] }, padding = { 0, 0 }, dilation = { dil[2], dil[3] }, groups = a.group or 1 })
+    acc = acc and acc + y or y
+  end
+  local y = unfold_depth(acc, s[1], od)
+  if b then y = y + b:reshape({ b:shape()[1], 1, 1, 1 }) end
+  return y
+end
+
+-- Pools by their windows' offsets: the padded input sliced once per kernel
+-- offset (strided), combined with maximum or sum. For what kiln's 2-D pools
+-- do not take (dilations, 3-D).
+local function pool_by_offsets(x, kind, a)
+  local nd = x:dim() - 2
+  local kernel = a.kernel_shape
+  local strides, dil = defaults(a.strides, nd, 1), defaults(a.dilations, nd, 1)
+  local s = x:shape()
+  local sizes = {}
+  for d = 1, nd do sizes[d] = s[d + 2] end
+  local begins, ends = window_pads(a, sizes, kernel, strides, dil)
+  local ceil = (a.ceil_mode or 0) ~= 0
+  local out = {}
+  for d = 1, nd do
+    local span = sizes[d] + begins[d] + ends[d] - dil[d] * (kernel[d] - 1) - 1
+    out[d] = (ceil and -((-span) // strides[d]) or span // strides[d]) + 1
+    -- a last window starting in the end padding is dropped (as ONNX and PyTorch)
+    if ceil and (out[d] - 1) * strides[d] >= sizes[d] + begins[d] then out[d] = out[d] - 1 end
+    -- room for the last window
+    local need = (out[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) + 1
+    ends[d] = ends[d] + math.max(0, need - (sizes[d] + begins[d] + ends[d]))
+  end
+  local fill = kind == "max" and -math.huge or 0
+  local pb, pe = { 0, 0 }, { 0, 0 }
+  for d = 1, nd do pb[d + 2], pe[d + 2] = begins[d], ends[d] end
+  local xp = pad(x, pb, pe, "constant", fill)
+  local include = (a.count_include_pad or 0) ~= 0
+  local mask
+  if kind == "avg" then
+    local ms = { 1, 1 }
+    for d = 1, nd do ms[d + 2] = sizes[d] end
+    -- which positions count: the input, and with count_include_pad its pads
+    -- (not the room added for ceil_mode)
+    local ones = full_like_shape(ms, 1, x.dtype)
+    if include then
+      local pb0, pe0 = { 0, 0 }, { 0, 0 }
+      local b2, e2 = window_pads(a, sizes, kernel, strides, dil)
+      for d = 1, nd do pb0[d + 2], pe0[d + 2] = b2[d], e2[d] end
+      ones = pad(ones, pb0, pe0, "constant", 1)
+      local extra_b, extra_e = { 0, 0 }, { 0, 0 }
+      for d = 1, nd do extra_b[d + 2], extra_e[d + 2] = 0, ends[d] - e2[d] end
+      mask = pad(ones, extra_b, extra_e, "constant", 0)
+    else
+      mask = pad(ones, pb, pe, "constant", 0)
+    end
+  end
+  local acc, cnt
+  local idx = {}
+  for d = 1, nd do idx[d] = 0 end
+  while true do
+    local v, mv = xp, mask
+    for d = 1, nd do
+      local start = idx[d] * dil[d]
+      v = v:slice(d + 2, start + 1, start + (out[d] - 1) * strides[d] + 1, strides[d])
+      if mv then mv = mv:slice(d + 2, start + 1, start + (out[d] - 1) * strides[d] + 1, strides[d]) end
+    end
+    if kind == "max" then acc = acc and acc:maximum(v) or v
+    else
+      acc = acc and acc + v or v
+      cnt = cnt and cnt + mv or mv
+    end
+    local d = nd
+    while d >= 1 do
+      idx[d] = idx[d] + 1
+      if idx[d] < kernel[d] then break end
+      idx[d] = 0
+      d = d - 1
+    end
+    if d == 0 then break end
+  end
+  if kind == "avg" then acc = acc / cnt end
+  return acc
+end
+
 ops.Conv = function(i, a)
   local x, w = to_tensor(i[1]), to_tensor(i[2])
   local b = i[3] and to_tensor(i[3]) or nil
+  if x:dim() == 5 then return conv3d(x, w, b, a) end
   local x2, one_d = as_2d(x, "Conv")
   if one_d then w = w:unsqueeze(4) end
   local nd = 2
@@ -954,8 +1062,9 @@ local function pool(kind)
   return function(i, a, node)
     local x = to_tensor(i[1])
     if kind == "max" and #node.outputs > 1 and node.outputs[2] ~= "" then unsupported("MaxPool's Indices output") end
-    for _, d in ipairs(a.dilations or {}) do if d ~= 1 then unsupported("%sPool with dilations", kind == "max" and "Max" or "Average") end end
-    if (a.storage_order or 0) ~= 0 then unsupported("MaxPool with storage_order=1") end
+    local dilated = false
+    for _, d in ipairs(a.dilations or {}) do if d ~= 1 then dilated = true end end
+    if dilated or x:dim() == 5 then return pool_by_offsets(x, kind, a) end
     local x2, one_d = as_2d(x, kind == "max" and "MaxPool" or "AveragePool")
     local kernel = a.kernel_shape
     local strides = defaults(a.strides, #kernel, 1)
@@ -1097,6 +1206,125 @@ local function arg_extreme(sign)
 end
 ops.ArgMax = arg_extreme(1)
 ops.ArgMin = arg_extreme(-1)
+
+ops.GatherElements = function(i, a)
+  local x, idx = to_tensor(i[1]), to_tensor(i[2])
+  local axis = norm_axis(a.axis or 0, x:dim())
+  local n = x:shape()[axis + 1]
+  idx = kiln.where(idx:lt(0), idx + n, idx) + 1
+  return x:gather(axis + 1, idx:to("i64"))
+end
+
+ops.Trilu = function(i, a)
+  local x = to_tensor(i[1])
+  local k = i[2] and scalar(i[2]) or 0
+  if (a.upper or 1) ~= 0 then return x:triu(k) end
+  return x:tril(k)
+end
+
+ops.ThresholdedRelu = function(i, a)
+  local x = to_tensor(i[1])
+  return kiln.where(x:gt(a.alpha or 1.0), x, 0)
+end
+ops.Celu = function(i, a)
+  local x = to_tensor(i[1])
+  local alpha = a.alpha or 1.0
+  return x:maximum(0) + ((x / alpha):exp() - 1):minimum(0) * alpha
+end
+ops.Shrink = function(i, a)
+  local x = to_tensor(i[1])
+  local l, bias = a.lambd or 0.5, a.bias or 0.0
+  return kiln.where(x:lt(-l), x + bias, kiln.where(x:gt(l), x - bias, 0))
+end
+ops.Sign = function(i)
+  local x = to_tensor(i[1])
+  return x:gt(0):to(x.dtype) - x:lt(0):to(x.dtype)
+end
+ops.IsNaN = function(i)
+  local x = to_tensor(i[1])
+  return x:ne(x)
+end
+ops.IsInf = function(i, a)
+  local x = to_tensor(i[1])
+  local pos, neg = (a.detect_positive or 1) ~= 0, (a.detect_negative or 1) ~= 0
+  local r
+  if pos then r = x:eq(math.huge) end
+  if neg then
+    local n = x:eq(-math.huge)
+    r = r and (r:to("i32") + n:to("i32")):ne(0) or n
+  end
+  return r or full_like_shape(x:shape(), 0, "bool")
+end
+
+ops.Hardmax = function(i, a)
+  local x = to_tensor(i[1])
+  local s = x:shape()
+  local flat = x
+  local axis
+  if ctx.opset < 13 then
+    axis = norm_axis(a.axis or 1, #s)
+    local outer, inner = 1, 1
+    for d = 1, #s do if d <= axis then outer = outer * s[d] else inner = inner * s[d] end end
+    flat = x:reshape({ outer, inner })
+    axis = 1
+  else
+    axis = norm_axis(a.axis or -1, #s)
+  end
+  local _, idx = flat:max(axis + 1, true)
+  local n = flat:shape()[axis + 1]
+  local rs = {}
+  for d = 1, flat:dim() do rs[d] = 1 end
+  rs[axis + 1] = n
+  local positions = kiln.arange(n, { dtype = "i64", device = ctx.device }):reshape(rs) + 1
+  return positions:eq(idx):to(x.dtype):reshape(s)
+end
+
+ops.OneHot = function(i, a)
+  local idx = to_tensor(i[1])
+  local depth = scalar(i[2])
+  local vals = to_tensor(i[3])
+  depth = math.tointeger(depth) or math.floor(depth)
+  local r = idx:dim() + 1
+  local axis = norm_axis(a.axis or -1, r)
+  local u = idx:unsqueeze(axis + 1)
+  if not INT[u.dtype] then u = u:to("i64") end
+  u = kiln.where(u:lt(0), u + depth, u)
+  local rs = {}
+  for d = 1, r do rs[d] = 1 end
+  rs[axis + 1] = depth
+  local positions = kiln.arange(depth, { dtype = u.dtype, device = ctx.device }):reshape(rs)
+  local off, on = vals:slice(1, 1, 1):reshape({}), vals:slice(1, 2, 2):reshape({})
+  return kiln.where(positions:eq(u), on, off)
+end
+
+ops.DepthToSpace = function(i, a)
+  local x = to_tensor(i[1])
+  local b = a.blocksize
+  local n, c, h, w = table.unpack(x:shape())
+  local y
+  if (a.mode or "DCR") == "DCR" then
+    y = x:reshape({ n, b, b, c // (b * b), h, w }):permute({ 1, 4, 5, 2, 6, 3 })
+  else
+    y = x:reshape({ n, c // (b * b), b, b, h, w }):permute({ 1, 2, 5, 3, 6, 4 })
+  end
+  return y:reshape({ n, c // (b * b), h * b, w * b })
+end
+ops.SpaceToDepth = function(i, a)
+  local x = to_tensor(i[1])
+  local b = a.blocksize
+  local n, c, h, w = table.unpack(x:shape())
+  return x:reshape({ n, c, h // b, b, w // b, b }):permute({ 1, 4, 6, 2, 3, 5 }):reshape({ n, c * b * b, h // b, w // b })
+end
+
+ops.MeanVarianceNormalization = function(i, a)
+  local x = to_tensor(i[1])
+  local axes = a.axes or { 0, 2, 3 }
+  local dims = {}
+  for k, ax in ipairs(axes) do dims[k] = norm_axis(ax, x:dim()) + 1 end
+  local m = x:mean(dims, true)
+  local c = x - m
+  return c / (((c * c):mean(dims, true)):sqrt() + 1e-9)
+end
 
 -- Resize: nearest and linear, separably, one dim at a time, with index
 -- lists (and weights) computed here from the sizes.

@@ -1,9 +1,9 @@
--- samples/make_onnx.lua: writes samples/kws_cnn.onnx, a small keyword-spotting
+-- samples/onnx/make_onnx.lua: writes samples/kws_cnn.onnx, a small keyword-spotting
 -- style CNN (Conv, BatchNormalization, Relu, MaxPool, GlobalAveragePool,
 -- a Shape -> Gather -> Concat -> Reshape chain, Gemm, Softmax) with a dynamic
 -- batch dim N and seeded random weights.
 --
---   build/kiln samples/make_onnx.lua [OUT.onnx]
+--   build/kiln samples/onnx/make_onnx.lua [OUT.onnx]
 --   then in the REPL:  :load samples/kws_cnn.onnx N=2
 --
 -- The protobuf writer below is only the few ONNX fields this model uses
@@ -124,7 +124,7 @@ end
 
 function W.model(m)
   local opset = f_bytes(1, "") .. f_varint(2, m.opset or 17)
-  return f_varint(1, 8) .. f_bytes(2, "kiln samples/make_onnx.lua") .. f_bytes(7, W.graph(m)) .. f_bytes(8, opset)
+  return f_varint(1, 8) .. f_bytes(2, "kiln samples/onnx/make_onnx.lua") .. f_bytes(7, W.graph(m)) .. f_bytes(8, opset)
 end
 
 function W.write(path, bytes)
