@@ -396,6 +396,12 @@ ops.Neg = function(i)
   if is_known(i[1]) then return known_map({ i[1] }, i[1].dtype, function(a) return -a end) end
   return -i[1]
 end
+ops.Floor = unary(function(x) return x:floor() end)
+ops.Ceil = unary(function(x) return x:ceil() end)
+ops.Round = unary(function(x) return x:round() end)
+ops.Sin = unary(function(x) return x:sin() end)
+ops.Cos = unary(function(x) return x:cos() end)
+ops.Tan = unary(function(x) return x:sin() / x:cos() end)
 ops.Reciprocal = unary(function(x) return 1 / x end)
 ops.Erf = unary(function(x) return x:erf() end)
 ops.Softplus = unary(function(x) return (x:exp() + 1):log() end)
@@ -1324,6 +1330,45 @@ ops.MeanVarianceNormalization = function(i, a)
   local m = x:mean(dims, true)
   local c = x - m
   return c / (((c * c):mean(dims, true)):sqrt() + 1e-9)
+end
+
+-- NegativeLogLikelihoodLoss: input {N, C, d...}, target {N, d...}; the
+-- picked -input at each target class, weighted, then reduced.
+local function nll(x, target, weight, a)
+  local ignore = a.ignore_index
+  local reduction = a.reduction or "mean"
+  local t = target:to("i64")
+  local valid
+  if ignore then
+    valid = t:ne(ignore)
+    t = kiln.where(valid, t, 0)
+  end
+  local picked = x:gather(2, (t + 1):unsqueeze(2)):squeeze(2)
+  local w
+  if weight then
+    w = weight:index_select(1, (t + 1):reshape({ t:numel() })):reshape(t:shape())
+  end
+  if valid then
+    local vm = valid:to(x.dtype)
+    w = w and w * vm or vm
+  end
+  local loss = -picked
+  if w then loss = loss * w end
+  if reduction == "none" then return loss end
+  if reduction == "sum" then return loss:sum() end
+  if reduction ~= "mean" then error("reduction must be none, sum or mean, got " .. tostring(reduction), 0) end
+  if w then return loss:sum() / w:sum() end
+  return loss:mean()
+end
+ops.NegativeLogLikelihoodLoss = function(i, a)
+  return nll(to_tensor(i[1]), to_tensor(i[2]), i[3] and to_tensor(i[3]) or nil, a)
+end
+ops.SoftmaxCrossEntropyLoss = function(i, a, node)
+  local x = to_tensor(i[1])
+  local lp = x:log_softmax(2)
+  local loss = nll(lp, to_tensor(i[2]), i[3] and to_tensor(i[3]) or nil, a)
+  if #node.outputs > 1 then return loss, lp end
+  return loss
 end
 
 -- Resize: nearest and linear, separably, one dim at a time, with index
