@@ -1332,6 +1332,126 @@ ops.MeanVarianceNormalization = function(i, a)
   return c / (((c * c):mean(dims, true)):sqrt() + 1e-9)
 end
 
+ops.Sinh = unary(function(x) return (x:exp() - (-x):exp()) * 0.5 end)
+ops.Cosh = unary(function(x) return (x:exp() + (-x):exp()) * 0.5 end)
+
+-- Mod: fmod=0 takes the divisor's sign (floor division), fmod=1 the
+-- dividend's (truncation); integers compute in f64 (exact below 2^53).
+ops.Mod = function(i, a)
+  local x, y = to_tensor(i[1]), to_tensor(i[2])
+  local dt = x.dtype
+  local xf, yf = x:to("f64"), y:to("f64")
+  local q = xf / yf
+  if (a.fmod or 0) ~= 0 then
+    q = kiln.where(q:lt(0), q:ceil(), q:floor())
+  else
+    if not INT[dt] then unsupported("Mod of floats with fmod=0") end
+    q = q:floor()
+  end
+  return (xf - yf * q):to(dt)
+end
+
+-- CumSum along an axis: a matmul with a triangular matrix of ones (floats;
+-- integers through f64, exact below 2^53).
+ops.CumSum = function(i, a)
+  local x = to_tensor(i[1])
+  local axis = norm_axis(scalar(i[2]), x:dim())
+  local n = x:shape()[axis + 1]
+  local dt = x.dtype
+  local work = (dt == "f32" or dt == "f64") and x or x:to("f64")
+  local r = x:dim()
+  local perm = {}
+  for d = 1, r do perm[d] = d end
+  perm[axis + 1], perm[r] = r, axis + 1
+  local moved = r > 1 and work:permute(perm) or work
+  -- m[j][k] = 1 where output k sums input j
+  local vals = {}
+  local excl, rev = (a.exclusive or 0) ~= 0, (a.reverse or 0) ~= 0
+  for j = 0, n - 1 do
+    for k = 0, n - 1 do
+      local take_it
+      if rev then take_it = excl and j > k or (not excl and j >= k)
+      else take_it = excl and j < k or (not excl and j <= k) end
+      vals[#vals + 1] = take_it and 1 or 0
+    end
+  end
+  local m = const_tensor(vals, work.dtype, { n, n })
+  local y = moved:matmul(m)
+  if r > 1 then y = y:permute(perm) end
+  return y:to(dt)
+end
+
+-- LRN: x / (bias + alpha/size * sum of squares over a window of channels)^beta
+ops.LRN = function(i, a)
+  local x = to_tensor(i[1])
+  local size = a.size
+  local alpha, beta, bias = a.alpha or 1e-4, a.beta or 0.75, a.bias or 1.0
+  local sq = x * x
+  local lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+  local c = x:shape()[2]
+  local p = pad(sq, { 0, lo }, { 0, hi })
+  local acc
+  for k = 0, size - 1 do
+    local s = p:slice(2, k + 1, k + c)
+    acc = acc and acc + s or s
+  end
+  return x / (acc * (alpha / size) + bias):pow(beta)
+end
+
+ops.EyeLike = function(i, a)
+  local x = i[1]
+  local s = shape_of(x)
+  local dt = a.dtype and ONNX_TYPES[a.dtype] or dtype_of(x)
+  if not dt then unsupported("EyeLike to %s", ONNX_TYPE_NAMES[a.dtype] or "?") end
+  local k = a.k or 0
+  local vals = {}
+  for r = 0, s[1] - 1 do
+    for c = 0, s[2] - 1 do vals[#vals + 1] = (c - r == k) and 1 or 0 end
+  end
+  return const_tensor(vals, dt, s)
+end
+
+-- GatherND: the index's last dim addresses the leading dims of data (after
+-- batch_dims); as one index_select over those dims flattened.
+ops.GatherND = function(i, a)
+  local x, idx = to_tensor(i[1]), to_tensor(i[2])
+  local b = a.batch_dims or 0
+  local xs, is = x:shape(), idx:shape()
+  local m = is[#is]
+  local bsize = 1
+  for d = 1, b do bsize = bsize * xs[d] end
+  -- x as {B, prod(indexed dims), rest...}
+  local inner = 1
+  for d = b + 1, b + m do inner = inner * xs[d] end
+  local rest = {}
+  for d = b + m + 1, #xs do rest[#rest + 1] = xs[d] end
+  local flat_shape = { bsize * inner }
+  for _, d in ipairs(rest) do flat_shape[#flat_shape + 1] = d end
+  local xf = x:reshape(flat_shape)
+  -- linear index into the indexed dims, plus the batch offset
+  local lin
+  local stride = 1
+  for d = m, 1, -1 do
+    local size = xs[b + d]
+    local comp = idx:slice(#is, d, d):squeeze(#is):to("i64")
+    comp = kiln.where(comp:lt(0), comp + size, comp)
+    lin = lin and lin + comp * stride or comp * stride
+    stride = stride * size
+  end
+  local ls = lin:shape()
+  if b > 0 then
+    local per = numel(ls) // bsize
+    local boff = {}
+    for bb = 0, bsize - 1 do for _ = 1, per do boff[#boff + 1] = bb * inner end end
+    lin = lin + const_tensor(boff, "i64", ls)
+  end
+  local out = xf:index_select(1, (lin + 1):reshape({ numel(ls) }))
+  local out_shape = {}
+  for d = 1, #is - 1 do out_shape[#out_shape + 1] = is[d] end
+  for _, d in ipairs(rest) do out_shape[#out_shape + 1] = d end
+  return out:reshape(out_shape)
+end
+
 -- NegativeLogLikelihoodLoss: input {N, C, d...}, target {N, d...}; the
 -- picked -input at each target class, weighted, then reduced.
 local function nll(x, target, weight, a)
