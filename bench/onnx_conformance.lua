@@ -1,7 +1,10 @@
 -- bench/onnx_conformance.lua: the ONNX backend conformance tests (Debian's
 -- libonnx-testdata) through kiln.onnx.
 --
---   build/kiln bench/onnx_conformance.lua [eager|compiled|gpu|all] [FOLDER...] [-v]
+--   build/kiln bench/onnx_conformance.lua [eager|compiled|gpu|all] [FOLDER...] [-v] [-fPATTERN]
+--
+-- Modes: eager and compiled on the CPU (the default: both), gpu (gpu-eager
+-- and gpu-compiled on the first GPU), all (the four).
 --
 -- Every test folder holds model.onnx and test_data_set_N/{input_K,output_K}.pb.
 -- Each test is loaded, fed its inputs and compared with its expected outputs
@@ -116,10 +119,10 @@ local function run_test(dir, mode)
     end
   end)
   if not ok2 then return "unsupported", unsupported_key(tostring(err)) end
-  local dev = mode == "gpu" and "cuda" or "cpu"
+  local dev = mode:match("^gpu") and "cuda" or "cpu"
   if dev ~= "cpu" then m:to(dev) end
   local fn = m
-  if mode ~= "eager" then fn = kiln.compile(m) end
+  if mode ~= "eager" and mode ~= "gpu-eager" then fn = kiln.compile(m) end
   local sets = 0
   for k = 0, 100 do
     local sd = string.format("%s/test_data_set_%d", dir, k)
@@ -207,19 +210,18 @@ if rawget(_G, "ONNX_CONFORMANCE_LIB") then return M end
 
 local modes, folders, verbose, filter = nil, {}, false, nil
 for _, a in ipairs(arg or {}) do
-  if a == "eager" or a == "compiled" or a == "gpu" then modes = { a }
-  elseif a == "all" then modes = { "eager", "compiled", "gpu" }
+  if a == "eager" or a == "compiled" or a == "gpu-eager" or a == "gpu-compiled" then modes = { a }
+  elseif a == "gpu" then modes = { "gpu-eager", "gpu-compiled" }
+  elseif a == "all" then modes = { "eager", "compiled", "gpu-eager", "gpu-compiled" }
   elseif a == "-v" then verbose = true
   elseif a:sub(1, 2) == "-f" then filter = a:sub(3)
   else folders[#folders + 1] = a end
 end
-if modes and modes[1] == "gpu" or (modes and #modes == 3) then
-  if not kiln.cuda_available() then
-    print("no GPU: the gpu mode is skipped")
-    local keep = {}
-    for _, m in ipairs(modes) do if m ~= "gpu" then keep[#keep + 1] = m end end
-    modes = keep
-  end
+if modes and not kiln.cuda_available() then
+  local keep = {}
+  for _, m in ipairs(modes) do if not m:match("^gpu") then keep[#keep + 1] = m end end
+  if #keep < #modes then print("no GPU: the gpu modes are skipped") end
+  modes = keep
 end
 local res = M.run { modes = modes, folders = #folders > 0 and folders or nil, verbose = verbose, filter = filter }
 M.report(res)

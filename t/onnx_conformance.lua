@@ -14,7 +14,7 @@ if not f then T.skip_all("no ONNX test data at " .. C.root .. " (Debian package 
 f:close()
 
 local modes = { "eager", "compiled" }
-if kiln.cuda_available() then modes[#modes + 1] = "gpu" end
+if kiln.cuda_available() then modes[#modes + 1] = "gpu-eager"; modes[#modes + 1] = "gpu-compiled" end
 local res = C.run { modes = modes }
 C.report(res, function(line) io.write("# " .. line .. "\n") end)
 local failed_of = {}
@@ -30,7 +30,7 @@ for _, r in ipairs(res.rows) do
   T.ok(r.passed > 0, k .. ": some tests pass")
 end
 if not kiln.cuda_available() then
-  io.write("ok " .. (T.n + 1) .. " # SKIP gpu mode: no GPU\n")
+  io.write("ok " .. (T.n + 1) .. " # SKIP gpu-eager and gpu-compiled: no GPU\n")
   T.n = T.n + 1
 end
 T.done()

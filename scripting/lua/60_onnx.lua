@@ -594,8 +594,12 @@ ops.Range = function(i)
   return r
 end
 
+local TYPE_BY_NAME = {}
+for n, name in ipairs(ONNX_TYPE_NAMES) do TYPE_BY_NAME[name] = n end
+
 ops.Cast = function(i, a)
-  local to = ONNX_TYPES[a.to]
+  -- before opset 6 the target type is a name ("FLOAT")
+  local to = ONNX_TYPES[type(a.to) == "string" and TYPE_BY_NAME[a.to:upper()] or a.to]
   if not to then unsupported("Cast to %s", ONNX_TYPE_NAMES[a.to] or tostring(a.to)) end
   local x = i[1]
   if is_known(x) and (INT[to] or to == "bool" or to == "f32" or to == "f64") then
@@ -695,8 +699,8 @@ end
 ops.Concat = function(i, a)
   local all_known = true
   for _, v in ipairs(i) do if not is_known(v) then all_known = false end end
-  local axis = a.axis
-  if all_known and #i[1].shape == 1 then
+  local axis = a.axis or (ctx.opset < 4 and 1) or error("Concat needs an axis", 0)
+  if all_known and #i[1].shape == 1 and (axis == 0 or axis == -1) then
     local v = {}
     for _, k in ipairs(i) do for _, e in ipairs(k.v) do v[#v + 1] = e end end
     return known(i[1].dtype, { #v }, v)
@@ -1503,7 +1507,8 @@ ops.Resize = function(i, a)
   local s = x:shape()
   local scales, sizes
   if ctx.opset < 11 then
-    scales = to_known(i[2]).v
+    -- Upsample before opset 9 has the scales as an attribute
+    scales = a.scales or to_known(i[2]).v
   else
     if i[4] then sizes = ints(i[4], "sizes") end
     if not sizes and i[3] then scales = to_known(i[3]).v end
