@@ -83,6 +83,32 @@ local function kernel_names(cm)
 end
 T.is(kernel_names(cm_onnx), kernel_names(cm_lua), "the ONNX model compiles to the kernels of the same model in Lua")
 
+-- attention as exporters write it (Transpose, MatMul, Mul by a Constant,
+-- Softmax, MatMul): the same kernels as the chain written in Lua
+do
+  local att = write("attention.onnx", W.model {
+    opset = 17,
+    inputs = { { "q", "f32", { 2, 2, 8, 4 } }, { "k", "f32", { 2, 2, 8, 4 } }, { "v", "f32", { 2, 2, 8, 4 } } },
+    outputs = { { "o", "f32", { 2, 2, 8, 4 } } },
+    nodes = {
+      { op = "Constant", name = "scale", inputs = {}, outputs = { "c" }, attrs = { value = { tensor = kiln.tensor(0.5) } } },
+      { op = "Transpose", name = "kt", inputs = { "k" }, outputs = { "kt" }, attrs = { perm = { 0, 1, 3, 2 } } },
+      { op = "MatMul", name = "scores", inputs = { "q", "kt" }, outputs = { "s" } },
+      { op = "Mul", name = "scaled", inputs = { "s", "c" }, outputs = { "s2" } },
+      { op = "Softmax", name = "probs", inputs = { "s2" }, outputs = { "p" }, attrs = { axis = -1 } },
+      { op = "MatMul", name = "mix", inputs = { "p", "v" }, outputs = { "o" } },
+    },
+  })
+  local ma = kiln.onnx.load(att)
+  local q, k, v = kiln.randn({ 2, 2, 8, 4 }, { seed = 21 }), kiln.randn({ 2, 2, 8, 4 }, { seed = 22 }), kiln.randn({ 2, 2, 8, 4 }, { seed = 23 })
+  local cma = kiln.compile(ma)
+  local cml = kiln.compile(function(a, b, c) return (a:matmul(b:transpose(3, 4)) * 0.5):softmax(-1):matmul(c) end)
+  local ya, yl = cma(q, k, v), cml(q, k, v)
+  local ref = (q:to("f64"):matmul(k:to("f64"):transpose(3, 4)) * 0.5):softmax(-1):matmul(v:to("f64"))
+  T.ok(max_diff(ya, ref) < 1e-5, "ONNX attention matches the f64 reference")
+  T.is(kernel_names(cma), kernel_names(cml), "ONNX attention compiles to the kernels of the Lua chain")
+end
+
 -- ONNX node names as the captured ops' source locations and in :kernels
 local wheres = {}
 for _, g in ipairs(cm_onnx:graphs()) do

@@ -337,15 +337,30 @@ local ops = {}
 
 local function unary(f) return function(i) return f(to_tensor(i[1])) end end
 
+-- An operand beside tensor `other`: a known one-element value that does not
+-- widen other's shape is a Lua number (a constant of the graph, as in a Lua
+-- model's `x * 0.5`); anything else a tensor.
+local function operand(x, other)
+  if is_known(x) and #x.v == 1 and x.dtype ~= "bool" and not is_known(other) and #x.shape <= other:dim()
+    and (FLOAT[other.dtype] == (FLOAT[x.dtype] or false)) then
+    return x.v[1]
+  end
+  return to_tensor(x)
+end
+
 local function binary(name, f)
   return function(i, _, node)
     local a, b = i[1], i[2]
     if is_known(a) and is_known(b) and KNOWN_BINARY[name] and (INT[a.dtype] or FLOAT[a.dtype]) then
       return known_map({ a, b }, a.dtype, KNOWN_BINARY[name])
     end
-    local ta, tb = to_tensor(a), to_tensor(b)
+    local ta, tb
+    if is_known(a) and not is_known(b) then tb = b; ta = operand(a, b)
+    elseif is_known(b) and not is_known(a) then ta = a; tb = operand(b, a)
+    else ta, tb = to_tensor(a), to_tensor(b) end
     local r = f(ta, tb)
-    if name == "Div" and INT[ta.dtype] then r = r:to(ta.dtype) end
+    local dt = type(ta) == "number" and tb.dtype or ta.dtype
+    if name == "Div" and INT[dt] then r = r:to(dt) end
     return r
   end
 end
@@ -355,7 +370,9 @@ ops.Sub = binary("Sub", function(a, b) return a - b end)
 ops.Mul = binary("Mul", function(a, b) return a * b end)
 ops.Div = binary("Div", function(a, b) return a / b end)
 ops.Pow = function(i)
-  local a, b = to_tensor(i[1]), to_tensor(i[2])
+  local a = to_tensor(i[1])
+  local b = i[2]
+  if is_known(b) and #b.v == 1 and #b.shape <= a:dim() and FLOAT[a.dtype] then b = b.v[1] else b = to_tensor(b) end
   local r = a:pow(b)
   if r.dtype ~= a.dtype then r = r:to(a.dtype) end
   return r
