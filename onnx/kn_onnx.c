@@ -225,10 +225,13 @@ static kn_status set_init(name_set *s, size_t expect)
     return s->keys ? KN_OK : kn_error(KN_ERR_OOM, "onnx: out of memory");
 }
 
-static int set_has(const name_set *s, const char *k) { return s->keys[set_slot(s, k)] != NULL; }
+/* A name a malformed file leaves out (NULL) is in no set; graph_load
+ * refuses it where a name is required. */
+static int set_has(const name_set *s, const char *k) { return k && s->keys[set_slot(s, k)] != NULL; }
 
 static kn_status set_add(name_set *s, const char *k)
 {
+    if (!k) return KN_OK;
     if (s->n * 2 + 2 > s->cap) {
         name_set bigger;
         KN_TRY(set_init(&bigger, s->cap));
@@ -263,8 +266,9 @@ static void graph_free(kn_onnx_graph *g)
 }
 
 /* Add every name a subgraph reads from its enclosing scopes to `used`. */
-static kn_status subgraph_outer_uses(const Onnx__GraphProto *sg, name_set *used)
+static kn_status subgraph_outer_uses(const Onnx__GraphProto *sg, name_set *used, int depth)
 {
+    if (depth > 32) return kn_error(KN_ERR_FORMAT, "onnx: subgraphs nested more than 32 deep");
     name_set local;
     KN_TRY(set_init(&local, sg->n_node + sg->n_input + sg->n_initializer));
     kn_status st = KN_OK;
@@ -282,8 +286,9 @@ static kn_status subgraph_outer_uses(const Onnx__GraphProto *sg, name_set *used)
         if (st != KN_OK) break;
         for (size_t a = 0; a < nd->n_attribute && st == KN_OK; a++) {
             const Onnx__AttributeProto *at = nd->attribute[a];
-            if (at->g) st = subgraph_outer_uses(at->g, &nested);
-            for (size_t k = 0; k < at->n_graphs && st == KN_OK; k++) st = subgraph_outer_uses(at->graphs[k], &nested);
+            if (at->g) st = subgraph_outer_uses(at->g, &nested, depth + 1);
+            for (size_t k = 0; k < at->n_graphs && st == KN_OK; k++)
+                st = subgraph_outer_uses(at->graphs[k], &nested, depth + 1);
         }
         for (size_t k = 0; k < nested.cap && st == KN_OK; k++)
             if (nested.keys[k] && !set_has(&local, nested.keys[k])) st = set_add(used, nested.keys[k]);
@@ -305,8 +310,8 @@ static kn_status node_reads(const Onnx__NodeProto *nd, name_set *reads)
         if (nd->input[j][0]) KN_TRY(set_add(reads, nd->input[j]));
     for (size_t a = 0; a < nd->n_attribute; a++) {
         const Onnx__AttributeProto *at = nd->attribute[a];
-        if (at->g) KN_TRY(subgraph_outer_uses(at->g, reads));
-        for (size_t k = 0; k < at->n_graphs; k++) KN_TRY(subgraph_outer_uses(at->graphs[k], reads));
+        if (at->g) KN_TRY(subgraph_outer_uses(at->g, reads, 1));
+        for (size_t k = 0; k < at->n_graphs; k++) KN_TRY(subgraph_outer_uses(at->graphs[k], reads, 1));
     }
     return KN_OK;
 }
@@ -408,6 +413,12 @@ static kn_status graph_load(const char *file, const char *dir, const Onnx__Graph
     for (size_t i = 0; i < gp->n_input && st == KN_OK; i++)
         if (!gp->input[i]->name || !gp->input[i]->name[0])
             st = kn_error(KN_ERR_FORMAT, "%s: graph input %zu has no name", file, i + 1);
+    for (size_t i = 0; i < gp->n_output && st == KN_OK; i++)
+        if (!gp->output[i]->name || !gp->output[i]->name[0])
+            st = kn_error(KN_ERR_FORMAT, "%s: graph output %zu has no name", file, i + 1);
+    for (size_t i = 0; i < gp->n_initializer && st == KN_OK; i++)
+        if (!gp->initializer[i]->name || !gp->initializer[i]->name[0])
+            st = kn_error(KN_ERR_FORMAT, "%s: initializer %zu has no name", file, i + 1);
     if (st == KN_OK) st = graph_order(file, gp, outer, g->order);
     for (size_t i = 0; i < gp->n_initializer && st == KN_OK; i++) {
         Onnx__TensorProto *tp = gp->initializer[i];

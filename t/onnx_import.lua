@@ -198,6 +198,10 @@ file = write("size.onnx", tiny({ { op = "Add", inputs = { "x", "b" }, outputs = 
 T.raises(function() kiln.onnx.load(file) end, "size%.onnx: tensor 'b' holds 20 bytes, but its shape and type %(FLOAT%) need 24",
   "an initializer whose byte size does not match its shape")
 
+file = write("noname.onnx", tiny({ { op = "Add", inputs = { "x", "x" }, outputs = { "y" } } },
+  { { "", kiln.zeros({ 2, 3 }) } }))
+T.raises(function() kiln.onnx.load(file) end, "noname%.onnx: initializer 1 has no name", "an initializer without a name")
+
 file = write("cycle.onnx", tiny({
   { op = "Add", name = "A", inputs = { "x", "c" }, outputs = { "a" } },
   { op = "Relu", name = "B", inputs = { "a" }, outputs = { "c" } },
