@@ -1775,11 +1775,15 @@ local OnnxModel = kiln.nn.Module {
     self._consts = self._consts or {}
     ctx = { device = dev, file = model.path, short = short, opset = model.opset, params = self.params,
       consts = self._consts }
-    local ok, res = pcall(run_graph, model.graph, feeds, nil)
+    local ok, res = pcall(function()
+      local outs = run_graph(model.graph, feeds, nil)
+      -- outputs known in Lua (a Shape) become tensors on the model's device
+      for k, v in ipairs(outs) do outs[k] = to_tensor(v) end
+      return outs
+    end)
     ctx = saved
     onnx.where(nil)
     if not ok then error(res, 0) end
-    for k, v in ipairs(res) do res[k] = to_tensor(v) end
     return table.unpack(res, 1, #res)
   end,
   named_parameters = function(self)
