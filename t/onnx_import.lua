@@ -126,6 +126,9 @@ local m64 = kiln.onnx.load(file):to("f64")
 T.is(m64.params["conv1.weight"].dtype, "f64", ":to('f64') converts float initializers")
 T.is(m64.params["zero"].dtype, "i64", ":to keeps integer initializers")
 
+T.raises(function() kiln.onnx.load(file, { size = 1 }) end, "unknown option 'size'", "an unknown option is named")
+T.is(kiln.onnx.load(file, { device = "cpu" }).params["fc.bias"].device, "cpu", "opts.device places the initializers")
+
 -- the REPL's inputs: dynamic dims from sizes
 local ins = kiln.onnx.example_inputs(m, { N = 5 })
 T.is(table.concat(ins[1]:shape(), ","), "5,1,16,16", "example_inputs: N from sizes")

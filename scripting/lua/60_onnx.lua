@@ -1813,15 +1813,23 @@ local OnnxModel = kiln.nn.Module {
   end,
 }
 
--- kiln.onnx.load(path [, {sizes = {N = 1}}]): an ONNX model as a kiln module.
+-- kiln.onnx.load(path [, {sizes = {N = 1}, device = "cuda"}]): an ONNX model
+-- as a kiln module (sizes: the dynamic dims' sizes for example_inputs and
+-- :load; device: where the initializers go).
 function onnx.load(path, opts)
   if not onnx.available then
     error("kiln.onnx.load: this kiln was built without ONNX import (protobuf-c or onnx.proto were missing)", 2)
   end
   if type(path) ~= "string" then error("kiln.onnx.load: expected a file path, got " .. type(path), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("kiln.onnx.load: opts must be a table {sizes =, device =}", 2) end
+  for k in pairs(opts or {}) do
+    if k ~= "sizes" and k ~= "device" then error("kiln.onnx.load: unknown option '" .. tostring(k) .. "'", 2) end
+  end
   local ok, model = pcall(onnx.read, path)
   if not ok then error(model, 2) end
-  return OnnxModel(model, opts)
+  local m = OnnxModel(model, opts)
+  if opts and opts.device then m:to(opts.device) end
+  return m
 end
 
 -- Inputs for a loaded model from its graph's input types: dynamic dims from
