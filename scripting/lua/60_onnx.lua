@@ -554,6 +554,17 @@ ops.ReduceLogSumExp = reduce(function(x, d, k)
   return r
 end, 18)
 ops.ReduceLogSum = reduce(function(x, d, k) return x:sum(d, k):log() end, 18)
+-- a product as exp(sum(log|x|)) with the sign from the count of negatives;
+-- any zero gives 0 (floats; rtol-level exact)
+ops.ReduceProd = reduce(function(x, d, k)
+  if not FLOAT[x.dtype] then unsupported("ReduceProd of %s", x.dtype) end
+  local mag = x:abs():log():sum(d, k):exp()
+  local negatives = x:lt(0):to(x.dtype):sum(d, k)
+  local odd = (negatives - (negatives * 0.5):floor() * 2):gt(0.5)
+  local zero = x:eq(0):to(x.dtype):amax(d, k):gt(0)
+  local r = kiln.where(odd, -mag, mag)
+  return kiln.where(zero, 0, r)
+end, 18)
 
 ops.Shape = function(i, a)
   local s = shape_of(i[1])
@@ -1517,7 +1528,7 @@ end
 ops.Resize = function(i, a)
   local x = to_tensor(i[1])
   local mode = a.mode or "nearest"
-  if mode ~= "nearest" and mode ~= "linear" then unsupported("Resize mode '%s'", mode) end
+  if mode ~= "nearest" and mode ~= "linear" and mode ~= "cubic" then unsupported("Resize mode '%s'", mode) end
   if (a.antialias or 0) ~= 0 then unsupported("Resize with antialias") end
   if a.axes then unsupported("Resize with axes") end
   if (a.keep_aspect_ratio_policy or "stretch") ~= "stretch" then unsupported("Resize keep_aspect_ratio_policy") end
@@ -1573,6 +1584,44 @@ ops.Resize = function(i, a)
           idx[#idx + 1] = math.min(math.max(j, 0), n - 1)
         end
         x = take(x, d - 1, idx)
+      elseif mode == "cubic" then
+        -- four taps around each source coordinate, ONNX's cubic weights
+        -- (coefficient A); taps outside the input repeat the edge, or with
+        -- exclude_outside weigh 0 and the rest are renormalized
+        local A = a.cubic_coeff_a or -0.75
+        local exclude = (a.exclude_outside or 0) ~= 0
+        local idxs, wts = { {}, {}, {}, {} }, { {}, {}, {}, {} }
+        for o = 0, out - 1 do
+          local c = src(o)
+          local f = math.floor(c)
+          local r = c - f
+          local w = {
+            ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+            ((A + 2) * r - (A + 3)) * r * r + 1,
+            ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1,
+            ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A,
+          }
+          local total = 0
+          for t = 1, 4 do
+            local j = f - 2 + t
+            if exclude and (j < 0 or j >= n) then w[t] = 0 end
+            total = total + w[t]
+          end
+          for t = 1, 4 do
+            local j = f - 2 + t
+            idxs[t][#idxs[t] + 1] = math.min(math.max(j, 0), n - 1)
+            wts[t][#wts[t] + 1] = exclude and w[t] / total or w[t]
+          end
+        end
+        local ws = {}
+        for k = 1, #s do ws[k] = 1 end
+        ws[d] = out
+        local acc
+        for t = 1, 4 do
+          local term = take(x, d - 1, idxs[t]) * const_tensor(wts[t], x.dtype, ws)
+          acc = acc and acc + term or term
+        end
+        x = acc
       else
         local lo, hi, wl, wh = {}, {}, {}, {}
         for o = 0, out - 1 do
