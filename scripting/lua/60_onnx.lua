@@ -1564,6 +1564,7 @@ ops.Resize = function(i, a)
         elseif ctm == "pytorch_half_pixel" then return len > 1 and (o + 0.5) / scale - 0.5 or 0
         elseif ctm == "align_corners" then return len > 1 and o * (n - 1) / (len - 1) or 0
         elseif ctm == "asymmetric" then return o / scale
+        elseif ctm == "tf_half_pixel_for_nn" then return (o + 0.5) / scale
         elseif ctm == "half_pixel_symmetric" then
           local adj = out / (n * scale)
           local c = n / 2 - n * adj / 2
