@@ -1040,9 +1040,61 @@ local function spread(x, dim, s)
   return flat:slice(dim + 1, 1, (n - 1) * s + 1)
 end
 
+-- The begin and end pads of a transposed convolution's nd spatial dims
+-- (pads, auto_pad, or output_shape as ONNX's reference derives them).
+local function transpose_pads(a, sizes, kernel, strides, dil, outpad, nd)
+  local begins, ends = {}, {}
+  local pads = a.pads or {}
+  for d = 1, nd do
+    local total_k = dil[d] * (kernel[d] - 1) + 1
+    if a.output_shape or a.auto_pad == "SAME_UPPER" or a.auto_pad == "SAME_LOWER" then
+      local out = a.output_shape and a.output_shape[#a.output_shape - nd + d] or sizes[d] * strides[d]
+      local total = strides[d] * (sizes[d] - 1) + outpad[d] + total_k - out
+      if a.auto_pad == "SAME_UPPER" then begins[d], ends[d] = total // 2, total - total // 2
+      else begins[d], ends[d] = total - total // 2, total // 2 end
+    elseif a.auto_pad == "VALID" then
+      begins[d], ends[d] = 0, 0
+    else
+      begins[d], ends[d] = pads[d] or 0, pads[d + nd] or 0
+    end
+  end
+  return begins, ends
+end
+
+-- 3-D: the same construction, convolved by conv3d (depth folded into the batch).
+local function conv_transpose3d(x, w, b, a)
+  local g = a.group or 1
+  local ws = w:shape()
+  local cin, cout_g = ws[1], ws[2]
+  local kernel = { ws[3], ws[4], ws[5] }
+  local strides, dil = defaults(a.strides, 3, 1), defaults(a.dilations, 3, 1)
+  local outpad = defaults(a.output_padding, 3, 0)
+  local s = x:shape()
+  local begins, ends = transpose_pads(a, { s[3], s[4], s[5] }, kernel, strides, dil, outpad, 3)
+  local xsp = x
+  for d = 1, 3 do xsp = spread(xsp, d + 1, strides[d]) end
+  local pb, pe = { 0, 0 }, { 0, 0 }
+  for d = 1, 3 do
+    local k = dil[d] * (kernel[d] - 1)
+    pb[d + 2], pe[d + 2] = k - begins[d], k - ends[d] + outpad[d]
+  end
+  xsp = pad(xsp, pb, pe)
+  local wt = w:reshape({ g, cin // g, cout_g, kernel[1], kernel[2], kernel[3] }):permute({ 1, 3, 2, 4, 5, 6 })
+    :reshape({ g * cout_g, cin // g, kernel[1], kernel[2], kernel[3] })
+  for d = 1, 3 do
+    if kernel[d] > 1 then
+      local rev = {}
+      for k = kernel[d] - 1, 0, -1 do rev[#rev + 1] = k end
+      wt = take(wt, d + 1, rev)
+    end
+  end
+  return conv3d(xsp, wt:contiguous(), b, { strides = { 1, 1, 1 }, dilations = dil, group = g, pads = { 0, 0, 0, 0, 0, 0 } })
+end
+
 ops.ConvTranspose = function(i, a)
   local x, w = to_tensor(i[1]), to_tensor(i[2])
   local b = i[3] and to_tensor(i[3]) or nil
+  if x:dim() == 5 then return conv_transpose3d(x, w, b, a) end
   local x2, one_d = as_2d(x, "ConvTranspose")
   if one_d then w = w:unsqueeze(4) end
   local g = a.group or 1
@@ -1057,26 +1109,9 @@ ops.ConvTranspose = function(i, a)
   local outpad = pair2(a.output_padding, 0)
   local kernel = { kh, kw }
   local xs = x2:shape()
-  local begins, ends = {}, {}
-  local pads = a.pads or {}
   local nd = one_d and 1 or 2
-  for d = 1, 2 do
-    local total_k = dil[d] * (kernel[d] - 1) + 1
-    if d > nd then
-      begins[d], ends[d] = 0, 0
-    elseif a.output_shape or a.auto_pad == "SAME_UPPER" or a.auto_pad == "SAME_LOWER" then
-      local out = a.output_shape and a.output_shape[#a.output_shape - nd + d] or xs[d + 2] * strides[d]
-      local total = strides[d] * (xs[d + 2] - 1) + outpad[d] + total_k - out
-      -- as ONNX's reference: SAME_UPPER puts the smaller half first; a
-      -- negative total (output_shape larger) extends the output
-      if a.auto_pad == "SAME_UPPER" then begins[d], ends[d] = total // 2, total - total // 2
-      else begins[d], ends[d] = total - total // 2, total // 2 end
-    elseif a.auto_pad == "VALID" then
-      begins[d], ends[d] = 0, 0
-    else
-      begins[d], ends[d] = pads[d] or 0, pads[d + nd] or 0
-    end
-  end
+  local begins, ends = transpose_pads(a, { xs[3], xs[4] }, kernel, strides, dil, outpad, nd)
+  if one_d then begins[2], ends[2] = 0, 0 end
   local xsp = spread(spread(x2, 2, strides[1]), 3, strides[2])
   local pb, pe = {}, {}
   for d = 1, 2 do
