@@ -1189,11 +1189,24 @@ ops.GlobalMaxPool = function(i)
 end
 
 ops.BatchNormalization = function(i, a, node)
-  if (a.training_mode or 0) ~= 0 then unsupported("BatchNormalization in training mode") end
-  for k = 2, #node.outputs do if node.outputs[k] ~= "" then unsupported("BatchNormalization's running statistics outputs") end end
   local x = to_tensor(i[1])
   local scale, bias, mean, var = to_tensor(i[2]), to_tensor(i[3]), to_tensor(i[4]), to_tensor(i[5])
   local eps = a.epsilon or 1e-5
+  if (a.training_mode or 0) ~= 0 then
+    -- the batch's statistics normalize; the running ones are updated with
+    -- momentum (ONNX's reference: biased variance for both)
+    local dims = { 1 }
+    for d = 3, x:dim() do dims[#dims + 1] = d end
+    local bm = x:mean(dims)
+    local s = { x:shape()[2] }
+    for _ = 3, x:dim() do s[#s + 1] = 1 end
+    local c = x - bm:reshape(s)
+    local bv = (c * c):mean(dims)
+    local y = c / (bv:reshape(s) + eps):sqrt() * scale:reshape(s) + bias:reshape(s)
+    local mom = a.momentum or 0.9
+    return y, mean * mom + bm * (1 - mom), var * mom + bv * (1 - mom)
+  end
+  for k = 2, #node.outputs do if node.outputs[k] ~= "" then unsupported("BatchNormalization's running statistics outputs outside training mode") end end
   if x:dim() == 4 then
     return kiln.batch_norm(x, mean, var, scale, bias, eps)
   end
