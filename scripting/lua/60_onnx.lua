@@ -1532,6 +1532,101 @@ ops.GatherND = function(i, a)
   return out:reshape(out_shape)
 end
 
+-- Scatters as index_add on the data flattened: positions are linear indices.
+-- reduction none overwrites (the written positions are masked out of the
+-- data first; repeated indices then add up, where ONNX leaves the order
+-- undefined), add adds; mul, max and min are not in kiln.
+local function scatter_flat(x, lin, upd, reduction)
+  if reduction ~= "none" and reduction ~= "add" then unsupported("scatter reduction '%s'", reduction) end
+  local flat_x = x
+  local idx = (lin + 1):reshape({ lin:numel() })
+  local added = flat_x:index_add(1, idx, upd)
+  if reduction == "add" then return added end
+  local zeros = full_like_shape(flat_x:shape(), 0, flat_x.dtype)
+  local ones_shape = upd:shape()
+  local hit = zeros:index_add(1, idx, full_like_shape(ones_shape, 1, flat_x.dtype)):gt(0)
+  return kiln.where(hit, zeros:index_add(1, idx, upd), flat_x)
+end
+
+ops.ScatterElements = function(i, a)
+  local x, idx, upd = to_tensor(i[1]), to_tensor(i[2]), to_tensor(i[3])
+  local axis = norm_axis(a.axis or 0, x:dim())
+  local xs, is = x:shape(), idx:shape()
+  idx = idx:to("i64")
+  idx = kiln.where(idx:lt(0), idx + xs[axis + 1], idx)
+  -- the linear index of each update: its own position with the axis
+  -- coordinate replaced by idx
+  local lin = idx * 0
+  local stride = 1
+  for d = #xs, 1, -1 do
+    local coord
+    if d == axis + 1 then coord = idx
+    else
+      local rs = {}
+      for k = 1, #is do rs[k] = 1 end
+      rs[d] = is[d]
+      coord = kiln.arange(is[d], { dtype = "i64", device = ctx.device }):reshape(rs)
+    end
+    lin = lin + coord * stride
+    stride = stride * xs[d]
+  end
+  local y = scatter_flat(x:reshape({ x:numel() }), lin, upd:reshape({ upd:numel() }), a.reduction or "none")
+  return y:reshape(xs)
+end
+ops.Scatter = ops.ScatterElements
+
+ops.ScatterND = function(i, a)
+  local x, idx, upd = to_tensor(i[1]), to_tensor(i[2]), to_tensor(i[3])
+  local xs, is = x:shape(), idx:shape()
+  local m = is[#is]
+  local inner = 1
+  for d = 1, m do inner = inner * xs[d] end
+  local rest = {}
+  for d = m + 1, #xs do rest[#rest + 1] = xs[d] end
+  local lin
+  local stride = 1
+  for d = m, 1, -1 do
+    local comp = idx:slice(#is, d, d):squeeze(#is):to("i64")
+    comp = kiln.where(comp:lt(0), comp + xs[d], comp)
+    lin = lin and lin + comp * stride or comp * stride
+    stride = stride * xs[d]
+  end
+  local n = lin:numel()
+  local flat_shape, upd_shape = { inner }, { n }
+  for _, d in ipairs(rest) do flat_shape[#flat_shape + 1] = d; upd_shape[#upd_shape + 1] = d end
+  local y = scatter_flat(x:reshape(flat_shape), lin:reshape({ n }), upd:reshape(upd_shape), a.reduction or "none")
+  return y:reshape(xs)
+end
+
+-- TopK by k rounds of max along the axis, each taking the winner out
+-- (ties: the lower index first, as ONNX).
+ops.TopK = function(i, a)
+  local x = to_tensor(i[1])
+  local k = ints(i[2], "k")[1]
+  local axis = norm_axis(a.axis or -1, x:dim())
+  local largest = (a.largest or 1) ~= 0
+  if (a.sorted or 1) == 0 then unsupported("TopK with sorted=0") end
+  local work = largest and x or -x
+  if not FLOAT[x.dtype] then work = work:to("f64") end
+  local n = x:shape()[axis + 1]
+  local rs = {}
+  for d = 1, x:dim() do rs[d] = 1 end
+  rs[axis + 1] = n
+  local positions = kiln.arange(n, { dtype = "i64", device = ctx.device }):reshape(rs) + 1
+  local vals, idxs = {}, {}
+  for r = 1, k do
+    local _, ix = work:max(axis + 1, true)
+    idxs[r] = ix
+    vals[r] = x:gather(axis + 1, ix)
+    if r < k then work = kiln.where(positions:eq(ix), -math.huge, work) end
+  end
+  if k == 0 then
+    local s = x:shape(); s[axis + 1] = 0
+    return full_like_shape(s, 0, x.dtype), full_like_shape(s, 0, "i64")
+  end
+  return cat(vals, axis), cat(idxs, axis) - 1
+end
+
 -- NegativeLogLikelihoodLoss: input {N, C, d...}, target {N, d...}; the
 -- picked -input at each target class, weighted, then reduced.
 local function nll(x, target, weight, a)
