@@ -426,7 +426,10 @@ ops.Softsign = unary(function(x) return x / (x:abs() + 1) end)
 ops.Identity = function(i) return i[1] end
 ops.Dropout = function(i, a, node)
   if (a.training_mode or 0) ~= 0 or (i[3] and scalar(i[3]) ~= 0) then unsupported("Dropout in training mode") end
-  if #node.outputs > 1 and node.outputs[2] ~= "" then unsupported("Dropout's mask output") end
+  if #node.outputs > 1 and node.outputs[2] ~= "" then
+    -- inference: nothing is dropped, the mask is all true
+    return i[1], full_like_shape(shape_of(i[1]), 1, "bool")
+  end
   return i[1]
 end
 ops.LeakyRelu = function(i, a)
