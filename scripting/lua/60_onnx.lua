@@ -919,7 +919,7 @@ end
 -- Pools by their windows' offsets: the padded input sliced once per kernel
 -- offset (strided), combined with maximum or sum. For what kiln's 2-D pools
 -- do not take (dilations, 3-D).
-local function pool_by_offsets(x, kind, a)
+local function pool_by_offsets(x, kind, a, want_indices)
   local nd = x:dim() - 2
   local kernel = a.kernel_shape
   local strides, dil = defaults(a.strides, nd, 1), defaults(a.dilations, nd, 1)
@@ -962,7 +962,46 @@ local function pool_by_offsets(x, kind, a)
       mask = pad(ones, pb, pe, "constant", 0)
     end
   end
-  local acc, cnt
+  local acc, cnt, where_idx
+  -- MaxPool's Indices: each output's flat index into x (row-major, or with
+  -- storage_order 1 the spatial dims column-major), from the offset that won
+  local base
+  if want_indices then
+    local per = numel(sizes)
+    local nc = {}
+    for k = 0, s[1] * s[2] - 1 do nc[#nc + 1] = k * per end
+    local bs = { s[1], s[2] }
+    for _ = 1, nd do bs[#bs + 1] = 1 end
+    base = const_tensor(nc, "i64", bs)
+  end
+  local function offset_index(off)
+    local os = { 1, 1 }
+    for d = 1, nd do os[d + 2] = out[d] end
+    local vals = {}
+    local pos = {}
+    for d = 1, nd do pos[d] = 0 end
+    for _ = 1, numel(out) do
+      local flat, stride = 0, 1
+      local order = {}
+      for d = 1, nd do order[d] = d end
+      if (a.storage_order or 0) == 1 then
+        for d = 1, nd do order[d] = nd - d + 1 end
+      end
+      for k = nd, 1, -1 do
+        local d = order[k]
+        local coord = pos[d] * strides[d] - begins[d] + off[d] * dil[d]
+        flat = flat + coord * stride
+        stride = stride * sizes[d]
+      end
+      vals[#vals + 1] = flat
+      for d = nd, 1, -1 do
+        pos[d] = pos[d] + 1
+        if pos[d] < out[d] then break end
+        pos[d] = 0
+      end
+    end
+    return const_tensor(vals, "i64", os)
+  end
   local idx = {}
   for d = 1, nd do idx[d] = 0 end
   while true do
@@ -972,7 +1011,16 @@ local function pool_by_offsets(x, kind, a)
       v = v:slice(d + 2, start + 1, start + (out[d] - 1) * strides[d] + 1, strides[d])
       if mv then mv = mv:slice(d + 2, start + 1, start + (out[d] - 1) * strides[d] + 1, strides[d]) end
     end
-    if kind == "max" then acc = acc and acc:maximum(v) or v
+    if want_indices then
+      local oi = offset_index(idx)
+      if acc then
+        local better = v:gt(acc) -- strictly: the first offset keeps a tie
+        where_idx = kiln.where(better, oi, where_idx)
+        acc = kiln.where(better, v, acc)
+      else
+        acc, where_idx = v, oi
+      end
+    elseif kind == "max" then acc = acc and acc:maximum(v) or v
     else
       acc = acc and acc + v or v
       cnt = cnt and cnt + mv or mv
@@ -987,6 +1035,7 @@ local function pool_by_offsets(x, kind, a)
     if d == 0 then break end
   end
   if kind == "avg" then acc = acc / cnt end
+  if want_indices then return acc, where_idx + base end
   return acc
 end
 
@@ -1137,7 +1186,10 @@ end
 local function pool(kind)
   return function(i, a, node)
     local x = to_tensor(i[1])
-    if kind == "max" and #node.outputs > 1 and node.outputs[2] ~= "" then unsupported("MaxPool's Indices output") end
+    if kind == "max" and #node.outputs > 1 and node.outputs[2] ~= "" then
+      if x:dim() < 4 then unsupported("MaxPool's Indices output for 1-D pools") end
+      return pool_by_offsets(x, "max", a, true)
+    end
     local dilated = false
     for _, d in ipairs(a.dilations or {}) do if d ~= 1 then dilated = true end end
     if dilated or x:dim() == 5 then return pool_by_offsets(x, kind, a) end
