@@ -1783,6 +1783,23 @@ ops.RNN = recurrent("RNN")
 ops.GRU = recurrent("GRU")
 ops.LSTM = recurrent("LSTM")
 
+-- Window functions: computed here from the size (a known value).
+local function window(f)
+  return function(i, a)
+    local n = ints(i[1], "size")[1]
+    local dt = ONNX_TYPES[a.output_datatype or 1]
+    if not dt then unsupported("window of type %s", ONNX_TYPE_NAMES[a.output_datatype] or "?") end
+    local denom = ((a.periodic or 1) ~= 0) and n or n - 1
+    local v = {}
+    for k = 0, n - 1 do v[k + 1] = f(2 * math.pi * k / denom) end
+    if INT[dt] then for k = 1, n do v[k] = math.tointeger(math.floor(v[k])) or 0 end end
+    return const_tensor(v, dt, { n })
+  end
+end
+ops.HannWindow = window(function(t) return 0.5 - 0.5 * math.cos(t) end)
+ops.HammingWindow = window(function(t) return 25 / 46 - (21 / 46) * math.cos(t) end)
+ops.BlackmanWindow = window(function(t) return 0.42 - 0.5 * math.cos(t) + 0.08 * math.cos(2 * t) end)
+
 -- NegativeLogLikelihoodLoss: input {N, C, d...}, target {N, d...}; the
 -- picked -input at each target class, weighted, then reduced.
 local function nll(x, target, weight, a)
