@@ -27,7 +27,10 @@ local function unsupported(fmt, ...)
   error(setmetatable({ msg = "unsupported: " .. string.format(fmt, ...) }, Unsupported), 0)
 end
 
-local function is_tensor(v) return kiln.is_tensor and kiln.is_tensor(v) or (type(v) == "userdata" and getmetatable(v) and getmetatable(v).__name == "kiln.Tensor") end
+local function is_tensor(v)
+  local mt = type(v) == "userdata" and getmetatable(v)
+  return mt and mt.__name == "kiln.Tensor" or false
+end
 
 ---------------------------------------------------------------------------
 -- Known values: {known = true, dtype =, shape = {...}, v = {flat values}}
@@ -123,7 +126,6 @@ local function scalar(x)
 end
 
 local function shape_of(x) return is_known(x) and x.shape or x:shape() end
-local function rank_of(x) return #shape_of(x) end
 local function dtype_of(x) return x.dtype end
 
 local function norm_axis(a, rank, what)
