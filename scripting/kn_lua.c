@@ -15,6 +15,7 @@
 #include "kn_lua.h"
 #include "kn_lua_compile.h"
 #include "kn_lua_io.h"
+#include "kn_lua_onnx.h"
 #include "kn_lua_ops.h"
 #include "kn_lua_state.h"
 #include "kn_lua_system.h"
@@ -57,6 +58,7 @@ int luaopen_kiln(lua_State *L)
     kn_lua_open_compile(L);
     kn_lua_open_timing(L);
     kn_lua_open_viz(L);
+    kn_lua_open_onnx(L);
     run_embedded(L, kiln_idx);
     return 1;
 }

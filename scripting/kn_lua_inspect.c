@@ -219,6 +219,17 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
             lua_seti(L, -2, ++m);
         }
         lua_setfield(L, -2, "ops");
+        /* each op's source location, parallel to ops (an imported model's
+         * node names: "model.onnx:node 'Conv_3' (Conv)") */
+        lua_createtable(L, kn->n_nodes, 0);
+        m = 0;
+        for (int i = 0; i < kn->n_nodes; i++) {
+            const kn_node *nd = &p->g.nodes[kn->nodes[i]];
+            if (nd->op >= KN_OP_COUNT) continue;
+            lua_pushstring(L, nd->where);
+            lua_seti(L, -2, ++m);
+        }
+        lua_setfield(L, -2, "wheres");
         if (!gen && p->g.nodes[kn->lib_node].covers[0]) { /* a node a pass made from several ops */
             lua_pushstring(L, p->g.nodes[kn->lib_node].covers);
             lua_setfield(L, -2, "covers");

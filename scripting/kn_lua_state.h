@@ -28,6 +28,10 @@ typedef struct {
     uint64_t seed, rng_offset;
     /* KN_LOG_* flags that compiled calls log with (kiln.log, KILN_LOGS) */
     int log_flags;
+    /* while an imported (ONNX) node runs: the location its ops carry in
+     * captures, breaks and errors ("model.onnx:node 'Conv_3' (Conv)"), in
+     * place of the Lua line; "" otherwise (kiln.onnx.where) */
+    char where_override[128];
     /* fresh tensor storage since this state's last forced collection */
     int64_t bytes_since_gc;
     /* while tracing: the user's line that ran last ("file:line", "" none),

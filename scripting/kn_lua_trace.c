@@ -73,7 +73,8 @@ static void fill_break(lua_State *L, kn_break *b, const char *category, const ch
         snprintf(b->frame_where[i], sizeof b->frame_where[i], "%s:%d", ar.short_src, ar.currentline);
         frame_name(L, &ar, level, b->frame_fn[i], sizeof b->frame_fn[i]);
     }
-    snprintf(b->where, sizeof b->where, "%s", b->n_frames ? b->frame_where[0] : "?");
+    const char *override = kn_lua_state_get(L)->where_override;
+    snprintf(b->where, sizeof b->where, "%s", override[0] ? override : b->n_frames ? b->frame_where[0] : "?");
 }
 
 void kn_lua_trace_flush_log(kn_compiled *cm)

@@ -9,6 +9,7 @@ build=${1:-build}
 [ $# -gt 0 ] && shift
 
 pkgs="cmake make gcc pkg-config liblua5.4-dev lua5.4 libgraphviz-dev libedit-dev perl"
+pkgs="$pkgs protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -27,6 +27,12 @@ static double ref_unary(kn_op op, double a)
     case KN_OP_SQRT: return sqrt(a);
     case KN_OP_RSQRT: return 1.0 / sqrt(a);
     case KN_OP_ABS: return fabs(a);
+    case KN_OP_ERF: return erf(a);
+    case KN_OP_FLOOR: return floor(a);
+    case KN_OP_CEIL: return ceil(a);
+    case KN_OP_ROUND: return a - floor(a) == 0.5 ? 2.0 * floor(a / 2.0 + 0.5) : floor(a + 0.5); /* half to even */
+    case KN_OP_SIN: return sin(a);
+    case KN_OP_COS: return cos(a);
     case KN_OP_LOGICAL_NOT: return a == 0.0;
     default: return a; /* cast */
     }

@@ -185,7 +185,9 @@ static const char *math_name(const char *helper, ctype c)
         {"kn_exp", "expf", "exp"},    {"kn_log", "logf", "log"},
         {"kn_tanh", "tanhf", "tanh"}, {"kn_erf", "erff", "erf"},
         {"kn_sqrt", "sqrtf", "sqrt"}, {"kn_abs", "fabsf", "fabs"},
-        {"kn_pow", "powf", "pow"},
+        {"kn_pow", "powf", "pow"},    {"kn_floor", "floorf", "floor"},
+        {"kn_ceil", "ceilf", "ceil"}, {"kn_rint", "rintf", "rint"},
+        {"kn_sin", "sinf", "sin"},    {"kn_cos", "cosf", "cos"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(table[i][0], helper) != 0) continue;

@@ -27,6 +27,11 @@
 #define kn_log log
 #define kn_tanh tanh
 #define kn_erf erf
+#define kn_floor floor
+#define kn_ceil ceil
+#define kn_rint rint /* the default rounding mode: half to even */
+#define kn_sin sin
+#define kn_cos cos
 #define kn_sqrt sqrt
 #define kn_abs fabs
 #define kn_pow pow

@@ -236,10 +236,37 @@ function kiln.load(path, opts)
     fail("cannot open model file '%s': %s", path, tostring(oerr):match(": ([^:]*)$") or tostring(oerr))
   end
   f:close()
-  local chunk, lerr = loadfile(path, "t")
-  if not chunk then fail("cannot load model file '%s': %s", path, lerr) end
-  local ok, spec = xpcall(chunk, debug.traceback)
-  if not ok then fail("error while running model file '%s': %s", path, tostring(spec)) end
+  local spec
+  if path:match("%.onnx$") then
+    -- an ONNX model: inputs from the graph's input types, dynamic dims from
+    -- opts.sizes (:load model.onnx N=1 T=128)
+    local sizes = type(opts) == "table" and opts.sizes or {}
+    local okm, model = pcall(kiln.onnx.load, path, { sizes = sizes })
+    if not okm then fail("%s", tostring(model)) end
+    local dev = kiln.default_device()
+    if dev ~= "cpu" then model:to(dev) end
+    spec = {
+      name = path:match("([^/]+)%.onnx$"),
+      model = model,
+      inputs = function(o)
+        local list = kiln.onnx.example_inputs(model, sizes)
+        local want = o and o.device
+        if want and want ~= "cpu" then
+          for k, t in ipairs(list) do list[k] = t:to(want) end
+        end
+        return list
+      end,
+    }
+    -- fail now, not at :run, when a dynamic dim has no size
+    local oki, ierr = pcall(kiln.onnx.example_inputs, model, sizes)
+    if not oki then fail("%s", tostring(ierr)) end
+  else
+    local chunk, lerr = loadfile(path, "t")
+    if not chunk then fail("cannot load model file '%s': %s", path, lerr) end
+    local ok
+    ok, spec = xpcall(chunk, debug.traceback)
+    if not ok then fail("error while running model file '%s': %s", path, tostring(spec)) end
+  end
   return repl.use_spec(spec, path, opts)
 end
 
@@ -282,7 +309,8 @@ function repl.use_spec(spec, path, opts)
 end
 
 repl.register("load", {
-  usage = ":load FILE.lua",
+  usage = ":load FILE.lua | FILE.onnx [NAME=SIZE ...]",
+  max_args = 17,
   summary = "load a model file (it returns {name=, model=, inputs=})",
   help = [[
 Runs FILE.lua, which returns
@@ -291,8 +319,22 @@ Runs FILE.lua, which returns
 opts carries device, dtype and small (true: a reduced size that runs in a
 second on a CPU; set kiln.session.small = true). The model becomes the
 session's model for :run and :mode. From Lua: kiln.load(path) returns the
-table; kiln.load(path, {quiet = true}) prints nothing.]],
-}, function(path) return kiln.load(path) end)
+table; kiln.load(path, {quiet = true}) prints nothing.
+FILE.onnx loads an ONNX model (kiln.onnx.load); its inputs are built from
+the graph's input types, and dynamic dims take their sizes from NAME=SIZE
+words (:load model.onnx N=1 T=128) or kiln.load(path, {sizes = {N = 1}}).]],
+}, function(path, ...)
+  local sizes = {}
+  for _, w in ipairs({ ... }) do
+    local name, n = w:match("^([%w_%.%-]+)=(%d+)$")
+    if not name then fail(":load: '%s' is not NAME=SIZE (a dynamic dim's size, e.g. N=1)", w) end
+    sizes[name] = math.tointeger(tonumber(n))
+  end
+  if select("#", ...) > 0 and not path:match("%.onnx$") then
+    fail(":load: NAME=SIZE words are for ONNX files only")
+  end
+  return kiln.load(path, { sizes = sizes })
+end)
 
 -- What the kiln program does with the first value a script returned
 -- (repl/kn_repl.c): a model spec is loaded as :load would with -i
@@ -678,8 +720,15 @@ cm:kernels() (its field `once` lists those values).]],
   for _ in pairs(graphs) do ngraphs = ngraphs + 1 end
   local rows = { { "#", "graph", "kernel", "kind", "group", "ops" } }
   for i, k in ipairs(list) do
+    -- ops of an imported (ONNX) model also name the nodes they came from
+    local nodes, seen = {}, {}
+    for _, w in ipairs(k.wheres or {}) do
+      local n = w:match(":node '(.-)' %(")
+      if n and not seen[n] then seen[n] = true; nodes[#nodes + 1] = n end
+    end
     rows[#rows + 1] = { tostring(i - 1), tostring(k.graph or 0), k.name, k.kind, k.shape_kind or "-",
-      table.concat(k.ops or {}, ", ") .. (k.covers and (" = " .. k.covers) or "") }
+      table.concat(k.ops or {}, ", ") .. (k.covers and (" = " .. k.covers) or "")
+        .. (#nodes > 0 and ("  [" .. table.concat(nodes, ", ") .. "]") or "") }
   end
   local cols = ngraphs > 1 and { 1, 2, 3, 4, 5, 6 } or { 1, 3, 4, 5, 6 }
   local width = {}

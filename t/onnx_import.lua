@@ -1,0 +1,302 @@
+-- onnx_import.lua: kiln.onnx.load on models written by samples/onnx/make_onnx.lua:
+-- values against the same network written with kiln ops in f64, compiled
+-- against eager, the same kernels as the Lua model, parameters under their
+-- ONNX names, no graph break for shape arithmetic, ONNX node names in
+-- captures, breaks and :kernels, external data, If, and every bad input of
+-- issue 17 (each an error naming the file and what is wrong).
+local T = dofile("t/lib/tap.lua")
+if not kiln.onnx.available then T.skip_all("kiln was built without ONNX import (protobuf-c missing)") end
+MAKE_ONNX_LIB = true
+local W = dofile("samples/onnx/make_onnx.lua")
+
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p '" .. dir .. "'"))
+local function path(name) return dir .. "/" .. name end
+local function write(name, bytes)
+  W.write(path(name), bytes)
+  return path(name)
+end
+
+local function max_diff(a, b) return (a:to("f64") - b:to("f64")):abs():amax():item() end
+
+---------------------------------------------------------------------------
+-- the sample: values, parameters, compile
+
+local file = write("kws.onnx", W.kws_cnn())
+local m = kiln.onnx.load(file)
+local names = {}
+for n in m:named_parameters() do names[#names + 1] = n end
+T.is(table.concat(names, ","), "conv1.weight,conv1.bias,bn1.weight,bn1.bias,bn1.running_mean,bn1.running_var,"
+  .. "conv2.weight,conv2.bias,fc.weight,fc.bias,zero,minus_one", "named_parameters: the initializers under their ONNX names")
+T.is(#m:parameters(), 12, "parameters(): one tensor per initializer")
+
+-- the same network with kiln ops in f64, from the same initializer tensors
+local function reference(x)
+  local p = {}
+  for n, t in m:named_parameters() do p[n] = t:to("f64") end
+  x = x:to("f64")
+  local h = kiln.conv2d(x, p["conv1.weight"], p["conv1.bias"], { padding = 1 })
+  h = kiln.batch_norm(h, p["bn1.running_mean"], p["bn1.running_var"], p["bn1.weight"], p["bn1.bias"], 1e-5):relu()
+  h = kiln.max_pool2d(h, 2)
+  h = kiln.conv2d(h, p["conv2.weight"], p["conv2.bias"], { padding = 1 }):relu()
+  h = h:mean({ 3, 4 }):matmul(p["fc.weight"]:t()) + p["fc.bias"]
+  return h:softmax(-1)
+end
+
+for _, n in ipairs({ 1, 3 }) do
+  local x = kiln.randn({ n, 1, 16, 16 }, { seed = 100 + n })
+  local y = m(x)
+  T.is(table.concat(y:shape(), ","), n .. ",4", "eager output shape for N=" .. n)
+  T.ok(max_diff(y, reference(x)) < 1e-5, "eager matches the f64 reference (N=" .. n .. ")")
+end
+
+local x = kiln.randn({ 2, 1, 16, 16 }, { seed = 7 })
+for _, mode in ipairs({ "default", "reduce-overhead", "max-autotune-no-cudagraphs" }) do
+  local cm = kiln.compile(m, { mode = mode })
+  local y = cm(x)
+  local y2 = cm(x)
+  T.ok(max_diff(y, m(x)) < 1e-5 and max_diff(y2, y) == 0, "compiled (" .. mode .. ") equals eager")
+  T.is(#cm:breaks(), 0, "no graph break in " .. mode .. " (Shape -> Gather -> Concat -> Reshape folded)")
+end
+
+-- the same model written in Lua compiles to the same kernels
+local cm_onnx = kiln.compile(m)
+cm_onnx(x)
+local P = {}
+for n, t in m:named_parameters() do P[n] = t end
+local lua_model = function(v)
+  local h = kiln.conv2d(v, P["conv1.weight"], P["conv1.bias"], { padding = 1 })
+  h = kiln.batch_norm(h, P["bn1.running_mean"], P["bn1.running_var"], P["bn1.weight"], P["bn1.bias"], 1e-5):relu()
+  h = kiln.max_pool2d(h, 2, { stride = 2 })
+  h = kiln.conv2d(h, P["conv2.weight"], P["conv2.bias"], { padding = 1 }):relu()
+  h = h:mean({ 3, 4 }, true)
+  h = h:reshape({ h:shape()[1], 16 })
+  return (h:matmul(P["fc.weight"]:transpose(1, 2)) + P["fc.bias"]):softmax(-1)
+end
+local cm_lua = kiln.compile(lua_model)
+cm_lua(x)
+local function kernel_names(cm)
+  local out = {}
+  for _, k in ipairs(cm:kernels()) do out[#out + 1] = k.name end
+  return table.concat(out, " ")
+end
+T.is(kernel_names(cm_onnx), kernel_names(cm_lua), "the ONNX model compiles to the kernels of the same model in Lua")
+
+-- attention as exporters write it (Transpose, MatMul, Mul by a Constant,
+-- Softmax, MatMul): the same kernels as the chain written in Lua
+do
+  local att = write("attention.onnx", W.model {
+    opset = 17,
+    inputs = { { "q", "f32", { 2, 2, 8, 4 } }, { "k", "f32", { 2, 2, 8, 4 } }, { "v", "f32", { 2, 2, 8, 4 } } },
+    outputs = { { "o", "f32", { 2, 2, 8, 4 } } },
+    nodes = {
+      { op = "Constant", name = "scale", inputs = {}, outputs = { "c" }, attrs = { value = { tensor = kiln.tensor(0.5) } } },
+      { op = "Transpose", name = "kt", inputs = { "k" }, outputs = { "kt" }, attrs = { perm = { 0, 1, 3, 2 } } },
+      { op = "MatMul", name = "scores", inputs = { "q", "kt" }, outputs = { "s" } },
+      { op = "Mul", name = "scaled", inputs = { "s", "c" }, outputs = { "s2" } },
+      { op = "Softmax", name = "probs", inputs = { "s2" }, outputs = { "p" }, attrs = { axis = -1 } },
+      { op = "MatMul", name = "mix", inputs = { "p", "v" }, outputs = { "o" } },
+    },
+  })
+  local ma = kiln.onnx.load(att)
+  local q, k, v = kiln.randn({ 2, 2, 8, 4 }, { seed = 21 }), kiln.randn({ 2, 2, 8, 4 }, { seed = 22 }), kiln.randn({ 2, 2, 8, 4 }, { seed = 23 })
+  local cma = kiln.compile(ma)
+  local cml = kiln.compile(function(a, b, c) return (a:matmul(b:transpose(3, 4)) * 0.5):softmax(-1):matmul(c) end)
+  local ya, yl = cma(q, k, v), cml(q, k, v)
+  local ref = (q:to("f64"):matmul(k:to("f64"):transpose(3, 4)) * 0.5):softmax(-1):matmul(v:to("f64"))
+  T.ok(max_diff(ya, ref) < 1e-5, "ONNX attention matches the f64 reference")
+  T.is(kernel_names(cma), kernel_names(cml), "ONNX attention compiles to the kernels of the Lua chain")
+end
+
+-- ONNX node names as the captured ops' source locations and in :kernels
+local wheres = {}
+for _, g in ipairs(cm_onnx:graphs()) do
+  for _, nd in ipairs(g.nodes) do if nd.where ~= "" then wheres[#wheres + 1] = nd.where end end
+end
+local joined = table.concat(wheres, "\n")
+T.like(joined, "kws%.onnx:node 'Conv_0' %(Conv%)", "captured conv2d carries its ONNX node")
+T.like(joined, "kws%.onnx:node 'Softmax_12' %(Softmax%)", "captured softmax carries its ONNX node")
+local k0 = cm_onnx:kernels()[1]
+T.like(table.concat(k0.wheres, ","), "Conv_0", "cm:kernels() entries name the ONNX nodes")
+
+-- :to converts the initializers; :eval is there
+T.ok(m:eval() == m, ":eval() returns the module")
+local m64 = kiln.onnx.load(file):to("f64")
+T.is(m64.params["conv1.weight"].dtype, "f64", ":to('f64') converts float initializers")
+T.is(m64.params["zero"].dtype, "i64", ":to keeps integer initializers")
+
+T.raises(function() kiln.onnx.load(file, { size = 1 }) end, "unknown option 'size'", "an unknown option is named")
+T.is(kiln.onnx.load(file, { device = "cpu" }).params["fc.bias"].device, "cpu", "opts.device places the initializers")
+
+-- the REPL's inputs: dynamic dims from sizes
+local ins = kiln.onnx.example_inputs(m, { N = 5 })
+T.is(table.concat(ins[1]:shape(), ","), "5,1,16,16", "example_inputs: N from sizes")
+T.raises(function() kiln.onnx.example_inputs(m, {}) end, "input 'x' dim 1 is dynamic %(N%)", "a dynamic dim without a size is named")
+local spec = kiln.load(file, { quiet = true, sizes = { N = 2 } })
+T.is(table.concat(spec.inputs({ device = "cpu" })[1]:shape(), ","), "2,1,16,16", "kiln.load of an .onnx file builds its inputs")
+
+---------------------------------------------------------------------------
+-- external data
+
+local ext = {}
+local ext_model = W.kws_cnn({ external = "weights.bin" })
+file = write("ext.onnx", ext_model)
+ext.bytes = nil
+do
+  local opts = { external = "weights.bin" }
+  W.kws_cnn(opts)
+  W.write(path("weights.bin"), opts.external_bytes)
+end
+local me = kiln.onnx.load(file)
+T.ok(max_diff(me(x), m(x)) == 0, "external-data initializers load the same values")
+os.remove(path("weights.bin"))
+T.raises(function() kiln.onnx.load(file) end, "ext%.onnx: initializer 'conv1%.weight': external data file 'weights%.bin' cannot be opened",
+  "a missing external-data file is named")
+do
+  local opts = { external = "../escape.bin" }
+  file = write("escape.onnx", W.kws_cnn(opts))
+  T.raises(function() kiln.onnx.load(file) end, "escape%.onnx: initializer 'conv1%.weight': external data location '%.%./escape%.bin' must be a path inside the model's folder",
+    "external data outside the model's folder is refused")
+end
+do
+  local opts = { external = "short.bin" }
+  file = write("short.onnx", W.kws_cnn(opts))
+  W.write(path("short.bin"), opts.external_bytes:sub(1, 100))
+  T.raises(function() kiln.onnx.load(file) end, "short%.onnx: initializer 'conv1%.weight': external data 'short%.bin' holds 100 bytes",
+    "an external-data file too short is named")
+end
+
+---------------------------------------------------------------------------
+-- bad files
+
+local good = W.kws_cnn()
+file = write("truncated.onnx", good:sub(1, #good // 2))
+T.raises(function() kiln.onnx.load(file) end, "truncated%.onnx: not an ONNX model %(the file is truncated, corrupt or another format%)",
+  "a truncated file")
+file = write("text.onnx", "this is not a model\n")
+T.raises(function() kiln.onnx.load(file) end, "text%.onnx: not an ONNX model", "a text file")
+file = write("empty.onnx", "")
+T.raises(function() kiln.onnx.load(file) end, "empty%.onnx: the file is empty, not an ONNX model", "an empty file")
+T.raises(function() kiln.onnx.load(path("missing.onnx")) end, "missing%.onnx: cannot open", "a missing file")
+-- corrupt bytes in the middle: never a crash; an error or a model
+local corrupt = good:sub(1, 200) .. string.rep("\255", 16) .. good:sub(217)
+file = write("corrupt.onnx", corrupt)
+local okc, errc = pcall(kiln.onnx.load, file)
+T.ok(not okc and tostring(errc):find("corrupt%.onnx"), "corrupt bytes: an error naming the file (" .. tostring(errc):sub(1, 80) .. ")")
+
+local function tiny(nodes, inits, opts)
+  opts = opts or {}
+  return W.model {
+    opset = opts.opset or 17,
+    inputs = opts.inputs or { { "x", "f32", { 2, 3 } } },
+    outputs = opts.outputs or { { "y", "f32", { 2, 3 } } },
+    initializers = inits or {},
+    nodes = nodes,
+  }
+end
+
+file = write("size.onnx", tiny({ { op = "Add", inputs = { "x", "b" }, outputs = { "y" } } },
+  { { "b", kiln.zeros({ 2, 3 }), { raw = string.rep("\0", 20) } } }))
+T.raises(function() kiln.onnx.load(file) end, "size%.onnx: tensor 'b' holds 20 bytes, but its shape and type %(FLOAT%) need 24",
+  "an initializer whose byte size does not match its shape")
+
+file = write("noname.onnx", tiny({ { op = "Add", inputs = { "x", "x" }, outputs = { "y" } } },
+  { { "", kiln.zeros({ 2, 3 }) } }))
+T.raises(function() kiln.onnx.load(file) end, "noname%.onnx: initializer 1 has no name", "an initializer without a name")
+
+file = write("cycle.onnx", tiny({
+  { op = "Add", name = "A", inputs = { "x", "c" }, outputs = { "a" } },
+  { op = "Relu", name = "B", inputs = { "a" }, outputs = { "c" } },
+  { op = "Identity", name = "C", inputs = { "a" }, outputs = { "y" } },
+}))
+T.raises(function() kiln.onnx.load(file) end, "cycle%.onnx: the graph has a cycle: node 'A' %(Add%) depends on its own output", "a cycle")
+
+file = write("undef.onnx", tiny({ { op = "Add", name = "A", inputs = { "x", "nowhere" }, outputs = { "y" } } }))
+T.raises(function() kiln.onnx.load(file) end, "undef%.onnx: node 'A' %(Add%) reads 'nowhere', which no node, input or initializer defines",
+  "an undefined input")
+
+-- out of order is fine: the loader sorts
+file = write("order.onnx", tiny({
+  { op = "Relu", name = "B", inputs = { "a" }, outputs = { "y" } },
+  { op = "Neg", name = "A", inputs = { "x" }, outputs = { "a" } },
+}))
+local mo = kiln.onnx.load(file)
+local xo = kiln.randn({ 2, 3 }, { seed = 9 })
+T.ok(max_diff(mo(xo), (-xo):relu()) == 0, "nodes out of order are sorted")
+
+file = write("opset.onnx", tiny({ { op = "Relu", inputs = { "x" }, outputs = { "y" } } }, nil, { opset = 99 }))
+T.raises(function() kiln.onnx.load(file) end, "opset%.onnx: the model uses ONNX opset 99; kiln knows opsets up to %d+", "an opset newer than kiln knows")
+
+-- wrong inputs
+T.raises(function() mo(kiln.randn({ 2, 3, 1 })) end, "order%.onnx: input 'x' must have rank 2 {2, 3}, got shape {2, 3, 1}", "an input of the wrong rank")
+T.raises(function() mo(kiln.zeros({ 2, 3 }, { dtype = "i64" })) end, "order%.onnx: input 'x' must be f32, got i64", "an input of the wrong dtype")
+T.raises(function() mo(kiln.randn({ 2, 4 })) end, "order%.onnx: input 'x' dim 2 must be 3, got 4", "an input of the wrong size")
+T.raises(function() mo() end, "input 1 'x' is missing", "a missing input")
+
+-- an unsupported op: loads, fails at the first call naming node, op and opset
+file = write("unsup.onnx", tiny({
+  { op = "Relu", name = "fine", inputs = { "x" }, outputs = { "a" } },
+  { op = "Hardmax2", name = "odd_node", inputs = { "a" }, outputs = { "y" } },
+}))
+local mu = kiln.onnx.load(file)
+T.ok(mu ~= nil, "a model with an unsupported op loads")
+T.raises(function() mu(xo) end, "^ONNX node 'odd_node' %(Hardmax2, opset 17%): unsupported: the op is not implemented in kiln",
+  "an unsupported op fails at the first call, naming node, op and opset")
+T.raises(function() kiln.compile(mu)(xo) end, "ONNX node 'odd_node' %(Hardmax2, opset 17%)", "the same when compiled")
+
+-- an error inside a supported node names the node
+file = write("shape.onnx", tiny({ { op = "Reshape", name = "bad_reshape", inputs = { "x", "s" }, outputs = { "y" } } },
+  { { "s", kiln.tensor({ 5, 7 }, { dtype = "i64" }) } }))
+T.raises(function() kiln.onnx.load(file)(xo) end, "^ONNX node 'bad_reshape' %(Reshape, opset 17%):", "an op error names the ONNX node")
+
+---------------------------------------------------------------------------
+-- If: a known condition takes a branch; a tensor condition is a graph break
+
+local function branch(op, out)
+  return { graph = { name = out, nodes = { { op = op, name = out .. "_node", inputs = { "x" }, outputs = { out } } },
+    inputs = {}, outputs = { { out, "f32", { 2, 3 } } } } }
+end
+-- condition from the shape: Shape -> Gather -> Equal(2): known at capture
+file = write("if_known.onnx", tiny({
+  { op = "Shape", name = "shape", inputs = { "x" }, outputs = { "s" } },
+  { op = "Gather", name = "rows", inputs = { "s", "zero" }, outputs = { "n" }, attrs = { axis = 0 } },
+  { op = "Equal", name = "is_two", inputs = { "n", "two" }, outputs = { "c" } },
+  { op = "If", name = "pick", inputs = { "c" }, outputs = { "y" }, attrs = { then_branch = branch("Relu", "t"), else_branch = branch("Neg", "e") } },
+}, { { "zero", kiln.tensor(0, { dtype = "i64" }) }, { "two", kiln.tensor(2, { dtype = "i64" }) } },
+  { inputs = { { "x", "f32", { "N", 3 } } }, outputs = { { "y", "f32", { "N", 3 } } } }))
+local mk = kiln.onnx.load(file)
+T.ok(max_diff(mk(xo), xo:relu()) == 0, "If with a known condition: then branch")
+local x3 = kiln.randn({ 3, 3 }, { seed = 4 })
+T.ok(max_diff(mk(x3), -x3) == 0, "If with a known condition: else branch")
+local cmk = kiln.compile(mk)
+T.ok(max_diff(cmk(xo), xo:relu()) == 0 and #cmk:breaks() == 0, "compiled If with a known condition: no break")
+
+-- condition from values: ReduceSum > 0
+file = write("if_data.onnx", tiny({
+  { op = "ReduceSum", name = "total", inputs = { "x" }, outputs = { "s" }, attrs = { keepdims = 0 } },
+  { op = "Greater", name = "positive", inputs = { "s", "zero" }, outputs = { "c" } },
+  { op = "If", name = "pick_by_value", inputs = { "c" }, outputs = { "y" }, attrs = { then_branch = branch("Relu", "t"), else_branch = branch("Neg", "e") } },
+}, { { "zero", kiln.tensor(0.0) } }))
+local md = kiln.onnx.load(file)
+local xp = kiln.rand({ 2, 3 }, { seed = 5 })
+T.ok(max_diff(md(xp), xp:relu()) == 0 and max_diff(md(-xp), xp) == 0, "If on a tensor value, eagerly: both branches")
+local cmd = kiln.compile(md)
+T.ok(max_diff(cmd(xp), xp:relu()) == 0, "compiled If on a tensor value gives eager's result")
+local br = cmd:breaks()
+T.is(#br, 1, "compiled If on a tensor value: one graph break")
+T.like(br[1] and br[1].where, "if_data%.onnx:node 'pick_by_value' %(If%)", "the break names the ONNX node and op")
+
+---------------------------------------------------------------------------
+-- TensorProto files
+
+W.write(path("t.pb"), W.tensor("named", kiln.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = "i64" })))
+local t, tname = kiln.onnx.read_tensor(path("t.pb"))
+T.is(tname, "named", "read_tensor: the tensor's name")
+T.is(t.dtype .. " " .. table.concat(t:shape(), ","), "i64 2,2", "read_tensor: dtype and shape")
+T.is(t:sum():item(), 10, "read_tensor: values")
+W.write(path("bad.pb"), "\255\255\255")
+T.raises(function() kiln.onnx.read_tensor(path("bad.pb")) end, "bad%.pb: not a serialized ONNX TensorProto", "a corrupt TensorProto file")
+
+os.execute("rm -rf '" .. dir .. "'")
+T.done()
