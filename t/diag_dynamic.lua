@@ -57,7 +57,7 @@ end
 -- a child kiln process runs one case; its stderr is the test's text
 if arg[1] == "child-slow" then
   local spec = dofile("samples/breaks.lua")
-  local x = spec.inputs({ small = true, device = "cpu" })[1]
+  local x = spec.inputs({ small = true })[1]
   local b1 = kiln.bench(spec.model, { x }, { modes = { "default" }, iters = 20 })
   local b2 = kiln.bench(spec.model, { x }, { modes = { "default" }, iters = 20 })
   local cm = kiln.compile(spec.model)
@@ -295,7 +295,7 @@ end
 -- ---- the slow-compile warning (issue 16 item 4) --------------------------
 do
   local spec = dofile("samples/breaks.lua")
-  local x = spec.inputs({ small = true, device = "cpu" })[1]
+  local x = spec.inputs({ small = true })[1]
   local cm = kiln.compile(spec.model)
   cm(x)
   local advice = "remove the break (kiln.where keeps a branch in the graph), move the code that needs a value "

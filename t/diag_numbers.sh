@@ -11,6 +11,7 @@
 # a cache of its own: the first compile is cold
 KILN_CACHE_DIR="$tmp/cache"
 export KILN_CACHE_DIR
+export KILN_DEVICE=cpu # the CPU backend's kernels and texts
 
 # a model whose reshape of a permuted input copies, for the matmul after it
 cat >"$tmp/heads.lua" <<'LUA'

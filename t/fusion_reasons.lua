@@ -11,6 +11,8 @@
 -- views) must carry a tooltip in the SVG. Each (op, line) a reason names
 -- must be a node of the captured graphs.
 local T = dofile("t/lib/tap.lua")
+-- the CPU backend's kernels and texts; the GPU paths are checked elsewhere
+T.cpu_only("t/fusion_reasons.lua")
 local KILN = os.getenv("KILN") or "build/kiln"
 
 local tmp = os.tmpname()

@@ -5,6 +5,8 @@
 -- captures, breaks and :kernels, external data, If, and every bad input of
 -- issue 17 (each an error naming the file and what is wrong).
 local T = dofile("t/lib/tap.lua")
+-- the CPU backend's kernels and texts; the GPU paths are checked elsewhere
+T.cpu_only("t/onnx_import.lua")
 if not kiln.onnx.available then T.skip_all("kiln was built without ONNX import (protobuf-c missing)") end
 MAKE_ONNX_LIB = true
 local W = dofile("samples/onnx/make_onnx.lua")

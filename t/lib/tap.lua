@@ -70,6 +70,16 @@ function T.skip_all(reason)
   os.exit(0)
 end
 
+-- For a test whose expectations are the CPU backend's (its kernels, its
+-- exact texts): on a machine where the default device is a GPU, run this
+-- file again with KILN_DEVICE=cpu and exit with its status (its TAP output
+-- is this test's). `file`: the test's path.
+function T.cpu_only(file)
+  if os.getenv("KILN_DEVICE") == "cpu" or kiln.default_device() == "cpu" then return end
+  local ok, _, code = os.execute("KILN_DEVICE=cpu " .. (os.getenv("KILN") or "build/kiln") .. " " .. file)
+  os.exit(ok and 0 or (code or 1))
+end
+
 function T.diag(msg) io.write((tostring(msg):gsub("[^\n]+", "# %0")) .. "\n") end
 
 function T.done()
