@@ -100,5 +100,16 @@ stack traceback:
 	[C]: in ?" "compiled: the same user frames (inner <- middle) above the compiled call (exact text)"
 is "$rc" 1 "... exit status 1"
 
+# :device on a machine without an NVIDIA driver says so, not the CUDA
+# runtime's "driver version is insufficient" (which it also says for none)
+dev=$(printf ':device\n' | "$KILN" 2>&1)
+cuda_line=$(printf '%s\n' "$dev" | grep '^CUDA')
+case "$cuda_line" in
+  *"driver version is insufficient"*) fail ":device: why there is no GPU" "$cuda_line" ;;
+  *"not built"*|*"no NVIDIA driver is installed (no GPU on this machine)"*|*"driver is too old"*|*GB*|*GiB*)
+    pass ":device: why there is no GPU, or the GPU ($cuda_line)" ;;
+  *) fail ":device: why there is no GPU, or the GPU" "$cuda_line" ;;
+esac
+
 echo "1..$n"
 [ "$failed" -eq 0 ]
