@@ -215,7 +215,10 @@ end
 T.ok(math_ok and seen_compute, "roof% = achieved / min(peak, bandwidth x intensity)")
 if not seen_bw then T.diag("no kernel without flops in this sample") end
 
-local text = tostring(r)
+-- a roof% above 100 (ceilings measured low, as under a sanitizer build)
+-- adds a legend line after the total: set aside for the layout checks
+local function no_legend(t) return (t:gsub("\nroof%% with !:[^\n]*$", "")) end
+local text = no_legend(tostring(r))
 T.like(text, "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s  roof%%\n",
   "tostring(kiln.time(...)) starts with the design's header (the kernel column as wide as the longest name)")
 T.like(text, "\ntotal [%d.]+ us per call %(device%), host overhead %d+ us %(%d+%.%d us per kernel%), %d+ kernels, CUDA graph: no$",
@@ -241,7 +244,7 @@ T.raises(function() kiln.time(42) end, "expected a compiled model or a function"
 
 local prof = kiln.profile(cm, x[1], { profile_iters = 2, warmup = 0 })
 T.ok(#prof >= #klist, "kiln.profile lists the kernels")
-T.like(tostring(prof), "^  #  kernel .*\n[%d.]+ us per call in %d+ kernels$", "kiln.profile prints as a table")
+T.like(no_legend(tostring(prof)), "^  #  kernel .*\n[%d.]+ us per call in %d+ kernels$", "kiln.profile prints as a table")
 
 local trace_path = cache .. "/trace.json"
 local tp, nev = kiln.trace(cm, x[1], trace_path)
@@ -314,7 +317,7 @@ T.like(o3, "cached=true", "then read again")
 -- on the default device (the GPU where there is one)
 kiln.load("samples/transformer_block.lua", { quiet = true })
 capture(kiln.cmd.mode, "default")
-out = capture(kiln.cmd.time, "3")
+out = no_legend((capture(kiln.cmd.time, "3"):gsub("\n$", "")))
 local lines = {}
 for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
 T.like(lines[1] or "", "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s  roof%%$", ":time prints the header")
@@ -322,7 +325,7 @@ T.like(lines[#lines] or "", "^total [%d.]+ us per call %(device%), host overhead
   ":time ends with the total line")
 local krows = 0
 for _, l in ipairs(lines) do
-  if l:match("^ +%d+  k%d+_%S+ +%a+ +%d+ +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+$") then krows = krows + 1 end
+  if l:match("^ +%d+  k%d+_%S+ +%a+ +%d+ +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+!?$") then krows = krows + 1 end
 end
 -- (a pointwise kernel folded into a matmul's library epilogue on the GPU
 -- runs inside that matmul's row)
