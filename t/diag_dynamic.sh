@@ -6,29 +6,9 @@
 # eager and says why once, :time says the model re-traces on every call once,
 # and a dynamic number's recompile as :recompiles prints it.
 # Run by prove through t/run, which sets $KILN.
-KILN=${KILN:-build/kiln}
-case $KILN in /*) ;; *) KILN=$(pwd)/$KILN ;; esac
-
-n=0
-failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. t/lib/tap.sh
 KILN_CACHE_DIR="$tmp/cache"
 export KILN_CACHE_DIR
-
-pass() { n=$((n + 1)); echo "ok $n - $1"; }
-fail() {
-    n=$((n + 1)); failed=$((failed + 1))
-    echo "not ok $n - $1"
-    shift
-    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/#   /'; done
-}
-is() {
-    if [ "$1" = "$2" ]; then pass "$3"; else fail "$3" "got:" "$1" "expected:" "$2"; fi
-}
-like() {
-    case $1 in *"$2"*) pass "$3" ;; *) fail "$3" "got:" "$1" "to contain:" "$2" ;; esac
-}
 # feed INPUT: run kiln with INPUT on stdin; sets out, err, rc.
 feed() {
     printf '%s' "$1" | KILN_LOGS= "$KILN" >"$tmp/out" 2>"$tmp/err"

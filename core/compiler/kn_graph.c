@@ -68,11 +68,9 @@ kn_status kn_graph_add_node(kn_graph *g, const kn_node *n, int *index)
     return KN_OK;
 }
 
-kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
-                             const char *where, int *node)
+/* An input's record of tensor t (retained: the graph holds it). */
+static void fill_input(kn_graph_input *in, kn_input_kind kind, const char *name, kn_tensor *t)
 {
-    KN_TRY(grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(kn_graph_input)));
-    kn_graph_input *in = &g->inputs[g->n_inputs];
     memset(in, 0, sizeof *in);
     in->kind = kind;
     snprintf(in->name, sizeof in->name, "%s", name);
@@ -82,6 +80,14 @@ kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, 
     in->meta = kn_tensor_meta(t);
     memcpy(in->strides, t->strides, sizeof in->strides);
     in->device = kn_tensor_device(t);
+}
+
+kn_status kn_graph_add_input(kn_graph *g, kn_input_kind kind, const char *name, kn_tensor *t,
+                             const char *where, int *node)
+{
+    KN_TRY(grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(kn_graph_input)));
+    kn_graph_input *in = &g->inputs[g->n_inputs];
+    fill_input(in, kind, name, t);
     kn_node n;
     memset(&n, 0, sizeof n);
     n.op = KN_NODE_INPUT;
@@ -106,15 +112,7 @@ kn_status kn_graph_const_to_input(kn_graph *g, int node, kn_input_kind kind, con
     for (int i = node + 1; i < g->n_nodes; i++)
         if (g->nodes[i].op == KN_NODE_INPUT) g->nodes[i].input++;
     kn_graph_input *in = &g->inputs[at];
-    memset(in, 0, sizeof *in);
-    in->kind = kind;
-    snprintf(in->name, sizeof in->name, "%s", name);
-    in->tensor = t;
-    kn_tensor_retain(t);
-    in->tensor_id = t->id;
-    in->meta = kn_tensor_meta(t);
-    memcpy(in->strides, t->strides, sizeof in->strides);
-    in->device = kn_tensor_device(t);
+    fill_input(in, kind, name, t);
     g->n_inputs++;
     n->op = KN_NODE_INPUT;
     n->input = at;

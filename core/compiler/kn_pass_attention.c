@@ -202,19 +202,7 @@ static void covers_text(const kn_graph *g, const attn_match *m, bool causal, cha
     if (m->scale_node >= 0 && !m->scale_before_mask) order[n++] = m->scale_node;
     order[n++] = m->softmax;
     order[n++] = m->mm2;
-    size_t len = 0;
-    buf[0] = 0;
-    const char *first = g->nodes[order[0]].where;
-    const char *colon = strrchr(first, ':');
-    size_t file_len = colon ? (size_t)(colon - first) : 0;
-    for (int i = 0; i < n && len < size; i++) {
-        const char *w = g->nodes[order[i]].where;
-        const char *shown = w;
-        if (i > 0 && file_len && !strncmp(w, first, file_len) && w[file_len] == ':') shown = w + file_len;
-        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", i ? ", " : "", kn_node_op_name(&g->nodes[order[i]]),
-                                shown[0] ? " " : "", shown);
-    }
-    if (causal && len < size) snprintf(buf + len, size - len, " (causal mask folded)");
+    kn_pass_covers_text(g, order, n, causal ? " (causal mask folded)" : NULL, buf, size);
 }
 
 static kn_status try_softmax(kn_pass_ctx *x, int sm)

@@ -100,6 +100,23 @@ const char *kn_pass_who(const kn_graph *g, int i, char *buf, size_t size)
     return buf;
 }
 
+void kn_pass_covers_text(const kn_graph *g, const int *order, int n, const char *folded, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    const char *first = g->nodes[order[0]].where;
+    const char *colon = strrchr(first, ':');
+    size_t file_len = colon ? (size_t)(colon - first) : 0;
+    for (int i = 0; i < n && len < size; i++) {
+        const char *w = g->nodes[order[i]].where;
+        const char *shown = w;
+        if (i > 0 && file_len && !strncmp(w, first, file_len) && w[file_len] == ':') shown = w + file_len;
+        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", i ? ", " : "", kn_node_op_name(&g->nodes[order[i]]),
+                                shown[0] ? " " : "", shown);
+    }
+    if (folded && len < size) snprintf(buf + len, size - len, "%s", folded);
+}
+
 static int use_count(const kn_pass_ctx *x, int node)
 {
     int uses = 0;

@@ -60,6 +60,11 @@ void kn_pass_note(kn_pass_ctx *x, const char *fmt, ...)
     ;
 /* "matmul (f.lua:3)": how a note names node i (written into buf). */
 const char *kn_pass_who(const kn_graph *g, int i, char *buf, size_t size);
+/* What a fused node covers, for :kernels: "matmul f.lua:27, mul :27,
+ * softmax :28" (nodes order[0..n) each once with its line, the file named
+ * on the first only when all share it), then `folded` (" (causal mask
+ * folded)") when not NULL. */
+void kn_pass_covers_text(const kn_graph *g, const int *order, int n, const char *folded, char *buf, size_t size);
 /* One user and not a value the caller needs: the node can disappear. */
 bool kn_pass_private_value(const kn_pass_ctx *x, int node);
 /* Append a node of op `op` on inputs refs[0..n) with attrs a (NULL: the

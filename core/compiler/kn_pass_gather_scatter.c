@@ -35,25 +35,6 @@ static bool per_edge(const kn_meta *w, const kn_meta *msg)
     return true;
 }
 
-/* "index_select f.lua:46, mul :46, index_add :47 (zero fill folded)": each
- * op once with its line, the file named on the first only when all share it. */
-static void covers_text(const kn_graph *g, const int *order, int n, bool folded, char *buf, size_t size)
-{
-    size_t len = 0;
-    buf[0] = 0;
-    const char *first = g->nodes[order[0]].where;
-    const char *colon = strrchr(first, ':');
-    size_t file_len = colon ? (size_t)(colon - first) : 0;
-    for (int i = 0; i < n && len < size; i++) {
-        const char *w = g->nodes[order[i]].where;
-        const char *shown = w;
-        if (i > 0 && file_len && !strncmp(w, first, file_len) && w[file_len] == ':') shown = w + file_len;
-        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", i ? ", " : "", kn_node_op_name(&g->nodes[order[i]]),
-                                shown[0] ? " " : "", shown);
-    }
-    if (folded && len < size) snprintf(buf + len, size - len, " (zero fill folded)");
-}
-
 static kn_status try_index_add(kn_pass_ctx *x, int ia)
 {
     kn_graph *g = x->g;
@@ -160,7 +141,9 @@ static kn_status try_index_add(kn_pass_ctx *x, int ia)
         order[no++] = base;
         order[no++] = ia;
     }
-    covers_text(g, order, no, folded, g->nodes[gs].covers, sizeof g->nodes[gs].covers);
+    /* "index_select f.lua:46, mul :46, index_add :47 (zero fill folded)" */
+    kn_pass_covers_text(g, order, no, folded ? " (zero fill folded)" : NULL, g->nodes[gs].covers,
+                        sizeof g->nodes[gs].covers);
     if (!kn_pass_replace(x, ia, KN_REF(gs, 0))) {
         x->dead[gs] = 1;
         return KN_OK;
