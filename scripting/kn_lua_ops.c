@@ -396,6 +396,26 @@ static int l_matmul(lua_State *L)
     return run_call(L, &c, KN_CPU);
 }
 
+/* The options table at idx holds only the string keys in `keys` (NULL
+ * ended): a typo must not pass silently. Raises "FN: unknown option 'k'
+ * (the options are LIST)". */
+static void check_option_keys(lua_State *L, int idx, const char *fn, const char *const *keys, const char *list)
+{
+    luaL_checktype(L, idx, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        bool known = false;
+        for (int i = 0; key && keys[i] && !known; i++) known = strcmp(key, keys[i]) == 0;
+        if (!known) {
+            lua_pushvalue(L, -2);
+            kn_lua_fail(L, kn_error(KN_ERR_ARG, "%s: unknown option '%s' (the options are %s)", fn,
+                                    luaL_tolstring(L, -1, NULL), list));
+        }
+        lua_pop(L, 1);
+    }
+}
+
 /* scaled_dot_product_attention(q, k, v, [{causal = bool, scale = number, mask = tensor}]):
  * PyTorch's F.scaled_dot_product_attention; scale defaults to 1/sqrt(head size). */
 static int l_scaled_dot_product_attention(lua_State *L)
@@ -408,19 +428,8 @@ static int l_scaled_dot_product_attention(lua_State *L)
     int64_t d = q->ndim ? q->shape[q->ndim - 1] : 0;
     c.a.scale = d > 0 ? 1.0 / sqrt((double)d) : 1.0;
     if (!lua_isnoneornil(L, 4)) {
-        luaL_checktype(L, 4, LUA_TTABLE);
-        lua_pushnil(L);
-        while (lua_next(L, 4)) { /* every key must be one we read: a typo must not pass silently */
-            const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-            if (!key || (strcmp(key, "causal") && strcmp(key, "scale") && strcmp(key, "mask"))) {
-                lua_pushvalue(L, -2);
-                return kn_lua_fail(L, kn_error(KN_ERR_ARG,
-                                               "scaled_dot_product_attention: unknown option '%s' (the options "
-                                               "are causal, scale and mask)",
-                                               luaL_tolstring(L, -1, NULL)));
-            }
-            lua_pop(L, 1);
-        }
+        static const char *const keys[] = {"causal", "scale", "mask", NULL};
+        check_option_keys(L, 4, "scaled_dot_product_attention", keys, "causal, scale and mask");
         lua_getfield(L, 4, "causal");
         if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
             return kn_lua_fail(L, kn_error(KN_ERR_ARG, "scaled_dot_product_attention: causal must be a boolean, got %s",
@@ -637,19 +646,8 @@ static int l_gather_scatter(lua_State *L)
     bool rows_given = false;
     lua_Integer rows = c.in[0]->ndim >= 1 ? c.in[0]->shape[0] : 0;
     if (!lua_isnoneornil(L, 4)) {
-        luaL_checktype(L, 4, LUA_TTABLE);
-        lua_pushnil(L);
-        while (lua_next(L, 4)) { /* every key must be one we read: a typo must not pass silently */
-            const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-            if (!key || (strcmp(key, "weight") && strcmp(key, "base") && strcmp(key, "rows"))) {
-                lua_pushvalue(L, -2);
-                return kn_lua_fail(L, kn_error(KN_ERR_ARG,
-                                               "gather_scatter: unknown option '%s' (the options are weight, base "
-                                               "and rows)",
-                                               luaL_tolstring(L, -1, NULL)));
-            }
-            lua_pop(L, 1);
-        }
+        static const char *const keys[] = {"weight", "base", "rows", NULL};
+        check_option_keys(L, 4, "gather_scatter", keys, "weight, base and rows");
         lua_getfield(L, 4, "weight");
         if (!lua_isnil(L, -1)) w = kn_lua_checktensor(L, lua_gettop(L));
         lua_getfield(L, 4, "base");
