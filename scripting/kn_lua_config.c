@@ -40,6 +40,13 @@ void kn_lua_open_config(lua_State *L, int kiln)
     lua_setfield(L, -2, "check_numerics"); /* compare every compiled run with the reference */
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "fold_epilogues"); /* bias/ReLU/residual in the matmul or conv library call */
+    /* conv chains channels-last: "auto" (where the device runs them faster), true, false;
+     * KILN_CHANNELS_LAST=0/1 sets the default (benchmarks compare both) */
+    const char *cl = getenv("KILN_CHANNELS_LAST");
+    if (cl && strcmp(cl, "1") == 0) lua_pushboolean(L, 1);
+    else if (cl && strcmp(cl, "0") == 0) lua_pushboolean(L, 0);
+    else lua_pushstring(L, "auto");
+    lua_setfield(L, -2, "channels_last");
     lua_pushnumber(L, kn_autotune_get_opts()->budget_s);
     lua_setfield(L, -2, "autotune_budget_s"); /* max-autotune's search time per compiled function */
     const char *cache = getenv("KILN_CACHE_DIR");
@@ -150,6 +157,7 @@ void kn_lua_sync_config(lua_State *L)
 void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
 {
     bool fold = true;
+    int channels_last = -1; /* -1: auto */
     lua_getfield(L, LUA_REGISTRYINDEX, "kiln.config");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "cache_size_limit");
@@ -178,7 +186,11 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
         fold = lua_isnil(L, -1) || lua_toboolean(L, -1);
         lua_getfield(L, -8, "dynamic_numbers");
         cm->opt.dynamic_numbers = lua_isnil(L, -1) || lua_toboolean(L, -1);
-        lua_pop(L, 8);
+        lua_getfield(L, -9, "channels_last");
+        if (lua_isboolean(L, -1)) channels_last = lua_toboolean(L, -1) ? 1 : 0;
+        else if (!lua_isnil(L, -1) && !(lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "auto") == 0))
+            luaL_error(L, "kiln.config.channels_last must be true, false or \"auto\" (got %s)", luaL_tolstring(L, -1, NULL));
+        lua_pop(L, 9);
     }
     lua_pop(L, 1);
     kn_lua_sync_config(L);
@@ -186,6 +198,8 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
     cm->log.flags = log_flags;
     cm->opt.pass_flags = (log_flags & KN_LOG_PASSES) ? KN_PASSES_LOG : 0;
     if (!fold) cm->opt.pass_flags |= KN_PLAN_NO_EPILOGUES;
+    if (channels_last < 0) cm->opt.pass_flags |= KN_PLAN_NHWC_AUTO;
+    else if (channels_last) cm->opt.pass_flags |= KN_PASSES_NHWC_HALF | KN_PASSES_NHWC_F32;
 #ifndef NDEBUG
     cm->opt.pass_flags |= KN_PASSES_VERIFY; /* debug builds check the graph after every pass */
 #endif

@@ -57,6 +57,8 @@ static void attrs_text(kn_strbuf *b, const kn_node *n)
         kn_strbuf_printf(b, " stride={%d,%d} padding={%d,%d} dilation={%d,%d} groups=%d", a->stride[0],
                   a->stride[1], a->padding[0], a->padding[1], a->dilation[0], a->dilation[1],
                   a->groups);
+        if (a->in_layout || a->out_layout)
+            kn_strbuf_printf(b, " layout=%s->%s", a->in_layout ? "nhwc" : "nchw", a->out_layout ? "nhwc" : "nchw");
         break;
     case KN_K_POOL:
         if (op == KN_OP_ADAPTIVE_AVG_POOL2D) sb_shape(b, "size", a->shape, a->nshape);

@@ -24,6 +24,7 @@ typedef struct kn_pass_ctx {
     int *repl;            /* cap * KN_MAX_OUTPUTS refs: where uses of each value go */
     unsigned char *dead;  /* cap: remove this node */
     int *before;          /* cap: an appended node goes before this original node (-1: at the end) */
+    int flags;            /* the caller's KN_PASSES_* flags (the layout pass reads KN_PASSES_NHWC_*) */
     char **notes;         /* where a pass explains what it left alone (KILN_LOGS=fusion), or NULL:
                              lines appended to a malloc'd string the caller frees */
 } kn_pass_ctx;

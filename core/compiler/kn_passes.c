@@ -6,6 +6,7 @@
 
 #include "kn_graph_print.h"
 #include "kn_pass_attention.h"
+#include "kn_pass_channels_last.h"
 #include "kn_pass_gather_scatter.h"
 #include "kn_pass_ctx.h"
 #include "kn_passes_fold.h"
@@ -458,6 +459,7 @@ static const pass_entry pass_table[] = {
     {"simplify", pass_simplify},
     {"attention", kn_pass_attention},
     {"gather_scatter", kn_pass_gather_scatter},
+    {"channels_last", kn_pass_channels_last},
     {"fold_once", kn_pass_fold_once},
 };
 
@@ -465,7 +467,7 @@ static const pass_entry pass_table[] = {
  * mask's subgraph, which fold_once would turn into an input; gather_scatter
  * too: it folds a zeros base, which fold_once would make an input */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
-                                        "attention", "gather_scatter", "fold_once", "dce", NULL};
+                                        "attention", "gather_scatter", "channels_last", "fold_once", "dce", NULL};
 
 const char *const *kn_passes_names(void)
 {
@@ -495,6 +497,7 @@ static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_out
     kn_pass_ctx x;
     KN_TRY(ctx_begin(&x, g, outputs, n_outputs));
     x.notes = notes;
+    x.flags = flags;
     kn_status st = p->run(&x);
     if (st == KN_OK) st = commit(&x, p->name);
     ctx_end(&x);
@@ -523,6 +526,8 @@ kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flag
     if (flags & KN_PASSES_LOG) KN_TRY(log_graph(g, "capture"));
     for (int k = 0; pass_list[k]; k++) {
         if ((flags & KN_PASSES_NO_ATTENTION) && strcmp(pass_list[k], "attention") == 0) continue;
+        if (!(flags & (KN_PASSES_NHWC_HALF | KN_PASSES_NHWC_F32)) && strcmp(pass_list[k], "channels_last") == 0)
+            continue;
         KN_TRY(run_pass(g, pass_list[k], outputs, n_outputs, flags, notes));
     }
     return KN_OK;

@@ -2,7 +2,8 @@
  * and the graph checker that runs between them (the printer is kn_graph_print).
  *
  * The pipeline is a short named list, as tinygrad's: dce, cse,
- * fold_constants, fold_batch_norm, simplify, attention, fold_once, dce. Each pass rewrites the
+ * fold_constants, fold_batch_norm, simplify, attention, gather_scatter,
+ * channels_last, fold_once, dce. Each pass rewrites the
  * graph in place and keeps its invariants (node i reads only nodes before
  * it; every node's out metas are what kn_op_infer says for its inputs), so
  * kn_graph_verify can run after any of them. A pass may remove, merge and
@@ -52,13 +53,7 @@
 #include "kn_graph.h"
 #include "kn_graph_print.h" /* kn_graph_format, for the callers that log graphs */
 
-enum {
-    KN_PASSES_VERIFY = 1, /* kn_graph_verify after each pass; an error names the pass and node */
-    KN_PASSES_LOG = 2,    /* print the graph to stderr after each pass (KILN_LOGS=passes) */
-    KN_PLAN_NO_EPILOGUES = 4, /* plans keep library epilogues as separate kernels (kiln.config.fold_epilogues = false) */
-    KN_PLAN_AUTOTUNE = 8,     /* max-autotune: plans take cached choices and search at their first call */
-    KN_PASSES_NO_ATTENTION = 16 /* skip the attention pass (the plan's backend has no attention kernel) */
-};
+#include "kn_pass_flags.h" /* KN_PASSES_* and KN_PLAN_* */
 
 /* Run the pass list on g in place. outputs[0..n_outputs) are the node
  * indices whose values the caller needs (output 0, or every output of a

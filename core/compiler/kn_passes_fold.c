@@ -232,6 +232,7 @@ kn_status kn_pass_fold_once(kn_pass_ctx *x)
         memcpy(where, g->nodes[i].where, sizeof where);
         int in_node;
         st = kn_graph_add_input(g, KN_IN_VALUE, name, val[KN_REF(i, 0)], where, &in_node);
+        if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
         if (st == KN_OK) st = kn_pass_sync(x);
         if (st != KN_OK) break;
         g = x->g; /* the node array may have moved */
@@ -389,7 +390,9 @@ static kn_status bn_apply(kn_pass_ctx *x, const bn_fold *f)
     int wn, bn_node;
     kn_status st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv weight", wt, where, &wn);
     kn_tensor_release(wt);
+    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
     if (st == KN_OK) st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv bias", bt, where, &bn_node);
+    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
     kn_tensor_release(bt);
     if (st == KN_OK) st = kn_pass_sync(x);
     if (st != KN_OK) return st;

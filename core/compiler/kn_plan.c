@@ -421,6 +421,15 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         kn_opcall probe;
         kn_opcall_init(&probe, KN_OP_ATTENTION);
         if (!adc || !adc->be->supports_op(adc, &probe)) pass_flags |= KN_PASSES_NO_ATTENTION;
+        /* channels-last convolutions where the backend says they are faster */
+        bool has_conv = false; /* asking starts the device's conv library: only when it will run */
+        for (int i = 0; i < p->g.n_nodes && !has_conv; i++) has_conv = p->g.nodes[i].op == KN_OP_CONV2D;
+        if ((pass_flags & KN_PLAN_NHWC_AUTO) && has_conv) {
+            if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_BF16))
+                pass_flags |= KN_PASSES_NHWC_HALF;
+            if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32))
+                pass_flags |= KN_PASSES_NHWC_F32;
+        }
     }
     st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
     if (st != KN_OK) {

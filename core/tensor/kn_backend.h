@@ -50,6 +50,11 @@ typedef struct kn_backend {
      * transpose and reshape after it copy nothing (kn_fuse_ex). c->out[0]
      * may be a header without storage. NULL: never. */
     bool (*strided_out)(kn_device_ctx *d, const kn_opcall *c);
+    /* Whether this device runs conv2d of dtype dt faster channels-last
+     * (KN_LAYOUT_NHWC, its channels padded to 16 bytes) than NCHW: the
+     * layout pass's question under kiln.config.channels_last = "auto".
+     * NULL: never. */
+    bool (*conv_channels_last)(kn_device_ctx *d, kn_dtype dt);
     /* Wait for queued work (no-op on CPU). */
     kn_status (*sync)(kn_device_ctx *d);
     /* Generated code (NULL where the backend has none): compile the

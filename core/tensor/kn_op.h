@@ -50,6 +50,8 @@ kn_op kn_op_by_name(const char *name);
 #define KN_MAX_INPUTS 8 /* cat takes up to this many inputs in one call */
 #define KN_MAX_OUTPUTS 2
 
+enum { KN_LAYOUT_NCHW = 0, KN_LAYOUT_NHWC = 1 };
+
 typedef struct kn_attrs {
     int dims[KN_MAX_DIMS]; /* reduce dims; permute order */
     int ndims;             /* reduce: 0 means all dims */
@@ -65,7 +67,14 @@ typedef struct kn_attrs {
     int ceil_mode;        /* pools */
     int count_include_pad; /* avg_pool2d (default 1, as PyTorch) */
     int causal;           /* attention: 1 keeps key j for query i only where j <= i (top-left, as
-                             PyTorch's is_causal); here it fills the padding before eps */
+                             PyTorch's is_causal) */
+    /* conv2d's memory layouts (KN_LAYOUT_*), set only by the channels-last
+     * pass (kn_pass_channels_last); users' convs are NCHW. With either one
+     * NHWC the weight is {K, kh, kw, C/groups padded}: its extra channels
+     * meet zeros (the input's channels are padded with zeros to match).
+     * Two ints: together they fill the padding before eps, and attrs are
+     * compared as bytes (cse). */
+    int in_layout, out_layout;
     double eps;           /* norms */
     double value;         /* full value; masked_fill value; arange start; rand/randint low */
     double value2;        /* arange step; randint high */

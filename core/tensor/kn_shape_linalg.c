@@ -126,9 +126,17 @@ kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out)
     KN_TRY(check_float(c, 0, "input"));
     KN_TRY(check_float(c, 1, "weight"));
     if (bias) KN_TRY(check_float(c, 2, "bias"));
+    /* channels-last (set by the layout pass only): x {N, H, W, C} when
+     * in_layout is NHWC, the output {N, P, Q, K} when out_layout is; the
+     * weight {K, kh, kw, Cw} with Cw >= C/groups (zero-padded channels) */
+    bool x_cl = at->in_layout == KN_LAYOUT_NHWC, y_cl = at->out_layout == KN_LAYOUT_NHWC, w_cl = x_cl || y_cl;
+    if ((at->in_layout != KN_LAYOUT_NCHW && !x_cl) || (at->out_layout != KN_LAYOUT_NCHW && !y_cl))
+        return kn_error(KN_ERR_ARG, "conv2d: unknown layout (in %d, out %d)", at->in_layout, at->out_layout);
     if (x->ndim != 3 && x->ndim != 4)
         return kn_error(KN_ERR_SHAPE, "conv2d: input must have 4 dims {N, C, H, W} or 3 dims {C, H, W}, got %s",
                         shape_of(x, sx));
+    if (w_cl && x->ndim != 4)
+        return kn_error(KN_ERR_SHAPE, "conv2d: a channels-last conv needs a 4-dim input, got %s", shape_of(x, sx));
     if (w->ndim != 4)
         return kn_error(KN_ERR_SHAPE, "conv2d: weight must have 4 dims {out, in/groups, kh, kw}, got %s",
                         shape_of(w, sw));
@@ -145,13 +153,18 @@ kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out)
     }
     if (at->groups <= 0)
         return kn_error(KN_ERR_ARG, "conv2d: groups must be positive, got %d", at->groups);
-    int xo = x->ndim - 3; /* index of the channel dim */
-    int64_t chans = x->shape[xo], oc = w->shape[0], per_group = w->shape[1];
-    int64_t kh = w->shape[2], kw = w->shape[3], want;
+    int xo = x->ndim - 3; /* index of the channel dim (NCHW) */
+    int xc = x_cl ? 3 : xo, xh = x_cl ? 1 : xo + 1, xw = x_cl ? 2 : xo + 2;
+    int64_t chans = x->shape[xc], oc = w->shape[0], per_group = w->shape[w_cl ? 3 : 1];
+    int64_t kh = w->shape[w_cl ? 1 : 2], kw = w->shape[w_cl ? 2 : 3], want;
     if (kh <= 0 || kw <= 0)
         return kn_error(KN_ERR_SHAPE, "conv2d: weight kernel size must be positive, got weight %s",
                         shape_of(w, sw));
-    if (__builtin_mul_overflow(per_group, (int64_t)at->groups, &want) || want != chans)
+    if (__builtin_mul_overflow(per_group, (int64_t)at->groups, &want))
+        want = -1;
+    /* padded weight channels: one group only (groups split the padded dim otherwise) */
+    bool fits = w_cl && at->groups == 1 ? want >= chans : want == chans;
+    if (!fits)
         return kn_error(KN_ERR_SHAPE, "conv2d: input has %lld channels but weight expects %lld (groups %d): input %s, weight %s",
                         (long long)chans, (long long)per_group * at->groups, at->groups,
                         shape_of(x, sx), shape_of(w, sw));
@@ -162,8 +175,8 @@ kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out)
         return kn_error(KN_ERR_SHAPE, "conv2d: bias must have shape {%lld} (one per output channel), got %s",
                         (long long)oc, shape_of(bias, sx));
     int64_t oh, ow;
-    if (!window_out(x->shape[xo + 1], at->padding[0], kh, at->dilation[0], at->stride[0], false, &oh) ||
-        !window_out(x->shape[xo + 2], at->padding[1], kw, at->dilation[1], at->stride[1], false, &ow))
+    if (!window_out(x->shape[xh], at->padding[0], kh, at->dilation[0], at->stride[0], false, &oh) ||
+        !window_out(x->shape[xw], at->padding[1], kw, at->dilation[1], at->stride[1], false, &ow))
         return kn_error(KN_ERR_SHAPE, "conv2d: input %s with padding {%d,%d} is smaller than the kernel %lldx%lld (dilation {%d,%d})",
                         shape_of(x, sx), at->padding[0], at->padding[1], (long long)kh,
                         (long long)kw, at->dilation[0], at->dilation[1]);
@@ -172,9 +185,10 @@ kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out)
     out->dtype = dt;
     out->ndim = 0;
     if (xo) out->shape[out->ndim++] = x->shape[0];
-    out->shape[out->ndim++] = oc;
+    if (!y_cl) out->shape[out->ndim++] = oc;
     out->shape[out->ndim++] = oh;
     out->shape[out->ndim++] = ow;
+    if (y_cl) out->shape[out->ndim++] = oc;
     return kn_shape_check("conv2d", out->ndim, out->shape, out->dtype);
 }
 

@@ -176,8 +176,59 @@ static void conv_finish(const kn_tensor *bias, kn_tensor *out, const void *acc, 
     }
 }
 
+/* A header over t's storage with its dims read in the order dims[]
+ * (a permuted view that nobody retains or releases). */
+static kn_tensor permuted_header(const kn_tensor *t, const int dims[4])
+{
+    kn_tensor v = *t;
+    for (int d = 0; d < 4; d++) {
+        v.shape[d] = t->shape[dims[d]];
+        v.strides[d] = t->strides[dims[d]];
+    }
+    return v;
+}
+
+/* The channels-last forms (the layout pass's, KN_LAYOUT_NHWC): the same
+ * sums as NCHW, read through permuted headers; the weight's padded
+ * channels (which meet zeros) are left out; an NHWC output is computed
+ * NCHW and laid out by one copy. The CPU is the reference here, not
+ * the fast path: the pass turns channels-last on for the CPU only when
+ * asked (kiln.config.channels_last = true). */
+static kn_status conv_channels_last(const kn_opcall *c)
+{
+    static const int nhwc_as_nchw[4] = {0, 3, 1, 2};
+    const kn_tensor *x = c->in[0], *w = c->in[1];
+    kn_tensor xv = c->a.in_layout == KN_LAYOUT_NHWC ? permuted_header(x, nhwc_as_nchw) : *x;
+    kn_tensor wv = permuted_header(w, nhwc_as_nchw);
+    wv.shape[1] = xv.shape[1] / c->a.groups;
+    kn_opcall inner = *c;
+    inner.a.in_layout = inner.a.out_layout = KN_LAYOUT_NCHW;
+    inner.in[0] = &xv;
+    inner.in[1] = &wv;
+    kn_tensor *out = c->out[0];
+    if (c->a.out_layout != KN_LAYOUT_NHWC) return kn_cpu_conv2d(&inner);
+    int64_t shape[4] = {out->shape[0], out->shape[3], out->shape[1], out->shape[2]};
+    kn_tensor *tmp;
+    KN_TRY(kn_tensor_new(out->dtype, 4, shape, KN_CPU, &tmp));
+    inner.out[0] = tmp;
+    kn_status st = kn_cpu_conv2d(&inner);
+    if (st == KN_OK) { /* out[n, p, q, k] = tmp[n, k, p, q]; both contiguous */
+        size_t es = kn_dtype_size(out->dtype);
+        const char *src = kn_tensor_data(tmp);
+        char *dst = kn_tensor_data(out);
+        int64_t k = shape[1], pq = shape[2] * shape[3];
+        for (int64_t n = 0; n < shape[0]; n++)
+            for (int64_t i = 0; i < pq; i++)
+                for (int64_t o = 0; o < k; o++)
+                    memcpy(dst + (size_t)((n * pq + i) * k + o) * es, src + (size_t)((n * k + o) * pq + i) * es, es);
+    }
+    kn_tensor_release(tmp);
+    return st;
+}
+
 kn_status kn_cpu_conv2d(const kn_opcall *c)
 {
+    if (c->a.in_layout != KN_LAYOUT_NCHW || c->a.out_layout != KN_LAYOUT_NCHW) return conv_channels_last(c);
     const kn_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
     kn_tensor *out = c->out[0];
     img4 v = img4_of(x);

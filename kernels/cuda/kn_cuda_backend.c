@@ -348,6 +348,11 @@ static bool cuda_strided_out(kn_device_ctx *d, const kn_opcall *c)
     return c && c->op == KN_OP_MATMUL && kn_cuda_matmul_strided_ok(c);
 }
 
+static bool cuda_conv_channels_last(kn_device_ctx *d, kn_dtype dt)
+{
+    return kn_cuda_enter(d) == KN_OK && kn_cuda_conv_prefers_nhwc(dt);
+}
+
 static kn_status cuda_sync(kn_device_ctx *d)
 {
     KN_TRY(kn_cuda_enter(d));
@@ -618,6 +623,7 @@ static const kn_backend kn_cuda_backend = {
     .supports_op = cuda_supports_op,
     .run = cuda_run,
     .strided_out = cuda_strided_out,
+    .conv_channels_last = cuda_conv_channels_last,
     .sync = cuda_sync,
     .compile_program = cuda_compile_program,
     .release_program = cuda_release_program,

@@ -36,7 +36,9 @@
 
 #define GRID_CAP 65535
 
-/* kiln's kernel: any strides, any float dtypes, bias fused. */
+/* kiln's kernel: any strides (y's too), any float dtypes, bias fused.
+ * x, w and y are seen as NCHW here: a channels-last call passes permuted
+ * headers (conv_run). */
 static kn_status conv_naive(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
                             kn_tensor *y, const kn_attrs *at)
 {
@@ -52,7 +54,11 @@ static kn_status conv_naive(const kn_tensor *x, const kn_tensor *w, const kn_ten
     p.k = w->shape[0], p.r = w->shape[2], p.s = w->shape[3];
     p.p = y->shape[yo + 1], p.q = y->shape[yo + 2];
     p.xs[0] = xo ? x->strides[0] : 0;
-    for (int i = 0; i < 3; i++) p.xs[i + 1] = x->strides[xo + i];
+    p.ys[0] = yo ? y->strides[0] : 0;
+    for (int i = 0; i < 3; i++) {
+        p.xs[i + 1] = x->strides[xo + i];
+        p.ys[i + 1] = y->strides[yo + i];
+    }
     for (int i = 0; i < 4; i++) p.ws[i] = w->strides[i];
     p.bias_s = bias ? bias->strides[0] : 0;
     p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
@@ -65,12 +71,86 @@ static kn_status conv_naive(const kn_tensor *x, const kn_tensor *w, const kn_ten
     return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
 }
 
+/* A header over t's storage with its dims read in the order dims[] (not
+ * retained: it lives as long as the call). */
+static kn_tensor permuted_header(const kn_tensor *t, const int dims[4])
+{
+    kn_tensor v = *t;
+    for (int d = 0; d < 4; d++) {
+        v.shape[d] = t->shape[dims[d]];
+        v.strides[d] = t->strides[dims[d]];
+    }
+    return v;
+}
+
+/* x (seen as NCHW through any strides) as a new contiguous {N, H, W, cp}
+ * of x's dtype, channels past C zero: a channels-last conv's input. */
+static kn_status to_nhwc(const kn_tensor *x, int64_t cp, kn_tensor **out)
+{
+    int64_t shape[4] = {x->shape[0], x->shape[2], x->shape[3], cp};
+    KN_TRY(kn_tensor_new(x->dtype, 4, shape, kn_tensor_device(x), out));
+    kn_la_nhwc_args p;
+    memset(&p, 0, sizeof p);
+    p.x = kn_cuda_tensor_ptr(x);
+    p.y = kn_cuda_tensor_ptr(*out);
+    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.w = x->shape[3], p.cp = cp;
+    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
+    p.esize = (int)kn_dtype_size(x->dtype);
+    const void *fn;
+    kn_status st = kn_cuda_linalg_kernel("kn_la_to_nhwc", &fn);
+    int64_t total = kn_tensor_numel(*out), g = (total + 255) / 256;
+    if (st == KN_OK) st = kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
+    if (st != KN_OK) {
+        kn_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* Whether the stem kernel takes this channels-last call: an NCHW input
+ * whose taps per output channel (C x kh x kw) fit its shared memory, one
+ * group, one float dtype throughout (f64 stays on the exact paths). */
+static bool stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
+{
+    kn_dtype dt = y->dtype;
+    return at->out_layout == KN_LAYOUT_NHWC && at->in_layout == KN_LAYOUT_NCHW && at->groups == 1 && x->ndim == 4 &&
+           (dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && x->dtype == dt && w->dtype == dt &&
+           kn_tensor_is_contiguous(w) && kn_tensor_is_contiguous(y) &&
+           x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS;
+}
+
+static kn_status conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                           const kn_attrs *at, int act)
+{
+    kn_la_stem_args p;
+    memset(&p, 0, sizeof p);
+    p.x = kn_cuda_tensor_ptr(x);
+    p.w = kn_cuda_tensor_ptr(w);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.y = kn_cuda_tensor_ptr(y);
+    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.wd = x->shape[3];
+    p.k = w->shape[0], p.r = w->shape[1], p.s = w->shape[2], p.cw = w->shape[3];
+    p.p = y->shape[1], p.q = y->shape[2];
+    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
+    p.dh = at->dilation[0], p.dw = at->dilation[1];
+    p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
+    int64_t per16 = 16 / (int64_t)kn_dtype_size(y->dtype); /* elements in 16 bytes */
+    p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16 && p.k % per16 == 0;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem", &fn));
+    int64_t pix = p.n * p.p * p.q, g = (pix + 127) / 128;
+    kn_cuda_variant_label("kiln stem conv nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
+    return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 128, &p, 0);
+}
+
 /* ---- cuDNN ------------------------------------------------------------------ */
 
 #ifdef KILN_HAVE_CUDNN
 
 enum { UID_X = 1, UID_W, UID_Y, UID_B, UID_T /* virtual conv output */, UID_T2 /* virtual biased, before ReLU */ };
-enum { MAX_KEEP = 12 };
+enum { MAX_KEEP = 16 }; /* conv + bias + ReLU: 13 descriptors and the chosen config */
 /* A workspace above this is not worth it: the next engine is tried. */
 #define DNN_MAX_WORKSPACE ((int64_t)512 << 20)
 
@@ -78,6 +158,8 @@ typedef struct dnn_key {
     int32_t dt, tf32, bias_dt, fused;
     int32_t act; /* 1: ReLU after the bias add (only with fused) */
     int32_t variant; /* max-autotune: the variant-th allowed precompiled engine config (0: the first) */
+    int32_t nhwc; /* channels-last: x, w and y strides are NHWC (xs and ws say so; y's follow) */
+    int32_t pad_;
     int32_t stride[2], pad[2], dil[2];
     int64_t xd[4], xs[4], wd[4], ws[4], yd[4];
     int64_t align_x, align_w, align_y, align_b;
@@ -375,6 +457,11 @@ static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
     cudnnBackendDescriptor_t tx, tw, ty, tb = NULL, tt = NULL, tt2 = NULL, conv, op_conv, pw = NULL, op_pw = NULL,
                              rl = NULL, op_rl = NULL, graph;
     int64_t ys[4] = {k->yd[1] * k->yd[2] * k->yd[3], k->yd[2] * k->yd[3], k->yd[3], 1};
+    if (k->nhwc) { /* {N, K, P, Q} laid out N, P, Q, K */
+        ys[1] = 1;
+        ys[2] = k->yd[3] * k->yd[1];
+        ys[3] = k->yd[1];
+    }
     cudnnStatus_t s = dnn_tensor(e, UID_X, dt, k->xd, k->xs, k->align_x, false, &tx);
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_W, dt, k->wd, k->ws, k->align_w, false, &tw);
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_Y, dt, k->yd, ys, k->align_y, false, &ty);
@@ -516,11 +603,11 @@ static kn_status dnn_entry_get(kn_cuda_dnn *dn, const dnn_key *k, dnn_entry **ou
         if (s != CUDNN_STATUS_SUCCESS) cudnnGetLastErrorString(last, sizeof last);
         fprintf(stderr,
                 "kiln: conv2d %s x{%lld,%lld,%lld,%lld} w{%lld,%lld,%lld,%lld} s{%d,%d} p{%d,%d} d{%d,%d} "
-                "%s tf32=%d align=%lld,%lld,%lld: %s%s%s\n",
+                "%s%s tf32=%d align=%lld,%lld,%lld: %s%s%s\n",
                 kn_dtype_name((kn_dtype)k->dt), (long long)k->xd[0], (long long)k->xd[1],
                 (long long)k->xd[2], (long long)k->xd[3], (long long)k->wd[0], (long long)k->wd[1],
                 (long long)k->wd[2], (long long)k->wd[3], k->stride[0], k->stride[1], k->pad[0],
-                k->pad[1], k->dil[0], k->dil[1], k->fused ? "fused bias" : "conv", k->tf32,
+                k->pad[1], k->dil[0], k->dil[1], k->fused ? "fused bias" : "conv", k->nhwc ? " nhwc" : "", k->tf32,
                 (long long)k->align_x, (long long)k->align_y, (long long)k->align_b,
                 s == CUDNN_STATUS_SUCCESS ? "cuDNN plan" : "cuDNN refused: ",
                 s == CUDNN_STATUS_SUCCESS ? "" : cudnnGetErrorString(s), last[0] ? last : "");
@@ -599,8 +686,20 @@ static void packed(const int64_t *d, int64_t *s)
     s[0] = d[1] * d[2] * d[3];
 }
 
+/* Strides of an NHWC tensor of NCHW dims d, in NCHW order. */
+static void packed_nhwc(const int64_t *d, int64_t *s)
+{
+    s[1] = 1;
+    s[3] = d[1];
+    s[2] = d[3] * d[1];
+    s[0] = d[2] * d[3] * d[1];
+}
+
 /* The cuDNN path; *done stays false when cuDNN refuses or a needed copy is
- * not available (the caller then runs kiln's kernel). */
+ * not available (the caller then runs kiln's kernel). Channels-last calls
+ * (at->out_layout NHWC) give cuDNN x {N, H, W, Cw*groups} (made so, and
+ * padded, when x is NCHW or narrower), w {K, kh, kw, Cw} and y
+ * {N, P, Q, K}, all contiguous. */
 static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_tensor *bias,
                           kn_tensor *y, const kn_attrs *at, int act, int variant, bool *done)
 {
@@ -608,13 +707,29 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
     kn_cuda_dnn *dn = dnn_ready();
     if (!dn) return KN_OK;
     kn_dtype dt = y->dtype;
-    kn_tensor *tmp[3] = {NULL, NULL, NULL};
+    bool nhwc = at->out_layout == KN_LAYOUT_NHWC, x_nhwc = at->in_layout == KN_LAYOUT_NHWC;
+    if (x_nhwc && !nhwc) return KN_OK; /* not a form the layout pass makes: kiln's kernel */
+    kn_tensor *tmp[4] = {NULL, NULL, NULL, NULL};
     const kn_tensor *in[2] = {x0, w0};
     kn_status st = KN_OK;
-    /* x and w: the output's dtype, packed NCHW, 16-byte aligned */
+    int64_t cx = nhwc ? w0->shape[3] * at->groups : 0; /* the channels cuDNN reads */
+    if (nhwc && x0->dtype != dt) { /* the transpose below moves bytes: convert first */
+        if (kn_cuda_copy_as(x0, dt, &tmp[3]) != KN_OK) goto out;
+        in[0] = tmp[3];
+    }
+    /* x and w: the output's dtype, packed (NCHW, or NHWC for a
+     * channels-last call), 16-byte aligned */
     for (int i = 0; i < 2; i++) {
         const kn_tensor *t = in[i];
         bool aligned = kn_cuda_align_of(kn_cuda_tensor_ptr(t), NULL, 0, 16) == 16;
+        if (nhwc && i == 0) {
+            if (x_nhwc && t->shape[3] == cx && kn_tensor_is_contiguous(t) && aligned) continue;
+            static const int nhwc_as_nchw[4] = {0, 3, 1, 2};
+            kn_tensor v = x_nhwc ? permuted_header(t, nhwc_as_nchw) : *t;
+            if ((st = to_nhwc(&v, cx, &tmp[0])) != KN_OK) goto out;
+            in[0] = tmp[0];
+            continue;
+        }
         if (t->dtype == dt && kn_tensor_is_contiguous(t) && aligned) continue;
         if (kn_cuda_copy_as(t, dt, &tmp[i]) != KN_OK) {
             if (kn_cuda_lib_log_on())
@@ -630,20 +745,32 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
     k.dt = (int32_t)dt;
     k.tf32 = dt == KN_F32 && kn_allow_tf32();
     k.variant = variant;
+    k.nhwc = nhwc;
     bool past_end = false;
     for (int i = 0; i < 2; i++) {
         k.stride[i] = at->stride[i];
         k.pad[i] = at->padding[i];
         k.dil[i] = at->dilation[i];
     }
-    int xo = x->ndim - 3, yo = y->ndim - 3;
-    k.xd[0] = xo ? x->shape[0] : 1;
-    for (int i = 0; i < 3; i++) k.xd[i + 1] = x->shape[xo + i];
-    for (int i = 0; i < 4; i++) k.wd[i] = w->shape[i];
-    k.yd[0] = k.xd[0];
-    for (int i = 0; i < 3; i++) k.yd[i + 1] = y->shape[yo + i];
-    packed(k.xd, k.xs);
-    packed(k.wd, k.ws);
+    if (nhwc) { /* NCHW dims, NHWC strides */
+        int64_t xd[4] = {x->shape[0], x->shape[3], x->shape[1], x->shape[2]};
+        int64_t wd[4] = {w->shape[0], w->shape[3], w->shape[1], w->shape[2]};
+        int64_t yd[4] = {y->shape[0], y->shape[3], y->shape[1], y->shape[2]};
+        memcpy(k.xd, xd, sizeof xd);
+        memcpy(k.wd, wd, sizeof wd);
+        memcpy(k.yd, yd, sizeof yd);
+        packed_nhwc(k.xd, k.xs);
+        packed_nhwc(k.wd, k.ws);
+    } else {
+        int xo = x->ndim - 3, yo = y->ndim - 3;
+        k.xd[0] = xo ? x->shape[0] : 1;
+        for (int i = 0; i < 3; i++) k.xd[i + 1] = x->shape[xo + i];
+        for (int i = 0; i < 4; i++) k.wd[i] = w->shape[i];
+        k.yd[0] = k.xd[0];
+        for (int i = 0; i < 3; i++) k.yd[i + 1] = y->shape[yo + i];
+        packed(k.xd, k.xs);
+        packed(k.wd, k.ws);
+    }
     char *px = kn_cuda_tensor_ptr(x), *pw = kn_cuda_tensor_ptr(w), *py = kn_cuda_tensor_ptr(y);
     k.align_x = k.align_w = 16;
     k.align_y = kn_cuda_align_of(py, NULL, 0, 16);
@@ -672,15 +799,16 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         }
         if (st != KN_OK) goto out;
         *done = true;
-        kn_cuda_variant_label("%s%s", e->label, fused ? (act ? " +bias+relu" : " +bias") : "");
-        if (!fused && (bias || act)) st = kn_cuda_bias_act(y, bias, k.yd[2] * k.yd[3], k.yd[1], act);
+        kn_cuda_variant_label("%s%s%s", e->label, nhwc ? " nhwc" : "", fused ? (act ? " +bias+relu" : " +bias") : "");
+        /* the channel of element i: (i / inner) % K, inner P*Q for NCHW, 1 for NHWC */
+        if (!fused && (bias || act)) st = kn_cuda_bias_act(y, bias, nhwc ? 1 : k.yd[2] * k.yd[3], k.yd[1], act);
     }
     /* a variant is that engine or nothing: kiln's kernel is no variant */
     if (!*done && variant && st == KN_OK)
         st = past_end ? kn_error(KN_ERR_RANGE, "conv2d: cuDNN has no variant %d for this call", variant)
                       : kn_error(KN_ERR_UNSUPPORTED, "conv2d: cuDNN variant %d refused this call", variant);
 out:
-    for (int i = 0; i < 3; i++) kn_tensor_release(tmp[i]);
+    for (int i = 0; i < 4; i++) kn_tensor_release(tmp[i]);
     return st;
 }
 
@@ -703,22 +831,40 @@ static kn_status conv_run(const kn_opcall *c, int act)
         return kn_error(KN_ERR_UNSUPPORTED, "conv2d: float cuda outputs only");
     KN_TRY(kn_cuda_init());
     if (kn_tensor_numel(y) == 0) return KN_OK;
-    if (w->shape[1] == 0) { /* no input channels: the output is the bias */
+    bool nhwc_out = c->a.out_layout == KN_LAYOUT_NHWC;
+    if (w->shape[nhwc_out || c->a.in_layout == KN_LAYOUT_NHWC ? 3 : 1] == 0) { /* no input channels: the output is the bias */
         KN_CUDA_TRY(cudaMemsetAsync(kn_cuda_tensor_ptr(y), 0,
                                     (size_t)kn_tensor_numel(y) * kn_dtype_size(y->dtype),
                                     kn_cuda_stream()),
                     "conv2d: zero fill");
-        int64_t inner = y->shape[y->ndim - 2] * y->shape[y->ndim - 1];
+        int64_t inner = nhwc_out ? 1 : y->shape[y->ndim - 2] * y->shape[y->ndim - 1];
         return kn_cuda_bias_act(y, bias, inner, w->shape[0], act);
+    }
+    /* a stem (an image's few channels): kiln's kernel is variant 0, and
+     * cuDNN's configs follow it (max-autotune measures both) */
+    int variant = c->variant;
+    if (stem_fits(x, w, y, &c->a)) {
+        if (variant == 0) return conv_stem(x, w, bias, y, &c->a, act);
+        variant--;
     }
 #ifdef KILN_HAVE_CUDNN
     bool done = false;
-    KN_TRY(conv_dnn(x, w, bias, y, &c->a, act, c->variant, &done));
+    KN_TRY(conv_dnn(x, w, bias, y, &c->a, act, variant, &done));
     if (done) return KN_OK;
 #else
-    if (c->variant) return kn_error(KN_ERR_RANGE, "conv2d: no cuDNN in this build: no variant %d", c->variant);
+    if (variant) return kn_error(KN_ERR_RANGE, "conv2d: no cuDNN in this build: no variant %d", c->variant);
 #endif
     kn_cuda_variant_label("kiln conv2d kernel");
+    if (c->a.in_layout != KN_LAYOUT_NCHW || nhwc_out) {
+        /* channels-last: the same kernel through NCHW-ordered headers; the
+         * weight's padded channels are left out (they meet zeros) */
+        static const int nhwc_as_nchw[4] = {0, 3, 1, 2};
+        kn_tensor xv = c->a.in_layout == KN_LAYOUT_NHWC ? permuted_header(x, nhwc_as_nchw) : *x;
+        kn_tensor wv = permuted_header(w, nhwc_as_nchw), yv = nhwc_out ? permuted_header(y, nhwc_as_nchw) : *y;
+        wv.shape[1] = xv.shape[1] / c->a.groups;
+        KN_TRY(conv_naive(&xv, &wv, bias, &yv, &c->a));
+        return act ? kn_cuda_bias_act(y, NULL, nhwc_out ? 1 : yv.shape[2] * yv.shape[3], w->shape[0], act) : KN_OK;
+    }
     KN_TRY(conv_naive(x, w, bias, y, &c->a));
     return act ? kn_cuda_bias_act(y, NULL, y->shape[y->ndim - 2] * y->shape[y->ndim - 1], w->shape[0], act) : KN_OK;
 }
@@ -732,4 +878,19 @@ kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act)
 {
     if (act != 0 && act != 1) return kn_error(KN_ERR_ARG, "conv2d: unknown activation %d", act);
     return conv_run(c, act);
+}
+
+bool kn_cuda_conv_prefers_nhwc(kn_dtype dt)
+{
+#ifdef KILN_HAVE_CUDNN
+    if (kn_cuda_init() != KN_OK || !dnn_ready()) return false;
+    /* half types: the tensor-core engines of sm_80 and later read NHWC
+     * (NCHW costs them transposes: convnet bf16's convs at 10-13% of their
+     * roofline on the H100). f32: not measured faster; KILN_CHANNELS_LAST=1
+     * or kiln.config.channels_last = true turns it on. */
+    return (dt == KN_BF16 || dt == KN_F16) && kn_cuda_current()->arch >= 80;
+#else
+    (void)dt;
+    return false;
+#endif
 }

@@ -176,6 +176,9 @@ kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int ac
 /* conv2d (its own bias input, if any) with act (0 none, 1 relu) in cuDNN's
  * graph: conv -> bias add -> ReLU as one plan. */
 kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act);
+/* Whether conv2d of dtype dt should run channels-last on the current GPU
+ * (the layout pass's "auto"): cuDNN present, a half type, sm_80 or later. */
+bool kn_cuda_conv_prefers_nhwc(kn_dtype dt); /* kn_cuda_dnn.c */
 kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act);
 /* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
  * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in

@@ -22,9 +22,9 @@ typedef struct kn_la_matmul_args {
 
 typedef struct kn_la_conv_args {
     const char *x, *w, *bias; /* bias may be NULL */
-    char *y;                  /* contiguous [n, k, p, q] */
+    char *y;                  /* [n, k, p, q] through ys */
     long long n, c, h, wd, k, r, s, p, q;
-    long long xs[4], ws[4], bias_s;
+    long long xs[4], ws[4], ys[4], bias_s;
     int sh, sw, ph, pw, dh, dw, groups;
     int x_dt, w_dt, b_dt, y_dt, pad_;
 } kn_la_conv_args;
@@ -35,6 +35,31 @@ typedef struct kn_la_bias_args {
     long long total, inner, channels, bias_s;
     int y_dt, b_dt, act, pad_;
 } kn_la_bias_args;
+
+/* x [n, c, h, w] (any strides) as y [n, h, w, cp] contiguous, channels
+ * c..cp zero: a channels-last convolution's input, padded for cuDNN. */
+typedef struct kn_la_nhwc_args {
+    const char *x;
+    char *y;
+    long long n, c, h, w, cp;
+    long long xs[4];
+    int esize, pad_;
+} kn_la_nhwc_args;
+
+/* A channels-last conv with few taps per output channel (a stem: image
+ * channels times the kernel window, at most KN_LA_STEM_TAPS): x [n, c, h, w]
+ * through any strides (NCHW), w {k, r, s, cw} contiguous (channels past c
+ * ignored), y [n, p, q, k] contiguous; bias and ReLU fused. vec: y's
+ * channel rows may be stored 16 bytes at a time. */
+#define KN_LA_STEM_TAPS 64
+typedef struct kn_la_stem_args {
+    const char *x, *w, *bias;
+    char *y;
+    long long n, c, h, wd, k, r, s, p, q, cw;
+    long long xs[4], bias_s;
+    int sh, sw, ph, pw, dh, dw;
+    int dt, b_dt, act, vec;
+} kn_la_stem_args;
 
 /* A kernel of kn_linalg.cu by name (compiled once, then cached). */
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn);

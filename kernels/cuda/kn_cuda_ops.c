@@ -246,7 +246,14 @@ static kn_status run_pool(const kn_opcall *c)
     a.count_include_pad = at->count_include_pad;
     a.x = dptr(x);
     a.out = dptr(out);
-    return launch(x->dtype, KN_TK_POOL, grid_for(a.total, KN_T_BLOCK), &a);
+    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.c > 1 && a.h * a.w > 8)
+        return launch(x->dtype, KN_TK_POOL_GAP, grid_for(a.n * ((a.c + 31) / 32), 1), &a);
+    /* one thread per output: a pool with few outputs (a global pool's
+     * N x C) runs in smaller blocks, so that it reaches every SM */
+    int block = a.total < (int64_t)KN_T_BLOCK * 256 ? 64 : KN_T_BLOCK;
+    const void *fn;
+    KN_TRY(kernel_of(x->dtype, KN_TK_POOL, &fn));
+    return kn_cuda_launch(fn, grid_for(a.total, block), block, &a, 0);
 }
 
 /* ---- cat ---- */

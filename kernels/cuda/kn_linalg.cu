@@ -38,7 +38,7 @@ typedef struct kn_la_conv_args {
     const char *x, *w, *bias;
     char *y;
     long long n, c, h, wd, k, r, s, p, q;
-    long long xs[4], ws[4], bias_s;
+    long long xs[4], ws[4], ys[4], bias_s;
     int sh, sw, ph, pw, dh, dw, groups;
     int x_dt, w_dt, b_dt, y_dt, pad_;
 } kn_la_conv_args;
@@ -49,6 +49,24 @@ typedef struct kn_la_bias_args {
     long long total, inner, channels, bias_s;
     int y_dt, b_dt, act, pad_;
 } kn_la_bias_args;
+
+typedef struct kn_la_nhwc_args {
+    const char *x;
+    char *y;
+    long long n, c, h, w, cp;
+    long long xs[4];
+    int esize, pad_;
+} kn_la_nhwc_args;
+
+#define KN_LA_STEM_TAPS 64
+typedef struct kn_la_stem_args {
+    const char *x, *w, *bias;
+    char *y;
+    long long n, c, h, wd, k, r, s, p, q, cw;
+    long long xs[4], bias_s;
+    int sh, sw, ph, pw, dh, dw;
+    int dt, b_dt, act, vec;
+} kn_la_stem_args;
 
 __device__ __forceinline__ float kn_la_bf16_ld(unsigned short h)
 {
@@ -159,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_matmul_f64(kn_la_matmul_
 }
 
 // ---- conv2d, direct: one thread per output element of y [N, K, P, Q]
-// (contiguous); taps summed in the CPU's im2col order (channel, ky, kx),
+// (written through its strides: NCHW or channels-last); taps summed in the CPU's im2col order (channel, ky, kx),
 // then the bias, then one rounding. ----
 template <typename Acc>
 __device__ void kn_la_conv_body(const kn_la_conv_args &p)
@@ -191,7 +209,7 @@ __device__ void kn_la_conv_body(const kn_la_conv_args &p)
                 }
             }
         if (p.bias) acc = acc + kn_la_ld<Acc>(p.bias, p.b_dt, ko * p.bias_s);
-        kn_la_st<Acc>(p.y, p.y_dt, o, acc);
+        kn_la_st<Acc>(p.y, p.y_dt, ni * p.ys[0] + ko * p.ys[1] + oy * p.ys[2] + ox * p.ys[3], acc);
     }
 }
 
@@ -203,6 +221,123 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_conv2d_f32(kn_la_conv_ar
 extern "C" __global__ void __launch_bounds__(256) kn_la_conv2d_f64(kn_la_conv_args p)
 {
     kn_la_conv_body<double>(p);
+}
+
+// ---- channels-last input: y [n, h, w, cp] = x [n, c, h, w], zero past c.
+// One thread per element of y, so the stores are coalesced; bytes move as
+// they are (no dtype conversion). ----
+template <typename T>
+__device__ void kn_la_nhwc_body(const kn_la_nhwc_args &p)
+{
+    long long total = p.n * p.h * p.w * p.cp;
+    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+         o += (long long)gridDim.x * blockDim.x) {
+        long long c = o % p.cp, t = o / p.cp;
+        long long wx = t % p.w;
+        t /= p.w;
+        long long hy = t % p.h, ni = t / p.h;
+        T v = (T)0;
+        if (c < p.c) v = ((const T *)p.x)[ni * p.xs[0] + c * p.xs[1] + hy * p.xs[2] + wx * p.xs[3]];
+        ((T *)p.y)[o] = v;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_to_nhwc(kn_la_nhwc_args p)
+{
+    if (p.esize == 2) kn_la_nhwc_body<unsigned short>(p);
+    else if (p.esize == 4) kn_la_nhwc_body<unsigned int>(p);
+    else kn_la_nhwc_body<unsigned long long>(p);
+}
+
+
+// ---- a stem conv, channels-last out: one thread per output pixel, all
+// of its output channels (32 at a time) in registers; the taps' weights in
+// shared memory, read by every thread at once (broadcast). Multiply-adds
+// are fused (explicit fmaf: this kernel is a fast path, not the CPU's
+// bit-for-bit fallback); bias and ReLU added before the one rounding. For
+// an image conv (3 channels, 3x3) cuDNN's NHWC engines need the channels
+// padded to 8 and ran 180-240 us on convnet's first layer (H100, bf16);
+// this reads the image once and writes each pixel's channels contiguously.
+#define KN_LA_STEM_KC 32
+__device__ __forceinline__ unsigned kn_la_pack2(int dt, float a, float b)
+{
+    unsigned short lo = dt == KN_LA_BF16 ? kn_la_bf16_st(a) : kn_la_f16_st(a);
+    unsigned short hi = dt == KN_LA_BF16 ? kn_la_bf16_st(b) : kn_la_f16_st(b);
+    return (unsigned)lo | ((unsigned)hi << 16);
+}
+
+extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_args p)
+{
+    __shared__ float ws[KN_LA_STEM_TAPS * KN_LA_STEM_KC]; // [tap][channel]
+    __shared__ float bs[KN_LA_STEM_KC];
+    int taps = (int)(p.c * p.r * p.s);
+    long long npix = p.n * p.p * p.q;
+    for (long long base = (long long)blockIdx.x * blockDim.x; base < npix; base += (long long)gridDim.x * blockDim.x) {
+        long long pix = base + threadIdx.x;
+        bool live = pix < npix;
+        long long ox = pix % p.q, t = pix / p.q;
+        long long oy = t % p.p, ni = t / p.p;
+        for (long long k0 = 0; k0 < p.k; k0 += KN_LA_STEM_KC) {
+            int kc = p.k - k0 < KN_LA_STEM_KC ? (int)(p.k - k0) : KN_LA_STEM_KC;
+            __syncthreads(); // the previous chunk's weights are no longer read
+            for (int i = threadIdx.x; i < taps * KN_LA_STEM_KC; i += blockDim.x) {
+                int tap = i / KN_LA_STEM_KC, j = i % KN_LA_STEM_KC;
+                long long ci = tap / (p.r * p.s), ky = (tap / p.s) % p.r, kx = tap % p.s;
+                ws[i] = j < kc ? kn_la_ld<float>(p.w, p.dt, (((k0 + j) * p.r + ky) * p.s + kx) * p.cw + ci) : 0.f;
+            }
+            if (threadIdx.x < KN_LA_STEM_KC)
+                bs[threadIdx.x] = p.bias && (int)threadIdx.x < kc
+                                      ? kn_la_ld<float>(p.bias, p.b_dt, (k0 + threadIdx.x) * p.bias_s)
+                                      : 0.f;
+            __syncthreads();
+            if (!live) continue;
+            float acc[KN_LA_STEM_KC];
+#pragma unroll
+            for (int j = 0; j < KN_LA_STEM_KC; j++) acc[j] = 0.f;
+            int tap = 0;
+            for (long long ci = 0; ci < p.c; ci++)
+                for (long long ky = 0; ky < p.r; ky++) {
+                    long long iy = oy * p.sh - p.ph + ky * p.dh;
+                    for (long long kx = 0; kx < p.s; kx++, tap++) {
+                        long long ix = ox * p.sw - p.pw + kx * p.dw;
+                        float xv = 0.f;
+                        if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.wd)
+                            xv = kn_la_ld<float>(p.x, p.dt, ni * p.xs[0] + ci * p.xs[1] + iy * p.xs[2] + ix * p.xs[3]);
+                        const float *wr = &ws[tap * KN_LA_STEM_KC];
+#pragma unroll
+                        for (int j = 0; j < KN_LA_STEM_KC; j++) acc[j] = fmaf(xv, wr[j], acc[j]);
+                    }
+                }
+#pragma unroll
+            for (int j = 0; j < KN_LA_STEM_KC; j++) {
+                float v = acc[j] + bs[j];
+                if (p.act == 1) v = v > 0.f ? v : (v == v ? 0.f : v); // NaN passes, as relu on the CPU
+                acc[j] = v;
+            }
+            long long row = pix * p.k + k0; // element index of this pixel's chunk in y
+            if (p.vec && kc == KN_LA_STEM_KC && p.dt != KN_LA_F32 && p.dt != KN_LA_F64) {
+                uint4 *dst = (uint4 *)(p.y + row * 2);
+#pragma unroll
+                for (int q = 0; q < KN_LA_STEM_KC / 8; q++) {
+                    uint4 u;
+                    u.x = kn_la_pack2(p.dt, acc[8 * q + 0], acc[8 * q + 1]);
+                    u.y = kn_la_pack2(p.dt, acc[8 * q + 2], acc[8 * q + 3]);
+                    u.z = kn_la_pack2(p.dt, acc[8 * q + 4], acc[8 * q + 5]);
+                    u.w = kn_la_pack2(p.dt, acc[8 * q + 6], acc[8 * q + 7]);
+                    dst[q] = u;
+                }
+            } else if (p.vec && kc == KN_LA_STEM_KC && p.dt == KN_LA_F32) {
+                float4 *dst = (float4 *)(p.y + row * 4);
+#pragma unroll
+                for (int q = 0; q < KN_LA_STEM_KC / 4; q++)
+                    dst[q] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < KN_LA_STEM_KC; j++)
+                    if (j < kc) kn_la_st<float>(p.y, p.dt, row + j, acc[j]);
+            }
+        }
+    }
 }
 
 // ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;

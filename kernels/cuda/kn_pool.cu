@@ -63,11 +63,68 @@ extern "C" __global__ void kn_pool(kn_pool_args a)
             r = nan ? kn_qnan() : m;
         } else {
             double s = 0.0;
-            for (long long y = ys; y < ye; y++)
-                for (long long x = xs; x < xe; x++) s += kn_ldd<KN_DT>(plane + (y * a.sh + x * a.sw) * es);
+            // eight loads in flight before their adds, which stay in the
+            // CPU's order: a global average pool's window (14 x 14 in the
+            // convnet) was one load-to-use wait per element
+            for (long long y = ys; y < ye; y++) {
+                const char *row = plane + y * a.sh * es;
+                long long x = xs;
+                for (; x + 8 <= xe; x += 8) {
+                    double v[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) v[j] = kn_ldd<KN_DT>(row + (x + j) * a.sw * es);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) s += v[j];
+                }
+                for (; x < xe; x++) s += kn_ldd<KN_DT>(row + x * a.sw * es);
+            }
             long long div = ydiv * xdiv;
             r = div > 0 ? s / (double)div : 0.0;
         }
         kn_std<KN_DT>(a.out + e * es, r);
+    }
+}
+
+// A global average pool (adaptive, output 1 x 1) of a channels-last input
+// (channel stride 1: the view the layout pass leaves after a conv chain).
+// A block takes 32 channels of one image, its eight warps eight slices of
+// the window; lanes read 32 neighbouring channels at once. The slices'
+// double sums are added in slice order, so a result equals the CPU's
+// sequential double sum wherever that sum is exact (inputs of f32 or
+// narrower whose magnitudes span less than ~2^20); elsewhere they may
+// differ in the last bit. Launched with 256 threads a block.
+extern "C" __global__ void kn_pool_gap(kn_pool_args a)
+{
+    __shared__ double part[8][32];
+    const int es = kn_esize<KN_DT>();
+    int lane = threadIdx.x & 31, slice = threadIdx.x >> 5;
+    long long groups = (a.c + 31) / 32, hw = a.h * a.w;
+    for (long long b = blockIdx.x; b < a.n * groups; b += gridDim.x) {
+        long long n = b / groups, ch = (b % groups) * 32 + lane;
+        double s = 0.0;
+        if (ch < a.c) {
+            const char *base = a.x + (n * a.sn + ch * a.sc) * es;
+            long long i = slice;
+            // four loads in flight before their adds (in order)
+            for (; i + 24 < hw; i += 32) {
+                double v[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    long long k = i + 8 * j;
+                    v[j] = kn_ldd<KN_DT>(base + ((k / a.w) * a.sh + (k % a.w) * a.sw) * es);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; j++) s += v[j];
+            }
+            for (; i < hw; i += 8) s += kn_ldd<KN_DT>(base + ((i / a.w) * a.sh + (i % a.w) * a.sw) * es);
+        }
+        part[slice][lane] = s;
+        __syncthreads();
+        if (slice == 0 && ch < a.c) {
+            double t = 0.0;
+            for (int k = 0; k < 8; k++) t += part[k][lane];
+            kn_std<KN_DT>(a.out + (n * a.c + ch) * es, hw > 0 ? t / (double)hw : 0.0);
+        }
+        __syncthreads();
     }
 }

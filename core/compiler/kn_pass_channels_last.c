@@ -1,0 +1,333 @@
+/* kn_pass_channels_last: the layout pass. Convolutions run channels-last
+ * (NHWC) where the plan's device runs them faster so: cuDNN's tensor-core
+ * engines read and write NHWC, and an NCHW half-precision convolution
+ * costs them transposes inside the library (convnet bf16 on the H100: its
+ * four convs at 10-13% of their roofline).
+ *
+ * The graph says it explicitly, so every later step (fusion, epilogues,
+ * kernels, drawings) sees plain contiguous values:
+ *
+ *   y = conv2d(x, w, b)                          NCHW, as captured
+ * becomes
+ *   t = conv2d[in NCHW, out NHWC](x, w', b)      t {N, P, Q, K} contiguous
+ *   y = permute(t, {0, 3, 1, 2})                 a view: NCHW dims, NHWC bytes
+ *
+ * with w' the weight as {K, kh, kw, Cp}, its channels zero-padded to 16
+ * bytes (Cp: 8 halves or 4 floats) so that the engines' vector loads line
+ * up; the backend pads and transposes x itself at the chain's entry (the
+ * first layer's 3 image channels become 8). Then:
+ * - a conv whose input is such a view reads t directly (in NHWC): a chain
+ *   of convs converts once at its entry;
+ * - an elementwise op (ReLU, an add of a residual or a per-channel bias)
+ *   that reads such a view runs on t instead, and its result is the view
+ *   again: the ReLU stays next to its conv, where the plan folds it into
+ *   the cuDNN call, and a residual add stays NHWC;
+ * - anything else (a pool, a reshape, a caller output) reads the NCHW view
+ *   through its strides: that is where the chain ends, without a copy
+ *   unless the reader itself needs one.
+ *
+ * A weight that is a parameter (or a pass-made fold, such as batch norm's
+ * folded weight) is laid out now, once, on its device; the plan notices a
+ * parameter written in place later (kn_plan_stale) and builds again. An
+ * argument weight is permuted by nodes at every call, without padding.
+ * Which dtypes convert is the caller's choice (flags KN_PASSES_NHWC_*,
+ * from the backend's answer or kiln.config.channels_last); every decision
+ * goes to the pass notes (KILN_LOGS=fusion).
+ */
+#include "kn_pass_channels_last.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_pass_flags.h"
+#include "kn_view.h"
+
+typedef struct cl_ctx {
+    kn_pass_ctx *x;
+    int *view_node, *nhwc_ref; /* the views this pass made and the NHWC value each shows */
+    int n, cap;
+} cl_ctx;
+
+static const int to_nchw[4] = {0, 3, 1, 2};
+static const int to_nhwc[4] = {0, 2, 3, 1};
+
+static int nhwc_behind(const cl_ctx *c, int node)
+{
+    for (int k = 0; k < c->n; k++)
+        if (c->view_node[k] == node) return c->nhwc_ref[k];
+    return -1;
+}
+
+static kn_status remember_view(cl_ctx *c, int view, int nhwc_ref)
+{
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        int *a = realloc(c->view_node, sizeof *a * (size_t)cap);
+        if (!a) return kn_error(KN_ERR_OOM, "channels_last: out of host memory");
+        c->view_node = a;
+        int *b = realloc(c->nhwc_ref, sizeof *b * (size_t)cap);
+        if (!b) return kn_error(KN_ERR_OOM, "channels_last: out of host memory");
+        c->nhwc_ref = b;
+        c->cap = cap;
+    }
+    c->view_node[c->n] = view;
+    c->nhwc_ref[c->n] = nhwc_ref;
+    c->n++;
+    return KN_OK;
+}
+
+static bool dtype_converts(int flags, kn_dtype dt)
+{
+    if (dt == KN_BF16 || dt == KN_F16) return flags & KN_PASSES_NHWC_HALF;
+    return dt == KN_F32 && (flags & KN_PASSES_NHWC_F32);
+}
+
+/* The tensor behind an input node whose values stay until the plan is
+ * built again: a parameter, a captured tensor, or a pass's fold. */
+static kn_tensor *fixed_value(const kn_graph *g, int node, int out)
+{
+    const kn_node *n = &g->nodes[node];
+    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs) return NULL;
+    const kn_graph_input *in = &g->inputs[n->input];
+    if (!kn_input_keeps_values(in) && !in->pass_made) return NULL;
+    kn_tensor *t = in->tensor;
+    return t && t->storage ? t : NULL;
+}
+
+/* w {K, Cg, kh, kw} (any layout, any device) as a new contiguous
+ * {K, kh, kw, cp} on w's device, channels Cg..cp zero. */
+static kn_status weight_khwc(kn_tensor *w, int64_t cp, kn_tensor **out)
+{
+    *out = NULL;
+    int64_t k = w->shape[0], cg = w->shape[1], r = w->shape[2], s = w->shape[3];
+    size_t es = kn_dtype_size(w->dtype);
+    kn_tensor *host = NULL, *lay = NULL;
+    KN_TRY(kn_tensor_to_device(w, KN_CPU, &host));
+    char *raw = malloc((size_t)kn_tensor_numel(host) * es + 1);
+    int64_t shape[4] = {k, r, s, cp};
+    kn_status st = raw ? kn_tensor_new(w->dtype, 4, shape, KN_CPU, &lay)
+                       : kn_error(KN_ERR_OOM, "channels_last: out of host memory for a weight");
+    if (st == KN_OK) {
+        kn_tensor_gather_host(host, raw);
+        char *dst = kn_tensor_data(lay);
+        memset(dst, 0, (size_t)kn_tensor_numel(lay) * es); /* +0.0 in every float dtype */
+        for (int64_t o = 0; o < k; o++)
+            for (int64_t c = 0; c < cg; c++)
+                for (int64_t y = 0; y < r; y++)
+                    for (int64_t xx = 0; xx < s; xx++)
+                        memcpy(dst + (size_t)(((o * r + y) * s + xx) * cp + c) * es,
+                               raw + (size_t)(((o * cg + c) * r + y) * s + xx) * es, es);
+        kn_device dev = kn_tensor_device(w);
+        if (dev == KN_CPU) {
+            *out = lay;
+            lay = NULL;
+        } else {
+            st = kn_tensor_to_device(lay, dev, out);
+        }
+    }
+    free(raw);
+    kn_tensor_release(host);
+    kn_tensor_release(lay);
+    return st;
+}
+
+/* Append node `op` and give it the replaced node's source line, so that
+ * kernels, messages and drawings name the user's code. */
+static kn_status append_like(kn_pass_ctx *x, int op, const int *refs, int n, const kn_attrs *a, int like, int *out)
+{
+    char where[KN_WHERE_MAX];
+    memcpy(where, x->g->nodes[like].where, sizeof where);
+    return kn_pass_append_node(x, op, refs, n, a, like, where, out);
+}
+
+static kn_status append_permute(kn_pass_ctx *x, int ref, const int dims[4], int like, int *out)
+{
+    kn_attrs a;
+    memset(&a, 0, sizeof a);
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_PERMUTE);
+    a = init.a;
+    a.ndims = 4;
+    for (int d = 0; d < 4; d++) a.dims[d] = dims[d];
+    return append_like(x, KN_OP_PERMUTE, &ref, 1, &a, like, out);
+}
+
+/* The NHWC weight of conv node i: a fixed value laid out now, or nodes
+ * that permute an argument at every call. */
+static kn_status nhwc_weight(cl_ctx *c, int i, int64_t cp, int *ref, bool *padded)
+{
+    kn_pass_ctx *x = c->x;
+    kn_graph *g = x->g;
+    const kn_node *conv = &g->nodes[i];
+    int wn = conv->in_node[1], wo = conv->in_out[1];
+    kn_tensor *w = fixed_value(g, wn, wo);
+    *padded = false;
+    if (w && w->ndim == 4) {
+        kn_tensor *lay;
+        KN_TRY(weight_khwc(w, cp, &lay));
+        char where[KN_WHERE_MAX];
+        memcpy(where, conv->where, sizeof where);
+        int node;
+        kn_status st = kn_graph_add_input(g, KN_IN_VALUE, "channels-last conv weight", lay, where, &node);
+        kn_tensor_release(lay);
+        KN_TRY(st);
+        g->inputs[g->n_inputs - 1].pass_made = true;
+        KN_TRY(kn_pass_sync(x));
+        x->before[node] = i;
+        *ref = KN_REF(node, 0);
+        *padded = cp > w->shape[1];
+        return KN_OK;
+    }
+    int perm, copy;
+    KN_TRY(append_permute(x, KN_REF(wn, wo), to_nhwc, i, &perm));
+    int pref = KN_REF(perm, 0);
+    KN_TRY(append_like(x, KN_OP_CONTIGUOUS, &pref, 1, NULL, i, &copy));
+    *ref = KN_REF(copy, 0);
+    return KN_OK;
+}
+
+static kn_status convert_conv(cl_ctx *c, int i)
+{
+    kn_pass_ctx *x = c->x;
+    kn_graph *g = x->g;
+    char who[200];
+    const kn_node *conv = &g->nodes[i];
+    kn_dtype dt = conv->out[0].dtype;
+    const kn_meta *xm = &g->nodes[conv->in_node[0]].out[conv->in_out[0]];
+    const kn_meta *wm = &g->nodes[conv->in_node[1]].out[conv->in_out[1]];
+    if (conv->a.in_layout != KN_LAYOUT_NCHW || conv->a.out_layout != KN_LAYOUT_NCHW) return KN_OK;
+    if (!dtype_converts(x->flags, dt) || xm->dtype != dt || wm->dtype != dt) {
+        if (kn_dtype_is_float(dt) && (x->flags & (KN_PASSES_NHWC_HALF | KN_PASSES_NHWC_F32)))
+            kn_pass_note(x, "channels_last: %s stays NCHW: %s%s", kn_pass_who(g, i, who, sizeof who),
+                         xm->dtype != dt || wm->dtype != dt ? "its input and weight are not all " : "the device runs ",
+                         xm->dtype != dt || wm->dtype != dt ? kn_dtype_name(dt)
+                                                            : (dt == KN_F64 ? "f64 convolutions NCHW"
+                                                                            : "this dtype's convolutions faster NCHW"));
+        return KN_OK;
+    }
+    if (xm->ndim != 4 || conv->out[0].ndim != 4) {
+        kn_pass_note(x, "channels_last: %s stays NCHW: its input has %d dims, not {N, C, H, W}",
+                     kn_pass_who(g, i, who, sizeof who), xm->ndim);
+        return KN_OK;
+    }
+    int64_t mult = 16 / (int64_t)kn_dtype_size(dt), cg = wm->shape[1];
+    int64_t cp = conv->a.groups == 1 ? (cg + mult - 1) / mult * mult : cg;
+    int src = nhwc_behind(c, conv->in_node[0]);
+    bool padded = false;
+    int wref;
+    KN_TRY(nhwc_weight(c, i, cp, &wref, &padded));
+    g = x->g;
+    conv = &g->nodes[i];
+    kn_attrs a = conv->a;
+    a.out_layout = KN_LAYOUT_NHWC;
+    a.in_layout = src >= 0 ? KN_LAYOUT_NHWC : KN_LAYOUT_NCHW;
+    int refs[3] = {src >= 0 ? src : KN_REF(conv->in_node[0], conv->in_out[0]), wref,
+                   conv->n_in > 2 ? KN_REF(conv->in_node[2], conv->in_out[2]) : -1};
+    int nc, view;
+    KN_TRY(append_like(x, KN_OP_CONV2D, refs, conv->n_in, &a, i, &nc));
+    KN_TRY(append_permute(x, KN_REF(nc, 0), to_nchw, i, &view));
+    g = x->g;
+    memcpy(g->nodes[nc].covers, g->nodes[i].covers, sizeof g->nodes[nc].covers);
+    if (!kn_pass_replace(x, i, KN_REF(view, 0))) return KN_OK;
+    KN_TRY(remember_view(c, view, KN_REF(nc, 0)));
+    char pad[96] = "";
+    if (padded)
+        snprintf(pad, sizeof pad, ", its %lld input channels padded to %lld", (long long)cg, (long long)cp);
+    kn_pass_note(x, "channels_last: %s runs NHWC (%s%s)", kn_pass_who(g, i, who, sizeof who),
+                 src >= 0 ? "reads the NHWC value of the conv chain before it" : "converts its NCHW input: a chain starts",
+                 pad);
+    return KN_OK;
+}
+
+static bool elementwise(const kn_node *n)
+{
+    if (n->op >= KN_OP_COUNT || n->n_out != 1) return false;
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_UNARY:
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY:
+    case KN_K_MASKED: return true;
+    default: return false;
+    }
+}
+
+/* Elementwise node i reads one of this pass's views: run it on the NHWC
+ * values and show its result through a view too. Its other operands are
+ * scalars, views of this pass, or values that broadcast against the NCHW
+ * shape (a {C, 1, 1} bias, a residual): those are read permuted. */
+static kn_status sink_elementwise(cl_ctx *c, int i)
+{
+    kn_pass_ctx *x = c->x;
+    kn_graph *g = x->g;
+    const kn_node *n = &g->nodes[i];
+    if (!elementwise(n) || n->out[0].ndim != 4) return KN_OK;
+    bool reads_view = false;
+    for (int k = 0; k < n->n_in; k++) {
+        int src = nhwc_behind(c, n->in_node[k]);
+        if (src < 0) {
+            if (g->nodes[n->in_node[k]].out[n->in_out[k]].ndim > 4) return KN_OK;
+            continue;
+        }
+        /* the view must be the full shape, not broadcast up to it */
+        const kn_meta *vm = &g->nodes[n->in_node[k]].out[0];
+        if (vm->ndim != 4 || memcmp(vm->shape, n->out[0].shape, sizeof vm->shape[0] * 4) != 0) return KN_OK;
+        reads_view = true;
+    }
+    if (!reads_view) return KN_OK;
+    int refs[KN_MAX_INPUTS];
+    int n_in = n->n_in;
+    for (int k = 0; k < n_in; k++) {
+        n = &g->nodes[i];
+        int in = n->in_node[k], out = n->in_out[k], src = nhwc_behind(c, in);
+        if (src >= 0) {
+            refs[k] = src;
+            continue;
+        }
+        const kn_meta *m = &g->nodes[in].out[out];
+        int ref = KN_REF(in, out);
+        if (m->ndim == 0) {
+            refs[k] = ref;
+            continue;
+        }
+        if (m->ndim < 4) { /* leading ones, as broadcasting reads it */
+            kn_opcall init;
+            kn_opcall_init(&init, KN_OP_RESHAPE);
+            kn_attrs a = init.a;
+            a.nshape = 4;
+            int lead = 4 - m->ndim;
+            for (int d = 0; d < 4; d++) a.shape[d] = d < lead ? 1 : m->shape[d - lead];
+            int r;
+            KN_TRY(append_like(x, KN_OP_RESHAPE, &ref, 1, &a, i, &r));
+            ref = KN_REF(r, 0);
+        }
+        int p;
+        KN_TRY(append_permute(x, ref, to_nhwc, i, &p));
+        refs[k] = KN_REF(p, 0);
+    }
+    g = x->g;
+    kn_attrs a = g->nodes[i].a;
+    int nn, view;
+    KN_TRY(append_like(x, g->nodes[i].op, refs, n_in, &a, i, &nn));
+    KN_TRY(append_permute(x, KN_REF(nn, 0), to_nchw, i, &view));
+    if (!kn_pass_replace(x, i, KN_REF(view, 0))) return KN_OK;
+    return remember_view(c, view, KN_REF(nn, 0));
+}
+
+kn_status kn_pass_channels_last(kn_pass_ctx *x)
+{
+    if (!(x->flags & (KN_PASSES_NHWC_HALF | KN_PASSES_NHWC_F32))) return KN_OK;
+    cl_ctx c = {x, NULL, NULL, 0, 0};
+    kn_status st = KN_OK;
+    for (int i = 0; i < x->n_orig && st == KN_OK; i++) {
+        if (x->dead[i]) continue;
+        kn_pass_resolve_inputs(x, i);
+        int op = x->g->nodes[i].op;
+        if (op == KN_OP_CONV2D) st = convert_conv(&c, i);
+        else st = sink_elementwise(&c, i);
+    }
+    free(c.view_node);
+    free(c.nhwc_ref);
+    return st;
+}

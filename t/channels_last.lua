@@ -1,0 +1,156 @@
+-- t/channels_last.lua: the layout pass (kn_pass_channels_last) on the CPU,
+-- where it runs only when asked (kiln.config.channels_last = true, or
+-- KILN_CHANNELS_LAST=1): which conv chains change layout and why
+-- (KILN_LOGS=fusion, exact text), the kernels it leaves (NHWC shapes in
+-- their names), and compiled channels-last results against eager NCHW and
+-- a float64 reference, on fresh random inputs over odd sizes, strides,
+-- paddings, dilations, groups and channel counts (3 and 5 channels are
+-- padded), with weights as parameters (laid out once) and as arguments
+-- (permuted at every call), residual adds and per-channel biases after
+-- the convs. t/cuda_channels_last.lua is the GPU side (cuDNN NHWC).
+local T = dofile("t/lib/tap.lua")
+T.cpu_only("t/channels_last.lua")
+local KILN = os.getenv("KILN") or "build/kiln"
+
+local seed = tonumber(os.getenv("KILN_SEED")) or os.time() % 100000
+T.diag("seed " .. seed)
+local function nextseed()
+  seed = seed + 1
+  return seed
+end
+
+local function run(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+local function lines_with(text, pat)
+  local got = {}
+  for l in text:gmatch("[^\n]+") do
+    if l:find(pat) then got[#got + 1] = l end
+  end
+  return table.concat(got, "\n")
+end
+
+-- 1. what the pass says, exact text, on the convnet sample
+local script = "local s = dofile('samples/convnet.lua'); local cm = kiln.compile(s.model); "
+  .. "cm(s.inputs{small = true}[1]); for _, k in ipairs(cm:kernels()) do print(k.name) end"
+local on = run("KILN_CHANNELS_LAST=1 KILN_LOGS=fusion " .. KILN .. " -e \"" .. script .. "\"")
+T.is(lines_with(on, "^channels_last"), table.concat({
+  "channels_last: conv2d ((command line):1) runs NHWC (converts its NCHW input: a chain starts, its 3 input channels padded to 4)",
+  "channels_last: conv2d ((command line):1) runs NHWC (reads the NHWC value of the conv chain before it)",
+  "channels_last: conv2d ((command line):1) runs NHWC (reads the NHWC value of the conv chain before it)",
+  "channels_last: conv2d ((command line):1) runs NHWC (reads the NHWC value of the conv chain before it)",
+}, "\n"), "KILN_LOGS=fusion: the four convs of convnet run NHWC, the first padded (exact text)")
+T.is(lines_with(on, "^k%d+_"), table.concat({
+  "k0_conv2d_f32_2x16x16x32", "k1_relu_f32_2x16x16x32", "k2_conv2d_f32_2x8x8x64", "k3_relu_f32_2x8x8x64",
+  "k4_conv2d_f32_2x4x4x128", "k5_relu_f32_2x4x4x128", "k6_conv2d_f32_2x2x2x256", "k7_relu_f32_2x2x2x256",
+  "k8_adaptive_avg_pool2d_f32_2x256x1x1", "k9_matmul_f32_2x1000", "k10_add_f32_2x1000",
+}, "\n"), "channels-last convnet: NHWC conv and ReLU kernels, batch norm folded, the pool reads the NHWC value")
+T.like(lines_with(on, "adaptive_avg_pool2d"), "reads relu %(%(command line%):1%) through the view permute",
+  "the chain ends at the pool, which reads the NHWC value through a permute view")
+local off = run("KILN_LOGS=fusion " .. KILN .. " -e \"" .. script .. "\"")
+T.is(lines_with(off, "^channels_last"), "", "default on the CPU: the pass does not run (the CPU runs NCHW)")
+T.like(off, "k0_conv2d_f32_2x32x16x16", "default on the CPU: NCHW kernels")
+local bad = run(KILN .. " -e \"kiln.config.channels_last = 'yes'; local cm = kiln.compile(function(x) return x + 1 end); cm(kiln.ones({2}))\"")
+T.like(bad, "kiln.config.channels_last must be true, false or \"auto\" %(got yes%)", "a bad config value is an error naming it")
+
+-- 2. results
+kiln.config.channels_last = true
+
+local function rel_err(got, want)
+  local d = (got:to("f64") - want:to("f64")):abs():max():item()
+  local m = want:to("f64"):abs():max():item()
+  return d / (m > 0 and m or 1), d
+end
+
+local function no_nan(t) return t:to("f64"):ne(t:to("f64")):sum():item() == 0 end
+
+-- unit roundoff per dtype; sums of up to a few hundred products
+local TOL = { f32 = 1e-5, bf16 = 3e-2, f16 = 4e-3 }
+
+local function conv_kernels(cm)
+  local names = {}
+  for _, k in ipairs(cm:kernels()) do
+    if k.name:find("conv2d") then names[#names + 1] = k.name end
+  end
+  return names
+end
+
+-- a chain with weights as arguments: conv -> relu -> conv (same size) ->
+-- + residual -> * per-channel scale {K, 1, 1} -> relu
+local function chain(x, w1, b1, w2, scale, o)
+  local y = kiln.conv2d(x, w1, b1, o):relu()
+  local z = kiln.conv2d(y, w2, nil, { padding = 1 })
+  return ((z + y) * scale):relu()
+end
+
+local cases = {
+  -- n, c, h, w, k, kernel, stride, padding, dilation, groups
+  { 2, 3, 9, 7, 8, 3, 1, 1, 1, 1 },
+  { 1, 5, 11, 13, 6, 3, 2, 1, 1, 1 },
+  { 3, 4, 8, 8, 4, 1, 1, 0, 1, 1 },
+  { 2, 6, 10, 9, 6, 3, 2, 2, 2, 2 },
+  { 1, 8, 7, 7, 8, 3, 1, 1, 1, 8 },
+  { 2, 16, 6, 5, 12, 5, 1, 2, 1, 1 },
+}
+for _, dt in ipairs({ "f32", "bf16" }) do
+  for ci, c in ipairs(cases) do
+    local n, ch, h, w, k, ks, st, pd, dl, gr = table.unpack(c)
+    local o = { stride = st, padding = pd, dilation = dl, groups = gr }
+    local x = kiln.randn({ n, ch, h, w }, { seed = nextseed() }):to(dt)
+    local w1 = (kiln.randn({ k, ch // gr, ks, ks }, { seed = nextseed() }) * 0.3):to(dt)
+    local b1 = kiln.randn({ k }, { seed = nextseed() }):to(dt)
+    local w2 = (kiln.randn({ k, k, 3, 3 }, { seed = nextseed() }) * 0.2):to(dt)
+    local scale = kiln.randn({ k, 1, 1 }, { seed = nextseed() }):to(dt)
+    local want = chain(x, w1, b1, w2, scale, o)
+    local ref = chain(x:to("f64"), w1:to("f64"), b1:to("f64"), w2:to("f64"), scale:to("f64"), o)
+    local cm = kiln.compile(chain)
+    local got = cm(x, w1, b1, w2, scale, o)
+    local what = string.format("%s case %d (n %d c %d %dx%d k %d kernel %d stride %d pad %d dil %d groups %d)",
+      dt, ci, n, ch, h, w, k, ks, st, pd, dl, gr)
+    T.ok(no_nan(got), what .. ": no NaN")
+    local e_eager = rel_err(got, want)
+    local e_ref = rel_err(got, ref)
+    T.ok(e_eager <= TOL[dt] and e_ref <= TOL[dt],
+      string.format("%s: channels-last compiled against eager NCHW (%.2g) and float64 (%.2g)", what, e_eager, e_ref))
+    local convs = conv_kernels(cm)
+    local ho = (h + 2 * pd - dl * (ks - 1) - 1) // st + 1
+    local wo = (w + 2 * pd - dl * (ks - 1) - 1) // st + 1
+    T.is((convs[1] or ""):gsub("^k%d+_", ""), string.format("conv2d_%s_%dx%dx%dx%d", dt, n, ho, wo, k),
+      what .. ": the first conv's kernel is NHWC (channels last in its name)")
+  end
+end
+
+-- 3. a module: parameters laid out once (3 channels padded), batch norm
+-- folded first; a parameter written in place is seen at the next call
+kiln.nn.manual_seed(nextseed())
+local net = kiln.nn.Sequential({
+  kiln.nn.Conv2d(3, 5, 3, { stride = 2, padding = 1, bias = false }), kiln.nn.BatchNorm2d(5), kiln.nn.ReLU(),
+  kiln.nn.Conv2d(5, 7, 3, { padding = 1 }), kiln.nn.ReLU(),
+}):eval()
+local x = kiln.randn({ 2, 3, 13, 11 }, { seed = nextseed() })
+local cm = kiln.compile(net)
+local got, want = cm(x), net(x)
+T.ok(no_nan(got) and rel_err(got, want) <= 1e-5, string.format("module (batch norm folded, 3 and 5 channels padded): compiled channels-last against eager (%.2g)", rel_err(got, want)))
+T.is(conv_kernels(cm)[2], "k2_conv2d_f32_2x7x6x7", "module: the second conv reads the first's NHWC value")
+local w4
+for name, p in net:named_parameters() do
+  if name == "4.weight" then w4 = p end
+end
+w4:copy_(w4 * 2)
+got, want = cm(x), net(x)
+T.ok(rel_err(got, want) <= 1e-5, string.format("a weight written in place: the next call lays it out again (%.2g)", rel_err(got, want)))
+
+-- 4. a conv whose value is the caller's output comes back NCHW
+local function one(x0, w0) return kiln.conv2d(x0, w0, nil, { padding = 1 }) end
+local x1 = kiln.randn({ 2, 4, 5, 6 }, { seed = nextseed() })
+local w1 = kiln.randn({ 3, 4, 3, 3 }, { seed = nextseed() })
+local out = kiln.compile(one)(x1, w1)
+T.is(table.concat(out:shape(), "x"), "2x3x5x6", "an output conv keeps its NCHW shape")
+T.ok(rel_err(out, one(x1, w1)) <= 1e-6, "an output conv: compiled channels-last equals eager")
+T.ok(rel_err(out:contiguous(), one(x1, w1)) <= 1e-6, "an output conv: its contiguous copy equals eager")
+
+T.done()
