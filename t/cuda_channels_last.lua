@@ -91,8 +91,11 @@ local script = "local s = dofile('samples/convnet.lua'); local m = s.model:to('c
   .. "for _, k in ipairs(cm:kernels()) do print(k.name) end"
 local bf = run("KILN_LOGS=library,fusion " .. KILN .. " -e \"" .. script:format("bf16", "bf16") .. "\"")
 T.like(bf, "k0_conv2d_bf16_32x112x112x32", "auto, bf16 convnet: the first conv's kernel is NHWC")
-T.like(bf, "conv2d bf16 x{32,8,224,224} w{32,8,3,3}[^\n]* nhwc[^\n]*: cuDNN plan",
-  "auto, bf16: cuDNN takes the first conv NHWC, its 3 channels padded to 8")
+T.like(bf, "conv2d bf16 x{32,32,112,112} w{64,32,3,3}[^\n]* fused bias nhwc[^\n]*: cuDNN plan",
+  "auto, bf16: cuDNN takes the second conv NHWC with its bias and ReLU fused")
+local ma = run("KILN_LOGS=autotune " .. KILN .. " -e \"" .. script:format("bf16", "bf16"):gsub("kiln.compile%(m%)", "kiln.compile(m, {mode = 'max-autotune'})") .. "\"")
+T.like(ma, "autotune k0_conv2d_bf16_32x112x112x32 [^\n]*kiln stem conv nhwc %+bias%+relu",
+  "max-autotune, bf16: the image conv's candidates include kiln's stem kernel (bias and ReLU fused)")
 local f32 = run("KILN_LOGS=fusion " .. KILN .. " -e \"" .. script:format("f32", "f32") .. "\"")
 T.like(f32, "k0_conv2d_f32_32x32x112x112", "auto, f32 convnet: NCHW")
 

@@ -107,6 +107,19 @@ static kn_status to_nhwc(const kn_tensor *x, int64_t cp, kn_tensor **out)
     return st;
 }
 
+/* Whether every element of one image of x (strides of any sign) is within
+ * 2^31 elements of its first: the stem kernel's offsets are 32-bit. */
+static bool image_in_32_bits(const kn_tensor *x)
+{
+    int64_t reach = 0;
+    for (int d = 1; d < 4; d++) {
+        int64_t s = x->strides[d] < 0 ? -x->strides[d] : x->strides[d];
+        if (x->shape[d] > 0 && s > (INT32_MAX - reach) / (x->shape[d] > 1 ? x->shape[d] - 1 : 1)) return false;
+        reach += s * (x->shape[d] > 1 ? x->shape[d] - 1 : 0);
+    }
+    return reach < INT32_MAX;
+}
+
 /* Whether the stem kernel takes this channels-last call: an NCHW input
  * whose taps per output channel (C x kh x kw) fit its shared memory, one
  * group, one float dtype throughout (f64 stays on the exact paths). */
@@ -116,7 +129,7 @@ static bool stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y
     return at->out_layout == KN_LAYOUT_NHWC && at->in_layout == KN_LAYOUT_NCHW && at->groups == 1 && x->ndim == 4 &&
            (dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && x->dtype == dt && w->dtype == dt &&
            kn_tensor_is_contiguous(w) && kn_tensor_is_contiguous(y) &&
-           x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS;
+           x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS && image_in_32_bits(x);
 }
 
 static kn_status conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,

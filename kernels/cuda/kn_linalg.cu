@@ -266,23 +266,38 @@ __device__ __forceinline__ unsigned kn_la_pack2(int dt, float a, float b)
     return (unsigned)lo | ((unsigned)hi << 16);
 }
 
-extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_args p)
+template <int DT>
+__device__ __forceinline__ float kn_la_ld_t(const char *p, int i)
 {
-    __shared__ float ws[KN_LA_STEM_TAPS * KN_LA_STEM_KC]; // [tap][channel]
-    __shared__ float bs[KN_LA_STEM_KC];
+    if (DT == KN_LA_BF16) return kn_la_bf16_ld(((const unsigned short *)p)[i]);
+    if (DT == KN_LA_F16) return kn_la_f16_ld(((const unsigned short *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+// the body for one dtype: x's offsets in 32 bits (the host checks that
+// every element of x is within reach), the window's rows walked from the
+// pixel's corner instead of recomputed per tap
+template <int DT>
+__device__ void kn_la_stem_body(const kn_la_stem_args &p, float *ws, float *bs)
+{
     int taps = (int)(p.c * p.r * p.s);
+    int xs1 = (int)p.xs[1], xs2 = (int)p.xs[2], xs3 = (int)p.xs[3];
+    int h = (int)p.h, wd = (int)p.wd, r = (int)p.r, sk = (int)p.s;
     long long npix = p.n * p.p * p.q;
     for (long long base = (long long)blockIdx.x * blockDim.x; base < npix; base += (long long)gridDim.x * blockDim.x) {
         long long pix = base + threadIdx.x;
         bool live = pix < npix;
-        long long ox = pix % p.q, t = pix / p.q;
-        long long oy = t % p.p, ni = t / p.p;
+        long long t = pix / p.q;
+        int ox = (int)(pix % p.q), oy = (int)(t % p.p);
+        long long ni = t / p.p;
+        const char *xb = p.x + ni * p.xs[0] * (DT == KN_LA_F32 ? 4 : 2);
+        int iy0 = oy * p.sh - p.ph, ix0 = ox * p.sw - p.pw;
         for (long long k0 = 0; k0 < p.k; k0 += KN_LA_STEM_KC) {
             int kc = p.k - k0 < KN_LA_STEM_KC ? (int)(p.k - k0) : KN_LA_STEM_KC;
             __syncthreads(); // the previous chunk's weights are no longer read
             for (int i = threadIdx.x; i < taps * KN_LA_STEM_KC; i += blockDim.x) {
                 int tap = i / KN_LA_STEM_KC, j = i % KN_LA_STEM_KC;
-                long long ci = tap / (p.r * p.s), ky = (tap / p.s) % p.r, kx = tap % p.s;
+                int ci = tap / (r * sk), ky = (tap / sk) % r, kx = tap % sk;
                 ws[i] = j < kc ? kn_la_ld<float>(p.w, p.dt, (((k0 + j) * p.r + ky) * p.s + kx) * p.cw + ci) : 0.f;
             }
             if (threadIdx.x < KN_LA_STEM_KC)
@@ -294,16 +309,15 @@ extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_arg
             float acc[KN_LA_STEM_KC];
 #pragma unroll
             for (int j = 0; j < KN_LA_STEM_KC; j++) acc[j] = 0.f;
-            int tap = 0;
-            for (long long ci = 0; ci < p.c; ci++)
-                for (long long ky = 0; ky < p.r; ky++) {
-                    long long iy = oy * p.sh - p.ph + ky * p.dh;
-                    for (long long kx = 0; kx < p.s; kx++, tap++) {
-                        long long ix = ox * p.sw - p.pw + kx * p.dw;
-                        float xv = 0.f;
-                        if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.wd)
-                            xv = kn_la_ld<float>(p.x, p.dt, ni * p.xs[0] + ci * p.xs[1] + iy * p.xs[2] + ix * p.xs[3]);
-                        const float *wr = &ws[tap * KN_LA_STEM_KC];
+            const float *wr = ws;
+            for (int ci = 0; ci < (int)p.c; ci++)
+                for (int ky = 0; ky < r; ky++) {
+                    int iy = iy0 + ky * p.dh;
+                    bool row_in = iy >= 0 && iy < h;
+                    int roff = ci * xs1 + iy * xs2;
+                    for (int kx = 0; kx < sk; kx++, wr += KN_LA_STEM_KC) {
+                        int ix = ix0 + kx * p.dw;
+                        float xv = row_in && ix >= 0 && ix < wd ? kn_la_ld_t<DT>(xb, roff + ix * xs3) : 0.f;
 #pragma unroll
                         for (int j = 0; j < KN_LA_STEM_KC; j++) acc[j] = fmaf(xv, wr[j], acc[j]);
                     }
@@ -315,18 +329,18 @@ extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_arg
                 acc[j] = v;
             }
             long long row = pix * p.k + k0; // element index of this pixel's chunk in y
-            if (p.vec && kc == KN_LA_STEM_KC && p.dt != KN_LA_F32 && p.dt != KN_LA_F64) {
+            if (p.vec && kc == KN_LA_STEM_KC && DT != KN_LA_F32) {
                 uint4 *dst = (uint4 *)(p.y + row * 2);
 #pragma unroll
                 for (int q = 0; q < KN_LA_STEM_KC / 8; q++) {
                     uint4 u;
-                    u.x = kn_la_pack2(p.dt, acc[8 * q + 0], acc[8 * q + 1]);
-                    u.y = kn_la_pack2(p.dt, acc[8 * q + 2], acc[8 * q + 3]);
-                    u.z = kn_la_pack2(p.dt, acc[8 * q + 4], acc[8 * q + 5]);
-                    u.w = kn_la_pack2(p.dt, acc[8 * q + 6], acc[8 * q + 7]);
+                    u.x = kn_la_pack2(DT, acc[8 * q + 0], acc[8 * q + 1]);
+                    u.y = kn_la_pack2(DT, acc[8 * q + 2], acc[8 * q + 3]);
+                    u.z = kn_la_pack2(DT, acc[8 * q + 4], acc[8 * q + 5]);
+                    u.w = kn_la_pack2(DT, acc[8 * q + 6], acc[8 * q + 7]);
                     dst[q] = u;
                 }
-            } else if (p.vec && kc == KN_LA_STEM_KC && p.dt == KN_LA_F32) {
+            } else if (p.vec && kc == KN_LA_STEM_KC) {
                 float4 *dst = (float4 *)(p.y + row * 4);
 #pragma unroll
                 for (int q = 0; q < KN_LA_STEM_KC / 4; q++)
@@ -338,6 +352,15 @@ extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_arg
             }
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_args p)
+{
+    __shared__ float ws[KN_LA_STEM_TAPS * KN_LA_STEM_KC]; // [tap][channel]
+    __shared__ float bs[KN_LA_STEM_KC];
+    if (p.dt == KN_LA_BF16) kn_la_stem_body<KN_LA_BF16>(p, ws, bs);
+    else if (p.dt == KN_LA_F16) kn_la_stem_body<KN_LA_F16>(p, ws, bs);
+    else kn_la_stem_body<KN_LA_F32>(p, ws, bs);
 }
 
 // ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;
