@@ -289,6 +289,37 @@ local br = cmd:breaks()
 T.is(#br, 1, "compiled If on a tensor value: one graph break")
 T.like(br[1] and br[1].where, "if_data%.onnx:node 'pick_by_value' %(If%)", "the break names the ONNX node and op")
 
+-- :to moves the initializers of If branches with the module's own: each
+-- branch outputs its own initializer, so the result's dtype and device are
+-- the branch tensor's
+local function init_branch(init_name, init, out)
+  return { graph = { name = out, nodes = { { op = "Identity", name = out .. "_node", inputs = { init_name }, outputs = { out } } },
+    initializers = { { init_name, init } }, inputs = {}, outputs = { { out, "f32", { 2, 3 } } } } }
+end
+local then_init, else_init = kiln.randn({ 2, 3 }, { seed = 21 }), kiln.randn({ 2, 3 }, { seed = 22 })
+for _, cond in ipairs({ true, false }) do
+  file = write("if_inits.onnx", tiny({
+    { op = "Constant", name = "flag", inputs = {}, outputs = { "f" },
+      attrs = { value = { tensor = kiln.tensor(cond and 1 or 0, { dtype = "i64" }) } } },
+    { op = "Cast", name = "cond", inputs = { "f" }, outputs = { "c" }, attrs = { to = 9 } },
+    { op = "If", name = "pick_init", inputs = { "c" }, outputs = { "y" },
+      attrs = { then_branch = init_branch("then_w", then_init, "t"), else_branch = init_branch("else_w", else_init, "e") } },
+  }, {}, { inputs = {} }))
+  local want = cond and then_init or else_init
+  local mb = kiln.onnx.load(file)
+  T.ok(mb().dtype == "f32" and max_diff(mb(), want) == 0, "If branch initializer as loaded (" .. tostring(cond) .. " branch)")
+  mb:to("f64")
+  local yb = mb()
+  T.ok(yb.dtype == "f64" and max_diff(yb, want) == 0, ":to('f64') converts the " .. tostring(cond) .. " branch's initializer")
+  local cmb = kiln.compile(mb)
+  yb = cmb()
+  T.ok(yb.dtype == "f64" and max_diff(yb, want) == 0 and #cmb:breaks() == 0, "compiled after :to('f64'): the branch's f64 initializer")
+  if pcall(kiln.zeros, { 1 }, { device = "cuda" }) then
+    mb:to("cuda")
+    T.is(mb().device, "cuda", ":to('cuda') moves the branch's initializer")
+  end
+end
+
 ---------------------------------------------------------------------------
 -- TensorProto files
 

@@ -408,8 +408,10 @@ end
 local function run_graph(g, feeds, parent)
   local env = { values = {}, parent = parent }
   for name, t in pairs(feeds) do env.values[name] = t end
+  -- the module's tensors (moved by :to), the main graph's or this branch's
+  local params = g.param_slot and ctx.branch_params[g.param_slot] or ctx.params
   for name, t in pairs(g.initializers) do
-    if env.values[name] == nil then env.values[name] = g.known_inits[name] or ctx.params[name] or t end
+    if env.values[name] == nil then env.values[name] = g.known_inits[name] or params[name] or t end
   end
   for _, node in ipairs(g.nodes) do
     local impl = (node.domain == "" or node.domain == "ai.onnx") and ops[node.op] or nil
@@ -489,6 +491,24 @@ local OnnxModel = kiln.nn.Module {
     self._opts = opts or {}
     self.params = {}
     for name, t in pairs(model.graph.initializers) do self.params[name] = t end
+    -- the initializers of If branches (subgraphs, at any depth): one table
+    -- per subgraph, a field of the module so that :to moves them too; not
+    -- parameters (their names may repeat the main graph's)
+    self.branch_params = {}
+    local function hold_branches(g)
+      for _, node in ipairs(g.nodes) do
+        for _, sub in pairs(node.attrs) do
+          if type(sub) == "table" and sub.nodes and sub.initializers then
+            local held = {}
+            for name, t in pairs(sub.initializers) do held[name] = t end
+            self.branch_params[#self.branch_params + 1] = held
+            sub.param_slot = #self.branch_params
+            hold_branches(sub)
+          end
+        end
+      end
+    end
+    hold_branches(model.graph)
     local inputs = {}
     for _, vi in ipairs(model.graph.inputs) do
       if model.graph.initializers[vi.name] == nil then inputs[#inputs + 1] = vi end
@@ -542,6 +562,7 @@ local OnnxModel = kiln.nn.Module {
     for k, v in pairs(ctx) do saved[k] = v; ctx[k] = nil end
     self._consts = self._consts or {}
     ctx.device, ctx.file, ctx.opset, ctx.params, ctx.consts = dev, model.path, model.opset, self.params, self._consts
+    ctx.branch_params = self.branch_params
     ctx.short = model.path:match("([^/]+)$") or model.path
     local ok, res = pcall(function()
       local outs = run_graph(model.graph, feeds, nil)
