@@ -321,6 +321,36 @@ for _, cond in ipairs({ true, false }) do
 end
 
 ---------------------------------------------------------------------------
+-- Constants made from Lua values (Constant, ConstantOfShape, Range) are the
+-- same tensors on every call: a compiled model compiles once
+
+local cvals = kiln.randn({ 2, 3 }, { seed = 31 })
+file = write("consts.onnx", tiny({
+  { op = "Constant", name = "c", inputs = {}, outputs = { "c" }, attrs = { value = { tensor = cvals } } },
+  { op = "ConstantOfShape", name = "halves", inputs = { "s" }, outputs = { "k" },
+    attrs = { value = { tensor = kiln.tensor({ 0.5 }) } } },
+  { op = "Constant", name = "r0", inputs = {}, outputs = { "r0" }, attrs = { value_float = 0.0 } },
+  { op = "Constant", name = "r1", inputs = {}, outputs = { "r1" }, attrs = { value_float = 3.0 } },
+  { op = "Constant", name = "r2", inputs = {}, outputs = { "r2" }, attrs = { value_float = 1.0 } },
+  { op = "Range", name = "steps", inputs = { "r0", "r1", "r2" }, outputs = { "r" } },
+  { op = "Add", name = "plus_c", inputs = { "x", "c" }, outputs = { "a" } },
+  { op = "Mul", name = "times_k", inputs = { "a", "k" }, outputs = { "b" } },
+  { op = "Add", name = "plus_r", inputs = { "b", "r" }, outputs = { "y" } },
+}, { { "s", kiln.tensor({ 2, 3 }, { dtype = "i64" }) } }))
+local mc = kiln.onnx.load(file)
+local cmc = kiln.compile(mc)
+local const_ok = true
+for call = 1, 3 do
+  local xc = kiln.randn({ 2, 3 }, { seed = 40 + call })
+  local want = (xc:to("f64") + cvals:to("f64")) * 0.5 + kiln.tensor({ 0, 1, 2 }, { dtype = "f64" })
+  const_ok = const_ok and max_diff(cmc(xc), want) < 1e-6 and max_diff(mc(xc), want) < 1e-6
+end
+local cst = cmc:stats()
+T.ok(const_ok, "Constant, ConstantOfShape and Range: compiled and eager match the f64 reference on 3 calls")
+T.is(cst.recompiles, 0, "3 calls of a compiled model with Constant, ConstantOfShape and Range: no recompile")
+T.is(cst.versions, 1, "... one version")
+
+---------------------------------------------------------------------------
 -- TensorProto files
 
 W.write(path("t.pb"), W.tensor("named", kiln.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = "i64" })))

@@ -73,26 +73,41 @@ end
 -- each call, so the op files can hold it as an upvalue.
 local ctx = {}
 
+-- The flat values v (row-major) as nested tables of the given shape.
+local function nest(v, shape, dim, at)
+  if dim > #shape then return v[at + 1] end
+  local inner = 1
+  for d = dim + 1, #shape do inner = inner * shape[d] end
+  local out = {}
+  for k = 0, shape[dim] - 1 do out[k + 1] = nest(v, shape, dim + 1, at + k * inner) end
+  return out
+end
+
 -- A tensor of Lua values (index lists, interpolation weights, known values
 -- a tensor op needs). The same values give the same tensor object on every
 -- call (cached in the module): while tracing, a new object per call would
 -- be a new graph input each time, and the version's guards would not match.
+-- The cached tensor is made in one step from nested tables, a real tensor
+-- from the first call on: made by a traced op (a reshape of a flat one), the
+-- first call's graph would compute it and the later calls' take it as an
+-- input, a different graph, one recompile on the second call.
 local function const_tensor(vals, dtype, shape)
   local dev = ctx.device
-  local key = dtype .. "|" .. tostring(dev) .. "|" .. table.concat(shape, ",") .. "|" .. table.concat(vals, ",")
-  local cache = ctx.consts
-  local t = cache and cache[key]
-  if t then return t end
   local v = vals
   if dtype == "bool" then
     v = {}
     for i, e in ipairs(vals) do v[i] = e ~= 0 end
   end
-  if #shape == 0 then
-    t = kiln.tensor(v[1], { dtype = dtype, device = dev })
-  else
-    t = kiln.tensor(v, { dtype = dtype, device = dev }):reshape(shape)
+  if numel(shape) == 0 then
+    -- nested tables cannot hold a 0 before the last dim: a fresh (traced)
+    -- empty tensor each call, the same graph every time
+    return kiln.zeros(shape, { dtype = dtype, device = dev })
   end
+  local key = dtype .. "|" .. tostring(dev) .. "|" .. table.concat(shape, ",") .. "|" .. table.concat(vals, ",")
+  local cache = ctx.consts
+  local t = cache and cache[key]
+  if t then return t end
+  t = kiln.tensor(nest(v, shape, 1, 0), { dtype = dtype, device = dev })
   if cache then cache[key] = t end
   return t
 end
