@@ -351,6 +351,84 @@ T.is(cst.recompiles, 0, "3 calls of a compiled model with Constant, ConstantOfSh
 T.is(cst.versions, 1, "... one version")
 
 ---------------------------------------------------------------------------
+-- Dilated pools with large windows: one kiln pool on the input taken every
+-- dil positions (stride a multiple of the dilation), or one spatial dim at a
+-- time; compiled, they stay one graph of a few kernels (all window offsets at
+-- once passed the fuser's 16-argument limit and ran op by op)
+
+-- the pool by loops over Lua lists, in f64: x {1, C, H, W} or {1, C, L}
+local function pool_reference(x, kind, kernel, strides, dil, pads, include_pad)
+  local one_d = x:dim() == 3
+  local v = x:to("f64"):tolist()[1]
+  local nd = one_d and 1 or 2
+  local size = one_d and { #v[1] } or { #v[1], #v[1][1] }
+  local k = { kernel[1], kernel[2] or 1 }
+  local s, d = { strides[1], strides[2] or 1 }, { dil[1], dil[2] or 1 }
+  local pb, pe = { pads[1], nd == 2 and pads[2] or 0 }, { pads[nd + 1], nd == 2 and pads[4] or 0 }
+  local sz = { size[1], size[2] or 1 }
+  local out = {}
+  for c = 1, #v do
+    local rows = {}
+    local n1 = (sz[1] + pb[1] + pe[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    local n2 = (sz[2] + pb[2] + pe[2] - d[2] * (k[2] - 1) - 1) // s[2] + 1
+    for o1 = 0, n1 - 1 do
+      local row = {}
+      for o2 = 0, n2 - 1 do
+        local acc, count = kind == "max" and -math.huge or 0, 0
+        for a1 = 0, k[1] - 1 do
+          for a2 = 0, k[2] - 1 do
+            local i1, i2 = o1 * s[1] - pb[1] + a1 * d[1], o2 * s[2] - pb[2] + a2 * d[2]
+            if i1 >= 0 and i1 < sz[1] and i2 >= 0 and i2 < sz[2] then
+              local e = one_d and v[c][i1 + 1] or v[c][i1 + 1][i2 + 1]
+              if kind == "max" then acc = math.max(acc, e) else acc = acc + e end
+              count = count + 1
+            elseif include_pad then
+              count = count + 1
+            end
+          end
+        end
+        row[o2 + 1] = kind == "max" and acc or acc / count
+      end
+      rows[o1 + 1] = one_d and row[1] or row
+    end
+    out[c] = rows
+  end
+  return kiln.tensor({ out }, { dtype = "f64" })
+end
+
+local pool_cases = {
+  { what = "MaxPool 2-D 5x5, stride 2, dilation 2", op = "MaxPool", kind = "max", shape = { 1, 2, 17, 15 },
+    kernel = { 5, 5 }, strides = { 2, 2 }, dil = { 2, 2 }, pads = { 2, 1, 2, 3 } },
+  { what = "MaxPool 1-D 20, stride 3, dilation 3", op = "MaxPool", kind = "max", shape = { 1, 2, 90 },
+    kernel = { 20 }, strides = { 3 }, dil = { 3 }, pads = { 4, 5 } },
+  { what = "AveragePool 2-D 5x5, stride 2, dilation 2", op = "AveragePool", kind = "avg", shape = { 1, 2, 17, 15 },
+    kernel = { 5, 5 }, strides = { 2, 2 }, dil = { 2, 2 }, pads = { 2, 1, 2, 3 } },
+  { what = "AveragePool 2-D 5x5, stride 1, dilation 2 (one dim at a time)", op = "AveragePool", kind = "avg",
+    shape = { 1, 2, 13, 12 }, kernel = { 5, 5 }, strides = { 1, 1 }, dil = { 2, 2 }, pads = { 1, 2, 3, 0 } },
+  { what = "MaxPool 2-D 5x4, stride 1, dilation 2 (one dim at a time)", op = "MaxPool", kind = "max",
+    shape = { 1, 2, 13, 12 }, kernel = { 5, 4 }, strides = { 1, 1 }, dil = { 2, 2 }, pads = { 0, 1, 2, 2 } },
+}
+for n, case in ipairs(pool_cases) do
+  local out_shape = { case.shape[1], case.shape[2] }
+  for d = 1, #case.kernel do out_shape[d + 2] = "O" .. d end
+  file = write("pool" .. n .. ".onnx", tiny({
+    { op = case.op, name = "pool", inputs = { "x" }, outputs = { "y" },
+      attrs = { kernel_shape = case.kernel, strides = case.strides, dilations = case.dil, pads = case.pads } },
+  }, {}, { opset = 19, inputs = { { "x", "f32", case.shape } }, outputs = { { "y", "f32", out_shape } } }))
+  local mp = kiln.onnx.load(file)
+  local xpool = kiln.randn(case.shape, { seed = 60 + n })
+  local want = pool_reference(xpool, case.kind, case.kernel, case.strides, case.dil, case.pads, false)
+  T.ok(max_diff(mp(xpool), want) < 1e-5, case.what .. ": eager matches a loop reference in f64")
+  local cmp = kiln.compile(mp)
+  T.ok(max_diff(cmp(xpool), want) < 1e-5, case.what .. ": compiled matches it")
+  local offsets = 1
+  for _, kd in ipairs(case.kernel) do offsets = offsets * kd end
+  local st = cmp:stats()
+  T.ok(st.graphs == 1 and st.kernels < offsets,
+    string.format("%s: compiled to %d kernels, fewer than its %d window offsets (not op by op)", case.what, st.kernels, offsets))
+end
+
+---------------------------------------------------------------------------
 -- TensorProto files
 
 W.write(path("t.pb"), W.tensor("named", kiln.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = "i64" })))

@@ -89,6 +89,61 @@ local function pool_by_offsets(x, kind, a, want_indices)
       mask = pad(ones, pb, pe, "constant", 0)
     end
   end
+  local divisible = nd <= 2
+  for d = 1, nd do divisible = divisible and strides[d] % dil[d] == 0 end
+  if not want_indices and divisible then
+    -- a stride that is a multiple of the dilation: every position a window
+    -- reads is a multiple of the dilation, so the input taken every dil
+    -- positions, pooled with kiln's 2-D pool (stride / dil, no dilation),
+    -- is the dilated pool: one pool kernel, whatever the window's size
+    local x2, m2 = xp, mask
+    if nd == 1 then
+      x2 = x2:unsqueeze(4)
+      if m2 then m2 = m2:unsqueeze(4) end
+    end
+    local k2, q2 = { kernel[1], kernel[2] or 1 }, {}
+    for d = 1, 2 do
+      local step = dil[d] or 1
+      q2[d] = (strides[d] or 1) // step
+      if step > 1 then
+        x2 = x2:slice(d + 2, 1, x2:shape()[d + 2], step)
+        if m2 then m2 = m2:slice(d + 2, 1, m2:shape()[d + 2], step) end
+      end
+    end
+    local popts = { stride = q2, padding = { 0, 0 }, count_include_pad = true }
+    local y
+    if kind == "max" then y = kiln.max_pool2d(x2, k2, popts)
+    else y = kiln.avg_pool2d(x2, k2, popts) / kiln.avg_pool2d(m2, k2, popts) end
+    -- the room added for the last window can give one more output
+    y = y:slice(3, 1, out[1]):slice(4, 1, out[2] or 1)
+    if nd == 1 then y = y:squeeze(4) end
+    return y
+  end
+  if not want_indices then
+    -- one spatial dim at a time (max and sum are separable): kernel[d]
+    -- slices per step, where all offsets at once (kH * kW slices, twice for
+    -- an average's counts) passed the fuser's 16-argument limit and ran op
+    -- by op
+    local acc, cnt = xp, mask
+    for d = 1, nd do
+      local part, part_cnt
+      for k = 0, kernel[d] - 1 do
+        local start = k * dil[d]
+        local stop = start + (out[d] - 1) * strides[d] + 1
+        local v = acc:slice(d + 2, start + 1, stop, strides[d])
+        if not part then part = v
+        elseif kind == "max" then part = part:maximum(v)
+        else part = part + v end
+        if cnt then
+          local m = cnt:slice(d + 2, start + 1, stop, strides[d])
+          part_cnt = part_cnt and part_cnt + m or m
+        end
+      end
+      acc, cnt = part, part_cnt
+    end
+    if kind == "avg" then acc = acc / cnt end
+    return acc
+  end
   local acc, cnt, where_idx
   -- MaxPool's Indices: each output's flat index into x (row-major, or with
   -- storage_order 1 the spatial dims column-major), from the offset that won
