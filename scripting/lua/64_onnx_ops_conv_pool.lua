@@ -144,81 +144,51 @@ local function pool_by_offsets(x, kind, a, want_indices)
     if kind == "avg" then acc = acc / cnt end
     return acc
   end
-  local acc, cnt, where_idx
   -- MaxPool's Indices: each output's flat index into x (row-major, or with
-  -- storage_order 1 the spatial dims column-major), from the offset that won
-  local base
-  if want_indices then
-    local per = numel(sizes)
-    local nc = {}
-    for k = 0, s[1] * s[2] - 1 do nc[#nc + 1] = k * per end
-    local bs = { s[1], s[2] }
-    for _ = 1, nd do bs[#bs + 1] = 1 end
-    base = const_tensor(nc, "i64", bs)
+  -- storage_order 1 the spatial dims column-major), from the offset that
+  -- won. One spatial dim at a time, the last first, each step keeping the
+  -- first offset of a tie (a strict comparison): the row-major first of the
+  -- whole window, as ONNX, with kernel[d] slices per step.
+  local column_major = (a.storage_order or 0) == 1
+  local function flat_stride(d)
+    local f = 1
+    if column_major then for e = 1, d - 1 do f = f * sizes[e] end
+    else for e = d + 1, nd do f = f * sizes[e] end end
+    return f
   end
-  local function offset_index(off)
-    local os = { 1, 1 }
-    for d = 1, nd do os[d + 2] = out[d] end
-    local vals = {}
-    local pos = {}
-    for d = 1, nd do pos[d] = 0 end
-    for _ = 1, numel(out) do
-      local flat, stride = 0, 1
-      local order = {}
-      for d = 1, nd do order[d] = d end
-      if (a.storage_order or 0) == 1 then
-        for d = 1, nd do order[d] = nd - d + 1 end
-      end
-      for k = nd, 1, -1 do
-        local d = order[k]
-        local coord = pos[d] * strides[d] - begins[d] + off[d] * dil[d]
-        flat = flat + coord * stride
-        stride = stride * sizes[d]
-      end
-      vals[#vals + 1] = flat
-      for d = nd, 1, -1 do
-        pos[d] = pos[d] + 1
-        if pos[d] < out[d] then break end
-        pos[d] = 0
-      end
-    end
-    return const_tensor(vals, "i64", os)
-  end
-  local idx = {}
-  for d = 1, nd do idx[d] = 0 end
-  while true do
-    local v, mv = xp, mask
-    for d = 1, nd do
-      local start = idx[d] * dil[d]
-      v = v:slice(d + 2, start + 1, start + (out[d] - 1) * strides[d] + 1, strides[d])
-      if mv then mv = mv:slice(d + 2, start + 1, start + (out[d] - 1) * strides[d] + 1, strides[d]) end
-    end
-    if want_indices then
-      local oi = offset_index(idx)
-      if acc then
-        local better = v:gt(acc) -- strictly: the first offset keeps a tie
-        where_idx = kiln.where(better, oi, where_idx)
-        acc = kiln.where(better, v, acc)
+  local acc, where_idx = xp, nil
+  for d = nd, 1, -1 do
+    local part, part_idx
+    local cs = { 1, 1 }
+    for e = 1, nd do cs[e + 2] = 1 end
+    cs[d + 2] = out[d]
+    for k = 0, kernel[d] - 1 do
+      local start = k * dil[d]
+      local stop = start + (out[d] - 1) * strides[d] + 1
+      local v = acc:slice(d + 2, start + 1, stop, strides[d])
+      -- this offset's share of the flat index: its coordinate along dim d
+      local coords = {}
+      for o = 0, out[d] - 1 do coords[o + 1] = (o * strides[d] - begins[d] + start) * flat_stride(d) end
+      local oi = const_tensor(coords, "i64", cs)
+      if where_idx then oi = where_idx:slice(d + 2, start + 1, stop, strides[d]) + oi end
+      if part then
+        local better = v:gt(part)
+        part_idx = kiln.where(better, oi, part_idx)
+        part = kiln.where(better, v, part)
       else
-        acc, where_idx = v, oi
+        part, part_idx = v, oi
       end
-    elseif kind == "max" then acc = acc and acc:maximum(v) or v
-    else
-      acc = acc and acc + v or v
-      cnt = cnt and cnt + mv or mv
     end
-    local d = nd
-    while d >= 1 do
-      idx[d] = idx[d] + 1
-      if idx[d] < kernel[d] then break end
-      idx[d] = 0
-      d = d - 1
-    end
-    if d == 0 then break end
+    -- a window of one offset leaves the index at its constant's shape
+    if numel(part_idx:shape()) ~= numel(part:shape()) then part_idx = part_idx:expand(part:shape()) end
+    acc, where_idx = part, part_idx
   end
-  if kind == "avg" then acc = acc / cnt end
-  if want_indices then return acc, where_idx + base end
-  return acc
+  local per = numel(sizes)
+  local nc = {}
+  for k = 0, s[1] * s[2] - 1 do nc[#nc + 1] = k * per end
+  local bs = { s[1], s[2] }
+  for _ = 1, nd do bs[#bs + 1] = 1 end
+  return acc, where_idx + const_tensor(nc, "i64", bs)
 end
 
 -- Conv on 2-D windows (x2, w as 2-D; one_d: the second dim is the added one).
