@@ -476,15 +476,34 @@ void kn_onnx_free(kn_onnx_model *m)
     free(m);
 }
 
-kn_status kn_onnx_load_bytes(const void *data, size_t size, const char *name, const char *dir,
-                             kn_onnx_model **out)
+/* A mapped file, unmapped as soon as the decoded message holds its bytes. */
+typedef struct {
+    void *map;
+    size_t size;
+} mapped_bytes;
+
+static void unmap_bytes(mapped_bytes *mb)
+{
+    if (mb && mb->map) munmap(mb->map, mb->size);
+    if (mb) mb->map = NULL;
+}
+
+/* Decode and check data; `mapped` (may be NULL) is unmapped right after
+ * decoding: protobuf-c copies every field out of the buffer, so the file's
+ * pages and the initializers' tensors are never resident together. */
+static kn_status load_bytes(const void *data, size_t size, const char *name, const char *dir, mapped_bytes *mapped,
+                            kn_onnx_model **out)
 {
     *out = NULL;
     if (size == 0) return kn_error(KN_ERR_FORMAT, "%s: the file is empty, not an ONNX model", name);
     kn_onnx_model *m = calloc(1, sizeof *m);
-    if (!m) return kn_error(KN_ERR_OOM, "onnx: out of memory");
+    if (!m) {
+        unmap_bytes(mapped);
+        return kn_error(KN_ERR_OOM, "onnx: out of memory");
+    }
     m->path = strdup(name);
     m->proto = onnx__model_proto__unpack(NULL, size, data);
+    unmap_bytes(mapped);
     kn_status st = KN_OK;
     if (!m->path) st = kn_error(KN_ERR_OOM, "onnx: out of memory");
     else if (!m->proto)
@@ -515,6 +534,12 @@ kn_status kn_onnx_load_bytes(const void *data, size_t size, const char *name, co
     }
     *out = m;
     return KN_OK;
+}
+
+kn_status kn_onnx_load_bytes(const void *data, size_t size, const char *name, const char *dir,
+                             kn_onnx_model **out)
+{
+    return load_bytes(data, size, name, dir, NULL, out);
 }
 
 /* Map a regular file read-only; *size 0 and *map NULL for an empty one. */
@@ -556,10 +581,11 @@ kn_status kn_onnx_load(const char *path, kn_onnx_model **out)
     void *map;
     size_t size;
     KN_TRY(map_file(path, &map, &size));
+    mapped_bytes mapped = {map, size};
     char *dir = dir_of(path);
-    kn_status st = dir ? kn_onnx_load_bytes(map, size, path, dir, out) : kn_error(KN_ERR_OOM, "onnx: out of memory");
+    kn_status st = dir ? load_bytes(map, size, path, dir, &mapped, out) : kn_error(KN_ERR_OOM, "onnx: out of memory");
     free(dir);
-    if (map) munmap(map, size);
+    unmap_bytes(&mapped); /* when load_bytes did not (no memory for dir) */
     return st;
 }
 

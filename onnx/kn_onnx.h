@@ -42,9 +42,9 @@ typedef struct kn_onnx_model {
     kn_onnx_graph *graph;
 } kn_onnx_model;
 
-/* Load and validate path (the file is mapped, decoded once, and each
- * initializer's bytes are moved into a kn_tensor and dropped from the
- * decoded message, so a large model is not held twice). External data
+/* Load and validate path (the file is mapped, decoded once and unmapped,
+ * and each initializer's bytes are moved into a kn_tensor and dropped from
+ * the decoded message, so a large model is not held twice). External data
  * files are read from beside the model. */
 kn_status kn_onnx_load(const char *path, kn_onnx_model **out);
 /* The same from bytes in memory; `name` names them in messages and `dir`

@@ -1,5 +1,5 @@
 /* kn_lua_onnx: the C half of kiln.onnx (the Lua half, the graph
- * interpreter, is scripting/lua/60_onnx.lua).
+ * interpreter, is scripting/lua/60_onnx.lua with its ops in 62..66_onnx_ops_*.lua).
  *
  *   kiln.onnx.read(path)          -- the validated model as Lua tables
  *   kiln.onnx.read_tensor(path)   -- tensor, name of a serialized TensorProto

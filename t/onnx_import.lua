@@ -289,6 +289,215 @@ local br = cmd:breaks()
 T.is(#br, 1, "compiled If on a tensor value: one graph break")
 T.like(br[1] and br[1].where, "if_data%.onnx:node 'pick_by_value' %(If%)", "the break names the ONNX node and op")
 
+-- :to moves the initializers of If branches with the module's own: each
+-- branch outputs its own initializer, so the result's dtype and device are
+-- the branch tensor's
+local function init_branch(init_name, init, out)
+  return { graph = { name = out, nodes = { { op = "Identity", name = out .. "_node", inputs = { init_name }, outputs = { out } } },
+    initializers = { { init_name, init } }, inputs = {}, outputs = { { out, "f32", { 2, 3 } } } } }
+end
+local then_init, else_init = kiln.randn({ 2, 3 }, { seed = 21 }), kiln.randn({ 2, 3 }, { seed = 22 })
+for _, cond in ipairs({ true, false }) do
+  file = write("if_inits.onnx", tiny({
+    { op = "Constant", name = "flag", inputs = {}, outputs = { "f" },
+      attrs = { value = { tensor = kiln.tensor(cond and 1 or 0, { dtype = "i64" }) } } },
+    { op = "Cast", name = "cond", inputs = { "f" }, outputs = { "c" }, attrs = { to = 9 } },
+    { op = "If", name = "pick_init", inputs = { "c" }, outputs = { "y" },
+      attrs = { then_branch = init_branch("then_w", then_init, "t"), else_branch = init_branch("else_w", else_init, "e") } },
+  }, {}, { inputs = {} }))
+  local want = cond and then_init or else_init
+  local mb = kiln.onnx.load(file)
+  T.ok(mb().dtype == "f32" and max_diff(mb(), want) == 0, "If branch initializer as loaded (" .. tostring(cond) .. " branch)")
+  mb:to("f64")
+  local yb = mb()
+  T.ok(yb.dtype == "f64" and max_diff(yb, want) == 0, ":to('f64') converts the " .. tostring(cond) .. " branch's initializer")
+  local cmb = kiln.compile(mb)
+  yb = cmb()
+  T.ok(yb.dtype == "f64" and max_diff(yb, want) == 0 and #cmb:breaks() == 0, "compiled after :to('f64'): the branch's f64 initializer")
+  if pcall(kiln.zeros, { 1 }, { device = "cuda" }) then
+    mb:to("cuda")
+    T.is(mb().device, "cuda", ":to('cuda') moves the branch's initializer")
+  end
+end
+
+---------------------------------------------------------------------------
+-- Constants made from Lua values (Constant, ConstantOfShape, Range) are the
+-- same tensors on every call: a compiled model compiles once
+
+local cvals = kiln.randn({ 2, 3 }, { seed = 31 })
+file = write("consts.onnx", tiny({
+  { op = "Constant", name = "c", inputs = {}, outputs = { "c" }, attrs = { value = { tensor = cvals } } },
+  { op = "ConstantOfShape", name = "halves", inputs = { "s" }, outputs = { "k" },
+    attrs = { value = { tensor = kiln.tensor({ 0.5 }) } } },
+  { op = "Constant", name = "r0", inputs = {}, outputs = { "r0" }, attrs = { value_float = 0.0 } },
+  { op = "Constant", name = "r1", inputs = {}, outputs = { "r1" }, attrs = { value_float = 3.0 } },
+  { op = "Constant", name = "r2", inputs = {}, outputs = { "r2" }, attrs = { value_float = 1.0 } },
+  { op = "Range", name = "steps", inputs = { "r0", "r1", "r2" }, outputs = { "r" } },
+  { op = "Add", name = "plus_c", inputs = { "x", "c" }, outputs = { "a" } },
+  { op = "Mul", name = "times_k", inputs = { "a", "k" }, outputs = { "b" } },
+  { op = "Add", name = "plus_r", inputs = { "b", "r" }, outputs = { "y" } },
+}, { { "s", kiln.tensor({ 2, 3 }, { dtype = "i64" }) } }))
+local mc = kiln.onnx.load(file)
+local cmc = kiln.compile(mc)
+local const_ok = true
+for call = 1, 3 do
+  local xc = kiln.randn({ 2, 3 }, { seed = 40 + call })
+  local want = (xc:to("f64") + cvals:to("f64")) * 0.5 + kiln.tensor({ 0, 1, 2 }, { dtype = "f64" })
+  const_ok = const_ok and max_diff(cmc(xc), want) < 1e-6 and max_diff(mc(xc), want) < 1e-6
+end
+local cst = cmc:stats()
+T.ok(const_ok, "Constant, ConstantOfShape and Range: compiled and eager match the f64 reference on 3 calls")
+T.is(cst.recompiles, 0, "3 calls of a compiled model with Constant, ConstantOfShape and Range: no recompile")
+T.is(cst.versions, 1, "... one version")
+
+---------------------------------------------------------------------------
+-- Dilated pools with large windows: one kiln pool on the input taken every
+-- dil positions (stride a multiple of the dilation), or one spatial dim at a
+-- time; compiled, they stay one graph of a few kernels (all window offsets at
+-- once passed the fuser's 16-argument limit and ran op by op)
+
+-- the pool by loops over Lua lists, in f64: x {1, C, H, W} or {1, C, L}
+local function pool_reference(x, kind, kernel, strides, dil, pads, include_pad)
+  local one_d = x:dim() == 3
+  local v = x:to("f64"):tolist()[1]
+  local nd = one_d and 1 or 2
+  local size = one_d and { #v[1] } or { #v[1], #v[1][1] }
+  local k = { kernel[1], kernel[2] or 1 }
+  local s, d = { strides[1], strides[2] or 1 }, { dil[1], dil[2] or 1 }
+  local pb, pe = { pads[1], nd == 2 and pads[2] or 0 }, { pads[nd + 1], nd == 2 and pads[4] or 0 }
+  local sz = { size[1], size[2] or 1 }
+  local out = {}
+  for c = 1, #v do
+    local rows = {}
+    local n1 = (sz[1] + pb[1] + pe[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    local n2 = (sz[2] + pb[2] + pe[2] - d[2] * (k[2] - 1) - 1) // s[2] + 1
+    for o1 = 0, n1 - 1 do
+      local row = {}
+      for o2 = 0, n2 - 1 do
+        local acc, count = kind == "max" and -math.huge or 0, 0
+        for a1 = 0, k[1] - 1 do
+          for a2 = 0, k[2] - 1 do
+            local i1, i2 = o1 * s[1] - pb[1] + a1 * d[1], o2 * s[2] - pb[2] + a2 * d[2]
+            if i1 >= 0 and i1 < sz[1] and i2 >= 0 and i2 < sz[2] then
+              local e = one_d and v[c][i1 + 1] or v[c][i1 + 1][i2 + 1]
+              if kind == "max" then acc = math.max(acc, e) else acc = acc + e end
+              count = count + 1
+            elseif include_pad then
+              count = count + 1
+            end
+          end
+        end
+        row[o2 + 1] = kind == "max" and acc or acc / count
+      end
+      rows[o1 + 1] = one_d and row[1] or row
+    end
+    out[c] = rows
+  end
+  return kiln.tensor({ out }, { dtype = "f64" })
+end
+
+-- A compiled graph that could not be planned runs op by op: its kernels are
+-- then bare per-op ones (no shape kind), none generated.
+local function planned(cm)
+  local ks = cm:kernels()
+  local generated = 0
+  for _, k in ipairs(ks) do
+    if not k.shape_kind then return false end
+    if k.kind == "generated" then generated = generated + 1 end
+  end
+  return #ks > 0 and generated > 0
+end
+
+local pool_cases = {
+  { what = "MaxPool 2-D 5x5, stride 2, dilation 2", op = "MaxPool", kind = "max", shape = { 1, 2, 17, 15 },
+    kernel = { 5, 5 }, strides = { 2, 2 }, dil = { 2, 2 }, pads = { 2, 1, 2, 3 } },
+  { what = "MaxPool 1-D 20, stride 3, dilation 3", op = "MaxPool", kind = "max", shape = { 1, 2, 90 },
+    kernel = { 20 }, strides = { 3 }, dil = { 3 }, pads = { 4, 5 } },
+  { what = "AveragePool 2-D 5x5, stride 2, dilation 2", op = "AveragePool", kind = "avg", shape = { 1, 2, 17, 15 },
+    kernel = { 5, 5 }, strides = { 2, 2 }, dil = { 2, 2 }, pads = { 2, 1, 2, 3 } },
+  { what = "AveragePool 2-D 5x5, stride 1, dilation 2 (one dim at a time)", op = "AveragePool", kind = "avg",
+    shape = { 1, 2, 13, 12 }, kernel = { 5, 5 }, strides = { 1, 1 }, dil = { 2, 2 }, pads = { 1, 2, 3, 0 } },
+  { what = "MaxPool 2-D 5x4, stride 1, dilation 2 (one dim at a time)", op = "MaxPool", kind = "max",
+    shape = { 1, 2, 13, 12 }, kernel = { 5, 4 }, strides = { 1, 1 }, dil = { 2, 2 }, pads = { 0, 1, 2, 2 } },
+}
+for n, case in ipairs(pool_cases) do
+  local out_shape = { case.shape[1], case.shape[2] }
+  for d = 1, #case.kernel do out_shape[d + 2] = "O" .. d end
+  file = write("pool" .. n .. ".onnx", tiny({
+    { op = case.op, name = "pool", inputs = { "x" }, outputs = { "y" },
+      attrs = { kernel_shape = case.kernel, strides = case.strides, dilations = case.dil, pads = case.pads } },
+  }, {}, { opset = 19, inputs = { { "x", "f32", case.shape } }, outputs = { { "y", "f32", out_shape } } }))
+  local mp = kiln.onnx.load(file)
+  local xpool = kiln.randn(case.shape, { seed = 60 + n })
+  local want = pool_reference(xpool, case.kind, case.kernel, case.strides, case.dil, case.pads, false)
+  T.ok(max_diff(mp(xpool), want) < 1e-5, case.what .. ": eager matches a loop reference in f64")
+  local cmp = kiln.compile(mp)
+  T.ok(max_diff(cmp(xpool), want) < 1e-5, case.what .. ": compiled matches it")
+  local offsets = 1
+  for _, kd in ipairs(case.kernel) do offsets = offsets * kd end
+  local st = cmp:stats()
+  T.ok(st.graphs == 1 and planned(cmp) and st.kernels < offsets,
+    string.format("%s: one planned graph of %d kernels, fewer than its %d window offsets (not op by op)", case.what,
+      st.kernels, offsets))
+end
+
+-- MaxPool's Indices: the flat index of each window's first maximum (offsets
+-- in row-major order), by loops; integer-valued inputs so windows tie
+local function argmax_reference(x, kernel, strides, pads, column_major)
+  local v = x:to("f64"):tolist()
+  local H, W = #v[1][1], #v[1][1][1]
+  local vals, idxs = {}, {}
+  for n = 1, #v do
+    vals[n], idxs[n] = {}, {}
+    for c = 1, #v[n] do
+      local vr, ir = {}, {}
+      local n1 = (H + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+      local n2 = (W + pads[2] + pads[4] - kernel[2]) // strides[2] + 1
+      for o1 = 0, n1 - 1 do
+        vr[o1 + 1], ir[o1 + 1] = {}, {}
+        for o2 = 0, n2 - 1 do
+          local best, at = -math.huge, nil
+          for a1 = 0, kernel[1] - 1 do
+            for a2 = 0, kernel[2] - 1 do
+              local i1, i2 = o1 * strides[1] - pads[1] + a1, o2 * strides[2] - pads[2] + a2
+              if i1 >= 0 and i1 < H and i2 >= 0 and i2 < W and v[n][c][i1 + 1][i2 + 1] > best then
+                best = v[n][c][i1 + 1][i2 + 1]
+                at = ((n - 1) * #v[n] + (c - 1)) * H * W + (column_major and i2 * H + i1 or i1 * W + i2)
+              end
+            end
+          end
+          vr[o1 + 1][o2 + 1], ir[o1 + 1][o2 + 1] = best, at
+        end
+      end
+      vals[n][c], idxs[n][c] = vr, ir
+    end
+  end
+  return kiln.tensor(vals, { dtype = "f64" }), kiln.tensor(idxs, { dtype = "i64" })
+end
+local argmax_cases = {
+  { kernel = { 5, 5 }, strides = { 2, 1 }, pads = { 2, 2, 2, 1 }, order = 0 },
+  { kernel = { 5, 5 }, strides = { 1, 2 }, pads = { 1, 0, 2, 2 }, order = 1 },
+  { kernel = { 3, 1 }, strides = { 1, 1 }, pads = { 1, 0, 1, 0 }, order = 0 },
+}
+for n, case in ipairs(argmax_cases) do
+  local what = string.format("MaxPool %dx%d with Indices (storage_order %d)", case.kernel[1], case.kernel[2], case.order)
+  file = write("argmax" .. n .. ".onnx", tiny({
+    { op = "MaxPool", name = "pool", inputs = { "x" }, outputs = { "y", "i" },
+      attrs = { kernel_shape = case.kernel, strides = case.strides, pads = case.pads, storage_order = case.order } },
+  }, {}, { inputs = { { "x", "f32", { 2, 2, 9, 8 } } },
+    outputs = { { "y", "f32", { 2, 2, "H", "W" } }, { "i", "i64", { 2, 2, "H", "W" } } } }))
+  local ma = kiln.onnx.load(file)
+  -- few distinct values: ties inside windows are common
+  local xa = (kiln.rand({ 2, 2, 9, 8 }, { seed = 80 + n }) * 4):floor()
+  local want_v, want_i = argmax_reference(xa, case.kernel, case.strides, case.pads, case.order == 1)
+  local ya, ia = ma(xa)
+  T.ok(max_diff(ya, want_v) == 0 and max_diff(ia, want_i) == 0, what .. ": eager values and indices match loops")
+  local cma = kiln.compile(ma)
+  local yc, ic = cma(xa)
+  T.ok(max_diff(yc, want_v) == 0 and max_diff(ic, want_i) == 0, what .. ": compiled matches them")
+  T.ok(cma:stats().graphs == 1 and planned(cma), what .. ": one planned graph (not op by op)")
+end
+
 ---------------------------------------------------------------------------
 -- TensorProto files
 
