@@ -99,6 +99,28 @@ T.like(ma, "autotune k0_conv2d_bf16_32x112x112x32 [^\n]*kiln stem conv nhwc %+bi
 local f32 = run("KILN_LOGS=fusion " .. KILN .. " -e \"" .. script:format("f32", "f32") .. "\"")
 T.like(f32, "k0_conv2d_f32_32x32x112x112", "auto, f32 convnet: NCHW")
 
+-- cuDNN's chosen plans are kept in the cache dir: a second process builds
+-- them from there, and computes the same values
+local dir = os.tmpname()
+os.remove(dir)
+local sum_script = "local s = dofile('samples/convnet.lua'); local m = s.model:to('cuda'):to('bf16'); "
+  .. "local y = kiln.compile(m)(s.inputs{dtype = 'bf16', device = 'cuda'}[1]); "
+  .. "print(string.format('sum %.17g', y:to('f64'):abs():sum():item()))"
+local first = run("KILN_CACHE_DIR=" .. dir .. " KILN_LOGS=library " .. KILN .. " -e \"" .. sum_script .. "\"")
+local second = run("KILN_CACHE_DIR=" .. dir .. " KILN_LOGS=library " .. KILN .. " -e \"" .. sum_script .. "\"")
+local function count(text, pat)
+  local n = 0
+  for _ in text:gmatch(pat) do n = n + 1 end
+  return n
+end
+T.ok(count(first, "conv2d [^\n]*: cuDNN plan\n") == 3 and count(first, "from the cache") == 0,
+  "first process: cuDNN chooses the three NHWC plans")
+T.ok(count(second, "conv2d [^\n]*: cuDNN plan %(from the cache%)\n") == 3 and count(second, "conv2d [^\n]*: cuDNN plan\n") == 0,
+  "second process: all three plans come from the cache dir, none is chosen again")
+T.ok(first:match("sum (%S+)") ~= nil and first:match("sum (%S+)") == second:match("sum (%S+)"),
+  "second process: the same output as the first (" .. tostring(first:match("sum (%S+)")) .. ")")
+os.execute("rm -rf '" .. dir .. "'")
+
 -- batch norm folded into an NHWC conv, in every mode
 kiln.config.channels_last = "auto"
 kiln.nn.manual_seed(nextseed())

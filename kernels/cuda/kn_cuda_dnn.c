@@ -25,9 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
+#include "kn_fs.h"
 #include "kn_hash.h"
 
 #ifdef KILN_HAVE_CUDNN
@@ -183,6 +185,7 @@ typedef struct dnn_entry {
     uint64_t hash;
     bool refused;
     bool past_end; /* variant > 0 beyond the configs cuDNN offers */
+    bool from_cache; /* the plan came from cache_dir (plan_from_cache) */
     char label[128]; /* "cudnn eng 7 knobs(3=2,10=1)" */
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t keep[MAX_KEEP]; /* what the plan was built from */
@@ -459,10 +462,100 @@ static cudnnStatus_t dnn_pick_plan(kn_cuda_dnn *dn, dnn_entry *e, cudnnBackendDe
     return is_not_supported(last) || last == CUDNN_STATUS_SUCCESS ? CUDNN_STATUS_NOT_SUPPORTED : last;
 }
 
+/* ---- plans across processes ------------------------------------------
+ * Choosing a plan (the heuristics, then finalizing candidates until one
+ * takes the graph) is most of a conv's cold compile. The chosen plan's
+ * JSON (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION) is kept in
+ * cache_dir/cudnn-plans/HASH.plan, HASH over the key, cuDNN's version and
+ * the GPU's compute capability; the file's first line is the plan's label.
+ * A later process builds the plan from it (no heuristics, no candidates).
+ * Anything wrong with a file (unreadable, another cuDNN's) only means the
+ * plan is chosen again and the file rewritten. */
+static bool plan_cache_path(kn_cuda_dnn *dn, const dnn_entry *e, char *buf, size_t size)
+{
+    const char *dir = kn_cuda_cache_dir();
+    if (!dir || !dir[0] || getenv("KILN_NO_PLAN_CACHE")) return false;
+    struct {
+        dnn_key key;
+        uint64_t version;
+        int32_t arch, pad_;
+    } id;
+    memset(&id, 0, sizeof id);
+    id.key = e->key;
+    id.version = (uint64_t)dn->version;
+    id.arch = kn_cuda_current()->arch;
+    int n = snprintf(buf, size, "%s/cudnn-plans/%016llx.plan", dir,
+                     (unsigned long long)kn_hash_bytes(KN_HASH_SEED, &id, sizeof id));
+    return n > 0 && (size_t)n < size;
+}
+
+static bool plan_from_cache(kn_cuda_dnn *dn, dnn_entry *e)
+{
+    char path[KN_CACHE_PATH_MAX];
+    if (!plan_cache_path(dn, e, path, sizeof path)) return false;
+    long size = 0;
+    char *text = kn_read_file(path, 4L << 20, &size);
+    if (!text) return false;
+    char *nl = memchr(text, '\n', (size_t)size);
+    cudnnBackendDescriptor_t plan = NULL;
+    int64_t ws = 0, cnt = 0;
+    cudnnStatus_t s = nl ? cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan)
+                         : CUDNN_STATUS_BAD_PARAM;
+    if (s == CUDNN_STATUS_SUCCESS) /* deprecated, still needed: see dnn_pick_plan */
+        s = cudnnBackendSetAttribute(plan, (cudnnBackendAttributeName_t)400, CUDNN_TYPE_HANDLE, 1, &dn->h);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                                     (int64_t)(size - (nl + 1 - text)), nl + 1);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &ws);
+    if (s != CUDNN_STATUS_SUCCESS || ws > DNN_MAX_WORKSPACE) {
+        if (plan) cudnnBackendDestroyDescriptor(plan);
+        free(text);
+        return false;
+    }
+    *nl = 0;
+    snprintf(e->label, sizeof e->label, "%s", text);
+    e->plan = plan;
+    e->ws_size = ws;
+    e->from_cache = true;
+    free(text);
+    return true;
+}
+
+static void plan_to_cache(kn_cuda_dnn *dn, const dnn_entry *e)
+{
+    char path[KN_CACHE_PATH_MAX], dir[KN_CACHE_PATH_MAX], tmp[KN_CACHE_PATH_MAX + 32];
+    if (!plan_cache_path(dn, e, path, sizeof path)) return;
+    int64_t n = 0;
+    if (cudnnBackendGetAttribute(e->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n,
+                                 NULL) != CUDNN_STATUS_SUCCESS || n <= 0 || n > (4 << 20))
+        return;
+    char *json = malloc((size_t)n + 1);
+    if (!json) return;
+    if (cudnnBackendGetAttribute(e->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, n, &n,
+                                 json) != CUDNN_STATUS_SUCCESS) {
+        free(json);
+        return;
+    }
+    while (n > 0 && json[n - 1] == 0) n--; /* the count may include the NUL */
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = kn_make_dirs(dir) ? kn_fopen_write_regular(tmp, NULL) : NULL;
+    bool ok = f && fprintf(f, "%s\n", e->label) > 0 && fwrite(json, 1, (size_t)n, f) == (size_t)n;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, path) != 0) ok = false;
+    if (!ok && f) remove(tmp);
+    free(json);
+}
+
 /* The op graph of key k (conv, or conv + bias add when k->fused) and its
  * plan. NOT_SUPPORTED (any of its sub-codes) means cuDNN refuses. */
 static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
 {
+    if (plan_from_cache(dn, e)) return CUDNN_STATUS_SUCCESS;
     const dnn_key *k = &e->key;
     kn_dtype kdt = (kn_dtype)k->dt;
     cudnnDataType_t dt = dnn_type(kdt);
@@ -593,6 +686,7 @@ static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
         s = cudnnBackendSetAttribute(graph, (cudnnBackendAttributeName_t)800, CUDNN_TYPE_HANDLE, 1, &dn->h);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(graph);
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_pick_plan(dn, e, graph, kdt == KN_F32 && !k->tf32);
+    if (s == CUDNN_STATUS_SUCCESS) plan_to_cache(dn, e);
     return s;
 }
 
@@ -622,7 +716,7 @@ static kn_status dnn_entry_get(kn_cuda_dnn *dn, const dnn_key *k, dnn_entry **ou
                 (long long)k->wd[2], (long long)k->wd[3], k->stride[0], k->stride[1], k->pad[0],
                 k->pad[1], k->dil[0], k->dil[1], k->fused ? "fused bias" : "conv", k->nhwc ? " nhwc" : "", k->tf32,
                 (long long)k->align_x, (long long)k->align_y, (long long)k->align_b,
-                s == CUDNN_STATUS_SUCCESS ? "cuDNN plan" : "cuDNN refused: ",
+                s != CUDNN_STATUS_SUCCESS ? "cuDNN refused: " : e->from_cache ? "cuDNN plan (from the cache)" : "cuDNN plan",
                 s == CUDNN_STATUS_SUCCESS ? "" : cudnnGetErrorString(s), last[0] ? last : "");
     }
     if (s != CUDNN_STATUS_SUCCESS) {
