@@ -8,7 +8,8 @@
  *   kiln.onnx.write(path, M)      -- write model table M as an ONNX file
  *   kiln.onnx.captured(out...)    -- while tracing: the graph captured so far
  *   kiln.onnx.wrapped(cm)         -- the function and module a compiled callable wraps
- * (the last three serve kiln.onnx.save, scripting/lua/61_onnx_save.lua)
+ *   kiln.onnx.is_placeholder(t)   -- whether t is a traced value without data
+ * (the last four serve kiln.onnx.save, scripting/lua/61_onnx_save.lua)
  *
  * A model table: {path, opset, opsets = {domain = version}, ir_version,
  * producer, graph = G}; G = {name, nodes = {in topological order},
@@ -684,6 +685,15 @@ static int l_captured(lua_State *L)
     return 1;
 }
 
+/* kiln.onnx.is_placeholder(t): whether t is a traced value (no data yet)
+ * rather than a real tensor; false for anything else. */
+static int l_is_placeholder(lua_State *L)
+{
+    kn_tensor *t = kn_lua_totensor(L, 1);
+    lua_pushboolean(L, t && t->lazy && !t->storage);
+    return 1;
+}
+
 /* kiln.onnx.wrapped(cm): the function and the module (nil for a plain
  * function) a compiled callable wraps; nothing for any other value. */
 static int l_wrapped(lua_State *L)
@@ -715,6 +725,8 @@ void kn_lua_open_onnx(lua_State *L)
     lua_setfield(L, -2, "captured");
     lua_pushcfunction(L, l_wrapped);
     lua_setfield(L, -2, "wrapped");
+    lua_pushcfunction(L, l_is_placeholder);
+    lua_setfield(L, -2, "is_placeholder");
 #ifdef KILN_HAVE_ONNX
     luaL_newmetatable(L, KN_ONNX_MODEL_MT);
     lua_pushcfunction(L, box_gc);

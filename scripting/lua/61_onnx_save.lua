@@ -269,10 +269,15 @@ map.gather = function(w, n, ins)
   return w:node("GatherElements", { ins[1], zero_based(w, ins[2], ins.dtypes[2]) }, 1,
     { { name = "axis", kind = "int", value = n.a.dim } })
 end
--- index_add(x, dim, idx, src): ScatterElements with reduction add, the
--- index spread over src's shape
+-- index_add(x, dim, idx, src): along dim 1, ScatterND with reduction add
+-- and the index as a column; along another dim ScatterElements, the index
+-- spread over src's shape
 map.index_add = function(w, n, ins)
   local src_shape = n.in_shapes[3]
+  if n.a.dim == 0 then
+    local col = w:node("Unsqueeze", { zero_based(w, ins[2], ins.dtypes[2]), w:ints({ 1 }) })
+    return w:node("ScatterND", { ins[1], col, ins[3] }, 1, { { name = "reduction", kind = "string", value = "add" } })
+  end
   local rs = {}
   for d = 1, #src_shape do rs[d] = (d == n.a.dim + 1) and src_shape[d] or 1 end
   local idx = w:node("Reshape", { zero_based(w, ins[2], ins.dtypes[2]), w:ints(rs) })
@@ -510,12 +515,6 @@ end
 local ops = onnx.ops
 local function is_known(x) return type(x) == "table" and x.known end
 
-local function same_shape(a, b)
-  if #a ~= #b then return false end
-  for d = 1, #a do if a[d] ~= b[d] then return false end end
-  return true
-end
-
 -- Where(mask, v, x) with v one known number and the mask not widening x:
 -- masked_fill, the op a Lua model writes (and the attention pass reads).
 local where = ops.Where
@@ -555,4 +554,60 @@ ops.GlobalAveragePool = function(i, a, node, env)
   return global_average_pool(i, a, node, env)
 end
 
-local _ = same_shape
+-- kiln's index tensors count from 1: the saved model subtracts 1 before
+-- Gather and ScatterND. On import, an integer tensor with data (a
+-- parameter, or any tensor outside a trace) whose values are all at least 1
+-- minus one is remembered with the tensor it came from, and Gather (and
+-- ScatterND through the Unsqueeze that makes the index a column) take that
+-- one as kiln's 1-based index: index_select and index_add, the ops the Lua
+-- model has (the message-passing pass fuses them), with no index arithmetic.
+local one_based = setmetatable({}, { __mode = "k" })     -- idx - 1 -> idx
+local one_based_col = setmetatable({}, { __mode = "k" }) -- (idx - 1) as a column -> idx
+local INT = { i32 = true, i64 = true }
+
+local function all_positive(t)
+  for _, v in ipairs(t:tolist()) do if v < 1 then return false end end
+  return true
+end
+
+local sub = ops.Sub
+ops.Sub = function(i, a, node, env)
+  local r = sub(i, a, node, env)
+  local x, one = i[1], i[2]
+  if is_tensor(x) and INT[x.dtype] and x:dim() == 1 and is_known(one) and #one.v == 1 and one.v[1] == 1
+    and is_tensor(r) and not onnx.is_placeholder(x) and all_positive(x) then
+    one_based[r] = x
+  end
+  return r
+end
+
+local gather = ops.Gather
+ops.Gather = function(i, a, node, env)
+  local x, idx = i[1], i[2]
+  if is_tensor(x) and is_tensor(idx) and one_based[idx] then
+    local axis = a.axis or 0
+    if axis < 0 then axis = axis + x:dim() end
+    return x:index_select(axis + 1, one_based[idx])
+  end
+  return gather(i, a, node, env)
+end
+
+local unsqueeze = ops.Unsqueeze
+ops.Unsqueeze = function(i, a, node, env)
+  local r = unsqueeze(i, a, node, env)
+  local axes = i[2]
+  if is_tensor(i[1]) and one_based[i[1]] and is_known(axes) and #axes.v == 1 and (axes.v[1] == 1 or axes.v[1] == -1) then
+    one_based_col[r] = one_based[i[1]]
+  end
+  return r
+end
+
+local scatter_nd = ops.ScatterND
+ops.ScatterND = function(i, a, node, env)
+  local x, col, upd = i[1], i[2], i[3]
+  if a.reduction == "add" and is_tensor(x) and is_tensor(upd) and is_tensor(col) and one_based_col[col]
+    and x.dtype == upd.dtype then
+    return x:index_add(1, one_based_col[col], upd)
+  end
+  return scatter_nd(i, a, node, env)
+end
