@@ -246,9 +246,11 @@ local function pool(onnx_op)
 end
 map.max_pool2d = pool("MaxPool")
 map.avg_pool2d = pool("AveragePool")
+-- adaptive_avg_pool2d where the output size divides the input's: an
+-- AveragePool of kernel and stride in / out (to 1x1: the window is the
+-- whole image, which the import rule below reads back as adaptive_avg_pool2d)
 map.adaptive_avg_pool2d = function(w, n, ins)
   local s, o = n.in_shapes[1], n.outs[1].shape
-  if o[3] == 1 and o[4] == 1 then return w:node("GlobalAveragePool", { ins[1] }) end
   if s[3] % o[3] ~= 0 or s[4] % o[4] ~= 0 then
     return nil, string.format("adaptive_avg_pool2d from %dx%d to %dx%d (ONNX has it only where the output size divides the input's)",
       s[3], s[4], o[3], o[4])
@@ -545,13 +547,20 @@ ops.Constant = function(i, a, node, env)
   return constant(i, a, node, env)
 end
 
--- GlobalAveragePool of an image batch: adaptive_avg_pool2d to 1x1, as
--- nn.AdaptiveAvgPool2d(1) (a mean over the spatial dims otherwise).
-local global_average_pool = ops.GlobalAveragePool
-ops.GlobalAveragePool = function(i, a, node, env)
+-- AveragePool whose window is the whole image (no padding): what
+-- adaptive_avg_pool2d to 1x1 (nn.AdaptiveAvgPool2d(1)) is, and that op.
+local average_pool = ops.AveragePool
+ops.AveragePool = function(i, a, node, env)
   local x = i[1]
-  if is_tensor(x) and x:dim() == 4 then return x:adaptive_avg_pool2d({ 1, 1 }) end
-  return global_average_pool(i, a, node, env)
+  local k = a.kernel_shape
+  if is_tensor(x) and x:dim() == 4 and k and #k == 2 and k[1] == x:size(3) and k[2] == x:size(4)
+    and (a.auto_pad or "NOTSET") == "NOTSET" then
+    local padded = false
+    for _, p in ipairs(a.pads or {}) do if p ~= 0 then padded = true end end
+    for _, d in ipairs(a.dilations or {}) do if d ~= 1 then padded = true end end
+    if not padded then return x:adaptive_avg_pool2d({ 1, 1 }) end
+  end
+  return average_pool(i, a, node, env)
 end
 
 -- kiln's index tensors count from 1: the saved model subtracts 1 before
