@@ -388,13 +388,20 @@ local function build(g, input_names, graph_name)
         value[i] = { name }
         graph_inputs[#graph_inputs + 1] = { name = name, dtype = n.outs[1].dtype, shape = n.outs[1].shape }
       elseif live[i] then
-        if in_.kind == "value" or in_.kind == "graph_output" or not in_.tensor then
-          fail("input '%s' of the traced graph is a value made during the call (%s), not a parameter: ONNX cannot hold it",
-            in_.name, n.where)
+        if in_.kind == "graph_output" or not in_.tensor then
+          fail("input '%s' of the traced graph (%s) has no value to write", in_.name, n.where)
         end
-        local name = w:unique(in_.name)
-        value[i] = { name }
-        w:initializer(name, in_.tensor)
+        if in_.kind == "value" then
+          -- a tensor made during the call from Lua values (kiln.tensor
+          -- {...}): its value at the trace, as a Constant, the way a Lua
+          -- number is baked in
+          w.where, w.base = n.where, "value"
+          value[i] = { w:constant(in_.tensor:to("cpu"):contiguous()) }
+        else
+          local name = w:unique(in_.name)
+          value[i] = { name }
+          w:initializer(name, in_.tensor)
+        end
       end
     end
   end
