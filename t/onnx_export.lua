@@ -189,7 +189,8 @@ local CASES = {
   { "layout", function(x, y)
     local a, c = x:split(2, 4)
     return kiln.cat({ x, y }, 2), x:reshape({ 2, 18, 6 }), x:permute({ 4, 1, 3, 2 }), x:transpose(1, 2):contiguous(),
-      x:slice(4, 1, 6, 2), x:slice(2, 1, 1):expand({ 2, 5, 6, 6 }), x:flatten(2), x:unsqueeze(1):squeeze(1), a, c
+      x:slice(4, 1, 6, 2), x:slice(2, 1, 1):expand({ 2, 5, 6, 6 }), x:flatten(2), x:unsqueeze(1):squeeze(1), a, c,
+      x:slice(1, 1, 1):slice(2, 1, 1):slice(3, 1, 1):slice(4, 1, 1):reshape({})
   end, { { 2, 3, 6, 6 }, { 2, 3, 6, 6 } } },
   { "index", function(x, y)
     return x:index_select(4, idx), x:gather(4, gidx), x:index_add(2, kiln.tensor({ 3, 1, 3 }, { dtype = "i64" }), y:slice(2, 1, 3)),

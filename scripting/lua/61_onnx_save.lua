@@ -82,7 +82,8 @@ end
 
 function Writer:ints(list)
   local key = "i64[" .. table.concat(list, ",") .. "]"
-  return self:constant(kiln.tensor(#list > 0 and list or { 0 }, { dtype = "i64" }):slice(1, 1, #list), key)
+  local t = #list > 0 and kiln.tensor(list, { dtype = "i64" }) or kiln.zeros({ 0 }, { dtype = "i64" })
+  return self:constant(t, key)
 end
 
 function Writer:scalar(v, dtype)
@@ -277,7 +278,8 @@ end
 map.index_add = function(w, n, ins)
   local src_shape = n.in_shapes[3]
   if n.a.dim == 0 then
-    local col = w:node("Unsqueeze", { zero_based(w, ins[2], ins.dtypes[2]), w:ints({ 1 }) })
+    -- (ScatterND's indices are i64)
+    local col = w:node("Unsqueeze", { w:cast(zero_based(w, ins[2], ins.dtypes[2]), ins.dtypes[2], "i64"), w:ints({ 1 }) })
     return w:node("ScatterND", { ins[1], col, ins[3] }, 1, { { name = "reduction", kind = "string", value = "add" } })
   end
   local rs = {}
