@@ -391,6 +391,9 @@ static Onnx__NodeProto *build_node(lua_State *L, arena *a)
     for (size_t i = 0; i < n; i++) {
         lua_geti(L, -1, (lua_Integer)i + 1);
         nd->attribute[i] = build_attr(L, a);
+        /* a Constant's tensor carries the name of the value it defines */
+        if (nd->attribute[i]->t && nd->n_output == 1 && strcmp(nd->op_type, "Constant") == 0)
+            nd->attribute[i]->t->name = nd->output[0];
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
