@@ -240,6 +240,27 @@ do
   T.is(kiln.onnx.read(path("gelu.onnx")).opset, 20, "a graph with gelu is written at opset 20 (ONNX's Gelu)")
 end
 
+-- a model on the GPU saves the same file: its tensors are written from the CPU
+if kiln.cuda_available() then
+  local s = loadfile("samples/transformer_block.lua")({ small = true })
+  local xs = s.inputs({ small = true })
+  kiln.onnx.save(s.model, path("cpu.onnx"), xs)
+  local gpu_model = loadfile("samples/transformer_block.lua")({ small = true }).model:to("cuda")
+  kiln.onnx.save(gpu_model, path("gpu.onnx"), { xs[1]:to("cuda") })
+  local fa, fb = io.open(path("cpu.onnx"), "rb"), io.open(path("gpu.onnx"), "rb")
+  T.ok(fa:read("a") == fb:read("a"), "a model on the GPU: the same file as on the CPU")
+  fa:close()
+  fb:close()
+  local back = kiln.onnx.load(path("gpu.onnx"), { device = "cuda" })
+  local fx = kiln.randn(xs[1]:shape(), { seed = 77 })
+  local okv, why = all_close({ back(fx:to("cuda")):to("cpu") }, { s.model(fx) }, 1e-3)
+  T.ok(okv, "a model saved on the GPU, loaded onto the GPU: the CPU model's outputs")
+  if not okv then T.diag(why) end
+else
+  T.n = T.n + 1
+  io.write("ok " .. T.n .. " # SKIP saving a model on the GPU: no GPU\n")
+end
+
 ---------------------------------------------------------------------------
 -- Bad input
 

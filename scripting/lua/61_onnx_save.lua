@@ -82,13 +82,15 @@ end
 
 function Writer:ints(list)
   local key = "i64[" .. table.concat(list, ",") .. "]"
-  local t = #list > 0 and kiln.tensor(list, { dtype = "i64" }) or kiln.zeros({ 0 }, { dtype = "i64" })
+  -- (the written tensors live on the CPU, whatever the default device)
+  local t = #list > 0 and kiln.tensor(list, { dtype = "i64", device = "cpu" })
+    or kiln.zeros({ 0 }, { dtype = "i64", device = "cpu" })
   return self:constant(t, key)
 end
 
 function Writer:scalar(v, dtype)
   local key = dtype .. ":" .. string.format("%.17g", v)
-  return self:constant(kiln.full({}, v, { dtype = dtype }), key)
+  return self:constant(kiln.full({}, v, { dtype = dtype, device = "cpu" }), key)
 end
 
 -- Cast name (of dtype from) to dtype to.
@@ -200,7 +202,7 @@ map.softmax = function(w, n, ins) return w:node("Softmax", { ins[1] }, 1, { { na
 map.log_softmax = function(w, n, ins) return w:node("LogSoftmax", { ins[1] }, 1, { { name = "axis", kind = "int", value = n.a.dim } }) end
 
 local function filled(w, shape, v, dtype)
-  return w:constant(kiln.full(shape, v, { dtype = dtype }))
+  return w:constant(kiln.full(shape, v, { dtype = dtype, device = "cpu" }))
 end
 
 map.layer_norm = function(w, n, ins)
@@ -312,7 +314,7 @@ map.full = function(w, n)
   if dt == "bool" then v = v ~= 0 end
   if #shape == 0 then return w:scalar(v, dt) end
   return w:node("ConstantOfShape", { w:ints(shape) }, 1, { { name = "value", kind = "tensor",
-    value = kiln.full({ 1 }, v, { dtype = dt }) } })
+    value = kiln.full({ 1 }, v, { dtype = dt, device = "cpu" }) } })
 end
 map.arange = function(w, n)
   local dt, count = n.outs[1].dtype, n.outs[1].shape[1]
