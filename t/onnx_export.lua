@@ -196,6 +196,12 @@ local CASES = {
     return x:index_select(4, idx), x:gather(4, gidx), x:index_add(2, kiln.tensor({ 3, 1, 3 }, { dtype = "i64" }), y:slice(2, 1, 3)),
       x:index_add(1, kiln.tensor({ 2, 2 }, { dtype = "i32" }), y), x:tril(), x:triu(1), x:tril(-1)
   end, { { 2, 3, 6, 6 }, { 2, 3, 6, 6 } } },
+  { "message_passing", function(h, e)
+    local src = kiln.tensor({ 1, 2, 3, 4, 5, 6, 2, 4 }, { dtype = "i64" })
+    local dst = kiln.tensor({ 2, 3, 1, 1, 6, 5, 4, 2 }, { dtype = "i64" })
+    return kiln.gather_scatter(h, src, dst, { weight = e }), kiln.gather_scatter(h, src, dst, { rows = 7 }),
+      kiln.gather_scatter(h, src, dst, { weight = e, base = h * 2 })
+  end, { { 6, 5 }, { 8 } } },
   { "create", function(x)
     return x + kiln.full({ 6 }, 0.5) + kiln.arange(6) + kiln.arange(2, 8, 1):to("f32"),
       kiln.ones({ 6, 6 }, { dtype = "bool" }):tril():logical_not():cast("f32") * x
@@ -234,10 +240,24 @@ for k, case in ipairs(CASES) do
   end
 end
 
--- gelu needs opset 20
+-- gelu needs opset 20; opset 17 writes it out, and the reductions' axes as attributes
 do
   kiln.onnx.save(function(x) return x:gelu() end, path("gelu.onnx"), { kiln.randn({ 3 }) })
   T.is(kiln.onnx.read(path("gelu.onnx")).opset, 20, "a graph with gelu is written at opset 20 (ONNX's Gelu)")
+  local f17 = function(x) return x:gelu():mean(2) + x:amax(2) + x:var(2) + x:sum(2), x:max(2) end
+  local xs = { kiln.randn({ 3, 4 }, { seed = 61 }) }
+  kiln.onnx.save(f17, path("opset17.onnx"), xs, { opset = 17 })
+  local m17 = kiln.onnx.read(path("opset17.onnx"))
+  local ops = {}
+  for _, n in ipairs(m17.graph.nodes) do ops[n.op] = true end
+  T.ok(m17.opset == 17 and m17.ir_version == 8 and not ops.Gelu and ops.Erf, "opset 17: gelu as its erf formula, IR version 8")
+  local fx = { kiln.randn({ 3, 4 }, { seed = 62 }) }
+  local okv, why = all_close(outputs(kiln.onnx.load(path("opset17.onnx"))(fx[1])), outputs(f17(fx[1])), 1e-6)
+  T.ok(okv, "opset 17: the re-imported model gives the function's outputs")
+  if not okv then T.diag(why) end
+  T.raises(function() kiln.onnx.save(f17, path("o.onnx"), xs, { opset = 16 }) end, "opset must be an integer from 17 to 21, got 16",
+    "an opset kiln does not write")
+  T.raises(function() kiln.onnx.save(f17, path("o.onnx"), xs, { opst = 18 }) end, "unknown option 'opst'", "an unknown option")
 end
 
 -- a model on the GPU saves the same file: its tensors are written from the CPU

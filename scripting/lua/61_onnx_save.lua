@@ -19,7 +19,9 @@ local onnx = kiln.onnx
 
 local BASE_OPSET = 18 -- ReduceMean/Max/Min take their axes as an input from 18
 local GELU_OPSET = 20 -- ONNX's Gelu came in opset 20
-local IR_VERSION = { [18] = 8, [20] = 9 }
+local MIN_OPSET = 17  -- LayerNormalization came in opset 17
+-- the IR version each opset came with (what onnx.checker expects)
+local IR_VERSION = { [17] = 8, [18] = 8, [19] = 9, [20] = 9, [21] = 10 }
 local ONNX_DTYPE = { f32 = 1, i32 = 6, i64 = 7, bool = 9, f16 = 10, f64 = 11, bf16 = 16 }
 local FLOAT = { f32 = true, f64 = true, bf16 = true, f16 = true }
 
@@ -45,8 +47,10 @@ end
 local Writer = {}
 Writer.__index = Writer
 
-local function new_writer()
-  return setmetatable({ nodes = {}, inits = {}, used = {}, consts = {}, opset = BASE_OPSET, count = 0 }, Writer)
+-- opset: the one asked for (fixed), or nil: BASE_OPSET, raised where an op needs it
+local function new_writer(opset)
+  return setmetatable({ nodes = {}, inits = {}, used = {}, consts = {}, opset = opset or BASE_OPSET, fixed = opset ~= nil,
+    count = 0 }, Writer)
 end
 
 -- A name no other value has: ONNX names values globally.
@@ -123,9 +127,13 @@ for op, onnx_op in pairs(UNARY) do
     return w:node(onnx_op, { x })
   end
 end
-map.gelu = function(w, _, ins)
-  w.opset = math.max(w.opset, GELU_OPSET)
-  return w:node("Gelu", { ins[1] })
+map.gelu = function(w, n, ins)
+  if not w.fixed then w.opset = math.max(w.opset, GELU_OPSET) end
+  if w.opset >= GELU_OPSET then return w:node("Gelu", { ins[1] }) end
+  -- before opset 20: 0.5 x (1 + erf(x / sqrt 2)), kiln's formula
+  local dt = n.outs[1].dtype
+  local e = w:node("Erf", { w:node("Mul", { ins[1], w:scalar(0.70710678118654752440, dt) }) })
+  return w:node("Mul", { w:node("Mul", { ins[1], w:scalar(0.5, dt) }), w:node("Add", { e, w:scalar(1, dt) }) })
 end
 map.silu = function(w, _, ins) return w:node("Mul", { ins[1], w:node("Sigmoid", { ins[1] }) }) end
 map.rsqrt = function(w, _, ins) return w:node("Reciprocal", { w:node("Sqrt", { ins[1] }) }) end
@@ -163,13 +171,21 @@ map.masked_fill = function(w, n, ins)
   return w:node("Where", { w:cast(ins[2], ins.dtypes[2], "bool"), w:scalar(n.a.value, dt), w:cast(ins[1], ins.dtypes[1], dt) })
 end
 
--- Reductions: axes as an input (opset 18), none for every dim.
+-- Reductions: axes as an input (ReduceSum from opset 13, the others from
+-- 18; an attribute before), none for every dim.
+local function reduce_node(w, onnx_op, x, dims, keep)
+  local attrs = { { name = "keepdims", kind = "int", value = keep and 1 or 0 } }
+  local inputs = { x }
+  if dims and #dims > 0 then
+    if onnx_op == "ReduceSum" or w.opset >= 18 then inputs[2] = w:ints(dims)
+    else attrs[2] = { name = "axes", kind = "ints", value = dims } end
+  end
+  return w:node(onnx_op, inputs, 1, attrs)
+end
 local function reduce(onnx_op)
   return function(w, n, ins)
     local x = w:cast(ins[1], ins.dtypes[1], n.outs[1].dtype)
-    local inputs = { x }
-    if n.a.ndims > 0 then inputs[2] = w:ints(n.a.dims) end
-    return w:node(onnx_op, inputs, 1, { { name = "keepdims", kind = "int", value = n.a.keepdim ~= 0 and 1 or 0 } })
+    return reduce_node(w, onnx_op, x, n.a.ndims > 0 and n.a.dims or nil, n.a.keepdim ~= 0)
   end
 end
 map.sum = reduce("ReduceSum")
@@ -184,17 +200,15 @@ map.var = function(w, n, ins)
   if n.a.ndims == 0 then dims = {}; for d = 0, #inshape - 1 do dims[#dims + 1] = d end end
   local count = 1
   for _, d in ipairs(dims) do count = count * inshape[d + 1] end
-  local axes = w:ints(dims)
-  local m = w:node("ReduceMean", { x, axes }, 1, { { name = "keepdims", kind = "int", value = 1 } })
+  local m = reduce_node(w, "ReduceMean", x, dims, true)
   local c = w:node("Sub", { x, m })
-  local s = w:node("ReduceSum", { w:node("Mul", { c, c }), axes }, 1,
-    { { name = "keepdims", kind = "int", value = n.a.keepdim ~= 0 and 1 or 0 } })
+  local s = reduce_node(w, "ReduceSum", w:node("Mul", { c, c }), dims, n.a.keepdim ~= 0)
   return w:node("Div", { s, w:scalar(count - n.a.correction, n.outs[1].dtype) })
 end
 -- max along a dim: values and kiln's 1-based i64 indices
 map.max = function(w, n, ins)
   local keep = { name = "keepdims", kind = "int", value = n.a.keepdim ~= 0 and 1 or 0 }
-  local values = w:node("ReduceMax", { ins[1], w:ints({ n.a.dim }) }, 1, { keep })
+  local values = reduce_node(w, "ReduceMax", ins[1], { n.a.dim }, n.a.keepdim ~= 0)
   local idx = w:node("ArgMax", { ins[1] }, 1, { { name = "axis", kind = "int", value = n.a.dim }, keep })
   return values, w:node("Add", { idx, w:scalar(1, "i64") })
 end
@@ -345,11 +359,36 @@ map.scaled_dot_product_attention = function(w, n, ins)
   return w:node("MatMul", { w:node("Softmax", { s }, 1, { { name = "axis", kind = "int", value = -1 } }), ins[3] })
 end
 
+-- gather_scatter(h, src, dst [, weight] [, base]): what it stands for,
+-- base:index_add(1, dst, h:index_select(1, src) * weight), which the import
+-- gives back and the message-passing pass fuses again
+map.gather_scatter = function(w, n, ins)
+  local has_base = n.a.nshape ~= 1
+  local has_weight = #n.inputs == (has_base and 5 or 4)
+  local dt = n.outs[1].dtype
+  local hs = n.in_shapes[1]
+  local msg = w:node("Gather", { w:cast(ins[1], ins.dtypes[1], dt), zero_based(w, ins[2], ins.dtypes[2]) }, 1,
+    { { name = "axis", kind = "int", value = 0 } })
+  if has_weight then
+    local rs = { n.in_shapes[4][1] }
+    for _ = 2, #hs do rs[#rs + 1] = 1 end
+    msg = w:node("Mul", { msg, w:node("Reshape", { w:cast(ins[4], ins.dtypes[4], dt), w:ints(rs) }) })
+  end
+  local base
+  if has_base then
+    base = w:cast(ins[has_weight and 5 or 4], ins.dtypes[has_weight and 5 or 4], dt)
+  else
+    base = w:node("ConstantOfShape", { w:ints(n.outs[1].shape) }, 1, { { name = "value", kind = "tensor",
+      value = kiln.full({ 1 }, 0, { dtype = dt, device = "cpu" }) } })
+  end
+  local col = w:node("Unsqueeze", { w:cast(zero_based(w, ins[3], ins.dtypes[3]), ins.dtypes[3], "i64"), w:ints({ 1 }) })
+  return w:node("ScatterND", { base, col, msg }, 1, { { name = "reduction", kind = "string", value = "add" } })
+end
+
 local NO_MAPPING = {
   randn = "a random op (ONNX's RandomNormal draws other numbers than kiln's generator)",
   rand = "a random op (ONNX's RandomUniform draws other numbers than kiln's generator)",
   randint = "a random op (ONNX has no generator that draws kiln's numbers)",
-  gather_scatter = "the fused message-passing op (write it as index_select and index_add)",
 }
 
 ---------------------------------------------------------------------------
@@ -375,8 +414,8 @@ local function live_nodes(g)
   return live
 end
 
-local function build(g, input_names, graph_name)
-  local w = new_writer()
+local function build(g, input_names, graph_name, opset)
+  local w = new_writer(opset)
   local value = {} -- node -> {out -> ONNX name}
   local dtype_of = function(r) return g.nodes[r[1]].outs[r[2]].dtype end
   local graph_inputs, outputs = {}, {}
@@ -461,9 +500,10 @@ local function param_names(fn, skip)
   return names
 end
 
--- kiln.onnx.save(model_or_cm, path, inputs): trace the model on inputs (a
--- tensor or a list) and write the graph as an ONNX file at path.
-function onnx.save(model, path, inputs)
+-- kiln.onnx.save(model_or_cm, path, inputs [, {opset = n}]): trace the
+-- model on inputs (a tensor or a list) and write the graph as an ONNX file
+-- at path. opset: 17 to 21 (default 18, or 20 where there is a gelu).
+function onnx.save(model, path, inputs, opts)
   if not onnx.available then fail("this kiln was built without ONNX support (protobuf-c or onnx.proto were missing)") end
   local fn, module = onnx.wrapped(model)
   if not fn then
@@ -480,6 +520,15 @@ function onnx.save(model, path, inputs)
   if type(path) ~= "string" or path == "" then fail("argument 2 must be a file path, got %s", type(path)) end
   if is_tensor(inputs) then inputs = { inputs } end
   if type(inputs) ~= "table" then fail("argument 3 must be the example inputs: a tensor or a list of them, got %s", type(inputs)) end
+  if opts ~= nil and type(opts) ~= "table" then fail("argument 4 must be an options table {opset = n}, got %s", type(opts)) end
+  local opset
+  for k, v in pairs(opts or {}) do
+    if k ~= "opset" then fail("unknown option '%s' (the option is opset)", tostring(k)) end
+    if math.type(v) ~= "integer" or not IR_VERSION[v] then
+      fail("opset must be an integer from %d to 21, got %s", MIN_OPSET, tostring(v))
+    end
+    opset = v
+  end
   local n_inputs = #inputs
   for k = 1, n_inputs do
     if not is_tensor(inputs[k]) and type(inputs[k]) ~= "number" then
@@ -514,7 +563,7 @@ function onnx.save(model, path, inputs)
   end
   if not captured then fail("the model ran without being traced") end
   local names = param_names(module and module.forward or fn, module and 1 or 0)
-  local m = build(captured, names, module and (module._name or "model") or "model")
+  local m = build(captured, names, module and (module._name or "model") or "model", opset)
   local wok, werr = pcall(onnx.write, path, m)
   if not wok then fail("%s", tostring(werr)) end
   return path
