@@ -240,6 +240,16 @@ for k, case in ipairs(CASES) do
   end
 end
 
+-- numbers among the inputs are baked in; the tensors keep their parameters' names
+do
+  local f = function(scale, x, y) return x * scale + y end
+  local x, y = kiln.randn({ 2, 3 }, { seed = 71 }), kiln.randn({ 2, 3 }, { seed = 72 })
+  kiln.onnx.save(f, path("numbers.onnx"), { 3, x, y })
+  local g = kiln.onnx.read(path("numbers.onnx")).graph
+  T.is(#g.inputs .. " " .. g.inputs[1].name .. " " .. g.inputs[2].name, "2 x y", "a number input is baked in; the tensors are x and y")
+  T.is(rel_diff(kiln.onnx.load(path("numbers.onnx"))(y, x), f(3, y, x)), 0.0, "  and the model computes x * 3 + y")
+end
+
 -- gelu needs opset 20; opset 17 writes it out, and the reductions' axes as attributes
 do
   kiln.onnx.save(function(x) return x:gelu() end, path("gelu.onnx"), { kiln.randn({ 3 }) })

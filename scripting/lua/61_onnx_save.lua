@@ -562,7 +562,11 @@ function onnx.save(model, path, inputs, opts)
     fail("tracing the model failed: %s", err)
   end
   if not captured then fail("the model ran without being traced") end
-  local names = param_names(module and module.forward or fn, module and 1 or 0)
+  -- the graph's inputs are the tensor arguments, named by their parameters
+  local params, names = param_names(module and module.forward or fn, module and 1 or 0), {}
+  for k = 1, n_inputs do
+    if is_tensor(inputs[k]) then names[#names + 1] = params[k] or ("input_" .. k) end
+  end
   local m = build(captured, names, module and (module._name or "model") or "model", opset)
   local wok, werr = pcall(onnx.write, path, m)
   if not wok then fail("%s", tostring(werr)) end
