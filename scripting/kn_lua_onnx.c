@@ -285,12 +285,21 @@ static void *arena_checked(lua_State *L, arena *a, size_t size)
     return q;
 }
 
-/* The string field `key` of the table on top ("" when absent). */
+/* The string at idx, which must be a Lua string (not a number converted on
+ * the stack): its table keeps it alive after the stack slot is popped. */
+static const char *str_at(lua_State *L, int idx, size_t *len, const char *what)
+{
+    if (lua_type(L, idx) != LUA_TSTRING)
+        luaL_error(L, "kiln.onnx.write: %s must be a string, got %s", what, luaL_typename(L, idx));
+    return lua_tolstring(L, idx, len);
+}
+
+/* The string field `key` of the table on top (def when absent). */
 static const char *field_str(lua_State *L, const char *key, const char *def)
 {
     lua_getfield(L, -1, key);
-    const char *v = lua_isstring(L, -1) ? lua_tostring(L, -1) : def;
-    lua_pop(L, 1); /* the table keeps the string alive */
+    const char *v = lua_isnil(L, -1) ? def : str_at(L, -1, NULL, key);
+    lua_pop(L, 1);
     return v;
 }
 
@@ -302,7 +311,7 @@ static char **field_strings(lua_State *L, arena *a, const char *key, size_t *n)
     char **out = ARENA_NEW(L, a, char *, len);
     for (size_t i = 0; i < len; i++) {
         lua_geti(L, -1, (lua_Integer)i + 1);
-        out[i] = (char *)luaL_checkstring(L, -1);
+        out[i] = (char *)str_at(L, -1, NULL, key);
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
@@ -339,7 +348,7 @@ static Onnx__AttributeProto *build_attr(lua_State *L, arena *a)
     } else if (strcmp(kind, "string") == 0) {
         at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
         size_t len;
-        const char *v = luaL_checklstring(L, -1, &len);
+        const char *v = str_at(L, -1, &len, "a string attribute");
         at->has_s = 1;
         at->s.data = (uint8_t *)v;
         at->s.len = len;
@@ -428,7 +437,7 @@ static Onnx__ValueInfoProto *build_value_info(lua_State *L, arena *a)
             d->dim_value = (int64_t)lua_tointeger(L, -1);
         } else {
             d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-            d->dim_param = (char *)luaL_checkstring(L, -1);
+            d->dim_param = (char *)str_at(L, -1, NULL, "a dim (an integer or a name)");
         }
         lua_pop(L, 1);
         sp->dim[i] = d;
@@ -514,7 +523,7 @@ static int l_write(lua_State *L)
     for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
         Onnx__OperatorSetIdProto *o = ARENA_NEW(L, a, Onnx__OperatorSetIdProto, 1);
         onnx__operator_set_id_proto__init(o);
-        o->domain = (char *)luaL_checkstring(L, -2); /* a key: not converted in place */
+        o->domain = (char *)str_at(L, -2, NULL, "an opset's domain");
         o->has_version = 1;
         o->version = (int64_t)luaL_checkinteger(L, -1);
         m->opset_import[m->n_opset_import++] = o;

@@ -23,7 +23,6 @@ local MIN_OPSET = 17  -- LayerNormalization came in opset 17
 -- the IR version each opset came with (what onnx.checker expects)
 local IR_VERSION = { [17] = 8, [18] = 8, [19] = 9, [20] = 9, [21] = 10 }
 local ONNX_DTYPE = { f32 = 1, i32 = 6, i64 = 7, bool = 9, f16 = 10, f64 = 11, bf16 = 16 }
-local FLOAT = { f32 = true, f64 = true, bf16 = true, f16 = true }
 
 local function fail(fmt, ...) error("kiln.onnx.save: " .. string.format(fmt, ...), 0) end
 
