@@ -353,6 +353,9 @@ T.raises(function() kiln.onnx.save(function(x) return { x } end, path("n.onnx"),
 T.raises(function() kiln.onnx.save(lin, path("n.onnx"), { kiln.randn({ 2, 4 }) }) end, "tracing the model failed: .*matmul",
   "inputs the model cannot take: the shape error")
 T.raises(function()
+  kiln.compile(function(x) kiln.onnx.save(lin, path("n.onnx"), { x }); return x end)(x3)
+end, "called while a compiled function is being traced", "saving inside a traced call")
+T.raises(function()
   kiln.onnx.write(path("w.onnx"), { ir_version = 8, opsets = { [""] = 18 }, graph = { nodes = { { op = 5 } }, inputs = {}, outputs = {} } })
 end, "kiln%.onnx%.write: op must be a string, got number", "kiln.onnx.write: a number where a name goes")
 T.ok(not io.open(path("w.onnx")), "  and no file")

@@ -516,6 +516,7 @@ function onnx.save(model, path, inputs, opts)
         is_tensor(model) and "a tensor" or t)
     end
   end
+  if pcall(onnx.captured) then fail("called while a compiled function is being traced: save outside kiln.compile") end
   if type(path) ~= "string" or path == "" then fail("argument 2 must be a file path, got %s", type(path)) end
   if is_tensor(inputs) then inputs = { inputs } end
   if type(inputs) ~= "table" then fail("argument 3 must be the example inputs: a tensor or a list of them, got %s", type(inputs)) end
