@@ -9,7 +9,8 @@
  *   kiln.onnx.captured(out...)    -- while tracing: the graph captured so far
  *   kiln.onnx.wrapped(cm)         -- the function and module a compiled callable wraps
  *   kiln.onnx.is_placeholder(t)   -- whether t is a traced value without data
- * (the last four serve kiln.onnx.save, scripting/lua/61_onnx_save.lua)
+ *   kiln.onnx.tracing()           -- whether a compiled call is being traced
+ * (the last five serve kiln.onnx.save, scripting/lua/61_onnx_save.lua)
  *
  * A model table: {path, opset, opsets = {domain = version}, ir_version,
  * producer, graph = G}; G = {name, nodes = {in topological order},
@@ -706,6 +707,15 @@ static int l_is_placeholder(lua_State *L)
     return 1;
 }
 
+/* kiln.onnx.tracing(): whether a compiled call is being traced now (ops
+ * record into a graph instead of running). */
+static int l_tracing(lua_State *L)
+{
+    kn_capture *cap = kn_lua_state_get(L)->cap;
+    lua_pushboolean(L, cap && cap->active);
+    return 1;
+}
+
 /* kiln.onnx.wrapped(cm): the function and the module (nil for a plain
  * function) a compiled callable wraps; nothing for any other value. */
 static int l_wrapped(lua_State *L)
@@ -739,6 +749,8 @@ void kn_lua_open_onnx(lua_State *L)
     lua_setfield(L, -2, "wrapped");
     lua_pushcfunction(L, l_is_placeholder);
     lua_setfield(L, -2, "is_placeholder");
+    lua_pushcfunction(L, l_tracing);
+    lua_setfield(L, -2, "tracing");
 #ifdef KILN_HAVE_ONNX
     luaL_newmetatable(L, KN_ONNX_MODEL_MT);
     lua_pushcfunction(L, box_gc);

@@ -516,7 +516,7 @@ function onnx.save(model, path, inputs, opts)
         is_tensor(model) and "a tensor" or t)
     end
   end
-  if pcall(onnx.captured) then fail("called while a compiled function is being traced: save outside kiln.compile") end
+  if onnx.tracing() then fail("called while a compiled function is being traced: save outside kiln.compile") end
   if type(path) ~= "string" or path == "" then fail("argument 2 must be a file path, got %s", type(path)) end
   if is_tensor(inputs) then inputs = { inputs } end
   if type(inputs) ~= "table" then fail("argument 3 must be the example inputs: a tensor or a list of them, got %s", type(inputs)) end
@@ -638,7 +638,11 @@ local one_based = setmetatable({}, { __mode = "k" })     -- idx - 1 -> idx
 local one_based_col = setmetatable({}, { __mode = "k" }) -- (idx - 1) as a column -> idx
 local INT = { i32 = true, i64 = true }
 
+-- (reading a traced call's parameter goes through its values in Lua, once
+-- per trace: a tensor op there would be recorded into the graph)
 local function all_positive(t)
+  if t:numel() == 0 then return true end
+  if not onnx.tracing() then return t:amin():item() >= 1 end
   for _, v in ipairs(t:tolist()) do if v < 1 then return false end end
   return true
 end
