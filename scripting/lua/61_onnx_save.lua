@@ -393,10 +393,6 @@ local NO_MAPPING = {
 ---------------------------------------------------------------------------
 -- From the captured graph to the model table kiln.onnx.write takes.
 
-local function short_where(where)
-  return (where or ""):gsub("^.*/", "")
-end
-
 -- The captured nodes the outputs need (the trace also holds ops whose
 -- values nothing returned).
 local function live_nodes(g)
