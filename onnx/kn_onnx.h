@@ -63,6 +63,18 @@ kn_status kn_onnx_tensor(const Onnx__TensorProto *tp, const char *file, const ch
  * the tensor's name ("" if none). */
 kn_status kn_onnx_read_tensor_file(const char *path, kn_tensor **out, char **name);
 
+/* ---- writing (kn_onnx_write.c) ---- */
+
+/* The ONNX element type of a kiln dtype (every kiln dtype has one). */
+int32_t kn_onnx_elem_type(kn_dtype dt);
+/* Fill tp as the initializer `name` holding t's values (raw_data). t must
+ * be a contiguous CPU tensor; tp borrows its name, dims and bytes, so t and
+ * name must outlive the pack. */
+kn_status kn_onnx_tensor_proto(Onnx__TensorProto *tp, const char *name, const kn_tensor *t);
+/* Pack m with protobuf-c and write it to path: into a new file beside it,
+ * flushed, then renamed over path, so a failed save leaves nothing behind. */
+kn_status kn_onnx_save_model(const Onnx__ModelProto *m, const char *path);
+
 /* ONNX's name of an element type number ("FLOAT", "UINT8", ...). */
 const char *kn_onnx_type_name(int32_t onnx_type);
 /* The kiln dtype of an ONNX element type; false if kiln has none. */
