@@ -10,7 +10,7 @@
  *   kiln.onnx.wrapped(cm)         -- the function and module a compiled callable wraps
  *   kiln.onnx.is_placeholder(t)   -- whether t is a traced value without data
  *   kiln.onnx.tracing()           -- whether a compiled call is being traced
- * (the last five serve kiln.onnx.save, scripting/lua/61_onnx_save.lua)
+ * (the last five serve kiln.onnx.save, scripting/lua/67_onnx_save.lua)
  *
  * A model table: {path, opset, opsets = {domain = version}, ir_version,
  * producer, graph = G}; G = {name, nodes = {in topological order},

@@ -571,7 +571,8 @@ end
 
 ---------------------------------------------------------------------------
 -- Import rules that give a saved model's ops back. They refine the op
--- table of 60_onnx.lua (kiln.onnx.ops) for the encodings chosen above;
+-- table (kiln.onnx.ops, filled by 62..66, which load before this file)
+-- for the encodings chosen above;
 -- each falls back to the general rule for anything else.
 
 local ops = onnx.ops
