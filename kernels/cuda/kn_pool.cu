@@ -104,19 +104,25 @@ extern "C" __global__ void kn_pool_gap(kn_pool_args a)
         double s = 0.0;
         if (ch < a.c) {
             const char *base = a.x + (n * a.sn + ch * a.sc) * es;
-            long long i = slice;
+            // the slice's positions i, i + 8, ... as (y, x), stepped
+            // without divisions (64-bit divisions per load made this
+            // kernel 10 us on convnet's 32x256x14x14 pool)
+            long long i = slice, y = slice / a.w, x = slice % a.w;
             // four loads in flight before their adds (in order)
             for (; i + 24 < hw; i += 32) {
                 double v[4];
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    long long k = i + 8 * j;
-                    v[j] = kn_ldd<KN_DT>(base + ((k / a.w) * a.sh + (k % a.w) * a.sw) * es);
+                    v[j] = kn_ldd<KN_DT>(base + (y * a.sh + x * a.sw) * es);
+                    for (x += 8; x >= a.w; x -= a.w) y++;
                 }
 #pragma unroll
                 for (int j = 0; j < 4; j++) s += v[j];
             }
-            for (; i < hw; i += 8) s += kn_ldd<KN_DT>(base + ((i / a.w) * a.sh + (i % a.w) * a.sw) * es);
+            for (; i < hw; i += 8) {
+                s += kn_ldd<KN_DT>(base + (y * a.sh + x * a.sw) * es);
+                for (x += 8; x >= a.w; x -= a.w) y++;
+            }
         }
         part[slice][lane] = s;
         __syncthreads();
