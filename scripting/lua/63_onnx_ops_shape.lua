@@ -26,6 +26,7 @@ ops.Size = function(i) return known("i64", {}, { numel(shape_of(i[1])) }) end
 
 ops.Constant = function(_, a, node)
   if node.known_value then return node.known_value end
+  if node.mask_value then return node.mask_value(ctx.device) end
   if a.value then
     if type(a.value) == "table" and a.value.unsupported then unsupported("%s", a.value.unsupported) end
     local t = a.value
@@ -283,8 +284,16 @@ ops.Gather = function(i, a)
 end
 
 ops.Expand = function(i)
-  local x = to_tensor(i[1])
   local want = ints(i[2], "shape")
+  local k = i[1]
+  if is_known(k) and #k.v == 1 then
+    -- one known number expanded is kiln.full, a constant the passes know (a
+    -- causal mask's ones), not a view of a scalar
+    local v = k.v[1]
+    if k.dtype == "bool" then v = v ~= 0 end
+    return kiln.full(broadcast_shapes(k.shape, want), v, { dtype = k.dtype, device = ctx.device })
+  end
+  local x = to_tensor(k)
   local out = broadcast_shapes(x:shape(), want)
   local s = x:shape()
   while #s < #out do table.insert(s, 1, 1) end
