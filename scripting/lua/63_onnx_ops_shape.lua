@@ -361,7 +361,19 @@ ops.GatherElements = function(i, a)
 end
 
 ops.Trilu = function(i, a)
-  local x = to_tensor(i[1])
+  local x = i[1]
+  -- a known value of one repeated number (a small ConstantOfShape's ones) is
+  -- kiln.full: the attention pass knows tril(full) as a causal mask
+  if is_known(x) and #x.shape == 2 then
+    local same = true
+    for k = 2, #x.v do if x.v[k] ~= x.v[1] then same = false; break end end
+    if same then
+      local v = x.v[1]
+      if x.dtype == "bool" then v = v ~= 0 end
+      x = kiln.full(x.shape, v, { dtype = x.dtype, device = ctx.device })
+    end
+  end
+  x = to_tensor(x)
   local k = i[2] and scalar(i[2]) or 0
   if (a.upper or 1) ~= 0 then return x:triu(k) end
   return x:tril(k)
