@@ -176,6 +176,28 @@ do
     "the unfused chain's outputs")
 end
 
+-- GELU whose erf an If branch also reads: not fused, both outputs right
+do
+  local then_branch = { graph = { name = "t", nodes = { { op = "Relu", name = "t_node", inputs = { "e" }, outputs = { "t" } } },
+    inputs = {}, outputs = { { "t", "f32", { 3, 8 } } } } }
+  local else_branch = { graph = { name = "f", nodes = { { op = "Neg", name = "f_node", inputs = { "x" }, outputs = { "f" } } },
+    inputs = {}, outputs = { { "f", "f32", { 3, 8 } } } } }
+  local m = kiln.onnx.load(write("gelu_branch.onnx", tiny({
+    c("sqrt2", math.sqrt(2)), c("one", 1.0), c("half", 0.5),
+    { op = "Constant", name = "cond", inputs = {}, outputs = { "cond" }, attrs = { value = { tensor = kiln.tensor(true, { dtype = "bool" }) } } },
+    { op = "Div", inputs = { "x", "sqrt2" }, outputs = { "d" } },
+    { op = "Erf", inputs = { "d" }, outputs = { "e" } },
+    { op = "Add", inputs = { "e", "one" }, outputs = { "a" } },
+    { op = "Mul", inputs = { "x", "a" }, outputs = { "m" } },
+    { op = "Mul", inputs = { "m", "half" }, outputs = { "y" } },
+    { op = "If", name = "pick", inputs = { "cond" }, outputs = { "z" }, attrs = { then_branch = then_branch, else_branch = else_branch } },
+  }, nil, { { "y", "f32", { 3, 8 } }, { "z", "f32", { 3, 8 } } })))
+  T.like(ops_of(m), "Erf", "a GELU chain whose erf an If branch reads is not fused")
+  local y, z = m(xs)
+  T.ok(within(max_diff(y, x64:gelu()), 1e-6) and within(max_diff(z, (x64 / math.sqrt(2)):erf():relu()), 1e-6),
+    "the chain's and the branch's outputs")
+end
+
 -- GELU written (x * 0.5) * (1 + erf(x * (1/sqrt 2))): fused
 do
   local m = kiln.onnx.load(write("gelu_half_first.onnx", tiny({

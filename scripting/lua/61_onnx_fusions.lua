@@ -48,6 +48,21 @@ local function match(g)
     end
   end
   for _, o in ipairs(g.outputs) do readers[o.name] = (readers[o.name] or 0) + 100 end
+  -- a name an If branch reads (at any depth) is read outside any chain here
+  local function branch_reads(sub)
+    for _, n in ipairs(sub.nodes) do
+      for _, i in ipairs(n.inputs) do if i ~= "" then readers[i] = (readers[i] or 0) + 100 end end
+      for _, a in pairs(n.attrs) do
+        if type(a) == "table" and a.nodes and a.initializers then branch_reads(a) end
+      end
+    end
+    for _, o in ipairs(sub.outputs) do readers[o.name] = (readers[o.name] or 0) + 100 end
+  end
+  for _, n in ipairs(g.nodes) do
+    for _, a in pairs(n.attrs) do
+      if type(a) == "table" and a.nodes and a.initializers then branch_reads(a) end
+    end
+  end
   local function op_of(name, op)
     local p = producers[name]
     if p and p.op == op and (p.domain == "" or p.domain == "ai.onnx") then return p end
