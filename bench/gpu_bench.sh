@@ -16,11 +16,21 @@
 #   python3 bench/report.py OUT1/*.jsonl OUT2/*.jsonl > table.md
 #
 # Order: PyTorch eager (which also exports weights, input and output per
-# model and dtype for kiln to load), every kiln row, then PyTorch's compiled
-# modes, one mode at a time; each row is its own process with a timeout.
+# model and dtype for kiln to load), the ONNX export of the ONNX rows
+# (bench/export_onnx.py), every kiln row, then PyTorch's compiled modes, one
+# mode at a time; each row is its own process with a timeout.
 #
-# Env knobs (defaults fit one 10-minute command, about 7 minutes):
-#   MODELS=simple_linear,large_linear,convnet,transformer_block,gcn
+# The ONNX row transformer_block_onnx is PyTorch's transformer_block exported
+# with torch.onnx.export and loaded with kiln.onnx.load: kiln's times beside
+# the Lua sample's, its error against PyTorch's output for the exported
+# weights, and PyTorch's columns from its transformer_block rows (the same
+# module). Where the export fails the row is 'skipped' with the reason.
+#
+# Env knobs (defaults fit one 10-minute command, about 7 minutes before the
+# ONNX row, which adds its export and 12 kiln rows: where BUDGET_S runs out,
+# split the run, e.g. MODELS=transformer_block,transformer_block_onnx):
+#   MODELS=simple_linear,large_linear,convnet,transformer_block,transformer_block_onnx,gcn
+#       (NAME_onnx: an ONNX row; PyTorch runs the models without _onnx)
 #   DTYPES=f32,bf16
 #   TORCH_MODES=eager,default,reduce-overhead   add max-autotune for PyTorch's
 #       best (up to ~95 s of compile a row: run it split, e.g. MODELS=convnet,gcn);
@@ -29,7 +39,8 @@
 #   REPS=5 CALLS=100 WARMUP=10
 #   BUDGET_S=540      no row starts later than this after the start
 #   ROW_TIMEOUT=150   per PyTorch row (s), MA_ROW_TIMEOUT=240 per PyTorch
-#                     max-autotune row, KILN_ROW_TIMEOUT=120 per kiln row
+#                     max-autotune row, KILN_ROW_TIMEOUT=120 per kiln row,
+#                     EXPORT_TIMEOUT=240 for the ONNX export
 #   KILN_WARM=1       0: skip the warm persistent-cache probe (one more
 #                     process per model and dtype, default mode)
 #   KILN=build/kiln PYTHON=python3 KILN_BENCH_DEVICE=cuda
@@ -37,11 +48,12 @@
 #   KEEP=1            keep the scratch folder (exports, compile caches)
 #   BENCH_REF_DIR     where PyTorch's exports go and kiln reads them (default:
 #                     the scratch folder; a test without PyTorch points it at
-#                     exports made beforehand)
+#                     exports made beforehand: an ONNX file already there is
+#                     used, not exported again)
 set -u
 
 out=${1:-bench/results}
-MODELS=${MODELS:-simple_linear,large_linear,convnet,transformer_block,gcn}
+MODELS=${MODELS:-simple_linear,large_linear,convnet,transformer_block,transformer_block_onnx,gcn}
 DTYPES=${DTYPES:-f32,bf16}
 TORCH_MODES=${TORCH_MODES:-eager,default,reduce-overhead}
 KILN_MODES=${KILN_MODES-eager,default,reduce-overhead,max-autotune}
@@ -52,11 +64,16 @@ BUDGET_S=${BUDGET_S:-540}
 ROW_TIMEOUT=${ROW_TIMEOUT:-150}
 KILN_ROW_TIMEOUT=${KILN_ROW_TIMEOUT:-120}
 MA_ROW_TIMEOUT=${MA_ROW_TIMEOUT:-240}
+EXPORT_TIMEOUT=${EXPORT_TIMEOUT:-240}
 KILN_WARM=${KILN_WARM:-1}
 KILN=${KILN:-build/kiln}
 PYTHON=${PYTHON:-python3}
 KILN_BENCH_DEVICE=${KILN_BENCH_DEVICE:-cuda}
 export MODELS DTYPES REPS CALLS WARMUP ROW_TIMEOUT KILN_BENCH_DEVICE MA_ROW_TIMEOUT
+
+# PyTorch's models: the ONNX rows (NAME_onnx) are kiln's only
+TORCH_MODELS=$(echo "$MODELS" | tr ',' '\n' | grep -v '_onnx$' | paste -sd, -)
+ONNX_MODELS=$(echo "$MODELS" | tr ',' '\n' | grep '_onnx$' | paste -sd, -)
 
 start=$(date +%s)
 deadline=$((start + BUDGET_S))
@@ -120,8 +137,38 @@ json side=env-host date="$date" commit="$commit" gpu="$(echo "$smi" | cut -d, -f
 export EXPORT_DIR="${BENCH_REF_DIR:-$work/ref}" BENCH_JSONL="$raw" BENCH_DEADLINE=$deadline
 
 # 1. PyTorch eager, exporting the reference
-say "PyTorch eager (exports to $EXPORT_DIR)"
-TORCH_MODES=eager "$PYTHON" bench/torch_models.py run >/dev/null
+if [ -n "$TORCH_MODELS" ]; then
+    say "PyTorch eager (exports to $EXPORT_DIR)"
+    MODELS=$TORCH_MODELS TORCH_MODES=eager "$PYTHON" bench/torch_models.py run >/dev/null
+fi
+
+# 1b. the ONNX file of the ONNX rows, with PyTorch's output for its weights
+# (a failed export is recorded; the rows then say why)
+if [ -n "$ONNX_MODELS" ]; then
+    t=$(left)
+    [ "$t" -gt "$EXPORT_TIMEOUT" ] && t=$EXPORT_TIMEOUT
+    if [ -n "${BENCH_REF_DIR:-}" ] && [ -f "$EXPORT_DIR/transformer_block.onnx" ]; then
+        say "ONNX export: using $EXPORT_DIR/transformer_block.onnx, made beforehand (BENCH_REF_DIR)"
+    elif [ "$t" -lt 10 ]; then
+        say "ONNX export skipped: bench time budget spent"
+    else
+        say "ONNX export for $ONNX_MODELS (bench/export_onnx.py, up to $t s)"
+        timeout -k 5 "$t" "$PYTHON" bench/export_onnx.py "$EXPORT_DIR" >"$work/export.out" 2>"$work/export.err"
+        rc=$?
+        if grep '^{' "$work/export.out" | tail -1 >"$work/export.line" && [ -s "$work/export.line" ]; then
+            cat "$work/export.line" >>"$raw"
+        else
+            why="exit status $rc"
+            { [ $rc = 124 ] || [ $rc = 137 ]; } && why="timeout after $t s"
+            why="$why: $(tail -c 300 "$work/export.err" | tr '\n' ' ')"
+            json side=env-onnx-export error="$why" >>"$raw"
+            # no half-written file for kiln to read
+            rm -f "$EXPORT_DIR/transformer_block.onnx"
+            mkdir -p "$EXPORT_DIR" && json error="$why" >"$EXPORT_DIR/transformer_block.onnx.json"
+        fi
+        grep '^export_onnx:' "$work/export.err" | while IFS= read -r l; do say "$l"; done
+    fi
+fi
 
 # 2. kiln
 kiln_row() { # model mode dtype phase cache
@@ -140,7 +187,7 @@ kiln_row() { # model mode dtype phase cache
     line=$(grep '^{' "$work/row.out" | tail -1)
     if [ -n "$line" ]; then
         echo "$line" >>"$raw"
-        what=$(echo "$line" | grep -oE '"(first_call_s|ms_per_call)":[0-9.e-]+|"error":"[^"]{0,120}' | tr '\n' ' ')
+        what=$(echo "$line" | grep -oE '"(first_call_s|ms_per_call)":[0-9.e-]+|"(error|skipped)":"[^"]{0,120}' | tr '\n' ' ')
     else
         what="exit status $rc"
         { [ $rc = 124 ] || [ $rc = 137 ]; } && what="timeout after $t s"
@@ -166,7 +213,7 @@ done
 rest=$(echo ",$TORCH_MODES," | sed 's/,eager,/,/g; s/^,//; s/,$//')
 if [ -n "$rest" ]; then
     say "PyTorch $rest"
-    TORCH_MODES=$rest "$PYTHON" bench/torch_models.py run >/dev/null
+    [ -n "$TORCH_MODELS" ] && MODELS=$TORCH_MODELS TORCH_MODES=$rest "$PYTHON" bench/torch_models.py run >/dev/null
 fi
 
 "$PYTHON" bench/report.py "$raw" >"$md" && cat "$md"

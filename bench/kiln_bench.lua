@@ -11,6 +11,12 @@
 --   build/kiln bench/kiln_bench.lua info               one line: kiln version and devices
 --   (or lua5.4 with build/ on package.cpath: the module is required when there is no global kiln)
 --
+-- MODEL is a sample's name (samples/MODEL.lua) or an ONNX row,
+-- transformer_block_onnx: transformer_block.onnx from KILN_BENCH_ONNX_DIR
+-- (default KILN_BENCH_REF), written by bench/export_onnx.py with
+-- transformer_block_onnx-DTYPE.io.safetensors (input, PyTorch's output) beside
+-- it; without the file the row is "skipped" with the export's reason.
+--
 -- Env: KILN_BENCH_DEVICE (cuda; cpu for a test without a GPU), KILN_BENCH_SMALL
 -- (1: the samples' small sizes), KILN_BENCH_REF (a folder with PyTorch's
 -- MODEL-DTYPE.weights.safetensors and MODEL-DTYPE.io.safetensors; without it,
@@ -153,15 +159,30 @@ local function device_memory()
   return nil
 end
 
-local function row(model_name, mode, dtype)
-  local r = { side = "kiln", model = model_name, mode = mode, dtype = dtype, device = DEVICE,
-    kiln = kiln.version, reps = REPS, calls = CALLS, warmup = WARMUP, small = SMALL or nil,
-    phase = FIRST_ONLY and "warm" or "cold" }
-  kiln.session.small = SMALL
-  kiln.config.allow_tf32 = false -- as PyTorch's rows
+-- The rows of ONNX files: the model PyTorch's exporter wrote from a
+-- bench/torch_models.py model (bench/export_onnx.py, run by gpu_bench.sh),
+-- timed beside the Lua sample of the same model.
+local ONNX_ROWS = {
+  transformer_block_onnx = { file = "transformer_block.onnx", source = "transformer_block" },
+}
+
+-- A one-line reason from export_onnx.py's status file (FILE.json), if any.
+local function export_status(path)
+  local f = io.open(path .. ".json", "rb")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  local err = text:match('"error"%s*:%s*"(.-)"%s*[,}]')
+  local exporter = text:match('"exporter"%s*:%s*"(.-)"')
+  return err, exporter, text
+end
+
+-- The model, its f32 CPU input and the expected output (nil: kiln eager is
+-- the reference) of a Lua sample: PyTorch's weights and input where
+-- torch_models.py exported them, else the sample's own.
+local function lua_source(model_name, dtype, r)
   local spec = kiln.load(ROOT .. "samples/" .. model_name .. ".lua", { quiet = true })
   local model = spec.model
-  local x, expected
   local wpath = REF and string.format("%s/%s-%s.weights.safetensors", REF, model_name, dtype)
   local iopath = REF and string.format("%s/%s-%s.io.safetensors", REF, model_name, dtype)
   if wpath and exists(wpath) and exists(iopath) then
@@ -170,13 +191,57 @@ local function row(model_name, mode, dtype)
     model:load_safetensors(wpath, { index_base = 0 })
     if FIXUPS[model_name] then FIXUPS[model_name](model) end
     local io_t = kiln.load_safetensors(iopath)
-    x, expected = io_t.input, io_t.output
     r.ref = "torch-eager"
-  else
-    x = spec.inputs({ small = SMALL, dtype = "f32", device = "cpu" })[1]
-    r.ref = "kiln-eager"
-    r.ref_note = REF and "no PyTorch export for this row; compared with kiln eager on the sample's weights" or nil
+    return model, io_t.input, io_t.output
   end
+  r.ref = "kiln-eager"
+  r.ref_note = REF and "no PyTorch export for this row; compared with kiln eager on the sample's weights" or nil
+  return model, spec.inputs({ small = SMALL, dtype = "f32", device = "cpu" })[1], nil
+end
+
+-- The same for an ONNX row: the f32 file from ONNX_DIR (default: REF), its
+-- weights inside it; the input and PyTorch's output for this dtype from
+-- MODEL-DTYPE.io.safetensors beside it (the exported module run eagerly in
+-- that dtype). nil and r.skipped when there is no file: the row says why.
+local function onnx_source(model_name, dtype, r)
+  local o = ONNX_ROWS[model_name]
+  local dir = env("KILN_BENCH_ONNX_DIR", REF)
+  r.source_model = o.source
+  if not kiln.onnx.available then
+    r.skipped = "this kiln was built without ONNX import"
+    return nil
+  end
+  local path = dir and (dir .. "/" .. o.file)
+  if not path or not exists(path) then
+    local why = path and export_status(path)
+    r.skipped = string.format("no ONNX export%s: %s", path and (" at " .. path) or "",
+      why or (dir and "bench/export_onnx.py did not write one (no PyTorch, or it was not run)"
+        or "set KILN_BENCH_REF or KILN_BENCH_ONNX_DIR to the folder of bench/export_onnx.py's files"))
+    return nil
+  end
+  local _, exporter = export_status(path)
+  r.onnx_file, r.onnx_exporter = o.file, exporter
+  local model = kiln.onnx.load(path)
+  r.onnx_opset, r.onnx_nodes = model._model.opset, #model._model.graph.nodes
+  local iopath = string.format("%s/%s-%s.io.safetensors", dir, model_name, dtype)
+  if exists(iopath) then
+    local io_t = kiln.load_safetensors(iopath)
+    r.ref = "torch-eager"
+    return model, io_t.input, io_t.output
+  end
+  r.ref = "kiln-eager"
+  r.ref_note = "no PyTorch output beside the ONNX file; compared with kiln eager"
+  return model, kiln.onnx.example_inputs(model, {}, 0)[1]:to("f32"), nil
+end
+
+local function row(model_name, mode, dtype)
+  local r = { side = "kiln", model = model_name, mode = mode, dtype = dtype, device = DEVICE,
+    kiln = kiln.version, reps = REPS, calls = CALLS, warmup = WARMUP, small = SMALL or nil,
+    phase = FIRST_ONLY and "warm" or "cold" }
+  kiln.session.small = SMALL
+  kiln.config.allow_tf32 = false -- as PyTorch's rows
+  local model, x, expected = (ONNX_ROWS[model_name] and onnx_source or lua_source)(model_name, dtype, r)
+  if not model then return r end
   model:to(dtype):to(DEVICE)
   x = x:to(dtype):to(DEVICE)
   r.input_shape = x:shape()
@@ -273,7 +338,7 @@ elseif a[1] then
   if not (a[2] and a[3]) then error("usage: kiln_bench.lua [info | MODEL MODE DTYPE]") end
   emit(safe_row(a[1], a[2], a[3]))
 else
-  for _, m in ipairs(list(env("MODELS", "simple_linear,large_linear,convnet,transformer_block,gcn"))) do
+  for _, m in ipairs(list(env("MODELS", "simple_linear,large_linear,convnet,transformer_block,transformer_block_onnx,gcn"))) do
     for _, dt in ipairs(list(env("DTYPES", "f32,bf16"))) do
       for _, mode in ipairs(list(env("KILN_MODES", "eager,default,reduce-overhead,max-autotune"))) do
         local t0 = kiln.clock()

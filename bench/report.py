@@ -8,14 +8,18 @@ the Python standard library.
 """
 import json, sys
 
-MODELS = ["simple_linear", "large_linear", "convnet", "transformer_block", "gcn"]
+MODELS = ["simple_linear", "large_linear", "convnet", "transformer_block", "transformer_block_onnx", "gcn"]
 WORKLOAD = {
     "simple_linear": "simple_linear: Linear 1024->1024, batch 32",
     "large_linear": "large_linear: 4 x (Linear 4096->4096 + ReLU), batch 64",
     "convnet": "convnet: 4 x (conv3x3 s2 + BN + ReLU), pool, fc; 32x3x224x224",
     "transformer_block": "transformer_block: pre-LN, 8 heads, d 512, ff 2048, causal; 16x256",
+    "transformer_block_onnx": "transformer_block_onnx: the same block exported by torch.onnx.export "
+                              "(bench/export_onnx.py), loaded with kiln.onnx.load",
     "gcn": "gcn: 2 GCN layers, 2708 nodes, 1433 features, 10556 edges",
 }
+# An ONNX row's PyTorch columns are those of the module it was exported from.
+TORCH_OF = {"transformer_block_onnx": "transformer_block"}
 TORCH_MODES = ["eager", "default", "reduce-overhead", "max-autotune"]
 KILN_MODES = ["eager", "default", "reduce-overhead", "max-autotune"]
 DTYPES = ["f32", "bf16"]
@@ -168,6 +172,19 @@ def header(env):
                f"(PyTorch's, exported and loaded into kiln)")
     if host.get("note"):
         out.append(f"- {host['note']}")
+    ex = env.get("env-onnx-export")
+    if ex:
+        if ex.get("error"):
+            out.append(f"- ONNX export ({ex.get('row', 'transformer_block_onnx')}): failed: {first_line(ex['error'], 300)}"
+                       + (f" (dynamo exporter: {first_line(ex['dynamo_error'], 200)})" if ex.get("dynamo_error") else ""))
+        else:
+            ops = ", ".join(f"{k} {v}" for k, v in (ex.get("ops") or {}).items()) or ex.get("histogram_note", "?")
+            ort = (f"onnxruntime vs PyTorch max rel err {sci(num(ex.get('ort_max_rel_err')))}"
+                   if num(ex.get("ort_max_rel_err")) is not None else ex.get("ort_error") or ex.get("ort_note") or "")
+            out.append(f"- ONNX export ({ex.get('row', 'transformer_block_onnx')}): {ex.get('exporter', '?')} exporter"
+                       + (f" (dynamo failed: {first_line(ex['dynamo_error'], 200)})" if ex.get("dynamo_error") else "")
+                       + f", PyTorch {ex.get('torch', '?')}, opset {ex.get('opset', '?')}, {ex.get('nodes', '?')} nodes: "
+                       f"{ops}" + (f"; {ort}" if ort else "") + (f"; {ex['note']}" if ex.get("note") else ""))
     return out
 
 
@@ -195,7 +212,7 @@ def report(env, rows):
           "|" + "---|" * 11]
     for m in models:
         for d in dtypes:
-            tr = {md: rows.get(("torch", m, md, d, "cold")) for md in TORCH_MODES}
+            tr = {md: rows.get(("torch", TORCH_OF.get(m, m), md, d, "cold")) for md in TORCH_MODES}
             kr = {md: rows.get(("kiln", m, md, d, "cold")) for md in KILN_MODES}
             if not any(tr.values()) and not any(kr.values()):
                 continue
@@ -244,8 +261,8 @@ def report(env, rows):
                 continue
             kd = rows.get(("kiln", m, "default", d, "cold")) or {}
             warm = rows.get(("kiln", m, "max-autotune", d, "warm")) or {}
-            tma = rows.get(("torch", m, "max-autotune", d, "cold")) or {}
-            tr = {md: rows.get(("torch", m, md, d, "cold")) for md in TORCH_MODES}
+            tma = rows.get(("torch", TORCH_OF.get(m, m), "max-autotune", d, "cold")) or {}
+            tr = {md: rows.get(("torch", TORCH_OF.get(m, m), md, d, "cold")) for md in TORCH_MODES}
             tb, _ = best({md: torch_cell(r) for md, r in tr.items()})
             st = ma.get("stats_first") or {}
             wst = warm.get("stats_first") or {}
@@ -275,7 +292,10 @@ def report(env, rows):
             "cm:stats().peak_bytes (the compiled plan's intermediates); PyTorch: torch.cuda.max_memory_allocated() "
             "over one call after warm-up. kiln first call, warm cache: a second process on the persistent cache "
             "the cold row filled. gcn runs PyTorch's graph (its seeded src/dst/norm buffers, loaded into kiln's "
-            "model with src and dst shifted to 1-based), not the graph samples/gcn.lua draws.", ""]
+            "model with src and dst shifted to 1-based), not the graph samples/gcn.lua draws. "
+            "transformer_block_onnx: kiln runs the ONNX file PyTorch exported (its weights, seeded by "
+            "bench/export_onnx.py) and is checked against PyTorch eager's output on those weights; its torch columns "
+            "are transformer_block's rows (the same module).", ""]
     if notes:
         out += ["Notes:", ""]
         for i, (message, where) in enumerate(notes.items(), 1):

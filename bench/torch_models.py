@@ -261,7 +261,8 @@ def env():
 
 
 def run():
-    models = os.environ.get("MODELS", ",".join(MODELS)).split(",")
+    # NAME_onnx rows are kiln's (an ONNX file of NAME): PyTorch's side is NAME's row
+    models = [m for m in os.environ.get("MODELS", ",".join(MODELS)).split(",") if not m.endswith("_onnx")]
     modes = os.environ.get("TORCH_MODES", ",".join(MODES)).split(",")
     dtypes = os.environ.get("DTYPES", ",".join(DTYPES)).split(",")
     row_timeout = float(os.environ.get("ROW_TIMEOUT", "150"))

@@ -201,6 +201,11 @@ local pass_cases = {
     local m = kiln.ones({ Tn, Tn }, { dtype = "bool" }):triu(1)
     return (q:matmul(k:transpose(-2, -1)):masked_fill(m, -math.huge) / 3):softmax(-1):matmul(v)
   end, "causal mask folded" },
+  { "causal as an added float mask (zeros filled with -inf above the diagonal)", 1, function(q, k, v)
+    local upper = kiln.ones({ Tn, Tn }, { dtype = "bool" }):triu(1)
+    local m = kiln.zeros({ Tn, Tn }):masked_fill(upper, -math.huge)
+    return (q:matmul(k:transpose(-2, -1)) * 0.35 + m):softmax(-1):matmul(v)
+  end, "causal mask folded" },
   { "no scale, no mask", 1, function(q, k, v) return q:matmul(k:transpose(-2, -1)):softmax(-1):matmul(v) end },
   { "a bool mask from outside", 1, function(q, k, v)
     return (q:matmul(k:transpose(-2, -1)) * 0.5):masked_fill(keep:logical_not(), -math.huge):softmax(-1):matmul(v)

@@ -11,7 +11,8 @@
  * scaled_dot_product_attention node, which the backends run as one library
  * kernel (flash attention on the GPU: the T x T scores never reach memory).
  * A mask that is the causal one, logical_not(tril(ones bool {T, T})) or
- * triu(ones bool {T, T}, 1) with Tq == Tk, becomes the causal attribute and
+ * triu(ones bool {T, T}, 1) with Tq == Tk (or, added, zeros {T, T} filled
+ * with -inf where that mask is true), becomes the causal attribute and
  * its subgraph dies (the final dce removes it); any other bool M becomes the
  * mask input logical_not(M) (the op keeps where true, masked_fill fills
  * where true). A chain that starts like attention but breaks a condition is
@@ -44,6 +45,21 @@ static bool is_causal_fill_mask(const kn_graph *g, int m, int64_t t)
     const kn_node *tr = &g->nodes[n->in_node[0]];
     return tr->op == KN_OP_TRIL && tr->a.diagonal == 0 && tr->out[0].dtype == KN_BOOL &&
            is_ones_square(&g->nodes[tr->in_node[0]], t);
+}
+
+/* Whether the float mask added to the scores (node m) is the causal one:
+ * masked_fill(full 0 {T, T}, causal fill mask, -inf), as PyTorch's
+ * generate_square_subsequent_mask makes it and kiln's ONNX import rebuilds
+ * it from its data. Adding it is masked_fill(scores, M, -inf). */
+static bool is_causal_add_mask(const kn_graph *g, int m, int64_t t)
+{
+    const kn_node *n = &g->nodes[m];
+    if (n->op != KN_OP_MASKED_FILL || !(isinf(n->a.value) && n->a.value < 0) || n->out[0].ndim != 2 ||
+        n->out[0].shape[0] != t || n->out[0].shape[1] != t)
+        return false;
+    const kn_node *z = &g->nodes[n->in_node[0]];
+    return z->op == KN_OP_FULL && z->a.value == 0 && kn_dtype_is_float(z->out[0].dtype) &&
+           is_causal_fill_mask(g, n->in_node[1], t);
 }
 
 /* Whether value kt is k viewed with its last two dims swapped: a permute
@@ -242,7 +258,9 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     const kn_meta *qm = &g->nodes[KN_REF_NODE(m.q)].out[KN_REF_OUT(m.q)];
     int64_t tq = qm->ndim >= 2 ? qm->shape[qm->ndim - 2] : -1;
     int64_t tk = g->nodes[m.mm1].out[0].ndim >= 1 ? g->nodes[m.mm1].out[0].shape[g->nodes[m.mm1].out[0].ndim - 1] : -2;
-    bool causal = m.mask_is_bool && tq == tk && is_causal_fill_mask(g, KN_REF_NODE(m.mask_ref), tq);
+    bool causal = m.mask_ref >= 0 && tq == tk &&
+                  (m.mask_is_bool ? is_causal_fill_mask(g, KN_REF_NODE(m.mask_ref), tq)
+                                  : is_causal_add_mask(g, KN_REF_NODE(m.mask_ref), tq));
     const char *where = g->nodes[m.mm1].where;
     int before = mm2;
     int mask_in = -1;

@@ -102,19 +102,33 @@ const char *kn_pass_who(const kn_graph *g, int i, char *buf, size_t size)
 
 void kn_pass_covers_text(const kn_graph *g, const int *order, int n, const char *folded, char *buf, size_t size)
 {
+    /* what was folded is kept whole: a list too long for the buffer (ONNX
+     * node names are long) loses its end, marked "...", not the suffix */
+    size_t tail = folded ? strlen(folded) : 0;
+    if (tail + 8 > size) tail = 0, folded = NULL;
+    size_t room = size - tail; /* the list and its NUL */
     size_t len = 0;
+    bool cut = false;
     buf[0] = 0;
     const char *first = g->nodes[order[0]].where;
     const char *colon = strrchr(first, ':');
     size_t file_len = colon ? (size_t)(colon - first) : 0;
-    for (int i = 0; i < n && len < size; i++) {
+    for (int i = 0; i < n && !cut; i++) {
         const char *w = g->nodes[order[i]].where;
         const char *shown = w;
         if (i > 0 && file_len && !strncmp(w, first, file_len) && w[file_len] == ':') shown = w + file_len;
-        len += (size_t)snprintf(buf + len, size - len, "%s%s%s%s", i ? ", " : "", kn_node_op_name(&g->nodes[order[i]]),
-                                shown[0] ? " " : "", shown);
+        int wrote = snprintf(buf + len, room - len, "%s%s%s%s", i ? ", " : "", kn_node_op_name(&g->nodes[order[i]]),
+                             shown[0] ? " " : "", shown);
+        if (wrote < 0 || len + (size_t)wrote >= room) {
+            cut = true;
+            len = room - 4;
+            memcpy(buf + len, "...", 4);
+            len += 3;
+        } else {
+            len += (size_t)wrote;
+        }
     }
-    if (folded && len < size) snprintf(buf + len, size - len, "%s", folded);
+    if (folded) snprintf(buf + len, size - len, "%s", folded);
 }
 
 static int use_count(const kn_pass_ctx *x, int node)

@@ -31,7 +31,7 @@ local function f_float(field, x) return key(field, 5) .. string.pack("<f", x) en
 W.varint, W.f_varint, W.f_bytes, W.f_float = varint, f_varint, f_bytes, f_float
 
 local ONNX_TYPE = { f32 = 1, i32 = 6, i64 = 7, bool = 9, f16 = 10, f64 = 11, bf16 = 16 }
-local PACK = { f32 = "<f", f64 = "<d", i32 = "<i4", i64 = "<i8" }
+local PACK = { f32 = "<f", f64 = "<d", i32 = "<i4", i64 = "<i8", bool = "<B" }
 
 local function flat(v, out)
   if type(v) ~= "table" then out[#out + 1] = v return out end
@@ -39,12 +39,15 @@ local function flat(v, out)
   return out
 end
 
--- The raw little-endian bytes of a kiln tensor (f32, f64, i32, i64).
+-- The raw little-endian bytes of a kiln tensor (f32, f64, i32, i64, bool).
 function W.tensor_bytes(t)
   local vals = t:dim() == 0 and { t:item() } or flat(t:tolist(), {})
   local fmt = PACK[t.dtype] or error("make_onnx: dtype " .. t.dtype)
   local parts = {}
-  for i, v in ipairs(vals) do parts[i] = string.pack(fmt, v) end
+  for i, v in ipairs(vals) do
+    if type(v) == "boolean" then v = v and 1 or 0 end
+    parts[i] = string.pack(fmt, v)
+  end
   return table.concat(parts)
 end
 

@@ -426,10 +426,14 @@ local function run_graph(g, feeds, parent)
   -- the module's tensors (moved by :to), the main graph's or this branch's
   local params = g.param_slot and ctx.branch_params[g.param_slot] or ctx.params
   for name, t in pairs(g.initializers) do
-    if env.values[name] == nil then env.values[name] = g.known_inits[name] or params[name] or t end
+    if env.values[name] == nil then
+      local mask = g.mask_inits[name]
+      env.values[name] = g.known_inits[name] or (mask and mask(ctx.device, params[name])) or params[name] or t
+    end
   end
   for _, node in ipairs(g.nodes) do
-    local impl = (node.domain == "" or node.domain == "ai.onnx") and ops[node.op] or nil
+    -- node.impl: a node 61_onnx_fusions.lua made of several
+    local impl = node.impl or ((node.domain == "" or node.domain == "ai.onnx") and ops[node.op] or nil)
     if not impl then
       local what = node.domain ~= "" and node.domain ~= "ai.onnx" and ("op domain '" .. node.domain .. "'") or "the op"
       error(string.format("%s: unsupported: %s is not implemented in kiln", node_label(node), what), 0)
@@ -483,13 +487,19 @@ end
 -- Constant values become known values, so shape arithmetic on them folds
 -- here instead of reading a traced tensor (a graph break).
 local function prepare(g)
-  g.known_inits = {}
+  g.known_inits, g.mask_inits = {}, {}
   for name, t in pairs(g.initializers) do
     if INT[t.dtype] and t:numel() <= KNOWN_MAX then g.known_inits[name] = to_known(t) end
+    -- one float number (an exporter's folded constant: a scale, -inf) is a
+    -- number of the graph, as a Constant node's, not an input tensor
+    if (t.dtype == "f32" or t.dtype == "f64") and t:numel() == 1 then g.known_inits[name] = to_known(t) end
+    g.mask_inits[name] = onnx.mask_pattern(t) -- a causal mask as data (61_onnx_fusions.lua)
   end
   for _, node in ipairs(g.nodes) do
     local v = node.attrs.value
-    if node.op == "Constant" and is_tensor(v) and v:numel() <= KNOWN_MAX and v.dtype ~= "bf16" and v.dtype ~= "f16" then
+    if node.op == "Constant" then node.mask_value = onnx.mask_pattern(v) end
+    if node.op == "Constant" and not node.mask_value and is_tensor(v) and v:numel() <= KNOWN_MAX and v.dtype ~= "bf16"
+      and v.dtype ~= "f16" then
       node.known_value = to_known(v)
     end
     for _, a in pairs(node.attrs) do
@@ -502,6 +512,8 @@ local OnnxModel = kiln.nn.Module {
   name = "OnnxModel",
   init = function(self, model, opts)
     self._model = model
+    -- exporters' chains (GELU, LayerNorm, Linear on rows) become one node (61_onnx_fusions.lua)
+    if not opts or opts.fuse ~= false then onnx.fuse_patterns(model.graph) end
     prepare(model.graph)
     self._opts = opts or {}
     self.params = {}
@@ -554,7 +566,7 @@ local OnnxModel = kiln.nn.Module {
       if vi.unsupported_type then
         error(string.format("%s: unsupported: input '%s' has type %s, which kiln does not support", model.path, vi.name, vi.unsupported_type), 2)
       end
-      if x.dtype ~= vi.dtype then
+      if x.dtype ~= vi.dtype and not (FLOAT[vi.dtype] and x.dtype == self._float_dtype) then
         error(string.format("%s: input '%s' must be %s, got %s", model.path, vi.name, vi.dtype, x.dtype), 2)
       end
       if vi.shape then
@@ -591,6 +603,17 @@ local OnnxModel = kiln.nn.Module {
     if not ok then error(res, 0) end
     return table.unpack(res, 1, #res)
   end,
+  -- :to(dtype) converts the float initializers; the float inputs follow
+  -- (a model made bf16 takes bf16, as a Lua model does)
+  to = function(self, ...)
+    getmetatable(getmetatable(self)).__index.to(self, ...)
+    self._float_dtype = nil
+    for _, n in ipairs(self._model.graph.initializer_names) do
+      local t = self.params[n]
+      if FLOAT[t.dtype] then self._float_dtype = t.dtype; break end
+    end
+    return self
+  end,
   named_parameters = function(self)
     local names = {}
     for _, n in ipairs(self._model.graph.initializer_names) do names[#names + 1] = n end
@@ -618,9 +641,10 @@ local OnnxModel = kiln.nn.Module {
   end,
 }
 
--- kiln.onnx.load(path [, {sizes = {N = 1}, device = "cuda"}]): an ONNX model
--- as a kiln module (sizes: the dynamic dims' sizes for example_inputs and
--- :load; device: where the initializers go).
+-- kiln.onnx.load(path [, {sizes = {N = 1}, device = "cuda", fuse = false}]): an
+-- ONNX model as a kiln module (sizes: the dynamic dims' sizes for
+-- example_inputs and :load; device: where the initializers go; fuse = false:
+-- keep exporters' chains as they are written, see 61_onnx_fusions.lua).
 function onnx.load(path, opts)
   if not onnx.available then
     error("kiln.onnx.load: this kiln was built without ONNX import (protobuf-c or onnx.proto were missing)", 2)
@@ -628,7 +652,7 @@ function onnx.load(path, opts)
   if type(path) ~= "string" then error("kiln.onnx.load: expected a file path, got " .. type(path), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("kiln.onnx.load: opts must be a table {sizes =, device =}", 2) end
   for k in pairs(opts or {}) do
-    if k ~= "sizes" and k ~= "device" then error("kiln.onnx.load: unknown option '" .. tostring(k) .. "'", 2) end
+    if k ~= "sizes" and k ~= "device" and k ~= "fuse" then error("kiln.onnx.load: unknown option '" .. tostring(k) .. "'", 2) end
   end
   local ok, model = pcall(onnx.read, path)
   if not ok then error(model, 2) end

@@ -76,6 +76,19 @@ ops.Where = function(i)
   if is_known(c) and is_known(a) and is_known(b) then
     return known_map({ c, a, b }, a.dtype, function(x, y, z) return x ~= 0 and y or z end)
   end
+  -- Where(c, v, x) with v one known number and x a float tensor of the
+  -- result's shape is x:masked_fill(c, v), and Where(c, x, v) fills where c
+  -- is false: the ops a Lua model writes for a masked softmax, which the
+  -- attention pass fuses (a causal mask included).
+  for _, p in ipairs({ { b, a, true }, { a, b, false } }) do
+    local x, v, fill_where_true = p[1], p[2], p[3]
+    if is_known(v) and #v.v == 1 and v.dtype ~= "bool" and not is_known(x) and FLOAT[x.dtype]
+      and #v.shape <= x:dim() and table.concat(S.broadcast_shapes(shape_of(c), x:shape()), ",") == table.concat(x:shape(), ",") then
+      local m = to_tensor(c)
+      if not fill_where_true then m = m:logical_not() end
+      return x:masked_fill(m, v.v[1])
+    end
+  end
   return kiln.where(to_tensor(c), to_tensor(a), to_tensor(b))
 end
 

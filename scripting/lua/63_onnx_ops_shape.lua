@@ -26,6 +26,7 @@ ops.Size = function(i) return known("i64", {}, { numel(shape_of(i[1])) }) end
 
 ops.Constant = function(_, a, node)
   if node.known_value then return node.known_value end
+  if node.mask_value then return node.mask_value(ctx.device) end
   if a.value then
     if type(a.value) == "table" and a.value.unsupported then unsupported("%s", a.value.unsupported) end
     local t = a.value
@@ -283,8 +284,16 @@ ops.Gather = function(i, a)
 end
 
 ops.Expand = function(i)
-  local x = to_tensor(i[1])
   local want = ints(i[2], "shape")
+  local k = i[1]
+  if is_known(k) and #k.v == 1 then
+    -- one known number expanded is kiln.full, a constant the passes know (a
+    -- causal mask's ones), not a view of a scalar
+    local v = k.v[1]
+    if k.dtype == "bool" then v = v ~= 0 end
+    return kiln.full(broadcast_shapes(k.shape, want), v, { dtype = k.dtype, device = ctx.device })
+  end
+  local x = to_tensor(k)
   local out = broadcast_shapes(x:shape(), want)
   local s = x:shape()
   while #s < #out do table.insert(s, 1, 1) end
@@ -352,7 +361,19 @@ ops.GatherElements = function(i, a)
 end
 
 ops.Trilu = function(i, a)
-  local x = to_tensor(i[1])
+  local x = i[1]
+  -- a known value of one repeated number (a small ConstantOfShape's ones) is
+  -- kiln.full: the attention pass knows tril(full) as a causal mask
+  if is_known(x) and #x.shape == 2 then
+    local same = true
+    for k = 2, #x.v do if x.v[k] ~= x.v[1] then same = false; break end end
+    if same then
+      local v = x.v[1]
+      if x.dtype == "bool" then v = v ~= 0 end
+      x = kiln.full(x.shape, v, { dtype = x.dtype, device = ctx.device })
+    end
+  end
+  x = to_tensor(x)
   local k = i[2] and scalar(i[2]) or 0
   if (a.upper or 1) ~= 0 then return x:triu(k) end
   return x:tril(k)

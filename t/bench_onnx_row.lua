@@ -1,0 +1,100 @@
+-- bench_onnx_row.lua: the benchmark's ONNX row (transformer_block_onnx) on
+-- the CPU, without PyTorch: an ONNX file of the transformer block written as
+-- the exporters do (t/lib/onnx_transformer.lua) stands in for
+-- bench/export_onnx.py's, beside the output of the model in f64 (f32 row) and
+-- of the Lua model in bf16 (bf16 row). kiln_bench.lua times it in eager and
+-- default mode and checks it against that output; a missing export gives a
+-- 'skipped' row with the export's reason; gpu_bench.sh runs the row through
+-- report.py's table; report.py shows a failed export in the header.
+local T = dofile("t/lib/tap.lua")
+if not kiln.onnx.available then T.skip_all("kiln was built without ONNX import (protobuf-c missing)") end
+MAKE_ONNX_LIB = true
+local W = dofile("samples/onnx/make_onnx.lua")
+local build = dofile("t/lib/onnx_transformer.lua")
+local KILN = os.getenv("KILN") or "build/kiln"
+
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p '" .. dir .. "/ref' '" .. dir .. "/failed' '" .. dir .. "/out'"))
+local ref = dir .. "/ref"
+
+-- the fixture: B 2, T 16, the Lua sample's weights; a fresh input
+local spec = kiln.load("samples/transformer_block.lua", { quiet = true })
+W.write(ref .. "/transformer_block.onnx", build(spec.model:state_dict(), { B = 2, T = 16 }, { mask = "where_ones" }))
+local x = kiln.randn({ 2, 16, 512 }, { seed = 4242 })
+local m64 = kiln.load("samples/transformer_block.lua", { quiet = true }).model:to("f64")
+kiln.save_safetensors(ref .. "/transformer_block_onnx-f32.io.safetensors", { input = x, output = m64(x:to("f64")):to("f32") })
+local mb = kiln.load("samples/transformer_block.lua", { quiet = true }).model:to("bf16")
+kiln.save_safetensors(ref .. "/transformer_block_onnx-bf16.io.safetensors", { input = x, output = mb(x:to("bf16")) })
+
+local function run(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  p:close()
+  return out
+end
+local function field(line, k) return line:match('"' .. k .. '":"([^"]*)"') or line:match('"' .. k .. '":([-0-9.e]+)') end
+local function bench_row(onnx_dir, mode, dtype)
+  local out = run(string.format("KILN_BENCH_DEVICE=cpu KILN_BENCH_ONNX_DIR='%s' REPS=1 CALLS=2 WARMUP=1 %s "
+    .. "bench/kiln_bench.lua transformer_block_onnx %s %s", onnx_dir, KILN, mode, dtype))
+  local line = ""
+  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
+  return line, out
+end
+
+for _, c in ipairs { { "eager", "f32", 1e-5 }, { "default", "f32", 1e-5 }, { "default", "bf16", 5e-2 } } do
+  local mode, dtype, tol = c[1], c[2], c[3]
+  local line, out = bench_row(ref, mode, dtype)
+  local what = mode .. " " .. dtype .. ": "
+  local ms, rel = tonumber(field(line, "ms_per_call")), tonumber(field(line, "max_rel_err"))
+  if not T.ok(ms and ms > 0, what .. "a time per call") then io.write("# " .. out:gsub("\n", "\n# ") .. "\n") end
+  T.is(field(line, "ref"), "torch-eager", what .. "compared with the output beside the file")
+  T.ok(rel and rel == rel and rel <= tol, what .. "max rel err " .. tostring(rel) .. " <= " .. tol)
+  T.is(field(line, "onnx_opset"), "17", what .. "the row records the file's opset")
+end
+
+-- no file: the row is skipped, with the reason export_onnx.py left
+local f = assert(io.open(dir .. "/failed/transformer_block.onnx.json", "w"))
+f:write('{"side": "env-onnx-export", "error": "ModuleNotFoundError: No module named \'onnxscript\'"}\n')
+f:close()
+local line = bench_row(dir .. "/failed", "eager", "f32")
+T.like(field(line, "skipped") or "", "^no ONNX export at .*transformer_block%.onnx: ModuleNotFoundError: No module named 'onnxscript'",
+  "a failed export: the row is skipped with the exporter's error")
+line = bench_row(dir .. "/nothing_here", "eager", "f32")
+T.like(field(line, "skipped") or "", "bench/export_onnx%.py did not write one", "no export at all: the row says so")
+
+local has_python = os.execute("python3 -c 'import json' >/dev/null 2>&1")
+if not has_python then
+  for _ = 1, 3 do
+    T.n = T.n + 1
+    io.write("ok " .. T.n .. " # SKIP no python3 for gpu_bench.sh and report.py\n")
+  end
+  T.done()
+end
+
+-- gpu_bench.sh with the file made beforehand: the row in report.py's table
+local out = run(string.format("MODELS=transformer_block_onnx DTYPES=f32 KILN_MODES=eager,default TORCH_MODES=eager "
+  .. "KILN_BENCH_DEVICE=cpu BENCH_REF_DIR='%s' KILN_WARM=0 REPS=1 CALLS=2 WARMUP=1 BUDGET_S=200 KILN=%s "
+  .. "sh bench/gpu_bench.sh '%s/out'", ref, KILN, dir))
+local md = ""
+local p = io.popen("cat '" .. dir .. "'/out/*.md 2>/dev/null")
+md = p:read("a")
+p:close()
+local row = md:match("\n(| transformer_block_onnx | f32 | [^\n]*)") or ""
+if not T.like(row, "| %d+%.%d+ | %d+%.%d+ | %- | %- | %d+%.%d+ %(%a+%)", "gpu_bench.sh: eager and default times in the table row") then
+  io.write("# " .. out:gsub("\n", "\n# ") .. "\n")
+end
+
+-- report.py: a failed export in the header, the skipped rows' reason in the notes
+local raw = dir .. "/failed.jsonl"
+f = assert(io.open(raw, "w"))
+f:write('{"side": "env-onnx-export", "row": "transformer_block_onnx", "error": "ModuleNotFoundError: No module named \'torch\'"}\n')
+f:write('{"side": "kiln", "model": "transformer_block_onnx", "mode": "eager", "dtype": "f32", "phase": "cold", '
+  .. '"skipped": "no ONNX export at x/transformer_block.onnx: ModuleNotFoundError: No module named \'torch\'"}\n')
+f:close()
+md = run("python3 bench/report.py '" .. raw .. "'")
+T.like(md, "ONNX export %(transformer_block_onnx%): failed: ModuleNotFoundError", "report.py: the failed export in the header")
+T.like(md, "| transformer_block_onnx | f32 | [^\n]*skipped %[1%]", "report.py: the row is there, skipped, with a note")
+
+os.execute("rm -rf '" .. dir .. "'")
+T.done()
