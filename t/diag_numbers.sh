@@ -106,7 +106,7 @@ dev=$(printf ':device\n' | "$KILN" 2>&1)
 cuda_line=$(printf '%s\n' "$dev" | grep '^CUDA')
 case "$cuda_line" in
   *"driver version is insufficient"*) fail ":device: why there is no GPU" "$cuda_line" ;;
-  *"not built"*|*"no NVIDIA driver is installed (no GPU on this machine)"*|*"driver is too old"*|*GB*|*GiB*)
+  *"not built"*|*"no NVIDIA driver is installed (no GPU on this machine)"*|*"driver is too old"*|*GB*|*GiB*|*[0-9]" device"*)
     pass ":device: why there is no GPU, or the GPU ($cuda_line)" ;;
   *) fail ":device: why there is no GPU, or the GPU" "$cuda_line" ;;
 esac

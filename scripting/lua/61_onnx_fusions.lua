@@ -313,7 +313,7 @@ function onnx.mask_pattern(t)
     if at(1, n) ~= -math.huge or at(n, 1) ~= 0 then return nil end
     local cpu = t:to("cpu")
     local neg = cpu:eq(-math.huge)
-    local above = kiln.ones({ n, n }, { dtype = "i32" }):triu(1)
+    local above = kiln.ones({ n, n }, { dtype = "i32", device = "cpu" }):triu(1)
     if (neg:to("i32") - above):abs():sum():item() ~= 0 or cpu:masked_fill(neg, 0):abs():sum():item() ~= 0 then
       return nil
     end
@@ -325,7 +325,7 @@ function onnx.mask_pattern(t)
   end
   if t.dtype ~= "bool" then return nil end
   local cpu = t:to("cpu"):to("i32")
-  local ones = kiln.ones({ n, n }, { dtype = "i32" })
+  local ones = kiln.ones({ n, n }, { dtype = "i32", device = "cpu" })
   local function same(ref) return (cpu - ref):abs():sum():item() == 0 end
   local kinds = {
     { same(ones), function(full) return full end },
