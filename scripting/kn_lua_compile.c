@@ -120,6 +120,14 @@ static void push_path(lua_State *L, int idx, const char *path)
         lua_pop(L, 1);
         lua_pushnil(L);
     }
+    /* a module that keeps its parameters flat under dotted names in a
+     * `params` table (an ONNX model's initializers: "ln1.weight") */
+    if (lua_isnil(L, -1) && lua_istable(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "params") == LUA_TTABLE) lua_getfield(L, -1, path);
+        else lua_pushnil(L);
+        lua_remove(L, -2);
+    }
 }
 
 /* ---- the Lua values a replay re-reads ------------------------------------ */

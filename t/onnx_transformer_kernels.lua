@@ -308,5 +308,31 @@ do
   T.ok(within(max_diff(kiln.compile(m)(x3), y), 1e-6), "other leading dims: compiled equals eager")
 end
 
+-- a compiled ONNX model replays without running the interpreter: its
+-- parameters are found again under their dotted names (module.params), and
+-- naming ops after ONNX nodes (kiln.onnx.where) keeps the trace replayable
+do
+  local m = kiln.onnx.load(write("block_replay.onnx", build(P, { B = B, T = T_ }, { opset = 20, gelu = "op", mask = "where_ones" })))
+  local cm = kiln.compile(m)
+  local first = cm(x)
+  for _ = 1, 4 do cm(x) end
+  local st = cm:stats()
+  T.is(st.replayable, "yes", "an imported model's compiled call is replayable")
+  T.ok(st.direct_replays >= 3, "an imported model replays directly (" .. st.direct_replays .. " of 5 calls)")
+  T.ok(within(max_diff(cm(x), first), 0), "a replay gives the traced call's values")
+  local x2 = kiln.randn({ B, T_, 512 }, { seed = 77 })
+  T.ok(within(max_diff(cm(x2), m(x2)), 1e-4), "a replay on new input equals eager on it")
+  -- the module's parameter replaced: the replay notices and traces again
+  local name = "ln1.weight"
+  if m.params[name] then
+    local before = cm:stats().direct_replays
+    m.params[name] = m.params[name] * 2
+    T.ok(within(max_diff(cm(x2), m(x2)), 1e-4), "a replaced parameter: compiled equals eager with it")
+    T.is(cm:stats().direct_replays, before, "a replaced parameter: that call traced again instead of replaying")
+  else
+    T.ok(false, "the block's initializer ln1.weight is a parameter of the module")
+  end
+end
+
 os.execute("rm -rf '" .. dir .. "'")
 T.done()
