@@ -123,8 +123,7 @@ static bool image_in_32_bits(const kn_tensor *x)
 }
 
 /* Whether the stem kernel takes this channels-last call: an NCHW input
- * whose taps per output channel (C x kh x kw) fit its shared memory and a
- * window of at most KN_LA_STEM_WIN taps, one
+ * whose taps per output channel (C x kh x kw) fit its shared memory, one
  * group, one float dtype throughout (f64 stays on the exact paths). */
 static bool stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
 {
@@ -132,8 +131,7 @@ static bool stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y
     return at->out_layout == KN_LAYOUT_NHWC && at->in_layout == KN_LAYOUT_NCHW && at->groups == 1 && x->ndim == 4 &&
            (dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && x->dtype == dt && w->dtype == dt &&
            kn_tensor_is_contiguous(w) && kn_tensor_is_contiguous(y) &&
-           x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS && w->shape[1] * w->shape[2] <= KN_LA_STEM_WIN &&
-           image_in_32_bits(x);
+           x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS && image_in_32_bits(x);
 }
 
 static kn_status conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,

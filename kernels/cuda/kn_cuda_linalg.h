@@ -52,7 +52,6 @@ typedef struct kn_la_nhwc_args {
  * ignored), y [n, p, q, k] contiguous; bias and ReLU fused. vec: y's
  * channel rows may be stored 16 bytes at a time. */
 #define KN_LA_STEM_TAPS 64
-#define KN_LA_STEM_WIN 16 /* and at most this many taps in one channel's window */
 typedef struct kn_la_stem_args {
     const char *x, *w, *bias;
     char *y;
