@@ -1,0 +1,555 @@
+/* kn_kir_row: the ROW kernel's body (kn_kir_row_body, kn_kir_target.h):
+ * a row's stages (sums, max / min) and its stores, the row held in
+ * registers where it fits (one read from memory, vector loads and stores,
+ * the per-element values worth keeping across the stages), split from the
+ * shared renderer in kn_kir.c, whose expression helpers it uses through
+ * kn_kir_internal.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_kir.h"
+#include "kn_kir_internal.h"
+#include "kn_kir_target.h"
+#include "kn_strbuf.h"
+
+/* Mark the expressions `roots` need (roots already marked in need[]). */
+static void mark_deps(const kn_kernel *k, bool *need)
+{
+    for (int i = k->n_exprs - 1; i >= 0; i--) {
+        if (!need[i]) continue;
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind != KN_KX_OP) continue;
+        if (e->a >= 0) need[e->a] = true;
+        if (e->b >= 0) need[e->b] = true;
+        if (e->c >= 0) need[e->c] = true;
+    }
+}
+
+/* Float sums may accumulate in double (the target says; see top). */
+const char *kn_kir_acc_type(const rctx *r, int s)
+{
+    ctype c = kn_kir_expr_ct(r, r->k->stages[s].expr);
+    if (c == CT_BOOL) c = CT_I64;
+    if (c == CT_F32 && r->t->f32_row_sum_in_f64 && r->k->stages[s].op == KN_OP_SUM) return "double";
+    return kn_kir_ctype_name(c);
+}
+
+static void put_acc_init(rctx *r, int s)
+{
+    ctype c = kn_kir_expr_ct(r, r->k->stages[s].expr);
+    int op = r->k->stages[s].op;
+    if (op == KN_OP_SUM) kn_strbuf_printf(r->s, "0");
+    else if (c == CT_I64 || c == CT_BOOL)
+        kn_strbuf_printf(r->s, op == KN_OP_AMAX ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL");
+    else kn_strbuf_printf(r->s, "%sINFINITY", op == KN_OP_AMAX ? "-" : "");
+}
+
+/* Sum, or max / min that keep NaN. */
+void kn_kir_combine(rctx *r, int s, const char *acc, const char *val)
+{
+    int op = r->k->stages[s].op;
+    if (op == KN_OP_SUM) kn_kir_line(r, "%s += %s;", acc, val);
+    else
+        kn_kir_line(r, "%s = (%s != %s || %s %c %s) ? %s : %s;", acc, val, val, val,
+             op == KN_OP_AMAX ? '>' : '<', acc, val, acc);
+}
+
+/* A loop over the elements of the row: i<R> from lo by step, or with the
+ * row in registers (r->regs_k) the lane's regs_k elements, unrolled. */
+/* Register u of a lane's row copy is element i<R>: lo + u * step, or in
+ * groups of V consecutive elements, (lo + (u / V) * step) * V + u % V
+ * (increasing in u either way, so the first one past the row ends the loop).
+ * A row held in registers is short (the target guards n<R> before), so the
+ * index is an int: no 64-bit multiply per element. */
+static void put_regs_index(rctx *r, const char *lo, const char *step)
+{
+    int R = r->k->ndim - 1, V = r->regs_v;
+    if (V > 1)
+        kn_kir_line(r, "const int i%d = (%s + (u / %d) * %s) * %d + u %% %d;", R, lo, V, step, V, V);
+    else
+        kn_kir_line(r, "const int i%d = %s + u * %s;", R, lo, step);
+    kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
+}
+
+static void open_row_loop(rctx *r, const char *lo, const char *step)
+{
+    if (r->regs_k) {
+        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+        kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+        r->indent++;
+        put_regs_index(r, lo, step);
+        r->in_regs = true;
+        return;
+    }
+    int R = r->k->ndim - 1;
+    kn_kir_put_unroll(r);
+    kn_kir_line(r, "for (kn_i64 i%d = %s; i%d < n%d; i%d += %s) {", R, lo, R, R, R, step);
+    r->indent++;
+}
+
+static void close_row_loop(rctx *r)
+{
+    r->in_regs = false;
+    r->indent--;
+    kn_kir_line(r, "}");
+}
+
+/* The arguments a row in registers keeps (inputs that vary along the row),
+ * and of those the ones some stage reads: those are loaded before the
+ * first stage, the others (a layer norm's weight and bias) only right
+ * before the stores, so they hold no registers through the reductions. */
+static void row_cached(const kn_kernel *k, bool *cached, bool *early)
+{
+    int R = k->ndim - 1;
+    for (int i = 0; i < k->n_exprs; i++)
+        if (k->exprs[i].kind == KN_KX_LOAD && !k->args[k->exprs[i].buf].is_output &&
+            k->args[k->exprs[i].buf].strides[R] != 0)
+            cached[k->exprs[i].buf] = true;
+    bool need[KN_KIR_MAX_EXPRS] = {false};
+    for (int s = 0; s < k->n_stages; s++) need[k->stages[s].expr] = true;
+    mark_deps(k, need);
+    for (int i = 0; i < k->n_exprs; i++)
+        if (need[i] && k->exprs[i].kind == KN_KX_LOAD && cached[k->exprs[i].buf]) early[k->exprs[i].buf] = true;
+}
+
+static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b);
+static bool row_vec_arg(const rctx *r, int j);
+
+size_t kn_kir_row_early_bytes(const kn_kernel *k)
+{
+    bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
+    size_t bytes = 0;
+    if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return 0;
+    row_cached(k, cached, early);
+    for (int j = 0; j < k->n_args; j++)
+        if (early[j]) bytes += kn_dtype_size(k->args[j].dtype);
+    const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
+    int arg_a = -1, arg_b = -1;
+    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype); /* B's registers are freed */
+    return bytes;
+}
+
+/* Whether argument j moves in vectors in a row held in registers. */
+static bool row_vec_arg(const rctx *r, int j)
+{
+    return r->regs_v > 1 && r->k->args[j].strides[r->k->ndim - 1] == 1;
+}
+
+/* The outputs a row in registers stages in d<j> and stores in vectors. */
+static void row_vec_outputs(const rctx *r, bool *vec_out)
+{
+    const kn_kernel *k = r->k;
+    for (int s = 0; s < k->n_stores; s++)
+        if (!k->stores[s].per_row && row_vec_arg(r, k->stores[s].arg)) vec_out[k->stores[s].arg] = true;
+}
+
+void kn_kir_put_row_vec_ok(rctx *r)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false}, vec_out[KN_KIR_MAX_ARGS] = {false};
+    row_cached(k, cached, early);
+    row_vec_outputs(r, vec_out);
+    kn_strbuf_printf(r->s, "n%d %% %d == 0", R, V);
+    for (int j = 0; j < k->n_args; j++)
+        if ((cached[j] || vec_out[j]) && row_vec_arg(r, j)) {
+            kn_strbuf_printf(r->s, " && ((unsigned long long)&");
+            kn_kir_put_elem(r, j, R);
+            kn_strbuf_printf(r->s, " %% %zu) == 0", V * kn_dtype_size(k->args[j].dtype));
+        }
+}
+
+/* The lane's elements of the arguments in `which` into registers: whole
+ * vectors for those contiguous along the row when regs_v > 1 (the target
+ * took this path only where kn_kir_put_row_vec_ok holds), element by
+ * element for the others. */
+static void regs_loads(rctx *r, const bool *which, const char *lo, const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    bool any_vec = false, any_scalar = false;
+    for (int j = 0; j < k->n_args; j++)
+        if (which[j]) {
+            if (row_vec_arg(r, j)) any_vec = true;
+            else any_scalar = true;
+        }
+    if (any_vec) {
+        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+        kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+        r->indent++;
+        kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+        kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
+        for (int j = 0; j < k->n_args; j++)
+            if (which[j] && row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+    if (any_scalar) {
+        if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+        kn_kir_line(r, "for (int u = 0; u < %d; u++) {", r->regs_k);
+        r->indent++;
+        put_regs_index(r, lo, step);
+        for (int j = 0; j < k->n_args; j++)
+            if (which[j] && !row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
+                r->in_regs = true;
+                kn_kir_put_elem(r, j, k->ndim);
+                r->in_regs = false;
+                kn_strbuf_printf(r->s, " = ");
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+}
+
+/* A row held in vectors may keep, instead of two input rows A and B, the
+ * row of an elementwise op of them (x + r before a layer norm): when the
+ * op's operands are the only loads of A and B, nothing else reads them,
+ * A, B and the op share a float dtype (the op's value is rounded to that
+ * dtype, so A's storage holds it exactly), and a stage reads the op (A and
+ * B load before the stages: `early`). Returns the op (-1: none). */
+static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b)
+{
+    const kn_kernel *k = r->k;
+    if (r->regs_v <= 1) return -1;
+    for (int i = 0; i < k->n_exprs; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind != KN_KX_OP || e->a < 0 || e->b < 0 || e->c >= 0 || e->a == e->b) continue;
+        if (e->dtype != KN_F32 && e->dtype != KN_BF16 && e->dtype != KN_F16) continue;
+        const kn_kexpr *la = &k->exprs[e->a], *lb = &k->exprs[e->b];
+        if (la->kind != KN_KX_LOAD || lb->kind != KN_KX_LOAD || la->buf == lb->buf) continue;
+        if (!early[la->buf] || !early[lb->buf] || !row_vec_arg(r, la->buf) || !row_vec_arg(r, lb->buf)) continue;
+        if (k->args[la->buf].dtype != e->dtype || k->args[lb->buf].dtype != e->dtype) continue;
+        bool alone = true;
+        for (int x = 0; x < k->n_exprs && alone; x++) {
+            const kn_kexpr *o = &k->exprs[x];
+            if (x != e->a && x != e->b && o->kind == KN_KX_LOAD && (o->buf == la->buf || o->buf == lb->buf))
+                alone = false;
+            if (x != i && o->kind == KN_KX_OP &&
+                (o->a == e->a || o->b == e->a || o->c == e->a || o->a == e->b || o->b == e->b || o->c == e->b))
+                alone = false;
+        }
+        for (int s = 0; s < k->n_stages && alone; s++)
+            if (k->stages[s].expr == e->a || k->stages[s].expr == e->b) alone = false;
+        for (int s = 0; s < k->n_stores && alone; s++)
+            if (k->stores[s].expr == e->a || k->stores[s].expr == e->b) alone = false;
+        if (!alone) continue;
+        *arg_a = la->buf;
+        *arg_b = lb->buf;
+        return i;
+    }
+    return -1;
+}
+
+/* The loads of A and B, and the lane's values of the folded op into A's
+ * registers, one vector group at a time: B holds registers for one group. */
+static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *lo, const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    bool need[KN_KIR_MAX_EXPRS] = {false};
+    need[fold] = true;
+    mark_deps(k, need);
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+    r->indent++;
+    kn_kir_line(r, "if ((%s + g * %s) * %d >= n%d) break;", lo, step, V, R);
+    kn_kir_line(r, "{");
+    r->indent++;
+    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+    for (int pass = 0; pass < 2; pass++) {
+        int j = pass ? arg_b : arg_a;
+        kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+        kn_kir_put_elem(r, j, k->ndim);
+        kn_strbuf_printf(r->s, ";\n");
+    }
+    r->indent--;
+    kn_kir_line(r, "}");
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+    r->indent++;
+    kn_kir_line(r, "const int u = g * %d + e;", V);
+    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+    kn_kir_line(r, "(void)i%d;", R);
+    r->in_regs = true;
+    kn_status st = kn_kir_render_needed(r, need, k->ndim);
+    if (st == KN_OK) kn_kir_render_store(r, arg_a, fold, k->ndim);
+    r->in_regs = false;
+    KN_TRY(st);
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->indent--;
+    kn_kir_line(r, "}");
+    r->folded = true;
+    r->fold_expr = fold;
+    r->fold_arg = arg_a;
+    return KN_OK;
+}
+
+/* The stores of a row held in vectors, one vector group at a time: the
+ * group's vectors of the arguments only the stores read (`late`), its V
+ * values, then its vector stores. Only one group of those arguments and
+ * of the outputs is live at a time, not the whole row's (an f32 layer
+ * norm's weight, bias and output rows took 48 more registers). */
+static kn_status regs_group_stores(rctx *r, const bool *late, const bool *vec_out, const char *lo,
+                                   const char *step)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1, V = r->regs_v;
+    bool late_scalar[KN_KIR_MAX_ARGS] = {false};
+    for (int j = 0; j < k->n_args; j++) late_scalar[j] = late[j] && !row_vec_arg(r, j);
+    regs_loads(r, late_scalar, lo, step);
+    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
+    r->indent++;
+    kn_kir_line(r, "if ((%s + g * %s) * %d >= n%d) break;", lo, step, V, R);
+    for (int pass = 0; pass < 2; pass++) { /* 0: the group's loads, 1: its stores */
+        bool any = false;
+        for (int j = 0; j < k->n_args; j++) any |= pass == 0 ? late[j] && row_vec_arg(r, j) : vec_out[j];
+        if (pass == 1) { /* the group's values first */
+            if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+            kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+            r->indent++;
+            kn_kir_line(r, "const int u = g * %d + e;", V);
+            kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+            kn_kir_line(r, "(void)u;");
+            kn_kir_line(r, "(void)i%d;", R);
+            r->in_regs = true;
+            kn_status st = kn_kir_render_stores(r, false, k->ndim);
+            r->in_regs = false;
+            KN_TRY(st);
+            r->indent--;
+            kn_kir_line(r, "}");
+        }
+        if (!any) continue;
+        kn_kir_line(r, "{");
+        r->indent++;
+        kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
+        for (int j = 0; j < k->n_args; j++) {
+            if (pass == 0 && late[j] && row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            } else if (pass == 1 && vec_out[j]) {
+                kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, " = d%d[g];\n", j);
+            }
+        }
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+    r->indent--;
+    kn_kir_line(r, "}");
+    return KN_OK;
+}
+
+/* An op whose value costs many instructions to compute again. */
+static bool costly_op(int op)
+{
+    switch (op) {
+    case KN_OP_EXP: case KN_OP_LOG: case KN_OP_GELU: case KN_OP_SILU: case KN_OP_TANH:
+    case KN_OP_SIGMOID: case KN_OP_SQRT: case KN_OP_RSQRT: case KN_OP_DIV: case KN_OP_POW:
+        return true;
+    default: return false;
+    }
+}
+
+/* Roughly what computing row-varying expression i again costs: its ops
+ * (casts free, a transcendental or a division as several), capped. */
+static int recompute_cost(const kn_kernel *k, const bool *varies, int i, int depth)
+{
+    const kn_kexpr *e = &k->exprs[i];
+    if (e->kind != KN_KX_OP || !varies[i] || depth > 6) return 0;
+    int c = e->op == KN_OP_CAST ? 0 : costly_op(e->op) ? 4 : 1;
+    int opnd[3] = {e->a, e->b, e->c};
+    for (int j = 0; j < 3 && c < 8; j++)
+        if (opnd[j] >= 0) c += recompute_cost(k, varies, opnd[j], depth + 1);
+    return c;
+}
+
+/* Whether expression i varies along the row: it reads a row-varying
+ * argument or the row index (a per-row value, an accumulator's, is one
+ * register and the compiler hoists it). */
+static void row_varying(const kn_kernel *k, bool *varies)
+{
+    int R = k->ndim - 1;
+    for (int i = 0; i < k->n_exprs; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind == KN_KX_LOAD) varies[i] = k->args[e->buf].strides[R] != 0;
+        else if (e->kind == KN_KX_INDEX) varies[i] = e->dim == R;
+        else if (e->kind == KN_KX_OP)
+            varies[i] = (e->a >= 0 && varies[e->a]) || (e->b >= 0 && varies[e->b]) || (e->c >= 0 && varies[e->c]);
+        else varies[i] = false;
+    }
+}
+
+/* A row held in registers runs one loop per stage and one for the stores,
+ * and each loop computes what it needs from the row's registers. A value
+ * an earlier loop computed and a later one needs again (softmax's
+ * masked, scaled input for its max and its sum; exp(x - max) for its sum
+ * and its stores) is kept in an array x<i>[regs_k] instead of computed
+ * again, where computing it costs more than a register: an op past a
+ * cast of a load, or a transcendental (the half types' softmax spent
+ * most of its instructions recomputing them). kept[i]: keep i; first[i]:
+ * the loop that computes it (stage index; n_stages for the stores). At
+ * most budget_bytes a thread of the row's registers: its inputs' and the
+ * kept values' (past that, ptxas spills). */
+static void plan_kept(const kn_kernel *k, int regs_k, int budget_bytes, bool *kept, int *first)
+{
+    size_t row_bytes = (size_t)regs_k * kn_kir_row_early_bytes(k);
+    bool varies[KN_KIR_MAX_EXPRS];
+    row_varying(k, varies);
+    for (int i = 0; i < k->n_exprs; i++) first[i] = -1;
+    int n_loops = k->n_stages + 1;
+    for (int l = 0; l < n_loops; l++) {
+        bool need[KN_KIR_MAX_EXPRS] = {false};
+        if (l < k->n_stages) need[k->stages[l].expr] = true;
+        else
+            for (int s = 0; s < k->n_stores; s++)
+                if (!k->stores[s].per_row) need[k->stores[s].expr] = true;
+        kn_kir_mark_deps_stop(k, need, kept);
+        for (int i = 0; i < k->n_exprs; i++) {
+            if (!need[i] || first[i] >= 0 || kept[i]) continue;
+            first[i] = l;
+        }
+        /* what this loop needs again from an earlier one: keep the values
+         * it reads directly (the frontier), not their operands too */
+        for (int i = 0; i < k->n_exprs && l > 0; i++) {
+            if (!need[i] || kept[i] || first[i] >= l || !varies[i]) continue;
+            const kn_kexpr *e = &k->exprs[i];
+            if (e->kind != KN_KX_OP) continue;
+            bool costly = recompute_cost(k, varies, i, 0) >= 2;
+            bool frontier = false; /* read by an expression this loop computes afresh */
+            for (int j = i + 1; j < k->n_exprs && !frontier; j++) {
+                const kn_kexpr *u = &k->exprs[j];
+                if (need[j] && first[j] == l && u->kind == KN_KX_OP && (u->a == i || u->b == i || u->c == i))
+                    frontier = true;
+            }
+            if (l < k->n_stages && k->stages[l].expr == i) frontier = true;
+            for (int s = 0; s < k->n_stores && l == k->n_stages; s++)
+                if (!k->stores[s].per_row && k->stores[s].expr == i) frontier = true;
+            size_t more = (size_t)regs_k * kn_dtype_size(e->dtype == KN_F64 ? KN_F64 : KN_F32);
+            if (costly && frontier && row_bytes + more <= (size_t)budget_bytes) {
+                kept[i] = true;
+                row_bytes += more;
+            }
+        }
+        /* what this loop computes now that it reads kept values: the
+         * operands of those are no longer computed here */
+        bool now[KN_KIR_MAX_EXPRS] = {false};
+        if (l < k->n_stages) now[k->stages[l].expr] = true;
+        else
+            for (int s = 0; s < k->n_stores; s++)
+                if (!k->stores[s].per_row) now[k->stores[s].expr] = true;
+        kn_kir_mark_deps_stop(k, now, kept);
+        for (int i = 0; i < k->n_exprs; i++)
+            if (first[i] == l && !now[i]) first[i] = -1;
+    }
+}
+
+/* For loop l (a stage, or n_stages: the stores): the kept values an
+ * earlier loop computed, and those this loop computes and keeps. */
+static void set_kept_loop(const kn_kernel *k, const bool *kept, const int *first, int l, bool *avail, bool *now)
+{
+    for (int i = 0; i < k->n_exprs; i++) {
+        avail[i] = kept[i] && first[i] >= 0 && first[i] < l;
+        now[i] = kept[i] && first[i] == l;
+    }
+}
+
+kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char *per_row_open)
+{
+    const kn_kernel *k = r->k;
+    int R = k->ndim - 1;
+    bool vec_out[KN_KIR_MAX_ARGS] = {false}; /* outputs staged in d<j> and stored in vectors */
+    bool late[KN_KIR_MAX_ARGS] = {false};    /* cached arguments only the stores read */
+    bool kept[KN_KIR_MAX_EXPRS] = {false}, kept_avail[KN_KIR_MAX_EXPRS], kept_now[KN_KIR_MAX_EXPRS];
+    int kept_first[KN_KIR_MAX_EXPRS];
+    for (int i = 0; i < KN_KIR_MAX_EXPRS; i++) kept_first[i] = -1;
+    r->folded = false;
+    bool any_late = false;
+    if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
+        bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
+        row_cached(k, cached, early);
+        int V = r->regs_v;
+        if (V > 1) row_vec_outputs(r, vec_out);
+        for (int j = 0; j < k->n_args; j++) {
+            if (!cached[j] && !vec_out[j]) continue;
+            if (row_vec_arg(r, j)) {
+                r->t->vector_type(r, j, V);
+                kn_kir_line(r, "v%d_t %c%d[%d];", j, vec_out[j] ? 'd' : 'c', j, r->regs_k / V);
+            } else if (cached[j]) {
+                kn_kir_line(r, "%s c%d[%d];", kn_kir_storage_name(k->args[j].dtype), j, r->regs_k);
+            }
+            late[j] = cached[j] && !early[j];
+            any_late |= late[j];
+        }
+        int arg_a = -1, arg_b = -1, fold = row_fold(r, early, &arg_a, &arg_b);
+        if (fold >= 0) {
+            early[arg_a] = early[arg_b] = false;
+            KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
+        }
+        regs_loads(r, early, lo, step);
+        if (r->t->kept_bytes > 0) {
+            plan_kept(k, r->regs_k, r->t->kept_bytes, kept, kept_first);
+            for (int i = 0; i < k->n_exprs; i++)
+                if (kept[i]) kn_kir_line(r, "%s x%d[%d];", kn_kir_ctype_name(kn_kir_expr_ct(r, i)), i, r->regs_k);
+        }
+    }
+    for (int s = 0; s < k->n_stages; s++) {
+        set_kept_loop(k, kept, kept_first, s, kept_avail, kept_now);
+        r->kept_avail = kept_avail;
+        r->kept_now = kept_now;
+        char acc[16];
+        snprintf(acc, sizeof acc, "s%d", s);
+        kn_strbuf_printf(r->s, "%*s%s s%d = ", r->indent * 4, "", kn_kir_acc_type(r, s), s);
+        put_acc_init(r, s);
+        kn_strbuf_printf(r->s, ";\n");
+        open_row_loop(r, lo, step);
+        bool need[KN_KIR_MAX_EXPRS] = {false};
+        need[k->stages[s].expr] = true;
+        kn_kir_mark_deps_stop(k, need, kept_avail);
+        for (int i = 0; i < k->n_exprs; i++)
+            if (need[i] && k->exprs[i].kind == KN_KX_ACC && k->exprs[i].acc >= s)
+                return kn_error(KN_ERR_ARG, "kernel %s: stage %d reads its own or a later stage", k->name, s);
+        KN_TRY(kn_kir_render_needed(r, need, k->ndim));
+        char val[16];
+        snprintf(val, sizeof val, "v%d", k->stages[s].expr);
+        kn_kir_combine(r, s, acc, val);
+        close_row_loop(r);
+        if (r->t->row_partials) r->t->row_partials(r, s);
+        kn_kir_line(r, "const %s acc%d = (%s)s%d;", kn_kir_ctype_name(kn_kir_expr_ct(r, k->stages[s].expr)), s,
+             kn_kir_ctype_name(kn_kir_expr_ct(r, k->stages[s].expr)), s);
+    }
+    set_kept_loop(k, kept, kept_first, k->n_stages, kept_avail, kept_now);
+    if (kn_kir_has_stores(k, false) && r->regs_k && r->regs_v > 1) {
+        KN_TRY(regs_group_stores(r, late, vec_out, lo, step));
+    } else if (kn_kir_has_stores(k, false)) {
+        if (any_late) regs_loads(r, late, lo, step);
+        open_row_loop(r, lo, step);
+        KN_TRY(kn_kir_render_stores(r, false, k->ndim));
+        close_row_loop(r);
+    }
+    r->folded = false;
+    r->kept_avail = r->kept_now = NULL;
+    if (kn_kir_has_stores(k, true)) {
+        kn_kir_line(r, "%s", per_row_open);
+        r->indent++;
+        kn_kir_line(r, "const kn_i64 i%d = 0; /* per-row values may load row-broadcast args */", R);
+        kn_kir_line(r, "(void)i%d;", R);
+        KN_TRY(kn_kir_render_stores(r, true, R));
+        r->indent--;
+        kn_kir_line(r, "}");
+    }
+    return KN_OK;
+}
+
