@@ -7,13 +7,11 @@
  * leaves a half-written model where the old one was.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "kn_fs.h"
 #include "kn_onnx.h"
 
 int32_t kn_onnx_elem_type(kn_dtype dt)
@@ -54,34 +52,6 @@ kn_status kn_onnx_tensor_proto(Onnx__TensorProto *tp, const char *name, const kn
     return KN_OK;
 }
 
-/* A new file next to `path` (so the rename stays on one file system),
- * created exclusively with the permissions a plain fopen would give. */
-static kn_status open_temp(const char *path, char **tmp_out, FILE **f_out)
-{
-    static atomic_uint counter;
-    size_t len = strlen(path) + 48;
-    char *tmp = malloc(len);
-    if (!tmp) return kn_error(KN_ERR_OOM, "%s: out of memory", path);
-    for (int tries = 0; tries < 100; tries++) {
-        snprintf(tmp, len, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno == EEXIST) continue;
-        if (fd < 0) break;
-        FILE *f = fdopen(fd, "wb");
-        if (!f) {
-            close(fd);
-            unlink(tmp);
-            break;
-        }
-        *tmp_out = tmp;
-        *f_out = f;
-        return KN_OK;
-    }
-    kn_status st = kn_error(KN_ERR_IO, "%s: cannot create a file there: %s", path, strerror(errno));
-    free(tmp);
-    return st;
-}
-
 kn_status kn_onnx_save_model(const Onnx__ModelProto *m, const char *path)
 {
     size_t size = onnx__model_proto__get_packed_size(m);
@@ -98,15 +68,10 @@ kn_status kn_onnx_save_model(const Onnx__ModelProto *m, const char *path)
     if (real) path = real;
     char *tmp = NULL;
     FILE *f = NULL;
-    if (st == KN_OK) st = open_temp(path, &tmp, &f);
+    if (st == KN_OK) st = kn_fs_open_temp(path, &tmp, &f);
     if (st == KN_OK) {
         if (fwrite(buf, 1, size, f) != size) st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        if (st == KN_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0))
-            st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        if (fclose(f) != 0 && st == KN_OK) st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        if (st == KN_OK && rename(tmp, path) != 0)
-            st = kn_error(KN_ERR_IO, "%s: cannot replace the file: %s", path, strerror(errno));
-        if (st != KN_OK) unlink(tmp);
+        st = kn_fs_commit_temp(f, tmp, path, st);
     }
     free(tmp);
     free(real);

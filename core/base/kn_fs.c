@@ -2,6 +2,7 @@
 #include "kn_fs.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,4 +138,41 @@ char *kn_read_file(const char *path, long max_bytes, long *size)
     }
     fclose(f);
     return buf;
+}
+
+kn_status kn_fs_open_temp(const char *path, char **tmp_out, FILE **f_out)
+{
+    static atomic_uint counter;
+    size_t len = strlen(path) + 48;
+    char *tmp = malloc(len);
+    if (!tmp) return kn_error(KN_ERR_OOM, "%s: out of memory", path);
+    for (int tries = 0; tries < 100; tries++) {
+        snprintf(tmp, len, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && errno == EEXIST) continue;
+        if (fd < 0) break;
+        FILE *f = fdopen(fd, "wb");
+        if (!f) {
+            close(fd);
+            unlink(tmp);
+            break;
+        }
+        *tmp_out = tmp;
+        *f_out = f;
+        return KN_OK;
+    }
+    kn_status st = kn_error(KN_ERR_IO, "%s: cannot create a file there: %s", path, strerror(errno));
+    free(tmp);
+    return st;
+}
+
+kn_status kn_fs_commit_temp(FILE *f, const char *tmp, const char *path, kn_status st)
+{
+    if (st == KN_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+        st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && st == KN_OK) st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (st == KN_OK && rename(tmp, path) != 0)
+        st = kn_error(KN_ERR_IO, "%s: cannot replace the file: %s", path, strerror(errno));
+    if (st != KN_OK) unlink(tmp);
+    return st;
 }

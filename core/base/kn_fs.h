@@ -48,4 +48,15 @@ FILE *kn_fopen_write_regular(const char *path, bool *not_regular);
  * max_bytes. */
 char *kn_read_file(const char *path, long max_bytes, long *size);
 
+/* Writing a file whole or not at all (a save, a cache entry): a new file
+ * next to `path` (so the rename stays on one file system), created
+ * exclusively with the permissions a plain fopen would give; *tmp_out is
+ * its malloc'd name. */
+kn_status kn_fs_open_temp(const char *path, char **tmp_out, FILE **f_out);
+/* Finish it: when st is KN_OK, flush to the disk (a crash then cannot
+ * leave a renamed but empty file where the old one was), close and rename
+ * over `path`; otherwise (or when one of those fails) close and remove the
+ * temporary file. Returns st, or the error that stopped the commit. */
+kn_status kn_fs_commit_temp(FILE *f, const char *tmp, const char *path, kn_status st);
+
 #endif

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1046,34 +1045,6 @@ static kn_status build_header(kn_strbuf *b, int n, const st_item *items, kn_tens
     return KN_OK;
 }
 
-/* A new file next to `path` (so the rename stays on one file system),
- * created exclusively with the permissions a plain fopen would give. */
-static kn_status open_temp(const char *path, char **tmp_out, FILE **f_out)
-{
-    static atomic_uint counter;
-    size_t len = strlen(path) + 48;
-    char *tmp = malloc(len);
-    if (!tmp) return kn_error(KN_ERR_OOM, "%s: out of memory", path);
-    for (int tries = 0; tries < 100; tries++) {
-        snprintf(tmp, len, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno == EEXIST) continue;
-        if (fd < 0) break;
-        FILE *f = fdopen(fd, "wb");
-        if (!f) {
-            close(fd);
-            unlink(tmp);
-            break;
-        }
-        *tmp_out = tmp;
-        *f_out = f;
-        return KN_OK;
-    }
-    kn_status st = kn_error(KN_ERR_IO, "%s: cannot create a file there: %s", path, strerror(errno));
-    free(tmp);
-    return st;
-}
-
 kn_status kn_safetensors_save(const char *path, int n, const char *const *names,
                               kn_tensor *const *tensors, int n_meta,
                               const char *const *meta_keys, const char *const *meta_values)
@@ -1093,22 +1064,14 @@ kn_status kn_safetensors_save(const char *path, int n, const char *const *names,
     if (real) path = real;
     char *tmp = NULL;
     FILE *f = NULL;
-    if (st == KN_OK) st = open_temp(path, &tmp, &f);
+    if (st == KN_OK) st = kn_fs_open_temp(path, &tmp, &f);
     if (st == KN_OK) {
         unsigned char lb[8];
         for (int i = 0; i < 8; i++) lb[i] = (unsigned char)((uint64_t)b.len >> (8 * i));
         if (fwrite(lb, 1, 8, f) != 8 || fwrite(b.p, 1, b.len, f) != b.len)
             st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
         for (int i = 0; i < n && st == KN_OK; i++) st = write_tensor(f, tensors[items[i].idx], tmp);
-        /* Flush to the disk before the rename, so a crash cannot leave a
-         * renamed but empty file where the old one was. */
-        if (st == KN_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0))
-            st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        if (fclose(f) != 0 && st == KN_OK)
-            st = kn_error(KN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        if (st == KN_OK && rename(tmp, path) != 0)
-            st = kn_error(KN_ERR_IO, "%s: cannot replace the file: %s", path, strerror(errno));
-        if (st != KN_OK) unlink(tmp);
+        st = kn_fs_commit_temp(f, tmp, path, st);
     }
     free(tmp);
     free(real);

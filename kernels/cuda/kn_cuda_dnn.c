@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
@@ -525,7 +524,7 @@ static bool plan_from_cache(kn_cuda_dnn *dn, dnn_entry *e)
 
 static void plan_to_cache(kn_cuda_dnn *dn, const dnn_entry *e)
 {
-    char path[KN_CACHE_PATH_MAX], dir[KN_CACHE_PATH_MAX], tmp[KN_CACHE_PATH_MAX + 32];
+    char path[KN_CACHE_PATH_MAX], dir[KN_CACHE_PATH_MAX];
     if (!plan_cache_path(dn, e, path, sizeof path)) return;
     int64_t n = 0;
     if (cudnnBackendGetAttribute(e->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n,
@@ -542,12 +541,14 @@ static void plan_to_cache(kn_cuda_dnn *dn, const dnn_entry *e)
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    FILE *f = kn_make_dirs(dir) ? kn_fopen_write_regular(tmp, NULL) : NULL;
-    bool ok = f && fprintf(f, "%s\n", e->label) > 0 && fwrite(json, 1, (size_t)n, f) == (size_t)n;
-    if (f && fclose(f) != 0) ok = false;
-    if (ok && rename(tmp, path) != 0) ok = false;
-    if (!ok && f) remove(tmp);
+    char *tmp = NULL;
+    FILE *f = NULL;
+    /* best effort: a plan not kept is chosen again by the next process */
+    if (kn_make_dirs(dir) && kn_fs_open_temp(path, &tmp, &f) == KN_OK) {
+        bool ok = fprintf(f, "%s\n", e->label) > 0 && fwrite(json, 1, (size_t)n, f) == (size_t)n;
+        (void)kn_fs_commit_temp(f, tmp, path, ok ? KN_OK : KN_ERR_IO);
+    }
+    free(tmp);
     free(json);
 }
 
