@@ -143,11 +143,9 @@ static kn_status append_like(kn_pass_ctx *x, int op, const int *refs, int n, con
 
 static kn_status append_permute(kn_pass_ctx *x, int ref, const int dims[4], int like, int *out)
 {
-    kn_attrs a;
-    memset(&a, 0, sizeof a);
     kn_opcall init;
     kn_opcall_init(&init, KN_OP_PERMUTE);
-    a = init.a;
+    kn_attrs a = init.a;
     a.ndims = 4;
     for (int d = 0; d < 4; d++) a.dims[d] = dims[d];
     return append_like(x, KN_OP_PERMUTE, &ref, 1, &a, like, out);

@@ -205,3 +205,14 @@ bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, c
     kn_tensor_release(b);
     return same;
 }
+
+kn_tensor kn_view_nhwc_as_nchw(const kn_tensor *t)
+{
+    static const int from[4] = {0, 3, 1, 2};
+    kn_tensor v = *t;
+    for (int d = 0; d < 4; d++) {
+        v.shape[d] = t->shape[from[d]];
+        v.strides[d] = t->strides[from[d]];
+    }
+    return v;
+}

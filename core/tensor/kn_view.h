@@ -41,4 +41,10 @@ bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, c
 /* Copy the elements of any CPU view into a contiguous host buffer. */
 void kn_tensor_gather_host(const kn_tensor *t, void *dst);
 
+/* A 4-D channels-last tensor {N, H, W, C} (KN_LAYOUT_NHWC) seen as
+ * {N, C, H, W} through its strides: a header over t's storage, returned by
+ * value, never retained or released (it is valid while t is). The backends'
+ * channels-last convolutions hand it to their NCHW code. */
+kn_tensor kn_view_nhwc_as_nchw(const kn_tensor *t);
+
 #endif

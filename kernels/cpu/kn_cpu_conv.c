@@ -19,6 +19,7 @@
 
 #include "cpu/kn_cpu.h"
 #include "cpu/kn_cpu_gemm.h"
+#include "kn_view.h"
 
 /* Elements of im2col scratch per band: 1 MiB of f32, so that a band is
  * still in L2 when the gemm packs it (measured: 2^21 was 20% slower). */
@@ -176,18 +177,6 @@ static void conv_finish(const kn_tensor *bias, kn_tensor *out, const void *acc, 
     }
 }
 
-/* A header over t's storage with its dims read in the order dims[]
- * (a permuted view that nobody retains or releases). */
-static kn_tensor permuted_header(const kn_tensor *t, const int dims[4])
-{
-    kn_tensor v = *t;
-    for (int d = 0; d < 4; d++) {
-        v.shape[d] = t->shape[dims[d]];
-        v.strides[d] = t->strides[dims[d]];
-    }
-    return v;
-}
-
 /* The channels-last forms (the layout pass's, KN_LAYOUT_NHWC): the same
  * sums as NCHW, read through permuted headers; the weight's padded
  * channels (which meet zeros) are left out; an NHWC output is computed
@@ -196,10 +185,9 @@ static kn_tensor permuted_header(const kn_tensor *t, const int dims[4])
  * asked (kiln.config.channels_last = true). */
 static kn_status conv_channels_last(const kn_opcall *c)
 {
-    static const int nhwc_as_nchw[4] = {0, 3, 1, 2};
     const kn_tensor *x = c->in[0], *w = c->in[1];
-    kn_tensor xv = c->a.in_layout == KN_LAYOUT_NHWC ? permuted_header(x, nhwc_as_nchw) : *x;
-    kn_tensor wv = permuted_header(w, nhwc_as_nchw);
+    kn_tensor xv = c->a.in_layout == KN_LAYOUT_NHWC ? kn_view_nhwc_as_nchw(x) : *x;
+    kn_tensor wv = kn_view_nhwc_as_nchw(w);
     wv.shape[1] = xv.shape[1] / c->a.groups;
     kn_opcall inner = *c;
     inner.a.in_layout = inner.a.out_layout = KN_LAYOUT_NCHW;

@@ -30,6 +30,7 @@
 #include "kn_cuda_linalg.h"
 #include "kn_fs.h"
 #include "kn_hash.h"
+#include "kn_view.h"
 
 #ifdef KILN_HAVE_CUDNN
 #include <cudnn_graph.h>
@@ -70,18 +71,6 @@ static kn_status conv_naive(const kn_tensor *x, const kn_tensor *w, const kn_ten
     KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_F64 ? "kn_la_conv2d_f64" : "kn_la_conv2d_f32", &fn));
     int64_t total = kn_tensor_numel(y), g = (total + 255) / 256;
     return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
-}
-
-/* A header over t's storage with its dims read in the order dims[] (not
- * retained: it lives as long as the call). */
-static kn_tensor permuted_header(const kn_tensor *t, const int dims[4])
-{
-    kn_tensor v = *t;
-    for (int d = 0; d < 4; d++) {
-        v.shape[d] = t->shape[dims[d]];
-        v.strides[d] = t->strides[dims[d]];
-    }
-    return v;
 }
 
 /* x (seen as NCHW through any strides) as a new contiguous {N, H, W, cp}
@@ -832,8 +821,7 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         bool aligned = kn_cuda_align_of(kn_cuda_tensor_ptr(t), NULL, 0, 16) == 16;
         if (nhwc && i == 0) {
             if (x_nhwc && t->shape[3] == cx && kn_tensor_is_contiguous(t) && aligned) continue;
-            static const int nhwc_as_nchw[4] = {0, 3, 1, 2};
-            kn_tensor v = x_nhwc ? permuted_header(t, nhwc_as_nchw) : *t;
+            kn_tensor v = x_nhwc ? kn_view_nhwc_as_nchw(t) : *t;
             if ((st = to_nhwc(&v, cx, &tmp[0])) != KN_OK) goto out;
             in[0] = tmp[0];
             continue;
@@ -966,9 +954,8 @@ static kn_status conv_run(const kn_opcall *c, int act)
     if (c->a.in_layout != KN_LAYOUT_NCHW || nhwc_out) {
         /* channels-last: the same kernel through NCHW-ordered headers; the
          * weight's padded channels are left out (they meet zeros) */
-        static const int nhwc_as_nchw[4] = {0, 3, 1, 2};
-        kn_tensor xv = c->a.in_layout == KN_LAYOUT_NHWC ? permuted_header(x, nhwc_as_nchw) : *x;
-        kn_tensor wv = permuted_header(w, nhwc_as_nchw), yv = nhwc_out ? permuted_header(y, nhwc_as_nchw) : *y;
+        kn_tensor xv = c->a.in_layout == KN_LAYOUT_NHWC ? kn_view_nhwc_as_nchw(x) : *x;
+        kn_tensor wv = kn_view_nhwc_as_nchw(w), yv = nhwc_out ? kn_view_nhwc_as_nchw(y) : *y;
         wv.shape[1] = xv.shape[1] / c->a.groups;
         KN_TRY(conv_naive(&xv, &wv, bias, &yv, &c->a));
         return act ? kn_cuda_bias_act(y, NULL, nhwc_out ? 1 : yv.shape[2] * yv.shape[3], w->shape[0], act) : KN_OK;
