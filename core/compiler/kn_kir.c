@@ -528,6 +528,8 @@ static kn_status render_expr(rctx *r, int i, int upto)
         else if (wrapping) /* two's complement, defined in C and CUDA C++ alike */
             kn_strbuf_printf(r->s, "%s(%s%s%s)", wrapping, ops[0], e->op == KN_OP_NEG ? "" : ", ",
                              e->op == KN_OP_NEG ? "" : ops[1]);
+        else if (e->op == KN_OP_GELU && r->t->half_gelu && fc == CT_F32 && (e->dtype == KN_BF16 || e->dtype == KN_F16))
+            kn_strbuf_printf(r->s, "%s(%s)", r->t->half_gelu, ops[0]);
         else st = put_formula(r, op_formula[e->op], eval, ops, fill_value(e));
         r->s = keep;
         if (st != KN_OK || !body.p) {
@@ -578,6 +580,17 @@ kn_status kn_kir_render_needed(rctx *r, const bool *need, int upto)
     return KN_OK;
 }
 
+/* Whether v<e> is a float that holds a bf16 value exactly: a bf16 load, or
+ * an op's bf16 result (put_fitted rounds every one, NaN included, to a
+ * bf16 value). Accumulators and internal steps are not rounded. */
+static bool holds_bf16_exactly(const rctx *r, int e)
+{
+    const kn_kexpr *x = &r->k->exprs[e];
+    if (x->dtype != KN_BF16 || kn_kir_expr_ct(r, e) != CT_F32) return false;
+    if (x->kind == KN_KX_LOAD) return r->k->args[x->buf].dtype == KN_BF16;
+    return x->kind == KN_KX_OP && !x->internal;
+}
+
 /* The store of expression e into argument j (element at dims < upto). */
 void kn_kir_render_store(rctx *r, int j, int e, int upto)
 {
@@ -590,6 +603,11 @@ void kn_kir_render_store(rctx *r, int j, int e, int upto)
     ctype from = kn_kir_expr_ct(r, e);
     switch (dt) {
     case KN_BF16:
+        if (holds_bf16_exactly(r, e)) { /* rounded already: its upper half is the value */
+            kn_strbuf_printf(r->s, "kn_bits_bf16(%s)", v);
+            break;
+        }
+        /* fall through */
     case KN_F16:
         kn_strbuf_printf(r->s, "%s(", dt == KN_BF16 ? "kn_st_bf16" : "kn_st_f16");
         put_conv(r->s, from, CT_F32, v);
@@ -654,6 +672,9 @@ static const char prelude_common[] =
     "KN_FN float kn_round_bf16(float f) { return kn_ld_bf16(kn_st_bf16(f)); }\n"
     "KN_FN float kn_round_f16(float f) { return kn_ld_f16(kn_st_f16(f)); }\n"
     "#endif\n"
+    /* a float that holds a bf16 value exactly (a load, or rounded by
+     * kn_round_bf16): its upper half, with no second rounding to do */
+    "KN_FN kn_u16 kn_bits_bf16(float f) { return (kn_u16)(kn_f2u(f) >> 16); }\n"
     "KN_FN kn_i64 kn_f2i(double v)\n"
     "{\n"
     "    if (v != v) return 0;\n"
@@ -714,7 +735,10 @@ static void render_params(rctx *r, const char *bufs, const char *sizes)
         kn_kir_line(r, "%s%s *p%d = (%s%s *)%s[%d];", cq, kn_kir_storage_name(a->dtype), j, cq,
              kn_kir_storage_name(a->dtype), bufs, j);
     }
-    for (int d = 0; d < k->ndim; d++) kn_kir_line(r, "const kn_i64 n%d = %s[%d];", d, sizes, d);
+    for (int d = 0; d < k->ndim; d++) {
+        if (r->t->sizes_baked) kn_kir_line(r, "const kn_i64 n%d = %lldLL;", d, (long long)k->shape[d]);
+        else kn_kir_line(r, "const kn_i64 n%d = %s[%d];", d, sizes, d);
+    }
 }
 
 kn_status kn_kir_render_stores(rctx *r, bool want_per_row, int upto)

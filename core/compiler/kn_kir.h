@@ -192,6 +192,12 @@ typedef struct kn_render_target {
                                 thread (kn_kir.c, plan_kept; 0: none) */
     bool f32_row_sum_in_f64; /* float row sums accumulate in double (a serial loop, which
                                 a tree reduction does not need) */
+    bool sizes_baked;        /* n<d> are the kernel's own sizes as constants, not read
+                                from `sizes`: every launch passes k->shape, and constant
+                                bounds fold the row loops' guards and the index
+                                divisions (a GPU kernel's instruction count) */
+    const char *half_gelu;   /* a prelude function computing GELU in f32 for a result
+                                rounded to bf16/f16 (NULL: the op table's erf formula) */
     /* The function's first line: its name k->name, and a signature that
      * takes bufs and sizes as the fields above reach them. */
     void (*signature)(kn_kir_rctx *r);
