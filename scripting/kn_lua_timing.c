@@ -11,6 +11,7 @@
  *                              to return (for the CPU: to run)
  *   host_calls(n, device, fn, ...)  call fn(...) n times, each after a device
  *                              synchronize (not timed); the host ms of each call
+ *   timing(device)             "trace" or "events": what times kernels (kn_profile_timing)
  *   measure(device)            {copy_gbps, bandwidth = {{bytes, gbps}...}, f32_gflops, bf16_gflops}
  *   write_file(path, text)     write a small file, making its folders
  */
@@ -142,6 +143,12 @@ static int l_begin(lua_State *L)
     kn_status st = kn_profile_begin(check_device(L, 1));
     if (st != KN_OK) return kn_lua_fail(L, st);
     return 0;
+}
+
+static int l_timing(lua_State *L)
+{
+    lua_pushstring(L, kn_profile_timing(check_device(L, 1)));
+    return 1;
 }
 
 static int l_cancel(lua_State *L)
@@ -396,7 +403,7 @@ void kn_lua_open_timing(lua_State *L)
                                    {"finish", l_finish},
                                    {"cancel", l_cancel},
                                    {"time_calls", l_time_calls},
-                                   {"host_calls", l_host_calls},
+                                   {"host_calls", l_host_calls}, {"timing", l_timing},
                                    {"measure", l_measure},
                                    {"write_file", l_write_file},
                                    {"progress_start", l_progress_start},

@@ -94,6 +94,19 @@ typedef struct kn_backend {
      * when the host gets round to launching it, and the time between the
      * events is the kernel's alone. */
     kn_status (*hold_queue)(kn_device_ctx *d, double us);
+    /* Exact device times (CUDA: CUPTI's activity records, the durations
+     * Nsight Systems and torch.profiler show; NULL or KN_ERR_UNSUPPORTED
+     * where there are none, and profiling then times with events alone,
+     * which also count the device's ~3 us start of each kernel).
+     * trace_begin starts collecting; work queued between trace_push(id)
+     * and its trace_pop is tagged id (nested pushes: the innermost id);
+     * trace_end waits for the device, stops collecting and calls
+     * each(ctx, id, ms) once per tagged kernel, copy or fill with its
+     * duration. It fails (nothing reported) when records were lost. */
+    kn_status (*trace_begin)(kn_device_ctx *d);
+    kn_status (*trace_push)(kn_device_ctx *d, uint64_t id);
+    kn_status (*trace_pop)(kn_device_ctx *d);
+    kn_status (*trace_end)(kn_device_ctx *d, void (*each)(void *ctx, uint64_t id, double ms), void *ctx);
     /* Recording (CUDA graphs; NULL where the backend has none): work queued
      * between capture_begin and capture_end is recorded, not run, and
      * *exec replays it. Memory allocated while recording stays reserved

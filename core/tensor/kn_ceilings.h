@@ -1,6 +1,9 @@
 /* kn_ceilings: the measured ceilings of a device's roofline (:device,
  * kiln.time's and kiln.profile's percentages).
  *
+ * Each copy, add and matmul is timed alone, as kiln.time times a kernel
+ * (kn_profile: exact device times where the backend traces them, else
+ * events): a kernel and the ceiling it is held against share one clock.
  * Copy bandwidth: a device-to-device copy of a large buffer, read + write
  * bytes (memcpy on the CPU), or an elementwise add of two such buffers
  * (read, read, write) where that moves more bytes a second: the DRAM

@@ -33,7 +33,31 @@ static struct {
     char error_msg[256];
     const void *within_owner; /* kn_profile_within */
     int within_kernel;
+    /* exact device times (the backend's trace slots), when it has them:
+     * slot i's work is tagged i + 1; traced_ms[i] sums what ran under it */
+    bool tracing;  /* a trace is on: trace_end must end it */
+    bool trace_ok; /* every recorded kernel's work was tagged */
+    bool *traced; /* slot i pushed its tag (and pops it at its end) */
+    double *traced_ms;
+    int cap_traced;
 } P = {.within_kernel = -1, .outer = -1};
+
+/* What the last session on each kind of device timed kernels with
+ * (kn_profile_timing); NULL before the first. */
+static const char *timing_of[KN_DEVICE_KINDS];
+
+static void each_traced(void *ctx, uint64_t id, double ms)
+{
+    (void)ctx;
+    if (id >= 1 && id <= (uint64_t)P.n_rec) P.traced_ms[id - 1] += ms;
+}
+
+/* Stop tracing mid-session (a push or pop failed): events time the rest.
+ * The tags pushed so far are popped as their kernels end. */
+static void trace_give_up(void)
+{
+    P.trace_ok = false;
+}
 
 static void pool_drop(void)
 {
@@ -69,12 +93,30 @@ kn_status kn_profile_begin(kn_device dev)
     P.transparent = 0;
     P.error = KN_OK;
     kn_profile_within(NULL, -1);
+    P.tracing = dc->be->trace_begin && dc->be->trace_begin(dc) == KN_OK;
+    P.trace_ok = P.tracing;
+    /* without a trace (no CUPTI, or another tool holds it), events time the session */
+    timing_of[kn_device_kind_of(dev)] = P.tracing ? "trace" : "events";
     kn_profile_on = true;
     return KN_OK;
 }
 
+const char *kn_profile_timing(kn_device dev)
+{
+    const char *t = timing_of[kn_device_kind_of(dev)];
+    if (t || kn_profile_on) return t ? t : "events";
+    kn_profile_record *r = NULL;
+    int n = 0;
+    if (kn_profile_begin(dev) != KN_OK) return "events";
+    kn_profile_end(&r, &n);
+    free(r);
+    return timing_of[kn_device_kind_of(dev)] ? timing_of[kn_device_kind_of(dev)] : "events";
+}
+
 void kn_profile_cancel(void)
 {
+    if (P.tracing) P.dc->be->trace_end(P.dc, each_traced, NULL); /* its times are dropped with the records */
+    P.tracing = false;
     kn_profile_on = false;
     P.n_rec = 0;
     P.depth = 0;
@@ -107,6 +149,15 @@ static kn_status pool_reserve(int slot)
         P.rec = r;
         P.cap_rec = cap;
     }
+    if (slot >= P.cap_traced) {
+        int cap = P.cap_rec;
+        bool *t = realloc(P.traced, sizeof *t * (size_t)cap);
+        if (t) P.traced = t;
+        double *ms = t ? realloc(P.traced_ms, sizeof *ms * (size_t)cap) : NULL;
+        if (ms) P.traced_ms = ms;
+        if (!t || !ms) return kn_error(KN_ERR_OOM, "out of host memory for profiling records");
+        P.cap_traced = cap;
+    }
     return KN_OK;
 }
 
@@ -131,6 +182,12 @@ int kn_profile_kernel_begin(kn_device dev)
         return -1;
     }
     P.n_rec++;
+    P.traced[slot] = false;
+    P.traced_ms[slot] = 0;
+    if (P.trace_ok) {
+        if (P.dc->be->trace_push(P.dc, (uint64_t)slot + 1) == KN_OK) P.traced[slot] = true;
+        else trace_give_up();
+    }
     memset(&P.rec[slot], 0, sizeof P.rec[slot]);
     P.rec[slot].index = -1;
     P.rec[slot].parent = -1;
@@ -147,6 +204,8 @@ static bool kernel_end(int slot)
     if (slot == KN_PROFILE_TRANSPARENT && P.transparent > 0) P.transparent--;
     if (P.depth == 0) P.outer = -1;
     if (!kn_profile_on || slot < 0 || slot >= P.n_rec) return false;
+    if (P.traced[slot] && P.dc->be->trace_pop(P.dc) != KN_OK) trace_give_up();
+    P.traced[slot] = false;
     kn_status st = P.dc->be->event_record(P.dc, P.ev[2 * slot + 1]);
     if (st != KN_OK) {
         hook_fail(st);
@@ -221,6 +280,17 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
     *n = 0;
     if (!kn_profile_on) return kn_error(KN_ERR_ARG, "no profiling session is on");
     kn_profile_on = false;
+    /* the trace ends first (it waits for the device): each recorded
+     * kernel's own device time, and a kernel's time includes the work of
+     * the recorded ops inside its call, as its events' span does */
+    bool use_trace = false;
+    if (P.tracing) {
+        P.tracing = false;
+        kn_status ts = P.dc->be->trace_end(P.dc, each_traced, NULL);
+        use_trace = ts == KN_OK && P.trace_ok;
+        for (int i = P.n_rec - 1; use_trace && i >= 0; i--)
+            if (P.rec[i].inside >= 0) P.traced_ms[P.rec[i].inside] += P.traced_ms[i];
+    }
     if (P.error != KN_OK) {
         P.n_rec = 0;
         return kn_error(P.error, "profiling: %s", P.error_msg);
@@ -255,6 +325,7 @@ kn_status kn_profile_end(kn_profile_record **records, int *n)
         if (first < 0) first = i;
         out[k] = P.rec[i];
         st = P.dc->be->event_elapsed_ms(P.dc, P.ev[2 * i], P.ev[2 * i + 1], &out[k].ms);
+        if (use_trace) out[k].ms = P.traced_ms[i];
         if (st == KN_OK) st = P.dc->be->event_elapsed_ms(P.dc, P.ev[2 * first], P.ev[2 * i], &out[k].start_ms);
         k++;
     }

@@ -11,6 +11,10 @@
  * from a pool kept across sessions, so a profiled call creates none once
  * warm. Outside a session the hooks cost one test of kn_profile_on.
  *
+ * Where the backend traces (kn_backend.h's trace slots: CUPTI), a record's
+ * ms is the device time of the work it queued, exactly; otherwise the time
+ * between its events.
+ *
  * Work that is replayed from a device recording (CUDA graphs) runs no
  * hooks: whoever replays should run the plan directly while kn_profile_on.
  */
@@ -71,6 +75,12 @@ void kn_profile_within(const void *owner, int kernel);
  * and no nesting level, so what it runs inside counts as the kernel's.
  * Call again with false after that op, in case it never began. */
 void kn_profile_next_is_kernel(bool on);
+
+/* What profiling on dev times kernels with: "trace" (the backend's exact
+ * device times: CUPTI on CUDA) or "events" (events around each kernel,
+ * which also count the device's start of the kernel, about 3 us on a GPU;
+ * and the CPU's clock readings). Runs an empty session the first time. */
+const char *kn_profile_timing(kn_device dev);
 
 /* The kind word of a kernel that is not generated, as cm:kernels() and the
  * timing tables show it. */

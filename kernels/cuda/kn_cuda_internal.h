@@ -11,6 +11,7 @@
  *   kn_cuda_dnn.c      convolution through cuDNN's graph API
  *   kn_cuda_attention.c the fused attention kernel (kn_attention.cu), kn_cuda_attention.h
  *   kn_cuda_libplans.c the per-signature plan cache both libraries use
+ *   kn_cuda_trace.c    exact kernel times for profiling (CUPTI, loaded at run time)
  */
 #ifndef KN_CUDA_INTERNAL_H
 #define KN_CUDA_INTERNAL_H
@@ -24,6 +25,13 @@
 #include "kn_backend.h"
 #include "kn_op.h"
 #include "kn_cuda.h"
+
+/* ---- kn_cuda_trace.c: the backend's trace_* slots (kn_backend.h) ---------- */
+
+kn_status kn_cuda_trace_begin(kn_device_ctx *d);
+kn_status kn_cuda_trace_push(kn_device_ctx *d, uint64_t id);
+kn_status kn_cuda_trace_pop(kn_device_ctx *d);
+kn_status kn_cuda_trace_end(kn_device_ctx *d, void (*each)(void *ctx, uint64_t id, double ms), void *ctx);
 
 /* ---- kn_cuda_backend.c ---------------------------------------------------- */
 

@@ -121,7 +121,7 @@ end
 
 -- The values of a cache file, or nil when it is missing, corrupt or for
 -- another device.
-local function read_ceilings(path, label)
+local function read_ceilings(path, label, clock)
   local f = io.open(path, "r")
   if not f then return nil end
   local text = f:read("a")
@@ -130,6 +130,9 @@ local function read_ceilings(path, label)
   for k, v in text:gmatch("\n?([%w_]+) = ([^\n]*)") do c[k] = v end
   local copy, f32, bf16 = tonumber(c.copy_gbps), tonumber(c.f32_gflops), tonumber(c.bf16_gflops)
   if c.device ~= label or not copy or copy <= 0 or not f32 or f32 <= 0 or not bf16 or bf16 < 0 then return nil end
+  -- ceilings are timed with the clock kernels are timed with: a file
+  -- measured with another one (or before the clock was recorded) is stale
+  if c.clock ~= clock then return nil end
   -- bandwidth by working set ("bytes:gbps ..."); a file from before it had
   -- none (and one DRAM figure that cached kernels beat): measured again
   local bw = {}
@@ -139,7 +142,7 @@ local function read_ceilings(path, label)
     bw[#bw + 1] = { bytes = b, gbps = g }
   end
   if #bw == 0 then return nil end
-  return { copy_gbps = copy, bandwidth = bw, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?" }
+  return { copy_gbps = copy, bandwidth = bw, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?", clock = clock }
 end
 
 -- The bandwidth a kernel moving `bytes` can reach: that of the largest
@@ -182,7 +185,8 @@ function kiln.ceilings(opts)
     copy.cached = true
     return copy
   end
-  local c = not opts.remeasure and read_ceilings(path, label)
+  local clock = P.timing(dev)
+  local c = not opts.remeasure and read_ceilings(path, label, clock)
   if c then
     c.cached = true
   else
@@ -193,14 +197,17 @@ function kiln.ceilings(opts)
     c = P.measure(dev)
     c.date = os.date("!%Y-%m-%d %H:%M UTC")
     c.cached = false
+    c.clock = clock
     local points = {}
     for i, p in ipairs(c.bandwidth or {}) do points[i] = string.format("%.0f:%.3f", p.bytes, p.gbps) end
     local text = string.format(
       "# kiln roofline ceilings, measured once for this device (delete the file to measure again)\n" ..
       "device = %s\ncopy_gbps = %.3f\nf32_gflops = %.3f\nbf16_gflops = %.3f\ndate = %s\n" ..
       "# bandwidth by working set, bytes:GB/s (a kernel's data that fits in a cache moves faster)\n" ..
-      "bandwidth = %s\n",
-      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "))
+      "bandwidth = %s\n" ..
+      "# what timed each copy and kernel: trace (exact device times, CUPTI) or events\n" ..
+      "clock = %s\n",
+      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "), clock)
     local ok, err = P.write_file(path, text)
     if not ok then io.stderr:write("kiln: could not cache the roofline: ", tostring(err), "\n") end
   end
@@ -597,9 +604,10 @@ end
 
 local function ceilings_line(c)
   local bf16 = c.bf16_gflops > 0 and string.format(" · bf16 matmul %s GFLOP/s", fmt_rate(c.bf16_gflops)) or ""
-  return string.format("roofline  copy %s GB/s · f32 matmul %s GFLOP/s%s (%s)", fmt_rate(c.copy_gbps),
-    fmt_rate(c.f32_gflops), bf16,
-    c.cached and string.format("cached, measured %s, in %s", c.date, c.path) or "measured just now")
+  return string.format("roofline  copy %s GB/s · f32 matmul %s GFLOP/s%s (%s; timed by %s)",
+    fmt_rate(c.copy_gbps), fmt_rate(c.f32_gflops), bf16,
+    c.cached and string.format("cached, measured %s, in %s", c.date, c.path) or "measured just now",
+    c.clock == "trace" and "the device's trace, CUPTI" or "events")
 end
 
 local progress = function(path)
