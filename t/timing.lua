@@ -310,6 +310,14 @@ if cf then cf:close() end
 T.like(ctext, "\ncopy_gbps = [%d.]+\n", "and rewritten")
 local o3 = child(code, env)
 T.like(o3, "cached=true", "then read again")
+T.like(ctext, "\nclock = events\n", "the file names the clock the ceilings were timed with (the CPU's: events)")
+-- a file timed with another clock (or written before the clock was
+-- recorded) is stale: the kernels held against it are timed differently
+bad = io.open(fname, "w")
+bad:write((ctext:gsub("\nclock = events\n", "\nclock = trace\n")))
+bad:close()
+local o4 = child(code, env)
+T.ok(o4:find("cached=false", 1, true) and o4:find("measuring", 1, true), "a file timed with another clock is measured again")
 
 -- ---------------------------------------------------------------------------
 -- :time on the loaded model
