@@ -22,7 +22,7 @@
 #include "kn_device.h"
 #include "kn_status.h"
 
-#define KN_CEIL_BW_POINTS 8
+#define KN_CEIL_BW_POINTS 12
 
 typedef struct kn_ceilings {
     double copy_gbps; /* the largest working set's: DRAM */
