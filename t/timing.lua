@@ -213,6 +213,25 @@ for _, k in ipairs(rf.kernels) do
   if want and math.abs(k.roof_pct - want) > 1e-9 * want then math_ok = false end
 end
 T.ok(math_ok and seen_compute, "roof% = achieved / min(peak, bandwidth x intensity)")
+-- bandwidth by working set: interpolated in log bytes between the measured
+-- sizes around the kernel's own (no compute ceiling in the way)
+local curve = { copy_gbps = 1, f32_gflops = 1e12, bf16_gflops = 1e12,
+  bandwidth = { { bytes = 1, gbps = 1000 }, { bytes = 1e12, gbps = 1 } } }
+local rc = kiln.time(cm, x[1], { iters = 1, warmup = 0, profile_iters = 1, ceilings = curve })
+local curve_ok, curve_seen = true, false
+for _, k in ipairs(rc.kernels) do
+  if k.bytes > 1 and k.bytes < 1e12 then
+    curve_seen = true
+    local g = 1000 + (1 - 1000) * math.log(k.bytes) / math.log(1e12)
+    local want = k.gbps / math.min(g, 1e12 * k.bytes / math.max(k.flops, 1e-300)) * 100
+    if k.flops == 0 then want = k.gbps / g * 100 end
+    if math.abs(k.roof_pct - want) > 1e-9 * want then
+      curve_ok = false
+      T.diag(string.format("%s: roof %.6g%%, want %.6g%% (%.0f bytes)", k.name, k.roof_pct, want, k.bytes))
+    end
+  end
+end
+T.ok(curve_seen and curve_ok, "the bandwidth ceiling is the measured curve at the kernel's working set (log interpolation)")
 if not seen_bw then T.diag("no kernel without flops in this sample") end
 
 -- a roof% above 100 (ceilings measured low, as under a sanitizer build)

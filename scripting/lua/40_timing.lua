@@ -145,18 +145,24 @@ local function read_ceilings(path, label, clock)
   return { copy_gbps = copy, bandwidth = bw, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?", clock = clock }
 end
 
--- The bandwidth a kernel moving `bytes` can reach: that of the largest
--- measured working set not above its own (a smaller working set stays in a
--- faster cache), so a kernel cannot beat it unless the measurement is off;
--- ceilings without that table (given by hand) have copy_gbps alone.
+-- The bandwidth a kernel moving `bytes` can reach: the measured curve at
+-- its own working set, interpolated (in log bytes) between the measured
+-- working sets around it; the smallest one's below them, the largest's
+-- above. (Taking the smaller neighbour's alone held a 67 MB kernel, whose
+-- data comes from DRAM, against 50 MB of L2-resident copies.) Ceilings
+-- without that table (given by hand) have copy_gbps alone.
 local function bandwidth_for(c, bytes)
   local bw = c.bandwidth
   if type(bw) ~= "table" or #bw == 0 then return c.copy_gbps end
-  local g = bw[1].gbps
-  for _, p in ipairs(bw) do
-    if p.bytes <= bytes then g = p.gbps end
+  if bytes <= bw[1].bytes then return bw[1].gbps end
+  for i = 1, #bw - 1 do
+    local a, b = bw[i], bw[i + 1]
+    if bytes <= b.bytes then
+      local t = (math.log(bytes) - math.log(a.bytes)) / (math.log(b.bytes) - math.log(a.bytes))
+      return a.gbps + (b.gbps - a.gbps) * t
+    end
   end
-  return g
+  return bw[#bw].gbps
 end
 
 -- kiln.ceilings{device =, remeasure =, progress = function(path)}: the
