@@ -38,6 +38,7 @@ static const char *const kernel_names[KN_TK_COUNT] = {
     [KN_TK_GS_SCAN] = "kn_gs_scan",
     [KN_TK_GS_FILL] = "kn_gs_fill",
     [KN_TK_GS_ORDER] = "kn_gs_order",
+    [KN_TK_GS_EPILOGUE] = "kn_gs_epilogue",
     [KN_TK_COPY + KN_F32] = "kn_copy_f32",
     [KN_TK_COPY + KN_F64] = "kn_copy_f64",
     [KN_TK_COPY + KN_BF16] = "kn_copy_bf16",
