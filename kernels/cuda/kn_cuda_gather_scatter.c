@@ -135,11 +135,12 @@ static kn_status check_indices(kn_dtype dt, const kn_tensor *idx, int64_t size, 
     return KN_OK;
 }
 
-/* The segment kernel's threads: one per row with a row op, else one per
+/* The segment kernel: with a row op, a thread per row; else one per
  * vector of columns. */
-static int64_t segment_work(const kn_gs_args *a)
+static kn_status launch_segments(kn_dtype dt, kn_gs_args *a)
 {
-    return a->row_op ? a->rows : a->rows * a->nvec;
+    if (a->row_op) return kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT_ROWS, a->rows, a);
+    return kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT, a->rows * a->nvec, a);
 }
 
 /* Build the CSR of a's dst into buf (start, count, perm: 2 * rows + 1 +
@@ -185,7 +186,7 @@ static kn_status run_segments(kn_dtype dt, const kn_tensor *dst, kn_gs_args *a)
         void *tmp = NULL;
         KN_TRY(kn_cuda_malloc(ints * (int64_t)sizeof(int), &tmp));
         kn_status st = build_csr(dt, a, tmp);
-        if (st == KN_OK) st = kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT, segment_work(a), a);
+        if (st == KN_OK) st = launch_segments(dt, a);
         kn_cuda_free(tmp);
         return st;
     }
@@ -218,7 +219,7 @@ static kn_status run_segments(kn_dtype dt, const kn_tensor *dst, kn_gs_args *a)
     }
     pthread_mutex_unlock(&g_lock);
     KN_TRY(st);
-    return kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT, segment_work(a), a);
+    return launch_segments(dt, a);
 }
 
 /* Whether t's dims after the first are contiguous (rows of `row` elements,
@@ -346,8 +347,8 @@ static kn_status run(const kn_opcall *c, kn_tensor *h, kn_tensor *w, kn_tensor *
         if (a.edges > 0 && a.row > 0) KN_TRY(kn_cuda_ops_launch(dt, KN_TK_GS_ATOMIC, a.edges * a.nvec, &a));
         /* the epilogue once every sum is complete (rows no edge reaches too:
          * log_softmax of a zero row is not zero) */
-        if (a.n_act || a.row_op)
-            KN_TRY(kn_cuda_ops_launch(dt, KN_TK_GS_EPILOGUE, a.row_op ? a.rows : a.rows * a.nvec, &a));
+        if (a.row_op) KN_TRY(kn_cuda_ops_launch(dt, KN_TK_GS_EPILOGUE_ROWS, a.rows, &a));
+        else if (a.n_act) KN_TRY(kn_cuda_ops_launch(dt, KN_TK_GS_EPILOGUE, a.rows * a.nvec, &a));
         return KN_OK;
     }
     if (base) {

@@ -25,7 +25,7 @@
  * Segments apply it in the kernel; with a row op a thread takes a whole row
  * (at most 64 elements, in registers: kn_gs_segment_rows). Atomics cannot
  * (the sums finish only when every edge has added), so the host launches
- * kn_gs_epilogue over the output after them.
+ * kn_gs_epilogue (or kn_gs_epilogue_rows) over the output after them.
  *
  * Indices are 1-based and clamped into range (the host checks them first,
  * as for index_add: a bad one never reads or writes outside a tensor).
@@ -424,38 +424,53 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_atomic(kn_gs_args
 #define KN_GS_ROWS_SMALL 16
 #define KN_GS_ROWS_MAX 64
 
+/* Kernels of their own for the row ops, so their register rows do not
+ * raise the plain kernels' register count (occupancy hides the gathers'
+ * latency). */
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
-        if (a.row_op) { /* a thread per row (the host launches rows threads) */
-            bool small = a.row <= KN_GS_ROWS_SMALL;
-            if (a.vec == KN_GS_VEC) {
-                if (small) kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_SMALL>(a);
-                else kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_MAX>(a);
-            } else {
-                if (small) kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_SMALL>(a);
-                else kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_MAX>(a);
-            }
-        } else if (a.vec == KN_GS_VEC) kn_gs_segment_body<KN_DT, KN_GS_VEC>(a);
+        if (a.vec == KN_GS_VEC) kn_gs_segment_body<KN_DT, KN_GS_VEC>(a);
         else kn_gs_segment_body<KN_DT, 1>(a);
     }
 }
 
-/* the epilogue after atomics (work: rows with a row op, else rows * nvec) */
+/* segments with a row op: a thread per row (rows threads) */
+extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment_rows(kn_gs_args a)
+{
+    if constexpr (kn_isfloat<KN_DT>()) {
+        bool small = a.row <= KN_GS_ROWS_SMALL;
+        if (a.vec == KN_GS_VEC) {
+            if (small) kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_MAX>(a);
+        } else {
+            if (small) kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_MAX>(a);
+        }
+    }
+}
+
+/* the activations after atomics (rows * nvec threads) */
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
-        if (a.row_op) {
-            bool small = a.row <= KN_GS_ROWS_SMALL;
-            if (a.vec == KN_GS_VEC) {
-                if (small) kn_gs_epilogue_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_SMALL>(a);
-                else kn_gs_epilogue_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_MAX>(a);
-            } else {
-                if (small) kn_gs_epilogue_rows_body<KN_DT, 1, KN_GS_ROWS_SMALL>(a);
-                else kn_gs_epilogue_rows_body<KN_DT, 1, KN_GS_ROWS_MAX>(a);
-            }
-        } else if (a.vec == KN_GS_VEC) kn_gs_epilogue_body<KN_DT, KN_GS_VEC>(a);
+        if (a.vec == KN_GS_VEC) kn_gs_epilogue_body<KN_DT, KN_GS_VEC>(a);
         else kn_gs_epilogue_body<KN_DT, 1>(a);
+    }
+}
+
+/* the activations and the row op after atomics (rows threads) */
+extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue_rows(kn_gs_args a)
+{
+    if constexpr (kn_isfloat<KN_DT>()) {
+        bool small = a.row <= KN_GS_ROWS_SMALL;
+        if (a.vec == KN_GS_VEC) {
+            if (small) kn_gs_epilogue_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_epilogue_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_MAX>(a);
+        } else {
+            if (small) kn_gs_epilogue_rows_body<KN_DT, 1, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_epilogue_rows_body<KN_DT, 1, KN_GS_ROWS_MAX>(a);
+        }
     }
 }
 
