@@ -19,7 +19,10 @@
  * over rows of at most KN_GATHER_SCATTER_ROW_MAX) runs inside the segment
  * kernel, before its store (with a row op, a thread per row); after
  * atomics, as kn_gs_epilogue over the output in the same call, so either
- * variant is one kiln kernel and max-autotune times it whole.
+ * variant is one kiln kernel and max-autotune times it whole. It leaves
+ * the default pick as it is: segments already, where the CSR is kept;
+ * elsewhere atomics add one launch for it, where segments would rebuild
+ * the CSR at every call (four launches).
  *
  * Indices are checked as eager index_add checks its own (a read-back of
  * the first bad position), but once per version of each index tensor:

@@ -197,17 +197,24 @@ template <int D, int V> KN_FN void kn_gs_red(char *p, const kn_gs_m *m)
     }
 }
 
-/* message m[0..V) = h[s, c..c+V) * w[e], each product rounded to the dtype */
+/* m[0..V) = h[s, c..c+V) * wv (wv read where a.w is set), each product
+ * rounded to the dtype */
+template <int D, int V> KN_FN void kn_gs_scaled(const kn_gs_args &a, long long s, kn_gs_m wv, long long c, kn_gs_m *m)
+{
+    const int es = kn_esize<D>();
+    kn_gs_load<D, V>(a.h + (s * a.h_st + c) * es, m);
+    if (a.w) {
+#pragma unroll
+        for (int i = 0; i < V; i++) m[i] = kn_gs_mul<D>(m[i], wv);
+    }
+}
+
+/* message m[0..V) = h[src[e], c..c+V) * w[e] */
 template <int D, int V> KN_FN void kn_gs_message(const kn_gs_args &a, long long e, long long c, kn_gs_m *m)
 {
     const int es = kn_esize<D>();
     long long s = kn_index_clamped(a.src, a.src64, e * a.src_st, a.hrows);
-    kn_gs_load<D, V>(a.h + (s * a.h_st + c) * es, m);
-    if (a.w) {
-        kn_gs_m wv = kn_gs_ld<D>(a.w + e * a.w_st * es);
-#pragma unroll
-        for (int i = 0; i < V; i++) m[i] = kn_gs_mul<D>(m[i], wv);
-    }
+    kn_gs_scaled<D, V>(a, s, a.w ? kn_gs_ld<D>(a.w + e * a.w_st * es) : (kn_gs_m)1, c, m);
 }
 
 /* ---- the epilogue ---- */
@@ -366,12 +373,14 @@ template <int D, int V, int C> KN_FN void kn_gs_segment_rows_body(const kn_gs_ar
         if (a.base) kn_gs_row_load<D, V, C>(a, a.base + r * a.base_st * es, acc);
         int k1 = a.start[r + 1];
         for (int k = a.start[r]; k < k1; k++) {
-            long long e = a.perm[k];
+            long long e = a.perm[k]; /* the edge's source row and weight once, for every column */
+            long long s = kn_index_clamped(a.src, a.src64, e * a.src_st, a.hrows);
+            kn_gs_m wv = a.w ? kn_gs_ld<D>(a.w + e * a.w_st * es) : (kn_gs_m)1;
 #pragma unroll
             for (int j = 0; j < C / V; j++)
                 if (j < a.nvec) {
                     kn_gs_m m[V];
-                    kn_gs_message<D, V>(a, e, (long long)j * V, m);
+                    kn_gs_scaled<D, V>(a, s, wv, (long long)j * V, m);
 #pragma unroll
                     for (int i = 0; i < V; i++) acc[j * V + i] = kn_gs_add<D>(acc[j * V + i], m[i]);
                 }
