@@ -5,8 +5,13 @@
 -- plain-Lua reference), with repeated indices, rows no edge reaches,
 -- misaligned views (the scalar path) and every float dtype; out-of-range
 -- indices (the CPU's message); the segments variant is deterministic and
--- gives the CPU op's bits (the same rounding steps in the same order); and
--- samples/gcn.lua compiled against GPU eager in every mode, its props fused.
+-- gives the CPU op's bits (the same rounding steps in the same order); the
+-- fused epilogues (relu, gelu, silu, sigmoid, tanh, softmax, log_softmax and
+-- chains of them, compiled from the unfused ops) against the CPU float64
+-- reference, rows of 7 to 64 columns, both variants (atomics run the
+-- epilogue as a second kernel in the same call); and samples/gcn.lua
+-- compiled against GPU eager in every mode, its props and their relu and
+-- log_softmax fused.
 local T = dofile("t/lib/tap.lua")
 
 if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA device") end
@@ -143,6 +148,68 @@ do
     tag .. ": a dst index 0")
 end
 
+-- the epilogues: compiled zeros:index_add(...) then the chain, one kernel,
+-- against the chain on the CPU in f64 over the f64 sums; each op can at
+-- most double the error it is handed and adds its own, in u of the row's
+-- largest value: 4 for an activation (the rounding to the dtype and the
+-- f32 math functions' ulps), 4 + width for a row op (its sum of exps, in
+-- any order)
+do
+  local CHAINS = {
+    { "relu" }, { "gelu" }, { "silu" }, { "sigmoid" }, { "tanh" }, { "softmax" }, { "log_softmax" },
+    { "relu", "log_softmax" }, { "tanh", "softmax" },
+  }
+  local function run_chain(x, chain)
+    for _, op in ipairs(chain) do
+      if op == "softmax" or op == "log_softmax" then x = x[op](x, -1) else x = x[op](x) end
+    end
+    return x
+  end
+  for _, dt in ipairs({ "f32", "bf16", "f64" }) do
+    for _, width in ipairs({ 7, 16, 33, 64 }) do
+      for _, chain in ipairs(CHAINS) do
+        for _, with_base in ipairs({ false, true }) do
+          local n, rows, e = 300, 260, 3000 -- rows 251..260 get no edge
+          local h = kiln.randn({ n, width }, { seed = nextseed(), dtype = dt, device = "cuda" })
+          local src, dst = indices(e, n):to("cuda"), indices(e, rows - 10):to("cuda")
+          local w = kiln.randn({ e, 1 }, { seed = nextseed(), dtype = dt, device = "cuda" })
+          local base = with_base and kiln.randn({ rows, width }, { seed = nextseed(), dtype = dt, device = "cuda" }) or nil
+          local function f(h, src, dst, w, b)
+            local start = b or kiln.zeros({ rows, width }, { dtype = dt, device = "cuda" })
+            return run_chain(start:index_add(1, dst, h:index_select(1, src) * w), chain)
+          end
+          local cm = kiln.compile(f)
+          local got = cm(h, src, dst, w, base)
+          local name = string.format("%s: %s width %d, %s%s", tag, dt, width, table.concat(chain, "+"),
+            with_base and ", a base" or "")
+          local names = {}
+          for _, k in ipairs(cm:kernels()) do names[#names + 1] = k.name end
+          T.ok(#names == 1 and names[1]:find("gather_scatter_" .. table.concat(chain, "_") .. "_" .. dt, 1, true),
+            name .. ": one kernel, " .. table.concat(names, ", "))
+          local opts = { weight = w, base = base }
+          if not base then opts.rows = rows end
+          local ref, mag = reference(h, src, dst, opts)
+          local u = U[dt]
+          local err = mag * ((2 * max_degree(dst) + 2) * u)
+          err = err:amax(2, { keepdim = true }) -- a row op mixes a row's errors
+          local out = ref
+          for _, op in ipairs(chain) do
+            out = run_chain(out, { op })
+            local own = (op == "softmax" or op == "log_softmax") and 4 + width or 4
+            err = err * 2 + out:abs():amax(2, { keepdim = true }) * (own * u) + 1e-300
+          end
+          local g = got:to("cpu"):to("f64")
+          local s = g:ne(g):sum():item() > 0 and math.huge or ((g - out):abs() / err):amax():item()
+          T.ok(got.dtype == dt and s <= 1, string.format("%s: the f64 reference within the bound (%.3g of it)", name, s))
+          if variant == "segments" then
+            T.ok(same_bits(got, cm(h, src, dst, w, base)), name .. ": deterministic (a second call, same bits)")
+          end
+        end
+      end
+    end
+  end
+end
+
 -- samples/gcn.lua on the GPU: both props fused, compiled against GPU eager in every mode
 do
   local S = assert(loadfile("samples/gcn.lua"))()
@@ -155,11 +222,19 @@ do
       local cm = kiln.compile(model, { mode = mode })
       cm(x)
       local got = cm(x):to("f64")
-      local n = 0
+      local n, epilogues, apart = 0, {}, 0
       for _, k in ipairs(cm:kernels()) do
-        for _, op in ipairs(k.ops) do n = n + (op == "gather_scatter" and 1 or 0) end
+        for _, op in ipairs(k.ops) do
+          n = n + (op == "gather_scatter" and 1 or 0)
+          apart = apart + ((op == "relu" or op == "log_softmax") and 1 or 0)
+        end
+        if k.name:find("gather_scatter_relu_", 1, true) or k.name:find("gather_scatter_log_softmax_", 1, true) then
+          epilogues[#epilogues + 1] = k.name
+        end
       end
       T.is(n, 2, string.format("%s: gcn %s %s: both props are one gather_scatter each", tag, dt, mode))
+      T.ok(#epilogues == 2 and apart == 0,
+        string.format("%s: gcn %s %s: relu and log_softmax run inside them (%s)", tag, dt, mode, table.concat(epilogues, ", ")))
       local err = (got - want):abs():amax():item() / math.max(want:abs():amax():item(), 1e-30)
       T.ok(err <= TOL[dt], string.format("%s: gcn %s %s: compiled against eager, rel err %.3g <= %g", tag, dt, mode, err, TOL[dt]))
     end

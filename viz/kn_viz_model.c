@@ -117,7 +117,7 @@ static kn_viz_vnode *node_common(kn_viz_vgraph *vg, const kn_graph *g, int i, co
         v->value = nd->value;
     }
     else {
-        snprintf(v->op, sizeof v->op, "%s", kn_node_op_name(nd));
+        kn_node_label(nd, v->op, sizeof v->op); /* "gather_scatter+relu": its epilogue shown */
         v->n_in = nd->n_in;
         for (int j = 0; j < nd->n_in; j++) v->in[j] = map[nd->in_node[j]];
     }

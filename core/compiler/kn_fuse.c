@@ -478,7 +478,7 @@ static void kernel_name(kctx *c, int root, const char *what)
     if (!r->out[0].ndim) snprintf(sizes, sizeof sizes, "scalar");
     snprintf(k->name, sizeof k->name, "k%d_%s_%s_%s", c->kid, what, kn_dtype_name(r->out[0].dtype), sizes);
     for (char *p = k->name; *p; p++)
-        if (*p == '-' || *p == '.') *p = '_';
+        if (*p == '-' || *p == '.' || *p == '+') *p = '_';
 }
 
 /* The output argument of a kernel: node's value, contiguous in its own
@@ -524,7 +524,8 @@ static void what_text(kctx *c, int root, char *buf, size_t size)
             n += (size_t)snprintf(buf + n, size - n, "_etc");
             break;
         }
-        n += (size_t)snprintf(buf + n, size - n, shown ? "_%s" : "%s", kn_op_name((kn_op)c->g->nodes[i].op));
+        char op[64]; /* "gather_scatter+relu" (an epilogue) becomes gather_scatter_relu in the name */
+        n += (size_t)snprintf(buf + n, size - n, shown ? "_%s" : "%s", kn_node_label(&c->g->nodes[i], op, sizeof op));
         shown++;
         if (n >= size) break;
     }
@@ -719,7 +720,8 @@ void kn_fusion_free(kn_fusion *f)
 static void node_text(const kn_graph *g, int i, char *buf, size_t size)
 {
     const kn_node *n = &g->nodes[i];
-    snprintf(buf, size, "%s (%s)", kn_node_op_name(n), n->where[0] ? n->where : "no source line");
+    char op[64];
+    snprintf(buf, size, "%s (%s)", kn_node_label(n, op, sizeof op), n->where[0] ? n->where : "no source line");
 }
 
 static void note_text(kn_fusion *f, const char *line)

@@ -136,6 +136,15 @@ const char *kn_node_op_name(const kn_node *n)
     return kn_op_name((kn_op)n->op);
 }
 
+const char *kn_node_label(const kn_node *n, char *buf, size_t size)
+{
+    size_t len = (size_t)snprintf(buf, size, "%s", kn_node_op_name(n));
+    if (n->op == KN_OP_GATHER_SCATTER)
+        for (int i = 0; i < n->a.n_epilogue && i < KN_GATHER_SCATTER_EPILOGUE_MAX && len < size; i++)
+            len += (size_t)snprintf(buf + len, size - len, "+%s", kn_op_name((kn_op)n->a.epilogue[i]));
+    return buf;
+}
+
 kn_status kn_node_const_tensor(const kn_node *n, kn_device dev, kn_tensor **out)
 {
     kn_tensor *t;

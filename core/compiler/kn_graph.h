@@ -98,6 +98,9 @@ kn_status kn_graph_const_to_input(kn_graph *g, int node, kn_input_kind kind, con
 /* Number of op nodes (not inputs or constants). */
 int kn_graph_op_count(const kn_graph *g);
 const char *kn_node_op_name(const kn_node *n);
+/* The op's name with what a fused node does after it: "gather_scatter+relu",
+ * "gather_scatter+relu+log_softmax" (its epilogue attrs); written into buf. */
+const char *kn_node_label(const kn_node *n, char *buf, size_t size);
 /* The value of CONST node n on dev, as a 0-dim tensor owned by the caller. */
 kn_status kn_node_const_tensor(const kn_node *n, kn_device dev, kn_tensor **out);
 

@@ -43,7 +43,7 @@ static void attrs_text(kn_strbuf *b, const kn_node *n)
         if (op == KN_OP_GATHER_SCATTER) { /* rows: the zero fill folded; else the last input is the base */
             if (a->nshape == 1) kn_strbuf_printf(b, " rows=%lld", (long long)a->shape[0]);
             else kn_strbuf_printf(b, " base");
-            break;
+            break; /* its epilogue shows in the op column: gather_scatter+relu */
         }
         kn_strbuf_printf(b, " dim=%d", a->dim + 1);
         break;
@@ -98,7 +98,8 @@ static void node_text(kn_strbuf *b, const kn_graph *g, int i)
                                         n->in_node[k]);
         if (w > 0) len += (size_t)w;
     }
-    kn_strbuf_printf(b, "%4d  %-14s", i, kn_node_op_name(n));
+    char label[64];
+    kn_strbuf_printf(b, "%4d  %-14s", i, kn_node_label(n, label, sizeof label));
     if (n->op < KN_OP_COUNT) {
         char paren[176];
         snprintf(paren, sizeof paren, "(%s)", ins);

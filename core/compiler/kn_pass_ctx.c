@@ -96,7 +96,8 @@ void kn_pass_note(kn_pass_ctx *x, const char *fmt, ...)
 const char *kn_pass_who(const kn_graph *g, int i, char *buf, size_t size)
 {
     const kn_node *n = &g->nodes[i];
-    snprintf(buf, size, "%s (%s)", kn_node_op_name(n), n->where[0] ? n->where : "no source line");
+    char op[64];
+    snprintf(buf, size, "%s (%s)", kn_node_label(n, op, sizeof op), n->where[0] ? n->where : "no source line");
     return buf;
 }
 

@@ -13,6 +13,14 @@
  * base input and the kernel writes every row. An index_add that does not
  * fit is left alone, and the reason, naming the ops and their lines, goes
  * to the pass notes (shown with KILN_LOGS=fusion).
+ *
+ * What follows the sum joins the node as its epilogue (attrs epilogue,
+ * n_epilogue) while each value has that one reader: elementwise relu,
+ * gelu, silu, sigmoid or tanh, then optionally a softmax or log_softmax
+ * over the last dim of a 2-D result of at most KN_GATHER_SCATTER_ROW_MAX
+ * columns (a GPU thread keeps the row in registers). The kernel applies
+ * them before its store, so a GCN layer's activation is no kernel of its
+ * own; an op that could be absorbed but is not says why in the notes.
  */
 #include "kn_pass_gather_scatter.h"
 
@@ -33,6 +41,91 @@ static bool per_edge(const kn_meta *w, const kn_meta *msg)
     for (int d = 1; d < w->ndim; d++)
         if (w->shape[d] != 1) return false;
     return true;
+}
+
+/* The one reader of node's value, or -1 (none, several, or a caller output). */
+static int only_reader(const kn_pass_ctx *x, int node)
+{
+    if (!kn_pass_private_value(x, node)) return -1;
+    for (int i = 0; i < x->g->n_nodes; i++) {
+        if (x->dead[i]) continue;
+        const kn_node *n = &x->g->nodes[i];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in_node[k] == node) return i;
+    }
+    return -1;
+}
+
+static bool epilogue_activation(int op)
+{
+    return op == KN_OP_RELU || op == KN_OP_GELU || op == KN_OP_SILU || op == KN_OP_SIGMOID || op == KN_OP_TANH;
+}
+
+/* Whether op is one an epilogue might take (so leaving it says why). */
+static bool epilogue_candidate(int op)
+{
+    return op < KN_OP_COUNT && (kn_op_kind_of((kn_op)op) == KN_K_UNARY || kn_op_kind_of((kn_op)op) == KN_K_SOFTMAX);
+}
+
+/* Walk from the sum (node ia, replaced by gather_scatter node gs) through
+ * the ops that can be its epilogue; each one is recorded in gs's attrs and
+ * appended to order (for covers). Returns the last node absorbed (ia when
+ * none): the node whose uses gs takes over. */
+static int absorb_epilogue(kn_pass_ctx *x, int ia, int gs, const char *head_text, int *order, int *no)
+{
+    kn_graph *g = x->g;
+    char a[200];
+    int cur = ia;
+    for (;;) {
+        kn_attrs *at = &g->nodes[gs].a;
+        int user = only_reader(x, cur);
+        if (user < 0) {
+            /* a reader that could be absorbed, next to another use of the value */
+            for (int i = 0; i < g->n_nodes; i++) {
+                const kn_node *n = &g->nodes[i];
+                if (x->dead[i] || !epilogue_candidate(n->op) || n->in_node[0] != cur) continue;
+                kn_pass_note(x, "%s not fused into the gather_scatter at %s: the value it reads is %s too (the fused "
+                                "kernel stores only its epilogue's result)", kn_pass_who(g, i, a, sizeof a), head_text,
+                             kn_pass_is_output(x, cur) ? "a result of the function" : "used elsewhere");
+                break;
+            }
+            return cur;
+        }
+        const kn_node *un = &g->nodes[user];
+        if (!epilogue_candidate(un->op)) return cur;
+        const kn_meta *in = &g->nodes[cur].out[0];
+        const char *why = NULL;
+        char whybuf[160];
+        bool row = kn_op_kind_of((kn_op)un->op) == KN_K_SOFTMAX;
+        if (at->n_epilogue > 0 && (at->epilogue[at->n_epilogue - 1] == KN_OP_SOFTMAX ||
+                                   at->epilogue[at->n_epilogue - 1] == KN_OP_LOG_SOFTMAX))
+            why = "the epilogue ends at its softmax";
+        else if (!row && !epilogue_activation(un->op))
+            why = "the epilogue applies relu, gelu, silu, sigmoid or tanh, then softmax or log_softmax";
+        else if (un->out[0].dtype != in->dtype || !same_shape(&un->out[0], in))
+            why = "it changes the dtype or shape";
+        else if (at->n_epilogue == KN_GATHER_SCATTER_EPILOGUE_MAX) {
+            snprintf(whybuf, sizeof whybuf, "the epilogue holds %d ops", KN_GATHER_SCATTER_EPILOGUE_MAX);
+            why = whybuf;
+        } else if (row && (in->ndim != 2 || un->a.dim != 1)) {
+            snprintf(whybuf, sizeof whybuf, "it normalizes over dim %d of a %d-D value; the fused kernel normalizes "
+                     "the rows of a 2-D value (dim 2)", un->a.dim + 1, in->ndim);
+            why = whybuf;
+        } else if (row && in->shape[1] > KN_GATHER_SCATTER_ROW_MAX) {
+            snprintf(whybuf, sizeof whybuf, "its rows hold %lld elements, more than the %d a fused row keeps",
+                     (long long)in->shape[1], KN_GATHER_SCATTER_ROW_MAX);
+            why = whybuf;
+        }
+        if (why) {
+            kn_pass_note(x, "%s not fused into the gather_scatter at %s: %s", kn_pass_who(g, user, a, sizeof a),
+                         head_text, why);
+            return cur;
+        }
+        at->epilogue[at->n_epilogue++] = un->op;
+        order[(*no)++] = user;
+        if (cur != ia) x->dead[cur] = 1; /* an absorbed op before the last */
+        cur = user;
+    }
 }
 
 static kn_status try_index_add(kn_pass_ctx *x, int ia)
@@ -133,7 +226,7 @@ static kn_status try_index_add(kn_pass_ctx *x, int ia)
         kn_pass_note(x, "gather_scatter not matched at %s: the fused result would differ in shape or dtype", head_text);
         return KN_OK;
     }
-    int order[4], no = 0;
+    int order[4 + KN_GATHER_SCATTER_EPILOGUE_MAX], no = 0;
     order[no++] = sel;
     if (mul >= 0) order[no++] = mul;
     if (!folded) order[no++] = ia;
@@ -141,13 +234,15 @@ static kn_status try_index_add(kn_pass_ctx *x, int ia)
         order[no++] = base;
         order[no++] = ia;
     }
-    /* "index_select f.lua:46, mul :46, index_add :47 (zero fill folded)" */
+    int last = absorb_epilogue(x, ia, gs, head_text, order, &no);
+    /* "index_select f.lua:46, mul :46, index_add :47, relu :48 (zero fill folded)" */
     kn_pass_covers_text(g, order, no, folded ? " (zero fill folded)" : NULL, g->nodes[gs].covers,
                         sizeof g->nodes[gs].covers);
-    if (!kn_pass_replace(x, ia, KN_REF(gs, 0))) {
+    if (!kn_pass_replace(x, last, KN_REF(gs, 0))) {
         x->dead[gs] = 1;
         return KN_OK;
     }
+    if (last != ia) x->dead[ia] = 1;
     x->dead[sel] = 1;
     if (mul >= 0) x->dead[mul] = 1;
     /* a folded zero fill with no other user goes in the final dce */

@@ -66,6 +66,10 @@ kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int
             c.flops = edges * row * (has_weight ? 2 : 1);
             double gathered = edges * row * (double)kn_dtype_size(in[0].dtype);
             if (gathered < meta_bytes(&in[0])) c.bytes += gathered - meta_bytes(&in[0]);
+            /* its epilogue: as the ops would count on the output (an activation
+             * one flop an element, softmax four) */
+            for (int i = 0; a && i < a->n_epilogue && i < KN_GATHER_SCATTER_EPILOGUE_MAX; i++)
+                c.flops += kn_op_kind_of((kn_op)a->epilogue[i]) == KN_K_SOFTMAX ? 4 * on : on;
         }
         break;
     case KN_K_COPY:

@@ -52,6 +52,9 @@ kn_op kn_op_by_name(const char *name);
 
 enum { KN_LAYOUT_NCHW = 0, KN_LAYOUT_NHWC = 1 };
 
+#define KN_GATHER_SCATTER_EPILOGUE_MAX 3 /* ops a gather_scatter applies before its store */
+#define KN_GATHER_SCATTER_ROW_MAX 64     /* columns its softmax / log_softmax epilogue normalizes */
+
 typedef struct kn_attrs {
     int dims[KN_MAX_DIMS]; /* reduce dims; permute order */
     int ndims;             /* reduce: 0 means all dims */
@@ -85,6 +88,13 @@ typedef struct kn_attrs {
     int rng_fresh;        /* random creation without a seed: a draw from the caller's stream, so
                              seed and rng_offset are per call, not part of the graph (it fills
                              the padding after dtype) */
+    /* gather_scatter (set only by kn_pass_gather_scatter): ops applied to
+     * the summed rows before they are stored, in order (kn_op values):
+     * elementwise relu, gelu, silu, sigmoid, tanh, and last, optionally,
+     * softmax or log_softmax over the last dim of a 2-D result of at most
+     * KN_GATHER_SCATTER_ROW_MAX columns. Four ints: no padding (cse). */
+    int epilogue[KN_GATHER_SCATTER_EPILOGUE_MAX];
+    int n_epilogue;
 } kn_attrs;
 
 typedef struct kn_opcall {

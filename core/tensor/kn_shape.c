@@ -500,6 +500,21 @@ static kn_status infer_gather_scatter(const kn_opcall *c, kn_meta *out)
     } else {
         s[0] = c->a.shape[0];
     }
+    /* the epilogue (kn_pass_gather_scatter): activations, then a row op last */
+    if (c->a.n_epilogue < 0 || c->a.n_epilogue > KN_GATHER_SCATTER_EPILOGUE_MAX)
+        return kn_error(KN_ERR_ARG, "gather_scatter: an epilogue of %d ops (at most %d)", c->a.n_epilogue,
+                        KN_GATHER_SCATTER_EPILOGUE_MAX);
+    for (int i = 0; i < c->a.n_epilogue; i++) {
+        int op = c->a.epilogue[i];
+        bool row = op == KN_OP_SOFTMAX || op == KN_OP_LOG_SOFTMAX;
+        if (!row && op != KN_OP_RELU && op != KN_OP_GELU && op != KN_OP_SILU && op != KN_OP_SIGMOID && op != KN_OP_TANH)
+            return kn_error(KN_ERR_ARG, "gather_scatter: epilogue op %d is %s, not relu, gelu, silu, sigmoid, tanh, "
+                            "softmax or log_softmax", i + 1, kn_op_name((kn_op)op));
+        if (row && (i != c->a.n_epilogue - 1 || h->ndim != 2 || h->shape[1] > KN_GATHER_SCATTER_ROW_MAX))
+            return kn_error(KN_ERR_ARG, "gather_scatter: a %s epilogue comes last, on a 2-D result of at most %d "
+                            "columns, got op %d of %d on %s", kn_op_name((kn_op)op), KN_GATHER_SCATTER_ROW_MAX, i + 1,
+                            c->a.n_epilogue, shp(h, s1));
+    }
     meta_set(out, h->dtype, h->ndim, s);
     return KN_OK;
 }

@@ -193,8 +193,10 @@ static kn_status run_index_add(const kn_opcall *c, const kn_tensor *idx, const k
 /* ---- gather_scatter: out = base or 0; out[dst[e]] += h[src[e]] * w[e] ----
  * The eager chain's rounding, in its order: the message h * w is rounded
  * to the dtype (as the eager mul stores it), then each edge's add is
- * rounded (as index_add), edges in their order. So the fused op on the
- * CPU gives the unfused chain's bits. */
+ * rounded (as index_add), edges in their order; then each epilogue op
+ * (attrs epilogue: relu ... log_softmax) runs on the stored sums through
+ * the eager op's own kernel. So the fused op on the CPU gives the unfused
+ * chain's bits. */
 
 static kn_status check_edge_indices(const kn_tensor *idx, int64_t size, const char *which)
 {
@@ -241,6 +243,32 @@ static kn_status run_gather_scatter(const kn_opcall *c, const kn_tensor *h, cons
     return KN_OK;
 }
 
+/* out = op(out) for each epilogue op in turn, through the eager kernels
+ * (each result rounded to the dtype as the eager op stores it); a scratch
+ * tensor between steps, as the kernels do not promise to work in place. */
+static kn_status run_epilogue(const kn_opcall *c)
+{
+    kn_tensor *out = c->out[0];
+    if (c->a.n_epilogue == 0 || kn_tensor_numel(out) == 0) return KN_OK;
+    kn_tensor *tmp;
+    KN_TRY(kn_tensor_new(out->dtype, out->ndim, out->shape, KN_CPU, &tmp));
+    kn_status st = KN_OK;
+    for (int i = 0; i < c->a.n_epilogue && st == KN_OK; i++) {
+        kn_opcall oc;
+        kn_opcall_init(&oc, (kn_op)c->a.epilogue[i]);
+        oc.a.dim = out->ndim - 1; /* softmax, log_softmax: over the last dim */
+        oc.n_in = 1;
+        oc.in[0] = out;
+        oc.n_out = 1;
+        oc.out[0] = tmp;
+        st = kn_op_kind_of(oc.op) == KN_K_SOFTMAX ? kn_cpu_reduce(&oc) : kn_cpu_elementwise(&oc);
+        if (st == KN_OK)
+            memcpy(kn_tensor_data(out), kn_tensor_data(tmp), (size_t)kn_tensor_numel(out) * kn_dtype_size(out->dtype));
+    }
+    kn_tensor_release(tmp);
+    return st;
+}
+
 static kn_status gather_scatter(const kn_opcall *c)
 {
     bool has_base = c->a.nshape == 0;
@@ -251,6 +279,7 @@ static kn_status gather_scatter(const kn_opcall *c)
     if (st == KN_OK) st = kn_tensor_contiguous(c->in[2], &dst);
     if (st == KN_OK && has_w) st = kn_tensor_contiguous(c->in[3], &w);
     if (st == KN_OK) st = run_gather_scatter(c, h, src, dst, w);
+    if (st == KN_OK) st = run_epilogue(c);
     kn_tensor_release(h);
     kn_tensor_release(src);
     kn_tensor_release(dst);

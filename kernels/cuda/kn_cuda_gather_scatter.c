@@ -15,6 +15,15 @@
  * version does not change when a kernel rewrites it, so nothing can be
  * kept: the CSR would be built at every call).
  *
+ * An epilogue (attrs epilogue: activations, then softmax or log_softmax
+ * over rows of at most KN_GATHER_SCATTER_ROW_MAX) runs inside the segment
+ * kernel, before its store (with a row op, a thread per row); after
+ * atomics, as kn_gs_epilogue over the output in the same call, so either
+ * variant is one kiln kernel and max-autotune times it whole. It leaves
+ * the default pick as it is: segments already, where the CSR is kept;
+ * elsewhere atomics add one launch for it, where segments would rebuild
+ * the CSR at every call (four launches).
+ *
  * Indices are checked as eager index_add checks its own (a read-back of
  * the first bad position), but once per version of each index tensor:
  * checked (storage, version) pairs are remembered, so a plan's later calls
@@ -129,6 +138,14 @@ static kn_status check_indices(kn_dtype dt, const kn_tensor *idx, int64_t size, 
     return KN_OK;
 }
 
+/* The segment kernel: with a row op, a thread per row; else one per
+ * vector of columns. */
+static kn_status launch_segments(kn_dtype dt, kn_gs_args *a)
+{
+    if (a->row_op) return kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT_ROWS, a->rows, a);
+    return kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT, a->rows * a->nvec, a);
+}
+
 /* Build the CSR of a's dst into buf (start, count, perm: 2 * rows + 1 +
  * edges ints) on the stream. */
 static kn_status build_csr(kn_dtype dt, kn_gs_args *a, int *buf)
@@ -172,7 +189,7 @@ static kn_status run_segments(kn_dtype dt, const kn_tensor *dst, kn_gs_args *a)
         void *tmp = NULL;
         KN_TRY(kn_cuda_malloc(ints * (int64_t)sizeof(int), &tmp));
         kn_status st = build_csr(dt, a, tmp);
-        if (st == KN_OK) st = kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT, a->rows * a->nvec, a);
+        if (st == KN_OK) st = launch_segments(dt, a);
         kn_cuda_free(tmp);
         return st;
     }
@@ -205,7 +222,7 @@ static kn_status run_segments(kn_dtype dt, const kn_tensor *dst, kn_gs_args *a)
     }
     pthread_mutex_unlock(&g_lock);
     KN_TRY(st);
-    return kn_cuda_ops_launch(dt, KN_TK_GS_SEGMENT, a->rows * a->nvec, a);
+    return launch_segments(dt, a);
 }
 
 /* Whether t's dims after the first are contiguous (rows of `row` elements,
@@ -247,6 +264,31 @@ static bool aligned16(const void *p)
     return ((uintptr_t)p & 15) == 0;
 }
 
+/* The epilogue of the call's attrs into a's act / row_op. */
+static kn_status epilogue_args(const kn_opcall *c, kn_gs_args *a)
+{
+    for (int i = 0; i < c->a.n_epilogue; i++) {
+        int op = c->a.epilogue[i], code = op == KN_OP_RELU          ? KN_GS_RELU
+                                         : op == KN_OP_GELU        ? KN_GS_GELU
+                                         : op == KN_OP_SILU        ? KN_GS_SILU
+                                         : op == KN_OP_SIGMOID     ? KN_GS_SIGMOID
+                                         : op == KN_OP_TANH        ? KN_GS_TANH
+                                         : op == KN_OP_SOFTMAX     ? KN_GS_SOFTMAX
+                                         : op == KN_OP_LOG_SOFTMAX ? KN_GS_LOG_SOFTMAX
+                                                                   : 0;
+        bool row = code == KN_GS_SOFTMAX || code == KN_GS_LOG_SOFTMAX;
+        if (!code || (row && i != c->a.n_epilogue - 1) || (!row && a->n_act == (int)(sizeof a->act / sizeof a->act[0])))
+            return kn_error(KN_ERR_UNSUPPORTED, "gather_scatter: no epilogue of %s as op %d of %d", kn_op_name((kn_op)op),
+                            i + 1, c->a.n_epilogue);
+        if (row && a->row > KN_GATHER_SCATTER_ROW_MAX)
+            return kn_error(KN_ERR_UNSUPPORTED, "gather_scatter: a %s epilogue over rows of %lld elements (at most %d)",
+                            kn_op_name((kn_op)op), (long long)a->row, KN_GATHER_SCATTER_ROW_MAX);
+        if (row) a->row_op = code;
+        else a->act[a->n_act++] = code;
+    }
+    return KN_OK;
+}
+
 static kn_status run(const kn_opcall *c, kn_tensor *h, kn_tensor *w, kn_tensor *base)
 {
     const kn_tensor *src = c->in[1], *dst = c->in[2];
@@ -260,6 +302,7 @@ static kn_status run(const kn_opcall *c, kn_tensor *h, kn_tensor *w, kn_tensor *
     a.edges = src->shape[0];
     a.hrows = h->shape[0];
     a.row = a.rows > 0 ? kn_tensor_numel(out) / a.rows : 0;
+    KN_TRY(epilogue_args(c, &a));
     int variant = c->variant;
     if (variant < 0 || variant > 2)
         return kn_error(KN_ERR_RANGE, "gather_scatter: no variant %d (1 atomics, 2 segments)", variant);
@@ -268,7 +311,9 @@ static kn_status run(const kn_opcall *c, kn_tensor *h, kn_tensor *w, kn_tensor *
     if (variant == 0) variant = forced_variant();
     bool segments = variant == 2 || (variant == 0 && keepable(dst) && !capturing());
     if (a.edges >= INT_MAX || a.rows >= INT_MAX) segments = false; /* the CSR holds ints */
-    kn_cuda_variant_label("kiln gather_scatter, %s", segments ? "segments" : "atomics");
+    kn_cuda_variant_label("kiln gather_scatter, %s", segments                   ? "segments"
+                                                     : a.n_act || a.row_op ? "atomics, then the epilogue"
+                                                                           : "atomics");
     if (kn_tensor_numel(out) == 0) return KN_OK;
     a.h = dptr(h);
     a.h_st = h->strides[0];
@@ -302,8 +347,12 @@ static kn_status run(const kn_opcall *c, kn_tensor *h, kn_tensor *w, kn_tensor *
             KN_CUDA_TRY(cudaMemsetAsync(a.out, 0, (size_t)kn_tensor_numel(out) * kn_dtype_size(dt), kn_cuda_stream()),
                         "gather_scatter: zeroing the output");
         }
-        if (a.edges == 0 || a.row == 0) return KN_OK;
-        return kn_cuda_ops_launch(dt, KN_TK_GS_ATOMIC, a.edges * a.nvec, &a);
+        if (a.edges > 0 && a.row > 0) KN_TRY(kn_cuda_ops_launch(dt, KN_TK_GS_ATOMIC, a.edges * a.nvec, &a));
+        /* the epilogue once every sum is complete (rows no edge reaches too:
+         * log_softmax of a zero row is not zero) */
+        if (a.row_op) KN_TRY(kn_cuda_ops_launch(dt, KN_TK_GS_EPILOGUE_ROWS, a.rows, &a));
+        else if (a.n_act) KN_TRY(kn_cuda_ops_launch(dt, KN_TK_GS_EPILOGUE, a.rows * a.nvec, &a));
+        return KN_OK;
     }
     if (base) {
         a.base = dptr(base);

@@ -125,7 +125,11 @@ typedef struct kn_index_args {
  * Threads work on `vec` adjacent columns (nvec = row / vec groups a row);
  * vec > 1 only where every row start is 16-byte aligned. The segment
  * variant reads the edges in dst order: edge perm[k] for k in
- * start[r]..start[r + 1] ends at row r (count: scratch for building it). */
+ * start[r]..start[r + 1] ends at row r (count: scratch for building it).
+ * The epilogue: act[0..n_act) (KN_GS_*) applied to each sum before the
+ * store, then row_op (KN_GS_SOFTMAX, KN_GS_LOG_SOFTMAX, 0: none) over each
+ * row of at most 64 elements, which a thread then keeps whole. */
+enum { KN_GS_RELU = 1, KN_GS_GELU, KN_GS_SILU, KN_GS_SIGMOID, KN_GS_TANH, KN_GS_SOFTMAX, KN_GS_LOG_SOFTMAX };
 typedef struct kn_gs_args {
     const char *h, *w, *base, *src, *dst;
     char *out;
@@ -133,6 +137,7 @@ typedef struct kn_gs_args {
     long long edges, rows, hrows, row, nvec;
     long long h_st, w_st, base_st, src_st, dst_st;
     int *start, *count, *perm;
+    int act[3], n_act, row_op;
 } kn_gs_args;
 
 /* element i of a contiguous out is element rng_offset + i of the stream */

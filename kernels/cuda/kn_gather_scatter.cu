@@ -18,6 +18,15 @@
  *   own (so the result is deterministic, with the CPU's rounding steps:
  *   each message and each add rounded to the dtype).
  *
+ * The epilogue (kn_gs_args act, row_op: what kn_pass_gather_scatter
+ * absorbed) runs on each finished sum before the store, each op in the math
+ * type and rounded to the dtype as the eager op stores it, with the eager
+ * kernels' formulas (kn_ops.def's, the generated row kernel's softmax).
+ * Segments apply it in the kernel; with a row op a thread takes a whole row
+ * (at most 64 elements, in registers: kn_gs_segment_rows). Atomics cannot
+ * (the sums finish only when every edge has added), so the host launches
+ * kn_gs_epilogue (or kn_gs_epilogue_rows) over the output after them.
+ *
  * Indices are 1-based and clamped into range (the host checks them first,
  * as for index_add: a bad one never reads or writes outside a tensor).
  * Float dtypes only; the other dtypes' modules hold empty kernels.
@@ -188,17 +197,130 @@ template <int D, int V> KN_FN void kn_gs_red(char *p, const kn_gs_m *m)
     }
 }
 
-/* message m[0..V) = h[s, c..c+V) * w[e], each product rounded to the dtype */
+/* m[0..V) = h[s, c..c+V) * wv (wv read where a.w is set), each product
+ * rounded to the dtype */
+template <int D, int V> KN_FN void kn_gs_scaled(const kn_gs_args &a, long long s, kn_gs_m wv, long long c, kn_gs_m *m)
+{
+    const int es = kn_esize<D>();
+    kn_gs_load<D, V>(a.h + (s * a.h_st + c) * es, m);
+    if (a.w) {
+#pragma unroll
+        for (int i = 0; i < V; i++) m[i] = kn_gs_mul<D>(m[i], wv);
+    }
+}
+
+/* message m[0..V) = h[src[e], c..c+V) * w[e] */
 template <int D, int V> KN_FN void kn_gs_message(const kn_gs_args &a, long long e, long long c, kn_gs_m *m)
 {
     const int es = kn_esize<D>();
     long long s = kn_index_clamped(a.src, a.src64, e * a.src_st, a.hrows);
-    kn_gs_load<D, V>(a.h + (s * a.h_st + c) * es, m);
-    if (a.w) {
-        kn_gs_m wv = kn_gs_ld<D>(a.w + e * a.w_st * es);
+    kn_gs_scaled<D, V>(a, s, a.w ? kn_gs_ld<D>(a.w + e * a.w_st * es) : (kn_gs_m)1, c, m);
+}
+
+/* ---- the epilogue ---- */
+
+/* v rounded to the dtype (a value as the eager op stores it) */
+template <int D> KN_FN kn_gs_m kn_gs_round(kn_gs_m v)
+{
+    if constexpr (D == KN_DT_BF16) return kn_round_bf16(v);
+    else if constexpr (D == KN_DT_F16) return kn_round_f16(v);
+    else return v;
+}
+
+/* the math functions in the math type, as the generated kernels call them */
+template <int D> KN_FN kn_gs_m kn_gs_exp(kn_gs_m v)
+{
+    if constexpr (D == KN_DT_F64) return exp(v);
+    else return expf(v);
+}
+
+template <int D> KN_FN kn_gs_m kn_gs_log(kn_gs_m v)
+{
+    if constexpr (D == KN_DT_F64) return log(v);
+    else return logf(v);
+}
+
+/* activation op of a value of the dtype: kn_ops.def's formula in the math
+ * type (literals in it, as the renderer writes them), rounded to the dtype */
+template <int D> KN_FN kn_gs_m kn_gs_act(int op, kn_gs_m a)
+{
+    kn_gs_m r;
+    if (op == KN_GS_RELU) r = a > 0 ? a : (a != a ? a : (kn_gs_m)0);
+    else if (op == KN_GS_GELU) {
+        kn_gs_m x = a * (kn_gs_m)0.70710678118654752440;
+        if constexpr (D == KN_DT_F64) r = (kn_gs_m)0.5 * a * (1 + erf(x));
+        else r = (kn_gs_m)0.5 * a * (1 + erff(x));
+    } else if (op == KN_GS_SILU) r = a / (1 + kn_gs_exp<D>(-a));
+    else if (op == KN_GS_SIGMOID) r = 1 / (1 + kn_gs_exp<D>(-a));
+    else if (op == KN_GS_TANH) {
+        if constexpr (D == KN_DT_F64) r = tanh(a);
+        else r = tanhf(a);
+    } else r = a;
+    return kn_gs_round<D>(r);
+}
+
+template <int D, int V> KN_FN void kn_gs_acts(const kn_gs_args &a, kn_gs_m *m)
+{
+    for (int k = 0; k < a.n_act; k++) {
+        int op = a.act[k];
 #pragma unroll
-        for (int i = 0; i < V; i++) m[i] = kn_gs_mul<D>(m[i], wv);
+        for (int i = 0; i < V; i++) m[i] = kn_gs_act<D>(op, m[i]);
     }
+}
+
+/* softmax / log_softmax of the row x[0..n) (n <= C, the rest unused), as
+ * the generated row kernel computes it: max keeping NaN, t = x - max,
+ * e = exp(t), the sum of e, then e / sum (a half type: e * (1 / sum)) or
+ * t - log(sum); each in the math type, the result rounded to the dtype */
+template <int D, int C> KN_FN void kn_gs_row_op(int op, int n, kn_gs_m *x)
+{
+    kn_gs_m mx = -INFINITY, sum = 0;
+#pragma unroll
+    for (int i = 0; i < C; i++)
+        if (i < n && (x[i] != x[i] || x[i] > mx)) mx = x[i];
+#pragma unroll
+    for (int i = 0; i < C; i++)
+        if (i < n) {
+            x[i] = x[i] - mx;
+            sum += kn_gs_exp<D>(x[i]);
+        }
+    if (op == KN_GS_LOG_SOFTMAX) {
+        kn_gs_m lg = kn_gs_log<D>(sum);
+#pragma unroll
+        for (int i = 0; i < C; i++) x[i] = kn_gs_round<D>(x[i] - lg);
+    } else if constexpr (D == KN_DT_BF16 || D == KN_DT_F16) {
+        kn_gs_m inv = 1 / sum;
+#pragma unroll
+        for (int i = 0; i < C; i++) x[i] = kn_gs_round<D>(kn_gs_exp<D>(x[i]) * inv);
+    } else {
+#pragma unroll
+        for (int i = 0; i < C; i++) x[i] = kn_gs_exp<D>(x[i]) / sum;
+    }
+}
+
+/* A whole row of `row` elements (at most C) in x, read from or written to p
+ * in V-element vectors (nvec of them). */
+template <int D, int V, int C> KN_FN void kn_gs_row_load(const kn_gs_args &a, const char *p, kn_gs_m *x)
+{
+    const int es = kn_esize<D>();
+#pragma unroll
+    for (int j = 0; j < C / V; j++)
+        if (j < a.nvec) kn_gs_load<D, V>(p + (long long)j * V * es, x + j * V);
+}
+
+template <int D, int V, int C> KN_FN void kn_gs_row_store(const kn_gs_args &a, char *p, const kn_gs_m *x)
+{
+    const int es = kn_esize<D>();
+#pragma unroll
+    for (int j = 0; j < C / V; j++)
+        if (j < a.nvec) kn_gs_store<D, V>(p + (long long)j * V * es, x + j * V);
+}
+
+/* the activations, then the row op, on a whole row in registers */
+template <int D, int C> KN_FN void kn_gs_row_epilogue(const kn_gs_args &a, kn_gs_m *x)
+{
+    kn_gs_acts<D, C>(a, x);
+    if (a.row_op) kn_gs_row_op<D, C>(a.row_op, (int)a.row, x);
 }
 
 template <int D, int V> KN_FN void kn_gs_atomic_body(const kn_gs_args &a)
@@ -234,7 +356,64 @@ template <int D, int V> KN_FN void kn_gs_segment_body(const kn_gs_args &a)
 #pragma unroll
             for (int i = 0; i < V; i++) acc[i] = kn_gs_add<D>(acc[i], m[i]);
         }
+        kn_gs_acts<D, V>(a, acc);
         kn_gs_store<D, V>(a.out + (r * a.row + c) * es, acc);
+    }
+}
+
+/* segments with a row op: a thread per row, the whole row (at most C
+ * elements) summed in registers, then the epilogue, then one store */
+template <int D, int V, int C> KN_FN void kn_gs_segment_rows_body(const kn_gs_args &a)
+{
+    const int es = kn_esize<D>();
+    for (long long r = kn_tid(); r < a.rows; r += kn_nthreads()) {
+        kn_gs_m acc[C];
+#pragma unroll
+        for (int i = 0; i < C; i++) acc[i] = 0;
+        if (a.base) kn_gs_row_load<D, V, C>(a, a.base + r * a.base_st * es, acc);
+        int k1 = a.start[r + 1];
+        for (int k = a.start[r]; k < k1; k++) {
+            long long e = a.perm[k]; /* the edge's source row and weight once, for every column */
+            long long s = kn_index_clamped(a.src, a.src64, e * a.src_st, a.hrows);
+            kn_gs_m wv = a.w ? kn_gs_ld<D>(a.w + e * a.w_st * es) : (kn_gs_m)1;
+#pragma unroll
+            for (int j = 0; j < C / V; j++)
+                if (j < a.nvec) {
+                    kn_gs_m m[V];
+                    kn_gs_scaled<D, V>(a, s, wv, (long long)j * V, m);
+#pragma unroll
+                    for (int i = 0; i < V; i++) acc[j * V + i] = kn_gs_add<D>(acc[j * V + i], m[i]);
+                }
+        }
+        kn_gs_row_epilogue<D, C>(a, acc);
+        kn_gs_row_store<D, V, C>(a, a.out + r * a.row * es, acc);
+    }
+}
+
+/* after atomics: the epilogue over the finished output, in place; a thread
+ * per vector of columns, or per row with a row op */
+template <int D, int V> KN_FN void kn_gs_epilogue_body(const kn_gs_args &a)
+{
+    const int es = kn_esize<D>();
+    long long total = a.rows * a.nvec;
+    for (long long t = kn_tid(); t < total; t += kn_nthreads()) {
+        kn_gs_m m[V];
+        kn_gs_load<D, V>(a.out + t * V * es, m);
+        kn_gs_acts<D, V>(a, m);
+        kn_gs_store<D, V>(a.out + t * V * es, m);
+    }
+}
+
+template <int D, int V, int C> KN_FN void kn_gs_epilogue_rows_body(const kn_gs_args &a)
+{
+    const int es = kn_esize<D>();
+    for (long long r = kn_tid(); r < a.rows; r += kn_nthreads()) {
+        kn_gs_m x[C];
+#pragma unroll
+        for (int i = 0; i < C; i++) x[i] = 0;
+        kn_gs_row_load<D, V, C>(a, a.out + r * a.row * es, x);
+        kn_gs_row_epilogue<D, C>(a, x);
+        kn_gs_row_store<D, V, C>(a, a.out + r * a.row * es, x);
     }
 }
 
@@ -249,11 +428,58 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_atomic(kn_gs_args
     }
 }
 
+/* the row ops' register rows: up to 16 elements, else up to 64 (the most
+ * KN_GATHER_SCATTER_ROW_MAX lets the pass absorb) */
+#define KN_GS_ROWS_SMALL 16
+#define KN_GS_ROWS_MAX 64
+
+/* Kernels of their own for the row ops, so their register rows do not
+ * raise the plain kernels' register count (occupancy hides the gathers'
+ * latency). */
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
         if (a.vec == KN_GS_VEC) kn_gs_segment_body<KN_DT, KN_GS_VEC>(a);
         else kn_gs_segment_body<KN_DT, 1>(a);
+    }
+}
+
+/* segments with a row op: a thread per row (rows threads) */
+extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment_rows(kn_gs_args a)
+{
+    if constexpr (kn_isfloat<KN_DT>()) {
+        bool small = a.row <= KN_GS_ROWS_SMALL;
+        if (a.vec == KN_GS_VEC) {
+            if (small) kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_MAX>(a);
+        } else {
+            if (small) kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_MAX>(a);
+        }
+    }
+}
+
+/* the activations after atomics (rows * nvec threads) */
+extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue(kn_gs_args a)
+{
+    if constexpr (kn_isfloat<KN_DT>()) {
+        if (a.vec == KN_GS_VEC) kn_gs_epilogue_body<KN_DT, KN_GS_VEC>(a);
+        else kn_gs_epilogue_body<KN_DT, 1>(a);
+    }
+}
+
+/* the activations and the row op after atomics (rows threads) */
+extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue_rows(kn_gs_args a)
+{
+    if constexpr (kn_isfloat<KN_DT>()) {
+        bool small = a.row <= KN_GS_ROWS_SMALL;
+        if (a.vec == KN_GS_VEC) {
+            if (small) kn_gs_epilogue_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_epilogue_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_MAX>(a);
+        } else {
+            if (small) kn_gs_epilogue_rows_body<KN_DT, 1, KN_GS_ROWS_SMALL>(a);
+            else kn_gs_epilogue_rows_body<KN_DT, 1, KN_GS_ROWS_MAX>(a);
+        }
     }
 }
 
