@@ -33,7 +33,6 @@ typedef enum kn_tkernel {
     KN_TK_GS_SCAN,
     KN_TK_GS_FILL,
     KN_TK_GS_ORDER,
-    KN_TK_GS_SEGMENT_ROWS,
     KN_TK_GS_EPILOGUE,
     KN_TK_GS_EPILOGUE_ROWS,
     KN_TK_COPY, /* KN_TK_COPY + d: the copy into dtype d */

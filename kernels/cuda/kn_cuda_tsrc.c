@@ -38,7 +38,6 @@ static const char *const kernel_names[KN_TK_COUNT] = {
     [KN_TK_GS_SCAN] = "kn_gs_scan",
     [KN_TK_GS_FILL] = "kn_gs_fill",
     [KN_TK_GS_ORDER] = "kn_gs_order",
-    [KN_TK_GS_SEGMENT_ROWS] = "kn_gs_segment_rows",
     [KN_TK_GS_EPILOGUE] = "kn_gs_epilogue",
     [KN_TK_GS_EPILOGUE_ROWS] = "kn_gs_epilogue_rows",
     [KN_TK_COPY + KN_F32] = "kn_copy_f32",

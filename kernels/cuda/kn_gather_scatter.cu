@@ -22,9 +22,10 @@
  * absorbed) runs on each finished sum before the store, each op in the math
  * type and rounded to the dtype as the eager op stores it, with the eager
  * kernels' formulas (kn_ops.def's, the generated row kernel's softmax).
- * Segments apply it in the kernel; with a row op a thread takes a whole row
- * (at most 64 elements, in registers: kn_gs_segment_rows). Atomics cannot
- * (the sums finish only when every edge has added), so the host launches
+ * Segments apply the activations in the kernel, and a row op in a second
+ * launch over the finished rows (kn_gs_epilogue_rows: a thread per row, at
+ * most 64 elements in registers). Atomics cannot apply any (the sums
+ * finish only when every edge has added), so the host launches
  * kn_gs_epilogue (or kn_gs_epilogue_rows) over the output after them.
  *
  * Indices are 1-based and clamped into range (the host checks them first,
@@ -249,6 +250,7 @@ template <int D> KN_FN kn_gs_m kn_gs_act(int op, kn_gs_m a)
     else if (op == KN_GS_GELU) {
         kn_gs_m x = a * (kn_gs_m)0.70710678118654752440;
         if constexpr (D == KN_DT_F64) r = (kn_gs_m)0.5 * a * (1 + erf(x));
+        else if constexpr (D == KN_DT_BF16 || D == KN_DT_F16) r = kn_gelu_half(a); /* as the generated GELU */
         else r = (kn_gs_m)0.5 * a * (1 + erff(x));
     } else if (op == KN_GS_SILU) r = a / (1 + kn_gs_exp<D>(-a));
     else if (op == KN_GS_SIGMOID) r = 1 / (1 + kn_gs_exp<D>(-a));
@@ -361,35 +363,6 @@ template <int D, int V> KN_FN void kn_gs_segment_body(const kn_gs_args &a)
     }
 }
 
-/* segments with a row op: a thread per row, the whole row (at most C
- * elements) summed in registers, then the epilogue, then one store */
-template <int D, int V, int C> KN_FN void kn_gs_segment_rows_body(const kn_gs_args &a)
-{
-    const int es = kn_esize<D>();
-    for (long long r = kn_tid(); r < a.rows; r += kn_nthreads()) {
-        kn_gs_m acc[C];
-#pragma unroll
-        for (int i = 0; i < C; i++) acc[i] = 0;
-        if (a.base) kn_gs_row_load<D, V, C>(a, a.base + r * a.base_st * es, acc);
-        int k1 = a.start[r + 1];
-        for (int k = a.start[r]; k < k1; k++) {
-            long long e = a.perm[k]; /* the edge's source row and weight once, for every column */
-            long long s = kn_index_clamped(a.src, a.src64, e * a.src_st, a.hrows);
-            kn_gs_m wv = a.w ? kn_gs_ld<D>(a.w + e * a.w_st * es) : (kn_gs_m)1;
-#pragma unroll
-            for (int j = 0; j < C / V; j++)
-                if (j < a.nvec) {
-                    kn_gs_m m[V];
-                    kn_gs_scaled<D, V>(a, s, wv, (long long)j * V, m);
-#pragma unroll
-                    for (int i = 0; i < V; i++) acc[j * V + i] = kn_gs_add<D>(acc[j * V + i], m[i]);
-                }
-        }
-        kn_gs_row_epilogue<D, C>(a, acc);
-        kn_gs_row_store<D, V, C>(a, a.out + r * a.row * es, acc);
-    }
-}
-
 /* after atomics: the epilogue over the finished output, in place; a thread
  * per vector of columns, or per row with a row op */
 template <int D, int V> KN_FN void kn_gs_epilogue_body(const kn_gs_args &a)
@@ -433,29 +406,14 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_atomic(kn_gs_args
 #define KN_GS_ROWS_SMALL 16
 #define KN_GS_ROWS_MAX 64
 
-/* Kernels of their own for the row ops, so their register rows do not
- * raise the plain kernels' register count (occupancy hides the gathers'
- * latency). */
+/* The row ops run in kernels of their own (kn_gs_epilogue_rows), so their
+ * register rows do not raise this kernel's register count (occupancy hides
+ * the gathers' latency). */
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
         if (a.vec == KN_GS_VEC) kn_gs_segment_body<KN_DT, KN_GS_VEC>(a);
         else kn_gs_segment_body<KN_DT, 1>(a);
-    }
-}
-
-/* segments with a row op: a thread per row (rows threads) */
-extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment_rows(kn_gs_args a)
-{
-    if constexpr (kn_isfloat<KN_DT>()) {
-        bool small = a.row <= KN_GS_ROWS_SMALL;
-        if (a.vec == KN_GS_VEC) {
-            if (small) kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_SMALL>(a);
-            else kn_gs_segment_rows_body<KN_DT, KN_GS_VEC, KN_GS_ROWS_MAX>(a);
-        } else {
-            if (small) kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_SMALL>(a);
-            else kn_gs_segment_rows_body<KN_DT, 1, KN_GS_ROWS_MAX>(a);
-        }
     }
 }
 
