@@ -21,6 +21,7 @@ int main(void)
 
 #include "cuda/kn_cuda_attention.h"
 #include "cuda/kn_cuda_internal.h"
+#include "cuda/kn_cuda_linalg.h"
 #include "cuda/kn_cuda_nvrtc.h"
 #include "cuda/kn_cuda_ops.h"
 
@@ -133,17 +134,13 @@ int main(void)
         free(log);
         free(src);
     }
-    /* kn_linalg.cu (kn_cuda_blas.c, kn_cuda_dnn.c) builds a module of its own */
-    const char *la = kn_cuda_template("kn_linalg");
-    if (la) {
-        static const char head[] = "#define KN_LA_STANDALONE 1\n";
-        char *src = malloc(sizeof head + strlen(la)), *img = NULL, *log = NULL;
+    /* kn_linalg.cu (kn_cuda_blas.c, kn_cuda_dnn.c) builds a module of its
+     * own, its argument structs (kn_cuda_la_args.h) put before it */
+    {
+        char *src = NULL, *img = NULL, *log = NULL;
         size_t n = 0;
-        if (src) {
-            memcpy(src, head, sizeof head - 1);
-            strcpy(src + sizeof head - 1, la);
-        }
-        kn_status st = src ? kn_nvrtc_compile(src, "sm_90", &img, &n, &log) : KN_ERR_OOM;
+        kn_status st = kn_cuda_linalg_source(&src);
+        if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
         if (!ok(st == KN_OK, "kn_linalg.cu compiles for sm_90 as its own module"))
             printf("# %s\n", kn_last_error());
         free(img);

@@ -72,6 +72,25 @@ kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
     return KN_OK;
 }
 
+kn_status kn_cuda_linalg_source(char **src)
+{
+    static const char head[] = "#define KN_LA_STANDALONE 1\n";
+    const char *args = kn_cuda_template("kn_cuda_la_args.h"), *tpl = kn_cuda_template("kn_linalg");
+    *src = NULL;
+    if (!args || !tpl)
+        return kn_error(KN_ERR_UNSUPPORTED, "kernels/cuda/%s is not embedded in this build",
+                        !args ? "kn_cuda_la_args.h" : "kn_linalg.cu");
+    size_t na = strlen(args), nt = strlen(tpl);
+    char *s = malloc(sizeof head + na + 1 + nt);
+    if (!s) return kn_error(KN_ERR_OOM, "out of memory for kn_linalg.cu's source");
+    memcpy(s, head, sizeof head - 1);
+    memcpy(s + sizeof head - 1, args, na);
+    s[sizeof head - 1 + na] = '\n';
+    memcpy(s + sizeof head + na, tpl, nt + 1);
+    *src = s;
+    return KN_OK;
+}
+
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
 {
     /* process-wide, like the module cache: kernel handles serve every GPU */
@@ -86,17 +105,10 @@ kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
             return KN_OK;
         }
     if (!mod) {
-        static const char head[] = "#define KN_LA_STANDALONE 1\n";
-        const char *tpl = kn_cuda_template("kn_linalg");
-        if (!tpl)
-            return kn_error(KN_ERR_UNSUPPORTED,
-                            "%s: kernels/cuda/kn_linalg.cu is not embedded in this build", name);
-        size_t n = strlen(tpl);
-        char *src = malloc(sizeof head + n);
-        if (!src) return kn_error(KN_ERR_OOM, "%s: out of memory for the kernel source", name);
-        memcpy(src, head, sizeof head - 1);
-        memcpy(src + sizeof head - 1, tpl, n + 1);
-        kn_status st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
+        char *src = NULL;
+        kn_status st = kn_cuda_linalg_source(&src);
+        if (st != KN_OK) return kn_error(st, "%s: %s", name, kn_last_error());
+        st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
         free(src);
         KN_TRY(st);
     }

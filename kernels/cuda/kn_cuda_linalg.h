@@ -1,65 +1,19 @@
 /* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share: the
  * argument structs of kiln's own kernels in kn_linalg.cu (the fallback for
- * cases cuBLASLt or cuDNN refuse, or when a library is missing) and the
- * helpers that launch them. The structs must stay field for field the same
- * as those in kn_linalg.cu: the kernel reads them by value.
+ * cases cuBLASLt or cuDNN refuse, or when a library is missing; the structs
+ * themselves are in kn_cuda_la_args.h, which the device code shares) and
+ * the helpers that launch them.
  */
 #ifndef KN_CUDA_LINALG_H
 #define KN_CUDA_LINALG_H
 
 #include "kn_cuda_internal.h"
 
-#define KN_LA_MAX_BATCH 6 /* KN_MAX_DIMS minus the two matrix dims */
+#include "kn_cuda_la_args.h"
 
-typedef struct kn_la_matmul_args {
-    const char *a, *b; /* element 0 of each operand's view */
-    char *out;         /* contiguous [batch..., m, n] */
-    long long m, n, k, nbatch;
-    long long a_rs, a_cs, b_rs, b_cs; /* matrix strides, elements */
-    long long bsize[KN_LA_MAX_BATCH], a_bs[KN_LA_MAX_BATCH], b_bs[KN_LA_MAX_BATCH];
-    int nbat, a_dt, b_dt, o_dt; /* dtype codes: kn_dtype values */
-} kn_la_matmul_args;
-
-typedef struct kn_la_conv_args {
-    const char *x, *w, *bias; /* bias may be NULL */
-    char *y;                  /* [n, k, p, q] through ys */
-    long long n, c, h, wd, k, r, s, p, q;
-    long long xs[4], ws[4], ys[4], bias_s;
-    int sh, sw, ph, pw, dh, dw, groups;
-    int x_dt, w_dt, b_dt, y_dt, pad_;
-} kn_la_conv_args;
-
-typedef struct kn_la_bias_args {
-    char *y;          /* contiguous, updated in place */
-    const char *bias; /* may be NULL (activation only) */
-    long long total, inner, channels, bias_s;
-    int y_dt, b_dt, act, pad_;
-} kn_la_bias_args;
-
-/* x [n, c, h, w] (any strides) as y [n, h, w, cp] contiguous, channels
- * c..cp zero: a channels-last convolution's input, padded for cuDNN. */
-typedef struct kn_la_nhwc_args {
-    const char *x;
-    char *y;
-    long long n, c, h, w, cp;
-    long long xs[4];
-    int esize, pad_;
-} kn_la_nhwc_args;
-
-/* A channels-last conv with few taps per output channel (a stem: image
- * channels times the kernel window, at most KN_LA_STEM_TAPS): x [n, c, h, w]
- * through any strides (NCHW), w {k, r, s, cw} contiguous (channels past c
- * ignored), y [n, p, q, k] contiguous; bias and ReLU fused. vec: y's
- * channel rows may be stored 16 bytes at a time. */
-#define KN_LA_STEM_TAPS 64
-typedef struct kn_la_stem_args {
-    const char *x, *w, *bias;
-    char *y;
-    long long n, c, h, wd, k, r, s, p, q, cw;
-    long long xs[4], bias_s;
-    int sh, sw, ph, pw, dh, dw;
-    int dt, b_dt, act, vec;
-} kn_la_stem_args;
+/* kn_linalg.cu's module source: KN_LA_STANDALONE, the argument structs
+ * (kn_cuda_la_args.h), then the kernels; caller frees *src. */
+kn_status kn_cuda_linalg_source(char **src);
 
 /* A kernel of kn_linalg.cu by name (compiled once, then cached). */
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn);

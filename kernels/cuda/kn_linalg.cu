@@ -9,64 +9,13 @@
 // No CUDA headers: the program is compiled without include paths, so bf16
 // and f16 are handled as raw 16-bit words.
 //
-// Each kernel takes one struct by value; kernels/cuda/kn_cuda_linalg.h
-// declares the same structs for the C side, field for field.
+// Each kernel takes one struct by value: kernels/cuda/kn_cuda_la_args.h,
+// which the host includes and kn_cuda_linalg_source puts before this file.
 //
 // The build concatenates every kernels/cuda/*.cu into the template modules
 // of kn_cuda_ops.c too; this file is wanted only in its own module, which
 // kn_cuda_blas.c compiles with KN_LA_STANDALONE defined.
 #ifdef KN_LA_STANDALONE
-
-#define KN_LA_MAX_BATCH 6
-
-// dtype codes: kiln's kn_dtype values
-#define KN_LA_F32 0
-#define KN_LA_F64 1
-#define KN_LA_BF16 2
-#define KN_LA_F16 3
-
-typedef struct kn_la_matmul_args {
-    const char *a, *b;
-    char *out;
-    long long m, n, k, nbatch;
-    long long a_rs, a_cs, b_rs, b_cs;
-    long long bsize[KN_LA_MAX_BATCH], a_bs[KN_LA_MAX_BATCH], b_bs[KN_LA_MAX_BATCH];
-    int nbat, a_dt, b_dt, o_dt;
-} kn_la_matmul_args;
-
-typedef struct kn_la_conv_args {
-    const char *x, *w, *bias;
-    char *y;
-    long long n, c, h, wd, k, r, s, p, q;
-    long long xs[4], ws[4], ys[4], bias_s;
-    int sh, sw, ph, pw, dh, dw, groups;
-    int x_dt, w_dt, b_dt, y_dt, pad_;
-} kn_la_conv_args;
-
-typedef struct kn_la_bias_args {
-    char *y;
-    const char *bias;
-    long long total, inner, channels, bias_s;
-    int y_dt, b_dt, act, pad_;
-} kn_la_bias_args;
-
-typedef struct kn_la_nhwc_args {
-    const char *x;
-    char *y;
-    long long n, c, h, w, cp;
-    long long xs[4];
-    int esize, pad_;
-} kn_la_nhwc_args;
-
-#define KN_LA_STEM_TAPS 64
-typedef struct kn_la_stem_args {
-    const char *x, *w, *bias;
-    char *y;
-    long long n, c, h, wd, k, r, s, p, q, cw;
-    long long xs[4], bias_s;
-    int sh, sw, ph, pw, dh, dw;
-    int dt, b_dt, act, vec;
-} kn_la_stem_args;
 
 __device__ __forceinline__ float kn_la_bf16_ld(unsigned short h)
 {
