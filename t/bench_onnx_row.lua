@@ -27,12 +27,7 @@ kiln.save_safetensors(ref .. "/transformer_block_onnx-f32.io.safetensors", { inp
 local mb = kiln.load("samples/transformer_block.lua", { quiet = true }).model:to("bf16")
 kiln.save_safetensors(ref .. "/transformer_block_onnx-bf16.io.safetensors", { input = x, output = mb(x:to("bf16")) })
 
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local run = T.output
 local function field(line, k) return line:match('"' .. k .. '":"([^"]*)"') or line:match('"' .. k .. '":([-0-9.e]+)') end
 local function bench_row(onnx_dir, mode, dtype)
   local out = run(string.format("KILN_BENCH_DEVICE=cpu KILN_BENCH_ONNX_DIR='%s' REPS=1 CALLS=2 WARMUP=1 %s "

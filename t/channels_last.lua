@@ -19,12 +19,7 @@ local function nextseed()
   return seed
 end
 
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local run = T.output
 
 local function lines_with(text, pat)
   local got = {}

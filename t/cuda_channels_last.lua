@@ -18,12 +18,7 @@ local function nextseed()
   return seed
 end
 
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local run = T.output
 
 local function rel_err(got, want)
   local g, w = got:to("cpu"):to("f64"), want:to("cpu"):to("f64")

@@ -8,18 +8,8 @@ local T = dofile("t/lib/tap.lua")
 
 if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA device") end
 
-local function flat(t)
-  local out = {}
-  local function rec(v)
-    if type(v) == "table" then
-      for _, e in ipairs(v) do rec(e) end
-    else
-      out[#out + 1] = v
-    end
-  end
-  rec(t:to("cpu"):tolist())
-  return out
-end
+-- the elements of a tensor (any device) as a flat Lua list
+local function flat(t) return t:to("cpu"):reshape({ -1 }):tolist() end
 
 local bias_gelu = function(x, b) return (x + b):gelu() end
 

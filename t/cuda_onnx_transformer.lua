@@ -28,16 +28,7 @@ local function relerr(a, b)
   return (r == r) and r or math.huge
 end
 
-local function kernel_lines(cm)
-  local out = {}
-  local ks = cm:kernels()
-  for _, k in ipairs(ks) do
-    out[#out + 1] = string.format("%s %s %s%s", k.name, k.kind, table.concat(k.ops, ","),
-      (k.covers or ""):find("%(causal mask folded%)$") and " causal" or "")
-  end
-  for _, o in ipairs(ks.once or {}) do out[#out + 1] = "once " .. tostring(o.ops) end
-  return table.concat(out, "\n")
-end
+local kernel_lines = dofile("t/lib/kernel_lines.lua")
 
 local P = kiln.load("samples/transformer_block.lua", { quiet = true }).model:state_dict()
 local TOL = { f32 = 1e-5, bf16 = 2e-2 }

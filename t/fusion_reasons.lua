@@ -27,12 +27,7 @@ local function read(path)
   return s
 end
 
-local function run(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local run = T.output
 
 local function unescape(s)
   local named = { amp = "&", lt = "<", gt = ">", quot = '"', apos = "'" }

@@ -40,18 +40,7 @@ end
 local x = kiln.randn({ B, T_, 512 }, { seed = 1717 }) -- not the sample's input
 local y_ref = ref_model(x:to("f64"))
 
--- "k3_attention_f32_2x8x16x64 library scaled_dot_product_attention causal":
--- one line per kernel, then what the plan computes once at its build
-local function kernel_lines(cm)
-  local out = {}
-  local ks = cm:kernels()
-  for _, k in ipairs(ks) do
-    out[#out + 1] = string.format("%s %s %s%s", k.name, k.kind, table.concat(k.ops, ","),
-      (k.covers or ""):find("%(causal mask folded%)$") and " causal" or "")
-  end
-  for _, o in ipairs(ks.once or {}) do out[#out + 1] = "once " .. tostring(o.ops) end
-  return table.concat(out, "\n")
-end
+local kernel_lines = dofile("t/lib/kernel_lines.lua")
 
 local cm_lua = kiln.compile(lua_model)
 local y_lua = cm_lua(x)

@@ -80,6 +80,14 @@ function T.cpu_only(file)
   os.exit(ok and 0 or (code or 1))
 end
 
+-- What a shell command writes, stdout and stderr together.
+function T.output(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
 function T.diag(msg) io.write((tostring(msg):gsub("[^\n]+", "# %0")) .. "\n") end
 
 function T.done()
