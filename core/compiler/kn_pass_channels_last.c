@@ -240,15 +240,7 @@ static kn_status convert_conv(cl_ctx *c, int i)
 
 static bool elementwise(const kn_node *n)
 {
-    if (n->op >= KN_OP_COUNT || n->n_out != 1) return false;
-    switch (kn_op_kind_of((kn_op)n->op)) {
-    case KN_K_UNARY:
-    case KN_K_BINARY:
-    case KN_K_COMPARE:
-    case KN_K_TERNARY:
-    case KN_K_MASKED: return true;
-    default: return false;
-    }
+    return n->n_out == 1 && kn_op_is_elementwise((kn_op)n->op);
 }
 
 /* Elementwise node i reads one of this pass's views: run it on the NHWC

@@ -27,18 +27,6 @@
 
 /* ---- fold_constants ---- */
 
-static bool foldable_kind(kn_op op)
-{
-    switch (kn_op_kind_of(op)) {
-    case KN_K_UNARY:
-    case KN_K_BINARY:
-    case KN_K_COMPARE:
-    case KN_K_TERNARY:
-    case KN_K_MASKED: return true;
-    default: return false;
-    }
-}
-
 /* Evaluate node n (all inputs CONST) on 0-dim CPU tensors. */
 static kn_status eval_const_op(const kn_graph *g, const kn_node *n, double *value)
 {
@@ -70,7 +58,7 @@ kn_status kn_pass_fold_constants(kn_pass_ctx *x)
     kn_graph *g = x->g;
     for (int i = 0; i < g->n_nodes; i++) {
         kn_node *n = &g->nodes[i];
-        if ((unsigned)n->op >= KN_OP_COUNT || !foldable_kind((kn_op)n->op) || n->n_in < 1) continue;
+        if (!kn_op_is_elementwise((kn_op)n->op) || n->n_in < 1) continue;
         if (n->n_out != 1 || n->out[0].ndim != 0) continue;
         bool all_const = true;
         for (int k = 0; k < n->n_in; k++)

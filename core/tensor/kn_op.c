@@ -31,6 +31,19 @@ kn_op_kind kn_op_kind_of(kn_op op)
     return (unsigned)op < KN_OP_COUNT ? kn_op_table[op].kind : KN_K_CREATE;
 }
 
+bool kn_op_is_elementwise(kn_op op)
+{
+    if ((unsigned)op >= KN_OP_COUNT) return false;
+    switch (kn_op_kind_of(op)) {
+    case KN_K_UNARY:
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY:
+    case KN_K_MASKED: return true;
+    default: return false;
+    }
+}
+
 int kn_op_arity(kn_op op)
 {
     return (unsigned)op < KN_OP_COUNT ? kn_op_table[op].arity : 0;

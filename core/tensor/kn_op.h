@@ -43,6 +43,10 @@ typedef enum kn_op {
 
 const char *kn_op_name(kn_op op);
 kn_op_kind kn_op_kind_of(kn_op op);
+/* Whether op works element by element on broadcast operands (unary,
+ * binary, compare, ternary, masked): what passes may fold, sink or fuse as
+ * a pointwise step. False for an op outside the table. */
+bool kn_op_is_elementwise(kn_op op);
 int kn_op_arity(kn_op op); /* -1: variadic */
 /* Look an op up by name; returns KN_OP_COUNT if there is none. */
 kn_op kn_op_by_name(const char *name);
