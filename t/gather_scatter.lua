@@ -279,19 +279,7 @@ end)
 run("matched", function(h, src, dst, w) return kiln.zeros({N, F}):index_add(1, dst, h:index_select(1, src) * w) end)
 ]])
   f:close()
-  local p = io.popen("KILN_LOGS=fusion " .. KILN .. " " .. script .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  local by_case, cur = {}, nil
-  for line in out:gmatch("[^\n]+") do
-    local name = line:match("^CASE (.*)$")
-    if name then
-      cur = name
-      by_case[cur] = ""
-    elseif cur then
-      by_case[cur] = by_case[cur] .. line .. "\n"
-    end
-  end
+  local by_case = T.sections(T.output("KILN_LOGS=fusion " .. KILN .. " " .. script), "^CASE (.*)$")
   local function L(n) return script:gsub("%p", "%%%0") .. ":" .. n end
   local expect = {
     { "used elsewhere", "gather_scatter not matched at index_add %(" .. L(8) .. "%): the messages mul %(" .. L(7) .. "%) are used elsewhere too" },

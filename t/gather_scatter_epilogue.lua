@@ -279,9 +279,7 @@ do
     "gcn: cm:kernels() covers name the relu and its line")
   T.like(covers[2] or "", ", index_add :%d+, log_softmax :%d+ %(zero fill folded%)$",
     "gcn: cm:kernels() covers name the log_softmax and its line")
-  local p = io.popen("KILN_LOGS=fusion,passes " .. KILN .. [[ -e 'local S = assert(loadfile("samples/gcn.lua"))({small = true}); kiln.compile(S.model)(S.inputs()[1])' 2>&1]])
-  local out = p:read("a")
-  p:close()
+  local out = T.output("KILN_LOGS=fusion,passes " .. KILN .. [[ -e 'local S = assert(loadfile("samples/gcn.lua"))({small = true}); kiln.compile(S.model)(S.inputs()[1])']])
   T.like(out, "%[passes%] after gather_scatter:.-\n +%d+ +gather_scatter%+relu +%(", "KILN_LOGS=passes: the node is gather_scatter+relu")
   T.like(out, "%[passes%] after gather_scatter:.-\n +%d+ +gather_scatter%+log_softmax +%(", "KILN_LOGS=passes: and gather_scatter+log_softmax")
   T.like(out, "k%d+_gather_scatter_relu_f32_200x16 %-> k%d+_matmul_f32_200x7: gather_scatter%+relu %(samples/gcn%.lua:%d+%) is a library call",
@@ -314,19 +312,7 @@ run("not an activation", function(h) return prop(h):exp() end)
 run("after the row op", function(h) return prop(h):log_softmax(-1):exp() end)
 ]])
   f:close()
-  local p = io.popen("KILN_LOGS=fusion " .. KILN .. " " .. script .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  local by_case, cur = {}, nil
-  for line in out:gmatch("[^\n]+") do
-    local name = line:match("^CASE (.*)$")
-    if name then
-      cur = name
-      by_case[cur] = ""
-    elseif cur then
-      by_case[cur] = by_case[cur] .. line .. "\n"
-    end
-  end
+  local by_case = T.sections(T.output("KILN_LOGS=fusion " .. KILN .. " " .. script), "^CASE (.*)$")
   local function L(n) return script:gsub("%p", "%%%0") .. ":" .. n end
   local head = "not fused into the gather_scatter at index_add %(" .. L(4) .. "%): "
   local expect = {

@@ -88,6 +88,23 @@ function T.output(cmd)
   return out
 end
 
+-- text split into sections at the lines matching `pattern`, whose one
+-- capture names the section: {name = the lines after it, each with "\n"}
+-- (lines before the first such line are dropped).
+function T.sections(text, pattern)
+  local by_name, cur = {}, nil
+  for line in text:gmatch("[^\n]+") do
+    local name = line:match(pattern)
+    if name then
+      cur = name
+      by_name[cur] = ""
+    elseif cur then
+      by_name[cur] = by_name[cur] .. line .. "\n"
+    end
+  end
+  return by_name
+end
+
 function T.diag(msg) io.write((tostring(msg):gsub("[^\n]+", "# %0")) .. "\n") end
 
 function T.done()
