@@ -327,16 +327,9 @@ run("no transpose", function(q, k, v) return (q:matmul(k:reshape({2, 2, 8, Tn}))
 run("shapes", function(q, k, v) return (q:matmul(k:slice(1, 1, 1):transpose(-2, -1)) * 0.5):softmax(-1):matmul(v) end)
 ]]))
   f:close()
-  local p = io.popen("KILN_LOGS=fusion " .. KILN .. " " .. script .. " 2>&1")
-  local out = p:read("a")
-  p:close()
+  local out = T.output("KILN_LOGS=fusion " .. KILN .. " " .. script)
   local base = script:match("[^/]+$")
-  local by_case = {}
-  local cur
-  for line in out:gmatch("[^\n]+") do
-    local name = line:match("^CASE (.*)$")
-    if name then cur = name; by_case[cur] = "" elseif cur then by_case[cur] = by_case[cur] .. line .. "\n" end
-  end
+  local by_case = T.sections(out, "^CASE (.*)$")
   local function L(n) return script:gsub("%p", "%%%0") .. ":" .. n end
   local expect = {
     { "dim", "attention not matched at softmax %(" .. L(6) .. "%): the softmax is over dim 3, not the last %(4%)" },
