@@ -337,6 +337,29 @@ bad:write((ctext:gsub("\nclock = events\n", "\nclock = trace\n")))
 bad:close()
 local o4 = child(code, env)
 T.ok(o4:find("cached=false", 1, true) and o4:find("measuring", 1, true), "a file timed with another clock is measured again")
+-- a file whose points were measured the old way (each small working set
+-- raised to the larger ones' figure) or before the way was recorded
+cf = io.open(fname, "r")
+ctext = cf and cf:read("a") or ""
+if cf then cf:close() end
+T.like(ctext, "\nruler = 2\n", "the file names how its points were measured")
+for _, old in ipairs({ "\nruler = 1\n", "\n" }) do
+  bad = io.open(fname, "w")
+  bad:write((ctext:gsub("\nruler = 2\n", old)))
+  bad:close()
+  local o5 = child(code, env)
+  T.ok(o5:find("cached=false", 1, true) and o5:find("measuring", 1, true),
+    "a file with " .. (old == "\n" and "no ruler" or "ruler 1") .. " is measured again")
+end
+-- the points: one working set each, the bytes of one pass (3 x the add's
+-- buffer; the copy moves as much), smallest first, as measured
+local cur = kiln.ceilings({ device = "cpu" })
+local steps_ok = #cur.bandwidth >= 3
+for i = 2, #cur.bandwidth do
+  if cur.bandwidth[i].bytes ~= 4 * cur.bandwidth[i - 1].bytes then steps_ok = false end
+end
+T.ok(steps_ok and cur.bandwidth[1].bytes == 3 * 64 * 1024,
+  "the CPU's points: 3 x 64 KiB and up in steps of 4")
 
 -- ---------------------------------------------------------------------------
 -- :time on the loaded model

@@ -113,6 +113,11 @@ local function device_label(dev)
   return dev
 end
 
+-- The way the ceilings' points are measured, recorded in the file. 2: each
+-- point one pass of a copy or an add moving the same bytes, as measured
+-- (1 also raised a small working set's point to any larger one's).
+local RULER = "2"
+
 local function cache_path(dev, label)
   local dir = kiln.config and kiln.config.cache_dir or "."
   local slug = (dev .. "-" .. label):gsub("[^%w%-]+", "_"):gsub("_+$", "")
@@ -133,6 +138,8 @@ local function read_ceilings(path, label, clock)
   -- ceilings are timed with the clock kernels are timed with: a file
   -- measured with another one (or before the clock was recorded) is stale
   if c.clock ~= clock then return nil end
+  -- how the points were measured (RULER); a file from an older way is stale
+  if c.ruler ~= RULER then return nil end
   -- bandwidth by working set ("bytes:gbps ..."); a file from before it had
   -- none (and one DRAM figure that cached kernels beat): measured again
   local bw = {}
@@ -212,8 +219,10 @@ function kiln.ceilings(opts)
       "# bandwidth by working set, bytes:GB/s (a kernel's data that fits in a cache moves faster)\n" ..
       "bandwidth = %s\n" ..
       "# what timed each copy and kernel: trace (exact device times, CUPTI) or events\n" ..
-      "clock = %s\n",
-      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "), clock)
+      "clock = %s\n" ..
+      "# how the points were measured (each one pass moving those bytes, as measured)\n" ..
+      "ruler = %s\n",
+      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "), clock, RULER)
     local ok, err = P.write_file(path, text)
     if not ok then io.stderr:write("kiln: could not cache the roofline: ", tostring(err), "\n") end
   end
