@@ -23,7 +23,7 @@
 #include "tap.h"
 
 #define GOLDEN "t/golden/kir_sources.txt"
-#define N_KERNELS 4
+#define N_KERNELS 5
 
 static int add(kn_kernel *k, kn_kexpr e)
 {
@@ -117,6 +117,18 @@ static void build(kn_kernel ks[N_KERNELS])
     int mean = op(k, KN_OP_MUL, acc(k, 0, KN_F16), cst(k, 1.0 / 200, KN_F16), -1, KN_F16);
     store(k, o, op(k, KN_OP_MUL, op(k, KN_OP_SUB, lx, mean, -1, KN_F16), ld(k, w), -1, KN_F16), false);
     store(k, mean_out, mean, true);
+
+    k = &ks[4]; /* (x - mean) * w + b over rows of 512, f32: a layer norm's shape */
+    init(k, "k4_norm", KN_KERNEL_ROW, 6, 512);
+    x = arg(k, KN_F32, false, 512, 1);
+    w = arg(k, KN_F32, false, 0, 1);
+    int bias = arg(k, KN_F32, false, 0, 1);
+    o = arg(k, KN_F32, true, 512, 1);
+    lx = ld(k, x);
+    k->stages[k->n_stages++] = (kn_kstage){.op = KN_OP_SUM, .expr = lx};
+    mean = op(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / 512, KN_F32), -1, KN_F32);
+    int scaled = op(k, KN_OP_MUL, op(k, KN_OP_SUB, lx, mean, -1, KN_F32), ld(k, w), -1, KN_F32);
+    store(k, o, op(k, KN_OP_ADD, scaled, ld(k, bias), -1, KN_F32), false);
 }
 
 /* Every knob each target reads, in a few settings (the other target's
@@ -236,12 +248,15 @@ static void test_fields_are_read(kn_kernel ks[N_KERNELS])
  * path is taken only where the row moves in whole aligned vectors (its
  * guard tests the alignment), it has no element-by-element copy of the row
  * (a misaligned row reads memory in the loop after it: that copy had cost
- * ~50 registers), an input only the stores read (the weight of ks[3]) is
- * loaded after the reductions, and a row kept in <= 64 bytes a thread asks
+ * ~50 registers), an input only the stores read (the weight of ks[3], 16
+ * bytes a thread beside its row's 16) loads with the row where the row's
+ * registers have room for it, and after the reductions, one vector group
+ * ahead of the stores, where they do not (ks[4]'s weight and bias, 128
+ * bytes beside its row's 64), and a row kept in <= 64 bytes a thread asks
  * ptxas for 64 registers (1024 threads an SM). */
 static void test_cuda_rows_in_registers(kn_kernel ks[N_KERNELS])
 {
-    for (int j = 2; j < 4; j++) {
+    for (int j = 2; j < 5; j++) {
         kn_kconfig_parse("default", &ks[j].cfg);
         char *src = NULL;
         if (!ok(kn_kernel_render(&ks[j], KN_TARGET_CUDA, &src) == KN_OK, "%s renders", ks[j].name)) continue;
@@ -262,11 +277,20 @@ static void test_cuda_rows_in_registers(kn_kernel ks[N_KERNELS])
         ok(strstr(src, "const bool kv") == NULL, "%s: no run-time choice inside the register path", ks[j].name);
         ok(strstr(src, "__launch_bounds__(256, 4)") != NULL, "%s: rows of 12 f32 / 8 f16 a lane ask for 64 registers",
            ks[j].name);
+        const char *reduced = strstr(src, "const float acc0 =");
         if (j == 3) {
-            const char *last_reduction = strstr(src, "const float acc0 =");
             const char *weight = strstr(src, "c1[g] = *(const v1_t *)");
-            ok(last_reduction && weight && weight > last_reduction,
-               "%s: the weight, read only by the stores, loads after the reduction", ks[j].name);
+            ok(reduced && weight && weight < reduced,
+               "%s: the weight, read only by the stores, loads with the row (its registers have room)", ks[j].name);
+        }
+        if (j == 4) {
+            const char *first = reduced ? strstr(reduced, "c1[0] = *(const v1_t *)") : NULL;
+            const char *ahead = first ? strstr(first, "c1[g + 1] = *(const v1_t *)") : NULL;
+            const char *bias_ahead = ahead ? strstr(ahead, "c2[g + 1] = *(const v2_t *)") : NULL;
+            const char *store = ahead ? strstr(ahead, "kn_st16(&p3[") : NULL;
+            ok(reduced && !strstr(src, "c1[g] = *(const v1_t *)") && first && ahead && bias_ahead && store &&
+                   bias_ahead < store,
+               "%s: weight and bias load after the reduction, the next group's before a group's stores", ks[j].name);
         }
         free(src);
     }

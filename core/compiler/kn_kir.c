@@ -286,6 +286,20 @@ void kn_kir_put_elem(rctx *r, int j, int upto)
     kn_strbuf_printf(r->s, "]");
 }
 
+/* The store of a whole vector `value` (V elements) of output j at the
+ * loop indices: the target's 16-byte store where it has one and the
+ * vector is 16 bytes, else an assignment through the vector type. */
+void kn_kir_put_vec_store(rctx *r, int j, int V, const char *value)
+{
+    bool wide = r->t->store16 && (size_t)V * kn_dtype_size(r->k->args[j].dtype) == 16;
+    kn_strbuf_printf(r->s, "%*s", r->indent * 4, "");
+    if (wide) kn_strbuf_printf(r->s, "%s(&", r->t->store16);
+    else kn_strbuf_printf(r->s, "*(v%d_t *)&", j);
+    kn_kir_put_elem(r, j, r->k->ndim);
+    if (wide) kn_strbuf_printf(r->s, ", %s);\n", value);
+    else kn_strbuf_printf(r->s, " = %s;\n", value);
+}
+
 /* A load of argument j (at dims < upto) as a value of compute type `to`. */
 static void put_load(rctx *r, int j, int upto, ctype to)
 {

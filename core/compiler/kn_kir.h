@@ -198,6 +198,9 @@ typedef struct kn_render_target {
                                 divisions (a GPU kernel's instruction count) */
     const char *half_gelu;   /* a prelude function computing GELU in f32 for a result
                                 rounded to bf16/f16 (NULL: the op table's erf formula) */
+    const char *store16;     /* a prelude function (pointer, vector) storing a 16-byte
+                                vector in one instruction (NULL: assignment, which the
+                                compiler may split) */
     /* The function's first line: its name k->name, and a signature that
      * takes bufs and sizes as the fields above reach them. */
     void (*signature)(kn_kir_rctx *r);

@@ -59,6 +59,10 @@ void kn_kir_put_unroll(kn_kir_rctx *r);
 /* The text of argument j's element at the loop indices of dims < upto. */
 void kn_kir_put_elem(kn_kir_rctx *r, int j, int upto);
 
+/* The store of a whole vector `value` of output j at the loop indices (a
+ * line of its own). */
+void kn_kir_put_vec_store(kn_kir_rctx *r, int j, int V, const char *value);
+
 /* The stores (and the expressions they need) with per_row == want_per_row
  * (every store outside ROW kernels), indexed by the dims < upto. */
 kn_status kn_kir_render_stores(kn_kir_rctx *r, bool want_per_row, int upto);

@@ -155,9 +155,9 @@ static kn_status cuda_vector_loop(kn_kir_rctx *r, int V, int E, int width)
             kn_kir_line(r, "}");
             for (int j = 0; j < k->n_args; j++)
                 if (k->args[j].strides[L] == 1 && k->args[j].is_output) {
-                    kn_strbuf_printf(r->s, "%*s*(v%d_t *)&", r->indent * 4, "", j);
-                    kn_kir_put_elem(r, j, k->ndim);
-                    kn_strbuf_printf(r->s, " = s%d;\n", j);
+                    char value[24];
+                    snprintf(value, sizeof value, "s%d", j);
+                    kn_kir_put_vec_store(r, j, V, value);
                 }
         }
         r->indent--;
@@ -455,7 +455,10 @@ const kn_render_target kn_cuda_render_target = {
                "KN_FN float kn_gelu_half(float x)\n"
                "{\n"
                "    float z = x * -0.70710678118654752f, az = fabsf(z);\n"
-               "    float t = __fdividef(1.0f, 1.0f + 0.5f * az);\n"
+               /* 1 + az/2 >= 1 (or NaN): never subnormal, so the reciprocal
+                * needs none of __fdividef's four instructions of scaling */
+               "    float t;\n"
+               "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(0.5f, az, 1.0f)));\n"
                "    float p = fmaf(t, 0.17087277f, -0.82215223f);\n"
                "    p = fmaf(t, p, 1.48851587f);\n"
                "    p = fmaf(t, p, -1.13520398f);\n"
@@ -467,6 +470,15 @@ const kn_render_target kn_cuda_render_target = {
                "    p = fmaf(t, p, -1.26551223f);\n"
                "    float r = t * __expf(fmaf(-az, az, p));\n"
                "    return 0.5f * x * (z >= 0.0f ? r : 2.0f - r);\n"
+               "}\n"
+               /* a 16-byte vector in one store: assigned as a struct, the
+                * compiler split a layer norm's first group of bf16 results
+                * into four 4-byte stores */
+               "template <class T> KN_FN void kn_st16(void *p, const T &v)\n"
+               "{\n"
+               "    static_assert(sizeof(T) == 16, \"a 16-byte vector\");\n"
+               "    const uint4 q = *(const uint4 *)&v;\n"
+               "    asm(\"st.global.v4.u32 [%0], {%1, %2, %3, %4};\" : : \"l\"(p), \"r\"(q.x), \"r\"(q.y), \"r\"(q.z), \"r\"(q.w));\n"
                "}\n",
     .bufs = "ka.bufs",
     .sizes = "ka.sizes",
@@ -477,6 +489,7 @@ const kn_render_target kn_cuda_render_target = {
     .f32_row_sum_in_f64 = false,
     .sizes_baked = true,
     .half_gelu = "kn_gelu_half",
+    .store16 = "kn_st16",
     .kept_bytes = 96,
     .signature = cuda_signature,
     .pointwise = cuda_pointwise,
