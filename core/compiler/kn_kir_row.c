@@ -294,82 +294,56 @@ static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *
     return KN_OK;
 }
 
-/* The loads of vector group `g` (an expression) of the arguments in
- * `which` that move in vectors. */
-static void regs_group_loads(rctx *r, const bool *which, const char *g, const char *lo, const char *step)
-{
-    const kn_kernel *k = r->k;
-    int R = k->ndim - 1, V = r->regs_v;
-    kn_kir_line(r, "{");
-    r->indent++;
-    kn_kir_line(r, "const int i%d = (%s + (%s) * %s) * %d;", R, lo, g, step, V);
-    for (int j = 0; j < k->n_args; j++)
-        if (which[j] && row_vec_arg(r, j)) {
-            kn_strbuf_printf(r->s, "%*sc%d[%s] = *(const v%d_t *)&", r->indent * 4, "", j, g, j);
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, ";\n");
-        }
-    r->indent--;
-    kn_kir_line(r, "}");
-}
-
 /* The stores of a row held in vectors, one vector group at a time: the
- * group's V values, then its vector stores. Only one group of the outputs
- * is live at a time, not the whole row's (an f32 layer norm's weight, bias
- * and output rows took 48 more registers). The arguments only the stores
- * read (`late`: a layer norm's weight and bias) load one group ahead: the
- * next group's loads go out before this group's stores, which the
- * compiler may not move them past (it cannot tell that the buffers never
- * overlap), so the row waits for one round trip to memory, not one a
- * group. */
+ * group's vectors of the arguments only the stores read (`late`), its V
+ * values, then its vector stores. Only one group of those arguments and
+ * of the outputs is live at a time, not the whole row's (an f32 layer
+ * norm's weight, bias and output rows took 48 more registers). */
 static kn_status regs_group_stores(rctx *r, const bool *late, const bool *vec_out, const char *lo,
                                    const char *step)
 {
     const kn_kernel *k = r->k;
-    int R = k->ndim - 1, V = r->regs_v, G = r->regs_k / V;
-    bool late_scalar[KN_KIR_MAX_ARGS] = {false}, any_late_vec = false, any_out = false;
-    for (int j = 0; j < k->n_args; j++) {
-        late_scalar[j] = late[j] && !row_vec_arg(r, j);
-        any_late_vec |= late[j] && row_vec_arg(r, j);
-        any_out |= vec_out[j];
-    }
+    int R = k->ndim - 1, V = r->regs_v;
+    bool late_scalar[KN_KIR_MAX_ARGS] = {false};
+    for (int j = 0; j < k->n_args; j++) late_scalar[j] = late[j] && !row_vec_arg(r, j);
     regs_loads(r, late_scalar, lo, step);
-    if (any_late_vec) {
-        kn_kir_line(r, "if (%s * %d < n%d)", lo, V, R);
-        regs_group_loads(r, late, "0", lo, step);
-    }
     if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", G);
+    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
     r->indent++;
     kn_kir_line(r, "if ((%s + g * %s) * %d >= n%d) break;", lo, step, V, R);
-    if (any_late_vec && G > 1) {
-        kn_kir_line(r, "if (g + 1 < %d && (%s + (g + 1) * %s) * %d < n%d)", G, lo, step, V, R);
-        regs_group_loads(r, late, "g + 1", lo, step);
-    }
-    /* the group's values, then its stores */
-    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-    kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
-    r->indent++;
-    kn_kir_line(r, "const int u = g * %d + e;", V);
-    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
-    kn_kir_line(r, "(void)u;");
-    kn_kir_line(r, "(void)i%d;", R);
-    r->in_regs = true;
-    kn_status st = kn_kir_render_stores(r, false, k->ndim);
-    r->in_regs = false;
-    KN_TRY(st);
-    r->indent--;
-    kn_kir_line(r, "}");
-    if (any_out) {
+    for (int pass = 0; pass < 2; pass++) { /* 0: the group's loads, 1: its stores */
+        bool any = false;
+        for (int j = 0; j < k->n_args; j++) any |= pass == 0 ? late[j] && row_vec_arg(r, j) : vec_out[j];
+        if (pass == 1) { /* the group's values first */
+            if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
+            kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+            r->indent++;
+            kn_kir_line(r, "const int u = g * %d + e;", V);
+            kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+            kn_kir_line(r, "(void)u;");
+            kn_kir_line(r, "(void)i%d;", R);
+            r->in_regs = true;
+            kn_status st = kn_kir_render_stores(r, false, k->ndim);
+            r->in_regs = false;
+            KN_TRY(st);
+            r->indent--;
+            kn_kir_line(r, "}");
+        }
+        if (!any) continue;
         kn_kir_line(r, "{");
         r->indent++;
         kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
-        for (int j = 0; j < k->n_args; j++)
-            if (vec_out[j]) {
+        for (int j = 0; j < k->n_args; j++) {
+            if (pass == 0 && late[j] && row_vec_arg(r, j)) {
+                kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
+                kn_kir_put_elem(r, j, k->ndim);
+                kn_strbuf_printf(r->s, ";\n");
+            } else if (pass == 1 && vec_out[j]) {
                 char value[24];
                 snprintf(value, sizeof value, "d%d[g]", j);
                 kn_kir_put_vec_store(r, j, V, value);
             }
+        }
         r->indent--;
         kn_kir_line(r, "}");
     }
@@ -427,12 +401,11 @@ static void row_varying(const kn_kernel *k, bool *varies)
  * cast of a load, or a transcendental (the half types' softmax spent
  * most of its instructions recomputing them). kept[i]: keep i; first[i]:
  * the loop that computes it (stage index; n_stages for the stores). At
- * most budget_bytes a thread of the row's registers: its inputs' (the row's
- * own and more_row_bytes of others loaded with it) and the kept values'
- * (past that, ptxas spills). */
-static void plan_kept(const kn_kernel *k, int regs_k, int budget_bytes, size_t more_row_bytes, bool *kept, int *first)
+ * most budget_bytes a thread of the row's registers: its inputs' and the
+ * kept values' (past that, ptxas spills). */
+static void plan_kept(const kn_kernel *k, int regs_k, int budget_bytes, bool *kept, int *first)
 {
-    size_t row_bytes = (size_t)regs_k * kn_kir_row_early_bytes(k) + more_row_bytes;
+    size_t row_bytes = (size_t)regs_k * kn_kir_row_early_bytes(k);
     bool varies[KN_KIR_MAX_EXPRS];
     row_varying(k, varies);
     for (int i = 0; i < k->n_exprs; i++) first[i] = -1;
@@ -520,22 +493,6 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
             late[j] = cached[j] && !early[j];
             any_late |= late[j];
         }
-        /* The arguments only the stores read load with the row where the
-         * registers allow (a bf16 layer norm's weight and bias: 64 bytes a
-         * thread beside its row's 32): their round trip to memory then
-         * overlaps the row's and the reductions instead of following them.
-         * Elsewhere they load group by group before the stores. */
-        size_t late_bytes = 0, early_bytes = kn_kir_row_early_bytes(k);
-        for (int j = 0; j < k->n_args; j++)
-            if (late[j]) late_bytes += kn_dtype_size(k->args[j].dtype);
-        size_t promoted = 0;
-        if (any_late && r->t->kept_bytes > 0 &&
-            (size_t)r->regs_k * (early_bytes + late_bytes) <= (size_t)r->t->kept_bytes) {
-            for (int j = 0; j < k->n_args; j++)
-                if (late[j]) early[j] = true, late[j] = false;
-            promoted = (size_t)r->regs_k * late_bytes;
-            any_late = false;
-        }
         int arg_a = -1, arg_b = -1, fold = row_fold(r, early, &arg_a, &arg_b);
         if (fold >= 0) {
             early[arg_a] = early[arg_b] = false;
@@ -543,7 +500,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         }
         regs_loads(r, early, lo, step);
         if (r->t->kept_bytes > 0) {
-            plan_kept(k, r->regs_k, r->t->kept_bytes, promoted, kept, kept_first);
+            plan_kept(k, r->regs_k, r->t->kept_bytes, kept, kept_first);
             for (int i = 0; i < k->n_exprs; i++)
                 if (kept[i]) kn_kir_line(r, "%s x%d[%d];", kn_kir_ctype_name(kn_kir_expr_ct(r, i)), i, r->regs_k);
         }
