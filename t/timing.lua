@@ -342,14 +342,14 @@ T.ok(o4:find("cached=false", 1, true) and o4:find("measuring", 1, true), "a file
 cf = io.open(fname, "r")
 ctext = cf and cf:read("a") or ""
 if cf then cf:close() end
-T.like(ctext, "\nruler = 2\n", "the file names how its points were measured")
-for _, old in ipairs({ "\nruler = 1\n", "\n" }) do
+T.like(ctext, "\nruler = 3\n", "the file names how its points were measured")
+for _, old in ipairs({ "\nruler = 2\n", "\n" }) do
   bad = io.open(fname, "w")
-  bad:write((ctext:gsub("\nruler = 2\n", old)))
+  bad:write((ctext:gsub("\nruler = 3\n", old)))
   bad:close()
   local o5 = child(code, env)
   T.ok(o5:find("cached=false", 1, true) and o5:find("measuring", 1, true),
-    "a file with " .. (old == "\n" and "no ruler" or "ruler 1") .. " is measured again")
+    "a file with " .. (old == "\n" and "no ruler" or "ruler 2") .. " is measured again")
 end
 -- the points: one working set each, the bytes of one pass (3 x the add's
 -- buffer; the copy moves as much), smallest first, as measured

@@ -13,13 +13,17 @@
  * device time where it traces, else events after a hold), so that a
  * ceiling and the kernels held against it are measured with one clock. */
 typedef kn_status (*timed_fn)(void *ctx);
-static kn_status best_ms(kn_device_ctx *dc, timed_fn fn, void *ctx, int reps, double *best)
+/* `prepare` (or NULL) runs before each timed run, untimed. */
+static kn_status best_ms(kn_device_ctx *dc, timed_fn fn, timed_fn prepare, void *ctx, int reps, double *best)
 {
     *best = -1;
+    if (prepare) KN_TRY(prepare(ctx));
     KN_TRY(fn(ctx));
     KN_TRY(kn_profile_begin(dc->device));
     kn_status st = KN_OK;
     for (int i = 0; i < reps && st == KN_OK; i++) {
+        if (prepare) st = prepare(ctx);
+        if (st != KN_OK) break;
         int slot = kn_profile_kernel_begin(dc->device);
         st = fn(ctx);
         kn_profile_record what = {.name = "ceiling", .kind = "ceiling", .index = -1, .parent = -1};
@@ -41,8 +45,9 @@ static kn_status best_ms(kn_device_ctx *dc, timed_fn fn, void *ctx, int reps, do
 typedef struct {
     kn_device_ctx *dc;
     void *dst, *src;
-    int64_t bytes;
-    kn_tensor *x, *y; /* copy through an op / matmul operands */
+    int64_t bytes;     /* the copy's */
+    int64_t add_bytes; /* each of the add's buffers */
+    kn_tensor *x, *y;  /* the add's inputs / matmul operands */
     kn_tensor *out;   /* the add's preallocated output */
 } ceil_ctx;
 
@@ -67,15 +72,28 @@ static kn_status backend_add(void *vctx)
     return c->dc->be->run(c->dc, &call);
 }
 
+/* The add's first input written just before it, as a kernel finds what
+ * its producer wrote: where the buffers outgrow the cache, that input is
+ * still (partly) in it, and the add runs faster than with all three
+ * buffers streamed again (a 51 MB ReLU after a convolution read 111% of
+ * that ceiling on the H100). */
+static kn_status produce_input(void *vctx)
+{
+    ceil_ctx *c = vctx;
+    return c->dc->be->copy(c->dc, kn_tensor_data(c->x), kn_tensor_data(c->y), c->add_bytes);
+}
+
 /* The best bytes per second of one pass that moves 3 x `bytes`: an add of
  * two buffers of `bytes` (read + read + write, counted as kn_cost counts a
  * kernel's bytes) or a copy of 1.5 x `bytes` (read + write), as GB/s;
  * *moved: those bytes. Both kinds move the same bytes, so each point of
  * the curve is one working set (a copy of `bytes` moves only 2/3 of it,
- * and used to be placed at the add's working set). */
+ * and used to be placed at the add's working set). The add is timed as
+ * the last run left its buffers and with its first input just written
+ * (produce_input); the faster counts. */
 static kn_status stream_gbps(kn_device_ctx *dc, int64_t bytes, double *gbps, double *moved)
 {
-    ceil_ctx c = {dc, NULL, NULL, bytes / 2 * 3, NULL, NULL, NULL};
+    ceil_ctx c = {dc, NULL, NULL, bytes / 2 * 3, bytes, NULL, NULL, NULL};
     /* one pass a timed run, as a kernel is timed; the best of more runs
      * where they are short */
     int reps = bytes >= ((int64_t)64 << 20) ? 5 : 16;
@@ -86,7 +104,7 @@ static kn_status stream_gbps(kn_device_ctx *dc, int64_t bytes, double *gbps, dou
     if (dc->be->copy) {
         st = dc->be->alloc(dc, c.bytes, &c.src);
         if (st == KN_OK) st = dc->be->alloc(dc, c.bytes, &c.dst);
-        if (st == KN_OK) st = best_ms(dc, backend_copy, &c, reps, &ms);
+        if (st == KN_OK) st = best_ms(dc, backend_copy, NULL, &c, reps, &ms);
         if (c.src) dc->be->free(dc, c.src);
         if (c.dst) dc->be->free(dc, c.dst);
         KN_TRY(st);
@@ -96,7 +114,10 @@ static kn_status stream_gbps(kn_device_ctx *dc, int64_t bytes, double *gbps, dou
     st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.x);
     if (st == KN_OK) st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.y);
     if (st == KN_OK) st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.out);
-    if (st == KN_OK) st = best_ms(dc, backend_add, &c, reps, &ms);
+    double fresh_ms = 0;
+    if (st == KN_OK) st = best_ms(dc, backend_add, NULL, &c, reps, &ms);
+    if (st == KN_OK && dc->be->copy) st = best_ms(dc, backend_add, produce_input, &c, reps, &fresh_ms);
+    if (fresh_ms > 0 && (ms <= 0 || fresh_ms < ms)) ms = fresh_ms;
     kn_tensor_release(c.x);
     kn_tensor_release(c.y);
     kn_tensor_release(c.out);
@@ -127,13 +148,13 @@ static kn_status matmul_run(void *vctx)
 static kn_status matmul_rate(kn_device dev, kn_dtype dt, int64_t n, double *gflops)
 {
     kn_device_ctx *dc = kn_backend_get(dev);
-    ceil_ctx c = {dc, NULL, NULL, 0, NULL, NULL, NULL};
+    ceil_ctx c = {dc, NULL, NULL, 0, 0, NULL, NULL, NULL};
     int64_t shape[2] = {n, n};
     *gflops = 0;
     kn_status st = kn_tensor_new(dt, 2, shape, dev, &c.x);
     if (st == KN_OK) st = kn_tensor_new(dt, 2, shape, dev, &c.y);
     double ms = 0;
-    if (st == KN_OK) st = best_ms(dc, matmul_run, &c, 5, &ms);
+    if (st == KN_OK) st = best_ms(dc, matmul_run, NULL, &c, 5, &ms);
     kn_tensor_release(c.x);
     kn_tensor_release(c.y);
     if (st == KN_OK && ms > 0) *gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) / 1e9;

@@ -113,10 +113,11 @@ local function device_label(dev)
   return dev
 end
 
--- The way the ceilings' points are measured, recorded in the file. 2: each
--- point one pass of a copy or an add moving the same bytes, as measured
--- (1 also raised a small working set's point to any larger one's).
-local RULER = "2"
+-- The way the ceilings' points are measured, recorded in the file. 3: each
+-- point the best single pass of a copy or an add moving the same bytes, the
+-- add also with its first input just written, as measured (2 had no such
+-- add; 1 also raised a small working set's point to any larger one's).
+local RULER = "3"
 
 local function cache_path(dev, label)
   local dir = kiln.config and kiln.config.cache_dir or "."
