@@ -208,11 +208,13 @@ T.ok(not tostring(r):find("!", 1, true), "no '!' and no legend where every figur
 kiln.config.cache_dir = fresh_dir()
 local ceil = kiln.ceilings({ remeasure = true })
 local bw = ceil.bandwidth or {}
-local mono = #bw >= 3
+-- each point as measured: a small working set's one pass also pays a
+-- kernel's start, so the curve may rise before the caches end
+local steps = #bw >= 3 and bw[1].gbps > 0
 for i = 2, #bw do
-  if not (bw[i].bytes > bw[i - 1].bytes and bw[i].gbps <= bw[i - 1].gbps and bw[i].gbps > 0) then mono = false end
+  if not (bw[i].bytes == bw[2].bytes / bw[1].bytes * bw[i - 1].bytes and bw[i].gbps > 0) then steps = false end
 end
-T.ok(mono, string.format("measured: bandwidth by working set, %d points, never rising with the working set", #bw))
+T.ok(steps, string.format("measured: bandwidth by working set, %d points in equal steps, each above 0", #bw))
 T.is(ceil.copy_gbps, bw[#bw] and bw[#bw].gbps, "copy_gbps is the largest working set's (DRAM)")
 local again = kiln.ceilings({})
 T.is(#(again.bandwidth or {}), #bw, "the ceilings file keeps the bandwidth table")
