@@ -281,8 +281,8 @@ def report(env, rows):
         out += t3 + ["", "MA = max-autotune. kiln search s: cm:stats().autotune_s of the cold first call (the "
                      "measured search, compiles of the candidates included). warm cache: a second process on the "
                      "cache dir the cold row filled; its choices come from autotune.tsv, nothing is measured. "
-                     "CUDA graph: whether the tuned model replays one (max-autotune keeps it only when replaying "
-                     "measured faster).", ""]
+                     "CUDA graph: whether the tuned model replays one (max-autotune keeps it unless the plain run "
+                     "measured faster by more than a call's host work outside the plan).", ""]
     out += ["Legend: best = the fastest mode that ran without error (a kiln mode also needs its output within "
             f"{TOL['f32']:g} (f32) / {TOL['bf16']:g} (bf16) relative error of PyTorch eager's; ✗ marks one that is not); "
             "n/a = the mode is not implemented (max-autotune counts only when kiln reports autotuning: "
