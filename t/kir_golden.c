@@ -288,6 +288,29 @@ static void test_cuda_rows_in_registers(kn_kernel ks[N_KERNELS])
     }
 }
 
+/* The default vectors a thread of a pointwise kernel (n elements, one op
+ * `o`, dtype dt): the fewest whose blocks fit the GPU at once (1056 of
+ * 256 threads), else 4; at most 2 with a transcendental. */
+static int default_ept(int64_t n, kn_op o, kn_dtype dt)
+{
+    static kn_kernel k;
+    init(&k, "k0_ept", KN_KERNEL_POINTWISE, 1, n);
+    int x = arg(&k, dt, false, n, 1), out = arg(&k, dt, true, n, 1);
+    store(&k, out, op(&k, o, ld(&k, x), -1, -1, dt), false);
+    kn_kconfig_parse("default", &k.cfg);
+    return kn_kernel_vec_ept(&k);
+}
+
+static void test_default_ept(void)
+{
+    ok(default_ept(200704, KN_OP_RELU, KN_F32) == 1, "an f32 ReLU of 0.2M elements: one vector a thread (196 blocks)");
+    ok(default_ept(1605632, KN_OP_RELU, KN_F32) == 2,
+       "of 1.6M: two (784 blocks, where one left 1568: a second, ragged wave)");
+    ok(default_ept(3211264, KN_OP_RELU, KN_F32) == 4, "of 3.2M: four (784 blocks)");
+    ok(default_ept(102760448 / 4, KN_OP_RELU, KN_F32) == 4, "of 26M: four, the grid-stride loop takes the rest");
+    ok(default_ept(8388608, KN_OP_GELU, KN_BF16) == 2, "a bf16 GELU of 8.4M: two, a transcendental's most");
+}
+
 /* Each backend's target is complete and is what its vtable hands to core. */
 static void test_backend_targets(void)
 {
@@ -337,5 +360,6 @@ int main(void)
     test_fields_are_read(ks);
     test_backend_targets();
     test_cuda_rows_in_registers(ks);
+    test_default_ept();
     return done_testing();
 }

@@ -22,5 +22,6 @@ void kn_kir_mark_deps_stop(const struct kn_kernel *k, bool *need, const bool *st
 kn_status kn_kir_render_needed(rctx *r, const bool *need, int upto); /* render every marked expression */
 void kn_kir_render_store(rctx *r, int j, int e, int upto);           /* store expression e into argument j */
 bool kn_kir_has_stores(const struct kn_kernel *k, bool per_row);    /* any store that is (not) per row */
+bool kn_kir_costly_op(int op); /* an op whose value costs many instructions (a transcendental, a division) */
 
 #endif

@@ -352,24 +352,13 @@ static kn_status regs_group_stores(rctx *r, const bool *late, const bool *vec_ou
     return KN_OK;
 }
 
-/* An op whose value costs many instructions to compute again. */
-static bool costly_op(int op)
-{
-    switch (op) {
-    case KN_OP_EXP: case KN_OP_LOG: case KN_OP_GELU: case KN_OP_SILU: case KN_OP_TANH:
-    case KN_OP_SIGMOID: case KN_OP_SQRT: case KN_OP_RSQRT: case KN_OP_DIV: case KN_OP_POW:
-        return true;
-    default: return false;
-    }
-}
-
 /* Roughly what computing row-varying expression i again costs: its ops
  * (casts free, a transcendental or a division as several), capped. */
 static int recompute_cost(const kn_kernel *k, const bool *varies, int i, int depth)
 {
     const kn_kexpr *e = &k->exprs[i];
     if (e->kind != KN_KX_OP || !varies[i] || depth > 6) return 0;
-    int c = e->op == KN_OP_CAST ? 0 : costly_op(e->op) ? 4 : 1;
+    int c = e->op == KN_OP_CAST ? 0 : kn_kir_costly_op(e->op) ? 4 : 1;
     int opnd[3] = {e->a, e->b, e->c};
     for (int j = 0; j < 3 && c < 8; j++)
         if (opnd[j] >= 0) c += recompute_cost(k, varies, opnd[j], depth + 1);
