@@ -12,12 +12,7 @@ local T = dofile("t/lib/tap.lua")
 T.cpu_only("t/channels_last.lua")
 local KILN = os.getenv("KILN") or "build/kiln"
 
-local seed = tonumber(os.getenv("KILN_SEED")) or os.time() % 100000
-T.diag("seed " .. seed)
-local function nextseed()
-  seed = seed + 1
-  return seed
-end
+local nextseed = T.seeds()
 
 local run = T.output
 

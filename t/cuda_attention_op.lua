@@ -8,9 +8,7 @@ local T = dofile("t/lib/tap.lua")
 
 if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA device") end
 
-local seed = tonumber(os.getenv("KILN_SEED")) or os.time()
-print("# seed " .. seed)
-local function nextseed() seed = seed + 1; return seed end
+local nextseed = T.seeds()
 
 -- max |got - want| / max |want| (1e-30 at least); math.huge where NaN
 -- appears in one and not the other

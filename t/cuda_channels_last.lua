@@ -11,12 +11,7 @@ local T = dofile("t/lib/tap.lua")
 if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA device") end
 local KILN = os.getenv("KILN") or "build/kiln"
 
-local seed = tonumber(os.getenv("KILN_SEED")) or os.time() % 100000
-T.diag("seed " .. seed)
-local function nextseed()
-  seed = seed + 1
-  return seed
-end
+local nextseed = T.seeds()
 
 local run = T.output
 

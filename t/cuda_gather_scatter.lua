@@ -38,12 +38,7 @@ if not variant then
 end
 local tag = variant or "default"
 
-local seed = tonumber(os.getenv("KILN_SEED")) or os.time() % 100000
-T.diag("seed " .. seed .. ", variant " .. tag)
-local function nextseed()
-  seed = seed + 1
-  return seed
-end
+local nextseed = T.seeds(", variant " .. tag)
 
 local U = { f64 = 2 ^ -53, f32 = 2 ^ -24, bf16 = 2 ^ -8, f16 = 2 ^ -11 }
 
@@ -155,16 +150,8 @@ end
 -- f32 math functions' ulps), 4 + width for a row op (its sum of exps, in
 -- any order)
 do
-  local CHAINS = {
-    { "relu" }, { "gelu" }, { "silu" }, { "sigmoid" }, { "tanh" }, { "softmax" }, { "log_softmax" },
-    { "relu", "log_softmax" }, { "tanh", "softmax" },
-  }
-  local function run_chain(x, chain)
-    for _, op in ipairs(chain) do
-      if op == "softmax" or op == "log_softmax" then x = x[op](x, -1) else x = x[op](x) end
-    end
-    return x
-  end
+  local E = dofile("t/lib/epilogue_chains.lua")
+  local CHAINS, run_chain = E.CHAINS, E.run
   for _, dt in ipairs({ "f32", "bf16", "f64" }) do
     for _, width in ipairs({ 7, 16, 33, 64 }) do
       for _, chain in ipairs(CHAINS) do

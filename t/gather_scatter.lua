@@ -8,18 +8,10 @@
 local KILN = os.getenv("KILN") or "build/kiln"
 -- This is the CPU side: on a machine with a GPU, run it with the CUDA
 -- backend off (t/cuda_gather_scatter.lua is the GPU side).
-if kiln.default_device() ~= "cpu" then
-  local ok = os.execute("KILN_DEVICE=cpu " .. KILN .. " t/gather_scatter.lua")
-  os.exit(ok and 0 or 1)
-end
 local T = dofile("t/lib/tap.lua")
+T.cpu_only("t/gather_scatter.lua")
 
-local seed = tonumber(os.getenv("KILN_SEED")) or os.time() % 100000
-T.diag("seed " .. seed)
-local function nextseed()
-  seed = seed + 1
-  return seed
-end
+local nextseed = T.seeds()
 
 -- unit roundoff of each dtype: each rounding step errs by at most u * |value|
 local U = { f64 = 2 ^ -53, f32 = 2 ^ -24, bf16 = 2 ^ -8, f16 = 2 ^ -11 }

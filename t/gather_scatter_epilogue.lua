@@ -10,18 +10,10 @@
 -- stay apart (the sums used twice or returned, a softmax over the rows, rows
 -- longer than a fused row keeps), each with its reason.
 local KILN = os.getenv("KILN") or "build/kiln"
-if kiln.default_device() ~= "cpu" then -- the GPU side is t/cuda_gather_scatter.lua
-  local ok = os.execute("KILN_DEVICE=cpu " .. KILN .. " t/gather_scatter_epilogue.lua")
-  os.exit(ok and 0 or 1)
-end
 local T = dofile("t/lib/tap.lua")
+T.cpu_only("t/gather_scatter_epilogue.lua") -- the GPU side is t/cuda_gather_scatter.lua
 
-local seed = tonumber(os.getenv("KILN_SEED")) or os.time() % 100000
-T.diag("seed " .. seed)
-local function nextseed()
-  seed = seed + 1
-  return seed
-end
+local nextseed = T.seeds()
 
 local U = { f32 = 2 ^ -24, bf16 = 2 ^ -8 }
 
@@ -162,17 +154,10 @@ end
 
 -- ---- absorbed chains: compiled vs eager and the f64 reference ----
 
-local CHAINS = {
-  { "relu" }, { "gelu" }, { "silu" }, { "sigmoid" }, { "tanh" }, { "softmax" }, { "log_softmax" },
-  { "relu", "log_softmax" }, { "tanh", "softmax" }, { "silu", "relu", "log_softmax" },
-}
-
-local function run_chain(x, chain)
-  for _, op in ipairs(chain) do
-    if op == "softmax" or op == "log_softmax" then x = x[op](x, -1) else x = x[op](x) end
-  end
-  return x
-end
+local E = dofile("t/lib/epilogue_chains.lua")
+local run_chain = E.run
+local CHAINS = { table.unpack(E.CHAINS) }
+CHAINS[#CHAINS + 1] = { "silu", "relu", "log_softmax" }
 
 for _, dt in ipairs({ "f32", "bf16" }) do
   for _, width in ipairs({ 7, 16 }) do

@@ -107,6 +107,18 @@ end
 
 function T.diag(msg) io.write((tostring(msg):gsub("[^\n]+", "# %0")) .. "\n") end
 
+-- Seeds for fresh random inputs: the first from KILN_SEED (to rerun a
+-- failure) or the clock, printed as a diagnostic (with `note` after it);
+-- returns a function giving the next seed on each call.
+function T.seeds(note)
+  local seed = tonumber(os.getenv("KILN_SEED")) or os.time() % 100000
+  T.diag("seed " .. seed .. (note or ""))
+  return function()
+    seed = seed + 1
+    return seed
+  end
+end
+
 function T.done()
   io.write("1.." .. T.n .. "\n")
   os.exit(T.failed == 0 and T.n > 0 and 0 or 1)
