@@ -1,5 +1,6 @@
 -- t/cuda_gelu_clock.lua: (1) the generated bias + GELU with a bf16 or f16
--- result, which the CUDA target computes from an erfc fit (kn_gelu_half),
+-- result, which the CUDA target computes from an erfc fit (kn_gelu_bf16,
+-- kn_gelu_f16) after a bias add in packed pairs (kn_pair_add_*),
 -- against a float64 reference on fresh random inputs, with infinities and
 -- NaN as eager has them; (2) the clock :time uses on the GPU (CUPTI's
 -- trace or events) is named, recorded in the ceilings, and a profiled

@@ -392,6 +392,36 @@ do
       end
     end
   end
+  -- The one-pass variance of rows held in registers sums deviations from
+  -- the row's first element: rows whose first element is an outlier (22
+  -- standard deviations out: the guard sums again around the mean), a
+  -- constant row (variance 0), rows far from zero (offset 100), and rows
+  -- shorter than a warp's lanes; with and without weight and bias.
+  for _, dt in ipairs({ "f32", "bf16", "f16" }) do
+    local half = dt ~= "f32"
+    for _, n in ipairs({ 512, 24, 2048 }) do
+      local rows, vals = 6, {}
+      local noise = make({ rows * n }, "f32"):tolist()
+      for i = 1, rows do
+        local row = {}
+        for j = 1, n do
+          local v = noise[(i - 1) * n + j]
+          if i <= 2 and j == 1 then v = (i == 1 and 1000 or -300) end
+          if i == 3 then v = 5 end
+          if i >= 4 then v = v + 100 * (i == 4 and 1 or -1) end
+          row[j] = v
+        end
+        vals[i] = row
+      end
+      local x = kiln.tensor(vals):to(dt):to(DEV)
+      local w, b = input({ n }, dt, 0), input({ n }, dt, 0)
+      local what = string.format("rows of %d: outlier first, constant, offset 100", n)
+      check("layer_norm " .. what, function(x) return kiln.layer_norm(x, { n }) end, { x }, dt,
+        half and 2e-2 or 1e-4, half and 5e-2 or 1e-4)
+      check("layer_norm with weight and bias " .. what, function(x, w, b) return kiln.layer_norm(x, { n }, w, b) end,
+        { x, w, b }, dt, half and 2e-2 or 1e-4, half and 5e-2 or 1e-4)
+    end
+  end
 end
 
 T.done()

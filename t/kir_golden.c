@@ -2,9 +2,10 @@
  * byte. The persistent caches are keyed by source text, so a change to the
  * renderer or a target descriptor that alters a single character costs
  * every user a recompile (and may change results); this test makes such a
- * change visible. Four hand-built kernels (pointwise over bf16 with a
+ * change visible. Six hand-built kernels (pointwise over bf16 with a
  * broadcast row and two outputs, a transposed f32 read, softmax rows, an
- * f16 normalization with a per-row output) are rendered as one program per
+ * f16 normalization with a per-row output, an f32 norm, a bf16 layer norm
+ * whose variance CUDA sums in one pass) are rendered as one program per
  * target and configuration into t/golden/kir_sources.txt. The file was
  * written by the renderer before the targets became descriptors; rewrite
  * it with KILN_UPDATE_GOLDEN=1 only for a change meant to alter the text.
@@ -23,7 +24,7 @@
 #include "tap.h"
 
 #define GOLDEN "t/golden/kir_sources.txt"
-#define N_KERNELS 5
+#define N_KERNELS 6
 
 static int add(kn_kernel *k, kn_kexpr e)
 {
@@ -129,6 +130,23 @@ static void build(kn_kernel ks[N_KERNELS])
     mean = op(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / 512, KN_F32), -1, KN_F32);
     int scaled = op(k, KN_OP_MUL, op(k, KN_OP_SUB, lx, mean, -1, KN_F32), ld(k, w), -1, KN_F32);
     store(k, o, op(k, KN_OP_ADD, scaled, ld(k, bias), -1, KN_F32), false);
+
+    k = &ks[5]; /* a bf16 layer norm: the mean, then the sum of squares around it (on
+                   CUDA one pass, shifted by the row's first element: kn_warp_first) */
+    init(k, "k5_layer_norm", KN_KERNEL_ROW, 6, 512);
+    x = arg(k, KN_BF16, false, 512, 1);
+    w = arg(k, KN_BF16, false, 0, 1);
+    bias = arg(k, KN_BF16, false, 0, 1);
+    o = arg(k, KN_BF16, true, 512, 1);
+    lx = ld(k, x);
+    k->stages[k->n_stages++] = (kn_kstage){.op = KN_OP_SUM, .expr = lx};
+    mean = op(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / 512, KN_F32), -1, KN_F32);
+    int dev = op(k, KN_OP_SUB, lx, mean, -1, KN_F32);
+    k->stages[k->n_stages++] = (kn_kstage){.op = KN_OP_SUM, .expr = op(k, KN_OP_MUL, dev, dev, -1, KN_F32)};
+    int var = op(k, KN_OP_MUL, acc(k, 1, KN_F32), cst(k, 1.0 / 512, KN_F32), -1, KN_F32);
+    int rstd = op(k, KN_OP_RSQRT, op(k, KN_OP_ADD, var, cst(k, 1e-5, KN_F32), -1, KN_F32), -1, -1, KN_F32);
+    scaled = op(k, KN_OP_MUL, op(k, KN_OP_MUL, dev, rstd, -1, KN_F32), ld(k, w), -1, KN_F32);
+    store(k, o, op(k, KN_OP_ADD, scaled, ld(k, bias), -1, KN_BF16), false);
 }
 
 /* Every knob each target reads, in a few settings (the other target's
@@ -288,6 +306,44 @@ static void test_cuda_rows_in_registers(kn_kernel ks[N_KERNELS])
     }
 }
 
+/* A layer norm's mean and variance (ks[5]): on CUDA, with the row in one
+ * warp's registers, one loop sums the deviations from the row's first
+ * element and their squares, and the sum around the mean is taken again
+ * only behind the outlier guard; with a block a row (shared memory), and
+ * on the C target, the two stages stay two loops. The bf16 pointwise
+ * kernel's bf16 add (ks[0]) is a pair op on CUDA, not on C. */
+static void test_one_pass_variance_and_pairs(kn_kernel ks[N_KERNELS])
+{
+    static const struct {
+        const kn_render_target *target;
+        const char *cfg;
+        bool one_pass;
+    } cases[] = {{KN_TARGET_CUDA, "default", true}, {KN_TARGET_CUDA, "block=64 rows=regs", true},
+                 {KN_TARGET_CUDA, "block=512 rows=block", false}, {KN_TARGET_C, "default", false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kn_kconfig_parse(cases[i].cfg, &ks[5].cfg);
+        char *src = NULL;
+        if (!ok(kn_kernel_render(&ks[5], cases[i].target, &src) == KN_OK, "k5_layer_norm renders (%s)", cases[i].cfg))
+            continue;
+        const char *shift = strstr(src, "const float shift0 = kn_warp_first(first0);");
+        const char *both = strstr(src, "s1 += dev0 * dev0;");
+        const char *guard = strstr(src, "if ((float)n1 * off0 * off0 > 64.0f * ssq1)");
+        bool one = shift && both && guard && shift < both && both < guard;
+        ok(one == cases[i].one_pass, "k5_layer_norm %s %s: %s", cases[i].target == KN_TARGET_CUDA ? "cuda" : "c",
+           cases[i].cfg, cases[i].one_pass ? "one pass, the second behind the outlier guard" : "two passes");
+        free(src);
+    }
+    for (int t = 0; t < 2; t++) {
+        kn_kconfig_parse("default", &ks[0].cfg);
+        char *src = NULL;
+        const kn_render_target *id = t ? KN_TARGET_C : KN_TARGET_CUDA;
+        if (!ok(kn_kernel_render(&ks[0], id, &src) == KN_OK, "%s renders", ks[0].name)) continue;
+        bool pair = strstr(src, "kn_pair_add_bf16(l") != NULL;
+        ok(pair == !t, "%s %s: the bf16 add %s", ks[0].name, t ? "c" : "cuda", t ? "in f32, rounded" : "as a pair op");
+        free(src);
+    }
+}
+
 /* The default vectors a thread of a pointwise kernel (n elements, one op
  * `o`, dtype dt): the fewest whose blocks fit the GPU at once (1056 of
  * 256 threads), else 4; at most 2 with a transcendental. */
@@ -360,6 +416,7 @@ int main(void)
     test_fields_are_read(ks);
     test_backend_targets();
     test_cuda_rows_in_registers(ks);
+    test_one_pass_variance_and_pairs(ks);
     test_default_ept();
     return done_testing();
 }

@@ -474,6 +474,32 @@ static void put_fitted(rctx *r, const kn_kexpr *e, ctype from, ctype to, const c
     }
 }
 
+/* Expression i as the target's pair op, where it has one and i is a
+ * bf16/f16 add, sub or mul of two of the vector body's loads in its own
+ * dtype (each vector's elements e and e ^ 1 in one instruction, the value
+ * its rounding gives; see the CUDA prelude). False: render it as usual. */
+static bool put_pair_op(rctx *r, int i)
+{
+    const kn_kexpr *e = &r->k->exprs[i];
+    if (!r->t->pair_op || !r->vec_body || r->in_regs || e->internal || kn_kernel_vec_width(r->k) < 2) return false;
+    if ((e->dtype != KN_BF16 && e->dtype != KN_F16) || kn_kir_expr_ct(r, i) != CT_F32) return false;
+    const char *op = e->op == KN_OP_ADD ? "add" : e->op == KN_OP_SUB ? "sub" : e->op == KN_OP_MUL ? "mul" : NULL;
+    if (!op) return false;
+    int bufs[2], opnd[2] = {e->a, e->b};
+    for (int j = 0; j < 2; j++) {
+        if (opnd[j] < 0) return false;
+        const kn_kexpr *x = &r->k->exprs[opnd[j]];
+        if (x->kind != KN_KX_LOAD) return false;
+        const kn_karg *a = &r->k->args[x->buf];
+        /* kn_kir_put_elem's vector register copy: an input, contiguous */
+        if (a->dtype != e->dtype || a->is_output || a->strides[r->k->ndim - 1] != 1) return false;
+        bufs[j] = x->buf;
+    }
+    kn_strbuf_printf(r->s, "%s%s_%s(l%d[g].x, l%d[g].x, e)", r->t->pair_op, op, e->dtype == KN_BF16 ? "bf16" : "f16",
+                     bufs[0], bufs[1]);
+    return true;
+}
+
 /* `const T v<i> = ...;` for one expression; `upto` dims index loads. */
 static kn_status render_expr(rctx *r, int i, int upto)
 {
@@ -498,6 +524,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
         break;
     }
     case KN_KX_OP: {
+        if (put_pair_op(r, i)) break;
         ctype oct[3];
         operand_types(r, i, oct);
         char ops[3][96] = {"0", "0", "0"};
@@ -543,7 +570,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
             kn_strbuf_printf(r->s, "%s(%s%s%s)", wrapping, ops[0], e->op == KN_OP_NEG ? "" : ", ",
                              e->op == KN_OP_NEG ? "" : ops[1]);
         else if (e->op == KN_OP_GELU && r->t->half_gelu && fc == CT_F32 && (e->dtype == KN_BF16 || e->dtype == KN_F16))
-            kn_strbuf_printf(r->s, "%s(%s)", r->t->half_gelu, ops[0]);
+            kn_strbuf_printf(r->s, "%s%s(%s)", r->t->half_gelu, e->dtype == KN_BF16 ? "bf16" : "f16", ops[0]);
         else st = put_formula(r, op_formula[e->op], eval, ops, fill_value(e));
         r->s = keep;
         if (st != KN_OK || !body.p) {

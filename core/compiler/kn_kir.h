@@ -196,8 +196,16 @@ typedef struct kn_render_target {
                                 from `sizes`: every launch passes k->shape, and constant
                                 bounds fold the row loops' guards and the index
                                 divisions (a GPU kernel's instruction count) */
-    const char *half_gelu;   /* a prelude function computing GELU in f32 for a result
-                                rounded to bf16/f16 (NULL: the op table's erf formula) */
+    const char *half_gelu;   /* the prefix of prelude functions computing GELU in f32
+                                for a result rounded to bf16/f16, "<prefix>bf16" and
+                                "<prefix>f16" (NULL: the op table's erf formula) */
+    const char *warp_first;  /* a prelude function (float) returning lane 0's value to
+                                every lane of the warp: a row's variance in one pass
+                                (NULL: two passes) */
+    const char *pair_op;     /* the prefix of prelude functions "<prefix><op>_<dtype>"
+                                (a, b, e) computing a bf16/f16 add, sub or mul of
+                                element e of two loaded vectors, its rounded result
+                                (NULL: the f32 formula, rounded) */
     const char *store16;     /* a prelude function (pointer, vector) storing a 16-byte
                                 vector in one instruction (NULL: assignment, which the
                                 compiler may split) */

@@ -442,35 +442,84 @@ const kn_render_target kn_cuda_render_target = {
                /* an intermediate's rounding: any NaN will do, so no check */
                "KN_FN float kn_round_bf16(float f) { kn_u16 h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return kn_ld_bf16(h); }\n"
                "KN_FN float kn_round_f16(float f) { kn_u16 h; float r; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(r) : \"h\"(h)); return r; }\n"
-               /* GELU whose result is rounded to bf16 or f16 (half_gelu):
-                * x Phi(x) = 0.5 x erfc(-x / sqrt 2), erfc by a Chebyshev fit
-                * (Numerical Recipes' erfcc: relative error under 1.2e-7 for
-                * every x; here in f32 with the fast reciprocal and exp, a few
-                * 1e-6 at worst, far under a half's 2^-9 or 2^-12). erff takes
-                * two branches with a different polynomial each, and a warp of
-                * mixed signs runs both: bias+GELU on bf16 was bound by its
-                * instructions (19 us for 16x256x2048, 57% of the roofline).
-                * For x < -3 it is also closer to the float64 reference than
-                * 1 + erf(x / sqrt 2), which cancels. */
-               "KN_FN float kn_gelu_half(float x)\n"
+               /* GELU whose result is rounded to bf16 (kn_gelu_bf16) or f16
+                * (kn_gelu_f16), the target's half_gelu: x Phi(x), where
+                * Phi(-|x|) = t 2^(P(t) - x^2 log2(e) / 2), t = 1 / (1 + c|x|),
+                * and the polynomial P was fitted (mpmath, iterated weighted
+                * least squares) for the smallest largest relative error of
+                * Phi(-|x|) over |x| <= 14; past that, the result is 0 or x
+                * in either dtype. bf16: degree 5, c = 0.3536, 7.6e-6, 1/500
+                * of bf16's half unit (H100: 99.96% of results correctly
+                * rounded on N(0, 3) inputs, every one within one unit).
+                * f16: degree 7, c = 0.34, 3.5e-7. The reciprocal and exp2
+                * are the fast ones (rcp.approx: 1 + c|x| >= 1 is never
+                * subnormal). Bias + GELU on bf16 is bound by its
+                * instructions: erff's two branches (19 us for 16x256x2048),
+                * then Numerical Recipes' degree-9 erfcc (12.0 us), now 16
+                * instructions an element. x = -inf gives NaN, as the
+                * formula 0.5 x (1 + erf(x / sqrt 2)) does in eager. */
+               "KN_FN float kn_gelu_from(float x, float t, float p)\n"
                "{\n"
-               "    float z = x * -0.70710678118654752f, az = fabsf(z);\n"
-               /* 1 + az/2 >= 1 (or NaN): never subnormal, so the reciprocal
-                * needs none of __fdividef's four instructions of scaling */
-               "    float t;\n"
-               "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(0.5f, az, 1.0f)));\n"
-               "    float p = fmaf(t, 0.17087277f, -0.82215223f);\n"
-               "    p = fmaf(t, p, 1.48851587f);\n"
-               "    p = fmaf(t, p, -1.13520398f);\n"
-               "    p = fmaf(t, p, 0.27886807f);\n"
-               "    p = fmaf(t, p, -0.18628806f);\n"
-               "    p = fmaf(t, p, 0.09678418f);\n"
-               "    p = fmaf(t, p, 0.37409196f);\n"
-               "    p = fmaf(t, p, 1.00002368f);\n"
-               "    p = fmaf(t, p, -1.26551223f);\n"
-               "    float r = t * __expf(fmaf(-az, az, p));\n"
-               "    return 0.5f * x * (z >= 0.0f ? r : 2.0f - r);\n"
+               "    float e;\n"
+               "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(fmaf(x * -0.72134752044448170f, x, p)));\n"
+               "    const float h = t * e; /* Phi(-|x|) */\n"
+               "    return x * (x > 0.0f ? 1.0f - h : h);\n"
                "}\n"
+               "KN_FN float kn_gelu_bf16(float x)\n"
+               "{\n"
+               "    float t;\n"
+               "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(fabsf(x), 0.3536f, 1.0f)));\n"
+               "    float p = fmaf(t, 0.330040937375f, -1.02281216053f);\n"
+               "    p = fmaf(t, p, 0.683885756763f);\n"
+               "    p = fmaf(t, p, 0.367310827768f);\n"
+               "    p = fmaf(t, p, 1.4686244049f);\n"
+               "    p = fmaf(t, p, -2.82703875828f);\n"
+               "    return kn_gelu_from(x, t, p);\n"
+               "}\n"
+               "KN_FN float kn_gelu_f16(float x)\n"
+               "{\n"
+               "    float t;\n"
+               "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(fabsf(x), 0.34f, 1.0f)));\n"
+               "    float p = fmaf(t, -0.278648017893f, 1.18876577156f);\n"
+               "    p = fmaf(t, p, -1.75768954588f);\n"
+               "    p = fmaf(t, p, 0.851654721919f);\n"
+               "    p = fmaf(t, p, -0.177037601841f);\n"
+               "    p = fmaf(t, p, 0.618897996115f);\n"
+               "    p = fmaf(t, p, 1.4359042646f);\n"
+               "    p = fmaf(t, p, -2.88184808696f);\n"
+               "    return kn_gelu_from(x, t, p);\n"
+               "}\n"
+               "KN_FN float kn_warp_first(float v) { return __shfl_sync(0xffffffffu, v, 0); }\n"
+               /* The target's pair ops: a bf16 or f16 add, subtract or
+                * multiply of elements e of two loaded vectors, computed with
+                * its neighbour e ^ 1 in one packed instruction. The f32
+                * result rounded to the dtype, which eager computes, is the
+                * same value: a product of two 8- or 11-bit significands fits
+                * f32 exactly; so does a sum, unless one operand is under
+                * 2^-13 of the other, and then both round to the larger.
+                * Bias + GELU on bf16 paid two conversions and an f32 add an
+                * element for it (8.90 against 10.34 us on the H100). bf16
+                * pairs need sm_90; before, the f32 form. */
+               "#define KN_PAIR_PACKED(OP, T)\\\n"
+               "KN_FN float kn_pair_##OP##_##T(const kn_u16 *a, const kn_u16 *b, int e)\\\n"
+               "{\\\n"
+               "    const int lo = e & ~1;\\\n"
+               "    const kn_u32 x = (kn_u32)a[lo] | (kn_u32)a[lo + 1] << 16, y = (kn_u32)b[lo] | (kn_u32)b[lo + 1] << 16;\\\n"
+               "    kn_u32 r;\\\n"
+               "    asm(#OP \".rn.\" #T \"x2 %0, %1, %2;\" : \"=r\"(r) : \"r\"(x), \"r\"(y));\\\n"
+               "    return kn_ld_##T((kn_u16)(e & 1 ? r >> 16 : r));\\\n"
+               "}\n"
+               "#define KN_PAIR_F32(OP, T, F32OP)\\\n"
+               "KN_FN float kn_pair_##OP##_##T(const kn_u16 *a, const kn_u16 *b, int e)\\\n"
+               "{\\\n"
+               "    return kn_round_##T(kn_ld_##T(a[e]) F32OP kn_ld_##T(b[e]));\\\n"
+               "}\n"
+               "#if __CUDA_ARCH__ >= 900\n"
+               "KN_PAIR_PACKED(add, bf16) KN_PAIR_PACKED(sub, bf16) KN_PAIR_PACKED(mul, bf16)\n"
+               "#else\n"
+               "KN_PAIR_F32(add, bf16, +) KN_PAIR_F32(sub, bf16, -) KN_PAIR_F32(mul, bf16, *)\n"
+               "#endif\n"
+               "KN_PAIR_PACKED(add, f16) KN_PAIR_PACKED(sub, f16) KN_PAIR_PACKED(mul, f16)\n"
                /* a 16-byte vector in one store: assigned as a struct, the
                 * compiler split a layer norm's first group of bf16 results
                 * into four 4-byte stores */
@@ -488,7 +537,9 @@ const kn_render_target kn_cuda_render_target = {
     .f32_math_in_f64 = false,
     .f32_row_sum_in_f64 = false,
     .sizes_baked = true,
-    .half_gelu = "kn_gelu_half",
+    .half_gelu = "kn_gelu_",
+    .pair_op = "kn_pair_",
+    .warp_first = "kn_warp_first",
     .store16 = "kn_st16",
     .kept_bytes = 96,
     .signature = cuda_signature,

@@ -250,7 +250,8 @@ template <int D> KN_FN kn_gs_m kn_gs_act(int op, kn_gs_m a)
     else if (op == KN_GS_GELU) {
         kn_gs_m x = a * (kn_gs_m)0.70710678118654752440;
         if constexpr (D == KN_DT_F64) r = (kn_gs_m)0.5 * a * (1 + erf(x));
-        else if constexpr (D == KN_DT_BF16 || D == KN_DT_F16) r = kn_gelu_half(a); /* as the generated GELU */
+        else if constexpr (D == KN_DT_BF16) r = kn_gelu_bf16(a); /* as the generated GELU */
+        else if constexpr (D == KN_DT_F16) r = kn_gelu_f16(a);
         else r = (kn_gs_m)0.5 * a * (1 + erff(x));
     } else if (op == KN_GS_SILU) r = a / (1 + kn_gs_exp<D>(-a));
     else if (op == KN_GS_SIGMOID) r = 1 / (1 + kn_gs_exp<D>(-a));
