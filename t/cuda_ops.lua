@@ -392,11 +392,11 @@ do
       end
     end
   end
-  -- The one-pass variance of rows held in registers sums deviations from
-  -- the row's first element: rows whose first element is an outlier (22
-  -- standard deviations out: the guard sums again around the mean), a
-  -- constant row (variance 0), rows far from zero (offset 100), and rows
-  -- shorter than a warp's lanes; with and without weight and bias.
+  -- Layer norm on rows that break a careless variance: a first element
+  -- that is an outlier (22 standard deviations out: a sum shifted by it
+  -- would cancel), a constant row (variance 0), rows far from zero
+  -- (offset 100), and rows shorter than a warp's lanes; with and without
+  -- weight and bias.
   for _, dt in ipairs({ "f32", "bf16", "f16" }) do
     local half = dt ~= "f32"
     for _, n in ipairs({ 512, 24, 2048 }) do

@@ -199,9 +199,6 @@ typedef struct kn_render_target {
     const char *half_gelu;   /* the prefix of prelude functions computing GELU in f32
                                 for a result rounded to bf16/f16, "<prefix>bf16" and
                                 "<prefix>f16" (NULL: the op table's erf formula) */
-    const char *warp_first;  /* a prelude function (float) returning lane 0's value to
-                                every lane of the warp: a row's variance in one pass
-                                (NULL: two passes) */
     const char *pair_op;     /* the prefix of prelude functions "<prefix><op>_<dtype>"
                                 (a, b, e) computing a bf16/f16 add, sub or mul of
                                 element e of two loaded vectors, its rounded result

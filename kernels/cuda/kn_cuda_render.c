@@ -489,7 +489,6 @@ const kn_render_target kn_cuda_render_target = {
                "    p = fmaf(t, p, -2.88184808696f);\n"
                "    return kn_gelu_from(x, t, p);\n"
                "}\n"
-               "KN_FN float kn_warp_first(float v) { return __shfl_sync(0xffffffffu, v, 0); }\n"
                /* The target's pair ops: a bf16 or f16 add, subtract or
                 * multiply of elements e of two loaded vectors, computed with
                 * its neighbour e ^ 1 in one packed instruction. The f32
@@ -539,7 +538,6 @@ const kn_render_target kn_cuda_render_target = {
     .sizes_baked = true,
     .half_gelu = "kn_gelu_",
     .pair_op = "kn_pair_",
-    .warp_first = "kn_warp_first",
     .store16 = "kn_st16",
     .kept_bytes = 96,
     .signature = cuda_signature,
