@@ -481,7 +481,9 @@ static void put_fitted(rctx *r, const kn_kexpr *e, ctype from, ctype to, const c
 static bool put_pair_op(rctx *r, int i)
 {
     const kn_kexpr *e = &r->k->exprs[i];
-    if (!r->t->pair_op || !r->vec_body || r->in_regs || e->internal || kn_kernel_vec_width(r->k) < 2) return false;
+    /* the vector body's vectors hold an even number of elements (2, 4, 8 or
+     * 16), so element e's neighbour e ^ 1 is in the same vector */
+    if (!r->t->pair_op || !r->vec_body || r->in_regs || e->internal) return false;
     if ((e->dtype != KN_BF16 && e->dtype != KN_F16) || kn_kir_expr_ct(r, i) != CT_F32) return false;
     const char *op = e->op == KN_OP_ADD ? "add" : e->op == KN_OP_SUB ? "sub" : e->op == KN_OP_MUL ? "mul" : NULL;
     if (!op) return false;
@@ -495,8 +497,8 @@ static bool put_pair_op(rctx *r, int i)
         if (a->dtype != e->dtype || a->is_output || a->strides[r->k->ndim - 1] != 1) return false;
         bufs[j] = x->buf;
     }
-    kn_strbuf_printf(r->s, "%s%s_%s(l%d[g].x, l%d[g].x, e)", r->t->pair_op, op, e->dtype == KN_BF16 ? "bf16" : "f16",
-                     bufs[0], bufs[1]);
+    kn_strbuf_printf(r->s, "%s%s_%s(l%d[g].x, l%d[g].x, e)", r->t->pair_op, op, kn_dtype_name(e->dtype), bufs[0],
+                     bufs[1]);
     return true;
 }
 
@@ -570,7 +572,7 @@ static kn_status render_expr(rctx *r, int i, int upto)
             kn_strbuf_printf(r->s, "%s(%s%s%s)", wrapping, ops[0], e->op == KN_OP_NEG ? "" : ", ",
                              e->op == KN_OP_NEG ? "" : ops[1]);
         else if (e->op == KN_OP_GELU && r->t->half_gelu && fc == CT_F32 && (e->dtype == KN_BF16 || e->dtype == KN_F16))
-            kn_strbuf_printf(r->s, "%s%s(%s)", r->t->half_gelu, e->dtype == KN_BF16 ? "bf16" : "f16", ops[0]);
+            kn_strbuf_printf(r->s, "%s%s(%s)", r->t->half_gelu, kn_dtype_name(e->dtype), ops[0]);
         else st = put_formula(r, op_formula[e->op], eval, ops, fill_value(e));
         r->s = keep;
         if (st != KN_OK || !body.p) {
