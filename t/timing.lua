@@ -254,6 +254,27 @@ T.is(tostring(rr):match("^[^\n]*"),
   "with short names the header is the design's, column for column")
 T.like(tostring(rr), "\n  0  relu_f32_8x32                   cpu            1 +[%d.]+ 100%.0 +[%d.]+ +[%d.]+ +%d+\n",
   "and the row lines up under it")
+-- The profiled calls share sessions (a session per call made every kernel
+-- longer on the H100): the first call alone, then as many calls a session
+-- as fit 4096 records. Counted by wrapping kiln.profiler.begin.
+local function sessions_for(fn, n)
+  local real_begin, count = P.begin, 0
+  P.begin = function(...) count = count + 1; return real_begin(...) end
+  local ok, r = pcall(kiln.profile, fn, a, { profile_iters = n, warmup = 0 })
+  P.begin = real_begin
+  T.ok(ok, "kiln.profile ran with a counted begin" .. (ok and "" or (": " .. tostring(r))))
+  return count, ok and r or {}
+end
+local n_sessions, rows1 = sessions_for(function(t) return t:relu() end, 10)
+T.is(n_sessions, 2, "ten profiled calls of one kernel: two sessions (the first call, then nine)")
+T.is(rows1[1] and rows1[1].calls, 1, "and each kernel still counts once per call")
+local function many_ops(t) -- 1000 eager ops a call: four calls a session
+  for _ = 1, 1000 do t = t:neg() end
+  return t
+end
+local n_many, rows_many = sessions_for(many_ops, 10)
+T.is(n_many, 4, "ten calls of 1,000 kernels: the first call, then sessions of 4, 4 and 1")
+T.is(rows_many[1] and rows_many[1].calls, 1000, "the 1,000 runs of one op a call are counted as its calls")
 T.raises(function() kiln.time(function() error("boom") end, { iters = 1, warmup = 0 }) end, "boom",
   "an error in the timed function is raised")
 P.begin("cpu")
