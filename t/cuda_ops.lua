@@ -186,6 +186,24 @@ do
   end
 end
 
+-- The global average pool of contiguous planes (a warp a plane): planes of
+-- 14 x 14 (convnet's last block: the four-load loop) and 33 x 35 (several
+-- of its rounds and a tail), a plane holding a NaN and one holding an
+-- infinity; bit for bit the CPU's, whose double sums of these values are
+-- exact in any order. f64 keeps the one-thread-a-plane kernel.
+do
+  for _, dt in ipairs(FLOATS) do
+    for _, shape in ipairs({{2, 40, 14, 14}, {1, 3, 33, 35}}) do
+      local hw = shape[3] * shape[4]
+      local at = kiln.arange(0, shape[1] * shape[2] * hw, {device = "cpu"})
+      local x = make(shape, dt):reshape({-1})
+      x = x:masked_fill(at:eq(hw + 5), 0 / 0):masked_fill(at:eq(2 * hw + 7), 1 / 0):reshape(shape)
+      local name = string.format("adaptive_avg_pool2d(1) %s %s, contiguous planes", dt, shape_str(x))
+      same(kiln.adaptive_avg_pool2d(x:to(DEV), 1), kiln.adaptive_avg_pool2d(x, 1), name)
+    end
+  end
+end
+
 ---------------------------------------------------------------- cat
 do
   for _, dt in ipairs(ALL) do

@@ -248,6 +248,11 @@ static kn_status run_pool(const kn_opcall *c)
     a.out = dptr(out);
     if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.c > 1 && a.h * a.w > 8)
         return launch(x->dtype, KN_TK_POOL_GAP, grid_for(a.n * ((a.c + 31) / 32), 1), &a);
+    /* contiguous planes (NCHW), a warp each; not f64, whose double sums
+     * depend on their order (one thread a plane keeps the CPU's) */
+    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sw == 1 && a.sh == a.w && a.h * a.w > 8 &&
+        x->dtype != KN_F64)
+        return launch(x->dtype, KN_TK_POOL_GAP_PLANES, grid_for(a.n * a.c, KN_T_BLOCK / 32), &a);
     /* one thread per output: a pool with few outputs (a global pool's
      * N x C) runs in smaller blocks, so that it reaches every SM */
     int block = a.total < (int64_t)KN_T_BLOCK * 256 ? 64 : KN_T_BLOCK;

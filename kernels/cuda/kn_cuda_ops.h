@@ -21,6 +21,7 @@ typedef enum kn_tkernel {
     KN_TK_ARGMAX,
     KN_TK_POOL,
     KN_TK_POOL_GAP,
+    KN_TK_POOL_GAP_PLANES,
     KN_TK_ICHECK,
     KN_TK_ISELECT,
     KN_TK_GATHER,

@@ -26,6 +26,7 @@ static const char *const kernel_names[KN_TK_COUNT] = {
     [KN_TK_ARGMAX] = "kn_argmax",
     [KN_TK_POOL] = "kn_pool",
     [KN_TK_POOL_GAP] = "kn_pool_gap",
+    [KN_TK_POOL_GAP_PLANES] = "kn_pool_gap_planes",
     [KN_TK_ICHECK] = "kn_index_check",
     [KN_TK_ISELECT] = "kn_index_select",
     [KN_TK_GATHER] = "kn_gather",
