@@ -44,7 +44,9 @@
 #   KILN_WARM=1       0: skip the warm persistent-cache probe (one more
 #                     process per model and dtype, default mode)
 #   KILN=build/kiln PYTHON=python3 KILN_BENCH_DEVICE=cuda
-#   KILN_COMMIT       the commit to record where the tree has no .git
+#   KILN_COMMIT       the commit to record, over what the tree's .git says
+#                     (a copy of the tree on another machine may carry an
+#                     older .git: one run recorded 31143e5+dirty for 020c17d)
 #   KEEP=1            keep the scratch folder (exports, compile caches)
 #   BENCH_REF_DIR     where PyTorch's exports go and kiln reads them (default:
 #                     the scratch folder; a test without PyTorch points it at
@@ -97,9 +99,12 @@ fi
 date=$(date +%Y-%m-%d)
 raw="$out/$date-$gpu-gpu.jsonl"
 md="$out/$date-$gpu-gpu.md"
-commit=$(git rev-parse --short HEAD 2>/dev/null || true)
-[ -n "$commit" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit+dirty"
-commit=${commit:-${KILN_COMMIT:-unknown}}
+commit=${KILN_COMMIT:-}
+if [ -z "$commit" ]; then
+    commit=$(git rev-parse --short HEAD 2>/dev/null || true)
+    [ -n "$commit" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit+dirty"
+    commit=${commit:-unknown}
+fi
 say "raw rows -> $raw; scratch $work"
 
 case ",$TORCH_MODES," in

@@ -68,7 +68,9 @@ if not has_python then
 end
 
 -- gpu_bench.sh with the file made beforehand: the row in report.py's table
-local out = run(string.format("MODELS=transformer_block_onnx DTYPES=f32 KILN_MODES=eager,default TORCH_MODES=eager "
+-- (KILN_COMMIT names the commit over the tree's own .git: a copy of the
+-- tree on the GPU machine carried an older one)
+local out = run(string.format("KILN_COMMIT=abc1234 MODELS=transformer_block_onnx DTYPES=f32 KILN_MODES=eager,default TORCH_MODES=eager "
   .. "KILN_BENCH_DEVICE=cpu BENCH_REF_DIR='%s' KILN_WARM=0 REPS=1 CALLS=2 WARMUP=1 BUDGET_S=200 KILN=%s "
   .. "sh bench/gpu_bench.sh '%s/out'", ref, KILN, dir))
 local md = ""
@@ -79,6 +81,7 @@ local row = md:match("\n(| transformer_block_onnx | f32 | [^\n]*)") or ""
 if not T.like(row, "| %d+%.%d+ | %d+%.%d+ | %- | %- | %d+%.%d+ %(%a+%)", "gpu_bench.sh: eager and default times in the table row") then
   io.write("# " .. out:gsub("\n", "\n# ") .. "\n")
 end
+T.like(md, "commit abc1234,", "gpu_bench.sh: the header names KILN_COMMIT's commit")
 
 -- report.py: a failed export in the header, the skipped rows' reason in the notes
 local raw = dir .. "/failed.jsonl"
