@@ -108,16 +108,17 @@ extern "C" __global__ void kn_pool_gap(kn_pool_args a)
             // without divisions (64-bit divisions per load made this
             // kernel 10 us on convnet's 32x256x14x14 pool)
             long long i = slice, y = slice / a.w, x = slice % a.w;
-            // four loads in flight before their adds (in order)
-            for (; i + 24 < hw; i += 32) {
-                double v[4];
+            // eight loads in flight before their adds (in order); with
+            // four, convnet's 14 x 14 window was seven waits a warp
+            for (; i + 56 < hw; i += 64) {
+                double v[8];
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
+                for (int j = 0; j < 8; j++) {
                     v[j] = kn_ldd<KN_DT>(base + (y * a.sh + x * a.sw) * es);
                     for (x += 8; x >= a.w; x -= a.w) y++;
                 }
 #pragma unroll
-                for (int j = 0; j < 4; j++) s += v[j];
+                for (int j = 0; j < 8; j++) s += v[j];
             }
             for (; i < hw; i += 8) {
                 s += kn_ldd<KN_DT>(base + (y * a.sh + x * a.sw) * es);
