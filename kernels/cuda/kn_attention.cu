@@ -12,27 +12,14 @@
 //  or
 //   #define KN_ATT_NC <1..8>              the SIMT kernel for dv <= 32*NC
 // and looks the kernels up by the names built below (kn_attn_tc_* and
-// kn_attn_simt_*). The args struct matches kn_attn_args in
-// kn_cuda_attention.c field for field.
+// kn_attn_simt_*). kn_cuda_attention_source puts kn_cuda_attn_args.h (the
+// args struct the host fills) before this text.
 //
 // No CUDA headers (NVRTC runs without include paths): bf16/f16 are raw
 // 16-bit words, converted with PTX cvt. NVRTC compiles with --fmad=false, so
 // the dot products below call fmaf explicitly where a fused multiply-add is
 // wanted (it is both faster and more accurate).
 #ifdef KN_ATT_STANDALONE
-
-typedef struct kn_attn_args {
-    const char *q, *k, *v, *mask;
-    char *o;
-    long long heads, tq, tk;
-    long long qs[3], ks[3], vs[3], os[3]; // element strides: batch, head, row
-    long long ms[4];                      // mask strides: batch, head, query, key (0 broadcasts)
-    float scale_log2;                     // scale * log2(e): scores live in the log2 domain
-    int d, dv;
-    int causal;
-    int mask_kind; // 0 none, 1 bool (keep where nonzero), 2 additive in the q dtype, 3 additive f32
-    int n_qblocks; // ceil(tq / BM) of the kernel launched
-} kn_attn_args;
 
 #define KN_ATT_LOG2E 1.4426950408889634f
 #define KN_ATT_NEG_INF __int_as_float(0xff800000)

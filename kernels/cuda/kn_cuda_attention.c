@@ -15,21 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_cuda_attn_args.h"
 #include "kn_cuda_internal.h"
-
-/* field for field the kn_attn_args of kn_attention.cu */
-typedef struct kn_attn_args {
-    const char *q, *k, *v, *mask;
-    char *o;
-    long long heads, tq, tk;
-    long long qs[3], ks[3], vs[3], os[3];
-    long long ms[4];
-    float scale_log2;
-    int d, dv;
-    int causal;
-    int mask_kind;
-    int n_qblocks;
-} kn_attn_args;
 
 #define TC_MAX_DIM 128  /* Q fragments and O accumulators live in registers */
 #define SIMT_MAX_DIM 256
@@ -72,16 +59,20 @@ kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src)
     if (tc ? (dt == KN_F32 || size < 16 || size > TC_MAX_DIM || size % 16) : (size < 1 || size > N_SIMT_SIZES))
         return kn_error(KN_ERR_ARG, "attention: no %s module of size %d for %s", tc ? "tensor-core" : "SIMT", size,
                         kn_dtype_name(dt));
-    const char *tpl = kn_cuda_template("kn_attention");
-    if (!tpl) return kn_error(KN_ERR_UNSUPPORTED, "attention: kernels/cuda/kn_attention.cu is not embedded in this build");
+    const char *tpl = kn_cuda_template("kn_attention"), *args = kn_cuda_template("kn_cuda_attn_args.h");
+    if (!tpl || !args)
+        return kn_error(KN_ERR_UNSUPPORTED, "attention: kernels/cuda/%s is not embedded in this build",
+                        !tpl ? "kn_attention.cu" : "kn_cuda_attn_args.h");
     char head[128];
     int n = snprintf(head, sizeof head, "#define KN_ATT_STANDALONE 1\n#define KN_ATT_DT %d\n#define KN_ATT_%s %d\n",
                      (int)dt, tc ? "DP" : "NC", size);
-    size_t len = strlen(tpl);
-    char *s = malloc((size_t)n + len + 1);
+    size_t na = strlen(args), len = strlen(tpl);
+    char *s = malloc((size_t)n + na + 1 + len + 1);
     if (!s) return kn_error(KN_ERR_OOM, "attention: out of memory for the kernel source");
     memcpy(s, head, (size_t)n);
-    memcpy(s + n, tpl, len + 1);
+    memcpy(s + n, args, na);
+    s[n + na] = '\n';
+    memcpy(s + n + na + 1, tpl, len + 1);
     *src = s;
     return KN_OK;
 }
