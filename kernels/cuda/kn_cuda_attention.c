@@ -17,6 +17,7 @@
 
 #include "kn_cuda_attn_args.h"
 #include "kn_cuda_internal.h"
+#include "kn_strbuf.h"
 
 #define TC_MAX_DIM 128  /* Q fragments and O accumulators live in registers */
 #define SIMT_MAX_DIM 256
@@ -63,18 +64,13 @@ kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src)
     if (!tpl || !args)
         return kn_error(KN_ERR_UNSUPPORTED, "attention: kernels/cuda/%s is not embedded in this build",
                         !tpl ? "kn_attention.cu" : "kn_cuda_attn_args.h");
-    char head[128];
-    int n = snprintf(head, sizeof head, "#define KN_ATT_STANDALONE 1\n#define KN_ATT_DT %d\n#define KN_ATT_%s %d\n",
-                     (int)dt, tc ? "DP" : "NC", size);
-    size_t na = strlen(args), len = strlen(tpl);
-    char *s = malloc((size_t)n + na + 1 + len + 1);
-    if (!s) return kn_error(KN_ERR_OOM, "attention: out of memory for the kernel source");
-    memcpy(s, head, (size_t)n);
-    memcpy(s + n, args, na);
-    s[n + na] = '\n';
-    memcpy(s + n + na + 1, tpl, len + 1);
-    *src = s;
-    return KN_OK;
+    kn_strbuf s = {0};
+    kn_strbuf_printf(&s, "#define KN_ATT_STANDALONE 1\n#define KN_ATT_DT %d\n#define KN_ATT_%s %d\n", (int)dt,
+                     tc ? "DP" : "NC", size);
+    kn_strbuf_puts(&s, args);
+    kn_strbuf_puts(&s, "\n");
+    kn_strbuf_puts(&s, tpl);
+    return kn_strbuf_finish(&s, src, "attention: the kernel source");
 }
 
 int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][48])

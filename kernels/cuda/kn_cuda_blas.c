@@ -33,6 +33,7 @@
 #include "kn_cuda_linalg.h"
 #include "kn_cuda_libplans.h"
 #include "kn_hash.h"
+#include "kn_strbuf.h"
 
 #ifdef KILN_HAVE_CUBLASLT
 #include <cublasLt.h>
@@ -74,21 +75,17 @@ kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
 
 kn_status kn_cuda_linalg_source(char **src)
 {
-    static const char head[] = "#define KN_LA_STANDALONE 1\n";
     const char *args = kn_cuda_template("kn_cuda_la_args.h"), *tpl = kn_cuda_template("kn_linalg");
     *src = NULL;
     if (!args || !tpl)
         return kn_error(KN_ERR_UNSUPPORTED, "kernels/cuda/%s is not embedded in this build",
                         !args ? "kn_cuda_la_args.h" : "kn_linalg.cu");
-    size_t na = strlen(args), nt = strlen(tpl);
-    char *s = malloc(sizeof head + na + 1 + nt);
-    if (!s) return kn_error(KN_ERR_OOM, "out of memory for kn_linalg.cu's source");
-    memcpy(s, head, sizeof head - 1);
-    memcpy(s + sizeof head - 1, args, na);
-    s[sizeof head - 1 + na] = '\n';
-    memcpy(s + sizeof head + na, tpl, nt + 1);
-    *src = s;
-    return KN_OK;
+    kn_strbuf s = {0};
+    kn_strbuf_puts(&s, "#define KN_LA_STANDALONE 1\n");
+    kn_strbuf_puts(&s, args);
+    kn_strbuf_puts(&s, "\n");
+    kn_strbuf_puts(&s, tpl);
+    return kn_strbuf_finish(&s, src, "kn_linalg.cu's source");
 }
 
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
