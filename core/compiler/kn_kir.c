@@ -258,23 +258,41 @@ static kn_status put_formula(rctx *r, const char *f, ctype c, char ops[3][96], d
 /* The text of argument j's element at the loop indices i<d>: "p<j>[offset]"
  * where offset sums i<d> * stride over dims d < upto (strides are baked
  * constants), or its register copy in the lane and vector bodies. */
-void kn_kir_put_elem(rctx *r, int j, int upto)
+/* Where argument j's element lives in a vector held in registers (the
+ * register copy of a row, or of a pointwise thread's vectors): that
+ * vector's text and the element's index in it. */
+static bool vec_reg_elem(const rctx *r, int j, int upto, char vec[32], char idx[16])
 {
     const kn_karg *a = &r->k->args[j];
     /* a 0-d kernel (one element) has no inner dim: no vectors, no lanes */
     int64_t inner = r->k->ndim > 0 ? a->strides[r->k->ndim - 1] : 0;
-    if (r->in_regs && inner == 1 && r->regs_v > 1 && (!a->is_output || upto == r->k->ndim)) {
+    if (inner != 1) return false;
+    if (r->in_regs && r->regs_v > 1 && (!a->is_output || upto == r->k->ndim)) {
         /* the lane's copy of its elements, in vectors: loaded (c) or to store (d) */
-        kn_strbuf_printf(r->s, "%c%d[u / %d].x[u %% %d]", a->is_output ? 'd' : 'c', j, r->regs_v, r->regs_v);
+        snprintf(vec, 32, "%c%d[u / %d]", a->is_output ? 'd' : 'c', j, r->regs_v);
+        snprintf(idx, 16, "u %% %d", r->regs_v);
+        return true;
+    }
+    if (r->vec_body && !(r->in_regs && !a->is_output)) { /* the register copy of this thread's vector */
+        if (a->is_output) snprintf(vec, 32, "s%d", j);
+        else snprintf(vec, 32, "l%d[g]", j);
+        snprintf(idx, 16, "e");
+        return true;
+    }
+    return false;
+}
+
+void kn_kir_put_elem(rctx *r, int j, int upto)
+{
+    const kn_karg *a = &r->k->args[j];
+    int64_t inner = r->k->ndim > 0 ? a->strides[r->k->ndim - 1] : 0;
+    char vec[32], idx[16];
+    if (vec_reg_elem(r, j, upto, vec, idx)) {
+        kn_strbuf_printf(r->s, "%s.x[%s]", vec, idx);
         return;
     }
     if (r->in_regs && !a->is_output && inner != 0) { /* the lane's copy of its elements */
         kn_strbuf_printf(r->s, "c%d[u]", j);
-        return;
-    }
-    if (r->vec_body && inner == 1) { /* the register copy of this thread's vector */
-        if (a->is_output) kn_strbuf_printf(r->s, "s%d.x[e]", j);
-        else kn_strbuf_printf(r->s, "l%d[g].x[e]", j);
         return;
     }
     kn_strbuf_printf(r->s, "p%d[0", j);
@@ -307,11 +325,14 @@ static void put_load(rctx *r, int j, int upto, ctype to)
     kn_strbuf tmp = {0};
     kn_strbuf *keep = r->s;
     r->s = &tmp;
-    if (dt == KN_BF16) kn_strbuf_printf(r->s, "kn_ld_bf16(");
-    else if (dt == KN_F16) kn_strbuf_printf(r->s, "kn_ld_f16(");
-    else kn_strbuf_printf(r->s, "(");
-    kn_kir_put_elem(r, j, upto);
-    kn_strbuf_printf(r->s, dt == KN_BOOL ? " != 0)" : ")");
+    char vec[32], idx[16];
+    if (dt == KN_BF16 && r->t->ld_bf16_in_vec && vec_reg_elem(r, j, upto, vec, idx))
+        kn_strbuf_printf(r->s, "%s(%s, %s)", r->t->ld_bf16_in_vec, vec, idx);
+    else {
+        kn_strbuf_printf(r->s, dt == KN_BF16 ? "kn_ld_bf16(" : dt == KN_F16 ? "kn_ld_f16(" : "(");
+        kn_kir_put_elem(r, j, upto);
+        kn_strbuf_printf(r->s, dt == KN_BOOL ? " != 0)" : ")");
+    }
     r->s = keep;
     if (tmp.oom || !tmp.p) r->s->oom = true;
     else put_conv(r->s, ctype_of(dt), to, tmp.p);
@@ -573,6 +594,8 @@ static kn_status render_expr(rctx *r, int i, int upto)
                              e->op == KN_OP_NEG ? "" : ops[1]);
         else if (e->op == KN_OP_GELU && r->t->half_gelu && fc == CT_F32 && (e->dtype == KN_BF16 || e->dtype == KN_F16))
             kn_strbuf_printf(r->s, "%s%s(%s)", r->t->half_gelu, kn_dtype_name(e->dtype), ops[0]);
+        else if (e->op == KN_OP_RSQRT && r->t->rsqrt_f32 && eval == CT_F32)
+            kn_strbuf_printf(r->s, "%s(%s)", r->t->rsqrt_f32, ops[0]);
         else st = put_formula(r, op_formula[e->op], eval, ops, fill_value(e));
         r->s = keep;
         if (st != KN_OK || !body.p) {

@@ -203,6 +203,15 @@ typedef struct kn_render_target {
                                 (a, b, e) computing a bf16/f16 add, sub or mul of
                                 element e of two loaded vectors, its rounded result
                                 (NULL: the f32 formula, rounded) */
+    const char *rsqrt_f32;   /* the function computing rsqrt in f32 (NULL: the op
+                                table's 1 / sqrt). CUDA's rsqrtf is within 2 ulp, as
+                                PyTorch's CUDA rsqrt; 1 / sqrtf's IEEE division and
+                                square root cost a layer norm's warp a slow path */
+    const char *ld_bf16_in_vec; /* a prelude function (vector, index) reading bf16 element
+                                index of a vector held in registers as f32 from the
+                                vector's 32-bit words: the upper element of a word is
+                                one AND, where a 16-bit element cost a byte permute
+                                and a shift (NULL: kn_ld_bf16 of the element) */
     const char *store16;     /* a prelude function (pointer, vector) storing a 16-byte
                                 vector in one instruction (NULL: assignment, which the
                                 compiler may split) */
@@ -293,13 +302,15 @@ bool kn_kernel_has_source(const kn_kernel *k);
  *     vectors and ept kn_kernel_vec_ept's: grid ceil(numel / (block * V *
  *     ept)), capped likewise. Any grid >= 1 and any block up to the bound is
  *     correct.
- *   ROW: one block per row (grid-stride over rows), warp shuffles then
- *     the warps' partials in shared memory per stage: block must be a power
- *     of two in [32, 1024]; grid = rows capped at KN_KIR_MAX_GRID; any
- *     grid >= 1 is correct. With one warp per row (kn_kernel_warp_rows:
- *     cfg.rows, or by default rows of at most KN_KIR_WARP_ROW_MAX elements
- *     of k->shape, fixed when rendered) a block takes block / 32 rows:
- *     grid = ceil(rows / (block / 32)), capped likewise.
+ *   ROW: one block per row, warp shuffles then the warps' partials in
+ *     shared memory per stage: block must be a power of two in [32, 1024];
+ *     grid = rows capped at KN_KIR_MAX_GRID. With one warp per row
+ *     (kn_kernel_warp_rows: cfg.rows, or by default rows of at most
+ *     KN_KIR_WARP_ROW_MAX elements of k->shape, fixed when rendered) a
+ *     block takes block / 32 rows: grid = ceil(rows / (block / 32)), capped
+ *     likewise. Where that cap cuts the grid, the kernel loops over rows
+ *     (any grid >= 1 is correct); otherwise it takes one row a warp (block)
+ *     and needs the whole grid, with block exactly kn_kernel_block's.
  * grid 0 means there is nothing to do: skip the launch. */
 #define KN_KIR_ROW_BLOCK 256
 #define KN_KIR_WARP_ROW_MAX 1024

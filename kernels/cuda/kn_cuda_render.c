@@ -254,13 +254,33 @@ static kn_status cuda_row(kn_kir_rctx *r)
     kn_strbuf_printf(r->s, "%*sconst kn_i64 rows = 1", r->indent * 4, "");
     for (int d = 0; d < R; d++) kn_strbuf_printf(r->s, " * n%d", d);
     kn_strbuf_printf(r->s, ";\n");
+    /* The sizes are baked (sizes_baked), so the grid kn_kernel_launch_dims
+     * gives is known here: where it has a warp (or block) for every row, a
+     * row each and no loop. The loop's 64-bit induction kept registers and
+     * instructions through the body: a bf16 layer norm of 4096 x 512 took
+     * 2.88 us on the H100 without it, with rsqrtf, against 2.98 with the
+     * loop. A block's exit is uniform, so no barrier loses a thread. */
+    int64_t n_rows = 1;
+    for (int d = 0; d < R; d++) n_rows *= k->shape[d];
+    int rows_a_block = r->warp_rows ? kn_kernel_block(k) / 32 : 1;
+    bool row_each = (n_rows + rows_a_block - 1) / rows_a_block <= KN_KIR_MAX_GRID;
     if (r->warp_rows) {
         /* one warp per row: no barriers at all, and a block's eight rows
          * keep eight times the loads in flight */
         kn_kir_line(r, "const unsigned lane = threadIdx.x & 31u;");
         kn_kir_line(r, "const kn_i64 wpb = blockDim.x >> 5;");
-        kn_kir_line(r, "for (kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;"
-                " row += (kn_i64)gridDim.x * wpb) {");
+        if (row_each) {
+            kn_kir_line(r, "{");
+            kn_kir_line(r, "    const kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5);");
+            kn_kir_line(r, "    if (row >= rows) return;");
+        } else {
+            kn_kir_line(r, "for (kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;"
+                    " row += (kn_i64)gridDim.x * wpb) {");
+        }
+    } else if (row_each) {
+        kn_kir_line(r, "{");
+        kn_kir_line(r, "    const kn_i64 row = blockIdx.x;");
+        kn_kir_line(r, "    if (row >= rows) return;");
     } else {
         kn_kir_line(r, "for (kn_i64 row = blockIdx.x; row < rows; row += gridDim.x) {");
     }
@@ -527,6 +547,13 @@ const kn_render_target kn_cuda_render_target = {
                "    static_assert(sizeof(T) == 16, \"a 16-byte vector\");\n"
                "    const uint4 q = *(const uint4 *)&v;\n"
                "    asm(\"st.global.v4.u32 [%0], {%1, %2, %3, %4};\" : : \"l\"(p), \"r\"(q.x), \"r\"(q.y), \"r\"(q.z), \"r\"(q.w));\n"
+               "}\n"
+               /* element i of a vector of bf16 in registers, from its 32-bit
+                * words (i is a constant once the loops unroll) */
+               "template <class T> KN_FN float kn_ldv_bf16(const T &v, int i)\n"
+               "{\n"
+               "    const kn_u32 w = ((const kn_u32 *)&v)[i >> 1];\n"
+               "    return kn_u2f(i & 1 ? w & 0xffff0000u : w << 16);\n"
                "}\n",
     .bufs = "ka.bufs",
     .sizes = "ka.sizes",
@@ -538,6 +565,8 @@ const kn_render_target kn_cuda_render_target = {
     .sizes_baked = true,
     .half_gelu = "kn_gelu_",
     .pair_op = "kn_pair_",
+    .rsqrt_f32 = "rsqrtf",
+    .ld_bf16_in_vec = "kn_ldv_bf16",
     .store16 = "kn_st16",
     .kept_bytes = 96,
     .signature = cuda_signature,
