@@ -621,9 +621,11 @@ static void test_row_reduce(void)
     free(k);
 }
 
-/* Per-row sums over more rows than one grid takes: 600,000 rows of 3 are
- * 75,000 blocks of eight one-warp rows, past KN_KIR_MAX_GRID, so the CUDA
- * kernel loops over rows; 4,096 rows take one warp each and no loop. */
+/* Per-row sums over more rows than one grid takes: 600,000 rows of 3, a
+ * warp a row, are 75,000 blocks of eight rows, past KN_KIR_MAX_GRID, so
+ * the CUDA kernel loops over rows; by default 8 lanes share a row and a
+ * block takes 32 rows: 18,750 blocks, a warp for every 4 rows, no loop.
+ * 4,096 rows of 512 take a warp each and no loop. */
 static void test_many_rows(void)
 {
     int64_t sh[2] = {600000, 3}, os[1] = {600000};
@@ -632,35 +634,45 @@ static void test_many_rows(void)
     int ax = arg_of(k, x, false, false), as = arg_of(k, sum, true, true);
     stage(k, KN_OP_SUM, ld(k, ax));
     store(k, as, acc(k, 0, KN_F32), true);
-    char *src = NULL;
-    ok(kn_kernel_render(k, KN_TARGET_CUDA, &src) == KN_OK && src && strstr(src, "row += (kn_i64)gridDim.x * wpb"),
-       "600000 rows: the CUDA kernel loops over rows (its grid is capped)");
-    free(src);
-    src = NULL;
-    int64_t fits[2] = {4096, 3}, fits_out[1] = {4096};
+    kn_opcall c;
+    kn_opcall_init(&c, KN_OP_SUM);
+    c.in[c.n_in++] = x;
+    c.a.ndims = 1;
+    c.a.dims[0] = 1;
+    kn_tensor *want = ref_call(&c);
+    for (int lanes = 32; lanes >= 0; lanes -= 32) {
+        k->cfg.lanes = lanes;
+        char *src = NULL;
+        bool rendered = kn_kernel_render(k, KN_TARGET_CUDA, &src) == KN_OK && src;
+        if (lanes == 32)
+            ok(rendered && strstr(src, "threadIdx.x & 31u") && strstr(src, "row += (kn_i64)gridDim.x * rpb"),
+               "600000 rows, 32 lanes a row: the CUDA kernel loops over rows (its grid is capped)");
+        else
+            ok(rendered && kn_kernel_row_lanes(k) == 8 && strstr(src, "threadIdx.x & 7u") &&
+                   strstr(src, "if (row >= rows) return;") && !strstr(src, "row += "),
+               "600000 rows of 3 by default: 8 lanes a row, no loop");
+        free(src);
+        char name[96];
+        snprintf(name, sizeof name, "row sum of 600000 rows, lanes=%d", lanes);
+        memset(kn_tensor_data(sum), 0, (size_t)sum->storage->nbytes);
+        if (run(k, (kn_tensor *[]){x, sum}, name)) check(sum, want, true, name);
+    }
+    kn_tensor_release(want);
+    release(2, (kn_tensor *[]){x, sum});
+    free(k);
+
+    int64_t fits[2] = {4096, 512}, fits_out[1] = {4096};
     kn_tensor *xf = tl_rand(KN_F32, 2, fits, TL_CONTIG, -1, 1, 0), *sf = tl_new(KN_F32, 1, fits_out);
     kn_kernel *kf = kernel_new("k9_fits", KN_KERNEL_ROW, 2, fits);
     int fx = arg_of(kf, xf, false, false), fs = arg_of(kf, sf, true, true);
     stage(kf, KN_OP_SUM, ld(kf, fx));
     store(kf, fs, acc(kf, 0, KN_F32), true);
-    ok(kn_kernel_render(kf, KN_TARGET_CUDA, &src) == KN_OK && src && strstr(src, "if (row >= rows) return;") &&
-           !strstr(src, "row += "),
-       "4096 rows: a warp a row, no loop");
+    char *src = NULL;
+    ok(kn_kernel_render(kf, KN_TARGET_CUDA, &src) == KN_OK && src && strstr(src, "threadIdx.x & 31u") &&
+           strstr(src, "if (row >= rows) return;") && !strstr(src, "row += "),
+       "4096 rows of 512: a warp a row, no loop");
     free(src);
-    kn_tensor *ts[] = {x, sum};
-    if (run(k, ts, "row sum of 600000 rows")) {
-        kn_opcall c;
-        kn_opcall_init(&c, KN_OP_SUM);
-        c.in[c.n_in++] = x;
-        c.a.ndims = 1;
-        c.a.dims[0] = 1;
-        kn_tensor *r = ref_call(&c);
-        check(sum, r, true, "per-row sum of 600000 rows of 3 (rows looped)");
-        kn_tensor_release(r);
-    }
-    release(2, ts);
     release(2, (kn_tensor *[]){xf, sf});
-    free(k);
     free(kf);
 }
 

@@ -14,7 +14,8 @@ static const struct {
     size_t off;
 } cfg_fields[] = {{"block", offsetof(kn_kconfig, block)},   {"ept", offsetof(kn_kconfig, ept)},
                   {"rows", offsetof(kn_kconfig, rows)},     {"unroll", offsetof(kn_kconfig, unroll)},
-                  {"tile", offsetof(kn_kconfig, tile)},     {"vec", offsetof(kn_kconfig, vec)}};
+                  {"tile", offsetof(kn_kconfig, tile)},     {"vec", offsetof(kn_kconfig, vec)},
+                  {"lanes", offsetof(kn_kconfig, lanes)}};
 #define N_CFG_FIELDS (sizeof cfg_fields / sizeof cfg_fields[0])
 static const char *const rows_names[] = {"auto", "block", "warp", "regs", "bregs"};
 #define N_ROWS_NAMES (int)(sizeof rows_names / sizeof rows_names[0])
@@ -53,7 +54,7 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
             for (f = 0; f < N_CFG_FIELDS && strcmp(cfg_fields[f].name, word) != 0; f++) {}
         }
         if (f == N_CFG_FIELDS)
-            return kn_error(KN_ERR_ARG, "kernel config '%s': '%s' is not one of block=, ept=, rows=, unroll=, tile=, vec=",
+            return kn_error(KN_ERR_ARG, "kernel config '%s': '%s' is not one of block=, ept=, rows=, unroll=, tile=, vec=, lanes=",
                             text, word);
         int v = -1;
         if (cfg_fields[f].off == offsetof(kn_kconfig, rows)) {
@@ -65,9 +66,12 @@ kn_status kn_kconfig_parse(const char *text, kn_kconfig *c)
             if (*end == 0 && end != eq + 1 && l >= 0 && l <= 4096) v = (int)l;
         }
         bool pow2 = v > 0 && (v & (v - 1)) == 0;
-        if (v < 0 || (cfg_fields[f].off == offsetof(kn_kconfig, block) && v && (!pow2 || v < 32 || v > 1024)))
+        bool is_block = cfg_fields[f].off == offsetof(kn_kconfig, block);
+        bool is_lanes = cfg_fields[f].off == offsetof(kn_kconfig, lanes);
+        if (v < 0 || (is_block && v && (!pow2 || v < 32 || v > 1024)) || (is_lanes && v && v != 8 && v != 16 && v != 32))
             return kn_error(KN_ERR_ARG, "kernel config '%s': bad value for %s=%s%s", text, word, eq + 1,
-                            cfg_fields[f].off == offsetof(kn_kconfig, block) ? " (a power of two in 32..1024)"
+                            is_block ? " (a power of two in 32..1024)"
+                            : is_lanes ? " (8, 16 or 32)"
                             : cfg_fields[f].off == offsetof(kn_kconfig, rows) ? " (auto, block, warp, regs or bregs)"
                                                                                : "");
         *(int *)((char *)c + cfg_fields[f].off) = v;

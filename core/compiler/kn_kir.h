@@ -117,6 +117,8 @@ typedef struct kn_kconfig {
                    loop serves misaligned pointers and sizes at run time. C:
                    `#pragma omp simd simdlen(vec)` on the innermost loop (outputs never alias
                    inputs in a plan, which the pragma asserts); 0: none */
+    int lanes;  /* CUDA ROW with one warp per row: the lanes that share a row, 8, 16 or 32
+                   (a warp then takes 32 / lanes rows); 0: kn_kernel_row_lanes's choice */
 } kn_kconfig;
 
 /* ROW strategies; KN_ROWS_REGS is one warp per row with each lane keeping
@@ -307,8 +309,8 @@ bool kn_kernel_has_source(const kn_kernel *k);
  *     grid = rows capped at KN_KIR_MAX_GRID. With one warp per row
  *     (kn_kernel_warp_rows: cfg.rows, or by default rows of at most
  *     KN_KIR_WARP_ROW_MAX elements of k->shape, fixed when rendered) a
- *     block takes block / 32 rows: grid = ceil(rows / (block / 32)), capped
- *     likewise. Where that cap cuts the grid, the kernel loops over rows
+ *     block takes block / lanes rows (kn_kernel_row_lanes): grid =
+ *     ceil(rows / (block / lanes)), capped likewise. Where that cap cuts the grid, the kernel loops over rows
  *     (any grid >= 1 is correct); otherwise it takes one row a warp (block)
  *     and needs the whole grid, with block exactly kn_kernel_block's.
  * grid 0 means there is nothing to do: skip the launch. */
@@ -325,5 +327,13 @@ void kn_kernel_launch_dims(const kn_kernel *k, const int64_t *sizes, int64_t *gr
 /* A CUDA kernel's threads per block: k->cfg.block, or KN_KIR_ROW_BLOCK. */
 int kn_kernel_block(const kn_kernel *k);
 bool kn_kernel_warp_rows(const kn_kernel *k);
+/* CUDA ROW with one warp per row (kn_kernel_warp_rows): the lanes that
+ * share a row. cfg.lanes where the rows split evenly into warps of it;
+ * by default 32, halved (down to 8) while a lane would hold at most one
+ * vector of a row held in registers and the rows split evenly: a lane's
+ * loads of two rows' vectors are in flight together. */
+int kn_kernel_row_lanes(const kn_kernel *k);
+/* ... and that default, whatever cfg.lanes says. */
+int kn_kernel_row_lanes_auto(const kn_kernel *k);
 
 #endif

@@ -25,7 +25,7 @@
 static int row_regs_per_thread(const kn_kernel *k)
 {
     int R = k->ndim - 1, V = kn_kernel_row_vec(k);
-    int threads = kn_kernel_warp_rows(k) ? 32 : kn_kernel_block(k);
+    int threads = kn_kernel_warp_rows(k) ? kn_kernel_row_lanes(k) : kn_kernel_block(k);
     int64_t groups = (k->shape[R] + (int64_t)threads * V - 1) / ((int64_t)threads * V);
     return (int)(groups > 0 ? groups : 1) * V;
 }
@@ -262,20 +262,24 @@ static kn_status cuda_row(kn_kir_rctx *r)
      * loop. A block's exit is uniform, so no barrier loses a thread. */
     int64_t n_rows = 1;
     for (int d = 0; d < R; d++) n_rows *= k->shape[d];
-    int rows_a_block = r->warp_rows ? kn_kernel_block(k) / 32 : 1;
+    int lanes = kn_kernel_row_lanes(k);
+    int rows_a_block = r->warp_rows ? kn_kernel_block(k) / lanes : 1;
     bool row_each = (n_rows + rows_a_block - 1) / rows_a_block <= KN_KIR_MAX_GRID;
+    char step[8];
+    snprintf(step, sizeof step, "%d", lanes);
     if (r->warp_rows) {
-        /* one warp per row: no barriers at all, and a block's eight rows
-         * keep eight times the loads in flight */
-        kn_kir_line(r, "const unsigned lane = threadIdx.x & 31u;");
-        kn_kir_line(r, "const kn_i64 wpb = blockDim.x >> 5;");
+        /* one warp per row (or 32 / lanes rows, whole ones: the shuffles
+         * below take the full mask): no barriers at all, and a block's
+         * rows keep that many times the loads in flight */
+        kn_kir_line(r, "const unsigned lane = threadIdx.x & %du;", lanes - 1);
+        kn_kir_line(r, "const kn_i64 rpb = blockDim.x / %d;", lanes);
         if (row_each) {
             kn_kir_line(r, "{");
-            kn_kir_line(r, "    const kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5);");
+            kn_kir_line(r, "    const kn_i64 row = (kn_i64)blockIdx.x * rpb + threadIdx.x / %d;", lanes);
             kn_kir_line(r, "    if (row >= rows) return;");
         } else {
-            kn_kir_line(r, "for (kn_i64 row = (kn_i64)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;"
-                    " row += (kn_i64)gridDim.x * wpb) {");
+            kn_kir_line(r, "for (kn_i64 row = (kn_i64)blockIdx.x * rpb + threadIdx.x / %d; row < rows;"
+                    " row += (kn_i64)gridDim.x * rpb) {", lanes);
         }
     } else if (row_each) {
         kn_kir_line(r, "{");
@@ -290,7 +294,7 @@ static kn_status cuda_row(kn_kir_rctx *r)
     if (regs) {
         /* int indices: the row is short (the guard below) */
         const char *lo = r->warp_rows ? "(int)lane" : "(int)threadIdx.x";
-        const char *step = r->warp_rows ? "32" : "(int)blockDim.x";
+        const char *regs_step = r->warp_rows ? step : "(int)blockDim.x";
         /* the row in registers when it fits what was rendered and, with
          * vectors, moves in whole aligned vectors; otherwise (a longer row
          * of a dynamic size, a misaligned view) the plain loop. A thread
@@ -298,7 +302,7 @@ static kn_status cuda_row(kn_kir_rctx *r)
         int V = kn_kernel_row_vec(k), K = row_regs_per_thread(k);
         r->regs_k = K;
         r->regs_v = V;
-        if (r->warp_rows) kn_strbuf_printf(r->s, "%*sif (n%d <= %d", r->indent * 4, "", R, K * 32);
+        if (r->warp_rows) kn_strbuf_printf(r->s, "%*sif (n%d <= %d", r->indent * 4, "", R, K * lanes);
         else kn_strbuf_printf(r->s, "%*sif (n%d <= %d * (kn_i64)blockDim.x", r->indent * 4, "", R, K);
         if (V > 1) {
             kn_strbuf_printf(r->s, " && ");
@@ -306,7 +310,7 @@ static kn_status cuda_row(kn_kir_rctx *r)
         }
         kn_strbuf_printf(r->s, ") {\n");
         r->indent++;
-        kn_status st = kn_kir_row_body(r, lo, step, first);
+        kn_status st = kn_kir_row_body(r, lo, regs_step, first);
         r->regs_k = 0;
         r->regs_v = 0;
         KN_TRY(st);
@@ -314,7 +318,7 @@ static kn_status cuda_row(kn_kir_rctx *r)
         kn_kir_line(r, "} else {");
         r->indent++;
     }
-    KN_TRY(kn_kir_row_body(r, r->warp_rows ? "(kn_i64)lane" : "threadIdx.x", r->warp_rows ? "32" : "blockDim.x",
+    KN_TRY(kn_kir_row_body(r, r->warp_rows ? "(kn_i64)lane" : "threadIdx.x", r->warp_rows ? step : "blockDim.x",
                            first));
     if (regs) {
         r->indent--;
@@ -335,7 +339,7 @@ static void cuda_row_partials(kn_kir_rctx *r, int s)
 {
     char acc[16];
     snprintf(acc, sizeof acc, "s%d", s);
-    kn_kir_line(r, "for (int w = 16; w > 0; w >>= 1) {");
+    kn_kir_line(r, "for (int w = %d; w > 0; w >>= 1) {", r->warp_rows ? kn_kernel_row_lanes(r->k) / 2 : 16);
     r->indent++;
     kn_kir_line(r, "%s o = __shfl_xor_sync(0xffffffffu, s%d, w);", kn_kir_acc_type(r, s), s);
     kn_kir_combine(r, s, acc, "o");
@@ -399,6 +403,12 @@ static int cuda_candidates(const kn_kernel *k, kn_kconfig *out, int max)
             for (int b = 0; b < 4; b++)
                 if (!(auto_regs && wblocks[b] == KN_KIR_ROW_BLOCK)) ADD(.block = wblocks[b], .rows = KN_ROWS_REGS);
             ADD(.block = KN_KIR_ROW_BLOCK, .rows = KN_ROWS_REGS, .vec = 1);
+            /* rows shared by fewer lanes: more of each lane's loads in flight */
+            int64_t n_rows = 1;
+            for (int d = 0; d + 1 < k->ndim; d++) n_rows *= k->shape[d];
+            for (int lanes = 32; lanes >= 8; lanes /= 2)
+                if (n_rows % (32 / lanes) == 0 && kn_kernel_row_lanes_auto(k) != lanes)
+                    ADD(.block = KN_KIR_ROW_BLOCK, .rows = KN_ROWS_REGS, .lanes = lanes);
         }
         for (int b = 0; b < 4; b++) /* one warp per row reading memory: for rows up to a few thousand */
             if (row <= 8 * KN_KIR_WARP_ROW_MAX) ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
