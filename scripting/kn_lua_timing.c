@@ -198,6 +198,8 @@ static int l_finish(lua_State *L)
         lua_setfield(L, -2, "start_ms");
         lua_pushnumber(L, r[i].bytes);
         lua_setfield(L, -2, "bytes");
+        lua_pushnumber(L, r[i].write_bytes);
+        lua_setfield(L, -2, "write_bytes");
         lua_pushnumber(L, r[i].flops);
         lua_setfield(L, -2, "flops");
         lua_seti(L, -2, i + 1);
@@ -341,11 +343,15 @@ static int l_measure(lua_State *L)
     lua_setfield(L, -2, "copy_gbps");
     lua_createtable(L, c.n_bw, 0);
     for (int i = 0; i < c.n_bw; i++) {
-        lua_createtable(L, 0, 2);
+        lua_createtable(L, 0, 3);
         lua_pushnumber(L, c.bw[i].bytes);
         lua_setfield(L, -2, "bytes");
         lua_pushnumber(L, c.bw[i].gbps);
         lua_setfield(L, -2, "gbps");
+        if (c.bw[i].copy_gbps > 0) {
+            lua_pushnumber(L, c.bw[i].copy_gbps);
+            lua_setfield(L, -2, "copy_gbps");
+        }
         lua_seti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "bandwidth");

@@ -232,6 +232,32 @@ for _, k in ipairs(rc.kernels) do
   end
 end
 T.ok(curve_seen and curve_ok, "the bandwidth ceiling is the measured curve at the kernel's working set (log interpolation)")
+-- reads and writes: a kernel that reads as much as it writes is held
+-- against the copy's figure, one that reads two for one against the better
+-- of copy and add, one in between against the two weighed by its read share
+local mixc = { copy_gbps = 1, f32_gflops = 1e12, bf16_gflops = 1e12,
+  bandwidth = { { bytes = 1, gbps = 400, copy_gbps = 100 }, { bytes = 1e12, gbps = 400, copy_gbps = 100 } } }
+local function mix_row(fn, args)
+  args[#args + 1] = { iters = 1, warmup = 0, profile_iters = 1, ceilings = mixc }
+  local r = kiln.time(kiln.compile(fn), table.unpack(args))
+  for _, k in ipairs(r.kernels) do if k.kind == "generated" then return k end end
+end
+local ma = kiln.randn({ 2, 32, 32 }, { device = "cpu", seed = 11 })
+local mb = kiln.randn({ 2, 32, 32 }, { device = "cpu", seed = 12 })
+local mc = kiln.randn({ 32, 32 }, { device = "cpu", seed = 13 })
+for _, case in ipairs({
+  { "relu (one read a write)", function(a) return a:relu() end, { ma }, 8192, 100 },
+  { "add (two reads a write)", function(a, b) return a + b end, { ma, mb }, 8192, 400 },
+  { "add of a broadcast half (read share 0.6)", function(a, c) return a + c end, { ma, mc }, 8192, 100 + 300 * 0.6 },
+}) do
+  local k = mix_row(case[2], case[3])
+  T.ok(k ~= nil, case[1] .. ": a generated kernel")
+  if k then
+    T.is(k.write_bytes, case[4], case[1] .. ": write_bytes are the result's bytes")
+    T.near(k.roof_pct, k.gbps / case[5] * 100, 1e-9 * k.roof_pct,
+      string.format("%s: held against %g GB/s", case[1], case[5]))
+  end
+end
 if not seen_bw then T.diag("no kernel without flops in this sample") end
 
 -- a roof% above 100 (ceilings measured low, as under a sanitizer build)
@@ -363,15 +389,23 @@ T.ok(o4:find("cached=false", 1, true) and o4:find("measuring", 1, true), "a file
 cf = io.open(fname, "r")
 ctext = cf and cf:read("a") or ""
 if cf then cf:close() end
-T.like(ctext, "\nruler = 3\n", "the file names how its points were measured")
-for _, old in ipairs({ "\nruler = 2\n", "\n" }) do
+T.like(ctext, "\nruler = 4\n", "the file names how its points were measured")
+T.like(ctext, "\nbandwidth_copy = [%d.]+:[%d.]+ ", "the file keeps the copy's figure of each working set")
+for _, old in ipairs({ "\nruler = 3\n", "\nruler = 2\n", "\n" }) do
   bad = io.open(fname, "w")
-  bad:write((ctext:gsub("\nruler = 3\n", old)))
+  bad:write((ctext:gsub("\nruler = 4\n", old)))
   bad:close()
   local o5 = child(code, env)
   T.ok(o5:find("cached=false", 1, true) and o5:find("measuring", 1, true),
-    "a file with " .. (old == "\n" and "no ruler" or "ruler 2") .. " is measured again")
+    "a file with " .. (old == "\n" and "no ruler" or old:match("ruler = %d")) .. " is measured again")
 end
+-- a file whose copy figures do not match its working sets
+bad = io.open(fname, "w")
+bad:write((ctext:gsub("\nbandwidth_copy = %d+:", "\nbandwidth_copy = 7:")))
+bad:close()
+local o6 = child(code, env)
+T.ok(o6:find("cached=false", 1, true) and o6:find("measuring", 1, true),
+  "a file whose copy figures name other working sets is measured again")
 -- the points: one working set each, the bytes of one pass (3 x the add's
 -- buffer; the copy moves as much), smallest first, as measured
 local cur = kiln.ceilings({ device = "cpu" })

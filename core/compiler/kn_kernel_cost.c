@@ -13,7 +13,7 @@ static double expr_flops(const kn_kernel *k, double elems)
 
 kn_cost kn_kernel_cost(const kn_graph *g, const kn_kernel *k, int node)
 {
-    kn_cost c = {0, 0};
+    kn_cost c = {0, 0, 0};
     double space = (double)kn_numel_of(k->ndim, k->shape);
     if (k->kind == KN_KERNEL_LIBRARY || k->kind == KN_KERNEL_FALLBACK) {
         if (node < 0 || node >= g->n_nodes) return c;
@@ -45,6 +45,7 @@ kn_cost kn_kernel_cost(const kn_graph *g, const kn_kernel *k, int node)
             if (reach > held) reach = held;
         }
         c.bytes += reach * (double)kn_dtype_size(ar->dtype);
+        if (ar->is_output) c.write_bytes += reach * (double)kn_dtype_size(ar->dtype);
     }
     c.flops = expr_flops(k, space);
     return c;

@@ -978,6 +978,7 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
         r.dtype = node >= 0 && node < p->g.n_nodes ? p->g.nodes[node].out[0].dtype : KN_F32;
         kn_cost c = kn_kernel_cost(&p->g, k, node);
         r.bytes = c.bytes;
+        r.write_bytes = c.write_bytes;
         r.flops = c.flops;
     }
     kn_profile_kernel_end(slot, &r);

@@ -11,6 +11,9 @@
  * which stay in the caches; a kernel that moves B bytes is held against
  * the bandwidth of a working set of B bytes (kiln.time's roof%), since a
  * kernel whose data fits in a cache runs faster than any DRAM ceiling.
+ * Each working set also keeps the copy's figure alone: the ceiling of a
+ * kernel that reads as much as it writes (kiln.time weighs the two by a
+ * kernel's own mix of reads and writes).
  * Matmul rates for f32 and bf16: the backend's
  * library_matmul_rate where it has one (the library's own GEMM peak), else
  * square matmuls through kn_op_eager; 0 where the device has no such
@@ -28,7 +31,8 @@ typedef struct kn_ceilings {
     double copy_gbps; /* the largest working set's: DRAM */
     int n_bw;         /* bandwidth by working set, smallest first */
     struct {
-        double bytes, gbps; /* bytes moved by one pass (all buffers) */
+        double bytes, gbps; /* bytes moved by one pass (all buffers); the best of both */
+        double copy_gbps;   /* the copy's alone: one read a write (0: no copy) */
     } bw[KN_CEIL_BW_POINTS];
     double f32_gflops;
     double bf16_gflops;

@@ -10,9 +10,10 @@ static double meta_bytes(const kn_meta *m)
 
 kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int n_out, const kn_meta *out)
 {
-    kn_cost c = {0, 0};
+    kn_cost c = {0, 0, 0};
     for (int i = 0; i < n_in; i++) c.bytes += meta_bytes(&in[i]);
-    for (int i = 0; i < n_out; i++) c.bytes += meta_bytes(&out[i]);
+    for (int i = 0; i < n_out; i++) c.write_bytes += meta_bytes(&out[i]);
+    c.bytes += c.write_bytes;
     double on = n_out ? (double)kn_numel_of(out[0].ndim, out[0].shape) : 0;
     double inn = n_in ? (double)kn_numel_of(in[0].ndim, in[0].shape) : 0;
     switch (kn_op_kind_of(op)) {

@@ -14,6 +14,9 @@
  *          counted (core/compiler/kn_kernel_cost); copies, index ops,
  *          concatenation and creation 0.
  * A kernel with 0 flops is judged against bandwidth alone.
+ *   write_bytes  the part of bytes that is results written: with it the
+ *          roofline holds a kernel against the bandwidth of its own mix of
+ *          reads and writes (a copy's one read a write, an add's two).
  */
 #ifndef KN_COST_H
 #define KN_COST_H
@@ -23,6 +26,7 @@
 typedef struct kn_cost {
     double bytes;
     double flops;
+    double write_bytes; /* of bytes: the results' */
 } kn_cost;
 
 /* One op on values of these shapes (in: its inputs, out: its outputs). */

@@ -254,6 +254,7 @@ void kn_profile_op_end(int slot, const kn_opcall *c)
     r->dtype = o ? o->dtype : KN_F32;
     kn_cost cost = kn_cost_opcall(c);
     r->bytes = cost.bytes;
+    r->write_bytes = cost.write_bytes;
     r->flops = cost.flops;
     r->index = -1;
     r->owner = P.within_owner;

@@ -40,6 +40,7 @@ typedef struct kn_profile_record {
     double start_ms;   /* from the session's first record */
     double ms;         /* device time between its events */
     double bytes, flops;
+    double write_bytes; /* of bytes: the results' (kn_cost) */
 } kn_profile_record;
 
 /* Set while a session is on: what the hooks test. */

@@ -114,11 +114,13 @@ local function device_label(dev)
   return dev
 end
 
--- The way the ceilings' points are measured, recorded in the file. 3: each
--- point the best single pass of a copy or an add moving the same bytes, the
--- add also with its first input just written, as measured (2 had no such
--- add; 1 also raised a small working set's point to any larger one's).
-local RULER = "3"
+-- The way the ceilings' points are measured, recorded in the file. 4: each
+-- point the best single pass of a copy or an add moving the same bytes,
+-- each also with its (first) input just written, as measured, and the copy's
+-- figure kept apart (bandwidth_copy) for kernels that write as much as they
+-- read (3 kept only the better of the two; 2 had no fresh-input add; 1 also
+-- raised a small working set's point to any larger one's).
+local RULER = "4"
 
 local function cache_path(dev, label)
   local dir = kiln.config and kiln.config.cache_dir or "."
@@ -151,27 +153,59 @@ local function read_ceilings(path, label, clock)
     bw[#bw + 1] = { bytes = b, gbps = g }
   end
   if #bw == 0 then return nil end
+  -- the copy's figure at the same working sets, in the same order
+  local i = 0
+  for b, g in (c.bandwidth_copy or ""):gmatch("([%d.e+]+):([%d.e+]+)") do
+    i = i + 1
+    b, g = tonumber(b), tonumber(g)
+    if not bw[i] or b ~= bw[i].bytes or not g or g < 0 then return nil end
+    if g > 0 then bw[i].copy_gbps = g end
+  end
+  if i ~= #bw then return nil end
   return { copy_gbps = copy, bandwidth = bw, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?", clock = clock }
 end
 
--- The bandwidth a kernel moving `bytes` can reach: the measured curve at
--- its own working set, interpolated (in log bytes) between the measured
+-- The measured curve's `field` (gbps, or copy_gbps: the copy's alone) at
+-- working set `bytes`, interpolated (in log bytes) between the measured
 -- working sets around it; the smallest one's below them, the largest's
 -- above. (Taking the smaller neighbour's alone held a 67 MB kernel, whose
--- data comes from DRAM, against 50 MB of L2-resident copies.) Ceilings
--- without that table (given by hand) have copy_gbps alone.
-local function bandwidth_for(c, bytes)
-  local bw = c.bandwidth
-  if type(bw) ~= "table" or #bw == 0 then return c.copy_gbps end
-  if bytes <= bw[1].bytes then return bw[1].gbps end
+-- data comes from DRAM, against 50 MB of L2-resident copies.) nil where a
+-- point lacks the field.
+local function curve_at(bw, bytes, field)
+  for _, p in ipairs(bw) do
+    if not p[field] then return nil end
+  end
+  if bytes <= bw[1].bytes then return bw[1][field] end
   for i = 1, #bw - 1 do
     local a, b = bw[i], bw[i + 1]
     if bytes <= b.bytes then
       local t = (math.log(bytes) - math.log(a.bytes)) / (math.log(b.bytes) - math.log(a.bytes))
-      return a.gbps + (b.gbps - a.gbps) * t
+      return a[field] + (b[field] - a[field]) * t
     end
   end
-  return bw[#bw].gbps
+  return bw[#bw][field]
+end
+
+-- The bandwidth a kernel moving `bytes`, `write_bytes` of them results,
+-- can reach: the measured curve at its own working set, for its mix of
+-- reads and writes. A kernel that reads no more than it writes (a copy's
+-- mix: a layer norm, a ReLU) gets the copy's figure; one that reads twice
+-- what it writes or more (an add's mix: a residual add, a reduction) the
+-- better of copy and add, as every kernel did before; in between, the two
+-- weighed by where its read share lies. The add's two reads a write move
+-- more bytes a second than a copy where the buffers fill much of the L2
+-- (86% at 12.6 and 50 MB on the H100): held against the add, a copy-shaped
+-- kernel could not reach its ceiling even as a plain copy. Ceilings
+-- without that table (given by hand) have copy_gbps alone.
+local function bandwidth_for(c, bytes, write_bytes)
+  local bw = c.bandwidth
+  if type(bw) ~= "table" or #bw == 0 then return c.copy_gbps end
+  local best = curve_at(bw, bytes, "gbps")
+  local copy = write_bytes and bytes > 0 and curve_at(bw, bytes, "copy_gbps")
+  if not copy or copy <= 0 or copy >= best then return best end
+  local read_share = (bytes - write_bytes) / bytes
+  local w = math.min(1, math.max(0, (read_share - 1 / 2) / (2 / 3 - 1 / 2)))
+  return copy + (best - copy) * w
 end
 
 -- kiln.ceilings{device =, remeasure =, progress = function(path)}: the
@@ -213,18 +247,23 @@ function kiln.ceilings(opts)
     c.date = os.date("!%Y-%m-%d %H:%M UTC")
     c.cached = false
     c.clock = clock
-    local points = {}
-    for i, p in ipairs(c.bandwidth or {}) do points[i] = string.format("%.0f:%.3f", p.bytes, p.gbps) end
+    local points, copies = {}, {}
+    for i, p in ipairs(c.bandwidth or {}) do
+      points[i] = string.format("%.0f:%.3f", p.bytes, p.gbps)
+      copies[i] = string.format("%.0f:%.3f", p.bytes, p.copy_gbps or 0)
+    end
     local text = string.format(
       "# kiln roofline ceilings, measured once for this device (delete the file to measure again)\n" ..
       "device = %s\ncopy_gbps = %.3f\nf32_gflops = %.3f\nbf16_gflops = %.3f\ndate = %s\n" ..
       "# bandwidth by working set, bytes:GB/s (a kernel's data that fits in a cache moves faster)\n" ..
       "bandwidth = %s\n" ..
+      "# the copy's alone at the same working sets (one read a write; 0: none)\n" ..
+      "bandwidth_copy = %s\n" ..
       "# what timed each copy and kernel: trace (exact device times, CUPTI) or events\n" ..
       "clock = %s\n" ..
       "# how the points were measured (each one pass moving those bytes, as measured)\n" ..
       "ruler = %s\n",
-      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "), clock, RULER)
+      label, c.copy_gbps, c.f32_gflops, c.bf16_gflops, c.date, table.concat(points, " "), table.concat(copies, " "), clock, RULER)
     local ok, err = P.write_file(path, text)
     if not ok then io.stderr:write("kiln: could not cache the roofline: ", tostring(err), "\n") end
   end
@@ -344,7 +383,7 @@ end
 -- The roofline percentage of one kernel (nil without ceilings or figures).
 local function roof(k, c)
   if not c or not k.median_us or k.median_us <= 0 then return nil end
-  local bw = bandwidth_for(c, k.bytes)
+  local bw = bandwidth_for(c, k.bytes, k.write_bytes)
   local peak = (k.dtype == "bf16" or k.dtype == "f16") and c.bf16_gflops > 0 and c.bf16_gflops or c.f32_gflops
   if k.flops > 0 and k.bytes > 0 and bw > 0 and peak > 0 then
     local attainable = math.min(peak, bw * k.flops / k.bytes)
@@ -362,7 +401,8 @@ local function kernel_rows(recs, ncalls, ceil)
   for _, r in ipairs(recs) do
     local k = by_key[r.key]
     if not k then
-      k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, flops = r.flops, index = r.index,
+      k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, write_bytes = r.write_bytes,
+        flops = r.flops, index = r.index,
         key = r.key, parent = r.parent, inner = r.inner, times = {} }
       by_key[r.key] = k
       rows[#rows + 1] = k
