@@ -113,17 +113,20 @@ case ",$TORCH_MODES," in
        "Add it with TORCH_MODES=eager,max-autotune and a MODELS subset per command." ;;
 esac
 
-# json KEY=VALUE ...: one JSON object (values that look numeric stay numbers)
+# json KEY=VALUE ...: one JSON object (values that look numeric stay numbers,
+# except those of names and labels: a commit of digits alone stays a string)
 json() {
     "$PYTHON" -c '
 import json, sys
+TEXT = {"commit", "date", "gpu", "driver", "smi_cuda", "model", "mode", "dtype", "phase", "side"}
 r = {}
 for a in sys.argv[1:]:
     k, _, v = a.partition("=")
-    try:
-        v = int(v)
-    except ValueError:
-        pass
+    if k not in TEXT:
+        try:
+            v = int(v)
+        except ValueError:
+            pass
     r[k] = v
 print(json.dumps(r))' "$@"
 }

@@ -60,7 +60,7 @@ T.like(field(line, "skipped") or "", "bench/export_onnx%.py did not write one", 
 
 local has_python = os.execute("python3 -c 'import json' >/dev/null 2>&1")
 if not has_python then
-  for _ = 1, 3 do
+  for _ = 1, 5 do
     T.n = T.n + 1
     io.write("ok " .. T.n .. " # SKIP no python3 for gpu_bench.sh and report.py\n")
   end
@@ -69,8 +69,9 @@ end
 
 -- gpu_bench.sh with the file made beforehand: the row in report.py's table
 -- (KILN_COMMIT names the commit over the tree's own .git: a copy of the
--- tree on the GPU machine carried an older one)
-local out = run(string.format("KILN_COMMIT=abc1234 MODELS=transformer_block_onnx DTYPES=f32 KILN_MODES=eager,default TORCH_MODES=eager "
+-- tree on the GPU machine carried an older one; one of digits alone stays
+-- a string in the raw rows)
+local out = run(string.format("KILN_COMMIT=1234567 MODELS=transformer_block_onnx DTYPES=f32 KILN_MODES=eager,default TORCH_MODES=eager "
   .. "KILN_BENCH_DEVICE=cpu BENCH_REF_DIR='%s' KILN_WARM=0 REPS=1 CALLS=2 WARMUP=1 BUDGET_S=200 KILN=%s "
   .. "sh bench/gpu_bench.sh '%s/out'", ref, KILN, dir))
 local md = ""
@@ -81,7 +82,11 @@ local row = md:match("\n(| transformer_block_onnx | f32 | [^\n]*)") or ""
 if not T.like(row, "| %d+%.%d+ | %d+%.%d+ | %- | %- | %d+%.%d+ %(%a+%)", "gpu_bench.sh: eager and default times in the table row") then
   io.write("# " .. out:gsub("\n", "\n# ") .. "\n")
 end
-T.like(md, "commit abc1234,", "gpu_bench.sh: the header names KILN_COMMIT's commit")
+T.like(md, "commit 1234567,", "gpu_bench.sh: the header names KILN_COMMIT's commit")
+p = io.popen("cat '" .. dir .. "'/out/*.jsonl 2>/dev/null")
+local rawrows = p:read("a")
+p:close()
+T.like(rawrows, '"commit": "1234567"', "gpu_bench.sh: a commit of digits alone is recorded as a string")
 
 -- report.py: a failed export in the header, the skipped rows' reason in the notes
 local raw = dir .. "/failed.jsonl"
