@@ -465,6 +465,13 @@ static double fill_value(const kn_kexpr *e)
  * CPU an f32 formula computed in double was rounded to float already).
  * Internal steps of a decomposition are no op's result and stay as they
  * are (see kn_kexpr.internal). */
+/* Whether put_fitted rounds op e's value to its half dtype: an op's result
+ * (not a step inside a decomposition) of dtype bf16 or f16. */
+static bool rounds_to_half(const kn_kexpr *e)
+{
+    return !e->internal && (e->dtype == KN_BF16 || e->dtype == KN_F16);
+}
+
 static void put_fitted(rctx *r, const kn_kexpr *e, ctype from, ctype to, const char *body)
 {
     /* ops that cannot leave an integer or bool range when their operands are
@@ -476,7 +483,7 @@ static void put_fitted(rctx *r, const kn_kexpr *e, ctype from, ctype to, const c
                   e->op == KN_OP_RELU || (e->op == KN_OP_CAST && from == CT_BOOL);
     bool fit = !e->internal;
     bool fit_int = fit && !closed;
-    if (fit && (e->dtype == KN_BF16 || e->dtype == KN_F16)) {
+    if (rounds_to_half(e)) {
         kn_strbuf_printf(r->s, "%s(", e->dtype == KN_BF16 ? "kn_round_bf16" : "kn_round_f16");
         put_conv(r->s, from, CT_F32, body);
         kn_strbuf_printf(r->s, ")");
@@ -654,7 +661,7 @@ static bool holds_bf16_exactly(const rctx *r, int e)
     const kn_kexpr *x = &r->k->exprs[e];
     if (x->dtype != KN_BF16 || kn_kir_expr_ct(r, e) != CT_F32) return false;
     if (x->kind == KN_KX_LOAD) return r->k->args[x->buf].dtype == KN_BF16;
-    return x->kind == KN_KX_OP && !x->internal;
+    return x->kind == KN_KX_OP && rounds_to_half(x);
 }
 
 /* The store of expression e into argument j (element at dims < upto). */
