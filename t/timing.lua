@@ -342,6 +342,8 @@ else
   T.ok(true, "(a GPU is in use)")
 end
 T.like(out, "roofline  copy [%d.]+ GB/s · f32 matmul [%d.]+ GFLOP/s", ":device prints the ceilings")
+T.like(out, "\nbandwidth by working set, GB/s %(copy/add where they differ%): 0%.20 MB [%d./]+ · ",
+  ":device prints the bandwidth curve, smallest working set first")
 -- kiln.time already measured them in this process: memoized, so cached
 -- (with a GPU the folder holds other files too, device-cuda-*.txt and CUDA
 -- modules: the CPU's file is looked for by name, not as the first line)

@@ -680,6 +680,22 @@ local function ceilings_line(c)
     c.clock == "trace" and "the device's trace, CUPTI" or "events")
 end
 
+-- The bandwidth curve roof% reads, a working set an entry: "6.3 MB
+-- 3575/3575" is the copy's figure, then the better of copy and add (one
+-- figure where they are the same); nil without a curve.
+local function bandwidth_line(c)
+  if type(c.bandwidth) ~= "table" or #c.bandwidth == 0 then return nil end
+  local parts = {}
+  for _, p in ipairs(c.bandwidth) do
+    local mb = p.bytes / 1e6
+    local size = string.format(mb >= 10 and "%.0f MB" or mb >= 1 and "%.1f MB" or "%.2f MB", mb)
+    local both = (p.copy_gbps and math.abs(p.copy_gbps - p.gbps) >= 0.5)
+      and string.format("%s/%s", fmt_rate(p.copy_gbps), fmt_rate(p.gbps)) or fmt_rate(p.gbps)
+    parts[#parts + 1] = size .. " " .. both
+  end
+  return "bandwidth by working set, GB/s (copy/add where they differ): " .. table.concat(parts, " · ")
+end
+
 local progress = function(path)
   print(string.format("measuring the roofline once (cached in %s)", path))
   io.flush()
@@ -696,11 +712,16 @@ total and free, SM count, compute capability, L2, driver and runtime), or
 why there is none; then the ceilings of the device kiln runs on (the GPU,
 else the CPU): bandwidth (the better of a copy and an add, bytes read
 plus written, on buffers from cache-sized to beyond the last cache: the
-figure shown is the largest, DRAM's) and the f32 and bf16 matmul rates.
-They are measured once and cached in kiln.config.cache_dir
-(device-NAME.txt; delete it to measure again). :time's roof% is against
-them, each kernel against the bandwidth of its own working set. From Lua: kiln.device() returns the
-same as a table; kiln.ceilings{remeasure = true} measures again.]],
+figure shown is the largest, DRAM's) and the f32 and bf16 matmul rates;
+then the bandwidth at each working set measured, the copy's figure and
+the add's where they differ. They are measured once and cached in
+kiln.config.cache_dir (device-NAME.txt; delete it to measure again).
+:time's roof% is against them, each kernel against the bandwidth of its
+own working set and mix of reads and writes (the copy's for a kernel that
+reads as much as it writes, the better of the two for one that reads
+twice that).
+From Lua: kiln.device() returns the same as a table;
+kiln.ceilings{remeasure = true} measures again.]],
 }, function()
   local info = base_device and base_device() or kiln.device_info()
   local devices = info and info.cuda and info.cuda.devices or {}
@@ -716,6 +737,8 @@ same as a table; kiln.ceilings{remeasure = true} measures again.]],
   if dev == "cpu" then print("no GPU in use: timing and the roofline are the CPU's") end
   local c = kiln.ceilings({ device = dev, progress = progress })
   print(ceilings_line(c))
+  local curve = bandwidth_line(c)
+  if curve then print(curve) end
   info = info or {}
   info.device, info.ceilings = dev, c
   return info
