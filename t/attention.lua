@@ -3,7 +3,6 @@
 -- masked_fill) on fresh random inputs; its errors; and the attention pass:
 -- which chains become one attention kernel, what KILN_LOGS=fusion says about
 -- those that do not, and compiled against eager for the transformer sample.
-local KILN = os.getenv("KILN") or "build/kiln"
 -- This is the CPU side (the reference kernel, the pass on CPU plans): on a
 -- machine with a GPU, run it again with the CUDA backend off.
 local T = dofile("t/lib/tap.lua")
@@ -304,9 +303,7 @@ end
 
 -- KILN_LOGS=fusion: why each non-match was left alone (a child kiln, stderr)
 do
-  local script = os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write(string.format([[
+  local out, _, _, script = T.child(string.format([[
 local Tn = 6
 local q, k, v = kiln.randn({2, 2, Tn, 8}, {seed = 1}), kiln.randn({2, 2, Tn, 8}, {seed = 2}), kiln.randn({2, 2, Tn, 8}, {seed = 3})
 local keep = kiln.rand({Tn, Tn}, {seed = 4}):gt(0.3)
@@ -322,9 +319,7 @@ run("used elsewhere", function(q, k, v)
 end)
 run("no transpose", function(q, k, v) return (q:matmul(k:reshape({2, 2, 8, Tn})) * 0.5):softmax(-1):matmul(v) end)
 run("shapes", function(q, k, v) return (q:matmul(k:slice(1, 1, 1):transpose(-2, -1)) * 0.5):softmax(-1):matmul(v) end)
-]]))
-  f:close()
-  local out = T.output("KILN_LOGS=fusion " .. KILN .. " " .. script)
+]]), { env = "KILN_LOGS=fusion" })
   local base = script:match("[^/]+$")
   local by_case = T.sections(out, "^CASE (.*)$")
   local function L(n) return script:gsub("%p", "%%%0") .. ":" .. n end
@@ -341,7 +336,6 @@ run("shapes", function(q, k, v) return (q:matmul(k:slice(1, 1, 1):transpose(-2, 
     T.like(by_case[e[1]] or "(no output)", e[2], "KILN_LOGS=fusion, " .. e[1] .. ": the reason names the ops and lines")
   end
   T.ok(base ~= nil, "child script ran")
-  os.remove(script)
 end
 
 -- ---------------------------------------------------------------------------

@@ -44,15 +44,7 @@ end
 
 -- Run a kiln child on a chunk with env settings; output (stdout+stderr), status.
 local function child(code, env)
-  local script = os.tmpname()
-  local fh = assert(io.open(script, "w"))
-  fh:write(code)
-  fh:close()
-  local p = io.popen(string.format("KILN_CACHE_DIR='%s' %s %s %s 2>&1", cache, env or "", KILN, script))
-  local out = p:read("a")
-  local _, _, rc = p:close()
-  os.remove(script)
-  return out, rc
+  return T.child(code, { env = string.format("KILN_CACHE_DIR='%s' %s", cache, env or "") })
 end
 
 local function read_file(path)

@@ -5,7 +5,6 @@
 -- ignored, and the kernel measured again. kiln.autotune.pin refuses one too.
 local T = dofile("t/lib/tap.lua")
 
-local KILN = os.getenv("KILN") or "build/kiln"
 local cache = os.tmpname()
 os.remove(cache)
 
@@ -25,16 +24,8 @@ for _, k in ipairs(cm:autotune()) do print("choice", k.name, k.source, k.choice)
 ]]
 
 local function child()
-  local script = os.tmpname()
-  local fh = assert(io.open(script, "w"))
-  fh:write(CHILD)
-  fh:close()
   -- a bound on the time: the old code compiled unroll=4096 for minutes
-  local p = io.popen(string.format("KILN_CACHE_DIR='%s' timeout 120 %s %s 2>&1", cache, KILN, script))
-  local out = p:read("a")
-  local _, _, rc = p:close()
-  os.remove(script)
-  return out, rc
+  return T.child(CHILD, { env = string.format("KILN_CACHE_DIR='%s'", cache), timeout = 120 })
 end
 
 local out, rc = child()

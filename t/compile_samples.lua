@@ -43,19 +43,8 @@ end
 -- Run a kiln child process on a Lua script (with env assignments in front);
 -- returns stdout, stderr and the exit status.
 local function child(code, env)
-  local script, errf = os.tmpname(), os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write(code)
-  f:close()
-  local p = io.popen(string.format("%s %s %s 2>%s", env or "", KILN, script, errf))
-  local out = p:read("a")
-  local _, _, rc = p:close()
-  local ef = io.open(errf, "r")
-  local err = ef and ef:read("a") or ""
-  if ef then ef:close() end
-  os.remove(script)
-  os.remove(errf)
-  return out, err, rc, script
+  local out, rc, err = T.child(code, { env = env, stderr = "apart" })
+  return out, err, rc
 end
 
 -- ---------------------------------------------------------------------------
@@ -317,19 +306,12 @@ local cm = kiln.compile(f)
 cm(kiln.randn({4, 8}, {seed = 1, device = "cpu"}), kiln.randn({4, 8}, {seed = 2, device = "cpu"}),
   kiln.randn({8, 3}, {seed = 3, device = "cpu"}))
 ]]
-  local script = os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write(code)
-  f:close()
-  local p = io.popen("KILN_LOGS=fusion " .. KILN .. " " .. script .. " 2>&1")
-  local out = p:read("a")
-  p:close()
-  os.remove(script)
+  local out, _, _, script = T.child(code, { env = "KILN_LOGS=fusion" })
   T.is(out, "Fusion of f (" .. script .. ":1): 2 kernels, 1 edge between kernels\n"
     .. "  k0_add_f32_4x8 -> k1_matmul_f32_4x3: matmul (" .. script .. ":2) is a library call, which reads its inputs "
     .. "from memory, so its producer add (" .. script .. ":2) ends a kernel\n",
     "KILN_LOGS=fusion: an add feeding a matmul is not fused, and the log says why, naming both ops' lines (exact text)")
-  p = io.popen("KILN_LOGS= " .. KILN .. " -e " .. "'" .. code:gsub("'", "") .. "' 2>&1")
+  local p = io.popen("KILN_LOGS= " .. KILN .. " -e " .. "'" .. code:gsub("'", "") .. "' 2>&1")
   out = p:read("a")
   p:close()
   T.is(out, "", "without KILN_LOGS=fusion the same function logs nothing")

@@ -5,7 +5,6 @@
 -- widths 1, 7, 16, 33, 128); its errors; the gather_scatter pass (which
 -- chains become one op, what KILN_LOGS=fusion says about those that do
 -- not); and samples/gcn.lua compiled against eager in every mode.
-local KILN = os.getenv("KILN") or "build/kiln"
 -- This is the CPU side: on a machine with a GPU, run it with the CUDA
 -- backend off (t/cuda_gather_scatter.lua is the GPU side).
 local T = dofile("t/lib/tap.lua")
@@ -249,9 +248,7 @@ end
 
 -- KILN_LOGS=fusion: why each index_add was left alone (a child kiln, stderr)
 do
-  local script = os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write([[
+  local out, _, _, script = T.child([[
 local N, E, F = 7, 20, 4
 local h = kiln.randn({N, F}, {seed = 1})
 local src, dst = kiln.randint(1, N + 1, {E}, {seed = 2}), kiln.randint(1, N + 1, {E}, {seed = 3})
@@ -269,9 +266,8 @@ run("gathered twice", function(h, src, dst, w)
   return kiln.zeros({N, F}):index_add(1, dst, g * w), g:sum()
 end)
 run("matched", function(h, src, dst, w) return kiln.zeros({N, F}):index_add(1, dst, h:index_select(1, src) * w) end)
-]])
-  f:close()
-  local by_case = T.sections(T.output("KILN_LOGS=fusion " .. KILN .. " " .. script), "^CASE (.*)$")
+]], { env = "KILN_LOGS=fusion" })
+  local by_case = T.sections(out, "^CASE (.*)$")
   local function L(n) return script:gsub("%p", "%%%0") .. ":" .. n end
   local expect = {
     { "used elsewhere", "gather_scatter not matched at index_add %(" .. L(8) .. "%): the messages mul %(" .. L(7) .. "%) are used elsewhere too" },
@@ -285,7 +281,6 @@ run("matched", function(h, src, dst, w) return kiln.zeros({N, F}):index_add(1, d
   end
   T.ok(by_case["matched"] ~= nil and not by_case["matched"]:find("gather_scatter not matched"),
     "KILN_LOGS=fusion, matched: no reason given")
-  os.remove(script)
 end
 
 -- ---------------------------------------------------------------------------

@@ -274,9 +274,7 @@ end
 -- ---- chains left apart, each with its reason (KILN_LOGS=fusion) ----
 
 do
-  local script = os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write([[
+  local out, _, _, script = T.child([[
 local N, E, F = 7, 20, 4
 local h, hw = kiln.randn({N, F}, {seed = 1}), kiln.randn({N, 80}, {seed = 5})
 local src, dst = kiln.randint(1, N + 1, {E}, {seed = 2}), kiln.randint(1, N + 1, {E}, {seed = 3})
@@ -295,9 +293,8 @@ run("softmax over the rows", function(h) return prop(h):softmax(1) end)
 run("long rows", function(h, hw) return prop(hw):log_softmax(-1) end)
 run("not an activation", function(h) return prop(h):exp() end)
 run("after the row op", function(h) return prop(h):log_softmax(-1):exp() end)
-]])
-  f:close()
-  local by_case = T.sections(T.output("KILN_LOGS=fusion " .. KILN .. " " .. script), "^CASE (.*)$")
+]], { env = "KILN_LOGS=fusion" })
+  local by_case = T.sections(out, "^CASE (.*)$")
   local function L(n) return script:gsub("%p", "%%%0") .. ":" .. n end
   local head = "not fused into the gather_scatter at index_add %(" .. L(4) .. "%): "
   local expect = {
@@ -316,7 +313,6 @@ run("after the row op", function(h) return prop(h):log_softmax(-1):exp() end)
   T.like(by_case["after the row op"] or "(no output)", "exp %(" .. L(18) .. "%) " .. head .. "the epilogue ends at its softmax",
     "left apart, after the row op: the reason")
   T.like(by_case["after the row op"] or "", "KERNEL k%d+_gather_scatter_log_softmax_f32", "after the row op: the log_softmax is fused")
-  os.remove(script)
 end
 
 -- the chains left apart still compute what eager does

@@ -87,10 +87,7 @@ end
 -- for a stride pattern it cannot map): the plan computes contiguous and
 -- copies once, and the result is the same
 do
-  local KILN = os.getenv("KILN") or "build/kiln"
-  local script = os.tmpname()
-  local fh = io.open(script, "w")
-  fh:write([[
+  local code = [[
 local x = kiln.randn({ 2, 6, 36 }, { seed = 3 })
 local function f(x)
   local q, k, v = x:split(12, -1)
@@ -107,16 +104,8 @@ local vals = {}
 local flat = y1:reshape({ -1 }):tolist()
 for i = 1, #flat do vals[i] = string.format("%.9g", flat[i]) end
 io.write(string.format("%s %d %s", tostring(d <= 1e-6), cm:stats().permuted_outputs, table.concat(vals, ",")))
-]])
-  fh:close()
-  local function run(env)
-    local p = io.popen(env .. KILN .. " " .. script .. " 2>&1")
-    local out = p:read("a")
-    p:close()
-    return out
-  end
-  local declined, direct = run("KILN_CPU_DECLINE_STRIDED_OUT=1 "), run("")
-  os.remove(script)
+]]
+  local declined, direct = T.child(code, { env = "KILN_CPU_DECLINE_STRIDED_OUT=1" }), T.child(code)
   T.like(declined, "^true 1 ", "declined strided output: the plan's fallback copy gives eager's result")
   T.is(declined, direct, "declined strided output: the same values as the matmul writing permuted")
 end

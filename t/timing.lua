@@ -6,8 +6,6 @@
 -- profiling does not change results.
 local T = dofile("t/lib/tap.lua")
 
-local KILN = os.getenv("KILN") or "build/kiln"
-
 local function lit(s) return (tostring(s):gsub("%p", "%%%0")) end
 
 local function capture(fn, ...)
@@ -96,17 +94,7 @@ local function json_ok(s)
 end
 
 -- Run a kiln child on a chunk; stdout and the exit status.
-local function child(code, env)
-  local script = os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write(code)
-  f:close()
-  local p = io.popen(string.format("%s %s %s 2>&1", env or "", KILN, script))
-  local out = p:read("a")
-  local _, _, rc = p:close()
-  os.remove(script)
-  return out, rc
-end
+local function child(code, env) return T.child(code, { env = env }) end
 
 -- ---------------------------------------------------------------------------
 -- The profiler's records of eager ops

@@ -80,6 +80,35 @@ function T.cpu_only(file)
   os.exit(ok and 0 or (code or 1))
 end
 
+-- Run Lua chunk `code` in a child kiln (the one $KILN names): opts.env,
+-- shell assignments put in front ("KILN_LOGS=fusion"); opts.timeout,
+-- seconds before it is stopped; opts.stderr = "apart" keeps stderr out of
+-- the output and returns it third (else the two are one text). Returns
+-- the output, the exit status, stderr (apart; else nil) and the script's
+-- path, which messages name (the file is removed before it returns).
+function T.child(code, opts)
+  opts = opts or {}
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write(code)
+  f:close()
+  local errf = opts.stderr == "apart" and os.tmpname() or nil
+  local p = io.popen(string.format("%s %s%s %s %s", opts.env or "",
+    opts.timeout and string.format("timeout %d ", opts.timeout) or "", os.getenv("KILN") or "build/kiln", script,
+    errf and ("2>" .. errf) or "2>&1"))
+  local out = p:read("a")
+  local _, _, rc = p:close()
+  os.remove(script)
+  local err
+  if errf then
+    local ef = io.open(errf, "r")
+    err = ef and ef:read("a") or ""
+    if ef then ef:close() end
+    os.remove(errf)
+  end
+  return out, rc, err, script
+end
+
 -- What a shell command writes, stdout and stderr together.
 function T.output(cmd)
   local p = io.popen(cmd .. " 2>&1")
