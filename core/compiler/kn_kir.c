@@ -451,6 +451,13 @@ static double fill_value(const kn_kexpr *e)
     return v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
 }
 
+/* Whether put_fitted rounds op e's value to its half dtype: an op's result
+ * (not a step inside a decomposition) of dtype bf16 or f16. */
+static bool rounds_to_half(const kn_kexpr *e)
+{
+    return !e->internal && (e->dtype == KN_BF16 || e->dtype == KN_F16);
+}
+
 /* The value `body`, computed in type `from`, as a value of op expression e's
  * dtype in compute type `to`. This is the one place the dtype semantics
  * live: every op's result is its dtype's value, as the eager op stores it
@@ -465,13 +472,6 @@ static double fill_value(const kn_kexpr *e)
  * CPU an f32 formula computed in double was rounded to float already).
  * Internal steps of a decomposition are no op's result and stay as they
  * are (see kn_kexpr.internal). */
-/* Whether put_fitted rounds op e's value to its half dtype: an op's result
- * (not a step inside a decomposition) of dtype bf16 or f16. */
-static bool rounds_to_half(const kn_kexpr *e)
-{
-    return !e->internal && (e->dtype == KN_BF16 || e->dtype == KN_F16);
-}
-
 static void put_fitted(rctx *r, const kn_kexpr *e, ctype from, ctype to, const char *body)
 {
     /* ops that cannot leave an integer or bool range when their operands are
