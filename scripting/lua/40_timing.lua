@@ -128,6 +128,18 @@ local function cache_path(dev, label)
   return dir .. "/device-" .. slug .. ".txt"
 end
 
+-- A curve line of a cache file ("bytes:gbps ...") as {{bytes, gbps}, ...};
+-- nil where a pair is not two numbers, bytes above 0 and gbps not below.
+local function points_of(text)
+  local points = {}
+  for b, g in (text or ""):gmatch("([%d.e+]+):([%d.e+]+)") do
+    b, g = tonumber(b), tonumber(g)
+    if not b or not g or b <= 0 or g < 0 then return nil end
+    points[#points + 1] = { bytes = b, gbps = g }
+  end
+  return points
+end
+
 -- The values of a cache file, or nil when it is missing, corrupt or for
 -- another device.
 local function read_ceilings(path, label, clock)
@@ -146,22 +158,18 @@ local function read_ceilings(path, label, clock)
   if c.ruler ~= RULER then return nil end
   -- bandwidth by working set ("bytes:gbps ..."); a file from before it had
   -- none (and one DRAM figure that cached kernels beat): measured again
-  local bw = {}
-  for b, g in (c.bandwidth or ""):gmatch("([%d.e+]+):([%d.e+]+)") do
-    b, g = tonumber(b), tonumber(g)
-    if not b or not g or b <= 0 or g <= 0 then return nil end
-    bw[#bw + 1] = { bytes = b, gbps = g }
+  local bw = points_of(c.bandwidth)
+  if not bw or #bw == 0 then return nil end
+  for _, p in ipairs(bw) do
+    if p.gbps <= 0 then return nil end
   end
-  if #bw == 0 then return nil end
-  -- the copy's figure at the same working sets, in the same order
-  local i = 0
-  for b, g in (c.bandwidth_copy or ""):gmatch("([%d.e+]+):([%d.e+]+)") do
-    i = i + 1
-    b, g = tonumber(b), tonumber(g)
-    if not bw[i] or b ~= bw[i].bytes or not g or g < 0 then return nil end
-    if g > 0 then bw[i].copy_gbps = g end
+  -- the copy's figure at the same working sets, in the same order (0: none)
+  local copies = points_of(c.bandwidth_copy)
+  if not copies or #copies ~= #bw then return nil end
+  for i, p in ipairs(copies) do
+    if p.bytes ~= bw[i].bytes then return nil end
+    if p.gbps > 0 then bw[i].copy_gbps = p.gbps end
   end
-  if i ~= #bw then return nil end
   return { copy_gbps = copy, bandwidth = bw, f32_gflops = f32, bf16_gflops = bf16, date = c.date or "?", clock = clock }
 end
 
