@@ -1,6 +1,6 @@
 #!/bin/sh
 # gpu_bench.sh: kiln against PyTorch on the GPU machine, in one run: the table
-# of design.md section 6 (time per call per mode, best modes, the 0.8 target,
+# of the five samples (time per call per mode, best modes, the 0.8 target,
 # compile time, peak memory, error against PyTorch eager).
 #
 # From the repo root on the GPU machine, with the build made on the

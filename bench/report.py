@@ -1,4 +1,4 @@
-"""Joins the raw rows of bench/gpu_bench.sh into design.md section 6's table.
+"""Joins the raw rows of bench/gpu_bench.sh into the benchmark's table.
 
   python3 bench/report.py RAW.jsonl [MORE.jsonl ...] > RESULT.md
 

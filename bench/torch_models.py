@@ -1,4 +1,4 @@
-"""PyTorch side of bench/gpu_bench.sh: the five workloads of design.md section 6,
+"""PyTorch side of bench/gpu_bench.sh: the five workloads of samples/,
 their reference export for kiln, and the timer.
 
 build() is copied from ../shared/bench/torch_models.py (the definitions that

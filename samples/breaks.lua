@@ -2,7 +2,7 @@
 -- they compute, so capture breaks there: the model for :explain and :breaks.
 -- Two blocks (Linear 16 -> 16, ReLU, a boost of weak activations) and a
 -- Linear 16 -> 4 head; small: a batch of 2, else 8. The break is at line 14
--- in 'forward', called from line 30 in 'run', as in design.md section 4;
+-- in 'forward', called from line 30 in 'run', as in docs/messages.md;
 -- t/capture_*.lua and t/capture_repl.sh cite these lines: keep them.
 local kiln = rawget(_G, "kiln") or require("kiln")
 local nn = kiln.nn

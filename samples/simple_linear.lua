@@ -1,5 +1,5 @@
 -- samples/simple_linear.lua: one Linear 1024 -> 1024 on a batch of 32, the
--- first workload of design.md section 6 (nn.Linear(1024, 1024) in
+-- first workload of the benchmark (bench/gpu_bench.sh; nn.Linear(1024, 1024) in
 -- bench/torch_models.py). small: a batch of 2.
 local kiln = rawget(_G, "kiln") or require("kiln")
 local nn = kiln.nn

@@ -16,7 +16,7 @@ local Block = nn.Module {
     self.fc1, self.fc2 = nn.Linear(d, f), nn.Linear(f, d)
   end,
   -- x: {B, T, D}. Position t attends to positions 1..t only; the mask is
-  -- built on x's device for each call, as the PyTorch model does (design.md's
+  -- built on x's device for each call, as the PyTorch model does (docs/messages.md's
   -- messages cite this definition line, samples/transformer_block.lua:21).
   forward = function(self, x)
     local s = x:shape()

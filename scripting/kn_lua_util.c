@@ -171,7 +171,7 @@ void kn_lua_opts(lua_State *L, int idx, kn_dtype *dt, kn_device *dev, int64_t *s
 
 kn_device kn_lua_default_device(void)
 {
-    /* design section 2: cuda when a GPU is present, else cpu. Process-wide
+    /* docs/lua-api.md: cuda when a GPU is present, else cpu. Process-wide
      * on purpose: it is a fact about the machine, the same for every state. */
     static int cached = -1;
     if (cached < 0) cached = kn_backend_get(KN_CUDA) ? KN_CUDA : KN_CPU;

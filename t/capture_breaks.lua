@@ -1,4 +1,4 @@
--- capture_breaks.lua: graph breaks of kiln.compile held to design.md section 4:
+-- capture_breaks.lua: graph breaks of kiln.compile held to docs/messages.md:
 -- one case per break kind (`<`, `<=`, :item(), :tolist(), tostring, x:nonzero(),
 -- kiln.graph_break(), kiln.eager) with the exact message, the cm:breaks()
 -- fields and the results of the uncompiled function; KILN_LOGS=graph_breaks

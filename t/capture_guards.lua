@@ -1,5 +1,5 @@
 -- capture_guards.lua: guards and recompilations of kiln.compile held to
--- design.md sections 2 and 4: one case per guard kind (tensor size, dim
+-- docs/lua-api.md and docs/messages.md: one case per guard kind (tensor size, dim
 -- count, dtype, device (needs a GPU), stride, a Lua number baked in as an
 -- argument or a local, or read from an upvalue's table or a global (after
 -- replays, default and reduce-overhead), graph structure, a replaced
@@ -31,7 +31,7 @@ local function close(a, b)
   return d == d and m == m and d <= 1e-5 * math.max(1, m)
 end
 
--- The recompile message of design.md section 4.
+-- The recompile message of docs/messages.md.
 -- `dynamic`: the numbers the recompilation made dynamic.
 local function recompile_msg(name, where, graph, version, reasons, dynamic)
   local lines = {

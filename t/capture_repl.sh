@@ -1,6 +1,6 @@
 #!/bin/sh
 # capture_repl.sh: the REPL's capture commands (:explain, :breaks,
-# :recompiles, :guards; design.md section 3) on samples/breaks.lua through
+# :recompiles, :guards; docs/repl.md) on samples/breaks.lua through
 # kiln's standard input, with the message formats of section 4; and
 # KILN_LOGS=graph_breaks,recompiles on a script, exact stderr.
 # Run by prove through t/run, which sets $KILN.

@@ -1,5 +1,5 @@
 -- capture_samples.lua: every model of samples/ in its small size, compiled
--- with kiln.compile, against eager (design.md section 7): equal outputs
+-- with kiln.compile, against eager (README): equal outputs
 -- (max abs diff within 1e-5 of the largest magnitude) on two calls, the
 -- second call served from the version cache with no recompilation, and
 -- kiln.explain's report: 1 graph and 0 breaks, except samples/breaks.lua,

@@ -1,6 +1,6 @@
 #!/bin/sh
 # compile_cache.sh: the persistent compiled-kernel cache across processes
-# (design.md section 2, kiln.config.cache_dir / $KILN_CACHE_DIR): a first
+# (docs/lua-api.md, kiln.config.cache_dir / $KILN_CACHE_DIR): a first
 # process compiles and fills the cache, a second starts from it; a corrupt
 # entry is reported and rebuilt with the same results; processes started at
 # once on an empty cache all succeed with the same results.

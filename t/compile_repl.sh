@@ -1,5 +1,5 @@
 #!/bin/sh
-# compile_repl.sh: the REPL's compiler commands (design.md section 3):
+# compile_repl.sh: the REPL's compiler commands (docs/repl.md):
 # :kernels (the kernel table), :src K (a kernel's generated source, by index
 # or name; clear errors otherwise), :check (the numerics check), through
 # kiln's standard input, on samples/transformer_block.lua and

@@ -1,5 +1,5 @@
 -- compile_samples.lua: the compiler on every model of samples/ in its small
--- size, on the CPU (design.md sections 2, 5 and 7): compiled (mode default)
+-- size, on the CPU (docs/lua-api.md, docs/modes.md and README): compiled (mode default)
 -- against eager on two calls; the kernel groups fusion makes of each sample;
 -- cm:stats(); the generated source (C per kernel, CUDA through NVRTC);
 -- cm:check and kiln.config.check_numerics, including a deliberately wrong

@@ -1,4 +1,4 @@
--- cuda_samples.lua: every sample of design.md section 6 on the GPU
+-- cuda_samples.lua: every sample (the benchmark's five workloads) on the GPU
 -- (issue 5): eager on CUDA against eager on the CPU (the reference), then
 -- each compiled mode against CUDA eager, in f32 and bf16; reduce-overhead
 -- replays its recording (cm:stats().replays, cuda_graph "yes") and a replay
@@ -23,7 +23,7 @@ end
 
 local function first(y) return type(y) == "table" and y[1] or y end
 
--- full sizes: the workloads of design.md section 6; small ones for the
+-- full sizes: the benchmark's workloads (bench/gpu_bench.sh); small ones for the
 -- CPU reference, which is single-threaded
 local SAMPLES = { "simple_linear", "large_linear", "convnet", "transformer_block", "gcn" }
 local TOL = { f32 = 1e-5, bf16 = 2e-2 }

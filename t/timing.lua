@@ -1,4 +1,4 @@
--- timing.lua: live timing on the CPU (design sections 2, 3 and 5):
+-- timing.lua: live timing on the CPU (docs/lua-api.md, docs/repl.md and docs/modes.md):
 -- kiln.profiler's records, kiln.time, kiln.profile, kiln.trace (valid JSON,
 -- one event per kernel), the roofline arithmetic, the ceilings cache
 -- (:device measures once, later calls and processes read the file, a
@@ -256,7 +256,7 @@ T.like(text, "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s
   "tostring(kiln.time(...)) starts with the design's header (the kernel column as wide as the longest name)")
 T.like(text, "\ntotal [%d.]+ us per call %(device%), host overhead %d+ us %(%d+%.%d us per kernel%), %d+ kernels, CUDA graph: no$",
   "and ends with the total line")
-T.like(text, "\n +0  k0_%S+ +generated +1 +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+\n", "a kernel row has every column")
+T.like(text, "\n +0  k0_%S+ +generated +1 +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+!?\n", "a kernel row has every column (roof% above 100 carries a \"!\")")
 
 -- an eager function
 local rr = kiln.time(function(t) return t:relu() end, a, { iters = 3, warmup = 0, profile_iters = 2 })
@@ -266,7 +266,7 @@ T.is(rr.kernels[1] and rr.kernels[1].calls, 1, "one call per call")
 T.is(tostring(rr):match("^[^\n]*"),
   "  #  kernel                          kind       calls   median us   %     GB/s   GFLOP/s  roof%",
   "with short names the header is the design's, column for column")
-T.like(tostring(rr), "\n  0  relu_f32_8x32                   cpu            1 +[%d.]+ 100%.0 +[%d.]+ +[%d.]+ +%d+\n",
+T.like(tostring(rr), "\n  0  relu_f32_8x32                   cpu            1 +[%d.]+ 100%.0 +[%d.]+ +[%d.]+ +%d+!?\n",
   "and the row lines up under it")
 -- The profiled calls share sessions (a session per call made every kernel
 -- longer on the H100): the first call alone, then as many calls a session

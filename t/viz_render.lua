@@ -1,5 +1,5 @@
--- viz_render.lua: kiln.render and kiln.outline (issue 7, design.md section
--- 2): the captured and fused views of a tiny function (its DOT against a
+-- viz_render.lua: kiln.render and kiln.outline (issue 7, docs/lua-api.md):
+-- the captured and fused views of a tiny function (its DOT against a
 -- golden file), of samples/breaks.lua (a cluster per graph, a break node
 -- per break with its reason; a cluster per kernel) and of
 -- samples/transformer_block.lua (with and without timings: heat, legend),

@@ -1,5 +1,5 @@
 #!/bin/sh
-# viz_repl.sh: the REPL command :graph (issue 7; design.md section 3) on
+# viz_repl.sh: the REPL command :graph (issue 7; docs/repl.md) on
 # samples/breaks.lua through kiln's standard input: the text outline, the
 # temporary SVG, a named .svg or .dot file, the words collapse and lr, the
 # heat after :time, and a clear error for a word it does not know.

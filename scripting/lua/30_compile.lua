@@ -1,4 +1,4 @@
--- 30_compile.lua: kiln.explain and the report formats of design section 4,
+-- 30_compile.lua: kiln.explain and the report formats of docs/messages.md,
 -- on top of the C compiled callable (scripting/kn_lua_compile.c).
 local kiln = ...
 
@@ -44,7 +44,7 @@ function kiln.format_explain(r)
 end
 
 -- kiln.explain(fn_or_module, ...): run once under capture and report the
--- graphs and breaks (design section 4). Prints the report unless
+-- graphs and breaks (docs/messages.md). Prints the report unless
 -- kiln.explain_quiet is set, and returns it.
 function kiln.explain(fn, ...)
   local cm = kiln.compile(fn)

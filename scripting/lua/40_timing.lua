@@ -1,4 +1,4 @@
--- 40_timing.lua: live timing (design sections 2, 3 and 5): kiln.time,
+-- 40_timing.lua: live timing (docs/lua-api.md, docs/repl.md and docs/modes.md): kiln.time,
 -- kiln.profile, kiln.trace, the roofline's ceilings (kiln.ceilings,
 -- kiln.device) and the REPL commands :time and :device, on top of
 -- kiln.profiler (scripting/kn_lua_timing.c, core/tensor/kn_profile.c).
@@ -281,7 +281,7 @@ function kiln.ceilings(opts)
 end
 
 ---------------------------------------------------------------------------
--- Per-kernel rows and the table of design section 5
+-- Per-kernel rows and the table tostring(kiln.time(...)) prints (docs/lua-api.md)
 
 local function fmt_us(us)
   if us >= 1 then return string.format("%.1f", us) end

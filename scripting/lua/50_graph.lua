@@ -1,4 +1,4 @@
--- 50_graph.lua: drawing (design sections 2 and 3): kiln.render and the
+-- 50_graph.lua: drawing (docs/lua-api.md and docs/repl.md): kiln.render and the
 -- REPL command :graph, on top of kiln.viz (scripting/kn_lua_viz.c, viz/).
 --
 -- Views: "captured" (each graph as traced, its breaks between) and "fused"
