@@ -125,10 +125,10 @@ static bool plan_strided_out(void *ud, const kn_graph *g, int node, const kn_lay
     return dc->be->strided_out(dc, &c);
 }
 
-kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
-                        int pass_flags, kn_plan **out)
+/* A new plan for g's values `wanted`: g copied, its inputs bound for the
+ * passes that read values, the device theirs. */
+static kn_status plan_new(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, kn_plan **out)
 {
-    *out = NULL;
     kn_plan *p = calloc(1, sizeof *p);
     if (!p) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
     kn_status st = kn_graph_copy(g, &p->g);
@@ -149,39 +149,94 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     p->pass_out = malloc(sizeof *p->pass_out * (size_t)(n_wanted ? n_wanted : 1));
     if (!p->outputs || !p->pass_out) {
         st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
-        goto fail;
+        kn_plan_free(p);
+        return st;
     }
     for (int i = 0; i < n_wanted; i++) {
         p->outputs[i] = wanted[i];
         p->pass_out[i] = wanted[i].node;
     }
+    *out = p;
+    return KN_OK;
+}
+
+/* pass_flags with what the plan's device decides added. */
+static int device_pass_flags(const kn_plan *p, int pass_flags)
+{
+    /* attention nodes only where the device's backend runs the op
+     * (its supports_op looks at the op alone here: no tensors yet) */
+    kn_device_ctx *adc = kn_backend_get(p->device);
+    kn_opcall probe;
+    kn_opcall_init(&probe, KN_OP_ATTENTION);
+    if (!adc || !adc->be->supports_op(adc, &probe)) pass_flags |= KN_PASSES_NO_ATTENTION;
+    /* channels-last convolutions where the backend says they are faster */
+    bool has_conv = false; /* asking starts the device's conv library: only when it will run */
+    for (int i = 0; i < p->g.n_nodes && !has_conv; i++) has_conv = p->g.nodes[i].op == KN_OP_CONV2D;
+    if ((pass_flags & KN_PLAN_NHWC_AUTO) && has_conv) {
+        if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_BF16))
+            pass_flags |= KN_PASSES_NHWC_HALF;
+        if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32))
+            pass_flags |= KN_PASSES_NHWC_F32;
+    }
+    return pass_flags;
+}
+
+/* The fusion log shows the passes' notes first. */
+static void prepend_pass_notes(kn_fusion *f, const char *pass_notes)
+{
+    char *why = f->why;
+    size_t a = strlen(pass_notes), b = why ? strlen(why) : 0;
+    char *both = malloc(a + b + 1);
+    if (both) {
+        memcpy(both, pass_notes, a);
+        memcpy(both + a, why ? why : "", b + 1);
+        free(why);
+        f->why = both;
+    }
+}
+
+/* Compile the generated kernels through the backend (with the persistent
+ * cache): p->times.generated, cached and backend_s. */
+static kn_status plan_compile(kn_plan *p, const char *cache_dir)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    int generated = 0;
+    for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
+        generated += p->code.fusion.prog.kernels[k].kind == KN_KERNEL_POINTWISE ||
+                     p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
+    double t2 = kn_clock_s();
+    p->times.generated = generated;
+    if (generated && dc && dc->be->compile_program) {
+        bool cached = false;
+        KN_TRY(dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns, &cached));
+        p->code.generated = true;
+        /* the program is one unit: all its kernels are cached or none */
+        p->times.cached = cached ? generated : 0;
+    }
+    p->times.backend_s = kn_clock_s() - t2;
+    if (generated && !p->code.generated)
+        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", dc ? dc->be->name : "?");
+    return KN_OK;
+}
+
+kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
+                        int pass_flags, kn_plan **out)
+{
+    *out = NULL;
+    kn_plan *p = NULL;
+    KN_TRY(plan_new(g, wanted, n_wanted, &p));
     double t0 = kn_clock_s();
     char *pass_notes = NULL;
-    {
-        /* attention nodes only where the device's backend runs the op
-         * (its supports_op looks at the op alone here: no tensors yet) */
-        kn_device_ctx *adc = kn_backend_get(p->device);
-        kn_opcall probe;
-        kn_opcall_init(&probe, KN_OP_ATTENTION);
-        if (!adc || !adc->be->supports_op(adc, &probe)) pass_flags |= KN_PASSES_NO_ATTENTION;
-        /* channels-last convolutions where the backend says they are faster */
-        bool has_conv = false; /* asking starts the device's conv library: only when it will run */
-        for (int i = 0; i < p->g.n_nodes && !has_conv; i++) has_conv = p->g.nodes[i].op == KN_OP_CONV2D;
-        if ((pass_flags & KN_PLAN_NHWC_AUTO) && has_conv) {
-            if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_BF16))
-                pass_flags |= KN_PASSES_NHWC_HALF;
-            if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32))
-                pass_flags |= KN_PASSES_NHWC_F32;
-        }
+    pass_flags = device_pass_flags(p, pass_flags);
+    kn_status st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
+    if (st == KN_OK) {
+        for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
+        st = plan_guard_values(p, g);
     }
-    st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
     if (st != KN_OK) {
         free(pass_notes);
         goto fail;
     }
-    for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
-    st = plan_guard_values(p, g);
-    if (st != KN_OK) goto fail;
     /* the caller's inputs are bound again at each run: drop ours now */
     for (int i = 0; i < p->n_orig_inputs; i++) {
         kn_tensor_release(p->g.inputs[i].tensor);
@@ -190,23 +245,12 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     double t1 = kn_clock_s();
     p->times.passes_s = t1 - t0;
     st = kn_fuse_ex(&p->g, p->pass_out, n_wanted, plan_strided_out, p, &p->code.fusion);
-    if (st == KN_OK && pass_notes) { /* the fusion log shows the passes' notes first */
-        char *why = p->code.fusion.why;
-        size_t a = strlen(pass_notes), b = why ? strlen(why) : 0;
-        char *both = malloc(a + b + 1);
-        if (both) {
-            memcpy(both, pass_notes, a);
-            memcpy(both + a, why ? why : "", b + 1);
-            free(why);
-            p->code.fusion.why = both;
-        }
-    }
+    if (st == KN_OK && pass_notes) prepend_pass_notes(&p->code.fusion, pass_notes);
     free(pass_notes);
     if (st != KN_OK) goto fail;
     st = plan_memory(p);
     if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);
     if (st != KN_OK) goto fail;
-    kn_device_ctx *dc = kn_backend_get(p->device);
     p->code.fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *p->code.fns);
     if (p->code.fns && (pass_flags & KN_PLAN_AUTOTUNE)) {
         /* the cache file's choices, before the compile: their
@@ -218,26 +262,9 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
         st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
         goto fail;
     }
-    int generated = 0;
-    for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
-        generated += p->code.fusion.prog.kernels[k].kind == KN_KERNEL_POINTWISE ||
-                     p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
-    double t2 = kn_clock_s();
-    p->times.codegen_s = t2 - t1;
-    p->times.generated = generated;
-    if (generated && dc && dc->be->compile_program) {
-        bool cached = false;
-        st = dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns, &cached);
-        if (st != KN_OK) goto fail;
-        p->code.generated = true;
-        /* the program is one unit: all its kernels are cached or none */
-        p->times.cached = cached ? generated : 0;
-    }
-    p->times.backend_s = kn_clock_s() - t2;
-    if (generated && !p->code.generated) {
-        st = kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", dc ? dc->be->name : "?");
-        goto fail;
-    }
+    p->times.codegen_s = kn_clock_s() - t1;
+    st = plan_compile(p, cache_dir);
+    if (st != KN_OK) goto fail;
     *out = p;
     return KN_OK;
 fail:

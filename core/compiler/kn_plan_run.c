@@ -330,14 +330,13 @@ static int view_reader_kernel(const kn_plan *p, int view, int fallback)
     return fallback;
 }
 
-kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept,
-                         kn_tune_session *tune)
+/* The run's value table and folded flags: the plan's scratch tables
+ * unless own (another run holds them, or this one hands its values to the
+ * caller); and the plan's arena, allocated at its first run. */
+static kn_status run_tables(run_ctx *r, bool own)
 {
-    kn_graph *g = &p->g;
-    size_t n_vals = (size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, n_kernels = (size_t)p->code.fusion.prog.n_kernels + 1;
-    /* the plan's scratch tables unless another run holds them or this one
-     * hands its values to the caller (kept) */
-    bool own = kept != NULL || p->scratch.busy;
+    kn_plan *p = r->p;
+    size_t n_vals = (size_t)p->g.n_nodes * KN_MAX_OUTPUTS + 1, n_kernels = (size_t)p->code.fusion.prog.n_kernels + 1;
     if (!own && !p->scratch.val) {
         p->scratch.val = calloc(n_vals, sizeof *p->scratch.val);
         p->scratch.folded = calloc(n_kernels, sizeof *p->scratch.folded);
@@ -349,12 +348,12 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
             return kn_error(KN_ERR_OOM, "out of host memory running a plan");
         }
     }
-    run_ctx r = {p, own ? calloc(n_vals, sizeof(kn_tensor *)) : p->scratch.val, 0, 0, kept != NULL, NULL, inputs, tune};
-    if (p->epi.n_folded) r.folded = own ? calloc(n_kernels, sizeof *r.folded) : p->scratch.folded;
-    if (!r.val || (p->epi.n_folded && !r.folded)) {
+    r->val = own ? calloc(n_vals, sizeof(kn_tensor *)) : p->scratch.val;
+    if (p->epi.n_folded) r->folded = own ? calloc(n_kernels, sizeof *r->folded) : p->scratch.folded;
+    if (!r->val || (p->epi.n_folded && !r->folded)) {
         if (own) {
-            free(r.val);
-            free(r.folded);
+            free(r->val);
+            free(r->folded);
         }
         return kn_error(KN_ERR_OOM, "out of host memory running a plan");
     }
@@ -363,12 +362,74 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
         kn_status ast = dc ? dc->be->alloc(dc, p->mem.arena_bytes, &p->mem.arena) : kn_error(KN_ERR_DEVICE, "no backend");
         if (ast != KN_OK) {
             if (own) {
-                free(r.val);
-                free(r.folded);
+                free(r->val);
+                free(r->folded);
             }
             return ast;
         }
     }
+    return KN_OK;
+}
+
+/* View node i of the value it reads, sharing its storage. */
+static kn_status run_view(run_ctx *r, int i, int last_kernel)
+{
+    kn_plan *p = r->p;
+    const kn_node *n = &p->g.nodes[i];
+    kn_opcall c;
+    kn_opcall_init(&c, (kn_op)n->op);
+    c.a = n->a;
+    c.n_in = 1;
+    c.in[0] = r->val[n->in_node[0] * KN_MAX_OUTPUTS + n->in_out[0]];
+    kn_tensor *v = NULL;
+    /* a reshape that must copy runs an eager op: timing tables show
+     * it under the kernel that reads the view */
+    if (kn_profile_on) kn_profile_within(p, view_reader_kernel(p, i, last_kernel));
+    kn_status st = c.in[0] ? kn_view_run(&c, &v) : kn_error(KN_ERR_ARG, "plan: view %d of a missing value", i);
+    if (kn_profile_on) kn_profile_within(NULL, -1);
+    if (st == KN_OK) r->val[i * KN_MAX_OUTPUTS] = v; /* shares its source's storage */
+    return st;
+}
+
+/* The kernel whose root is node i: in its matmul's library epilogue, as a
+ * generated kernel or as the library (or reference) op; profiled when the
+ * profiler is on, then searched in max-autotune's first call.
+ * *last_kernel: it, once it ran. */
+static kn_status run_kernel(run_ctx *r, int i, int *last_kernel)
+{
+    kn_plan *p = r->p;
+    const kn_fusion *f = &p->code.fusion;
+    int kid = f->kernel[i];
+    const kn_kernel *k = &f->prog.kernels[kid];
+    if (r->folded && r->folded[kid]) return KN_OK; /* ran in the matmul's epilogue */
+    bool prof = kn_profile_on;
+    int slot = prof ? kn_profile_kernel_begin(p->device) : -1;
+    bool fused = false;
+    kn_status st = KN_OK;
+    if (kn_plan_epi_active(p, kid) && !r->keep) st = run_fused(r, kid, i, &fused);
+    if (fused || st != KN_OK) {
+        /* done (or failed) in the library call */
+    } else if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) {
+        st = run_generated(r, kid);
+    } else {
+        st = run_reference(r, i, kid);
+    }
+    if (prof) profile_kernel_end(slot, p, kid);
+    *last_kernel = kid;
+    if (st == KN_OK && r->tune) st = r->tune->search_kernel(r, kid, i, fused);
+    return st;
+}
+
+kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, kn_tensor ***kept,
+                         kn_tune_session *tune)
+{
+    kn_graph *g = &p->g;
+    size_t n_kernels = (size_t)p->code.fusion.prog.n_kernels + 1;
+    /* the plan's scratch tables unless another run holds them or this one
+     * hands its values to the caller (kept) */
+    bool own = kept != NULL || p->scratch.busy;
+    run_ctx r = {p, NULL, 0, 0, kept != NULL, NULL, inputs, tune};
+    KN_TRY(run_tables(&r, own));
     if (!own) p->scratch.busy = true;
     r.live = r.peak = p->mem.arena_bytes;
     kn_status st = KN_OK;
@@ -381,41 +442,8 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
         case KN_D_INLINE: break;
         case KN_D_INPUT: st = bind_input(&r, i); break;
         case KN_D_CONST: st = const_value(&r, i); break;
-        case KN_D_VIEW: {
-            kn_opcall c;
-            kn_opcall_init(&c, (kn_op)n->op);
-            c.a = n->a;
-            c.n_in = 1;
-            c.in[0] = r.val[n->in_node[0] * KN_MAX_OUTPUTS + n->in_out[0]];
-            kn_tensor *v = NULL;
-            /* a reshape that must copy runs an eager op: timing tables show
-             * it under the kernel that reads the view */
-            if (kn_profile_on) kn_profile_within(p, view_reader_kernel(p, i, last_kernel));
-            st = c.in[0] ? kn_view_run(&c, &v) : kn_error(KN_ERR_ARG, "plan: view %d of a missing value", i);
-            if (kn_profile_on) kn_profile_within(NULL, -1);
-            if (st == KN_OK) r.val[i * KN_MAX_OUTPUTS] = v; /* shares its source's storage */
-            break;
-        }
-        case KN_D_ROOT: {
-            int kid = f->kernel[i];
-            const kn_kernel *k = &f->prog.kernels[kid];
-            if (r.folded && r.folded[kid]) break; /* ran in the matmul's epilogue */
-            bool prof = kn_profile_on;
-            int slot = prof ? kn_profile_kernel_begin(p->device) : -1;
-            bool fused = false;
-            if (kn_plan_epi_active(p, kid) && !r.keep) st = run_fused(&r, kid, i, &fused);
-            if (fused || st != KN_OK) {
-                /* done (or failed) in the library call */
-            } else if (k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW) {
-                st = run_generated(&r, kid);
-            } else {
-                st = run_reference(&r, i, kid);
-            }
-            if (prof) profile_kernel_end(slot, p, kid);
-            last_kernel = kid;
-            if (st == KN_OK && r.tune) st = r.tune->search_kernel(&r, kid, i, fused);
-            break;
-        }
+        case KN_D_VIEW: st = run_view(&r, i, last_kernel); break;
+        case KN_D_ROOT: st = run_kernel(&r, i, &last_kernel); break;
         }
         if (st != KN_OK) {
             char msg[1024];
