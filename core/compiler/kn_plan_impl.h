@@ -1,8 +1,8 @@
 /* kn_plan_impl: what the plan's files share with each other (kn_plan.c
- * lists them): the run's state and entry points of kn_plan_run.c, the
- * autotuning choices of kn_plan_choice.c and the helpers of kn_plan.c,
- * which kn_plan_tune.c (max-autotune's search inside a plan's run) and
- * kn_plan_build.c use. Private to core/. It names the plan types without
+ * lists them): kn_plan.c's helpers, kn_plan_run.c's run state and entry
+ * points (for kn_plan_tune.c, max-autotune's search inside a run) and
+ * kn_plan_choice.c's autotuning choices (for kn_plan_build.c and
+ * kn_plan_tune.c). Private to core/. It names the plan types without
  * including kn_plan.h, so kn_plan.c can include it without a circle. */
 #ifndef KN_PLAN_IMPL_H
 #define KN_PLAN_IMPL_H
