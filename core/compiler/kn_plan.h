@@ -5,7 +5,7 @@
  * the backend (with the persistent cache), and keeps everything needed to
  * run it again on new inputs of the same shapes. kn_plan_run binds the
  * inputs, runs the kernels in order and frees each intermediate value after
- * its last use.
+ * its last use. The code is split by concern; kn_plan.c lists the files.
  */
 #ifndef KN_PLAN_H
 #define KN_PLAN_H

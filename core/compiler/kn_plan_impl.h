@@ -1,6 +1,8 @@
-/* kn_plan_impl: what kn_plan.c (building and running plans, and their
- * autotuning choices) offers kn_plan_tune.c (max-autotune's search inside
- * a plan's run). Private to core/. It names the plan types without
+/* kn_plan_impl: what the plan's files share with each other (kn_plan.c
+ * lists them): kn_plan.c's helpers, kn_plan_run.c's run state and entry
+ * points (for kn_plan_tune.c, max-autotune's search inside a run) and
+ * kn_plan_choice.c's autotuning choices (for kn_plan_build.c and
+ * kn_plan_tune.c). Private to core/. It names the plan types without
  * including kn_plan.h, so kn_plan.c can include it without a circle. */
 #ifndef KN_PLAN_IMPL_H
 #define KN_PLAN_IMPL_H
@@ -19,6 +21,25 @@ typedef struct kn_tune_result kn_tune_result;
 /* The most candidates one kernel's search measures (library variants are
  * numbered below it). */
 #define KN_TUNE_MAX_CANDS 16
+
+/* ---- kn_plan.c ---- */
+
+/* The language the plan's device generates kernels in (NULL: none). */
+const kn_render_target *kn_plan_target(const kn_plan *p);
+/* The backend's identity (what a choice is valid for). */
+void kn_plan_identity(const kn_plan *p, char *buf, size_t size);
+/* Whether node's value is laid out other than contiguous (a library
+ * kernel writing it permuted, kn_fuse_ex): the run hands the library those
+ * strides, and the kernel's cache key names them. */
+bool kn_plan_permuted_value(const kn_plan *p, int node);
+/* Whether kernel k is generated (rendered and compiled by kiln), not a
+ * library call. */
+static inline bool kn_plan_generated(const kn_kernel *k)
+{
+    return k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
+}
+
+/* ---- kn_plan_run.c ---- */
 
 /* One run of a plan: the values computed so far. */
 typedef struct run_ctx {
@@ -41,17 +62,11 @@ kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs);
  * its epilogue: *ok false when this run's tensors do not fit it. */
 kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *c, kn_tensor **bias, kn_tensor **res, bool *ok);
 
+/* ---- kn_plan_choice.c ---- */
+
 /* Choices. tune_prepare: the cache file's choices for every tunable kernel
  * (before the compile: their configurations are what gets compiled). */
 kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir);
-static inline bool kn_plan_generated(const kn_kernel *k)
-{
-    return k->kind == KN_KERNEL_POINTWISE || k->kind == KN_KERNEL_ROW;
-}
-/* The language the plan's device generates kernels in (NULL: none). */
-const kn_render_target *kn_plan_target(const kn_plan *p);
-/* The backend's identity (what a choice is valid for). */
-void kn_plan_identity(const kn_plan *p, char *buf, size_t size);
 /* Kernel kid's cache key: what it computes, on which shapes, dtypes and
  * strides, hashed (names and graph positions left out). */
 kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY]);

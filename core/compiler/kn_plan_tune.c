@@ -33,18 +33,6 @@
 #define STABLE_SPREAD 0.05 /* quartiles within 5% of the median */
 #define FASTER 0.97        /* a non-default choice must take at most 97% of the default's time */
 
-
-
-
-
-
-
-
-
-
-
-
-
 static kn_status keep_lib(kn_plan *p, void *lib)
 {
     void **n = realloc(p->tune.libs, sizeof *n * (size_t)(p->tune.n_libs + 1));
@@ -301,6 +289,127 @@ static void log_result(kn_tune_session *s, const kn_kernel *k, const kn_tune_can
     free(text);
 }
 
+/* The same kernel earlier in this model (a repeated block) was measured:
+ * take its choice (true), or reject an entry that no longer applies. */
+static bool reuse_measured(kn_plan *p, kn_tune_session *s, int kid, kn_tune_result *tr)
+{
+    kn_tune_entry e;
+    if (!kn_autotune_cache_find(s->cache_dir, p->tune.dev, tr->sig, &e)) return false;
+    kn_kconfig cfg;
+    int v;
+    if (apply_choice(p, kid, e.choice, s->cache_dir, &cfg, &v) == KN_OK) {
+        kn_plan_take_entry(tr, &e);
+        s->kernels_done++;
+        return true; /* its outputs are the default's: valid */
+    }
+    kn_autotune_cache_reject(s->cache_dir, &e, kn_last_error());
+    return false;
+}
+
+/* Run, check and time candidates 0.. of job j into c[] within the kernel's
+ * share of the budget: *tried how many were tried, *complete false when
+ * Ctrl-C or the budget stopped before the last. */
+static void measure_candidates(tune_job *j, kn_tune_session *s, const kn_kconfig *cfgs, int n, kn_tune_cand *c,
+                               int *tried, bool *complete)
+{
+    const kn_kernel *k = &j->r->p->code.fusion.prog.kernels[j->kid];
+    const kn_autotune_opts *o = kn_autotune_get_opts();
+    int left = s->kernels_total - s->kernels_done;
+    double kernel_share = (s->budget_s - (kn_clock_s() - s->t0)) / (left > 0 ? left : 1);
+    *tried = 0;
+    *complete = true;
+    for (int ci = 0; ci < (j->library ? MAX_CANDS : n); ci++) {
+        kn_tune_cand *cd = &c[ci];
+        cd->us = -1;
+        if (ci == j->unfused_ci) snprintf(cd->choice, sizeof cd->choice, "unfused");
+        else if (j->library) snprintf(cd->choice, sizeof cd->choice, ci ? "variant=%d" : "default", ci);
+        else kn_kconfig_text(&cfgs[ci], cd->choice, sizeof cd->choice);
+        snprintf(cd->label, sizeof cd->label, "%s", cd->choice);
+        if (kn_interrupt_pending()) {
+            s->interrupted = true;
+            *complete = false;
+            break;
+        }
+        if (kn_clock_s() - s->t0 > s->budget_s) {
+            s->out_of_budget = true;
+            *complete = false;
+            break;
+        }
+        /* the correctness run (and warm-up); the default's was the plan's own run */
+        kn_status rs = ci == 0 ? KN_OK : job_run(j, ci);
+        if (rs == KN_ERR_RANGE) { /* the library has no more variants: last, the epilogue apart */
+            if (!j->epi_kernel || j->unfused_ci >= 0) break;
+            j->unfused_ci = ci;
+            snprintf(cd->choice, sizeof cd->choice, "unfused");
+            rs = job_run(j, ci);
+        }
+        if (ci == j->unfused_ci && rs == KN_OK) {
+            char lib[KN_TUNE_LABEL - 40] = "library call";
+            if (j->dc->be->library_variant_label) j->dc->be->library_variant_label(j->dc, lib, sizeof lib);
+            snprintf(cd->label, sizeof cd->label, "%.60s, then %.60s", lib, j->epi_kernel->name);
+        } else if (j->library && j->dc->be->library_variant_label && (ci == 0 || rs == KN_OK)) {
+            if (ci == 0) rs = job_run(j, 0); /* to learn its label */
+            j->dc->be->library_variant_label(j->dc, cd->label, sizeof cd->label);
+        }
+        *tried = ci + 1;
+        if (rs != KN_OK) {
+            snprintf(cd->status, sizeof cd->status, "failed: %s", kn_last_error());
+            if (ci == 0) break; /* no default: nothing to compare with */
+            continue;
+        }
+        if (ci > 0 && ci == o->fault_candidate) corrupt(j);
+        char why[140];
+        if (ci > 0 && !outputs_match(j, why, sizeof why)) {
+            snprintf(cd->status, sizeof cd->status, "rejected: differs from the default: %s", why);
+            continue;
+        }
+        int remaining = (j->library ? 4 : n) - ci; /* library lists are short; assume a few more */
+        if (ci == j->unfused_ci) remaining = 1;
+        rs = measure(j, ci, kernel_share / (remaining > 0 ? remaining : 1), cd);
+        if (rs != KN_OK) snprintf(cd->status, sizeof cd->status, "failed: %s", kn_last_error());
+        s->candidates++;
+        progress(s, k->name, false);
+    }
+    if (c[0].us < 0) *complete = false; /* the default could not be timed: keep it */
+}
+
+/* The winner among the tried candidates: the fastest that passed, unless
+ * within noise of the default. */
+static int pick_best(const kn_tune_cand *c, int tried, bool complete)
+{
+    if (!complete) return 0; /* a kernel left half-searched keeps its default; a resumed search starts it again */
+    int best = 0;
+    for (int ci = 1; ci < tried; ci++)
+        if (!c[ci].status[0] && c[ci].us >= 0 && c[ci].us < c[best].us) best = ci;
+    if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
+    return best;
+}
+
+/* Kernel k's measured choice into the cache file (a failure is logged, not
+ * fatal). */
+static void save_choice(kn_tune_session *s, const kn_plan *p, const kn_kernel *k, const kn_tune_result *tr)
+{
+    kn_tune_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.dev, sizeof e.dev, "%s", p->tune.dev);
+    snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
+    snprintf(e.choice, sizeof e.choice, "%s", tr->choice);
+    e.us = tr->us;
+    e.default_us = tr->default_us;
+    snprintf(e.name, sizeof e.name, "%s", k->name);
+    snprintf(e.label, sizeof e.label, "%s", tr->label);
+    char id[512];
+    kn_plan_identity(p, id, sizeof id);
+    if (kn_autotune_cache_put(s->cache_dir, id, &e) != KN_OK && s->log) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "autotune: the choice of %s is not saved: %s\n", k->name, kn_last_error());
+        s->log(s->log_ud, msg);
+    }
+}
+
+/* Kernel kid (root node, fused: it ran in its library epilogue) has just
+ * run with its choice: search its candidates, keep and save the winner,
+ * and run it last, so later kernels read the winner's values. */
 static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
 {
     kn_plan *p = r->p;
@@ -315,18 +424,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
     /* a kernel that became tunable during this run (its matmul's epilogue
      * was unfolded) has no key yet */
     if (!tr->sig[0]) KN_TRY(kn_plan_kernel_key(p, kid, tr->sig));
-    /* the same kernel earlier in this model (a repeated block) was measured: reuse it */
-    kn_tune_entry e;
-    if (kn_autotune_cache_find(s->cache_dir, p->tune.dev, tr->sig, &e)) {
-        kn_kconfig cfg;
-        int v;
-        if (apply_choice(p, kid, e.choice, s->cache_dir, &cfg, &v) == KN_OK) {
-            kn_plan_take_entry(tr, &e);
-            s->kernels_done++;
-            return KN_OK; /* its outputs are the default's: valid */
-        }
-        kn_autotune_cache_reject(s->cache_dir, &e, kn_last_error());
-    }
+    if (reuse_measured(p, s, kid, tr)) return KN_OK;
     progress(s, k->name, false);
     tune_job j;
     kn_kconfig cfgs[MAX_CANDS];
@@ -343,69 +441,10 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
         tr->source = KN_TUNED_SKIPPED;
         return KN_OK;
     }
-    const kn_autotune_opts *o = kn_autotune_get_opts();
-    int left = s->kernels_total - s->kernels_done;
-    double kernel_share = (s->budget_s - (kn_clock_s() - s->t0)) / (left > 0 ? left : 1);
-    int tried = 0;
-    bool complete = true;
-    for (int ci = 0; ci < (j.library ? MAX_CANDS : n); ci++) {
-        kn_tune_cand *cd = &c[ci];
-        cd->us = -1;
-        if (ci == j.unfused_ci) snprintf(cd->choice, sizeof cd->choice, "unfused");
-        else if (j.library) snprintf(cd->choice, sizeof cd->choice, ci ? "variant=%d" : "default", ci);
-        else kn_kconfig_text(&cfgs[ci], cd->choice, sizeof cd->choice);
-        snprintf(cd->label, sizeof cd->label, "%s", cd->choice);
-        if (kn_interrupt_pending()) {
-            s->interrupted = true;
-            complete = false;
-            break;
-        }
-        if (kn_clock_s() - s->t0 > s->budget_s) {
-            s->out_of_budget = true;
-            complete = false;
-            break;
-        }
-        /* the correctness run (and warm-up); the default's was the plan's own run */
-        kn_status rs = ci == 0 ? KN_OK : job_run(&j, ci);
-        if (rs == KN_ERR_RANGE) { /* the library has no more variants: last, the epilogue apart */
-            if (!j.epi_kernel || j.unfused_ci >= 0) break;
-            j.unfused_ci = ci;
-            snprintf(cd->choice, sizeof cd->choice, "unfused");
-            rs = job_run(&j, ci);
-        }
-        if (ci == j.unfused_ci && rs == KN_OK) {
-            char lib[KN_TUNE_LABEL - 40] = "library call";
-            if (j.dc->be->library_variant_label) j.dc->be->library_variant_label(j.dc, lib, sizeof lib);
-            snprintf(cd->label, sizeof cd->label, "%.60s, then %.60s", lib, j.epi_kernel->name);
-        } else if (j.library && j.dc->be->library_variant_label && (ci == 0 || rs == KN_OK)) {
-            if (ci == 0) rs = job_run(&j, 0); /* to learn its label */
-            j.dc->be->library_variant_label(j.dc, cd->label, sizeof cd->label);
-        }
-        tried = ci + 1;
-        if (rs != KN_OK) {
-            snprintf(cd->status, sizeof cd->status, "failed: %s", kn_last_error());
-            if (ci == 0) break; /* no default: nothing to compare with */
-            continue;
-        }
-        if (ci > 0 && ci == o->fault_candidate) corrupt(&j);
-        char why[140];
-        if (ci > 0 && !outputs_match(&j, why, sizeof why)) {
-            snprintf(cd->status, sizeof cd->status, "rejected: differs from the default: %s", why);
-            continue;
-        }
-        int remaining = (j.library ? 4 : n) - ci; /* library lists are short; assume a few more */
-        if (ci == j.unfused_ci) remaining = 1;
-        rs = measure(&j, ci, kernel_share / (remaining > 0 ? remaining : 1), cd);
-        if (rs != KN_OK) snprintf(cd->status, sizeof cd->status, "failed: %s", kn_last_error());
-        s->candidates++;
-        progress(s, k->name, false);
-    }
-    int best = 0;
-    if (c[0].us < 0) complete = false; /* the default could not be timed: keep it */
-    for (int ci = 1; ci < tried && c[0].us >= 0; ci++)
-        if (!c[ci].status[0] && c[ci].us >= 0 && c[ci].us < c[best].us) best = ci;
-    if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
-    if (!complete) best = 0; /* a kernel left half-searched keeps its default; a resumed search starts it again */
+    int tried;
+    bool complete;
+    measure_candidates(&j, s, cfgs, n, c, &tried, &complete);
+    int best = pick_best(c, tried, complete);
     if (best != 0 && !j.library) {
         k->cfg = cfgs[best];
         p->code.fns[kid] = j.fns[best];
@@ -442,21 +481,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
     if (complete) {
         s->measured++;
         log_result(s, k, c, tried, best);
-        memset(&e, 0, sizeof e);
-        snprintf(e.dev, sizeof e.dev, "%s", p->tune.dev);
-        snprintf(e.sig, sizeof e.sig, "%s", tr->sig);
-        snprintf(e.choice, sizeof e.choice, "%s", tr->choice);
-        e.us = tr->us;
-        e.default_us = tr->default_us;
-        snprintf(e.name, sizeof e.name, "%s", k->name);
-        snprintf(e.label, sizeof e.label, "%s", tr->label);
-        char id[512];
-        kn_plan_identity(p, id, sizeof id);
-        if (kn_autotune_cache_put(s->cache_dir, id, &e) != KN_OK && s->log) {
-            char msg[1200];
-            snprintf(msg, sizeof msg, "autotune: the choice of %s is not saved: %s\n", k->name, kn_last_error());
-            s->log(s->log_ud, msg);
-        }
+        save_choice(s, p, k, tr);
     }
     progress(s, k->name, false);
     return KN_OK;

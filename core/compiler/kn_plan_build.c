@@ -1,0 +1,447 @@
+/* kn_plan_build: building a plan from a captured graph. The passes (with
+ * the flags its device decides), fusion into kernels, the memory plan (an
+ * arena shared by the generated kernels' values, placed by liveness), the
+ * library epilogues (a matmul's bias, ReLU or residual run in its library
+ * call), the cache file's autotuning choices, and the compile of the
+ * generated kernels; also what the plan takes from each call (random
+ * streams, baked inputs). */
+#include "kn_plan.h"
+#include "kn_plan_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_backend.h"
+#include "kn_passes.h"
+#include "kn_clock.h"
+
+static kn_status plan_memory(kn_plan *p);
+static kn_status plan_epilogues(kn_plan *p);
+
+/* ---- values a plan takes from each call (random streams, baked inputs) ---- */
+
+static bool is_random_op(int op)
+{
+    return op == KN_OP_RANDN || op == KN_OP_RAND || op == KN_OP_RANDINT;
+}
+
+/* After the passes (p->g optimized, its original inputs still bound; g the
+ * caller's graph): note the versions of the inputs when a pass baked
+ * values into new inputs, and map each fresh random node back to g's. */
+static kn_status plan_guard_values(kn_plan *p, const kn_graph *g)
+{
+    if (p->g.n_inputs > p->n_orig_inputs && p->n_orig_inputs > 0) {
+        p->baked.storage = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.storage);
+        p->baked.version = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.version);
+        if (!p->baked.storage || !p->baked.version) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+        for (int i = 0; i < p->n_orig_inputs; i++) {
+            if (!kn_input_keeps_values(&p->g.inputs[i])) continue; /* new values every call: never folded */
+            const kn_tensor *t = p->g.inputs[i].tensor;
+            p->baked.storage[i] = t ? t->storage : NULL;
+            p->baked.version[i] = t && t->storage ? t->storage->version : 0;
+        }
+    }
+    int n = 0;
+    for (int j = 0; j < p->g.n_nodes; j++) n += is_random_op(p->g.nodes[j].op) && p->g.nodes[j].a.rng_fresh;
+    if (!n) return KN_OK;
+    p->rng.node = malloc(sizeof *p->rng.node * (size_t)n);
+    p->rng.orig = malloc(sizeof *p->rng.orig * (size_t)n);
+    if (!p->rng.node || !p->rng.orig) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+    for (int j = 0; j < p->g.n_nodes; j++) {
+        const kn_attrs *a = &p->g.nodes[j].a;
+        if (!is_random_op(p->g.nodes[j].op) || !a->rng_fresh) continue;
+        /* passes renumber nodes but keep attributes: (seed, offset) names the
+         * draw (two draws share them only when the first is empty, and then
+         * they share them at every call) */
+        int orig = -1;
+        for (int i = 0; i < g->n_nodes && orig < 0; i++) {
+            const kn_node *o = &g->nodes[i];
+            if (o->op == p->g.nodes[j].op && o->a.rng_fresh && o->a.seed == a->seed && o->a.rng_offset == a->rng_offset)
+                orig = i;
+        }
+        if (orig < 0) return kn_error(KN_ERR_ARG, "plan: random node %d lost its origin in the passes", j);
+        p->rng.node[p->rng.n] = j;
+        p->rng.orig[p->rng.n++] = orig;
+    }
+    return KN_OK;
+}
+
+void kn_plan_bind_rng(kn_plan *p, const kn_graph *g)
+{
+    for (int k = 0; k < p->rng.n; k++) {
+        if (p->rng.orig[k] >= g->n_nodes) continue; /* not a graph of this plan's structure */
+        const kn_attrs *from = &g->nodes[p->rng.orig[k]].a;
+        kn_attrs *to = &p->g.nodes[p->rng.node[k]].a;
+        to->seed = from->seed;
+        to->rng_offset = from->rng_offset;
+    }
+}
+
+bool kn_plan_stale(const kn_plan *p, kn_tensor *const *inputs, char *why, size_t size)
+{
+    if (!p->baked.storage) return false;
+    for (int i = 0; i < p->n_orig_inputs; i++) {
+        if (!kn_input_keeps_values(&p->g.inputs[i])) continue;
+        const kn_storage *s = inputs[i] ? inputs[i]->storage : NULL;
+        if (s == p->baked.storage[i] && (!s || s->version == p->baked.version[i])) continue;
+        /* which inputs a fold read is not recorded: any of them may have been */
+        snprintf(why, size, "it folded parameter values in, and input '%s' %s since", p->g.inputs[i].name,
+                 s == p->baked.storage[i] ? "was written in place" : "is another tensor");
+        return true;
+    }
+    return false;
+}
+
+/* ---- the build ---------------------------------------------------------------- */
+
+/* kn_fuse_ex's question to the plan's backend: can the library call at
+ * `node` write its value with the strides of `layout`? Asked on headers
+ * without storage (inputs contiguous: their strides do not decide it). */
+static bool plan_strided_out(void *ud, const kn_graph *g, int node, const kn_layout *layout)
+{
+    kn_plan *p = ud;
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    const kn_node *n = &g->nodes[node];
+    if (!dc || !dc->be->strided_out || n->op >= KN_OP_COUNT || n->n_in > KN_MAX_INPUTS) return false;
+    kn_tensor hdr[KN_MAX_INPUTS + 1];
+    kn_opcall c;
+    kn_opcall_init(&c, (kn_op)n->op);
+    c.a = n->a;
+    c.n_in = n->n_in;
+    for (int k = 0; k <= n->n_in; k++) {
+        const kn_meta *m = k < n->n_in ? &g->nodes[n->in_node[k]].out[n->in_out[k]] : &n->out[0];
+        memset(&hdr[k], 0, sizeof hdr[k]);
+        hdr[k].refcount = 1;
+        hdr[k].dtype = m->dtype;
+        hdr[k].ndim = m->ndim;
+        memcpy(hdr[k].shape, m->shape, sizeof hdr[k].shape);
+        if (k < n->n_in) kn_contiguous_strides(m->ndim, m->shape, hdr[k].strides);
+        else memcpy(hdr[k].strides, layout->strides, sizeof hdr[k].strides);
+        if (k < n->n_in) c.in[k] = &hdr[k];
+    }
+    c.n_out = 1;
+    c.out[0] = &hdr[n->n_in];
+    return dc->be->strided_out(dc, &c);
+}
+
+/* A new plan for g's values `wanted`: g copied, its inputs bound for the
+ * passes that read values, the device theirs. */
+static kn_status plan_new(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, kn_plan **out)
+{
+    kn_plan *p = calloc(1, sizeof *p);
+    if (!p) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+    kn_status st = kn_graph_copy(g, &p->g);
+    if (st != KN_OK) {
+        free(p);
+        return st;
+    }
+    p->n_orig_inputs = g->n_inputs;
+    p->device = KN_CPU;
+    p->fault_kernel = -1;
+    for (int i = 0; i < g->n_inputs; i++) { /* bound for the passes that read values */
+        p->g.inputs[i].tensor = g->inputs[i].tensor;
+        kn_tensor_retain(p->g.inputs[i].tensor);
+        if (g->inputs[i].tensor) p->device = g->inputs[i].device;
+    }
+    p->n_outputs = n_wanted;
+    p->outputs = malloc(sizeof *p->outputs * (size_t)(n_wanted ? n_wanted : 1));
+    p->pass_out = malloc(sizeof *p->pass_out * (size_t)(n_wanted ? n_wanted : 1));
+    if (!p->outputs || !p->pass_out) {
+        st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
+        kn_plan_free(p);
+        return st;
+    }
+    for (int i = 0; i < n_wanted; i++) {
+        p->outputs[i] = wanted[i];
+        p->pass_out[i] = wanted[i].node;
+    }
+    *out = p;
+    return KN_OK;
+}
+
+/* pass_flags with what the plan's device decides added. */
+static int device_pass_flags(const kn_plan *p, int pass_flags)
+{
+    /* attention nodes only where the device's backend runs the op
+     * (its supports_op looks at the op alone here: no tensors yet) */
+    kn_device_ctx *adc = kn_backend_get(p->device);
+    kn_opcall probe;
+    kn_opcall_init(&probe, KN_OP_ATTENTION);
+    if (!adc || !adc->be->supports_op(adc, &probe)) pass_flags |= KN_PASSES_NO_ATTENTION;
+    /* channels-last convolutions where the backend says they are faster */
+    bool has_conv = false; /* asking starts the device's conv library: only when it will run */
+    for (int i = 0; i < p->g.n_nodes && !has_conv; i++) has_conv = p->g.nodes[i].op == KN_OP_CONV2D;
+    if ((pass_flags & KN_PLAN_NHWC_AUTO) && has_conv) {
+        if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_BF16))
+            pass_flags |= KN_PASSES_NHWC_HALF;
+        if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32))
+            pass_flags |= KN_PASSES_NHWC_F32;
+    }
+    return pass_flags;
+}
+
+/* The fusion log shows the passes' notes first. */
+static void prepend_pass_notes(kn_fusion *f, const char *pass_notes)
+{
+    char *why = f->why;
+    size_t a = strlen(pass_notes), b = why ? strlen(why) : 0;
+    char *both = malloc(a + b + 1);
+    if (both) {
+        memcpy(both, pass_notes, a);
+        memcpy(both + a, why ? why : "", b + 1);
+        free(why);
+        f->why = both;
+    }
+}
+
+/* Compile the generated kernels through the backend (with the persistent
+ * cache): p->times.generated, cached and backend_s. */
+static kn_status plan_compile(kn_plan *p, const char *cache_dir)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    int generated = 0;
+    for (int k = 0; k < p->code.fusion.prog.n_kernels; k++)
+        generated += p->code.fusion.prog.kernels[k].kind == KN_KERNEL_POINTWISE ||
+                     p->code.fusion.prog.kernels[k].kind == KN_KERNEL_ROW;
+    double t2 = kn_clock_s();
+    p->times.generated = generated;
+    if (generated && dc && dc->be->compile_program) {
+        bool cached = false;
+        KN_TRY(dc->be->compile_program(dc, &p->code.fusion.prog, cache_dir, &p->code.lib, p->code.fns, &cached));
+        p->code.generated = true;
+        /* the program is one unit: all its kernels are cached or none */
+        p->times.cached = cached ? generated : 0;
+    }
+    p->times.backend_s = kn_clock_s() - t2;
+    if (generated && !p->code.generated)
+        return kn_error(KN_ERR_UNSUPPORTED, "the %s backend cannot run generated kernels", dc ? dc->be->name : "?");
+    return KN_OK;
+}
+
+kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
+                        int pass_flags, kn_plan **out)
+{
+    *out = NULL;
+    kn_plan *p = NULL;
+    KN_TRY(plan_new(g, wanted, n_wanted, &p));
+    double t0 = kn_clock_s();
+    char *pass_notes = NULL;
+    pass_flags = device_pass_flags(p, pass_flags);
+    kn_status st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
+    if (st == KN_OK) {
+        for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
+        st = plan_guard_values(p, g);
+    }
+    if (st != KN_OK) {
+        free(pass_notes);
+        goto fail;
+    }
+    /* the caller's inputs are bound again at each run: drop ours now */
+    for (int i = 0; i < p->n_orig_inputs; i++) {
+        kn_tensor_release(p->g.inputs[i].tensor);
+        p->g.inputs[i].tensor = NULL;
+    }
+    double t1 = kn_clock_s();
+    p->times.passes_s = t1 - t0;
+    st = kn_fuse_ex(&p->g, p->pass_out, n_wanted, plan_strided_out, p, &p->code.fusion);
+    if (st == KN_OK && pass_notes) prepend_pass_notes(&p->code.fusion, pass_notes);
+    free(pass_notes);
+    if (st != KN_OK) goto fail;
+    st = plan_memory(p);
+    if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);
+    if (st != KN_OK) goto fail;
+    p->code.fns = calloc((size_t)p->code.fusion.prog.n_kernels + 1, sizeof *p->code.fns);
+    if (p->code.fns && (pass_flags & KN_PLAN_AUTOTUNE)) {
+        /* the cache file's choices, before the compile: their
+         * configurations are what gets compiled */
+        st = kn_plan_tune_prepare(p, cache_dir);
+        if (st != KN_OK) goto fail;
+    }
+    if (!p->code.fns) {
+        st = kn_error(KN_ERR_OOM, "out of host memory for a plan");
+        goto fail;
+    }
+    p->times.codegen_s = kn_clock_s() - t1;
+    st = plan_compile(p, cache_dir);
+    if (st != KN_OK) goto fail;
+    *out = p;
+    return KN_OK;
+fail:
+    kn_plan_free(p);
+    return st;
+}
+
+/* ---- memory plan ------------------------------------------------------------ */
+
+#define KN_ARENA_ALIGN 64
+
+/* Place the outputs of generated kernels in one arena: in order of the
+ * kernels, each value goes at the lowest offset that no value still alive
+ * overlaps (alive: its last reader has not run yet; a value read by the
+ * kernel that writes another may not share its bytes). */
+static kn_status plan_memory(kn_plan *p)
+{
+    const kn_graph *g = &p->g;
+    const kn_fusion *f = &p->code.fusion;
+    int n = g->n_nodes, nv = n * KN_MAX_OUTPUTS;
+    p->mem.arena_off = malloc(sizeof *p->mem.arena_off * (size_t)(nv + 1));
+    bool *escapes = calloc((size_t)n + 1, sizeof *escapes);
+    int64_t *size = calloc((size_t)nv + 1, sizeof *size);
+    int *live = malloc(sizeof *live * (size_t)(nv + 1));
+    int *end = malloc(sizeof *end * ((size_t)n + 1));
+    if (!p->mem.arena_off || !escapes || !size || !live || !end) {
+        free(escapes);
+        free(size);
+        free(live);
+        free(end);
+        return kn_error(KN_ERR_OOM, "out of host memory planning a graph's memory");
+    }
+    /* a value's bytes live until the last reader of it or of any view of it */
+    for (int i = 0; i < n; i++) end[i] = f->last_use[i];
+    for (int i = n - 1; i >= 0; i--)
+        if (f->disp[i] == KN_D_VIEW) {
+            int src = g->nodes[i].in_node[0];
+            if (end[i] > end[src]) end[src] = end[i];
+        }
+    for (int i = 0; i < nv; i++) p->mem.arena_off[i] = -1;
+    for (int o = 0; o < p->n_outputs; o++) { /* an output, and the value its views reach */
+        int b = p->outputs[o].node;
+        while (b >= 0 && f->disp[b] == KN_D_VIEW) b = g->nodes[b].in_node[0];
+        if (b >= 0) escapes[b] = true;
+    }
+    int n_live = 0;
+    for (int i = 0; i < n; i++) {
+        if (f->disp[i] != KN_D_ROOT || escapes[i] || end[i] >= n || end[i] < 0) continue;
+        const kn_kernel *k = &f->prog.kernels[f->kernel[i]];
+        if (k->kind != KN_KERNEL_POINTWISE && k->kind != KN_KERNEL_ROW) continue;
+        /* retire what died before this kernel */
+        int w = 0;
+        for (int j = 0; j < n_live; j++)
+            if (end[live[j] / KN_MAX_OUTPUTS] >= i) live[w++] = live[j];
+        n_live = w;
+        const kn_meta *m = &g->nodes[i].out[0];
+        int64_t bytes = kn_numel_of(m->ndim, m->shape) * (int64_t)kn_dtype_size(m->dtype);
+        bytes = (bytes + KN_ARENA_ALIGN - 1) / KN_ARENA_ALIGN * KN_ARENA_ALIGN;
+        if (bytes == 0) bytes = KN_ARENA_ALIGN; /* a zero-size value still gets an address */
+        int64_t off = 0;
+        for (bool moved = true; moved;) { /* first fit: lowest offset clear of every live block */
+            moved = false;
+            for (int j = 0; j < n_live; j++) {
+                int64_t o2 = p->mem.arena_off[live[j]], s2 = size[live[j]];
+                if (off < o2 + s2 && o2 < off + bytes) {
+                    off = o2 + s2;
+                    moved = true;
+                }
+            }
+        }
+        p->mem.arena_off[i * KN_MAX_OUTPUTS] = off;
+        size[i * KN_MAX_OUTPUTS] = bytes;
+        live[n_live++] = i * KN_MAX_OUTPUTS;
+        if (off + bytes > p->mem.arena_bytes) p->mem.arena_bytes = off + bytes;
+    }
+    free(escapes);
+    free(size);
+    free(live);
+    free(end);
+    return KN_OK;
+}
+
+/* ---- library epilogues ------------------------------------------------------ */
+
+/* Whether value (node, out) is read by any node but `reader`, or is a
+ * graph output: then the matmul's own value must exist. */
+static bool read_elsewhere(const kn_plan *p, int node, int reader)
+{
+    for (int o = 0; o < p->n_outputs; o++)
+        if (p->outputs[o].node == node) return true;
+    for (int j = 0; j < p->g.n_nodes; j++) {
+        if (j == reader || p->code.fusion.disp[j] == KN_D_DEAD) continue;
+        const kn_node *n = &p->g.nodes[j];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in_node[k] == node) return true;
+    }
+    return false;
+}
+
+/* The operand of binary node n that is not (node, 0); -1 when neither or both are. */
+static int other_operand(const kn_node *n, int node, int *out)
+{
+    bool a = n->in_node[0] == node && n->in_out[0] == 0, b = n->in_node[1] == node && n->in_out[1] == 0;
+    if (a == b) return -1;
+    *out = a ? n->in_out[1] : n->in_out[0];
+    return a ? n->in_node[1] : n->in_node[0];
+}
+
+/* Fold the pointwise kernel after a matmul into the library call where
+ * the backend can (cuBLASLt's BIAS / RELU_BIAS epilogues, and a residual
+ * as its C operand): Linear's `x·wᵀ + b`, its ReLU, and the transformer's
+ * `x + proj(y)`. The kernel must be exactly that chain and the matmul's
+ * own value read nowhere else; the run checks the tensors' layouts and
+ * falls back to the two kernels when they do not fit. */
+static kn_status plan_epilogues(kn_plan *p)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    if (!dc || !dc->be->library_fused) return KN_OK;
+    if (kn_device_kind_of(p->device) == KN_DEVICE_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
+    kn_fusion *f = &p->code.fusion;
+    int nk = f->prog.n_kernels;
+    p->epi.kernel = malloc(sizeof *p->epi.kernel * (size_t)(nk + 1));
+    if (!p->epi.kernel) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
+    for (int k = 0; k < nk; k++) p->epi.kernel[k].into = -1;
+    for (int k = 0; k + 1 < nk; k++) {
+        const kn_kernel *L = &f->prog.kernels[k], *P = &f->prog.kernels[k + 1];
+        int m = f->kernel_at[k];
+        const kn_node *mn = &p->g.nodes[m];
+        if (L->kind == KN_KERNEL_LIBRARY && mn->op == KN_OP_CONV2D && P->kind == KN_KERNEL_POINTWISE &&
+            P->n_nodes == 1 && mn->n_in == 3 && kn_dtype_is_float(mn->out[0].dtype)) {
+            /* conv (+ its bias, as batch norm folding leaves it) + ReLU: one
+             * cuDNN graph; but not in strict f32, where cuDNN's fused engines
+             * were slower than conv then a ReLU kernel (convnet on an H200:
+             * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua) */
+            if (mn->out[0].dtype == KN_F32 && !kn_allow_tf32()) continue;
+            const kn_node *rl = &p->g.nodes[P->nodes[0]];
+            if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
+                rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {
+                p->epi.kernel[k] = (struct kn_plan_epi){k + 1, -1, 0, -1, 0, 1, false};
+                p->epi.n_folded++;
+                k++;
+            }
+            continue;
+        }
+        if (L->kind != KN_KERNEL_LIBRARY || mn->op != KN_OP_MATMUL || P->kind != KN_KERNEL_POINTWISE) continue;
+        if (P->n_nodes < 1 || P->n_nodes > 2 || !kn_dtype_is_float(mn->out[0].dtype)) continue;
+        const kn_node *add = &p->g.nodes[P->nodes[0]];
+        if (add->op != KN_OP_ADD || read_elsewhere(p, m, P->nodes[0])) continue;
+        struct kn_plan_epi e = {k + 1, -1, 0, -1, 0, 0, false};
+        e.bias_node = other_operand(add, m, &e.bias_out);
+        if (e.bias_node < 0) continue;
+        const kn_meta *bm = &p->g.nodes[e.bias_node].out[e.bias_out];
+        int64_t n_last = mn->out[0].ndim ? mn->out[0].shape[mn->out[0].ndim - 1] : 1;
+        if (bm->ndim != 1 || bm->shape[0] != n_last || bm->dtype != mn->out[0].dtype) continue;
+        if (add->out[0].dtype != mn->out[0].dtype || add->out[0].ndim != mn->out[0].ndim ||
+            memcmp(add->out[0].shape, mn->out[0].shape, sizeof(int64_t) * (size_t)mn->out[0].ndim) != 0)
+            continue;
+        if (P->n_nodes == 2) {
+            const kn_node *second = &p->g.nodes[P->nodes[1]];
+            if (read_elsewhere(p, P->nodes[0], P->nodes[1])) continue;
+            if (second->op == KN_OP_RELU && second->in_node[0] == P->nodes[0]) {
+                e.act = 1;
+            } else if (second->op == KN_OP_ADD) {
+                e.res_node = other_operand(second, P->nodes[0], &e.res_out);
+                if (e.res_node < 0) continue;
+                const kn_meta *rm = &p->g.nodes[e.res_node].out[e.res_out];
+                if (rm->dtype != mn->out[0].dtype || rm->ndim != mn->out[0].ndim ||
+                    memcmp(rm->shape, mn->out[0].shape, sizeof(int64_t) * (size_t)rm->ndim) != 0 ||
+                    second->out[0].dtype != mn->out[0].dtype)
+                    continue;
+            } else {
+                continue;
+            }
+        }
+        p->epi.kernel[k] = e;
+        p->epi.n_folded++;
+        k++; /* the folded kernel cannot start a pair itself */
+    }
+    return KN_OK;
+}
