@@ -376,115 +376,114 @@ static kn_status build_pointwise_kernel(kctx *c, int root)
     return KN_OK;
 }
 
-static kn_status build_row_kernel(kctx *c, int root, int d)
+/* A ROW kernel's softmax or log_softmax of row x: max, x - max, exp, the
+ * sum, then the quotient (or the log's difference), stored per element. */
+static kn_status build_softmax_row(kctx *c, const kn_node *n, int root, int x, kn_kexpr a0, kn_kexpr a1)
 {
-    const kn_graph *g = c->g;
-    const kn_node *n = &g->nodes[root];
-    const kn_meta *in = &g->nodes[n->in_node[0]].out[n->in_out[0]];
     kn_kernel *k = c->k;
-    k->kind = KN_KERNEL_ROW;
-    k->ndim = c->no = in->ndim;
-    memcpy(c->oshape, in->shape, sizeof c->oshape);
-    int j = 0;
-    for (int od = 0; od < in->ndim; od++)
-        if (od != d) c->perm[j++] = od;
-    c->perm[j] = d;
-    for (j = 0; j < k->ndim; j++) k->shape[j] = in->shape[c->perm[j]];
     kn_dtype dt = n->out[0].dtype;
-    kn_dtype ct = kn_dtype_is_float(dt) ? dt : KN_I64;
-    int x, o, acc0, acc1, t, r;
-    double len = (double)in->shape[d];
-    KN_TRY(build(c, n->in_node[0], n->in_out[0], &x));
-    kn_kexpr a0 = kx(KN_KX_ACC, 0, ct), a1 = kx(KN_KX_ACC, 0, ct);
-    a1.acc = 1;
-    switch (n->op) {
-    case KN_OP_SOFTMAX:
-    case KN_OP_LOG_SOFTMAX: {
-        /* max, x - max, exp, the sum and its log are steps of one op (in
-         * the math type; in double where the target computes f32 math in
-         * double, as eager): only the result is rounded to dt */
-        kn_dtype mt = math_dtype(dt);
-        KN_TRY(mk_cast(c, x, mt, &x));
-        k->stages[k->n_stages++] = (kn_kstage){KN_OP_AMAX, x};
-        a0.dtype = a1.dtype = mt;
-        a0.internal = a1.internal = true;
-        KN_TRY(add_expr(c, a0, &acc0));
-        KN_TRY(mk_step(c, KN_OP_SUB, mt, x, acc0, -1, &t));
-        int ex;
-        KN_TRY(mk_step(c, KN_OP_EXP, mt, t, -1, -1, &ex));
-        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, ex};
-        KN_TRY(add_expr(c, a1, &acc1));
-        if (n->op == KN_OP_SOFTMAX && mt != dt) {
-            /* a half type: times the row's reciprocal, one multiply an
-             * element instead of a division (within an f32 ulp of the
-             * quotient, far below the half type's rounding) */
-            int one, inv;
-            KN_TRY(mk_const(c, 1.0, mt, &one));
-            c->k->exprs[one].internal = true;
-            KN_TRY(mk_step(c, KN_OP_DIV, mt, one, acc1, -1, &inv));
-            KN_TRY(mk_step(c, KN_OP_MUL, mt, ex, inv, -1, &r));
-        } else if (n->op == KN_OP_SOFTMAX) KN_TRY(mk_step(c, KN_OP_DIV, mt, ex, acc1, -1, &r));
-        else {
-            int lg;
-            KN_TRY(mk_step(c, KN_OP_LOG, mt, acc1, -1, -1, &lg));
-            KN_TRY(mk_step(c, KN_OP_SUB, mt, t, lg, -1, &r));
-        }
-        KN_TRY(mk_cast(c, r, dt, &r));
-        KN_TRY(out_arg(c, root, -1, true, &o));
-        k->stores[k->n_stores++] = (kn_kstore){o, r, false};
-        return KN_OK;
+    int o, acc0, acc1, t, r;
+    /* max, x - max, exp, the sum and its log are steps of one op (in
+     * the math type; in double where the target computes f32 math in
+     * double, as eager): only the result is rounded to dt */
+    kn_dtype mt = math_dtype(dt);
+    KN_TRY(mk_cast(c, x, mt, &x));
+    k->stages[k->n_stages++] = (kn_kstage){KN_OP_AMAX, x};
+    a0.dtype = a1.dtype = mt;
+    a0.internal = a1.internal = true;
+    KN_TRY(add_expr(c, a0, &acc0));
+    KN_TRY(mk_step(c, KN_OP_SUB, mt, x, acc0, -1, &t));
+    int ex;
+    KN_TRY(mk_step(c, KN_OP_EXP, mt, t, -1, -1, &ex));
+    k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, ex};
+    KN_TRY(add_expr(c, a1, &acc1));
+    if (n->op == KN_OP_SOFTMAX && mt != dt) {
+        /* a half type: times the row's reciprocal, one multiply an
+         * element instead of a division (within an f32 ulp of the
+         * quotient, far below the half type's rounding) */
+        int one, inv;
+        KN_TRY(mk_const(c, 1.0, mt, &one));
+        c->k->exprs[one].internal = true;
+        KN_TRY(mk_step(c, KN_OP_DIV, mt, one, acc1, -1, &inv));
+        KN_TRY(mk_step(c, KN_OP_MUL, mt, ex, inv, -1, &r));
+    } else if (n->op == KN_OP_SOFTMAX) KN_TRY(mk_step(c, KN_OP_DIV, mt, ex, acc1, -1, &r));
+    else {
+        int lg;
+        KN_TRY(mk_step(c, KN_OP_LOG, mt, acc1, -1, -1, &lg));
+        KN_TRY(mk_step(c, KN_OP_SUB, mt, t, lg, -1, &r));
     }
-    case KN_OP_LAYER_NORM: {
-        /* Statistics exact enough that a row of equal values normalizes to
-         * exactly 0, not to rounding noise times 1/sqrt(eps): in f64 (as the
-         * reference), or for the half types in f32 (internal steps, so a
-         * target computing f32 math in double still uses double). A half
-         * value has at most 11 significant bits, so any partial sum of up
-         * to 2^13 equal values is exact in f32's 24, and sum / n then
-         * gives the value back exactly; f32 keeps a GPU's row in f32
-         * registers instead of converting every element to double. */
-        bool half = dt == KN_BF16 || dt == KN_F16;
-        kn_dtype st = half && len <= 8192 ? KN_F32 : KN_F64;
-        int xs, nn, mean, var, eps, xm, sq;
-        KN_TRY(mk_cast(c, x, st, &xs));
-        c->k->exprs[xs].internal = true;
-        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, xs};
-        a0.dtype = a1.dtype = st;
-        a0.internal = a1.internal = true;
-        KN_TRY(add_expr(c, a0, &acc0));
-        KN_TRY(mk_const(c, len, st, &nn));
-        c->k->exprs[nn].internal = true;
-        KN_TRY(mk_step(c, KN_OP_DIV, st, acc0, nn, -1, &mean));
-        KN_TRY(mk_step(c, KN_OP_SUB, st, xs, mean, -1, &xm));
-        KN_TRY(mk_step(c, KN_OP_MUL, st, xm, xm, -1, &sq));
-        k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
-        KN_TRY(add_expr(c, a1, &acc1));
-        KN_TRY(mk_step(c, KN_OP_DIV, st, acc1, nn, -1, &var));
-        KN_TRY(mk_const(c, n->a.eps, st, &eps));
-        c->k->exprs[eps].internal = true;
-        KN_TRY(mk_step(c, KN_OP_ADD, st, var, eps, -1, &t));
-        KN_TRY(mk_step(c, KN_OP_RSQRT, st, t, -1, -1, &t));
-        KN_TRY(mk_step(c, KN_OP_MUL, st, xm, t, -1, &r));
-        /* weight and bias: steps in the math type (double on the CPU, as
-         * eager), the result rounded to dt once */
-        kn_dtype mt = math_dtype(dt);
-        if (n->n_in > 1) {
-            KN_TRY(mk_cast(c, r, mt, &r));
-            c->k->exprs[r].internal = true;
-        }
-        for (int i = 1; i < n->n_in; i++) {
-            int p;
-            KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], -1, &p));
-            KN_TRY(mk_cast(c, p, mt, &p));
-            KN_TRY(mk_step(c, i == 1 ? KN_OP_MUL : KN_OP_ADD, mt, r, p, -1, &r));
-        }
-        KN_TRY(mk_cast(c, r, dt, &r));
-        KN_TRY(out_arg(c, root, -1, true, &o));
-        k->stores[k->n_stores++] = (kn_kstore){o, r, false};
-        return KN_OK;
+    KN_TRY(mk_cast(c, r, dt, &r));
+    KN_TRY(out_arg(c, root, -1, true, &o));
+    k->stores[k->n_stores++] = (kn_kstore){o, r, false};
+    return KN_OK;
+}
+
+/* A ROW kernel's layer_norm of row x (of len elements): mean and variance
+ * over the row, then the normalized value times the weight plus the bias,
+ * stored per element. */
+static kn_status build_layer_norm_row(kctx *c, const kn_node *n, int root, int x, double len, kn_kexpr a0,
+                                      kn_kexpr a1)
+{
+    kn_kernel *k = c->k;
+    kn_dtype dt = n->out[0].dtype;
+    int o, acc0, acc1, t, r;
+    /* Statistics exact enough that a row of equal values normalizes to
+     * exactly 0, not to rounding noise times 1/sqrt(eps): in f64 (as the
+     * reference), or for the half types in f32 (internal steps, so a
+     * target computing f32 math in double still uses double). A half
+     * value has at most 11 significant bits, so any partial sum of up
+     * to 2^13 equal values is exact in f32's 24, and sum / n then
+     * gives the value back exactly; f32 keeps a GPU's row in f32
+     * registers instead of converting every element to double. */
+    bool half = dt == KN_BF16 || dt == KN_F16;
+    kn_dtype st = half && len <= 8192 ? KN_F32 : KN_F64;
+    int xs, nn, mean, var, eps, xm, sq;
+    KN_TRY(mk_cast(c, x, st, &xs));
+    c->k->exprs[xs].internal = true;
+    k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, xs};
+    a0.dtype = a1.dtype = st;
+    a0.internal = a1.internal = true;
+    KN_TRY(add_expr(c, a0, &acc0));
+    KN_TRY(mk_const(c, len, st, &nn));
+    c->k->exprs[nn].internal = true;
+    KN_TRY(mk_step(c, KN_OP_DIV, st, acc0, nn, -1, &mean));
+    KN_TRY(mk_step(c, KN_OP_SUB, st, xs, mean, -1, &xm));
+    KN_TRY(mk_step(c, KN_OP_MUL, st, xm, xm, -1, &sq));
+    k->stages[k->n_stages++] = (kn_kstage){KN_OP_SUM, sq};
+    KN_TRY(add_expr(c, a1, &acc1));
+    KN_TRY(mk_step(c, KN_OP_DIV, st, acc1, nn, -1, &var));
+    KN_TRY(mk_const(c, n->a.eps, st, &eps));
+    c->k->exprs[eps].internal = true;
+    KN_TRY(mk_step(c, KN_OP_ADD, st, var, eps, -1, &t));
+    KN_TRY(mk_step(c, KN_OP_RSQRT, st, t, -1, -1, &t));
+    KN_TRY(mk_step(c, KN_OP_MUL, st, xm, t, -1, &r));
+    /* weight and bias: steps in the math type (double on the CPU, as
+     * eager), the result rounded to dt once */
+    kn_dtype mt = math_dtype(dt);
+    if (n->n_in > 1) {
+        KN_TRY(mk_cast(c, r, mt, &r));
+        c->k->exprs[r].internal = true;
     }
-    default: break;
+    for (int i = 1; i < n->n_in; i++) {
+        int p;
+        KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], -1, &p));
+        KN_TRY(mk_cast(c, p, mt, &p));
+        KN_TRY(mk_step(c, i == 1 ? KN_OP_MUL : KN_OP_ADD, mt, r, p, -1, &r));
     }
+    KN_TRY(mk_cast(c, r, dt, &r));
+    KN_TRY(out_arg(c, root, -1, true, &o));
+    k->stores[k->n_stores++] = (kn_kstore){o, r, false};
+    return KN_OK;
+}
+
+/* A ROW kernel's reduction of row x (of len elements) over dim d: sum,
+ * mean, var, amax or amin, one value per row. */
+static kn_status build_reduction_row(kctx *c, const kn_node *n, int root, int d, int x, double len, kn_kexpr a0,
+                                     kn_kexpr a1)
+{
+    kn_kernel *k = c->k;
+    kn_dtype dt = n->out[0].dtype;
+    int o, acc0, acc1, r;
     /* reductions: one value per row; sums of floats accumulate in f64,
      * those of the half types in f32 steps (in double where the target
      * computes f32 math in double, as the CPU reference): the f32 sum's
@@ -524,6 +523,37 @@ static kn_status build_row_kernel(kctx *c, int root, int d)
     KN_TRY(out_arg(c, root, d, n->a.keepdim, &o));
     k->stores[k->n_stores++] = (kn_kstore){o, r, true};
     return KN_OK;
+}
+
+/* A ROW kernel: the row dim d of root's row input is iterated last, the
+ * other dims are the rows; its body is its row op's. */
+static kn_status build_row_kernel(kctx *c, int root, int d)
+{
+    const kn_graph *g = c->g;
+    const kn_node *n = &g->nodes[root];
+    const kn_meta *in = &g->nodes[n->in_node[0]].out[n->in_out[0]];
+    kn_kernel *k = c->k;
+    k->kind = KN_KERNEL_ROW;
+    k->ndim = c->no = in->ndim;
+    memcpy(c->oshape, in->shape, sizeof c->oshape);
+    int j = 0;
+    for (int od = 0; od < in->ndim; od++)
+        if (od != d) c->perm[j++] = od;
+    c->perm[j] = d;
+    for (j = 0; j < k->ndim; j++) k->shape[j] = in->shape[c->perm[j]];
+    kn_dtype dt = n->out[0].dtype;
+    kn_dtype ct = kn_dtype_is_float(dt) ? dt : KN_I64;
+    int x;
+    double len = (double)in->shape[d];
+    KN_TRY(build(c, n->in_node[0], n->in_out[0], &x));
+    kn_kexpr a0 = kx(KN_KX_ACC, 0, ct), a1 = kx(KN_KX_ACC, 0, ct);
+    a1.acc = 1;
+    switch (n->op) {
+    case KN_OP_SOFTMAX:
+    case KN_OP_LOG_SOFTMAX: return build_softmax_row(c, n, root, x, a0, a1);
+    case KN_OP_LAYER_NORM: return build_layer_norm_row(c, n, root, x, len, a0, a1);
+    default: return build_reduction_row(c, n, root, d, x, len, a0, a1);
+    }
 }
 
 /* Merge neighbouring dims of a pointwise kernel's iteration space where

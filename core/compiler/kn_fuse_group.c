@@ -355,30 +355,13 @@ static kn_status find_edges(const kn_graph *g, kn_fusion *f, const int *uses, co
     return KN_OK;
 }
 
-kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f)
+/* Which nodes the outputs need (`needed`), which are outputs (`is_out`),
+ * how many reads of each value the needed nodes make (`uses`) and the last
+ * node that reads it (`consumer`); no kernel and no lifetime yet. */
+static void find_uses(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f, int *uses, int *consumer,
+                      bool *is_out, bool *needed)
 {
-    return kn_fuse_ex(g, outputs, n_outputs, NULL, NULL, f);
-}
-
-kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
-                     void *ud, kn_fusion *f)
-{
-    memset(f, 0, sizeof *f);
     int n = g->n_nodes;
-    f->n_nodes = n;
-    f->disp = calloc((size_t)n + 1, sizeof *f->disp);
-    f->kernel = malloc(sizeof *f->kernel * ((size_t)n + 1));
-    f->last_use = malloc(sizeof *f->last_use * ((size_t)n + 1));
-    f->layout = calloc((size_t)n + 1, sizeof *f->layout);
-    int *uses = calloc((size_t)n + 1, sizeof *uses), *consumer = malloc(sizeof *consumer * ((size_t)n + 1));
-    bool *is_out = calloc((size_t)n + 1, sizeof *is_out), *needed = calloc((size_t)n + 1, sizeof *needed);
-    int *memo_e = malloc(sizeof *memo_e * ((size_t)n + 1)), *memo_a = malloc(sizeof *memo_a * ((size_t)n + 1));
-    kn_status st = KN_OK;
-    if (!f->disp || !f->kernel || !f->last_use || !f->layout || !uses || !consumer || !is_out || !needed ||
-        !memo_e || !memo_a) {
-        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
-        goto done;
-    }
     for (int i = 0; i < n_outputs; i++)
         if (outputs[i] >= 0 && outputs[i] < n) is_out[outputs[i]] = needed[outputs[i]] = true;
     for (int i = n - 1; i >= 0; i--)
@@ -398,7 +381,13 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
             consumer[p] = i;
         }
     }
-    /* dispositions and layouts, in node order */
+}
+
+/* Every node's disposition and layout, in node order. */
+static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses, const int *consumer,
+                                const bool *is_out, const bool *needed)
+{
+    int n = g->n_nodes;
     for (int i = 0; i < n; i++) {
         const kn_node *nd = &g->nodes[i];
         if (!needed[i]) {
@@ -438,17 +427,21 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
             if (cn->in_node[0] != i) why = "not the row input of the reduction";
             else if (cn->in_out[0] != 0) why = "a second output";
         } else {
-            why = kn_fuse_is_op(cn) ? "its consumer is not generated code (library call, view or reference op)" : "an output";
+            why = kn_fuse_is_op(cn) ? "its consumer is not generated code (library call, view or reference op)"
+                                    : "an output";
         }
         if (why) continue; /* find_edges says why, with both ops' lines */
         f->disp[i] = KN_D_INLINE;
     }
-    permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
+}
+
+/* The reshapes left that copy at run time (their source's strides cannot
+ * express them): kn_fusion.copies, each noted. */
+static kn_status mark_view_copies(const kn_graph *g, kn_fusion *f)
+{
+    int n = g->n_nodes;
     f->copies = calloc((size_t)n + 1, sizeof *f->copies);
-    if (!f->copies) {
-        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
-        goto done;
-    }
+    if (!f->copies) return kn_error(KN_ERR_OOM, "out of host memory planning kernels");
     for (int i = 0; i < n; i++) /* the copies left: a reshape its source's strides cannot express */
         if (f->disp[i] == KN_D_VIEW && g->nodes[i].op == KN_OP_RESHAPE &&
             reshape_copies(&g->nodes[i], &f->layout[g->nodes[i].in_node[0]])) {
@@ -457,20 +450,24 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
             note_why(f, g, i, "copies", g->nodes[i].in_node[0],
                      "a reshape of a layout its strides cannot express, once per call");
         }
-    /* kernels: one per root, in node order; inlined nodes join their consumer's */
-    int nk = 0;
+    return KN_OK;
+}
+
+/* The kernels: one per root, in node order; inlined nodes join their
+ * consumer's. Each is built as the kind its root's op makes it. */
+static kn_status build_kernels(const kn_graph *g, kn_fusion *f, const int *consumer, int *memo_e, int *memo_a)
+{
+    int n = g->n_nodes, nk = 0;
     for (int i = 0; i < n; i++) nk += f->disp[i] == KN_D_ROOT;
     f->prog.kernels = calloc((size_t)nk + 1, sizeof *f->prog.kernels);
     f->kernel_at = malloc(sizeof *f->kernel_at * ((size_t)nk + 1));
-    if (!f->prog.kernels || !f->kernel_at) {
-        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
-        goto done;
-    }
+    if (!f->prog.kernels || !f->kernel_at) return kn_error(KN_ERR_OOM, "out of host memory planning kernels");
     int kid = 0;
     for (int i = 0; i < n; i++)
         if (f->disp[i] == KN_D_ROOT) f->kernel[i] = kid++;
     for (int i = n - 1; i >= 0; i--)
         if (f->disp[i] == KN_D_INLINE) f->kernel[i] = f->kernel[consumer[i]];
+    kn_status st = KN_OK;
     for (int i = 0; i < n && st == KN_OK; i++) {
         if (f->disp[i] != KN_D_ROOT) continue;
         kid = f->kernel[i];
@@ -484,17 +481,23 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
         st = kn_fuse_build_kernel(g, f, i, kind, d, memo_e, memo_a);
         f->prog.n_kernels++;
     }
-    if (st == KN_OK) st = find_edges(g, f, uses, is_out);
-    /* lifetimes: a value is read where its reader runs: an inlined node
-     * runs inside its kernel, at the kernel's root */
+    return st;
+}
+
+/* Lifetimes: a value is read where its reader runs (an inlined node runs
+ * inside its kernel, at the kernel's root): last_use, and per position the
+ * values that die there (drop_head, drop_next). */
+static kn_status plan_lifetimes(const kn_graph *g, kn_fusion *f)
+{
+    int n = g->n_nodes;
     f->drop_head = malloc(sizeof *f->drop_head * ((size_t)n + 1));
     f->drop_next = malloc(sizeof *f->drop_next * ((size_t)n + 1));
-    if (st == KN_OK && (!f->drop_head || !f->drop_next)) st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
-    for (int i = 0; st == KN_OK && i < n; i++) {
+    if (!f->drop_head || !f->drop_next) return kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+    for (int i = 0; i < n; i++) {
         f->drop_head[i] = -1;
         f->drop_next[i] = -1;
     }
-    for (int i = 0; st == KN_OK && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         if (f->disp[i] == KN_D_DEAD) continue;
         int pos = f->disp[i] == KN_D_INLINE ? f->kernel_at[f->kernel[i]] : i;
         for (int k = 0; k < g->nodes[i].n_in; k++) {
@@ -502,12 +505,46 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
             if (f->last_use[src] != n && f->last_use[src] < pos) f->last_use[src] = pos;
         }
     }
-    for (int i = 0; st == KN_OK && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         int at = f->last_use[i];
         if (at < 0 || at >= n || f->disp[i] == KN_D_INLINE || f->disp[i] == KN_D_DEAD) continue;
         f->drop_next[i] = f->drop_head[at];
         f->drop_head[at] = i;
     }
+    return KN_OK;
+}
+
+kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f)
+{
+    return kn_fuse_ex(g, outputs, n_outputs, NULL, NULL, f);
+}
+
+kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
+                     void *ud, kn_fusion *f)
+{
+    memset(f, 0, sizeof *f);
+    int n = g->n_nodes;
+    f->n_nodes = n;
+    f->disp = calloc((size_t)n + 1, sizeof *f->disp);
+    f->kernel = malloc(sizeof *f->kernel * ((size_t)n + 1));
+    f->last_use = malloc(sizeof *f->last_use * ((size_t)n + 1));
+    f->layout = calloc((size_t)n + 1, sizeof *f->layout);
+    int *uses = calloc((size_t)n + 1, sizeof *uses), *consumer = malloc(sizeof *consumer * ((size_t)n + 1));
+    bool *is_out = calloc((size_t)n + 1, sizeof *is_out), *needed = calloc((size_t)n + 1, sizeof *needed);
+    int *memo_e = malloc(sizeof *memo_e * ((size_t)n + 1)), *memo_a = malloc(sizeof *memo_a * ((size_t)n + 1));
+    kn_status st = KN_OK;
+    if (!f->disp || !f->kernel || !f->last_use || !f->layout || !uses || !consumer || !is_out || !needed ||
+        !memo_e || !memo_a) {
+        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+        goto done;
+    }
+    find_uses(g, outputs, n_outputs, f, uses, consumer, is_out, needed);
+    assign_dispositions(g, f, uses, consumer, is_out, needed);
+    permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
+    st = mark_view_copies(g, f);
+    if (st == KN_OK) st = build_kernels(g, f, consumer, memo_e, memo_a);
+    if (st == KN_OK) st = find_edges(g, f, uses, is_out);
+    if (st == KN_OK) st = plan_lifetimes(g, f);
 done:
     free(uses);
     free(consumer);
