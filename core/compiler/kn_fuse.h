@@ -9,6 +9,9 @@
  * activation, residual) fuse into the pointwise kernel that follows; what
  * no generated kernel covers yet is a FALLBACK run by the reference
  * executor. Views become strides in the kernels that read them.
+ *
+ * kn_fuse_group.c groups the nodes (kn_fuse_ex); kn_fuse.c builds each
+ * group's kernel IR.
  */
 #ifndef KN_FUSE_H
 #define KN_FUSE_H

@@ -221,10 +221,13 @@ static void covers_text(const kn_graph *g, const attn_match *m, bool causal, cha
     kn_pass_covers_text(g, order, n, causal ? " (causal mask folded)" : NULL, buf, size);
 }
 
-static kn_status try_softmax(kn_pass_ctx *x, int sm)
+/* The matmul(probs, v) that reads softmax sm, in *mm2_out, when sm may
+ * end an attention chain; false when it may not (noted where sm looked
+ * like one). */
+static bool softmax_reader(kn_pass_ctx *x, int sm, int *mm2_out)
 {
     kn_graph *g = x->g;
-    char a[200], b[200];
+    char a[200];
     const kn_node *s = &g->nodes[sm];
     /* the softmax's one reader: matmul(probs, v) */
     int mm2 = -1;
@@ -236,21 +239,110 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     bool reader_is_pv = mm2 >= 0 && g->nodes[mm2].op == KN_OP_MATMUL && g->nodes[mm2].in_node[0] == sm;
     int in_op = g->nodes[s->in_node[0]].op;
     bool from_scores = in_op == KN_OP_MATMUL || in_op == KN_OP_MASKED_FILL;
-    if (!reader_is_pv && !from_scores) return KN_OK; /* an ordinary softmax: nothing to say */
+    if (!reader_is_pv && !from_scores) return false; /* an ordinary softmax: nothing to say */
     if (s->a.dim != s->out[0].ndim - 1) {
         kn_pass_note(x, "attention not matched at %s: the softmax is over dim %d, not the last (%d)", kn_pass_who(g, sm, a, sizeof a),
              s->a.dim + 1, s->out[0].ndim);
-        return KN_OK;
+        return false;
     }
     if (!reader_is_pv) {
         kn_pass_note(x, "attention not matched at %s: its result is not read by matmul(probs, v)%s", kn_pass_who(g, sm, a, sizeof a),
              mm2 >= 0 ? "" : " (nothing reads it)");
-        return KN_OK;
+        return false;
     }
     if (!kn_pass_private_value(x, sm)) {
         kn_pass_note(x, "attention not matched at %s: the probabilities are used elsewhere too", kn_pass_who(g, sm, a, sizeof a));
-        return KN_OK;
+        return false;
     }
+    *mm2_out = mm2;
+    return true;
+}
+
+/* The mask input of the attention node in *mask_in_out (-1: none, or a
+ * causal mask, which becomes the attribute): for a bool M the op keeps
+ * where logical_not(M) holds; a float mask added before the scale is
+ * scaled too. A node either needs is appended before `before`; false
+ * (noted) when it cannot be. */
+static bool mask_input(kn_pass_ctx *x, int sm, const attn_match *m, bool causal, int before, int *mask_in_out)
+{
+    kn_graph *g = x->g;
+    char a[200], b[200];
+    int mask_in = -1;
+    kn_status st;
+    if (m->mask_ref >= 0 && !causal) {
+        if (m->mask_is_bool) {
+            /* masked_fill fills where M is true; the op keeps where its mask is true */
+            const kn_node *mn = &g->nodes[KN_REF_NODE(m->mask_ref)];
+            if (mn->op == KN_OP_LOGICAL_NOT && g->nodes[mn->in_node[0]].out[mn->in_out[0]].dtype == KN_BOOL) {
+                mask_in = KN_REF(mn->in_node[0], mn->in_out[0]);
+            } else {
+                int idx;
+                st = kn_pass_append_node(x, KN_OP_LOGICAL_NOT, &m->mask_ref, 1, NULL, before, g->nodes[m->mask_node].where, &idx);
+                if (st != KN_OK) {
+                    kn_pass_note(x, "attention not matched at %s: the mask of %s: %s", kn_pass_who(g, sm, a, sizeof a),
+                         kn_pass_who(g, m->mask_node, b, sizeof b), kn_last_error());
+                    return false;
+                }
+                mask_in = KN_REF(idx, 0);
+            }
+        } else if (m->scale_node >= 0 && m->scale_before_mask == 0) {
+            /* (s + m) * c = s * c + m * c: the op adds its mask after the scale */
+            const kn_node *sc = &g->nodes[m->scale_node];
+            int ci = g->nodes[sc->in_node[1]].op == KN_NODE_CONST ? 1 : 0;
+            int refs[2] = {m->mask_ref, KN_REF(sc->in_node[ci], sc->in_out[ci])};
+            int idx;
+            st = kn_pass_append_node(x, sc->op, refs, 2, &sc->a, before, sc->where, &idx);
+            if (st != KN_OK) {
+                kn_pass_note(x, "attention not matched at %s: scaling the mask: %s", kn_pass_who(g, sm, a, sizeof a), kn_last_error());
+                return false;
+            }
+            mask_in = KN_REF(idx, 0);
+        } else {
+            mask_in = m->mask_ref;
+        }
+    }
+    *mask_in_out = mask_in;
+    return true;
+}
+
+/* k as the attention node reads it (m->k): the source of the view that
+ * swapped its last two dims, permuted back by a node appended before
+ * `before` unless the view was the identity; false (noted) when it cannot
+ * be. */
+static bool k_input(kn_pass_ctx *x, int sm, attn_match *m, int before)
+{
+    kn_graph *g = x->g;
+    char a[200];
+    kn_status st;
+    m->k = m->k_src;
+    if (!m->k_identity) { /* a view: no data moves */
+        kn_attrs pa;
+        kn_opcall pinit;
+        kn_opcall_init(&pinit, KN_OP_PERMUTE);
+        pa = pinit.a;
+        int nd = g->nodes[m->mm1].out[0].ndim;
+        pa.ndims = nd;
+        for (int d = 0; d < nd; d++) pa.dims[d] = m->k_perm[d];
+        int idx;
+        st = kn_pass_append_node(x, KN_OP_PERMUTE, &m->k_src, 1, &pa, before, g->nodes[g->nodes[m->mm1].in_node[1]].where, &idx);
+        if (st != KN_OK) {
+            kn_pass_note(x, "attention not matched at %s: viewing k: %s", kn_pass_who(g, sm, a, sizeof a), kn_last_error());
+            return false;
+        }
+        m->k = KN_REF(idx, 0);
+    }
+    return true;
+}
+
+/* Replace the attention chain that softmax sm ends, if it is one, with
+ * one attention node; otherwise leave the graph as it is and note why
+ * (when sm looked like the end of one). */
+static kn_status try_softmax(kn_pass_ctx *x, int sm)
+{
+    kn_graph *g = x->g;
+    char a[200], b[200];
+    int mm2;
+    if (!softmax_reader(x, sm, &mm2)) return KN_OK;
     attn_match m = {.mm1 = -1, .scale_node = -1, .mask_node = -1, .softmax = sm, .mm2 = mm2, .scale = 1.0,
                     .mask_ref = -1};
     if (!match_chain(x, sm, &m)) return KN_OK;
@@ -263,57 +355,8 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
                                   : is_causal_add_mask(g, KN_REF_NODE(m.mask_ref), tq));
     const char *where = g->nodes[m.mm1].where;
     int before = mm2;
-    int mask_in = -1;
-    kn_status st;
-    if (m.mask_ref >= 0 && !causal) {
-        if (m.mask_is_bool) {
-            /* masked_fill fills where M is true; the op keeps where its mask is true */
-            const kn_node *mn = &g->nodes[KN_REF_NODE(m.mask_ref)];
-            if (mn->op == KN_OP_LOGICAL_NOT && g->nodes[mn->in_node[0]].out[mn->in_out[0]].dtype == KN_BOOL) {
-                mask_in = KN_REF(mn->in_node[0], mn->in_out[0]);
-            } else {
-                int idx;
-                st = kn_pass_append_node(x, KN_OP_LOGICAL_NOT, &m.mask_ref, 1, NULL, before, g->nodes[m.mask_node].where, &idx);
-                if (st != KN_OK) {
-                    kn_pass_note(x, "attention not matched at %s: the mask of %s: %s", kn_pass_who(g, sm, a, sizeof a),
-                         kn_pass_who(g, m.mask_node, b, sizeof b), kn_last_error());
-                    return KN_OK;
-                }
-                mask_in = KN_REF(idx, 0);
-            }
-        } else if (m.scale_node >= 0 && m.scale_before_mask == 0) {
-            /* (s + m) * c = s * c + m * c: the op adds its mask after the scale */
-            const kn_node *sc = &g->nodes[m.scale_node];
-            int ci = g->nodes[sc->in_node[1]].op == KN_NODE_CONST ? 1 : 0;
-            int refs[2] = {m.mask_ref, KN_REF(sc->in_node[ci], sc->in_out[ci])};
-            int idx;
-            st = kn_pass_append_node(x, sc->op, refs, 2, &sc->a, before, sc->where, &idx);
-            if (st != KN_OK) {
-                kn_pass_note(x, "attention not matched at %s: scaling the mask: %s", kn_pass_who(g, sm, a, sizeof a), kn_last_error());
-                return KN_OK;
-            }
-            mask_in = KN_REF(idx, 0);
-        } else {
-            mask_in = m.mask_ref;
-        }
-    }
-    m.k = m.k_src;
-    if (!m.k_identity) { /* a view: no data moves */
-        kn_attrs pa;
-        kn_opcall pinit;
-        kn_opcall_init(&pinit, KN_OP_PERMUTE);
-        pa = pinit.a;
-        int nd = g->nodes[m.mm1].out[0].ndim;
-        pa.ndims = nd;
-        for (int d = 0; d < nd; d++) pa.dims[d] = m.k_perm[d];
-        int idx;
-        st = kn_pass_append_node(x, KN_OP_PERMUTE, &m.k_src, 1, &pa, before, g->nodes[g->nodes[m.mm1].in_node[1]].where, &idx);
-        if (st != KN_OK) {
-            kn_pass_note(x, "attention not matched at %s: viewing k: %s", kn_pass_who(g, sm, a, sizeof a), kn_last_error());
-            return KN_OK;
-        }
-        m.k = KN_REF(idx, 0);
-    }
+    int mask_in;
+    if (!mask_input(x, sm, &m, causal, before, &mask_in) || !k_input(x, sm, &m, before)) return KN_OK;
     int refs[4] = {m.q, m.k, m.v, mask_in};
     kn_attrs at;
     kn_opcall init;
@@ -322,7 +365,7 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     at.causal = causal;
     at.scale = m.scale;
     int att;
-    st = kn_pass_append_node(x, KN_OP_ATTENTION, refs, mask_in >= 0 ? 4 : 3, &at, before, where, &att);
+    kn_status st = kn_pass_append_node(x, KN_OP_ATTENTION, refs, mask_in >= 0 ? 4 : 3, &at, before, where, &att);
     if (st == KN_OK) {
         const kn_meta *o = &g->nodes[att].out[0], *want = &g->nodes[mm2].out[0];
         if (o->dtype != want->dtype || o->ndim != want->ndim ||

@@ -128,14 +128,15 @@ static int absorb_epilogue(kn_pass_ctx *x, int ia, int gs, const char *head_text
     }
 }
 
-static kn_status try_index_add(kn_pass_ctx *x, int ia)
+/* The messages index_add node ia sums, when they are a chain the fused op
+ * computes: the index_select node in *sel_out and, when the rows are
+ * scaled per edge, the mul node in *mul_out (else -1) and the weight in
+ * *w_ref_out; false (noted, naming head_text) when they are not. */
+static bool match_messages(kn_pass_ctx *x, int ia, const char *head_text, int *sel_out, int *mul_out, int *w_ref_out)
 {
     kn_graph *g = x->g;
-    char a[200], b[200];
+    char a[200];
     const kn_node *add = &g->nodes[ia];
-    const char *head = kn_pass_who(g, ia, b, sizeof b);
-    char head_text[200];
-    snprintf(head_text, sizeof head_text, "%s", head);
     int msg = add->in_node[2];
     const kn_node *mn = &g->nodes[msg];
     /* the message: index_select(h, src), or that times a per-edge weight */
@@ -153,13 +154,13 @@ static kn_status try_index_add(kn_pass_ctx *x, int ia)
     if (sel < 0) {
         kn_pass_note(x, "gather_scatter not matched at %s: its source is %s, not index_select(h, 1, src) or that "
                         "times a per-edge weight", head_text, kn_pass_who(g, msg, a, sizeof a));
-        return KN_OK;
+        return false;
     }
     const kn_node *sn = &g->nodes[sel];
     if (add->a.dim != 0 || sn->a.dim != 0) {
         kn_pass_note(x, "gather_scatter not matched at %s: it gathers or scatters along dim %d, not rows (dim 1)",
                      head_text, (add->a.dim != 0 ? add->a.dim : sn->a.dim) + 1);
-        return KN_OK;
+        return false;
     }
     if (mul >= 0) {
         const kn_meta *wm = &g->nodes[KN_REF_NODE(w_ref)].out[KN_REF_OUT(w_ref)];
@@ -168,29 +169,49 @@ static kn_status try_index_add(kn_pass_ctx *x, int ia)
             kn_pass_note(x, "gather_scatter not matched at %s: %s multiplies the gathered rows by a value of shape %s, "
                             "not one number per edge ({%lld, 1, ...})", head_text, kn_pass_who(g, mul, a, sizeof a),
                          kn_shape_str(wm->ndim, wm->shape, ws, (int)sizeof ws), (long long)sn->out[0].shape[0]);
-            return KN_OK;
+            return false;
         }
         if (mn->out[0].dtype != sn->out[0].dtype || wm->dtype != sn->out[0].dtype) {
             kn_pass_note(x, "gather_scatter not matched at %s: %s mixes dtypes (%s rows, %s weight)", head_text,
                          kn_pass_who(g, mul, a, sizeof a), kn_dtype_name(sn->out[0].dtype), kn_dtype_name(wm->dtype));
-            return KN_OK;
+            return false;
         }
         if (!kn_pass_private_value(x, mul)) {
             kn_pass_note(x, "gather_scatter not matched at %s: the messages %s are used elsewhere too (the fused "
                             "kernel never makes them)", head_text, kn_pass_who(g, mul, a, sizeof a));
-            return KN_OK;
+            return false;
         }
     }
     if (!kn_pass_private_value(x, sel)) {
         kn_pass_note(x, "gather_scatter not matched at %s: the gathered rows %s are used elsewhere too", head_text,
                      kn_pass_who(g, sel, a, sizeof a));
-        return KN_OK;
+        return false;
     }
     if (!kn_dtype_is_float(add->out[0].dtype)) {
         kn_pass_note(x, "gather_scatter not matched at %s: the fused op sums float rows, these are %s", head_text,
                      kn_dtype_name(add->out[0].dtype));
-        return KN_OK;
+        return false;
     }
+    *sel_out = sel;
+    *mul_out = mul;
+    *w_ref_out = w_ref;
+    return true;
+}
+
+/* Replace index_add node ia, and the gather (and per-edge scale) it sums,
+ * with one gather_scatter node taking what follows as its epilogue;
+ * otherwise leave the graph as it is and note why. */
+static kn_status try_index_add(kn_pass_ctx *x, int ia)
+{
+    kn_graph *g = x->g;
+    char b[200];
+    const kn_node *add = &g->nodes[ia];
+    const char *head = kn_pass_who(g, ia, b, sizeof b);
+    char head_text[200];
+    snprintf(head_text, sizeof head_text, "%s", head);
+    int sel, mul, w_ref;
+    if (!match_messages(x, ia, head_text, &sel, &mul, &w_ref)) return KN_OK;
+    const kn_node *sn = &g->nodes[sel];
     /* the base: zeros of the output's shape fold into the op */
     int base = add->in_node[0];
     const kn_node *bn = &g->nodes[base];

@@ -117,6 +117,90 @@ static void once_name(const kn_graph *g, const unsigned char *needed_by, int roo
     }
 }
 
+/* Evaluate every fixed node a root needs, in graph order, on dev: the
+ * roots and what they read are marked (mark), and val[KN_REF(i, k)] gets
+ * each value. A node whose op fails is left to run (and fail) as traced,
+ * and so is everything that reads it (unmarked, no longer a root). */
+static kn_status evaluate_marked(kn_pass_ctx *x, kn_device dev, unsigned char *root, unsigned char *mark,
+                                 kn_tensor **val)
+{
+    kn_graph *g = x->g;
+    int n = g->n_nodes;
+    kn_status st = KN_OK;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!root[i] && !mark[i]) continue;
+        mark[i] = 1;
+        for (int k = 0; k < g->nodes[i].n_in; k++) mark[g->nodes[i].in_node[k]] = 1;
+    }
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (!mark[i]) continue;
+        if (nd->op == KN_NODE_CONST) {
+            st = kn_node_const_tensor(nd, dev, &val[KN_REF(i, 0)]);
+            continue;
+        }
+        kn_opcall c;
+        kn_opcall_init(&c, (kn_op)nd->op);
+        c.a = nd->a;
+        c.n_in = nd->n_in;
+        for (int k = 0; k < nd->n_in; k++) c.in[k] = val[KN_REF(nd->in_node[k], nd->in_out[k])];
+        st = kn_op_eager(&c, dev);
+        if (st != KN_OK) {
+            st = KN_OK; /* left to run (and fail) as traced */
+            mark[i] = 0;
+            root[i] = 0;
+            for (int j = i + 1; j < n; j++) /* nothing that reads it can be computed */
+                for (int k = 0; k < g->nodes[j].n_in; k++)
+                    if (!mark[g->nodes[j].in_node[k]] && mark[j]) mark[j] = root[j] = 0;
+            continue;
+        }
+        for (int k = 0; k < c.n_out; k++) val[KN_REF(i, k)] = c.out[k];
+    }
+    return st;
+}
+
+/* Every root whose value came out as its node says becomes an input of
+ * the graph holding that value, named for its subgraph ("computed once:
+ * full, tril, logical_not"); its readers read the input instead. */
+static kn_status roots_to_inputs(kn_pass_ctx *x, const unsigned char *root, kn_tensor **val)
+{
+    kn_graph *g = x->g;
+    int n = g->n_nodes;
+    kn_status st = KN_OK;
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        if (!root[i] || !val[KN_REF(i, 0)]) continue;
+        const kn_meta *m = &g->nodes[i].out[0];
+        kn_meta got = kn_tensor_meta(val[KN_REF(i, 0)]);
+        if (got.dtype != m->dtype || got.ndim != m->ndim ||
+            memcmp(got.shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0)
+            continue;
+        /* the subgraph of this root, for the name */
+        unsigned char *sub = calloc((size_t)n + 1, 1);
+        if (!sub) {
+            st = kn_error(KN_ERR_OOM, "fold_once: out of host memory");
+            break;
+        }
+        sub[i] = 1;
+        for (int j = i; j >= 0; j--)
+            if (sub[j])
+                for (int k = 0; k < g->nodes[j].n_in; k++) sub[g->nodes[j].in_node[k]] = 1;
+        char name[KN_NAME_MAX], where[KN_WHERE_MAX];
+        once_name(g, sub, i, name, sizeof name);
+        free(sub);
+        memcpy(where, g->nodes[i].where, sizeof where);
+        int in_node;
+        st = kn_graph_add_input(g, KN_IN_VALUE, name, val[KN_REF(i, 0)], where, &in_node);
+        if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
+        if (st == KN_OK) st = kn_pass_sync(x);
+        if (st != KN_OK) break;
+        g = x->g; /* the node array may have moved */
+        x->before[in_node] = i;
+        x->repl[KN_REF(i, 0)] = KN_REF(in_node, 0);
+        x->dead[i] = 1;
+    }
+    return st;
+}
+
 kn_status kn_pass_fold_once(kn_pass_ctx *x)
 {
     kn_graph *g = x->g;
@@ -167,67 +251,8 @@ kn_status kn_pass_fold_once(kn_pass_ctx *x)
         }
     }
     if (n_roots == 0) goto done;
-    /* evaluate every fixed node a root needs, in graph order, on the device */
-    for (int i = n - 1; i >= 0; i--) {
-        if (!root[i] && !mark[i]) continue;
-        mark[i] = 1;
-        for (int k = 0; k < g->nodes[i].n_in; k++) mark[g->nodes[i].in_node[k]] = 1;
-    }
-    for (int i = 0; i < n && st == KN_OK; i++) {
-        const kn_node *nd = &g->nodes[i];
-        if (!mark[i]) continue;
-        if (nd->op == KN_NODE_CONST) {
-            st = kn_node_const_tensor(nd, dev, &val[KN_REF(i, 0)]);
-            continue;
-        }
-        kn_opcall c;
-        kn_opcall_init(&c, (kn_op)nd->op);
-        c.a = nd->a;
-        c.n_in = nd->n_in;
-        for (int k = 0; k < nd->n_in; k++) c.in[k] = val[KN_REF(nd->in_node[k], nd->in_out[k])];
-        st = kn_op_eager(&c, dev);
-        if (st != KN_OK) {
-            st = KN_OK; /* left to run (and fail) as traced */
-            mark[i] = 0;
-            root[i] = 0;
-            for (int j = i + 1; j < n; j++) /* nothing that reads it can be computed */
-                for (int k = 0; k < g->nodes[j].n_in; k++)
-                    if (!mark[g->nodes[j].in_node[k]] && mark[j]) mark[j] = root[j] = 0;
-            continue;
-        }
-        for (int k = 0; k < c.n_out; k++) val[KN_REF(i, k)] = c.out[k];
-    }
-    for (int i = 0; i < n && st == KN_OK; i++) {
-        if (!root[i] || !val[KN_REF(i, 0)]) continue;
-        const kn_meta *m = &g->nodes[i].out[0];
-        kn_meta got = kn_tensor_meta(val[KN_REF(i, 0)]);
-        if (got.dtype != m->dtype || got.ndim != m->ndim ||
-            memcmp(got.shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0)
-            continue;
-        /* the subgraph of this root, for the name */
-        unsigned char *sub = calloc((size_t)n + 1, 1);
-        if (!sub) {
-            st = kn_error(KN_ERR_OOM, "fold_once: out of host memory");
-            break;
-        }
-        sub[i] = 1;
-        for (int j = i; j >= 0; j--)
-            if (sub[j])
-                for (int k = 0; k < g->nodes[j].n_in; k++) sub[g->nodes[j].in_node[k]] = 1;
-        char name[KN_NAME_MAX], where[KN_WHERE_MAX];
-        once_name(g, sub, i, name, sizeof name);
-        free(sub);
-        memcpy(where, g->nodes[i].where, sizeof where);
-        int in_node;
-        st = kn_graph_add_input(g, KN_IN_VALUE, name, val[KN_REF(i, 0)], where, &in_node);
-        if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
-        if (st == KN_OK) st = kn_pass_sync(x);
-        if (st != KN_OK) break;
-        g = x->g; /* the node array may have moved */
-        x->before[in_node] = i;
-        x->repl[KN_REF(i, 0)] = KN_REF(in_node, 0);
-        x->dead[i] = 1;
-    }
+    st = evaluate_marked(x, dev, root, mark, val);
+    if (st == KN_OK) st = roots_to_inputs(x, root, val);
 done:
     for (int i = 0; val && i < n * KN_MAX_OUTPUTS; i++) kn_tensor_release(val[i]);
     free(val);

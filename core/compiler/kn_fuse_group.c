@@ -1,0 +1,557 @@
+/* kn_fuse_group: which nodes share a kernel (kn_fuse_ex; the rules are in
+ * kn_fuse.h). Every rule here is local and greedy, in node order, so the
+ * grouping of a graph is easy to predict and to explain: each node gets
+ * its disposition and layout, library outputs may be laid out permuted
+ * for the reshape after them, each root's kernel is built (kn_fuse.c),
+ * every edge between kernels gets its reason, and every value the
+ * position where it dies. */
+#include "kn_fuse.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_fuse_internal.h"
+#include "kn_view.h"
+
+/* The fusion reasons name ops by their source lines; a line too long for
+ * KN_FUSE_REASON_MAX is cut, which is what the size is for. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+/* ---- classification ------------------------------------------------------ */
+
+/* Ops a generated pointwise kernel computes element by element. */
+static bool is_pointwise(const kn_node *n)
+{
+    if (!kn_fuse_is_op(n)) return false;
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_UNARY:
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY:
+    case KN_K_MASKED:
+    case KN_K_COPY:
+    case KN_K_TRI: return true;
+    case KN_K_NORM: return n->op == KN_OP_BATCH_NORM;
+    case KN_K_CREATE: return n->op == KN_OP_FULL || n->op == KN_OP_ARANGE;
+    default: return false;
+    }
+}
+
+/* The row dim of a row op (a reduction over one dim, softmax, layer_norm
+ * over the last dim), or -1 when the op is not one a ROW kernel covers. */
+static int row_dim(const kn_graph *g, const kn_node *n)
+{
+    if (!kn_fuse_is_op(n)) return -1;
+    const kn_meta *in = &g->nodes[n->in_node[0]].out[n->in_out[0]];
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_SOFTMAX: return in->ndim ? n->a.dim : -1;
+    case KN_K_REDUCE:
+        if (n->a.ndims == 1) return n->a.dims[0];
+        if (n->a.ndims == 0 && in->ndim == 1) return 0;
+        return -1;
+    case KN_K_NORM: return n->op == KN_OP_LAYER_NORM && n->a.nshape == 1 && in->ndim ? in->ndim - 1 : -1;
+    default: return -1;
+    }
+}
+
+static bool same_shape(const kn_meta *a, const kn_meta *b)
+{
+    return a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+static void contiguous_layout(const kn_meta *m, kn_layout *l)
+{
+    l->ndim = m->ndim;
+    memcpy(l->shape, m->shape, sizeof l->shape);
+    kn_contiguous_strides(m->ndim, m->shape, l->strides);
+}
+
+/* The layout of a view node's value from its source's layout: the view
+ * run on a header over no storage. A reshape the strides cannot express
+ * copies at run time (kn_view_run), so its value is contiguous. */
+/* A header for view node n's source laid out as src, over no storage: what
+ * the view functions need to compute a layout, never released. */
+static void layout_probe(const kn_node *n, const kn_layout *src, kn_tensor *probe)
+{
+    static kn_storage nothing = {1 << 30, KN_CPU, 0, NULL, true, 0};
+    memset(probe, 0, sizeof *probe);
+    probe->refcount = 1 << 30;
+    probe->dtype = n->out[0].dtype;
+    probe->ndim = src->ndim;
+    memcpy(probe->shape, src->shape, sizeof probe->shape);
+    memcpy(probe->strides, src->strides, sizeof probe->strides);
+    probe->storage = &nothing;
+}
+
+static void view_layout(const kn_node *n, const kn_layout *src, kn_layout *out)
+{
+    kn_tensor probe;
+    layout_probe(n, src, &probe);
+    kn_tensor *v = NULL;
+    kn_status st;
+    if (n->op == KN_OP_RESHAPE) st = kn_view_view(&probe, n->a.nshape, n->a.shape, &v);
+    else {
+        kn_opcall c;
+        kn_opcall_init(&c, (kn_op)n->op);
+        c.a = n->a;
+        c.n_in = 1;
+        c.in[0] = &probe;
+        st = kn_view_run(&c, &v);
+    }
+    if (st == KN_OK && v) {
+        out->ndim = v->ndim;
+        memcpy(out->shape, v->shape, sizeof out->shape);
+        memcpy(out->strides, v->strides, sizeof out->strides);
+        kn_tensor_release(v);
+    } else {
+        contiguous_layout(&n->out[0], out);
+    }
+}
+
+/* ---- library outputs written permuted ------------------------------------ */
+
+static void note_why(kn_fusion *f, const kn_graph *g, int a, const char *what, int b, const char *reason);
+
+/* Whether node n runs as a LIBRARY kernel (its backend's library, or the
+ * CPU reference): the kernel builder's rule, and the permuted layouts'. */
+static bool runs_in_library(const kn_node *n)
+{
+    return n->op == KN_OP_MATMUL || n->op == KN_OP_CONV2D || n->op == KN_OP_ATTENTION || n->op == KN_OP_GATHER_SCATTER;
+}
+
+/* Whether reshape node n of a value laid out as src must copy. */
+static bool reshape_copies(const kn_node *n, const kn_layout *src)
+{
+    kn_tensor probe;
+    layout_probe(n, src, &probe);
+    kn_tensor *v = NULL;
+    kn_status st = kn_view_view(&probe, n->a.nshape, n->a.shape, &v);
+    kn_tensor_release(v);
+    return st != KN_OK;
+}
+
+/* The head merge of attention, `att:matmul(v):transpose(2, 3):reshape(...)`:
+ * the reshape of a transposed value copies it. When a library kernel's
+ * value is read only by a permute that such a reshape reads, and the
+ * backend can write the library's output through strides (strided_out),
+ * its value is laid out so that the permute is contiguous: the library
+ * writes straight into the bytes the copy would have made, and the copy is
+ * gone. The layouts of the views after it follow. Op-agnostic: any library
+ * kernel whose backend says yes. */
+static void permuted_library_outputs(const kn_graph *g, kn_fusion *f, const int *uses, const int *consumer,
+                                     const bool *is_out, kn_fuse_strided_out_fn strided_out, void *ud)
+{
+    int n = g->n_nodes;
+    bool changed = false;
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (f->disp[i] != KN_D_ROOT || !runs_in_library(nd) || is_out[i] || uses[i] != 1 || nd->n_out != 1) continue;
+        int c = consumer[i];
+        const kn_node *pn = &g->nodes[c];
+        if (pn->op != KN_OP_PERMUTE || f->disp[c] != KN_D_VIEW || pn->in_out[0] != 0 || pn->a.ndims != nd->out[0].ndim)
+            continue;
+        int nd_ = pn->a.ndims, inv[KN_MAX_DIMS];
+        bool perm = true, identity = true;
+        for (int d = 0; d < nd_; d++) inv[d] = -1;
+        for (int j = 0; j < nd_ && perm; j++) {
+            int d = pn->a.dims[j] < 0 ? pn->a.dims[j] + nd_ : pn->a.dims[j];
+            perm = d >= 0 && d < nd_ && inv[d] < 0;
+            if (perm) inv[d] = j;
+            identity = identity && d == j;
+        }
+        if (!perm || identity) continue;
+        int reshape = -1;
+        for (int j = c + 1; j < n && reshape < 0; j++)
+            if (g->nodes[j].op == KN_OP_RESHAPE && f->disp[j] == KN_D_VIEW && g->nodes[j].in_node[0] == c &&
+                reshape_copies(&g->nodes[j], &f->layout[c]))
+                reshape = j;
+        if (reshape < 0) continue;
+        /* the permute's value contiguous: dim d of the library's value
+         * is dim inv[d] of the permute's */
+        int64_t pc[KN_MAX_DIMS];
+        kn_contiguous_strides(nd_, pn->out[0].shape, pc);
+        kn_layout want = f->layout[i];
+        for (int d = 0; d < nd_; d++) want.strides[d] = pc[inv[d]];
+        if (!strided_out || !strided_out(ud, g, i, &want)) {
+            note_why(f, g, i, "is copied by", reshape, "the backend cannot write this library call's output permuted");
+            continue;
+        }
+        f->layout[i] = want;
+        f->n_permuted++;
+        changed = true;
+        note_why(f, g, i, "writes its value permuted for", c, "the reshape after it copies nothing");
+    }
+    if (!changed) return;
+    for (int i = 0; i < n; i++)
+        if (f->disp[i] == KN_D_VIEW) view_layout(&g->nodes[i], &f->layout[g->nodes[i].in_node[0]], &f->layout[i]);
+}
+
+/* ---- the plan ------------------------------------------------------------ */
+
+/* "matmul (f.lua:20)": an op as the user wrote it, for every message
+ * fusion gives (node numbers appear nowhere a user looks). */
+static void node_text(const kn_graph *g, int i, char *buf, size_t size)
+{
+    const kn_node *n = &g->nodes[i];
+    char op[64];
+    snprintf(buf, size, "%s (%s)", kn_node_label(n, op, sizeof op), n->where[0] ? n->where : "no source line");
+}
+
+static void note_text(kn_fusion *f, const char *line)
+{
+    size_t old = f->why ? strlen(f->why) : 0, n = strlen(line);
+    char *p = realloc(f->why, old + n + 1);
+    if (!p) return;
+    memcpy(p + old, line, n + 1);
+    f->why = p;
+}
+
+/* "A (f:1) <what> B (f:2): reason" */
+static void note_why(kn_fusion *f, const kn_graph *g, int a, const char *what, int b, const char *reason)
+{
+    char an[KN_WHERE_MAX + 40], bn[KN_WHERE_MAX + 40], line[2 * KN_WHERE_MAX + 400];
+    node_text(g, a, an, sizeof an);
+    node_text(g, b, bn, sizeof bn);
+    snprintf(line, sizeof line, "%s %s %s: %s\n", an, what, bn, reason);
+    note_text(f, line);
+}
+
+/* Why node n has no generated kernel (its kernel is FALLBACK). */
+static const char *fallback_why(const kn_graph *g, const kn_node *n)
+{
+    switch (kn_op_kind_of((kn_op)n->op)) {
+    case KN_K_REDUCE:
+        return g->nodes[n->in_node[0]].out[n->in_out[0]].ndim > 1 && n->a.ndims != 1
+                   ? "a reduction over several dims or all of them, which a row kernel (one dim) does not cover"
+                   : "a reduction no row kernel covers";
+    case KN_K_NORM: return "a norm over more than the last dim, which a row kernel does not cover";
+    case KN_K_ARGREDUCE: return "an index reduction, which no generated kernel covers";
+    case KN_K_CAT: return "a concatenation, which no generated kernel covers";
+    case KN_K_INDEX: return "an indexing op, which no generated kernel covers";
+    case KN_K_POOL: return "a pooling op, which no generated kernel covers";
+    default: return "an op no generated kernel covers";
+    }
+}
+
+/* The nodes that read node p (x * x is one reader; uses[] counts two). */
+static int readers(const kn_graph *g, const kn_fusion *f, int p)
+{
+    int n = 0;
+    for (int j = p + 1; j < g->n_nodes; j++) {
+        if (f->disp[j] == KN_D_DEAD) continue;
+        bool reads = false;
+        for (int k = 0; k < g->nodes[j].n_in && !reads; k++) reads = g->nodes[j].in_node[k] == p;
+        n += reads;
+    }
+    return n;
+}
+
+/* Why consumer c's kernel reads producer p's value from memory instead of
+ * computing it inline: the rule of kn_fuse_ex that kept them apart, in
+ * the order that rule is checked, naming both ops by name and line. */
+static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, const bool *is_out, int p, int c,
+                        int view, bool view_copies, char *buf, size_t size)
+{
+    char P[KN_WHERE_MAX + 40], C[KN_WHERE_MAX + 40], V[KN_WHERE_MAX + 40];
+    node_text(g, p, P, sizeof P);
+    node_text(g, c, C, sizeof C);
+    if (view >= 0) node_text(g, view, V, sizeof V);
+    const kn_node *pn = &g->nodes[p], *cn = &g->nodes[c];
+    const kn_kernel *pk = &f->prog.kernels[f->kernel[p]], *ck = &f->prog.kernels[f->kernel[c]];
+    int ci = 0;
+    while (ci < cn->n_in && cn->in_node[ci] != p && view < 0) ci++;
+    if (runs_in_library(pn))
+        snprintf(buf, size, "%s is a library call, which writes its value to memory, so %s reads it in another kernel",
+                 P, C);
+    else if (runs_in_library(cn))
+        snprintf(buf, size, "%s is a library call, which reads its inputs from memory, so its producer %s ends a kernel",
+                 C, P);
+    else if (pk->kind == KN_KERNEL_FALLBACK)
+        snprintf(buf, size, "%s is %s; it runs alone, so %s reads its value from memory", P, fallback_why(g, pn), C);
+    else if (pk->kind == KN_KERNEL_ROW && f->kernel_at[f->kernel[p]] == p)
+        snprintf(buf, size,
+                 "%s is a row op, and a row kernel ends at its row op (nothing after it joins), so %s starts "
+                 "another kernel",
+                 P, C);
+    else if (view >= 0 && view_copies)
+        snprintf(buf, size, "%s reads %s through %s, which copies it (its strides cannot express the new shape), so %s "
+                            "ends a kernel",
+                 C, P, V, P);
+    else if (view >= 0)
+        snprintf(buf, size, "%s reads %s through the view %s; fusion does not inline across a view, so %s ends a kernel",
+                 C, P, V, P);
+    else if (is_out[p])
+        snprintf(buf, size, "%s is an output of the graph, so its value is stored and %s reads it back", P, C);
+    else if (uses[p] > 1 && readers(g, f, p) == 1)
+        snprintf(buf, size, "%s reads %s more than once, and fusion inlines only a value read once, so %s ends a kernel",
+                 C, P, P);
+    else if (uses[p] > 1)
+        snprintf(buf, size, "%s has %d readers (%s is one), so its value is computed once and stored", P,
+                 readers(g, f, p), C);
+    else if (ck->kind == KN_KERNEL_FALLBACK)
+        snprintf(buf, size, "%s is %s, so its producer %s ends a kernel", C, fallback_why(g, cn), P);
+    else if (row_dim(g, cn) >= 0 && cn->in_node[0] != p)
+        snprintf(buf, size, "%s reads %s as a parameter, not as the row it reduces, so %s ends a kernel", C, P, P);
+    else if (row_dim(g, cn) >= 0 && ci < cn->n_in && cn->in_out[ci] != 0)
+        snprintf(buf, size, "%s reads a second output of %s, so %s ends a kernel", C, P, P);
+    else if (!same_shape(&pn->out[0], &cn->out[0]))
+        snprintf(buf, size, "%s broadcasts %s to a larger shape; computing it once is cheaper than once per element, so "
+                            "%s ends a kernel",
+                 C, P, P);
+    else if (cn->op == KN_OP_BATCH_NORM)
+        snprintf(buf, size, "%s reads %s as a parameter, so %s ends a kernel", C, P, P);
+    else if (!is_pointwise(pn) && row_dim(g, pn) < 0)
+        snprintf(buf, size, "%s has no element-by-element form to inline, so %s reads its value from memory", P, C);
+    else
+        snprintf(buf, size, "%s and %s are in different kernels (no fusion rule joins them)", P, C);
+    size_t len = strlen(buf);
+    if (view >= 0 && !view_copies && !strstr(buf, V) && len < size) /* q, k and v of one value: which one this is */
+        len += (size_t)snprintf(buf + len, size - len, "; it reads it through %s", V);
+    if (len >= size) return;
+    if (view_copies && !strstr(buf, "which copies it") && len < size)
+        snprintf(buf + len, size - len, "; on the way %s copies the value every call (its strides cannot express the "
+                                        "new shape)",
+                 V);
+}
+
+/* Every edge that crosses kernels, with its reason (kn_fusion.edges). */
+static kn_status find_edges(const kn_graph *g, kn_fusion *f, const int *uses, const bool *is_out)
+{
+    int cap = 0;
+    for (int c = 0; c < g->n_nodes; c++) {
+        if (f->disp[c] != KN_D_ROOT && f->disp[c] != KN_D_INLINE) continue;
+        const kn_node *cn = &g->nodes[c];
+        for (int k = 0; k < cn->n_in; k++) {
+            int p = cn->in_node[k], view = -1;
+            bool copies = false;
+            while (p >= 0 && f->disp[p] == KN_D_VIEW) {
+                if (view < 0) view = p;
+                copies = copies || f->copies[p];
+                p = g->nodes[p].in_node[0];
+            }
+            if (p < 0 || (f->disp[p] != KN_D_ROOT && f->disp[p] != KN_D_INLINE)) continue;
+            if (f->kernel[p] == f->kernel[c] || f->kernel[p] < 0) continue;
+            bool seen = false; /* x * x reads x once; q, k and v of one value are three views */
+            for (int e = f->n_edges - 1; e >= 0 && !seen && f->edges[e].consumer == c; e--)
+                seen = f->edges[e].producer == p && f->edges[e].view == view;
+            if (seen) continue;
+            if (f->n_edges == cap) {
+                int ncap = cap ? 2 * cap : 16;
+                kn_fuse_edge *ne = realloc(f->edges, sizeof *ne * (size_t)ncap);
+                if (!ne) return kn_error(KN_ERR_OOM, "out of host memory explaining kernels");
+                f->edges = ne;
+                cap = ncap;
+            }
+            kn_fuse_edge *e = &f->edges[f->n_edges++];
+            e->producer = p;
+            e->consumer = c;
+            e->from_kernel = f->kernel[p];
+            e->to_kernel = f->kernel[c];
+            e->view = view;
+            edge_reason(g, f, uses, is_out, p, c, view, copies, e->reason, sizeof e->reason);
+        }
+    }
+    return KN_OK;
+}
+
+/* Which nodes the outputs need (`needed`), which are outputs (`is_out`),
+ * how many reads of each value the needed nodes make (`uses`) and the last
+ * node that reads it (`consumer`); no kernel and no lifetime yet. */
+static void find_uses(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f, int *uses, int *consumer,
+                      bool *is_out, bool *needed)
+{
+    int n = g->n_nodes;
+    for (int i = 0; i < n_outputs; i++)
+        if (outputs[i] >= 0 && outputs[i] < n) is_out[outputs[i]] = needed[outputs[i]] = true;
+    for (int i = n - 1; i >= 0; i--)
+        if (needed[i])
+            for (int k = 0; k < g->nodes[i].n_in; k++) needed[g->nodes[i].in_node[k]] = true;
+    for (int i = 0; i < n; i++) {
+        f->kernel[i] = -1;
+        f->last_use[i] = is_out[i] ? n : -1;
+        consumer[i] = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!needed[i]) continue;
+        const kn_node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->n_in; k++) {
+            int p = nd->in_node[k];
+            uses[p]++;
+            consumer[p] = i;
+        }
+    }
+}
+
+/* Every node's disposition and layout, in node order. */
+static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses, const int *consumer,
+                                const bool *is_out, const bool *needed)
+{
+    int n = g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (!needed[i]) {
+            f->disp[i] = KN_D_DEAD;
+            continue;
+        }
+        if (nd->op == KN_NODE_INPUT) {
+            const kn_graph_input *in = &g->inputs[nd->input];
+            f->disp[i] = KN_D_INPUT;
+            f->layout[i].ndim = in->meta.ndim;
+            memcpy(f->layout[i].shape, in->meta.shape, sizeof f->layout[i].shape);
+            memcpy(f->layout[i].strides, in->strides, sizeof f->layout[i].strides);
+            continue;
+        }
+        if (nd->op == KN_NODE_CONST) {
+            f->disp[i] = KN_D_CONST;
+            contiguous_layout(&nd->out[0], &f->layout[i]);
+            continue;
+        }
+        if (kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW) {
+            f->disp[i] = KN_D_VIEW;
+            view_layout(nd, &f->layout[nd->in_node[0]], &f->layout[i]);
+            continue;
+        }
+        contiguous_layout(&nd->out[0], &f->layout[i]);
+        f->disp[i] = KN_D_ROOT;
+        /* inline into the one consumer when it is pointwise over the same
+         * shape, or a row op reading this as its row input */
+        if (!is_pointwise(nd) || uses[i] != 1 || is_out[i]) continue;
+        int cidx = consumer[i];
+        const kn_node *cn = &g->nodes[cidx];
+        const char *why = NULL;
+        if (is_pointwise(cn)) {
+            if (!same_shape(&nd->out[0], &cn->out[0])) why = "a different shape (broadcast: computed once instead)";
+            else if (cn->op == KN_OP_BATCH_NORM && cn->in_node[0] != i) why = "a batch_norm parameter";
+        } else if (row_dim(g, cn) >= 0) {
+            if (cn->in_node[0] != i) why = "not the row input of the reduction";
+            else if (cn->in_out[0] != 0) why = "a second output";
+        } else {
+            why = kn_fuse_is_op(cn) ? "its consumer is not generated code (library call, view or reference op)"
+                                    : "an output";
+        }
+        if (why) continue; /* find_edges says why, with both ops' lines */
+        f->disp[i] = KN_D_INLINE;
+    }
+}
+
+/* The reshapes left that copy at run time (their source's strides cannot
+ * express them): kn_fusion.copies, each noted. */
+static kn_status mark_view_copies(const kn_graph *g, kn_fusion *f)
+{
+    int n = g->n_nodes;
+    f->copies = calloc((size_t)n + 1, sizeof *f->copies);
+    if (!f->copies) return kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+    for (int i = 0; i < n; i++) /* the copies left: a reshape its source's strides cannot express */
+        if (f->disp[i] == KN_D_VIEW && g->nodes[i].op == KN_OP_RESHAPE &&
+            reshape_copies(&g->nodes[i], &f->layout[g->nodes[i].in_node[0]])) {
+            f->n_view_copies++;
+            f->copies[i] = true;
+            note_why(f, g, i, "copies", g->nodes[i].in_node[0],
+                     "a reshape of a layout its strides cannot express, once per call");
+        }
+    return KN_OK;
+}
+
+/* The kernels: one per root, in node order; inlined nodes join their
+ * consumer's. Each is built as the kind its root's op makes it. */
+static kn_status build_kernels(const kn_graph *g, kn_fusion *f, const int *consumer, int *memo_e, int *memo_a)
+{
+    int n = g->n_nodes, nk = 0;
+    for (int i = 0; i < n; i++) nk += f->disp[i] == KN_D_ROOT;
+    f->prog.kernels = calloc((size_t)nk + 1, sizeof *f->prog.kernels);
+    f->kernel_at = malloc(sizeof *f->kernel_at * ((size_t)nk + 1));
+    if (!f->prog.kernels || !f->kernel_at) return kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+    int kid = 0;
+    for (int i = 0; i < n; i++)
+        if (f->disp[i] == KN_D_ROOT) f->kernel[i] = kid++;
+    for (int i = n - 1; i >= 0; i--)
+        if (f->disp[i] == KN_D_INLINE) f->kernel[i] = f->kernel[consumer[i]];
+    kn_status st = KN_OK;
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        if (f->disp[i] != KN_D_ROOT) continue;
+        kid = f->kernel[i];
+        f->kernel_at[kid] = i;
+        f->prog.kernels[kid].lib_node = i;
+        const kn_node *nd = &g->nodes[i];
+        int d = row_dim(g, nd);
+        kn_kernel_kind kind = is_pointwise(nd) ? KN_KERNEL_POINTWISE
+                              : d >= 0 ? KN_KERNEL_ROW
+                              : runs_in_library(nd) ? KN_KERNEL_LIBRARY : KN_KERNEL_FALLBACK;
+        st = kn_fuse_build_kernel(g, f, i, kind, d, memo_e, memo_a);
+        f->prog.n_kernels++;
+    }
+    return st;
+}
+
+/* Lifetimes: a value is read where its reader runs (an inlined node runs
+ * inside its kernel, at the kernel's root): last_use, and per position the
+ * values that die there (drop_head, drop_next). */
+static kn_status plan_lifetimes(const kn_graph *g, kn_fusion *f)
+{
+    int n = g->n_nodes;
+    f->drop_head = malloc(sizeof *f->drop_head * ((size_t)n + 1));
+    f->drop_next = malloc(sizeof *f->drop_next * ((size_t)n + 1));
+    if (!f->drop_head || !f->drop_next) return kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+    for (int i = 0; i < n; i++) {
+        f->drop_head[i] = -1;
+        f->drop_next[i] = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (f->disp[i] == KN_D_DEAD) continue;
+        int pos = f->disp[i] == KN_D_INLINE ? f->kernel_at[f->kernel[i]] : i;
+        for (int k = 0; k < g->nodes[i].n_in; k++) {
+            int src = g->nodes[i].in_node[k];
+            if (f->last_use[src] != n && f->last_use[src] < pos) f->last_use[src] = pos;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int at = f->last_use[i];
+        if (at < 0 || at >= n || f->disp[i] == KN_D_INLINE || f->disp[i] == KN_D_DEAD) continue;
+        f->drop_next[i] = f->drop_head[at];
+        f->drop_head[at] = i;
+    }
+    return KN_OK;
+}
+
+kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f)
+{
+    return kn_fuse_ex(g, outputs, n_outputs, NULL, NULL, f);
+}
+
+kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
+                     void *ud, kn_fusion *f)
+{
+    memset(f, 0, sizeof *f);
+    int n = g->n_nodes;
+    f->n_nodes = n;
+    f->disp = calloc((size_t)n + 1, sizeof *f->disp);
+    f->kernel = malloc(sizeof *f->kernel * ((size_t)n + 1));
+    f->last_use = malloc(sizeof *f->last_use * ((size_t)n + 1));
+    f->layout = calloc((size_t)n + 1, sizeof *f->layout);
+    int *uses = calloc((size_t)n + 1, sizeof *uses), *consumer = malloc(sizeof *consumer * ((size_t)n + 1));
+    bool *is_out = calloc((size_t)n + 1, sizeof *is_out), *needed = calloc((size_t)n + 1, sizeof *needed);
+    int *memo_e = malloc(sizeof *memo_e * ((size_t)n + 1)), *memo_a = malloc(sizeof *memo_a * ((size_t)n + 1));
+    kn_status st = KN_OK;
+    if (!f->disp || !f->kernel || !f->last_use || !f->layout || !uses || !consumer || !is_out || !needed ||
+        !memo_e || !memo_a) {
+        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+        goto done;
+    }
+    find_uses(g, outputs, n_outputs, f, uses, consumer, is_out, needed);
+    assign_dispositions(g, f, uses, consumer, is_out, needed);
+    permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
+    st = mark_view_copies(g, f);
+    if (st == KN_OK) st = build_kernels(g, f, consumer, memo_e, memo_a);
+    if (st == KN_OK) st = find_edges(g, f, uses, is_out);
+    if (st == KN_OK) st = plan_lifetimes(g, f);
+done:
+    free(uses);
+    free(consumer);
+    free(is_out);
+    free(needed);
+    free(memo_e);
+    free(memo_a);
+    if (st != KN_OK) kn_fusion_free(f);
+    return st;
+}
