@@ -1,5 +1,6 @@
 /* kn_lua_compile: kiln.compile and the compiled callable, kiln.config,
- * graph_break, eager, log, mark_dynamic. Private to scripting/. */
+ * graph_break, eager, log (kn_lua_log.c), mark_dynamic. Private to
+ * scripting/. */
 #ifndef KN_LUA_COMPILE_H
 #define KN_LUA_COMPILE_H
 

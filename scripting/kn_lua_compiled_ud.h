@@ -1,7 +1,7 @@
 /* kn_lua_compiled_ud: the kiln.Compiled userdata, which the files of the
- * compiled callable share (kn_lua_compile.c: kiln.compile, calling and
- * replay; kn_lua_inspect.c, kn_lua_autotune.c: its methods; kn_lua_viz.c:
- * drawing it). Private to scripting/. */
+ * compiled callable share (kn_lua_compile.c: kiln.compile and calling;
+ * kn_lua_replay.c: the direct replay; kn_lua_inspect.c, kn_lua_autotune.c:
+ * its methods; kn_lua_viz.c: drawing it). Private to scripting/. */
 #ifndef KN_LUA_COMPILED_UD_H
 #define KN_LUA_COMPILED_UD_H
 
@@ -22,8 +22,8 @@
  * plain constants), later calls whose guards hold run the cached graph
  * without running the Lua function again. The Lua values it checks
  * (non-tensor arguments, upvalues, and everything reachable from them, the
- * globals and the module: see snapshot_state in kn_lua_compile.c) live in
- * the uservalue's `replay` table. */
+ * globals and the module: see kn_lua_replay_snapshot in kn_lua_replay.c)
+ * live in the uservalue's `replay` table. */
 typedef struct {
     bool valid;
     int version;                    /* of graph 0, static */

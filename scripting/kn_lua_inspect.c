@@ -367,21 +367,11 @@ static int cm_fusion(lua_State *L)
     return 1;
 }
 
-static int cm_stats(lua_State *L)
+/* cm:stats() fields about the plans of the latest versions: kernels,
+ * library epilogues, values computed once, copies outside the kernels,
+ * and the peak memory of the plans and of running op by op. */
+static void set_plan_stats(lua_State *L, const kn_compiled *cm, const kn_compile_stats *s)
 {
-    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
-    const kn_compile_stats *s = &cm->stats;
-    lua_createtable(L, 0, 16);
-    int versions = 0;
-    for (int k = 0; k < cm->cache.n_graphs; k++) versions += cm->cache.graphs[k].n_versions;
-    lua_pushinteger(L, cm->cache.n_graphs);
-    lua_setfield(L, -2, "graphs");
-    lua_pushinteger(L, versions);
-    lua_setfield(L, -2, "versions");
-    lua_pushinteger(L, s->calls);
-    lua_setfield(L, -2, "calls");
-    lua_pushinteger(L, s->graphs_run);
-    lua_setfield(L, -2, "graphs_run");
     int kernels = 0, folded = 0;
     int64_t eager_peak = 0;
     for (int k = 0; k < cm->cache.n_graphs; k++) {
@@ -434,6 +424,12 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "view_copies");
     lua_pushinteger(L, permuted);
     lua_setfield(L, -2, "permuted_outputs");
+}
+
+/* cm:stats().compile_s: where compile time went, and the kernels it
+ * generated and found cached. */
+static void push_compile_times(lua_State *L, const kn_compile_stats *s)
+{
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, s->capture_s);
     lua_setfield(L, -2, "capture");
@@ -447,6 +443,25 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "kernels");
     lua_pushinteger(L, s->kernels_cached);
     lua_setfield(L, -2, "kernels_cached");
+}
+
+static int cm_stats(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    const kn_compile_stats *s = &cm->stats;
+    lua_createtable(L, 0, 16);
+    int versions = 0;
+    for (int k = 0; k < cm->cache.n_graphs; k++) versions += cm->cache.graphs[k].n_versions;
+    lua_pushinteger(L, cm->cache.n_graphs);
+    lua_setfield(L, -2, "graphs");
+    lua_pushinteger(L, versions);
+    lua_setfield(L, -2, "versions");
+    lua_pushinteger(L, s->calls);
+    lua_setfield(L, -2, "calls");
+    lua_pushinteger(L, s->graphs_run);
+    lua_setfield(L, -2, "graphs_run");
+    set_plan_stats(L, cm, s);
+    push_compile_times(L, s);
     lua_setfield(L, -2, "compile_s");
     /* the graph-version cache; the persistent kernel cache arrives with the compiler */
     lua_pushinteger(L, s->cache_hits);

@@ -405,10 +405,12 @@ static Agnode_t *visible(builder *bd, int gi, int i)
     return NULL;
 }
 
-static void build_graph(builder *bd, int gi)
+/* The cluster of graph vg: its title (graph, version, ops, kernels,
+ * guards, the note), in the captured view the first guards under it, and
+ * every guard in its tooltip. */
+static Agraph_t *graph_cluster(builder *bd, const kn_viz_vgraph *vg)
 {
     const kn_viz_model *m = bd->m;
-    const kn_viz_vgraph *vg = &m->graphs[gi];
     char name[64];
     snprintf(name, sizeof name, "cluster_g%d", vg->index);
     Agraph_t *sg = agsubg(bd->g, name, 1);
@@ -450,44 +452,40 @@ static void build_graph(builder *bd, int gi)
         esc(b, vg->guards[i]);
     }
     set_buf(sg, "tooltip", b);
-    Agraph_t *rep = NULL;
-    if (vg->rep_count) {
-        snprintf(name, sizeof name, "cluster_g%d_rep", vg->index);
-        rep = agsubg(sg, name, 1);
-        double pct = 0;
-        for (int k = vg->rep_start; m->view == KN_VIZ_FUSED && k < vg->rep_start + vg->rep_len * vg->rep_count; k++)
-            pct += vg->kernels[k].pct;
-        kn_strbuf_printf(b, "× %d: the same %d %s, repeated %d times (drawn once)\\l", vg->rep_count, vg->rep_len,
-                      m->view == KN_VIZ_FUSED ? (vg->rep_len == 1 ? "kernel" : "kernels") : "nodes", vg->rep_count);
-        if (m->view == KN_VIZ_FUSED && m->timed) kn_strbuf_printf(b, "%.1f%% of the time in all %d\\l", pct, vg->rep_count);
-        set_buf(rep, "label", b);
-        set(rep, "style", "rounded,dashed");
-        set(rep, "penwidth", "2");
-        set(rep, "color", "#3182bd");
-    }
-    Agraph_t **kc = NULL;
-    if (m->view == KN_VIZ_FUSED && vg->n_kernels) {
-        kc = calloc((size_t)vg->n_kernels, sizeof *kc);
-        if (!kc) b->oom = true;
-        for (int k = 0; kc && k < vg->n_kernels; k++) {
-            if (vg->kernels[k].hidden) continue;
-            bool first_rep = rep && k >= vg->rep_start && k < vg->rep_start + vg->rep_len;
-            kc[k] = kernel_cluster(bd, first_rep ? rep : sg, vg, k);
-        }
-    }
-    for (int i = 0; i < vg->n_nodes; i++) {
-        const kn_viz_vnode *v = &vg->nodes[i];
-        if (v->hidden) continue;
-        Agraph_t *parent = sg;
-        if (m->view == KN_VIZ_CAPTURED && rep && i >= vg->rep_start && i < vg->rep_start + vg->rep_len) parent = rep;
-        if (kc && v->kernel >= 0 && v->kernel < vg->n_kernels && kc[v->kernel]) parent = kc[v->kernel];
-        snprintf(name, sizeof name, "g%d_n%d", vg->index, i);
-        Agnode_t *n = agnode(parent, name, 1);
-        bd->nodes[gi][i] = n;
-        node_style(n, v);
-        node_text(bd, n, v);
-    }
-    free(kc);
+    return sg;
+}
+
+/* The dashed cluster inside sg around the first of vg's repeated kernels
+ * (or nodes), labelled with the repeat count; NULL when nothing repeats. */
+static Agraph_t *repeat_cluster(builder *bd, Agraph_t *sg, const kn_viz_vgraph *vg)
+{
+    const kn_viz_model *m = bd->m;
+    kn_strbuf *b = &bd->b;
+    if (!vg->rep_count) return NULL;
+    char name[64];
+    snprintf(name, sizeof name, "cluster_g%d_rep", vg->index);
+    Agraph_t *rep = agsubg(sg, name, 1);
+    double pct = 0;
+    for (int k = vg->rep_start; m->view == KN_VIZ_FUSED && k < vg->rep_start + vg->rep_len * vg->rep_count; k++)
+        pct += vg->kernels[k].pct;
+    kn_strbuf_printf(b, "× %d: the same %d %s, repeated %d times (drawn once)\\l", vg->rep_count, vg->rep_len,
+                  m->view == KN_VIZ_FUSED ? (vg->rep_len == 1 ? "kernel" : "kernels") : "nodes", vg->rep_count);
+    if (m->view == KN_VIZ_FUSED && m->timed) kn_strbuf_printf(b, "%.1f%% of the time in all %d\\l", pct, vg->rep_count);
+    set_buf(rep, "label", b);
+    set(rep, "style", "rounded,dashed");
+    set(rep, "penwidth", "2");
+    set(rep, "color", "#3182bd");
+    return rep;
+}
+
+/* The edges into the drawn nodes of graph gi, each from the drawn node
+ * that stands for its input; fused, an edge between two kernels carries
+ * the bytes it moves and, on hover, why it is not fused. */
+static void draw_edges(builder *bd, int gi)
+{
+    const kn_viz_model *m = bd->m;
+    const kn_viz_vgraph *vg = &m->graphs[gi];
+    kn_strbuf *b = &bd->b;
     for (int i = 0; i < vg->n_nodes; i++) {
         const kn_viz_vnode *v = &vg->nodes[i];
         if (v->hidden) continue;
@@ -515,6 +513,41 @@ static void build_graph(builder *bd, int gi)
             }
         }
     }
+}
+
+/* Graph gi as a cluster: its title and guards, the repeat cluster, in the
+ * fused view a cluster per kernel, its nodes inside them, and its edges. */
+static void build_graph(builder *bd, int gi)
+{
+    const kn_viz_model *m = bd->m;
+    const kn_viz_vgraph *vg = &m->graphs[gi];
+    char name[64];
+    Agraph_t *sg = graph_cluster(bd, vg);
+    Agraph_t *rep = repeat_cluster(bd, sg, vg);
+    Agraph_t **kc = NULL;
+    if (m->view == KN_VIZ_FUSED && vg->n_kernels) {
+        kc = calloc((size_t)vg->n_kernels, sizeof *kc);
+        if (!kc) bd->b.oom = true;
+        for (int k = 0; kc && k < vg->n_kernels; k++) {
+            if (vg->kernels[k].hidden) continue;
+            bool first_rep = rep && k >= vg->rep_start && k < vg->rep_start + vg->rep_len;
+            kc[k] = kernel_cluster(bd, first_rep ? rep : sg, vg, k);
+        }
+    }
+    for (int i = 0; i < vg->n_nodes; i++) {
+        const kn_viz_vnode *v = &vg->nodes[i];
+        if (v->hidden) continue;
+        Agraph_t *parent = sg;
+        if (m->view == KN_VIZ_CAPTURED && rep && i >= vg->rep_start && i < vg->rep_start + vg->rep_len) parent = rep;
+        if (kc && v->kernel >= 0 && v->kernel < vg->n_kernels && kc[v->kernel]) parent = kc[v->kernel];
+        snprintf(name, sizeof name, "g%d_n%d", vg->index, i);
+        Agnode_t *n = agnode(parent, name, 1);
+        bd->nodes[gi][i] = n;
+        node_style(n, v);
+        node_text(bd, n, v);
+    }
+    free(kc);
+    draw_edges(bd, gi);
 }
 
 /* The first or last drawn node of graph gi (the ends of a break's edges). */

@@ -1,0 +1,600 @@
+/* kn_lua_replay: the direct replay of a compiled callable. After a traced
+ * call that made exactly one clean graph, kn_lua_replay_record keeps what a
+ * later call must match (arguments, parameters by path, upvalues, a
+ * snapshot of every Lua value the function can read); kn_lua_replay_try
+ * checks it and runs the cached graph without running the Lua function
+ * again.
+ *
+ * Called by the compiled callable's call path (kn_lua_compile.c); the
+ * state it keeps is the replay_t of kn_lua_compiled_ud.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_clock.h"
+#include "kn_capture.h"
+#include "kn_lua_compiled_ud.h"
+#include "kn_lua_replay.h"
+#include "kn_lua_state.h"
+#include "kn_lua_tensor_ud.h"
+#include "kn_lua_trace.h"
+#include "kn_lua_util.h"
+
+/* Resolve a dotted parameter path ("layers.1.weight") from the module at
+ * idx; pushes the value (nil when a step is missing). */
+static void push_path(lua_State *L, int idx, const char *path)
+{
+    lua_pushvalue(L, idx);
+    const char *p = path;
+    while (*p && lua_istable(L, -1)) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        char *end;
+        long long k = strtoll(p, &end, 10);
+        if (end == p + len && len > 0) lua_rawgeti(L, -1, k);
+        else {
+            lua_pushlstring(L, p, len);
+            lua_rawget(L, -2);
+        }
+        lua_remove(L, -2);
+        p += len + (dot ? 1 : 0);
+        if (!dot) break;
+    }
+    if (*p && !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
+    /* a module that keeps its parameters flat under dotted names in a
+     * `params` table (an ONNX model's initializers: "ln1.weight") */
+    if (lua_isnil(L, -1) && lua_istable(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "params") == LUA_TTABLE) lua_getfield(L, -1, path);
+        else lua_pushnil(L);
+        lua_remove(L, -2);
+    }
+}
+
+/* ---- the Lua values a replay re-reads ------------------------------------ */
+
+/* A replay skips the Lua function, so every Lua value the trace may have
+ * read must still hold: a number read from an upvalue's table (cfg.scale)
+ * or a global is baked into the graph, a flag (model.training) chose its
+ * shape. The trace cannot say which fields it read, so the snapshot takes
+ * every value reachable from the function's upvalues, its globals (_ENV)
+ * and the compiled module: fields of tables and upvalues of the user's Lua
+ * functions (tables, functions and userdata by identity), with each
+ * table's field count
+ * (a field added later, nil before, shows as a new count). Lua's and
+ * kiln's own libraries are not walked (they are not the user's state).
+ * A replay compares each entry raw; any difference traces the call, whose
+ * guards then explain a changed number as a recompile. */
+#define KN_SNAPSHOT_MAX 4096 /* entries; a larger state is traced at every call */
+#define KN_SNAPSHOT_DEPTH 16 /* tables within tables; deeper state is traced at every call */
+
+typedef struct {
+    int fields; /* flat list: table, key, value, table, key, value, ... */
+    int upvals; /* flat list: function, upvalue index, value, ... */
+    int tables; /* flat list: table, field count, ... */
+    int seen;   /* set of tables and functions walked (or not to walk) */
+    int n;
+    bool over;
+} snapshot;
+
+static void snap_push3(lua_State *L, int list, int a, int b, int c)
+{
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+    lua_pushvalue(L, a);
+    lua_rawseti(L, list, n + 1);
+    lua_pushvalue(L, b);
+    lua_rawseti(L, list, n + 2);
+    lua_pushvalue(L, c);
+    lua_rawseti(L, list, n + 3);
+}
+
+/* Mark the value at idx walked; false when it was already. */
+static bool snap_first_visit(lua_State *L, snapshot *sn, int idx)
+{
+    lua_pushvalue(L, idx);
+    bool seen = lua_rawget(L, sn->seen) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (seen) return false;
+    lua_pushvalue(L, idx);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, sn->seen);
+    return true;
+}
+
+static void snap_value(lua_State *L, snapshot *sn, int idx, int depth);
+
+static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    int count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (sn->over || sn->n > KN_SNAPSHOT_MAX) { /* a huge table: stop walking, no replay */
+            sn->over = true;
+            lua_pop(L, 2);
+            return;
+        }
+        count++;
+        int top = lua_gettop(L);
+        /* every field by raw equality (a table put in place of another is
+         * seen too), and the tables and functions it holds walked */
+        snap_push3(L, sn->fields, idx, top - 1, top);
+        sn->n++;
+        snap_value(L, sn, top, depth + 1);
+        lua_pop(L, 1);
+    }
+    lua_Integer n = (lua_Integer)lua_rawlen(L, sn->tables);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, sn->tables, n + 1);
+    lua_pushinteger(L, count);
+    lua_rawseti(L, sn->tables, n + 2);
+    sn->n++;
+}
+
+static void snap_function(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    lua_Debug ar;
+    lua_pushvalue(L, idx);
+    lua_getinfo(L, ">S", &ar);
+    /* C functions hold kiln's own state; kiln's Lua (@kiln/) is not the user's */
+    if (strcmp(ar.what, "C") == 0 || strncmp(ar.source, "@kiln/", 6) == 0) return;
+    for (int i = 1; lua_getupvalue(L, idx, i); i++) {
+        int top = lua_gettop(L);
+        lua_pushinteger(L, i);
+        snap_push3(L, sn->upvals, idx, top + 1, top);
+        lua_pop(L, 1);
+        sn->n++;
+        snap_value(L, sn, top, depth + 1);
+        lua_pop(L, 1);
+    }
+}
+
+/* Walk the table or Lua function at idx (anything else holds nothing to snapshot). */
+static void snap_value(lua_State *L, snapshot *sn, int idx, int depth)
+{
+    int t = lua_type(L, idx);
+    if ((t != LUA_TTABLE && t != LUA_TFUNCTION) || sn->over) return;
+    if (depth > KN_SNAPSHOT_DEPTH || sn->n > KN_SNAPSHOT_MAX || !lua_checkstack(L, 16)) {
+        sn->over = true;
+        return;
+    }
+    idx = lua_absindex(L, idx);
+    if (!snap_first_visit(L, sn, idx)) return;
+    if (t == LUA_TTABLE) snap_table(L, sn, idx, depth);
+    else snap_function(L, sn, idx, depth);
+}
+
+/* Snapshot what the function at fn_idx (and the module at module_idx, 0:
+ * none) can read into the table at rt (fields, upvals, tables); false when
+ * there is too much to check at every call. */
+bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx)
+{
+    int top = lua_gettop(L);
+    snapshot sn = {0};
+    lua_newtable(L);
+    sn.fields = lua_gettop(L);
+    lua_newtable(L);
+    sn.upvals = lua_gettop(L);
+    lua_newtable(L);
+    sn.tables = lua_gettop(L);
+    lua_newtable(L);
+    sn.seen = lua_gettop(L);
+    /* Lua's and kiln's libraries, and the loaded-modules table, are not walked */
+    static const char *const libs[] = {"string", "table", "math", "io", "os", "coroutine", "utf8", "debug",
+                                       "package", NULL};
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    int loaded = lua_gettop(L);
+    lua_pushvalue(L, loaded);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, sn.seen);
+    lua_pushnil(L);
+    while (lua_next(L, loaded)) {
+        bool lib = lua_type(L, -2) == LUA_TSTRING && strncmp(lua_tostring(L, -2), "kiln", 4) == 0;
+        for (const char *const *l = libs; *l && !lib && lua_type(L, -2) == LUA_TSTRING; l++)
+            lib = strcmp(lua_tostring(L, -2), *l) == 0;
+        if (lib) {
+            lua_pushboolean(L, 1);
+            lua_rawset(L, sn.seen); /* seen[module] = true, pops it */
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    if (lua_getglobal(L, "kiln") == LUA_TTABLE) {
+        lua_pushboolean(L, 1);
+        lua_rawset(L, sn.seen);
+    } else {
+        lua_pop(L, 1);
+    }
+    snap_value(L, &sn, fn_idx, 0);
+    if (module_idx) snap_value(L, &sn, module_idx, 0);
+    if (!sn.over) {
+        lua_pushvalue(L, sn.fields);
+        lua_setfield(L, rt, "fields");
+        lua_pushvalue(L, sn.upvals);
+        lua_setfield(L, rt, "upvals");
+        lua_pushvalue(L, sn.tables);
+        lua_setfield(L, rt, "tables");
+    }
+    lua_settop(L, top);
+    return !sn.over;
+}
+
+/* Whether every value of the snapshot in the replay table at rt holds. */
+static bool snapshot_holds(lua_State *L, int rt)
+{
+    bool same = true;
+    lua_getfield(L, rt, "fields");
+    int list = lua_gettop(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 3) {
+        lua_rawgeti(L, list, i);
+        lua_rawgeti(L, list, i + 1);
+        lua_rawget(L, -2);
+        lua_rawgeti(L, list, i + 2);
+        same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 3);
+    }
+    lua_getfield(L, rt, "upvals");
+    list = lua_gettop(L);
+    n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 3) {
+        lua_rawgeti(L, list, i);
+        lua_rawgeti(L, list, i + 1);
+        int k = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (!lua_getupvalue(L, -1, k)) lua_pushnil(L);
+        lua_rawgeti(L, list, i + 2);
+        same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 3);
+    }
+    lua_getfield(L, rt, "tables");
+    list = lua_gettop(L);
+    n = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= n && same; i += 2) {
+        lua_rawgeti(L, list, i);
+        int t = lua_gettop(L);
+        lua_Integer count = 0;
+        lua_pushnil(L);
+        while (lua_next(L, t)) {
+            count++;
+            lua_pop(L, 1);
+        }
+        lua_rawgeti(L, list, i + 1);
+        same = lua_tointeger(L, -1) == count;
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 3);
+    return same;
+}
+
+/* A replay's random numbers: the fresh random nodes of v's graph move to
+ * the state's stream as it is now (same seed, counters from its current
+ * offset, in the order the trace drew them), and the stream advances by
+ * what the trace drew. kn_compiled_run hands them to the plan. */
+static void replay_draw(lua_State *L, kn_version *v, uint64_t used)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    uint64_t first = UINT64_MAX;
+    for (int i = 0; i < v->g.n_nodes; i++)
+        if (v->g.nodes[i].a.rng_fresh && v->g.nodes[i].a.rng_offset < first) first = v->g.nodes[i].a.rng_offset;
+    for (int i = 0; i < v->g.n_nodes; i++) {
+        kn_attrs *a = &v->g.nodes[i].a;
+        if (!a->rng_fresh) continue;
+        a->rng_offset = s->rng_offset + (a->rng_offset - first);
+        a->seed = s->seed;
+    }
+    s->rng_offset += used;
+}
+
+/* Whether every guard of a replay holds for this call: the arguments, the
+ * module's parameters, the dynamic numbers, the other tensors, the
+ * function's upvalues and the snapshot of what it can read. Fills bound
+ * (the tensor of each graph input of v). Leaves values on the stack: the
+ * caller restores its top. */
+static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int rt, const kn_version *v, int nargs,
+                               int module_idx, kn_tensor **bound)
+{
+    const replay_t *rp = &u->rp;
+    /* arguments */
+    lua_getfield(L, rt, "args");
+    for (int i = 0; i < nargs; i++) {
+        int k = rp->arg_input[i];
+        if (k == -2) {
+            lua_rawgeti(L, -1, i + 1);
+            bool same = lua_rawequal(L, -1, 2 + i);
+            lua_pop(L, 1);
+            if (!same) return false;
+            continue;
+        }
+        kn_tensor *t = kn_lua_totensor(L, 2 + i);
+        if (!t || (k >= 0 && !kn_version_input_matches(v, k, t))) return false;
+        if (k >= 0) bound[k] = t;
+    }
+    lua_pop(L, 1);
+    /* parameters: the module still holds the same tensors */
+    if (rp->n_params) {
+        lua_getfield(L, rt, "params");
+        for (int i = 0; i < rp->n_params; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            push_path(L, module_idx, lua_tostring(L, -1));
+            kn_tensor *t = kn_lua_totensor(L, -1);
+            int k = rp->param_input[i];
+            lua_pop(L, 2);
+            if (!t || t->id != v->g.inputs[k].tensor_id || !kn_version_input_matches(v, k, t)) return false;
+            bound[k] = t;
+        }
+        lua_pop(L, 1);
+    }
+    /* dynamic numbers: the values of the trace, which every guard above
+     * holding means the Lua code would compute again */
+    for (int k = 0; k < v->g.n_inputs; k++)
+        if (kn_input_is_number(&v->g.inputs[k]) &&
+            !(bound[k] = kn_compiled_number_value(u->cm, 0, v->g.inputs[k].name)))
+            return false;
+    /* other tensors the function used (upvalues, globals): kept alive here */
+    lua_getfield(L, rt, "tensors");
+    for (int k = 0; k < v->g.n_inputs; k++) {
+        if (bound[k]) continue;
+        lua_rawgeti(L, -1, k + 1);
+        bound[k] = kn_lua_totensor(L, -1);
+        lua_pop(L, 1);
+        if (!bound[k]) return false;
+    }
+    lua_pop(L, 1);
+    /* upvalues of the function and scalar fields of the module */
+    lua_getfield(L, rt, "upvalues");
+    lua_getfield(L, uv, "fn");
+    for (int i = 1;; i++) {
+        if (!lua_getupvalue(L, -1, i)) break;
+        lua_rawgeti(L, -3, i);
+        bool same = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+        if (!same) return false;
+    }
+    lua_pop(L, 2);
+    /* what the function can read: fields of its tables, globals, the module's fields */
+    return snapshot_holds(L, rt);
+}
+
+/* Every guard holds: run version v's graph on the inputs bound, set the
+ * stack back to top and push the results as the traced call returned them
+ * (graph values, and the constants kept in the replay table); returns
+ * their count. */
+static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_tensor **bound, int top)
+{
+    replay_t *rp = &u->rp;
+    kn_compiled *cm = u->cm;
+    /* every guard holds: run the cached graph on these inputs */
+    for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = bound[k];
+    if (rp->rng_used) replay_draw(L, v, rp->rng_used);
+    /* running the graph: allocating, computing and freeing its values */
+    double t0 = kn_clock_s();
+    kn_plan_value want[KN_REPLAY_MAX];
+    kn_tensor *outs[KN_REPLAY_MAX];
+    int n_want = 0;
+    for (int i = 0; i < rp->n_results; i++)
+        if (rp->res_node[i] >= 0) want[n_want++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
+    kn_status st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
+    for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = NULL;
+    if (st != KN_OK) {
+        kn_lua_trace_flush_log(cm);
+        lua_settop(L, top);
+        return kn_lua_fail(L, st);
+    }
+    kn_tensor *results[KN_REPLAY_MAX];
+    for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
+    u->replay_run_s += kn_clock_s() - t0;
+    lua_settop(L, top);
+    lua_getfield(L, uv, "replay");
+    lua_getfield(L, -1, "results");
+    lua_remove(L, -2);
+    int rtab = lua_gettop(L);
+    luaL_checkstack(L, rp->n_results, "replay");
+    for (int i = 0; i < rp->n_results; i++) {
+        if (results[i]) kn_lua_pushtensor(L, results[i]);
+        else lua_rawgeti(L, rtab, i + 1);
+    }
+    lua_remove(L, rtab);
+    kn_lua_trace_flush_log(cm);
+    u->direct_replays++;
+    cm->stats.calls++;
+    cm->stats.cache_hits++;
+    return rp->n_results;
+}
+
+/* Try a direct replay; pushes the results and returns their count, or -1
+ * when a guard does not hold (then nothing is pushed and the call traces). */
+int kn_lua_replay_try(lua_State *L, compiled_ud *u, int uv, int nargs, int module_idx)
+{
+    replay_t *rp = &u->rp;
+    kn_compiled *cm = u->cm;
+    if (!rp->valid || rp->nargs != nargs || strcmp(rp->mode, cm->id.mode) != 0 || cm->cache.n_graphs < 1 ||
+        rp->version >= cm->cache.graphs[0].n_versions || cm->cache.graphs[0].eager)
+        return -1;
+    kn_version *v = &cm->cache.graphs[0].versions[rp->version];
+    int top = lua_gettop(L);
+    lua_getfield(L, uv, "replay");
+    int rt = lua_gettop(L);
+    kn_tensor *bound[256] = {NULL};
+    if (v->g.n_inputs > 256 || !replay_guards_hold(L, u, uv, rt, v, nargs, module_idx, bound)) {
+        lua_settop(L, top);
+        return -1;
+    }
+    return run_replay(L, u, uv, v, bound, top);
+}
+
+/* Why the traced call that just ended cannot be replayed (NULL when it
+ * may be): breaks, an impure call, a change to what it reads (the snapshot
+ * at before), not exactly one graph of a fixed shape, too many values. */
+static const char *why_no_replay(lua_State *L, const kn_compiled *cm, int nargs, int nres, int before)
+{
+    const kn_capture *cap = &cm->cap;
+    const kn_lua_state *s = kn_lua_state_get(L);
+    const char *why = NULL;
+    if (cap->n_breaks) why = "graph breaks";
+    else if (s->impure) why = s->impure_what;
+    /* a step counter kept in an upvalue (lr = lr * 0.9) or a table: a replay
+     * would skip the write, and every later call would see the same value */
+    else if (!snapshot_holds(L, before)) why = "it changes Lua values it reads (an upvalue, a table field or a global)";
+    else if (cap->n_graphs != 1) why = cap->n_graphs ? "more than one graph" : "no graph";
+    else if (cap->graph_version[0] < 0) why = "the graph runs eagerly (cache limit)";
+    else if (nargs > KN_REPLAY_MAX || nres > KN_REPLAY_MAX) why = "too many arguments or results";
+    else if (cm->cache.graphs[0].versions[cap->graph_version[0]].dynamic) why = "dynamic shapes";
+    return why;
+}
+
+/* The results at [first, first + nres): which graph value each is, or the
+ * constant itself, into a new table on the stack; false for a result a
+ * replay cannot give back (a tensor from outside the graph, a table, a
+ * function ...). */
+static bool record_results(lua_State *L, replay_t *rp, int first, int nres)
+{
+    /* results: values of the graph, or constants */
+    lua_createtable(L, nres, 0);
+    for (int i = 0; i < nres; i++) {
+        int idx = first + i;
+        void *ud = luaL_testudata(L, idx, KN_TENSOR_MT);
+        rp->res_node[i] = -1;
+        if (ud) {
+            kn_tensor *t = *(kn_tensor **)ud;
+            if (!t->lazy || t->lazy->segment != 0) return false; /* a tensor from outside the graph */
+            rp->res_node[i] = t->lazy->node;
+            rp->res_out[i] = t->lazy->out;
+        } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isfunction(L, idx) || lua_isthread(L, idx)) {
+            return false; /* may hold tensors or state */
+        } else {
+            lua_pushvalue(L, idx);
+            lua_rawseti(L, -2, i + 1);
+        }
+    }
+    rp->n_results = nres;
+    return true;
+}
+
+/* The arguments: each tensor to the graph input its parameter names, each
+ * other value kept (in a new table on the stack) to compare; false for a
+ * table, userdata or coroutine, which may hold what a replay cannot see. */
+static bool record_args(lua_State *L, replay_t *rp, int uv, int nargs, bool is_module, const kn_version *v)
+{
+    /* arguments: tensors map to graph inputs by name; other values are kept */
+    lua_createtable(L, nargs, 0);
+    lua_getfield(L, uv, "fn");
+    for (int i = 0; i < nargs; i++) {
+        int idx = 2 + i;
+        kn_tensor *t = kn_lua_totensor(L, idx);
+        if (t) {
+            const char *pname = lua_getlocal(L, NULL, (is_module ? 2 : 1) + i);
+            char name[KN_NAME_MAX];
+            snprintf(name, sizeof name, "%s", pname ? pname : "");
+            if (!name[0]) snprintf(name, sizeof name, "arg %d", i + 1);
+            rp->arg_input[i] = -1;
+            for (int k = 0; k < v->g.n_inputs; k++)
+                if (v->g.inputs[k].kind == KN_IN_ARG && strcmp(v->g.inputs[k].name, name) == 0) rp->arg_input[i] = k;
+        } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isthread(L, idx)) {
+            return false;
+        } else {
+            rp->arg_input[i] = -2;
+            lua_pushvalue(L, idx);
+            lua_rawseti(L, -3, i + 1);
+        }
+    }
+    lua_pop(L, 1);
+    rp->nargs = nargs;
+    return true;
+}
+
+/* The graph inputs that are neither arguments nor dynamic numbers: the
+ * module's parameters by path, pushed as two tables (tensors, then params);
+ * false when an input comes from elsewhere (an upvalue's or a global's
+ * tensor: traced at each call for now). */
+static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, const kn_version *v, int nargs,
+                          bool is_module)
+{
+    /* parameters by path; other tensor inputs kept alive by reference */
+    lua_newtable(L);
+    lua_newtable(L);
+    rp->n_params = 0;
+    for (int k = 0; k < v->g.n_inputs; k++) {
+        const kn_graph_input *in = &v->g.inputs[k];
+        if (in->kind == KN_IN_ARG) {
+            bool from_arg = false;
+            for (int i = 0; i < nargs; i++) from_arg = from_arg || rp->arg_input[i] == k;
+            if (!from_arg) return false;
+            continue;
+        }
+        if (kn_input_is_number(in)) {
+            /* a dynamic number: the replay binds this trace's value */
+            if (!kn_compiled_number_value(cm, 0, in->name)) return false;
+            continue;
+        }
+        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
+            lua_pushstring(L, in->name);
+            lua_rawseti(L, -3, ++rp->n_params);
+            rp->param_input[rp->n_params - 1] = k;
+            continue;
+        }
+        if (in->kind != KN_IN_TENSOR) return false;
+        /* find the tensor by identity among the values the trace saw: the
+         * graph's inputs were bound to them; keep a reference for replays */
+        return false; /* (tensors from upvalues or globals: traced each call for now) */
+    }
+    return true;
+}
+
+/* After a traced call: record what a replay needs, when the call allows it.
+ * Results are at [first, top]. */
+void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
+                          int first, int before)
+{
+    replay_t *rp = &u->rp;
+    kn_compiled *cm = u->cm;
+    const kn_capture *cap = &cm->cap;
+    rp->valid = false;
+    int nres = lua_gettop(L) - first + 1;
+    const kn_lua_state *s = kn_lua_state_get(L);
+    const char *why = why_no_replay(L, cm, nargs, nres, before);
+    if (why) {
+        bool called = s->impure && !cap->n_breaks && strncmp(why, "a ", 2) != 0;
+        snprintf(u->no_replay, sizeof u->no_replay, "%s%s", called ? "called " : "", why);
+        return;
+    }
+    snprintf(u->no_replay, sizeof u->no_replay, "returns or takes values a replay cannot reproduce");
+    const kn_version *v = &cm->cache.graphs[0].versions[cap->graph_version[0]];
+    if (v->g.n_inputs > 256) return;
+    int top = lua_gettop(L);
+    lua_createtable(L, 0, 6);
+    int rt = lua_gettop(L);
+    if (!record_results(L, rp, first, nres)) goto fail;
+    lua_setfield(L, rt, "results");
+    if (!record_args(L, rp, uv, nargs, is_module, v)) goto fail;
+    lua_setfield(L, rt, "args");
+    if (!record_inputs(L, rp, cm, v, nargs, is_module)) goto fail;
+    lua_setfield(L, rt, "tensors");
+    lua_setfield(L, rt, "params");
+    /* upvalues of the function, and the module's scalar fields */
+    lua_newtable(L);
+    lua_getfield(L, uv, "fn");
+    for (int i = 1; lua_getupvalue(L, -1, i); i++) lua_rawseti(L, -3, i);
+    lua_pop(L, 1);
+    lua_setfield(L, rt, "upvalues");
+    lua_getfield(L, uv, "fn");
+    bool small = kn_lua_replay_snapshot(L, rt, lua_gettop(L), is_module ? module_idx : 0);
+    lua_pop(L, 1);
+    if (!small) {
+        snprintf(u->no_replay, sizeof u->no_replay, "more Lua values than a replay checks (%d)", KN_SNAPSHOT_MAX);
+        goto fail;
+    }
+    lua_setfield(L, uv, "replay");
+    snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
+    rp->version = cap->graph_version[0];
+    rp->valid = true;
+    u->no_replay[0] = 0;
+    lua_settop(L, top);
+    return;
+fail:
+    lua_settop(L, top);
+}

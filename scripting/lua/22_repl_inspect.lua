@@ -1,0 +1,334 @@
+-- 22_repl_inspect.lua: the REPL commands that show what capture and the
+-- compiler made of the session's model: :explain, :breaks, :recompiles and
+-- :guards (capture), :kernels, :src and :check (the compiler). Each
+-- compiles the model (mode default when the session is eager) and runs it
+-- once if needed, as :run would (repl.model_inputs and repl.runner,
+-- 21_repl_model.lua).
+local kiln = ...
+local repl = kiln.repl
+local session = kiln.session
+local fail = repl.error
+local model_inputs, runner = repl.model_inputs, repl.runner -- 21_repl_model.lua
+
+---------------------------------------------------------------------------
+-- :explain, :breaks, :recompiles, :guards: what capture made of the model
+
+-- The mode the inspection commands compile with when the session is eager.
+local INSPECT_MODE = "default"
+
+local function need_compile()
+  if type(kiln.compile) ~= "function" then fail("this build has no kiln.compile: nothing to inspect") end
+  if not session.model then fail("no model loaded (use :load FILE.lua)") end
+end
+
+-- In eager mode the inspection commands look at a compiled model that :run
+-- does not use: say so, so that nobody takes it for what :run did.
+local function eager_note()
+  if session.mode == "eager" then
+    print(string.format("(mode eager: compiled with mode %s for this inspection; :run stays eager)", INSPECT_MODE))
+  end
+end
+
+-- The compiled model to inspect, called at least once: the session's own
+-- (what :run calls) in a compiled mode, compiled with the current mode when
+-- needed; in eager mode one compiled with INSPECT_MODE, kept until the next
+-- :load so that later inspections see the same calls.
+local function inspected()
+  need_compile()
+  eager_note()
+  local cm
+  if session.mode == "eager" then
+    session.inspect = session.inspect or kiln.compile(session.model, { mode = INSPECT_MODE })
+    cm = session.inspect
+  else
+    cm = runner()
+  end
+  if cm:stats().calls == 0 then
+    local inputs, n = model_inputs()
+    cm(table.unpack(inputs, 1, n))
+    -- the compiling call is done: :run need not time its next call apart
+    if cm == session.compiled then session.warm = true end
+  end
+  return cm
+end
+
+-- The compiled function's name and definition line, as its messages show
+-- them ("forward", "samples/breaks.lua:42").
+local function compiled_name(cm, entry)
+  local name, where = tostring(cm):match("^kiln%.Compiled (.-) %((.*)%), mode [%w%-]+$")
+  return (entry and entry.fn) or name or "?", (entry and entry.where) or where or "?"
+end
+
+repl.register("explain", {
+  usage = ":explain",
+  summary = "graph count, break count, op count, each break with reason and source line",
+  help = [[
+Runs the loaded model once under capture with its inputs (as :run builds
+them) through kiln.explain and prints its report: graph count, graph break
+count, op count, each break with its reason and source line (and the lines
+that called it), ops per graph and compile time. kiln.explain compiles with
+mode default whatever the session's mode. From Lua, kiln.cmd.explain()
+returns the report table.]],
+}, function()
+  need_compile()
+  local inputs, n = model_inputs()
+  eager_note()
+  local quiet = kiln.explain_quiet
+  kiln.explain_quiet = true
+  local ok, r = pcall(kiln.explain, session.model, table.unpack(inputs, 1, n))
+  kiln.explain_quiet = quiet
+  if not ok then error(r, 0) end
+  print(kiln.format_explain(r))
+  return r
+end)
+
+repl.register("breaks", {
+  usage = ":breaks",
+  summary = "graph breaks with reason, file:line and user stack",
+  help = [[
+Prints each distinct graph break of the session's compiled model as
+KILN_LOGS=graph_breaks does: where it happened, its reason and a hint, and
+the user stack, innermost first. Compiles the model with the session's mode
+(mode default when the session is eager) and runs it once if it has not run
+yet. From Lua, kiln.cmd.breaks() returns cm:breaks().]],
+}, function()
+  local cm = inspected()
+  local list = cm:breaks()
+  if #list == 0 then
+    print("no graph breaks")
+    return list
+  end
+  local texts = {}
+  for i, b in ipairs(list) do texts[i] = (tostring(b.message):gsub("\n+$", "")) end
+  print(table.concat(texts, "\n\n"))
+  return list
+end)
+
+repl.register("recompiles", {
+  usage = ":recompiles",
+  summary = "recompilations with the failed guards of each cached version",
+  help = [[
+Prints each recompilation of the session's compiled model, oldest first, as
+KILN_LOGS=recompiles does: the function, graph and new version, then the
+guard that failed against each cached version (K/V: graph K, version V),
+the newest first. Says "no recompilations" when there were none. Compiles
+and runs the model once if needed (mode default when the session is eager).
+From Lua, kiln.cmd.recompiles() returns cm:recompiles().]],
+}, function()
+  local cm = inspected()
+  local list = cm:recompiles()
+  if #list == 0 then
+    print("no recompilations")
+    return list
+  end
+  local lines = {}
+  for _, r in ipairs(list) do
+    local name, where = compiled_name(cm, r)
+    lines[#lines + 1] = string.format("Recompiling %s (%s), graph %d, version %d", name, where, r.graph, r.version)
+    lines[#lines + 1] = "  triggered by the guard failure(s):"
+    for _, reason in ipairs(r.reasons) do lines[#lines + 1] = "  - " .. reason end
+    for _, number in ipairs(r.dynamic or {}) do lines[#lines + 1] = "  " .. number .. " is dynamic from now on" end
+  end
+  print(table.concat(lines, "\n"))
+  return list
+end)
+
+repl.register("guards", {
+  usage = ":guards",
+  summary = "the guards of each cached version of each graph",
+  help = [[
+Prints, for each graph of the session's compiled model and each cached
+version of it, the guards a call must pass to reuse that version: the mode,
+each input tensor and parameter (shape, dtype, device, layout), each Lua
+number baked into the graph and the graph's structure. Compiles and runs
+the model once if needed (mode default when the session is eager). From Lua,
+kiln.cmd.guards() returns cm:guards().]],
+}, function()
+  local cm = inspected()
+  local list = cm:guards()
+  if #list == 0 then
+    print("no compiled versions (the model ran no tensor ops)")
+    return list
+  end
+  local name, where = compiled_name(cm)
+  local lines = {}
+  for _, v in ipairs(list) do
+    lines[#lines + 1] = string.format("Guards of %s (%s), graph %d, version %d:", name, where, v.graph, v.version)
+    for _, g in ipairs(v.guards) do lines[#lines + 1] = "  " .. g end
+  end
+  print(table.concat(lines, "\n"))
+  return list
+end)
+
+---------------------------------------------------------------------------
+-- :kernels, :src, :check: what the compiler made of the model
+
+-- The kernels of the inspected model (compiled and run once if needed), as
+-- cm:kernels() lists them: the latest version of each graph, in order.
+-- Their index in :kernels and :src is the 0-based position in that list,
+-- which is the N of the kernel's kN_ name when there is one graph (names
+-- restart at k0 in each graph).
+local function inspected_kernels()
+  local cm = inspected()
+  return cm, cm:kernels()
+end
+
+-- Kernel K of the list: an index (number, or a string of digits) or a
+-- kernel name; a usage error for anything else. Returns the entry and its
+-- index.
+local function find_kernel(list, k)
+  local how = "see :kernels"
+  if #list == 0 then fail("the model has no kernels (it ran no tensor ops)") end
+  local i = math.tointeger(tonumber(k))
+  if i ~= nil then
+    if i < 0 or i >= #list then
+      fail("no kernel %d: the model has %d kernel%s, 0 to %d (%s)", i, #list, #list == 1 and "" or "s", #list - 1, how)
+    end
+    return list[i + 1], i
+  end
+  local found = {}
+  for j, e in ipairs(list) do
+    if e.name == k then found[#found + 1] = j - 1 end
+  end
+  if #found == 0 then fail("no kernel named '%s' (%s)", k, how) end
+  if #found > 1 then
+    local idx = {}
+    for j, f in ipairs(found) do idx[j] = tostring(f) end
+    fail("kernel name '%s' is in several graphs: give its index (%s)", k, table.concat(idx, ", "))
+  end
+  return list[found[1] + 1], found[1]
+end
+
+-- for later files' commands (45_autotune.lua)
+repl.inspected, repl.find_kernel = inspected, find_kernel
+
+repl.register("kernels", {
+  usage = ":kernels",
+  summary = "the compiled kernels of the loaded model: index, name, kind, ops",
+  help = [[
+Lists the kernels of the current version of each graph of the session's
+compiled model, in the order they run: the index (for :src), the graph when
+there are several, the kernel's name, its kind ("generated": C or CUDA that
+kiln wrote for this graph; "cpu": a library call or a reference op), its
+group (pointwise, row, library, reference) and the op nodes it covers; a
+node a pass made from several ops (attention) lists those ops and lines.
+Compiles and runs the model once if needed (mode default when the session
+is eager). With kiln.config.compiler = false the graph runs op by op: one
+cpu kernel per op. Values that depend only on shapes and constants (a
+causal mask) are computed once when a version is compiled, not per call:
+they are listed after the kernels. From Lua, kiln.cmd.kernels() returns
+cm:kernels() (its field `once` lists those values).]],
+}, function()
+  local cm, list = inspected_kernels()
+  if #list == 0 then
+    print("no kernels (the model ran no tensor ops)")
+    return list
+  end
+  local graphs, ngen = {}, 0
+  for _, k in ipairs(list) do
+    graphs[k.graph or 0] = true
+    if k.kind == "generated" then ngen = ngen + 1 end
+  end
+  local ngraphs = 0
+  for _ in pairs(graphs) do ngraphs = ngraphs + 1 end
+  local rows = { { "#", "graph", "kernel", "kind", "group", "ops" } }
+  for i, k in ipairs(list) do
+    -- ops of an imported (ONNX) model also name the nodes they came from
+    local nodes, seen = {}, {}
+    for _, w in ipairs(k.wheres or {}) do
+      local n = w:match(":node '(.-)' %(")
+      if n and not seen[n] then seen[n] = true; nodes[#nodes + 1] = n end
+    end
+    rows[#rows + 1] = { tostring(i - 1), tostring(k.graph or 0), k.name, k.kind, k.shape_kind or "-",
+      table.concat(k.ops or {}, ", ") .. (k.covers and (" = " .. k.covers) or "")
+        .. (#nodes > 0 and ("  [" .. table.concat(nodes, ", ") .. "]") or "") }
+  end
+  local cols = ngraphs > 1 and { 1, 2, 3, 4, 5, 6 } or { 1, 3, 4, 5, 6 }
+  local width = {}
+  for _, c in ipairs(cols) do
+    width[c] = 0
+    for _, r in ipairs(rows) do width[c] = math.max(width[c], #r[c]) end
+  end
+  local lines = {}
+  for _, r in ipairs(rows) do
+    local parts = {}
+    for j, c in ipairs(cols) do
+      if c == 1 then parts[j] = string.format("%" .. width[c] .. "s", r[c])
+      elseif j == #cols then parts[j] = r[c]
+      else parts[j] = string.format("%-" .. width[c] .. "s", r[c]) end
+    end
+    lines[#lines + 1] = "  " .. table.concat(parts, "  ")
+  end
+  for _, o in ipairs(list.once or {}) do
+    lines[#lines + 1] = string.format("  computed once per version, not per call: %s -> %s {%s} (%s)", o.ops, o.dtype,
+      table.concat(o.shape, ", "), o.where or "?")
+  end
+  local nk = #list
+  lines[#lines + 1] = string.format("%d kernel%s (%d generated, %d cpu) in %d graph%s%s",
+    nk, nk == 1 and "" or "s", ngen, nk - ngen, ngraphs, ngraphs == 1 and "" or "s",
+    kiln.config and kiln.config.compiler == false and "; kiln.config.compiler = false: op by op" or "")
+  print(table.concat(lines, "\n"))
+  return list
+end)
+
+repl.register("src", {
+  usage = ":src K",
+  summary = "the generated source of kernel K (index from :kernels, or name)",
+  help = [[
+Prints the C source kiln generated for kernel K of the session's compiled
+model: K is the index that :kernels shows, or the kernel's name. Library
+calls and reference ops have no generated source. Compiles and runs the
+model once if needed (mode default when the session is eager). The whole
+program of a graph, for C or CUDA, is cm:source("c") or cm:source("cuda").
+From Lua, kiln.cmd.src(K) returns the source.]],
+}, function(k)
+  if k == nil or k == "" then fail("usage: :src K (K: a kernel's index from :kernels, or its name)") end
+  local _, list = inspected_kernels()
+  local e, i = find_kernel(list, k)
+  if e.source == nil then
+    local what
+    if e.kind == "generated" then what = "a generated kernel whose source could not be rendered"
+    elseif e.shape_kind == "library" then what = "a library call"
+    elseif e.shape_kind == "reference" then what = "a reference op (the cpu backend's own code)"
+    elseif e.shape_kind == nil then what = "an op run op by op (kiln.config.compiler = false)"
+    else what = "a " .. tostring(e.kind) .. " kernel" end
+    fail("kernel %d (%s) is %s: no generated source", i, e.name, what)
+  end
+  local src = tostring(e.source)
+  io.stdout:write(src, src:sub(-1) == "\n" and "" or "\n")
+  return src
+end)
+
+repl.register("check", {
+  usage = ":check",
+  summary = "run the model once comparing every kernel with the reference",
+  help = [[
+Runs the session's compiled model once on its inputs (as :run builds them)
+with the numerics check: each kernel's outputs are compared with the
+reference ops on the same inputs, and the first kernel that diverges is
+named with its op nodes and their source lines. Prints "numerics check:
+every kernel agrees with the reference", or the kernel that differs (and
+then the command fails). Compiles the model if needed (mode default when the
+session is eager). kiln.config.check_numerics = true checks every call.
+From Lua, kiln.cmd.check() returns the report {ok, message, checks} of
+cm:check.]],
+}, function()
+  need_compile()
+  eager_note()
+  local cm
+  if session.mode == "eager" then
+    session.inspect = session.inspect or kiln.compile(session.model, { mode = INSPECT_MODE })
+    cm = session.inspect
+  else
+    cm = runner()
+  end
+  local inputs, n = model_inputs()
+  local report = cm:check(table.unpack(inputs, 1, n))
+  if cm == session.compiled then session.warm = true end
+  if type(report) ~= "table" then fail("cm:check returned %s, not a report", type(report)) end
+  print("numerics check: " .. tostring(report.message))
+  if not report.ok then
+    fail("numerics check failed: the compiled model differs from the reference")
+  end
+  return report
+end)

@@ -1,0 +1,72 @@
+-- 23_repl_system.lua: the REPL commands about kiln itself rather than the
+-- model: :device, :help and :quit. They come after the model's commands in
+-- :help because this file runs after 21_repl_model.lua and
+-- 22_repl_inspect.lua; 40_timing.lua replaces :device (with the measured
+-- roofline) in its place.
+local kiln = ...
+local repl = kiln.repl
+local cmd = kiln.cmd
+local fail = repl.error
+local fmt_bytes = repl.fmt_bytes
+
+---------------------------------------------------------------------------
+-- :device (40_timing.lua registers its own over this one, in this place)
+
+repl.register("device", {
+  usage = ":device",
+  summary = "the CPU and the CUDA devices kiln can use",
+  help = [[
+Shows the CPU (name, cores, memory) and, for CUDA, whether this kiln was
+built with it, each device's name, memory, SM count and compute capability,
+or the reason there is none. From Lua: kiln.cmd.device() also returns
+kiln.device_info().]],
+}, function()
+  if type(kiln.device_info) ~= "function" then fail("kiln.device_info is not available in this build") end
+  local info = kiln.device_info()
+  local cpu, cuda = info.cpu or {}, info.cuda or {}
+  local lines = {
+    string.format("CPU   %s · %s cores · %s", cpu.name or "unknown", tostring(cpu.cores or "?"), fmt_bytes(cpu.memory_bytes)),
+  }
+  local devices = cuda.devices or {}
+  if not cuda.built then
+    lines[#lines + 1] = "CUDA  not built (this kiln was compiled without the CUDA toolkit)"
+  elseif #devices == 0 then
+    lines[#lines + 1] = "CUDA  built; " .. tostring(cuda.error or "no device found")
+  else
+    lines[#lines + 1] = string.format("CUDA  %d device%s", #devices, #devices == 1 and "" or "s")
+    for i, d in ipairs(devices) do
+      lines[#lines + 1] = string.format("  %d: %s · %s · %s SMs · compute capability %s", i - 1,
+        d.name or "?", fmt_bytes(d.memory_bytes), tostring(d.sm_count or "?"), tostring(d.cc or "?"))
+    end
+    if cuda.error then lines[#lines + 1] = "  note: " .. tostring(cuda.error) end
+  end
+  print(table.concat(lines, "\n"))
+  return info
+end)
+
+---------------------------------------------------------------------------
+-- :help, :quit
+
+repl.register("help", {
+  usage = ":help [CMD]",
+  summary = "list the commands, or show the details of one",
+}, function(name)
+  if name == nil then
+    io.stdout:write(repl.help_text())
+    return
+  end
+  name = tostring(name):gsub("^:", "")
+  local c = repl.command_info(name)
+  if not c or not cmd[name] then fail("unknown command ':%s' (try :help)", name) end
+  print(c.usage .. "\n" .. (c.help or c.summary))
+end)
+
+repl.register("quit", {
+  usage = ":quit",
+  summary = "leave kiln (as Ctrl-D does)",
+}, function()
+  -- In the REPL, on_quit ends the loop after this line, so the exit status
+  -- still tells whether earlier lines failed; elsewhere, exit at once.
+  if type(repl.on_quit) == "function" then return repl.on_quit() end
+  os.exit(0)
+end)
