@@ -202,7 +202,7 @@ static int dostring(lua_State *L, const char *s, const char *name)
     return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
 }
 
-/* Push kiln.repl[name] (a function of scripting/lua/20_repl.lua), or nil. */
+/* Push kiln.repl[name] (a function of the scripting/lua/2x_repl*.lua or 60_report.lua files), or nil. */
 static int push_repl_fn(lua_State *L, const char *name)
 {
     lua_getfield(L, LUA_REGISTRYINDEX, KN_REPL_KILN_KEY);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # compile_epilogues.sh: plans fold the pointwise kernel after a matmul
 # (Linear's bias, its ReLU, the transformer's residual add; a convolution's
-# ReLU) into the library call's epilogue (core/compiler/kn_plan.c plan_epilogues;
+# ReLU) into the library call's epilogue (core/compiler/kn_plan_build.c plan_epilogues;
 # cuBLASLt's BIAS / RELU_BIAS epilogues and a cuDNN conv-bias-ReLU graph on
 # the GPU; a strict-f32 convolution keeps its ReLU apart, as measured
 # faster). On the CPU the fold runs only

@@ -123,7 +123,7 @@ is "$err" "no kernel -1: the model has 11 kernels, 0 to 10 (see :kernels)" ":src
 
 # ---- :src by name; :check of a wrong kernel; a compiled mode. On the CPU
 # (KILN_DEVICE=cpu): kiln.config.fault_kernel corrupts a kernel of the CPU
-# backend only (core/compiler/kn_plan.c), so on a GPU :check would find no fault.
+# backend only (core/compiler/kn_plan_run.c), so on a GPU :check would find no fault.
 feed 'kiln.session.small = true
 :load samples/transformer_block.lua
 :mode default

@@ -179,7 +179,7 @@ conv_case("f64", CONV[2])
 conv_case("f64", CONV[4])
 
 ---------------------------------------------------------------------------
--- matmul into a permuted output (kn_plan.c run_permuted, kn_cuda_blas.c's
+-- matmul into a permuted output (kn_plan_run.c run_permuted, kn_cuda_blas.c's
 -- strided D): attention's head merge compiled on cuda against the CPU's
 -- eager result. At B = 1 the output's batch dim (heads) is one strided run:
 -- cuBLASLt writes the head-merged layout directly (permuted_outputs 1, no

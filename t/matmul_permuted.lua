@@ -2,7 +2,7 @@
 -- head merge, `att:matmul(v):transpose(2, 3):reshape({B, T, D})`, used to
 -- copy the transposed value in the reshape; a plan now has the matmul write
 -- its value permuted, straight into the bytes the reshape reads in place
--- (kn_fuse_ex, kn_plan.c run_permuted). Compiled results equal eager on odd
+-- (kn_fuse_ex, kn_plan_run.c run_permuted). Compiled results equal eager on odd
 -- shapes and dtypes in every mode; cm:stats() counts the permuted outputs
 -- and the copies left; the profile shows no contiguous copy; cases where the
 -- layout must not change keep the copy and stay right. q, k and v are

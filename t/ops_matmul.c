@@ -420,7 +420,7 @@ static void test_speed(void)
 }
 
 /* The backend writing into a preallocated output with the given strides
- * (what a plan does for attention's head merge, kn_plan.c run_permuted):
+ * (what a plan does for attention's head merge, kn_plan_run.c run_permuted):
  * the elements the strides reach match the reference, and the bytes of the
  * buffer they do not reach (row padding) keep their sentinel. */
 static void check_strided_out(const char *name, kn_dtype dt, kn_tensor *a, kn_tensor *b, int nd,

@@ -1,4 +1,4 @@
-/* t/safetensors.c: the safetensors reader and writer (core/tensor/kn_safetensors.c).
+/* t/safetensors.c: the safetensors reader and writer (core/tensor/kn_safetensors.c, kn_safetensors_write.c).
  *
  * Round trips of every dtype (strided views, 0-dim and zero-size tensors
  * included), the exact bytes the writer must produce (from the format's

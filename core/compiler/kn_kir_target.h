@@ -1,4 +1,4 @@
-/* kn_kir_target.h: the part of the kernel-IR renderer (kn_kir.c) a render
+/* kn_kir_target.h: the part of the kernel-IR renderer (kn_kir.c, kn_kir_kernel.c) a render
  * target's overrides write with (kn_render_target in kn_kir.h). Only the
  * backends' targets include it: everyone else renders through kn_kir.h.
  *

@@ -30,7 +30,7 @@ bool kn_plan_tunable(const kn_plan *p, int kid)
         return dc->be->compile_program && dc->be->render_target &&
                kn_kconfig_candidates(k, dc->be->render_target, c, 2) > 1;
     }
-    /* a library call (fusion decides which ops: kn_fuse.c runs_in_library)
+    /* a library call (fusion decides which ops: kn_fuse_group.c runs_in_library)
      * has candidates when its library offers variants, or when its
      * epilogue is fused (the unfused candidate) */
     return k->kind == KN_KERNEL_LIBRARY &&
