@@ -1,7 +1,8 @@
 /* kn_lua: the `kiln` Lua module, the top of scripting/ (kn_lua.c). The
- * scripting layer is the only C (with repl/) that includes lua.h; its parts
- * turn kn_status codes into Lua errors at the user's line. Each part has its
- * own header, private to scripting/. */
+ * scripting layer is the only C (with repl/ and kiln.onnx's binding,
+ * onnx/kn_lua_onnx.c) that includes lua.h; its parts turn kn_status codes
+ * into Lua errors at the user's line. Each part has its own header, private
+ * to scripting/ and the bindings kn_lua.c opens. */
 #ifndef KN_LUA_H
 #define KN_LUA_H
 

@@ -8,7 +8,9 @@
 -- symbol the other defines. It fails (exit 1) when
 --   * a module depends on a module of a layer it may not use (a lower layer
 --     calling a higher one, core/ calling into kernels/, one backend calling
---     another), or
+--     another),
+--   * a file of a layer not marked `lua` includes Lua's C API (lua.h,
+--     lauxlib.h, lualib.h), or
 --   * modules of one folder that must stay acyclic form a circle.
 -- It prints, per top folder, how many modules are in circles, so a change
 -- that adds one shows up before it hardens. --graph prints every edge.
@@ -17,7 +19,10 @@
 -- and a call can be made with a local prototype and no include; either way
 -- the lower module would need the higher one to exist.
 
--- Each layer names the layers it may use. A layer always uses itself.
+-- Each layer names the layers it may use. A layer always uses itself. A
+-- layer is a folder (dir: its files, less those of a deeper layer) or one
+-- module (module: NAME.c with NAME.h); `lua` marks the layers that may
+-- include Lua's C API.
 local LAYERS = {
   { dir = "core/base",     uses = {} },
   { dir = "core/tensor",   uses = { "core/base" } },
@@ -28,11 +33,20 @@ local LAYERS = {
   { dir = "kernels/cpu",   uses = { "core/*" } },
   { dir = "kernels/cuda",  uses = { "core/*" } },
   { dir = "viz",           uses = { "core/*" } },
-  -- onnx: the ONNX reader (protobuf-c), C on top of core, used by scripting
-  { dir = "onnx",          uses = { "core/*" } },
-  { dir = "scripting",     uses = { "core/*", "kernels", "kernels/*", "viz", "onnx" } },
-  { dir = "repl",          uses = { "core/*", "kernels", "kernels/*", "viz", "scripting", "onnx" } },
+  -- onnx/reader: the ONNX reader and writer (protobuf-c), C on top of core
+  { dir = "onnx/reader",   uses = { "core/*" } },
+  -- scripting: the kiln module's parts (tensor userdata, ops, compile, ...)
+  { dir = "scripting",     uses = { "core/*", "kernels", "kernels/*", "viz" }, lua = true },
+  -- onnx: kiln.onnx's Lua binding (onnx/kn_lua_onnx.c), over the reader and
+  -- scripting's parts (tensor userdata, the state, errors at the user's line)
+  { dir = "onnx",          uses = { "core/*", "onnx/reader", "scripting" }, lua = true },
+  -- scripting/kn_lua: luaopen_kiln, the top of the Lua side, which opens
+  -- scripting's parts and onnx's binding (neither may call it, nor may
+  -- scripting's parts call onnx's binding: no circle)
+  { module = "scripting/kn_lua", uses = { "core/*", "kernels", "kernels/*", "viz", "scripting", "onnx" }, lua = true },
+  { dir = "repl",          uses = { "core/*", "kernels", "kernels/*", "viz", "scripting", "scripting/kn_lua" }, lua = true },
 }
+for _, L in ipairs(LAYERS) do L.dir = L.dir or L.module end
 -- Folders whose modules must not form circles (the rest are reported only).
 local ACYCLIC = { "core/base", "core/tensor", "core/compiler", "core/capture", "onnx", "scripting", "viz", "repl" }
 
@@ -58,10 +72,14 @@ local function lines_of(cmd)
   return t
 end
 
+-- The layer of a file: the layer of its module if one is, else its deepest
+-- folder's.
 local function layer_of(path)
+  local mod = path:gsub("%.[^./]+$", "")
   local best
   for _, L in ipairs(LAYERS) do
-    if path:sub(1, #L.dir + 1) == L.dir .. "/" and (not best or #L.dir > #best.dir) then best = L end
+    if L.module == mod then return L end
+    if not L.module and path:sub(1, #L.dir + 1) == L.dir .. "/" and (not best or #L.dir > #best.dir) then best = L end
   end
   return best
 end
@@ -78,7 +96,9 @@ end
 -- modules: "core/tensor/kn_tensor" -> {files = {...}, layer = L}
 local modules, by_base, files = {}, {}, {}
 local dirs = {}
-for _, L in ipairs(LAYERS) do dirs[#dirs + 1] = sh_quote(src .. "/" .. L.dir) end
+for _, L in ipairs(LAYERS) do
+  if not L.module then dirs[#dirs + 1] = sh_quote(src .. "/" .. L.dir) end
+end
 for _, f in ipairs(lines_of("find " .. table.concat(dirs, " ") ..
                             " -type f \\( -name '*.c' -o -name '*.h' -o -name '*.def' \\) 2>/dev/null | sort -u")) do
   local rel = f:sub(#src + 2)
@@ -100,13 +120,20 @@ local function add_edge(a, b, why)
   if not edges[a][b] then edges[a][b] = why end
 end
 
--- 1. includes
+-- 1. includes (and Lua's headers, which only `lua` layers may include)
+local LUA_HEADERS = { ["lua.h"] = true, ["lauxlib.h"] = true, ["lualib.h"] = true }
+local lua_includes = {}
 for _, rel in ipairs(files) do
   local from = rel:gsub("%.[^./]+$", "")
   local dir = rel:match("^(.*)/") or ""
   local n = 0
   for line in io.lines(src .. "/" .. rel) do
     n = n + 1
+    local any = line:match('^%s*#%s*include%s*["<]([^">]+)[">]')
+    if any and LUA_HEADERS[any] and not modules[from].layer.lua then
+      lua_includes[#lua_includes + 1] = string.format("%s may not include Lua's C API: %s:%d includes %s",
+                                                      modules[from].layer.dir, rel, n, any)
+    end
     local inc = line:match('^%s*#%s*include%s*"([^"]+)"')
     if inc then
       local target
@@ -150,8 +177,8 @@ if build then
   end
 end
 
--- violations of the layer order
-local bad = {}
+-- violations: Lua's headers where they may not be, and the layer order
+local bad = lua_includes
 for a, outs in pairs(edges) do
   for b, why in pairs(outs) do
     local la, lb = modules[a].layer, modules[b].layer

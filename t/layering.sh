@@ -2,11 +2,13 @@
 # layering.sh: kiln's layers hold (scripts/check_layers.lua on the sources
 # and the built objects), and the check itself fails on what it must catch:
 # a call from a lower layer to a higher one, an include of a kernels/ header
-# from core/, and a circle between two scripting files.
+# from core/, a call from scripting's parts into onnx's Lua binding (which
+# uses them), Lua's headers outside the Lua side, and a circle between two
+# scripting files.
 . t/lib/tap.sh
 build=${KILN_BUILD:-build}
 if ! command -v lua5.4 >/dev/null; then echo "1..0 # SKIP no lua5.4 interpreter on this machine"; exit 0; fi
-echo "1..9"
+echo "1..13"
 
 out=$(lua5.4 scripts/check_layers.lua --build "$build" 2>&1)
 st=$?
@@ -14,14 +16,25 @@ is "$st" 0 "the project's layers hold (includes and symbols of $build)"
 [ "$st" = 0 ] || printf '%s\n' "$out" | sed 's/^/# /'
 like "$out" "modules in circles: core      0 of" "no circle among core/ modules"
 like "$out" "modules in circles: scripting 0 of" "no circle among scripting/ modules"
+like "$out" "modules in circles: onnx      0 of" "no circle among onnx/ modules"
 
 # The real tree with one violating include added: must fail, naming it.
 mkdir -p "$tmp/real"
-cp -R core kernels scripting viz repl "$tmp/real/"
+cp -R core kernels scripting viz repl onnx "$tmp/real/"
 printf '#include "kn_capture.h"\n' >> "$tmp/real/core/base/kn_status.c"
 out=$(lua5.4 scripts/check_layers.lua --src "$tmp/real" 2>&1)
 is "$?" 1 "an include of capture from core/base fails the check"
 like "$out" "core/base may not use core/capture: core/base/kn_status.c:" "the message names the layers and the line"
+
+# onnx's binding sits between scripting's parts and luaopen_kiln: a part
+# that reaches it would close a circle; the reader stays free of Lua.
+rm -rf "$tmp/real" && mkdir -p "$tmp/real" && cp -R core kernels scripting viz repl onnx "$tmp/real/"
+printf '#include "kn_lua_onnx.h"\n' >> "$tmp/real/scripting/kn_lua_util.c"
+printf '#include <lua.h>\n' >> "$tmp/real/onnx/reader/kn_onnx.c"
+out=$(lua5.4 scripts/check_layers.lua --src "$tmp/real" 2>&1)
+is "$?" 1 "scripting's parts including onnx's binding, or the reader including lua.h, fail the check"
+like "$out" "scripting may not use onnx: scripting/kn_lua_util.c:" "a part of scripting may not use onnx's binding"
+like "$out" "onnx/reader may not include Lua's C API: onnx/reader/kn_onnx.c:" "the ONNX reader may not include lua.h"
 
 # A small tree with objects: calls found from symbols alone (no include).
 s="$tmp/small"

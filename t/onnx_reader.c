@@ -1,4 +1,4 @@
-/* onnx_reader.c: the ONNX reader (onnx/kn_onnx.c) on mutated copies of the
+/* onnx_reader.c: the ONNX reader (onnx/reader/kn_onnx.c) on mutated copies of the
  * conformance models: every conformance model.onnx loads or fails with a
  * message naming it, and truncated copies and copies with random bytes
  * changed never crash (under the sanitizer build, never read out of bounds

@@ -1,12 +1,12 @@
 -- kiln.onnx.save: a kiln model as an ONNX file (the other direction of
--- 60_onnx.lua).
+-- import.lua).
 --
 --   kiln.onnx.save(model_or_cm, "model.onnx", {x})
 --
 -- The model is traced once on the inputs (fullgraph: ONNX holds one graph,
 -- so a graph break is an error naming it) and the captured graph, before
 -- any pass, is mapped op by op onto ONNX nodes here; kiln.onnx.write
--- (scripting/kn_lua_onnx.c, onnx/kn_onnx_write.c) packs it with
+-- (onnx/kn_lua_onnx.c, onnx/reader/kn_onnx_write.c) packs it with
 -- protobuf-c and writes it through a temporary file and a rename.
 -- Parameters and buffers become initializers under their kiln names; the
 -- tensor arguments become the graph's inputs, with their dtypes and shapes.
@@ -571,7 +571,7 @@ end
 
 ---------------------------------------------------------------------------
 -- Import rules that give a saved model's ops back. They refine the op
--- table (kiln.onnx.ops, filled by 62..66, which load before this file)
+-- table (kiln.onnx.ops, filled by ops_*.lua, which load before this file)
 -- for the encodings chosen above;
 -- each falls back to the general rule for anything else.
 

@@ -1,5 +1,5 @@
 -- kiln.onnx ops: control flow (If).
--- Each op takes (inputs, attrs, node) and returns its outputs; 60_onnx.lua
+-- Each op takes (inputs, attrs, node) and returns its outputs; import.lua
 -- holds the loader, the graph walk and the helpers the op files share
 -- (kiln.onnx._shared).
 local kiln = ...

@@ -3,9 +3,9 @@
 --   local m = kiln.onnx.load("model.onnx" [, {sizes = {N = 1, T = 128}}])
 --   local y = m(x)                -- eager; kiln.compile(m) captures it
 --
--- The C side (scripting/kn_lua_onnx.c, onnx/kn_onnx.c) reads and validates
+-- The C side (onnx/kn_lua_onnx.c, onnx/reader/kn_onnx.c) reads and validates
 -- the file; here the graph is interpreted node by node with kiln's own
--- tensor ops (the op table is filled by 62..66_onnx_ops_*.lua, by group), so capture, compile, explain, render and time see the same
+-- tensor ops (the op table is filled by the ops_*.lua beside this file, by group), so capture, compile, explain, render and time see the same
 -- ops a Lua model would make. Small integer values computed from shapes
 -- (Shape -> Gather -> Concat -> Reshape) and Constants are kept as Lua
 -- "known" values and folded here, so they neither break a graph nor make
@@ -351,11 +351,11 @@ local function as_2d(x, what)
 end
 
 ---------------------------------------------------------------------------
--- The ops: scripting/lua/62..66_onnx_ops_*.lua add theirs to this table.
+-- The ops: onnx/lua/ops_*.lua add theirs to this table.
 
 local ops = {}
 
--- What the op files (62..66_onnx_ops_*.lua) share: the op table, the run in
+-- What the op files (ops_*.lua) share: the op table, the run in
 -- progress and the helpers above.
 onnx._shared = {
   ops = ops,
@@ -432,7 +432,7 @@ local function run_graph(g, feeds, parent)
     end
   end
   for _, node in ipairs(g.nodes) do
-    -- node.impl: a node 61_onnx_fusions.lua made of several
+    -- node.impl: a node fusions.lua made of several
     local impl = node.impl or ((node.domain == "" or node.domain == "ai.onnx") and ops[node.op] or nil)
     if not impl then
       local what = node.domain ~= "" and node.domain ~= "ai.onnx" and ("op domain '" .. node.domain .. "'") or "the op"
@@ -493,7 +493,7 @@ local function prepare(g)
     -- one float number (an exporter's folded constant: a scale, -inf) is a
     -- number of the graph, as a Constant node's, not an input tensor
     if (t.dtype == "f32" or t.dtype == "f64") and t:numel() == 1 then g.known_inits[name] = to_known(t) end
-    g.mask_inits[name] = onnx.mask_pattern(t) -- a causal mask as data (61_onnx_fusions.lua)
+    g.mask_inits[name] = onnx.mask_pattern(t) -- a causal mask as data (fusions.lua)
   end
   for _, node in ipairs(g.nodes) do
     local v = node.attrs.value
@@ -512,7 +512,7 @@ local OnnxModel = kiln.nn.Module {
   name = "OnnxModel",
   init = function(self, model, opts)
     self._model = model
-    -- exporters' chains (GELU, LayerNorm, Linear on rows) become one node (61_onnx_fusions.lua)
+    -- exporters' chains (GELU, LayerNorm, Linear on rows) become one node (fusions.lua)
     if not opts or opts.fuse ~= false then onnx.fuse_patterns(model.graph) end
     prepare(model.graph)
     self._opts = opts or {}
@@ -644,7 +644,7 @@ local OnnxModel = kiln.nn.Module {
 -- kiln.onnx.load(path [, {sizes = {N = 1}, device = "cuda", fuse = false}]): an
 -- ONNX model as a kiln module (sizes: the dynamic dims' sizes for
 -- example_inputs and :load; device: where the initializers go; fuse = false:
--- keep exporters' chains as they are written, see 61_onnx_fusions.lua).
+-- keep exporters' chains as they are written, see fusions.lua).
 function onnx.load(path, opts)
   if not onnx.available then
     error("kiln.onnx.load: this kiln was built without ONNX import (protobuf-c or onnx.proto were missing)", 2)

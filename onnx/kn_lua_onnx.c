@@ -1,5 +1,5 @@
 /* kn_lua_onnx: the C half of kiln.onnx (the Lua half, the graph
- * interpreter, is scripting/lua/60_onnx.lua with its ops in 62..66_onnx_ops_*.lua).
+ * interpreter, is onnx/lua/import.lua with its ops in onnx/lua/ops_*.lua).
  *
  *   kiln.onnx.read(path)          -- the validated model as Lua tables
  *   kiln.onnx.read_tensor(path)   -- tensor, name of a serialized TensorProto
@@ -10,7 +10,7 @@
  *   kiln.onnx.wrapped(cm)         -- the function and module a compiled callable wraps
  *   kiln.onnx.is_placeholder(t)   -- whether t is a traced value without data
  *   kiln.onnx.tracing()           -- whether a compiled call is being traced
- * (the last five serve kiln.onnx.save, scripting/lua/67_onnx_save.lua)
+ * (the last five serve kiln.onnx.save, onnx/lua/export.lua)
  *
  * A model table: {path, opset, opsets = {domain = version}, ir_version,
  * producer, graph = G}; G = {name, nodes = {in topological order},

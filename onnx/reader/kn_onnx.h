@@ -10,7 +10,8 @@
  * initializers converted to kn_tensors and a topological node order per
  * graph. Every error names the file and what is wrong.
  *
- * Uses core (base, tensor) only; the Lua side is scripting/kn_lua_onnx.c.
+ * Uses core (base, tensor) only, and no Lua; the Lua side is
+ * onnx/kn_lua_onnx.c (the binding) and onnx/lua/ (the interpreter).
  */
 #ifndef KN_ONNX_H
 #define KN_ONNX_H
