@@ -47,11 +47,6 @@
 
 /* ---- helpers shared with kn_cuda_dnn.c (kn_cuda_linalg.h) ---------------- */
 
-char *kn_cuda_tensor_ptr(const kn_tensor *t)
-{
-    return (char *)t->storage->data + t->offset * (int64_t)kn_dtype_size(t->dtype);
-}
-
 int64_t kn_cuda_align_of(const void *p, const int64_t *byte_strides, int n, int64_t cap)
 {
     uint64_t bits = (uint64_t)(uintptr_t)p;

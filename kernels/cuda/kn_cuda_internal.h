@@ -33,102 +33,7 @@ kn_status kn_cuda_trace_push(kn_device_ctx *d, uint64_t id);
 kn_status kn_cuda_trace_pop(kn_device_ctx *d);
 kn_status kn_cuda_trace_end(kn_device_ctx *d, void (*each)(void *ctx, uint64_t id, double ms), void *ctx);
 
-/* ---- kn_cuda_backend.c ---------------------------------------------------- */
-
-typedef struct kn_cuda_pool kn_cuda_pool; /* kn_cuda_alloc.c */
-typedef struct kn_cuda_blas kn_cuda_blas; /* kn_cuda_blas.c */
-typedef struct kn_cuda_dnn kn_cuda_dnn;   /* kn_cuda_dnn.c */
-
-/* One GPU's state: the device object's `state` (kn_backend.h). Nothing of
- * one GPU is shared with another: stream, allocator, library handles and
- * their per-signature plans (which name this GPU's memory) live here. */
-typedef struct kn_cuda_dev {
-    int index; /* CUDA's device number */
-    kn_device device;
-    pthread_mutex_t init_lock;
-    int init_state; /* 0 not yet, 1 ready, 2 failed (for good) */
-    char init_why[512];
-    cudaStream_t stream; /* the one stream all of this GPU's work goes to */
-    int arch;            /* compute capability, e.g. 90 */
-    kn_cuda_pool *pool;  /* the caching allocator */
-    kn_cuda_blas *blas;  /* cuBLASLt handle, workspace, plans (NULL until the first matmul) */
-    kn_cuda_dnn *dnn;    /* cuDNN handle and plans (NULL until the first conv2d) */
-    char variant_label[128]; /* what the last library call ran (max-autotune) */
-    void *flush_buf;         /* twice the L2, written to evict it before a timed run */
-    size_t flush_size;
-    unsigned long long *index_flag; /* index ops' range check: first bad position */
-} kn_cuda_dev;
-
-/* The GPU the calling thread works on: set by each vtable slot from its
- * device object (kn_cuda_enter), as CUDA's own current device is; device 0
- * before any. The files of kernels/cuda reach their GPU's state through it. */
-kn_cuda_dev *kn_cuda_current(void);
-/* Make d's GPU the current one (cudaSetDevice when it changes) and start
- * it on first use: its stream, its compute capability. */
-kn_status kn_cuda_enter(kn_device_ctx *d);
-/* Whether t's memory is the current GPU's (what a library call on it needs). */
-static inline bool kn_cuda_on_current(const kn_tensor *t)
-{
-    return kn_tensor_device(t) == kn_cuda_current()->device;
-}
-/* Start the current GPU on first use; an error (no device, old driver)
- * names what is missing. */
-kn_status kn_cuda_init(void);
-/* The current GPU's stream: all of kiln's work on that GPU goes to it
- * (eager ops, plans, library calls, captures). */
-cudaStream_t kn_cuda_stream(void);
-/* A CUDA error as a kiln status with a message naming `what` (an
- * out-of-memory error becomes KN_ERR_OOM with the free/total bytes). */
-kn_status kn_cuda_fail(cudaError_t e, const char *what);
-#define KN_CUDA_TRY(call, what)                                                \
-    do {                                                                       \
-        cudaError_t kn_e_ = (call);                                            \
-        if (kn_e_ != cudaSuccess) return kn_cuda_fail(kn_e_, (what));          \
-    } while (0)
-/* Compute capability of the current GPU, e.g. 90. */
-int kn_cuda_arch(void);
-/* Whether f32 matmul/conv may use TF32 (kiln.config.allow_tf32). */
-#define kn_cuda_allow_tf32() kn_allow_tf32()
-
-/* ---- kn_cuda_alloc.c ------------------------------------------------------ */
-
-/* Each GPU has its own allocator (kn_cuda_dev.pool); the functions below
- * work on the current GPU's. */
-kn_cuda_pool *kn_cuda_pool_new(void);
-
-/* Caching allocator: blocks are rounded up to size classes and kept on
- * free lists after kn_cuda_free instead of cudaFree; cudaMalloc only when
- * no cached block fits (and after emptying the cache once on OOM).
- * Pointers are 256-byte aligned. Work already queued on kn_cuda_stream
- * may still use a freed block: since everything runs on that one stream,
- * reuse by later work on the same stream is ordered after it. */
-kn_status kn_cuda_malloc(int64_t nbytes, void **p);
-void kn_cuda_free(void *p);
-typedef struct kn_cuda_alloc_stats {
-    int64_t allocated;      /* bytes in blocks handed out now */
-    int64_t reserved;       /* bytes held from cudaMalloc (in use + cached) */
-    int64_t peak_allocated; /* most `allocated` since the last reset */
-    int64_t n_malloc;       /* cudaMalloc calls */
-    int64_t n_reuse;        /* requests served from the cache */
-} kn_cuda_alloc_stats;
-void kn_cuda_alloc_stats_get(kn_cuda_alloc_stats *s);
-void kn_cuda_alloc_reset_peak(void);
-/* cudaFree every cached (unused) block. */
-void kn_cuda_empty_cache(void);
-/* Recording (CUDA graphs): between capture_begin and capture_end, blocks
- * freed are reusable only by later allocations of the same recording, and
- * every block handed out while recording stays reserved for it (a replay
- * writes there) even after it is freed: capture_end gives the recording
- * an opaque list of them, and kn_cuda_alloc_release_held (when the
- * recording is destroyed, after a sync) returns the free ones to the cache
- * and lets the others go to the cache when they are freed. One recording
- * at a time; capture_begin fails while one is open. */
-kn_status kn_cuda_alloc_capture_begin(void);
-void kn_cuda_alloc_capture_end(void **held);
-void kn_cuda_alloc_release_held(void *held);
-/* The out-of-memory status: KN_ERR_OOM with the request, the device's free
- * and total memory and what kiln caches (nbytes < 0: size unknown). */
-kn_status kn_cuda_oom(int64_t nbytes, const char *what);
+#include "kn_cuda_context.h"
 
 /* ---- kn_cuda_module.c ----------------------------------------------------- */
 
@@ -153,10 +58,6 @@ const char *kn_cuda_cache_dir(void);
 /* Launch a kernel taking one kn_kargs-like struct by value. */
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);
 
-/* max-autotune: what the last library call on the current GPU ran
- * ("cublaslt algo 21 ...", "cudnn eng 7 knobs(...)"), for
- * kn_backend.library_variant_label. */
-void kn_cuda_variant_label(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* cuBLASLt's version (opening it), 0 without it. */
 size_t kn_cuda_blas_version(void);
 

@@ -30,9 +30,6 @@ kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, i
  * runs instead (the fallback is silent otherwise). */
 bool kn_cuda_lib_log_on(void);
 
-/* Pointer to element 0 of a CUDA tensor's view. */
-char *kn_cuda_tensor_ptr(const kn_tensor *t);
-
 /* The largest power of two (at most cap) that divides the address and
  * every given byte stride. */
 int64_t kn_cuda_align_of(const void *p, const int64_t *byte_strides, int n, int64_t cap);
