@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kn_cuda_internal.h"
+#include "kn_cuda_gather_scatter.h"
 #include "kn_cuda_ops.h"
 #include "kn_kir.h"
 #include "kn_cuda_render.h"

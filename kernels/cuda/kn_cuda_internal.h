@@ -94,7 +94,6 @@ kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act);
  * TFLOP/s. f32 follows kiln.config.allow_tf32 like every matmul. */
 kn_status kn_cuda_matmul_rate(kn_dtype dt, double *tflops);
 
-/* The embedded template sources (the .cu files of kernels/cuda, made at build time). */
-const char *kn_cuda_template(const char *name); /* "kn_ops" for kn_ops.cu; NULL if absent */
+#include "kn_cuda_tsrc.h"
 
 #endif
