@@ -14,11 +14,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_cuda_internal.h"
+#include "kn_cuda.h"
+#include "kn_cuda_context.h"
+#include "kn_cuda_module.h"
+#include "kn_cuda_render.h"
+#include "kn_cuda_trace.h"
+#include "kn_kir.h"
+/* the op families, each behind one call */
+#include "kn_cuda_attention_op.h"
+#include "kn_cuda_blas.h"
+#include "kn_cuda_dnn.h"
+#include "kn_cuda_eager.h"
 #include "kn_cuda_gather_scatter.h"
 #include "kn_cuda_ops.h"
-#include "kn_kir.h"
-#include "kn_cuda_render.h"
 
 #ifdef KILN_HAVE_CUDNN
 #include <cudnn_graph.h>

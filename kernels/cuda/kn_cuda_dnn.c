@@ -26,8 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_cuda_dnn.h"
+
+#include "kn_cuda_context.h"
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
+#include "kn_cuda_module.h"
 #include "kn_fs.h"
 #include "kn_hash.h"
 #include "kn_view.h"

@@ -36,7 +36,7 @@
 
 #include "kn_cuda_gather_scatter.h"
 
-#include "kn_cuda_internal.h"
+#include "kn_cuda_context.h"
 #include "kn_cuda_ops.h"
 #include "kn_cuda_targs.h"
 #include "kn_cuda_tsrc.h"

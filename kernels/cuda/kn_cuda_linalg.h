@@ -1,15 +1,19 @@
-/* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share: the
- * argument structs of kiln's own kernels in kn_linalg.cu (the fallback for
- * cases cuBLASLt or cuDNN refuse, or when a library is missing; the structs
- * themselves are in kn_cuda_la_args.h, which the device code shares) and
- * the helpers that launch them.
+/* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share
+ * (kn_cuda_linalg.c): kiln's own kernels in kn_linalg.cu (the fallback for
+ * cases cuBLASLt or cuDNN refuse, or when a library is missing; their
+ * argument structs are in kn_cuda_la_args.h, which the device code
+ * shares), the helpers that launch them, and the helpers both libraries'
+ * paths take their operands through.
  */
 #ifndef KN_CUDA_LINALG_H
 #define KN_CUDA_LINALG_H
 
-#include "kn_cuda_internal.h"
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "kn_cuda_la_args.h"
+#include "kn_status.h"
+#include "kn_tensor.h"
 
 /* kn_linalg.cu's module source: KN_LA_STANDALONE, the argument structs
  * (kn_cuda_la_args.h), then the kernels; caller frees *src. */
@@ -17,6 +21,10 @@ kn_status kn_cuda_linalg_source(char **src);
 
 /* A kernel of kn_linalg.cu by name (compiled once, then cached). */
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn);
+
+/* The grid of a launch over `work` items, per_block of them a block: at
+ * least 1, at most 65535 (the kernels loop over what is left). */
+int64_t kn_cuda_linalg_grid(int64_t work, int64_t per_block);
 
 /* y = act(y + bias[channel]) in place on the contiguous tensor y, where the
  * channel of element i is (i / inner) % channels (matmul: inner 1; conv

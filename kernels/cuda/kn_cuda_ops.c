@@ -16,7 +16,8 @@
 
 #include "kn_cuda_ops.h"
 
-#include "kn_cuda_internal.h"
+#include "kn_cuda_context.h"
+#include "kn_cuda_module.h"
 #include "kn_cuda_targs.h"
 #include "kn_cuda_tsrc.h"
 
