@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kn_cuda_la_args.h"
+#include "kn_op.h"
 #include "kn_status.h"
 #include "kn_tensor.h"
 
@@ -32,6 +33,25 @@ int64_t kn_cuda_linalg_grid(int64_t work, int64_t per_block);
  * act: 0 none, 1 relu, 2 gelu with the tanh approximation. */
 kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, int64_t channels,
                            int act);
+
+/* ---- conv2d's kernels (kn_cuda_dnn.c runs them) ---- */
+
+/* kiln's direct convolution: any strides (y's too), any float dtypes,
+ * bias fused; x, w and y seen as NCHW (a channels-last call passes
+ * permuted headers). */
+kn_status kn_cuda_linalg_conv2d(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
+                                kn_tensor *y, const kn_attrs *at);
+/* x (seen as NCHW through any strides) as a new contiguous {N, H, W, cp}
+ * of x's dtype, channels past C zero: a channels-last conv's input. */
+kn_status kn_cuda_linalg_to_nhwc(const kn_tensor *x, int64_t cp, kn_tensor **out);
+/* Whether the stem kernel takes this channels-last call (an image's few
+ * input channels, one group, one float dtype), and the call through it
+ * with bias and act (0 none, 1 relu) fused. */
+bool kn_cuda_linalg_stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
+kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                   const kn_attrs *at, int act);
+
+/* ---- for both libraries' paths ---- */
 
 /* KILN_LOGS contains "library": print on stderr, once per new call
  * signature, whether cuBLASLt / cuDNN took it or why kiln's own kernel
