@@ -26,7 +26,8 @@ int main(void)
 #include <math.h>
 
 #include "cuda/kn_cuda_attention.h"
-#include "cuda/kn_cuda_internal.h"
+#include "cuda/kn_cuda.h"
+#include "cuda/kn_cuda_context.h"
 #include "ops_testlib.h"
 
 enum { MASK_NONE, MASK_BOOL, MASK_ADD, MASK_ADD_F32 };

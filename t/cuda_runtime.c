@@ -19,7 +19,10 @@ int main(void)
 #include <errno.h>
 #include <sys/stat.h>
 
-#include "cuda/kn_cuda_internal.h"
+#include "cuda/kn_cuda.h"
+#include "cuda/kn_cuda_context.h"
+#include "cuda/kn_cuda_eager.h"
+#include "cuda/kn_cuda_module.h"
 #include "kn_view.h"
 #include "ops_testlib.h"
 

@@ -20,10 +20,9 @@ int main(void)
 #include <string.h>
 
 #include "cuda/kn_cuda_attention.h"
-#include "cuda/kn_cuda_internal.h"
 #include "cuda/kn_cuda_linalg.h"
 #include "cuda/kn_cuda_nvrtc.h"
-#include "cuda/kn_cuda_ops.h"
+#include "cuda/kn_cuda_tsrc.h"
 
 /* Whether the image names symbol `name` (ELF string tables hold names
  * NUL-terminated, so "kn_reduce" does not match "kn_reduce_final"). */

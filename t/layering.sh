@@ -4,17 +4,18 @@
 # a call from a lower layer to a higher one, an include of a kernels/ header
 # from core/, a call from scripting's parts into onnx's Lua binding (which
 # uses them), Lua's headers outside the Lua side, and a circle between two
-# scripting files.
+# scripting files or two kernels/cuda files.
 . t/lib/tap.sh
 build=${KILN_BUILD:-build}
 if ! command -v lua5.4 >/dev/null; then echo "1..0 # SKIP no lua5.4 interpreter on this machine"; exit 0; fi
-echo "1..13"
+echo "1..16"
 
 out=$(lua5.4 scripts/check_layers.lua --build "$build" 2>&1)
 st=$?
 is "$st" 0 "the project's layers hold (includes and symbols of $build)"
 [ "$st" = 0 ] || printf '%s\n' "$out" | sed 's/^/# /'
 like "$out" "modules in circles: core      0 of" "no circle among core/ modules"
+like "$out" "modules in circles: kernels   0 of" "no circle among kernels/ modules (the CPU and CUDA backends)"
 like "$out" "modules in circles: scripting 0 of" "no circle among scripting/ modules"
 like "$out" "modules in circles: onnx      0 of" "no circle among onnx/ modules"
 
@@ -74,4 +75,18 @@ if [ $ok = 1 ]; then
 else
     for i in 1 2 3 4; do fail "compiling the small tree's objects"; done
 fi
+# Two kernels/cuda files that include each other's header, and nothing
+# else wrong: the circle alone fails the check.
+c="$tmp/cuda_circle"
+mkdir -p "$c/kernels/cuda"
+for m in a b; do
+    printf 'int kn_cuda_%s_fn(void);\n' $m > "$c/kernels/cuda/kn_cuda_$m.h"
+done
+printf '#include "kn_cuda_a.h"\n#include "kn_cuda_b.h"\nint kn_cuda_a_fn(void) { return kn_cuda_b_fn(); }\n' \
+    > "$c/kernels/cuda/kn_cuda_a.c"
+printf '#include "kn_cuda_b.h"\n#include "kn_cuda_a.h"\nint kn_cuda_b_fn(void) { return kn_cuda_a_fn(); }\n' \
+    > "$c/kernels/cuda/kn_cuda_b.c"
+out=$(lua5.4 scripts/check_layers.lua --src "$c" 2>&1)
+is "$?" 1 "a circle between two kernels/cuda files fails the check"
+like "$out" "layering: circle of 2 modules: kernels/cuda/kn_cuda_a kernels/cuda/kn_cuda_b" "the message names the circle's modules"
 [ $failed -eq 0 ]

@@ -1,5 +1,5 @@
-/* kn_cuda_alloc: the caching device allocator, one per GPU (contract in
- * kn_cuda_internal.h).
+/* kn_cuda_alloc: the caching device allocator's pool, one per GPU
+ * (contract in kn_cuda_alloc.h).
  *
  * cudaMalloc and cudaFree are slow (cudaFree synchronizes the device), and
  * eager code frees and allocates the same sizes over and over; so blocks
@@ -15,11 +15,12 @@
  * capture_begin below.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_cuda_internal.h"
+#include "kn_cuda_alloc.h"
 
 #define SMALL_MAX ((int64_t)1 << 20)
 #define SMALL_ROUND ((int64_t)512)
@@ -63,11 +64,6 @@ kn_cuda_pool *kn_cuda_pool_new(void)
     kn_cuda_pool *pool = calloc(1, sizeof *pool);
     if (pool) pthread_mutex_init(&pool->lock, NULL);
     return pool;
-}
-
-static kn_cuda_pool *current_pool(void)
-{
-    return kn_cuda_current()->pool;
 }
 
 /* ---- sorted lists ---- */
@@ -211,13 +207,10 @@ static void hand_out(kn_cuda_pool *pool, block *b)
     if (pool->stats.allocated > pool->stats.peak_allocated) pool->stats.peak_allocated = pool->stats.allocated;
 }
 
-kn_status kn_cuda_malloc(int64_t nbytes, void **p)
+kn_status kn_cuda_pool_malloc(kn_cuda_pool *pool, int64_t nbytes, void **p, cudaError_t *cuda_error)
 {
-    kn_cuda_pool *pool = current_pool();
     *p = NULL;
-    if (nbytes < 0 || nbytes > KN_MAX_BYTES)
-        return kn_error(KN_ERR_OOM, "cuda: cannot allocate %lld bytes", (long long)nbytes);
-    KN_TRY(kn_cuda_init());
+    *cuda_error = cudaSuccess;
     int64_t need = round_size(nbytes);
     pthread_mutex_lock(&pool->lock);
     block *b = pool->recording ? blist_take(&pool->recording->free, need) : NULL;
@@ -255,8 +248,8 @@ kn_status kn_cuda_malloc(int64_t nbytes, void **p)
         free(nb);
         pthread_mutex_unlock(&pool->lock);
         (void)cudaGetLastError(); /* an OOM is not sticky: later calls must not see it */
-        if (e == cudaErrorMemoryAllocation) return kn_cuda_oom(nbytes, NULL);
-        return kn_cuda_fail(e, "cudaMalloc");
+        *cuda_error = e;
+        return KN_ERR_DEVICE; /* kn_cuda_malloc words it */
     }
     nb->ptr = ptr;
     nb->size = need;
@@ -274,9 +267,8 @@ kn_status kn_cuda_malloc(int64_t nbytes, void **p)
     return KN_OK;
 }
 
-void kn_cuda_free(void *p)
+void kn_cuda_pool_free(kn_cuda_pool *pool, void *p)
 {
-    kn_cuda_pool *pool = current_pool();
     if (!p) return;
     pthread_mutex_lock(&pool->lock);
     block *b = table_find(pool, p);
@@ -308,25 +300,22 @@ void kn_cuda_free(void *p)
     pthread_mutex_unlock(&pool->lock);
 }
 
-void kn_cuda_empty_cache(void)
+void kn_cuda_pool_empty(kn_cuda_pool *pool)
 {
-    kn_cuda_pool *pool = current_pool();
     pthread_mutex_lock(&pool->lock);
     empty_locked(pool);
     pthread_mutex_unlock(&pool->lock);
 }
 
-void kn_cuda_alloc_stats_get(kn_cuda_alloc_stats *s)
+void kn_cuda_pool_stats(kn_cuda_pool *pool, kn_cuda_alloc_stats *s)
 {
-    kn_cuda_pool *pool = current_pool();
     pthread_mutex_lock(&pool->lock);
     *s = pool->stats;
     pthread_mutex_unlock(&pool->lock);
 }
 
-void kn_cuda_alloc_reset_peak(void)
+void kn_cuda_pool_reset_peak(kn_cuda_pool *pool)
 {
-    kn_cuda_pool *pool = current_pool();
     pthread_mutex_lock(&pool->lock);
     pool->stats.peak_allocated = pool->stats.allocated;
     pthread_mutex_unlock(&pool->lock);
@@ -334,9 +323,8 @@ void kn_cuda_alloc_reset_peak(void)
 
 /* ---- recordings ---- */
 
-kn_status kn_cuda_alloc_capture_begin(void)
+kn_status kn_cuda_pool_capture_begin(kn_cuda_pool *pool)
 {
-    kn_cuda_pool *pool = current_pool();
     rec *r = calloc(1, sizeof *r);
     if (!r) return kn_error(KN_ERR_OOM, "out of host memory for a recording");
     pthread_mutex_lock(&pool->lock);
@@ -350,9 +338,8 @@ kn_status kn_cuda_alloc_capture_begin(void)
     return KN_OK;
 }
 
-void kn_cuda_alloc_capture_end(void **held)
+void kn_cuda_pool_capture_end(kn_cuda_pool *pool, void **held)
 {
-    kn_cuda_pool *pool = current_pool();
     pthread_mutex_lock(&pool->lock);
     rec *r = pool->recording;
     pool->recording = NULL;
@@ -364,9 +351,8 @@ void kn_cuda_alloc_capture_end(void **held)
     *held = r;
 }
 
-void kn_cuda_alloc_release_held(void *held)
+void kn_cuda_pool_release_held(kn_cuda_pool *pool, void *held)
 {
-    kn_cuda_pool *pool = current_pool();
     rec *r = held;
     if (!r) return;
     pthread_mutex_lock(&pool->lock);

@@ -16,7 +16,9 @@
 #include <string.h>
 
 #include "kn_cuda_attn_args.h"
-#include "kn_cuda_internal.h"
+#include "kn_cuda_context.h"
+#include "kn_cuda_module.h"
+#include "kn_cuda_tsrc.h"
 #include "kn_strbuf.h"
 
 #define TC_MAX_DIM 128  /* Q fragments and O accumulators live in registers */

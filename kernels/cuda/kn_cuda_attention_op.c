@@ -18,9 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_cuda_attention_op.h"
+
 #include "kn_cuda_attention.h"
-#include "kn_cuda_internal.h"
-#include "kn_cuda_linalg.h"
+#include "kn_cuda_context.h"
+#include "kn_cuda_ops.h"
 #include "kn_op.h"
 
 static bool attention_log_on(void)

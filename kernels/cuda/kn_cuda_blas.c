@@ -30,131 +30,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_cuda_linalg.h"
+#include "kn_cuda_blas.h"
+
+#include "kn_cuda_context.h"
 #include "kn_cuda_libplans.h"
+#include "kn_cuda_linalg.h"
+#include "kn_cuda_module.h"
 #include "kn_hash.h"
-#include "kn_strbuf.h"
 
 #ifdef KILN_HAVE_CUBLASLT
 #include <cublasLt.h>
 #include <dlfcn.h>
 #endif
 
-#define GRID_CAP 65535
 #define LT_HEUR_MAX 8 /* the heuristic's algorithms asked for (max-autotune measures them all) */
 #define LT_SPLITS 3   /* split-K variants of its first: 2, 4, 8 */
 #define LT_WORKSPACE ((int64_t)32 << 20)
-
-/* ---- helpers shared with kn_cuda_dnn.c (kn_cuda_linalg.h) ---------------- */
-
-char *kn_cuda_tensor_ptr(const kn_tensor *t)
-{
-    return (char *)t->storage->data + t->offset * (int64_t)kn_dtype_size(t->dtype);
-}
-
-int64_t kn_cuda_align_of(const void *p, const int64_t *byte_strides, int n, int64_t cap)
-{
-    uint64_t bits = (uint64_t)(uintptr_t)p;
-    for (int i = 0; i < n; i++) bits |= (uint64_t)(byte_strides[i] < 0 ? -byte_strides[i] : byte_strides[i]);
-    int64_t a = cap;
-    while (a > 1 && bits % (uint64_t)a) a >>= 1;
-    return a;
-}
-
-kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
-{
-    kn_opcall c;
-    kn_opcall_init(&c, dt == t->dtype ? KN_OP_CONTIGUOUS : KN_OP_CAST);
-    c.n_in = 1;
-    c.in[0] = (kn_tensor *)t;
-    c.a.dtype = dt;
-    KN_TRY(kn_op_eager(&c, kn_cuda_current()->device));
-    *out = c.out[0];
-    return KN_OK;
-}
-
-kn_status kn_cuda_linalg_source(char **src)
-{
-    const char *args = kn_cuda_template("kn_cuda_la_args.h"), *tpl = kn_cuda_template("kn_linalg");
-    *src = NULL;
-    if (!args || !tpl)
-        return kn_error(KN_ERR_UNSUPPORTED, "kernels/cuda/%s is not embedded in this build",
-                        !args ? "kn_cuda_la_args.h" : "kn_linalg.cu");
-    kn_strbuf s = {0};
-    kn_strbuf_puts(&s, "#define KN_LA_STANDALONE 1\n");
-    kn_strbuf_puts(&s, args);
-    kn_strbuf_puts(&s, "\n");
-    kn_strbuf_puts(&s, tpl);
-    return kn_strbuf_finish(&s, src, "kn_linalg.cu's source");
-}
-
-kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
-{
-    /* process-wide, like the module cache: kernel handles serve every GPU */
-    static kn_cuda_module *mod;
-    static struct {
-        const char *name;
-        const void *fn;
-    } known[8];
-    for (int i = 0; i < 8 && known[i].name; i++)
-        if (strcmp(known[i].name, name) == 0) {
-            *fn = known[i].fn;
-            return KN_OK;
-        }
-    if (!mod) {
-        char *src = NULL;
-        kn_status st = kn_cuda_linalg_source(&src);
-        if (st != KN_OK) return kn_error(st, "%s: %s", name, kn_last_error());
-        st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
-        free(src);
-        KN_TRY(st);
-    }
-    KN_TRY(kn_cuda_module_kernel(mod, name, fn));
-    for (int i = 0; i < 8; i++)
-        if (!known[i].name) {
-            known[i].name = name; /* callers pass string literals */
-            known[i].fn = *fn;
-            break;
-        }
-    return KN_OK;
-}
-
-bool kn_cuda_lib_log_on(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("KILN_LOGS");
-        on = v && strstr(v, "library") != NULL;
-    }
-    return on;
-}
-
-static int64_t grid_for(int64_t work, int64_t per_block)
-{
-    int64_t g = (work + per_block - 1) / per_block;
-    return g < 1 ? 1 : g > GRID_CAP ? GRID_CAP : g;
-}
-
-kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, int64_t channels,
-                           int act)
-{
-    int64_t total = kn_tensor_numel(y);
-    if (total == 0 || (!bias && act == 0)) return KN_OK;
-    kn_la_bias_args p;
-    memset(&p, 0, sizeof p);
-    p.y = kn_cuda_tensor_ptr(y);
-    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
-    p.total = total;
-    p.inner = inner > 0 ? inner : 1;
-    p.channels = channels > 0 ? channels : 1;
-    p.bias_s = bias ? bias->strides[0] : 0;
-    p.y_dt = (int)y->dtype;
-    p.b_dt = bias ? (int)bias->dtype : 0;
-    p.act = act;
-    const void *fn;
-    KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_F64 ? "kn_la_bias_act_f64" : "kn_la_bias_act_f32", &fn));
-    return kn_cuda_launch(fn, grid_for(total, 256), 256, &p, 0);
-}
 
 /* ---- the problem: sizes and strides of one matmul call ------------------ */
 
@@ -266,7 +157,7 @@ static kn_status matmul_naive(const mm_problem *pr)
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel(pr->o->dtype == KN_F64 ? "kn_la_matmul_f64" : "kn_la_matmul_f32", &fn));
     int64_t tiles = ((pr->m + 15) / 16) * ((pr->n + 15) / 16) * pr->nbatch;
-    return kn_cuda_launch(fn, grid_for(tiles, 1), 256, &p, 0);
+    return kn_cuda_launch(fn, kn_cuda_linalg_grid(tiles, 1), 256, &p, 0);
 }
 
 /* ---- cuBLASLt ------------------------------------------------------------ */
@@ -451,23 +342,18 @@ static void lt_entry_destroy(lt_entry *e)
     free(e);
 }
 
-/* Descriptors, layouts and the heuristic's first algorithm for key k.
- * bias_ptr only tells the heuristic its alignment. A refusal
- * (NOT_SUPPORTED, no algorithm) is cached as e->refused, not an error. */
-static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, const void *bias_ptr,
-                                lt_entry **out)
+/* e's matmul descriptor (ops, epilogue, bias) and the layouts of its A, B
+ * and D, from e->key; what was made before a failure stays in e for
+ * lt_entry_destroy. bias_ptr only tells the heuristic its alignment. */
+static cublasStatus_t lt_descriptors(lt_entry *e, const void *bias_ptr)
 {
-    lt_entry *e = calloc(1, sizeof *e);
-    if (!e) return kn_error(KN_ERR_OOM, "matmul: out of memory for a cuBLASLt plan");
-    e->key = *k;
-    e->hash = h;
+    const lt_key *k = &e->key;
     kn_dtype dt = (kn_dtype)k->dtype;
     cudaDataType_t t = lt_type(dt);
     cublasComputeType_t ct = dt == KN_F64 ? CUBLAS_COMPUTE_64F
                              : k->tf32    ? CUBLAS_COMPUTE_32F_FAST_TF32
                                           : CUBLAS_COMPUTE_32F;
     cudaDataType_t scale = dt == KN_F64 ? CUDA_R_64F : CUDA_R_32F;
-    cublasLtMatmulPreference_t pref = NULL;
     cublasStatus_t s = lt.cublasLtMatmulDescCreate(&e->desc, ct, scale);
     int32_t op_a = k->op_a, op_b = k->op_b;
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -491,10 +377,17 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
     if (s == CUBLAS_STATUS_SUCCESS)
         s = lt_layout(&e->lb, t, k->rows_b, k->cols_b, k->ld_b, k->count, k->sb);
     if (s == CUBLAS_STATUS_SUCCESS) s = lt_layout(&e->ld, t, k->m, k->n, k->ld_d, k->count, k->sd);
-    if (s == CUBLAS_STATUS_SUCCESS) s = lt.cublasLtMatmulPreferenceCreate(&pref);
+    return s;
+}
+
+/* The heuristic's preference for key k: at most b's workspace, and the
+ * operands' alignments. *pref (the caller destroys it) is made first. */
+static cublasStatus_t lt_preference(const kn_cuda_blas *b, const lt_key *k, cublasLtMatmulPreference_t *pref)
+{
+    cublasStatus_t s = lt.cublasLtMatmulPreferenceCreate(pref);
     uint64_t wsb = (uint64_t)b->ws_size;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+        s = lt.cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
                                                  sizeof wsb);
     /* The default assumes 256-byte aligned operands; a slice view is less. */
     const struct {
@@ -506,8 +399,25 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k->align_d}};
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++) {
         uint32_t v = (uint32_t)al[i].align;
-        s = lt.cublasLtMatmulPreferenceSetAttribute(pref, al[i].attr, &v, sizeof v);
+        s = lt.cublasLtMatmulPreferenceSetAttribute(*pref, al[i].attr, &v, sizeof v);
     }
+    return s;
+}
+
+/* Descriptors, layouts and the heuristic's first algorithm for key k.
+ * bias_ptr only tells the heuristic its alignment. A refusal
+ * (NOT_SUPPORTED, no algorithm) is cached as e->refused, not an error. */
+static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, const void *bias_ptr,
+                                lt_entry **out)
+{
+    lt_entry *e = calloc(1, sizeof *e);
+    if (!e) return kn_error(KN_ERR_OOM, "matmul: out of memory for a cuBLASLt plan");
+    e->key = *k;
+    e->hash = h;
+    kn_dtype dt = (kn_dtype)k->dtype;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t s = lt_descriptors(e, bias_ptr);
+    if (s == CUBLAS_STATUS_SUCCESS) s = lt_preference(b, k, &pref);
     if (s != CUBLAS_STATUS_SUCCESS) {
         if (pref) lt.cublasLtMatmulPreferenceDestroy(pref);
         lt_entry_destroy(e);
@@ -611,6 +521,173 @@ static bool fits_i32(int64_t v)
     return v >= 0 && v <= INT32_MAX;
 }
 
+/* The operands of pr in the output's dtype, each mappable onto a cuBLASLt
+ * layout with its batch dims one strided run, and the bias in *lbias (NULL
+ * when it cannot be had: the epilogue then goes to kiln's kernel): copies
+ * (tmp, the caller releases them) where the views are not. False when a
+ * needed copy is not available: kiln's kernel then runs on the views. */
+static bool lt_operands(mm_problem *pr, const kn_tensor *bias, kn_tensor *tmp[3], const kn_tensor **lbias)
+{
+    kn_dtype dt = pr->o->dtype;
+    /* operands in the output dtype, each mappable onto a cuBLASLt layout */
+    for (int w = 0; w < 2; w++) {
+        mm_operand *op = w ? &pr->b : &pr->a;
+        int64_t p = w ? pr->n : pr->k, q = w ? pr->k : pr->m;
+        int32_t o32;
+        int64_t r, c, l;
+        bool neg = op->cs < 0 || op->rs < 0;
+        for (int i = 0; i < pr->nbat; i++) neg = neg || op->bs[i] < 0;
+        if (op->t->dtype == dt && !neg && lt_map(p, q, op->cs, op->rs, &o32, &r, &c, &l)) continue;
+        if (kn_cuda_copy_as(op->t, dt, &tmp[w]) != KN_OK) { /* naive on the views */
+            if (kn_cuda_lib_log_on())
+                fprintf(stderr, "kiln: matmul: no %s copy of operand %d for cuBLASLt (%s): kiln's kernel runs\n",
+                        op->t->dtype == dt ? "contiguous" : "converted", w + 1, kn_last_error());
+            return false;
+        }
+        mm_describe_operand(pr, op, tmp[w], w == 0);
+    }
+    *lbias = bias;
+    if (bias && (bias->dtype != dt || (pr->n > 1 && bias->strides[0] != 1))) {
+        *lbias = kn_cuda_copy_as(bias, dt, &tmp[2]) == KN_OK ? tmp[2] : NULL;
+    }
+    /* An operand whose batch dims are no single strided run (attention's
+     * q, k, v: [B, H, T, D] views of one [B, T, 3D] tensor) would need a
+     * loop of calls, one per outer index; on the H100 that loop made the
+     * PV matmul of the transformer_block sample 232 us. One contiguous copy
+     * (~10 us) and one strided-batch call are cheaper. */
+    for (int w = 0; w < 2; w++) {
+        mm_operand *op = w ? &pr->b : &pr->a;
+        int64_t step;
+        if (tmp[w] || batch_run(pr, op->bs, 0, &step)) continue;
+        if (kn_cuda_copy_as(op->t, dt, &tmp[w]) != KN_OK) return false;
+        mm_describe_operand(pr, op, tmp[w], w == 0);
+    }
+    return true;
+}
+
+/* The shape of the cuBLASLt calls for pr (its operands mappable:
+ * lt_operands) into a zeroed key k: the largest suffix [*split, nbat) of
+ * the batch dims that is one strided run for a, b and the output becomes
+ * the strided batch (or, b shared, more rows of one GEMM), the dims before
+ * it a loop of calls; the layouts and the alignments over every pointer
+ * the calls will use (pa, pb, pd: cuBLASLt's A, B and D). The dtype, the
+ * variant and the epilogue are the caller's. False when a size does not
+ * fit cuBLASLt's 32 bits. */
+static bool lt_shape(const mm_problem *pr, const char *pa, const char *pb, char *pd, lt_key *k_out, int *split_out)
+{
+    size_t esz = kn_dtype_size(pr->o->dtype);
+    lt_key k;
+    memset(&k, 0, sizeof k);
+    /* largest suffix of batch dims that is one strided run for a, b and
+     * the output (a contiguous output is one for any suffix) */
+    int split = 0;
+    int64_t sa = 0, sb = 0, so = 0;
+    while (!(batch_run(pr, pr->a.bs, split, &sa) && batch_run(pr, pr->b.bs, split, &sb) &&
+             (pr->o_dense || batch_run(pr, pr->o_bs, split, &so))))
+        split++;
+    int64_t count = 1;
+    for (int d = split; d < pr->nbat; d++) count *= pr->bsize[d];
+    if (pr->o_dense) so = pr->m * pr->n;
+    int64_t m = pr->m, a_rs = pr->a.rs, ld_d = pr->o_dense || pr->m == 1 ? pr->n : pr->o_rs;
+    /* b shared: the batches of a are more rows of one GEMM, when the
+     * output's rows also continue from batch to batch */
+    bool o_rows_run = pr->o_dense || (pr->m == 1 ? so >= pr->n : so == pr->m * pr->o_rs);
+    if (count > 1 && sb == 0 && (pr->m == 1 || sa == pr->m * pr->a.rs) && o_rows_run) {
+        int32_t o32;
+        int64_t r, c, l, rs = pr->m == 1 ? sa : pr->a.rs;
+        if (lt_map(pr->k, pr->m * count, pr->a.cs, rs, &o32, &r, &c, &l)) {
+            a_rs = rs;
+            m = pr->m * count;
+            count = 1;
+            if (!pr->o_dense) ld_d = pr->m == 1 ? so : pr->o_rs;
+        }
+    }
+    /* cuBLASLt A = kiln b^T (N x K), B = kiln a^T (K x m), D = out^T (N x m) */
+    if (!lt_map(pr->n, pr->k, pr->b.cs, pr->b.rs, &k.op_a, &k.rows_a, &k.cols_a, &k.ld_a) ||
+        !lt_map(pr->k, m, pr->a.cs, a_rs, &k.op_b, &k.rows_b, &k.cols_b, &k.ld_b))
+        return false; /* cannot happen after the copies; kept for safety */
+    k.m = pr->n, k.n = m, k.k = pr->k, k.count = count;
+    k.ld_d = ld_d;
+    k.sa = count > 1 ? sb : 0;
+    k.sb = count > 1 ? sa : 0;
+    k.sd = count > 1 ? so : 0;
+    if (!fits_i32(k.m) || !fits_i32(k.n) || !fits_i32(k.k) || !fits_i32(k.ld_a) ||
+        !fits_i32(k.ld_b) || !fits_i32(k.ld_d) || !fits_i32(k.count))
+        return false;
+    /* alignment over every pointer the calls will use: base plus batch steps */
+    int64_t bya[KN_LA_MAX_BATCH], byb[KN_LA_MAX_BATCH];
+    for (int i = 0; i < pr->nbat; i++) {
+        bya[i] = pr->b.bs[i] * (int64_t)esz;
+        byb[i] = pr->a.bs[i] * (int64_t)esz;
+    }
+    int64_t byd = pr->m * pr->n * (int64_t)esz, byo[KN_LA_MAX_BATCH + 1];
+    k.align_a = kn_cuda_align_of(pa, bya, pr->nbat, 256);
+    k.align_b = kn_cuda_align_of(pb, byb, pr->nbat, 256);
+    if (pr->o_dense) {
+        k.align_d = kn_cuda_align_of(pd, &byd, pr->nbat ? 1 : 0, 256);
+    } else { /* every batch start and the row stride */
+        for (int i = 0; i < pr->nbat; i++) byo[i] = pr->o_bs[i] * (int64_t)esz;
+        byo[pr->nbat] = ld_d * (int64_t)esz;
+        k.align_d = kn_cuda_align_of(pd, byo, pr->nbat + 1, 256);
+    }
+    memcpy(k_out, &k, sizeof k); /* the bytes, padding too: the key is hashed */
+    *split_out = split;
+    return true;
+}
+
+/* Entry e's calls (its key as lt_shape made it) over the outer batch dims
+ * [0, split), one strided-batch call each: D = A·B, or D = A·B + C with a
+ * residual (C). cuBLASLt refusing the first call is no error: e->refused
+ * is set (remembered: next time straight to the fallback). */
+static kn_status lt_calls(kn_cuda_blas *b, lt_entry *e, const mm_problem *pr, int split, const char *pa,
+                          const char *pb, char *pd, const kn_tensor *residual)
+{
+    kn_dtype dt = pr->o->dtype;
+    size_t esz = kn_dtype_size(dt);
+    int64_t m = e->key.n, count = e->key.count;
+    float one_f = 1.0f, zero_f = 0.0f;
+    double one_d = 1.0, zero_d = 0.0;
+    const void *alpha = dt == KN_F64 ? (const void *)&one_d : (const void *)&one_f;
+    const void *beta = dt == KN_F64 ? (const void *)&zero_d : (const void *)&zero_f;
+    /* a residual rides in as C with beta 1: D = A·B + C (+ bias); it has
+     * D's shape and layout (the caller checked), so D's layout serves */
+    const char *pc = pd;
+    if (residual) {
+        beta = alpha;
+        pc = kn_cuda_tensor_ptr(residual);
+    }
+    /* the outer batch dims [0, split): one strided-batch call each */
+    int64_t outer = 1, idx[KN_LA_MAX_BATCH] = {0};
+    for (int d = 0; d < split; d++) outer *= pr->bsize[d];
+    int64_t oa = 0, ob = 0, oo = 0;
+    for (int64_t it = 0; it < outer; it++) {
+        /* m: rows after any folding; a strided output steps by its own strides */
+        int64_t od = pr->o_dense ? it * count * m * pr->n : oo;
+        cublasStatus_t s = lt.cublasLtMatmul(
+            b->h, e->desc, alpha, pa + oa * (int64_t)esz, e->la, pb + ob * (int64_t)esz, e->lb,
+            beta, pc + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, b->ws,
+            (size_t)b->ws_size, kn_cuda_stream());
+        if (s == CUBLAS_STATUS_NOT_SUPPORTED && it == 0) {
+            e->refused = true; /* remembered: next time straight to the fallback */
+            if (kn_cuda_lib_log_on())
+                fprintf(stderr, "kiln: matmul: cublasLtMatmul refused its own algorithm: kiln's kernel runs\n");
+            break;
+        }
+        if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(s, "matmul");
+        for (int d = split - 1; d >= 0; d--) { /* odometer over the outer dims */
+            oa += pr->b.bs[d];
+            ob += pr->a.bs[d];
+            oo += pr->o_bs[d];
+            if (++idx[d] < pr->bsize[d]) break;
+            oa -= pr->b.bs[d] * idx[d];
+            ob -= pr->a.bs[d] * idx[d];
+            oo -= pr->o_bs[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    return KN_OK;
+}
+
 /* The library path. *done stays false when cuBLASLt refuses or a needed
  * copy is not available: the caller then runs kiln's kernel. Temporaries
  * (casts, contiguous copies) are released before returning; the allocator
@@ -624,102 +701,19 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
     if (!b)
         return variant ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt is not available: no variant %d", variant) : KN_OK;
     kn_dtype dt = pr0->o->dtype;
-    size_t esz = kn_dtype_size(dt);
     kn_tensor *tmp[3] = {NULL, NULL, NULL};
     kn_status st = KN_OK;
     mm_problem pr = *pr0;
-    /* operands in the output dtype, each mappable onto a cuBLASLt layout */
-    for (int w = 0; w < 2; w++) {
-        mm_operand *op = w ? &pr.b : &pr.a;
-        int64_t p = w ? pr.n : pr.k, q = w ? pr.k : pr.m;
-        int32_t o32;
-        int64_t r, c, l;
-        bool neg = op->cs < 0 || op->rs < 0;
-        for (int i = 0; i < pr.nbat; i++) neg = neg || op->bs[i] < 0;
-        if (op->t->dtype == dt && !neg && lt_map(p, q, op->cs, op->rs, &o32, &r, &c, &l)) continue;
-        if (kn_cuda_copy_as(op->t, dt, &tmp[w]) != KN_OK) { /* naive on the views */
-            if (kn_cuda_lib_log_on())
-                fprintf(stderr, "kiln: matmul: no %s copy of operand %d for cuBLASLt (%s): kiln's kernel runs\n",
-                        op->t->dtype == dt ? "contiguous" : "converted", w + 1, kn_last_error());
-            goto out;
-        }
-        mm_describe_operand(&pr, op, tmp[w], w == 0);
-    }
-    const kn_tensor *lbias = bias;
-    if (bias && (bias->dtype != dt || (pr.n > 1 && bias->strides[0] != 1))) {
-        lbias = kn_cuda_copy_as(bias, dt, &tmp[2]) == KN_OK ? tmp[2] : NULL;
-    }
-    /* An operand whose batch dims are no single strided run (attention's
-     * q, k, v: [B, H, T, D] views of one [B, T, 3D] tensor) would need a
-     * loop of calls, one per outer index; on the H100 that loop made the
-     * PV matmul of the transformer_block sample 232 us. One contiguous copy
-     * (~10 us) and one strided-batch call are cheaper. */
-    for (int w = 0; w < 2; w++) {
-        mm_operand *op = w ? &pr.b : &pr.a;
-        int64_t step;
-        if (tmp[w] || batch_run(&pr, op->bs, 0, &step)) continue;
-        if (kn_cuda_copy_as(op->t, dt, &tmp[w]) != KN_OK) goto out;
-        mm_describe_operand(&pr, op, tmp[w], w == 0);
-    }
-    /* largest suffix of batch dims that is one strided run for a, b and
-     * the output (a contiguous output is one for any suffix) */
-    int split = 0;
-    int64_t sa = 0, sb = 0, so = 0;
-    while (!(batch_run(&pr, pr.a.bs, split, &sa) && batch_run(&pr, pr.b.bs, split, &sb) &&
-             (pr.o_dense || batch_run(&pr, pr.o_bs, split, &so))))
-        split++;
-    int64_t count = 1;
-    for (int d = split; d < pr.nbat; d++) count *= pr.bsize[d];
-    if (pr.o_dense) so = pr.m * pr.n;
-    int64_t m = pr.m, a_rs = pr.a.rs, ld_d = pr.o_dense || pr.m == 1 ? pr.n : pr.o_rs;
-    /* b shared: the batches of a are more rows of one GEMM, when the
-     * output's rows also continue from batch to batch */
-    bool o_rows_run = pr.o_dense || (pr.m == 1 ? so >= pr.n : so == pr.m * pr.o_rs);
-    if (count > 1 && sb == 0 && (pr.m == 1 || sa == pr.m * pr.a.rs) && o_rows_run) {
-        int32_t o32;
-        int64_t r, c, l, rs = pr.m == 1 ? sa : pr.a.rs;
-        if (lt_map(pr.k, pr.m * count, pr.a.cs, rs, &o32, &r, &c, &l)) {
-            a_rs = rs;
-            m = pr.m * count;
-            count = 1;
-            if (!pr.o_dense) ld_d = pr.m == 1 ? so : pr.o_rs;
-        }
-    }
+    const kn_tensor *lbias = NULL;
+    if (!lt_operands(&pr, bias, tmp, &lbias)) goto out;
+    const char *pa = kn_cuda_tensor_ptr(pr.b.t), *pb = kn_cuda_tensor_ptr(pr.a.t);
+    char *pd = kn_cuda_tensor_ptr(pr.o);
     lt_key k;
-    memset(&k, 0, sizeof k);
+    int split;
+    if (!lt_shape(&pr, pa, pb, pd, &k, &split)) goto out;
     k.dtype = (int32_t)dt;
     k.variant = variant;
     k.tf32 = dt == KN_F32 && kn_allow_tf32();
-    /* cuBLASLt A = kiln b^T (N x K), B = kiln a^T (K x m), D = out^T (N x m) */
-    if (!lt_map(pr.n, pr.k, pr.b.cs, pr.b.rs, &k.op_a, &k.rows_a, &k.cols_a, &k.ld_a) ||
-        !lt_map(pr.k, m, pr.a.cs, a_rs, &k.op_b, &k.rows_b, &k.cols_b, &k.ld_b))
-        goto out; /* cannot happen after the copies; kept for safety */
-    k.m = pr.n, k.n = m, k.k = pr.k, k.count = count;
-    k.ld_d = ld_d;
-    k.sa = count > 1 ? sb : 0;
-    k.sb = count > 1 ? sa : 0;
-    k.sd = count > 1 ? so : 0;
-    if (!fits_i32(k.m) || !fits_i32(k.n) || !fits_i32(k.k) || !fits_i32(k.ld_a) ||
-        !fits_i32(k.ld_b) || !fits_i32(k.ld_d) || !fits_i32(k.count))
-        goto out;
-    /* alignment over every pointer the calls will use: base plus batch steps */
-    const char *pa = kn_cuda_tensor_ptr(pr.b.t), *pb = kn_cuda_tensor_ptr(pr.a.t);
-    char *pd = kn_cuda_tensor_ptr(pr.o);
-    int64_t bya[KN_LA_MAX_BATCH], byb[KN_LA_MAX_BATCH];
-    for (int i = 0; i < pr.nbat; i++) {
-        bya[i] = pr.b.bs[i] * (int64_t)esz;
-        byb[i] = pr.a.bs[i] * (int64_t)esz;
-    }
-    int64_t byd = pr.m * pr.n * (int64_t)esz, byo[KN_LA_MAX_BATCH + 1];
-    k.align_a = kn_cuda_align_of(pa, bya, pr.nbat, 256);
-    k.align_b = kn_cuda_align_of(pb, byb, pr.nbat, 256);
-    if (pr.o_dense) {
-        k.align_d = kn_cuda_align_of(pd, &byd, pr.nbat ? 1 : 0, 256);
-    } else { /* every batch start and the row stride */
-        for (int i = 0; i < pr.nbat; i++) byo[i] = pr.o_bs[i] * (int64_t)esz;
-        byo[pr.nbat] = ld_d * (int64_t)esz;
-        k.align_d = kn_cuda_align_of(pd, byo, pr.nbat + 1, 256);
-    }
     bool want_epi = (bias || act) && (!bias || lbias);
     for (int attempt = want_epi ? 0 : 1; attempt < 2 && !*done; attempt++) {
         bool epi = attempt == 0;
@@ -749,49 +743,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
                 goto out;
             }
         }
-        float one_f = 1.0f, zero_f = 0.0f;
-        double one_d = 1.0, zero_d = 0.0;
-        const void *alpha = dt == KN_F64 ? (const void *)&one_d : (const void *)&one_f;
-        const void *beta = dt == KN_F64 ? (const void *)&zero_d : (const void *)&zero_f;
-        /* a residual rides in as C with beta 1: D = A·B + C (+ bias); it has
-         * D's shape and layout (the caller checked), so D's layout serves */
-        const char *pc = pd;
-        if (residual) {
-            beta = alpha;
-            pc = kn_cuda_tensor_ptr(residual);
-        }
-        /* the outer batch dims [0, split): one strided-batch call each */
-        int64_t outer = 1, idx[KN_LA_MAX_BATCH] = {0};
-        for (int d = 0; d < split; d++) outer *= pr.bsize[d];
-        int64_t oa = 0, ob = 0, oo = 0;
-        for (int64_t it = 0; it < outer; it++) {
-            /* m: rows after any folding; a strided output steps by its own strides */
-            int64_t od = pr.o_dense ? it * count * m * pr.n : oo;
-            cublasStatus_t s = lt.cublasLtMatmul(
-                b->h, e->desc, alpha, pa + oa * (int64_t)esz, e->la, pb + ob * (int64_t)esz, e->lb,
-                beta, pc + od * (int64_t)esz, e->ld, pd + od * (int64_t)esz, e->ld, &e->algo, b->ws,
-                (size_t)b->ws_size, kn_cuda_stream());
-            if (s == CUBLAS_STATUS_NOT_SUPPORTED && it == 0) {
-                e->refused = true; /* remembered: next time straight to the fallback */
-                if (kn_cuda_lib_log_on())
-                    fprintf(stderr, "kiln: matmul: cublasLtMatmul refused its own algorithm: kiln's kernel runs\n");
-                break;
-            }
-            if (s != CUBLAS_STATUS_SUCCESS) {
-                st = lt_fail(s, "matmul");
-                goto out;
-            }
-            for (int d = split - 1; d >= 0; d--) { /* odometer over the outer dims */
-                oa += pr.b.bs[d];
-                ob += pr.a.bs[d];
-                oo += pr.o_bs[d];
-                if (++idx[d] < pr.bsize[d]) break;
-                oa -= pr.b.bs[d] * idx[d];
-                ob -= pr.a.bs[d] * idx[d];
-                oo -= pr.o_bs[d] * idx[d];
-                idx[d] = 0;
-            }
-        }
+        if ((st = lt_calls(b, e, &pr, split, pa, pb, pd, residual)) != KN_OK) goto out;
         if (e->refused) continue;
         *done = true;
         char *label = e->label[residual ? 1 : 0];

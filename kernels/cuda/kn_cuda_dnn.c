@@ -26,8 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_cuda_dnn.h"
+
+#include "kn_cuda_context.h"
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
+#include "kn_cuda_module.h"
 #include "kn_fs.h"
 #include "kn_hash.h"
 #include "kn_view.h"
@@ -35,118 +39,6 @@
 #ifdef KILN_HAVE_CUDNN
 #include <cudnn_graph.h>
 #endif
-
-#define GRID_CAP 65535
-
-/* kiln's kernel: any strides (y's too), any float dtypes, bias fused.
- * x, w and y are seen as NCHW here: a channels-last call passes permuted
- * headers (conv_run). */
-static kn_status conv_naive(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
-                            kn_tensor *y, const kn_attrs *at)
-{
-    kn_la_conv_args p;
-    memset(&p, 0, sizeof p);
-    int xo = x->ndim - 3, yo = y->ndim - 3;
-    p.x = kn_cuda_tensor_ptr(x);
-    p.w = kn_cuda_tensor_ptr(w);
-    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
-    p.y = kn_cuda_tensor_ptr(y);
-    p.n = xo ? x->shape[0] : 1;
-    p.c = x->shape[xo], p.h = x->shape[xo + 1], p.wd = x->shape[xo + 2];
-    p.k = w->shape[0], p.r = w->shape[2], p.s = w->shape[3];
-    p.p = y->shape[yo + 1], p.q = y->shape[yo + 2];
-    p.xs[0] = xo ? x->strides[0] : 0;
-    p.ys[0] = yo ? y->strides[0] : 0;
-    for (int i = 0; i < 3; i++) {
-        p.xs[i + 1] = x->strides[xo + i];
-        p.ys[i + 1] = y->strides[yo + i];
-    }
-    for (int i = 0; i < 4; i++) p.ws[i] = w->strides[i];
-    p.bias_s = bias ? bias->strides[0] : 0;
-    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
-    p.dh = at->dilation[0], p.dw = at->dilation[1], p.groups = at->groups;
-    p.x_dt = (int)x->dtype, p.w_dt = (int)w->dtype, p.b_dt = bias ? (int)bias->dtype : 0;
-    p.y_dt = (int)y->dtype;
-    const void *fn;
-    KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_F64 ? "kn_la_conv2d_f64" : "kn_la_conv2d_f32", &fn));
-    int64_t total = kn_tensor_numel(y), g = (total + 255) / 256;
-    return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
-}
-
-/* x (seen as NCHW through any strides) as a new contiguous {N, H, W, cp}
- * of x's dtype, channels past C zero: a channels-last conv's input. */
-static kn_status to_nhwc(const kn_tensor *x, int64_t cp, kn_tensor **out)
-{
-    int64_t shape[4] = {x->shape[0], x->shape[2], x->shape[3], cp};
-    KN_TRY(kn_tensor_new(x->dtype, 4, shape, kn_tensor_device(x), out));
-    kn_la_nhwc_args p;
-    memset(&p, 0, sizeof p);
-    p.x = kn_cuda_tensor_ptr(x);
-    p.y = kn_cuda_tensor_ptr(*out);
-    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.w = x->shape[3], p.cp = cp;
-    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
-    p.esize = (int)kn_dtype_size(x->dtype);
-    const void *fn;
-    kn_status st = kn_cuda_linalg_kernel("kn_la_to_nhwc", &fn);
-    int64_t total = kn_tensor_numel(*out), g = (total + 255) / 256;
-    if (st == KN_OK) st = kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
-    if (st != KN_OK) {
-        kn_tensor_release(*out);
-        *out = NULL;
-    }
-    return st;
-}
-
-/* Whether every element of one image of x (strides of any sign) is within
- * 2^31 elements of its first: the stem kernel's offsets are 32-bit. */
-static bool image_in_32_bits(const kn_tensor *x)
-{
-    int64_t reach = 0;
-    for (int d = 1; d < 4; d++) {
-        int64_t s = x->strides[d] < 0 ? -x->strides[d] : x->strides[d];
-        if (x->shape[d] > 0 && s > (INT32_MAX - reach) / (x->shape[d] > 1 ? x->shape[d] - 1 : 1)) return false;
-        reach += s * (x->shape[d] > 1 ? x->shape[d] - 1 : 0);
-    }
-    return reach < INT32_MAX;
-}
-
-/* Whether the stem kernel takes this channels-last call: an NCHW input
- * whose taps per output channel (C x kh x kw) fit its shared memory, one
- * group, one float dtype throughout (f64 stays on the exact paths). */
-static bool stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
-{
-    kn_dtype dt = y->dtype;
-    return at->out_layout == KN_LAYOUT_NHWC && at->in_layout == KN_LAYOUT_NCHW && at->groups == 1 && x->ndim == 4 &&
-           (dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && x->dtype == dt && w->dtype == dt &&
-           kn_tensor_is_contiguous(w) && kn_tensor_is_contiguous(y) &&
-           x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS && image_in_32_bits(x);
-}
-
-static kn_status conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
-                           const kn_attrs *at, int act)
-{
-    kn_la_stem_args p;
-    memset(&p, 0, sizeof p);
-    p.x = kn_cuda_tensor_ptr(x);
-    p.w = kn_cuda_tensor_ptr(w);
-    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
-    p.y = kn_cuda_tensor_ptr(y);
-    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.wd = x->shape[3];
-    p.k = w->shape[0], p.r = w->shape[1], p.s = w->shape[2], p.cw = w->shape[3];
-    p.p = y->shape[1], p.q = y->shape[2];
-    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
-    p.bias_s = bias ? bias->strides[0] : 0;
-    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
-    p.dh = at->dilation[0], p.dw = at->dilation[1];
-    p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
-    int64_t per16 = 16 / (int64_t)kn_dtype_size(y->dtype); /* elements in 16 bytes */
-    p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16 && p.k % per16 == 0;
-    const void *fn;
-    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem", &fn));
-    int64_t pix = p.n * p.p * p.q, g = (pix + 127) / 128;
-    kn_cuda_variant_label("kiln stem conv nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
-    return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 128, &p, 0);
-}
 
 /* ---- cuDNN ------------------------------------------------------------------ */
 
@@ -541,37 +433,16 @@ static void plan_to_cache(kn_cuda_dnn *dn, const dnn_entry *e)
     free(json);
 }
 
-/* The op graph of key k (conv, or conv + bias add when k->fused) and its
- * plan. NOT_SUPPORTED (any of its sub-codes) means cuDNN refuses. */
-static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
+/* The convolution descriptor of e's key: 2-D cross-correlation computed
+ * in comp, its paddings, dilations and strides. */
+static cudnnStatus_t dnn_conv_desc(dnn_entry *e, cudnnDataType_t comp, cudnnBackendDescriptor_t *out)
 {
-    if (plan_from_cache(dn, e)) return CUDNN_STATUS_SUCCESS;
     const dnn_key *k = &e->key;
-    kn_dtype kdt = (kn_dtype)k->dt;
-    cudnnDataType_t dt = dnn_type(kdt);
-    cudnnDataType_t comp = kdt == KN_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t tx, tw, ty, tb = NULL, tt = NULL, tt2 = NULL, conv, op_conv, pw = NULL, op_pw = NULL,
-                             rl = NULL, op_rl = NULL, graph;
-    int64_t ys[4] = {k->yd[1] * k->yd[2] * k->yd[3], k->yd[2] * k->yd[3], k->yd[3], 1};
-    if (k->nhwc) { /* {N, K, P, Q} laid out N, P, Q, K */
-        ys[1] = 1;
-        ys[2] = k->yd[3] * k->yd[1];
-        ys[3] = k->yd[1];
-    }
-    cudnnStatus_t s = dnn_tensor(e, UID_X, dt, k->xd, k->xs, k->align_x, false, &tx);
-    if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_W, dt, k->wd, k->ws, k->align_w, false, &tw);
-    if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_Y, dt, k->yd, ys, k->align_y, false, &ty);
-    if (s == CUDNN_STATUS_SUCCESS && k->fused) {
-        int64_t bd[4] = {1, k->yd[1], 1, 1}, bs[4] = {k->yd[1], 1, 1, 1};
-        s = dnn_tensor(e, UID_B, dnn_type((kn_dtype)k->bias_dt), bd, bs, k->align_b, false, &tb);
-        if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_T, comp, k->yd, ys, 16, true, &tt);
-        if (s == CUDNN_STATUS_SUCCESS && k->act) s = dnn_tensor(e, UID_T2, comp, k->yd, ys, 16, true, &tt2);
-    }
-    /* the conv descriptor */
+    cudnnBackendDescriptor_t conv;
     int64_t sd = 2, pre[2] = {k->pad[0], k->pad[1]}, dil[2] = {k->dil[0], k->dil[1]};
     int64_t str[2] = {k->stride[0], k->stride[1]};
     cudnnConvolutionMode_t cm = CUDNN_CROSS_CORRELATION;
-    if (s == CUDNN_STATUS_SUCCESS) s = dnn_create(e, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv);
+    cudnnStatus_t s = dnn_create(e, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv);
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
     if (s == CUDNN_STATUS_SUCCESS)
@@ -589,10 +460,20 @@ static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(conv);
+    *out = conv;
+    return s;
+}
+
+/* The forward convolution op: x (tx) and w (tw) into conv_y through conv,
+ * alpha 1 and beta 0 in the scale type of the key's dtype. */
+static cudnnStatus_t dnn_conv_op(dnn_entry *e, cudnnBackendDescriptor_t tx, cudnnBackendDescriptor_t tw,
+                                 cudnnBackendDescriptor_t conv_y, cudnnBackendDescriptor_t conv,
+                                 cudnnBackendDescriptor_t *out)
+{
+    kn_dtype kdt = (kn_dtype)e->key.dt;
+    cudnnBackendDescriptor_t op_conv;
     /* the conv op; groups follow from X's C over W's C/groups */
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = dnn_create(e, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op_conv);
-    cudnnBackendDescriptor_t conv_y = k->fused ? tt : ty;
+    cudnnStatus_t s = dnn_create(e, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op_conv);
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx);
@@ -617,54 +498,77 @@ static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
                                      dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
                                      dbl ? (const void *)&bdv : (const void *)&bf);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_conv);
-    /* the bias add */
+    *out = op_conv;
+    return s;
+}
+
+/* A pointwise op (mode, computed in comp) of x, and b when not NULL, into
+ * y: the conv graph's bias add and ReLU. */
+static cudnnStatus_t dnn_pointwise(dnn_entry *e, cudnnPointwiseMode_t mode, cudnnDataType_t comp,
+                                   cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                   cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t *out)
+{
+    cudnnBackendDescriptor_t pw, op_pw = NULL;
+    cudnnStatus_t s = dnn_create(e, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(pw);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = dnn_create(e, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op_pw);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    if (s == CUDNN_STATUS_SUCCESS && b)
+        s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_pw);
+    *out = op_pw;
+    return s;
+}
+
+/* The op graph of key k (conv, or conv + bias add when k->fused) and its
+ * plan. NOT_SUPPORTED (any of its sub-codes) means cuDNN refuses. */
+static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
+{
+    if (plan_from_cache(dn, e)) return CUDNN_STATUS_SUCCESS;
+    const dnn_key *k = &e->key;
+    kn_dtype kdt = (kn_dtype)k->dt;
+    cudnnDataType_t dt = dnn_type(kdt);
+    cudnnDataType_t comp = kdt == KN_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t tx, tw, ty, tb = NULL, tt = NULL, tt2 = NULL, conv, op_conv, op_pw = NULL, op_rl = NULL,
+                             graph;
+    int64_t ys[4] = {k->yd[1] * k->yd[2] * k->yd[3], k->yd[2] * k->yd[3], k->yd[3], 1};
+    if (k->nhwc) { /* {N, K, P, Q} laid out N, P, Q, K */
+        ys[1] = 1;
+        ys[2] = k->yd[3] * k->yd[1];
+        ys[3] = k->yd[1];
+    }
+    cudnnStatus_t s = dnn_tensor(e, UID_X, dt, k->xd, k->xs, k->align_x, false, &tx);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_W, dt, k->wd, k->ws, k->align_w, false, &tw);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_Y, dt, k->yd, ys, k->align_y, false, &ty);
     if (s == CUDNN_STATUS_SUCCESS && k->fused) {
-        cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
-        s = dnn_create(e, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(pw);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = dnn_create(e, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op_pw);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tt);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tb);
-        cudnnBackendDescriptor_t add_y = k->act ? tt2 : ty;
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(op_pw, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &add_y);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_pw);
+        int64_t bd[4] = {1, k->yd[1], 1, 1}, bs[4] = {k->yd[1], 1, 1, 1};
+        s = dnn_tensor(e, UID_B, dnn_type((kn_dtype)k->bias_dt), bd, bs, k->align_b, false, &tb);
+        if (s == CUDNN_STATUS_SUCCESS) s = dnn_tensor(e, UID_T, comp, k->yd, ys, 16, true, &tt);
+        if (s == CUDNN_STATUS_SUCCESS && k->act) s = dnn_tensor(e, UID_T2, comp, k->yd, ys, 16, true, &tt2);
     }
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_conv_desc(e, comp, &conv);
+    cudnnBackendDescriptor_t conv_y = k->fused ? tt : ty;
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_conv_op(e, tx, tw, conv_y, conv, &op_conv);
+    /* the bias add */
+    cudnnBackendDescriptor_t add_y = k->act ? tt2 : ty;
+    if (s == CUDNN_STATUS_SUCCESS && k->fused) s = dnn_pointwise(e, CUDNN_POINTWISE_ADD, comp, tt, tb, add_y, &op_pw);
     /* the ReLU after it (a compiled plan folds the graph's ReLU here) */
-    if (s == CUDNN_STATUS_SUCCESS && k->fused && k->act) {
-        cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_FWD;
-        s = dnn_create(e, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &rl);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(rl, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(rl, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(rl);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = dnn_create(e, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &op_rl);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(op_rl, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rl);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(op_rl, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tt2);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(op_rl, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_rl);
-    }
+    if (s == CUDNN_STATUS_SUCCESS && k->fused && k->act)
+        s = dnn_pointwise(e, CUDNN_POINTWISE_RELU_FWD, comp, tt2, NULL, ty, &op_rl);
     /* the graph */
     cudnnBackendDescriptor_t ops[3] = {op_conv, op_pw, op_rl};
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_create(e, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph);
@@ -792,6 +696,71 @@ static void packed_nhwc(const int64_t *d, int64_t *s)
     s[0] = d[2] * d[3] * d[1];
 }
 
+/* x and w (in[0], in[1]) as cuDNN takes them for output dtype dt: that
+ * dtype, packed (NCHW, or NHWC with the channels the weight reads for a
+ * channels-last call), 16-byte aligned; copies where the views are not
+ * (in tmp, the caller releases them). *ready stays false when a needed
+ * copy is not available (kiln's kernel then runs). */
+static kn_status dnn_operands(const kn_attrs *at, kn_dtype dt, kn_tensor *tmp[4], const kn_tensor *in[2], bool *ready)
+{
+    const kn_tensor *x0 = in[0], *w0 = in[1];
+    bool nhwc = at->out_layout == KN_LAYOUT_NHWC, x_nhwc = at->in_layout == KN_LAYOUT_NHWC;
+    kn_status st = KN_OK;
+    int64_t cx = nhwc ? w0->shape[3] * at->groups : 0; /* the channels cuDNN reads */
+    if (nhwc && x0->dtype != dt) { /* the transpose below moves bytes: convert first */
+        if (kn_cuda_copy_as(x0, dt, &tmp[3]) != KN_OK) return st;
+        in[0] = tmp[3];
+    }
+    /* x and w: the output's dtype, packed (NCHW, or NHWC for a
+     * channels-last call), 16-byte aligned */
+    for (int i = 0; i < 2; i++) {
+        const kn_tensor *t = in[i];
+        bool aligned = kn_cuda_align_of(kn_cuda_tensor_ptr(t), NULL, 0, 16) == 16;
+        if (nhwc && i == 0) {
+            if (x_nhwc && t->shape[3] == cx && kn_tensor_is_contiguous(t) && aligned) continue;
+            kn_tensor v = x_nhwc ? kn_view_nhwc_as_nchw(t) : *t;
+            if ((st = kn_cuda_linalg_to_nhwc(&v, cx, &tmp[0])) != KN_OK) return st;
+            in[0] = tmp[0];
+            continue;
+        }
+        if (t->dtype == dt && kn_tensor_is_contiguous(t) && aligned) continue;
+        if (kn_cuda_copy_as(t, dt, &tmp[i]) != KN_OK) {
+            if (kn_cuda_lib_log_on())
+                fprintf(stderr, "kiln: conv2d: no copy of %s for cuDNN (%s): kiln's kernel runs\n",
+                        i ? "the weight" : "x", kn_last_error());
+            return st;
+        }
+        in[i] = tmp[i];
+    }
+    *ready = true;
+    return st;
+}
+
+/* The dims and packed strides of x, w and y into k, in NCHW order: a
+ * channels-last call's tensors are {N, H, W, C}, their strides NHWC. */
+static void dnn_key_dims(dnn_key *k, const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, bool nhwc)
+{
+    if (nhwc) { /* NCHW dims, NHWC strides */
+        int64_t xd[4] = {x->shape[0], x->shape[3], x->shape[1], x->shape[2]};
+        int64_t wd[4] = {w->shape[0], w->shape[3], w->shape[1], w->shape[2]};
+        int64_t yd[4] = {y->shape[0], y->shape[3], y->shape[1], y->shape[2]};
+        memcpy(k->xd, xd, sizeof xd);
+        memcpy(k->wd, wd, sizeof wd);
+        memcpy(k->yd, yd, sizeof yd);
+        packed_nhwc(k->xd, k->xs);
+        packed_nhwc(k->wd, k->ws);
+    } else {
+        int xo = x->ndim - 3, yo = y->ndim - 3;
+        k->xd[0] = xo ? x->shape[0] : 1;
+        for (int i = 0; i < 3; i++) k->xd[i + 1] = x->shape[xo + i];
+        for (int i = 0; i < 4; i++) k->wd[i] = w->shape[i];
+        k->yd[0] = k->xd[0];
+        for (int i = 0; i < 3; i++) k->yd[i + 1] = y->shape[yo + i];
+        packed(k->xd, k->xs);
+        packed(k->wd, k->ws);
+    }
+}
+
 /* The cuDNN path; *done stays false when cuDNN refuses or a needed copy is
  * not available (the caller then runs kiln's kernel). Channels-last calls
  * (at->out_layout NHWC) give cuDNN x {N, H, W, Cw*groups} (made so, and
@@ -808,33 +777,9 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
     if (x_nhwc && !nhwc) return KN_OK; /* not a form the layout pass makes: kiln's kernel */
     kn_tensor *tmp[4] = {NULL, NULL, NULL, NULL};
     const kn_tensor *in[2] = {x0, w0};
-    kn_status st = KN_OK;
-    int64_t cx = nhwc ? w0->shape[3] * at->groups : 0; /* the channels cuDNN reads */
-    if (nhwc && x0->dtype != dt) { /* the transpose below moves bytes: convert first */
-        if (kn_cuda_copy_as(x0, dt, &tmp[3]) != KN_OK) goto out;
-        in[0] = tmp[3];
-    }
-    /* x and w: the output's dtype, packed (NCHW, or NHWC for a
-     * channels-last call), 16-byte aligned */
-    for (int i = 0; i < 2; i++) {
-        const kn_tensor *t = in[i];
-        bool aligned = kn_cuda_align_of(kn_cuda_tensor_ptr(t), NULL, 0, 16) == 16;
-        if (nhwc && i == 0) {
-            if (x_nhwc && t->shape[3] == cx && kn_tensor_is_contiguous(t) && aligned) continue;
-            kn_tensor v = x_nhwc ? kn_view_nhwc_as_nchw(t) : *t;
-            if ((st = to_nhwc(&v, cx, &tmp[0])) != KN_OK) goto out;
-            in[0] = tmp[0];
-            continue;
-        }
-        if (t->dtype == dt && kn_tensor_is_contiguous(t) && aligned) continue;
-        if (kn_cuda_copy_as(t, dt, &tmp[i]) != KN_OK) {
-            if (kn_cuda_lib_log_on())
-                fprintf(stderr, "kiln: conv2d: no copy of %s for cuDNN (%s): kiln's kernel runs\n",
-                        i ? "the weight" : "x", kn_last_error());
-            goto out;
-        }
-        in[i] = tmp[i];
-    }
+    bool ready = false;
+    kn_status st = dnn_operands(at, dt, tmp, in, &ready);
+    if (!ready) goto out;
     const kn_tensor *x = in[0], *w = in[1];
     dnn_key k;
     memset(&k, 0, sizeof k);
@@ -848,25 +793,7 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         k.pad[i] = at->padding[i];
         k.dil[i] = at->dilation[i];
     }
-    if (nhwc) { /* NCHW dims, NHWC strides */
-        int64_t xd[4] = {x->shape[0], x->shape[3], x->shape[1], x->shape[2]};
-        int64_t wd[4] = {w->shape[0], w->shape[3], w->shape[1], w->shape[2]};
-        int64_t yd[4] = {y->shape[0], y->shape[3], y->shape[1], y->shape[2]};
-        memcpy(k.xd, xd, sizeof xd);
-        memcpy(k.wd, wd, sizeof wd);
-        memcpy(k.yd, yd, sizeof yd);
-        packed_nhwc(k.xd, k.xs);
-        packed_nhwc(k.wd, k.ws);
-    } else {
-        int xo = x->ndim - 3, yo = y->ndim - 3;
-        k.xd[0] = xo ? x->shape[0] : 1;
-        for (int i = 0; i < 3; i++) k.xd[i + 1] = x->shape[xo + i];
-        for (int i = 0; i < 4; i++) k.wd[i] = w->shape[i];
-        k.yd[0] = k.xd[0];
-        for (int i = 0; i < 3; i++) k.yd[i + 1] = y->shape[yo + i];
-        packed(k.xd, k.xs);
-        packed(k.wd, k.ws);
-    }
+    dnn_key_dims(&k, x, w, y, nhwc);
     char *px = kn_cuda_tensor_ptr(x), *pw = kn_cuda_tensor_ptr(w), *py = kn_cuda_tensor_ptr(y);
     k.align_x = k.align_w = 16;
     k.align_y = kn_cuda_align_of(py, NULL, 0, 16);
@@ -939,8 +866,8 @@ static kn_status conv_run(const kn_opcall *c, int act)
     /* a stem (an image's few channels): kiln's kernel is variant 0, and
      * cuDNN's configs follow it (max-autotune measures both) */
     int variant = c->variant;
-    if (stem_fits(x, w, y, &c->a)) {
-        if (variant == 0) return conv_stem(x, w, bias, y, &c->a, act);
+    if (kn_cuda_linalg_stem_fits(x, w, y, &c->a)) {
+        if (variant == 0) return kn_cuda_linalg_conv_stem(x, w, bias, y, &c->a, act);
         variant--;
     }
 #ifdef KILN_HAVE_CUDNN
@@ -957,10 +884,10 @@ static kn_status conv_run(const kn_opcall *c, int act)
         kn_tensor xv = c->a.in_layout == KN_LAYOUT_NHWC ? kn_view_nhwc_as_nchw(x) : *x;
         kn_tensor wv = kn_view_nhwc_as_nchw(w), yv = nhwc_out ? kn_view_nhwc_as_nchw(y) : *y;
         wv.shape[1] = xv.shape[1] / c->a.groups;
-        KN_TRY(conv_naive(&xv, &wv, bias, &yv, &c->a));
+        KN_TRY(kn_cuda_linalg_conv2d(&xv, &wv, bias, &yv, &c->a));
         return act ? kn_cuda_bias_act(y, NULL, nhwc_out ? 1 : yv.shape[2] * yv.shape[3], w->shape[0], act) : KN_OK;
     }
-    KN_TRY(conv_naive(x, w, bias, y, &c->a));
+    KN_TRY(kn_cuda_linalg_conv2d(x, w, bias, y, &c->a));
     return act ? kn_cuda_bias_act(y, NULL, y->shape[y->ndim - 2] * y->shape[y->ndim - 1], w->shape[0], act) : KN_OK;
 }
 

@@ -16,10 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_cuda_internal.h"
+#include "kn_cuda_eager.h"
+
+#include "kn_cuda_module.h"
+#include "kn_cuda_render.h"
 #include "kn_fuse.h"
 #include "kn_kir.h"
-#include "kn_cuda_render.h"
 
 #define N_BUCKETS 2048
 #define MAX_ENTRIES 16384 /* past this, calls are built each time (still correct) */

@@ -34,9 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_cuda_internal.h"
+#include "kn_cuda_gather_scatter.h"
+
+#include "kn_cuda_context.h"
 #include "kn_cuda_ops.h"
 #include "kn_cuda_targs.h"
+#include "kn_cuda_tsrc.h"
 #include "kn_op.h"
 #include "kn_view.h"
 

@@ -1,15 +1,20 @@
-/* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share: the
- * argument structs of kiln's own kernels in kn_linalg.cu (the fallback for
- * cases cuBLASLt or cuDNN refuse, or when a library is missing; the structs
- * themselves are in kn_cuda_la_args.h, which the device code shares) and
- * the helpers that launch them.
+/* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share
+ * (kn_cuda_linalg.c): kiln's own kernels in kn_linalg.cu (the fallback for
+ * cases cuBLASLt or cuDNN refuse, or when a library is missing; their
+ * argument structs are in kn_cuda_la_args.h, which the device code
+ * shares), the helpers that launch them, and the helpers both libraries'
+ * paths take their operands through.
  */
 #ifndef KN_CUDA_LINALG_H
 #define KN_CUDA_LINALG_H
 
-#include "kn_cuda_internal.h"
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "kn_cuda_la_args.h"
+#include "kn_op.h"
+#include "kn_status.h"
+#include "kn_tensor.h"
 
 /* kn_linalg.cu's module source: KN_LA_STANDALONE, the argument structs
  * (kn_cuda_la_args.h), then the kernels; caller frees *src. */
@@ -18,6 +23,10 @@ kn_status kn_cuda_linalg_source(char **src);
 /* A kernel of kn_linalg.cu by name (compiled once, then cached). */
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn);
 
+/* The grid of a launch over `work` items, per_block of them a block: at
+ * least 1, at most 65535 (the kernels loop over what is left). */
+int64_t kn_cuda_linalg_grid(int64_t work, int64_t per_block);
+
 /* y = act(y + bias[channel]) in place on the contiguous tensor y, where the
  * channel of element i is (i / inner) % channels (matmul: inner 1; conv
  * NCHW: inner P*Q); bias (any float dtype, any 1-D stride) may be NULL.
@@ -25,13 +34,29 @@ kn_status kn_cuda_linalg_kernel(const char *name, const void **fn);
 kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, int64_t channels,
                            int act);
 
+/* ---- conv2d's kernels (kn_cuda_dnn.c runs them) ---- */
+
+/* kiln's direct convolution: any strides (y's too), any float dtypes,
+ * bias fused; x, w and y seen as NCHW (a channels-last call passes
+ * permuted headers). */
+kn_status kn_cuda_linalg_conv2d(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
+                                kn_tensor *y, const kn_attrs *at);
+/* x (seen as NCHW through any strides) as a new contiguous {N, H, W, cp}
+ * of x's dtype, channels past C zero: a channels-last conv's input. */
+kn_status kn_cuda_linalg_to_nhwc(const kn_tensor *x, int64_t cp, kn_tensor **out);
+/* Whether the stem kernel takes this channels-last call (an image's few
+ * input channels, one group, one float dtype), and the call through it
+ * with bias and act (0 none, 1 relu) fused. */
+bool kn_cuda_linalg_stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
+kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                   const kn_attrs *at, int act);
+
+/* ---- for both libraries' paths ---- */
+
 /* KILN_LOGS contains "library": print on stderr, once per new call
  * signature, whether cuBLASLt / cuDNN took it or why kiln's own kernel
  * runs instead (the fallback is silent otherwise). */
 bool kn_cuda_lib_log_on(void);
-
-/* Pointer to element 0 of a CUDA tensor's view. */
-char *kn_cuda_tensor_ptr(const kn_tensor *t);
 
 /* The largest power of two (at most cap) that divides the address and
  * every given byte stride. */

@@ -23,11 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kn_fs.h"
-#include "kn_cuda_internal.h"
-#include "kn_cuda_nvrtc.h"
-#include "kn_hash.h"
+#include "kn_cuda_module.h"
+
 #include "kn_clock.h"
+#include "kn_cuda_context.h"
+#include "kn_cuda_nvrtc.h"
+#include "kn_fs.h"
+#include "kn_hash.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "dev"

@@ -14,9 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_cuda_internal.h"
 #include "kn_cuda_ops.h"
+
+#include "kn_cuda_context.h"
+#include "kn_cuda_module.h"
 #include "kn_cuda_targs.h"
+#include "kn_cuda_tsrc.h"
 
 #define GRID_CAP 65535 /* kernels loop over their work: any grid is correct */
 
@@ -464,7 +467,6 @@ kn_status kn_cuda_ops_run(const kn_opcall *c)
     case KN_OP_INDEX_SELECT:
     case KN_OP_GATHER:
     case KN_OP_INDEX_ADD: return run_index(c);
-    case KN_OP_GATHER_SCATTER: return kn_cuda_gather_scatter(c);
     case KN_OP_RANDN:
     case KN_OP_RAND:
     case KN_OP_RANDINT: return run_random(c);

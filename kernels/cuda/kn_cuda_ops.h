@@ -1,54 +1,21 @@
-/* kn_cuda_ops: the template modules behind kn_cuda_ops_run (kernels/cuda).
- *
- * One module per element dtype holds every template kernel for it; its
- * source is assembled from the embedded files (kn_cuda_tsrc.c), which
- * needs no GPU, so t/cuda_templates_compile.c can compile each module
- * with NVRTC on any machine with the toolkit.
+/* kn_cuda_ops: eager ops through the template modules (kn_cuda_tsrc.h)
+ * behind kn_cuda_ops_run (kernels/cuda), and the launch of their kernels
+ * for kn_cuda_gather_scatter.c.
  */
 #ifndef KN_CUDA_OPS_H
 #define KN_CUDA_OPS_H
 
-#include "kn_dtype.h"
-#include "kn_status.h"
-
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The kernels of a module, looked up by name once and kept. */
-typedef enum kn_tkernel {
-    KN_TK_REDUCE,
-    KN_TK_REDUCE_FINAL,
-    KN_TK_ARGMAX,
-    KN_TK_POOL,
-    KN_TK_POOL_GAP,
-    KN_TK_POOL_GAP_PLANES,
-    KN_TK_ICHECK,
-    KN_TK_ISELECT,
-    KN_TK_GATHER,
-    KN_TK_IADD,
-    KN_TK_RANDOM,
-    KN_TK_CAT,
-    KN_TK_GS_ATOMIC,  /* gather_scatter (kn_gather_scatter.cu) */
-    KN_TK_GS_SEGMENT,
-    KN_TK_GS_COUNT,
-    KN_TK_GS_SCAN,
-    KN_TK_GS_FILL,
-    KN_TK_GS_ORDER,
-    KN_TK_GS_EPILOGUE,
-    KN_TK_GS_EPILOGUE_ROWS,
-    KN_TK_COPY, /* KN_TK_COPY + d: the copy into dtype d */
-    KN_TK_COUNT = KN_TK_COPY + KN_DTYPE_COUNT
-} kn_tkernel;
+#include "kn_dtype.h"
+#include "kn_op.h"
+#include "kn_status.h"
 
-/* The extern "C" name of kernel k ("kn_reduce", "kn_copy_bf16", ...). */
-const char *kn_cuda_ops_kernel_name(int k);
-
-/* The full source of dtype dt's module (the CUDA prelude, the argument
- * structs, kn_rng.h, kn_ops.cu, then the family files kn_reduce.cu,
- * kn_index.cu, kn_pool.cu, kn_random.cu, kn_copy.cu and kn_gather_scatter.cu);
- * the caller frees
- * *src. */
-kn_status kn_cuda_ops_source(kn_dtype dt, char **src);
+/* The op families the templates cover (reductions over several dims, max
+ * with indices, the pools, cat, the index ops, random creation, strided
+ * copies and casts); KN_ERR_UNSUPPORTED for any other op. */
+kn_status kn_cuda_ops_run(const kn_opcall *c);
 
 /* Launch template kernel k of dtype dt's module over `work` items (a
  * grid-stride loop: KN_T_BLOCK threads a block, the grid capped). */
@@ -60,8 +27,5 @@ kn_status kn_cuda_ops_launch(kn_dtype dt, int k, int64_t work, void *args);
  * value back (a stream synchronization). */
 kn_status kn_cuda_index_check_launch(kn_dtype dt, const struct kn_tensor *idx, int64_t size, bool *check);
 kn_status kn_cuda_index_check_read(const struct kn_tensor *idx, int64_t *pos, int64_t *value);
-/* The gather_scatter op (kn_cuda_gather_scatter.c, kn_gather_scatter.cu). */
-struct kn_opcall;
-kn_status kn_cuda_gather_scatter(const struct kn_opcall *c);
 
 #endif

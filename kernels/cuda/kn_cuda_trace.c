@@ -17,7 +17,9 @@
  * trace_begin and trace_end, and trace_end detaches CUPTI: outside a
  * session it costs nothing.
  */
-#include "kn_cuda_internal.h"
+#include "kn_cuda_trace.h"
+
+#include "kn_cuda_context.h"
 
 #if KILN_HAVE_CUPTI
 #include <dlfcn.h>

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_cuda_internal.h"
-#include "kn_cuda_ops.h"
+#include "kn_cuda_tsrc.h"
+
 #include "kn_cuda_render.h"
 #include "kn_kir.h"
 

@@ -1,0 +1,13 @@
+/* kn_cuda_attention_op: the scaled_dot_product_attention op on the GPU
+ * (kernels/cuda): the fused kernel (kn_cuda_attention.h) where it takes the
+ * call, else the unfused chain of ops.
+ */
+#ifndef KN_CUDA_ATTENTION_OP_H
+#define KN_CUDA_ATTENTION_OP_H
+
+#include "kn_op.h"
+#include "kn_status.h"
+
+kn_status kn_cuda_attention_op(const kn_opcall *c);
+
+#endif

@@ -1,0 +1,36 @@
+/* kn_cuda_blas: matmul on the GPU through cuBLASLt, with kiln's own kernel
+ * (kn_cuda_linalg.h) for whatever cuBLASLt refuses (kernels/cuda). Each
+ * entry returns KN_ERR_UNSUPPORTED for a call it does not cover.
+ */
+#ifndef KN_CUDA_BLAS_H
+#define KN_CUDA_BLAS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kn_op.h"
+#include "kn_status.h"
+
+kn_status kn_cuda_matmul(const kn_opcall *c);
+/* Whether kn_cuda_matmul can write c->out[0] with its strides (unit-stride
+ * rows, through cuBLASLt's D leading dim and batch stride). */
+bool kn_cuda_matmul_strided_ok(const kn_opcall *c);
+/* matmul with a fused epilogue, out = act(a @ b + bias), for the
+ * compiler's matmul+bias(+act) groups. bias (may be NULL) is 1-D {N} on
+ * cuda; any float dtype (cast to the output's when the runtime can, else
+ * added by kiln's kernel). act: 0 none, 1 relu (exact), 2 GELU with the
+ * tanh approximation (cuBLASLt's GELU epilogue is that one): kiln's gelu
+ * op is the erf form, so pass 2 only for a graph that asks for tanh. */
+kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act);
+/* matmul with bias (1-D over N), activation (0 none, 1 relu) and a
+ * residual (contiguous, the output's shape) added in the library's
+ * epilogue: out = act(a·b + bias) or a·b + bias + residual. */
+kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
+/* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
+ * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in
+ * TFLOP/s. f32 follows kiln.config.allow_tf32 like every matmul. */
+kn_status kn_cuda_matmul_rate(kn_dtype dt, double *tflops);
+/* cuBLASLt's version (opening it), 0 without it. */
+size_t kn_cuda_blas_version(void);
+
+#endif

@@ -1,0 +1,237 @@
+/* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share (see
+ * kn_cuda_linalg.h): kiln's own kernels of kn_linalg.cu, the fallback for
+ * what cuBLASLt or cuDNN refuse (conv2d's launchers among them: the direct
+ * convolution, the stem convolution, the NHWC copy), and the helpers both
+ * libraries' paths take their operands through.
+ */
+#include "kn_cuda_linalg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_cuda_context.h"
+#include "kn_cuda_module.h"
+#include "kn_cuda_tsrc.h"
+#include "kn_op.h"
+#include "kn_strbuf.h"
+
+#define GRID_CAP 65535
+
+int64_t kn_cuda_align_of(const void *p, const int64_t *byte_strides, int n, int64_t cap)
+{
+    uint64_t bits = (uint64_t)(uintptr_t)p;
+    for (int i = 0; i < n; i++) bits |= (uint64_t)(byte_strides[i] < 0 ? -byte_strides[i] : byte_strides[i]);
+    int64_t a = cap;
+    while (a > 1 && bits % (uint64_t)a) a >>= 1;
+    return a;
+}
+
+kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
+{
+    kn_opcall c;
+    kn_opcall_init(&c, dt == t->dtype ? KN_OP_CONTIGUOUS : KN_OP_CAST);
+    c.n_in = 1;
+    c.in[0] = (kn_tensor *)t;
+    c.a.dtype = dt;
+    KN_TRY(kn_op_eager(&c, kn_cuda_current()->device));
+    *out = c.out[0];
+    return KN_OK;
+}
+
+kn_status kn_cuda_linalg_source(char **src)
+{
+    const char *args = kn_cuda_template("kn_cuda_la_args.h"), *tpl = kn_cuda_template("kn_linalg");
+    *src = NULL;
+    if (!args || !tpl)
+        return kn_error(KN_ERR_UNSUPPORTED, "kernels/cuda/%s is not embedded in this build",
+                        !args ? "kn_cuda_la_args.h" : "kn_linalg.cu");
+    kn_strbuf s = {0};
+    kn_strbuf_puts(&s, "#define KN_LA_STANDALONE 1\n");
+    kn_strbuf_puts(&s, args);
+    kn_strbuf_puts(&s, "\n");
+    kn_strbuf_puts(&s, tpl);
+    return kn_strbuf_finish(&s, src, "kn_linalg.cu's source");
+}
+
+kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
+{
+    /* process-wide, like the module cache: kernel handles serve every GPU */
+    static kn_cuda_module *mod;
+    static struct {
+        const char *name;
+        const void *fn;
+    } known[8];
+    for (int i = 0; i < 8 && known[i].name; i++)
+        if (strcmp(known[i].name, name) == 0) {
+            *fn = known[i].fn;
+            return KN_OK;
+        }
+    if (!mod) {
+        char *src = NULL;
+        kn_status st = kn_cuda_linalg_source(&src);
+        if (st != KN_OK) return kn_error(st, "%s: %s", name, kn_last_error());
+        st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
+        free(src);
+        KN_TRY(st);
+    }
+    KN_TRY(kn_cuda_module_kernel(mod, name, fn));
+    for (int i = 0; i < 8; i++)
+        if (!known[i].name) {
+            known[i].name = name; /* callers pass string literals */
+            known[i].fn = *fn;
+            break;
+        }
+    return KN_OK;
+}
+
+bool kn_cuda_lib_log_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("KILN_LOGS");
+        on = v && strstr(v, "library") != NULL;
+    }
+    return on;
+}
+
+int64_t kn_cuda_linalg_grid(int64_t work, int64_t per_block)
+{
+    int64_t g = (work + per_block - 1) / per_block;
+    return g < 1 ? 1 : g > GRID_CAP ? GRID_CAP : g;
+}
+
+kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, int64_t channels,
+                           int act)
+{
+    int64_t total = kn_tensor_numel(y);
+    if (total == 0 || (!bias && act == 0)) return KN_OK;
+    kn_la_bias_args p;
+    memset(&p, 0, sizeof p);
+    p.y = kn_cuda_tensor_ptr(y);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.total = total;
+    p.inner = inner > 0 ? inner : 1;
+    p.channels = channels > 0 ? channels : 1;
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.y_dt = (int)y->dtype;
+    p.b_dt = bias ? (int)bias->dtype : 0;
+    p.act = act;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_F64 ? "kn_la_bias_act_f64" : "kn_la_bias_act_f32", &fn));
+    return kn_cuda_launch(fn, kn_cuda_linalg_grid(total, 256), 256, &p, 0);
+}
+
+/* ---- conv2d ---- */
+
+/* kiln's kernel: any strides (y's too), any float dtypes, bias fused.
+ * x, w and y are seen as NCHW here: a channels-last call passes permuted
+ * headers (conv_run). */
+kn_status kn_cuda_linalg_conv2d(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
+                                kn_tensor *y, const kn_attrs *at)
+{
+    kn_la_conv_args p;
+    memset(&p, 0, sizeof p);
+    int xo = x->ndim - 3, yo = y->ndim - 3;
+    p.x = kn_cuda_tensor_ptr(x);
+    p.w = kn_cuda_tensor_ptr(w);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.y = kn_cuda_tensor_ptr(y);
+    p.n = xo ? x->shape[0] : 1;
+    p.c = x->shape[xo], p.h = x->shape[xo + 1], p.wd = x->shape[xo + 2];
+    p.k = w->shape[0], p.r = w->shape[2], p.s = w->shape[3];
+    p.p = y->shape[yo + 1], p.q = y->shape[yo + 2];
+    p.xs[0] = xo ? x->strides[0] : 0;
+    p.ys[0] = yo ? y->strides[0] : 0;
+    for (int i = 0; i < 3; i++) {
+        p.xs[i + 1] = x->strides[xo + i];
+        p.ys[i + 1] = y->strides[yo + i];
+    }
+    for (int i = 0; i < 4; i++) p.ws[i] = w->strides[i];
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
+    p.dh = at->dilation[0], p.dw = at->dilation[1], p.groups = at->groups;
+    p.x_dt = (int)x->dtype, p.w_dt = (int)w->dtype, p.b_dt = bias ? (int)bias->dtype : 0;
+    p.y_dt = (int)y->dtype;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_F64 ? "kn_la_conv2d_f64" : "kn_la_conv2d_f32", &fn));
+    int64_t total = kn_tensor_numel(y), g = (total + 255) / 256;
+    return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
+}
+
+/* x (seen as NCHW through any strides) as a new contiguous {N, H, W, cp}
+ * of x's dtype, channels past C zero: a channels-last conv's input. */
+kn_status kn_cuda_linalg_to_nhwc(const kn_tensor *x, int64_t cp, kn_tensor **out)
+{
+    int64_t shape[4] = {x->shape[0], x->shape[2], x->shape[3], cp};
+    KN_TRY(kn_tensor_new(x->dtype, 4, shape, kn_tensor_device(x), out));
+    kn_la_nhwc_args p;
+    memset(&p, 0, sizeof p);
+    p.x = kn_cuda_tensor_ptr(x);
+    p.y = kn_cuda_tensor_ptr(*out);
+    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.w = x->shape[3], p.cp = cp;
+    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
+    p.esize = (int)kn_dtype_size(x->dtype);
+    const void *fn;
+    kn_status st = kn_cuda_linalg_kernel("kn_la_to_nhwc", &fn);
+    int64_t total = kn_tensor_numel(*out), g = (total + 255) / 256;
+    if (st == KN_OK) st = kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 256, &p, 0);
+    if (st != KN_OK) {
+        kn_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* Whether every element of one image of x (strides of any sign) is within
+ * 2^31 elements of its first: the stem kernel's offsets are 32-bit. */
+static bool image_in_32_bits(const kn_tensor *x)
+{
+    int64_t reach = 0;
+    for (int d = 1; d < 4; d++) {
+        int64_t s = x->strides[d] < 0 ? -x->strides[d] : x->strides[d];
+        if (x->shape[d] > 0 && s > (INT32_MAX - reach) / (x->shape[d] > 1 ? x->shape[d] - 1 : 1)) return false;
+        reach += s * (x->shape[d] > 1 ? x->shape[d] - 1 : 0);
+    }
+    return reach < INT32_MAX;
+}
+
+/* Whether the stem kernel takes this channels-last call: an NCHW input
+ * whose taps per output channel (C x kh x kw) fit its shared memory, one
+ * group, one float dtype throughout (f64 stays on the exact paths). */
+bool kn_cuda_linalg_stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
+{
+    kn_dtype dt = y->dtype;
+    return at->out_layout == KN_LAYOUT_NHWC && at->in_layout == KN_LAYOUT_NCHW && at->groups == 1 && x->ndim == 4 &&
+           (dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && x->dtype == dt && w->dtype == dt &&
+           kn_tensor_is_contiguous(w) && kn_tensor_is_contiguous(y) &&
+           x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS && image_in_32_bits(x);
+}
+
+/* The stem kernel (channels-last out, NCHW in) with bias and act (0 none,
+ * 1 relu) fused. */
+kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                   const kn_attrs *at, int act)
+{
+    kn_la_stem_args p;
+    memset(&p, 0, sizeof p);
+    p.x = kn_cuda_tensor_ptr(x);
+    p.w = kn_cuda_tensor_ptr(w);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.y = kn_cuda_tensor_ptr(y);
+    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.wd = x->shape[3];
+    p.k = w->shape[0], p.r = w->shape[1], p.s = w->shape[2], p.cw = w->shape[3];
+    p.p = y->shape[1], p.q = y->shape[2];
+    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
+    p.dh = at->dilation[0], p.dw = at->dilation[1];
+    p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
+    int64_t per16 = 16 / (int64_t)kn_dtype_size(y->dtype); /* elements in 16 bytes */
+    p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16 && p.k % per16 == 0;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem", &fn));
+    int64_t pix = p.n * p.p * p.q, g = (pix + 127) / 128;
+    kn_cuda_variant_label("kiln stem conv nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
+    return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 128, &p, 0);
+}

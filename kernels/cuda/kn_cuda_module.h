@@ -1,0 +1,35 @@
+/* kn_cuda_module: NVRTC programs of kernels/cuda, compiled once per process
+ * and once per cache directory (memory, then a verified cubin file, then
+ * NVRTC), their kernels by name, and the launch of one.
+ */
+#ifndef KN_CUDA_MODULE_H
+#define KN_CUDA_MODULE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kn_status.h"
+
+/* A loaded NVRTC program. */
+typedef struct kn_cuda_module kn_cuda_module;
+/* Compile (or find in the in-memory cache, then in cache_dir as a verified
+ * cubin file) and load src; cache_dir may be NULL (memory only). */
+kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m);
+/* kn_cuda_module_get; *cached (when not NULL): found in memory or on disk, no NVRTC run. */
+kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_module **m, bool *cached);
+/* A kernel by its extern "C" name, as the pointer cudaLaunchKernel takes. */
+kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, const void **fn);
+/* Counters for kiln.jit_stats-like reporting. */
+typedef struct kn_cuda_module_stats {
+    int64_t compiles, disk_hits, memory_hits;
+    double compile_s;
+} kn_cuda_module_stats;
+void kn_cuda_module_stats_get(kn_cuda_module_stats *s);
+/* The cache dir eager ops use for their kernels (set from kiln.config). */
+void kn_cuda_set_cache_dir(const char *dir);
+const char *kn_cuda_cache_dir(void);
+/* Launch a kernel taking one kn_kargs-like struct by value. */
+kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);
+
+#endif

@@ -1,0 +1,56 @@
+/* kn_cuda_tsrc: the embedded template texts of kernels/cuda (the .cu
+ * files, kn_cuda_targs.h, kn_cuda_la_args.h, kn_cuda_attn_args.h and
+ * core/base/kn_rng.h) and the per-dtype template modules assembled from
+ * them, with the names of their kernels.
+ *
+ * One module per element dtype holds every template kernel for it; its
+ * source is assembled here, which needs no GPU, so
+ * t/cuda_templates_compile.c can compile each module with NVRTC on any
+ * machine with the toolkit. kn_cuda_ops.c loads and launches them.
+ */
+#ifndef KN_CUDA_TSRC_H
+#define KN_CUDA_TSRC_H
+
+#include "kn_dtype.h"
+#include "kn_status.h"
+
+/* The kernels of a module, looked up by name once and kept. */
+typedef enum kn_tkernel {
+    KN_TK_REDUCE,
+    KN_TK_REDUCE_FINAL,
+    KN_TK_ARGMAX,
+    KN_TK_POOL,
+    KN_TK_POOL_GAP,
+    KN_TK_POOL_GAP_PLANES,
+    KN_TK_ICHECK,
+    KN_TK_ISELECT,
+    KN_TK_GATHER,
+    KN_TK_IADD,
+    KN_TK_RANDOM,
+    KN_TK_CAT,
+    KN_TK_GS_ATOMIC,  /* gather_scatter (kn_gather_scatter.cu) */
+    KN_TK_GS_SEGMENT,
+    KN_TK_GS_COUNT,
+    KN_TK_GS_SCAN,
+    KN_TK_GS_FILL,
+    KN_TK_GS_ORDER,
+    KN_TK_GS_EPILOGUE,
+    KN_TK_GS_EPILOGUE_ROWS,
+    KN_TK_COPY, /* KN_TK_COPY + d: the copy into dtype d */
+    KN_TK_COUNT = KN_TK_COPY + KN_DTYPE_COUNT
+} kn_tkernel;
+
+/* The extern "C" name of kernel k ("kn_reduce", "kn_copy_bf16", ...). */
+const char *kn_cuda_ops_kernel_name(int k);
+
+/* The full source of dtype dt's module (the CUDA prelude, the argument
+ * structs, kn_rng.h, kn_ops.cu, then the family files kn_reduce.cu,
+ * kn_index.cu, kn_pool.cu, kn_random.cu, kn_copy.cu and kn_gather_scatter.cu);
+ * the caller frees
+ * *src. */
+kn_status kn_cuda_ops_source(kn_dtype dt, char **src);
+
+/* The embedded template sources (the .cu files of kernels/cuda, made at build time). */
+const char *kn_cuda_template(const char *name); /* "kn_ops" for kn_ops.cu; NULL if absent */
+
+#endif
