@@ -1,7 +1,7 @@
 /* kn_kernels: the one place that names every backend kiln is built with.
  *
  * core/ knows backends only through the registry (kn_backend.h); whatever
- * starts kiln (luaopen_kiln, the C tests through t/lib) calls
+ * starts kiln (the Lua module's entry in scripting/, the C tests through t/lib) calls
  * kn_kernels_register once before the first tensor is made. */
 #ifndef KN_KERNELS_H
 #define KN_KERNELS_H
