@@ -95,7 +95,7 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
         free(copy);
     } else {
         const kn_node *n = &p->g.nodes[k->lib_node];
-        fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_allow_tf32() ? 1 : 0);
+        fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_settings_or_defaults(p->settings)->allow_tf32 ? 1 : 0);
         for (int i = 0; i < n->n_in; i++) {
             const kn_layout *l = &p->code.fusion.layout[n->in_node[i]];
             fprintf(f, " in%d %s [", i, kn_dtype_name(p->g.nodes[n->in_node[i]].out[n->in_out[i]].dtype));
@@ -382,9 +382,10 @@ static bool plan_strided_out(void *ud, const kn_graph *g, int node, const kn_lay
     return dc->be->strided_out(dc, &c);
 }
 
-kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
+kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const kn_settings *settings,
                         int pass_flags, kn_plan **out)
 {
+    const char *cache_dir = kn_settings_cache_dir(settings);
     *out = NULL;
     kn_plan *p = calloc(1, sizeof *p);
     if (!p) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
@@ -395,6 +396,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     }
     p->n_orig_inputs = g->n_inputs;
     p->device = KN_CPU;
+    p->settings = settings;
     p->fault_kernel = -1;
     for (int i = 0; i < g->n_inputs; i++) { /* bound for the passes that read values */
         p->g.inputs[i].tensor = g->inputs[i].tensor;
@@ -431,7 +433,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
                 pass_flags |= KN_PASSES_NHWC_F32;
         }
     }
-    st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
+    st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes, settings);
     if (st != KN_OK) {
         free(pass_notes);
         goto fail;
@@ -629,7 +631,7 @@ static kn_status plan_epilogues(kn_plan *p)
              * cuDNN graph; but not in strict f32, where cuDNN's fused engines
              * were slower than conv then a ReLU kernel (convnet on an H200:
              * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua) */
-            if (mn->out[0].dtype == KN_F32 && !kn_allow_tf32()) continue;
+            if (mn->out[0].dtype == KN_F32 && !kn_settings_or_defaults(p->settings)->allow_tf32) continue;
             const kn_node *rl = &p->g.nodes[P->nodes[0]];
             if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
                 rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {
@@ -769,7 +771,7 @@ static kn_status run_permuted(run_ctx *r, int node, const kn_opcall *call)
             }
         kn_tensor *perm = NULL, *dense = NULL;
         st = kn_view_permute(e.out[0], l->ndim, order, &perm);
-        if (st == KN_OK) st = kn_tensor_contiguous_copy(perm, &dense);
+        if (st == KN_OK) st = kn_tensor_contiguous_copy(perm, p->settings, &dense);
         if (st == KN_OK) st = kn_tensor_view_of(dense, l->ndim, l->shape, l->strides, 0, &out);
         kn_tensor_release(perm);
         kn_tensor_release(dense);
@@ -789,6 +791,7 @@ static kn_status run_reference(run_ctx *r, int node, int kid)
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)n->op);
     c.a = n->a;
+    c.settings = r->p->settings;
     c.variant = r->p->tune.variant && kid >= 0 ? r->p->tune.variant[kid] : 0;
     c.n_in = n->n_in;
     for (int k = 0; k < n->n_in; k++) {
@@ -876,6 +879,7 @@ kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *cp, kn_tenso
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)mn->op);
     c.a = mn->a;
+    c.settings = p->settings;
     c.n_in = mn->n_in;
     for (int i = 0; i < mn->n_in; i++) {
         c.in[i] = r->val[mn->in_node[i] * KN_MAX_OUTPUTS + mn->in_out[i]];
@@ -940,7 +944,7 @@ static kn_status const_value(run_ctx *r, int node)
     kn_store_f64(t->storage->data, n->out[0].dtype, n->value);
     if (r->p->device != KN_CPU) {
         kn_tensor *d;
-        kn_status st = kn_tensor_to_device(t, r->p->device, &d);
+        kn_status st = kn_tensor_to_device(t, r->p->device, NULL, &d); /* contiguous: no kernel runs */
         kn_tensor_release(t);
         KN_TRY(st);
         t = d;
@@ -1060,6 +1064,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
             kn_opcall c;
             kn_opcall_init(&c, (kn_op)n->op);
             c.a = n->a;
+            c.settings = p->settings;
             c.n_in = 1;
             c.in[0] = r.val[n->in_node[0] * KN_MAX_OUTPUTS + n->in_out[0]];
             kn_tensor *v = NULL;
@@ -1076,7 +1081,7 @@ kn_status kn_plan_run_ex(kn_plan *p, kn_tensor *const *inputs, kn_tensor **resul
             const kn_kernel *k = &f->prog.kernels[kid];
             if (r.folded && r.folded[kid]) break; /* ran in the matmul's epilogue */
             bool prof = kn_profile_on;
-            int slot = prof ? kn_profile_kernel_begin(p->device) : -1;
+            int slot = prof ? kn_profile_kernel_begin(p->device, p->settings) : -1;
             bool fused = false;
             if (kn_plan_epi_active(p, kid) && !r.keep) st = run_fused(&r, kid, i, &fused);
             if (fused || st != KN_OK) {
@@ -1148,14 +1153,14 @@ kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *
     kn_status st = kn_plan_run_ex(p, inputs, res, &got, NULL);
     if (st == KN_OK) {
         for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = inputs[i];
-        st = kn_graph_run(g, ref);
+        st = kn_graph_run(g, p->settings, ref);
         for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = NULL;
     }
     for (int k = 0; st == KN_OK && k < p->code.fusion.prog.n_kernels && *bad_kernel < 0; k++) {
         int node = p->code.fusion.kernel_at[k];
         for (int o = 0; o < g->nodes[node].n_out && *bad_kernel < 0; o++) {
             kn_tensor *a = got[node * KN_MAX_OUTPUTS + o], *b = ref[node * KN_MAX_OUTPUTS + o];
-            if (a && b && !kn_tensor_close(a, b, rtol, why, size)) *bad_kernel = k;
+            if (a && b && !kn_tensor_close(a, b, rtol, p->settings, why, size)) *bad_kernel = k;
         }
     }
     for (int i = 0; i < p->n_outputs; i++) kn_tensor_release(res[i]);
@@ -1254,6 +1259,7 @@ static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
     kn_opcall_init(&c, KN_OP_CONTIGUOUS);
     c.n_in = 1;
     c.in[0] = t;
+    c.settings = p->settings;
     KN_TRY(kn_op_eager(&c, p->device));
     *out = c.out[0];
     return KN_OK;

@@ -96,6 +96,16 @@ static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 static kn_cuda_dev *devices[KN_DEVICE_MAX_INDEX];
 /* The calling thread's GPU, as CUDA's current device is per thread. */
 static _Thread_local kn_cuda_dev *current;
+/* The settings of the op this thread is running (cuda_run and the other
+ * slots that take them), for the helpers deep inside it that load
+ * kernels (their cache dir), pick TF32 or log: one call's, like `current`,
+ * never kept past it. NULL between calls: the defaults. */
+static _Thread_local const kn_settings *call_settings;
+
+const kn_settings *kn_cuda_call_settings(void)
+{
+    return kn_settings_or_defaults(call_settings);
+}
 
 static kn_cuda_dev *device_state(int index)
 {
@@ -316,7 +326,7 @@ static kn_status no_kernel(const kn_opcall *c)
     return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA kernel for this call (dtypes %s)", kn_op_name(c->op), dts);
 }
 
-static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
+static kn_status run_op(kn_device_ctx *d, const kn_opcall *c)
 {
     if (!c || (unsigned)c->op >= KN_OP_COUNT)
         return kn_error(KN_ERR_ARG, "cuda: unknown op %d", c ? (int)c->op : -1);
@@ -335,6 +345,18 @@ static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
     st = kn_cuda_ops_run(c);
     if (st != KN_ERR_UNSUPPORTED) return st;
     return no_kernel(c);
+}
+
+/* run_op with c's settings as the call's. An op without settings of its
+ * own that runs inside another (a copy, the unfused attention's chain)
+ * runs with the settings of the call it serves. */
+static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
+{
+    const kn_settings *outer = call_settings;
+    if (c && c->settings) call_settings = c->settings;
+    kn_status st = run_op(d, c);
+    call_settings = outer;
+    return st;
 }
 
 /* Strided outputs: matmul through cuBLASLt's D layout (kn_cuda_blas.c);
@@ -441,13 +463,14 @@ static const char hold_src[] =
     "    } while (t - t0 < ns);\n"
     "}\n";
 
-static kn_status cuda_hold_queue(kn_device_ctx *d, double us)
+static kn_status cuda_hold_queue(kn_device_ctx *d, const kn_settings *settings, double us)
 {
     static kn_cuda_module *mod; /* modules are context-independent: one serves every GPU */
     static const void *fn;
     KN_TRY(kn_cuda_enter(d));
     if (!fn) {
-        if (!mod) KN_TRY(kn_cuda_module_get(hold_src, kn_cuda_cache_dir(), &mod));
+        const char *dir = kn_settings_cache_dir(settings);
+        if (!mod) KN_TRY(kn_cuda_module_get(hold_src, dir[0] ? dir : NULL, &mod));
         KN_TRY(kn_cuda_module_kernel(mod, "kn_hold_queue", &fn));
     }
     struct { unsigned long long ns; } arg = {(unsigned long long)(us * 1000.0)};
@@ -541,7 +564,7 @@ static void cuda_graph_destroy(kn_device_ctx *d, void *exec)
     free(cg);
 }
 
-static kn_status cuda_library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
+static kn_status library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
 {
     KN_TRY(kn_cuda_enter(d));
     if (c->op == KN_OP_CONV2D) {
@@ -549,6 +572,17 @@ static kn_status cuda_library_fused(kn_device_ctx *d, const kn_opcall *c, const 
         return kn_cuda_conv2d_fused(c, act);
     }
     return kn_cuda_matmul_fused(c, bias, act, residual);
+}
+
+/* library_fused with c's settings as the call's (see cuda_run). */
+static kn_status cuda_library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act,
+                                    const kn_tensor *residual)
+{
+    const kn_settings *outer = call_settings;
+    if (c->settings) call_settings = c->settings;
+    kn_status st = library_fused(d, c, bias, act, residual);
+    call_settings = outer;
+    return st;
 }
 
 /* ---- autotuning ---- */
@@ -568,11 +602,17 @@ static void cuda_library_variant_label(kn_device_ctx *d, char *buf, size_t size)
     snprintf(buf, size, "%s", gpu->variant_label[0] ? gpu->variant_label : "library call");
 }
 
-/* cuBLASLt's GEMM peak on this GPU (the roofline's matmul ceiling). */
-static kn_status cuda_library_matmul_rate(kn_device_ctx *d, kn_dtype dt, double *tflops)
+/* cuBLASLt's GEMM peak on this GPU (the roofline's matmul ceiling), its
+ * matmuls run with settings (see cuda_run). */
+static kn_status cuda_library_matmul_rate(kn_device_ctx *d, const kn_settings *settings, kn_dtype dt,
+                                          double *tflops)
 {
     KN_TRY(kn_cuda_enter(d));
-    return kn_cuda_matmul_rate(dt, tflops);
+    const kn_settings *outer = call_settings;
+    if (settings) call_settings = settings;
+    kn_status st = kn_cuda_matmul_rate(dt, tflops);
+    call_settings = outer;
+    return st;
 }
 
 /* Write a buffer twice the L2's size: what a timed kernel reads next comes

@@ -121,12 +121,7 @@ kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
 
 bool kn_cuda_lib_log_on(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("KILN_LOGS");
-        on = v && strstr(v, "library") != NULL;
-    }
-    return on;
+    return (kn_cuda_call_settings()->logs & KN_SETTINGS_LOG_LIBRARY) != 0;
 }
 
 static int64_t grid_for(int64_t work, int64_t per_block)
@@ -689,7 +684,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
     memset(&k, 0, sizeof k);
     k.dtype = (int32_t)dt;
     k.variant = variant;
-    k.tf32 = dt == KN_F32 && kn_allow_tf32();
+    k.tf32 = dt == KN_F32 && kn_cuda_allow_tf32();
     /* cuBLASLt A = kiln b^T (N x K), B = kiln a^T (K x m), D = out^T (N x m) */
     if (!lt_map(pr.n, pr.k, pr.b.cs, pr.b.rs, &k.op_a, &k.rows_a, &k.cols_a, &k.ld_a) ||
         !lt_map(pr.k, m, pr.a.cs, a_rs, &k.op_b, &k.rows_b, &k.cols_b, &k.ld_b))

@@ -24,6 +24,7 @@
 
 #include "kn_backend.h"
 #include "kn_op.h"
+#include "kn_settings.h"
 #include "kn_cuda.h"
 
 /* ---- kn_cuda_trace.c: the backend's trace_* slots (kn_backend.h) ---------- */
@@ -87,8 +88,11 @@ kn_status kn_cuda_fail(cudaError_t e, const char *what);
     } while (0)
 /* Compute capability of the current GPU, e.g. 90. */
 int kn_cuda_arch(void);
+/* The settings of the op the calling thread runs (kn_opcall.settings of
+ * the vtable slot that runs it; the defaults between calls). */
+const kn_settings *kn_cuda_call_settings(void);
 /* Whether f32 matmul/conv may use TF32 (kiln.config.allow_tf32). */
-#define kn_cuda_allow_tf32() kn_allow_tf32()
+#define kn_cuda_allow_tf32() (kn_cuda_call_settings()->allow_tf32)
 
 /* ---- kn_cuda_alloc.c ------------------------------------------------------ */
 
@@ -147,8 +151,8 @@ typedef struct kn_cuda_module_stats {
     double compile_s;
 } kn_cuda_module_stats;
 void kn_cuda_module_stats_get(kn_cuda_module_stats *s);
-/* The cache dir eager ops use for their kernels (set from kiln.config). */
-void kn_cuda_set_cache_dir(const char *dir);
+/* The cache dir the kernels of the op the calling thread runs are kept
+ * in (kn_cuda_call_settings: kiln.config.cache_dir), NULL for none. */
 const char *kn_cuda_cache_dir(void);
 /* Launch a kernel taking one kn_kargs-like struct by value. */
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);

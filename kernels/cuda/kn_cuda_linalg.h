@@ -25,7 +25,7 @@ kn_status kn_cuda_linalg_kernel(const char *name, const void **fn);
 kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, int64_t channels,
                            int act);
 
-/* KILN_LOGS contains "library": print on stderr, once per new call
+/* The call's settings log "library" (KILN_LOGS): print on stderr, once per new call
  * signature, whether cuBLASLt / cuDNN took it or why kiln's own kernel
  * runs instead (the fallback is silent otherwise). */
 bool kn_cuda_lib_log_on(void);
