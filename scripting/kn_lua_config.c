@@ -69,26 +69,25 @@ static void read_fault_env(void)
  * compiled call to raise the error it raised when it read the table. */
 static void apply_setting(lua_State *L, kn_lua_state *s, const char *key, int v)
 {
-    unsigned bad = 0;
     if (strcmp(key, "allow_tf32") == 0) {
         s->settings.allow_tf32 = lua_toboolean(L, v);
     } else if (strcmp(key, "cache_dir") == 0) {
-        bad = KN_LUA_CONFIG_BAD_CACHE_DIR;
+        bool ok = true;
         if (lua_type(L, v) == LUA_TSTRING || lua_type(L, v) == LUA_TNUMBER) {
             size_t len = 0;
             lua_pushvalue(L, v); /* a number becomes its text on the copy, not in the table */
             const char *dir = lua_tolstring(L, -1, &len);
-            if (kn_settings_set_cache_dir(&s->settings, dir, len)) bad = 0;
+            ok = kn_settings_set_cache_dir(&s->settings, dir, len);
             lua_pop(L, 1);
         } else {
-            s->settings.cache_dir[0] = 0; /* no persistent cache */
-            bad = 0;
+            s->settings.cache_dir[0] = 0; /* no path (nil too): no persistent cache */
         }
-        s->config_bad = (s->config_bad & ~KN_LUA_CONFIG_BAD_CACHE_DIR) | bad;
+        s->config_bad = (s->config_bad & ~KN_LUA_CONFIG_BAD_CACHE_DIR) | (ok ? 0 : KN_LUA_CONFIG_BAD_CACHE_DIR);
     } else if (strcmp(key, "autotune_budget_s") == 0) {
+        bool ok = true;
         if (lua_type(L, v) == LUA_TNUMBER && lua_tonumber(L, v) >= 0) s->settings.autotune.budget_s = lua_tonumber(L, v);
-        else if (!lua_isnil(L, v)) bad = KN_LUA_CONFIG_BAD_BUDGET; /* nil: the budget stays */
-        s->config_bad = (s->config_bad & ~KN_LUA_CONFIG_BAD_BUDGET) | bad;
+        else ok = lua_isnil(L, v); /* nil: the budget stays */
+        s->config_bad = (s->config_bad & ~KN_LUA_CONFIG_BAD_BUDGET) | (ok ? 0 : KN_LUA_CONFIG_BAD_BUDGET);
     }
 }
 
