@@ -74,3 +74,8 @@ int luaopen_kiln(lua_State *L)
     run_embedded(L, kiln_idx, kn_onnx_lua_embedded, "onnx/");
     return 1;
 }
+
+kn_settings *kn_lua_settings(lua_State *L)
+{
+    return &kn_lua_state_get(L)->settings;
+}

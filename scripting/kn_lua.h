@@ -13,4 +13,10 @@
  * settings are per state (kn_lua_state.h). */
 int luaopen_kiln(lua_State *L);
 
+/* L's settings (kn_settings.h), which its ops and compiled calls run with.
+ * kiln.config writes its keys into them; an embedder sets here what has no
+ * key there (autotune.progress, the search's progress callback, in place of
+ * kiln's bar on stderr). Valid until L is closed. */
+struct kn_settings *kn_lua_settings(lua_State *L);
+
 #endif

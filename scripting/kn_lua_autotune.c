@@ -111,7 +111,7 @@ static int cm_autotune_pin(lua_State *L)
         return luaL_error(L, "autotune pin: kernel name '%s' is in several graphs: give its index", name);
     const kn_graph_cache *gc = &cm->cache.graphs[found_graph];
     kn_plan *p = kn_version_plan(&gc->versions[gc->n_versions - 1]);
-    kn_status st = kn_plan_tune_pin(p, found_k, choice, cm->opt.cache_dir);
+    kn_status st = kn_plan_tune_pin(p, found_k, choice, kn_settings_cache_dir(cm->opt.settings));
     if (st != KN_OK) return kn_lua_fail(L, st);
     u->rp.valid = false; /* a direct replay would skip the new kernel */
     lua_pushstring(L, p->code.fusion.prog.kernels[found_k].name);

@@ -1,5 +1,9 @@
-/* kn_lua_config: kiln.config, a plain Lua table read at each call, and how
- * its switches reach core. Private to scripting/. */
+/* kn_lua_config: kiln.config, a table whose assignments are written
+ * through to the state's settings (kn_lua_state.settings: TF32, the cache
+ * dir, the autotune budget), so an eager op reads no Lua table; the other
+ * keys are compiled calls' options, read at each compiled call. Reads of
+ * kiln.config (and pairs) see what was assigned, as from a plain table.
+ * Private to scripting/. */
 #ifndef KN_LUA_CONFIG_H
 #define KN_LUA_CONFIG_H
 
@@ -7,14 +11,19 @@
 
 #include "kn_capture.h"
 
+/* Keys of kiln.config holding a value the settings cannot take
+ * (kn_lua_state.config_bad): assigning it is no error, as assigning to a
+ * plain table is none; the next compiled call raises it. */
+enum { KN_LUA_CONFIG_BAD_CACHE_DIR = 1, KN_LUA_CONFIG_BAD_BUDGET = 2 };
+
 /* Make kiln.config (defaults, KILN_CACHE_DIR) as the field config of the
- * kiln table at index kiln, and as the registry's "kiln.config". */
+ * kiln table at index kiln; the table behind it is the registry's
+ * "kiln.config". Sets the state's settings to match. */
 void kn_lua_open_config(lua_State *L, int kiln);
-/* Push kiln.config's backend switches (allow_tf32, cache_dir) and the
- * autotune search's options to core. */
-void kn_lua_sync_config(lua_State *L);
-/* Read kiln.config and this state's kiln.log into a compiled function's
- * settings, before its call (and sync the backend switches). */
+/* Read kiln.config's compiled-call options and this state's kiln.log into
+ * a compiled function's options before its call, with the state's
+ * settings (raising the error of a bad setting, as a compiled call always
+ * did). */
 void kn_lua_config_compiled(lua_State *L, kn_compiled *cm);
 
 #endif

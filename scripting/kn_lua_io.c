@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kn_lua_io.h"
+#include "kn_lua_state.h"
 #include "kn_lua_trace.h"
 #include "kn_lua_tensor_ud.h"
 #include "kn_lua_util.h"
@@ -114,7 +115,7 @@ static int l_save(lua_State *L)
         t = kn_lua_need_value(L, t, "kiln.save_safetensors");
         if (kn_tensor_device(t) != KN_CPU) {
             kn_tensor *c;
-            kn_status st = kn_tensor_to_device(t, KN_CPU, &c);
+            kn_status st = kn_tensor_to_device(t, KN_CPU, &kn_lua_state_get(L)->settings, &c);
             if (st != KN_OK) return kn_lua_fail(L, st);
             kn_lua_pushtensor(L, c);
             lua_rawseti(L, hold, (lua_Integer)luaL_len(L, hold) + 1);

@@ -14,6 +14,7 @@
 #include "kn_capture.h"
 #include "kn_lua_ops.h"
 #include "kn_lua_tensor_ud.h"
+#include "kn_lua_state.h"
 #include "kn_lua_trace.h"
 #include "kn_lua_util.h"
 #include "kn_view.h"
@@ -83,7 +84,7 @@ static kn_tensor *scalar_tensor(lua_State *L, int idx, const kn_tensor *like, co
     kn_lua_pushtensor(L, t);
     if (dev != KN_CPU) {
         kn_tensor *d;
-        st = kn_tensor_to_device(t, dev, &d);
+        st = kn_tensor_to_device(t, dev, NULL, &d); /* a new scalar: no kernel runs */
         if (st != KN_OK) kn_lua_fail(L, st);
         kn_lua_pushtensor(L, d);
         return d;
@@ -217,7 +218,7 @@ static int mm_compare(lua_State *L, kn_op op)
                           op == KN_OP_LT ? "<" : "<=", (int)kn_tensor_numel(r), kn_op_name(op));
     kn_tensor *h = r;
     if (kn_tensor_device(r) != KN_CPU) { /* the truth value lives on the device */
-        kn_status st = kn_tensor_to_device(r, KN_CPU, &h);
+        kn_status st = kn_tensor_to_device(r, KN_CPU, &kn_lua_state_get(L)->settings, &h);
         if (st != KN_OK) return kn_lua_fail(L, st);
     }
     bool truth = *(const uint8_t *)kn_tensor_data(h) != 0;
@@ -695,7 +696,7 @@ static int l_nonzero(lua_State *L)
                            "compute a mask and use kiln.where or masked_fill instead");
     t = kn_lua_need_value(L, t, "nonzero");
     kn_tensor *h;
-    kn_status st = kn_tensor_to_device(t, KN_CPU, &h);
+    kn_status st = kn_tensor_to_device(t, KN_CPU, &kn_lua_state_get(L)->settings, &h);
     if (st != KN_OK) return kn_lua_fail(L, st);
     int64_t n = kn_tensor_numel(h), count = 0;
     size_t es = kn_dtype_size(h->dtype);

@@ -1,8 +1,8 @@
 /* kn_lua_state: what kiln keeps per Lua state, in that state's registry.
  *
  * Two Lua states in one process (an embedder with one state per job, a test)
- * must not see each other's random stream, compiled call in progress or
- * parameter names, so none of that lives in C statics. Coroutines of one
+ * must not see each other's random stream, compiled call in progress,
+ * parameter names or settings, so none of that lives in C statics. Coroutines of one
  * state share its registry, so they share this too, as they share kiln.
  * Private to scripting/. */
 #ifndef KN_LUA_STATE_H
@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include <lua.h>
+
+#include "kn_settings.h"
 
 struct kn_capture;
 
@@ -28,6 +30,12 @@ typedef struct {
     uint64_t seed, rng_offset;
     /* KN_LOG_* flags that compiled calls log with (kiln.log, KILN_LOGS) */
     int log_flags;
+    /* the settings this state's ops and plans run with, written through
+     * kiln.config (kn_lua_config.c) as its keys are assigned */
+    kn_settings settings;
+    /* KN_LUA_CONFIG_BAD_* (kn_lua_config.h): keys of kiln.config holding a
+     * value the settings cannot take; a compiled call raises the error */
+    unsigned config_bad;
     /* while an imported (ONNX) node runs: the location its ops carry in
      * captures, breaks and errors ("model.onnx:node 'Conv_3' (Conv)"), in
      * place of the Lua line; "" otherwise (kiln.onnx.where) */

@@ -271,7 +271,7 @@ static int l_tensor(lua_State *L)
     nested_fill(L, 1, 0, ndim, shape, dt, &p);
     if (dev != KN_CPU) {
         kn_tensor *d;
-        st = kn_tensor_to_device(t, dev, &d);
+        st = kn_tensor_to_device(t, dev, NULL, &d); /* a new contiguous tensor: no kernel runs */
         if (st != KN_OK) return kn_lua_fail(L, st);
         kn_lua_pushtensor(L, d);
     }
@@ -345,7 +345,7 @@ static int m_is_contiguous(lua_State *L)
 static kn_tensor *host_copy(lua_State *L, kn_tensor *t)
 {
     kn_tensor *h;
-    kn_status st = kn_tensor_to_device(t, KN_CPU, &h);
+    kn_status st = kn_tensor_to_device(t, KN_CPU, &kn_lua_state_get(L)->settings, &h);
     if (st != KN_OK) kn_lua_fail(L, st);
     return h;
 }
@@ -438,7 +438,7 @@ static int m_to(lua_State *L)
             kn_lua_graph_break(L, "unsupported op", "Tensor.to moves a traced tensor between devices",
                                "move inputs to the device before calling the compiled function");
         kn_tensor *d;
-        kn_status st = kn_tensor_to_device(kn_lua_need_value(L, t, "to"), dev, &d);
+        kn_status st = kn_tensor_to_device(kn_lua_need_value(L, t, "to"), dev, &kn_lua_state_get(L)->settings, &d);
         if (st != KN_OK) return kn_lua_fail(L, st);
         kn_lua_pushtensor(L, d);
         t = d;
@@ -466,16 +466,18 @@ static int m_copy_(lua_State *L)
                           kn_shape_str(dst->ndim, dst->shape, b, sizeof b), kn_dtype_name(dst->dtype));
     if (!kn_tensor_is_contiguous(dst)) return luaL_error(L, "copy_: the destination must be contiguous");
     kn_device dd = kn_tensor_device(dst);
+    const kn_settings *settings = &kn_lua_state_get(L)->settings;
     kn_tensor *s = src, *tmp = NULL;
     kn_status st = KN_OK;
     if (kn_tensor_device(s) != dd) {
-        st = kn_tensor_to_device(s, dd, &tmp); /* contiguous on the destination's device */
+        st = kn_tensor_to_device(s, dd, settings, &tmp); /* contiguous on the destination's device */
         s = tmp;
     } else if (!kn_tensor_is_contiguous(s)) {
         kn_opcall c;
         kn_opcall_init(&c, KN_OP_CONTIGUOUS);
         c.n_in = 1;
         c.in[0] = s;
+        c.settings = settings;
         st = kn_op_eager(&c, dd);
         s = tmp = c.out[0];
     }
@@ -484,6 +486,7 @@ static int m_copy_(lua_State *L)
         kn_opcall_init(&c, KN_OP_CONTIGUOUS);
         c.n_in = 1;
         c.in[0] = s;
+        c.settings = settings;
         st = kn_op_eager(&c, dd);
         kn_tensor_release(tmp);
         s = tmp = st == KN_OK ? c.out[0] : NULL;
@@ -583,7 +586,7 @@ static int m_tostring(lua_State *L)
         double lo = INFINITY, hi = 0;
         int64_t n = kn_tensor_numel(h);
         kn_tensor *c = NULL;
-        if (n > 0 && n <= (1 << 22) && kn_tensor_contiguous_copy(h, &c) == KN_OK) {
+        if (n > 0 && n <= (1 << 22) && kn_tensor_contiguous_copy(h, NULL, &c) == KN_OK) {
             for (int64_t i = 0; i < n; i++) {
                 double v = fabs(kn_load_f64((char *)c->storage->data + i * (int64_t)kn_dtype_size(c->dtype), c->dtype));
                 if (!isfinite(v) || v == 0) continue;

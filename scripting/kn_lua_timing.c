@@ -27,6 +27,7 @@
 #include "kn_backend.h"
 #include "kn_interrupt.h"
 #include "kn_ceilings.h"
+#include "kn_lua_state.h"
 #include "kn_lua_timing.h"
 #include "kn_lua_util.h"
 #include "kn_profile.h"
@@ -336,7 +337,7 @@ static int l_host_calls(lua_State *L)
 static int l_measure(lua_State *L)
 {
     kn_ceilings c;
-    kn_status st = kn_ceilings_measure(check_device(L, 1), &c);
+    kn_status st = kn_ceilings_measure(check_device(L, 1), &kn_lua_state_get(L)->settings, &c);
     if (st != KN_OK) return kn_lua_fail(L, st);
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, c.copy_gbps);

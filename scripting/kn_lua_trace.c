@@ -8,7 +8,6 @@
 
 #include <lauxlib.h>
 
-#include "kn_lua_config.h"
 #include "kn_lua_state.h"
 #include "kn_lua_tensor_ud.h"
 #include "kn_lua_trace.h"
@@ -212,14 +211,11 @@ static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, con
 
 int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
 {
-    kn_capture *cap = kn_lua_state_get(L)->cap;
+    kn_lua_state *s = kn_lua_state_get(L);
+    kn_capture *cap = s->cap;
     if (!cap) {
-        /* kiln.config is a plain table: GPU ops read its switches (TF32, the
-         * cache dir of their kernels) at each call, so a change takes effect
-         * at once; a few table reads against a kernel launch */
-        if (kn_device_kind_of(dev) == KN_DEVICE_CUDA ||
-            (c->n_in > 0 && c->in[0] && kn_device_kind_of(kn_tensor_device(c->in[0])) == KN_DEVICE_CUDA))
-            kn_lua_sync_config(L);
+        /* the state's settings (kiln.config writes them as it is assigned) */
+        c->settings = &s->settings;
         kn_status st = kn_op_eager(c, dev);
         if (st != KN_OK) return kn_lua_fail(L, st);
         for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);

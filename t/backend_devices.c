@@ -106,7 +106,7 @@ static kn_status run1(kn_op op, kn_tensor *a, kn_tensor *b, kn_device dev, kn_te
 static bool same_values(kn_tensor *a, kn_tensor *b)
 {
     kn_tensor *ha = NULL, *hb = NULL;
-    bool same = kn_tensor_to_device(a, KN_CPU, &ha) == KN_OK && kn_tensor_to_device(b, KN_CPU, &hb) == KN_OK &&
+    bool same = kn_tensor_to_device(a, KN_CPU, NULL, &ha) == KN_OK && kn_tensor_to_device(b, KN_CPU, NULL, &hb) == KN_OK &&
                 tl_meta_is(hb, ha->dtype, ha->ndim, ha->shape);
     for (int64_t i = 0; same && i < kn_tensor_numel(ha); i++) {
         double x = tl_get(ha, i), y = tl_get(hb, i);
@@ -123,8 +123,8 @@ static void test_ops_on_cpu1(void)
     kn_tensor *a0 = tl_rand(KN_F32, 2, sa, TL_CONTIG, -2, 2, 0);
     kn_tensor *b0 = tl_rand(KN_F32, 2, sb, TL_TRANSPOSED, -2, 2, 0);
     kn_tensor *a1 = NULL, *b1 = NULL;
-    ok(kn_tensor_to_device(a0, CPU1, &a1) == KN_OK && kn_tensor_device(a1) == CPU1, "copy cpu -> cpu:1");
-    ok(kn_tensor_to_device(b0, CPU1, &b1) == KN_OK && kn_tensor_device(b1) == CPU1 && kn_tensor_is_contiguous(b1),
+    ok(kn_tensor_to_device(a0, CPU1, NULL, &a1) == KN_OK && kn_tensor_device(a1) == CPU1, "copy cpu -> cpu:1");
+    ok(kn_tensor_to_device(b0, CPU1, NULL, &b1) == KN_OK && kn_tensor_device(b1) == CPU1 && kn_tensor_is_contiguous(b1),
        "copy of a transposed view cpu -> cpu:1 (made contiguous)");
     ok(a1 && b1 && same_values(a0, a1) && same_values(b0, b1), "the copies hold the same values");
 
@@ -157,13 +157,13 @@ static void test_ops_on_cpu1(void)
     like(kn_last_error(), "add: input 2 is on cpu:1 but input 1 is on cpu", "... naming both devices");
 
     kn_tensor *back = NULL;
-    ok(kn_tensor_to_device(a1, KN_CPU, &back) == KN_OK && kn_tensor_device(back) == KN_CPU && same_values(a0, back),
+    ok(kn_tensor_to_device(a1, KN_CPU, NULL, &back) == KN_OK && kn_tensor_device(back) == KN_CPU && same_values(a0, back),
        "copy cpu:1 -> cpu gives the values back");
     kn_tensor *same = NULL;
-    ok(kn_tensor_to_device(a1, CPU1, &same) == KN_OK && same == a1, "a copy to its own device is the tensor itself");
+    ok(kn_tensor_to_device(a1, CPU1, NULL, &same) == KN_OK && same == a1, "a copy to its own device is the tensor itself");
     kn_tensor_release(same);
     kn_tensor *none = NULL;
-    ok(kn_tensor_to_device(a1, kn_device_make(KN_DEVICE_CPU, 5), &none) == KN_ERR_DEVICE && !none,
+    ok(kn_tensor_to_device(a1, kn_device_make(KN_DEVICE_CPU, 5), NULL, &none) == KN_ERR_DEVICE && !none,
        "a copy to an absent device fails");
     like(kn_last_error(), "to: device cpu:5 is not available", "... naming it");
 

@@ -6,6 +6,7 @@
  * seed (to rerun a failure); KILN_FUZZ_SEED fixes the corpus, as .ci/run does
  * so that CI is reproducible (without it every run draws new graphs). */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +26,9 @@ int main(void)
     printf("# first seed %llu, %d graphs\n", (unsigned long long)seed0, count);
     char dir[] = "/tmp/kiln-fuzz-cache-XXXXXX";
     if (!mkdtemp(dir)) skip_all("cannot make a temporary cache dir");
+    kn_settings settings;
+    kn_settings_init(&settings);
+    kn_settings_set_cache_dir(&settings, dir, strlen(dir));
 
     int failed = 0, compiled = 0, kernels = 0, generated = 0;
     for (int i = 0; i < count; i++) {
@@ -37,13 +41,13 @@ int main(void)
             continue;
         }
         kn_tensor **ref = calloc((size_t)g.n_nodes * KN_MAX_OUTPUTS, sizeof *ref);
-        kn_status st = kn_graph_run(&g, ref);
+        kn_status st = kn_graph_run(&g, NULL, ref);
         kn_plan_value want[KN_FUZZ_MAX_OUTPUTS];
         for (int k = 0; k < n_outs; k++) want[k] = (kn_plan_value){outs[k], 0};
         kn_plan *p = NULL;
         kn_tensor *got[KN_FUZZ_MAX_OUTPUTS] = {NULL};
         char why[512] = "";
-        if (st == KN_OK) st = kn_plan_build(&g, want, n_outs, dir, KN_PASSES_VERIFY, &p);
+        if (st == KN_OK) st = kn_plan_build(&g, want, n_outs, &settings, KN_PASSES_VERIFY, &p);
         if (st == KN_OK) {
             kn_tensor *ins[64];
             for (int k = 0; k < g.n_inputs && k < 64; k++) ins[k] = g.inputs[k].tensor;

@@ -49,7 +49,7 @@ static kn_tensor *gpu_like(const kn_tensor *t)
 static kn_tensor *to_cpu(kn_tensor *t)
 {
     kn_tensor *h = NULL;
-    if (kn_tensor_to_device(t, KN_CPU, &h) != KN_OK) {
+    if (kn_tensor_to_device(t, KN_CPU, NULL, &h) != KN_OK) {
         printf("#   copying back: %s\n", kn_last_error());
         return NULL;
     }
@@ -524,14 +524,14 @@ static void test_copies(void)
     int64_t s[2] = {37, 19};
     for (int d = 0; d < 7; d++) {
         kn_tensor *h = tl_rand(all[d], 2, s, TL_CONTIG, -100, 100, 1), *g = NULL, *back = NULL;
-        bool okk = kn_tensor_to_device(h, KN_CUDA, &g) == KN_OK && kn_tensor_to_device(g, KN_CPU, &back) == KN_OK &&
+        bool okk = kn_tensor_to_device(h, KN_CUDA, NULL, &g) == KN_OK && kn_tensor_to_device(g, KN_CPU, NULL, &back) == KN_OK &&
                    memcmp(h->storage->data, back->storage->data, (size_t)h->storage->nbytes) == 0;
         ok(okk, "host -> GPU -> host keeps every byte (%s)", kn_dtype_name(all[d]));
         kn_tensor_release(back);
         /* a transposed view on the GPU goes back through a GPU copy */
         kn_tensor *tv = NULL, *tb = NULL;
         int64_t ts[2] = {19, 37}, tst[2] = {1, 19};
-        okk = g && kn_tensor_view_of(g, 2, ts, tst, 0, &tv) == KN_OK && kn_tensor_to_device(tv, KN_CPU, &tb) == KN_OK;
+        okk = g && kn_tensor_view_of(g, 2, ts, tst, 0, &tv) == KN_OK && kn_tensor_to_device(tv, KN_CPU, NULL, &tb) == KN_OK;
         bool same = okk;
         for (int64_t i = 0; same && i < 19 * 37; i++)
             same = memcmp(tl_ptr(tb, i), tl_ptr(h, (i % 37) * 19 + i / 37), kn_dtype_size(all[d])) == 0;
@@ -543,7 +543,7 @@ static void test_copies(void)
     }
     int64_t e[1] = {0};
     kn_tensor *h = tl_new(KN_F32, 1, e), *g = NULL, *back = NULL;
-    ok(kn_tensor_to_device(h, KN_CUDA, &g) == KN_OK && kn_tensor_to_device(g, KN_CPU, &back) == KN_OK &&
+    ok(kn_tensor_to_device(h, KN_CUDA, NULL, &g) == KN_OK && kn_tensor_to_device(g, KN_CPU, NULL, &back) == KN_OK &&
            back->shape[0] == 0,
        "an empty tensor goes to the GPU and back");
     kn_tensor_release(back);

@@ -48,7 +48,7 @@ static int check_seed(uint64_t seed, bool show, stats *s)
     }
     kn_tensor **ref = calloc((size_t)g.n_nodes * KN_MAX_OUTPUTS, sizeof *ref);
     kn_tensor **got = NULL;
-    if (kn_graph_run(&g, ref) != KN_OK) {
+    if (kn_graph_run(&g, NULL, ref) != KN_OK) {
         printf("# seed %llu: reference run failed: %s\n", (unsigned long long)seed, kn_last_error());
         free(ref);
         kn_graph_free(&g);
@@ -63,7 +63,7 @@ static int check_seed(uint64_t seed, bool show, stats *s)
     if (show && !fail) print_graph("after the passes", &h, outs2, n_outs);
     if (!fail) {
         got = calloc((size_t)h.n_nodes * KN_MAX_OUTPUTS, sizeof *got);
-        if (kn_graph_run(&h, got) != KN_OK) {
+        if (kn_graph_run(&h, NULL, got) != KN_OK) {
             printf("# seed %llu: run after the passes failed: %s\n", (unsigned long long)seed,
                    kn_last_error());
             fail = 1;

@@ -26,6 +26,7 @@
 #include "kn_autotune.h"
 #include "kn_interrupt.h"
 #include "kn_lua.h"
+#include "kn_settings.h"
 #include "tap.h"
 
 static const char *eval(lua_State *L, const char *code, char *buf, size_t size)
@@ -87,10 +88,9 @@ int main(void)
         printf("Bail out! setting up: %s\n", buf);
         return 1;
     }
-    kn_autotune_opts o = *kn_autotune_get_opts();
-    o.progress = on_progress;
-    o.progress_ud = NULL;
-    kn_autotune_set_opts(&o);
+    kn_settings *settings = kn_lua_settings(L); /* this state's: the embedder's own progress callback */
+    settings->autotune.progress = on_progress;
+    settings->autotune.progress_ud = NULL;
 
     /* the first call: Ctrl-C after two kernels */
     interrupt_at = 2;

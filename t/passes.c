@@ -86,7 +86,7 @@ static int count_op(const kn_graph *g, int op)
 static bool run_outputs(const kn_graph *g, const int *outs, int n, kn_tensor **vals)
 {
     kn_tensor **all = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS, sizeof *all);
-    bool okay = all && kn_graph_run(g, all) == KN_OK;
+    bool okay = all && kn_graph_run(g, NULL, all) == KN_OK;
     if (!okay) printf("# run failed: %s\n", kn_last_error());
     for (int k = 0; k < n; k++) {
         vals[k] = okay ? all[outs[k] * KN_MAX_OUTPUTS] : NULL;
@@ -649,7 +649,7 @@ static void test_attention(void)
     sa.dim = 2;
     int outs[1] = {op2(&g, KN_OP_MATMUL, opn(&g, KN_OP_SOFTMAX, &sa, 1, &s), v)};
     char *notes = NULL;
-    ok(kn_passes_run_noted(&g, outs, 1, KN_PASSES_VERIFY, &notes) == KN_OK && count_op(&g, KN_OP_ATTENTION) == 0,
+    ok(kn_passes_run_noted(&g, outs, 1, KN_PASSES_VERIFY, &notes, NULL) == KN_OK && count_op(&g, KN_OP_ATTENTION) == 0,
        "attention: a softmax over dim 3 of 4 is left alone");
     ok(notes && strstr(notes, "attention not matched at softmax (fuzz.lua:6): the softmax is over dim 3, not the last (4)"),
        "attention: ... and the note names the softmax, its line and the dims");

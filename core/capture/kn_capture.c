@@ -131,7 +131,7 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
     kn_plan *plan;
     int flags = cm->opt.pass_flags | (kn_mode_autotunes(cm->id.mode) ? KN_PLAN_AUTOTUNE : 0);
     double t0 = kn_clock_s();
-    kn_status st = kn_plan_build(g, w, n, cm->opt.cache_dir, flags, &plan);
+    kn_status st = kn_plan_build(g, w, n, cm->opt.settings, flags, &plan);
     cm->cap.compile_s += kn_clock_s() - t0;
     if (st != KN_OK) {
         snprintf(v->plan_error, sizeof v->plan_error, "%s", kn_last_error());
@@ -206,7 +206,7 @@ static bool any_search_interrupted(const kn_compiled *cm)
  * did not finish (the budget, Ctrl-C): printed, not only logged. */
 static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
 {
-    const kn_autotune_opts *o = kn_autotune_get_opts();
+    const kn_autotune_opts *o = &kn_settings_or_defaults(cm->opt.settings)->autotune;
     if (o->progress) {
         kn_autotune_progress pr = {"", s->kernels_done, s->kernels_total, s->candidates, kn_clock_s() - s->t0,
                                    s->budget_s, true, s->resume_left, s->resume_total};
@@ -217,7 +217,7 @@ static void autotune_done(kn_compiled *cm, const kn_plan *p, kn_tune_session *s)
         skipped += p->tune.result[k].source == KN_TUNED_SKIPPED;
     if (s->interrupted || s->out_of_budget) {
         char path[KN_CACHE_PATH_MAX];
-        if (kn_autotune_cache_path(cm->opt.cache_dir, path, sizeof path) != KN_OK)
+        if (kn_autotune_cache_path(kn_settings_cache_dir(cm->opt.settings), path, sizeof path) != KN_OK)
             snprintf(path, sizeof path, "the process (the cache dir is too long)");
         kn_compiled_log(cm, KN_LOG_WARN,
                         "kiln: %s (%s): autotuning %s: %d kernels measured and saved in %s, %d keep their defaults\n",
@@ -285,8 +285,8 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
         if (plan->tune.enabled && plan->tune.state == KN_TUNE_PENDING && !cm->opt.check_numerics) {
             /* max-autotune's search, inside this first call */
             kn_tune_session ts = {0};
-            ts.cache_dir = cm->opt.cache_dir;
-            ts.budget_s = kn_autotune_get_opts()->budget_s - cm->stats.autotune_s;
+            ts.cache_dir = kn_settings_cache_dir(cm->opt.settings);
+            ts.budget_s = kn_settings_or_defaults(cm->opt.settings)->autotune.budget_s - cm->stats.autotune_s;
             ts.log = autotune_log;
             ts.log_ud = cm;
             ts.t0 = kn_clock_s();
@@ -325,7 +325,7 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
     }
     kn_tensor **values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof *values);
     if (!values) return kn_error(KN_ERR_OOM, "out of host memory running a graph");
-    kn_status st = kn_graph_run(g, values);
+    kn_status st = kn_graph_run(g, cm->opt.settings, values);
     for (int i = 0; i < n_wanted; i++) {
         results[i] = st == KN_OK ? values[wanted[i].node * KN_MAX_OUTPUTS + wanted[i].out] : NULL;
         kn_tensor_retain(results[i]);

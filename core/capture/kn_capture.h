@@ -151,7 +151,10 @@ struct kn_compiled {
         int dynamic;            /* -1: automatic (a dim that changed once), 0: never, 1: every dim */
         bool dynamic_numbers;   /* a Lua number that changed once becomes an input (kiln.config.dynamic_numbers) */
         int pass_flags;         /* KN_PASSES_* and KN_PLAN_* (kn_passes.h) */
-        char cache_dir[KN_CACHE_DIR_MAX + 1]; /* the persistent kernel cache (kiln.config.cache_dir) */
+        /* the calling state's settings (TF32, the persistent kernel cache
+         * kiln.config.cache_dir, the autotune budget), borrowed: its plans
+         * keep and run with them; NULL: the defaults */
+        const kn_settings *settings;
     } opt;
     /* what earlier calls traced: per graph of a call its compiled versions,
      * and the breaks and recompiles met on the way, for explain() */

@@ -1,4 +1,4 @@
-/* kn_autotune: options, timing statistics and the persistent choice cache
+/* kn_autotune: timing statistics and the persistent choice cache
  * of max-autotune (see kn_autotune.h for the file format). */
 #include "kn_autotune.h"
 
@@ -21,18 +21,6 @@
 static const char cache_magic[] = "# kiln autotune cache v1";
 #define CACHE_FILE "autotune.tsv"
 #define MAX_CACHE_BYTES ((long)64 << 20)
-
-static kn_autotune_opts g_opts = {20.0, NULL, NULL, 0};
-
-void kn_autotune_set_opts(const kn_autotune_opts *o)
-{
-    g_opts = *o;
-}
-
-const kn_autotune_opts *kn_autotune_get_opts(void)
-{
-    return &g_opts;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -75,6 +63,10 @@ typedef struct dev_line {
     char text[600];
 } dev_line;
 
+/* Process-wide on purpose: it is the process's copy of one file, which
+ * every state tuning into that dir shares (and merges into on a save). It
+ * holds one dir's entries at a time: a lookup for another dir (a state
+ * with its own kn_settings.cache_dir) loads that dir's file in their place. */
 static struct {
     char *dir;        /* the cache dir the entries belong to (NULL: none loaded) */
     bool loaded;

@@ -1,6 +1,6 @@
 /* kn_autotune: what max-autotune's measured search shares across plans:
- * its options (budget, progress and log callbacks), the timing of one
- * candidate, and the persistent choice cache.
+ * the timing of one candidate and the persistent choice cache. Its options
+ * (budget, progress callback) are the caller's: kn_settings.autotune.
  *
  * The search itself runs inside a plan's first call (core/compiler/kn_plan_tune.c):
  * each generated kernel is rendered in every configuration of
@@ -31,37 +31,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "kn_settings.h" /* kn_autotune_opts: the search's options travel in the settings */
 #include "kn_status.h"
 
 #define KN_TUNE_KEY 17       /* 16 hex digits + NUL */
 #define KN_TUNE_CHOICE 64
 #define KN_TUNE_LABEL 128
 #define KN_TUNE_NAME 80
-
-/* Where the search stands, for a progress bar. */
-typedef struct kn_autotune_progress {
-    const char *kernel;   /* the kernel being measured ("" when done) */
-    int kernels_done, kernels_total;
-    int candidates;       /* measured so far, all kernels */
-    double elapsed_s, budget_s;
-    bool done;            /* the last report of a search */
-    /* a search resuming one Ctrl-C stopped: kernels left to tune of the
-     * plan's tunable ones ("resuming: 5 of 14 kernels left to tune"); 0: none */
-    int resume_left, resume_total;
-} kn_autotune_progress;
-
-typedef struct kn_autotune_opts {
-    double budget_s;      /* search time per compiled function (kiln.config.autotune_budget_s) */
-    void (*progress)(const kn_autotune_progress *p, void *ud);
-    void *progress_ud;
-    /* testing the rejection path: candidate N (N >= 1) of every tuned
-     * kernel gets its output corrupted after it runs; 0: none
-     * (KILN_AUTOTUNE_FAULT) */
-    int fault_candidate;
-} kn_autotune_opts;
-
-void kn_autotune_set_opts(const kn_autotune_opts *o);
-const kn_autotune_opts *kn_autotune_get_opts(void);
 
 /* One candidate's measurement: median of enough timed runs to be stable. */
 typedef struct kn_tune_cand {

@@ -154,12 +154,12 @@ kn_status kn_node_const_tensor(const kn_node *n, kn_device dev, kn_tensor **out)
         *out = t;
         return KN_OK;
     }
-    kn_status st = kn_tensor_to_device(t, dev, out);
+    kn_status st = kn_tensor_to_device(t, dev, NULL, out); /* contiguous: no kernel runs */
     kn_tensor_release(t);
     return st;
 }
 
-kn_status kn_graph_run(const kn_graph *g, kn_tensor **values)
+kn_status kn_graph_run(const kn_graph *g, const struct kn_settings *settings, kn_tensor **values)
 {
     memset(values, 0, sizeof(kn_tensor *) * (size_t)g->n_nodes * KN_MAX_OUTPUTS);
     kn_device dev = g->n_inputs > 0 && g->inputs[0].tensor ? kn_tensor_device(g->inputs[0].tensor) : KN_CPU;
@@ -182,6 +182,7 @@ kn_status kn_graph_run(const kn_graph *g, kn_tensor **values)
         c.a = n->a;
         c.n_in = n->n_in;
         for (int k = 0; k < n->n_in; k++) c.in[k] = values[n->in_node[k] * KN_MAX_OUTPUTS + n->in_out[k]];
+        c.settings = settings;
         st = kn_op_eager(&c, dev);
         if (st != KN_OK) {
             char msg[1024];

@@ -104,11 +104,12 @@ const char *kn_node_label(const kn_node *n, char *buf, size_t size);
 /* The value of CONST node n on dev, as a 0-dim tensor owned by the caller. */
 kn_status kn_node_const_tensor(const kn_node *n, kn_device dev, kn_tensor **out);
 
-/* Run the graph node by node on the inputs' backend. values[i * KN_MAX_OUTPUTS + j]
+/* Run the graph node by node on the inputs' backend, each op with
+ * settings (NULL: the defaults). values[i * KN_MAX_OUTPUTS + j]
  * gets output j of node i (new references the caller releases; NULL where a
  * node has fewer outputs). values must hold n_nodes * KN_MAX_OUTPUTS entries.
  * On error every value is released and the message names the node's line. */
-kn_status kn_graph_run(const kn_graph *g, kn_tensor **values);
+kn_status kn_graph_run(const kn_graph *g, const struct kn_settings *settings, kn_tensor **values);
 
 /* Shape inference for node i of g from its input nodes' out metas (any
  * order: it only reads the nodes i names). */

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "kn_pass_flags.h"
+#include "kn_settings.h"
 #include "kn_view.h"
 
 typedef struct cl_ctx {
@@ -95,15 +96,16 @@ static kn_tensor *fixed_value(const kn_graph *g, int node, int out)
     return t && t->storage ? t : NULL;
 }
 
-/* w {K, Cg, kh, kw} (any layout, any device) as a new contiguous
- * {K, kh, kw, cp} on w's device, channels Cg..cp zero. */
-static kn_status weight_khwc(kn_tensor *w, int64_t cp, kn_tensor **out)
+/* w {K, Cg, kh, kw} (any layout, any device: a copy to make it contiguous
+ * runs with settings) as a new contiguous {K, kh, kw, cp} on w's device,
+ * channels Cg..cp zero. */
+static kn_status weight_khwc(kn_tensor *w, int64_t cp, const kn_settings *settings, kn_tensor **out)
 {
     *out = NULL;
     int64_t k = w->shape[0], cg = w->shape[1], r = w->shape[2], s = w->shape[3];
     size_t es = kn_dtype_size(w->dtype);
     kn_tensor *host = NULL, *lay = NULL;
-    KN_TRY(kn_tensor_to_device(w, KN_CPU, &host));
+    KN_TRY(kn_tensor_to_device(w, KN_CPU, settings, &host));
     char *raw = malloc((size_t)kn_tensor_numel(host) * es + 1);
     int64_t shape[4] = {k, r, s, cp};
     kn_status st = raw ? kn_tensor_new(w->dtype, 4, shape, KN_CPU, &lay)
@@ -123,7 +125,7 @@ static kn_status weight_khwc(kn_tensor *w, int64_t cp, kn_tensor **out)
             *out = lay;
             lay = NULL;
         } else {
-            st = kn_tensor_to_device(lay, dev, out);
+            st = kn_tensor_to_device(lay, dev, NULL, out); /* contiguous: no kernel runs */
         }
     }
     free(raw);
@@ -163,7 +165,7 @@ static kn_status nhwc_weight(cl_ctx *c, int i, int64_t cp, int *ref, bool *padde
     *padded = false;
     if (w && w->ndim == 4) {
         kn_tensor *lay;
-        KN_TRY(weight_khwc(w, cp, &lay));
+        KN_TRY(weight_khwc(w, cp, x->settings, &lay));
         char where[KN_WHERE_MAX];
         memcpy(where, conv->where, sizeof where);
         int node;

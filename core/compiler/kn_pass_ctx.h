@@ -27,6 +27,7 @@ typedef struct kn_pass_ctx {
     int flags;            /* the caller's KN_PASSES_* flags (the layout pass reads KN_PASSES_NHWC_*) */
     char **notes;         /* where a pass explains what it left alone (KILN_LOGS=fusion), or NULL:
                              lines appended to a malloc'd string the caller frees */
+    const struct kn_settings *settings; /* the ops a pass runs (folding) run with these; NULL: defaults */
 } kn_pass_ctx;
 
 #define KN_REF(node, out) ((node) * KN_MAX_OUTPUTS + (out))

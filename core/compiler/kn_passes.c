@@ -484,7 +484,8 @@ static kn_status log_graph(const kn_graph *g, const char *pass)
     return KN_OK;
 }
 
-static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags, char **notes)
+static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags, char **notes,
+                          const struct kn_settings *settings)
 {
     const pass_entry *p = NULL;
     for (size_t k = 0; k < sizeof pass_table / sizeof pass_table[0]; k++)
@@ -498,6 +499,7 @@ static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_out
     KN_TRY(ctx_begin(&x, g, outputs, n_outputs));
     x.notes = notes;
     x.flags = flags;
+    x.settings = settings;
     kn_status st = p->run(&x);
     if (st == KN_OK) st = commit(&x, p->name);
     ctx_end(&x);
@@ -513,10 +515,11 @@ static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_out
 
 kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags)
 {
-    return run_pass(g, name, outputs, n_outputs, flags, NULL);
+    return run_pass(g, name, outputs, n_outputs, flags, NULL, NULL);
 }
 
-kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flags, char **notes)
+kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flags, char **notes,
+                              const struct kn_settings *settings)
 {
     if (flags & KN_PASSES_VERIFY) {
         char why[768];
@@ -528,12 +531,12 @@ kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flag
         if ((flags & KN_PASSES_NO_ATTENTION) && strcmp(pass_list[k], "attention") == 0) continue;
         if (!(flags & (KN_PASSES_NHWC_HALF | KN_PASSES_NHWC_F32)) && strcmp(pass_list[k], "channels_last") == 0)
             continue;
-        KN_TRY(run_pass(g, pass_list[k], outputs, n_outputs, flags, notes));
+        KN_TRY(run_pass(g, pass_list[k], outputs, n_outputs, flags, notes, settings));
     }
     return KN_OK;
 }
 
 kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags)
 {
-    return kn_passes_run_noted(g, outputs, n_outputs, flags, NULL);
+    return kn_passes_run_noted(g, outputs, n_outputs, flags, NULL, NULL);
 }

@@ -63,8 +63,11 @@
 kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags);
 /* The same, keeping what the passes say they left alone and why (the
  * attention pass's unmatched chains): *notes, if not NULL on return, is a
- * malloc'd text of lines the caller frees. */
-kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flags, char **notes);
+ * malloc'd text of lines the caller frees. The ops the passes run (the
+ * values they fold) run with settings (NULL: the defaults, as kn_passes_run
+ * and kn_pass_run run them). */
+kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flags, char **notes,
+                              const struct kn_settings *settings);
 
 /* Run one pass of the list by name ("cse"); KN_ERR_ARG for an unknown name. */
 kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_settings.h"
 #include "kn_view.h"
 
 /* ---- fold_constants ---- */
@@ -144,6 +145,7 @@ static kn_status evaluate_marked(kn_pass_ctx *x, kn_device dev, unsigned char *r
         c.a = nd->a;
         c.n_in = nd->n_in;
         for (int k = 0; k < nd->n_in; k++) c.in[k] = val[KN_REF(nd->in_node[k], nd->in_out[k])];
+        c.settings = x->settings;
         st = kn_op_eager(&c, dev);
         if (st != KN_OK) {
             st = KN_OK; /* left to run (and fail) as traced */
@@ -277,12 +279,13 @@ static kn_tensor *bound(const kn_graph *g, int node, int out)
     return t && t->storage && kn_dtype_is_float(t->dtype) ? t : NULL;
 }
 
-/* t's elements as float64, row-major (from any device, any layout). */
-static kn_status load_doubles(kn_tensor *t, double **out)
+/* t's elements as float64, row-major (from any device, any layout: a
+ * copy to make it contiguous runs with settings). */
+static kn_status load_doubles(kn_tensor *t, const kn_settings *settings, double **out)
 {
     *out = NULL;
     kn_tensor *h = NULL;
-    KN_TRY(kn_tensor_to_device(t, KN_CPU, &h));
+    KN_TRY(kn_tensor_to_device(t, KN_CPU, settings, &h));
     int64_t n = kn_tensor_numel(h);
     size_t es = kn_dtype_size(h->dtype);
     unsigned char *raw = malloc((size_t)(n > 0 ? n : 1) * es);
@@ -315,7 +318,7 @@ static kn_status store_doubles(const double *v, kn_dtype dt, int ndim, const int
         *out = h;
         return KN_OK;
     }
-    kn_status st = kn_tensor_to_device(h, dev, out);
+    kn_status st = kn_tensor_to_device(h, dev, NULL, out); /* contiguous: no kernel runs */
     kn_tensor_release(h);
     return st;
 }
@@ -362,14 +365,14 @@ static bool bn_match(kn_pass_ctx *x, int i, bn_fold *f)
 
 /* w' = w * s, b' = (b_conv - mean) * s + beta, s = gamma / sqrt(var + eps),
  * per output channel. */
-static kn_status bn_compute(const bn_fold *f, kn_tensor **w_out, kn_tensor **b_out)
+static kn_status bn_compute(const bn_fold *f, const kn_settings *settings, kn_tensor **w_out, kn_tensor **b_out)
 {
     double *w = NULL, *cb = NULL, *p[4] = {NULL};
     int64_t oc = f->w->shape[0], per = kn_tensor_numel(f->w) / (oc > 0 ? oc : 1);
-    kn_status st = load_doubles(f->w, &w);
-    if (st == KN_OK && f->cbias) st = load_doubles(f->cbias, &cb);
+    kn_status st = load_doubles(f->w, settings, &w);
+    if (st == KN_OK && f->cbias) st = load_doubles(f->cbias, settings, &cb);
     for (int k = 0; k < 4 && st == KN_OK; k++)
-        if (f->p[k]) st = load_doubles(f->p[k], &p[k]);
+        if (f->p[k]) st = load_doubles(f->p[k], settings, &p[k]);
     double *b = st == KN_OK ? malloc(sizeof(double) * (size_t)(oc > 0 ? oc : 1)) : NULL;
     if (st == KN_OK && !b) st = kn_error(KN_ERR_OOM, "fold_batch_norm: out of host memory");
     if (st == KN_OK) {
@@ -396,7 +399,7 @@ static kn_status bn_compute(const bn_fold *f, kn_tensor **w_out, kn_tensor **b_o
 static kn_status bn_apply(kn_pass_ctx *x, const bn_fold *f)
 {
     kn_tensor *wt, *bt;
-    KN_TRY(bn_compute(f, &wt, &bt));
+    KN_TRY(bn_compute(f, x->settings, &wt, &bt));
     kn_graph *g = x->g;
     char where[KN_WHERE_MAX];
     memcpy(where, g->nodes[f->conv].where, sizeof where);

@@ -11,6 +11,7 @@
 #define KN_PLAN_H
 
 #include "kn_fuse.h"
+#include "kn_settings.h"
 
 typedef struct kn_plan_value {
     int node, out;
@@ -23,6 +24,10 @@ typedef struct kn_plan {
     kn_plan_value *outputs; /* what the caller asked for, in its order, in g's numbering */
     int *pass_out;          /* node list given to the passes */
     kn_device device;
+    /* the settings of whoever built it (a Lua state's, borrowed: they
+     * outlive the plan; NULL: the defaults): its ops and kernels run with
+     * them, so a plan runs as its own state asks, whichever state runs next */
+    const kn_settings *settings;
     int fault_kernel;       /* testing the numerics check: corrupt this kernel's output (-1: none) */
     /* the program: the graph cut into kernels and the code that runs them */
     struct {
@@ -138,6 +143,7 @@ struct run_ctx; /* kn_plan_impl.h */
 /* One max-autotune search (a compiled function's call); see kn_plan_autotune. */
 typedef struct kn_tune_session {
     const char *cache_dir;
+    const kn_autotune_opts *opts; /* the plan's settings' (set by kn_plan_autotune) */
     double budget_s;        /* what this function may still spend */
     double spent_s;         /* out: time spent searching (compiles included) */
     int measured;           /* out: kernels searched */
@@ -159,8 +165,10 @@ typedef struct kn_tune_session {
 enum { KN_REC_WARMUP = 0, KN_REC_RECORD, KN_REC_READY, KN_REC_NEVER };
 
 /* Build a plan for the values `wanted` (node, out) of g, whose inputs are
- * bound. pass_flags: KN_PASSES_LOG / VERIFY and KN_PLAN_* from kn_passes.h. */
-kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
+ * bound, with settings (kept as p->settings: they must outlive the plan;
+ * their cache dir is where its kernels are cached). pass_flags:
+ * KN_PASSES_LOG / VERIFY and KN_PLAN_* from kn_passes.h. */
+kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const kn_settings *settings,
                         int pass_flags, kn_plan **out);
 /* Run on inputs[0..n_orig_inputs) (same shapes, dtypes and strides as at
  * build); results[i] gets a new reference to wanted value i. */

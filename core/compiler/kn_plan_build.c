@@ -219,16 +219,18 @@ static kn_status plan_compile(kn_plan *p, const char *cache_dir)
     return KN_OK;
 }
 
-kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const char *cache_dir,
+kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const kn_settings *settings,
                         int pass_flags, kn_plan **out)
 {
+    const char *cache_dir = kn_settings_cache_dir(settings);
     *out = NULL;
     kn_plan *p = NULL;
     KN_TRY(plan_new(g, wanted, n_wanted, &p));
+    p->settings = settings;
     double t0 = kn_clock_s();
     char *pass_notes = NULL;
     pass_flags = device_pass_flags(p, pass_flags);
-    kn_status st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes);
+    kn_status st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes, settings);
     if (st == KN_OK) {
         for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
         st = plan_guard_values(p, g);
@@ -399,7 +401,7 @@ static kn_status plan_epilogues(kn_plan *p)
              * cuDNN graph; but not in strict f32, where cuDNN's fused engines
              * were slower than conv then a ReLU kernel (convnet on an H200:
              * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua) */
-            if (mn->out[0].dtype == KN_F32 && !kn_allow_tf32()) continue;
+            if (mn->out[0].dtype == KN_F32 && !kn_settings_or_defaults(p->settings)->allow_tf32) continue;
             const kn_node *rl = &p->g.nodes[P->nodes[0]];
             if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
                 rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {

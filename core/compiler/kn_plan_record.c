@@ -93,6 +93,7 @@ static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
     }
     kn_opcall c;
     kn_opcall_init(&c, KN_OP_CONTIGUOUS);
+    c.settings = p->settings;
     c.n_in = 1;
     c.in[0] = t;
     KN_TRY(kn_op_eager(&c, p->device));

@@ -94,7 +94,7 @@ static kn_status run_permuted(run_ctx *r, int node, const kn_opcall *call)
             }
         kn_tensor *perm = NULL, *dense = NULL;
         st = kn_view_permute(e.out[0], l->ndim, order, &perm);
-        if (st == KN_OK) st = kn_tensor_contiguous_copy(perm, &dense);
+        if (st == KN_OK) st = kn_tensor_contiguous_copy(perm, p->settings, &dense);
         if (st == KN_OK) st = kn_tensor_view_of(dense, l->ndim, l->shape, l->strides, 0, &out);
         kn_tensor_release(perm);
         kn_tensor_release(dense);
@@ -114,6 +114,7 @@ static kn_status run_reference(run_ctx *r, int node, int kid)
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)n->op);
     c.a = n->a;
+    c.settings = r->p->settings;
     c.variant = r->p->tune.variant && kid >= 0 ? r->p->tune.variant[kid] : 0;
     c.n_in = n->n_in;
     for (int k = 0; k < n->n_in; k++) {
@@ -199,6 +200,7 @@ kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *cp, kn_tenso
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)mn->op);
     c.a = mn->a;
+    c.settings = p->settings;
     c.n_in = mn->n_in;
     for (int i = 0; i < mn->n_in; i++) {
         c.in[i] = r->val[mn->in_node[i] * KN_MAX_OUTPUTS + mn->in_out[i]];
@@ -265,7 +267,7 @@ static kn_status const_value(run_ctx *r, int node)
     kn_store_f64(t->storage->data, n->out[0].dtype, n->value);
     if (r->p->device != KN_CPU) {
         kn_tensor *d;
-        kn_status st = kn_tensor_to_device(t, r->p->device, &d);
+        kn_status st = kn_tensor_to_device(t, r->p->device, NULL, &d); /* contiguous: no kernel runs */
         kn_tensor_release(t);
         KN_TRY(st);
         t = d;
@@ -379,6 +381,7 @@ static kn_status run_view(run_ctx *r, int i, int last_kernel)
     kn_opcall c;
     kn_opcall_init(&c, (kn_op)n->op);
     c.a = n->a;
+    c.settings = p->settings;
     c.n_in = 1;
     c.in[0] = r->val[n->in_node[0] * KN_MAX_OUTPUTS + n->in_out[0]];
     kn_tensor *v = NULL;
@@ -403,7 +406,7 @@ static kn_status run_kernel(run_ctx *r, int i, int *last_kernel)
     const kn_kernel *k = &f->prog.kernels[kid];
     if (r->folded && r->folded[kid]) return KN_OK; /* ran in the matmul's epilogue */
     bool prof = kn_profile_on;
-    int slot = prof ? kn_profile_kernel_begin(p->device) : -1;
+    int slot = prof ? kn_profile_kernel_begin(p->device, p->settings) : -1;
     bool fused = false;
     kn_status st = KN_OK;
     if (kn_plan_epi_active(p, kid) && !r->keep) st = run_fused(r, kid, i, &fused);
@@ -501,14 +504,14 @@ kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *
     kn_status st = kn_plan_run_ex(p, inputs, res, &got, NULL);
     if (st == KN_OK) {
         for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = inputs[i];
-        st = kn_graph_run(g, ref);
+        st = kn_graph_run(g, p->settings, ref);
         for (int i = 0; i < p->n_orig_inputs; i++) g->inputs[i].tensor = NULL;
     }
     for (int k = 0; st == KN_OK && k < p->code.fusion.prog.n_kernels && *bad_kernel < 0; k++) {
         int node = p->code.fusion.kernel_at[k];
         for (int o = 0; o < g->nodes[node].n_out && *bad_kernel < 0; o++) {
             kn_tensor *a = got[node * KN_MAX_OUTPUTS + o], *b = ref[node * KN_MAX_OUTPUTS + o];
-            if (a && b && !kn_tensor_close(a, b, rtol, why, size)) *bad_kernel = k;
+            if (a && b && !kn_tensor_close(a, b, rtol, p->settings, why, size)) *bad_kernel = k;
         }
     }
     for (int i = 0; i < p->n_outputs; i++) kn_tensor_release(res[i]);

@@ -137,10 +137,10 @@ static kn_status measure(tune_job *j, int ci, double share_s, kn_tune_cand *cand
 
 /* How far a candidate may differ from the default: float kernels reorder
  * additions (and bf16/f16 round each store); integers must match. */
-static double tolerance(kn_dtype dt)
+static double tolerance(kn_dtype dt, const kn_settings *settings)
 {
     if (dt == KN_BF16 || dt == KN_F16) return 3e-2;
-    if (dt == KN_F32) return kn_allow_tf32() ? 1e-2 : 1e-4;
+    if (dt == KN_F32) return kn_settings_or_defaults(settings)->allow_tf32 ? 1e-2 : 1e-4;
     if (dt == KN_F64) return 1e-9;
     return 0;
 }
@@ -165,7 +165,9 @@ static void corrupt(tune_job *j)
 static bool outputs_match(tune_job *j, char *why, size_t size)
 {
     for (int o = 0; o < j->n_out; o++)
-        if (!kn_tensor_close(j->out[o], j->ref[o], tolerance(j->out[o]->dtype), why, size)) return false;
+        if (!kn_tensor_close(j->out[o], j->ref[o], tolerance(j->out[o]->dtype, j->r->p->settings), j->r->p->settings,
+                             why, size))
+            return false;
     return true;
 }
 
@@ -230,6 +232,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
         const kn_node *n = &p->g.nodes[node];
         kn_opcall_init(&j->c, (kn_op)n->op);
         j->c.a = n->a;
+        j->c.settings = p->settings;
         j->c.n_in = n->n_in;
         for (int i = 0; i < n->n_in; i++) j->c.in[i] = r->val[n->in_node[i] * KN_MAX_OUTPUTS + n->in_out[i]];
         j->c.n_out = n->n_out;
@@ -237,7 +240,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
     }
     for (int o = 0; o < j->n_out; o++) {
         if (!j->out[o]) return kn_error(KN_ERR_ARG, "kernel %s: an output is missing after its run", k->name);
-        KN_TRY(kn_tensor_contiguous_copy(j->out[o], &j->ref[o]));
+        KN_TRY(kn_tensor_contiguous_copy(j->out[o], p->settings, &j->ref[o]));
     }
     return KN_OK;
 }
@@ -252,7 +255,7 @@ static void job_free(tune_job *j, bool keep_lib_loaded)
 
 static void progress(kn_tune_session *s, const char *kernel, bool done)
 {
-    const kn_autotune_opts *o = kn_autotune_get_opts();
+    const kn_autotune_opts *o = s->opts;
     if (!o->progress) return;
     kn_autotune_progress pr = {kernel,        s->kernels_done, s->kernels_total, s->candidates,
                                kn_clock_s() - s->t0, s->budget_s,   done, s->resume_left, s->resume_total};
@@ -313,7 +316,7 @@ static void measure_candidates(tune_job *j, kn_tune_session *s, const kn_kconfig
                                int *tried, bool *complete)
 {
     const kn_kernel *k = &j->r->p->code.fusion.prog.kernels[j->kid];
-    const kn_autotune_opts *o = kn_autotune_get_opts();
+    const kn_autotune_opts *o = s->opts;
     int left = s->kernels_total - s->kernels_done;
     double kernel_share = (s->budget_s - (kn_clock_s() - s->t0)) / (left > 0 ? left : 1);
     *tried = 0;
@@ -516,6 +519,7 @@ kn_status kn_plan_autotune(kn_plan *p, kn_tensor *const *inputs, kn_tensor **res
     /* one search per plan, even when the budget cuts it short; one that
      * Ctrl-C stopped goes on at the next call with the kernels it skipped */
     p->tune.state = KN_TUNE_DONE;
+    s->opts = &kn_settings_or_defaults(p->settings)->autotune;
     int todo = 0, tunable = 0;
     for (int k = 0; p->tune.result && k < p->code.fusion.prog.n_kernels; k++) {
         if (!kn_plan_tunable(p, k)) continue;

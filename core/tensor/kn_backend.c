@@ -1,5 +1,5 @@
-/* kn_backend: the registry of backends and their device objects, and the
- * backend options kiln.config sets.
+/* kn_backend: the registry of backends and their device objects. (The
+ * options a backend runs an op with come with the op: kn_opcall.settings.)
  *
  * Backends register themselves (kernels/kn_kernels.c), so core names none.
  * A kind's devices are opened lazily, once per index: the CUDA backend
@@ -102,16 +102,4 @@ kn_status kn_backend_missing(kn_device dev, const char *what)
 {
     return kn_error(KN_ERR_DEVICE, "%s%sdevice %s is not available", what ? what : "", what ? ": " : "",
                     kn_device_name(dev));
-}
-
-static bool g_allow_tf32;
-
-void kn_set_allow_tf32(bool allow)
-{
-    g_allow_tf32 = allow;
-}
-
-bool kn_allow_tf32(void)
-{
-    return g_allow_tf32;
 }

@@ -23,6 +23,7 @@ typedef struct kn_tensor kn_tensor;
 struct kn_kprogram;
 struct kn_kernel;
 struct kn_render_target;
+struct kn_settings;
 
 typedef struct kn_device_ctx kn_device_ctx;
 
@@ -92,8 +93,9 @@ typedef struct kn_backend {
      * event: the host then queues the event and the kernel while the
      * device waits, so the event is stamped when the kernel can start, not
      * when the host gets round to launching it, and the time between the
-     * events is the kernel's alone. */
-    kn_status (*hold_queue)(kn_device_ctx *d, double us);
+     * events is the kernel's alone. settings: those of the work profiled
+     * (the cache dir of the kernel that holds the queue; NULL: defaults). */
+    kn_status (*hold_queue)(kn_device_ctx *d, const struct kn_settings *settings, double us);
     /* Exact device times (CUDA: CUPTI's activity records, the durations
      * Nsight Systems and torch.profiler show; NULL or KN_ERR_UNSUPPORTED
      * where there are none, and profiling then times with events alone,
@@ -130,8 +132,10 @@ typedef struct kn_backend {
     void (*library_variant_label)(kn_device_ctx *d, char *buf, size_t size);
     /* The roofline's matmul ceiling as the library reaches it (NULL where
      * the backend has no library GEMM; kn_ceilings then times square
-     * matmuls): TFLOP/s of a large matmul of the float dtype dt. */
-    kn_status (*library_matmul_rate)(kn_device_ctx *d, kn_dtype dt, double *tflops);
+     * matmuls): TFLOP/s of a large matmul of the float dtype dt, run
+     * with settings (TF32 for f32; NULL: the defaults). */
+    kn_status (*library_matmul_rate)(kn_device_ctx *d, const struct kn_settings *settings, kn_dtype dt,
+                                     double *tflops);
 } kn_backend;
 
 
@@ -145,10 +149,6 @@ struct kn_device_ctx {
     int index;
     void *state; /* the backend's own, NULL where it keeps none */
 };
-
-/* Options the Lua side sets from kiln.config (read by backends). */
-void kn_set_allow_tf32(bool allow);
-bool kn_allow_tf32(void);
 
 /* ---- the registry (kn_backend.c): core names no backend; each registers
  * itself (kernels/kn_kernels.c calls them all at start-up). ---- */

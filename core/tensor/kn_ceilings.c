@@ -7,14 +7,17 @@
 #include "kn_backend.h"
 #include "kn_op.h"
 #include "kn_profile.h"
+#include "kn_settings.h"
 
 /* Best time (ms) of `reps` runs of fn after one warm-up, each timed as
  * kiln.time times a kernel (a kn_profile session: the backend's exact
  * device time where it traces, else events after a hold), so that a
  * ceiling and the kernels held against it are measured with one clock. */
 typedef kn_status (*timed_fn)(void *ctx);
-/* `prepare` (or NULL) runs before each timed run, untimed. */
-static kn_status best_ms(kn_device_ctx *dc, timed_fn fn, timed_fn prepare, void *ctx, int reps, double *best)
+/* `prepare` (or NULL) runs before each timed run, untimed; settings:
+ * the measurement's (kn_ceilings_measure). */
+static kn_status best_ms(kn_device_ctx *dc, const kn_settings *settings, timed_fn fn, timed_fn prepare, void *ctx,
+                         int reps, double *best)
 {
     *best = -1;
     if (prepare) KN_TRY(prepare(ctx));
@@ -24,7 +27,7 @@ static kn_status best_ms(kn_device_ctx *dc, timed_fn fn, timed_fn prepare, void 
     for (int i = 0; i < reps && st == KN_OK; i++) {
         if (prepare) st = prepare(ctx);
         if (st != KN_OK) break;
-        int slot = kn_profile_kernel_begin(dc->device);
+        int slot = kn_profile_kernel_begin(dc->device, settings);
         st = fn(ctx);
         kn_profile_record what = {.name = "ceiling", .kind = "ceiling", .index = -1, .parent = -1};
         kn_profile_kernel_end(slot, &what);
@@ -45,18 +48,20 @@ static kn_status best_ms(kn_device_ctx *dc, timed_fn fn, timed_fn prepare, void 
 /* best_ms of fn as the last run left its buffers and, where `fresh` is
  * given, with its input written just before each run (as a kernel finds
  * what its producer just wrote): the faster counts. */
-static kn_status best_ms_either(kn_device_ctx *dc, timed_fn fn, timed_fn fresh, void *ctx, int reps, double *best)
+static kn_status best_ms_either(kn_device_ctx *dc, const kn_settings *settings, timed_fn fn, timed_fn fresh, void *ctx,
+                                int reps, double *best)
 {
-    KN_TRY(best_ms(dc, fn, NULL, ctx, reps, best));
+    KN_TRY(best_ms(dc, settings, fn, NULL, ctx, reps, best));
     if (!fresh) return KN_OK;
     double fresh_ms = 0;
-    KN_TRY(best_ms(dc, fn, fresh, ctx, reps, &fresh_ms));
+    KN_TRY(best_ms(dc, settings, fn, fresh, ctx, reps, &fresh_ms));
     if (fresh_ms > 0 && (*best <= 0 || fresh_ms < *best)) *best = fresh_ms;
     return KN_OK;
 }
 
 typedef struct {
     kn_device_ctx *dc;
+    const kn_settings *settings; /* the measurement's, for the ops it runs */
     void *dst, *src;
     int64_t bytes;     /* the copy's */
     int64_t add_bytes; /* each of the add's buffers */
@@ -82,6 +87,7 @@ static kn_status backend_add(void *vctx)
     call.in[1] = c->y;
     call.n_out = 1;
     call.out[0] = c->out;
+    call.settings = c->settings;
     return c->dc->be->run(c->dc, &call);
 }
 
@@ -120,9 +126,10 @@ static kn_status produce_copy_source(void *vctx)
  * copy reached 86% of the add's rate at 12.6 and at 50 MB, all of it up
  * to 6.3 MB), so a copy-shaped kernel (a layer norm, a ReLU) held against
  * the add could not reach its ceiling even as a plain copy. */
-static kn_status stream_gbps(kn_device_ctx *dc, int64_t bytes, double *gbps, double *copy_gbps, double *moved)
+static kn_status stream_gbps(kn_device_ctx *dc, const kn_settings *settings, int64_t bytes, double *gbps,
+                             double *copy_gbps, double *moved)
 {
-    ceil_ctx c = {dc, NULL, NULL, bytes / 2 * 3, bytes, NULL, NULL, NULL};
+    ceil_ctx c = {dc, settings, NULL, NULL, bytes / 2 * 3, bytes, NULL, NULL, NULL};
     /* one pass a timed run, as a kernel is timed; the best of more runs
      * where they are short */
     int reps = bytes >= ((int64_t)64 << 20) ? 5 : 16;
@@ -133,7 +140,7 @@ static kn_status stream_gbps(kn_device_ctx *dc, int64_t bytes, double *gbps, dou
     if (dc->be->copy) {
         st = dc->be->alloc(dc, c.bytes, &c.src);
         if (st == KN_OK) st = dc->be->alloc(dc, c.bytes, &c.dst);
-        if (st == KN_OK) st = best_ms_either(dc, backend_copy, produce_copy_source, &c, reps, &ms);
+        if (st == KN_OK) st = best_ms_either(dc, settings, backend_copy, produce_copy_source, &c, reps, &ms);
         if (c.src) dc->be->free(dc, c.src);
         if (c.dst) dc->be->free(dc, c.dst);
         KN_TRY(st);
@@ -144,7 +151,8 @@ static kn_status stream_gbps(kn_device_ctx *dc, int64_t bytes, double *gbps, dou
     st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.x);
     if (st == KN_OK) st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.y);
     if (st == KN_OK) st = kn_tensor_new(KN_F32, 1, shape, dc->device, &c.out);
-    if (st == KN_OK) st = best_ms_either(dc, backend_add, dc->be->copy ? produce_input : NULL, &c, reps, &ms);
+    if (st == KN_OK)
+        st = best_ms_either(dc, settings, backend_add, dc->be->copy ? produce_input : NULL, &c, reps, &ms);
     kn_tensor_release(c.x);
     kn_tensor_release(c.y);
     kn_tensor_release(c.out);
@@ -162,6 +170,7 @@ static kn_status op_run(kn_op op, ceil_ctx *c)
     call.n_in = op == KN_OP_MATMUL ? 2 : 1;
     call.in[0] = c->x;
     call.in[1] = c->y;
+    call.settings = c->settings;
     KN_TRY(kn_op_eager(&call, kn_tensor_device(c->x)));
     for (int i = 0; i < call.n_out; i++) kn_tensor_release(call.out[i]);
     return KN_OK;
@@ -172,23 +181,23 @@ static kn_status matmul_run(void *vctx)
     return op_run(KN_OP_MATMUL, vctx);
 }
 
-static kn_status matmul_rate(kn_device dev, kn_dtype dt, int64_t n, double *gflops)
+static kn_status matmul_rate(kn_device dev, const kn_settings *settings, kn_dtype dt, int64_t n, double *gflops)
 {
     kn_device_ctx *dc = kn_backend_get(dev);
-    ceil_ctx c = {dc, NULL, NULL, 0, 0, NULL, NULL, NULL};
+    ceil_ctx c = {dc, settings, NULL, NULL, 0, 0, NULL, NULL, NULL};
     int64_t shape[2] = {n, n};
     *gflops = 0;
     kn_status st = kn_tensor_new(dt, 2, shape, dev, &c.x);
     if (st == KN_OK) st = kn_tensor_new(dt, 2, shape, dev, &c.y);
     double ms = 0;
-    if (st == KN_OK) st = best_ms(dc, matmul_run, NULL, &c, 5, &ms);
+    if (st == KN_OK) st = best_ms(dc, settings, matmul_run, NULL, &c, 5, &ms);
     kn_tensor_release(c.x);
     kn_tensor_release(c.y);
     if (st == KN_OK && ms > 0) *gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) / 1e9;
     return st;
 }
 
-kn_status kn_ceilings_measure(kn_device dev, kn_ceilings *out)
+kn_status kn_ceilings_measure(kn_device dev, const kn_settings *settings, kn_ceilings *out)
 {
     memset(out, 0, sizeof *out);
     kn_device_ctx *dc = kn_backend_get(dev);
@@ -210,7 +219,7 @@ kn_status kn_ceilings_measure(kn_device dev, kn_ceilings *out)
     int64_t step = cpu ? 4 : 2;
     for (int64_t b = smallest; b <= largest && out->n_bw < KN_CEIL_BW_POINTS; b *= step) {
         double gbps = 0, copy = 0, moved = 0;
-        KN_TRY(stream_gbps(dc, b, &gbps, &copy, &moved));
+        KN_TRY(stream_gbps(dc, settings, b, &gbps, &copy, &moved));
         out->bw[out->n_bw].bytes = moved;
         out->bw[out->n_bw].gbps = gbps;
         out->bw[out->n_bw].copy_gbps = copy;
@@ -225,16 +234,18 @@ kn_status kn_ceilings_measure(kn_device dev, kn_ceilings *out)
      * 5040. Noise is what the best of several runs removes. */
     out->copy_gbps = out->n_bw ? out->bw[out->n_bw - 1].gbps : 0;
     double tf32 = 0, tbf16 = 0;
-    if (dc->be->library_matmul_rate && dc->be->library_matmul_rate(dc, KN_F32, &tf32) == KN_OK && tf32 > 0) {
+    if (dc->be->library_matmul_rate && dc->be->library_matmul_rate(dc, settings, KN_F32, &tf32) == KN_OK &&
+        tf32 > 0) {
         out->f32_gflops = tf32 * 1e3;
-        if (dc->be->library_matmul_rate(dc, KN_BF16, &tbf16) == KN_OK) out->bf16_gflops = tbf16 * 1e3;
+        if (dc->be->library_matmul_rate(dc, settings, KN_BF16, &tbf16) == KN_OK) out->bf16_gflops = tbf16 * 1e3;
         return KN_OK;
     }
     /* big enough to reach the library's peak, small enough to take well
      * under a second on a CPU core */
     int64_t n = kn_device_kind_of(dev) == KN_DEVICE_CPU ? 512 : 4096;
-    KN_TRY(matmul_rate(dev, KN_F32, n, &out->f32_gflops));
-    if (matmul_rate(dev, KN_BF16, kn_device_kind_of(dev) == KN_DEVICE_CPU ? n / 2 : n, &out->bf16_gflops) != KN_OK)
+    KN_TRY(matmul_rate(dev, settings, KN_F32, n, &out->f32_gflops));
+    if (matmul_rate(dev, settings, KN_BF16, kn_device_kind_of(dev) == KN_DEVICE_CPU ? n / 2 : n,
+                    &out->bf16_gflops) != KN_OK)
         out->bf16_gflops = 0; /* no bf16 matmul on this device: only the f32 ceiling */
     return KN_OK;
 }

@@ -25,6 +25,8 @@
 #include "kn_device.h"
 #include "kn_status.h"
 
+struct kn_settings; /* kn_settings.h */
+
 #define KN_CEIL_BW_POINTS 12
 
 typedef struct kn_ceilings {
@@ -38,6 +40,8 @@ typedef struct kn_ceilings {
     double bf16_gflops;
 } kn_ceilings;
 
-kn_status kn_ceilings_measure(kn_device dev, kn_ceilings *c);
+/* settings: the caller's (its TF32 choice is the f32 rate's; NULL: the
+ * defaults). */
+kn_status kn_ceilings_measure(kn_device dev, const struct kn_settings *settings, kn_ceilings *c);
 
 #endif

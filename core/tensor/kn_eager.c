@@ -1,5 +1,6 @@
 /* kn_eager: eager execution of one op: check devices, infer shapes,
- * allocate the outputs, run on the device's backend (kn_op_eager). */
+ * allocate the outputs, run on the device's backend with the call's
+ * settings (kn_op_eager). */
 #include <string.h>
 
 #include "kn_backend.h"
@@ -18,6 +19,7 @@ static kn_status view_op(kn_opcall *c, kn_device dev)
     kn_opcall_init(&copy, KN_OP_CONTIGUOUS);
     copy.n_in = 1;
     copy.in[0] = c->in[0];
+    copy.settings = c->settings;
     KN_TRY(kn_op_eager(&copy, dev));
     kn_opcall on_copy = *c;
     on_copy.in[0] = copy.out[0];
@@ -66,7 +68,7 @@ kn_status kn_op_eager(kn_opcall *c, kn_device dev)
     }
     c->n_out = n_out;
     bool prof = kn_profile_on;
-    int slot = prof ? kn_profile_kernel_begin(dev) : -1;
+    int slot = prof ? kn_profile_kernel_begin(dev, c->settings) : -1;
     kn_status st = d->be->run(d, c);
     if (prof) kn_profile_op_end(slot, c);
     if (st != KN_OK) {

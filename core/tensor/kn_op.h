@@ -101,6 +101,8 @@ typedef struct kn_attrs {
     int n_epilogue;
 } kn_attrs;
 
+struct kn_settings; /* kn_settings.h */
+
 typedef struct kn_opcall {
     kn_op op;
     int n_in;
@@ -111,6 +113,10 @@ typedef struct kn_opcall {
     int variant; /* library ops (matmul, conv2d): which of the backend's
                     algorithms runs it; 0 is its default pick (the autotuner
                     measures the others, kn_backend.library_variant_label) */
+    /* the caller's settings (TF32, the cache dir of the kernels it
+     * compiles, the backends' logs), borrowed for the call; NULL: the
+     * defaults (kn_settings.h) */
+    const struct kn_settings *settings;
 } kn_opcall;
 
 /* Zero the call and set attribute defaults (correction 1, count_include_pad 1,
@@ -123,9 +129,9 @@ void kn_opcall_init(kn_opcall *c, kn_op op);
 kn_status kn_op_infer(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int *n_out);
 
 /* Eager execution: infer, allocate outputs on the inputs' device (or
- * `dev` for creation ops), run on that device's backend. On success
- * c->out[0..n_out) hold new tensors owned by the caller. Defined in
- * core/tensor/kn_eager.c. */
+ * `dev` for creation ops), run on that device's backend with c->settings.
+ * On success c->out[0..n_out) hold new tensors owned by the caller.
+ * Defined in core/tensor/kn_eager.c. */
 kn_status kn_op_eager(kn_opcall *c, kn_device dev);
 
 #endif

@@ -161,7 +161,7 @@ static kn_status pool_reserve(int slot)
     return KN_OK;
 }
 
-int kn_profile_kernel_begin(kn_device dev)
+int kn_profile_kernel_begin(kn_device dev, const struct kn_settings *settings)
 {
     if (!kn_profile_on) return -1;
     int depth = P.depth++ - P.transparent;
@@ -175,7 +175,7 @@ int kn_profile_kernel_begin(kn_device dev)
     int slot = P.n_rec;
     kn_status st = pool_reserve(slot);
     /* not inside a recorded kernel: the hold would count as its time */
-    if (st == KN_OK && depth == 0 && P.dc->be->hold_queue) st = P.dc->be->hold_queue(P.dc, KN_PROFILE_HOLD_US);
+    if (st == KN_OK && depth == 0 && P.dc->be->hold_queue) st = P.dc->be->hold_queue(P.dc, settings, KN_PROFILE_HOLD_US);
     if (st == KN_OK) st = P.dc->be->event_record(P.dc, P.ev[2 * slot]);
     if (st != KN_OK) {
         hook_fail(st);

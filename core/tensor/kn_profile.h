@@ -59,8 +59,9 @@ void kn_profile_cancel(void);
 /* Hooks (call only while kn_profile_on, and call the matching end even
  * when the kernel failed): begin records the event before a kernel on dev
  * and returns its slot, or -1 when it is not recorded (another device, or
- * nested in a recorded kernel). */
-int kn_profile_kernel_begin(kn_device dev);
+ * nested in a recorded kernel). settings: the kernel's (the backend's
+ * hold_queue runs with them; NULL: the defaults). */
+int kn_profile_kernel_begin(kn_device dev, const struct kn_settings *settings);
 /* A kernel the caller describes (a plan's): name, kind, owner, index,
  * dtype, bytes and flops come from *what, its timing fields are ignored. */
 void kn_profile_kernel_end(int slot, const kn_profile_record *what);

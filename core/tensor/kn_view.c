@@ -8,13 +8,14 @@
 #include <string.h>
 
 #include "kn_backend.h"
+#include "kn_settings.h"
 
 kn_status kn_view_reshape(kn_tensor *t, int ndim, const int64_t *shape, kn_tensor **out)
 {
     KN_TRY(kn_view_reshape_nocopy(t, ndim, shape, out));
     if (*out) return KN_OK;
     kn_tensor *c;
-    KN_TRY(kn_tensor_contiguous_copy(t, &c));
+    KN_TRY(kn_tensor_contiguous_copy(t, NULL, &c));
     kn_status st = kn_view_reshape_nocopy(c, ndim, shape, out);
     kn_tensor_release(c);
     return st;
@@ -43,12 +44,13 @@ kn_status kn_view_flatten(kn_tensor *t, int64_t d0, int64_t d1, kn_tensor **out)
     return kn_view_reshape(t, n, shape, out);
 }
 
-kn_status kn_tensor_contiguous_copy(kn_tensor *t, kn_tensor **out)
+kn_status kn_tensor_contiguous_copy(kn_tensor *t, const kn_settings *settings, kn_tensor **out)
 {
     kn_opcall c;
     kn_opcall_init(&c, KN_OP_CONTIGUOUS);
     c.n_in = 1;
     c.in[0] = t;
+    c.settings = settings;
     *out = NULL;
     KN_TRY(kn_op_eager(&c, kn_tensor_device(t)));
     *out = c.out[0];
@@ -62,7 +64,7 @@ kn_status kn_tensor_contiguous(kn_tensor *t, kn_tensor **out)
         *out = t;
         return KN_OK;
     }
-    return kn_tensor_contiguous_copy(t, out);
+    return kn_tensor_contiguous_copy(t, NULL, out);
 }
 
 kn_status kn_tensor_cast(kn_tensor *t, kn_dtype dt, kn_tensor **out)
@@ -120,7 +122,7 @@ static kn_status copy_through_host(kn_device_ctx *src, kn_device_ctx *dst, void 
     return st;
 }
 
-kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, kn_tensor **out)
+kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, const kn_settings *settings, kn_tensor **out)
 {
     *out = NULL;
     kn_device from = kn_tensor_device(t);
@@ -134,7 +136,7 @@ kn_status kn_tensor_to_device(kn_tensor *t, kn_device dev, kn_tensor **out)
     if (!src) return kn_backend_missing(from, "to");
     /* Make the source contiguous on its own device, then copy the bytes. */
     kn_tensor *c = t;
-    if (!kn_tensor_is_contiguous(t)) KN_TRY(kn_tensor_contiguous_copy(t, &c));
+    if (!kn_tensor_is_contiguous(t)) KN_TRY(kn_tensor_contiguous_copy(t, settings, &c));
     else kn_tensor_retain(c);
     kn_tensor *r;
     kn_status st = kn_tensor_new(t->dtype, t->ndim, t->shape, dev, &r);
@@ -156,7 +158,7 @@ kn_status kn_view_run(const kn_opcall *c, kn_tensor **out)
     KN_TRY(kn_view_run_nocopy(c, out));
     if (*out) return KN_OK;
     kn_tensor *copy;
-    KN_TRY(kn_tensor_contiguous_copy(c->in[0], &copy));
+    KN_TRY(kn_tensor_contiguous_copy(c->in[0], c->settings, &copy));
     kn_opcall on_copy = *c;
     on_copy.in[0] = copy;
     kn_status st = kn_view_run_nocopy(&on_copy, out);
@@ -164,7 +166,8 @@ kn_status kn_view_run(const kn_opcall *c, kn_tensor **out)
     return st;
 }
 
-bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, char *why, size_t size)
+bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, const kn_settings *settings,
+                     char *why, size_t size)
 {
     char s1[128], s2[128];
     if (!got || !want) {
@@ -179,8 +182,8 @@ bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, c
         return false;
     }
     kn_tensor *a = NULL, *b = NULL;
-    bool same = kn_tensor_to_device((kn_tensor *)got, KN_CPU, &a) == KN_OK &&
-                kn_tensor_to_device((kn_tensor *)want, KN_CPU, &b) == KN_OK;
+    bool same = kn_tensor_to_device((kn_tensor *)got, KN_CPU, settings, &a) == KN_OK &&
+                kn_tensor_to_device((kn_tensor *)want, KN_CPU, settings, &b) == KN_OK;
     int64_t n = kn_tensor_numel(got);
     size_t es = kn_dtype_size(got->dtype);
     unsigned char *pa = malloc((size_t)(n ? n : 1) * es), *pb = malloc((size_t)(n ? n : 1) * es);

@@ -33,8 +33,4 @@ const char *kn_cuda_unavailable_reason(void);
  * GPUs, probed the first time kiln asks for a cuda device. */
 void kn_cuda_register(void);
 
-/* Where generated CUDA kernels are cached on disk (from kiln.config.cache_dir). */
-void kn_cuda_set_cache_dir(const char *dir);
-const char *kn_cuda_cache_dir(void);
-
 #endif

@@ -27,12 +27,7 @@
 
 static bool attention_log_on(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("KILN_LOGS");
-        on = v && (strstr(v, "fusion") || strstr(v, "library") || strstr(v, "all"));
-    }
-    return on;
+    return (kn_cuda_call_settings()->logs & KN_SETTINGS_LOG_ATTENTION) != 0;
 }
 
 /* Strides of t over the op's [lead..., rows, cols] frame of rank n

@@ -109,7 +109,7 @@ static kn_status no_kernel(const kn_opcall *c)
     return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA kernel for this call (dtypes %s)", kn_op_name(c->op), dts);
 }
 
-static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
+static kn_status run_op(kn_device_ctx *d, const kn_opcall *c)
 {
     if (!c || (unsigned)c->op >= KN_OP_COUNT)
         return kn_error(KN_ERR_ARG, "cuda: unknown op %d", c ? (int)c->op : -1);
@@ -128,6 +128,15 @@ static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
     st = kn_cuda_ops_run(c);
     if (st != KN_ERR_UNSUPPORTED) return st;
     return no_kernel(c);
+}
+
+/* run_op with c's settings as the call's (kn_cuda_call_settings_enter). */
+static kn_status cuda_run(kn_device_ctx *d, const kn_opcall *c)
+{
+    const kn_settings *outer = kn_cuda_call_settings_enter(c ? c->settings : NULL);
+    kn_status st = run_op(d, c);
+    kn_cuda_call_settings_leave(outer);
+    return st;
 }
 
 /* Strided outputs: matmul through cuBLASLt's D layout (kn_cuda_blas.c);
@@ -234,13 +243,14 @@ static const char hold_src[] =
     "    } while (t - t0 < ns);\n"
     "}\n";
 
-static kn_status cuda_hold_queue(kn_device_ctx *d, double us)
+static kn_status cuda_hold_queue(kn_device_ctx *d, const kn_settings *settings, double us)
 {
     static kn_cuda_module *mod; /* modules are context-independent: one serves every GPU */
     static const void *fn;
     KN_TRY(kn_cuda_enter(d));
     if (!fn) {
-        if (!mod) KN_TRY(kn_cuda_module_get(hold_src, kn_cuda_cache_dir(), &mod));
+        const char *dir = kn_settings_cache_dir(settings);
+        if (!mod) KN_TRY(kn_cuda_module_get(hold_src, dir[0] ? dir : NULL, &mod));
         KN_TRY(kn_cuda_module_kernel(mod, "kn_hold_queue", &fn));
     }
     struct { unsigned long long ns; } arg = {(unsigned long long)(us * 1000.0)};
@@ -334,7 +344,7 @@ static void cuda_graph_destroy(kn_device_ctx *d, void *exec)
     free(cg);
 }
 
-static kn_status cuda_library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
+static kn_status library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
 {
     KN_TRY(kn_cuda_enter(d));
     if (c->op == KN_OP_CONV2D) {
@@ -342,6 +352,16 @@ static kn_status cuda_library_fused(kn_device_ctx *d, const kn_opcall *c, const 
         return kn_cuda_conv2d_fused(c, act);
     }
     return kn_cuda_matmul_fused(c, bias, act, residual);
+}
+
+/* library_fused with c's settings as the call's (see cuda_run). */
+static kn_status cuda_library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act,
+                                    const kn_tensor *residual)
+{
+    const kn_settings *outer = kn_cuda_call_settings_enter(c->settings);
+    kn_status st = library_fused(d, c, bias, act, residual);
+    kn_cuda_call_settings_leave(outer);
+    return st;
 }
 
 /* ---- autotuning ---- */
@@ -352,11 +372,16 @@ static void cuda_library_variant_label(kn_device_ctx *d, char *buf, size_t size)
     snprintf(buf, size, "%s", gpu->variant_label[0] ? gpu->variant_label : "library call");
 }
 
-/* cuBLASLt's GEMM peak on this GPU (the roofline's matmul ceiling). */
-static kn_status cuda_library_matmul_rate(kn_device_ctx *d, kn_dtype dt, double *tflops)
+/* cuBLASLt's GEMM peak on this GPU (the roofline's matmul ceiling), its
+ * matmuls run with settings (see cuda_run). */
+static kn_status cuda_library_matmul_rate(kn_device_ctx *d, const kn_settings *settings, kn_dtype dt,
+                                          double *tflops)
 {
     KN_TRY(kn_cuda_enter(d));
-    return kn_cuda_matmul_rate(dt, tflops);
+    const kn_settings *outer = kn_cuda_call_settings_enter(settings);
+    kn_status st = kn_cuda_matmul_rate(dt, tflops);
+    kn_cuda_call_settings_leave(outer);
+    return st;
 }
 
 /* Write a buffer twice the L2's size: what a timed kernel reads next comes

@@ -713,7 +713,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
     if (!lt_shape(&pr, pa, pb, pd, &k, &split)) goto out;
     k.dtype = (int32_t)dt;
     k.variant = variant;
-    k.tf32 = dt == KN_F32 && kn_allow_tf32();
+    k.tf32 = dt == KN_F32 && kn_cuda_allow_tf32();
     bool want_epi = (bias || act) && (!bias || lbias);
     for (int attempt = want_epi ? 0 : 1; attempt < 2 && !*done; attempt++) {
         bool epi = attempt == 0;

@@ -89,6 +89,28 @@ static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 static kn_cuda_dev *devices[KN_DEVICE_MAX_INDEX];
 /* The calling thread's GPU, as CUDA's current device is per thread. */
 static _Thread_local kn_cuda_dev *current;
+/* The settings of the op this thread is running (the vtable slots that
+ * take them set them for the call), for the helpers deep inside it that
+ * load kernels (their cache dir), pick TF32 or log: one call's, like
+ * `current`, never kept past it. NULL between calls: the defaults. */
+static _Thread_local const kn_settings *call_settings;
+
+const kn_settings *kn_cuda_call_settings(void)
+{
+    return kn_settings_or_defaults(call_settings);
+}
+
+const kn_settings *kn_cuda_call_settings_enter(const kn_settings *s)
+{
+    const kn_settings *outer = call_settings;
+    if (s) call_settings = s;
+    return outer;
+}
+
+void kn_cuda_call_settings_leave(const kn_settings *outer)
+{
+    call_settings = outer;
+}
 
 static kn_cuda_dev *device_state(int index)
 {

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "kn_backend.h"
+#include "kn_settings.h"
 #include "kn_cuda_alloc.h"
 #include "kn_tensor.h"
 
@@ -66,8 +67,17 @@ kn_status kn_cuda_init(void);
 cudaStream_t kn_cuda_stream(void);
 /* Compute capability of the current GPU, e.g. 90. */
 int kn_cuda_arch(void);
+/* The settings of the op the calling thread runs (kn_opcall.settings of
+ * the vtable slot that runs it; the defaults between calls). */
+const kn_settings *kn_cuda_call_settings(void);
+/* A vtable slot makes s (when not NULL) the call's settings for its
+ * duration: enter returns the outer call's, which leave puts back, so an
+ * op run inside another (a copy, the unfused attention's chain) without
+ * settings of its own runs with those of the call it serves. */
+const kn_settings *kn_cuda_call_settings_enter(const kn_settings *s);
+void kn_cuda_call_settings_leave(const kn_settings *outer);
 /* Whether f32 matmul/conv may use TF32 (kiln.config.allow_tf32). */
-#define kn_cuda_allow_tf32() kn_allow_tf32()
+#define kn_cuda_allow_tf32() (kn_cuda_call_settings()->allow_tf32)
 
 /* Pointer to element 0 of a CUDA tensor's view. */
 char *kn_cuda_tensor_ptr(const kn_tensor *t);

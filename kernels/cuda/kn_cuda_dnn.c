@@ -784,7 +784,7 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
     dnn_key k;
     memset(&k, 0, sizeof k);
     k.dt = (int32_t)dt;
-    k.tf32 = dt == KN_F32 && kn_allow_tf32();
+    k.tf32 = dt == KN_F32 && kn_cuda_allow_tf32();
     k.variant = variant;
     k.nhwc = nhwc;
     bool past_end = false;

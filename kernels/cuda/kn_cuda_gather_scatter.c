@@ -255,7 +255,7 @@ static kn_status rows_of(kn_tensor *t, kn_tensor **use, kn_tensor **hold)
     *hold = NULL;
     *use = t;
     if (!t || rows_contiguous(t)) return KN_OK;
-    KN_TRY(kn_tensor_contiguous_copy(t, hold));
+    KN_TRY(kn_tensor_contiguous_copy(t, kn_cuda_call_settings(), hold));
     *use = *hold;
     return KN_OK;
 }

@@ -87,12 +87,7 @@ kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
 
 bool kn_cuda_lib_log_on(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("KILN_LOGS");
-        on = v && strstr(v, "library") != NULL;
-    }
-    return on;
+    return (kn_cuda_call_settings()->logs & KN_SETTINGS_LOG_LIBRARY) != 0;
 }
 
 int64_t kn_cuda_linalg_grid(int64_t work, int64_t per_block)

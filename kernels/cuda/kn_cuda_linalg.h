@@ -53,7 +53,7 @@ kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const
 
 /* ---- for both libraries' paths ---- */
 
-/* KILN_LOGS contains "library": print on stderr, once per new call
+/* The call's settings log "library" (KILN_LOGS): print on stderr, once per new call
  * signature, whether cuBLASLt / cuDNN took it or why kiln's own kernel
  * runs instead (the fallback is silent otherwise). */
 bool kn_cuda_lib_log_on(void);

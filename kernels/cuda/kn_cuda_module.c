@@ -65,34 +65,16 @@ static const char entry_magic[8] = {'K', 'N', 'C', 'U', 'B', 'I', 'N', 1};
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static kn_cuda_module *buckets[N_BUCKETS];
 static kn_cuda_module_stats stats;
-/* one byte more than a dir may have: a longer one is kept cut to
- * KN_CACHE_DIR_MAX + 1 bytes, which kn_cache_dir_check then refuses
- * (instead of using the cut path) */
-static char cache_dir_buf[KN_CACHE_DIR_MAX + 2];
-static bool cache_dir_set, warned_write;
+static bool warned_write;
 
 /* ---- the cache directory ---- */
 
-void kn_cuda_set_cache_dir(const char *dir)
-{
-    pthread_mutex_lock(&lock);
-    snprintf(cache_dir_buf, sizeof cache_dir_buf, "%s", dir ? dir : "");
-    cache_dir_set = true;
-    pthread_mutex_unlock(&lock);
-}
-
+/* The call's (kn_settings.cache_dir: one byte more than a dir may have,
+ * so that a longer one reaches kn_cache_dir_check and is refused). */
 const char *kn_cuda_cache_dir(void)
 {
-    pthread_mutex_lock(&lock);
-    if (!cache_dir_set) {
-        const char *env = getenv("KILN_CACHE_DIR"), *home = getenv("HOME");
-        if (env && *env) snprintf(cache_dir_buf, sizeof cache_dir_buf, "%s", env);
-        else if (home && *home) snprintf(cache_dir_buf, sizeof cache_dir_buf, "%s/.cache/kiln", home);
-        else cache_dir_buf[0] = 0;
-        cache_dir_set = true;
-    }
-    pthread_mutex_unlock(&lock);
-    return cache_dir_buf[0] ? cache_dir_buf : NULL;
+    const char *dir = kn_cuda_call_settings()->cache_dir;
+    return dir[0] ? dir : NULL;
 }
 
 void kn_cuda_module_stats_get(kn_cuda_module_stats *s)

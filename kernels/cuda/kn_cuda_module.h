@@ -26,8 +26,8 @@ typedef struct kn_cuda_module_stats {
     double compile_s;
 } kn_cuda_module_stats;
 void kn_cuda_module_stats_get(kn_cuda_module_stats *s);
-/* The cache dir eager ops use for their kernels (set from kiln.config). */
-void kn_cuda_set_cache_dir(const char *dir);
+/* The cache dir the kernels of the op the calling thread runs are kept
+ * in (kn_cuda_call_settings: kiln.config.cache_dir), NULL for none. */
 const char *kn_cuda_cache_dir(void);
 /* Launch a kernel taking one kn_kargs-like struct by value. */
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);

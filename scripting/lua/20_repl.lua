@@ -226,6 +226,8 @@ function format_value(v, depth, seen, indent)
   if tv ~= "table" then return tostring(v) end
   local mt = getmetatable(v)
   if type(mt) == "table" and rawget(mt, "__tostring") then return tostring(v) end
+  -- a proxy (kiln.config) shows the table it reads through to
+  if type(mt) == "table" and rawget(mt, "__pairs") and type(rawget(mt, "__index")) == "table" then v = rawget(mt, "__index") end
   return format_table(v, depth, seen, indent)
 end
 

@@ -433,7 +433,7 @@ static inline kn_status kn_fuzz_copy_bound(const kn_graph *src, kn_graph *dst)
 static inline bool kn_fuzz_close(const kn_tensor *got, const kn_tensor *want, double rtol,
                                  char *why, size_t size)
 {
-    return kn_tensor_close(got, want, rtol, why, size);
+    return kn_tensor_close(got, want, rtol, NULL, why, size);
 }
 
 #endif
