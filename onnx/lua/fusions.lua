@@ -39,7 +39,17 @@ local function int_list(g, producers, name)
   return v
 end
 
-local function match(g)
+-- For a commutative node: the other input than `name`, or nil.
+local function other(n, name)
+  if n.inputs[1] == name then return n.inputs[2] end
+  if n.inputs[2] == name then return n.inputs[1] end
+  return nil
+end
+
+-- What the matchers look up in graph g: the node producing each name, how
+-- often each name is read (a graph output or a name an If branch reads
+-- counts as read outside any chain), and lookups over those.
+local function index_graph(g)
   local producers, readers = {}, {}
   for _, n in ipairs(g.nodes) do
     for _, o in ipairs(n.outputs) do if o ~= "" then producers[o] = n end end
@@ -70,12 +80,6 @@ local function match(g)
   end
   -- whether `name` feeds only the chain (read `uses` times, not a graph output)
   local function private(name, uses) return readers[name] == (uses or 1) end
-  -- for a commutative node: the other input than `name`, or nil
-  local function other(n, name)
-    if n.inputs[1] == name then return n.inputs[2] end
-    if n.inputs[2] == name then return n.inputs[1] end
-    return nil
-  end
   -- the one reader of `name` with op `op`
   local function reader(name, op)
     for _, n in ipairs(g.nodes) do
@@ -85,23 +89,14 @@ local function match(g)
     end
     return nil
   end
+  return { g = g, producers = producers, readers = readers, op_of = op_of, private = private, reader = reader }
+end
 
-  local rewrites = {}
-
-  -- LayerNormalization's Mean and InvStdDev outputs that nothing reads
-  -- (an exporter's native_layer_norm names them anyway) are dropped, so the
-  -- node is kiln's layer_norm, not the composed normalization that keeps them
-  for _, n in ipairs(g.nodes) do
-    if n.op == "LayerNormalization" then
-      for k = 2, #n.outputs do
-        if n.outputs[k] ~= "" and not readers[n.outputs[k]] then n.outputs[k] = "" end
-      end
-    end
-  end
-
-  -- GELU: 0.5 * x * (1 + erf(x / sqrt(2))), the factors in any order (the
-  -- TorchScript exporter: (x * (1 + erf)) * 0.5; onnxscript's torch_lib:
-  -- x * (0.5 * (1 + erf))).
+-- GELU: 0.5 * x * (1 + erf(x / sqrt(2))), the factors in any order (the
+-- TorchScript exporter: (x * (1 + erf)) * 0.5; onnxscript's torch_lib:
+-- x * (0.5 * (1 + erf))). Appends a Gelu rewrite per chain to rewrites.
+local function match_gelu(ix, rewrites)
+  local g, producers, op_of, private, reader = ix.g, ix.producers, ix.op_of, ix.private, ix.reader
   for _, erf in ipairs(g.nodes) do
     if erf.op == "Erf" then
       local scale = op_of(erf.inputs[1], "Div") or op_of(erf.inputs[1], "Mul")
@@ -140,9 +135,13 @@ local function match(g)
       end
     end
   end
+end
 
-  -- LayerNorm: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* w] [+ b]
-  -- over trailing axes given as negative numbers (the exporter's -k..-1).
+-- LayerNorm: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* w] [+ b]
+-- over trailing axes given as negative numbers (the exporter's -k..-1).
+-- Appends a LayerNormalization rewrite per chain to rewrites.
+local function match_layer_norm(ix, rewrites)
+  local g, producers, private, reader = ix.g, ix.producers, ix.private, ix.reader
   local function axes_of(n)
     if n.attrs.axes then return n.attrs.axes end
     if n.inputs[2] and n.inputs[2] ~= "" then return int_list(g, producers, n.inputs[2]) end
@@ -201,11 +200,16 @@ local function match(g)
       end
     end
   end
-  -- Linear on a batch of rows as addmm: Reshape(x, {-1, K}) -> Gemm ->
-  -- Reshape(y, {..., N}). Its views between the matmul, the bias add and
-  -- the next op keep fusion from joining them; the node that replaces it
-  -- does x:matmul(w^T) + b on x as it is, as a Lua Linear does, where the
-  -- shapes say that is the same, and the three ops otherwise.
+end
+
+-- Linear on a batch of rows as addmm: Reshape(x, {-1, K}) -> Gemm ->
+-- Reshape(y, {..., N}). Its views between the matmul, the bias add and
+-- the next op keep fusion from joining them; the node that replaces it
+-- does x:matmul(w^T) + b on x as it is, as a Lua Linear does, where the
+-- shapes say that is the same, and the three ops otherwise. Appends a
+-- rewrite per chain to rewrites.
+local function match_linear_rows(ix, rewrites)
+  local g, op_of, private, reader = ix.g, ix.op_of, ix.private, ix.reader
   for _, gemm in ipairs(g.nodes) do
     if gemm.op == "Gemm" and (gemm.attrs.transA or 0) == 0 and (gemm.attrs.alpha or 1) == 1
       and (gemm.attrs.beta or 1) == 1 then
@@ -219,6 +223,30 @@ local function match(g)
       end
     end
   end
+end
+
+-- The chains graph g holds (not those in its If branches), as rewrites
+-- { chain = the nodes, node = the one node replacing them }, in the order
+-- fuse_patterns claims them: GELUs, layer norms, then Linears on rows.
+local function match(g)
+  local ix = index_graph(g)
+  local readers = ix.readers
+  local rewrites = {}
+
+  -- LayerNormalization's Mean and InvStdDev outputs that nothing reads
+  -- (an exporter's native_layer_norm names them anyway) are dropped, so the
+  -- node is kiln's layer_norm, not the composed normalization that keeps them
+  for _, n in ipairs(g.nodes) do
+    if n.op == "LayerNormalization" then
+      for k = 2, #n.outputs do
+        if n.outputs[k] ~= "" and not readers[n.outputs[k]] then n.outputs[k] = "" end
+      end
+    end
+  end
+
+  match_gelu(ix, rewrites)
+  match_layer_norm(ix, rewrites)
+  match_linear_rows(ix, rewrites)
   return rewrites
 end
 

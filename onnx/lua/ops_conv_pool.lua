@@ -43,10 +43,11 @@ local function conv3d(x, w, b, a)
   return y
 end
 
--- Pools by their windows' offsets: the padded input sliced once per kernel
--- offset (strided), combined with maximum or sum. For what kiln's 2-D pools
--- do not take (dilations, 3-D).
-local function pool_by_offsets(x, kind, a, want_indices)
+-- A pool's windows on x, per spatial dim, as the table w the pool helpers
+-- below share: nd, kernel, strides, dil, the input's sizes (and its whole
+-- shape), the pads begins and ends (the end grown to hold the last window)
+-- and the output sizes out.
+local function pool_windows(x, a)
   local nd = x:dim() - 2
   local kernel = a.kernel_shape
   local strides, dil = defaults(a.strides, nd, 1), defaults(a.dilations, nd, 1)
@@ -65,6 +66,14 @@ local function pool_by_offsets(x, kind, a, want_indices)
     local need = (out[d] - 1) * strides[d] + dil[d] * (kernel[d] - 1) + 1
     ends[d] = ends[d] + math.max(0, need - (sizes[d] + begins[d] + ends[d]))
   end
+  return { nd = nd, kernel = kernel, strides = strides, dil = dil, shape = s, sizes = sizes,
+    begins = begins, ends = ends, out = out }
+end
+
+-- x padded for windows w (with -inf for max, 0 for avg) and, for avg, the
+-- mask of the positions that count, padded alike.
+local function pad_for_windows(x, kind, a, w)
+  local nd, kernel, strides, dil, sizes, begins, ends = w.nd, w.kernel, w.strides, w.dil, w.sizes, w.begins, w.ends
   local fill = kind == "max" and -math.huge or 0
   local pb, pe = { 0, 0 }, { 0, 0 }
   for d = 1, nd do pb[d + 2], pe[d + 2] = begins[d], ends[d] end
@@ -89,66 +98,73 @@ local function pool_by_offsets(x, kind, a, want_indices)
       mask = pad(ones, pb, pe, "constant", 0)
     end
   end
-  local divisible = nd <= 2
-  for d = 1, nd do divisible = divisible and strides[d] % dil[d] == 0 end
-  if not want_indices and divisible then
-    -- a stride that is a multiple of the dilation: every position a window
-    -- reads is a multiple of the dilation, so the input taken every dil
-    -- positions, pooled with kiln's 2-D pool (stride / dil, no dilation),
-    -- is the dilated pool: one pool kernel, whatever the window's size
-    local x2, m2 = xp, mask
-    if nd == 1 then
-      x2 = x2:unsqueeze(4)
-      if m2 then m2 = m2:unsqueeze(4) end
+  return xp, mask
+end
+
+-- For a stride that is a multiple of the dilation (1-D or 2-D): every
+-- position a window reads is a multiple of the dilation, so the input taken
+-- every dil positions, pooled with kiln's 2-D pool (stride / dil, no
+-- dilation), is the dilated pool: one pool kernel, whatever the window's size.
+local function pool_dilated_as_2d(xp, mask, kind, w)
+  local nd, kernel, strides, dil, out = w.nd, w.kernel, w.strides, w.dil, w.out
+  local x2, m2 = xp, mask
+  if nd == 1 then
+    x2 = x2:unsqueeze(4)
+    if m2 then m2 = m2:unsqueeze(4) end
+  end
+  local k2, q2 = { kernel[1], kernel[2] or 1 }, {}
+  for d = 1, 2 do
+    local step = dil[d] or 1
+    q2[d] = (strides[d] or 1) // step
+    if step > 1 then
+      x2 = x2:slice(d + 2, 1, x2:shape()[d + 2], step)
+      if m2 then m2 = m2:slice(d + 2, 1, m2:shape()[d + 2], step) end
     end
-    local k2, q2 = { kernel[1], kernel[2] or 1 }, {}
-    for d = 1, 2 do
-      local step = dil[d] or 1
-      q2[d] = (strides[d] or 1) // step
-      if step > 1 then
-        x2 = x2:slice(d + 2, 1, x2:shape()[d + 2], step)
-        if m2 then m2 = m2:slice(d + 2, 1, m2:shape()[d + 2], step) end
+  end
+  local popts = { stride = q2, padding = { 0, 0 }, count_include_pad = true }
+  local y
+  if kind == "max" then y = kiln.max_pool2d(x2, k2, popts)
+  else y = kiln.avg_pool2d(x2, k2, popts) / kiln.avg_pool2d(m2, k2, popts) end
+  -- the room added for the last window can give one more output
+  y = y:slice(3, 1, out[1]):slice(4, 1, out[2] or 1)
+  if nd == 1 then y = y:squeeze(4) end
+  return y
+end
+
+-- One spatial dim at a time (max and sum are separable): kernel[d] slices
+-- per step, where all offsets at once (kH * kW slices, twice for an
+-- average's counts) passed the fuser's 16-argument limit and ran op by op.
+local function pool_separable(xp, mask, kind, w)
+  local nd, kernel, strides, dil, out = w.nd, w.kernel, w.strides, w.dil, w.out
+  local acc, cnt = xp, mask
+  for d = 1, nd do
+    local part, part_cnt
+    for k = 0, kernel[d] - 1 do
+      local start = k * dil[d]
+      local stop = start + (out[d] - 1) * strides[d] + 1
+      local v = acc:slice(d + 2, start + 1, stop, strides[d])
+      if not part then part = v
+      elseif kind == "max" then part = part:maximum(v)
+      else part = part + v end
+      if cnt then
+        local m = cnt:slice(d + 2, start + 1, stop, strides[d])
+        part_cnt = part_cnt and part_cnt + m or m
       end
     end
-    local popts = { stride = q2, padding = { 0, 0 }, count_include_pad = true }
-    local y
-    if kind == "max" then y = kiln.max_pool2d(x2, k2, popts)
-    else y = kiln.avg_pool2d(x2, k2, popts) / kiln.avg_pool2d(m2, k2, popts) end
-    -- the room added for the last window can give one more output
-    y = y:slice(3, 1, out[1]):slice(4, 1, out[2] or 1)
-    if nd == 1 then y = y:squeeze(4) end
-    return y
+    acc, cnt = part, part_cnt
   end
-  if not want_indices then
-    -- one spatial dim at a time (max and sum are separable): kernel[d]
-    -- slices per step, where all offsets at once (kH * kW slices, twice for
-    -- an average's counts) passed the fuser's 16-argument limit and ran op
-    -- by op
-    local acc, cnt = xp, mask
-    for d = 1, nd do
-      local part, part_cnt
-      for k = 0, kernel[d] - 1 do
-        local start = k * dil[d]
-        local stop = start + (out[d] - 1) * strides[d] + 1
-        local v = acc:slice(d + 2, start + 1, stop, strides[d])
-        if not part then part = v
-        elseif kind == "max" then part = part:maximum(v)
-        else part = part + v end
-        if cnt then
-          local m = cnt:slice(d + 2, start + 1, stop, strides[d])
-          part_cnt = part_cnt and part_cnt + m or m
-        end
-      end
-      acc, cnt = part, part_cnt
-    end
-    if kind == "avg" then acc = acc / cnt end
-    return acc
-  end
-  -- MaxPool's Indices: each output's flat index into x (row-major, or with
-  -- storage_order 1 the spatial dims column-major), from the offset that
-  -- won. One spatial dim at a time, the last first, each step keeping the
-  -- first offset of a tie (a strict comparison): the row-major first of the
-  -- whole window, as ONNX, with kernel[d] slices per step.
+  if kind == "avg" then acc = acc / cnt end
+  return acc
+end
+
+-- MaxPool with its Indices: each output's flat index into x (row-major, or
+-- with storage_order 1 the spatial dims column-major), from the offset that
+-- won. One spatial dim at a time, the last first, each step keeping the
+-- first offset of a tie (a strict comparison): the row-major first of the
+-- whole window, as ONNX, with kernel[d] slices per step.
+local function max_pool_indices(xp, a, w)
+  local nd, kernel, strides, dil, sizes, begins, out = w.nd, w.kernel, w.strides, w.dil, w.sizes, w.begins, w.out
+  local s = w.shape
   local column_major = (a.storage_order or 0) == 1
   local function flat_stride(d)
     local f = 1
@@ -189,6 +205,20 @@ local function pool_by_offsets(x, kind, a, want_indices)
   local bs = { s[1], s[2] }
   for _ = 1, nd do bs[#bs + 1] = 1 end
   return acc, where_idx + const_tensor(nc, "i64", bs)
+end
+
+-- Pools by their windows' offsets: the padded input sliced once per kernel
+-- offset (strided), combined with maximum or sum. For what kiln's 2-D pools
+-- do not take (dilations, 3-D). kind: "max" or "avg"; with want_indices,
+-- MaxPool's values and Indices.
+local function pool_by_offsets(x, kind, a, want_indices)
+  local w = pool_windows(x, a)
+  local xp, mask = pad_for_windows(x, kind, a, w)
+  local divisible = w.nd <= 2
+  for d = 1, w.nd do divisible = divisible and w.strides[d] % w.dil[d] == 0 end
+  if not want_indices and divisible then return pool_dilated_as_2d(xp, mask, kind, w) end
+  if not want_indices then return pool_separable(xp, mask, kind, w) end
+  return max_pool_indices(xp, a, w)
 end
 
 -- Conv on 2-D windows (x2, w as 2-D; one_d: the second dim is the added one).

@@ -636,16 +636,15 @@ ops.HannWindow = window(function(t) return 0.5 - 0.5 * math.cos(t) end)
 ops.HammingWindow = window(function(t) return 25 / 46 - (21 / 46) * math.cos(t) end)
 ops.BlackmanWindow = window(function(t) return 0.42 - 0.5 * math.cos(t) + 0.08 * math.cos(2 * t) end)
 
--- Resize: nearest and linear, separably, one dim at a time, with index
--- lists (and weights) computed here from the sizes.
-ops.Resize = function(i, a)
-  local x = to_tensor(i[1])
+-- Resize's attributes and operands, checked: the mode, the scales or the
+-- sizes (whichever the node gives, else nil), the coordinate transformation
+-- mode and the nearest mode, with the defaults of the node's opset.
+local function resize_options(i, a)
   local mode = a.mode or "nearest"
   if mode ~= "nearest" and mode ~= "linear" and mode ~= "cubic" then unsupported("Resize mode '%s'", mode) end
   if (a.antialias or 0) ~= 0 then unsupported("Resize with antialias") end
   if a.axes then unsupported("Resize with axes") end
   if (a.keep_aspect_ratio_policy or "stretch") ~= "stretch" then unsupported("Resize keep_aspect_ratio_policy") end
-  local s = x:shape()
   local scales, sizes
   if ctx.opset < 11 then
     -- Upsample before opset 9 has the scales as an attribute
@@ -659,6 +658,112 @@ ops.Resize = function(i, a)
   local ctm = a.coordinate_transformation_mode or (ctx.opset < 11 and "asymmetric" or "half_pixel")
   if ctm == "tf_crop_and_resize" then unsupported("Resize coordinate_transformation_mode tf_crop_and_resize") end
   local nearest_mode = a.nearest_mode or (ctx.opset < 11 and "floor" or "round_prefer_floor")
+  return mode, scales, sizes, ctm, nearest_mode
+end
+
+-- The map from an output position o to its source coordinate along a dim
+-- of n positions resized to out (scale, and len: the output length ONNX
+-- maps coordinates with) under the coordinate transformation mode ctm.
+local function resize_source(ctm, n, out, scale, len)
+  return function(o)
+    if ctm == "half_pixel" then return (o + 0.5) / scale - 0.5
+    elseif ctm == "pytorch_half_pixel" then return len > 1 and (o + 0.5) / scale - 0.5 or 0
+    elseif ctm == "align_corners" then return len > 1 and o * (n - 1) / (len - 1) or 0
+    elseif ctm == "asymmetric" then return o / scale
+    elseif ctm == "tf_half_pixel_for_nn" then return (o + 0.5) / scale
+    elseif ctm == "half_pixel_symmetric" then
+      local adj = out / (n * scale)
+      local c = n / 2 - n * adj / 2
+      return c + (o + 0.5) / scale - 0.5
+    end
+    unsupported("Resize coordinate_transformation_mode '%s'", ctm)
+  end
+end
+
+-- x resized along dim d (1-based; n positions to out, src: resize_source's
+-- map) by the nearest position, rounded as nearest_mode says.
+local function resize_nearest(x, d, n, out, src, nearest_mode)
+  local idx = {}
+  for o = 0, out - 1 do
+    local c = src(o)
+    local j
+    if nearest_mode == "round_prefer_floor" then j = (c - math.floor(c) == 0.5) and math.floor(c) or math.floor(c + 0.5)
+    elseif nearest_mode == "round_prefer_ceil" then j = math.floor(c + 0.5)
+    elseif nearest_mode == "floor" then j = math.floor(c)
+    elseif nearest_mode == "ceil" then j = math.ceil(c)
+    else unsupported("Resize nearest_mode '%s'", nearest_mode) end
+    idx[#idx + 1] = math.min(math.max(j, 0), n - 1)
+  end
+  return take(x, d - 1, idx)
+end
+
+-- x resized along dim d as resize_nearest, cubically: four taps around each
+-- source coordinate, ONNX's cubic weights (coefficient A); taps outside the
+-- input repeat the edge, or with exclude_outside weigh 0 and the rest are
+-- renormalized.
+local function resize_cubic(x, d, n, out, src, a)
+  local A = a.cubic_coeff_a or -0.75
+  local exclude = (a.exclude_outside or 0) ~= 0
+  local idxs, wts = { {}, {}, {}, {} }, { {}, {}, {}, {} }
+  for o = 0, out - 1 do
+    local c = src(o)
+    local f = math.floor(c)
+    local r = c - f
+    local w = {
+      ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+      ((A + 2) * r - (A + 3)) * r * r + 1,
+      ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1,
+      ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A,
+    }
+    local total = 0
+    for t = 1, 4 do
+      local j = f - 2 + t
+      if exclude and (j < 0 or j >= n) then w[t] = 0 end
+      total = total + w[t]
+    end
+    for t = 1, 4 do
+      local j = f - 2 + t
+      idxs[t][#idxs[t] + 1] = math.min(math.max(j, 0), n - 1)
+      wts[t][#wts[t] + 1] = exclude and w[t] / total or w[t]
+    end
+  end
+  local ws = {}
+  for k = 1, x:dim() do ws[k] = 1 end
+  ws[d] = out
+  local acc
+  for t = 1, 4 do
+    local term = take(x, d - 1, idxs[t]) * const_tensor(wts[t], x.dtype, ws)
+    acc = acc and acc + term or term
+  end
+  return acc
+end
+
+-- x resized along dim d as resize_nearest, linearly between the two
+-- positions around each source coordinate (clamped to the input).
+local function resize_linear(x, d, n, out, src)
+  local lo, hi, wl, wh = {}, {}, {}, {}
+  for o = 0, out - 1 do
+    local c = math.min(math.max(src(o), 0), n - 1)
+    local f = math.floor(c)
+    lo[#lo + 1] = f
+    hi[#hi + 1] = math.min(f + 1, n - 1)
+    wh[#wh + 1] = c - f
+    wl[#wl + 1] = 1 - (c - f)
+  end
+  local ws = {}
+  for k = 1, x:dim() do ws[k] = 1 end
+  ws[d] = out
+  local tl = const_tensor(wl, x.dtype, ws)
+  local th = const_tensor(wh, x.dtype, ws)
+  return take(x, d - 1, lo) * tl + take(x, d - 1, hi) * th
+end
+
+-- Resize: nearest, linear and cubic, separably, one dim at a time, with
+-- index lists (and weights) computed here from the sizes.
+ops.Resize = function(i, a)
+  local x = to_tensor(i[1])
+  local mode, scales, sizes, ctm, nearest_mode = resize_options(i, a)
+  local s = x:shape()
   for d = 1, #s do
     local n = s[d]
     local out, scale, len
@@ -672,87 +777,10 @@ ops.Resize = function(i, a)
       len = n * scale -- ONNX maps coordinates with the unrounded length
     end
     if out ~= n or scale ~= 1 then
-      local function src(o)
-        if ctm == "half_pixel" then return (o + 0.5) / scale - 0.5
-        elseif ctm == "pytorch_half_pixel" then return len > 1 and (o + 0.5) / scale - 0.5 or 0
-        elseif ctm == "align_corners" then return len > 1 and o * (n - 1) / (len - 1) or 0
-        elseif ctm == "asymmetric" then return o / scale
-        elseif ctm == "tf_half_pixel_for_nn" then return (o + 0.5) / scale
-        elseif ctm == "half_pixel_symmetric" then
-          local adj = out / (n * scale)
-          local c = n / 2 - n * adj / 2
-          return c + (o + 0.5) / scale - 0.5
-        end
-        unsupported("Resize coordinate_transformation_mode '%s'", ctm)
-      end
-      if mode == "nearest" then
-        local idx = {}
-        for o = 0, out - 1 do
-          local c = src(o)
-          local j
-          if nearest_mode == "round_prefer_floor" then j = (c - math.floor(c) == 0.5) and math.floor(c) or math.floor(c + 0.5)
-          elseif nearest_mode == "round_prefer_ceil" then j = math.floor(c + 0.5)
-          elseif nearest_mode == "floor" then j = math.floor(c)
-          elseif nearest_mode == "ceil" then j = math.ceil(c)
-          else unsupported("Resize nearest_mode '%s'", nearest_mode) end
-          idx[#idx + 1] = math.min(math.max(j, 0), n - 1)
-        end
-        x = take(x, d - 1, idx)
-      elseif mode == "cubic" then
-        -- four taps around each source coordinate, ONNX's cubic weights
-        -- (coefficient A); taps outside the input repeat the edge, or with
-        -- exclude_outside weigh 0 and the rest are renormalized
-        local A = a.cubic_coeff_a or -0.75
-        local exclude = (a.exclude_outside or 0) ~= 0
-        local idxs, wts = { {}, {}, {}, {} }, { {}, {}, {}, {} }
-        for o = 0, out - 1 do
-          local c = src(o)
-          local f = math.floor(c)
-          local r = c - f
-          local w = {
-            ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
-            ((A + 2) * r - (A + 3)) * r * r + 1,
-            ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1,
-            ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A,
-          }
-          local total = 0
-          for t = 1, 4 do
-            local j = f - 2 + t
-            if exclude and (j < 0 or j >= n) then w[t] = 0 end
-            total = total + w[t]
-          end
-          for t = 1, 4 do
-            local j = f - 2 + t
-            idxs[t][#idxs[t] + 1] = math.min(math.max(j, 0), n - 1)
-            wts[t][#wts[t] + 1] = exclude and w[t] / total or w[t]
-          end
-        end
-        local ws = {}
-        for k = 1, #s do ws[k] = 1 end
-        ws[d] = out
-        local acc
-        for t = 1, 4 do
-          local term = take(x, d - 1, idxs[t]) * const_tensor(wts[t], x.dtype, ws)
-          acc = acc and acc + term or term
-        end
-        x = acc
-      else
-        local lo, hi, wl, wh = {}, {}, {}, {}
-        for o = 0, out - 1 do
-          local c = math.min(math.max(src(o), 0), n - 1)
-          local f = math.floor(c)
-          lo[#lo + 1] = f
-          hi[#hi + 1] = math.min(f + 1, n - 1)
-          wh[#wh + 1] = c - f
-          wl[#wl + 1] = 1 - (c - f)
-        end
-        local ws = {}
-        for k = 1, #s do ws[k] = 1 end
-        ws[d] = out
-        local tl = const_tensor(wl, x.dtype, ws)
-        local th = const_tensor(wh, x.dtype, ws)
-        x = take(x, d - 1, lo) * tl + take(x, d - 1, hi) * th
-      end
+      local src = resize_source(ctm, n, out, scale, len)
+      if mode == "nearest" then x = resize_nearest(x, d, n, out, src, nearest_mode)
+      elseif mode == "cubic" then x = resize_cubic(x, d, n, out, src, a)
+      else x = resize_linear(x, d, n, out, src) end
     end
     s = x:shape()
   end
