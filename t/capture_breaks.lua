@@ -308,6 +308,16 @@ do
   T.ok(r0.graph_count == 1 and r0.graph_break_count == 0 and r0.op_count == 2 and #r0.break_reasons == 0,
     "explain: no breaks: 1 graph, 0 breaks, 2 ops")
   T.ok(not kiln.format_explain(r0):find("Break reasons", 1, true), "explain text: no 'Break reasons:' without breaks")
+  -- a table that only looks like a report: the field it lacks, by name
+  local ok1, e1 = pcall(kiln.format_explain, { break_reasons = {} })
+  T.ok(not ok1 and tostring(e1):find("the report's graph_count must be a number, got nil", 1, true),
+    "format_explain of a partial report names the missing field: " .. tostring(e1))
+  local bad = {}
+  for k, v in pairs(r0) do bad[k] = v end
+  bad.break_reasons = { { category = "x", where = "f.lua:1", reason = "r", stack = { {} } } }
+  local ok2, e2 = pcall(kiln.format_explain, bad)
+  T.ok(not ok2 and tostring(e2):find("break_reasons[1].stack[1] must be a string, got table", 1, true),
+    "format_explain names a bad stack entry: " .. tostring(e2))
   kiln.explain_quiet = true
   local re = kiln.explain(function(v)
     kiln.graph_break()

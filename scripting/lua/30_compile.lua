@@ -20,6 +20,31 @@ function kiln.format_explain(r)
   if type(r) ~= "table" or type(r.break_reasons) ~= "table" then
     error("kiln.format_explain: expected the report table kiln.explain returns, got " .. type(r), 2)
   end
+  -- a table that only looks like a report names the field it lacks,
+  -- instead of failing inside the formatting
+  local function need(t, where, field, kind)
+    if type(t[field]) ~= kind then
+      error(string.format("kiln.format_explain: the report's %s%s must be a %s, got %s", where, field, kind,
+        type(t[field])), 3)
+    end
+  end
+  for _, f in ipairs({ "graph_count", "graph_break_count", "op_count", "compile_time_s" }) do need(r, "", f, "number") end
+  need(r, "", "ops_per_graph", "table")
+  need(r, "", "compile_s", "table")
+  for _, f in ipairs({ "capture", "passes", "codegen", "backend" }) do need(r.compile_s, "compile_s.", f, "number") end
+  for i, b in ipairs(r.break_reasons) do
+    local where = string.format("break_reasons[%d].", i)
+    if type(b) ~= "table" then
+      error(string.format("kiln.format_explain: the report's break_reasons[%d] must be a table, got %s", i, type(b)), 2)
+    end
+    for _, f in ipairs({ "category", "where", "reason" }) do need(b, where, f, "string") end
+    need(b, where, "stack", "table")
+    for j, w in ipairs(b.stack) do
+      if type(w) ~= "string" then
+        error(string.format("kiln.format_explain: the report's %sstack[%d] must be a string, got %s", where, j, type(w)), 2)
+      end
+    end
+  end
   local lines = {
     "Graph count: " .. r.graph_count,
     "Graph break count: " .. r.graph_break_count,
