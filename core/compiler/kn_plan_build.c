@@ -95,6 +95,33 @@ bool kn_plan_stale(const kn_plan *p, kn_tensor *const *inputs, char *why, size_t
 
 /* ---- the build ---------------------------------------------------------------- */
 
+/* A header without storage for a value of meta m, contiguous. */
+static void header_of(const kn_meta *m, kn_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    t->refcount = 1;
+    t->dtype = m->dtype;
+    t->ndim = m->ndim;
+    memcpy(t->shape, m->shape, sizeof t->shape);
+    kn_contiguous_strides(m->ndim, m->shape, t->strides);
+}
+
+/* The call node n of g makes, as a backend is asked about it before a
+ * run: its op and attrs, its inputs as headers in hdr (contiguous, no
+ * storage), no outputs. False for a node that is no op call. */
+static bool node_call(const kn_graph *g, const kn_node *n, kn_tensor hdr[KN_MAX_INPUTS], kn_opcall *c)
+{
+    if (n->op >= KN_OP_COUNT || n->n_in > KN_MAX_INPUTS) return false;
+    kn_opcall_init(c, (kn_op)n->op);
+    c->a = n->a;
+    c->n_in = n->n_in;
+    for (int k = 0; k < n->n_in; k++) {
+        header_of(&g->nodes[n->in_node[k]].out[n->in_out[k]], &hdr[k]);
+        c->in[k] = &hdr[k];
+    }
+    return true;
+}
+
 /* kn_fuse_ex's question to the plan's backend: can the library call at
  * `node` write its value with the strides of `layout`? Asked on headers
  * without storage (inputs contiguous: their strides do not decide it). */
@@ -103,26 +130,42 @@ static bool plan_strided_out(void *ud, const kn_graph *g, int node, const kn_lay
     kn_plan *p = ud;
     kn_device_ctx *dc = kn_backend_get(p->device);
     const kn_node *n = &g->nodes[node];
-    if (!dc || !dc->be->strided_out || n->op >= KN_OP_COUNT || n->n_in > KN_MAX_INPUTS) return false;
-    kn_tensor hdr[KN_MAX_INPUTS + 1];
+    kn_tensor hdr[KN_MAX_INPUTS], out;
     kn_opcall c;
-    kn_opcall_init(&c, (kn_op)n->op);
-    c.a = n->a;
-    c.n_in = n->n_in;
-    for (int k = 0; k <= n->n_in; k++) {
-        const kn_meta *m = k < n->n_in ? &g->nodes[n->in_node[k]].out[n->in_out[k]] : &n->out[0];
-        memset(&hdr[k], 0, sizeof hdr[k]);
-        hdr[k].refcount = 1;
-        hdr[k].dtype = m->dtype;
-        hdr[k].ndim = m->ndim;
-        memcpy(hdr[k].shape, m->shape, sizeof hdr[k].shape);
-        if (k < n->n_in) kn_contiguous_strides(m->ndim, m->shape, hdr[k].strides);
-        else memcpy(hdr[k].strides, layout->strides, sizeof hdr[k].strides);
-        if (k < n->n_in) c.in[k] = &hdr[k];
-    }
+    if (!dc || !dc->be->strided_out || !node_call(g, n, hdr, &c)) return false;
+    header_of(&n->out[0], &out);
+    memcpy(out.strides, layout->strides, sizeof out.strides);
     c.n_out = 1;
-    c.out[0] = &hdr[n->n_in];
+    c.out[0] = &out;
     return dc->be->strided_out(dc, &c);
+}
+
+/* Every kernel that runs through the backend's `run` (library and
+ * fallback kernels: kn_plan_run.c runs them as eager ops) asked of the
+ * plan's device now, as eager asks before each call: with the node's op,
+ * attrs and input dtypes and shapes. A call the device has no kernel for
+ * fails the build in eager's words, with the node, not the first run.
+ * Generated kernels are the compile's to refuse. */
+static kn_status plan_check_ops(const kn_plan *p)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    const kn_fusion *f = &p->code.fusion;
+    for (int k = 0; dc && k < f->prog.n_kernels; k++) {
+        kn_kernel_kind kind = f->prog.kernels[k].kind;
+        if (kind != KN_KERNEL_LIBRARY && kind != KN_KERNEL_FALLBACK) continue;
+        int node = f->kernel_at[k];
+        const kn_node *n = &p->g.nodes[node];
+        kn_tensor hdr[KN_MAX_INPUTS];
+        kn_opcall c;
+        if (!node_call(&p->g, n, hdr, &c)) continue;
+        kn_status st = kn_op_check_supported(dc, &c);
+        if (st != KN_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", kn_last_error());
+            return kn_error(st, "%s (node %d, traced at %s)", msg, node, n->where);
+        }
+    }
+    return KN_OK;
 }
 
 /* A new plan for g's values `wanted`: g copied, its inputs bound for the
@@ -249,6 +292,7 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     st = kn_fuse_ex(&p->g, p->pass_out, n_wanted, plan_strided_out, p, &p->code.fusion);
     if (st == KN_OK && pass_notes) prepend_pass_notes(&p->code.fusion, pass_notes);
     free(pass_notes);
+    if (st == KN_OK) st = plan_check_ops(p);
     if (st != KN_OK) goto fail;
     st = plan_memory(p);
     if (st == KN_OK && !(pass_flags & KN_PLAN_NO_EPILOGUES)) st = plan_epilogues(p);

@@ -38,7 +38,14 @@ typedef struct kn_backend {
     kn_status (*from_host)(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes);
     /* Copy within this device's memory, queued in order with the kernels. */
     kn_status (*copy)(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes);
-    /* Whether `run` can execute this call (op, dtypes, attrs). */
+    /* Whether `run` has a kernel for this call (its op, the inputs'
+     * dtypes, attrs where they matter): yes exactly where run would find
+     * one, no where run would end in "no kernel". Asked before the outputs
+     * exist (c->out empty: they follow from inputs and attrs), with inputs
+     * that may be headers without storage (a plan asks at build time), or
+     * with none (n_in 0: a probe of the op alone, yes when some dtype
+     * runs). What a library refuses at run time (a plan it will not make,
+     * memory) stays run's error. Callers go through kn_backend_check_op. */
     bool (*supports_op)(kn_device_ctx *d, const kn_opcall *c);
     /* Compute c->out from c->in; outputs are preallocated, contiguous, with
      * the shapes kn_op_infer gave. Inputs may be any strided view. The one

@@ -1,6 +1,8 @@
-/* kn_eager: eager execution of one op: check devices, infer shapes,
- * allocate the outputs, run on the device's backend with the call's
- * settings (kn_op_eager). */
+/* kn_eager: eager execution of one op: check devices, infer shapes, ask
+ * the device's backend whether it runs the call (kn_op_check_supported,
+ * which a plan's build asks too), allocate the outputs, run on the
+ * backend with the call's settings (kn_op_eager). */
+#include <stdio.h>
 #include <string.h>
 
 #include "kn_backend.h"
@@ -26,6 +28,28 @@ static kn_status view_op(kn_opcall *c, kn_device dev)
     kn_status st = kn_view_run_nocopy(&on_copy, &c->out[0]);
     kn_tensor_release(copy.out[0]);
     return st;
+}
+
+/* The dtypes that name call c in a message: its inputs', then the dtype a
+ * cast or a creation op makes ("f32, i64"; "f32 -> bf16"; "-> f32"). */
+static void call_dtypes(const kn_opcall *c, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->n_in && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "",
+                              c->in[i] ? kn_dtype_name(c->in[i]->dtype) : "?");
+    if ((c->op == KN_OP_CAST || kn_op_kind_of(c->op) == KN_K_CREATE) && n < size)
+        snprintf(buf + n, size - n, "%s-> %s", n ? " " : "", kn_dtype_name(c->a.dtype));
+}
+
+kn_status kn_op_check_supported(kn_device_ctx *d, const kn_opcall *c)
+{
+    if (d->be->supports_op(d, c)) return KN_OK;
+    char dts[160];
+    call_dtypes(c, dts, sizeof dts);
+    return kn_error(KN_ERR_UNSUPPORTED, "%s: not supported on %s for these dtypes (%s)", kn_op_name(c->op),
+                    kn_device_name(d->device), dts);
 }
 
 kn_status kn_op_eager(kn_opcall *c, kn_device dev)
@@ -56,9 +80,7 @@ kn_status kn_op_eager(kn_opcall *c, kn_device dev)
     }
     kn_device_ctx *d = kn_backend_get(dev);
     if (!d) return kn_backend_missing(dev, NULL);
-    if (!d->be->supports_op(d, c))
-        return kn_error(KN_ERR_UNSUPPORTED, "%s: not supported on %s for these dtypes",
-                        kn_op_name(c->op), d->be->name);
+    KN_TRY(kn_op_check_supported(d, c));
     for (int i = 0; i < n_out; i++) {
         kn_status st = kn_tensor_new_meta(&metas[i], dev, &c->out[i]);
         if (st != KN_OK) {

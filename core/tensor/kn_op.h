@@ -134,4 +134,12 @@ kn_status kn_op_infer(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int *n_ou
  * Defined in core/tensor/kn_eager.c. */
 kn_status kn_op_eager(kn_opcall *c, kn_device dev);
 
+/* Whether device d's backend runs call c (its supports_op; c->out may be
+ * empty, its inputs headers without storage): KN_OK, or the error that
+ * eager execution and a plan's build both give, naming the op, the device
+ * and the dtypes ("matmul: not supported on cuda:1 for these dtypes (f64,
+ * f64)"). Defined in core/tensor/kn_eager.c. */
+struct kn_device_ctx;
+kn_status kn_op_check_supported(struct kn_device_ctx *d, const kn_opcall *c);
+
 #endif

@@ -46,12 +46,16 @@ static kn_status cpu_copy(kn_device_ctx *d, void *dst, const void *src, int64_t 
     return KN_OK;
 }
 
-/* Every op has a CPU kernel; kn_op_infer has already rejected the dtypes and
- * attributes an op does not accept. */
+/* Every op but the views has a CPU kernel for every call kn_op_infer
+ * accepts: each family (kn_cpu.h) reads and writes elements of all seven
+ * dtypes (through kn_load_f64 / kn_store_f64 or a loop per dtype) and
+ * takes every attribute infer lets through, so the op alone decides.
+ * Views are metadata, run in core by kn_op_eager: cpu_run has no kernel
+ * for them. */
 static bool cpu_supports_op(kn_device_ctx *d, const kn_opcall *c)
 {
     (void)d;
-    return c && (unsigned)c->op < KN_OP_COUNT;
+    return c && (unsigned)c->op < KN_OP_COUNT && kn_op_kind_of(c->op) != KN_K_VIEW;
 }
 
 /* matmul (kn_cpu_matmul) and attention (kn_cpu_attention) write any output

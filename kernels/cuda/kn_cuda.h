@@ -32,5 +32,11 @@ const char *kn_cuda_unavailable_reason(void);
  * is present when CUDA is available and the driver reports more than N
  * GPUs, probed the first time kiln asks for a cuda device. */
 void kn_cuda_register(void);
+/* Whether the CUDA backend's run has a kernel for call c (its vtable's
+ * supports_op: each op family's answer, see kn_backend.h). Needs no GPU:
+ * it reads the op, attrs and the inputs' dtypes (and shapes, where they
+ * decide), which may be headers without storage, or absent. */
+struct kn_opcall;
+bool kn_cuda_supports_op(const struct kn_opcall *c);
 
 #endif

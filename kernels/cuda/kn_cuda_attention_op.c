@@ -240,6 +240,16 @@ out:
     return st;
 }
 
+/* Float q, k, v: the fused kernel where it takes the call, the unfused
+ * chain (float matmul, softmax, ...) for everything else. */
+bool kn_cuda_attention_op_supports(const kn_opcall *c)
+{
+    if (!c || c->op != KN_OP_ATTENTION) return false;
+    for (int i = 0; i < c->n_in && i < 3; i++)
+        if (c->in[i] && !kn_dtype_is_float(c->in[i]->dtype)) return false;
+    return true;
+}
+
 kn_status kn_cuda_attention_op(const kn_opcall *c)
 {
     if (c->n_in < 3 || c->n_in > 4 || c->n_out < 1 || !c->out[0])

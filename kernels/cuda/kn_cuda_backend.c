@@ -88,14 +88,28 @@ static kn_status cuda_copy(kn_device_ctx *d, void *dst, const void *src, int64_t
 
 /* ---- ops ---- */
 
-/* kn_op_infer has rejected bad dtypes and attrs already; what no CUDA
- * kernel covers is named by `run`, which knows which family declined. */
+/* The families' own answers, asked as cuda_run dispatches: a library op
+ * by its library, gather_scatter by its kernels, any other op by the
+ * kernel IR or else the templates. Views have no kernel (kn_op_eager runs
+ * them in core). */
+bool kn_cuda_supports_op(const kn_opcall *c)
+{
+    if (!c || (unsigned)c->op >= KN_OP_COUNT) return false;
+    switch (kn_op_kind_of(c->op)) {
+    case KN_K_MATMUL: return kn_cuda_matmul_supports(c);
+    case KN_K_CONV: return kn_cuda_conv2d_supports(c);
+    case KN_K_ATTENTION: return kn_cuda_attention_op_supports(c);
+    case KN_K_VIEW: return false;
+    default: break;
+    }
+    if (c->op == KN_OP_GATHER_SCATTER) return kn_cuda_gather_scatter_supports(c);
+    return kn_cuda_eager_supports(c) || kn_cuda_ops_supports(c);
+}
+
 static bool cuda_supports_op(kn_device_ctx *d, const kn_opcall *c)
 {
     (void)d;
-    /* attention included: what the fused kernel declines runs unfused
-     * inside kn_cuda_attention_op */
-    return c && (unsigned)c->op < KN_OP_COUNT;
+    return kn_cuda_supports_op(c);
 }
 
 static kn_status no_kernel(const kn_opcall *c)
@@ -109,16 +123,20 @@ static kn_status no_kernel(const kn_opcall *c)
     return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA kernel for this call (dtypes %s)", kn_op_name(c->op), dts);
 }
 
+/* Each call to the family kn_cuda_supports_op asked; a call it says no
+ * to ends in no_kernel before any family sees it. */
 static kn_status run_op(kn_device_ctx *d, const kn_opcall *c)
 {
     if (!c || (unsigned)c->op >= KN_OP_COUNT)
         return kn_error(KN_ERR_ARG, "cuda: unknown op %d", c ? (int)c->op : -1);
+    if (kn_op_kind_of(c->op) == KN_K_VIEW)
+        return kn_error(KN_ERR_ARG, "%s: views are metadata: kn_op_eager runs them", kn_op_name(c->op));
+    if (!kn_cuda_supports_op(c)) return no_kernel(c);
     KN_TRY(kn_cuda_enter(d));
     switch (kn_op_kind_of(c->op)) {
     case KN_K_MATMUL: return kn_cuda_matmul(c);
     case KN_K_CONV: return kn_cuda_conv2d(c);
     case KN_K_ATTENTION: return kn_cuda_attention_op(c);
-    case KN_K_VIEW: return kn_error(KN_ERR_ARG, "%s: views are metadata: kn_op_eager runs them", kn_op_name(c->op));
     default: break;
     }
     /* a library kernel of its own: no generated-kernel lookup first */

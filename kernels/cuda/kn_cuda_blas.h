@@ -12,6 +12,17 @@
 #include "kn_status.h"
 
 kn_status kn_cuda_matmul(const kn_opcall *c);
+/* Whether kn_cuda_matmul has a kernel for c (cuBLASLt, or kiln's for what
+ * it refuses): float operands, as matmul_run checks (more batch dims than
+ * KN_LA_MAX_BATCH, which it declines too, cannot pass kn_op_infer:
+ * KN_MAX_DIMS less the matrix dims). Without tensors: the op alone. */
+static inline bool kn_cuda_matmul_supports(const kn_opcall *c)
+{
+    if (!c || c->op != KN_OP_MATMUL) return false;
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] && !kn_dtype_is_float(c->in[i]->dtype)) return false;
+    return true;
+}
 /* Whether kn_cuda_matmul can write c->out[0] with its strides (unit-stride
  * rows, through cuBLASLt's D leading dim and batch stride). */
 bool kn_cuda_matmul_strided_ok(const kn_opcall *c);

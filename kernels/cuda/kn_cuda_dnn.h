@@ -11,6 +11,16 @@
 
 /* KN_ERR_UNSUPPORTED for a call it does not cover. */
 kn_status kn_cuda_conv2d(const kn_opcall *c);
+/* Whether kn_cuda_conv2d has a kernel for c (cuDNN, or kiln's for what it
+ * refuses, in either layout): float tensors, as conv_run checks. Without
+ * tensors: the op alone. */
+static inline bool kn_cuda_conv2d_supports(const kn_opcall *c)
+{
+    if (!c || c->op != KN_OP_CONV2D) return false;
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] && !kn_dtype_is_float(c->in[i]->dtype)) return false;
+    return true;
+}
 /* conv2d (its own bias input, if any) with act (0 none, 1 relu) in cuDNN's
  * graph: conv -> bias add -> ReLU as one plan. */
 kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act);

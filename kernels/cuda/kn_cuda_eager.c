@@ -313,12 +313,38 @@ static kn_status run_reshaped(const kn_opcall *c)
     return st;
 }
 
-kn_status kn_cuda_eager_ir(const kn_opcall *c)
+/* The calls fusion makes one POINTWISE or ROW kernel of (kn_fuse_group.c's
+ * is_pointwise and row_dim, with the reshaped calls of run_reshaped):
+ * every elementwise op, copy, tril / triu, batch_norm, full and arange;
+ * softmax and layer_norm over any dims; a reduction over one dim. Any
+ * dtype: the IR loads, computes and stores each of them. */
+bool kn_cuda_eager_supports(const kn_opcall *c)
 {
+    if (!c || (unsigned)c->op >= KN_OP_COUNT) return false;
+    switch (kn_op_kind_of(c->op)) {
+    case KN_K_UNARY:
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY:
+    case KN_K_MASKED:
+    case KN_K_COPY:
+    case KN_K_TRI:
+    case KN_K_SOFTMAX:
+    case KN_K_NORM: return true;
     /* Random ops are never one generated kernel (the templates take seed and
      * counter offset as kernel arguments), and their offset is new at every
      * call: a signature keyed on it would add a futile entry per call. */
-    if (c->op == KN_OP_RAND || c->op == KN_OP_RANDN || c->op == KN_OP_RANDINT) return KN_ERR_UNSUPPORTED;
+    case KN_K_CREATE: return c->op == KN_OP_FULL || c->op == KN_OP_ARANGE;
+    /* all dims of a 1-D input is one dim; without tensors, the op alone */
+    case KN_K_REDUCE: return c->a.ndims == 1 || (c->a.ndims == 0 && (c->n_in < 1 || !c->in[0] || c->in[0]->ndim == 1));
+    default: return false;
+    }
+}
+
+kn_status kn_cuda_eager_ir(const kn_opcall *c)
+{
+    /* what the IR never makes one kernel of goes to the templates at once */
+    if (!kn_cuda_eager_supports(c)) return KN_ERR_UNSUPPORTED;
     for (int i = 0; i < c->n_in; i++)
         if (!c->in[i] || !c->in[i]->storage) return KN_ERR_UNSUPPORTED;
     for (int i = 0; i < c->n_out; i++)

@@ -275,20 +275,60 @@ static bool aligned16(const void *p)
     return ((uintptr_t)p & 15) == 0;
 }
 
+/* The kernels' code (KN_GS_*) for epilogue op `op`; 0: they have none. */
+static int epilogue_code(int op)
+{
+    return op == KN_OP_RELU          ? KN_GS_RELU
+           : op == KN_OP_GELU        ? KN_GS_GELU
+           : op == KN_OP_SILU        ? KN_GS_SILU
+           : op == KN_OP_SIGMOID     ? KN_GS_SIGMOID
+           : op == KN_OP_TANH        ? KN_GS_TANH
+           : op == KN_OP_SOFTMAX     ? KN_GS_SOFTMAX
+           : op == KN_OP_LOG_SOFTMAX ? KN_GS_LOG_SOFTMAX
+                                     : 0;
+}
+
+#define GS_MAX_ACT ((int)(sizeof((kn_gs_args *)0)->act / sizeof((kn_gs_args *)0)->act[0]))
+
+/* Whether epilogue step i of c is one the kernels apply: an activation
+ * while act[] has room (n_act before it), a row op only last. */
+static bool epilogue_step_ok(const kn_opcall *c, int i, int n_act)
+{
+    int code = epilogue_code(c->a.epilogue[i]);
+    bool row = code == KN_GS_SOFTMAX || code == KN_GS_LOG_SOFTMAX;
+    return code && (row ? i == c->a.n_epilogue - 1 : n_act < GS_MAX_ACT);
+}
+
+/* The float modules hold the kernels (kn_gather_scatter.cu's are empty in
+ * the others), and the epilogue must be steps they apply, a row op over
+ * rows of at most KN_GATHER_SCATTER_ROW_MAX. */
+bool kn_cuda_gather_scatter_supports(const kn_opcall *c)
+{
+    if (!c || c->op != KN_OP_GATHER_SCATTER) return false;
+    const kn_tensor *h = c->n_in > 0 ? c->in[0] : NULL;
+    if (h && !kn_dtype_is_float(h->dtype)) return false;
+    if (c->a.n_epilogue < 0 || c->a.n_epilogue > KN_GATHER_SCATTER_EPILOGUE_MAX) return false;
+    int64_t row = 1;
+    for (int d = 1; h && d < h->ndim; d++) row *= h->shape[d];
+    for (int i = 0, n_act = 0; i < c->a.n_epilogue; i++) {
+        if (!epilogue_step_ok(c, i, n_act)) return false;
+        int code = epilogue_code(c->a.epilogue[i]);
+        if (code == KN_GS_SOFTMAX || code == KN_GS_LOG_SOFTMAX) {
+            if (row > KN_GATHER_SCATTER_ROW_MAX) return false;
+        } else {
+            n_act++;
+        }
+    }
+    return true;
+}
+
 /* The epilogue of the call's attrs into a's act / row_op. */
 static kn_status epilogue_args(const kn_opcall *c, kn_gs_args *a)
 {
     for (int i = 0; i < c->a.n_epilogue; i++) {
-        int op = c->a.epilogue[i], code = op == KN_OP_RELU          ? KN_GS_RELU
-                                         : op == KN_OP_GELU        ? KN_GS_GELU
-                                         : op == KN_OP_SILU        ? KN_GS_SILU
-                                         : op == KN_OP_SIGMOID     ? KN_GS_SIGMOID
-                                         : op == KN_OP_TANH        ? KN_GS_TANH
-                                         : op == KN_OP_SOFTMAX     ? KN_GS_SOFTMAX
-                                         : op == KN_OP_LOG_SOFTMAX ? KN_GS_LOG_SOFTMAX
-                                                                   : 0;
+        int op = c->a.epilogue[i], code = epilogue_code(op);
         bool row = code == KN_GS_SOFTMAX || code == KN_GS_LOG_SOFTMAX;
-        if (!code || (row && i != c->a.n_epilogue - 1) || (!row && a->n_act == (int)(sizeof a->act / sizeof a->act[0])))
+        if (!epilogue_step_ok(c, i, a->n_act))
             return kn_error(KN_ERR_UNSUPPORTED, "gather_scatter: no epilogue of %s as op %d of %d", kn_op_name((kn_op)op),
                             i + 1, c->a.n_epilogue);
         if (row && a->row > KN_GATHER_SCATTER_ROW_MAX)

@@ -5,9 +5,15 @@
 #ifndef KN_CUDA_GATHER_SCATTER_H
 #define KN_CUDA_GATHER_SCATTER_H
 
+#include <stdbool.h>
+
 #include "kn_op.h"
 #include "kn_status.h"
 
 kn_status kn_cuda_gather_scatter(const kn_opcall *c);
+/* Whether kn_cuda_gather_scatter has a kernel for c: float rows and an
+ * epilogue its kernels apply (needs no GPU; without tensors, the attrs
+ * alone). */
+bool kn_cuda_gather_scatter_supports(const kn_opcall *c);
 
 #endif

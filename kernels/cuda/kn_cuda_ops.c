@@ -198,6 +198,7 @@ static kn_status run_reduce(const kn_opcall *c)
 
 static kn_status run_argmax(const kn_opcall *c)
 {
+    if (c->n_out != 2 || !c->out[1]) return kn_error(KN_ERR_ARG, "max: bad call (needs 2 outputs)");
     const kn_tensor *x = c->in[0];
     kn_argmax_args a;
     memset(&a, 0, sizeof a);
@@ -448,32 +449,53 @@ static kn_status run_random(const kn_opcall *c)
     return launch(out->dtype, KN_TK_RANDOM, grid_for(a.n, KN_T_BLOCK), &a);
 }
 
-kn_status kn_cuda_ops_run(const kn_opcall *c)
+static kn_status run_copy(const kn_opcall *c)
 {
-    if (c->n_out < 1 || !c->out[0])
-        return kn_error(KN_ERR_ARG, "%s: bad call (no output)", kn_op_name(c->op));
-    switch (c->op) {
+    return copy_into(c->in[0], c->out[0]);
+}
+
+typedef kn_status (*template_run)(const kn_opcall *c);
+
+/* The template family that runs op, NULL for none: the one list that
+ * kn_cuda_ops_supports answers from and kn_cuda_ops_run dispatches by. */
+static template_run family_of(kn_op op)
+{
+    switch (op) {
     case KN_OP_SUM:
     case KN_OP_MEAN:
     case KN_OP_AMAX:
     case KN_OP_AMIN:
-    case KN_OP_VAR: return run_reduce(c);
-    case KN_OP_MAX: return c->n_out == 2 && c->out[1] ? run_argmax(c)
-                                                      : kn_error(KN_ERR_ARG, "max: bad call (needs 2 outputs)");
+    case KN_OP_VAR: return run_reduce;
+    case KN_OP_MAX: return run_argmax;
     case KN_OP_MAX_POOL2D:
     case KN_OP_AVG_POOL2D:
-    case KN_OP_ADAPTIVE_AVG_POOL2D: return run_pool(c);
-    case KN_OP_CAT: return run_cat(c);
+    case KN_OP_ADAPTIVE_AVG_POOL2D: return run_pool;
+    case KN_OP_CAT: return run_cat;
     case KN_OP_INDEX_SELECT:
     case KN_OP_GATHER:
-    case KN_OP_INDEX_ADD: return run_index(c);
+    case KN_OP_INDEX_ADD: return run_index;
     case KN_OP_RANDN:
     case KN_OP_RAND:
-    case KN_OP_RANDINT: return run_random(c);
+    case KN_OP_RANDINT: return run_random;
     case KN_OP_CONTIGUOUS:
-    case KN_OP_CAST: return copy_into(c->in[0], c->out[0]);
-    default:
-        return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA template kernel for this op",
-                        kn_op_name(c->op));
+    case KN_OP_CAST: return run_copy;
+    default: return NULL;
     }
+}
+
+/* The op alone decides: every dtype's module holds every template kernel
+ * (kn_cuda_tsrc.c; t/cuda_templates_compile.c checks each), and each
+ * family takes every shape and attribute kn_op_infer lets through. */
+bool kn_cuda_ops_supports(const kn_opcall *c)
+{
+    return c && family_of(c->op) != NULL;
+}
+
+kn_status kn_cuda_ops_run(const kn_opcall *c)
+{
+    if (c->n_out < 1 || !c->out[0])
+        return kn_error(KN_ERR_ARG, "%s: bad call (no output)", kn_op_name(c->op));
+    template_run run = family_of(c->op);
+    if (!run) return kn_error(KN_ERR_UNSUPPORTED, "%s: no CUDA template kernel for this op", kn_op_name(c->op));
+    return run(c);
 }

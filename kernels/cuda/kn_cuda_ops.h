@@ -16,6 +16,9 @@
  * with indices, the pools, cat, the index ops, random creation, strided
  * copies and casts); KN_ERR_UNSUPPORTED for any other op. */
 kn_status kn_cuda_ops_run(const kn_opcall *c);
+/* Whether kn_cuda_ops_run has a kernel for c: its op is one of those
+ * families, whatever the dtypes (needs no GPU, no tensors). */
+bool kn_cuda_ops_supports(const kn_opcall *c);
 
 /* Launch template kernel k of dtype dt's module over `work` items (a
  * grid-stride loop: KN_T_BLOCK threads a block, the grid capped). */
