@@ -1,7 +1,7 @@
 /* kn_lua_inspect: the inspection methods of a compiled callable:
  * cm:breaks(), cm:recompiles(), cm:guards(), cm:graphs(), cm:kernels(),
  * cm:stats() and cm:last_call() (what kiln.explain reports), as the tables
- * of design section 2. */
+ * docs/lua-api.md describes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
