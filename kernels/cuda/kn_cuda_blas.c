@@ -844,11 +844,6 @@ kn_status kn_cuda_matmul(const kn_opcall *c)
     return matmul_run(c, NULL, 0, NULL);
 }
 
-kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act)
-{
-    return matmul_run(c, bias, act, NULL);
-}
-
 kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
 {
     const kn_tensor *o = c->out[0];

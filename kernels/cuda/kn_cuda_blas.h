@@ -26,16 +26,13 @@ static inline bool kn_cuda_matmul_supports(const kn_opcall *c)
 /* Whether kn_cuda_matmul can write c->out[0] with its strides (unit-stride
  * rows, through cuBLASLt's D leading dim and batch stride). */
 bool kn_cuda_matmul_strided_ok(const kn_opcall *c);
-/* matmul with a fused epilogue, out = act(a @ b + bias), for the
- * compiler's matmul+bias(+act) groups. bias (may be NULL) is 1-D {N} on
- * cuda; any float dtype (cast to the output's when the runtime can, else
- * added by kiln's kernel). act: 0 none, 1 relu (exact), 2 GELU with the
- * tanh approximation (cuBLASLt's GELU epilogue is that one): kiln's gelu
- * op is the erf form, so pass 2 only for a graph that asks for tanh. */
-kn_status kn_cuda_matmul_ex(const kn_opcall *c, const kn_tensor *bias, int act);
-/* matmul with bias (1-D over N), activation (0 none, 1 relu) and a
- * residual (contiguous, the output's shape) added in the library's
- * epilogue: out = act(a·b + bias) or a·b + bias + residual. */
+/* matmul with bias (1-D over N on cuda, may be NULL; any float dtype:
+ * cast to the output's when the runtime can, else added by kiln's
+ * kernel), activation and a residual (contiguous, the output's shape)
+ * added in the library's epilogue: out = act(a·b + bias) or a·b + bias +
+ * residual. act: 0 none, 1 relu (exact), 2 GELU with the tanh
+ * approximation (cuBLASLt's GELU epilogue is that one): kiln's gelu op is
+ * the erf form, so pass 2 only for a graph that asks for tanh. */
 kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
 /* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
  * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in

@@ -98,11 +98,6 @@ static bool capturing(void)
     return cudaStreamIsCapturing(kn_cuda_stream(), &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone;
 }
 
-static char *dptr(const kn_tensor *t)
-{
-    return (char *)t->storage->data + t->offset * (int64_t)kn_dtype_size(t->dtype);
-}
-
 /* Every index of idx in 1..size, or the CPU's error naming the first bad
  * one; once per version of idx where its values can be kept. */
 static kn_status check_indices(kn_dtype dt, const kn_tensor *idx, int64_t size, const char *which)
@@ -366,23 +361,23 @@ static kn_status run(const kn_opcall *c, kn_tensor *h, kn_tensor *w, kn_tensor *
                                                      : a.n_act || a.row_op ? "atomics, then the epilogue"
                                                                            : "atomics");
     if (kn_tensor_numel(out) == 0) return KN_OK;
-    a.h = dptr(h);
+    a.h = kn_cuda_tensor_ptr(h);
     a.h_st = h->strides[0];
-    a.src = dptr(src);
-    a.dst = dptr(dst);
+    a.src = kn_cuda_tensor_ptr(src);
+    a.dst = kn_cuda_tensor_ptr(dst);
     a.src64 = src->dtype == KN_I64;
     a.dst64 = dst->dtype == KN_I64;
     a.src_st = src->strides[0];
     a.dst_st = dst->strides[0];
     if (w) {
-        a.w = dptr(w);
+        a.w = kn_cuda_tensor_ptr(w);
         a.w_st = w->strides[0];
     }
-    a.out = dptr(out);
+    a.out = kn_cuda_tensor_ptr(out);
     /* 16-byte vectors where every row starts aligned */
     int vec = 16 / (int)kn_dtype_size(dt);
     bool vec_ok = a.row % vec == 0 && aligned16(a.h) && a.h_st % vec == 0 && aligned16(a.out);
-    if (segments && base) vec_ok = vec_ok && aligned16(dptr(base)) && base->strides[0] % vec == 0;
+    if (segments && base) vec_ok = vec_ok && aligned16(kn_cuda_tensor_ptr(base)) && base->strides[0] % vec == 0;
     a.vec = vec_ok ? vec : 1;
     a.nvec = a.row / a.vec;
     if (!segments) {
@@ -406,7 +401,7 @@ static kn_status run(const kn_opcall *c, kn_tensor *h, kn_tensor *w, kn_tensor *
         return KN_OK;
     }
     if (base) {
-        a.base = dptr(base);
+        a.base = kn_cuda_tensor_ptr(base);
         a.base_st = base->strides[0];
     }
     return run_segments(dt, dst, &a);

@@ -69,12 +69,6 @@ static int64_t esize(const kn_tensor *t)
     return (int64_t)kn_dtype_size(t->dtype);
 }
 
-/* Element 0 of the view on the device. */
-static char *dptr(const kn_tensor *t)
-{
-    return (char *)t->storage->data + t->offset * esize(t);
-}
-
 /* Append dim (size, strides in two views) to a dim list, dropping size 1
  * and merging with the previous dim where both views allow it. */
 static void push_dim(int *n, long long *shape, long long *s1, long long *s2, int64_t size,
@@ -114,7 +108,7 @@ static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, cons
     memset(&a, 0, sizeof a);
     a.n = kn_tensor_numel(in);
     if (a.n == 0) return KN_OK;
-    a.src = dptr(in);
+    a.src = kn_cuda_tensor_ptr(in);
     a.dst = dst;
     for (int d = 0; d < in->ndim; d++)
         push_dim(&a.ndim, a.shape, a.sst, a.dst_st, in->shape[d], in->strides[d], dst_st[d]);
@@ -136,7 +130,7 @@ static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, cons
  * unfused fallback) is written where its strides say. */
 static kn_status copy_into(const kn_tensor *in, kn_tensor *out)
 {
-    return copy_strided(in, dptr(out), out->dtype, out->strides);
+    return copy_strided(in, kn_cuda_tensor_ptr(out), out->dtype, out->strides);
 }
 
 /* ---- reductions ---- */
@@ -174,8 +168,8 @@ static kn_status run_reduce(const kn_opcall *c)
         a.nr = 1;
         a.rsize[0] = 1;
     }
-    a.x = dptr(x);
-    a.out = dptr(out);
+    a.x = kn_cuda_tensor_ptr(x);
+    a.out = kn_cuda_tensor_ptr(out);
     a.correction = c->a.correction;
     a.group = pick_group(a.count, a.nout, a.rst[a.nr - 1] == 1 || a.nk == 0);
     a.nsplit = 1;
@@ -213,9 +207,9 @@ static kn_status run_argmax(const kn_opcall *c)
             push_dim(&a.nk, a.ksize, a.kst, NULL, x->shape[d], x->strides[d], 0);
         }
     }
-    a.x = dptr(x);
-    a.val = dptr(c->out[0]);
-    a.idx = (long long *)(void *)dptr(c->out[1]);
+    a.x = kn_cuda_tensor_ptr(x);
+    a.val = kn_cuda_tensor_ptr(c->out[0]);
+    a.idx = (long long *)(void *)kn_cuda_tensor_ptr(c->out[1]);
     a.group = pick_group(a.len, a.nout, a.lst == 1 || a.nk == 0);
     return launch(x->dtype, KN_TK_ARGMAX, grid_for(a.nout, KN_T_BLOCK / a.group), &a);
 }
@@ -248,8 +242,8 @@ static kn_status run_pool(const kn_opcall *c)
     a.py = at->padding[0], a.px = at->padding[1];
     a.dy = at->dilation[0], a.dx = at->dilation[1];
     a.count_include_pad = at->count_include_pad;
-    a.x = dptr(x);
-    a.out = dptr(out);
+    a.x = kn_cuda_tensor_ptr(x);
+    a.out = kn_cuda_tensor_ptr(out);
     if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.c > 1 && a.h * a.w > 8)
         return launch(x->dtype, KN_TK_POOL_GAP, grid_for(a.n * ((a.c + 31) / 32), 1), &a);
     /* contiguous planes (NCHW), a warp each; not f64, whose double sums
@@ -277,7 +271,7 @@ static kn_status run_cat(const kn_opcall *c)
         int64_t st[KN_MAX_DIMS], pos = 0;
         kn_contiguous_strides(out->ndim, out->shape, st);
         for (int i = 0; i < c->n_in; i++) {
-            KN_TRY(copy_strided(c->in[i], dptr(out) + pos * st[dim] * esize(out), out->dtype, st));
+            KN_TRY(copy_strided(c->in[i], kn_cuda_tensor_ptr(out) + pos * st[dim] * esize(out), out->dtype, st));
             pos += c->in[i]->shape[dim];
         }
         return KN_OK;
@@ -286,14 +280,14 @@ static kn_status run_cat(const kn_opcall *c)
     memset(&a, 0, sizeof a);
     a.n = kn_tensor_numel(out);
     if (a.n == 0) return KN_OK;
-    a.dst = dptr(out);
+    a.dst = kn_cuda_tensor_ptr(out);
     a.ndim = out->ndim;
     a.dim = dim;
     a.nin = c->n_in;
     for (int d = 0; d < out->ndim; d++) a.shape[d] = out->shape[d];
     for (int i = 0; i < c->n_in; i++) {
         const kn_tensor *x = c->in[i];
-        a.src[i] = dptr(x);
+        a.src[i] = kn_cuda_tensor_ptr(x);
         a.start[i + 1] = a.start[i] + x->shape[dim];
         for (int d = 0; d < x->ndim; d++) a.st[i][d] = x->strides[d];
     }
@@ -331,7 +325,7 @@ kn_status kn_cuda_index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t 
     KN_CUDA_TRY(cudaStreamIsCapturing(s, &cs), "index check");
     *check = cs == cudaStreamCaptureStatusNone;
     KN_CUDA_TRY(cudaMemsetAsync(gpu->index_flag, 0xff, sizeof *gpu->index_flag, s), "index check");
-    a.idx = dptr(idx);
+    a.idx = kn_cuda_tensor_ptr(idx);
     a.idx64 = idx->dtype == KN_I64;
     a.ndim = idx->ndim;
     a.size = size;
@@ -360,10 +354,10 @@ kn_status kn_cuda_index_check_read(const kn_tensor *idx, int64_t *pos, int64_t *
     }
     int64_t v = 0;
     if (idx->dtype == KN_I64) {
-        KN_CUDA_TRY(cudaMemcpy(&v, dptr(idx) + off * 8, 8, cudaMemcpyDeviceToHost), "index check");
+        KN_CUDA_TRY(cudaMemcpy(&v, kn_cuda_tensor_ptr(idx) + off * 8, 8, cudaMemcpyDeviceToHost), "index check");
     } else {
         int32_t w = 0;
-        KN_CUDA_TRY(cudaMemcpy(&w, dptr(idx) + off * 4, 4, cudaMemcpyDeviceToHost), "index check");
+        KN_CUDA_TRY(cudaMemcpy(&w, kn_cuda_tensor_ptr(idx) + off * 4, 4, cudaMemcpyDeviceToHost), "index check");
         v = w;
     }
     *pos = (int64_t)bad;
@@ -398,7 +392,7 @@ static kn_status run_index(const kn_opcall *c)
     KN_TRY(kn_cuda_index_check_launch(x->dtype, idx, size, &check));
     kn_index_args a;
     memset(&a, 0, sizeof a);
-    a.idx = dptr(idx);
+    a.idx = kn_cuda_tensor_ptr(idx);
     a.idx64 = idx->dtype == KN_I64;
     a.ndim = x->ndim;
     a.dim = dim;
@@ -409,7 +403,7 @@ static kn_status run_index(const kn_opcall *c)
         KN_TRY(copy_into(x, out));
         const kn_tensor *src = c->in[2];
         shape_of = src;
-        a.x = dptr(src);
+        a.x = kn_cuda_tensor_ptr(src);
         for (int d = 0; d < src->ndim; d++) a.xst[d] = src->strides[d];
         int64_t ost[KN_MAX_DIMS];
         kn_contiguous_strides(out->ndim, out->shape, ost);
@@ -417,14 +411,14 @@ static kn_status run_index(const kn_opcall *c)
         a.ist[0] = idx->strides[0];
         k = KN_TK_IADD;
     } else {
-        a.x = dptr(x);
+        a.x = kn_cuda_tensor_ptr(x);
         for (int d = 0; d < x->ndim; d++) a.xst[d] = x->strides[d];
         if (c->op == KN_OP_GATHER)
             for (int d = 0; d < idx->ndim; d++) a.ist[d] = idx->strides[d];
         else a.ist[0] = idx->strides[0];
         k = c->op == KN_OP_GATHER ? KN_TK_GATHER : KN_TK_ISELECT;
     }
-    a.dst = dptr(out);
+    a.dst = kn_cuda_tensor_ptr(out);
     a.n = kn_tensor_numel(shape_of);
     for (int d = 0; d < shape_of->ndim; d++) a.shape[d] = shape_of->shape[d];
     if (a.n > 0 && size > 0) KN_TRY(launch(x->dtype, k, grid_for(a.n, KN_T_BLOCK), &a));
@@ -440,7 +434,7 @@ static kn_status run_random(const kn_opcall *c)
     memset(&a, 0, sizeof a);
     a.n = kn_tensor_numel(out);
     if (a.n == 0) return KN_OK;
-    a.out = dptr(out);
+    a.out = kn_cuda_tensor_ptr(out);
     a.op = c->op == KN_OP_RANDN ? KN_TRNG_NORMAL : c->op == KN_OP_RAND ? KN_TRNG_UNIFORM : KN_TRNG_INT;
     a.seed = c->a.seed;
     a.offset = c->a.rng_offset;
