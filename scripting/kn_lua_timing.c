@@ -50,50 +50,50 @@ static struct {
     double t0, last;
     char label[64], phase[48];
     long done, total;
-} progress;
+} progress_line;
 
 static void progress_draw(void)
 {
     double t = kn_clock_s();
-    if (!progress.active || t - progress.t0 < 1.0 || t - progress.last < 0.1 || !isatty(2)) return;
-    progress.last = t;
-    progress.shown = true;
+    if (!progress_line.active || t - progress_line.t0 < 1.0 || t - progress_line.last < 0.1 || !isatty(2)) return;
+    progress_line.last = t;
+    progress_line.shown = true;
     enum { W = 20 };
-    int fill = progress.total > 0 ? (int)((double)W * (double)progress.done / (double)progress.total) : 0;
+    int fill = progress_line.total > 0 ? (int)((double)W * (double)progress_line.done / (double)progress_line.total) : 0;
     char bar[W + 1];
     for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '-';
     bar[W] = 0;
-    fprintf(stderr, "\r\033[K%s [%s] %ld/%ld %s  %.1f s", progress.label, bar, progress.done, progress.total,
-            progress.phase, t - progress.t0);
+    fprintf(stderr, "\r\033[K%s [%s] %ld/%ld %s  %.1f s", progress_line.label, bar, progress_line.done, progress_line.total,
+            progress_line.phase, t - progress_line.t0);
     fflush(stderr);
 }
 
 static void progress_report(const char *phase, long done, long total)
 {
-    if (!progress.active) return;
-    if (phase) snprintf(progress.phase, sizeof progress.phase, "%s", phase);
-    progress.done = done;
-    progress.total = total;
+    if (!progress_line.active) return;
+    if (phase) snprintf(progress_line.phase, sizeof progress_line.phase, "%s", phase);
+    progress_line.done = done;
+    progress_line.total = total;
     progress_draw();
 }
 
 /* progress_start(label): the command's line starts (drawn after a second). */
 static int l_progress_start(lua_State *L)
 {
-    snprintf(progress.label, sizeof progress.label, "%s", luaL_checkstring(L, 1));
-    progress.active = true;
-    progress.shown = false;
-    progress.t0 = kn_clock_s();
-    progress.last = 0;
-    progress.phase[0] = 0;
-    progress.done = progress.total = 0;
+    snprintf(progress_line.label, sizeof progress_line.label, "%s", luaL_checkstring(L, 1));
+    progress_line.active = true;
+    progress_line.shown = false;
+    progress_line.t0 = kn_clock_s();
+    progress_line.last = 0;
+    progress_line.phase[0] = 0;
+    progress_line.done = progress_line.total = 0;
     return 0;
 }
 
 /* progress_label(label): the line's label changes (:bench's mode), the clock goes on. */
 static int l_progress_label(lua_State *L)
 {
-    snprintf(progress.label, sizeof progress.label, "%s", luaL_checkstring(L, 1));
+    snprintf(progress_line.label, sizeof progress_line.label, "%s", luaL_checkstring(L, 1));
     return 0;
 }
 
@@ -110,15 +110,15 @@ static int l_progress(lua_State *L)
  * done, total, label (for "interrupted after N of M ..."). */
 static int l_progress_end(lua_State *L)
 {
-    if (progress.shown) {
+    if (progress_line.shown) {
         fprintf(stderr, "\r\033[K");
         fflush(stderr);
     }
-    progress.active = progress.shown = false;
-    lua_pushstring(L, progress.phase);
-    lua_pushinteger(L, progress.done);
-    lua_pushinteger(L, progress.total);
-    lua_pushstring(L, progress.label);
+    progress_line.active = progress_line.shown = false;
+    lua_pushstring(L, progress_line.phase);
+    lua_pushinteger(L, progress_line.done);
+    lua_pushinteger(L, progress_line.total);
+    lua_pushstring(L, progress_line.label);
     return 4;
 }
 
@@ -283,11 +283,11 @@ static int l_time_calls(lua_State *L)
         st = dc->be->event_record(dc, u->ev[i + 1]);
         if (st != KN_OK) return kn_lua_fail(L, st);
         calls_ms += ms;
-        if (progress.active && calls_ms - reported_ms >= 50) {
+        if (progress_line.active && calls_ms - reported_ms >= 50) {
             reported_ms = calls_ms;
             progress_report(NULL, (long)i + 1, (long)n);
         }
-        progress.done = (long)i + 1;
+        progress_line.done = (long)i + 1;
     }
     if (dc->be->sync && (st = dc->be->sync(dc)) != KN_OK) return kn_lua_fail(L, st);
     lua_createtable(L, (int)n, 0);
