@@ -29,20 +29,23 @@ local function eager_note()
   end
 end
 
--- The compiled model to inspect, called at least once: the session's own
--- (what :run calls) in a compiled mode, compiled with the current mode when
--- needed; in eager mode one compiled with INSPECT_MODE, kept until the next
--- :load so that later inspections see the same calls.
-local function inspected()
+-- The compiled model to inspect: the session's own (what :run calls) in a
+-- compiled mode, compiled with the current mode when needed; in eager mode
+-- one compiled with INSPECT_MODE, kept until the next :load so that later
+-- inspections see the same calls.
+local function inspection_target()
   need_compile()
   eager_note()
-  local cm
   if session.mode == "eager" then
     session.inspect = session.inspect or kiln.compile(session.model, { mode = INSPECT_MODE })
-    cm = session.inspect
-  else
-    cm = runner()
+    return session.inspect
   end
+  return runner()
+end
+
+-- inspection_target(), called at least once.
+local function inspected()
+  local cm = inspection_target()
   if cm:stats().calls == 0 then
     local inputs, n = model_inputs()
     cm(table.unpack(inputs, 1, n))
@@ -313,15 +316,7 @@ session is eager). kiln.config.check_numerics = true checks every call.
 From Lua, kiln.cmd.check() returns the report {ok, message, checks} of
 cm:check.]],
 }, function()
-  need_compile()
-  eager_note()
-  local cm
-  if session.mode == "eager" then
-    session.inspect = session.inspect or kiln.compile(session.model, { mode = INSPECT_MODE })
-    cm = session.inspect
-  else
-    cm = runner()
-  end
+  local cm = inspection_target()
   local inputs, n = model_inputs()
   local report = cm:check(table.unpack(inputs, 1, n))
   if cm == session.compiled then session.warm = true end
