@@ -27,18 +27,8 @@
 #include "kn_interrupt.h"
 #include "kn_lua.h"
 #include "kn_settings.h"
+#include "lua_state.h"
 #include "tap.h"
-
-static const char *eval(lua_State *L, const char *code, char *buf, size_t size)
-{
-    int base = lua_gettop(L);
-    int rc = luaL_loadstring(L, code);
-    if (rc == LUA_OK) rc = lua_pcall(L, 0, 1, 0);
-    const char *s = luaL_tolstring(L, -1, NULL);
-    snprintf(buf, size, "%s%s", rc == LUA_OK ? "" : "error: ", s);
-    lua_settop(L, base);
-    return buf;
-}
 
 /* what the search reported */
 static int interrupt_at;                  /* request Ctrl-C once this many kernels are done (0: never) */

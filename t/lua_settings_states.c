@@ -29,32 +29,8 @@
 
 #include "kn_lua.h"
 #include "kn_settings.h"
+#include "lua_state.h"
 #include "tap.h"
-
-static lua_State *new_state(void)
-{
-    lua_State *L = luaL_newstate();
-    if (!L) {
-        printf("Bail out! luaL_newstate failed\n");
-        exit(1);
-    }
-    luaL_openlibs(L);
-    luaL_requiref(L, "kiln", luaopen_kiln, 1);
-    lua_pop(L, 1);
-    return L;
-}
-
-/* Run code in L; its first result (or the error) as a string, kept in buf. */
-static const char *eval(lua_State *L, const char *code, char *buf, size_t size)
-{
-    int base = lua_gettop(L);
-    int rc = luaL_loadstring(L, code);
-    if (rc == LUA_OK) rc = lua_pcall(L, 0, 1, 0);
-    const char *s = luaL_tolstring(L, -1, NULL);
-    snprintf(buf, size, "%s%s", rc == LUA_OK ? "" : "error: ", s);
-    lua_settop(L, base);
-    return buf;
-}
 
 /* Files in dir whose names start with prefix and end with suffix. */
 static int count_files(const char *dir, const char *prefix, const char *suffix)
