@@ -27,17 +27,10 @@
 -- KILN_MODES, DTYPES (comma lists).
 local kiln = rawget(_G, "kiln") or require("kiln")
 
-local function env(name, default)
-  local v = os.getenv(name)
-  if v == nil or v == "" then return default end
-  return v
-end
-
-local function list(s)
-  local t = {}
-  for w in s:gmatch("[^,%s]+") do t[#t + 1] = w end
-  return t
-end
+-- the samples live beside this file's folder, wherever the command runs from
+local ROOT = ((arg and arg[0] or ""):match("^(.*)bench/kiln_bench%.lua$") or "")
+local U = dofile(ROOT .. "bench/bench_util.lua")
+local env, list, json, median, errors, stat_copy = U.env, U.list, U.json, U.median, U.errors, U.stat_copy
 
 local DEVICE = env("KILN_BENCH_DEVICE", "cuda")
 local SMALL = env("KILN_BENCH_SMALL", "0") == "1"
@@ -46,44 +39,6 @@ local FIRST_ONLY = env("KILN_BENCH_FIRST_ONLY", "0") == "1"
 local REPS = math.tointeger(tonumber(env("REPS", "5")))
 local CALLS = math.tointeger(tonumber(env("CALLS", "100")))
 local WARMUP = math.tointeger(tonumber(env("WARMUP", "10")))
--- the samples live beside this file's folder, wherever the command runs from
-local ROOT = ((arg and arg[0] or ""):match("^(.*)bench/kiln_bench%.lua$") or "")
-
----------------------------------------------------------------------------
--- JSON (one line, sorted keys, so rows diff well)
-
-local function json(v)
-  local t = type(v)
-  if t == "nil" then return "null" end
-  if t == "boolean" then return tostring(v) end
-  if t == "number" then
-    if v ~= v then return '"nan"' end
-    if v == math.huge then return '"inf"' end
-    if v == -math.huge then return '"-inf"' end
-    if math.type(v) == "integer" then return tostring(v) end
-    return string.format("%.6g", v)
-  end
-  if t == "string" then
-    return '"' .. v:gsub('[%c"\\]', function(c)
-      local named = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
-      return named[c] or string.format("\\u%04x", c:byte())
-    end) .. '"'
-  end
-  if t == "table" then
-    if #v > 0 or next(v) == nil then
-      local parts = {}
-      for i = 1, #v do parts[i] = json(v[i]) end
-      return "[" .. table.concat(parts, ",") .. "]"
-    end
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-    table.sort(keys)
-    local parts = {}
-    for _, k in ipairs(keys) do parts[#parts + 1] = json(k) .. ":" .. json(v[k]) end
-    return "{" .. table.concat(parts, ",") .. "}"
-  end
-  return json(tostring(v))
-end
 
 ---------------------------------------------------------------------------
 
@@ -91,19 +46,6 @@ local SIZE = { f32 = 4, f64 = 8, bf16 = 2, f16 = 2, i32 = 4, i64 = 8, bool = 1 }
 
 local function bytes_of(t)
   return t:numel() * (SIZE[t.dtype] or 4)
-end
-
-local function median(v)
-  local s = { table.unpack(v) }
-  table.sort(s)
-  local n = #s
-  if n % 2 == 1 then return s[(n + 1) // 2] end
-  return 0.5 * (s[n // 2] + s[n // 2 + 1])
-end
-
-local sync = function() end
-if type(kiln.synchronize) == "function" then
-  sync = function() kiln.synchronize(DEVICE) end
 end
 
 local function exists(path)
@@ -120,31 +62,6 @@ local FIXUPS = {
     m.dst = m.dst + 1
   end,
 }
-
--- Max abs difference, and that over the largest |expected| (in f32, on the CPU).
-local function errors(y, expected)
-  local a, b = y:to("cpu"):to("f32"), expected:to("cpu"):to("f32")
-  local sa, sb = a:shape(), b:shape()
-  if #sa ~= #sb then return nil, nil end
-  for i = 1, #sa do
-    if sa[i] ~= sb[i] then return nil, nil end
-  end
-  local d = (a - b):abs():amax():item()
-  local scale = b:abs():amax():item()
-  return d, scale > 0 and d / scale or d
-end
-
-local function stat_copy(st)
-  local out = {}
-  for k, v in pairs(st or {}) do
-    if type(v) == "number" or type(v) == "string" or type(v) == "boolean" then out[k] = v end
-  end
-  if type(st) == "table" and type(st.compile_s) == "table" then
-    out.compile_s = {}
-    for k, v in pairs(st.compile_s) do out.compile_s[k] = v end
-  end
-  return out
-end
 
 -- A device memory counter, where this kiln exposes one (the names are
 -- guesses at what the CUDA backend will call it; none exists yet).
@@ -263,10 +180,10 @@ local function row(model_name, mode, dtype)
     f, cm = c, c
   end
 
-  sync()
+  U.sync(DEVICE)
   local t0 = kiln.clock()
   local y = f(x)
-  sync()
+  U.sync(DEVICE)
   r.first_call_s = kiln.clock() - t0
   local y_first = y:to("cpu") -- copied now: a replayed graph may reuse its output buffer
   if cm then r.stats_first = stat_copy(cm:stats()) end
@@ -274,16 +191,16 @@ local function row(model_name, mode, dtype)
   if FIRST_ONLY then return r end
 
   for _ = 1, WARMUP do f(x) end
-  sync()
+  U.sync(DEVICE)
   local per = {}
   for i = 1, REPS do
     t0 = kiln.clock()
     for _ = 1, CALLS do f(x) end
-    sync()
+    U.sync(DEVICE)
     per[i] = (kiln.clock() - t0) / CALLS * 1e3
   end
   y = f(x)
-  sync()
+  U.sync(DEVICE)
   r.max_abs_err, r.max_rel_err = errors(y, expected)
   r.ms_per_call, r.ms_reps = median(per), per
   r.ms_min = math.min(table.unpack(per))

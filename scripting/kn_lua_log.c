@@ -29,6 +29,7 @@ static const struct {
     {"passes", KN_LOG_PASSES, "the graph after each compiler pass"},
     {"cudagraphs", KN_LOG_CUDAGRAPHS, "why a graph runs without a CUDA graph (reduce-overhead)"},
     {"autotune", KN_LOG_AUTOTUNE, "each kernel's candidates and timings as max-autotune measures them"},
+    {"onnx", KN_LOG_ONNX, "what m:to(dtype) converts in an imported ONNX model: numbers, constants, Cast targets"},
     {"library", 0, "KILN_LOGS only, on the GPU: each new cuBLASLt or cuDNN call and the algorithm it got"},
     {"all", -1, "every log above"},
     {"help", -2, "this list"},
@@ -126,9 +127,22 @@ static void log_from_env(lua_State *L)
     }
 }
 
+/* kiln.log_enabled(name): whether log `name` is on in this state (for the
+ * logs that Lua code prints, such as onnx). */
+static int l_log_enabled(lua_State *L)
+{
+    const char *w = luaL_checkstring(L, 1);
+    int f = parse_log_word(w);
+    if (f <= 0) return luaL_argerror(L, 1, lua_pushfstring(L, "unknown log '%s'", w));
+    lua_pushboolean(L, (kn_lua_state_get(L)->log_flags & f) == f);
+    return 1;
+}
+
 void kn_lua_open_log(lua_State *L, int kiln)
 {
     log_from_env(L);
     lua_pushcfunction(L, l_log);
     lua_setfield(L, kiln, "log");
+    lua_pushcfunction(L, l_log_enabled);
+    lua_setfield(L, kiln, "log_enabled");
 }

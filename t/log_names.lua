@@ -13,7 +13,7 @@ local function run(cmd)
 end
 
 local NAMES = { "graph_breaks", "recompiles", "guards", "fusion", "kernels", "passes", "cudagraphs", "autotune",
-  "library", "all", "help" }
+  "onnx", "library", "all", "help" }
 local LIST = table.concat(NAMES, ", ")
 
 local help = run("KILN_LOGS=help " .. KILN .. " -e 'io.write(\"ran\")' 2>&1")
@@ -50,7 +50,15 @@ for _, name in ipairs(NAMES) do
     T.ok(pcall(kiln.log, { name }), "kiln.log accepts '" .. name .. "'")
   end
 end
+kiln.log{ "onnx" }
+T.is(kiln.log_enabled("onnx"), true, "kiln.log_enabled: true for a log kiln.log turned on")
+T.is(kiln.log_enabled("fusion"), false, "kiln.log_enabled: false for one it did not")
+ok, err = pcall(kiln.log_enabled, "onxx")
+T.like(tostring(err), "unknown log 'onxx'", "kiln.log_enabled: an unknown name is an error naming it")
 kiln.log{}
+T.is(kiln.log_enabled("onnx"), false, "kiln.log{}: every log off")
+T.is(run("KILN_LOGS=onnx " .. KILN .. " -e 'io.write(tostring(kiln.log_enabled(\"onnx\")))' 2>&1"), "true",
+  "KILN_LOGS=onnx: kiln.log_enabled(\"onnx\") is true")
 T.is(run("KILN_LOGS=fusion,recompiles,all " .. KILN .. " -e 'io.write(\"ran\")' 2>&1"), "ran",
   "KILN_LOGS with valid names prints no warning")
 T.done()

@@ -566,9 +566,7 @@ local OnnxModel = kiln.nn.Module {
       if vi.unsupported_type then
         error(string.format("%s: unsupported: input '%s' has type %s, which kiln does not support", model.path, vi.name, vi.unsupported_type), 2)
       end
-      if x.dtype ~= vi.dtype and not (FLOAT[vi.dtype] and x.dtype == self._float_dtype) then
-        error(string.format("%s: input '%s' must be %s, got %s", model.path, vi.name, vi.dtype, x.dtype), 2)
-      end
+      x = self:_input_dtype(x, vi)
       if vi.shape then
         local s = x:shape()
         if #s ~= #vi.shape then
@@ -601,16 +599,61 @@ local OnnxModel = kiln.nn.Module {
     for k, v in pairs(saved) do ctx[k] = v end
     onnx.where(nil)
     if not ok then error(res, 0) end
+    if self._keep_io_types then
+      for k, vi in ipairs(model.graph.outputs) do
+        local y = res[k]
+        if FLOAT[vi.dtype or ""] and is_tensor(y) and FLOAT[y.dtype] and y.dtype ~= vi.dtype then res[k] = y:to(vi.dtype) end
+      end
+    end
     return table.unpack(res, 1, #res)
   end,
-  -- :to(dtype) converts the float initializers; the float inputs follow
-  -- (a model made bf16 takes bf16, as a Lua model does)
-  to = function(self, ...)
-    getmetatable(getmetatable(self)).__index.to(self, ...)
+  -- Input x for graph input vi: the file's type, or the float dtype the
+  -- model was converted to (m:to), which keep_io_types casts the file's to.
+  _input_dtype = function(self, x, vi)
+    local path, want = self._model.path, vi.dtype
+    local converted = self._float_dtype and FLOAT[want] and self._float_dtype ~= want and self._float_dtype
+    if x.dtype == want and not converted then return x end
+    if converted then
+      if x.dtype == converted then return x end
+      if x.dtype == want and self._keep_io_types then return x:to(converted) end
+      if x.dtype == want then
+        error(string.format("%s: input '%s' must be %s, got %s: the model was converted with :to(\"%s\"); to pass %s, "
+          .. "convert it with :to(\"%s\", {keep_io_types = true})", path, vi.name, converted, x.dtype, converted, want,
+          converted), 3)
+      end
+      want = converted
+    end
+    error(string.format("%s: input '%s' must be %s, got %s", path, vi.name, want, x.dtype), 3)
+  end,
+  -- :to(dtype) converts the graph (convert.lua): the float initializers,
+  -- numbers, constants and Cast targets; the float inputs follow (a model
+  -- made bf16 takes bf16, as a Lua model does), unless {keep_io_types = true}:
+  -- then it takes and returns the types of the file, cast at its edges.
+  to = function(self, what, opts)
+    if opts ~= nil then
+      if type(opts) ~= "table" then error("OnnxModel:to: options must be a table {keep_io_types = true}", 2) end
+      for k in pairs(opts) do
+        if k ~= "keep_io_types" then error("OnnxModel:to: unknown option '" .. tostring(k) .. "' (known: keep_io_types)", 2) end
+      end
+    end
+    local report
+    if FLOAT[what] then
+      report = onnx.convert_floats(self, what)
+      self._keep_io_types = opts and opts.keep_io_types or false
+    end
+    getmetatable(getmetatable(self)).__index.to(self, what)
     self._float_dtype = nil
-    for _, n in ipairs(self._model.graph.initializer_names) do
-      local t = self.params[n]
-      if FLOAT[t.dtype] then self._float_dtype = t.dtype; break end
+    local n = 0
+    for _, name in ipairs(self._model.graph.initializer_names) do
+      local t = self.params[name]
+      if FLOAT[t.dtype] then
+        self._float_dtype = self._float_dtype or t.dtype
+        n = n + 1
+      end
+    end
+    if FLOAT[what] then self._float_dtype = what end
+    if report and kiln.log_enabled("onnx") then
+      for _, line in ipairs(onnx.conversion_lines(self._model.path, report, n)) do io.stderr:write(line, "\n") end
     end
     return self
   end,

@@ -40,9 +40,10 @@ ops.Constant = function(_, a, node)
   unsupported("Constant without a tensor, float or int value (sparse or string)")
 end
 
-ops.ConstantOfShape = function(i, a)
+ops.ConstantOfShape = function(i, a, node)
   local shape = ints(i[1], "shape")
-  local dtype, v = "f32", 0
+  -- without a value, f32 zeros: the model's float dtype after m:to (convert.lua)
+  local dtype, v = node.float_default or "f32", 0
   if a.value then
     if type(a.value) == "table" and a.value.unsupported then unsupported("%s", a.value.unsupported) end
     local k = to_known(a.value)

@@ -1,0 +1,105 @@
+-- bench_util.lua: what the kiln side of the benchmarks shares (kiln_bench.lua,
+-- real_models.lua): env knobs, one-line JSON, the median, the error against a
+-- reference, a copy of cm:stats() and the device sync.
+--   local U = dofile(ROOT .. "bench/bench_util.lua")
+local kiln = rawget(_G, "kiln") or require("kiln")
+local U = {}
+
+function U.env(name, default)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return default end
+  return v
+end
+
+function U.list(s)
+  local t = {}
+  for w in s:gmatch("[^,%s]+") do t[#t + 1] = w end
+  return t
+end
+
+-- JSON on one line with sorted keys, so rows diff well; NaN and infinities
+-- as strings ("nan", "inf"), which the report reads as failed numbers.
+function U.json(v)
+  local t = type(v)
+  if t == "nil" then return "null" end
+  if t == "boolean" then return tostring(v) end
+  if t == "number" then
+    if v ~= v then return '"nan"' end
+    if v == math.huge then return '"inf"' end
+    if v == -math.huge then return '"-inf"' end
+    if math.type(v) == "integer" then return tostring(v) end
+    return string.format("%.6g", v)
+  end
+  if t == "string" then
+    return '"' .. v:gsub('[%c"\\]', function(c)
+      local named = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
+      return named[c] or string.format("\\u%04x", c:byte())
+    end) .. '"'
+  end
+  if t == "table" then
+    if #v > 0 or next(v) == nil then
+      local parts = {}
+      for i = 1, #v do parts[i] = U.json(v[i]) end
+      return "[" .. table.concat(parts, ",") .. "]"
+    end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = U.json(k) .. ":" .. U.json(v[k]) end
+    return "{" .. table.concat(parts, ",") .. "}"
+  end
+  return U.json(tostring(v))
+end
+
+function U.median(v)
+  local s = { table.unpack(v) }
+  table.sort(s)
+  local n = #s
+  if n % 2 == 1 then return s[(n + 1) // 2] end
+  return 0.5 * (s[n // 2] + s[n // 2 + 1])
+end
+
+-- Max abs difference, and that over the largest |expected| (in f32, on the
+-- CPU). A NaN anywhere gives NaN, and a reference whose largest value is 0
+-- gives an infinite relative error: neither passes a tolerance.
+function U.errors(y, expected)
+  local a, b = y:to("cpu"):to("f32"), expected:to("cpu"):to("f32")
+  local sa, sb = a:shape(), b:shape()
+  if #sa ~= #sb then return nil, nil end
+  for i = 1, #sa do
+    if sa[i] ~= sb[i] then return nil, nil end
+  end
+  local d = (a - b):abs():amax():item()
+  local nan = a:ne(a):sum():item() > 0 or b:ne(b):sum():item() > 0
+  if nan then d = 0 / 0 end
+  local scale = b:abs():amax():item()
+  return d, scale > 0 and d / scale or math.huge
+end
+
+function U.stat_copy(st)
+  local out = {}
+  for k, v in pairs(st or {}) do
+    if type(v) == "number" or type(v) == "string" or type(v) == "boolean" then out[k] = v end
+  end
+  for _, sub in ipairs { "compile_s", "first_call_s" } do
+    if type(st) == "table" and type(st[sub]) == "table" then
+      out[sub] = {}
+      for k, v in pairs(st[sub]) do out[sub][k] = v end
+    end
+  end
+  return out
+end
+
+function U.sync(device)
+  if type(kiln.synchronize) == "function" then kiln.synchronize(device) end
+end
+
+-- Free device memory (bytes) of the first GPU, nil on the CPU.
+function U.device_free(device)
+  if device ~= "cuda" then return nil end
+  local d = (kiln.device_info().cuda or {}).devices
+  return d and d[1] and d[1].free_bytes or nil
+end
+
+return U
