@@ -82,7 +82,7 @@ function U.stat_copy(st)
   for k, v in pairs(st or {}) do
     if type(v) == "number" or type(v) == "string" or type(v) == "boolean" then out[k] = v end
   end
-  for _, sub in ipairs { "compile_s", "first_call_s" } do
+  for _, sub in ipairs { "compile_s", "first_call" } do
     if type(st) == "table" and type(st[sub]) == "table" then
       out[sub] = {}
       for k, v in pairs(st[sub]) do out[sub][k] = v end

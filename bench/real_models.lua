@@ -94,8 +94,12 @@ local function row(name, mode, dtype)
       r.autotuned = (tonumber(st.autotune_s) or 0) > 0 or (tonumber(st.autotune_cache_hits) or 0) > 0
     end
   end
+  -- device memory measured as PyTorch's row measures it: what the process
+  -- holds after the calls over what it held before loading the model
   local free = U.device_free(DEVICE)
   if base_free and free then r.held_mib = (base_free - free) / 2 ^ 20 end
+  local ms = kiln.memory_stats and kiln.memory_stats(DEVICE)
+  if ms then r.pool_peak_reserved_mib = ms.peak_reserved_bytes / 2 ^ 20 end
   r.synced = true
   return r
 end

@@ -188,6 +188,56 @@ def header(env):
     return out
 
 
+PHASES = [("startup", "start-up"), ("capture", "capture"), ("passes", "passes"), ("source", "kernel source"),
+          ("nvrtc", "kernel compile"), ("library_plans", "cuDNN/cuBLASLt plans"), ("autotune", "autotune"),
+          ("run", "run")]
+
+
+def real_tables(rows, models, dtypes):
+    """The real-model suite's tables (bench/real_models.sh): the first call
+    phase by phase, and device memory measured the same way on both sides.
+    Empty for rows that carry neither."""
+    first = ["## First call, phase by phase (kiln, cold cache)", "",
+             "| workload | dtype | mode | first call s | " + " | ".join(p[1] for p in PHASES)
+             + " | phases sum | accounted |", "|" + "---|" * (len(PHASES) + 6)]
+    mem = ["## Device memory (MiB), measured the same way", "",
+           "| workload | dtype | torch held (best mode) | kiln held (best mode) | torch allocator peak / reserved | "
+           "kiln pool peak reserved |", "|---|---|---|---|---|---|"]
+    for m in models:
+        for d in dtypes:
+            for md in KILN_MODES:
+                r = rows.get(("kiln", m, md, d, "cold")) or {}
+                fc = (r.get("stats_first") or {}).get("first_call")
+                wall = num(r.get("first_call_s"))
+                if not fc or wall is None:
+                    continue
+                total = sum(num(fc.get(k)) or 0 for k, _ in PHASES)
+                first.append(f"| {m} | {d} | {md} | {sec(wall)} | "
+                             + " | ".join(sec(num(fc.get(k))) for k, _ in PHASES)
+                             + f" | {sec(total)} | {100 * total / wall:.0f}% |")
+            tr = {md: rows.get(("torch", m, md, d, "cold")) for md in TORCH_MODES}
+            kr = {md: rows.get(("kiln", m, md, d, "cold")) for md in KILN_MODES}
+            _, tbm = best({md: torch_cell(r) for md, r in tr.items()})
+            _, kbm = best({md: kiln_cell(r, d) for md, r in kr.items()})
+            t, k = tr.get(tbm) or {}, kr.get(kbm) or {}
+            if num(t.get("held_mib")) is None and num(k.get("held_mib")) is None:
+                continue
+            mem.append(f"| {m} | {d} | {mib(num(t.get('held_mib')))} ({tbm or '-'}) | {mib(num(k.get('held_mib')))} "
+                       f"({kbm or '-'}) | {mib(num(t.get('peak_mib')))} / {mib(num(t.get('reserved_mib')))} | "
+                       f"{mib(num(k.get('pool_peak_reserved_mib')))} |")
+    out = []
+    if len(first) > 4:
+        out += first + ["", "Each phase is its own time (a phase inside another stops the outer one's clock: "
+                        "kn_phase.h), from cm:stats().first_call; first call s is the bench's wall clock around "
+                        "the call; accounted = phases sum / first call.", ""]
+    if len(mem) > 4:
+        out += mem + ["", "held: device memory the process holds after the timed calls over what it held before "
+                      "loading the model (cudaMemGetInfo on both sides: allocator caches, CUDA-graph pools, "
+                      "library workspaces and loaded kernels count). torch allocator: max_memory_allocated / "
+                      "max_memory_reserved; kiln pool: kiln.memory_stats().peak_reserved_bytes.", ""]
+    return out
+
+
 def report(env, rows):
     models = [m for m in MODELS if any(k[1] == m for k in rows)]
     models += sorted({k[1] for k in rows if k[1] not in MODELS})
@@ -283,6 +333,7 @@ def report(env, rows):
                      "cache dir the cold row filled; its choices come from autotune.tsv, nothing is measured. "
                      "CUDA graph: whether the tuned model replays one (max-autotune keeps it unless the plain run "
                      "measured faster by more than a call's host work outside the plan).", ""]
+    out += real_tables(rows, models, dtypes)
     out += ["Legend: best = the fastest mode that ran without error (a kiln mode also needs its output within "
             f"{TOL['f32']:g} (f32) / {TOL['bf16']:g} (bf16) relative error of PyTorch eager's; ✗ marks one that is not); "
             "n/a = the mode is not implemented (max-autotune counts only when kiln reports autotuning: "

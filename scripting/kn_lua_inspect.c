@@ -445,6 +445,19 @@ static void push_compile_times(lua_State *L, const kn_compile_stats *s)
     lua_setfield(L, -2, "kernels_cached");
 }
 
+/* {total = seconds, startup = ..., capture = ..., ...}: a call phase by
+ * phase (kn_phase.h), the phases adding up to total. */
+static void push_phases(lua_State *L, const double *phase_s, double total)
+{
+    lua_createtable(L, 0, KN_PHASE_COUNT + 1);
+    for (int i = 0; i < KN_PHASE_COUNT; i++) {
+        lua_pushnumber(L, phase_s[i]);
+        lua_setfield(L, -2, kn_phase_key((kn_phase)i));
+    }
+    lua_pushnumber(L, total);
+    lua_setfield(L, -2, "total");
+}
+
 static int cm_stats(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -463,6 +476,12 @@ static int cm_stats(lua_State *L)
     set_plan_stats(L, cm, s);
     push_compile_times(L, s);
     lua_setfield(L, -2, "compile_s");
+    lua_pushinteger(L, (lua_Integer)s->device_peak_bytes);
+    lua_setfield(L, -2, "device_peak_bytes");
+    if (s->first_call_s > 0) {
+        push_phases(L, s->first_call_phase_s, s->first_call_s);
+        lua_setfield(L, -2, "first_call");
+    }
     /* the graph-version cache; the persistent kernel cache arrives with the compiler */
     lua_pushinteger(L, s->cache_hits);
     lua_setfield(L, -2, "version_hits");
@@ -557,6 +576,10 @@ static int cm_last_call(lua_State *L)
     lua_pushinteger(L, cap->kernels_cached);
     lua_setfield(L, -2, "kernels_cached");
     lua_setfield(L, -2, "compile_s");
+    if (cap->call_s > 0) {
+        push_phases(L, cap->call_phase_s, cap->call_s);
+        lua_setfield(L, -2, "phases");
+    }
     return 1;
 }
 

@@ -149,6 +149,45 @@ static int l_synchronize(lua_State *L)
     return 0;
 }
 
+static kn_device_ctx *device_arg(lua_State *L, int arg)
+{
+    kn_device dev = kn_lua_default_device();
+    if (!lua_isnoneornil(L, arg)) {
+        kn_status st = kn_device_parse(luaL_checkstring(L, arg), &dev);
+        if (st != KN_OK) kn_lua_fail(L, st);
+    }
+    return kn_backend_get(dev);
+}
+
+/* kiln.memory_stats([device]): the device allocator's figures in bytes
+ * {allocated_bytes, reserved_bytes, peak_allocated_bytes,
+ * peak_reserved_bytes}; nil on a device without one (the CPU). */
+static int l_memory_stats(lua_State *L)
+{
+    kn_device_ctx *dc = device_arg(L, 1);
+    if (!dc || !dc->be->memory) return 0;
+    kn_memory_stats m;
+    dc->be->memory(dc, &m);
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, m.allocated);
+    lua_setfield(L, -2, "allocated_bytes");
+    lua_pushinteger(L, m.reserved);
+    lua_setfield(L, -2, "reserved_bytes");
+    lua_pushinteger(L, m.peak_allocated);
+    lua_setfield(L, -2, "peak_allocated_bytes");
+    lua_pushinteger(L, m.peak_reserved);
+    lua_setfield(L, -2, "peak_reserved_bytes");
+    return 1;
+}
+
+/* kiln.reset_peak_memory_stats([device]): the peaks start again from now. */
+static int l_reset_peak_memory_stats(lua_State *L)
+{
+    kn_device_ctx *dc = device_arg(L, 1);
+    if (dc && dc->be->memory_reset_peak) dc->be->memory_reset_peak(dc);
+    return 0;
+}
+
 /* kiln.jit_stats(): the process-wide counters of the generated-code cache. */
 static int l_jit_stats(lua_State *L)
 {
@@ -217,6 +256,8 @@ void kn_lua_open_system(lua_State *L)
                                    {"nvrtc_compile", l_nvrtc_compile},
                                    {"cuda_available", l_cuda_available},
                                    {"synchronize", l_synchronize},
+                                   {"memory_stats", l_memory_stats},
+                                   {"reset_peak_memory_stats", l_reset_peak_memory_stats},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kn_autotune.h"
+#include "kn_backend.h"
 #include "kn_capture_internal.h"
 #include "kn_clock.h"
 #include "kn_passes.h"
@@ -76,6 +77,22 @@ void kn_capture_drop_lazies(kn_capture *cap, bool detach)
     cap->n_lazies = 0;
 }
 
+/* The call's phases: its own seconds of each (kn_phase), kept for
+ * kiln.explain, and the first call's for cm:stats().first_call. */
+static void call_phases_done(kn_capture *cap)
+{
+    kn_phase_end(KN_PHASE_CAPTURE);
+    double now[KN_PHASE_COUNT];
+    kn_phase_totals(now);
+    cap->call_s = kn_clock_s() - cap->call_t0;
+    for (int i = 0; i < KN_PHASE_COUNT; i++) cap->call_phase_s[i] = now[i] - cap->phase_at_start[i];
+    kn_compile_stats *s = cap->cm ? &cap->cm->stats : NULL;
+    if (s && s->calls == 1) {
+        s->first_call_s = cap->call_s;
+        memcpy(s->first_call_phase_s, cap->call_phase_s, sizeof s->first_call_phase_s);
+    }
+}
+
 /* Close the capture of a call: every placeholder of the open graph
  * detached, the graph freed. The end of every call (kn_capture_end), and
  * of one still open when its function is freed. */
@@ -83,6 +100,7 @@ void kn_capture_close(kn_capture *cap)
 {
     kn_capture_drop_lazies(cap, true);
     kn_graph_free(&cap->g);
+    if (cap->active) call_phases_done(cap);
     cap->active = false;
 }
 
@@ -246,8 +264,34 @@ static bool drop_stale_plan(kn_compiled *cm, kn_version *v, kn_plan *plan, kn_te
     return true;
 }
 
+static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
+                             int n_wanted, kn_tensor **results);
+
+/* The most device memory the allocator held by the end of a run of this
+ * function (its peak since the last reset: weights, inputs, the plan's
+ * buffers, library workspaces, CUDA-graph pools). */
+static void note_device_memory(kn_compiled *cm, kn_device dev)
+{
+    kn_device_ctx *dc = kn_backend_get(dev);
+    if (!dc || !dc->be->memory) return;
+    kn_memory_stats m;
+    dc->be->memory(dc, &m);
+    if (m.peak_reserved > cm->stats.device_peak_bytes) cm->stats.device_peak_bytes = m.peak_reserved;
+}
+
+/* The run of a graph is the RUN phase; building its plan, the first time,
+ * and autotuning are phases of their own inside it. */
 kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
                           int n_wanted, kn_tensor **results)
+{
+    kn_phase_begin(KN_PHASE_RUN);
+    kn_status st = compiled_run(cm, v, g, wanted, n_wanted, results);
+    kn_phase_end(KN_PHASE_RUN);
+    return st;
+}
+
+static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
+                             int n_wanted, kn_tensor **results)
 {
     kn_tensor *ins[256];
     kn_plan *plan = v && cm->opt.compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
@@ -290,7 +334,9 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
             ts.log = autotune_log;
             ts.log_ud = cm;
             ts.t0 = kn_clock_s();
+            kn_phase_begin(KN_PHASE_AUTOTUNE);
             st = kn_plan_autotune(plan, ins, results, &ts);
+            kn_phase_end(KN_PHASE_AUTOTUNE);
             if (ts.kernels_total) cm->stats.autotune_s += kn_clock_s() - ts.t0;
             cm->stats.autotune_kernels += ts.measured;
             cm->stats.autotune_candidates += ts.candidates;
@@ -321,6 +367,7 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
             st = kn_plan_run(plan, ins, results);
         }
         if (plan->mem.peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->mem.peak_bytes;
+        note_device_memory(cm, plan->device);
         return st;
     }
     kn_tensor **values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof *values);

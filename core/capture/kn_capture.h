@@ -21,6 +21,7 @@
 #include "kn_lazy.h"
 #include "kn_plan.h"
 #include "kn_symbolic.h"
+#include "kn_phase.h"
 
 struct kn_capture;
 
@@ -91,6 +92,7 @@ typedef struct kn_compile_stats {
     int plans_built;
     int kernels_generated, kernels_cached; /* of the plans built: compiled, and of those loaded from a cache */
     int64_t peak_bytes; /* most bytes of intermediate values alive in one compiled run */
+    int64_t device_peak_bytes; /* most device memory the allocator held by the end of a compiled run (0: none kept) */
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */
     /* max-autotune */
@@ -99,6 +101,10 @@ typedef struct kn_compile_stats {
     int autotune_kernels;    /* kernels searched */
     int autotune_candidates; /* candidates measured */
     bool autotune_interrupted, autotune_out_of_budget;
+    /* the first call, phase by phase (kn_phase: exclusive seconds that add
+     * up to first_call_s, the call from its capture's start to its end) */
+    double first_call_s;
+    double first_call_phase_s[KN_PHASE_COUNT];
 } kn_compile_stats;
 
 /* Whether a mode searches (max-autotune, max-autotune-no-cudagraphs). */
@@ -125,6 +131,11 @@ typedef struct kn_capture {
     double t_start;
     uint64_t first_tensor_id; /* tensors with ids from here on were made during this call */
     double capture_s; /* time spent capturing in this call */
+    /* this call phase by phase: the totals at its start, then (at its end)
+     * its own seconds of each phase and its length */
+    double phase_at_start[KN_PHASE_COUNT];
+    double call_phase_s[KN_PHASE_COUNT];
+    double call_s, call_t0;
     /* what compiling cost in this call: the phases of the plans it built,
      * and all of it (guards and version lookup included); the generated
      * kernels compiled, and how many of them came from a cache */

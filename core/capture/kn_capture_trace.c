@@ -143,6 +143,9 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->kernels_generated = cap->kernels_cached = 0;
     cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
+    kn_phase_totals(cap->phase_at_start);
+    cap->call_t0 = kn_clock_s();
+    kn_phase_begin(KN_PHASE_CAPTURE);
     return KN_OK;
 }
 

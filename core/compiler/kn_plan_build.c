@@ -15,6 +15,7 @@
 #include "kn_backend.h"
 #include "kn_passes.h"
 #include "kn_clock.h"
+#include "kn_phase.h"
 
 static kn_status plan_memory(kn_plan *p);
 static kn_status plan_epilogues(kn_plan *p);
@@ -262,8 +263,22 @@ static kn_status plan_compile(kn_plan *p, const char *cache_dir)
     return KN_OK;
 }
 
+static kn_status plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const kn_settings *settings,
+                           int pass_flags, kn_plan **out);
+
+/* Building a plan is the kernel-source phase, but for its passes and the
+ * backend's compiles (phases of their own, kn_phase.h). */
 kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const kn_settings *settings,
                         int pass_flags, kn_plan **out)
+{
+    kn_phase_begin(KN_PHASE_SOURCE);
+    kn_status st = plan_build(g, wanted, n_wanted, settings, pass_flags, out);
+    kn_phase_end(KN_PHASE_SOURCE);
+    return st;
+}
+
+static kn_status plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wanted, const kn_settings *settings,
+                           int pass_flags, kn_plan **out)
 {
     const char *cache_dir = kn_settings_cache_dir(settings);
     *out = NULL;
@@ -273,7 +288,9 @@ kn_status kn_plan_build(const kn_graph *g, const kn_plan_value *wanted, int n_wa
     double t0 = kn_clock_s();
     char *pass_notes = NULL;
     pass_flags = device_pass_flags(p, pass_flags);
+    kn_phase_begin(KN_PHASE_PASSES);
     kn_status st = kn_passes_run_noted(&p->g, p->pass_out, n_wanted, pass_flags, &pass_notes, settings);
+    kn_phase_end(KN_PHASE_PASSES);
     if (st == KN_OK) {
         for (int i = 0; i < n_wanted; i++) p->outputs[i].node = p->pass_out[i];
         st = plan_guard_values(p, g);

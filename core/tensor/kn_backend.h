@@ -27,6 +27,14 @@ struct kn_settings;
 
 typedef struct kn_device_ctx kn_device_ctx;
 
+/* A device's memory as its allocator sees it, in bytes: handed out now,
+ * held from the device (handed out and cached, CUDA-graph pools and
+ * library workspaces included), and the most of each since the last
+ * reset. */
+typedef struct kn_memory_stats {
+    int64_t allocated, reserved, peak_allocated, peak_reserved;
+} kn_memory_stats;
+
 typedef struct kn_backend {
     const char *name; /* the kind's name: "cpu", "cuda" */
     kn_device_kind kind;
@@ -124,6 +132,10 @@ typedef struct kn_backend {
     kn_status (*capture_end)(kn_device_ctx *d, void **exec);
     kn_status (*graph_launch)(kn_device_ctx *d, void *exec);
     void (*graph_destroy)(kn_device_ctx *d, void *exec);
+    /* The allocator's figures, and a reset of their peaks (NULL where the
+     * backend keeps none: host memory). */
+    void (*memory)(kn_device_ctx *d, kn_memory_stats *out);
+    void (*memory_reset_peak)(kn_device_ctx *d);
     /* Autotuning (core/compiler/kn_autotune); each may be NULL. */
     /* Evict the device's caches (L2 on a GPU), so a timed run reads from
      * memory as it does inside a whole model. Queued like a kernel. */

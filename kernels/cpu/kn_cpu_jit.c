@@ -21,6 +21,7 @@
 #include "kn_fs.h"
 #include "kn_hash.h"
 #include "kn_clock.h"
+#include "kn_phase.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "dev"
@@ -226,7 +227,18 @@ static void workdir_unregister(int slot)
 
 /* Run argv with stdout and stderr into the file log_path; exit status in
  * *status (-1 when it could not start). slot: its work folder's. */
+static void run_logged_now(char **argv, const char *log_path, int slot, int *status);
+
+/* The C compiler's runs are a first call's kernel compile, as NVRTC's are
+ * on a GPU (kn_phase). */
 static void run_logged(char **argv, const char *log_path, int slot, int *status)
+{
+    kn_phase_begin(KN_PHASE_NVRTC);
+    run_logged_now(argv, log_path, slot, status);
+    kn_phase_end(KN_PHASE_NVRTC);
+}
+
+static void run_logged_now(char **argv, const char *log_path, int slot, int *status)
 {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);

@@ -261,6 +261,7 @@ kn_status kn_cuda_pool_malloc(kn_cuda_pool *pool, int64_t nbytes, void **p, cuda
         return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
     }
     pool->stats.reserved += need;
+    if (pool->stats.reserved > pool->stats.peak_reserved) pool->stats.peak_reserved = pool->stats.reserved;
     hand_out(pool, nb);
     *p = ptr;
     pthread_mutex_unlock(&pool->lock);
@@ -318,6 +319,7 @@ void kn_cuda_pool_reset_peak(kn_cuda_pool *pool)
 {
     pthread_mutex_lock(&pool->lock);
     pool->stats.peak_allocated = pool->stats.allocated;
+    pool->stats.peak_reserved = pool->stats.reserved;
     pthread_mutex_unlock(&pool->lock);
 }
 

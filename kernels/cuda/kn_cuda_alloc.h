@@ -27,6 +27,7 @@ typedef struct kn_cuda_alloc_stats {
     int64_t allocated;      /* bytes in blocks handed out now */
     int64_t reserved;       /* bytes held from cudaMalloc (in use + cached) */
     int64_t peak_allocated; /* most `allocated` since the last reset */
+    int64_t peak_reserved;  /* most `reserved` since the last reset */
     int64_t n_malloc;       /* cudaMalloc calls */
     int64_t n_reuse;        /* requests served from the cache */
 } kn_cuda_alloc_stats;

@@ -422,6 +422,20 @@ static kn_status cuda_flush_cache(kn_device_ctx *d)
     return KN_OK;
 }
 
+static void cuda_memory(kn_device_ctx *d, kn_memory_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (kn_cuda_enter(d) != KN_OK) return;
+    kn_cuda_alloc_stats s;
+    kn_cuda_alloc_stats_get(&s);
+    *out = (kn_memory_stats){s.allocated, s.reserved, s.peak_allocated, s.peak_reserved};
+}
+
+static void cuda_memory_reset_peak(kn_device_ctx *d)
+{
+    if (kn_cuda_enter(d) == KN_OK) kn_cuda_alloc_reset_peak();
+}
+
 static void cuda_identity(kn_device_ctx *d, char *buf, size_t size)
 {
     const kn_cuda_dev *gpu = d->state;
@@ -471,6 +485,8 @@ static const kn_backend kn_cuda_backend = {
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
     .flush_cache = cuda_flush_cache,
+    .memory = cuda_memory,
+    .memory_reset_peak = cuda_memory_reset_peak,
     .identity = cuda_identity,
     .library_variant_label = cuda_library_variant_label,
     .library_matmul_rate = cuda_library_matmul_rate,

@@ -37,6 +37,7 @@
 #include "kn_cuda_linalg.h"
 #include "kn_cuda_module.h"
 #include "kn_hash.h"
+#include "kn_phase.h"
 
 #ifdef KILN_HAVE_CUBLASLT
 #include <cublasLt.h>
@@ -298,7 +299,10 @@ static kn_cuda_blas *lt_ready(void)
     kn_cuda_blas *b = gpu->blas;
     if (b->state) return b->state > 0 ? b : NULL;
     b->state = -1;
-    if (!lt_open() || lt.cublasLtCreate(&b->h) != CUBLAS_STATUS_SUCCESS) {
+    kn_phase_begin(KN_PHASE_STARTUP);
+    bool started = lt_open() && lt.cublasLtCreate(&b->h) == CUBLAS_STATUS_SUCCESS;
+    kn_phase_end(KN_PHASE_STARTUP);
+    if (!started) {
         if (kn_cuda_lib_log_on())
             fprintf(stderr, "kiln: cuBLASLt cannot be opened or started: matmuls use kiln's kernel\n");
         return NULL;
@@ -732,7 +736,12 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         const void *bptr = epi && bias ? kn_cuda_tensor_ptr(lbias) : NULL;
         uint64_t h = kn_hash_bytes(KN_HASH_SEED, &k, sizeof k);
         lt_entry *e = kn_cuda_libplans_find(b->plans, &k, h);
-        if (!e && (st = lt_entry_build(b, &k, h, bptr, &e)) != KN_OK) goto out;
+        if (!e) {
+            kn_phase_begin(KN_PHASE_LIBRARY_PLANS);
+            st = lt_entry_build(b, &k, h, bptr, &e);
+            kn_phase_end(KN_PHASE_LIBRARY_PLANS);
+            if (st != KN_OK) goto out;
+        }
         past_end = past_end || e->past_end;
         if (e->refused) continue;
         if (bptr) {

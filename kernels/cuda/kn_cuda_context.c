@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kn_cuda.h"
+#include "kn_phase.h"
 
 /* ---- availability and initialization ---- */
 
@@ -171,7 +172,11 @@ static kn_status init_device(kn_cuda_dev *g)
     if (!g) return kn_error(KN_ERR_OOM, "out of host memory for a CUDA device's state");
     if (__atomic_load_n(&g->init_state, __ATOMIC_ACQUIRE) == 1) return KN_OK;
     pthread_mutex_lock(&g->init_lock);
-    if (g->init_state == 0) init_locked(g);
+    if (g->init_state == 0) {
+        kn_phase_begin(KN_PHASE_STARTUP);
+        init_locked(g);
+        kn_phase_end(KN_PHASE_STARTUP);
+    }
     int s = g->init_state;
     pthread_mutex_unlock(&g->init_lock);
     if (s != 1) return kn_error(KN_ERR_DEVICE, "%s", g->init_why);

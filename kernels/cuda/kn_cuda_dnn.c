@@ -34,6 +34,7 @@
 #include "kn_cuda_module.h"
 #include "kn_fs.h"
 #include "kn_hash.h"
+#include "kn_phase.h"
 #include "kn_view.h"
 
 #ifdef KILN_HAVE_CUDNN
@@ -115,7 +116,9 @@ static kn_cuda_dnn *dnn_ready(void)
     if (dn->state) return dn->state > 0 ? dn : NULL;
     dn->state = -1;
     dn->version = cudnnGetVersion();
+    kn_phase_begin(KN_PHASE_STARTUP);
     cudnnStatus_t s = cudnnCreate(&dn->h);
+    kn_phase_end(KN_PHASE_STARTUP);
     if (s != CUDNN_STATUS_SUCCESS) {
         if (kn_cuda_lib_log_on())
             fprintf(stderr, "kiln: cuDNN %zu cannot start (%s): conv2d uses kiln's kernel\n", dn->version,
@@ -597,7 +600,9 @@ static kn_status dnn_entry_get(kn_cuda_dnn *dn, const dnn_key *k, dnn_entry **ou
     if (!e) return kn_error(KN_ERR_OOM, "conv2d: out of memory for a cuDNN plan");
     e->key = *k;
     e->hash = h;
+    kn_phase_begin(KN_PHASE_LIBRARY_PLANS);
     cudnnStatus_t s = dnn_build(dn, e);
+    kn_phase_end(KN_PHASE_LIBRARY_PLANS);
     kn_status st = KN_OK;
     if (kn_cuda_lib_log_on()) {
         char last[256] = "";

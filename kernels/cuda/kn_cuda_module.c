@@ -30,6 +30,7 @@
 #include "kn_cuda_nvrtc.h"
 #include "kn_fs.h"
 #include "kn_hash.h"
+#include "kn_phase.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "dev"
@@ -165,7 +166,9 @@ static bool entry_write(const char *dir, const char *path, uint64_t key, const c
 
 static cudaError_t load_image(const char *image, cudaLibrary_t *lib)
 {
+    kn_phase_begin(KN_PHASE_NVRTC);
     cudaError_t e = cudaLibraryLoadData(lib, image, NULL, NULL, 0, NULL, NULL, 0);
+    kn_phase_end(KN_PHASE_NVRTC);
     if (e != cudaSuccess) (void)cudaGetLastError(); /* a bad image is not sticky */
     return e;
 }

@@ -1,5 +1,6 @@
 /* kn_cuda_nvrtc: NVRTC compilation of generated kernels (see kn_cuda_nvrtc.h). */
 #include "kn_cuda_nvrtc.h"
+#include "kn_phase.h"
 
 #include <nvrtc.h>
 #include <stdio.h>
@@ -25,8 +26,17 @@ static char *program_log(nvrtcProgram prog)
     return log;
 }
 
-kn_status kn_nvrtc_compile(const char *src, const char *arch, char **image, size_t *size,
-                           char **log)
+static kn_status nvrtc_compile(const char *src, const char *arch, char **image, size_t *size, char **log);
+
+kn_status kn_nvrtc_compile(const char *src, const char *arch, char **image, size_t *size, char **log)
+{
+    kn_phase_begin(KN_PHASE_NVRTC);
+    kn_status st = nvrtc_compile(src, arch, image, size, log);
+    kn_phase_end(KN_PHASE_NVRTC);
+    return st;
+}
+
+static kn_status nvrtc_compile(const char *src, const char *arch, char **image, size_t *size, char **log)
 {
     *image = NULL;
     *size = 0;

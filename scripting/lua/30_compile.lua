@@ -65,7 +65,26 @@ function kiln.format_explain(r)
   local c = r.compile_s
   lines[#lines + 1] = string.format("Compile time: %s s (capture %s, passes %s, codegen %s, %s)",
     fmt_s(r.compile_time_s), fmt_s(c.capture), fmt_s(c.passes), fmt_s(c.codegen), backend_text(c))
+  if type(r.phases) == "table" then lines[#lines + 1] = kiln.format_phases(r.phases, "Call time") end
   return table.concat(lines, "\n")
+end
+
+-- The phases of a call (cm:last_call().phases, cm:stats().first_call), in
+-- the order a first call meets them, as one line: "TITLE: 4.21 s = start-up
+-- 0.61 + capture 1.20 + ...", the phases adding up to the total.
+local PHASES = {
+  { "startup", "CUDA/cuDNN/cuBLASLt start-up" }, { "capture", "capture" }, { "passes", "passes" },
+  { "source", "kernel source" }, { "nvrtc", "kernel compile" }, { "library_plans", "cuDNN/cuBLASLt plans" },
+  { "autotune", "autotune" }, { "run", "run" },
+}
+function kiln.format_phases(p, title)
+  local parts, sum = {}, 0
+  for _, ph in ipairs(PHASES) do
+    local v = tonumber(p[ph[1]]) or 0
+    sum = sum + v
+    if v >= 0.0005 then parts[#parts + 1] = string.format("%s %s", ph[2], fmt_s(v)) end
+  end
+  return string.format("%s: %s s = %s", title, fmt_s(p.total or sum), #parts > 0 and table.concat(parts, " + ") or "0")
 end
 
 -- kiln.explain(fn_or_module, ...): run once under capture and report the
