@@ -51,14 +51,21 @@ do
   T.ok(not (rel <= 1), "the comparison: a reference whose largest value is 0 fails it")
 end
 
+-- every model on the CPU, and on the GPU where there is one
+local DEVICES = { "cpu", kiln.cuda_available() and "cuda" or nil }
 for _, name in ipairs(MODELS) do
   local io_t = kiln.load_safetensors(DIR .. name .. ".io.safetensors")
-  for _, dtype in ipairs { "f32", "bf16" } do
+  for _, case in ipairs { { "cpu", "f32" }, { "cpu", "bf16" }, { DEVICES[2], "f32" }, { DEVICES[2], "bf16" } } do
+    local dev, dtype = case[1], case[2]
+    if not dev then break end
     local ref = io_t["output." .. dtype]
     local _, scale_rel = U.errors(ref, ref)
     T.is(scale_rel, 0, name .. " " .. dtype .. ": PyTorch's output is not all zero")
-    local m = kiln.onnx.load(DIR .. name .. ".onnx"):to(dtype)
+    local m = kiln.onnx.load(DIR .. name .. ".onnx"):to(dtype):to(dev)
     local xs = inputs_of(m, io_t, dtype)
+    for k, x in ipairs(xs) do xs[k] = x:to(dev) end
+    local file = name
+    local name = dev ~= "cpu" and (file .. " (" .. dev .. ")") or file
     local y = m(table.unpack(xs))
     T.is(y.dtype, dtype, name .. " " .. dtype .. " eager: the output is " .. dtype)
     local _, rel = U.errors(y, ref)
