@@ -294,8 +294,9 @@ do
     "explain text: '  1. explicit break at FILE:LINE' with its reason")
   T.ok(i2 and lines[i2]:find("  2. " .. DDCF .. " at " .. at("sev_lt"), 1, true) == 1,
     "explain text: '  2. data-dependent control flow at FILE:LINE'")
-  T.is(lines[#lines - 1], "Ops per graph: 2, 3, 1", "explain text: ops per graph")
-  T.like(lines[#lines], "^Compile time: %d+%.%d%d s %(capture %d+%.%d%d, passes %d+%.%d%d, codegen %d+%.%d%d, "
+  T.is(lines[#lines - 2], "Ops per graph: 2, 3, 1", "explain text: ops per graph")
+  T.like(lines[#lines], "^Call time: %d+%.%d%d s = capture %d+%.%d%d", "explain text: the call's phases, last")
+  T.like(lines[#lines - 1], "^Compile time: %d+%.%d%d s %(capture %d+%.%d%d, passes %d+%.%d%d, codegen %d+%.%d%d, "
     .. "backend compile %d+%.%d%d[^)]*%)?%)$", "explain text: compile time line")
 
   kiln.explain_quiet = true

@@ -11,7 +11,7 @@
 feed() {
     printf '%s' "$1" | "$KILN" >"$tmp/out" 2>"$tmp/err"
     rc=$?
-    out=$(sed -e 's/^Compile time: .*/Compile time: (varies)/' \
+    out=$(sed -e 's/^Compile time: .*/Compile time: (varies)/' -e 's/^Call time: .*/Call time: (varies)/' \
               -e 's/^first call (compiling): .*/first call (compiling): (varies)/' \
               -e 's/ · [0-9.]* ms per call (min [0-9.]*) · / · (time) · /' "$tmp/out")
     err=$(cat "$tmp/err")
@@ -47,6 +47,7 @@ Break reasons:
   2. $REASON
 Ops per graph: 6, 8, 4
 Compile time: (varies)
+Call time: (varies)
 $NOTE
 $BREAK" ":explain prints the report, :breaks the break with its user stack (exact text)"
 is "$rc" 0 "... exit status 0"

@@ -193,6 +193,9 @@ function nn.Module(def)
   if type(def) ~= "table" then
     fail("kiln.nn.Module expects a table {init = function(self, ...), forward = function(self, ...)}, got %s", type(def))
   end
+  if def.name ~= nil and type(def.name) ~= "string" then
+    fail("kiln.nn.Module: 'name' must be a string, got %s", type(def.name))
+  end
   local parent = def.extends or Base
   if parent ~= Base and not (type(parent) == "table" and rawget(parent, "__kiln_module")) then
     fail("kiln.nn.Module: 'extends' must be a module class")

@@ -78,13 +78,19 @@ local PHASES = {
   { "autotune", "autotune" }, { "run", "run" },
 }
 function kiln.format_phases(p, title)
+  if type(p) ~= "table" then
+    error("kiln.format_phases: expected the phases of a call (cm:stats().first_call, cm:last_call().phases), got "
+      .. type(p), 2)
+  end
+  if title ~= nil and type(title) ~= "string" then error("kiln.format_phases: title must be a string, got " .. type(title), 2) end
+  title = title or "Call time"
   local parts, sum = {}, 0
   for _, ph in ipairs(PHASES) do
-    local v = tonumber(p[ph[1]]) or 0
+    local v = math.type(p[ph[1]]) and p[ph[1]] or 0
     sum = sum + v
     if v >= 0.0005 then parts[#parts + 1] = string.format("%s %s", ph[2], fmt_s(v)) end
   end
-  return string.format("%s: %s s = %s", title, fmt_s(p.total or sum), #parts > 0 and table.concat(parts, " + ") or "0")
+  return string.format("%s: %s s = %s", title, fmt_s(math.type(p.total) and p.total or sum), #parts > 0 and table.concat(parts, " + ") or "0")
 end
 
 -- kiln.explain(fn_or_module, ...): run once under capture and report the
