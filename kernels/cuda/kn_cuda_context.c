@@ -192,7 +192,11 @@ kn_status kn_cuda_init(void)
  * that follow (and the kernels/cuda files' state) are those of d's GPU. */
 kn_status kn_cuda_enter(kn_device_ctx *d)
 {
-    kn_cuda_dev *g = d->state;
+    return kn_cuda_enter_gpu(d->state);
+}
+
+kn_status kn_cuda_enter_gpu(kn_cuda_dev *g)
+{
     KN_TRY(init_device(g));
     if (current != g) {
         KN_CUDA_TRY(cudaSetDevice(g->index), "making a GPU current");

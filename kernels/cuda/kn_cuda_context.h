@@ -54,6 +54,9 @@ kn_cuda_dev *kn_cuda_current(void);
 /* Make d's GPU the current one (cudaSetDevice when it changes) and start
  * it on first use: its stream, its compute capability. */
 kn_status kn_cuda_enter(kn_device_ctx *d);
+/* The same for a GPU's state (kn_cuda_current() of another thread): a
+ * worker thread works on its caller's GPU. */
+kn_status kn_cuda_enter_gpu(kn_cuda_dev *g);
 /* Whether t's memory is the current GPU's (what a library call on it needs). */
 static inline bool kn_cuda_on_current(const kn_tensor *t)
 {

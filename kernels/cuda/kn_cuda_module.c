@@ -303,6 +303,61 @@ kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_
     return KN_OK;
 }
 
+/* One source of kn_cuda_modules_get, for a thread. */
+typedef struct module_job {
+    const char *src, *cache_dir;
+    kn_cuda_dev *gpu;
+    kn_cuda_module *m;
+    bool cached;
+    kn_status st;
+    char why[1024]; /* the error's message: kiln's message buffer is per thread */
+} module_job;
+
+static void *module_job_run(void *arg)
+{
+    module_job *j = arg;
+    j->st = kn_cuda_enter_gpu(j->gpu);
+    if (j->st == KN_OK) j->st = kn_cuda_module_get_ex(j->src, j->cache_dir, &j->m, &j->cached);
+    if (j->st != KN_OK) snprintf(j->why, sizeof j->why, "%s", kn_last_error());
+    return NULL;
+}
+
+kn_status kn_cuda_modules_get(const char *const *srcs, int n, const char *cache_dir, kn_cuda_module **out,
+                              bool *all_cached)
+{
+    module_job *jobs = calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
+    pthread_t *threads = calloc((size_t)(n > 0 ? n : 1), sizeof *threads);
+    bool *started = calloc((size_t)(n > 0 ? n : 1), sizeof *started);
+    if (!jobs || !threads || !started) {
+        free(jobs);
+        free(threads);
+        free(started);
+        return kn_error(KN_ERR_OOM, "out of host memory compiling CUDA modules");
+    }
+    for (int i = 0; i < n; i++) jobs[i] = (module_job){.src = srcs[i], .cache_dir = cache_dir, .gpu = kn_cuda_current()};
+    /* a thread that cannot start leaves its job to this one */
+    for (int i = 1; i < n; i++) started[i] = pthread_create(&threads[i], NULL, module_job_run, &jobs[i]) == 0;
+    if (n > 0) module_job_run(&jobs[0]);
+    /* waiting for the others is compiling too (their clocks are their threads') */
+    kn_phase_begin(KN_PHASE_NVRTC);
+    for (int i = 1; i < n; i++) {
+        if (started[i]) pthread_join(threads[i], NULL);
+        else module_job_run(&jobs[i]);
+    }
+    kn_phase_end(KN_PHASE_NVRTC);
+    kn_status st = KN_OK;
+    if (all_cached) *all_cached = true;
+    for (int i = 0; i < n; i++) {
+        out[i] = jobs[i].m;
+        if (all_cached) *all_cached = *all_cached && jobs[i].cached;
+        if (st == KN_OK && jobs[i].st != KN_OK) st = kn_error(jobs[i].st, "%s", jobs[i].why);
+    }
+    free(jobs);
+    free(threads);
+    free(started);
+    return st;
+}
+
 kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, const void **fn)
 {
     *fn = NULL;

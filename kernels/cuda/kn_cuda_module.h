@@ -18,6 +18,13 @@ typedef struct kn_cuda_module kn_cuda_module;
 kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m);
 /* kn_cuda_module_get; *cached (when not NULL): found in memory or on disk, no NVRTC run. */
 kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_module **m, bool *cached);
+/* kn_cuda_module_get_ex of n sources at once, on up to n threads (the
+ * calling one included), each on the calling thread's GPU: NVRTC compiles
+ * one program on one core, and a model's kernels split into several
+ * programs compile in the time of the largest. *all_cached: none needed
+ * NVRTC. The first error (in source order) is the result. */
+kn_status kn_cuda_modules_get(const char *const *srcs, int n, const char *cache_dir, kn_cuda_module **out,
+                              bool *all_cached);
 /* A kernel by its extern "C" name, as the pointer cudaLaunchKernel takes. */
 kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, const void **fn);
 /* Counters for kiln.jit_stats-like reporting. */
