@@ -157,6 +157,7 @@ local function row(model_name, mode, dtype)
     phase = FIRST_ONLY and "warm" or "cold" }
   kiln.session.small = SMALL
   kiln.config.allow_tf32 = false -- as PyTorch's rows
+  local base_free = U.device_free(DEVICE) -- before the model: held_mib below is what the row adds
   local model, x, expected = (ONNX_ROWS[model_name] and onnx_source or lua_source)(model_name, dtype, r)
   if not model then return r end
   model:to(dtype):to(DEVICE)
@@ -217,6 +218,8 @@ local function row(model_name, mode, dtype)
   end
   -- without a sync the clock would read launch time only on an asynchronous device
   r.synced = type(kiln.synchronize) == "function"
+  local free = U.device_free(DEVICE)
+  if base_free and free then r.held_mib = (base_free - free) / 2 ^ 20 end
   local mem_fn, mem = device_memory()
   if mem_fn then r.device_memory, r.device_memory_fn = mem, mem_fn end
   return r

@@ -3,7 +3,8 @@
   python3 bench/report.py RAW.jsonl [MORE.jsonl ...] > RESULT.md
 
 Several files (runs split with MODELS=...) are merged; a later row replaces
-an earlier one with the same side, model, mode, dtype and phase. Needs only
+an earlier one with the same side, model, mode, dtype and phase, unless the
+later one was skipped. Needs only
 the Python standard library.
 """
 import json, sys
@@ -52,6 +53,10 @@ def load(paths):
                     env.setdefault(side, {}).update(r)
                 elif side in ("torch", "kiln"):
                     key = (side, r.get("model"), r.get("mode"), r.get("dtype"), r.get("phase", "cold"))
+                    # a row a later run skipped (its budget spent) does not
+                    # hide the result an earlier run measured
+                    if r.get("skipped") and key in rows and not rows[key].get("skipped"):
+                        continue
                     rows[key] = r
     return env, rows
 

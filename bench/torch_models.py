@@ -209,6 +209,9 @@ def row(name, mode, dtype):
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     reps, calls, warmup = _env_int("REPS", 5), _env_int("CALLS", 100), _env_int("WARMUP", 10)
+    torch.zeros(1, device="cuda")  # the context, before the baseline of held_mib
+    torch.cuda.synchronize()
+    base_free, _ = torch.cuda.mem_get_info()
     m, x = build(name, dtype)
     r = {"side": "torch", "model": name, "mode": mode, "dtype": dtype, "input_shape": list(x.shape),
          "torch": torch.__version__, "reps": reps, "calls": calls, "warmup": warmup}
@@ -243,6 +246,10 @@ def row(name, mode, dtype):
         f(x)
         torch.cuda.synchronize()
         r["peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        # as kiln's row: device memory the process holds now over what it
+        # held before building the model (the caching allocator's blocks,
+        # the CUDA-graph pool, library workspaces, loaded kernels)
+        r["held_mib"] = round((base_free - torch.cuda.mem_get_info()[0]) / 2**20, 1)
     r.update({"first_call_s": round(first, 4), "ms_per_call": round(_median(per), 5),
               "ms_min": round(min(per), 5), "ms_reps": [round(p, 5) for p in per]})
     io_path = os.path.join(exp, f"{name}-{dtype}.io.safetensors") if exp else None
