@@ -91,6 +91,19 @@ function U.stat_copy(st)
   return out
 end
 
+-- What a timed row records of its compiled callable cm: the stats, and the
+-- evidence that the mode did what it says (kiln accepts every mode name):
+-- CUDA-graph replays, and for max-autotune whether it searched or reused.
+function U.compiled_stats(r, cm, mode)
+  local st = cm:stats()
+  r.stats = U.stat_copy(st)
+  r.peak_bytes = st.peak_bytes
+  r.cuda_graph_replays = st.replays
+  if mode:match("^max%-autotune") then
+    r.autotuned = (tonumber(st.autotune_s) or 0) > 0 or (tonumber(st.autotune_cache_hits) or 0) > 0
+  end
+end
+
 function U.sync(device)
   if type(kiln.synchronize) == "function" then kiln.synchronize(device) end
 end

@@ -205,17 +205,7 @@ local function row(model_name, mode, dtype)
   r.max_abs_err, r.max_rel_err = errors(y, expected)
   r.ms_per_call, r.ms_reps = median(per), per
   r.ms_min = math.min(table.unpack(per))
-  if cm then
-    local st = cm:stats()
-    r.stats = stat_copy(st)
-    r.peak_bytes = st.peak_bytes
-    -- evidence that the mode did what it says, since kiln accepts every mode
-    -- name before it implements it
-    r.cuda_graph_replays = st.replays
-    if mode:match("^max%-autotune") then
-      r.autotuned = (tonumber(st.autotune_s) or 0) > 0 or (tonumber(st.autotune_cache_hits) or 0) > 0
-    end
-  end
+  if cm then U.compiled_stats(r, cm, mode) end
   -- without a sync the clock would read launch time only on an asynchronous device
   r.synced = type(kiln.synchronize) == "function"
   local free = U.device_free(DEVICE)

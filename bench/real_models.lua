@@ -85,15 +85,7 @@ local function row(name, mode, dtype)
   r.max_abs_err, r.max_rel_err = U.errors(y, expected)
   r.ms_per_call, r.ms_reps, r.ms_min = U.median(per), per, math.min(table.unpack(per))
   r.ref = "torch-eager"
-  if cm then
-    local st = cm:stats()
-    r.stats = U.stat_copy(st)
-    r.peak_bytes = st.peak_bytes
-    r.cuda_graph_replays = st.replays
-    if mode:match("^max%-autotune") then
-      r.autotuned = (tonumber(st.autotune_s) or 0) > 0 or (tonumber(st.autotune_cache_hits) or 0) > 0
-    end
-  end
+  if cm then U.compiled_stats(r, cm, mode) end
   -- device memory measured as PyTorch's row measures it: what the process
   -- holds after the calls over what it held before loading the model
   local free = U.device_free(DEVICE)

@@ -33,7 +33,7 @@ Env: REPS (5), CALLS (100), WARMUP (10), REF_DIR (the export folder, for a
 row's error), ROW_TIMEOUT (s, 240), MA_ROW_TIMEOUT (s, 420), BENCH_DEADLINE,
 BENCH_JSONL, MODELS, TORCH_MODES, DTYPES (comma lists).
 """
-import collections, copy, json, os, subprocess, sys, time, traceback
+import collections, copy, json, os, sys, time, traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_models  # noqa: E402  safetensors by hand, the timer and env, shared with gpu_bench
@@ -300,40 +300,10 @@ def row(name, mode, dtype):
 
 
 def run():
-    models = os.environ.get("MODELS", ",".join(SUITE)).split(",")
-    modes = os.environ.get("TORCH_MODES", ",".join(MODES)).split(",")
-    dtypes = os.environ.get("DTYPES", ",".join(DTYPES)).split(",")
-    row_timeout = float(os.environ.get("ROW_TIMEOUT", "240"))
-    ma_timeout = float(os.environ.get("MA_ROW_TIMEOUT", "420"))
-    deadline = float(os.environ.get("BENCH_DEADLINE", "inf"))
-    out_path = os.environ.get("BENCH_JSONL")
-    out = open(out_path, "a") if out_path else None
-    for md in modes:  # a mode at a time: a cut-off run still has the cheap modes for every model
-        for mo in models:
-            for dt in dtypes:
-                base = {"side": "torch", "model": mo, "mode": md, "dtype": dt}
-                left = deadline - time.time()
-                t0 = time.time()
-                if left < 15:
-                    line = json.dumps(dict(base, skipped="bench time budget spent"))
-                else:
-                    limit = min(ma_timeout if md.startswith("max-autotune") else row_timeout, left)
-                    try:
-                        p = subprocess.run([sys.executable, os.path.abspath(__file__), "row", mo, md, dt],
-                                           capture_output=True, text=True, timeout=limit)
-                        last = p.stdout.strip().splitlines()[-1:] if p.returncode == 0 else []
-                        line = last[0] if last else json.dumps(
-                            dict(base, error=(p.stderr.strip() or p.stdout.strip())[-600:]))
-                    except subprocess.TimeoutExpired:
-                        line = json.dumps(dict(base, error=f"timeout after {limit:.0f} s"))
-                r = json.loads(line) if line.startswith("{") else {}
-                what = (f"{r['ms_per_call']} ms" if "ms_per_call" in r else
-                        (r.get("error") or r.get("skipped") or "no result").strip().splitlines()[-1][:160])
-                print(f"torch {mo} {md} {dt}: {time.time() - t0:.1f} s, {what}", file=sys.stderr, flush=True)
-                print(line, flush=True)
-                if out:
-                    out.write(line + "\n")
-                    out.flush()
+    torch_models.run_rows(os.path.abspath(__file__), os.environ.get("MODELS", ",".join(SUITE)).split(","),
+                          os.environ.get("TORCH_MODES", ",".join(MODES)).split(","),
+                          os.environ.get("DTYPES", ",".join(DTYPES)).split(","),
+                          float(os.environ.get("ROW_TIMEOUT", "240")), float(os.environ.get("MA_ROW_TIMEOUT", "420")))
 
 
 if __name__ == "__main__":

@@ -275,17 +275,16 @@ def env():
     return r
 
 
-def run():
-    # NAME_onnx rows are kiln's (an ONNX file of NAME): PyTorch's side is NAME's row
-    models = [m for m in os.environ.get("MODELS", ",".join(MODELS)).split(",") if not m.endswith("_onnx")]
-    modes = os.environ.get("TORCH_MODES", ",".join(MODES)).split(",")
-    dtypes = os.environ.get("DTYPES", ",".join(DTYPES)).split(",")
-    row_timeout = float(os.environ.get("ROW_TIMEOUT", "150"))
-    ma_timeout = float(os.environ.get("MA_ROW_TIMEOUT", "240"))  # its compile alone took 95 s a row
+def run_rows(script, models, modes, dtypes, row_timeout, ma_timeout):
+    """Rows of models x modes x dtypes, each `script row MODEL MODE DTYPE` in
+    its own process with a timeout, printed and appended to $BENCH_JSONL as
+    each finishes; rows that would start after $BENCH_DEADLINE are recorded
+    as skipped. A mode at a time: a cut-off run still has the cheap modes
+    for every model. Shared with bench/real_models.py."""
     deadline = float(os.environ.get("BENCH_DEADLINE", "inf"))
     out_path = os.environ.get("BENCH_JSONL")
     out = open(out_path, "a") if out_path else None
-    for md in modes:  # a mode at a time: a cut-off run still has the cheap modes for every model
+    for md in modes:
         for mo in models:
             for dt in dtypes:
                 left = deadline - time.time()
@@ -296,7 +295,7 @@ def run():
                 else:
                     try:
                         limit = min(ma_timeout if md.startswith("max-autotune") else row_timeout, left)
-                        p = subprocess.run([sys.executable, os.path.abspath(__file__), "row", mo, md, dt],
+                        p = subprocess.run([sys.executable, script, "row", mo, md, dt],
                                            capture_output=True, text=True, timeout=limit)
                         last = p.stdout.strip().splitlines()[-1:] if p.returncode == 0 else []
                         line = last[0] if last else json.dumps(
@@ -311,6 +310,15 @@ def run():
                 if out:
                     out.write(line + "\n")
                     out.flush()
+
+
+def run():
+    # NAME_onnx rows are kiln's (an ONNX file of NAME): PyTorch's side is NAME's row
+    models = [m for m in os.environ.get("MODELS", ",".join(MODELS)).split(",") if not m.endswith("_onnx")]
+    modes = os.environ.get("TORCH_MODES", ",".join(MODES)).split(",")
+    dtypes = os.environ.get("DTYPES", ",".join(DTYPES)).split(",")
+    run_rows(os.path.abspath(__file__), models, modes, dtypes, float(os.environ.get("ROW_TIMEOUT", "150")),
+             float(os.environ.get("MA_ROW_TIMEOUT", "240")))  # max-autotune's compile alone took 95 s a row
 
 
 if __name__ == "__main__":

@@ -132,23 +132,7 @@ static int l_cuda_available(lua_State *L)
 #endif
 }
 
-/* kiln.synchronize([device]): wait for the device's queued work, so wall
- * clocks around GPU calls measure the work and not its launch. */
-static int l_synchronize(lua_State *L)
-{
-    kn_device dev = kn_lua_default_device();
-    if (!lua_isnoneornil(L, 1)) {
-        kn_status st = kn_device_parse(luaL_checkstring(L, 1), &dev);
-        if (st != KN_OK) return kn_lua_fail(L, st);
-    }
-    kn_device_ctx *dc = kn_backend_get(dev);
-    if (dc && dc->be->sync) {
-        kn_status st = dc->be->sync(dc);
-        if (st != KN_OK) return kn_lua_fail(L, st);
-    }
-    return 0;
-}
-
+/* The device named by argument arg (default: the default device). */
 static kn_device_ctx *device_arg(lua_State *L, int arg)
 {
     kn_device dev = kn_lua_default_device();
@@ -157,6 +141,18 @@ static kn_device_ctx *device_arg(lua_State *L, int arg)
         if (st != KN_OK) kn_lua_fail(L, st);
     }
     return kn_backend_get(dev);
+}
+
+/* kiln.synchronize([device]): wait for the device's queued work, so wall
+ * clocks around GPU calls measure the work and not its launch. */
+static int l_synchronize(lua_State *L)
+{
+    kn_device_ctx *dc = device_arg(L, 1);
+    if (dc && dc->be->sync) {
+        kn_status st = dc->be->sync(dc);
+        if (st != KN_OK) return kn_lua_fail(L, st);
+    }
+    return 0;
 }
 
 /* kiln.memory_stats([device]): the device allocator's figures in bytes
