@@ -209,7 +209,7 @@ static int cm_call(lua_State *L)
         if (n >= 0) return n;
     }
     /* parameter names of the module, by tensor id */
-    kn_lua_trace_param_map(L, is_module ? module_idx : 0);
+    kn_lua_trace_param_map(L, is_module ? module_idx : 0, uv + 1);
 
     /* what the function can read, before it runs: a trace that changes it
      * must not be replayed (kn_lua_replay_record) */

@@ -45,7 +45,7 @@ typedef struct {
     replay_t rp;
     int direct_replays;
     double replay_run_s; /* time inside kn_graph_run during replays */
-    char no_replay[128]; /* why the last trace cannot be replayed ("" when it can) */
+    char no_replay[384]; /* why the last trace cannot be replayed ("" when it can) */
 } compiled_ud;
 
 /* The compiled callable at idx (raises if it is not one, or was freed). */

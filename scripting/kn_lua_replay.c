@@ -507,12 +507,38 @@ static bool record_args(lua_State *L, replay_t *rp, int uv, int nargs, bool is_m
     return true;
 }
 
-/* The graph inputs that are neither arguments nor dynamic numbers: the
- * module's parameters by path, pushed as two tables (tensors, then params);
- * false when an input comes from elsewhere (an upvalue's or a global's
- * tensor: traced at each call for now). */
+/* Push the tensor with this id that the snapshot at rt saw in a field
+ * (a module's weight, a global's) or an upvalue; false when none holds it.
+ * The snapshot guards that field by identity, so a replay that passes it
+ * reads the same tensor the trace read. */
+static bool push_snapshot_tensor(lua_State *L, int rt, uint64_t id)
+{
+    static const char *const lists[] = {"fields", "upvals"};
+    for (int li = 0; li < 2; li++) {
+        lua_getfield(L, rt, lists[li]);
+        int list = lua_gettop(L);
+        lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+        for (lua_Integer i = 3; i <= n; i += 3) {
+            lua_rawgeti(L, list, i);
+            kn_tensor *t = kn_lua_totensor(L, -1);
+            if (t && t->id == id) {
+                lua_remove(L, list);
+                return true;
+            }
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    return false;
+}
+
+/* The graph inputs that are neither arguments nor dynamic numbers, pushed
+ * as two tables (params, then tensors): a module's parameters by path, and
+ * the tensors a function reached through upvalues and globals (its
+ * modules' weights) by graph input, found in the snapshot at rt. False,
+ * with why, when an input comes from somewhere a replay cannot check. */
 static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, const kn_version *v, int nargs,
-                          bool is_module)
+                          bool is_module, int rt, char *why, size_t why_size)
 {
     /* parameters by path; other tensor inputs kept alive by reference */
     lua_newtable(L);
@@ -537,10 +563,15 @@ static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, con
             rp->param_input[rp->n_params - 1] = k;
             continue;
         }
-        if (in->kind != KN_IN_TENSOR) return false;
-        /* find the tensor by identity among the values the trace saw: the
-         * graph's inputs were bound to them; keep a reference for replays */
-        return false; /* (tensors from upvalues or globals: traced each call for now) */
+        if (in->kind != KN_IN_TENSOR && in->kind != KN_IN_PARAM) return false;
+        if (!push_snapshot_tensor(L, rt, in->tensor_id)) {
+            snprintf(why, why_size,
+                     "it reads tensor '%s', which no upvalue, global or table it can reach holds after the "
+                     "call (made or swapped inside it?): pass it as an argument, or keep it in a module",
+                     in->name);
+            return false;
+        }
+        lua_rawseti(L, -2, k + 1);
     }
     return true;
 }
@@ -572,10 +603,8 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     lua_setfield(L, rt, "results");
     if (!record_args(L, rp, uv, nargs, is_module, v)) goto fail;
     lua_setfield(L, rt, "args");
-    if (!record_inputs(L, rp, cm, v, nargs, is_module)) goto fail;
-    lua_setfield(L, rt, "tensors");
-    lua_setfield(L, rt, "params");
-    /* upvalues of the function, and the module's scalar fields */
+    /* upvalues of the function, and what it can read (before the inputs:
+     * the tensors it reached through them are found in the snapshot) */
     lua_newtable(L);
     lua_getfield(L, uv, "fn");
     for (int i = 1; lua_getupvalue(L, -1, i); i++) lua_rawseti(L, -3, i);
@@ -585,9 +614,14 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     bool small = kn_lua_replay_snapshot(L, rt, lua_gettop(L), is_module ? module_idx : 0);
     lua_pop(L, 1);
     if (!small) {
-        snprintf(u->no_replay, sizeof u->no_replay, "more Lua values than a replay checks (%d)", KN_SNAPSHOT_MAX);
+        snprintf(u->no_replay, sizeof u->no_replay,
+                 "it can read more Lua values than a replay checks (%d): keep large tables out of its upvalues "
+                 "and globals, or make it a module", KN_SNAPSHOT_MAX);
         goto fail;
     }
+    if (!record_inputs(L, rp, cm, v, nargs, is_module, rt, u->no_replay, sizeof u->no_replay)) goto fail;
+    lua_setfield(L, rt, "tensors");
+    lua_setfield(L, rt, "params");
     lua_setfield(L, uv, "replay");
     snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
     rp->version = cap->graph_version[0];

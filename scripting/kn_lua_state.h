@@ -23,6 +23,9 @@ typedef struct {
     /* registry reference of that call's parameter names (tensor id ->
      * dotted name), or LUA_NOREF */
     int param_map;
+    /* its names are a compiled module's parameters (KN_IN_PARAM); else the
+     * modules a compiled function reaches through upvalues and globals */
+    bool param_map_is_module;
     /* the trace called something a replay cannot repeat, and what */
     bool impure;
     char impure_what[64];

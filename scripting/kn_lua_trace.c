@@ -195,7 +195,9 @@ static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, con
     const char *pn = t->lazy ? NULL : param_name(L, t);
     if (pn) {
         snprintf(name, sizeof name, "%s", pn);
-        kind = KN_IN_PARAM;
+        /* a function's modules are guarded as any tensor it reads: by
+         * identity, found again through its upvalues by a replay */
+        if (kn_lua_state_get(L)->param_map_is_module) kind = KN_IN_PARAM;
     } else {
         find_tensor_name(L, t, name, sizeof name);
         if (!name[0]) snprintf(name, sizeof name, "tensor at %.80s", where);
@@ -474,15 +476,10 @@ static void build_pure_set(lua_State *L)
 
 /* ---- around a traced call ----------------------------------------------- */
 
-void kn_lua_trace_param_map(lua_State *L, int module_idx)
+/* Add the named parameters and buffers of the module at module_idx to the
+ * map at map (tensor id -> name), each name after prefix ("" or "fc1."). */
+static void map_module(lua_State *L, int map, int module_idx, const char *prefix)
 {
-    kn_lua_state *s = kn_lua_state_get(L);
-    luaL_unref(L, LUA_REGISTRYINDEX, s->param_map);
-    s->param_map = LUA_NOREF;
-    if (!module_idx) return;
-    module_idx = lua_absindex(L, module_idx);
-    lua_newtable(L);
-    int map = lua_gettop(L);
     static const char *const lists[] = {"named_parameters", "named_buffers"};
     for (int li = 0; li < 2; li++) {
         if (lua_getfield(L, module_idx, lists[li]) != LUA_TFUNCTION) {
@@ -501,15 +498,106 @@ void kn_lua_trace_param_map(lua_State *L, int module_idx)
                 break;
             }
             kn_tensor *t = kn_lua_totensor(L, -1);
-            if (t) {
-                lua_pushvalue(L, -2);
-                lua_rawseti(L, map, (lua_Integer)t->id);
+            if (t && lua_type(L, -2) == LUA_TSTRING) {
+                lua_rawgeti(L, map, (lua_Integer)t->id);
+                bool named = !lua_isnil(L, -1); /* the first path found names it */
+                lua_pop(L, 1);
+                if (!named) {
+                    lua_pushfstring(L, "%s%s", prefix, lua_tostring(L, -2));
+                    lua_rawseti(L, map, (lua_Integer)t->id);
+                }
             }
             lua_replace(L, -3); /* control = name */
             lua_pop(L, 1);
         }
         lua_pop(L, 3);
     }
+}
+
+/* Whether the value at idx is a kiln.nn module (its class says so). */
+static bool is_module_value(lua_State *L, int idx)
+{
+    if (!lua_istable(L, idx) || !lua_getmetatable(L, idx)) return false;
+    bool yes = lua_getfield(L, -1, "__kiln_module") == LUA_TBOOLEAN && lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    return yes;
+}
+
+/* The modules a value named `name` holds: itself, or (a plain table of
+ * modules: layers = {...}) its fields one level down, "layers.3.". */
+static void map_named_value(lua_State *L, int map, int idx, const char *name, bool look_inside)
+{
+    idx = lua_absindex(L, idx);
+    if (is_module_value(L, idx)) {
+        lua_pushfstring(L, "%s.", name);
+        map_module(L, map, idx, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return;
+    }
+    if (!look_inside || !lua_istable(L, idx)) return;
+    if (lua_getmetatable(L, idx)) { /* a table with a class is not a plain list of modules */
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (is_module_value(L, -1) && (lua_type(L, -2) == LUA_TSTRING || lua_isinteger(L, -2))) {
+            if (lua_isinteger(L, -2)) lua_pushfstring(L, "%s.%d.", name, (int)lua_tointeger(L, -2));
+            else lua_pushfstring(L, "%s.%s.", name, lua_tostring(L, -2));
+            map_module(L, map, lua_gettop(L) - 1, lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* The user's globals that are modules or tables of modules (not kiln's or
+ * Lua's libraries). */
+static void map_globals(lua_State *L, int map, int env)
+{
+    lua_pushnil(L);
+    while (lua_next(L, env)) {
+        if (lua_type(L, -2) == LUA_TSTRING && lua_istable(L, -1)) {
+            const char *key = lua_tostring(L, -2);
+            lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+            bool library = lua_getfield(L, -1, key) == LUA_TTABLE && lua_rawequal(L, -1, -3);
+            lua_pop(L, 2);
+            if (!library && strcmp(key, "kiln") != 0 && strcmp(key, "_G") != 0)
+                map_named_value(L, map, -1, key, true);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* The parameter names of a compiled function: the modules its upvalues hold
+ * (by the upvalue's name), and those of its globals. A module used inside
+ * the function's own Lua helpers is found too when the helper is an
+ * upvalue that holds it. */
+static void map_function(lua_State *L, int map, int fn_idx)
+{
+    lua_Debug ar;
+    lua_pushvalue(L, fn_idx);
+    lua_getinfo(L, ">S", &ar);
+    if (strcmp(ar.what, "C") == 0) return;
+    for (int i = 1;; i++) {
+        const char *uname = lua_getupvalue(L, fn_idx, i);
+        if (!uname) break;
+        if (strcmp(uname, "_ENV") == 0 && lua_istable(L, -1)) map_globals(L, map, lua_gettop(L));
+        else if (uname[0]) map_named_value(L, map, -1, uname, true);
+        lua_pop(L, 1);
+    }
+}
+
+void kn_lua_trace_param_map(lua_State *L, int module_idx, int fn_idx)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    luaL_unref(L, LUA_REGISTRYINDEX, s->param_map);
+    s->param_map = LUA_NOREF;
+    s->param_map_is_module = module_idx != 0;
+    lua_newtable(L);
+    int map = lua_gettop(L);
+    if (module_idx) map_module(L, map, lua_absindex(L, module_idx), "");
+    else if (fn_idx) map_function(L, map, lua_absindex(L, fn_idx));
     s->param_map = luaL_ref(L, LUA_REGISTRYINDEX);
 }
 

@@ -36,10 +36,11 @@ void kn_lua_trace_flush_log(kn_compiled *cm);
 /* Name, into buf ("" if none), a local or upvalue of the innermost user
  * function rawequal to the value at idx. */
 void kn_lua_trace_find_name(lua_State *L, int idx, char *buf, size_t size);
-/* Build the parameter-name map of the call about to be traced from the
- * module at module_idx (its named_parameters and named_buffers); 0: no
- * module, no map. */
-void kn_lua_trace_param_map(lua_State *L, int module_idx);
+/* Build the parameter-name map of the call about to be traced: from the
+ * module at module_idx (its named_parameters and named_buffers), or, when
+ * module_idx is 0, from the modules the function at fn_idx reaches through
+ * its upvalues and globals ("fc1.weight", "layers.3.bias"). */
+void kn_lua_trace_param_map(lua_State *L, int module_idx, int fn_idx);
 
 /* The debug hook that was set before kn_lua_trace_watch. */
 typedef struct {

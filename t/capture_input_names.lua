@@ -15,7 +15,9 @@ local function close(a, b)
   return d == d and m == m and d <= 1e-5 * math.max(1, m)
 end
 
-local fc = kiln.nn.Linear(8, 3):to("cpu") -- cpu inputs, also on a GPU machine
+-- a plain table of tensors (a module's are named by path: fc.weight, below)
+local lin = kiln.nn.Linear(8, 3):to("cpu") -- cpu inputs, also on a GPU machine
+local fc = { weight = lin.weight, bias = lin.bias }
 local cm = kiln.compile(function(x)
   return x:matmul(fc.weight:transpose(1, 2)) + fc.bias -- @fields
 end)
@@ -34,6 +36,15 @@ T.ok(text:find("tensor 'tensor at " .. at("fields") .. "' shape {3, 8}", 1, true
   "the weight keeps the plain name")
 T.ok(text:find("tensor 'tensor at " .. at("fields") .. " (2)' shape {3}", 1, true) ~= nil,
   "the bias gets a number")
+
+-- the same fields of a module: named by their path
+local cm_mod = kiln.compile(function(x)
+  return x:matmul(lin.weight:transpose(1, 2)) + lin.bias
+end)
+cm_mod(cpu({ 4, 8 }, 99))
+local mod_text = table.concat(cm_mod:guards()[1].guards, "\n")
+T.ok(mod_text:find("tensor 'lin.weight' shape {3, 8}", 1, true) ~= nil, "a module's weight is named by its path")
+T.ok(mod_text:find("tensor 'lin.bias' shape {3}", 1, true) ~= nil, "a module's bias is named by its path")
 
 -- a module called from a plain function: the README's tour
 local model = kiln.nn.Linear(8, 3):to("cpu")

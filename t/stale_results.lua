@@ -255,7 +255,7 @@ do
   local cm = kiln.compile(function(x) return x * big.scale end)
   local x = randn({ 3 })
   cm(x); cm(x)
-  T.like(cm:stats().replayable, "^more Lua values than a replay checks", "a huge table reachable: not replayed")
+  T.like(cm:stats().replayable, "more Lua values than a replay checks", "a huge table reachable: not replayed")
   big.scale = 3
   T.ok(same(cm(x), x * 3), "... and a changed field is still seen")
 end

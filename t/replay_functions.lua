@@ -1,0 +1,87 @@
+-- replay_functions.lua: a compiled function that reaches its modules
+-- through upvalues, globals or tables of layers (README's style) replays
+-- like a compiled module: the tensors it read are found again through
+-- what it can read (guarded by the replay's snapshot: same objects in the
+-- same places), named by their path (fc1.weight, layers.2.bias), and
+-- in-place changes are seen. What cannot be replayed says which tensor
+-- and what to do.
+local T = dofile("t/lib/tap.lua")
+local nn = kiln.nn
+local x = kiln.randn({8, 16}, { seed = 1 })
+
+local function maxdiff(a, b) return (a - b):abs():amax():item() end
+
+local function guards_text(cm)
+  local lines = {}
+  for _, g in ipairs(cm:guards()) do
+    for _, s in ipairs(g.guards) do lines[#lines + 1] = s end
+  end
+  return table.concat(lines, "\n")
+end
+
+-- upvalues
+do
+  local fc1, fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+  local f = function(v) return fc2(fc1(v):relu()) end
+  local cm = kiln.compile(f)
+  for _ = 1, 5 do cm(x) end
+  local st = cm:stats()
+  T.is(st.replayable, "yes", "upvalue modules: the function is replayable")
+  T.is(st.direct_replays, 4, "upvalue modules: calls 2-5 replay")
+  T.is(maxdiff(cm(x), f(x)), 0, "upvalue modules: a replay gives eager's answer")
+  local g = guards_text(cm)
+  T.like(g, "tensor 'fc1%.weight' shape {32, 16}", "upvalue modules: parameters named by path (fc1.weight)")
+  T.like(g, "tensor 'fc2%.bias' shape {4}", "upvalue modules: and fc2.bias")
+  T.ok(not g:find("tensor at ", 1, true), "upvalue modules: no parameter is named by a source line")
+  -- in place: the replay reads the tensor as it is now
+  fc1.weight:copy_(fc1.weight * 2)
+  local before = cm:stats().direct_replays
+  T.is(maxdiff(cm(x), f(x)), 0, "an in-place change of fc1.weight: the next call sees it")
+  T.is(cm:stats().direct_replays, before + 1, "... and still replays")
+  -- swapped: a different tensor in the field is a recompile, named
+  fc2.weight = kiln.randn({ 4, 32 }, { seed = 7 })
+  T.is(maxdiff(cm(x), f(x)), 0, "fc2.weight swapped for another tensor: the answer follows")
+  local rc = cm:recompiles()
+  T.like(rc[#rc] and table.concat(rc[#rc].reasons, "\n") or "", "fc2%.weight", "... a recompile naming fc2.weight")
+  cm(x)
+  cm(x)
+  T.is(cm:stats().direct_replays, before + 3, "... and the new version replays (the swap's call traced)")
+end
+
+-- globals, and a table of layers
+do
+  rf_fc1, rf_fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+  local function g(v) return rf_fc2(rf_fc1(v):relu()) end
+  local cm = kiln.compile(g)
+  for _ = 1, 4 do cm(x) end
+  T.is(cm:stats().direct_replays, 3, "global modules: calls 2-4 replay")
+  T.is(maxdiff(cm(x), g(x)), 0, "global modules: a replay gives eager's answer")
+  T.like(guards_text(cm), "tensor 'rf_fc1%.weight'", "global modules: named by the global's name")
+  rf_fc1, rf_fc2 = nil, nil
+
+  local layers = { nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 4) }
+  local function h(v)
+    for _, l in ipairs(layers) do v = l(v):relu() end
+    return v
+  end
+  local ch = kiln.compile(h)
+  for _ = 1, 4 do ch(x) end
+  T.is(ch:stats().direct_replays, 3, "a table of layers: calls 2-4 replay")
+  T.like(guards_text(ch), "tensor 'layers%.3%.weight' shape {4, 16}", "a table of layers: layers.3.weight")
+  T.is(maxdiff(ch(x), h(x)), 0, "a table of layers: a replay gives eager's answer")
+end
+
+-- a tensor no value the function can see holds: said, with what to do
+do
+  local hidden = kiln.randn({ 16, 4 }, { seed = 3 })
+  local src = setmetatable({}, { __index = function() return hidden end })
+  local function k(v) return v:matmul(src.w) end
+  local ck = kiln.compile(k)
+  for _ = 1, 3 do ck(x) end
+  T.is(ck:stats().direct_replays, 0, "a tensor reached through a metamethod: no replay")
+  T.like(ck:stats().replayable, "^it reads tensor '.-', which no upvalue, global or table it can reach holds",
+    "... replayable names the tensor")
+  T.like(ck:stats().replayable, "pass it as an argument, or keep it in a module$", "... and says what to do")
+  T.is(maxdiff(ck(x), k(x)), 0, "... and the traced calls are right")
+end
+T.done()
