@@ -234,6 +234,7 @@ typedef struct {
     int interactive;   /* prompt and libedit, else plain lines from stdin */
     int lineno;        /* lines read from stdin so far (piped mode) */
     int chunk_line;    /* line of stdin where the current chunk starts */
+    int chunk_no;      /* chunks typed so far (interactive): the N of "stdin#N:LINE" */
     int quit;          /* :quit was asked for */
     char *buf;         /* getline's buffer (piped mode) */
     size_t cap;
@@ -289,10 +290,34 @@ static const char *read_chunk(lua_State *L, void *ud, size_t *size)
     return *size ? r->text : NULL;
 }
 
+/* Piped input keeps stdin's own line numbers ("stdin:12"); typed chunks are
+ * numbered, so that a location from an earlier chunk ("stdin#3:2", in a
+ * break's stack, a guard, an error) says which one (:history shows them). */
 static int load_text(lua_State *L, const char *text, size_t len)
 {
     chunk_reader r = {repl.interactive ? 0 : repl.chunk_line - 1, text, len};
-    return lua_load(L, read_chunk, &r, "=stdin", "t");
+    char name[32] = "=stdin";
+    if (repl.interactive) snprintf(name, sizeof name, "=stdin#%d", repl.chunk_no);
+    return lua_load(L, read_chunk, &r, name, "t");
+}
+
+/* kiln.repl.chunks[N] = the text of typed chunk N (for :history). */
+static void remember_chunk(lua_State *L, int text_idx)
+{
+    if (!repl.interactive) return;
+    text_idx = lua_absindex(L, text_idx);
+    int top = lua_gettop(L);
+    if (lua_getglobal(L, "kiln") == LUA_TTABLE && lua_getfield(L, -1, "repl") == LUA_TTABLE) {
+        if (lua_getfield(L, -1, "chunks") != LUA_TTABLE) {
+            lua_pop(L, 1);
+            lua_newtable(L);
+            lua_pushvalue(L, -1);
+            lua_setfield(L, -3, "chunks");
+        }
+        lua_pushvalue(L, text_idx);
+        lua_rawseti(L, -2, repl.chunk_no);
+    }
+    lua_settop(L, top);
 }
 
 /* Is the status a syntax error that ends at <eof> (more lines needed)? If so
@@ -363,11 +388,13 @@ static int loadline(lua_State *L)
     if (r == KN_EDIT_EOF) return CHUNK_EOF;
     if (r == KN_EDIT_INTERRUPTED) return CHUNK_SKIP;
     if (is_command(lua_tostring(L, 1))) return CHUNK_COMMAND;
+    repl.chunk_no++;
     int status = addreturn(L);
     if (status != LUA_OK) {
         status = multiline(L);
         if (status == KN_EDIT_INTERRUPTED) return CHUNK_SKIP;
     }
+    remember_chunk(L, 1);
     return status;
 }
 

@@ -353,6 +353,11 @@ int main(void)
     ok(expect("kiln> "), "a second session starts");
     type(UP "\r");
     like(until_prompt(seg, sizeof seg), "\r\n7\r\n", "Up recalls the last line of the previous session");
+    /* typed chunks are numbered: a location says which chunk */
+    type("error('boom')\r");
+    like(until_prompt(seg, sizeof seg), "stdin#2:1: boom", "an error in the 2nd typed chunk says stdin#2:1");
+    type(":history\r");
+    like(until_prompt(seg, sizeof seg), "   2  error('boom')", ":history lists the typed chunks by number");
     type(":quit\r");
     is_int(finish(), 0, ":quit exits with status 0");
 

@@ -70,3 +70,38 @@ repl.register("quit", {
   if type(repl.on_quit) == "function" then return repl.on_quit() end
   os.exit(0)
 end)
+
+---------------------------------------------------------------------------
+-- :history
+
+repl.register("history", {
+  usage = ":history [N]",
+  summary = "the chunks typed so far, numbered as locations name them (stdin#N:LINE)",
+  help = [[
+Typed Lua is numbered chunk by chunk: an error, a graph break's stack or a
+guard says stdin#12:3 for line 3 of the 12th chunk. :history lists the last
+20 chunks with their numbers; :history N shows chunk N whole, its lines
+numbered. Piped input keeps stdin's own line numbers (stdin:LINE) and has
+no history.]],
+}, function(n)
+  local chunks = repl.chunks or {}
+  local last = 0
+  for k in pairs(chunks) do last = math.max(last, k) end
+  if n ~= nil then
+    local k = math.tointeger(tonumber(n))
+    if not k or not chunks[k] then fail("no chunk %s (typed chunks: 1 to %d)", tostring(n), last) end
+    local i = 0
+    for line in (chunks[k] .. "\n"):gmatch("(.-)\n") do
+      i = i + 1
+      print(string.format("stdin#%d:%d  %s", k, i, line))
+    end
+    return chunks[k]
+  end
+  if last == 0 then
+    print("no typed chunks yet (piped input is named stdin:LINE)")
+    return
+  end
+  for k = math.max(1, last - 19), last do
+    if chunks[k] then print(string.format("%4d  %s", k, (chunks[k]:gsub("\n", " ⏎ ")))) end
+  end
+end)
