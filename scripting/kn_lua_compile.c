@@ -358,6 +358,25 @@ static void name_from_source(const lua_Debug *ar, char *name, size_t nsize)
 }
 
 /* A name for the function or module being compiled, and where it is defined. */
+/* The name of a global holding the value at idx ("" if none), as Lua's
+ * own tracebacks name a function they reach through _G: a function typed
+ * in the REPL (h = function(x) ... end) and compiled in a later chunk. */
+static void global_name(lua_State *L, int idx, char *name, size_t nsize)
+{
+    idx = lua_absindex(L, idx);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (lua_type(L, -2) == LUA_TSTRING && lua_rawequal(L, -1, idx)) {
+            snprintf(name, nsize, "%s", lua_tostring(L, -2));
+            lua_pop(L, 2);
+            break;
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
 static void describe(lua_State *L, int idx, bool is_module, char *name, size_t nsize, char *where,
                      size_t wsize)
 {
@@ -377,6 +396,7 @@ static void describe(lua_State *L, int idx, bool is_module, char *name, size_t n
          * caller's variable that holds it */
         if (!name[0]) name_from_source(&ar, name, nsize);
         if (!name[0]) kn_lua_trace_find_name(L, idx, name, nsize);
+        if (!name[0] && !is_module) global_name(L, idx, name, nsize);
     } else {
         lua_pop(L, 1);
         snprintf(where, wsize, "?");

@@ -84,4 +84,9 @@ do
   T.like(ck:stats().replayable, "pass it as an argument, or keep it in a module$", "... and says what to do")
   T.is(maxdiff(ck(x), k(x)), 0, "... and the traced calls are right")
 end
+-- a function only a global names (made from a string: no source line to
+-- read its name from): named as Lua's tracebacks name it
+rf_named = load("return function(v) return v:relu() end", "=typed")()
+T.is(kiln.compile(rf_named):stats().name, "rf_named", "a compiled global function is named by its global")
+rf_named = nil
 T.done()

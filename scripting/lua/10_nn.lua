@@ -536,6 +536,38 @@ end
 -- Layers
 
 -- Linear(in, out [, {bias = true}]): y = x W^T + b, W of shape {out, in}.
+-- A module's shape error names the module as its user built it and where
+-- it sits ("Linear(16 -> 8) (3rd in Sequential): input's last dim is 32,
+-- expected 16"), instead of the op's "matmul: shapes {4,32} and {8,16}".
+local function ordinal(i)
+  local teen = i % 100 >= 11 and i % 100 <= 13
+  return i .. (not teen and ({ "st", "nd", "rd" })[i % 10] or "th")
+end
+
+local function shape_fail(self, label, fmt, ...)
+  local pos = rawget(self, "_kiln_position")
+  -- the user's line that called the model: a module's forward is reached
+  -- through kiln's own tail calls, which where() stops at
+  local at = ""
+  for level = 3, 60 do
+    local info = debug.getinfo(level, "Sl")
+    if not info then break end
+    if info.currentline > 0 and not info.source:find("^@kiln/") then
+      at = info.short_src .. ":" .. info.currentline .. ": "
+      break
+    end
+  end
+  error(at .. string.format("%s%s: " .. fmt, label, pos and (" (" .. pos .. ")") or "", ...), 0)
+end
+
+-- x's size along dim (negative: from the end), when x is a tensor of that rank.
+local function size_at(x, dim)
+  if getmetatable(x) == nil or type(x) ~= "userdata" or type(x.dim) ~= "function" then return nil end
+  local s = x:shape()
+  local d = dim < 0 and #s + 1 + dim or dim
+  return s[d], #s
+end
+
 nn.Linear = nn.Module {
   name = "Linear",
   init = function(self, in_features, out_features, opts)
@@ -548,6 +580,11 @@ nn.Linear = nn.Module {
     if opts.bias ~= false then self.bias = uniform({ out_features }, bound) end
   end,
   forward = function(self, x)
+    local last = size_at(x, -1)
+    if last and last ~= self.in_features then
+      shape_fail(self, string.format("Linear(%d -> %d)", self.in_features, self.out_features),
+        "input's last dim is %d, expected %d", last, self.in_features)
+    end
     local y = x:matmul(self.weight:transpose(1, 2))
     if self.bias then y = y + self.bias end
     return y
@@ -581,6 +618,13 @@ nn.Conv2d = nn.Module {
     if opts.bias ~= false then self.bias = uniform({ out_channels }, bound) end
   end,
   forward = function(self, x)
+    local c, rank = size_at(x, 2)
+    if rank and (rank ~= 4 or c ~= self.in_channels) then
+      local label = string.format("Conv2d(%d -> %d, %s)", self.in_channels, self.out_channels,
+        table.concat(self.kernel_size, "x"))
+      if rank ~= 4 then shape_fail(self, label, "input has %d dims, expected 4 (N, C, H, W)", rank) end
+      shape_fail(self, label, "input has %d channels (dim 2), expected %d", c, self.in_channels)
+    end
     return kiln.conv2d(x, self.weight, self.bias,
       { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = self.groups })
   end,
@@ -729,6 +773,7 @@ nn.Sequential = nn.Module {
     for i = 1, mods.n do
       if not is_module(mods[i]) then fail("Sequential: argument %d is a %s, not a kiln.nn module", i, type(mods[i])) end
       self[i] = mods[i]
+      rawset(mods[i], "_kiln_position", ordinal(i) .. " in Sequential")
     end
   end,
   forward = function(self, x)
@@ -741,6 +786,7 @@ nn.Sequential = nn.Module {
   add = function(self, m)
     if not is_module(m) then fail("Sequential:add: expected a kiln.nn module, got %s", type(m)) end
     self[#self + 1] = m
+    rawset(m, "_kiln_position", ordinal(#self) .. " in Sequential")
     return self
   end,
 }
