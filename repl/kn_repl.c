@@ -612,6 +612,33 @@ static int handle_script(lua_State *L, char **argv, int then_repl)
     return report(L, status);
 }
 
+/* `kiln report DIR [OUT.html]`: the page of a KILN_TRACE folder
+ * (kiln.report_from_trace, scripting/lua/61_events.lua), written to OUT
+ * (default DIR/report.html). A file named "report" still runs as a script. */
+static int is_report_command(char **argv, int n)
+{
+    return n >= 1 && strcmp(argv[0], "report") == 0 && access("report", F_OK) != 0;
+}
+
+static int run_report_command(lua_State *L, char **argv, int n)
+{
+    if (n < 2) {
+        lua_pushliteral(L, "usage: kiln report DIR [OUT.html] (DIR: a KILN_TRACE folder)");
+        return report(L, LUA_ERRRUN);
+    }
+    static const char code[] = "local dir, out = ...\n"
+                               "out = out or (dir .. '/report.html')\n"
+                               "print('wrote ' .. kiln.report_from_trace(dir, out))\n";
+    int status = luaL_loadbuffer(L, code, sizeof code - 1, "=kiln report");
+    if (status == LUA_OK) {
+        lua_pushstring(L, argv[1]);
+        if (n >= 3) lua_pushstring(L, argv[2]);
+        else lua_pushnil(L);
+        status = docall(L, 2, 0);
+    }
+    return report(L, status);
+}
+
 /* KILN_REPORT=file.html: write the session report (kiln.repl.exit_report,
  * scripting/lua/60_report.lua) as the program ends. Returns 0 when it
  * could not be written (the message names the path). */
@@ -666,6 +693,10 @@ static int pmain(lua_State *L)
     createargtable(L, argv, argc, script);
     install_sigint();
     int ok = runargs(L, argv, script);
+    if (ok && script < argc && is_report_command(argv + script, argc - script)) {
+        lua_pushboolean(L, run_report_command(L, argv + script, argc - script) == LUA_OK);
+        return 1;
+    }
     if (ok && script < argc && handle_script(L, argv + script, args & has_i) != LUA_OK) ok = 0;
     if (ok && (args & has_i || (script == argc && !(args & (has_e | has_v))))) {
         /* A person at a terminal saw each error; piped lines are a script,

@@ -108,12 +108,39 @@ typedef struct {
     kn_compiled *cm;
     kn_lua_trace_hook hook;
     bool armed; /* the traced call is running: undo it if closed now */
+    int callable_ref; /* the compiled callable (registry reference), for the failure record */
 } traced_call_guard;
+
+/* Hand a compiled call's event to the session record (scripting/lua/
+ * 61_events.lua, registry[hook]): the callable at callable_idx, and the
+ * error at err_idx (0: none). An error there is dropped: the record must
+ * never change what a call does. */
+static void notify_event(lua_State *L, const char *hook, int callable_idx, int err_idx)
+{
+    int top = lua_gettop(L);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, hook) == LUA_TFUNCTION) {
+        lua_pushvalue(L, callable_idx);
+        if (err_idx) luaL_tolstring(L, err_idx, NULL);
+        if (lua_pcall(L, err_idx ? 2 : 1, 0, 0) != LUA_OK) lua_pop(L, 1);
+    }
+    lua_settop(L, top);
+}
 
 static int traced_call_close(lua_State *L)
 {
     traced_call_guard *g = lua_touserdata(L, 1);
-    if (!g || !g->armed) return 0;
+    if (!g) return 0;
+    if (g->armed && !lua_isnoneornil(L, 2) && g->callable_ref != LUA_NOREF) {
+        /* the call failed: its error goes into the session record */
+        lua_rawgeti(L, LUA_REGISTRYINDEX, g->callable_ref);
+        compiled_ud *u = luaL_testudata(L, -1, KN_COMPILED_MT);
+        if (u) snprintf(u->no_replay, sizeof u->no_replay, "its last call failed (the report's Failures has the error)");
+        notify_event(L, "kiln.on_failure", lua_gettop(L), 2);
+        lua_pop(L, 1);
+    }
+    luaL_unref(L, LUA_REGISTRYINDEX, g->callable_ref);
+    g->callable_ref = LUA_NOREF;
+    if (!g->armed) return 0;
     g->armed = false;
     kn_lua_trace_unwatch(L, &g->hook);
     kn_lua_state_get(L)->cap = NULL;
@@ -127,6 +154,8 @@ static traced_call_guard *push_traced_call_guard(lua_State *L, kn_compiled *cm)
     traced_call_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
     memset(g, 0, sizeof *g);
     g->cm = cm;
+    lua_pushvalue(L, 1); /* the compiled callable (cm_call's self) */
+    g->callable_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     if (luaL_newmetatable(L, "kiln.traced_call_guard")) {
         lua_pushcfunction(L, traced_call_close);
         lua_setfield(L, -2, "__close");
@@ -258,6 +287,7 @@ static int cm_call(lua_State *L)
     u->rp.valid = false;
     u->rp.rng_used = s->rng_offset - rng_before;
     if (replay_on) kn_lua_replay_record(L, u, uv, nargs, is_module, module_idx, call_base, before);
+    notify_event(L, "kiln.on_traced_call", 1, 0);
     return lua_gettop(L) - call_base + 1;
 }
 

@@ -26,7 +26,7 @@ is "$rc" 0 "README's Lua snippets run in the REPL (exit status 0: no line failed
 # the snippet with a graph break is told once that it re-traces (a note,
 # not an error); anything else on stderr is
 is "$(grep -v 're-traces on every call' "$tmp/err")" "" "and print nothing else on stderr (no error, no recompile)"
-grep -q 'function re-traces on every call (1 graph break at stdin:' "$tmp/err" &&
+grep -q 'f re-traces on every call (1 graph break at stdin:' "$tmp/err" &&
   pass "the snippet with a break gets the re-trace note" || fail "the snippet with a break gets the re-trace note" "$(cat "$tmp/err")"
 [ -s "$tmp/fused.svg" ] && pass "kiln.render wrote fused.svg" || fail "kiln.render wrote fused.svg"
 [ -s "$tmp/report.html" ] && pass "kiln.report wrote report.html" || fail "kiln.report wrote report.html"

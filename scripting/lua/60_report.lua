@@ -436,6 +436,157 @@ local function gather()
   return list
 end
 
+-- ---- the record: failures and the compile timeline (61_events.lua's events)
+
+local function phases_text(p)
+  if type(p) ~= "table" or type(kiln.format_phases) ~= "function" then return "-" end
+  local ok, line = pcall(kiln.format_phases, p, "")
+  return ok and (line:gsub("^: ", "")) or "-"
+end
+
+local function section_failures(out, evs)
+  local rows = {}
+  for _, e in ipairs(evs) do
+    if e.event == "failure" then
+      rows[#rows + 1] = { fmt_s(e.t), tostring(e.fn), tostring(e.where), tostring(e.mode), tostring(e.message) }
+    end
+  end
+  out:add("<h2 id=\"failures\">Failures</h2>")
+  if #rows == 0 then
+    out:add("<p class=\"ok\">no compiled call failed</p>")
+    return
+  end
+  out:add("<p>", h(plural(#rows, "compiled call") .. " failed; each message says where (file:line) and why:"), "</p>")
+  out:table({ "t s", "function", "defined at", "mode", "error" }, rows, { true })
+end
+
+local function section_timeline(out, evs)
+  local rows = {}
+  for _, e in ipairs(evs) do
+    if e.event == "compile" or e.event == "break" then
+      local what = e.event == "break" and string.format("graph break at %s: %s", tostring(e.at), tostring(e.reason))
+        or e.kind == "recompile" and ("recompile: " .. table.concat(e.reasons or { "?" }, "; "))
+        or "first compile"
+      rows[#rows + 1] = { fmt_s(e.t), tostring(e.fn), tostring(e.mode), what,
+        e.event == "compile" and fmt_s(e.phases and e.phases.total or e.compile_s) or "",
+        e.event == "compile" and string.format("%s (%s cached)", tostring(e.kernels or "-"), tostring(e.kernels_cached or "-")) or "",
+        e.event == "compile" and phases_text(e.phases) or "" }
+    end
+  end
+  out:add("<h2 id=\"timeline\">Compile timeline</h2>")
+  if #rows == 0 then
+    out:add("<p class=\"note\">nothing compiled yet</p>")
+    return
+  end
+  out:add("<p>", h("every call that compiled (its phases add up to the call) and every graph break, in order; "
+    .. "t is seconds since the session started"), "</p>")
+  out:table({ "t s", "function", "mode", "what", "call s", "kernels", "phases" }, rows, { true, false, false, false, true })
+end
+
+-- A page from trace events (kiln.report_from_trace): the functions seen,
+-- the failures and the timeline.
+function R.trace_html(evs, files)
+  local out = new_html()
+  out:add("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+    "<title>kiln trace report</title><style>", CSS, "</style></head><body>")
+  out:add("<h1>kiln trace report</h1>")
+  out:add("<p class=\"meta\">", h(string.format("%s from %s", plural(#evs, "event"), table.concat(files, ", "))), "</p>")
+  local fns, order = {}, {}
+  for _, e in ipairs(evs) do
+    if e.fn then
+      local key = tostring(e.fn) .. "|" .. tostring(e.where) .. "|" .. tostring(e.mode)
+      if not fns[key] then
+        fns[key] = { e.fn, e.where, e.mode, 0, 0, 0, 0 }
+        order[#order + 1] = key
+      end
+      local r = fns[key]
+      if e.event == "compile" then r[4] = r[4] + 1 end
+      if e.event == "compile" and e.kind == "recompile" then r[5] = r[5] + 1 end
+      if e.event == "break" then r[6] = r[6] + 1 end
+      if e.event == "failure" then r[7] = r[7] + 1 end
+    end
+  end
+  local rows = {}
+  for i, key in ipairs(order) do rows[i] = fns[key] end
+  out:add("<h2 id=\"summary\">Functions</h2>")
+  out:table({ "function", "defined at", "mode", "compiles", "recompiles", "breaks", "failures" }, rows,
+    { false, false, false, true, true, true, true })
+  section_failures(out, evs)
+  section_timeline(out, evs)
+  out:add("</body></html>\n")
+  return out:text()
+end
+
+-- The entries in the order a debugging session reads them: the session's
+-- current model first, then the newest; compiles of one function (same
+-- name, line and mode) folded into one group; kiln's own functions and
+-- those never called apart, collapsed.
+local function arrange(list)
+  local session = kiln.session or {}
+  local current = {}
+  for _, cm in ipairs({ session.compiled, session.inspect }) do
+    if cm ~= nil and R.by_compiled[cm] then current[R.by_compiled[cm]] = true end
+  end
+  local groups, by_key = {}, {}
+  for _, x in ipairs(list) do
+    local s = x.summary
+    local key = table.concat({ tostring(s.name or x.entry.name), tostring(s.where or x.entry.where),
+      tostring(s.mode or x.entry.mode) }, "|")
+    local g = by_key[key]
+    if not g then
+      g = { items = {} }
+      by_key[key] = g
+      groups[#groups + 1] = g
+    end
+    g.items[#g.items + 1] = x
+    g.latest = x -- entries come in creation order
+    g.current = g.current or current[x.entry]
+  end
+  local main, apart = {}, {}
+  for _, g in ipairs(groups) do
+    local s, e = g.latest.summary, g.latest.entry
+    local where = tostring(s.where or e.where)
+    local called = false
+    for _, x in ipairs(g.items) do called = called or ((x.summary.stats or {}).calls or 0) > 0 end
+    g.internal = where:match("^kiln/") ~= nil or where:match("^%[C%]") ~= nil or where == "?"
+    if g.internal or not called then
+      g.why_apart = g.internal and "kiln's own" or "never called"
+      apart[#apart + 1] = g
+    else
+      main[#main + 1] = g
+    end
+  end
+  table.sort(main, function(a, b)
+    if (a.current or false) ~= (b.current or false) then return a.current == true end
+    return a.latest.entry.index > b.latest.entry.index
+  end)
+  return main, apart
+end
+
+local function summary_rows(groups)
+  local rows = {}
+  for i, g in ipairs(groups) do
+    local x = g.latest
+    local s, st = x.summary, x.summary.stats or {}
+    rows[i] = { x.entry.index, (g.current and "▶ " or "") .. tostring(s.name or x.entry.name), s.where or x.entry.where,
+      s.mode or x.entry.mode, #g.items, x.entry.collected and "collected" or "live", st.calls or "-", st.graphs or "-",
+      st.versions or "-", #(s.breaks or {}), #(s.recompiles or {}), st.kernels or "-",
+      fmt_s(compile_total(st.compile_s)), st.replayable or "-" }
+  end
+  return rows
+end
+
+local function group_sections(out, groups)
+  for _, g in ipairs(groups) do
+    if #g.items > 1 then
+      out:add("<p class=\"note\">", h(string.format("%s (%s): compiled %d times; the latest is shown", tostring(
+        g.latest.summary.name or g.latest.entry.name), tostring(g.latest.summary.where or g.latest.entry.where),
+        #g.items)), "</p>")
+    end
+    function_section(out, g.latest.entry, g.latest.summary)
+  end
+end
+
 -- The whole page as a string.
 function R.html()
   local list = gather()
@@ -456,25 +607,33 @@ function R.html()
     out:add("<p class=\"meta\">", h(string.format("REPL session: model %s from %s, mode %s%s", tostring(session.name),
       tostring(session.file), tostring(session.mode), session.small and ", small inputs" or "")), "</p>")
   end
+  if R.trace_path then out:add("<p class=\"meta\">", h("KILN_TRACE: " .. R.trace_path), "</p>") end
+  local main, apart = arrange(list)
+  local head = { "#", "function", "defined at", "mode", "compiles", "state", "calls", "graphs", "versions", "breaks",
+    "recompiles", "kernels", "compile s", "replayable" }
+  local numeric = { true, false, false, false, true, false, true, true, true, true, true, true, true }
   out:add("<h2 id=\"summary\">Summary</h2>")
   if #list == 0 then
     out:add("<p class=\"note\">no compiled functions in this session: kiln.compile(f) (or :mode default and :run) ",
       "makes one</p>")
   else
-    local rows = {}
-    for i, x in ipairs(list) do
-      local s, st = x.summary, x.summary.stats or {}
-      rows[i] = { x.entry.index, s.name or x.entry.name, s.where or x.entry.where, s.mode or x.entry.mode,
-        x.entry.collected and "collected" or "live", st.calls or "-", st.graphs or "-", st.versions or "-",
-        #(s.breaks or {}), #(s.recompiles or {}), st.kernels or "-", fmt_s(compile_total(st.compile_s)),
-        st.replayable or "-" }
+    out:add("<p class=\"note\">", h("the session's current model first (▶), then the newest; compiles of one "
+      .. "function are one row (compiles)"), "</p>")
+    out:table(head, summary_rows(main), numeric)
+    if #apart > 0 then
+      out:details(plural(#apart, "more function") .. ": kiln's own or never called", function()
+        out:table(head, summary_rows(apart), numeric)
+      end, false)
     end
-    out:table({ "#", "function", "defined at", "mode", "state", "calls", "graphs", "versions", "breaks", "recompiles",
-      "kernels", "compile s", "replayable" }, rows, { true, false, false, false, false, true, true, true, true, true,
-      true, true })
   end
+  section_failures(out, R.events or {})
+  section_timeline(out, R.events or {})
   out:add("<h2 id=\"functions\">Compiled functions</h2>")
-  for _, x in ipairs(list) do function_section(out, x.entry, x.summary) end
+  group_sections(out, main)
+  if #apart > 0 then
+    out:details(plural(#apart, "more function") .. ": kiln's own or never called", function() group_sections(out, apart) end,
+      false)
+  end
   out:add("</body></html>\n")
   return out:text()
 end
