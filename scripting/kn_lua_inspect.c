@@ -41,7 +41,7 @@ static void push_break(lua_State *L, const kn_break *b)
         lua_pushstring(L, b->frame_fn[i]);
         lua_seti(L, -2, i + 1);
     }
-    lua_setfield(L, -3, "functions");
+    lua_setfield(L, -2, "functions"); /* stack.functions, as docs/lua-api.md has it */
     lua_setfield(L, -2, "stack");
     char text[4096];
     kn_break_format(b, text, sizeof text);

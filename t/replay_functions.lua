@@ -84,6 +84,18 @@ do
   T.like(ck:stats().replayable, "pass it as an argument, or keep it in a module$", "... and says what to do")
   T.is(maxdiff(ck(x), k(x)), 0, "... and the traced calls are right")
 end
+-- a break's user stack names its functions (stack.functions, beside the lines)
+do
+  local function inner(v) if v:sum():item() > 0 then return v * 2 end return v end
+  local function outer(v) return inner(v) + 1 end
+  local co = kiln.compile(outer)
+  co(x)
+  local b = co:breaks()[1]
+  T.ok(b and type(b.stack.functions) == "table" and #b.stack.functions == #b.stack,
+    "a break's stack.functions has a name per frame")
+  T.is(b and b.stack.functions[1], "inner", "... the innermost is the function the break is in")
+end
+
 -- a function only a global names (made from a string: no source line to
 -- read its name from): named as Lua's tracebacks name it
 rf_named = load("return function(v) return v:relu() end", "=typed")()
