@@ -88,6 +88,13 @@ T.is(counts.session, 1, "the trace starts with a session line")
 T.is(counts.failure, 1, "the trace has the failure")
 T.ok((counts.compile or 0) >= 6, "the trace has every compile (" .. tostring(counts.compile) .. ")")
 T.is(counts["break"], 1, "the trace has the break")
+local with_kernels = false
+for line in io.lines(dir .. "/trace/" .. (files[1] or "none")) do
+  local ev = R.parse_json(line)
+  if ev and ev.event == "compile" and type(ev.kernel_list) == "table" and ev.kernel_list[1]
+    and type(ev.kernel_list[1].name) == "string" then with_kernels = true end
+end
+T.ok(with_kernels, "a compile event lists the version's kernels by name")
 
 local page = kiln.report_from_trace(dir .. "/trace", dir .. "/from_trace.html")
 fh = assert(io.open(page, "rb"))

@@ -204,10 +204,14 @@ local function on_traced_call(cm)
   end
   if (st.version_misses or 0) > before.version_misses then
     local c = lc.compile_s or {}
+    -- the kernels of the new version, by name and the ops they cover
+    local ks = {}
+    local okk, kernels = pcall(cm.kernels, cm)
+    for i, k in ipairs(okk and kernels or {}) do ks[i] = { name = k.name, ops = k.ops, kind = k.kind } end
     emit(with(base, { event = "compile", kind = (before.version_misses == 0 and #recompiles == 0) and "first" or "recompile",
       reasons = reasons, graphs = lc.graph_count, graph_breaks = lc.graph_break_count, ops = lc.op_count,
       kernels = c.kernels, kernels_cached = c.kernels_cached, compile_s = c.total, phases = lc.phases,
-      cuda_graph = st.cuda_graph, autotune_s = st.autotune_s }))
+      cuda_graph = st.cuda_graph, autotune_s = st.autotune_s, kernel_list = ks }))
   end
   seen[cm] = { version_misses = st.version_misses or 0, breaks = #breaks, recompiles = #recompiles }
 end
