@@ -28,6 +28,7 @@
 #include "kn_lua_system.h"
 #include "kn_lua_tensor.h"
 #include "kn_lua_timing.h"
+#include "kn_lua_util.h"
 #include "kn_lua_viz.h"
 
 typedef struct {
@@ -62,6 +63,7 @@ int luaopen_kiln(lua_State *L)
     int kiln_idx = lua_gettop(L);
     lua_pushstring(L, KILN_VERSION);
     lua_setfield(L, kiln_idx, "version");
+    kn_lua_open_util(L, kiln_idx); /* the option checker, first: every other part may use it */
     kn_lua_open_tensor(L);
     kn_lua_open_ops(L);
     kn_lua_open_io(L);

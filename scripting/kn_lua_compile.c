@@ -299,8 +299,9 @@ static int cm_gc(lua_State *L)
     return 0;
 }
 
-static const char *const kn_modes[] = {"default", "reduce-overhead", "max-autotune",
-                                       "max-autotune-no-cudagraphs", "eager", NULL};
+/* In the order the REPL's :mode lists them (scripting/lua/20_repl.lua). */
+static const char *const kn_modes[] = {"eager", "default", "reduce-overhead", "max-autotune",
+                                       "max-autotune-no-cudagraphs", NULL};
 
 /* cm:check(...): one call with the numerics check on. Returns {ok =,
  * message =, checks =} and the call's results after it. */
@@ -333,7 +334,7 @@ static int cm_check(lua_State *L)
 static int cm_set_mode(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
-    int m = luaL_checkoption(L, 2, NULL, kn_modes);
+    int m = kn_lua_check_name(L, 2, "set_mode", "mode", kn_modes);
     kn_compiled_set_mode(cm, kn_modes[m]);
     lua_settop(L, 1);
     return 1;
@@ -475,9 +476,10 @@ static int l_compile(lua_State *L)
     const char *mode = "default";
     bool fullgraph = false;
     int dynamic = -1;
-    if (!lua_isnoneornil(L, 2)) {
-        luaL_checktype(L, 2, LUA_TTABLE);
-        if (lua_getfield(L, 2, "mode") != LUA_TNIL) mode = kn_modes[luaL_checkoption(L, -1, NULL, kn_modes)];
+    static const char *const options[] = {"mode", "fullgraph", "dynamic", "backend", NULL};
+    if (kn_lua_check_options(L, 2, "kiln.compile", options)) {
+        if (lua_getfield(L, 2, "mode") != LUA_TNIL)
+            mode = kn_modes[kn_lua_check_name(L, -1, "kiln.compile", "mode", kn_modes)];
         lua_pop(L, 1);
         lua_getfield(L, 2, "fullgraph");
         fullgraph = lua_toboolean(L, -1);
@@ -486,9 +488,8 @@ static int l_compile(lua_State *L)
         dynamic = lua_isnil(L, -1) ? -1 : lua_toboolean(L, -1);
         lua_pop(L, 1);
         if (lua_getfield(L, 2, "backend") != LUA_TNIL) {
-            const char *b = luaL_checkstring(L, -1);
-            if (strcmp(b, "cpu") != 0 && strcmp(b, "cuda") != 0)
-                return luaL_error(L, "kiln.compile: unknown backend '%s' (cpu or cuda)", b);
+            static const char *const backends[] = {"cpu", "cuda", NULL};
+            const char *b = backends[kn_lua_check_name(L, -1, "kiln.compile", "backend", backends)];
             if (strcmp(b, "cuda") == 0)
                 return luaL_error(L, "kiln.compile: backend 'cuda' is not available in this build yet");
         }

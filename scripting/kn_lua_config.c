@@ -96,7 +96,17 @@ static void apply_setting(lua_State *L, kn_lua_state *s, const char *key, int v)
  * through to the state's settings. Upvalue 1: that table. */
 static int config_newindex(lua_State *L)
 {
+    /* the keys of push_defaults: a misspelt setting must not be stored
+     * where nothing reads it */
+    static const char *const keys[] = {"cache_size_limit", "error_on_recompile", "allow_tf32", "replay",
+                                       "dynamic_numbers", "compiler", "check_numerics", "fold_epilogues",
+                                       "channels_last", "autotune_budget_s", "cache_dir", NULL};
     lua_settop(L, 3);
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return luaL_error(L, "kiln.config: settings are named (kiln.config.compiler = false), got a %s key",
+                          luaL_typename(L, 2));
+    /* fault_kernel: testing the numerics checker, not a user's setting */
+    if (strcmp(lua_tostring(L, 2), "fault_kernel") != 0) kn_lua_check_name(L, 2, "kiln.config", "setting", keys);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_rawset(L, lua_upvalueindex(1));

@@ -590,7 +590,7 @@ static int cm_source(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
     static const char *const targets[] = {"c", "cuda", NULL};
-    int t = luaL_checkoption(L, 2, "c", targets);
+    int t = lua_isnoneornil(L, 2) ? 0 : kn_lua_check_name(L, 2, "source", "target", targets);
     int total = 0;
     for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_plan *plan = latest_version(cm, k) ? kn_version_plan(latest_version(cm, k)) : NULL;

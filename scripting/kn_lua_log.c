@@ -52,13 +52,13 @@ static int parse_log_word(const char *w)
     return -1;
 }
 
-/* "graph_breaks, recompiles, ..., help": for the unknown-name messages. */
-static void log_name_list(char *buf, size_t size)
+/* The names into names[N_LOG_NAMES + 1], NULL-ended, for the shared
+ * unknown-name message (kn_lua_push_unknown: the list and "did you mean"). */
+static const char *const *log_names(const char **names)
 {
-    size_t n = 0;
-    buf[0] = 0;
-    for (int i = 0; i < N_LOG_NAMES && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "", LOG_NAMES[i].name);
+    for (int i = 0; i < N_LOG_NAMES; i++) names[i] = LOG_NAMES[i].name;
+    names[N_LOG_NAMES] = NULL;
+    return names;
 }
 
 /* KILN_LOGS=help and kiln.log{"help"}: every name with its line. */
@@ -79,11 +79,8 @@ static int l_log(lua_State *L)
             lua_geti(L, 1, i);
             const char *w = luaL_checkstring(L, -1);
             int f = parse_log_word(w);
-            if (f == -1) {
-                char names[400];
-                log_name_list(names, sizeof names);
-                return luaL_error(L, "kiln.log: unknown log '%s' (the logs: %s)", w, names);
-            }
+            const char *names[N_LOG_NAMES + 1];
+            if (f == -1) return kn_lua_unknown(L, "kiln.log", "log", w, log_names(names));
             if (f == 0)
                 return luaL_error(L, "kiln.log: '%s' is read from KILN_LOGS when the process starts: run with "
                                      "KILN_LOGS=%s",
@@ -104,7 +101,8 @@ static int l_log(lua_State *L)
     return 0;
 }
 
-/* KILN_LOGS: comma- or space-separated names; help prints the list, an
+/* KILN_LOGS: comma- or space-separated names; help prints the list on
+ * stdout and ends the program (a question, as `kiln --help` is), an
  * unknown name a warning naming the valid ones (once per process: every
  * Lua state reads it). */
 static void log_from_env(lua_State *L)
@@ -118,11 +116,15 @@ static void log_from_env(lua_State *L)
     for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
         int f = parse_log_word(w);
         if (f > 0) kn_lua_state_get(L)->log_flags |= f;
-        else if (f == -2 && tell) log_help(stderr);
-        else if (f == -1 && tell) {
-            char names[400];
-            log_name_list(names, sizeof names);
-            fprintf(stderr, "kiln: KILN_LOGS: unknown log '%s' (the logs: %s)\n", w, names);
+        else if (f == -2 && tell) {
+            fflush(stdout);
+            log_help(stdout);
+            exit(0);
+        } else if (f == -1 && tell) {
+            const char *names[N_LOG_NAMES + 1];
+            kn_lua_push_unknown(L, "log", w, log_names(names));
+            fprintf(stderr, "kiln: KILN_LOGS: %s\n", lua_tostring(L, -1));
+            lua_pop(L, 1);
         }
     }
 }
@@ -133,7 +135,9 @@ static int l_log_enabled(lua_State *L)
 {
     const char *w = luaL_checkstring(L, 1);
     int f = parse_log_word(w);
-    if (f <= 0) return luaL_argerror(L, 1, lua_pushfstring(L, "unknown log '%s'", w));
+    const char *names[N_LOG_NAMES + 1];
+    if (f == -1) return kn_lua_unknown(L, "kiln.log_enabled", "log", w, log_names(names));
+    if (f <= 0) return luaL_argerror(L, 1, lua_pushfstring(L, "'%s' is no log a state turns on", w));
     lua_pushboolean(L, (kn_lua_state_get(L)->log_flags & f) == f);
     return 1;
 }

@@ -274,7 +274,9 @@ static void read_reduce_opts(lua_State *L, int idx, kn_opcall *c)
         c->a.keepdim = lua_toboolean(L, idx);
         return;
     }
+    static const char *const keys[] = {"keepdim", "correction", "unbiased", NULL};
     if (!lua_istable(L, idx)) return;
+    kn_lua_check_options(L, idx, kn_op_name(c->op), keys);
     if (lua_getfield(L, idx, "keepdim") != LUA_TNIL) c->a.keepdim = lua_toboolean(L, -1);
     if (lua_getfield(L, idx, "correction") != LUA_TNIL) {
         char what[64];
@@ -397,26 +399,6 @@ static int l_matmul(lua_State *L)
     return run_call(L, &c, KN_CPU);
 }
 
-/* The options table at idx holds only the string keys in `keys` (NULL
- * ended): a typo must not pass silently. Raises "FN: unknown option 'k'
- * (the options are LIST)". */
-static void check_option_keys(lua_State *L, int idx, const char *fn, const char *const *keys, const char *list)
-{
-    luaL_checktype(L, idx, LUA_TTABLE);
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        bool known = false;
-        for (int i = 0; key && keys[i] && !known; i++) known = strcmp(key, keys[i]) == 0;
-        if (!known) {
-            lua_pushvalue(L, -2);
-            kn_lua_fail(L, kn_error(KN_ERR_ARG, "%s: unknown option '%s' (the options are %s)", fn,
-                                    luaL_tolstring(L, -1, NULL), list));
-        }
-        lua_pop(L, 1);
-    }
-}
-
 /* scaled_dot_product_attention(q, k, v, [{causal = bool, scale = number, mask = tensor}]):
  * PyTorch's F.scaled_dot_product_attention; scale defaults to 1/sqrt(head size). */
 static int l_scaled_dot_product_attention(lua_State *L)
@@ -430,7 +412,7 @@ static int l_scaled_dot_product_attention(lua_State *L)
     c.a.scale = d > 0 ? 1.0 / sqrt((double)d) : 1.0;
     if (!lua_isnoneornil(L, 4)) {
         static const char *const keys[] = {"causal", "scale", "mask", NULL};
-        check_option_keys(L, 4, "scaled_dot_product_attention", keys, "causal, scale and mask");
+        kn_lua_check_options(L, 4, "scaled_dot_product_attention", keys);
         lua_getfield(L, 4, "causal");
         if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
             return kn_lua_fail(L, kn_error(KN_ERR_ARG, "scaled_dot_product_attention: causal must be a boolean, got %s",
@@ -505,6 +487,7 @@ static void window_attr(lua_State *L, int idx, kn_opcall *c, const char *name)
 static void read_window(lua_State *L, int first, kn_opcall *c, const char *const *names, int n)
 {
     int table = lua_istable(L, first) && luaL_len(L, first) == 0;
+    if (table) kn_lua_check_options(L, first, kn_op_name(c->op), names);
     for (int i = 0; i < n; i++) {
         if (table) {
             lua_getfield(L, first, names[i]);
@@ -519,7 +502,7 @@ static void read_window(lua_State *L, int first, kn_opcall *c, const char *const
 /* conv2d(x, w, [bias], stride, padding, dilation, groups) or (x, w, bias, {stride=, ...}) */
 static int l_conv2d(lua_State *L)
 {
-    static const char *const names[] = {"stride", "padding", "dilation", "groups"};
+    static const char *const names[] = {"stride", "padding", "dilation", "groups", NULL};
     kn_opcall c;
     kn_opcall_init(&c, KN_OP_CONV2D);
     c.in[0] = kn_lua_checktensor(L, 1);
@@ -534,7 +517,7 @@ static int l_conv2d(lua_State *L)
 /* max_pool2d(x, kernel, [stride = kernel], [padding], [dilation unused], ...) */
 static int l_pool(lua_State *L)
 {
-    static const char *const names[] = {"stride", "padding", "ceil_mode", "count_include_pad"};
+    static const char *const names[] = {"stride", "padding", "ceil_mode", "count_include_pad", NULL};
     kn_opcall c;
     kn_opcall_init(&c, op_upvalue(L));
     c.n_in = 1;
@@ -648,7 +631,7 @@ static int l_gather_scatter(lua_State *L)
     lua_Integer rows = c.in[0]->ndim >= 1 ? c.in[0]->shape[0] : 0;
     if (!lua_isnoneornil(L, 4)) {
         static const char *const keys[] = {"weight", "base", "rows", NULL};
-        check_option_keys(L, 4, "gather_scatter", keys, "weight, base and rows");
+        kn_lua_check_options(L, 4, "gather_scatter", keys);
         lua_getfield(L, 4, "weight");
         if (!lua_isnil(L, -1)) w = kn_lua_checktensor(L, lua_gettop(L));
         lua_getfield(L, 4, "base");

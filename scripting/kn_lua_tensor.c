@@ -32,7 +32,10 @@ static int tensor_gc(lua_State *L)
 
 /* ---- creation ---------------------------------------------------------- */
 
-static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double value, double value2)
+/* A tensor made by op (zeros, randn, ...), called `what` in messages,
+ * whose options at opts_idx may hold the keys `known`. */
+static int create(lua_State *L, kn_op op, const char *what, const char *const *known, int shape_idx, int opts_idx,
+                  double value, double value2)
 {
     kn_opcall c;
     kn_opcall_init(&c, op);
@@ -41,7 +44,7 @@ static int create(lua_State *L, kn_op op, int shape_idx, int opts_idx, double va
     kn_device dev = kn_lua_default_device();
     int64_t seed = 0;
     int has_seed = 0;
-    kn_lua_opts(L, opts_idx, &dt, &dev, &seed, &has_seed);
+    kn_lua_opts(L, opts_idx, what, known, &dt, &dev, &seed, &has_seed);
     c.a.dtype = dt;
     c.a.value = value;
     c.a.value2 = value2;
@@ -74,16 +77,26 @@ static int opts_index(lua_State *L, int shape_idx)
     return i;
 }
 
-static int l_zeros(lua_State *L) { return create(L, KN_OP_FULL, 1, opts_index(L, 1), 0, 0); }
-static int l_ones(lua_State *L) { return create(L, KN_OP_FULL, 1, opts_index(L, 1), 1, 0); }
-static int l_randn(lua_State *L) { return create(L, KN_OP_RANDN, 1, opts_index(L, 1), 0, 0); }
+static int l_zeros(lua_State *L)
+{
+    return create(L, KN_OP_FULL, "zeros", KN_LUA_TENSOR_OPTS, 1, opts_index(L, 1), 0, 0);
+}
+static int l_ones(lua_State *L)
+{
+    return create(L, KN_OP_FULL, "ones", KN_LUA_TENSOR_OPTS, 1, opts_index(L, 1), 1, 0);
+}
+static int l_randn(lua_State *L)
+{
+    return create(L, KN_OP_RANDN, "randn", KN_LUA_RANDOM_OPTS, 1, opts_index(L, 1), 0, 0);
+}
 
 /* kiln.rand(shape [, {low =, high =, ...}]): uniform in [low, high), default (0, 1) */
 static int l_rand(lua_State *L)
 {
+    static const char *const known[] = {"low", "high", "dtype", "device", "seed", NULL};
     int oi = opts_index(L, 1);
     double lo = 0, hi = 0;
-    if (lua_istable(L, oi)) {
+    if (kn_lua_check_options(L, oi, "rand", known)) {
         lua_getfield(L, oi, "low");
         lua_getfield(L, oi, "high");
         if (!lua_isnil(L, -2) || !lua_isnil(L, -1)) {
@@ -94,7 +107,7 @@ static int l_rand(lua_State *L)
         }
         lua_pop(L, 2);
     }
-    return create(L, KN_OP_RAND, 1, oi, lo, hi);
+    return create(L, KN_OP_RAND, "rand", known, 1, oi, lo, hi);
 }
 
 static int l_full(lua_State *L)
@@ -102,7 +115,7 @@ static int l_full(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : luaL_checknumber(L, 2);
     /* kiln.full(shape, value [, opts]) */
-    return create(L, KN_OP_FULL, 1, 3, v, 0);
+    return create(L, KN_OP_FULL, "full", KN_LUA_TENSOR_OPTS, 1, 3, v, 0);
 }
 
 /* kiln.randint(low, high, shape [, opts]) -> i64 in [low, high) */
@@ -111,7 +124,7 @@ static int l_randint(lua_State *L)
     lua_Integer lo = luaL_checkinteger(L, 1), hi = luaL_checkinteger(L, 2);
     if (hi <= lo)
         return luaL_error(L, "randint: high (%I) must be greater than low (%I)", (LUAI_UACINT)hi, (LUAI_UACINT)lo);
-    return create(L, KN_OP_RANDINT, 3, 4, (double)lo, (double)hi);
+    return create(L, KN_OP_RANDINT, "randint", KN_LUA_RANDOM_OPTS, 3, 4, (double)lo, (double)hi);
 }
 
 /* The element count of an all-integer arange, in integers: a double
@@ -169,7 +182,7 @@ static int l_arange(lua_State *L)
     c.a.shape[0] = (int64_t)len;
     kn_dtype dt = all_int ? KN_I64 : KN_F32;
     kn_device dev = kn_lua_default_device();
-    kn_lua_opts(L, nnum + 1, &dt, &dev, NULL, NULL);
+    kn_lua_opts(L, nnum + 1, "arange", KN_LUA_TENSOR_OPTS, &dt, &dev, NULL, NULL);
     /* the first and the last element must fit an integer dtype */
     kn_status st = kn_dtype_check_value("arange", "start", start, dt);
     if (st == KN_OK && len >= 1) st = kn_dtype_check_value("arange", "last value", start + (len - 1) * step, dt);
@@ -262,7 +275,7 @@ static int l_tensor(lua_State *L)
     (void)has_float;
     kn_dtype dt = lua_isboolean(L, 1) ? KN_BOOL : KN_F32;
     kn_device dev = kn_lua_default_device();
-    kn_lua_opts(L, 2, &dt, &dev, NULL, NULL);
+    kn_lua_opts(L, 2, "tensor", KN_LUA_TENSOR_OPTS, &dt, &dev, NULL, NULL);
     kn_tensor *t;
     kn_status st = kn_tensor_new(dt, ndim, shape, KN_CPU, &t);
     if (st != KN_OK) return kn_lua_fail(L, st);
@@ -418,7 +431,7 @@ static int m_to(lua_State *L)
     kn_device dev = kn_tensor_device(t);
     for (int i = 2; i <= lua_gettop(L); i++) {
         if (lua_istable(L, i)) {
-            kn_lua_opts(L, i, &dt, &dev, NULL, NULL);
+            kn_lua_opts(L, i, "to", KN_LUA_TENSOR_OPTS, &dt, &dev, NULL, NULL);
             continue;
         }
         const char *s = luaL_checkstring(L, i);
@@ -427,9 +440,14 @@ static int m_to(lua_State *L)
              * own message says what is wrong better than the generic one */
             if (strchr(s, ':')) return luaL_error(L, "to: %s", kn_last_error());
             kn_status st = kn_dtype_parse(s, &dt);
-            if (st != KN_OK)
+            if (st != KN_OK) {
+                static const char *const names[] = {"cpu", "cuda", "f32", "f64", "bf16", "f16", "i32", "i64",
+                                                    "bool", NULL};
+                const char *near = kn_lua_nearest(s, names);
                 return luaL_error(L, "to: '%s' is neither a device (cpu, cuda, cuda:N) nor a dtype "
-                                     "(f32, f64, bf16, f16, i32, i64, bool)", s);
+                                     "(f32, f64, bf16, f16, i32, i64, bool)%s%s%s",
+                                  s, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+            }
         }
     }
     lua_settop(L, 1);

@@ -153,7 +153,7 @@ do
   e = err(q:cast("i32"), k:cast("i32"), v:cast("i32"))
   T.like(e, "must be float tensors", "integer inputs are refused")
   e = err(q, k, v, { causl = true })
-  T.like(e, "^t/attention%.lua:%d+: scaled_dot_product_attention: unknown option 'causl' %(the options are causal, scale and mask%)",
+  T.like(e, "^t/attention%.lua:%d+: scaled_dot_product_attention: unknown option 'causl' %(known: causal, scale, mask%); did you mean 'causal'%?$",
     "an unknown option key is an error, at the caller's line")
   e = err(q, k, v, { causal = 1 })
   T.like(e, "causal must be a boolean, got number", "causal must be a boolean")

@@ -150,7 +150,7 @@ do
   T.like(err(h, src, dst, { base = kiln.zeros({ 4, 3 }), rows = 4 }), "give rows or base, not both",
     "rows and base together")
   T.like(err(h, src, dst, { rwos = 4 }),
-    "^t/gather_scatter%.lua:%d+: gather_scatter: unknown option 'rwos' %(the options are weight, base and rows%)",
+    "^t/gather_scatter%.lua:%d+: gather_scatter: unknown option 'rwos' %(known: weight, base, rows%); did you mean 'rows'%?$",
     "an unknown option is an error at the caller's line")
   T.like(err(h, src:to("f32"), dst), "gather_scatter: index must be i32 or i64, got f32", "a float index")
   T.like(err(h:to("i32"), src, dst), "gather_scatter: needs a float h, got i32", "an integer h")

@@ -113,7 +113,7 @@ T.is(bare(function() local m = kiln.nn.Dropout(kiln.zeros({2, 3})) return m end)
 T.is(bare(function() local r = kiln.time(function(v) return v end, {kiln.zeros({2})}, {warmup = {}}) return r end),
   "kiln.time: opts.warmup must be an integer >= 0, got a table", "kiln.time: a table")
 T.is(bare(function() local r = kiln.cmd.mode({}) return r end),
-  "unknown mode 'a table' (modes: eager, default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
+  "unknown mode 'a table' (known: eager, default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)",
   ":mode: a table")
 T.is(bare(function() local r = kiln.cmd.run({}) return r end),
   "usage: :run [n] (n must be a positive integer, got 'a table')", ":run: a table")

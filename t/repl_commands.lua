@@ -181,7 +181,7 @@ if real_compile == nil then
   T.raises(function() kiln.cmd.mode("default") end, lit("mode 'default' needs kiln.compile, which this build does not have yet"),
     ":mode default without kiln.compile")
 end
-T.raises(function() kiln.cmd.mode("fast") end, lit("unknown mode 'fast' (modes: eager, default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)"),
+T.raises(function() kiln.cmd.mode("fast") end, lit("unknown mode 'fast' (known: eager, default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)"),
   "an unknown mode")
 local compiled_with, calls = nil, 0
 kiln.compile = function(model, opts)

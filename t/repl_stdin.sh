@@ -116,7 +116,7 @@ is "$out" "mode: eager
 mode: eager" ":mode shows and sets the mode"
 feed ':mode turbo
 '
-like "$err" "unknown mode 'turbo' (modes: eager, default," ":mode rejects an unknown mode"
+like "$err" "unknown mode 'turbo' (known: eager, default," ":mode rejects an unknown mode"
 if "$KILN" -e 'os.exit(kiln.compile and 0 or 1)' >/dev/null 2>&1; then
     skip "this build has kiln.compile: :mode default works"
 else

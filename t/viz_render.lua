@@ -304,7 +304,7 @@ T.like(kiln.outline(cm_net, { collapse = true }), "repeated 6 times", "outline, 
 -- mistakes
 
 T.raises(function() kiln.render(cm_tiny, tmp .. "/x.svg", { view = "kernels" }) end,
-  "kiln%.render: unknown view 'kernels' %(expected \"captured\" or \"fused\"%)", "an unknown view")
+  "kiln%.render: unknown view 'kernels' %(known: captured, fused%)$", "an unknown view")
 T.raises(function() kiln.render(cm_tiny, tmp .. "/no/such/dir/x.svg") end,
   "kiln%.render: cannot write '.*/no/such/dir/x%.svg': No such file or directory", "an unwritable file")
 T.raises(function() kiln.render(tiny, tmp .. "/x.svg") end,

@@ -516,14 +516,10 @@ function onnx.save(model, path, inputs, opts)
   if type(path) ~= "string" or path == "" then fail("argument 2 must be a file path, got %s", type(path)) end
   if is_tensor(inputs) then inputs = { inputs } end
   if type(inputs) ~= "table" then fail("argument 3 must be the example inputs: a tensor or a list of them, got %s", type(inputs)) end
-  if opts ~= nil and type(opts) ~= "table" then fail("argument 4 must be an options table {opset = n}, got %s", type(opts)) end
-  local opset
-  for k, v in pairs(opts or {}) do
-    if k ~= "opset" then fail("unknown option '%s' (the option is opset)", tostring(k)) end
-    if math.type(v) ~= "integer" or not IR_VERSION[v] then
-      fail("opset must be an integer from %d to 21, got %s", MIN_OPSET, tostring(v))
-    end
-    opset = v
+  opts = kiln._check_options(opts, "kiln.onnx.save", { "opset" })
+  local opset = opts.opset
+  if opset ~= nil and (math.type(opset) ~= "integer" or not IR_VERSION[opset]) then
+    fail("opset must be an integer from %d to 21, got %s", MIN_OPSET, tostring(opset))
   end
   local n_inputs = #inputs
   for k = 1, n_inputs do

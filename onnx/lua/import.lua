@@ -630,12 +630,7 @@ local OnnxModel = kiln.nn.Module {
   -- made bf16 takes bf16, as a Lua model does), unless {keep_io_types = true}:
   -- then it takes and returns the types of the file, cast at its edges.
   to = function(self, what, opts)
-    if opts ~= nil then
-      if type(opts) ~= "table" then error("OnnxModel:to: options must be a table {keep_io_types = true}", 2) end
-      for k in pairs(opts) do
-        if k ~= "keep_io_types" then error("OnnxModel:to: unknown option '" .. tostring(k) .. "' (known: keep_io_types)", 2) end
-      end
-    end
+    if opts ~= nil then kiln._check_options(opts, "OnnxModel:to", { "keep_io_types" }) end
     local report
     if FLOAT[what] then
       report = onnx.convert_floats(self, what)
@@ -693,10 +688,7 @@ function onnx.load(path, opts)
     error("kiln.onnx.load: this kiln was built without ONNX import (protobuf-c or onnx.proto were missing)", 2)
   end
   if type(path) ~= "string" then error("kiln.onnx.load: expected a file path, got " .. type(path), 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("kiln.onnx.load: opts must be a table {sizes =, device =}", 2) end
-  for k in pairs(opts or {}) do
-    if k ~= "sizes" and k ~= "device" and k ~= "fuse" then error("kiln.onnx.load: unknown option '" .. tostring(k) .. "'", 2) end
-  end
+  if opts ~= nil then kiln._check_options(opts, "kiln.onnx.load", { "sizes", "device", "fuse" }) end
   local ok, model = pcall(onnx.read, path)
   if not ok then error(model, 2) end
   local m = OnnxModel(model, opts)

@@ -115,10 +115,10 @@ local function pair(v, what, fn, min)
   return { v, v }
 end
 
-local function opts_table(opts, fn)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then fail("%s: options must be a table, got %s", fn, type(opts)) end
-  return opts
+-- The options table (a new empty one for nil), whose keys must be in
+-- `known`: the checker every API shares (scripting/kn_lua_util.c).
+local function opts_table(opts, fn, known)
+  return kiln._check_options(opts, fn, known)
 end
 
 ---------------------------------------------------------------------------
@@ -389,7 +389,11 @@ end
 
 local function canonical_dtype(name)
   local ok, t = pcall(kiln.zeros, { 0 }, { dtype = name })
-  if not ok then fail("to: '%s' is neither a device (cpu, cuda) nor a dtype", name) end
+  if not ok then
+    local near = kiln._did_you_mean(tostring(name), { "cpu", "cuda", "f32", "f64", "bf16", "f16" })
+    fail("to: '%s' is neither a device (cpu, cuda) nor a dtype%s", name,
+      near and "; did you mean '" .. near .. "'?" or "")
+  end
   return t.dtype
 end
 
@@ -398,6 +402,7 @@ function Base:to(...)
   for i = 1, select("#", ...) do
     local a = select(i, ...)
     if type(a) == "table" then
+      kiln._check_options(a, "to", { "device", "dtype" })
       dev, dt = a.device or dev, a.dtype or dt
     elseif type(a) == "string" then
       if a == "cpu" or a == "cuda" or a:match("^cuda:%d+$") then dev = a else dt = a end
@@ -451,7 +456,7 @@ end
 -- m:save_safetensors(path [, {index_base = 0, metadata = {k = "v"}}]): every
 -- parameter and buffer under its dotted name.
 function Base:save_safetensors(path, opts)
-  opts = opts_table(opts, "save_safetensors")
+  opts = opts_table(opts, "save_safetensors", { "index_base", "metadata" })
   local delta = index_base(opts, "save_safetensors") - 1
   local sd = {}
   for name, t in pairs(self:state_dict()) do sd[shift_indices(name, delta)] = t end
@@ -465,7 +470,7 @@ end
 -- unexpected names are an error; a wrong shape always is. One error lists
 -- every problem. Returns self, missing names, unexpected names.
 function Base:load_safetensors(path, opts)
-  opts = opts_table(opts, "load_safetensors")
+  opts = opts_table(opts, "load_safetensors", { "strict", "index_base" })
   local delta = 1 - index_base(opts, "load_safetensors")
   local file = kiln.load_safetensors(path)
   local from_file = {}
@@ -573,7 +578,7 @@ nn.Linear = nn.Module {
   init = function(self, in_features, out_features, opts)
     check_count(in_features, "in_features", "Linear", 0)
     check_count(out_features, "out_features", "Linear", 0)
-    opts = opts_table(opts, "Linear")
+    opts = opts_table(opts, "Linear", { "bias" })
     self.in_features, self.out_features = in_features, out_features
     local bound = nn.init_bound(in_features)
     self.weight = uniform({ out_features, in_features }, bound)
@@ -601,7 +606,7 @@ nn.Conv2d = nn.Module {
   init = function(self, in_channels, out_channels, kernel_size, opts)
     check_count(in_channels, "in_channels", "Conv2d")
     check_count(out_channels, "out_channels", "Conv2d")
-    opts = opts_table(opts, "Conv2d")
+    opts = opts_table(opts, "Conv2d", { "stride", "padding", "dilation", "groups", "bias" })
     local groups = check_count(opts.groups or 1, "groups", "Conv2d")
     if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
       fail("Conv2d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)",
@@ -647,7 +652,7 @@ nn.BatchNorm2d = nn.Module {
   name = "BatchNorm2d",
   init = function(self, num_features, opts)
     check_count(num_features, "num_features", "BatchNorm2d")
-    opts = opts_table(opts, "BatchNorm2d")
+    opts = opts_table(opts, "BatchNorm2d", { "eps", "momentum", "affine" })
     self.num_features = num_features
     self.eps = opts.eps or 1e-5
     if opts.momentum == nil then self.momentum = 0.1 else self.momentum = opts.momentum end
@@ -695,7 +700,7 @@ nn.LayerNorm = nn.Module {
       fail("LayerNorm: normalized shape must be an integer or a table of integers, got %s", shape)
     end
     for i = 1, #shape do check_count(shape[i], "normalized shape entry " .. i, "LayerNorm") end
-    opts = opts_table(opts, "LayerNorm")
+    opts = opts_table(opts, "LayerNorm", { "eps", "elementwise_affine", "bias" })
     self.normalized_shape = { table.unpack(shape) }
     self.eps = opts.eps or 1e-5
     self.elementwise_affine = opts.elementwise_affine ~= false
@@ -806,11 +811,8 @@ nn.Identity = simple("Identity", function(x) return x end)
 nn.GELU = nn.Module {
   name = "GELU",
   init = function(self, opts)
-    opts = opts_table(opts, "GELU")
-    self.approximate = opts.approximate or "none"
-    if self.approximate ~= "none" and self.approximate ~= "tanh" then
-      fail("GELU: approximate must be 'none' or 'tanh', got '%s'", self.approximate)
-    end
+    opts = opts_table(opts, "GELU", { "approximate" })
+    self.approximate = kiln._check_name(opts.approximate or "none", "GELU", "approximation", { "none", "tanh" })
   end,
   forward = function(self, x)
     if self.approximate == "none" then return x:gelu() end
@@ -852,7 +854,7 @@ local function pool_module(name, fn)
   return nn.Module {
     name = name,
     init = function(self, kernel_size, opts)
-      opts = opts_table(opts, name)
+      opts = opts_table(opts, name, { "stride", "padding", "ceil_mode" })
       self.kernel_size = pair(kernel_size, "kernel_size", name)
       self.stride = pair(opts.stride or kernel_size, "stride", name)
       self.padding = pair(opts.padding or 0, "padding", name, 0)

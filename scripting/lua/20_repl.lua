@@ -101,6 +101,17 @@ function repl.help_text()
   return table.concat(lines, "\n") .. "\n"
 end
 
+-- The error for a command that does not exist: the list is :help's, and a
+-- near miss is named (":kernls" -> did you mean ':kernels'?).
+function repl.unknown_command(name)
+  local names = {}
+  for _, n in ipairs(order) do
+    if cmd[n] then names[#names + 1] = n end
+  end
+  local near = kiln._did_you_mean(name, names)
+  fail("unknown command ':%s' (try :help)%s", name, near and "; did you mean ':" .. near .. "'?" or "")
+end
+
 -- The registry entry of command `name` ({usage, summary, help, max_args};
 -- :help shows it), or nil.
 function repl.command_info(name)
@@ -114,7 +125,7 @@ function repl.command(line)
   if not name then fail("not a command: '%s' (commands start with ':')", line) end
   if name == "" then fail("empty command (try :help)") end
   local f = cmd[name]
-  if f == nil then fail("unknown command ':%s' (try :help)", name) end
+  if f == nil then repl.unknown_command(name) end
   repl.interrupt_note = nil
   local args = {}
   for a in rest:gmatch("%S+") do args[#args + 1] = a end

@@ -83,6 +83,7 @@ end
 -- and prints "loaded NAME from FILE: N parameters" unless opts.quiet.
 -- Returns the table the file returned.
 function kiln.load(path, opts)
+  opts = kiln._check_options(opts, "kiln.load", { "sizes", "quiet" })
   if type(path) ~= "string" or path == "" then
     fail("usage: :load FILE.lua (kiln.load needs a file name, got %s)", type(path) == "string" and "''" or type(path))
   end
@@ -218,7 +219,7 @@ on the next :run. Modes: ]] .. table.concat(MODES, ", ") .. ".",
     print("mode: " .. session.mode)
     return session.mode
   end
-  if not MODE_SET[mode] then fail("unknown mode '%s' (modes: %s)", mode, table.concat(MODES, ", ")) end
+  if not MODE_SET[mode] then fail("%s", kiln._unknown_message("mode", repl.describe_value(mode), MODES)) end
   if mode ~= "eager" and type(kiln.compile) ~= "function" then
     fail("mode '%s' needs kiln.compile, which this build does not have yet: only 'eager' works", mode)
   end

@@ -57,7 +57,7 @@ repl.register("help", {
   end
   name = tostring(name):gsub("^:", "")
   local c = repl.command_info(name)
-  if not c or not cmd[name] then fail("unknown command ':%s' (try :help)", name) end
+  if not c or not cmd[name] then repl.unknown_command(name) end
   print(c.usage .. "\n" .. (c.help or c.summary))
 end)
 

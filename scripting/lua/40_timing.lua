@@ -69,22 +69,34 @@ local function device_of(args)
   return default_device()
 end
 
-local OPT_KEYS = { iters = true, warmup = true, profile_iters = true, device = true, ceilings = true }
+-- The options of kiln.time and kiln.profile.
+local TIME_OPTIONS = { "iters", "warmup", "profile_iters", "device", "ceilings" }
+local PROFILE_OPTIONS = { "warmup", "profile_iters", "device", "ceilings" }
 
--- Split (x..., opts): a trailing plain table of known option keys is opts.
-local function split_opts(...)
+-- Whether a trailing argument reads as an options table: a plain table
+-- whose keys are all names and one of them an option or a typo of one
+-- ({iter = 5}). Then it is checked, so that a typo is an error and not an
+-- argument the function silently drops; {x = t} or a list stays an argument.
+local function looks_like_options(last)
+  if type(last) ~= "table" or getmetatable(last) ~= nil or next(last) == nil then return false end
+  local option = false
+  for k in pairs(last) do
+    if type(k) ~= "string" then return false end
+    option = option or kiln._did_you_mean(k, TIME_OPTIONS) ~= nil
+  end
+  return option
+end
+
+-- Split (x..., opts) of fname: a trailing table that looks like options is
+-- opts, checked against `known`.
+local function split_opts(fname, known, ...)
   local args = table.pack(...)
   local last = args[args.n]
-  if type(last) == "table" and getmetatable(last) == nil then
-    local only = true
-    for k in pairs(last) do
-      if not OPT_KEYS[k] then only = false; break end
-    end
-    if only then
-      args[args.n] = nil
-      args.n = args.n - 1
-      return args, last
-    end
+  if looks_like_options(last) then
+    kiln._check_options(last, fname, known)
+    args[args.n] = nil
+    args.n = args.n - 1
+    return args, last
   end
   return args, {}
 end
@@ -219,16 +231,14 @@ end
 -- kiln.ceilings{device =, remeasure =, progress = function(path)}: the
 -- roofline of a device: {device, name, copy_gbps, f32_gflops, bf16_gflops,
 -- date, path, cached}; cached is true when read from the file.
--- An options table or nil; anything else is the caller's mistake.
-local function opts_table(opts, fname)
-  if opts ~= nil and type(opts) ~= "table" then
-    error(string.format("%s: options must be a table, got %s", fname, type(opts)), 3)
-  end
-  return opts or {}
+-- An options table (a new one for nil) with keys in `known` only; anything
+-- else is the caller's mistake (the checker every API shares).
+local function opts_table(opts, fname, known)
+  return kiln._check_options(opts, fname, known)
 end
 
 function kiln.ceilings(opts)
-  opts = opts_table(opts, "kiln.ceilings")
+  opts = opts_table(opts, "kiln.ceilings", { "device", "remeasure", "progress" })
   local dev = opts.device or default_device()
   if type(dev) ~= "string" then
     error(string.format("kiln.ceilings: device must be a string such as \"cpu\" or \"cuda\", got %s", type(dev)), 2)
@@ -567,7 +577,7 @@ end
 -- kiln.time(cm_or_fn, x..., {iters = 100, warmup = 10, profile_iters = 10})
 function kiln.time(fn, ...)
   check_fn(fn, "kiln.time")
-  local args, opts = split_opts(...)
+  local args, opts = split_opts("kiln.time", TIME_OPTIONS, ...)
   local iters = count_opt(opts, "iters", 100, 1)
   local warmup = count_opt(opts, "warmup", 10, 0)
   local piters = math.min(count_opt(opts, "profile_iters", 10, 1), iters)
@@ -613,7 +623,7 @@ end
 -- per-kernel rows alone (a list whose tostring is the table).
 function kiln.profile(fn, ...)
   check_fn(fn, "kiln.profile")
-  local args, opts = split_opts(...)
+  local args, opts = split_opts("kiln.profile", PROFILE_OPTIONS, ...)
   local warmup = count_opt(opts, "warmup", 2, 0)
   local n = count_opt(opts, "profile_iters", 10, 1)
   local dev = opts.device or device_of(args)
@@ -673,7 +683,7 @@ end
 -- kiln.device(): kiln.device_info() plus the device timing runs on and its
 -- ceilings (measured on first use): {cpu, cuda, device, ceilings}.
 function kiln.device(opts)
-  opts = opts_table(opts, "kiln.device")
+  opts = opts_table(opts, "kiln.device", { "remeasure", "progress" })
   local info = kiln.device_info()
   info.device = default_device()
   info.ceilings = kiln.ceilings({ device = info.device, remeasure = opts.remeasure, progress = opts.progress })
@@ -899,8 +909,12 @@ end
 function kiln.bench(model, inputs, opts)
   check_fn(model, "kiln.bench")
   if type(inputs) ~= "table" then error("kiln.bench: inputs must be the list of arguments {x, ...}", 2) end
-  opts = opts_table(opts, "kiln.bench")
+  opts = opts_table(opts, "kiln.bench", { "modes", "iters", "warmup", "device", "fullgraph", "quiet" })
   local modes = opts.modes or BENCH_MODES
+  if type(modes) ~= "table" then
+    error(string.format("kiln.bench: modes must be a list of mode names, got %s", type(modes)), 2)
+  end
+  for _, mode in ipairs(modes) do kiln._check_name(mode, "kiln.bench", "mode", repl.modes) end
   local iters = count_opt(opts, "iters", 20, 1)
   local warmup = count_opt(opts, "warmup", 3, 0)
   local n = inputs.n or #inputs

@@ -16,7 +16,11 @@ local session = kiln.session
 local is_compiled = repl.is_compiled
 
 local RANKDIRS = { TB = true, LR = true, BT = true, RL = true }
-local OPT_KEYS = { view = true, format = true, rankdir = true, collapse = true, timings = true, inputs = true }
+local RANKDIR_NAMES = { "TB", "LR", "BT", "RL" }
+local VIEWS = { "captured", "fused" }
+local FORMATS = { "svg", "dot" }
+local OPTIONS = { "view", "format", "rankdir", "collapse", "timings", "inputs" }
+local GRAPH_WORDS = { "captured", "fused", "text", "collapse", "lr", "tb", "bt", "rl" }
 
 -- The format a file name asks for, or nil.
 local function format_of(path)
@@ -42,28 +46,19 @@ local function timing_rows(cm, t, fname)
   return t
 end
 
--- Checked options: {view, format, rankdir, collapse, timings, inputs}.
+-- Checked options: {view, format, rankdir, collapse, timings, inputs}, by
+-- the checker every API shares (kiln._check_options, scripting/kn_lua_util.c).
 local function check_opts(opts, fname)
-  opts = opts == nil and {} or opts
-  if type(opts) ~= "table" then error(string.format("%s: options must be a table, got %s", fname, type(opts)), 3) end
-  for k in pairs(opts) do
-    if not OPT_KEYS[k] then
-      error(string.format("%s: unknown option '%s' (known: view, format, rankdir, collapse, timings, inputs)", fname,
-        tostring(k)), 3)
-    end
-  end
-  local view = opts.view or "fused"
-  if view ~= "captured" and view ~= "fused" then
-    error(string.format("%s: unknown view '%s' (expected \"captured\" or \"fused\")", fname, repl.describe_value(view)), 3)
-  end
+  opts = kiln._check_options(opts, fname, OPTIONS)
+  local view = kiln._check_name(opts.view or "fused", fname, "view", VIEWS)
   local format = opts.format
-  if format ~= nil and format ~= "svg" and format ~= "dot" then
-    error(string.format("%s: unknown format '%s' (expected \"svg\" or \"dot\")", fname, repl.describe_value(format)), 3)
-  end
-  local rankdir = opts.rankdir and tostring(opts.rankdir):upper() or "TB"
-  if not RANKDIRS[rankdir] then
-    error(string.format("%s: unknown rankdir '%s' (expected \"TB\", \"LR\", \"BT\" or \"RL\")", fname,
-      tostring(opts.rankdir)), 3)
+  if format ~= nil then kiln._check_name(format, fname, "format", FORMATS) end
+  local rankdir = "TB"
+  if opts.rankdir ~= nil then
+    rankdir = type(opts.rankdir) == "string" and opts.rankdir:upper() or opts.rankdir
+    if type(rankdir) ~= "string" or not RANKDIRS[rankdir] then
+      kiln._check_name(opts.rankdir, fname, "rankdir", RANKDIR_NAMES)
+    end
   end
   return { view = view, format = format, rankdir = rankdir, collapse = opts.collapse and true or false,
     timings = opts.timings, inputs = opts.inputs }
@@ -197,8 +192,9 @@ kiln.cmd.graph(...) returns {view, path, outline}.]],
       if path then fail(":graph takes one file name, got '%s' and '%s'", path, tostring(w)) end
       path = tostring(w)
     else
-      fail("unknown word '%s' for :graph (expected captured, fused, text, collapse, lr, tb, or FILE.svg / FILE.dot)",
-        tostring(w))
+      local near = kiln._did_you_mean(tostring(w), GRAPH_WORDS)
+      fail("unknown word '%s' for :graph (expected captured, fused, text, collapse, lr, tb, or FILE.svg / FILE.dot)%s",
+        tostring(w), near and "; did you mean '" .. near .. "'?" or "")
     end
   end
   if text_only and path then fail(":graph: 'text' prints the outline only; leave it out to write %s", path) end
