@@ -50,7 +50,7 @@ is "$rc" 1 "the exit status says lines failed"
 feed ':help
 :help fullgraph
 '
-like "$out" "  :fullgraph [on|off]                               show or set fullgraph: a graph break is an error instead of a new graph" ":help lists :fullgraph"
+like "$out" "  :fullgraph [on|off]  show or set fullgraph: a graph break is an error instead of a new graph" ":help lists :fullgraph"
 like "$out" ":fullgraph [on|off]
 With no argument, shows whether the session compiles with fullgraph" ":help fullgraph explains it"
 
