@@ -441,6 +441,18 @@ static void set_on_quit(lua_State *L, lua_CFunction f)
     lua_pop(L, 2);
 }
 
+/* The banner a person at a terminal sees first (kiln.repl.banner: version,
+ * mode, device, where help is). Piped input gets none: what a script feeds
+ * kiln prints only its own output. */
+static void print_banner(lua_State *L)
+{
+    int top = lua_gettop(L);
+    if (push_repl_fn(L, "banner") && lua_pcall(L, 0, 1, 0) == LUA_OK && lua_isstring(L, -1))
+        printf("%s\n", lua_tostring(L, -1));
+    lua_settop(L, top);
+    fflush(stdout);
+}
+
 /* The read-eval-print loop, on a terminal or on piped lines. Returns the
  * number of chunks that failed. */
 static int do_repl(lua_State *L, int interactive)
@@ -450,7 +462,10 @@ static int do_repl(lua_State *L, int interactive)
     progname = NULL; /* REPL errors carry no "kiln: " prefix, as in lua.c */
     repl.interactive = interactive;
     set_on_quit(L, l_on_quit);
-    if (interactive) kn_edit_init(L);
+    if (interactive) {
+        print_banner(L);
+        kn_edit_init(L);
+    }
     for (;;) {
         int status = loadline(L);
         if (status == CHUNK_EOF) break;

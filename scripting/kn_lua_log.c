@@ -26,7 +26,7 @@ static const struct {
     {"guards", KN_LOG_GUARDS, "the guards of each new version of a graph"},
     {"fusion", KN_LOG_FUSION, "why two kernels are two: every edge between kernels, naming both ops and lines"},
     {"kernels", KN_LOG_KERNELS, "each kernel a plan compiles, with its node count"},
-    {"passes", KN_LOG_PASSES, "the graph after each compiler pass"},
+    {"passes", KN_LOG_PASSES, "the graph after each compiler pass, tagged [passes:NAME]; (unchanged) when it did nothing"},
     {"cudagraphs", KN_LOG_CUDAGRAPHS, "why a graph runs without a CUDA graph (reduce-overhead)"},
     {"autotune", KN_LOG_AUTOTUNE, "each kernel's candidates and timings as max-autotune measures them"},
     {"onnx", KN_LOG_ONNX, "what m:to(dtype) converts in an imported ONNX model: numbers, constants, Cast targets"},

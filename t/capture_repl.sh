@@ -13,6 +13,7 @@ feed() {
     rc=$?
     out=$(sed -e 's/^Compile time: .*/Compile time: (varies)/' -e 's/^Call time: .*/Call time: (varies)/' \
               -e 's/^first call (compiling): .*/first call (compiling): (varies)/' \
+              -e 's/^\(recompiled.*)\): [0-9.]* m\{0,1\}s$/\1: (varies)/' \
               -e 's/ · [0-9.]* ms per call (min [0-9.]*) · / · (time) · /' "$tmp/out")
     err=$(cat "$tmp/err")
 }
@@ -76,7 +77,7 @@ first call (compiling): (varies)
 output {8,4} f32 · 1 run · (time) · default on $dev
 no recompilations
 mode: max-autotune
-first call (compiling): (varies)
+recompiled 3 graphs (mode changed: default -> max-autotune): (varies)
 output {8,4} f32 · 1 run · (time) · max-autotune on $dev
 Recompiling forward (samples/breaks.lua:42), graph 0, version 1
   triggered by the guard failure(s):

@@ -50,7 +50,7 @@ is "$rc" 1 "the exit status says lines failed"
 feed ':help
 :help fullgraph
 '
-like "$out" "  :fullgraph [on|off]                               show or set fullgraph: a graph break is an error instead of a new graph" ":help lists :fullgraph"
+like "$out" "  :fullgraph [on|off]  show or set fullgraph: a graph break is an error instead of a new graph" ":help lists :fullgraph"
 like "$out" ":fullgraph [on|off]
 With no argument, shows whether the session compiles with fullgraph" ":help fullgraph explains it"
 
@@ -69,8 +69,16 @@ count=$(printf '%s\n' "$out" | grep -c '^! ')
 is "$count" 1 ":bench: the reason once for the modes that share it"
 marked=$(printf '%s\n' "$out" | grep -c '^\(default\|reduce-overhead\|max-autotune\) .*x!')
 is "$marked" 3 ":bench: each mode slower than eager is marked !"
-is "$err" "kiln: $HEAD, so every call runs the Lua code and capture again: $ADVICE" \
-    ":time: the re-tracing warning, once for two :time (exact text)"
+# measured against a few eager calls: "so compiled is 12x slower than eager"
+# (or, where it is not slower, that every call runs the Lua code again)
+case $err in
+    "kiln: $HEAD, so compiled is "*"x slower than eager: $ADVICE" | \
+    "kiln: $HEAD, so every call runs the Lua code and capture again: $ADVICE")
+        case $err in *"
+"*) fail ":time: the re-tracing warning, once for two :time" "got:" "$err" ;;
+        *) pass ":time: the re-tracing warning, once for two :time" ;; esac ;;
+    *) fail ":time: the re-tracing warning, once for two :time" "got:" "$err" ;;
+esac
 
 # ---- a dynamic number, as :recompiles prints it ---------------------------
 cat >"$tmp/stepper.lua" <<'LUA'

@@ -188,6 +188,9 @@ int main(void)
     char seg[1 << 14];
 
     start(kiln, history);
+    ok(expect("kiln "), "a banner comes first, with the version");
+    ok(expect(" · mode eager · device "), "... the mode and the device");
+    ok(expect(":help for the commands"), "... and where help is");
     ok(expect("kiln> "), "the prompt appears");
 
     type("1+1\r");

@@ -474,18 +474,32 @@ const char *const *kn_passes_names(void)
     return pass_list;
 }
 
-static kn_status log_graph(const kn_graph *g, const char *pass)
+/* KILN_LOGS=passes: the graph after `pass`, every line tagged with the
+ * pass ("[passes:cse] ..."), so that a line grepped out of a long log says
+ * which graph it is from; after a pass that changed nothing, "(unchanged)"
+ * instead of the same graph again. before: the graph's text before the
+ * pass (NULL after capture); *text gets the text now, for the next pass. */
+static kn_status log_graph(const kn_graph *g, const char *pass, const char *before, char **text)
 {
-    char *text = NULL;
-    KN_TRY(kn_graph_format(g, &text));
-    fprintf(stderr, "[passes] after %s: %d nodes, %d ops\n%s", pass, g->n_nodes,
-            kn_graph_op_count(g), text);
-    free(text);
+    KN_TRY(kn_graph_format(g, text));
+    if (before && strcmp(before, *text) == 0) {
+        fprintf(stderr, "[passes:%s] (unchanged)\n", pass);
+        return KN_OK;
+    }
+    fprintf(stderr, "[passes:%s] %d nodes, %d ops\n", pass, g->n_nodes, kn_graph_op_count(g));
+    for (const char *line = *text; *line;) {
+        const char *end = strchr(line, '\n');
+        int len = end ? (int)(end - line) : (int)strlen(line);
+        fprintf(stderr, "[passes:%s] %.*s\n", pass, len, line);
+        line += len + (end != NULL);
+    }
     return KN_OK;
 }
 
+/* Run pass `name`. *logged: the graph's text as KILN_LOGS=passes last
+ * printed it (updated here; NULL when the log is off). */
 static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags, char **notes,
-                          const struct kn_settings *settings)
+                          const struct kn_settings *settings, char **logged)
 {
     const pass_entry *p = NULL;
     for (size_t k = 0; k < sizeof pass_table / sizeof pass_table[0]; k++)
@@ -509,13 +523,23 @@ static kn_status run_pass(kn_graph *g, const char *name, int *outputs, int n_out
         if (kn_graph_verify(g, why, sizeof why) != KN_OK)
             return kn_error(KN_ERR_ARG, "after pass %s: %s", p->name, why);
     }
-    if (flags & KN_PASSES_LOG) KN_TRY(log_graph(g, p->name));
+    if ((flags & KN_PASSES_LOG) && logged) {
+        char *text = NULL;
+        st = log_graph(g, p->name, *logged, &text);
+        free(*logged);
+        *logged = text;
+        return st;
+    }
     return KN_OK;
 }
 
 kn_status kn_pass_run(kn_graph *g, const char *name, int *outputs, int n_outputs, int flags)
 {
-    return run_pass(g, name, outputs, n_outputs, flags, NULL, NULL);
+    char *logged = NULL;
+    if (flags & KN_PASSES_LOG) KN_TRY(kn_graph_format(g, &logged));
+    kn_status st = run_pass(g, name, outputs, n_outputs, flags, NULL, NULL, &logged);
+    free(logged);
+    return st;
 }
 
 kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flags, char **notes,
@@ -526,14 +550,17 @@ kn_status kn_passes_run_noted(kn_graph *g, int *outputs, int n_outputs, int flag
         if (kn_graph_verify(g, why, sizeof why) != KN_OK)
             return kn_error(KN_ERR_ARG, "before the passes: %s", why);
     }
-    if (flags & KN_PASSES_LOG) KN_TRY(log_graph(g, "capture"));
-    for (int k = 0; pass_list[k]; k++) {
+    char *logged = NULL;
+    if (flags & KN_PASSES_LOG) KN_TRY(log_graph(g, "capture", NULL, &logged));
+    kn_status st = KN_OK;
+    for (int k = 0; pass_list[k] && st == KN_OK; k++) {
         if ((flags & KN_PASSES_NO_ATTENTION) && strcmp(pass_list[k], "attention") == 0) continue;
         if (!(flags & (KN_PASSES_NHWC_HALF | KN_PASSES_NHWC_F32)) && strcmp(pass_list[k], "channels_last") == 0)
             continue;
-        KN_TRY(run_pass(g, pass_list[k], outputs, n_outputs, flags, notes, settings));
+        st = run_pass(g, pass_list[k], outputs, n_outputs, flags, notes, settings, &logged);
     }
-    return KN_OK;
+    free(logged);
+    return st;
 }
 
 kn_status kn_passes_run(kn_graph *g, int *outputs, int n_outputs, int flags)

@@ -11,8 +11,9 @@
 -- is the order :help lists them in: 21_repl_model.lua (:load, :mode,
 -- :fullgraph, :run), 22_repl_inspect.lua (:explain, :breaks, :recompiles,
 -- :guards, :kernels, :src, :check), 23_repl_system.lua (:device, :help,
--- :quit); later files (40_timing.lua, 45_autotune.lua, 50_graph.lua,
--- 60_report.lua) add theirs the same way.
+-- :quit, the banner); later files (40_timing.lua, 45_autotune.lua,
+-- 50_graph.lua, 60_report.lua) add theirs the same way (38_steady.lua has
+-- the helpers that time compiling calls apart).
 local kiln = ...
 
 local repl = kiln.repl or {}
@@ -81,20 +82,47 @@ function repl.register(name, info, fn)
   cmd[name] = fn
 end
 
--- The command list, one line per command that still exists (for :help and
--- kiln --help).
+-- :help fits in HELP_WIDTH columns: usages up to USAGE_WIDTH wide share
+-- their line with the summary, a longer one has a line of its own, and
+-- summaries wrap at word boundaries under the summary column.
+local HELP_WIDTH, USAGE_WIDTH = 100, 20
+
+-- `text` in lines of at most `width` characters (a longer word alone).
+local function wrap(text, width)
+  local lines, line = {}, ""
+  for word in text:gmatch("%S+") do
+    if line ~= "" and utf8.len(line) + 1 + utf8.len(word) > width then
+      lines[#lines + 1] = line
+      line = word
+    else
+      line = line == "" and word or (line .. " " .. word)
+    end
+  end
+  if line ~= "" or #lines == 0 then lines[#lines + 1] = line end
+  return lines
+end
+
+-- The command list, a command a line or two (for :help and kiln --help).
 function repl.help_text()
   local rows, width = {}, 0
   for _, name in ipairs(order) do
     if cmd[name] then
       local c = commands[name]
       rows[#rows + 1] = c
-      width = math.max(width, #c.usage)
+      if #c.usage <= USAGE_WIDTH then width = math.max(width, #c.usage) end
     end
   end
+  local indent = string.rep(" ", 2 + width + 2)
   local lines = {}
   for _, c in ipairs(rows) do
-    lines[#lines + 1] = string.format("  %-" .. width .. "s  %s", c.usage, c.summary)
+    local summary = wrap(c.summary, HELP_WIDTH - #indent)
+    if #c.usage > width then
+      lines[#lines + 1] = "  " .. c.usage
+      lines[#lines + 1] = indent .. summary[1]
+    else
+      lines[#lines + 1] = string.format("  %-" .. width .. "s  %s", c.usage, summary[1])
+    end
+    for i = 2, #summary do lines[#lines + 1] = indent .. summary[i] end
   end
   lines[#lines + 1] = "Each command is also a Lua function: kiln.cmd.run(3), kiln.load(path)."
   lines[#lines + 1] = ":help CMD shows the details of one command."

@@ -295,6 +295,21 @@ end
 -- as :run does
 repl.model_inputs, repl.runner = model_inputs, runner
 
+-- One call of fn on the inputs, timed (device work included); what it
+-- compiled, in words (repl.compiled_since), or nil; first: a call that may
+-- compile where nothing else can tell (a callable other than kiln.compile's
+-- before its first call).
+local function timed_call(fn, inputs, ninputs, sync, first)
+  local mark = repl.compile_mark(fn)
+  local t0 = clock()
+  local out = table.pack(fn(table.unpack(inputs, 1, ninputs)))
+  sync()
+  local ms = (clock() - t0) * 1000
+  local what = repl.compiled_since(fn, mark)
+  if not what and not mark and first then what = "first call (compiling)" end
+  return out, ms, what
+end
+
 repl.register("run", {
   usage = ":run [n]",
   summary = "run the loaded model n times (default 1) and time it",
@@ -302,9 +317,13 @@ repl.register("run", {
 Builds the inputs once with inputs({device = kiln.default_device(),
 dtype = "f32", small = kiln.session.small}), calls the model n times and
 prints the output's shape and dtype and the time per call (the median, and
-the minimum). In a compiled mode the first call compiles; it is timed apart.
-From Lua, kiln.cmd.run(n) returns {output, runs, times_ms, median_ms, min_ms,
-mode, device, compile_s}.]],
+the minimum). In a compiled mode a call that compiles (the first call, a
+recompile after a shape change, a plan for new sizes) is timed apart and
+printed with what it compiled ("recompiled (x dim 1: 8 -> 2): 0.21 s"),
+and another call takes its place, so the median and the minimum are of
+calls that compiled nothing. From Lua, kiln.cmd.run(n) returns {output,
+runs, times_ms, median_ms, min_ms, mode, device, compile_s, compiles}
+(compiles: {what, s} per call that compiled).]],
 }, function(n)
   local count = 1
   if n ~= nil then
@@ -321,38 +340,44 @@ mode, device, compile_s}.]],
     return string.format("interrupted after %d of %d run%s%s", done, count, count == 1 and "" or "s",
       compiling and " (in the first call, which compiles)" or "")
   end
-  local compile_s
-  if compiled and not session.warm then
-    compiling = true
-    local t0 = clock()
-    fn(table.unpack(inputs, 1, ninputs))
-    sync()
-    compile_s = clock() - t0
-    session.warm = true
+  -- count calls that compiled nothing; each call that compiled is printed
+  -- apart, and another takes its place (at most count more: a call
+  -- recompiles only until the cache limit makes its graph run eagerly)
+  local times, compiles, out = {}, {}, nil
+  for _ = 1, 2 * count + 1 do
+    local first = compiled and not session.warm
+    compiling = first
+    local res, ms, what = timed_call(fn, inputs, ninputs, sync, first)
     compiling = false
-    repl.check_interrupt()
-    print(string.format("first call (compiling): %.2f s", compile_s))
-  end
-  local times, out = {}, nil
-  for i = 1, count do
-    local t0 = clock()
-    out = table.pack(fn(table.unpack(inputs, 1, ninputs)))
-    sync()
-    times[i] = (clock() - t0) * 1000
+    if compiled then session.warm = true end
     repl.check_interrupt() -- a Ctrl-C that code inside the call caught
-    done = i
+    out = res
+    if what then
+      compiles[#compiles + 1] = { what = what, s = ms / 1000 }
+      print(repl.compile_line(compiles[#compiles]))
+    else
+      times[#times + 1] = ms
+      done = #times
+      if done == count then break end
+    end
   end
   repl.interrupt_note = nil
-  local sorted = table.move(times, 1, count, 1, {})
+  local steady = #times
+  local sorted = table.move(times, 1, steady, 1, {})
   table.sort(sorted)
-  local median = count % 2 == 1 and sorted[(count + 1) // 2] or (sorted[count // 2] + sorted[count // 2 + 1]) / 2
+  local median = steady == 0 and nil
+    or steady % 2 == 1 and sorted[(steady + 1) // 2] or (sorted[steady // 2] + sorted[steady // 2 + 1]) / 2
   local described = {}
   for i = 1, out.n do described[i] = describe(out[i]) end
-  print(string.format("output %s · %d run%s · %s ms per call (min %s) · %s on %s",
-    out.n == 0 and "nothing" or table.concat(described, ", "), count, count == 1 and "" or "s",
-    fmt_ms(median), fmt_ms(sorted[1]), session.mode, device))
+  local timing = steady > 0 and string.format("%s ms per call (min %s)", fmt_ms(median), fmt_ms(sorted[1]))
+    or "no call without a compile to time"
+  print(string.format("output %s · %d run%s · %s · %s on %s",
+    out.n == 0 and "nothing" or table.concat(described, ", "), steady, steady == 1 and "" or "s",
+    timing, session.mode, device))
+  local first = compiles[1] and compiles[1].what == "first call (compiling)" and compiles[1].s or nil
   return {
-    output = out.n <= 1 and out[1] or out, runs = count, times_ms = times,
-    median_ms = median, min_ms = sorted[1], mode = session.mode, device = device, compile_s = compile_s,
+    output = out.n <= 1 and out[1] or out, runs = steady, times_ms = times,
+    median_ms = median, min_ms = sorted[1], mode = session.mode, device = device, compile_s = first,
+    compiles = compiles,
   }
 end)

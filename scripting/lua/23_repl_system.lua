@@ -1,5 +1,6 @@
 -- 23_repl_system.lua: the REPL commands about kiln itself rather than the
--- model: :device, :help and :quit. They come after the model's commands in
+-- model: :device, :help and :quit; and the banner the interactive REPL
+-- starts with. They come after the model's commands in
 -- :help because this file runs after 21_repl_model.lua and
 -- 22_repl_inspect.lua; 40_timing.lua replaces :device (with the measured
 -- roofline) in its place.
@@ -105,3 +106,30 @@ no history.]],
     if chunks[k] then print(string.format("%4d  %s", k, (chunks[k]:gsub("\n", " ⏎ ")))) end
   end
 end)
+
+---------------------------------------------------------------------------
+-- The banner: what a person at a terminal sees first (repl/kn_repl.c prints
+-- it before the first prompt; piped input gets none, so scripts that feed
+-- kiln see only their own output).
+
+-- The device's name for the banner: "cpu (Intel ...)", "cuda (NVIDIA H100 ...)".
+local function device_line(dev)
+  local ok, info = pcall(kiln.device_info)
+  local name
+  if ok and type(info) == "table" then
+    if dev == "cpu" then name = info.cpu and info.cpu.name
+    else
+      local d = info.cuda and info.cuda.devices and info.cuda.devices[1]
+      name = d and d.name
+    end
+  end
+  return name and string.format("%s (%s)", dev, name) or dev
+end
+
+-- "kiln 0.1.0 (Lua 5.4) · mode eager · device cpu (NAME)" and how to go on.
+function repl.banner()
+  local model = kiln.session.model and (" · model " .. tostring(kiln.session.name)) or ""
+  return string.format("kiln %s (%s) · mode %s · device %s%s\n"
+    .. "Type Lua, or :help for the commands (:mode, :load, :run ...); Ctrl-D or :quit leaves.",
+    tostring(kiln.version), _VERSION, kiln.session.mode, device_line(repl.default_device()), model)
+end

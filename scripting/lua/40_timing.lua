@@ -1,13 +1,16 @@
 -- 40_timing.lua: live timing (docs/lua-api.md, docs/repl.md and docs/modes.md): kiln.time,
 -- kiln.profile, kiln.trace, the roofline's ceilings (kiln.ceilings,
--- kiln.device) and the REPL commands :time and :device, on top of
--- kiln.profiler (scripting/kn_lua_timing.c, core/tensor/kn_profile.c).
+-- kiln.device), kiln.bench and the REPL commands :time, :bench and
+-- :device, on top of kiln.profiler (scripting/kn_lua_timing.c,
+-- core/tensor/kn_profile.c).
 --
 -- How the figures are made:
 --   median_ms, min_ms, max_ms  `iters` calls back to back after `warmup`,
 --       with a device event between consecutive calls: the device time of
 --       each call, idle gaps included (a host-bound call is as long as the
---       host makes it).
+--       host makes it). A call that compiled is not among them
+--       (38_steady.lua: warm-up calls are checked one by one, and timed
+--       calls that hid a compile are timed again); r.compiles lists it.
 --   host_us  on a GPU, the median time a call takes to return to the host
 --       (enqueuing its work, which the device runs behind it), each of up
 --       to 20 calls started on an idle device so that a full launch queue
@@ -70,7 +73,7 @@ local function device_of(args)
 end
 
 -- The options of kiln.time and kiln.profile.
-local TIME_OPTIONS = { "iters", "warmup", "profile_iters", "device", "ceilings" }
+local TIME_OPTIONS = { "iters", "warmup", "profile_iters", "device", "ceilings", "quiet" }
 local PROFILE_OPTIONS = { "warmup", "profile_iters", "device", "ceilings" }
 
 -- Whether a trailing argument reads as an options table: a plain table
@@ -393,6 +396,8 @@ end
 local Timing = { __name = "kiln.Timing" }
 Timing.__tostring = function(r)
   local lines, legend = rows_text(r.kernels)
+  -- first the calls that compiled, timed apart from the figures below
+  for i, c in ipairs(r.compiles or {}) do table.insert(lines, i, repl.compile_line(c)) end
   lines[#lines + 1] = total_line(r)
   lines[#lines + 1] = legend
   return table.concat(lines, "\n")
@@ -493,88 +498,29 @@ local function replays(fn)
   return ok and type(s) == "table" and tonumber(s.replays) or 0
 end
 
----------------------------------------------------------------------------
--- Why a compiled function is slow, said once in plain words: it traces again
--- at every call (graph breaks, or a call a replay cannot skip), or it was
--- measured slower than eager.
 
--- "samples/breaks.lua:14, :22": each line once, its file named when it changes.
-local function lines_text(wheres)
-  local out, seen, last_file = {}, {}, nil
-  for _, w in ipairs(wheres) do
-    if not seen[w] then
-      seen[w] = true
-      local file, line = w:match("^(.*):(%d+)$")
-      out[#out + 1] = (file and file == last_file) and (":" .. line) or w
-      last_file = file or last_file
+-- Why compiled fn is slow, against its eager form timed on the same
+-- arguments (n calls) where it has one: (reason, head, eager_ms), the
+-- reason nil when it pays. A function that re-traces at every call is
+-- said to do so even when it is not measured slower.
+local function slow_against_eager(fn, args, dev, n, compiled_ms)
+  local eager, eager_ms, why, head = repl.eager_of(fn), nil, nil, nil
+  if eager then
+    -- one call first: an eager op's first call may set up its library
+    local ok, times = pcall(eager, table.unpack(args, 1, args.n))
+    if ok then ok, times = pcall(P.time_calls, n, dev, eager, table.unpack(args, 1, args.n)) end
+    if not ok and P.interrupted() then error(times, 0) end -- Ctrl-C stops the timing
+    if ok then
+      eager_ms = median(times)
+      why, head = P.slow_reason(fn, compiled_ms, eager_ms)
     end
   end
-  return table.concat(out, ", ")
+  if not why then why, head = P.slow_reason(fn) end
+  return why, head, eager_ms
 end
 
-local function times_text(x) return string.format(x >= 10 and "%.0fx" or "%.1fx", x) end
-
--- The reason compiled callable cm is slow, or nil. compiled_ms and eager_ms
--- (both or neither) are measured times per call (slower: by more than 10%);
--- without them only a function that re-traces because of graph breaks is
--- reported.
-function P.slow_reason(cm, compiled_ms, eager_ms)
-  for i, v in ipairs({ compiled_ms, eager_ms }) do
-    if v ~= nil and (type(v) ~= "number" or v ~= v) then
-      error(string.format("kiln.profiler.slow_reason: argument %d must be a time in ms, got %s", i + 1,
-        type(v) == "number" and "nan" or type(v)), 2)
-    end
-  end
-  if (compiled_ms == nil) ~= (eager_ms == nil) then
-    error("kiln.profiler.slow_reason: give both the compiled and the eager time, or neither", 2)
-  end
-  if not is_compiled(cm) then return nil end
-  local ok, s = pcall(cm.stats, cm)
-  if not ok or type(s) ~= "table" or s.calls == 0 then return nil end
-  local last = cm:last_call()
-  local nbreaks = last.graph_break_count or 0
-  -- 10% more than eager, so timing noise on a tie says nothing
-  local slower = compiled_ms and eager_ms and eager_ms > 0 and compiled_ms > eager_ms * 1.1
-  local retraces = s.replayable ~= "yes" and s.replayable ~= "not called yet"
-  if compiled_ms and eager_ms and not slower then return nil end -- measured, and it pays
-  if not slower and nbreaks == 0 then return nil end
-  local name = s.name or "the compiled function"
-  local head, advice
-  if nbreaks > 0 then
-    local wheres = {}
-    for i, b in ipairs(last.break_reasons or {}) do wheres[i] = b.where end
-    head = string.format("%s re-traces on every call (%d graph break%s at %s)", name, nbreaks,
-      nbreaks == 1 and "" or "s", lines_text(wheres))
-    advice = "remove the break (kiln.where keeps a branch in the graph), move the code that needs a value "
-      .. "into kiln.eager, or turn fullgraph on (:fullgraph on, or kiln.compile(fn, {fullgraph = true})) "
-      .. "to stop at the first break with its stack; :breaks lists them"
-  elseif retraces then
-    head = string.format("%s re-traces on every call (%s)", name, s.replayable)
-    advice = "a call that replays skips the Lua code; cm:stats().replayable says what stops it"
-  else
-    head = string.format("%s replays %d graph%s of %d kernels per call", name, s.graphs or 1,
-      (s.graphs or 1) == 1 and "" or "s", s.kernels or 0)
-    advice = "the work is too small for compiled kernels to pay for their calls; :time shows where the time "
-      .. "goes, and a small function can stay eager"
-  end
-  local so = slower and string.format("so compiled is %s slower than eager", times_text(compiled_ms / eager_ms))
-    or "so every call runs the Lua code and capture again"
-  return head .. ", " .. so .. ": " .. advice, head
-end
-
--- Print a slow reason on stderr once per (key, what it says).
-local slow_warned = setmetatable({}, { __mode = "k" })
-local function warn_slow(key, text, head)
-  if type(text) ~= "string" then return end
-  local seen = slow_warned[key] or {}
-  slow_warned[key] = seen
-  if seen[head or text] then return end
-  seen[head or text] = true
-  io.stderr:write("kiln: " .. text .. "\n")
-  io.stderr:flush()
-end
-
--- kiln.time(cm_or_fn, x..., {iters = 100, warmup = 10, profile_iters = 10})
+-- kiln.time(cm_or_fn, x..., {iters = 100, warmup = 10, profile_iters = 10,
+-- quiet = false}): quiet leaves the slow warning to the caller (r.slow).
 function kiln.time(fn, ...)
   check_fn(fn, "kiln.time")
   local args, opts = split_opts("kiln.time", TIME_OPTIONS, ...)
@@ -582,12 +528,10 @@ function kiln.time(fn, ...)
   local warmup = count_opt(opts, "warmup", 10, 0)
   local piters = math.min(count_opt(opts, "profile_iters", 10, 1), iters)
   local dev = opts.device or device_of(args)
-  for i = 1, warmup do
-    P.progress("warm-up calls", i - 1, warmup)
-    fn(table.unpack(args, 1, args.n))
-  end
+  -- calls that compiled (a first call, a recompile) are timed apart
+  local compiles = repl.warm_up(fn, args, dev, warmup, {})
   local replays0 = replays(fn)
-  local device_ms, wall_ms = P.time_calls(iters, dev, fn, table.unpack(args, 1, args.n))
+  local device_ms, wall_ms = repl.steady_calls(fn, args, dev, iters, compiles)
   -- the timed calls replayed a recording (the profiled ones below cannot)
   local cuda_graph = replays(fn) > replays0
   local ceil = opts.ceilings
@@ -610,11 +554,13 @@ function kiln.time(fn, ...)
     median_ms = median(device_ms), min_ms = sorted[1], max_ms = sorted[iters],
     host_us = math.max(0, host_us), kernels = kernels, kernel_us = kernel_us, launches = launches,
     host_us_per_kernel = math.max(0, host_us) / math.max(1, launches),
-    cuda_graph = cuda_graph, device = dev, iters = iters, ceilings = ceil or nil,
+    cuda_graph = cuda_graph, device = dev, iters = iters, ceilings = ceil or nil, compiles = compiles,
   }, Timing)
   if is_compiled(fn) then
     P.last_time[fn] = r
-    warn_slow(fn, P.slow_reason(fn))
+    -- slower than eager? a few eager calls say (the reason is printed once)
+    r.slow, r.slow_head, r.eager_ms = slow_against_eager(fn, args, dev, math.min(iters, 20), r.median_ms)
+    if not opts.quiet then repl.warn_slow(fn, r.slow, r.slow_head) end
   end
   return r
 end
@@ -787,10 +733,12 @@ GFLOP/s, and % of the roofline (min(peak FLOP/s, bandwidth x flops/bytes),
 the bandwidth of the kernel's working set, ceilings as :device shows them;
 a figure above 100 prints with "!": the ceiling was measured low),
 then the total per call, the host overhead, the kernel count and whether
-the call replays a CUDA graph. When the compiled model re-traces at every
-call (graph breaks) or is slower than eager (timed over a few eager calls),
-the reason and what to do are printed once. From Lua: kiln.cmd.time(n)
-returns the table of kiln.time.]],
+the call replays a CUDA graph. A warm-up call that compiled (the first
+call, a recompile) is printed first with its time, which the figures
+leave out. When the compiled model re-traces at every call (graph breaks)
+or is slower than eager (timed over a few eager calls), the reason and
+what to do are printed once. From Lua: kiln.cmd.time(n) returns the table
+of kiln.time.]],
 }, function(n)
   local count = 100
   if n ~= nil then
@@ -812,7 +760,7 @@ returns the table of kiln.time.]],
   local ceil = kiln.ceilings({ device = dev, progress = progress })
   local ninputs = inputs.n or #inputs
   local args = table.move(inputs, 1, ninputs, 1, {})
-  args[ninputs + 1] = { iters = count, warmup = math.min(10, count), ceilings = ceil }
+  args[ninputs + 1] = { iters = count, warmup = math.min(10, count), ceilings = ceil, quiet = true }
   P.progress_start(":time")
   repl.interrupt_note = interrupt_note
   local r = kiln.time(fn, table.unpack(args, 1, ninputs + 1))
@@ -820,12 +768,8 @@ returns the table of kiln.time.]],
   repl.interrupt_note = nil
   if fn == session.compiled then session.warm = true end
   print(tostring(r))
-  if fn ~= session.model then
-    -- slower than eager? a few eager calls say (the reason is printed once)
-    local n = math.min(count, 20)
-    local eager_ms = median((P.time_calls(n, dev, session.model, table.unpack(args, 1, ninputs))))
-    warn_slow(fn, P.slow_reason(fn, r.median_ms, eager_ms))
-  end
+  -- slower than eager (kiln.time timed a few eager calls), said once, after the table
+  repl.warn_slow(fn, r.slow, r.slow_head)
   return r
 end)
 
@@ -867,6 +811,10 @@ Bench.__tostring = function(b)
     end
   end
   if cached then lines[#lines + 1] = "* its generated kernels came from the cache (kiln.config.cache_dir)" end
+  -- calls after the first that compiled, timed apart from the figures
+  for _, r in ipairs(b) do
+    for _, c in ipairs(r.compiles or {}) do lines[#lines + 1] = r.mode .. ": " .. repl.compile_line(c) end
+  end
   return table.concat(lines, "\n")
 end
 
@@ -905,7 +853,8 @@ end
 -- inputs is the list of arguments. The median device time per call of
 -- back-to-back calls, eager and in each mode; compile s is the first call
 -- of a fresh compiled model (capture and compile included), peak MiB the
--- compiled model's peak_bytes.
+-- compiled model's peak_bytes. A later call that compiled is kept out of
+-- the figures and listed in the row's compiles.
 function kiln.bench(model, inputs, opts)
   check_fn(model, "kiln.bench")
   if type(inputs) ~= "table" then error("kiln.bench: inputs must be the list of arguments {x, ...}", 2) end
@@ -920,15 +869,14 @@ function kiln.bench(model, inputs, opts)
   local n = inputs.n or #inputs
   local args = table.move(inputs, 1, n, 1, { n = n })
   local dev = opts.device or device_of(args)
-  local function median_ms(fn)
-    for i = 1, warmup do
-      P.progress("warm-up calls", i - 1, warmup)
-      fn(table.unpack(args, 1, n))
-    end
-    return median((P.time_calls(iters, dev, fn, table.unpack(args, 1, n))))
+  -- the median of calls that compiled nothing; those that did (a
+  -- recompile after the first call) go to `compiles`, timed apart
+  local function median_ms(fn, compiles)
+    repl.warm_up(fn, args, dev, warmup, compiles)
+    return median((repl.steady_calls(fn, args, dev, iters, compiles)))
   end
   P.progress_label(":bench eager")
-  local eager_ms = median_ms(model)
+  local eager_ms = median_ms(model, {})
   local rows = setmetatable({}, Bench)
   for _, mode in ipairs(modes) do
     local row = { mode = mode, eager_ms = eager_ms }
@@ -945,14 +893,15 @@ function kiln.bench(model, inputs, opts)
         row.compile_s = kiln.clock() - t0
         local c = cm:last_call().compile_s
         row.compile_cached = c.kernels > 0 and c.kernels_cached == c.kernels or nil
-        row.compiled_ms = median_ms(cm)
+        row.compiles = {}
+        row.compiled_ms = median_ms(cm, row.compiles)
         row.speedup = row.compiled_ms > 0 and eager_ms / row.compiled_ms or nil
         local s = cm:stats()
         row.peak_mib = s.peak_bytes and s.peak_bytes / 2 ^ 20 or nil
         local why, head = P.slow_reason(cm, row.compiled_ms, eager_ms)
         if why then
           row.slow, row.slow_head = why, head
-          if not opts.quiet then warn_slow(model, why, head) end
+          if not opts.quiet then repl.warn_slow(model, why, head) end
         end
       end)
       if not ok and P.interrupted() then error(err, 0) end -- Ctrl-C stops the bench, not one mode
@@ -971,10 +920,13 @@ Runs the session's model eagerly and compiled in each mode (eager, default,
 reduce-overhead, max-autotune), n timed calls each (default 20) after a
 warm-up, and prints one row per mode. A mode slower than eager is marked
 "!" after its speedup, and the reason (graph breaks that make every call
-trace again, ...) is printed under the table once, with what to do. From
-Lua: kiln.bench(model, inputs, {modes = {...}, iters = n}) returns the rows
-(row.slow holds the reason, also printed on stderr once per model);
-tostring, :csv() and :json() format them.]],
+trace again, ...) is printed under the table once, with what to do. A
+call after a mode's first that compiled (a recompile: "default: recompiled
+(x dim 1: 8 -> 2): 0.21 s") is printed under the table too, its time kept
+out of the figures. From Lua: kiln.bench(model, inputs, {modes = {...},
+iters = n}) returns the rows (row.slow holds the reason, also printed on
+stderr once per model; row.compiles the calls that compiled after the
+first); tostring, :csv() and :json() format them.]],
 }, function(n)
   local iters = 20
   if n ~= nil then
