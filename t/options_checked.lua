@@ -70,10 +70,10 @@ T.ok(pcall(kiln.compile, f, { mode = "default", fullgraph = false, dynamic = fal
 -- timing
 
 says(function() kiln.time(cm, x, { iter = 5 }) end,
-  "kiln.time: unknown option 'iter' (known: iters, warmup, profile_iters, device, ceilings); did you mean 'iters'?",
+  "kiln.time: unknown option 'iter' (known: iters, warmup, profile_iters, device, ceilings, quiet); did you mean 'iters'?",
   "kiln.time: a misspelt key is an error, not an argument for the function")
 says(function() kiln.time(cm, x, { iters = 1, foo = 1 }) end,
-  "kiln.time: unknown option 'foo' (known: iters, warmup, profile_iters, device, ceilings)",
+  "kiln.time: unknown option 'foo' (known: iters, warmup, profile_iters, device, ceilings, quiet)",
   "kiln.time: an unknown key beside known ones")
 local got
 local r = kiln.time(function(v, o) got = o return v end, x, { scale = 2 })
