@@ -274,18 +274,52 @@ cm:kernels() (its field `once` lists those values).]],
   return list
 end)
 
+-- A kernel's own function out of its source (the prelude of helpers that
+-- every generated kernel carries comes before it).
+local function kernel_function(src, name)
+  local i = src:find("\n[^\n]*" .. name:gsub("%p", "%%%0") .. "%(")
+  return i and src:sub(i + 1) or src
+end
+
+-- The kernel's statements with the op and source line each computes, where
+-- the statements map one to one onto the kernel's ops (each op one value,
+-- in order, after the loads); a header names them all in any case.
+local function annotated(body, e, i)
+  local ops, wheres = e.ops or {}, e.wheres or {}
+  local lines, computed = {}, {}
+  for line in (body .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line end
+  if lines[#lines] == "" then lines[#lines] = nil end
+  for n, line in ipairs(lines) do
+    if line:match("^%s*const [%w_]+ v%d+ = ") and not line:match("= %(p%d+%[[^%]]*%]%);%s*$") then
+      computed[#computed + 1] = n
+    end
+  end
+  if #computed == #ops and #ops > 0 then
+    for j, n in ipairs(computed) do lines[n] = lines[n] .. string.format("  /* %s at %s */", ops[j], tostring(wheres[j])) end
+  end
+  local covers = {}
+  for j, op in ipairs(ops) do covers[j] = string.format("%s (%s)", op, tostring(wheres[j])) end
+  return string.format("/* kernel %d %s: %s; ':src %d full' adds the prelude */\n", i, e.name, table.concat(covers, ", "), i)
+    .. table.concat(lines, "\n") .. "\n"
+end
+
 repl.register("src", {
-  usage = ":src K",
+  usage = ":src K [full]",
   summary = "the generated source of kernel K (index from :kernels, or name)",
   help = [[
-Prints the C source kiln generated for kernel K of the session's compiled
-model: K is the index that :kernels shows, or the kernel's name. Library
-calls and reference ops have no generated source. Compiles and runs the
-model once if needed (mode default when the session is eager). The whole
-program of a graph, for C or CUDA, is cm:source("c") or cm:source("cuda").
-From Lua, kiln.cmd.src(K) returns the source.]],
-}, function(k)
-  if k == nil or k == "" then fail("usage: :src K (K: a kernel's index from :kernels, or its name)") end
+Prints the source kiln generated for kernel K of the session's compiled
+model (K: the index that :kernels shows, or the kernel's name): its
+function, with a comment naming the ops it computes and their source
+lines, each statement tagged with its op where they map one to one.
+:src K full prints the whole unit, with the prelude of helpers every
+generated kernel carries. Library calls and reference ops have no
+generated source. Compiles and runs the model once if needed (mode default
+when the session is eager). The whole program of a graph, for C or CUDA,
+is cm:source("c") or cm:source("cuda"). From Lua, kiln.cmd.src(K) returns
+what it printed.]],
+}, function(k, full)
+  if k == nil or k == "" then fail("usage: :src K [full] (K: a kernel's index from :kernels, or its name)") end
+  if full ~= nil and full ~= "full" then fail("usage: :src K [full]: the second word may only be 'full', got '%s'", tostring(full)) end
   local _, list = inspected_kernels()
   local e, i = find_kernel(list, k)
   if e.source == nil then
@@ -298,6 +332,7 @@ From Lua, kiln.cmd.src(K) returns the source.]],
     fail("kernel %d (%s) is %s: no generated source", i, e.name, what)
   end
   local src = tostring(e.source)
+  if full == nil then src = annotated(kernel_function(src, e.name), e, i) end
   io.stdout:write(src, src:sub(-1) == "\n" and "" or "\n")
   return src
 end)
