@@ -16,7 +16,8 @@ local session = kiln.session
 local is_compiled = repl.is_compiled
 
 local RANKDIRS = { TB = true, LR = true, BT = true, RL = true }
-local OPT_KEYS = { view = true, format = true, rankdir = true, collapse = true, timings = true, inputs = true }
+local OPT_KEYS = { view = true, format = true, rankdir = true, collapse = true, labels = true, timings = true,
+  inputs = true }
 
 -- The format a file name asks for, or nil.
 local function format_of(path)
@@ -29,7 +30,8 @@ end
 
 -- The timing rows that colour the fused view: opts.timings (a kiln.time
 -- result, kiln.profile rows, or a list of {name, median_us, pct,
--- roof_pct}), false for none, else the latest kiln.time of cm.
+-- roof_pct}), false for none, else the latest kiln.time of cm; and, from
+-- a kiln.time result, the host's and the kernels' time per call.
 local function timing_rows(cm, t, fname)
   if t == false then return nil end
   if t == nil then t = P.last_time and P.last_time[cm] end
@@ -38,19 +40,28 @@ local function timing_rows(cm, t, fname)
     error(string.format("%s: opts.timings must be a kiln.time result or a list of kernel rows, got %s", fname,
       type(t)), 4)
   end
+  local host
+  if type(t.host_us) == "number" and type(t.kernel_us) == "number" then
+    host = { host_us = t.host_us, kernel_us = t.kernel_us }
+  end
   if type(t.kernels) == "table" then t = t.kernels end
-  return t
+  return t, host
 end
 
--- Checked options: {view, format, rankdir, collapse, timings, inputs}.
+-- Checked options: {view, format, rankdir, collapse, labels, timings, inputs}.
 local function check_opts(opts, fname)
   opts = opts == nil and {} or opts
   if type(opts) ~= "table" then error(string.format("%s: options must be a table, got %s", fname, type(opts)), 3) end
   for k in pairs(opts) do
     if not OPT_KEYS[k] then
-      error(string.format("%s: unknown option '%s' (known: view, format, rankdir, collapse, timings, inputs)", fname,
-        tostring(k)), 3)
+      error(string.format("%s: unknown option '%s' (known: view, format, rankdir, collapse, labels, timings, inputs)",
+        fname, tostring(k)), 3)
     end
+  end
+  local labels = opts.labels or "plain"
+  if labels ~= "plain" and labels ~= "lines" then
+    error(string.format("%s: unknown labels '%s' (expected \"plain\" or \"lines\")", fname,
+      repl.describe_value(labels)), 3)
   end
   local view = opts.view or "fused"
   if view ~= "captured" and view ~= "fused" then
@@ -66,7 +77,7 @@ local function check_opts(opts, fname)
       tostring(opts.rankdir)), 3)
   end
   return { view = view, format = format, rankdir = rankdir, collapse = opts.collapse and true or false,
-    timings = opts.timings, inputs = opts.inputs }
+    labels = labels, timings = opts.timings, inputs = opts.inputs }
 end
 
 -- The compiled callable to draw: cm itself, or fn compiled and called
@@ -102,8 +113,9 @@ function kiln.render(fn, path, opts)
         "or opts.format = \"svg\" | \"dot\"", fname, path), 2)
     end
   end
-  local timings = o.view == "fused" and timing_rows(cm, o.timings, fname) or nil
-  local r, err = V.render(cm, path, o.view, format or "svg", o.rankdir, o.collapse, timings)
+  local timings, host
+  if o.view == "fused" then timings, host = timing_rows(cm, o.timings, fname) end
+  local r, err = V.render(cm, path, o.view, format or "svg", o.rankdir, o.collapse, timings, o.labels, host)
   if r == nil then error(fname .. ": " .. tostring(err), 2) end
   return r
 end
@@ -112,8 +124,9 @@ end
 function kiln.outline(fn, opts)
   local o = check_opts(opts, "kiln.outline")
   local cm = to_compiled(fn, o, "kiln.outline")
-  local timings = o.view == "fused" and timing_rows(cm, o.timings, "kiln.outline") or nil
-  local r, err = V.outline(cm, o.view, o.collapse, timings)
+  local timings, host
+  if o.view == "fused" then timings, host = timing_rows(cm, o.timings, "kiln.outline") end
+  local r, err = V.outline(cm, o.view, o.collapse, timings, host)
   if r == nil then error("kiln.outline: " .. tostring(err), 2) end
   return r
 end
@@ -181,29 +194,31 @@ Where it goes:
   :graph [VIEW] text       the outline only
   :graph [VIEW] FILE.svg   the picture to FILE (FILE.dot: DOT text instead)
 More words: collapse (a repeated run of ops or kernels, e.g. identical
-blocks, drawn once with its count), lr / tb (rank direction: left to right,
+blocks, drawn once with its count), lines (each node's file:line in its
+label, each break's user stack), lr / tb (rank direction: left to right,
 top to bottom). From Lua: kiln.render(cm, "out.svg", {view = "captured",
-collapse = true, rankdir = "LR"}) and kiln.outline(cm, {view = ...});
-kiln.cmd.graph(...) returns {view, path, outline}.]],
+collapse = true, labels = "lines", rankdir = "LR"}) and kiln.outline(cm,
+{view = ...}); kiln.cmd.graph(...) returns {view, path, outline}.]],
 }, function(...)
-  local view, path, text_only, collapse, rankdir = "fused", nil, false, false, "TB"
+  local view, path, text_only, collapse, rankdir, labels = "fused", nil, false, false, "TB", "plain"
   for _, w in ipairs({ ... }) do
     local lw = tostring(w):lower()
     if lw == "captured" or lw == "fused" then view = lw
     elseif lw == "text" then text_only = true
     elseif lw == "collapse" then collapse = true
+    elseif lw == "lines" then labels = "lines"
     elseif RANKDIRS[lw:upper()] then rankdir = lw:upper()
     elseif format_of(tostring(w)) then
       if path then fail(":graph takes one file name, got '%s' and '%s'", path, tostring(w)) end
       path = tostring(w)
     else
-      fail("unknown word '%s' for :graph (expected captured, fused, text, collapse, lr, tb, or FILE.svg / FILE.dot)",
-        tostring(w))
+      fail("unknown word '%s' for :graph (expected captured, fused, text, collapse, lines, lr, tb, or FILE.svg / "
+        .. "FILE.dot)", tostring(w))
     end
   end
   if text_only and path then fail(":graph: 'text' prints the outline only; leave it out to write %s", path) end
   local cm = inspected()
-  local opts = { view = view, collapse = collapse, rankdir = rankdir }
+  local opts = { view = view, collapse = collapse, rankdir = rankdir, labels = labels }
   local result = { view = view }
   if not path then
     result.outline = kiln.outline(cm, opts)
