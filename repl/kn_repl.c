@@ -158,6 +158,36 @@ static void clear_interrupt_note(lua_State *L)
     lua_settop(L, top);
 }
 
+/* The traceback at the top of the stack without kiln's own Lua frames
+ * ("\tkiln/40_timing.lua:12: in ...") and the C frames between them: an
+ * error raised inside kiln's Lua ends at the user's frame that called it,
+ * with one line saying how many kiln frames were left out. */
+static void trim_kiln_frames(lua_State *L)
+{
+    const char *tb = lua_tostring(L, -1);
+    if (!tb) return;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    int dropped = 0;
+    const char *p = tb;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
+#define STARTS(lit) (strncmp(p, lit, sizeof lit - 1) == 0)
+        bool kiln_frame = STARTS("\tkiln/") || STARTS("\t[C]: in function 'error'") || STARTS("\t(...tail calls...)") ||
+                          (dropped && STARTS("\t[C]: in ") && !STARTS("\t[C]: in ?"));
+#undef STARTS
+        if (kiln_frame) dropped++;
+        else luaL_addlstring(&b, p, len);
+        p += len;
+    }
+    if (dropped) lua_pushfstring(L, "\n\t(%d frame%s inside kiln left out)", dropped, dropped == 1 ? "" : "s");
+    else lua_pushliteral(L, "");
+    luaL_addvalue(&b);
+    luaL_pushresult(&b);
+    lua_remove(L, -2);
+}
+
 static int msghandler(lua_State *L)
 {
     /* an interrupted command says how far it got; kiln's own Lua frames
@@ -169,6 +199,7 @@ static int msghandler(lua_State *L)
         msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     }
     luaL_traceback(L, L, msg, 1);
+    trim_kiln_frames(L);
     return 1;
 }
 
