@@ -244,7 +244,7 @@ static int cm_call(lua_State *L)
      * must not be replayed (kn_lua_replay_record) */
     lua_createtable(L, 0, 3);
     int before = lua_gettop(L);
-    kn_lua_replay_snapshot(L, before, uv + 1, is_module ? module_idx : 0);
+    kn_lua_replay_snapshot(L, before, uv + 1, is_module ? module_idx : 0, 0);
 
     /* under the function's slot, so that the results stay on top */
     traced_call_guard *guard = push_traced_call_guard(L, cm);

@@ -77,6 +77,8 @@ typedef struct {
     int upvals; /* flat list: function, upvalue index, value, ... */
     int tables; /* flat list: table, field count, ... */
     int seen;   /* set of tables and functions walked (or not to walk) */
+    int globals;  /* the globals table (absolute index) */
+    int keep_ids; /* tensor id -> true: the tensors the graph reads (0: none known) */
     int n;
     bool over;
 } snapshot;
@@ -110,8 +112,26 @@ static void snap_value(lua_State *L, snapshot *sn, int idx, int depth);
 static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
 {
     int count = 0;
+    bool globals = lua_rawequal(L, idx, sn->globals);
     lua_pushnil(L);
     while (lua_next(L, idx)) {
+        /* a global tensor the graph does not read (a REPL's y = cm(x) from
+         * the last call) changes with every call and is not the function's
+         * input: counted, not compared, so assigning it does not stop the
+         * replay; the graph's own inputs are compared by identity */
+        kn_tensor *gt = globals ? kn_lua_totensor(L, -1) : NULL;
+        if (gt) {
+            bool read = false;
+            if (sn->keep_ids) {
+                read = lua_rawgeti(L, sn->keep_ids, (lua_Integer)gt->id) != LUA_TNIL;
+                lua_pop(L, 1);
+            }
+            if (!read) {
+                count++;
+                lua_pop(L, 1);
+                continue;
+            }
+        }
         if (sn->over || sn->n > KN_SNAPSHOT_MAX) { /* a huge table: stop walking, no replay */
             sn->over = true;
             lua_pop(L, 2);
@@ -170,10 +190,13 @@ static void snap_value(lua_State *L, snapshot *sn, int idx, int depth)
 /* Snapshot what the function at fn_idx (and the module at module_idx, 0:
  * none) can read into the table at rt (fields, upvals, tables); false when
  * there is too much to check at every call. */
-bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx)
+bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx, int keep_ids)
 {
     int top = lua_gettop(L);
     snapshot sn = {0};
+    if (keep_ids) sn.keep_ids = lua_absindex(L, keep_ids);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    sn.globals = lua_gettop(L);
     lua_newtable(L);
     sn.fields = lua_gettop(L);
     lua_newtable(L);
@@ -611,8 +634,15 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     lua_pop(L, 1);
     lua_setfield(L, rt, "upvalues");
     lua_getfield(L, uv, "fn");
-    bool small = kn_lua_replay_snapshot(L, rt, lua_gettop(L), is_module ? module_idx : 0);
-    lua_pop(L, 1);
+    int fn = lua_gettop(L);
+    /* the tensors the graph reads, by id: the global ones among them are compared */
+    lua_newtable(L);
+    for (int k = 0; k < v->g.n_inputs; k++) {
+        lua_pushboolean(L, 1);
+        lua_rawseti(L, -2, (lua_Integer)v->g.inputs[k].tensor_id);
+    }
+    bool small = kn_lua_replay_snapshot(L, rt, fn, is_module ? module_idx : 0, lua_gettop(L));
+    lua_pop(L, 2);
     if (!small) {
         snprintf(u->no_replay, sizeof u->no_replay,
                  "it can read more Lua values than a replay checks (%d): keep large tables out of its upvalues "

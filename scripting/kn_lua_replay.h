@@ -12,8 +12,10 @@
 
 /* Snapshot what the function at fn_idx (and the module at module_idx, 0:
  * none) can read into the table at rt (fields, upvals, tables); false when
- * there is too much to check at every call. */
-bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx);
+ * there is too much to check at every call. keep_ids (0: none): a table of
+ * the tensor ids the graph reads; a global tensor not among them (a result
+ * the caller keeps in a global) is not compared. */
+bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx, int keep_ids);
 
 /* Try a direct replay of the call whose arguments are at [2, nargs + 1]
  * (uv: the callable's uservalue table; module_idx: its module, or nil);

@@ -71,6 +71,20 @@ do
   T.is(maxdiff(ch(x), h(x)), 0, "a table of layers: a replay gives eager's answer")
 end
 
+-- globals as the REPL has them: the result kept in a global (y = cm(x))
+-- does not stop the replay; a global tensor the graph reads is compared
+do
+  rf_W = kiln.randn({ 16, 4 }, { seed = 5 })
+  local function hw(v) return v:matmul(rf_W) end
+  local ch = kiln.compile(hw)
+  for _ = 1, 5 do rf_y = ch(x) end
+  T.ok(ch:stats().direct_replays >= 3, "a result kept in a global: the calls still replay ("
+    .. ch:stats().direct_replays .. " of 5)")
+  rf_W = kiln.randn({ 16, 4 }, { seed = 6 })
+  T.is(maxdiff(ch(x), x:matmul(rf_W)), 0, "a global tensor the graph reads, swapped: the answer follows")
+  rf_W, rf_y = nil, nil
+end
+
 -- a tensor no value the function can see holds: said, with what to do
 do
   local hidden = kiln.randn({ 16, 4 }, { seed = 3 })
