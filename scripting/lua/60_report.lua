@@ -41,6 +41,7 @@ local function identity(cm)
   local name, where, mode = text:match("^kiln%.Compiled (.-) %((.*)%), mode ([%w%-]+)$")
   return name or "?", where or "?", mode or "?"
 end
+R.identity = identity
 
 local function try(cm, method, ...)
   local ok, r = pcall(cm[method], cm, ...)

@@ -173,10 +173,11 @@ R.emit = emit
 ---------------------------------------------------------------------------
 -- The events of a call
 
+-- The callable's stats, and the fields every event of it carries (its
+-- name, line and mode as the report's identity() reads them).
 local function identity(cm)
-  local st = cm:stats()
-  local where = tostring(cm):match("%((.*)%), mode") or "?"
-  return st, { fn = st.name, where = where, mode = cm:mode() }
+  local name, where, mode = R.identity(cm)
+  return cm:stats(), { fn = name, where = where, mode = mode }
 end
 
 local function with(base, fields)
