@@ -5,13 +5,28 @@ over 50 calls of the compiled model (after warm-up), from torch.profiler.
   python3 bench/torch_profile.py transformer_block bf16 [mode]
 
 mode is a torch.compile mode (default, reduce-overhead, max-autotune) or
-eager; default: reduce-overhead."""
+eager; default: reduce-overhead. A name of the real-model suite
+(bench/real_models.py: resnet18, mobilenet_v3_large, ...) profiles that
+model, built as the suite builds it."""
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import real_models
 from torch_models import build
+
+
+def build_any(name, dtype):
+    """A sample (torch_models.build) or a model of the real-model suite, on
+    the GPU in `dtype`, with its inputs."""
+    if name not in real_models.SUITE:
+        return build(name, dtype)
+    m, x, _ = real_models.build(name)
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    m = m.to("cuda", dt)
+    x = tuple(t.to("cuda", dt) if t.is_floating_point() else t.to("cuda") for t in x)
+    return m, x
 
 
 def main():
@@ -20,16 +35,17 @@ def main():
     mode = sys.argv[3] if len(sys.argv) > 3 else "reduce-overhead"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    m, x = build(name, dtype)
+    m, x = build_any(name, dtype)
+    args = x if isinstance(x, tuple) else (x,)
     f = m if mode == "eager" else torch.compile(m, mode=mode)
     calls = 50
     with torch.no_grad():
         for _ in range(10):
-            f(x)
+            f(*args)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
-                f(x)
+                f(*args)
             torch.cuda.synchronize()
     rows = {}
     for e in prof.events():
