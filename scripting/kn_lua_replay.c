@@ -109,9 +109,22 @@ static bool snap_first_visit(lua_State *L, snapshot *sn, int idx)
 
 static void snap_value(lua_State *L, snapshot *sn, int idx, int depth);
 
+/* Whether the table at idx asks not to be walked: its metatable's
+ * __kiln_replay_opaque (a parsed ONNX file, which its module versions
+ * itself). The field that holds it is still compared by identity. */
+static bool snap_opaque(lua_State *L, int idx)
+{
+    if (!lua_getmetatable(L, idx)) return false;
+    lua_getfield(L, -1, "__kiln_replay_opaque");
+    bool opaque = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    return opaque;
+}
+
 static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
 {
     int count = 0;
+    if (snap_opaque(L, idx)) return;
     bool globals = lua_rawequal(L, idx, sn->globals);
     lua_pushnil(L);
     while (lua_next(L, idx)) {
@@ -474,7 +487,7 @@ static const char *why_no_replay(lua_State *L, const kn_compiled *cm, int nargs,
  * constant itself, into a new table on the stack; false for a result a
  * replay cannot give back (a tensor from outside the graph, a table, a
  * function ...). */
-static bool record_results(lua_State *L, replay_t *rp, int first, int nres)
+static bool record_results(lua_State *L, replay_t *rp, int first, int nres, char *why, size_t why_size)
 {
     /* results: values of the graph, or constants */
     lua_createtable(L, nres, 0);
@@ -484,10 +497,15 @@ static bool record_results(lua_State *L, replay_t *rp, int first, int nres)
         rp->res_node[i] = -1;
         if (ud) {
             kn_tensor *t = *(kn_tensor **)ud;
-            if (!t->lazy || t->lazy->segment != 0) return false; /* a tensor from outside the graph */
+            if (!t->lazy || t->lazy->segment != 0) { /* a tensor from outside the graph */
+                snprintf(why, why_size, "it returns a tensor (result %d) that is not a value of its graph", i + 1);
+                return false;
+            }
             rp->res_node[i] = t->lazy->node;
             rp->res_out[i] = t->lazy->out;
         } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isfunction(L, idx) || lua_isthread(L, idx)) {
+            snprintf(why, why_size, "it returns a %s (result %d), which may hold tensors or state", luaL_typename(L, idx),
+                     i + 1);
             return false; /* may hold tensors or state */
         } else {
             lua_pushvalue(L, idx);
@@ -501,7 +519,8 @@ static bool record_results(lua_State *L, replay_t *rp, int first, int nres)
 /* The arguments: each tensor to the graph input its parameter names, each
  * other value kept (in a new table on the stack) to compare; false for a
  * table, userdata or coroutine, which may hold what a replay cannot see. */
-static bool record_args(lua_State *L, replay_t *rp, int uv, int nargs, bool is_module, const kn_version *v)
+static bool record_args(lua_State *L, replay_t *rp, int uv, int nargs, bool is_module, const kn_version *v,
+                        char *why, size_t why_size)
 {
     /* arguments: tensors map to graph inputs by name; other values are kept */
     lua_createtable(L, nargs, 0);
@@ -518,6 +537,8 @@ static bool record_args(lua_State *L, replay_t *rp, int uv, int nargs, bool is_m
             for (int k = 0; k < v->g.n_inputs; k++)
                 if (v->g.inputs[k].kind == KN_IN_ARG && strcmp(v->g.inputs[k].name, name) == 0) rp->arg_input[i] = k;
         } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isthread(L, idx)) {
+            snprintf(why, why_size, "it takes a %s (argument %d), which may hold tensors or state",
+                     luaL_typename(L, idx), i + 1);
             return false;
         } else {
             rp->arg_input[i] = -2;
@@ -572,12 +593,18 @@ static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, con
         if (in->kind == KN_IN_ARG) {
             bool from_arg = false;
             for (int i = 0; i < nargs; i++) from_arg = from_arg || rp->arg_input[i] == k;
-            if (!from_arg) return false;
+            if (!from_arg) {
+                snprintf(why, why_size, "its graph reads argument '%s', which no argument of this call names", in->name);
+                return false;
+            }
             continue;
         }
         if (kn_input_is_number(in)) {
             /* a dynamic number: the replay binds this trace's value */
-            if (!kn_compiled_number_value(cm, 0, in->name)) return false;
+            if (!kn_compiled_number_value(cm, 0, in->name)) {
+                snprintf(why, why_size, "its graph reads number '%s', which a replay cannot compute", in->name);
+                return false;
+            }
             continue;
         }
         if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
@@ -586,7 +613,14 @@ static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, con
             rp->param_input[rp->n_params - 1] = k;
             continue;
         }
-        if (in->kind != KN_IN_TENSOR && in->kind != KN_IN_PARAM) return false;
+        /* a tensor the first call made (a value the code caches after
+         * making it: an ONNX model's index constants) is found like any
+         * other, when a table the function reaches still holds it */
+        if (in->kind != KN_IN_TENSOR && in->kind != KN_IN_PARAM && in->kind != KN_IN_VALUE) {
+            snprintf(why, why_size, "its graph reads '%s', a value (not an argument, parameter or tensor) a replay "
+                                    "cannot find again", in->name);
+            return false;
+        }
         if (!push_snapshot_tensor(L, rt, in->tensor_id)) {
             snprintf(why, why_size,
                      "it reads tensor '%s', which no upvalue, global or table it can reach holds after the "
@@ -622,9 +656,9 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     int top = lua_gettop(L);
     lua_createtable(L, 0, 6);
     int rt = lua_gettop(L);
-    if (!record_results(L, rp, first, nres)) goto fail;
+    if (!record_results(L, rp, first, nres, u->no_replay, sizeof u->no_replay)) goto fail;
     lua_setfield(L, rt, "results");
-    if (!record_args(L, rp, uv, nargs, is_module, v)) goto fail;
+    if (!record_args(L, rp, uv, nargs, is_module, v, u->no_replay, sizeof u->no_replay)) goto fail;
     lua_setfield(L, rt, "args");
     /* upvalues of the function, and what it can read (before the inputs:
      * the tensors it reached through them are found in the snapshot) */

@@ -33,14 +33,13 @@ T.is(lines_with(on, "^channels_last"), table.concat({
   "channels_last: conv2d ((command line):1) runs NHWC (reads the NHWC value of the conv chain before it)",
   "channels_last: conv2d ((command line):1) runs NHWC (reads the NHWC value of the conv chain before it)",
   "channels_last: conv2d ((command line):1) runs NHWC (reads the NHWC value of the conv chain before it)",
-}, "\n"), "KILN_LOGS=fusion: the four convs of convnet run NHWC, the first padded (exact text)")
+  "channels_last: adaptive_avg_pool2d ((command line):1) runs NHWC on the conv chain's value",
+}, "\n"), "KILN_LOGS=fusion: the four convs of convnet run NHWC, the first padded, and the pool after them (exact text)")
 T.is(lines_with(on, "^k%d+_"), table.concat({
   "k0_conv2d_f32_2x16x16x32", "k1_relu_f32_2x16x16x32", "k2_conv2d_f32_2x8x8x64", "k3_relu_f32_2x8x8x64",
   "k4_conv2d_f32_2x4x4x128", "k5_relu_f32_2x4x4x128", "k6_conv2d_f32_2x2x2x256", "k7_relu_f32_2x2x2x256",
-  "k8_adaptive_avg_pool2d_f32_2x256x1x1", "k9_matmul_f32_2x1000", "k10_add_f32_2x1000",
-}, "\n"), "channels-last convnet: NHWC conv and ReLU kernels, batch norm folded, the pool reads the NHWC value")
-T.like(lines_with(on, "adaptive_avg_pool2d"), "reads relu %(%(command line%):1%) through the view permute",
-  "the chain ends at the pool, which reads the NHWC value through a permute view")
+  "k8_adaptive_avg_pool2d_f32_2x1x1x256", "k9_matmul_f32_2x1000", "k10_add_f32_2x1000",
+}, "\n"), "channels-last convnet: NHWC conv, ReLU and pool kernels, batch norm folded")
 local off = run("KILN_LOGS=fusion " .. KILN .. " -e \"" .. script .. "\"")
 T.is(lines_with(off, "^channels_last"), "", "default on the CPU: the pass does not run (the CPU runs NCHW)")
 T.like(off, "k0_conv2d_f32_2x32x16x16", "default on the CPU: NCHW kernels")
@@ -142,5 +141,67 @@ local out = kiln.compile(one)(x1, w1)
 T.is(table.concat(out:shape(), "x"), "2x3x5x6", "an output conv keeps its NCHW shape")
 T.ok(rel_err(out, one(x1, w1)) <= 1e-6, "an output conv: compiled channels-last equals eager")
 T.ok(rel_err(out:contiguous(), one(x1, w1)) <= 1e-6, "an output conv: its contiguous copy equals eager")
+
+-- 5. pools, a squeeze-excitation and global means on the chain: each runs
+-- on the NHWC value (its kernel's name has NHWC dims), against eager NCHW
+-- and float64, over odd sizes and channel counts (pool windows, strides,
+-- paddings, ceil_mode, dilation and count_include_pad vary)
+local function se_block(x, w1, w2, s1, s2, po, ao)
+  local y = kiln.conv2d(x, w1, nil, { stride = 2, padding = 1 }):relu()
+  local p = kiln.max_pool2d(y, po.k, { stride = po.stride, padding = po.padding, ceil_mode = po.ceil_mode })
+  local z = kiln.conv2d(p, w2, nil, { padding = 1 })
+  local a = kiln.avg_pool2d(z, ao.k, { stride = ao.stride, padding = ao.padding, count_include_pad = ao.count_include_pad })
+  local e = kiln.conv2d(a:mean({ 3, 4 }, true), s1):relu()
+  e = kiln.conv2d(e, s2):sigmoid()
+  local r = (a * e):relu()
+  return r:mean({ 3, 4 }), r
+end
+local pool_cases = {
+  -- n, c, h, w, k; max pool {k, stride, padding, dilation (1: the API has none), ceil_mode}; avg pool {k, stride, padding, count_include_pad}
+  { 2, 3, 17, 15, 8, { 3, 2, 1, 1, false }, { 3, 1, 1, true } },
+  { 1, 5, 23, 19, 12, { 2, 2, 0, 1, true }, { 3, 1, 1, false } },
+  { 3, 4, 14, 14, 6, { 3, 1, 1, 1, false }, { 2, 2, 0, true } },
+}
+for _, dt in ipairs({ "f32", "bf16" }) do
+  for ci, c in ipairs(pool_cases) do
+    local n, ch, h, w, k, pm, pa = table.unpack(c)
+    local po = { k = pm[1], stride = pm[2], padding = pm[3], dilation = pm[4], ceil_mode = pm[5] }
+    local ao = { k = pa[1], stride = pa[2], padding = pa[3], count_include_pad = pa[4] }
+    local x = kiln.randn({ n, ch, h, w }, { seed = nextseed() }):to(dt)
+    local w1 = (kiln.randn({ k, ch, 3, 3 }, { seed = nextseed() }) * 0.3):to(dt)
+    local w2 = (kiln.randn({ k, k, 3, 3 }, { seed = nextseed() }) * 0.2):to(dt)
+    local s1 = (kiln.randn({ 3, k, 1, 1 }, { seed = nextseed() }) * 0.5):to(dt)
+    local s2 = (kiln.randn({ k, 3, 1, 1 }, { seed = nextseed() }) * 0.5):to(dt)
+    local f = function(...) return se_block(...) end
+    local want, want_r = f(x, w1, w2, s1, s2, po, ao)
+    local ref, ref_r = f(x:to("f64"), w1:to("f64"), w2:to("f64"), s1:to("f64"), s2:to("f64"), po, ao)
+    local cm = kiln.compile(f)
+    local got, got_r = cm(x, w1, w2, s1, s2, po, ao)
+    local what = string.format("%s pool case %d (n %d c %d %dx%d k %d)", dt, ci, n, ch, h, w, k)
+    T.ok(no_nan(got) and no_nan(got_r), what .. ": no NaN")
+    local e1, e2 = rel_err(got, want), rel_err(got, ref)
+    local e3, e4 = rel_err(got_r, want_r), rel_err(got_r, ref_r)
+    T.ok(math.max(e1, e2, e3, e4) <= TOL[dt], string.format(
+      "%s: squeeze-excitation block with pools, compiled channels-last against eager (%.2g, %.2g) and float64 (%.2g, %.2g)",
+      what, e1, e3, e2, e4))
+    local pools = {}
+    for _, kk in ipairs(cm:kernels()) do
+      if kk.name:find("pool") then pools[#pools + 1] = (kk.name:gsub("^k%d+_", "")) end
+    end
+    local ho = (h + 1) // 2
+    local wo = (w + 1) // 2
+    local function out(len, kk, st, pd, dl, ceil)
+      local span = len + 2 * pd - dl * (kk - 1) - 1
+      local o = (ceil and (span + st - 1) // st or span // st) + 1
+      if ceil and (o - 1) * st >= len + pd then o = o - 1 end
+      return o
+    end
+    local ph, pw = out(ho, pm[1], pm[2], pm[3], pm[4], pm[5]), out(wo, pm[1], pm[2], pm[3], pm[4], pm[5])
+    T.is(pools[1], string.format("max_pool2d_%s_%dx%dx%dx%d", dt, n, ph, pw, k),
+      what .. ": the max pool runs on the NHWC value (channels last in its name)")
+    T.ok(#pools >= 3 and pools[#pools]:find(string.format("^adaptive_avg_pool2d_%s_%dx1x1x%d", dt, n, k)) ~= nil,
+      what .. ": the means over H and W run as global average pools of the NHWC value: " .. table.concat(pools, ", "))
+  end
+end
 
 T.done()

@@ -22,7 +22,14 @@
  *   that reads such a view runs on t instead, and its result is the view
  *   again: the ReLU stays next to its conv, where the plan folds it into
  *   the cuDNN call, and a residual add stays NHWC;
- * - anything else (a pool, a reshape, a caller output) reads the NCHW view
+ * - a pool that reads such a view runs channels-last too (in and out
+ *   NHWC) and its result is the view again, so a stem's max pool does not
+ *   end the chain; a mean over H and W (a global average pool as the
+ *   exporters write it) becomes a global average pool of t;
+ * - an elementwise op may also read a view broadcast up to its shape (a
+ *   squeeze-excitation's {N, C, 1, 1} scale): in NHWC order that value is
+ *   {N, 1, 1, C}, which broadcasts the same way;
+ * - anything else (a reshape, a caller output) reads the NCHW view
  *   through its strides: that is where the chain ends, without a copy
  *   unless the reader itself needs one.
  *
@@ -262,10 +269,16 @@ static kn_status sink_elementwise(cl_ctx *c, int i)
             if (g->nodes[n->in_node[k]].out[n->in_out[k]].ndim > 4) return KN_OK;
             continue;
         }
-        /* the view must be the full shape, not broadcast up to it */
+        /* a view of 4 dims, the full shape or one broadcast up to it
+         * (each of its dims the output's or 1): NHWC order keeps that */
         const kn_meta *vm = &g->nodes[n->in_node[k]].out[0];
-        if (vm->ndim != 4 || memcmp(vm->shape, n->out[0].shape, sizeof vm->shape[0] * 4) != 0) return KN_OK;
-        reads_view = true;
+        if (vm->ndim != 4) return KN_OK;
+        bool full = true;
+        for (int d = 0; d < 4; d++) {
+            if (vm->shape[d] != n->out[0].shape[d] && vm->shape[d] != 1) return KN_OK;
+            full = full && vm->shape[d] == n->out[0].shape[d];
+        }
+        reads_view = reads_view || full;
     }
     if (!reads_view) return KN_OK;
     int refs[KN_MAX_INPUTS];
@@ -307,6 +320,64 @@ static kn_status sink_elementwise(cl_ctx *c, int i)
     return remember_view(c, view, KN_REF(nn, 0));
 }
 
+/* Whether node n is a mean over dims 2 and 3 (H and W) of a 4-dim value. */
+static bool mean_over_hw(const kn_node *n)
+{
+    if (n->op != KN_OP_MEAN || n->n_in != 1 || n->a.ndims != 2) return false;
+    int d0 = n->a.dims[0] < 0 ? n->a.dims[0] + 4 : n->a.dims[0], d1 = n->a.dims[1] < 0 ? n->a.dims[1] + 4 : n->a.dims[1];
+    int lo = d0 < d1 ? d0 : d1, hi = d0 < d1 ? d1 : d0;
+    return lo == 2 && hi == 3;
+}
+
+/* Pool node i (or a mean over H and W, as a global average pool) reads one
+ * of this pass's views: it runs on the NHWC value with NHWC output, and its
+ * result is a view again (a mean without keepdim: a reshape of the
+ * {N, 1, 1, C} pool to {N, C}, the same bytes). */
+static kn_status sink_pool(cl_ctx *c, int i)
+{
+    kn_pass_ctx *x = c->x;
+    kn_graph *g = x->g;
+    const kn_node *n = &g->nodes[i];
+    bool is_mean = mean_over_hw(n);
+    if (!is_mean && kn_op_kind_of((kn_op)n->op) != KN_K_POOL) return KN_OK;
+    if (n->n_in != 1 || n->a.in_layout != KN_LAYOUT_NCHW) return KN_OK;
+    int src = nhwc_behind(c, n->in_node[0]);
+    if (src < 0 || g->nodes[n->in_node[0]].out[0].ndim != 4) return KN_OK;
+    int op = is_mean ? KN_OP_ADAPTIVE_AVG_POOL2D : n->op;
+    kn_attrs a;
+    if (is_mean) {
+        kn_opcall init;
+        kn_opcall_init(&init, KN_OP_ADAPTIVE_AVG_POOL2D);
+        a = init.a;
+        a.nshape = 2;
+        a.shape[0] = a.shape[1] = 1;
+    } else {
+        a = n->a;
+    }
+    a.in_layout = a.out_layout = KN_LAYOUT_NHWC;
+    bool keep = !is_mean || n->a.keepdim;
+    int pool, view;
+    KN_TRY(append_like(x, op, &src, 1, &a, i, &pool));
+    if (keep) {
+        KN_TRY(append_permute(x, KN_REF(pool, 0), to_nchw, i, &view));
+    } else {
+        kn_opcall init;
+        kn_opcall_init(&init, KN_OP_RESHAPE);
+        kn_attrs r = init.a;
+        g = x->g;
+        r.nshape = 2;
+        r.shape[0] = g->nodes[i].out[0].shape[0];
+        r.shape[1] = g->nodes[i].out[0].shape[1];
+        int ref = KN_REF(pool, 0);
+        KN_TRY(append_like(x, KN_OP_RESHAPE, &ref, 1, &r, i, &view));
+    }
+    if (!kn_pass_replace(x, i, KN_REF(view, 0))) return KN_OK;
+    char who[200];
+    kn_pass_note(x, "channels_last: %s runs NHWC on the conv chain's value%s", kn_pass_who(x->g, i, who, sizeof who),
+                 is_mean ? ", as a global average pool" : "");
+    return keep ? remember_view(c, view, KN_REF(pool, 0)) : KN_OK;
+}
+
 kn_status kn_pass_channels_last(kn_pass_ctx *x)
 {
     if (!(x->flags & (KN_PASSES_NHWC_HALF | KN_PASSES_NHWC_F32))) return KN_OK;
@@ -317,6 +388,7 @@ kn_status kn_pass_channels_last(kn_pass_ctx *x)
         kn_pass_resolve_inputs(x, i);
         int op = x->g->nodes[i].op;
         if (op == KN_OP_CONV2D) st = convert_conv(&c, i);
+        else if (op == KN_OP_MEAN || kn_op_kind_of((kn_op)op) == KN_K_POOL) st = sink_pool(&c, i);
         else st = sink_elementwise(&c, i);
     }
     free(c.view_node);

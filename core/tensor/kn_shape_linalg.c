@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "kn_shape_linalg.h"
+#include "kn_view.h"
 
 #define SHAPE_BUF 160 /* "{a,b,...}" with 8 int64 dims fits */
 
@@ -229,8 +230,37 @@ static kn_status infer_window_pool(const kn_opcall *c, const kn_tensor *x, int64
     return KN_OK;
 }
 
-/* max_pool2d, avg_pool2d, adaptive_avg_pool2d on (N,C,H,W) or (C,H,W). */
+static kn_status infer_pool2d_nchw(const kn_opcall *c, kn_meta *out);
+
+/* max_pool2d, avg_pool2d, adaptive_avg_pool2d on (N,C,H,W) or (C,H,W); or,
+ * with in_layout and out_layout NHWC (the layout pass's form), on
+ * {N, H, W, C} giving {N, OH, OW, C}. */
 kn_status kn_infer_pool2d(const kn_opcall *c, kn_meta *out)
+{
+    const kn_attrs *at = &c->a;
+    if (at->in_layout == KN_LAYOUT_NCHW && at->out_layout == KN_LAYOUT_NCHW) return infer_pool2d_nchw(c, out);
+    const char *name = kn_op_name(c->op);
+    if (at->in_layout != KN_LAYOUT_NHWC || at->out_layout != KN_LAYOUT_NHWC)
+        return kn_error(KN_ERR_ARG, "%s: unknown layout (in %d, out %d)", name, at->in_layout, at->out_layout);
+    KN_TRY(check_inputs(c, 1, 1, ""));
+    if (c->in[0]->ndim != 4) {
+        char sx[SHAPE_BUF];
+        return kn_error(KN_ERR_SHAPE, "%s: a channels-last input must have 4 dims {N, H, W, C}, got %s", name,
+                        shape_of(c->in[0], sx));
+    }
+    kn_opcall nchw = *c;
+    kn_tensor xv = kn_view_nhwc_as_nchw(c->in[0]);
+    nchw.in[0] = &xv;
+    nchw.a.in_layout = nchw.a.out_layout = KN_LAYOUT_NCHW;
+    KN_TRY(infer_pool2d_nchw(&nchw, out));
+    int64_t ch = out->shape[1];
+    out->shape[1] = out->shape[2];
+    out->shape[2] = out->shape[3];
+    out->shape[3] = ch;
+    return KN_OK;
+}
+
+static kn_status infer_pool2d_nchw(const kn_opcall *c, kn_meta *out)
 {
     const char *name = kn_op_name(c->op);
     char sx[SHAPE_BUF];

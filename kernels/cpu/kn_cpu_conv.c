@@ -372,12 +372,17 @@ static double pool_one(bool is_max, const double *pl, int64_t w, const pool_axis
     return div > 0 ? s / (double)div : 0.0;
 }
 
+/* A channels-last pool (the layout pass's form: x {N, H, W, C}, out
+ * {N, OH, OW, C}) reads x through an NCHW-ordered header and writes each
+ * result at its NHWC place, so its sums are the NCHW pool's. */
 kn_status kn_cpu_pool2d(const kn_opcall *c)
 {
-    const kn_tensor *x = c->in[0];
+    bool nhwc = c->a.in_layout == KN_LAYOUT_NHWC;
+    kn_tensor xv = nhwc ? kn_view_nhwc_as_nchw(c->in[0]) : *c->in[0];
+    const kn_tensor *x = &xv;
     kn_tensor *out = c->out[0];
     img4 v = img4_of(x);
-    int64_t oh = out->shape[out->ndim - 2], ow = out->shape[out->ndim - 1];
+    int64_t oh = out->shape[out->ndim - (nhwc ? 3 : 2)], ow = out->shape[out->ndim - (nhwc ? 2 : 1)];
     if (kn_tensor_numel(out) == 0) return KN_OK;
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)(3 * (oh + ow)));
     double *pl = malloc(sizeof(double) * (size_t)(v.h * v.w));
@@ -399,7 +404,8 @@ kn_status kn_cpu_pool2d(const kn_opcall *c)
             load_plane(x, &v, n, ch, pl);
             for (int64_t oy = 0; oy < oh; oy++)
                 for (int64_t ox = 0; ox < ow; ox++, i++)
-                    kn_gemm_st(od, out->dtype, i, pool_one(is_max, pl, v.w, &ay, &ax, oy, ox));
+                    kn_gemm_st(od, out->dtype, nhwc ? ((n * oh + oy) * ow + ox) * v.c + ch : i,
+                               pool_one(is_max, pl, v.w, &ay, &ax, oy, ox));
         }
     free(idx);
     free(pl);

@@ -28,6 +28,8 @@
 
 #include "kn_cuda_dnn.h"
 
+#include "kn_cuda_blas.h"
+
 #include "kn_cuda_context.h"
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
@@ -844,6 +846,45 @@ out:
 
 /* ---- entry point ------------------------------------------------------------ */
 
+/* Whether a channels-last 1x1 conv is a GEMM over x's own bytes: no
+ * padding, one group, x's channels the weight's (no padded copy). */
+static bool conv_is_gemm(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
+{
+    return at->in_layout == KN_LAYOUT_NHWC && at->out_layout == KN_LAYOUT_NHWC && at->groups == 1 && x->ndim == 4 &&
+           w->ndim == 4 && w->shape[1] == 1 && w->shape[2] == 1 && at->padding[0] == 0 && at->padding[1] == 0 &&
+           x->shape[3] == w->shape[3] && x->strides[3] == 1 && kn_tensor_is_contiguous(w) &&
+           kn_tensor_is_contiguous(y) && x->dtype == y->dtype && w->dtype == y->dtype;
+}
+
+/* A channels-last 1x1 conv as a cuBLASLt matmul, bias and act in its
+ * epilogue: y {N, P, Q, K} = x {N, P, Q, C} . w{K, C}^T, with x the
+ * strided view of the conv's input that a stride picks (rows sw*C apart,
+ * image rows sh*W*C: one strided batch when H = P*sh, as in ResNet's
+ * downsample convs; else the matmul copies it). cuDNN's heuristic picks
+ * ran such convs at 5-7% of their roofline (H100, bf16: ResNet-18's
+ * 32x56x56x64 -> 28x28x128 stride 2, 53 us; MobileNetV3's 112 -> 672
+ * expansions on 14x14, 34 us). */
+static kn_status conv_gemm(const kn_opcall *c, const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
+                           kn_tensor *y, int act)
+{
+    kn_tensor a = *x, b = *w;
+    int64_t sh = c->a.stride[0], sw = c->a.stride[1];
+    a.shape[1] = y->shape[1], a.shape[2] = y->shape[2];
+    a.strides[1] = x->strides[1] * sh, a.strides[2] = x->strides[2] * sw;
+    b.ndim = 2; /* {C, K}: w {K, 1, 1, C} read transposed */
+    b.shape[0] = w->shape[3], b.shape[1] = w->shape[0];
+    b.strides[0] = 1, b.strides[1] = w->shape[3];
+    kn_opcall mm = *c;
+    mm.op = KN_OP_MATMUL;
+    mm.n_in = 2;
+    mm.in[0] = &a;
+    mm.in[1] = &b;
+    mm.in[2] = NULL;
+    mm.variant = 0;
+    memset(&mm.a, 0, sizeof mm.a);
+    return kn_cuda_matmul_fused(&mm, bias, act, NULL);
+}
+
 static kn_status conv_run(const kn_opcall *c, int act)
 {
     if (c->n_in < 2 || c->n_in > 3 || !c->in[0] || !c->in[1] || (c->n_in == 3 && !c->in[2]) ||
@@ -871,8 +912,23 @@ static kn_status conv_run(const kn_opcall *c, int act)
     /* a stem (an image's few channels): kiln's kernel is variant 0, and
      * cuDNN's configs follow it (max-autotune measures both) */
     int variant = c->variant;
+    if (kn_cuda_linalg_stem_tc_fits(x, w, y, &c->a)) { /* bf16, f16: the tensor cores first */
+        if (variant == 0) return kn_cuda_linalg_conv_stem_tc(x, w, bias, y, &c->a, act);
+        variant--;
+    }
     if (kn_cuda_linalg_stem_fits(x, w, y, &c->a)) {
         if (variant == 0) return kn_cuda_linalg_conv_stem(x, w, bias, y, &c->a, act);
+        variant--;
+    }
+    /* a 1x1 conv: cuBLASLt first, then cuDNN's engines */
+    if (conv_is_gemm(x, w, y, &c->a)) {
+        if (variant == 0) return conv_gemm(c, x, w, bias, y, act);
+        variant--;
+    }
+    /* a depthwise conv, likewise: cuDNN's heuristic picks ran MobileNet's
+     * at 2-5% of their roofline */
+    if (kn_cuda_linalg_dw_fits(x, w, y, &c->a)) {
+        if (variant == 0) return kn_cuda_linalg_conv_dw(x, w, bias, y, &c->a, act);
         variant--;
     }
 #ifdef KILN_HAVE_CUDNN

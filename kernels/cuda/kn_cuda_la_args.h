@@ -58,6 +58,8 @@ typedef struct kn_la_nhwc_args {
  * ignored), y [n, p, q, k] contiguous; bias and ReLU fused. vec: y's
  * channel rows may be stored 16 bytes at a time. */
 #define KN_LA_STEM_TAPS 64
+/* the tensor-core stem (bf16, f16): taps C x R x S at most this */
+#define KN_LA_TC_TAPS 160
 typedef struct kn_la_stem_args {
     const char *x, *w, *bias;
     char *y;
@@ -66,5 +68,20 @@ typedef struct kn_la_stem_args {
     int sh, sw, ph, pw, dh, dw;
     int dt, b_dt, act, vec;
 } kn_la_stem_args;
+
+/* A channels-last depthwise conv (groups = input channels = output
+ * channels): x {n, h, wd, c} through NHWC strides xs, w {c, r, s, 1}
+ * contiguous, y {n, p, q, c} contiguous; bias and ReLU fused. vec: 16-byte
+ * loads and stores of 16 / esize channels (c, xs[0..2] and the pointers
+ * allow it). */
+#define KN_LA_DW_TAPS 25
+typedef struct kn_la_dw_args {
+    const char *x, *w, *bias;
+    char *y;
+    long long n, h, wd, c, p, q;
+    long long xs[4], bias_s;
+    int r, s, sh, sw, ph, pw, dh, dw;
+    int dt, b_dt, act, vec;
+} kn_la_dw_args;
 
 #endif

@@ -61,8 +61,8 @@ kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
     static struct {
         const char *name;
         const void *fn;
-    } known[8];
-    for (int i = 0; i < 8 && known[i].name; i++)
+    } known[16];
+    for (int i = 0; i < 16 && known[i].name; i++)
         if (strcmp(known[i].name, name) == 0) {
             *fn = known[i].fn;
             return KN_OK;
@@ -76,7 +76,7 @@ kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
         KN_TRY(st);
     }
     KN_TRY(kn_cuda_module_kernel(mod, name, fn));
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 16; i++)
         if (!known[i].name) {
             known[i].name = name; /* callers pass string literals */
             known[i].fn = *fn;
@@ -203,6 +203,53 @@ bool kn_cuda_linalg_stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_t
            x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_STEM_TAPS && image_in_32_bits(x);
 }
 
+/* Whether the tensor-core stem kernel takes this call: the stem kernel's
+ * form in bf16 or f16, with up to KN_LA_TC_TAPS taps. */
+bool kn_cuda_linalg_stem_tc_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
+{
+    kn_dtype dt = y->dtype;
+    return at->out_layout == KN_LAYOUT_NHWC && at->in_layout == KN_LAYOUT_NCHW && at->groups == 1 && x->ndim == 4 &&
+           (dt == KN_BF16 || dt == KN_F16) && x->dtype == dt && w->dtype == dt && kn_tensor_is_contiguous(w) &&
+           kn_tensor_is_contiguous(y) && x->shape[1] * w->shape[1] * w->shape[2] <= KN_LA_TC_TAPS &&
+           w->shape[3] >= x->shape[1] && image_in_32_bits(x) && at->dilation[0] * w->shape[1] < 32768 &&
+           at->dilation[1] * w->shape[2] < 32768;
+}
+
+/* The tensor-core stem: 128 pixels by 64 output channels a block. */
+kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                      const kn_attrs *at, int act)
+{
+    kn_la_stem_args p;
+    memset(&p, 0, sizeof p);
+    p.x = kn_cuda_tensor_ptr(x);
+    p.w = kn_cuda_tensor_ptr(w);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.y = kn_cuda_tensor_ptr(y);
+    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.wd = x->shape[3];
+    p.k = w->shape[0], p.r = w->shape[1], p.s = w->shape[2], p.cw = w->shape[3];
+    p.p = y->shape[1], p.q = y->shape[2];
+    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
+    p.dh = at->dilation[0], p.dw = at->dilation[1];
+    p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
+    p.vec = kn_cuda_align_of(p.y, NULL, 0, 4) == 4 && p.k % 2 == 0; /* pairs of channels stored as one word */
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem_tc", &fn));
+    /* blocks that stay: each stages its weights once and then takes tile
+     * after tile (four blocks an SM fit its registers) */
+    static int sms;
+    if (!sms && (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kn_cuda_current()->index) != cudaSuccess ||
+                 sms <= 0))
+        sms = 132;
+    int64_t pix = p.n * p.p * p.q, gx = (pix + 127) / 128, gy = (p.k + 63) / 64;
+    int64_t resident = 4 * (int64_t)sms / gy > 0 ? 4 * (int64_t)sms / gy : 1;
+    if (gx > resident) gx = resident;
+    if (gy > 65535) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld output channels for the stem kernel", (long long)p.k);
+    kn_cuda_variant_label("kiln stem conv tensor cores nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
+    return kn_cuda_launch_dims(fn, (unsigned)gx, (unsigned)gy, 128, 1, &p, 0);
+}
+
 /* The stem kernel (channels-last out, NCHW in) with bias and act (0 none,
  * 1 relu) fused. */
 kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
@@ -229,4 +276,48 @@ kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const
     int64_t pix = p.n * p.p * p.q, g = (pix + 127) / 128;
     kn_cuda_variant_label("kiln stem conv nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
     return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 128, &p, 0);
+}
+
+bool kn_cuda_linalg_dw_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
+{
+    kn_dtype dt = y->dtype;
+    return at->in_layout == KN_LAYOUT_NHWC && at->out_layout == KN_LAYOUT_NHWC && x->ndim == 4 && w->ndim == 4 &&
+           y->ndim == 4 && (dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) && x->dtype == dt && w->dtype == dt &&
+           at->groups == x->shape[3] && w->shape[0] == x->shape[3] && w->shape[3] == 1 && y->shape[3] == w->shape[0] &&
+           w->shape[1] * w->shape[2] <= KN_LA_DW_TAPS && kn_tensor_is_contiguous(w) && kn_tensor_is_contiguous(y) &&
+           y->shape[0] * y->shape[1] * y->shape[2] < INT32_MAX && x->shape[1] < INT32_MAX / 2 &&
+           x->shape[2] < INT32_MAX / 2;
+}
+
+kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                 const kn_attrs *at, int act)
+{
+    kn_la_dw_args p;
+    memset(&p, 0, sizeof p);
+    p.x = kn_cuda_tensor_ptr(x);
+    p.w = kn_cuda_tensor_ptr(w);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.y = kn_cuda_tensor_ptr(y);
+    p.n = x->shape[0], p.h = x->shape[1], p.wd = x->shape[2], p.c = x->shape[3];
+    p.p = y->shape[1], p.q = y->shape[2];
+    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.r = (int)w->shape[1], p.s = (int)w->shape[2];
+    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
+    p.dh = at->dilation[0], p.dw = at->dilation[1];
+    p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
+    int64_t per16 = 16 / (int64_t)kn_dtype_size(y->dtype); /* channels in 16 bytes */
+    p.vec = kn_cuda_align_of(p.x, NULL, 0, 16) == 16 && kn_cuda_align_of(p.y, NULL, 0, 16) == 16 &&
+            p.c % per16 == 0 && p.xs[3] == 1 && p.xs[2] % per16 == 0 && p.xs[1] % per16 == 0 && p.xs[0] % per16 == 0;
+    int64_t vec = p.vec ? per16 : 1, vectors = (p.c + vec - 1) / vec;
+    int lanes = 1;
+    while (lanes < 32 && lanes < vectors) lanes *= 2;
+    int64_t width = lanes * vec, slices = (p.c + width - 1) / width, rows = 256 / lanes;
+    int64_t pix = p.n * p.p * p.q, gx = (pix + rows - 1) / rows;
+    if (gx > 16384) gx = 16384;
+    if (slices > 65535) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld channels for the depthwise kernel", (long long)p.c);
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_dw", &fn));
+    kn_cuda_variant_label("kiln depthwise conv nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
+    return kn_cuda_launch_dims(fn, (unsigned)gx, (unsigned)slices, (unsigned)lanes, (unsigned)rows, &p, 0);
 }

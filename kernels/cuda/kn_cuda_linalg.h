@@ -47,9 +47,19 @@ kn_status kn_cuda_linalg_to_nhwc(const kn_tensor *x, int64_t cp, kn_tensor **out
 /* Whether the stem kernel takes this channels-last call (an image's few
  * input channels, one group, one float dtype), and the call through it
  * with bias and act (0 none, 1 relu) fused. */
+bool kn_cuda_linalg_stem_tc_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
+kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                      const kn_attrs *at, int act);
 bool kn_cuda_linalg_stem_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
 kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
                                    const kn_attrs *at, int act);
+
+/* Whether the depthwise kernel takes this channels-last call (NHWC in and
+ * out, groups = channels = output channels, at most KN_LA_DW_TAPS taps),
+ * and the kernel itself, with bias and act (0 none, 1 relu) fused. */
+bool kn_cuda_linalg_dw_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
+kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                 const kn_attrs *at, int act);
 
 /* ---- for both libraries' paths ---- */
 

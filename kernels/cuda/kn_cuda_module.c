@@ -375,10 +375,19 @@ kn_status kn_cuda_module_kernel(kn_cuda_module *m, const char *name, const void 
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem)
 {
     if (grid <= 0) return KN_OK; /* nothing to do: an empty tensor */
+    if (grid > INT_MAX) return kn_error(KN_ERR_ARG, "cuda: bad launch configuration (grid %lld)", (long long)grid);
+    return kn_cuda_launch_dims(fn, (unsigned)grid, 1, (unsigned)block, 1, args_struct, shmem);
+}
+
+kn_status kn_cuda_launch_dims(const void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,
+                              void *args_struct, size_t shmem)
+{
+    if (grid_x == 0 || grid_y == 0) return KN_OK; /* nothing to do: an empty tensor */
     if (!fn) return kn_error(KN_ERR_ARG, "cuda: launch of a NULL kernel");
-    if (grid > INT_MAX || block <= 0 || block > 1024)
-        return kn_error(KN_ERR_ARG, "cuda: bad launch configuration (grid %lld, block %d)", (long long)grid, block);
-    dim3 g = {(unsigned)grid, 1, 1}, b = {(unsigned)block, 1, 1};
+    if (block_x == 0 || block_y == 0 || block_x * block_y > 1024 || grid_y > 65535)
+        return kn_error(KN_ERR_ARG, "cuda: bad launch configuration (grid %u x %u, block %u x %u)", grid_x, grid_y,
+                        block_x, block_y);
+    dim3 g = {grid_x, grid_y, 1}, b = {block_x, block_y, 1};
     void *args[1] = {args_struct};
     cudaError_t e = cudaLaunchKernel(fn, g, b, args, shmem, kn_cuda_stream());
     if (e == cudaSuccess) e = cudaGetLastError();

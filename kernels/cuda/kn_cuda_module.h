@@ -38,5 +38,8 @@ void kn_cuda_module_stats_get(kn_cuda_module_stats *s);
 const char *kn_cuda_cache_dir(void);
 /* Launch a kernel taking one kn_kargs-like struct by value. */
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);
+/* The same with 2-D grid and block (grid_y at most 65535). */
+kn_status kn_cuda_launch_dims(const void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,
+                              void *args_struct, size_t shmem);
 
 #endif

@@ -11,6 +11,7 @@
  * and kept in a static table, so a call costs one struct fill and one
  * launch; index ops add a read-back of their range check.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@
 #include "kn_cuda_module.h"
 #include "kn_cuda_targs.h"
 #include "kn_cuda_tsrc.h"
+#include "kn_view.h"
 
 #define GRID_CAP 65535 /* kernels loop over their work: any grid is correct */
 
@@ -216,10 +218,17 @@ static kn_status run_argmax(const kn_opcall *c)
 
 /* ---- pools ---- */
 
+/* A channels-last pool (in_layout NHWC: x {N, H, W, C}, out {N, OH, OW,
+ * C}) reads x through an NCHW-ordered header, as the NCHW pool does, and
+ * runs kn_pool_nhwc, whose threads follow the output's channel order; a
+ * global average pool's {N, 1, 1, C} has NCHW's bytes and runs
+ * kn_pool_gap. */
 static kn_status run_pool(const kn_opcall *c)
 {
-    const kn_tensor *x = c->in[0];
-    kn_tensor *out = c->out[0];
+    bool nhwc = c->a.in_layout == KN_LAYOUT_NHWC;
+    kn_tensor xv = nhwc ? kn_view_nhwc_as_nchw(c->in[0]) : *c->in[0];
+    kn_tensor ov = nhwc ? kn_view_nhwc_as_nchw(c->out[0]) : *c->out[0];
+    const kn_tensor *x = &xv, *out = &ov;
     const kn_attrs *at = &c->a;
     kn_pool_args a;
     memset(&a, 0, sizeof a);
@@ -244,18 +253,31 @@ static kn_status run_pool(const kn_opcall *c)
     a.count_include_pad = at->count_include_pad;
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
-    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.c > 1 && a.h * a.w > 8)
-        return launch(x->dtype, KN_TK_POOL_GAP, grid_for(a.n * ((a.c + 31) / 32), 1), &a);
+    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.c > 1 && a.h * a.w > 8) {
+        /* few channel groups (a squeeze-excitation's pool): 32 slices a
+         * group instead of 8, so that the GPU fills */
+        int64_t groups = a.n * ((a.c + 31) / 32);
+        int block = groups < 256 && a.h * a.w >= 64 ? 1024 : 256;
+        const void *fn;
+        KN_TRY(kernel_of(x->dtype, KN_TK_POOL_GAP, &fn));
+        return kn_cuda_launch(fn, grid_for(groups, 1), block, &a, 0);
+    }
     /* contiguous planes (NCHW), a warp each; not f64, whose double sums
      * depend on their order (one thread a plane keeps the CPU's) */
     if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sw == 1 && a.sh == a.w && a.h * a.w > 8 &&
         x->dtype != KN_F64)
         return launch(x->dtype, KN_TK_POOL_GAP_PLANES, grid_for(a.n * a.c, KN_T_BLOCK / 32), &a);
+    /* channels-last, 16 bytes of channels a thread where the strides and
+     * pointers allow */
+    int64_t vec = 16 / esize(x);
+    if (nhwc && a.sc == 1 && a.c % vec == 0 && a.sn % vec == 0 && a.sh % vec == 0 && a.sw % vec == 0 &&
+        (uintptr_t)a.x % 16 == 0 && (uintptr_t)a.out % 16 == 0)
+        return launch(x->dtype, KN_TK_POOL_NHWC_VEC, grid_for(a.total / vec, KN_T_BLOCK), &a);
     /* one thread per output: a pool with few outputs (a global pool's
      * N x C) runs in smaller blocks, so that it reaches every SM */
     int block = a.total < (int64_t)KN_T_BLOCK * 256 ? 64 : KN_T_BLOCK;
     const void *fn;
-    KN_TRY(kernel_of(x->dtype, KN_TK_POOL, &fn));
+    KN_TRY(kernel_of(x->dtype, nhwc ? KN_TK_POOL_NHWC : KN_TK_POOL, &fn));
     return kn_cuda_launch(fn, grid_for(a.total, block), block, &a, 0);
 }
 

@@ -22,6 +22,8 @@ typedef enum kn_tkernel {
     KN_TK_POOL,
     KN_TK_POOL_GAP,
     KN_TK_POOL_GAP_PLANES,
+    KN_TK_POOL_NHWC,
+    KN_TK_POOL_NHWC_VEC,
     KN_TK_ICHECK,
     KN_TK_ISELECT,
     KN_TK_GATHER,

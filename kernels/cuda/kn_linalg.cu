@@ -317,6 +317,287 @@ extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_arg
     else kn_la_stem_body<KN_LA_F32>(p, ws, bs);
 }
 
+// ---- a stem conv on the tensor cores (bf16 / f16): an implicit GEMM of
+// pixels (M) by output channels (N) over the taps C x R x S (K, at most
+// KN_LA_TC_TAPS), mma.sync m16n8k16 with f32 accumulators. A block takes
+// 128 pixels by 64 output channels: its 4 warps 32 pixels each (2 x 8
+// mma tiles); the block's weights sit in shared memory once, [channel][tap];
+// each thread gathers its pixel's taps 32 at a time (the image, NCHW, from
+// L1/L2: a warp's 32 neighbouring pixels read neighbouring addresses) into
+// shared [pixel][tap], with each tap's offset, dy and dx from a table made
+// once. Shared rows are padded to 40 / KN_LA_TC_TAPS + 8 halves, so the
+// fragments' 32-bit loads hit distinct banks. Bias and ReLU before the one
+// rounding. ResNet's 7x7 stride-2 stem (3 -> 64 channels, 147 taps) ran
+// 530 us through cuDNN's heuristic pick with the channels padded to 8
+// (H100, 32 images of 224 x 224, bf16), and the CUDA-core stem kernel holds
+// at most 64 taps.
+#define KN_LA_TC_BM 128
+#define KN_LA_TC_BN 64
+#define KN_LA_TC_BK 32
+#define KN_LA_TC_AST (KN_LA_TC_BK + 8)
+#define KN_LA_TC_BST (KN_LA_TC_TAPS + 8)
+
+template <int DT>
+__device__ __forceinline__ void kn_la_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
+{
+    if (DT == KN_LA_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// the kernel's shared memory, declared once (each instantiation of a body
+// with its own __shared__ arrays would get its own copy)
+struct kn_la_stem_tc_smem {
+    unsigned short as[KN_LA_TC_BM * KN_LA_TC_AST];
+    unsigned short bs[KN_LA_TC_BN * KN_LA_TC_BST];
+    int toff[KN_LA_TC_TAPS];
+    short tdy[KN_LA_TC_TAPS], tdx[KN_LA_TC_TAPS];
+};
+
+template <int DT>
+__device__ void kn_la_stem_tc_body(const kn_la_stem_args &p, kn_la_stem_tc_smem &sm)
+{
+    unsigned short *as = sm.as, *bs = sm.bs;
+    int *toff = sm.toff;
+    short *tdy = sm.tdy, *tdx = sm.tdx;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int c = (int)p.c, r = (int)p.r, sk = (int)p.s, taps = c * r * sk;
+    const int kpad = (taps + KN_LA_TC_BK - 1) / KN_LA_TC_BK * KN_LA_TC_BK;
+    const int h = (int)p.h, wd = (int)p.wd, k0 = blockIdx.y * KN_LA_TC_BN;
+    // the taps' table and the block's weights, once: tap = (ky * S + kx) * C + ci
+    for (int t = threadIdx.x; t < taps; t += blockDim.x) {
+        int ci = t % c, rs = t / c, kx = rs % sk, ky = rs / sk;
+        tdy[t] = (short)(ky * p.dh);
+        tdx[t] = (short)(kx * p.dw);
+        toff[t] = (int)(ci * p.xs[1] + ky * p.dh * p.xs[2] + kx * p.dw * p.xs[3]);
+    }
+    // a thread a tap, its 64 channels' weights (divisions once per tap: the
+    // blocks are few and long-lived, but this was most of a short one's work)
+    const unsigned short *w = (const unsigned short *)p.w;
+    for (int t = threadIdx.x; t < kpad; t += blockDim.x) {
+        int ci = t % c, rs = t / c;
+        const unsigned short *wt = w + (long long)rs * p.cw + ci;
+        long long kstride = (long long)r * sk * p.cw;
+        for (int kk = 0; kk < KN_LA_TC_BN; kk++)
+            bs[kk * KN_LA_TC_BST + t] = k0 + kk < p.k && t < taps ? wt[(k0 + kk) * kstride] : (unsigned short)0;
+    }
+    float bias[8][2];
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            long long ch = k0 + nt * 8 + 2 * t4 + e;
+            bias[nt][e] = p.bias && ch < p.k ? kn_la_ld<float>(p.bias, p.b_dt, ch * p.bias_s) : 0.f;
+        }
+    const long long npix = p.n * p.p * p.q;
+    const unsigned short *x = (const unsigned short *)p.x;
+    for (long long base = (long long)blockIdx.x * KN_LA_TC_BM; base < npix; base += (long long)gridDim.x * KN_LA_TC_BM) {
+        long long pix = base + threadIdx.x;
+        bool live = pix < npix;
+        int iy0 = 0, ix0 = 0;
+        long long corner = 0;
+        if (live) {
+            long long t = pix / p.q;
+            int ox = (int)(pix % p.q), oy = (int)(t % p.p);
+            long long ni = t / p.p;
+            iy0 = oy * p.sh - p.ph;
+            ix0 = ox * p.sw - p.pw;
+            corner = ni * p.xs[0] + (long long)iy0 * p.xs[2] + (long long)ix0 * p.xs[3];
+        }
+        float acc[2][8][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
+        for (int kc = 0; kc < kpad; kc += KN_LA_TC_BK) {
+            __syncthreads(); // the table and weights are written; the previous chunk is read
+            unsigned short *ar = as + threadIdx.x * KN_LA_TC_AST;
+#pragma unroll 8
+            for (int j = 0; j < KN_LA_TC_BK; j++) {
+                int t = kc + j;
+                unsigned short v = 0;
+                if (live && t < taps) {
+                    int iy = iy0 + tdy[t], ix = ix0 + tdx[t];
+                    if (iy >= 0 && iy < h && ix >= 0 && ix < wd) v = x[corner + toff[t]];
+                }
+                ar[j] = v;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int ks = 0; ks < KN_LA_TC_BK; ks += 16) {
+                unsigned a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const unsigned short *ap = as + (warp * 32 + mt * 16 + g) * KN_LA_TC_AST + ks + 2 * t4;
+                    a[mt][0] = *(const unsigned *)ap;
+                    a[mt][1] = *(const unsigned *)(ap + 8 * KN_LA_TC_AST);
+                    a[mt][2] = *(const unsigned *)(ap + 8);
+                    a[mt][3] = *(const unsigned *)(ap + 8 * KN_LA_TC_AST + 8);
+                }
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    const unsigned short *bp = bs + (nt * 8 + g) * KN_LA_TC_BST + kc + ks + 2 * t4;
+                    unsigned b0 = *(const unsigned *)bp, b1 = *(const unsigned *)(bp + 8);
+                    kn_la_mma<DT>(acc[0][nt], a[0], b0, b1);
+                    kn_la_mma<DT>(acc[1][nt], a[1], b0, b1);
+                }
+            }
+        }
+        // c0, c1: row g, columns 2t, 2t+1; c2, c3: row g + 8
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                long long row = base + warp * 32 + mt * 16 + g + half * 8;
+                if (row >= npix) continue;
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    long long ch = k0 + nt * 8 + 2 * t4;
+                    float v[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float u = acc[mt][nt][half * 2 + e] + bias[nt][e];
+                        if (p.act == 1) u = u > 0.f ? u : (u == u ? 0.f : u); // NaN passes, as relu on the CPU
+                        v[e] = u;
+                    }
+                    long long at = row * p.k + ch;
+                    if (p.vec && ch + 1 < p.k) {
+                        *(unsigned *)(p.y + at * 2) = kn_la_pack2(DT, v[0], v[1]);
+                    } else {
+                        if (ch < p.k) kn_la_st<float>(p.y, p.dt, at, v[0]);
+                        if (ch + 1 < p.k) kn_la_st<float>(p.y, p.dt, at + 1, v[1]);
+                    }
+                }
+            }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem_tc(kn_la_stem_args p)
+{
+    __shared__ __align__(16) kn_la_stem_tc_smem sm;
+    if (p.dt == KN_LA_BF16) kn_la_stem_tc_body<KN_LA_BF16>(p, sm);
+    else kn_la_stem_tc_body<KN_LA_F16>(p, sm);
+}
+
+// ---- a depthwise conv, channels-last in and out (MobileNet's 3x3 and 5x5
+// layers, stride 1 and 2): a block's threads are (channel vector, pixel)
+// pairs, blockDim.x channel vectors of vec channels wide (16-byte loads and
+// stores where the host allows it, else one channel) by 256 / blockDim.x
+// pixels; the slice's weights sit in shared memory as [tap][channel], so
+// every tap is one shared read per channel and one global load per vector.
+// Memory-bound: each input element is read by about (r/sh)(s/sw) outputs,
+// from L1/L2. cuDNN's engines chosen by its heuristics ran these layers at
+// 2-5% of their roofline on the H100 (mobilenet_v3_large bf16, 16 images:
+// 37-246 us a layer). Multiply-adds fused (fmaf), bias and ReLU before the
+// one rounding, as the stem kernel.
+template <int DT, int VEC>
+__device__ __forceinline__ void kn_la_dw_load(const char *p, float v[VEC])
+{
+    if (VEC == 8) {
+        uint4 u = *(const uint4 *)p;
+        unsigned w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            unsigned short lo = (unsigned short)(w4[i] & 0xffffu), hi = (unsigned short)(w4[i] >> 16);
+            v[2 * i] = DT == KN_LA_BF16 ? kn_la_bf16_ld(lo) : kn_la_f16_ld(lo);
+            v[2 * i + 1] = DT == KN_LA_BF16 ? kn_la_bf16_ld(hi) : kn_la_f16_ld(hi);
+        }
+    } else if (VEC == 4) {
+        float4 f = *(const float4 *)p;
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
+        v[0] = kn_la_ld_t<DT>(p, 0);
+    }
+}
+
+template <int DT, int VEC>
+__device__ void kn_la_dw_body(const kn_la_dw_args &p, float *ws, float *bs)
+{
+    const int es = DT == KN_LA_F32 ? 4 : 2;
+    const int lanes = (int)blockDim.x, rows = (int)blockDim.y, width = lanes * VEC;
+    const int taps = p.r * p.s, tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    const long long slice0 = (long long)blockIdx.y * width;
+    for (int i = tid; i < taps * width; i += lanes * rows) {
+        int tap = i / width, j = i % width;
+        long long ch = slice0 + j;
+        ws[i] = ch < p.c ? kn_la_ld_t<DT>(p.w, (int)(ch * taps + tap)) : 0.f;
+    }
+    for (int j = tid; j < width; j += lanes * rows)
+        bs[j] = p.bias && slice0 + j < p.c ? kn_la_ld<float>(p.bias, p.b_dt, (slice0 + j) * p.bias_s) : 0.f;
+    __syncthreads();
+    const long long c0 = slice0 + (long long)threadIdx.x * VEC;
+    if (c0 >= p.c) return;
+    const unsigned npix = (unsigned)(p.n * p.p * p.q), q = (unsigned)p.q, pp = (unsigned)p.p;
+    const int h = (int)p.h, wd = (int)p.wd;
+    const float *wl = ws + threadIdx.x * VEC, *bl = bs + threadIdx.x * VEC;
+    for (unsigned pix = blockIdx.x * rows + threadIdx.y; pix < npix; pix += gridDim.x * rows) {
+        unsigned t = pix / q, ox = pix % q, oy = t % pp, ni = t / pp;
+        const char *xb = p.x + ((long long)ni * p.xs[0] + c0 * p.xs[3]) * es;
+        int iy0 = (int)oy * p.sh - p.ph, ix0 = (int)ox * p.sw - p.pw;
+        float acc[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; j++) acc[j] = 0.f;
+        for (int ky = 0; ky < p.r; ky++) {
+            int iy = iy0 + ky * p.dh;
+            if (iy < 0 || iy >= h) continue;
+            for (int kx = 0; kx < p.s; kx++) {
+                int ix = ix0 + kx * p.dw;
+                if (ix < 0 || ix >= wd) continue;
+                float xv[VEC];
+                kn_la_dw_load<DT, VEC>(xb + (iy * p.xs[1] + ix * p.xs[2]) * es, xv);
+                const float *wr = wl + (ky * p.s + kx) * width;
+#pragma unroll
+                for (int j = 0; j < VEC; j++) acc[j] = fmaf(xv[j], wr[j], acc[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float v = acc[j] + bl[j];
+            if (p.act == 1) v = v > 0.f ? v : (v == v ? 0.f : v); // NaN passes, as relu on the CPU
+            acc[j] = v;
+        }
+        long long row = (long long)pix * p.c + c0;
+        if (VEC == 8) {
+            uint4 u;
+            u.x = kn_la_pack2(DT, acc[0], acc[1]);
+            u.y = kn_la_pack2(DT, acc[2], acc[3]);
+            u.z = kn_la_pack2(DT, acc[4], acc[5]);
+            u.w = kn_la_pack2(DT, acc[6], acc[7]);
+            *(uint4 *)(p.y + row * 2) = u;
+        } else if (VEC == 4) {
+            *(float4 *)(p.y + row * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        } else {
+            kn_la_st<float>(p.y, p.dt, row, acc[0]);
+        }
+    }
+}
+
+// shared: the slice's weights (taps x 32 lanes x 8 channels at most) and bias
+extern "C" __global__ void __launch_bounds__(256) kn_la_conv_dw(kn_la_dw_args p)
+{
+    __shared__ float ws[KN_LA_DW_TAPS * 256];
+    __shared__ float bs[256];
+    if (p.dt == KN_LA_BF16) {
+        if (p.vec) kn_la_dw_body<KN_LA_BF16, 8>(p, ws, bs);
+        else kn_la_dw_body<KN_LA_BF16, 1>(p, ws, bs);
+    } else if (p.dt == KN_LA_F16) {
+        if (p.vec) kn_la_dw_body<KN_LA_F16, 8>(p, ws, bs);
+        else kn_la_dw_body<KN_LA_F16, 1>(p, ws, bs);
+    } else {
+        if (p.vec) kn_la_dw_body<KN_LA_F32, 4>(p, ws, bs);
+        else kn_la_dw_body<KN_LA_F32, 1>(p, ws, bs);
+    }
+}
+
 // ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;
 // act 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's epilogue) ----
 template <typename Acc>

@@ -38,6 +38,46 @@ KN_FN void kn_pool_axis(const kn_pool_args &a, int d, long long i, long long in,
     *div = dv;
 }
 
+// One output of the pool: image n, channel ch, at (oy, ox).
+KN_FN double kn_pool_one(const kn_pool_args &a, long long n, long long ch, long long oy, long long ox)
+{
+    const int es = kn_esize<KN_DT>();
+    long long ys, ye, ystep, ydiv, xs, xe, xstep, xdiv;
+    kn_pool_axis(a, 0, oy, a.h, a.oh, &ys, &ye, &ystep, &ydiv);
+    kn_pool_axis(a, 1, ox, a.w, a.ow, &xs, &xe, &xstep, &xdiv);
+    const char *plane = a.x + (n * a.sn + ch * a.sc) * es;
+    if (a.op == KN_TP_MAX) {
+        double m = -__longlong_as_double(0x7ff0000000000000LL);
+        bool nan = false;
+        for (long long y = ys; y < ye; y += ystep)
+            for (long long x = xs; x < xe; x += xstep) {
+                double v = kn_ldd<KN_DT>(plane + (y * a.sh + x * a.sw) * es);
+                m = v > m ? v : m;
+                nan |= v != v;
+            }
+        return nan ? kn_qnan() : m;
+    }
+    double s = 0.0;
+    // eight loads in flight before their adds, which stay in the
+    // CPU's order: a global average pool's window (14 x 14 in the
+    // convnet) was one load-to-use wait per element
+    for (long long y = ys; y < ye; y++) {
+        const char *row = plane + y * a.sh * es;
+        long long x = xs;
+        for (; x + 8 <= xe; x += 8) {
+            double v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = kn_ldd<KN_DT>(row + (x + j) * a.sw * es);
+#pragma unroll
+            for (int j = 0; j < 8; j++) s += v[j];
+        }
+        for (; x < xe; x++) s += kn_ldd<KN_DT>(row + x * a.sw * es);
+    }
+    long long div = ydiv * xdiv;
+    return div > 0 ? s / (double)div : 0.0;
+}
+
+// Contiguous NCHW output, one thread per output.
 extern "C" __global__ void kn_pool(kn_pool_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -46,90 +86,136 @@ extern "C" __global__ void kn_pool(kn_pool_args a)
         long long oy = t % a.oh;
         t /= a.oh;
         long long ch = t % a.c, n = t / a.c;
+        kn_std<KN_DT>(a.out + e * es, kn_pool_one(a, n, ch, oy, ox));
+    }
+}
+
+// The layout pass's channels-last pool: output {N, OH, OW, C} contiguous,
+// one thread per output with the channel fastest, so that a warp's loads of
+// each tap are 32 neighbouring channels of one pixel (a channels-last input
+// has channel stride 1). The NCHW-ordered kernel above, given the same
+// view, made each warp's loads C elements apart: resnet18's max_pool2d
+// (bf16, 32x64x112x112, H100) took 352 us, 5% of its roofline. 32-bit
+// index arithmetic where the output allows it.
+extern "C" __global__ void kn_pool_nhwc(kn_pool_args a)
+{
+    const int es = kn_esize<KN_DT>();
+    if (a.total < 2147483647LL) {
+        unsigned c = (unsigned)a.c, ow = (unsigned)a.ow, oh = (unsigned)a.oh;
+        for (long long e = kn_tid(); e < a.total; e += kn_nthreads()) {
+            unsigned u = (unsigned)e, ch = u % c, t = u / c, ox = t % ow;
+            t /= ow;
+            unsigned oy = t % oh, n = t / oh;
+            kn_std<KN_DT>(a.out + e * es, kn_pool_one(a, n, ch, oy, ox));
+        }
+        return;
+    }
+    for (long long e = kn_tid(); e < a.total; e += kn_nthreads()) {
+        long long ch = e % a.c, t = e / a.c, ox = t % a.ow;
+        t /= a.ow;
+        long long oy = t % a.oh, n = t / a.oh;
+        kn_std<KN_DT>(a.out + e * es, kn_pool_one(a, n, ch, oy, ox));
+    }
+}
+
+// kn_pool_nhwc with 16 bytes of channels a thread (8 bf16 / f16, 4 f32,
+// 2 f64), when the channel count and the input's strides and pointers allow
+// it: one window computation and one 16-byte load per tap for 16 / esize
+// outputs. Each channel's result is kn_pool_one's (the same taps in the
+// same order, the same double sum).
+extern "C" __global__ void kn_pool_nhwc_vec(kn_pool_args a)
+{
+    constexpr int es = kn_esize<KN_DT>(), vec = 16 / es;
+    const unsigned cv = (unsigned)(a.c / vec), ow = (unsigned)a.ow, oh = (unsigned)a.oh;
+    const long long vectors = a.total / vec;
+    for (long long e = kn_tid(); e < vectors; e += kn_nthreads()) {
+        unsigned u = (unsigned)e, v = u % cv, t = u / cv, ox = t % ow;
+        t /= ow;
+        unsigned oy = t % oh, n = t / oh;
         long long ys, ye, ystep, ydiv, xs, xe, xstep, xdiv;
         kn_pool_axis(a, 0, oy, a.h, a.oh, &ys, &ye, &ystep, &ydiv);
         kn_pool_axis(a, 1, ox, a.w, a.ow, &xs, &xe, &xstep, &xdiv);
-        const char *plane = a.x + (n * a.sn + ch * a.sc) * es;
-        double r;
-        if (a.op == KN_TP_MAX) {
-            double m = -__longlong_as_double(0x7ff0000000000000LL);
-            bool nan = false;
-            for (long long y = ys; y < ye; y += ystep)
-                for (long long x = xs; x < xe; x += xstep) {
-                    double v = kn_ldd<KN_DT>(plane + (y * a.sh + x * a.sw) * es);
-                    m = v > m ? v : m;
-                    nan |= v != v;
-                }
-            r = nan ? kn_qnan() : m;
-        } else {
-            double s = 0.0;
-            // eight loads in flight before their adds, which stay in the
-            // CPU's order: a global average pool's window (14 x 14 in the
-            // convnet) was one load-to-use wait per element
-            for (long long y = ys; y < ye; y++) {
-                const char *row = plane + y * a.sh * es;
-                long long x = xs;
-                for (; x + 8 <= xe; x += 8) {
-                    double v[8];
+        const char *base = a.x + ((long long)n * a.sn + (long long)v * vec) * es;
+        double r[vec];
+        bool nan[vec];
 #pragma unroll
-                    for (int j = 0; j < 8; j++) v[j] = kn_ldd<KN_DT>(row + (x + j) * a.sw * es);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) s += v[j];
-                }
-                for (; x < xe; x++) s += kn_ldd<KN_DT>(row + x * a.sw * es);
-            }
-            long long div = ydiv * xdiv;
-            r = div > 0 ? s / (double)div : 0.0;
+        for (int j = 0; j < vec; j++) {
+            r[j] = a.op == KN_TP_MAX ? -__longlong_as_double(0x7ff0000000000000LL) : 0.0;
+            nan[j] = false;
         }
-        kn_std<KN_DT>(a.out + e * es, r);
+        for (long long y = ys; y < ye; y += ystep)
+            for (long long x = xs; x < xe; x += xstep) {
+                uint4 w = *(const uint4 *)(base + (y * a.sh + x * a.sw) * es);
+                const char *q = (const char *)&w;
+#pragma unroll
+                for (int j = 0; j < vec; j++) {
+                    double d = kn_ldd<KN_DT>(q + j * es);
+                    if (a.op == KN_TP_MAX) {
+                        r[j] = d > r[j] ? d : r[j];
+                        nan[j] |= d != d;
+                    } else {
+                        r[j] += d;
+                    }
+                }
+            }
+        long long div = ydiv * xdiv;
+        uint4 out;
+        char *o = (char *)&out;
+#pragma unroll
+        for (int j = 0; j < vec; j++)
+            kn_std<KN_DT>(o + j * es, a.op == KN_TP_MAX ? (nan[j] ? kn_qnan() : r[j])
+                                                         : (div > 0 ? r[j] / (double)div : 0.0));
+        *(uint4 *)(a.out + e * 16) = out;
     }
 }
 
 // A global average pool (adaptive, output 1 x 1) of a channels-last input
 // (channel stride 1: the view the layout pass leaves after a conv chain).
-// A block takes 32 channels of one image, its eight warps eight slices of
-// the window; lanes read 32 neighbouring channels at once. The slices'
-// double sums are added in slice order, so a result equals the CPU's
-// sequential double sum wherever that sum is exact (inputs of f32 or
-// narrower whose magnitudes span less than ~2^20); elsewhere they may
-// differ in the last bit. Launched with 256 threads a block.
-extern "C" __global__ void kn_pool_gap(kn_pool_args a)
+// A block takes 32 channels of one image, its warps (8, or 32 when the
+// images' channel groups are too few to fill the GPU: a squeeze-excitation
+// pool of 16 x 72 channels is 48 groups) slices of the window; lanes read
+// 32 neighbouring channels at once. The slices' double sums are added in
+// slice order, so a result equals the CPU's sequential double sum wherever
+// that sum is exact (inputs of f32 or narrower whose magnitudes span less
+// than ~2^20); elsewhere they may differ in the last bit. Launched with 256
+// or 1024 threads a block.
+extern "C" __global__ void __launch_bounds__(1024) kn_pool_gap(kn_pool_args a)
 {
-    __shared__ double part[8][32];
+    __shared__ double part[32][32];
     const int es = kn_esize<KN_DT>();
-    int lane = threadIdx.x & 31, slice = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, slice = threadIdx.x >> 5, slices = blockDim.x >> 5;
     long long groups = (a.c + 31) / 32, hw = a.h * a.w;
     for (long long b = blockIdx.x; b < a.n * groups; b += gridDim.x) {
         long long n = b / groups, ch = (b % groups) * 32 + lane;
         double s = 0.0;
         if (ch < a.c) {
             const char *base = a.x + (n * a.sn + ch * a.sc) * es;
-            // the slice's positions i, i + 8, ... as (y, x), stepped
+            // the slice's positions i, i + slices, ... as (y, x), stepped
             // without divisions (64-bit divisions per load made this
             // kernel 10 us on convnet's 32x256x14x14 pool)
             long long i = slice, y = slice / a.w, x = slice % a.w;
             // eight loads in flight before their adds (in order); with
             // four, convnet's 14 x 14 window was seven waits a warp
-            for (; i + 56 < hw; i += 64) {
+            for (; i + 7 * slices < hw; i += 8 * slices) {
                 double v[8];
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     v[j] = kn_ldd<KN_DT>(base + (y * a.sh + x * a.sw) * es);
-                    for (x += 8; x >= a.w; x -= a.w) y++;
+                    for (x += slices; x >= a.w; x -= a.w) y++;
                 }
 #pragma unroll
                 for (int j = 0; j < 8; j++) s += v[j];
             }
-            for (; i < hw; i += 8) {
+            for (; i < hw; i += slices) {
                 s += kn_ldd<KN_DT>(base + (y * a.sh + x * a.sw) * es);
-                for (x += 8; x >= a.w; x -= a.w) y++;
+                for (x += slices; x >= a.w; x -= a.w) y++;
             }
         }
         part[slice][lane] = s;
         __syncthreads();
         if (slice == 0 && ch < a.c) {
             double t = 0.0;
-            for (int k = 0; k < 8; k++) t += part[k][lane];
+            for (int k = 0; k < slices; k++) t += part[k][lane];
             kn_std<KN_DT>(a.out + (n * a.c + ch) * es, hw > 0 ? t / (double)hw : 0.0);
         }
         __syncthreads();

@@ -635,6 +635,7 @@ local OnnxModel = kiln.nn.Module {
     if FLOAT[what] then
       report = onnx.convert_floats(self, what)
       self._keep_io_types = opts and opts.keep_io_types or false
+      self._graph_version = (self._graph_version or 0) + 1 -- the graph's numbers changed in place
     end
     getmetatable(getmetatable(self)).__index.to(self, what)
     self._float_dtype = nil
@@ -691,6 +692,10 @@ function onnx.load(path, opts)
   if opts ~= nil then kiln._check_options(opts, "kiln.onnx.load", { "sizes", "device", "fuse" }) end
   local ok, model = pcall(onnx.read, path)
   if not ok then error(model, 2) end
+  -- the parsed file (nodes, attributes, names: thousands of Lua values in
+  -- a real model) changes only through m:to, which bumps _graph_version: a
+  -- compiled model's replay compares that instead of walking the graph
+  setmetatable(model, { __kiln_replay_opaque = true })
   local m = OnnxModel(model, opts)
   if opts and opts.device then m:to(opts.device) end
   return m

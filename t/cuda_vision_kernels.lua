@@ -1,0 +1,178 @@
+-- t/cuda_vision_kernels.lua: kiln's own kernels for the convolution
+-- networks users bring (issue "Real models fast, vision"), on the GPU:
+-- the tensor-core stem conv (bf16, f16: an image's few channels, windows up
+-- to 160 taps such as ResNet's 7x7 stride 2), the depthwise conv
+-- (channels-last, 3x3 and 5x5, stride 1 and 2, bias and ReLU fused), 1x1
+-- convs as cuBLASLt matmuls over the NHWC bytes, and
+-- the channels-last pools, squeeze-excitation and global means the layout
+-- pass now keeps on the NHWC value. Each compiled result is checked against
+-- a float64 reference on the CPU and against CUDA eager (NCHW), on fresh
+-- random inputs with odd sizes and channel counts that are not multiples
+-- of 8; kiln.time's kind column says which kernel ran ("cuda": kiln's own).
+-- Skipped where there is no CUDA device.
+local T = dofile("t/lib/tap.lua")
+if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA device") end
+
+local nextseed = T.seeds()
+local TOL = { f32 = 2e-5, bf16 = 3e-2, f16 = 4e-3 }
+
+local function rel_err(got, want)
+  local g, w = got:to("cpu"):to("f64"), want:to("cpu"):to("f64")
+  if g:ne(g):sum():item() > 0 then return math.huge end
+  local d = (g - w):abs():max():item()
+  local m = w:abs():max():item()
+  return d / (m > 0 and m or 1)
+end
+
+-- the inputs rounded to dt, as f64 on the CPU and dt on the GPU
+local function both(dt, tensors)
+  local cpu, gpu = {}, {}
+  for i, a in ipairs(tensors) do
+    local r = a:to(dt)
+    cpu[i], gpu[i] = r:to("f64"), r:to("cuda")
+  end
+  return cpu, gpu
+end
+
+local function kinds(cm, args, pat)
+  local out = {}
+  local call = { table.unpack(args) }
+  call[#call + 1] = { iters = 2, warmup = 1, quiet = true }
+  local r = kiln.time(cm, table.unpack(call))
+  for _, k in ipairs(r.kernels) do
+    if k.name:find(pat) then out[#out + 1] = k.kind end
+  end
+  return out
+end
+
+local function check(what, f, cpu, gpu, dt, modes)
+  local ref = f(table.unpack(cpu))
+  local eager = f(table.unpack(gpu))
+  T.ok(rel_err(eager, ref) <= TOL[dt], what .. ": CUDA eager against float64")
+  local first
+  for _, mode in ipairs(modes) do
+    local cm = kiln.compile(f, { mode = mode })
+    local got = cm(table.unpack(gpu))
+    got = cm(table.unpack(gpu)) -- a replay under reduce-overhead
+    local e_ref, e_eager = rel_err(got, ref), rel_err(got, eager)
+    T.ok(e_ref <= TOL[dt] and e_eager <= TOL[dt],
+      string.format("%s, %s: compiled against float64 (%.2g) and CUDA eager (%.2g)", what, mode, e_ref, e_eager))
+    first = first or cm
+  end
+  return first -- default mode's: kiln.time's kinds are the default picks
+end
+
+kiln.config.channels_last = true
+
+-- 1. stems: the tensor-core kernel for bf16 and f16 (C x R x S <= 160)
+local stems = {
+  -- n, c, h, w, k, kernel, stride, padding, bias
+  { 2, 3, 37, 41, 64, 7, 2, 3, true },
+  { 3, 3, 29, 23, 16, 3, 2, 1, false },
+  { 1, 4, 19, 17, 24, 5, 1, 2, true },
+  { 2, 3, 15, 13, 10, 3, 1, 1, true },
+  { 1, 1, 9, 11, 72, 7, 2, 3, true },
+}
+for _, dt in ipairs({ "bf16", "f16" }) do
+  for ci, c in ipairs(stems) do
+    local n, ch, h, w, k, ks, st, pd, has_bias = table.unpack(c)
+    local o = { stride = st, padding = pd }
+    local f = function(x, wt, b) return kiln.conv2d(x, wt, b, o):relu() end
+    local ins = { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
+      kiln.randn({ k, ch, ks, ks }, { seed = nextseed() }) * 0.3 }
+    if has_bias then ins[3] = kiln.randn({ k }, { seed = nextseed() }) end
+    local cpu, gpu = both(dt, ins)
+    local what = string.format("stem %s case %d (n %d c %d %dx%d k %d kernel %d stride %d pad %d%s)", dt, ci, n, ch,
+      h, w, k, ks, st, pd, has_bias and ", bias" or "")
+    local cm = check(what, f, cpu, gpu, dt, { "default", "reduce-overhead" })
+    T.is(table.concat(kinds(cm, gpu, "conv2d"), ","), "cuda", what .. ": kiln's tensor-core stem kernel runs it")
+  end
+end
+
+-- 2. depthwise convs after a 1x1 conv (so that they read the chain's NHWC
+-- value): 3x3 and 5x5, stride 1 and 2, channels of 8 and not
+local dws = {
+  -- n, c, h, w, k (the depthwise channels), kernel, stride
+  { 2, 8, 17, 15, 16, 3, 1 },
+  { 1, 8, 23, 19, 72, 3, 2 },
+  { 2, 16, 14, 14, 40, 5, 2 },
+  { 3, 4, 11, 9, 20, 5, 1 },
+  { 2, 6, 9, 13, 13, 3, 2 },
+}
+for _, dt in ipairs({ "bf16", "f16", "f32" }) do
+  for ci, c in ipairs(dws) do
+    local n, ch, h, w, k, ks, st = table.unpack(c)
+    local f = function(x, w1, wd, bd)
+      local y = kiln.conv2d(x, w1):relu()
+      local z = kiln.conv2d(y, wd, bd, { stride = st, padding = ks // 2, groups = k }):relu()
+      return z * (z + 3):relu() -- a hardswish-like tail, generated
+    end
+    local cpu, gpu = both(dt, { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
+      kiln.randn({ k, ch, 1, 1 }, { seed = nextseed() }) * 0.4,
+      kiln.randn({ k, 1, ks, ks }, { seed = nextseed() }) * 0.3, kiln.randn({ k }, { seed = nextseed() }) })
+    local what = string.format("depthwise %s case %d (n %d %dx%d channels %d kernel %d stride %d)", dt, ci, n, h, w, k,
+      ks, st)
+    local cm = check(what, f, cpu, gpu, dt, ci == 1 and dt == "bf16" and { "default", "reduce-overhead", "max-autotune" }
+      or { "default", "reduce-overhead" })
+    local kk = kinds(cm, gpu, "conv2d")
+    T.is(kk[2], "cuda", what .. ": kiln's depthwise kernel runs the depthwise conv")
+  end
+end
+
+-- 3. 1x1 convs on the chain's value run as cuBLASLt matmuls over its bytes:
+-- stride 1, and stride 2 with even and odd sizes (odd: the matmul copies)
+local gemms = {
+  -- n, c, h, w, k (the 1x1 conv's output channels), stride, bias
+  { 2, 16, 14, 14, 24, 1, true },
+  { 2, 24, 16, 12, 40, 2, true },
+  { 1, 8, 15, 13, 16, 2, false },
+  { 3, 40, 7, 7, 120, 1, false },
+}
+for _, dt in ipairs({ "bf16", "f32" }) do
+  for ci, c in ipairs(gemms) do
+    local n, ch, h, w, k, st, has_bias = table.unpack(c)
+    local f = function(x, w1, w2, b2)
+      local y = kiln.conv2d(x, w1, nil, { padding = 1 }):relu()
+      return kiln.conv2d(y, w2, b2, { stride = st }):relu()
+    end
+    local ins = { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
+      kiln.randn({ ch, ch, 3, 3 }, { seed = nextseed() }) * 0.2, kiln.randn({ k, ch, 1, 1 }, { seed = nextseed() }) * 0.3 }
+    if has_bias then ins[4] = kiln.randn({ k }, { seed = nextseed() }) end
+    local cpu, gpu = both(dt, ins)
+    local what = string.format("1x1 conv %s case %d (n %d %dx%d %d -> %d channels stride %d%s)", dt, ci, n, h, w, ch, k,
+      st, has_bias and ", bias" or "")
+    local cm = check(what, f, cpu, gpu, dt, ci == 2 and dt == "bf16" and { "default", "reduce-overhead", "max-autotune" }
+      or { "default", "reduce-overhead" })
+    T.is(kinds(cm, gpu, "conv2d")[2], "cublaslt", what .. ": cuBLASLt runs the 1x1 conv")
+  end
+end
+
+-- 4. pools, a squeeze-excitation and global means on the chain's NHWC value
+local function se_block(x, w1, w2, s1, s2)
+  local y = kiln.conv2d(x, w1, nil, { stride = 2, padding = 1 }):relu()
+  local p = kiln.max_pool2d(y, 3, { stride = 2, padding = 1 })
+  local z = kiln.conv2d(p, w2, nil, { padding = 1 })
+  local a = kiln.avg_pool2d(z, 3, { stride = 1, padding = 1, count_include_pad = false })
+  local e = kiln.conv2d(a:mean({ 3, 4 }, true), s1):relu()
+  e = kiln.conv2d(e, s2):sigmoid()
+  return ((a * e):relu() + p):mean({ 3, 4 })
+end
+for _, dt in ipairs({ "bf16", "f32" }) do
+  for ci, c in ipairs({ { 2, 3, 37, 33, 24 }, { 3, 5, 29, 31, 20 } }) do
+    local n, ch, h, w, k = table.unpack(c)
+    local cpu, gpu = both(dt, { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
+      kiln.randn({ k, ch, 3, 3 }, { seed = nextseed() }) * 0.3, kiln.randn({ k, k, 3, 3 }, { seed = nextseed() }) * 0.2,
+      kiln.randn({ 4, k, 1, 1 }, { seed = nextseed() }) * 0.5, kiln.randn({ k, 4, 1, 1 }, { seed = nextseed() }) * 0.5 })
+    local what = string.format("pools and squeeze-excitation %s case %d (n %d c %d %dx%d k %d)", dt, ci, n, ch, h, w, k)
+    local cm = check(what, se_block, cpu, gpu, dt, { "default", "reduce-overhead" })
+    local names = {}
+    for _, kk in ipairs(cm:kernels()) do
+      if kk.name:find("pool") then names[#names + 1] = (kk.name:gsub("^k%d+_", "")) end
+    end
+    local ho, wo = (h + 1) // 2, (w + 1) // 2
+    T.is(names[1], string.format("max_pool2d_%s_%dx%dx%dx%d", dt, n, (ho + 1) // 2, (wo + 1) // 2, k),
+      what .. ": the max pool runs channels-last")
+  end
+end
+
+T.done()
