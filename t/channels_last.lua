@@ -142,6 +142,38 @@ T.is(table.concat(out:shape(), "x"), "2x3x5x6", "an output conv keeps its NCHW s
 T.ok(rel_err(out, one(x1, w1)) <= 1e-6, "an output conv: compiled channels-last equals eager")
 T.ok(rel_err(out:contiguous(), one(x1, w1)) <= 1e-6, "an output conv: its contiguous copy equals eager")
 
+-- 4b. a bottleneck's end, 1x1 conv + bias + residual + ReLU: folded into the
+-- conv's library epilogue (on the CPU only when asked, as the GPU always
+-- does), against float64, and the fold counted
+do
+  local script = [[
+kiln.config.channels_last = true
+local function f(x, w1, w2, b2)
+  local y = kiln.conv2d(x, w1, nil, { padding = 1 }):relu()
+  return (kiln.conv2d(y, w2, b2) + y):relu()
+end
+local x = kiln.randn({ 2, 8, 9, 7 }, { seed = SEED })
+local w1 = kiln.randn({ 8, 8, 3, 3 }, { seed = SEED + 1 }) * 0.2
+local w2 = kiln.randn({ 8, 8, 1, 1 }, { seed = SEED + 2 }) * 0.3
+local b2 = kiln.randn({ 8 }, { seed = SEED + 3 })
+local ref = f(x:to("f64"), w1:to("f64"), w2:to("f64"), b2:to("f64"))
+local cm = kiln.compile(f)
+local y = cm(x, w1, w2, b2)
+local d = (y:to("f64") - ref):abs():max():item() / ref:abs():max():item()
+print(string.format("err %.3g folded %d nan %d", d, cm:stats().library_epilogues, y:ne(y):sum():item()))
+]]
+  local file = os.tmpname()
+  local fh = io.open(file, "w")
+  fh:write((script:gsub("SEED", tostring(nextseed()))))
+  fh:close()
+  local out = run("KILN_CPU_FOLD_EPILOGUES=1 " .. KILN .. " " .. file)
+  os.remove(file)
+  local err, folded, nans = out:match("err (%S+) folded (%d+) nan (%d+)")
+  T.ok(tonumber(err) and tonumber(err) <= 1e-5 and nans == "0",
+    "1x1 conv + bias + residual + ReLU in the conv's epilogue: against float64 (" .. tostring(err) .. ")")
+  T.is(folded, "1", "... the add and ReLU kernel folded into the 1x1 conv (cm:stats().library_epilogues)")
+end
+
 -- 5. pools, a squeeze-excitation and global means on the chain: each runs
 -- on the NHWC value (its kernel's name has NHWC dims), against eager NCHW
 -- and float64, over odd sizes and channel counts (pool windows, strides,

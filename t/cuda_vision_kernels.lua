@@ -147,6 +147,24 @@ for _, dt in ipairs({ "bf16", "f32" }) do
   end
 end
 
+-- 3b. a bottleneck's end: 1x1 conv + bias + residual + ReLU in the GEMM's
+-- epilogue (cuBLASLt adds the residual before the ReLU)
+for _, dt in ipairs({ "bf16", "f32" }) do
+  for ci, c in ipairs({ { 2, 16, 14, 14, 1 }, { 3, 24, 9, 7, 2 } }) do
+    local n, ch, h, w, st = table.unpack(c)
+    local f = function(x, w1, w2, b2)
+      local y = kiln.conv2d(x, w1, nil, { padding = 1, stride = st }):relu()
+      return (kiln.conv2d(y, w2, b2) + y):relu()
+    end
+    local cpu, gpu = both(dt, { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
+      kiln.randn({ ch, ch, 3, 3 }, { seed = nextseed() }) * 0.2, kiln.randn({ ch, ch, 1, 1 }, { seed = nextseed() }) * 0.3,
+      kiln.randn({ ch }, { seed = nextseed() }) })
+    local what = string.format("bottleneck end %s case %d (n %d %dx%d %d channels)", dt, ci, n, h, w, ch)
+    local cm = check(what, f, cpu, gpu, dt, { "default", "reduce-overhead", "max-autotune" })
+    T.ok(cm:stats().library_epilogues >= 1, what .. ": the add and ReLU ran in the 1x1 conv's epilogue")
+  end
+end
+
 -- 4. pools, a squeeze-excitation and global means on the chain's NHWC value
 local function se_block(x, w1, w2, s1, s2)
   local y = kiln.conv2d(x, w1, nil, { stride = 2, padding = 1 }):relu()

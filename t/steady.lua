@@ -102,7 +102,7 @@ do
   local plain = stderr_of(kiln.time, function(a) return a * 2 end, x, { iters = 3, warmup = 1, profile_iters = 1 })
   T.is(plain, "", "a plain function: nothing to compare, nothing said")
   -- a module: its eager form is the module itself
-  local m = kiln.compile(kiln.nn.Linear(4, 4))
+  local m = kiln.compile(kiln.nn.Linear(4, 4):to("cpu"))
   r = kiln.time(m, x, { iters = 3, warmup = 1, profile_iters = 1, quiet = true })
   T.ok(type(r.eager_ms) == "number" and r.eager_ms > 0, "a compiled module is compared with the module run eagerly")
 end

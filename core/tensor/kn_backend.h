@@ -90,10 +90,10 @@ typedef struct kn_backend {
     /* Run one generated kernel: bufs[i] is argument i's first element. */
     kn_status (*launch)(kn_device_ctx *d, const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
     /* A library op (c->out[0] preallocated) with its epilogue in the
-     * library call. Matmul: out = act(a·b + bias) (act 0 none, 1 relu;
-     * bias 1-D over the last dim) or a·b + bias + residual (residual
-     * contiguous, the output's shape). conv2d: act(conv + its own bias
-     * input), bias and residual NULL. NULL where the backend fuses none;
+     * library call. Matmul: out = act(a·b + bias + residual) (act 0 none,
+     * 1 relu; bias 1-D over the last dim; residual contiguous, the
+     * output's shape; each may be NULL). conv2d: act(conv + its own bias
+     * input + residual), bias NULL. NULL where the backend fuses none;
      * plans then run the pointwise kernel after the library call. */
     kn_status (*library_fused)(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
     /* Timing (NULL on a backend without): an event marks a point in the

@@ -169,8 +169,11 @@ static kn_status cpu_library_fused(kn_device_ctx *d, const kn_opcall *c, const k
             kn_store_f64(y, o->dtype, v + kn_load_f64(bp + j * bias->strides[0] * (int64_t)kn_dtype_size(bias->dtype), bias->dtype));
             v = kn_load_f64(y, o->dtype);
         }
-        if (act == 1 && v < 0) kn_store_f64(y, o->dtype, v = 0.0);
-        if (rp) kn_store_f64(y, o->dtype, v + kn_load_f64(rp + i * (int64_t)kn_dtype_size(res->dtype), res->dtype));
+        if (rp) {
+            kn_store_f64(y, o->dtype, v + kn_load_f64(rp + i * (int64_t)kn_dtype_size(res->dtype), res->dtype));
+            v = kn_load_f64(y, o->dtype);
+        }
+        if (act == 1 && v < 0) kn_store_f64(y, o->dtype, 0.0); /* NaN stays */
     }
     return KN_OK;
 }

@@ -398,8 +398,8 @@ static kn_status library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_te
 {
     KN_TRY(kn_cuda_enter(d));
     if (c->op == KN_OP_CONV2D) {
-        if (bias || residual) return kn_error(KN_ERR_ARG, "conv2d: its epilogue takes an activation only");
-        return kn_cuda_conv2d_fused(c, act);
+        if (bias) return kn_error(KN_ERR_ARG, "conv2d: its epilogue takes an activation and a residual only");
+        return residual ? kn_cuda_conv2d_fused_residual(c, act, residual) : kn_cuda_conv2d_fused(c, act);
     }
     return kn_cuda_matmul_fused(c, bias, act, residual);
 }

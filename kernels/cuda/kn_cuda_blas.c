@@ -782,7 +782,7 @@ size_t kn_cuda_blas_version(void)
 
 /* o += r (same shape) when the library could not take the residual:
  * through kiln's own add, then a copy back into o. */
-static kn_status add_into(kn_tensor *o, const kn_tensor *r)
+kn_status kn_cuda_add_into(kn_tensor *o, const kn_tensor *r)
 {
     kn_opcall c;
     kn_opcall_init(&c, KN_OP_ADD);
@@ -795,6 +795,16 @@ static kn_status add_into(kn_tensor *o, const kn_tensor *r)
                                     kn_cuda_stream());
     kn_tensor_release(c.out[0]);
     return e == cudaSuccess ? KN_OK : kn_cuda_fail(e, "matmul: residual add");
+}
+
+/* o = act(o + bias + residual) after a product the library did not fold
+ * them into (each may be absent). */
+static kn_status finish_epilogue(kn_tensor *o, const kn_tensor *bias, int act, const kn_tensor *residual, int64_t n)
+{
+    if (!residual) return kn_cuda_bias_act(o, bias, 1, n, act);
+    KN_TRY(kn_cuda_bias_act(o, bias, 1, n, 0));
+    KN_TRY(kn_cuda_add_into(o, residual));
+    return act ? kn_cuda_bias_act(o, NULL, 1, n, act) : KN_OK;
 }
 
 static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
@@ -830,8 +840,7 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
                                     (size_t)kn_tensor_numel(o) * kn_dtype_size(o->dtype),
                                     kn_cuda_stream()),
                     "matmul: zero fill");
-        KN_TRY(kn_cuda_bias_act(o, bias, 1, pr.n, act));
-        return residual ? add_into(o, residual) : KN_OK;
+        return finish_epilogue(o, bias, act, residual, pr.n);
     }
 #ifdef KILN_HAVE_CUBLASLT
     bool done = false;
@@ -844,8 +853,7 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
         return kn_error(KN_ERR_UNSUPPORTED, "matmul: cuBLASLt did not take this strided output");
     kn_cuda_variant_label("kiln matmul kernel");
     KN_TRY(matmul_naive(&pr));
-    KN_TRY(kn_cuda_bias_act(o, bias, 1, pr.n, act));
-    return residual ? add_into(o, residual) : KN_OK;
+    return finish_epilogue(o, bias, act, residual, pr.n);
 }
 
 kn_status kn_cuda_matmul(const kn_opcall *c)
@@ -856,12 +864,11 @@ kn_status kn_cuda_matmul(const kn_opcall *c)
 kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual)
 {
     const kn_tensor *o = c->out[0];
-    if (residual && (act || residual->dtype != o->dtype || !kn_tensor_is_contiguous(residual) ||
+    if (residual && (residual->dtype != o->dtype || !kn_tensor_is_contiguous(residual) ||
                      residual->ndim != o->ndim ||
                      memcmp(residual->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim) != 0 ||
                      !kn_cuda_on_current(residual)))
-        return kn_error(KN_ERR_SHAPE, "matmul: a fused residual must be a contiguous cuda tensor like the "
-                                      "output, with no activation");
+        return kn_error(KN_ERR_SHAPE, "matmul: a fused residual must be a contiguous cuda tensor like the output");
     return matmul_run(c, bias, act, residual);
 }
 

@@ -29,11 +29,12 @@ bool kn_cuda_matmul_strided_ok(const kn_opcall *c);
 /* matmul with bias (1-D over N on cuda, may be NULL; any float dtype:
  * cast to the output's when the runtime can, else added by kiln's
  * kernel), activation and a residual (contiguous, the output's shape)
- * added in the library's epilogue: out = act(a·b + bias) or a·b + bias +
- * residual. act: 0 none, 1 relu (exact), 2 GELU with the tanh
+ * added in the library's epilogue: out = act(a·b + bias + residual). act: 0 none, 1 relu (exact), 2 GELU with the tanh
  * approximation (cuBLASLt's GELU epilogue is that one): kiln's gelu op is
  * the erf form, so pass 2 only for a graph that asks for tanh. */
 kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
+/* o += r (same shape, contiguous o): kiln's add and a copy back. */
+kn_status kn_cuda_add_into(kn_tensor *o, const kn_tensor *r);
 /* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
  * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in
  * TFLOP/s. f32 follows kiln.config.allow_tf32 like every matmul. */

@@ -865,7 +865,7 @@ static bool conv_is_gemm(const kn_tensor *x, const kn_tensor *w, const kn_tensor
  * 32x56x56x64 -> 28x28x128 stride 2, 53 us; MobileNetV3's 112 -> 672
  * expansions on 14x14, 34 us). */
 static kn_status conv_gemm(const kn_opcall *c, const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
-                           kn_tensor *y, int act)
+                           kn_tensor *y, int act, const kn_tensor *residual)
 {
     kn_tensor v = *x, b = *w, a, out = *y;
     int64_t sh = c->a.stride[0], sw = c->a.stride[1];
@@ -897,7 +897,14 @@ static kn_status conv_gemm(const kn_opcall *c, const kn_tensor *x, const kn_tens
     mm.n_out = 1;
     mm.variant = 0;
     memset(&mm.a, 0, sizeof mm.a);
-    kn_status st = kn_cuda_matmul_fused(&mm, bias, act, NULL);
+    kn_tensor res2;
+    if (residual) { /* the conv's output shape, contiguous: the same rows */
+        res2 = *residual;
+        res2.ndim = 2;
+        res2.shape[0] = rows, res2.shape[1] = y->shape[3];
+        res2.strides[0] = y->shape[3], res2.strides[1] = 1;
+    }
+    kn_status st = kn_cuda_matmul_fused(&mm, bias, act, residual ? &res2 : NULL);
     kn_tensor_release(tmp);
     return st;
 }
@@ -939,7 +946,7 @@ static kn_status conv_run(const kn_opcall *c, int act)
     }
     /* a 1x1 conv: cuBLASLt first, then cuDNN's engines */
     if (conv_is_gemm(x, w, y, &c->a)) {
-        if (variant == 0) return conv_gemm(c, x, w, bias, y, act);
+        if (variant == 0) return conv_gemm(c, x, w, bias, y, act, NULL);
         variant--;
     }
     /* a depthwise conv, likewise: cuDNN's heuristic picks ran MobileNet's
@@ -972,6 +979,29 @@ static kn_status conv_run(const kn_opcall *c, int act)
 kn_status kn_cuda_conv2d(const kn_opcall *c)
 {
     return conv_run(c, 0);
+}
+
+/* act(conv + bias + residual): a channels-last 1x1 conv in cuBLASLt's
+ * epilogue; any other conv runs, then kiln's add and the activation. */
+kn_status kn_cuda_conv2d_fused_residual(const kn_opcall *c, int act, const kn_tensor *residual)
+{
+    if (act != 0 && act != 1) return kn_error(KN_ERR_ARG, "conv2d: unknown activation %d", act);
+    if (c->n_in < 2 || c->n_in > 3 || !c->in[0] || !c->in[1] || c->n_out < 1 || !c->out[0])
+        return kn_error(KN_ERR_ARG, "conv2d: expects x, weight [, bias] and a preallocated output");
+    kn_tensor *y = c->out[0];
+    if (!kn_cuda_on_current(residual) || residual->dtype != y->dtype || !kn_tensor_is_contiguous(residual) ||
+        residual->ndim != y->ndim || memcmp(residual->shape, y->shape, sizeof(int64_t) * (size_t)y->ndim) != 0)
+        return kn_error(KN_ERR_SHAPE, "conv2d: a fused residual must be a contiguous cuda tensor like the output");
+    KN_TRY(kn_cuda_init());
+    const kn_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+    if (c->variant == 0 && kn_tensor_numel(y) > 0 && conv_is_gemm(x, w, y, &c->a) && kn_cuda_on_current(x) &&
+        kn_cuda_on_current(w))
+        return conv_gemm(c, x, w, bias, y, act, residual);
+    KN_TRY(conv_run(c, 0));
+    KN_TRY(kn_cuda_add_into(y, residual));
+    bool nhwc = c->a.out_layout == KN_LAYOUT_NHWC;
+    int64_t inner = nhwc ? 1 : y->shape[y->ndim - 2] * y->shape[y->ndim - 1];
+    return act ? kn_cuda_bias_act(y, NULL, inner, nhwc ? y->shape[3] : y->shape[y->ndim - 3], act) : KN_OK;
 }
 
 kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act)

@@ -24,6 +24,8 @@ static inline bool kn_cuda_conv2d_supports(const kn_opcall *c)
 /* conv2d (its own bias input, if any) with act (0 none, 1 relu) in cuDNN's
  * graph: conv -> bias add -> ReLU as one plan. */
 kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act);
+/* act(conv + its bias + residual), residual contiguous like the output. */
+kn_status kn_cuda_conv2d_fused_residual(const kn_opcall *c, int act, const struct kn_tensor *residual);
 /* Whether conv2d of dtype dt should run channels-last on the current GPU
  * (the layout pass's "auto"): cuDNN present, a half type, sm_80 or later. */
 bool kn_cuda_conv_prefers_nhwc(kn_dtype dt);

@@ -233,7 +233,7 @@ kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, co
     p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
     p.dh = at->dilation[0], p.dw = at->dilation[1];
     p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
-    p.vec = kn_cuda_align_of(p.y, NULL, 0, 4) == 4 && p.k % 2 == 0; /* pairs of channels stored as one word */
+    p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16; /* 16-byte stores where the channels allow (the kernel checks) */
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem_tc", &fn));
     /* blocks that stay: each stages its weights once and then takes tile
@@ -242,7 +242,8 @@ kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, co
     if (!sms && (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kn_cuda_current()->index) != cudaSuccess ||
                  sms <= 0))
         sms = 132;
-    int64_t pix = p.n * p.p * p.q, gx = (pix + 127) / 128, gy = (p.k + 63) / 64;
+    int64_t bn = p.k <= 16 ? 16 : p.k <= 32 ? 32 : 64; /* the kernel's channels a block */
+    int64_t pix = p.n * p.p * p.q, gx = (pix + 127) / 128, gy = (p.k + bn - 1) / bn;
     int64_t resident = 4 * (int64_t)sms / gy > 0 ? 4 * (int64_t)sms / gy : 1;
     if (gx > resident) gx = resident;
     if (gy > 65535) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld output channels for the stem kernel", (long long)p.k);

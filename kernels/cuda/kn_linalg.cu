@@ -320,22 +320,26 @@ extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem(kn_la_stem_arg
 // ---- a stem conv on the tensor cores (bf16 / f16): an implicit GEMM of
 // pixels (M) by output channels (N) over the taps C x R x S (K, at most
 // KN_LA_TC_TAPS), mma.sync m16n8k16 with f32 accumulators. A block takes
-// 128 pixels by 64 output channels: its 4 warps 32 pixels each (2 x 8
-// mma tiles); the block's weights sit in shared memory once, [channel][tap];
-// each thread gathers its pixel's taps 32 at a time (the image, NCHW, from
-// L1/L2: a warp's 32 neighbouring pixels read neighbouring addresses) into
-// shared [pixel][tap], with each tap's offset, dy and dx from a table made
-// once. Shared rows are padded to 40 / KN_LA_TC_TAPS + 8 halves, so the
+// 128 pixels by NT x 8 output channels (NT 2, 4 or 8: a 16- or 32-channel
+// stem does not pay for 64): its 4 warps 32 pixels each; the block's
+// weights sit in shared memory once, [channel][tap]; each thread gathers
+// its pixel's taps 32 at a time (the image, NCHW, from L1/L2: a warp's 32
+// neighbouring pixels read neighbouring addresses) into shared
+// [pixel][tap], with each tap's offset, dy and dx from a table made once.
+// Shared rows are padded to 40 / KN_LA_TC_TAPS + 8 halves, so the
 // fragments' 32-bit loads hit distinct banks. Bias and ReLU before the one
-// rounding. ResNet's 7x7 stride-2 stem (3 -> 64 channels, 147 taps) ran
-// 530 us through cuDNN's heuristic pick with the channels padded to 8
-// (H100, 32 images of 224 x 224, bf16), and the CUDA-core stem kernel holds
-// at most 64 taps.
+// rounding; the tile's results go through shared memory and out in 16-byte
+// rows. Blocks stay (a grid of 4 an SM) and take tile after tile.
+// ResNet's 7x7 stride-2 stem (3 -> 64 channels, 147 taps) ran 530 us
+// through cuDNN's heuristic pick with the channels padded to 8 (H100, 32
+// images of 224 x 224, bf16), and the CUDA-core stem kernel holds at most
+// 64 taps. Measured (ncu) on convnet's stem before the staged stores and
+// NT: latency-bound, 11.5 cycles an instruction at 25% occupancy.
 #define KN_LA_TC_BM 128
-#define KN_LA_TC_BN 64
 #define KN_LA_TC_BK 32
 #define KN_LA_TC_AST (KN_LA_TC_BK + 8)
 #define KN_LA_TC_BST (KN_LA_TC_TAPS + 8)
+#define KN_LA_TC_OST (64 + 8) // halves a staged output row, padded
 
 template <int DT>
 __device__ __forceinline__ void kn_la_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
@@ -353,83 +357,96 @@ __device__ __forceinline__ void kn_la_mma(float c[4], const unsigned a[4], unsig
 }
 
 // the kernel's shared memory, declared once (each instantiation of a body
-// with its own __shared__ arrays would get its own copy)
+// with its own __shared__ arrays would get its own copy); the gathered taps
+// and the staged outputs are never live together
 struct kn_la_stem_tc_smem {
-    unsigned short as[KN_LA_TC_BM * KN_LA_TC_AST];
-    unsigned short bs[KN_LA_TC_BN * KN_LA_TC_BST];
+    union {
+        unsigned short as[KN_LA_TC_BM * KN_LA_TC_AST];
+        unsigned short os[KN_LA_TC_BM * KN_LA_TC_OST];
+    };
+    unsigned short bs[64 * KN_LA_TC_BST];
     int toff[KN_LA_TC_TAPS];
     short tdy[KN_LA_TC_TAPS], tdx[KN_LA_TC_TAPS];
 };
 
-template <int DT>
+template <int DT, int NT>
 __device__ void kn_la_stem_tc_body(const kn_la_stem_args &p, kn_la_stem_tc_smem &sm)
 {
-    unsigned short *as = sm.as, *bs = sm.bs;
-    int *toff = sm.toff;
-    short *tdy = sm.tdy, *tdx = sm.tdx;
+    constexpr int BN = NT * 8;
+    unsigned short *as = sm.as, *bs = sm.bs, *os = sm.os;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int c = (int)p.c, r = (int)p.r, sk = (int)p.s, taps = c * r * sk;
     const int kpad = (taps + KN_LA_TC_BK - 1) / KN_LA_TC_BK * KN_LA_TC_BK;
-    const int h = (int)p.h, wd = (int)p.wd, k0 = blockIdx.y * KN_LA_TC_BN;
-    // the taps' table and the block's weights, once: tap = (ky * S + kx) * C + ci
+    const int h = (int)p.h, wd = (int)p.wd, k0 = blockIdx.y * BN;
+    // the taps' table: tap = (ky * S + kx) * C + ci, offsets within an image
     for (int t = threadIdx.x; t < taps; t += blockDim.x) {
         int ci = t % c, rs = t / c, kx = rs % sk, ky = rs / sk;
-        tdy[t] = (short)(ky * p.dh);
-        tdx[t] = (short)(kx * p.dw);
-        toff[t] = (int)(ci * p.xs[1] + ky * p.dh * p.xs[2] + kx * p.dw * p.xs[3]);
+        sm.tdy[t] = (short)(ky * p.dh);
+        sm.tdx[t] = (short)(kx * p.dw);
+        sm.toff[t] = (int)(ci * p.xs[1] + ky * p.dh * p.xs[2] + kx * p.dw * p.xs[3]);
     }
-    // a thread a tap, its 64 channels' weights (divisions once per tap: the
-    // blocks are few and long-lived, but this was most of a short one's work)
+    // the block's weights, a thread a tap (divisions once per tap)
     const unsigned short *w = (const unsigned short *)p.w;
+    const long long kstride = (long long)r * sk * p.cw;
     for (int t = threadIdx.x; t < kpad; t += blockDim.x) {
         int ci = t % c, rs = t / c;
         const unsigned short *wt = w + (long long)rs * p.cw + ci;
-        long long kstride = (long long)r * sk * p.cw;
-        for (int kk = 0; kk < KN_LA_TC_BN; kk++)
+        for (int kk = 0; kk < BN; kk++)
             bs[kk * KN_LA_TC_BST + t] = k0 + kk < p.k && t < taps ? wt[(k0 + kk) * kstride] : (unsigned short)0;
     }
-    float bias[8][2];
+    float bias[NT][2];
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             long long ch = k0 + nt * 8 + 2 * t4 + e;
             bias[nt][e] = p.bias && ch < p.k ? kn_la_ld<float>(p.bias, p.b_dt, ch * p.bias_s) : 0.f;
         }
     const long long npix = p.n * p.p * p.q;
-    const unsigned short *x = (const unsigned short *)p.x;
+    const int xs2 = (int)p.xs[2], xs3 = (int)p.xs[3];
+    // channels of this tile in y, and whether its rows go out 16 bytes at a time
+    const int kc_n = p.k - k0 < BN ? (int)(p.k - k0) : BN;
+    const bool vec_out = p.vec && (kc_n * 2) % 16 == 0 && (p.k * 2) % 16 == 0 && (k0 * 2) % 16 == 0;
     for (long long base = (long long)blockIdx.x * KN_LA_TC_BM; base < npix; base += (long long)gridDim.x * KN_LA_TC_BM) {
         long long pix = base + threadIdx.x;
         bool live = pix < npix;
         int iy0 = 0, ix0 = 0;
-        long long corner = 0;
+        const unsigned short *xb = (const unsigned short *)p.x;
         if (live) {
             long long t = pix / p.q;
             int ox = (int)(pix % p.q), oy = (int)(t % p.p);
             long long ni = t / p.p;
             iy0 = oy * p.sh - p.ph;
             ix0 = ox * p.sw - p.pw;
-            corner = ni * p.xs[0] + (long long)iy0 * p.xs[2] + (long long)ix0 * p.xs[3];
+            xb += ni * p.xs[0]; // the image; offsets within it fit 32 bits (the host checks)
         }
-        float acc[2][8][4];
+        const int corner = iy0 * xs2 + ix0 * xs3;
+        float acc[2][NT][4];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
         for (int kc = 0; kc < kpad; kc += KN_LA_TC_BK) {
-            __syncthreads(); // the table and weights are written; the previous chunk is read
+            __syncthreads(); // the table and weights are written; the previous chunk (or tile's outputs) is read
             unsigned short *ar = as + threadIdx.x * KN_LA_TC_AST;
-#pragma unroll 8
-            for (int j = 0; j < KN_LA_TC_BK; j++) {
-                int t = kc + j;
-                unsigned short v = 0;
-                if (live && t < taps) {
-                    int iy = iy0 + tdy[t], ix = ix0 + tdx[t];
-                    if (iy >= 0 && iy < h && ix >= 0 && ix < wd) v = x[corner + toff[t]];
+            // sixteen taps' loads issued before their stores to shared memory
+#pragma unroll
+            for (int j0 = 0; j0 < KN_LA_TC_BK; j0 += 16) {
+                unsigned short v[16];
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    int t = kc + j0 + j;
+                    v[j] = 0;
+                    if (live && t < taps) {
+                        int iy = iy0 + sm.tdy[t], ix = ix0 + sm.tdx[t];
+                        if ((unsigned)iy < (unsigned)h && (unsigned)ix < (unsigned)wd) v[j] = xb[corner + sm.toff[t]];
+                    }
                 }
-                ar[j] = v;
+#pragma unroll
+                for (int j = 0; j < 16; j += 2)
+                    *(unsigned *)(ar + j0 + j) = (unsigned)v[j] | ((unsigned)v[j + 1] << 16);
             }
             __syncthreads();
 #pragma unroll
@@ -444,7 +461,7 @@ __device__ void kn_la_stem_tc_body(const kn_la_stem_args &p, kn_la_stem_tc_smem 
                     a[mt][3] = *(const unsigned *)(ap + 8 * KN_LA_TC_AST + 8);
                 }
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
+                for (int nt = 0; nt < NT; nt++) {
                     const unsigned short *bp = bs + (nt * 8 + g) * KN_LA_TC_BST + kc + ks + 2 * t4;
                     unsigned b0 = *(const unsigned *)bp, b1 = *(const unsigned *)(bp + 8);
                     kn_la_mma<DT>(acc[0][nt], a[0], b0, b1);
@@ -452,40 +469,58 @@ __device__ void kn_la_stem_tc_body(const kn_la_stem_args &p, kn_la_stem_tc_smem 
                 }
             }
         }
+        __syncthreads(); // the last chunk's taps are read: the region holds the outputs now
         // c0, c1: row g, columns 2t, 2t+1; c2, c3: row g + 8
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                long long row = base + warp * 32 + mt * 16 + g + half * 8;
-                if (row >= npix) continue;
+                int row = warp * 32 + mt * 16 + g + half * 8;
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    long long ch = k0 + nt * 8 + 2 * t4;
-                    float v[2];
+                for (int nt = 0; nt < NT; nt++) {
+                    float v2[2];
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         float u = acc[mt][nt][half * 2 + e] + bias[nt][e];
                         if (p.act == 1) u = u > 0.f ? u : (u == u ? 0.f : u); // NaN passes, as relu on the CPU
-                        v[e] = u;
+                        v2[e] = u;
                     }
-                    long long at = row * p.k + ch;
-                    if (p.vec && ch + 1 < p.k) {
-                        *(unsigned *)(p.y + at * 2) = kn_la_pack2(DT, v[0], v[1]);
-                    } else {
-                        if (ch < p.k) kn_la_st<float>(p.y, p.dt, at, v[0]);
-                        if (ch + 1 < p.k) kn_la_st<float>(p.y, p.dt, at + 1, v[1]);
-                    }
+                    *(unsigned *)(os + row * KN_LA_TC_OST + nt * 8 + 2 * t4) = kn_la_pack2(DT, v2[0], v2[1]);
                 }
             }
+        __syncthreads();
+        if (vec_out) { // 16 bytes (8 channels) a store, rows of neighbouring pixels together
+            const int per_row = kc_n / 8;
+            for (int i = threadIdx.x; i < KN_LA_TC_BM * per_row; i += blockDim.x) {
+                int row = i / per_row, part = i % per_row;
+                long long px = base + row;
+                if (px < npix)
+                    *(uint4 *)(p.y + (px * p.k + k0 + part * 8) * 2) =
+                        *(const uint4 *)(os + row * KN_LA_TC_OST + part * 8);
+            }
+        } else {
+            for (int i = threadIdx.x; i < KN_LA_TC_BM * kc_n; i += blockDim.x) {
+                int row = i / kc_n, ch = i % kc_n;
+                long long px = base + row;
+                if (px < npix) ((unsigned short *)p.y)[px * p.k + k0 + ch] = os[row * KN_LA_TC_OST + ch];
+            }
+        }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) kn_la_conv_stem_tc(kn_la_stem_args p)
+extern "C" __global__ void __launch_bounds__(128, 4) kn_la_conv_stem_tc(kn_la_stem_args p)
 {
     __shared__ __align__(16) kn_la_stem_tc_smem sm;
-    if (p.dt == KN_LA_BF16) kn_la_stem_tc_body<KN_LA_BF16>(p, sm);
-    else kn_la_stem_tc_body<KN_LA_F16>(p, sm);
+    int nt = p.k <= 16 ? 2 : p.k <= 32 ? 4 : 8;
+    if (p.dt == KN_LA_BF16) {
+        if (nt == 2) kn_la_stem_tc_body<KN_LA_BF16, 2>(p, sm);
+        else if (nt == 4) kn_la_stem_tc_body<KN_LA_BF16, 4>(p, sm);
+        else kn_la_stem_tc_body<KN_LA_BF16, 8>(p, sm);
+    } else {
+        if (nt == 2) kn_la_stem_tc_body<KN_LA_F16, 2>(p, sm);
+        else if (nt == 4) kn_la_stem_tc_body<KN_LA_F16, 4>(p, sm);
+        else kn_la_stem_tc_body<KN_LA_F16, 8>(p, sm);
+    }
 }
 
 // ---- a depthwise conv, channels-last in and out (MobileNet's 3x3 and 5x5
