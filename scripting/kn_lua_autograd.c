@@ -208,10 +208,15 @@ static int l_grad(lua_State *L)
     return 1;
 }
 
-/* Run fn(...) with grad mode set to `on`, restoring it however fn ends. */
+/* Run fn(...) with grad mode set to `on`, restoring it however fn ends;
+ * fn may be anything callable (a module). */
 static int with_grad_mode(lua_State *L, bool on)
 {
-    luaL_checktype(L, 1, LUA_TFUNCTION);
+    if (!lua_isfunction(L, 1)) {
+        if (luaL_getmetafield(L, 1, "__call") == LUA_TNIL)
+            return luaL_argerror(L, 1, lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 1)));
+        lua_pop(L, 1); /* the __call field: lua_pcall finds it again */
+    }
     kn_autograd *ag = grad_state(L);
     bool was = ag->enabled;
     ag->enabled = on;

@@ -138,6 +138,7 @@ pcall(kiln.no_grad, function() error("boom") end)
 T.ok(kiln.is_grad_enabled(), "an error inside kiln.no_grad restores grad mode")
 local eg = kiln.no_grad(function() return kiln.enable_grad(function() return w * 2 end) end)
 T.ok(eg.requires_grad, "kiln.enable_grad records inside a no_grad")
+T.ok(not kiln.no_grad(kiln.nn.Linear(2, 2), kiln.ones({ 2 })).requires_grad, "kiln.no_grad(module, x) calls the module")
 local n1, n2 = kiln.no_grad(function(p, q) return p + 1, q end, 1, "two")
 T.ok(n1 == 2 and n2 == "two", "kiln.no_grad passes arguments and returns every result")
 
