@@ -20,6 +20,16 @@ static kn_autograd *grad_state(lua_State *L)
     return &kn_lua_state_get(L)->grad;
 }
 
+/* Backward runs eagerly: inside a compiled function's trace its ops would
+ * become graph nodes, which compiled training (issue 33 item 2) will
+ * build on; until then it is refused there, by name. */
+static void not_traced(lua_State *L, const char *what)
+{
+    if (kn_lua_active_capture(L))
+        luaL_error(L, "%s: not inside a compiled function: kiln.compile records no gradients yet; call it after "
+                      "the compiled call returns, or run the training step uncompiled", what);
+}
+
 /* ---- properties -------------------------------------------------------- */
 
 bool kn_lua_autograd_property(lua_State *L, const char *key)
@@ -126,6 +136,7 @@ static bool opt_bool(lua_State *L, int idx, const char *key)
 static int m_backward(lua_State *L)
 {
     static const char *const keys[] = {"retain_graph", NULL};
+    not_traced(L, "backward");
     kn_tensor *t = kn_lua_checktensor(L, 1), *g = NULL;
     int opts = 3;
     if (lua_istable(L, 2) && !kn_lua_totensor(L, 2)) opts = 2;
@@ -170,6 +181,7 @@ static kn_tensor **tensor_list(lua_State *L, int idx, const char *what, int *n, 
 static int l_grad(lua_State *L)
 {
     static const char *const keys[] = {"grad_outputs", "retain_graph", "allow_unused", NULL};
+    not_traced(L, "grad");
     lua_settop(L, 3);
     kn_lua_check_options(L, 3, "grad", keys);
     int n_out, n_in, n_g = 0;

@@ -459,10 +459,6 @@ static int m_to(lua_State *L)
     }
     lua_settop(L, 1);
     if (dev != kn_tensor_device(t)) {
-        if (kn_autograd_requires_grad(t) && kn_lua_state_get(L)->grad.enabled)
-            return luaL_error(L, "to: moving a tensor that requires grad to another device is not recorded by "
-                                 "autograd yet; move the leaves (a module's parameters) before computing with "
-                                 "them, or move it inside kiln.no_grad to get a copy without history");
         if (t->lazy && !t->lazy->value)
             kn_lua_graph_break(L, "unsupported op", "Tensor.to moves a traced tensor between devices",
                                "move inputs to the device before calling the compiled function");
@@ -470,6 +466,10 @@ static int m_to(lua_State *L)
         kn_status st = kn_tensor_to_device(kn_lua_need_value(L, t, "to"), dev, &kn_lua_state_get(L)->settings, &d);
         if (st != KN_OK) return kn_lua_fail(L, st);
         kn_lua_pushtensor(L, d);
+        /* the copy has no history: a value to read, not to differentiate
+         * (autograd records no device moves yet); backward from it says so */
+        if (kn_autograd_requires_grad(t) && (st = kn_autograd_mark(d, KN_GRAD_ORIGIN_MOVED)) != KN_OK)
+            return kn_lua_fail(L, st);
         t = d;
     }
     if (dt == t->dtype) return 1;

@@ -217,6 +217,12 @@ T.ok(close(compiled, lin(xs):sum(), 1e-5), "a compiled call with parameters that
 T.raises(function() compiled:backward() end,
   "it was computed by a compiled function, and kiln.compile records no gradients yet",
   "backward from a compiled call's output says why it cannot")
+local outside = lin(xs):sum()
+local inside = kiln.compile(function() outside:backward() end)
+T.raises(function() inside() end, "backward: not inside a compiled function: kiln.compile records no gradients yet",
+  "backward inside a compiled function is refused")
+local moved = (lin(xs) * 1):to("cpu") -- the same device: no copy, history kept
+T.ok(moved.requires_grad, "x:to(its own device) keeps the history")
 
 -- ---- Dropout and BatchNorm2d in train mode ---------------------------------
 

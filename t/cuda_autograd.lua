@@ -1,7 +1,8 @@
 -- t/cuda_autograd.lua: autograd on the GPU: every gradient case of
 -- t/lib/autograd_cases.lua computed on CUDA against the same case on the
 -- CPU (f32 both), and a few training steps (a model, cross_entropy,
--- AdamW) on CUDA against the CPU's. The rules are kiln ops, so backward
+-- AdamW) on CUDA against the CPU's; a copy to the CPU carries no history.
+-- The rules are kiln ops, so backward
 -- runs on whatever kernels the device has; an op a rule needs that the
 -- CUDA backend lacks fails here by name.
 local T = dofile("t/lib/tap.lua")
@@ -73,5 +74,12 @@ local worst = 0
 for i = 1, #cl do worst = math.max(worst, math.abs(cl[i] - gl[i])) end
 for i = 1, #cw do worst = math.max(worst, math.abs(cw[i] - gw[i])) end
 T.ok(worst <= 1e-4, "5 AdamW steps of a model on cuda match the cpu's losses and weights (worst " .. worst .. ")")
+
+-- a device move is a copy without history, to read values
+local w = kiln.ones({ 3 }, { device = "cuda", requires_grad = true })
+local host = (w * 2):sum():to("cpu")
+T.ok(not host.requires_grad and host:item() == 6, "x:to('cpu') of a tensor with history: its value, no history")
+T.raises(function() host:backward() end, "it was copied to another device %(x:to%), which autograd does not record yet",
+  "backward from the copy says why it has no gradient")
 
 T.done()

@@ -264,6 +264,15 @@ kn_status kn_autograd_check_inplace(const kn_autograd *ag, const kn_tensor *dst,
     return KN_OK;
 }
 
+kn_status kn_autograd_mark(kn_tensor *t, kn_grad_origin origin)
+{
+    if (t->ag && (t->ag->requires_grad || t->ag->fn))
+        return kn_error(KN_ERR_ARG, "autograd: a tensor with history cannot be marked as having none");
+    if (!t->ag && !(t->ag = kn_grad_meta_new())) return kn_error(KN_ERR_OOM, "autograd: out of host memory");
+    t->ag->origin = origin;
+    return KN_OK;
+}
+
 kn_status kn_autograd_no_history(const kn_tensor *t, const char *what)
 {
     const kn_grad_meta *m = t->ag;
@@ -289,6 +298,12 @@ kn_status kn_autograd_no_history(const kn_tensor *t, const char *what)
         return kn_error(KN_ERR_ARG,
                         "%s: the tensor does not require grad: it was computed by a compiled function, and "
                         "kiln.compile records no gradients yet; run the training step without kiln.compile",
+                        what);
+    case KN_GRAD_ORIGIN_MOVED:
+        return kn_error(KN_ERR_ARG,
+                        "%s: the tensor does not require grad: it was copied to another device (x:to), which "
+                        "autograd does not record yet; move the parameters (m:to(device)) and the inputs before "
+                        "computing with them",
                         what);
     case KN_GRAD_ORIGIN_NONE: break;
     }

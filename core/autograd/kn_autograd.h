@@ -53,6 +53,10 @@ kn_status kn_autograd_set_grad(kn_tensor *t, kn_tensor *g);
  * grad would lose its gradient. */
 kn_status kn_autograd_check_inplace(const kn_autograd *ag, const kn_tensor *dst, const kn_tensor *src,
                                     const char *what);
+/* Mark t, a new tensor made from tensors that require grad by something
+ * autograd does not record (a copy to another device), with why it has
+ * no history: backward from it says so. */
+kn_status kn_autograd_mark(kn_tensor *t, kn_grad_origin origin);
 /* Why backward cannot start from t (it does not require grad), as the
  * message of an error for `what` ("backward"). */
 kn_status kn_autograd_no_history(const kn_tensor *t, const char *what);
