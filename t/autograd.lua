@@ -243,7 +243,10 @@ T.ok(drop(dx) == dx, "Dropout in eval mode is the identity")
 
 local bnt = kiln.nn.BatchNorm2d(2, { momentum = 0.5 })
 local bx = kiln.randn({ 4, 2, 3, 3 }, { seed = 8 }) * 2 + 1
+local running = bnt.running_mean
 local by = bnt(bx)
+T.ok(rawequal(bnt.running_mean, running) and bnt.num_batches_tracked:item() == 1,
+  "BatchNorm2d train: the running statistics are updated in place (the same tensors)")
 local bmean, bvar = bx:mean({ 1, 3, 4 }), bx:var({ 1, 3, 4 })
 T.ok(close(bnt.running_mean, bmean * 0.5, 1e-5), "BatchNorm2d train: running mean = (1 - m) 0 + m batch mean")
 T.ok(close(bnt.running_var, bvar * 0.5 + 0.5, 1e-4), "... running var from the unbiased batch variance")

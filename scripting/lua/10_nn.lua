@@ -679,8 +679,8 @@ nn.Conv2d = nn.Module {
 }
 
 -- BatchNorm2d(C [, {eps = 1e-5, momentum = 0.1, affine = true}]). Training
--- normalizes with the batch's statistics and updates the running ones
--- (unbiased variance, as PyTorch); eval uses the running statistics.
+-- normalizes with the batch's statistics and updates the running ones in
+-- place (unbiased variance, as PyTorch); eval uses the running statistics.
 -- momentum = false gives the cumulative average (PyTorch's momentum=None).
 nn.BatchNorm2d = nn.Module {
   name = "BatchNorm2d",
@@ -711,14 +711,20 @@ nn.BatchNorm2d = nn.Module {
     local mean = x:mean({ 1, 3, 4 })
     local var = x:var({ 1, 3, 4 }, { correction = 0 })
     local y = kiln.batch_norm(x, mean, var, self.weight, self.bias, self.eps)
-    -- the running statistics are buffers: they keep no history
+    -- the running statistics are buffers, updated in place and without
+    -- history; inside a compiled function (copy_ is not traced) the field
+    -- takes the new tensor instead
+    local function update(name, value)
+      local buf = self[name]
+      value = value:to(buf.dtype)
+      if not pcall(buf.copy_, buf, value) then self[name] = value end
+    end
     kiln.no_grad(function()
-      self.num_batches_tracked = self.num_batches_tracked + 1
+      update("num_batches_tracked", self.num_batches_tracked + 1)
       local m = self.momentum
       if not m then m = 1 / self.num_batches_tracked:item() end
-      local rdt = self.running_mean.dtype
-      self.running_mean = (self.running_mean * (1 - m) + mean * m):to(rdt)
-      self.running_var = (self.running_var * (1 - m) + var * (m * n / (n - 1))):to(rdt)
+      update("running_mean", self.running_mean * (1 - m) + mean * m)
+      update("running_var", self.running_var * (1 - m) + var * (m * n / (n - 1)))
     end)
     return y
   end,
