@@ -90,6 +90,9 @@ local ok, err = pcall(sq.backward, sq)
 T.ok(not ok and err:find("backward: the graph was already freed: an earlier backward through mul %(at " ..
   "t/autograd.lua:" .. LINE.retained .. "%) released the tensors it saved; pass {retain_graph = true}"),
   "backward twice through freed buffers: an error naming the op and its line")
+local lone = kiln.tensor({ 5 }, { requires_grad = true })
+lone:backward()
+T.ok(close(lone.grad, { 1 }, 0) and close(kiln.grad(lone, lone), { 1 }, 0), "backward from a leaf itself: its gradient is 1")
 local plain = (r + 1):sum()
 plain:backward()
 plain:backward()

@@ -433,7 +433,7 @@ static kn_status backward(pass *p)
     KN_TRY(check_args(p->a));
     KN_TRY(collect(p));
     KN_TRY(check_nodes(p));
-    qsort(p->nodes, (size_t)p->n_nodes, sizeof *p->nodes, later_first);
+    if (p->n_nodes > 1) qsort(p->nodes, (size_t)p->n_nodes, sizeof *p->nodes, later_first);
     p->gout = calloc((size_t)p->n_nodes + 1, sizeof *p->gout);
     p->wanted = calloc((size_t)p->a->n_inputs + 1, sizeof *p->wanted);
     if (!p->gout || !p->wanted) return oom(p);
