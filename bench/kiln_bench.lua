@@ -171,7 +171,9 @@ local function row(model_name, mode, dtype)
     expected = model(x):to("cpu")
   end
 
-  local f, cm = model, nil
+  -- eager rows record no gradients, as PyTorch's rows run under
+  -- torch.inference_mode (a model's parameters require grad)
+  local f, cm = function(v) return kiln.no_grad(model, v) end, nil
   if mode ~= "eager" then
     local ok, c = pcall(kiln.compile, model, { mode = mode })
     if not ok then

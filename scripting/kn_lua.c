@@ -20,6 +20,7 @@
 
 #include "kn_kernels.h"
 #include "kn_lua.h"
+#include "kn_lua_autograd.h"
 #include "kn_lua_compile.h"
 #include "kn_lua_io.h"
 #include "kn_lua_onnx.h"
@@ -66,6 +67,7 @@ int luaopen_kiln(lua_State *L)
     kn_lua_open_util(L, kiln_idx); /* the option checker, first: every other part may use it */
     kn_lua_open_tensor(L);
     kn_lua_open_ops(L);
+    kn_lua_open_autograd(L);
     kn_lua_open_io(L);
     kn_lua_open_system(L);
     kn_lua_open_compile(L);

@@ -25,6 +25,7 @@ kn_lua_state *kn_lua_state_get(lua_State *L)
     s->seed = 0x6b696c6e; /* "kiln" */
     s->log_flags = KN_LOG_WARN;
     kn_settings_init(&s->settings); /* kiln.config sets its own defaults (kn_lua_open_config) */
+    kn_autograd_init(&s->grad);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &state_key);
     return s;
 }

@@ -13,6 +13,7 @@
 
 #include <lua.h>
 
+#include "kn_autograd.h"
 #include "kn_settings.h"
 
 struct kn_capture;
@@ -50,6 +51,8 @@ typedef struct {
      * into kiln's Lua (`return self.head(y)`), its frame is gone from the
      * stack and this is the line that made the call */
     char last_user_line[160];
+    /* autograd: grad mode (kiln.no_grad) and the tape's counters */
+    kn_autograd grad;
 } kn_lua_state;
 
 /* This state's data, made on first use. The pointer stays valid until the

@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_autograd.h"
 #include "kn_backend.h"
 #include "kn_capture.h"
+#include "kn_lua_autograd.h"
 #include "kn_lua_state.h"
 #include "kn_lua_tensor.h"
 #include "kn_lua_tensor_ud.h"
@@ -65,7 +67,9 @@ static int create(lua_State *L, kn_op op, const char *what, const char *const *k
         c.a.rng_offset = s->rng_offset;
         s->rng_offset += (uint64_t)kn_numel_of(c.a.nshape, c.a.shape);
     }
-    return kn_lua_run(L, &c, dev);
+    kn_lua_run(L, &c, dev);
+    kn_lua_apply_requires_grad(L, opts_idx, what);
+    return 1;
 }
 
 static int opts_index(lua_State *L, int shape_idx)
@@ -79,11 +83,11 @@ static int opts_index(lua_State *L, int shape_idx)
 
 static int l_zeros(lua_State *L)
 {
-    return create(L, KN_OP_FULL, "zeros", KN_LUA_TENSOR_OPTS, 1, opts_index(L, 1), 0, 0);
+    return create(L, KN_OP_FULL, "zeros", KN_LUA_CREATE_OPTS, 1, opts_index(L, 1), 0, 0);
 }
 static int l_ones(lua_State *L)
 {
-    return create(L, KN_OP_FULL, "ones", KN_LUA_TENSOR_OPTS, 1, opts_index(L, 1), 1, 0);
+    return create(L, KN_OP_FULL, "ones", KN_LUA_CREATE_OPTS, 1, opts_index(L, 1), 1, 0);
 }
 static int l_randn(lua_State *L)
 {
@@ -93,7 +97,7 @@ static int l_randn(lua_State *L)
 /* kiln.rand(shape [, {low =, high =, ...}]): uniform in [low, high), default (0, 1) */
 static int l_rand(lua_State *L)
 {
-    static const char *const known[] = {"low", "high", "dtype", "device", "seed", NULL};
+    static const char *const known[] = {"low", "high", "dtype", "device", "seed", "requires_grad", NULL};
     int oi = opts_index(L, 1);
     double lo = 0, hi = 0;
     if (kn_lua_check_options(L, oi, "rand", known)) {
@@ -115,7 +119,7 @@ static int l_full(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     double v = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : luaL_checknumber(L, 2);
     /* kiln.full(shape, value [, opts]) */
-    return create(L, KN_OP_FULL, "full", KN_LUA_TENSOR_OPTS, 1, 3, v, 0);
+    return create(L, KN_OP_FULL, "full", KN_LUA_CREATE_OPTS, 1, 3, v, 0);
 }
 
 /* kiln.randint(low, high, shape [, opts]) -> i64 in [low, high) */
@@ -182,7 +186,7 @@ static int l_arange(lua_State *L)
     c.a.shape[0] = (int64_t)len;
     kn_dtype dt = all_int ? KN_I64 : KN_F32;
     kn_device dev = kn_lua_default_device();
-    kn_lua_opts(L, nnum + 1, "arange", KN_LUA_TENSOR_OPTS, &dt, &dev, NULL, NULL);
+    kn_lua_opts(L, nnum + 1, "arange", KN_LUA_CREATE_OPTS, &dt, &dev, NULL, NULL);
     /* the first and the last element must fit an integer dtype */
     kn_status st = kn_dtype_check_value("arange", "start", start, dt);
     if (st == KN_OK && len >= 1) st = kn_dtype_check_value("arange", "last value", start + (len - 1) * step, dt);
@@ -190,7 +194,9 @@ static int l_arange(lua_State *L)
     c.a.dtype = dt;
     c.a.value = start;
     c.a.value2 = step;
-    return kn_lua_run(L, &c, dev);
+    kn_lua_run(L, &c, dev);
+    kn_lua_apply_requires_grad(L, nnum + 1, "arange");
+    return 1;
 }
 
 /* Walk a nested Lua table to find its shape (checked rectangular). */
@@ -275,7 +281,7 @@ static int l_tensor(lua_State *L)
     (void)has_float;
     kn_dtype dt = lua_isboolean(L, 1) ? KN_BOOL : KN_F32;
     kn_device dev = kn_lua_default_device();
-    kn_lua_opts(L, 2, "tensor", KN_LUA_TENSOR_OPTS, &dt, &dev, NULL, NULL);
+    kn_lua_opts(L, 2, "tensor", KN_LUA_CREATE_OPTS, &dt, &dev, NULL, NULL);
     kn_tensor *t;
     kn_status st = kn_tensor_new(dt, ndim, shape, KN_CPU, &t);
     if (st != KN_OK) return kn_lua_fail(L, st);
@@ -288,6 +294,7 @@ static int l_tensor(lua_State *L)
         if (st != KN_OK) return kn_lua_fail(L, st);
         kn_lua_pushtensor(L, d);
     }
+    kn_lua_apply_requires_grad(L, 2, "tensor");
     return 1;
 }
 
@@ -459,6 +466,10 @@ static int m_to(lua_State *L)
         kn_status st = kn_tensor_to_device(kn_lua_need_value(L, t, "to"), dev, &kn_lua_state_get(L)->settings, &d);
         if (st != KN_OK) return kn_lua_fail(L, st);
         kn_lua_pushtensor(L, d);
+        /* the copy has no history: a value to read, not to differentiate
+         * (autograd records no device moves yet); backward from it says so */
+        if (kn_autograd_requires_grad(t) && (st = kn_autograd_mark(d, KN_GRAD_ORIGIN_MOVED)) != KN_OK)
+            return kn_lua_fail(L, st);
         t = d;
     }
     if (dt == t->dtype) return 1;
@@ -483,6 +494,8 @@ static int m_copy_(lua_State *L)
                           kn_shape_str(src->ndim, src->shape, a, sizeof a), kn_dtype_name(src->dtype),
                           kn_shape_str(dst->ndim, dst->shape, b, sizeof b), kn_dtype_name(dst->dtype));
     if (!kn_tensor_is_contiguous(dst)) return luaL_error(L, "copy_: the destination must be contiguous");
+    kn_status ok = kn_autograd_check_inplace(&kn_lua_state_get(L)->grad, dst, src, "copy_");
+    if (ok != KN_OK) return kn_lua_fail(L, ok);
     kn_device dd = kn_tensor_device(dst);
     const kn_settings *settings = &kn_lua_state_get(L)->settings;
     kn_tensor *s = src, *tmp = NULL;
@@ -664,8 +677,11 @@ static int m_view(lua_State *L)
         kn_tensor *v;
         kn_status st = kn_view_view(t, n, shape, &v);
         if (st != KN_OK) return kn_lua_fail(L, st);
-        kn_lua_pushtensor(L, v);
-        return 1;
+        if (!t->ag) {
+            kn_lua_pushtensor(L, v);
+            return 1;
+        }
+        kn_tensor_release(v); /* it is a view: the reshape below makes the same one, recorded */
     }
     return reshape_to(L, t, n, shape);
 }
@@ -878,7 +894,8 @@ static const luaL_Reg tensor_methods[] = {
     {"slice", m_slice},         {"split", m_split},
     {NULL, NULL}};
 
-/* __index: properties first (x.dtype, x.device, x.ndim), then methods. */
+/* __index: properties first (x.dtype, x.device, x.ndim, and autograd's:
+ * x.requires_grad, x.grad, x.is_leaf, x.grad_fn), then methods. */
 static int tensor_index(lua_State *L)
 {
     kn_tensor *t = kn_lua_checktensor(L, 1);
@@ -896,10 +913,22 @@ static int tensor_index(lua_State *L)
             lua_pushinteger(L, t->ndim);
             return 1;
         }
+        if (kn_lua_autograd_property(L, k)) return 1;
     }
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(1)); /* the methods table */
     return 1;
+}
+
+/* __newindex: x.requires_grad = bool and x.grad = tensor | nil; a tensor
+ * has no other field to set. */
+static int tensor_newindex(lua_State *L)
+{
+    kn_lua_checktensor(L, 1);
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+    if (k && kn_lua_autograd_assign(L, k)) return 0;
+    return luaL_error(L, "a tensor has no field '%s' to set (settable: requires_grad, grad)",
+                      k ? k : luaL_typename(L, 2));
 }
 
 void kn_lua_open_tensor(lua_State *L)
@@ -924,6 +953,8 @@ void kn_lua_open_tensor(lua_State *L)
     lua_setfield(L, kiln, "Tensor");
     lua_pushcclosure(L, tensor_index, 1);
     lua_setfield(L, mt, "__index");
+    lua_pushcfunction(L, tensor_newindex);
+    lua_setfield(L, mt, "__newindex");
     lua_settop(L, kiln);
 
     static const luaL_Reg fns[] = {

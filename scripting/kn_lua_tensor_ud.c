@@ -15,6 +15,10 @@ kn_tensor *kn_lua_totensor(lua_State *L, int idx)
         struct kn_capture *cap = kn_lua_state_get(L)->cap;
         if (!cap || t->lazy->cap != cap) {
             kn_tensor *v = t->lazy->value;
+            if (t->ag && !v->ag) { /* why it has no history: a compiled call made it */
+                v->ag = t->ag;
+                kn_grad_meta_retain(v->ag);
+            }
             if (!t->lazy->cap) {
                 kn_tensor_retain(v);
                 u->t = v;

@@ -211,24 +211,44 @@ static kn_tensor *capture_input(lua_State *L, kn_capture *cap, kn_tensor *t, con
 
 /* ---- running ops ------------------------------------------------------- */
 
-int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
+/* kn_exec.run: eagerly with the state's settings (kiln.config writes them
+ * as it is assigned), or into the capture, inputs named as they enter. */
+static kn_status exec_run(kn_exec *base, kn_opcall *c, kn_device dev)
 {
+    lua_State *L = ((kn_lua_exec *)base)->L;
     kn_lua_state *s = kn_lua_state_get(L);
     kn_capture *cap = s->cap;
     if (!cap) {
-        /* the state's settings (kiln.config writes them as it is assigned) */
         c->settings = &s->settings;
-        kn_status st = kn_op_eager(c, dev);
-        if (st != KN_OK) return kn_lua_fail(L, st);
-        for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
-        return c->n_out;
+        return kn_op_eager(c, dev);
     }
     char where[KN_WHERE_MAX];
     kn_lua_where_str(L, where, sizeof where);
     for (int i = 0; i < c->n_in; i++)
         if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
             c->in[i] = capture_input(L, cap, c->in[i], where);
-    kn_status st = kn_capture_op(cap, c, where);
+    return kn_capture_op(cap, c, where);
+}
+
+static void exec_where(kn_exec *base, char *buf, size_t size)
+{
+    kn_lua_where_str(((kn_lua_exec *)base)->L, buf, size);
+}
+
+void kn_lua_exec_init(kn_lua_exec *ex, lua_State *L)
+{
+    memset(ex, 0, sizeof *ex);
+    ex->base.run = exec_run;
+    ex->base.where = exec_where;
+    ex->base.traces = kn_lua_state_get(L)->cap != NULL;
+    ex->L = L;
+}
+
+int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
+{
+    kn_lua_exec ex;
+    kn_lua_exec_init(&ex, L);
+    kn_status st = kn_autograd_run(&kn_lua_state_get(L)->grad, &ex.base, c, dev);
     if (st != KN_OK) return kn_lua_fail(L, st);
     for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
     return c->n_out;

@@ -11,12 +11,24 @@
 
 #include <lua.h>
 
+#include "kn_autograd.h"
 #include "kn_capture.h"
+
+/* How this state runs an op (kn_exec, core/autograd): eagerly with its
+ * settings, or appended to the graph being captured. Autograd records at
+ * the one entry both go through, and runs backward's ops the same way. */
+typedef struct {
+    kn_exec base;
+    lua_State *L;
+} kn_lua_exec;
+void kn_lua_exec_init(kn_lua_exec *ex, lua_State *L);
 
 /* The capture of the compiled call in progress in this state, or NULL. */
 kn_capture *kn_lua_active_capture(lua_State *L);
-/* Run an op: eagerly, or appended to the graph being captured. Pushes the
- * outputs and returns their count; raises on error. */
+/* Run an op: eagerly, or appended to the graph being captured, through
+ * autograd's entry (kn_autograd_run), which records it when an input
+ * requires grad. Pushes the outputs and returns their count; raises on
+ * error. */
 int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev);
 /* A placeholder for the Lua number at idx baked into the graph (pushed). */
 kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt, const kn_tensor *like);

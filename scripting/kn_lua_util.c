@@ -411,7 +411,8 @@ int kn_lua_shape(lua_State *L, int idx, int64_t *shape, const char *what)
 }
 
 const char *const KN_LUA_TENSOR_OPTS[] = {"dtype", "device", NULL};
-const char *const KN_LUA_RANDOM_OPTS[] = {"dtype", "device", "seed", NULL};
+const char *const KN_LUA_CREATE_OPTS[] = {"dtype", "device", "requires_grad", NULL};
+const char *const KN_LUA_RANDOM_OPTS[] = {"dtype", "device", "seed", "requires_grad", NULL};
 
 /* Options table at idx (or nil): dtype, device, seed, and no key outside
  * `known`. */

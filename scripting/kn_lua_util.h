@@ -59,12 +59,14 @@ void kn_lua_parse_device(lua_State *L, int idx, const char *what, kn_device *dev
  * kiln._did_you_mean(word, names), kiln._unknown_message(noun, word, names). */
 void kn_lua_open_util(lua_State *L, int kiln);
 /* Read {dtype=, device=, seed=} at idx (nil is fine), whose keys must be
- * in `known` (KN_LUA_TENSOR_OPTS, KN_LUA_RANDOM_OPTS or the caller's);
+ * in `known` (KN_LUA_TENSOR_OPTS, KN_LUA_CREATE_OPTS, KN_LUA_RANDOM_OPTS or the
+ * caller's; requires_grad is the caller's to apply);
  * seed may be NULL. */
 void kn_lua_opts(lua_State *L, int idx, const char *what, const char *const *known, kn_dtype *dt,
                  kn_device *dev, int64_t *seed, int *has_seed);
 extern const char *const KN_LUA_TENSOR_OPTS[]; /* dtype, device */
-extern const char *const KN_LUA_RANDOM_OPTS[]; /* dtype, device, seed */
+extern const char *const KN_LUA_CREATE_OPTS[]; /* dtype, device, requires_grad */
+extern const char *const KN_LUA_RANDOM_OPTS[]; /* dtype, device, seed, requires_grad */
 kn_device kn_lua_default_device(void);
 
 #endif

@@ -96,23 +96,23 @@ says(function() kiln.device({ progres = print }) end,
 -- tensors
 
 says(function() kiln.randn({ 2 }, { sed = 1 }) end,
-  "randn: unknown option 'sed' (known: dtype, device, seed); did you mean 'seed'?", "kiln.randn")
+  "randn: unknown option 'sed' (known: dtype, device, seed, requires_grad); did you mean 'seed'?", "kiln.randn")
 says(function() kiln.rand({ 2 }, { hihg = 2 }) end,
-  "rand: unknown option 'hihg' (known: low, high, dtype, device, seed); did you mean 'high'?", "kiln.rand")
+  "rand: unknown option 'hihg' (known: low, high, dtype, device, seed, requires_grad); did you mean 'high'?", "kiln.rand")
 says(function() kiln.randint(0, 5, { 2 }, { seeds = 1 }) end,
-  "randint: unknown option 'seeds' (known: dtype, device, seed); did you mean 'seed'?", "kiln.randint")
+  "randint: unknown option 'seeds' (known: dtype, device, seed, requires_grad); did you mean 'seed'?", "kiln.randint")
 says(function() kiln.zeros({ 2 }, { dtpye = "f32" }) end,
-  "zeros: unknown option 'dtpye' (known: dtype, device); did you mean 'dtype'?", "kiln.zeros")
-says(function() kiln.zeros({ 2 }, { seed = 1 }) end, "zeros: unknown option 'seed' (known: dtype, device)",
+  "zeros: unknown option 'dtpye' (known: dtype, device, requires_grad); did you mean 'dtype'?", "kiln.zeros")
+says(function() kiln.zeros({ 2 }, { seed = 1 }) end, "zeros: unknown option 'seed' (known: dtype, device, requires_grad)",
   "kiln.zeros: a seed means nothing there")
 says(function() kiln.ones(2, 3, { devce = "cpu" }) end,
-  "ones: unknown option 'devce' (known: dtype, device); did you mean 'device'?", "kiln.ones after numbers")
+  "ones: unknown option 'devce' (known: dtype, device, requires_grad); did you mean 'device'?", "kiln.ones after numbers")
 says(function() kiln.full({ 2 }, 1, { dtyp = "f32" }) end,
-  "full: unknown option 'dtyp' (known: dtype, device); did you mean 'dtype'?", "kiln.full")
+  "full: unknown option 'dtyp' (known: dtype, device, requires_grad); did you mean 'dtype'?", "kiln.full")
 says(function() kiln.arange(4, { dtpe = "i32" }) end,
-  "arange: unknown option 'dtpe' (known: dtype, device); did you mean 'dtype'?", "kiln.arange")
+  "arange: unknown option 'dtpe' (known: dtype, device, requires_grad); did you mean 'dtype'?", "kiln.arange")
 says(function() kiln.tensor({ 1, 2 }, { dvice = "cpu" }) end,
-  "tensor: unknown option 'dvice' (known: dtype, device); did you mean 'device'?", "kiln.tensor")
+  "tensor: unknown option 'dvice' (known: dtype, device, requires_grad); did you mean 'device'?", "kiln.tensor")
 says(function() x:to({ dtype = "bf16", devcie = "cpu" }) end,
   "to: unknown option 'devcie' (known: dtype, device); did you mean 'device'?", "x:to{...}")
 says(function() kiln.zeros({ 2 }, { dtype = "f23" }) end,

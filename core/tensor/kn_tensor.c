@@ -1,4 +1,5 @@
-/* kn_tensor: tensor and storage lifetime, shapes and views. */
+/* kn_tensor: tensor and storage lifetime, shapes and views, and the
+ * reference counts of autograd's records (kn_grad_meta, kn_grad_node). */
 #include "kn_tensor.h"
 
 #include <stdio.h>
@@ -176,6 +177,7 @@ void kn_tensor_retain(kn_tensor *t)
 void kn_tensor_release(kn_tensor *t)
 {
     if (!t || --t->refcount > 0) return;
+    if (t->ag) kn_grad_meta_release(t->ag);
     if (t->lazy) kn_tensor_release(kn_lazy_release(t->lazy));
     kn_storage *s = t->storage;
     if (s && --s->refcount == 0) {
@@ -184,6 +186,17 @@ void kn_tensor_release(kn_tensor *t)
         free(s);
     }
     free(t);
+}
+
+kn_status kn_tensor_alias(const kn_tensor *t, kn_tensor **out)
+{
+    *out = NULL;
+    if (t->storage) return kn_tensor_view_of(t, t->ndim, t->shape, t->strides, t->offset, out);
+    if (!t->lazy) return kn_error(KN_ERR_ARG, "alias: the tensor has neither data nor a traced value");
+    kn_meta m = kn_tensor_meta(t);
+    KN_TRY(kn_tensor_new_placeholder(&m, t->lazy, out));
+    t->lazy->refcount++; /* the new placeholder holds its own reference */
+    return KN_OK;
 }
 
 bool kn_tensor_is_contiguous(const kn_tensor *t)
@@ -228,4 +241,106 @@ kn_status kn_norm_dim(const char *what, int64_t dim, int ndim, int *out)
                         (long long)(dim >= 0 ? dim + 1 : dim), ndim);
     *out = (int)(dim < 0 ? dim + n : dim);
     return KN_OK;
+}
+
+/* ---- autograd's records ---- */
+
+kn_grad_meta *kn_grad_meta_new(void)
+{
+    kn_grad_meta *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->refcount = 1;
+    m->nondiff_op = -1;
+    m->slot = -1;
+    return m;
+}
+
+kn_grad_node *kn_grad_node_new(void)
+{
+    kn_grad_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->refcount = 1;
+    n->slot = -1;
+    return n;
+}
+
+void kn_grad_meta_retain(kn_grad_meta *m)
+{
+    if (m) m->refcount++;
+}
+
+void kn_grad_node_free_saved(kn_grad_node *n)
+{
+    for (int i = 0; i < KN_GRAD_MAX_IN; i++) {
+        n->freed |= n->saved_in[i] != NULL;
+        kn_tensor_release(n->saved_in[i]);
+        n->saved_in[i] = NULL;
+    }
+    for (int k = 0; k < KN_GRAD_MAX_OUT; k++) {
+        n->freed |= n->saved_out[k] != NULL;
+        kn_tensor_release(n->saved_out[k]);
+        n->saved_out[k] = NULL;
+    }
+}
+
+/* The nodes whose last reference went while others were freed. */
+typedef struct {
+    kn_grad_node **items;
+    int n, cap;
+} node_list;
+
+static void drop_meta(kn_grad_meta *m, node_list *todo);
+
+static void free_node(kn_grad_node *n, node_list *todo)
+{
+    kn_grad_node_free_saved(n);
+    for (int i = 0; i < KN_GRAD_MAX_IN; i++) drop_meta(n->edge[i], todo);
+    free(n->call);
+    free(n);
+}
+
+/* Where the list cannot grow (out of memory) the node is freed at once,
+ * by recursion, which is deep only for a long tape. */
+static void drop_node(kn_grad_node *n, node_list *todo)
+{
+    if (!n || --n->refcount > 0) return;
+    if (todo->n == todo->cap) {
+        int cap = todo->cap ? todo->cap * 2 : 64;
+        kn_grad_node **items = realloc(todo->items, sizeof *items * (size_t)cap);
+        if (!items) {
+            free_node(n, todo);
+            return;
+        }
+        todo->items = items;
+        todo->cap = cap;
+    }
+    todo->items[todo->n++] = n;
+}
+
+static void drop_meta(kn_grad_meta *m, node_list *todo)
+{
+    if (!m || --m->refcount > 0) return;
+    kn_tensor_release(m->grad); /* a gradient carries no meta: no recursion */
+    drop_node(m->fn, todo);
+    free(m);
+}
+
+static void drain(node_list *todo)
+{
+    while (todo->n > 0) free_node(todo->items[--todo->n], todo);
+    free(todo->items);
+}
+
+void kn_grad_meta_release(kn_grad_meta *m)
+{
+    node_list todo = {0};
+    drop_meta(m, &todo);
+    drain(&todo);
+}
+
+void kn_grad_node_release(kn_grad_node *n)
+{
+    node_list todo = {0};
+    drop_node(n, &todo);
+    drain(&todo);
 }

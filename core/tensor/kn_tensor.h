@@ -35,6 +35,7 @@ typedef struct kn_storage {
 } kn_storage;
 
 struct kn_lazy; /* kn_lazy.h */
+struct kn_grad_meta; /* below */
 
 typedef struct kn_tensor {
     int refcount;
@@ -46,6 +47,7 @@ typedef struct kn_tensor {
     int64_t offset;               /* in elements */
     kn_storage *storage;   /* NULL for a traced placeholder */
     struct kn_lazy *lazy;  /* set on a traced placeholder: the graph value it stands for */
+    struct kn_grad_meta *ag; /* autograd: requires_grad, history, .grad (owned); NULL for most tensors */
 } kn_tensor;
 
 
@@ -109,5 +111,91 @@ const char *kn_shape_str(int ndim, const int64_t *shape, char *buf, int bufsize)
 /* Normalize a 0-based dim that may be negative (counting from the end) against
  * ndim; KN_ERR_ARG naming `what` if out of range. */
 kn_status kn_norm_dim(const char *what, int64_t dim, int ndim, int *out);
+
+/* A new header over t's data with t's shape and strides but no autograd
+ * meta (x:detach(), and the tensors a gradient rule saves): same storage,
+ * or, for a placeholder, the same graph value. */
+kn_status kn_tensor_alias(const kn_tensor *t, kn_tensor **out);
+
+/* ---- autograd's records ----------------------------------------------
+ *
+ * core/autograd records the tape and runs backward; these structs live
+ * here, with the tensor, for the reason kn_lazy lives below capture: a
+ * tensor must drop its history when it is released, and the tensor layer
+ * calls no higher one. They are plain data and reference counts.
+ *
+ * A tensor that takes part in autograd points at one kn_grad_meta (most
+ * have none). A leaf that requires grad has a meta without a node; its
+ * gradient accumulates in meta->grad. A tensor an op made from inputs that
+ * require grad has a meta naming that op's node (fn) and which output it
+ * is. A node keeps what its gradient rule reads: the call (op and
+ * attributes), its inputs' and outputs' shapes, the tensors the rule saves
+ * (aliases without history, so no cycle) with the storage versions they
+ * had, and an edge per input: that input's meta, or NULL where the input
+ * needs no gradient. */
+
+#define KN_GRAD_MAX_IN 8  /* KN_MAX_INPUTS of kn_op.h (core/autograd checks they agree) */
+#define KN_GRAD_MAX_OUT 2 /* KN_MAX_OUTPUTS */
+#define KN_GRAD_WHERE_MAX 96
+
+/* Why a tensor that does not require grad has a meta at all: so that
+ * backward from it can say why it has no history. */
+typedef enum kn_grad_origin {
+    KN_GRAD_ORIGIN_NONE = 0,
+    KN_GRAD_ORIGIN_NONDIFF, /* an op without a derivative (nondiff_op) made it from tensors that require grad */
+    KN_GRAD_ORIGIN_NO_GRAD, /* made inside kiln.no_grad from tensors that require grad */
+    KN_GRAD_ORIGIN_COMPILED, /* made by a compiled call, which records no gradients yet */
+    KN_GRAD_ORIGIN_MOVED     /* copied to another device (x:to), which records no gradient yet */
+} kn_grad_origin;
+
+struct kn_grad_node;
+struct kn_opcall;
+
+typedef struct kn_grad_meta {
+    int refcount;
+    bool requires_grad;
+    struct kn_grad_node *fn; /* the node that made this tensor; NULL for a leaf (owned reference) */
+    int out_index;           /* which output of fn */
+    kn_tensor *grad;         /* a leaf's accumulated gradient (owned), or NULL */
+    kn_grad_origin origin;   /* without requires_grad: why there is no history */
+    int nondiff_op;          /* KN_GRAD_ORIGIN_NONDIFF: the op (a kn_op) */
+    int nondiff_dtype;       /* and the dtype of its output (a kn_dtype) */
+    uint64_t visit;          /* the backward pass that saw it last, and its slot there */
+    int slot;
+} kn_grad_meta;
+
+typedef struct kn_grad_node {
+    int refcount;
+    uint64_t seq;             /* recording order: every input's node has a smaller one */
+    struct kn_opcall *call;   /* op and attributes (owned, plain data; its in[] are not used) */
+    int n_in, n_out;
+    kn_meta in_meta[KN_GRAD_MAX_IN];
+    kn_meta out_meta[KN_GRAD_MAX_OUT];
+    kn_grad_meta *edge[KN_GRAD_MAX_IN]; /* owned references; NULL: the input needs no gradient */
+    kn_tensor *saved_in[KN_GRAD_MAX_IN];   /* what the rule reads (aliases, owned) or NULL */
+    kn_tensor *saved_out[KN_GRAD_MAX_OUT];
+    uint64_t in_version[KN_GRAD_MAX_IN], out_version[KN_GRAD_MAX_OUT];
+    kn_device device;         /* where the op ran: its gradients are made there */
+    bool freed;               /* a backward without retain_graph released saved tensors (a node
+                                 that saved none can run again) */
+    char where[KN_GRAD_WHERE_MAX]; /* the user's line that ran the op ("" unknown) */
+    uint64_t visit;
+    int slot;
+} kn_grad_node;
+
+/* New zeroed records with refcount 1 (a meta's nondiff_op is -1, its slot
+ * -1); NULL when out of memory. */
+kn_grad_meta *kn_grad_meta_new(void);
+kn_grad_node *kn_grad_node_new(void);
+void kn_grad_meta_retain(kn_grad_meta *m);
+/* Drop one reference (NULL is fine). The last one releases the gradient,
+ * the node and every node only it kept, in a loop rather than by
+ * recursion: a tape of a million ops must not nest a million calls. */
+void kn_grad_meta_release(kn_grad_meta *m);
+void kn_grad_node_release(kn_grad_node *n);
+/* Release a node's saved tensors (a backward without retain_graph),
+ * marking it freed if it had any; its edges stay, so the graph can still
+ * be walked. */
+void kn_grad_node_free_saved(kn_grad_node *n);
 
 #endif

@@ -173,10 +173,24 @@ local function is_module(v)
 end
 nn.is_module = is_module
 
+local collect -- defined below
+
+-- A module's parameters require grad (its buffers do not), as PyTorch's
+-- nn.Parameter: every floating-point parameter without history becomes a
+-- leaf that requires grad once init has made it. A traced placeholder (a
+-- module built inside a compiled function) cannot, and is left as it is.
+local function params_require_grad(self)
+  for _, e in ipairs(collect(self, true, false, true)) do
+    local t = e.tensor
+    if FLOAT[t.dtype] and t.is_leaf and not t.requires_grad then pcall(t.requires_grad_, t) end
+  end
+end
+
 local function construct(cls, ...)
   local self = setmetatable({ training = true, _buffers = {} }, cls)
   local init = cls.init
   if init then init(self, ...) end
+  params_require_grad(self)
   return self
 end
 
@@ -275,7 +289,7 @@ local function walk(t, prefix, seen, on_tensor, on_module, shallow)
 end
 
 -- Entries {name, owner, key, tensor, buffer} of params and/or buffers.
-local function collect(self, want_params, want_buffers, dedupe)
+function collect(self, want_params, want_buffers, dedupe)
   local list, seen_t = {}, {}
   walk(self, "", { [self] = true }, function(owner, key, t, name, is_buffer)
     if (is_buffer and want_buffers) or (not is_buffer and want_params) then
@@ -382,6 +396,22 @@ function Base:eval()
   return self:train(false)
 end
 
+-- Forget every parameter's gradient (p.grad becomes nil, as PyTorch's
+-- zero_grad(set_to_none=True)); returns self.
+function Base:zero_grad()
+  for _, p in ipairs(self:parameters()) do p:zero_grad() end
+  return self
+end
+
+-- A tensor that takes old's place as a parameter: a leaf that requires
+-- grad when old did (a conversion or a loaded value has no history).
+local function as_param(new, old)
+  if old.requires_grad and old.is_leaf and not new.requires_grad then
+    new = new:detach():requires_grad_()
+  end
+  return new
+end
+
 ---------------------------------------------------------------------------
 -- :to(device | dtype | {device=, dtype=}): in place, returns self. As
 -- PyTorch, a dtype converts only floating-point tensors, so index buffers
@@ -415,16 +445,19 @@ function Base:to(...)
     if not FLOAT[dt] then fail("to: modules only convert to floating-point dtypes, got %s", dt) end
   end
   local done = {}
-  for _, e in ipairs(collect(self, true, true, false)) do
-    local t = done[e.tensor]
-    if not t then
-      t = e.tensor
-      if dev and t.device ~= dev:gsub(":%d+$", "") then t = t:to(dev) end
-      if dt and FLOAT[t.dtype] and t.dtype ~= dt then t = t:to(dt) end
-      done[e.tensor] = t
+  kiln.no_grad(function()
+    for _, e in ipairs(collect(self, true, true, false)) do
+      local t = done[e.tensor]
+      if not t then
+        t = e.tensor
+        if dev and t.device ~= dev:gsub(":%d+$", "") then t = t:to(dev) end
+        if dt and FLOAT[t.dtype] and t.dtype ~= dt then t = t:to(dt) end
+        if t ~= e.tensor then t = as_param(t, e.tensor) end
+        done[e.tensor] = t
+      end
+      e.owner[e.key] = t
     end
-    e.owner[e.key] = t
-  end
+  end)
   return self
 end
 
@@ -508,6 +541,7 @@ function Base:load_safetensors(path, opts)
         new = t
         if new.dtype ~= e.tensor.dtype then new = new:to(e.tensor.dtype) end
         if new.device ~= e.tensor.device then new = new:to(e.tensor.device) end
+        new = as_param(new, e.tensor)
         replaced[e.tensor] = new
       end
       e.owner[e.key] = new
@@ -645,8 +679,8 @@ nn.Conv2d = nn.Module {
 }
 
 -- BatchNorm2d(C [, {eps = 1e-5, momentum = 0.1, affine = true}]). Training
--- normalizes with the batch's statistics and updates the running ones
--- (unbiased variance, as PyTorch); eval uses the running statistics.
+-- normalizes with the batch's statistics and updates the running ones in
+-- place (unbiased variance, as PyTorch); eval uses the running statistics.
 -- momentum = false gives the cumulative average (PyTorch's momentum=None).
 nn.BatchNorm2d = nn.Module {
   name = "BatchNorm2d",
@@ -677,12 +711,21 @@ nn.BatchNorm2d = nn.Module {
     local mean = x:mean({ 1, 3, 4 })
     local var = x:var({ 1, 3, 4 }, { correction = 0 })
     local y = kiln.batch_norm(x, mean, var, self.weight, self.bias, self.eps)
-    self.num_batches_tracked = self.num_batches_tracked + 1
-    local m = self.momentum
-    if not m then m = 1 / self.num_batches_tracked:item() end
-    local rdt = self.running_mean.dtype
-    self.running_mean = (self.running_mean * (1 - m) + mean * m):to(rdt)
-    self.running_var = (self.running_var * (1 - m) + var * (m * n / (n - 1))):to(rdt)
+    -- the running statistics are buffers, updated in place and without
+    -- history; inside a compiled function (copy_ is not traced) the field
+    -- takes the new tensor instead
+    local function update(name, value)
+      local buf = self[name]
+      value = value:to(buf.dtype)
+      if not pcall(buf.copy_, buf, value) then self[name] = value end
+    end
+    kiln.no_grad(function()
+      update("num_batches_tracked", self.num_batches_tracked + 1)
+      local m = self.momentum
+      if not m then m = 1 / self.num_batches_tracked:item() end
+      update("running_mean", self.running_mean * (1 - m) + mean * m)
+      update("running_var", self.running_var * (1 - m) + var * (m * n / (n - 1)))
+    end)
     return y
   end,
   extra_repr = function(self)
