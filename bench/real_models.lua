@@ -53,7 +53,9 @@ local function row(name, mode, dtype)
   local expected = io_t["output." .. dtype]
   r.input_shape = xs[1]:shape()
 
-  local f, cm = m, nil
+  -- eager runs without recording a tape, as PyTorch's rows run under
+  -- torch.inference_mode (a model's parameters require grad)
+  local f, cm = function(...) return kiln.no_grad(m, ...) end, nil
   if mode ~= "eager" then
     f = kiln.compile(m, { mode = mode })
     cm = f
