@@ -314,15 +314,8 @@ kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const k
     int lanes = 1;
     while (lanes < 32 && lanes < vectors) lanes *= 2;
     int64_t width = lanes * vec, slices = (p.c + width - 1) / width, rows = 256 / lanes;
-    /* blocks that each take several pixels a thread: staging a slice's
-     * weights is most of a block's work when it takes one */
-    static int sms;
-    if (!sms && (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kn_cuda_current()->index) != cudaSuccess ||
-                 sms <= 0))
-        sms = 132;
-    int64_t pix = p.n * p.p * p.q, gx = (pix + rows - 1) / rows, cap = 8 * (int64_t)sms / slices;
-    if (cap < 1) cap = 1;
-    if (gx > cap) gx = cap;
+    int64_t pix = p.n * p.p * p.q, gx = (pix + rows - 1) / rows;
+    if (gx > 16384) gx = 16384;
     if (slices > 65535) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld channels for the depthwise kernel", (long long)p.c);
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_dw", &fn));

@@ -584,36 +584,12 @@ __device__ void kn_la_dw_body(const kn_la_dw_args &p, float *ws, float *bs)
         for (int ky = 0; ky < p.r; ky++) {
             int iy = iy0 + ky * p.dh;
             if (iy < 0 || iy >= h) continue;
-            const char *xr = xb + (long long)iy * p.xs[1] * es;
-            const float *wrow = wl + ky * p.s * width;
-            if (p.s <= 5) {
-                // the row's taps (at most 5: MobileNet's 3x3 and 5x5) loaded
-                // together before their multiply-adds: one tap at a time,
-                // each load waited for, held these layers at 8-35% of their
-                // roofline
-                float xv[5][VEC];
-                bool in[5];
-#pragma unroll
-                for (int kx = 0; kx < 5; kx++) {
-                    int ix = ix0 + kx * p.dw;
-                    in[kx] = kx < p.s && ix >= 0 && ix < wd;
-                    if (in[kx]) kn_la_dw_load<DT, VEC>(xr + (long long)ix * p.xs[2] * es, xv[kx]);
-                }
-#pragma unroll
-                for (int kx = 0; kx < 5; kx++) {
-                    if (!in[kx]) continue;
-                    const float *wr = wrow + kx * width;
-#pragma unroll
-                    for (int j = 0; j < VEC; j++) acc[j] = fmaf(xv[kx][j], wr[j], acc[j]);
-                }
-                continue;
-            }
             for (int kx = 0; kx < p.s; kx++) {
                 int ix = ix0 + kx * p.dw;
                 if (ix < 0 || ix >= wd) continue;
                 float xv[VEC];
-                kn_la_dw_load<DT, VEC>(xr + (long long)ix * p.xs[2] * es, xv);
-                const float *wr = wrow + kx * width;
+                kn_la_dw_load<DT, VEC>(xb + (iy * p.xs[1] + ix * p.xs[2]) * es, xv);
+                const float *wr = wl + (ky * p.s + kx) * width;
 #pragma unroll
                 for (int j = 0; j < VEC; j++) acc[j] = fmaf(xv[j], wr[j], acc[j]);
             }
