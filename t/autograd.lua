@@ -224,7 +224,8 @@ local outside = lin(xs):sum()
 local inside = kiln.compile(function() outside:backward() end)
 T.raises(function() inside() end, "backward: not inside a compiled function: kiln.compile records no gradients yet",
   "backward inside a compiled function is refused")
-local moved = (lin(xs) * 1):to("cpu") -- the same device: no copy, history kept
+local lin_out = lin(xs) * 1
+local moved = lin_out:to(lin_out.device) -- the same device: no copy, history kept
 T.ok(moved.requires_grad, "x:to(its own device) keeps the history")
 
 -- ---- Dropout and BatchNorm2d in train mode ---------------------------------

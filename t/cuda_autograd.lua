@@ -12,7 +12,10 @@ if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA de
 local GC = dofile("t/lib/gradcheck.lua")
 GC.seed(tonumber(os.getenv("KILN_TEST_SEED")) or 33)
 
+local CASES = dofile("t/lib/autograd_cases.lua")(GC.rnd)
+
 local function grads_on(dev, f, inputs)
+  CASES.set_device(dev) -- the cases' index and mask constants
   local leaves, wrt = {}, {}
   for i, x in ipairs(inputs) do
     local v = x.dtype == "f64" and x:to("f32") or x
@@ -31,7 +34,7 @@ local function grads_on(dev, f, inputs)
   return out
 end
 
-for _, c in ipairs(dofile("t/lib/autograd_cases.lua")(GC.rnd)) do
+for _, c in ipairs(CASES) do
   local name, f, inputs = c[1], c[3], c[4]
   local ok, cuda = pcall(grads_on, "cuda", f, inputs)
   if not ok then

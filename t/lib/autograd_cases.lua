@@ -6,8 +6,12 @@
 -- rnd(shape [, above]) draws an f64 input; each case is {name, ops it
 -- covers, f, inputs [, tolerance [, finite-difference step]]}.
 return function(rnd)
-  local function idx(t) return kiln.tensor(t, { dtype = "i64" }) end
-  local function mask(t) return kiln.tensor(t, { dtype = "bool" }) end
+  -- index and mask constants are made at each call, on the device the
+  -- cases run on (cases.set_device; the CPU unless told): made once on the
+  -- default device, a GPU machine's CPU cases met CUDA indices
+  local on = { device = "cpu" }
+  local function idx(t) return kiln.tensor(t, { dtype = "i64", device = on.device }) end
+  local function mask(t) return kiln.tensor(t, { dtype = "bool", device = on.device }) end
 
   -- {name, ops covered, f, inputs [, tolerance [, step]]}
   local cases = {
@@ -165,5 +169,6 @@ return function(rnd)
     { "gather_scatter into 4 rows", { "gather_scatter" },
       function(h) return kiln.gather_scatter(h, idx { 1, 2, 3, 1 }, idx { 2, 4, 1, 3 }, { rows = 4 }) end, { rnd { 3, 2 } } },
   }
+  cases.set_device = function(d) on.device = d end
   return cases
 end
