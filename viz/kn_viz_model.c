@@ -2,7 +2,8 @@
  * kn_viz_model.h): the latest version of each graph (as cm:graphs() and
  * cm:kernels() show them), its nodes, its kernels with their timings, the
  * breaks between graphs, and the repeated run that {collapse = true} draws
- * once. */
+ * once; and the texts the drawing and the outline share (sizes in bytes,
+ * the host's share of a call). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,21 @@ void kn_viz_fmt_bytes(double bytes, char *buf, size_t size)
     }
     if (u == 0) snprintf(buf, size, "%.0f B", bytes);
     else snprintf(buf, size, bytes >= 100 ? "%.0f %s" : "%.1f %s", bytes, unit[u]);
+}
+
+double kn_viz_host_pct(const kn_viz_model *m)
+{
+    double call = m->host_us + m->kernel_us;
+    return call > 0 ? 100.0 * m->host_us / call : 0;
+}
+
+void kn_viz_host_text(kn_strbuf *b, const kn_viz_model *m, const char *newline)
+{
+    double pct = kn_viz_host_pct(m);
+    kn_strbuf_printf(b, "host overhead %.1f us per call (%.0f%% of the call)", m->host_us, pct);
+    if (pct >= KN_VIZ_HOST_BOUND_PCT)
+        kn_strbuf_printf(b, "%shost-bound: %.0f%% of each call is the host's; the heat shares out the kernels' %.0f%%",
+                         newline, pct, 100 - pct);
 }
 
 /* FNV-1a, folding in one string (NULL: a separator). */
@@ -498,6 +514,11 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         }
     }
     free(used);
+    if (m->timed && o->host_timed && o->host_us >= 0 && o->kernel_us >= 0) {
+        m->host_timed = true;
+        m->host_us = o->host_us;
+        m->kernel_us = o->kernel_us;
+    }
     /* the breaks of the latest call split its graphs in order; a function
      * never called through (an error) shows the distinct ones seen */
     if (cm->cap.n_graphs > 0 || cm->cap.n_breaks > 0) {

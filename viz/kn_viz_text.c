@@ -105,6 +105,10 @@ kn_status kn_viz_outline(const kn_compiled *cm, const kn_viz_opts *o, char **tex
     if (fused) kn_strbuf_printf(&b, ", %d kernel%s", m.n_kernels, m.n_kernels == 1 ? "" : "s");
     if (m.timed) kn_strbuf_printf(&b, " · %.1f us per call in kernels", m.total_us);
     kn_strbuf_printf(&b, "\n");
+    if (m.host_timed) {
+        kn_viz_host_text(&b, &m, "\n");
+        kn_strbuf_printf(&b, "\n");
+    }
     int next_break = 0;
     for (int gi = 0; gi < m.n_graphs; gi++) {
         const kn_viz_vgraph *vg = &m.graphs[gi];
