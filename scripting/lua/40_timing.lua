@@ -589,12 +589,8 @@ end
 ---------------------------------------------------------------------------
 -- kiln.trace: one call's kernels as Chrome trace events
 
-local function json_string(s)
-  return '"' .. tostring(s):gsub('[%c"\\]', function(ch)
-    if ch == '"' then return '\\"' elseif ch == "\\" then return "\\\\" end
-    return string.format("\\u%04x", ch:byte())
-  end) .. '"'
-end
+-- a string as JSON, by kiln's one writer (05_json.lua)
+local function json_string(s) return kiln._json_encode(tostring(s)) end
 
 -- kiln.trace(cm_or_fn, x..., "trace.json"): calls it once to warm up (it
 -- may compile), then traces one call. Returns the path and the event count.
@@ -841,7 +837,7 @@ function Bench:json()
     local fields = {}
     for _, f in ipairs(BENCH_FIELDS) do
       local v = r[f]
-      if type(v) == "number" then fields[#fields + 1] = string.format('"%s":%.6g', f, v)
+      if type(v) == "number" then fields[#fields + 1] = string.format('"%s":%s', f, kiln._json_encode(v))
       elseif v ~= nil then fields[#fields + 1] = string.format('"%s":%s', f, json_string(v)) end
     end
     rows[i] = "{" .. table.concat(fields, ",") .. "}"
