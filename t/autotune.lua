@@ -279,7 +279,8 @@ if pick then
   T.like(read_file(file) or "", lit(pick.choice) .. "\t%-1%.000\t[%d%.%-]+\t1\t" .. lit(pick.kernel.name),
     "the file keeps it, marked pinned")
   local i = pick.kernel.index
-  T.is(cm:autotune_pin(i, "default"), pick.kernel.name, "cm:autotune_pin takes the 0-based index of cm:kernels()")
+  T.is(cm:kernels()[i].name, pick.kernel.name, "cm:autotune()'s index is the kernel's place in cm:kernels(), from 1")
+  T.is(cm:autotune_pin(i, "default"), pick.kernel.name, "cm:autotune_pin takes that number")
   T.ok(maxdiff(cm(x), ref) < 1e-4, "back to the default, results equal eager")
 end
 local gen, lib
@@ -331,12 +332,12 @@ out, rc = child(FOLD, "KILN_CACHE_DIR=" .. cache .. "-fold KILN_CPU_FOLD_EPILOGU
 T.is(rc, 0, "a model with fused epilogues is tuned")
 d = tonumber(out:match("diff\t(%S+)"))
 T.ok(d and d < 1e-4, "its results equal eager: " .. tostring(d))
-T.like(out, "kernel\t0\tk0_matmul[%w_]+\tmeasured\t[%w=]+\tdefault,[^\n]*unfused", "the matmul with the fused epilogue has an unfused candidate")
+T.like(out, "kernel\t1\tk0_matmul[%w_]+\tmeasured\t[%w=]+\tdefault,[^\n]*unfused", "the matmul with the fused epilogue has an unfused candidate")
 local e1, e2 = out:match("epilogues\t(%d+)\t(%d+)")
 T.ok(e1 and e1 == e2, "cm:stats().library_epilogues agrees with cm:kernels()' epilogue fields: " .. tostring(e1) .. "/" .. tostring(e2))
-local chose_unfused = out:match("kernel\t0\tk0_matmul[%w_]+\tmeasured\tunfused\t") ~= nil
+local chose_unfused = out:match("kernel\t1\tk0_matmul[%w_]+\tmeasured\tunfused\t") ~= nil
 if chose_unfused then -- its epilogue kernel then runs apart and is searched in the same call
-  T.like(out, "kernel\t1\tk1_[%w_]+\tmeasured\t", "when unfused wins, the epilogue kernel is searched in the same call")
+  T.like(out, "kernel\t2\tk1_[%w_]+\tmeasured\t", "when unfused wins, the epilogue kernel is searched in the same call")
 else
   T.ok(true, "the fused call won: its epilogue kernel never runs apart (nothing more to search)")
 end
@@ -353,14 +354,14 @@ T.like(out, "bad\tfalse\t[^\n]*runs in a library: its choice is 'default', 'vari
 -- :autotune in the REPL
 
 local p = io.popen(string.format("printf 'kiln.session.small = true\\n:load samples/transformer_block.lua\\n:autotune\\n"
-  .. ":mode max-autotune\\n:run\\n:autotune\\n:autotune 0\\n' "
+  .. ":mode max-autotune\\n:run\\n:autotune\\n:autotune 1\\n' "
   .. "| KILN_CACHE_DIR='%s-repl' %s 2>&1", cache, KILN))
 out = p:read("a")
 p:close()
 T.like(out, "mode is eager: autotuning runs in max%-autotune", ":autotune in another mode says how to get there")
 T.like(out, "#  kernel%s+choice%s+time%s+default%s+speedup%s+from%s+tried", ":autotune prints the table header")
 T.like(out, "tunable kernels?; search [%d%.]+ s, %d+ kernels measured", "and the summary line")
-T.like(out, "%(kernel 0%): [^\n]+\n.-  %* ", ":autotune K lists kernel K's candidates, the chosen one starred")
+T.like(out, "%(kernel 1%): [^\n]+\n.-  %* ", ":autotune K lists kernel K's candidates, the chosen one starred")
 
 os.execute("rm -rf '" .. cache .. "' '" .. cache .. "'-*")
 T.done()

@@ -205,10 +205,13 @@ T.ok(matmuls > 0 and count(svg, "<text[^>]*>matmul</text>") == matmuls, "capture
 local fused_svg = svg_ok(read(kiln.render(cm, tmp .. "/breaks_fused.svg")), "breaks.lua fused")
 T.is(count(fused_svg, "<title>cluster_g%d+_k%d+</title>"), #kernels, "fused: one cluster per kernel")
 local named = 0
-for _, k in ipairs(kernels) do
-  if fused_svg:find(">" .. k.name .. " · " .. k.kind, 1, true) then named = named + 1 end
+for i, k in ipairs(kernels) do
+  if fused_svg:find(">#" .. i .. " " .. k.name .. " · " .. k.kind, 1, true) then named = named + 1 end
 end
-T.is(named, #kernels, "fused: each kernel cluster is labeled with its name and kind")
+T.is(named, #kernels, "fused: each kernel cluster is labeled with its number (as :kernels has it), name and kind")
+T.ok(fused_svg:find("kernel 2, " .. kernels[2].name .. " (" .. kernels[2].kind .. ", ", 1, true) ~= nil
+  and fused_svg:find("): :src 2 shows its source", 1, true) ~= nil,
+  "fused: a kernel title's tooltip says :src K shows its source")
 T.is(count(fused_svg, "<title>break%d+</title>"), #breaks, "fused: the breaks are drawn too")
 T.like(fused_svg, "%d+ B</text>", "fused: edges into kernels carry the bytes")
 
@@ -227,8 +230,10 @@ T.like(fused_svg, "guards of graph 0, version 0 %(a call runs it when all hold%)
 T.like(outline, "break 1: data%-dependent control flow at samples/breaks%.lua:14: Tensor%.__lt needs",
   "outline: the breaks between graphs")
 local fused_outline = kiln.outline(cm)
-T.like(fused_outline, "\n  " .. kernels[1].name .. "%s+" .. kernels[1].kind .. "%s+" .. kernels[1].ops[1],
-  "outline: each kernel with its kind and ops")
+T.like(fused_outline, "\n    1  " .. kernels[1].name .. "%s+" .. kernels[1].kind .. "%s+" .. kernels[1].ops[1],
+  "outline: each kernel with its number, kind and ops")
+T.like(fused_outline, "\n   " .. #kernels .. "  " .. kernels[#kernels].name .. " ",
+  "outline: the numbers run on across the graphs, as in :kernels")
 
 ---------------------------------------------------------------------------
 -- samples/transformer_block.lua: heat after kiln.time
@@ -251,7 +256,7 @@ local hottest
 for _, k in ipairs(t.kernels) do
   if k.key and not k.key:find("^[%w_]+$") and (not hottest or k.pct > hottest.pct) then hottest = k end
 end
-T.ok(hottest and svg:find(">" .. hottest.name .. " · ", 1, true)
+T.ok(hottest and svg:find(" " .. hottest.name .. " · ", 1, true)
   and svg:find(string.format("%.1f us · %.1f%%", hottest.median_us, hottest.pct), 1, true),
   "timed: the hottest kernel shows its median time and share")
 T.like(svg, 'fill="#f16913"', "timed: the hottest kernel is drawn hot")

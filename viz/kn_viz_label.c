@@ -320,7 +320,7 @@ void kn_viz_label_kernel(Agnode_t *t, Agraph_t *c, const kn_viz_model *m, const 
 {
     const kn_viz_vkernel *vk = &vg->kernels[k];
     char colour[16];
-    kn_strbuf_printf(b, "%s · %s\\l", vk->name, vk->kind);
+    kn_strbuf_printf(b, "#%d %s · %s\\l", vk->number, vk->name, vk->kind);
     if (vk->epilogue_of >= 0) kn_strbuf_printf(b, "in the epilogue of %s\\l", vg->kernels[vk->epilogue_of].name);
     if (vk->timed) {
         kn_strbuf_printf(b, "%.1f us · %.1f%%", vk->us, vk->pct);
@@ -331,13 +331,14 @@ void kn_viz_label_kernel(Agnode_t *t, Agraph_t *c, const kn_viz_model *m, const 
     else if (m->timed) kn_strbuf_printf(b, "(not timed%s)\\l", vk->epilogue_of >= 0 ? ": part of that call" : "");
     kn_viz_set_buf(t, "label", b, false);
     set(t, "fontsize", "10");
-    kn_strbuf_printf(b, "kernel %s (%s, %s)", vk->name, vk->kind, vk->group);
+    kn_strbuf_printf(b, "kernel %d, %s (%s, %s): :src %d shows its source", vk->number, vk->name, vk->kind, vk->group,
+                     vk->number);
     kn_viz_set_buf(t, "tooltip", b, false);
     set(c, "style", "rounded,filled");
     if (vk->timed) heat_colour(m->max_pct > 0 ? vk->pct / m->max_pct : 0, colour, sizeof colour);
     set(c, "fillcolor", vk->timed ? colour : m->timed ? "#f7f7f7" : kind_colour(vk->kind));
     set(c, "color", vk->epilogue_of >= 0 ? "#8c6bb1" : "#6b6b6b");
-    kn_strbuf_printf(b, "kernel %s (%s, %s)", vk->name, vk->kind, vk->group);
+    kn_strbuf_printf(b, "kernel %d, %s (%s, %s)", vk->number, vk->name, vk->kind, vk->group);
     kn_viz_set_buf(c, "tooltip", b, false);
 }
 

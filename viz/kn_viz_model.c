@@ -319,8 +319,9 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
 }
 
 /* The fused view of a graph without a plan: it runs op by op, one cpu
- * kernel per op (views aside), named as cm:kernels() names them. */
-static kn_status build_op_by_op(const kn_compiled *cm, const kn_version *ver, int *kernel_no, kn_viz_vgraph *vg)
+ * kernel per op (views aside), named as cm:kernels() names them (kN_: its
+ * number, after the `before` kernels of earlier graphs). */
+static kn_status build_op_by_op(const kn_compiled *cm, const kn_version *ver, int before, kn_viz_vgraph *vg)
 {
     const kn_graph *g = &ver->g;
     int n = 0;
@@ -338,7 +339,7 @@ static kn_status build_op_by_op(const kn_compiled *cm, const kn_version *ver, in
             continue;
         }
         kn_viz_vkernel *vk = &vg->kernels[k];
-        snprintf(vk->name, sizeof vk->name, "k%d_%s", (*kernel_no)++, v->op);
+        snprintf(vk->name, sizeof vk->name, "k%d_%s", before + k + 1, v->op); /* its number */
         snprintf(vk->kind, sizeof vk->kind, "cpu");
         snprintf(vk->group, sizeof vk->group, "reference");
         v->kernel = k++;
@@ -485,7 +486,6 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         return kn_error(KN_ERR_OOM, "out of host memory drawing a graph");
     }
     kn_status st = KN_OK;
-    int kernel_no = 0;
     for (int k = 0; k < cm->cache.n_graphs && st == KN_OK; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
@@ -501,9 +501,11 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
             continue;
         }
         const kn_plan *p = kn_version_plan(ver);
-        st = p ? build_plan(ver, p, o, used, vg) : build_op_by_op(cm, ver, &kernel_no, vg);
+        st = p ? build_plan(ver, p, o, used, vg) : build_op_by_op(cm, ver, m->n_kernels, vg);
         if (st == KN_OK) st = kernel_members(vg);
         if (st == KN_OK && o->collapse) st = collapse_fused(vg);
+        /* numbered as cm:kernels() lists them: every graph's latest version in order */
+        for (int j = 0; j < vg->n_kernels; j++) vg->kernels[j].number = m->n_kernels + j + 1;
         m->n_kernels += vg->n_kernels;
         for (int j = 0; j < vg->n_kernels; j++) {
             const kn_viz_vkernel *vk = &vg->kernels[j];

@@ -43,6 +43,7 @@ typedef struct kn_viz_vnode {
 
 typedef struct kn_viz_vkernel {
     char name[80];
+    int number;                /* its number in :kernels, :src and cm:kernels(), from 1 */
     char kind[16];             /* generated | cpu | cuda | cudnn | cublaslt */
     char group[12];            /* pointwise | row | library | reference */
     int epilogue_of;           /* runs in this kernel's library epilogue (-1: none) */

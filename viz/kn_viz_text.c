@@ -66,7 +66,7 @@ static void fused_graph(kn_strbuf *b, const kn_viz_model *m, const kn_viz_vgraph
             kn_strbuf_printf(b, "  -- repeated %d times (drawn once): --\n", vg->rep_count);
         if (vg->rep_count && k == vg->rep_start + vg->rep_len) kn_strbuf_printf(b, "  -- end of the repeated run --\n");
         if (vk->hidden) continue;
-        kn_strbuf_printf(b, "  %-*s  %-9s", w, vk->name, vk->kind);
+        kn_strbuf_printf(b, "  %3d  %-*s  %-9s", vk->number, w, vk->name, vk->kind);
         if (m->timed) {
             if (vk->timed) {
                 kn_strbuf_printf(b, " %9.1f us %5.1f%%", vk->us, vk->pct);

@@ -32,8 +32,8 @@ function autotune.results(cm)
   return check_compiled(cm, "kiln.autotune.results"):autotune()
 end
 
--- kiln.autotune.pin(kernel, choice [, cm]): run kernel (name or 0-based
--- index, as cm:kernels() lists them) with choice ("default", a generated
+-- kiln.autotune.pin(kernel, choice [, cm]): run kernel (name or number,
+-- its place in cm:kernels(), from 1) with choice ("default", a generated
 -- kernel's "block=128 ept=4" or "unroll=4 tile=16", a library call's
 -- "variant=N", or "unfused" for one whose epilogue is folded) from the next call on, in this process and (saved as
 -- pinned in the cache file) in later ones. Returns the kernel's name.
@@ -122,7 +122,7 @@ Choices persist in kiln.config.cache_dir (autotune.tsv) and later processes
 reuse them. kiln.config.autotune_budget_s caps the search per model; Ctrl-C
 stops it and keeps what was measured.
   :autotune            one line per kernel: choice, time, default's time, speedup
-  :autotune K          every candidate of kernel K (index or name), fastest first
+  :autotune K          every candidate of kernel K (number or name), fastest first
   :autotune pin K C    run kernel K with choice C ("default", "block=128 ept=4",
                        "variant=3", "unfused"; saved as pinned), then retime (:time)
 KILN_LOGS=autotune prints each kernel's candidates as they are measured.
