@@ -287,13 +287,24 @@ local gen, lib
 for _, k in ipairs(res) do
   if k.candidates[2] and k.candidates[2].choice:match("^variant=") then lib = lib or k else gen = gen or k end
 end
-T.raises(function() kiln.autotune.pin(gen.name, "warp=2", cm) end, "'warp' is not one of",
-  "an unknown knob of a generated kernel is refused by name")
+T.raises(function() kiln.autotune.pin(gen.name, "warp=2", cm) end,
+  "kiln%.autotune%.pin: kernel [%w_]+: choice 'warp=2' is not one of the layouts kiln searches for it on %a+: 'default', ",
+  "an unknown knob of a generated kernel is refused, with the choices it takes")
+T.raises(function() kiln.autotune.pin(gen.index, "warp=2", cm) end,
+  "kiln%.autotune%.pin: kernel " .. gen.index .. " %(" .. lit(gen.name) .. "%): choice 'warp=2' is not one of",
+  "given by number, the message names the kernel by number and name")
+T.raises(function() kiln.autotune.pin(0, "default", cm) end,
+  "kiln%.autotune%.pin: no kernel 0: this compiled callable has kernels 1 to " .. #cm:kernels()
+    .. " %(cm:kernels%(%) lists them%)", "kernel 0 is refused: numbers start at 1")
+T.raises(function() kiln.autotune.pin(#cm:kernels() + 1, "default", cm) end, "no kernel " .. (#cm:kernels() + 1) .. ":",
+  "a number past the last kernel is refused")
+T.raises(function() kiln.autotune.pin(1.5, "default", cm) end,
+  "the kernel must be its number in cm:kernels%(%) or its name, got a fraction", "a fraction is refused")
 if lib then -- on the GPU: matmul runs in cuBLASLt
   T.raises(function() kiln.autotune.pin(lib.name, "block=128", cm) end, "runs in a library: its choice is 'default', 'variant=N'",
     "a library kernel takes variants only")
 end
-T.raises(function() kiln.autotune.pin("k99_nothing", "default", cm) end, "no kernel k99_nothing",
+T.raises(function() kiln.autotune.pin("k99_nothing", "default", cm) end, "no kernel named 'k99_nothing'",
   "an unknown kernel is refused by name")
 T.raises(function() kiln.autotune.pin(res[1].name, 3, cm) end, "choice must be a string",
   "a choice that is not a string is refused")
@@ -362,6 +373,31 @@ T.like(out, "mode is eager: autotuning runs in max%-autotune", ":autotune in ano
 T.like(out, "#  kernel%s+choice%s+time%s+default%s+speedup%s+from%s+tried", ":autotune prints the table header")
 T.like(out, "tunable kernels?; search [%d%.]+ s, %d+ kernels measured", "and the summary line")
 T.like(out, "%(kernel 1%): [^\n]+\n.-  %* ", ":autotune K lists kernel K's candidates, the chosen one starred")
+
+-- :autotune pin's errors: messages, no traceback (simple_linear: kernel 1
+-- is the matmul, a library call on the CPU with nothing to choose; kernel 2
+-- the bias add, generated)
+local function repl_lines(lines)
+  local pp = io.popen(string.format("printf '%s' | KILN_CACHE_DIR='%s-pin' %s 2>&1", table.concat(lines, "\\n"), cache, KILN))
+  local text = pp:read("a")
+  pp:close()
+  return text
+end
+out = repl_lines({ ":load samples/simple_linear.lua", ":mode max-autotune", ":run 1", ":autotune pin",
+  ":autotune pin 2", ":autotune pin 0 default", ":autotune pin 7 default", ":autotune pin 1 default",
+  ":autotune pin 2 foo", ":autotune pin 2 unroll=2 tile=16", ":autotune 2 3", ":autotune 1" })
+T.ok(not out:find("stack traceback", 1, true) and not out:find("frames inside kiln", 1, true),
+  ":autotune pin's errors carry no traceback")
+T.like(out, "usage: :autotune pin K CHOICE %(K: a kernel's number from :autotune or its name; CHOICE as :autotune K "
+  .. "lists them, or 'default'%)\nusage: :autotune pin K CHOICE", "no kernel or no choice: the usage, saying what K and CHOICE are")
+T.like(out, "no kernel 0: the model has kernels 1 to 2 %(see :kernels%)", "kernel 0: numbers start at 1")
+T.like(out, "no kernel 7: the model has kernels 1 to 2", "a number past the last kernel")
+T.like(out, "kernel 1 %(k0_matmul_f32_32x1024%) has nothing to tune on this device; the kernels that have: 2 %(see :autotune%)\n"
+  .. "[^\n]*\n?cannot pin: kernel 2 %(k1_add_f32_32x1024%): choice 'foo' is not one of the layouts kiln searches for it "
+  .. "on cpu: 'default', 'unroll=2'", "a kernel with nothing to tune, and an unknown choice with the ones it takes")
+T.like(out, "pinned kernel 2 %(k1_add_f32_32x1024%) to unroll=2 tile=16", "a choice of two words is one choice")
+T.like(out, "':autotune K' takes one kernel, got extra '3'", ":autotune K with a word too many")
+T.like(out, "kernel 1 %(k0_matmul_f32_32x1024%) has nothing to tune on this device", ":autotune K of a kernel with nothing to tune")
 
 os.execute("rm -rf '" .. cache .. "' '" .. cache .. "'-*")
 T.done()
