@@ -17,7 +17,13 @@ T.is(enc({ x = 0 / 0, y = math.huge, z = -math.huge }), '{"x":null,"y":null,"z":
   "NaN and the infinities are null by default")
 T.is(enc({ x = 0 / 0, y = math.huge, z = -math.huge }, "string"), '{"x":"nan","y":"inf","z":"-inf"}',
   "or strings, for benchmark rows")
-T.raises(function() enc(1, "text") end, 'nonfinite must be "null" or "string", got text', "a bad nonfinite mode")
+T.raises(function() enc(1, "text") end, 'nonfinite must be "null" or "string", got \'text\'', "a bad nonfinite mode")
+T.raises(function() enc(1, {}) end, 'nonfinite must be "null" or "string", got table$', "... named by its type, not an address")
+local loop = { name = "loop" }
+loop.self = { loop }
+T.raises(function() enc(loop) end, "kiln%._json_encode: a table that holds itself has no JSON$", "a table inside itself")
+local shared = { 1 }
+T.is(enc({ a = shared, b = shared }), '{"a":[1],"b":[1]}', "one table in two places is no loop")
 
 local value = { name = "k1_add", t = 1.5, n = -2, list = { 1, 2, 3 }, nested = { ok = true, s = "q\"\t" } }
 local back = dec(enc(value))

@@ -25,7 +25,9 @@ end
 -- is an array, any other table an object with its keys sorted, so that
 -- the same value always reads the same and rows diff well; a value JSON
 -- has no type for (a function, a tensor) is written as its tostring.
-local function encode(v, nf)
+-- `open` holds the tables being written, so that one inside itself is an
+-- error instead of a stack overflow.
+local function encode(v, nf, open)
   local t = type(v)
   if t == "nil" then return "null" end
   if t == "boolean" then return tostring(v) end
@@ -37,9 +39,12 @@ local function encode(v, nf)
   end
   if t == "string" then return encode_string(v) end
   if t == "table" then
+    if open[v] then error("kiln._json_encode: a table that holds itself has no JSON", 0) end
+    open[v] = true
     local parts = {}
     if #v > 0 or next(v) == nil then
-      for i = 1, #v do parts[i] = encode(v[i], nf) end
+      for i = 1, #v do parts[i] = encode(v[i], nf, open) end
+      open[v] = nil
       return "[" .. table.concat(parts, ",") .. "]"
     end
     local keys, key_of = {}, {}
@@ -48,7 +53,8 @@ local function encode(v, nf)
       keys[#keys + 1], key_of[text] = text, k
     end
     table.sort(keys)
-    for _, text in ipairs(keys) do parts[#parts + 1] = encode_string(text) .. ":" .. encode(v[key_of[text]], nf) end
+    for _, text in ipairs(keys) do parts[#parts + 1] = encode_string(text) .. ":" .. encode(v[key_of[text]], nf, open) end
+    open[v] = nil
     return "{" .. table.concat(parts, ",") .. "}"
   end
   return encode_string(tostring(v))
@@ -56,8 +62,13 @@ end
 
 function kiln._json_encode(v, nonfinite)
   local nf = NONFINITE[nonfinite or "null"]
-  if not nf then error("kiln._json_encode: nonfinite must be \"null\" or \"string\", got " .. tostring(nonfinite), 2) end
-  return encode(v, nf)
+  if not nf then
+    local got = type(nonfinite) == "string" and ("'" .. nonfinite .. "'") or type(nonfinite)
+    error("kiln._json_encode: nonfinite must be \"null\" or \"string\", got " .. got, 2)
+  end
+  local ok, text = pcall(encode, v, nf, {})
+  if not ok then error(text, 2) end
+  return text
 end
 
 -- The reader of what encode writes: objects, arrays, strings, numbers,
