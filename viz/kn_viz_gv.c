@@ -210,8 +210,10 @@ kn_status kn_viz_gv_svg(Agraph_t *g, char **out, size_t *len)
             st = kn_error(KN_ERR_UNSUPPORTED, "Graphviz could not render SVG: %s", gv_message);
         else st = svg_with_fonts(data, n, out, len);
         if (data) gvFreeRenderData(data);
-        gvFreeLayout(gvc, g);
     }
+    /* also after a failed layout, which may have set up part of one;
+     * gvFreeLayout frees only what a layout made */
+    gvFreeLayout(gvc, g);
     gvFreeContext(gvc);
     return st;
 }
