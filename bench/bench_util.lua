@@ -17,40 +17,10 @@ function U.list(s)
   return t
 end
 
--- JSON on one line with sorted keys, so rows diff well; NaN and infinities
--- as strings ("nan", "inf"), which the report reads as failed numbers.
-function U.json(v)
-  local t = type(v)
-  if t == "nil" then return "null" end
-  if t == "boolean" then return tostring(v) end
-  if t == "number" then
-    if v ~= v then return '"nan"' end
-    if v == math.huge then return '"inf"' end
-    if v == -math.huge then return '"-inf"' end
-    if math.type(v) == "integer" then return tostring(v) end
-    return string.format("%.6g", v)
-  end
-  if t == "string" then
-    return '"' .. v:gsub('[%c"\\]', function(c)
-      local named = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
-      return named[c] or string.format("\\u%04x", c:byte())
-    end) .. '"'
-  end
-  if t == "table" then
-    if #v > 0 or next(v) == nil then
-      local parts = {}
-      for i = 1, #v do parts[i] = U.json(v[i]) end
-      return "[" .. table.concat(parts, ",") .. "]"
-    end
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-    table.sort(keys)
-    local parts = {}
-    for _, k in ipairs(keys) do parts[#parts + 1] = U.json(k) .. ":" .. U.json(v[k]) end
-    return "{" .. table.concat(parts, ",") .. "}"
-  end
-  return U.json(tostring(v))
-end
+-- JSON on one line with sorted keys, so rows diff well (kiln's one JSON
+-- writer); NaN and infinities as strings ("nan", "inf"), which the report
+-- reads as failed numbers and shows as they are.
+function U.json(v) return kiln._json_encode(v, "string") end
 
 function U.median(v)
   local s = { table.unpack(v) }

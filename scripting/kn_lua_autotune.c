@@ -4,7 +4,6 @@
  * kiln.config (kn_lua_config.c). The search itself is
  * core/compiler/kn_plan_tune.c; scripting/lua/45_autotune.lua builds
  * kiln.autotune and the :autotune command on these. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +40,8 @@ static void set_str(lua_State *L, const char *k, const char *v)
 
 /* cm:autotune(): per kernel of the latest plan of each graph,
  * {graph, index, name, source, choice, label, us, default_us,
- *  candidates = {{choice, label, us, reps, status}}} (tunable kernels only). */
+ *  candidates = {{choice, label, us, reps, status}}} (tunable kernels only);
+ * index is the kernel's place in cm:kernels(), from 1 as Lua counts. */
 static int cm_autotune(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -56,7 +56,7 @@ static int cm_autotune(lua_State *L)
             lua_createtable(L, 0, 10);
             lua_pushinteger(L, g);
             lua_setfield(L, -2, "graph");
-            lua_pushinteger(L, index);
+            lua_pushinteger(L, index + 1);
             lua_setfield(L, -2, "index");
             set_str(L, "name", p->code.fusion.prog.kernels[k].name);
             set_str(L, "source", source_name(tr->source));
@@ -84,31 +84,41 @@ static int cm_autotune(lua_State *L)
 }
 
 /* cm:autotune_pin(kernel, choice): kernel is a name ("k3_add_f32_64") or
- * the 0-based index cm:kernels() lists; choice as cm:autotune() shows it.
+ * its place in cm:kernels(), from 1; choice as cm:autotune() shows it.
  * Compiles it now, saves it as pinned; the next call runs it. */
 static int cm_autotune_pin(lua_State *L)
 {
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
     const char *choice = luaL_checkstring(L, 3);
-    int want = lua_isinteger(L, 2) ? (int)kn_lua_int_in(L, 2, 0, INT_MAX, "autotune: kernel index") : -1;
-    const char *name = want < 0 ? luaL_checkstring(L, 2) : NULL;
+    lua_Integer number = 0; /* its place in cm:kernels(), from 1, when given a number */
+    const char *name = NULL;
+    if (lua_isinteger(L, 2)) number = lua_tointeger(L, 2);
+    else if (lua_type(L, 2) == LUA_TSTRING) name = lua_tostring(L, 2);
+    else
+        return luaL_error(L, "autotune pin: the kernel must be its number in cm:kernels() or its name, got %s",
+                          lua_type(L, 2) == LUA_TNUMBER ? "a fraction" : luaL_typename(L, 2));
     int index = 0, found_graph = -1, found_k = -1, matches = 0;
     for (int g = 0; g < cm->cache.n_graphs; g++) {
         const kn_graph_cache *gc = &cm->cache.graphs[g];
         const kn_plan *p = gc->n_versions ? kn_version_plan(&gc->versions[gc->n_versions - 1]) : NULL;
         for (int k = 0; p && k < p->code.fusion.prog.n_kernels; k++, index++)
-            if (index == want || (name && strcmp(p->code.fusion.prog.kernels[k].name, name) == 0)) {
+            if ((!name && index + 1 == number) || (name && strcmp(p->code.fusion.prog.kernels[k].name, name) == 0)) {
                 found_graph = g;
                 found_k = k;
                 matches++;
             }
     }
+    if (matches == 0 && name)
+        return luaL_error(L, "autotune pin: no kernel named '%s' in this compiled callable (cm:kernels() lists "
+                             "them; call it once first)", name);
+    if (matches == 0 && index == 0)
+        return luaL_error(L, "autotune pin: this compiled callable has no compiled kernels yet (call it once first)");
     if (matches == 0)
-        return luaL_error(L, "autotune pin: no kernel %s%s in this compiled callable (cm:kernels() lists them; call "
-                             "it once first)", name ? name : lua_tostring(L, 2), name ? "" : " (0-based index)");
+        return luaL_error(L, "autotune pin: no kernel %I: this compiled callable has %s %d (cm:kernels() lists them)",
+                          number, index == 1 ? "only kernel" : "kernels 1 to", index);
     if (matches > 1)
-        return luaL_error(L, "autotune pin: kernel name '%s' is in several graphs: give its index", name);
+        return luaL_error(L, "autotune pin: kernel name '%s' is in several graphs: give its number", name);
     const kn_graph_cache *gc = &cm->cache.graphs[found_graph];
     kn_plan *p = kn_version_plan(&gc->versions[gc->n_versions - 1]);
     kn_status st = kn_plan_tune_pin(p, found_k, choice, kn_settings_cache_dir(cm->opt.settings));

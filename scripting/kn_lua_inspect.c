@@ -306,7 +306,7 @@ static int cm_kernels(lua_State *L)
             const kn_node *nd = &g->nodes[i];
             if (nd->op >= KN_OP_COUNT || kn_op_kind_of((kn_op)nd->op) == KN_K_VIEW) continue;
             lua_createtable(L, 0, 4);
-            lua_pushfstring(L, "k%d_%s", n, kn_node_op_name(nd));
+            lua_pushfstring(L, "k%d_%s", n + 1, kn_node_op_name(nd)); /* kN_: its number, as no compiler named it */
             lua_setfield(L, -2, "name");
             lua_pushstring(L, "cpu");
             lua_setfield(L, -2, "kind");

@@ -1,12 +1,13 @@
 /* kn_lua_viz: the C half of kiln.render and :graph (viz/, Graphviz), as
  * the table kiln.viz; scripting/lua/50_graph.lua checks the user's
  * arguments, finds the timings and raises errors at the user's line:
- *   render(cm, path|nil, view, format, rankdir, collapse, timings)
+ *   render(cm, path|nil, view, format, rankdir, collapse, timings, labels, host)
  *       path: write the file and return the path; nil: return the text.
  *       view "captured" | "fused", format "svg" | "dot", rankdir "TB" |
  *       "LR" | "BT" | "RL", timings nil or a list of kiln.time kernel rows
- *       {name, key, median_us, pct, roof_pct, calls}.
- *   outline(cm, view, collapse, timings)  the text outline
+ *       {name, key, median_us, pct, roof_pct, calls}, labels "plain" |
+ *       "lines", host nil or {host_us, kernel_us} (a kiln.time result's).
+ *   outline(cm, view, collapse, timings, host)  the text outline
  * A failure (nothing captured yet, a file that cannot be written) returns
  * nil and the message, so the Lua side can name the user's line.
  */
@@ -61,6 +62,17 @@ static kn_viz_timing *check_timings(lua_State *L, int idx, int *n)
     return t;
 }
 
+/* The host's and the kernels' time per call from the table at idx (nil:
+ * unknown), as kiln.time's result has them. */
+static void check_host(lua_State *L, int idx, kn_viz_opts *o)
+{
+    if (lua_isnoneornil(L, idx)) return;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    o->host_us = num_field(L, idx, "host_us", -1);
+    o->kernel_us = num_field(L, idx, "kernel_us", -1);
+    o->host_timed = o->host_us >= 0 && o->kernel_us >= 0;
+}
+
 static kn_viz_view check_view(lua_State *L, int idx)
 {
     static const char *const views[] = {"captured", "fused", NULL};
@@ -80,12 +92,15 @@ static int l_render(lua_State *L)
     const char *path = luaL_optstring(L, 2, NULL);
     static const char *const formats[] = {"svg", "dot", NULL};
     static const char *const rankdirs[] = {"TB", "LR", "BT", "RL", NULL};
+    static const char *const labels[] = {"plain", "lines", NULL};
     kn_viz_opts o = {0};
     o.view = check_view(L, 3);
     kn_viz_format fmt = luaL_checkoption(L, 4, "svg", formats) ? KN_VIZ_DOT : KN_VIZ_SVG;
     o.rankdir = rankdirs[luaL_checkoption(L, 5, "TB", rankdirs)];
     o.collapse = lua_toboolean(L, 6);
     o.timings = check_timings(L, 7, &o.n_timings);
+    o.labels = luaL_checkoption(L, 8, "plain", labels) ? KN_VIZ_LABELS_LINES : KN_VIZ_LABELS_PLAIN;
+    check_host(L, 9, &o);
     if (path) {
         if (kn_viz_render_file(cm, &o, fmt, path) != KN_OK) return push_failure(L);
         lua_pushstring(L, path);
@@ -106,6 +121,7 @@ static int l_outline(lua_State *L)
     o.view = check_view(L, 2);
     o.collapse = lua_toboolean(L, 3);
     o.timings = check_timings(L, 4, &o.n_timings);
+    check_host(L, 5, &o);
     char *text = NULL;
     if (kn_viz_outline(cm, &o, &text) != KN_OK) return push_failure(L);
     lua_pushstring(L, text);

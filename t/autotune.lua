@@ -279,20 +279,32 @@ if pick then
   T.like(read_file(file) or "", lit(pick.choice) .. "\t%-1%.000\t[%d%.%-]+\t1\t" .. lit(pick.kernel.name),
     "the file keeps it, marked pinned")
   local i = pick.kernel.index
-  T.is(cm:autotune_pin(i, "default"), pick.kernel.name, "cm:autotune_pin takes the 0-based index of cm:kernels()")
+  T.is(cm:kernels()[i].name, pick.kernel.name, "cm:autotune()'s index is the kernel's place in cm:kernels(), from 1")
+  T.is(cm:autotune_pin(i, "default"), pick.kernel.name, "cm:autotune_pin takes that number")
   T.ok(maxdiff(cm(x), ref) < 1e-4, "back to the default, results equal eager")
 end
 local gen, lib
 for _, k in ipairs(res) do
   if k.candidates[2] and k.candidates[2].choice:match("^variant=") then lib = lib or k else gen = gen or k end
 end
-T.raises(function() kiln.autotune.pin(gen.name, "warp=2", cm) end, "'warp' is not one of",
-  "an unknown knob of a generated kernel is refused by name")
+T.raises(function() kiln.autotune.pin(gen.name, "warp=2", cm) end,
+  "kiln%.autotune%.pin: kernel [%w_]+: choice 'warp=2' is not one of the layouts kiln searches for it on %a+: 'default', ",
+  "an unknown knob of a generated kernel is refused, with the choices it takes")
+T.raises(function() kiln.autotune.pin(gen.index, "warp=2", cm) end,
+  "kiln%.autotune%.pin: kernel " .. gen.index .. " %(" .. lit(gen.name) .. "%): choice 'warp=2' is not one of",
+  "given by number, the message names the kernel by number and name")
+T.raises(function() kiln.autotune.pin(0, "default", cm) end,
+  "kiln%.autotune%.pin: no kernel 0: this compiled callable has kernels 1 to " .. #cm:kernels()
+    .. " %(cm:kernels%(%) lists them%)", "kernel 0 is refused: numbers start at 1")
+T.raises(function() kiln.autotune.pin(#cm:kernels() + 1, "default", cm) end, "no kernel " .. (#cm:kernels() + 1) .. ":",
+  "a number past the last kernel is refused")
+T.raises(function() kiln.autotune.pin(1.5, "default", cm) end,
+  "the kernel must be its number in cm:kernels%(%) or its name, got a fraction", "a fraction is refused")
 if lib then -- on the GPU: matmul runs in cuBLASLt
   T.raises(function() kiln.autotune.pin(lib.name, "block=128", cm) end, "runs in a library: its choice is 'default', 'variant=N'",
     "a library kernel takes variants only")
 end
-T.raises(function() kiln.autotune.pin("k99_nothing", "default", cm) end, "no kernel k99_nothing",
+T.raises(function() kiln.autotune.pin("k99_nothing", "default", cm) end, "no kernel named 'k99_nothing'",
   "an unknown kernel is refused by name")
 T.raises(function() kiln.autotune.pin(res[1].name, 3, cm) end, "choice must be a string",
   "a choice that is not a string is refused")
@@ -331,12 +343,12 @@ out, rc = child(FOLD, "KILN_CACHE_DIR=" .. cache .. "-fold KILN_CPU_FOLD_EPILOGU
 T.is(rc, 0, "a model with fused epilogues is tuned")
 d = tonumber(out:match("diff\t(%S+)"))
 T.ok(d and d < 1e-4, "its results equal eager: " .. tostring(d))
-T.like(out, "kernel\t0\tk0_matmul[%w_]+\tmeasured\t[%w=]+\tdefault,[^\n]*unfused", "the matmul with the fused epilogue has an unfused candidate")
+T.like(out, "kernel\t1\tk0_matmul[%w_]+\tmeasured\t[%w=]+\tdefault,[^\n]*unfused", "the matmul with the fused epilogue has an unfused candidate")
 local e1, e2 = out:match("epilogues\t(%d+)\t(%d+)")
 T.ok(e1 and e1 == e2, "cm:stats().library_epilogues agrees with cm:kernels()' epilogue fields: " .. tostring(e1) .. "/" .. tostring(e2))
-local chose_unfused = out:match("kernel\t0\tk0_matmul[%w_]+\tmeasured\tunfused\t") ~= nil
+local chose_unfused = out:match("kernel\t1\tk0_matmul[%w_]+\tmeasured\tunfused\t") ~= nil
 if chose_unfused then -- its epilogue kernel then runs apart and is searched in the same call
-  T.like(out, "kernel\t1\tk1_[%w_]+\tmeasured\t", "when unfused wins, the epilogue kernel is searched in the same call")
+  T.like(out, "kernel\t2\tk1_[%w_]+\tmeasured\t", "when unfused wins, the epilogue kernel is searched in the same call")
 else
   T.ok(true, "the fused call won: its epilogue kernel never runs apart (nothing more to search)")
 end
@@ -353,14 +365,39 @@ T.like(out, "bad\tfalse\t[^\n]*runs in a library: its choice is 'default', 'vari
 -- :autotune in the REPL
 
 local p = io.popen(string.format("printf 'kiln.session.small = true\\n:load samples/transformer_block.lua\\n:autotune\\n"
-  .. ":mode max-autotune\\n:run\\n:autotune\\n:autotune 0\\n' "
+  .. ":mode max-autotune\\n:run\\n:autotune\\n:autotune 1\\n' "
   .. "| KILN_CACHE_DIR='%s-repl' %s 2>&1", cache, KILN))
 out = p:read("a")
 p:close()
 T.like(out, "mode is eager: autotuning runs in max%-autotune", ":autotune in another mode says how to get there")
 T.like(out, "#  kernel%s+choice%s+time%s+default%s+speedup%s+from%s+tried", ":autotune prints the table header")
 T.like(out, "tunable kernels?; search [%d%.]+ s, %d+ kernels measured", "and the summary line")
-T.like(out, "%(kernel 0%): [^\n]+\n.-  %* ", ":autotune K lists kernel K's candidates, the chosen one starred")
+T.like(out, "%(kernel 1%): [^\n]+\n.-  %* ", ":autotune K lists kernel K's candidates, the chosen one starred")
+
+-- :autotune pin's errors: messages, no traceback (simple_linear: kernel 1
+-- is the matmul, a library call on the CPU with nothing to choose; kernel 2
+-- the bias add, generated)
+local function repl_lines(lines)
+  local pp = io.popen(string.format("printf '%s' | KILN_CACHE_DIR='%s-pin' %s 2>&1", table.concat(lines, "\\n"), cache, KILN))
+  local text = pp:read("a")
+  pp:close()
+  return text
+end
+out = repl_lines({ ":load samples/simple_linear.lua", ":mode max-autotune", ":run 1", ":autotune pin",
+  ":autotune pin 2", ":autotune pin 0 default", ":autotune pin 7 default", ":autotune pin 1 default",
+  ":autotune pin 2 foo", ":autotune pin 2 unroll=2 tile=16", ":autotune 2 3", ":autotune 1" })
+T.ok(not out:find("stack traceback", 1, true) and not out:find("frames inside kiln", 1, true),
+  ":autotune pin's errors carry no traceback")
+T.like(out, "usage: :autotune pin K CHOICE %(K: a kernel's number from :autotune or its name; CHOICE as :autotune K "
+  .. "lists them, or 'default'%)\nusage: :autotune pin K CHOICE", "no kernel or no choice: the usage, saying what K and CHOICE are")
+T.like(out, "no kernel 0: the model has kernels 1 to 2 %(see :kernels%)", "kernel 0: numbers start at 1")
+T.like(out, "no kernel 7: the model has kernels 1 to 2", "a number past the last kernel")
+T.like(out, "kernel 1 %(k0_matmul_f32_32x1024%) has nothing to tune on this device; the kernels that have: 2 %(see :autotune%)\n"
+  .. "[^\n]*\n?cannot pin: kernel 2 %(k1_add_f32_32x1024%): choice 'foo' is not one of the layouts kiln searches for it "
+  .. "on cpu: 'default', 'unroll=2'", "a kernel with nothing to tune, and an unknown choice with the ones it takes")
+T.like(out, "pinned kernel 2 %(k1_add_f32_32x1024%) to unroll=2 tile=16", "a choice of two words is one choice")
+T.like(out, "':autotune K' takes one kernel, got extra '3'", ":autotune K with a word too many")
+T.like(out, "kernel 1 %(k0_matmul_f32_32x1024%) has nothing to tune on this device", ":autotune K of a kernel with nothing to tune")
 
 os.execute("rm -rf '" .. cache .. "' '" .. cache .. "'-*")
 T.done()

@@ -113,24 +113,24 @@ end
 T.is(#names, #list, "kiln.time: one kernel row per kernel of cm:kernels()")
 local same = true
 for _, k in ipairs(names) do
-  local e = list[(k.number or -1) + 1]
+  local e = list[k.number or 0]
   if not e or e.name ~= k.name then same = false end
 end
-T.ok(same, "kiln.time: each row's number is its kernel's index in cm:kernels()")
+T.ok(same, "kiln.time: each row's number is its kernel's place in cm:kernels(), from 1")
 local mm
 for i, e in ipairs(list) do
-  if e.name:find("matmul") then mm = i - 1 end
+  if e.name:find("matmul") then mm = i end
 end
 T.is(#subs, 1, "kiln.time: the reshape's copy is one sub-row")
-T.is(subs[1] and subs[1].label, string.format("  k%d.copy contiguous_f32_8x4x16", mm),
-  "kiln.time: the sub-row is labelled kN.copy NAME, N the matmul that reads it")
+T.is(subs[1] and subs[1].label, string.format("  #%d.copy contiguous_f32_8x4x16", mm),
+  "kiln.time: the sub-row is labelled #N.copy NAME, N the number of the matmul that reads it")
 local text = tostring(tm)
 local tlines = {}
 for l in text:gmatch("[^\n]+") do tlines[#tlines + 1] = l end
 local expect = {}
 for i, e in ipairs(list) do
-  expect[#expect + 1] = string.format("%3d  %s", i - 1, e.name)
-  if i - 1 == mm then expect[#expect + 1] = string.format("       k%d.copy contiguous_f32_8x4x16", mm) end
+  expect[#expect + 1] = string.format("%3d  %s", i, e.name)
+  if i == mm then expect[#expect + 1] = string.format("       #%d.copy contiguous_f32_8x4x16", mm) end
 end
 local got, head = {}, 1
 -- the table starts after its header (lines above it say what compiled)
@@ -149,13 +149,13 @@ local blist = cbt:kernels()
 local bt = kiln.time(cbt, bx, { iters = 2, warmup = 1, profile_iters = 2 })
 local bnums, bgood = {}, #bt.kernels == #blist
 for _, k in ipairs(bt.kernels) do
-  local e = k.number and blist[k.number + 1]
+  local e = k.number and blist[k.number]
   if not e or e.name ~= k.name or k.sub then bgood = false end
   bnums[#bnums + 1] = tostring(k.number)
 end
 local bwant = {}
-for i = 1, #blist do bwant[i] = tostring(i - 1) end
-T.is(table.concat(bnums, " "), table.concat(bwant, " "), "three graphs: rows numbered 0.." .. (#blist - 1)
+for i = 1, #blist do bwant[i] = tostring(i) end
+T.is(table.concat(bnums, " "), table.concat(bwant, " "), "three graphs: rows numbered 1.." .. #blist
   .. " in order")
 T.ok(bgood, "... each row named as the kernel of cm:kernels() with its number")
 
@@ -176,10 +176,10 @@ for _, k in ipairs(tin.kernels) do
 end
 local maxk
 for i, e in ipairs(ilist) do
-  if e.name:find("_max_") then maxk = i - 1 end
+  if e.name:find("_max_") then maxk = i end
 end
-T.is(inner_row and inner_row.label, string.format("  k%d.copy contiguous_f32_32x64", maxk),
-  "a copy inside a kernel's call is its sub-row kN.copy NAME")
+T.is(inner_row and inner_row.label, string.format("  #%d.copy contiguous_f32_32x64", maxk),
+  "a copy inside a kernel's call is its sub-row #N.copy NAME")
 T.ok(inner_row and inner_row.inner == true, "... marked as timed inside the kernel")
 T.near(tin.kernel_us, kernel_sum, 1e-6, "... and not added again to the kernels' total")
 

@@ -43,19 +43,19 @@ case $cold in
     *) pass ":explain on a cold cache: nonzero compile time and backend compile ($cold)" ;;
 esac
 
-# ---- :time numbers its rows as :kernels; the copy is a sub-row of k1
+# ---- :time numbers its rows as :kernels (from 1); the copy is a sub-row of kernel 2
 out=$(printf ':load %s\n:mode default\n:kernels\n:time 2\n' "$tmp/heads.lua" | "$KILN" 2>&1)
 kernels=$(printf '%s\n' "$out" | sed -n '/^  #  kernel  *kind  *group/,/^[0-9]* kernels/p' |
           sed -n 's/^ *\([0-9][0-9]*\)  \(k[0-9a-z_]*\) .*/\1 \2/p')
-is "$kernels" "0 k0_mul_relu_f32_4x8x16
-1 k1_matmul_f32_8x32
-2 k2_add_sum_f32_8" ":kernels lists the three kernels"
+is "$kernels" "1 k0_mul_relu_f32_4x8x16
+2 k1_matmul_f32_8x32
+3 k2_add_sum_f32_8" ":kernels lists the three kernels, numbered from 1"
 rows=$(printf '%s\n' "$out" | sed -n '/^  #  kernel  *kind  *calls/,/^total/p' | sed -e '1d' -e '$d' |
        sed 's/^\(.*[^ ]\)  *\(generated\|cpu\)  .*/\1/')
-is "$rows" "  0  k0_mul_relu_f32_4x8x16
-  1  k1_matmul_f32_8x32
-       k1.copy contiguous_f32_8x4x16
-  2  k2_add_sum_f32_8" ":time: the rows by kernel number, the reshape's copy under k1 (exact text)"
+is "$rows" "  1  k0_mul_relu_f32_4x8x16
+  2  k1_matmul_f32_8x32
+       #2.copy contiguous_f32_8x4x16
+  3  k2_add_sum_f32_8" ":time: the rows by kernel number, the reshape's copy under kernel 2 (exact text)"
 
 # ---- :graph captured text: the head after two breaks keeps line 44
 out=$(printf ':load samples/breaks.lua\n:graph captured text\n' | "$KILN" 2>&1 | grep -E '^  (permute|matmul) ')

@@ -178,12 +178,12 @@ os.remove(tmp)
 
 cm(x)
 says(function() kiln.render(cm, nil, { veiw = "fused" }) end,
-  "kiln.render: unknown option 'veiw' (known: view, format, rankdir, collapse, timings, inputs); did you mean 'view'?",
+  "kiln.render: unknown option 'veiw' (known: view, format, rankdir, collapse, labels, timings, inputs); did you mean 'view'?",
   "kiln.render: a key")
 says(function() kiln.render(cm, nil, { view = "fsued" }) end,
   "kiln.render: unknown view 'fsued' (known: captured, fused); did you mean 'fused'?", "kiln.render: a view")
 says(function() kiln.outline(cm, { colapse = true }) end,
-  "kiln.outline: unknown option 'colapse' (known: view, format, rankdir, collapse, timings, inputs); did you mean "
+  "kiln.outline: unknown option 'colapse' (known: view, format, rankdir, collapse, labels, timings, inputs); did you mean "
   .. "'collapse'?", "kiln.outline")
 says(function() kiln.load("no-such-model.lua", { quite = true }) end,
   "kiln.load: unknown option 'quite' (known: sizes, quiet); did you mean 'quiet'?", "kiln.load")
@@ -223,7 +223,7 @@ ends(function() kiln.cmd.help("rnu") end, "unknown command ':rnu' (try :help); d
 ends(function() kiln.cmd.mode("defualt") end, "unknown mode 'defualt' (known: " .. MODES .. "); did you mean 'default'?",
   ":mode")
 ends(function() kiln.cmd.graph("captred") end,
-  "unknown word 'captred' for :graph (expected captured, fused, text, collapse, lr, tb, or FILE.svg / FILE.dot); "
+  "unknown word 'captred' for :graph (expected captured, fused, text, collapse, lines, lr, tb, or FILE.svg / FILE.dot); "
   .. "did you mean 'captured'?", ":graph")
 
 T.done()

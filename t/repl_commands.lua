@@ -67,9 +67,12 @@ T.raises(function() kiln.repl.command(":kernels all of them") end,
   "^" .. lit("':kernels' takes no arguments, got 'all of them' (usage: :kernels)") .. "$", ":kernels with words")
 T.raises(function() kiln.repl.command(":mode eager now") end,
   "^" .. lit("':mode' takes at most 1 argument, got extra 'now' (usage: :mode [MODE])") .. "$", ":mode with a second word")
-T.raises(function() kiln.repl.command(":autotune pin 0 c extra") end,
-  "^" .. lit("':autotune' takes at most 3 arguments, got extra 'extra' (usage: :autotune [K | pin K CHOICE])") .. "$",
-  ":autotune pin with a fourth word")
+T.raises(function() kiln.repl.command(":autotune 1 extra") end,
+  "^" .. lit("':autotune K' takes one kernel, got extra 'extra' (usage: :autotune [K | pin K CHOICE])") .. "$",
+  ":autotune K with a second word")
+T.raises(function() kiln.repl.command(":autotune pin 1 a b c d e f g") end,
+  "^" .. lit("':autotune' takes at most 8 arguments, got extra 'g' (usage: :autotune [K | pin K CHOICE])") .. "$",
+  ":autotune pin with a choice of too many words")
 local got
 out, _, got = capture(kiln.repl.command, "  :mode   eager  ")
 T.is(got, "eager", "a : line is split on whitespace into the name and its arguments")

@@ -147,24 +147,27 @@ for i, k in ipairs(kernels) do
   if not has(html, "<td>" .. esc(k.name) .. "</td>") then missing[#missing + 1] = k.name end
   if k.source then
     nsrc = nsrc + 1
-    if has(html, esc(string.format("source of kernel %d, %s", i - 1, k.name))) and has(html, esc(k.source)) then
+    if has(html, esc(string.format("source of kernel %d, %s", i, k.name))) and has(html, esc(k.source)) then
       sources = sources + 1
     end
   end
 end
 T.is(#missing, 0, "every kernel is listed" .. (missing[1] and (": missing " .. missing[1]) or ""))
 T.ok(nsrc > 0 and sources == nsrc, string.format("every generated kernel's source (%d of %d)", sources, nsrc))
+T.ok(has(html, '<tr><td class="num">1</td><td class="num">' .. (kernels[1].graph or 0) .. "</td><td>"
+  .. esc(kernels[1].name) .. "</td>"), "the kernels are numbered from 1, as :kernels numbers them")
 T.ok(has(html, esc(cm:source("c"))), "the whole program as cm:source(\"c\") gives it")
 
 local trows = 0
 for _, k in ipairs(timing.kernels) do
-  if has(html, "<td>" .. esc(k.name) .. "</td><td>" .. esc(k.kind) .. "</td><td class=\"num\">" .. k.calls
+  if has(html, "<td class=\"num\">" .. tostring(k.number) .. "</td><td>" .. esc(k.name) .. "</td><td>" .. esc(k.kind)
+      .. "</td><td class=\"num\">" .. k.calls
       .. "</td><td class=\"num\">" .. string.format("%.2f", k.median_us) .. "</td>") then
     trows = trows + 1
   end
 end
 T.ok(#timing.kernels > 0 and trows == #timing.kernels,
-  string.format("every timed kernel's row with its median (%d of %d)", trows, #timing.kernels))
+  string.format("every timed kernel's row with its number and median (%d of %d)", trows, #timing.kernels))
 
 local st = cm:stats()
 T.ok(has(html, "<td>calls</td><td>" .. st.calls .. "</td>"), "the call count")

@@ -81,7 +81,7 @@ T.is(#files, 1, "KILN_TRACE: one file for the process")
 T.like(files[1] or "", "^kiln%-trace%-.*%.jsonl$", "KILN_TRACE: named kiln-trace-*.jsonl")
 local counts = {}
 for line in io.lines(dir .. "/trace/" .. (files[1] or "none")) do
-  local ev = R.parse_json(line)
+  local ev = kiln._json_decode(line)
   if ev then counts[ev.event] = (counts[ev.event] or 0) + 1 end
 end
 T.is(counts.session, 1, "the trace starts with a session line")
@@ -90,7 +90,7 @@ T.ok((counts.compile or 0) >= 6, "the trace has every compile (" .. tostring(cou
 T.is(counts["break"], 1, "the trace has the break")
 local with_kernels = false
 for line in io.lines(dir .. "/trace/" .. (files[1] or "none")) do
-  local ev = R.parse_json(line)
+  local ev = kiln._json_decode(line)
   if ev and ev.event == "compile" and type(ev.kernel_list) == "table" and ev.kernel_list[1]
     and type(ev.kernel_list[1].name) == "string" then with_kernels = true end
 end

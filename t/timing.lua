@@ -163,8 +163,18 @@ T.ok(r.median_ms > 0 and r.min_ms <= r.median_ms and r.median_ms <= r.max_ms, "m
 T.ok(r.host_us >= 0, "host_us is not negative")
 T.is(r.cuda_graph, false, "no CUDA graph on the CPU")
 local rows = {}
-for _, k in ipairs(r.kernels) do if k.index then rows[#rows + 1] = k end end
+local numbers = {}
+for _, k in ipairs(r.kernels) do
+  if k.number then
+    rows[#rows + 1] = k
+    numbers[#numbers + 1] = k.number
+  end
+end
 T.is(#rows, #klist, "kiln.time: one row per kernel of cm:kernels()")
+local expected_numbers = {}
+for i = 1, #klist do expected_numbers[i] = i end
+T.is(table.concat(numbers, ","), table.concat(expected_numbers, ","),
+  "kiln.time: each row carries its kernel's number in cm:kernels(), from 1")
 names_ok = true
 for i, k in ipairs(klist) do if not rows[i] or rows[i].name ~= k.name then names_ok = false end end
 T.ok(names_ok, "kiln.time: rows named as cm:kernels() names them")
@@ -256,7 +266,7 @@ T.like(text, "^  #  kernel +kind       calls   median us   %%     GB/s   GFLOP/s
   "tostring(kiln.time(...)) starts with the design's header (the kernel column as wide as the longest name)")
 T.like(text, "\ntotal [%d.]+ us per call %(device%), host overhead %d+ us %(%d+%.%d us per kernel%), %d+ kernels, CUDA graph: no$",
   "and ends with the total line")
-T.like(text, "\n +0  k0_%S+ +generated +1 +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+!?\n", "a kernel row has every column (roof% above 100 carries a \"!\")")
+T.like(text, "\n +1  k0_%S+ +generated +1 +[%d.]+ +[%d.]+ +[%d.%-]+ +[%d.%-]+ +[%d%-]+!?\n", "a kernel row has every column, its number from 1 (roof% above 100 carries a \"!\")")
 
 -- an eager function
 local rr = kiln.time(function(t) return t:relu() end, a, { iters = 3, warmup = 0, profile_iters = 2 })
@@ -266,8 +276,8 @@ T.is(rr.kernels[1] and rr.kernels[1].calls, 1, "one call per call")
 T.is(tostring(rr):match("^[^\n]*"),
   "  #  kernel                          kind       calls   median us   %     GB/s   GFLOP/s  roof%",
   "with short names the header is the design's, column for column")
-T.like(tostring(rr), "\n  0  relu_f32_8x32                   cpu            1 +[%d.]+ 100%.0 +[%d.]+ +[%d.]+ +%d+!?\n",
-  "and the row lines up under it")
+T.like(tostring(rr), "\n  1  relu_f32_8x32                   cpu            1 +[%d.]+ 100%.0 +[%d.]+ +[%d.]+ +%d+!?\n",
+  "and the row lines up under it, numbered from 1")
 -- The profiled calls share sessions (a session per call made every kernel
 -- longer on the H100): the first call alone, then as many calls a session
 -- as fit 4096 records. Counted by wrapping kiln.profiler.begin.
@@ -448,7 +458,7 @@ else
 end
 capture(kiln.cmd.mode, "eager")
 out = capture(kiln.cmd.time, "2")
-T.like(out, "\n +0  layer_norm_f32_%S+ +%a+ ", ":time in eager mode times each op")
+T.like(out, "\n +1  layer_norm_f32_%S+ +%a+ ", ":time in eager mode times each op, numbered from 1")
 T.ok(not pcall(kiln.cmd.time, "x"), ":time x is a usage error")
 
 -- ---------------------------------------------------------------------------

@@ -205,10 +205,13 @@ T.ok(matmuls > 0 and count(svg, "<text[^>]*>matmul</text>") == matmuls, "capture
 local fused_svg = svg_ok(read(kiln.render(cm, tmp .. "/breaks_fused.svg")), "breaks.lua fused")
 T.is(count(fused_svg, "<title>cluster_g%d+_k%d+</title>"), #kernels, "fused: one cluster per kernel")
 local named = 0
-for _, k in ipairs(kernels) do
-  if fused_svg:find(">" .. k.name .. " · " .. k.kind, 1, true) then named = named + 1 end
+for i, k in ipairs(kernels) do
+  if fused_svg:find(">#" .. i .. " " .. k.name .. " · " .. k.kind, 1, true) then named = named + 1 end
 end
-T.is(named, #kernels, "fused: each kernel cluster is labeled with its name and kind")
+T.is(named, #kernels, "fused: each kernel cluster is labeled with its number (as :kernels has it), name and kind")
+T.ok(fused_svg:find("kernel 2, " .. kernels[2].name .. " (" .. kernels[2].kind .. ", ", 1, true) ~= nil
+  and fused_svg:find("): :src 2 shows its source", 1, true) ~= nil,
+  "fused: a kernel title's tooltip says :src K shows its source")
 T.is(count(fused_svg, "<title>break%d+</title>"), #breaks, "fused: the breaks are drawn too")
 T.like(fused_svg, "%d+ B</text>", "fused: edges into kernels carry the bytes")
 
@@ -227,8 +230,10 @@ T.like(fused_svg, "guards of graph 0, version 0 %(a call runs it when all hold%)
 T.like(outline, "break 1: data%-dependent control flow at samples/breaks%.lua:14: Tensor%.__lt needs",
   "outline: the breaks between graphs")
 local fused_outline = kiln.outline(cm)
-T.like(fused_outline, "\n  " .. kernels[1].name .. "%s+" .. kernels[1].kind .. "%s+" .. kernels[1].ops[1],
-  "outline: each kernel with its kind and ops")
+T.like(fused_outline, "\n    1  " .. kernels[1].name .. "%s+" .. kernels[1].kind .. "%s+" .. kernels[1].ops[1],
+  "outline: each kernel with its number, kind and ops")
+T.like(fused_outline, "\n   " .. #kernels .. "  " .. kernels[#kernels].name .. " ",
+  "outline: the numbers run on across the graphs, as in :kernels")
 
 ---------------------------------------------------------------------------
 -- samples/transformer_block.lua: heat after kiln.time
@@ -251,7 +256,7 @@ local hottest
 for _, k in ipairs(t.kernels) do
   if k.key and not k.key:find("^[%w_]+$") and (not hottest or k.pct > hottest.pct) then hottest = k end
 end
-T.ok(hottest and svg:find(">" .. hottest.name .. " · ", 1, true)
+T.ok(hottest and svg:find(" " .. hottest.name .. " · ", 1, true)
   and svg:find(string.format("%.1f us · %.1f%%", hottest.median_us, hottest.pct), 1, true),
   "timed: the hottest kernel shows its median time and share")
 T.like(svg, 'fill="#f16913"', "timed: the hottest kernel is drawn hot")
@@ -299,6 +304,130 @@ fsvg = svg_ok(fsvg, "collapsed fused")
 local drawn = count(fsvg, "<title>cluster_g%d+_k%d+</title>")
 T.ok(drawn > 0 and drawn < nk and (nk - drawn) % 5 == 0, string.format("fused, collapse: %d of %d kernels drawn", drawn, nk))
 T.like(kiln.outline(cm_net, { collapse = true }), "repeated 6 times", "outline, collapse")
+
+---------------------------------------------------------------------------
+-- drawings that survive any viewer (issue 32, item 7): every text fits the
+-- shape it belongs to at the width of the monospace faces the SVG names,
+-- no edge crosses a cluster's title, labels = "lines", the host's share of
+-- a call beside the heat, and counts of what only a tooltip shows
+
+local G = dofile("t/lib/svg_geometry.lua")
+local FAMILY = "DejaVu Sans Mono, Courier New, Courier, monospace"
+
+-- the checker itself, on made-up drawings: a text wider than its box, an
+-- edge through a title, and the same two done right
+local function fake_svg(text_x, edge_x)
+  return '<svg><g id="graph0" class="graph" transform="x">'
+    .. '<polygon fill="white" points="0,0 0,-200 200,-200 200,0 0,0"/>'
+    .. '<g id="clust1" class="cluster"><title>cluster_g0</title><path d="M10,-10C10,-10 190,-10 190,-190 10,-190"/></g>'
+    .. '<g id="node1" class="node"><title>g0_title</title><text text-anchor="start" x="20" y="-170" '
+    .. 'font-size="10.00">graph 0</text></g>'
+    .. '<g id="node2" class="node"><title>g0_n0</title><polygon points="50,-50 50,-80 110,-80 110,-50 50,-50"/>'
+    .. '<text text-anchor="middle" x="' .. text_x .. '" y="-62" font-size="10.00">matmul</text></g>'
+    .. '<g id="edge1" class="edge"><title>g0_n0->g0_n1</title><path d="M' .. edge_x .. ',-190C' .. edge_x .. ',-150 '
+    .. edge_x .. ',-120 80,-80"/></g></g></svg>'
+end
+local bad_doc, good_doc = G.parse(fake_svg(100, 40)), G.parse(fake_svg(80, 150))
+T.is(#G.misfits(bad_doc), 1, "the geometry checker finds a text wider than its box ('matmul' at 0.602 em is 36 pt)")
+T.is(#G.crossings(bad_doc), 1, "the geometry checker finds an edge through a cluster's title")
+T.is(#G.misfits(good_doc) + #G.crossings(good_doc), 0, "and passes the same drawing done right")
+
+-- Every text of the drawing at path fits its shape, no edge crosses a
+-- title, every text is in the monospace faces, every cluster has a title.
+local function check_geometry(path, name)
+  local svg = read(path) or ""
+  local doc = G.parse(svg)
+  T.ok(#doc.texts > 10, string.format("%s: %d texts to check", name, #doc.texts))
+  local misfits = G.misfits(doc)
+  if not T.is(#misfits, 0, name .. ": every text fits its shape at 0.602 em per character (titles and legend too)") then
+    for i = 1, math.min(#misfits, 5) do T.diag(G.describe(misfits[i])) end
+  end
+  local crossings = G.crossings(doc)
+  if not T.is(#crossings, 0, name .. ": no edge crosses a cluster's title") then
+    for i = 1, math.min(#crossings, 5) do
+      T.diag(string.format("%s crosses %s at %.1f, %.1f", crossings[i].edge, crossings[i].title, crossings[i].x,
+        crossings[i].y))
+    end
+  end
+  local other = 0
+  for _, t in ipairs(doc.texts) do other = other + (t.family == FAMILY and 0 or 1) end
+  T.is(other, 0, name .. ": every text names the faces '" .. FAMILY .. "'")
+  local clusters = 0
+  for _, g in ipairs(doc.groups) do clusters = clusters + (g.class == "cluster" and 1 or 0) end
+  T.is(#G.title_boxes(doc), clusters, name .. ": each cluster has its title")
+  return G.decode(svg), doc
+end
+
+local b_spec = kiln.load("samples/breaks.lua")
+local b_cm = kiln.compile(b_spec.model)
+b_cm(table.unpack(b_spec.inputs({ small = true })))
+local b_captured = check_geometry(kiln.render(b_cm, tmp .. "/g_b_captured.svg", { view = "captured" }),
+  "breaks.lua captured")
+check_geometry(kiln.render(b_cm, tmp .. "/g_b_fused.svg"), "breaks.lua fused")
+check_geometry(kiln.render(cm, tmp .. "/g_tb_captured.svg", { view = "captured" }), "transformer_block captured")
+local tb_fused = check_geometry(kiln.render(cm, tmp .. "/g_tb_fused.svg"), "transformer_block fused, timed")
+check_geometry(kiln.render(cm, tmp .. "/g_tb_lr.svg", { rankdir = "LR" }), "transformer_block fused, left to right")
+check_geometry(kiln.render(cm_net, tmp .. "/g_net.svg", { collapse = true }), "six blocks collapsed")
+local b_lines = check_geometry(kiln.render(b_cm, tmp .. "/g_b_lines.svg", { view = "captured", labels = "lines" }),
+  "breaks.lua captured, labels = lines")
+local tb_lines = check_geometry(kiln.render(cm, tmp .. "/g_tb_lines.svg", { labels = "lines" }),
+  "transformer_block fused, labels = lines")
+
+local b_dot = kiln.render(b_cm, nil, { view = "captured", format = "dot" })
+T.like(b_dot, "fontname=Courier", "DOT: laid out in Courier, whose widths Graphviz knows exactly")
+T.like(b_dot, "break0 %-> g1_title%s*%[[^%]]*lhead=cluster_g1", "a break's edge goes to the next graph's title")
+
+-- labels = "lines": each op's file:line in its label (a <text>, not only the tooltip)
+local n_ops = 0
+for _, g in ipairs(b_cm:graphs()) do n_ops = n_ops + #g.nodes end
+local function line_texts(svg) return count(svg, "<text[^>]*>samples/breaks%.lua:%d+</text>") end
+T.is(line_texts(b_captured), 0, "without labels = \"lines\" the source lines are only in tooltips")
+T.ok(line_texts(b_lines) >= n_ops, string.format("labels = \"lines\": %d file:line texts for %d ops",
+  line_texts(b_lines), n_ops))
+T.like(b_lines, "<text[^>]*>samples/breaks%.lua:13</text>", "labels = \"lines\": samples/breaks.lua:13 in a label")
+T.like(b_lines, "<text[^>]*>user stack:</text>", "labels = \"lines\": a break's label has its user stack")
+T.like(tb_lines, "<text[^>]*>samples/transformer_block%.lua:%d+</text>", "labels = \"lines\" in the fused view too")
+T.raises(function() kiln.render(b_cm, nil, { labels = "line" }) end,
+  "kiln%.render: unknown labels 'line' %(known: plain, lines%); did you mean 'lines'%?", "an unknown labels value")
+
+-- more than six guards or frames: the drawing counts the rest and says where they are
+local b_guards = b_cm:guards()
+T.ok(#b_guards[2].guards > 6, "breaks.lua's graph 1 has more than six guards")
+T.ok(b_captured:find(string.format("... %d more guards: hover this title, or :guards and cm:guards()",
+  #b_guards[2].guards - 6), 1, true) ~= nil, "captured: the guards past six are counted, and where to see them said")
+local function inner(v, n)
+  if n > 0 then return inner(v, n - 1) + 0 end
+  if v:mean() > 0 then return v * 2 end
+  return v
+end
+local deep = kiln.compile(function(v) return inner(v, 8) end)
+deep(kiln.randn({ 4 }, { seed = 1, device = "cpu" }))
+local frames = #deep:last_call().break_reasons[1].stack
+T.ok(frames > 6, string.format("a break nine calls deep has %d frames", frames))
+local deep_svg = check_geometry(kiln.render(deep, tmp .. "/g_deep.svg", { view = "captured", labels = "lines" }),
+  "a deep break, labels = lines")
+T.ok(deep_svg:find(string.format("... %d more frames: hover this node, or :breaks", frames - 6), 1, true) ~= nil,
+  "labels = \"lines\": a break's frames past six are counted, and where to see them said")
+
+-- the host's share of a call beside the kernels' heat, after kiln.time
+local host_pct = 100 * t.host_us / (t.host_us + t.kernel_us)
+T.ok(tb_fused:find(string.format("host overhead %.1f us per call (%.0f%% of the call)", t.host_us, host_pct), 1, true)
+  ~= nil, "timed: the title gives the host overhead per call and its share of the call")
+T.ok(tb_fused:find(string.format("per call: kernels %.1f us (%.0f%%) · host %.1f us (%.0f%%)", t.kernel_us,
+  100 - host_pct, t.host_us, host_pct), 1, true) ~= nil, "timed: the legend sets the host's share beside the kernels'")
+T.like(kiln.outline(cm), "\nhost overhead [%d.]+ us per call %(%d+%% of the call%)\n", "timed: the outline too")
+local host_bound = { kernels = t.kernels, kernel_us = t.kernel_us, host_us = 19 * t.kernel_us }
+local hb_path = kiln.render(cm, tmp .. "/g_host_bound.svg", { timings = host_bound })
+local hb = check_geometry(hb_path, "a host-bound call")
+T.ok(hb:find("host-bound: 95% of each call is the host's; the heat shares out the kernels' 5%", 1, true) ~= nil,
+  "host-bound: the title says the heat leaves out the host's 95%")
+T.ok(hb:find("host-bound: 95% of each call is the host's, not in the heat", 1, true) ~= nil,
+  "host-bound: and the legend notes it")
+T.is(tb_fused:find("host-bound", 1, true) ~= nil, host_pct >= 50,
+  string.format("host-bound is said exactly when the host has half the call or more (here %.0f%%)", host_pct))
+local rows_only = kiln.render(cm, nil, { format = "dot", timings = t.kernels })
+T.ok(rows_only:find("share of the kernels", 1, true) and not rows_only:find("host overhead", 1, true),
+  "kernel rows alone (kiln.profile) colour the heat and claim no host share")
 
 ---------------------------------------------------------------------------
 -- mistakes

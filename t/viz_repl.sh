@@ -1,8 +1,9 @@
 #!/bin/sh
 # viz_repl.sh: the REPL command :graph (issue 7; docs/repl.md) on
 # samples/breaks.lua through kiln's standard input: the text outline, the
-# temporary SVG, a named .svg or .dot file, the words collapse and lr, the
-# heat after :time, and a clear error for a word it does not know.
+# temporary SVG, a named .svg or .dot file, the words collapse, lines and
+# lr, the heat and the host's share after :time, and a clear error for a
+# word it does not know.
 # Run by prove through t/run, which sets $KILN.
 . "$(dirname "$0")/lib/tap.sh"
 
@@ -47,6 +48,12 @@ like "$dot" "rankdir=LR" "lr: left to right"
 like "$dot" "subgraph cluster_g0_k0 " "a .dot file holds DOT text"
 case $out in *"graph 0 (version"*) fail "a named file prints no outline" ;; *) pass "a named file prints no outline" ;; esac
 
+feed ":load samples/breaks.lua
+:graph captured lines $tmp/lines.svg
+"
+is "$rc" 0 ":graph captured lines FILE.svg succeeds"
+like "$(cat "$tmp/lines.svg" 2>/dev/null)" ">samples/breaks.lua:13</text>" "lines: each node's file:line in its label"
+
 feed ':load samples/breaks.lua
 :mode default
 :time 3
@@ -54,12 +61,13 @@ feed ':load samples/breaks.lua
 '
 is "$rc" 0 ":time then :graph succeeds"
 like "$out" " us per call in kernels" "after :time the outline has the kernels' times"
+like "$out" "host overhead " "and the host's share of a call beside them"
 
 feed ':load samples/breaks.lua
 :graph bogus
 '
 [ "$rc" -ne 0 ] && pass "an unknown word fails" || fail "an unknown word fails"
-like "$err" "unknown word 'bogus' for :graph (expected captured, fused, text, collapse, lr, tb, or FILE.svg / FILE.dot)" "and says which words it knows"
+like "$err" "unknown word 'bogus' for :graph (expected captured, fused, text, collapse, lines, lr, tb, or FILE.svg / FILE.dot)" "and says which words it knows"
 
 feed ":load samples/breaks.lua
 :graph $tmp/no/such/dir/x.svg

@@ -10,7 +10,8 @@
  *   fused     the same graphs after the passes, one cluster per kernel
  *             (name and kind), edges between kernels labeled with the
  *             tensor's shape and bytes, and, when timings are given, each
- *             kernel's median time, share and roofline % with a heat colour.
+ *             kernel's median time, share and roofline % with a heat colour,
+ *             and the host's share of a call beside them.
  * Either view renders to SVG (Graphviz's dot layout, plugins preloaded: no
  * Graphviz config file needed) or to DOT text (no layout, deterministic:
  * no pointers and no timings unless given), or to a compact text outline
@@ -47,12 +48,22 @@ typedef struct kn_viz_timing {
     int calls;        /* launches per model call */
 } kn_viz_timing;
 
+/* What a node's label says: its op (or name), shape and dtype, or that
+ * and the source line (file:line) that made it; a break's label then has
+ * its user stack too. */
+typedef enum kn_viz_labels { KN_VIZ_LABELS_PLAIN, KN_VIZ_LABELS_LINES } kn_viz_labels;
+
 typedef struct kn_viz_opts {
     kn_viz_view view;
     const char *rankdir;           /* "TB" (NULL: default), "LR", "BT", "RL" */
     bool collapse;                 /* draw a repeated run of ops/kernels once, with its count */
+    kn_viz_labels labels;
     const kn_viz_timing *timings;  /* borrowed; NULL: no timings */
     int n_timings;
+    /* the host's time per call beside the kernels' (kiln.time's host_us
+     * and kernel_us), shown with the timings when host_timed */
+    bool host_timed;
+    double host_us, kernel_us;
 } kn_viz_opts;
 
 /* The view as SVG or DOT text in *out (NUL-terminated, *len bytes; the

@@ -2,7 +2,8 @@
  * kn_viz_model.h): the latest version of each graph (as cm:graphs() and
  * cm:kernels() show them), its nodes, its kernels with their timings, the
  * breaks between graphs, and the repeated run that {collapse = true} draws
- * once. */
+ * once; and the texts the drawing and the outline share (sizes in bytes,
+ * the host's share of a call). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,21 @@ void kn_viz_fmt_bytes(double bytes, char *buf, size_t size)
     }
     if (u == 0) snprintf(buf, size, "%.0f B", bytes);
     else snprintf(buf, size, bytes >= 100 ? "%.0f %s" : "%.1f %s", bytes, unit[u]);
+}
+
+double kn_viz_host_pct(const kn_viz_model *m)
+{
+    double call = m->host_us + m->kernel_us;
+    return call > 0 ? 100.0 * m->host_us / call : 0;
+}
+
+void kn_viz_host_text(kn_strbuf *b, const kn_viz_model *m, const char *newline)
+{
+    double pct = kn_viz_host_pct(m);
+    kn_strbuf_printf(b, "host overhead %.1f us per call (%.0f%% of the call)", m->host_us, pct);
+    if (pct >= KN_VIZ_HOST_BOUND_PCT)
+        kn_strbuf_printf(b, "%shost-bound: %.0f%% of each call is the host's; the heat shares out the kernels' %.0f%%",
+                         newline, pct, 100 - pct);
 }
 
 /* FNV-1a, folding in one string (NULL: a separator). */
@@ -303,8 +319,9 @@ static kn_status build_plan(const kn_version *ver, const kn_plan *p, const kn_vi
 }
 
 /* The fused view of a graph without a plan: it runs op by op, one cpu
- * kernel per op (views aside), named as cm:kernels() names them. */
-static kn_status build_op_by_op(const kn_compiled *cm, const kn_version *ver, int *kernel_no, kn_viz_vgraph *vg)
+ * kernel per op (views aside), named as cm:kernels() names them (kN_: its
+ * number, after the `before` kernels of earlier graphs). */
+static kn_status build_op_by_op(const kn_compiled *cm, const kn_version *ver, int before, kn_viz_vgraph *vg)
 {
     const kn_graph *g = &ver->g;
     int n = 0;
@@ -322,7 +339,7 @@ static kn_status build_op_by_op(const kn_compiled *cm, const kn_version *ver, in
             continue;
         }
         kn_viz_vkernel *vk = &vg->kernels[k];
-        snprintf(vk->name, sizeof vk->name, "k%d_%s", (*kernel_no)++, v->op);
+        snprintf(vk->name, sizeof vk->name, "k%d_%s", before + k + 1, v->op); /* its number */
         snprintf(vk->kind, sizeof vk->kind, "cpu");
         snprintf(vk->group, sizeof vk->group, "reference");
         v->kernel = k++;
@@ -469,7 +486,6 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         return kn_error(KN_ERR_OOM, "out of host memory drawing a graph");
     }
     kn_status st = KN_OK;
-    int kernel_no = 0;
     for (int k = 0; k < cm->cache.n_graphs && st == KN_OK; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
@@ -485,9 +501,11 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
             continue;
         }
         const kn_plan *p = kn_version_plan(ver);
-        st = p ? build_plan(ver, p, o, used, vg) : build_op_by_op(cm, ver, &kernel_no, vg);
+        st = p ? build_plan(ver, p, o, used, vg) : build_op_by_op(cm, ver, m->n_kernels, vg);
         if (st == KN_OK) st = kernel_members(vg);
         if (st == KN_OK && o->collapse) st = collapse_fused(vg);
+        /* numbered as cm:kernels() lists them: every graph's latest version in order */
+        for (int j = 0; j < vg->n_kernels; j++) vg->kernels[j].number = m->n_kernels + j + 1;
         m->n_kernels += vg->n_kernels;
         for (int j = 0; j < vg->n_kernels; j++) {
             const kn_viz_vkernel *vk = &vg->kernels[j];
@@ -498,6 +516,11 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         }
     }
     free(used);
+    if (m->timed && o->host_timed && o->host_us >= 0 && o->kernel_us >= 0) {
+        m->host_timed = true;
+        m->host_us = o->host_us;
+        m->kernel_us = o->kernel_us;
+    }
     /* the breaks of the latest call split its graphs in order; a function
      * never called through (an error) shows the distinct ones seen */
     if (cm->cap.n_graphs > 0 || cm->cap.n_breaks > 0) {

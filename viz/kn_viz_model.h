@@ -43,6 +43,7 @@ typedef struct kn_viz_vnode {
 
 typedef struct kn_viz_vkernel {
     char name[80];
+    int number;                /* its number in :kernels, :src and cm:kernels(), from 1 */
     char kind[16];             /* generated | cpu | cuda | cudnn | cublaslt */
     char group[12];            /* pointwise | row | library | reference */
     int epilogue_of;           /* runs in this kernel's library epilogue (-1: none) */
@@ -86,10 +87,20 @@ typedef struct kn_viz_model {
     int n_kernels;
     bool timed;                /* some kernel has a timing */
     double max_pct, total_us;
+    bool host_timed;           /* timed, and the host's time per call is known */
+    double host_us, kernel_us; /* per call: the host's time and the kernels' (kiln.time's) */
 } kn_viz_model;
 
 kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz_model *m);
 void kn_viz_model_free(kn_viz_model *m);
+
+/* The host's share of a call, 0..100: host_us / (host_us + kernel_us). */
+double kn_viz_host_pct(const kn_viz_model *m);
+/* At or above this host share a view says the call is host-bound. */
+#define KN_VIZ_HOST_BOUND_PCT 50.0
+/* "host overhead 3306.2 us per call (11% of the call)", and when host-bound
+ * a second line (after `newline`) saying the heat leaves the host out. */
+void kn_viz_host_text(kn_strbuf *b, const kn_viz_model *m, const char *newline);
 
 /* "12.5 KiB" */
 void kn_viz_fmt_bytes(double bytes, char *buf, size_t size);

@@ -66,7 +66,7 @@ static void fused_graph(kn_strbuf *b, const kn_viz_model *m, const kn_viz_vgraph
             kn_strbuf_printf(b, "  -- repeated %d times (drawn once): --\n", vg->rep_count);
         if (vg->rep_count && k == vg->rep_start + vg->rep_len) kn_strbuf_printf(b, "  -- end of the repeated run --\n");
         if (vk->hidden) continue;
-        kn_strbuf_printf(b, "  %-*s  %-9s", w, vk->name, vk->kind);
+        kn_strbuf_printf(b, "  %3d  %-*s  %-9s", vk->number, w, vk->name, vk->kind);
         if (m->timed) {
             if (vk->timed) {
                 kn_strbuf_printf(b, " %9.1f us %5.1f%%", vk->us, vk->pct);
@@ -105,6 +105,10 @@ kn_status kn_viz_outline(const kn_compiled *cm, const kn_viz_opts *o, char **tex
     if (fused) kn_strbuf_printf(&b, ", %d kernel%s", m.n_kernels, m.n_kernels == 1 ? "" : "s");
     if (m.timed) kn_strbuf_printf(&b, " · %.1f us per call in kernels", m.total_us);
     kn_strbuf_printf(&b, "\n");
+    if (m.host_timed) {
+        kn_viz_host_text(&b, &m, "\n");
+        kn_strbuf_printf(&b, "\n");
+    }
     int next_break = 0;
     for (int gi = 0; gi < m.n_graphs; gi++) {
         const kn_viz_vgraph *vg = &m.graphs[gi];

@@ -106,7 +106,9 @@ kn_status kn_plan_parse_choice(const kn_plan *p, int kid, const char *choice, kn
     *variant = 0;
     *unfused = false;
     if (kn_plan_generated(k)) {
-        KN_TRY(kn_kconfig_parse(choice, cfg));
+        /* a choice that does not even parse ('foo') gets the same answer as
+         * one outside the search: the list of those it can be */
+        bool parsed = kn_kconfig_parse(choice, cfg) == KN_OK;
         /* only what the search itself would measure: a cached or pinned
          * layout outside it (an edited file's unroll=4096) could compile
          * for minutes or run wrong, unmeasured */
@@ -115,7 +117,7 @@ kn_status kn_plan_parse_choice(const kn_plan *p, int kid, const char *choice, kn
         char list[512] = "";
         size_t used = 0;
         for (int i = 0; i < n; i++) {
-            if (memcmp(&cands[i], cfg, sizeof *cfg) == 0) return KN_OK;
+            if (parsed && memcmp(&cands[i], cfg, sizeof *cfg) == 0) return KN_OK;
             char text[KN_TUNE_CHOICE];
             kn_kconfig_text(&cands[i], text, sizeof text);
             if (used < sizeof list)

@@ -168,38 +168,42 @@ end)
 
 -- The kernels of the inspected model (compiled and run once if needed), as
 -- cm:kernels() lists them: the latest version of each graph, in order.
--- Their index in :kernels and :src is the 0-based position in that list,
--- which is the N of the kernel's kN_ name when there is one graph (names
--- restart at k0 in each graph).
+-- Their number in :kernels, :src, :time and :autotune is their position in
+-- that list, from 1 as everything a user counts in kiln (dims, chunks,
+-- breaks). The kN_ of a kernel's name is something else: the generated
+-- function's place in its own graph's program, from 0, which the compiler
+-- gives it (names restart at k0 in each graph).
 local function inspected_kernels()
   local cm = inspected()
   return cm, cm:kernels()
 end
 
--- Kernel K of the list: an index (number, or a string of digits) or a
--- kernel name; a usage error for anything else. Returns the entry and its
--- index.
+-- Kernel K of the list: its number (a number, or a string of digits) or
+-- its name; a usage error for anything else. Returns the entry and its
+-- number.
 local function find_kernel(list, k)
   local how = "see :kernels"
   if #list == 0 then fail("the model has no kernels (it ran no tensor ops)") end
   local i = math.tointeger(tonumber(k))
   if i ~= nil then
-    if i < 0 or i >= #list then
-      fail("no kernel %d: the model has %d kernel%s, 0 to %d (%s)", i, #list, #list == 1 and "" or "s", #list - 1, how)
+    if i < 1 or i > #list then
+      local range = #list == 1 and "kernel 1" or string.format("kernels 1 to %d", #list)
+      fail("no kernel %d: the model has %s (%s)", i, range, how)
     end
-    return list[i + 1], i
+    return list[i], i
   end
+  if tonumber(k) ~= nil then fail("no kernel %s: a kernel's number is a whole number from :kernels", tostring(k)) end
   local found = {}
   for j, e in ipairs(list) do
-    if e.name == k then found[#found + 1] = j - 1 end
+    if e.name == k then found[#found + 1] = j end
   end
   if #found == 0 then fail("no kernel named '%s' (%s)", k, how) end
   if #found > 1 then
     local idx = {}
     for j, f in ipairs(found) do idx[j] = tostring(f) end
-    fail("kernel name '%s' is in several graphs: give its index (%s)", k, table.concat(idx, ", "))
+    fail("kernel name '%s' is in several graphs: give its number (%s)", k, table.concat(idx, ", "))
   end
-  return list[found[1] + 1], found[1]
+  return list[found[1]], found[1]
 end
 
 -- for later files' commands (45_autotune.lua)
@@ -207,10 +211,11 @@ repl.inspected, repl.find_kernel = inspected, find_kernel
 
 repl.register("kernels", {
   usage = ":kernels",
-  summary = "the compiled kernels of the loaded model: index, name, kind, ops",
+  summary = "the compiled kernels of the loaded model: number, name, kind, ops",
   help = [[
 Lists the kernels of the current version of each graph of the session's
-compiled model, in the order they run: the index (for :src), the graph when
+compiled model, in the order they run: the number (from 1, for :src,
+:time and :autotune), the graph when
 there are several, the kernel's name, its kind ("generated": C or CUDA that
 kiln wrote for this graph; "cpu": a library call or a reference op), its
 group (pointwise, row, library, reference) and the op nodes it covers; a
@@ -242,7 +247,7 @@ cm:kernels() (its field `once` lists those values).]],
       local n = w:match(":node '(.-)' %(")
       if n and not seen[n] then seen[n] = true; nodes[#nodes + 1] = n end
     end
-    rows[#rows + 1] = { tostring(i - 1), tostring(k.graph or 0), k.name, k.kind, k.shape_kind or "-",
+    rows[#rows + 1] = { tostring(i), tostring(k.graph or 0), k.name, k.kind, k.shape_kind or "-",
       table.concat(k.ops or {}, ", ") .. (k.covers and (" = " .. k.covers) or "")
         .. (#nodes > 0 and ("  [" .. table.concat(nodes, ", ") .. "]") or "") }
   end
@@ -305,10 +310,10 @@ end
 
 repl.register("src", {
   usage = ":src K [full]",
-  summary = "the generated source of kernel K (index from :kernels, or name)",
+  summary = "the generated source of kernel K (number from :kernels, or name)",
   help = [[
 Prints the source kiln generated for kernel K of the session's compiled
-model (K: the index that :kernels shows, or the kernel's name): its
+model (K: the number that :kernels shows, or the kernel's name): its
 function, with a comment naming the ops it computes and their source
 lines, each statement tagged with its op where they map one to one.
 :src K full prints the whole unit, with the prelude of helpers every
@@ -318,7 +323,7 @@ when the session is eager). The whole program of a graph, for C or CUDA,
 is cm:source("c") or cm:source("cuda"). From Lua, kiln.cmd.src(K) returns
 what it printed.]],
 }, function(k, full)
-  if k == nil or k == "" then fail("usage: :src K [full] (K: a kernel's index from :kernels, or its name)") end
+  if k == nil or k == "" then fail("usage: :src K [full] (K: a kernel's number from :kernels, or its name)") end
   if full ~= nil and full ~= "full" then fail("usage: :src K [full]: the second word may only be 'full', got '%s'", tostring(full)) end
   local _, list = inspected_kernels()
   local e, i = find_kernel(list, k)

@@ -324,7 +324,7 @@ local function rows_text(kernels)
   for i, k in ipairs(kernels) do
     -- compiled: the kernel's number in :kernels, :src and :autotune (a
     -- sub-row, work done for a kernel, has none); eager: the row's
-    local num = k.sub and "" or tostring(k.number or (kernels.numbered and "-" or i - 1))
+    local num = k.sub and "" or tostring(k.number or (kernels.numbered and "-" or i))
     lines[#lines + 1] = string.format(fmt, num, k.label or k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
       fmt_rate(k.gbps), fmt_rate(k.gflops), roof_text(k.roof_pct))
   end
@@ -342,15 +342,16 @@ end
 -- Number the rows of a compiled callable's kernels as cm:kernels() (and so
 -- :kernels, :src and :autotune) does, and put each sub-row (an eager op run
 -- for a kernel: the copy a reshape makes for the kernel that reads it)
--- right after its kernel, labelled "kN.copy NAME", so that it shifts no
--- number. Rows of a plain function keep their order and positions.
+-- right after its kernel, labelled "#N.copy NAME" (N: the kernel's number),
+-- so that it shifts no number. Rows of a plain function keep their order
+-- and are numbered by position.
 local function number_rows(rows, fn)
   if not is_compiled(fn) then return rows end
   local ok, list = pcall(fn.kernels, fn)
   if not ok or type(list) ~= "table" then return rows end
   local number = {}
   for i, e in ipairs(list) do
-    if e.key then number[e.key] = i - 1 end
+    if e.key then number[e.key] = i end
   end
   local subs, out = {}, {}
   for _, k in ipairs(rows) do
@@ -358,7 +359,7 @@ local function number_rows(rows, fn)
       k.sub = true
       local n = number[k.parent]
       local what = k.name:find("^contiguous_") and "copy" or "op"
-      k.label = string.format("  %s.%s %s", n and "k" .. n or "k?", what, k.name)
+      k.label = string.format("  #%s.%s %s", n or "?", what, k.name)
       subs[k.parent] = subs[k.parent] or {}
       table.insert(subs[k.parent], k)
     else
@@ -425,8 +426,7 @@ local function kernel_rows(recs, ncalls, ceil)
     local k = by_key[r.key]
     if not k then
       k = { name = r.name, kind = r.kind, dtype = r.dtype, bytes = r.bytes, write_bytes = r.write_bytes,
-        flops = r.flops, index = r.index,
-        key = r.key, parent = r.parent, inner = r.inner, times = {} }
+        flops = r.flops, key = r.key, parent = r.parent, inner = r.inner, times = {} }
       by_key[r.key] = k
       rows[#rows + 1] = k
     end
@@ -589,12 +589,8 @@ end
 ---------------------------------------------------------------------------
 -- kiln.trace: one call's kernels as Chrome trace events
 
-local function json_string(s)
-  return '"' .. tostring(s):gsub('[%c"\\]', function(ch)
-    if ch == '"' then return '\\"' elseif ch == "\\" then return "\\\\" end
-    return string.format("\\u%04x", ch:byte())
-  end) .. '"'
-end
+-- a string as JSON, by kiln's one writer (05_json.lua)
+local function json_string(s) return kiln._json_encode(tostring(s)) end
 
 -- kiln.trace(cm_or_fn, x..., "trace.json"): calls it once to warm up (it
 -- may compile), then traces one call. Returns the path and the event count.
@@ -841,7 +837,7 @@ function Bench:json()
     local fields = {}
     for _, f in ipairs(BENCH_FIELDS) do
       local v = r[f]
-      if type(v) == "number" then fields[#fields + 1] = string.format('"%s":%.6g', f, v)
+      if type(v) == "number" then fields[#fields + 1] = string.format('"%s":%s', f, kiln._json_encode(v))
       elseif v ~= nil then fields[#fields + 1] = string.format('"%s":%s', f, json_string(v)) end
     end
     rows[i] = "{" .. table.concat(fields, ",") .. "}"

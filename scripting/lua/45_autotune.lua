@@ -32,15 +32,37 @@ function autotune.results(cm)
   return check_compiled(cm, "kiln.autotune.results"):autotune()
 end
 
--- kiln.autotune.pin(kernel, choice [, cm]): run kernel (name or 0-based
--- index, as cm:kernels() lists them) with choice ("default", a generated
+-- cm:autotune_pin(kernel, choice): the kernel's name, or nil and the
+-- user's message for its error (no location, which the caller gives or
+-- not, and no traceback of kiln's frames), the kernel it names also by its
+-- number when the user gave one ("kernel 2 (k1_add_f32_64): ...").
+local function pin(cm, kernel, choice)
+  local ok, name = pcall(cm.autotune_pin, cm, kernel, choice)
+  if ok then return name end
+  local msg = tostring(name):gsub("^[^%s:]+:%d+: ", ""):gsub("^autotune pin: ", "")
+  local list = math.type(kernel) == "integer" and cm:kernels() or {}
+  local e = list[kernel]
+  if e and msg:sub(1, #e.name + 7) == "kernel " .. e.name then
+    msg = string.format("kernel %d (%s)%s", kernel, e.name, msg:sub(#e.name + 8))
+  end
+  return nil, msg
+end
+
+-- kiln.autotune.pin(kernel, choice [, cm]): run kernel (its number in
+-- cm:kernels(), from 1, or its name) with choice ("default", a generated
 -- kernel's "block=128 ept=4" or "unroll=4 tile=16", a library call's
--- "variant=N", or "unfused" for one whose epilogue is folded) from the next call on, in this process and (saved as
--- pinned in the cache file) in later ones. Returns the kernel's name.
+-- "variant=N", or "unfused" for one whose epilogue is folded) from the
+-- next call on, in this process and (saved as pinned in the cache file)
+-- in later ones. Returns the kernel's name. Its errors are at the
+-- caller's line, as every API's.
 function autotune.pin(kernel, choice, cm)
-  if type(choice) ~= "string" then fail("kiln.autotune.pin(kernel, choice): choice must be a string, got %s", type(choice)) end
+  if type(choice) ~= "string" then
+    error(string.format("kiln.autotune.pin(kernel, choice): choice must be a string, got %s", type(choice)), 2)
+  end
   cm = check_compiled(cm, "kiln.autotune.pin")
-  return cm:autotune_pin(kernel, choice)
+  local name, why = pin(cm, kernel, choice)
+  if not name then error("kiln.autotune.pin: " .. why, 2) end
+  return name
 end
 
 -- kiln.autotune.cache_path(): the choice file in kiln.config.cache_dir.
@@ -106,9 +128,44 @@ local function candidate_lines(k)
   return lines
 end
 
+-- Kernel K's row of cm:autotune() (K from :kernels), or a usage error
+-- saying it has nothing to tune (`list`: the tunable kernels; empty when
+-- none was searched, which cm:autotune_pin then explains).
+local function tunable_row(cm, list, k)
+  local e, idx = repl.find_kernel(cm:kernels(), k)
+  for _, row in ipairs(list) do
+    if row.index == idx then return row end
+  end
+  if #list > 0 then
+    local numbers = {}
+    for i, row in ipairs(list) do numbers[i] = tostring(row.index) end
+    fail("kernel %d (%s) has nothing to tune on this device; the kernels that have: %s (see :autotune)", idx, e.name,
+      table.concat(numbers, ", "))
+  end
+  return nil, idx
+end
+
+-- :autotune pin K CHOICE: a choice of several words ("block=128 ept=4",
+-- quoted or not) is one choice.
+local function pin_command(cm, k, ...)
+  local words = table.pack(...)
+  if k == nil or words.n == 0 then
+    fail("usage: :autotune pin K CHOICE (K: a kernel's number from :autotune or its name; CHOICE as :autotune K "
+      .. "lists them, or 'default')")
+  end
+  local choice = table.concat(words, " ", 1, words.n):gsub('^"(.*)"$', "%1"):gsub("^'(.*)'$", "%1")
+  local row, idx = tunable_row(cm, cm:autotune(), k)
+  local number = row and row.index or idx
+  local name, why = pin(cm, number, choice)
+  if not name then fail("cannot pin: %s", why) end
+  print(string.format("pinned kernel %d (%s) to %s", number, name, choice))
+  if kiln.cmd.time then return kiln.cmd.time(20) end
+  return name
+end
+
 repl.register("autotune", {
   usage = ":autotune [K | pin K CHOICE]",
-  max_args = 3,
+  max_args = 8, -- a choice may be several words: pin 3 block=128 ept=4
   summary = "max-autotune's choices: per kernel, or every candidate of kernel K; pin a choice",
   help = [[
 In mode max-autotune (or max-autotune-no-cudagraphs) the first call of the
@@ -122,35 +179,29 @@ Choices persist in kiln.config.cache_dir (autotune.tsv) and later processes
 reuse them. kiln.config.autotune_budget_s caps the search per model; Ctrl-C
 stops it and keeps what was measured.
   :autotune            one line per kernel: choice, time, default's time, speedup
-  :autotune K          every candidate of kernel K (index or name), fastest first
+  :autotune K          every candidate of kernel K (number or name), fastest first
   :autotune pin K C    run kernel K with choice C ("default", "block=128 ept=4",
                        "variant=3", "unfused"; saved as pinned), then retime (:time)
 KILN_LOGS=autotune prints each kernel's candidates as they are measured.
 From Lua: kiln.autotune.results(), kiln.autotune.pin(kernel, choice [, cm]).]],
-}, function(a, b, c)
+}, function(a, ...)
+  -- a word too many is an error before anything runs, as for every command
+  if a ~= "pin" and select("#", ...) > 0 then
+    fail("':autotune K' takes one kernel, got extra '%s' (usage: :autotune [K | pin K CHOICE])",
+      table.concat({ ... }, " "))
+  end
   if not session.model then fail("no model loaded (use :load FILE.lua)") end
   if not is_autotune_mode(session.mode) then
     fail("mode is %s: autotuning runs in max-autotune (:mode max-autotune, then :run)", session.mode)
   end
   local cm = repl.inspected()
-  if a == "pin" then
-    if b == nil or c == nil then fail("usage: :autotune pin K CHOICE") end
-    local _, idx = repl.find_kernel(cm:kernels(), b)
-    local name = cm:autotune_pin(idx, c)
-    print(string.format("pinned %s to %s", name, c))
-    if kiln.cmd.time then return kiln.cmd.time(20) end
-    return name
-  end
+  if a == "pin" then return pin_command(cm, ...) end
   local list = cm:autotune()
   if a ~= nil then
-    local _, idx = repl.find_kernel(cm:kernels(), a)
-    for _, k in ipairs(list) do
-      if k.index == idx then
-        print(table.concat(candidate_lines(k), "\n"))
-        return k
-      end
-    end
-    fail("kernel %s has nothing to tune (no candidates on this device)", a)
+    local k = tunable_row(cm, list, a)
+    if not k then fail("kernel %s has nothing to tune: no kernel was searched (see :autotune)", a) end
+    print(table.concat(candidate_lines(k), "\n"))
+    return k
   end
   if #list == 0 then
     print("no tunable kernels")

@@ -19,8 +19,9 @@ local RANKDIRS = { TB = true, LR = true, BT = true, RL = true }
 local RANKDIR_NAMES = { "TB", "LR", "BT", "RL" }
 local VIEWS = { "captured", "fused" }
 local FORMATS = { "svg", "dot" }
-local OPTIONS = { "view", "format", "rankdir", "collapse", "timings", "inputs" }
-local GRAPH_WORDS = { "captured", "fused", "text", "collapse", "lr", "tb", "bt", "rl" }
+local LABELS = { "plain", "lines" }
+local OPTIONS = { "view", "format", "rankdir", "collapse", "labels", "timings", "inputs" }
+local GRAPH_WORDS = { "captured", "fused", "text", "collapse", "lines", "lr", "tb", "bt", "rl" }
 
 -- The format a file name asks for, or nil.
 local function format_of(path)
@@ -33,7 +34,8 @@ end
 
 -- The timing rows that colour the fused view: opts.timings (a kiln.time
 -- result, kiln.profile rows, or a list of {name, median_us, pct,
--- roof_pct}), false for none, else the latest kiln.time of cm.
+-- roof_pct}), false for none, else the latest kiln.time of cm; and, from
+-- a kiln.time result, the host's and the kernels' time per call.
 local function timing_rows(cm, t, fname)
   if t == false then return nil end
   if t == nil then t = P.last_time and P.last_time[cm] end
@@ -42,15 +44,21 @@ local function timing_rows(cm, t, fname)
     error(string.format("%s: opts.timings must be a kiln.time result or a list of kernel rows, got %s", fname,
       type(t)), 4)
   end
+  local host
+  if type(t.host_us) == "number" and type(t.kernel_us) == "number" then
+    host = { host_us = t.host_us, kernel_us = t.kernel_us }
+  end
   if type(t.kernels) == "table" then t = t.kernels end
-  return t
+  return t, host
 end
 
--- Checked options: {view, format, rankdir, collapse, timings, inputs}, by
--- the checker every API shares (kiln._check_options, scripting/kn_lua_util.c).
+-- Checked options: {view, format, rankdir, collapse, labels, timings,
+-- inputs}, by the checker every API shares (kiln._check_options,
+-- scripting/kn_lua_util.c).
 local function check_opts(opts, fname)
   opts = kiln._check_options(opts, fname, OPTIONS)
   local view = kiln._check_name(opts.view or "fused", fname, "view", VIEWS)
+  local labels = kiln._check_name(opts.labels or "plain", fname, "labels", LABELS)
   local format = opts.format
   if format ~= nil then kiln._check_name(format, fname, "format", FORMATS) end
   local rankdir = "TB"
@@ -61,7 +69,7 @@ local function check_opts(opts, fname)
     end
   end
   return { view = view, format = format, rankdir = rankdir, collapse = opts.collapse and true or false,
-    timings = opts.timings, inputs = opts.inputs }
+    labels = labels, timings = opts.timings, inputs = opts.inputs }
 end
 
 -- The compiled callable to draw: cm itself, or fn compiled and called
@@ -97,8 +105,9 @@ function kiln.render(fn, path, opts)
         "or opts.format = \"svg\" | \"dot\"", fname, path), 2)
     end
   end
-  local timings = o.view == "fused" and timing_rows(cm, o.timings, fname) or nil
-  local r, err = V.render(cm, path, o.view, format or "svg", o.rankdir, o.collapse, timings)
+  local timings, host
+  if o.view == "fused" then timings, host = timing_rows(cm, o.timings, fname) end
+  local r, err = V.render(cm, path, o.view, format or "svg", o.rankdir, o.collapse, timings, o.labels, host)
   if r == nil then error(fname .. ": " .. tostring(err), 2) end
   return r
 end
@@ -107,8 +116,9 @@ end
 function kiln.outline(fn, opts)
   local o = check_opts(opts, "kiln.outline")
   local cm = to_compiled(fn, o, "kiln.outline")
-  local timings = o.view == "fused" and timing_rows(cm, o.timings, "kiln.outline") or nil
-  local r, err = V.outline(cm, o.view, o.collapse, timings)
+  local timings, host
+  if o.view == "fused" then timings, host = timing_rows(cm, o.timings, "kiln.outline") end
+  local r, err = V.outline(cm, o.view, o.collapse, timings, host)
   if r == nil then error("kiln.outline: " .. tostring(err), 2) end
   return r
 end
@@ -176,30 +186,32 @@ Where it goes:
   :graph [VIEW] text       the outline only
   :graph [VIEW] FILE.svg   the picture to FILE (FILE.dot: DOT text instead)
 More words: collapse (a repeated run of ops or kernels, e.g. identical
-blocks, drawn once with its count), lr / tb (rank direction: left to right,
+blocks, drawn once with its count), lines (each node's file:line in its
+label, each break's user stack), lr / tb (rank direction: left to right,
 top to bottom). From Lua: kiln.render(cm, "out.svg", {view = "captured",
-collapse = true, rankdir = "LR"}) and kiln.outline(cm, {view = ...});
-kiln.cmd.graph(...) returns {view, path, outline}.]],
+collapse = true, labels = "lines", rankdir = "LR"}) and kiln.outline(cm,
+{view = ...}); kiln.cmd.graph(...) returns {view, path, outline}.]],
 }, function(...)
-  local view, path, text_only, collapse, rankdir = "fused", nil, false, false, "TB"
+  local view, path, text_only, collapse, rankdir, labels = "fused", nil, false, false, "TB", "plain"
   for _, w in ipairs({ ... }) do
     local lw = tostring(w):lower()
     if lw == "captured" or lw == "fused" then view = lw
     elseif lw == "text" then text_only = true
     elseif lw == "collapse" then collapse = true
+    elseif lw == "lines" then labels = "lines"
     elseif RANKDIRS[lw:upper()] then rankdir = lw:upper()
     elseif format_of(tostring(w)) then
       if path then fail(":graph takes one file name, got '%s' and '%s'", path, tostring(w)) end
       path = tostring(w)
     else
       local near = kiln._did_you_mean(tostring(w), GRAPH_WORDS)
-      fail("unknown word '%s' for :graph (expected captured, fused, text, collapse, lr, tb, or FILE.svg / FILE.dot)%s",
-        tostring(w), near and "; did you mean '" .. near .. "'?" or "")
+      fail("unknown word '%s' for :graph (expected captured, fused, text, collapse, lines, lr, tb, or FILE.svg / "
+        .. "FILE.dot)%s", tostring(w), near and "; did you mean '" .. near .. "'?" or "")
     end
   end
   if text_only and path then fail(":graph: 'text' prints the outline only; leave it out to write %s", path) end
   local cm = inspected()
-  local opts = { view = view, collapse = collapse, rankdir = rankdir }
+  local opts = { view = view, collapse = collapse, rankdir = rankdir, labels = labels }
   local result = { view = view }
   if not path then
     result.outline = kiln.outline(cm, opts)

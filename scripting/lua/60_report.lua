@@ -324,7 +324,7 @@ local function section_kernels(out, s)
   end
   local rows = {}
   for i, k in ipairs(list) do
-    rows[i] = { i - 1, k.graph or 0, k.name, k.kind, k.shape_kind or "-",
+    rows[i] = { i, k.graph or 0, k.name, k.kind, k.shape_kind or "-",
       table.concat(k.ops or {}, ", ") .. (k.covers and (" = " .. k.covers) or "") }
   end
   out:table({ "#", "graph", "kernel", "kind", "group", "ops" }, rows, { true, true })
@@ -333,7 +333,7 @@ local function section_kernels(out, s)
   end
   for i, k in ipairs(list) do
     if k.source then
-      out:details(string.format("source of kernel %d, %s", i - 1, k.name), function() out:pre(k.source) end)
+      out:details(string.format("source of kernel %d, %s", i, k.name), function() out:pre(k.source) end)
     end
   end
   for _, p in ipairs(s.programs or {}) do
@@ -351,7 +351,10 @@ local function section_timing(out, s)
   end
   local rows = {}
   for i, k in ipairs(t.rows) do
-    rows[i] = { i - 1, k.name, k.kind, k.calls, fmt_num(k.median_us, "%.2f"), fmt_num(k.pct), fmt_num(k.gbps),
+    -- a compiled callable's rows carry their kernel's number (:kernels); a
+    -- sub-row (work done for a kernel) has none
+    local num = k.number or (k.sub and "" or (t.rows.numbered and "-" or i))
+    rows[i] = { num, ((k.label or k.name):gsub("^%s+", "")), k.kind, k.calls, fmt_num(k.median_us, "%.2f"), fmt_num(k.pct), fmt_num(k.gbps),
       fmt_num(k.gflops), fmt_num(k.roof_pct, "%.0f") }
   end
   out:table({ "#", "kernel", "kind", "calls", "median us", "%", "GB/s", "GFLOP/s", "roof%" }, rows,
