@@ -12,7 +12,6 @@
 #include <stdio.h>
 
 #include "kn_shape_linalg.h"
-#include "kn_view.h"
 
 #define SHAPE_BUF 160 /* "{a,b,...}" with 8 int64 dims fits */
 
@@ -248,8 +247,15 @@ kn_status kn_infer_pool2d(const kn_opcall *c, kn_meta *out)
         return kn_error(KN_ERR_SHAPE, "%s: a channels-last input must have 4 dims {N, H, W, C}, got %s", name,
                         shape_of(c->in[0], sx));
     }
+    /* the same pool over the NCHW-ordered header of x (shape and strides
+     * permuted by hand: kn_view would make this file depend on eager ops) */
+    static const int from[4] = {0, 3, 1, 2};
     kn_opcall nchw = *c;
-    kn_tensor xv = kn_view_nhwc_as_nchw(c->in[0]);
+    kn_tensor xv = *c->in[0];
+    for (int d = 0; d < 4; d++) {
+        xv.shape[d] = c->in[0]->shape[from[d]];
+        xv.strides[d] = c->in[0]->strides[from[d]];
+    }
     nchw.in[0] = &xv;
     nchw.a.in_layout = nchw.a.out_layout = KN_LAYOUT_NCHW;
     KN_TRY(infer_pool2d_nchw(&nchw, out));
