@@ -215,9 +215,9 @@ bool kn_cuda_linalg_stem_tc_fits(const kn_tensor *x, const kn_tensor *w, const k
            at->dilation[1] * w->shape[2] < 32768;
 }
 
-/* The tensor-core stem: 128 pixels by 64 output channels a block. */
-kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
-                                      const kn_attrs *at, int act)
+/* The stem kernels' arguments (both kernels take the same struct). */
+static kn_la_stem_args stem_args(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                 const kn_attrs *at, int act)
 {
     kn_la_stem_args p;
     memset(&p, 0, sizeof p);
@@ -233,6 +233,14 @@ kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, co
     p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
     p.dh = at->dilation[0], p.dw = at->dilation[1];
     p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
+    return p;
+}
+
+/* The tensor-core stem: 128 pixels by 64 output channels a block. */
+kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                      const kn_attrs *at, int act)
+{
+    kn_la_stem_args p = stem_args(x, w, bias, y, at, act);
     p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16; /* 16-byte stores where the channels allow (the kernel checks) */
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem_tc", &fn));
@@ -256,20 +264,7 @@ kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, co
 kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
                                    const kn_attrs *at, int act)
 {
-    kn_la_stem_args p;
-    memset(&p, 0, sizeof p);
-    p.x = kn_cuda_tensor_ptr(x);
-    p.w = kn_cuda_tensor_ptr(w);
-    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
-    p.y = kn_cuda_tensor_ptr(y);
-    p.n = x->shape[0], p.c = x->shape[1], p.h = x->shape[2], p.wd = x->shape[3];
-    p.k = w->shape[0], p.r = w->shape[1], p.s = w->shape[2], p.cw = w->shape[3];
-    p.p = y->shape[1], p.q = y->shape[2];
-    for (int i = 0; i < 4; i++) p.xs[i] = x->strides[i];
-    p.bias_s = bias ? bias->strides[0] : 0;
-    p.sh = at->stride[0], p.sw = at->stride[1], p.ph = at->padding[0], p.pw = at->padding[1];
-    p.dh = at->dilation[0], p.dw = at->dilation[1];
-    p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
+    kn_la_stem_args p = stem_args(x, w, bias, y, at, act);
     int64_t per16 = 16 / (int64_t)kn_dtype_size(y->dtype); /* elements in 16 bytes */
     p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16 && p.k % per16 == 0;
     const void *fn;
