@@ -174,6 +174,57 @@ print(string.format("err %.3g folded %d nan %d", d, cm:stats().library_epilogues
   T.is(folded, "1", "... the add and ReLU kernel folded into the 1x1 conv (cm:stats().library_epilogues)")
 end
 
+-- 4c. a depthwise conv + hardswish as the ONNX importer writes it
+-- (x * min(max(x * (1/6) + 0.5, 0), 1), MobileNetV3's): the activation
+-- folded into the conv's epilogue, against float64; a near miss (another
+-- constant) and a conv value read elsewhere too stay two kernels
+do
+  local script = [[
+kiln.config.channels_last = true
+local function hs(z, sixth) return z * (z * sixth + 0.5):maximum(0):minimum(1) end
+local function f(x, w1, wd, bd)
+  local y = kiln.conv2d(x, w1):relu()
+  return hs(kiln.conv2d(y, wd, bd, { stride = 2, padding = 2, groups = 12 }), 1 / 6)
+end
+local function near(x, w1, wd, bd)
+  local y = kiln.conv2d(x, w1):relu()
+  return hs(kiln.conv2d(y, wd, bd, { stride = 2, padding = 2, groups = 12 }), 1 / 5)
+end
+local function shared(x, w1, wd, bd)
+  local y = kiln.conv2d(x, w1):relu()
+  local z = kiln.conv2d(y, wd, bd, { stride = 2, padding = 2, groups = 12 })
+  return hs(z, 1 / 6), z:sum()
+end
+local x = kiln.randn({ 2, 5, 11, 9 }, { seed = SEED })
+local w1 = kiln.randn({ 12, 5, 1, 1 }, { seed = SEED + 1 }) * 0.4
+local wd = kiln.randn({ 12, 1, 5, 5 }, { seed = SEED + 2 }) * 0.3
+local bd = kiln.randn({ 12 }, { seed = SEED + 3 })
+for _, g in ipairs({ f, near, shared }) do
+  local ref = g(x:to("f64"), w1:to("f64"), wd:to("f64"), bd:to("f64"))
+  local cm = kiln.compile(g)
+  local y = cm(x, w1, wd, bd)
+  local d = (y:to("f64") - ref):abs():max():item() / ref:abs():max():item()
+  io.write(string.format("err %.3g folded %d nan %d\n", d, cm:stats().library_epilogues, y:ne(y):sum():item()))
+end
+]]
+  local file = os.tmpname()
+  local fh = io.open(file, "w")
+  fh:write((script:gsub("SEED", tostring(nextseed()))))
+  fh:close()
+  local out = run("KILN_CPU_FOLD_EPILOGUES=1 " .. KILN .. " " .. file)
+  os.remove(file)
+  local rows = {}
+  for err, folded, nans in out:gmatch("err (%S+) folded (%d+) nan (%d+)") do rows[#rows + 1] = { tonumber(err), folded, nans } end
+  if not T.is(#rows, 3, "the hardswish script ran its three cases") then print((("\n" .. out):gsub("\n", "\n# "))) end
+  for i, what in ipairs({ "depthwise conv + hardswish", "a near miss (x / 5)", "a conv value read elsewhere" }) do
+    local r = rows[i] or {}
+    T.ok(r[1] and r[1] <= 1e-5 and r[3] == "0", what .. ": against float64 (" .. tostring(r[1]) .. ")")
+  end
+  T.is(rows[1] and rows[1][2], "1", "the hardswish kernel folded into the depthwise conv (cm:stats().library_epilogues)")
+  T.is(rows[2] and rows[2][2], "0", "x * (x / 5 + 0.5) clamped is not hardswish: not folded")
+  T.is(rows[3] and rows[3][2], "0", "a conv value also summed is not folded (the conv's own value must exist)")
+end
+
 -- 5. pools, a squeeze-excitation and global means on the chain: each runs
 -- on the NHWC value (its kernel's name has NHWC dims), against eager NCHW
 -- and float64, over odd sizes and channel counts (pool windows, strides,

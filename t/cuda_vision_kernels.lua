@@ -98,24 +98,49 @@ local dws = {
   { 2, 16, 14, 14, 40, 5, 2 },
   { 3, 4, 11, 9, 20, 5, 1 },
   { 2, 6, 9, 13, 13, 3, 2 },
+  { 1, 8, 7, 9, 264, 5, 1 }, -- 33 vectors of 8: two channel slices, one lane idle
+  { 2, 8, 12, 10, 24, 3, 1, 2 }, -- dilation 2: the window kernel's general path
 }
 for _, dt in ipairs({ "bf16", "f16", "f32" }) do
   for ci, c in ipairs(dws) do
-    local n, ch, h, w, k, ks, st = table.unpack(c)
+    local n, ch, h, w, k, ks, st, dil = table.unpack(c)
+    dil = dil or 1
     local f = function(x, w1, wd, bd)
       local y = kiln.conv2d(x, w1):relu()
-      local z = kiln.conv2d(y, wd, bd, { stride = st, padding = ks // 2, groups = k }):relu()
+      local z = kiln.conv2d(y, wd, bd, { stride = st, padding = dil * (ks // 2), dilation = dil, groups = k }):relu()
       return z * (z + 3):relu() -- a hardswish-like tail, generated
     end
     local cpu, gpu = both(dt, { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
       kiln.randn({ k, ch, 1, 1 }, { seed = nextseed() }) * 0.4,
       kiln.randn({ k, 1, ks, ks }, { seed = nextseed() }) * 0.3, kiln.randn({ k }, { seed = nextseed() }) })
-    local what = string.format("depthwise %s case %d (n %d %dx%d channels %d kernel %d stride %d)", dt, ci, n, h, w, k,
-      ks, st)
+    local what = string.format("depthwise %s case %d (n %d %dx%d channels %d kernel %d stride %d dilation %d)", dt, ci,
+      n, h, w, k, ks, st, dil)
     local cm = check(what, f, cpu, gpu, dt, ci == 1 and dt == "bf16" and { "default", "reduce-overhead", "max-autotune" }
       or { "default", "reduce-overhead" })
     local kk = kinds(cm, gpu, "conv2d")
     T.is(kk[2], "cuda", what .. ": kiln's depthwise kernel runs the depthwise conv")
+  end
+end
+
+-- 2b. a depthwise conv + hardswish as the ONNX importer writes it: the
+-- activation runs in the depthwise kernel's epilogue (no pointwise kernel
+-- left in kiln.time), against float64 and CUDA eager
+for _, dt in ipairs({ "bf16", "f16", "f32" }) do
+  for ci, c in ipairs({ { 2, 8, 15, 13, 72, 3, 1 }, { 1, 16, 14, 10, 40, 5, 2 }, { 2, 6, 9, 7, 13, 3, 2 } }) do
+    local n, ch, h, w, k, ks, st = table.unpack(c)
+    local f = function(x, w1, wd, bd)
+      local y = kiln.conv2d(x, w1):relu()
+      local z = kiln.conv2d(y, wd, bd, { stride = st, padding = ks // 2, groups = k })
+      return z * (z * (1 / 6) + 0.5):maximum(0):minimum(1)
+    end
+    local cpu, gpu = both(dt, { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
+      kiln.randn({ k, ch, 1, 1 }, { seed = nextseed() }) * 0.4,
+      kiln.randn({ k, 1, ks, ks }, { seed = nextseed() }) * 0.3, kiln.randn({ k }, { seed = nextseed() }) })
+    local what = string.format("depthwise + hardswish %s case %d (n %d %dx%d channels %d kernel %d stride %d)", dt, ci,
+      n, h, w, k, ks, st)
+    local cm = check(what, f, cpu, gpu, dt, { "default", "reduce-overhead" })
+    T.ok(cm:stats().library_epilogues >= 1, what .. ": the hardswish folded into the conv")
+    T.is(#kinds(cm, gpu, "mul_add"), 0, what .. ": no hardswish kernel of its own runs")
   end
 end
 

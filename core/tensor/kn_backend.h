@@ -35,6 +35,14 @@ typedef struct kn_memory_stats {
     int64_t allocated, reserved, peak_allocated, peak_reserved;
 } kn_memory_stats;
 
+/* The activation of a library epilogue (library_fused's act). */
+typedef enum {
+    KN_EPI_NONE = 0,
+    KN_EPI_RELU = 1,
+    KN_EPI_GELU_TANH = 2, /* cuBLASLt's GELU epilogue */
+    KN_EPI_HARDSWISH = 3, /* x * min(max(x / 6 + 1/2, 0), 1); conv2d only */
+} kn_epilogue_act;
+
 typedef struct kn_backend {
     const char *name; /* the kind's name: "cpu", "cuda" */
     kn_device_kind kind;
@@ -90,8 +98,8 @@ typedef struct kn_backend {
     /* Run one generated kernel: bufs[i] is argument i's first element. */
     kn_status (*launch)(kn_device_ctx *d, const struct kn_kernel *k, void *fn, char **bufs, const int64_t *sizes);
     /* A library op (c->out[0] preallocated) with its epilogue in the
-     * library call. Matmul: out = act(a·b + bias + residual) (act 0 none,
-     * 1 relu; bias 1-D over the last dim; residual contiguous, the
+     * library call. Matmul: out = act(a·b + bias + residual) (act a
+     * kn_epilogue_act; bias 1-D over the last dim; residual contiguous, the
      * output's shape; each may be NULL). conv2d: act(conv + its own bias
      * input + residual), bias NULL. NULL where the backend fuses none;
      * plans then run the pointwise kernel after the library call. */

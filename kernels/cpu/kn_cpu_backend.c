@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -173,7 +174,8 @@ static kn_status cpu_library_fused(kn_device_ctx *d, const kn_opcall *c, const k
             kn_store_f64(y, o->dtype, v + kn_load_f64(rp + i * (int64_t)kn_dtype_size(res->dtype), res->dtype));
             v = kn_load_f64(y, o->dtype);
         }
-        if (act == 1 && v < 0) kn_store_f64(y, o->dtype, 0.0); /* NaN stays */
+        if (act == KN_EPI_RELU && v < 0) kn_store_f64(y, o->dtype, 0.0); /* NaN stays */
+        if (act == KN_EPI_HARDSWISH) kn_store_f64(y, o->dtype, v * fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0));
     }
     return KN_OK;
 }

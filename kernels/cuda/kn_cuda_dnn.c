@@ -933,6 +933,12 @@ static kn_status conv_run(const kn_opcall *c, int act)
         int64_t inner = nhwc_out ? 1 : y->shape[y->ndim - 2] * y->shape[y->ndim - 1];
         return kn_cuda_bias_act(y, bias, inner, w->shape[0], act);
     }
+    if (act == KN_EPI_HARDSWISH && !(c->variant == 0 && kn_cuda_linalg_dw_fits(x, w, y, &c->a))) {
+        /* only kiln's depthwise kernel has hardswish in its epilogue: any
+         * other conv runs, then the activation as a pass of its own */
+        KN_TRY(conv_run(c, KN_EPI_NONE));
+        return kn_cuda_bias_act(y, NULL, 1, 1, KN_EPI_HARDSWISH);
+    }
     /* a stem (an image's few channels): kiln's kernel is variant 0, and
      * cuDNN's configs follow it (max-autotune measures both) */
     int variant = c->variant;
@@ -1006,7 +1012,8 @@ kn_status kn_cuda_conv2d_fused_residual(const kn_opcall *c, int act, const kn_te
 
 kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act)
 {
-    if (act != 0 && act != 1) return kn_error(KN_ERR_ARG, "conv2d: unknown activation %d", act);
+    if (act != KN_EPI_NONE && act != KN_EPI_RELU && act != KN_EPI_HARDSWISH)
+        return kn_error(KN_ERR_ARG, "conv2d: unknown activation %d", act);
     return conv_run(c, act);
 }
 

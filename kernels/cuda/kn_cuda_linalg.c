@@ -304,16 +304,18 @@ kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const k
     p.dt = (int)y->dtype, p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
     int64_t per16 = 16 / (int64_t)kn_dtype_size(y->dtype); /* channels in 16 bytes */
     p.vec = kn_cuda_align_of(p.x, NULL, 0, 16) == 16 && kn_cuda_align_of(p.y, NULL, 0, 16) == 16 &&
-            p.c % per16 == 0 && p.xs[3] == 1 && p.xs[2] % per16 == 0 && p.xs[1] % per16 == 0 && p.xs[0] % per16 == 0;
-    int64_t vec = p.vec ? per16 : 1, vectors = (p.c + vec - 1) / vec;
-    int lanes = 1;
-    while (lanes < 32 && lanes < vectors) lanes *= 2;
-    int64_t width = lanes * vec, slices = (p.c + width - 1) / width, rows = 256 / lanes;
+            kn_cuda_align_of(p.w, NULL, 0, 16) == 16 && p.c % per16 == 0 && p.xs[3] == 1 && p.xs[2] % per16 == 0 &&
+            p.xs[1] % per16 == 0 && p.xs[0] % per16 == 0;
+    /* a slice is at most 32 vectors, split evenly: 72 channels are one
+     * slice of 9 lanes by 28 pixels, not 16 lanes of which 7 idle */
+    int64_t vec = p.vec ? per16 : 1, vectors = (p.c + vec - 1) / vec, slices = (vectors + 31) / 32;
+    int64_t lanes = (vectors + slices - 1) / slices, rows = 256 / lanes;
     int64_t pix = p.n * p.p * p.q, gx = (pix + rows - 1) / rows;
     if (gx > 16384) gx = 16384;
     if (slices > 65535) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld channels for the depthwise kernel", (long long)p.c);
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_dw", &fn));
-    kn_cuda_variant_label("kiln depthwise conv nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
+    kn_cuda_variant_label("kiln depthwise conv nhwc%s%s", bias ? " +bias" : "",
+                          act == KN_EPI_RELU ? " +relu" : act == KN_EPI_HARDSWISH ? " +hardswish" : "");
     return kn_cuda_launch_dims(fn, (unsigned)gx, (unsigned)slices, (unsigned)lanes, (unsigned)rows, &p, 0);
 }

@@ -554,52 +554,95 @@ __device__ __forceinline__ void kn_la_dw_load(const char *p, float v[VEC])
     }
 }
 
+// A thread's VEC weights of one tap, staged as [tap][channel] floats. The
+// global weights are [channel][tap], so a lane's VEC channels are one
+// contiguous run of VEC * taps values: `taps` pieces of VEC values (16
+// bytes each when vectorised), which the block's rows load together. The
+// old fill loaded one value a thread per iteration, each load waited for:
+// 25 waits before any work on a 5x5 layer, whose blocks take one pixel a
+// thread (mobilenet's 7x7x960 layer: 14 us for 3 MB).
 template <int DT, int VEC>
-__device__ void kn_la_dw_body(const kn_la_dw_args &p, float *ws, float *bs)
+__device__ __forceinline__ void kn_la_dw_stage_weights(const kn_la_dw_args &p, int taps, int width, long long c0,
+                                                       float *ws)
+{
+    const int lane = (int)threadIdx.x;
+    if (c0 >= p.c) return;
+    for (int k = (int)threadIdx.y; k < taps; k += (int)blockDim.y) {
+        float v[VEC];
+        kn_la_dw_load<DT, VEC>(p.w + (c0 * taps + (long long)k * VEC) * (DT == KN_LA_F32 ? 4 : 2), v);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) {
+            int e = k * VEC + i, j = e / taps, t = e % taps;
+            ws[t * width + lane * VEC + j] = v[i];
+        }
+    }
+}
+
+// the epilogue's activation: 1 relu, 3 hardswish as the ONNX importer
+// writes it (x * clamp(x / 6 + 1/2, 0, 1)); NaN passes, as on the CPU
+__device__ __forceinline__ float kn_la_dw_act(int act, float v)
+{
+    if (act == 1) return v > 0.f ? v : (v == v ? 0.f : v);
+    if (act == 3) return v * fminf(fmaxf(v * (1.f / 6.f) + 0.5f, 0.f), 1.f);
+    return v;
+}
+
+// One output pixel's VEC channels. KR, KS: the window when known at compile
+// time (3x3 and 5x5, MobileNet's), so every tap's load is issued before the
+// multiply-adds wait for any; 0 reads p.r, p.s.
+template <int DT, int VEC, int KR, int KS>
+__device__ __forceinline__ void kn_la_dw_pixel(const kn_la_dw_args &p, const char *xb, int iy0, int ix0,
+                                               const float *wl, int width, float acc[VEC])
 {
     const int es = DT == KN_LA_F32 ? 4 : 2;
-    const int lanes = (int)blockDim.x, rows = (int)blockDim.y, width = lanes * VEC;
-    const int taps = p.r * p.s, tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
-    const long long slice0 = (long long)blockIdx.y * width;
-    for (int i = tid; i < taps * width; i += lanes * rows) {
-        int tap = i / width, j = i % width;
-        long long ch = slice0 + j;
-        ws[i] = ch < p.c ? kn_la_ld_t<DT>(p.w, (int)(ch * taps + tap)) : 0.f;
+    const int r = KR ? KR : p.r, s = KS ? KS : p.s, h = (int)p.h, wd = (int)p.wd;
+#pragma unroll
+    for (int ky = 0; ky < r; ky++) {
+        int iy = iy0 + ky * p.dh;
+        bool row_in = (unsigned)iy < (unsigned)h;
+#pragma unroll
+        for (int kx = 0; kx < s; kx++) {
+            int ix = ix0 + kx * p.dw;
+            float xv[VEC];
+            if (row_in && (unsigned)ix < (unsigned)wd) {
+                kn_la_dw_load<DT, VEC>(xb + ((long long)iy * p.xs[1] + (long long)ix * p.xs[2]) * es, xv);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; j++) xv[j] = 0.f;
+            }
+            const float *wr = wl + (ky * s + kx) * width;
+#pragma unroll
+            for (int j = 0; j < VEC; j++) acc[j] = fmaf(xv[j], wr[j], acc[j]);
+        }
     }
-    for (int j = tid; j < width; j += lanes * rows)
-        bs[j] = p.bias && slice0 + j < p.c ? kn_la_ld<float>(p.bias, p.b_dt, (slice0 + j) * p.bias_s) : 0.f;
+}
+
+template <int DT, int VEC, int KR, int KS>
+__device__ void kn_la_dw_body(const kn_la_dw_args &p, float *ws, float *bs)
+{
+    const int lanes = (int)blockDim.x, rows = (int)blockDim.y, width = lanes * VEC;
+    const int taps = p.r * p.s;
+    const long long c0 = ((long long)blockIdx.y * lanes + threadIdx.x) * VEC;
+    kn_la_dw_stage_weights<DT, VEC>(p, taps, width, c0, ws);
+    if (threadIdx.y == 0) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            bs[threadIdx.x * VEC + j] = p.bias && c0 + j < p.c ? kn_la_ld<float>(p.bias, p.b_dt, (c0 + j) * p.bias_s) : 0.f;
+    }
     __syncthreads();
-    const long long c0 = slice0 + (long long)threadIdx.x * VEC;
     if (c0 >= p.c) return;
+    const int es = DT == KN_LA_F32 ? 4 : 2;
     const unsigned npix = (unsigned)(p.n * p.p * p.q), q = (unsigned)p.q, pp = (unsigned)p.p;
-    const int h = (int)p.h, wd = (int)p.wd;
     const float *wl = ws + threadIdx.x * VEC, *bl = bs + threadIdx.x * VEC;
     for (unsigned pix = blockIdx.x * rows + threadIdx.y; pix < npix; pix += gridDim.x * rows) {
         unsigned t = pix / q, ox = pix % q, oy = t % pp, ni = t / pp;
         const char *xb = p.x + ((long long)ni * p.xs[0] + c0 * p.xs[3]) * es;
-        int iy0 = (int)oy * p.sh - p.ph, ix0 = (int)ox * p.sw - p.pw;
         float acc[VEC];
 #pragma unroll
-        for (int j = 0; j < VEC; j++) acc[j] = 0.f;
-        for (int ky = 0; ky < p.r; ky++) {
-            int iy = iy0 + ky * p.dh;
-            if (iy < 0 || iy >= h) continue;
-            for (int kx = 0; kx < p.s; kx++) {
-                int ix = ix0 + kx * p.dw;
-                if (ix < 0 || ix >= wd) continue;
-                float xv[VEC];
-                kn_la_dw_load<DT, VEC>(xb + (iy * p.xs[1] + ix * p.xs[2]) * es, xv);
-                const float *wr = wl + (ky * p.s + kx) * width;
+        for (int j = 0; j < VEC; j++) acc[j] = bl[j];
+        kn_la_dw_pixel<DT, VEC, KR, KS>(p, xb, (int)oy * p.sh - p.ph, (int)ox * p.sw - p.pw, wl, width, acc);
 #pragma unroll
-                for (int j = 0; j < VEC; j++) acc[j] = fmaf(xv[j], wr[j], acc[j]);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < VEC; j++) {
-            float v = acc[j] + bl[j];
-            if (p.act == 1) v = v > 0.f ? v : (v == v ? 0.f : v); // NaN passes, as relu on the CPU
-            acc[j] = v;
-        }
+        for (int j = 0; j < VEC; j++) acc[j] = kn_la_dw_act(p.act, acc[j]);
         long long row = (long long)pix * p.c + c0;
         if (VEC == 8) {
             uint4 u;
@@ -616,25 +659,36 @@ __device__ void kn_la_dw_body(const kn_la_dw_args &p, float *ws, float *bs)
     }
 }
 
-// shared: the slice's weights (taps x 32 lanes x 8 channels at most) and bias
+template <int DT, int VEC>
+__device__ __forceinline__ void kn_la_dw_window(const kn_la_dw_args &p, float *ws, float *bs)
+{
+    if (p.r == 3 && p.s == 3) kn_la_dw_body<DT, VEC, 3, 3>(p, ws, bs);
+    else if (p.r == 5 && p.s == 5) kn_la_dw_body<DT, VEC, 5, 5>(p, ws, bs);
+    else kn_la_dw_body<DT, VEC, 0, 0>(p, ws, bs);
+}
+
+// Blocks are (channel vector, pixel) pairs: blockDim.x vectors of one
+// channel slice (blockIdx.y) by blockDim.y pixels; shared: the slice's
+// weights (taps x 256 channels at most) and bias.
 extern "C" __global__ void __launch_bounds__(256) kn_la_conv_dw(kn_la_dw_args p)
 {
     __shared__ float ws[KN_LA_DW_TAPS * 256];
     __shared__ float bs[256];
     if (p.dt == KN_LA_BF16) {
-        if (p.vec) kn_la_dw_body<KN_LA_BF16, 8>(p, ws, bs);
-        else kn_la_dw_body<KN_LA_BF16, 1>(p, ws, bs);
+        if (p.vec) kn_la_dw_window<KN_LA_BF16, 8>(p, ws, bs);
+        else kn_la_dw_body<KN_LA_BF16, 1, 0, 0>(p, ws, bs);
     } else if (p.dt == KN_LA_F16) {
-        if (p.vec) kn_la_dw_body<KN_LA_F16, 8>(p, ws, bs);
-        else kn_la_dw_body<KN_LA_F16, 1>(p, ws, bs);
+        if (p.vec) kn_la_dw_window<KN_LA_F16, 8>(p, ws, bs);
+        else kn_la_dw_body<KN_LA_F16, 1, 0, 0>(p, ws, bs);
     } else {
-        if (p.vec) kn_la_dw_body<KN_LA_F32, 4>(p, ws, bs);
-        else kn_la_dw_body<KN_LA_F32, 1>(p, ws, bs);
+        if (p.vec) kn_la_dw_window<KN_LA_F32, 4>(p, ws, bs);
+        else kn_la_dw_body<KN_LA_F32, 1, 0, 0>(p, ws, bs);
     }
 }
 
 // ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;
-// act 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's epilogue) ----
+// act 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's epilogue),
+// 3 hardswish (kn_epilogue_act) ----
 template <typename Acc>
 __device__ void kn_la_bias_body(const kn_la_bias_args &p)
 {
@@ -647,6 +701,10 @@ __device__ void kn_la_bias_body(const kn_la_bias_args &p)
         } else if (p.act == 2) {
             Acc u = (Acc)0.7978845608028654 * (v + (Acc)0.044715 * v * v * v);
             v = (Acc)0.5 * v * ((Acc)1 + kn_la_tanh(u));
+        } else if (p.act == 3) { // hardswish, as kn_la_dw_act
+            Acc t = v * ((Acc)1 / (Acc)6) + (Acc)0.5;
+            t = t > (Acc)0 ? t : (Acc)0;
+            v = v * (t < (Acc)1 ? t : (Acc)1);
         }
         kn_la_st<Acc>(p.y, p.y_dt, i, v);
     }
