@@ -201,7 +201,8 @@ local function se_block(x, w1, w2, s1, s2)
   return ((a * e):relu() + p):mean({ 3, 4 })
 end
 for _, dt in ipairs({ "bf16", "f32" }) do
-  for ci, c in ipairs({ { 2, 3, 37, 33, 24 }, { 3, 5, 29, 31, 20 } }) do
+  -- 264 channels: 33 vectors of bf16, two channel slices of the global pool
+  for ci, c in ipairs({ { 2, 3, 37, 33, 24 }, { 3, 5, 29, 31, 20 }, { 1, 4, 15, 13, 264 } }) do
     local n, ch, h, w, k = table.unpack(c)
     local cpu, gpu = both(dt, { kiln.randn({ n, ch, h, w }, { seed = nextseed() }),
       kiln.randn({ k, ch, 3, 3 }, { seed = nextseed() }) * 0.3, kiln.randn({ k, k, 3, 3 }, { seed = nextseed() }) * 0.2,
@@ -216,6 +217,27 @@ for _, dt in ipairs({ "bf16", "f32" }) do
     T.is(names[1], string.format("max_pool2d_%s_%dx%dx%dx%d", dt, n, (ho + 1) // 2, (wo + 1) // 2, k),
       what .. ": the max pool runs channels-last")
   end
+end
+
+-- 5. a NaN in a max pool's window (the packed max.NaN kernel, channels
+-- 8 and 4 a vector): every output whose window holds it is NaN, the rest
+-- equal the CPU's, in bf16, f16 and f32
+for _, dt in ipairs({ "bf16", "f16", "f32" }) do
+  local n, ch, h, w, k = 2, 3, 13, 11, 16
+  local x = kiln.randn({ n, ch, h, w }, { seed = nextseed() })
+  x = kiln.where(kiln.arange(n * ch * h * w):reshape({ n, ch, h, w }):eq(ch * h * w + 4 * w + 6),
+    kiln.full({ n, ch, h, w }, 0 / 0), x)
+  local f = function(xx, w1) return kiln.max_pool2d(kiln.conv2d(xx, w1):relu(), 3, { stride = 2, padding = 1 }) end
+  local cpu, gpu = both(dt, { x, kiln.randn({ k, ch, 1, 1 }, { seed = nextseed() }) * 0.5 })
+  local ref = f(table.unpack(cpu))
+  local got = kiln.compile(f)(table.unpack(gpu)):to("cpu"):to("f64")
+  local nan_ref, nan_got = ref:ne(ref), got:ne(got)
+  local nans, mismatched = nan_ref:sum():item(), nan_got:ne(nan_ref):sum():item()
+  T.ok(nans > 0 and mismatched == 0,
+    string.format("max pool %s: NaN exactly where a window holds one (%d outputs, %d differ)", dt, nans, mismatched))
+  local zero = kiln.zeros(ref:shape(), { dtype = "f64" })
+  local d = (kiln.where(nan_ref, zero, got) - kiln.where(nan_ref, zero, ref)):abs():max():item()
+  T.ok(d <= TOL[dt] * ref:abs():max():item(), string.format("max pool %s: the other outputs equal the CPU's (%.3g)", dt, d))
 end
 
 T.done()

@@ -75,6 +75,7 @@ typedef struct kn_la_stem_args {
  * loads and stores of 16 / esize channels (c, xs[0..2] and the pointers
  * allow it). */
 #define KN_LA_DW_TAPS 25
+#define KN_LA_DW_STRIP 4 /* outputs along a row a thread of kn_la_conv_dw_strip* takes */
 typedef struct kn_la_dw_args {
     const char *x, *w, *bias;
     char *y;

@@ -310,11 +310,16 @@ kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const k
      * slice of 9 lanes by 28 pixels, not 16 lanes of which 7 idle */
     int64_t vec = p.vec ? per16 : 1, vectors = (p.c + vec - 1) / vec, slices = (vectors + 31) / 32;
     int64_t lanes = (vectors + slices - 1) / slices, rows = 256 / lanes;
-    int64_t pix = p.n * p.p * p.q, gx = (pix + rows - 1) / rows;
+    /* strips of KN_LA_DW_STRIP outputs a thread where the kernel has the
+     * window and stride compiled in (MobileNet's 3x3 and 5x5, stride 1 and
+     * 2); one output a thread otherwise */
+    bool strip = p.vec && p.r == p.s && (p.r == 3 || p.r == 5) && (p.sw == 1 || p.sw == 2) && p.dh == 1 && p.dw == 1;
+    int64_t work = p.n * p.p * (strip ? (p.q + KN_LA_DW_STRIP - 1) / KN_LA_DW_STRIP : p.q);
+    int64_t gx = (work + rows - 1) / rows;
     if (gx > 16384) gx = 16384;
     if (slices > 65535) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld channels for the depthwise kernel", (long long)p.c);
     const void *fn;
-    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_dw", &fn));
+    KN_TRY(kn_cuda_linalg_kernel(!strip ? "kn_la_conv_dw" : p.r == 3 ? "kn_la_conv_dw_strip3" : "kn_la_conv_dw_strip5", &fn));
     kn_cuda_variant_label("kiln depthwise conv nhwc%s%s", bias ? " +bias" : "",
                           act == KN_EPI_RELU ? " +relu" : act == KN_EPI_HARDSWISH ? " +hardswish" : "");
     return kn_cuda_launch_dims(fn, (unsigned)gx, (unsigned)slices, (unsigned)lanes, (unsigned)rows, &p, 0);

@@ -253,6 +253,17 @@ static kn_status run_pool(const kn_opcall *c)
     a.count_include_pad = at->count_include_pad;
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
+    int64_t vec = 16 / esize(x);
+    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.h * a.w > 8 && x->dtype != KN_F64 &&
+        esize(x) >= 2 && a.c % vec == 0 && a.sn % vec == 0 && a.sh % vec == 0 && a.sw % vec == 0 &&
+        (uintptr_t)a.x % 16 == 0) {
+        /* 16 bytes of channels a thread, a block an image (or 32 vectors
+         * of its channels); must match KN_GAP_VEC_BLOCK in kn_pool.cu */
+        int64_t cv = a.c / vec, slices = (cv + 31) / 32;
+        const void *fn;
+        KN_TRY(kernel_of(x->dtype, KN_TK_POOL_GAP_VEC, &fn));
+        return kn_cuda_launch(fn, grid_for(a.n * slices, 1), 512, &a, 0);
+    }
     if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.c > 1 && a.h * a.w > 8) {
         /* few channel groups (a squeeze-excitation's pool): 32 slices a
          * group instead of 8, so that the GPU fills */
@@ -269,10 +280,15 @@ static kn_status run_pool(const kn_opcall *c)
         return launch(x->dtype, KN_TK_POOL_GAP_PLANES, grid_for(a.n * a.c, KN_T_BLOCK / 32), &a);
     /* channels-last, 16 bytes of channels a thread where the strides and
      * pointers allow */
-    int64_t vec = 16 / esize(x);
     if (nhwc && a.sc == 1 && a.c % vec == 0 && a.sn % vec == 0 && a.sh % vec == 0 && a.sw % vec == 0 &&
-        (uintptr_t)a.x % 16 == 0 && (uintptr_t)a.out % 16 == 0)
-        return launch(x->dtype, KN_TK_POOL_NHWC_VEC, grid_for(a.total / vec, KN_T_BLOCK), &a);
+        (uintptr_t)a.x % 16 == 0 && (uintptr_t)a.out % 16 == 0) {
+        /* a max pool of windows up to 3 x 3 in the dtype's packed max
+         * (32-bit offsets: the output's, bounded by total) */
+        bool max3 = a.op == KN_TP_MAX && a.kh <= 3 && a.kw <= 3 && a.total < INT32_MAX &&
+                    (x->dtype == KN_BF16 || x->dtype == KN_F16 || x->dtype == KN_F32);
+        return launch(x->dtype, max3 ? KN_TK_POOL_MAX3_NHWC_VEC : KN_TK_POOL_NHWC_VEC, grid_for(a.total / vec, KN_T_BLOCK),
+                      &a);
+    }
     /* one thread per output: a pool with few outputs (a global pool's
      * N x C) runs in smaller blocks, so that it reaches every SM */
     int block = a.total < (int64_t)KN_T_BLOCK * 256 ? 64 : KN_T_BLOCK;

@@ -24,6 +24,8 @@ typedef enum kn_tkernel {
     KN_TK_POOL_GAP_PLANES,
     KN_TK_POOL_NHWC,
     KN_TK_POOL_NHWC_VEC,
+    KN_TK_POOL_GAP_VEC,
+    KN_TK_POOL_MAX3_NHWC_VEC,
     KN_TK_ICHECK,
     KN_TK_ISELECT,
     KN_TK_GATHER,

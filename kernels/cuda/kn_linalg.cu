@@ -686,6 +686,132 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_conv_dw(kn_la_dw_args p)
     }
 }
 
+// ---- the depthwise conv on strips: a thread takes KN_LA_DW_STRIP
+// neighbouring outputs of one row (and 16 bytes of channels), so each
+// input column it loads serves every output whose window covers it, and
+// the index arithmetic, the weights' shared loads and the pixel's
+// bookkeeping are paid once a strip. One output a thread spent about 600
+// instructions a warp on 72 multiply-adds a thread (ncu, H100,
+// mobilenet_v3_large bf16: 13 cycles an instruction at 37% occupancy,
+// 8-15% of the layers' roofline). Stride SW along the row and windows of
+// K x K (3 and 5, MobileNet's) are compile-time; dilation 1. The host
+// sends any other depthwise conv to kn_la_conv_dw. KN_LA_DW_STRIP: in
+// kn_cuda_la_args.h, which the host reads too.
+
+// two floats to one 32-bit word of bf16 / f16 (the low half first), one
+// instruction, round to nearest even
+template <int DT>
+__device__ __forceinline__ unsigned kn_la_pack2_rn(float lo, float hi)
+{
+    unsigned u;
+    if (DT == KN_LA_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+}
+
+template <int DT, int VEC, int K, int SW>
+__device__ void kn_la_dw_strip_body(const kn_la_dw_args &p, float *ws, float *bs)
+{
+    constexpr int P = KN_LA_DW_STRIP, COLS = (P - 1) * SW + K, es = DT == KN_LA_F32 ? 4 : 2;
+    const int lanes = (int)blockDim.x, rows = (int)blockDim.y, width = lanes * VEC;
+    const long long c0 = ((long long)blockIdx.y * lanes + threadIdx.x) * VEC;
+    kn_la_dw_stage_weights<DT, VEC>(p, K * K, width, c0, ws);
+    if (threadIdx.y == 0) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            bs[threadIdx.x * VEC + j] = p.bias && c0 + j < p.c ? kn_la_ld<float>(p.bias, p.b_dt, (c0 + j) * p.bias_s) : 0.f;
+    }
+    __syncthreads();
+    if (c0 >= p.c) return;
+    const unsigned q = (unsigned)p.q, pp = (unsigned)p.p, per_row = (q + P - 1) / P;
+    const unsigned strips = (unsigned)p.n * pp * per_row;
+    const int h = (int)p.h, wd = (int)p.wd;
+    const float *wl = ws + threadIdx.x * VEC, *bl = bs + threadIdx.x * VEC;
+    for (unsigned s = blockIdx.x * rows + threadIdx.y; s < strips; s += gridDim.x * rows) {
+        unsigned t = s / per_row, ox0 = (s - t * per_row) * P, oy = t % pp, ni = t / pp;
+        const char *xb = p.x + ((long long)ni * p.xs[0] + c0) * es;
+        const int iy0 = (int)oy * p.sh - p.ph, ix0 = (int)ox0 * SW - p.pw;
+        float acc[P][VEC];
+#pragma unroll
+        for (int o = 0; o < P; o++)
+#pragma unroll
+            for (int j = 0; j < VEC; j++) acc[o][j] = bl[j];
+        // rows one at a time: unrolled, their loads spilled registers
+        // (ncu/nvcc: 128 registers, 5x5 spilling) and measured slower
+#pragma unroll 1
+        for (int ky = 0; ky < K; ky++) {
+            const int iy = iy0 + ky;
+            if ((unsigned)iy >= (unsigned)h) continue;
+            const char *xr = xb + (long long)iy * p.xs[1] * es;
+            const float *wrow = wl + ky * K * width; // read at each use: 128 registers hold no more
+#pragma unroll
+            for (int c = 0; c < COLS; c++) {
+                const int ix = ix0 + c;
+                float xv[VEC];
+                if ((unsigned)ix < (unsigned)wd) {
+                    kn_la_dw_load<DT, VEC>(xr + (long long)ix * p.xs[2] * es, xv);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; j++) xv[j] = 0.f;
+                }
+#pragma unroll
+                for (int o = 0; o < P; o++) {
+                    const int kx = c - o * SW; // the tap of output o that column c is
+                    if (kx >= 0 && kx < K) {
+#pragma unroll
+                        for (int j = 0; j < VEC; j++) acc[o][j] = fmaf(xv[j], wrow[kx * width + j], acc[o][j]);
+                    }
+                }
+            }
+        }
+        const long long row0 = (((long long)ni * pp + oy) * q + ox0) * p.c + c0;
+#pragma unroll
+        for (int o = 0; o < P; o++) {
+            if (ox0 + o >= q) break;
+            float v[VEC];
+#pragma unroll
+            for (int j = 0; j < VEC; j++) v[j] = kn_la_dw_act(p.act, acc[o][j]);
+            char *dst = p.y + (row0 + (long long)o * p.c) * es;
+            if (VEC == 8) {
+                *(uint4 *)dst = make_uint4(kn_la_pack2_rn<DT>(v[0], v[1]), kn_la_pack2_rn<DT>(v[2], v[3]),
+                                           kn_la_pack2_rn<DT>(v[4], v[5]), kn_la_pack2_rn<DT>(v[6], v[7]));
+            } else {
+                *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]);
+            }
+        }
+    }
+}
+
+template <int K>
+__device__ __forceinline__ void kn_la_dw_strip(const kn_la_dw_args &p, float *ws, float *bs)
+{
+    if (p.dt == KN_LA_BF16) {
+        if (p.sw == 1) kn_la_dw_strip_body<KN_LA_BF16, 8, K, 1>(p, ws, bs);
+        else kn_la_dw_strip_body<KN_LA_BF16, 8, K, 2>(p, ws, bs);
+    } else if (p.dt == KN_LA_F16) {
+        if (p.sw == 1) kn_la_dw_strip_body<KN_LA_F16, 8, K, 1>(p, ws, bs);
+        else kn_la_dw_strip_body<KN_LA_F16, 8, K, 2>(p, ws, bs);
+    } else {
+        if (p.sw == 1) kn_la_dw_strip_body<KN_LA_F32, 4, K, 1>(p, ws, bs);
+        else kn_la_dw_strip_body<KN_LA_F32, 4, K, 2>(p, ws, bs);
+    }
+}
+
+// 16-byte channel vectors only (p.vec), stride 1 or 2 along the row
+extern "C" __global__ void __launch_bounds__(256, 2) kn_la_conv_dw_strip3(kn_la_dw_args p)
+{
+    __shared__ float ws[9 * 256];
+    __shared__ float bs[256];
+    kn_la_dw_strip<3>(p, ws, bs);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) kn_la_conv_dw_strip5(kn_la_dw_args p)
+{
+    __shared__ float ws[25 * 256];
+    __shared__ float bs[256];
+    kn_la_dw_strip<5>(p, ws, bs);
+}
+
 // ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;
 // act 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's epilogue),
 // 3 hardswish (kn_epilogue_act) ----
