@@ -3,12 +3,16 @@
  * families) compiles with NVRTC for sm_90 without errors or warnings and
  * holds every kernel kn_cuda_ops.c looks up by name (kn_gather_scatter.cu's
  * included: its float modules compile for sm_80 too, the paths without
- * sm_90's vector and bf16 atomics); kn_linalg.cu compiles
- * as its own module; every module of kn_attention.cu (tensor-core kernels
- * per bf16/f16 head-dim bucket, SIMT kernels per dtype and output width)
- * compiles without warnings and holds the kernels kn_cuda_attention.c
- * looks up. Needs NVRTC only, no GPU, so template syntax errors
- * fail CI on any machine with the toolkit. */
+ * sm_90's vector and bf16 atomics); every module of kiln's own linear
+ * algebra (kn_cuda_linalg.c: kn_linalg.cu, kn_la_aux.cu, and the stems per
+ * dtype) compiles without warnings and holds the kernels its table lists,
+ * and every kernel its templates define is in that table; every module of
+ * kn_attention.cu (tensor-core kernels per bf16/f16 head-dim bucket, SIMT
+ * kernels per dtype and output width) compiles without warnings and holds
+ * the kernels kn_cuda_attention.c looks up. Every embedded template must
+ * be part of a module compiled here, so a new module cannot go untested.
+ * Needs NVRTC only, no GPU, so template syntax errors fail CI on any
+ * machine with the toolkit. */
 #include "tap.h"
 
 #ifndef KILN_HAVE_CUDA
@@ -37,6 +41,102 @@ static bool has_symbol(const char *img, size_t n, const char *name)
     return false;
 }
 
+/* The embedded templates some compiled module's source holds, by index
+ * (kn_cuda_template_name). */
+#define MAX_TEMPLATES 64
+static bool covered[MAX_TEMPLATES];
+
+static void cover(const char *src)
+{
+    for (int i = 0; i < MAX_TEMPLATES && kn_cuda_template_name(i); i++)
+        if (!covered[i] && strstr(src, kn_cuda_template(kn_cuda_template_name(i)))) covered[i] = true;
+}
+
+/* Every embedded template (a .cu file, an argument header) is in some module
+ * this test compiled: one a new module of its own is missing from here. */
+static void test_coverage(void)
+{
+    int n = 0, missing = 0;
+    for (; n < MAX_TEMPLATES && kn_cuda_template_name(n); n++)
+        if (!covered[n]) {
+            printf("# %s is in no module this test compiles: add its modules here\n", kn_cuda_template_name(n));
+            missing++;
+        }
+    ok(n > 0 && n < MAX_TEMPLATES, "%d embedded templates", n);
+    is_int(missing, 0, "every embedded template is compiled as part of some module");
+}
+
+/* Whether a linalg module of kn_cuda_linalg.c's table holds kernel `name`. */
+static bool linalg_listed(const char *name)
+{
+    for (int m = 0; m < kn_cuda_linalg_module_count(); m++)
+        for (int k = 0; kn_cuda_linalg_module_kernel(m, k); k++)
+            if (strcmp(kn_cuda_linalg_module_kernel(m, k), name) == 0) return true;
+    return false;
+}
+
+/* Every module of kiln's own linear algebra compiles and holds its
+ * kernels; every extern "C" kernel of its templates (kn_linalg.cu,
+ * kn_la_*.cu) is in the table, named or as KN_LA_KERNEL (a template of one
+ * instantiation a module). */
+static void test_linalg_modules(void)
+{
+    int bad_compile = 0, bad_warn = 0, missing = 0, unlisted = 0, found = 0, n = kn_cuda_linalg_module_count();
+    for (int m = 0; m < n; m++) {
+        char *src = NULL, *img = NULL, *log = NULL;
+        size_t len = 0;
+        const char *name = kn_cuda_linalg_module_name(m);
+        kn_status st = kn_cuda_linalg_module_source(m, &src);
+        if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &len, &log);
+        if (st != KN_OK) {
+            printf("# linalg %s: %s\n", name, kn_last_error());
+            bad_compile++;
+        } else {
+            cover(src);
+            if (log && strstr(log, "warning")) {
+                printf("# linalg %s:\n%s\n", name, log);
+                bad_warn++;
+            }
+            for (int k = 0; kn_cuda_linalg_module_kernel(m, k); k++)
+                if (!has_symbol(img, len, kn_cuda_linalg_module_kernel(m, k))) {
+                    printf("# linalg %s: no kernel %s in the image\n", name, kn_cuda_linalg_module_kernel(m, k));
+                    missing++;
+                }
+        }
+        free(img);
+        free(log);
+        free(src);
+    }
+    for (int i = 0; kn_cuda_template_name(i); i++) {
+        const char *file = kn_cuda_template_name(i), *text = kn_cuda_template(file);
+        if (strcmp(file, "kn_linalg.cu") != 0 && strncmp(file, "kn_la_", 6) != 0) continue;
+        for (const char *p = strstr(text, "extern \"C\" __global__"); p; p = strstr(p + 1, "extern \"C\" __global__")) {
+            const char *open = strchr(p, '('), *lb = strstr(p, "__launch_bounds__");
+            if (lb && lb < open) open = strchr(strchr(lb, ')'), '('); /* the kernel's own parenthesis */
+            const char *id = open;
+            while (id > p && id[-1] != ' ') id--;
+            char kname[64];
+            snprintf(kname, sizeof kname, "%.*s", (int)(open - id), id);
+            found++;
+            if (strcmp(kname, "KN_LA_KERNEL") != 0 && !linalg_listed(kname)) {
+                printf("# %s: kernel %s is in no module of kn_cuda_linalg.c's table\n", file, kname);
+                unlisted++;
+            }
+        }
+    }
+    printf("# linalg: %d modules, %d kernels in the templates\n", n, found);
+    ok(found >= 10, "linalg: the templates' kernels are found");
+    is_int(bad_compile, 0, "linalg: every module compiles for sm_90");
+    is_int(bad_warn, 0, "linalg: no NVRTC warnings");
+    is_int(missing, 0, "linalg: every kernel of the table is in its module");
+    is_int(unlisted, 0, "linalg: every kernel of the templates is in the table");
+    ok(kn_cuda_linalg_module_kernel(n, 0) == NULL && kn_cuda_linalg_module_name(n) == NULL,
+       "linalg: nothing past the last module");
+    const void *fn = NULL;
+    ok(kn_cuda_linalg_kernel("kn_la_no_such_kernel", &fn) != KN_OK && strstr(kn_last_error(), "kn_la_no_such_kernel"),
+       "linalg: an unknown kernel is an error that names it");
+}
+
 /* Every module kn_cuda_attention.c can build: tensor-core modules for
  * bf16 and f16 at each padded head dim 16..128, SIMT modules for f32, bf16
  * and f16 at 1..8 output chunks of 32 columns. */
@@ -53,6 +153,7 @@ static void test_attention_modules(void)
                 const char *dn = kn_dtype_name(dts[di]);
                 kn_status st = kn_cuda_attention_source(tc, dts[di], size, &src);
                 if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
+                if (st == KN_OK) cover(src);
                 modules++;
                 if (st != KN_OK) {
                     printf("# attention %s %s size %d: %s\n", tc ? "tc" : "simt", dn, size, kn_last_error());
@@ -100,6 +201,7 @@ int main(void)
             continue;
         }
         st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
+        if (st == KN_OK) cover(src);
         if (!ok(st == KN_OK, "%s: module compiles for sm_90 (%zu-byte source)", name, strlen(src)))
             printf("# %s\n", kn_last_error());
         if (!ok(!log || !strstr(log, "warning"), "%s: no NVRTC warnings", name)) printf("# %s\n", log);
@@ -133,20 +235,9 @@ int main(void)
         free(log);
         free(src);
     }
-    /* kn_linalg.cu (kn_cuda_blas.c, kn_cuda_dnn.c) builds a module of its
-     * own, its argument structs (kn_cuda_la_args.h) put before it */
-    {
-        char *src = NULL, *img = NULL, *log = NULL;
-        size_t n = 0;
-        kn_status st = kn_cuda_linalg_source(&src);
-        if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
-        if (!ok(st == KN_OK, "kn_linalg.cu compiles for sm_90 as its own module"))
-            printf("# %s\n", kn_last_error());
-        free(img);
-        free(log);
-        free(src);
-    }
+    test_linalg_modules();
     test_attention_modules();
+    test_coverage();
     return done_testing();
 }
 #endif

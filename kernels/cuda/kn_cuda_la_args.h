@@ -1,8 +1,9 @@
 /* kn_cuda_la_args: the argument structs of kiln's own linear-algebra
  * kernels (kernels/cuda/kn_linalg.cu: the fallback for cases cuBLASLt or
- * cuDNN refuse, or when a library is missing), shared by the host
- * (kn_cuda_linalg.h includes this file) and the device (the build embeds
- * this same text and kn_cuda_linalg_source puts it before kn_linalg.cu), so
+ * cuDNN refuse, or when a library is missing; kn_la_aux.cu, kn_la_stem.cu,
+ * kn_la_stem_tc.cu), shared by the host (kn_cuda_linalg.h includes this
+ * file) and the device (the build embeds this same text and
+ * kn_cuda_linalg_module_source puts it before each module's kernels), so
  * the two layouts cannot drift apart. Each kernel takes one struct by
  * value. Plain C with no includes: NVRTC has no headers.
  */

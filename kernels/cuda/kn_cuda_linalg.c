@@ -1,11 +1,13 @@
 /* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share (see
- * kn_cuda_linalg.h): kiln's own kernels of kn_linalg.cu, the fallback for
+ * kn_cuda_linalg.h): kiln's own kernels (kn_linalg.cu, kn_la_*.cu) in
+ * modules by use, compiled when first asked for; the fallback for
  * what cuBLASLt or cuDNN refuse (conv2d's launchers among them: the direct
  * convolution, the stem convolution, the NHWC copy), and the helpers both
  * libraries' paths take their operands through.
  */
 #include "kn_cuda_linalg.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,49 +41,109 @@ kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
     return KN_OK;
 }
 
-kn_status kn_cuda_linalg_source(char **src)
+/* ---- the modules ----
+ * NVRTC compiles a module whole, and a model's first call waits for every
+ * module it runs a kernel of: each holds what one kind of model runs, so a
+ * bf16 ResNet compiles its stem's one instantiation, not the f16 ones or
+ * the fallback convolutions. A module's source is KN_LA_STANDALONE, its
+ * defines (KN_LA_DT, KN_LA_NT and KN_LA_KERNEL, the name of its one kernel,
+ * for a template of one instantiation), the argument structs
+ * (kn_cuda_la_args.h), kn_la_common.cu and its template. The disk cache
+ * keys a module by its whole source (kn_cuda_module.c), defines included. */
+#define LA_MAX_KERNELS 5
+typedef struct la_module {
+    const char *name;     /* "stem_tc bf16 n8": for bench/nvrtc_modules.c and the tests */
+    const char *tpl;      /* its template, kernels/cuda/<tpl>.cu */
+    int dt, nt;           /* KN_LA_DT and KN_LA_NT, or -1 for none */
+    const char *kernels[LA_MAX_KERNELS]; /* its kernels; one: the template names it KN_LA_KERNEL */
+} la_module;
+
+static const la_module la_modules[] = {
+    /* kn_linalg.cu: the fallback matmul and conv2d */
+    {"fallback", "kn_linalg", -1, -1, {"kn_la_matmul_f32", "kn_la_matmul_f64", "kn_la_conv2d_f32", "kn_la_conv2d_f64"}},
+    {"depthwise", "kn_la_dw", -1, -1, {"kn_la_conv_dw", "kn_la_conv_dw_strip3", "kn_la_conv_dw_strip5"}},
+    {"aux", "kn_la_aux", -1, -1, {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc"}},
+    {"stem f32", "kn_la_stem", KN_LA_F32, -1, {"kn_la_conv_stem_f32"}},
+    {"stem bf16", "kn_la_stem", KN_LA_BF16, -1, {"kn_la_conv_stem_bf16"}},
+    {"stem f16", "kn_la_stem", KN_LA_F16, -1, {"kn_la_conv_stem_f16"}},
+    {"stem_tc bf16 n2", "kn_la_stem_tc", KN_LA_BF16, 2, {"kn_la_conv_stem_tc_bf16_n2"}},
+    {"stem_tc bf16 n4", "kn_la_stem_tc", KN_LA_BF16, 4, {"kn_la_conv_stem_tc_bf16_n4"}},
+    {"stem_tc bf16 n8", "kn_la_stem_tc", KN_LA_BF16, 8, {"kn_la_conv_stem_tc_bf16_n8"}},
+    {"stem_tc f16 n2", "kn_la_stem_tc", KN_LA_F16, 2, {"kn_la_conv_stem_tc_f16_n2"}},
+    {"stem_tc f16 n4", "kn_la_stem_tc", KN_LA_F16, 4, {"kn_la_conv_stem_tc_f16_n4"}},
+    {"stem_tc f16 n8", "kn_la_stem_tc", KN_LA_F16, 8, {"kn_la_conv_stem_tc_f16_n8"}},
+};
+#define LA_N_MODULES ((int)(sizeof la_modules / sizeof la_modules[0]))
+
+int kn_cuda_linalg_module_count(void)
 {
-    const char *args = kn_cuda_template("kn_cuda_la_args.h"), *tpl = kn_cuda_template("kn_linalg");
-    *src = NULL;
-    if (!args || !tpl)
-        return kn_error(KN_ERR_UNSUPPORTED, "kernels/cuda/%s is not embedded in this build",
-                        !args ? "kn_cuda_la_args.h" : "kn_linalg.cu");
-    kn_strbuf s = {0};
-    kn_strbuf_puts(&s, "#define KN_LA_STANDALONE 1\n");
-    kn_strbuf_puts(&s, args);
-    kn_strbuf_puts(&s, "\n");
-    kn_strbuf_puts(&s, tpl);
-    return kn_strbuf_finish(&s, src, "kn_linalg.cu's source");
+    return LA_N_MODULES;
 }
 
+const char *kn_cuda_linalg_module_name(int m)
+{
+    return m >= 0 && m < LA_N_MODULES ? la_modules[m].name : NULL;
+}
+
+const char *kn_cuda_linalg_module_kernel(int m, int k)
+{
+    return m >= 0 && m < LA_N_MODULES && k >= 0 && k < LA_MAX_KERNELS ? la_modules[m].kernels[k] : NULL;
+}
+
+kn_status kn_cuda_linalg_module_source(int m, char **src)
+{
+    *src = NULL;
+    if (m < 0 || m >= LA_N_MODULES) return kn_error(KN_ERR_ARG, "cuda: no linalg module %d", m);
+    const la_module *mod = &la_modules[m];
+    const char *parts[3] = {kn_cuda_template("kn_cuda_la_args.h"), kn_cuda_template("kn_la_common"),
+                            kn_cuda_template(mod->tpl)};
+    const char *files[3] = {"kn_cuda_la_args.h", "kn_la_common.cu", mod->tpl};
+    for (int i = 0; i < 3; i++)
+        if (!parts[i]) return kn_error(KN_ERR_UNSUPPORTED, "kernels/cuda/%s%s is not embedded in this build", files[i],
+                                       i == 2 ? ".cu" : "");
+    kn_strbuf s = {0};
+    kn_strbuf_puts(&s, "#define KN_LA_STANDALONE 1\n");
+    if (mod->dt >= 0) kn_strbuf_printf(&s, "#define KN_LA_DT %d\n", mod->dt);
+    if (mod->nt >= 0) kn_strbuf_printf(&s, "#define KN_LA_NT %d\n", mod->nt);
+    if (!mod->kernels[1]) kn_strbuf_printf(&s, "#define KN_LA_KERNEL %s\n", mod->kernels[0]);
+    for (int i = 0; i < 3; i++) {
+        kn_strbuf_puts(&s, parts[i]);
+        kn_strbuf_puts(&s, "\n");
+    }
+    return kn_strbuf_finish(&s, src, "a linalg module's source");
+}
+
+/* A kernel of a module by name: its module compiled the first time one of
+ * its kernels is asked for, and the kernel kept. Process-wide, like the
+ * module cache: kernel handles serve every GPU. */
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn)
 {
-    /* process-wide, like the module cache: kernel handles serve every GPU */
-    static kn_cuda_module *mod;
-    static struct {
-        const char *name;
-        const void *fn;
-    } known[16];
-    for (int i = 0; i < 16 && known[i].name; i++)
-        if (strcmp(known[i].name, name) == 0) {
-            *fn = known[i].fn;
-            return KN_OK;
-        }
-    if (!mod) {
-        char *src = NULL;
-        kn_status st = kn_cuda_linalg_source(&src);
-        if (st != KN_OK) return kn_error(st, "%s: %s", name, kn_last_error());
-        st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
-        free(src);
-        KN_TRY(st);
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const void *known[LA_N_MODULES][LA_MAX_KERNELS];
+    int m = 0, k = 0;
+    for (m = 0; m < LA_N_MODULES; m++) {
+        for (k = 0; k < LA_MAX_KERNELS && la_modules[m].kernels[k]; k++)
+            if (strcmp(la_modules[m].kernels[k], name) == 0) break;
+        if (k < LA_MAX_KERNELS && la_modules[m].kernels[k]) break;
     }
+    if (m == LA_N_MODULES) return kn_error(KN_ERR_ARG, "cuda: no linalg kernel '%s'", name);
+    pthread_mutex_lock(&lock);
+    *fn = known[m][k];
+    pthread_mutex_unlock(&lock);
+    if (*fn) return KN_OK;
+    /* compiled outside the lock: another module's kernels stay at hand meanwhile
+     * (two threads after the same module get one from the module cache) */
+    char *src = NULL;
+    kn_cuda_module *mod = NULL;
+    kn_status st = kn_cuda_linalg_module_source(m, &src);
+    if (st != KN_OK) return kn_error(st, "%s: %s", name, kn_last_error());
+    st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
+    free(src);
+    KN_TRY(st);
     KN_TRY(kn_cuda_module_kernel(mod, name, fn));
-    for (int i = 0; i < 16; i++)
-        if (!known[i].name) {
-            known[i].name = name; /* callers pass string literals */
-            known[i].fn = *fn;
-            break;
-        }
+    pthread_mutex_lock(&lock);
+    known[m][k] = *fn;
+    pthread_mutex_unlock(&lock);
     return KN_OK;
 }
 
@@ -242,15 +304,18 @@ kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, co
 {
     kn_la_stem_args p = stem_args(x, w, bias, y, at, act);
     p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16; /* 16-byte stores where the channels allow (the kernel checks) */
+    int64_t bn = p.k <= 16 ? 16 : p.k <= 32 ? 32 : 64; /* the kernel's channels a block: its NT x 8 */
+    static const char *const names[2][3] = {
+        {"kn_la_conv_stem_tc_bf16_n2", "kn_la_conv_stem_tc_bf16_n4", "kn_la_conv_stem_tc_bf16_n8"},
+        {"kn_la_conv_stem_tc_f16_n2", "kn_la_conv_stem_tc_f16_n4", "kn_la_conv_stem_tc_f16_n8"}};
     const void *fn;
-    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem_tc", &fn));
+    KN_TRY(kn_cuda_linalg_kernel(names[y->dtype == KN_F16][bn == 16 ? 0 : bn == 32 ? 1 : 2], &fn));
     /* blocks that stay: each stages its weights once and then takes tile
      * after tile (four blocks an SM fit its registers) */
     static int sms;
     if (!sms && (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kn_cuda_current()->index) != cudaSuccess ||
                  sms <= 0))
         sms = 132;
-    int64_t bn = p.k <= 16 ? 16 : p.k <= 32 ? 32 : 64; /* the kernel's channels a block */
     int64_t pix = p.n * p.p * p.q, gx = (pix + 127) / 128, gy = (p.k + bn - 1) / bn;
     int64_t resident = 4 * (int64_t)sms / gy > 0 ? 4 * (int64_t)sms / gy : 1;
     if (gx > resident) gx = resident;
@@ -268,7 +333,10 @@ kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const
     int64_t per16 = 16 / (int64_t)kn_dtype_size(y->dtype); /* elements in 16 bytes */
     p.vec = kn_cuda_align_of(p.y, NULL, 0, 16) == 16 && p.k % per16 == 0;
     const void *fn;
-    KN_TRY(kn_cuda_linalg_kernel("kn_la_conv_stem", &fn));
+    KN_TRY(kn_cuda_linalg_kernel(y->dtype == KN_BF16  ? "kn_la_conv_stem_bf16"
+                                 : y->dtype == KN_F16 ? "kn_la_conv_stem_f16"
+                                                      : "kn_la_conv_stem_f32",
+                                 &fn));
     int64_t pix = p.n * p.p * p.q, g = (pix + 127) / 128;
     kn_cuda_variant_label("kiln stem conv nhwc%s%s", bias ? " +bias" : "", act ? "+relu" : "");
     return kn_cuda_launch(fn, g > GRID_CAP ? GRID_CAP : g, 128, &p, 0);

@@ -16,11 +16,19 @@
 #include "kn_status.h"
 #include "kn_tensor.h"
 
-/* kn_linalg.cu's module source: KN_LA_STANDALONE, the argument structs
- * (kn_cuda_la_args.h), then the kernels; caller frees *src. */
-kn_status kn_cuda_linalg_source(char **src);
+/* The NVRTC modules of kiln's own linear-algebra kernels (kn_linalg.cu,
+ * kn_la_aux.cu, kn_la_stem.cu, kn_la_stem_tc.cu: a module by use, and by
+ * dtype where the kernels are templates): how many, each one's name
+ * ("stem_tc bf16 n8"), its k-th kernel (NULL past the last) and its source
+ * (the caller frees *src). For t/cuda_templates_compile.c and
+ * bench/nvrtc_modules.c. */
+int kn_cuda_linalg_module_count(void);
+const char *kn_cuda_linalg_module_name(int m);
+const char *kn_cuda_linalg_module_kernel(int m, int k);
+kn_status kn_cuda_linalg_module_source(int m, char **src);
 
-/* A kernel of kn_linalg.cu by name (compiled once, then cached). */
+/* A kernel of those modules by name: its module is compiled (or found in
+ * the caches) the first time one of its kernels is asked for. */
 kn_status kn_cuda_linalg_kernel(const char *name, const void **fn);
 
 /* The grid of a launch over `work` items, per_block of them a block: at

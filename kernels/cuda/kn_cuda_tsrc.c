@@ -69,8 +69,16 @@ const char *kn_cuda_template(const char *name)
     return NULL;
 }
 
+const char *kn_cuda_template_name(int i)
+{
+    for (int j = 0; kn_cuda_embedded[j].name; j++)
+        if (j == i) return kn_cuda_embedded[j].name;
+    return NULL;
+}
+
 /* The families of the per-dtype modules, after kn_ops.cu (other .cu files
- * of kernels/cuda, such as kn_linalg.cu, build modules of their own). */
+ * of kernels/cuda, such as kn_linalg.cu and kn_attention.cu, build modules
+ * of their own). */
 static const char *const families[] = {"kn_reduce.cu", "kn_index.cu", "kn_pool.cu", "kn_random.cu",
                                        "kn_copy.cu", "kn_gather_scatter.cu"};
 #define N_FAMILIES (sizeof families / sizeof families[0])

@@ -56,5 +56,7 @@ kn_status kn_cuda_ops_source(kn_dtype dt, char **src);
 
 /* The embedded template sources (the .cu files of kernels/cuda, made at build time). */
 const char *kn_cuda_template(const char *name); /* "kn_ops" for kn_ops.cu; NULL if absent */
+/* The file name of the i-th embedded template ("kn_ops.cu"), NULL past the last. */
+const char *kn_cuda_template_name(int i);
 
 #endif

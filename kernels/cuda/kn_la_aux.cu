@@ -1,0 +1,65 @@
+// kn_la_aux.cu: the small kernels kiln runs around a cuBLASLt or cuDNN
+// call when the library cannot do their part itself: the bias and
+// activation after a matmul or conv (kn_cuda_bias_act), and the copy of an
+// NCHW input into a channels-last one (kn_cuda_linalg_to_nhwc). A module of
+// its own (kn_cuda_linalg.c), so that a model which needs one of them does
+// not compile the fallback convolutions with them.
+
+// ---- channels-last input: y [n, h, w, cp] = x [n, c, h, w], zero past c.
+// One thread per element of y, so the stores are coalesced; bytes move as
+// they are (no dtype conversion). ----
+template <typename T>
+__device__ void kn_la_nhwc_body(const kn_la_nhwc_args &p)
+{
+    long long total = p.n * p.h * p.w * p.cp;
+    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+         o += (long long)gridDim.x * blockDim.x) {
+        long long c = o % p.cp, t = o / p.cp;
+        long long wx = t % p.w;
+        t /= p.w;
+        long long hy = t % p.h, ni = t / p.h;
+        T v = (T)0;
+        if (c < p.c) v = ((const T *)p.x)[ni * p.xs[0] + c * p.xs[1] + hy * p.xs[2] + wx * p.xs[3]];
+        ((T *)p.y)[o] = v;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_to_nhwc(kn_la_nhwc_args p)
+{
+    if (p.esize == 2) kn_la_nhwc_body<unsigned short>(p);
+    else if (p.esize == 4) kn_la_nhwc_body<unsigned int>(p);
+    else kn_la_nhwc_body<unsigned long long>(p);
+}
+
+// ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;
+// act 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's epilogue) ----
+template <typename Acc>
+__device__ void kn_la_bias_body(const kn_la_bias_args &p)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.total;
+         i += (long long)gridDim.x * blockDim.x) {
+        Acc v = kn_la_ld<Acc>(p.y, p.y_dt, i);
+        if (p.bias) v = v + kn_la_ld<Acc>(p.bias, p.b_dt, ((i / p.inner) % p.channels) * p.bias_s);
+        if (p.act == 1) {
+            v = v > (Acc)0 ? v : (v == v ? (Acc)0 : v); // NaN passes, as relu on the CPU
+        } else if (p.act == 2) {
+            Acc u = (Acc)0.7978845608028654 * (v + (Acc)0.044715 * v * v * v);
+            v = (Acc)0.5 * v * ((Acc)1 + kn_la_tanh(u));
+        } else if (p.act == 3) { // hardswish, as kn_la_dw_act
+            Acc t = v * ((Acc)1 / (Acc)6) + (Acc)0.5;
+            t = t > (Acc)0 ? t : (Acc)0;
+            v = v * (t < (Acc)1 ? t : (Acc)1);
+        }
+        kn_la_st<Acc>(p.y, p.y_dt, i, v);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_bias_act_f32(kn_la_bias_args p)
+{
+    kn_la_bias_body<float>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) kn_la_bias_act_f64(kn_la_bias_args p)
+{
+    kn_la_bias_body<double>(p);
+}
