@@ -254,7 +254,7 @@ static kn_status run_pool(const kn_opcall *c)
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
     int64_t vec = 16 / esize(x);
-    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.h * a.w > 8 &&
+    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.h * a.w > 8 && a.h * a.w < INT32_MAX &&
         (x->dtype == KN_BF16 || x->dtype == KN_F16 || x->dtype == KN_F32) && a.c % vec == 0 && a.sn % vec == 0 && a.sh % vec == 0 && a.sw % vec == 0 &&
         (uintptr_t)a.x % 16 == 0) {
         /* 16 bytes of channels a thread; each image's channel vectors cut

@@ -367,20 +367,27 @@ extern "C" __global__ void __launch_bounds__(KN_GAP_VEC_BLOCK) kn_pool_gap_vec(k
     for (int j = 0; j < vec; j++) s[j] = 0.0;
     if (active) {
         const char *base = a.x + (n * a.sn + v * vec) * es;
-        long long i = slot, y = slot / a.w, x = slot % a.w;
+        // positions stepped by `slots` as (y, x) without divisions: the
+        // step's rows and columns apart (slots is up to 512, rows as short
+        // as 7: a loop of single rows was the kernel's main cost)
+        const int w = (int)a.w, step_y = slots / w, step_x = slots % w;
+        long long i = slot;
+        int y = slot / w, x = slot % w;
         for (; i < hw; i += 8 * slots) {
-            uint4 w[8];
+            uint4 t[8];
             bool in[8];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 in[k] = i + (long long)k * slots < hw;
-                if (in[k]) w[k] = *(const uint4 *)(base + (y * a.sh + x * a.sw) * es);
-                for (x += slots; x >= a.w; x -= a.w) y++;
+                if (in[k]) t[k] = *(const uint4 *)(base + ((long long)y * a.sh + (long long)x * a.sw) * es);
+                y += step_y;
+                x += step_x;
+                if (x >= w) x -= w, y++;
             }
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 if (!in[k]) continue;
-                const char *q = (const char *)&w[k];
+                const char *q = (const char *)&t[k];
 #pragma unroll
                 for (int j = 0; j < vec; j++) {
                     if constexpr (KN_DT == KN_DT_BF16) s[j] += (double)kn_ld_bf16(((const kn_u16 *)q)[j]);
