@@ -254,22 +254,15 @@ static kn_status run_pool(const kn_opcall *c)
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
     int64_t vec = 16 / esize(x);
-    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.h * a.w > 8 && a.h * a.w < INT32_MAX &&
-        (x->dtype == KN_BF16 || x->dtype == KN_F16 || x->dtype == KN_F32) && a.c % vec == 0 && a.sn % vec == 0 && a.sh % vec == 0 && a.sw % vec == 0 &&
+    if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.h * a.w > 8 && x->dtype != KN_F64 &&
+        esize(x) >= 2 && a.c % vec == 0 && a.sn % vec == 0 && a.sh % vec == 0 && a.sw % vec == 0 &&
         (uintptr_t)a.x % 16 == 0) {
-        /* 16 bytes of channels a thread; each image's channel vectors cut
-         * into slices so that the grid is about one block an SM (16 images
-         * of 72 channels were 16 blocks), each slice at most 512 vectors
-         * (the block's threads: KN_GAP_VEC_BLOCK in kn_pool.cu) */
-        int64_t cv = a.c / vec, slices = (132 + a.n - 1) / a.n;
-        if (slices > cv) slices = cv;
-        if (slices < (cv + 511) / 512) slices = (cv + 511) / 512;
-        if (a.n * slices > 65535) slices = 0; /* the grid is exact: kn_pool_gap takes these */
-        if (slices > 0) {
-            const void *fn;
-            KN_TRY(kernel_of(x->dtype, KN_TK_POOL_GAP_VEC, &fn));
-            return kn_cuda_launch(fn, a.n * slices, 512, &a, 0);
-        }
+        /* 16 bytes of channels a thread, a block an image (or 32 vectors
+         * of its channels); must match KN_GAP_VEC_BLOCK in kn_pool.cu */
+        int64_t cv = a.c / vec, slices = (cv + 31) / 32;
+        const void *fn;
+        KN_TRY(kernel_of(x->dtype, KN_TK_POOL_GAP_VEC, &fn));
+        return kn_cuda_launch(fn, grid_for(a.n * slices, 1), 512, &a, 0);
     }
     if (a.op == KN_TP_ADAPTIVE && a.oh == 1 && a.ow == 1 && a.sc == 1 && a.c > 1 && a.h * a.w > 8) {
         /* few channel groups (a squeeze-excitation's pool): 32 slices a

@@ -336,18 +336,20 @@ extern "C" __global__ void __launch_bounds__(1024) kn_pool_gap(kn_pool_args a)
 
 // kn_pool_gap with 16 bytes of channels a thread (8 bf16 / f16, 4 f32),
 // for a channels-last input whose channels, strides and pointers allow it:
-// a squeeze-excitation's pool (MobileNetV3: 16 images x 72-960 channels of
-// 7x7 to 28x28). The grid is the images times `slices` blocks (the host
-// makes it about one block an SM): a block takes `lanes` channel vectors
-// of one image, its threads (vector, pixel slot) pairs, each summing the
-// pixels slot, slot + slots, ... with eight loads in flight; the slots'
-// double sums meet in a tree in shared memory. kn_pool_gap, with lanes of
-// one 2-byte channel and 48 blocks for 16 x 72 channels, ran these pools
-// at 240-400 GB/s (7.6 us for 1.8 MB, H100), and one block an image at
-// 320 GB/s. A sum of f32-or-narrower values in double is exact where
-// their magnitudes span less than ~2^20, and then its order does not
-// matter: the result equals the CPU's sequential sum. Launched with
-// KN_GAP_VEC_BLOCK threads a block; not for f64.
+// a squeeze-excitation's pool (MobileNetV3: 16 images x 72-960 channels).
+// A block takes one image's channels, or a slice of at most 32 vectors of
+// them; its threads are (vector, pixel slot) pairs, each summing the
+// pixels slot, slot + slots, ... with four loads in flight, and the slots'
+// double sums are added in slot order in shared memory. kn_pool_gap, with
+// lanes of one 2-byte channel and 48 blocks for 16 x 72 channels, ran
+// these pools at 240-400 GB/s (7.6 us for 1.8 MB, H100); this one took
+// 3.6-9.3 us on MobileNetV3's (52.5 us against 54.6 in all). Blocks of
+// channel slices, so that the grid fills every SM, measured twice as slow
+// (a slice of one vector leaves a warp's loads one 16-byte piece of 32
+// lines); splitting the pixels over blocks, with a reduction across them,
+// is what is left. Sums as kn_pool_gap's: equal to the CPU's where its
+// double sum is exact. Launched with KN_GAP_VEC_BLOCK threads a block; not
+// for f64.
 #define KN_GAP_VEC_BLOCK 512
 extern "C" __global__ void __launch_bounds__(KN_GAP_VEC_BLOCK) kn_pool_gap_vec(kn_pool_args a)
 {
@@ -356,62 +358,50 @@ extern "C" __global__ void __launch_bounds__(KN_GAP_VEC_BLOCK) kn_pool_gap_vec(k
     __shared__ double part[KN_GAP_VEC_BLOCK * (vec > 8 ? 1 : vec)];
     if constexpr (vec > 8) return;
     const long long cv = a.c / vec, hw = a.h * a.w;
-    const int slices = (int)(gridDim.x / a.n), lanes = (int)((cv + slices - 1) / slices);
-    int slots = 1;
-    while (slots * 2 * lanes <= KN_GAP_VEC_BLOCK) slots *= 2;
-    const int tid = (int)threadIdx.x, lane = tid % lanes, slot = tid / lanes;
-    const long long n = blockIdx.x / slices, v = (blockIdx.x % slices) * (long long)lanes + lane;
-    const bool active = slot < slots && v < cv;
-    double s[vec];
+    const int slices = (int)((cv + 31) / 32), lanes = (int)((cv + slices - 1) / slices);
+    const int slots = KN_GAP_VEC_BLOCK / lanes, tid = (int)threadIdx.x, lane = tid % lanes, slot = tid / lanes;
+    for (long long b = blockIdx.x; b < a.n * slices; b += gridDim.x) {
+        const long long n = b / slices, v = (b % slices) * lanes + lane;
+        double s[vec];
 #pragma unroll
-    for (int j = 0; j < vec; j++) s[j] = 0.0;
-    if (active) {
-        const char *base = a.x + (n * a.sn + v * vec) * es;
-        // positions stepped by `slots` as (y, x) without divisions: the
-        // step's rows and columns apart (slots is up to 512, rows as short
-        // as 7: a loop of single rows was the kernel's main cost)
-        const int w = (int)a.w, step_y = slots / w, step_x = slots % w;
-        long long i = slot;
-        int y = slot / w, x = slot % w;
-        for (; i < hw; i += 8 * slots) {
-            uint4 t[8];
-            bool in[8];
+        for (int j = 0; j < vec; j++) s[j] = 0.0;
+        if (slot < slots && v < cv) {
+            const char *base = a.x + (n * a.sn + v * vec) * es;
+            long long i = slot, y = slot / a.w, x = slot % a.w;
+            for (; i < hw; i += 4 * slots) {
+                uint4 w[4];
+                bool in[4];
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                in[k] = i + (long long)k * slots < hw;
-                if (in[k]) t[k] = *(const uint4 *)(base + ((long long)y * a.sh + (long long)x * a.sw) * es);
-                y += step_y;
-                x += step_x;
-                if (x >= w) x -= w, y++;
-            }
+                for (int k = 0; k < 4; k++) {
+                    in[k] = i + (long long)k * slots < hw;
+                    if (in[k]) w[k] = *(const uint4 *)(base + (y * a.sh + x * a.sw) * es);
+                    for (x += slots; x >= a.w; x -= a.w) y++;
+                }
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (!in[k]) continue;
-                const char *q = (const char *)&t[k];
+                for (int k = 0; k < 4; k++) {
+                    if (!in[k]) continue;
+                    const char *q = (const char *)&w[k];
 #pragma unroll
-                for (int j = 0; j < vec; j++) {
-                    if constexpr (KN_DT == KN_DT_BF16) s[j] += (double)kn_ld_bf16(((const kn_u16 *)q)[j]);
-                    else if constexpr (KN_DT == KN_DT_F16) s[j] += (double)kn_ld_f16(((const kn_u16 *)q)[j]);
-                    else s[j] += kn_ldd<KN_DT>(q + j * es);
+                    for (int j = 0; j < vec; j++) {
+                        if constexpr (KN_DT == KN_DT_BF16) s[j] += (double)kn_ld_bf16(((const kn_u16 *)q)[j]);
+                        else if constexpr (KN_DT == KN_DT_F16) s[j] += (double)kn_ld_f16(((const kn_u16 *)q)[j]);
+                        else s[j] += kn_ldd<KN_DT>(q + j * es);
+                    }
                 }
             }
         }
-    }
-    if (slot < slots) {
 #pragma unroll
-        for (int j = 0; j < vec; j++) part[(slot * lanes + lane) * vec + j] = s[j];
-    }
-    for (int half = slots / 2; half > 0; half /= 2) {
+        for (int j = 0; j < vec; j++) part[tid * vec + j] = s[j];
         __syncthreads();
-        if (slot < half) {
-#pragma unroll
-            for (int j = 0; j < vec; j++) part[(slot * lanes + lane) * vec + j] += part[((slot + half) * lanes + lane) * vec + j];
+        const long long ch = (b % slices) * lanes * vec + tid;
+        if (tid < lanes * vec && ch < a.c) {
+            const int l = tid / vec, j = tid % vec;
+            double t = 0.0;
+            for (int k = 0; k < slots; k++) t += part[(k * lanes + l) * vec + j];
+            kn_std<KN_DT>(a.out + (n * a.c + ch) * es, hw > 0 ? t / (double)hw : 0.0);
         }
+        __syncthreads();
     }
-    __syncthreads();
-    const long long ch = (blockIdx.x % slices) * (long long)lanes * vec + tid;
-    if (tid < lanes * vec && ch < a.c)
-        kn_std<KN_DT>(a.out + (n * a.c + ch) * es, hw > 0 ? part[tid] / (double)hw : 0.0);
 }
 
 // A global average pool of contiguous planes (NCHW: each channel's h x w
