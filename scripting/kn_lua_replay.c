@@ -79,6 +79,7 @@ typedef struct {
     int seen;   /* set of tables and functions walked (or not to walk) */
     int globals;  /* the globals table (absolute index) */
     int keep_ids; /* tensor id -> true: the tensors the graph reads (0: none known) */
+    int libs;     /* set of Lua's and kiln's library tables */
     int n;
     bool over;
 } snapshot;
@@ -121,6 +122,17 @@ static bool snap_opaque(lua_State *L, int idx)
     return opaque;
 }
 
+/* Whether the value at idx is one of the libraries the snapshot does not
+ * walk (Lua's, kiln's: marked seen before the walk starts). */
+static bool snap_is_library(lua_State *L, snapshot *sn, int idx)
+{
+    if (lua_type(L, idx) != LUA_TTABLE) return false;
+    lua_pushvalue(L, idx);
+    bool lib = lua_rawget(L, sn->libs) != LUA_TNIL;
+    lua_pop(L, 1);
+    return lib;
+}
+
 static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
 {
     int count = 0;
@@ -144,6 +156,17 @@ static void snap_table(lua_State *L, snapshot *sn, int idx, int depth)
                 lua_pop(L, 1);
                 continue;
             }
+        }
+        /* the globals' C functions and libraries (print, math, kiln, ...)
+         * are counted, not compared: the trace baked no value of theirs
+         * that a rebinding to another builtin would change, and comparing
+         * them at every replay made script globals' replays 14% slower
+         * than nn.Sequential's (a rebinding to a Lua function is not seen
+         * either; docs/guards.md says so) */
+        if (globals && (lua_iscfunction(L, -1) || snap_is_library(L, sn, lua_gettop(L)))) {
+            count++;
+            lua_pop(L, 1);
+            continue;
         }
         if (sn->over || sn->n > KN_SNAPSHOT_MAX) { /* a huge table: stop walking, no replay */
             sn->over = true;
@@ -218,6 +241,8 @@ bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx, in
     sn.tables = lua_gettop(L);
     lua_newtable(L);
     sn.seen = lua_gettop(L);
+    lua_newtable(L);
+    sn.libs = lua_gettop(L);
     /* Lua's and kiln's libraries, and the loaded-modules table, are not walked */
     static const char *const libs[] = {"string", "table", "math", "io", "os", "coroutine", "utf8", "debug",
                                        "package", NULL};
@@ -232,6 +257,9 @@ bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx, in
         for (const char *const *l = libs; *l && !lib && lua_type(L, -2) == LUA_TSTRING; l++)
             lib = strcmp(lua_tostring(L, -2), *l) == 0;
         if (lib) {
+            lua_pushvalue(L, -1);
+            lua_pushboolean(L, 1);
+            lua_rawset(L, sn.libs); /* libs[module] = true */
             lua_pushboolean(L, 1);
             lua_rawset(L, sn.seen); /* seen[module] = true, pops it */
         } else {
@@ -240,6 +268,9 @@ bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx, in
     }
     lua_pop(L, 1);
     if (lua_getglobal(L, "kiln") == LUA_TTABLE) {
+        lua_pushvalue(L, -1);
+        lua_pushboolean(L, 1);
+        lua_rawset(L, sn.libs);
         lua_pushboolean(L, 1);
         lua_rawset(L, sn.seen);
     } else {
