@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 
 #include "kn_autograd.h"
+#include "kn_capture.h"
 #include "kn_lua_autograd.h"
 #include "kn_lua_state.h"
 #include "kn_lua_tensor_ud.h"
@@ -20,14 +21,15 @@ static kn_autograd *grad_state(lua_State *L)
     return &kn_lua_state_get(L)->grad;
 }
 
-/* Backward runs eagerly: inside a compiled function's trace its ops would
- * become graph nodes, which compiled training (issue 33 item 2) will
- * build on; until then it is refused there, by name. */
-static void not_traced(lua_State *L, const char *what)
+/* Inside a compiled function's trace, backward's ops (the gradient rules,
+ * run through the same executor as the forward's) become nodes of the
+ * graph: the forward, the backward and what follows (an optimizer's step)
+ * make one joint graph. The capture counts the passes: a call that ran one
+ * is not replayed, since a replay would not set the .grad it sets. */
+static void note_traced(lua_State *L)
 {
-    if (kn_lua_active_capture(L))
-        luaL_error(L, "%s: not inside a compiled function: kiln.compile records no gradients yet; call it after "
-                      "the compiled call returns, or run the training step uncompiled", what);
+    kn_capture *cap = kn_lua_active_capture(L);
+    if (cap) cap->call_backwards++;
 }
 
 /* ---- properties -------------------------------------------------------- */
@@ -136,7 +138,7 @@ static bool opt_bool(lua_State *L, int idx, const char *key)
 static int m_backward(lua_State *L)
 {
     static const char *const keys[] = {"retain_graph", NULL};
-    not_traced(L, "backward");
+    note_traced(L);
     kn_tensor *t = kn_lua_checktensor(L, 1), *g = NULL;
     int opts = 3;
     if (lua_istable(L, 2) && !kn_lua_totensor(L, 2)) opts = 2;
@@ -181,7 +183,6 @@ static kn_tensor **tensor_list(lua_State *L, int idx, const char *what, int *n, 
 static int l_grad(lua_State *L)
 {
     static const char *const keys[] = {"grad_outputs", "retain_graph", "allow_unused", NULL};
-    not_traced(L, "grad");
     lua_settop(L, 3);
     kn_lua_check_options(L, 3, "grad", keys);
     int n_out, n_in, n_g = 0;

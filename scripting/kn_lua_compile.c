@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kn_autograd.h"
 #include "kn_capture.h"
 #include "kn_fs.h"
 #include "kn_lua_autotune.h"
@@ -208,6 +209,30 @@ static kn_status push_traced_args(lua_State *L, kn_compiled *cm, int fn_idx, int
     return KN_OK;
 }
 
+/* This call's train/eval mode (a guard of every version) and whether its
+ * graphs keep the values autograd saved: a module in train mode or a
+ * function that ran backward before, with grad mode on (as PyTorch makes
+ * a training graph when grad is needed). Inference (eval mode, or
+ * kiln.no_grad) keeps its graphs as they were. */
+static void set_training(lua_State *L, compiled_ud *u, int module_idx, int fn_idx)
+{
+    kn_compiled *cm = u->cm;
+    cm->id.training = kn_lua_trace_training(L, module_idx, fn_idx, cm->id.training_what, sizeof cm->id.training_what);
+    cm->cap.keep_saved = kn_lua_state_get(L)->grad.enabled && (cm->id.training || u->trains);
+}
+
+/* The results from call_base on of a call that keeps no values for
+ * backward lose the history its trace recorded, before its last graph
+ * runs: backward from them says why, and the graph computes only what
+ * the results and the Lua state refer to. */
+static void forget_history(lua_State *L, int call_base)
+{
+    for (int i = call_base; i <= lua_gettop(L); i++) {
+        kn_tensor *t = kn_lua_totensor(L, i);
+        if (t) kn_autograd_forget(t, KN_GRAD_ORIGIN_COMPILED);
+    }
+}
+
 /* A call of a compiled callable: replayed when the last trace allows it
  * and its guards hold, else traced (its graphs compiled or found in the
  * cache and run), then recorded for the next replay. */
@@ -239,6 +264,7 @@ static int cm_call(lua_State *L)
     }
     /* parameter names of the module, by tensor id */
     kn_lua_trace_param_map(L, is_module ? module_idx : 0, uv + 1);
+    set_training(L, u, is_module ? module_idx : 0, uv + 1);
 
     /* what the function can read, before it runs: a trace that changes it
      * must not be replayed (kn_lua_replay_record) */
@@ -277,6 +303,8 @@ static int cm_call(lua_State *L)
     /* the last graph computes what is still referenced: collect first, so
      * that set (and so the compiled plan) does not depend on the collector */
     lua_gc(L, LUA_GCCOLLECT);
+    if (cm->cap.call_backwards) u->trains = true;
+    if (!cm->cap.keep_saved) forget_history(L, call_base);
     st = kn_capture_end(&cm->cap, true);
     kn_lua_trace_flush_log(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);

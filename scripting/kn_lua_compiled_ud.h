@@ -46,6 +46,7 @@ typedef struct {
     int direct_replays;
     double replay_run_s; /* time inside kn_graph_run during replays */
     char no_replay[384]; /* why the last trace cannot be replayed ("" when it can) */
+    bool trains; /* a traced call ran backward: later calls keep saved values across breaks */
 } compiled_ud;
 
 /* The compiled callable at idx (raises if it is not one, or was freed). */

@@ -472,6 +472,10 @@ static const char *why_no_replay(lua_State *L, const kn_compiled *cm, int nargs,
     const kn_lua_state *s = kn_lua_state_get(L);
     const char *why = NULL;
     if (cap->n_breaks) why = "graph breaks";
+    /* a replay runs the graph only: it would neither write the tensors the
+     * call wrote nor set the .grad its backward set */
+    else if (cap->call_writes) why = "it writes tensors in place (copy_, an optimizer's step)";
+    else if (cap->call_backwards) why = "it runs backward (a training step)";
     else if (s->impure) why = s->impure_what;
     /* a step counter kept in an upvalue (lr = lr * 0.9) or a table: a replay
      * would skip the write, and every later call would see the same value */
@@ -499,6 +503,11 @@ static bool record_results(lua_State *L, replay_t *rp, int first, int nres, char
             kn_tensor *t = *(kn_tensor **)ud;
             if (!t->lazy || t->lazy->segment != 0) { /* a tensor from outside the graph */
                 snprintf(why, why_size, "it returns a tensor (result %d) that is not a value of its graph", i + 1);
+                return false;
+            }
+            if (t->ag && t->ag->fn) { /* backward from it needs the tape its trace recorded */
+                snprintf(why, why_size, "it returns a tensor with autograd history (result %d): a module in train "
+                         "mode with grad on keeps what backward needs; for inference use m:eval() or kiln.no_grad", i + 1);
                 return false;
             }
             rp->res_node[i] = t->lazy->node;

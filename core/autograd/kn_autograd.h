@@ -57,6 +57,9 @@ kn_status kn_autograd_check_inplace(const kn_autograd *ag, const kn_tensor *dst,
  * autograd does not record (a copy to another device), with why it has
  * no history: backward from it says so. */
 kn_status kn_autograd_mark(kn_tensor *t, kn_grad_origin origin);
+/* Drop t's history (its node, if any), marking it with why it has none:
+ * the results of a compiled call that kept no values for backward. */
+void kn_autograd_forget(kn_tensor *t, kn_grad_origin origin);
 /* Why backward cannot start from t (it does not require grad), as the
  * message of an error for `what` ("backward"). */
 kn_status kn_autograd_no_history(const kn_tensor *t, const char *what);

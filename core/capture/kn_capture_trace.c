@@ -78,6 +78,12 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
     } else if (kind == KN_IN_TENSOR && t->id >= cap->first_tensor_id) {
         kind = KN_IN_VALUE; /* made during this call: a new object every call */
     }
+    kn_tensor *written;
+    KN_TRY(kn_capture_written_value(cap, real, &written));
+    if (written) { /* written in place earlier in this graph: its new value */
+        *out = written;
+        return KN_OK;
+    }
     int node = -1;
     for (int i = 0; i < cap->g.n_nodes && node < 0; i++) {
         const kn_node *n = &cap->g.nodes[i];
@@ -87,6 +93,10 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
         char uname[KN_NAME_MAX];
         name = unique_input_name(&cap->g, name, uname, sizeof uname);
         KN_TRY(kn_graph_add_input(&cap->g, kind, name, real, where, &node));
+        /* whether its gradient is traced: a guard (a placeholder of an
+         * earlier call carries its autograd state itself, not its value) */
+        cap->g.inputs[cap->g.nodes[node].input].requires_grad =
+            (t->ag && t->ag->requires_grad) || (real->ag && real->ag->requires_grad);
     }
     return kn_capture_placeholder(cap, node, 0, out);
 }
@@ -141,6 +151,7 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->capture_s = 0;
     cap->passes_s = cap->codegen_s = cap->backend_s = cap->compile_s = 0;
     cap->kernels_generated = cap->kernels_cached = 0;
+    cap->call_writes = cap->call_backwards = 0;
     cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
     kn_phase_totals(cap->phase_at_start);
@@ -149,6 +160,14 @@ kn_status kn_capture_begin(kn_compiled *cm)
     return KN_OK;
 }
 
+
+/* Whether the graph must compute lz: a placeholder other than the
+ * capture's own reference holds it (autograd's saved ones only when the
+ * capture keeps values for backward). */
+static bool wanted(const kn_capture *cap, const kn_lazy *lz)
+{
+    return lz->refcount - (cap->keep_saved ? 0 : lz->saved_refs) >= 2;
+}
 
 kn_status kn_capture_flush(kn_capture *cap)
 {
@@ -177,7 +196,7 @@ kn_status kn_capture_flush(kn_capture *cap)
         }
         for (int i = 0; st == KN_OK && i < cap->n_lazies; i++) {
             kn_lazy *lz = cap->lazies[i];
-            if (lz->refcount < 2) continue; /* nothing refers to it any more */
+            if (!wanted(cap, lz)) continue; /* nothing refers to it any more */
             int j = 0;
             while (j < n_want && (want[j].node != lz->node || want[j].out != lz->out)) j++;
             if (j == n_want) want[n_want++] = (kn_plan_value){lz->node, lz->out};
@@ -188,7 +207,10 @@ kn_status kn_capture_flush(kn_capture *cap)
             int next_output = 0;
             for (int i = 0; i < cap->n_lazies; i++) {
                 kn_lazy *lz = cap->lazies[i];
-                if (lz->refcount < 2) continue;
+                if (!wanted(cap, lz)) {
+                    lz->dropped = true;
+                    continue;
+                }
                 int j = 0;
                 while (want[j].node != lz->node || want[j].out != lz->out) j++;
                 lz->value = values[j];
@@ -211,6 +233,8 @@ kn_status kn_capture_flush(kn_capture *cap)
                 cm->stats.graphs_run++;
             }
         }
+        kn_status wst = kn_capture_apply_writes(cap, st == KN_OK);
+        if (st == KN_OK) st = wst;
         if (values) {
             for (int i = 0; i < n_want; i++) kn_tensor_release(values[i]);
             free(values);

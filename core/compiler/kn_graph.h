@@ -56,6 +56,7 @@ typedef struct kn_graph_input {
     kn_meta meta;
     int64_t strides[KN_MAX_DIMS];
     kn_device device;
+    bool requires_grad; /* the tensor required grad when traced (its backward is part of the graph) */
     bool pass_made; /* computed by a pass from bound values (a folded conv weight, a value computed
                        once): the graph owns it, nobody binds it again, so its values stay */
 } kn_graph_input;

@@ -48,6 +48,7 @@ typedef struct kn_tensor {
     kn_storage *storage;   /* NULL for a traced placeholder */
     struct kn_lazy *lazy;  /* set on a traced placeholder: the graph value it stands for */
     struct kn_grad_meta *ag; /* autograd: requires_grad, history, .grad (owned); NULL for most tensors */
+    bool saved_alias;        /* a placeholder a tape node saved: counted in its lazy's saved_refs */
 } kn_tensor;
 
 

@@ -1,0 +1,329 @@
+-- t/compiled_training.lua: kiln.compile of a whole training step (forward,
+-- loss, backward, optimizer step) against the same step run eagerly, for
+-- 20 steps: an MLP and a conv net with BatchNorm in train mode, SGD with
+-- momentum and AdamW, in the modes that run on the CPU; one joint graph;
+-- parameters, .grad, optimizer state and running statistics written in
+-- place (the same tensors); a graph break inside the forward; the
+-- recompiles that name requires_grad and train/eval; kiln.compile(model)
+-- with backward called outside; a failed step that leaves nothing half
+-- updated.
+local T = dofile("t/lib/tap.lua")
+local nn = kiln.nn
+local F = nn.functional
+
+-- the largest |a - b| over two tensors (NaN when either has one)
+local function maxdiff(a, b)
+  local d = (a:to("f64") - b:to("f64")):abs()
+  local nan = d:ne(d):to("f64"):sum():item() > 0
+  return nan and 0 / 0 or d:amax():item()
+end
+
+-- every parameter of m1 within tol of m2's; NaN never passes
+local function params_close(m1, m2, tol)
+  local p1, p2 = m1:parameters(), m2:parameters()
+  local worst = 0
+  for i = 1, #p1 do
+    local d = maxdiff(p1[i], p2[i])
+    if not (d <= worst) then worst = d end
+  end
+  return worst <= tol, worst
+end
+
+local function mlp()
+  return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+end
+
+local function convnet()
+  return nn.Sequential(nn.Conv2d(3, 8, 3, { padding = 1 }), nn.BatchNorm2d(8), nn.ReLU(),
+    nn.Conv2d(8, 8, 3, { stride = 2, padding = 1, bias = false }), nn.BatchNorm2d(8), nn.ReLU(),
+    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+end
+
+local function make_opt(name, model)
+  if name == "SGD" then return kiln.optim.SGD(model, { lr = 0.05, momentum = 0.9, weight_decay = 1e-3 }) end
+  return kiln.optim.AdamW(model, { lr = 1e-2 })
+end
+
+-- the training step of model and opt: zero_grad, forward, loss, backward, step
+local function step_of(model, opt)
+  return function(x, y)
+    opt:zero_grad()
+    local loss = F.cross_entropy(model(x), y)
+    loss:backward()
+    opt:step()
+    return loss
+  end
+end
+
+-- Train two copies of build() (same seed) for `steps` steps, one eagerly
+-- and one through kiln.compile(step, opts); returns the worst loss and
+-- parameter differences, the models and the compiled callable.
+local function train_both(build, opt_name, x, y, steps, opts)
+  nn.manual_seed(3)
+  local m1 = build()
+  nn.manual_seed(3)
+  local m2 = build()
+  local eager = step_of(m1, make_opt(opt_name, m1))
+  local cm = kiln.compile(step_of(m2, make_opt(opt_name, m2)), opts)
+  local worst, first, last = 0, nil, nil
+  for _ = 1, steps do
+    local a, b = eager(x, y):item(), cm(x, y):item()
+    local d = math.abs(a - b)
+    if not (d <= worst) then worst = d end
+    first = first or a
+    last = a
+  end
+  local _, pworst = params_close(m1, m2, 0)
+  return { loss = worst, params = pworst, m1 = m1, m2 = m2, cm = cm, first = first, last = last }
+end
+
+local x_mlp = kiln.randn({ 12, 6 }, { seed = 11 })
+local y_mlp = kiln.tensor({ 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4 }, { dtype = "i64" })
+local x_img = kiln.randn({ 4, 3, 8, 8 }, { seed = 12 })
+local y_img = kiln.tensor({ 1, 2, 3, 4 }, { dtype = "i64" })
+
+-- ---- compiled against eager, 20 steps ---------------------------------------
+
+for _, case in ipairs({
+  { "MLP", mlp, x_mlp, y_mlp, 1e-5 },
+  { "conv net", convnet, x_img, y_img, 1e-4 },
+}) do
+  local label, build, x, y, tol = table.unpack(case)
+  for _, opt_name in ipairs({ "SGD", "AdamW" }) do
+    local r = train_both(build, opt_name, x, y, 20)
+    local what = label .. " + " .. opt_name
+    T.ok(r.loss <= tol, string.format("%s: 20 compiled steps give eager's losses (max difference %g)", what, r.loss))
+    T.ok(r.params <= tol, string.format("%s: ... and eager's parameters after them (max difference %g)", what, r.params))
+    T.ok(r.last < r.first, string.format("%s: ... and it trains (loss %.4f -> %.4f)", what, r.first, r.last))
+    local lc = r.cm:last_call()
+    T.is(lc.graph_count, 1, what .. ": a step is one joint graph of forward, backward and update")
+    T.is(lc.graph_break_count, 0, what .. ": ... with no break")
+  end
+end
+
+-- the running statistics of BatchNorm in train mode: updated in place, as eagerly
+do
+  local r = train_both(convnet, "SGD", x_img, y_img, 3)
+  local bn1, bn2 = r.m1[2], r.m2[2]
+  T.ok(maxdiff(bn1.running_mean, bn2.running_mean) <= 1e-5 and maxdiff(bn1.running_var, bn2.running_var) <= 1e-5,
+    "BatchNorm2d in a compiled step: its running statistics are eager's")
+  T.is(bn2.num_batches_tracked:item(), 3, "... and num_batches_tracked counts the 3 steps")
+end
+
+-- ---- in place: the same tensors, written ------------------------------------
+
+do
+  nn.manual_seed(5)
+  local model = mlp()
+  local opt = kiln.optim.SGD(model, { lr = 0.1, momentum = 0.9 })
+  local params = model:parameters()
+  local before = params[1]:clone()
+  local cm = kiln.compile(step_of(model, opt))
+  cm(x_mlp, y_mlp)
+  local buf = opt.state[params[1]].momentum_buffer
+  cm(x_mlp, y_mlp)
+  cm(x_mlp, y_mlp)
+  local same = true
+  for i, p in ipairs(model:parameters()) do same = same and rawequal(p, params[i]) end
+  T.ok(same, "the parameters are the same tensors after compiled steps")
+  T.ok(maxdiff(params[1], before) > 0, "... and their values changed")
+  T.ok(rawequal(opt.state[params[1]].momentum_buffer, buf), "the momentum buffer is the same tensor, updated in place")
+  T.ok(params[1].grad ~= nil and params[1].grad:shape()[1] == 16, "every parameter has its .grad after the step")
+  T.like(cm:stats().replayable, "writes tensors in place", "a training step is traced at every call (a replay would skip its writes), and says so")
+end
+
+-- .grad accumulated across compiled calls without zero_grad: in place, as eagerly
+do
+  nn.manual_seed(6)
+  local m1, m2 = mlp(), nil
+  nn.manual_seed(6)
+  m2 = mlp()
+  local function acc(model) return function(x, y) F.cross_entropy(model(x), y):backward() end end
+  local cm = kiln.compile(acc(m2))
+  local e = acc(m1)
+  e(x_mlp, y_mlp)
+  cm(x_mlp, y_mlp)
+  local g = m2[1].weight.grad
+  local first = g:clone()
+  for _ = 1, 2 do
+    e(x_mlp, y_mlp)
+    cm(x_mlp, y_mlp)
+  end
+  T.ok(maxdiff(m1[1].weight.grad, m2[1].weight.grad) <= 1e-5, "backward three times without zero_grad: eager's summed .grad")
+  T.ok(maxdiff(g, first * 3) <= 1e-5, "... accumulated into the same tensor (the .grad read after the first call holds the sum)")
+end
+
+-- ---- modes ------------------------------------------------------------------
+
+-- max-autotune searches into a cache of its own, for 3 seconds at most
+local cache = os.tmpname()
+os.remove(cache)
+kiln.config.cache_dir = cache
+kiln.config.autotune_budget_s = 3
+for _, mode in ipairs({ "reduce-overhead", "max-autotune" }) do
+  local r = train_both(mlp, "AdamW", x_mlp, y_mlp, 5, { mode = mode })
+  T.ok(r.loss <= 1e-5 and r.params <= 1e-5,
+    string.format("mode %s: 5 compiled AdamW steps give eager's losses and parameters (%g, %g)", mode, r.loss, r.params))
+end
+
+-- ---- a graph break inside the forward ----------------------------------------
+
+do
+  local seen = {}
+  local function broken_step(model, opt)
+    return function(x, y)
+      opt:zero_grad()
+      local h = model[1](x):relu()
+      seen[#seen + 1] = h:sum():item() -- a value read in the middle of the forward: a break
+      local loss = F.cross_entropy(model[5](model[4](model[3](h))), y)
+      loss:backward()
+      opt:step()
+      return loss
+    end
+  end
+  nn.manual_seed(7)
+  local m1 = mlp()
+  nn.manual_seed(7)
+  local m2 = mlp()
+  local eager = broken_step(m1, make_opt("AdamW", m1))
+  local cm = kiln.compile(broken_step(m2, make_opt("AdamW", m2)))
+  local worst = 0
+  for _ = 1, 20 do
+    local d = math.abs(eager(x_mlp, y_mlp):item() - cm(x_mlp, y_mlp):item())
+    if not (d <= worst) then worst = d end
+  end
+  local _, pw = params_close(m1, m2, 0)
+  T.ok(worst <= 1e-5 and pw <= 1e-5,
+    string.format("a break inside the forward: 20 steps still give eager's losses and parameters (%g, %g)", worst, pw))
+  local b = cm:breaks()
+  T.is(#b, 1, "... and the break is reported")
+  T.like(b[1] and b[1].reason or "", "item needs the value", "... with its reason")
+  T.is(cm:last_call().graph_count, 2, "... the step runs as two graphs, the backward in the second")
+end
+
+-- ---- recompiles: requires_grad and train/eval --------------------------------
+
+do
+  nn.manual_seed(8)
+  local model = mlp()
+  local opt = kiln.optim.SGD(model, { lr = 0.01 })
+  local cm = kiln.compile(step_of(model, opt))
+  cm(x_mlp, y_mlp)
+  cm(x_mlp, y_mlp)
+  model[1].weight:requires_grad_(false)
+  cm(x_mlp, y_mlp)
+  local rc = cm:recompiles()
+  T.like(rc[#rc] and table.concat(rc[#rc].reasons, "\n") or "",
+    "tensor 'model%.1%.weight' requires_grad changed: expected true, actual false",
+    "a parameter frozen between steps: the recompile names requires_grad")
+  model[1].weight:requires_grad_(true)
+  model:eval()
+  cm(x_mlp, y_mlp)
+  rc = cm:recompiles()
+  T.like(rc[#rc] and table.concat(rc[#rc].reasons, "\n") or "", "train/eval mode changed: model%.training true %-> false",
+    "model:eval() between steps: the recompile names train/eval mode")
+  local guards = table.concat(cm:guards()[1].guards, "\n")
+  T.like(guards, "model%.training == true", "the guards of a train-mode version say so")
+  T.like(guards, "requires_grad", "... and which inputs require grad")
+end
+
+-- a parameter replaced between steps: a guard failure that names it
+do
+  nn.manual_seed(9)
+  local model = mlp()
+  local cm = kiln.compile(function(x, y) return F.cross_entropy(model(x), y) end)
+  cm(x_mlp, y_mlp)
+  model[3].weight = kiln.randn({ 16, 16 }, { seed = 1, requires_grad = true })
+  cm(x_mlp, y_mlp)
+  local rc = cm:recompiles()
+  T.like(rc[#rc] and table.concat(rc[#rc].reasons, "\n") or "", "'model%.3%.weight' was replaced",
+    "a parameter replaced between steps: the recompile names it")
+end
+
+-- ---- kiln.compile(model), backward outside ----------------------------------
+
+do
+  nn.manual_seed(10)
+  local m1 = convnet()
+  nn.manual_seed(10)
+  local m2 = convnet()
+  local cm = kiln.compile(m2)
+  local o1, o2 = m1:parameters(), m2:parameters()
+  local opt1, opt2 = kiln.optim.SGD(m1, { lr = 0.05 }), kiln.optim.SGD(m2, { lr = 0.05 })
+  local worst = 0
+  for _ = 1, 5 do
+    opt1:zero_grad()
+    opt2:zero_grad()
+    local l1 = F.cross_entropy(m1(x_img), y_img)
+    local l2 = F.cross_entropy(cm(x_img), y_img)
+    l1:backward()
+    l2:backward()
+    for i = 1, #o1 do
+      local d = maxdiff(o1[i].grad, o2[i].grad)
+      if not (d <= worst) then worst = d end
+    end
+    opt1:step()
+    opt2:step()
+  end
+  T.ok(worst <= 1e-4, string.format("kiln.compile(model) in train mode, backward outside: eager's gradients for 5 steps (%g)", worst))
+  T.ok(cm:stats().replayable ~= "yes", "... its calls are traced, not replayed")
+  nn.manual_seed(10)
+  local lin = mlp()
+  local clin = kiln.compile(lin)
+  clin(x_mlp)
+  T.like(clin:stats().replayable, "autograd history", "... and it says why (a result with autograd history)")
+  m2:eval()
+  T.raises(function() F.cross_entropy(cm(x_img), y_img):backward() end,
+    "kept no values for a backward outside it",
+    "in eval mode the compiled model keeps nothing for backward, and backward says so")
+end
+
+-- ---- a failed step leaves nothing half updated ------------------------------
+
+do
+  nn.manual_seed(12)
+  local model = mlp()
+  local opt = kiln.optim.SGD(model, { lr = 0.1, momentum = 0.9 })
+  local fail = false
+  local cm = kiln.compile(function(x, y)
+    opt:zero_grad()
+    local loss = F.cross_entropy(model(x), y)
+    loss:backward()
+    opt:step()
+    if fail then error("boom") end
+    return loss
+  end)
+  cm(x_mlp, y_mlp)
+  local before = model[1].weight:clone()
+  local buf = opt.state[model[1].weight].momentum_buffer:clone()
+  fail = true
+  T.raises(function() cm(x_mlp, y_mlp) end, "boom", "a step that raises after opt:step()")
+  T.is(maxdiff(model[1].weight, before), 0, "... leaves the parameters as they were")
+  T.is(maxdiff(opt.state[model[1].weight].momentum_buffer, buf), 0, "... and the optimizer state")
+  fail = false
+  cm(x_mlp, y_mlp)
+  T.ok(maxdiff(model[1].weight, before) > 0, "... and the next step trains again")
+end
+
+-- ---- copy_ inside a compiled function ----------------------------------------
+
+do
+  local t = kiln.zeros({ 3 })
+  local cm = kiln.compile(function(v)
+    t:copy_(v * 2)
+    return t + 1 -- reads the new value
+  end)
+  local r = cm(kiln.tensor({ 1, 2, 3 }))
+  local tl, rl = t:tolist(), r:tolist()
+  T.ok(tl[1] == 2 and tl[2] == 4 and tl[3] == 6, "copy_ inside a compiled function writes the tensor once the graph ran")
+  T.ok(rl[1] == 3 and rl[2] == 5 and rl[3] == 7, "... and later ops of the graph read the new value")
+  local cm2 = kiln.compile(function(v)
+    t:copy_(v)
+    local l = t:tolist()
+    return l[1] + l[2] + l[3]
+  end)
+  T.is(cm2(kiln.tensor({ 1, 1, 1 })), 3, "reading a written tensor's value inside the call breaks the graph and sees the write")
+  T.like(cm2:breaks()[1] and cm2:breaks()[1].reason or "", "written in place", "... and the break says why")
+end
+
+T.done()
