@@ -228,6 +228,10 @@ static kn_status exec_run(kn_exec *base, kn_opcall *c, kn_device dev)
     }
     char where[KN_WHERE_MAX];
     kn_lua_where_str(L, where, sizeof where);
+    /* an op after a backward with grad mode off is the update (an optimizer's step) */
+    cap->part = cap->in_backward                             ? KN_PART_BACKWARD
+                : cap->call_backwards && !s->grad.enabled ? KN_PART_UPDATE
+                                                          : KN_PART_FORWARD;
     for (int i = 0; i < c->n_in; i++)
         if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
             c->in[i] = capture_input(L, cap, c->in[i], where);

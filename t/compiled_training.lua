@@ -199,6 +199,51 @@ do
   T.is(#b, 1, "... and the break is reported")
   T.like(b[1] and b[1].reason or "", "item needs the value", "... with its reason")
   T.is(cm:last_call().graph_count, 2, "... the step runs as two graphs, the backward in the second")
+  local lc = cm:last_call()
+  T.ok(lc.forward_graphs == 2 and lc.backward_graphs == 1,
+    string.format("... cm:last_call() counts 2 graphs with forward ops and 1 with backward ops (%s, %s)",
+      tostring(lc.forward_graphs), tostring(lc.backward_graphs)))
+  local kept = false
+  for _, v in ipairs(cm:saved().values) do
+    kept = kept or (v.graph == 1 and v.op == "input" and (v.name or ""):find("^graph 0 output") ~= nil)
+  end
+  T.ok(kept, "... cm:saved() lists a value graph 0 kept for the backward in graph 1")
+end
+
+-- ---- the parts of a joint graph, the ledger and kiln.explain ----------------
+
+do
+  nn.manual_seed(13)
+  local model = mlp()
+  local opt = kiln.optim.SGD(model, { lr = 0.01 })
+  local step = step_of(model, opt)
+  local cm = kiln.compile(step)
+  cm(x_mlp, y_mlp)
+  local parts = {}
+  for _, n in ipairs(cm:graphs()[1].nodes) do parts[n.part] = (parts[n.part] or 0) + 1 end
+  T.ok((parts.forward or 0) > 0 and (parts.backward or 0) > 0 and (parts.update or 0) > 0,
+    string.format("cm:graphs() marks each node forward (%d), backward (%d) or update (%d)", parts.forward or 0,
+      parts.backward or 0, parts.update or 0))
+  local s = cm:saved()
+  local sum, relu = 0, nil
+  for _, v in ipairs(s.values) do
+    sum = sum + v.bytes
+    if v.op == "relu" then relu = v end
+  end
+  T.ok(relu and table.concat(relu.shape, ",") == "12,16" and relu.bytes == 12 * 16 * 4 and relu.dtype == "f32",
+    "cm:saved() lists the relu output the backward reads: shape {12, 16}, 768 bytes")
+  T.like(relu and relu.where or "", "^t/compiled_training%.lua:%d+$", "... with its source line")
+  T.is(s.bytes, sum, "cm:saved().bytes is the sum of its values'")
+  T.is(#s.recomputed, 0, "... and nothing is recomputed yet")
+  kiln.explain_quiet = true
+  local r = kiln.explain(step, x_mlp, y_mlp)
+  kiln.explain_quiet = nil
+  T.like(kiln.format_explain(r), "Forward graphs: 1, backward graphs: 1",
+    "kiln.explain counts the graphs with forward ops and with backward ops")
+  local inference = kiln.compile(function(v) return model(v) end)
+  kiln.no_grad(inference, x_mlp)
+  T.is(inference:last_call().backward_graphs, 0, "an inference call has no backward graph")
+  T.is(#inference:saved().values, 0, "... and saves nothing")
 end
 
 -- ---- recompiles: requires_grad and train/eval --------------------------------

@@ -158,6 +158,10 @@ typedef struct kn_capture {
      * refers to them is (inference: the fused graph stays as it was).
      * The caller sets it per call: a module in train mode, grad mode on */
     bool keep_saved;
+    /* the part of a training step the ops traced now belong to (KN_PART_*,
+     * kn_graph.h), set by the caller; in_backward while a backward runs */
+    int part;
+    bool in_backward;
 } kn_capture;
 
 struct kn_compiled {

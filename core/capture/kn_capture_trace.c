@@ -116,6 +116,7 @@ kn_status kn_capture_op(kn_capture *cap, kn_opcall *c, const char *where)
     int n_out = 0;
     KN_TRY(kn_op_infer(c, n.out, &n_out));
     n.op = (int)c->op;
+    n.part = (unsigned char)cap->part;
     n.n_in = c->n_in;
     n.a = c->a;
     n.n_out = n_out;
@@ -152,6 +153,8 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->passes_s = cap->codegen_s = cap->backend_s = cap->compile_s = 0;
     cap->kernels_generated = cap->kernels_cached = 0;
     cap->call_writes = cap->call_backwards = 0;
+    cap->part = KN_PART_FORWARD;
+    cap->in_backward = false;
     cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
     kn_phase_totals(cap->phase_at_start);

@@ -16,6 +16,12 @@
 
 enum { KN_NODE_INPUT = KN_OP_COUNT, KN_NODE_CONST };
 
+/* Which part of a training step a node belongs to: the forward, the
+ * backward (a gradient rule's op, traced by backward) or the update after
+ * it (an optimizer's ops, grad mode off); inference graphs are all
+ * forward. */
+enum { KN_PART_FORWARD, KN_PART_BACKWARD, KN_PART_UPDATE };
+
 typedef enum kn_input_kind {
     KN_IN_ARG,          /* an argument of the compiled function */
     KN_IN_PARAM,        /* a parameter or buffer of the compiled module */
@@ -46,6 +52,7 @@ typedef struct kn_node {
     char where[KN_WHERE_MAX];    /* "file.lua:LINE" of the user code */
     char covers[KN_COVERS_MAX];  /* a node a pass made from several: the ops it replaced with their
                                     lines, for cm:kernels() ("matmul f.lua:3, softmax :4, ..."); or "" */
+    unsigned char part;          /* KN_PART_*: set as the node is traced */
 } kn_node;
 
 typedef struct kn_graph_input {
