@@ -350,6 +350,23 @@ do
   T.ok(maxdiff(model[1].weight, before) > 0, "... and the next step trains again")
 end
 
+-- an in-place write inside a compiled step to a tensor saved for backward:
+-- the error eager backward gives, and nothing written
+do
+  local p = kiln.randn({ 3 }, { seed = 2, requires_grad = true })
+  local cm = kiln.compile(function(v)
+    local loss = (v * p):sum()
+    kiln.no_grad(function() p:copy_(p * 2) end)
+    loss:backward()
+    return loss
+  end)
+  local before = p:clone()
+  T.raises(function() cm(kiln.randn({ 4, 3 }, { seed = 3 })) end,
+    "input 2 of mul %(at t/compiled_training%.lua:%d+%) %(shape {3}%), which its gradient needs, was modified in place",
+    "a compiled step writing a tensor saved for backward: backward names the op and its line, as eagerly")
+  T.ok(maxdiff(p, before) == 0 and p.grad == nil, "... and neither the tensor nor its .grad changed")
+end
+
 -- ---- copy_ inside a compiled function ----------------------------------------
 
 do

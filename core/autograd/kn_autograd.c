@@ -109,9 +109,14 @@ static kn_status record(kn_autograd *ag, kn_exec *ex, kn_opcall *c, kn_tensor *c
             kn_grad_meta_retain(given->ag);
         }
         if ((e->saves & KN_SAVE_IN(i)) && st == KN_OK) {
-            st = kn_tensor_alias(x, &n->saved_in[i]);
+            /* a tensor with data from outside the graph (a parameter) is
+             * saved itself, not its placeholder: a backward traced later
+             * finds the same graph input through it, and its storage
+             * version shows an in-place write since (a traced copy_ too) */
+            kn_tensor *keep = x->lazy && orig[i] && orig[i]->storage ? orig[i] : x;
+            st = kn_tensor_alias(keep, &n->saved_in[i]);
             mark_saved(n->saved_in[i]);
-            n->in_version[i] = version_of(x);
+            n->in_version[i] = version_of(keep);
         }
     }
     for (int k = 0; k < c->n_out && st == KN_OK; k++) {

@@ -55,6 +55,9 @@ kn_status kn_capture_write(kn_capture *cap, kn_tensor *dst, kn_tensor *src)
     kn_tensor *keep;
     KN_TRY(kn_tensor_alias(src, &keep)); /* the graph must compute it: a live placeholder */
     kn_tensor_retain(real);
+    /* written, as far as a tape node that saved it can tell: backward
+     * through such a node fails as it would eagerly */
+    kn_storage_written(real->storage);
     cap->writes[cap->n_writes++] = (struct kn_capture_write){real, keep};
     cap->call_writes++;
     return KN_OK;
