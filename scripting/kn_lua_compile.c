@@ -204,6 +204,10 @@ static kn_status push_traced_args(lua_State *L, kn_compiled *cm, int fn_idx, int
             kn_capture_end(&cm->cap, false);
             return st;
         }
+        if (t->ag && !p->ag) { /* the function sees the placeholder: it carries the argument's autograd state */
+            p->ag = t->ag;
+            kn_grad_meta_retain(t->ag);
+        }
         kn_lua_pushtensor(L, p);
     }
     return KN_OK;

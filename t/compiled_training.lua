@@ -367,6 +367,24 @@ do
   T.ok(maxdiff(p, before) == 0 and p.grad == nil, "... and neither the tensor nor its .grad changed")
 end
 
+-- arguments that require grad: the traced function sees placeholders that
+-- carry their autograd state
+do
+  local w = kiln.tensor({ 1, 2, 3 }, { requires_grad = true })
+  local cg = kiln.compile(function(v) return kiln.grad((v * v):sum(), v) end)
+  local g = cg(w):tolist()
+  T.ok(g[1] == 2 and g[2] == 4 and g[3] == 6, "kiln.grad inside a compiled function, of an argument: 2w")
+  local cb = kiln.compile(function(v)
+    local y = (v * v):sum()
+    y:backward()
+    return y
+  end)
+  cb(w)
+  cb(w)
+  local acc = w.grad:tolist()
+  T.ok(acc[1] == 4 and acc[2] == 8 and acc[3] == 12, "backward inside it twice: the argument's .grad accumulates 2w twice")
+end
+
 -- ---- copy_ inside a compiled function ----------------------------------------
 
 do
