@@ -2,7 +2,7 @@
  *
  * Recording: every op a caller runs goes through kn_autograd_run, the one
  * entry where a kn_opcall is dispatched. It runs the op through the
- * caller's executor (kn_exec: eagerly, or, later, into a graph being
+ * caller's executor (kn_exec: eagerly, or into a graph being
  * captured) and, when grad mode is on and an input requires grad, records
  * a tape node on the outputs (their kn_grad_meta, kn_tensor.h): the op,
  * its attributes, what its gradient rule needs saved.
@@ -11,9 +11,8 @@
  * reverse recording order and calls each op's rule (kn_grad.def: one row
  * per row of kn_ops.def). A rule is written as calls of kiln's own ops,
  * made through the same executor, so a backward that runs while capture
- * traces would record its ops as graph nodes like any others: that is how
- * compiled training steps (joint forward and backward graphs) build on
- * this. Gradients reach the leaves' .grad only once the whole pass has
+ * traces records its ops as graph nodes like any others: a compiled
+ * training step is one joint graph of forward, backward and update. Gradients reach the leaves' .grad only once the whole pass has
  * succeeded, so a failing backward leaves no .grad half updated.
  *
  * Nothing here knows Lua; scripting/kn_lua_autograd.c binds it.
