@@ -595,15 +595,30 @@ static int64_t push_saved(lua_State *L, int k, const kn_graph *g, int i, int out
     return bytes;
 }
 
-/* cm:saved(): the partitioner's ledger of the latest version of each
- * graph: every forward value a backward op reads (an op's output, or an
- * input: a parameter, an argument, a value an earlier graph kept), with
- * op, shape, dtype, bytes and source line; `bytes`, their sum; and
+/* Whether output o of node i of graph g is read by a backward op of g. */
+static bool read_by_backward(const kn_graph *g, int i, int o)
+{
+    for (int j = i + 1; j < g->n_nodes; j++) {
+        const kn_node *u = &g->nodes[j];
+        if (u->part != KN_PART_BACKWARD || u->op >= KN_OP_COUNT) continue;
+        for (int x = 0; x < u->n_in; x++)
+            if (u->in_node[x] == i && u->in_out[x] == o) return true;
+    }
+    return false;
+}
+
+/* cm:saved(): the partitioner's ledger: every forward value a backward op
+ * of the same graph reads (an op's output, or an input: a parameter, an
+ * argument), and every output of a graph of the latest call that a tape
+ * node saved, kept for a backward in a later graph or after the call
+ * (`kept` set; a later graph reads it as an input, not listed again),
+ * with op, shape, dtype, bytes and source line; `bytes`, their sum; and
  * `recomputed`, the forward ops recomputed for the backward instead of
  * kept (none yet: every value is kept). */
 static int cm_saved(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    const kn_capture *cap = &cm->cap;
     lua_createtable(L, 0, 3);
     lua_newtable(L);
     int64_t total = 0;
@@ -615,18 +630,25 @@ static int cm_saved(lua_State *L)
         for (int i = 0; i < g->n_nodes; i++) {
             const kn_node *nd = &g->nodes[i];
             if (nd->part != KN_PART_FORWARD || nd->op == KN_NODE_CONST) continue;
+            /* a value an earlier graph kept is listed there, below */
+            if (nd->op == KN_NODE_INPUT && g->inputs[nd->input].kind == KN_IN_GRAPH_OUTPUT) continue;
             for (int o = 0; o < nd->n_out; o++) {
-                bool read = false;
-                for (int j = i + 1; j < g->n_nodes && !read; j++) {
-                    const kn_node *u = &g->nodes[j];
-                    if (u->part != KN_PART_BACKWARD || u->op >= KN_OP_COUNT) continue;
-                    for (int x = 0; x < u->n_in && !read; x++) read = u->in_node[x] == i && u->in_out[x] == o;
-                }
-                if (!read) continue;
+                if (!read_by_backward(g, i, o)) continue;
                 total += push_saved(L, k, g, i, o);
                 lua_seti(L, -2, ++n);
             }
         }
+    }
+    for (int i = 0; i < cap->n_kept; i++) {
+        const struct kn_kept_value *kv = &cap->kept[i];
+        int v = kv->graph < 256 && kv->graph < cap->n_graphs ? cap->graph_version[kv->graph] : -1;
+        if (v < 0 || kv->graph >= cm->cache.n_graphs || v >= cm->cache.graphs[kv->graph].n_versions) continue;
+        const kn_graph *g = &cm->cache.graphs[kv->graph].versions[v].g;
+        if (kv->node >= g->n_nodes) continue;
+        total += push_saved(L, kv->graph, g, kv->node, kv->out);
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "kept");
+        lua_seti(L, -2, ++n);
     }
     lua_setfield(L, -2, "values");
     lua_pushinteger(L, total);

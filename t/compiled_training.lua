@@ -203,11 +203,12 @@ do
   T.ok(lc.forward_graphs == 2 and lc.backward_graphs == 1,
     string.format("... cm:last_call() counts 2 graphs with forward ops and 1 with backward ops (%s, %s)",
       tostring(lc.forward_graphs), tostring(lc.backward_graphs)))
-  local kept = false
+  local kept = nil
   for _, v in ipairs(cm:saved().values) do
-    kept = kept or (v.graph == 1 and v.op == "input" and (v.name or ""):find("^graph 0 output") ~= nil)
+    if v.kept and v.graph == 0 and v.op == "relu" then kept = v end
   end
-  T.ok(kept, "... cm:saved() lists a value graph 0 kept for the backward in graph 1")
+  T.ok(kept and table.concat(kept.shape, ",") == "12,16",
+    "... cm:saved() lists the relu output graph 0 kept for the backward in graph 1, marked kept")
 end
 
 -- ---- the parts of a joint graph, the ledger and kiln.explain ----------------
@@ -317,6 +318,9 @@ do
   local clin = kiln.compile(lin)
   clin(x_mlp)
   T.like(clin:stats().replayable, "autograd history", "... and it says why (a result with autograd history)")
+  local n_kept = 0
+  for _, v in ipairs(clin:saved().values) do n_kept = n_kept + (v.kept and 1 or 0) end
+  T.ok(n_kept > 0, "... cm:saved() lists the values its graph kept for the backward after the call (" .. n_kept .. ")")
   m2:eval()
   T.raises(function() F.cross_entropy(cm(x_img), y_img):backward() end,
     "kept no values for a backward outside it",

@@ -162,6 +162,13 @@ typedef struct kn_capture {
      * kn_graph.h), set by the caller; in_backward while a backward runs */
     int part;
     bool in_backward;
+    /* the outputs of this call's graphs that a tape node saved (kept for
+     * a backward in a later graph or after the call): cm:saved() lists
+     * them */
+    struct kn_kept_value {
+        int graph, node, out;
+    } *kept;
+    int n_kept, cap_kept;
 } kn_capture;
 
 struct kn_compiled {

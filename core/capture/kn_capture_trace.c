@@ -155,6 +155,7 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->call_writes = cap->call_backwards = 0;
     cap->part = KN_PART_FORWARD;
     cap->in_backward = false;
+    cap->n_kept = 0;
     cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
     kn_phase_totals(cap->phase_at_start);
@@ -163,6 +164,23 @@ kn_status kn_capture_begin(kn_compiled *cm)
     return KN_OK;
 }
 
+
+/* Note that lz, an output of its graph, is a value a tape node saved: kept
+ * for a backward in a later graph or after the call (best effort: out of
+ * memory leaves the ledger short, nothing else). */
+static void note_kept(kn_capture *cap, const kn_lazy *lz)
+{
+    for (int i = 0; i < cap->n_kept; i++)
+        if (cap->kept[i].graph == cap->segment && cap->kept[i].node == lz->node && cap->kept[i].out == lz->out) return;
+    if (cap->n_kept == cap->cap_kept) {
+        int ncap = cap->cap_kept ? cap->cap_kept * 2 : 32;
+        struct kn_kept_value *nk = realloc(cap->kept, sizeof *nk * (size_t)ncap);
+        if (!nk) return;
+        cap->kept = nk;
+        cap->cap_kept = ncap;
+    }
+    cap->kept[cap->n_kept++] = (struct kn_kept_value){cap->segment, lz->node, lz->out};
+}
 
 /* Whether the graph must compute lz: a placeholder other than the
  * capture's own reference holds it (autograd's saved ones only when the
@@ -226,6 +244,7 @@ kn_status kn_capture_flush(kn_capture *cap)
                 }
                 /* outputs are numbered among computed values, not inputs */
                 if (nd->op < KN_OP_COUNT) lz->output_index = next_output++;
+                if (nd->op < KN_OP_COUNT && lz->saved_refs > 0) note_kept(cap, lz);
             }
             if (ops > 0) {
                 if (cap->n_graphs < (int)(sizeof cap->ops_per_graph / sizeof cap->ops_per_graph[0])) {
