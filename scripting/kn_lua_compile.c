@@ -136,6 +136,9 @@ static int traced_call_close(lua_State *L)
         lua_rawgeti(L, LUA_REGISTRYINDEX, g->callable_ref);
         compiled_ud *u = luaL_testudata(L, -1, KN_COMPILED_MT);
         if (u) snprintf(u->no_replay, sizeof u->no_replay, "its last call failed (the report's Failures has the error)");
+        /* a backward that failed (on a value a break did not keep) still
+         * says the function trains: the next call keeps the values */
+        if (u && g->cm->cap.call_backwards) u->trains = true;
         notify_event(L, "kiln.on_failure", lua_gettop(L), 2);
         lua_pop(L, 1);
     }

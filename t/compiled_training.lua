@@ -247,6 +247,29 @@ do
   T.is(#inference:saved().values, 0, "... and saves nothing")
 end
 
+-- a training step written with plain tensors (no module, so no train
+-- mode) and a break before its backward: the first call cannot know it
+-- trains and says so; from the next call on it keeps the values
+do
+  local w = kiln.randn({ 6, 4 }, { seed = 4, requires_grad = true })
+  local function step(v)
+    w:zero_grad()
+    local h = v:matmul(w):tanh() * 3 -- tanh's output: saved, nothing else holds it
+    local _ = h:sum():item() -- a break
+    local loss = (h * h):mean()
+    loss:backward()
+    kiln.no_grad(function() w:copy_(w - w.grad * 0.1) end)
+    return loss
+  end
+  local cm = kiln.compile(step)
+  local before = w:detach():clone()
+  T.raises(function() cm(x_mlp) end, "kept no values for a backward in a later graph or after the call.*call it again",
+    "plain tensors, a break before backward: the first call says the values were not kept, and to call again")
+  T.is(maxdiff(w, before), 0, "... and wrote nothing")
+  local l1, l2 = cm(x_mlp):item(), cm(x_mlp):item()
+  T.ok(l2 < l1 and maxdiff(w, before) > 0, "... the next calls train")
+end
+
 -- ---- recompiles: requires_grad and train/eval --------------------------------
 
 do

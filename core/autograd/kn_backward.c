@@ -165,9 +165,10 @@ static kn_status check_kept(const pass *p, const kn_grad_node *n, const kn_tenso
     if (!t || !t->lazy || t->lazy->value || (!t->lazy->dropped && t->lazy->cap)) return KN_OK;
     char w[KN_GRAD_WHERE_MAX + 8];
     return kn_error(KN_ERR_ARG,
-                    "%s: %s%s ran inside a compiled function that kept no values for a backward outside its "
-                    "graph; kiln.compile keeps them when a module it runs is in train mode with grad mode on "
-                    "(m:train()), or call backward inside the compiled function (a whole training step)",
+                    "%s: %s%s ran in a graph of a compiled function that kept no values for a backward in a "
+                    "later graph or after the call; kiln.compile keeps them when a module the call runs is in "
+                    "train mode with grad mode on (m:train()), and for a function that ran backward in an "
+                    "earlier call (call it again)",
                     p->a->what, kn_op_name(n->call->op), at(n, w, sizeof w));
 }
 
