@@ -21,6 +21,7 @@
 #include "kn_lua_inspect.h"
 #include "kn_lua_log.h"
 #include "kn_lua_replay.h"
+#include "kn_lua_replay_tape.h"
 #include "kn_lua_state.h"
 #include "kn_lua_tensor_ud.h"
 #include "kn_lua_trace.h"
@@ -302,6 +303,7 @@ static int cm_call(lua_State *L)
     /* watch the calls for impure ones (see purity_hook) */
     kn_lua_trace_watch(L, &guard->hook);
     uint64_t rng_before = s->rng_offset;
+    u->trace_seq0 = s->grad.seq;
     guard->armed = true; /* an error from here on: traced_call_close undoes the call */
     lua_call(L, n, LUA_MULTRET);
     guard->armed = false;
@@ -331,6 +333,8 @@ static int cm_gc(lua_State *L)
     compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
     kn_compiled_free(u->cm);
     u->cm = NULL;
+    kn_replay_tape_free(u->rp.tape);
+    u->rp.tape = NULL;
     return 0;
 }
 

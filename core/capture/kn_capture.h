@@ -169,6 +169,12 @@ typedef struct kn_capture {
         int graph, node, out;
     } *kept;
     int n_kept, cap_kept;
+    /* the values the last graph run computed (its plan's outputs, in
+     * order): a direct replay that rebuilds the call's autograd history
+     * asks for the same values, the kept ones with the results, and so
+     * runs the same plan */
+    kn_plan_value *last_want;
+    int n_last_want;
 } kn_capture;
 
 struct kn_compiled {

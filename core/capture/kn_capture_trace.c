@@ -253,6 +253,10 @@ kn_status kn_capture_flush(kn_capture *cap)
                 }
                 cap->n_graphs++;
                 cm->stats.graphs_run++;
+                free(cap->last_want); /* kept for a replay (kn_capture.last_want) */
+                cap->last_want = want;
+                cap->n_last_want = n_want;
+                want = NULL;
             }
         }
         kn_status wst = kn_capture_apply_writes(cap, st == KN_OK);
