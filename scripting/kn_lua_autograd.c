@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 
 #include "kn_autograd.h"
+#include "kn_capture.h"
 #include "kn_lua_autograd.h"
 #include "kn_lua_state.h"
 #include "kn_lua_tensor_ud.h"
@@ -20,14 +21,23 @@ static kn_autograd *grad_state(lua_State *L)
     return &kn_lua_state_get(L)->grad;
 }
 
-/* Backward runs eagerly: inside a compiled function's trace its ops would
- * become graph nodes, which compiled training (issue 33 item 2) will
- * build on; until then it is refused there, by name. */
-static void not_traced(lua_State *L, const char *what)
+/* Run a backward pass (backward, kiln.grad) through the state's executor.
+ * Inside a compiled function's trace its ops (the gradient rules) become
+ * nodes of the graph, marked as its backward part: the forward, the
+ * backward and what follows (an optimizer's step) make one joint graph.
+ * The capture counts the passes: a call that ran one is not replayed,
+ * since a replay would not set the .grad it sets. */
+static kn_status traced_backward(lua_State *L, const kn_backward_args *a)
 {
-    if (kn_lua_active_capture(L))
-        luaL_error(L, "%s: not inside a compiled function: kiln.compile records no gradients yet; call it after "
-                      "the compiled call returns, or run the training step uncompiled", what);
+    kn_capture *cap = kn_lua_active_capture(L);
+    kn_lua_exec ex;
+    kn_lua_exec_init(&ex, L);
+    if (!cap) return kn_autograd_backward(grad_state(L), &ex.base, a);
+    cap->call_backwards++;
+    cap->in_backward = true; /* its ops are the backward part of the graph */
+    kn_status st = kn_autograd_backward(grad_state(L), &ex.base, a);
+    cap->in_backward = false;
+    return st;
 }
 
 /* ---- properties -------------------------------------------------------- */
@@ -136,7 +146,6 @@ static bool opt_bool(lua_State *L, int idx, const char *key)
 static int m_backward(lua_State *L)
 {
     static const char *const keys[] = {"retain_graph", NULL};
-    not_traced(L, "backward");
     kn_tensor *t = kn_lua_checktensor(L, 1), *g = NULL;
     int opts = 3;
     if (lua_istable(L, 2) && !kn_lua_totensor(L, 2)) opts = 2;
@@ -144,9 +153,7 @@ static int m_backward(lua_State *L)
     kn_lua_check_options(L, opts, "backward", keys);
     kn_backward_args a = {
         .what = "backward", .n_roots = 1, .roots = &t, .grads = &g, .retain_graph = opt_bool(L, opts, "retain_graph")};
-    kn_lua_exec ex;
-    kn_lua_exec_init(&ex, L);
-    kn_status st = kn_autograd_backward(grad_state(L), &ex.base, &a);
+    kn_status st = traced_backward(L, &a);
     if (st != KN_OK) return kn_lua_fail(L, st);
     return 0;
 }
@@ -181,7 +188,6 @@ static kn_tensor **tensor_list(lua_State *L, int idx, const char *what, int *n, 
 static int l_grad(lua_State *L)
 {
     static const char *const keys[] = {"grad_outputs", "retain_graph", "allow_unused", NULL};
-    not_traced(L, "grad");
     lua_settop(L, 3);
     kn_lua_check_options(L, 3, "grad", keys);
     int n_out, n_in, n_g = 0;
@@ -206,9 +212,7 @@ static int l_grad(lua_State *L)
                           .inputs = ins,
                           .results = res,
                           .allow_unused = opt_bool(L, 3, "allow_unused")};
-    kn_lua_exec ex;
-    kn_lua_exec_init(&ex, L);
-    kn_status st = kn_autograd_backward(grad_state(L), &ex.base, &a);
+    kn_status st = traced_backward(L, &a);
     if (st != KN_OK) return kn_lua_fail(L, st);
     lua_createtable(L, n_in, 0);
     for (int i = 0; i < n_in; i++) {

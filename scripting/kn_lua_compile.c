@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kn_autograd.h"
 #include "kn_capture.h"
 #include "kn_fs.h"
 #include "kn_lua_autotune.h"
@@ -20,6 +21,7 @@
 #include "kn_lua_inspect.h"
 #include "kn_lua_log.h"
 #include "kn_lua_replay.h"
+#include "kn_lua_replay_tape.h"
 #include "kn_lua_state.h"
 #include "kn_lua_tensor_ud.h"
 #include "kn_lua_trace.h"
@@ -135,6 +137,9 @@ static int traced_call_close(lua_State *L)
         lua_rawgeti(L, LUA_REGISTRYINDEX, g->callable_ref);
         compiled_ud *u = luaL_testudata(L, -1, KN_COMPILED_MT);
         if (u) snprintf(u->no_replay, sizeof u->no_replay, "its last call failed (the report's Failures has the error)");
+        /* a backward that failed (on a value a break did not keep) still
+         * says the function trains: the next call keeps the values */
+        if (u && g->cm->cap.call_backwards) u->trains = true;
         notify_event(L, "kiln.on_failure", lua_gettop(L), 2);
         lua_pop(L, 1);
     }
@@ -203,9 +208,37 @@ static kn_status push_traced_args(lua_State *L, kn_compiled *cm, int fn_idx, int
             kn_capture_end(&cm->cap, false);
             return st;
         }
+        if (t->ag && !p->ag) { /* the function sees the placeholder: it carries the argument's autograd state */
+            p->ag = t->ag;
+            kn_grad_meta_retain(t->ag);
+        }
         kn_lua_pushtensor(L, p);
     }
     return KN_OK;
+}
+
+/* This call's train/eval mode (a guard of every version) and whether its
+ * graphs keep the values autograd saved: a module in train mode or a
+ * function that ran backward before, with grad mode on (as PyTorch makes
+ * a training graph when grad is needed). Inference (eval mode, or
+ * kiln.no_grad) keeps its graphs as they were. */
+static void set_training(lua_State *L, compiled_ud *u, int module_idx, int fn_idx)
+{
+    kn_compiled *cm = u->cm;
+    cm->id.training = kn_lua_trace_training(L, module_idx, fn_idx, cm->id.training_what, sizeof cm->id.training_what);
+    cm->cap.keep_saved = kn_lua_state_get(L)->grad.enabled && (cm->id.training || u->trains);
+}
+
+/* The results from call_base on of a call that keeps no values for
+ * backward lose the history its trace recorded, before its last graph
+ * runs: backward from them says why, and the graph computes only what
+ * the results and the Lua state refer to. */
+static void forget_history(lua_State *L, int call_base)
+{
+    for (int i = call_base; i <= lua_gettop(L); i++) {
+        kn_tensor *t = kn_lua_totensor(L, i);
+        if (t) kn_autograd_forget(t, KN_GRAD_ORIGIN_COMPILED);
+    }
 }
 
 /* A call of a compiled callable: replayed when the last trace allows it
@@ -239,6 +272,7 @@ static int cm_call(lua_State *L)
     }
     /* parameter names of the module, by tensor id */
     kn_lua_trace_param_map(L, is_module ? module_idx : 0, uv + 1);
+    set_training(L, u, is_module ? module_idx : 0, uv + 1);
 
     /* what the function can read, before it runs: a trace that changes it
      * must not be replayed (kn_lua_replay_record) */
@@ -269,6 +303,7 @@ static int cm_call(lua_State *L)
     /* watch the calls for impure ones (see purity_hook) */
     kn_lua_trace_watch(L, &guard->hook);
     uint64_t rng_before = s->rng_offset;
+    u->trace_seq0 = s->grad.seq;
     guard->armed = true; /* an error from here on: traced_call_close undoes the call */
     lua_call(L, n, LUA_MULTRET);
     guard->armed = false;
@@ -277,6 +312,8 @@ static int cm_call(lua_State *L)
     /* the last graph computes what is still referenced: collect first, so
      * that set (and so the compiled plan) does not depend on the collector */
     lua_gc(L, LUA_GCCOLLECT);
+    if (cm->cap.call_backwards) u->trains = true;
+    if (!cm->cap.keep_saved) forget_history(L, call_base);
     st = kn_capture_end(&cm->cap, true);
     kn_lua_trace_flush_log(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
@@ -296,6 +333,8 @@ static int cm_gc(lua_State *L)
     compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
     kn_compiled_free(u->cm);
     u->cm = NULL;
+    kn_replay_tape_free(u->rp.tape);
+    u->rp.tape = NULL;
     return 0;
 }
 

@@ -16,6 +16,9 @@
 #define KN_COMPILED_MT "kiln.Compiled"
 
 #define KN_REPLAY_MAX 32
+/* values a replay that rebuilds autograd history may ask its graph for
+ * (results and the values kept for backward) */
+#define KN_REPLAY_TAPE_MAX 256
 
 /* What a direct replay needs: when the last trace of a call made exactly one
  * graph, saw no impure call and returned only values of that graph (or
@@ -38,6 +41,11 @@ typedef struct {
      * traced call drew; a replay draws the same count from where the stream
      * is now, so every call gets new numbers as a traced one does */
     uint64_t rng_used;
+    /* results with autograd history (a module in train mode, grad on):
+     * the traced call's tape, which each replay builds again from its
+     * values (kn_lua_replay_tape.h); NULL when none has history */
+    struct kn_replay_tape *tape;
+    bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
 } replay_t;
 
 typedef struct {
@@ -46,6 +54,8 @@ typedef struct {
     int direct_replays;
     double replay_run_s; /* time inside kn_graph_run during replays */
     char no_replay[384]; /* why the last trace cannot be replayed ("" when it can) */
+    bool trains; /* a traced call ran backward: later calls keep saved values across breaks */
+    uint64_t trace_seq0; /* the first tape node number of the latest trace (its nodes are this or later) */
 } compiled_ud;
 
 /* The compiled callable at idx (raises if it is not one, or was freed). */

@@ -127,6 +127,11 @@ static void push_shape_list(lua_State *L, const kn_meta *m)
 }
 
 /* The latest version of each graph: {{graph =, version =, nodes = {{op =, inputs =, shape =, dtype =, where =}}}} */
+static const char *part_name(int part)
+{
+    return part == KN_PART_BACKWARD ? "backward" : part == KN_PART_UPDATE ? "update" : "forward";
+}
+
 static int cm_graphs(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -178,6 +183,8 @@ static int cm_graphs(lua_State *L)
             lua_setfield(L, -2, "dtype");
             lua_pushstring(L, nd->where[0] ? nd->where : "");
             lua_setfield(L, -2, "where");
+            lua_pushstring(L, part_name(nd->part));
+            lua_setfield(L, -2, "part");
             lua_seti(L, -2, i + 1);
         }
         lua_setfield(L, -2, "nodes");
@@ -531,8 +538,129 @@ static int cm_stats(lua_State *L)
     return 1;
 }
 
+/* Whether graph g has an op node of this part. */
+static bool has_part(const kn_graph *g, int part)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op < KN_OP_COUNT && g->nodes[i].part == part) return true;
+    return false;
+}
+
+/* last_call's forward_graphs and backward_graphs: the graphs of the
+ * latest call with forward ops, and with backward ops (a joint graph of a
+ * training step counts in both). */
+static void push_part_counts(lua_State *L, const kn_compiled *cm)
+{
+    const kn_capture *cap = &cm->cap;
+    int fwd = 0, bwd = 0, n = cap->n_graphs < 256 ? cap->n_graphs : 256;
+    for (int k = 0; k < n && k < cm->cache.n_graphs; k++) {
+        int v = cap->graph_version[k];
+        if (v < 0 || v >= cm->cache.graphs[k].n_versions) continue;
+        const kn_graph *g = &cm->cache.graphs[k].versions[v].g;
+        fwd += has_part(g, KN_PART_FORWARD);
+        bwd += has_part(g, KN_PART_BACKWARD);
+    }
+    lua_pushinteger(L, fwd);
+    lua_setfield(L, -2, "forward_graphs");
+    lua_pushinteger(L, bwd);
+    lua_setfield(L, -2, "backward_graphs");
+}
+
+/* One entry of cm:saved(): output `out` of node i of graph k, which a
+ * backward node reads. */
+static int64_t push_saved(lua_State *L, int k, const kn_graph *g, int i, int out)
+{
+    const kn_node *nd = &g->nodes[i];
+    const kn_meta *m = &nd->out[out];
+    int64_t numel = 1;
+    for (int d = 0; d < m->ndim; d++) numel *= m->shape[d];
+    int64_t bytes = numel * (int64_t)kn_dtype_size(m->dtype);
+    lua_createtable(L, 0, 7);
+    lua_pushinteger(L, k);
+    lua_setfield(L, -2, "graph");
+    lua_pushstring(L, kn_node_op_name(nd));
+    lua_setfield(L, -2, "op");
+    if (nd->op == KN_NODE_INPUT) {
+        lua_pushstring(L, g->inputs[nd->input].name);
+        lua_setfield(L, -2, "name");
+    }
+    push_shape_list(L, m);
+    lua_setfield(L, -2, "shape");
+    lua_pushstring(L, kn_dtype_name(m->dtype));
+    lua_setfield(L, -2, "dtype");
+    lua_pushinteger(L, bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_pushstring(L, nd->where);
+    lua_setfield(L, -2, "where");
+    return bytes;
+}
+
+/* Whether output o of node i of graph g is read by a backward op of g. */
+static bool read_by_backward(const kn_graph *g, int i, int o)
+{
+    for (int j = i + 1; j < g->n_nodes; j++) {
+        const kn_node *u = &g->nodes[j];
+        if (u->part != KN_PART_BACKWARD || u->op >= KN_OP_COUNT) continue;
+        for (int x = 0; x < u->n_in; x++)
+            if (u->in_node[x] == i && u->in_out[x] == o) return true;
+    }
+    return false;
+}
+
+/* cm:saved(): the partitioner's ledger: every forward value a backward op
+ * of the same graph reads (an op's output, or an input: a parameter, an
+ * argument), and every output of a graph of the latest call that a tape
+ * node saved, kept for a backward in a later graph or after the call
+ * (`kept` set; a later graph reads it as an input, not listed again),
+ * with op, shape, dtype, bytes and source line; `bytes`, their sum; and
+ * `recomputed`, the forward ops recomputed for the backward instead of
+ * kept (none yet: every value is kept). */
+static int cm_saved(lua_State *L)
+{
+    kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
+    const kn_capture *cap = &cm->cap;
+    lua_createtable(L, 0, 3);
+    lua_newtable(L);
+    int64_t total = 0;
+    int n = 0;
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        const kn_version *ver = latest_version(cm, k);
+        if (!ver) continue;
+        const kn_graph *g = &ver->g;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const kn_node *nd = &g->nodes[i];
+            if (nd->part != KN_PART_FORWARD || nd->op == KN_NODE_CONST) continue;
+            /* a value an earlier graph kept is listed there, below */
+            if (nd->op == KN_NODE_INPUT && g->inputs[nd->input].kind == KN_IN_GRAPH_OUTPUT) continue;
+            for (int o = 0; o < nd->n_out; o++) {
+                if (!read_by_backward(g, i, o)) continue;
+                total += push_saved(L, k, g, i, o);
+                lua_seti(L, -2, ++n);
+            }
+        }
+    }
+    for (int i = 0; i < cap->n_kept; i++) {
+        const struct kn_kept_value *kv = &cap->kept[i];
+        int v = kv->graph < 256 && kv->graph < cap->n_graphs ? cap->graph_version[kv->graph] : -1;
+        if (v < 0 || kv->graph >= cm->cache.n_graphs || v >= cm->cache.graphs[kv->graph].n_versions) continue;
+        const kn_graph *g = &cm->cache.graphs[kv->graph].versions[v].g;
+        if (kv->node >= g->n_nodes) continue;
+        total += push_saved(L, kv->graph, g, kv->node, kv->out);
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "kept");
+        lua_seti(L, -2, ++n);
+    }
+    lua_setfield(L, -2, "values");
+    lua_pushinteger(L, total);
+    lua_setfield(L, -2, "bytes");
+    lua_newtable(L);
+    lua_setfield(L, -2, "recomputed");
+    return 1;
+}
+
 /* cm:last_call(): what the latest call did, for kiln.explain:
- * {graph_count, graph_break_count, op_count, ops_per_graph, break_reasons, compile_s = {...}} */
+ * {graph_count, graph_break_count, op_count, forward_graphs, backward_graphs, ops_per_graph,
+ * break_reasons, compile_s = {...}} */
 static int cm_last_call(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -552,6 +680,7 @@ static int cm_last_call(lua_State *L)
     lua_setfield(L, -2, "ops_per_graph");
     lua_pushinteger(L, ops);
     lua_setfield(L, -2, "op_count");
+    push_part_counts(L, cm);
     lua_createtable(L, cap->n_breaks, 0);
     for (int i = 0; i < cap->n_breaks; i++) {
         push_break(L, &cap->call_breaks[i]);
@@ -625,7 +754,7 @@ void kn_lua_compiled_inspect_methods(lua_State *L)
                                        {"guards", cm_guards},   {"graphs", cm_graphs},
                                        {"kernels", cm_kernels}, {"stats", cm_stats},
                                        {"last_call", cm_last_call}, {"source", cm_source},
-                                       {"fusion", cm_fusion},
+                                       {"fusion", cm_fusion},   {"saved", cm_saved},
                                        {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);
 }

@@ -16,6 +16,7 @@
 #include "kn_capture.h"
 #include "kn_lua_compiled_ud.h"
 #include "kn_lua_replay.h"
+#include "kn_lua_replay_tape.h"
 #include "kn_lua_state.h"
 #include "kn_lua_tensor_ud.h"
 #include "kn_lua_trace.h"
@@ -412,6 +413,10 @@ static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int r
         if (!bound[k]) return false;
     }
     lua_pop(L, 1);
+    /* whether each tensor requires grad, as at the trace: its gradient is
+     * traced or not (a replayed tape's edge to an argument) */
+    for (int k = 0; k < v->g.n_inputs; k++)
+        if (kn_autograd_requires_grad(bound[k]) != v->g.inputs[k].requires_grad) return false;
     /* upvalues of the function and scalar fields of the module */
     lua_getfield(L, rt, "upvalues");
     lua_getfield(L, uv, "fn");
@@ -440,20 +445,30 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
     if (rp->rng_used) replay_draw(L, v, rp->rng_used);
     /* running the graph: allocating, computing and freeing its values */
     double t0 = kn_clock_s();
-    kn_plan_value want[KN_REPLAY_MAX];
-    kn_tensor *outs[KN_REPLAY_MAX];
+    kn_plan_value own_want[KN_REPLAY_MAX];
+    const kn_plan_value *want = own_want;
+    kn_tensor *outs[KN_REPLAY_TAPE_MAX];
     int n_want = 0;
-    for (int i = 0; i < rp->n_results; i++)
-        if (rp->res_node[i] >= 0) want[n_want++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
+    if (rp->tape) want = kn_replay_tape_want(rp->tape, &n_want); /* the trace's: results and kept values */
+    else
+        for (int i = 0; i < rp->n_results; i++)
+            if (rp->res_node[i] >= 0) own_want[n_want++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
     kn_status st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
     for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = NULL;
+    kn_tensor *results[KN_REPLAY_MAX];
+    if (st == KN_OK && rp->tape) {
+        /* the history a traced call attaches, from this run's values */
+        kn_tensor *args[KN_REPLAY_MAX];
+        for (int i = 0; i < rp->nargs; i++) args[i] = kn_lua_totensor(L, 2 + i);
+        st = kn_replay_tape_attach(rp->tape, &kn_lua_state_get(L)->grad, outs, bound, args, results);
+        for (int i = 0; i < n_want; i++) kn_tensor_release(outs[i]);
+    } else if (st == KN_OK)
+        for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
     if (st != KN_OK) {
         kn_lua_trace_flush_log(cm);
         lua_settop(L, top);
         return kn_lua_fail(L, st);
     }
-    kn_tensor *results[KN_REPLAY_MAX];
-    for (int i = 0, w = 0; i < rp->n_results; i++) results[i] = rp->res_node[i] < 0 ? NULL : outs[w++];
     u->replay_run_s += kn_clock_s() - t0;
     lua_settop(L, top);
     lua_getfield(L, uv, "replay");
@@ -483,6 +498,9 @@ int kn_lua_replay_try(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
         rp->version >= cm->cache.graphs[0].n_versions || cm->cache.graphs[0].eager)
         return -1;
     kn_version *v = &cm->cache.graphs[0].versions[rp->version];
+    /* a training graph traced in one grad mode gives history, or not, as
+     * that mode did */
+    if ((rp->tape || v->training) && rp->grad_enabled != kn_lua_state_get(L)->grad.enabled) return -1;
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
@@ -503,6 +521,10 @@ static const char *why_no_replay(lua_State *L, const kn_compiled *cm, int nargs,
     const kn_lua_state *s = kn_lua_state_get(L);
     const char *why = NULL;
     if (cap->n_breaks) why = "graph breaks";
+    /* a replay runs the graph only: it would neither write the tensors the
+     * call wrote nor set the .grad its backward set */
+    else if (cap->call_writes) why = "it writes tensors in place (copy_, an optimizer's step)";
+    else if (cap->call_backwards) why = "it runs backward (a training step)";
     else if (s->impure) why = s->impure_what;
     /* a step counter kept in an upvalue (lr = lr * 0.9) or a table: a replay
      * would skip the write, and every later call would see the same value */
@@ -518,8 +540,10 @@ static const char *why_no_replay(lua_State *L, const kn_compiled *cm, int nargs,
  * constant itself, into a new table on the stack; false for a result a
  * replay cannot give back (a tensor from outside the graph, a table, a
  * function ...). */
-static bool record_results(lua_State *L, replay_t *rp, int first, int nres, char *why, size_t why_size)
+static bool record_results(lua_State *L, replay_t *rp, int first, int nres, bool *history, char *why,
+                           size_t why_size)
 {
+    *history = false;
     /* results: values of the graph, or constants */
     lua_createtable(L, nres, 0);
     for (int i = 0; i < nres; i++) {
@@ -532,6 +556,7 @@ static bool record_results(lua_State *L, replay_t *rp, int first, int nres, char
                 snprintf(why, why_size, "it returns a tensor (result %d) that is not a value of its graph", i + 1);
                 return false;
             }
+            if (t->ag && t->ag->fn) *history = true; /* a replay rebuilds its tape (kn_lua_replay_tape.h) */
             rp->res_node[i] = t->lazy->node;
             rp->res_out[i] = t->lazy->out;
         } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isfunction(L, idx) || lua_isthread(L, idx)) {
@@ -664,6 +689,30 @@ static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, con
     return true;
 }
 
+/* The tape of the results at [first, first + nres), which carry autograd
+ * history, into u->rp.tape; false (with why in u->no_replay) when a
+ * replay cannot build it again. */
+static bool record_tape(lua_State *L, compiled_ud *u, const kn_version *v, int first, int nres)
+{
+    replay_t *rp = &u->rp;
+    const kn_capture *cap = &u->cm->cap;
+    if (cap->n_last_want > KN_REPLAY_TAPE_MAX) {
+        snprintf(u->no_replay, sizeof u->no_replay,
+                 "it returns tensors with autograd history and its graph keeps more than %d values for backward",
+                 KN_REPLAY_TAPE_MAX);
+        return false;
+    }
+    kn_tensor *results[KN_REPLAY_MAX], *args[KN_REPLAY_MAX];
+    for (int i = 0; i < nres; i++) { /* the placeholders themselves: they name their graph values */
+        void *ud = luaL_testudata(L, first + i, KN_TENSOR_MT);
+        results[i] = ud ? *(kn_tensor **)ud : NULL;
+    }
+    for (int i = 0; i < rp->nargs; i++) args[i] = kn_lua_totensor(L, 2 + i);
+    rp->tape = kn_replay_tape_record(cap, v, u->trace_seq0, results, nres, args, rp->nargs, u->no_replay,
+                                     sizeof u->no_replay);
+    return rp->tape != NULL;
+}
+
 /* After a traced call: record what a replay needs, when the call allows it.
  * Results are at [first, top]. */
 void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
@@ -673,6 +722,8 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     kn_compiled *cm = u->cm;
     const kn_capture *cap = &cm->cap;
     rp->valid = false;
+    kn_replay_tape_free(rp->tape);
+    rp->tape = NULL;
     int nres = lua_gettop(L) - first + 1;
     const kn_lua_state *s = kn_lua_state_get(L);
     const char *why = why_no_replay(L, cm, nargs, nres, before);
@@ -687,7 +738,8 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     int top = lua_gettop(L);
     lua_createtable(L, 0, 6);
     int rt = lua_gettop(L);
-    if (!record_results(L, rp, first, nres, u->no_replay, sizeof u->no_replay)) goto fail;
+    bool history;
+    if (!record_results(L, rp, first, nres, &history, u->no_replay, sizeof u->no_replay)) goto fail;
     lua_setfield(L, rt, "results");
     if (!record_args(L, rp, uv, nargs, is_module, v, u->no_replay, sizeof u->no_replay)) goto fail;
     lua_setfield(L, rt, "args");
@@ -715,9 +767,11 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         goto fail;
     }
     if (!record_inputs(L, rp, cm, v, nargs, is_module, rt, u->no_replay, sizeof u->no_replay)) goto fail;
+    if (history && !record_tape(L, u, v, first, nres)) goto fail;
     lua_setfield(L, rt, "tensors");
     lua_setfield(L, rt, "params");
     lua_setfield(L, uv, "replay");
+    rp->grad_enabled = s->grad.enabled;
     snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
     rp->version = cap->graph_version[0];
     rp->valid = true;

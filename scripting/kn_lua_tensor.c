@@ -485,17 +485,25 @@ static int m_to(lua_State *L)
 static int m_copy_(lua_State *L)
 {
     kn_tensor *dst = kn_lua_checktensor(L, 1), *src = kn_lua_checktensor(L, 2);
-    if (dst->lazy || src->lazy || !dst->storage || !src->storage)
-        return luaL_error(L, "copy_: in-place copies are not traced; call it outside compiled functions");
+    kn_capture *cap = kn_lua_active_capture(L);
+    bool traced = cap && (dst->lazy || src->lazy || kn_capture_pending_write(cap, dst) ||
+                          kn_capture_pending_write(cap, src));
+    if (!traced && ((dst->lazy && !dst->lazy->value) || (src->lazy && !src->lazy->value)))
+        return luaL_error(L, "copy_: this traced tensor has no value (its compiled call failed)");
+    if (!traced) { /* a placeholder whose call ended stands for its value */
+        dst = kn_lua_need_value(L, dst, "copy_");
+        src = kn_lua_need_value(L, src, "copy_");
+    }
     char a[64], b[64];
     if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->ndim) != 0 ||
         dst->dtype != src->dtype)
         return luaL_error(L, "copy_: source %s %s does not match destination %s %s",
                           kn_shape_str(src->ndim, src->shape, a, sizeof a), kn_dtype_name(src->dtype),
                           kn_shape_str(dst->ndim, dst->shape, b, sizeof b), kn_dtype_name(dst->dtype));
-    if (!kn_tensor_is_contiguous(dst)) return luaL_error(L, "copy_: the destination must be contiguous");
     kn_status ok = kn_autograd_check_inplace(&kn_lua_state_get(L)->grad, dst, src, "copy_");
     if (ok != KN_OK) return kn_lua_fail(L, ok);
+    if (traced) return kn_lua_traced_copy(L, cap, dst, src);
+    if (!kn_tensor_is_contiguous(dst)) return luaL_error(L, "copy_: the destination must be contiguous");
     kn_device dd = kn_tensor_device(dst);
     const kn_settings *settings = &kn_lua_state_get(L)->settings;
     kn_tensor *s = src, *tmp = NULL;

@@ -3,6 +3,19 @@
 #include "kn_lua_state.h"
 #include "kn_lua_tensor_ud.h"
 
+/* The value of placeholder t, which has autograd history, as a header of
+ * its own that carries t's meta (a new reference): the value itself must
+ * not, since the tape's saved placeholders hold it through their lazy and
+ * a meta pointing back at the tape would make a cycle no one frees. */
+static kn_tensor *value_with_history(kn_tensor *t)
+{
+    kn_tensor *a;
+    if (kn_tensor_alias(t->lazy->value, &a) != KN_OK) return NULL;
+    a->ag = t->ag;
+    kn_grad_meta_retain(a->ag);
+    return a;
+}
+
 /* A placeholder whose graph has run stands for its value: outside the
  * capture that made it, hand out the value (and, once that capture is over,
  * keep the value in the userdata for good). */
@@ -13,9 +26,19 @@ kn_tensor *kn_lua_totensor(lua_State *L, int idx)
     kn_tensor *t = u->t;
     if (t && t->lazy && t->lazy->value) {
         struct kn_capture *cap = kn_lua_state_get(L)->cap;
+        /* no capture runs now (the call that made it is over), or the
+         * one that made it ended */
+        if (t->ag && t->ag->fn && (!cap || !t->lazy->cap)) {
+            kn_tensor *a = value_with_history(t);
+            if (a) { /* kept in the userdata for good, as below */
+                u->t = a;
+                kn_tensor_release(t);
+                return a;
+            }
+        }
         if (!cap || t->lazy->cap != cap) {
             kn_tensor *v = t->lazy->value;
-            if (t->ag && !v->ag) { /* why it has no history: a compiled call made it */
+            if (t->ag && !t->ag->fn && !v->ag) { /* why it has no history: a compiled call made it */
                 v->ag = t->ag;
                 kn_grad_meta_retain(v->ag);
             }

@@ -219,15 +219,32 @@ static kn_status exec_run(kn_exec *base, kn_opcall *c, kn_device dev)
     kn_lua_state *s = kn_lua_state_get(L);
     kn_capture *cap = s->cap;
     if (!cap) {
+        /* a placeholder whose call ended stands for its value: a backward
+         * outside a compiled call reads the values its graph kept */
+        for (int i = 0; i < c->n_in; i++)
+            if (c->in[i] && c->in[i]->lazy && c->in[i]->lazy->value) c->in[i] = c->in[i]->lazy->value;
         c->settings = &s->settings;
         return kn_op_eager(c, dev);
     }
     char where[KN_WHERE_MAX];
     kn_lua_where_str(L, where, sizeof where);
+    /* an op after a backward with grad mode off is the update (an optimizer's step) */
+    cap->part = cap->in_backward                             ? KN_PART_BACKWARD
+                : cap->call_backwards && !s->grad.enabled ? KN_PART_UPDATE
+                                                          : KN_PART_FORWARD;
     for (int i = 0; i < c->n_in; i++)
         if (c->in[i] && kn_capture_needs_input(cap, c->in[i]))
             c->in[i] = capture_input(L, cap, c->in[i], where);
     return kn_capture_op(cap, c, where);
+}
+
+/* kn_exec.write: backward accumulating into an existing .grad while it
+ * traces (kn_backward.c's commit_leaves) */
+static kn_status exec_write(kn_exec *base, kn_tensor *dst, kn_tensor *src)
+{
+    kn_capture *cap = kn_lua_state_get(((kn_lua_exec *)base)->L)->cap;
+    if (!cap) return kn_error(KN_ERR_ARG, "an in-place write outside a capture (a kiln bug)");
+    return kn_capture_write(cap, dst, src);
 }
 
 static void exec_where(kn_exec *base, char *buf, size_t size)
@@ -240,6 +257,7 @@ void kn_lua_exec_init(kn_lua_exec *ex, lua_State *L)
     memset(ex, 0, sizeof *ex);
     ex->base.run = exec_run;
     ex->base.where = exec_where;
+    ex->base.write = exec_write;
     ex->base.traces = kn_lua_state_get(L)->cap != NULL;
     ex->L = L;
 }
@@ -252,6 +270,35 @@ int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
     if (st != KN_OK) return kn_lua_fail(L, st);
     for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
     return c->n_out;
+}
+
+/* x:copy_(src) inside a compiled function: the graph computes src and
+ * writes it into x once it ran (kn_capture_write); a source of another
+ * device or dtype than x's is refused above, as eagerly. */
+int kn_lua_traced_copy(lua_State *L, kn_capture *cap, kn_tensor *dst, kn_tensor *src)
+{
+    if (kn_tensor_device(src) != kn_tensor_device(dst))
+        return luaL_error(L, "copy_: inside a compiled function the source must be on the destination's device "
+                             "(%s), got %s", kn_device_name(kn_tensor_device(dst)),
+                          kn_device_name(kn_tensor_device(src)));
+    kn_tensor *s = src;
+    if (kn_capture_needs_input(cap, src)) {
+        /* a tensor from outside the graph: an input of it, as an op would take it */
+        kn_lua_exec ex;
+        kn_lua_exec_init(&ex, L);
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_CONTIGUOUS);
+        c.n_in = 1;
+        c.in[0] = src;
+        kn_status st = ex.base.run(&ex.base, &c, kn_tensor_device(src));
+        if (st != KN_OK) return kn_lua_fail(L, st);
+        kn_lua_pushtensor(L, c.out[0]); /* Lua owns it */
+        s = c.out[0];
+    }
+    kn_status st = kn_capture_write(cap, dst, s);
+    if (st != KN_OK) return kn_lua_fail(L, st);
+    lua_settop(L, 1);
+    return 1;
 }
 
 /* Search the table at t for a string key whose value is rawequal to the
@@ -342,6 +389,15 @@ kn_tensor *kn_lua_capture_number(lua_State *L, int idx, kn_dtype dt, const kn_te
 
 kn_tensor *kn_lua_need_value(lua_State *L, kn_tensor *t, const char *method)
 {
+    kn_capture *wcap = kn_lua_state_get(L)->cap;
+    if (wcap && kn_capture_pending_write(wcap, t)) {
+        /* its data changes only when the graph runs: run it first */
+        char reason[256];
+        snprintf(reason, sizeof reason, "%s%s reads a tensor written in place (copy_) earlier in this graph",
+                 strchr(method, '.') ? "" : "Tensor.", method);
+        kn_lua_graph_break(L, "data-dependent control flow", reason,
+                           "read the tensor after the compiled call, or before the write");
+    }
     if (!t->lazy) return t;
     if (!t->lazy->value) {
         /* a method name ("item") is the tensor's; a dotted one ("kiln.save_safetensors") is whole */
@@ -606,6 +662,85 @@ static void map_function(lua_State *L, int map, int fn_idx)
         else if (uname[0]) map_named_value(L, map, -1, uname, true);
         lua_pop(L, 1);
     }
+}
+
+static bool module_training(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "training");
+    bool on = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return on;
+}
+
+/* The value at idx, named name: a module in train mode, or a plain table
+ * holding one (one level down); its name into what. */
+static bool value_training(lua_State *L, int idx, const char *name, char *what, size_t size)
+{
+    idx = lua_absindex(L, idx);
+    if (is_module_value(L, idx)) {
+        if (!module_training(L, idx)) return false;
+        snprintf(what, size, "%s", name);
+        return true;
+    }
+    if (!lua_istable(L, idx)) return false;
+    if (lua_getmetatable(L, idx)) { /* a table with a class is not a plain list of modules */
+        lua_pop(L, 1);
+        return false;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (is_module_value(L, -1) && module_training(L, lua_gettop(L)) &&
+            (lua_type(L, -2) == LUA_TSTRING || lua_isinteger(L, -2))) {
+            if (lua_isinteger(L, -2)) snprintf(what, size, "%s.%d", name, (int)lua_tointeger(L, -2));
+            else snprintf(what, size, "%s.%s", name, lua_tostring(L, -2));
+            lua_pop(L, 2);
+            return true;
+        }
+        lua_pop(L, 1);
+    }
+    return false;
+}
+
+static bool globals_training(lua_State *L, int env, char *what, size_t size)
+{
+    lua_pushnil(L);
+    while (lua_next(L, env)) {
+        if (lua_type(L, -2) == LUA_TSTRING && lua_istable(L, -1)) {
+            const char *key = lua_tostring(L, -2);
+            lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+            bool library = lua_getfield(L, -1, key) == LUA_TTABLE && lua_rawequal(L, -1, -3);
+            lua_pop(L, 2);
+            if (!library && strcmp(key, "kiln") != 0 && strcmp(key, "_G") != 0 &&
+                value_training(L, -1, key, what, size)) {
+                lua_pop(L, 2);
+                return true;
+            }
+        }
+        lua_pop(L, 1);
+    }
+    return false;
+}
+
+bool kn_lua_trace_training(lua_State *L, int module_idx, int fn_idx, char *what, size_t size)
+{
+    what[0] = 0;
+    if (module_idx) {
+        bool on = module_training(L, lua_absindex(L, module_idx));
+        if (on) snprintf(what, size, "the module");
+        return on;
+    }
+    fn_idx = lua_absindex(L, fn_idx);
+    if (!lua_isfunction(L, fn_idx) || lua_iscfunction(L, fn_idx)) return false;
+    for (int i = 1;; i++) {
+        const char *uname = lua_getupvalue(L, fn_idx, i);
+        if (!uname) break;
+        bool on = strcmp(uname, "_ENV") == 0 && lua_istable(L, -1) ? globals_training(L, lua_gettop(L), what, size)
+                  : uname[0] ? value_training(L, -1, uname, what, size)
+                             : false;
+        lua_pop(L, 1);
+        if (on) return true;
+    }
+    return false;
 }
 
 void kn_lua_trace_param_map(lua_State *L, int module_idx, int fn_idx)

@@ -53,6 +53,14 @@ void kn_lua_trace_find_name(lua_State *L, int idx, char *buf, size_t size);
  * module_idx is 0, from the modules the function at fn_idx reaches through
  * its upvalues and globals ("fc1.weight", "layers.3.bias"). */
 void kn_lua_trace_param_map(lua_State *L, int module_idx, int fn_idx);
+/* dst:copy_(src) while cap traces (Tensor.copy_): the graph computes src
+ * and writes it into dst once it ran; returns 1 (dst on the stack). */
+int kn_lua_traced_copy(lua_State *L, kn_capture *cap, kn_tensor *dst, kn_tensor *src);
+/* Whether the compiled call runs a module in train mode: the module at
+ * module_idx (0: none), else a module the function at fn_idx holds in an
+ * upvalue or a global (directly or in a plain table of modules); its name
+ * ("model", "layers.2") into what. */
+bool kn_lua_trace_training(lua_State *L, int module_idx, int fn_idx, char *what, size_t size);
 
 /* The debug hook that was set before kn_lua_trace_watch. */
 typedef struct {

@@ -259,7 +259,7 @@ do
     where = "net_forward", args1 = { x },
     change = function() m.fc1.weight = cpu({ 3, 4 }, 15) end,
     reason = "0/0: parameter 'fc1.weight' was replaced" }
-  T.ok(has(guards_of(cm, 0, 0), "parameter 'fc1.weight' shape {3, 4} dtype f32 device cpu contiguous, same object"),
+  T.ok(has(guards_of(cm, 0, 0), "parameter 'fc1.weight' shape {3, 4} dtype f32 device cpu contiguous, same object, requires_grad"),
     "parameter: cm:guards() names it by its dotted name")
 end
 

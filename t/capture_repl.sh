@@ -97,8 +97,8 @@ feed ':load samples/breaks.lua
 is "$(printf '%s\n' "$out" | sed -n '3,10p')" "Guards of forward (samples/breaks.lua:42), graph 0, version 0:
   mode default
   tensor 'x' shape {8, 16} dtype f32 device $dev contiguous
-  parameter 'blocks.1.fc.weight' shape {16, 16} dtype f32 device $dev contiguous, same object
-  parameter 'blocks.1.fc.bias' shape {16} dtype f32 device $dev contiguous, same object
+  parameter 'blocks.1.fc.weight' shape {16, 16} dtype f32 device $dev contiguous, same object, requires_grad
+  parameter 'blocks.1.fc.bias' shape {16} dtype f32 device $dev contiguous, same object, requires_grad
   number at samples/breaks.lua:14 == 0.25
   graph structure: 10 nodes, 6 ops
 Guards of forward (samples/breaks.lua:42), graph 1, version 0:" ":guards compiles and runs the model once, then lists graph 0's guards"

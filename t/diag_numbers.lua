@@ -234,7 +234,7 @@ local Net = nn.Module {
     return self.b(h) -- @net_tail
   end,
 }
-local net = Net()
+local net = Net():eval() -- inference: replayed (in train mode a call keeps what backward needs)
 local cnet = kiln.compile(net)
 local x4 = kiln.randn({ 2, 4 }, { seed = 6 })
 for _ = 1, 3 do cnet(x4) end -- @net_call

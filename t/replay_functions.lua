@@ -4,7 +4,9 @@
 -- what it can read (guarded by the replay's snapshot: same objects in the
 -- same places), named by their path (fc1.weight, layers.2.bias), and
 -- in-place changes are seen. What cannot be replayed says which tensor
--- and what to do.
+-- and what to do. The modules are in eval mode (inference); in train mode
+-- with grad on a replay also keeps what backward needs and rebuilds the
+-- result's history (t/compiled_training.lua).
 local T = dofile("t/lib/tap.lua")
 local nn = kiln.nn
 local x = kiln.randn({8, 16}, { seed = 1 })
@@ -24,8 +26,14 @@ do
   local fc1, fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
   local f = function(v) return fc2(fc1(v):relu()) end
   local cm = kiln.compile(f)
+  cm(x)
+  T.is(cm:stats().replayable, "yes", "train mode: a call whose result carries autograd history is replayable too")
+  fc1:eval()
+  fc2:eval()
   for _ = 1, 5 do cm(x) end
   local st = cm:stats()
+  T.like(table.concat(cm:recompiles()[1].reasons, "\n"), "train/eval mode changed: fc%d%.training true %-> false",
+    "train mode, then eval: a recompile naming the module")
   T.is(st.replayable, "yes", "upvalue modules: the function is replayable")
   T.is(st.direct_replays, 4, "upvalue modules: calls 2-5 replay")
   T.is(maxdiff(cm(x), f(x)), 0, "upvalue modules: a replay gives eager's answer")
@@ -51,7 +59,7 @@ end
 
 -- globals, and a table of layers
 do
-  rf_fc1, rf_fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+  rf_fc1, rf_fc2 = nn.Linear(16, 32):eval(), nn.Linear(32, 4):eval()
   local function g(v) return rf_fc2(rf_fc1(v):relu()) end
   local cm = kiln.compile(g)
   for _ = 1, 4 do cm(x) end
@@ -60,7 +68,7 @@ do
   T.like(guards_text(cm), "tensor 'rf_fc1%.weight'", "global modules: named by the global's name")
   rf_fc1, rf_fc2 = nil, nil
 
-  local layers = { nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 4) }
+  local layers = { nn.Linear(16, 16):eval(), nn.Linear(16, 16):eval(), nn.Linear(16, 4):eval() }
   local function h(v)
     for _, l in ipairs(layers) do v = l(v):relu() end
     return v

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kn_grad_table.h"
+#include "kn_lazy.h"
 
 void kn_autograd_init(kn_autograd *ag)
 {
@@ -60,14 +61,27 @@ static kn_status own_outputs(kn_opcall *c)
     return KN_OK;
 }
 
+/* A saved tensor that is a placeholder of a graph being captured: its
+ * lazy counts it apart (kn_lazy.saved_refs). */
+static void mark_saved(kn_tensor *t)
+{
+    if (!t || !t->lazy) return;
+    t->saved_alias = true;
+    t->lazy->saved_refs++;
+}
+
 static uint64_t version_of(const kn_tensor *t)
 {
     return t && t->storage ? t->storage->version : 0;
 }
 
 /* The node of call c: what its rule saves, an edge per input that
- * requires grad, and the outputs' metas pointing at it. */
-static kn_status record(kn_autograd *ag, kn_exec *ex, kn_opcall *c, const kn_grad_entry *e)
+ * requires grad, and the outputs' metas pointing at it. orig holds the
+ * inputs as the caller gave them: while a capture traces, its executor
+ * puts placeholders of the graph in c->in, which carry no autograd state,
+ * so the edges come from orig and the saved tensors from c->in (the graph
+ * values the backward reads). */
+static kn_status record(kn_autograd *ag, kn_exec *ex, kn_opcall *c, kn_tensor *const *orig, const kn_grad_entry *e)
 {
     kn_grad_node *n = kn_grad_node_new();
     kn_opcall *call = n ? malloc(sizeof *call) : NULL;
@@ -89,19 +103,27 @@ static kn_status record(kn_autograd *ag, kn_exec *ex, kn_opcall *c, const kn_gra
         kn_tensor *x = c->in[i];
         if (!x) continue;
         n->in_meta[i] = kn_tensor_meta(x);
-        if (kn_autograd_requires_grad(x)) {
-            n->edge[i] = x->ag;
-            kn_grad_meta_retain(x->ag);
+        const kn_tensor *given = orig[i] ? orig[i] : x;
+        if (kn_autograd_requires_grad(given)) {
+            n->edge[i] = given->ag;
+            kn_grad_meta_retain(given->ag);
         }
         if ((e->saves & KN_SAVE_IN(i)) && st == KN_OK) {
-            st = kn_tensor_alias(x, &n->saved_in[i]);
-            n->in_version[i] = version_of(x);
+            /* a tensor with data from outside the graph (a parameter) is
+             * saved itself, not its placeholder: a backward traced later
+             * finds the same graph input through it, and its storage
+             * version shows an in-place write since (a traced copy_ too) */
+            kn_tensor *keep = x->lazy && orig[i] && orig[i]->storage ? orig[i] : x;
+            st = kn_tensor_alias(keep, &n->saved_in[i]);
+            mark_saved(n->saved_in[i]);
+            n->in_version[i] = version_of(keep);
         }
     }
     for (int k = 0; k < c->n_out && st == KN_OK; k++) {
         n->out_meta[k] = kn_tensor_meta(c->out[k]);
         if (e->saves & KN_SAVE_OUT(k)) {
             st = kn_tensor_alias(c->out[k], &n->saved_out[k]);
+            mark_saved(n->saved_out[k]);
             n->out_version[k] = version_of(c->out[k]);
         }
     }
@@ -131,6 +153,8 @@ kn_status kn_autograd_run(kn_autograd *ag, kn_exec *ex, kn_opcall *c, kn_device 
 {
     bool wants = false;
     const kn_grad_meta *tag = NULL;
+    kn_tensor *orig[KN_MAX_INPUTS];
+    memcpy(orig, c->in, sizeof orig);
     for (int i = 0; i < c->n_in; i++) {
         const kn_tensor *x = c->in[i];
         if (!x || !x->ag) continue;
@@ -155,10 +179,6 @@ kn_status kn_autograd_run(kn_autograd *ag, kn_exec *ex, kn_opcall *c, kn_device 
         mark_outputs(c, KN_GRAD_ORIGIN_NO_GRAD, -1);
         return KN_OK;
     }
-    if (ex->traces) {
-        mark_outputs(c, KN_GRAD_ORIGIN_COMPILED, -1);
-        return KN_OK;
-    }
     const kn_grad_entry *e = kn_grad_entry_of(c->op);
     bool any_float = false;
     for (int k = 0; k < c->n_out; k++) any_float |= kn_dtype_is_float(c->out[k]->dtype);
@@ -166,7 +186,7 @@ kn_status kn_autograd_run(kn_autograd *ag, kn_exec *ex, kn_opcall *c, kn_device 
         mark_outputs(c, KN_GRAD_ORIGIN_NONDIFF, (int)c->op);
         return KN_OK;
     }
-    st = record(ag, ex, c, e);
+    st = record(ag, ex, c, orig, e);
     if (st != KN_OK) {
         for (int k = 0; k < c->n_out; k++) kn_tensor_release(c->out[k]);
         c->n_out = 0;
@@ -264,6 +284,14 @@ kn_status kn_autograd_check_inplace(const kn_autograd *ag, const kn_tensor *dst,
     return KN_OK;
 }
 
+void kn_autograd_forget(kn_tensor *t, kn_grad_origin origin)
+{
+    if (!t->ag || !t->ag->fn) return;
+    kn_grad_meta_release(t->ag);
+    t->ag = kn_grad_meta_new();
+    if (t->ag) t->ag->origin = origin;
+}
+
 kn_status kn_autograd_mark(kn_tensor *t, kn_grad_origin origin)
 {
     if (t->ag && (t->ag->requires_grad || t->ag->fn))
@@ -296,8 +324,10 @@ kn_status kn_autograd_no_history(const kn_tensor *t, const char *what)
                         what);
     case KN_GRAD_ORIGIN_COMPILED:
         return kn_error(KN_ERR_ARG,
-                        "%s: the tensor does not require grad: it was computed by a compiled function, and "
-                        "kiln.compile records no gradients yet; run the training step without kiln.compile",
+                        "%s: the tensor does not require grad: it was computed by a compiled function that kept "
+                        "no values for a backward outside it (it does for a module in train mode, with grad "
+                        "mode on); call backward inside the compiled function (a whole training step), or "
+                        "put the module in train mode (m:train())",
                         what);
     case KN_GRAD_ORIGIN_MOVED:
         return kn_error(KN_ERR_ARG,

@@ -2,7 +2,7 @@
  *
  * Recording: every op a caller runs goes through kn_autograd_run, the one
  * entry where a kn_opcall is dispatched. It runs the op through the
- * caller's executor (kn_exec: eagerly, or, later, into a graph being
+ * caller's executor (kn_exec: eagerly, or into a graph being
  * captured) and, when grad mode is on and an input requires grad, records
  * a tape node on the outputs (their kn_grad_meta, kn_tensor.h): the op,
  * its attributes, what its gradient rule needs saved.
@@ -11,9 +11,8 @@
  * reverse recording order and calls each op's rule (kn_grad.def: one row
  * per row of kn_ops.def). A rule is written as calls of kiln's own ops,
  * made through the same executor, so a backward that runs while capture
- * traces would record its ops as graph nodes like any others: that is how
- * compiled training steps (joint forward and backward graphs) build on
- * this. Gradients reach the leaves' .grad only once the whole pass has
+ * traces records its ops as graph nodes like any others: a compiled
+ * training step is one joint graph of forward, backward and update. Gradients reach the leaves' .grad only once the whole pass has
  * succeeded, so a failing backward leaves no .grad half updated.
  *
  * Nothing here knows Lua; scripting/kn_lua_autograd.c binds it.
@@ -57,6 +56,9 @@ kn_status kn_autograd_check_inplace(const kn_autograd *ag, const kn_tensor *dst,
  * autograd does not record (a copy to another device), with why it has
  * no history: backward from it says so. */
 kn_status kn_autograd_mark(kn_tensor *t, kn_grad_origin origin);
+/* Drop t's history (its node, if any), marking it with why it has none:
+ * the results of a compiled call that kept no values for backward. */
+void kn_autograd_forget(kn_tensor *t, kn_grad_origin origin);
 /* Why backward cannot start from t (it does not require grad), as the
  * message of an error for `what` ("backward"). */
 kn_status kn_autograd_no_history(const kn_tensor *t, const char *what);

@@ -19,6 +19,10 @@ typedef struct kn_exec {
     /* optional: the user's line running now ("file.lua:12"), kept on each
      * node so that messages about it can name where the op ran */
     void (*where)(struct kn_exec *ex, char *buf, size_t size);
+    /* optional, while tracing: write src into dst in place when the graph
+     * runs (a compiled training step accumulates into an existing .grad
+     * this way, so the tensor a later call's guards hold stays the same) */
+    kn_status (*write)(struct kn_exec *ex, kn_tensor *dst, kn_tensor *src);
     bool traces; /* run appends to a graph being captured instead of computing */
 } kn_exec;
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kn_grad_table.h"
+#include "kn_lazy.h"
 
 typedef struct {
     kn_autograd *ag;
@@ -157,6 +158,20 @@ static kn_status check_saved(const pass *p, const kn_grad_node *n, const kn_tens
                     kn_shape_str(t->ndim, t->shape, shp, sizeof shp), kn_op_name(n->call->op));
 }
 
+/* A saved placeholder whose compiled graph ran without keeping its value
+ * (the capture kept no values for a backward outside the graph). */
+static kn_status check_kept(const pass *p, const kn_grad_node *n, const kn_tensor *t)
+{
+    if (!t || !t->lazy || t->lazy->value || (!t->lazy->dropped && t->lazy->cap)) return KN_OK;
+    char w[KN_GRAD_WHERE_MAX + 8];
+    return kn_error(KN_ERR_ARG,
+                    "%s: %s%s ran in a graph of a compiled function that kept no values for a backward in a "
+                    "later graph or after the call; kiln.compile keeps them when a module the call runs is in "
+                    "train mode with grad mode on (m:train()), and for a function that ran backward in an "
+                    "earlier call (call it again)",
+                    p->a->what, kn_op_name(n->call->op), at(n, w, sizeof w));
+}
+
 static kn_status check_nodes(const pass *p)
 {
     for (int s = 0; s < p->n_nodes; s++) {
@@ -168,6 +183,8 @@ static kn_status check_nodes(const pass *p)
                             "tensors it saved; pass {retain_graph = true} to the first backward to go through "
                             "the graph twice",
                             p->a->what, kn_op_name(n->call->op), at(n, w, sizeof w));
+        for (int i = 0; i < n->n_in; i++) KN_TRY(check_kept(p, n, n->saved_in[i]));
+        for (int k = 0; k < n->n_out; k++) KN_TRY(check_kept(p, n, n->saved_out[k]));
         for (int i = 0; i < n->n_in; i++) KN_TRY(check_saved(p, n, n->saved_in[i], n->in_version[i], "input", i));
         for (int k = 0; k < n->n_out; k++)
             KN_TRY(check_saved(p, n, n->saved_out[k], n->out_version[k], "output", k));
@@ -356,6 +373,16 @@ static kn_status commit_leaves(pass *p)
         c.in[0] = m->grad;
         c.in[1] = p->leaf_grad[l];
         st = one_op(p, &c, kn_tensor_device(m->grad), &next[l]);
+    }
+    /* traced: the sums are written into the existing .grad tensors when
+     * the graph runs (accumulated in place, as PyTorch does) */
+    for (int l = 0; l < p->n_leaves && st == KN_OK && p->ex->traces && p->ex->write; l++) {
+        kn_grad_meta *m = p->leaves[l];
+        if (!m->grad) continue;
+        st = p->ex->write(p->ex, m->grad, next[l]);
+        kn_tensor_release(next[l]);
+        kn_tensor_retain(m->grad);
+        next[l] = m->grad;
     }
     for (int l = 0; l < p->n_leaves; l++) {
         if (st == KN_OK) {

@@ -3,8 +3,8 @@
  *
  * A rule computes its inputs' gradients from its outputs' gradients with
  * kiln's own ops, each made through the builder (kn_gb), which runs it
- * through the backward's executor: eagerly now, into a captured graph when
- * compiled training comes. Every helper returns a tensor the builder owns
+ * through the backward's executor: eagerly, or into the graph a compiled
+ * training step captures. Every helper returns a tensor the builder owns
  * (released when the rule is done) and, once any op has failed, NULL
  * without running anything: the first error stays in b->st. So a rule is
  * a chain of calls with no error checks, and a NULL operand is fine.

@@ -98,6 +98,12 @@ static void call_phases_done(kn_capture *cap)
  * of one still open when its function is freed. */
 void kn_capture_close(kn_capture *cap)
 {
+    /* writes still pending belong to a call that failed: none is applied */
+    for (int i = 0; i < cap->n_writes; i++) {
+        kn_tensor_release(cap->writes[i].dst);
+        kn_tensor_release(cap->writes[i].src);
+    }
+    cap->n_writes = 0;
     kn_capture_drop_lazies(cap, true);
     kn_graph_free(&cap->g);
     if (cap->active) call_phases_done(cap);
@@ -420,6 +426,9 @@ void kn_compiled_free(kn_compiled *cm)
     if (!cm) return;
     if (cm->cap.active) kn_capture_close(&cm->cap);
     free(cm->cap.lazies);
+    free(cm->cap.writes);
+    free(cm->cap.kept);
+    free(cm->cap.last_want);
     free(cm->cap.call_breaks);
     for (int k = 0; k < cm->cache.n_graphs; k++) {
         for (int v = 0; v < cm->cache.graphs[k].n_versions; v++) {

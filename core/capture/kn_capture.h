@@ -60,6 +60,8 @@ typedef struct kn_recompile {
 typedef struct kn_version {
     kn_graph g;
     char mode[32];
+    bool training; /* traced with a module in train mode (kn_compiled.id.training) */
+    char training_what[64]; /* which module, when training */
     bool dynamic;  /* some input dims are symbolic */
     kn_symbols sym; /* valid when dynamic */
     int n_guards;
@@ -141,6 +143,38 @@ typedef struct kn_capture {
      * kernels compiled, and how many of them came from a cache */
     double passes_s, codegen_s, backend_s, compile_s;
     int kernels_generated, kernels_cached;
+    /* in-place writes of the open graph (kn_capture_write): each tensor
+     * written and the placeholder of its new value, copied in once the
+     * graph ran; call_writes counts this call's (a replay cannot repeat
+     * them) */
+    struct kn_capture_write {
+        kn_tensor *dst, *src;
+    } *writes;
+    int n_writes, cap_writes;
+    int call_writes;
+    int call_backwards; /* backward passes traced in this call */
+    /* values a tape node saved are outputs of their graph (kept for a
+     * backward in a later graph or after the call); else only what else
+     * refers to them is (inference: the fused graph stays as it was).
+     * The caller sets it per call: a module in train mode, grad mode on */
+    bool keep_saved;
+    /* the part of a training step the ops traced now belong to (KN_PART_*,
+     * kn_graph.h), set by the caller; in_backward while a backward runs */
+    int part;
+    bool in_backward;
+    /* the outputs of this call's graphs that a tape node saved (kept for
+     * a backward in a later graph or after the call): cm:saved() lists
+     * them */
+    struct kn_kept_value {
+        int graph, node, out;
+    } *kept;
+    int n_kept, cap_kept;
+    /* the values the last graph run computed (its plan's outputs, in
+     * order): a direct replay that rebuilds the call's autograd history
+     * asks for the same values, the kept ones with the results, and so
+     * runs the same plan */
+    kn_plan_value *last_want;
+    int n_last_want;
 } kn_capture;
 
 struct kn_compiled {
@@ -150,6 +184,11 @@ struct kn_compiled {
         char name[64];              /* "forward" */
         char where[KN_WHERE_MAX];   /* "samples/transformer_block.lua:21" */
         char mode[32];
+        /* this call's train/eval mode: whether a module it runs is in
+         * train mode, and which ("model", "net.encoder"); set by the
+         * caller at each call, guarded by every version */
+        bool training;
+        char training_what[64];
     } id;
     /* how the caller asked for it to be compiled: kiln.compile's options,
      * and kiln.config as read again at every call */
@@ -241,6 +280,15 @@ kn_status kn_capture_const(kn_capture *cap, double value, kn_dtype dt, const cha
  * inference runs now, so a shape error comes back here, at the user's line.
  * Output placeholders in c->out (owned by the caller). */
 kn_status kn_capture_op(kn_capture *cap, kn_opcall *c, const char *where);
+/* dst:copy_(src) while capturing: src is a placeholder of the current
+ * graph. A dst of the current graph now stands for src's value; any other
+ * (a parameter, a .grad, optimizer state) gets src's value copied into
+ * its storage once the graph ran, and until then the graph's later reads
+ * of it read src. */
+kn_status kn_capture_write(kn_capture *cap, kn_tensor *dst, kn_tensor *src);
+/* Whether t's storage has a write of the open graph still to apply (its
+ * data is stale until the graph runs: a read of it must break the graph). */
+bool kn_capture_pending_write(const kn_capture *cap, const kn_tensor *t);
 /* Record a break and end the current graph: run it and give every live
  * placeholder its value. With fullgraph, fails with the break report instead. */
 kn_status kn_capture_break(kn_capture *cap, const kn_break *b);

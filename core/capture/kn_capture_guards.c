@@ -67,9 +67,10 @@ static void input_guard_text(const kn_graph_input *in, const kn_symbols *sym, in
         return;
     }
     const char *what = in->kind == KN_IN_PARAM ? "parameter" : "tensor";
-    snprintf(buf, size, "%s '%s' shape %s dtype %s device %s %s%s", what, in->name, shp,
+    snprintf(buf, size, "%s '%s' shape %s dtype %s device %s %s%s%s", what, in->name, shp,
              kn_dtype_name(in->meta.dtype), kn_device_name(in->device), str,
-             in->kind == KN_IN_PARAM || in->kind == KN_IN_TENSOR ? ", same object" : "");
+             in->kind == KN_IN_PARAM || in->kind == KN_IN_TENSOR ? ", same object" : "",
+             in->requires_grad ? ", requires_grad" : "");
 }
 
 /* ---- guards -------------------------------------------------------------- */
@@ -92,6 +93,11 @@ static bool input_failure(const kn_version *v, int i, const kn_graph_input *got,
     else snprintf(label, sizeof label, "%s '%s'", what, want->name);
     if ((want->kind == KN_IN_PARAM || want->kind == KN_IN_TENSOR) && want->tensor_id != got->tensor_id) {
         snprintf(buf, size, "%s was replaced", label);
+        return true;
+    }
+    if (want->requires_grad != got->requires_grad) {
+        snprintf(buf, size, "%s requires_grad changed: expected %s, actual %s", label,
+                 want->requires_grad ? "true" : "false", got->requires_grad ? "true" : "false");
         return true;
     }
     if (want->meta.dtype != got->meta.dtype) {
@@ -166,6 +172,12 @@ static bool version_failure(const kn_compiled *cm, const kn_version *v, int vi, 
         snprintf(buf, size, "mode changed: %s -> %s", v->mode, cm->id.mode);
         return true;
     }
+    if (v->training != cm->id.training) {
+        const char *what = v->training ? v->training_what : cm->id.training_what;
+        snprintf(buf, size, "train/eval mode changed: %s.training %s -> %s (m:train() / m:eval())",
+                 what[0] ? what : "a module", v->training ? "true" : "false", cm->id.training ? "true" : "false");
+        return true;
+    }
     for (int i = 0; i < v->g.n_inputs; i++)
         for (int j = 0; j < g->n_inputs; j++)
             if (strcmp(g->inputs[j].name, v->g.inputs[i].name) == 0) {
@@ -204,12 +216,15 @@ static bool version_failure(const kn_compiled *cm, const kn_version *v, int vi, 
 
 static kn_status make_guards(kn_version *v)
 {
-    int n = v->g.n_inputs + 2;
+    int n = v->g.n_inputs + 3;
     for (int i = 0; i < v->g.n_nodes; i++) n += v->g.nodes[i].op == KN_NODE_CONST;
     v->guards = calloc((size_t)n, sizeof *v->guards);
     if (!v->guards) return kn_error(KN_ERR_OOM, "out of host memory for guards");
     v->n_guards = 0;
     snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "mode %s", v->mode);
+    if (v->training)
+        snprintf(v->guards[v->n_guards++], KN_REASON_MAX, "%s.training == true (train mode)",
+                 v->training_what[0] ? v->training_what : "a module");
     for (int i = 0; i < v->g.n_inputs; i++)
         input_guard_text(&v->g.inputs[i], v->dynamic ? &v->sym : NULL, i, v->guards[v->n_guards++],
                          KN_REASON_MAX);
@@ -330,6 +345,8 @@ kn_status kn_capture_lookup_or_compile(kn_compiled *cm, int k, kn_graph *g, int 
     memset(v, 0, sizeof *v);
     KN_TRY(kn_graph_copy(g, &v->g));
     snprintf(v->mode, sizeof v->mode, "%s", cm->id.mode);
+    v->training = cm->id.training;
+    snprintf(v->training_what, sizeof v->training_what, "%s", cm->id.training_what);
     kn_status st = kn_capture_make_symbols(cm, gc, v);
     if (st == KN_OK) st = make_guards(v);
     if (st != KN_OK) {

@@ -31,6 +31,14 @@ void kn_capture_drop_lazies(struct kn_capture *cap, bool detach);
  * the open graph freed. */
 void kn_capture_close(struct kn_capture *cap);
 
+/* kn_capture_writes.c */
+/* A placeholder (new reference in *out) for the value the open graph
+ * writes into tensor real, or NULL in *out when it writes none. */
+kn_status kn_capture_written_value(struct kn_capture *cap, const kn_tensor *real, kn_tensor **out);
+/* Copy the written values into their tensors when the graph ran (ran),
+ * then forget the writes; the first error is returned. */
+kn_status kn_capture_apply_writes(struct kn_capture *cap, bool ran);
+
 /* kn_capture_dynamic.c */
 /* Whether a recompile may make Lua numbers dynamic (kiln.config.dynamic_numbers,
  * and dynamic not off). */

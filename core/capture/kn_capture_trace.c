@@ -78,6 +78,12 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
     } else if (kind == KN_IN_TENSOR && t->id >= cap->first_tensor_id) {
         kind = KN_IN_VALUE; /* made during this call: a new object every call */
     }
+    kn_tensor *written;
+    KN_TRY(kn_capture_written_value(cap, real, &written));
+    if (written) { /* written in place earlier in this graph: its new value */
+        *out = written;
+        return KN_OK;
+    }
     int node = -1;
     for (int i = 0; i < cap->g.n_nodes && node < 0; i++) {
         const kn_node *n = &cap->g.nodes[i];
@@ -87,6 +93,10 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
         char uname[KN_NAME_MAX];
         name = unique_input_name(&cap->g, name, uname, sizeof uname);
         KN_TRY(kn_graph_add_input(&cap->g, kind, name, real, where, &node));
+        /* whether its gradient is traced: a guard (a placeholder of an
+         * earlier call carries its autograd state itself, not its value) */
+        cap->g.inputs[cap->g.nodes[node].input].requires_grad =
+            (t->ag && t->ag->requires_grad) || (real->ag && real->ag->requires_grad);
     }
     return kn_capture_placeholder(cap, node, 0, out);
 }
@@ -106,6 +116,7 @@ kn_status kn_capture_op(kn_capture *cap, kn_opcall *c, const char *where)
     int n_out = 0;
     KN_TRY(kn_op_infer(c, n.out, &n_out));
     n.op = (int)c->op;
+    n.part = (unsigned char)cap->part;
     n.n_in = c->n_in;
     n.a = c->a;
     n.n_out = n_out;
@@ -141,6 +152,10 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->capture_s = 0;
     cap->passes_s = cap->codegen_s = cap->backend_s = cap->compile_s = 0;
     cap->kernels_generated = cap->kernels_cached = 0;
+    cap->call_writes = cap->call_backwards = 0;
+    cap->part = KN_PART_FORWARD;
+    cap->in_backward = false;
+    cap->n_kept = 0;
     cap->first_tensor_id = kn_tensor_next_id();
     cm->stats.calls++;
     kn_phase_totals(cap->phase_at_start);
@@ -149,6 +164,31 @@ kn_status kn_capture_begin(kn_compiled *cm)
     return KN_OK;
 }
 
+
+/* Note that lz, an output of its graph, is a value a tape node saved: kept
+ * for a backward in a later graph or after the call (best effort: out of
+ * memory leaves the ledger short, nothing else). */
+static void note_kept(kn_capture *cap, const kn_lazy *lz)
+{
+    for (int i = 0; i < cap->n_kept; i++)
+        if (cap->kept[i].graph == cap->segment && cap->kept[i].node == lz->node && cap->kept[i].out == lz->out) return;
+    if (cap->n_kept == cap->cap_kept) {
+        int ncap = cap->cap_kept ? cap->cap_kept * 2 : 32;
+        struct kn_kept_value *nk = realloc(cap->kept, sizeof *nk * (size_t)ncap);
+        if (!nk) return;
+        cap->kept = nk;
+        cap->cap_kept = ncap;
+    }
+    cap->kept[cap->n_kept++] = (struct kn_kept_value){cap->segment, lz->node, lz->out};
+}
+
+/* Whether the graph must compute lz: a placeholder other than the
+ * capture's own reference holds it (autograd's saved ones only when the
+ * capture keeps values for backward). */
+static bool wanted(const kn_capture *cap, const kn_lazy *lz)
+{
+    return lz->refcount - (cap->keep_saved ? 0 : lz->saved_refs) >= 2;
+}
 
 kn_status kn_capture_flush(kn_capture *cap)
 {
@@ -177,7 +217,7 @@ kn_status kn_capture_flush(kn_capture *cap)
         }
         for (int i = 0; st == KN_OK && i < cap->n_lazies; i++) {
             kn_lazy *lz = cap->lazies[i];
-            if (lz->refcount < 2) continue; /* nothing refers to it any more */
+            if (!wanted(cap, lz)) continue; /* nothing refers to it any more */
             int j = 0;
             while (j < n_want && (want[j].node != lz->node || want[j].out != lz->out)) j++;
             if (j == n_want) want[n_want++] = (kn_plan_value){lz->node, lz->out};
@@ -188,7 +228,10 @@ kn_status kn_capture_flush(kn_capture *cap)
             int next_output = 0;
             for (int i = 0; i < cap->n_lazies; i++) {
                 kn_lazy *lz = cap->lazies[i];
-                if (lz->refcount < 2) continue;
+                if (!wanted(cap, lz)) {
+                    lz->dropped = true;
+                    continue;
+                }
                 int j = 0;
                 while (want[j].node != lz->node || want[j].out != lz->out) j++;
                 lz->value = values[j];
@@ -201,6 +244,7 @@ kn_status kn_capture_flush(kn_capture *cap)
                 }
                 /* outputs are numbered among computed values, not inputs */
                 if (nd->op < KN_OP_COUNT) lz->output_index = next_output++;
+                if (nd->op < KN_OP_COUNT && lz->saved_refs > 0) note_kept(cap, lz);
             }
             if (ops > 0) {
                 if (cap->n_graphs < (int)(sizeof cap->ops_per_graph / sizeof cap->ops_per_graph[0])) {
@@ -209,8 +253,14 @@ kn_status kn_capture_flush(kn_capture *cap)
                 }
                 cap->n_graphs++;
                 cm->stats.graphs_run++;
+                free(cap->last_want); /* kept for a replay (kn_capture.last_want) */
+                cap->last_want = want;
+                cap->n_last_want = n_want;
+                want = NULL;
             }
         }
+        kn_status wst = kn_capture_apply_writes(cap, st == KN_OK);
+        if (st == KN_OK) st = wst;
         if (values) {
             for (int i = 0; i < n_want; i++) kn_tensor_release(values[i]);
             free(values);

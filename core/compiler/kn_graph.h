@@ -16,6 +16,12 @@
 
 enum { KN_NODE_INPUT = KN_OP_COUNT, KN_NODE_CONST };
 
+/* Which part of a training step a node belongs to: the forward, the
+ * backward (a gradient rule's op, traced by backward) or the update after
+ * it (an optimizer's ops, grad mode off); inference graphs are all
+ * forward. */
+enum { KN_PART_FORWARD, KN_PART_BACKWARD, KN_PART_UPDATE };
+
 typedef enum kn_input_kind {
     KN_IN_ARG,          /* an argument of the compiled function */
     KN_IN_PARAM,        /* a parameter or buffer of the compiled module */
@@ -46,6 +52,7 @@ typedef struct kn_node {
     char where[KN_WHERE_MAX];    /* "file.lua:LINE" of the user code */
     char covers[KN_COVERS_MAX];  /* a node a pass made from several: the ops it replaced with their
                                     lines, for cm:kernels() ("matmul f.lua:3, softmax :4, ..."); or "" */
+    unsigned char part;          /* KN_PART_*: set as the node is traced */
 } kn_node;
 
 typedef struct kn_graph_input {
@@ -56,6 +63,7 @@ typedef struct kn_graph_input {
     kn_meta meta;
     int64_t strides[KN_MAX_DIMS];
     kn_device device;
+    bool requires_grad; /* the tensor required grad when traced (its backward is part of the graph) */
     bool pass_made; /* computed by a pass from bound values (a folded conv weight, a value computed
                        once): the graph owns it, nobody binds it again, so its values stay */
 } kn_graph_input;

@@ -25,6 +25,11 @@ struct kn_tensor;
  * capture while its graph is open. */
 typedef struct kn_lazy {
     int refcount;
+    /* of refcount, the references autograd's saved tensors hold: they
+     * make the value an output of its graph only when the capture keeps
+     * values for a backward outside the graph (kn_capture.keep_saved) */
+    int saved_refs;
+    bool dropped;           /* its graph ran without computing it (nothing but a saved tensor wanted it) */
     struct kn_capture *cap; /* NULL once its capture ended */
     int segment;            /* the graph (of the call) that computes it */
     int node, out;

@@ -178,6 +178,7 @@ void kn_tensor_release(kn_tensor *t)
 {
     if (!t || --t->refcount > 0) return;
     if (t->ag) kn_grad_meta_release(t->ag);
+    if (t->lazy && t->saved_alias) t->lazy->saved_refs--;
     if (t->lazy) kn_tensor_release(kn_lazy_release(t->lazy));
     kn_storage *s = t->storage;
     if (s && --s->refcount == 0) {

@@ -48,6 +48,7 @@ typedef struct kn_tensor {
     kn_storage *storage;   /* NULL for a traced placeholder */
     struct kn_lazy *lazy;  /* set on a traced placeholder: the graph value it stands for */
     struct kn_grad_meta *ag; /* autograd: requires_grad, history, .grad (owned); NULL for most tensors */
+    bool saved_alias;        /* a placeholder a tape node saved: counted in its lazy's saved_refs */
 } kn_tensor;
 
 
@@ -144,7 +145,7 @@ typedef enum kn_grad_origin {
     KN_GRAD_ORIGIN_NONE = 0,
     KN_GRAD_ORIGIN_NONDIFF, /* an op without a derivative (nondiff_op) made it from tensors that require grad */
     KN_GRAD_ORIGIN_NO_GRAD, /* made inside kiln.no_grad from tensors that require grad */
-    KN_GRAD_ORIGIN_COMPILED, /* made by a compiled call, which records no gradients yet */
+    KN_GRAD_ORIGIN_COMPILED, /* made by a compiled call that kept no values for a backward outside it */
     KN_GRAD_ORIGIN_MOVED     /* copied to another device (x:to), which records no gradient yet */
 } kn_grad_origin;
 

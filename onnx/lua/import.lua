@@ -511,6 +511,10 @@ end
 local OnnxModel = kiln.nn.Module {
   name = "OnnxModel",
   init = function(self, model, opts)
+    -- an ONNX graph is an inference graph (its batch norms use the running
+    -- statistics): eval mode, so kiln.compile keeps nothing for a backward
+    -- and fuses and replays it as inference (m:train() to differentiate it)
+    self.training = false
     self._model = model
     -- exporters' chains (GELU, LayerNorm, Linear on rows) become one node (fusions.lua)
     if not opts or opts.fuse ~= false then onnx.fuse_patterns(model.graph) end

@@ -712,8 +712,8 @@ nn.BatchNorm2d = nn.Module {
     local var = x:var({ 1, 3, 4 }, { correction = 0 })
     local y = kiln.batch_norm(x, mean, var, self.weight, self.bias, self.eps)
     -- the running statistics are buffers, updated in place and without
-    -- history; inside a compiled function (copy_ is not traced) the field
-    -- takes the new tensor instead
+    -- history (inside a compiled function too: the graph writes them once
+    -- it ran); a buffer copy_ refuses (another dtype's) is replaced instead
     local function update(name, value)
       local buf = self[name]
       value = value:to(buf.dtype)

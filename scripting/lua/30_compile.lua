@@ -50,6 +50,11 @@ function kiln.format_explain(r)
     "Graph break count: " .. r.graph_break_count,
     "Op count: " .. r.op_count,
   }
+  -- a training step: how many of the graphs hold forward ops and how many
+  -- backward ops (a joint graph holds both)
+  if math.type(r.backward_graphs) and r.backward_graphs > 0 then
+    lines[#lines + 1] = string.format("Forward graphs: %d, backward graphs: %d", r.forward_graphs or 0, r.backward_graphs)
+  end
   if #r.break_reasons > 0 then
     lines[#lines + 1] = "Break reasons:"
     for i, b in ipairs(r.break_reasons) do

@@ -1,0 +1,136 @@
+/* kn_capture_writes: in-place writes made while a call is captured (an
+ * optimizer's p:copy_(new), a .grad accumulated into), the functional form
+ * AOTAutograd gives them: the graph computes the new value as one of its
+ * outputs, later ops of the same graph read that value wherever they read
+ * the written tensor, and the value is copied into the tensor's storage
+ * once the graph has run. A call that fails writes nothing, so a failed
+ * training step leaves every parameter and state tensor as it was. */
+#include "kn_capture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_backend.h"
+#include "kn_capture_internal.h"
+
+static bool is_current(const kn_capture *cap, const kn_tensor *t)
+{
+    return t->lazy && t->lazy->cap == cap && t->lazy->segment == cap->segment && !t->lazy->value;
+}
+
+/* The tensor with data that a write into t changes: t itself, or the
+ * value of a placeholder whose graph ran (NULL when it has none). */
+static kn_tensor *real_target(kn_tensor *t)
+{
+    if (!t->lazy) return t;
+    return t->lazy->value;
+}
+
+kn_status kn_capture_write(kn_capture *cap, kn_tensor *dst, kn_tensor *src)
+{
+    if (!is_current(cap, src))
+        return kn_error(KN_ERR_ARG, "copy_: the source is not a value of the graph being captured (a kiln bug)");
+    if (is_current(cap, dst)) {
+        /* a value of this graph itself (state made by this call): from now
+         * on it stands for the new value */
+        kn_lazy *old = dst->lazy;
+        dst->lazy = src->lazy;
+        src->lazy->refcount++;
+        kn_tensor_release(kn_lazy_release(old));
+        cap->call_writes++;
+        return KN_OK;
+    }
+    kn_tensor *real = real_target(dst);
+    if (!real || !real->storage)
+        return kn_error(KN_ERR_ARG, "copy_: the destination is a traced value with no data (its compiled call failed)");
+    if (!kn_tensor_is_contiguous(real)) return kn_error(KN_ERR_ARG, "copy_: the destination must be contiguous");
+    if (cap->n_writes == cap->cap_writes) {
+        int ncap = cap->cap_writes ? cap->cap_writes * 2 : 32;
+        struct kn_capture_write *nw = realloc(cap->writes, sizeof *nw * (size_t)ncap);
+        if (!nw) return kn_error(KN_ERR_OOM, "out of host memory while capturing");
+        cap->writes = nw;
+        cap->cap_writes = ncap;
+    }
+    kn_tensor *keep;
+    KN_TRY(kn_tensor_alias(src, &keep)); /* the graph must compute it: a live placeholder */
+    kn_tensor_retain(real);
+    /* written, as far as a tape node that saved it can tell: backward
+     * through such a node fails as it would eagerly */
+    kn_storage_written(real->storage);
+    cap->writes[cap->n_writes++] = (struct kn_capture_write){real, keep};
+    cap->call_writes++;
+    return KN_OK;
+}
+
+/* The newest write of this graph into the tensor with this id, or NULL. */
+static const struct kn_capture_write *pending(const kn_capture *cap, uint64_t id)
+{
+    for (int i = cap->n_writes - 1; i >= 0; i--)
+        if (cap->writes[i].dst->id == id) return &cap->writes[i];
+    return NULL;
+}
+
+bool kn_capture_pending_write(const kn_capture *cap, const kn_tensor *t)
+{
+    if (!cap || !cap->n_writes) return false;
+    const kn_tensor *real = t->lazy ? t->lazy->value : t;
+    if (!real) return false;
+    for (int i = 0; i < cap->n_writes; i++)
+        if (cap->writes[i].dst->storage == real->storage) return true;
+    return false;
+}
+
+kn_status kn_capture_written_value(kn_capture *cap, const kn_tensor *real, kn_tensor **out)
+{
+    *out = NULL;
+    const struct kn_capture_write *w = pending(cap, real->id);
+    if (!w) return KN_OK;
+    return kn_capture_placeholder(cap, w->src->lazy->node, w->src->lazy->out, out);
+}
+
+/* Copy value v into dst's storage (same shape and dtype; v made contiguous
+ * first when it is not). */
+static kn_status copy_into(kn_tensor *dst, kn_tensor *v)
+{
+    if (v->storage == dst->storage && v->offset == dst->offset) return KN_OK;
+    kn_tensor *src = v, *tmp = NULL;
+    if (!kn_tensor_is_contiguous(v)) {
+        kn_opcall c;
+        kn_opcall_init(&c, KN_OP_CONTIGUOUS);
+        c.n_in = 1;
+        c.in[0] = v;
+        KN_TRY(kn_op_eager(&c, kn_tensor_device(v)));
+        src = tmp = c.out[0];
+    }
+    kn_device dd = kn_tensor_device(dst);
+    kn_status st = KN_OK;
+    if (kn_tensor_device(src) != dd)
+        st = kn_error(KN_ERR_DEVICE, "copy_: a value on %s for a tensor on %s", kn_device_name(kn_tensor_device(src)),
+                      kn_device_name(dd));
+    kn_device_ctx *dc = st == KN_OK ? kn_backend_get(dd) : NULL;
+    if (st == KN_OK && !dc) st = kn_error(KN_ERR_DEVICE, "copy_: device %s is not available", kn_device_name(dd));
+    if (st == KN_OK)
+        st = dc->be->copy(dc, kn_tensor_data(dst), kn_tensor_data(src),
+                          kn_tensor_numel(dst) * (int64_t)kn_dtype_size(dst->dtype));
+    if (st == KN_OK) kn_storage_written(dst->storage);
+    kn_tensor_release(tmp);
+    return st;
+}
+
+kn_status kn_capture_apply_writes(kn_capture *cap, bool ran)
+{
+    kn_status st = KN_OK;
+    for (int i = 0; i < cap->n_writes; i++) {
+        struct kn_capture_write *w = &cap->writes[i];
+        if (ran && st == KN_OK) {
+            kn_tensor *v = w->src->lazy ? w->src->lazy->value : NULL;
+            st = v ? copy_into(w->dst, v)
+                   : kn_error(KN_ERR_ARG, "copy_: the graph gave no value for an in-place write (a kiln bug)");
+        }
+        kn_tensor_release(w->dst);
+        kn_tensor_release(w->src);
+    }
+    cap->n_writes = 0;
+    return st;
+}
