@@ -142,6 +142,19 @@ T.is(table.concat(out:shape(), "x"), "2x3x5x6", "an output conv keeps its NCHW s
 T.ok(rel_err(out, one(x1, w1)) <= 1e-6, "an output conv: compiled channels-last equals eager")
 T.ok(rel_err(out:contiguous(), one(x1, w1)) <= 1e-6, "an output conv: its contiguous copy equals eager")
 
+-- Run a script in a kiln process of its own with epilogue folding on the
+-- CPU (KILN_CPU_FOLD_EPILOGUES, read when a plan is built); SEED in its
+-- text becomes a fresh seed. Its output.
+local function run_folding(script)
+  local file = os.tmpname()
+  local fh = io.open(file, "w")
+  fh:write((script:gsub("SEED", tostring(nextseed()))))
+  fh:close()
+  local out = run("KILN_CPU_FOLD_EPILOGUES=1 " .. KILN .. " " .. file)
+  os.remove(file)
+  return out
+end
+
 -- 4b. a bottleneck's end, 1x1 conv + bias + residual + ReLU: folded into the
 -- conv's library epilogue (on the CPU only when asked, as the GPU always
 -- does), against float64, and the fold counted
@@ -162,12 +175,7 @@ local y = cm(x, w1, w2, b2)
 local d = (y:to("f64") - ref):abs():max():item() / ref:abs():max():item()
 print(string.format("err %.3g folded %d nan %d", d, cm:stats().library_epilogues, y:ne(y):sum():item()))
 ]]
-  local file = os.tmpname()
-  local fh = io.open(file, "w")
-  fh:write((script:gsub("SEED", tostring(nextseed()))))
-  fh:close()
-  local out = run("KILN_CPU_FOLD_EPILOGUES=1 " .. KILN .. " " .. file)
-  os.remove(file)
+  local out = run_folding(script)
   local err, folded, nans = out:match("err (%S+) folded (%d+) nan (%d+)")
   T.ok(tonumber(err) and tonumber(err) <= 1e-5 and nans == "0",
     "1x1 conv + bias + residual + ReLU in the conv's epilogue: against float64 (" .. tostring(err) .. ")")
@@ -207,12 +215,7 @@ for _, g in ipairs({ f, near, shared }) do
   io.write(string.format("err %.3g folded %d nan %d\n", d, cm:stats().library_epilogues, y:ne(y):sum():item()))
 end
 ]]
-  local file = os.tmpname()
-  local fh = io.open(file, "w")
-  fh:write((script:gsub("SEED", tostring(nextseed()))))
-  fh:close()
-  local out = run("KILN_CPU_FOLD_EPILOGUES=1 " .. KILN .. " " .. file)
-  os.remove(file)
+  local out = run_folding(script)
   local rows = {}
   for err, folded, nans in out:gmatch("err (%S+) folded (%d+) nan (%d+)") do rows[#rows + 1] = { tonumber(err), folded, nans } end
   if not T.is(#rows, 3, "the hardswish script ran its three cases") then print((("\n" .. out):gsub("\n", "\n# "))) end
