@@ -61,6 +61,21 @@ __device__ __forceinline__ void kn_la_dw_stage_weights(const kn_la_dw_args &p, i
     }
 }
 
+// The block's shared state before any output: the slice's weights and each
+// lane's bias (0 past the channels), then a barrier. Both kernels start so.
+template <int DT, int VEC>
+__device__ __forceinline__ void kn_la_dw_stage(const kn_la_dw_args &p, int taps, int width, long long c0, float *ws,
+                                               float *bs)
+{
+    kn_la_dw_stage_weights<DT, VEC>(p, taps, width, c0, ws);
+    if (threadIdx.y == 0) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            bs[threadIdx.x * VEC + j] = p.bias && c0 + j < p.c ? kn_la_ld<float>(p.bias, p.b_dt, (c0 + j) * p.bias_s) : 0.f;
+    }
+    __syncthreads();
+}
+
 // the epilogue's activation: 1 relu, 3 hardswish as the ONNX importer
 // writes it (x * clamp(x / 6 + 1/2, 0, 1)); NaN passes, as on the CPU
 __device__ __forceinline__ float kn_la_dw_act(int act, float v)
@@ -106,13 +121,7 @@ __device__ void kn_la_dw_body(const kn_la_dw_args &p, float *ws, float *bs)
     const int lanes = (int)blockDim.x, rows = (int)blockDim.y, width = lanes * VEC;
     const int taps = p.r * p.s;
     const long long c0 = ((long long)blockIdx.y * lanes + threadIdx.x) * VEC;
-    kn_la_dw_stage_weights<DT, VEC>(p, taps, width, c0, ws);
-    if (threadIdx.y == 0) {
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-            bs[threadIdx.x * VEC + j] = p.bias && c0 + j < p.c ? kn_la_ld<float>(p.bias, p.b_dt, (c0 + j) * p.bias_s) : 0.f;
-    }
-    __syncthreads();
+    kn_la_dw_stage<DT, VEC>(p, taps, width, c0, ws, bs);
     if (c0 >= p.c) return;
     const int es = DT == KN_LA_F32 ? 4 : 2;
     const unsigned npix = (unsigned)(p.n * p.p * p.q), q = (unsigned)p.q, pp = (unsigned)p.p;
@@ -198,13 +207,7 @@ __device__ void kn_la_dw_strip_body(const kn_la_dw_args &p, float *ws, float *bs
     constexpr int P = KN_LA_DW_STRIP, COLS = (P - 1) * SW + K, es = DT == KN_LA_F32 ? 4 : 2;
     const int lanes = (int)blockDim.x, rows = (int)blockDim.y, width = lanes * VEC;
     const long long c0 = ((long long)blockIdx.y * lanes + threadIdx.x) * VEC;
-    kn_la_dw_stage_weights<DT, VEC>(p, K * K, width, c0, ws);
-    if (threadIdx.y == 0) {
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-            bs[threadIdx.x * VEC + j] = p.bias && c0 + j < p.c ? kn_la_ld<float>(p.bias, p.b_dt, (c0 + j) * p.bias_s) : 0.f;
-    }
-    __syncthreads();
+    kn_la_dw_stage<DT, VEC>(p, K * K, width, c0, ws, bs);
     if (c0 >= p.c) return;
     const unsigned q = (unsigned)p.q, pp = (unsigned)p.p, per_row = (q + P - 1) / P;
     const unsigned strips = (unsigned)p.n * pp * per_row;
