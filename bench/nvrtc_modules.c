@@ -8,7 +8,8 @@
  *   build/bench/nvrtc_modules --file SRC.cu   (any source, as NVRTC gets it)
  *   build/bench/nvrtc_modules --dump DIR [NAME...]  (writes each source, no timing)
  *
- * Modules: "ops <dtype>" (kn_cuda_ops_source), "linalg <name>"
+ * Modules: "ops <dtype>" (kn_cuda_ops_source: every kernel) and "ops <dtype>
+ * <kernel>" (one kernel, as models compile them), "linalg <name>"
  * (kn_cuda_linalg_module_source) and, with --all, every attention module
  * ("attention tc bf16 d64", "attention simt f32 n1", ...). NAME arguments
  * keep the modules whose name starts with one of them ("linalg",
@@ -48,8 +49,8 @@ static double time_module(const bench_opts *o, const char *name, char *src)
         for (char *p = path + strlen(o->dump) + 1; *p; p++)
             if (*p == ' ') *p = '_';
         FILE *f = fopen(path, "w");
-        if (!f || fputs(src, f) < 0) printf("%-28s cannot write %s\n", name, path);
-        else printf("%-28s %s\n", name, path);
+        if (!f || fputs(src, f) < 0) printf("%-36s cannot write %s\n", name, path);
+        else printf("%-36s %s\n", name, path);
         if (f) fclose(f);
         free(src);
         return 0;
@@ -63,31 +64,36 @@ static double time_module(const bench_opts *o, const char *name, char *src)
         double t = kn_clock_s() - t0;
         free(image);
         if (st != KN_OK) {
-            printf("%-28s failed: %s\n", name, kn_last_error());
+            printf("%-36s failed: %s\n", name, kn_last_error());
             free(src);
             return 0;
         }
         if (best < 0 || t < best) best = t;
     }
-    printf("%-28s %8.3f s  %7zu-byte source  %8zu-byte cubin\n", name, best, strlen(src), image_len);
+    printf("%-36s %8.3f s  %7zu-byte source  %8zu-byte cubin\n", name, best, strlen(src), image_len);
     fflush(stdout);
     free(src);
     return best;
 }
 
+/* "ops <dtype>": the module of every kernel, which the tests compile;
+ * "ops <dtype> <kernel>": the one-kernel modules models compile. */
 static double bench_ops(const bench_opts *o)
 {
     double sum = 0;
-    for (int dt = 0; dt < KN_DTYPE_COUNT; dt++) {
-        char name[64], *src = NULL;
-        snprintf(name, sizeof name, "ops %s", kn_dtype_name((kn_dtype)dt));
-        if (!wanted(o, name)) continue;
-        if (kn_cuda_ops_source((kn_dtype)dt, &src) != KN_OK) {
-            printf("%-28s no source: %s\n", name, kn_last_error());
-            continue;
+    for (int dt = 0; dt < KN_DTYPE_COUNT; dt++)
+        for (int k = -1; k < KN_TK_COUNT; k++) {
+            char name[96], *src = NULL;
+            snprintf(name, sizeof name, "ops %s%s%s", kn_dtype_name((kn_dtype)dt), k < 0 ? "" : " ",
+                     k < 0 ? "" : kn_cuda_ops_kernel_name(k));
+            if (!wanted(o, name)) continue;
+            if (kn_cuda_ops_source((kn_dtype)dt, k, &src) != KN_OK) {
+                printf("%-36s no source: %s\n", name, kn_last_error());
+                continue;
+            }
+            double t = time_module(o, name, src);
+            if (k >= 0) sum += t; /* the sum is what a model needing every kernel would pay */
         }
-        sum += time_module(o, name, src);
-    }
     return sum;
 }
 
@@ -99,7 +105,7 @@ static double bench_linalg(const bench_opts *o)
         snprintf(name, sizeof name, "linalg %s", kn_cuda_linalg_module_name(m));
         if (!wanted(o, name)) continue;
         if (kn_cuda_linalg_module_source(m, &src) != KN_OK) {
-            printf("%-28s no source: %s\n", name, kn_last_error());
+            printf("%-36s no source: %s\n", name, kn_last_error());
             continue;
         }
         sum += time_module(o, name, src);
@@ -120,7 +126,7 @@ static double bench_attention(const bench_opts *o)
                          tc ? "d" : "n", size);
                 if (!wanted(o, name)) continue;
                 if (kn_cuda_attention_source(tc, dts[di], size, &src) != KN_OK) {
-                    printf("%-28s no source: %s\n", name, kn_last_error());
+                    printf("%-36s no source: %s\n", name, kn_last_error());
                     continue;
                 }
                 sum += time_module(o, name, src);
@@ -162,7 +168,7 @@ int main(int argc, char **argv)
         return 0;
     }
     double ops = bench_ops(&o), linalg = bench_linalg(&o), attention = all ? bench_attention(&o) : 0;
-    printf("# sums: ops %.3f s, linalg %.3f s%s", ops, linalg, all ? "" : "\n");
+    printf("# sums: ops (one-kernel modules) %.3f s, linalg %.3f s%s", ops, linalg, all ? "" : "\n");
     if (all) printf(", attention %.3f s\n", attention);
     free(names);
     return 0;

@@ -31,6 +31,7 @@ static const struct {
     {"autotune", KN_LOG_AUTOTUNE, "each kernel's candidates and timings as max-autotune measures them"},
     {"onnx", KN_LOG_ONNX, "what m:to(dtype) converts in an imported ONNX model: numbers, constants, Cast targets"},
     {"library", 0, "KILN_LOGS only, on the GPU: each new cuBLASLt or cuDNN call and the algorithm it got"},
+    {"nvrtc", 0, "KILN_LOGS only, on the GPU: each kernel module NVRTC compiles (in no cache) and its seconds"},
     {"all", -1, "every log above"},
     {"help", -2, "this list"},
 };

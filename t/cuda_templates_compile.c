@@ -1,6 +1,7 @@
 /* t/cuda_templates_compile.c: every CUDA template module of kn_cuda_ops.c
- * (one per dtype: the prelude, the argument structs, kn_rng.h and the .cu
- * families) compiles with NVRTC for sm_90 without errors or warnings and
+ * (per dtype: the prelude, the argument structs, kn_rng.h and the .cu
+ * families, with every kernel; and the one-kernel modules models compile,
+ * for bf16 and i64) compiles with NVRTC for sm_90 without errors or warnings and
  * holds every kernel kn_cuda_ops.c looks up by name (kn_gather_scatter.cu's
  * included: its float modules compile for sm_80 too, the paths without
  * sm_90's vector and bf16 atomics); every module of kiln's own linear
@@ -184,6 +185,43 @@ static void test_attention_modules(void)
     ok(kn_cuda_attention_source(1, KN_BF16, 72, &src) != KN_OK && !src, "attention: no module for an unpadded size");
 }
 
+/* A model compiles one module a template kernel (kn_cuda_ops_source with
+ * k >= 0): each such module must hold its kernel and no other, or the
+ * KN_KSEL_ guards of the .cu files have drifted from kn_cuda_tsrc.c's
+ * names. bf16 and i64 (float and integer instantiations). */
+static void test_one_kernel_modules(void)
+{
+    static const kn_dtype dts[] = {KN_BF16, KN_I64};
+    for (int i = 0; i < 2; i++) {
+        int failed = 0, wrong = 0;
+        for (int k = 0; k < KN_TK_COUNT; k++) {
+            char *src = NULL, *img = NULL, *log = NULL;
+            size_t n = 0;
+            kn_status st = kn_cuda_ops_source(dts[i], k, &src);
+            if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
+            if (st != KN_OK || (log && strstr(log, "warning"))) {
+                printf("# %s %s: %s\n", kn_dtype_name(dts[i]), kn_cuda_ops_kernel_name(k),
+                       st != KN_OK ? kn_last_error() : log);
+                failed++;
+            } else {
+                for (int j = 0; j < KN_TK_COUNT; j++)
+                    if (has_symbol(img, n, kn_cuda_ops_kernel_name(j)) != (j == k)) {
+                        printf("# %s module of %s %s %s\n", kn_dtype_name(dts[i]), kn_cuda_ops_kernel_name(k),
+                               j == k ? "lacks" : "also holds", kn_cuda_ops_kernel_name(j));
+                        wrong++;
+                    }
+            }
+            free(img);
+            free(log);
+            free(src);
+        }
+        if (!ok(failed == 0, "%s: every one-kernel module compiles without warnings", kn_dtype_name(dts[i])))
+            printf("# %d failed\n", failed);
+        if (!ok(wrong == 0, "%s: every one-kernel module holds its kernel and no other", kn_dtype_name(dts[i])))
+            printf("# %d wrong\n", wrong);
+    }
+}
+
 int main(void)
 {
     ok(kn_cuda_template("kn_ops") != NULL, "kn_ops.cu is embedded");
@@ -194,7 +232,7 @@ int main(void)
         const char *name = kn_dtype_name((kn_dtype)dt);
         char *src = NULL, *img = NULL, *log = NULL;
         size_t n = 0;
-        kn_status st = kn_cuda_ops_source((kn_dtype)dt, &src);
+        kn_status st = kn_cuda_ops_source((kn_dtype)dt, -1, &src);
         ok(st == KN_OK && src, "%s: module source assembled", name);
         if (st != KN_OK) {
             printf("# %s\n", kn_last_error());
@@ -224,7 +262,7 @@ int main(void)
     for (int i = 0; i < 3; i++) {
         char *src = NULL, *img = NULL, *log = NULL;
         size_t n = 0;
-        kn_status st = kn_cuda_ops_source(pre90[i], &src);
+        kn_status st = kn_cuda_ops_source(pre90[i], -1, &src);
         if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_80", &img, &n, &log);
         if (!ok(st == KN_OK, "%s: module compiles for sm_80", kn_dtype_name(pre90[i]))) printf("# %s\n", kn_last_error());
         if (!ok(!log || !strstr(log, "warning"), "%s: no NVRTC warnings for sm_80", kn_dtype_name(pre90[i])))
@@ -235,6 +273,7 @@ int main(void)
         free(log);
         free(src);
     }
+    test_one_kernel_modules();
     test_linalg_modules();
     test_attention_modules();
     test_coverage();

@@ -17,6 +17,7 @@ void kn_settings_init(kn_settings *s)
     /* the backends' own logs: KILN_LOGS names them (kiln.log cannot) */
     const char *logs = getenv("KILN_LOGS");
     if (logs && strstr(logs, "library")) s->logs |= KN_SETTINGS_LOG_LIBRARY;
+    if (logs && strstr(logs, "nvrtc")) s->logs |= KN_SETTINGS_LOG_NVRTC;
     if (logs && (strstr(logs, "fusion") || strstr(logs, "library") || strstr(logs, "all")))
         s->logs |= KN_SETTINGS_LOG_ATTENTION;
 }

@@ -46,6 +46,7 @@ typedef struct kn_autotune_opts {
 enum {
     KN_SETTINGS_LOG_LIBRARY = 1,   /* "library": each new cuBLASLt or cuDNN call and its algorithm */
     KN_SETTINGS_LOG_ATTENTION = 2, /* "fusion", "library" or "all": why an attention runs unfused on the GPU */
+    KN_SETTINGS_LOG_NVRTC = 4,     /* "nvrtc": each kernel module NVRTC compiles, and how long it took */
 };
 
 typedef struct kn_settings {

@@ -24,16 +24,31 @@ template <int S, int D> KN_FN void kn_copy_impl(const kn_copy_args &a)
     }
 }
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_copy_f32)
 extern "C" __global__ void kn_copy_f32(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_F32>(a); }
+#endif
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_copy_f64)
 extern "C" __global__ void kn_copy_f64(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_F64>(a); }
+#endif
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_copy_bf16)
 extern "C" __global__ void kn_copy_bf16(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_BF16>(a); }
+#endif
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_copy_f16)
 extern "C" __global__ void kn_copy_f16(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_F16>(a); }
+#endif
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_copy_i32)
 extern "C" __global__ void kn_copy_i32(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_I32>(a); }
+#endif
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_copy_i64)
 extern "C" __global__ void kn_copy_i64(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_I64>(a); }
+#endif
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_copy_bool)
 extern "C" __global__ void kn_copy_bool(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_BOOL>(a); }
+#endif
 
 /* Output element e (contiguous) comes from the input whose range along
  * dim holds e's coordinate there. */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_cat)
 extern "C" __global__ void kn_cat(kn_cat_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -47,3 +62,4 @@ extern "C" __global__ void kn_cat(kn_cat_args a)
         kn_cpy<KN_DT>(a.dst + e * es, a.src[k] + off * es);
     }
 }
+#endif

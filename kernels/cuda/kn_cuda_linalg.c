@@ -46,32 +46,41 @@ kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
  * module it runs a kernel of: each holds what one kind of model runs, so a
  * bf16 ResNet compiles its stem's one instantiation, not the f16 ones or
  * the fallback convolutions. A module's source is KN_LA_STANDALONE, its
- * defines (KN_LA_DT, KN_LA_NT and KN_LA_KERNEL, the name of its one kernel,
- * for a template of one instantiation), the argument structs
+ * defines (KN_LA_DT, KN_LA_NT, KN_LA_DW_WINDOW and KN_LA_KERNEL, the name
+ * of its one kernel, for a template of one instantiation), the argument structs
  * (kn_cuda_la_args.h), kn_la_common.cu and its template. The disk cache
  * keys a module by its whole source (kn_cuda_module.c), defines included. */
 #define LA_MAX_KERNELS 5
 typedef struct la_module {
     const char *name;     /* "stem_tc bf16 n8": for bench/nvrtc_modules.c and the tests */
     const char *tpl;      /* its template, kernels/cuda/<tpl>.cu */
-    int dt, nt;           /* KN_LA_DT and KN_LA_NT, or -1 for none */
+    int dt, nt, window;   /* KN_LA_DT, KN_LA_NT and KN_LA_DW_WINDOW, or -1 for none */
     const char *kernels[LA_MAX_KERNELS]; /* its kernels; one: the template names it KN_LA_KERNEL */
 } la_module;
 
 static const la_module la_modules[] = {
     /* kn_linalg.cu: the fallback matmul and conv2d */
-    {"fallback", "kn_linalg", -1, -1, {"kn_la_matmul_f32", "kn_la_matmul_f64", "kn_la_conv2d_f32", "kn_la_conv2d_f64"}},
-    {"depthwise", "kn_la_dw", -1, -1, {"kn_la_conv_dw", "kn_la_conv_dw_strip3", "kn_la_conv_dw_strip5"}},
-    {"aux", "kn_la_aux", -1, -1, {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc"}},
-    {"stem f32", "kn_la_stem", KN_LA_F32, -1, {"kn_la_conv_stem_f32"}},
-    {"stem bf16", "kn_la_stem", KN_LA_BF16, -1, {"kn_la_conv_stem_bf16"}},
-    {"stem f16", "kn_la_stem", KN_LA_F16, -1, {"kn_la_conv_stem_f16"}},
-    {"stem_tc bf16 n2", "kn_la_stem_tc", KN_LA_BF16, 2, {"kn_la_conv_stem_tc_bf16_n2"}},
-    {"stem_tc bf16 n4", "kn_la_stem_tc", KN_LA_BF16, 4, {"kn_la_conv_stem_tc_bf16_n4"}},
-    {"stem_tc bf16 n8", "kn_la_stem_tc", KN_LA_BF16, 8, {"kn_la_conv_stem_tc_bf16_n8"}},
-    {"stem_tc f16 n2", "kn_la_stem_tc", KN_LA_F16, 2, {"kn_la_conv_stem_tc_f16_n2"}},
-    {"stem_tc f16 n4", "kn_la_stem_tc", KN_LA_F16, 4, {"kn_la_conv_stem_tc_f16_n4"}},
-    {"stem_tc f16 n8", "kn_la_stem_tc", KN_LA_F16, 8, {"kn_la_conv_stem_tc_f16_n8"}},
+    {"fallback", "kn_linalg", -1, -1, -1, {"kn_la_matmul_f32", "kn_la_matmul_f64", "kn_la_conv2d_f32", "kn_la_conv2d_f64"}},
+    /* kn_la_dw.cu: window 0 is any window */
+    {"dw f32", "kn_la_dw", KN_LA_F32, -1, 0, {"kn_la_conv_dw_f32"}},
+    {"dw bf16", "kn_la_dw", KN_LA_BF16, -1, 0, {"kn_la_conv_dw_bf16"}},
+    {"dw f16", "kn_la_dw", KN_LA_F16, -1, 0, {"kn_la_conv_dw_f16"}},
+    {"dw strip3 f32", "kn_la_dw", KN_LA_F32, -1, 3, {"kn_la_conv_dw_strip3_f32"}},
+    {"dw strip3 bf16", "kn_la_dw", KN_LA_BF16, -1, 3, {"kn_la_conv_dw_strip3_bf16"}},
+    {"dw strip3 f16", "kn_la_dw", KN_LA_F16, -1, 3, {"kn_la_conv_dw_strip3_f16"}},
+    {"dw strip5 f32", "kn_la_dw", KN_LA_F32, -1, 5, {"kn_la_conv_dw_strip5_f32"}},
+    {"dw strip5 bf16", "kn_la_dw", KN_LA_BF16, -1, 5, {"kn_la_conv_dw_strip5_bf16"}},
+    {"dw strip5 f16", "kn_la_dw", KN_LA_F16, -1, 5, {"kn_la_conv_dw_strip5_f16"}},
+    {"aux", "kn_la_aux", -1, -1, -1, {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc"}},
+    {"stem f32", "kn_la_stem", KN_LA_F32, -1, -1, {"kn_la_conv_stem_f32"}},
+    {"stem bf16", "kn_la_stem", KN_LA_BF16, -1, -1, {"kn_la_conv_stem_bf16"}},
+    {"stem f16", "kn_la_stem", KN_LA_F16, -1, -1, {"kn_la_conv_stem_f16"}},
+    {"stem_tc bf16 n2", "kn_la_stem_tc", KN_LA_BF16, 2, -1, {"kn_la_conv_stem_tc_bf16_n2"}},
+    {"stem_tc bf16 n4", "kn_la_stem_tc", KN_LA_BF16, 4, -1, {"kn_la_conv_stem_tc_bf16_n4"}},
+    {"stem_tc bf16 n8", "kn_la_stem_tc", KN_LA_BF16, 8, -1, {"kn_la_conv_stem_tc_bf16_n8"}},
+    {"stem_tc f16 n2", "kn_la_stem_tc", KN_LA_F16, 2, -1, {"kn_la_conv_stem_tc_f16_n2"}},
+    {"stem_tc f16 n4", "kn_la_stem_tc", KN_LA_F16, 4, -1, {"kn_la_conv_stem_tc_f16_n4"}},
+    {"stem_tc f16 n8", "kn_la_stem_tc", KN_LA_F16, 8, -1, {"kn_la_conv_stem_tc_f16_n8"}},
 };
 #define LA_N_MODULES ((int)(sizeof la_modules / sizeof la_modules[0]))
 
@@ -105,6 +114,7 @@ kn_status kn_cuda_linalg_module_source(int m, char **src)
     kn_strbuf_puts(&s, "#define KN_LA_STANDALONE 1\n");
     if (mod->dt >= 0) kn_strbuf_printf(&s, "#define KN_LA_DT %d\n", mod->dt);
     if (mod->nt >= 0) kn_strbuf_printf(&s, "#define KN_LA_NT %d\n", mod->nt);
+    if (mod->window >= 0) kn_strbuf_printf(&s, "#define KN_LA_DW_WINDOW %d\n", mod->window);
     if (!mod->kernels[1]) kn_strbuf_printf(&s, "#define KN_LA_KERNEL %s\n", mod->kernels[0]);
     for (int i = 0; i < 3; i++) {
         kn_strbuf_puts(&s, parts[i]);
@@ -387,7 +397,10 @@ kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const k
     if (gx > 16384) gx = 16384;
     if (slices > 65535) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld channels for the depthwise kernel", (long long)p.c);
     const void *fn;
-    KN_TRY(kn_cuda_linalg_kernel(!strip ? "kn_la_conv_dw" : p.r == 3 ? "kn_la_conv_dw_strip3" : "kn_la_conv_dw_strip5", &fn));
+    char name[40];
+    snprintf(name, sizeof name, "kn_la_conv_dw%s_%s", !strip ? "" : p.r == 3 ? "_strip3" : "_strip5",
+             kn_dtype_name(y->dtype));
+    KN_TRY(kn_cuda_linalg_kernel(name, &fn));
     kn_cuda_variant_label("kiln depthwise conv nhwc%s%s", bias ? " +bias" : "",
                           act == KN_EPI_RELU ? " +relu" : act == KN_EPI_HARDSWISH ? " +hardswish" : "");
     return kn_cuda_launch_dims(fn, (unsigned)gx, (unsigned)slices, (unsigned)lanes, (unsigned)rows, &p, 0);

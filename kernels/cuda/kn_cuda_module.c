@@ -31,6 +31,7 @@
 #include "kn_fs.h"
 #include "kn_hash.h"
 #include "kn_phase.h"
+#include "kn_settings.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "dev"
@@ -214,6 +215,35 @@ static bool disk_load(const char *path, uint64_t key, const char *arch, const ch
     return false;
 }
 
+/* A module's name for KILN_LOGS=nvrtc: the kernel a one-kernel module
+ * selects (KN_KSEL_<name>, KN_LA_KERNEL), else its first kernel. */
+static void module_label(const char *src, char *out, size_t cap)
+{
+    static const char *const marks[] = {"#define KN_KSEL_", "#define KN_LA_KERNEL ", "__global__ void "};
+    for (int i = 0; i < 3; i++) {
+        const char *p = strstr(src, marks[i]);
+        if (!p) continue;
+        p += strlen(marks[i]);
+        if (strncmp(p, "__launch_bounds__(", 18) == 0 && (p = strchr(p, ')'))) p += 2;
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+        return;
+    }
+    snprintf(out, cap, "a module");
+}
+
+/* KILN_LOGS=nvrtc: every NVRTC compile, as it ends (a cold first call's
+ * time is mostly these). Read from the process's KILN_LOGS: compiles run
+ * on helper threads, which have no call settings. */
+static void log_compile(const char *src, const char *arch, double s, bool ok)
+{
+    if (!(kn_settings_or_defaults(NULL)->logs & KN_SETTINGS_LOG_NVRTC)) return;
+    char label[96];
+    module_label(src, label, sizeof label);
+    fprintf(stderr, "[nvrtc] %s %s for %s in %.3f s (%zu-byte source)\n", ok ? "compiled" : "failed to compile", label,
+            arch, s, strlen(src));
+}
+
 kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m)
 {
     return kn_cuda_module_get_ex(src, cache_dir, m, NULL);
@@ -267,10 +297,12 @@ kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_
         size_t image_len = 0;
         double t0 = kn_clock_s();
         kn_status st = kn_nvrtc_compile(src, arch, &image, &image_len, NULL);
+        double took = kn_clock_s() - t0;
         pthread_mutex_lock(&lock);
         stats.compiles++;
-        stats.compile_s += kn_clock_s() - t0;
+        stats.compile_s += took;
         pthread_mutex_unlock(&lock);
+        log_compile(src, arch, took, st == KN_OK);
         if (st == KN_OK && image_len == 0) st = kn_error(KN_ERR_DEVICE, "nvrtc gave an empty CUBIN for %s", arch);
         cudaError_t e = st == KN_OK ? load_image(image, &mod->lib) : cudaSuccess;
         if (st == KN_OK && e != cudaSuccess) st = kn_cuda_fail(e, "loading a CUDA module compiled by NVRTC");

@@ -11,6 +11,7 @@
  * and kept in a static table, so a call costs one struct fill and one
  * launch; index ops add a read-back of their range check.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,23 +28,29 @@
 
 /* Process-wide: modules are loaded context-independently (cudaLibrary), so
  * one kernel handle serves every GPU (of one architecture, as the eager
- * cache assumes too). */
-static char *g_src[KN_DTYPE_COUNT]; /* kept: the module cache may hold on to it */
-static kn_cuda_module *g_mod[KN_DTYPE_COUNT];
+ * cache assumes too). A module holds one kernel (kn_cuda_ops_source): a
+ * first call compiles only the kernels it runs. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static const void *g_fn[KN_DTYPE_COUNT][KN_TK_COUNT];
 
 static kn_status kernel_of(kn_dtype dt, int k, const void **fn)
 {
-    if (g_fn[dt][k]) {
-        *fn = g_fn[dt][k];
-        return KN_OK;
-    }
-    if (!g_mod[dt]) {
-        if (!g_src[dt]) KN_TRY(kn_cuda_ops_source(dt, &g_src[dt]));
-        KN_TRY(kn_cuda_module_get(g_src[dt], kn_cuda_cache_dir(), &g_mod[dt]));
-    }
-    KN_TRY(kn_cuda_module_kernel(g_mod[dt], kn_cuda_ops_kernel_name(k), &g_fn[dt][k]));
+    pthread_mutex_lock(&g_lock);
     *fn = g_fn[dt][k];
+    pthread_mutex_unlock(&g_lock);
+    if (*fn) return KN_OK;
+    /* compiled outside the lock: two threads after one kernel get one module
+     * from the module cache, which keeps the source */
+    char *src = NULL;
+    kn_cuda_module *mod = NULL;
+    kn_status st = kn_cuda_ops_source(dt, k, &src);
+    if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
+    free(src);
+    KN_TRY(st);
+    KN_TRY(kn_cuda_module_kernel(mod, kn_cuda_ops_kernel_name(k), fn));
+    pthread_mutex_lock(&g_lock);
+    g_fn[dt][k] = *fn;
+    pthread_mutex_unlock(&g_lock);
     return KN_OK;
 }
 

@@ -83,9 +83,10 @@ static const char *const families[] = {"kn_reduce.cu", "kn_index.cu", "kn_pool.c
                                        "kn_copy.cu", "kn_gather_scatter.cu"};
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
-kn_status kn_cuda_ops_source(kn_dtype dt, char **src)
+kn_status kn_cuda_ops_source(kn_dtype dt, int k, char **src)
 {
     *src = NULL;
+    if (k >= KN_TK_COUNT) return kn_error(KN_ERR_ARG, "cuda templates: no template kernel %d", k);
     const char *prelude = kn_cuda_render_prelude();
     const char *targs = kn_cuda_template("kn_cuda_targs.h"), *rng = kn_cuda_template("kn_rng.h");
     const char *common = kn_cuda_template("kn_ops");
@@ -93,8 +94,11 @@ kn_status kn_cuda_ops_source(kn_dtype dt, char **src)
     if (!targs || !rng || !common)
         return kn_error(KN_ERR_UNSUPPORTED, "cuda templates: the build embedded no %s",
                         !targs ? "kn_cuda_targs.h" : !rng ? "kn_rng.h" : "kn_ops.cu");
-    char head[64];
-    snprintf(head, sizeof head, "#define KN_DT %d\n", (int)dt);
+    char head[160];
+    if (k < 0) snprintf(head, sizeof head, "#define KN_DT %d\n", (int)dt);
+    else
+        snprintf(head, sizeof head, "#define KN_DT %d\n#define KN_ONE_KERNEL 1\n#define KN_KSEL_%s 1\n", (int)dt,
+                 kernel_names[k]);
     const char *fam[N_FAMILIES];
     size_t len = strlen(head) + strlen(prelude) + strlen(targs) + strlen(rng) + strlen(common) + 80;
     for (size_t i = 0; i < N_FAMILIES; i++) {
@@ -105,9 +109,11 @@ kn_status kn_cuda_ops_source(kn_dtype dt, char **src)
     }
     char *s = malloc(len), *p = s;
     if (!s) return kn_error(KN_ERR_OOM, "cuda templates: out of memory for a %zu-byte source", len);
-    /* the prelude is a helper library: most modules use only some of it */
-    p += sprintf(p, "%s#pragma nv_diag_suppress 177\n%s\n#pragma nv_diag_default 177\n%s\n%s\n%s\n",
-                 head, prelude, targs, rng, common);
+    /* the prelude is a helper library: most modules use only some of it;
+     * so are the families' helpers to a module of one kernel (NVRTC's
+     * warning 177, unused function, stays off for it) */
+    p += sprintf(p, "%s#pragma nv_diag_suppress 177\n%s\n%s%s\n%s\n%s\n", head, prelude,
+                 k < 0 ? "#pragma nv_diag_default 177\n" : "", targs, rng, common);
     for (size_t i = 0; i < N_FAMILIES; i++) p += sprintf(p, "%s\n", fam[i]);
     *src = s;
     return KN_OK;

@@ -3,7 +3,7 @@
  * core/base/kn_rng.h) and the per-dtype template modules assembled from
  * them, with the names of their kernels.
  *
- * One module per element dtype holds every template kernel for it; its
+ * A module holds one template kernel for one element dtype; its
  * source is assembled here, which needs no GPU, so
  * t/cuda_templates_compile.c can compile each module with NVRTC on any
  * machine with the toolkit. kn_cuda_ops.c loads and launches them.
@@ -47,12 +47,16 @@ typedef enum kn_tkernel {
 /* The extern "C" name of kernel k ("kn_reduce", "kn_copy_bf16", ...). */
 const char *kn_cuda_ops_kernel_name(int k);
 
-/* The full source of dtype dt's module (the CUDA prelude, the argument
- * structs, kn_rng.h, kn_ops.cu, then the family files kn_reduce.cu,
- * kn_index.cu, kn_pool.cu, kn_random.cu, kn_copy.cu and kn_gather_scatter.cu);
- * the caller frees
- * *src. */
-kn_status kn_cuda_ops_source(kn_dtype dt, char **src);
+/* The source of dtype dt's module of kernel k (the CUDA prelude, the
+ * argument structs, kn_rng.h, kn_ops.cu, then the family files kn_reduce.cu,
+ * kn_index.cu, kn_pool.cu, kn_random.cu, kn_copy.cu and kn_gather_scatter.cu,
+ * with KN_ONE_KERNEL and KN_KSEL_<name> defined so that only kernel k is
+ * compiled), or with k < 0 the module of every kernel (the tests compile
+ * that one). A model's first call compiles one module a kernel it runs:
+ * NVRTC takes 0.1-0.4 s a kernel, and the module of all 31 took 2-2.7 s on
+ * one core, most of a cold ResNet call, for the two or three a ResNet runs.
+ * The caller frees *src. */
+kn_status kn_cuda_ops_source(kn_dtype dt, int k, char **src);
 
 /* The embedded template sources (the .cu files of kernels/cuda, made at build time). */
 const char *kn_cuda_template(const char *name); /* "kn_ops" for kn_ops.cu; NULL if absent */

@@ -385,6 +385,7 @@ template <int D> KN_FN void kn_gs_epilogue_rows_body(const kn_gs_args &a)
 /* the vector width of a 16-byte load in this dtype */
 #define KN_GS_VEC (16 / kn_esize<KN_DT>())
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_atomic)
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_atomic(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
@@ -392,10 +393,12 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_atomic(kn_gs_args
         else kn_gs_atomic_body<KN_DT, 1>(a);
     }
 }
+#endif
 
 /* The row ops run in kernels of their own (kn_gs_epilogue_rows), so their
  * register rows do not raise this kernel's register count (occupancy hides
  * the gathers' latency). */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_segment)
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
@@ -403,8 +406,10 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_segment(kn_gs_arg
         else kn_gs_segment_body<KN_DT, 1>(a);
     }
 }
+#endif
 
 /* the activations after atomics (rows * nvec threads) */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_epilogue)
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
@@ -412,12 +417,15 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue(kn_gs_ar
         else kn_gs_epilogue_body<KN_DT, 1>(a);
     }
 }
+#endif
 
 /* the activations and the row op over finished rows (rows * 32 threads) */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_epilogue_rows)
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue_rows(kn_gs_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) kn_gs_epilogue_rows_body<KN_DT>(a);
 }
+#endif
 
 /* ---- the CSR of the edges by dst (once per version of dst) ----
  * count[r] = edges ending at row r (count zeroed by the host); start =
@@ -425,13 +433,16 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_epilogue_rows(kn_
  * zeroed again), then each row's edges sorted by edge number, so the order
  * is the edges' own whatever order the atomics took. */
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_count)
 extern "C" __global__ void kn_gs_count(kn_gs_args a)
 {
     for (long long e = kn_tid(); e < a.edges; e += kn_nthreads())
         atomicAdd(a.count + kn_index_clamped(a.dst, a.dst64, e * a.dst_st, a.rows), 1);
 }
+#endif
 
 /* one block of KN_T_BLOCK threads: start[0..rows] = exclusive scan of count */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_scan)
 extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_scan(kn_gs_args a)
 {
     __shared__ int part[KN_T_BLOCK];
@@ -455,7 +466,9 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_gs_scan(kn_gs_args a
     }
     if (t == KN_T_BLOCK - 1) a.start[a.rows] = part[t];
 }
+#endif
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_fill)
 extern "C" __global__ void kn_gs_fill(kn_gs_args a)
 {
     for (long long e = kn_tid(); e < a.edges; e += kn_nthreads()) {
@@ -463,8 +476,10 @@ extern "C" __global__ void kn_gs_fill(kn_gs_args a)
         a.perm[a.start[d] + atomicAdd(a.count + d, 1)] = (int)e;
     }
 }
+#endif
 
 /* each row's edges in their own order (insertion sort: rows hold few edges) */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gs_order)
 extern "C" __global__ void kn_gs_order(kn_gs_args a)
 {
     for (long long r = kn_tid(); r < a.rows; r += kn_nthreads()) {
@@ -479,3 +494,4 @@ extern "C" __global__ void kn_gs_order(kn_gs_args a)
         }
     }
 }
+#endif

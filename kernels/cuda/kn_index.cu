@@ -19,6 +19,7 @@ KN_FN long long kn_index_clamped(const char *idx, int idx64, long long off, long
     return j < 0 ? 0 : j >= size ? size - 1 : j;
 }
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_index_check)
 extern "C" __global__ void kn_index_check(kn_icheck_args a)
 {
     for (long long p = kn_tid(); p < a.n; p += kn_nthreads()) {
@@ -26,7 +27,9 @@ extern "C" __global__ void kn_index_check(kn_icheck_args a)
         if (v < 1 || v > a.size) atomicMin(a.flag, (unsigned long long)p);
     }
 }
+#endif
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_index_select)
 extern "C" __global__ void kn_index_select(kn_index_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -37,7 +40,9 @@ extern "C" __global__ void kn_index_select(kn_index_args a)
         kn_cpy<KN_DT>(a.dst + e * es, a.x + kn_offset_at(c, a.ndim, a.xst, a.dim, j) * es);
     }
 }
+#endif
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_gather)
 extern "C" __global__ void kn_gather(kn_index_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -49,6 +54,7 @@ extern "C" __global__ void kn_gather(kn_index_args a)
         kn_cpy<KN_DT>(a.dst + e * es, a.x + kn_offset_at(c, a.ndim, a.xst, a.dim, j) * es);
     }
 }
+#endif
 
 /* dst += v with one atomic read-modify-write, rounding as the CPU's
  * kn_store_f64(dst, kn_load_f64(dst) + v) does. bf16 and f16 have no
@@ -84,6 +90,7 @@ KN_FN void kn_atomic_add(char *dst, const char *src)
     }
 }
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_index_add)
 extern "C" __global__ void kn_index_add(kn_index_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -95,3 +102,4 @@ extern "C" __global__ void kn_index_add(kn_index_args a)
                       a.x + kn_offset_at(c, a.ndim, a.xst, -1, 0) * es);
     }
 }
+#endif

@@ -1,8 +1,9 @@
 // kn_la_dw.cu: kiln's channels-last depthwise convolutions (MobileNet's),
-// a module of its own (kn_cuda_linalg.c) so that a model without them does
-// not compile them: kn_la_conv_dw, one output a thread, for any window,
-// stride and dilation; kn_la_conv_dw_strip3 / 5, four outputs along a row a
-// thread, for 3x3 and 5x5 windows of stride 1 or 2. Bias and the
+// in modules of their own, one a kernel and dtype (kn_cuda_linalg.c), so
+// that a model compiles only those it runs: kn_la_conv_dw_<dtype>, one
+// output a thread, for any window, stride and dilation;
+// kn_la_conv_dw_strip3_<dtype> / strip5, four outputs along a row a thread,
+// for 3x3 and 5x5 windows of stride 1 or 2. Bias and the
 // epilogue's activation (ReLU, hardswish) fused. The module's source puts
 // kn_cuda_la_args.h and kn_la_common.cu before this file.
 
@@ -159,25 +160,6 @@ __device__ __forceinline__ void kn_la_dw_window(const kn_la_dw_args &p, float *w
     else kn_la_dw_body<DT, VEC, 0, 0>(p, ws, bs);
 }
 
-// Blocks are (channel vector, pixel) pairs: blockDim.x vectors of one
-// channel slice (blockIdx.y) by blockDim.y pixels; shared: the slice's
-// weights (taps x 256 channels at most) and bias.
-extern "C" __global__ void __launch_bounds__(256) kn_la_conv_dw(kn_la_dw_args p)
-{
-    __shared__ float ws[KN_LA_DW_TAPS * 256];
-    __shared__ float bs[256];
-    if (p.dt == KN_LA_BF16) {
-        if (p.vec) kn_la_dw_window<KN_LA_BF16, 8>(p, ws, bs);
-        else kn_la_dw_body<KN_LA_BF16, 1, 0, 0>(p, ws, bs);
-    } else if (p.dt == KN_LA_F16) {
-        if (p.vec) kn_la_dw_window<KN_LA_F16, 8>(p, ws, bs);
-        else kn_la_dw_body<KN_LA_F16, 1, 0, 0>(p, ws, bs);
-    } else {
-        if (p.vec) kn_la_dw_window<KN_LA_F32, 4>(p, ws, bs);
-        else kn_la_dw_body<KN_LA_F32, 1, 0, 0>(p, ws, bs);
-    }
-}
-
 // ---- the depthwise conv on strips: a thread takes KN_LA_DW_STRIP
 // neighbouring outputs of one row (and 16 bytes of channels), so each
 // input column it loads serves every output whose window covers it, and
@@ -268,32 +250,35 @@ __device__ void kn_la_dw_strip_body(const kn_la_dw_args &p, float *ws, float *bs
     }
 }
 
-template <int K>
-__device__ __forceinline__ void kn_la_dw_strip(const kn_la_dw_args &p, float *ws, float *bs)
-{
-    if (p.dt == KN_LA_BF16) {
-        if (p.sw == 1) kn_la_dw_strip_body<KN_LA_BF16, 8, K, 1>(p, ws, bs);
-        else kn_la_dw_strip_body<KN_LA_BF16, 8, K, 2>(p, ws, bs);
-    } else if (p.dt == KN_LA_F16) {
-        if (p.sw == 1) kn_la_dw_strip_body<KN_LA_F16, 8, K, 1>(p, ws, bs);
-        else kn_la_dw_strip_body<KN_LA_F16, 8, K, 2>(p, ws, bs);
-    } else {
-        if (p.sw == 1) kn_la_dw_strip_body<KN_LA_F32, 4, K, 1>(p, ws, bs);
-        else kn_la_dw_strip_body<KN_LA_F32, 4, K, 2>(p, ws, bs);
-    }
-}
+// One module a dtype (KN_LA_DT) and kernel (KN_LA_DW_WINDOW, KN_LA_KERNEL
+// its name), as kn_cuda_linalg.c's table lists them: the three kernels in
+// three dtypes took NVRTC 4.5 s as one module, and MobileNet runs the
+// strips of one dtype.
+#if !defined(KN_LA_DT) || !defined(KN_LA_DW_WINDOW) || !defined(KN_LA_KERNEL)
+#error "kn_la_dw.cu: a module needs KN_LA_DT, KN_LA_DW_WINDOW and KN_LA_KERNEL"
+#endif
+#define KN_LA_DW_VEC (KN_LA_DT == KN_LA_F32 ? 4 : 8) // 16 bytes of channels
 
-// 16-byte channel vectors only (p.vec), stride 1 or 2 along the row
-extern "C" __global__ void __launch_bounds__(256, 2) kn_la_conv_dw_strip3(kn_la_dw_args p)
+#if KN_LA_DW_WINDOW == 0
+// kn_la_conv_dw_<dtype>: any window, stride and dilation. Blocks are
+// (channel vector, pixel) pairs: blockDim.x vectors of one channel slice
+// (blockIdx.y) by blockDim.y pixels; shared: the slice's weights (taps x
+// 256 channels at most) and bias.
+extern "C" __global__ void __launch_bounds__(256) KN_LA_KERNEL(kn_la_dw_args p)
 {
-    __shared__ float ws[9 * 256];
+    __shared__ float ws[KN_LA_DW_TAPS * 256];
     __shared__ float bs[256];
-    kn_la_dw_strip<3>(p, ws, bs);
+    if (p.vec) kn_la_dw_window<KN_LA_DT, KN_LA_DW_VEC>(p, ws, bs);
+    else kn_la_dw_body<KN_LA_DT, 1, 0, 0>(p, ws, bs);
 }
-
-extern "C" __global__ void __launch_bounds__(256, 2) kn_la_conv_dw_strip5(kn_la_dw_args p)
+#else
+// kn_la_conv_dw_strip<K>_<dtype>: 16-byte channel vectors only (p.vec),
+// stride 1 or 2 along the row
+extern "C" __global__ void __launch_bounds__(256, 2) KN_LA_KERNEL(kn_la_dw_args p)
 {
-    __shared__ float ws[25 * 256];
+    __shared__ float ws[KN_LA_DW_WINDOW * KN_LA_DW_WINDOW * 256];
     __shared__ float bs[256];
-    kn_la_dw_strip<5>(p, ws, bs);
+    if (p.sw == 1) kn_la_dw_strip_body<KN_LA_DT, KN_LA_DW_VEC, KN_LA_DW_WINDOW, 1>(p, ws, bs);
+    else kn_la_dw_strip_body<KN_LA_DT, KN_LA_DW_VEC, KN_LA_DW_WINDOW, 2>(p, ws, bs);
 }
+#endif

@@ -1,11 +1,14 @@
 /* kn_ops.cu: what every template family shares (dtype access, index math).
  *
- * A template module is built per element dtype KN_DT (a kn_dtype value:
+ * A template module is built for one element dtype KN_DT (a kn_dtype value:
  * 0 f32, 1 f64, 2 bf16, 3 f16, 4 i32, 5 i64, 6 bool) from this text: the
  * CUDA prelude of core/compiler/kn_kir.c (bf16/f16 bit code), kn_cuda_targs.h (the
  * argument structs), core/base/kn_rng.h, then this file and the family files
  * (kn_reduce.cu, kn_index.cu, kn_pool.cu, kn_random.cu, kn_copy.cu,
- * kn_gather_scatter.cu).
+ * kn_gather_scatter.cu). With KN_ONE_KERNEL defined, the family files
+ * compile only the kernel KN_KSEL_<name> names (each kernel sits in its
+ * own #if): kn_cuda_tsrc.c builds one such module a kernel, so a model's
+ * first call compiles only what it launches.
  * NVRTC has no headers, so nothing here includes anything.
  *
  * Loads and stores follow core/base/kn_dtype.c's kn_load_f64 / kn_store_f64 to

@@ -78,6 +78,7 @@ KN_FN double kn_pool_one(const kn_pool_args &a, long long n, long long ch, long 
 }
 
 // Contiguous NCHW output, one thread per output.
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_pool)
 extern "C" __global__ void kn_pool(kn_pool_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -89,6 +90,7 @@ extern "C" __global__ void kn_pool(kn_pool_args a)
         kn_std<KN_DT>(a.out + e * es, kn_pool_one(a, n, ch, oy, ox));
     }
 }
+#endif
 
 // The layout pass's channels-last pool: output {N, OH, OW, C} contiguous,
 // one thread per output with the channel fastest, so that a warp's loads of
@@ -97,6 +99,7 @@ extern "C" __global__ void kn_pool(kn_pool_args a)
 // view, made each warp's loads C elements apart: resnet18's max_pool2d
 // (bf16, 32x64x112x112, H100) took 352 us, 5% of its roofline. 32-bit
 // index arithmetic where the output allows it.
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_pool_nhwc)
 extern "C" __global__ void kn_pool_nhwc(kn_pool_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -117,12 +120,14 @@ extern "C" __global__ void kn_pool_nhwc(kn_pool_args a)
         kn_std<KN_DT>(a.out + e * es, kn_pool_one(a, n, ch, oy, ox));
     }
 }
+#endif
 
 // kn_pool_nhwc with 16 bytes of channels a thread (8 bf16 / f16, 4 f32,
 // 2 f64), when the channel count and the input's strides and pointers allow
 // it: one window computation and one 16-byte load per tap for 16 / esize
 // outputs. Each channel's result is kn_pool_one's (the same taps in the
 // same order, the same double sum).
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_pool_nhwc_vec)
 extern "C" __global__ void kn_pool_nhwc_vec(kn_pool_args a)
 {
     constexpr int es = kn_esize<KN_DT>(), vec = 16 / es;
@@ -225,6 +230,7 @@ extern "C" __global__ void kn_pool_nhwc_vec(kn_pool_args a)
         *(uint4 *)(a.out + e * 16) = out;
     }
 }
+#endif
 
 // A max pool with windows of at most 3 x 3 (ResNet's stem pool) on a
 // channels-last input, 16 bytes of channels a thread, in the dtype's own
@@ -245,6 +251,7 @@ __device__ __forceinline__ unsigned kn_max2_nan(unsigned a, unsigned b)
     return d;
 }
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_pool_max3_nhwc_vec)
 extern "C" __global__ void kn_pool_max3_nhwc_vec(kn_pool_args a)
 {
     if constexpr (KN_DT == KN_DT_BF16 || KN_DT == KN_DT_F16 || KN_DT == KN_DT_F32) {
@@ -280,6 +287,7 @@ extern "C" __global__ void kn_pool_max3_nhwc_vec(kn_pool_args a)
         }
     }
 }
+#endif
 
 // A global average pool (adaptive, output 1 x 1) of a channels-last input
 // (channel stride 1: the view the layout pass leaves after a conv chain).
@@ -291,6 +299,7 @@ extern "C" __global__ void kn_pool_max3_nhwc_vec(kn_pool_args a)
 // that sum is exact (inputs of f32 or narrower whose magnitudes span less
 // than ~2^20); elsewhere they may differ in the last bit. Launched with 256
 // or 1024 threads a block.
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_pool_gap)
 extern "C" __global__ void __launch_bounds__(1024) kn_pool_gap(kn_pool_args a)
 {
     __shared__ double part[32][32];
@@ -333,6 +342,7 @@ extern "C" __global__ void __launch_bounds__(1024) kn_pool_gap(kn_pool_args a)
         __syncthreads();
     }
 }
+#endif
 
 // kn_pool_gap with 16 bytes of channels a thread (8 bf16 / f16, 4 f32),
 // for a channels-last input whose channels, strides and pointers allow it:
@@ -351,6 +361,7 @@ extern "C" __global__ void __launch_bounds__(1024) kn_pool_gap(kn_pool_args a)
 // double sum is exact. Launched with KN_GAP_VEC_BLOCK threads a block; not
 // for f64.
 #define KN_GAP_VEC_BLOCK 512
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_pool_gap_vec)
 extern "C" __global__ void __launch_bounds__(KN_GAP_VEC_BLOCK) kn_pool_gap_vec(kn_pool_args a)
 {
     constexpr int es = kn_esize<KN_DT>(), vec = 16 / es;
@@ -403,6 +414,7 @@ extern "C" __global__ void __launch_bounds__(KN_GAP_VEC_BLOCK) kn_pool_gap_vec(k
         __syncthreads();
     }
 }
+#endif
 
 // A global average pool of contiguous planes (NCHW: each channel's h x w
 // elements in a row), a warp a plane: lanes read neighbouring elements,
@@ -413,6 +425,7 @@ extern "C" __global__ void __launch_bounds__(KN_GAP_VEC_BLOCK) kn_pool_gap_vec(k
 // sequential double sum wherever that sum is exact (inputs of f32 or
 // narrower whose magnitudes span less than ~2^20); the host sends f64
 // here never, as its double sums are not exact. KN_T_BLOCK threads a block.
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_pool_gap_planes)
 extern "C" __global__ void kn_pool_gap_planes(kn_pool_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -436,3 +449,4 @@ extern "C" __global__ void kn_pool_gap_planes(kn_pool_args a)
         if (lane == 0) kn_std<KN_DT>(a.out + p * es, hw > 0 ? s / (double)hw : 0.0);
     }
 }
+#endif

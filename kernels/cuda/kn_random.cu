@@ -4,6 +4,7 @@
  * transforms below are the CPU's: same seed, same bits.
  */
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_random)
 extern "C" __global__ void kn_random(kn_random_args a)
 {
     const int es = kn_esize<KN_DT>();
@@ -24,3 +25,4 @@ extern "C" __global__ void kn_random(kn_random_args a)
         kn_std<KN_DT>(a.out + i * es, v);
     }
 }
+#endif

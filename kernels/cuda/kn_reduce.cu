@@ -75,6 +75,7 @@ KN_FN void kn_rfinish_i(const kn_reduce_args &a, long long o, long long v)
     else kn_sti<KN_DT>(a.out + o * kn_esize<KN_DT>(), v);
 }
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce)
 extern "C" __global__ void kn_reduce(kn_reduce_args a)
 {
     __shared__ double shd[KN_T_BLOCK];
@@ -127,9 +128,11 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
         }
     }
 }
+#endif
 
 /* One thread per output: combine its nsplit partials in order (var by
  * Chan et al.'s pairwise update of count, mean and squared deviations). */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce_final)
 extern "C" __global__ void kn_reduce_final(kn_reduce_args a)
 {
     const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
@@ -162,6 +165,7 @@ extern "C" __global__ void kn_reduce_final(kn_reduce_args a)
         }
     }
 }
+#endif
 
 /* Is candidate (vb, jb) better than (va, ja) by the CPU's scan order: the
  * first NaN wins, then the larger value, then the lower index. ja < 0 or
@@ -182,6 +186,7 @@ KN_FN bool kn_better_i(long long va, long long ja, long long vb, long long jb)
     return vb > va || (vb == va && jb < ja);
 }
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_argmax)
 extern "C" __global__ void kn_argmax(kn_argmax_args a)
 {
     __shared__ double shd[KN_T_BLOCK];
@@ -240,3 +245,4 @@ extern "C" __global__ void kn_argmax(kn_argmax_args a)
         __syncthreads();
     }
 }
+#endif
