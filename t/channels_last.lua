@@ -228,6 +228,41 @@ end
   T.is(rows[3] and rows[3][2], "0", "a conv value also summed is not folded (the conv's own value must exist)")
 end
 
+-- 4d. strict f32 (TF32 off) folds a conv's ReLU only where the GPU runs
+-- the conv outside cuDNN: an NCHW depthwise conv (kiln's kernel) and a
+-- one-pixel 1x1 conv (a GEMM) fold; a 3x3 conv of one group does not
+do
+  local script = [[
+kiln.config.channels_last = false
+local function dw(x, wd, bd) return kiln.conv2d(x, wd, bd, { padding = 1, groups = 6 }):relu() end
+local function fc(x, w, b) return kiln.conv2d(x, w, b):relu() end
+local function full(x, w, b) return kiln.conv2d(x, w, b, { padding = 1 }):relu() end
+local cases = {
+  { dw, kiln.randn({ 2, 6, 9, 7 }, { seed = SEED }), kiln.randn({ 6, 1, 3, 3 }, { seed = SEED + 1 }) },
+  { fc, kiln.randn({ 3, 10, 1, 1 }, { seed = SEED + 2 }), kiln.randn({ 6, 10, 1, 1 }, { seed = SEED + 3 }) },
+  { full, kiln.randn({ 2, 10, 5, 5 }, { seed = SEED + 4 }), kiln.randn({ 6, 10, 3, 3 }, { seed = SEED + 5 }) },
+}
+local b = kiln.randn({ 6 }, { seed = SEED + 6 })
+for _, c in ipairs(cases) do
+  local f, x, w = c[1], c[2], c[3] * 0.3
+  local ref = f(x:to("f64"), w:to("f64"), b:to("f64"))
+  local cm = kiln.compile(f)
+  local y = cm(x, w, b)
+  local d = (y:to("f64") - ref):abs():max():item() / ref:abs():max():item()
+  print(string.format("err %.3g folded %d nan %d", d, cm:stats().library_epilogues, y:ne(y):sum():item()))
+end
+]]
+  local out = run_folding(script)
+  local rows = {}
+  for err, folded, nans in out:gmatch("err (%S+) folded (%d+) nan (%d+)") do rows[#rows + 1] = { tonumber(err), folded, nans } end
+  if not T.is(#rows, 3, "the strict-f32 ReLU script ran its three cases") then print((("\n" .. out):gsub("\n", "\n# "))) end
+  for i, what in ipairs({ "NCHW depthwise conv + ReLU", "one-pixel 1x1 conv + ReLU", "3x3 conv + ReLU" }) do
+    local r = rows[i] or {}
+    T.ok(r[1] and r[1] <= 1e-5 and r[3] == "0", what .. " in f32: against float64 (" .. tostring(r[1]) .. ")")
+    T.is(r[2], i < 3 and "1" or "0", what .. (i < 3 and ": the ReLU folded into the conv" or ": not folded (cuDNN's fused f32 engines were slower)"))
+  end
+end
+
 -- 5. pools, a squeeze-excitation and global means on the chain: each runs
 -- on the NHWC value (its kernel's name has NHWC dims), against eager NCHW
 -- and float64, over odd sizes and channel counts (pool windows, strides,

@@ -5,7 +5,8 @@
 -- (channels-last, 3x3 and 5x5, stride 1 and 2, bias and ReLU fused), 1x1
 -- convs as cuBLASLt matmuls over the NHWC bytes, and
 -- the channels-last pools, squeeze-excitation and global means the layout
--- pass now keeps on the NHWC value. Each compiled result is checked against
+-- pass now keeps on the NHWC value; for NCHW models, the depthwise conv on
+-- planes and one-pixel 1x1 convs as GEMMs. Each compiled result is checked against
 -- a float64 reference on the CPU and against CUDA eager (NCHW), on fresh
 -- random inputs with odd sizes and channel counts that are not multiples
 -- of 8; kiln.time's kind column says which kernel ran ("cuda": kiln's own).
@@ -240,6 +241,67 @@ for _, dt in ipairs({ "bf16", "f16", "f32" }) do
   local d = (kiln.where(nan_ref, zero, got) - finite_ref):abs():max():item()
   T.ok(d <= TOL[dt] * finite_ref:abs():max():item(),
     string.format("max pool %s: the other outputs equal the CPU's (%.3g)", dt, d))
+end
+
+-- 6. NCHW models (f32 stays NCHW): depthwise convs on planes in kiln's
+-- kernel (3x3 and 5x5, stride 1 and 2; small planes several to a block,
+-- large ones in bands of rows, rows wider than a block), bias, ReLU and
+-- hardswish in its epilogue, an input that is a view; and squeeze-
+-- excitation's one-pixel 1x1 convs as cuBLASLt GEMMs
+kiln.config.channels_last = false
+local planes = {
+  -- n, c, h, w, kernel, stride, padding, bias, tail ("relu", "hardswish" or none), a channel view
+  { 3, 20, 7, 9, 5, 1, 2, true, "relu" },
+  { 2, 13, 14, 14, 3, 1, 1, true, "hardswish" },
+  { 2, 6, 61, 70, 3, 2, 1, true, "relu", true },
+  { 1, 5, 37, 29, 5, 2, 2, false, nil },
+  { 1, 3, 9, 300, 3, 1, 0, true, "relu" },
+  { 4, 7, 5, 6, 5, 1, 2, false, "hardswish", true },
+}
+for _, dt in ipairs({ "f32", "bf16", "f16" }) do
+  for ci, c in ipairs(planes) do
+    local n, ch, h, w, ks, st, pd, has_bias, tail, view = table.unpack(c)
+    local f = function(x, wd, bd)
+      if view then x = x:slice(2, 3, ch + 2) end -- channels 3..ch+2 of ch + 3: a plane stride of its own
+      local z = kiln.conv2d(x, wd, bd, { stride = st, padding = pd, groups = ch })
+      if tail == "relu" then return z:relu() end
+      if tail == "hardswish" then return z * (z * (1 / 6) + 0.5):maximum(0):minimum(1) end
+      return z
+    end
+    local ins = { kiln.randn({ n, view and ch + 3 or ch, h, w }, { seed = nextseed() }),
+      kiln.randn({ ch, 1, ks, ks }, { seed = nextseed() }) * 0.3 }
+    if has_bias then ins[3] = kiln.randn({ ch }, { seed = nextseed() }) end
+    local cpu, gpu = both(dt, ins)
+    local what = string.format("NCHW depthwise %s case %d (n %d c %d %dx%d kernel %d stride %d pad %d%s%s%s)", dt, ci,
+      n, ch, h, w, ks, st, pd, has_bias and ", bias" or "", tail and ", " .. tail or "", view and ", a view" or "")
+    local cm = check(what, f, cpu, gpu, dt, { "default", "reduce-overhead" })
+    T.is(table.concat(kinds(cm, gpu, "conv2d"), ","), "cuda", what .. ": kiln's NCHW depthwise kernel runs it")
+    if tail then
+      T.ok(cm:stats().library_epilogues >= 1, what .. ": the " .. tail .. " folded into the conv")
+      T.is(#kinds(cm, gpu, "relu") + #kinds(cm, gpu, "mul_add"), 0, what .. ": no " .. tail .. " kernel of its own runs")
+    end
+  end
+end
+
+-- (strict f32, up to 64 rows: kiln's rows kernel, 16 rows a pass; more
+-- rows, or bf16: cuBLASLt)
+for _, dt in ipairs({ "f32", "bf16" }) do
+  for _, n in ipairs({ 5, 21, 70 }) do
+    local ch, k = 37, 10
+    local f = function(x, w1, b1, w2)
+      local s = kiln.conv2d(x, w1, b1):relu() -- {n, k, 1, 1}
+      return kiln.conv2d(s, w2)
+    end
+    local cpu, gpu = both(dt, { kiln.randn({ n, ch, 1, 1 }, { seed = nextseed() }),
+      kiln.randn({ k, ch, 1, 1 }, { seed = nextseed() }) * 0.3, kiln.randn({ k }, { seed = nextseed() }),
+      kiln.randn({ ch, k, 1, 1 }, { seed = nextseed() }) * 0.3 })
+    local what = string.format("NCHW one-pixel 1x1 convs %s (n %d, %d -> %d -> %d)", dt, n, ch, k, ch)
+    local cm = check(what, f, cpu, gpu, dt, { "default", "reduce-overhead" })
+    local want = dt == "f32" and n <= 64 and "cuda,cuda" or "cublaslt,cublaslt"
+    T.is(table.concat(kinds(cm, gpu, "conv2d"), ","), want,
+      what .. ": both run as " .. (want == "cuda,cuda" and "kiln's rows kernel" or "cuBLASLt GEMMs"))
+    T.is(#kinds(cm, gpu, "relu"), 0, what .. ": the bias and ReLU in the GEMM's epilogue")
+  end
 end
 
 T.done()

@@ -135,6 +135,21 @@ static bool conv_hardswish_epilogue(const kn_plan *p, int m, const kn_kernel *P,
     return true;
 }
 
+/* Whether the GPU runs conv node mn outside cuDNN, where an epilogue's
+ * ReLU costs nothing: a depthwise conv (kiln's kernels, NCHW or
+ * channels-last) or a 1x1 conv of one output pixel (a GEMM: the fcs of
+ * squeeze-excitation). A conv the backend then hands to cuDNN after all
+ * runs the fold there, as in bf16. */
+static bool conv_outside_cudnn(const kn_plan *p, const kn_node *mn)
+{
+    const kn_meta *y = &mn->out[0], *w = &p->g.nodes[mn->in_node[1]].out[mn->in_out[1]];
+    if (y->ndim != 4 || w->ndim != 4) return false;
+    bool nhwc = mn->a.out_layout == KN_LAYOUT_NHWC;
+    int64_t channels = y->shape[nhwc ? 3 : 1], ph = y->shape[nhwc ? 1 : 2], pw = y->shape[nhwc ? 2 : 3];
+    int64_t r = w->shape[nhwc ? 1 : 2], s = w->shape[nhwc ? 2 : 3];
+    return (mn->a.groups > 1 && mn->a.groups == channels) || (mn->a.groups == 1 && ph == 1 && pw == 1 && r == 1 && s == 1);
+}
+
 /* Fold the pointwise kernel after a matmul into the library call where
  * the backend can (cuBLASLt's BIAS / RELU_BIAS epilogues, and a residual
  * as its C operand): Linear's `x·wᵀ + b`, its ReLU, and the transformer's
@@ -167,8 +182,11 @@ kn_status kn_plan_epilogues(kn_plan *p)
             /* conv (+ its bias, as batch norm folding leaves it) + ReLU: one
              * cuDNN graph; but not in strict f32, where cuDNN's fused engines
              * were slower than conv then a ReLU kernel (convnet on an H200:
-             * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua) */
-            if (mn->out[0].dtype == KN_F32 && !kn_settings_or_defaults(p->settings)->allow_tf32) continue;
+             * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua),
+             * unless the GPU runs the conv in a kernel of kiln's or a GEMM */
+            if (mn->out[0].dtype == KN_F32 && !kn_settings_or_defaults(p->settings)->allow_tf32 &&
+                !conv_outside_cudnn(p, mn))
+                continue;
             const kn_node *rl = &p->g.nodes[P->nodes[0]];
             if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&
                 rl->out[0].dtype == mn->out[0].dtype && !read_elsewhere(p, m, P->nodes[0])) {

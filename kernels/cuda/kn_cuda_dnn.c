@@ -909,6 +909,28 @@ static kn_status conv_gemm(const kn_opcall *c, const kn_tensor *x, const kn_tens
     return st;
 }
 
+/* NCHW {n, c, h, w} seen as NHWC {n, h, w, c} (the same bytes). */
+static kn_tensor nchw_as_nhwc(const kn_tensor *t)
+{
+    kn_tensor v = *t;
+    static const int from[4] = {0, 2, 3, 1};
+    for (int i = 0; i < 4; i++) v.shape[i] = t->shape[from[i]], v.strides[i] = t->strides[from[i]];
+    return v;
+}
+
+/* A 1x1 conv of one pixel in and out in NCHW (squeeze-excitation's two
+ * fcs, which f32 models keep NCHW): NCHW and NHWC are then the same bytes,
+ * so it can run as the channels-last GEMM. cuDNN's engines took 4-38 us
+ * for MobileNetV3's (16 x 960 -> 240 the slowest, f32 on an H200), about
+ * 290 us of the model's 1844; cuBLASLt's bf16 GEMMs of the same shapes
+ * took 3. */
+static bool conv_one_pixel_nchw(const kn_opcall *c, const kn_tensor *x, const kn_tensor *w, const kn_tensor *y)
+{
+    return c->a.in_layout == KN_LAYOUT_NCHW && c->a.out_layout == KN_LAYOUT_NCHW && c->a.groups == 1 &&
+           x->ndim == 4 && w->ndim == 4 && y->ndim == 4 && x->shape[2] == 1 && x->shape[3] == 1 &&
+           y->shape[2] == 1 && y->shape[3] == 1 && w->shape[2] == 1 && w->shape[3] == 1;
+}
+
 static kn_status conv_run(const kn_opcall *c, int act)
 {
     if (c->n_in < 2 || c->n_in > 3 || !c->in[0] || !c->in[1] || (c->n_in == 3 && !c->in[2]) ||
@@ -933,7 +955,8 @@ static kn_status conv_run(const kn_opcall *c, int act)
         int64_t inner = nhwc_out ? 1 : y->shape[y->ndim - 2] * y->shape[y->ndim - 1];
         return kn_cuda_bias_act(y, bias, inner, w->shape[0], act);
     }
-    if (act == KN_EPI_HARDSWISH && !(c->variant == 0 && kn_cuda_linalg_dw_fits(x, w, y, &c->a))) {
+    if (act == KN_EPI_HARDSWISH && !(c->variant == 0 && (kn_cuda_linalg_dw_fits(x, w, y, &c->a) ||
+                                                         kn_cuda_linalg_dw_nchw_fits(x, w, y, &c->a)))) {
         /* only kiln's depthwise kernel has hardswish in its epilogue: any
          * other conv runs, then the activation as a pass of its own */
         KN_TRY(conv_run(c, KN_EPI_NONE));
@@ -954,11 +977,31 @@ static kn_status conv_run(const kn_opcall *c, int act)
     if (conv_is_gemm(x, w, y, &c->a)) {
         if (variant == 0) return conv_gemm(c, x, w, bias, y, act, NULL);
         variant--;
+    } else if (conv_one_pixel_nchw(c, x, w, y)) {
+        /* strict f32: kiln's kernel for a few rows first (cuBLASLt's f32
+         * picks for 16 rows took up to 54 us), then cuBLASLt */
+        kn_tensor a = *x, b = *w, o = *y;
+        a.ndim = b.ndim = o.ndim = 2; /* {n, c}, {k, c}, {n, k}: the first two dims' sizes and strides */
+        if (!kn_cuda_allow_tf32() && kn_cuda_linalg_gemm_rows_fits(&a, &b, &o)) {
+            if (variant == 0) return kn_cuda_linalg_gemm_rows(&a, &b, bias, &o, act);
+            variant--;
+        }
+        kn_opcall cl = *c;
+        kn_tensor xl = nchw_as_nhwc(x), wl = nchw_as_nhwc(w), yl = nchw_as_nhwc(y);
+        cl.a.in_layout = cl.a.out_layout = KN_LAYOUT_NHWC;
+        if (conv_is_gemm(&xl, &wl, &yl, &cl.a)) {
+            if (variant == 0) return conv_gemm(&cl, &xl, &wl, bias, &yl, act, NULL);
+            variant--;
+        }
     }
     /* a depthwise conv, likewise: cuDNN's heuristic picks ran MobileNet's
      * at 2-5% of their roofline */
     if (kn_cuda_linalg_dw_fits(x, w, y, &c->a)) {
         if (variant == 0) return kn_cuda_linalg_conv_dw(x, w, bias, y, &c->a, act);
+        variant--;
+    }
+    if (kn_cuda_linalg_dw_nchw_fits(x, w, y, &c->a)) {
+        if (variant == 0) return kn_cuda_linalg_conv_dw_nchw(x, w, bias, y, &c->a, act);
         variant--;
     }
 #ifdef KILN_HAVE_CUDNN

@@ -86,4 +86,30 @@ typedef struct kn_la_dw_args {
     int dt, b_dt, act, vec;
 } kn_la_dw_args;
 
+/* kn_la_conv_dw_nchw<K>_<dtype>: a depthwise K x K conv (stride s in both
+ * dims, 1 or 2; dilation 1) on NCHW planes. A block stages `ppb` whole
+ * planes, or a band of `band` output rows of one plane (then `bands` blocks
+ * a plane), as rows_alloc input rows of `pitch` floats (the halo and the
+ * padding as zeros) in shared memory; a thread takes four output rows of
+ * one column. y is contiguous {n, c, p, q}. */
+/* kn_la_gemm_rows_<dtype>: y {m, n} (rows y_s0 apart) = act(a {m, k} (rows
+ * a_s0 apart, k contiguous) . b {n, k} (rows b_s0 apart, k contiguous)^T +
+ * bias); act 0 none, 1 relu, 3 hardswish. */
+typedef struct kn_la_rows_args {
+    const char *a, *b, *bias;
+    char *y;
+    long long m, n, k, a_s0, b_s0, y_s0, bias_s;
+    int b_dt, act;
+} kn_la_rows_args;
+
+#define KN_LA_DWC_PLANES 256 /* at most this many planes a block (one a thread at least) */
+typedef struct kn_la_dwc_args {
+    const char *x, *w, *bias;
+    char *y;
+    long long n, c, h, wd, p, q, planes;
+    long long xs[4], bias_s;
+    int s, ph, pw, dt, b_dt, act;
+    int ppb, band, bands, pitch, rows_alloc;
+} kn_la_dwc_args;
+
 #endif

@@ -46,41 +46,54 @@ kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
  * module it runs a kernel of: each holds what one kind of model runs, so a
  * bf16 ResNet compiles its stem's one instantiation, not the f16 ones or
  * the fallback convolutions. A module's source is KN_LA_STANDALONE, its
- * defines (KN_LA_DT, KN_LA_NT, KN_LA_DW_WINDOW and KN_LA_KERNEL, the name
- * of its one kernel, for a template of one instantiation), the argument structs
+ * defines (KN_LA_DT, KN_LA_NT, its own, such as KN_LA_DW_WINDOW, and
+ * KN_LA_KERNEL, the name of its one kernel, for a template of one
+ * instantiation), the argument structs
  * (kn_cuda_la_args.h), kn_la_common.cu and its template. The disk cache
  * keys a module by its whole source (kn_cuda_module.c), defines included. */
 #define LA_MAX_KERNELS 5
 typedef struct la_module {
     const char *name;     /* "stem_tc bf16 n8": for bench/nvrtc_modules.c and the tests */
     const char *tpl;      /* its template, kernels/cuda/<tpl>.cu */
-    int dt, nt, window;   /* KN_LA_DT, KN_LA_NT and KN_LA_DW_WINDOW, or -1 for none */
+    int dt, nt;           /* KN_LA_DT and KN_LA_NT, or -1 for none */
+    const char *defines;  /* more of its defines, or "" */
     const char *kernels[LA_MAX_KERNELS]; /* its kernels; one: the template names it KN_LA_KERNEL */
 } la_module;
 
+#define DW_WINDOW(k) "#define KN_LA_DW_WINDOW " #k "\n"
+#define DW_NCHW(k) DW_WINDOW(k) "#define KN_LA_DW_NCHW 1\n"
 static const la_module la_modules[] = {
     /* kn_linalg.cu: the fallback matmul and conv2d */
-    {"fallback", "kn_linalg", -1, -1, -1, {"kn_la_matmul_f32", "kn_la_matmul_f64", "kn_la_conv2d_f32", "kn_la_conv2d_f64"}},
-    /* kn_la_dw.cu: window 0 is any window */
-    {"dw f32", "kn_la_dw", KN_LA_F32, -1, 0, {"kn_la_conv_dw_f32"}},
-    {"dw bf16", "kn_la_dw", KN_LA_BF16, -1, 0, {"kn_la_conv_dw_bf16"}},
-    {"dw f16", "kn_la_dw", KN_LA_F16, -1, 0, {"kn_la_conv_dw_f16"}},
-    {"dw strip3 f32", "kn_la_dw", KN_LA_F32, -1, 3, {"kn_la_conv_dw_strip3_f32"}},
-    {"dw strip3 bf16", "kn_la_dw", KN_LA_BF16, -1, 3, {"kn_la_conv_dw_strip3_bf16"}},
-    {"dw strip3 f16", "kn_la_dw", KN_LA_F16, -1, 3, {"kn_la_conv_dw_strip3_f16"}},
-    {"dw strip5 f32", "kn_la_dw", KN_LA_F32, -1, 5, {"kn_la_conv_dw_strip5_f32"}},
-    {"dw strip5 bf16", "kn_la_dw", KN_LA_BF16, -1, 5, {"kn_la_conv_dw_strip5_bf16"}},
-    {"dw strip5 f16", "kn_la_dw", KN_LA_F16, -1, 5, {"kn_la_conv_dw_strip5_f16"}},
-    {"aux", "kn_la_aux", -1, -1, -1, {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc"}},
-    {"stem f32", "kn_la_stem", KN_LA_F32, -1, -1, {"kn_la_conv_stem_f32"}},
-    {"stem bf16", "kn_la_stem", KN_LA_BF16, -1, -1, {"kn_la_conv_stem_bf16"}},
-    {"stem f16", "kn_la_stem", KN_LA_F16, -1, -1, {"kn_la_conv_stem_f16"}},
-    {"stem_tc bf16 n2", "kn_la_stem_tc", KN_LA_BF16, 2, -1, {"kn_la_conv_stem_tc_bf16_n2"}},
-    {"stem_tc bf16 n4", "kn_la_stem_tc", KN_LA_BF16, 4, -1, {"kn_la_conv_stem_tc_bf16_n4"}},
-    {"stem_tc bf16 n8", "kn_la_stem_tc", KN_LA_BF16, 8, -1, {"kn_la_conv_stem_tc_bf16_n8"}},
-    {"stem_tc f16 n2", "kn_la_stem_tc", KN_LA_F16, 2, -1, {"kn_la_conv_stem_tc_f16_n2"}},
-    {"stem_tc f16 n4", "kn_la_stem_tc", KN_LA_F16, 4, -1, {"kn_la_conv_stem_tc_f16_n4"}},
-    {"stem_tc f16 n8", "kn_la_stem_tc", KN_LA_F16, 8, -1, {"kn_la_conv_stem_tc_f16_n8"}},
+    {"fallback", "kn_linalg", -1, -1, "", {"kn_la_matmul_f32", "kn_la_matmul_f64", "kn_la_conv2d_f32", "kn_la_conv2d_f64"}},
+    /* kn_la_dw.cu: channels-last (window 0: any window; strips of 3x3 and
+     * 5x5), then NCHW planes */
+    {"dw f32", "kn_la_dw", KN_LA_F32, -1, DW_WINDOW(0), {"kn_la_conv_dw_f32"}},
+    {"dw bf16", "kn_la_dw", KN_LA_BF16, -1, DW_WINDOW(0), {"kn_la_conv_dw_bf16"}},
+    {"dw f16", "kn_la_dw", KN_LA_F16, -1, DW_WINDOW(0), {"kn_la_conv_dw_f16"}},
+    {"dw strip3 f32", "kn_la_dw", KN_LA_F32, -1, DW_WINDOW(3), {"kn_la_conv_dw_strip3_f32"}},
+    {"dw strip3 bf16", "kn_la_dw", KN_LA_BF16, -1, DW_WINDOW(3), {"kn_la_conv_dw_strip3_bf16"}},
+    {"dw strip3 f16", "kn_la_dw", KN_LA_F16, -1, DW_WINDOW(3), {"kn_la_conv_dw_strip3_f16"}},
+    {"dw strip5 f32", "kn_la_dw", KN_LA_F32, -1, DW_WINDOW(5), {"kn_la_conv_dw_strip5_f32"}},
+    {"dw strip5 bf16", "kn_la_dw", KN_LA_BF16, -1, DW_WINDOW(5), {"kn_la_conv_dw_strip5_bf16"}},
+    {"dw strip5 f16", "kn_la_dw", KN_LA_F16, -1, DW_WINDOW(5), {"kn_la_conv_dw_strip5_f16"}},
+    {"dw nchw3 f32", "kn_la_dw", KN_LA_F32, -1, DW_NCHW(3), {"kn_la_conv_dw_nchw3_f32"}},
+    {"dw nchw3 bf16", "kn_la_dw", KN_LA_BF16, -1, DW_NCHW(3), {"kn_la_conv_dw_nchw3_bf16"}},
+    {"dw nchw3 f16", "kn_la_dw", KN_LA_F16, -1, DW_NCHW(3), {"kn_la_conv_dw_nchw3_f16"}},
+    {"dw nchw5 f32", "kn_la_dw", KN_LA_F32, -1, DW_NCHW(5), {"kn_la_conv_dw_nchw5_f32"}},
+    {"dw nchw5 bf16", "kn_la_dw", KN_LA_BF16, -1, DW_NCHW(5), {"kn_la_conv_dw_nchw5_bf16"}},
+    {"dw nchw5 f16", "kn_la_dw", KN_LA_F16, -1, DW_NCHW(5), {"kn_la_conv_dw_nchw5_f16"}},
+    /* kn_la_rows.cu: a few rows against a weight, strict f32 */
+    {"rows f32", "kn_la_rows", KN_LA_F32, -1, "", {"kn_la_gemm_rows_f32"}},
+    {"aux", "kn_la_aux", -1, -1, "", {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc"}},
+    {"stem f32", "kn_la_stem", KN_LA_F32, -1, "", {"kn_la_conv_stem_f32"}},
+    {"stem bf16", "kn_la_stem", KN_LA_BF16, -1, "", {"kn_la_conv_stem_bf16"}},
+    {"stem f16", "kn_la_stem", KN_LA_F16, -1, "", {"kn_la_conv_stem_f16"}},
+    {"stem_tc bf16 n2", "kn_la_stem_tc", KN_LA_BF16, 2, "", {"kn_la_conv_stem_tc_bf16_n2"}},
+    {"stem_tc bf16 n4", "kn_la_stem_tc", KN_LA_BF16, 4, "", {"kn_la_conv_stem_tc_bf16_n4"}},
+    {"stem_tc bf16 n8", "kn_la_stem_tc", KN_LA_BF16, 8, "", {"kn_la_conv_stem_tc_bf16_n8"}},
+    {"stem_tc f16 n2", "kn_la_stem_tc", KN_LA_F16, 2, "", {"kn_la_conv_stem_tc_f16_n2"}},
+    {"stem_tc f16 n4", "kn_la_stem_tc", KN_LA_F16, 4, "", {"kn_la_conv_stem_tc_f16_n4"}},
+    {"stem_tc f16 n8", "kn_la_stem_tc", KN_LA_F16, 8, "", {"kn_la_conv_stem_tc_f16_n8"}},
 };
 #define LA_N_MODULES ((int)(sizeof la_modules / sizeof la_modules[0]))
 
@@ -114,7 +127,7 @@ kn_status kn_cuda_linalg_module_source(int m, char **src)
     kn_strbuf_puts(&s, "#define KN_LA_STANDALONE 1\n");
     if (mod->dt >= 0) kn_strbuf_printf(&s, "#define KN_LA_DT %d\n", mod->dt);
     if (mod->nt >= 0) kn_strbuf_printf(&s, "#define KN_LA_NT %d\n", mod->nt);
-    if (mod->window >= 0) kn_strbuf_printf(&s, "#define KN_LA_DW_WINDOW %d\n", mod->window);
+    kn_strbuf_puts(&s, mod->defines);
     if (!mod->kernels[1]) kn_strbuf_printf(&s, "#define KN_LA_KERNEL %s\n", mod->kernels[0]);
     for (int i = 0; i < 3; i++) {
         kn_strbuf_puts(&s, parts[i]);
@@ -404,4 +417,122 @@ kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const k
     kn_cuda_variant_label("kiln depthwise conv nhwc%s%s", bias ? " +bias" : "",
                           act == KN_EPI_RELU ? " +relu" : act == KN_EPI_HARDSWISH ? " +hardswish" : "");
     return kn_cuda_launch_dims(fn, (unsigned)gx, (unsigned)slices, (unsigned)lanes, (unsigned)rows, &p, 0);
+}
+
+/* The block's planes and rows for kn_la_conv_dw_nchw (kn_la_dwc_args): a
+ * thread takes four output rows of one column, 256 threads a block. Small
+ * planes (MobileNet's 7x7 and 14x14) share a block, whole; a large one is
+ * cut into bands of rows. false: even one band of four rows of one plane
+ * needs more than DWC_SHARED_MAX of shared memory (a row over 1700 wide). */
+#define DWC_THREADS 256
+/* 48 KB a block without opting in, the kernel's own 6 KB of plane
+ * offsets (ptxas) included */
+#define DWC_SHARED_MAX (40 * 1024)
+static bool dwc_layout(kn_la_dwc_args *p, int k, size_t *shared)
+{
+    if (p->p <= 0 || p->q <= 0 || p->planes <= 0) return false;
+    int64_t strips = (p->p + 3) / 4, per_plane = strips * p->q;
+    int64_t ppb = 1, band = p->p;
+    if (per_plane <= DWC_THREADS) {
+        ppb = DWC_THREADS / per_plane;
+        if (ppb > p->planes) ppb = p->planes;
+    } else {
+        int64_t band_strips = DWC_THREADS / p->q;
+        band = (band_strips > 0 ? band_strips : 1) * 4;
+        if (band > p->p) band = p->p;
+    }
+    int64_t pitch = (p->q - 1) * p->s + k;
+    for (;;) {
+        int64_t rows = ((band + 3) / 4 * 4 - 1) * p->s + k;
+        size_t bytes = (size_t)(ppb * (rows * pitch + k * k + 1)) * sizeof(float);
+        if (bytes <= DWC_SHARED_MAX) {
+            p->ppb = (int)ppb, p->band = (int)band, p->bands = (int)((p->p + band - 1) / band);
+            p->pitch = (int)pitch, p->rows_alloc = (int)rows;
+            *shared = bytes;
+            return true;
+        }
+        if (ppb > 1) ppb /= 2;
+        else if (band > 4) band = (band - 1) / 4 * 4;
+        else return false;
+    }
+}
+
+static void dwc_args(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y, const kn_attrs *at,
+                     int act, kn_la_dwc_args *p)
+{
+    memset(p, 0, sizeof *p);
+    p->x = kn_cuda_tensor_ptr(x);
+    p->w = kn_cuda_tensor_ptr(w);
+    p->bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p->y = kn_cuda_tensor_ptr(y);
+    p->n = x->shape[0], p->c = x->shape[1], p->h = x->shape[2], p->wd = x->shape[3];
+    p->p = y->shape[2], p->q = y->shape[3], p->planes = p->n * p->c;
+    for (int i = 0; i < 4; i++) p->xs[i] = x->strides[i];
+    p->bias_s = bias ? bias->strides[0] : 0;
+    p->s = at->stride[0], p->ph = at->padding[0], p->pw = at->padding[1];
+    p->dt = (int)y->dtype, p->b_dt = bias ? (int)bias->dtype : 0, p->act = act;
+}
+
+bool kn_cuda_linalg_dw_nchw_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
+{
+    kn_dtype dt = y->dtype;
+    if (at->in_layout != KN_LAYOUT_NCHW || at->out_layout != KN_LAYOUT_NCHW || x->ndim != 4 || w->ndim != 4 ||
+        y->ndim != 4 || !(dt == KN_F32 || dt == KN_BF16 || dt == KN_F16) || x->dtype != dt || w->dtype != dt ||
+        at->groups != x->shape[1] || w->shape[0] != x->shape[1] || w->shape[1] != 1 || y->shape[1] != w->shape[0] ||
+        w->shape[2] != w->shape[3] || (w->shape[2] != 3 && w->shape[2] != 5) || at->stride[0] != at->stride[1] ||
+        (at->stride[0] != 1 && at->stride[0] != 2) || at->dilation[0] != 1 || at->dilation[1] != 1 ||
+        at->padding[0] < 0 || at->padding[1] < 0 || !kn_tensor_is_contiguous(w) || !kn_tensor_is_contiguous(y) ||
+        x->shape[2] >= INT32_MAX / 4 || x->shape[3] >= INT32_MAX / 4 || y->shape[0] * y->shape[1] >= INT32_MAX)
+        return false;
+    kn_la_dwc_args p;
+    size_t shared;
+    dwc_args(x, w, NULL, (kn_tensor *)y, at, 0, &p);
+    return dwc_layout(&p, (int)w->shape[2], &shared);
+}
+
+kn_status kn_cuda_linalg_conv_dw_nchw(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                      const kn_attrs *at, int act)
+{
+    kn_la_dwc_args p;
+    size_t shared = 0;
+    int k = (int)w->shape[2];
+    dwc_args(x, w, bias, y, at, act, &p);
+    if (!dwc_layout(&p, k, &shared))
+        return kn_error(KN_ERR_UNSUPPORTED, "conv2d: rows of %lld for the NCHW depthwise kernel", (long long)p.q);
+    int64_t blocks = (p.planes + p.ppb - 1) / p.ppb * p.bands;
+    if (blocks > INT32_MAX) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: %lld blocks for the depthwise kernel",
+                                            (long long)blocks);
+    char name[40];
+    snprintf(name, sizeof name, "kn_la_conv_dw_nchw%d_%s", k, kn_dtype_name(y->dtype));
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel(name, &fn));
+    kn_cuda_variant_label("kiln depthwise conv nchw%s%s", bias ? " +bias" : "",
+                          act == KN_EPI_RELU ? " +relu" : act == KN_EPI_HARDSWISH ? " +hardswish" : "");
+    return kn_cuda_launch_dims(fn, (unsigned)blocks, 1, DWC_THREADS, 1, &p, shared);
+}
+
+bool kn_cuda_linalg_gemm_rows_fits(const kn_tensor *a, const kn_tensor *b, const kn_tensor *y)
+{
+    return a->ndim == 2 && b->ndim == 2 && y->ndim == 2 && a->dtype == KN_F32 && b->dtype == KN_F32 &&
+           y->dtype == KN_F32 && a->shape[0] == y->shape[0] && b->shape[0] == y->shape[1] &&
+           a->shape[1] == b->shape[1] && a->shape[0] <= KN_CUDA_GEMM_ROWS_MAX && a->strides[1] == 1 &&
+           b->strides[1] == 1 && y->strides[1] == 1;
+}
+
+kn_status kn_cuda_linalg_gemm_rows(const kn_tensor *a, const kn_tensor *b, const kn_tensor *bias, kn_tensor *y, int act)
+{
+    kn_la_rows_args p;
+    memset(&p, 0, sizeof p);
+    p.a = kn_cuda_tensor_ptr(a), p.b = kn_cuda_tensor_ptr(b), p.y = kn_cuda_tensor_ptr(y);
+    p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    p.m = a->shape[0], p.n = b->shape[0], p.k = a->shape[1];
+    p.a_s0 = a->strides[0], p.b_s0 = b->strides[0], p.y_s0 = y->strides[0];
+    p.bias_s = bias ? bias->strides[0] : 0;
+    p.b_dt = bias ? (int)bias->dtype : 0, p.act = act;
+    if (p.m == 0 || p.n == 0) return KN_OK;
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel("kn_la_gemm_rows_f32", &fn));
+    kn_cuda_variant_label("kiln rows gemm%s%s", bias ? " +bias" : "",
+                          act == KN_EPI_RELU ? " +relu" : act == KN_EPI_HARDSWISH ? " +hardswish" : "");
+    return kn_cuda_launch(fn, kn_cuda_linalg_grid(p.n, 8), 256, &p, 0); /* a warp a column of y */
 }

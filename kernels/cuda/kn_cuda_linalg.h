@@ -68,6 +68,19 @@ kn_status kn_cuda_linalg_conv_stem(const kn_tensor *x, const kn_tensor *w, const
 bool kn_cuda_linalg_dw_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
 kn_status kn_cuda_linalg_conv_dw(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
                                  const kn_attrs *at, int act);
+/* The same for NCHW planes: 3x3 and 5x5 windows, one stride of 1 or 2 in
+ * both dims, dilation 1, y contiguous; act 0 none, 1 relu, 3 hardswish. */
+bool kn_cuda_linalg_dw_nchw_fits(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
+kn_status kn_cuda_linalg_conv_dw_nchw(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                                      const kn_attrs *at, int act);
+
+/* y {m, n} = act(a {m, k} . b {n, k}^T + bias) for a few rows of a
+ * (m <= KN_CUDA_GEMM_ROWS_MAX) in strict f32 (kn_la_rows.cu): the fits
+ * check and the call; act 0 none, 1 relu, 3 hardswish. */
+#define KN_CUDA_GEMM_ROWS_MAX 64
+bool kn_cuda_linalg_gemm_rows_fits(const kn_tensor *a, const kn_tensor *b, const kn_tensor *y);
+kn_status kn_cuda_linalg_gemm_rows(const kn_tensor *a, const kn_tensor *b, const kn_tensor *bias, kn_tensor *y,
+                                   int act);
 
 /* ---- for both libraries' paths ---- */
 

@@ -99,12 +99,14 @@ static void push_dim(int *n, long long *shape, long long *s1, long long *s2, int
 
 /* Group size for `count` elements per output: a few elements per lane,
  * unless the outputs alone fill the device and the reduced elements are
- * not adjacent (then one thread per output reads neighbouring outputs). */
+ * not adjacent (then one thread per output reads neighbouring outputs).
+ * Past a warp only with 64 elements a lane or more: a warp combines by
+ * shuffles, a larger group through shared memory and barriers. */
 static int pick_group(int64_t count, int64_t nout, bool adjacent)
 {
     int g = 1;
     if (!adjacent && nout >= 4096) return 1;
-    while (g < KN_T_BLOCK && g * 4 < count) g <<= 1;
+    while (g < KN_T_BLOCK && g * 4 < count && (g < 32 || g * 64 < count)) g <<= 1;
     return g;
 }
 

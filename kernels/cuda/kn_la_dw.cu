@@ -259,7 +259,92 @@ __device__ void kn_la_dw_strip_body(const kn_la_dw_args &p, float *ws, float *bs
 #endif
 #define KN_LA_DW_VEC (KN_LA_DT == KN_LA_F32 ? 4 : 8) // 16 bytes of channels
 
-#if KN_LA_DW_WINDOW == 0
+#if defined(KN_LA_DW_NCHW)
+// ---- the depthwise conv on NCHW planes (f32 models, which stay NCHW:
+// cuDNN's engines ran MobileNetV3's 15 at 6-15% of their roofline on an
+// H200, 600 of 1844 us). Each plane is a 2-D stencil: a block stages its
+// planes (or a band of rows of one) into shared memory once, halo and
+// padding as zeros, so the window's taps are shared reads; a thread then
+// takes four output rows of one column, reusing each staged row for every
+// output whose window covers it, and neighbouring threads take
+// neighbouring columns (shared reads S words apart, stores coalesced).
+template <int DT, int K, int S>
+__device__ void kn_la_dw_nchw_body(const kn_la_dwc_args &p, float *sm)
+{
+    __shared__ long long base[KN_LA_DWC_PLANES]; // each staged plane's offset in x
+    __shared__ int chan[KN_LA_DWC_PLANES];
+    const int nt = (int)blockDim.x, t0 = (int)threadIdx.x, lane = t0 & 31, warps = nt >> 5;
+    const long long plane0 = (long long)(blockIdx.x / p.bands) * p.ppb;
+    const int band0 = (int)(blockIdx.x % p.bands) * p.band;
+    const int np = (int)(p.planes - plane0 < p.ppb ? p.planes - plane0 : p.ppb);
+    const int rows = (int)(p.p - band0 < p.band ? p.p - band0 : p.band);
+    const int pitch = p.pitch, ra = p.rows_alloc, per_plane = ra * pitch;
+    float *xs = sm, *ws = sm + (long long)p.ppb * per_plane, *bs = ws + p.ppb * K * K;
+    const int iy0 = band0 * S - p.ph, ix0 = -p.pw, h = (int)p.h, wd = (int)p.wd;
+    const int es = DT == KN_LA_F32 ? 4 : 2;
+    // one 64-bit division a plane, not one an element (they made the
+    // staging, not the taps, the kernel's cost)
+    for (int pl = t0; pl < np; pl += nt) {
+        const long long plane = plane0 + pl, ni = plane / p.c, ci = plane - ni * p.c;
+        base[pl] = ni * p.xs[0] + ci * p.xs[1];
+        chan[pl] = (int)ci;
+        bs[pl] = p.bias ? kn_la_ld<float>(p.bias, p.b_dt, ci * p.bias_s) : 0.f;
+    }
+    __syncthreads();
+    // a warp a staged row: its lanes load neighbouring columns
+    for (int row = t0 >> 5; row < np * ra; row += warps) {
+        const int pl = row / ra, iy = iy0 + (row - pl * ra);
+        float *dst = xs + (long long)row * pitch;
+        const bool in_row = (unsigned)iy < (unsigned)h;
+        const char *src = p.x + (base[pl] + (long long)iy * p.xs[2]) * es;
+        for (int xx = lane; xx < pitch; xx += 32) {
+            const int ix = ix0 + xx;
+            dst[xx] = in_row && (unsigned)ix < (unsigned)wd ? kn_la_ld_t<DT>(src + (long long)ix * p.xs[3] * es, 0) : 0.f;
+        }
+    }
+    for (int e = t0; e < np * K * K; e += nt) {
+        const int pl = e / (K * K), tap = e - pl * (K * K);
+        ws[e] = kn_la_ld_t<DT>(p.w + ((long long)chan[pl] * K * K + tap) * es, 0);
+    }
+    __syncthreads();
+    const int q = (int)p.q, strips = (rows + 3) / 4, items = np * strips * q;
+    constexpr int RR = 3 * S + K; // the staged rows four outputs of a column read
+    for (int it = t0; it < items; it += nt) {
+        const int pl = it / (strips * q), r = it - pl * strips * q, sy = r / q, ox = r - sy * q;
+        const float *xc = xs + pl * per_plane + (sy * 4 * S) * pitch + ox * S, *wp = ws + pl * K * K;
+        float acc[4];
+#pragma unroll
+        for (int o = 0; o < 4; o++) acc[o] = bs[pl];
+#pragma unroll
+        for (int kx = 0; kx < K; kx++) {
+#pragma unroll
+            for (int rr = 0; rr < RR; rr++) {
+                const float v = xc[rr * pitch + kx];
+#pragma unroll
+                for (int o = 0; o < 4; o++) {
+                    const int ky = rr - o * S; // the tap row of output o that staged row rr is
+                    if (ky >= 0 && ky < K) acc[o] = fmaf(v, wp[ky * K + kx], acc[o]);
+                }
+            }
+        }
+        const long long plane = plane0 + pl;
+        const int oy = band0 + sy * 4;
+#pragma unroll
+        for (int o = 0; o < 4; o++)
+            if (sy * 4 + o < rows)
+                kn_la_st<float>(p.y, DT, (plane * p.p + oy + o) * q + ox, kn_la_dw_act(p.act, acc[o]));
+    }
+}
+
+// kn_la_conv_dw_nchw<K>_<dtype>: dynamic shared memory, sized by the host
+// (kn_cuda_linalg_conv_dw_nchw) to at most 48 KB
+extern "C" __global__ void __launch_bounds__(256) KN_LA_KERNEL(kn_la_dwc_args p)
+{
+    extern __shared__ float sm[];
+    if (p.s == 1) kn_la_dw_nchw_body<KN_LA_DT, KN_LA_DW_WINDOW, 1>(p, sm);
+    else kn_la_dw_nchw_body<KN_LA_DT, KN_LA_DW_WINDOW, 2>(p, sm);
+}
+#elif KN_LA_DW_WINDOW == 0
 // kn_la_conv_dw_<dtype>: any window, stride and dilation. Blocks are
 // (channel vector, pixel) pairs: blockDim.x vectors of one channel slice
 // (blockIdx.y) by blockDim.y pixels; shared: the slice's weights (taps x

@@ -22,9 +22,20 @@ KN_FN long long kn_iext(int op, long long a, long long b)
 }
 
 /* Tree-combine v over the `g` lanes of this thread's group; every lane
- * gets the result. All threads of the block must call it together. */
+ * gets the result. All threads of the block must call it together. A
+ * group of a warp or less combines by shuffles (its lanes are aligned in
+ * one warp): no shared memory and no barrier, which took most of a
+ * squeeze-excitation mean's 10-23 us in f32 NCHW (784 elements an
+ * output). */
 KN_FN double kn_group_fsum(double v, double *sh, int g, int lane, int op)
 {
+    if (g <= 32) {
+        for (int w = g / 2; w > 0; w >>= 1) {
+            double o = __shfl_xor_sync(0xffffffffu, v, w);
+            v = op == KN_TR_AMAX || op == KN_TR_AMIN ? kn_fext(op, v, o) : v + o;
+        }
+        return v;
+    }
     sh[threadIdx.x] = v;
     __syncthreads();
     for (int w = g / 2; w > 0; w >>= 1) {
