@@ -534,5 +534,5 @@ kn_status kn_cuda_linalg_gemm_rows(const kn_tensor *a, const kn_tensor *b, const
     KN_TRY(kn_cuda_linalg_kernel("kn_la_gemm_rows_f32", &fn));
     kn_cuda_variant_label("kiln rows gemm%s%s", bias ? " +bias" : "",
                           act == KN_EPI_RELU ? " +relu" : act == KN_EPI_HARDSWISH ? " +hardswish" : "");
-    return kn_cuda_launch(fn, kn_cuda_linalg_grid(p.n, 8), 256, &p, 0); /* a warp a column of y */
+    return kn_cuda_launch(fn, kn_cuda_linalg_grid(p.n, 1), 256, &p, 0); /* a block a column of y */
 }
