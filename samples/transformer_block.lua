@@ -41,6 +41,7 @@ local model = Block():eval()
 return {
   name = "transformer_block",
   model = model,
+  Block = Block, -- the class, for samples/train_transformer.lua
   inputs = function(opts)
     opts = opts or {}
     local B, T = 16, 256

@@ -66,6 +66,8 @@ typedef struct kn_graph_input {
     bool requires_grad; /* the tensor required grad when traced (its backward is part of the graph) */
     bool pass_made; /* computed by a pass from bound values (a folded conv weight, a value computed
                        once): the graph owns it, nobody binds it again, so its values stay */
+    bool from_inputs; /* pass_made from other inputs' values (a folded conv weight), not from constants
+                         alone (fold_once): the plan must be built again when those change */
 } kn_graph_input;
 
 typedef struct kn_graph {

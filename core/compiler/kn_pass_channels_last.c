@@ -179,7 +179,7 @@ static kn_status nhwc_weight(cl_ctx *c, int i, int64_t cp, int *ref, bool *padde
         kn_status st = kn_graph_add_input(g, KN_IN_VALUE, "channels-last conv weight", lay, where, &node);
         kn_tensor_release(lay);
         KN_TRY(st);
-        g->inputs[g->n_inputs - 1].pass_made = true;
+        g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
         KN_TRY(kn_pass_sync(x));
         x->before[node] = i;
         *ref = KN_REF(node, 0);

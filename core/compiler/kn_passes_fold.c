@@ -406,9 +406,9 @@ static kn_status bn_apply(kn_pass_ctx *x, const bn_fold *f)
     int wn, bn_node;
     kn_status st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv weight", wt, where, &wn);
     kn_tensor_release(wt);
-    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
+    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
     if (st == KN_OK) st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv bias", bt, where, &bn_node);
-    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
+    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
     kn_tensor_release(bt);
     if (st == KN_OK) st = kn_pass_sync(x);
     if (st != KN_OK) return st;

@@ -28,10 +28,15 @@ static bool is_random_op(int op)
 
 /* After the passes (p->g optimized, its original inputs still bound; g the
  * caller's graph): note the versions of the inputs when a pass baked
- * values into new inputs, and map each fresh random node back to g's. */
+ * their values into new inputs (fold_once's values, made from constants
+ * alone, read none: a training step, which writes its parameters at every
+ * call, was built again at every call for them), and map each fresh
+ * random node back to g's. */
 static kn_status plan_guard_values(kn_plan *p, const kn_graph *g)
 {
-    if (p->g.n_inputs > p->n_orig_inputs && p->n_orig_inputs > 0) {
+    bool baked = false;
+    for (int i = p->n_orig_inputs; i < p->g.n_inputs; i++) baked = baked || p->g.inputs[i].from_inputs;
+    if (baked && p->n_orig_inputs > 0) {
         p->baked.storage = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.storage);
         p->baked.version = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.version);
         if (!p->baked.storage || !p->baked.version) return kn_error(KN_ERR_OOM, "out of host memory for a plan");

@@ -150,6 +150,10 @@ function repl.use_spec(spec, path, opts)
   need("name", function(v) return type(v) == "string" end, "the model's name, a string")
   need("model", is_callable, "the model to run: an nn module or a function")
   need("inputs", is_callable, "a function(opts) returning the list of inputs {x, ...}")
+  if spec.train_step ~= nil and not is_callable(spec.train_step) then
+    fail("model file '%s': 'train_step' must be a function(inputs...) running one training step and returning "
+      .. "its loss, got %s", path, type(spec.train_step))
+  end
 
   local nparams = count_parameters(spec.model)
   session.model, session.spec, session.name, session.file = spec.model, spec, spec.name, path
@@ -159,6 +163,7 @@ function repl.use_spec(spec, path, opts)
     if nparams then what = string.format("%d parameters", nparams)
     elseif type(spec.model) == "function" then what = "a function"
     else what = "a callable " .. type(spec.model) end
+    if spec.train_step then what = what .. "; :run runs its training step" end
     print(string.format("loaded %s from %s: %s", spec.name, path, what))
   end
   return spec
@@ -278,14 +283,16 @@ local function model_inputs()
   return inputs, inputs.n or #inputs, device
 end
 
--- What :run calls: the model itself, or its compiled form.
+-- What :run calls: the model itself (a training spec's train_step: one
+-- whole step, which returns its loss), or its compiled form.
 local function runner()
-  if session.mode == "eager" then return session.model, false end
+  local target = session.spec.train_step or session.model
+  if session.mode == "eager" then return target, false end
   if type(kiln.compile) ~= "function" then
     fail("mode '%s' needs kiln.compile, which this build does not have yet: only 'eager' works", session.mode)
   end
   if not session.compiled then
-    session.compiled = kiln.compile(session.model, { mode = session.mode, fullgraph = session.fullgraph })
+    session.compiled = kiln.compile(target, { mode = session.mode, fullgraph = session.fullgraph })
     session.warm = nil
   end
   return session.compiled, true
@@ -310,9 +317,15 @@ local function timed_call(fn, inputs, ninputs, sync, first)
   return out, ms, what
 end
 
+-- A loss as :run prints it: the number a scalar tensor holds.
+local function loss_value(v)
+  local ok, x = pcall(function() return v:item() end)
+  return ok and type(x) == "number" and x or nil
+end
+
 repl.register("run", {
   usage = ":run [n]",
-  summary = "run the loaded model n times (default 1) and time it",
+  summary = "run the loaded model (or training step) n times (default 1) and time it",
   help = [[
 Builds the inputs once with inputs({device = kiln.default_device(),
 dtype = "f32", small = kiln.session.small}), calls the model n times and
@@ -323,7 +336,11 @@ printed with what it compiled ("recompiled (x dim 1: 8 -> 2): 0.21 s"),
 and another call takes its place, so the median and the minimum are of
 calls that compiled nothing. From Lua, kiln.cmd.run(n) returns {output,
 runs, times_ms, median_ms, min_ms, mode, device, compile_s, compiles}
-(compiles: {what, s} per call that compiled).]],
+(compiles: {what, s} per call that compiled).
+A training spec (one with train_step, as samples/train_*.lua) runs n
+training steps instead: each step's loss is printed (every step up to 10,
+then about ten lines), the summary gives the first and last loss and the
+time per step, and the result also has losses.]],
 }, function(n)
   local count = 1
   if n ~= nil then
@@ -344,6 +361,8 @@ runs, times_ms, median_ms, min_ms, mode, device, compile_s, compiles}
   -- apart, and another takes its place (at most count more: a call
   -- recompiles only until the cache limit makes its graph run eagerly)
   local times, compiles, out = {}, {}, nil
+  local training, losses = session.spec.train_step ~= nil, {}
+  local every = count > 10 and math.ceil(count / 10) or 1 -- which steps' losses are printed
   for _ = 1, 2 * count + 1 do
     local first = compiled and not session.warm
     compiling = first
@@ -352,32 +371,53 @@ runs, times_ms, median_ms, min_ms, mode, device, compile_s, compiles}
     if compiled then session.warm = true end
     repl.check_interrupt() -- a Ctrl-C that code inside the call caught
     out = res
+    if training then
+      -- every call is a step that trained the model: counted, compiling or not
+      local loss = loss_value(res[1])
+      if not loss then
+        fail("train_step of '%s' must return its loss (a scalar tensor), got %s", session.file, describe(res[1]))
+      end
+      losses[#losses + 1] = loss
+      local n = #losses
+      if n % every == 0 or n == 1 or n == count then
+        print(string.format("step %d: loss %.6g (%s ms%s)", n, loss, fmt_ms(ms), what and ", " .. what or ""))
+      end
+    end
     if what then
       compiles[#compiles + 1] = { what = what, s = ms / 1000 }
-      print(repl.compile_line(compiles[#compiles]))
+      if not training then print(repl.compile_line(compiles[#compiles])) end
     else
       times[#times + 1] = ms
       done = #times
-      if done == count then break end
     end
+    if (training and #losses == count) or (not training and done == count) then break end
   end
   repl.interrupt_note = nil
   local steady = #times
   local sorted = table.move(times, 1, steady, 1, {})
   table.sort(sorted)
-  local median = steady == 0 and nil
-    or steady % 2 == 1 and sorted[(steady + 1) // 2] or (sorted[steady // 2] + sorted[steady // 2 + 1]) / 2
+  local median -- nil when every call compiled (a training run can end so)
+  if steady > 0 then
+    median = steady % 2 == 1 and sorted[(steady + 1) // 2] or (sorted[steady // 2] + sorted[steady // 2 + 1]) / 2
+  end
   local described = {}
   for i = 1, out.n do described[i] = describe(out[i]) end
-  local timing = steady > 0 and string.format("%s ms per call (min %s)", fmt_ms(median), fmt_ms(sorted[1]))
-    or "no call without a compile to time"
-  print(string.format("output %s · %d run%s · %s · %s on %s",
-    out.n == 0 and "nothing" or table.concat(described, ", "), steady, steady == 1 and "" or "s",
-    timing, session.mode, device))
+  if training then
+    local timing = steady > 0 and string.format("%s ms per step (min %s, steps that compiled nothing)", fmt_ms(median),
+      fmt_ms(sorted[1])) or "no step without a compile to time"
+    print(string.format("loss %.6g -> %.6g · %d step%s · %s · %s on %s", losses[1], losses[#losses], #losses,
+      #losses == 1 and "" or "s", timing, session.mode, device))
+  else
+    local timing = steady > 0 and string.format("%s ms per call (min %s)", fmt_ms(median), fmt_ms(sorted[1]))
+      or "no call without a compile to time"
+    print(string.format("output %s · %d run%s · %s · %s on %s",
+      out.n == 0 and "nothing" or table.concat(described, ", "), steady, steady == 1 and "" or "s",
+      timing, session.mode, device))
+  end
   local first = compiles[1] and compiles[1].what == "first call (compiling)" and compiles[1].s or nil
   return {
     output = out.n <= 1 and out[1] or out, runs = steady, times_ms = times,
     median_ms = median, min_ms = sorted[1], mode = session.mode, device = device, compile_s = first,
-    compiles = compiles,
+    compiles = compiles, losses = training and losses or nil,
   }
 end)

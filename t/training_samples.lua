@@ -1,0 +1,81 @@
+-- t/training_samples.lua: the training samples (samples/train_gcn.lua,
+-- train_convnet.lua, train_transformer.lua; issue 33, item 5) at their
+-- small sizes on the CPU: each trains (its loss falls over 20 eager steps,
+-- never NaN), its compiled step (kiln.compile(spec.train_step), default
+-- mode) gives the eager step's losses and parameters for 20 steps, and
+-- after its first recompiles builds no new plan (a step writes its
+-- parameters in place; a plan once rebuilt itself at every step for
+-- that); :run on a training spec runs steps and reports their losses; a
+-- train_step that returns no loss is a clear error.
+local T = dofile("t/lib/tap.lua")
+
+kiln.session.small = true
+
+local function load(file)
+  return kiln.load(file, { quiet = true })
+end
+
+-- the largest |a - b| over the parameters of two models (NaN: infinite)
+local function params_diff(m1, m2)
+  local p1, p2 = m1:parameters(), m2:parameters()
+  local worst = 0
+  for i = 1, #p1 do
+    local d = (p1[i]:to("f64") - p2[i]:to("f64")):abs():amax():item()
+    if d ~= d then return math.huge end
+    if d > worst then worst = d end
+  end
+  return worst
+end
+
+for _, case in ipairs({ { "samples/train_gcn.lua", 1e-5 }, { "samples/train_convnet.lua", 1e-4 },
+  { "samples/train_transformer.lua", 1e-5 } }) do
+  local file, tol = case[1], case[2]
+  local a, b = load(file), load(file)
+  T.ok(type(a.train_step) == "function" and a.optimizer ~= nil, file .. ": a training spec (train_step, optimizer)")
+  local xa, xb = a.inputs({ small = true }), b.inputs({ small = true })
+  local cm = kiln.compile(b.train_step)
+  local worst, first, last, nan = 0, nil, nil, false
+  local plans_at_5
+  for step = 1, 20 do
+    local la, lb = a.train_step(table.unpack(xa)):item(), cm(table.unpack(xb)):item()
+    nan = nan or la ~= la or lb ~= lb
+    local d = math.abs(la - lb) / math.max(1, math.abs(la))
+    if d > worst then worst = d end
+    first, last = first or la, la
+    if step == 5 then plans_at_5 = cm:stats().plans end
+  end
+  T.ok(not nan and last < first, string.format("%s: 20 eager steps train it (loss %.4f -> %.4f)", file, first, last))
+  T.ok(not nan and worst <= tol, string.format("%s: the compiled step's losses are the eager step's (worst %.3g)", file,
+    worst))
+  local pd = params_diff(a.model, b.model)
+  T.ok(pd <= tol, string.format("%s: and so are the parameters after 20 steps (worst %.3g)", file, pd))
+  T.is(cm:stats().plans, plans_at_5, file .. ": no plan built after step 5 (the parameters it writes rebuild nothing)")
+end
+
+-- :run on a training spec: n steps, each loss returned
+load("samples/train_gcn.lua")
+kiln.cmd.mode("eager")
+local r = kiln.cmd.run(3)
+T.is(#(r.losses or {}), 3, ":run 3 on a training spec runs three steps and returns their losses")
+T.ok(r.losses and r.losses[3] < r.losses[1], ":run's steps train the session's model (the loss falls)")
+kiln.cmd.mode("default")
+r = kiln.cmd.run(4)
+T.is(#(r.losses or {}), 4, ":run 4 in mode default: four compiled steps, compiling ones counted too")
+
+-- a train_step that returns no loss
+local bad = os.tmpname() .. ".lua"
+local fh = io.open(bad, "w")
+fh:write([[
+local m = kiln.nn.Linear(2, 2)
+return { name = "bad", model = m, inputs = function() return { kiln.randn({ 1, 2 }) } end,
+  train_step = function(x) m(x) end }
+]])
+fh:close()
+kiln.load(bad, { quiet = true })
+kiln.cmd.mode("eager")
+local ok, err = pcall(kiln.cmd.run, 1)
+T.ok(not ok and tostring(err):find("train_step of '.-' must return its loss %(a scalar tensor%), got nil"),
+  "a train_step without a loss: an error saying so (" .. tostring(err) .. ")")
+os.remove(bad)
+
+T.done()
