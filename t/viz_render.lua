@@ -473,4 +473,43 @@ do
   end
 end
 
+-- issue 33, item 4: a compiled training step is drawn by part: in the
+-- captured view the backward's ops filled blue and the optimizer update's
+-- purple, in the fused view each kernel outlined and named by its part,
+-- with a legend; kiln.outline gives each op's and kernel's part
+do
+  kiln.session.small = true
+  local spec = kiln.load("samples/train_gcn.lua", { quiet = true })
+  kiln.session.small = false
+  local xs = spec.inputs({ small = true })
+  local cm = kiln.compile(spec.train_step)
+  for _ = 1, 3 do cm(table.unpack(xs)) end
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "'")
+  kiln.render(cm, dir .. "/train_captured.svg", { view = "captured" })
+  local cap = svg_ok(read(dir .. "/train_captured.svg"), "training step, captured")
+  T.ok(count(cap, 'fill="#deebf7"') >= 10 and count(cap, 'fill="#efe3f5"') >= 10,
+    string.format("captured: backward ops filled blue (%d) and update ops purple (%d)", count(cap, 'fill="#deebf7"'),
+      count(cap, 'fill="#efe3f5"')))
+  T.like(cap, "a training step, ops filled by part:", "captured: the legend names the parts")
+  kiln.render(cm, dir .. "/train_fused.svg", { view = "fused" })
+  local fused = svg_ok(read(dir .. "/train_fused.svg"), "training step, fused")
+  T.ok(count(fused, 'stroke="#2171b5"') >= 5 and count(fused, 'stroke="#7a3b9e"') >= 5,
+    "fused: backward kernels outlined blue, update kernels purple")
+  T.ok(count(fused, "· backward</text>") >= 5 and count(fused, "· update</text>") >= 5,
+    "fused: each kernel's title names its part")
+  check_geometry(dir .. "/train_captured.svg", "training step, captured")
+  check_geometry(dir .. "/train_fused.svg", "training step, fused")
+  local outline = kiln.outline(cm, { view = "fused" })
+  T.like(outline, "\n +%d+  k%d+_%S+ +%S+ +forward +", "outline: forward kernels marked")
+  T.like(outline, "\n +%d+  k%d+_%S+ +%S+ +backward +", "outline: backward kernels marked")
+  T.like(outline, "\n +%d+  k%d+_%S+ +%S+ +update +", "outline: update kernels marked")
+  kiln.render(cm_tiny, dir .. "/tiny_again.svg", { view = "captured" })
+  local plain = svg_ok(read(dir .. "/tiny_again.svg"), "inference, captured")
+  T.ok(not plain:find("training step", 1, true) and not plain:find("#deebf7", 1, true),
+    "an inference drawing has no parts and no part legend")
+  os.execute("rm -rf '" .. dir .. "'")
+end
+
 T.done()

@@ -95,6 +95,21 @@ static const char *kind_colour(const char *kind)
     return "#eeeeee";
 }
 
+/* ---- the parts of a training step ---- */
+
+/* A captured op's fill and a fused kernel's border by the part of the step
+ * it belongs to (a drawing of a training step only): forward as before,
+ * backward blue, the optimizer's update purple. */
+static const char *part_fill(int part)
+{
+    return part == KN_PART_BACKWARD ? "#deebf7" : part == KN_PART_UPDATE ? "#efe3f5" : "white";
+}
+
+static const char *part_pen(int part)
+{
+    return part == KN_PART_BACKWARD ? "#2171b5" : part == KN_PART_UPDATE ? "#7a3b9e" : "#6b6b6b";
+}
+
 /* ---- the drawing's title ---- */
 
 /* The heat legend (a timed drawing's): the colour scale and the host's
@@ -143,6 +158,17 @@ void kn_viz_label_drawing(Agraph_t *g, const kn_viz_model *m, const kn_viz_opts 
         kn_viz_host_text(b, m, "<BR/>");
     }
     kn_strbuf_printf(b, "</TD></TR>");
+    if (m->training) { /* which colour is which part of the step */
+        bool fused = o->view == KN_VIZ_FUSED;
+        kn_strbuf_printf(b, "<TR><TD ALIGN=\"LEFT\" CELLPADDING=\"4\"><TABLE BORDER=\"0\" CELLBORDER=\"1\" "
+                            "CELLSPACING=\"2\" CELLPADDING=\"3\"><TR><TD BORDER=\"0\">a training step, %s by part:</TD>",
+                         fused ? "kernels outlined" : "ops filled");
+        for (int part = KN_PART_FORWARD; part <= KN_PART_UPDATE; part++)
+            kn_strbuf_printf(b, fused ? "<TD COLOR=\"%s\">%s</TD>" : "<TD BGCOLOR=\"%s\">%s</TD>",
+                             fused ? part_pen(part) : part_fill(part),
+                             part == KN_PART_UPDATE ? "optimizer update" : kn_viz_part_name(part));
+        kn_strbuf_printf(b, "</TR></TABLE></TD></TR>");
+    }
     if (m->timed) {
         kn_strbuf_printf(b, "<TR><TD ALIGN=\"LEFT\" CELLPADDING=\"6\">");
         legend(b, m);
@@ -231,7 +257,9 @@ static void node_style(Agnode_t *n, const kn_viz_vnode *v)
     }
     switch (v->kind) {
     case KN_VN_OP: /* captured: a view op, dashed as the fused view draws views */
-        if (kn_op_kind_of(kn_op_by_name(v->op)) == KN_K_VIEW) set(n, "style", "rounded,dashed");
+        if (kn_op_kind_of(kn_op_by_name(v->op)) == KN_K_VIEW)
+            set(n, "style", v->part != KN_PART_FORWARD ? "rounded,dashed,filled" : "rounded,dashed");
+        if (v->part != KN_PART_FORWARD) set(n, "fillcolor", part_fill(v->part));
         break;
     case KN_VN_ARG:
         set(n, "shape", "ellipse");
@@ -320,7 +348,9 @@ void kn_viz_label_kernel(Agnode_t *t, Agraph_t *c, const kn_viz_model *m, const 
 {
     const kn_viz_vkernel *vk = &vg->kernels[k];
     char colour[16];
-    kn_strbuf_printf(b, "#%d %s · %s\\l", vk->number, vk->name, vk->kind);
+    kn_strbuf_printf(b, "#%d %s · %s", vk->number, vk->name, vk->kind);
+    if (m->training) kn_strbuf_printf(b, " · %s", kn_viz_part_name(vk->part));
+    kn_strbuf_printf(b, "\\l");
     if (vk->epilogue_of >= 0) kn_strbuf_printf(b, "in the epilogue of %s\\l", vg->kernels[vk->epilogue_of].name);
     if (vk->timed) {
         kn_strbuf_printf(b, "%.1f us · %.1f%%", vk->us, vk->pct);
@@ -337,7 +367,8 @@ void kn_viz_label_kernel(Agnode_t *t, Agraph_t *c, const kn_viz_model *m, const 
     set(c, "style", "rounded,filled");
     if (vk->timed) heat_colour(m->max_pct > 0 ? vk->pct / m->max_pct : 0, colour, sizeof colour);
     set(c, "fillcolor", vk->timed ? colour : m->timed ? "#f7f7f7" : kind_colour(vk->kind));
-    set(c, "color", vk->epilogue_of >= 0 ? "#8c6bb1" : "#6b6b6b");
+    set(c, "color", m->training ? part_pen(vk->part) : vk->epilogue_of >= 0 ? "#8c6bb1" : "#6b6b6b");
+    if (m->training && vk->part != KN_PART_FORWARD) set(c, "penwidth", "2");
     kn_strbuf_printf(b, "kernel %d, %s (%s, %s)", vk->number, vk->name, vk->kind, vk->group);
     kn_viz_set_buf(c, "tooltip", b, false);
 }

@@ -139,6 +139,7 @@ static kn_viz_vnode *node_common(kn_viz_vgraph *vg, const kn_graph *g, int i, co
     }
     snprintf(v->dtype, sizeof v->dtype, "%s", kn_dtype_name(nd->out[0].dtype));
     snprintf(v->where, sizeof v->where, "%s", nd->where);
+    if (kind == KN_VN_OP || kind == KN_VN_VIEW) v->part = nd->part;
     shape_text(&nd->out[0], v->shape, sizeof v->shape);
     v->bytes = meta_bytes(&nd->out[0]);
     unsigned h = hash_str(2166136261u, v->op);
@@ -365,6 +366,7 @@ static kn_status kernel_members(kn_viz_vgraph *vg)
     }
     for (int k = 0; k < vg->n_kernels; k++) {
         kn_viz_vkernel *vk = &vg->kernels[k];
+        if (vk->n_nodes) vk->part = vg->nodes[vk->nodes[0]].part;
         /* "k12_matmul_f32_2x16x16": the same kernel in another block differs by its index only */
         const char *s = vk->name;
         if (s[0] == 'k' && s[1] >= '0' && s[1] <= '9')
@@ -498,6 +500,7 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         if (o->view == KN_VIZ_CAPTURED) {
             st = build_captured(ver, vg);
             if (st == KN_OK && o->collapse) st = collapse_captured(vg);
+            for (int j = 0; j < vg->n_nodes; j++) m->training = m->training || vg->nodes[j].part != KN_PART_FORWARD;
             continue;
         }
         const kn_plan *p = kn_version_plan(ver);
@@ -506,6 +509,7 @@ kn_status kn_viz_model_build(const kn_compiled *cm, const kn_viz_opts *o, kn_viz
         if (st == KN_OK && o->collapse) st = collapse_fused(vg);
         /* numbered as cm:kernels() lists them: every graph's latest version in order */
         for (int j = 0; j < vg->n_kernels; j++) vg->kernels[j].number = m->n_kernels + j + 1;
+        for (int j = 0; j < vg->n_nodes; j++) m->training = m->training || vg->nodes[j].part != KN_PART_FORWARD;
         m->n_kernels += vg->n_kernels;
         for (int j = 0; j < vg->n_kernels; j++) {
             const kn_viz_vkernel *vk = &vg->kernels[j];
@@ -545,4 +549,9 @@ void kn_viz_model_free(kn_viz_model *m)
     }
     free(m->graphs);
     memset(m, 0, sizeof *m);
+}
+
+const char *kn_viz_part_name(int part)
+{
+    return part == KN_PART_BACKWARD ? "backward" : part == KN_PART_UPDATE ? "update" : "forward";
 }

@@ -37,6 +37,7 @@ typedef struct kn_viz_vnode {
     bool copies;               /* fused: a copy the plan makes (a reshape that copies, a contiguous op) */
     int in_reason[KN_MAX_INPUTS]; /* fused: why input q crosses kernels, an index in the graph's
                                      reasons, or -1 */
+    unsigned char part;        /* KN_PART_*: the part of a training step its op belongs to */
 } kn_viz_vnode;
 
 #define KN_VIZ_REASON_MAX 560
@@ -54,6 +55,7 @@ typedef struct kn_viz_vkernel {
     int calls;
     unsigned sig;
     bool hidden;
+    unsigned char part;        /* KN_PART_* of its first op node */
 } kn_viz_vkernel;
 
 typedef struct kn_viz_vgraph {
@@ -87,6 +89,7 @@ typedef struct kn_viz_model {
     int n_kernels;
     bool timed;                /* some kernel has a timing */
     double max_pct, total_us;
+    bool training;             /* some op is a backward or an optimizer update: parts are drawn */
     bool host_timed;           /* timed, and the host's time per call is known */
     double host_us, kernel_us; /* per call: the host's time and the kernels' (kiln.time's) */
 } kn_viz_model;
@@ -101,6 +104,9 @@ double kn_viz_host_pct(const kn_viz_model *m);
 /* "host overhead 3306.2 us per call (11% of the call)", and when host-bound
  * a second line (after `newline`) saying the heat leaves the host out. */
 void kn_viz_host_text(kn_strbuf *b, const kn_viz_model *m, const char *newline);
+
+/* "backward": a KN_PART_*'s word ("forward", "backward", "update"). */
+const char *kn_viz_part_name(int part);
 
 /* "12.5 KiB" */
 void kn_viz_fmt_bytes(double bytes, char *buf, size_t size);

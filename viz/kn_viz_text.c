@@ -36,7 +36,7 @@ static void value_list(kn_strbuf *b, const kn_viz_vgraph *vg, const char *head, 
     if (n) kn_strbuf_printf(b, "\n");
 }
 
-static void captured_graph(kn_strbuf *b, const kn_viz_vgraph *vg)
+static void captured_graph(kn_strbuf *b, const kn_viz_model *m, const kn_viz_vgraph *vg)
 {
     value_list(b, vg, "inputs", false);
     int w = 4;
@@ -49,7 +49,9 @@ static void captured_graph(kn_strbuf *b, const kn_viz_vgraph *vg)
         if (vg->rep_count && i == vg->rep_start + vg->rep_len)
             kn_strbuf_printf(b, "  -- end of the repeated run --\n");
         if (v->hidden || v->kind != KN_VN_OP) continue;
-        kn_strbuf_printf(b, "  %-*s  %-24s %-4s  %s\n", w, v->op, v->shape, v->dtype, v->where);
+        kn_strbuf_printf(b, "  ");
+        if (m->training) kn_strbuf_printf(b, "%-8s  ", kn_viz_part_name(v->part)); /* a training step's part */
+        kn_strbuf_printf(b, "%-*s  %-24s %-4s  %s\n", w, v->op, v->shape, v->dtype, v->where);
     }
     value_list(b, vg, "outputs", true);
 }
@@ -67,6 +69,7 @@ static void fused_graph(kn_strbuf *b, const kn_viz_model *m, const kn_viz_vgraph
         if (vg->rep_count && k == vg->rep_start + vg->rep_len) kn_strbuf_printf(b, "  -- end of the repeated run --\n");
         if (vk->hidden) continue;
         kn_strbuf_printf(b, "  %3d  %-*s  %-9s", vk->number, w, vk->name, vk->kind);
+        if (m->training) kn_strbuf_printf(b, "  %-8s", kn_viz_part_name(vk->part));
         if (m->timed) {
             if (vk->timed) {
                 kn_strbuf_printf(b, " %9.1f us %5.1f%%", vk->us, vk->pct);
@@ -117,7 +120,7 @@ kn_status kn_viz_outline(const kn_compiled *cm, const kn_viz_opts *o, char **tex
         kn_strbuf_printf(&b, ", %d guard%s\n", vg->n_guards, vg->n_guards == 1 ? "" : "s");
         for (int i = 0; !fused && i < vg->n_guards; i++) kn_strbuf_printf(&b, "  guard: %s\n", vg->guards[i]);
         if (fused) fused_graph(&b, &m, vg);
-        else captured_graph(&b, vg);
+        else captured_graph(&b, &m, vg);
         for (; next_break < m.n_breaks && m.breaks[next_break].graph <= vg->index; next_break++) {
             const kn_break *br = &m.breaks[next_break];
             kn_strbuf_printf(&b, "break %d: %s at %s: %s\n", next_break + 1, br->category, br->where, br->reason);
