@@ -339,6 +339,63 @@ run("shapes", function(q, k, v) return (q:matmul(k:slice(1, 1, 1):transpose(-2, 
 end
 
 -- ---------------------------------------------------------------------------
+-- attention as PyTorch's dynamo exporter writes scaled_dot_product_attention
+-- (issue 31, item 1): q and k^T each times d^-1/4 before the matmul, k^T as
+-- reshape -> permute -> reshape, an added float mask, and masked_fill(p,
+-- p ~= p, 0) after the softmax; ViT's nn.MultiheadAttention from a
+-- sequence-first view. The suite's models at a tiny size (t/data/real_models,
+-- exported by bench/real_models.py): every layer's attention becomes one
+-- kernel, and the compiled model equals eager and PyTorch's own output.
+
+if kiln.onnx and kiln.onnx.available ~= false then
+  for _, name in ipairs({ "bert_tiny", "gpt2_tiny", "vit_tiny" }) do
+    local m = kiln.onnx.load("t/data/real_models/" .. name .. ".onnx")
+    local io_t = kiln.load_safetensors("t/data/real_models/" .. name .. ".io.safetensors")
+    local xs = {}
+    for k, vi in ipairs(m._inputs) do xs[k] = io_t[vi.name] end
+    local cm = kiln.compile(m)
+    local y = cm(table.unpack(xs))
+    local n, covers = attention_kernels(cm)
+    T.is(n, 2, name .. ": both layers' attention is one kernel each")
+    T.like(covers or "", "^mul .-, mul .-, matmul .-softmax", name .. ": covers names the two scales, the matmul and softmax")
+    local eager = kiln.no_grad(m, table.unpack(xs))
+    local e1, e2 = relerr(y, eager), relerr(y, io_t["output.f32"])
+    T.ok(e1 <= 1e-5 and e2 <= 1e-5, string.format("%s: compiled equals eager (%.3g) and PyTorch's output (%.3g)", name, e1, e2))
+  end
+end
+
+-- the exporter's chain, written out: a row whose every key the additive
+-- mask hides gives NaN probabilities, which its fill zeroes: the fused op
+-- gives the same zeros, never NaN; a fill of another value is no NaN fill
+do
+  local B, H, Tn, D = 2, 2, 5, 8
+  local q, k, v = randn({ B, H, Tn, D }), randn({ B, H, Tn, D }), randn({ B, H, Tn, D })
+  local add = kiln.zeros({ B, 1, Tn, Tn })
+  add = kiln.where(kiln.arange(Tn):reshape({ 1, 1, Tn, 1 }):eq(3):expand({ B, 1, Tn, Tn }),
+    kiln.full({ B, 1, Tn, Tn }, -math.huge), add) -- query 4 (arange counts from 0) sees no key
+  local c = D ^ -0.25
+  local function exported(fill_value)
+    return function(q1, k1, v1, m1)
+      local kt = k1:reshape({ B * H, Tn, D }):transpose(2, 3):reshape({ B, H, D, Tn })
+      local p = ((q1 * c):matmul(kt * c) + m1):softmax(-1)
+      return p:masked_fill(p:ne(p), fill_value):matmul(v1)
+    end
+  end
+  local f = exported(0)
+  local want = f(q, k, v, add)
+  local cm = kiln.compile(f)
+  local got = cm(q, k, v, add)
+  T.is(attention_kernels(cm), 1, "exported chain: one attention kernel")
+  T.ok(count(isnan(got)) == 0 and count(isnan(want)) == 0 and relerr(got, want) <= 1e-6,
+    string.format("exported chain: compiled equals eager, a fully masked row zeros, no NaN (%.3g)", relerr(got, want)))
+  T.ok(want:slice(3, 4, 4):abs():amax():item() == 0, "exported chain: eager's fully masked row (query 4) is zeros")
+  local other = kiln.compile(exported(1))
+  local y1 = other(q, k, v, add)
+  T.is(attention_kernels(other), 0, "a fill of 1 after the softmax is no NaN fill: left as written")
+  T.ok(relerr(y1, exported(1)(q, k, v, add)) <= 1e-6, "and it still equals eager")
+end
+
+-- ---------------------------------------------------------------------------
 -- the transformer sample: its attention becomes one kernel, compiled matches eager in every mode
 
 do

@@ -7,6 +7,12 @@
  *     -> softmax over the last dim
  *     -> matmul(probs, v)
  *
+ * (or, as PyTorch's dynamo exporter writes scaled_dot_product_attention:
+ * q and k^T each times a constant before the matmul, k^T as reshapes
+ * around a permute, an added float mask, and masked_fill(probs, probs ~=
+ * probs, 0) after the softmax, which becomes the same fill of the fused
+ * result)
+ *
  * where every intermediate has no other user, and replaces it with one
  * scaled_dot_product_attention node, which the backends run as one library
  * kernel (flash attention on the GPU: the T x T scores never reach memory).
@@ -91,8 +97,44 @@ static bool transposed_view(const kn_graph *g, int kt, int *src, int *perm, bool
     return true;
 }
 
+/* Whether value kt is reshape(permute(r, p)) whose reshape changes only
+ * the leading dims (the last two are the permute's): the exporters' k^T,
+ * reshape {B, H, T, D} -> {B*H, T, D}, transpose(-2, -1), reshape back
+ * (BERT's and GPT-2's, PyTorch's dynamo export of
+ * scaled_dot_product_attention), or a sequence-first {T, B*H, D} permuted
+ * straight to {B*H, D, T} (nn.MultiheadAttention's, ViT's). Then k is
+ * reshape(permute(r, p with its last two swapped), kt's shape with its
+ * last two swapped): *r_ref, perm (the swapped p, r's rank) and kshape get
+ * them. */
+static bool reshaped_transposed_view(const kn_graph *g, int kt, int *r_ref, int *perm, int *pnd, int64_t *kshape)
+{
+    const kn_node *n = &g->nodes[kt];
+    int nd = n->out[0].ndim;
+    if (n->op != KN_OP_RESHAPE || nd < 2) return false;
+    const kn_node *pm = &g->nodes[n->in_node[0]];
+    const kn_meta *pmo = &pm->out[n->in_out[0]];
+    int pn = pmo->ndim;
+    if (pm->op != KN_OP_PERMUTE || pm->a.ndims != pn || pn < 2 ||
+        pmo->shape[pn - 2] != n->out[0].shape[nd - 2] || pmo->shape[pn - 1] != n->out[0].shape[nd - 1])
+        return false;
+    /* the reshape keeps the last two dims: their element order is the
+     * permute's, and only the leading dims merge or split */
+    for (int d = 0; d < pn; d++) perm[d] = pm->a.dims[d];
+    int t = perm[pn - 2];
+    perm[pn - 2] = perm[pn - 1];
+    perm[pn - 1] = t;
+    *pnd = pn;
+    *r_ref = KN_REF(pm->in_node[0], pm->in_out[0]);
+    for (int d = 0; d < nd; d++) kshape[d] = n->out[0].shape[d];
+    kshape[nd - 2] = n->out[0].shape[nd - 1];
+    kshape[nd - 1] = n->out[0].shape[nd - 2];
+    return true;
+}
+
 typedef struct attn_match {
     int mm1, scale_node, mask_node, softmax, mm2; /* nodes of the chain (-1: absent) */
+    int q_scale, k_scale;    /* multiplications of q and of k^T by a constant before the matmul, or -1 */
+    int nan_fill, nan_test;  /* masked_fill(probs, probs ~= probs, 0) after the softmax and its test, or -1 */
     int scale_before_mask;                        /* the scale comes first, reading the matmul */
     double scale;
     int mask_ref;     /* masked_fill's M or the added m (a ref), or -1 */
@@ -100,7 +142,25 @@ typedef struct attn_match {
     int q, k, v;      /* refs (k: -1 until its view is made, see k_src) */
     int k_src, k_perm[KN_MAX_DIMS]; /* k = permute(k_src, k_perm), or k_src itself */
     bool k_identity;
+    int k_perm_nd;                  /* > 0: k = reshape(permute(k_src, k_perm of this rank), k_shape) */
+    int64_t k_shape[KN_MAX_DIMS];
 } attn_match;
+
+/* Whether node i multiplies (or divides) one value by a constant number
+ * and has no other user: *other gets that value and *c the factor. */
+static bool const_factor(const kn_pass_ctx *x, int i, int *other, double *c)
+{
+    const kn_graph *g = x->g;
+    const kn_node *n = &g->nodes[i];
+    if ((n->op != KN_OP_MUL && n->op != KN_OP_DIV) || !kn_pass_private_value(x, i)) return false;
+    int ci = g->nodes[n->in_node[1]].op == KN_NODE_CONST ? 1
+             : n->op == KN_OP_MUL && g->nodes[n->in_node[0]].op == KN_NODE_CONST ? 0 : -1;
+    if (ci < 0) return false;
+    double v = kn_pass_const_value(&g->nodes[n->in_node[ci]]);
+    *c = n->op == KN_OP_MUL ? v : 1.0 / v;
+    *other = KN_REF(n->in_node[1 - ci], n->in_out[1 - ci]);
+    return *c > 0 && isfinite(*c);
+}
 
 static bool is_scores_op(int op)
 {
@@ -199,9 +259,23 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
     }
     m->mm1 = cur;
     m->q = KN_REF(mm->in_node[0], mm->in_out[0]);
-    if (!transposed_view(g, mm->in_node[1], &m->k_src, m->k_perm, &m->k_identity)) {
+    /* the scale split between q and k^T (each times d^-1/4: PyTorch's
+     * export of scaled_dot_product_attention) joins the chain's */
+    int kt = mm->in_node[1], q_src, kt_src;
+    double cq, ck;
+    if (const_factor(x, mm->in_node[0], &q_src, &cq) && const_factor(x, kt, &kt_src, &ck) &&
+        KN_REF_OUT(kt_src) == 0) {
+        m->q_scale = mm->in_node[0];
+        m->k_scale = kt;
+        m->q = q_src;
+        m->scale *= cq * ck;
+        kt = KN_REF_NODE(kt_src);
+    }
+    m->k_perm_nd = 0;
+    if (!transposed_view(g, kt, &m->k_src, m->k_perm, &m->k_identity) &&
+        !reshaped_transposed_view(g, kt, &m->k_src, m->k_perm, &m->k_perm_nd, m->k_shape)) {
         kn_pass_note(x, "attention not matched at %s: the second operand of %s is %s, not k viewed with its last two dims "
-                "swapped", head_text, kn_pass_who(g, cur, a, sizeof a), kn_pass_who(g, mm->in_node[1], b, sizeof b));
+                "swapped", head_text, kn_pass_who(g, cur, a, sizeof a), kn_pass_who(g, kt, b, sizeof b));
         return false;
     }
     return true;
@@ -211,32 +285,76 @@ static bool match_chain(kn_pass_ctx *x, int sm, attn_match *m)
  * named on the first only when all share it. */
 static void covers_text(const kn_graph *g, const attn_match *m, bool causal, char *buf, size_t size)
 {
-    int order[5], n = 0;
+    int order[9], n = 0;
+    if (m->q_scale >= 0) order[n++] = m->q_scale;
+    if (m->k_scale >= 0) order[n++] = m->k_scale;
     order[n++] = m->mm1;
     if (m->scale_node >= 0 && m->scale_before_mask) order[n++] = m->scale_node;
     if (m->mask_node >= 0) order[n++] = m->mask_node;
     if (m->scale_node >= 0 && !m->scale_before_mask) order[n++] = m->scale_node;
     order[n++] = m->softmax;
+    if (m->nan_fill >= 0) order[n++] = m->nan_fill;
     order[n++] = m->mm2;
     kn_pass_covers_text(g, order, n, causal ? " (causal mask folded)" : NULL, buf, size);
 }
 
-/* The matmul(probs, v) that reads softmax sm, in *mm2_out, when sm may
- * end an attention chain; false when it may not (noted where sm looked
- * like one). */
-static bool softmax_reader(kn_pass_ctx *x, int sm, int *mm2_out)
+/* The live nodes that read node i, up to `cap` of them (more: cap + 1). */
+static int readers(const kn_pass_ctx *x, int i, int *out, int cap)
+{
+    const kn_graph *g = x->g;
+    int n = 0;
+    for (int j = i + 1; j < g->n_nodes && n <= cap; j++) {
+        if (x->dead[j]) continue;
+        for (int k = 0; k < g->nodes[j].n_in; k++)
+            if (g->nodes[j].in_node[k] == i) {
+                if (n < cap) out[n] = j;
+                n++;
+                break;
+            }
+    }
+    return n;
+}
+
+/* Whether softmax sm is read only by masked_fill(sm, ne(sm, sm), 0) (the
+ * IsNaN and Where the dynamo exporter writes after the softmax of
+ * scaled_dot_product_attention, so that a row whose every key is masked
+ * gives zeros, not NaN), itself read once: *fill and *test get its nodes. */
+static bool nan_fill_after(const kn_pass_ctx *x, int sm, int *fill, int *test)
+{
+    const kn_graph *g = x->g;
+    int r[3];
+    if (readers(x, sm, r, 2) != 2) return false;
+    for (int o = 0; o < 2; o++) {
+        const kn_node *f = &g->nodes[r[o]], *t = &g->nodes[r[1 - o]];
+        if (f->op == KN_OP_MASKED_FILL && f->a.value == 0 && f->in_node[0] == sm && f->in_node[1] == r[1 - o] &&
+            t->op == KN_OP_NE && t->in_node[0] == sm && t->in_node[1] == sm && kn_pass_private_value(x, r[1 - o]) &&
+            !kn_pass_is_output(x, sm)) {
+            *fill = r[o];
+            *test = r[1 - o];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The matmul(probs, v) that reads softmax sm (or the NaN fill after it,
+ * *fill and *test, else -1), in *mm2_out, when sm may end an attention
+ * chain; false when it may not (noted where sm looked like one). */
+static bool softmax_reader(kn_pass_ctx *x, int sm, int *mm2_out, int *fill, int *test)
 {
     kn_graph *g = x->g;
     char a[200];
     const kn_node *s = &g->nodes[sm];
-    /* the softmax's one reader: matmul(probs, v) */
+    *fill = *test = -1;
+    int probs = nan_fill_after(x, sm, fill, test) ? *fill : sm;
+    /* the probabilities' one reader: matmul(probs, v) */
     int mm2 = -1;
-    for (int i = sm + 1; i < g->n_nodes && mm2 < 0; i++) {
+    for (int i = probs + 1; i < g->n_nodes && mm2 < 0; i++) {
         if (x->dead[i]) continue;
         for (int k = 0; k < g->nodes[i].n_in; k++)
-            if (g->nodes[i].in_node[k] == sm) mm2 = i;
+            if (g->nodes[i].in_node[k] == probs) mm2 = i;
     }
-    bool reader_is_pv = mm2 >= 0 && g->nodes[mm2].op == KN_OP_MATMUL && g->nodes[mm2].in_node[0] == sm;
+    bool reader_is_pv = mm2 >= 0 && g->nodes[mm2].op == KN_OP_MATMUL && g->nodes[mm2].in_node[0] == probs;
     int in_op = g->nodes[s->in_node[0]].op;
     bool from_scores = in_op == KN_OP_MATMUL || in_op == KN_OP_MASKED_FILL;
     if (!reader_is_pv && !from_scores) return false; /* an ordinary softmax: nothing to say */
@@ -250,7 +368,7 @@ static bool softmax_reader(kn_pass_ctx *x, int sm, int *mm2_out)
              mm2 >= 0 ? "" : " (nothing reads it)");
         return false;
     }
-    if (!kn_pass_private_value(x, sm)) {
+    if (!kn_pass_private_value(x, probs)) {
         kn_pass_note(x, "attention not matched at %s: the probabilities are used elsewhere too", kn_pass_who(g, sm, a, sizeof a));
         return false;
     }
@@ -315,6 +433,48 @@ static bool k_input(kn_pass_ctx *x, int sm, attn_match *m, int before)
     char a[200];
     kn_status st;
     m->k = m->k_src;
+    if (m->k_perm_nd > 0) { /* reshape(permute(r, p')): the exporters' k before its transpose */
+        bool same_order = true; /* p' keeps r's order: k is r reshaped */
+        for (int d = 0; d < m->k_perm_nd; d++) same_order = same_order && m->k_perm[d] == d;
+        int nd = g->nodes[m->mm1].out[0].ndim;
+        if (same_order) {
+            /* BERT's and GPT-2's: r = reshape(k {B, H, T, D}) to {B*H, T, D},
+             * so k is r's source itself, a view, or that source reshaped */
+            int src = m->k_src;
+            const kn_node *rn = &g->nodes[KN_REF_NODE(src)];
+            if (rn->op == KN_OP_RESHAPE) src = KN_REF(rn->in_node[0], rn->in_out[0]);
+            const kn_meta *sm_meta = &g->nodes[KN_REF_NODE(src)].out[KN_REF_OUT(src)];
+            if (sm_meta->ndim == nd && !memcmp(sm_meta->shape, m->k_shape, sizeof(int64_t) * (size_t)nd)) {
+                m->k = src;
+                return true;
+            }
+        }
+        kn_opcall init;
+        kn_opcall_init(&init, KN_OP_PERMUTE);
+        kn_attrs pa = init.a;
+        pa.ndims = m->k_perm_nd;
+        for (int d = 0; d < m->k_perm_nd; d++) pa.dims[d] = m->k_perm[d];
+        char where[KN_WHERE_MAX]; /* copied: appending nodes may move the node array */
+        memcpy(where, g->nodes[m->k_scale >= 0 ? m->k_scale : g->nodes[m->mm1].in_node[1]].where, sizeof where);
+        int pidx, ridx = -1;
+        st = kn_pass_append_node(x, KN_OP_PERMUTE, &m->k_src, 1, &pa, before, where, &pidx);
+        if (st == KN_OK) {
+            g = x->g;
+            kn_opcall_init(&init, KN_OP_RESHAPE);
+            kn_attrs ra = init.a;
+            ra.nshape = nd;
+            for (int d = 0; d < nd; d++) ra.shape[d] = m->k_shape[d];
+            int pref = KN_REF(pidx, 0);
+            st = kn_pass_append_node(x, KN_OP_RESHAPE, &pref, 1, &ra, before, where, &ridx);
+        }
+        if (st != KN_OK) {
+            kn_pass_note(x, "attention not matched at %s: viewing k: %s", kn_pass_who(x->g, sm, a, sizeof a),
+                         kn_last_error());
+            return false;
+        }
+        m->k = KN_REF(ridx, 0);
+        return true;
+    }
     if (!m->k_identity) { /* a view: no data moves */
         kn_attrs pa;
         kn_opcall pinit;
@@ -341,10 +501,10 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
 {
     kn_graph *g = x->g;
     char a[200], b[200];
-    int mm2;
-    if (!softmax_reader(x, sm, &mm2)) return KN_OK;
+    int mm2, fill, test;
+    if (!softmax_reader(x, sm, &mm2, &fill, &test)) return KN_OK;
     attn_match m = {.mm1 = -1, .scale_node = -1, .mask_node = -1, .softmax = sm, .mm2 = mm2, .scale = 1.0,
-                    .mask_ref = -1};
+                    .mask_ref = -1, .q_scale = -1, .k_scale = -1, .nan_fill = fill, .nan_test = test};
     if (!match_chain(x, sm, &m)) return KN_OK;
     m.v = KN_REF(g->nodes[mm2].in_node[1], g->nodes[mm2].in_out[1]);
     const kn_meta *qm = &g->nodes[KN_REF_NODE(m.q)].out[KN_REF_OUT(m.q)];
@@ -380,7 +540,28 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
         return KN_OK;
     }
     covers_text(g, &m, causal, g->nodes[att].covers, sizeof g->nodes[att].covers);
-    if (!kn_pass_replace(x, mm2, KN_REF(att, 0))) {
+    int result = KN_REF(att, 0);
+    if (m.nan_fill >= 0) {
+        /* the written-out chain zeroes the probabilities of a row that came
+         * out NaN (every key masked): then its output row is zeros, which
+         * the fused op's NaN row filled with 0 gives too */
+        int ne, zero;
+        int ne_refs[2] = {result, result};
+        st = kn_pass_append_node(x, KN_OP_NE, ne_refs, 2, NULL, before, g->nodes[m.nan_test].where, &ne);
+        if (st == KN_OK) {
+            kn_attrs fa = g->nodes[m.nan_fill].a;
+            int f_refs[2] = {result, KN_REF(ne, 0)};
+            st = kn_pass_append_node(x, KN_OP_MASKED_FILL, f_refs, 2, &fa, before, g->nodes[m.nan_fill].where, &zero);
+        }
+        if (st != KN_OK) {
+            x->dead[att] = 1;
+            kn_pass_note(x, "attention not matched at %s: the NaN fill after it: %s", kn_pass_who(g, sm, a, sizeof a),
+                         kn_last_error());
+            return KN_OK;
+        }
+        result = KN_REF(zero, 0);
+    }
+    if (!kn_pass_replace(x, mm2, result)) {
         x->dead[att] = 1;
         return KN_OK;
     }
@@ -388,6 +569,9 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     x->dead[m.mm1] = 1;
     if (m.scale_node >= 0) x->dead[m.scale_node] = 1;
     if (m.mask_node >= 0) x->dead[m.mask_node] = 1;
+    if (m.q_scale >= 0) x->dead[m.q_scale] = 1;
+    if (m.k_scale >= 0) x->dead[m.k_scale] = 1;
+    if (m.nan_fill >= 0) x->dead[m.nan_fill] = x->dead[m.nan_test] = 1;
     return KN_OK;
 }
 
