@@ -254,6 +254,50 @@ static int l_enable_grad(lua_State *L)
     return with_grad_mode(L, true);
 }
 
+/* kiln.autocast(dtype, fn, ...): fn(...) with matmul, conv2d and attention
+ * computing in dtype ("bf16" or "f16"; false: autocast off inside) and
+ * softmax, the norms and the reductions in f32 (kn_lua_run), restored
+ * however fn ends. */
+static int l_autocast(lua_State *L)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    bool on = true;
+    kn_dtype dt = KN_BF16;
+    if (lua_isboolean(L, 1) && !lua_toboolean(L, 1)) {
+        on = false;
+    } else {
+        static const char *const dtypes[] = {"bf16", "f16", NULL};
+        if (lua_type(L, 1) != LUA_TSTRING)
+            return luaL_error(L, "kiln.autocast: argument 1 must be \"bf16\", \"f16\" or false, got %s",
+                              luaL_typename(L, 1));
+        dt = kn_lua_check_name(L, 1, "kiln.autocast", "dtype", dtypes) == 0 ? KN_BF16 : KN_F16;
+    }
+    lua_remove(L, 1);
+    if (!lua_isfunction(L, 1)) {
+        if (luaL_getmetafield(L, 1, "__call") == LUA_TNIL)
+            return luaL_argerror(L, 2, lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 1)));
+        lua_pop(L, 1);
+    }
+    bool was_on = s->autocast_on;
+    kn_dtype was = s->autocast_dtype;
+    s->autocast_on = on;
+    s->autocast_dtype = dt;
+    int st = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    s->autocast_on = was_on;
+    s->autocast_dtype = was;
+    if (st != LUA_OK) return lua_error(L);
+    return lua_gettop(L);
+}
+
+/* kiln.autocast_dtype(): "bf16" or "f16" inside kiln.autocast, else nil */
+static int l_autocast_dtype(lua_State *L)
+{
+    kn_lua_state *s = kn_lua_state_get(L);
+    if (!s->autocast_on) return 0;
+    lua_pushstring(L, kn_dtype_name(s->autocast_dtype));
+    return 1;
+}
+
 static int l_is_grad_enabled(lua_State *L)
 {
     lua_pushboolean(L, grad_state(L)->enabled);
@@ -281,6 +325,8 @@ void kn_lua_open_autograd(lua_State *L)
                                    {"no_grad", l_no_grad},
                                    {"enable_grad", l_enable_grad},
                                    {"is_grad_enabled", l_is_grad_enabled},
+                                   {"autocast", l_autocast},
+                                   {"autocast_dtype", l_autocast_dtype},
                                    {"_autograd_rules", l_autograd_rules},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);

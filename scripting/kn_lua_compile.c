@@ -244,7 +244,7 @@ static void forget_history(lua_State *L, int call_base)
 /* A call of a compiled callable: replayed when the last trace allows it
  * and its guards hold, else traced (its graphs compiled or found in the
  * cache and run), then recorded for the next replay. */
-static int cm_call(lua_State *L)
+static int cm_call_body(lua_State *L)
 {
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
@@ -336,6 +336,27 @@ static int cm_gc(lua_State *L)
     kn_replay_tape_free(u->rp.tape);
     u->rp.tape = NULL;
     return 0;
+}
+
+/* A call of a compiled callable; one compiled with {autocast = dtype}
+ * runs under kiln.autocast in that dtype, restored however the call ends
+ * (its traces and replays then carry the casts, kn_lua_run). */
+static int cm_call(lua_State *L)
+{
+    compiled_ud *u = kn_lua_check_compiled(L, 1);
+    if (!u->has_autocast) return cm_call_body(L);
+    kn_lua_state *s = kn_lua_state_get(L);
+    bool was_on = s->autocast_on;
+    kn_dtype was = s->autocast_dtype;
+    s->autocast_on = u->autocast_on;
+    s->autocast_dtype = u->autocast_dtype;
+    lua_pushcfunction(L, cm_call_body);
+    lua_insert(L, 1);
+    int st = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    s->autocast_on = was_on;
+    s->autocast_dtype = was;
+    if (st != LUA_OK) return lua_error(L);
+    return lua_gettop(L);
 }
 
 /* In the order the REPL's :mode lists them (scripting/lua/20_repl.lua). */
@@ -489,7 +510,7 @@ static void track_compiled(lua_State *L)
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);
 }
 
-/* kiln.compile(fn_or_module [, {mode =, fullgraph =, dynamic =, backend =}]) */
+/* kiln.compile(fn_or_module [, {mode =, fullgraph =, dynamic =, backend =, autocast =}]) */
 static int l_compile(lua_State *L)
 {
     /* Compiling a compiled callable compiles what it wraps, with the new
@@ -515,7 +536,8 @@ static int l_compile(lua_State *L)
     const char *mode = "default";
     bool fullgraph = false;
     int dynamic = -1;
-    static const char *const options[] = {"mode", "fullgraph", "dynamic", "backend", NULL};
+    static const char *const options[] = {"mode", "fullgraph", "dynamic", "backend", "autocast", NULL};
+    int autocast = -1; /* -1: not given; 0: off; else 1 + the kn_dtype */
     if (kn_lua_check_options(L, 2, "kiln.compile", options)) {
         if (lua_getfield(L, 2, "mode") != LUA_TNIL)
             mode = kn_modes[kn_lua_check_name(L, -1, "kiln.compile", "mode", kn_modes)];
@@ -525,6 +547,18 @@ static int l_compile(lua_State *L)
         lua_pop(L, 1);
         lua_getfield(L, 2, "dynamic");
         dynamic = lua_isnil(L, -1) ? -1 : lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (lua_getfield(L, 2, "autocast") != LUA_TNIL) {
+            if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) {
+                autocast = 0;
+            } else {
+                static const char *const dtypes[] = {"bf16", "f16", NULL};
+                if (lua_type(L, -1) != LUA_TSTRING)
+                    return luaL_error(L, "kiln.compile: option 'autocast' must be \"bf16\", \"f16\" or false, got %s",
+                                      luaL_typename(L, -1));
+                autocast = 1 + (kn_lua_check_name(L, -1, "kiln.compile", "autocast", dtypes) == 0 ? KN_BF16 : KN_F16);
+            }
+        }
         lua_pop(L, 1);
         if (lua_getfield(L, 2, "backend") != LUA_TNIL) {
             static const char *const backends[] = {"cpu", "cuda", NULL};
@@ -544,6 +578,11 @@ static int l_compile(lua_State *L)
     kn_compiled_set_mode(u->cm, mode);
     u->cm->opt.fullgraph = fullgraph;
     u->cm->opt.dynamic = dynamic;
+    if (autocast >= 0) {
+        u->has_autocast = true;
+        u->autocast_on = autocast > 0;
+        u->autocast_dtype = autocast > 0 ? (kn_dtype)(autocast - 1) : KN_BF16;
+    }
     lua_createtable(L, 0, 2);
     if (is_module) {
         lua_getfield(L, 1, "forward");

@@ -46,6 +46,8 @@ typedef struct {
      * values (kn_lua_replay_tape.h); NULL when none has history */
     struct kn_replay_tape *tape;
     bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
+    bool autocast_on;  /* kiln.autocast of the trace (its casts are in the graph): a replay needs the same */
+    kn_dtype autocast_dtype;
 } replay_t;
 
 typedef struct {
@@ -56,6 +58,10 @@ typedef struct {
     char no_replay[384]; /* why the last trace cannot be replayed ("" when it can) */
     bool trains; /* a traced call ran backward: later calls keep saved values across breaks */
     uint64_t trace_seq0; /* the first tape node number of the latest trace (its nodes are this or later) */
+    /* kiln.compile(f, {autocast = "bf16"}): every call runs under
+     * kiln.autocast in that dtype (false: autocast off for its calls) */
+    bool has_autocast, autocast_on;
+    kn_dtype autocast_dtype;
 } compiled_ud;
 
 /* The compiled callable at idx (raises if it is not one, or was freed). */

@@ -501,6 +501,10 @@ int kn_lua_replay_try(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
     /* a training graph traced in one grad mode gives history, or not, as
      * that mode did */
     if ((rp->tape || v->training) && rp->grad_enabled != kn_lua_state_get(L)->grad.enabled) return -1;
+    /* a trace under kiln.autocast has its casts in the graph; without them, none */
+    const kn_lua_state *ls = kn_lua_state_get(L);
+    if (rp->autocast_on != ls->autocast_on || (ls->autocast_on && rp->autocast_dtype != ls->autocast_dtype))
+        return -1;
     int top = lua_gettop(L);
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
@@ -772,6 +776,8 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     lua_setfield(L, rt, "params");
     lua_setfield(L, uv, "replay");
     rp->grad_enabled = s->grad.enabled;
+    rp->autocast_on = s->autocast_on;
+    rp->autocast_dtype = s->autocast_dtype;
     snprintf(rp->mode, sizeof rp->mode, "%s", cm->id.mode);
     rp->version = cap->graph_version[0];
     rp->valid = true;

@@ -53,6 +53,11 @@ typedef struct {
     char last_user_line[160];
     /* autograd: grad mode (kiln.no_grad) and the tape's counters */
     kn_autograd grad;
+    /* kiln.autocast: while on, matmul, conv2d and attention take their f32
+     * inputs in autocast_dtype, and softmax, the norms and the reductions
+     * their half inputs in f32 (kn_lua_run) */
+    bool autocast_on;
+    kn_dtype autocast_dtype;
 } kn_lua_state;
 
 /* This state's data, made on first use. The pointer stays valid until the

@@ -262,11 +262,67 @@ void kn_lua_exec_init(kn_lua_exec *ex, lua_State *L)
     ex->L = L;
 }
 
+/* What kiln.autocast does to op's float inputs, as torch.autocast's lists:
+ * 1: the GEMM-like ops take f32 inputs in the autocast dtype (tensor
+ * cores); 2: the ops whose accuracy needs range, softmax, the norms and
+ * the reductions, take half inputs in f32; 0: inputs as they are (other
+ * ops promote mixed dtypes as always). */
+static int autocast_list(int op)
+{
+    switch (op) {
+    case KN_OP_MATMUL:
+    case KN_OP_CONV2D:
+    case KN_OP_ATTENTION: return 1;
+    case KN_OP_SOFTMAX:
+    case KN_OP_LOG_SOFTMAX:
+    case KN_OP_LAYER_NORM:
+    case KN_OP_BATCH_NORM:
+    case KN_OP_SUM:
+    case KN_OP_MEAN:
+    case KN_OP_VAR: return 2;
+    default: return 0;
+    }
+}
+
+/* Cast c's inputs as kiln.autocast says (each cast an op of its own, on the
+ * tape and in a traced graph, so gradients come back in the input's
+ * dtype); the casts made go to made[] for the caller to release once the
+ * op ran. */
+static kn_status autocast_inputs(kn_lua_state *s, kn_lua_exec *ex, kn_opcall *c, kn_device dev, kn_tensor **made,
+                                 int *n_made)
+{
+    *n_made = 0;
+    int list = s->autocast_on ? autocast_list(c->op) : 0;
+    if (!list) return KN_OK;
+    kn_dtype want = list == 1 ? s->autocast_dtype : KN_F32;
+    for (int i = 0; i < c->n_in; i++) {
+        kn_tensor *t = c->in[i];
+        if (!t || t->dtype == want) continue;
+        bool half = t->dtype == KN_BF16 || t->dtype == KN_F16;
+        if (list == 1 ? t->dtype != KN_F32 : !half) continue; /* f64 and integers stay */
+        kn_opcall cc;
+        kn_opcall_init(&cc, KN_OP_CAST);
+        cc.n_in = 1;
+        cc.in[0] = t;
+        cc.a.dtype = want;
+        cc.settings = c->settings;
+        KN_TRY(kn_autograd_run(&s->grad, &ex->base, &cc, dev));
+        made[(*n_made)++] = cc.out[0];
+        c->in[i] = cc.out[0];
+    }
+    return KN_OK;
+}
+
 int kn_lua_run(lua_State *L, kn_opcall *c, kn_device dev)
 {
     kn_lua_exec ex;
     kn_lua_exec_init(&ex, L);
-    kn_status st = kn_autograd_run(&kn_lua_state_get(L)->grad, &ex.base, c, dev);
+    kn_lua_state *s = kn_lua_state_get(L);
+    kn_tensor *made[KN_MAX_INPUTS];
+    int n_made = 0;
+    kn_status st = autocast_inputs(s, &ex, c, dev, made, &n_made);
+    if (st == KN_OK) st = kn_autograd_run(&s->grad, &ex.base, c, dev);
+    for (int i = 0; i < n_made; i++) kn_tensor_release(made[i]); /* the op and the tape hold what they need */
     if (st != KN_OK) return kn_lua_fail(L, st);
     for (int i = 0; i < c->n_out; i++) kn_lua_pushtensor(L, c->out[i]);
     return c->n_out;

@@ -44,7 +44,7 @@ T.is(near("x", { "y", "xy" }), nil, "did you mean: a one-letter word is no one's
 -- kiln.compile and modes
 
 says(function() kiln.compile(f, { fullgrpah = true }) end,
-  "kiln.compile: unknown option 'fullgrpah' (known: mode, fullgraph, dynamic, backend); did you mean 'fullgraph'?",
+  "kiln.compile: unknown option 'fullgrpah' (known: mode, fullgraph, dynamic, backend, autocast); did you mean 'fullgraph'?",
   "kiln.compile: a misspelt key")
 says(function() kiln.compile(f, { mode = "fast" }) end,
   "kiln.compile: unknown mode 'fast' (known: " .. MODES .. ")", "kiln.compile: an unknown mode lists the modes")
@@ -56,7 +56,7 @@ says(function() kiln.compile(f, { backend = "cdua" }) end,
 says(function() kiln.compile(f, { "default" }) end, "kiln.compile: options are named ({mode = ...}), got a list entry",
   "kiln.compile: a list entry for an option")
 says(function() kiln.compile(f, { zzz = 1, aaa = 2 }) end,
-  "kiln.compile: unknown option 'aaa' (known: mode, fullgraph, dynamic, backend)",
+  "kiln.compile: unknown option 'aaa' (known: mode, fullgraph, dynamic, backend, autocast)",
   "kiln.compile: of two unknown keys, the first by name (the same every run)")
 local cm = kiln.compile(f)
 says(function() cm:set_mode("max_autotune") end,
