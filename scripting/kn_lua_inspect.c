@@ -237,6 +237,11 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
             lua_seti(L, -2, ++m);
         }
         lua_setfield(L, -2, "wheres");
+        /* the part of a training step its first op belongs to */
+        if (kn->n_nodes > 0) {
+            lua_pushstring(L, part_name(p->g.nodes[kn->nodes[0]].part));
+            lua_setfield(L, -2, "part");
+        }
         if (!gen && p->g.nodes[kn->lib_node].covers[0]) { /* a node a pass made from several ops */
             lua_pushstring(L, p->g.nodes[kn->lib_node].covers);
             lua_setfield(L, -2, "covers");

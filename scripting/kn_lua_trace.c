@@ -252,11 +252,28 @@ static void exec_where(kn_exec *base, char *buf, size_t size)
     kn_lua_where_str(((kn_lua_exec *)base)->L, buf, size);
 }
 
+/* kn_exec.set_where: through the state's where_override, which the
+ * capture and the messages read (as an imported ONNX node's name) */
+static void exec_set_where(kn_exec *base, const char *where)
+{
+    kn_lua_exec *ex = (kn_lua_exec *)base;
+    kn_lua_state *s = kn_lua_state_get(ex->L);
+    if (where && where[0]) {
+        if (!ex->overriding) snprintf(ex->saved_where, sizeof ex->saved_where, "%s", s->where_override);
+        ex->overriding = true;
+        snprintf(s->where_override, sizeof s->where_override, "%s", where);
+    } else if (ex->overriding) {
+        snprintf(s->where_override, sizeof s->where_override, "%s", ex->saved_where);
+        ex->overriding = false;
+    }
+}
+
 void kn_lua_exec_init(kn_lua_exec *ex, lua_State *L)
 {
     memset(ex, 0, sizeof *ex);
     ex->base.run = exec_run;
     ex->base.where = exec_where;
+    ex->base.set_where = exec_set_where;
     ex->base.write = exec_write;
     ex->base.traces = kn_lua_state_get(L)->cap != NULL;
     ex->L = L;

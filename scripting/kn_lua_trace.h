@@ -20,6 +20,9 @@
 typedef struct {
     kn_exec base;
     lua_State *L;
+    /* set_where: the state's where_override before it (restored after) */
+    bool overriding;
+    char saved_where[128];
 } kn_lua_exec;
 void kn_lua_exec_init(kn_lua_exec *ex, lua_State *L);
 

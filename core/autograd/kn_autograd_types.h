@@ -19,6 +19,10 @@ typedef struct kn_exec {
     /* optional: the user's line running now ("file.lua:12"), kept on each
      * node so that messages about it can name where the op ran */
     void (*where)(struct kn_exec *ex, char *buf, size_t size);
+    /* optional: the location the ops run from now on carry, in place of
+     * the user's line (backward runs each node's rule at its forward op's
+     * line, so its kernels name that line); NULL or "": the user's again */
+    void (*set_where)(struct kn_exec *ex, const char *where);
     /* optional, while tracing: write src into dst in place when the graph
      * runs (a compiled training step accumulates into an existing .grad
      * this way, so the tensor a later call's guards hold stays the same) */

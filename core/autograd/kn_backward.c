@@ -316,7 +316,11 @@ static kn_status run_rule(pass *p, kn_grad_node *n, kn_tensor **gout)
         full[k] = gout[k];
         if (!full[k] && kn_dtype_is_float(n->out_meta[k].dtype)) full[k] = kn_gb_zeros_like(&b, &n->out_meta[k]);
     }
+    /* the rule's ops carry the forward op's line: a backward kernel in
+     * :time and the drawings names the op it differentiates */
+    if (p->ex->set_where && n->where[0]) p->ex->set_where(p->ex, n->where);
     if (b.st == KN_OK) e->rule(&b, n, full, gin);
+    if (p->ex->set_where && n->where[0]) p->ex->set_where(p->ex, NULL);
     kn_status st = b.st;
     for (int i = 0; i < n->n_in && st == KN_OK; i++) {
         if (!n->edge[i]) continue;

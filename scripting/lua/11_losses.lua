@@ -61,7 +61,8 @@ function F.mse_loss(input, target, opts)
   local si, st = shape_str(input), shape_str(target)
   if si ~= st then fail("mse_loss: input %s and target %s must have the same shape", si, st) end
   local d = input - target
-  return reduced(d * d, reduction)
+  local loss = reduced(d * d, reduction)
+  return loss -- not a tail call: see nll_loss
 end
 
 -- The class dim of input (2 for {N, C, ...}, 1 for an unbatched {C}) and
@@ -131,7 +132,12 @@ function F.nll_loss(input, target, opts)
   if not is_tensor(target) then fail("nll_loss: target must be a tensor, got %s", type(target)) end
   local cd = class_layout("nll_loss", input, target)
   local weight = check_weight("nll_loss", opts.weight, input, cd)
-  return nll("nll_loss", input, target, cd, weight, opts.ignore_index or -100, reduction)
+  -- not a tail call: the trace names an op by the user's frame on the
+  -- stack, but below a kiln frame reached by a tail call it takes the line
+  -- it saw last (which, for a tail call between kiln's own functions, is
+  -- the model's last line, not the loss's)
+  local loss = nll("nll_loss", input, target, cd, weight, opts.ignore_index or -100, reduction)
+  return loss
 end
 
 -- cross_entropy with class probabilities as the target (input's shape)
@@ -169,7 +175,8 @@ function F.cross_entropy(input, target, opts)
         shape_str(input), shape_str(target))
     end
     local cd = input:dim() == 1 and 1 or 2
-    return soft_cross_entropy(input, target, check_weight("cross_entropy", opts.weight, input, cd), ls, reduction)
+    local loss = soft_cross_entropy(input, target, check_weight("cross_entropy", opts.weight, input, cd), ls, reduction)
+    return loss -- not a tail call: see nll_loss
   end
   local cd = class_layout("cross_entropy", input, target)
   local weight = check_weight("cross_entropy", opts.weight, input, cd)

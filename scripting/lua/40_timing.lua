@@ -318,15 +318,24 @@ end
 -- longer, so that the columns stay aligned.
 local function rows_text(kernels)
   local w = 30
-  for _, k in ipairs(kernels) do w = math.max(w, #(k.label or k.name)) end
-  local lines = { string.format("  #  %-" .. w .. "s  kind       calls   median us   %%     GB/s   GFLOP/s  roof%%", "kernel") }
+  -- a training step: each kernel's part (forward, backward, update) and
+  -- its first op's line (a backward kernel's: the forward op it differentiates)
+  local training = false
+  for _, k in ipairs(kernels) do
+    w = math.max(w, #(k.label or k.name))
+    training = training or (k.part ~= nil and k.part ~= "forward")
+  end
+  local head = string.format("  #  %-" .. w .. "s  kind       calls   median us   %%     GB/s   GFLOP/s  roof%%", "kernel")
+  local lines = { head .. (training and "  part      line" or "") }
   local fmt = "%3s  %-" .. w .. "s  %-9s  %5d%11s%6.1f%7s%9s%7s"
   for i, k in ipairs(kernels) do
     -- compiled: the kernel's number in :kernels, :src and :autotune (a
     -- sub-row, work done for a kernel, has none); eager: the row's
     local num = k.sub and "" or tostring(k.number or (kernels.numbered and "-" or i))
-    lines[#lines + 1] = string.format(fmt, num, k.label or k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
+    local line = string.format(fmt, num, k.label or k.name, k.kind, k.calls, fmt_us(k.median_us), k.pct,
       fmt_rate(k.gbps), fmt_rate(k.gflops), roof_text(k.roof_pct))
+    if training and k.part then line = line .. string.format("  %-8s  %s", k.part, k.where or "") end
+    lines[#lines + 1] = line
   end
   local legend
   for _, k in ipairs(kernels) do
@@ -349,9 +358,9 @@ local function number_rows(rows, fn)
   if not is_compiled(fn) then return rows end
   local ok, list = pcall(fn.kernels, fn)
   if not ok or type(list) ~= "table" then return rows end
-  local number = {}
+  local number, entry = {}, {}
   for i, e in ipairs(list) do
-    if e.key then number[e.key] = i end
+    if e.key then number[e.key], entry[e.key] = i, e end
   end
   local subs, out = {}, {}
   for _, k in ipairs(rows) do
@@ -364,6 +373,8 @@ local function number_rows(rows, fn)
       table.insert(subs[k.parent], k)
     else
       k.number = number[k.key]
+      local e = entry[k.key]
+      if e then k.part, k.where = e.part, e.wheres and e.wheres[1] end
     end
   end
   for _, k in ipairs(rows) do
