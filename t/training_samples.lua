@@ -52,6 +52,26 @@ for _, case in ipairs({ { "samples/train_gcn.lua", 1e-5 }, { "samples/train_conv
   T.is(cm:stats().plans, plans_at_5, file .. ": no plan built after step 5 (the parameters it writes rebuild nothing)")
 end
 
+-- channels-last (kiln.config.channels_last = true, as bf16 convs run on a
+-- GPU): a training step lays its conv weights out in the graph, not once
+-- per plan, so the parameters it writes rebuild nothing either
+do
+  kiln.config.channels_last = true
+  local a, b = load("samples/train_convnet.lua"), load("samples/train_convnet.lua")
+  local xa, xb = a.inputs({ small = true }), b.inputs({ small = true })
+  local cm = kiln.compile(b.train_step)
+  local worst, plans_at_5 = 0, nil
+  for step = 1, 12 do
+    local la, lb = a.train_step(table.unpack(xa)):item(), cm(table.unpack(xb)):item()
+    local d = math.abs(la - lb) / math.max(1, math.abs(la))
+    if not (d <= worst) then worst = d end
+    if step == 5 then plans_at_5 = cm:stats().plans end
+  end
+  kiln.config.channels_last = "auto"
+  T.ok(worst <= 1e-4, string.format("channels-last convnet step: compiled equals eager (worst %.3g)", worst))
+  T.is(cm:stats().plans, plans_at_5, "channels-last convnet step: no plan built after step 5")
+end
+
 -- :run on a training spec: n steps, each loss returned
 load("samples/train_gcn.lua")
 kiln.cmd.mode("eager")

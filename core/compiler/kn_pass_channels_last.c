@@ -91,12 +91,23 @@ static bool dtype_converts(int flags, kn_dtype dt)
     return dt == KN_F32 && (flags & KN_PASSES_NHWC_F32);
 }
 
+/* Whether g is (part of) a training step: it has backward or update ops. */
+static bool graph_trains(const kn_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].part != KN_PART_FORWARD) return true;
+    return false;
+}
+
 /* The tensor behind an input node whose values stay until the plan is
- * built again: a parameter, a captured tensor, or a pass's fold. */
+ * built again: a parameter, a captured tensor, or a pass's fold. None in a
+ * training step, which writes its parameters at every call: a weight
+ * laid out once would build the plan again at every step (the layout
+ * then runs in the graph, a copy a call). */
 static kn_tensor *fixed_value(const kn_graph *g, int node, int out)
 {
     const kn_node *n = &g->nodes[node];
-    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs) return NULL;
+    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs || graph_trains(g)) return NULL;
     const kn_graph_input *in = &g->inputs[n->input];
     if (!kn_input_keeps_values(in) && !in->pass_made) return NULL;
     kn_tensor *t = in->tensor;
