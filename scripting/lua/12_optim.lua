@@ -390,4 +390,128 @@ function nn.utils.clip_grad_norm_(params, max_norm, norm_type, opts)
   end)
 end
 
+---------------------------------------------------------------------------
+-- GradScaler: loss scaling for f16 training under kiln.autocast("f16"),
+-- as torch.amp.GradScaler. f16 gradients underflow to zero below 6e-8
+-- (6e-5 at full precision), so the loss is multiplied by a large scale
+-- before backward and the gradients divided by it before the step; a step
+-- whose gradients hold an inf or NaN (the scale was too large) is skipped
+-- and the scale halved, and after growth_interval good steps it doubles.
+--
+--   local scaler = kiln.amp.GradScaler()
+--   scaler:scale(loss):backward()
+--   scaler:step(opt)      -- unscales, then steps unless a gradient is inf/NaN
+--   scaler:update()
+--
+-- Reading whether a gradient is finite takes the values to the host, so in
+-- a compiled step :step is a graph break, as it syncs in PyTorch.
+
+kiln.amp = kiln.amp or {}
+local GradScaler = {}
+GradScaler.__index = GradScaler
+GradScaler.__name = "kiln.amp.GradScaler"
+
+function kiln.amp.GradScaler(opts)
+  local fn = "GradScaler"
+  opts = kiln._check_options(opts, fn, { "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled" })
+  local self = setmetatable({
+    scale_value = opts.init_scale or 2.0 ^ 16,
+    growth_factor = opts.growth_factor or 2.0,
+    backoff_factor = opts.backoff_factor or 0.5,
+    growth_interval = opts.growth_interval or 2000,
+    enabled = opts.enabled ~= false,
+    growth_tracker = 0,
+    unscaled = {}, -- optimizer -> whether unscale_ ran this step
+    found_inf = false,
+  }, GradScaler)
+  if type(self.scale_value) ~= "number" or not (self.scale_value > 0) or self.scale_value == math.huge then
+    fail("%s: init_scale must be a positive finite number, got %s", fn, tostring(self.scale_value))
+  end
+  if type(self.growth_factor) ~= "number" or not (self.growth_factor > 1) then
+    fail("%s: growth_factor must be a number > 1, got %s", fn, tostring(self.growth_factor))
+  end
+  if type(self.backoff_factor) ~= "number" or not (self.backoff_factor > 0 and self.backoff_factor < 1) then
+    fail("%s: backoff_factor must be a number in (0, 1), got %s", fn, tostring(self.backoff_factor))
+  end
+  if math.type(self.growth_interval) ~= "integer" or self.growth_interval < 1 then
+    fail("%s: growth_interval must be an integer >= 1, got %s", fn, tostring(self.growth_interval))
+  end
+  return self
+end
+
+-- scaler:scale(loss): the loss times the current scale (the loss itself
+-- when disabled)
+function GradScaler:scale(loss)
+  if not is_tensor(loss) then fail("GradScaler:scale: expects the loss tensor, got %s", type(loss)) end
+  if not self.enabled then return loss end
+  return loss * self.scale_value
+end
+
+-- scaler:unscale_(opt): every gradient opt updates divided by the scale, in
+-- place (before clip_grad_norm_, say); at most once a step
+function GradScaler:unscale_(opt)
+  if not self.enabled then return end
+  if self.unscaled[opt] then fail("GradScaler:unscale_: already called for this optimizer since the last update()") end
+  local inv = 1.0 / self.scale_value
+  local bad = false
+  kiln.no_grad(function()
+    local check -- inf - inf and NaN - NaN are NaN: one sum says whether any is not finite
+    for _, g in ipairs(opt.param_groups) do
+      for _, p in ipairs(g.params) do
+        local grad = p.grad
+        if grad then
+          local scaled = grad * inv
+          grad:copy_(scaled)
+          local part = (scaled - scaled):to("f32"):sum()
+          check = check and check + part:to(check.device) or part
+        end
+      end
+    end
+    if check then
+      local s = check:item() -- the one read of the values back to the host
+      bad = s ~= s
+    end
+  end)
+  self.unscaled[opt] = true
+  self.found_inf = self.found_inf or bad
+end
+
+-- scaler:step(opt): unscale (unless done), then opt:step() unless a
+-- gradient was inf or NaN; returns whether it stepped
+function GradScaler:step(opt, ...)
+  if not self.enabled then
+    opt:step(...)
+    return true
+  end
+  if not self.unscaled[opt] then self:unscale_(opt) end
+  if self.found_inf then return false end
+  opt:step(...)
+  return true
+end
+
+-- scaler:update(): halve the scale after a skipped step, double it after
+-- growth_interval steps in a row without one
+function GradScaler:update()
+  if not self.enabled then return end
+  if self.found_inf then
+    self.scale_value = self.scale_value * self.backoff_factor
+    self.growth_tracker = 0
+  else
+    self.growth_tracker = self.growth_tracker + 1
+    if self.growth_tracker == self.growth_interval then
+      self.scale_value = self.scale_value * self.growth_factor
+      self.growth_tracker = 0
+    end
+  end
+  self.found_inf = false
+  self.unscaled = {}
+end
+
+function GradScaler:get_scale() return self.enabled and self.scale_value or 1.0 end
+
+GradScaler.__tostring = function(self)
+  return string.format("GradScaler(scale=%g, growth_tracker=%d/%d)", self:get_scale(), self.growth_tracker,
+    self.growth_interval)
+end
+
 return optim
