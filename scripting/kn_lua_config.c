@@ -83,6 +83,13 @@ static void apply_setting(lua_State *L, kn_lua_state *s, const char *key, int v)
             s->settings.cache_dir[0] = 0; /* no path (nil too): no persistent cache */
         }
         s->config_bad = (s->config_bad & ~KN_LUA_CONFIG_BAD_CACHE_DIR) | (ok ? 0 : KN_LUA_CONFIG_BAD_CACHE_DIR);
+    } else if (strcmp(key, "activation_memory_budget") == 0) {
+        bool ok = true;
+        if (lua_type(L, v) == LUA_TNUMBER && lua_tonumber(L, v) >= 0 && lua_tonumber(L, v) <= 1)
+            s->settings.activation_memory_budget = lua_tonumber(L, v);
+        else if (lua_isnil(L, v)) s->settings.activation_memory_budget = 1.0;
+        else ok = false;
+        s->config_bad = (s->config_bad & ~KN_LUA_CONFIG_BAD_MEMORY) | (ok ? 0 : KN_LUA_CONFIG_BAD_MEMORY);
     } else if (strcmp(key, "autotune_budget_s") == 0) {
         bool ok = true;
         if (lua_type(L, v) == LUA_TNUMBER && lua_tonumber(L, v) >= 0) s->settings.autotune.budget_s = lua_tonumber(L, v);
@@ -100,7 +107,8 @@ static int config_newindex(lua_State *L)
      * where nothing reads it */
     static const char *const keys[] = {"cache_size_limit", "error_on_recompile", "allow_tf32", "replay",
                                        "dynamic_numbers", "compiler", "check_numerics", "fold_epilogues",
-                                       "channels_last", "autotune_budget_s", "cache_dir", NULL};
+                                       "channels_last", "autotune_budget_s", "cache_dir",
+                                       "activation_memory_budget", NULL};
     lua_settop(L, 3);
     if (lua_type(L, 2) != LUA_TSTRING)
         return luaL_error(L, "kiln.config: settings are named (kiln.config.compiler = false), got a %s key",
@@ -167,6 +175,8 @@ static void push_defaults(lua_State *L, const kn_lua_state *s)
     if (cache) lua_pushstring(L, cache);
     else lua_pushfstring(L, "%s/.cache/kiln", home ? home : ".");
     lua_setfield(L, -2, "cache_dir");
+    lua_pushnumber(L, s->settings.activation_memory_budget);
+    lua_setfield(L, -2, "activation_memory_budget"); /* 1: a training step keeps every value its backward reads */
 }
 
 void kn_lua_open_config(lua_State *L, int kiln)
@@ -274,6 +284,11 @@ void kn_lua_config_compiled(lua_State *L, kn_compiled *cm)
             lua_getfield(L, cfg, "autotune_budget_s");
             check_budget(L, -1);
             lua_pop(L, 1);
+        }
+        if (s->config_bad & KN_LUA_CONFIG_BAD_MEMORY) {
+            lua_getfield(L, cfg, "activation_memory_budget");
+            luaL_error(L, "kiln.config.activation_memory_budget must be a number from 0 to 1 (1 keeps every value "
+                          "the backward reads), got %s", luaL_tolstring(L, -1, NULL));
         }
     }
     lua_pop(L, 1);

@@ -14,7 +14,7 @@
 /* Keys of kiln.config holding a value the settings cannot take
  * (kn_lua_state.config_bad): assigning it is no error, as assigning to a
  * plain table is none; the next compiled call raises it. */
-enum { KN_LUA_CONFIG_BAD_CACHE_DIR = 1, KN_LUA_CONFIG_BAD_BUDGET = 2 };
+enum { KN_LUA_CONFIG_BAD_CACHE_DIR = 1, KN_LUA_CONFIG_BAD_BUDGET = 2, KN_LUA_CONFIG_BAD_MEMORY = 4 };
 
 /* Make kiln.config (defaults, KILN_CACHE_DIR) as the field config of the
  * kiln table at index kiln; the table behind it is the registry's

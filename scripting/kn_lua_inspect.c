@@ -618,8 +618,21 @@ static bool read_by_backward(const kn_graph *g, int i, int o)
  * node saved, kept for a backward in a later graph or after the call
  * (`kept` set; a later graph reads it as an input, not listed again),
  * with op, shape, dtype, bytes and source line; `bytes`, their sum; and
- * `recomputed`, the forward ops recomputed for the backward instead of
- * kept (none yet: every value is kept). */
+ * `recomputed`, the forward ops the recompute pass computes again in the
+ * backward instead of keeping (kiln.config.activation_memory_budget below
+ * 1), each with its reason. */
+/* The graph cm:saved() reads for graph k's version: its plan's, when the
+ * recompute pass copied forward ops into its backward (the values it
+ * keeps are then the plan's), else the captured one. */
+static const kn_graph *ledger_graph(const kn_version *ver)
+{
+    const kn_plan *p = kn_version_plan(ver);
+    if (p)
+        for (int i = 0; i < p->g.n_nodes; i++)
+            if (p->g.nodes[i].recomputed) return &p->g;
+    return &ver->g;
+}
+
 static int cm_saved(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -631,7 +644,7 @@ static int cm_saved(lua_State *L)
     for (int k = 0; k < cm->cache.n_graphs; k++) {
         const kn_version *ver = latest_version(cm, k);
         if (!ver) continue;
-        const kn_graph *g = &ver->g;
+        const kn_graph *g = ledger_graph(ver);
         for (int i = 0; i < g->n_nodes; i++) {
             const kn_node *nd = &g->nodes[i];
             if (nd->part != KN_PART_FORWARD || nd->op == KN_NODE_CONST) continue;
@@ -658,7 +671,25 @@ static int cm_saved(lua_State *L)
     lua_setfield(L, -2, "values");
     lua_pushinteger(L, total);
     lua_setfield(L, -2, "bytes");
+    /* the forward ops the recompute pass computes again in the backward
+     * (kiln.config.activation_memory_budget below 1), with the reason */
     lua_newtable(L);
+    int nr = 0;
+    for (int k = 0; k < cm->cache.n_graphs; k++) {
+        const kn_version *ver = latest_version(cm, k);
+        if (!ver) continue;
+        const kn_graph *g = ledger_graph(ver);
+        for (int i = 0; i < g->n_nodes; i++) {
+            if (!g->nodes[i].recomputed) continue;
+            push_saved(L, k, g, i, 0);
+            lua_pushfstring(L, "a pointwise %s of values the backward keeps anyway: computed again before its "
+                               "first backward reader, not kept from the forward (kiln.config."
+                               "activation_memory_budget below 1 when the plan was built)",
+                            kn_node_op_name(&g->nodes[i]));
+            lua_setfield(L, -2, "reason");
+            lua_seti(L, -2, ++nr);
+        }
+    }
     lua_setfield(L, -2, "recomputed");
     return 1;
 }

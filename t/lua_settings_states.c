@@ -124,7 +124,7 @@ int main(void)
                 "for k, v in pairs(kiln.config) do n = n + 1; if k == 'allow_tf32' then tf32 = v end end\n"
                 "return n .. ' ' .. tostring(tf32)",
                 buf, sizeof buf),
-           "11 false", "pairs(kiln.config) lists A's keys with A's values");
+           "12 false", "pairs(kiln.config) lists A's keys with A's values");
     const kn_settings *sa = kn_lua_settings(A), *sb = kn_lua_settings(B);
     ok(sa != sb && !sa->allow_tf32 && sb->allow_tf32, "kn_lua_settings: A's allow_tf32 false, B's true");
     ok(strcmp(sa->cache_dir, dir_a) == 0 && strcmp(sb->cache_dir, dir_b) == 0, "kn_lua_settings: each its cache dir");

@@ -205,7 +205,7 @@ else
 end
 says(function() kiln.config.chanels_last = true end,
   "kiln.config: unknown setting 'chanels_last' (known: cache_size_limit, error_on_recompile, allow_tf32, replay, "
-  .. "dynamic_numbers, compiler, check_numerics, fold_epilogues, channels_last, autotune_budget_s, cache_dir); did "
+  .. "dynamic_numbers, compiler, check_numerics, fold_epilogues, channels_last, autotune_budget_s, cache_dir, activation_memory_budget); did "
   .. "you mean 'channels_last'?", "kiln.config: a misspelt setting is not stored")
 T.is(rawget(kiln.config, "chanels_last"), nil, "kiln.config: ... and reads as nothing")
 T.ok(pcall(function() kiln.config.channels_last = "auto" end), "kiln.config: a known setting passes")

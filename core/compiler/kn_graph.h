@@ -53,6 +53,7 @@ typedef struct kn_node {
     char covers[KN_COVERS_MAX];  /* a node a pass made from several: the ops it replaced with their
                                     lines, for cm:kernels() ("matmul f.lua:3, softmax :4, ..."); or "" */
     unsigned char part;          /* KN_PART_*: set as the node is traced */
+    unsigned char recomputed;    /* a forward op the recompute pass copied into the backward */
 } kn_node;
 
 typedef struct kn_graph_input {

@@ -6,6 +6,7 @@
 
 #include "kn_graph_print.h"
 #include "kn_pass_attention.h"
+#include "kn_pass_recompute.h"
 #include "kn_pass_channels_last.h"
 #include "kn_pass_gather_scatter.h"
 #include "kn_pass_ctx.h"
@@ -461,13 +462,15 @@ static const pass_entry pass_table[] = {
     {"gather_scatter", kn_pass_gather_scatter},
     {"channels_last", kn_pass_channels_last},
     {"fold_once", kn_pass_fold_once},
+    {"recompute", kn_pass_recompute},
 };
 
 /* attention before fold_once: the pattern pass wants to see the causal
  * mask's subgraph, which fold_once would turn into an input; gather_scatter
  * too: it folds a zeros base, which fold_once would make an input */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
-                                        "attention", "gather_scatter", "channels_last", "fold_once", "dce", NULL};
+                                        "attention", "gather_scatter", "channels_last", "fold_once", "recompute",
+                                        "dce", NULL};
 
 const char *const *kn_passes_names(void)
 {

@@ -14,6 +14,7 @@ void kn_settings_init(kn_settings *s)
     if (env && *env) kn_settings_set_cache_dir(s, env, strlen(env));
     else if (home && *home) snprintf(s->cache_dir, sizeof s->cache_dir, "%s/.cache/kiln", home);
     s->autotune.budget_s = 20.0;
+    s->activation_memory_budget = 1.0;
     /* the backends' own logs: KILN_LOGS names them (kiln.log cannot) */
     const char *logs = getenv("KILN_LOGS");
     if (logs && strstr(logs, "library")) s->logs |= KN_SETTINGS_LOG_LIBRARY;

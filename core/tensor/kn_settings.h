@@ -59,6 +59,10 @@ typedef struct kn_settings {
     char cache_dir[KN_CACHE_DIR_MAX + 2];
     kn_autotune_opts autotune;
     int logs; /* KN_SETTINGS_LOG_* */
+    /* a training step's kept forward values, as a fraction of all of them
+     * (kiln.config.activation_memory_budget; 1: keep all; lower: the
+     * recompute pass computes cheap ones again in the backward) */
+    double activation_memory_budget;
 } kn_settings;
 
 /* The defaults into s (what NULL settings mean). */
