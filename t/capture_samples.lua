@@ -1,4 +1,5 @@
--- capture_samples.lua: every model of samples/ in its small size, compiled
+-- capture_samples.lua: every model of samples/ in its small size (a
+-- training sample's model in eval mode), compiled
 -- with kiln.compile, against eager (README): equal outputs
 -- (max abs diff within 1e-5 of the largest magnitude) on two calls, the
 -- second call served from the version cache with no recompilation, and
@@ -40,6 +41,12 @@ for _, name in ipairs(names) do
     T.ok(false, name .. ": loads (" .. tostring(spec) .. ")")
   else
     local inputs = spec.inputs({ small = true, dtype = "f32", device = device })
+    -- a training sample (train_step; t/training_samples.lua trains it):
+    -- here its model's inference, in eval mode. In train mode BatchNorm's
+    -- running-statistics update traces Lua numbers inside kiln's nn code,
+    -- which a graph keys by the caller's line, so two calls from two lines
+    -- would recompile once
+    if spec.train_step then spec.model:eval() end
     local want = spec.model(table.unpack(inputs))
     local cm = kiln.compile(spec.model)
     local y1 = cm(table.unpack(inputs))

@@ -99,7 +99,7 @@ if [ "$widest" -le 100 ]; then pass ":help fits in 100 columns (widest line: $wi
 else fail ":help fits in 100 columns" "widest line: $widest" "$out"; fi
 matches "$out" '^  :graph \[captured\|fused\] \[FILE.svg\|FILE.dot\|text\]$' \
     ":help: a usage too long for the column has a line of its own"
-matches "$out" '^  :run \[n\]  +run the loaded model n times' ":help: a short usage shares its line with the summary"
+matches "$out" '^  :run \[n\]  +run the loaded model \(or training step\) n times' ":help: a short usage shares its line with the summary"
 
 # ---- no banner on piped input -----------------------------------------------
 feed '1+1
