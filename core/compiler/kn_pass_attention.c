@@ -513,7 +513,8 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     bool causal = m.mask_ref >= 0 && tq == tk &&
                   (m.mask_is_bool ? is_causal_fill_mask(g, KN_REF_NODE(m.mask_ref), tq)
                                   : is_causal_add_mask(g, KN_REF_NODE(m.mask_ref), tq));
-    const char *where = g->nodes[m.mm1].where;
+    char where[KN_WHERE_MAX]; /* copied: the nodes appended below may move the node array */
+    memcpy(where, g->nodes[m.mm1].where, sizeof where);
     int before = mm2;
     int mask_in;
     if (!mask_input(x, sm, &m, causal, before, &mask_in) || !k_input(x, sm, &m, before)) return KN_OK;
