@@ -127,11 +127,6 @@ static void push_shape_list(lua_State *L, const kn_meta *m)
 }
 
 /* The latest version of each graph: {{graph =, version =, nodes = {{op =, inputs =, shape =, dtype =, where =}}}} */
-static const char *part_name(int part)
-{
-    return part == KN_PART_BACKWARD ? "backward" : part == KN_PART_UPDATE ? "update" : "forward";
-}
-
 static int cm_graphs(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -183,7 +178,7 @@ static int cm_graphs(lua_State *L)
             lua_setfield(L, -2, "dtype");
             lua_pushstring(L, nd->where[0] ? nd->where : "");
             lua_setfield(L, -2, "where");
-            lua_pushstring(L, part_name(nd->part));
+            lua_pushstring(L, kn_part_name(nd->part));
             lua_setfield(L, -2, "part");
             lua_seti(L, -2, i + 1);
         }
@@ -239,7 +234,7 @@ static void push_plan_kernels(lua_State *L, const kn_plan *p, int graph, int *n)
         lua_setfield(L, -2, "wheres");
         /* the part of a training step its first op belongs to */
         if (kn->n_nodes > 0) {
-            lua_pushstring(L, part_name(p->g.nodes[kn->nodes[0]].part));
+            lua_pushstring(L, kn_part_name(p->g.nodes[kn->nodes[0]].part));
             lua_setfield(L, -2, "part");
         }
         if (!gen && p->g.nodes[kn->lib_node].covers[0]) { /* a node a pass made from several ops */

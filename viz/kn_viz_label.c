@@ -166,7 +166,7 @@ void kn_viz_label_drawing(Agraph_t *g, const kn_viz_model *m, const kn_viz_opts 
         for (int part = KN_PART_FORWARD; part <= KN_PART_UPDATE; part++)
             kn_strbuf_printf(b, fused ? "<TD COLOR=\"%s\">%s</TD>" : "<TD BGCOLOR=\"%s\">%s</TD>",
                              fused ? part_pen(part) : part_fill(part),
-                             part == KN_PART_UPDATE ? "optimizer update" : kn_viz_part_name(part));
+                             part == KN_PART_UPDATE ? "optimizer update" : kn_part_name(part));
         kn_strbuf_printf(b, "</TR></TABLE></TD></TR>");
     }
     if (m->timed) {
@@ -349,7 +349,7 @@ void kn_viz_label_kernel(Agnode_t *t, Agraph_t *c, const kn_viz_model *m, const 
     const kn_viz_vkernel *vk = &vg->kernels[k];
     char colour[16];
     kn_strbuf_printf(b, "#%d %s · %s", vk->number, vk->name, vk->kind);
-    if (m->training) kn_strbuf_printf(b, " · %s", kn_viz_part_name(vk->part));
+    if (m->training) kn_strbuf_printf(b, " · %s", kn_part_name(vk->part));
     kn_strbuf_printf(b, "\\l");
     if (vk->epilogue_of >= 0) kn_strbuf_printf(b, "in the epilogue of %s\\l", vg->kernels[vk->epilogue_of].name);
     if (vk->timed) {

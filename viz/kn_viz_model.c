@@ -550,8 +550,3 @@ void kn_viz_model_free(kn_viz_model *m)
     free(m->graphs);
     memset(m, 0, sizeof *m);
 }
-
-const char *kn_viz_part_name(int part)
-{
-    return part == KN_PART_BACKWARD ? "backward" : part == KN_PART_UPDATE ? "update" : "forward";
-}

@@ -105,9 +105,6 @@ double kn_viz_host_pct(const kn_viz_model *m);
  * a second line (after `newline`) saying the heat leaves the host out. */
 void kn_viz_host_text(kn_strbuf *b, const kn_viz_model *m, const char *newline);
 
-/* "backward": a KN_PART_*'s word ("forward", "backward", "update"). */
-const char *kn_viz_part_name(int part);
-
 /* "12.5 KiB" */
 void kn_viz_fmt_bytes(double bytes, char *buf, size_t size);
 

@@ -50,7 +50,7 @@ static void captured_graph(kn_strbuf *b, const kn_viz_model *m, const kn_viz_vgr
             kn_strbuf_printf(b, "  -- end of the repeated run --\n");
         if (v->hidden || v->kind != KN_VN_OP) continue;
         kn_strbuf_printf(b, "  ");
-        if (m->training) kn_strbuf_printf(b, "%-8s  ", kn_viz_part_name(v->part)); /* a training step's part */
+        if (m->training) kn_strbuf_printf(b, "%-8s  ", kn_part_name(v->part)); /* a training step's part */
         kn_strbuf_printf(b, "%-*s  %-24s %-4s  %s\n", w, v->op, v->shape, v->dtype, v->where);
     }
     value_list(b, vg, "outputs", true);
@@ -69,7 +69,7 @@ static void fused_graph(kn_strbuf *b, const kn_viz_model *m, const kn_viz_vgraph
         if (vg->rep_count && k == vg->rep_start + vg->rep_len) kn_strbuf_printf(b, "  -- end of the repeated run --\n");
         if (vk->hidden) continue;
         kn_strbuf_printf(b, "  %3d  %-*s  %-9s", vk->number, w, vk->name, vk->kind);
-        if (m->training) kn_strbuf_printf(b, "  %-8s", kn_viz_part_name(vk->part));
+        if (m->training) kn_strbuf_printf(b, "  %-8s", kn_part_name(vk->part));
         if (m->timed) {
             if (vk->timed) {
                 kn_strbuf_printf(b, " %9.1f us %5.1f%%", vk->us, vk->pct);

@@ -129,6 +129,11 @@ int kn_graph_op_count(const kn_graph *g)
     return n;
 }
 
+const char *kn_part_name(int part)
+{
+    return part == KN_PART_BACKWARD ? "backward" : part == KN_PART_UPDATE ? "update" : "forward";
+}
+
 const char *kn_node_op_name(const kn_node *n)
 {
     if (n->op == KN_NODE_INPUT) return "input";

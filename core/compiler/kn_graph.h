@@ -21,6 +21,8 @@ enum { KN_NODE_INPUT = KN_OP_COUNT, KN_NODE_CONST };
  * it (an optimizer's ops, grad mode off); inference graphs are all
  * forward. */
 enum { KN_PART_FORWARD, KN_PART_BACKWARD, KN_PART_UPDATE };
+/* A KN_PART_*'s word: "forward", "backward" or "update" (cm:graphs(), the drawings). */
+const char *kn_part_name(int part);
 
 typedef enum kn_input_kind {
     KN_IN_ARG,          /* an argument of the compiled function */
