@@ -209,13 +209,25 @@ bool kn_tensor_close(const kn_tensor *got, const kn_tensor *want, double rtol, c
     return same;
 }
 
-kn_tensor kn_view_nhwc_as_nchw(const kn_tensor *t)
+/* t's header with dims taken in the order `from` (the same bytes) */
+static kn_tensor permuted_header(const kn_tensor *t, const int from[4])
 {
-    static const int from[4] = {0, 3, 1, 2};
     kn_tensor v = *t;
     for (int d = 0; d < 4; d++) {
         v.shape[d] = t->shape[from[d]];
         v.strides[d] = t->strides[from[d]];
     }
     return v;
+}
+
+kn_tensor kn_view_nhwc_as_nchw(const kn_tensor *t)
+{
+    static const int from[4] = {0, 3, 1, 2};
+    return permuted_header(t, from);
+}
+
+kn_tensor kn_view_nchw_as_nhwc(const kn_tensor *t)
+{
+    static const int from[4] = {0, 2, 3, 1};
+    return permuted_header(t, from);
 }

@@ -53,5 +53,8 @@ void kn_tensor_gather_host(const kn_tensor *t, void *dst);
  * value, never retained or released (it is valid while t is). The backends'
  * channels-last convolutions hand it to their NCHW code. */
 kn_tensor kn_view_nhwc_as_nchw(const kn_tensor *t);
+/* The inverse: {N, C, H, W} seen as {N, H, W, C} (an NCHW tensor of one
+ * pixel is then the channels-last one, the same bytes). */
+kn_tensor kn_view_nchw_as_nhwc(const kn_tensor *t);
 
 #endif

@@ -909,15 +909,6 @@ static kn_status conv_gemm(const kn_opcall *c, const kn_tensor *x, const kn_tens
     return st;
 }
 
-/* NCHW {n, c, h, w} seen as NHWC {n, h, w, c} (the same bytes). */
-static kn_tensor nchw_as_nhwc(const kn_tensor *t)
-{
-    kn_tensor v = *t;
-    static const int from[4] = {0, 2, 3, 1};
-    for (int i = 0; i < 4; i++) v.shape[i] = t->shape[from[i]], v.strides[i] = t->strides[from[i]];
-    return v;
-}
-
 /* A 1x1 conv of one pixel in and out in NCHW (squeeze-excitation's two
  * fcs, which f32 models keep NCHW): NCHW and NHWC are then the same bytes,
  * so it can run as the channels-last GEMM. cuDNN's engines took 4-38 us
@@ -987,7 +978,7 @@ static kn_status conv_run(const kn_opcall *c, int act)
             variant--;
         }
         kn_opcall cl = *c;
-        kn_tensor xl = nchw_as_nhwc(x), wl = nchw_as_nhwc(w), yl = nchw_as_nhwc(y);
+        kn_tensor xl = kn_view_nchw_as_nhwc(x), wl = kn_view_nchw_as_nhwc(w), yl = kn_view_nchw_as_nhwc(y);
         cl.a.in_layout = cl.a.out_layout = KN_LAYOUT_NHWC;
         if (conv_is_gemm(&xl, &wl, &yl, &cl.a)) {
             if (variant == 0) return conv_gemm(&cl, &xl, &wl, bias, &yl, act, NULL);
