@@ -26,7 +26,11 @@ for _, name in ipairs(names) do
   end
   for _, mode in ipairs(modes) do
     local f = mode == "eager" and m or kiln.compile(m, { mode = mode })
-    local r = kiln.time(f, table.unpack(xs), { iters = 50, warmup = 5 })
+    -- the options after every input: table.unpack(xs) in the middle of an
+    -- argument list would pass only the first (BERT takes two)
+    local args = { table.unpack(xs) }
+    args[#args + 1] = { iters = 50, warmup = 5 }
+    local r = kiln.time(f, table.unpack(args))
     local _, rel = U.errors(f(table.unpack(xs)), io_t["output." .. dtype])
     print(string.format("== %s %s %s (max rel err vs PyTorch %s: %.3g)", name, dtype, mode, dtype, rel))
     print(tostring(r))

@@ -69,6 +69,11 @@ local MM = {
     function(t) return t:transpose(2, 3) end, function(t) return t:transpose(2, 3) end },
   { "batch-transposed (dims 1,2 swapped)", { 33, 4, 17 }, { 4, 17, 65 },
     function(t) return t:transpose(1, 2) end },
+  -- x @ w over a sequence-first view (ViT's in-projection): run as 4 GEMMs
+  -- of 33 rows, not 33 GEMMs of 4 (kn_cuda_blas.c mm_rows_from_batch)
+  { "sequence-first view . shared weight", { 4, 33, 17 }, { 17, 65 }, function(t) return t:transpose(1, 2) end },
+  { "4-D, last batch dim longer than M", { 2, 3, 33, 17 }, { 17, 65 }, function(t) return t:transpose(2, 3) end },
+  { "sequence-first view . 1-D", { 4, 33, 17 }, { 17 }, function(t) return t:transpose(1, 2) end },
   { "sliced a (offset, row stride 30)", { 40, 30 }, { 17, 65 },
     function(t) return t:slice(1, 3, 35):slice(2, 2, 18) end },
   { "sliced b with step 2", { 33, 17 }, { 17, 130 }, nil, function(t) return t:slice(2, 1, -1, 2) end },
@@ -227,6 +232,48 @@ for _, dt in ipairs({ "f32", "bf16", "f16" }) do
         string.format("%s: permuted outputs %d (want %d), copies left %d", name, st.permuted_outputs, c.permuted,
           st.view_copies))
     end
+  end
+end
+
+-- a Linear over a sequence-first view (ViT's in-projection), compiled: the
+-- bias and GELU ride in cuBLASLt's epilogue, and a residual as its C,
+-- over the exchanged batch/row layout (kn_cuda_blas.c mm_rows_from_batch)
+for _, dt in ipairs({ "f32", "bf16" }) do
+  local x, w, bias, r = rnd({ 4, 33, 17 }, dt), rnd({ 65, 17 }, dt), rnd({ 65 }, dt), rnd({ 33, 4, 65 }, dt)
+  local fns = {
+    { "bias and GELU", function(a, b, c) return (a:transpose(1, 2):matmul(b:transpose(1, 2)) + c):gelu() end },
+    { "bias and residual", function(a, b, c, d) return a:transpose(1, 2):matmul(b:transpose(1, 2)) + c + d end },
+  }
+  for _, fc in ipairs(fns) do
+    local name, f = fc[1], fc[2]
+    local want = f(x:to("f64"), w:to("f64"), bias:to("f64"), r:to("f64"))
+    local okc, got = pcall(kiln.compile(f, { mode = "default" }), x:to("cuda"), w:to("cuda"), bias:to("cuda"),
+      r:to("cuda"))
+    if okc then
+      check(got, want, dt == "f32" and tol_for("f32", 17) or 2 * TOL[dt],
+        string.format("%s: x:transpose(1, 2) @ w^T with %s, compiled on cuda", dt, name))
+    else
+      T.ok(false, string.format("%s: sequence-first Linear with %s raised: %s", dt, name, tostring(got)))
+    end
+  end
+end
+
+-- GELU's tanh form after a Linear (GPT-2's MLP): in bf16 and f16 the plan
+-- folds bias and GELU into cuBLASLt's GELU_BIAS epilogue (that epilogue
+-- is the tanh form); in f32 the generated kernel keeps it
+for _, dt in ipairs({ "bf16", "f16", "f32" }) do
+  local x, w, bias = rnd({ 2, 24, 40 }, dt), rnd({ 72, 40 }, dt), rnd({ 72 }, dt)
+  local f = function(a, b, c) return (a:matmul(b:transpose(1, 2)) + c):gelu_tanh() end
+  local want = f(x:to("f64"), w:to("f64"), bias:to("f64"))
+  local cm = kiln.compile(f, { mode = "default" })
+  local okc, got = pcall(cm, x:to("cuda"), w:to("cuda"), bias:to("cuda"))
+  if okc then
+    check(got, want, dt == "f32" and tol_for("f32", 40) or 2 * TOL[dt],
+      string.format("%s: gelu_tanh(x @ w^T + b) compiled on cuda", dt))
+    T.is(cm:stats().library_epilogues, dt == "f32" and 0 or 1,
+      string.format("%s: bias and tanh GELU %s cuBLASLt's epilogue", dt, dt == "f32" and "stay out of" or "ride in"))
+  else
+    T.ok(false, string.format("%s: gelu_tanh after a Linear raised: %s", dt, tostring(got)))
   end
 end
 

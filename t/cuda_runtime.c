@@ -151,7 +151,7 @@ static const kn_dtype floats[] = {KN_F32, KN_F64, KN_BF16, KN_F16};
 
 static void test_unary(void)
 {
-    static const kn_op ops[] = {KN_OP_NEG,  KN_OP_RELU, KN_OP_GELU, KN_OP_SILU, KN_OP_TANH, KN_OP_SIGMOID,
+    static const kn_op ops[] = {KN_OP_NEG,  KN_OP_RELU, KN_OP_GELU, KN_OP_GELU_TANH, KN_OP_SILU, KN_OP_TANH, KN_OP_SIGMOID,
                                 KN_OP_EXP,  KN_OP_LOG,  KN_OP_SQRT, KN_OP_RSQRT, KN_OP_ABS, KN_OP_ERF,
                                 KN_OP_FLOOR, KN_OP_CEIL, KN_OP_ROUND, KN_OP_SIN, KN_OP_COS, KN_OP_LOGICAL_NOT};
     int64_t shape[2] = {5, 37};

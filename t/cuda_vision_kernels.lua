@@ -3,7 +3,8 @@
 -- the tensor-core stem conv (bf16, f16: an image's few channels, windows up
 -- to 160 taps such as ResNet's 7x7 stride 2), the depthwise conv
 -- (channels-last, 3x3 and 5x5, stride 1 and 2, bias and ReLU fused), 1x1
--- convs as cuBLASLt matmuls over the NHWC bytes, and
+-- convs as cuBLASLt matmuls over the NHWC bytes, patch embeddings (kernel =
+-- stride) as one copy and a GEMM, and
 -- the channels-last pools, squeeze-excitation and global means the layout
 -- pass now keeps on the NHWC value; for NCHW models, the depthwise conv on
 -- planes and one-pixel 1x1 convs as GEMMs. Each compiled result is checked against
@@ -87,6 +88,53 @@ for _, dt in ipairs({ "bf16", "f16" }) do
       h, w, k, ks, st, pd, has_bias and ", bias" or "")
     local cm = check(what, f, cpu, gpu, dt, { "default", "reduce-overhead" })
     T.is(table.concat(kinds(cm, gpu, "conv2d"), ","), "cuda", what .. ": kiln's tensor-core stem kernel runs it")
+  end
+end
+
+-- 1b. patch embeddings (kernel = stride, ViT's 16x16 stride 16): one copy
+-- of the non-overlapping windows and a cuBLASLt GEMM, channels-last out
+-- (bf16, f16) and NCHW out (f32 keeps NCHW; CUDA eager too), then ViT's
+-- flatten and transpose; kernels not square, channels not multiples of 8,
+-- more taps than the stem kernels take (they run smaller windows). The
+-- weight as an argument (permuted at every call) and as a tensor the
+-- function holds (laid out once by the channels-last pass, which pads
+-- other convs' channels but not a patch embedding's)
+local patches = {
+  -- n, c, h, w, k, kernel {kh, kw}, bias
+  { 2, 3, 32, 48, 24, { 16, 16 }, true },
+  { 3, 12, 12, 10, 13, { 4, 4 }, false },
+  { 1, 20, 15, 17, 40, { 3, 3 }, true }, -- windows that do not cover the image's last rows and columns
+}
+for _, dt in ipairs({ "bf16", "f16", "f32" }) do
+  for ci, c in ipairs(patches) do
+    local n, ch, h, w, k, ks, has_bias = table.unpack(c)
+    local o = { stride = ks }
+    local x = kiln.randn({ n, ch, h, w }, { seed = nextseed() })
+    local wt = kiln.randn({ k, ch, ks[1], ks[2] }, { seed = nextseed() }) * 0.2
+    local bias = has_bias and kiln.randn({ k }, { seed = nextseed() }) or nil
+    for _, held in ipairs({ false, true }) do
+      local cpu, gpu = both(dt, { x, wt, bias })
+      local f
+      if held then -- the weight and bias are the function's own tensors
+        local w_dev, b_dev = gpu[2], gpu[3]
+        local w_ref, b_ref = cpu[2], cpu[3]
+        cpu, gpu = { cpu[1] }, { gpu[1] }
+        f = function(xx)
+          local on_gpu = xx.device == "cuda"
+          local y = kiln.conv2d(xx, on_gpu and w_dev or w_ref, on_gpu and b_dev or b_ref, o)
+          return y:reshape({ n, k, -1 }):transpose(2, 3):relu()
+        end
+      else
+        f = function(xx, ww, bb)
+          local y = kiln.conv2d(xx, ww, bb, o)
+          return y:reshape({ n, k, -1 }):transpose(2, 3):relu()
+        end
+      end
+      local what = string.format("patch embedding %s case %d (n %d c %d %dx%d k %d kernel = stride %dx%d%s, weight %s)",
+        dt, ci, n, ch, h, w, k, ks[1], ks[2], has_bias and ", bias" or "", held and "held" or "an argument")
+      local cm = check(what, f, cpu, gpu, dt, { "default", "reduce-overhead" })
+      T.is(table.concat(kinds(cm, gpu, "conv2d"), ","), "cublaslt", what .. ": a cuBLASLt GEMM runs it")
+    end
   end
 end
 

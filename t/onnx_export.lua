@@ -270,6 +270,24 @@ do
   T.raises(function() kiln.onnx.save(f17, path("o.onnx"), xs, { opst = 18 }) end, "unknown option 'opst'", "an unknown option")
 end
 
+-- gelu_tanh: ONNX's Gelu(approximate = "tanh") at opset 20, its tanh
+-- formula at 17; either file re-imports to the same values
+do
+  local f = function(x) return x:gelu_tanh() end
+  local x = kiln.randn({ 3, 5 }, { seed = 63 })
+  for _, opset in ipairs({ 20, 17 }) do
+    local file = path("gelu_tanh" .. opset .. ".onnx")
+    kiln.onnx.save(f, file, { x }, { opset = opset })
+    local ops = {}
+    for _, n in ipairs(kiln.onnx.read(file).graph.nodes) do ops[n.op] = n end
+    T.ok(opset == 20 and ops.Gelu and ops.Gelu.attrs.approximate == "tanh" or opset == 17 and ops.Tanh and not ops.Gelu,
+      "gelu_tanh at opset " .. opset .. (opset == 20 and ": Gelu(approximate = 'tanh')" or ": its tanh formula"))
+    local okv, why = all_close(outputs(kiln.onnx.load(file)(x)), outputs(f(x)), 1e-6)
+    T.ok(okv, "  the re-imported model gives the function's values")
+    if not okv then T.diag(why) end
+  end
+end
+
 -- a model on the GPU saves the same file: its tensors are written from the CPU
 if kiln.cuda_available() then
   local s = loadfile("samples/transformer_block.lua")({ small = true })

@@ -19,6 +19,7 @@ static double ref_unary(kn_op op, double a)
     case KN_OP_NEG: return -a;
     case KN_OP_RELU: return isnan(a) ? a : a > 0 ? a : 0.0;
     case KN_OP_GELU: return a * 0.5 * erfc(-a / sqrt(2.0)); /* x * Phi(x) */
+    case KN_OP_GELU_TANH: return 0.5 * a * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (a + 0.044715 * a * a * a)));
     case KN_OP_SILU: return a * (1.0 / (1.0 + exp(-a)));
     case KN_OP_TANH: return tanh(a);
     case KN_OP_SIGMOID: return 1.0 / (1.0 + exp(-a));

@@ -47,8 +47,13 @@ for _, case in ipairs({ { "samples/train_gcn.lua", 1e-5 }, { "samples/train_conv
   T.ok(not nan and last < first, string.format("%s: 20 eager steps train it (loss %.4f -> %.4f)", file, first, last))
   T.ok(not nan and worst <= tol, string.format("%s: the compiled step's losses are the eager step's (worst %.3g)", file,
     worst))
-  local pd = params_diff(a.model, b.model)
-  T.ok(pd <= tol, string.format("%s: and so are the parameters after 20 steps (worst %.3g)", file, pd))
+  -- AdamW divides each gradient by its own running size, so a rounding
+  -- difference in a near-zero gradient moves a parameter by up to lr (3e-4
+  -- here) a step: on the GPU, whose kernels sum in other orders, the
+  -- transformer's parameters differ by 6e-5 after 20 steps while the
+  -- losses agree to 1e-5
+  local pd, ptol = params_diff(a.model, b.model), math.max(tol, 2e-4)
+  T.ok(pd <= ptol, string.format("%s: and so are the parameters after 20 steps (worst %.3g, tol %.3g)", file, pd, ptol))
   T.is(cm:stats().plans, plans_at_5, file .. ": no plan built after step 5 (the parameters it writes rebuild nothing)")
 end
 

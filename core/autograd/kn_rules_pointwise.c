@@ -47,6 +47,20 @@ void kn_grad_gelu(kn_gb *b, const kn_grad_node *n, kn_tensor *const *gout, kn_te
     gin[0] = kn_gb_mul(b, G, kn_gb_add(b, cdf, kn_gb_mul(b, X, pdf)));
 }
 
+void kn_grad_gelu_tanh(kn_gb *b, const kn_grad_node *n, kn_tensor *const *gout, kn_tensor **gin)
+{
+    /* y = x (1 + t) / 2 with t = tanh(c (x + k x^3)):
+     * dy/dx = (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2 */
+    const double c = 0.79788456080286535588, k = 0.044715;
+    kn_tensor *x2 = kn_gb_mul(b, X, X);
+    kn_tensor *inner = kn_gb_muls(b, kn_gb_add(b, X, kn_gb_muls(b, kn_gb_mul(b, x2, X), k)), c);
+    kn_tensor *t = kn_gb_unary(b, KN_OP_TANH, inner);
+    kn_tensor *slope = kn_gb_muls(b, kn_gb_adds(b, kn_gb_muls(b, x2, 3 * k), 1), c);
+    kn_tensor *d = kn_gb_add(b, kn_gb_muls(b, kn_gb_adds(b, t, 1), 0.5),
+                             kn_gb_muls(b, kn_gb_mul(b, kn_gb_mul(b, X, one_minus(b, kn_gb_mul(b, t, t))), slope), 0.5));
+    gin[0] = kn_gb_mul(b, G, d);
+}
+
 void kn_grad_silu(kn_gb *b, const kn_grad_node *n, kn_tensor *const *gout, kn_tensor **gin)
 {
     /* d/dx x s(x) = s (1 + x (1 - s)) */

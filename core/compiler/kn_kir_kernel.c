@@ -260,7 +260,7 @@ int kn_kernel_vec_width(const kn_kernel *k)
 bool kn_kir_costly_op(int op)
 {
     switch (op) {
-    case KN_OP_EXP: case KN_OP_LOG: case KN_OP_GELU: case KN_OP_SILU: case KN_OP_TANH:
+    case KN_OP_EXP: case KN_OP_LOG: case KN_OP_GELU: case KN_OP_GELU_TANH: case KN_OP_SILU: case KN_OP_TANH:
     case KN_OP_SIGMOID: case KN_OP_SQRT: case KN_OP_RSQRT: case KN_OP_DIV: case KN_OP_POW:
         return true;
     default: return false;

@@ -15,7 +15,9 @@
  * with w' the weight as {K, kh, kw, Cp}, its channels zero-padded to 16
  * bytes (Cp: 8 halves or 4 floats) so that the engines' vector loads line
  * up; the backend pads and transposes x itself at the chain's entry (the
- * first layer's 3 image channels become 8). Then:
+ * first layer's 3 image channels become 8), except for a patch embedding
+ * (kernel = stride), which the backends run as a GEMM over the input's
+ * own channels. Then:
  * - a conv whose input is such a view reads t directly (in NHWC): a chain
  *   of convs converts once at its entry;
  * - an elementwise op (ReLU, an add of a residual or a per-channel bias)
@@ -92,28 +94,6 @@ static bool dtype_converts(int flags, kn_dtype dt)
 }
 
 /* Whether g is (part of) a training step: it has backward or update ops. */
-static bool graph_trains(const kn_graph *g)
-{
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].part != KN_PART_FORWARD) return true;
-    return false;
-}
-
-/* The tensor behind an input node whose values stay until the plan is
- * built again: a parameter, a captured tensor, or a pass's fold. None in a
- * training step, which writes its parameters at every call: a weight
- * laid out once would build the plan again at every step (the layout
- * then runs in the graph, a copy a call). */
-static kn_tensor *fixed_value(const kn_graph *g, int node, int out)
-{
-    const kn_node *n = &g->nodes[node];
-    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs || graph_trains(g)) return NULL;
-    const kn_graph_input *in = &g->inputs[n->input];
-    if (!kn_input_keeps_values(in) && !in->pass_made) return NULL;
-    kn_tensor *t = in->tensor;
-    return t && t->storage ? t : NULL;
-}
-
 /* w {K, Cg, kh, kw} (any layout, any device: a copy to make it contiguous
  * runs with settings) as a new contiguous {K, kh, kw, cp} on w's device,
  * channels Cg..cp zero. */
@@ -179,7 +159,7 @@ static kn_status nhwc_weight(cl_ctx *c, int i, int64_t cp, int *ref, bool *padde
     kn_graph *g = x->g;
     const kn_node *conv = &g->nodes[i];
     int wn = conv->in_node[1], wo = conv->in_out[1];
-    kn_tensor *w = fixed_value(g, wn, wo);
+    kn_tensor *w = kn_pass_fixed_value(g, wn, wo);
     *padded = false;
     if (w && w->ndim == 4) {
         kn_tensor *lay;
@@ -230,7 +210,14 @@ static kn_status convert_conv(cl_ctx *c, int i)
         return KN_OK;
     }
     int64_t mult = 16 / (int64_t)kn_dtype_size(dt), cg = wm->shape[1];
-    int64_t cp = conv->a.groups == 1 ? (cg + mult - 1) / mult * mult : cg;
+    /* a patch embedding (kernel = stride, ViT's 16x16 stride 16) runs as a
+     * GEMM over its windows, whose rows are the input's channels as they
+     * are: its weight stays unpadded to match them */
+    const kn_attrs *ca = &conv->a;
+    bool patches = ca->groups == 1 && wm->ndim == 4 && wm->shape[2] * wm->shape[3] > 1 &&
+                   ca->stride[0] == wm->shape[2] && ca->stride[1] == wm->shape[3] && ca->padding[0] == 0 &&
+                   ca->padding[1] == 0 && ca->dilation[0] == 1 && ca->dilation[1] == 1;
+    int64_t cp = conv->a.groups == 1 && !patches ? (cg + mult - 1) / mult * mult : cg;
     int src = nhwc_behind(c, conv->in_node[0]);
     bool padded = false;
     int wref;

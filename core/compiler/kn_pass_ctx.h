@@ -52,6 +52,15 @@ bool kn_pass_replace(kn_pass_ctx *x, int i, int r);
  * constant 1.5 is 1), in f32 for an f16 or bf16 one (their math type). */
 double kn_pass_const_value(const kn_node *n);
 
+/* The tensor behind an input node whose values stay until the plan is
+ * built again (a parameter, a captured tensor, or a pass's fold), which a
+ * pass may compute from once (laid out, merged): the plan notices when one
+ * is written later and builds again (kn_plan_stale). NULL for anything
+ * else, and for every value of a training step, which writes its
+ * parameters at every call: a weight computed from once would build the
+ * plan again at every step. */
+kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out);
+
 /* For the pattern passes (kn_pass_attention, kn_pass_gather_scatter): */
 /* Append one printf-formatted line to x->notes (KILN_LOGS=fusion); best
  * effort, a note that cannot be kept is dropped. */

@@ -151,8 +151,8 @@ static bool conv_outside_cudnn(const kn_plan *p, const kn_node *mn)
 }
 
 /* Fold the pointwise kernel after a matmul into the library call where
- * the backend can (cuBLASLt's BIAS / RELU_BIAS epilogues, and a residual
- * as its C operand): Linear's `x·wᵀ + b`, its ReLU, and the transformer's
+ * the backend can (cuBLASLt's BIAS / RELU_BIAS / GELU_BIAS epilogues, and a
+ * residual as its C operand): Linear's `x·wᵀ + b`, its ReLU or tanh GELU, and the transformer's
  * `x + proj(y)`. The kernel must be exactly that chain and the matmul's
  * own value read nowhere else; the run checks the tensors' layouts and
  * falls back to the two kernels when they do not fit. */
@@ -214,6 +214,13 @@ kn_status kn_plan_epilogues(kn_plan *p)
             if (read_elsewhere(p, P->nodes[0], P->nodes[1])) continue;
             if (second->op == KN_OP_RELU && second->in_node[0] == P->nodes[0]) {
                 e.act = 1;
+            } else if (second->op == KN_OP_GELU_TANH && second->in_node[0] == P->nodes[0] &&
+                       (mn->out[0].dtype == KN_BF16 || mn->out[0].dtype == KN_F16)) {
+                /* cuBLASLt's GELU epilogue is the tanh form (GPT-2's
+                 * gelu_new); half outputs only: computed in f32 and
+                 * rounded once to bf16 or f16 it is within their rounding,
+                 * while an f32 output keeps the generated kernel's tanhf */
+                e.act = 2;
             } else if (second->op == KN_OP_ADD) {
                 e.res_node = other_operand(second, P->nodes[0], &e.res_out);
                 if (e.res_node < 0) continue;

@@ -74,13 +74,19 @@ __device__ __forceinline__ void kn_att_st(char *p, long long i, float f)
 // The log2-domain score after masking: s2 is q.k * scale * log2(e); -inf
 // where the key is dropped (past tk, above the causal diagonal, a false
 // bool mask entry), plus the additive mask (in natural-log units, hence the
-// log2(e) factor).
-__device__ __forceinline__ float kn_att_masked(const kn_attn_args &a, float s2, long long b, long long h,
-                                               long long i, long long j)
+// log2(e) factor). row_off is the mask's offset of query row i (batch,
+// head and row terms: kn_att_mask_row), so that a kernel computes it once
+// per row rather than per score.
+__device__ __forceinline__ long long kn_att_mask_row(const kn_attn_args &a, long long b, long long h, long long i)
+{
+    return b * a.ms[0] + h * a.ms[1] + i * a.ms[2];
+}
+__device__ __forceinline__ float kn_att_masked(const kn_attn_args &a, float s2, long long row_off, long long i,
+                                               long long j)
 {
     if (j >= a.tk || (a.causal && j > i)) return KN_ATT_NEG_INF;
     if (a.mask_kind && i < a.tq) {
-        long long off = b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j * a.ms[3];
+        long long off = row_off + j * a.ms[3];
         if (a.mask_kind == 1) {
             if (!((const unsigned char *)a.mask)[off]) return KN_ATT_NEG_INF;
         } else {
@@ -131,6 +137,16 @@ __device__ __forceinline__ float kn_att_safe_max(float m)
 #define KN_ATT_MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #define KN_ATT_CVT2 "cvt.rn.f16x2.f32"
 #endif
+
+// 2^x by the SFU's approximation (relative error about 2^-22, far below
+// bf16's and f16's rounding; 2^-inf is +0): exp2f adds range handling
+// for subnormal results around it, three more instructions an element
+__device__ __forceinline__ float kn_att_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 __device__ __forceinline__ unsigned kn_att_smem_addr(const void *p)
 {
@@ -227,6 +243,17 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
     kn_att_stage<DP, BN>(sv, vp, a.vs[2], 0, a.tk, a.dv);
     kn_att_cp_commit();
 
+    // the mask's offset of each of this lane's rows (g and g+8 of each m
+    // tile), computed once: per score only the key's term is added
+    long long mrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const long long i = q0 + warp * 16 * MT + mt * 16 + g + 8 * r;
+            mrow[mt][r] = kn_att_mask_row(a, b, h, i);
+        }
+
     unsigned qf[MT][DP / 16][4]; // Q fragments, loaded once
     float o[MT][DT8][4];
     float m[MT][2], l[MT][2]; // running max (log2 domain) and sum of rows g and g+8
@@ -291,8 +318,8 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
                 for (int e = 0; e < 4; e++) {
                     float v = s[mt][n][e] * a.scale_log2;
                     if (edge) {
-                        long long i = wq0 + mt * 16 + g + 8 * (e / 2), j = k0 + n * 8 + 2 * t + (e % 2);
-                        v = kn_att_masked(a, v, b, h, i, j);
+                        const long long i = wq0 + mt * 16 + g + 8 * (e / 2), j = k0 + n * 8 + 2 * t + (e % 2);
+                        v = kn_att_masked(a, v, mrow[mt][e / 2], i, j);
                     }
                     s[mt][n][e] = v;
                 }
@@ -306,12 +333,12 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float use = kn_att_safe_max(mx);
-                const float corr = exp2f(m[mt][r] - use); // 0 for the first finite max
+                const float corr = kn_att_exp2(m[mt][r] - use); // 0 for the first finite max
                 m[mt][r] = mx;
                 float sum = 0.f;
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
-                    float p0 = exp2f(s[mt][n][2 * r] - use), p1 = exp2f(s[mt][n][2 * r + 1] - use);
+                    float p0 = kn_att_exp2(s[mt][n][2 * r] - use), p1 = kn_att_exp2(s[mt][n][2 * r + 1] - use);
                     s[mt][n][2 * r] = p0;
                     s[mt][n][2 * r + 1] = p1;
                     sum += p0 + p1;
@@ -466,7 +493,7 @@ template <int NC> __device__ __forceinline__ void kn_att_simt(const kn_attn_args
 #pragma unroll
         for (int r = 0; r < KN_ATT_SIMT_RW; r++) {
             const long long i = q0 + row0 + r;
-            float v = kn_att_masked(a, s[r] * a.scale_log2, b, h, i, j);
+            float v = kn_att_masked(a, s[r] * a.scale_log2, kn_att_mask_row(a, b, h, i), i, j);
             float mx = v;
 #pragma unroll
             for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));

@@ -359,7 +359,8 @@ static void index_position(const kn_tensor *idx, unsigned long long p, char *buf
 
 /* Queue the range check of idx against 1..size (with the kernel of the
  * op's dtype module, which the op loads anyway); *check says whether the
- * host can read it back (not while the stream is being recorded). */
+ * host can read it back (not while the stream is being recorded, when
+ * nothing is queued). */
 kn_status kn_cuda_index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t size, bool *check)
 {
     kn_icheck_args a;
@@ -373,6 +374,11 @@ kn_status kn_cuda_index_check_launch(kn_dtype dt, const kn_tensor *idx, int64_t 
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     KN_CUDA_TRY(cudaStreamIsCapturing(s, &cs), "index check");
     *check = cs == cudaStreamCaptureStatusNone;
+    /* a recording cannot read the flag back, so a check in it would be
+     * dead work at every replay (a memset and a kernel per gather): a
+     * replay clamps a bad index, as its copying kernels always do, and
+     * reports nothing (docs/modes.md says so for reduce-overhead) */
+    if (!*check) return KN_OK;
     KN_CUDA_TRY(cudaMemsetAsync(gpu->index_flag, 0xff, sizeof *gpu->index_flag, s), "index check");
     a.idx = kn_cuda_tensor_ptr(idx);
     a.idx64 = idx->dtype == KN_I64;

@@ -134,6 +134,19 @@ map.gelu = function(w, n, ins)
   local e = w:node("Erf", { w:node("Mul", { ins[1], w:scalar(0.70710678118654752440, dt) }) })
   return w:node("Mul", { w:node("Mul", { ins[1], w:scalar(0.5, dt) }), w:node("Add", { e, w:scalar(1, dt) }) })
 end
+map.gelu_tanh = function(w, n, ins)
+  if not w.fixed then w.opset = math.max(w.opset, GELU_OPSET) end
+  if w.opset >= GELU_OPSET then
+    return w:node("Gelu", { ins[1] }, 1, { { name = "approximate", kind = "string", value = "tanh" } })
+  end
+  -- before opset 20: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), kiln's formula
+  local dt = n.outs[1].dtype
+  local x = ins[1]
+  local cube = w:node("Mul", { w:node("Mul", { x, x }), x })
+  local inner = w:node("Add", { x, w:node("Mul", { cube, w:scalar(0.044715, dt) }) })
+  local t = w:node("Tanh", { w:node("Mul", { inner, w:scalar(0.79788456080286535588, dt) }) })
+  return w:node("Mul", { w:node("Mul", { x, w:scalar(0.5, dt) }), w:node("Add", { t, w:scalar(1, dt) }) })
+end
 map.silu = function(w, _, ins) return w:node("Mul", { ins[1], w:node("Sigmoid", { ins[1] }) }) end
 map.rsqrt = function(w, _, ins) return w:node("Reciprocal", { w:node("Sqrt", { ins[1] }) }) end
 map.cast = function(w, n, ins) return w:node("Cast", { ins[1] }, 1, { { name = "to", kind = "int", value = ONNX_DTYPE[n.outs[1].dtype] } }) end

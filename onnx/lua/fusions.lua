@@ -1,5 +1,6 @@
 -- kiln.onnx fusions: exporters write some ops as chains of smaller ONNX ops:
--- GELU as Div, Erf, Add, Mul, Mul; LayerNorm before opset 17 as ReduceMean,
+-- GELU as Div, Erf, Add, Mul, Mul (its tanh form as Mul, Pow, Mul, Add,
+-- Mul, Tanh, Add, Mul); LayerNorm before opset 17 as ReduceMean,
 -- Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add; Linear on a batch of rows
 -- as Reshape, Gemm, Reshape. Interpreted node by node, such a chain becomes
 -- the same chain of kiln ops, which compiles to other kernels than the one
@@ -137,6 +138,79 @@ local function match_gelu(ix, rewrites)
   end
 end
 
+-- GELU with the tanh approximation (GPT-2's gelu_new, PyTorch's
+-- gelu(approximate = "tanh")): 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x +
+-- 0.044715 * x^3))), x^3 as Pow(x, 3) or x * x * x, the outer factors in
+-- any of the orders match_gelu takes. Becomes Gelu(approximate = "tanh"),
+-- one kiln op that cuBLASLt's GELU epilogue can run after a matmul.
+local function match_gelu_tanh(ix, rewrites)
+  local g, producers, op_of, private, reader = ix.g, ix.producers, ix.op_of, ix.private, ix.reader
+  local function const(name) return constant_value(g, producers, name) end
+  -- the Mul node n's operand other than a constant near c, or nil
+  local function times_const(n, c)
+    if not n or n.op ~= "Mul" then return nil end
+    if near(const(n.inputs[2]), c) then return n.inputs[1] end
+    if near(const(n.inputs[1]), c) then return n.inputs[2] end
+    return nil
+  end
+  -- the nodes computing x^3 from the value cube (Pow(x, 3) or (x * x) * x), and x
+  local function cube_of(name)
+    local pw = op_of(name, "Pow")
+    if pw and near(const(pw.inputs[2]), 3) then return { pw }, pw.inputs[1] end
+    local m = op_of(name, "Mul")
+    if not m then return nil end
+    for k = 1, 2 do
+      local sq = op_of(m.inputs[k], "Mul")
+      local x = m.inputs[3 - k]
+      if sq and sq.inputs[1] == x and sq.inputs[2] == x and private(sq.outputs[1]) then return { m, sq }, x end
+    end
+    return nil
+  end
+  for _, th in ipairs(g.nodes) do
+    if th.op == "Tanh" and private(th.outputs[1]) then
+      local sc = op_of(th.inputs[1], "Mul")
+      local sum_name = times_const(sc, math.sqrt(2 / math.pi))
+      local sum = sum_name and private(sc.outputs[1]) and op_of(sum_name, "Add")
+      local x, cube_nodes, kmul
+      if sum and private(sum.outputs[1]) then
+        for k = 1, 2 do
+          local m = op_of(sum.inputs[k], "Mul")
+          local cube = times_const(m, 0.044715)
+          if cube and private(m.outputs[1]) and private(cube) then
+            local nodes, cx = cube_of(cube)
+            if nodes and cx == sum.inputs[3 - k] then x, cube_nodes, kmul = cx, nodes, m end
+          end
+        end
+      end
+      local plus = x and reader(th.outputs[1], "Add")
+      local ok = plus and near(const(other(plus, th.outputs[1])), 1) and private(plus.outputs[1])
+      local m1 = ok and reader(plus.outputs[1], "Mul")
+      local last, half
+      if m1 then
+        local o = other(m1, plus.outputs[1])
+        if o == x and private(m1.outputs[1]) then -- (x * (1 + t)) * 0.5
+          local m2 = reader(m1.outputs[1], "Mul")
+          if m2 and near(const(other(m2, m1.outputs[1])), 0.5) then last = m2 end
+        elseif near(const(o), 0.5) and private(m1.outputs[1]) then -- x * (0.5 * (1 + t))
+          local m2 = reader(m1.outputs[1], "Mul")
+          if m2 and other(m2, m1.outputs[1]) == x then last = m2 end
+        else -- (x * 0.5) * (1 + t)
+          half = op_of(o, "Mul")
+          if half and other(half, x) and near(const(other(half, x)), 0.5) and private(o) then last = m1 end
+        end
+      end
+      if last then
+        local chain = { sc, sum, kmul, th, plus, m1 }
+        for _, n in ipairs(cube_nodes) do chain[#chain + 1] = n end
+        if half then chain[#chain + 1] = half end
+        if last ~= m1 then chain[#chain + 1] = last end
+        rewrites[#rewrites + 1] = { chain = chain, node = { op = "Gelu", domain = "", inputs = { x },
+          outputs = { last.outputs[1] }, attrs = { approximate = "tanh" } } }
+      end
+    end
+  end
+end
+
 -- LayerNorm: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* w] [+ b]
 -- over trailing axes given as negative numbers (the exporter's -k..-1).
 -- Appends a LayerNormalization rewrite per chain to rewrites.
@@ -245,6 +319,7 @@ local function match(g)
   end
 
   match_gelu(ix, rewrites)
+  match_gelu_tanh(ix, rewrites)
   match_layer_norm(ix, rewrites)
   match_linear_rows(ix, rewrites)
   return rewrites

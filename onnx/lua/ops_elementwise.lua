@@ -138,9 +138,7 @@ ops.HardSwish = function(i)
 end
 ops.Gelu = function(i, a)
   local x = to_tensor(i[1])
-  if (a.approximate or "none") == "tanh" then
-    return x * 0.5 * (((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)):tanh() + 1)
-  end
+  if (a.approximate or "none") == "tanh" then return x:gelu_tanh() end
   return x:gelu()
 end
 ops.Clip = function(i, a)

@@ -859,8 +859,7 @@ nn.GELU = nn.Module {
   end,
   forward = function(self, x)
     if self.approximate == "none" then return x:gelu() end
-    local inner = (x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)
-    return x * 0.5 * (inner:tanh() + 1)
+    return x:gelu_tanh()
   end,
   extra_repr = function(self) return "approximate='" .. self.approximate .. "'" end,
 }

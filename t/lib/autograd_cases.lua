@@ -18,6 +18,7 @@ return function(rnd)
     { "neg", { "neg" }, function(x) return -x end, { rnd { 3, 4 } } },
     { "relu", { "relu" }, function(x) return x:relu() end, { rnd { 3, 4 } } },
     { "gelu", { "gelu" }, function(x) return x:gelu() end, { rnd { 3, 4 } } },
+    { "gelu_tanh", { "gelu_tanh" }, function(x) return x:gelu_tanh() end, { rnd { 3, 4 } } },
     { "silu", { "silu" }, function(x) return x:silu() end, { rnd { 3, 4 } } },
     { "tanh", { "tanh" }, function(x) return x:tanh() end, { rnd { 3, 4 } } },
     { "sigmoid", { "sigmoid" }, function(x) return x:sigmoid() end, { rnd { 3, 4 } } },
