@@ -8,6 +8,7 @@
 #include "kn_pass_attention.h"
 #include "kn_pass_recompute.h"
 #include "kn_pass_channels_last.h"
+#include "kn_pass_merge_projections.h"
 #include "kn_pass_gather_scatter.h"
 #include "kn_pass_ctx.h"
 #include "kn_passes_fold.h"
@@ -461,6 +462,7 @@ static const pass_entry pass_table[] = {
     {"attention", kn_pass_attention},
     {"gather_scatter", kn_pass_gather_scatter},
     {"channels_last", kn_pass_channels_last},
+    {"merge_projections", kn_pass_merge_projections},
     {"fold_once", kn_pass_fold_once},
     {"recompute", kn_pass_recompute},
 };
@@ -469,7 +471,8 @@ static const pass_entry pass_table[] = {
  * mask's subgraph, which fold_once would turn into an input; gather_scatter
  * too: it folds a zeros base, which fold_once would make an input */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
-                                        "attention", "gather_scatter", "channels_last", "fold_once", "recompute",
+                                        "attention", "gather_scatter", "channels_last", "merge_projections",
+                                        "fold_once", "recompute",
                                         "dce", NULL};
 
 const char *const *kn_passes_names(void)
