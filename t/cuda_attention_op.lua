@@ -67,6 +67,11 @@ for _, dt in ipairs({ "bf16", "f16", "f32" }) do
   case("d != dv", dt, 1, 2, 30, 30, 64, 32, { causal = true })
 end
 
+-- f32 scores up to 64 MiB run unfused by default (two cuBLASLt GEMMs
+-- around a softmax beat the SIMT kernel there); past that, the fused SIMT
+-- kernel: 8 heads x 1500 x 1500 f32 scores are 72 MB
+case("long f32: the fused SIMT kernel", "f32", 1, 8, 1500, 1500, 64, 64, { causal = true })
+
 -- what the fused kernel declines runs unfused, with the same result
 case("unfused: f64", "f64", 1, 2, 20, 20, 16, 16, { causal = true })
 case("unfused: head dim 300", "f32", 1, 1, 9, 9, 300, 300, {})
@@ -110,6 +115,38 @@ do
         string.format("transformer_block %s %s: compiled vs eager rel err %.3g", dt, mode, e))
     end
   end
+end
+
+-- the dynamo exporter's NaN fill after the softmax (masked_fill(p, p ~= p,
+-- 0)), folded into the kernel's store by the attention pass: a row whose
+-- every key the additive mask hides is zeros, never NaN, in bf16 and f16
+-- (the tensor-core kernel) and f32 (unfused), against the written-out
+-- chain in f64 on the CPU; and no kernel of its own
+for _, dt in ipairs({ "bf16", "f16", "f32" }) do
+  local B, H, Tn, D = 2, 3, 45, 64
+  local hide = kiln.arange(Tn):reshape({ 1, 1, Tn, 1 }):eq(7):expand({ B, 1, Tn, Tn }) -- query 8 sees no key
+  local add = kiln.where(hide, kiln.full({ B, 1, Tn, Tn }, -math.huge), kiln.zeros({ B, 1, Tn, Tn }))
+  local c = D ^ -0.25
+  local function exported(q1, k1, v1, m1)
+    local kt = k1:reshape({ B * H, Tn, D }):transpose(2, 3):reshape({ B, H, D, Tn })
+    local p = ((q1 * c):matmul(kt * c) + m1):softmax(-1)
+    return p:masked_fill(p:ne(p), 0):matmul(v1)
+  end
+  local ins = {}
+  for i = 1, 3 do ins[i] = kiln.randn({ B, H, Tn, D }, { seed = nextseed() }):to(dt) end
+  ins[4] = add:to(dt)
+  local ref = {}
+  for i = 1, 4 do ref[i] = ins[i]:to("cpu"):to("f64") end
+  local want = exported(table.unpack(ref))
+  for i = 1, 4 do ins[i] = ins[i]:to("cuda") end
+  local cm = kiln.compile(exported)
+  local got = cm(table.unpack(ins))
+  local masked_row = got:slice(3, 8, 8):to("cpu"):to("f64")
+  T.ok(rel_err(got, want) <= TOL[dt] and masked_row:ne(masked_row):sum():item() == 0 and
+    masked_row:abs():amax():item() == 0,
+    string.format("exported NaN fill %s: compiled on cuda equals f64 (%.3g), the hidden row zeros", dt,
+      rel_err(got, want)))
+  T.is(#cm:kernels(), 1, "exported NaN fill " .. dt .. ": one kernel, the fill inside it")
 end
 
 T.done()

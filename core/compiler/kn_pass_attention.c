@@ -494,6 +494,49 @@ static bool k_input(kn_pass_ctx *x, int sm, attn_match *m, int before)
     return true;
 }
 
+/* An operand of the attention node as nn.MultiheadAttention's export
+ * writes it (ViT): X {.., T, B, E} (sequence-first, leading 1s) reshaped
+ * to {T, B*H, D}, permuted to {B*H, T, D}, reshaped to {B, H, T, D}. The
+ * first reshape merges B with the heads split out of E, which strides
+ * cannot express, so the plan copies there (three copies a layer, 2 us
+ * each on the H200 at ViT-B/16's size). The same elements are
+ * permute(reshape(X, {T, B, H, D}), {1, 2, 0, 3}): a split of E, a view.
+ * Returns that view's ref (nodes appended before `before`), or `ref`
+ * itself when the operand is not of that form. */
+static int heads_view(kn_pass_ctx *x, int ref, int before, const char *where)
+{
+    kn_graph *g = x->g;
+    const kn_node *r2 = &g->nodes[KN_REF_NODE(ref)];
+    if (r2->op != KN_OP_RESHAPE || KN_REF_OUT(ref) != 0 || r2->out[0].ndim != 4) return ref;
+    const kn_node *pm = &g->nodes[r2->in_node[0]];
+    if (pm->op != KN_OP_PERMUTE || pm->out[0].ndim != 3 || pm->a.dims[0] != 1 || pm->a.dims[1] != 0 ||
+        pm->a.dims[2] != 2)
+        return ref;
+    const kn_node *r1 = &g->nodes[pm->in_node[0]];
+    if (r1->op != KN_OP_RESHAPE || pm->in_out[0] != 0) return ref;
+    const int64_t *o = r2->out[0].shape; /* {B, H, T, D} */
+    int64_t B = o[0], H = o[1], T = o[2], D = o[3];
+    const kn_meta *xm = &g->nodes[r1->in_node[0]].out[r1->in_out[0]];
+    int nd = xm->ndim;
+    if (nd < 3 || xm->shape[nd - 3] != T || xm->shape[nd - 2] != B || xm->shape[nd - 1] != H * D) return ref;
+    for (int d = 0; d < nd - 3; d++)
+        if (xm->shape[d] != 1) return ref;
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_RESHAPE);
+    kn_attrs ra = init.a;
+    ra.nshape = 4;
+    ra.shape[0] = T, ra.shape[1] = B, ra.shape[2] = H, ra.shape[3] = D;
+    int src = KN_REF(r1->in_node[0], r1->in_out[0]), split, perm;
+    if (kn_pass_append_node(x, KN_OP_RESHAPE, &src, 1, &ra, before, where, &split) != KN_OK) return ref;
+    kn_opcall_init(&init, KN_OP_PERMUTE);
+    kn_attrs pa = init.a;
+    pa.ndims = 4;
+    pa.dims[0] = 1, pa.dims[1] = 2, pa.dims[2] = 0, pa.dims[3] = 3;
+    int sref = KN_REF(split, 0);
+    if (kn_pass_append_node(x, KN_OP_PERMUTE, &sref, 1, &pa, before, where, &perm) != KN_OK) return ref;
+    return KN_REF(perm, 0);
+}
+
 /* Replace the attention chain that softmax sm ends, if it is one, with
  * one attention node; otherwise leave the graph as it is and note why
  * (when sm looked like the end of one). */
@@ -518,6 +561,10 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     int before = mm2;
     int mask_in;
     if (!mask_input(x, sm, &m, causal, before, &mask_in) || !k_input(x, sm, &m, before)) return KN_OK;
+    m.q = heads_view(x, m.q, before, where);
+    m.k = heads_view(x, m.k, before, where);
+    m.v = heads_view(x, m.v, before, where);
+    g = x->g;
     int refs[4] = {m.q, m.k, m.v, mask_in};
     kn_attrs at;
     kn_opcall init;
@@ -525,6 +572,11 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     at = init.a;
     at.causal = causal;
     at.scale = m.scale;
+    /* the exporter's NaN fill after the softmax: in the kernel's store,
+     * except in a training step, whose backward reads the op's output as
+     * the fill-less op gives it */
+    bool fill_inside = m.nan_fill >= 0 && !kn_pass_graph_trains(g);
+    at.zero_nan = fill_inside;
     int att;
     kn_status st = kn_pass_append_node(x, KN_OP_ATTENTION, refs, mask_in >= 0 ? 4 : 3, &at, before, where, &att);
     if (st == KN_OK) {
@@ -542,7 +594,7 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     }
     covers_text(g, &m, causal, g->nodes[att].covers, sizeof g->nodes[att].covers);
     int result = KN_REF(att, 0);
-    if (m.nan_fill >= 0) {
+    if (m.nan_fill >= 0 && !fill_inside) {
         /* the written-out chain zeroes the probabilities of a row that came
          * out NaN (every key masked): then its output row is zeros, which
          * the fused op's NaN row filled with 0 gives too */

@@ -185,7 +185,7 @@ kn_status kn_pass_append_node(kn_pass_ctx *x, int op, const int *refs, int n, co
     return KN_OK;
 }
 
-static bool graph_trains(const kn_graph *g)
+bool kn_pass_graph_trains(const kn_graph *g)
 {
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].part != KN_PART_FORWARD) return true;
@@ -195,7 +195,7 @@ static bool graph_trains(const kn_graph *g)
 kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out)
 {
     const kn_node *n = &g->nodes[node];
-    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs || graph_trains(g)) return NULL;
+    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs || kn_pass_graph_trains(g)) return NULL;
     const kn_graph_input *in = &g->inputs[n->input];
     if (!kn_input_keeps_values(in) && !in->pass_made) return NULL;
     kn_tensor *t = in->tensor;

@@ -60,6 +60,8 @@ double kn_pass_const_value(const kn_node *n);
  * parameters at every call: a weight computed from once would build the
  * plan again at every step. */
 kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out);
+/* Whether g is (part of) a training step: a node of a backward or update part. */
+bool kn_pass_graph_trains(const kn_graph *g);
 
 /* For the pattern passes (kn_pass_attention, kn_pass_gather_scatter): */
 /* Append one printf-formatted line to x->notes (KILN_LOGS=fusion); best

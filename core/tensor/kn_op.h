@@ -99,6 +99,12 @@ typedef struct kn_attrs {
      * KN_GATHER_SCATTER_ROW_MAX columns. Four ints: no padding (cse). */
     int epilogue[KN_GATHER_SCATTER_EPILOGUE_MAX];
     int n_epilogue;
+    /* attention (set only by kn_pass_attention): 1 makes a NaN in the
+     * result 0, as the dynamo exporter's masked_fill(probs, isnan(probs),
+     * 0) after the softmax does for a row whose every key is masked; the
+     * kernel does it as it stores, instead of a fill kernel after it */
+    int zero_nan;
+    int spare; /* unused: with zero_nan, no tail padding (attrs are compared as bytes) */
 } kn_attrs;
 
 struct kn_settings; /* kn_settings.h */

@@ -113,9 +113,11 @@ kn_status kn_cpu_attention(const kn_opcall *c)
             st = kn_cpu_gemm(&ws, KN_F64, nr, dv, tk, &pm, &vm, acc, dv);
             if (st != KN_OK) break;
             for (int64_t r = 0; r < nr; r++)
-                for (int64_t e = 0; e < dv; e++)
-                    kn_store_f64(od + (oo + (i0 + r) * ost[nd - 2] + e * ost[nd - 1]) * (int64_t)os, o->dtype,
-                                 acc[r * dv + e]);
+                for (int64_t e = 0; e < dv; e++) {
+                    double val = acc[r * dv + e];
+                    if (c->a.zero_nan && val != val) val = 0; /* the exporter's NaN fill, folded in */
+                    kn_store_f64(od + (oo + (i0 + r) * ost[nd - 2] + e * ost[nd - 1]) * (int64_t)os, o->dtype, val);
+                }
         }
         for (int i = nb - 1; i >= 0; i--) { /* next batch multi-index */
             if (++idx[i] < q->shape[i]) break;

@@ -394,7 +394,12 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
 #pragma unroll
             for (int n = 0; n < DT8; n++) {
                 const int col = n * 8 + 2 * t;
-                if (col < a.dv) row[col / 2] = kn_att_pack(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+                float v0 = o[mt][n][2 * r] * inv, v1 = o[mt][n][2 * r + 1] * inv;
+                if (a.zero_nan) {
+                    v0 = v0 != v0 ? 0.f : v0;
+                    v1 = v1 != v1 ? 0.f : v1;
+                }
+                if (col < a.dv) row[col / 2] = kn_att_pack(v0, v1);
             }
         }
 }
@@ -527,7 +532,9 @@ template <int NC> __device__ __forceinline__ void kn_att_simt(const kn_attn_args
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             const int col = lane + 32 * c;
-            if (col < dv) kn_att_st(a.o, ooff + i * a.os[2] + col, o[r][c] / sum); // 0/0 = NaN: fully masked
+            float val = o[r][c] / sum; // 0/0 = NaN: fully masked
+            if (a.zero_nan && val != val) val = 0.f;
+            if (col < dv) kn_att_st(a.o, ooff + i * a.os[2] + col, val);
         }
     }
 }

@@ -270,6 +270,7 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
     a.d = (int)p->d;
     a.dv = (int)p->dv;
     a.causal = p->causal != 0;
+    a.zero_nan = p->zero_nan != 0;
     a.mask_kind = !p->mask ? 0 : p->mask_dtype == KN_BOOL ? 1 : p->mask_dtype == p->dtype ? 2 : 3;
 
     int size, bm;

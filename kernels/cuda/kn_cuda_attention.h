@@ -30,6 +30,7 @@ typedef struct kn_attention_problem {
     double scale;           /* scores = q.k^T * scale */
     int allow_tf32;         /* f32 may use TF32 tensor cores only when set (the f32 path is SIMT FMA today) */
     int variant;            /* 0 = default pick; 1..n = the configurations kn_cuda_attention_variants lists */
+    int zero_nan;           /* store a NaN result as 0 (a fully masked row: 0, as the exporters' fill gives) */
 } kn_attention_problem;
 
 /* The most configurations kn_cuda_attention_variants reports. */

@@ -10,7 +10,8 @@
  * unfused chain would. The reason goes to stderr under KILN_LOGS=fusion (or
  * library), as the plan's fusion reasons do.
  *
- * Variants (max-autotune): 0 is the kernel's default pick, 1..n its other
+ * Variants (max-autotune): 0 is the kernel's default pick (for f32 up to
+ * moderate sizes the unfused chain: f32_runs_unfused), 1..n its
  * configurations; past n is KN_ERR_RANGE, as for the other library ops.
  */
 #include <math.h>
@@ -130,6 +131,7 @@ static kn_status make_problem(const kn_opcall *c, kn_attention_problem *p)
         p->mask_stride[3] = st[4][n - 1];
     }
     p->causal = c->a.causal;
+    p->zero_nan = c->a.zero_nan;
     p->scale = c->a.scale;
     p->allow_tf32 = kn_cuda_allow_tf32();
     p->variant = c->variant;
@@ -224,6 +226,19 @@ static kn_status attention_unfused(const kn_opcall *c)
     kn_opcall_init(&oc, KN_OP_MATMUL);
     oc.n_in = 2, oc.in[0] = pr, oc.in[1] = (kn_tensor *)v;
     if ((st = eager1(&oc, &y)) != KN_OK) goto out;
+    if (c->a.zero_nan) { /* the exporter's NaN fill, folded into the op: NaN results become 0 */
+        kn_tensor *isnan_y = NULL, *filled = NULL;
+        kn_opcall_init(&oc, KN_OP_NE);
+        oc.n_in = 2, oc.in[0] = y, oc.in[1] = y;
+        if ((st = eager1(&oc, &isnan_y)) != KN_OK) goto out;
+        kn_opcall_init(&oc, KN_OP_MASKED_FILL);
+        oc.n_in = 2, oc.in[0] = y, oc.in[1] = isnan_y, oc.a.value = 0;
+        st = eager1(&oc, &filled);
+        kn_tensor_release(isnan_y);
+        if (st != KN_OK) goto out;
+        kn_tensor_release(y);
+        y = filled;
+    }
     /* into the caller's output, whatever its strides */
     kn_opcall_init(&oc, KN_OP_CONTIGUOUS);
     oc.n_in = 1, oc.in[0] = y, oc.n_out = 1, oc.out[0] = o;
@@ -238,6 +253,21 @@ out:
     kn_tensor_release(pr);
     kn_tensor_release(y);
     return st;
+}
+
+/* f32 scores up to this size run unfused by default: kiln's fused f32
+ * kernel is the SIMT one (no TF32 in strict f32), and at the sizes of
+ * BERT, GPT-2 and ViT two cuBLASLt GEMMs (strict f32 unless allow_tf32) around a softmax
+ * beat it several times over (H200, 8 x 12 heads x 128 x 64: 61 us
+ * fused; ViT's 197 tokens: 174 us). The fused kernel stays for longer
+ * sequences, where the T x T scores would be large, and as a variant that
+ * max-autotune measures against the default. */
+#define UNFUSED_F32_MAX_SCORE_BYTES ((int64_t)64 << 20)
+
+static bool f32_runs_unfused(const kn_attention_problem *p)
+{
+    double bytes = (double)p->batch * (double)p->heads * (double)p->tq * (double)p->tk * 4.0;
+    return p->dtype == KN_F32 && bytes <= (double)UNFUSED_F32_MAX_SCORE_BYTES; /* the GEMMs follow allow_tf32 */
 }
 
 /* Float q, k, v: the fused kernel where it takes the call, the unfused
@@ -268,6 +298,10 @@ kn_status kn_cuda_attention_op(const kn_opcall *c)
             return kn_error(KN_ERR_RANGE, "scaled_dot_product_attention: no variant %d (%d configurations)",
                             c->variant, nv);
         kn_cuda_variant_label("kiln attention %s", labels[c->variant - 1]);
+    }
+    if (st == KN_OK && c->variant == 0 && f32_runs_unfused(&p)) {
+        kn_cuda_variant_label("unfused: strict-f32 GEMMs, softmax");
+        return attention_unfused(c);
     }
     if (st == KN_OK) st = kn_cuda_attention(&p);
     if (st == KN_OK) {

@@ -19,6 +19,7 @@ typedef struct kn_attn_args {
     int causal;
     int mask_kind; /* 0 none, 1 bool (keep where nonzero), 2 additive in the q dtype, 3 additive f32 */
     int n_qblocks; /* ceil(tq / BM) of the kernel launched */
+    int zero_nan;  /* a NaN result is stored as 0 (the exporters' NaN fill after the softmax) */
 } kn_attn_args;
 
 #endif

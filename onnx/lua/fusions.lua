@@ -289,11 +289,14 @@ local function match_linear_rows(ix, rewrites)
       and (gemm.attrs.beta or 1) == 1 then
       local r1 = op_of(gemm.inputs[1], "Reshape")
       local r2 = r1 and private(gemm.inputs[1]) and private(gemm.outputs[1]) and reader(gemm.outputs[1], "Reshape")
-      if r2 and r2.inputs[1] == gemm.outputs[1] and r1.inputs[2] and r2.inputs[2] and (r1.attrs.allowzero or 0) == 0
-        and (r2.attrs.allowzero or 0) == 0 then
+      if r2 and r2.inputs[1] == gemm.outputs[1] and r1.inputs[2] and r2.inputs[2] then
+        -- the reshapes' allowzero rides along for the general path (the
+        -- dynamo exporter sets it to 1; it matters only for a 0 in a shape)
+        local attrs = { reshape_allowzero = { r1.attrs.allowzero or 0, r2.attrs.allowzero or 0 } }
+        for k, v in pairs(gemm.attrs) do attrs[k] = v end
         rewrites[#rewrites + 1] = { chain = { r1, gemm, r2 }, node = { op = "Gemm", domain = "",
           inputs = { r1.inputs[1], r1.inputs[2], gemm.inputs[2], gemm.inputs[3] or "", r2.inputs[2] },
-          outputs = { r2.outputs[1] }, attrs = gemm.attrs, impl = onnx.linear_rows, name = gemm.name } }
+          outputs = { r2.outputs[1] }, attrs = attrs, impl = onnx.linear_rows, name = gemm.name } }
       end
     end
   end
@@ -343,8 +346,10 @@ function onnx.linear_rows(i, a)
     local wt = (a.transB or 0) ~= 0 and w:transpose(1, 2) or w
     local rows = 1
     for d = 1, n - 1 do rows = rows * xs[d] end
-    direct = t1 and t2 and #t1 == 2 and (t1[1] == -1 or t1[1] == rows) and t1[2] == xs[n] and wt:shape()[1] == xs[n]
-      and #t2 == n and (t2[n] == wt:shape()[2] or t2[n] == -1)
+    -- a 0 in a target shape means "this dim of the input" or a real 0
+    -- (allowzero): neither is the rows-and-columns reshape taken here
+    direct = t1 and t2 and #t1 == 2 and (t1[1] == -1 or t1[1] == rows) and t1[2] == xs[n] and xs[n] > 0 and
+      wt:shape()[1] == xs[n] and #t2 == n and (t2[n] == wt:shape()[2] or t2[n] == -1)
     for d = 1, n - 1 do direct = direct and t2[d] == xs[d] end
     if direct then
       local y = x:matmul(wt)
@@ -353,8 +358,11 @@ function onnx.linear_rows(i, a)
     end
   end
   local ops = onnx.ops
-  local y = ops.Gemm({ ops.Reshape({ x, s1 }, {}), w, bias }, a)
-  return ops.Reshape({ y, s2 }, {})
+  local az = a.reshape_allowzero or { 0, 0 }
+  local gemm_attrs = {}
+  for k, v in pairs(a) do if k ~= "reshape_allowzero" then gemm_attrs[k] = v end end
+  local y = ops.Gemm({ ops.Reshape({ x, s1 }, { allowzero = az[1] }), w, bias }, gemm_attrs)
+  return ops.Reshape({ y, s2 }, { allowzero = az[2] })
 end
 
 -- Replaces the chains match finds in graph g (and in its If branches) by
