@@ -846,6 +846,23 @@ out:
 
 /* ---- entry point ------------------------------------------------------------ */
 
+/* The matmul a conv runs as (a . b into out), with the conv call's
+ * settings: no attrs, variant 0 (the conv's variants were counted). */
+static kn_opcall matmul_call(const kn_opcall *c, kn_tensor *a, kn_tensor *b, kn_tensor *out)
+{
+    kn_opcall mm = *c;
+    mm.op = KN_OP_MATMUL;
+    mm.n_in = 2;
+    mm.in[0] = a;
+    mm.in[1] = b;
+    mm.in[2] = NULL;
+    mm.out[0] = out;
+    mm.n_out = 1;
+    mm.variant = 0;
+    memset(&mm.a, 0, sizeof mm.a);
+    return mm;
+}
+
 /* Whether a channels-last 1x1 conv is a GEMM over x's own bytes: no
  * padding, one group, x's channels the weight's (no padded copy). */
 static bool conv_is_gemm(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
@@ -887,16 +904,7 @@ static kn_status conv_gemm(const kn_opcall *c, const kn_tensor *x, const kn_tens
     b.ndim = 2; /* {C, K}: w {K, 1, 1, C} read transposed */
     b.shape[0] = w->shape[3], b.shape[1] = w->shape[0];
     b.strides[0] = 1, b.strides[1] = w->shape[3];
-    kn_opcall mm = *c;
-    mm.op = KN_OP_MATMUL;
-    mm.n_in = 2;
-    mm.in[0] = &a;
-    mm.in[1] = &b;
-    mm.in[2] = NULL;
-    mm.out[0] = &out;
-    mm.n_out = 1;
-    mm.variant = 0;
-    memset(&mm.a, 0, sizeof mm.a);
+    kn_opcall mm = matmul_call(c, &a, &b, &out);
     kn_tensor res2;
     if (residual) { /* the conv's output shape, contiguous: the same rows */
         res2 = *residual;
@@ -992,16 +1000,7 @@ static kn_status conv_patches(const kn_opcall *c, const kn_tensor *x, const kn_t
         out.shape[0] = N, out.shape[1] = K, out.shape[2] = P * Q;
         out.strides[0] = K * P * Q, out.strides[1] = P * Q, out.strides[2] = 1;
     }
-    kn_opcall mm = *c;
-    mm.op = KN_OP_MATMUL;
-    mm.n_in = 2;
-    mm.in[0] = &a;
-    mm.in[1] = &b;
-    mm.in[2] = NULL;
-    mm.out[0] = &out;
-    mm.n_out = 1;
-    mm.variant = 0;
-    memset(&mm.a, 0, sizeof mm.a);
+    kn_opcall mm = matmul_call(c, &a, &b, &out);
     kn_status st = y_nhwc ? kn_cuda_matmul_fused(&mm, bias, act, NULL) : kn_cuda_matmul(&mm);
     /* NCHW: the bias is per row of the GEMM, not per column */
     if (st == KN_OK && !y_nhwc && (bias || act)) st = kn_cuda_bias_act(y, bias, P * Q, K, act);

@@ -93,6 +93,30 @@ local function index_graph(g)
   return { g = g, producers = producers, readers = readers, op_of = op_of, private = private, reader = reader }
 end
 
+-- The end of 0.5 * x * plus (plus: the Add node computing 1 + f), the
+-- factors in any of the orders the exporters write: (x * plus) * 0.5,
+-- x * (0.5 * plus) or (x * 0.5) * plus. Returns the last Mul, the Mul that
+-- reads plus and the (x * 0.5) Mul of the third order, or nil.
+local function times_half_x(ix, x, plus)
+  local g, producers, op_of, private, reader = ix.g, ix.producers, ix.op_of, ix.private, ix.reader
+  local m1 = reader(plus.outputs[1], "Mul")
+  if not m1 then return nil end
+  local o = other(m1, plus.outputs[1])
+  if o == x and private(m1.outputs[1]) then -- (x * (1 + f)) * 0.5
+    local m2 = reader(m1.outputs[1], "Mul")
+    if m2 and near(constant_value(g, producers, other(m2, m1.outputs[1])), 0.5) then return m2, m1 end
+  elseif near(constant_value(g, producers, o), 0.5) and private(m1.outputs[1]) then -- x * (0.5 * (1 + f))
+    local m2 = reader(m1.outputs[1], "Mul")
+    if m2 and other(m2, m1.outputs[1]) == x then return m2, m1 end
+  else -- (x * 0.5) * (1 + f)
+    local half = op_of(o, "Mul")
+    if half and other(half, x) and near(constant_value(g, producers, other(half, x)), 0.5) and private(o) then
+      return m1, m1, half
+    end
+  end
+  return nil
+end
+
 -- GELU: 0.5 * x * (1 + erf(x / sqrt(2))), the factors in any order (the
 -- TorchScript exporter: (x * (1 + erf)) * 0.5; onnxscript's torch_lib:
 -- x * (0.5 * (1 + erf))). Appends a Gelu rewrite per chain to rewrites.
@@ -110,23 +134,8 @@ local function match_gelu(ix, rewrites)
         (scale.op == "Div" and near(c, math.sqrt(2)) or scale.op == "Mul" and near(c, 1 / math.sqrt(2)))
       local plus = ok and reader(erf.outputs[1], "Add")
       ok = plus and near(constant_value(g, producers, other(plus, erf.outputs[1])), 1) and private(plus.outputs[1])
-      local m1 = ok and reader(plus.outputs[1], "Mul")
-      local last, half
-      if m1 then
-        local o = other(m1, plus.outputs[1])
-        if o == x and private(m1.outputs[1]) then -- (x * (1 + erf)) * 0.5
-          local m2 = reader(m1.outputs[1], "Mul")
-          if m2 and near(constant_value(g, producers, other(m2, m1.outputs[1])), 0.5) then last = m2 end
-        elseif near(constant_value(g, producers, o), 0.5) and private(m1.outputs[1]) then -- x * (0.5 * (1 + erf))
-          local m2 = reader(m1.outputs[1], "Mul")
-          if m2 and other(m2, m1.outputs[1]) == x then last = m2 end
-        else -- (x * 0.5) * (1 + erf)
-          half = op_of(o, "Mul")
-          if half and other(half, x) and near(constant_value(g, producers, other(half, x)), 0.5) and private(o) then
-            last = m1
-          end
-        end
-      end
+      local last, m1, half
+      if ok then last, m1, half = times_half_x(ix, x, plus) end
       if last then
         local chain = { scale, erf, plus, m1 }
         if half then chain[#chain + 1] = half end
@@ -184,21 +193,8 @@ local function match_gelu_tanh(ix, rewrites)
       end
       local plus = x and reader(th.outputs[1], "Add")
       local ok = plus and near(const(other(plus, th.outputs[1])), 1) and private(plus.outputs[1])
-      local m1 = ok and reader(plus.outputs[1], "Mul")
-      local last, half
-      if m1 then
-        local o = other(m1, plus.outputs[1])
-        if o == x and private(m1.outputs[1]) then -- (x * (1 + t)) * 0.5
-          local m2 = reader(m1.outputs[1], "Mul")
-          if m2 and near(const(other(m2, m1.outputs[1])), 0.5) then last = m2 end
-        elseif near(const(o), 0.5) and private(m1.outputs[1]) then -- x * (0.5 * (1 + t))
-          local m2 = reader(m1.outputs[1], "Mul")
-          if m2 and other(m2, m1.outputs[1]) == x then last = m2 end
-        else -- (x * 0.5) * (1 + t)
-          half = op_of(o, "Mul")
-          if half and other(half, x) and near(const(other(half, x)), 0.5) and private(o) then last = m1 end
-        end
-      end
+      local last, m1, half
+      if ok then last, m1, half = times_half_x(ix, x, plus) end
       if last then
         local chain = { sc, sum, kmul, th, plus, m1 }
         for _, n in ipairs(cube_nodes) do chain[#chain + 1] = n end
