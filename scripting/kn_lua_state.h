@@ -44,8 +44,10 @@ typedef struct {
      * captures, breaks and errors ("model.onnx:node 'Conv_3' (Conv)"), in
      * place of the Lua line; "" otherwise (kiln.onnx.where) */
     char where_override[128];
-    /* fresh tensor storage since this state's last forced collection */
-    int64_t bytes_since_gc;
+    /* what core allocated for tensors and autograd since this state's last
+     * forced collection, and since its last collector step
+     * (kn_lua_pushtensor) */
+    int64_t bytes_since_gc, bytes_since_step;
     /* while tracing: the user's line that ran last ("file:line", "" none),
      * kept by the trace's line hook; where a user function tail-called
      * into kiln's Lua (`return self.head(y)`), its frame is gone from the

@@ -12,6 +12,17 @@
 static uint64_t kn_next_tensor_id = 1;
 static uint64_t kn_next_storage_version = 1; /* shared by all storages: (storage, version) is never reused */
 
+/* kn_alloc_pressure_take's count: per thread, no lock (the front end's
+ * thread makes almost every tensor; others' are not counted) */
+static _Thread_local int64_t alloc_pressure;
+
+int64_t kn_alloc_pressure_take(void)
+{
+    int64_t b = alloc_pressure;
+    alloc_pressure = 0;
+    return b;
+}
+
 void kn_storage_written(kn_storage *s)
 {
     if (s) s->version = kn_next_storage_version++;
@@ -86,6 +97,7 @@ static kn_status new_tensor(kn_dtype dt, int ndim, const int64_t *shape, kn_devi
         free(s);
         return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
     }
+    alloc_pressure += (int64_t)(sizeof *t + sizeof *s) + (data ? 0 : kn_numel_of(ndim, shape) * (int64_t)kn_dtype_size(dt));
     s->refcount = 1;
     s->device = dev;
     s->nbytes = kn_numel_of(ndim, shape) * (int64_t)kn_dtype_size(dt);
@@ -138,6 +150,7 @@ kn_status kn_tensor_view_of(const kn_tensor *t, int ndim, const int64_t *shape,
     if (!t->storage)
         return kn_error(KN_ERR_ARG, "view: this tensor is a traced value with no data yet");
     kn_tensor *v = calloc(1, sizeof *v);
+    alloc_pressure += (int64_t)sizeof *v;
     if (!v) return kn_error(KN_ERR_OOM, "out of host memory for a tensor header");
     v->refcount = 1;
     v->id = kn_next_tensor_id++;
@@ -260,6 +273,7 @@ kn_grad_node *kn_grad_node_new(void)
 {
     kn_grad_node *n = calloc(1, sizeof *n);
     if (!n) return NULL;
+    alloc_pressure += (int64_t)sizeof *n;
     n->refcount = 1;
     n->slot = -1;
     return n;

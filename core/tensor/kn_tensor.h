@@ -188,6 +188,13 @@ typedef struct kn_grad_node {
  * -1); NULL when out of memory. */
 kn_grad_meta *kn_grad_meta_new(void);
 kn_grad_node *kn_grad_node_new(void);
+
+/* Bytes this thread allocated for tensors (headers, storage on any
+ * device) and autograd nodes since the last call, which returns them and
+ * starts again at 0. A garbage-collected front end (scripting/) paces its
+ * collector with it: it sees a tensor as a few bytes of handle, not the
+ * memory behind it, nor the autograd history a result keeps alive. */
+int64_t kn_alloc_pressure_take(void);
 void kn_grad_meta_retain(kn_grad_meta *m);
 /* Drop one reference (NULL is fine). The last one releases the gradient,
  * the node and every node only it kept, in a loop rather than by
