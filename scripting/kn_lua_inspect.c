@@ -598,13 +598,7 @@ static int64_t push_saved(lua_State *L, int k, const kn_graph *g, int i, int out
 /* Whether output o of node i of graph g is read by a backward op of g. */
 static bool read_by_backward(const kn_graph *g, int i, int o)
 {
-    for (int j = i + 1; j < g->n_nodes; j++) {
-        const kn_node *u = &g->nodes[j];
-        if (u->part != KN_PART_BACKWARD || u->op >= KN_OP_COUNT) continue;
-        for (int x = 0; x < u->n_in; x++)
-            if (u->in_node[x] == i && u->in_out[x] == o) return true;
-    }
-    return false;
+    return kn_graph_first_backward_reader(g, i, o, g->n_nodes, NULL) >= 0;
 }
 
 /* cm:saved(): the partitioner's ledger: every forward value a backward op

@@ -129,6 +129,17 @@ int kn_graph_op_count(const kn_graph *g)
     return n;
 }
 
+int kn_graph_first_backward_reader(const kn_graph *g, int i, int o, int end, const unsigned char *dead)
+{
+    for (int j = i + 1; j < end; j++) {
+        const kn_node *u = &g->nodes[j];
+        if ((dead && dead[j]) || u->part != KN_PART_BACKWARD) continue;
+        for (int k = 0; k < u->n_in; k++)
+            if (u->in_node[k] == i && u->in_out[k] == o) return j;
+    }
+    return -1;
+}
+
 const char *kn_part_name(int part)
 {
     return part == KN_PART_BACKWARD ? "backward" : part == KN_PART_UPDATE ? "update" : "forward";

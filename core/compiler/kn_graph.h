@@ -80,6 +80,11 @@ typedef struct kn_graph {
     int n_inputs, cap_inputs;
 } kn_graph;
 
+/* The first backward node among nodes (i, end) reading output o of node i
+ * (nodes marked in dead, when not NULL, skipped), or -1: a forward value
+ * a training step's backward needs (cm:saved(), the recompute pass). */
+int kn_graph_first_backward_reader(const kn_graph *g, int i, int o, int end, const unsigned char *dead);
+
 void kn_graph_init(kn_graph *g);
 /* Free everything, releasing bound input tensors. */
 void kn_graph_free(kn_graph *g);

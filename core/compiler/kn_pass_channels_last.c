@@ -167,12 +167,9 @@ static kn_status nhwc_weight(cl_ctx *c, int i, int64_t cp, int *ref, bool *padde
         char where[KN_WHERE_MAX];
         memcpy(where, conv->where, sizeof where);
         int node;
-        kn_status st = kn_graph_add_input(g, KN_IN_VALUE, "channels-last conv weight", lay, where, &node);
+        kn_status st = kn_pass_add_folded_value(x, "channels-last conv weight", lay, where, i, &node);
         kn_tensor_release(lay);
         KN_TRY(st);
-        g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
-        KN_TRY(kn_pass_sync(x));
-        x->before[node] = i;
         *ref = KN_REF(node, 0);
         *padded = cp > w->shape[1];
         return KN_OK;
@@ -210,13 +207,9 @@ static kn_status convert_conv(cl_ctx *c, int i)
         return KN_OK;
     }
     int64_t mult = 16 / (int64_t)kn_dtype_size(dt), cg = wm->shape[1];
-    /* a patch embedding (kernel = stride, ViT's 16x16 stride 16) runs as a
-     * GEMM over its windows, whose rows are the input's channels as they
-     * are: its weight stays unpadded to match them */
-    const kn_attrs *ca = &conv->a;
-    bool patches = ca->groups == 1 && wm->ndim == 4 && wm->shape[2] * wm->shape[3] > 1 &&
-                   ca->stride[0] == wm->shape[2] && ca->stride[1] == wm->shape[3] && ca->padding[0] == 0 &&
-                   ca->padding[1] == 0 && ca->dilation[0] == 1 && ca->dilation[1] == 1;
+    /* a patch embedding runs as a GEMM over its windows, whose rows are
+     * the input's channels as they are: its weight stays unpadded */
+    bool patches = wm->ndim == 4 && kn_conv_is_patch_embedding(&conv->a, wm->shape[2], wm->shape[3]);
     int64_t cp = conv->a.groups == 1 && !patches ? (cg + mult - 1) / mult * mult : cg;
     int src = nhwc_behind(c, conv->in_node[0]);
     bool padded = false;

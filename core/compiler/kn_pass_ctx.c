@@ -201,3 +201,14 @@ kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out)
     kn_tensor *t = in->tensor;
     return t && t->storage ? t : NULL;
 }
+
+kn_status kn_pass_add_folded_value(kn_pass_ctx *x, const char *name, kn_tensor *t, const char *where, int before,
+                                   int *node)
+{
+    kn_graph *g = x->g;
+    KN_TRY(kn_graph_add_input(g, KN_IN_VALUE, name, t, where, node));
+    g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
+    KN_TRY(kn_pass_sync(x));
+    x->before[*node] = before;
+    return KN_OK;
+}

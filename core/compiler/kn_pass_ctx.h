@@ -60,6 +60,14 @@ double kn_pass_const_value(const kn_node *n);
  * parameters at every call: a weight computed from once would build the
  * plan again at every step. */
 kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out);
+/* A new graph input holding t (the caller keeps its own reference), a
+ * value the pass computed now from fixed values (a folded, laid-out or
+ * merged weight): the plan counts as having folded parameter values in,
+ * so it builds again when one is written (kn_plan_stale). Placed before
+ * node `before`; its node in *node. where: the location its node shows
+ * (copied first: adding the input may move the node array). */
+kn_status kn_pass_add_folded_value(kn_pass_ctx *x, const char *name, kn_tensor *t, const char *where, int before,
+                                   int *node);
 /* Whether g is (part of) a training step: a node of a backward or update part. */
 bool kn_pass_graph_trains(const kn_graph *g);
 

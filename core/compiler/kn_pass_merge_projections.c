@@ -121,18 +121,6 @@ static kn_status cat_now(kn_pass_ctx *x, kn_tensor *const *ts, int n, int dim, k
     return KN_OK;
 }
 
-/* A graph input holding t, placed before node `before`; its node in *node. */
-static kn_status add_fixed_input(kn_pass_ctx *x, const char *name, kn_tensor *t, const char *where, int before,
-                                 int *node)
-{
-    kn_graph *g = x->g;
-    KN_TRY(kn_graph_add_input(g, KN_IN_VALUE, name, t, where, node));
-    g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
-    KN_TRY(kn_pass_sync(x));
-    x->before[*node] = before;
-    return KN_OK;
-}
-
 static kn_status merge(kn_pass_ctx *x, const projection *ps, int n)
 {
     kn_graph *g = x->g;
@@ -149,8 +137,8 @@ static kn_status merge(kn_pass_ctx *x, const projection *ps, int n)
     KN_TRY(cat_now(x, ws, n, ps[0].transposed ? 0 : 1, &wcat));
     kn_status st = ps[0].bias_node >= 0 ? cat_now(x, bs, n, 0, &bcat) : KN_OK;
     int w_in = -1, b_in = -1;
-    if (st == KN_OK) st = add_fixed_input(x, "merged projection weight", wcat, where, first, &w_in);
-    if (st == KN_OK && bcat) st = add_fixed_input(x, "merged projection bias", bcat, where, first, &b_in);
+    if (st == KN_OK) st = kn_pass_add_folded_value(x, "merged projection weight", wcat, where, first, &w_in);
+    if (st == KN_OK && bcat) st = kn_pass_add_folded_value(x, "merged projection bias", bcat, where, first, &b_in);
     kn_tensor_release(wcat);
     kn_tensor_release(bcat);
     KN_TRY(st);

@@ -40,14 +40,7 @@ static int64_t value_bytes(const kn_meta *m)
 /* The first backward node reading output 0 of node i, or -1. */
 static int first_backward_reader(const kn_pass_ctx *x, int i)
 {
-    const kn_graph *g = x->g;
-    for (int j = i + 1; j < x->n_orig; j++) {
-        const kn_node *u = &g->nodes[j];
-        if (x->dead[j] || u->part != KN_PART_BACKWARD) continue;
-        for (int k = 0; k < u->n_in; k++)
-            if (u->in_node[k] == i && u->in_out[k] == 0) return j;
-    }
-    return -1;
+    return kn_graph_first_backward_reader(x->g, i, 0, x->n_orig, x->dead);
 }
 
 typedef struct {

@@ -404,16 +404,12 @@ static kn_status bn_apply(kn_pass_ctx *x, const bn_fold *f)
     char where[KN_WHERE_MAX];
     memcpy(where, g->nodes[f->conv].where, sizeof where);
     int wn, bn_node;
-    kn_status st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv weight", wt, where, &wn);
+    kn_status st = kn_pass_add_folded_value(x, "folded conv weight", wt, where, f->conv, &wn);
     kn_tensor_release(wt);
-    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
-    if (st == KN_OK) st = kn_graph_add_input(g, KN_IN_VALUE, "folded conv bias", bt, where, &bn_node);
-    if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = g->inputs[g->n_inputs - 1].from_inputs = true;
+    if (st == KN_OK) st = kn_pass_add_folded_value(x, "folded conv bias", bt, where, f->conv, &bn_node);
     kn_tensor_release(bt);
-    if (st == KN_OK) st = kn_pass_sync(x);
     if (st != KN_OK) return st;
-    x->before[wn] = f->conv;
-    x->before[bn_node] = f->conv;
+    g = x->g;
     kn_node *conv = &g->nodes[f->conv]; /* after add_input: nodes may have moved */
     kn_node saved = *conv;
     conv->n_in = 3;

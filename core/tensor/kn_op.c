@@ -31,6 +31,12 @@ kn_op_kind kn_op_kind_of(kn_op op)
     return (unsigned)op < KN_OP_COUNT ? kn_op_table[op].kind : KN_K_CREATE;
 }
 
+bool kn_conv_is_patch_embedding(const kn_attrs *a, int64_t kh, int64_t kw)
+{
+    return a->groups == 1 && kh * kw > 1 && a->stride[0] == kh && a->stride[1] == kw && a->padding[0] == 0 &&
+           a->padding[1] == 0 && a->dilation[0] == 1 && a->dilation[1] == 1;
+}
+
 bool kn_op_is_elementwise(kn_op op)
 {
     if ((unsigned)op >= KN_OP_COUNT) return false;

@@ -107,6 +107,14 @@ typedef struct kn_attrs {
     int spare; /* unused: with zero_nan, no tail padding (attrs are compared as bytes) */
 } kn_attrs;
 
+/* Whether a conv2d with attrs a and a kh x kw kernel is a patch embedding:
+ * kernel = stride, no padding, no dilation, one group, more than one tap
+ * (ViT's 16x16 stride 16). Its windows do not overlap, so its im2col
+ * matrix is a permutation of the input: the CUDA backend runs it as a
+ * GEMM over the input's own channels, and the channels-last pass leaves
+ * its weight unpadded to match. */
+bool kn_conv_is_patch_embedding(const kn_attrs *a, int64_t kh, int64_t kw);
+
 struct kn_settings; /* kn_settings.h */
 
 typedef struct kn_opcall {

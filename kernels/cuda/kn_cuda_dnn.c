@@ -941,9 +941,8 @@ static bool conv_is_patches(const kn_opcall *c, const kn_tensor *x, const kn_ten
     const kn_attrs *at = &c->a;
     bool nhwc_w = at->in_layout == KN_LAYOUT_NHWC || at->out_layout == KN_LAYOUT_NHWC;
     int64_t kh = w->ndim == 4 ? w->shape[nhwc_w ? 1 : 2] : 0, kw = w->ndim == 4 ? w->shape[nhwc_w ? 2 : 3] : 0;
-    return x->ndim == 4 && w->ndim == 4 && y->ndim == 4 && at->groups == 1 && kh * kw > 1 &&
-           at->stride[0] == kh && at->stride[1] == kw && at->padding[0] == 0 && at->padding[1] == 0 &&
-           at->dilation[0] == 1 && at->dilation[1] == 1 && kn_tensor_is_contiguous(w) &&
+    return x->ndim == 4 && w->ndim == 4 && y->ndim == 4 && kn_conv_is_patch_embedding(at, kh, kw) &&
+           kn_tensor_is_contiguous(w) &&
            w->shape[nhwc_w ? 3 : 1] == x->shape[at->in_layout == KN_LAYOUT_NHWC ? 3 : 1] && /* no padded channels */
            kn_tensor_is_contiguous(y) && x->dtype == y->dtype && w->dtype == y->dtype;
 }
