@@ -242,6 +242,15 @@ for _, case in ipairs({ { "Pow(x, 3)", "pow", 0.044715, true }, { "(x * x) * x",
   T.ok(within(max_diff(cm(xs), gelu_tanh_ref(x64, k)), 1e-6), "  compiled too")
 end
 
+-- Gelu's approximate is 'none' or 'tanh': anything else is an error naming both
+do
+  local m = kiln.onnx.load(write("gelu_bad_approx.onnx", tiny({
+    { op = "Gelu", inputs = { "x" }, outputs = { "y" }, attrs = { approximate = "fast" } },
+  }, nil, { { "y", "f32", { 3, 8 } } }, 20)))
+  T.raises(function() return m(xs) end, "Gelu's approximate must be 'none' or 'tanh', got 'fast'",
+    "Gelu(approximate = 'fast'): an error naming the valid words")
+end
+
 -- a near-GELU (erf(x / 1.5)) is not fused
 do
   local m = kiln.onnx.load(write("not_gelu.onnx", tiny({

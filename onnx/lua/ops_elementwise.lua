@@ -138,7 +138,11 @@ ops.HardSwish = function(i)
 end
 ops.Gelu = function(i, a)
   local x = to_tensor(i[1])
-  if (a.approximate or "none") == "tanh" then return x:gelu_tanh() end
+  local approximate = a.approximate or "none"
+  if approximate == "tanh" then return x:gelu_tanh() end
+  if approximate ~= "none" then
+    error("Gelu's approximate must be 'none' or 'tanh', got '" .. tostring(approximate) .. "'", 0)
+  end
   return x:gelu()
 end
 ops.Clip = function(i, a)
