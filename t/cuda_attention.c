@@ -3,7 +3,8 @@
  * softmax(q k^T * scale (+ mask)) v on fresh random inputs (seed printed;
  * KILN_SEED repeats): T = 1, 7, 255, 256, 1000 and Tq != Tk, head dims 32,
  * 64, 80, 128 (and 20, 40, 256, d != dv), bf16 / f16 / f32, causal and
- * not, bool and additive masks (broadcast over heads), head-split strided
+ * not, bool and additive masks (broadcast over heads; full [B,1,T,T] and
+ * padding [B,1,1,T]), head-split strided
  * q/k/v with a head-merged output, rows whose stride defeats 16-byte loads
  * (the SIMT path for bf16/f16), every autotuner variant, a fully masked row
  * (NaN), and bad problems refused with the right status.
@@ -40,6 +41,7 @@ typedef struct acase {
     int64_t b, h, tq, tk, d, dv;
     int causal, mask, layout, variant;
     int mask_row0_off; /* a bool mask whose row 0 is all false: that row must be NaN */
+    int pad_mask;      /* the mask is [b, 1, 1, tk], a padding mask broadcast over heads and query rows */
 } acase;
 
 /* ---- host buffers in a dtype ---- */
@@ -185,11 +187,11 @@ static void run_case(const acase *c)
     fill(dt, hv, v, nv, -1, 1);
     /* masks are [b, 1, tq, tk]: broadcast over heads (stride 0) */
     kn_dtype mdt = c->mask == MASK_BOOL ? KN_BOOL : c->mask == MASK_ADD_F32 ? KN_F32 : dt;
-    int64_t nm = c->mask ? c->b * c->tq * c->tk : 1;
+    int64_t nm = !c->mask ? 1 : c->pad_mask ? c->b * c->tk : c->b * c->tq * c->tk;
     double *mask = malloc(sizeof(double) * (size_t)nm);
     void *hm = malloc((size_t)nm * kn_dtype_size(mdt));
     if (c->mask) {
-        ms[0] = c->tq * c->tk, ms[1] = 0, ms[2] = c->tk, ms[3] = 1;
+        ms[0] = c->pad_mask ? c->tk : c->tq * c->tk, ms[1] = 0, ms[2] = c->pad_mask ? 0 : c->tk, ms[3] = 1;
         for (int64_t i = 0; i < nm; i++) {
             double u = tl_unit();
             if (c->mask == MASK_BOOL) mask[i] = (u < 0.8) && !(c->mask_row0_off && (i / c->tk) % c->tq == 0);
@@ -224,9 +226,10 @@ static void run_case(const acase *c)
     const char *label = nvar > 0 ? labels[c->variant ? c->variant - 1 : 0] : "?";
 
     char name[256];
-    snprintf(name, sizeof name, "%s B%lld H%lld tq %lld tk %lld d %lld dv %lld%s, %s, %s%s [%s]", kn_dtype_name(dt),
+    snprintf(name, sizeof name, "%s B%lld H%lld tq %lld tk %lld d %lld dv %lld%s, %s%s, %s%s [%s]", kn_dtype_name(dt),
              (long long)c->b, (long long)c->h, (long long)c->tq, (long long)c->tk, (long long)c->d,
-             (long long)c->dv, c->causal ? " causal" : "", mask_names[c->mask], layout_names[c->layout],
+             (long long)c->dv, c->causal ? " causal" : "", mask_names[c->mask], c->pad_mask ? " [B,1,1,T]" : "",
+             layout_names[c->layout],
              c->mask_row0_off ? ", row 0 fully masked" : "", label);
     kn_status st = kn_cuda_attention(&p);
     cudaError_t e = st == KN_OK ? cudaMemcpyAsync(hout, dout, (size_t)no * es, cudaMemcpyDeviceToHost, kn_cuda_stream())
@@ -438,6 +441,32 @@ int main(void)
                                       .o_stride = {8, 8, 8}};
             int nvar = kn_cuda_attention_variants(&p, NULL);
             for (c.variant = 1; c.variant <= nvar; c.variant++) run_case(&c);
+            /* every variant with each kind of mask, on short sequences (where
+             * the key-split configurations are the default) and ragged ones;
+             * row 0 fully masked must give NaN in every variant */
+            p.tq = p.tk = 128;
+            nvar = kn_cuda_attention_variants(&p, NULL);
+            for (int variant = 1; variant <= nvar; variant++)
+                for (int mask = MASK_BOOL; mask <= MASK_ADD_F32; mask++) {
+                    acase m = {.dt = dt, .b = 2, .h = 3, .tq = 128, .tk = 128, .d = d, .dv = d, .mask = mask,
+                               .variant = variant, .causal = mask == MASK_ADD};
+                    run_case(&m);
+                    m.pad_mask = 1;
+                    m.tq = m.tk = 197;
+                    m.causal = 0;
+                    run_case(&m);
+                }
+            for (int variant = 1; variant <= nvar; variant++) {
+                acase z = {.dt = dt, .b = 1, .h = 2, .tq = 70, .tk = 100, .d = d, .dv = d, .mask = MASK_BOOL,
+                           .mask_row0_off = 1, .variant = variant};
+                run_case(&z);
+            }
+        }
+        /* the default pick on short sequences, with a padding mask (BERT's) */
+        for (int mask = MASK_NONE; mask <= MASK_ADD; mask++) {
+            acase c = {.dt = dt, .b = 8, .h = 12, .tq = 128, .tk = 128, .d = 64, .dv = 64, .mask = mask,
+                       .pad_mask = mask != MASK_NONE};
+            run_case(&c);
         }
     }
     test_refusals();

@@ -149,7 +149,7 @@ static void test_attention_modules(void)
         for (int di = 0; di < 3; di++) {
             if (tc && dts[di] == KN_F32) continue;
             for (int size = tc ? 16 : 1; size <= (tc ? 128 : 8); size += tc ? 16 : 1) {
-                char *src = NULL, *img = NULL, *log = NULL, names[3][48];
+                char *src = NULL, *img = NULL, *log = NULL, names[KN_ATTENTION_MAX_VARIANTS][48];
                 size_t n = 0;
                 const char *dn = kn_dtype_name(dts[di]);
                 kn_status st = kn_cuda_attention_source(tc, dts[di], size, &src);

@@ -110,7 +110,15 @@ __device__ __forceinline__ float kn_att_safe_max(float m)
 // ============================================================================
 // Tensor-core kernel (bf16 / f16): mma.sync m16n8k16 with f32 accumulators.
 //
-// 4 warps; each warp owns MT m16 tiles (16*MT query rows), so BM = 64*MT.
+// A group of 4 warps owns a block of query rows; each warp owns MT m16
+// tiles (16*MT query rows), so BM = 64*MT. KS groups share one block (KS*128
+// threads): group g walks key tiles g, g+KS, g+2*KS, ... with shared memory
+// and barriers of its own, and at the end the groups' partial softmax
+// states (row max, row sum, unnormalized O) are merged through shared
+// memory. On short sequences that splits a warp's chain of dependent
+// tensor-core and softmax steps KS ways and puts KS times the warps on an
+// SM: with one group, BERT's 8x12x128x64 ran 192 blocks of 4 warps (0.48
+// waves) and its warps sat with nothing to issue 74% of the cycles.
 // DP is the head dim padded to 16 (the mma k step); d and dv both pad to DP
 // with zeros in shared memory, which adds nothing to q.k and gives unused
 // output columns that are never stored.
@@ -202,10 +210,10 @@ __device__ __forceinline__ unsigned kn_att_pack(float lo, float hi)
 // chunks, zero past `limit` rows and past `width` columns.
 template <int DP, int NROWS>
 __device__ __forceinline__ void kn_att_stage(unsigned short *dst, const char *src, long long rs, long long row0,
-                                             long long limit, int width)
+                                             long long limit, int width, int tid)
 {
     constexpr int CHUNKS = DP / 8; // 8 halves per 16 bytes
-    for (int c = threadIdx.x; c < NROWS * CHUNKS; c += 128) {
+    for (int c = tid; c < NROWS * CHUNKS; c += 128) {
         int r = c / CHUNKS, col = (c % CHUNKS) * 8;
         long long row = row0 + r;
         bool in = row < limit && col < width;
@@ -214,11 +222,39 @@ __device__ __forceinline__ void kn_att_stage(unsigned short *dst, const char *sr
     }
 }
 
-template <int DP, int MT, int BN>
-__device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short *smem)
+// A group's barrier (named barrier 1 + group, its 128 threads): the groups
+// of a block run their key tiles independently
+// (immediate ids: a register id makes ptxas reserve all 16 barriers)
+template <int KS> __device__ __forceinline__ void kn_att_group_sync(int grp)
+{
+    if (KS == 1) __syncthreads();
+    else if (grp == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else if (grp == 1) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    else if (grp == 2) asm volatile("bar.sync 3, 128;\n" ::: "memory");
+    else asm volatile("bar.sync 4, 128;\n" ::: "memory");
+}
+
+// 16-bit float bits of the module's dtype as f32 (an additive mask of the q dtype)
+__device__ __forceinline__ float kn_att_h16_f32(unsigned bits)
+{
+#if KN_ATT_DT == 2
+    return kn_att_bf16_f32((unsigned short)bits);
+#else
+    return kn_att_f16_f32((unsigned short)bits);
+#endif
+}
+
+template <int DP, int MT, int BN, int KS>
+__device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short *smem_all)
 {
     constexpr int BM = 64 * MT, LD = DP + 8, NT = BN / 8, DT8 = DP / 8;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    constexpr int GROUP_HALVES = (BM + 4 * BN) * LD; // a group's Q block and two stages of K and V
+    // the merge below writes a group's state over its own Q, K and V
+    // (4 + 4 * DT8 floats a thread, MT of each)
+    static_assert(KS == 1 || 128 * MT * (4 + 4 * DT8) * 4 <= GROUP_HALVES * 2, "merge buffer too small");
+    // (one group: constants, which keeps the loop's bookkeeping out of registers)
+    const int grp = KS == 1 ? 0 : threadIdx.x / 128, tid = KS == 1 ? threadIdx.x : threadIdx.x % 128;
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     // the last query blocks go first: under causal masking they do the most work
     const long long nbh = gridDim.x / a.n_qblocks;
     const long long bh = blockIdx.x % nbh;
@@ -229,30 +265,45 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
     const char *kp = a.k + (b * a.ks[0] + h * a.ks[1]) * 2;
     const char *vp = a.v + (b * a.vs[0] + h * a.vs[1]) * 2;
 
-    unsigned short *sq = smem;                // BM x LD
-    unsigned short *sk = sq + BM * LD;        // 2 stages x BN x LD
-    unsigned short *sv = sk + 2 * BN * LD;    // 2 stages x BN x LD
+    unsigned short *sq = smem_all + grp * GROUP_HALVES; // BM x LD
+    unsigned short *sk = sq + BM * LD;                  // 2 stages x BN x LD
+    unsigned short *sv = sk + 2 * BN * LD;              // 2 stages x BN x LD
 
     // keys this block needs: all, or up to its last query row under causal
     long long kend = a.tk;
     if (a.causal && q0 + BM < kend) kend = q0 + BM;
     const int ntiles = (int)((kend + BN - 1) / BN);
 
-    kn_att_stage<DP, BM>(sq, qp, a.qs[2], q0, a.tq, a.d);
-    kn_att_stage<DP, BN>(sk, kp, a.ks[2], 0, a.tk, a.d);
-    kn_att_stage<DP, BN>(sv, vp, a.vs[2], 0, a.tk, a.dv);
-    kn_att_cp_commit();
+    // a group with no tile issues no copy: one left in flight could land
+    // on the merge buffer that overlays this memory
+    if (grp < ntiles) {
+        kn_att_stage<DP, BM>(sq, qp, a.qs[2], q0, a.tq, a.d, tid);
+        kn_att_stage<DP, BN>(sk, kp, a.ks[2], (long long)grp * BN, a.tk, a.d, tid);
+        kn_att_stage<DP, BN>(sv, vp, a.vs[2], (long long)grp * BN, a.tk, a.dv, tid);
+        kn_att_cp_commit();
+    }
 
-    // the mask's offset of each of this lane's rows (g and g+8 of each m
-    // tile), computed once: per score only the key's term is added
-    long long mrow[MT][2];
+    // The mask row of each of this lane's rows (g and g+8 of each m tile),
+    // found once: per score only the key's term (32-bit) is added. Rows past
+    // tq read row tq-1 and keys past tk read key tk-1, so every load is in
+    // bounds without a branch; such scores are dropped or never stored.
+    // Masking is per score, so its instructions are kept few: 32-bit
+    // indices, and the mask kind's branch taken outside the loops (the
+    // per-score index arithmetic and branches had been 60% of the
+    // kernel's instructions, its tensor-core work under 3%).
+    const long long wq0 = q0 + warp * 16 * MT; // this warp's first query row
+    const int ms3 = (int)a.ms[3];
+    const char *mrow[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const long long i = q0 + warp * 16 * MT + mt * 16 + g + 8 * r;
-            mrow[mt][r] = kn_att_mask_row(a, b, h, i);
+            long long i = wq0 + mt * 16 + g + 8 * r;
+            if (i >= a.tq) i = a.tq - 1;
+            const int es = a.mask_kind == 1 ? 1 : a.mask_kind == 3 ? 4 : 2;
+            mrow[mt][r] = a.mask_kind ? a.mask + kn_att_mask_row(a, b, h, i) * es : a.mask;
         }
+    const int tk = (int)a.tk;
 
     unsigned qf[MT][DP / 16][4]; // Q fragments, loaded once
     float o[MT][DT8][4];
@@ -265,20 +316,48 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
         l[mt][0] = l[mt][1] = 0.f;
     }
 
-    for (int it = 0; it < ntiles; it++) {
-        const int buf = it & 1;
+    int buf = 0;
+    for (int it = grp; it < ntiles; it += KS, buf ^= 1) {
         const long long k0 = (long long)it * BN;
-        // prefetch the next tile into the other buffer while this one is used
-        if (it + 1 < ntiles) {
-            kn_att_stage<DP, BN>(sk + (buf ^ 1) * BN * LD, kp, a.ks[2], k0 + BN, a.tk, a.d);
-            kn_att_stage<DP, BN>(sv + (buf ^ 1) * BN * LD, vp, a.vs[2], k0 + BN, a.tk, a.dv);
+        // prefetch this group's next tile into the other buffer while this one is used
+        if (it + KS < ntiles) {
+            kn_att_stage<DP, BN>(sk + (buf ^ 1) * BN * LD, kp, a.ks[2], k0 + KS * BN, a.tk, a.d, tid);
+            kn_att_stage<DP, BN>(sv + (buf ^ 1) * BN * LD, vp, a.vs[2], k0 + KS * BN, a.tk, a.dv, tid);
             kn_att_cp_commit();
             kn_att_cp_wait<1>();
         } else {
             kn_att_cp_wait<0>();
         }
-        __syncthreads();
-        if (it == 0) {
+        // this lane's mask entries of the tile, in flight across the barrier
+        // and Q K^T: a 16-bit mask's columns 2t and 2t+1 share a register
+        unsigned mbits[MT][NT][2];
+        float mf32[MT][NT][4];
+        const int j0 = (int)k0 + 2 * t;
+        if (a.mask_kind == 2) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const unsigned short *mp = (const unsigned short *)mrow[mt][r];
+                        const int j = j0 + n * 8;
+                        mbits[mt][n][r] = (unsigned)mp[min(j, tk - 1) * ms3] | (unsigned)mp[min(j + 1, tk - 1) * ms3] << 16;
+                    }
+        } else if (a.mask_kind == 1) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const unsigned char *mp = (const unsigned char *)mrow[mt][r];
+                        const int j = j0 + n * 8;
+                        mbits[mt][n][r] = (unsigned)mp[min(j, tk - 1) * ms3] | (unsigned)mp[min(j + 1, tk - 1) * ms3] << 16;
+                    }
+        }
+        kn_att_group_sync<KS>(grp);
+        if (it == grp) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -307,22 +386,50 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
                 }
             }
 
-        // masking: only where some key of the tile can be dropped
-        const long long wq0 = q0 + warp * 16 * MT; // this warp's first query row
-        const bool edge = a.mask_kind || k0 + BN > a.tk || (a.causal && k0 + BN - 1 > wq0);
+        // scale, mask (its kind's loop), then drop keys past tk (the last
+        // tile) and above the diagonal (causal, the diagonal's tiles)
+        if (a.mask_kind == 3) {
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        mf32[mt][n][e] = ((const float *)mrow[mt][e / 2])[min(j0 + n * 8 + (e % 2), tk - 1) * ms3];
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int n = 0; n < NT; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float v = s[mt][n][e] * a.scale_log2;
-                    if (edge) {
-                        const long long i = wq0 + mt * 16 + g + 8 * (e / 2), j = k0 + n * 8 + 2 * t + (e % 2);
-                        v = kn_att_masked(a, v, mrow[mt][e / 2], i, j);
-                    }
+                    if (a.mask_kind == 2) v = fmaf(kn_att_h16_f32(mbits[mt][n][e / 2] >> 16 * (e % 2)), KN_ATT_LOG2E, v);
+                    else if (a.mask_kind == 1) v = (mbits[mt][n][e / 2] >> 16 * (e % 2)) & 0xffu ? v : KN_ATT_NEG_INF;
+                    else if (a.mask_kind == 3) v = fmaf(mf32[mt][n][e], KN_ATT_LOG2E, v);
                     s[mt][n][e] = v;
                 }
+        if (k0 + BN > a.tk) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (j0 + n * 8 + (e % 2) >= tk) s[mt][n][e] = KN_ATT_NEG_INF;
+        }
+        if (a.causal && k0 + BN - 1 > wq0) {
+            const int di = (int)(wq0 - k0) + g - 2 * t; // query row minus key column, at mt = n = e = 0
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (n * 8 + (e % 2) > di + mt * 16 + 8 * (e / 2)) s[mt][n][e] = KN_ATT_NEG_INF;
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
             // online softmax: rows g (e = 0,1) and g+8 (e = 2,3); a row's
             // values are spread over the 4 lanes of a quad
 #pragma unroll
@@ -375,7 +482,51 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
                 }
             }
         }
-        __syncthreads(); // the buffer just read is the next prefetch's target
+        kn_att_group_sync<KS>(grp); // the buffer just read is the next prefetch's target
+    }
+
+    if (KS > 1) {
+        // merge: groups 1.. write (m, l, O) over their own tiles, lane by
+        // lane, and group 0 rescales each to the common row max and adds it
+        // (the lane-partial sums stay lane-partial: the scale is a row's)
+        float *xb = (float *)sq;
+        if (grp > 0) {
+            int k = 0;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    xb[(k++) * 128 + tid] = m[mt][r];
+                    xb[(k++) * 128 + tid] = l[mt][r];
+#pragma unroll
+                    for (int n = 0; n < DT8; n++) {
+                        xb[(k++) * 128 + tid] = o[mt][n][2 * r];
+                        xb[(k++) * 128 + tid] = o[mt][n][2 * r + 1];
+                    }
+                }
+        }
+        __syncthreads();
+        if (grp > 0) return;
+#pragma unroll
+        for (int other = 1; other < KS; other++) {
+            const float *ob = (const float *)(smem_all + other * GROUP_HALVES);
+            int k = 0;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float mo = ob[(k++) * 128 + tid], lo = ob[(k++) * 128 + tid];
+                    const float mx = fmaxf(m[mt][r], mo), use = kn_att_safe_max(mx);
+                    const float cs = kn_att_exp2(m[mt][r] - use), co = kn_att_exp2(mo - use);
+                    m[mt][r] = mx;
+                    l[mt][r] = l[mt][r] * cs + lo * co;
+#pragma unroll
+                    for (int n = 0; n < DT8; n++) {
+                        o[mt][n][2 * r] = o[mt][n][2 * r] * cs + ob[(k++) * 128 + tid] * co;
+                        o[mt][n][2 * r + 1] = o[mt][n][2 * r + 1] * cs + ob[(k++) * 128 + tid] * co;
+                    }
+                }
+        }
     }
 
     // normalize and store: lane holds columns 2t, 2t+1 of rows g and g+8
@@ -388,7 +539,7 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             const float inv = 1.f / sum; // inf for a fully masked row: 0 * inf = NaN
-            const long long i = q0 + warp * 16 * MT + mt * 16 + g + 8 * r;
+            const long long i = wq0 + mt * 16 + g + 8 * r;
             if (i >= a.tq) continue;
             unsigned *row = (unsigned *)(op + i * a.os[2] * 2);
 #pragma unroll
@@ -409,20 +560,32 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
 #else
 #define KN_ATT_TNAME f16
 #endif
-// kn_attn_tc_<dtype>_d<DP>_m<BM>_n<BN>
-#define KN_ATT_TC_KERNEL(MT, BM, BN)                                                                              \
-    extern "C" __global__ void __launch_bounds__(128)                                                              \
-        KN_ATT_PASTE(KN_ATT_PASTE(KN_ATT_PASTE(KN_ATT_PASTE(KN_ATT_PASTE(kn_attn_tc_, KN_ATT_TNAME), _d), KN_ATT_DP), \
-                                  _m##BM##_n), BN)(const kn_attn_args a)                                           \
+// kn_attn_tc_<dtype>_d<DP>_m<BM>_n<BN>, and _k<KS> when key groups split the keys
+#define KN_ATT_TC_NAME(BM, BN, SUFFIX)                                                                            \
+    KN_ATT_PASTE(KN_ATT_PASTE(KN_ATT_PASTE(KN_ATT_PASTE(KN_ATT_PASTE(kn_attn_tc_, KN_ATT_TNAME), _d), KN_ATT_DP),  \
+                              _m##BM##_n##BN),                                                                     \
+                 SUFFIX)
+#define KN_ATT_TC_KERNEL(MT, BM, BN, KS, SUFFIX, MINB)                                                             \
+    extern "C" __global__ void __launch_bounds__(128 * KS, MINB) KN_ATT_TC_NAME(BM, BN, SUFFIX)(const kn_attn_args a) \
     {                                                                                                              \
         extern __shared__ __align__(16) unsigned short kn_att_smem[];                                             \
-        kn_att_tc<KN_ATT_DP, MT, BN>(a, kn_att_smem);                                                              \
+        kn_att_tc<KN_ATT_DP, MT, BN, KS>(a, kn_att_smem);                                                          \
     }
 
-KN_ATT_TC_KERNEL(1, 64, 64)
-KN_ATT_TC_KERNEL(1, 64, 32)
+KN_ATT_TC_KERNEL(1, 64, 64, 1, , 1)
+KN_ATT_TC_KERNEL(1, 64, 32, 1, , 1)
 #if KN_ATT_DP <= 64
-KN_ATT_TC_KERNEL(2, 128, 64) // 32 rows a warp: O and S fragments fit in registers only for small heads
+KN_ATT_TC_KERNEL(2, 128, 64, 1, , 1) // 32 rows a warp: O and S fragments fit in registers only for small heads
+#endif
+// short sequences: two or four groups split the keys. 128 registers a
+// thread (two blocks of 256 or one of 512 an SM) hold a 64-wide head
+// without spilling; wider heads keep one block of 256 and more registers.
+KN_ATT_TC_KERNEL(1, 64, 64, 2, _k2, 1)
+#if KN_ATT_DP <= 64
+KN_ATT_TC_KERNEL(1, 64, 32, 2, _k2, 2)
+KN_ATT_TC_KERNEL(1, 64, 32, 4, _k4, 1)
+#else
+KN_ATT_TC_KERNEL(1, 64, 32, 2, _k2, 1)
 #endif
 
 #endif // KN_ATT_DP

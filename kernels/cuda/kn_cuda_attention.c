@@ -33,16 +33,21 @@ typedef struct attn_config {
     int tc;     /* tensor cores (bf16/f16) or SIMT */
     int mt;     /* tc: m16 tiles a warp (BM = 64 * mt) */
     int bn;     /* keys a tile */
-    int slot;   /* index of the kernel within its module */
+    int ks;     /* tc: groups of 4 warps that split the keys of one query block */
+    int max_dp; /* tc: the widest padded head dim it is built for (register budget) */
     const char *label;
 } attn_config;
 
-static const attn_config tc_configs[] = {
-    {1, 1, 64, 0, "tc bm64 bn64"},
-    {1, 1, 32, 1, "tc bm64 bn32"},
-    {1, 2, 64, 2, "tc bm128 bn64"}, /* head dims <= 64 only: register budget */
+#define N_TC_CONFIGS 6
+static const attn_config tc_configs[N_TC_CONFIGS] = {
+    {1, 1, 64, 1, 128, "tc bm64 bn64"},
+    {1, 1, 32, 1, 128, "tc bm64 bn32"},
+    {1, 2, 64, 1, 64, "tc bm128 bn64"},
+    {1, 1, 64, 2, 128, "tc bm64 bn64 ks2"},
+    {1, 1, 32, 2, 128, "tc bm64 bn32 ks2"},
+    {1, 1, 32, 4, 64, "tc bm64 bn32 ks4"},
 };
-static const attn_config simt_config = {0, 0, 32, 0, "simt bm32 bn32"};
+static const attn_config simt_config = {0, 0, 32, 1, 0, "simt bm32 bn32"};
 
 static int dt_code_index(kn_dtype dt) /* f32 0, bf16 1, f16 2 */
 {
@@ -75,6 +80,13 @@ kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src)
     return kn_strbuf_finish(&s, src, "attention: the kernel source");
 }
 
+static void tc_kernel_name(const attn_config *c, kn_dtype dt, int size, char name[48])
+{
+    char ks[16] = "";
+    if (c->ks > 1) snprintf(ks, sizeof ks, "_k%d", c->ks);
+    snprintf(name, 48, "kn_attn_tc_%s_d%d_m%d_n%d%s", dt_tag(dt), size, 64 * c->mt, c->bn, ks);
+}
+
 int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][48])
 {
     if (!tc) {
@@ -82,11 +94,8 @@ int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][4
         return 1;
     }
     int n = 0;
-    for (size_t i = 0; i < sizeof tc_configs / sizeof tc_configs[0]; i++) {
-        const attn_config *c = &tc_configs[i];
-        if (c->mt == 2 && size > 64) continue;
-        snprintf(names[n++], 48, "kn_attn_tc_%s_d%d_m%d_n%d", dt_tag(dt), size, 64 * c->mt, c->bn);
-    }
+    for (int i = 0; i < N_TC_CONFIGS; i++)
+        if (size <= tc_configs[i].max_dp) tc_kernel_name(&tc_configs[i], dt, size, names[n++]);
     return n;
 }
 
@@ -95,16 +104,17 @@ int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][4
 typedef struct kernel_slot {
     const void *fn;
     unsigned long long smem_devices; /* GPUs (index < 64) whose shared-memory limit was raised */
+    int per_sm; /* blocks an SM holds at once (registers, shared memory), as the first GPU asked reports */
 } kernel_slot;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static kernel_slot tc_kernels[2][N_TC_SIZES][3];       /* [bf16, f16][DP/16 - 1][slot] */
+static kernel_slot tc_kernels[2][N_TC_SIZES][N_TC_CONFIGS]; /* [bf16, f16][DP/16 - 1][config] */
 static kernel_slot simt_kernels[3][N_SIMT_SIZES];       /* [f32, bf16, f16][NC - 1] */
 
 static size_t tc_smem(int dp, const attn_config *c)
 {
-    /* Q block + two stages of K and of V, rows padded by 8 halves */
-    return (size_t)(64 * c->mt + 4 * c->bn) * (size_t)(dp + 8) * 2;
+    /* a group's Q block + two stages of K and of V, rows padded by 8 halves */
+    return (size_t)c->ks * (size_t)(64 * c->mt + 4 * c->bn) * (size_t)(dp + 8) * 2;
 }
 
 static size_t simt_smem(int64_t d, int64_t dv)
@@ -113,29 +123,24 @@ static size_t simt_smem(int64_t d, int64_t dv)
 }
 
 /* The kernel of a configuration, compiled on first use, with its dynamic
- * shared-memory limit raised to `smem` on the current GPU. */
-static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t smem, const void **fn)
+ * shared-memory limit raised to `smem` on the current GPU; per_sm (NULL
+ * or) gets how many of its blocks an SM holds at once. */
+static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t smem, const void **fn, int *per_sm)
 {
     pthread_mutex_lock(&lock);
-    kernel_slot *slot = c->tc ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c->slot]
+    kernel_slot *slot = c->tc ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
                               : &simt_kernels[dt_code_index(dt)][size - 1];
     kn_status st = KN_OK;
     if (!slot->fn) {
         char *src = NULL;
         kn_cuda_module *mod = NULL;
-        char names[3][48];
-        kn_cuda_attention_kernel_names(c->tc, dt, size, names);
-        int which = 0;
-        if (c->tc) {
-            char want[48];
-            snprintf(want, sizeof want, "kn_attn_tc_%s_d%d_m%d_n%d", dt_tag(dt), size, 64 * c->mt, c->bn);
-            for (int i = 0; i < 3; i++)
-                if (strcmp(names[i], want) == 0) which = i;
-        }
+        char name[48];
+        if (c->tc) tc_kernel_name(c, dt, size, name);
+        else kn_cuda_attention_kernel_names(0, dt, size, &name);
         st = kn_cuda_attention_source(c->tc, dt, size, &src);
         if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
         free(src);
-        if (st == KN_OK) st = kn_cuda_module_kernel(mod, names[which], &slot->fn);
+        if (st == KN_OK) st = kn_cuda_module_kernel(mod, name, &slot->fn);
     }
     int dev = kn_cuda_current()->index;
     if (st == KN_OK && smem > 48 * 1024 && dev < 64 && !(slot->smem_devices >> dev & 1)) {
@@ -146,6 +151,15 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
         if (e != cudaSuccess) st = kn_cuda_fail(e, "attention: raising the kernel's shared-memory limit");
         else slot->smem_devices |= 1ull << dev;
     }
+    if (st == KN_OK && per_sm && !slot->per_sm) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, slot->fn, 32 * WARPS * c->ks, smem) != cudaSuccess || n < 1) {
+            (void)cudaGetLastError();
+            n = 1; /* unknown: the cost model then assumes the fewest */
+        }
+        slot->per_sm = n;
+    }
+    if (per_sm) *per_sm = st == KN_OK ? slot->per_sm : 1;
     *fn = slot->fn;
     pthread_mutex_unlock(&lock);
     return st;
@@ -167,6 +181,9 @@ static const char *tc_refusal(const kn_attention_problem *p, char *why, size_t n
                  (long long)p->d, (long long)p->dv, TC_MAX_DIM);
         return why;
     }
+    /* the kernels index keys, and a mask's key offsets, in 32 bits */
+    if ((double)p->tk * (double)(p->mask ? llabs((long long)p->mask_stride[3]) + 1 : 1) > 2147483647.0)
+        return "keys or the mask's key stride exceed the tensor-core kernels' 32-bit indices";
     const void *ptrs[4] = {p->q, p->k, p->v, p->o};
     const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
     static const char *const names[4] = {"q", "k", "v", "o"};
@@ -215,18 +232,54 @@ static kn_status validate(const kn_attention_problem *p)
     return KN_OK;
 }
 
-/* The configurations p can use, in default-preference order. */
+/* The configurations p can use: the tensor-core ones in table order, then
+ * the SIMT one. */
 static int configs_of(const kn_attention_problem *p, const attn_config **out)
 {
     char why[160];
     int n = 0;
     if (!tc_refusal(p, why, sizeof why)) {
         int dp = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
-        for (size_t i = 0; i < sizeof tc_configs / sizeof tc_configs[0]; i++)
-            if (tc_configs[i].mt == 1 || dp <= 64) out[n++] = &tc_configs[i];
+        for (int i = 0; i < N_TC_CONFIGS; i++)
+            if (dp <= tc_configs[i].max_dp) out[n++] = &tc_configs[i];
     }
     out[n++] = &simt_config;
     return n;
+}
+
+/* The default pick among configs_of's tensor-core configurations: the
+ * least modelled time, counted in keys a group walks:
+ *   waves x (keys a group walks + 64)
+ * waves = the launch's blocks over what the GPU holds at once (the
+ * kernel's blocks an SM, from the occupancy API, times the SMs); the 64
+ * keys stand for a block's fixed work (staging Q, the merge, the store).
+ * Fitted to bench/attention_variants.c on the H200, where it picks the
+ * fastest configuration (or one within 2%) at the real-model suite's
+ * shapes: on short sequences (BERT's 8 x 12 heads x 128 tokens) the key
+ * split, as one group a block leaves most of the GPU's warp slots empty
+ * and each warp a short chain of dependent steps; ViT's 197 tokens one
+ * group of 32-key tiles (three blocks an SM: one wave); 128-wide heads
+ * one group of 64-key tiles. Ties go to the earlier configuration. */
+static const attn_config *default_config(const kn_attention_problem *p, const attn_config **cfg, int n)
+{
+    const attn_config *best = cfg[0];
+    double best_cost = 0;
+    int dp = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
+    int64_t sms = kn_cuda_current()->sm_count;
+    for (int i = 0; i < n; i++) {
+        const attn_config *c = cfg[i];
+        if (!c->tc) continue;
+        const void *fn;
+        int per_sm = 1;
+        if (get_kernel(c, p->dtype, dp, tc_smem(dp, c), &fn, &per_sm) != KN_OK) continue;
+        int64_t blocks = (p->tq + 64 * c->mt - 1) / (64 * c->mt) * p->batch * p->heads;
+        int64_t waves = (blocks + per_sm * sms - 1) / (per_sm * sms);
+        int64_t keys = p->causal && p->tq < p->tk ? p->tq : p->tk;
+        int64_t tiles = (keys + c->bn - 1) / c->bn, group_tiles = (tiles + c->ks - 1) / c->ks;
+        double cost = (double)waves * (double)(group_tiles * c->bn + 64);
+        if (i == 0 || cost < best_cost) best = c, best_cost = cost;
+    }
+    return best;
 }
 
 int kn_cuda_attention_variants(const kn_attention_problem *p, const char **labels)
@@ -246,7 +299,7 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
     int n = configs_of(p, cfg);
     if (p->variant < 0 || p->variant > n)
         return kn_error(KN_ERR_RANGE, "attention: variant %d does not exist (this problem has %d)", p->variant, n);
-    const attn_config *c = cfg[p->variant ? p->variant - 1 : 0];
+    const attn_config *c = p->variant ? cfg[p->variant - 1] : default_config(p, cfg, n);
 
     kn_attn_args a;
     memset(&a, 0, sizeof a);
@@ -285,8 +338,8 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
         smem = simt_smem(p->d, p->dv);
     }
     const void *fn = NULL;
-    KN_TRY(get_kernel(c, p->dtype, size, smem, &fn));
+    KN_TRY(get_kernel(c, p->dtype, size, smem, &fn, NULL));
     int64_t nqb = (p->tq + bm - 1) / bm;
     a.n_qblocks = (int)nqb;
-    return kn_cuda_launch(fn, nqb * p->batch * p->heads, 32 * WARPS, &a, smem);
+    return kn_cuda_launch(fn, nqb * p->batch * p->heads, 32 * WARPS * c->ks, &a, smem);
 }

@@ -57,7 +57,7 @@ int kn_cuda_attention_variants(const kn_attention_problem *p, const char **label
  * of 16), or the SIMT kernel (tc = 0) of dtype dt for dv <= 32*size (size
  * 1..8). *src is malloc'd. */
 kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src);
-/* The kernel names such a module holds (up to 3; returns how many). */
+/* The kernel names such a module holds (up to KN_ATTENTION_MAX_VARIANTS; returns how many). */
 int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][48]);
 
 #endif

@@ -147,7 +147,7 @@ static void init_locked(kn_cuda_dev *g)
         g->init_state = 2;
         return;
     }
-    int major = 0, minor = 0, was = 0;
+    int major = 0, minor = 0, sms = 0, was = 0;
     /* the stream belongs to the device current when it is made; then the
      * thread's device goes back to what kn_cuda_enter last set */
     bool restore = cudaGetDevice(&was) == cudaSuccess && was != g->index;
@@ -155,6 +155,7 @@ static void init_locked(kn_cuda_dev *g)
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->index);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->index);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->index);
     if (restore) (void)cudaSetDevice(was);
     if (e != cudaSuccess) {
         snprintf(g->init_why, sizeof g->init_why, "cannot start CUDA on device %d: %s", g->index,
@@ -164,6 +165,7 @@ static void init_locked(kn_cuda_dev *g)
         return;
     }
     g->arch = major * 10 + minor;
+    g->sm_count = sms > 0 ? sms : 1;
     __atomic_store_n(&g->init_state, 1, __ATOMIC_RELEASE);
 }
 

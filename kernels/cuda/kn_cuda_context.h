@@ -33,6 +33,7 @@ typedef struct kn_cuda_dev {
     char init_why[512];
     cudaStream_t stream; /* the one stream all of this GPU's work goes to */
     int arch;            /* compute capability, e.g. 90 */
+    int sm_count;        /* streaming multiprocessors: what a launch must fill */
     kn_cuda_pool *pool;  /* the caching allocator */
     kn_cuda_blas *blas;  /* cuBLASLt handle, workspace, plans (NULL until the first matmul) */
     kn_cuda_dnn *dnn;    /* cuDNN handle and plans (NULL until the first conv2d) */

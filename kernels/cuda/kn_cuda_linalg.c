@@ -335,10 +335,7 @@ kn_status kn_cuda_linalg_conv_stem_tc(const kn_tensor *x, const kn_tensor *w, co
     KN_TRY(kn_cuda_linalg_kernel(names[y->dtype == KN_F16][bn == 16 ? 0 : bn == 32 ? 1 : 2], &fn));
     /* blocks that stay: each stages its weights once and then takes tile
      * after tile (four blocks an SM fit its registers) */
-    static int sms;
-    if (!sms && (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kn_cuda_current()->index) != cudaSuccess ||
-                 sms <= 0))
-        sms = 132;
+    const int sms = kn_cuda_current()->sm_count;
     int64_t pix = p.n * p.p * p.q, gx = (pix + 127) / 128, gy = (p.k + bn - 1) / bn;
     int64_t resident = 4 * (int64_t)sms / gy > 0 ? 4 * (int64_t)sms / gy : 1;
     if (gx > resident) gx = resident;
