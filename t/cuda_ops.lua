@@ -230,6 +230,17 @@ do
     dlist[i] = list[i]:to(DEV)
   end
   same(kiln.cat(dlist, 1), kiln.cat(list, 1), "cat of 11 inputs")
+  -- a class token expanded over the batch (stride 0) before the patches:
+  -- whole row parts, 16 bytes a thread where they allow (16 wide), else one element (3 wide)
+  for _, dt in ipairs(ALL) do
+    for _, w in ipairs({16, 3}) do
+      local cls, x = make({1, 1, w}, dt), make({4, 5, w}, dt)
+      same(kiln.cat({cls:to(DEV):expand({4, 1, w}), x:to(DEV)}, 2), kiln.cat({cls:expand({4, 1, w}), x}, 2),
+        "cat of an expanded token and rows " .. dt .. " width " .. w)
+      same(kiln.cat({x:to(DEV), x:to(DEV):slice(2, 2, 4, 1)}, 2), kiln.cat({x, x:slice(2, 2, 4, 1)}, 2),
+        "cat of rows and a sliced view " .. dt .. " width " .. w)
+    end
+  end
   local z = kiln.zeros({0, 4}, {device = "cpu"})
   same(kiln.cat({list[1]:to(DEV), z:to(DEV), list[2]:to(DEV)}, 1), kiln.cat({list[1], z, list[2]}, 1),
     "cat with an empty input")
@@ -241,6 +252,19 @@ end
 
 ---------------------------------------------------------------- index ops
 do
+  -- whole contiguous rows (embedding lookups): 16 bytes a thread where the
+  -- rows allow ({.., 2, 24}: 48 elements), one element where not ({.., 3, 5})
+  for _, dt in ipairs(ALL) do
+    for _, shape in ipairs({{40, 2, 24}, {40, 3, 5}}) do
+      local x = make(shape, dt)
+      local idx = kiln.randint(1, 41, {33}, {seed = 5, dtype = "i64", device = "cpu"})
+      local xc = x:to(DEV)
+      same(xc:index_select(1, idx:to(DEV)), x:index_select(1, idx), "index_select rows " .. dt .. " " .. shape[3])
+      local sidx = kiln.randint(1, 20, {25}, {seed = 6, dtype = "i32", device = "cpu"}) -- the view has 19 rows
+      same(xc:slice(1, 3, 40, 2):index_select(1, sidx:to(DEV)), x:slice(1, 3, 40, 2):index_select(1, sidx),
+        "index_select rows of a strided view " .. dt)
+    end
+  end
   for _, dt in ipairs(ALL) do
     for _, idt in ipairs({"i64", "i32"}) do
       local x = make({5, 6, 7}, dt)

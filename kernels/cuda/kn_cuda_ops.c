@@ -310,6 +310,40 @@ static kn_status run_pool(const kn_opcall *c)
 
 /* ---- cat ---- */
 
+/* Whether cat along dim can run as kn_cat_rows: each input's dims from dim
+ * on are contiguous (its part of an output row is one run) and its dims
+ * before dim step as one (stride 0 included: an expanded class token).
+ * Fills a's row layout (see kn_cat_rows) and returns the vector width. */
+static int64_t rows_cat(const kn_opcall *c, kn_cat_args *a)
+{
+    const kn_tensor *out = c->out[0];
+    int dim = c->a.dim, nd = out->ndim;
+    int64_t vec = 16 / (int64_t)esize(out);
+    a->start[0] = 0;
+    for (int i = 0; i < c->n_in; i++) {
+        const kn_tensor *x = c->in[i];
+        int64_t run = 1, outer_st = 0;
+        for (int d = nd - 1; d >= dim; d--) {
+            if (x->shape[d] != 1 && x->strides[d] != run) return 0;
+            run *= x->shape[d];
+        }
+        bool first = true;
+        for (int d = dim - 1; d >= 0; d--) { /* the outer dims, innermost first: one stride */
+            if (x->shape[d] == 1) continue;
+            if (first) outer_st = x->strides[d], first = false;
+            else if (x->strides[d] != outer_st * x->shape[d + 1]) return 0;
+        }
+        a->src[i] = kn_cuda_tensor_ptr(x);
+        a->start[i + 1] = a->start[i] + run;
+        a->st[i][0] = outer_st;
+        if (run % vec || outer_st % vec || (uintptr_t)a->src[i] % 16) vec = 1;
+    }
+    if ((uintptr_t)kn_cuda_tensor_ptr(out) % 16) vec = 1;
+    a->shape[0] = a->start[c->n_in];
+    a->dim = (int)vec;
+    return vec;
+}
+
 static kn_status run_cat(const kn_opcall *c)
 {
     kn_tensor *out = c->out[0];
@@ -330,9 +364,12 @@ static kn_status run_cat(const kn_opcall *c)
     a.n = kn_tensor_numel(out);
     if (a.n == 0) return KN_OK;
     a.dst = kn_cuda_tensor_ptr(out);
+    a.nin = c->n_in;
+    int64_t vec = rows_cat(c, &a);
+    if (vec > 0) return launch(out->dtype, KN_TK_CAT_ROWS, grid_for(a.n / vec, KN_T_BLOCK), &a);
+    memset(&a.st, 0, sizeof a.st);
     a.ndim = out->ndim;
     a.dim = dim;
-    a.nin = c->n_in;
     for (int d = 0; d < out->ndim; d++) a.shape[d] = out->shape[d];
     for (int i = 0; i < c->n_in; i++) {
         const kn_tensor *x = c->in[i];
@@ -437,6 +474,27 @@ static kn_status index_check_result(const kn_opcall *c, const kn_tensor *idx, in
                     kn_op_name(c->op), (long long)v, (long long)(bad + 1), (long long)size);
 }
 
+/* Whether index_select(x, dim, idx) -> out moves whole contiguous rows
+ * (dim 0, every later dim of x contiguous, out contiguous), for
+ * kn_index_rows: *row gets the row's length in elements and *vec the
+ * vector width, 16 bytes' worth where the row and the pointers allow. */
+static bool rows_gather(const kn_tensor *x, const kn_tensor *out, int dim, int64_t *row_out, int64_t *vec_out)
+{
+    if (dim != 0 || x->ndim < 1 || !kn_tensor_is_contiguous(out)) return false;
+    int64_t row = 1;
+    for (int d = x->ndim - 1; d >= 1; d--) {
+        if (x->shape[d] != 1 && x->strides[d] != row) return false;
+        row *= x->shape[d];
+    }
+    if (row < 1) return false;
+    int64_t es = (int64_t)kn_dtype_size(x->dtype), vec = 16 / es;
+    bool vectors = (row * es) % 16 == 0 && (x->strides[0] * es) % 16 == 0 &&
+                   (uintptr_t)kn_cuda_tensor_ptr(x) % 16 == 0 && (uintptr_t)kn_cuda_tensor_ptr(out) % 16 == 0;
+    *row_out = row;
+    *vec_out = vectors ? vec : 1;
+    return true;
+}
+
 static kn_status run_index(const kn_opcall *c)
 {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
@@ -473,10 +531,16 @@ static kn_status run_index(const kn_opcall *c)
         else a.ist[0] = idx->strides[0];
         k = c->op == KN_OP_GATHER ? KN_TK_GATHER : KN_TK_ISELECT;
     }
+    int64_t row = 0, vec = 0;
+    if (c->op == KN_OP_INDEX_SELECT && rows_gather(x, out, dim, &row, &vec)) k = KN_TK_IROWS;
     a.dst = kn_cuda_tensor_ptr(out);
     a.n = kn_tensor_numel(shape_of);
     for (int d = 0; d < shape_of->ndim; d++) a.shape[d] = shape_of->shape[d];
-    if (a.n > 0 && size > 0) KN_TRY(launch(x->dtype, k, grid_for(a.n, KN_T_BLOCK), &a));
+    if (k == KN_TK_IROWS) { /* kn_index_rows's layout: see rows_gather */
+        a.shape[1] = row;
+        a.dim = (int)vec;
+    }
+    if (a.n > 0 && size > 0) KN_TRY(launch(x->dtype, k, grid_for(k == KN_TK_IROWS ? a.n / vec : a.n, KN_T_BLOCK), &a));
     return check ? index_check_result(c, idx, size) : KN_OK;
 }
 

@@ -28,10 +28,12 @@ typedef enum kn_tkernel {
     KN_TK_POOL_MAX3_NHWC_VEC,
     KN_TK_ICHECK,
     KN_TK_ISELECT,
+    KN_TK_IROWS, /* index_select of contiguous rows */
     KN_TK_GATHER,
     KN_TK_IADD,
     KN_TK_RANDOM,
     KN_TK_CAT,
+    KN_TK_CAT_ROWS, /* cat of contiguous row parts */
     KN_TK_GS_ATOMIC,  /* gather_scatter (kn_gather_scatter.cu) */
     KN_TK_GS_SEGMENT,
     KN_TK_GS_COUNT,
