@@ -347,6 +347,39 @@ do
   T.ok(within(max_diff(kiln.compile(m)(x3), y), 1e-6), "other leading dims: compiled equals eager")
 end
 
+-- Reshape -> Gemm -> Reshape whose input's rows are split over two dims
+-- (GPT-2's attention c_proj reads the heads {B, T, H, D} as {B*T, H*D}):
+-- the matmul runs on the input viewed as {B, T, H*D}, so the bias and the
+-- residual add after it are its epilogue: one kernel
+do
+  local w = kiln.randn({ 5, 4 }, { seed = 18 })
+  local b = kiln.randn({ 5 }, { seed = 19 })
+  local m = kiln.onnx.load(write("gemm_heads.onnx", W.model {
+    opset = 17, inputs = { { "x", "f32", { 2, 3, 2, 2 } }, { "r", "f32", { 2, 3, 5 } } },
+    outputs = { { "y", "f32", { 2, 3, 5 } } },
+    initializers = { { "w", w }, { "b", b }, { "s1", kiln.tensor({ -1, 4 }, { dtype = "i64" }) },
+      { "s2", kiln.tensor({ 2, 3, 5 }, { dtype = "i64" }) } },
+    nodes = {
+      { op = "Reshape", inputs = { "x", "s1" }, outputs = { "flat" } },
+      { op = "Gemm", name = "c_proj", inputs = { "flat", "w", "b" }, outputs = { "g" }, attrs = { transB = 1 } },
+      { op = "Reshape", inputs = { "g", "s2" }, outputs = { "p" } },
+      { op = "Add", inputs = { "r", "p" }, outputs = { "y" } },
+    },
+  }))
+  local x4, r = kiln.randn({ 2, 3, 2, 2 }, { seed = 20 }), kiln.randn({ 2, 3, 5 }, { seed = 21 })
+  local want = (x4:to("f64"):reshape({ 6, 4 }):matmul(w:to("f64"):t()) + b:to("f64")):reshape({ 2, 3, 5 }) + r:to("f64")
+  T.ok(within(max_diff(m(x4, r), want), 1e-5), "heads as rows: the three ops' value")
+  local cm = kiln.compile(m)
+  T.ok(within(max_diff(cm(x4, r), want), 1e-5), "heads as rows: compiled value")
+  -- the plan folds such a pair into the library call where the backend
+  -- can (cuBLASLt; the CPU only with KILN_CPU_FOLD_EPILOGUES): what it
+  -- needs is a matmul of the output's shape and the two adds after it
+  local ks = cm:kernels()
+  T.is(#ks, 2, "heads as rows: two kernels")
+  T.like(ks[1] and ks[1].name or "", "matmul_f32_2x3x5$", "heads as rows: the matmul runs on {2, 3, 4}, not {6, 4}")
+  T.is(ks[2] and table.concat(ks[2].ops, ",") or "", "add,add", "heads as rows: the bias and the residual add in one kernel after it")
+end
+
 -- a compiled ONNX model replays without running the interpreter: its
 -- parameters are found again under their dotted names (module.params), and
 -- naming ops after ONNX nodes (kiln.onnx.where) keeps the trace replayable

@@ -347,8 +347,26 @@ function onnx.linear_rows(i, a)
     direct = t1 and t2 and #t1 == 2 and (t1[1] == -1 or t1[1] == rows) and t1[2] == xs[n] and xs[n] > 0 and
       wt:shape()[1] == xs[n] and #t2 == n and (t2[n] == wt:shape()[2] or t2[n] == -1)
     for d = 1, n - 1 do direct = direct and t2[d] == xs[d] end
-    if direct then
-      local y = x:matmul(wt)
+    local xr = direct and x
+    if not direct and t1 and t2 and #t1 == 2 and #t2 >= 3 and wt:shape()[1] == t1[2] then
+      -- x's rows of K are not its last dim, but the output's leading dims
+      -- split the same rows (GPT-2's attention c_proj reads the heads
+      -- {B, T, H, D} as {B*T, H*D} and writes {B, T, N}): the matmul runs
+      -- on x viewed as {B, T, K}, so its epilogue can take what follows
+      local k, lead, rows2 = t1[2], {}, 1
+      local ok = k > 0 and (t2[#t2] == wt:shape()[2] or t2[#t2] == -1)
+      for d = 1, #t2 - 1 do
+        ok = ok and t2[d] > 0
+        lead[d], rows2 = t2[d], rows2 * t2[d]
+      end
+      ok = ok and (t1[1] == -1 or t1[1] == rows2) and x:numel() == rows2 * k
+      if ok then
+        lead[#lead + 1] = k
+        xr = x:reshape(lead)
+      end
+    end
+    if xr then
+      local y = xr:matmul(wt)
       if bias then y = y + bias end
       return y
     end
