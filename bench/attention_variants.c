@@ -7,7 +7,7 @@
  * in microseconds, with the TFLOP/s it implies. Needs a GPU; inputs are
  * zeros (finite: timing only, t/cuda_attention.c checks the results).
  *
- *   build/bench/attention_variants [bf16|f16]
+ *   build/bench/attention_variants [bf16|f16|f32]
  *
  * ATT_SHAPE=K runs only the K-th shape (1-based) and ATT_VARIANT=V only
  * variant V (0 the default pick), ATT_REPS=N launches N times (for ncu).
@@ -55,7 +55,8 @@ static float time_variant(kn_attention_problem *p, int variant, cudaEvent_t e0, 
 
 int main(int argc, char **argv)
 {
-    kn_dtype dt = argc > 1 && strcmp(argv[1], "f16") == 0 ? KN_F16 : KN_BF16;
+    kn_dtype dt = argc > 1 && strcmp(argv[1], "f16") == 0 ? KN_F16 : argc > 1 && strcmp(argv[1], "f32") == 0 ? KN_F32 : KN_BF16;
+    const int64_t es = (int64_t)kn_dtype_size(dt);
     if (!kn_cuda_available() || kn_cuda_init() != KN_OK) {
         printf("no CUDA device: %s\n", kn_cuda_available() ? kn_last_error() : kn_cuda_unavailable_reason());
         return 1;
@@ -70,14 +71,14 @@ int main(int argc, char **argv)
         int64_t n = s->b * s->h * s->t * s->d, nm = s->mask == 1 ? s->b * s->t : s->b * s->t * s->t;
         void *buf[5] = {0};
         kn_status st = KN_OK;
-        for (int i = 0; i < 4 && st == KN_OK; i++) st = kn_cuda_malloc(n * 2, &buf[i]);
-        if (st == KN_OK && s->mask) st = kn_cuda_malloc(nm * 2, &buf[4]);
+        for (int i = 0; i < 4 && st == KN_OK; i++) st = kn_cuda_malloc(n * es, &buf[i]);
+        if (st == KN_OK && s->mask) st = kn_cuda_malloc(nm * es, &buf[4]);
         if (st != KN_OK) {
             printf("%s: no GPU memory\n", s->name);
             return 1;
         }
         for (int i = 0; i < 5; i++)
-            if (buf[i]) cudaMemsetAsync(buf[i], 0, (size_t)(i == 4 ? nm : n) * 2, kn_cuda_stream());
+            if (buf[i]) cudaMemsetAsync(buf[i], 0, (size_t)((i == 4 ? nm : n) * es), kn_cuda_stream());
         kn_attention_problem p = {.dtype = dt, .batch = s->b, .heads = s->h, .tq = s->t, .tk = s->t, .d = s->d,
                                   .dv = s->d, .q = buf[0], .k = buf[1], .v = buf[2], .o = buf[3],
                                   .scale = 1.0 / sqrt((double)s->d)};

@@ -117,15 +117,19 @@ static double bench_attention(const bench_opts *o)
 {
     static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
     double sum = 0;
-    for (int tc = 1; tc >= 0; tc--)
+    static const int kinds[] = {KN_ATT_MODULE_TC, KN_ATT_MODULE_SIMT, KN_ATT_MODULE_F32T};
+    static const char *const tags[] = {"simt", "tc", "f32t"};
+    for (int ki = 0; ki < 3; ki++)
         for (int di = 0; di < 3; di++) {
-            if (tc && dts[di] == KN_F32) continue;
-            for (int size = tc ? 16 : 1; size <= (tc ? 128 : 8); size += tc ? 16 : 1) {
+            const int kind = kinds[ki], tc = kind == KN_ATT_MODULE_TC, ft = kind == KN_ATT_MODULE_F32T;
+            if ((tc && dts[di] == KN_F32) || (ft && dts[di] != KN_F32)) continue;
+            for (int size = tc ? 16 : ft ? 32 : 1; size <= (tc || ft ? 128 : 8);
+                 size = tc ? size + 16 : ft ? 2 * size : size + 1) {
                 char name[64], *src = NULL;
-                snprintf(name, sizeof name, "attention %s %s %s%d", tc ? "tc" : "simt", kn_dtype_name(dts[di]),
-                         tc ? "d" : "n", size);
+                snprintf(name, sizeof name, "attention %s %s %s%d", tags[kind], kn_dtype_name(dts[di]),
+                         tc || ft ? "d" : "n", size);
                 if (!wanted(o, name)) continue;
-                if (kn_cuda_attention_source(tc, dts[di], size, &src) != KN_OK) {
+                if (kn_cuda_attention_source(kind, dts[di], size, &src) != KN_OK) {
                     printf("%-36s no source: %s\n", name, kn_last_error());
                     continue;
                 }

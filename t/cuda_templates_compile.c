@@ -140,31 +140,35 @@ static void test_linalg_modules(void)
 
 /* Every module kn_cuda_attention.c can build: tensor-core modules for
  * bf16 and f16 at each padded head dim 16..128, SIMT modules for f32, bf16
- * and f16 at 1..8 output chunks of 32 columns. */
+ * and f16 at 1..8 output chunks of 32 columns, tiled f32 modules for head
+ * dims 32, 64 and 128. */
 static void test_attention_modules(void)
 {
     static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
     int bad_compile = 0, bad_warn = 0, missing = 0, modules = 0;
-    for (int tc = 1; tc >= 0; tc--)
+    static const int kinds[] = {KN_ATT_MODULE_TC, KN_ATT_MODULE_SIMT, KN_ATT_MODULE_F32T};
+    for (int ki = 0; ki < 3; ki++)
         for (int di = 0; di < 3; di++) {
-            if (tc && dts[di] == KN_F32) continue;
-            for (int size = tc ? 16 : 1; size <= (tc ? 128 : 8); size += tc ? 16 : 1) {
+            const int kind = kinds[ki], tc = kind == KN_ATT_MODULE_TC;
+            if ((tc && dts[di] == KN_F32) || (kind == KN_ATT_MODULE_F32T && dts[di] != KN_F32)) continue;
+            const int first = tc ? 16 : kind == KN_ATT_MODULE_F32T ? 32 : 1, last = tc ? 128 : kind == KN_ATT_MODULE_F32T ? 128 : 8;
+            for (int size = first; size <= last; size = tc ? size + 16 : kind == KN_ATT_MODULE_F32T ? 2 * size : size + 1) {
                 char *src = NULL, *img = NULL, *log = NULL, names[KN_ATTENTION_MAX_VARIANTS][48];
                 size_t n = 0;
                 const char *dn = kn_dtype_name(dts[di]);
-                kn_status st = kn_cuda_attention_source(tc, dts[di], size, &src);
+                kn_status st = kn_cuda_attention_source(kind, dts[di], size, &src);
                 if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
                 if (st == KN_OK) cover(src);
                 modules++;
                 if (st != KN_OK) {
-                    printf("# attention %s %s size %d: %s\n", tc ? "tc" : "simt", dn, size, kn_last_error());
+                    printf("# attention %s %s size %d: %s\n", tc ? "tc" : kind == KN_ATT_MODULE_F32T ? "f32t" : "simt", dn, size, kn_last_error());
                     bad_compile++;
                 } else {
                     if (log && strstr(log, "warning")) {
-                        printf("# attention %s %s size %d:\n%s\n", tc ? "tc" : "simt", dn, size, log);
+                        printf("# attention %s %s size %d:\n%s\n", tc ? "tc" : kind == KN_ATT_MODULE_F32T ? "f32t" : "simt", dn, size, log);
                         bad_warn++;
                     }
-                    int nk = kn_cuda_attention_kernel_names(tc, dts[di], size, names);
+                    int nk = kn_cuda_attention_kernel_names(kind, dts[di], size, names);
                     for (int k = 0; k < nk; k++)
                         if (!has_symbol(img, n, names[k])) {
                             printf("# attention: no kernel %s in the image\n", names[k]);

@@ -11,8 +11,10 @@
 //   #define KN_ATT_DP <16..128>           tensor-core kernels for this padded head dim
 //  or
 //   #define KN_ATT_NC <1..8>              the SIMT kernel for dv <= 32*NC
-// and looks the kernels up by the names built below (kn_attn_tc_* and
-// kn_attn_simt_*). kn_cuda_attention_source puts kn_cuda_attn_args.h (the
+//  or
+//   #define KN_ATT_FT <32, 64, 128>       the tiled f32 kernel for this padded head dim
+// and looks the kernels up by the names built below (kn_attn_tc_*,
+// kn_attn_simt_* and kn_attn_f32t_*). kn_cuda_attention_source puts kn_cuda_attn_args.h (the
 // args struct the host fills) before this text.
 //
 // No CUDA headers (NVRTC runs without include paths): bf16/f16 are raw
@@ -106,6 +108,37 @@ __device__ __forceinline__ float kn_att_safe_max(float m)
     return m == KN_ATT_NEG_INF ? 0.f : m;
 }
 
+// 2^x by the SFU's approximation (relative error about 2^-22, far below
+// bf16's and f16's rounding; 2^-inf is +0): exp2f adds range handling
+// for subnormal results around it, three more instructions an element
+__device__ __forceinline__ float kn_att_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ unsigned kn_att_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared, asynchronously; src_bytes 0 zero-fills (rows
+// past the end, head-dim padding)
+__device__ __forceinline__ void kn_att_cp16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(kn_att_smem_addr(dst)), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void kn_att_cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void kn_att_cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 #if defined(KN_ATT_DP) && KN_ATT_DT != 0
 // ============================================================================
 // Tensor-core kernel (bf16 / f16): mma.sync m16n8k16 with f32 accumulators.
@@ -145,37 +178,6 @@ __device__ __forceinline__ float kn_att_safe_max(float m)
 #define KN_ATT_MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #define KN_ATT_CVT2 "cvt.rn.f16x2.f32"
 #endif
-
-// 2^x by the SFU's approximation (relative error about 2^-22, far below
-// bf16's and f16's rounding; 2^-inf is +0): exp2f adds range handling
-// for subnormal results around it, three more instructions an element
-__device__ __forceinline__ float kn_att_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ unsigned kn_att_smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-// 16 bytes global -> shared, asynchronously; src_bytes 0 zero-fills (rows
-// past the end, head-dim padding)
-__device__ __forceinline__ void kn_att_cp16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(kn_att_smem_addr(dst)), "l"(src),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void kn_att_cp_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void kn_att_cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void kn_att_ldm_x4(unsigned r[4], const void *p)
 {
@@ -717,5 +719,232 @@ extern "C" __global__ void __launch_bounds__(128)
     kn_att_simt<KN_ATT_NC>(a, kn_att_fsmem);
 }
 #endif // KN_ATT_NC
+
+#if defined(KN_ATT_FT) && KN_ATT_DT == 0
+// ============================================================================
+// Tiled f32 kernel: f32 FMA throughout (strict f32, no tensor cores), for
+// head dims up to FT (32, 64 or 128), rows 16-byte aligned. 128 threads, a
+// block of 64 query rows, key tiles of 64; Q, K, V and P staged in shared
+// memory as [row][FT + 4] (the pad puts the 8 rows a quarter-warp reads in
+// distinct banks). Thread (ty, tx) = (tid / 8, tid % 8) owns query rows
+// 4*ty .. 4*ty+3; in S = Q K^T it owns key columns tx + 8*j (j < 8), each
+// score a 4-wide dot step from one LDS.128 of Q and one of K; in O += P V it
+// owns output columns 32*q + 4*tx + e, from LDS.128 of P's row and V's. A
+// row's softmax statistics are shared by its 8 threads (lanes 8 apart in
+// tid: shuffles over lane bits 0..2). Every FMA does 4 LDS.128 bytes' work
+// or more, so the kernel is bound by the FMA pipes, not by shared memory:
+// the SIMT kernel above did one scalar load per FMA (BERT's 8x12x128x64:
+// 61 us, 6 TFLOP/s on an H200).
+// Copies are asynchronous: K of the next tile is requested once this
+// tile's scores are written, V once its products are done.
+// ============================================================================
+#define KN_ATT_FT_BM 64
+#define KN_ATT_FT_BN 64
+
+// rows [row0, row0+nrows) of an f32 [rows, width] slice (row stride rs
+// elements) into shared memory as nrows x (FT + 4): 16-byte chunks, zero
+// past `limit` rows and past `width` columns
+template <int FT, int NROWS>
+__device__ __forceinline__ void kn_att_ft_stage(float *dst, const char *src, long long rs, long long row0,
+                                                long long limit, int width)
+{
+    constexpr int CHUNKS = FT / 4;
+    for (int c = threadIdx.x; c < NROWS * CHUNKS; c += 128) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 4;
+        const long long row = row0 + r;
+        const int left = width - col;
+        const bool in = row < limit && left > 0;
+        const char *g = in ? src + (row * rs + col) * 4 : src;
+        kn_att_cp16(dst + r * (FT + 4) + col, g, in ? (left >= 4 ? 16 : 4 * left) : 0);
+    }
+}
+
+template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args &a, float *smem)
+{
+    constexpr int BM = KN_ATT_FT_BM, BN = KN_ATT_FT_BN, LD = FT + 4, LP = BN + 4, NQ = FT / 32;
+    const int tid = threadIdx.x, ty = tid / 8, tx = tid % 8;
+    const long long nbh = gridDim.x / a.n_qblocks;
+    const long long bh = blockIdx.x % nbh;
+    const int qb = a.n_qblocks - 1 - (int)(blockIdx.x / nbh);
+    const long long b = bh / a.heads, h = bh % a.heads;
+    const long long q0 = (long long)qb * BM;
+    const char *qp = a.q + (b * a.qs[0] + h * a.qs[1]) * 4;
+    const char *kp = a.k + (b * a.ks[0] + h * a.ks[1]) * 4;
+    const char *vp = a.v + (b * a.vs[0] + h * a.vs[1]) * 4;
+    float *sq = smem, *sk = sq + BM * LD, *sv = sk + BN * LD, *sp = sv + BN * LD; // P: BM x LP
+
+    long long kend = a.tk;
+    if (a.causal && q0 + BM < kend) kend = q0 + BM;
+    const int ntiles = (int)((kend + BN - 1) / BN), tk = (int)a.tk;
+
+    kn_att_ft_stage<FT, BM>(sq, qp, a.qs[2], q0, a.tq, a.d);
+    kn_att_ft_stage<FT, BN>(sk, kp, a.ks[2], 0, a.tk, a.d);
+    kn_att_cp_commit();
+    kn_att_ft_stage<FT, BN>(sv, vp, a.vs[2], 0, a.tk, a.dv);
+    kn_att_cp_commit();
+
+    // the mask rows of this thread's query rows (clamped into range, as the
+    // tensor-core kernel does: rows past tq are never stored)
+    const int ms3 = (int)a.ms[3];
+    const char *mrow[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        long long r = q0 + 4 * ty + i;
+        if (r >= a.tq) r = a.tq - 1;
+        const int es = a.mask_kind == 1 ? 1 : 4; // an f32 kernel's float masks are f32
+        mrow[i] = a.mask_kind ? a.mask + kn_att_mask_row(a, b, h, r) * es : a.mask;
+    }
+
+    float o[4][NQ][4], m[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = KN_ATT_NEG_INF;
+        l[i] = 0.f;
+#pragma unroll
+        for (int q = 0; q < NQ; q++) o[i][q][0] = o[i][q][1] = o[i][q][2] = o[i][q][3] = 0.f;
+    }
+
+    for (int it = 0; it < ntiles; it++) {
+        const int k0 = it * BN;
+        kn_att_cp_wait<1>(); // this tile's K (and Q); its V may still be on the way
+        __syncthreads();
+
+        // S = Q K^T: rows 4*ty + i, keys tx + 8*j
+        float s[4][8];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[i][j] = 0.f;
+#pragma unroll 4
+        for (int x = 0; x < FT; x += 4) {
+            float4 qv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) qv[i] = *(const float4 *)(sq + (4 * ty + i) * LD + x);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 kv = *(const float4 *)(sk + (tx + 8 * j) * LD + x);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float acc = s[i][j];
+                    acc = fmaf(qv[i].x, kv.x, acc);
+                    acc = fmaf(qv[i].y, kv.y, acc);
+                    acc = fmaf(qv[i].z, kv.z, acc);
+                    s[i][j] = fmaf(qv[i].w, kv.w, acc);
+                }
+            }
+        }
+
+        // scale, mask, drop keys past tk and above the diagonal
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const long long qi = q0 + 4 * ty + i;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int kj = k0 + tx + 8 * j;
+                float v = s[i][j] * a.scale_log2;
+                if (a.mask_kind) {
+                    const int off = min(kj, tk - 1) * ms3;
+                    if (a.mask_kind == 1) v = ((const unsigned char *)mrow[i])[off] ? v : KN_ATT_NEG_INF;
+                    else v = fmaf(((const float *)mrow[i])[off], KN_ATT_LOG2E, v);
+                }
+                if (kj >= tk || (a.causal && kj > qi)) v = KN_ATT_NEG_INF;
+                s[i][j] = v;
+            }
+        }
+
+        // online softmax; P to shared memory
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float mx = m[i];
+#pragma unroll
+            for (int j = 0; j < 8; j++) mx = fmaxf(mx, s[i][j]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            const float use = kn_att_safe_max(mx);
+            const float corr = exp2f(m[i] - use);
+            m[i] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float p = exp2f(s[i][j] - use);
+                sum += p;
+                sp[(4 * ty + i) * LP + tx + 8 * j] = p;
+            }
+            l[i] = l[i] * corr + sum; // thread-partial: the 8 threads' sum comes at the end
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
+                o[i][q][0] *= corr;
+                o[i][q][1] *= corr;
+                o[i][q][2] *= corr;
+                o[i][q][3] *= corr;
+            }
+        }
+        kn_att_cp_wait<0>(); // this tile's V
+        __syncthreads();     // P and V visible; K free
+        if (it + 1 < ntiles) {
+            kn_att_ft_stage<FT, BN>(sk, kp, a.ks[2], k0 + BN, a.tk, a.d);
+            kn_att_cp_commit();
+        }
+
+        // O += P V: rows 4*ty + i, columns 32*q + 4*tx + e
+#pragma unroll 2
+        for (int c = 0; c < BN; c += 4) {
+            float4 pv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) pv[i] = *(const float4 *)(sp + (4 * ty + i) * LP + c);
+#pragma unroll
+            for (int cc = 0; cc < 4; cc++) {
+#pragma unroll
+                for (int q = 0; q < NQ; q++) {
+                    const float4 vv = *(const float4 *)(sv + (c + cc) * LD + 32 * q + 4 * tx);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float p = cc == 0 ? pv[i].x : cc == 1 ? pv[i].y : cc == 2 ? pv[i].z : pv[i].w;
+                        o[i][q][0] = fmaf(p, vv.x, o[i][q][0]);
+                        o[i][q][1] = fmaf(p, vv.y, o[i][q][1]);
+                        o[i][q][2] = fmaf(p, vv.z, o[i][q][2]);
+                        o[i][q][3] = fmaf(p, vv.w, o[i][q][3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // V and P free
+        if (it + 1 < ntiles) {
+            kn_att_ft_stage<FT, BN>(sv, vp, a.vs[2], k0 + BN, a.tk, a.dv);
+            kn_att_cp_commit();
+        }
+    }
+
+    const long long ooff = b * a.os[0] + h * a.os[1];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float sum = l[i];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+        const long long qi = q0 + 4 * ty + i;
+        if (qi >= a.tq) continue;
+        float *row = (float *)a.o + ooff + qi * a.os[2];
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = 32 * q + 4 * tx + e;
+                float v = o[i][q][e] / sum; // 0/0 = NaN: a fully masked row
+                if (a.zero_nan && v != v) v = 0.f;
+                if (col < a.dv) row[col] = v;
+            }
+    }
+}
+
+// kn_attn_f32t_d<FT>
+extern "C" __global__ void __launch_bounds__(128)
+    KN_ATT_PASTE(kn_attn_f32t_d, KN_ATT_FT)(const kn_attn_args a)
+{
+    extern __shared__ __align__(16) float kn_att_ftsmem[];
+    kn_att_f32t<KN_ATT_FT>(a, kn_att_ftsmem);
+}
+#endif // KN_ATT_FT
 
 #endif // KN_ATT_STANDALONE

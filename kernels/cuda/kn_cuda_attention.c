@@ -22,6 +22,7 @@
 #include "kn_strbuf.h"
 
 #define TC_MAX_DIM 128  /* Q fragments and O accumulators live in registers */
+#define F32T_MAX_DIM 128 /* the tiled f32 kernel's widest head (O: 64 registers a thread) */
 #define SIMT_MAX_DIM 256
 #define N_TC_SIZES (TC_MAX_DIM / 16)
 #define N_SIMT_SIZES (SIMT_MAX_DIM / 32)
@@ -30,7 +31,7 @@
 
 /* one kernel configuration */
 typedef struct attn_config {
-    int tc;     /* tensor cores (bf16/f16) or SIMT */
+    int tc;     /* the module kind: KN_ATT_MODULE_TC (bf16/f16 tensor cores), _SIMT or _F32T */
     int mt;     /* tc: m16 tiles a warp (BM = 64 * mt) */
     int bn;     /* keys a tile */
     int ks;     /* tc: groups of 4 warps that split the keys of one query block */
@@ -47,7 +48,8 @@ static const attn_config tc_configs[N_TC_CONFIGS] = {
     {1, 1, 32, 2, 128, "tc bm64 bn32 ks2"},
     {1, 1, 32, 4, 64, "tc bm64 bn32 ks4"},
 };
-static const attn_config simt_config = {0, 0, 32, 1, 0, "simt bm32 bn32"};
+static const attn_config simt_config = {KN_ATT_MODULE_SIMT, 0, 32, 1, 0, "simt bm32 bn32"};
+static const attn_config f32t_config = {KN_ATT_MODULE_F32T, 1, 64, 1, F32T_MAX_DIM, "f32 tiled bm64 bn64"};
 
 static int dt_code_index(kn_dtype dt) /* f32 0, bf16 1, f16 2 */
 {
@@ -59,21 +61,30 @@ static const char *dt_tag(kn_dtype dt)
     return dt == KN_BF16 ? "bf16" : dt == KN_F16 ? "f16" : "f32";
 }
 
-kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src)
+static bool f32t_size(int size)
+{
+    return size == 32 || size == 64 || size == 128;
+}
+
+kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src)
 {
     *src = NULL;
     if (dt != KN_F32 && dt != KN_BF16 && dt != KN_F16)
         return kn_error(KN_ERR_UNSUPPORTED, "attention: no kernels for dtype %s", kn_dtype_name(dt));
-    if (tc ? (dt == KN_F32 || size < 16 || size > TC_MAX_DIM || size % 16) : (size < 1 || size > N_SIMT_SIZES))
-        return kn_error(KN_ERR_ARG, "attention: no %s module of size %d for %s", tc ? "tensor-core" : "SIMT", size,
-                        kn_dtype_name(dt));
+    bool bad = kind == KN_ATT_MODULE_TC     ? dt == KN_F32 || size < 16 || size > TC_MAX_DIM || size % 16
+               : kind == KN_ATT_MODULE_F32T ? dt != KN_F32 || !f32t_size(size)
+                                            : size < 1 || size > N_SIMT_SIZES;
+    static const char *const kind_names[] = {"SIMT", "tensor-core", "tiled f32"};
+    if (bad || kind < 0 || kind > KN_ATT_MODULE_F32T)
+        return kn_error(KN_ERR_ARG, "attention: no %s module of size %d for %s",
+                        kind >= 0 && kind <= KN_ATT_MODULE_F32T ? kind_names[kind] : "such", size, kn_dtype_name(dt));
     const char *tpl = kn_cuda_template("kn_attention"), *args = kn_cuda_template("kn_cuda_attn_args.h");
     if (!tpl || !args)
         return kn_error(KN_ERR_UNSUPPORTED, "attention: kernels/cuda/%s is not embedded in this build",
                         !tpl ? "kn_attention.cu" : "kn_cuda_attn_args.h");
     kn_strbuf s = {0};
     kn_strbuf_printf(&s, "#define KN_ATT_STANDALONE 1\n#define KN_ATT_DT %d\n#define KN_ATT_%s %d\n", (int)dt,
-                     tc ? "DP" : "NC", size);
+                     kind == KN_ATT_MODULE_TC ? "DP" : kind == KN_ATT_MODULE_F32T ? "FT" : "NC", size);
     kn_strbuf_puts(&s, args);
     kn_strbuf_puts(&s, "\n");
     kn_strbuf_puts(&s, tpl);
@@ -87,10 +98,14 @@ static void tc_kernel_name(const attn_config *c, kn_dtype dt, int size, char nam
     snprintf(name, 48, "kn_attn_tc_%s_d%d_m%d_n%d%s", dt_tag(dt), size, 64 * c->mt, c->bn, ks);
 }
 
-int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][48])
+int kn_cuda_attention_kernel_names(int kind, kn_dtype dt, int size, char names[][48])
 {
-    if (!tc) {
+    if (kind == KN_ATT_MODULE_SIMT) {
         snprintf(names[0], 48, "kn_attn_simt_%s_c%d", dt_tag(dt), size);
+        return 1;
+    }
+    if (kind == KN_ATT_MODULE_F32T) {
+        snprintf(names[0], 48, "kn_attn_f32t_d%d", size);
         return 1;
     }
     int n = 0;
@@ -110,11 +125,18 @@ typedef struct kernel_slot {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static kernel_slot tc_kernels[2][N_TC_SIZES][N_TC_CONFIGS]; /* [bf16, f16][DP/16 - 1][config] */
 static kernel_slot simt_kernels[3][N_SIMT_SIZES];       /* [f32, bf16, f16][NC - 1] */
+static kernel_slot f32t_kernels[3];                     /* FT 32, 64, 128 */
 
 static size_t tc_smem(int dp, const attn_config *c)
 {
     /* a group's Q block + two stages of K and of V, rows padded by 8 halves */
     return (size_t)c->ks * (size_t)(64 * c->mt + 4 * c->bn) * (size_t)(dp + 8) * 2;
+}
+
+static size_t f32t_smem(int ft)
+{
+    /* Q, K and V as [64][ft + 4], P as [64][64 + 4], f32 */
+    return (size_t)(3 * 64 * (ft + 4) + 64 * 68) * sizeof(float);
 }
 
 static size_t simt_smem(int64_t d, int64_t dv)
@@ -128,15 +150,16 @@ static size_t simt_smem(int64_t d, int64_t dv)
 static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t smem, const void **fn, int *per_sm)
 {
     pthread_mutex_lock(&lock);
-    kernel_slot *slot = c->tc ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
-                              : &simt_kernels[dt_code_index(dt)][size - 1];
+    kernel_slot *slot = c->tc == KN_ATT_MODULE_TC     ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
+                        : c->tc == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2]
+                                                      : &simt_kernels[dt_code_index(dt)][size - 1];
     kn_status st = KN_OK;
     if (!slot->fn) {
         char *src = NULL;
         kn_cuda_module *mod = NULL;
         char name[48];
-        if (c->tc) tc_kernel_name(c, dt, size, name);
-        else kn_cuda_attention_kernel_names(0, dt, size, &name);
+        if (c->tc == KN_ATT_MODULE_TC) tc_kernel_name(c, dt, size, name);
+        else kn_cuda_attention_kernel_names(c->tc, dt, size, &name);
         st = kn_cuda_attention_source(c->tc, dt, size, &src);
         if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
         free(src);
@@ -147,7 +170,7 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
         /* raise to the most any problem of this kernel needs, once a GPU */
         cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)slot->fn,
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        (int)(c->tc ? smem : simt_smem(SIMT_MAX_DIM, 32 * size)), dev);
+                                                        (int)(c->tc != KN_ATT_MODULE_SIMT ? smem : simt_smem(SIMT_MAX_DIM, 32 * size)), dev);
         if (e != cudaSuccess) st = kn_cuda_fail(e, "attention: raising the kernel's shared-memory limit");
         else slot->smem_devices |= 1ull << dev;
     }
@@ -232,8 +255,28 @@ static kn_status validate(const kn_attention_problem *p)
     return KN_OK;
 }
 
-/* The configurations p can use: the tensor-core ones in table order, then
- * the SIMT one. */
+/* Whether the tiled f32 kernel can take p: f32 (any precision setting: it
+ * is strict f32 FMA), head dims up to 128, q, k and v rows it can copy 16
+ * bytes at a time, and 32-bit key offsets into the mask. Returns why not,
+ * or NULL. */
+static const char *f32t_refusal(const kn_attention_problem *p)
+{
+    if (p->dtype != KN_F32) return "not f32";
+    if (p->d > F32T_MAX_DIM || p->dv > F32T_MAX_DIM) return "head dims over 128";
+    const void *ptrs[3] = {p->q, p->k, p->v};
+    const int64_t *strides[3] = {p->q_stride, p->k_stride, p->v_stride};
+    for (int i = 0; i < 3; i++) {
+        if (!aligned(ptrs[i], 16)) return "q, k or v is not 16-byte aligned";
+        for (int s = 0; s < 3; s++)
+            if (strides[i][s] % 4) return "a stride of q, k or v is not a multiple of 4 elements";
+    }
+    if ((double)p->tk * (double)(p->mask ? llabs((long long)p->mask_stride[3]) + 1 : 1) > 2147483647.0)
+        return "the mask's key offsets exceed 32 bits";
+    return NULL;
+}
+
+/* The configurations p can use: the tensor-core ones in table order, or
+ * the tiled f32 one, then the SIMT one. */
 static int configs_of(const kn_attention_problem *p, const attn_config **out)
 {
     char why[160];
@@ -243,6 +286,7 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
         for (int i = 0; i < N_TC_CONFIGS; i++)
             if (dp <= tc_configs[i].max_dp) out[n++] = &tc_configs[i];
     }
+    if (!f32t_refusal(p)) out[n++] = &f32t_config;
     out[n++] = &simt_config;
     return n;
 }
@@ -268,7 +312,7 @@ static const attn_config *default_config(const kn_attention_problem *p, const at
     int64_t sms = kn_cuda_current()->sm_count;
     for (int i = 0; i < n; i++) {
         const attn_config *c = cfg[i];
-        if (!c->tc) continue;
+        if (c->tc != KN_ATT_MODULE_TC) continue;
         const void *fn;
         int per_sm = 1;
         if (get_kernel(c, p->dtype, dp, tc_smem(dp, c), &fn, &per_sm) != KN_OK) continue;
@@ -280,6 +324,11 @@ static const attn_config *default_config(const kn_attention_problem *p, const at
         if (i == 0 || cost < best_cost) best = c, best_cost = cost;
     }
     return best;
+}
+
+bool kn_cuda_attention_f32_tiled(const kn_attention_problem *p)
+{
+    return validate(p) == KN_OK && !f32t_refusal(p);
 }
 
 int kn_cuda_attention_variants(const kn_attention_problem *p, const char **labels)
@@ -328,10 +377,15 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
 
     int size, bm;
     size_t smem;
-    if (c->tc) {
+    if (c->tc == KN_ATT_MODULE_TC) {
         size = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
         bm = 64 * c->mt;
         smem = tc_smem(size, c);
+    } else if (c->tc == KN_ATT_MODULE_F32T) {
+        int64_t dm = p->d > p->dv ? p->d : p->dv;
+        size = dm <= 32 ? 32 : dm <= 64 ? 64 : 128;
+        bm = 64;
+        smem = f32t_smem(size);
     } else {
         size = (int)(p->dv + 31) / 32;
         bm = SIMT_BM;

@@ -11,6 +11,7 @@
 #ifndef KN_CUDA_ATTENTION_H
 #define KN_CUDA_ATTENTION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kn_dtype.h"
@@ -44,6 +45,10 @@ typedef struct kn_attention_problem {
  * gives NaN, as the unfused softmax does. */
 kn_status kn_cuda_attention(const kn_attention_problem *p);
 
+/* Whether p (f32) runs on the tiled f32 kernel by default: strict f32 FMA
+ * at shared-memory tiles, the fused path's answer to f32 attention. */
+bool kn_cuda_attention_f32_tiled(const kn_attention_problem *p);
+
 /* How many configurations (variants 1..n) can run p, for an autotuner; 0
  * when none can (kn_cuda_attention says why). labels (NULL, or room for
  * KN_ATTENTION_MAX_VARIANTS) gets a static name for each, e.g.
@@ -52,12 +57,16 @@ int kn_cuda_attention_variants(const kn_attention_problem *p, const char **label
 
 /* ---- for t/cuda_templates_compile.c: the modules and the kernel names ---- */
 
-/* The source of one module of kn_attention.cu: tensor-core kernels
- * (tc = 1) of dtype dt for the padded head dim `size` (16..128, a multiple
- * of 16), or the SIMT kernel (tc = 0) of dtype dt for dv <= 32*size (size
- * 1..8). *src is malloc'd. */
-kn_status kn_cuda_attention_source(int tc, kn_dtype dt, int size, char **src);
+/* The kinds of module of kn_attention.cu: the SIMT kernel (size: output
+ * chunks of 32 columns, 1..8), the tensor-core kernels (bf16/f16; size:
+ * the padded head dim 16..128 in steps of 16) and the tiled f32 kernel
+ * (size: the padded head dim 32, 64 or 128). */
+enum { KN_ATT_MODULE_SIMT, KN_ATT_MODULE_TC, KN_ATT_MODULE_F32T };
+
+/* The source of one module of kn_attention.cu, of kind KN_ATT_MODULE_*
+ * (see above) and dtype dt. *src is malloc'd. */
+kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src);
 /* The kernel names such a module holds (up to KN_ATTENTION_MAX_VARIANTS; returns how many). */
-int kn_cuda_attention_kernel_names(int tc, kn_dtype dt, int size, char names[][48]);
+int kn_cuda_attention_kernel_names(int kind, kn_dtype dt, int size, char names[][48]);
 
 #endif

@@ -255,19 +255,20 @@ out:
     return st;
 }
 
-/* f32 scores up to this size run unfused by default: kiln's fused f32
- * kernel is the SIMT one (no TF32 in strict f32), and at the sizes of
- * BERT, GPT-2 and ViT two cuBLASLt GEMMs (strict f32 unless allow_tf32) around a softmax
- * beat it several times over (H200, 8 x 12 heads x 128 x 64: 61 us
- * fused; ViT's 197 tokens: 174 us). The fused kernel stays for longer
- * sequences, where the T x T scores would be large, and as a variant that
- * max-autotune measures against the default. */
+/* f32 scores up to this size run unfused by default when the tiled f32
+ * kernel cannot take the call (rows it cannot copy 16 bytes at a time,
+ * head dims over 128): the SIMT kernel that remains for those is slow
+ * (H200, 8 x 12 heads x 128 x 64: 61 us fused; ViT's 197 tokens: 174 us),
+ * and two cuBLASLt GEMMs (strict f32 unless allow_tf32) around a softmax
+ * beat it several times over. The tiled kernel, at shared-memory tiles
+ * with f32 FMA, beats both. Longer sequences keep a fused kernel, where
+ * the T x T scores would be large; max-autotune measures every variant. */
 #define UNFUSED_F32_MAX_SCORE_BYTES ((int64_t)64 << 20)
 
 static bool f32_runs_unfused(const kn_attention_problem *p)
 {
     double bytes = (double)p->batch * (double)p->heads * (double)p->tq * (double)p->tk * 4.0;
-    return p->dtype == KN_F32 && bytes <= (double)UNFUSED_F32_MAX_SCORE_BYTES; /* the GEMMs follow allow_tf32 */
+    return p->dtype == KN_F32 && bytes <= (double)UNFUSED_F32_MAX_SCORE_BYTES && !kn_cuda_attention_f32_tiled(p);
 }
 
 /* Float q, k, v: the fused kernel where it takes the call, the unfused
