@@ -380,37 +380,6 @@ do
   T.is(ks[2] and table.concat(ks[2].ops, ",") or "", "add,add", "heads as rows: the bias and the residual add in one kernel after it")
 end
 
--- ... followed by a Transpose of the rows (nn.MultiheadAttention's out_proj
--- writes {T, B, E} and transposes to {B, T, E} for the residual add): the
--- rows are permuted before the matmul, which then writes {B, T, E}
-do
-  local w = kiln.randn({ 5, 4 }, { seed = 28 })
-  local b = kiln.randn({ 5 }, { seed = 29 })
-  local m = kiln.onnx.load(write("gemm_rows_t.onnx", W.model {
-    opset = 17, inputs = { { "x", "f32", { 3, 2, 2, 2 } }, { "r", "f32", { 2, 3, 5 } } },
-    outputs = { { "y", "f32", { 2, 3, 5 } } },
-    initializers = { { "w", w }, { "b", b }, { "s1", kiln.tensor({ 6, 4 }, { dtype = "i64" }) },
-      { "s2", kiln.tensor({ 3, 2, 5 }, { dtype = "i64" }) } },
-    nodes = {
-      { op = "Reshape", inputs = { "x", "s1" }, outputs = { "flat" } },
-      { op = "Gemm", name = "out_proj", inputs = { "flat", "w", "b" }, outputs = { "g" }, attrs = { transB = 1 } },
-      { op = "Reshape", inputs = { "g", "s2" }, outputs = { "p" } },
-      { op = "Transpose", inputs = { "p" }, outputs = { "pt" }, attrs = { perm = { 1, 0, 2 } } },
-      { op = "Add", inputs = { "pt", "r" }, outputs = { "y" } },
-    },
-  }))
-  T.is(ops_of(m), "Gemm,Add", "Reshape -> Gemm -> Reshape -> Transpose is one node")
-  local x4, r = kiln.randn({ 3, 2, 2, 2 }, { seed = 30 }), kiln.randn({ 2, 3, 5 }, { seed = 31 })
-  local want = (x4:to("f64"):reshape({ 6, 4 }):matmul(w:to("f64"):t()) + b:to("f64")):reshape({ 3, 2, 5 })
-    :transpose(1, 2) + r:to("f64")
-  T.ok(within(max_diff(m(x4, r), want), 1e-5), "rows transposed after: the four ops' value")
-  local cm = kiln.compile(m)
-  T.ok(within(max_diff(cm(x4, r), want), 1e-5), "rows transposed after: compiled value")
-  local ks = cm:kernels()
-  T.like(ks[1] and ks[1].name or "", "matmul_f32_2x3x5$", "rows transposed after: the matmul writes {B, T, N}")
-  T.is(ks[2] and table.concat(ks[2].ops, ",") or "", "add,add", "rows transposed after: bias and residual in one kernel")
-end
-
 -- a compiled ONNX model replays without running the interpreter: its
 -- parameters are found again under their dotted names (module.params), and
 -- naming ops after ONNX nodes (kiln.onnx.where) keeps the trace replayable

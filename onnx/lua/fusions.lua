@@ -290,19 +290,9 @@ local function match_linear_rows(ix, rewrites)
         -- dynamo exporter sets it to 1; it matters only for a 0 in a shape)
         local attrs = { reshape_allowzero = { r1.attrs.allowzero or 0, r2.attrs.allowzero or 0 } }
         for k, v in pairs(gemm.attrs) do attrs[k] = v end
-        local chain, out = { r1, gemm, r2 }, r2.outputs[1]
-        -- a Transpose after it that keeps the last dim (nn.MultiheadAttention's
-        -- out_proj: rows {T, B} back to {B, T}) commutes with the matmul: the
-        -- rows are permuted before it, so the matmul writes the layout the
-        -- residual add after it reads, and the add can be its epilogue
-        local tr = private(r2.outputs[1]) and reader(r2.outputs[1], "Transpose")
-        local perm = tr and tr.attrs.perm
-        if perm and #perm >= 2 and perm[#perm] == #perm - 1 then
-          chain[4], out, attrs.rows_perm = tr, tr.outputs[1], perm
-        end
-        rewrites[#rewrites + 1] = { chain = chain, node = { op = "Gemm", domain = "",
+        rewrites[#rewrites + 1] = { chain = { r1, gemm, r2 }, node = { op = "Gemm", domain = "",
           inputs = { r1.inputs[1], r1.inputs[2], gemm.inputs[2], gemm.inputs[3] or "", r2.inputs[2] },
-          outputs = { out }, attrs = attrs, impl = onnx.linear_rows, name = gemm.name } }
+          outputs = { r2.outputs[1] }, attrs = attrs, impl = onnx.linear_rows, name = gemm.name } }
       end
     end
   end
@@ -341,8 +331,7 @@ local function shape_values(v)
   return nil
 end
 
--- The node of Reshape -> Gemm -> Reshape (-> Transpose of the rows, as
--- attrs.rows_perm): inputs x, shape1, W, C, shape2.
+-- The node of Reshape -> Gemm -> Reshape: inputs x, shape1, W, C, shape2.
 function onnx.linear_rows(i, a)
   local x, s1, w, bias, s2 = i[1], i[2], i[3], i[4], i[5]
   local direct = type(x) == "userdata" and x:dim() >= 3 and type(w) == "userdata" and w:dim() == 2
@@ -376,16 +365,6 @@ function onnx.linear_rows(i, a)
         xr = x:reshape(lead)
       end
     end
-    local perm = a.rows_perm
-    if xr and perm then
-      if #perm == xr:dim() then
-        local p1 = {}
-        for d = 1, #perm do p1[d] = perm[d] + 1 end
-        xr = xr:permute(p1)
-      else
-        xr = nil
-      end
-    end
     if xr then
       local y = xr:matmul(wt)
       if bias then y = y + bias end
@@ -395,11 +374,9 @@ function onnx.linear_rows(i, a)
   local ops = onnx.ops
   local az = a.reshape_allowzero or { 0, 0 }
   local gemm_attrs = {}
-  for k, v in pairs(a) do if k ~= "reshape_allowzero" and k ~= "rows_perm" then gemm_attrs[k] = v end end
+  for k, v in pairs(a) do if k ~= "reshape_allowzero" then gemm_attrs[k] = v end end
   local y = ops.Gemm({ ops.Reshape({ x, s1 }, { allowzero = az[1] }), w, bias }, gemm_attrs)
-  y = ops.Reshape({ y, s2 }, { allowzero = az[2] })
-  if a.rows_perm then y = ops.Transpose({ y }, { perm = a.rows_perm }) end
-  return y
+  return ops.Reshape({ y, s2 }, { allowzero = az[2] })
 end
 
 -- Replaces the chains match finds in graph g (and in its If branches) by
