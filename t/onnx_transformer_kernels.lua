@@ -380,6 +380,33 @@ do
   T.is(ks[2] and table.concat(ks[2].ops, ",") or "", "add,add", "heads as rows: the bias and the residual add in one kernel after it")
 end
 
+-- MatMul on rows transposed first (nn.MultiheadAttention's in_proj reads
+-- {B, T, E} as {T, B, E}): one node; the matmul runs on the contiguous
+-- {B, T, E} rows with its bias after it, and the result is the transposed view
+do
+  local w = kiln.randn({ 4, 6 }, { seed = 38 })
+  local b = kiln.randn({ 6 }, { seed = 39 })
+  local m = kiln.onnx.load(write("in_proj_t.onnx", W.model {
+    opset = 17, inputs = { { "x", "f32", { 2, 3, 4 } } }, outputs = { { "y", "f32", { 3, 2, 6 } } },
+    initializers = { { "w", w }, { "b", b } },
+    nodes = {
+      { op = "Transpose", inputs = { "x" }, outputs = { "xt" }, attrs = { perm = { 1, 0, 2 } } },
+      { op = "MatMul", name = "in_proj", inputs = { "xt", "w" }, outputs = { "p" } },
+      { op = "Add", inputs = { "p", "b" }, outputs = { "y" } },
+    },
+  }))
+  T.is(ops_of(m), "MatMul", "Transpose -> MatMul -> Add of a bias is one node")
+  local x = kiln.randn({ 2, 3, 4 }, { seed = 40 })
+  local want = x:to("f64"):transpose(1, 2):matmul(w:to("f64")) + b:to("f64")
+  local y = m(x)
+  T.is(table.concat(y:shape(), ","), "3,2,6", "rows transposed first: the shape the file says")
+  T.ok(within(max_diff(y, want), 1e-5), "rows transposed first: the value")
+  local cm = kiln.compile(m)
+  T.ok(within(max_diff(cm(x), want), 1e-5), "rows transposed first: compiled value")
+  local ks = cm:kernels()
+  T.like(ks[1] and ks[1].name or "", "matmul_f32_2x3x6$", "rows transposed first: one matmul over the {2, 3} rows as stored")
+end
+
 -- a compiled ONNX model replays without running the interpreter: its
 -- parameters are found again under their dotted names (module.params), and
 -- naming ops after ONNX nodes (kiln.onnx.where) keeps the trace replayable
