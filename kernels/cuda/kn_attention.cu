@@ -815,23 +815,25 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
         for (int i = 0; i < 4; i++)
 #pragma unroll
             for (int j = 0; j < 8; j++) s[i][j] = 0.f;
-#pragma unroll 4
+        // all 12 loads of a step first, then its 128 FMAs: the loads'
+        // latency is paid once a step, not once a key column
+#pragma unroll 2
         for (int x = 0; x < FT; x += 4) {
-            float4 qv[4];
+            float4 qv[4], kv[8];
 #pragma unroll
             for (int i = 0; i < 4; i++) qv[i] = *(const float4 *)(sq + (4 * ty + i) * LD + x);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float4 kv = *(const float4 *)(sk + (tx + 8 * j) * LD + x);
+            for (int j = 0; j < 8; j++) kv[j] = *(const float4 *)(sk + (tx + 8 * j) * LD + x);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     float acc = s[i][j];
-                    acc = fmaf(qv[i].x, kv.x, acc);
-                    acc = fmaf(qv[i].y, kv.y, acc);
-                    acc = fmaf(qv[i].z, kv.z, acc);
-                    s[i][j] = fmaf(qv[i].w, kv.w, acc);
+                    acc = fmaf(qv[i].x, kv[j].x, acc);
+                    acc = fmaf(qv[i].y, kv[j].y, acc);
+                    acc = fmaf(qv[i].z, kv[j].z, acc);
+                    s[i][j] = fmaf(qv[i].w, kv[j].w, acc);
                 }
-            }
         }
 
         // scale, mask, drop keys past tk and above the diagonal
@@ -890,14 +892,18 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
         // O += P V: rows 4*ty + i, columns 32*q + 4*tx + e
 #pragma unroll 2
         for (int c = 0; c < BN; c += 4) {
-            float4 pv[4];
+            float4 pv[4], vv4[4][NQ];
 #pragma unroll
             for (int i = 0; i < 4; i++) pv[i] = *(const float4 *)(sp + (4 * ty + i) * LP + c);
+#pragma unroll
+            for (int cc = 0; cc < 4; cc++)
+#pragma unroll
+                for (int q = 0; q < NQ; q++) vv4[cc][q] = *(const float4 *)(sv + (c + cc) * LD + 32 * q + 4 * tx);
 #pragma unroll
             for (int cc = 0; cc < 4; cc++) {
 #pragma unroll
                 for (int q = 0; q < NQ; q++) {
-                    const float4 vv = *(const float4 *)(sv + (c + cc) * LD + 32 * q + 4 * tx);
+                    const float4 vv = vv4[cc][q];
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float p = cc == 0 ? pv[i].x : cc == 1 ? pv[i].y : cc == 2 ? pv[i].z : pv[i].w;
