@@ -67,10 +67,20 @@ static void read_fault_env(void)
  * a value they cannot take leaves them as they were (a cache dir: as
  * kn_settings_set_cache_dir keeps it) and marks the key bad, for the next
  * compiled call to raise the error it raised when it read the table. */
+/* kiln.config.f32_precision's words, in kn_f32_precision's order */
+static const char *const f32_precisions[] = {"ieee", "tf32", "fastest", NULL};
+
 static void apply_setting(lua_State *L, kn_lua_state *s, const char *key, int v)
 {
     if (strcmp(key, "allow_tf32") == 0) {
         s->settings.allow_tf32 = lua_toboolean(L, v);
+        s->settings.f32_precision = s->settings.allow_tf32 ? KN_F32_TF32 : KN_F32_IEEE;
+    } else if (strcmp(key, "f32_precision") == 0) {
+        int which = KN_F32_IEEE; /* config_newindex checked the word */
+        for (int i = 0; f32_precisions[i]; i++)
+            if (lua_type(L, v) == LUA_TSTRING && strcmp(lua_tostring(L, v), f32_precisions[i]) == 0) which = i;
+        s->settings.f32_precision = (kn_f32_precision)which;
+        s->settings.allow_tf32 = which != KN_F32_IEEE;
     } else if (strcmp(key, "cache_dir") == 0) {
         bool ok = true;
         if (lua_type(L, v) == LUA_TSTRING || lua_type(L, v) == LUA_TNUMBER) {
@@ -105,9 +115,9 @@ static int config_newindex(lua_State *L)
 {
     /* the keys of push_defaults: a misspelt setting must not be stored
      * where nothing reads it */
-    static const char *const keys[] = {"cache_size_limit", "error_on_recompile", "allow_tf32", "replay",
-                                       "dynamic_numbers", "compiler", "check_numerics", "fold_epilogues",
-                                       "channels_last", "autotune_budget_s", "cache_dir",
+    static const char *const keys[] = {"cache_size_limit", "error_on_recompile", "allow_tf32", "f32_precision",
+                                       "replay", "dynamic_numbers", "compiler", "check_numerics",
+                                       "fold_epilogues", "channels_last", "autotune_budget_s", "cache_dir",
                                        "activation_memory_budget", NULL};
     lua_settop(L, 3);
     if (lua_type(L, 2) != LUA_TSTRING)
@@ -115,10 +125,26 @@ static int config_newindex(lua_State *L)
                           luaL_typename(L, 2));
     /* fault_kernel: testing the numerics checker, not a user's setting */
     if (strcmp(lua_tostring(L, 2), "fault_kernel") != 0) kn_lua_check_name(L, 2, "kiln.config", "setting", keys);
+    /* f32_precision's word is checked here, where the user assigns it (a
+     * bad one stores nothing); allow_tf32 is its alias, so the table
+     * shows the pair as one setting */
+    const char *key = lua_tostring(L, 2);
+    if (strcmp(key, "f32_precision") == 0) {
+        if (lua_isnil(L, 3)) {
+            lua_pushliteral(L, "ieee");
+            lua_replace(L, 3);
+        }
+        int which = kn_lua_check_name(L, 3, "kiln.config.f32_precision", "precision", f32_precisions);
+        lua_pushboolean(L, which != KN_F32_IEEE);
+        lua_setfield(L, lua_upvalueindex(1), "allow_tf32");
+    } else if (strcmp(key, "allow_tf32") == 0) {
+        lua_pushstring(L, lua_toboolean(L, 3) ? "tf32" : "ieee");
+        lua_setfield(L, lua_upvalueindex(1), "f32_precision");
+    }
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_rawset(L, lua_upvalueindex(1));
-    if (lua_type(L, 2) == LUA_TSTRING) apply_setting(L, kn_lua_state_get(L), lua_tostring(L, 2), 3);
+    apply_setting(L, kn_lua_state_get(L), key, 3);
     return 0;
 }
 
@@ -143,13 +169,15 @@ static int config_pairs(lua_State *L)
 /* The table behind kiln.config, with its defaults. */
 static void push_defaults(lua_State *L, const kn_lua_state *s)
 {
-    lua_createtable(L, 0, 11);
+    lua_createtable(L, 0, 14);
     lua_pushinteger(L, 8);
     lua_setfield(L, -2, "cache_size_limit");
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "error_on_recompile");
     lua_pushboolean(L, s->settings.allow_tf32);
-    lua_setfield(L, -2, "allow_tf32");
+    lua_setfield(L, -2, "allow_tf32"); /* an alias: true is f32_precision "tf32", false "ieee" */
+    lua_pushstring(L, f32_precisions[s->settings.f32_precision]);
+    lua_setfield(L, -2, "f32_precision"); /* "ieee", "tf32" or "fastest" */
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "replay"); /* direct replay of pure traces (see README) */
     lua_pushboolean(L, 1);

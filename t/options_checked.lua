@@ -204,11 +204,31 @@ else
   T.ok(true, "# skip: this kiln has no ONNX import")
 end
 says(function() kiln.config.chanels_last = true end,
-  "kiln.config: unknown setting 'chanels_last' (known: cache_size_limit, error_on_recompile, allow_tf32, replay, "
+  "kiln.config: unknown setting 'chanels_last' (known: cache_size_limit, error_on_recompile, allow_tf32, f32_precision, replay, "
   .. "dynamic_numbers, compiler, check_numerics, fold_epilogues, channels_last, autotune_budget_s, cache_dir, activation_memory_budget); did "
   .. "you mean 'channels_last'?", "kiln.config: a misspelt setting is not stored")
 T.is(rawget(kiln.config, "chanels_last"), nil, "kiln.config: ... and reads as nothing")
 T.ok(pcall(function() kiln.config.channels_last = "auto" end), "kiln.config: a known setting passes")
+-- f32_precision: a word of three; allow_tf32 is its alias, both ways
+T.is(kiln.config.f32_precision, "ieee", "kiln.config.f32_precision: ieee by default")
+says(function() kiln.config.f32_precision = "fast" end,
+  "kiln.config.f32_precision: unknown precision 'fast' (known: ieee, tf32, fastest); did you mean 'fastest'?",
+  "kiln.config.f32_precision: an unknown word names the valid ones")
+T.is(kiln.config.f32_precision, "ieee", "kiln.config.f32_precision: ... and is not stored")
+says(function() kiln.config.f32_precision = true end,
+  "kiln.config.f32_precision: precision must be a string, one of ieee, tf32, fastest; got boolean",
+  "kiln.config.f32_precision: a boolean is refused")
+kiln.config.f32_precision = "tf32"
+T.is(kiln.config.allow_tf32, true, "f32_precision = 'tf32' reads back as allow_tf32 = true")
+kiln.config.allow_tf32 = false
+T.is(kiln.config.f32_precision, "ieee", "allow_tf32 = false reads back as f32_precision 'ieee'")
+kiln.config.allow_tf32 = true
+T.is(kiln.config.f32_precision, "tf32", "allow_tf32 = true reads back as f32_precision 'tf32'")
+kiln.config.f32_precision = "fastest"
+T.is(kiln.config.allow_tf32, true, "f32_precision = 'fastest' allows TF32 too")
+kiln.config.f32_precision = nil
+T.is(kiln.config.f32_precision, "ieee", "f32_precision = nil is the default, 'ieee'")
+T.is(kiln.config.allow_tf32, false, "... and allow_tf32 false")
 T.like(select(2, pcall(kiln.log, { "kernel" })), "kiln%.log: unknown log 'kernel' %(known: .*%); did you mean 'kernels'%?$",
   "kiln.log")
 

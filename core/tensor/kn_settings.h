@@ -49,8 +49,16 @@ enum {
     KN_SETTINGS_LOG_NVRTC = 4,     /* "nvrtc": each kernel module NVRTC compiles, and how long it took */
 };
 
+/* What an f32 kernel's result may be (kiln.config.f32_precision):
+ * IEEE: as true f32 computes it (FFMA, or a method as accurate: the
+ * contract the autotuner will hold split-precision candidates to);
+ * TF32: TF32 tensor cores allowed (allow_tf32's meaning); FASTEST: any
+ * engine. */
+typedef enum { KN_F32_IEEE, KN_F32_TF32, KN_F32_FASTEST } kn_f32_precision;
+
 typedef struct kn_settings {
-    bool allow_tf32; /* f32 matmul and conv may use TF32 (kiln.config.allow_tf32) */
+    bool allow_tf32; /* f32 matmul and conv may use TF32: f32_precision is not IEEE (kiln.config.allow_tf32) */
+    kn_f32_precision f32_precision;
     /* the persistent cache of compiled kernels, autotune choices and
      * library plans (kiln.config.cache_dir); "": none, memory only. One
      * byte more than a dir may have: a longer one is kept cut to
