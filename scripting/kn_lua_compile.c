@@ -391,6 +391,57 @@ static int cm_check(lua_State *L)
     return nres + 1;
 }
 
+/* cm:precision(...): one call with the precision ledger on. Returns the
+ * ledger (a list of rows, one per f32 library kernel of the graphs that
+ * ran compiled; kn_precision_row's fields, kernel 1-based) and the call's
+ * results after it. */
+static int cm_precision(lua_State *L)
+{
+    compiled_ud *u = kn_lua_check_compiled(L, 1);
+    kn_compiled *cm = u->cm;
+    int before = cm->ledger.runs;
+    cm->ledger.once = true;
+    lua_pushcfunction(L, cm_call);
+    lua_insert(L, 1);
+    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    cm->ledger.once = false;
+    if (rc != LUA_OK) return lua_error(L);
+    int nres = lua_gettop(L);
+    int n = cm->ledger.runs > before ? cm->ledger.n_rows : 0;
+    lua_createtable(L, n, 1);
+    for (int i = 0; i < n; i++) {
+        const kn_precision_row *r = &cm->ledger.rows[i];
+        lua_createtable(L, 0, 11);
+        lua_pushinteger(L, r->kernel + 1);
+        lua_setfield(L, -2, "kernel");
+        lua_pushstring(L, r->name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, r->op);
+        lua_setfield(L, -2, "op");
+        lua_pushstring(L, r->where);
+        lua_setfield(L, -2, "where");
+        lua_pushstring(L, r->engine);
+        lua_setfield(L, -2, "engine");
+        lua_pushinteger(L, r->variant);
+        lua_setfield(L, -2, "variant");
+        lua_pushnumber(L, r->max_err);
+        lua_setfield(L, -2, "max_err");
+        lua_pushnumber(L, r->rms_err);
+        lua_setfield(L, -2, "rms_err");
+        lua_pushnumber(L, r->f32_max_err);
+        lua_setfield(L, -2, "f32_max_err");
+        lua_pushnumber(L, r->f32_rms_err);
+        lua_setfield(L, -2, "f32_rms_err");
+        lua_pushboolean(L, r->meets);
+        lua_setfield(L, -2, "meets");
+        lua_seti(L, -2, i + 1);
+    }
+    lua_pushboolean(L, cm->ledger.runs > before);
+    lua_setfield(L, -2, "measured"); /* false: nothing compiled ran (eager mode, op by op) */
+    lua_insert(L, 1);
+    return nres + 1;
+}
+
 static int cm_set_mode(lua_State *L)
 {
     kn_compiled *cm = kn_lua_check_compiled(L, 1)->cm;
@@ -617,7 +668,7 @@ void kn_lua_open_compile(lua_State *L)
     if (luaL_newmetatable(L, KN_COMPILED_MT)) {
         static const luaL_Reg mm[] = {{"__call", cm_call}, {"__gc", cm_gc}, {"__tostring", cm_tostring}, {NULL, NULL}};
         luaL_setfuncs(L, mm, 0);
-        static const luaL_Reg methods[] = {{"set_mode", cm_set_mode}, {"mode", cm_mode}, {"check", cm_check}, {NULL, NULL}};
+        static const luaL_Reg methods[] = {{"set_mode", cm_set_mode}, {"mode", cm_mode}, {"check", cm_check}, {"precision", cm_precision}, {NULL, NULL}};
         luaL_newlib(L, methods);
         kn_lua_compiled_inspect_methods(L); /* breaks, recompiles, guards, graphs, ... */
         kn_lua_compiled_autotune_methods(L);

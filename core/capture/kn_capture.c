@@ -331,6 +331,13 @@ static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g,
                                 cm->check.report);
             }
         }
+        if (cm->ledger.once) {
+            free(cm->ledger.rows);
+            cm->ledger.rows = NULL;
+            cm->ledger.n_rows = 0;
+            KN_TRY(kn_plan_precision(plan, ins, &cm->ledger.rows, &cm->ledger.n_rows));
+            cm->ledger.runs++;
+        }
         kn_status st;
         if (plan->tune.enabled && plan->tune.state == KN_TUNE_PENDING && !cm->opt.check_numerics) {
             /* max-autotune's search, inside this first call */
@@ -425,6 +432,7 @@ void kn_compiled_free(kn_compiled *cm)
 {
     if (!cm) return;
     if (cm->cap.active) kn_capture_close(&cm->cap);
+    free(cm->ledger.rows);
     free(cm->cap.lazies);
     free(cm->cap.writes);
     free(cm->cap.kept);

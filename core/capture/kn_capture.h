@@ -224,6 +224,14 @@ struct kn_compiled {
         char report[KN_REASON_MAX * 2]; /* the last check's finding ("" = all agreed) */
         int runs;
     } check;
+    /* the precision ledger (cm:precision): its rows from the last call that
+     * asked for them (kn_plan_precision), one per f32 library kernel */
+    struct {
+        bool once;              /* cm:precision: this call only */
+        kn_precision_row *rows; /* owned */
+        int n_rows;
+        int runs;               /* plans measured for it (0: nothing compiled ran) */
+    } ledger;
     /* dims made dynamic automatically (opt.dynamic -1), by input name, so
      * later versions trace them symbolic */
     struct {

@@ -234,4 +234,28 @@ bool kn_plan_tunable(const kn_plan *p, int kid);
 kn_status kn_plan_check(kn_plan *p, kn_tensor *const *inputs, double rtol, int *bad_kernel, char *why,
                         size_t size);
 
+/* One row of the precision ledger: an f32 library kernel (matmul, conv,
+ * attention) on the inputs a plan gave it. Errors are against a float64
+ * computation of the same op on the same inputs, relative to the
+ * reference's largest magnitude: the kernel's (its engine: the plan's
+ * variant on the plan's device, epilogue aside) and a true-f32 one's (f32
+ * FMA on the CPU). meets: the "ieee" contract, the kernel's max error at
+ * most twice the true-f32 one (a few f32 roundings of slack where that is
+ * 0). */
+typedef struct kn_precision_row {
+    int kernel;      /* index among the plan's kernels */
+    char name[80];   /* the kernel's name, "k3_matmul_f32_64x128" */
+    char op[32];
+    char where[KN_WHERE_MAX];
+    char engine[128]; /* what the device ran: the library's algorithm or kiln's kernel */
+    int variant;      /* the plan's variant (0: the default pick) */
+    double max_err, rms_err;
+    double f32_max_err, f32_rms_err;
+    bool meets;
+} kn_precision_row;
+
+/* Run the plan on inputs and measure every f32 library kernel of it
+ * (kn_precision_row). *rows (malloc'd, NULL when none) gets n_rows rows. */
+kn_status kn_plan_precision(kn_plan *p, kn_tensor *const *inputs, kn_precision_row **rows, int *n_rows);
+
 #endif

@@ -342,6 +342,41 @@ what it printed.]],
   return src
 end)
 
+repl.register("precision", {
+  usage = ":precision",
+  summary = "the precision ledger: each f32 library kernel's error against float64",
+  help = [[
+Runs the session's compiled model once on its inputs (as :run builds them)
+and measures every f32 matmul, convolution and attention kernel on the
+inputs it got: its error against a float64 computation of the same op,
+and the error of a true-f32 computation (f32 FMA on the CPU), both relative
+to the reference's largest magnitude. "ieee" marks a kernel within twice
+the true-f32 error, the contract of kiln.config.f32_precision = "ieee";
+"no" one outside it (TF32, for one). Compiles the model if needed (mode
+default when the session is eager). From Lua, kiln.cmd.precision() returns
+the rows of cm:precision.]],
+}, function()
+  local cm = inspection_target()
+  local inputs, n = model_inputs()
+  local led = cm:precision(table.unpack(inputs, 1, n))
+  if cm == session.compiled then session.warm = true end
+  if not led.measured then
+    print("precision ledger: nothing compiled ran (the model runs eager or op by op)")
+    return led
+  end
+  if #led == 0 then
+    print("precision ledger: no f32 matmul, convolution or attention kernel")
+    return led
+  end
+  print(string.format("%4s  %-32s %-28s %10s %10s %10s  %s", "#", "kernel", "engine", "max err", "rms err",
+    "true f32", "ieee"))
+  for _, r in ipairs(led) do
+    print(string.format("%4d  %-32s %-28s %10.2e %10.2e %10.2e  %s", r.kernel, r.name:sub(1, 32), r.engine:sub(1, 28),
+      r.max_err, r.rms_err, r.f32_max_err, r.meets and "yes" or "no"))
+  end
+  return led
+end)
+
 repl.register("check", {
   usage = ":check",
   summary = "run the model once comparing every kernel with the reference",
