@@ -120,11 +120,16 @@ int main(void)
     snprintf(code, sizeof code, "true %s", dir_b);
     is_str(eval(B, READ_BACK, buf, sizeof buf), code, "B reads back its own kiln.config");
     is_str(eval(A,
-                "local n, tf32 = 0, nil\n"
-                "for k, v in pairs(kiln.config) do n = n + 1; if k == 'allow_tf32' then tf32 = v end end\n"
-                "return n .. ' ' .. tostring(tf32)",
+                "local n, tf32, prec = 0, nil, nil\n"
+                "for k, v in pairs(kiln.config) do\n"
+                "  n = n + 1\n"
+                "  if k == 'allow_tf32' then tf32 = v elseif k == 'f32_precision' then prec = v end\n"
+                "end\n"
+                "return n .. ' ' .. tostring(tf32) .. ' ' .. tostring(prec)",
                 buf, sizeof buf),
-           "12 false", "pairs(kiln.config) lists A's keys with A's values");
+           "13 false ieee", "pairs(kiln.config) lists A's keys with A's values");
+    is_str(eval(B, "return tostring(kiln.config.f32_precision)", buf, sizeof buf), "tf32",
+           "B's allow_tf32 = true reads back as its f32_precision 'tf32'");
     const kn_settings *sa = kn_lua_settings(A), *sb = kn_lua_settings(B);
     ok(sa != sb && !sa->allow_tf32 && sb->allow_tf32, "kn_lua_settings: A's allow_tf32 false, B's true");
     ok(strcmp(sa->cache_dir, dir_a) == 0 && strcmp(sb->cache_dir, dir_b) == 0, "kn_lua_settings: each its cache dir");

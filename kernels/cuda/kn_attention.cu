@@ -724,10 +724,10 @@ extern "C" __global__ void __launch_bounds__(128)
 // ============================================================================
 // Tiled f32 kernel: f32 FMA throughout (strict f32, no tensor cores), for
 // head dims up to FT (32, 64 or 128), rows 16-byte aligned. 128 threads, a
-// block of 64 query rows, key tiles of 64; Q, K, V and P staged in shared
+// block of BM = 64 (or 32) query rows, key tiles of 64; Q, K, V and P staged in shared
 // memory as [row][FT + 4] (the pad puts the 8 rows a quarter-warp reads in
 // distinct banks). Thread (ty, tx) = (tid / 8, tid % 8) owns query rows
-// 4*ty .. 4*ty+3; in S = Q K^T it owns key columns tx + 8*j (j < 8), each
+// RPT*ty .. RPT*ty+RPT-1 (RPT = BM / 16); in S = Q K^T it owns key columns tx + 8*j (j < 8), each
 // score a 4-wide dot step from one LDS.128 of Q and one of K; in O += P V it
 // owns output columns 32*q + 4*tx + e, from LDS.128 of P's row and V's. A
 // row's softmax statistics are shared by its 8 threads (lanes 8 apart in
@@ -738,7 +738,6 @@ extern "C" __global__ void __launch_bounds__(128)
 // Copies are asynchronous: K of the next tile is requested once this
 // tile's scores are written, V once its products are done.
 // ============================================================================
-#define KN_ATT_FT_BM 64
 #define KN_ATT_FT_BN 64
 
 // rows [row0, row0+nrows) of an f32 [rows, width] slice (row stride rs
@@ -759,9 +758,9 @@ __device__ __forceinline__ void kn_att_ft_stage(float *dst, const char *src, lon
     }
 }
 
-template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args &a, float *smem)
+template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args &a, float *smem)
 {
-    constexpr int BM = KN_ATT_FT_BM, BN = KN_ATT_FT_BN, LD = FT + 4, LP = BN + 4, NQ = FT / 32;
+    constexpr int BN = KN_ATT_FT_BN, LD = FT + 4, LP = BN + 4, NQ = FT / 32, RPT = BM / 16; // rows a thread
     const int tid = threadIdx.x, ty = tid / 8, tx = tid % 8;
     const long long nbh = gridDim.x / a.n_qblocks;
     const long long bh = blockIdx.x % nbh;
@@ -786,18 +785,18 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
     // the mask rows of this thread's query rows (clamped into range, as the
     // tensor-core kernel does: rows past tq are never stored)
     const int ms3 = (int)a.ms[3];
-    const char *mrow[4];
+    const char *mrow[RPT];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        long long r = q0 + 4 * ty + i;
+    for (int i = 0; i < RPT; i++) {
+        long long r = q0 + RPT * ty + i;
         if (r >= a.tq) r = a.tq - 1;
         const int es = a.mask_kind == 1 ? 1 : 4; // an f32 kernel's float masks are f32
         mrow[i] = a.mask_kind ? a.mask + kn_att_mask_row(a, b, h, r) * es : a.mask;
     }
 
-    float o[4][NQ][4], m[4], l[4];
+    float o[RPT][NQ][4], m[RPT], l[RPT];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < RPT; i++) {
         m[i] = KN_ATT_NEG_INF;
         l[i] = 0.f;
 #pragma unroll
@@ -809,25 +808,25 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
         kn_att_cp_wait<1>(); // this tile's K (and Q); its V may still be on the way
         __syncthreads();
 
-        // S = Q K^T: rows 4*ty + i, keys tx + 8*j
-        float s[4][8];
+        // S = Q K^T: rows RPT*ty + i, keys tx + 8*j
+        float s[RPT][8];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < RPT; i++)
 #pragma unroll
             for (int j = 0; j < 8; j++) s[i][j] = 0.f;
         // all 12 loads of a step first, then its 128 FMAs: the loads'
         // latency is paid once a step, not once a key column
 #pragma unroll 2
         for (int x = 0; x < FT; x += 4) {
-            float4 qv[4], kv[8];
+            float4 qv[RPT], kv[8];
 #pragma unroll
-            for (int i = 0; i < 4; i++) qv[i] = *(const float4 *)(sq + (4 * ty + i) * LD + x);
+            for (int i = 0; i < RPT; i++) qv[i] = *(const float4 *)(sq + (RPT * ty + i) * LD + x);
 #pragma unroll
             for (int j = 0; j < 8; j++) kv[j] = *(const float4 *)(sk + (tx + 8 * j) * LD + x);
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < RPT; i++) {
                     float acc = s[i][j];
                     acc = fmaf(qv[i].x, kv[j].x, acc);
                     acc = fmaf(qv[i].y, kv[j].y, acc);
@@ -838,8 +837,8 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
 
         // scale, mask, drop keys past tk and above the diagonal
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const long long qi = q0 + 4 * ty + i;
+        for (int i = 0; i < RPT; i++) {
+            const long long qi = q0 + RPT * ty + i;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 const int kj = k0 + tx + 8 * j;
@@ -856,7 +855,7 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
 
         // online softmax; P to shared memory
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < RPT; i++) {
             float mx = m[i];
 #pragma unroll
             for (int j = 0; j < 8; j++) mx = fmaxf(mx, s[i][j]);
@@ -871,7 +870,7 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
             for (int j = 0; j < 8; j++) {
                 const float p = exp2f(s[i][j] - use);
                 sum += p;
-                sp[(4 * ty + i) * LP + tx + 8 * j] = p;
+                sp[(RPT * ty + i) * LP + tx + 8 * j] = p;
             }
             l[i] = l[i] * corr + sum; // thread-partial: the 8 threads' sum comes at the end
 #pragma unroll
@@ -889,12 +888,12 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
             kn_att_cp_commit();
         }
 
-        // O += P V: rows 4*ty + i, columns 32*q + 4*tx + e
+        // O += P V: rows RPT*ty + i, columns 32*q + 4*tx + e
 #pragma unroll 2
         for (int c = 0; c < BN; c += 4) {
-            float4 pv[4], vv4[4][NQ];
+            float4 pv[RPT], vv4[4][NQ];
 #pragma unroll
-            for (int i = 0; i < 4; i++) pv[i] = *(const float4 *)(sp + (4 * ty + i) * LP + c);
+            for (int i = 0; i < RPT; i++) pv[i] = *(const float4 *)(sp + (RPT * ty + i) * LP + c);
 #pragma unroll
             for (int cc = 0; cc < 4; cc++)
 #pragma unroll
@@ -905,7 +904,7 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
                 for (int q = 0; q < NQ; q++) {
                     const float4 vv = vv4[cc][q];
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
+                    for (int i = 0; i < RPT; i++) {
                         const float p = cc == 0 ? pv[i].x : cc == 1 ? pv[i].y : cc == 2 ? pv[i].z : pv[i].w;
                         o[i][q][0] = fmaf(p, vv.x, o[i][q][0]);
                         o[i][q][1] = fmaf(p, vv.y, o[i][q][1]);
@@ -924,12 +923,12 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
 
     const long long ooff = b * a.os[0] + h * a.os[1];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < RPT; i++) {
         float sum = l[i];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-        const long long qi = q0 + 4 * ty + i;
+        const long long qi = q0 + RPT * ty + i;
         if (qi >= a.tq) continue;
         float *row = (float *)a.o + ooff + qi * a.os[2];
 #pragma unroll
@@ -944,12 +943,19 @@ template <int FT> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args
     }
 }
 
-// kn_attn_f32t_d<FT>
+// kn_attn_f32t_d<FT>: blocks of 64 query rows; _m32: of 32 (short
+// sequences: twice the blocks where 64-row ones leave SMs idle)
 extern "C" __global__ void __launch_bounds__(128)
     KN_ATT_PASTE(kn_attn_f32t_d, KN_ATT_FT)(const kn_attn_args a)
 {
     extern __shared__ __align__(16) float kn_att_ftsmem[];
-    kn_att_f32t<KN_ATT_FT>(a, kn_att_ftsmem);
+    kn_att_f32t<KN_ATT_FT, 64>(a, kn_att_ftsmem);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    KN_ATT_PASTE(KN_ATT_PASTE(kn_attn_f32t_d, KN_ATT_FT), _m32)(const kn_attn_args a)
+{
+    extern __shared__ __align__(16) float kn_att_ftsmem[];
+    kn_att_f32t<KN_ATT_FT, 32>(a, kn_att_ftsmem);
 }
 #endif // KN_ATT_FT
 

@@ -49,7 +49,11 @@ static const attn_config tc_configs[N_TC_CONFIGS] = {
     {1, 1, 32, 4, 64, "tc bm64 bn32 ks4"},
 };
 static const attn_config simt_config = {KN_ATT_MODULE_SIMT, 0, 32, 1, 0, "simt bm32 bn32"};
-static const attn_config f32t_config = {KN_ATT_MODULE_F32T, 1, 64, 1, F32T_MAX_DIM, "f32 tiled bm64 bn64"};
+/* the tiled f32 kernel: mt is its query block over 64 (1: 64 rows, 0: 32) */
+static const attn_config f32t_configs[2] = {
+    {KN_ATT_MODULE_F32T, 1, 64, 1, F32T_MAX_DIM, "f32 tiled bm64 bn64"},
+    {KN_ATT_MODULE_F32T, 0, 64, 1, F32T_MAX_DIM, "f32 tiled bm32 bn64"},
+};
 
 static int dt_code_index(kn_dtype dt) /* f32 0, bf16 1, f16 2 */
 {
@@ -106,7 +110,8 @@ int kn_cuda_attention_kernel_names(int kind, kn_dtype dt, int size, char names[]
     }
     if (kind == KN_ATT_MODULE_F32T) {
         snprintf(names[0], 48, "kn_attn_f32t_d%d", size);
-        return 1;
+        snprintf(names[1], 48, "kn_attn_f32t_d%d_m32", size);
+        return 2;
     }
     int n = 0;
     for (int i = 0; i < N_TC_CONFIGS; i++)
@@ -125,7 +130,7 @@ typedef struct kernel_slot {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static kernel_slot tc_kernels[2][N_TC_SIZES][N_TC_CONFIGS]; /* [bf16, f16][DP/16 - 1][config] */
 static kernel_slot simt_kernels[3][N_SIMT_SIZES];       /* [f32, bf16, f16][NC - 1] */
-static kernel_slot f32t_kernels[3];                     /* FT 32, 64, 128 */
+static kernel_slot f32t_kernels[3][2];                  /* [FT 32, 64, 128][BM 64, 32] */
 
 static size_t tc_smem(int dp, const attn_config *c)
 {
@@ -133,10 +138,10 @@ static size_t tc_smem(int dp, const attn_config *c)
     return (size_t)c->ks * (size_t)(64 * c->mt + 4 * c->bn) * (size_t)(dp + 8) * 2;
 }
 
-static size_t f32t_smem(int ft)
+static size_t f32t_smem(int ft, int bm)
 {
-    /* Q, K and V as [64][ft + 4], P as [64][64 + 4], f32 */
-    return (size_t)(3 * 64 * (ft + 4) + 64 * 68) * sizeof(float);
+    /* Q as [bm][ft + 4], K and V as [64][ft + 4], P as [bm][64 + 4], f32 */
+    return (size_t)((bm + 2 * 64) * (ft + 4) + bm * 68) * sizeof(float);
 }
 
 static size_t simt_smem(int64_t d, int64_t dv)
@@ -151,7 +156,7 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
 {
     pthread_mutex_lock(&lock);
     kernel_slot *slot = c->tc == KN_ATT_MODULE_TC     ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
-                        : c->tc == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2]
+                        : c->tc == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2][c->mt ? 0 : 1]
                                                       : &simt_kernels[dt_code_index(dt)][size - 1];
     kn_status st = KN_OK;
     if (!slot->fn) {
@@ -159,6 +164,7 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
         kn_cuda_module *mod = NULL;
         char name[48];
         if (c->tc == KN_ATT_MODULE_TC) tc_kernel_name(c, dt, size, name);
+        else if (c->tc == KN_ATT_MODULE_F32T) snprintf(name, sizeof name, "kn_attn_f32t_d%d%s", size, c->mt ? "" : "_m32");
         else kn_cuda_attention_kernel_names(c->tc, dt, size, &name);
         st = kn_cuda_attention_source(c->tc, dt, size, &src);
         if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
@@ -286,7 +292,15 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
         for (int i = 0; i < N_TC_CONFIGS; i++)
             if (dp <= tc_configs[i].max_dp) out[n++] = &tc_configs[i];
     }
-    if (!f32t_refusal(p)) out[n++] = &f32t_config;
+    if (!f32t_refusal(p)) {
+        /* 32-row blocks first where 64-row ones would leave SMs idle:
+         * BERT's 8 x 12 heads x 128 tokens make 192 blocks of 64 rows for
+         * 132 SMs, which hold three each */
+        int64_t blocks = (p->tq + 63) / 64 * p->batch * p->heads;
+        bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count;
+        out[n++] = &f32t_configs[small ? 1 : 0];
+        out[n++] = &f32t_configs[small ? 0 : 1];
+    }
     out[n++] = &simt_config;
     return n;
 }
@@ -384,8 +398,8 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
     } else if (c->tc == KN_ATT_MODULE_F32T) {
         int64_t dm = p->d > p->dv ? p->d : p->dv;
         size = dm <= 32 ? 32 : dm <= 64 ? 64 : 128;
-        bm = 64;
-        smem = f32t_smem(size);
+        bm = c->mt ? 64 : 32;
+        smem = f32t_smem(size, bm);
     } else {
         size = (int)(p->dv + 31) / 32;
         bm = SIMT_BM;
