@@ -373,5 +373,18 @@ for i, rule in ipairs(RULES) do
   end
 end
 
+-- a full (one number everywhere) is inlined into its reader even where
+-- the reader broadcasts it: no kernel and no edge of its own
+do
+  local fn = function(m, x) return kiln.where(m, x, kiln.full({}, -1e4)) * 2 end
+  local m, x = kiln.randn({ 4, 8 }, { seed = 41, device = "cpu" }):gt(0), kiln.randn({ 4, 8 }, { seed = 42, device = "cpu" })
+  local fcm = kiln.compile(fn)
+  local y = fcm(m, x)
+  T.is((y - fn(m, x)):abs():amax():item(), 0, "a broadcast full inlined: the value of the ops")
+  local ks = fcm:kernels()
+  T.is(#ks, 1, "a broadcast full inlined: one kernel")
+  T.is(ks[1] and table.concat(ks[1].ops, ",") or "", "full,where,mul", "... computing the full, the where and the mul")
+end
+
 os.execute("rm -rf '" .. tmp .. "'")
 T.done()

@@ -295,7 +295,7 @@ static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, 
         snprintf(buf, size, "%s reads %s as a parameter, not as the row it reduces, so %s ends a kernel", C, P, P);
     else if (row_dim(g, cn) >= 0 && ci < cn->n_in && cn->in_out[ci] != 0)
         snprintf(buf, size, "%s reads a second output of %s, so %s ends a kernel", C, P, P);
-    else if (!same_shape(&pn->out[0], &cn->out[0]))
+    else if (!same_shape(&pn->out[0], &cn->out[0]) && pn->op != KN_OP_FULL)
         snprintf(buf, size, "%s broadcasts %s to a larger shape; computing it once is cheaper than once per element, so "
                             "%s ends a kernel",
                  C, P, P);
@@ -421,7 +421,10 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
         const kn_node *cn = &g->nodes[cidx];
         const char *why = NULL;
         if (is_pointwise(cn)) {
-            if (!same_shape(&nd->out[0], &cn->out[0])) why = "a different shape (broadcast: computed once instead)";
+            /* a full is one number wherever it is read: broadcast, it costs
+             * nothing inline, and a kernel of its own a launch per call */
+            if (!same_shape(&nd->out[0], &cn->out[0]) && nd->op != KN_OP_FULL)
+                why = "a different shape (broadcast: computed once instead)";
             else if (cn->op == KN_OP_BATCH_NORM && cn->in_node[0] != i) why = "a batch_norm parameter";
         } else if (row_dim(g, cn) >= 0) {
             if (cn->in_node[0] != i) why = "not the row input of the reduction";
