@@ -23,7 +23,9 @@
 #                one machine when set, e.g. /tmp/real)
 #   BUDGET_S=560 no row starts later than this after the start
 #   KILN_ROW_TIMEOUT=150 ROW_TIMEOUT=240 MA_ROW_TIMEOUT=420
-#   REPS=5 CALLS=100 WARMUP=10 KILN=build/kiln PYTHON=python3 KILN_COMMIT
+#   REPS=5 CALLS=100 WARMUP=10 KILN=build/kiln PYTHON=python3
+#   KILN_COMMIT  the commit to record, over what the tree's .git says (the GPU
+#                machine's copy of a tree may carry an older .git: pass it there)
 set -u
 out=${1:-bench/results}
 MODELS=${MODELS:-resnet18,resnet50,mobilenet_v3_large,vit_b_16,bert,bert_eager,gpt2}
