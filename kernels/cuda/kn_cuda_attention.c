@@ -31,8 +31,8 @@
 
 /* one kernel configuration */
 typedef struct attn_config {
-    int tc;     /* the module kind: KN_ATT_MODULE_TC (bf16/f16 tensor cores), _SIMT or _F32T */
-    int mt;     /* tc: m16 tiles a warp (BM = 64 * mt) */
+    int kind;   /* the module kind: KN_ATT_MODULE_TC (bf16/f16 tensor cores), _SIMT or _F32T */
+    int mt;     /* tc: m16 tiles a warp (BM = 64 * mt); f32 tiled: 1 for blocks of 64 query rows, 0 for 32 */
     int bn;     /* keys a tile */
     int ks;     /* tc: groups of 4 warps that split the keys of one query block */
     int max_dp; /* tc: the widest padded head dim it is built for (register budget) */
@@ -155,18 +155,18 @@ static size_t simt_smem(int64_t d, int64_t dv)
 static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t smem, const void **fn, int *per_sm)
 {
     pthread_mutex_lock(&lock);
-    kernel_slot *slot = c->tc == KN_ATT_MODULE_TC     ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
-                        : c->tc == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2][c->mt ? 0 : 1]
+    kernel_slot *slot = c->kind == KN_ATT_MODULE_TC     ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
+                        : c->kind == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2][c->mt ? 0 : 1]
                                                       : &simt_kernels[dt_code_index(dt)][size - 1];
     kn_status st = KN_OK;
     if (!slot->fn) {
         char *src = NULL;
         kn_cuda_module *mod = NULL;
         char name[48];
-        if (c->tc == KN_ATT_MODULE_TC) tc_kernel_name(c, dt, size, name);
-        else if (c->tc == KN_ATT_MODULE_F32T) snprintf(name, sizeof name, "kn_attn_f32t_d%d%s", size, c->mt ? "" : "_m32");
-        else kn_cuda_attention_kernel_names(c->tc, dt, size, &name);
-        st = kn_cuda_attention_source(c->tc, dt, size, &src);
+        if (c->kind == KN_ATT_MODULE_TC) tc_kernel_name(c, dt, size, name);
+        else if (c->kind == KN_ATT_MODULE_F32T) snprintf(name, sizeof name, "kn_attn_f32t_d%d%s", size, c->mt ? "" : "_m32");
+        else kn_cuda_attention_kernel_names(c->kind, dt, size, &name);
+        st = kn_cuda_attention_source(c->kind, dt, size, &src);
         if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
         free(src);
         if (st == KN_OK) st = kn_cuda_module_kernel(mod, name, &slot->fn);
@@ -176,7 +176,7 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
         /* raise to the most any problem of this kernel needs, once a GPU */
         cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)slot->fn,
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        (int)(c->tc != KN_ATT_MODULE_SIMT ? smem : simt_smem(SIMT_MAX_DIM, 32 * size)), dev);
+                                                        (int)(c->kind != KN_ATT_MODULE_SIMT ? smem : simt_smem(SIMT_MAX_DIM, 32 * size)), dev);
         if (e != cudaSuccess) st = kn_cuda_fail(e, "attention: raising the kernel's shared-memory limit");
         else slot->smem_devices |= 1ull << dev;
     }
@@ -326,7 +326,7 @@ static const attn_config *default_config(const kn_attention_problem *p, const at
     int64_t sms = kn_cuda_current()->sm_count;
     for (int i = 0; i < n; i++) {
         const attn_config *c = cfg[i];
-        if (c->tc != KN_ATT_MODULE_TC) continue;
+        if (c->kind != KN_ATT_MODULE_TC) continue;
         const void *fn;
         int per_sm = 1;
         if (get_kernel(c, p->dtype, dp, tc_smem(dp, c), &fn, &per_sm) != KN_OK) continue;
@@ -391,11 +391,11 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
 
     int size, bm;
     size_t smem;
-    if (c->tc == KN_ATT_MODULE_TC) {
+    if (c->kind == KN_ATT_MODULE_TC) {
         size = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
         bm = 64 * c->mt;
         smem = tc_smem(size, c);
-    } else if (c->tc == KN_ATT_MODULE_F32T) {
+    } else if (c->kind == KN_ATT_MODULE_F32T) {
         int64_t dm = p->d > p->dv ? p->d : p->dv;
         size = dm <= 32 ? 32 : dm <= 64 ? 64 : 128;
         bm = c->mt ? 64 : 32;
