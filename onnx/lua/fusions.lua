@@ -367,35 +367,26 @@ function onnx.linear_rows(i, a)
     and (bias == nil or type(bias) == "userdata" and bias:dim() <= 1)
   if direct then
     local xs, t1, t2 = x:shape(), shape_values(s1), shape_values(s2)
-    local n = #xs
     local wt = (a.transB or 0) ~= 0 and w:transpose(1, 2) or w
-    local rows = 1
-    for d = 1, n - 1 do rows = rows * xs[d] end
-    -- a 0 in a target shape means "this dim of the input" or a real 0
-    -- (allowzero): neither is the rows-and-columns reshape taken here
-    direct = t1 and t2 and #t1 == 2 and (t1[1] == -1 or t1[1] == rows) and t1[2] == xs[n] and xs[n] > 0 and
-      wt:shape()[1] == xs[n] and #t2 == n and (t2[n] == wt:shape()[2] or t2[n] == -1)
-    for d = 1, n - 1 do direct = direct and t2[d] == xs[d] end
-    local xr = direct and x
-    if not direct and t1 and t2 and #t1 == 2 and #t2 >= 3 and wt:shape()[1] == t1[2] then
-      -- x's rows of K are not its last dim, but the output's leading dims
-      -- split the same rows (GPT-2's attention c_proj reads the heads
-      -- {B, T, H, D} as {B*T, H*D} and writes {B, T, N}): the matmul runs
-      -- on x viewed as {B, T, K}, so its epilogue can take what follows
-      local k, lead, rows2 = t1[2], {}, 1
-      local ok = k > 0 and (t2[#t2] == wt:shape()[2] or t2[#t2] == -1)
-      for d = 1, #t2 - 1 do
-        ok = ok and t2[d] > 0
-        lead[d], rows2 = t2[d], rows2 * t2[d]
-      end
-      ok = ok and (t1[1] == -1 or t1[1] == rows2) and x:numel() == rows2 * k
-      if ok then
-        lead[#lead + 1] = k
-        xr = x:reshape(lead)
-      end
+    -- Reshape(x, {-1 or rows, K}) then Reshape(y, {lead..., N}) is x
+    -- viewed as {lead..., K} times W: x itself where lead is its own
+    -- leading dims, else x's rows split as the output splits them (GPT-2's
+    -- attention c_proj reads the heads {B, T, H, D} as {B*T, H*D} and
+    -- writes {B, T, N}), so the matmul runs on the rows as they are and its
+    -- epilogue can take what follows. A 0 in a target shape means "this
+    -- dim of the input" or a real 0 (allowzero): neither is taken here.
+    local k = t1 and #t1 == 2 and t1[2]
+    local ok = k and t2 and #t2 >= 3 and k > 0 and wt:shape()[1] == k and (t2[#t2] == wt:shape()[2] or t2[#t2] == -1)
+    local lead, rows, own = {}, 1, ok and #t2 == #xs and xs[#xs] == k
+    for d = 1, ok and #t2 - 1 or 0 do
+      ok = ok and t2[d] > 0
+      lead[d], rows = t2[d], rows * t2[d]
+      own = own and t2[d] == xs[d]
     end
-    if xr then
-      local y = xr:matmul(wt)
+    ok = ok and (t1[1] == -1 or t1[1] == rows) and x:numel() == rows * k
+    if ok then
+      lead[#lead + 1] = k
+      local y = (own and x or x:reshape(lead)):matmul(wt)
       if bias then y = y + bias end
       return y
     end
