@@ -115,27 +115,21 @@ static double bench_linalg(const bench_opts *o)
 
 static double bench_attention(const bench_opts *o)
 {
-    static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
     double sum = 0;
-    static const int kinds[] = {KN_ATT_MODULE_TC, KN_ATT_MODULE_SIMT, KN_ATT_MODULE_F32T};
-    static const char *const tags[] = {"simt", "tc", "f32t"};
-    for (int ki = 0; ki < 3; ki++)
-        for (int di = 0; di < 3; di++) {
-            const int kind = kinds[ki], tc = kind == KN_ATT_MODULE_TC, ft = kind == KN_ATT_MODULE_F32T;
-            if ((tc && dts[di] == KN_F32) || (ft && dts[di] != KN_F32)) continue;
-            for (int size = tc ? 16 : ft ? 32 : 1; size <= (tc || ft ? 128 : 8);
-                 size = tc ? size + 16 : ft ? 2 * size : size + 1) {
-                char name[64], *src = NULL;
-                snprintf(name, sizeof name, "attention %s %s %s%d", tags[kind], kn_dtype_name(dts[di]),
-                         tc || ft ? "d" : "n", size);
-                if (!wanted(o, name)) continue;
-                if (kn_cuda_attention_source(kind, dts[di], size, &src) != KN_OK) {
-                    printf("%-36s no source: %s\n", name, kn_last_error());
-                    continue;
-                }
-                sum += time_module(o, name, src);
-            }
+    kn_att_module all[KN_ATTENTION_MAX_MODULES];
+    int n_all = kn_cuda_attention_modules(all, KN_ATTENTION_MAX_MODULES);
+    for (int mi = 0; mi < n_all; mi++) {
+        const kn_att_module *m = &all[mi];
+        char name[64], *src = NULL;
+        snprintf(name, sizeof name, "attention %s %s %s%d", kn_cuda_attention_module_tag(m->kind),
+                 kn_dtype_name(m->dt), m->kind == KN_ATT_MODULE_SIMT ? "n" : "d", m->size);
+        if (!wanted(o, name)) continue;
+        if (kn_cuda_attention_source(m->kind, m->dt, m->size, &src) != KN_OK) {
+            printf("%-36s no source: %s\n", name, kn_last_error());
+            continue;
         }
+        sum += time_module(o, name, src);
+    }
     return sum;
 }
 

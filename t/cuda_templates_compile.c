@@ -144,49 +144,45 @@ static void test_linalg_modules(void)
  * dims 32, 64 and 128. */
 static void test_attention_modules(void)
 {
-    static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
     int bad_compile = 0, bad_warn = 0, missing = 0, modules = 0;
-    static const int kinds[] = {KN_ATT_MODULE_TC, KN_ATT_MODULE_SIMT, KN_ATT_MODULE_F32T};
-    for (int ki = 0; ki < 3; ki++)
-        for (int di = 0; di < 3; di++) {
-            const int kind = kinds[ki], tc = kind == KN_ATT_MODULE_TC;
-            if ((tc && dts[di] == KN_F32) || (kind == KN_ATT_MODULE_F32T && dts[di] != KN_F32)) continue;
-            const int first = tc ? 16 : kind == KN_ATT_MODULE_F32T ? 32 : 1, last = tc ? 128 : kind == KN_ATT_MODULE_F32T ? 128 : 8;
-            for (int size = first; size <= last; size = tc ? size + 16 : kind == KN_ATT_MODULE_F32T ? 2 * size : size + 1) {
-                char *src = NULL, *img = NULL, *log = NULL, names[KN_ATTENTION_MAX_VARIANTS][48];
-                size_t n = 0;
-                const char *dn = kn_dtype_name(dts[di]);
-                kn_status st = kn_cuda_attention_source(kind, dts[di], size, &src);
-                if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
-                if (st == KN_OK) cover(src);
-                modules++;
-                if (st != KN_OK) {
-                    printf("# attention %s %s size %d: %s\n", tc ? "tc" : kind == KN_ATT_MODULE_F32T ? "f32t" : "simt", dn, size, kn_last_error());
-                    bad_compile++;
-                } else {
-                    if (log && strstr(log, "warning")) {
-                        printf("# attention %s %s size %d:\n%s\n", tc ? "tc" : kind == KN_ATT_MODULE_F32T ? "f32t" : "simt", dn, size, log);
-                        bad_warn++;
-                    }
-                    int nk = kn_cuda_attention_kernel_names(kind, dts[di], size, names);
-                    for (int k = 0; k < nk; k++)
-                        if (!has_symbol(img, n, names[k])) {
-                            printf("# attention: no kernel %s in the image\n", names[k]);
-                            missing++;
-                        }
-                }
-                free(img);
-                free(log);
-                free(src);
+    kn_att_module all[KN_ATTENTION_MAX_MODULES];
+    int n_all = kn_cuda_attention_modules(all, KN_ATTENTION_MAX_MODULES);
+    for (int mi = 0; mi < n_all; mi++) {
+        const int kind = all[mi].kind, size = all[mi].size;
+        const kn_dtype dt = all[mi].dt;
+        const char *tag = kn_cuda_attention_module_tag(kind), *dn = kn_dtype_name(dt);
+        char *src = NULL, *img = NULL, *log = NULL, names[KN_ATTENTION_MAX_VARIANTS][48];
+        size_t n = 0;
+        kn_status st = kn_cuda_attention_source(kind, dt, size, &src);
+        if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &n, &log);
+        if (st == KN_OK) cover(src);
+        modules++;
+        if (st != KN_OK) {
+            printf("# attention %s %s size %d: %s\n", tag, dn, size, kn_last_error());
+            bad_compile++;
+        } else {
+            if (log && strstr(log, "warning")) {
+                printf("# attention %s %s size %d:\n%s\n", tag, dn, size, log);
+                bad_warn++;
             }
+            int nk = kn_cuda_attention_kernel_names(kind, dt, size, names);
+            for (int k = 0; k < nk; k++)
+                if (!has_symbol(img, n, names[k])) {
+                    printf("# attention: no kernel %s in the image\n", names[k]);
+                    missing++;
+                }
         }
+        free(img);
+        free(log);
+        free(src);
+    }
     printf("# kn_attention.cu: %d modules\n", modules);
     is_int(bad_compile, 0, "kn_attention.cu: every module compiles for sm_90");
     is_int(bad_warn, 0, "kn_attention.cu: no NVRTC warnings");
     is_int(missing, 0, "kn_attention.cu: every kernel the launcher looks up is in its module");
     char *src = NULL;
-    ok(kn_cuda_attention_source(1, KN_F32, 64, &src) != KN_OK && !src, "attention: no tensor-core f32 module");
-    ok(kn_cuda_attention_source(1, KN_BF16, 72, &src) != KN_OK && !src, "attention: no module for an unpadded size");
+    ok(kn_cuda_attention_source(KN_ATT_MODULE_TC, KN_F32, 64, &src) != KN_OK && !src, "attention: no tensor-core f32 module");
+    ok(kn_cuda_attention_source(KN_ATT_MODULE_TC, KN_BF16, 72, &src) != KN_OK && !src, "attention: no module for an unpadded size");
 }
 
 /* A model compiles one module a template kernel (kn_cuda_ops_source with

@@ -41,12 +41,12 @@ typedef struct attn_config {
 
 #define N_TC_CONFIGS 6
 static const attn_config tc_configs[N_TC_CONFIGS] = {
-    {1, 1, 64, 1, 128, "tc bm64 bn64"},
-    {1, 1, 32, 1, 128, "tc bm64 bn32"},
-    {1, 2, 64, 1, 64, "tc bm128 bn64"},
-    {1, 1, 64, 2, 128, "tc bm64 bn64 ks2"},
-    {1, 1, 32, 2, 128, "tc bm64 bn32 ks2"},
-    {1, 1, 32, 4, 64, "tc bm64 bn32 ks4"},
+    {KN_ATT_MODULE_TC, 1, 64, 1, 128, "tc bm64 bn64"},
+    {KN_ATT_MODULE_TC, 1, 32, 1, 128, "tc bm64 bn32"},
+    {KN_ATT_MODULE_TC, 2, 64, 1, 64, "tc bm128 bn64"},
+    {KN_ATT_MODULE_TC, 1, 64, 2, 128, "tc bm64 bn64 ks2"},
+    {KN_ATT_MODULE_TC, 1, 32, 2, 128, "tc bm64 bn32 ks2"},
+    {KN_ATT_MODULE_TC, 1, 32, 4, 64, "tc bm64 bn32 ks4"},
 };
 static const attn_config simt_config = {KN_ATT_MODULE_SIMT, 0, 32, 1, 0, "simt bm32 bn32"};
 /* the tiled f32 kernel: mt is its query block over 64 (1: 64 rows, 0: 32) */
@@ -95,8 +95,33 @@ kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src)
     return kn_strbuf_finish(&s, src, "attention: the kernel source");
 }
 
-static void tc_kernel_name(const attn_config *c, kn_dtype dt, int size, char name[48])
+/* The kernel of configuration c in its module (of padded head dim size). */
+int kn_cuda_attention_modules(kn_att_module *out, int cap)
 {
+    static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
+    int n = 0;
+    for (int di = 0; di < 3; di++) /* tensor cores: bf16 and f16, head dims 16..128 */
+        for (int size = 16; dts[di] != KN_F32 && size <= TC_MAX_DIM; size += 16)
+            if (n < cap) out[n++] = (kn_att_module){KN_ATT_MODULE_TC, dts[di], size};
+    for (int di = 0; di < 3; di++) /* SIMT: every dtype, 1..8 output chunks */
+        for (int size = 1; size <= N_SIMT_SIZES; size++)
+            if (n < cap) out[n++] = (kn_att_module){KN_ATT_MODULE_SIMT, dts[di], size};
+    for (int size = 32; size <= F32T_MAX_DIM; size *= 2) /* tiled f32: head dims 32, 64, 128 */
+        if (n < cap) out[n++] = (kn_att_module){KN_ATT_MODULE_F32T, KN_F32, size};
+    return n;
+}
+
+const char *kn_cuda_attention_module_tag(int kind)
+{
+    return kind == KN_ATT_MODULE_TC ? "tc" : kind == KN_ATT_MODULE_F32T ? "f32t" : "simt";
+}
+
+static void config_kernel_name(const attn_config *c, kn_dtype dt, int size, char name[48])
+{
+    if (c->kind == KN_ATT_MODULE_F32T) {
+        snprintf(name, 48, "kn_attn_f32t_d%d%s", size, c->mt ? "" : "_m32");
+        return;
+    }
     char ks[16] = "";
     if (c->ks > 1) snprintf(ks, sizeof ks, "_k%d", c->ks);
     snprintf(name, 48, "kn_attn_tc_%s_d%d_m%d_n%d%s", dt_tag(dt), size, 64 * c->mt, c->bn, ks);
@@ -108,14 +133,13 @@ int kn_cuda_attention_kernel_names(int kind, kn_dtype dt, int size, char names[]
         snprintf(names[0], 48, "kn_attn_simt_%s_c%d", dt_tag(dt), size);
         return 1;
     }
-    if (kind == KN_ATT_MODULE_F32T) {
-        snprintf(names[0], 48, "kn_attn_f32t_d%d", size);
-        snprintf(names[1], 48, "kn_attn_f32t_d%d_m32", size);
-        return 2;
-    }
     int n = 0;
+    if (kind == KN_ATT_MODULE_F32T) {
+        for (int i = 0; i < 2; i++) config_kernel_name(&f32t_configs[i], dt, size, names[n++]);
+        return n;
+    }
     for (int i = 0; i < N_TC_CONFIGS; i++)
-        if (size <= tc_configs[i].max_dp) tc_kernel_name(&tc_configs[i], dt, size, names[n++]);
+        if (size <= tc_configs[i].max_dp) config_kernel_name(&tc_configs[i], dt, size, names[n++]);
     return n;
 }
 
@@ -163,9 +187,8 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
         char *src = NULL;
         kn_cuda_module *mod = NULL;
         char name[48];
-        if (c->kind == KN_ATT_MODULE_TC) tc_kernel_name(c, dt, size, name);
-        else if (c->kind == KN_ATT_MODULE_F32T) snprintf(name, sizeof name, "kn_attn_f32t_d%d%s", size, c->mt ? "" : "_m32");
-        else kn_cuda_attention_kernel_names(c->kind, dt, size, &name);
+        if (c->kind == KN_ATT_MODULE_SIMT) kn_cuda_attention_kernel_names(c->kind, dt, size, &name);
+        else config_kernel_name(c, dt, size, name);
         st = kn_cuda_attention_source(c->kind, dt, size, &src);
         if (st == KN_OK) st = kn_cuda_module_get(src, kn_cuda_cache_dir(), &mod);
         free(src);
@@ -201,6 +224,19 @@ static bool aligned(const void *ptr, size_t bytes)
     return (uintptr_t)ptr % bytes == 0;
 }
 
+/* Whether the keys, and a mask's key offsets, fit the 32-bit indices of
+ * the tensor-core and tiled f32 kernels. */
+static bool keys_fit_32_bits(const kn_attention_problem *p)
+{
+    return (double)p->tk * (double)(p->mask ? llabs((long long)p->mask_stride[3]) + 1 : 1) <= 2147483647.0;
+}
+
+/* The head dim padded to the tensor-core kernels' 16 */
+static int tc_padded_dim(const kn_attention_problem *p)
+{
+    return (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
+}
+
 /* Why the tensor-core kernels cannot take p (NULL when they can). */
 static const char *tc_refusal(const kn_attention_problem *p, char *why, size_t n)
 {
@@ -210,9 +246,7 @@ static const char *tc_refusal(const kn_attention_problem *p, char *why, size_t n
                  (long long)p->d, (long long)p->dv, TC_MAX_DIM);
         return why;
     }
-    /* the kernels index keys, and a mask's key offsets, in 32 bits */
-    if ((double)p->tk * (double)(p->mask ? llabs((long long)p->mask_stride[3]) + 1 : 1) > 2147483647.0)
-        return "keys or the mask's key stride exceed the tensor-core kernels' 32-bit indices";
+    if (!keys_fit_32_bits(p)) return "keys or the mask's key stride exceed the tensor-core kernels' 32-bit indices";
     const void *ptrs[4] = {p->q, p->k, p->v, p->o};
     const int64_t *strides[4] = {p->q_stride, p->k_stride, p->v_stride, p->o_stride};
     static const char *const names[4] = {"q", "k", "v", "o"};
@@ -276,8 +310,7 @@ static const char *f32t_refusal(const kn_attention_problem *p)
         for (int s = 0; s < 3; s++)
             if (strides[i][s] % 4) return "a stride of q, k or v is not a multiple of 4 elements";
     }
-    if ((double)p->tk * (double)(p->mask ? llabs((long long)p->mask_stride[3]) + 1 : 1) > 2147483647.0)
-        return "the mask's key offsets exceed 32 bits";
+    if (!keys_fit_32_bits(p)) return "the mask's key offsets exceed 32 bits";
     return NULL;
 }
 
@@ -288,7 +321,7 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
     char why[160];
     int n = 0;
     if (!tc_refusal(p, why, sizeof why)) {
-        int dp = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
+        int dp = tc_padded_dim(p);
         for (int i = 0; i < N_TC_CONFIGS; i++)
             if (dp <= tc_configs[i].max_dp) out[n++] = &tc_configs[i];
     }
@@ -322,7 +355,7 @@ static const attn_config *default_config(const kn_attention_problem *p, const at
 {
     const attn_config *best = cfg[0];
     double best_cost = 0;
-    int dp = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
+    int dp = tc_padded_dim(p);
     int64_t sms = kn_cuda_current()->sm_count;
     for (int i = 0; i < n; i++) {
         const attn_config *c = cfg[i];
@@ -392,7 +425,7 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
     int size, bm;
     size_t smem;
     if (c->kind == KN_ATT_MODULE_TC) {
-        size = (int)((p->d > p->dv ? p->d : p->dv) + 15) / 16 * 16;
+        size = tc_padded_dim(p);
         bm = 64 * c->mt;
         smem = tc_smem(size, c);
     } else if (c->kind == KN_ATT_MODULE_F32T) {

@@ -63,6 +63,23 @@ int kn_cuda_attention_variants(const kn_attention_problem *p, const char **label
  * (size: the padded head dim 32, 64 or 128). */
 enum { KN_ATT_MODULE_SIMT, KN_ATT_MODULE_TC, KN_ATT_MODULE_F32T };
 
+/* one module: its kind, dtype and size (the arguments of
+ * kn_cuda_attention_source) */
+typedef struct kn_att_module {
+    int kind;
+    kn_dtype dt;
+    int size;
+} kn_att_module;
+
+/* The most modules kn_cuda_attention_modules lists. */
+#define KN_ATTENTION_MAX_MODULES 64
+
+/* Every module kn_cuda_attention.c can build, into out (room for cap):
+ * tensor-core ones, then SIMT, then tiled f32. Returns how many. */
+int kn_cuda_attention_modules(kn_att_module *out, int cap);
+/* A kind's short name in module names: "tc", "simt" or "f32t". */
+const char *kn_cuda_attention_module_tag(int kind);
+
 /* The source of one module of kn_attention.cu, of kind KN_ATT_MODULE_*
  * (see above) and dtype dt. *src is malloc'd. */
 kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src);
