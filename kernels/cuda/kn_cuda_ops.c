@@ -310,6 +310,18 @@ static kn_status run_pool(const kn_opcall *c)
 
 /* ---- cat ---- */
 
+/* Whether t's dims from `from` on are one contiguous run of elements (as
+ * kn_tensor_is_contiguous asks of all of them); *run gets its length. */
+static bool trailing_run(const kn_tensor *t, int from, int64_t *run)
+{
+    *run = 1;
+    for (int d = t->ndim - 1; d >= from; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != *run) return false;
+        *run *= t->shape[d];
+    }
+    return true;
+}
+
 /* Whether cat along dim can run as kn_cat_rows: each input's dims from dim
  * on are contiguous (its part of an output row is one run) and its dims
  * before dim step as one (stride 0 included: an expanded class token).
@@ -317,16 +329,13 @@ static kn_status run_pool(const kn_opcall *c)
 static int64_t rows_cat(const kn_opcall *c, kn_cat_args *a)
 {
     const kn_tensor *out = c->out[0];
-    int dim = c->a.dim, nd = out->ndim;
+    int dim = c->a.dim;
     int64_t vec = 16 / (int64_t)esize(out);
     a->start[0] = 0;
     for (int i = 0; i < c->n_in; i++) {
         const kn_tensor *x = c->in[i];
-        int64_t run = 1, outer_st = 0;
-        for (int d = nd - 1; d >= dim; d--) {
-            if (x->shape[d] != 1 && x->strides[d] != run) return 0;
-            run *= x->shape[d];
-        }
+        int64_t run, outer_st = 0;
+        if (!trailing_run(x, dim, &run)) return 0;
         bool first = true;
         for (int d = dim - 1; d >= 0; d--) { /* the outer dims, innermost first: one stride */
             if (x->shape[d] == 1) continue;
@@ -481,12 +490,8 @@ static kn_status index_check_result(const kn_opcall *c, const kn_tensor *idx, in
 static bool rows_gather(const kn_tensor *x, const kn_tensor *out, int dim, int64_t *row_out, int64_t *vec_out)
 {
     if (dim != 0 || x->ndim < 1 || !kn_tensor_is_contiguous(out)) return false;
-    int64_t row = 1;
-    for (int d = x->ndim - 1; d >= 1; d--) {
-        if (x->shape[d] != 1 && x->strides[d] != row) return false;
-        row *= x->shape[d];
-    }
-    if (row < 1) return false;
+    int64_t row;
+    if (!trailing_run(x, 1, &row) || row < 1) return false;
     int64_t es = (int64_t)kn_dtype_size(x->dtype), vec = 16 / es;
     bool vectors = (row * es) % 16 == 0 && (x->strides[0] * es) % 16 == 0 &&
                    (uintptr_t)kn_cuda_tensor_ptr(x) % 16 == 0 && (uintptr_t)kn_cuda_tensor_ptr(out) % 16 == 0;
