@@ -246,6 +246,26 @@ __device__ __forceinline__ float kn_att_h16_f32(unsigned bits)
 #endif
 }
 
+// This lane's entries of a key tile of a bool (E: byte) or 16-bit float
+// mask: rows g and g+8 of each m tile (mrow), columns 2t and 2t+1 from j0
+// on in the register of their pair (keys past tk read key tk-1: dropped
+// later)
+template <typename E, int MT, int NT>
+__device__ __forceinline__ void kn_att_mask_pairs(unsigned (&mbits)[MT][NT][2], const char *const (&mrow)[MT][2], int j0,
+                                                  int tk, int ms3)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const E *mp = (const E *)mrow[mt][r];
+                const int j = j0 + n * 8;
+                mbits[mt][n][r] = (unsigned)mp[min(j, tk - 1) * ms3] | (unsigned)mp[min(j + 1, tk - 1) * ms3] << 16;
+            }
+}
+
 template <int DP, int MT, int BN, int KS>
 __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short *smem_all)
 {
@@ -335,29 +355,8 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
         unsigned mbits[MT][NT][2];
         float mf32[MT][NT][4];
         const int j0 = (int)k0 + 2 * t;
-        if (a.mask_kind == 2) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const unsigned short *mp = (const unsigned short *)mrow[mt][r];
-                        const int j = j0 + n * 8;
-                        mbits[mt][n][r] = (unsigned)mp[min(j, tk - 1) * ms3] | (unsigned)mp[min(j + 1, tk - 1) * ms3] << 16;
-                    }
-        } else if (a.mask_kind == 1) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const unsigned char *mp = (const unsigned char *)mrow[mt][r];
-                        const int j = j0 + n * 8;
-                        mbits[mt][n][r] = (unsigned)mp[min(j, tk - 1) * ms3] | (unsigned)mp[min(j + 1, tk - 1) * ms3] << 16;
-                    }
-        }
+        if (a.mask_kind == 2) kn_att_mask_pairs<unsigned short, MT, NT>(mbits, mrow, j0, tk, ms3);
+        else if (a.mask_kind == 1) kn_att_mask_pairs<unsigned char, MT, NT>(mbits, mrow, j0, tk, ms3);
         kn_att_group_sync<KS>(grp);
         if (it == grp) {
 #pragma unroll
