@@ -365,19 +365,26 @@ static const char *const kn_modes[] = {"eager", "default", "reduce-overhead", "m
 
 /* cm:check(...): one call with the numerics check on. Returns {ok =,
  * message =, checks =} and the call's results after it. */
+/* cm(...) with *flag set for that call only (the numerics check, the
+ * ledger): the call's results on the stack; returns how many. */
+static int call_flagged(lua_State *L, bool *flag)
+{
+    *flag = true;
+    lua_pushcfunction(L, cm_call);
+    lua_insert(L, 1);
+    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    *flag = false;
+    if (rc != LUA_OK) return lua_error(L);
+    return lua_gettop(L);
+}
+
 static int cm_check(lua_State *L)
 {
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
     cm->check.report[0] = 0;
     int before = cm->check.runs;
-    cm->check.once = true;
-    lua_pushcfunction(L, cm_call);
-    lua_insert(L, 1);
-    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    cm->check.once = false;
-    if (rc != LUA_OK) return lua_error(L);
-    int nres = lua_gettop(L);
+    int nres = call_flagged(L, &cm->check.once);
     lua_createtable(L, 0, 3);
     lua_pushboolean(L, cm->check.report[0] == 0);
     lua_setfield(L, -2, "ok");
@@ -400,13 +407,7 @@ static int cm_precision(lua_State *L)
     compiled_ud *u = kn_lua_check_compiled(L, 1);
     kn_compiled *cm = u->cm;
     int before = cm->ledger.runs;
-    cm->ledger.once = true;
-    lua_pushcfunction(L, cm_call);
-    lua_insert(L, 1);
-    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    cm->ledger.once = false;
-    if (rc != LUA_OK) return lua_error(L);
-    int nres = lua_gettop(L);
+    int nres = call_flagged(L, &cm->ledger.once);
     int n = cm->ledger.runs > before ? cm->ledger.n_rows : 0;
     lua_createtable(L, n, 1);
     for (int i = 0; i < n; i++) {
