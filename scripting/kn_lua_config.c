@@ -63,24 +63,22 @@ static void read_fault_env(void)
     fault_candidate = fault ? atoi(fault) : 0;
 }
 
+/* kiln.config.f32_precision's words, in kn_f32_precision's order */
+static const char *const f32_precisions[] = {"ieee", "tf32", "fastest", NULL};
+
 /* The setting behind kiln.config[key] = the value at v, in s's settings:
  * a value they cannot take leaves them as they were (a cache dir: as
  * kn_settings_set_cache_dir keeps it) and marks the key bad, for the next
  * compiled call to raise the error it raised when it read the table. */
-/* kiln.config.f32_precision's words, in kn_f32_precision's order */
-static const char *const f32_precisions[] = {"ieee", "tf32", "fastest", NULL};
-
 static void apply_setting(lua_State *L, kn_lua_state *s, const char *key, int v)
 {
     if (strcmp(key, "allow_tf32") == 0) {
-        s->settings.allow_tf32 = lua_toboolean(L, v);
-        s->settings.f32_precision = s->settings.allow_tf32 ? KN_F32_TF32 : KN_F32_IEEE;
+        s->settings.f32_precision = lua_toboolean(L, v) ? KN_F32_TF32 : KN_F32_IEEE;
     } else if (strcmp(key, "f32_precision") == 0) {
         int which = KN_F32_IEEE; /* config_newindex checked the word */
         for (int i = 0; f32_precisions[i]; i++)
             if (lua_type(L, v) == LUA_TSTRING && strcmp(lua_tostring(L, v), f32_precisions[i]) == 0) which = i;
         s->settings.f32_precision = (kn_f32_precision)which;
-        s->settings.allow_tf32 = which != KN_F32_IEEE;
     } else if (strcmp(key, "cache_dir") == 0) {
         bool ok = true;
         if (lua_type(L, v) == LUA_TSTRING || lua_type(L, v) == LUA_TNUMBER) {
@@ -174,7 +172,7 @@ static void push_defaults(lua_State *L, const kn_lua_state *s)
     lua_setfield(L, -2, "cache_size_limit");
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "error_on_recompile");
-    lua_pushboolean(L, s->settings.allow_tf32);
+    lua_pushboolean(L, kn_settings_allow_tf32(&s->settings));
     lua_setfield(L, -2, "allow_tf32"); /* an alias: true is f32_precision "tf32", false "ieee" */
     lua_pushstring(L, f32_precisions[s->settings.f32_precision]);
     lua_setfield(L, -2, "f32_precision"); /* "ieee", "tf32" or "fastest" */

@@ -69,7 +69,7 @@ kn_status kn_plan_kernel_key(const kn_plan *p, int kid, char sig[KN_TUNE_KEY])
         free(copy);
     } else {
         const kn_node *n = &p->g.nodes[k->lib_node];
-        fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_settings_or_defaults(p->settings)->allow_tf32 ? 1 : 0);
+        fprintf(f, "lib %s tf32 %d", kn_op_name((kn_op)n->op), kn_settings_allow_tf32(kn_settings_or_defaults(p->settings)) ? 1 : 0);
         for (int i = 0; i < n->n_in; i++) {
             const kn_layout *l = &p->code.fusion.layout[n->in_node[i]];
             fprintf(f, " in%d %s [", i, kn_dtype_name(p->g.nodes[n->in_node[i]].out[n->in_out[i]].dtype));

@@ -184,7 +184,7 @@ kn_status kn_plan_epilogues(kn_plan *p)
              * were slower than conv then a ReLU kernel (convnet on an H200:
              * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua),
              * unless the GPU runs the conv in a kernel of kiln's or a GEMM */
-            if (mn->out[0].dtype == KN_F32 && !kn_settings_or_defaults(p->settings)->allow_tf32 &&
+            if (mn->out[0].dtype == KN_F32 && !kn_settings_allow_tf32(kn_settings_or_defaults(p->settings)) &&
                 !conv_outside_cudnn(p, mn))
                 continue;
             const kn_node *rl = &p->g.nodes[P->nodes[0]];

@@ -140,7 +140,7 @@ static kn_status measure(tune_job *j, int ci, double share_s, kn_tune_cand *cand
 static double tolerance(kn_dtype dt, const kn_settings *settings)
 {
     if (dt == KN_BF16 || dt == KN_F16) return 3e-2;
-    if (dt == KN_F32) return kn_settings_or_defaults(settings)->allow_tf32 ? 1e-2 : 1e-4;
+    if (dt == KN_F32) return kn_settings_allow_tf32(kn_settings_or_defaults(settings)) ? 1e-2 : 1e-4;
     if (dt == KN_F64) return 1e-9;
     return 0;
 }

@@ -9,7 +9,6 @@
 void kn_settings_init(kn_settings *s)
 {
     memset(s, 0, sizeof *s);
-    s->allow_tf32 = false;
     s->f32_precision = KN_F32_IEEE;
     const char *env = getenv("KILN_CACHE_DIR"), *home = getenv("HOME");
     if (env && *env) kn_settings_set_cache_dir(s, env, strlen(env));

@@ -57,8 +57,7 @@ enum {
 typedef enum { KN_F32_IEEE, KN_F32_TF32, KN_F32_FASTEST } kn_f32_precision;
 
 typedef struct kn_settings {
-    bool allow_tf32; /* f32 matmul and conv may use TF32: f32_precision is not IEEE (kiln.config.allow_tf32) */
-    kn_f32_precision f32_precision;
+    kn_f32_precision f32_precision; /* kiln.config.f32_precision (allow_tf32: its alias) */
     /* the persistent cache of compiled kernels, autotune choices and
      * library plans (kiln.config.cache_dir); "": none, memory only. One
      * byte more than a dir may have: a longer one is kept cut to
@@ -72,6 +71,13 @@ typedef struct kn_settings {
      * recompute pass computes cheap ones again in the backward) */
     double activation_memory_budget;
 } kn_settings;
+
+/* Whether f32 matmul and conv may use TF32: every precision but IEEE
+ * (kiln.config.allow_tf32 reads it). */
+static inline bool kn_settings_allow_tf32(const kn_settings *s)
+{
+    return s->f32_precision != KN_F32_IEEE;
+}
 
 /* The defaults into s (what NULL settings mean). */
 void kn_settings_init(kn_settings *s);

@@ -81,7 +81,7 @@ const kn_settings *kn_cuda_call_settings(void);
 const kn_settings *kn_cuda_call_settings_enter(const kn_settings *s);
 void kn_cuda_call_settings_leave(const kn_settings *outer);
 /* Whether f32 matmul/conv may use TF32 (kiln.config.allow_tf32). */
-#define kn_cuda_allow_tf32() (kn_cuda_call_settings()->allow_tf32)
+#define kn_cuda_allow_tf32() kn_settings_allow_tf32(kn_cuda_call_settings())
 
 /* Pointer to element 0 of a CUDA tensor's view. */
 char *kn_cuda_tensor_ptr(const kn_tensor *t);
