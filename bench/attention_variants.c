@@ -1,5 +1,7 @@
 /* bench/attention_variants.c: every configuration of kiln's fused attention
- * kernel (kn_cuda_attention's variants, and the default pick) at the
+ * kernel (kn_cuda_attention's variants, and its default pick), and cuDNN's
+ * fused attention (kn_cuda_dnn_attention, the op's default for bf16 and
+ * f16; also with a causal flag instead of a mask), at the
  * real-model suite's shapes, with the masks those models pass: BERT's
  * padding mask [B,1,1,T], GPT-2's full additive mask [B,1,T,T] with a
  * causal pattern, ViT and the transformer_block sample unmasked. Each
@@ -20,6 +22,7 @@
 #include "cuda/kn_cuda.h"
 #include "cuda/kn_cuda_attention.h"
 #include "cuda/kn_cuda_context.h"
+#include "cuda/kn_cuda_dnn_attention.h"
 
 typedef struct shape {
     const char *name;
@@ -36,14 +39,20 @@ static const shape SHAPES[] = {
     {"llm 4x16x512x128, full mask", 4, 16, 512, 128, 2},
 };
 
+/* variant -1: cuDNN's */
+static kn_status run_variant(kn_attention_problem *p)
+{
+    return p->variant < 0 ? kn_cuda_dnn_attention(p) : kn_cuda_attention(p);
+}
+
 static float time_variant(kn_attention_problem *p, int variant, cudaEvent_t e0, cudaEvent_t e1)
 {
     const int reps = getenv("ATT_REPS") ? atoi(getenv("ATT_REPS")) : 200;
     p->variant = variant;
     kn_status st = KN_OK;
-    for (int i = 0; i < (reps < 5 ? 1 : 5) && st == KN_OK; i++) st = kn_cuda_attention(p);
+    for (int i = 0; i < (reps < 5 ? 1 : 5) && st == KN_OK; i++) st = run_variant(p);
     cudaEventRecord(e0, kn_cuda_stream());
-    for (int i = 0; i < reps && st == KN_OK; i++) st = kn_cuda_attention(p);
+    for (int i = 0; i < reps && st == KN_OK; i++) st = run_variant(p);
     cudaEventRecord(e1, kn_cuda_stream());
     float ms = 0;
     if (st != KN_OK || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
@@ -102,6 +111,17 @@ int main(int argc, char **argv)
             float us = time_variant(&p, v, e0, e1);
             if (us > 0)
                 printf("  %-20s %8.2f us %7.1f TFLOP/s\n", v ? labels[v - 1] : "default", us, flops / us / 1e6);
+        }
+        if (kn_cuda_dnn_attention_covers(&p) && !getenv("ATT_VARIANT")) {
+            float us = time_variant(&p, -1, e0, e1);
+            if (us > 0) printf("  %-20s %8.2f us %7.1f TFLOP/s\n", "cudnn", us, flops / us / 1e6);
+            if (s->mask == 2) { /* GPT-2's mask is causal: cuDNN's own causal pattern instead of loading it */
+                kn_attention_problem c = p;
+                c.mask = NULL;
+                c.causal = 1;
+                us = time_variant(&c, -1, e0, e1);
+                if (us > 0) printf("  %-20s %8.2f us %7.1f TFLOP/s\n", "cudnn causal flag", us, flops / us / 1e6);
+            }
         }
         for (int i = 0; i < 5; i++)
             if (buf[i]) kn_cuda_free(buf[i]);

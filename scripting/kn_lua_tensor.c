@@ -298,6 +298,20 @@ static int l_tensor(lua_State *L)
     return 1;
 }
 
+/* kiln._keep(t) -> t: the caller promises to hand out t itself, with the
+ * same values, at every call that uses it (onnx/lua/import.lua's cached
+ * index constants). A compiled call then guards it by identity and may
+ * fold what it computes from it, as for a parameter, even in the call
+ * that made it; a write into it later builds such a plan again. */
+static int l_keep(lua_State *L)
+{
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    if (t->lazy || !t->storage) return luaL_argerror(L, 1, "a tensor with values (not a traced one)");
+    t->kept = true;
+    lua_settop(L, 1);
+    return 1;
+}
+
 /* kiln.manual_seed(n): restart this state's random stream. */
 static int l_manual_seed(lua_State *L)
 {
@@ -968,6 +982,6 @@ void kn_lua_open_tensor(lua_State *L)
     static const luaL_Reg fns[] = {
         {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},     {"full", l_full},
         {"randn", l_randn},   {"rand", l_rand},   {"randint", l_randint}, {"arange", l_arange},
-        {"manual_seed", l_manual_seed},           {NULL, NULL}};
+        {"manual_seed", l_manual_seed},           {"_keep", l_keep}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }

@@ -3,7 +3,8 @@
 -- every call (kn_pass_fold_once): they leave cm:kernels()'s per-call list
 -- and appear in its `once` list; results equal eager over several calls and
 -- for a second shape (a new version computes its own); random ops and
--- anything reading an input are never folded. On the CPU.
+-- anything reading an argument are never folded; values of parameters and
+-- kept tensors are, once per version of them. On the CPU.
 local T = dofile("t/lib/tap.lua")
 
 local seed = 500
@@ -86,5 +87,57 @@ T.ok(has_kernel_with(cr:kernels(), "tril") and #cr:kernels().once == 0, "it is c
 local lone = kiln.compile(function(x) return x * kiln.full({ 3, 4 }, 2.5) end, { mode = "default" })
 local xl = rnd({ 3, 4 })
 T.ok(maxdiff(lone(xl), xl * 2.5) <= 1e-6 and #lone:kernels().once == 0, "a lone full is not folded")
+
+-- a value computed from parameters alone (a weight, scaled) is computed
+-- once per version of those parameters: a write into the parameter builds
+-- the plan again, and the next call sees the new value. (A weight that
+-- requires grad keeps its path per call: its backward needs it.)
+local lin = { weight = rnd({ 3, 4 }) }
+local function scaled(x) return x:matmul((lin.weight * 0.5 + 1):transpose(1, 2)) end
+local cs = kiln.compile(scaled, { mode = "default" })
+local xs = rnd({ 2, 4 })
+T.ok(maxdiff(cs(xs), scaled(xs)) <= 1e-6, "a weight's scaled copy: equals eager")
+T.ok(not has_kernel_with(cs:kernels(), "mul") and #cs:kernels().once == 1,
+  "the weight's mul and add run once, not per call")
+T.ok(maxdiff(cs(xs), scaled(xs)) <= 1e-6, "the second call equals eager too")
+lin.weight:copy_(rnd({ 3, 4 }))
+T.ok(maxdiff(cs(xs), scaled(xs)) <= 1e-6, "after a copy_ into the weight: the new weight's result")
+lin.weight:copy_(rnd({ 3, 4 }))
+local again = cs(xs)
+T.ok(maxdiff(again, scaled(xs)) <= 1e-6, "and after a second write")
+T.ok(maxdiff(again, (xs:matmul((lin.weight * 0.5 + 1):transpose(1, 2)))) <= 1e-6,
+  "the check itself: the expected value is of the new weight")
+
+-- a tensor the function makes but promises to hand out unchanged
+-- (kiln._keep: an ONNX model's cached index constants) is folded like a
+-- parameter; an index_select by a computed 1..n over all n rows reads its
+-- input unchanged and runs no kernel
+local cache = {}
+local function gathered(x)
+  local n = x:shape()[1]
+  if not cache[n] then
+    local ids = {}
+    for i = 1, n do ids[i] = i end
+    cache[n] = kiln._keep(kiln.tensor(ids, { dtype = "i64" }))
+  end
+  return x:index_select(1, (cache[n] + 1) - 1) * 2 + x:index_select(1, n + 1 - cache[n])
+end
+local cg = kiln.compile(gathered, { mode = "default" })
+local xg = rnd({ 5, 3 })
+T.ok(maxdiff(cg(xg), gathered(xg)) <= 1e-6, "gathers by a kept index: equals eager")
+T.ok(maxdiff(cg(xg), gathered(xg)) <= 1e-6, "and at the second call")
+local gk = cg:kernels()
+local n_select = 0
+for _, k in ipairs(gk) do
+  for _, o in ipairs(k.ops or {}) do n_select = n_select + (o == "index_select" and 1 or 0) end
+end
+T.is(n_select, 1, "the identity gather is gone; the reversing one stays")
+T.ok(#gk.once >= 1, "the reversed index is computed once")
+local before_write = gathered(xg)
+cache[5]:copy_(kiln.tensor({ 2, 1, 3, 5, 4 }, { dtype = "i64" }))
+T.ok(maxdiff(cg(xg), gathered(xg)) <= 1e-6, "after a write into the kept index: the plan follows its new values")
+T.ok(maxdiff(gathered(xg), before_write) > 0.1, "the check itself: the new index changes the result")
+local ok, err = pcall(kiln._keep, 3)
+T.ok(not ok and tostring(err):find("tensor"), "kiln._keep of a number is an error naming what it wants")
 
 T.done()

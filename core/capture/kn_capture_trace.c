@@ -75,7 +75,7 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
             kind = KN_IN_GRAPH_OUTPUT;
             name = gname;
         }
-    } else if (kind == KN_IN_TENSOR && t->id >= cap->first_tensor_id) {
+    } else if (kind == KN_IN_TENSOR && t->id >= cap->first_tensor_id && !t->kept) {
         kind = KN_IN_VALUE; /* made during this call: a new object every call */
     }
     kn_tensor *written;

@@ -185,6 +185,14 @@ kn_status kn_pass_append_node(kn_pass_ctx *x, int op, const int *refs, int n, co
     return KN_OK;
 }
 
+bool kn_pass_meta_equal(const kn_meta *a, const kn_meta *b)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim && d < KN_MAX_DIMS; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
 bool kn_pass_graph_trains(const kn_graph *g)
 {
     for (int i = 0; i < g->n_nodes; i++)

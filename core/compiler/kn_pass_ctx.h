@@ -41,6 +41,8 @@ int kn_pass_resolve(const kn_pass_ctx *x, int r);
 /* Rewrite node i's inputs to their resolved values (done before a pass
  * looks at the node, so comparisons see the values that will remain). */
 void kn_pass_resolve_inputs(kn_pass_ctx *x, int i);
+/* Whether two values have the same dtype and shape. */
+bool kn_pass_meta_equal(const kn_meta *a, const kn_meta *b);
 /* Whether node i is one of the caller's outputs. */
 bool kn_pass_is_output(const kn_pass_ctx *x, int i);
 /* Redirect every use of node i's output 0 to value r and drop node i. False

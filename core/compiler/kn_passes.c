@@ -105,13 +105,6 @@ static kn_status commit(kn_pass_ctx *x, const char *pass)
 
 /* ---- checking ---- */
 
-static bool meta_eq(const kn_meta *a, const kn_meta *b)
-{
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim && d < KN_MAX_DIMS; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    return true;
-}
 
 static void meta_text(const kn_meta *m, char *buf, int size)
 {
@@ -130,7 +123,7 @@ static kn_status verify_node(const kn_graph *g, int i, char *msg, size_t size)
             return KN_ERR_ARG;
         }
         const kn_meta *m = &g->inputs[n->input].meta;
-        if (!meta_eq(m, &n->out[0])) {
+        if (!kn_pass_meta_equal(m, &n->out[0])) {
             char a[160], b[160];
             meta_text(&n->out[0], a, sizeof a);
             meta_text(m, b, sizeof b);
@@ -179,7 +172,7 @@ static kn_status verify_node(const kn_graph *g, int i, char *msg, size_t size)
         return KN_ERR_ARG;
     }
     for (int k = 0; k < n_out; k++)
-        if (!meta_eq(&out[k], &n->out[k])) {
+        if (!kn_pass_meta_equal(&out[k], &n->out[k])) {
             char a[160], b[160];
             meta_text(&n->out[k], a, sizeof a);
             meta_text(&out[k], b, sizeof b);
@@ -298,7 +291,7 @@ static kn_status pass_cse(kn_pass_ctx *x)
 static bool try_replace(kn_pass_ctx *x, int i, int r)
 {
     const kn_graph *g = x->g;
-    if (!meta_eq(&g->nodes[i].out[0], &g->nodes[KN_REF_NODE(r)].out[KN_REF_OUT(r)])) return false;
+    if (!kn_pass_meta_equal(&g->nodes[i].out[0], &g->nodes[KN_REF_NODE(r)].out[KN_REF_OUT(r)])) return false;
     return kn_pass_replace(x, i, r);
 }
 

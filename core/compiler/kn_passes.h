@@ -33,15 +33,21 @@
  *   kind that is the same tensor at every call (kn_input_keeps_values), so
  *   it does nothing on an unbound copy (kn_graph_copy) of a graph, nor on
  *   arguments: run the passes on the bound graph a capture produced.
- * - fold_once adds inputs too: each value that depends only on shapes and
- *   constants (no input, nothing random: a causal mask, arange position
- *   ids) and that a value depending on inputs reads is computed now, node
- *   by node on the bound inputs' device, and becomes an input the graph
- *   owns (kind KN_IN_VALUE, named KN_ONCE_PREFIX and its ops). A plan
- *   therefore computes it once, at its build, and frees it with itself.
- *   Not folded: caller outputs (the caller would share the plan's buffer),
- *   a lone full (its readers compute it for free), values over 64 MiB. It
- *   runs after the pattern passes, which may want to see the subgraph.
+ * - fold_once adds inputs too: each value that depends only on shapes,
+ *   constants and fixed values (parameters and kept tensors,
+ *   kn_pass_fixed_value; no argument, nothing random: a causal mask,
+ *   arange position ids, BERT's token-type embeddings gathered by ids the
+ *   model holds) and that a value depending on arguments reads is computed
+ *   now, node by node on the bound inputs' device, and becomes an input
+ *   the graph owns (kind KN_IN_VALUE, named KN_ONCE_PREFIX and its ops;
+ *   from_inputs when it read a fixed value, so the plan is built again
+ *   when one is written). A plan therefore computes it once per version
+ *   of what it reads. An index_select whose folded index is 1..n over its
+ *   whole dim is dropped (its input is its value). Not folded: caller
+ *   outputs (the caller would share the plan's buffer; a value autograd
+ *   saves is one), a lone full (its readers compute it for free), values
+ *   over 64 MiB. It runs after the pattern passes, which may want to see
+ *   the subgraph.
  * - cse merges constants with the same value and dtype (the first keeps its
  *   name): guards on Lua numbers should be taken from the graph as captured.
  */

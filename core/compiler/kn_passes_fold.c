@@ -7,9 +7,10 @@
  * computed now in float64 from the bound parameter tensors and stored in
  * the weight's dtype, become new inputs of the graph (kn_passes.h says what
  * that means for binding). fold_once computes, at compile time and on the
- * graph's device, the values that depend only on shapes and constants (a
- * causal mask: full, tril, logical_not), so they are made once per plan
- * instead of on every call.
+ * graph's device, the values that depend only on shapes, constants and
+ * fixed values (a causal mask: full, tril, logical_not; embeddings gathered
+ * by ids a model holds), so they are made once per plan instead of on
+ * every call.
  *
  * Why fold_constants alone does not take a mask: a CONST node holds one
  * number, so it folds only 0-dim elementwise results of 0-dim constants;
@@ -140,6 +141,14 @@ static kn_status evaluate_marked(kn_pass_ctx *x, kn_device dev, unsigned char *r
             st = kn_node_const_tensor(nd, dev, &val[KN_REF(i, 0)]);
             continue;
         }
+        if (nd->op == KN_NODE_INPUT) { /* a fixed value (fold_once marked no other input) */
+            kn_tensor *t = kn_pass_fixed_value(g, i, 0);
+            if (t && kn_tensor_device(t) != dev) t = NULL; /* a tensor elsewhere: left to the plan */
+            if (t) kn_tensor_retain(t);
+            val[KN_REF(i, 0)] = t;
+            if (!t) st = KN_ERR_ARG; /* unreachable: fold_once checked both */
+            continue;
+        }
         kn_opcall c;
         kn_opcall_init(&c, (kn_op)nd->op);
         c.a = nd->a;
@@ -171,6 +180,7 @@ static kn_status roots_to_inputs(kn_pass_ctx *x, const unsigned char *root, kn_t
     kn_status st = KN_OK;
     for (int i = 0; i < n && st == KN_OK; i++) {
         if (!root[i] || !val[KN_REF(i, 0)]) continue;
+        bool reads_inputs = false; /* a parameter or captured tensor, not constants alone */
         const kn_meta *m = &g->nodes[i].out[0];
         kn_meta got = kn_tensor_meta(val[KN_REF(i, 0)]);
         if (got.dtype != m->dtype || got.ndim != m->ndim ||
@@ -184,16 +194,22 @@ static kn_status roots_to_inputs(kn_pass_ctx *x, const unsigned char *root, kn_t
         }
         sub[i] = 1;
         for (int j = i; j >= 0; j--)
-            if (sub[j])
+            if (sub[j]) {
+                reads_inputs = reads_inputs || g->nodes[j].op == KN_NODE_INPUT;
                 for (int k = 0; k < g->nodes[j].n_in; k++) sub[g->nodes[j].in_node[k]] = 1;
+            }
         char name[KN_NAME_MAX], where[KN_WHERE_MAX];
         once_name(g, sub, i, name, sizeof name);
         free(sub);
         memcpy(where, g->nodes[i].where, sizeof where);
         int in_node;
-        st = kn_graph_add_input(g, KN_IN_VALUE, name, val[KN_REF(i, 0)], where, &in_node);
-        if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
-        if (st == KN_OK) st = kn_pass_sync(x);
+        if (reads_inputs) { /* the plan builds again when one of them is written */
+            st = kn_pass_add_folded_value(x, name, val[KN_REF(i, 0)], where, i, &in_node);
+        } else {
+            st = kn_graph_add_input(g, KN_IN_VALUE, name, val[KN_REF(i, 0)], where, &in_node);
+            if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
+            if (st == KN_OK) st = kn_pass_sync(x);
+        }
         if (st != KN_OK) break;
         g = x->g; /* the node array may have moved */
         x->before[in_node] = i;
@@ -201,6 +217,50 @@ static kn_status roots_to_inputs(kn_pass_ctx *x, const unsigned char *root, kn_t
         x->dead[i] = 1;
     }
     return st;
+}
+
+/* Whether idx (1-D, integral) holds 1, 2, ..., size: index_select by it
+ * is the identity. */
+static bool is_identity_index(kn_tensor *idx, int64_t size, const kn_settings *settings)
+{
+    if (idx->ndim != 1 || idx->shape[0] != size || size > ((int64_t)1 << 20) || kn_dtype_is_float(idx->dtype))
+        return false;
+    kn_tensor *h = NULL;
+    if (kn_tensor_to_device(idx, KN_CPU, settings, &h) != KN_OK) return false;
+    size_t es = kn_dtype_size(h->dtype);
+    unsigned char *raw = malloc((size_t)(size > 0 ? size : 1) * es);
+    bool same = raw != NULL;
+    if (raw) kn_tensor_gather_host(h, raw);
+    for (int64_t i = 0; same && i < size; i++) same = kn_load_f64(raw + (size_t)i * es, h->dtype) == (double)(i + 1);
+    free(raw);
+    kn_tensor_release(h);
+    return same;
+}
+
+/* An index_select whose index fold_once just computed and found to be
+ * 1..n over all n entries of its dim reads its input unchanged: its uses
+ * take the input instead (BERT's padding mask goes through GatherND with
+ * such an index: a gather kernel per call for nothing). The index still
+ * becomes an input of the graph, unused: when it was computed from
+ * parameters, that is what makes the plan check them (kn_plan_stale). */
+static void drop_identity_gathers(kn_pass_ctx *x, const unsigned char *root, kn_tensor **val)
+{
+    kn_graph *g = x->g;
+    int n = g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        if (!root[i] || !val[KN_REF(i, 0)]) continue;
+        int identity = -1; /* not checked yet */
+        for (int j = i + 1; j < n; j++) {
+            const kn_node *nd = &g->nodes[j];
+            if (x->dead[j] || nd->op != KN_OP_INDEX_SELECT || nd->in_node[1] != i || nd->in_out[1] != 0 ||
+                nd->in_node[0] == i)
+                continue;
+            const kn_meta *src = &g->nodes[nd->in_node[0]].out[nd->in_out[0]];
+            if (nd->a.dim < 0 || nd->a.dim >= src->ndim || !kn_pass_meta_equal(src, &nd->out[0])) continue;
+            if (identity < 0) identity = is_identity_index(val[KN_REF(i, 0)], src->shape[nd->a.dim], x->settings);
+            if (identity) kn_pass_replace(x, j, KN_REF(nd->in_node[0], nd->in_out[0]));
+        }
+    }
 }
 
 kn_status kn_pass_fold_once(kn_pass_ctx *x)
@@ -220,9 +280,19 @@ kn_status kn_pass_fold_once(kn_pass_ctx *x)
         st = kn_error(KN_ERR_OOM, "fold_once: out of host memory");
         goto done;
     }
+    /* a parameter or captured tensor is fixed too (not in a training step,
+     * which writes its parameters at every call: kn_pass_fixed_value), so
+     * BERT's position and token-type embeddings, gathered by ids the model
+     * holds, are gathered once; the plan builds again when one is written
+     * (kn_plan_stale) */
     for (int i = 0; i < n; i++) {
         const kn_node *nd = &g->nodes[i];
-        if (x->dead[i] || nd->op == KN_NODE_INPUT) continue;
+        if (x->dead[i]) continue;
+        if (nd->op == KN_NODE_INPUT) {
+            kn_tensor *t = kn_pass_fixed_value(g, i, 0);
+            fixed[i] = t && kn_tensor_device(t) == dev;
+            continue;
+        }
         if (nd->op == KN_NODE_CONST) {
             fixed[i] = 1;
             continue;
@@ -254,6 +324,7 @@ kn_status kn_pass_fold_once(kn_pass_ctx *x)
     }
     if (n_roots == 0) goto done;
     st = evaluate_marked(x, dev, root, mark, val);
+    if (st == KN_OK) drop_identity_gathers(x, root, val);
     if (st == KN_OK) st = roots_to_inputs(x, root, val);
 done:
     for (int i = 0; val && i < n * KN_MAX_OUTPUTS; i++) kn_tensor_release(val[i]);

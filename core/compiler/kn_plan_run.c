@@ -295,14 +295,16 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
                  gen ? "generated" : kn_profile_op_kind(p->device, op >= 0 && op < KN_OP_COUNT ? (kn_op)op : KN_OP_COUNT));
         /* a library op that ran kiln's own kernel (a fallback, the stem
          * conv): its backend's label for the call says so ("kiln ...");
-         * likewise a conv that cuBLASLt ran */
+         * likewise a conv that cuBLASLt ran, and attention that cuDNN ran */
         kn_device_ctx *dc = kn_backend_get(p->device);
         char label[128] = "";
-        if (!gen && (op == KN_OP_MATMUL || op == KN_OP_CONV2D) && dc && dc->be->library_variant_label)
+        if (!gen && (op == KN_OP_MATMUL || op == KN_OP_CONV2D || op == KN_OP_ATTENTION) && dc &&
+            dc->be->library_variant_label)
             dc->be->library_variant_label(dc, label, sizeof label);
         if (strncmp(label, "kiln ", 5) == 0) snprintf(r.kind, sizeof r.kind, "%s", dc->be->name);
         /* a conv run as a GEMM (a channels-last 1x1 conv) */
         if (op == KN_OP_CONV2D && strncmp(label, "cublaslt", 8) == 0) snprintf(r.kind, sizeof r.kind, "cublaslt");
+        if (op == KN_OP_ATTENTION && strncmp(label, "cudnn", 5) == 0) snprintf(r.kind, sizeof r.kind, "cudnn");
         r.owner = p;
         r.index = kernel;
         r.dtype = node >= 0 && node < p->g.n_nodes ? p->g.nodes[node].out[0].dtype : KN_F32;

@@ -49,6 +49,10 @@ typedef struct kn_tensor {
     struct kn_lazy *lazy;  /* set on a traced placeholder: the graph value it stands for */
     struct kn_grad_meta *ag; /* autograd: requires_grad, history, .grad (owned); NULL for most tensors */
     bool saved_alias;        /* a placeholder a tape node saved: counted in its lazy's saved_refs */
+    bool kept;               /* its maker hands out this same tensor, unchanged, at every call (an
+                                ONNX model's index constants, cached in the model): a capture takes
+                                it as a tensor guarded by identity, whose values a plan may fold,
+                                even in the call that made it (kiln._keep) */
 } kn_tensor;
 
 

@@ -10,9 +10,15 @@
  * unfused chain would. The reason goes to stderr under KILN_LOGS=fusion (or
  * library), as the plan's fusion reasons do.
  *
- * Variants (max-autotune): 0 is the kernel's default pick (for f32 up to
- * moderate sizes the unfused chain: f32_runs_unfused), 1..n its
- * configurations; past n is KN_ERR_RANGE, as for the other library ops.
+ * bf16/f16 go to cuDNN's fused flash-attention engines first
+ * (kn_cuda_dnn_attention.c: 1.4-2.8x faster than kiln's kernel at the
+ * suite's shapes on the H200), kiln's kernel taking what cuDNN does not.
+ *
+ * Variants (max-autotune): 0 is the default pick (cuDNN where it takes
+ * the call; for f32 up to moderate sizes the unfused chain:
+ * f32_runs_unfused), 1..n kiln's kernel's configurations, n + 1 cuDNN
+ * where its engines may take the problem; past that is KN_ERR_RANGE, as
+ * for the other library ops.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +29,7 @@
 
 #include "kn_cuda_attention.h"
 #include "kn_cuda_context.h"
+#include "kn_cuda_dnn_attention.h"
 #include "kn_cuda_ops.h"
 #include "kn_op.h"
 
@@ -295,10 +302,18 @@ kn_status kn_cuda_attention_op(const kn_opcall *c)
     if (st == KN_OK && c->variant > 0) {
         const char *labels[KN_ATTENTION_MAX_VARIANTS];
         int nv = kn_cuda_attention_variants(&p, labels);
+        bool dnn = kn_cuda_dnn_attention_covers(&p);
+        if (c->variant == nv + 1 && dnn) return kn_cuda_dnn_attention(&p);
         if (c->variant > nv)
             return kn_error(KN_ERR_RANGE, "scaled_dot_product_attention: no variant %d (%d configurations)",
-                            c->variant, nv);
+                            c->variant, nv + dnn);
         kn_cuda_variant_label("kiln attention %s", labels[c->variant - 1]);
+    }
+    if (st == KN_OK && c->variant == 0 && kn_cuda_dnn_attention_covers(&p)) {
+        st = kn_cuda_dnn_attention(&p);
+        if (st != KN_ERR_UNSUPPORTED) return st; /* done, or failed running */
+        if (attention_log_on()) fprintf(stderr, "kiln: scaled_dot_product_attention: %s; kiln's kernel runs it\n", kn_last_error());
+        st = KN_OK;
     }
     if (st == KN_OK && c->variant == 0 && f32_runs_unfused(&p)) {
         kn_cuda_variant_label("unfused: strict-f32 GEMMs, softmax");

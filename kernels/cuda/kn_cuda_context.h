@@ -37,6 +37,7 @@ typedef struct kn_cuda_dev {
     kn_cuda_pool *pool;  /* the caching allocator */
     kn_cuda_blas *blas;  /* cuBLASLt handle, workspace, plans (NULL until the first matmul) */
     kn_cuda_dnn *dnn;    /* cuDNN handle and plans (NULL until the first conv2d) */
+    struct kn_cuda_sdpa_plans *dnn_sdpa; /* cuDNN attention plans (kn_cuda_dnn_attention.c) */
     char variant_label[128]; /* what the last library call ran (max-autotune) */
     void *flush_buf;         /* twice the L2, written to evict it before a timed run */
     size_t flush_size;

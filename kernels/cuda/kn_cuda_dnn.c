@@ -123,13 +123,21 @@ static kn_cuda_dnn *dnn_ready(void)
     kn_phase_end(KN_PHASE_STARTUP);
     if (s != CUDNN_STATUS_SUCCESS) {
         if (kn_cuda_lib_log_on())
-            fprintf(stderr, "kiln: cuDNN %zu cannot start (%s): conv2d uses kiln's kernel\n", dn->version,
+            fprintf(stderr, "kiln: cuDNN %zu cannot start (%s): conv2d and attention use kiln's kernels\n", dn->version,
                     cudnnGetErrorString(s));
         return NULL;
     }
     if (!(dn->plans = kn_cuda_libplans_new(sizeof(dnn_key), dnn_plan_destroy))) return NULL;
     dn->state = 1;
     return dn;
+}
+
+void *kn_cuda_dnn_handle(size_t *version)
+{
+    kn_cuda_dnn *dn = dnn_ready();
+    if (!dn) return NULL;
+    *version = dn->version;
+    return dn->h;
 }
 
 static bool is_not_supported(cudnnStatus_t s)
@@ -843,6 +851,14 @@ out:
 }
 
 #endif /* KILN_HAVE_CUDNN */
+
+#ifndef KILN_HAVE_CUDNN
+void *kn_cuda_dnn_handle(size_t *version)
+{
+    *version = 0;
+    return NULL;
+}
+#endif
 
 /* ---- entry point ------------------------------------------------------------ */
 

@@ -30,4 +30,9 @@ kn_status kn_cuda_conv2d_fused_residual(const kn_opcall *c, int act, const struc
  * (the layout pass's "auto"): cuDNN present, a half type, sm_80 or later. */
 bool kn_cuda_conv_prefers_nhwc(kn_dtype dt);
 
+/* The current GPU's cuDNN handle (a cudnnHandle_t), started on first use,
+ * and cuDNN's version in *version; NULL when cuDNN is missing or cannot
+ * start. For the other cuDNN callers (kn_cuda_dnn_attention.c). */
+void *kn_cuda_dnn_handle(size_t *version);
+
 #endif

@@ -108,7 +108,9 @@ local function const_tensor(vals, dtype, shape)
   local t = cache and cache[key]
   if t then return t end
   t = kiln.tensor(nest(v, shape, 1, 0), { dtype = dtype, device = dev })
-  if cache then cache[key] = t end
+  -- the same object at every call: a compiled call may fold what it
+  -- computes from it (position embeddings gathered once, not per call)
+  if cache then cache[key] = kiln._keep(t) end
   return t
 end
 
