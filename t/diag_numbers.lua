@@ -323,4 +323,19 @@ T.is(cerr:last_call().graph_count, 1, "... capturing one graph")
 T.ok(kiln.randn({ 2 }) * 2 ~= nil, "eager ops after the error run eagerly (no capture left on)")
 
 for _, d in ipairs(made) do os.execute("rm -rf '" .. d .. "' '" .. d .. ".svg'") end
+-- an embedding gather moves the rows it copies (and its index), not the
+-- whole table: 8 rows of 64 f32 out of a 10,000-row table
+local table_w = kiln.randn({ 10000, 64 }, { seed = 9 })
+local emb = kiln.compile(function(ids) return table_w:index_select(1, ids):relu() end)
+local ids = kiln.tensor({ 1, 5, 9, 13, 17, 21, 25, 29 }, { dtype = "i64" })
+emb(ids)
+local te = kiln.time(emb, ids, { iters = 2, warmup = 1, profile_iters = 2 })
+local gather_row
+for _, k in ipairs(te.kernels) do
+  if k.name:find("index_select") then gather_row = k end
+end
+local want_bytes = 8 * 64 * 4 * 2 + 8 * 8 -- the rows read and written, and the ids
+T.is(gather_row and gather_row.bytes, want_bytes, "index_select's bytes: the copied rows twice and the ids (" ..
+  tostring(gather_row and gather_row.bytes) .. ")")
+
 T.done()

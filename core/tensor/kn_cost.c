@@ -72,6 +72,12 @@ kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int
             for (int i = 0; a && i < a->n_epilogue && i < KN_GATHER_SCATTER_EPILOGUE_MAX; i++)
                 c.flops += kn_op_kind_of((kn_op)a->epilogue[i]) == KN_K_SOFTMAX ? 4 * on : on;
         }
+        /* index_select and gather read the source elements they copy, not
+         * the whole table (an embedding's 50,257 rows for 1,024 tokens) */
+        if ((op == KN_OP_INDEX_SELECT || op == KN_OP_GATHER) && n_in >= 2 && n_out >= 1) {
+            double copied = (double)kn_numel_of(out[0].ndim, out[0].shape) * (double)kn_dtype_size(in[0].dtype);
+            if (copied < meta_bytes(&in[0])) c.bytes += copied - meta_bytes(&in[0]);
+        }
         break;
     case KN_K_COPY:
     case KN_K_CAT:
@@ -125,6 +131,11 @@ kn_cost kn_cost_opcall(const kn_opcall *c)
         double gathered = (double)c->in[1]->shape[0] * (double)(kn_tensor_numel(c->in[0]) / c->in[0]->shape[0]) *
                           (double)kn_dtype_size(c->in[0]->dtype);
         if (gathered < h_bytes) r.bytes -= h_bytes - gathered;
+    }
+    if ((c->op == KN_OP_INDEX_SELECT || c->op == KN_OP_GATHER) && n_in >= 2 && n_out >= 1 && c->in[0]) {
+        double src = tensor_reach_bytes(c->in[0]); /* as kn_cost_op: the copied elements only */
+        double copied = (double)kn_numel_of(out[0].ndim, out[0].shape) * (double)kn_dtype_size(c->in[0]->dtype);
+        if (copied < src) r.bytes -= src - copied;
     }
     for (int i = 0; i < n_out; i++) r.bytes += meta_bytes(&out[i]);
     return r;

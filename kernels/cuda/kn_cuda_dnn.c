@@ -68,7 +68,7 @@ typedef struct dnn_entry {
     uint64_t hash;
     bool refused;
     bool past_end; /* variant > 0 beyond the configs cuDNN offers */
-    bool from_cache; /* the plan came from cache_dir (plan_from_cache) */
+    bool from_cache; /* the plan came from cache_dir (plan_load) */
     char label[128]; /* "cudnn eng 7 knobs(3=2,10=1)" */
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t keep[MAX_KEEP]; /* what the plan was built from */
@@ -357,24 +357,26 @@ static cudnnStatus_t dnn_pick_plan(kn_cuda_dnn *dn, dnn_entry *e, cudnnBackendDe
 
 /* ---- plans across processes ------------------------------------------
  * Choosing a plan (the heuristics, then finalizing candidates until one
- * takes the graph) is most of a conv's cold compile. The chosen plan's
- * JSON (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION) is kept in
- * cache_dir/cudnn-plans/HASH.plan, HASH over the key, cuDNN's version and
- * the GPU's compute capability; the file's first line is the plan's label.
- * A later process builds the plan from it (no heuristics, no candidates).
- * Anything wrong with a file (unreadable, another cuDNN's) only means the
- * plan is chosen again and the file rewritten. */
-static bool plan_cache_path(kn_cuda_dnn *dn, const dnn_entry *e, char *buf, size_t size)
+ * takes the graph) is most of a conv's cold compile, and every attention
+ * engine compiles at plan time (0.4-2 s). The chosen plan's JSON
+ * (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION) is kept in
+ * cache_dir/cudnn-plans/HASH.plan, HASH over the kind ("conv",
+ * "attention"), the key, cuDNN's version and the GPU's compute
+ * capability; the file's first line is the plan's label. A later process
+ * builds the plan from it (no heuristics, no candidates). Anything wrong
+ * with a file (unreadable, another cuDNN's) only means the plan is chosen
+ * again and the file rewritten. */
+static bool plan_cache_path(kn_cuda_dnn *dn, const char *kind, const void *key, size_t key_size, char *buf,
+                            size_t size)
 {
     const char *dir = kn_cuda_cache_dir();
     if (!dir || !dir[0] || getenv("KILN_NO_PLAN_CACHE")) return false;
     struct {
-        dnn_key key;
-        uint64_t version;
+        uint64_t key, version;
         int32_t arch, pad_;
     } id;
     memset(&id, 0, sizeof id);
-    id.key = e->key;
+    id.key = kn_hash_bytes(kn_hash_bytes(KN_HASH_SEED, kind, strlen(kind)), key, key_size);
     id.version = (uint64_t)dn->version;
     id.arch = kn_cuda_current()->arch;
     int n = snprintf(buf, size, "%s/cudnn-plans/%016llx.plan", dir,
@@ -382,10 +384,11 @@ static bool plan_cache_path(kn_cuda_dnn *dn, const dnn_entry *e, char *buf, size
     return n > 0 && (size_t)n < size;
 }
 
-static bool plan_from_cache(kn_cuda_dnn *dn, dnn_entry *e)
+static bool plan_load(kn_cuda_dnn *dn, const char *kind, const void *key, size_t key_size, int64_t max_ws,
+                      cudnnBackendDescriptor_t *plan_out, int64_t *ws_out, char *label, size_t label_size)
 {
     char path[KN_CACHE_PATH_MAX];
-    if (!plan_cache_path(dn, e, path, sizeof path)) return false;
+    if (!plan_cache_path(dn, kind, key, key_size, path, sizeof path)) return false;
     long size = 0;
     char *text = kn_read_file(path, 4L << 20, &size);
     if (!text) return false;
@@ -402,31 +405,31 @@ static bool plan_from_cache(kn_cuda_dnn *dn, dnn_entry *e)
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &ws);
-    if (s != CUDNN_STATUS_SUCCESS || ws > DNN_MAX_WORKSPACE) {
+    if (s != CUDNN_STATUS_SUCCESS || ws > max_ws) {
         if (plan) cudnnBackendDestroyDescriptor(plan);
         free(text);
         return false;
     }
     *nl = 0;
-    snprintf(e->label, sizeof e->label, "%s", text);
-    e->plan = plan;
-    e->ws_size = ws;
-    e->from_cache = true;
+    snprintf(label, label_size, "%s", text);
+    *plan_out = plan;
+    *ws_out = ws;
     free(text);
     return true;
 }
 
-static void plan_to_cache(kn_cuda_dnn *dn, const dnn_entry *e)
+static void plan_save(kn_cuda_dnn *dn, const char *kind, const void *key, size_t key_size,
+                      cudnnBackendDescriptor_t plan, const char *label)
 {
     char path[KN_CACHE_PATH_MAX], dir[KN_CACHE_PATH_MAX];
-    if (!plan_cache_path(dn, e, path, sizeof path)) return;
+    if (!plan_cache_path(dn, kind, key, key_size, path, sizeof path)) return;
     int64_t n = 0;
-    if (cudnnBackendGetAttribute(e->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n,
+    if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &n,
                                  NULL) != CUDNN_STATUS_SUCCESS || n <= 0 || n > (4 << 20))
         return;
     char *json = malloc((size_t)n + 1);
     if (!json) return;
-    if (cudnnBackendGetAttribute(e->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, n, &n,
+    if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, n, &n,
                                  json) != CUDNN_STATUS_SUCCESS) {
         free(json);
         return;
@@ -439,11 +442,24 @@ static void plan_to_cache(kn_cuda_dnn *dn, const dnn_entry *e)
     FILE *f = NULL;
     /* best effort: a plan not kept is chosen again by the next process */
     if (kn_make_dirs(dir) && kn_fs_open_temp(path, &tmp, &f) == KN_OK) {
-        bool ok = fprintf(f, "%s\n", e->label) > 0 && fwrite(json, 1, (size_t)n, f) == (size_t)n;
+        bool ok = fprintf(f, "%s\n", label) > 0 && fwrite(json, 1, (size_t)n, f) == (size_t)n;
         (void)kn_fs_commit_temp(f, tmp, path, ok ? KN_OK : KN_ERR_IO);
     }
     free(tmp);
     free(json);
+}
+
+bool kn_cuda_dnn_plan_load(const char *kind, const void *key, size_t key_size, int64_t max_ws, void **plan,
+                           int64_t *ws, char *label, size_t label_size)
+{
+    kn_cuda_dnn *dn = dnn_ready();
+    return dn && plan_load(dn, kind, key, key_size, max_ws, (cudnnBackendDescriptor_t *)plan, ws, label, label_size);
+}
+
+void kn_cuda_dnn_plan_save(const char *kind, const void *key, size_t key_size, void *plan, const char *label)
+{
+    kn_cuda_dnn *dn = dnn_ready();
+    if (dn) plan_save(dn, kind, key, key_size, (cudnnBackendDescriptor_t)plan, label);
 }
 
 /* The convolution descriptor of e's key: 2-D cross-correlation computed
@@ -551,7 +567,11 @@ static cudnnStatus_t dnn_pointwise(dnn_entry *e, cudnnPointwiseMode_t mode, cudn
  * plan. NOT_SUPPORTED (any of its sub-codes) means cuDNN refuses. */
 static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
 {
-    if (plan_from_cache(dn, e)) return CUDNN_STATUS_SUCCESS;
+    if (plan_load(dn, "conv", &e->key, sizeof e->key, DNN_MAX_WORKSPACE, &e->plan, &e->ws_size, e->label,
+                  sizeof e->label)) {
+        e->from_cache = true;
+        return CUDNN_STATUS_SUCCESS;
+    }
     const dnn_key *k = &e->key;
     kn_dtype kdt = (kn_dtype)k->dt;
     cudnnDataType_t dt = dnn_type(kdt);
@@ -593,7 +613,7 @@ static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
         s = cudnnBackendSetAttribute(graph, (cudnnBackendAttributeName_t)800, CUDNN_TYPE_HANDLE, 1, &dn->h);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(graph);
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_pick_plan(dn, e, graph, kdt == KN_F32 && !k->tf32);
-    if (s == CUDNN_STATUS_SUCCESS) plan_to_cache(dn, e);
+    if (s == CUDNN_STATUS_SUCCESS) plan_save(dn, "conv", &e->key, sizeof e->key, e->plan, e->label);
     return s;
 }
 
@@ -857,6 +877,18 @@ void *kn_cuda_dnn_handle(size_t *version)
 {
     *version = 0;
     return NULL;
+}
+
+bool kn_cuda_dnn_plan_load(const char *kind, const void *key, size_t key_size, int64_t max_ws, void **plan,
+                           int64_t *ws, char *label, size_t label_size)
+{
+    (void)kind, (void)key, (void)key_size, (void)max_ws, (void)plan, (void)ws, (void)label, (void)label_size;
+    return false;
+}
+
+void kn_cuda_dnn_plan_save(const char *kind, const void *key, size_t key_size, void *plan, const char *label)
+{
+    (void)kind, (void)key, (void)key_size, (void)plan, (void)label;
 }
 #endif
 

@@ -5,6 +5,8 @@
 #define KN_CUDA_DNN_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "kn_op.h"
 #include "kn_status.h"
@@ -34,5 +36,13 @@ bool kn_cuda_conv_prefers_nhwc(kn_dtype dt);
  * and cuDNN's version in *version; NULL when cuDNN is missing or cannot
  * start. For the other cuDNN callers (kn_cuda_dnn_attention.c). */
 void *kn_cuda_dnn_handle(size_t *version);
+/* Execution plans across processes (cache_dir/cudnn-plans/): the plan (a
+ * cudnnBackendDescriptor_t) kept for key (of kind "conv", "attention")
+ * by an earlier process, with its workspace size (at most max_ws) and
+ * label; false when there is none or it does not load. _save keeps a
+ * plan chosen now (best effort). */
+bool kn_cuda_dnn_plan_load(const char *kind, const void *key, size_t key_size, int64_t max_ws, void **plan,
+                           int64_t *ws, char *label, size_t label_size);
+void kn_cuda_dnn_plan_save(const char *kind, const void *key, size_t key_size, void *plan, const char *label);
 
 #endif

@@ -21,7 +21,9 @@
  *
  * Plans are kept per signature for the life of the process, each with its
  * workspace, which never moves (CUDA graph recordings stay valid); a
- * refusal is remembered too. */
+ * refusal is remembered too. Every engine compiles at plan time (0.4-2 s
+ * for a process's first plan): the chosen plan is kept in the cache
+ * directory across processes, as conv plans are (kn_cuda_dnn.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,9 +433,19 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
     g.p = p;
     g.next_uid = UID_VIRTUAL;
     kn_phase_begin(KN_PHASE_STARTUP);
-    cudnnBackendDescriptor_t graph = build_graph(&g, k, handle, version);
-    cudnnStatus_t s = g.st;
-    if (s == CUDNN_STATUS_SUCCESS) s = pick_plan(p, graph, handle);
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    void *cached = NULL;
+    if (kn_cuda_dnn_plan_load("attention", k, sizeof *k, SDPA_MAX_WORKSPACE, &cached, &p->ws_size, p->label,
+                              sizeof p->label)) {
+        p->plan = cached; /* which tensors the graph has, for the variant pack: */
+        p->uses = 1u << UID_Q | 1u << UID_K | 1u << UID_V | 1u << UID_O | 1u << UID_SCALE |
+                  (k->has_bias ? 1u << UID_BIAS : 0) | (k->causal ? 1u << UID_NEG_INF : 0);
+    } else {
+        cudnnBackendDescriptor_t graph = build_graph(&g, k, handle, version);
+        s = g.st;
+        if (s == CUDNN_STATUS_SUCCESS) s = pick_plan(p, graph, handle);
+        if (s == CUDNN_STATUS_SUCCESS) kn_cuda_dnn_plan_save("attention", k, sizeof *k, p->plan, p->label);
+    }
     kn_phase_end(KN_PHASE_STARTUP);
     if (s == CUDNN_STATUS_SUCCESS && p->ws_size > 0) {
         if (kn_cuda_malloc((size_t)p->ws_size, &p->ws) != KN_OK) s = CUDNN_STATUS_ALLOC_FAILED;
@@ -540,8 +552,8 @@ bool kn_cuda_dnn_attention_covers(const kn_attention_problem *a)
 
 kn_status kn_cuda_dnn_attention(const kn_attention_problem *a)
 {
-    void *handle;
-    sdpa_plan *p;
+    void *handle = NULL;
+    sdpa_plan *p = NULL;
     KN_TRY(find_plan(a, &handle, &p));
     KN_TRY(execute(p, handle, a));
     kn_cuda_variant_label("%s", p->label);
