@@ -432,7 +432,7 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
     memset(&g, 0, sizeof g);
     g.p = p;
     g.next_uid = UID_VIRTUAL;
-    kn_phase_begin(KN_PHASE_STARTUP);
+    kn_phase_begin(KN_PHASE_LIBRARY_PLANS);
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
     void *cached = NULL;
     if (kn_cuda_dnn_plan_load("attention", k, sizeof *k, SDPA_MAX_WORKSPACE, &cached, &p->ws_size, p->label,
@@ -446,7 +446,7 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
         if (s == CUDNN_STATUS_SUCCESS) s = pick_plan(p, graph, handle);
         if (s == CUDNN_STATUS_SUCCESS) kn_cuda_dnn_plan_save("attention", k, sizeof *k, p->plan, p->label);
     }
-    kn_phase_end(KN_PHASE_STARTUP);
+    kn_phase_end(KN_PHASE_LIBRARY_PLANS);
     if (s == CUDNN_STATUS_SUCCESS && p->ws_size > 0) {
         if (kn_cuda_malloc((size_t)p->ws_size, &p->ws) != KN_OK) s = CUDNN_STATUS_ALLOC_FAILED;
     }
