@@ -217,11 +217,6 @@ typedef struct kn_render_target {
     const char *store16;     /* a prelude function (pointer, vector) storing a 16-byte
                                 vector in one instruction (NULL: assignment, which the
                                 compiler may split) */
-    const char *prefetch;    /* a prelude function (pointer) asking for a line in the
-                                cache: a row held in registers prefetches the arguments
-                                only its stores read (a layer norm's weight and bias)
-                                before its reductions, which then hide their latency
-                                (NULL: none) */
     /* The function's first line: its name k->name, and a signature that
      * takes bufs and sizes as the fields above reach them. */
     void (*signature)(kn_kir_rctx *r);

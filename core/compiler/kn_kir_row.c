@@ -210,31 +210,6 @@ static void regs_loads(rctx *r, const bool *which, const char *lo, const char *s
     }
 }
 
-/* A cache-line request for each of the lane's elements of the arguments
- * in `which` (the ones only the stores read): by the time the reductions
- * are done, the loads before the stores find them in L1 instead of
- * waiting on L2 at the end of the row's critical path. One request a
- * vector (rows held in vectors only). */
-static void regs_prefetch(rctx *r, const bool *which, const char *lo, const char *step)
-{
-    const kn_kernel *k = r->k;
-    int R = k->ndim - 1, V = r->regs_v;
-    kn_kir_line(r, "/* the stores' arguments, on their way to L1 while the row reduces */");
-    if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-    kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
-    r->indent++;
-    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
-    kn_kir_line(r, "if (i%d >= n%d) break;", R, R);
-    for (int j = 0; j < k->n_args; j++)
-        if (which[j]) {
-            kn_strbuf_printf(r->s, "%*s%s(&", r->indent * 4, "", r->t->prefetch);
-            kn_kir_put_elem(r, j, k->ndim);
-            kn_strbuf_printf(r->s, ");\n");
-        }
-    r->indent--;
-    kn_kir_line(r, "}");
-}
-
 /* A row held in vectors may keep, instead of two input rows A and B, the
  * row of an elementwise op of them (x + r before a layer norm): when the
  * op's operands are the only loads of A and B, nothing else reads them,
@@ -513,7 +488,6 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
             KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
         }
         regs_loads(r, early, lo, step);
-        if (any_late && r->t->prefetch && r->regs_v > 1) regs_prefetch(r, late, lo, step);
         if (r->t->kept_bytes > 0) {
             plan_kept(k, r->regs_k, r->t->kept_bytes, kept, kept_first);
             for (int i = 0; i < k->n_exprs; i++)

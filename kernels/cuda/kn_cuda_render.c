@@ -564,10 +564,6 @@ const kn_render_target kn_cuda_render_target = {
                "{\n"
                "    const kn_u32 w = ((const kn_u32 *)&v)[i >> 1];\n"
                "    return kn_u2f(i & 1 ? w & 0xffff0000u : w << 16);\n"
-               "}\n"
-               "KN_FN void kn_prefetch(const void *p)\n"
-               "{\n"
-               "    asm volatile(\"prefetch.global.L1 [%0];\" : : \"l\"(p));\n"
                "}\n",
     .bufs = "ka.bufs",
     .sizes = "ka.sizes",
@@ -582,7 +578,6 @@ const kn_render_target kn_cuda_render_target = {
     .rsqrt_f32 = "rsqrtf",
     .ld_bf16_in_vec = "kn_ldv_bf16",
     .store16 = "kn_st16",
-    .prefetch = "kn_prefetch",
     /* 48 registers of row and kept values: a bf16 softmax row of 256 on 16
      * lanes keeps its masked input and its exps (44 registers, no spills)
      * and took 12.8 us on the H100 for 16 x 8 x 256 rows; at 96 bytes it
