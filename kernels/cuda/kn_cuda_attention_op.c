@@ -11,8 +11,9 @@
  * library), as the plan's fusion reasons do.
  *
  * bf16/f16 go to cuDNN's fused flash-attention engines first
- * (kn_cuda_dnn_attention.c: 1.4-2.8x faster than kiln's kernel at the
- * suite's shapes on the H200), kiln's kernel taking what cuDNN does not.
+ * (kn_cuda_dnn_attention.c: 1.2-1.4x faster than kiln's kernel at the
+ * suite's shapes on the H200, 2-3x on longer sequences), kiln's kernel
+ * taking what cuDNN does not.
  *
  * Variants (max-autotune): 0 is the default pick (cuDNN where it takes
  * the call; for f32 up to moderate sizes the unfused chain:

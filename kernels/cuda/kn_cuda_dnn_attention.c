@@ -7,12 +7,15 @@
  *   max + log(sum) the engines' pattern needs even when nothing reads it)
  *   -> P in the I/O type -> P.V = O
  *
- * On the H200 (cuDNN 9.19; bench/results/2026-11-29-h200-cudnn-sdpa.txt)
- * it ran BERT's 8x12x128x64 in 6.5 us against kiln's kernel's 10.2, ViT's
- * 197 tokens in 11.0 against 15.3, and 4x8x1024x64 causal in 22.4 against
- * 62. kn_cuda_attention_op makes it the default where it takes the call
- * and keeps kiln's kernel for the rest (f32, bool masks, odd layouts, a
- * cuDNN without the engines) and as max-autotune's other candidates.
+ * On the H200 (cuDNN 9.14) it runs BERT's 8x12x128x64 with its padding
+ * mask in 7.5 us inside the model's CUDA graph, against kiln's kernel's
+ * 10.2, ViT's 197 tokens in 12.3 against 15.3; launched back to back
+ * (bench/results/2026-11-29-h200-attention-variants-cudnn.txt, where its
+ * host work shows at short sequences) 16x8x256x64 takes 11.7 us against
+ * 21.9 and 4x8x1024x64 23.4 against 62. kn_cuda_attention_op makes it the
+ * default where it takes the call and keeps kiln's kernel for the rest
+ * (f32, bool masks, odd layouts, a cuDNN without the engines) and as
+ * max-autotune's other candidates.
  *
  * A query row whose every key is masked with -inf gives 0 here (cuDNN's
  * answer, and PyTorch's SDPA's), where kiln's kernel gives NaN unless the
