@@ -75,11 +75,7 @@ typedef struct dnn_entry {
     int nkeep;
     void *ws;
     int64_t ws_size;
-    /* the variant pack of the last execution and the pointers it holds:
-     * building one (create, three attributes, finalize) costs host time at
-     * every call, and a plan's calls mostly see the same pointers again */
-    cudnnBackendDescriptor_t vp;
-    void *vp_ptrs[4];
+    kn_cuda_dnn_pack pack; /* the last execution's variant pack */
 } dnn_entry;
 
 /* One GPU's cuDNN (kn_cuda_dev.dnn): its handle and the plans built with it. */
@@ -169,8 +165,7 @@ static cudnnStatus_t dnn_create(dnn_entry *e, cudnnBackendDescriptorType_t t,
 
 static void dnn_entry_release(dnn_entry *e)
 {
-    if (e->vp) cudnnBackendDestroyDescriptor(e->vp);
-    e->vp = NULL;
+    kn_cuda_dnn_pack_release(&e->pack);
     if (e->plan) cudnnBackendDestroyDescriptor(e->plan);
     for (int i = e->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(e->keep[i]);
     e->plan = NULL;
@@ -678,19 +673,21 @@ static kn_status dnn_entry_get(kn_cuda_dnn *dn, const dnn_key *k, dnn_entry **ou
     return KN_OK;
 }
 
-static kn_status dnn_execute(kn_cuda_dnn *dn, dnn_entry *e, void *x, void *w, void *y, void *b)
+void kn_cuda_dnn_pack_release(kn_cuda_dnn_pack *pack)
 {
-    int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
-    void *ptrs[4] = {x, w, y, b};
-    int64_t n = e->key.fused ? 4 : 3;
-    if (!e->key.fused) ptrs[3] = NULL;
+    if (pack->vp) cudnnBackendDestroyDescriptor((cudnnBackendDescriptor_t)pack->vp);
+    memset(pack, 0, sizeof *pack);
+}
+
+int kn_cuda_dnn_execute(void *plan, void *ws, const int64_t *uids, void *const *ptrs, int n, kn_cuda_dnn_pack *pack)
+{
+    kn_cuda_dnn *dn = dnn_ready();
+    if (!dn || n > KN_CUDA_DNN_PACK_MAX) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t s = cudnnSetStream(dn->h, kn_cuda_stream());
-    /* the workspace is the entry's own, fixed: only the data pointers decide */
-    if (e->vp && memcmp(e->vp_ptrs, ptrs, sizeof ptrs) != 0) {
-        cudnnBackendDestroyDescriptor(e->vp);
-        e->vp = NULL;
-    }
-    if (s == CUDNN_STATUS_SUCCESS && !e->vp) {
+    /* the workspace is the plan's own, fixed: only the data pointers decide */
+    if (pack->vp && (pack->n != n || memcmp(pack->ptrs, ptrs, sizeof(void *) * (size_t)n) != 0))
+        kn_cuda_dnn_pack_release(pack);
+    if (s == CUDNN_STATUS_SUCCESS && !pack->vp) {
         cudnnBackendDescriptor_t vp = NULL;
         s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
         if (s == CUDNN_STATUS_SUCCESS)
@@ -698,16 +695,26 @@ static kn_status dnn_execute(kn_cuda_dnn *dn, dnn_entry *e, void *x, void *w, vo
         if (s == CUDNN_STATUS_SUCCESS)
             s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
         if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &e->ws);
+            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
         if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
         if (s == CUDNN_STATUS_SUCCESS) {
-            e->vp = vp;
-            memcpy(e->vp_ptrs, ptrs, sizeof ptrs);
+            pack->vp = vp;
+            pack->n = n;
+            memcpy(pack->ptrs, ptrs, sizeof(void *) * (size_t)n);
         } else if (vp) {
             cudnnBackendDestroyDescriptor(vp);
         }
     }
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(dn->h, e->plan, e->vp);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendExecute(dn->h, (cudnnBackendDescriptor_t)plan, (cudnnBackendDescriptor_t)pack->vp);
+    return (int)s;
+}
+
+static kn_status dnn_execute(dnn_entry *e, void *x, void *w, void *y, void *b)
+{
+    static const int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
+    void *ptrs[4] = {x, w, y, b};
+    cudnnStatus_t s = (cudnnStatus_t)kn_cuda_dnn_execute(e->plan, e->ws, uids, ptrs, e->key.fused ? 4 : 3, &e->pack);
     if (s == CUDNN_STATUS_SUCCESS) return KN_OK;
     if (is_not_supported(s)) return KN_ERR_UNSUPPORTED; /* the caller falls back */
     return dnn_fail(s, "execute");
@@ -848,7 +855,7 @@ static kn_status conv_dnn(const kn_tensor *x0, const kn_tensor *w0, const kn_ten
         if ((st = dnn_entry_get(dn, &k, &e)) != KN_OK) goto out;
         past_end = past_end || e->past_end;
         if (e->refused) continue;
-        st = dnn_execute(dn, e, px, pw, py, fused ? kn_cuda_tensor_ptr(fb) : NULL);
+        st = dnn_execute(e, px, pw, py, fused ? kn_cuda_tensor_ptr(fb) : NULL);
         if (st == KN_ERR_UNSUPPORTED) { /* refused at run time: remember it */
             st = KN_OK;
             e->refused = true;
@@ -873,6 +880,17 @@ out:
 #endif /* KILN_HAVE_CUDNN */
 
 #ifndef KILN_HAVE_CUDNN
+void kn_cuda_dnn_pack_release(kn_cuda_dnn_pack *pack)
+{
+    (void)pack;
+}
+
+int kn_cuda_dnn_execute(void *plan, void *ws, const int64_t *uids, void *const *ptrs, int n, kn_cuda_dnn_pack *pack)
+{
+    (void)plan, (void)ws, (void)uids, (void)ptrs, (void)n, (void)pack;
+    return -1;
+}
+
 void *kn_cuda_dnn_handle(size_t *version)
 {
     *version = 0;

@@ -36,6 +36,21 @@ bool kn_cuda_conv_prefers_nhwc(kn_dtype dt);
  * and cuDNN's version in *version; NULL when cuDNN is missing or cannot
  * start. For the other cuDNN callers (kn_cuda_dnn_attention.c). */
 void *kn_cuda_dnn_handle(size_t *version);
+/* A plan's last variant pack and the pointers it holds: building one
+ * (create, three attributes, finalize) costs host time at every call, and
+ * a plan's calls mostly see the same pointers again. Zeroed to start. */
+#define KN_CUDA_DNN_PACK_MAX 8
+typedef struct kn_cuda_dnn_pack {
+    void *vp; /* a cudnnBackendDescriptor_t, or NULL */
+    void *ptrs[KN_CUDA_DNN_PACK_MAX];
+    int n;
+} kn_cuda_dnn_pack;
+/* Execute plan (a cudnnBackendDescriptor_t) on the current stream with
+ * tensor uids[i] at ptrs[i] (n <= KN_CUDA_DNN_PACK_MAX) and workspace ws,
+ * through *pack (rebuilt when the pointers differ). Returns cuDNN's status
+ * (0: success) for the caller's message. */
+int kn_cuda_dnn_execute(void *plan, void *ws, const int64_t *uids, void *const *ptrs, int n, kn_cuda_dnn_pack *pack);
+void kn_cuda_dnn_pack_release(kn_cuda_dnn_pack *pack);
 /* Execution plans across processes (cache_dir/cudnn-plans/): the plan (a
  * cudnnBackendDescriptor_t) kept for key (of kind "conv", "attention")
  * by an earlier process, with its workspace size (at most max_ws) and

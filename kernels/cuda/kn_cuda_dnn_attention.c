@@ -67,9 +67,7 @@ typedef struct sdpa_plan {
     int64_t ws_size;
     /* by-value scalars live here, at addresses the variant pack keeps */
     float scale, neg_inf;
-    /* the last variant pack and its pointers: building one costs host time */
-    cudnnBackendDescriptor_t vp;
-    void *vp_ptrs[8];
+    kn_cuda_dnn_pack pack; /* the last execution's variant pack */
 } sdpa_plan;
 
 struct kn_cuda_sdpa_plans {
@@ -371,10 +369,10 @@ static cudnnStatus_t pick_plan(sdpa_plan *p, cudnnBackendDescriptor_t graph, voi
 
 static void plan_release(sdpa_plan *p)
 {
-    if (p->vp) cudnnBackendDestroyDescriptor(p->vp);
+    kn_cuda_dnn_pack_release(&p->pack);
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
     for (int i = p->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->keep[i]);
-    p->vp = p->plan = NULL;
+    p->plan = NULL;
     p->nkeep = 0;
 }
 
@@ -465,10 +463,10 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
     return p;
 }
 
-static kn_status execute(sdpa_plan *p, void *handle, const kn_attention_problem *a)
+static kn_status execute(sdpa_plan *p, const kn_attention_problem *a)
 {
-    int64_t uids[8];
-    void *ptrs[8];
+    int64_t uids[KN_CUDA_DNN_PACK_MAX];
+    void *ptrs[KN_CUDA_DNN_PACK_MAX];
     int n = 0;
     p->scale = (float)a->scale;
     p->neg_inf = -__builtin_inff();
@@ -477,29 +475,7 @@ static kn_status execute(sdpa_plan *p, void *handle, const kn_attention_problem 
     by_uid[UID_BIAS] = (void *)a->mask, by_uid[UID_SCALE] = &p->scale, by_uid[UID_NEG_INF] = &p->neg_inf;
     for (int u = UID_Q; u <= UID_NEG_INF; u++)
         if (p->uses & (1u << u)) uids[n] = u, ptrs[n++] = by_uid[u];
-    cudnnStatus_t s = cudnnSetStream((cudnnHandle_t)handle, kn_cuda_stream());
-    if (p->vp && memcmp(p->vp_ptrs, ptrs, sizeof(void *) * (size_t)n) != 0) {
-        cudnnBackendDestroyDescriptor(p->vp);
-        p->vp = NULL;
-    }
-    if (s == CUDNN_STATUS_SUCCESS && !p->vp) {
-        cudnnBackendDescriptor_t vp = NULL;
-        s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &p->ws);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(vp);
-        if (s == CUDNN_STATUS_SUCCESS) {
-            p->vp = vp;
-            memcpy(p->vp_ptrs, ptrs, sizeof(void *) * (size_t)n);
-        } else if (vp) {
-            cudnnBackendDestroyDescriptor(vp);
-        }
-    }
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute((cudnnHandle_t)handle, p->plan, p->vp);
+    cudnnStatus_t s = (cudnnStatus_t)kn_cuda_dnn_execute(p->plan, p->ws, uids, ptrs, n, &p->pack);
     if (s == CUDNN_STATUS_SUCCESS) return KN_OK;
     char last[256] = "";
     cudnnGetLastErrorString(last, sizeof last);
@@ -508,7 +484,7 @@ static kn_status execute(sdpa_plan *p, void *handle, const kn_attention_problem 
 }
 
 /* The plan for a's signature (built, or refused, at its first call). */
-static kn_status find_plan(const kn_attention_problem *a, void **handle_out, sdpa_plan **out)
+static kn_status find_plan(const kn_attention_problem *a, sdpa_plan **out)
 {
     const char *why = NULL;
     sdpa_key k;
@@ -541,7 +517,6 @@ static kn_status find_plan(const kn_attention_problem *a, void **handle_out, sdp
         }
     }
     if (p->refused) return kn_error(KN_ERR_UNSUPPORTED, "attention through cuDNN: %s", p->why);
-    *handle_out = handle;
     *out = p;
     return KN_OK;
 }
@@ -555,10 +530,9 @@ bool kn_cuda_dnn_attention_covers(const kn_attention_problem *a)
 
 kn_status kn_cuda_dnn_attention(const kn_attention_problem *a)
 {
-    void *handle = NULL;
     sdpa_plan *p = NULL;
-    KN_TRY(find_plan(a, &handle, &p));
-    KN_TRY(execute(p, handle, a));
+    KN_TRY(find_plan(a, &p));
+    KN_TRY(execute(p, a));
     kn_cuda_variant_label("%s", p->label);
     return KN_OK;
 }
