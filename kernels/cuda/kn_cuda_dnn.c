@@ -260,6 +260,75 @@ static void engine_label(cudnnBackendDescriptor_t cfg, char *buf, size_t size)
     for (int i = 0; i < made; i++) cudnnBackendDestroyDescriptor(knobs[i]);
 }
 
+/* The engine configs heuristics `mode` ranks for graph, best first:
+ * *cfgs (malloc'd) holds *got descriptors the caller destroys. */
+static cudnnStatus_t dnn_heuristics(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode,
+                                    cudnnBackendDescriptor_t **cfgs_out, int64_t *got)
+{
+    cudnnBackendDescriptor_t heur = NULL, *cfgs = NULL;
+    int64_t n = 0;
+    *cfgs_out = NULL;
+    *got = 0;
+    cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &graph);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(heur);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL);
+    if (s == CUDNN_STATUS_SUCCESS && n > 0) {
+        cfgs = calloc((size_t)n, sizeof *cfgs);
+        if (!cfgs) s = CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
+        for (int64_t i = 0; i < n && s == CUDNN_STATUS_SUCCESS; i++)
+            s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]);
+        if (s == CUDNN_STATUS_SUCCESS)
+            s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, got,
+                                         cfgs);
+    }
+    if (heur) cudnnBackendDestroyDescriptor(heur);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        for (int64_t i = 0; cfgs && i < n; i++)
+            if (cfgs[i]) cudnnBackendDestroyDescriptor(cfgs[i]);
+        free(cfgs);
+        *got = 0;
+        return s;
+    }
+    for (int64_t i = *got; i < n; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
+    *cfgs_out = cfgs;
+    return s;
+}
+
+/* The execution plan of engine config cfg, finalized (runtime-compiled
+ * engines compile here), and its workspace size. */
+static cudnnStatus_t dnn_plan_of(kn_cuda_dnn *dn, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t *plan_out,
+                                 int64_t *ws)
+{
+    cudnnBackendDescriptor_t plan = NULL;
+    int64_t cnt = 0;
+    *ws = 0;
+    cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &cfg);
+    /* the attribute is deprecated since 9.8, hence the number; but without
+     * it 9.14 on the H100 saw no device (its log: GPU=NULL, smVersion 0,
+     * every engine ARCH_MISMATCH, and a SIGFPE inside the heuristics for a
+     * 1-channel conv) */
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(plan, (cudnnBackendAttributeName_t)400, CUDNN_TYPE_HANDLE, 1, &dn->h);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, ws);
+    if (s != CUDNN_STATUS_SUCCESS && plan) {
+        cudnnBackendDestroyDescriptor(plan);
+        plan = NULL;
+    }
+    *plan_out = plan;
+    return s;
+}
+
 /* A finalized plan for the op graph: heuristics A then FALLBACK, ranked;
  * precompiled engines first (pass 0), runtime-compiled ones after (pass 1).
  * NOT_SUPPORTED when no engine takes the graph. The chosen config goes to
@@ -280,50 +349,16 @@ static cudnnStatus_t dnn_pick_plan(kn_cuda_dnn *dn, dnn_entry *e, cudnnBackendDe
     }
     for (int pass = 0; pass < (want ? 1 : 2); pass++)
         for (int mi = 0; mi < 2; mi++) {
-            cudnnBackendDescriptor_t heur = NULL, *cfgs = NULL;
-            int64_t n = 0, got = 0;
-            cudnnBackendHeurMode_t mode = modes[mi];
-            cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
-            if (s == CUDNN_STATUS_SUCCESS)
-                s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-            if (s == CUDNN_STATUS_SUCCESS)
-                s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-            if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(heur);
-            if (s == CUDNN_STATUS_SUCCESS)
-                s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                             0, &n, NULL);
-            if (s == CUDNN_STATUS_SUCCESS && n > 0) {
-                cfgs = calloc((size_t)n, sizeof *cfgs);
-                if (!cfgs) s = CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
-                for (int64_t i = 0; i < n && s == CUDNN_STATUS_SUCCESS; i++)
-                    s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]);
-                if (s == CUDNN_STATUS_SUCCESS)
-                    s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs);
-            }
+            cudnnBackendDescriptor_t *cfgs = NULL;
+            int64_t got = 0, chosen = -1;
+            cudnnStatus_t s = dnn_heuristics(graph, modes[mi], &cfgs, &got);
             if (s != CUDNN_STATUS_SUCCESS) last = s;
-            int64_t chosen = -1;
-            for (int64_t i = 0; s == CUDNN_STATUS_SUCCESS && i < got && chosen < 0; i++) {
+            for (int64_t i = 0; i < got && chosen < 0; i++) {
                 bool rtc;
                 if (!engine_allowed(cfgs[i], strict_f32, &rtc) || rtc != (pass == 1)) continue;
                 cudnnBackendDescriptor_t plan = NULL;
-                cudnnStatus_t ps = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
-                if (ps == CUDNN_STATUS_SUCCESS)
-                    ps = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
-                /* the attribute is deprecated since 9.8, hence the number;
-                 * but without it 9.14 on the H100 saw no device (its log:
-                 * GPU=NULL, smVersion 0, every engine ARCH_MISMATCH, and a
-                 * SIGFPE inside the heuristics for a 1-channel conv) */
-                if (ps == CUDNN_STATUS_SUCCESS)
-                    ps = cudnnBackendSetAttribute(plan, (cudnnBackendAttributeName_t)400, CUDNN_TYPE_HANDLE, 1,
-                                                  &dn->h);
-                if (ps == CUDNN_STATUS_SUCCESS) ps = cudnnBackendFinalize(plan);
-                int64_t ws = 0, cnt = 0;
-                if (ps == CUDNN_STATUS_SUCCESS)
-                    ps = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                  CUDNN_TYPE_INT64, 1, &cnt, &ws);
+                int64_t ws = 0;
+                cudnnStatus_t ps = dnn_plan_of(dn, cfgs[i], &plan, &ws);
                 bool fits = ws <= (want ? DNN_VARIANT_WORKSPACE : DNN_MAX_WORKSPACE);
                 if (ps == CUDNN_STATUS_SUCCESS && fits && want && seen++ < want) {
                     cudnnBackendDestroyDescriptor(plan); /* an earlier variant's */
@@ -340,14 +375,46 @@ static cudnnStatus_t dnn_pick_plan(kn_cuda_dnn *dn, dnn_entry *e, cudnnBackendDe
                     if (ps != CUDNN_STATUS_SUCCESS) last = ps;
                 }
             }
-            for (int64_t i = 0; cfgs && i < n; i++)
-                if (cfgs[i] && i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
+            for (int64_t i = 0; i < got; i++)
+                if (i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
             free(cfgs);
-            if (heur) cudnnBackendDestroyDescriptor(heur);
             if (chosen >= 0) return CUDNN_STATUS_SUCCESS;
         }
     if (want) e->past_end = true;
     return is_not_supported(last) || last == CUDNN_STATUS_SUCCESS ? CUDNN_STATUS_NOT_SUPPORTED : last;
+}
+
+int kn_cuda_dnn_first_plan(void *graph, int64_t max_ws, void **plan, void **cfg, int64_t *ws, char *label,
+                           size_t label_size)
+{
+    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    kn_cuda_dnn *dn = dnn_ready();
+    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+    *plan = *cfg = NULL;
+    if (!dn) return CUDNN_STATUS_NOT_INITIALIZED;
+    for (int mi = 0; mi < 2 && !*plan; mi++) {
+        cudnnBackendDescriptor_t *cfgs = NULL;
+        int64_t got = 0, chosen = -1;
+        cudnnStatus_t s = dnn_heuristics((cudnnBackendDescriptor_t)graph, modes[mi], &cfgs, &got);
+        if (s != CUDNN_STATUS_SUCCESS) last = s;
+        for (int64_t i = 0; i < got && chosen < 0; i++) {
+            cudnnBackendDescriptor_t p = NULL;
+            cudnnStatus_t ps = dnn_plan_of(dn, cfgs[i], &p, ws);
+            if (ps == CUDNN_STATUS_SUCCESS && *ws <= max_ws) {
+                engine_label(cfgs[i], label, label_size);
+                *plan = p;
+                *cfg = cfgs[i];
+                chosen = i;
+            } else {
+                if (p) cudnnBackendDestroyDescriptor(p);
+                if (ps != CUDNN_STATUS_SUCCESS) last = ps;
+            }
+        }
+        for (int64_t i = 0; i < got; i++)
+            if (i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
+        free(cfgs);
+    }
+    return *plan ? CUDNN_STATUS_SUCCESS : last;
 }
 
 /* ---- plans across processes ------------------------------------------
@@ -880,6 +947,14 @@ out:
 #endif /* KILN_HAVE_CUDNN */
 
 #ifndef KILN_HAVE_CUDNN
+int kn_cuda_dnn_first_plan(void *graph, int64_t max_ws, void **plan, void **cfg, int64_t *ws, char *label,
+                           size_t label_size)
+{
+    (void)graph, (void)max_ws, (void)ws, (void)label, (void)label_size;
+    *plan = *cfg = NULL;
+    return -1;
+}
+
 void kn_cuda_dnn_pack_release(kn_cuda_dnn_pack *pack)
 {
     (void)pack;

@@ -36,6 +36,14 @@ bool kn_cuda_conv_prefers_nhwc(kn_dtype dt);
  * and cuDNN's version in *version; NULL when cuDNN is missing or cannot
  * start. For the other cuDNN callers (kn_cuda_dnn_attention.c). */
 void *kn_cuda_dnn_handle(size_t *version);
+/* The first engine config that heuristics mode A (then FALLBACK) ranks
+ * for graph (a finalized operation graph, cudnnBackendDescriptor_t) whose
+ * plan finalizes with a workspace of at most max_ws: *plan, the config it
+ * was built from (*cfg, which the caller keeps as long as the plan), *ws
+ * and its label ("cudnn eng 2 knobs(...)"). Returns cuDNN's status (0:
+ * success). */
+int kn_cuda_dnn_first_plan(void *graph, int64_t max_ws, void **plan, void **cfg, int64_t *ws, char *label,
+                           size_t label_size);
 /* A plan's last variant pack and the pointers it holds: building one
  * (create, three attributes, finalize) costs host time at every call, and
  * a plan's calls mostly see the same pointers again. Zeroed to start. */

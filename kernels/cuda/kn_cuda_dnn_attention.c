@@ -289,82 +289,26 @@ static cudnnBackendDescriptor_t build_graph(builder *g, const sdpa_key *k, void 
     return graph;
 }
 
-/* The engine's global index, for the label. */
-static int64_t engine_index(cudnnBackendDescriptor_t cfg)
+/* The first engine that takes the graph (kn_cuda_dnn_first_plan). Every
+ * SDPA engine compiles at plan time (0.4-2 s for a process's first, tens
+ * of ms after). */
+static cudnnStatus_t pick_plan(sdpa_plan *p, cudnnBackendDescriptor_t graph)
 {
-    cudnnBackendDescriptor_t eng = NULL;
-    int64_t n = 0, idx = -1;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return -1;
-    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) !=
-            CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &idx) !=
-            CUDNN_STATUS_SUCCESS)
-        idx = -1;
-    cudnnBackendDestroyDescriptor(eng);
-    return idx;
-}
-
-/* The first of heuristics A's configs (then FALLBACK's) whose plan
- * finalizes with a workspace under the cap. Every SDPA engine compiles
- * at plan time (0.4-0.7 s for a process's first, tens of ms after). */
-static cudnnStatus_t pick_plan(sdpa_plan *p, cudnnBackendDescriptor_t graph, void *handle)
-{
-    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
-    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-    for (int mi = 0; mi < 2 && !p->plan; mi++) {
-        cudnnBackendDescriptor_t heur = NULL, *cfgs = NULL;
-        int64_t n = 0, got = 0;
-        cudnnBackendHeurMode_t mode = modes[mi];
-        cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                         &graph);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-        if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(heur);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
-                                         NULL);
-        if (s == CUDNN_STATUS_SUCCESS && n > 0) {
-            if (!(cfgs = calloc((size_t)n, sizeof *cfgs))) s = CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
-            for (int64_t i = 0; i < n && s == CUDNN_STATUS_SUCCESS; i++)
-                s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]);
-            if (s == CUDNN_STATUS_SUCCESS)
-                s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n,
-                                             &got, cfgs);
-        }
-        if (s != CUDNN_STATUS_SUCCESS) last = s;
-        int64_t chosen = -1;
-        for (int64_t i = 0; s == CUDNN_STATUS_SUCCESS && i < got && chosen < 0; i++) {
-            cudnnBackendDescriptor_t plan = NULL;
-            int64_t ws = 0, cnt = 0;
-            cudnnStatus_t ps = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
-            if (ps == CUDNN_STATUS_SUCCESS)
-                ps = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
-            if (ps == CUDNN_STATUS_SUCCESS) /* deprecated, still needed: see build_graph */
-                ps = cudnnBackendSetAttribute(plan, (cudnnBackendAttributeName_t)400, CUDNN_TYPE_HANDLE, 1, &handle);
-            if (ps == CUDNN_STATUS_SUCCESS) ps = cudnnBackendFinalize(plan);
-            if (ps == CUDNN_STATUS_SUCCESS)
-                ps = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                              &cnt, &ws);
-            if (ps == CUDNN_STATUS_SUCCESS && ws <= SDPA_MAX_WORKSPACE && p->nkeep < MAX_DESC) {
-                snprintf(p->label, sizeof p->label, "cudnn sdpa eng %lld", (long long)engine_index(cfgs[i]));
-                p->plan = plan;
-                p->ws_size = ws;
-                p->keep[p->nkeep++] = cfgs[i];
-                chosen = i;
-            } else {
-                if (plan) cudnnBackendDestroyDescriptor(plan);
-                if (ps != CUDNN_STATUS_SUCCESS) last = ps;
-            }
-        }
-        for (int64_t i = 0; cfgs && i < n; i++)
-            if (cfgs[i] && i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
-        free(cfgs);
-        if (heur) cudnnBackendDestroyDescriptor(heur);
+    void *plan = NULL, *cfg = NULL;
+    char engine[48];
+    cudnnStatus_t s = (cudnnStatus_t)kn_cuda_dnn_first_plan(graph, SDPA_MAX_WORKSPACE, &plan, &cfg, &p->ws_size,
+                                                            engine, sizeof engine);
+    if (s != CUDNN_STATUS_SUCCESS) return s;
+    if (p->nkeep == MAX_DESC) {
+        cudnnBackendDestroyDescriptor(plan);
+        cudnnBackendDestroyDescriptor(cfg);
+        return CUDNN_STATUS_BAD_PARAM;
     }
-    return p->plan ? CUDNN_STATUS_SUCCESS : last;
+    p->plan = plan;
+    p->keep[p->nkeep++] = cfg;
+    /* "cudnn eng 2" -> "cudnn sdpa eng 2": :time's kind and max-autotune's label */
+    snprintf(p->label, sizeof p->label, "cudnn sdpa%s", engine + strlen("cudnn"));
+    return CUDNN_STATUS_SUCCESS;
 }
 
 static void plan_release(sdpa_plan *p)
@@ -444,7 +388,7 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
     } else {
         cudnnBackendDescriptor_t graph = build_graph(&g, k, handle, version);
         s = g.st;
-        if (s == CUDNN_STATUS_SUCCESS) s = pick_plan(p, graph, handle);
+        if (s == CUDNN_STATUS_SUCCESS) s = pick_plan(p, graph);
         if (s == CUDNN_STATUS_SUCCESS) kn_cuda_dnn_plan_save("attention", k, sizeof *k, p->plan, p->label);
     }
     kn_phase_end(KN_PHASE_LIBRARY_PLANS);
