@@ -386,5 +386,27 @@ do
   T.is(ks[1] and table.concat(ks[1].ops, ",") or "", "full,where,mul", "... computing the full, the where and the mul")
 end
 
+-- a group past the kernel IR's limits (a sum of 20 inputs: more than 16
+-- buffers) splits into kernels that fit, rather than the whole graph
+-- running op by op; the edge between them says why
+do
+  local args = {}
+  for i = 1, 20 do args[i] = kiln.randn({ 3, 4 }, { seed = 60 + i, device = "cpu" }) end
+  local fn = function(...)
+    local s = select(1, ...)
+    for i = 2, select("#", ...) do s = s + select(i, ...) end
+    return s:relu()
+  end
+  local scm = kiln.compile(fn)
+  local y = scm(table.unpack(args))
+  T.is((y - fn(table.unpack(args))):abs():amax():item(), 0, "a sum of 20 inputs: the value of the ops")
+  local ks = scm:kernels()
+  T.is(#ks, 2, "a sum of 20 inputs: two generated kernels")
+  T.ok(ks[1] and ks[1].kind == "generated" and ks[2] and ks[2].kind == "generated", "... both generated code")
+  local reason = ""
+  for _, r in ipairs(scm:fusion()) do reason = reason .. r.reason end
+  T.like(reason, "would pass the kernel IR's limits %(16 buffers, 256 expressions%)", "... and the edge says why")
+end
+
 os.execute("rm -rf '" .. tmp .. "'")
 T.done()

@@ -296,16 +296,46 @@ kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, con
     return st;
 }
 
+static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_plan *plan, kn_tensor **ins,
+                         const kn_plan_value *wanted, int n_wanted, kn_tensor **results);
+
 static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
                              int n_wanted, kn_tensor **results)
 {
-    kn_tensor *ins[256];
     kn_plan *plan = v && cm->opt.compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
-    if (plan && g->n_inputs > 256) return kn_error(KN_ERR_UNSUPPORTED, "a graph with more than 256 inputs");
-    for (int i = 0; plan && i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
-    if (plan && plan->baked.storage && drop_stale_plan(cm, v, plan, ins))
-        plan = version_plan(cm, v, g, wanted, n_wanted);
     if (plan) {
+        /* the inputs' tensors: on the stack for the usual graph, on the
+         * heap for one with hundreds (a function of 300 arguments) */
+        kn_tensor *on_stack[256], **ins = on_stack;
+        if (g->n_inputs > 256 && !(ins = malloc(sizeof *ins * (size_t)g->n_inputs)))
+            return kn_error(KN_ERR_OOM, "out of host memory running a graph of %d inputs", g->n_inputs);
+        kn_status st = run_plan(cm, v, g, plan, ins, wanted, n_wanted, results);
+        if (ins != on_stack) free(ins);
+        return st;
+    }
+    kn_tensor **values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof *values);
+    if (!values) return kn_error(KN_ERR_OOM, "out of host memory running a graph");
+    kn_status st = kn_graph_run(g, cm->opt.settings, values);
+    for (int i = 0; i < n_wanted; i++) {
+        results[i] = st == KN_OK ? values[wanted[i].node * KN_MAX_OUTPUTS + wanted[i].out] : NULL;
+        kn_tensor_retain(results[i]);
+    }
+    if (st == KN_OK)
+        for (int i = 0; i < g->n_nodes * KN_MAX_OUTPUTS; i++) kn_tensor_release(values[i]);
+    free(values);
+    return st;
+}
+
+/* A version's plan, on the graph's bound inputs (ins: room for them). */
+static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_plan *plan, kn_tensor **ins,
+                         const kn_plan_value *wanted, int n_wanted, kn_tensor **results)
+{
+    for (int i = 0; i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
+    if (plan->baked.storage && drop_stale_plan(cm, v, plan, ins)) {
+        plan = version_plan(cm, v, g, wanted, n_wanted);
+        if (!plan) return compiled_run(cm, NULL, g, wanted, n_wanted, results); /* op by op, as without a plan */
+    }
+    {
         /* fresh random nodes draw at this call's counters, not the build's */
         kn_plan_bind_rng(plan, g);
         plan->fault_kernel = cm->check.fault_kernel;
@@ -383,17 +413,6 @@ static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g,
         note_device_memory(cm, plan->device);
         return st;
     }
-    kn_tensor **values = calloc((size_t)g->n_nodes * KN_MAX_OUTPUTS + 1, sizeof *values);
-    if (!values) return kn_error(KN_ERR_OOM, "out of host memory running a graph");
-    kn_status st = kn_graph_run(g, cm->opt.settings, values);
-    for (int i = 0; i < n_wanted; i++) {
-        results[i] = st == KN_OK ? values[wanted[i].node * KN_MAX_OUTPUTS + wanted[i].out] : NULL;
-        kn_tensor_retain(results[i]);
-    }
-    if (st == KN_OK)
-        for (int i = 0; i < g->n_nodes * KN_MAX_OUTPUTS; i++) kn_tensor_release(values[i]);
-    free(values);
-    return st;
 }
 
 /* ---- compiled functions -------------------------------------------------- */

@@ -639,6 +639,7 @@ void kn_fusion_free(kn_fusion *f)
     free(f->why);
     free(f->edges);
     free(f->copies);
+    free(f->limit_split);
     kn_kprogram_free(&f->prog);
     memset(f, 0, sizeof *f);
 }

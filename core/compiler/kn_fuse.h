@@ -65,6 +65,8 @@ typedef struct kn_fusion {
                           cannot express): drawn as a copy, not a view */
     int n_permuted;    /* library kernels whose value is laid out permuted (see kn_fuse_ex) */
     int n_view_copies; /* reshapes that copy at run time (kn_view_run): not kernels, but copies per call */
+    bool *limit_split; /* per node: it would have been inlined, but its consumer's kernel went past
+                          the kernel IR's limits (KN_KIR_MAX_ARGS, _EXPRS), so it ends a kernel */
 } kn_fusion;
 
 /* Whether the backend can write library node `node`'s value with the

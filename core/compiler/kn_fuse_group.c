@@ -303,6 +303,11 @@ static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, 
         snprintf(buf, size, "%s reads %s as a parameter, so %s ends a kernel", C, P, P);
     else if (!is_pointwise(pn) && row_dim(g, pn) < 0)
         snprintf(buf, size, "%s has no element-by-element form to inline, so %s reads its value from memory", P, C);
+    else if (f->limit_split && f->limit_split[p])
+        snprintf(buf, size,
+                 "with %s inlined, the kernel of %s would pass the kernel IR's limits (%d buffers, %d expressions), "
+                 "so %s ends a kernel",
+                 P, C, KN_KIR_MAX_ARGS, KN_KIR_MAX_EXPRS, P);
     else
         snprintf(buf, size, "%s and %s are in different kernels (no fusion rule joins them)", P, C);
     size_t len = strlen(buf);
@@ -457,9 +462,13 @@ static kn_status mark_view_copies(const kn_graph *g, kn_fusion *f)
 }
 
 /* The kernels: one per root, in node order; inlined nodes join their
- * consumer's. Each is built as the kind its root's op makes it. */
-static kn_status build_kernels(const kn_graph *g, kn_fusion *f, const int *consumer, int *memo_e, int *memo_a)
+ * consumer's. Each is built as the kind its root's op makes it. A kernel
+ * that goes past the kernel IR's limits leaves its root in *failed_root
+ * (else -1). */
+static kn_status build_kernels(const kn_graph *g, kn_fusion *f, const int *consumer, int *memo_e, int *memo_a,
+                               int *failed_root)
 {
+    *failed_root = -1;
     int n = g->n_nodes, nk = 0;
     for (int i = 0; i < n; i++) nk += f->disp[i] == KN_D_ROOT;
     f->prog.kernels = calloc((size_t)nk + 1, sizeof *f->prog.kernels);
@@ -482,9 +491,52 @@ static kn_status build_kernels(const kn_graph *g, kn_fusion *f, const int *consu
                               : d >= 0 ? KN_KERNEL_ROW
                               : runs_in_library(nd) ? KN_KERNEL_LIBRARY : KN_KERNEL_FALLBACK;
         st = kn_fuse_build_kernel(g, f, i, kind, d, memo_e, memo_a);
+        const kn_kernel *k = &f->prog.kernels[kid];
+        if (st != KN_OK && (k->n_args >= KN_KIR_MAX_ARGS || k->n_exprs >= KN_KIR_MAX_EXPRS)) *failed_root = i;
         f->prog.n_kernels++;
     }
     return st;
+}
+
+/* Kernel `root` went past the kernel IR's limits: one of its inlined nodes
+ * ends a kernel of its own instead, the one that splits the kernel's
+ * inlined nodes most evenly (so a long chain halves at each retry). False
+ * when nothing is inlined into it (the root alone is too big). */
+static bool split_kernel(const kn_graph *g, kn_fusion *f, int root)
+{
+    int kid = f->kernel[root], n = g->n_nodes, total = 0, best = -1, best_small = -1;
+    int *below = calloc((size_t)n + 1, sizeof *below); /* inlined nodes at and under each node, in this kernel */
+    if (!below) return false;
+    for (int i = 0; i <= root; i++) {
+        if (f->kernel[i] != kid || f->disp[i] != KN_D_INLINE) continue;
+        below[i] = 1;
+        for (int k = 0; k < g->nodes[i].n_in; k++) {
+            int p = g->nodes[i].in_node[k];
+            if (f->kernel[p] == kid && f->disp[p] == KN_D_INLINE) below[i] += below[p];
+        }
+        total++;
+    }
+    for (int i = 0; i < root; i++) {
+        if (!below[i]) continue;
+        int small = below[i] < total - below[i] ? below[i] : total - below[i];
+        if (small > best_small) best_small = small, best = i;
+    }
+    free(below);
+    if (best < 0) return false;
+    f->disp[best] = KN_D_ROOT;
+    f->limit_split[best] = true;
+    return true;
+}
+
+#define KN_FUSE_SPLIT_TRIES 32
+
+/* Undo build_kernels, for another try after split_kernel. */
+static void unbuild_kernels(const kn_graph *g, kn_fusion *f)
+{
+    kn_kprogram_free(&f->prog);
+    free(f->kernel_at);
+    f->kernel_at = NULL;
+    for (int i = 0; i < g->n_nodes; i++) f->kernel[i] = -1;
 }
 
 /* Lifetimes: a value is read where its reader runs (an inlined node runs
@@ -545,7 +597,20 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
     assign_dispositions(g, f, uses, consumer, is_out, needed);
     permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
     st = mark_view_copies(g, f);
-    if (st == KN_OK) st = build_kernels(g, f, consumer, memo_e, memo_a);
+    if (st == KN_OK && !(f->limit_split = calloc((size_t)n + 1, sizeof *f->limit_split)))
+        st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+    /* a group past the kernel IR's limits (a sum of 20 inputs: more than
+     * KN_KIR_MAX_ARGS buffers) splits and the kernels are built again,
+     * rather than the whole graph running op by op; a few tries (each a
+     * rebuild): a chain of 50,000 fused ops would need hundreds, and still
+     * runs op by op */
+    for (int tries = 0; st == KN_OK; tries++) {
+        int failed = -1;
+        st = build_kernels(g, f, consumer, memo_e, memo_a, &failed);
+        if (st == KN_OK || failed < 0 || tries >= KN_FUSE_SPLIT_TRIES || !split_kernel(g, f, failed)) break;
+        unbuild_kernels(g, f);
+        st = KN_OK;
+    }
     if (st == KN_OK) st = find_edges(g, f, uses, is_out);
     if (st == KN_OK) st = plan_lifetimes(g, f);
 done:
