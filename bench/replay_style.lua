@@ -4,7 +4,8 @@
 -- reduce-overhead). Three ways to write the same MLP (16 -> 32 -> 4, ReLU):
 -- an nn.Sequential, a function reaching its layers through upvalues, and one
 -- reaching them through script globals (every replay compares what the
--- function can read: the globals table is the largest part). On the
+-- function can read; the globals' additions come from kiln's watch, not a
+-- count of them: docs/guards.md). On the
 -- default device; the least of REPS repetitions of CALLS calls (the
 -- repetitions alternate between the three, so that a busy machine slows
 -- them alike).

@@ -124,4 +124,29 @@ end
 rf_named = load("return function(v) return v:relu() end", "=typed")()
 T.is(kiln.compile(rf_named):stats().name, "rf_named", "a compiled global function is named by its global")
 rf_named = nil
+-- a global the function reads that was nil when it was traced, defined
+-- after some replays: the next call sees it (kiln watches the globals for
+-- new keys); also where the user's own metatable is on the globals table
+-- (kiln's watch gives way and the replay counts the globals instead)
+for _, users_metatable in ipairs({ false, true }) do
+  local what = users_metatable and "with the user's metatable on _G" or "kiln's watch"
+  if users_metatable then setmetatable(_G, { __index = function() return nil end }) end
+  local function late(v)
+    if RF_LATE_SCALE then return v * RF_LATE_SCALE end
+    return v:relu()
+  end
+  local cl = kiln.compile(late)
+  for _ = 1, 3 do cl(x) end
+  T.is(cl:stats().direct_replays, 2, what .. ": calls 2-3 replay")
+  RF_LATE_SCALE = 3
+  T.is(maxdiff(cl(x), x * 3), 0, what .. ": a global defined after the replays is seen at the next call")
+  RF_UNRELATED = 1 -- a new global the function does not read: traced once, then replays again
+  local before = cl:stats().direct_replays
+  cl(x)
+  cl(x)
+  T.ok(cl:stats().direct_replays > before, what .. ": an unrelated new global: replays go on")
+  RF_LATE_SCALE, RF_UNRELATED = nil, nil
+  if users_metatable then setmetatable(_G, nil) end
+end
+
 T.done()
