@@ -202,8 +202,13 @@ bool kn_pass_graph_trains(const kn_graph *g)
 
 kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out)
 {
+    return kn_pass_graph_trains(g) ? NULL : kn_pass_fixed_input(g, node, out);
+}
+
+kn_tensor *kn_pass_fixed_input(const kn_graph *g, int node, int out)
+{
     const kn_node *n = &g->nodes[node];
-    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs || kn_pass_graph_trains(g)) return NULL;
+    if (n->op != KN_NODE_INPUT || out != 0 || n->input < 0 || n->input >= g->n_inputs) return NULL;
     const kn_graph_input *in = &g->inputs[n->input];
     if (!kn_input_keeps_values(in) && !in->pass_made) return NULL;
     kn_tensor *t = in->tensor;

@@ -62,6 +62,9 @@ double kn_pass_const_value(const kn_node *n);
  * parameters at every call: a weight computed from once would build the
  * plan again at every step. */
 kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out);
+/* The same without the training-step check, for a pass that made it once
+ * for the whole graph (kn_pass_graph_trains walks every node). */
+kn_tensor *kn_pass_fixed_input(const kn_graph *g, int node, int out);
 /* A new graph input holding t (the caller keeps its own reference), a
  * value the pass computed now from fixed values (a folded, laid-out or
  * merged weight): the plan counts as having folded parameter values in,

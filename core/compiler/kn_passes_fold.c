@@ -142,11 +142,11 @@ static kn_status evaluate_marked(kn_pass_ctx *x, kn_device dev, unsigned char *r
             continue;
         }
         if (nd->op == KN_NODE_INPUT) { /* a fixed value (fold_once marked no other input) */
-            kn_tensor *t = kn_pass_fixed_value(g, i, 0);
+            kn_tensor *t = kn_pass_fixed_input(g, i, 0);
             if (t && kn_tensor_device(t) != dev) t = NULL; /* a tensor elsewhere: left to the plan */
             if (t) kn_tensor_retain(t);
             val[KN_REF(i, 0)] = t;
-            if (!t) st = KN_ERR_ARG; /* unreachable: fold_once checked both */
+            if (!t) st = kn_error(KN_ERR_ARG, "fold_once: input node %d has no fixed value (a kiln bug)", i);
             continue;
         }
         kn_opcall c;
@@ -285,11 +285,12 @@ kn_status kn_pass_fold_once(kn_pass_ctx *x)
      * BERT's position and token-type embeddings, gathered by ids the model
      * holds, are gathered once; the plan builds again when one is written
      * (kn_plan_stale) */
+    bool trains = kn_pass_graph_trains(g);
     for (int i = 0; i < n; i++) {
         const kn_node *nd = &g->nodes[i];
         if (x->dead[i]) continue;
         if (nd->op == KN_NODE_INPUT) {
-            kn_tensor *t = kn_pass_fixed_value(g, i, 0);
+            kn_tensor *t = trains ? NULL : kn_pass_fixed_input(g, i, 0);
             fixed[i] = t && kn_tensor_device(t) == dev;
             continue;
         }
