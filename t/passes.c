@@ -504,6 +504,51 @@ static void test_simplify_views(void)
     kn_graph_free(&g);
 }
 
+/* sink_views: an elementwise op of one input moves ahead of the reshape,
+ * permute or expand it reads (fusion then puts it in its producer's
+ * kernel); not when the view has another reader, nor for a view of an
+ * input. */
+static void test_sink_views(void)
+{
+    static const int64_t s234[] = {2, 3, 4}, s214[] = {2, 1, 4};
+    kn_graph g;
+    kn_graph_init(&g);
+    int x = input(&g, "x", KN_F32, false, 3, s234);
+    int ex = op1(&g, KN_OP_EXP, x);
+    kn_attrs ra = kn_fuzz_attrs(KN_OP_RESHAPE);
+    ra.nshape = 2, ra.shape[0] = 6, ra.shape[1] = 4;
+    int r = opn(&g, KN_OP_RESHAPE, &ra, 1, &ex);
+    int neg = op1(&g, KN_OP_NEG, r); /* sunk: neg(exp(x)), then the reshape */
+    int z = input(&g, "z", KN_F32, false, 3, s214);
+    int ez = op1(&g, KN_OP_EXP, z);
+    kn_attrs ea = kn_fuzz_attrs(KN_OP_EXPAND);
+    ea.nshape = 3, ea.shape[0] = 2, ea.shape[1] = 3, ea.shape[2] = 4;
+    int e = opn(&g, KN_OP_EXPAND, &ea, 1, &ez);
+    int relu = op1(&g, KN_OP_RELU, e); /* sunk: on 8 elements, then expanded to 24 */
+    kn_attrs ra2 = ra;
+    ra2.shape[0] = 4, ra2.shape[1] = 6; /* not r's shape, which cse would merge with r */
+    int r2 = opn(&g, KN_OP_RESHAPE, &ra2, 1, &ex);
+    int a = op1(&g, KN_OP_ABS, r2);
+    int b = op1(&g, KN_OP_SQRT, r2); /* r2 has two readers: both stay */
+    int rx = opn(&g, KN_OP_RESHAPE, &ra, 1, &x);
+    int c = op1(&g, KN_OP_ABS, rx); /* a view of an input: stays */
+    int outs[5] = {neg, relu, a, b, c};
+    run_pass(&g, "all", outs, 5, 0, "sink_views in the whole list");
+    const kn_node *o0 = &g.nodes[outs[0]], *o1 = &g.nodes[outs[1]];
+    ok(o0->op == KN_OP_RESHAPE && g.nodes[o0->in_node[0]].op == KN_OP_NEG &&
+           g.nodes[g.nodes[o0->in_node[0]].in_node[0]].op == KN_OP_EXP,
+       "sink_views: neg(reshape(exp x)) is reshape(neg(exp x))");
+    ok(o1->op == KN_OP_EXPAND && g.nodes[o1->in_node[0]].op == KN_OP_RELU &&
+           g.nodes[o1->in_node[0]].out[0].shape[1] == 1,
+       "sink_views: relu(expand(exp z)) is expand(relu(exp z)), the relu on z's shape");
+    ok(g.nodes[outs[2]].op == KN_OP_ABS && g.nodes[outs[3]].op == KN_OP_SQRT &&
+           g.nodes[g.nodes[outs[2]].in_node[0]].op == KN_OP_RESHAPE,
+       "sink_views: a view with two readers stays between them and its source");
+    ok(g.nodes[outs[4]].op == KN_OP_ABS && g.nodes[g.nodes[outs[4]].in_node[0]].op == KN_OP_RESHAPE,
+       "sink_views: a view of an input stays");
+    kn_graph_free(&g);
+}
+
 /* An output whose replacement would be output 1 of a two-output node
  * (which a list of node indices cannot name) stays, with its users. */
 static void test_output_rules(void)
@@ -577,7 +622,7 @@ static void test_names_and_run(void)
     char list[256] = "";
     for (int k = 0; names[k]; k++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? "," : "", names[k]);
     is_str(list,
-           "dce,cse,fold_constants,fold_batch_norm,simplify,attention,gather_scatter,channels_last,merge_projections,fold_once,recompute,dce",
+           "dce,cse,fold_constants,fold_batch_norm,simplify,attention,gather_scatter,channels_last,merge_projections,fold_once,simplify,sink_views,recompute,dce",
            "the pass list in order");
     kn_graph g;
     kn_graph_init(&g);
@@ -669,6 +714,7 @@ int main(void)
     test_fold_once();
     test_simplify_arith();
     test_simplify_views();
+    test_sink_views();
     test_output_rules();
     test_verify_and_format();
     test_names_and_run();

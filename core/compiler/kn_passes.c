@@ -439,6 +439,52 @@ static kn_status pass_simplify(kn_pass_ctx *x)
     return KN_OK;
 }
 
+/* ---- sink_views: an elementwise op of one input before the views ----
+ * unary(view(y)) = view(unary(y)): an elementwise op commutes with any
+ * reshape, permute or expand. Moved ahead of the view, it reads y in y's
+ * own shape, so fusion puts it in y's kernel (fusion never inlines across
+ * a view): BERT's padding mask was `ne`, a reshape, then a `cast` of it,
+ * two kernels a call where one does; and before an expand it computes
+ * fewer elements. Only for a view whose one reader is the op, of a
+ * computed value (an input gains nothing), and outside training steps
+ * (appended nodes are forward nodes). It runs after fold_once, which
+ * leaves such chains (an identity gather dropped between the two). */
+static kn_status pass_sink_views(kn_pass_ctx *x)
+{
+    if (kn_pass_graph_trains(x->g)) return KN_OK;
+    int n = x->g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        if (x->dead[i]) continue;
+        kn_pass_resolve_inputs(x, i);
+        kn_graph *g = x->g;
+        const kn_node *u = &g->nodes[i];
+        if ((unsigned)u->op >= KN_OP_COUNT || kn_op_kind_of((kn_op)u->op) != KN_K_UNARY || u->n_in != 1 ||
+            u->in_out[0] != 0)
+            continue;
+        int v = u->in_node[0];
+        const kn_node *vn = &g->nodes[v];
+        if (vn->op != KN_OP_RESHAPE && vn->op != KN_OP_PERMUTE && vn->op != KN_OP_EXPAND) continue;
+        int src = KN_REF(vn->in_node[0], vn->in_out[0]);
+        const kn_node *sn = &g->nodes[vn->in_node[0]];
+        if (sn->op >= KN_OP_COUNT || kn_op_kind_of((kn_op)sn->op) == KN_K_VIEW || !kn_pass_private_value(x, v))
+            continue;
+        kn_node uc = *u, vc = *vn; /* appending may move the node array */
+        int op_node, view_node;
+        if (kn_pass_append_node(x, uc.op, &src, 1, &uc.a, i, uc.where, &op_node) != KN_OK) continue;
+        int op_ref = KN_REF(op_node, 0);
+        if (kn_pass_append_node(x, vc.op, &op_ref, 1, &vc.a, i, vc.where, &view_node) != KN_OK) {
+            x->dead[op_node] = 1;
+            continue;
+        }
+        if (!kn_pass_meta_equal(&x->g->nodes[view_node].out[0], &x->g->nodes[i].out[0]) ||
+            !kn_pass_replace(x, i, KN_REF(view_node, 0))) {
+            x->dead[op_node] = x->dead[view_node] = 1;
+            continue;
+        }
+    }
+    return KN_OK;
+}
+
 /* ---- the list and the runner ---- */
 
 typedef struct pass_entry {
@@ -457,6 +503,7 @@ static const pass_entry pass_table[] = {
     {"channels_last", kn_pass_channels_last},
     {"merge_projections", kn_pass_merge_projections},
     {"fold_once", kn_pass_fold_once},
+    {"sink_views", pass_sink_views},
     {"recompute", kn_pass_recompute},
 };
 
@@ -465,7 +512,7 @@ static const pass_entry pass_table[] = {
  * too: it folds a zeros base, which fold_once would make an input */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
                                         "attention", "gather_scatter", "channels_last", "merge_projections",
-                                        "fold_once", "recompute",
+                                        "fold_once", "simplify", "sink_views", "recompute",
                                         "dce", NULL};
 
 const char *const *kn_passes_names(void)

@@ -3,7 +3,10 @@
  *
  * The pipeline is a short named list, as tinygrad's: dce, cse,
  * fold_constants, fold_batch_norm, simplify, attention, gather_scatter,
- * channels_last, fold_once, dce. Each pass rewrites the
+ * channels_last, merge_projections, fold_once, simplify (again: fold_once
+ * leaves view chains), sink_views (an elementwise op of one input moves
+ * ahead of the view it reads, so fusion joins it to its producer),
+ * recompute, dce. Each pass rewrites the
  * graph in place and keeps its invariants (node i reads only nodes before
  * it; every node's out metas are what kn_op_infer says for its inputs), so
  * kn_graph_verify can run after any of them. A pass may remove, merge and
