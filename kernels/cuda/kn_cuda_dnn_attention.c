@@ -403,7 +403,7 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
         plan_release(p);
         p->refused = true;
     }
-    /* the graph's descriptors are no longer needed once a plan exists */
+    /* the graph's descriptors stay in p->keep for the plan's life */
     return p;
 }
 
