@@ -57,7 +57,8 @@ typedef struct sdpa_key {
 
 typedef struct sdpa_plan {
     bool refused;
-    char why[160]; /* a refusal's reason */
+    bool from_cache; /* loaded from the cache directory, chosen by an earlier process */
+    char why[160];   /* a refusal's reason */
     char label[64]; /* "cudnn sdpa eng 2" */
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t keep[MAX_DESC];
@@ -382,7 +383,9 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
     void *cached = NULL;
     if (kn_cuda_dnn_plan_load("attention", k, sizeof *k, SDPA_MAX_WORKSPACE, &cached, &p->ws_size, p->label,
                               sizeof p->label)) {
-        p->plan = cached; /* which tensors the graph has, for the variant pack: */
+        p->plan = cached;
+        p->from_cache = true;
+        /* which tensors the graph has, for the variant pack: */
         p->uses = 1u << UID_Q | 1u << UID_K | 1u << UID_V | 1u << UID_O | 1u << UID_SCALE |
                   (k->has_bias ? 1u << UID_BIAS : 0) | (k->causal ? 1u << UID_NEG_INF : 0);
     } else {
@@ -452,9 +455,10 @@ static kn_status find_plan(const kn_attention_problem *a, sdpa_plan **out)
         p = build_plan(&k, handle, version);
         if (!p) return kn_error(KN_ERR_OOM, "attention through cuDNN: out of host memory");
         if (kn_cuda_lib_log_on())
-            fprintf(stderr, "kiln: cuDNN attention %lldx%lldx%lldx%lldx%lld %s%s%s: %s\n", (long long)k.b,
+            fprintf(stderr, "kiln: cuDNN attention %lldx%lldx%lldx%lldx%lld %s%s%s: %s%s\n", (long long)k.b,
                     (long long)k.h, (long long)k.tq, (long long)k.tk, (long long)k.d, kn_dtype_name((kn_dtype)k.dt),
-                    k.causal ? " causal" : "", k.has_bias ? " bias" : "", p->refused ? p->why : p->label);
+                    k.causal ? " causal" : "", k.has_bias ? " bias" : "", p->refused ? p->why : p->label,
+                    p->from_cache ? " (the plan an earlier process chose, from the cache directory)" : "");
         if (kn_cuda_libplans_insert(plans, &k, hash, p) != KN_OK) {
             plan_destroy(p);
             return kn_error(KN_ERR_OOM, "attention through cuDNN: out of host memory");
