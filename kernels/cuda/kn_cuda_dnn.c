@@ -329,6 +329,66 @@ static cudnnStatus_t dnn_plan_of(kn_cuda_dnn *dn, cudnnBackendDescriptor_t cfg, 
     return s;
 }
 
+/* Which engine configs a choice takes, and in what order. */
+typedef struct plan_rules {
+    bool conv_engines;   /* engine_allowed decides (strict_f32 below), and precompiled engines
+                            are tried before runtime-compiled ones; else any engine, in rank order */
+    bool strict_f32;
+    bool precompiled_only; /* with conv_engines: no runtime-compiled engine at all */
+    int skip;            /* allowed configs passed over first (max-autotune's variant) */
+    int64_t max_ws;      /* the largest workspace taken */
+} plan_rules;
+
+/* The first config heuristics A (then FALLBACK) ranks for graph that the
+ * rules allow and whose plan finalizes within max_ws, after passing over
+ * r->skip such configs: *plan, the config it was built from (*cfg, to
+ * keep as long as the plan), *ws and its label. Returns cuDNN's status of
+ * the last failure when none does (SUCCESS when none was even offered). */
+static cudnnStatus_t choose_plan(kn_cuda_dnn *dn, cudnnBackendDescriptor_t graph, const plan_rules *r,
+                                 cudnnBackendDescriptor_t *plan, cudnnBackendDescriptor_t *cfg, int64_t *ws,
+                                 char *label, size_t label_size)
+{
+    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
+    int seen = 0;
+    *plan = *cfg = NULL;
+    int passes = r->conv_engines && !r->precompiled_only ? 2 : 1; /* pass 1: runtime-compiled engines */
+    for (int pass = 0; pass < passes && !*plan; pass++)
+        for (int mi = 0; mi < 2 && !*plan; mi++) {
+            cudnnBackendDescriptor_t *cfgs = NULL;
+            int64_t got = 0, chosen = -1;
+            cudnnStatus_t s = dnn_heuristics(graph, modes[mi], &cfgs, &got);
+            if (s != CUDNN_STATUS_SUCCESS) last = s;
+            for (int64_t i = 0; i < got && chosen < 0; i++) {
+                bool rtc;
+                if (r->conv_engines && (!engine_allowed(cfgs[i], r->strict_f32, &rtc) || rtc != (pass == 1)))
+                    continue;
+                cudnnBackendDescriptor_t p = NULL;
+                int64_t w = 0;
+                cudnnStatus_t ps = dnn_plan_of(dn, cfgs[i], &p, &w);
+                bool fits = w <= r->max_ws;
+                if (ps == CUDNN_STATUS_SUCCESS && fits && seen++ < r->skip) {
+                    cudnnBackendDestroyDescriptor(p); /* an earlier variant's */
+                    continue;
+                }
+                if (ps == CUDNN_STATUS_SUCCESS && fits) {
+                    engine_label(cfgs[i], label, label_size);
+                    *plan = p;
+                    *cfg = cfgs[i];
+                    *ws = w;
+                    chosen = i;
+                } else {
+                    if (p) cudnnBackendDestroyDescriptor(p);
+                    if (ps != CUDNN_STATUS_SUCCESS) last = ps;
+                }
+            }
+            for (int64_t i = 0; i < got; i++)
+                if (i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
+            free(cfgs);
+        }
+    return *plan ? CUDNN_STATUS_SUCCESS : last;
+}
+
 /* A finalized plan for the op graph: heuristics A then FALLBACK, ranked;
  * precompiled engines first (pass 0), runtime-compiled ones after (pass 1).
  * NOT_SUPPORTED when no engine takes the graph. The chosen config goes to
@@ -340,46 +400,19 @@ static cudnnStatus_t dnn_plan_of(kn_cuda_dnn *dn, cudnnBackendDescriptor_t cfg, 
 #define DNN_VARIANT_WORKSPACE ((int64_t)64 << 20)
 static cudnnStatus_t dnn_pick_plan(kn_cuda_dnn *dn, dnn_entry *e, cudnnBackendDescriptor_t graph, bool strict_f32)
 {
-    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
-    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-    int want = e->key.variant, seen = 0;
-    if (want >= DNN_VARIANT_MAX) {
-        e->past_end = true;
+    int want = e->key.variant;
+    if (want >= DNN_VARIANT_MAX || e->nkeep >= MAX_KEEP) {
+        e->past_end = want > 0;
         return CUDNN_STATUS_NOT_SUPPORTED;
     }
-    for (int pass = 0; pass < (want ? 1 : 2); pass++)
-        for (int mi = 0; mi < 2; mi++) {
-            cudnnBackendDescriptor_t *cfgs = NULL;
-            int64_t got = 0, chosen = -1;
-            cudnnStatus_t s = dnn_heuristics(graph, modes[mi], &cfgs, &got);
-            if (s != CUDNN_STATUS_SUCCESS) last = s;
-            for (int64_t i = 0; i < got && chosen < 0; i++) {
-                bool rtc;
-                if (!engine_allowed(cfgs[i], strict_f32, &rtc) || rtc != (pass == 1)) continue;
-                cudnnBackendDescriptor_t plan = NULL;
-                int64_t ws = 0;
-                cudnnStatus_t ps = dnn_plan_of(dn, cfgs[i], &plan, &ws);
-                bool fits = ws <= (want ? DNN_VARIANT_WORKSPACE : DNN_MAX_WORKSPACE);
-                if (ps == CUDNN_STATUS_SUCCESS && fits && want && seen++ < want) {
-                    cudnnBackendDestroyDescriptor(plan); /* an earlier variant's */
-                    continue;
-                }
-                if (ps == CUDNN_STATUS_SUCCESS && fits && e->nkeep < MAX_KEEP) {
-                    engine_label(cfgs[i], e->label, sizeof e->label);
-                    e->plan = plan;
-                    e->ws_size = ws;
-                    e->keep[e->nkeep++] = cfgs[i];
-                    chosen = i;
-                } else {
-                    if (plan) cudnnBackendDestroyDescriptor(plan);
-                    if (ps != CUDNN_STATUS_SUCCESS) last = ps;
-                }
-            }
-            for (int64_t i = 0; i < got; i++)
-                if (i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
-            free(cfgs);
-            if (chosen >= 0) return CUDNN_STATUS_SUCCESS;
-        }
+    plan_rules r = {.conv_engines = true, .strict_f32 = strict_f32, .precompiled_only = want > 0, .skip = want,
+                    .max_ws = want ? DNN_VARIANT_WORKSPACE : DNN_MAX_WORKSPACE};
+    cudnnBackendDescriptor_t cfg = NULL;
+    cudnnStatus_t last = choose_plan(dn, graph, &r, &e->plan, &cfg, &e->ws_size, e->label, sizeof e->label);
+    if (e->plan) {
+        e->keep[e->nkeep++] = cfg;
+        return CUDNN_STATUS_SUCCESS;
+    }
     if (want) e->past_end = true;
     return is_not_supported(last) || last == CUDNN_STATUS_SUCCESS ? CUDNN_STATUS_NOT_SUPPORTED : last;
 }
@@ -387,34 +420,13 @@ static cudnnStatus_t dnn_pick_plan(kn_cuda_dnn *dn, dnn_entry *e, cudnnBackendDe
 int kn_cuda_dnn_first_plan(void *graph, int64_t max_ws, void **plan, void **cfg, int64_t *ws, char *label,
                            size_t label_size)
 {
-    static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     kn_cuda_dnn *dn = dnn_ready();
-    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
     *plan = *cfg = NULL;
     if (!dn) return CUDNN_STATUS_NOT_INITIALIZED;
-    for (int mi = 0; mi < 2 && !*plan; mi++) {
-        cudnnBackendDescriptor_t *cfgs = NULL;
-        int64_t got = 0, chosen = -1;
-        cudnnStatus_t s = dnn_heuristics((cudnnBackendDescriptor_t)graph, modes[mi], &cfgs, &got);
-        if (s != CUDNN_STATUS_SUCCESS) last = s;
-        for (int64_t i = 0; i < got && chosen < 0; i++) {
-            cudnnBackendDescriptor_t p = NULL;
-            cudnnStatus_t ps = dnn_plan_of(dn, cfgs[i], &p, ws);
-            if (ps == CUDNN_STATUS_SUCCESS && *ws <= max_ws) {
-                engine_label(cfgs[i], label, label_size);
-                *plan = p;
-                *cfg = cfgs[i];
-                chosen = i;
-            } else {
-                if (p) cudnnBackendDestroyDescriptor(p);
-                if (ps != CUDNN_STATUS_SUCCESS) last = ps;
-            }
-        }
-        for (int64_t i = 0; i < got; i++)
-            if (i != chosen) cudnnBackendDestroyDescriptor(cfgs[i]);
-        free(cfgs);
-    }
-    return *plan ? CUDNN_STATUS_SUCCESS : last;
+    plan_rules r = {.conv_engines = false, .max_ws = max_ws};
+    cudnnStatus_t s = choose_plan(dn, (cudnnBackendDescriptor_t)graph, &r, (cudnnBackendDescriptor_t *)plan,
+                                  (cudnnBackendDescriptor_t *)cfg, ws, label, label_size);
+    return s == CUDNN_STATUS_SUCCESS && !*plan ? CUDNN_STATUS_NOT_SUPPORTED : s;
 }
 
 /* ---- plans across processes ------------------------------------------
