@@ -203,16 +203,13 @@ static kn_status roots_to_inputs(kn_pass_ctx *x, const unsigned char *root, kn_t
         free(sub);
         memcpy(where, g->nodes[i].where, sizeof where);
         int in_node;
-        if (reads_inputs) { /* the plan builds again when one of them is written */
-            st = kn_pass_add_folded_value(x, name, val[KN_REF(i, 0)], where, i, &in_node);
-        } else {
-            st = kn_graph_add_input(g, KN_IN_VALUE, name, val[KN_REF(i, 0)], where, &in_node);
-            if (st == KN_OK) g->inputs[g->n_inputs - 1].pass_made = true;
-            if (st == KN_OK) st = kn_pass_sync(x);
-        }
+        st = kn_pass_add_folded_value(x, name, val[KN_REF(i, 0)], where, i, &in_node);
         if (st != KN_OK) break;
         g = x->g; /* the node array may have moved */
-        x->before[in_node] = i;
+        /* from constants alone: nothing a write could change, nothing for
+         * the plan to check; read from a parameter: the plan builds again
+         * when it is written */
+        g->inputs[g->n_inputs - 1].from_inputs = reads_inputs;
         x->repl[KN_REF(i, 0)] = KN_REF(in_node, 0);
         x->dead[i] = 1;
     }
@@ -221,19 +218,16 @@ static kn_status roots_to_inputs(kn_pass_ctx *x, const unsigned char *root, kn_t
 
 /* Whether idx (1-D, integral) holds 1, 2, ..., size: index_select by it
  * is the identity. */
+static kn_status load_doubles(kn_tensor *t, const kn_settings *settings, double **out);
+
 static bool is_identity_index(kn_tensor *idx, int64_t size, const kn_settings *settings)
 {
     if (idx->ndim != 1 || idx->shape[0] != size || size > ((int64_t)1 << 20) || kn_dtype_is_float(idx->dtype))
         return false;
-    kn_tensor *h = NULL;
-    if (kn_tensor_to_device(idx, KN_CPU, settings, &h) != KN_OK) return false;
-    size_t es = kn_dtype_size(h->dtype);
-    unsigned char *raw = malloc((size_t)(size > 0 ? size : 1) * es);
-    bool same = raw != NULL;
-    if (raw) kn_tensor_gather_host(h, raw);
-    for (int64_t i = 0; same && i < size; i++) same = kn_load_f64(raw + (size_t)i * es, h->dtype) == (double)(i + 1);
-    free(raw);
-    kn_tensor_release(h);
+    double *v = NULL;
+    bool same = load_doubles(idx, settings, &v) == KN_OK;
+    for (int64_t i = 0; same && i < size; i++) same = v[i] == (double)(i + 1);
+    free(v);
     return same;
 }
 
