@@ -335,84 +335,82 @@ static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_
         plan = version_plan(cm, v, g, wanted, n_wanted);
         if (!plan) return compiled_run(cm, NULL, g, wanted, n_wanted, results); /* op by op, as without a plan */
     }
-    {
-        /* fresh random nodes draw at this call's counters, not the build's */
-        kn_plan_bind_rng(plan, g);
-        plan->fault_kernel = cm->check.fault_kernel;
-        if (cm->opt.check_numerics || cm->check.once) {
-            int bad = -1;
-            char why[KN_REASON_MAX];
-            KN_TRY(kn_plan_check(plan, ins, 1e-4, &bad, why, sizeof why));
-            cm->check.runs++;
-            if (bad >= 0) {
-                const kn_kernel *k = &plan->code.fusion.prog.kernels[bad];
-                size_t n = (size_t)snprintf(cm->check.report, sizeof cm->check.report,
-                                            "kernel %s (ops", k->name);
-                for (int i = 0; i < k->n_nodes && n < sizeof cm->check.report; i++) {
-                    const kn_node *nd = &plan->g.nodes[k->nodes[i]];
-                    if (nd->op < KN_OP_COUNT)
-                        n += (size_t)snprintf(cm->check.report + n, sizeof cm->check.report - n, " %s at %s",
-                                              kn_op_name((kn_op)nd->op), nd->where);
-                }
-                if (n < sizeof cm->check.report)
-                    snprintf(cm->check.report + n, sizeof cm->check.report - n, ") differs from the reference: %s",
-                             why);
-                kn_compiled_log(cm, KN_LOG_WARN, "kiln: numerics check of %s (%s): %s\n", cm->id.name, cm->id.where,
-                                cm->check.report);
+    /* fresh random nodes draw at this call's counters, not the build's */
+    kn_plan_bind_rng(plan, g);
+    plan->fault_kernel = cm->check.fault_kernel;
+    if (cm->opt.check_numerics || cm->check.once) {
+        int bad = -1;
+        char why[KN_REASON_MAX];
+        KN_TRY(kn_plan_check(plan, ins, 1e-4, &bad, why, sizeof why));
+        cm->check.runs++;
+        if (bad >= 0) {
+            const kn_kernel *k = &plan->code.fusion.prog.kernels[bad];
+            size_t n = (size_t)snprintf(cm->check.report, sizeof cm->check.report,
+                                        "kernel %s (ops", k->name);
+            for (int i = 0; i < k->n_nodes && n < sizeof cm->check.report; i++) {
+                const kn_node *nd = &plan->g.nodes[k->nodes[i]];
+                if (nd->op < KN_OP_COUNT)
+                    n += (size_t)snprintf(cm->check.report + n, sizeof cm->check.report - n, " %s at %s",
+                                          kn_op_name((kn_op)nd->op), nd->where);
             }
+            if (n < sizeof cm->check.report)
+                snprintf(cm->check.report + n, sizeof cm->check.report - n, ") differs from the reference: %s",
+                         why);
+            kn_compiled_log(cm, KN_LOG_WARN, "kiln: numerics check of %s (%s): %s\n", cm->id.name, cm->id.where,
+                            cm->check.report);
         }
-        if (cm->ledger.once) {
-            free(cm->ledger.rows);
-            cm->ledger.rows = NULL;
-            cm->ledger.n_rows = 0;
-            KN_TRY(kn_plan_precision(plan, ins, &cm->ledger.rows, &cm->ledger.n_rows));
-            cm->ledger.runs++;
-        }
-        kn_status st;
-        if (plan->tune.enabled && plan->tune.state == KN_TUNE_PENDING && !cm->opt.check_numerics) {
-            /* max-autotune's search, inside this first call */
-            kn_tune_session ts = {0};
-            ts.cache_dir = kn_settings_cache_dir(cm->opt.settings);
-            ts.budget_s = kn_settings_or_defaults(cm->opt.settings)->autotune.budget_s - cm->stats.autotune_s;
-            ts.log = autotune_log;
-            ts.log_ud = cm;
-            ts.t0 = kn_clock_s();
-            kn_phase_begin(KN_PHASE_AUTOTUNE);
-            st = kn_plan_autotune(plan, ins, results, &ts);
-            kn_phase_end(KN_PHASE_AUTOTUNE);
-            if (ts.kernels_total) cm->stats.autotune_s += kn_clock_s() - ts.t0;
-            cm->stats.autotune_kernels += ts.measured;
-            cm->stats.autotune_candidates += ts.candidates;
-            if (ts.resume_total) {
-                kn_compiled_log(cm, KN_LOG_WARN,
-                                "kiln: %s (%s): autotuning resumed where Ctrl-C stopped it: %d of %d kernels were "
-                                "left to tune; %d tuned now\n",
-                                cm->id.name, cm->id.where, ts.resume_left, ts.resume_total, ts.kernels_done);
-                cm->stats.autotune_interrupted = ts.interrupted || any_search_interrupted(cm);
-            }
-            cm->stats.autotune_interrupted |= ts.interrupted;
-            cm->stats.autotune_out_of_budget |= ts.out_of_budget;
-            if (ts.kernels_total) autotune_done(cm, plan, &ts);
-        } else if (kn_mode_records(cm->id.mode) && !cm->opt.check_numerics) {
-            bool replayed = false;
-            int before = plan->rec.state;
-            st = kn_plan_run_recorded(plan, ins, results, &replayed);
-            if (replayed) cm->stats.replays++;
-            if (plan->rec.state == KN_REC_NEVER && before != KN_REC_NEVER) {
-                snprintf(cm->stats.cuda_graph_why, sizeof cm->stats.cuda_graph_why, "%s", plan->rec.why);
-                /* torch says "skipping cudagraphs due to ..." once; so does kiln, on a GPU */
-                kn_compiled_log(cm, kn_device_kind_of(plan->device) == KN_DEVICE_CPU || plan->rec.by_choice ? KN_LOG_CUDAGRAPHS | KN_LOG_AUTOTUNE
-                                                                                  : KN_LOG_WARN,
-                                "kiln: %s (%s): a graph runs without a CUDA graph: %s\n", cm->id.name,
-                                cm->id.where, plan->rec.why);
-            }
-        } else {
-            st = kn_plan_run(plan, ins, results);
-        }
-        if (plan->mem.peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->mem.peak_bytes;
-        note_device_memory(cm, plan->device);
-        return st;
     }
+    if (cm->ledger.once) {
+        free(cm->ledger.rows);
+        cm->ledger.rows = NULL;
+        cm->ledger.n_rows = 0;
+        KN_TRY(kn_plan_precision(plan, ins, &cm->ledger.rows, &cm->ledger.n_rows));
+        cm->ledger.runs++;
+    }
+    kn_status st;
+    if (plan->tune.enabled && plan->tune.state == KN_TUNE_PENDING && !cm->opt.check_numerics) {
+        /* max-autotune's search, inside this first call */
+        kn_tune_session ts = {0};
+        ts.cache_dir = kn_settings_cache_dir(cm->opt.settings);
+        ts.budget_s = kn_settings_or_defaults(cm->opt.settings)->autotune.budget_s - cm->stats.autotune_s;
+        ts.log = autotune_log;
+        ts.log_ud = cm;
+        ts.t0 = kn_clock_s();
+        kn_phase_begin(KN_PHASE_AUTOTUNE);
+        st = kn_plan_autotune(plan, ins, results, &ts);
+        kn_phase_end(KN_PHASE_AUTOTUNE);
+        if (ts.kernels_total) cm->stats.autotune_s += kn_clock_s() - ts.t0;
+        cm->stats.autotune_kernels += ts.measured;
+        cm->stats.autotune_candidates += ts.candidates;
+        if (ts.resume_total) {
+            kn_compiled_log(cm, KN_LOG_WARN,
+                            "kiln: %s (%s): autotuning resumed where Ctrl-C stopped it: %d of %d kernels were "
+                            "left to tune; %d tuned now\n",
+                            cm->id.name, cm->id.where, ts.resume_left, ts.resume_total, ts.kernels_done);
+            cm->stats.autotune_interrupted = ts.interrupted || any_search_interrupted(cm);
+        }
+        cm->stats.autotune_interrupted |= ts.interrupted;
+        cm->stats.autotune_out_of_budget |= ts.out_of_budget;
+        if (ts.kernels_total) autotune_done(cm, plan, &ts);
+    } else if (kn_mode_records(cm->id.mode) && !cm->opt.check_numerics) {
+        bool replayed = false;
+        int before = plan->rec.state;
+        st = kn_plan_run_recorded(plan, ins, results, &replayed);
+        if (replayed) cm->stats.replays++;
+        if (plan->rec.state == KN_REC_NEVER && before != KN_REC_NEVER) {
+            snprintf(cm->stats.cuda_graph_why, sizeof cm->stats.cuda_graph_why, "%s", plan->rec.why);
+            /* torch says "skipping cudagraphs due to ..." once; so does kiln, on a GPU */
+            kn_compiled_log(cm, kn_device_kind_of(plan->device) == KN_DEVICE_CPU || plan->rec.by_choice ? KN_LOG_CUDAGRAPHS | KN_LOG_AUTOTUNE
+                                                                              : KN_LOG_WARN,
+                            "kiln: %s (%s): a graph runs without a CUDA graph: %s\n", cm->id.name,
+                            cm->id.where, plan->rec.why);
+        }
+    } else {
+        st = kn_plan_run(plan, ins, results);
+    }
+    if (plan->mem.peak_bytes > cm->stats.peak_bytes) cm->stats.peak_bytes = plan->mem.peak_bytes;
+    note_device_memory(cm, plan->device);
+    return st;
 }
 
 /* ---- compiled functions -------------------------------------------------- */
