@@ -117,12 +117,50 @@ static void row_cached(const kn_kernel *k, bool *cached, bool *early)
 static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b);
 static bool row_vec_arg(const rctx *r, int j);
 
+/* Whether the arguments only the stores read (`late`: a layer norm's
+ * weight and bias) load with the others, before the reductions, instead
+ * of right before the stores. Loaded late, their latency (an L2 round
+ * trip) comes after the reductions' on the row's critical path; loaded
+ * early, they hold registers through the reductions. Early where the
+ * row moves in vectors and a lane's elements of every argument take at
+ * most 8 bytes each (the half types' layer norms, with or without the
+ * residual add; an f32 layer norm's 12 would press on registers).
+ * KILN_ROW_LATE=early|late overrides, for measuring. */
+static bool row_late_loads_early(const kn_kernel *k, const bool *cached, const bool *early)
+{
+    const char *force = getenv("KILN_ROW_LATE");
+    if (force && strcmp(force, "early") == 0) return true;
+    if (force && strcmp(force, "late") == 0) return false;
+    if (kn_kernel_row_vec(k) <= 1) return false;
+    size_t bytes = 0;
+    bool any_late = false;
+    for (int j = 0; j < k->n_args; j++)
+        if (cached[j]) {
+            bytes += kn_dtype_size(k->args[j].dtype);
+            any_late |= !early[j];
+        }
+    const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
+    int arg_a = -1, arg_b = -1;
+    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype);
+    return any_late && bytes <= 8;
+}
+
+/* row_cached, with the late arguments counted early where
+ * row_late_loads_early says they load with the others. */
+static void row_cached_loads(const kn_kernel *k, bool *cached, bool *early)
+{
+    row_cached(k, cached, early);
+    if (!row_late_loads_early(k, cached, early)) return;
+    for (int j = 0; j < k->n_args; j++)
+        if (cached[j]) early[j] = true;
+}
+
 size_t kn_kir_row_early_bytes(const kn_kernel *k)
 {
     bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
     size_t bytes = 0;
     if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return 0;
-    row_cached(k, cached, early);
+    row_cached_loads(k, cached, early);
     for (int j = 0; j < k->n_args; j++)
         if (early[j]) bytes += kn_dtype_size(k->args[j].dtype);
     const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
@@ -468,7 +506,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
     bool any_late = false;
     if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
         bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
-        row_cached(k, cached, early);
+        row_cached_loads(k, cached, early);
         int V = r->regs_v;
         if (V > 1) row_vec_outputs(r, vec_out);
         for (int j = 0; j < k->n_args; j++) {
@@ -482,12 +520,13 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
             late[j] = cached[j] && !early[j];
             any_late |= late[j];
         }
+        /* every load of the row before any arithmetic on it: the folded
+         * pair's loads come last, with their op, so that all of the row's
+         * memory requests are in flight at once */
         int arg_a = -1, arg_b = -1, fold = row_fold(r, early, &arg_a, &arg_b);
-        if (fold >= 0) {
-            early[arg_a] = early[arg_b] = false;
-            KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
-        }
+        if (fold >= 0) early[arg_a] = early[arg_b] = false;
         regs_loads(r, early, lo, step);
+        if (fold >= 0) KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
         if (r->t->kept_bytes > 0) {
             plan_kept(k, r->regs_k, r->t->kept_bytes, kept, kept_first);
             for (int i = 0; i < k->n_exprs; i++)

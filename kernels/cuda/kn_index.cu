@@ -54,6 +54,18 @@ extern "C" __global__ void kn_index_rows(kn_index_args a)
 {
     const int es = kn_esize<KN_DT>();
     const long long row = a.shape[1], vec = a.dim, rowv = row / vec, nv = a.n / vec;
+    if (nv <= 2147483647LL) { /* 32-bit division: 64-bit is a long software sequence */
+        const unsigned rowv32 = (unsigned)rowv;
+        for (unsigned e = (unsigned)kn_tid(); e < (unsigned)nv; e += (unsigned)kn_nthreads()) {
+            const unsigned r = e / rowv32, c = (e - r * rowv32) * (unsigned)vec;
+            const long long j = kn_index_clamped(a.idx, a.idx64, (long long)r * a.ist[0], a.size);
+            const char *src = a.x + (j * a.xst[0] + c) * es;
+            char *dst = a.dst + ((long long)r * row + c) * es;
+            if (vec > 1) *(uint4 *)dst = *(const uint4 *)src;
+            else kn_cpy<KN_DT>(dst, src);
+        }
+        return;
+    }
     for (long long e = kn_tid(); e < nv; e += kn_nthreads()) {
         const long long r = e / rowv, c = (e - r * rowv) * vec;
         const long long j = kn_index_clamped(a.idx, a.idx64, r * a.ist[0], a.size);
