@@ -253,7 +253,7 @@ static kn_status cuda_launch(kn_device_ctx *d, const struct kn_kernel *k, void *
     int64_t grid;
     int block;
     kn_kernel_launch_dims(k, sizes, &grid, &block);
-    return kn_cuda_launch_overlapping(fn, grid, block, &ka);
+    return kn_cuda_launch(fn, grid, block, &ka, 0);
 }
 
 /* ---- events ---- */

@@ -411,42 +411,6 @@ kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_str
     return kn_cuda_launch_dims(fn, (unsigned)grid, 1, (unsigned)block, 1, args_struct, shmem);
 }
 
-/* KILN_PDL=0 launches every kernel plainly (for measuring the difference). */
-static bool overlap_allowed(void)
-{
-    static int allowed = -1;
-    if (allowed < 0) {
-        const char *e = getenv("KILN_PDL");
-        allowed = !(e && strcmp(e, "0") == 0);
-    }
-    return allowed && kn_cuda_current()->arch >= 90;
-}
-
-kn_status kn_cuda_launch_overlapping(const void *fn, int64_t grid, int block, void *args_struct)
-{
-    if (grid <= 0) return KN_OK;
-    if (!overlap_allowed()) return kn_cuda_launch(fn, grid, block, args_struct, 0);
-    if (!fn) return kn_error(KN_ERR_ARG, "cuda: launch of a NULL kernel");
-    if (grid > INT_MAX || block <= 0 || block > 1024)
-        return kn_error(KN_ERR_ARG, "cuda: bad launch configuration (grid %lld, block %d)", (long long)grid, block);
-    cudaLaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = (dim3){(unsigned)grid, 1, 1};
-    cfg.blockDim = (dim3){(unsigned)block, 1, 1};
-    cfg.stream = kn_cuda_stream();
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    void *args[1] = {args_struct};
-    cudaError_t e = cudaLaunchKernelExC(&cfg, fn, args);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) return kn_cuda_fail(e, "launching a CUDA kernel");
-    return KN_OK;
-}
-
 kn_status kn_cuda_launch_dims(const void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,
                               void *args_struct, size_t shmem)
 {

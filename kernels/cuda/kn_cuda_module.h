@@ -38,12 +38,6 @@ void kn_cuda_module_stats_get(kn_cuda_module_stats *s);
 const char *kn_cuda_cache_dir(void);
 /* Launch a kernel taking one kn_kargs-like struct by value. */
 kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_struct, size_t shmem);
-/* kn_cuda_launch for a kernel that waits for its stream predecessor
- * itself (a generated kernel: griddepcontrol.wait before its first
- * access to memory, kn_cuda_render.c): on compute capability 9.0 and
- * later it is launched with programmatic stream serialization, so the
- * device may start it while the kernel before it drains. */
-kn_status kn_cuda_launch_overlapping(const void *fn, int64_t grid, int block, void *args_struct);
 /* The same with 2-D grid and block (grid_y at most 65535). */
 kn_status kn_cuda_launch_dims(const void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,
                               void *args_struct, size_t shmem);

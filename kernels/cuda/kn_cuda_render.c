@@ -564,25 +564,10 @@ const kn_render_target kn_cuda_render_target = {
                "{\n"
                "    const kn_u32 w = ((const kn_u32 *)&v)[i >> 1];\n"
                "    return kn_u2f(i & 1 ? w & 0xffff0000u : w << 16);\n"
-               "}\n"
-               /* Programmatic dependent launch (compute capability 9.0 on):
-                * a generated kernel is launched to overlap the kernel before
-                * it (kn_cuda_launch_overlapping), so before its first access
-                * to memory it waits for that kernel to finish and its writes
-                * to be visible, which also keeps the kernel before it from
-                * reading a buffer this one writes; then it lets the kernel
-                * after it be launched, which waits the same way. Launched
-                * plainly, the wait returns at once. */
-               "KN_FN void kn_after_predecessor()\n"
-               "{\n"
-               "#if __CUDA_ARCH__ >= 900\n"
-               "    asm volatile(\"griddepcontrol.wait;\" : : : \"memory\");\n"
-               "    asm volatile(\"griddepcontrol.launch_dependents;\" : : : \"memory\");\n"
-               "#endif\n"
                "}\n",
     .bufs = "ka.bufs",
     .sizes = "ka.sizes",
-    .after_params = "kn_after_predecessor();",
+    .after_params = NULL,
     .unroll_pragma = NULL, /* cfg.unroll is the C target's knob */
     .full_unroll_pragma = "#pragma unroll",
     .f32_math_in_f64 = false,
