@@ -137,6 +137,30 @@ local before_write = gathered(xg)
 cache[5]:copy_(kiln.tensor({ 2, 1, 3, 5, 4 }, { dtype = "i64" }))
 T.ok(maxdiff(cg(xg), gathered(xg)) <= 1e-6, "after a write into the kept index: the plan follows its new values")
 T.ok(maxdiff(gathered(xg), before_write) > 0.1, "the check itself: the new index changes the result")
+-- a padding mask multiplied by kept ones (an exporter's query-side mask):
+-- the mul by ones is a broadcast, and the mask's ops run on B x T values,
+-- not B x T x T; a write of a zero into the ones is followed
+local ones = kiln._keep(kiln.ones({ 1, 6, 1 }, { dtype = "bool" }))
+local function padding(ids, s)
+  local m = (ids:ne(0):to("i32"):reshape({ 2, 1, 6 }) * ones:to("i32")):ne(0)
+  return s + kiln.where(m, 0.0, -1e9)
+end
+local cp = kiln.compile(padding, { mode = "default" })
+local ids = kiln.tensor({ { 5, 3, 0, 0, 1, 2 }, { 1, 0, 4, 4, 0, 7 } }, { dtype = "i64" })
+local s6 = rnd({ 2, 6, 6 })
+T.ok(maxdiff(cp(ids, s6), padding(ids, s6)) <= 1e-6, "a padding mask times kept ones: equals eager")
+local pk = cp:kernels()
+local mask_on_rows, mul_left = false, false
+for _, k in ipairs(pk) do
+  for _, o in ipairs(k.ops or {}) do
+    if o == "where" and k.name:find("_2x6$") then mask_on_rows = true end
+    if o == "mul" then mul_left = true end
+  end
+end
+T.ok(mask_on_rows and not mul_left, "the mul by ones is gone and the mask's where runs on 2 x 6 values")
+ones:copy_(kiln.tensor({ { { 1 }, { 0 }, { 1 }, { 1 }, { 1 }, { 1 } } }, { dtype = "bool" }))
+T.ok(maxdiff(cp(ids, s6), padding(ids, s6)) <= 1e-6, "after a zero is written into the ones: equals eager again")
+
 local ok, err = pcall(kiln._keep, 3)
 T.ok(not ok and tostring(err):find("tensor"), "kiln._keep of a number is an error naming what it wants")
 

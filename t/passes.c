@@ -532,8 +532,25 @@ static void test_sink_views(void)
     int b = op1(&g, KN_OP_SQRT, r2); /* r2 has two readers: both stay */
     int rx = opn(&g, KN_OP_RESHAPE, &ra, 1, &x);
     int c = op1(&g, KN_OP_ABS, rx); /* a view of an input: stays */
-    int outs[5] = {neg, relu, a, b, c};
-    run_pass(&g, "all", outs, 5, 0, "sink_views in the whole list");
+    /* a padding mask's shape: ne(expand(reshape(exp z)), 0) and a where of
+     * it between two numbers move, with both views, onto z's 8 elements */
+    static const int64_t s24[] = {2, 4};
+    int m = input(&g, "m", KN_F32, false, 2, s24);
+    int em = op1(&g, KN_OP_EXP, m);
+    kn_attrs ma = kn_fuzz_attrs(KN_OP_RESHAPE);
+    ma.nshape = 3, ma.shape[0] = 2, ma.shape[1] = 1, ma.shape[2] = 4;
+    int mr = opn(&g, KN_OP_RESHAPE, &ma, 1, &em);
+    int me = opn(&g, KN_OP_EXPAND, &ea, 1, &mr);
+    int ne = op2(&g, KN_OP_NE, me, cnst(&g, 1, KN_F32));
+    int wh_in[3] = {ne, cnst(&g, 0, KN_F32), cnst(&g, -1e30, KN_F32)};
+    int wh = opn(&g, KN_OP_WHERE, NULL, 3, wh_in);
+    kn_attrs sa = kn_fuzz_attrs(KN_OP_SUM);
+    sa.ndims = 1, sa.dims[0] = 1, sa.keepdim = true;
+    int wz = opn(&g, KN_OP_SUM, &sa, 1, &x); /* {2,1,4}, computed from the argument */
+    int we = opn(&g, KN_OP_EXPAND, &ea, 1, &wz);
+    int two = op2(&g, KN_OP_ADD, we, x); /* two operands with shapes: stays after the expand */
+    int outs[7] = {neg, relu, a, b, c, wh, two};
+    run_pass(&g, "all", outs, 7, 0, "sink_views in the whole list");
     const kn_node *o0 = &g.nodes[outs[0]], *o1 = &g.nodes[outs[1]];
     ok(o0->op == KN_OP_RESHAPE && g.nodes[o0->in_node[0]].op == KN_OP_NEG &&
            g.nodes[g.nodes[o0->in_node[0]].in_node[0]].op == KN_OP_EXP,
@@ -546,6 +563,16 @@ static void test_sink_views(void)
        "sink_views: a view with two readers stays between them and its source");
     ok(g.nodes[outs[4]].op == KN_OP_ABS && g.nodes[g.nodes[outs[4]].in_node[0]].op == KN_OP_RESHAPE,
        "sink_views: a view of an input stays");
+    const kn_node *w = &g.nodes[outs[5]];
+    const kn_node *w1 = &g.nodes[w->in_node[0]];
+    const kn_node *w2 = w1->n_in ? &g.nodes[w1->in_node[0]] : NULL;
+    ok(w->op == KN_OP_EXPAND && w1->op == KN_OP_RESHAPE && w2 && w2->op == KN_OP_WHERE &&
+           w2->out[0].ndim == 2 && g.nodes[w2->in_node[0]].op == KN_OP_NE &&
+           g.nodes[w2->in_node[0]].out[0].ndim == 2,
+       "sink_views: where(ne(expand(reshape(exp m)), 1), 0, -1e30) is expand(reshape(where(ne(exp m, 1), 0, -1e30))),"
+       " on m's shape");
+    ok(g.nodes[outs[6]].op == KN_OP_ADD && g.nodes[g.nodes[outs[6]].in_node[0]].op == KN_OP_EXPAND,
+       "sink_views: an add of two shaped operands stays after the expand");
     kn_graph_free(&g);
 }
 

@@ -439,48 +439,105 @@ static kn_status pass_simplify(kn_pass_ctx *x)
     return KN_OK;
 }
 
-/* ---- sink_views: an elementwise op of one input before the views ----
- * unary(view(y)) = view(unary(y)): an elementwise op commutes with any
- * reshape, permute or expand. Moved ahead of the view, it reads y in y's
- * own shape, so fusion puts it in y's kernel (fusion never inlines across
- * a view): BERT's padding mask was `ne`, a reshape, then a `cast` of it,
- * two kernels a call where one does; and before an expand it computes
- * fewer elements. Only for a view whose one reader is the op, of a
- * computed value (an input gains nothing), and outside training steps
- * (appended nodes are forward nodes). It runs after fold_once, which
- * leaves such chains (an identity gather dropped between the two). */
+/* ---- sink_views: an elementwise op before the views it reads ----
+ * op(view(y), c...) = view(op(y, c...)) for an elementwise op whose other
+ * operands are single numbers (0-d: a constant, a fill value): it
+ * commutes with any reshape, permute or expand. Moved ahead of the view,
+ * it reads y in y's own shape, so fusion puts it in y's kernel (fusion
+ * never inlines across a view): BERT's padding mask was `ne`, a reshape,
+ * then a `cast` of it, two kernels a call where one does; and before an
+ * expand it computes fewer elements (the mask's `ne` and `where` after
+ * its B x 1 x 1 x T -> B x 1 x T x T broadcast: attention then reads the
+ * small mask with stride 0). Only for a view whose one reader is the op,
+ * of a computed value or of another view (the op moves on past that one
+ * in turn: nodes appended here are visited too), not of an input (which
+ * gains nothing), and outside training steps (appended nodes are
+ * forward nodes). It runs after fold_once, which leaves such chains (an
+ * identity gather or a mul by ones dropped between the ops). */
+static bool sinks_past_views(const kn_node *u)
+{
+    if ((unsigned)u->op >= KN_OP_COUNT) return false;
+    switch (kn_op_kind_of((kn_op)u->op)) {
+    case KN_K_UNARY:
+    case KN_K_BINARY:
+    case KN_K_COMPARE:
+    case KN_K_TERNARY: return true;
+    default: return false;
+    }
+}
+
+/* The one input of u that is a view, when every other is a single
+ * number (0-d); -1 otherwise. */
+static int the_viewed_input(const kn_graph *g, const kn_node *u)
+{
+    int viewed = -1;
+    for (int k = 0; k < u->n_in; k++) {
+        const kn_node *in = &g->nodes[u->in_node[k]];
+        const kn_meta *m = &in->out[u->in_out[k]];
+        bool view = in->op == KN_OP_RESHAPE || in->op == KN_OP_PERMUTE || in->op == KN_OP_EXPAND;
+        if (view && viewed < 0 && u->in_out[k] == 0) viewed = k;
+        else if (m->ndim != 0) return -1;
+    }
+    return viewed;
+}
+
+static bool is_view_op(int op)
+{
+    return op == KN_OP_RESHAPE || op == KN_OP_PERMUTE || op == KN_OP_EXPAND;
+}
+
+/* Whether a reshape in the chain (outermost view first) reads a permuted
+ * or expanded layout: such a reshape may copy (strides cannot express
+ * it), and the op moved before it would then be a kernel of its own
+ * where it was one with its reader after the copy. */
+static bool reshapes_a_strided(const kn_graph *g, const int *chain, int n_chain)
+{
+    bool strided = false;
+    for (int c = n_chain - 1; c >= 0; c--) {
+        int op = g->nodes[chain[c]].op;
+        if (op == KN_OP_RESHAPE && strided) return true;
+        strided = strided || op == KN_OP_PERMUTE || op == KN_OP_EXPAND;
+    }
+    return false;
+}
+
 static kn_status pass_sink_views(kn_pass_ctx *x)
 {
     if (kn_pass_graph_trains(x->g)) return KN_OK;
-    int n = x->g->n_nodes;
+    int n = x->n_orig;
     for (int i = 0; i < n; i++) {
         if (x->dead[i]) continue;
         kn_pass_resolve_inputs(x, i);
-        kn_graph *g = x->g;
-        const kn_node *u = &g->nodes[i];
-        if ((unsigned)u->op >= KN_OP_COUNT || kn_op_kind_of((kn_op)u->op) != KN_K_UNARY || u->n_in != 1 ||
-            u->in_out[0] != 0)
-            continue;
-        int v = u->in_node[0];
-        const kn_node *vn = &g->nodes[v];
-        if (vn->op != KN_OP_RESHAPE && vn->op != KN_OP_PERMUTE && vn->op != KN_OP_EXPAND) continue;
-        int src = KN_REF(vn->in_node[0], vn->in_out[0]);
-        const kn_node *sn = &g->nodes[vn->in_node[0]];
-        if (sn->op >= KN_OP_COUNT || kn_op_kind_of((kn_op)sn->op) == KN_K_VIEW || !kn_pass_private_value(x, v))
-            continue;
-        kn_node uc = *u, vc = *vn; /* appending may move the node array */
-        int op_node, view_node;
-        if (kn_pass_append_node(x, uc.op, &src, 1, &uc.a, i, uc.where, &op_node) != KN_OK) continue;
-        int op_ref = KN_REF(op_node, 0);
-        if (kn_pass_append_node(x, vc.op, &op_ref, 1, &vc.a, i, vc.where, &view_node) != KN_OK) {
-            x->dead[op_node] = 1;
-            continue;
+        const kn_node *u = &x->g->nodes[i];
+        if (!sinks_past_views(u)) continue;
+        int k = the_viewed_input(x->g, u);
+        if (k < 0) continue;
+        /* the chain of views, each with one reader, down to the value they view */
+        int chain[16], n_chain = 0, src = KN_REF(u->in_node[k], u->in_out[k]);
+        while (n_chain < 16) {
+            const kn_node *vn = &x->g->nodes[KN_REF_NODE(src)];
+            if (!is_view_op(vn->op) || KN_REF_OUT(src) != 0 || !kn_pass_private_value(x, KN_REF_NODE(src))) break;
+            chain[n_chain++] = KN_REF_NODE(src);
+            src = kn_pass_resolve(x, KN_REF(vn->in_node[0], vn->in_out[0]));
         }
-        if (!kn_pass_meta_equal(&x->g->nodes[view_node].out[0], &x->g->nodes[i].out[0]) ||
-            !kn_pass_replace(x, i, KN_REF(view_node, 0))) {
-            x->dead[op_node] = x->dead[view_node] = 1;
+        const kn_node *sn = &x->g->nodes[KN_REF_NODE(src)];
+        if (n_chain == 0 || sn->op == KN_NODE_INPUT || sn->op == KN_NODE_CONST || reshapes_a_strided(x->g, chain, n_chain))
             continue;
+        kn_node uc = *u; /* appending may move the node array */
+        int refs[KN_MAX_INPUTS];
+        for (int j = 0; j < uc.n_in; j++) refs[j] = j == k ? src : KN_REF(uc.in_node[j], uc.in_out[j]);
+        int first = x->g->n_nodes, last;
+        if (kn_pass_append_node(x, uc.op, refs, uc.n_in, &uc.a, i, uc.where, &last) != KN_OK) continue;
+        bool ok = true;
+        for (int c = n_chain - 1; c >= 0 && ok; c--) { /* the views again, innermost first */
+            kn_node vc = x->g->nodes[chain[c]];
+            int in = KN_REF(last, 0);
+            ok = kn_pass_append_node(x, vc.op, &in, 1, &vc.a, i, vc.where, &last) == KN_OK;
         }
+        ok = ok && kn_pass_meta_equal(&x->g->nodes[last].out[0], &x->g->nodes[i].out[0]) &&
+             kn_pass_replace(x, i, KN_REF(last, 0));
+        for (int j = first; j < x->g->n_nodes && !ok; j++) x->dead[j] = 1;
+        for (int c = 0; c < n_chain && ok; c++) x->dead[chain[c]] = 1; /* their one reader is gone */
     }
     return KN_OK;
 }

@@ -257,6 +257,62 @@ static void drop_identity_gathers(kn_pass_ctx *x, const unsigned char *root, kn_
     }
 }
 
+/* Whether t holds 1 in every element (at most 2^20 of them). */
+static bool all_ones(kn_tensor *t, const kn_settings *settings)
+{
+    int64_t n = kn_tensor_numel(t);
+    if (n < 1 || n > ((int64_t)1 << 20)) return false;
+    double *v = NULL;
+    bool ones = load_doubles(t, settings, &v) == KN_OK;
+    for (int64_t i = 0; ones && i < n; i++) ones = v[i] == 1.0;
+    free(v);
+    return ones;
+}
+
+/* A mul by a value fold_once just computed and found to be all ones is
+ * its other operand, broadcast to the product's shape: an expand, a view
+ * (BERT's padding mask is multiplied by a query-side mask of ones, from
+ * the exporter, which made it a B x 1 x T x T tensor a call where the
+ * B x 1 x 1 x T mask is the information; as a view of that, sink_views
+ * moves the mask's ops before the broadcast, and attention reads it with
+ * stride 0). Only where the other operand has the product's dtype. As
+ * with an identity gather, the ones still become an unused input. */
+static void drop_unit_factors(kn_pass_ctx *x, const unsigned char *root, kn_tensor **val)
+{
+    int n = x->g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        if (!root[i] || !val[KN_REF(i, 0)]) continue;
+        int ones = -1; /* not checked yet */
+        for (int j = i + 1; j < n; j++) {
+            const kn_node *nd = &x->g->nodes[j];
+            if (x->dead[j] || nd->op != KN_OP_MUL || nd->n_in != 2) continue;
+            int side = nd->in_node[0] == i && nd->in_out[0] == 0 ? 1 : nd->in_node[1] == i && nd->in_out[1] == 0 ? 0 : -1;
+            if (side < 0 || nd->in_node[side] == i) continue;
+            int other = KN_REF(nd->in_node[side], nd->in_out[side]);
+            const kn_meta *om = &x->g->nodes[nd->in_node[side]].out[nd->in_out[side]];
+            if (om->dtype != nd->out[0].dtype) continue;
+            if (ones < 0) ones = all_ones(val[KN_REF(i, 0)], x->settings);
+            if (!ones) break;
+            if (kn_pass_meta_equal(om, &nd->out[0])) {
+                kn_pass_replace(x, j, other);
+                continue;
+            }
+            kn_opcall defaults;
+            kn_opcall_init(&defaults, KN_OP_EXPAND);
+            kn_attrs a = defaults.a;
+            a.nshape = nd->out[0].ndim;
+            memcpy(a.shape, nd->out[0].shape, sizeof(int64_t) * (size_t)a.nshape);
+            char where[KN_WHERE_MAX];
+            memcpy(where, nd->where, sizeof where);
+            int e;
+            if (kn_pass_append_node(x, KN_OP_EXPAND, &other, 1, &a, j, where, &e) != KN_OK) continue;
+            if (!kn_pass_meta_equal(&x->g->nodes[e].out[0], &x->g->nodes[j].out[0]) ||
+                !kn_pass_replace(x, j, KN_REF(e, 0)))
+                x->dead[e] = 1;
+        }
+    }
+}
+
 kn_status kn_pass_fold_once(kn_pass_ctx *x)
 {
     kn_graph *g = x->g;
@@ -320,6 +376,7 @@ kn_status kn_pass_fold_once(kn_pass_ctx *x)
     if (n_roots == 0) goto done;
     st = evaluate_marked(x, dev, root, mark, val);
     if (st == KN_OK) drop_identity_gathers(x, root, val);
+    if (st == KN_OK) drop_unit_factors(x, root, val);
     if (st == KN_OK) st = roots_to_inputs(x, root, val);
 done:
     for (int i = 0; val && i < n * KN_MAX_OUTPUTS; i++) kn_tensor_release(val[i]);
