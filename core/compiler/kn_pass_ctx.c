@@ -132,13 +132,17 @@ void kn_pass_covers_text(const kn_graph *g, const int *order, int n, const char 
     if (folded) snprintf(buf + len, size - len, "%s", folded);
 }
 
+/* Readers of node's values, through the replacements made so far: a node
+ * that reads one replaced by `node` reads `node` (its inputs are resolved
+ * only when a pass visits it). */
 static int use_count(const kn_pass_ctx *x, int node)
 {
     int uses = 0;
     for (int i = 0; i < x->g->n_nodes; i++) {
         if (x->dead[i]) continue;
         const kn_node *n = &x->g->nodes[i];
-        for (int k = 0; k < n->n_in; k++) uses += n->in_node[k] == node;
+        for (int k = 0; k < n->n_in; k++)
+            uses += KN_REF_NODE(kn_pass_resolve(x, KN_REF(n->in_node[k], n->in_out[k]))) == node;
     }
     return uses;
 }
