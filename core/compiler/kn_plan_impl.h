@@ -20,7 +20,7 @@ typedef struct kn_tune_result kn_tune_result;
 
 /* The most candidates one kernel's search measures (library variants are
  * numbered below it). */
-#define KN_TUNE_MAX_CANDS 24
+#define KN_TUNE_MAX_CANDS 16
 
 /* ---- kn_plan.c ---- */
 

@@ -413,12 +413,8 @@ static int cuda_candidates(const kn_kernel *k, kn_kconfig *out, int max)
         for (int b = 0; b < 4; b++) /* one warp per row reading memory: for rows up to a few thousand */
             if (row <= 8 * KN_KIR_WARP_ROW_MAX) ADD(.block = wblocks[b], .rows = KN_ROWS_WARP);
         bool auto_bregs = auto_regs && !kn_kernel_warp_rows(k);
-        /* one block per row, the row in registers: past a warp's reach, and
-         * for shorter rows too (a layer norm of 768: a few elements a
-         * thread and many more threads, each with less to wait for) */
-        for (int b = row > KN_KIR_WARP_ROW_MAX ? 1 : 0; b < 5; b++)
-            if (row <= (int64_t)KN_KIR_REGS_PER_THREAD * bblocks[b] && bblocks[b] <= row &&
-                !(auto_bregs && bblocks[b] == KN_KIR_ROW_BLOCK))
+        for (int b = 1; b < 5 && row > KN_KIR_WARP_ROW_MAX; b++) /* one block per row, the row in registers */
+            if (row <= (int64_t)KN_KIR_REGS_PER_THREAD * bblocks[b] && !(auto_bregs && bblocks[b] == KN_KIR_ROW_BLOCK))
                 ADD(.block = bblocks[b], .rows = KN_ROWS_BLOCK_REGS);
         for (int b = 0; b < 5; b++) /* one block per row reading memory: wide rows want wide blocks */
             if (bblocks[b] / 2 <= row && !(!auto_regs && bblocks[b] == KN_KIR_ROW_BLOCK))
