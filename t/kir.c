@@ -580,6 +580,65 @@ static void test_layer_norm(kn_dtype dt)
     free(k);
 }
 
+/* Gathered arguments (an embedding table read through its index, as
+ * index_select along dim 0 then a reshape into B x T rows): a pointwise
+ * out[b, t, :] = W[I[b*T + t]] + pos[t, :], and a row kernel storing
+ * (row - its mean) and the row's sum per row. The index holds 1 and V,
+ * and one position holds 0 and one V + 5: those read rows 1 and V (a
+ * gathered load clamps, never reading past the table). Reference: the
+ * same arithmetic in f64 from the table, rounded once to dt. */
+static void test_gathered(kn_dtype dt, int64_t D, bool row)
+{
+    const int64_t B = 2, T = 5, V = 37, N = B * T;
+    int64_t wsh[2] = {V, D}, ish[1] = {N}, psh[2] = {T, D}, sp[3] = {B, T, D}, rsh[2] = {B, T};
+    kn_tensor *w = tl_rand(dt, 2, wsh, TL_CONTIG, -2, 2, 0), *pos = tl_rand(dt, 2, psh, TL_CONTIG, -1, 1, 0);
+    kn_tensor *ix = tl_new(KN_I64, 1, ish), *out = tl_new(dt, 3, sp), *sums = tl_new(KN_F32, 2, rsh);
+    int64_t ids[10] = {1, V, 4, 0, 17, V + 5, 2, 2, 30, 9}, want_row[10];
+    for (int64_t n = 0; n < N; n++) {
+        tl_set_i64(ix, n, ids[n]);
+        want_row[n] = ids[n] < 1 ? 0 : ids[n] > V ? V - 1 : ids[n] - 1;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "gathered rows of a %lldx%lld %s table, %s", (long long)V, (long long)D,
+             kn_dtype_name(dt), row ? "a row kernel (sum, x - mean)" : "pointwise (+ pos)");
+    kn_kernel *k = kernel_new(row ? "k9_gathered_rows" : "k9_gathered", row ? KN_KERNEL_ROW : KN_KERNEL_POINTWISE, 3, sp);
+    kn_karg ia = {.dtype = KN_I64, .strides = {T, 1, 0}};
+    int ai = -1, aw = -1;
+    kn_kernel_add_arg(k, &ia, &ai);
+    kn_karg wa = {.dtype = dt, .strides = {0, 0, 1}, .gather_by = ai + 1, .gather_stride = D, .gather_size = V};
+    kn_kernel_add_arg(k, &wa, &aw);
+    int ap = arg_of(k, pos, false, false), ao = arg_of(k, out, true, false);
+    int as = row ? arg_of(k, sums, true, true) : -1;
+    int lw = ld(k, aw);
+    if (row) {
+        stage(k, KN_OP_SUM, lw);
+        int mean = op2(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / (double)D, KN_F32), KN_F32);
+        store(k, ao, op1(k, KN_OP_CAST, op2(k, KN_OP_SUB, op1(k, KN_OP_CAST, lw, KN_F32), mean, KN_F32), dt), false);
+        store(k, as, acc(k, 0, KN_F32), true);
+    } else {
+        store(k, ao, op2(k, KN_OP_ADD, lw, ld(k, ap), dt), false);
+    }
+    kn_tensor *ts[] = {ix, w, pos, out, sums};
+    if (run(k, ts, name)) {
+        kn_tensor *want = tl_new(dt, 3, sp), *want_sums = tl_new(KN_F32, 2, rsh);
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0;
+            for (int64_t d = 0; d < D; d++) s += tl_get(w, want_row[n] * D + d);
+            tl_set(want_sums, n, s);
+            for (int64_t d = 0; d < D; d++) {
+                double v = tl_get(w, want_row[n] * D + d);
+                tl_set(want, n * D + d, row ? v - s / (double)D : v + tl_get(pos, (n % T) * D + d));
+            }
+        }
+        check(out, want, false, name);
+        if (row) check_within(sums, want_sums, false, 1e-4, "its per-row sums");
+        kn_tensor_release(want);
+        kn_tensor_release(want_sums);
+    }
+    release(5, ts);
+    free(k);
+}
+
 /* out[r] = sum of x[r, :] and mx[r] = amax of x[r, :] (per-row stores), one
  * row holding a NaN (amax keeps it). */
 static void test_row_reduce(void)
@@ -1147,6 +1206,11 @@ int main(void)
     test_layer_norm(KN_F32);
     test_layer_norm(KN_F16);
     test_row_reduce();
+    test_gathered(KN_F32, 40, false);
+    test_gathered(KN_BF16, 40, false);
+    test_gathered(KN_F32, 7, false);
+    test_gathered(KN_BF16, 64, true);
+    test_gathered(KN_F32, 33, true);
     test_many_rows();
     test_tril(0);
     test_tril(2);

@@ -153,7 +153,8 @@ static kn_plan *version_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, 
         if (same_wanted(&v->plans[i], w, n, g, v->dynamic)) return v->plans[i].plan;
     if (v->plan_error[0] || v->n_plans >= 16) return NULL;
     kn_plan *plan;
-    int flags = cm->opt.pass_flags | (kn_mode_autotunes(cm->id.mode) ? KN_PLAN_AUTOTUNE : 0);
+    int flags = cm->opt.pass_flags | (kn_mode_autotunes(cm->id.mode) ? KN_PLAN_AUTOTUNE : 0) |
+                (kn_mode_records(cm->id.mode) ? KN_PLAN_GATHER_LOADS : 0);
     double t0 = kn_clock_s();
     kn_status st = kn_plan_build(g, w, n, cm->opt.settings, flags, &plan);
     cm->cap.compile_s += kn_clock_s() - t0;

@@ -228,9 +228,53 @@ static bool built_from_operands(const kctx *c, int node)
  * the rest it loads itself. */
 static int operands_built(const kn_node *n)
 {
+    if (n->op == KN_OP_INDEX_SELECT || n->op == KN_OP_RESHAPE) return 0; /* gathered: mk_gather_load */
     if (n->op == KN_OP_BATCH_NORM) return 1;
     if (n->op == KN_OP_FULL || n->op == KN_OP_ARANGE) return 0;
     return n->n_in;
+}
+
+/* An index_select of rows inlined as gathered loads (kn_fuse_group.c:
+ * mark_gathered), read at `node` (it, or the reshape that splits its
+ * rows): a load of the table W whose row comes from the index I at the
+ * same position. The value's strides in this space (as mk_load finds
+ * them, in elements of the n x row result) split into I's and W's: a
+ * multiple of the row steps through I, the rest through W's columns. */
+static kn_status mk_gather_load(kctx *c, int node, int *res)
+{
+    int sel = node;
+    if (c->g->nodes[sel].op == KN_OP_RESHAPE) sel = c->g->nodes[sel].in_node[0];
+    const kn_node *sn = &c->g->nodes[sel];
+    int wn = sn->in_node[0], in = sn->in_node[1];
+    const kn_meta *wm = &c->g->nodes[wn].out[sn->in_out[0]];
+    const kn_meta *vm = &c->g->nodes[node].out[0];
+    const kn_layout *vl = &c->f->layout[node], *wl = &c->f->layout[wn], *il = &c->f->layout[in];
+    int64_t row = wm->shape[1];
+    kn_karg w, ix;
+    memset(&w, 0, sizeof w);
+    memset(&ix, 0, sizeof ix);
+    w.node = wn;
+    w.out = sn->in_out[0];
+    w.dtype = wm->dtype;
+    ix.node = in;
+    ix.out = sn->in_out[1];
+    ix.dtype = c->g->nodes[in].out[sn->in_out[1]].dtype;
+    int base = c->no - vm->ndim;
+    for (int j = 0; j < c->k->ndim; j++) {
+        int vd = c->perm[j] - base;
+        int64_t s = (vd >= 0 && vd < vm->ndim && vm->shape[vd] != 1) ? vl->strides[vd] : 0;
+        if (s % row == 0) ix.strides[j] = s / row * il->strides[0];
+        else w.strides[j] = s * wl->strides[1];
+    }
+    int ia, wa;
+    KN_TRY(kn_kernel_add_arg(c->k, &ix, &ia));
+    w.gather_by = ia + 1;
+    w.gather_stride = wl->strides[0];
+    w.gather_size = wm->shape[0];
+    KN_TRY(kn_kernel_add_arg(c->k, &w, &wa));
+    kn_kexpr e = kx(KN_KX_LOAD, 0, wm->dtype);
+    e.buf = wa;
+    return add_expr(c, e, res);
 }
 
 /* The expression of one node whose first outputs are built already. */
@@ -239,6 +283,8 @@ static kn_status build_node(kctx *c, int node, int *res)
     const kn_node *n = &c->g->nodes[node];
     kn_status st;
     if (n->op == KN_NODE_CONST) st = mk_const(c, n->value, n->out[0].dtype, res);
+    else if (built_from_operands(c, node) && (n->op == KN_OP_INDEX_SELECT || n->op == KN_OP_RESHAPE))
+        st = mk_gather_load(c, node, res);
     else if (built_from_operands(c, node)) st = build_pointwise(c, node, res);
     else st = mk_load(c, node, 0, -1, res);
     if (st == KN_OK) c->memo_expr[node] = *res;

@@ -267,6 +267,11 @@ static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, 
     else if (runs_in_library(cn))
         snprintf(buf, size, "%s is a library call, which reads its inputs from memory, so its producer %s ends a kernel",
                  C, P);
+    else if (cn->op == KN_OP_INDEX_SELECT && f->disp[c] == KN_D_INLINE)
+        snprintf(buf, size,
+                 "%s gathers its rows inside the kernel that reads them, where each row's address needs its index "
+                 "from memory, so %s ends a kernel",
+                 C, P);
     else if (pk->kind == KN_KERNEL_FALLBACK)
         snprintf(buf, size, "%s is %s; it runs alone, so %s reads its value from memory", P, fallback_why(g, pn), C);
     else if (pk->kind == KN_KERNEL_ROW && f->kernel_at[f->kernel[p]] == p)
@@ -443,6 +448,69 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
     }
 }
 
+/* ---- gathered loads ------------------------------------------------------ */
+
+/* Whether the layout of a value of index_select's rows (n x row elements,
+ * contiguous) seen through `l` splits every dim cleanly into whole rows
+ * or a part of one row: each stride a multiple of the row, or within it. */
+static bool splits_rows(const kn_layout *l, int64_t row)
+{
+    for (int d = 0; d < l->ndim; d++) {
+        int64_t s = l->strides[d];
+        if (s == 0 || l->shape[d] == 1 || s % row == 0) continue;
+        if (s * (l->shape[d] - 1) >= row) return false;
+    }
+    return true;
+}
+
+/* Whether the reader c of a value of p's shape takes it inline: pointwise
+ * over the same shape, or a row op reading it as its row. */
+static bool inlines_into(const kn_graph *g, int p, int c)
+{
+    const kn_node *pn = &g->nodes[p], *cn = &g->nodes[c];
+    if (is_pointwise(cn)) return same_shape(&pn->out[0], &cn->out[0]) && cn->op != KN_OP_BATCH_NORM;
+    return row_dim(g, cn) >= 0 && cn->in_node[0] == p && cn->in_out[0] == 0;
+}
+
+bool kn_fuse_is_gathered(const kn_graph *g, const kn_fusion *f, int i)
+{
+    if (i < 0 || i >= f->n_nodes || f->disp[i] != KN_D_INLINE) return false;
+    int op = g->nodes[i].op;
+    return op == KN_OP_INDEX_SELECT || op == KN_OP_RESHAPE;
+}
+
+/* index_select(W, dim 0, I) of a 2-D W and a 1-D integer I, read by one
+ * generated kernel (directly, or through one reshape that splits its rows
+ * into more dims: BERT's and GPT-2's token embeddings, gathered for B * T
+ * tokens and viewed as B x T x 768): inlined there, with the reshape, as
+ * a gathered argument of W (kn_fuse.c: mk_gather_load). */
+static void mark_gathered(const kn_graph *g, kn_fusion *f, const int *uses, const int *consumer, const bool *is_out)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kn_node *nd = &g->nodes[i];
+        if (f->disp[i] != KN_D_ROOT || nd->op != KN_OP_INDEX_SELECT || nd->a.dim != 0 || uses[i] != 1 || is_out[i])
+            continue;
+        const kn_meta *w = &g->nodes[nd->in_node[0]].out[nd->in_out[0]];
+        const kn_meta *ix = &g->nodes[nd->in_node[1]].out[nd->in_out[1]];
+        if (w->ndim != 2 || ix->ndim != 1 || (ix->dtype != KN_I64 && ix->dtype != KN_I32) || w->shape[0] < 1)
+            continue;
+        int r = consumer[i], c = r;
+        if (r < 0) continue;
+        if (g->nodes[r].op == KN_OP_RESHAPE) {
+            if (f->disp[r] != KN_D_VIEW || uses[r] != 1 || is_out[r] || !splits_rows(&f->layout[r], w->shape[1]))
+                continue;
+            c = consumer[r];
+        } else if (g->nodes[r].n_in > 0 && kn_op_kind_of((kn_op)g->nodes[r].op) == KN_K_VIEW) {
+            continue;
+        }
+        if (c < 0 || !inlines_into(g, c == r ? i : r, c)) continue;
+        f->disp[i] = KN_D_INLINE;
+        if (r != c) f->disp[r] = KN_D_INLINE;
+        f->n_gathered++;
+        note_why(f, g, i, "is read as gathered rows by", c, "the index_select runs inside its reader's kernel");
+    }
+}
+
 /* The reshapes left that copy at run time (their source's strides cannot
  * express them): kn_fusion.copies, each noted. */
 static kn_status mark_view_copies(const kn_graph *g, kn_fusion *f)
@@ -577,6 +645,12 @@ kn_status kn_fuse(const kn_graph *g, const int *outputs, int n_outputs, kn_fusio
 kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
                      void *ud, kn_fusion *f)
 {
+    return kn_fuse_gathering(g, outputs, n_outputs, strided_out, ud, false, f);
+}
+
+kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
+                            void *ud, bool gather_loads, kn_fusion *f)
+{
     memset(f, 0, sizeof *f);
     int n = g->n_nodes;
     f->n_nodes = n;
@@ -596,6 +670,7 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
     find_uses(g, outputs, n_outputs, f, uses, consumer, is_out, needed);
     assign_dispositions(g, f, uses, consumer, is_out, needed);
     permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
+    if (gather_loads) mark_gathered(g, f, uses, consumer, is_out);
     st = mark_view_copies(g, f);
     if (st == KN_OK && !(f->limit_split = calloc((size_t)n + 1, sizeof *f->limit_split)))
         st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");

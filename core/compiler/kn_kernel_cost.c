@@ -36,9 +36,11 @@ kn_cost kn_kernel_cost(const kn_graph *g, const kn_kernel *k, int node)
         bool seen = false;
         for (int b = 0; b < a && !seen; b++) seen = k->args[b].node == ar->node && k->args[b].out == ar->out;
         if (seen) continue;
+        /* a gathered argument reaches a row per distinct index position */
+        const kn_karg *by = ar->gather_by > 0 && ar->gather_by <= k->n_args ? &k->args[ar->gather_by - 1] : NULL;
         double reach = 1;
         for (int d = 0; d < k->ndim; d++)
-            if (ar->strides[d] != 0 || k->shape[d] == 0) reach *= (double)k->shape[d];
+            if (ar->strides[d] != 0 || (by && by->strides[d] != 0) || k->shape[d] == 0) reach *= (double)k->shape[d];
         if (ar->node >= 0 && ar->node < g->n_nodes) {
             const kn_meta *m = &g->nodes[ar->node].out[ar->out];
             double held = (double)kn_numel_of(m->ndim, m->shape);

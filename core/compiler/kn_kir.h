@@ -79,6 +79,14 @@ typedef struct kn_karg {
     bool is_output;    /* written by this kernel (contiguous in the space: strides are the
                           contiguous strides of shape, or of shape without the row dim for
                           per-row stores) */
+    /* A gathered argument (an embedding table read through its index, as
+     * index_select along dim 0 would): 1 + the argument holding the
+     * 1-based row index at each position (an integer tensor with its own
+     * strides in the space; no expression loads it), 0 for an ordinary
+     * argument. The row, clamped into 0..gather_size-1, adds gather_stride
+     * elements a row to the address; strides cover the rest. */
+    int gather_by;
+    int64_t gather_stride, gather_size;
 } kn_karg;
 
 typedef struct kn_kstage {

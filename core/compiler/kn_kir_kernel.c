@@ -67,6 +67,15 @@ static kn_status kernel_check(const kn_kernel *k)
         default: return kn_error(KN_ERR_ARG, "kernel %s: e%d has a bad kind", n, i);
         }
     }
+    for (int j = 0; j < k->n_args; j++) {
+        const kn_karg *a = &k->args[j];
+        if (a->gather_by == 0) continue;
+        const kn_karg *ix = a->gather_by > 0 && a->gather_by <= k->n_args ? &k->args[a->gather_by - 1] : NULL;
+        if (!ix || ix == a || ix->is_output || a->is_output || ix->gather_by || a->gather_size < 1 ||
+            (ix->dtype != KN_I64 && ix->dtype != KN_I32) ||
+            (k->kind == KN_KERNEL_ROW && ix->strides[k->ndim - 1] != 0))
+            return kn_error(KN_ERR_ARG, "kernel %s: arg %d is gathered by a bad index argument", n, j);
+    }
     for (int s = 0; s < k->n_stages; s++) {
         const kn_kstage *st = &k->stages[s];
         if (st->op != KN_OP_SUM && st->op != KN_OP_AMAX && st->op != KN_OP_AMIN)
@@ -132,6 +141,9 @@ static const char prelude_common[] =
     "    if (v >= 9223372036854774784.0) return 9223372036854774784LL;\n"
     "    return (kn_i64)v;\n"
     "}\n"
+    /* a gathered argument's row: its 1-based index clamped into the table
+     * (a bad index reads a row of the table, never past it) */
+    "KN_FN kn_i64 kn_gather_row(kn_i64 i, kn_i64 n) { return i < 1 ? 0 : i > n ? n - 1 : i - 1; }\n"
     "KN_FN kn_i32 kn_sat_i32(kn_i64 v) { return (kn_i32)(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }\n"
     /* integer arithmetic wraps in two's complement, as PyTorch's and the
      * CPU reference's: through unsigned types, where C and CUDA C++ define
@@ -234,6 +246,7 @@ bool kn_kernel_vec_ok(const kn_kernel *k, int V)
         if (V * kn_dtype_size(a->dtype) > 16) return false;
         for (int d = 0; d < L; d++)
             if (a->strides[d] % V != 0) return false;
+        if (a->gather_by > 0 && a->gather_stride % V != 0) return false;
     }
     return true;
 }

@@ -15,7 +15,11 @@ enum {
     KN_PASSES_NHWC_HALF = 32, /* bf16 and f16 */
     KN_PASSES_NHWC_F32 = 64,
     /* kn_plan_build: ask the plan's backend which dtypes to convert (kiln.config.channels_last = "auto") */
-    KN_PLAN_NHWC_AUTO = 128
+    KN_PLAN_NHWC_AUTO = 128,
+    /* kn_plan_build: the plan's runs are CUDA-graph replays (reduce-overhead, max-autotune), which
+     * clamp a bad index and report nothing: an embedding gather may then run inside the kernel that
+     * reads it (kn_fuse_gathering), on a device that records (capture_begin) */
+    KN_PLAN_GATHER_LOADS = 256
 };
 
 #endif

@@ -226,6 +226,11 @@ static int device_pass_flags(const kn_plan *p, int pass_flags)
         if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32))
             pass_flags |= KN_PASSES_NHWC_F32;
     }
+    /* gathered loads only where runs are replays: a device without
+     * recording runs the plan, whose index ops report a bad index
+     * (KILN_CPU_GATHER_LOADS=1 keeps them on the CPU, which lets CI test
+     * them without a GPU) */
+    if ((!adc || !adc->be->capture_begin) && !getenv("KILN_CPU_GATHER_LOADS")) pass_flags &= ~KN_PLAN_GATHER_LOADS;
     return pass_flags;
 }
 
@@ -310,7 +315,8 @@ static kn_status plan_build(const kn_graph *g, const kn_plan_value *wanted, int 
     }
     double t1 = kn_clock_s();
     p->times.passes_s = t1 - t0;
-    st = kn_fuse_ex(&p->g, p->pass_out, n_wanted, plan_strided_out, p, &p->code.fusion);
+    st = kn_fuse_gathering(&p->g, p->pass_out, n_wanted, plan_strided_out, p, (pass_flags & KN_PLAN_GATHER_LOADS) != 0,
+                           &p->code.fusion);
     if (st == KN_OK && pass_notes) prepend_pass_notes(&p->code.fusion, pass_notes);
     free(pass_notes);
     if (st == KN_OK) st = plan_check_ops(p);
