@@ -96,6 +96,41 @@ for _, name in ipairs(MODELS) do
   end
 end
 
+-- On the GPU, reduce-overhead reads the token embedding inside the kernel
+-- that adds it (a gathered load of the table through the ids): no
+-- index_select of its own, and the answer of the default mode's plan,
+-- which runs it alone.
+if DEVICES[2] then
+  for _, file in ipairs({ "bert_tiny", "gpt2_tiny" }) do
+    local io_t = kiln.load_safetensors(DIR .. file .. ".io.safetensors")
+    for _, dtype in ipairs({ "f32", "bf16" }) do
+      local m = kiln.onnx.load(DIR .. file .. ".onnx"):to(dtype):to("cuda")
+      local xs = inputs_of(m, io_t, dtype)
+      for k, x in ipairs(xs) do xs[k] = x:to("cuda") end
+      local ro = kiln.compile(m, { mode = "reduce-overhead" })
+      local yro = ro(table.unpack(xs))
+      ro(table.unpack(xs))
+      local yrep = ro(table.unpack(xs))
+      local yd = kiln.compile(m, { mode = "default" })(table.unpack(xs))
+      local _, rel = U.errors(yro, yd)
+      local _, rel_rep = U.errors(yrep, yd)
+      local _, rel_ref = U.errors(yrep, io_t["output." .. dtype])
+      T.ok(rel <= 1e-6 and rel_rep <= 1e-6 and rel_ref <= TOL[dtype],
+        string.format("%s %s (cuda) reduce-overhead, embedding gathered: rel err %.3g / %.3g (replayed) against "
+          .. "the default plan, %.3g against PyTorch", file, dtype, rel, rel_rep, rel_ref))
+      local fused, alone = false, false
+      for _, k in ipairs(ro:kernels()) do
+        for _, o in ipairs(k.ops or {}) do
+          if o == "index_select" then
+            if k.kind == "generated" then fused = true else alone = true end
+          end
+        end
+      end
+      T.ok(fused and not alone, file .. " " .. dtype .. " (cuda): the index_select runs inside a generated kernel")
+    end
+  end
+end
+
 -- keep_io_types: f32 in and out, bf16 inside; without it an f32 input is an
 -- error that names the option.
 do

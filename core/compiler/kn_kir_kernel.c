@@ -321,6 +321,7 @@ int kn_kernel_row_vec(const kn_kernel *k)
             if (V * kn_dtype_size(a->dtype) > 16) fits = false;
             for (int d = 0; d < R; d++)
                 if (a->strides[d] % V != 0) fits = false;
+            if (a->gather_by > 0 && a->gather_stride % V != 0) fits = false;
         }
         if (fits) return V;
     }

@@ -1,0 +1,65 @@
+-- gathered_loads.lua (run by t/gathered_loads.sh with KILN_CPU_GATHER_LOADS=1,
+-- which lets a CPU plan do what a CUDA plan of reduce-overhead or
+-- max-autotune does): an embedding lookup (index_select of rows, then a
+-- reshape into B x T rows) runs inside the kernel that reads it, as a
+-- gathered load of the table through the index, not as a kernel of its
+-- own; results equal the plan without it, bit for bit; a bad index is
+-- clamped there, and reported where the plan runs its index ops.
+local T = dofile("t/lib/tap.lua")
+
+local function gathered_kernel(cm)
+  local fused, alone = nil, false
+  for _, k in ipairs(cm:kernels()) do
+    for _, o in ipairs(k.ops or {}) do
+      if o == "index_select" then
+        if k.kind == "generated" then fused = k else alone = true end
+      end
+    end
+  end
+  return fused, alone
+end
+
+-- the suite's tiny BERT and GPT-2 (t/data/real_models), both dtypes
+for _, name in ipairs({ "bert", "gpt2" }) do
+  local m = kiln.onnx.load("t/data/real_models/" .. name .. "_tiny.onnx")
+  local io_t = kiln.load_safetensors("t/data/real_models/" .. name .. "_tiny.io.safetensors")
+  for _, dt in ipairs({ "f32", "bf16" }) do
+    m:to(dt)
+    local xs = {}
+    for k, vi in ipairs(m._inputs) do
+      local x = io_t[vi.name]
+      xs[k] = x.dtype == "f32" and x:to(dt) or x
+    end
+    local ro = kiln.compile(m, { mode = "reduce-overhead" })
+    local plain = kiln.compile(m, { mode = "default" })
+    local a, b = ro(table.unpack(xs)), plain(table.unpack(xs))
+    local d = (a:to("f64") - b:to("f64")):abs():max():item()
+    T.ok(d == 0, string.format("%s %s: gathered in its reader's kernel, the result equals the plan without (max diff %g)",
+      name, dt, d))
+    local fused, alone = gathered_kernel(ro)
+    T.ok(fused and not alone, string.format("%s %s: the token embedding is gathered inside %s", name, dt,
+      fused and fused.name or "no generated kernel"))
+    local _, plain_alone = gathered_kernel(plain)
+    T.ok(plain_alone, name .. " " .. dt .. ": default mode keeps index_select a kernel of its own (it reports a bad index)")
+  end
+end
+
+-- a bad id: clamped in the gathered load (rows 1 and V), an error where
+-- the plan runs its index op
+local V, D = 11, 8
+local W = kiln.randn({ V, D }, { seed = 3 })
+local pos = kiln.randn({ 3, D }, { seed = 4 })
+local function embed(ids)
+  return W:index_select(1, ids:reshape({ 6 })):reshape({ 2, 3, D }) + pos
+end
+local good = kiln.tensor({ { 1, 5, V }, { 2, 2, 7 } }, { dtype = "i64" })
+local cro = kiln.compile(embed, { mode = "reduce-overhead" })
+T.ok((cro(good) - embed(good)):abs():max():item() == 0, "a Lua embedding lookup, gathered: equals eager")
+T.ok(gathered_kernel(cro) ~= nil, "and its index_select runs inside the add's kernel")
+local bad = kiln.tensor({ { 0, 5, V + 4 }, { 2, 2, 7 } }, { dtype = "i64" })
+local clamped = kiln.tensor({ { 1, 5, V }, { 2, 2, 7 } }, { dtype = "i64" })
+T.ok((cro(bad) - embed(clamped)):abs():max():item() == 0, "ids 0 and V + 4 read rows 1 and V (clamped, as a replay does)")
+local cdef = kiln.compile(embed, { mode = "default" })
+local ok, err = pcall(cdef, bad)
+T.ok(not ok and tostring(err):find("out of range"), "default mode reports the bad id: " .. tostring(err):sub(1, 80))
+T.done()
