@@ -607,7 +607,7 @@ static void test_gathered(kn_dtype dt, int64_t D, bool row)
     kn_kernel_add_arg(k, &ia, &ai);
     kn_karg wa = {.dtype = dt, .strides = {0, 0, 1}, .gather_by = ai + 1, .gather_stride = D, .gather_size = V};
     kn_kernel_add_arg(k, &wa, &aw);
-    int ap = arg_of(k, pos, false, false), ao = arg_of(k, out, true, false);
+    int ap = row ? -1 : arg_of(k, pos, false, false), ao = arg_of(k, out, true, false);
     int as = row ? arg_of(k, sums, true, true) : -1;
     int lw = ld(k, aw);
     if (row) {
@@ -618,7 +618,7 @@ static void test_gathered(kn_dtype dt, int64_t D, bool row)
     } else {
         store(k, ao, op2(k, KN_OP_ADD, lw, ld(k, ap), dt), false);
     }
-    kn_tensor *ts[] = {ix, w, pos, out, sums};
+    kn_tensor *ts[] = {ix, w, row ? out : pos, row ? sums : out}; /* in the order of the arguments */
     if (run(k, ts, name)) {
         kn_tensor *want = tl_new(dt, 3, sp), *want_sums = tl_new(KN_F32, 2, rsh);
         for (int64_t n = 0; n < N; n++) {
@@ -635,7 +635,8 @@ static void test_gathered(kn_dtype dt, int64_t D, bool row)
         kn_tensor_release(want);
         kn_tensor_release(want_sums);
     }
-    release(5, ts);
+    release(4, ts);
+    kn_tensor_release(row ? pos : sums);
     free(k);
 }
 
