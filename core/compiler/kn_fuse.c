@@ -666,6 +666,17 @@ kn_status kn_fuse_build_kernel(const kn_graph *g, kn_fusion *f, int root, kn_ker
         k->ndim = nd->out[0].ndim;
         memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
     }
+    /* values computed here for readers in later kernels too (kn_fusion.stored) */
+    for (int m = 0; m < root && st == KN_OK && kind == KN_KERNEL_ROW; m++) {
+        if (!f->stored || !f->stored[m] || f->kernel[m] != kid || memo_expr[m] < 0) continue;
+        if (k->n_stores >= KN_KIR_MAX_STORES) {
+            st = kn_error(KN_ERR_ARG, "kernel %s: more than %d stores", k->name, KN_KIR_MAX_STORES);
+            break;
+        }
+        int ai;
+        st = out_arg(&c, m, -1, true, &ai);
+        if (st == KN_OK) k->stores[k->n_stores++] = (kn_kstore){.arg = ai, .expr = memo_expr[m], .per_row = false};
+    }
     list_nodes(&c, root);
     if (k->kind == KN_KERNEL_POINTWISE) coalesce_dims(k);
     return st;
@@ -686,6 +697,7 @@ void kn_fusion_free(kn_fusion *f)
     free(f->edges);
     free(f->copies);
     free(f->limit_split);
+    free(f->stored);
     kn_kprogram_free(&f->prog);
     memset(f, 0, sizeof *f);
 }

@@ -69,6 +69,9 @@ typedef struct kn_fusion {
                           the kernel IR's limits (KN_KIR_MAX_ARGS, _EXPRS), so it ends a kernel */
     int n_gathered;    /* index_selects read as gathered loads in their reader's kernel (and the
                           reshapes between): inlined, no kernel of their own */
+    bool *stored;      /* per node: inlined into the row kernel of its first reader (a layer norm's
+                          row: the residual sum before it), which also stores the value for its
+                          later readers */
 } kn_fusion;
 
 /* Whether the backend can write library node `node`'s value with the

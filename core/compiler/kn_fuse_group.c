@@ -261,7 +261,12 @@ static void edge_reason(const kn_graph *g, const kn_fusion *f, const int *uses, 
     const kn_kernel *pk = &f->prog.kernels[f->kernel[p]], *ck = &f->prog.kernels[f->kernel[c]];
     int ci = 0;
     while (ci < cn->n_in && cn->in_node[ci] != p && view < 0) ci++;
-    if (runs_in_library(pn))
+    if (f->stored && f->stored[p])
+        snprintf(buf, size,
+                 "%s is computed in the kernel of its first reader, a row op, which stores it; %s reads it from "
+                 "memory after that kernel",
+                 P, C);
+    else if (runs_in_library(pn))
         snprintf(buf, size, "%s is a library call, which writes its value to memory, so %s reads it in another kernel",
                  P, C);
     else if (runs_in_library(cn))
@@ -369,7 +374,7 @@ static kn_status find_edges(const kn_graph *g, kn_fusion *f, const int *uses, co
  * how many reads of each value the needed nodes make (`uses`) and the last
  * node that reads it (`consumer`); no kernel and no lifetime yet. */
 static void find_uses(const kn_graph *g, const int *outputs, int n_outputs, kn_fusion *f, int *uses, int *consumer,
-                      bool *is_out, bool *needed)
+                      int *first_reader, bool *is_out, bool *needed)
 {
     int n = g->n_nodes;
     for (int i = 0; i < n_outputs; i++)
@@ -380,7 +385,7 @@ static void find_uses(const kn_graph *g, const int *outputs, int n_outputs, kn_f
     for (int i = 0; i < n; i++) {
         f->kernel[i] = -1;
         f->last_use[i] = is_out[i] ? n : -1;
-        consumer[i] = -1;
+        consumer[i] = first_reader[i] = -1;
     }
     for (int i = 0; i < n; i++) {
         if (!needed[i]) continue;
@@ -389,13 +394,24 @@ static void find_uses(const kn_graph *g, const int *outputs, int n_outputs, kn_f
             int p = nd->in_node[k];
             uses[p]++;
             consumer[p] = i;
+            if (first_reader[p] < 0) first_reader[p] = i;
         }
     }
 }
 
 /* Every node's disposition and layout, in node order. */
-static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses, const int *consumer,
-                                const bool *is_out, const bool *needed)
+/* Whether row op c reads node p only as its row (input 0), not also as
+ * a parameter. */
+static bool reads_only_as_row(const kn_node *c, int p)
+{
+    if (c->in_node[0] != p || c->in_out[0] != 0) return false;
+    for (int k = 1; k < c->n_in; k++)
+        if (c->in_node[k] == p) return false;
+    return true;
+}
+
+static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses, int *consumer,
+                                const int *first_reader, const bool *is_out, const bool *needed)
 {
     int n = g->n_nodes;
     for (int i = 0; i < n; i++) {
@@ -424,6 +440,19 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
         }
         contiguous_layout(&nd->out[0], &f->layout[i]);
         f->disp[i] = KN_D_ROOT;
+        /* read by several, first by a row op as its row (the residual sum
+         * before a pre-norm transformer's layer norm, also read by the
+         * next residual add): computed in that row kernel, which stores
+         * it for the readers after it; a kernel and a pass over the
+         * value fewer. The row op is its first reader, so every other
+         * runs after that kernel. */
+        if (is_pointwise(nd) && uses[i] > 1 && !is_out[i] && first_reader[i] >= 0 &&
+            row_dim(g, &g->nodes[first_reader[i]]) >= 0 && reads_only_as_row(&g->nodes[first_reader[i]], i)) {
+            f->disp[i] = KN_D_INLINE;
+            f->stored[i] = true;
+            consumer[i] = first_reader[i];
+            continue;
+        }
         /* inline into the one consumer when it is pointwise over the same
          * shape, or a row op reading this as its row input */
         if (!is_pointwise(nd) || uses[i] != 1 || is_out[i]) continue;
@@ -592,6 +621,7 @@ static bool split_kernel(const kn_graph *g, kn_fusion *f, int root)
     free(below);
     if (best < 0) return false;
     f->disp[best] = KN_D_ROOT;
+    f->stored[best] = false;
     f->limit_split[best] = true;
     return true;
 }
@@ -630,7 +660,7 @@ static kn_status plan_lifetimes(const kn_graph *g, kn_fusion *f)
     }
     for (int i = 0; i < n; i++) {
         int at = f->last_use[i];
-        if (at < 0 || at >= n || f->disp[i] == KN_D_INLINE || f->disp[i] == KN_D_DEAD) continue;
+        if (at < 0 || at >= n || (f->disp[i] == KN_D_INLINE && !f->stored[i]) || f->disp[i] == KN_D_DEAD) continue;
         f->drop_next[i] = f->drop_head[at];
         f->drop_head[at] = i;
     }
@@ -661,14 +691,16 @@ kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs
     int *uses = calloc((size_t)n + 1, sizeof *uses), *consumer = malloc(sizeof *consumer * ((size_t)n + 1));
     bool *is_out = calloc((size_t)n + 1, sizeof *is_out), *needed = calloc((size_t)n + 1, sizeof *needed);
     int *memo_e = malloc(sizeof *memo_e * ((size_t)n + 1)), *memo_a = malloc(sizeof *memo_a * ((size_t)n + 1));
+    int *first_reader = malloc(sizeof *first_reader * ((size_t)n + 1));
+    f->stored = calloc((size_t)n + 1, sizeof *f->stored);
     kn_status st = KN_OK;
     if (!f->disp || !f->kernel || !f->last_use || !f->layout || !uses || !consumer || !is_out || !needed ||
-        !memo_e || !memo_a) {
+        !memo_e || !memo_a || !first_reader || !f->stored) {
         st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
         goto done;
     }
-    find_uses(g, outputs, n_outputs, f, uses, consumer, is_out, needed);
-    assign_dispositions(g, f, uses, consumer, is_out, needed);
+    find_uses(g, outputs, n_outputs, f, uses, consumer, first_reader, is_out, needed);
+    assign_dispositions(g, f, uses, consumer, first_reader, is_out, needed);
     permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
     if (gather_loads) mark_gathered(g, f, uses, consumer, is_out);
     st = mark_view_copies(g, f);
@@ -690,6 +722,7 @@ kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs
     if (st == KN_OK) st = plan_lifetimes(g, f);
 done:
     free(uses);
+    free(first_reader);
     free(consumer);
     free(is_out);
     free(needed);

@@ -385,7 +385,8 @@ static kn_status plan_memory(kn_plan *p)
     }
     int n_live = 0;
     for (int i = 0; i < n; i++) {
-        if (f->disp[i] != KN_D_ROOT || escapes[i] || end[i] >= n || end[i] < 0) continue;
+        bool made = f->disp[i] == KN_D_ROOT || (f->disp[i] == KN_D_INLINE && f->stored && f->stored[i]);
+        if (!made || escapes[i] || end[i] >= n || end[i] < 0) continue;
         const kn_kernel *k = &f->prog.kernels[f->kernel[i]];
         if (k->kind != KN_KERNEL_POINTWISE && k->kind != KN_KERNEL_ROW) continue;
         /* retire what died before this kernel */

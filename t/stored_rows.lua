@@ -1,0 +1,70 @@
+-- stored_rows.lua: a pointwise value with several readers, the first a
+-- row op reading it as its row (a pre-norm transformer's residual sum,
+-- h = x + a, then layer_norm(h), and h read again by the next residual
+-- add), is computed inside that row op's kernel, which stores it for the
+-- later readers: one kernel and one pass over h fewer. Compiled equals
+-- eager (f32 to rounding, bf16 within a few units of its last place), in
+-- the default and the reduce-overhead modes, with a softmax and a sum as
+-- the row op too, and where the first reader is not a row op the value
+-- keeps a kernel of its own. On the CPU.
+local T = dofile("t/lib/tap.lua")
+
+local function maxdiff(a, b)
+  if table.concat(a:shape(), "x") ~= table.concat(b:shape(), "x") then return math.huge end
+  local d = (a:to("f64") - b:to("f64")):abs():max():item()
+  return d == d and d or math.huge
+end
+
+local function kernels_with(cm, op)
+  local n, names = 0, {}
+  for _, k in ipairs(cm:kernels()) do
+    for _, o in ipairs(k.ops or {}) do
+      if o == op then
+        n = n + 1
+        names[#names + 1] = k.name
+        break
+      end
+    end
+  end
+  return n, table.concat(names, " ")
+end
+
+local D = 48
+local w, b = kiln.randn({ D }, { seed = 1 }), kiln.randn({ D }, { seed = 2 })
+local cases = {
+  { "layer_norm", function(x, a) local h = x + a; return kiln.layer_norm(h, { D }, w, b), h * 2 end },
+  { "softmax", function(x, a) local h = x + a; return h:softmax(-1), h - 1 end },
+  { "sum", function(x, a) local h = (x * a):exp(); return h:sum(-1), h + x end },
+}
+for _, case in ipairs(cases) do
+  local what, fn = case[1], case[2]
+  for _, dt in ipairs({ "f32", "bf16" }) do
+    local x, a = kiln.randn({ 3, 5, D }, { seed = 3 }):to(dt), kiln.randn({ 3, 5, D }, { seed = 4 }):to(dt)
+    local tol = dt == "f32" and 1e-5 or 0.05
+    for _, mode in ipairs({ "default", "reduce-overhead" }) do
+      local cm = kiln.compile(fn, { mode = mode })
+      local y1, y2 = cm(x, a)
+      local e1, e2 = fn(x, a)
+      local d1, d2 = maxdiff(y1, e1), maxdiff(y2, e2)
+      T.ok(d1 <= tol and d2 <= tol, string.format("%s %s %s: both results equal eager (max diff %.3g, %.3g)",
+        what, dt, mode, d1, d2))
+    end
+    local cm = kiln.compile(fn)
+    cm(x, a)
+    local n_row, names = kernels_with(cm, what)
+    local n_first = kernels_with(cm, what == "sum" and "exp" or "add")
+    T.ok(n_row == 1 and n_first == 1 and names:find(what == "sum" and "exp" or "add", 1, true) ~= nil,
+      what .. " " .. dt .. ": the value is computed in the " .. what .. "'s kernel (" .. names .. ")")
+  end
+end
+
+-- the first reader is pointwise: the value keeps a kernel of its own
+local function later(x, a) local h = x + a; return h * 2, kiln.layer_norm(h, { D }, w, b) end
+local cl = kiln.compile(later)
+local x, a = kiln.randn({ 3, 5, D }, { seed = 5 }), kiln.randn({ 3, 5, D }, { seed = 6 })
+local y1, y2 = cl(x, a)
+local e1, e2 = later(x, a)
+T.ok(maxdiff(y1, e1) <= 1e-5 and maxdiff(y2, e2) <= 1e-5, "first read by a mul: equals eager")
+local _, ln_names = kernels_with(cl, "layer_norm")
+T.ok(not ln_names:find("add", 1, true), "and the add is not in the layer norm's kernel (" .. ln_names .. ")")
+T.done()
