@@ -410,6 +410,22 @@ static bool reads_only_as_row(const kn_node *c, int p)
     return true;
 }
 
+/* Whether node n reads a matmul's value: a bias or residual add there may
+ * go into the matmul's library epilogue (kn_plan_epilogue.c), which a
+ * row kernel holding the add would prevent (the transformer sample's
+ * `x + proj(y)` before its second layer norm). */
+static bool reads_a_matmul(const kn_graph *g, const kn_node *n, const int *uses, int depth)
+{
+    for (int k = 0; k < n->n_in; k++) {
+        const kn_node *p = &g->nodes[n->in_node[k]];
+        if (p->op == KN_OP_MATMUL) return true;
+        /* through the pointwise producers inlined into n (the bias add) */
+        if (depth < 4 && uses[n->in_node[k]] == 1 && is_pointwise(p) && reads_a_matmul(g, p, uses, depth + 1))
+            return true;
+    }
+    return false;
+}
+
 static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses, int *consumer,
                                 const int *first_reader, const bool *is_out, const bool *needed)
 {
@@ -446,7 +462,7 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
          * it for the readers after it; a kernel and a pass over the
          * value fewer. The row op is its first reader, so every other
          * runs after that kernel. */
-        if (is_pointwise(nd) && uses[i] > 1 && !is_out[i] && first_reader[i] >= 0 &&
+        if (is_pointwise(nd) && uses[i] > 1 && !is_out[i] && first_reader[i] >= 0 && !reads_a_matmul(g, nd, uses, 0) &&
             row_dim(g, &g->nodes[first_reader[i]]) >= 0 && reads_only_as_row(&g->nodes[first_reader[i]], i)) {
             f->disp[i] = KN_D_INLINE;
             f->stored[i] = true;
