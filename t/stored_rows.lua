@@ -3,15 +3,18 @@
 -- h = x + a, then layer_norm(h), and h read again by the next residual
 -- add), is computed inside that row op's kernel, which stores it for the
 -- later readers: one kernel and one pass over h fewer. Compiled equals
--- eager (f32 to rounding, bf16 within a few units of its last place), in
+-- eager (relative to the largest value: f32 1e-5, bf16 0.05), in
 -- the default and the reduce-overhead modes, with a softmax and a sum as
 -- the row op too, and where the first reader is not a row op the value
--- keeps a kernel of its own. On the CPU.
+-- keeps a kernel of its own. On the CPU, and on the GPU where there is one.
 local T = dofile("t/lib/tap.lua")
 
+-- max |a - b| / max(1, max |b|), in f64 on the CPU; NaN or a shape
+-- mismatch gives math.huge
 local function maxdiff(a, b)
   if table.concat(a:shape(), "x") ~= table.concat(b:shape(), "x") then return math.huge end
-  local d = (a:to("f64") - b:to("f64")):abs():max():item()
+  a, b = a:to("cpu"):to("f64"), b:to("cpu"):to("f64")
+  local d = (a - b):abs():max():item() / math.max(1, b:abs():max():item())
   return d == d and d or math.huge
 end
 
@@ -36,27 +39,34 @@ local cases = {
   { "softmax", function(x, a) local h = x + a; return h:softmax(-1), h - 1 end },
   { "sum", function(x, a) local h = (x * a):exp(); return h:sum(-1), h + x end },
 }
+-- on the CPU, and on the GPU where there is one (its row kernels keep the
+-- row in registers and store the value from there)
+local DEVICES = { "cpu", kiln.cuda_available() and "cuda" or nil }
+for _, dev in ipairs(DEVICES) do
 for _, case in ipairs(cases) do
   local what, fn = case[1], case[2]
+  w, b = w:to(dev), b:to(dev)
   for _, dt in ipairs({ "f32", "bf16" }) do
-    local x, a = kiln.randn({ 3, 5, D }, { seed = 3 }):to(dt), kiln.randn({ 3, 5, D }, { seed = 4 }):to(dt)
+    local x, a = kiln.randn({ 3, 5, D }, { seed = 3 }):to(dt):to(dev), kiln.randn({ 3, 5, D }, { seed = 4 }):to(dt):to(dev)
     local tol = dt == "f32" and 1e-5 or 0.05
     for _, mode in ipairs({ "default", "reduce-overhead" }) do
       local cm = kiln.compile(fn, { mode = mode })
       local y1, y2 = cm(x, a)
       local e1, e2 = fn(x, a)
       local d1, d2 = maxdiff(y1, e1), maxdiff(y2, e2)
-      T.ok(d1 <= tol and d2 <= tol, string.format("%s %s %s: both results equal eager (max diff %.3g, %.3g)",
-        what, dt, mode, d1, d2))
+      T.ok(d1 <= tol and d2 <= tol, string.format("%s %s %s %s: both results equal eager (max diff %.3g, %.3g)",
+        dev, what, dt, mode, d1, d2))
     end
     local cm = kiln.compile(fn)
     cm(x, a)
     local n_row, names = kernels_with(cm, what)
     local n_first = kernels_with(cm, what == "sum" and "exp" or "add")
     T.ok(n_row == 1 and n_first == 1 and names:find(what == "sum" and "exp" or "add", 1, true) ~= nil,
-      what .. " " .. dt .. ": the value is computed in the " .. what .. "'s kernel (" .. names .. ")")
+      dev .. " " .. what .. " " .. dt .. ": the value is computed in the " .. what .. "'s kernel (" .. names .. ")")
   end
 end
+end
+w, b = w:to("cpu"), b:to("cpu")
 
 -- the first reader is pointwise: the value keeps a kernel of its own
 local function later(x, a) local h = x + a; return h * 2, kiln.layer_norm(h, { D }, w, b) end
