@@ -640,6 +640,49 @@ static void test_gathered(kn_dtype dt, int64_t D, bool row)
     free(k);
 }
 
+/* A row kernel that also stores a value it computes on the way (the
+ * residual sum before a layer norm, kn_fusion.stored): h = x + a, stored
+ * element by element, and out = h - mean(h) per row. The sum of two rows
+ * of one dtype is what a row in registers keeps in place of its inputs
+ * (kn_kir_row.c: row_fold), so the store of h reads those registers. */
+static void test_stored_row(kn_dtype dt, int64_t D)
+{
+    int64_t sh[3] = {3, 7, D};
+    kn_tensor *x = tl_rand(dt, 3, sh, TL_CONTIG, -2, 2, 0), *a = tl_rand(dt, 3, sh, TL_CONTIG, -2, 2, 0);
+    kn_tensor *h = tl_new(dt, 3, sh), *out = tl_new(dt, 3, sh);
+    char name[96];
+    snprintf(name, sizeof name, "a row kernel storing its row's sum x + a too, %s %s", kn_dtype_name(dt),
+             tl_shape_str(3, sh));
+    kn_kernel *k = kernel_new("k9_stored_row", KN_KERNEL_ROW, 3, sh);
+    int ax = arg_of(k, x, false, false), aa = arg_of(k, a, false, false);
+    int ah = arg_of(k, h, true, false), ao = arg_of(k, out, true, false);
+    int hs = op2(k, KN_OP_ADD, ld(k, ax), ld(k, aa), dt);
+    int hf = op1(k, KN_OP_CAST, hs, KN_F32);
+    stage(k, KN_OP_SUM, hf);
+    int mean = op2(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / (double)D, KN_F32), KN_F32);
+    store(k, ao, op1(k, KN_OP_CAST, op2(k, KN_OP_SUB, hf, mean, KN_F32), dt), false);
+    store(k, ah, hs, false);
+    kn_tensor *ts[] = {x, a, h, out};
+    if (run(k, ts, name)) {
+        kn_tensor *want_h = tl_new(dt, 3, sh), *want = tl_new(dt, 3, sh);
+        int64_t rows = sh[0] * sh[1];
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t d = 0; d < D; d++) {
+                tl_set(want_h, r * D + d, tl_get(x, r * D + d) + tl_get(a, r * D + d)); /* rounded to dt */
+                s += tl_get(want_h, r * D + d);
+            }
+            for (int64_t d = 0; d < D; d++) tl_set(want, r * D + d, tl_get(want_h, r * D + d) - s / (double)D);
+        }
+        check(h, want_h, false, name);
+        check(out, want, false, "and its row minus the mean");
+        kn_tensor_release(want_h);
+        kn_tensor_release(want);
+    }
+    release(4, ts);
+    free(k);
+}
+
 /* out[r] = sum of x[r, :] and mx[r] = amax of x[r, :] (per-row stores), one
  * row holding a NaN (amax keeps it). */
 static void test_row_reduce(void)
@@ -1212,6 +1255,9 @@ int main(void)
     test_gathered(KN_F32, 7, false);
     test_gathered(KN_BF16, 64, true);
     test_gathered(KN_F32, 33, true);
+    test_stored_row(KN_BF16, 64);
+    test_stored_row(KN_F32, 96);
+    test_stored_row(KN_BF16, 768);
     test_many_rows();
     test_tril(0);
     test_tril(2);
