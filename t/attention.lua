@@ -183,7 +183,11 @@ end
 
 local B, H, Tn, d = 2, 2, 6, 8
 local q, k, v = randn({ B, H, Tn, d }), randn({ B, H, Tn, d }), randn({ B, H, Tn, d })
-local keep = kiln.rand({ Tn, Tn }, { seed = nextseed() }):gt(0.3)
+-- a random bool mask that keeps every query's own key, so no row is masked
+-- whole (eager's softmax of a row of -inf is NaN, which no comparison passes;
+-- a seed that drew such a row failed this test now and then)
+local eye = kiln.ones({ Tn, Tn }):tril() * kiln.ones({ Tn, Tn }):triu()
+local keep = (kiln.rand({ Tn, Tn }, { seed = nextseed() }) + eye):gt(0.3)
 local addm = randn({ Tn, Tn })
 
 -- each f is compiled, run and compared with its eager run; want: attention kernels expected
