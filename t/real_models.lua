@@ -101,6 +101,7 @@ end
 -- index_select of its own, and the answer of the default mode's plan,
 -- which runs it alone.
 if DEVICES[2] then
+  local gathered_kernel = dofile("t/lib/gathered_kernel.lua")
   for _, file in ipairs({ "bert_tiny", "gpt2_tiny" }) do
     local io_t = kiln.load_safetensors(DIR .. file .. ".io.safetensors")
     for _, dtype in ipairs({ "f32", "bf16" }) do
@@ -118,14 +119,7 @@ if DEVICES[2] then
       T.ok(rel <= 1e-6 and rel_rep <= 1e-6 and rel_ref <= TOL[dtype],
         string.format("%s %s (cuda) reduce-overhead, embedding gathered: rel err %.3g / %.3g (replayed) against "
           .. "the default plan, %.3g against PyTorch", file, dtype, rel, rel_rep, rel_ref))
-      local fused, alone = false, false
-      for _, k in ipairs(ro:kernels()) do
-        for _, o in ipairs(k.ops or {}) do
-          if o == "index_select" then
-            if k.kind == "generated" then fused = true else alone = true end
-          end
-        end
-      end
+      local fused, alone = gathered_kernel(ro)
       T.ok(fused and not alone, file .. " " .. dtype .. " (cuda): the index_select runs inside a generated kernel")
     end
   end

@@ -105,22 +105,29 @@ static kn_status mk_index(kctx *c, int odim, int *out)
     return add_expr(c, e, out);
 }
 
+/* The strides, per dim of the kernel's space, of a value of meta m laid
+ * out as l; its dim vd is original dim first_odim + vd (first_odim < 0:
+ * right-aligned broadcasting), a broadcast dim 0. */
+static void space_strides(const kctx *c, const kn_meta *m, const kn_layout *l, int first_odim, int64_t *strides)
+{
+    int base = first_odim >= 0 ? first_odim : c->no - m->ndim;
+    for (int j = 0; j < c->k->ndim; j++) {
+        int vd = c->perm[j] - base;
+        strides[j] = (vd >= 0 && vd < m->ndim && m->shape[vd] != 1) ? l->strides[vd] : 0;
+    }
+}
+
 /* Load node `node`'s value; its dim vd is original dim first_odim + vd
  * (first_odim < 0: right-aligned broadcasting). */
 static kn_status mk_load(kctx *c, int node, int out, int first_odim, int *res)
 {
-    const kn_layout *l = &c->f->layout[node];
     const kn_meta *m = &c->g->nodes[node].out[out];
     kn_karg a;
     memset(&a, 0, sizeof a);
     a.node = node;
     a.out = out;
     a.dtype = m->dtype;
-    int base = first_odim >= 0 ? first_odim : c->no - m->ndim;
-    for (int j = 0; j < c->k->ndim; j++) {
-        int vd = c->perm[j] - base;
-        a.strides[j] = (vd >= 0 && vd < m->ndim && m->shape[vd] != 1) ? l->strides[vd] : 0;
-    }
+    space_strides(c, m, &c->f->layout[node], first_odim, a.strides);
     int ai;
     KN_TRY(kn_kernel_add_arg(c->k, &a, &ai));
     kn_kexpr e = kx(KN_KX_LOAD, 0, m->dtype);
@@ -259,12 +266,11 @@ static kn_status mk_gather_load(kctx *c, int node, int *res)
     ix.node = in;
     ix.out = sn->in_out[1];
     ix.dtype = c->g->nodes[in].out[sn->in_out[1]].dtype;
-    int base = c->no - vm->ndim;
+    int64_t vs[KN_MAX_DIMS] = {0};
+    space_strides(c, vm, vl, -1, vs);
     for (int j = 0; j < c->k->ndim; j++) {
-        int vd = c->perm[j] - base;
-        int64_t s = (vd >= 0 && vd < vm->ndim && vm->shape[vd] != 1) ? vl->strides[vd] : 0;
-        if (s % row == 0) ix.strides[j] = s / row * il->strides[0];
-        else w.strides[j] = s * wl->strides[1];
+        if (vs[j] % row == 0) ix.strides[j] = vs[j] / row * il->strides[0];
+        else w.strides[j] = vs[j] * wl->strides[1];
     }
     int ia, wa;
     KN_TRY(kn_kernel_add_arg(c->k, &ix, &ia));

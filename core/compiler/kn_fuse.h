@@ -67,8 +67,6 @@ typedef struct kn_fusion {
     int n_view_copies; /* reshapes that copy at run time (kn_view_run): not kernels, but copies per call */
     bool *limit_split; /* per node: it would have been inlined, but its consumer's kernel went past
                           the kernel IR's limits (KN_KIR_MAX_ARGS, _EXPRS), so it ends a kernel */
-    int n_gathered;    /* index_selects read as gathered loads in their reader's kernel (and the
-                          reshapes between): inlined, no kernel of their own */
     bool *stored;      /* per node: inlined into the row kernel of its first reader (a layer norm's
                           row: the residual sum before it), which also stores the value for its
                           later readers */
@@ -96,9 +94,6 @@ kn_status kn_fuse_ex(const kn_graph *g, const int *outputs, int n_outputs, kn_fu
  * so only plans whose runs are replays use it (KN_PLAN_GATHER_LOADS). */
 kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs, kn_fuse_strided_out_fn strided_out,
                             void *ud, bool gather_loads, kn_fusion *f);
-/* Whether node i of a planned graph is an index_select read as gathered
- * loads in its reader's kernel (or a reshape of one). */
-bool kn_fuse_is_gathered(const kn_graph *g, const kn_fusion *f, int i);
 void kn_fusion_free(kn_fusion *f);
 
 #endif

@@ -399,7 +399,6 @@ static void find_uses(const kn_graph *g, const int *outputs, int n_outputs, kn_f
     }
 }
 
-/* Every node's disposition and layout, in node order. */
 /* Whether row op c reads node p only as its row (input 0), not also as
  * a parameter. */
 static bool reads_only_as_row(const kn_node *c, int p)
@@ -426,6 +425,7 @@ static bool reads_a_matmul(const kn_graph *g, const kn_node *n, const int *uses,
     return false;
 }
 
+/* Every node's disposition and layout, in node order. */
 static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses, int *consumer,
                                 const int *first_reader, const bool *is_out, const bool *needed)
 {
@@ -517,13 +517,6 @@ static bool inlines_into(const kn_graph *g, int p, int c)
     return row_dim(g, cn) >= 0 && cn->in_node[0] == p && cn->in_out[0] == 0;
 }
 
-bool kn_fuse_is_gathered(const kn_graph *g, const kn_fusion *f, int i)
-{
-    if (i < 0 || i >= f->n_nodes || f->disp[i] != KN_D_INLINE) return false;
-    int op = g->nodes[i].op;
-    return op == KN_OP_INDEX_SELECT || op == KN_OP_RESHAPE;
-}
-
 /* index_select(W, dim 0, I) of a 2-D W and a 1-D integer I, read by one
  * generated kernel (directly, or through one reshape that splits its rows
  * into more dims: BERT's and GPT-2's token embeddings, gathered for B * T
@@ -551,7 +544,6 @@ static void mark_gathered(const kn_graph *g, kn_fusion *f, const int *uses, cons
         if (c < 0 || !inlines_into(g, c == r ? i : r, c)) continue;
         f->disp[i] = KN_D_INLINE;
         if (r != c) f->disp[r] = KN_D_INLINE;
-        f->n_gathered++;
         note_why(f, g, i, "is read as gathered rows by", c, "the index_select runs inside its reader's kernel");
     }
 }

@@ -126,23 +126,29 @@ static bool row_vec_arg(const rctx *r, int j);
  * most 8 bytes each (the half types' layer norms, with or without the
  * residual add; an f32 layer norm's 12 would press on registers).
  * KILN_ROW_LATE=early|late overrides, for measuring. */
+/* The bytes an element of the row takes in registers, over the arguments
+ * in `which`: less the second input of a folded pair (row_fold, found
+ * among the `early` ones), whose registers the pair's op takes over. */
+static size_t row_elem_bytes(const kn_kernel *k, const bool *which, const bool *early)
+{
+    size_t bytes = 0;
+    for (int j = 0; j < k->n_args; j++)
+        if (which[j]) bytes += kn_dtype_size(k->args[j].dtype);
+    const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
+    int arg_a = -1, arg_b = -1;
+    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype);
+    return bytes;
+}
+
 static bool row_late_loads_early(const kn_kernel *k, const bool *cached, const bool *early)
 {
     const char *force = getenv("KILN_ROW_LATE");
     if (force && strcmp(force, "early") == 0) return true;
     if (force && strcmp(force, "late") == 0) return false;
     if (kn_kernel_row_vec(k) <= 1) return false;
-    size_t bytes = 0;
     bool any_late = false;
-    for (int j = 0; j < k->n_args; j++)
-        if (cached[j]) {
-            bytes += kn_dtype_size(k->args[j].dtype);
-            any_late |= !early[j];
-        }
-    const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
-    int arg_a = -1, arg_b = -1;
-    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype);
-    return any_late && bytes <= 8;
+    for (int j = 0; j < k->n_args; j++) any_late |= cached[j] && !early[j];
+    return any_late && row_elem_bytes(k, cached, early) <= 8;
 }
 
 /* row_cached, with the late arguments counted early where
@@ -158,15 +164,9 @@ static void row_cached_loads(const kn_kernel *k, bool *cached, bool *early)
 size_t kn_kir_row_early_bytes(const kn_kernel *k)
 {
     bool cached[KN_KIR_MAX_ARGS] = {false}, early[KN_KIR_MAX_ARGS] = {false};
-    size_t bytes = 0;
     if (k->kind != KN_KERNEL_ROW || k->ndim < 1) return 0;
     row_cached_loads(k, cached, early);
-    for (int j = 0; j < k->n_args; j++)
-        if (early[j]) bytes += kn_dtype_size(k->args[j].dtype);
-    const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
-    int arg_a = -1, arg_b = -1;
-    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype); /* B's registers are freed */
-    return bytes;
+    return row_elem_bytes(k, early, early);
 }
 
 /* Whether argument j moves in vectors in a row held in registers. */

@@ -7,17 +7,7 @@
 -- clamped there, and reported where the plan runs its index ops.
 local T = dofile("t/lib/tap.lua")
 
-local function gathered_kernel(cm)
-  local fused, alone = nil, false
-  for _, k in ipairs(cm:kernels()) do
-    for _, o in ipairs(k.ops or {}) do
-      if o == "index_select" then
-        if k.kind == "generated" then fused = k else alone = true end
-      end
-    end
-  end
-  return fused, alone
-end
+local gathered_kernel = dofile("t/lib/gathered_kernel.lua")
 
 -- the suite's tiny BERT and GPT-2 (t/data/real_models), both dtypes
 for _, name in ipairs({ "bert", "gpt2" }) do
