@@ -723,43 +723,77 @@ extern "C" __global__ void __launch_bounds__(128)
 // ============================================================================
 // Tiled f32 kernel: f32 FMA throughout (strict f32, no tensor cores), for
 // head dims up to FT (32, 64 or 128), rows 16-byte aligned. 128 threads, a
-// block of BM = 64 (or 32) query rows, key tiles of 64; Q, K, V and P staged in shared
-// memory as [row][FT + 4] (the pad puts the 8 rows a quarter-warp reads in
-// distinct banks). Thread (ty, tx) = (tid / 8, tid % 8) owns query rows
-// RPT*ty .. RPT*ty+RPT-1 (RPT = BM / 16); in S = Q K^T it owns key columns tx + 8*j (j < 8), each
-// score a 4-wide dot step from one LDS.128 of Q and one of K; in O += P V it
-// owns output columns 32*q + 4*tx + e, from LDS.128 of P's row and V's. A
-// row's softmax statistics are shared by its 8 threads (lanes 8 apart in
-// tid: shuffles over lane bits 0..2). Every FMA does 4 LDS.128 bytes' work
-// or more, so the kernel is bound by the FMA pipes, not by shared memory:
-// the SIMT kernel above did one scalar load per FMA (BERT's 8x12x128x64:
-// 61 us, 6 TFLOP/s on an H200).
-// Copies are asynchronous: K of the next tile is requested once this
-// tile's scores are written, V once its products are done.
+// block of BM = 64 (or 32) query rows, key tiles of 64; Q, K and V staged in
+// shared memory as [row][FT + 4], P as [row][64 + 8]. Thread (ty, tx) =
+// (tid / 8, tid % 8) owns query rows ty + 16*i (i < RPT = BM / 16) and, in
+// S = Q K^T, key columns tx + 8*j (j < 8): each score a 4-wide dot step
+// from one LDS.128 of Q and one of K. In O += P V it owns output columns
+// 32*q + 4*tx + e, from LDS.128 of P's row and V's. The interleaved
+// ownership and the pads put the rows a warp reads at once (4 values of
+// ty, 8 of tx) in distinct banks. A row's softmax statistics are shared by
+// its 8 threads (lanes 8 apart in tid: shuffles over lane bits 0..2).
+//
+// The kernel is bound by how many instructions it issues besides its FMAs
+// (BERT's 8x12x128x64 walks 2 key tiles a block, so per-tile and per-block
+// work weigh as much as the products): stage addresses are worked out once
+// and stepped a tile at a time; a tile's mask entries are loaded before its
+// products, which hide their latency; the bounds and causal checks run only
+// on tiles that cross tk or the diagonal; exponentials use the SFU's ex2
+// (kn_att_exp2); the output is scaled by one reciprocal a row and stored
+// 16 bytes at a time where aligned. Copies are asynchronous: K of the next
+// tile is requested once this tile's scores are written, V once its
+// products are done.
 // ============================================================================
 #define KN_ATT_FT_BN 64
+#define KN_ATT_FT_LP (KN_ATT_FT_BN + 8)
 
-// rows [row0, row0+nrows) of an f32 [rows, width] slice (row stride rs
-// elements) into shared memory as nrows x (FT + 4): 16-byte chunks, zero
-// past `limit` rows and past `width` columns
-template <int FT, int NROWS>
-__device__ __forceinline__ void kn_att_ft_stage(float *dst, const char *src, long long rs, long long row0,
-                                                long long limit, int width)
-{
-    constexpr int CHUNKS = FT / 4;
-    for (int c = threadIdx.x; c < NROWS * CHUNKS; c += 128) {
-        const int r = c / CHUNKS, col = (c % CHUNKS) * 4;
-        const long long row = row0 + r;
-        const int left = width - col;
-        const bool in = row < limit && left > 0;
-        const char *g = in ? src + (row * rs + col) * 4 : src;
-        kn_att_cp16(dst + r * (FT + 4) + col, g, in ? (left >= 4 ? 16 : 4 * left) : 0);
+// One thread's share of staging a [NROWS][FT] f32 slice into shared memory
+// as [NROWS][FT + 4], in 16-byte cp.async chunks. 128 is a multiple of a
+// row's FT / 4 chunks, so a thread always copies the same column (col) of
+// rows r0, r0 + RSTEP, ...; only the row bound changes from tile to tile.
+template <int FT, int NROWS> struct kn_att_ft_stager {
+    static constexpr int CH = FT / 4, RSTEP = 128 / CH, PER = NROWS / RSTEP;
+    const char *base; // the slice: what a zero-filled chunk names (it reads nothing)
+    const char *g;    // this thread's first chunk, in row r0 of the slice
+    long long step;   // bytes between its chunks (RSTEP rows)
+    int r0, bytes;    // its first row; bytes a chunk copies (0 past the width)
+    int dst_off;      // its first chunk's offset in shared memory, in floats
+    __device__ __forceinline__ void init(const char *slice, long long rs, int width)
+    {
+        const int col = (threadIdx.x % CH) * 4, left = width - col;
+        base = slice;
+        r0 = threadIdx.x / CH;
+        bytes = left >= 4 ? 16 : left > 0 ? 4 * left : 0;
+        g = slice + ((long long)r0 * rs + col) * 4;
+        step = (long long)RSTEP * rs * 4;
+        dst_off = r0 * (FT + 4) + col;
     }
+    // rows row0 .. row0 + NROWS - 1 of the slice (row0 * row_bytes bytes in), zero past `limit`
+    __device__ __forceinline__ void copy(float *dst, long long row0, long long row_bytes, long long limit) const
+    {
+        const char *p = g + row0 * row_bytes;
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const bool in = row0 + r0 + u * RSTEP < limit && bytes;
+            kn_att_cp16(dst + dst_off + u * RSTEP * (FT + 4), in ? p + u * step : base, in ? bytes : 0);
+        }
+    }
+};
+
+// a mask entry of key j (clamped to tk - 1: keys past tk are dropped
+// anyway) in row mrow: a bool as 0 or 1, an additive f32 entry as itself
+__device__ __forceinline__ float kn_att_ft_mask(int kind, const char *mrow, int j, int tk, int ms3)
+{
+    const int off = min(j, tk - 1) * ms3;
+    return kind == 1 ? (float)((const unsigned char *)mrow)[off] : ((const float *)mrow)[off];
 }
 
 template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args &a, float *smem)
 {
-    constexpr int BN = KN_ATT_FT_BN, LD = FT + 4, LP = BN + 4, NQ = FT / 32, RPT = BM / 16; // rows a thread
+    constexpr int BN = KN_ATT_FT_BN, LD = FT + 4, LP = KN_ATT_FT_LP, NQ = FT / 32, RPT = BM / 16; // rows a thread
+    // a tile's mask entries in registers ahead of its products: for 2 rows a
+    // thread; with 4 they would take the registers of a third block an SM
+    constexpr bool PREFETCH = RPT <= 2;
     const int tid = threadIdx.x, ty = tid / 8, tx = tid % 8;
     const long long nbh = gridDim.x / a.n_qblocks;
     const long long bh = blockIdx.x % nbh;
@@ -775,19 +809,27 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
     if (a.causal && q0 + BM < kend) kend = q0 + BM;
     const int ntiles = (int)((kend + BN - 1) / BN), tk = (int)a.tk;
 
-    kn_att_ft_stage<FT, BM>(sq, qp, a.qs[2], q0, a.tq, a.d);
-    kn_att_ft_stage<FT, BN>(sk, kp, a.ks[2], 0, a.tk, a.d);
+    kn_att_ft_stager<FT, BN> kst, vst;
+    kst.init(kp, a.ks[2], a.d);
+    vst.init(vp, a.vs[2], a.dv);
+    const long long krow = a.ks[2] * 4, vrow = a.vs[2] * 4;
+    {
+        kn_att_ft_stager<FT, BM> qst;
+        qst.init(qp, a.qs[2], a.d);
+        qst.copy(sq, q0, a.qs[2] * 4, a.tq);
+    }
+    kst.copy(sk, 0, krow, a.tk);
     kn_att_cp_commit();
-    kn_att_ft_stage<FT, BN>(sv, vp, a.vs[2], 0, a.tk, a.dv);
+    vst.copy(sv, 0, vrow, a.tk);
     kn_att_cp_commit();
 
-    // the mask rows of this thread's query rows (clamped into range, as the
-    // tensor-core kernel does: rows past tq are never stored)
+    // the mask rows of this thread's query rows (clamped into range: rows
+    // past tq are never stored)
     const int ms3 = (int)a.ms[3];
     const char *mrow[RPT];
 #pragma unroll
     for (int i = 0; i < RPT; i++) {
-        long long r = q0 + RPT * ty + i;
+        long long r = q0 + ty + 16 * i;
         if (r >= a.tq) r = a.tq - 1;
         const int es = a.mask_kind == 1 ? 1 : 4; // an f32 kernel's float masks are f32
         mrow[i] = a.mask_kind ? a.mask + kn_att_mask_row(a, b, h, r) * es : a.mask;
@@ -804,22 +846,31 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
 
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * BN;
+        // this tile's mask entries, requested now and used after the
+        // products (keys past tk read key tk - 1: dropped below)
+        float madd[RPT][8];
+        if (PREFETCH && a.mask_kind) {
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) madd[i][j] = kn_att_ft_mask(a.mask_kind, mrow[i], k0 + tx + 8 * j, tk, ms3);
+        }
         kn_att_cp_wait<1>(); // this tile's K (and Q); its V may still be on the way
         __syncthreads();
 
-        // S = Q K^T: rows RPT*ty + i, keys tx + 8*j
+        // S = Q K^T: rows ty + 16*i, keys tx + 8*j
         float s[RPT][8];
 #pragma unroll
         for (int i = 0; i < RPT; i++)
 #pragma unroll
             for (int j = 0; j < 8; j++) s[i][j] = 0.f;
-        // all 12 loads of a step first, then its 128 FMAs: the loads'
-        // latency is paid once a step, not once a key column
+        // all loads of a step first, then its FMAs: the loads' latency is
+        // paid once a step, not once a key column
 #pragma unroll 2
         for (int x = 0; x < FT; x += 4) {
             float4 qv[RPT], kv[8];
 #pragma unroll
-            for (int i = 0; i < RPT; i++) qv[i] = *(const float4 *)(sq + (RPT * ty + i) * LD + x);
+            for (int i = 0; i < RPT; i++) qv[i] = *(const float4 *)(sq + (ty + 16 * i) * LD + x);
 #pragma unroll
             for (int j = 0; j < 8; j++) kv[j] = *(const float4 *)(sk + (tx + 8 * j) * LD + x);
 #pragma unroll
@@ -834,20 +885,23 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
                 }
         }
 
-        // scale, mask, drop keys past tk and above the diagonal
+        // scale and mask; drop keys past tk and above the diagonal, on the
+        // tiles that have such keys
+        const bool edge = k0 + BN > tk || (a.causal && k0 + BN - 1 > q0);
 #pragma unroll
         for (int i = 0; i < RPT; i++) {
-            const long long qi = q0 + RPT * ty + i;
+            const long long qi = q0 + ty + 16 * i;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const int kj = k0 + tx + 8 * j;
                 float v = s[i][j] * a.scale_log2;
                 if (a.mask_kind) {
-                    const int off = min(kj, tk - 1) * ms3;
-                    if (a.mask_kind == 1) v = ((const unsigned char *)mrow[i])[off] ? v : KN_ATT_NEG_INF;
-                    else v = fmaf(((const float *)mrow[i])[off], KN_ATT_LOG2E, v);
+                    const float mk = PREFETCH ? madd[i][j] : kn_att_ft_mask(a.mask_kind, mrow[i], k0 + tx + 8 * j, tk, ms3);
+                    v = a.mask_kind == 1 ? (mk != 0.f ? v : KN_ATT_NEG_INF) : fmaf(mk, KN_ATT_LOG2E, v);
                 }
-                if (kj >= tk || (a.causal && kj > qi)) v = KN_ATT_NEG_INF;
+                if (edge) {
+                    const int kj = k0 + tx + 8 * j;
+                    if (kj >= tk || (a.causal && kj > qi)) v = KN_ATT_NEG_INF;
+                }
                 s[i][j] = v;
             }
         }
@@ -862,16 +916,16 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
             const float use = kn_att_safe_max(mx);
-            const float corr = exp2f(m[i] - use);
+            const float corr = kn_att_exp2(m[i] - use);
             m[i] = mx;
             float sum = 0.f;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const float p = exp2f(s[i][j] - use);
+                const float p = kn_att_exp2(s[i][j] - use);
                 sum += p;
-                sp[(RPT * ty + i) * LP + tx + 8 * j] = p;
+                sp[(ty + 16 * i) * LP + tx + 8 * j] = p;
             }
-            l[i] = l[i] * corr + sum; // thread-partial: the 8 threads' sum comes at the end
+            l[i] = fmaf(l[i], corr, sum); // thread-partial: the 8 threads' sum comes at the end
 #pragma unroll
             for (int q = 0; q < NQ; q++) {
                 o[i][q][0] *= corr;
@@ -883,16 +937,16 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
         kn_att_cp_wait<0>(); // this tile's V
         __syncthreads();     // P and V visible; K free
         if (it + 1 < ntiles) {
-            kn_att_ft_stage<FT, BN>(sk, kp, a.ks[2], k0 + BN, a.tk, a.d);
+            kst.copy(sk, k0 + BN, krow, a.tk);
             kn_att_cp_commit();
         }
 
-        // O += P V: rows RPT*ty + i, columns 32*q + 4*tx + e
+        // O += P V: rows ty + 16*i, columns 32*q + 4*tx + e
 #pragma unroll 2
         for (int c = 0; c < BN; c += 4) {
             float4 pv[RPT], vv4[4][NQ];
 #pragma unroll
-            for (int i = 0; i < RPT; i++) pv[i] = *(const float4 *)(sp + (RPT * ty + i) * LP + c);
+            for (int i = 0; i < RPT; i++) pv[i] = *(const float4 *)(sp + (ty + 16 * i) * LP + c);
 #pragma unroll
             for (int cc = 0; cc < 4; cc++)
 #pragma unroll
@@ -915,7 +969,7 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
         }
         __syncthreads(); // V and P free
         if (it + 1 < ntiles) {
-            kn_att_ft_stage<FT, BN>(sv, vp, a.vs[2], k0 + BN, a.tk, a.dv);
+            vst.copy(sv, k0 + BN, vrow, a.tk);
             kn_att_cp_commit();
         }
     }
@@ -927,18 +981,30 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-        const long long qi = q0 + RPT * ty + i;
+        const float inv = 1.f / sum; // 1/0 = inf and 0 * inf = NaN: a fully masked row
+        const long long qi = q0 + ty + 16 * i;
         if (qi >= a.tq) continue;
         float *row = (float *)a.o + ooff + qi * a.os[2];
 #pragma unroll
-        for (int q = 0; q < NQ; q++)
+        for (int q = 0; q < NQ; q++) {
+            const int col = 32 * q + 4 * tx;
+            float v4[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int col = 32 * q + 4 * tx + e;
-                float v = o[i][q][e] / sum; // 0/0 = NaN: a fully masked row
+                float v = o[i][q][e] * inv;
                 if (a.zero_nan && v != v) v = 0.f;
-                if (col < a.dv) row[col] = v;
+                v4[e] = v;
             }
+            if (col + 3 < a.dv && ((unsigned long long)(row + col) & 15) == 0) {
+                float4 t;
+                t.x = v4[0], t.y = v4[1], t.z = v4[2], t.w = v4[3];
+                *(float4 *)(row + col) = t;
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (col + e < a.dv) row[col + e] = v4[e];
+            }
+        }
     }
 }
 

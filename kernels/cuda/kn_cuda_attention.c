@@ -164,8 +164,8 @@ static size_t tc_smem(int dp, const attn_config *c)
 
 static size_t f32t_smem(int ft, int bm)
 {
-    /* Q as [bm][ft + 4], K and V as [64][ft + 4], P as [bm][64 + 4], f32 */
-    return (size_t)((bm + 2 * 64) * (ft + 4) + bm * 68) * sizeof(float);
+    /* Q as [bm][ft + 4], K and V as [64][ft + 4], P as [bm][64 + 8], f32 */
+    return (size_t)((bm + 2 * 64) * (ft + 4) + bm * 72) * sizeof(float);
 }
 
 static size_t simt_smem(int64_t d, int64_t dv)
@@ -326,11 +326,13 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
             if (dp <= tc_configs[i].max_dp) out[n++] = &tc_configs[i];
     }
     if (!f32t_refusal(p)) {
-        /* 32-row blocks first where 64-row ones would leave SMs idle:
-         * BERT's 8 x 12 heads x 128 tokens make 192 blocks of 64 rows for
-         * 132 SMs, which hold three each */
+        /* 32-row blocks first where 64-row ones would leave SMs idle
+         * (BERT's 8 x 12 heads x 128 tokens make 192 blocks of 64 rows
+         * for 132 SMs, which hold three each), and for heads over 64 wide,
+         * whose 64-row kernel needs 254 registers a thread, two blocks an
+         * SM (4 x 16 x 512 x 128 on the H200: 614 us against 375) */
         int64_t blocks = (p->tq + 63) / 64 * p->batch * p->heads;
-        bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count;
+        bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count || p->d > 64 || p->dv > 64;
         out[n++] = &f32t_configs[small ? 1 : 0];
         out[n++] = &f32t_configs[small ? 0 : 1];
     }
