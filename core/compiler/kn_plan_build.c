@@ -187,10 +187,28 @@ static kn_status plan_new(const kn_graph *g, const kn_plan_value *wanted, int n_
     p->n_orig_inputs = g->n_inputs;
     p->device = KN_CPU;
     p->fault_kernel = -1;
+    int first = -1; /* the first bound input: the plan runs on its device */
     for (int i = 0; i < g->n_inputs; i++) { /* bound for the passes that read values */
         p->g.inputs[i].tensor = g->inputs[i].tensor;
         kn_tensor_retain(p->g.inputs[i].tensor);
-        if (g->inputs[i].tensor) p->device = g->inputs[i].device;
+        if (!g->inputs[i].tensor) continue;
+        if (first < 0) {
+            first = i;
+            p->device = g->inputs[i].device;
+        } else if (g->inputs[i].device != p->device) {
+            /* one plan runs its kernels on one device: a kernel of the
+             * other would be handed pointers it cannot read (eager ops
+             * refuse mixed devices too) */
+            char a[32], b[32];
+            snprintf(a, sizeof a, "%s", kn_device_name(g->inputs[i].device));
+            snprintf(b, sizeof b, "%s", kn_device_name(p->device));
+            st = kn_error(KN_ERR_DEVICE,
+                          "the compiled function reads tensors on two devices: '%s' is on %s but '%s' is on %s; "
+                          "move them to one device (t:to(\"%s\"))",
+                          g->inputs[i].name, a, g->inputs[first].name, b, b);
+            kn_plan_free(p);
+            return st;
+        }
     }
     p->n_outputs = n_wanted;
     p->outputs = malloc(sizeof *p->outputs * (size_t)(n_wanted ? n_wanted : 1));
