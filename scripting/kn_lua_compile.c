@@ -36,6 +36,17 @@ static int l_graph_break(lua_State *L)
     return 0;
 }
 
+/* kiln.is_compiling(): whether the code runs inside a trace (its ops go
+ * into a compiled function's graph, not to the device), as
+ * torch.compiler.is_compiling(). Library code picks what it records by it:
+ * an optimizer's eager step runs its own compiled update, which a trace
+ * would only inline. */
+static int l_is_compiling(lua_State *L)
+{
+    lua_pushboolean(L, kn_lua_state_get(L)->cap != NULL);
+    return 1;
+}
+
 /* Puts the capture back when a kiln.eager function's call ends, by error
  * too: a to-be-closed value, so that the function runs with lua_call and
  * an error's traceback keeps the user's frames inside it. */
@@ -681,6 +692,6 @@ void kn_lua_open_compile(lua_State *L)
     kn_lua_autotune_functions(L, kiln);
     static const luaL_Reg fns[] = {{"compile", l_compile}, {"graph_break", l_graph_break},
                                    {"eager", l_eager},     {"mark_dynamic", l_mark_dynamic},
-                                   {NULL, NULL}};
+                                   {"is_compiling", l_is_compiling}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
 }

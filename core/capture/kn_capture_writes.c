@@ -31,20 +31,46 @@ kn_status kn_capture_write(kn_capture *cap, kn_tensor *dst, kn_tensor *src)
 {
     if (!is_current(cap, src))
         return kn_error(KN_ERR_ARG, "copy_: the source is not a value of the graph being captured (a kiln bug)");
+    kn_tensor *real = NULL;
     if (is_current(cap, dst)) {
-        /* a value of this graph itself (state made by this call): from now
-         * on it stands for the new value */
+        /* a value of this graph: from now on it stands for the new value.
+         * An input of the graph (an argument: its placeholder is current
+         * too) also has a tensor outside, which gets the value once the
+         * graph ran, as an upvalue written in place does; state made by
+         * this call has none. */
+        const kn_node *n = &cap->g.nodes[dst->lazy->node];
+        if (n->op == KN_NODE_INPUT) real = cap->g.inputs[n->input].tensor;
+        /* an argument written twice (AdamW's decay, then its step): its
+         * placeholder stands for the first write's value by now */
+        for (int i = cap->n_writes - 1; i >= 0 && !real; i--)
+            if (cap->writes[i].src->lazy == dst->lazy) real = cap->writes[i].dst;
         kn_lazy *old = dst->lazy;
         dst->lazy = src->lazy;
         src->lazy->refcount++;
         kn_tensor_release(kn_lazy_release(old));
-        cap->call_writes++;
-        return KN_OK;
+        if (!real) {
+            cap->call_writes++;
+            return KN_OK;
+        }
+    } else {
+        real = real_target(dst);
     }
-    kn_tensor *real = real_target(dst);
     if (!real || !real->storage)
         return kn_error(KN_ERR_ARG, "copy_: the destination is a traced value with no data (its compiled call failed)");
     if (!kn_tensor_is_contiguous(real)) return kn_error(KN_ERR_ARG, "copy_: the destination must be contiguous");
+    /* written before in this graph (AdamW's decay, then its step): the
+     * newer value replaces the older as what the tensor gets, so the older
+     * stays a value inside the graph instead of an output of its own */
+    for (int i = cap->n_writes - 1; i >= 0; i--) {
+        if (cap->writes[i].dst != real) continue;
+        kn_tensor *keep;
+        KN_TRY(kn_tensor_alias(src, &keep));
+        kn_tensor_release(cap->writes[i].src);
+        cap->writes[i].src = keep;
+        kn_storage_written(real->storage);
+        cap->call_writes++;
+        return KN_OK;
+    }
     if (cap->n_writes == cap->cap_writes) {
         int ncap = cap->cap_writes ? cap->cap_writes * 2 : 32;
         struct kn_capture_write *nw = realloc(cap->writes, sizeof *nw * (size_t)ncap);
