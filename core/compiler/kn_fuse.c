@@ -673,7 +673,7 @@ kn_status kn_fuse_build_kernel(const kn_graph *g, kn_fusion *f, int root, kn_ker
         memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
     }
     /* values computed here for readers in later kernels too (kn_fusion.stored) */
-    for (int m = 0; m < root && st == KN_OK && kind == KN_KERNEL_ROW; m++) {
+    for (int m = 0; m < root && st == KN_OK && (kind == KN_KERNEL_ROW || kind == KN_KERNEL_POINTWISE); m++) {
         if (!f->stored || !f->stored[m] || f->kernel[m] != kid || memo_expr[m] < 0) continue;
         if (k->n_stores >= KN_KIR_MAX_STORES) {
             st = kn_error(KN_ERR_ARG, "kernel %s: more than %d stores", k->name, KN_KIR_MAX_STORES);

@@ -493,6 +493,60 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
     }
 }
 
+/* ---- values stored by their readers' kernel ------------------------------- */
+
+/* A pointwise value that is a result (an optimizer's new moment, written
+ * into its state tensor) or has several readers, all of them pointwise
+ * over its shape and all in one pointwise kernel (an AdamW update: the new
+ * moments are read by the new parameter's expression): computed in that
+ * kernel, which stores it, instead of in a kernel of its own whose result
+ * that kernel loads again. One kernel a parameter's update instead of
+ * three. Nodes are visited from the last, so a value's readers have their
+ * kernels' roots (root[]) when it is looked at. */
+static kn_status merge_into_readers(const kn_graph *g, kn_fusion *f, int *consumer, const bool *needed)
+{
+    int n = g->n_nodes, n_edges = 0;
+    for (int i = 0; i < n; i++)
+        if (needed[i]) n_edges += g->nodes[i].n_in;
+    int *first = calloc((size_t)n + 2, sizeof *first), *readers = malloc(sizeof *readers * ((size_t)n_edges + 1));
+    int *fill = calloc((size_t)n + 1, sizeof *fill), *root = malloc(sizeof *root * ((size_t)n + 1));
+    if (!first || !readers || !fill || !root) {
+        free(first), free(readers), free(fill), free(root);
+        return kn_error(KN_ERR_OOM, "out of host memory planning kernels");
+    }
+    /* readers of each node, as lists: readers[first[p] .. first[p + 1]) */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; needed[i] && k < g->nodes[i].n_in; k++) first[g->nodes[i].in_node[k] + 1]++;
+    for (int i = 0; i < n; i++) first[i + 1] += first[i];
+    for (int i = 0; i < n; i++)
+        for (int k = 0; needed[i] && k < g->nodes[i].n_in; k++) {
+            int p = g->nodes[i].in_node[k];
+            readers[first[p] + fill[p]++] = i;
+        }
+    for (int x = n - 1; x >= 0; x--) {
+        root[x] = f->disp[x] == KN_D_ROOT ? x : f->disp[x] == KN_D_INLINE ? root[consumer[x]] : -1;
+        const kn_node *nd = &g->nodes[x];
+        if (f->disp[x] != KN_D_ROOT || !is_pointwise(nd) || f->stored[x] || first[x] == first[x + 1]) continue;
+        int r0 = -1;
+        bool ok = true;
+        for (int e = first[x]; e < first[x + 1] && ok; e++) {
+            int r = readers[e];
+            const kn_node *rn = &g->nodes[r];
+            ok = is_pointwise(rn) && same_shape(&rn->out[0], &nd->out[0]) && root[r] >= 0 &&
+                 (r0 < 0 || root[r] == r0) && (rn->op != KN_OP_BATCH_NORM || rn->in_node[0] == x);
+            r0 = root[r];
+        }
+        if (!ok || r0 <= x || !is_pointwise(&g->nodes[r0]) || !same_shape(&g->nodes[r0].out[0], &nd->out[0])) continue;
+        f->disp[x] = KN_D_INLINE;
+        f->stored[x] = true;
+        consumer[x] = r0;
+        root[x] = r0;
+        note_why(f, g, x, "is computed in the kernel of", r0, "every reader of it is in that kernel, which also stores it");
+    }
+    free(first), free(readers), free(fill), free(root);
+    return KN_OK;
+}
+
 /* ---- gathered loads ------------------------------------------------------ */
 
 /* Whether the layout of a value of index_select's rows (n x row elements,
@@ -712,6 +766,7 @@ kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs
     permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
     if (gather_loads) mark_gathered(g, f, uses, consumer, is_out);
     st = mark_view_copies(g, f);
+    if (st == KN_OK) st = merge_into_readers(g, f, consumer, needed);
     if (st == KN_OK && !(f->limit_split = calloc((size_t)n + 1, sizeof *f->limit_split)))
         st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
     /* a group past the kernel IR's limits (a sum of 20 inputs: more than
