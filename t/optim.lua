@@ -227,6 +227,85 @@ for step = 1, 150 do
 end
 T.ok(last < first / 10, string.format("a small regression trains: loss %.4f -> %.5f in 150 Adam steps", first, last))
 
+-- ---- fused steps ----------------------------------------------------------------
+-- An eager step runs the updates of f32/f64 parameters whose state is made
+-- as one compiled function: one generated kernel a parameter, and the same
+-- numbers as the op-by-op update (fused = false), bit for bit.
+
+-- two parameters of different shapes trained on a small loss for `steps`
+-- steps; skip(step) names a step where w2 gets no gradient
+local function train(algo, o, steps, dtype, skip)
+  local w1 = kiln.randn({ 4, 5 }, { seed = 21 }):to(dtype or "f32"):requires_grad_()
+  local w2 = kiln.randn({ 5 }, { seed = 22 }):to(dtype or "f32"):requires_grad_()
+  local opt = kiln.optim[algo]({ w1, w2 }, o)
+  local x = kiln.randn({ 3, 4 }, { seed = 23 }):to(dtype or "f32")
+  for step = 1, steps do
+    opt:zero_grad()
+    local y = x:matmul(w1)
+    if not (skip and skip(step)) then y = y + w2 end
+    y:tanh():sum():backward()
+    opt:step()
+  end
+  return { w1, w2 }, opt
+end
+
+local function n_fused(opt)
+  local n, kernels = 0, 0
+  for _, cm in pairs(opt._fused or {}) do
+    n = n + 1
+    kernels = kernels + #cm:kernels()
+  end
+  return n, kernels
+end
+
+for _, case in ipairs {
+  { "SGD", { lr = 0.1 } },
+  { "SGD", { lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.1 } },
+  { "SGD", { lr = 0.05, momentum = 0.8, dampening = 0.3, maximize = true } },
+  { "Adam", { lr = 0.05, weight_decay = 0.1 } },
+  { "Adam", { lr = 0.05, amsgrad = true, maximize = true } },
+  { "AdamW", { lr = 0.05 } },
+  { "AdamW", { lr = 0.05, weight_decay = 0.3, amsgrad = true } },
+} do
+  local algo, o = case[1], case[2]
+  local keys = {}
+  for k, v in pairs(o) do keys[#keys + 1] = k .. "=" .. tostring(v) end
+  table.sort(keys)
+  local name = algo .. "{" .. table.concat(keys, ", ") .. "}"
+  local function with(fused)
+    local c = { fused = fused }
+    for k, v in pairs(o) do c[k] = v end
+    return c
+  end
+  local a, oa = train(algo, with(false), 6)
+  local b, ob = train(algo, with(true), 6)
+  local worst = 0
+  for i = 1, 2 do
+    worst = math.max(worst, (a[i] - b[i]):abs():max():item())
+    local sa, sb = oa.state[a[i]], ob.state[b[i]]
+    for k, v in pairs(sa) do
+      if type(v) ~= "number" then worst = math.max(worst, (v - sb[k]):abs():max():item()) end
+    end
+  end
+  T.ok(worst == 0, name .. ": 6 fused steps give the op-by-op steps' parameters and state, bit for bit (max diff " .. worst .. ")")
+  local nf, nk = n_fused(ob)
+  T.ok(nf == 1 and nk == 2, name .. ": one compiled update, one kernel a parameter (" .. nf .. " functions, " .. nk .. " kernels)")
+  T.is(n_fused(oa), 0, name .. ": fused = false compiles nothing")
+end
+
+-- a step where one parameter has no gradient: it is skipped, the others fused
+local a = train("AdamW", { lr = 0.05, fused = false }, 6, "f32", function(step) return step == 4 end)
+local b, ob = train("AdamW", { lr = 0.05 }, 6, "f32", function(step) return step == 4 end)
+T.ok((a[1] - b[1]):abs():max():item() == 0 and (a[2] - b[2]):abs():max():item() == 0,
+  "AdamW with no gradient for w2 at step 4: fused steps equal the op-by-op ones")
+T.is(n_fused(ob), 2, "... in two compiled updates (both parameters; w1 alone)")
+-- bf16 parameters step op by op (a step's numbers would round to bf16 as a tensor)
+local _, oh = train("AdamW", { lr = 0.05 }, 3, "bf16")
+T.is(n_fused(oh), 0, "bf16 parameters step op by op")
+T.is(ob:state_dict().param_groups[1].fused, true, "state_dict: the group's fused flag, as PyTorch's")
+T.raises(function() kiln.optim.Adam({ kiln.ones({ 2 }, { requires_grad = true }) }, { fused = "yes" }) end, "Adam: fused must be true or false, got yes",
+  "fused that is not a boolean")
+
 -- ---- bad input ----------------------------------------------------------------
 
 T.raises(function() kiln.optim.SGD({ kiln.zeros({ 3 }) }) end,

@@ -8,8 +8,16 @@
 -- state tensor in place (copy_), so the tensors a model and a compiled
 -- plan hold stay the ones that change. The updates follow PyTorch's
 -- formulas (torch.optim, foreach off); parameters without a gradient are
--- skipped. Fused multi-tensor kernels are a later step: each update here
--- is a few eager ops per parameter.
+-- skipped.
+--
+-- Fused steps (option fused, default true): an eager step runs the
+-- updates of its f32 and f64 parameters whose state is made (every step
+-- after the first) as one compiled function, the update code below traced
+-- once, so each parameter's update is one generated kernel instead of a
+-- dozen eager ops, the kernels a compiled training step runs for it. The
+-- numbers that change every step (Adam's bias corrections) enter as a
+-- tensor argument, so later steps replay the same plan. Inside a trace (a
+-- compiled training step) the updates are traced as written.
 local kiln = ...
 local nn = kiln.nn
 local optim = kiln.optim or {}
@@ -101,7 +109,8 @@ local function make_groups(self, params, defaults)
 end
 
 local function new_optimizer(cls, params, opts, defaults)
-  local self = setmetatable({ name = cls.name, check = cls.check, update = cls.update, state = {} }, cls)
+  local self = setmetatable({ name = cls.name, check = cls.check, prepare = cls.prepare, update = cls.update,
+    state_keys = cls.state_keys, state = {} }, cls)
   opts = kiln._check_options(opts, cls.name, cls.options)
   local d = {}
   for k, v in pairs(defaults) do d[k] = v end
@@ -125,7 +134,9 @@ function Optimizer:step(closure)
   local loss
   if closure then loss = kiln.enable_grad(closure) end
   kiln.no_grad(function()
-    for _, g in ipairs(self.param_groups) do
+    local eager = kiln.is_compiling()
+    local fused = {} -- "device dtype" -> the updates that run fused
+    for gi, g in ipairs(self.param_groups) do
       for _, p in ipairs(g.params) do
         local grad = p.grad
         if grad then
@@ -134,12 +145,75 @@ function Optimizer:step(closure)
             st = {}
             self.state[p] = st
           end
-          self.update(p, grad, st, g)
+          local keys = self.state_keys(g)
+          local ready = g.fused and not eager and (p.dtype == "f32" or p.dtype == "f64")
+          for _, k in ipairs(keys) do ready = ready and st[k] ~= nil end
+          local k = self.prepare(p, st, g)
+          if ready then
+            local key = p.device .. " " .. p.dtype
+            if not fused[key] then
+              fused[key] = {}
+              fused[#fused + 1] = key
+            end
+            local list = fused[key]
+            list[#list + 1] = { p = p, grad = grad, st = st, g = g, gi = gi, keys = keys, k = k }
+          else
+            self.update(p, grad, st, g, k)
+          end
         end
       end
     end
+    for _, key in ipairs(fused) do self:_fused_step(fused[key]) end
   end)
   return loss
+end
+
+-- The updates of `items` (one device and dtype) as one call of a compiled
+-- function made for their layout (which parameters, which groups, which
+-- state tensors) and kept: its arguments are a tensor of the items'
+-- per-step numbers, then each item's parameter, gradient and state
+-- tensors. Made on first use, and again when the layout changes (a
+-- parameter without a gradient this step, say).
+function Optimizer:_fused_step(items)
+  local sig, nums = {}, {}
+  for i, it in ipairs(items) do
+    sig[i] = string.format("%d:%d:%s", it.gi, #(it.k or {}), table.concat(it.keys, ","))
+    for _, v in ipairs(it.k or {}) do nums[#nums + 1] = v end
+  end
+  local p1 = items[1].p
+  sig = p1.device .. " " .. p1.dtype .. " " .. table.concat(sig, " ")
+  self._fused = self._fused or {}
+  local entry = self._fused[sig]
+  if not entry then
+    local layout, update = {}, self.update
+    for i, it in ipairs(items) do layout[i] = { g = it.g, keys = it.keys, nk = #(it.k or {}) } end
+    entry = kiln.compile(function(numbers, ...)
+      local args, a, at = { ... }, 1, 0
+      for _, l in ipairs(layout) do
+        local p, grad, st = args[a], args[a + 1], {}
+        a = a + 2
+        for _, key in ipairs(l.keys) do
+          st[key] = args[a]
+          a = a + 1
+        end
+        local k
+        if l.nk > 0 then
+          k = {}
+          for j = 1, l.nk do k[j] = numbers:slice(1, at + j, at + j):reshape({}) end
+          at = at + l.nk
+        end
+        update(p, grad, st, l.g, k)
+      end
+    end)
+    self._fused[sig] = entry
+  end
+  local args = { #nums > 0 and kiln.tensor(nums, { dtype = p1.dtype, device = p1.device }) or false }
+  for _, it in ipairs(items) do
+    args[#args + 1] = it.p
+    args[#args + 1] = it.grad
+    for _, key in ipairs(it.keys) do args[#args + 1] = it.st[key] end
+  end
+  entry(table.unpack(args))
 end
 
 -- The position of each parameter (1, 2, ... across the groups).
@@ -250,10 +324,23 @@ local function check_number(fn, group, key, lo, hi)
   end
 end
 
--- A class: its name, options and their defaults, the group check and the
--- update of one parameter p with gradient g and state st.
-local function algorithm(name, defaults, check, update)
-  local cls = setmetatable({ name = name, check = check, update = update, options = {} }, { __index = Optimizer })
+-- A class: its name, options and their defaults (fused added), the group
+-- check, and the three parts of a parameter's update:
+--   prepare(p, st, g): the host's part, every step: makes the state (on the
+--     first step) and counts the step; returns the step's numbers the
+--     update reads (a list, or nil)
+--   update(p, grad, st, g, k): the tensor math, writing p and st's tensors
+--     in place; k holds prepare's numbers (Lua numbers, or 0-dim tensors
+--     in a fused step)
+--   state_keys(g): the names of st's tensors, in a fixed order
+local function algorithm(name, defaults, check, prepare, update, state_keys)
+  defaults.fused = true
+  local group_check = function(fn, g)
+    if type(g.fused) ~= "boolean" then fail("%s: fused must be true or false, got %s", fn, tostring(g.fused)) end
+    check(fn, g)
+  end
+  local cls = setmetatable({ name = name, check = group_check, prepare = prepare, update = update,
+    state_keys = state_keys, options = {} }, { __index = Optimizer })
   cls.__index = cls
   cls.__tostring = Optimizer.__tostring
   for k in pairs(defaults) do cls.options[#cls.options + 1] = k end
@@ -276,6 +363,7 @@ algorithm("SGD", { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nes
       fail("%s: nesterov momentum needs momentum > 0 and dampening 0", fn)
     end
   end,
+  function() return nil end,
   function(p, grad, st, g)
     local d = grad
     if g.maximize then d = -d end
@@ -291,7 +379,8 @@ algorithm("SGD", { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nes
       if g.nesterov then d = d + buf * g.momentum else d = buf end
     end
     p:copy_(p - d * g.lr)
-  end)
+  end,
+  function(g) return g.momentum ~= 0 and { "momentum_buffer" } or {} end)
 
 ---------------------------------------------------------------------------
 -- Adam and AdamW(params, {lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8,
@@ -308,18 +397,28 @@ local function check_adam(fn, g)
   end
 end
 
+-- Adam's host part: the state on the first step, the step count, and
+-- the step's numbers: lr / (1 - b1^t) and sqrt(1 - b2^t)
+local function adam_prepare(p, st, g)
+  if not st.exp_avg then
+    st.step = 0
+    st.exp_avg, st.exp_avg_sq = zeros_like(p), zeros_like(p)
+    if g.amsgrad then st.max_exp_avg_sq = zeros_like(p) end
+  end
+  st.step = st.step + 1
+  return { g.lr / (1 - g.betas[1] ^ st.step), math.sqrt(1 - g.betas[2] ^ st.step) }
+end
+
+local function adam_state_keys(g)
+  return g.amsgrad and { "exp_avg", "exp_avg_sq", "max_exp_avg_sq" } or { "exp_avg", "exp_avg_sq" }
+end
+
 -- One Adam update; decoupled: AdamW's weight decay (p scaled by
 -- 1 - lr * wd) instead of Adam's (wd * p added to the gradient).
 local function adam_update(decoupled)
-  return function(p, grad, st, g)
+  return function(p, grad, st, g, k)
     local b1, b2 = g.betas[1], g.betas[2]
     if g.maximize then grad = -grad end
-    if not st.exp_avg then
-      st.step = 0
-      st.exp_avg, st.exp_avg_sq = zeros_like(p), zeros_like(p)
-      if g.amsgrad then st.max_exp_avg_sq = zeros_like(p) end
-    end
-    st.step = st.step + 1
     if g.weight_decay ~= 0 then
       if decoupled then p:copy_(p * (1 - g.lr * g.weight_decay))
       else grad = grad + p * g.weight_decay end
@@ -327,21 +426,20 @@ local function adam_update(decoupled)
     local m, v = st.exp_avg, st.exp_avg_sq
     m:copy_(m + (grad - m) * (1 - b1)) -- lerp, as PyTorch
     v:copy_(v * b2 + grad * grad * (1 - b2))
-    local bc1, bc2 = 1 - b1 ^ st.step, 1 - b2 ^ st.step
     local second = v
     if g.amsgrad then
       st.max_exp_avg_sq:copy_(kiln.maximum(st.max_exp_avg_sq, v))
       second = st.max_exp_avg_sq
     end
-    local denom = second:sqrt() / math.sqrt(bc2) + g.eps
-    p:copy_(p - m / denom * (g.lr / bc1))
+    local denom = second:sqrt() / k[2] + g.eps
+    p:copy_(p - m / denom * k[1])
   end
 end
 
 algorithm("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, amsgrad = false, maximize = false },
-  check_adam, adam_update(false))
+  check_adam, adam_prepare, adam_update(false), adam_state_keys)
 algorithm("AdamW", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 1e-2, amsgrad = false,
-  maximize = false }, check_adam, adam_update(true))
+  maximize = false }, check_adam, adam_prepare, adam_update(true), adam_state_keys)
 
 ---------------------------------------------------------------------------
 -- Gradient clipping
