@@ -15,7 +15,7 @@
 
 #define KN_COMPILED_MT "kiln.Compiled"
 
-#define KN_REPLAY_MAX 32
+#define KN_REPLAY_MAX 256 /* arguments, results and in-place writes (a fused optimizer step: 4 a parameter) */
 /* values a replay that rebuilds autograd history may ask its graph for
  * (results and the values kept for backward) */
 #define KN_REPLAY_TAPE_MAX 256
@@ -45,6 +45,11 @@ typedef struct {
      * the traced call's tape, which each replay builds again from its
      * values (kn_lua_replay_tape.h); NULL when none has history */
     struct kn_replay_tape *tape;
+    /* in-place writes of the traced call (an optimizer's update): each the
+     * graph value (node, out) copied into the tensor bound to graph input
+     * write_input once the replay's graph ran */
+    int n_writes;
+    int write_input[KN_REPLAY_MAX], write_node[KN_REPLAY_MAX], write_out[KN_REPLAY_MAX];
     bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
     bool autocast_on;  /* kiln.autocast of the trace (its casts are in the graph): a replay needs the same */
     kn_dtype autocast_dtype;

@@ -526,15 +526,29 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
     if (rp->rng_used) replay_draw(L, v, rp->rng_used);
     /* running the graph: allocating, computing and freeing its values */
     double t0 = kn_clock_s();
-    kn_plan_value own_want[KN_REPLAY_MAX];
+    kn_plan_value own_want[2 * KN_REPLAY_MAX];
     const kn_plan_value *want = own_want;
-    kn_tensor *outs[KN_REPLAY_TAPE_MAX];
-    int n_want = 0;
+    kn_tensor *outs[KN_REPLAY_TAPE_MAX + KN_REPLAY_MAX];
+    int n_want = 0, n_results_want = 0;
     if (rp->tape) want = kn_replay_tape_want(rp->tape, &n_want); /* the trace's: results and kept values */
-    else
+    else {
         for (int i = 0; i < rp->n_results; i++)
             if (rp->res_node[i] >= 0) own_want[n_want++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
+        n_results_want = n_want;
+        /* the values the call wrote in place, after the results (no tape
+         * when there are writes: record_writes) */
+        for (int i = 0; i < rp->n_writes; i++) own_want[n_want++] = (kn_plan_value){rp->write_node[i], rp->write_out[i]};
+    }
     kn_status st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
+    /* the writes, once the graph ran (a failed run writes nothing) */
+    bool ran = st == KN_OK;
+    for (int i = 0; i < rp->n_writes && st == KN_OK; i++)
+        st = kn_capture_copy_value(bound[rp->write_input[i]], outs[n_results_want + i]);
+    if (ran) {
+        for (int i = 0; i < rp->n_writes; i++) kn_tensor_release(outs[n_results_want + i]);
+        if (st != KN_OK)
+            for (int i = 0; i < n_results_want; i++) kn_tensor_release(outs[i]);
+    }
     for (int k = 0; k < v->g.n_inputs; k++) v->g.inputs[k].tensor = NULL;
     kn_tensor *results[KN_REPLAY_MAX];
     if (st == KN_OK && rp->tape) {
@@ -606,9 +620,9 @@ static const char *why_no_replay(lua_State *L, const kn_compiled *cm, int nargs,
     const kn_lua_state *s = kn_lua_state_get(L);
     const char *why = NULL;
     if (cap->n_breaks) why = "graph breaks";
-    /* a replay runs the graph only: it would neither write the tensors the
-     * call wrote nor set the .grad its backward set */
-    else if (cap->call_writes) why = "it writes tensors in place (copy_, an optimizer's step)";
+    /* a replay runs the graph and repeats the call's in-place writes
+     * (record_writes), but does not set the .grad a backward set */
+    else if (cap->call_writes && cap->call_backwards) why = "it writes tensors in place (copy_, an optimizer's step)";
     else if (cap->call_backwards) why = "it runs backward (a training step)";
     else if (s->impure) why = s->impure_what;
     /* a step counter kept in an upvalue (lr = lr * 0.9) or a table: a replay
@@ -798,6 +812,36 @@ static bool record_tape(lua_State *L, compiled_ud *u, const kn_version *v, int f
     return rp->tape != NULL;
 }
 
+/* The traced call's in-place writes (kn_capture.last_writes), which a
+ * replay repeats: each into a tensor its graph reads (an argument, a
+ * parameter, an upvalue's tensor), which the replay binds again. False,
+ * with why, when one cannot be repeated. */
+static bool record_writes(replay_t *rp, const kn_capture *cap, char *why, size_t why_size)
+{
+    rp->n_writes = 0;
+    if (!cap->call_writes) return true;
+    if (cap->n_last_writes < 0 || cap->n_last_writes > KN_REPLAY_MAX) {
+        snprintf(why, why_size, "it writes more tensors in place than a replay repeats (%d)", KN_REPLAY_MAX);
+        return false;
+    }
+    if (rp->tape) {
+        snprintf(why, why_size, "it writes tensors in place and returns tensors with autograd history");
+        return false;
+    }
+    for (int i = 0; i < cap->n_last_writes; i++) {
+        const struct kn_applied_write *w = &cap->last_writes[i];
+        if (w->input < 0 || w->graph != 0) {
+            snprintf(why, why_size, "it writes in place a tensor its graph does not read, which a replay cannot find");
+            return false;
+        }
+        rp->write_input[i] = w->input;
+        rp->write_node[i] = w->node;
+        rp->write_out[i] = w->out;
+    }
+    rp->n_writes = cap->n_last_writes;
+    return true;
+}
+
 /* After a traced call: record what a replay needs, when the call allows it.
  * Results are at [first, top]. */
 void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
@@ -853,6 +897,7 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     }
     if (!record_inputs(L, rp, cm, v, nargs, is_module, rt, u->no_replay, sizeof u->no_replay)) goto fail;
     if (history && !record_tape(L, u, v, first, nres)) goto fail;
+    if (!record_writes(rp, cap, u->no_replay, sizeof u->no_replay)) goto fail;
     lua_setfield(L, rt, "tensors");
     lua_setfield(L, rt, "params");
     lua_setfield(L, uv, "replay");

@@ -37,6 +37,21 @@ up(kiln.tensor({ 1, 2 }))
 up(kiln.tensor({ 1, 2 }))
 T.is(vals(u), "3 5", "an upvalue written in place, as before")
 
+-- later calls replay the plan directly and repeat the writes
+T.is(once:stats().replayable, "yes", "a call that writes its arguments in place can be replayed directly")
+T.ok(once:stats().direct_replays >= 1 and up:stats().direct_replays >= 1,
+  string.format("... and was (%d, %d direct replays), the values above after them", once:stats().direct_replays,
+    up:stats().direct_replays))
+for _ = 1, 3 do once(a, b) end
+T.is(vals(a), "-1.5 0.75", "three more replayed calls: three more writes")
+-- a tensor written but never read is no input of the graph: traced every call
+local out = kiln.zeros({ 2 })
+local sink = kiln.compile(function(x) out:copy_(x * 2) end)
+for i = 1, 3 do sink(kiln.tensor({ i, -i })) end
+T.is(vals(out), "6 -6", "a tensor written and not read gets each call's value")
+T.like(sink:stats().replayable, "writes in place a tensor its graph does not read",
+  "... and such a call is not replayed, which cm:stats() says")
+
 local inside
 local probe = kiln.compile(function(x) inside = kiln.is_compiling(); return x + 1 end)
 probe(kiln.ones({ 2 }))

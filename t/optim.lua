@@ -303,6 +303,32 @@ T.is(n_fused(ob), 2, "... in two compiled updates (both parameters; w1 alone)")
 local _, oh = train("AdamW", { lr = 0.05 }, 3, "bf16")
 T.is(n_fused(oh), 0, "bf16 parameters step op by op")
 T.is(ob:state_dict().param_groups[1].fused, true, "state_dict: the group's fused flag, as PyTorch's")
+-- 50 parameters: two calls (48 and 2), each replayed directly after its trace
+do
+  local function many(fused)
+    local ps = {}
+    for i = 1, 50 do ps[i] = kiln.randn({ 3 }, { seed = 300 + i }):requires_grad_() end
+    local opt = kiln.optim.AdamW(ps, { lr = 0.05, fused = fused })
+    for step = 1, 5 do
+      opt:zero_grad()
+      local loss = ps[1]:sum() * 0
+      for i = 1, 50 do loss = loss + (ps[i] * ps[i]):sum() * (i / 50) end
+      loss:backward()
+      opt:step()
+    end
+    return ps, opt
+  end
+  local pa = many(false)
+  local pb, om = many(true)
+  local worst = 0
+  for i = 1, 50 do worst = math.max(worst, (pa[i] - pb[i]):abs():max():item()) end
+  local nf, nk = n_fused(om)
+  local replays = 0
+  for _, cm in pairs(om._fused) do replays = replays + cm:stats().direct_replays end
+  T.ok(worst == 0 and nf == 2 and nk == 50 and replays >= 4,
+    string.format("50 parameters: two compiled updates (%d), a kernel each (%d), replayed (%d times), equal to op by op (%g)",
+      nf, nk, replays, worst))
+end
 T.raises(function() kiln.optim.Adam({ kiln.ones({ 2 }, { requires_grad = true }) }, { fused = "yes" }) end, "Adam: fused must be true or false, got yes",
   "fused that is not a boolean")
 

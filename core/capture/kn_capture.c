@@ -455,6 +455,7 @@ void kn_compiled_free(kn_compiled *cm)
     free(cm->cap.writes);
     free(cm->cap.kept);
     free(cm->cap.last_want);
+    free(cm->cap.last_writes);
     free(cm->cap.call_breaks);
     for (int k = 0; k < cm->cache.n_graphs; k++) {
         for (int v = 0; v < cm->cache.graphs[k].n_versions; v++) {

@@ -175,7 +175,21 @@ typedef struct kn_capture {
      * runs the same plan */
     kn_plan_value *last_want;
     int n_last_want;
+    /* the in-place writes of this call's graphs once they ran: the value
+     * (node, out of its graph) each written tensor got, and which input of
+     * that graph the tensor is (-1: one the graph does not read). A direct
+     * replay of a call that wrote copies the same values into the tensors
+     * the replay binds to those inputs */
+    struct kn_applied_write {
+        int graph, node, out, input;
+    } *last_writes;
+    int n_last_writes, cap_last_writes;
 } kn_capture;
+
+/* Copy value v into dst's storage, as a write of a traced call does once
+ * its graph ran (same shape and dtype; dst contiguous): a direct replay
+ * repeats those writes with it. */
+kn_status kn_capture_copy_value(kn_tensor *dst, kn_tensor *v);
 
 struct kn_compiled {
     /* which function this is and what it is compiled for: named in every

@@ -153,6 +153,7 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->passes_s = cap->codegen_s = cap->backend_s = cap->compile_s = 0;
     cap->kernels_generated = cap->kernels_cached = 0;
     cap->call_writes = cap->call_backwards = 0;
+    cap->n_last_writes = 0;
     cap->part = KN_PART_FORWARD;
     cap->in_backward = false;
     cap->n_kept = 0;

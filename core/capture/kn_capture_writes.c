@@ -144,6 +144,32 @@ static kn_status copy_into(kn_tensor *dst, kn_tensor *v)
     return st;
 }
 
+kn_status kn_capture_copy_value(kn_tensor *dst, kn_tensor *v)
+{
+    return copy_into(dst, v);
+}
+
+/* Note a write that ran: its value's node and the graph input the written
+ * tensor is (kn_capture.last_writes). */
+static void note_applied(kn_capture *cap, const struct kn_capture_write *w)
+{
+    if (cap->n_last_writes == cap->cap_last_writes) {
+        int ncap = cap->cap_last_writes ? cap->cap_last_writes * 2 : 16;
+        struct kn_applied_write *nw = realloc(cap->last_writes, sizeof *nw * (size_t)ncap);
+        if (!nw) { /* a replay then cannot know this write: none is allowed */
+            cap->n_last_writes = -1;
+            return;
+        }
+        cap->last_writes = nw;
+        cap->cap_last_writes = ncap;
+    }
+    int input = -1;
+    for (int k = 0; k < cap->g.n_inputs && input < 0; k++)
+        if (cap->g.inputs[k].tensor_id == w->dst->id) input = k;
+    cap->last_writes[cap->n_last_writes++] =
+        (struct kn_applied_write){cap->segment, w->src->lazy->node, w->src->lazy->out, input};
+}
+
 kn_status kn_capture_apply_writes(kn_capture *cap, bool ran)
 {
     kn_status st = KN_OK;
@@ -153,6 +179,7 @@ kn_status kn_capture_apply_writes(kn_capture *cap, bool ran)
             kn_tensor *v = w->src->lazy ? w->src->lazy->value : NULL;
             st = v ? copy_into(w->dst, v)
                    : kn_error(KN_ERR_ARG, "copy_: the graph gave no value for an in-place write (a kiln bug)");
+            if (st == KN_OK && cap->n_last_writes >= 0) note_applied(cap, w);
         }
         kn_tensor_release(w->dst);
         kn_tensor_release(w->src);

@@ -163,7 +163,12 @@ function Optimizer:step(closure)
         end
       end
     end
-    for _, key in ipairs(fused) do self:_fused_step(fused[key]) end
+    -- at most 48 parameters a call: a call of up to 256 tensors (Adam's
+    -- amsgrad: 5 a parameter) is one a direct replay takes
+    for _, key in ipairs(fused) do
+      local list = fused[key]
+      for first = 1, #list, 48 do self:_fused_step(table.move(list, first, math.min(#list, first + 47), 1, {})) end
+    end
   end)
   return loss
 end
