@@ -27,6 +27,15 @@ static kn_tensor *real_target(kn_tensor *t)
     return t->lazy->value;
 }
 
+/* The write of this graph into the tensor with this id (one at most: a
+ * later write replaces an earlier one's value), or NULL. */
+static struct kn_capture_write *pending(const kn_capture *cap, uint64_t id)
+{
+    for (int i = cap->n_writes - 1; i >= 0; i--)
+        if (cap->writes[i].dst->id == id) return &cap->writes[i];
+    return NULL;
+}
+
 kn_status kn_capture_write(kn_capture *cap, kn_tensor *dst, kn_tensor *src)
 {
     if (!is_current(cap, src))
@@ -61,12 +70,12 @@ kn_status kn_capture_write(kn_capture *cap, kn_tensor *dst, kn_tensor *src)
     /* written before in this graph (AdamW's decay, then its step): the
      * newer value replaces the older as what the tensor gets, so the older
      * stays a value inside the graph instead of an output of its own */
-    for (int i = cap->n_writes - 1; i >= 0; i--) {
-        if (cap->writes[i].dst != real) continue;
+    struct kn_capture_write *earlier = pending(cap, real->id);
+    if (earlier) {
         kn_tensor *keep;
         KN_TRY(kn_tensor_alias(src, &keep));
-        kn_tensor_release(cap->writes[i].src);
-        cap->writes[i].src = keep;
+        kn_tensor_release(earlier->src);
+        earlier->src = keep;
         kn_storage_written(real->storage);
         cap->call_writes++;
         return KN_OK;
@@ -89,14 +98,6 @@ kn_status kn_capture_write(kn_capture *cap, kn_tensor *dst, kn_tensor *src)
     return KN_OK;
 }
 
-/* The newest write of this graph into the tensor with this id, or NULL. */
-static const struct kn_capture_write *pending(const kn_capture *cap, uint64_t id)
-{
-    for (int i = cap->n_writes - 1; i >= 0; i--)
-        if (cap->writes[i].dst->id == id) return &cap->writes[i];
-    return NULL;
-}
-
 bool kn_capture_pending_write(const kn_capture *cap, const kn_tensor *t)
 {
     if (!cap || !cap->n_writes) return false;
@@ -116,8 +117,8 @@ kn_status kn_capture_written_value(kn_capture *cap, const kn_tensor *real, kn_te
 }
 
 /* Copy value v into dst's storage (same shape and dtype; v made contiguous
- * first when it is not). */
-static kn_status copy_into(kn_tensor *dst, kn_tensor *v)
+ * first when it is not): kn_capture.h. */
+kn_status kn_capture_copy_value(kn_tensor *dst, kn_tensor *v)
 {
     if (v->storage == dst->storage && v->offset == dst->offset) return KN_OK;
     kn_tensor *src = v, *tmp = NULL;
@@ -142,11 +143,6 @@ static kn_status copy_into(kn_tensor *dst, kn_tensor *v)
     if (st == KN_OK) kn_storage_written(dst->storage);
     kn_tensor_release(tmp);
     return st;
-}
-
-kn_status kn_capture_copy_value(kn_tensor *dst, kn_tensor *v)
-{
-    return copy_into(dst, v);
 }
 
 /* Note a write that ran: its value's node and the graph input the written
@@ -177,7 +173,7 @@ kn_status kn_capture_apply_writes(kn_capture *cap, bool ran)
         struct kn_capture_write *w = &cap->writes[i];
         if (ran && st == KN_OK) {
             kn_tensor *v = w->src->lazy ? w->src->lazy->value : NULL;
-            st = v ? copy_into(w->dst, v)
+            st = v ? kn_capture_copy_value(w->dst, v)
                    : kn_error(KN_ERR_ARG, "copy_: the graph gave no value for an in-place write (a kiln bug)");
             if (st == KN_OK && cap->n_last_writes >= 0) note_applied(cap, w);
         }

@@ -67,9 +67,10 @@ typedef struct kn_fusion {
     int n_view_copies; /* reshapes that copy at run time (kn_view_run): not kernels, but copies per call */
     bool *limit_split; /* per node: it would have been inlined, but its consumer's kernel went past
                           the kernel IR's limits (KN_KIR_MAX_ARGS, _EXPRS), so it ends a kernel */
-    bool *stored;      /* per node: inlined into the row kernel of its first reader (a layer norm's
-                          row: the residual sum before it), which also stores the value for its
-                          later readers */
+    bool *stored;      /* per node: inlined into a kernel that also stores the value: the row kernel
+                          of its first reader (a layer norm's row: the residual sum before it), for
+                          the readers after it, or the one pointwise kernel holding all its readers
+                          (an optimizer's new moment, a result) */
 } kn_fusion;
 
 /* Whether the backend can write library node `node`'s value with the

@@ -134,7 +134,7 @@ function Optimizer:step(closure)
   local loss
   if closure then loss = kiln.enable_grad(closure) end
   kiln.no_grad(function()
-    local eager = kiln.is_compiling()
+    local tracing = kiln.is_compiling()
     local fused = {} -- "device dtype" -> the updates that run fused
     for gi, g in ipairs(self.param_groups) do
       for _, p in ipairs(g.params) do
@@ -146,7 +146,7 @@ function Optimizer:step(closure)
             self.state[p] = st
           end
           local keys = self.state_keys(g)
-          local ready = g.fused and not eager and (p.dtype == "f32" or p.dtype == "f64")
+          local ready = g.fused and not tracing and (p.dtype == "f32" or p.dtype == "f64")
           for _, k in ipairs(keys) do ready = ready and st[k] ~= nil end
           local k = self.prepare(p, st, g)
           if ready then
