@@ -25,8 +25,8 @@ static kn_autograd *grad_state(lua_State *L)
  * Inside a compiled function's trace its ops (the gradient rules) become
  * nodes of the graph, marked as its backward part: the forward, the
  * backward and what follows (an optimizer's step) make one joint graph.
- * The capture counts the passes: a call that ran one is not replayed,
- * since a replay would not set the .grad it sets. */
+ * The capture counts the passes; a direct replay of the call sets the
+ * .grad the pass set from its graph's values (kn_lua_replay.c). */
 static kn_status traced_backward(lua_State *L, const kn_backward_args *a)
 {
     kn_capture *cap = kn_lua_active_capture(L);
@@ -38,6 +38,15 @@ static kn_status traced_backward(lua_State *L, const kn_backward_args *a)
     kn_status st = kn_autograd_backward(grad_state(L), &ex.base, a);
     cap->in_backward = false;
     return st;
+}
+
+/* A .grad set by hand while a compiled call traces: the capture notes it,
+ * so that a direct replay of a training step clears the same gradients
+ * (zero_grad) and a call that assigns one is not replayed. */
+static void note_grad_set(lua_State *L, kn_tensor *t, bool cleared, kn_status st)
+{
+    kn_capture *cap = kn_lua_active_capture(L);
+    if (cap && st == KN_OK) kn_capture_note_grad_set(cap, t, cleared);
 }
 
 /* ---- properties -------------------------------------------------------- */
@@ -80,6 +89,7 @@ bool kn_lua_autograd_assign(lua_State *L, const char *key)
         if (!g && !lua_isnil(L, 3))
             return luaL_error(L, "grad: expected a tensor or nil, got %s", luaL_typename(L, 3)), true;
         st = kn_autograd_set_grad(t, g);
+        note_grad_set(L, t, g == NULL, st);
     } else {
         return false;
     }
@@ -127,7 +137,9 @@ static int m_detach(lua_State *L)
  * set_to_none): the next backward sets it afresh */
 static int m_zero_grad(lua_State *L)
 {
-    kn_status st = kn_autograd_set_grad(kn_lua_checktensor(L, 1), NULL);
+    kn_tensor *t = kn_lua_checktensor(L, 1);
+    kn_status st = kn_autograd_set_grad(t, NULL);
+    note_grad_set(L, t, true, st);
     if (st != KN_OK) return kn_lua_fail(L, st);
     lua_settop(L, 1);
     return 1;

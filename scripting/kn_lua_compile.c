@@ -252,6 +252,18 @@ static void forget_history(lua_State *L, int call_base)
     }
 }
 
+/* The results from call_base on whose history the call's own backward
+ * went through (a training step's loss) lose it, marked as spent: a
+ * second backward from them says why, whether the call was traced or
+ * replayed (a replay gives them the same mark). */
+static void forget_spent_history(lua_State *L, int call_base)
+{
+    for (int i = call_base; i <= lua_gettop(L); i++) {
+        kn_tensor *t = kn_lua_totensor(L, i);
+        if (t && kn_autograd_history_freed(t)) kn_autograd_forget(t, KN_GRAD_ORIGIN_SPENT);
+    }
+}
+
 /* A call of a compiled callable: replayed when the last trace allows it
  * and its guards hold, else traced (its graphs compiled or found in the
  * cache and run), then recorded for the next replay. */
@@ -325,6 +337,7 @@ static int cm_call_body(lua_State *L)
     lua_gc(L, LUA_GCCOLLECT);
     if (cm->cap.call_backwards) u->trains = true;
     if (!cm->cap.keep_saved) forget_history(L, call_base);
+    else if (cm->cap.call_backwards) forget_spent_history(L, call_base);
     st = kn_capture_end(&cm->cap, true);
     kn_lua_trace_flush_log(cm);
     if (st != KN_OK) return kn_lua_fail(L, st);
@@ -344,8 +357,7 @@ static int cm_gc(lua_State *L)
     compiled_ud *u = luaL_checkudata(L, 1, KN_COMPILED_MT);
     kn_compiled_free(u->cm);
     u->cm = NULL;
-    kn_replay_tape_free(u->rp.tape);
-    u->rp.tape = NULL;
+    kn_lua_replay_forget(&u->rp);
     return 0;
 }
 

@@ -50,6 +50,24 @@ typedef struct {
      * write_input once the replay's graph ran */
     int n_writes;
     int write_input[KN_REPLAY_MAX], write_node[KN_REPLAY_MAX], write_out[KN_REPLAY_MAX];
+    /* the gradients a training step leaves in .grad: each graph input
+     * grad_input gets the graph value (grad_node, grad_out) once the
+     * replay's graph ran, or none (grad_node -1: the call cleared it,
+     * zero_grad, and its backward set none) */
+    int n_grads;
+    int grad_input[KN_REPLAY_MAX], grad_node[KN_REPLAY_MAX], grad_out[KN_REPLAY_MAX];
+    /* a gradient the backward made afresh because the tensor had none when
+     * the trace began (the call did not clear it): a replay needs it to
+     * have none again, else the backward accumulates and the call traces */
+    bool grad_needs_none[KN_REPLAY_MAX];
+    /* tensors the call cleared the gradient of that its graph does not
+     * read (a parameter no loss depends on): a replay clears them too
+     * (retained; kn_lua_replay_forget releases them) */
+    int n_clear_extra;
+    kn_tensor *clear_extra[KN_REPLAY_MAX];
+    /* results whose history the call's own backward spent (a training
+     * step's loss): a replay marks them so (KN_GRAD_ORIGIN_SPENT) */
+    bool res_spent[KN_REPLAY_MAX];
     bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
     bool autocast_on;  /* kiln.autocast of the trace (its casts are in the graph): a replay needs the same */
     kn_dtype autocast_dtype;

@@ -492,6 +492,9 @@ static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int r
         bound[k] = kn_lua_totensor(L, -1);
         lua_pop(L, 1);
         if (!bound[k]) return false;
+        /* a placeholder an earlier call made: its value is the input */
+        if (bound[k]->lazy) bound[k] = bound[k]->lazy->value;
+        if (!bound[k]) return false;
     }
     lua_pop(L, 1);
     /* whether each tensor requires grad, as at the trace: its gradient is
@@ -526,9 +529,9 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
     if (rp->rng_used) replay_draw(L, v, rp->rng_used);
     /* running the graph: allocating, computing and freeing its values */
     double t0 = kn_clock_s();
-    kn_plan_value own_want[2 * KN_REPLAY_MAX];
+    kn_plan_value own_want[3 * KN_REPLAY_MAX]; /* results, writes, gradients */
     const kn_plan_value *want = own_want;
-    kn_tensor *outs[KN_REPLAY_TAPE_MAX + KN_REPLAY_MAX];
+    kn_tensor *outs[KN_REPLAY_TAPE_MAX + 3 * KN_REPLAY_MAX];
     int n_want = 0, n_results_want = 0;
     if (rp->tape) want = kn_replay_tape_want(rp->tape, &n_want); /* the trace's: results and kept values */
     else {
@@ -536,16 +539,24 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
             if (rp->res_node[i] >= 0) own_want[n_want++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
         n_results_want = n_want;
         /* the values the call wrote in place, after the results (no tape
-         * when there are writes: record_writes) */
+         * when there are writes: record_writes), then the gradients it
+         * left in .grad */
         for (int i = 0; i < rp->n_writes; i++) own_want[n_want++] = (kn_plan_value){rp->write_node[i], rp->write_out[i]};
+        for (int i = 0; i < rp->n_grads; i++)
+            if (rp->grad_node[i] >= 0) own_want[n_want++] = (kn_plan_value){rp->grad_node[i], rp->grad_out[i]};
     }
     kn_status st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
     /* the writes, once the graph ran (a failed run writes nothing) */
     bool ran = st == KN_OK;
     for (int i = 0; i < rp->n_writes && st == KN_OK; i++)
         st = kn_capture_copy_value(bound[rp->write_input[i]], outs[n_results_want + i]);
+    /* the gradients, as the call's backward (or zero_grad) left them */
+    for (int i = 0, o = n_results_want + rp->n_writes; i < rp->n_grads && st == KN_OK; i++)
+        st = kn_autograd_set_grad(bound[rp->grad_input[i]], rp->grad_node[i] >= 0 ? outs[o++] : NULL);
+    for (int i = 0; i < rp->n_clear_extra && st == KN_OK; i++) st = kn_autograd_set_grad(rp->clear_extra[i], NULL);
     if (ran) {
-        for (int i = 0; i < rp->n_writes; i++) kn_tensor_release(outs[n_results_want + i]);
+        /* the writes' and gradients' values (none with a tape: record_writes, record_grads) */
+        for (int i = n_results_want; i < n_want && !rp->tape; i++) kn_tensor_release(outs[i]);
         if (st != KN_OK)
             for (int i = 0; i < n_results_want; i++) kn_tensor_release(outs[i]);
     }
@@ -572,6 +583,8 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
     int rtab = lua_gettop(L);
     luaL_checkstack(L, rp->n_results, "replay");
     for (int i = 0; i < rp->n_results; i++) {
+        /* a training step's loss: spent by its backward, as the trace's was */
+        if (results[i] && rp->res_spent[i]) kn_autograd_mark(results[i], KN_GRAD_ORIGIN_SPENT);
         if (results[i]) kn_lua_pushtensor(L, results[i]);
         else lua_rawgeti(L, rtab, i + 1);
     }
@@ -608,6 +621,11 @@ int kn_lua_replay_try(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
         lua_settop(L, top);
         return -1;
     }
+    for (int i = 0; i < rp->n_grads; i++)
+        if (rp->grad_needs_none[i] && kn_autograd_grad(bound[rp->grad_input[i]])) {
+            lua_settop(L, top);
+            return -1;
+        }
     return run_replay(L, u, uv, v, bound, top);
 }
 
@@ -620,10 +638,10 @@ static const char *why_no_replay(lua_State *L, const kn_compiled *cm, int nargs,
     const kn_lua_state *s = kn_lua_state_get(L);
     const char *why = NULL;
     if (cap->n_breaks) why = "graph breaks";
-    /* a replay runs the graph and repeats the call's in-place writes
-     * (record_writes), but does not set the .grad a backward set */
-    else if (cap->call_writes && cap->call_backwards) why = "it writes tensors in place (copy_, an optimizer's step)";
-    else if (cap->call_backwards) why = "it runs backward (a training step)";
+    /* a replay runs the graph, repeats the call's in-place writes
+     * (record_writes) and sets the .grad its backward set (record_grads);
+     * a gradient assigned by hand it cannot repeat */
+    else if (cap->call_grad_assigns) why = "it assigns a tensor's .grad by hand";
     else if (s->impure) why = s->impure_what;
     /* a step counter kept in an upvalue (lr = lr * 0.9) or a table: a replay
      * would skip the write, and every later call would see the same value */
@@ -649,6 +667,7 @@ static bool record_results(lua_State *L, replay_t *rp, int first, int nres, bool
         int idx = first + i;
         void *ud = luaL_testudata(L, idx, KN_TENSOR_MT);
         rp->res_node[i] = -1;
+        rp->res_spent[i] = false;
         if (ud) {
             kn_tensor *t = *(kn_tensor **)ud;
             if (!t->lazy || t->lazy->segment != 0) { /* a tensor from outside the graph */
@@ -656,6 +675,7 @@ static bool record_results(lua_State *L, replay_t *rp, int first, int nres, bool
                 return false;
             }
             if (t->ag && t->ag->fn) *history = true; /* a replay rebuilds its tape (kn_lua_replay_tape.h) */
+            rp->res_spent[i] = t->ag && t->ag->origin == KN_GRAD_ORIGIN_SPENT;
             rp->res_node[i] = t->lazy->node;
             rp->res_out[i] = t->lazy->out;
         } else if (lua_istable(L, idx) || lua_isuserdata(L, idx) || lua_isfunction(L, idx) || lua_isthread(L, idx)) {
@@ -720,7 +740,8 @@ static bool push_snapshot_tensor(lua_State *L, int rt, uint64_t id)
         for (lua_Integer i = 3; i <= n; i += 3) {
             lua_rawgeti(L, list, i);
             kn_tensor *t = kn_lua_totensor(L, -1);
-            if (t && t->id == id) {
+            /* a placeholder an earlier call made stands for its value, the input */
+            if (t && (t->id == id || (t->lazy && t->lazy->value && t->lazy->value->id == id))) {
                 lua_remove(L, list);
                 return true;
             }
@@ -842,6 +863,66 @@ static bool record_writes(replay_t *rp, const kn_capture *cap, char *why, size_t
     return true;
 }
 
+/* The gradients the traced call left on the tensors its graph reads
+ * (bound: each input's tensor), which a replay sets again: a value of
+ * the graph (its backward's), or none where the call cleared it
+ * (zero_grad). A gradient from outside the graph is left as it is (the
+ * call did not touch it: an assignment stops the replay, why_no_replay).
+ * False, with why, when there are more than a replay sets. */
+static bool record_grads(replay_t *rp, const kn_capture *cap, const kn_version *v, kn_tensor *const *bound,
+                         char *why, size_t why_size)
+{
+    rp->n_grads = 0;
+    if (!cap->call_backwards && !cap->n_grad_cleared) return true;
+    if (rp->tape) {
+        snprintf(why, why_size, "it runs backward and returns tensors with autograd history it did not spend");
+        return false;
+    }
+    for (int k = 0; k < v->g.n_inputs; k++) {
+        kn_tensor *t = bound[k];
+        if (!t || kn_input_is_number(&v->g.inputs[k])) continue;
+        kn_tensor *g = kn_autograd_grad(t);
+        int node = -1, out = 0;
+        if (g && g->lazy && g->lazy->segment == 0 && g->lazy->node >= 0) {
+            node = g->lazy->node;
+            out = g->lazy->out;
+        } else if (g || !kn_capture_grad_cleared(cap, t->id)) {
+            continue;
+        }
+        if (rp->n_grads == KN_REPLAY_MAX) {
+            snprintf(why, why_size, "it sets more gradients than a replay sets (%d)", KN_REPLAY_MAX);
+            return false;
+        }
+        rp->grad_input[rp->n_grads] = k;
+        rp->grad_needs_none[rp->n_grads] = node >= 0 && !kn_capture_grad_cleared(cap, t->id);
+        rp->grad_node[rp->n_grads] = node;
+        rp->grad_out[rp->n_grads] = out;
+        rp->n_grads++;
+    }
+    for (int i = 0; i < cap->n_grad_cleared; i++) {
+        kn_tensor *t = cap->grad_cleared[i];
+        bool read = false;
+        for (int k = 0; k < v->g.n_inputs && !read; k++) read = bound[k] && bound[k]->id == t->id;
+        if (read || kn_autograd_grad(t)) continue;
+        if (rp->n_clear_extra == KN_REPLAY_MAX) {
+            snprintf(why, why_size, "it clears more gradients than a replay clears (%d)", KN_REPLAY_MAX);
+            return false;
+        }
+        kn_tensor_retain(t);
+        rp->clear_extra[rp->n_clear_extra++] = t;
+    }
+    return true;
+}
+
+void kn_lua_replay_forget(replay_t *rp)
+{
+    rp->valid = false;
+    kn_replay_tape_free(rp->tape);
+    rp->tape = NULL;
+    for (int i = 0; i < rp->n_clear_extra; i++) kn_tensor_release(rp->clear_extra[i]);
+    rp->n_clear_extra = 0;
+}
+
 /* After a traced call: record what a replay needs, when the call allows it.
  * Results are at [first, top]. */
 void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
@@ -850,9 +931,7 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     replay_t *rp = &u->rp;
     kn_compiled *cm = u->cm;
     const kn_capture *cap = &cm->cap;
-    rp->valid = false;
-    kn_replay_tape_free(rp->tape);
-    rp->tape = NULL;
+    kn_lua_replay_forget(rp);
     int nres = lua_gettop(L) - first + 1;
     const kn_lua_state *s = kn_lua_state_get(L);
     const char *why = why_no_replay(L, cm, nargs, nres, before);
@@ -900,6 +979,21 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     if (!record_writes(rp, cap, u->no_replay, sizeof u->no_replay)) goto fail;
     lua_setfield(L, rt, "tensors");
     lua_setfield(L, rt, "params");
+    /* the tensors a replay would bind now, found the way it finds them:
+     * their gradients are the call's */
+    if (cap->call_backwards || cap->n_grad_cleared) {
+        kn_tensor *bound[256] = {NULL};
+        int mark = lua_gettop(L);
+        bool holds = replay_guards_hold(L, u, uv, rt, v, nargs, module_idx, bound);
+        lua_settop(L, mark);
+        if (!holds) {
+            snprintf(u->no_replay, sizeof u->no_replay, "its guards do not hold right after the call");
+            goto fail;
+        }
+        if (!record_grads(rp, cap, v, bound, u->no_replay, sizeof u->no_replay)) goto fail;
+    } else {
+        rp->n_grads = 0;
+    }
     lua_setfield(L, uv, "replay");
     rp->grad_enabled = s->grad.enabled;
     rp->autocast_on = s->autocast_on;

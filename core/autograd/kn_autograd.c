@@ -335,6 +335,13 @@ kn_status kn_autograd_no_history(const kn_tensor *t, const char *what)
                         "autograd does not record yet; move the parameters (m:to(device)) and the inputs before "
                         "computing with them",
                         what);
+    case KN_GRAD_ORIGIN_SPENT:
+        return kn_error(KN_ERR_ARG,
+                        "%s: the tensor does not require grad: a compiled function returned it after its own "
+                        "backward went through it (a training step's loss), and that backward freed the graph, "
+                        "as any backward without retain_graph does; run a second backward inside the function "
+                        "(with {retain_graph = true} on the first) if you need one",
+                        what);
     case KN_GRAD_ORIGIN_NONE: break;
     }
     return kn_error(KN_ERR_ARG,

@@ -77,6 +77,12 @@ typedef struct kn_backward_args {
 
 kn_status kn_autograd_backward(kn_autograd *ag, kn_exec *ex, const kn_backward_args *a);
 
+/* Whether a backward without retain_graph has gone through t's history
+ * (a node it reaches released its saved tensors): a second backward from
+ * t would fail. A compiled training step's loss, once its step ran
+ * backward, is such a tensor. */
+bool kn_autograd_history_freed(const kn_tensor *t);
+
 /* The op table's autograd column (kn_grad.def): whether op has a gradient
  * rule; else, in *why, why not ("its result is bool", "it takes no
  * inputs"). */

@@ -494,3 +494,38 @@ kn_status kn_autograd_backward(kn_autograd *ag, kn_exec *ex, const kn_backward_a
     pass_free(&p);
     return st;
 }
+
+/* Whether a backward without retain_graph went through t's history: a
+ * node reachable from t released what it saved (kn_autograd.h). The walk
+ * marks the nodes with a pass number of its own, as a backward does. */
+bool kn_autograd_history_freed(const kn_tensor *t)
+{
+    if (!t->ag || !t->ag->fn) return false;
+    uint64_t id = ++kn_backward_passes;
+    int n = 0, cap = 64;
+    kn_grad_node **list = malloc(sizeof *list * (size_t)cap);
+    if (!list) return false; /* out of memory: "not freed", the cautious answer */
+    list[n++] = t->ag->fn;
+    t->ag->fn->visit = id;
+    bool freed = false;
+    for (int done = 0; done < n && !freed; done++) {
+        kn_grad_node *node = list[done];
+        freed = node->freed;
+        for (int i = 0; i < node->n_in && !freed; i++) {
+            kn_grad_meta *e = node->edge[i];
+            if (!e || !e->fn || e->fn->visit == id) continue;
+            if (n == cap) {
+                kn_grad_node **more = realloc(list, sizeof *list * (size_t)(cap *= 2));
+                if (!more) {
+                    free(list);
+                    return false;
+                }
+                list = more;
+            }
+            e->fn->visit = id;
+            list[n++] = e->fn;
+        }
+    }
+    free(list);
+    return freed;
+}

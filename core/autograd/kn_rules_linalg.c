@@ -41,6 +41,8 @@ void kn_grad_matmul(kn_gb *b, const kn_grad_node *n, kn_tensor *const *gout, kn_
 
 /* ---- conv2d ---- */
 
+#define KN_GB_MAX_TAPS 64 /* kernel positions the weight gradient's GEMM form stacks (8 x 8) */
+
 static kn_tensor *conv(kn_gb *b, kn_tensor *x, kn_tensor *w, const int *stride, const int *padding,
                        const int *dilation, int groups)
 {
@@ -93,13 +95,67 @@ static kn_tensor *conv_input_grad(kn_gb *b, kn_tensor *g, kn_tensor *w, const kn
     return full;
 }
 
+/* xs[0..n) joined along dim, in cats of at most KN_MAX_INPUTS each
+ * (n <= KN_GB_MAX_TAPS). */
+static kn_tensor *cat_many(kn_gb *b, int n, kn_tensor **xs, int dim)
+{
+    while (n > KN_MAX_INPUTS) {
+        int m = 0;
+        for (int i = 0; i < n; i += KN_MAX_INPUTS) {
+            int k = n - i < KN_MAX_INPUTS ? n - i : KN_MAX_INPUTS;
+            xs[m++] = k == 1 ? xs[i] : kn_gb_cat(b, k, xs + i, dim);
+        }
+        n = m;
+    }
+    return n == 1 ? xs[0] : kn_gb_cat(b, n, xs, dim);
+}
+
+/* The weight's gradient of an ungrouped convolution as one GEMM over
+ * the input's patches (im2col): dW[k, (c, i, j)] = sum over (n, p, q) of
+ * g[n, k, p, q] x_pad[n, c, i*dh + p*sh, j*dw + q*sw]. The patches are
+ * the kh*kw strided views of the padded input, each [C, N, oh, ow],
+ * stacked into [C*kh*kw, N*oh*ow]; the GEMM's long dim is the batch and
+ * the output's positions, accumulated once in the GEMM's precision. The
+ * convolution form below takes the output's gradient as a kernel as large
+ * as the output (112 x 112 for a stride-2 stem on 224 x 224), which
+ * libraries run far off their fast paths. */
+static kn_tensor *conv_weight_grad_gemm(kn_gb *b, kn_tensor *x, kn_tensor *g, const kn_meta *mw, const kn_attrs *a)
+{
+    int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    int64_t K = g->shape[1], oh = g->shape[2], ow = g->shape[3], kh = mw->shape[2], kw = mw->shape[3];
+    int to_cnhw[4] = {1, 0, 2, 3};
+    kn_tensor *xp = kn_gb_contiguous(b, kn_gb_permute(b, x, to_cnhw)); /* [C, N, H, W] */
+    xp = kn_gb_unslice(b, xp, 2, H + 2 * a->padding[0], a->padding[0], 1);
+    xp = kn_gb_unslice(b, xp, 3, W + 2 * a->padding[1], a->padding[1], 1);
+    if (!xp) return NULL;
+    kn_tensor *taps[KN_GB_MAX_TAPS];
+    if (kh * kw > KN_GB_MAX_TAPS) return kn_gb_fail(b, KN_ERR_UNSUPPORTED, "conv2d: a %lldx%lld kernel has too many "
+                                                    "taps for its weight gradient", (long long)kh, (long long)kw);
+    int64_t tap5[5] = {C, 1, N, oh, ow};
+    for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++) {
+            int64_t r0 = i * a->dilation[0], c0 = j * a->dilation[1];
+            kn_tensor *t = kn_gb_slice(b, xp, 2, r0, r0 + (oh - 1) * a->stride[0] + 1, a->stride[0]);
+            t = kn_gb_slice(b, t, 3, c0, c0 + (ow - 1) * a->stride[1] + 1, a->stride[1]);
+            taps[i * kw + j] = kn_gb_reshape(b, t, 5, tap5);
+        }
+    kn_tensor *cols = cat_many(b, (int)(kh * kw), taps, 1); /* [C, kh*kw, N, oh, ow] */
+    int64_t cols2[2] = {C * kh * kw, N * oh * ow}, g2[2] = {K, N * oh * ow};
+    cols = kn_gb_reshape(b, cols, 2, cols2);
+    kn_tensor *gk = kn_gb_reshape(b, kn_gb_contiguous(b, kn_gb_permute(b, g, to_cnhw)), 2, g2);
+    kn_tensor *dw = kn_gb_matmul(b, gk, kn_gb_mT(b, cols)); /* [K, C*kh*kw] */
+    return kn_gb_reshape_meta(b, dw, mw);
+}
+
 /* The weight's gradient: a convolution of the input (its batch as
  * channels, per group) with the output's gradient as the kernel, stride
  * and dilation exchanged. For group j, channel j*N + n of the input is
  * batch n's channel of that group, and out channel k of group j reads
- * exactly those, so out[c, k, i, j] = dL/dw[k, c, i, j]. */
+ * exactly those, so out[c, k, i, j] = dL/dw[k, c, i, j]. Grouped
+ * convolutions (depthwise) take this form; ungrouped ones the GEMM above. */
 static kn_tensor *conv_weight_grad(kn_gb *b, kn_tensor *x, kn_tensor *g, const kn_meta *mw, const kn_attrs *a)
 {
+    if (a->groups == 1 && mw->shape[2] * mw->shape[3] <= KN_GB_MAX_TAPS) return conv_weight_grad_gemm(b, x, g, mw, a);
     int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
     int64_t K = g->shape[1], oh = g->shape[2], ow = g->shape[3], G_ = a->groups, cg = C / G_;
     int64_t xs5[5] = {N, G_, cg, H, W}, xs4[4] = {cg, G_ * N, H, W};

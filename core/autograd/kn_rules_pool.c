@@ -50,10 +50,21 @@ static void pool_window(kn_op op, const kn_attrs *a, int d, int64_t in, int64_t 
     if (op == KN_OP_AVG_POOL2D && !a->count_include_pad) *div = *en - *st;
 }
 
-/* The {out, in} averaging matrix of axis d. */
+/* The {out, in} averaging matrix of axis d. A global pool's (one window
+ * over the whole axis) is a fill op, which a traced backward computes in
+ * its graph; any other is made on the host, which a traced call reads as
+ * a new input every call (so it is traced again rather than replayed). */
 static kn_tensor *axis_matrix(kn_gb *b, kn_op op, const kn_attrs *a, int d, int64_t in, int64_t out, kn_dtype dt)
 {
     if (b->st != KN_OK) return NULL;
+    if (out == 1) {
+        int64_t st, en, div;
+        pool_window(op, a, d, in, out, 0, &st, &en, &div);
+        if (st == 0 && en == in && div == in) {
+            int64_t shape[2] = {1, in};
+            return kn_gb_full(b, 2, shape, 1.0 / (double)in, dt);
+        }
+    }
     double *m = calloc((size_t)(out * in) + 1, sizeof *m);
     if (!m) return kn_gb_fail(b, KN_ERR_OOM, "%s: out of host memory", kn_op_name(op));
     for (int64_t i = 0; i < out; i++) {

@@ -456,6 +456,8 @@ void kn_compiled_free(kn_compiled *cm)
     free(cm->cap.kept);
     free(cm->cap.last_want);
     free(cm->cap.last_writes);
+    for (int i = 0; i < cm->cap.n_grad_cleared; i++) kn_tensor_release(cm->cap.grad_cleared[i]);
+    free(cm->cap.grad_cleared);
     free(cm->cap.call_breaks);
     for (int k = 0; k < cm->cache.n_graphs; k++) {
         for (int v = 0; v < cm->cache.graphs[k].n_versions; v++) {

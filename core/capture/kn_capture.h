@@ -153,6 +153,15 @@ typedef struct kn_capture {
     int n_writes, cap_writes;
     int call_writes;
     int call_backwards; /* backward passes traced in this call */
+    /* the .grad changes this call made by hand (zero_grad, t.grad = v),
+     * noted by the front end: the tensors whose gradient it cleared
+     * (retained until the next call), which a direct replay of a training
+     * step clears again, and how many it set to a tensor, which a replay
+     * cannot repeat (a backward's gradients are values of the graph: the
+     * replay finds them on the tensors themselves) */
+    kn_tensor **grad_cleared;
+    int n_grad_cleared, cap_grad_cleared;
+    int call_grad_assigns;
     /* values a tape node saved are outputs of their graph (kept for a
      * backward in a later graph or after the call); else only what else
      * refers to them is (inference: the fused graph stays as it was).
@@ -190,6 +199,15 @@ typedef struct kn_capture {
  * its graph ran (same shape and dtype; dst contiguous): a direct replay
  * repeats those writes with it. */
 kn_status kn_capture_copy_value(kn_tensor *dst, kn_tensor *v);
+
+/* Note that the call being traced cleared t's gradient (cleared) or set
+ * it to a tensor; out of memory drops the note and counts an assignment,
+ * so the call is traced again rather than replayed wrongly. */
+void kn_capture_note_grad_set(kn_capture *cap, kn_tensor *t, bool cleared);
+/* Forget the notes (at the start of each call, and when the capture is freed). */
+void kn_capture_forget_grad_sets(kn_capture *cap);
+/* Whether the call being traced cleared the gradient of the tensor with this id. */
+bool kn_capture_grad_cleared(const kn_capture *cap, uint64_t tensor_id);
 
 struct kn_compiled {
     /* which function this is and what it is compiled for: named in every

@@ -49,6 +49,21 @@ static const char *unique_input_name(const kn_graph *g, const char *name, char *
     return name; /* not reached: n_inputs + 1 numbers cannot all be taken */
 }
 
+/* Whether b is another header over a's data (same storage, place,
+ * shape, strides and dtype): the alias of a parameter a tape node saved,
+ * which a backward traced in the same graph reads. It is that input, not
+ * a new one: a new header every call would be an input a replay cannot
+ * find again. */
+static bool same_view(const kn_tensor *a, const kn_tensor *b)
+{
+    if (!a || !b || a == b || !a->storage || a->storage != b->storage || a->offset != b->offset ||
+        a->dtype != b->dtype || a->ndim != b->ndim)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d]) return false;
+    return true;
+}
+
 kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, const char *name,
                            const char *where, kn_tensor **out)
 {
@@ -65,11 +80,15 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
             return kn_error(KN_ERR_ARG, "a traced value was used after the compiled call that "
                                         "made it failed; it has no value");
         real = t->lazy->value;
-        if (t->lazy->cap == cap && t->lazy->is_input) {
+        /* a placeholder an earlier call made (an optimizer's state, made
+         * in a training step's first call and kept in its table) is any
+         * other tensor to this call; its value is the input */
+        bool this_call = t->lazy->cap == cap && t->id >= cap->first_tensor_id;
+        if (this_call && t->lazy->is_input) {
             /* an input of an earlier graph (an argument, a parameter) keeps its name */
             kind = t->lazy->input_kind;
             name = t->lazy->input_name;
-        } else if (t->lazy->cap == cap) {
+        } else if (this_call) {
             snprintf(gname, sizeof gname, "graph %d output %d", t->lazy->segment,
                      t->lazy->output_index);
             kind = KN_IN_GRAPH_OUTPUT;
@@ -87,7 +106,9 @@ kn_status kn_capture_input(kn_capture *cap, kn_tensor *t, kn_input_kind kind, co
     int node = -1;
     for (int i = 0; i < cap->g.n_nodes && node < 0; i++) {
         const kn_node *n = &cap->g.nodes[i];
-        if (n->op == KN_NODE_INPUT && cap->g.inputs[n->input].tensor_id == real->id) node = i;
+        if (n->op == KN_NODE_INPUT &&
+            (cap->g.inputs[n->input].tensor_id == real->id || same_view(cap->g.inputs[n->input].tensor, real)))
+            node = i;
     }
     if (node < 0) {
         char uname[KN_NAME_MAX];
@@ -153,6 +174,7 @@ kn_status kn_capture_begin(kn_compiled *cm)
     cap->passes_s = cap->codegen_s = cap->backend_s = cap->compile_s = 0;
     cap->kernels_generated = cap->kernels_cached = 0;
     cap->call_writes = cap->call_backwards = 0;
+    kn_capture_forget_grad_sets(cap);
     cap->n_last_writes = 0;
     cap->part = KN_PART_FORWARD;
     cap->in_backward = false;

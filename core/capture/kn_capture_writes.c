@@ -183,3 +183,39 @@ kn_status kn_capture_apply_writes(kn_capture *cap, bool ran)
     cap->n_writes = 0;
     return st;
 }
+
+/* ---- .grad set by hand during a trace (kn_capture.h) ---- */
+
+void kn_capture_note_grad_set(kn_capture *cap, kn_tensor *t, bool cleared)
+{
+    if (!cleared) {
+        cap->call_grad_assigns++;
+        return;
+    }
+    if (kn_capture_grad_cleared(cap, t->id)) return;
+    if (cap->n_grad_cleared == cap->cap_grad_cleared) {
+        int n = cap->cap_grad_cleared ? 2 * cap->cap_grad_cleared : 64;
+        kn_tensor **list = realloc(cap->grad_cleared, sizeof *list * (size_t)n);
+        if (!list) {
+            cap->call_grad_assigns++; /* forgotten: the call is traced again, never replayed wrongly */
+            return;
+        }
+        cap->grad_cleared = list;
+        cap->cap_grad_cleared = n;
+    }
+    kn_tensor_retain(t);
+    cap->grad_cleared[cap->n_grad_cleared++] = t;
+}
+
+bool kn_capture_grad_cleared(const kn_capture *cap, uint64_t tensor_id)
+{
+    for (int i = 0; i < cap->n_grad_cleared; i++)
+        if (cap->grad_cleared[i]->id == tensor_id) return true;
+    return false;
+}
+
+void kn_capture_forget_grad_sets(kn_capture *cap)
+{
+    for (int i = 0; i < cap->n_grad_cleared; i++) kn_tensor_release(cap->grad_cleared[i]);
+    cap->n_grad_cleared = cap->call_grad_assigns = 0;
+}

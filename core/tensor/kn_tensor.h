@@ -150,7 +150,8 @@ typedef enum kn_grad_origin {
     KN_GRAD_ORIGIN_NONDIFF, /* an op without a derivative (nondiff_op) made it from tensors that require grad */
     KN_GRAD_ORIGIN_NO_GRAD, /* made inside kiln.no_grad from tensors that require grad */
     KN_GRAD_ORIGIN_COMPILED, /* made by a compiled call that kept no values for a backward outside it */
-    KN_GRAD_ORIGIN_MOVED     /* copied to another device (x:to), which records no gradient yet */
+    KN_GRAD_ORIGIN_MOVED,    /* copied to another device (x:to), which records no gradient yet */
+    KN_GRAD_ORIGIN_SPENT     /* returned by a compiled call whose own backward went through it */
 } kn_grad_origin;
 
 struct kn_grad_node;

@@ -287,7 +287,7 @@ function Optimizer:load_state_dict(sd)
     local p = list[i]
     if not p then fail("%s: state for parameter %s, but the optimizer has %d", fn, tostring(i), #list) end
     for k, v in pairs(st) do
-      if is_tensor(v) and shape_str(v) ~= shape_str(p) then
+      if is_tensor(v) and k ~= "step" and shape_str(v) ~= shape_str(p) then
         fail("%s: state '%s' of parameter %d has shape %s, the parameter %s", fn, k, i, shape_str(v), shape_str(p))
       end
     end
@@ -301,7 +301,9 @@ function Optimizer:load_state_dict(sd)
   for i, st in pairs(state) do
     local p, copy = list[i], {}
     for k, v in pairs(st) do
-      if is_tensor(v) then v = kiln.no_grad(function() return v:to({ dtype = p.dtype, device = p.device }):clone() end)
+      -- a step count kept as a tensor (by a compiled step) stays f64
+      local dtype = k == "step" and "f64" or p.dtype
+      if is_tensor(v) then v = kiln.no_grad(function() return v:to({ dtype = dtype, device = p.device }):clone() end)
       else v = copy_value(v) end
       copy[k] = v
     end
@@ -403,13 +405,29 @@ local function check_adam(fn, g)
 end
 
 -- Adam's host part: the state on the first step, the step count, and
--- the step's numbers: lr / (1 - b1^t) and sqrt(1 - b2^t)
+-- the step's numbers: lr / (1 - b1^t) and sqrt(1 - b2^t).
+-- Traced (a compiled training step), the count is an f64 tensor on the
+-- parameter's device that the graph increments in place, and the numbers
+-- are computed from it in the graph (f64, then the parameter's dtype, the
+-- precision a Lua number gets in the op-by-op update): the Lua state then
+-- stays the same from call to call, so the next call can be a direct
+-- replay, as PyTorch's capturable Adam keeps its step on the device.
+-- Eager, the count is a Lua number again.
 local function adam_prepare(p, st, g)
   if not st.exp_avg then
     st.step = 0
     st.exp_avg, st.exp_avg_sq = zeros_like(p), zeros_like(p)
     if g.amsgrad then st.max_exp_avg_sq = zeros_like(p) end
   end
+  if kiln.is_compiling() then
+    if not is_tensor(st.step) then st.step = kiln.tensor(st.step, { dtype = "f64", device = p.device }) end
+    st.step:copy_(st.step + 1)
+    local t = st.step
+    local b1t = (t * math.log(g.betas[1])):exp()
+    local b2t = (t * math.log(g.betas[2])):exp()
+    return { (g.lr / (1 - b1t)):to(p.dtype), (1 - b2t):sqrt():to(p.dtype) }
+  end
+  if is_tensor(st.step) then st.step = st.step:item() end
   st.step = st.step + 1
   return { g.lr / (1 - g.betas[1] ^ st.step), math.sqrt(1 - g.betas[2] ^ st.step) }
 end
