@@ -470,7 +470,7 @@ static void measure_case(const gemm_case *c, const candidate *cand, int n, uint1
     int base = -1, best = -1, timed = 0, bad = 0;
     float base_us = -1, best_us = -1, tol = 0;
     for (int i = 0; i < n; i++) {
-        char where[96], config[200];
+        char where[160], config[200]; /* a label (64 at most) and a name (32) */
         snprintf(where, sizeof where, "%s  %s", w, cand[i].name);
         describe_algo(&cand[i].algo, config, sizeof config);
         uint16_t *dst = base < 0 ? ref : out;

@@ -23,7 +23,7 @@ the same place: train_SAMPLE.weights.safetensors (the initial state_dict,
 f32, PyTorch's names) and train_SAMPLE-DTYPE.io.safetensors (the batch and
 the eager loss curve, "losses"). kiln_train.lua checks its curve against it.
 
-`reference` writes, for t/train_curves.lua (CI, no PyTorch there), the
+`reference` writes, for t/train_curves.sh (CI, no PyTorch there), the
 small sizes on the CPU in f32 from deterministic weights that both sides
 compute from a formula (formula_init), so the committed files hold only the
 batch and the losses: OUTDIR/SAMPLE.safetensors.
@@ -138,7 +138,7 @@ def formula_init(m):
     rounded to f32): w[i] = s * sin(0.61803 i + phase(name)), phase = 0.01 x
     the sum of the name's bytes; s = 1 / sqrt(fan_in) for matrices and
     kernels (fan_in = numel / rows), 0.1 for vectors, plus 1 for a norm's
-    weight. t/train_curves.lua has the same function in Lua."""
+    weight. t/lib/train_curves.lua has the same function in Lua."""
     import torch
     with torch.no_grad():
         for name, p in m.named_parameters():

@@ -13,9 +13,11 @@ template <int S, int D> KN_FN void kn_copy_impl(const kn_copy_args &a)
         if (a.ndim == 1) {
             so = e * a.sst[0];
             dof = e * a.dst_st[0];
-        } else {
-            so = kn_offset(e, a.ndim, a.shape, a.sst);
-            dof = kn_offset(e, a.ndim, a.shape, a.dst_st);
+        } else { /* one set of coordinates for both sides */
+            long long c[KN_T_MAXD];
+            kn_coords_n(e, a.n, a.ndim, a.shape, c);
+            so = kn_offset_at(c, a.ndim, a.sst, -1, 0);
+            dof = kn_offset_at(c, a.ndim, a.dst_st, -1, 0);
         }
         const char *s = a.src + so * kn_esize<S>();
         char *d = a.dst + dof * kn_esize<D>();
@@ -78,7 +80,7 @@ extern "C" __global__ void kn_cat(kn_cat_args a)
     const int es = kn_esize<KN_DT>();
     long long c[KN_T_MAXD];
     for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
-        kn_coords(e, a.ndim, a.shape, c);
+        kn_coords_n(e, a.n, a.ndim, a.shape, c);
         long long p = kn_pick(c, a.dim);
         int k = 0;
         while (k + 1 < a.nin && a.start[k + 1] <= p) k++;

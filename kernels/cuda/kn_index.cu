@@ -35,7 +35,7 @@ extern "C" __global__ void kn_index_select(kn_index_args a)
     const int es = kn_esize<KN_DT>();
     long long c[KN_T_MAXD];
     for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
-        kn_coords(e, a.ndim, a.shape, c);
+        kn_coords_n(e, a.n, a.ndim, a.shape, c);
         long long j = kn_index_clamped(a.idx, a.idx64, kn_pick(c, a.dim) * a.ist[0], a.size);
         kn_cpy<KN_DT>(a.dst + e * es, a.x + kn_offset_at(c, a.ndim, a.xst, a.dim, j) * es);
     }
@@ -83,7 +83,7 @@ extern "C" __global__ void kn_gather(kn_index_args a)
     const int es = kn_esize<KN_DT>();
     long long c[KN_T_MAXD];
     for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
-        kn_coords(e, a.ndim, a.shape, c);
+        kn_coords_n(e, a.n, a.ndim, a.shape, c);
         long long ioff = kn_offset_at(c, a.ndim, a.ist, -1, 0);
         long long j = kn_index_clamped(a.idx, a.idx64, ioff, a.size);
         kn_cpy<KN_DT>(a.dst + e * es, a.x + kn_offset_at(c, a.ndim, a.xst, a.dim, j) * es);
@@ -131,7 +131,7 @@ extern "C" __global__ void kn_index_add(kn_index_args a)
     const int es = kn_esize<KN_DT>();
     long long c[KN_T_MAXD];
     for (long long e = kn_tid(); e < a.n; e += kn_nthreads()) {
-        kn_coords(e, a.ndim, a.shape, c);
+        kn_coords_n(e, a.n, a.ndim, a.shape, c);
         long long j = kn_index_clamped(a.idx, a.idx64, kn_pick(c, a.dim) * a.ist[0], a.size);
         kn_atomic_add(a.dst + kn_offset_at(c, a.ndim, a.dst_st, a.dim, j) * es,
                       a.x + kn_offset_at(c, a.ndim, a.xst, -1, 0) * es);

@@ -133,6 +133,29 @@ KN_FN void kn_coords(long long e, int nd, const long long *shape, long long *c)
     }
 }
 
+/* e's coordinates in a space of n elements: 32-bit divisions where n is
+ * under 2^31 (the common case). A 64-bit division is a long software
+ * sequence, and the copies, cats and scatters that work out every
+ * element's coordinates this way ran at 12-16% of the copy roofline in a
+ * convnet's training step (im2col's cats, a gradient's zero padding). */
+KN_FN void kn_coords_n(long long e, long long n, int nd, const long long *shape, long long *c)
+{
+    if (n > 2147483647LL) {
+        kn_coords(e, nd, shape, c);
+        return;
+    }
+    unsigned u = (unsigned)e;
+#pragma unroll
+    for (int d = KN_T_MAXD - 1; d >= 0; d--) {
+        c[d] = 0;
+        if (d < nd) {
+            const unsigned s = (unsigned)shape[d], q = u / s;
+            c[d] = (long long)(u - q * s);
+            u = q;
+        }
+    }
+}
+
 /* c[dim], with constant indices so that c can live in registers. */
 KN_FN long long kn_pick(const long long *c, int dim)
 {

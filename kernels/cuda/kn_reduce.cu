@@ -84,6 +84,38 @@ KN_FN void kn_rfinish_i(const kn_reduce_args &a, long long o, long long v)
     else kn_sti<KN_DT>(a.out + o * kn_esize<KN_DT>(), v);
 }
 
+/* The reduced elements e = first, first + g, ... of one output, walked
+ * without a division per element: the innermost reduced dim's index
+ * advances by g and carries into the outer ones, whose offset is worked
+ * out again only when a row is crossed. kn_offset divides by every dim's
+ * size (64-bit divisions, tens of instructions each), which held
+ * BatchNorm's statistics over N, H and W of a 32 x 32 x 112 x 112 batch to
+ * 100-190 us a channel set. */
+struct kn_rwalk {
+    long long row, col, inner, row_off, col_st;
+};
+
+KN_FN void kn_rwalk_init(kn_rwalk &w, const kn_reduce_args &a, long long e)
+{
+    w.inner = a.rsize[a.nr - 1];
+    w.col_st = a.rst[a.nr - 1];
+    w.row = e / w.inner;
+    w.col = e % w.inner;
+    w.row_off = kn_offset(w.row, a.nr - 1, a.rsize, a.rst);
+}
+
+KN_FN long long kn_rwalk_off(const kn_rwalk &w) { return w.row_off + w.col * w.col_st; }
+
+KN_FN void kn_rwalk_step(kn_rwalk &w, const kn_reduce_args &a, int g)
+{
+    w.col += g;
+    if (w.col >= w.inner) {
+        w.row += w.col / w.inner;
+        w.col %= w.inner;
+        w.row_off = kn_offset(w.row, a.nr - 1, a.rsize, a.rst);
+    }
+}
+
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce)
 extern "C" __global__ void kn_reduce(kn_reduce_args a)
 {
@@ -105,15 +137,18 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
             double acc = ext ? (a.op == KN_TR_AMAX ? -__longlong_as_double(0x7ff0000000000000LL)
                                                    : __longlong_as_double(0x7ff0000000000000LL))
                              : 0.0;
-            for (long long e = lo + lane; e < hi; e += g) {
-                double v = kn_ldd<KN_DT>(x + (base + kn_offset(e, a.nr, a.rsize, a.rst)) * es);
+            kn_rwalk w;
+            kn_rwalk_init(w, a, lo + lane);
+            for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                double v = kn_ldd<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
                 acc = ext ? kn_fext(a.op, acc, v) : acc + v;
             }
             double tot = kn_group_fsum(acc, shd, g, lane, a.op), m2 = 0.0;
             if (a.op == KN_TR_VAR) {
                 double mean = tot / (double)(hi - lo), sq = 0.0;
-                for (long long e = lo + lane; e < hi; e += g) {
-                    double v = kn_ldd<KN_DT>(x + (base + kn_offset(e, a.nr, a.rsize, a.rst)) * es);
+                kn_rwalk_init(w, a, lo + lane);
+                for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                    double v = kn_ldd<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
                     sq += (v - mean) * (v - mean);
                 }
                 m2 = kn_group_fsum(sq, shd, g, lane, KN_TR_SUM);
@@ -125,8 +160,10 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
         } else {
             long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1)
                             : a.op == KN_TR_AMIN ? 9223372036854775807LL : 0;
-            for (long long e = lo + lane; e < hi; e += g) {
-                long long v = kn_ldi<KN_DT>(x + (base + kn_offset(e, a.nr, a.rsize, a.rst)) * es);
+            kn_rwalk w;
+            kn_rwalk_init(w, a, lo + lane);
+            for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                long long v = kn_ldi<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
                 acc = ext ? kn_iext(a.op, acc, v) : (long long)((unsigned long long)acc + (unsigned long long)v);
             }
             long long tot = kn_group_isum(acc, shl, g, lane, a.op);

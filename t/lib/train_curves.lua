@@ -1,5 +1,6 @@
--- t/train_curves.lua: the training samples (samples/train_gcn.lua,
--- train_convnet.lua, train_transformer.lua) at their small sizes train as
+-- t/lib/train_curves.lua (run by t/train_curves.sh, on the CPU): the
+-- training samples (samples/train_gcn.lua, train_convnet.lua,
+-- train_transformer.lua) at their small sizes train as
 -- PyTorch trains the same models: 100 AdamW steps on the CPU in f32, from
 -- the same weights and batch, give PyTorch's loss at every step within a
 -- relative 1e-4, eagerly and as a compiled step (replayed after its first
