@@ -363,11 +363,50 @@ kn_tensor *kn_gb_unreduce(kn_gb *b, kn_tensor *g, const kn_meta *full, int ndims
 kn_tensor *kn_gb_unslice(kn_gb *b, kn_tensor *x, int dim, int64_t size, int64_t start, int64_t step)
 {
     if (!x) return NULL;
-    if (start == 0 && step == 1 && x->shape[dim] == size) return x;
+    int64_t n = x->shape[dim];
+    if (start == 0 && step == 1 && n == size) return x;
     kn_meta m = kn_tensor_meta(x);
-    m.shape[dim] = size;
-    kn_tensor *zeros = kn_gb_zeros_like(b, &m);
-    /* index_add's indices are 1-based, as every index of kiln's */
-    kn_tensor *idx = kn_gb_arange(b, x->shape[dim], (double)(start + 1), (double)step);
-    return kn_gb_index_add(b, zeros, dim, idx, x);
+    if (n == 0 || step > KN_MAX_INPUTS || x->ndim >= KN_MAX_DIMS || start + (n - 1) * step >= size) {
+        /* the general form: a scatter into zeros (index_add's indices are
+         * 1-based, as every index of kiln's) */
+        m.shape[dim] = size;
+        kn_tensor *zeros = kn_gb_zeros_like(b, &m);
+        kn_tensor *idx = kn_gb_arange(b, n, (double)(start + 1), (double)step);
+        return kn_gb_index_add(b, zeros, dim, idx, x);
+    }
+    /* Copies instead of a scatter (index_add adds atomically, a pass over
+     * zeros first): step - 1 zeros after each element (x and zeros
+     * interleaved along a new dim after dim, which a reshape merges, the
+     * trailing zeros dropped), then zeros before and after. Each is a cat
+     * whose inputs fill whole rows of its output, the device's fast copy. */
+    if (step > 1 && n > 1) {
+        int64_t u[KN_MAX_DIMS + 1], merged[KN_MAX_DIMS];
+        int nd = x->ndim;
+        for (int d = 0, k = 0; d < nd; d++) {
+            u[k++] = x->shape[d];
+            if (d == dim) u[k++] = 1;
+            merged[d] = d == dim ? n * step : x->shape[d];
+        }
+        kn_tensor *xu = kn_gb_reshape(b, x, nd + 1, u);
+        kn_tensor *z = kn_gb_full(b, nd + 1, u, 0, x->dtype);
+        kn_tensor *parts[KN_MAX_INPUTS] = {xu};
+        for (int k = 1; k < step; k++) parts[k] = z;
+        kn_tensor *spread = kn_gb_reshape(b, kn_gb_cat(b, (int)step, parts, dim + 1), nd, merged);
+        x = kn_gb_slice(b, spread, dim, 0, (n - 1) * step + 1, 1);
+        if (!x) return NULL;
+        n = (n - 1) * step + 1;
+    }
+    kn_tensor *parts[3];
+    int np = 0;
+    int64_t before = start, after = size - start - n;
+    if (before > 0) {
+        m.shape[dim] = before;
+        parts[np++] = kn_gb_full(b, m.ndim, m.shape, 0, x->dtype);
+    }
+    parts[np++] = x;
+    if (after > 0) {
+        m.shape[dim] = after;
+        parts[np++] = kn_gb_full(b, m.ndim, m.shape, 0, x->dtype);
+    }
+    return np == 1 ? x : kn_gb_cat(b, np, parts, dim);
 }

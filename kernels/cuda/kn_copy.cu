@@ -60,8 +60,9 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
 {
     const int es = kn_esize<KN_DT>();
     const long long vec = a.dim, row = a.shape[0], rowv = row / vec, nv = a.n / vec;
+    const bool narrow = nv <= 2147483647LL; /* 32-bit division where it fits: 64-bit is a long sequence */
     for (long long e = kn_tid(); e < nv; e += kn_nthreads()) {
-        const long long o = e / rowv, w = (e - o * rowv) * vec;
+        const long long o = narrow ? (long long)((unsigned)e / (unsigned)rowv) : e / rowv, w = (e - o * rowv) * vec;
         int k = 0;
         while (k + 1 < a.nin && a.start[k + 1] <= w) k++;
         const char *src = a.src[k] + (o * a.st[k][0] + w - a.start[k]) * es;
