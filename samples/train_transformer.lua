@@ -43,11 +43,12 @@ return {
   model = model,
   optimizer = opt,
   -- one seeded sequence of T + 1 tokens a row: the first T in, the last T
-  -- as the targets
+  -- as the targets (each made contiguous: reduce-overhead records a CUDA
+  -- graph only for inputs it can copy into a contiguous buffer)
   inputs = function(opts)
     opts = opts or {}
     local seq = kiln.randint(1, V + 1, { B, T + 1 }, { seed = 5, device = opts.device })
-    return { seq:slice(2, 1, T), seq:slice(2, 2, T + 1) }
+    return { seq:slice(2, 1, T):contiguous(), seq:slice(2, 2, T + 1):contiguous() }
   end,
   train_step = function(tokens, targets)
     opt:zero_grad()
