@@ -190,18 +190,6 @@ static kn_status run_reduce(const kn_opcall *c)
         int64_t want = (512 + a.nout - 1) / a.nout, most = a.count / 16384;
         a.nsplit = (int)(want < most ? want : most);
         a.group = KN_T_BLOCK;
-    } else if (a.rst[a.nr - 1] != 1 && a.nk > 0 && a.kst[a.nk - 1] == 1 && a.nout < 4096 && a.count >= 256) {
-        /* a column reduction (the outputs side by side, the reduced dim
-         * strided: a bias's gradient over the rows): a thread an output,
-         * so that a warp reads neighbouring addresses, and the rows split
-         * for enough threads. A group of threads an output read one
-         * address a lane from 32 rows (the transformer step's bias
-         * gradients over 4096 rows: 53-75 us for 6-8 MB). */
-        int64_t want = (65536 + a.nout - 1) / a.nout, most = a.count / 32;
-        a.nsplit = (int)(want < most ? want : most);
-        if (a.nsplit < 1) a.nsplit = 1;
-        a.group = 1;
-        a.col = 1;
     }
     a.chunk = (a.count + a.nsplit - 1) / a.nsplit;
     int per = KN_T_BLOCK / a.group;

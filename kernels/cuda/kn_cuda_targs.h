@@ -68,7 +68,6 @@ typedef struct kn_reduce_args {
     int op, correction;
     int nk, nr;
     int group, nsplit;
-    int col; /* a column reduction: unit u is output u % nout, split u / nout */
     long long nout, count, chunk;
     long long ksize[KN_T_MAXD], kst[KN_T_MAXD];
     long long rsize[KN_T_MAXD], rst[KN_T_MAXD];

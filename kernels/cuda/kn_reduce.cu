@@ -129,10 +129,7 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
     for (long long u0 = (long long)blockIdx.x * per; u0 < units; u0 += (long long)gridDim.x * per) {
         long long u = u0 + threadIdx.x / g;
         bool live = u < units;
-        /* a column reduction puts neighbouring outputs on neighbouring
-         * threads (their reads are neighbours); else an output's splits */
-        long long o = !live ? 0 : a.col ? u % a.nout : u / a.nsplit;
-        long long s = !live ? 0 : a.col ? u / a.nout : u % a.nsplit;
+        long long o = live ? u / a.nsplit : 0, s = live ? u % a.nsplit : 0;
         long long base = kn_offset(o, a.nk, a.ksize, a.kst);
         long long lo = s * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
         if (!live || hi < lo) hi = lo;
@@ -158,7 +155,7 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
             }
             if (live && lane == 0) {
                 if (a.nsplit == 1) kn_rfinish_f(a, o, tot, m2);
-                else a.part[o * a.nsplit + s] = kn_rpart{tot, m2, 0, hi - lo};
+                else a.part[u] = kn_rpart{tot, m2, 0, hi - lo};
             }
         } else {
             long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1)
@@ -172,7 +169,7 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
             long long tot = kn_group_isum(acc, shl, g, lane, a.op);
             if (live && lane == 0) {
                 if (a.nsplit == 1) kn_rfinish_i(a, o, tot);
-                else a.part[o * a.nsplit + s] = kn_rpart{0.0, 0.0, tot, hi - lo};
+                else a.part[u] = kn_rpart{0.0, 0.0, tot, hi - lo};
             }
         }
     }
