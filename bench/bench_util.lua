@@ -1,6 +1,7 @@
 -- bench_util.lua: what the kiln side of the benchmarks shares (kiln_bench.lua,
--- real_models.lua): env knobs, one-line JSON, the median, the error against a
--- reference, a copy of cm:stats() and the device sync.
+-- real_models.lua, kiln_train.lua): env knobs, whether a file exists, one-line
+-- JSON, the median, the error against a reference, a copy of cm:stats() and
+-- the device sync.
 --   local U = dofile(ROOT .. "bench/bench_util.lua")
 local kiln = rawget(_G, "kiln") or require("kiln")
 local U = {}
@@ -9,6 +10,13 @@ function U.env(name, default)
   local v = os.getenv(name)
   if v == nil or v == "" then return default end
   return v
+end
+
+-- Whether a file can be opened for reading.
+function U.exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
 end
 
 function U.list(s)

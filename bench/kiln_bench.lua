@@ -30,7 +30,8 @@ local kiln = rawget(_G, "kiln") or require("kiln")
 -- the samples live beside this file's folder, wherever the command runs from
 local ROOT = ((arg and arg[0] or ""):match("^(.*)bench/kiln_bench%.lua$") or "")
 local U = dofile(ROOT .. "bench/bench_util.lua")
-local env, list, json, median, errors, stat_copy = U.env, U.list, U.json, U.median, U.errors, U.stat_copy
+local env, list, json, median, errors, stat_copy, exists = U.env, U.list, U.json, U.median, U.errors, U.stat_copy,
+  U.exists
 
 local DEVICE = env("KILN_BENCH_DEVICE", "cuda")
 local SMALL = env("KILN_BENCH_SMALL", "0") == "1"
@@ -46,12 +47,6 @@ local SIZE = { f32 = 4, f64 = 8, bf16 = 2, f16 = 2, i32 = 4, i64 = 8, bool = 1 }
 
 local function bytes_of(t)
   return t:numel() * (SIZE[t.dtype] or 4)
-end
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
 end
 
 -- PyTorch's GCN holds its edges as 0-based node numbers; kiln's index ops

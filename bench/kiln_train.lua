@@ -26,7 +26,7 @@ local kiln = rawget(_G, "kiln") or require("kiln")
 
 local ROOT = ((arg and arg[0] or ""):match("^(.*)bench/kiln_train%.lua$") or "")
 local U = dofile(ROOT .. "bench/bench_util.lua")
-local env, json, median = U.env, U.json, U.median
+local env, json, median, exists = U.env, U.json, U.median, U.exists
 
 local DEVICE = env("KILN_BENCH_DEVICE", "cuda")
 local SMALL = env("KILN_BENCH_SMALL", "0") == "1"
@@ -35,12 +35,6 @@ local STEPS = math.tointeger(tonumber(env("STEPS", "100")))
 local REPS = math.tointeger(tonumber(env("REPS", "5")))
 local CALLS = math.tointeger(tonumber(env("CALLS", "50")))
 local TOLERANCE = { f32 = 1e-4, bf16 = 2e-2 }
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
 
 -- PyTorch's name of a kiln parameter or buffer: Sequential counts its
 -- children from 0 there.

@@ -882,11 +882,12 @@ static bool record_grads(replay_t *rp, const kn_capture *cap, const kn_version *
         kn_tensor *t = bound[k];
         if (!t || kn_input_is_number(&v->g.inputs[k])) continue;
         kn_tensor *g = kn_autograd_grad(t);
+        bool cleared = kn_capture_grad_cleared(cap, t->id);
         int node = -1, out = 0;
         if (g && g->lazy && g->lazy->segment == 0 && g->lazy->node >= 0) {
             node = g->lazy->node;
             out = g->lazy->out;
-        } else if (g || !kn_capture_grad_cleared(cap, t->id)) {
+        } else if (g || !cleared) {
             continue;
         }
         if (rp->n_grads == KN_REPLAY_MAX) {
@@ -894,7 +895,7 @@ static bool record_grads(replay_t *rp, const kn_capture *cap, const kn_version *
             return false;
         }
         rp->grad_input[rp->n_grads] = k;
-        rp->grad_needs_none[rp->n_grads] = node >= 0 && !kn_capture_grad_cleared(cap, t->id);
+        rp->grad_needs_none[rp->n_grads] = node >= 0 && !cleared;
         rp->grad_node[rp->n_grads] = node;
         rp->grad_out[rp->n_grads] = out;
         rp->n_grads++;
@@ -921,6 +922,7 @@ void kn_lua_replay_forget(replay_t *rp)
     rp->tape = NULL;
     for (int i = 0; i < rp->n_clear_extra; i++) kn_tensor_release(rp->clear_extra[i]);
     rp->n_clear_extra = 0;
+    rp->n_grads = 0;
 }
 
 /* After a traced call: record what a replay needs, when the call allows it.
@@ -991,8 +993,6 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
             goto fail;
         }
         if (!record_grads(rp, cap, v, bound, u->no_replay, sizeof u->no_replay)) goto fail;
-    } else {
-        rp->n_grads = 0;
     }
     lua_setfield(L, uv, "replay");
     rp->grad_enabled = s->grad.enabled;

@@ -29,8 +29,9 @@ int kn_lua_replay_try(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
 void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool is_module, int module_idx,
                           int first, int before);
 
-/* Drop what the last record kept (the tape, the tensors whose gradient a
- * replay clears): before a new record, and when the callable is freed. */
+/* Drop what the last record kept (the tape, the gradients a replay sets,
+ * the tensors whose gradient it clears): before a new record, and when
+ * the callable is freed. */
 void kn_lua_replay_forget(replay_t *rp);
 
 #endif

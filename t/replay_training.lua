@@ -20,12 +20,13 @@ local function maxdiff(a, b)
   return nan and 0 / 0 or d:amax():item()
 end
 
--- the worst difference over two lists of tensors (nil pairs must match)
+-- the worst difference over two lists of tensors, where false marks none
+-- (a missing .grad: both lists must miss it)
 local function list_diff(l1, l2)
   local worst = 0
   for i = 1, math.max(#l1, #l2) do
     local a, b = l1[i], l2[i]
-    if (a == nil) ~= (b == nil) then return math.huge end
+    if (not a) ~= (not b) then return math.huge end
     if a then
       local d = maxdiff(a, b)
       if not (d <= worst) then worst = d end
@@ -41,16 +42,7 @@ local function grads(m)
 end
 
 local function grads_diff(m1, m2)
-  local g1, g2 = grads(m1), grads(m2)
-  local worst = 0
-  for i = 1, #g1 do
-    if (g1[i] == false) ~= (g2[i] == false) then return math.huge end
-    if g1[i] then
-      local d = maxdiff(g1[i], g2[i])
-      if not (d <= worst) then worst = d end
-    end
-  end
-  return worst
+  return list_diff(grads(m1), grads(m2))
 end
 
 -- an MLP with a layer no loss depends on (its parameters get no gradient)
