@@ -55,7 +55,17 @@ void kn_grad_gather(kn_gb *b, const kn_grad_node *n, kn_tensor *const *gout, kn_
     kn_tensor *hot = kn_gb_binary(b, KN_OP_EQ, kn_gb_reshape(b, idx, nd + 1, su),
                                   kn_gb_reshape(b, kn_gb_arange(b, K, 1, 1), nd + 1, sk));
     kn_tensor *spread = kn_gb_where(b, hot, kn_gb_reshape(b, G, nd + 1, su), kn_gb_scalar(b, 0, G->dtype));
-    kn_tensor *gx = kn_gb_sum(b, spread, 1, &dim, false);
+    kn_tensor *gx;
+    if (mi->shape[dim] == 1) {
+        /* one index along dim (cross-entropy's target per row): the sum is
+         * over one term, so a view drops the dim. Summed, it became a
+         * reduction of one element an output: 86 us for 4096 x 1000 f32. */
+        int64_t sg[KN_MAX_DIMS];
+        for (int d = 0; d < nd; d++) sg[d] = d == dim ? K : su[d < dim ? d : d + 1];
+        gx = kn_gb_reshape(b, spread, nd, sg);
+    } else {
+        gx = kn_gb_sum(b, spread, 1, &dim, false);
+    }
     for (int d = 0; d < nd; d++) /* idx may be smaller than x off `dim` */
         if (d != dim && mi->shape[d] < IN0->shape[d]) gx = kn_gb_unslice(b, gx, d, IN0->shape[d], 0, 1);
     gin[0] = gx;

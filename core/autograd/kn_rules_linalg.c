@@ -35,8 +35,22 @@ void kn_grad_matmul(kn_gb *b, const kn_grad_node *n, kn_tensor *const *gout, kn_
     g = kn_gb_reshape_meta(b, g, &g2);
     if (KN_NEED(n, 0))
         gin[0] = kn_gb_reshape_meta(b, kn_gb_sum_to(b, kn_gb_matmul(b, g, kn_gb_mT(b, bt)), &a2), ma);
-    if (KN_NEED(n, 1))
-        gin[1] = kn_gb_reshape_meta(b, kn_gb_sum_to(b, kn_gb_matmul(b, kn_gb_mT(b, a), g), &b2), mb);
+    if (KN_NEED(n, 1)) {
+        if (a2.ndim > 2 && b2.ndim == 2) {
+            /* A weight applied to a batch of matrices ([..., M, K] @ [K, N]):
+             * one GEMM over all the rows ([K, rows] @ [rows, N]) instead of
+             * a product per batch summed after. That held a [batch, K, N]
+             * temporary and a sum over it: 67 MB and 60 us for a 2048 x 512
+             * weight over 16 sequences of 256 tokens (H200, f32). */
+            int64_t rows = 1;
+            for (int d = 0; d < a2.ndim - 1; d++) rows *= a2.shape[d];
+            int64_t a_flat[2] = {rows, a2.shape[a2.ndim - 1]}, g_flat[2] = {rows, b2.shape[1]};
+            kn_tensor *af = kn_gb_reshape(b, a, 2, a_flat), *gf = kn_gb_reshape(b, g, 2, g_flat);
+            gin[1] = kn_gb_reshape_meta(b, kn_gb_matmul(b, kn_gb_mT(b, af), gf), mb);
+        } else {
+            gin[1] = kn_gb_reshape_meta(b, kn_gb_sum_to(b, kn_gb_matmul(b, kn_gb_mT(b, a), g), &b2), mb);
+        }
+    }
 }
 
 /* ---- conv2d ---- */

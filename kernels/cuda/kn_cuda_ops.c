@@ -97,6 +97,12 @@ static void push_dim(int *n, long long *shape, long long *s1, long long *s2, int
     *n = m + 1;
 }
 
+/* A reduction is split until about this many threads share it (the H200
+ * holds 270K resident; each keeps KN_RUNROLL loads in flight), each thread
+ * reading at least REDUCE_MIN_SHARE elements of its chunk. */
+#define REDUCE_THREADS 131072
+#define REDUCE_MIN_SHARE 16
+
 /* Group size for `count` elements per output: a few elements per lane,
  * unless the outputs alone fill the device and the reduced elements are
  * not adjacent (then one thread per output reads neighbouring outputs).
@@ -184,12 +190,20 @@ static kn_status run_reduce(const kn_opcall *c)
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
     a.correction = c->a.correction;
-    a.group = pick_group(a.count, a.nout, a.rst[a.nr - 1] == 1 || a.nk == 0);
+    bool reduced_contiguous = a.rst[a.nr - 1] == 1 || a.nk == 0;
+    a.group = pick_group(a.count, a.nout, reduced_contiguous);
+    if (!reduced_contiguous && a.kst[a.nk - 1] == 1) a.group = 1; /* a column: the kernel's note */
+    if (a.nout <= 64 && a.count >= 65536) a.group = KN_T_BLOCK;
+    /* Too few threads for the device (a few outputs, or a few hundred
+     * columns): each output's elements are split into chunks, at least
+     * REDUCE_MIN_SHARE elements a thread, until REDUCE_THREADS threads
+     * share the work; kn_reduce_final combines the chunks in order. */
     a.nsplit = 1;
-    if (a.nout <= 64 && a.count >= 65536) { /* too few outputs for the device: split them */
-        int64_t want = (512 + a.nout - 1) / a.nout, most = a.count / 16384;
+    if (a.nout * a.group < REDUCE_THREADS) {
+        int64_t want = (REDUCE_THREADS + a.nout * a.group - 1) / (a.nout * a.group);
+        int64_t most = a.count / ((int64_t)a.group * REDUCE_MIN_SHARE);
         a.nsplit = (int)(want < most ? want : most);
-        a.group = KN_T_BLOCK;
+        if (a.nsplit < 1) a.nsplit = 1;
     }
     a.chunk = (a.count + a.nsplit - 1) / a.nsplit;
     int per = KN_T_BLOCK / a.group;
