@@ -68,6 +68,15 @@ typedef struct {
     /* results whose history the call's own backward spent (a training
      * step's loss): a replay marks them so (KN_GRAD_ORIGIN_SPENT) */
     bool res_spent[KN_REPLAY_MAX];
+    /* the values the trace asked its graph for (kn_capture.last_want), in
+     * its order, and where each value a replay needs (results, writes,
+     * gradients, in run_replay's order) is in it: a replay asking in its
+     * own order would get a second plan of the same graph (in
+     * reduce-overhead a second CUDA graph holding its own memory).
+     * n_trace_want 0: not recorded (a tape has its own list) */
+    kn_plan_value *trace_want;
+    int n_trace_want;
+    int want_pos[3 * KN_REPLAY_MAX];
     bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
     bool autocast_on;  /* kiln.autocast of the trace (its casts are in the graph): a replay needs the same */
     kn_dtype autocast_dtype;

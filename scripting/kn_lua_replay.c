@@ -545,7 +545,21 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
         for (int i = 0; i < rp->n_grads; i++)
             if (rp->grad_node[i] >= 0) own_want[n_want++] = (kn_plan_value){rp->grad_node[i], rp->grad_out[i]};
     }
-    kn_status st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
+    kn_status st;
+    if (!rp->tape && rp->n_trace_want > 0) {
+        /* in the trace's order (its plan), each value needed taken by position */
+        kn_tensor *trace_outs[KN_REPLAY_TAPE_MAX];
+        st = kn_compiled_run(cm, v, &v->g, rp->trace_want, rp->n_trace_want, trace_outs);
+        if (st == KN_OK) {
+            for (int i = 0; i < n_want; i++) {
+                outs[i] = trace_outs[rp->want_pos[i]];
+                kn_tensor_retain(outs[i]);
+            }
+            for (int j = 0; j < rp->n_trace_want; j++) kn_tensor_release(trace_outs[j]);
+        }
+    } else {
+        st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
+    }
     /* the writes, once the graph ran (a failed run writes nothing) */
     bool ran = st == KN_OK;
     for (int i = 0; i < rp->n_writes && st == KN_OK; i++)
@@ -923,6 +937,36 @@ void kn_lua_replay_forget(replay_t *rp)
     for (int i = 0; i < rp->n_clear_extra; i++) kn_tensor_release(rp->clear_extra[i]);
     rp->n_clear_extra = 0;
     rp->n_grads = 0;
+    free(rp->trace_want);
+    rp->trace_want = NULL;
+    rp->n_trace_want = 0;
+}
+
+/* rp->trace_want and want_pos (replay_t), for a replay without a tape: left
+ * empty (the replay asks in its own order) when a value it needs is not
+ * among the trace's. */
+static void record_trace_want(replay_t *rp, const kn_capture *cap)
+{
+    if (rp->tape || cap->n_last_want < 1 || cap->n_last_want > KN_REPLAY_TAPE_MAX) return;
+    kn_plan_value need[3 * KN_REPLAY_MAX];
+    int n = 0;
+    for (int i = 0; i < rp->n_results; i++)
+        if (rp->res_node[i] >= 0) need[n++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
+    for (int i = 0; i < rp->n_writes; i++) need[n++] = (kn_plan_value){rp->write_node[i], rp->write_out[i]};
+    for (int i = 0; i < rp->n_grads; i++)
+        if (rp->grad_node[i] >= 0) need[n++] = (kn_plan_value){rp->grad_node[i], rp->grad_out[i]};
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < cap->n_last_want &&
+               (cap->last_want[j].node != need[i].node || cap->last_want[j].out != need[i].out))
+            j++;
+        if (j == cap->n_last_want) return;
+        rp->want_pos[i] = j;
+    }
+    rp->trace_want = malloc(sizeof *rp->trace_want * (size_t)cap->n_last_want);
+    if (!rp->trace_want) return;
+    memcpy(rp->trace_want, cap->last_want, sizeof *rp->trace_want * (size_t)cap->n_last_want);
+    rp->n_trace_want = cap->n_last_want;
 }
 
 /* After a traced call: record what a replay needs, when the call allows it.
@@ -995,6 +1039,7 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         if (!record_grads(rp, cap, v, bound, u->no_replay, sizeof u->no_replay)) goto fail;
     }
     lua_setfield(L, uv, "replay");
+    record_trace_want(rp, cap);
     rp->grad_enabled = s->grad.enabled;
     rp->autocast_on = s->autocast_on;
     rp->autocast_dtype = s->autocast_dtype;

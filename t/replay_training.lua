@@ -85,7 +85,9 @@ for _, o in ipairs({
   local m1, opt1, m2, opt2 = pair(o[2])
   local eager, cm = step_of(m1, opt1), kiln.compile(step_of(m2, opt2))
   local worst_loss, worst_params, worst_grads = 0, 0, 0
+  local plans_before_replays
   for _ = 1, 20 do
+    if cm:stats().direct_replays == 0 then plans_before_replays = cm:stats().plans end
     local a, b = eager(x, y):item(), cm(x, y):item()
     worst_loss = math.max(worst_loss, math.abs(a - b))
     if a ~= a or b ~= b then worst_loss = math.huge end
@@ -95,6 +97,7 @@ for _, o in ipairs({
   local st = cm:stats()
   T.ok(st.direct_replays >= 15, string.format("%s: later steps are direct replays (%d of 20; %s)", name,
     st.direct_replays, st.replayable))
+  T.is(st.plans, plans_before_replays, name .. ": replays run the plan the trace built (no second plan of the graph)")
   T.ok(worst_loss <= 1e-6, string.format("%s: every step's loss is eager's (max difference %g)", name, worst_loss))
   T.ok(worst_params <= 1e-6, string.format("%s: ... and so are the parameters after each step (%g)", name, worst_params))
   T.ok(worst_grads <= 1e-6, string.format("%s: ... and every .grad the step leaves (%g)", name, worst_grads))
