@@ -141,7 +141,8 @@ static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, cons
                     "copy");
         return KN_OK;
     }
-    return launch(in->dtype, KN_TK_COPY + ddt, grid_for(a.n, KN_T_BLOCK), &a);
+    return launch(in->dtype, KN_TK_COPY + ddt, grid_for(a.ndim == 1 ? a.n : (a.n + KN_T_RUN - 1) / KN_T_RUN, KN_T_BLOCK),
+                  &a);
 }
 
 /* in into out through out's own strides: a fresh output is contiguous, and
@@ -400,7 +401,7 @@ static kn_status run_cat(const kn_opcall *c)
         a.start[i + 1] = a.start[i] + x->shape[dim];
         for (int d = 0; d < x->ndim; d++) a.st[i][d] = x->strides[d];
     }
-    return launch(out->dtype, KN_TK_CAT, grid_for(a.n, KN_T_BLOCK), &a);
+    return launch(out->dtype, KN_TK_CAT, grid_for((a.n + KN_T_RUN - 1) / KN_T_RUN, KN_T_BLOCK), &a);
 }
 
 /* ---- index ops ---- */
