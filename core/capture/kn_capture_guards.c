@@ -178,6 +178,25 @@ static bool version_failure(const kn_compiled *cm, const kn_version *v, int vi, 
                  what[0] ? what : "a module", v->training ? "true" : "false", cm->id.training ? "true" : "false");
         return true;
     }
+    if (v->g.n_inputs != g->n_inputs) {
+        /* Inputs made inside the call are named by line and count, so a
+         * call that reads more of them (a training step's second call: the
+         * optimizer's state exists now) would otherwise be reported as the
+         * first name's dtype or shape changing, between two different
+         * tensors. The count says what changed; the first new names where. */
+        int len = snprintf(buf, size, "the graph reads %d tensors, version %d read %d", g->n_inputs, vi,
+                           v->g.n_inputs);
+        int named = 0;
+        for (int j = 0; j < g->n_inputs && named < 2 && len > 0 && (size_t)len < size; j++) {
+            bool known = false;
+            for (int i = 0; i < v->g.n_inputs && !known; i++) known = strcmp(g->inputs[j].name, v->g.inputs[i].name) == 0;
+            if (known) continue;
+            len += snprintf(buf + len, size - (size_t)len, "%s'%s'", named ? ", " : " (new: ", g->inputs[j].name);
+            named++;
+        }
+        if (named && len > 0 && (size_t)len < size) snprintf(buf + len, size - (size_t)len, ")");
+        return true;
+    }
     for (int i = 0; i < v->g.n_inputs; i++)
         for (int j = 0; j < g->n_inputs; j++)
             if (strcmp(g->inputs[j].name, v->g.inputs[i].name) == 0) {
