@@ -19,6 +19,33 @@ static kn_status rec_never(kn_plan *p, const char *fmt, const char *arg)
     return KN_OK;
 }
 
+/* A view from outside (a slice of a longer sequence, a transposed batch) is
+ * recorded through a static buffer of its own layout: the elements from
+ * its first to its last, copied whole each replay. A view that spans more
+ * than REC_SPAN_MAX times its elements (a column of a large matrix) is not
+ * worth that copy; a negative stride has no such span. */
+#define REC_SPAN_MAX 4
+
+/* Elements from a view's first to its last; -1 when a stride is negative. */
+static int64_t view_span(const kn_tensor *t)
+{
+    int64_t span = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0) return 0;
+        if (t->strides[d] < 0) return -1;
+        span += (t->shape[d] - 1) * t->strides[d];
+    }
+    return span;
+}
+
+static bool same_strides(const kn_tensor *a, const kn_tensor *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || (a->shape[d] > 1 && a->strides[d] != b->strides[d])) return false;
+    return true;
+}
+
 /* Whether p can be recorded at all; sets rec.why when not. */
 static void rec_check(kn_plan *p, kn_tensor *const *inputs)
 {
@@ -46,9 +73,13 @@ static void rec_check(kn_plan *p, kn_tensor *const *inputs)
         }
         kn_input_kind k = p->g.inputs[i].kind;
         if (k != KN_IN_PARAM && k != KN_IN_TENSOR && !kn_tensor_is_contiguous(inputs[i])) {
-            rec_never(p, "input '%s' is not contiguous (it would need a static buffer of its layout)",
-                      p->g.inputs[i].name);
-            return;
+            int64_t span = view_span(inputs[i]);
+            if (span < 0 || span > REC_SPAN_MAX * kn_tensor_numel(inputs[i])) {
+                rec_never(p, "input '%s' is a view a static buffer cannot hold cheaply (a negative stride, or "
+                          "more than 4 times its elements from its first to its last)",
+                          p->g.inputs[i].name);
+                return;
+            }
         }
     }
 }
@@ -69,8 +100,9 @@ static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
         if (!s) continue;
         void *dst = kn_tensor_data(s);
         const void *src = kn_tensor_data(inputs[i]);
-        if (dst != src)
-            KN_TRY(dc->be->copy(dc, dst, src, kn_tensor_numel(s) * (int64_t)kn_dtype_size(s->dtype)));
+        /* a view's whole span (the static buffer has its layout: rec_record) */
+        int64_t n = kn_tensor_is_contiguous(s) ? kn_tensor_numel(s) : view_span(s);
+        if (dst != src) KN_TRY(dc->be->copy(dc, dst, src, n * (int64_t)kn_dtype_size(s->dtype)));
     }
     return KN_OK;
 }
@@ -154,8 +186,18 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
             p->rec.ptr[i] = kn_tensor_data(inputs[i]);
             continue;
         }
-        kn_meta m = kn_tensor_meta(inputs[i]);
-        st = kn_tensor_new_meta(&m, p->device, &p->rec.in[i]);
+        if (kn_tensor_is_contiguous(inputs[i])) {
+            kn_meta m = kn_tensor_meta(inputs[i]);
+            st = kn_tensor_new_meta(&m, p->device, &p->rec.in[i]);
+        } else { /* the input's layout over a buffer of its span (rec_check) */
+            int64_t span = view_span(inputs[i]);
+            kn_tensor *buf = NULL;
+            st = kn_tensor_new(inputs[i]->dtype, 1, &span, p->device, &buf);
+            if (st == KN_OK)
+                st = kn_tensor_view_of(buf, inputs[i]->ndim, inputs[i]->shape, inputs[i]->strides, 0,
+                                       &p->rec.in[i]);
+            kn_tensor_release(buf);
+        }
         bound[i] = p->rec.in[i];
     }
     if (st == KN_OK) st = rec_copy_inputs(p, inputs);
@@ -268,6 +310,11 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
             p->rec.state = KN_REC_RECORD;
             break;
         }
+    /* a static buffer holds the layout it was recorded with: an input of
+     * another layout (the guards let strides of size-1 dims and
+     * contiguous-or-not through) runs this call without the recording */
+    for (int i = 0; p->rec.state == KN_REC_READY && i < p->n_orig_inputs; i++)
+        if (p->rec.in[i] && !same_strides(p->rec.in[i], inputs[i])) return kn_plan_run(p, inputs, results);
     if (p->rec.state == KN_REC_RECORD) {
         KN_TRY(rec_record(p, inputs, results));
         if (p->rec.state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
