@@ -18,38 +18,30 @@ template <int S, int D> KN_FN void kn_copy_impl(const kn_copy_args &a)
         return;
     }
     /* runs of KN_T_RUN along the last dim (kn_ops.cu), one set of
-     * coordinates for both sides; a run that crosses a row goes element by
-     * element */
+     * coordinates for both sides */
     const int L = a.ndim - 1;
     const long long row = kn_pick(a.shape, L), sl = kn_pick(a.sst, L), dl = kn_pick(a.dst_st, L);
-    const long long nrun = (a.n + KN_T_RUN - 1) / KN_T_RUN;
+    const long long per_row = (row + KN_T_RUN - 1) / KN_T_RUN, nrun = a.n / row * per_row;
     long long c[KN_T_MAXD];
     for (long long r = kn_tid(); r < nrun; r += kn_nthreads()) {
-        const long long e0 = r * KN_T_RUN;
-        kn_coords_n(e0, a.n, a.ndim, a.shape, c);
+        const long long ri = r / per_row, col = (r - ri * per_row) * KN_T_RUN;
+        const int m = row - col < KN_T_RUN ? (int)(row - col) : KN_T_RUN;
+        kn_coords_n(ri * row + col, a.n, a.ndim, a.shape, c);
         const long long so = kn_offset_at(c, a.ndim, a.sst, -1, 0), dof = kn_offset_at(c, a.ndim, a.dst_st, -1, 0);
-        if (kn_pick(c, L) + KN_T_RUN <= row) {
-            if constexpr (S == D) {
-                unsigned long long v[KN_T_RUN];
+        if constexpr (S == D) {
+            unsigned long long v[KN_T_RUN];
 #pragma unroll
-                for (int q = 0; q < KN_T_RUN; q++) v[q] = kn_ldraw<S>(a.src + (so + q * sl) * kn_esize<S>());
+            for (int q = 0; q < KN_T_RUN; q++) v[q] = q < m ? kn_ldraw<S>(a.src + (so + q * sl) * kn_esize<S>()) : 0;
 #pragma unroll
-                for (int q = 0; q < KN_T_RUN; q++) kn_straw<D>(a.dst + (dof + q * dl) * kn_esize<D>(), v[q]);
-            } else {
-                double v[KN_T_RUN];
+            for (int q = 0; q < KN_T_RUN; q++)
+                if (q < m) kn_straw<D>(a.dst + (dof + q * dl) * kn_esize<D>(), v[q]);
+        } else {
+            double v[KN_T_RUN];
 #pragma unroll
-                for (int q = 0; q < KN_T_RUN; q++) v[q] = kn_ldd<S>(a.src + (so + q * sl) * kn_esize<S>());
+            for (int q = 0; q < KN_T_RUN; q++) v[q] = q < m ? kn_ldd<S>(a.src + (so + q * sl) * kn_esize<S>()) : 0.0;
 #pragma unroll
-                for (int q = 0; q < KN_T_RUN; q++) kn_std<D>(a.dst + (dof + q * dl) * kn_esize<D>(), v[q]);
-            }
-            continue;
-        }
-        for (long long e = e0; e < e0 + KN_T_RUN && e < a.n; e++) {
-            kn_coords_n(e, a.n, a.ndim, a.shape, c);
-            const char *s = a.src + kn_offset_at(c, a.ndim, a.sst, -1, 0) * kn_esize<S>();
-            char *d = a.dst + kn_offset_at(c, a.ndim, a.dst_st, -1, 0) * kn_esize<D>();
-            if constexpr (S == D) kn_cpy<S>(d, s);
-            else kn_std<D>(d, kn_ldd<S>(s));
+            for (int q = 0; q < KN_T_RUN; q++)
+                if (q < m) kn_std<D>(a.dst + (dof + q * dl) * kn_esize<D>(), v[q]);
         }
     }
 }
@@ -103,18 +95,20 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
 
 /* Output element e (contiguous) comes from the input whose range along
  * dim holds e's coordinate there. Runs of KN_T_RUN along the last dim
- * (kn_ops.cu) when the cat is along another dim: one input a run. */
+ * (kn_ops.cu), each inside one row: one input a run when the cat is along
+ * another dim, else element by element. */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_cat)
 extern "C" __global__ void kn_cat(kn_cat_args a)
 {
     const int es = kn_esize<KN_DT>();
     const int L = a.ndim - 1;
-    const long long row = kn_pick(a.shape, L), nrun = (a.n + KN_T_RUN - 1) / KN_T_RUN;
+    const long long row = kn_pick(a.shape, L), per_row = (row + KN_T_RUN - 1) / KN_T_RUN, nrun = a.n / row * per_row;
     long long c[KN_T_MAXD];
     for (long long r = kn_tid(); r < nrun; r += kn_nthreads()) {
-        const long long e0 = r * KN_T_RUN;
+        const long long ri = r / per_row, col = (r - ri * per_row) * KN_T_RUN, e0 = ri * row + col;
+        const int m = row - col < KN_T_RUN ? (int)(row - col) : KN_T_RUN;
         kn_coords_n(e0, a.n, a.ndim, a.shape, c);
-        if (a.dim != L && kn_pick(c, L) + KN_T_RUN <= row) {
+        if (a.dim != L) {
             long long p = kn_pick(c, a.dim);
             int k = 0;
             while (k + 1 < a.nin && a.start[k + 1] <= p) k++;
@@ -122,12 +116,13 @@ extern "C" __global__ void kn_cat(kn_cat_args a)
             const long long sl = kn_pick(a.st[k], L);
             unsigned long long v[KN_T_RUN];
 #pragma unroll
-            for (int q = 0; q < KN_T_RUN; q++) v[q] = kn_ldraw<KN_DT>(a.src[k] + (off + q * sl) * es);
+            for (int q = 0; q < KN_T_RUN; q++) v[q] = q < m ? kn_ldraw<KN_DT>(a.src[k] + (off + q * sl) * es) : 0;
 #pragma unroll
-            for (int q = 0; q < KN_T_RUN; q++) kn_straw<KN_DT>(a.dst + (e0 + q) * es, v[q]);
+            for (int q = 0; q < KN_T_RUN; q++)
+                if (q < m) kn_straw<KN_DT>(a.dst + (e0 + q) * es, v[q]);
             continue;
         }
-        for (long long e = e0; e < e0 + KN_T_RUN && e < a.n; e++) {
+        for (long long e = e0; e < e0 + m; e++) {
             kn_coords_n(e, a.n, a.ndim, a.shape, c);
             long long p = kn_pick(c, a.dim);
             int k = 0;

@@ -97,12 +97,6 @@ static void push_dim(int *n, long long *shape, long long *s1, long long *s2, int
     *n = m + 1;
 }
 
-/* A reduction is split until about this many threads share it (the H200
- * holds 270K resident; each keeps KN_RUNROLL loads in flight), each thread
- * reading at least REDUCE_MIN_SHARE elements of its chunk. */
-#define REDUCE_THREADS 131072
-#define REDUCE_MIN_SHARE 16
-
 /* Group size for `count` elements per output: a few elements per lane,
  * unless the outputs alone fill the device and the reduced elements are
  * not adjacent (then one thread per output reads neighbouring outputs).
@@ -119,6 +113,13 @@ static int pick_group(int64_t count, int64_t nout, bool adjacent)
 }
 
 /* ---- copies ---- */
+
+/* The runs of KN_T_RUN elements, each inside one row of `row`, that
+ * strided copies and cats take a thread each (kn_ops.cu). */
+static int64_t row_runs(int64_t n, int64_t row)
+{
+    return row > 0 ? n / row * ((row + KN_T_RUN - 1) / KN_T_RUN) : 0;
+}
 
 /* The view `in` into dst (dtype ddt, strides dst_st over in's shape). */
 static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, const int64_t *dst_st)
@@ -141,7 +142,7 @@ static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, cons
                     "copy");
         return KN_OK;
     }
-    return launch(in->dtype, KN_TK_COPY + ddt, grid_for(a.ndim == 1 ? a.n : (a.n + KN_T_RUN - 1) / KN_T_RUN, KN_T_BLOCK),
+    return launch(in->dtype, KN_TK_COPY + ddt, grid_for(a.ndim == 1 ? a.n : row_runs(a.n, a.shape[a.ndim - 1]), KN_T_BLOCK),
                   &a);
 }
 
@@ -191,20 +192,12 @@ static kn_status run_reduce(const kn_opcall *c)
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
     a.correction = c->a.correction;
-    bool reduced_contiguous = a.rst[a.nr - 1] == 1 || a.nk == 0;
-    a.group = pick_group(a.count, a.nout, reduced_contiguous);
-    if (!reduced_contiguous && a.kst[a.nk - 1] == 1) a.group = 1; /* a column: the kernel's note */
-    if (a.nout <= 64 && a.count >= 65536) a.group = KN_T_BLOCK;
-    /* Too few threads for the device (a few outputs, or a few hundred
-     * columns): each output's elements are split into chunks, at least
-     * REDUCE_MIN_SHARE elements a thread, until REDUCE_THREADS threads
-     * share the work; kn_reduce_final combines the chunks in order. */
+    a.group = pick_group(a.count, a.nout, a.rst[a.nr - 1] == 1 || a.nk == 0);
     a.nsplit = 1;
-    if (a.nout * a.group < REDUCE_THREADS) {
-        int64_t want = (REDUCE_THREADS + a.nout * a.group - 1) / (a.nout * a.group);
-        int64_t most = a.count / ((int64_t)a.group * REDUCE_MIN_SHARE);
+    if (a.nout <= 64 && a.count >= 65536) { /* too few outputs for the device: split them */
+        int64_t want = (512 + a.nout - 1) / a.nout, most = a.count / 16384;
         a.nsplit = (int)(want < most ? want : most);
-        if (a.nsplit < 1) a.nsplit = 1;
+        a.group = KN_T_BLOCK;
     }
     a.chunk = (a.count + a.nsplit - 1) / a.nsplit;
     int per = KN_T_BLOCK / a.group;
@@ -401,7 +394,7 @@ static kn_status run_cat(const kn_opcall *c)
         a.start[i + 1] = a.start[i] + x->shape[dim];
         for (int d = 0; d < x->ndim; d++) a.st[i][d] = x->strides[d];
     }
-    return launch(out->dtype, KN_TK_CAT, grid_for((a.n + KN_T_RUN - 1) / KN_T_RUN, KN_T_BLOCK), &a);
+    return launch(out->dtype, KN_TK_CAT, grid_for(row_runs(a.n, a.shape[a.ndim - 1]), KN_T_BLOCK), &a);
 }
 
 /* ---- index ops ---- */

@@ -116,102 +116,60 @@ KN_FN void kn_rwalk_step(kn_rwalk &w, const kn_reduce_args &a, int g)
     }
 }
 
-/* A lane's elements are read KN_RUNROLL at a time: their loads are all
- * issued before the first add waits on one, so a thread keeps several in
- * flight. One load at a time held BatchNorm's statistics and the bias
- * gradients of a training step at 3-15% of the memory roof (H200: a sum of
- * 4096 x 512 over the rows took 33 us). The adds stay in element order. */
-#define KN_RUNROLL 4
-
-/* Float elements of one output's chunk [lo, hi), this lane's share: the
- * sum (or extreme) and, for var (second pass, `mean` given), the sum of
- * squared deviations. */
-KN_FN double kn_rscan_f(const kn_reduce_args &a, long long base, long long lo, long long hi, int lane, int g,
-                        bool squares, double mean)
-{
-    const int es = kn_esize<KN_DT>();
-    const bool ext = !squares && (a.op == KN_TR_AMAX || a.op == KN_TR_AMIN);
-    double acc = ext ? (a.op == KN_TR_AMAX ? -__longlong_as_double(0x7ff0000000000000LL)
-                                           : __longlong_as_double(0x7ff0000000000000LL))
-                     : 0.0;
-    kn_rwalk w;
-    kn_rwalk_init(w, a, lo + lane);
-    for (long long e = lo + lane; e < hi; e += (long long)KN_RUNROLL * g) {
-        double v[KN_RUNROLL];
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            const bool in = e + (long long)q * g < hi;
-            v[q] = in ? kn_ldd<KN_DT>(a.x + (base + kn_rwalk_off(w)) * es) : 0.0;
-            if (in) kn_rwalk_step(w, a, g);
-        }
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            if (e + (long long)q * g >= hi) break;
-            if (squares) acc += (v[q] - mean) * (v[q] - mean);
-            else acc = ext ? kn_fext(a.op, acc, v[q]) : acc + v[q];
-        }
-    }
-    return acc;
-}
-
-KN_FN long long kn_rscan_i(const kn_reduce_args &a, long long base, long long lo, long long hi, int lane, int g)
-{
-    const int es = kn_esize<KN_DT>();
-    const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
-    long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1) : a.op == KN_TR_AMIN ? 9223372036854775807LL : 0;
-    kn_rwalk w;
-    kn_rwalk_init(w, a, lo + lane);
-    for (long long e = lo + lane; e < hi; e += (long long)KN_RUNROLL * g) {
-        long long v[KN_RUNROLL];
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            const bool in = e + (long long)q * g < hi;
-            v[q] = in ? kn_ldi<KN_DT>(a.x + (base + kn_rwalk_off(w)) * es) : 0;
-            if (in) kn_rwalk_step(w, a, g);
-        }
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            if (e + (long long)q * g >= hi) break;
-            acc = ext ? kn_iext(a.op, acc, v[q]) : (long long)((unsigned long long)acc + (unsigned long long)v[q]);
-        }
-    }
-    return acc;
-}
-
-/* Work unit u is (output o, split s). With a group of one thread an
- * output, neighbouring threads take neighbouring outputs (u = s * nout + o):
- * where the kept dim is the contiguous one (a bias's gradient, summed over
- * the rows) a warp then reads neighbouring addresses. Otherwise an output's
- * splits are neighbours (u = o * nsplit + s). */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce)
 extern "C" __global__ void kn_reduce(kn_reduce_args a)
 {
     __shared__ double shd[KN_T_BLOCK];
     __shared__ long long shl[KN_T_BLOCK];
     const int g = a.group, lane = threadIdx.x % g, per = KN_T_BLOCK / g;
+    const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
     const long long units = a.nout * a.nsplit;
+    const char *x = a.x;
+    const int es = kn_esize<KN_DT>();
     for (long long u0 = (long long)blockIdx.x * per; u0 < units; u0 += (long long)gridDim.x * per) {
         long long u = u0 + threadIdx.x / g;
         bool live = u < units;
-        long long o = !live ? 0 : g == 1 ? u % a.nout : u / a.nsplit;
-        long long s = !live ? 0 : g == 1 ? u / a.nout : u % a.nsplit;
+        long long o = live ? u / a.nsplit : 0, s = live ? u % a.nsplit : 0;
         long long base = kn_offset(o, a.nk, a.ksize, a.kst);
         long long lo = s * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
         if (!live || hi < lo) hi = lo;
         if constexpr (kn_isfloat<KN_DT>()) {
-            double tot = kn_group_fsum(kn_rscan_f(a, base, lo, hi, lane, g, false, 0.0), shd, g, lane, a.op), m2 = 0.0;
-            if (a.op == KN_TR_VAR)
-                m2 = kn_group_fsum(kn_rscan_f(a, base, lo, hi, lane, g, true, tot / (double)(hi - lo)), shd, g, lane,
-                                   KN_TR_SUM);
+            double acc = ext ? (a.op == KN_TR_AMAX ? -__longlong_as_double(0x7ff0000000000000LL)
+                                                   : __longlong_as_double(0x7ff0000000000000LL))
+                             : 0.0;
+            kn_rwalk w;
+            kn_rwalk_init(w, a, lo + lane);
+            for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                double v = kn_ldd<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
+                acc = ext ? kn_fext(a.op, acc, v) : acc + v;
+            }
+            double tot = kn_group_fsum(acc, shd, g, lane, a.op), m2 = 0.0;
+            if (a.op == KN_TR_VAR) {
+                double mean = tot / (double)(hi - lo), sq = 0.0;
+                kn_rwalk_init(w, a, lo + lane);
+                for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                    double v = kn_ldd<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
+                    sq += (v - mean) * (v - mean);
+                }
+                m2 = kn_group_fsum(sq, shd, g, lane, KN_TR_SUM);
+            }
             if (live && lane == 0) {
                 if (a.nsplit == 1) kn_rfinish_f(a, o, tot, m2);
-                else a.part[o * a.nsplit + s] = kn_rpart{tot, m2, 0, hi - lo};
+                else a.part[u] = kn_rpart{tot, m2, 0, hi - lo};
             }
         } else {
-            long long tot = kn_group_isum(kn_rscan_i(a, base, lo, hi, lane, g), shl, g, lane, a.op);
+            long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1)
+                            : a.op == KN_TR_AMIN ? 9223372036854775807LL : 0;
+            kn_rwalk w;
+            kn_rwalk_init(w, a, lo + lane);
+            for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                long long v = kn_ldi<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
+                acc = ext ? kn_iext(a.op, acc, v) : (long long)((unsigned long long)acc + (unsigned long long)v);
+            }
+            long long tot = kn_group_isum(acc, shl, g, lane, a.op);
             if (live && lane == 0) {
                 if (a.nsplit == 1) kn_rfinish_i(a, o, tot);
-                else a.part[o * a.nsplit + s] = kn_rpart{0.0, 0.0, tot, hi - lo};
+                else a.part[u] = kn_rpart{0.0, 0.0, tot, hi - lo};
             }
         }
     }
