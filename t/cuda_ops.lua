@@ -83,8 +83,8 @@ do
     {{4, 5, 6}, {1, 3}}, {{4, 5, 6}, {2, 3}}, {{4, 5, 6}, nil}, {{3, 1, 7}, {2, 3}},
     {{2, 3, 4, 5}, {1, 2, 4}}, {{300, 40}, {1, 2}}, {{70000}, nil}, {{2, 70001}, {1, 2}},
     {{3, 40000}, {2}}, {{6}, {1}},
-    -- split across threads: columns (a bias's gradient over the rows, a
-    -- thread an output), and BatchNorm's statistics over N, H and W
+    -- columns (a bias's gradient over the rows) and BatchNorm's
+    -- statistics over N, H and W, longer than a lane's eight loads a round
     {{4096, 96}, {1}}, {{517, 3, 50}, {1}}, {{8, 16, 40, 40}, {1, 3, 4}},
   }
   for _, dt in ipairs(ALL) do
@@ -226,8 +226,8 @@ do
     same(kiln.cat({gc:transpose(1, 2), a:to(DEV):transpose(1, 2)}, 1),
       kiln.cat({g:transpose(1, 2), a:transpose(1, 2)}, 1), "cat " .. dt .. " of transposed views")
     -- im2col's cat: shifted windows of a padded batch, rows whose length
-    -- is and is not a multiple of a thread's run of four
-    for _, w in ipairs({ 7, 8 }) do
+    -- is and is not a multiple of a thread's run (KN_T_RUN, 8)
+    for _, w in ipairs({ 7, 8, 14 }) do
       local xp = make({ 2, 3, 5, w + 2 }, dt)
       local wins, dwins = {}, {}
       for k = 0, 2 do
@@ -237,6 +237,10 @@ do
       same(kiln.cat(dwins, 2), kiln.cat(wins, 2), "cat " .. dt .. " of shifted windows, rows of " .. w)
       same(xp:to(DEV):slice(4, 2, w + 1):contiguous(), xp:slice(4, 2, w + 1):contiguous(),
         "contiguous " .. dt .. " of a window, rows of " .. w)
+      -- a stride-2 gradient's zero insertion: cat along a new last dim of 2
+      local z = make({ 2, 3, 5, w, 1 }, dt)
+      local g1 = xp:slice(4, 1, w):unsqueeze(5)
+      same(kiln.cat({ g1:to(DEV), z:to(DEV) }, 5), kiln.cat({ g1, z }, 5), "cat " .. dt .. " along a new last dim of 2, rows of " .. w)
     end
   end
   -- more inputs than one call takes, an empty input, mixed dtypes

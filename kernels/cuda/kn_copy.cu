@@ -96,7 +96,7 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
 /* Output element e (contiguous) comes from the input whose range along
  * dim holds e's coordinate there. Runs of KN_T_RUN along the last dim
  * (kn_ops.cu), each inside one row: one input a run when the cat is along
- * another dim, else element by element. */
+ * another dim, else an input an element. */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_cat)
 extern "C" __global__ void kn_cat(kn_cat_args a)
 {
@@ -122,14 +122,22 @@ extern "C" __global__ void kn_cat(kn_cat_args a)
                 if (q < m) kn_straw<KN_DT>(a.dst + (e0 + q) * es, v[q]);
             continue;
         }
-        for (long long e = e0; e < e0 + m; e++) {
-            kn_coords_n(e, a.n, a.ndim, a.shape, c);
-            long long p = kn_pick(c, a.dim);
+        /* along the last dim: an input an element, the run's coordinates
+         * shared (a gradient's zero insertion: cat(g, zeros) along a new
+         * last dim of 2) */
+        unsigned long long v[KN_T_RUN];
+#pragma unroll
+        for (int q = 0; q < KN_T_RUN; q++) {
+            v[q] = 0;
+            if (q >= m) continue;
+            const long long p = col + q;
             int k = 0;
             while (k + 1 < a.nin && a.start[k + 1] <= p) k++;
-            long long off = kn_offset_at(c, a.ndim, a.st[k], a.dim, p - a.start[k]);
-            kn_cpy<KN_DT>(a.dst + e * es, a.src[k] + off * es);
+            v[q] = kn_ldraw<KN_DT>(a.src[k] + kn_offset_at(c, a.ndim, a.st[k], L, p - a.start[k]) * es);
         }
+#pragma unroll
+        for (int q = 0; q < KN_T_RUN; q++)
+            if (q < m) kn_straw<KN_DT>(a.dst + (e0 + q) * es, v[q]);
     }
 }
 #endif

@@ -13,7 +13,7 @@
 #define KN_T_MAXD 8 /* KN_MAX_DIMS */
 #define KN_T_MAXCAT 8 /* KN_MAX_INPUTS */
 #define KN_T_BLOCK 256 /* every template kernel runs with this many threads */
-#define KN_T_RUN 4      /* consecutive elements a thread of strided copies and cats (kn_ops.cu) */
+#define KN_T_RUN 8      /* consecutive elements a thread of strided copies and cats (kn_ops.cu) */
 
 /* reduction ops (kn_reduce) */
 #define KN_TR_SUM 0
