@@ -37,6 +37,8 @@ local NOT_DIFFERENTIABLE = {
   le = "its result is bool", eq = "its result is bool", ne = "its result is bool",
   full = "it takes no inputs", arange = "it takes no inputs", randn = "it takes no inputs",
   rand = "it takes no inputs", randint = "it takes no inputs",
+  conv2d_input_grad = "it is conv2d's gradient: a second derivative of conv2d is not supported",
+  conv2d_weight_grad = "it is conv2d's gradient: a second derivative of conv2d is not supported",
 }
 
 local rules = kiln._autograd_rules()

@@ -78,6 +78,41 @@ for i = 1, #cl do worst = math.max(worst, math.abs(cl[i] - gl[i])) end
 for i = 1, #cw do worst = math.max(worst, math.abs(cw[i] - gw[i])) end
 T.ok(worst <= 1e-4, "5 AdamW steps of a model on cuda match the cpu's losses and weights (worst " .. worst .. ")")
 
+-- conv2d's gradients at a convnet's sizes (cuDNN's backward data and
+-- backward filter), f32, bf16 and f64, against the CPU's in f64 on the
+-- same (rounded) values: strided, padded, grouped, odd sizes
+do
+  local CONVS = {
+    { "3x3 stride 2 pad 1", { 4, 16, 15, 17 }, { 24, 16, 3, 3 }, { stride = 2, padding = 1 } },
+    { "3x3 stride 1 pad 1", { 2, 32, 28, 28 }, { 32, 32, 3, 3 }, { padding = 1 } },
+    { "7x7 stride 2 pad 3 (a stem)", { 2, 3, 37, 33 }, { 16, 3, 7, 7 }, { stride = 2, padding = 3 } },
+    { "1x1 stride 2", { 3, 24, 14, 14 }, { 40, 24, 1, 1 }, { stride = 2 } },
+    { "3x3 depthwise stride 2", { 2, 24, 15, 15 }, { 24, 1, 3, 3 }, { stride = 2, padding = 1, groups = 24 } },
+    { "3x3 dilation 2, 4 groups", { 2, 16, 19, 13 }, { 8, 4, 3, 3 }, { padding = 2, dilation = 2, groups = 4 } },
+  }
+  for _, dt in ipairs({ "f32", "bf16", "f64" }) do
+    for ci, cv in ipairs(CONVS) do
+      local x0 = kiln.randn(cv[2], { seed = 100 + ci }):to(dt)
+      local w0 = (kiln.randn(cv[3], { seed = 200 + ci }) * 0.2):to(dt)
+      local function grads(dev, ct)
+        local x = x0:to(ct):to(dev):requires_grad_()
+        local w = w0:to(ct):to(dev):requires_grad_()
+        local y = kiln.conv2d(x, w, nil, cv[4])
+        local r = kiln.randn(y:shape(), { seed = 300 + ci }):to(ct):to(dev)
+        ;(y * r):sum():backward()
+        return x.grad:to("cpu"):to("f64"), w.grad:to("cpu"):to("f64")
+      end
+      local rx, rw = grads("cpu", "f64")
+      local gx, gw = grads("cuda", dt)
+      local function rel(a, b) return ((a - b):abs():amax() / (b:abs():amax() + 1e-12)):item() end
+      local ex, ew = rel(gx, rx), rel(gw, rw)
+      local tol = ({ f32 = 2e-5, bf16 = 2e-2, f64 = 1e-9 })[dt]
+      T.ok(ex == ex and ex <= tol and ew == ew and ew <= tol,
+        string.format("conv2d %s %s on cuda: input and weight gradients against f64 (max rel %.1e, %.1e)", cv[1], dt, ex, ew))
+    end
+  end
+end
+
 -- a device move is a copy without history, to read values
 local w = kiln.ones({ 3 }, { device = "cuda", requires_grad = true })
 local host = (w * 2):sum():to("cpu")

@@ -76,6 +76,15 @@ static void sample_call(kn_op op, kn_dtype dt, kn_tensor t[KN_MAX_INPUTS], kn_op
         c->n_in = 2;
         c->in[0] = hdr(&t[0], dt, 4, S1244);
         c->in[1] = hdr(&t[1], dt, 4, S4233);
+        if (op == KN_OP_CONV2D_INPUT_GRAD || op == KN_OP_CONV2D_WEIGHT_GRAD) {
+            /* the forward: x {1, 2, 4, 4}, w {4, 2, 3, 3} -> {1, 4, 2, 2} */
+            static const int64_t S1422[4] = {1, 4, 2, 2};
+            bool dx = op == KN_OP_CONV2D_INPUT_GRAD;
+            c->in[dx ? 0 : 1] = hdr(&t[dx ? 0 : 1], dt, 4, S1422);
+            if (dx) c->in[1] = hdr(&t[1], dt, 4, S4233);
+            c->a.nshape = 4;
+            memcpy(c->a.shape, dx ? S1244 : S4233, sizeof(int64_t) * 4);
+        }
         break;
     case KN_K_POOL:
         hdr(&t[0], dt, 4, S1244);

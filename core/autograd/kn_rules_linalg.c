@@ -5,6 +5,8 @@
  * The pools are kn_rules_pool.c. */
 #include "kn_grad_rules.h"
 
+#include "kn_backend.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -73,6 +75,34 @@ static kn_tensor *conv(kn_gb *b, kn_tensor *x, kn_tensor *w, const int *stride, 
         c.a.dilation[i] = dilation[i];
     }
     c.a.groups = groups;
+    return kn_gb_call(b, &c, NULL);
+}
+
+/* conv2d's gradient op `op` (conv2d_input_grad of g and w, or
+ * conv2d_weight_grad of x and g; `shape` the other operand's) when the
+ * device's backend runs it: one library call (cuDNN's backward data and
+ * backward filter on a GPU, im2col's reverse on the CPU). NULL, with
+ * nothing built, when it does not (f64 on a GPU): the forward-conv forms
+ * below then run. */
+static kn_tensor *conv_grad_op(kn_gb *b, kn_op op, kn_tensor *in0, kn_tensor *in1, const int64_t *shape,
+                               const kn_attrs *a)
+{
+    kn_device_ctx *dc = kn_backend_get(b->dev);
+    if (!in0 || !in1 || !dc || !dc->be->supports_op) return NULL;
+    kn_opcall c;
+    kn_opcall_init(&c, op);
+    c.n_in = 2;
+    c.in[0] = in0;
+    c.in[1] = in1;
+    for (int i = 0; i < 2; i++) {
+        c.a.stride[i] = a->stride[i];
+        c.a.padding[i] = a->padding[i];
+        c.a.dilation[i] = a->dilation[i];
+    }
+    c.a.groups = a->groups;
+    c.a.nshape = 4;
+    memcpy(c.a.shape, shape, sizeof(int64_t) * 4);
+    if (!dc->be->supports_op(dc, &c)) return NULL;
     return kn_gb_call(b, &c, NULL);
 }
 
@@ -203,8 +233,14 @@ void kn_grad_conv2d(kn_gb *b, const kn_grad_node *n, kn_tensor *const *gout, kn_
         g = kn_gb_reshape(b, g, 4, gs);
     }
     if (!g || !x) return;
-    if (KN_NEED(n, 0)) gin[0] = kn_gb_reshape_meta(b, conv_input_grad(b, g, w, &x4, a), mx);
-    if (KN_NEED(n, 1)) gin[1] = conv_weight_grad(b, x, g, &n->in_meta[1], a);
+    if (KN_NEED(n, 0)) {
+        kn_tensor *dx = conv_grad_op(b, KN_OP_CONV2D_INPUT_GRAD, g, w, x4.shape, a);
+        gin[0] = kn_gb_reshape_meta(b, dx ? dx : conv_input_grad(b, g, w, &x4, a), mx);
+    }
+    if (KN_NEED(n, 1)) {
+        kn_tensor *dw = conv_grad_op(b, KN_OP_CONV2D_WEIGHT_GRAD, x, g, n->in_meta[1].shape, a);
+        gin[1] = dw ? dw : conv_weight_grad(b, x, g, &n->in_meta[1], a);
+    }
     if (n->n_in > 2 && KN_NEED(n, 2)) {
         int dims[3] = {0, 2, 3};
         gin[2] = kn_gb_sum(b, g, 3, dims, false);

@@ -33,6 +33,19 @@ kn_cost kn_cost_op(kn_op op, const kn_attrs *a, int n_in, const kn_meta *in, int
         if (n_in >= 1 && in[0].ndim >= 1) c.flops = 2 * on * (double)in[0].shape[in[0].ndim - 1];
         break;
     case KN_K_CONV:
+        /* the gradients: as many products as the forward, whose output is
+         * grad_out (in[0] of the input's, in[1] of the weight's) and whose
+         * weight is in[1] (the input's) or the output (the weight's) */
+        if (op == KN_OP_CONV2D_INPUT_GRAD && n_in >= 2 && in[1].ndim == 4) {
+            c.flops = 2 * (double)kn_numel_of(in[0].ndim, in[0].shape) * (double)in[1].shape[1] *
+                      (double)in[1].shape[2] * (double)in[1].shape[3];
+            break;
+        }
+        if (op == KN_OP_CONV2D_WEIGHT_GRAD && n_in >= 2 && n_out >= 1 && out[0].ndim == 4) {
+            c.flops = 2 * (double)kn_numel_of(in[1].ndim, in[1].shape) * (double)out[0].shape[1] *
+                      (double)out[0].shape[2] * (double)out[0].shape[3];
+            break;
+        }
         /* weight {K, C/groups, R, S}: each output element sums (C/groups)*R*S products */
         if (n_in >= 2 && in[1].ndim == 4)
             c.flops = 2 * on * (double)in[1].shape[1] * (double)in[1].shape[2] * (double)in[1].shape[3];

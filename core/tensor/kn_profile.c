@@ -219,7 +219,7 @@ const char *kn_profile_op_kind(kn_device dev, kn_op op)
 {
     if (kn_device_kind_of(dev) == KN_DEVICE_CPU) return "cpu";
     if (op == KN_OP_MATMUL) return "cublaslt";
-    if (op == KN_OP_CONV2D) return "cudnn";
+    if (op == KN_OP_CONV2D || op == KN_OP_CONV2D_INPUT_GRAD || op == KN_OP_CONV2D_WEIGHT_GRAD) return "cudnn";
     return "cuda";
 }
 

@@ -595,7 +595,7 @@ static kn_status infer_one(const kn_opcall *c, kn_meta out[KN_MAX_OUTPUTS], int 
     case KN_K_NORM:
         return c->op == KN_OP_LAYER_NORM ? infer_layer_norm(c, out) : infer_batch_norm(c, out);
     case KN_K_MATMUL: return kn_infer_matmul(c, out);
-    case KN_K_CONV: return kn_infer_conv2d(c, out);
+    case KN_K_CONV: return c->op == KN_OP_CONV2D ? kn_infer_conv2d(c, out) : kn_infer_conv2d_grad(c, out);
     case KN_K_POOL: return kn_infer_pool2d(c, out);
     case KN_K_ATTENTION: return kn_infer_attention(c, out);
     case KN_K_COPY:

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kn_shape_linalg.h"
 
@@ -190,6 +191,51 @@ kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out)
     out->shape[out->ndim++] = ow;
     if (y_cl) out->shape[out->ndim++] = oc;
     return kn_shape_check("conv2d", out->ndim, out->shape, out->dtype);
+}
+
+/* conv2d's gradients: the input's from (grad_out, w), the weight's from
+ * (x, grad_out), the missing operand's shape in attr.shape. Checked as the
+ * forward conv on that shape would be, and grad_out against the forward's
+ * output. NCHW, 4 dims (autograd's rule makes them so). */
+kn_status kn_infer_conv2d_grad(const kn_opcall *c, kn_meta *out)
+{
+    char sa[SHAPE_BUF], sb[SHAPE_BUF];
+    const char *name = kn_op_name(c->op);
+    bool input_grad = c->op == KN_OP_CONV2D_INPUT_GRAD;
+    KN_TRY(check_inputs(c, 2, 2, input_grad ? "grad_output, weight" : "input, grad_output"));
+    KN_TRY(check_float(c, 0, input_grad ? "grad_output" : "input"));
+    KN_TRY(check_float(c, 1, input_grad ? "weight" : "grad_output"));
+    if (c->a.in_layout != KN_LAYOUT_NCHW || c->a.out_layout != KN_LAYOUT_NCHW)
+        return kn_error(KN_ERR_ARG, "%s: NCHW only", name);
+    if (c->a.nshape != 4)
+        return kn_error(KN_ERR_ARG, "%s: attr shape must be the %s's 4 dims, got %d", name,
+                        input_grad ? "input" : "weight", c->a.nshape);
+    for (int i = 0; i < 2; i++)
+        if (c->in[i]->ndim != 4)
+            return kn_error(KN_ERR_SHAPE, "%s: input %d must have 4 dims, got %s", name, i + 1, shape_of(c->in[i], sa));
+    /* the forward call this is the gradient of, on headers */
+    kn_tensor fx = {0}, fw = {0};
+    const kn_tensor *g = input_grad ? c->in[0] : c->in[1], *known = input_grad ? c->in[1] : c->in[0];
+    kn_tensor *shaped = input_grad ? &fx : &fw;
+    *(input_grad ? &fw : &fx) = *known;
+    shaped->dtype = known->dtype;
+    shaped->ndim = 4;
+    for (int d = 0; d < 4; d++) shaped->shape[d] = c->a.shape[d];
+    kn_opcall f;
+    kn_opcall_init(&f, KN_OP_CONV2D);
+    f.a = c->a;
+    f.n_in = 2;
+    f.in[0] = &fx;
+    f.in[1] = &fw;
+    kn_meta fy;
+    KN_TRY(kn_infer_conv2d(&f, &fy));
+    if (fy.ndim != 4 || memcmp(fy.shape, g->shape, sizeof(int64_t) * 4) != 0)
+        return kn_error(KN_ERR_SHAPE, "%s: grad_output %s is not the shape of the forward's output %s", name,
+                        shape_of(g, sa), kn_shape_str(fy.ndim, fy.shape, sb, SHAPE_BUF));
+    out->dtype = kn_dtype_promote(c->in[0]->dtype, c->in[1]->dtype);
+    out->ndim = 4;
+    memcpy(out->shape, c->a.shape, sizeof(int64_t) * 4);
+    return kn_shape_check(name, out->ndim, out->shape, out->dtype);
 }
 
 /* ---- pools ---- */

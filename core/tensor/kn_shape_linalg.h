@@ -14,6 +14,7 @@
 
 kn_status kn_infer_matmul(const kn_opcall *c, kn_meta *out);
 kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out);
+kn_status kn_infer_conv2d_grad(const kn_opcall *c, kn_meta *out);
 kn_status kn_infer_pool2d(const kn_opcall *c, kn_meta *out);
 /* scaled_dot_product_attention: q [..., Tq, d], k [..., Tk, d], v [..., Tk, dv]
  * with equal leading dims and one float dtype, an optional bool or float mask

@@ -214,8 +214,122 @@ static kn_status conv_channels_last(const kn_opcall *c)
     return st;
 }
 
+/* col2im for output rows [y0, y1) of one group: the mirror of im2col,
+ * adding each column entry into the input pixel it was read from; img is
+ * that group's (cg, h, w) accumulator in the compute type. */
+static void col2im(const conv_geom *g, char *img, const char *col, int64_t y0, int64_t y1, kn_dtype ct)
+{
+    int64_t width = (y1 - y0) * g->ow;
+    size_t esz = kn_dtype_size(ct);
+    for (int64_t ci = 0; ci < g->cg; ci++)
+        for (int64_t ky = 0; ky < g->kh; ky++)
+            for (int64_t kx = 0; kx < g->kw; kx++) {
+                const char *row = col + (size_t)(((ci * g->kh + ky) * g->kw + kx) * width) * esz;
+                int64_t x0 = kx * g->dw - g->pw;
+                int64_t lo = x0 >= 0 ? 0 : (-x0 + g->sw - 1) / g->sw;
+                int64_t hi = g->w - 1 - x0 < 0 ? 0 : (g->w - 1 - x0) / g->sw + 1;
+                if (hi > g->ow) hi = g->ow;
+                for (int64_t oy = y0; oy < y1; oy++) {
+                    int64_t iy = oy * g->sh - g->ph + ky * g->dh;
+                    if (iy < 0 || iy >= g->h) continue;
+                    int64_t src = (oy - y0) * g->ow, dst = (ci * g->h + iy) * g->w + x0;
+                    if (ct == KN_F64)
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            ((double *)img)[dst + ox * g->sw] += ((const double *)row)[src + ox];
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            ((float *)img)[dst + ox * g->sw] += ((const float *)row)[src + ox];
+                }
+            }
+}
+
+/* conv2d's gradients, by the forward's im2col in reverse. The input's,
+ * per image and group: the columns W^T g (a GEMM of the group's weight,
+ * transposed, and its output gradient), added back into the pixels they
+ * came from (col2im). The weight's: g times the columns of x, transposed,
+ * summed over the images (in f64: one sum over the whole batch). */
+static kn_status conv2d_grad(const kn_opcall *c)
+{
+    bool input_grad = c->op == KN_OP_CONV2D_INPUT_GRAD;
+    const kn_tensor *gout = input_grad ? c->in[0] : c->in[1];
+    kn_tensor *out = c->out[0];
+    if (kn_tensor_numel(out) == 0) return KN_OK;
+    int64_t xs[4], ws[4];
+    for (int d = 0; d < 4; d++) {
+        xs[d] = input_grad ? c->a.shape[d] : c->in[0]->shape[d];
+        ws[d] = input_grad ? c->in[1]->shape[d] : c->a.shape[d];
+    }
+    int64_t N = xs[0], groups = c->a.groups, oc = ws[0], ocg = oc / groups;
+    conv_geom g = {ws[1], xs[2], xs[3], ws[2], ws[3], gout->shape[2], gout->shape[3],
+                   c->a.stride[0], c->a.stride[1], c->a.padding[0], c->a.padding[1],
+                   c->a.dilation[0], c->a.dilation[1]};
+    int64_t np = g.oh * g.ow, kc = g.cg * g.kh * g.kw, img_n = g.cg * g.h * g.w;
+    kn_dtype ct = out->dtype == KN_F64 ? KN_F64 : KN_F32;
+    size_t esz = kn_dtype_size(ct);
+    int64_t band = kc > 0 && g.ow > 0 ? CONV_COL_LIMIT / kc / g.ow : g.oh;
+    if (band < 1) band = 1;
+    if (band > g.oh) band = g.oh;
+    img4 gv = img4_of(gout);
+    conv_bufs b = {0};
+    void *gbuf = malloc((size_t)(ocg * np) * esz + 1), *part = NULL;
+    double *dw = NULL;
+    b.col = malloc((size_t)(kc * band * g.ow) * esz + 1);
+    b.img = malloc((size_t)img_n * esz + 1);
+    if (input_grad) b.wmat = malloc((size_t)(oc * kc) * esz + 1);
+    else {
+        part = malloc((size_t)(ocg * kc) * esz + 1);
+        dw = calloc((size_t)(oc * kc) + 1, sizeof *dw);
+    }
+    if (!gbuf || !b.col || !b.img || (input_grad ? !b.wmat : (!part || !dw))) {
+        free(gbuf);
+        free(part);
+        free(dw);
+        conv_bufs_free(&b);
+        return kn_error(KN_ERR_OOM, "%s: out of memory for the im2col scratch", kn_op_name(c->op));
+    }
+    if (input_grad) load_weight(c->in[1], ct, b.wmat);
+    img4 xv = input_grad ? gv : img4_of(c->in[0]);
+    void *od = kn_tensor_data(out);
+    kn_status st = KN_OK;
+    for (int64_t n = 0; n < N && st == KN_OK; n++)
+        for (int64_t gi = 0; gi < groups && st == KN_OK; gi++) {
+            load_group(gout, &gv, n, gi * ocg, ocg, ct, gbuf); /* {ocg, oh * ow} */
+            if (input_grad) memset(b.img, 0, (size_t)img_n * esz);
+            else load_group(c->in[0], &xv, n, gi * g.cg, g.cg, ct, b.img);
+            for (int64_t y0 = 0; y0 < g.oh && st == KN_OK; y0 += band) {
+                int64_t y1 = y0 + band < g.oh ? y0 + band : g.oh, width = (y1 - y0) * g.ow;
+                kn_gemm_mat G = {(const char *)gbuf + (size_t)(y0 * g.ow) * esz, ct, np, 1, NULL, 0};
+                if (input_grad) {
+                    /* col {kc, width} = W_g^T {kc, ocg} x g {ocg, width} */
+                    kn_gemm_mat Wt = {(const char *)b.wmat + (size_t)(gi * ocg * kc) * esz, ct, 1, kc, NULL, 0};
+                    st = kn_cpu_gemm(&b.ws, ct, kc, width, ocg, &Wt, &G, b.col, width);
+                    if (st == KN_OK) col2im(&g, b.img, b.col, y0, y1, ct);
+                } else {
+                    /* part {ocg, kc} = g {ocg, width} x col^T {width, kc} */
+                    im2col(&g, b.img, b.col, y0, y1, esz);
+                    kn_gemm_mat Ct = {b.col, ct, 1, width, NULL, 0};
+                    st = kn_cpu_gemm(&b.ws, ct, ocg, kc, width, &G, &Ct, part, kc);
+                    for (int64_t i = 0; st == KN_OK && i < ocg * kc; i++)
+                        dw[gi * ocg * kc + i] += ct == KN_F64 ? ((double *)part)[i] : ((float *)part)[i];
+                }
+            }
+            if (input_grad && st == KN_OK) /* the group's channels of image n */
+                for (int64_t i = 0; i < img_n; i++)
+                    kn_gemm_st(od, out->dtype, (n * groups + gi) * img_n + i,
+                               ct == KN_F64 ? ((double *)b.img)[i] : ((float *)b.img)[i]);
+        }
+    if (!input_grad && st == KN_OK)
+        for (int64_t i = 0; i < oc * kc; i++) kn_gemm_st(od, out->dtype, i, dw[i]);
+    free(gbuf);
+    free(part);
+    free(dw);
+    conv_bufs_free(&b);
+    return st;
+}
+
 kn_status kn_cpu_conv2d(const kn_opcall *c)
 {
+    if (c->op != KN_OP_CONV2D) return conv2d_grad(c);
     if (c->a.in_layout != KN_LAYOUT_NCHW || c->a.out_layout != KN_LAYOUT_NCHW) return conv_channels_last(c);
     const kn_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
     kn_tensor *out = c->out[0];

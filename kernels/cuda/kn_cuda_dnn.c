@@ -49,6 +49,7 @@
 
 enum { UID_X = 1, UID_W, UID_Y, UID_B, UID_T /* virtual conv output */, UID_T2 /* virtual biased, before ReLU */ };
 enum { MAX_KEEP = 16 }; /* conv + bias + ReLU: 13 descriptors and the chosen config */
+enum { DNN_GRAD_X = 1, DNN_GRAD_W = 2 }; /* dnn_key.grad */
 /* A workspace above this is not worth it: the next engine is tried. */
 #define DNN_MAX_WORKSPACE ((int64_t)512 << 20)
 
@@ -57,7 +58,7 @@ typedef struct dnn_key {
     int32_t act; /* 1: ReLU after the bias add (only with fused) */
     int32_t variant; /* max-autotune: the variant-th allowed precompiled engine config (0: the first) */
     int32_t nhwc; /* channels-last: x, w and y strides are NHWC (xs and ws say so; y's follow) */
-    int32_t pad_;
+    int32_t grad; /* 0 the forward conv; DNN_GRAD_X the input's gradient (x is written), DNN_GRAD_W the weight's */
     int32_t stride[2], pad[2], dil[2];
     int64_t xd[4], xs[4], wd[4], ws[4], yd[4];
     int64_t align_x, align_w, align_y, align_b;
@@ -605,6 +606,48 @@ static cudnnStatus_t dnn_conv_op(dnn_entry *e, cudnnBackendDescriptor_t tx, cudn
     return s;
 }
 
+/* conv2d's gradient op of key e (grad DNN_GRAD_X: dx from dy and w;
+ * DNN_GRAD_W: dw from x and dy), alpha 1 and beta 0: the result is
+ * written, not added to. */
+static cudnnStatus_t dnn_conv_grad_op(dnn_entry *e, cudnnBackendDescriptor_t tx, cudnnBackendDescriptor_t tw,
+                                      cudnnBackendDescriptor_t ty, cudnnBackendDescriptor_t conv,
+                                      cudnnBackendDescriptor_t *out)
+{
+    bool dx = e->key.grad == DNN_GRAD_X;
+    cudnnBackendDescriptor_t op;
+    cudnnStatus_t s = dnn_create(e, dx ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
+                                       : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                                 &op);
+    cudnnBackendAttributeName_t a_x = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX
+                                         : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X;
+    cudnnBackendAttributeName_t a_w = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W
+                                         : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW;
+    cudnnBackendAttributeName_t a_y = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY
+                                         : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY;
+    cudnnBackendAttributeName_t a_conv = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC
+                                            : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC;
+    cudnnBackendAttributeName_t a_alpha = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA
+                                             : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
+    cudnnBackendAttributeName_t a_beta = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA
+                                            : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA;
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
+    float af = 1.0f, bf = 0.0f;
+    double ad = 1.0, bdv = 0.0;
+    bool dbl = (kn_dtype)e->key.dt == KN_F64;
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op, a_alpha, dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+                                     dbl ? (const void *)&ad : (const void *)&af);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnBackendSetAttribute(op, a_beta, dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+                                     dbl ? (const void *)&bdv : (const void *)&bf);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op);
+    *out = op;
+    return s;
+}
+
 /* A pointwise op (mode, computed in comp) of x, and b when not NULL, into
  * y: the conv graph's bias add and ReLU. */
 static cudnnStatus_t dnn_pointwise(dnn_entry *e, cudnnPointwiseMode_t mode, cudnnDataType_t comp,
@@ -669,7 +712,8 @@ static cudnnStatus_t dnn_build(kn_cuda_dnn *dn, dnn_entry *e)
     }
     if (s == CUDNN_STATUS_SUCCESS) s = dnn_conv_desc(e, comp, &conv);
     cudnnBackendDescriptor_t conv_y = k->fused ? tt : ty;
-    if (s == CUDNN_STATUS_SUCCESS) s = dnn_conv_op(e, tx, tw, conv_y, conv, &op_conv);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = k->grad ? dnn_conv_grad_op(e, tx, tw, ty, conv, &op_conv) : dnn_conv_op(e, tx, tw, conv_y, conv, &op_conv);
     /* the bias add */
     cudnnBackendDescriptor_t add_y = k->act ? tt2 : ty;
     if (s == CUDNN_STATUS_SUCCESS && k->fused) s = dnn_pointwise(e, CUDNN_POINTWISE_ADD, comp, tt, tb, add_y, &op_pw);
@@ -956,7 +1000,83 @@ out:
     return st;
 }
 
+/* conv2d's gradients through cuDNN's backward-data and backward-filter
+ * ops (NCHW, packed, the output's dtype): the gradient of an input the
+ * forward read with a stride, padding or dilation comes from one call,
+ * where autograd's rule otherwise spreads the output's gradient with
+ * zeros, pads it, and convolves it (or stacks the input's patches for a
+ * GEMM: im2col). */
+static kn_status conv_grad_dnn(const kn_opcall *c)
+{
+    kn_cuda_dnn *dn = dnn_ready();
+    if (!dn) return kn_error(KN_ERR_UNSUPPORTED, "%s: needs cuDNN, which is not available", kn_op_name(c->op));
+    bool dx = c->op == KN_OP_CONV2D_INPUT_GRAD;
+    kn_tensor *out = c->out[0];
+    kn_dtype dt = out->dtype;
+    kn_tensor *tmp[2] = {NULL, NULL};
+    const kn_tensor *in[2] = {c->in[0], c->in[1]};
+    kn_status st = KN_OK;
+    for (int i = 0; i < 2 && st == KN_OK; i++) {
+        const kn_tensor *t = in[i];
+        if (t->dtype == dt && kn_tensor_is_contiguous(t) && kn_cuda_align_of(kn_cuda_tensor_ptr(t), NULL, 0, 16) == 16)
+            continue;
+        if ((st = kn_cuda_copy_as(t, dt, &tmp[i])) == KN_OK) in[i] = tmp[i];
+    }
+    if (st != KN_OK) goto out;
+    /* x, w and dy in the forward's roles */
+    const kn_tensor *dy = dx ? in[0] : in[1];
+    dnn_key k;
+    memset(&k, 0, sizeof k);
+    k.dt = (int32_t)dt;
+    k.tf32 = dt == KN_F32 && kn_cuda_allow_tf32();
+    k.grad = dx ? DNN_GRAD_X : DNN_GRAD_W;
+    for (int i = 0; i < 2; i++) {
+        k.stride[i] = c->a.stride[i];
+        k.pad[i] = c->a.padding[i];
+        k.dil[i] = c->a.dilation[i];
+    }
+    for (int d = 0; d < 4; d++) {
+        k.xd[d] = dx ? out->shape[d] : in[0]->shape[d];
+        k.wd[d] = dx ? in[1]->shape[d] : out->shape[d];
+        k.yd[d] = dy->shape[d];
+    }
+    packed(k.xd, k.xs);
+    packed(k.wd, k.ws);
+    void *px = dx ? kn_cuda_tensor_ptr(out) : kn_cuda_tensor_ptr(in[0]);
+    void *pw = dx ? kn_cuda_tensor_ptr(in[1]) : kn_cuda_tensor_ptr(out);
+    k.align_x = kn_cuda_align_of(px, NULL, 0, 16);
+    k.align_w = kn_cuda_align_of(pw, NULL, 0, 16);
+    k.align_y = 16;
+    dnn_entry *e = NULL;
+    if ((st = dnn_entry_get(dn, &k, &e)) != KN_OK) goto out;
+    if (e->refused) {
+        st = kn_error(KN_ERR_UNSUPPORTED, "%s: cuDNN has no engine for this call", kn_op_name(c->op));
+        goto out;
+    }
+    st = dnn_execute(e, px, pw, kn_cuda_tensor_ptr(dy), NULL);
+    if (st == KN_ERR_UNSUPPORTED) {
+        e->refused = true;
+        st = kn_error(KN_ERR_UNSUPPORTED, "%s: cuDNN refused to execute its plan", kn_op_name(c->op));
+    }
+    if (st == KN_OK) kn_cuda_variant_label("%s", e->label);
+out:
+    for (int i = 0; i < 2; i++) kn_tensor_release(tmp[i]);
+    return st;
+}
+
 #endif /* KILN_HAVE_CUDNN */
+
+/* Whether conv2d's gradient ops run here: float tensors in NCHW, through
+ * cuDNN (a call it refuses, or a machine without it, is an error naming
+ * the op; kiln needs cuDNN for training convolutions on a GPU). */
+bool kn_cuda_conv2d_grad_supports(const kn_opcall *c)
+{
+    if (!c || (c->op != KN_OP_CONV2D_INPUT_GRAD && c->op != KN_OP_CONV2D_WEIGHT_GRAD)) return false;
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] && !kn_dtype_is_float(c->in[i]->dtype)) return false;
+    if (c->n_in > 0 && c->a.nshape != 4) return false; /* the other operand's shape (kn_infer_conv2d_grad) */
+    return c->a.in_layout == KN_LAYOUT_NCHW && c->a.out_layout == KN_LAYOUT_NCHW;
+}
 
 #ifndef KILN_HAVE_CUDNN
 int kn_cuda_dnn_first_plan(void *graph, int64_t max_ws, void **plan, void **cfg, int64_t *ws, char *label,
@@ -1260,7 +1380,22 @@ static kn_status conv_run(const kn_opcall *c, int act)
 
 kn_status kn_cuda_conv2d(const kn_opcall *c)
 {
-    return conv_run(c, 0);
+    if (c->op == KN_OP_CONV2D) return conv_run(c, 0);
+    if (c->n_in != 2 || !c->in[0] || !c->in[1] || c->n_out < 1 || !c->out[0])
+        return kn_error(KN_ERR_ARG, "%s: expects two inputs and a preallocated output", kn_op_name(c->op));
+    for (int i = 0; i < 2; i++)
+        if (!kn_cuda_on_current(c->in[i]))
+            return kn_error(KN_ERR_DEVICE, "%s: the CUDA backend got input %d on %s", kn_op_name(c->op), i + 1,
+                            kn_device_name(kn_tensor_device(c->in[i])));
+    if (!kn_cuda_on_current(c->out[0]) || !kn_tensor_is_contiguous(c->out[0]))
+        return kn_error(KN_ERR_UNSUPPORTED, "%s: a contiguous cuda output only", kn_op_name(c->op));
+    KN_TRY(kn_cuda_init());
+    if (kn_tensor_numel(c->out[0]) == 0) return KN_OK;
+#ifdef KILN_HAVE_CUDNN
+    return conv_grad_dnn(c);
+#else
+    return kn_error(KN_ERR_UNSUPPORTED, "%s: needs cuDNN (this build has none)", kn_op_name(c->op));
+#endif
 }
 
 /* act(conv + bias + residual): a channels-last 1x1 conv in cuBLASLt's

@@ -16,8 +16,11 @@ kn_status kn_cuda_conv2d(const kn_opcall *c);
 /* Whether kn_cuda_conv2d has a kernel for c (cuDNN, or kiln's for what it
  * refuses, in either layout): float tensors, as conv_run checks. Without
  * tensors: the op alone. */
+bool kn_cuda_conv2d_grad_supports(const kn_opcall *c);
 static inline bool kn_cuda_conv2d_supports(const kn_opcall *c)
 {
+    if (c && (c->op == KN_OP_CONV2D_INPUT_GRAD || c->op == KN_OP_CONV2D_WEIGHT_GRAD))
+        return kn_cuda_conv2d_grad_supports(c);
     if (!c || c->op != KN_OP_CONV2D) return false;
     for (int i = 0; i < c->n_in; i++)
         if (c->in[i] && !kn_dtype_is_float(c->in[i]->dtype)) return false;
