@@ -19,7 +19,10 @@ enum {
     /* kn_plan_build: the plan's runs are CUDA-graph replays (reduce-overhead, max-autotune), which
      * clamp a bad index and report nothing: an embedding gather may then run inside the kernel that
      * reads it (kn_fuse_gathering), on a device that records (capture_begin) */
-    KN_PLAN_GATHER_LOADS = 256
+    KN_PLAN_GATHER_LOADS = 256,
+    /* kn_pass_split_reductions: reductions over several dims as a row kernel and a small rest, on a
+     * device that records (the GPU; KILN_CPU_SPLIT_REDUCTIONS=1 on the CPU, for tests) */
+    KN_PASSES_SPLIT_REDUCTIONS = 512
 };
 
 #endif

@@ -7,6 +7,7 @@
 #include "kn_graph_print.h"
 #include "kn_pass_attention.h"
 #include "kn_pass_recompute.h"
+#include "kn_pass_reductions.h"
 #include "kn_pass_channels_last.h"
 #include "kn_pass_merge_projections.h"
 #include "kn_pass_gather_scatter.h"
@@ -562,6 +563,7 @@ static const pass_entry pass_table[] = {
     {"fold_once", kn_pass_fold_once},
     {"sink_views", pass_sink_views},
     {"recompute", kn_pass_recompute},
+    {"split_reductions", kn_pass_split_reductions},
 };
 
 /* attention before fold_once: the pattern pass wants to see the causal
@@ -569,8 +571,8 @@ static const pass_entry pass_table[] = {
  * too: it folds a zeros base, which fold_once would make an input */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
                                         "attention", "gather_scatter", "channels_last", "merge_projections",
-                                        "fold_once", "simplify", "sink_views", "recompute",
-                                        "dce", NULL};
+                                        "split_reductions", "cse", "fold_once", "simplify", "sink_views",
+                                        "recompute", "dce", NULL};
 
 const char *const *kn_passes_names(void)
 {

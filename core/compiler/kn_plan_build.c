@@ -249,6 +249,10 @@ static int device_pass_flags(const kn_plan *p, int pass_flags)
      * (KILN_CPU_GATHER_LOADS=1 keeps them on the CPU, which lets CI test
      * them without a GPU) */
     if ((!adc || !adc->be->capture_begin) && !getenv("KILN_CPU_GATHER_LOADS")) pass_flags &= ~KN_PLAN_GATHER_LOADS;
+    /* split reductions on the GPU, whose generic reduction kernel is the
+     * slow path (the CPU's sums in double are its reference) */
+    if ((adc && adc->be->capture_begin) || getenv("KILN_CPU_SPLIT_REDUCTIONS"))
+        pass_flags |= KN_PASSES_SPLIT_REDUCTIONS;
     return pass_flags;
 }
 

@@ -1,0 +1,198 @@
+/* kn_pass_reductions: see kn_pass_reductions.h. */
+#include "kn_pass_reductions.h"
+
+#include <string.h>
+
+#include "kn_pass_flags.h"
+#include "kn_settings.h"
+
+/* The inner dims a row kernel reduces must be at least this long to pay
+ * for the second, small reduction; and the rows of a column sum at least
+ * this many for a GEMV to beat the one kernel. */
+#define SPLIT_MIN_INNER 32
+#define COLUMN_MIN_ROWS 64
+
+typedef struct {
+    kn_pass_ctx *x;
+    int at;          /* the reduction's node: new nodes go before it */
+    const char *where;
+    unsigned char part;
+} builder;
+
+/* Append op on refs with attrs a; the new node takes the reduction's part
+ * (forward, backward, update) so the views and the recompute pass see it
+ * where the reduction was. */
+static kn_status add(builder *b, int op, const int *refs, int n, const kn_attrs *a, int *ref)
+{
+    int node;
+    KN_TRY(kn_pass_append_node(b->x, op, refs, n, a, b->at, b->where, &node));
+    b->x->g->nodes[node].part = b->part;
+    *ref = KN_REF(node, 0);
+    return KN_OK;
+}
+
+static kn_status reshape(builder *b, int ref, int ndim, const int64_t *shape, int *out)
+{
+    kn_attrs a;
+    memset(&a, 0, sizeof a);
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_RESHAPE);
+    a = init.a;
+    a.nshape = ndim;
+    memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    return add(b, KN_OP_RESHAPE, &ref, 1, &a, out);
+}
+
+static kn_status reduce(builder *b, int op, int ref, int ndims, const int *dims, bool keepdim, int *out)
+{
+    kn_opcall init;
+    kn_opcall_init(&init, (kn_op)op);
+    kn_attrs a = init.a;
+    a.ndims = ndims;
+    memcpy(a.dims, dims, sizeof(int) * (size_t)ndims);
+    a.keepdim = keepdim;
+    return add(b, op, &ref, 1, &a, out);
+}
+
+static kn_status binary(builder *b, int op, int x, int y, int *out)
+{
+    int refs[2] = {x, y};
+    return add(b, op, refs, 2, NULL, out);
+}
+
+static kn_status full(builder *b, int ndim, const int64_t *shape, double v, kn_dtype dt, int *out)
+{
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_FULL);
+    kn_attrs a = init.a;
+    a.nshape = ndim;
+    if (ndim) memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    a.value = v;
+    a.dtype = dt;
+    return add(b, KN_OP_FULL, NULL, 0, &a, out);
+}
+
+/* Rows then the rest: x (meta m) reduced over `red` (a mask), whose last
+ * t dims (t >= 1, `inner` elements) are all reduced. x viewed as
+ * {first dims, inner}; the inner dim reduced by a row kernel; what remains
+ * of `red` (`lead`) reduced after, on nd - t dims. VAR as the mean of the
+ * squared deviations from the mean, both split so. */
+static kn_status split_rows(builder *b, const kn_node *n, int xref, const kn_meta *m, const bool *red, int t,
+                            int *result)
+{
+    int nd = m->ndim, f = nd - t, lead[KN_MAX_DIMS], n_lead = 0;
+    int64_t shape[KN_MAX_DIMS], inner = 1;
+    for (int d = 0; d < f; d++) {
+        shape[d] = m->shape[d];
+        if (red[d]) lead[n_lead++] = d;
+    }
+    for (int d = f; d < nd; d++) inner *= m->shape[d];
+    shape[f] = inner;
+    int xv, last = f;
+    KN_TRY(reshape(b, xref, f + 1, shape, &xv));
+    /* keepdim throughout: a mean and a var of the same dims (BatchNorm's)
+     * then share their first two reductions (cse) */
+    if (n->op == KN_OP_SUM || n->op == KN_OP_MEAN) {
+        int r;
+        KN_TRY(reduce(b, n->op, xv, 1, &last, true, &r));
+        if (n_lead) KN_TRY(reduce(b, n->op, r, n_lead, lead, true, &r));
+        *result = r;
+        return KN_OK;
+    }
+    /* VAR */
+    int mean, dev, neg_dev, sq, s, denom;
+    KN_TRY(reduce(b, KN_OP_MEAN, xv, 1, &last, true, &mean));
+    if (n_lead) KN_TRY(reduce(b, KN_OP_MEAN, mean, n_lead, lead, true, &mean));
+    /* (x - m) * (m - x), summed, over -(count - correction): the same
+     * numbers as the squares' (a difference negates exactly), with the
+     * deviation made twice, each read once. Fusion inlines only a value
+     * read once, so the product and its sum stay one row kernel over x;
+     * one deviation squared would be written out whole first, and cse
+     * would merge two equal subtractions back into one. */
+    KN_TRY(binary(b, KN_OP_SUB, xv, mean, &dev));
+    KN_TRY(binary(b, KN_OP_SUB, mean, xv, &neg_dev));
+    KN_TRY(binary(b, KN_OP_MUL, dev, neg_dev, &sq));
+    KN_TRY(reduce(b, KN_OP_SUM, sq, 1, &last, true, &s));
+    if (n_lead) KN_TRY(reduce(b, KN_OP_SUM, s, n_lead, lead, true, &s));
+    int64_t count = inner;
+    for (int k = 0; k < n_lead; k++) count *= m->shape[lead[k]];
+    /* the count exact: f32 up to 2^24 (a bf16 count of 401408 is not),
+     * f64 past it; the quotient cast back to the var's dtype */
+    kn_dtype ct = m->dtype == KN_F64 || count > (1 << 24) ? KN_F64 : KN_F32;
+    KN_TRY(full(b, 0, NULL, -(double)(count - n->a.correction), ct, &denom));
+    KN_TRY(binary(b, KN_OP_DIV, s, denom, result));
+    if (b->x->g->nodes[KN_REF_NODE(*result)].out[0].dtype == n->out[0].dtype) return KN_OK;
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_CAST);
+    kn_attrs a = init.a;
+    a.dtype = n->out[0].dtype;
+    return add(b, KN_OP_CAST, result, 1, &a, result);
+}
+
+/* A column sum (the leading k dims reduced, the rest kept: a bias's
+ * gradient over the rows) as one GEMV: ones {1, rows} x x {rows, cols}. A
+ * mean takes 1/rows for the ones (exact in the dtype: f32, f64, or a power
+ * of two). */
+static kn_status column_gemv(builder *b, const kn_node *n, int xref, const kn_meta *m, int k, int *result)
+{
+    int64_t rows = 1, cols = 1;
+    for (int d = 0; d < m->ndim; d++) *(d < k ? &rows : &cols) *= m->shape[d];
+    int64_t s2[2] = {rows, cols}, s1[2] = {1, rows};
+    int xv, ones;
+    KN_TRY(reshape(b, xref, 2, s2, &xv));
+    KN_TRY(full(b, 2, s1, n->op == KN_OP_MEAN ? 1.0 / (double)rows : 1.0, m->dtype, &ones));
+    return binary(b, KN_OP_MATMUL, ones, xv, result);
+}
+
+static bool power_of_two(int64_t v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+kn_status kn_pass_split_reductions(kn_pass_ctx *x)
+{
+    if (!(x->flags & KN_PASSES_SPLIT_REDUCTIONS)) return KN_OK;
+    kn_graph *g = x->g;
+    bool ieee = !kn_settings_allow_tf32(kn_settings_or_defaults(x->settings));
+    for (int i = 0; i < x->n_orig; i++) {
+        if (x->dead[i]) continue;
+        kn_pass_resolve_inputs(x, i);
+        const kn_node *n = &g->nodes[i];
+        if (n->op != KN_OP_SUM && n->op != KN_OP_MEAN && n->op != KN_OP_VAR) continue;
+        int xref = KN_REF(n->in_node[0], n->in_out[0]);
+        kn_meta m = g->nodes[n->in_node[0]].out[n->in_out[0]];
+        if (m.ndim < 2 || !kn_dtype_is_float(m.dtype) || !kn_dtype_is_float(n->out[0].dtype)) continue;
+        bool red[KN_MAX_DIMS] = {false};
+        int n_red = 0;
+        for (int d = 0; d < m.ndim; d++) red[d] = n->a.ndims == 0;
+        for (int k = 0; k < n->a.ndims; k++)
+            if (n->a.dims[k] >= 0 && n->a.dims[k] < m.ndim) red[n->a.dims[k]] = true;
+        for (int d = 0; d < m.ndim; d++) n_red += red[d];
+        int t = 0, k = 0;
+        while (t < m.ndim && red[m.ndim - 1 - t]) t++;
+        while (k < m.ndim && red[k]) k++;
+        int64_t inner = 1, rows = 1;
+        for (int d = m.ndim - t; d < m.ndim; d++) inner *= m.shape[d];
+        for (int d = 0; d < k; d++) rows *= m.shape[d];
+        char where[KN_WHERE_MAX];
+        snprintf(where, sizeof where, "%s", n->where);
+        builder b = {x, i, where, n->part};
+        kn_meta want = n->out[0];
+        int r = -1;
+        if (t >= 1 && t < m.ndim && inner >= SPLIT_MIN_INNER && (n_red > t || t >= 2)) {
+            /* the last dims reduced, and more than one dim: rows, then the rest */
+            if (n->op == KN_OP_VAR && inner * (n_red > t ? 2 : 1) - n->a.correction <= 0) continue;
+            KN_TRY(split_rows(&b, n, xref, &m, red, t, &r));
+        } else if (t == 0 && k >= 1 && k == n_red && rows >= COLUMN_MIN_ROWS && n->op != KN_OP_VAR &&
+                   (m.dtype != KN_F32 || ieee) &&
+                   (n->op == KN_OP_SUM || m.dtype == KN_F32 || m.dtype == KN_F64 || power_of_two(rows))) {
+            KN_TRY(column_gemv(&b, n, xref, &m, k, &r));
+        } else {
+            continue;
+        }
+        const kn_meta *got = &g->nodes[KN_REF_NODE(r)].out[0];
+        if (!kn_pass_meta_equal(got, &want)) KN_TRY(reshape(&b, r, want.ndim, want.shape, &r));
+        kn_pass_replace(x, i, r);
+    }
+    return KN_OK;
+}
