@@ -1,10 +1,10 @@
 /* kn_pass_reductions: see kn_pass_reductions.h. */
 #include "kn_pass_reductions.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "kn_pass_flags.h"
-#include "kn_settings.h"
 
 /* The inner dims a row kernel reduces must be at least this long to pay
  * for the second, small reduction; and the rows of a column sum at least
@@ -72,6 +72,15 @@ static kn_status full(builder *b, int ndim, const int64_t *shape, double v, kn_d
     return add(b, KN_OP_FULL, NULL, 0, &a, out);
 }
 
+static kn_status cast(builder *b, int ref, kn_dtype dt, int *out)
+{
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_CAST);
+    kn_attrs a = init.a;
+    a.dtype = dt;
+    return add(b, KN_OP_CAST, &ref, 1, &a, out);
+}
+
 /* Rows then the rest: x (meta m) reduced over `red` (a mask), whose last
  * t dims (t >= 1, `inner` elements) are all reduced. x viewed as
  * {first dims, inner}; the inner dim reduced by a row kernel; what remains
@@ -90,6 +99,7 @@ static kn_status split_rows(builder *b, const kn_node *n, int xref, const kn_met
     shape[f] = inner;
     int xv, last = f;
     KN_TRY(reshape(b, xref, f + 1, shape, &xv));
+    KN_TRY(cast(b, xv, KN_F64, &xv)); /* read by the row kernel, which then sums in f64 (see the header) */
     /* keepdim throughout: a mean and a var of the same dims (BatchNorm's)
      * then share their first two reductions (cse) */
     if (n->op == KN_OP_SUM || n->op == KN_OP_MEAN) {
@@ -116,23 +126,13 @@ static kn_status split_rows(builder *b, const kn_node *n, int xref, const kn_met
     if (n_lead) KN_TRY(reduce(b, KN_OP_SUM, s, n_lead, lead, true, &s));
     int64_t count = inner;
     for (int k = 0; k < n_lead; k++) count *= m->shape[lead[k]];
-    /* the count exact: f32 up to 2^24 (a bf16 count of 401408 is not),
-     * f64 past it; the quotient cast back to the var's dtype */
-    kn_dtype ct = m->dtype == KN_F64 || count > (1 << 24) ? KN_F64 : KN_F32;
-    KN_TRY(full(b, 0, NULL, -(double)(count - n->a.correction), ct, &denom));
-    KN_TRY(binary(b, KN_OP_DIV, s, denom, result));
-    if (b->x->g->nodes[KN_REF_NODE(*result)].out[0].dtype == n->out[0].dtype) return KN_OK;
-    kn_opcall init;
-    kn_opcall_init(&init, KN_OP_CAST);
-    kn_attrs a = init.a;
-    a.dtype = n->out[0].dtype;
-    return add(b, KN_OP_CAST, result, 1, &a, result);
+    KN_TRY(full(b, 0, NULL, -(double)(count - n->a.correction), KN_F64, &denom));
+    return binary(b, KN_OP_DIV, s, denom, result);
 }
 
 /* A column sum (the leading k dims reduced, the rest kept: a bias's
- * gradient over the rows) as one GEMV: ones {1, rows} x x {rows, cols}. A
- * mean takes 1/rows for the ones (exact in the dtype: f32, f64, or a power
- * of two). */
+ * gradient over the rows) as one GEMV in f64: ones {1, rows} x x {rows,
+ * cols}; a mean divides by the rows after. */
 static kn_status column_gemv(builder *b, const kn_node *n, int xref, const kn_meta *m, int k, int *result)
 {
     int64_t rows = 1, cols = 1;
@@ -140,20 +140,19 @@ static kn_status column_gemv(builder *b, const kn_node *n, int xref, const kn_me
     int64_t s2[2] = {rows, cols}, s1[2] = {1, rows};
     int xv, ones;
     KN_TRY(reshape(b, xref, 2, s2, &xv));
-    KN_TRY(full(b, 2, s1, n->op == KN_OP_MEAN ? 1.0 / (double)rows : 1.0, m->dtype, &ones));
-    return binary(b, KN_OP_MATMUL, ones, xv, result);
-}
-
-static bool power_of_two(int64_t v)
-{
-    return v > 0 && (v & (v - 1)) == 0;
+    KN_TRY(cast(b, xv, KN_F64, &xv));
+    KN_TRY(full(b, 2, s1, 1.0, KN_F64, &ones));
+    KN_TRY(binary(b, KN_OP_MATMUL, ones, xv, result));
+    if (n->op != KN_OP_MEAN) return KN_OK;
+    int count;
+    KN_TRY(full(b, 0, NULL, (double)rows, KN_F64, &count));
+    return binary(b, KN_OP_DIV, *result, count, result);
 }
 
 kn_status kn_pass_split_reductions(kn_pass_ctx *x)
 {
     if (!(x->flags & KN_PASSES_SPLIT_REDUCTIONS)) return KN_OK;
     kn_graph *g = x->g;
-    bool ieee = !kn_settings_allow_tf32(kn_settings_or_defaults(x->settings));
     for (int i = 0; i < x->n_orig; i++) {
         if (x->dead[i]) continue;
         kn_pass_resolve_inputs(x, i);
@@ -183,13 +182,13 @@ kn_status kn_pass_split_reductions(kn_pass_ctx *x)
             /* the last dims reduced, and more than one dim: rows, then the rest */
             if (n->op == KN_OP_VAR && inner * (n_red > t ? 2 : 1) - n->a.correction <= 0) continue;
             KN_TRY(split_rows(&b, n, xref, &m, red, t, &r));
-        } else if (t == 0 && k >= 1 && k == n_red && rows >= COLUMN_MIN_ROWS && n->op != KN_OP_VAR &&
-                   (m.dtype != KN_F32 || ieee) &&
-                   (n->op == KN_OP_SUM || m.dtype == KN_F32 || m.dtype == KN_F64 || power_of_two(rows))) {
+        } else if (t == 0 && k >= 1 && k == n_red && rows >= COLUMN_MIN_ROWS && n->op != KN_OP_VAR) {
             KN_TRY(column_gemv(&b, n, xref, &m, k, &r));
         } else {
             continue;
         }
+        /* one rounding, from f64 to the reduction's dtype, as the generic kernel's */
+        if (g->nodes[KN_REF_NODE(r)].out[0].dtype != want.dtype) KN_TRY(cast(&b, r, want.dtype, &r));
         const kn_meta *got = &g->nodes[KN_REF_NODE(r)].out[0];
         if (!kn_pass_meta_equal(got, &want)) KN_TRY(reshape(&b, r, want.ndim, want.shape, &r));
         kn_pass_replace(x, i, r);
