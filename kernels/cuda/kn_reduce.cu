@@ -118,12 +118,28 @@ KN_FN void kn_rwalk_step(kn_rwalk &w, const kn_reduce_args &a, int g)
 
 /* A lane's elements are read KN_RUNROLL at a time: first their offsets
  * (the walk, with its branches), then their raw bytes, loads with nothing
- * between them, then the conversions and adds. A thread that converted
- * and added each value before its next load kept one load in flight:
- * latency-bound, BatchNorm's batch mean over 32 x 32 x 112 x 112 took
- * 59 us on the H200 (98 loads a thread, about 0.6 us each), a bias
- * gradient's sum over 4096 rows 33 us. The adds stay in element order. */
+ * between them, then the conversions and adds, in element order. Loaded,
+ * converted and added one at a time, a thread kept one load in flight;
+ * grouped, BatchNorm's batch mean over 32 x 32 x 112 x 112 went from 59 to
+ * 51 us on the H200, still latency-bound: the compiler's reductions pass
+ * (kn_pass_reductions.c) gives these shapes to generated row kernels. */
 #define KN_RUNROLL 8
+
+/* The raw bytes of this lane's next KN_RUNROLL elements, e, e + g, ...
+ * (0 for those at or past hi); the walk moves past them. */
+KN_FN void kn_rround(const kn_reduce_args &a, kn_rwalk &w, long long base, long long e, long long hi, int g,
+                     unsigned long long *raw)
+{
+    const int es = kn_esize<KN_DT>();
+    long long off[KN_RUNROLL];
+#pragma unroll
+    for (int q = 0; q < KN_RUNROLL; q++) {
+        off[q] = base + kn_rwalk_off(w);
+        kn_rwalk_step(w, a, g);
+    }
+#pragma unroll
+    for (int q = 0; q < KN_RUNROLL; q++) raw[q] = e + (long long)q * g < hi ? kn_ldraw<KN_DT>(a.x + off[q] * es) : 0ull;
+}
 
 /* Float elements e = lo + lane, + g, ... < hi of one output (at base): the
  * sum (or extreme), or with `squares` the sum of squared deviations from
@@ -131,7 +147,6 @@ KN_FN void kn_rwalk_step(kn_rwalk &w, const kn_reduce_args &a, int g)
 KN_FN double kn_rscan_f(const kn_reduce_args &a, long long base, long long lo, long long hi, int lane, int g,
                         bool squares, double mean)
 {
-    const int es = kn_esize<KN_DT>();
     const bool ext = !squares && (a.op == KN_TR_AMAX || a.op == KN_TR_AMIN);
     double acc = ext ? (a.op == KN_TR_AMAX ? -__longlong_as_double(0x7ff0000000000000LL)
                                            : __longlong_as_double(0x7ff0000000000000LL))
@@ -139,15 +154,8 @@ KN_FN double kn_rscan_f(const kn_reduce_args &a, long long base, long long lo, l
     kn_rwalk w;
     kn_rwalk_init(w, a, lo + lane);
     for (long long e = lo + lane; e < hi; e += (long long)KN_RUNROLL * g) {
-        long long off[KN_RUNROLL];
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            off[q] = base + kn_rwalk_off(w);
-            kn_rwalk_step(w, a, g);
-        }
         unsigned long long raw[KN_RUNROLL];
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) raw[q] = e + (long long)q * g < hi ? kn_ldraw<KN_DT>(a.x + off[q] * es) : 0ull;
+        kn_rround(a, w, base, e, hi, g, raw);
 #pragma unroll
         for (int q = 0; q < KN_RUNROLL; q++) {
             if (e + (long long)q * g >= hi) break;
@@ -162,21 +170,13 @@ KN_FN double kn_rscan_f(const kn_reduce_args &a, long long base, long long lo, l
 /* The same for integers: sums wrap in int64, extremes keep the dtype's order. */
 KN_FN long long kn_rscan_i(const kn_reduce_args &a, long long base, long long lo, long long hi, int lane, int g)
 {
-    const int es = kn_esize<KN_DT>();
     const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
     long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1) : a.op == KN_TR_AMIN ? 9223372036854775807LL : 0;
     kn_rwalk w;
     kn_rwalk_init(w, a, lo + lane);
     for (long long e = lo + lane; e < hi; e += (long long)KN_RUNROLL * g) {
-        long long off[KN_RUNROLL];
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            off[q] = base + kn_rwalk_off(w);
-            kn_rwalk_step(w, a, g);
-        }
         unsigned long long raw[KN_RUNROLL];
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) raw[q] = e + (long long)q * g < hi ? kn_ldraw<KN_DT>(a.x + off[q] * es) : 0ull;
+        kn_rround(a, w, base, e, hi, g, raw);
 #pragma unroll
         for (int q = 0; q < KN_RUNROLL; q++) {
             if (e + (long long)q * g >= hi) break;
