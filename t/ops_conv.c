@@ -5,7 +5,8 @@
  * conv: stride, padding, dilation (also per-axis), groups and depthwise,
  * bias or none, unbatched input, 1x1, im2col bands and gemm blocks crossed,
  * strided inputs and weights, zero-size dims, all float dtypes and a mixed
- * pair, NaN. Pools: padding, dilation, ceil_mode (with PyTorch's rule that
+ * pair, NaN. conv2d's gradient ops (conv2d_input_grad, conv2d_weight_grad)
+ * on the same kinds of shapes. Pools: padding, dilation, ceil_mode (with PyTorch's rule that
  * the last window starts inside the input), count_include_pad both ways,
  * adaptive windows that do not divide evenly, NaN in max. Errors by
  * message. Tolerances as in ops_matmul: (terms+3)u * sum|terms| plus the
@@ -306,6 +307,120 @@ static void test_conv(kn_dtype dt)
     check_conv("channel slice of a wider input (offset, strides)",
                rand_view(dt, 4, SHAPE(2, 3, 6, 6), SHAPE(5 * 36, 72, 6, 1), 36), rand_tensor(dt, 4, SHAPE(2, 3, 3, 3)),
                rand_view(dt, 1, SHAPE(2), SHAPE(3), 1), plain);
+}
+
+static kn_status infer(kn_opcall *c);
+
+/* conv2d's gradients (autograd's ops): the input's from (g, w), the
+ * weight's from (x, g), against naive f64 sums over the forward's taps. */
+static void ref_conv_grad(bool input_grad, const kn_tensor *x_or_g, const kn_tensor *w_or_g, const int64_t *other,
+                          const conv_cfg *k, expect *e)
+{
+    const kn_tensor *g = input_grad ? x_or_g : w_or_g;
+    const int64_t *xs = input_grad ? other : x_or_g->shape, *ws = input_grad ? w_or_g->shape : other;
+    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], O = ws[0], cg = ws[1], kh = ws[2], kw = ws[3];
+    int64_t oh = g->shape[2], ow = g->shape[3], og = O / k->groups;
+    expect_alloc(e, 4, input_grad ? xs : ws);
+    e->terms = input_grad ? og * kh * kw : N * oh * ow;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++)
+                    for (int64_t ci = 0; ci < cg; ci++)
+                        for (int64_t ky = 0; ky < kh; ky++)
+                            for (int64_t kx = 0; kx < kw; kx++) {
+                                int64_t iy = oy * k->s[0] - k->p[0] + ky * k->d[0];
+                                int64_t ix = ox * k->s[1] - k->p[1] + kx * k->d[1];
+                                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                                int64_t c = o / og * cg + ci, i;
+                                double t;
+                                if (input_grad) {
+                                    t = at4(g, n, o, oy, ox) * at4(w_or_g, o, ci, ky, kx);
+                                    i = ((n * C + c) * H + iy) * W + ix;
+                                } else {
+                                    t = at4(g, n, o, oy, ox) * at4(x_or_g, n, c, iy, ix);
+                                    i = ((o * cg + ci) * kh + ky) * kw + kx;
+                                }
+                                e->ref[i] += t;
+                                e->mag[i] += fabs(t);
+                            }
+}
+
+static void check_conv_grad(const char *name, bool input_grad, kn_tensor *a, kn_tensor *b, const int64_t *other,
+                            conv_cfg k)
+{
+    kn_opcall c;
+    expect e;
+    conv_attrs(&c, &k);
+    c.op = input_grad ? KN_OP_CONV2D_INPUT_GRAD : KN_OP_CONV2D_WEIGHT_GRAD;
+    c.n_in = 2;
+    c.in[0] = a, c.in[1] = b;
+    c.a.nshape = 4;
+    memcpy(c.a.shape, other, sizeof(int64_t) * 4);
+    ref_conv_grad(input_grad, a, b, other, &k, &e);
+    compare(name, run(&c, name), kn_dtype_promote(a->dtype, b->dtype), &e);
+    kn_tensor_release(a);
+    kn_tensor_release(b);
+}
+
+static void test_conv_grads(kn_dtype dt)
+{
+    printf("# conv2d_input_grad and conv2d_weight_grad, %s\n", kn_dtype_name(dt));
+    struct {
+        const char *name;
+        int64_t x[4], w[4];
+        conv_cfg k;
+    } cases[] = {
+        {"3x3", {2, 3, 9, 11}, {4, 3, 3, 3}, {{1, 1}, {0, 0}, {1, 1}, 1}},
+        {"stride 2, padding 1", {2, 3, 9, 10}, {5, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}},
+        {"dilation 2, padding {2,1}, groups 2", {1, 4, 10, 9}, {6, 2, 3, 3}, {{1, 1}, {2, 1}, {2, 2}, 2}},
+        {"depthwise, stride {2,1}", {2, 6, 7, 8}, {6, 1, 3, 3}, {{2, 1}, {1, 1}, {1, 1}, 6}},
+        {"7x7 stride 2 padding 3 (a stem)", {1, 3, 15, 13}, {4, 3, 7, 7}, {{2, 2}, {3, 3}, {1, 1}, 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t *xs = cases[i].x, *ws = cases[i].w;
+        const conv_cfg *k = &cases[i].k;
+        int64_t oh = out_size(xs[2], (int)ws[2], k->s[0], k->p[0], k->d[0], 0);
+        int64_t ow = out_size(xs[3], (int)ws[3], k->s[1], k->p[1], k->d[1], 0);
+        char name[128];
+        snprintf(name, sizeof name, "input's gradient, %s", cases[i].name);
+        check_conv_grad(name, true, rand_tensor(dt, 4, SHAPE(xs[0], ws[0], oh, ow)), rand_tensor(dt, 4, ws), xs, *k);
+        snprintf(name, sizeof name, "weight's gradient, %s", cases[i].name);
+        check_conv_grad(name, false, rand_tensor(dt, 4, xs), rand_tensor(dt, 4, SHAPE(xs[0], ws[0], oh, ow)), ws, *k);
+    }
+    /* a transposed output gradient (a view) */
+    check_conv_grad("input's gradient of a transposed grad_output", true,
+                    rand_transposed(dt, 4, SHAPE(2, 4, 7, 9), 2, 3), rand_tensor(dt, 4, SHAPE(4, 3, 3, 3)),
+                    SHAPE(2, 3, 9, 11), plain);
+}
+
+static void test_conv_grad_errors(void)
+{
+    printf("# conv2d's gradient ops: errors\n");
+    kn_tensor *g = rand_tensor(KN_F32, 4, SHAPE(2, 4, 7, 8)), *w = rand_tensor(KN_F32, 4, SHAPE(4, 3, 3, 3));
+    kn_opcall c;
+    conv_attrs(&c, &plain);
+    c.op = KN_OP_CONV2D_INPUT_GRAD;
+    c.n_in = 2;
+    c.in[0] = g, c.in[1] = w;
+    c.a.nshape = 4;
+    memcpy(c.a.shape, SHAPE(2, 3, 9, 11), sizeof(int64_t) * 4);
+    is_int(infer(&c), KN_ERR_SHAPE, "grad_output not the forward's output: shape error");
+    is_str(kn_last_error(),
+           "conv2d_input_grad: grad_output {2,4,7,8} is not the shape of the forward's output {2,4,7,9}",
+           "its message names both shapes");
+    c.a.nshape = 0;
+    is_int(infer(&c), KN_ERR_ARG, "no input shape in the attributes");
+    like(kn_last_error(), "conv2d_input_grad: attr shape must be the input's 4 dims, got 0", "its message");
+    c.op = KN_OP_CONV2D_WEIGHT_GRAD;
+    c.a.nshape = 4;
+    memcpy(c.a.shape, SHAPE(4, 5, 3, 3), sizeof(int64_t) * 4);
+    c.in[0] = rand_tensor(KN_F32, 4, SHAPE(2, 3, 9, 10)), c.in[1] = g;
+    is_int(infer(&c), KN_ERR_SHAPE, "a weight shape the input does not fit");
+    like(kn_last_error(), "conv2d: input has 3 channels but weight expects 5", "the forward's message says why");
+    kn_tensor_release((kn_tensor *)c.in[0]);
+    kn_tensor_release(g);
+    kn_tensor_release(w);
 }
 
 static void test_conv_big(void)
@@ -673,6 +788,8 @@ int main(void)
     for (int d = 0; d < 4; d++) test_pools(dts[d]);
     test_pool_nan();
     test_conv_errors();
+    for (int d = 0; d < 4; d++) test_conv_grads(dts[d]);
+    test_conv_grad_errors();
     test_pool_errors();
     time_conv(4, 3, 224, 32);
     time_conv(4, 32, 112, 64);
