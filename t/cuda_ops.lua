@@ -84,7 +84,7 @@ do
     {{2, 3, 4, 5}, {1, 2, 4}}, {{300, 40}, {1, 2}}, {{70000}, nil}, {{2, 70001}, {1, 2}},
     {{3, 40000}, {2}}, {{6}, {1}},
     -- columns (a bias's gradient over the rows) and BatchNorm's
-    -- statistics over N, H and W, longer than a lane's eight loads a round
+    -- statistics over N, H and W, at sizes where outputs are split
     {{4096, 96}, {1}}, {{517, 3, 50}, {1}}, {{8, 16, 40, 40}, {1, 3, 4}},
   }
   for _, dt in ipairs(ALL) do

@@ -116,84 +116,16 @@ KN_FN void kn_rwalk_step(kn_rwalk &w, const kn_reduce_args &a, int g)
     }
 }
 
-/* A lane's elements are read KN_RUNROLL at a time: first their offsets
- * (the walk, with its branches), then their raw bytes, loads with nothing
- * between them, then the conversions and adds, in element order. Loaded,
- * converted and added one at a time, a thread kept one load in flight;
- * grouped, BatchNorm's batch mean over 32 x 32 x 112 x 112 went from 59 to
- * 51 us on the H200, still latency-bound: the compiler's reductions pass
- * (kn_pass_reductions.c) gives these shapes to generated row kernels. */
-#define KN_RUNROLL 8
-
-/* The raw bytes of this lane's next KN_RUNROLL elements, e, e + g, ...
- * (0 for those at or past hi); the walk moves past them. */
-KN_FN void kn_rround(const kn_reduce_args &a, kn_rwalk &w, long long base, long long e, long long hi, int g,
-                     unsigned long long *raw)
-{
-    const int es = kn_esize<KN_DT>();
-    long long off[KN_RUNROLL];
-#pragma unroll
-    for (int q = 0; q < KN_RUNROLL; q++) {
-        off[q] = base + kn_rwalk_off(w);
-        kn_rwalk_step(w, a, g);
-    }
-#pragma unroll
-    for (int q = 0; q < KN_RUNROLL; q++) raw[q] = e + (long long)q * g < hi ? kn_ldraw<KN_DT>(a.x + off[q] * es) : 0ull;
-}
-
-/* Float elements e = lo + lane, + g, ... < hi of one output (at base): the
- * sum (or extreme), or with `squares` the sum of squared deviations from
- * mean (var's second pass). */
-KN_FN double kn_rscan_f(const kn_reduce_args &a, long long base, long long lo, long long hi, int lane, int g,
-                        bool squares, double mean)
-{
-    const bool ext = !squares && (a.op == KN_TR_AMAX || a.op == KN_TR_AMIN);
-    double acc = ext ? (a.op == KN_TR_AMAX ? -__longlong_as_double(0x7ff0000000000000LL)
-                                           : __longlong_as_double(0x7ff0000000000000LL))
-                     : 0.0;
-    kn_rwalk w;
-    kn_rwalk_init(w, a, lo + lane);
-    for (long long e = lo + lane; e < hi; e += (long long)KN_RUNROLL * g) {
-        unsigned long long raw[KN_RUNROLL];
-        kn_rround(a, w, base, e, hi, g, raw);
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            if (e + (long long)q * g >= hi) break;
-            const double v = kn_ldd<KN_DT>((const char *)&raw[q]);
-            if (squares) acc += (v - mean) * (v - mean);
-            else acc = ext ? kn_fext(a.op, acc, v) : acc + v;
-        }
-    }
-    return acc;
-}
-
-/* The same for integers: sums wrap in int64, extremes keep the dtype's order. */
-KN_FN long long kn_rscan_i(const kn_reduce_args &a, long long base, long long lo, long long hi, int lane, int g)
-{
-    const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
-    long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1) : a.op == KN_TR_AMIN ? 9223372036854775807LL : 0;
-    kn_rwalk w;
-    kn_rwalk_init(w, a, lo + lane);
-    for (long long e = lo + lane; e < hi; e += (long long)KN_RUNROLL * g) {
-        unsigned long long raw[KN_RUNROLL];
-        kn_rround(a, w, base, e, hi, g, raw);
-#pragma unroll
-        for (int q = 0; q < KN_RUNROLL; q++) {
-            if (e + (long long)q * g >= hi) break;
-            const long long v = kn_ldi<KN_DT>((const char *)&raw[q]);
-            acc = ext ? kn_iext(a.op, acc, v) : (long long)((unsigned long long)acc + (unsigned long long)v);
-        }
-    }
-    return acc;
-}
-
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce)
 extern "C" __global__ void kn_reduce(kn_reduce_args a)
 {
     __shared__ double shd[KN_T_BLOCK];
     __shared__ long long shl[KN_T_BLOCK];
     const int g = a.group, lane = threadIdx.x % g, per = KN_T_BLOCK / g;
+    const bool ext = a.op == KN_TR_AMAX || a.op == KN_TR_AMIN;
     const long long units = a.nout * a.nsplit;
+    const char *x = a.x;
+    const int es = kn_esize<KN_DT>();
     for (long long u0 = (long long)blockIdx.x * per; u0 < units; u0 += (long long)gridDim.x * per) {
         long long u = u0 + threadIdx.x / g;
         bool live = u < units;
@@ -202,16 +134,39 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
         long long lo = s * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
         if (!live || hi < lo) hi = lo;
         if constexpr (kn_isfloat<KN_DT>()) {
-            double tot = kn_group_fsum(kn_rscan_f(a, base, lo, hi, lane, g, false, 0.0), shd, g, lane, a.op), m2 = 0.0;
-            if (a.op == KN_TR_VAR)
-                m2 = kn_group_fsum(kn_rscan_f(a, base, lo, hi, lane, g, true, tot / (double)(hi - lo)), shd, g, lane,
-                                   KN_TR_SUM);
+            double acc = ext ? (a.op == KN_TR_AMAX ? -__longlong_as_double(0x7ff0000000000000LL)
+                                                   : __longlong_as_double(0x7ff0000000000000LL))
+                             : 0.0;
+            kn_rwalk w;
+            kn_rwalk_init(w, a, lo + lane);
+            for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                double v = kn_ldd<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
+                acc = ext ? kn_fext(a.op, acc, v) : acc + v;
+            }
+            double tot = kn_group_fsum(acc, shd, g, lane, a.op), m2 = 0.0;
+            if (a.op == KN_TR_VAR) {
+                double mean = tot / (double)(hi - lo), sq = 0.0;
+                kn_rwalk_init(w, a, lo + lane);
+                for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                    double v = kn_ldd<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
+                    sq += (v - mean) * (v - mean);
+                }
+                m2 = kn_group_fsum(sq, shd, g, lane, KN_TR_SUM);
+            }
             if (live && lane == 0) {
                 if (a.nsplit == 1) kn_rfinish_f(a, o, tot, m2);
                 else a.part[u] = kn_rpart{tot, m2, 0, hi - lo};
             }
         } else {
-            long long tot = kn_group_isum(kn_rscan_i(a, base, lo, hi, lane, g), shl, g, lane, a.op);
+            long long acc = a.op == KN_TR_AMAX ? (-9223372036854775807LL - 1)
+                            : a.op == KN_TR_AMIN ? 9223372036854775807LL : 0;
+            kn_rwalk w;
+            kn_rwalk_init(w, a, lo + lane);
+            for (long long e = lo + lane; e < hi; e += g, kn_rwalk_step(w, a, g)) {
+                long long v = kn_ldi<KN_DT>(x + (base + kn_rwalk_off(w)) * es);
+                acc = ext ? kn_iext(a.op, acc, v) : (long long)((unsigned long long)acc + (unsigned long long)v);
+            }
+            long long tot = kn_group_isum(acc, shl, g, lane, a.op);
             if (live && lane == 0) {
                 if (a.nsplit == 1) kn_rfinish_i(a, o, tot);
                 else a.part[u] = kn_rpart{0.0, 0.0, tot, hi - lo};
