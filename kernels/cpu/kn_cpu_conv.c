@@ -64,6 +64,27 @@ static void copy_strided(void *restrict dst, const void *restrict src, int64_t n
     }
 }
 
+/* Kernel column kx reads input column ox*sw + x0 for output column ox;
+ * those with 0 <= ox*sw + x0 < w, lo <= ox < hi (lo <= hi), are inside
+ * the input, the rest meet the padding. */
+static void tap_columns(const conv_geom *g, int64_t kx, int64_t *x0, int64_t *lo, int64_t *hi)
+{
+    *x0 = kx * g->dw - g->pw;
+    *lo = *x0 >= 0 ? 0 : (-*x0 + g->sw - 1) / g->sw;
+    *hi = g->w - 1 - *x0 < 0 ? 0 : (g->w - 1 - *x0) / g->sw + 1;
+    if (*hi > g->ow) *hi = g->ow;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* Output rows per im2col band of kc rows: the scratch stays about
+ * CONV_COL_LIMIT elements (divisions, not a product, so no overflow). */
+static int64_t im2col_band(const conv_geom *g, int64_t kc)
+{
+    int64_t band = kc > 0 && g->ow > 0 ? CONV_COL_LIMIT / kc / g->ow : g->oh;
+    if (band < 1) band = 1;
+    return band > g->oh ? g->oh : band;
+}
+
 /* im2col for output rows [y0, y1) of one group: img is that group's input,
  * contiguous (cg, h, w) in the compute type; col is (cg*kh*kw) x ((y1-y0)*ow). */
 static void im2col(const conv_geom *g, const char *img, char *col, int64_t y0, int64_t y1,
@@ -74,12 +95,8 @@ static void im2col(const conv_geom *g, const char *img, char *col, int64_t y0, i
         for (int64_t ky = 0; ky < g->kh; ky++)
             for (int64_t kx = 0; kx < g->kw; kx++) {
                 char *row = col + (size_t)(((ci * g->kh + ky) * g->kw + kx) * width) * esz;
-                /* output columns ox with 0 <= ox*sw + x0 < w read the input */
-                int64_t x0 = kx * g->dw - g->pw;
-                int64_t lo = x0 >= 0 ? 0 : (-x0 + g->sw - 1) / g->sw;
-                int64_t hi = g->w - 1 - x0 < 0 ? 0 : (g->w - 1 - x0) / g->sw + 1;
-                if (hi > g->ow) hi = g->ow;
-                if (lo > hi) lo = hi;
+                int64_t x0, lo, hi;
+                tap_columns(g, kx, &x0, &lo, &hi);
                 for (int64_t oy = y0; oy < y1; oy++) {
                     char *d = row + (size_t)((oy - y0) * g->ow) * esz;
                     int64_t iy = oy * g->sh - g->ph + ky * g->dh;
@@ -225,10 +242,8 @@ static void col2im(const conv_geom *g, char *img, const char *col, int64_t y0, i
         for (int64_t ky = 0; ky < g->kh; ky++)
             for (int64_t kx = 0; kx < g->kw; kx++) {
                 const char *row = col + (size_t)(((ci * g->kh + ky) * g->kw + kx) * width) * esz;
-                int64_t x0 = kx * g->dw - g->pw;
-                int64_t lo = x0 >= 0 ? 0 : (-x0 + g->sw - 1) / g->sw;
-                int64_t hi = g->w - 1 - x0 < 0 ? 0 : (g->w - 1 - x0) / g->sw + 1;
-                if (hi > g->ow) hi = g->ow;
+                int64_t x0, lo, hi;
+                tap_columns(g, kx, &x0, &lo, &hi);
                 for (int64_t oy = y0; oy < y1; oy++) {
                     int64_t iy = oy * g->sh - g->ph + ky * g->dh;
                     if (iy < 0 || iy >= g->h) continue;
@@ -266,9 +281,7 @@ static kn_status conv2d_grad(const kn_opcall *c)
     int64_t np = g.oh * g.ow, kc = g.cg * g.kh * g.kw, img_n = g.cg * g.h * g.w;
     kn_dtype ct = out->dtype == KN_F64 ? KN_F64 : KN_F32;
     size_t esz = kn_dtype_size(ct);
-    int64_t band = kc > 0 && g.ow > 0 ? CONV_COL_LIMIT / kc / g.ow : g.oh;
-    if (band < 1) band = 1;
-    if (band > g.oh) band = g.oh;
+    int64_t band = im2col_band(&g, kc);
     img4 gv = img4_of(gout);
     conv_bufs b = {0};
     void *gbuf = malloc((size_t)(ocg * np) * esz + 1), *part = NULL;
@@ -344,10 +357,7 @@ kn_status kn_cpu_conv2d(const kn_opcall *c)
 
     kn_dtype ct = out->dtype == KN_F64 ? KN_F64 : KN_F32;
     size_t esz = kn_dtype_size(ct);
-    /* Output rows per im2col band; divisions, not a product, so no overflow. */
-    int64_t band = kc > 0 ? CONV_COL_LIMIT / kc / g.ow : g.oh;
-    if (band < 1) band = 1;
-    if (band > g.oh) band = g.oh;
+    int64_t band = im2col_band(&g, kc);
     /* The gemm writes straight into an output of the compute type (the bias
      * is then added in place); bf16/f16 outputs get an f32 image first. */
     bool direct = out->dtype == ct;
