@@ -516,6 +516,22 @@ static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int r
     return snapshot_holds(L, rt);
 }
 
+/* The graph values a replay without a tape hands back, into out: the
+ * results that are graph values, then the values the call wrote in place
+ * (no tape when there are writes: record_writes), then the gradients it
+ * left in .grad. Returns their count; *n_results: how many are results. */
+static int replay_values(const replay_t *rp, kn_plan_value *out, int *n_results)
+{
+    int n = 0;
+    for (int i = 0; i < rp->n_results; i++)
+        if (rp->res_node[i] >= 0) out[n++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
+    *n_results = n;
+    for (int i = 0; i < rp->n_writes; i++) out[n++] = (kn_plan_value){rp->write_node[i], rp->write_out[i]};
+    for (int i = 0; i < rp->n_grads; i++)
+        if (rp->grad_node[i] >= 0) out[n++] = (kn_plan_value){rp->grad_node[i], rp->grad_out[i]};
+    return n;
+}
+
 /* Every guard holds: run version v's graph on the inputs bound, set the
  * stack back to top and push the results as the traced call returned them
  * (graph values, and the constants kept in the replay table); returns
@@ -534,17 +550,7 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
     kn_tensor *outs[KN_REPLAY_TAPE_MAX + 3 * KN_REPLAY_MAX];
     int n_want = 0, n_results_want = 0;
     if (rp->tape) want = kn_replay_tape_want(rp->tape, &n_want); /* the trace's: results and kept values */
-    else {
-        for (int i = 0; i < rp->n_results; i++)
-            if (rp->res_node[i] >= 0) own_want[n_want++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
-        n_results_want = n_want;
-        /* the values the call wrote in place, after the results (no tape
-         * when there are writes: record_writes), then the gradients it
-         * left in .grad */
-        for (int i = 0; i < rp->n_writes; i++) own_want[n_want++] = (kn_plan_value){rp->write_node[i], rp->write_out[i]};
-        for (int i = 0; i < rp->n_grads; i++)
-            if (rp->grad_node[i] >= 0) own_want[n_want++] = (kn_plan_value){rp->grad_node[i], rp->grad_out[i]};
-    }
+    else n_want = replay_values(rp, own_want, &n_results_want);
     kn_status st;
     if (!rp->tape && rp->n_trace_want > 0) {
         /* in the trace's order (its plan), each value needed taken by position */
@@ -942,19 +948,14 @@ void kn_lua_replay_forget(replay_t *rp)
     rp->n_trace_want = 0;
 }
 
-/* rp->trace_want and want_pos (replay_t), for a replay without a tape: left
- * empty (the replay asks in its own order) when a value it needs is not
- * among the trace's. */
+/* rp->trace_want and want_pos (replay_t), for a replay without a tape,
+ * want_pos in replay_values' order: left empty (the replay asks in that
+ * order) when a value it needs is not among the trace's. */
 static void record_trace_want(replay_t *rp, const kn_capture *cap)
 {
     if (rp->tape || cap->n_last_want < 1 || cap->n_last_want > KN_REPLAY_TAPE_MAX) return;
     kn_plan_value need[3 * KN_REPLAY_MAX];
-    int n = 0;
-    for (int i = 0; i < rp->n_results; i++)
-        if (rp->res_node[i] >= 0) need[n++] = (kn_plan_value){rp->res_node[i], rp->res_out[i]};
-    for (int i = 0; i < rp->n_writes; i++) need[n++] = (kn_plan_value){rp->write_node[i], rp->write_out[i]};
-    for (int i = 0; i < rp->n_grads; i++)
-        if (rp->grad_node[i] >= 0) need[n++] = (kn_plan_value){rp->grad_node[i], rp->grad_out[i]};
+    int n_results, n = replay_values(rp, need, &n_results);
     for (int i = 0; i < n; i++) {
         int j = 0;
         while (j < cap->n_last_want &&
