@@ -33,11 +33,9 @@ static kn_status add(builder *b, int op, const int *refs, int n, const kn_attrs 
 
 static kn_status reshape(builder *b, int ref, int ndim, const int64_t *shape, int *out)
 {
-    kn_attrs a;
-    memset(&a, 0, sizeof a);
     kn_opcall init;
     kn_opcall_init(&init, KN_OP_RESHAPE);
-    a = init.a;
+    kn_attrs a = init.a;
     a.nshape = ndim;
     memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);
     return add(b, KN_OP_RESHAPE, &ref, 1, &a, out);
