@@ -568,13 +568,26 @@ static cudnnStatus_t dnn_conv_desc(dnn_entry *e, cudnnDataType_t comp, cudnnBack
     return s;
 }
 
+/* A convolution op's alpha 1 and beta 0 (the result written, not added
+ * to), in the scale type of the key's dtype (double for f64). */
+static cudnnStatus_t dnn_alpha_beta(const dnn_entry *e, cudnnBackendDescriptor_t op,
+                                    cudnnBackendAttributeName_t alpha, cudnnBackendAttributeName_t beta)
+{
+    float af = 1.0f, bf = 0.0f;
+    double ad = 1.0, bd = 0.0;
+    bool dbl = (kn_dtype)e->key.dt == KN_F64;
+    cudnnBackendAttributeType_t t = dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT;
+    cudnnStatus_t s = cudnnBackendSetAttribute(op, alpha, t, 1, dbl ? (const void *)&ad : (const void *)&af);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, beta, t, 1, dbl ? (const void *)&bd : (const void *)&bf);
+    return s;
+}
+
 /* The forward convolution op: x (tx) and w (tw) into conv_y through conv,
  * alpha 1 and beta 0 in the scale type of the key's dtype. */
 static cudnnStatus_t dnn_conv_op(dnn_entry *e, cudnnBackendDescriptor_t tx, cudnnBackendDescriptor_t tw,
                                  cudnnBackendDescriptor_t conv_y, cudnnBackendDescriptor_t conv,
                                  cudnnBackendDescriptor_t *out)
 {
-    kn_dtype kdt = (kn_dtype)e->key.dt;
     cudnnBackendDescriptor_t op_conv;
     /* the conv op; groups follow from X's C over W's C/groups */
     cudnnStatus_t s = dnn_create(e, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op_conv);
@@ -590,17 +603,9 @@ static cudnnStatus_t dnn_conv_op(dnn_entry *e, cudnnBackendDescriptor_t tx, cudn
     if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
-    float af = 1.0f, bf = 0.0f;
-    double ad = 1.0, bdv = 0.0;
-    bool dbl = kdt == KN_F64;
     if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                                     dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
-                                     dbl ? (const void *)&ad : (const void *)&af);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-                                     dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
-                                     dbl ? (const void *)&bdv : (const void *)&bf);
+        s = dnn_alpha_beta(e, op_conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op_conv);
     *out = op_conv;
     return s;
@@ -613,36 +618,29 @@ static cudnnStatus_t dnn_conv_grad_op(dnn_entry *e, cudnnBackendDescriptor_t tx,
                                       cudnnBackendDescriptor_t ty, cudnnBackendDescriptor_t conv,
                                       cudnnBackendDescriptor_t *out)
 {
-    bool dx = e->key.grad == DNN_GRAD_X;
+    /* the two ops' descriptor and attribute names, data then filter */
+    typedef struct {
+        cudnnBackendDescriptorType_t type;
+        cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+    } grad_names;
+    static const grad_names names[2] = {
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+    };
+    const grad_names *nm = &names[e->key.grad == DNN_GRAD_X ? 0 : 1];
     cudnnBackendDescriptor_t op;
-    cudnnStatus_t s = dnn_create(e, dx ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
-                                       : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-                                 &op);
-    cudnnBackendAttributeName_t a_x = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX
-                                         : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X;
-    cudnnBackendAttributeName_t a_w = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W
-                                         : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW;
-    cudnnBackendAttributeName_t a_y = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY
-                                         : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY;
-    cudnnBackendAttributeName_t a_conv = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC
-                                            : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC;
-    cudnnBackendAttributeName_t a_alpha = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA
-                                             : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
-    cudnnBackendAttributeName_t a_beta = dx ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA
-                                            : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA;
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty);
-    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, a_conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
-    float af = 1.0f, bf = 0.0f;
-    double ad = 1.0, bdv = 0.0;
-    bool dbl = (kn_dtype)e->key.dt == KN_F64;
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(op, a_alpha, dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
-                                     dbl ? (const void *)&ad : (const void *)&af);
-    if (s == CUDNN_STATUS_SUCCESS)
-        s = cudnnBackendSetAttribute(op, a_beta, dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
-                                     dbl ? (const void *)&bdv : (const void *)&bf);
+    cudnnStatus_t s = dnn_create(e, nm->type, &op);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, nm->x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, nm->w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, nm->y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(op, nm->conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
+    if (s == CUDNN_STATUS_SUCCESS) s = dnn_alpha_beta(e, op, nm->alpha, nm->beta);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(op);
     *out = op;
     return s;

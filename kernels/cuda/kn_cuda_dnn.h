@@ -13,10 +13,12 @@
 
 /* KN_ERR_UNSUPPORTED for a call it does not cover. */
 kn_status kn_cuda_conv2d(const kn_opcall *c);
+/* Whether kn_cuda_conv2d runs conv2d's gradient ops (conv2d_input_grad,
+ * conv2d_weight_grad) for c: float tensors, NCHW, through cuDNN. */
+bool kn_cuda_conv2d_grad_supports(const kn_opcall *c);
 /* Whether kn_cuda_conv2d has a kernel for c (cuDNN, or kiln's for what it
  * refuses, in either layout): float tensors, as conv_run checks. Without
  * tensors: the op alone. */
-bool kn_cuda_conv2d_grad_supports(const kn_opcall *c);
 static inline bool kn_cuda_conv2d_supports(const kn_opcall *c)
 {
     if (c && (c->op == KN_OP_CONV2D_INPUT_GRAD || c->op == KN_OP_CONV2D_WEIGHT_GRAD))
