@@ -6,6 +6,17 @@
  * double, as the CPU's cast does; same-dtype copies move bytes.
  */
 
+/* Run r of a space of rows `row` long, cut into runs of KN_T_RUN that stay
+ * inside one row (per_row of them a row): its first element e0, its column
+ * in the row and its length m. */
+KN_FN void kn_row_run(long long r, long long row, long long per_row, long long *e0, long long *col, int *m)
+{
+    const long long ri = r / per_row;
+    *col = (r - ri * per_row) * KN_T_RUN;
+    *e0 = ri * row + *col;
+    *m = row - *col < KN_T_RUN ? (int)(row - *col) : KN_T_RUN;
+}
+
 template <int S, int D> KN_FN void kn_copy_impl(const kn_copy_args &a)
 {
     if (a.ndim == 1) {
@@ -24,9 +35,10 @@ template <int S, int D> KN_FN void kn_copy_impl(const kn_copy_args &a)
     const long long per_row = (row + KN_T_RUN - 1) / KN_T_RUN, nrun = a.n / row * per_row;
     long long c[KN_T_MAXD];
     for (long long r = kn_tid(); r < nrun; r += kn_nthreads()) {
-        const long long ri = r / per_row, col = (r - ri * per_row) * KN_T_RUN;
-        const int m = row - col < KN_T_RUN ? (int)(row - col) : KN_T_RUN;
-        kn_coords_n(ri * row + col, a.n, a.ndim, a.shape, c);
+        long long e0, col;
+        int m;
+        kn_row_run(r, row, per_row, &e0, &col, &m);
+        kn_coords_n(e0, a.n, a.ndim, a.shape, c);
         const long long so = kn_offset_at(c, a.ndim, a.sst, -1, 0), dof = kn_offset_at(c, a.ndim, a.dst_st, -1, 0);
         if constexpr (S == D) {
             unsigned long long v[KN_T_RUN];
@@ -68,6 +80,14 @@ extern "C" __global__ void kn_copy_i64(kn_copy_args a) { kn_copy_impl<KN_DT, KN_
 extern "C" __global__ void kn_copy_bool(kn_copy_args a) { kn_copy_impl<KN_DT, KN_DT_BOOL>(a); }
 #endif
 
+/* The input of a cat whose range along its dim holds position p. */
+KN_FN int kn_cat_part(const kn_cat_args &a, long long p)
+{
+    int k = 0;
+    while (k + 1 < a.nin && a.start[k + 1] <= p) k++;
+    return k;
+}
+
 /* cat where every input's part of an output row is contiguous: the output
  * is outer rows of a.shape[0] elements, input k fills elements
  * start[k] .. start[k+1]-1 of each row from src[k] + row * st[k][0].
@@ -83,8 +103,7 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
     const bool narrow = nv <= 2147483647LL; /* 32-bit division where it fits: 64-bit is a long sequence */
     for (long long e = kn_tid(); e < nv; e += kn_nthreads()) {
         const long long o = narrow ? (long long)((unsigned)e / (unsigned)rowv) : e / rowv, w = (e - o * rowv) * vec;
-        int k = 0;
-        while (k + 1 < a.nin && a.start[k + 1] <= w) k++;
+        const int k = kn_cat_part(a, w);
         const char *src = a.src[k] + (o * a.st[k][0] + w - a.start[k]) * es;
         char *dst = a.dst + (o * row + w) * es;
         if (vec > 1) *(uint4 *)dst = *(const uint4 *)src;
@@ -105,13 +124,13 @@ extern "C" __global__ void kn_cat(kn_cat_args a)
     const long long row = kn_pick(a.shape, L), per_row = (row + KN_T_RUN - 1) / KN_T_RUN, nrun = a.n / row * per_row;
     long long c[KN_T_MAXD];
     for (long long r = kn_tid(); r < nrun; r += kn_nthreads()) {
-        const long long ri = r / per_row, col = (r - ri * per_row) * KN_T_RUN, e0 = ri * row + col;
-        const int m = row - col < KN_T_RUN ? (int)(row - col) : KN_T_RUN;
+        long long e0, col;
+        int m;
+        kn_row_run(r, row, per_row, &e0, &col, &m);
         kn_coords_n(e0, a.n, a.ndim, a.shape, c);
         if (a.dim != L) {
-            long long p = kn_pick(c, a.dim);
-            int k = 0;
-            while (k + 1 < a.nin && a.start[k + 1] <= p) k++;
+            const long long p = kn_pick(c, a.dim);
+            const int k = kn_cat_part(a, p);
             const long long off = kn_offset_at(c, a.ndim, a.st[k], a.dim, p - a.start[k]);
             const long long sl = kn_pick(a.st[k], L);
             unsigned long long v[KN_T_RUN];
@@ -131,8 +150,7 @@ extern "C" __global__ void kn_cat(kn_cat_args a)
             v[q] = 0;
             if (q >= m) continue;
             const long long p = col + q;
-            int k = 0;
-            while (k + 1 < a.nin && a.start[k + 1] <= p) k++;
+            const int k = kn_cat_part(a, p);
             v[q] = kn_ldraw<KN_DT>(a.src[k] + kn_offset_at(c, a.ndim, a.st[k], L, p - a.start[k]) * es);
         }
 #pragma unroll
