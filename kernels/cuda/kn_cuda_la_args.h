@@ -112,4 +112,18 @@ typedef struct kn_la_dwc_args {
     int ppb, band, bands, pitch, rows_alloc;
 } kn_la_dwc_args;
 
+/* kn_la_gemm_x3_<tile>_<layout> (kn_la_gemm_x3.cu): y [m, n] (rows ldy
+ * apart) = act(a . b + bias + res) in f32 by the split-precision method,
+ * batch z of gridDim.z at a + z sa, b + z sb, y and res + z sy. a is [m, k]
+ * (rows lda apart) or [k, m] (k-rows lda apart), b [n, k] or [k, n], as the
+ * layout letters say (k: k-contiguous, m/n: the other); bias f32 over n
+ * (contiguous) or NULL; res y's layout or NULL; act 0 none, 1 relu, 2 GELU
+ * (tanh). vec2: y's rows and base allow 8-byte stores. */
+typedef struct kn_la_gemm_args {
+    const char *a, *b, *bias, *res;
+    char *y;
+    long long m, n, k, lda, ldb, ldy, sa, sb, sy;
+    int act, vec2;
+} kn_la_gemm_args;
+
 #endif

@@ -414,12 +414,18 @@ kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_str
 kn_status kn_cuda_launch_dims(const void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,
                               void *args_struct, size_t shmem)
 {
-    if (grid_x == 0 || grid_y == 0) return KN_OK; /* nothing to do: an empty tensor */
+    return kn_cuda_launch_grid3(fn, grid_x, grid_y, 1, block_x, block_y, args_struct, shmem);
+}
+
+kn_status kn_cuda_launch_grid3(const void *fn, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
+                               unsigned block_y, void *args_struct, size_t shmem)
+{
+    if (grid_x == 0 || grid_y == 0 || grid_z == 0) return KN_OK; /* nothing to do: an empty tensor */
     if (!fn) return kn_error(KN_ERR_ARG, "cuda: launch of a NULL kernel");
-    if (block_x == 0 || block_y == 0 || block_x * block_y > 1024 || grid_y > 65535)
-        return kn_error(KN_ERR_ARG, "cuda: bad launch configuration (grid %u x %u, block %u x %u)", grid_x, grid_y,
-                        block_x, block_y);
-    dim3 g = {grid_x, grid_y, 1}, b = {block_x, block_y, 1};
+    if (block_x == 0 || block_y == 0 || block_x * block_y > 1024 || grid_y > 65535 || grid_z > 65535)
+        return kn_error(KN_ERR_ARG, "cuda: bad launch configuration (grid %u x %u x %u, block %u x %u)", grid_x,
+                        grid_y, grid_z, block_x, block_y);
+    dim3 g = {grid_x, grid_y, grid_z}, b = {block_x, block_y, 1};
     void *args[1] = {args_struct};
     cudaError_t e = cudaLaunchKernel(fn, g, b, args, shmem, kn_cuda_stream());
     if (e == cudaSuccess) e = cudaGetLastError();

@@ -41,5 +41,8 @@ kn_status kn_cuda_launch(const void *fn, int64_t grid, int block, void *args_str
 /* The same with 2-D grid and block (grid_y at most 65535). */
 kn_status kn_cuda_launch_dims(const void *fn, unsigned grid_x, unsigned grid_y, unsigned block_x, unsigned block_y,
                               void *args_struct, size_t shmem);
+/* The same with a 3-D grid (grid_y and grid_z at most 65535). */
+kn_status kn_cuda_launch_grid3(const void *fn, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
+                               unsigned block_y, void *args_struct, size_t shmem);
 
 #endif

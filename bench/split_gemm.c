@@ -1,0 +1,312 @@
+/* bench/split_gemm.c: kiln's split-precision f32 GEMM (kn_la_gemm_x3.cu)
+ * against cuBLASLt's strict f32 GEMM (kiln's matmul in the "ieee" mode),
+ * for speed and for accuracy, at the shapes of the samples and of the
+ * real-model suite's f32 rows, and in every operand layout a forward and
+ * a backward pass use.
+ *
+ * Each problem gets fresh uniform(-1, 1) inputs (and, for the "wide"
+ * rows, values spread over 1e-6 .. 1e6 with random signs); the reference
+ * is the same product in float64 through kiln's f64 matmul on the GPU.
+ * Errors are max |got - ref| / max |ref| (the precision ledger's measure),
+ * and "x f32" is that error over the strict f32 one: the "ieee" contract
+ * allows at most 2. Times are the mean of REPS back-to-back launches
+ * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
+ * Every tile shape is timed, and each with KN_X3_FLUSH 1, 2 and 4 (how
+ * many k-steps of 8 the tensor core sums before an f32 add) where
+ * X3_FLUSH=all is set.
+ *
+ *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
+ *
+ * Without a GPU it prints "split_gemm: no GPU" and exits 0.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/kn_cuda.h"
+#include "cuda/kn_cuda_blas.h"
+#include "cuda/kn_cuda_context.h"
+#include "cuda/kn_cuda_gemm_x3.h"
+#include "cuda/kn_cuda_linalg.h"
+#include "cuda/kn_cuda_module.h"
+#include "kn_op.h"
+#include "kn_tensor.h"
+#include "kn_view.h"
+
+typedef struct problem {
+    const char *name;
+    int64_t m, n, k, count;
+    int a_kmajor, b_kmajor, wide;
+} problem;
+
+/* forward layers are a [m, k] . w [n, k]^T ("kk"); a backward pass's
+ * input gradient is dy [m, n] . w [n, k] ("kn": b n-contiguous) and its
+ * weight gradient dy^T [n_out, tokens] . x [tokens, k] ("mn") */
+static const problem PROBLEMS[] = {
+    {"large_linear", 64, 4096, 4096, 1, 1, 1, 0},
+    {"block_qkv", 4096, 1536, 512, 1, 1, 1, 0},
+    {"block_proj", 4096, 512, 512, 1, 1, 1, 0},
+    {"block_fc1", 4096, 2048, 512, 1, 1, 1, 0},
+    {"block_fc2", 4096, 512, 2048, 1, 1, 1, 0},
+    {"bert_qkv", 1024, 2304, 768, 1, 1, 1, 0},
+    {"bert_o", 1024, 768, 768, 1, 1, 1, 0},
+    {"bert_ffn1", 1024, 3072, 768, 1, 1, 1, 0},
+    {"bert_ffn2", 1024, 768, 3072, 1, 1, 1, 0},
+    {"vit_ffn1", 1576, 3072, 768, 1, 1, 1, 0},
+    {"vit_ffn2", 1576, 768, 3072, 1, 1, 1, 0},
+    {"dx_fc2", 4096, 2048, 512, 1, 1, 0, 0},
+    {"dw_fc1", 2048, 512, 4096, 1, 0, 0, 0},
+    {"scores", 256, 256, 64, 128, 1, 1, 0},
+    {"k128", 1024, 1024, 128, 1, 1, 1, 0},
+    {"k256", 1024, 1024, 256, 1, 1, 1, 0},
+    {"big", 4096, 4096, 4096, 1, 1, 1, 0},
+    {"wide_k768", 1024, 768, 768, 1, 1, 1, 1},
+    {"wide_k3072", 1024, 768, 3072, 1, 1, 1, 1},
+};
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double unit(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static kn_tensor *gpu_tensor(kn_dtype dt, int64_t rows, int64_t cols, int64_t count, const double *vals)
+{
+    int64_t shape[3] = {count, rows, cols};
+    kn_tensor *h = NULL, *d = NULL;
+    if (kn_tensor_new(KN_F64, 3, shape, KN_CPU, &h) != KN_OK) return NULL;
+    memcpy(kn_tensor_data(h), vals, sizeof(double) * (size_t)(count * rows * cols));
+    kn_tensor *c = NULL;
+    if (kn_tensor_cast(h, dt, &c) == KN_OK) kn_tensor_to_device(c, kn_cuda_current()->device, NULL, &d);
+    kn_tensor_release(h);
+    kn_tensor_release(c);
+    return d;
+}
+
+static double *host_values(kn_tensor *t)
+{
+    kn_tensor *c = NULL, *f = NULL;
+    if (kn_tensor_to_device(t, KN_CPU, NULL, &c) != KN_OK || kn_tensor_cast(c, KN_F64, &f) != KN_OK) return NULL;
+    double *v = malloc(sizeof(double) * (size_t)kn_tensor_numel(f));
+    kn_tensor_gather_host(f, v);
+    kn_tensor_release(c);
+    kn_tensor_release(f);
+    return v;
+}
+
+static double max_rel_err(const double *got, const double *ref, int64_t n)
+{
+    double scale = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    for (int64_t i = 0; i < n; i++) {
+        double e = isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]) / (scale ? scale : 1);
+        if (e > mx) mx = e;
+    }
+    return mx;
+}
+
+/* a logical [count, rows, cols] operand viewed from its stored layout:
+ * stored transposed ([count, cols, rows]) when !row_major */
+static kn_tensor *logical_view(kn_tensor *stored, bool transposed)
+{
+    if (!transposed) {
+        kn_tensor_retain(stored);
+        return stored;
+    }
+    int64_t shape[3] = {stored->shape[0], stored->shape[2], stored->shape[1]};
+    int64_t strides[3] = {stored->strides[0], stored->strides[2], stored->strides[1]};
+    kn_tensor *v = NULL;
+    kn_tensor_view_of(stored, 3, shape, strides, stored->offset, &v);
+    return v;
+}
+
+static float time_it(kn_status (*fn)(void *), void *ud, int reps, cudaEvent_t e0, cudaEvent_t e1)
+{
+    kn_status st = KN_OK;
+    for (int i = 0; i < 3 && st == KN_OK; i++) st = fn(ud);
+    cudaEventRecord(e0, kn_cuda_stream());
+    for (int i = 0; i < reps && st == KN_OK; i++) st = fn(ud);
+    cudaEventRecord(e1, kn_cuda_stream());
+    float ms = 0;
+    if (st != KN_OK || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+        printf("    failed: %s\n", kn_last_error());
+        return -1;
+    }
+    return 1e3f * ms / (float)reps;
+}
+
+static kn_status run_lt(void *ud)
+{
+    return kn_cuda_matmul((const kn_opcall *)ud);
+}
+
+typedef struct x3_run {
+    kn_cuda_x3_call call;
+    int tile;
+    const void *fn; /* a FLUSH variant compiled here, or NULL: the library's module */
+    size_t smem;
+    unsigned threads, gx, gy;
+} x3_run;
+
+static kn_status run_x3(void *ud)
+{
+    x3_run *r = ud;
+    if (!r->fn) return kn_cuda_gemm_x3(&r->call, r->tile);
+    kn_la_gemm_args p = r->call.p;
+    return kn_cuda_launch_grid3(r->fn, r->gx, r->gy, (unsigned)r->call.count, r->threads, 1, &p, r->smem);
+}
+
+static const int TILE_DIMS[KN_CUDA_X3_TILES][4] = {{128, 128, 64, 32}, {128, 64, 32, 32}, {64, 64, 32, 32}, {64, 32, 32, 16}};
+
+/* tile t's module for this layout with KN_X3_FLUSH f, compiled here */
+static kn_status flush_variant(x3_run *r, int flush)
+{
+    static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
+    int layout = (r->call.a_kmajor ? 0 : 2) + (r->call.b_kmajor ? 0 : 1);
+    char want[64], kname[64];
+    snprintf(want, sizeof want, "gemm_x3 %s %s", kn_cuda_gemm_x3_tile_name(r->tile), lay[layout]);
+    snprintf(kname, sizeof kname, "kn_la_gemm_x3_%s_%s", kn_cuda_gemm_x3_tile_name(r->tile), lay[layout]);
+    for (int m = 0; m < kn_cuda_linalg_module_count(); m++) {
+        if (strcmp(kn_cuda_linalg_module_name(m), want) != 0) continue;
+        char *src = NULL, *full = NULL;
+        KN_TRY(kn_cuda_linalg_module_source(m, &src));
+        size_t len = strlen(src) + 64;
+        full = malloc(len);
+        snprintf(full, len, "#define KN_X3_FLUSH %d\n%s", flush, src);
+        free(src);
+        kn_cuda_module *mod = NULL;
+        kn_status st = kn_cuda_module_get(full, kn_cuda_cache_dir(), &mod);
+        free(full);
+        KN_TRY(st);
+        KN_TRY(kn_cuda_module_kernel(mod, kname, &r->fn));
+        const int *d = TILE_DIMS[r->tile];
+        size_t a = r->call.a_kmajor ? (size_t)d[0] * 36 : (size_t)32 * (d[0] + 8);
+        size_t b = r->call.b_kmajor ? (size_t)d[1] * 36 : (size_t)32 * (d[1] + 8);
+        r->smem = 3 * (a + b) * sizeof(float);
+        r->threads = 32u * (unsigned)(d[0] / d[2]) * (unsigned)(d[1] / d[3]);
+        r->gx = (unsigned)((r->call.p.m + d[0] - 1) / d[0]);
+        r->gy = (unsigned)((r->call.p.n + d[1] - 1) / d[1]);
+        cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)r->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        (int)r->smem, kn_cuda_current()->index);
+        return e == cudaSuccess ? KN_OK : kn_cuda_fail(e, "raising shared memory");
+    }
+    return kn_error(KN_ERR_ARG, "no module %s", want);
+}
+
+static bool wanted(const char *name)
+{
+    const char *only = getenv("SPLIT_ONLY");
+    if (!only) return true;
+    size_t n = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
+int main(void)
+{
+    if (!kn_cuda_available() || kn_cuda_init() != KN_OK) {
+        printf("split_gemm: no GPU\n");
+        return 0;
+    }
+    int reps = getenv("SPLIT_REPS") ? atoi(getenv("SPLIT_REPS")) : 20;
+    bool all_flush = getenv("X3_FLUSH") && strcmp(getenv("X3_FLUSH"), "all") == 0;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    printf("# %d SMs; us per call (mean of %d), TFLOP/s, max rel error vs f64, error over strict f32's\n",
+           kn_cuda_current()->sm_count, reps);
+    for (size_t pi = 0; pi < sizeof PROBLEMS / sizeof PROBLEMS[0]; pi++) {
+        const problem *pb = &PROBLEMS[pi];
+        if (!wanted(pb->name)) continue;
+        int64_t na = pb->count * pb->m * pb->k, nb = pb->count * pb->n * pb->k, no = pb->count * pb->m * pb->n;
+        double *va = malloc(sizeof(double) * (size_t)na), *vb = malloc(sizeof(double) * (size_t)nb);
+        for (int64_t i = 0; i < na; i++)
+            va[i] = pb->wide ? (unit() < 0.5 ? -1 : 1) * pow(10.0, -6 + 12 * unit()) : (float)(2 * unit() - 1);
+        for (int64_t i = 0; i < nb; i++)
+            vb[i] = pb->wide ? (unit() < 0.5 ? -1 : 1) * pow(10.0, -6 + 12 * unit()) : (float)(2 * unit() - 1);
+        for (int64_t i = 0; i < na; i++) va[i] = (float)va[i];
+        for (int64_t i = 0; i < nb; i++) vb[i] = (float)vb[i];
+        /* stored: a as [count, m, k] (k-major) or [count, k, m]; b as [count, n, k] or [count, k, n] */
+        kn_tensor *sa32 = gpu_tensor(KN_F32, pb->a_kmajor ? pb->m : pb->k, pb->a_kmajor ? pb->k : pb->m, pb->count, va);
+        kn_tensor *sb32 = gpu_tensor(KN_F32, pb->b_kmajor ? pb->n : pb->k, pb->b_kmajor ? pb->k : pb->n, pb->count, vb);
+        kn_tensor *sa64 = gpu_tensor(KN_F64, pb->a_kmajor ? pb->m : pb->k, pb->a_kmajor ? pb->k : pb->m, pb->count, va);
+        kn_tensor *sb64 = gpu_tensor(KN_F64, pb->b_kmajor ? pb->n : pb->k, pb->b_kmajor ? pb->k : pb->n, pb->count, vb);
+        if (!sa32 || !sb32 || !sa64 || !sb64) {
+            printf("%s: setup failed: %s\n", pb->name, kn_last_error());
+            return 1;
+        }
+        /* logical a [count, m, k], b [count, k, n] */
+        kn_tensor *a32 = logical_view(sa32, !pb->a_kmajor), *b32 = logical_view(sb32, pb->b_kmajor);
+        kn_tensor *a64 = logical_view(sa64, !pb->a_kmajor), *b64 = logical_view(sb64, pb->b_kmajor);
+        int64_t oshape[3] = {pb->count, pb->m, pb->n};
+        kn_tensor *o32 = NULL, *o64 = NULL, *ox = NULL;
+        kn_tensor_new(KN_F32, 3, oshape, kn_cuda_current()->device, &o32);
+        kn_tensor_new(KN_F64, 3, oshape, kn_cuda_current()->device, &o64);
+        kn_tensor_new(KN_F32, 3, oshape, kn_cuda_current()->device, &ox);
+        kn_opcall c32, c64;
+        kn_opcall_init(&c32, KN_OP_MATMUL);
+        c32.n_in = 2, c32.in[0] = a32, c32.in[1] = b32, c32.n_out = 1, c32.out[0] = o32;
+        c64 = c32;
+        c64.in[0] = a64, c64.in[1] = b64, c64.out[0] = o64;
+        if (kn_cuda_matmul(&c64) != KN_OK || kn_cuda_matmul(&c32) != KN_OK) {
+            printf("%s: matmul failed: %s\n", pb->name, kn_last_error());
+            return 1;
+        }
+        double *ref = host_values(o64), *got = host_values(o32);
+        double e32 = max_rel_err(got, ref, no);
+        double flops = 2.0 * (double)pb->m * (double)pb->n * (double)pb->k * (double)pb->count;
+        float us = time_it(run_lt, &c32, reps, e0, e1);
+        printf("%-12s m=%lld n=%lld k=%lld batch=%lld %s%s\n", pb->name, (long long)pb->m, (long long)pb->n,
+               (long long)pb->k, (long long)pb->count, pb->a_kmajor ? "a[m,k]" : "a[k,m]",
+               pb->b_kmajor ? " b[n,k]" : " b[k,n]");
+        printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e\n", "cublasLt strict f32", us, flops / us / 1e6, e32);
+        free(got);
+        x3_run r;
+        memset(&r, 0, sizeof r);
+        r.call.p.a = kn_cuda_tensor_ptr(sa32);
+        r.call.p.b = kn_cuda_tensor_ptr(sb32);
+        r.call.p.y = kn_cuda_tensor_ptr(ox);
+        r.call.p.m = pb->m, r.call.p.n = pb->n, r.call.p.k = pb->k;
+        r.call.p.lda = pb->a_kmajor ? pb->k : pb->m;
+        r.call.p.ldb = pb->b_kmajor ? pb->k : pb->n;
+        r.call.p.ldy = pb->n;
+        r.call.p.sa = pb->m * pb->k, r.call.p.sb = pb->n * pb->k, r.call.p.sy = pb->m * pb->n;
+        r.call.p.vec2 = pb->n % 2 == 0;
+        r.call.a_kmajor = pb->a_kmajor, r.call.b_kmajor = pb->b_kmajor, r.call.count = pb->count;
+        int pick = kn_cuda_gemm_x3_pick(&r.call, kn_cuda_current()->sm_count);
+        for (int tile = 0; tile < KN_CUDA_X3_TILES; tile++)
+            for (int flush = all_flush ? 1 : 4; flush <= 4; flush *= 2) {
+                r.tile = tile;
+                r.fn = NULL;
+                if (flush != 4 && flush_variant(&r, flush) != KN_OK) {
+                    printf("  %s flush %d: %s\n", kn_cuda_gemm_x3_tile_name(tile), flush, kn_last_error());
+                    continue;
+                }
+                cudaMemsetAsync(r.call.p.y, 0xff, (size_t)no * 4, kn_cuda_stream()); /* NaN: a missed store shows */
+                if (run_x3(&r) != KN_OK) {
+                    printf("  x3 %s: %s\n", kn_cuda_gemm_x3_tile_name(tile), kn_last_error());
+                    continue;
+                }
+                double *gx = host_values(ox);
+                double ex = max_rel_err(gx, ref, no);
+                free(gx);
+                float ux = time_it(run_x3, &r, reps, e0, e1);
+                char label[48];
+                snprintf(label, sizeof label, "x3 %s%s flush %d", kn_cuda_gemm_x3_tile_name(tile),
+                         tile == pick ? "*" : "", flush);
+                printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux,
+                       flops / ux / 1e6, ex, e32 > 0 ? ex / e32 : (ex > 0 ? INFINITY : 0), us / ux);
+            }
+        free(ref);
+        free(va);
+        free(vb);
+        kn_tensor *all[] = {sa32, sb32, sa64, sb64, a32, b32, a64, b64, o32, o64, ox};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kn_tensor_release(all[i]);
+        fflush(stdout);
+    }
+    return 0;
+}

@@ -1,0 +1,95 @@
+/* kn_cuda_gemm_x3: the launcher of kiln's split-precision f32 GEMM (see
+ * kn_cuda_gemm_x3.h and kernels/cuda/kn_la_gemm_x3.cu). */
+#include "kn_cuda_gemm_x3.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kn_cuda_context.h"
+#include "kn_cuda_linalg.h"
+#include "kn_cuda_module.h"
+
+#define X3_BK 32     /* as kn_la_gemm_x3.cu */
+#define X3_STAGES 3
+
+static const struct x3_tile {
+    int bm, bn, wm, wn;
+    const char *name;
+} x3_tiles[KN_CUDA_X3_TILES] = {
+    {128, 128, 64, 32, "128x128"},
+    {128, 64, 32, 32, "128x64"},
+    {64, 64, 32, 32, "64x64"},
+    {64, 32, 32, 16, "64x32"},
+};
+
+const char *kn_cuda_gemm_x3_tile_name(int tile)
+{
+    return tile >= 0 && tile < KN_CUDA_X3_TILES ? x3_tiles[tile].name : "?";
+}
+
+/* shared bytes of a block: the kernel's X3_TILE_FLOATS, three stages */
+static size_t x3_smem(const struct x3_tile *t, bool ak, bool bk)
+{
+    size_t a = ak ? (size_t)t->bm * (X3_BK + 4) : (size_t)X3_BK * (t->bm + 8);
+    size_t b = bk ? (size_t)t->bn * (X3_BK + 4) : (size_t)X3_BK * (t->bn + 8);
+    return X3_STAGES * (a + b) * sizeof(float);
+}
+
+static bool aligned16(const void *ptr, int64_t elems_step)
+{
+    return (uintptr_t)ptr % 16 == 0 && elems_step % 4 == 0;
+}
+
+bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c)
+{
+    const kn_la_gemm_args *p = &c->p;
+    if (p->m <= 0 || p->n <= 0 || p->k <= 0 || c->count < 1 || c->count > 65535) return false;
+    if (p->m > (int64_t)1 << 30 || p->n > (int64_t)65535 * 32 || p->k > (int64_t)1 << 30) return false;
+    if (!aligned16(p->a, p->lda) || !aligned16(p->b, p->ldb)) return false;
+    if (c->count > 1 && (p->sa % 4 || p->sb % 4)) return false;
+    if (p->bias && (uintptr_t)p->bias % 4) return false;
+    return true;
+}
+
+int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms)
+{
+    for (int t = 0; t < KN_CUDA_X3_TILES - 1; t++) {
+        int64_t blocks = (c->p.m + x3_tiles[t].bm - 1) / x3_tiles[t].bm * ((c->p.n + x3_tiles[t].bn - 1) / x3_tiles[t].bn) *
+                         c->count;
+        if (blocks >= sms) return t;
+    }
+    return KN_CUDA_X3_TILES - 1;
+}
+
+kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t smem_raised[KN_CUDA_X3_TILES][4]; /* a bit a GPU */
+    if (tile < 0 || tile >= KN_CUDA_X3_TILES) return kn_error(KN_ERR_ARG, "matmul: no split-f32 tile shape %d", tile);
+    if (!kn_cuda_gemm_x3_fits(c)) return kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel cannot take this call");
+    const struct x3_tile *t = &x3_tiles[tile];
+    int layout = (c->a_kmajor ? 0 : 2) + (c->b_kmajor ? 0 : 1);
+    static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
+    char name[64];
+    snprintf(name, sizeof name, "kn_la_gemm_x3_%s_%s", t->name, lay[layout]);
+    const void *fn;
+    KN_TRY(kn_cuda_linalg_kernel(name, &fn));
+    size_t smem = x3_smem(t, c->a_kmajor, c->b_kmajor);
+    int dev = kn_cuda_current()->index;
+    pthread_mutex_lock(&lock);
+    bool raised = dev < 64 && (smem_raised[tile][layout] >> dev & 1);
+    pthread_mutex_unlock(&lock);
+    if (!raised && smem > 48 * 1024) {
+        cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        (int)smem, dev);
+        if (e != cudaSuccess) return kn_cuda_fail(e, "matmul: raising the split-f32 kernel's shared-memory limit");
+        pthread_mutex_lock(&lock);
+        if (dev < 64) smem_raised[tile][layout] |= 1ull << dev;
+        pthread_mutex_unlock(&lock);
+    }
+    kn_la_gemm_args p = c->p;
+    unsigned gx = (unsigned)((p.m + t->bm - 1) / t->bm), gy = (unsigned)((p.n + t->bn - 1) / t->bn);
+    unsigned threads = 32u * (unsigned)(t->bm / t->wm) * (unsigned)(t->bn / t->wn);
+    return kn_cuda_launch_grid3(fn, gx, gy, (unsigned)c->count, threads, 1, &p, smem);
+}

@@ -1,0 +1,39 @@
+/* kn_cuda_gemm_x3: kiln's split-precision f32 GEMM (kn_la_gemm_x3.cu):
+ * f32 products on the TF32 tensor cores at about f32's accuracy. Whether a
+ * call may use it is the caller's decision (kn_cuda_blas.c: the "ieee"
+ * contract, max-autotune's measurements); this file launches it.
+ */
+#ifndef KN_CUDA_GEMM_X3_H
+#define KN_CUDA_GEMM_X3_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kn_cuda_la_args.h"
+#include "kn_status.h"
+
+/* Tile shapes, largest first (kn_cuda_linalg.c has a module for each and
+ * layout, in this order). */
+#define KN_CUDA_X3_TILES 4
+
+/* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
+ * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else
+ * [k, n]), count batches at p's batch strides. */
+typedef struct kn_cuda_x3_call {
+    kn_la_gemm_args p;
+    bool a_kmajor, b_kmajor;
+    int64_t count;
+} kn_cuda_x3_call;
+
+/* Whether the kernel can take c: 16-byte aligned operands and leading
+ * dims (its 16-byte copies), sizes within its 32-bit tile counts. */
+bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c);
+/* The tile shape the default mode takes for c: the largest that still
+ * gives every SM a block. */
+int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms);
+/* Run c with tile shape `tile` (0 .. KN_CUDA_X3_TILES-1). */
+kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
+/* "128x128" */
+const char *kn_cuda_gemm_x3_tile_name(int tile);
+
+#endif

@@ -1,0 +1,241 @@
+// kn_la_gemm_x3.cu: an f32 GEMM on the tensor cores at f32 accuracy, the
+// split-precision ("3xTF32") method. Each f32 operand x is split into a
+// TF32 "big" part (x rounded to TF32's 11 significant bits) and a TF32
+// "small" part (the exact remainder x - big, rounded again); the product
+// a.b is big.big + big.small + small.big, and small.small (at most 2^-22
+// of a.b) is dropped. TF32 runs on the tensor cores at about 8x the f32
+// CUDA-core rate, so three of them still beat one strict f32 FMA.
+//
+// Where it is accurate. The tensor core sums a k-step's products and adds
+// them to its accumulator with truncation, not rounding (Fasi et al.,
+// "Numerical behavior of NVIDIA tensor cores", 2021), so an accumulator
+// chained through all of K collects a biased error that grows with K and
+// loses to f32 FMA's rounding (CUTLASS issue 729: plain 3xTF32 is less
+// accurate than FMA for K < 256). Here the tensor core sums only
+// KN_X3_FLUSH k-steps of 8 (the three products of each) into a zeroed
+// partial, and that partial is added to the running sum by an ordinary
+// f32 add, which rounds to nearest (Ootomo and Yokota, arXiv 2203.03341,
+// make the same move). The contract (kiln.config.f32_precision = "ieee")
+// still decides on the real inputs whether this kernel may run: the
+// autotuner measures its error against float64 beside the strict f32
+// library's.
+//
+// Layout. y [m, n] (rows ldy apart, batches sy apart) = act(a . b + bias +
+// res); a is [m, k] k-contiguous (KN_X3_AK 1) or [k, m] m-contiguous (0);
+// b is [n, k] k-contiguous (KN_X3_BK 1: a linear layer's weight) or
+// [k, n] n-contiguous (0). A block takes a KN_X3_BM x KN_X3_BN tile of y
+// over k in steps of 32, staged through shared memory by 16-byte cp.async
+// (zero fill past the edges) in a 3-stage pipeline; its warps take
+// KN_X3_WM x KN_X3_WN each, as mma.sync m16n8k8 tiles. Operands are split
+// as their fragments are read from shared memory. One module per tile
+// shape and layout (kn_cuda_linalg.c), the kernel named KN_LA_KERNEL.
+#define X3_BK 32
+#define X3_STAGES 3
+#define X3_BM KN_X3_BM
+#define X3_BN KN_X3_BN
+#define X3_WM KN_X3_WM
+#define X3_WN KN_X3_WN
+#define X3_THREADS (32 * (X3_BM / X3_WM) * (X3_BN / X3_WN))
+#ifndef KN_X3_FLUSH
+#define KN_X3_FLUSH 4 // k-steps of 8 a tensor-core partial sums before the f32 add (X3_BK / 8 at most)
+#endif
+
+// Shared rows: a k-contiguous tile is [rows][X3_BK + 4], an m- or
+// n-contiguous one [X3_BK][rows + 8]; either way the fragments' 32-bit
+// loads (lane = 4g + t reads row g, column t, or the transpose) fall in
+// 32 distinct banks, and every row starts on 16 bytes for cp.async.
+#define X3_KSTRIDE (X3_BK + 4)
+#define X3_TILE_FLOATS(rows, kmaj) ((kmaj) ? (rows) * X3_KSTRIDE : X3_BK * ((rows) + 8))
+#define X3_A_FLOATS X3_TILE_FLOATS(X3_BM, KN_X3_AK)
+#define X3_B_FLOATS X3_TILE_FLOATS(X3_BN, KN_X3_BK)
+
+__device__ __forceinline__ void x3_cp16(float *dst, const float *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(bytes));
+}
+
+// One operand's tile (ROWS of m or n by X3_BK of k, from row r0 and k0)
+// into shared memory s. g's rows (k-contiguous) or k-rows (otherwise) are
+// ld floats apart; 16-byte chunks, cut short (and zero-filled) at the
+// matrix's edges: the host guarantees 16-byte aligned bases and lds.
+template <int ROWS, bool KMAJ>
+__device__ __forceinline__ void x3_stage(float *s, const float *g, long long ld, long long rows, long long k,
+                                         long long r0, long long k0)
+{
+    if (KMAJ) {
+        constexpr int CPR = X3_BK / 4;
+#pragma unroll
+        for (int c = threadIdx.x; c < ROWS * CPR; c += X3_THREADS) {
+            const int r = c / CPR, kc = (c % CPR) * 4;
+            const long long gr = r0 + r, gk = k0 + kc;
+            int bytes = 0;
+            const float *src = g;
+            if (gr < rows && gk < k) {
+                bytes = k - gk >= 4 ? 16 : (int)(k - gk) * 4;
+                src = g + gr * ld + gk;
+            }
+            x3_cp16(s + r * X3_KSTRIDE + kc, src, bytes);
+        }
+    } else {
+        constexpr int CPR = ROWS / 4;
+#pragma unroll
+        for (int c = threadIdx.x; c < X3_BK * CPR; c += X3_THREADS) {
+            const int kr = c / CPR, rc = (c % CPR) * 4;
+            const long long gk = k0 + kr, gr = r0 + rc;
+            int bytes = 0;
+            const float *src = g;
+            if (gk < k && gr < rows) {
+                bytes = rows - gr >= 4 ? 16 : (int)(rows - gr) * 4;
+                src = g + gk * ld + gr;
+            }
+            x3_cp16(s + kr * (ROWS + 8) + rc, src, bytes);
+        }
+    }
+}
+
+// element (row r, k) of a staged tile
+template <int ROWS, bool KMAJ>
+__device__ __forceinline__ float x3_at(const float *s, int r, int k)
+{
+    return KMAJ ? s[r * X3_KSTRIDE + k] : s[k * (ROWS + 8) + r];
+}
+
+// x = big + small, both TF32 (round to nearest); x - big is exact
+__device__ __forceinline__ void x3_split(float x, unsigned &big, unsigned &small)
+{
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - __uint_as_float(big)));
+}
+
+__device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const unsigned b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ float x3_act(float v, int act)
+{
+    if (act == 1) return v > 0.f ? v : (v == v ? 0.f : v); // NaN passes, as relu elsewhere
+    if (act == 2) {                                          // GELU, tanh form (cuBLASLt's epilogue)
+        float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        return 0.5f * v * (1.f + tanhf(u));
+    }
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 : 2) KN_LA_KERNEL(kn_la_gemm_args p)
+{
+    constexpr int MT = X3_WM / 16, NT = X3_WN / 8, WARPS_N = X3_BN / X3_WN;
+    extern __shared__ __align__(16) float x3_smem[];
+    float *sa = x3_smem, *sb = x3_smem + X3_STAGES * X3_A_FLOATS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int wm0 = (warp / WARPS_N) * X3_WM, wn0 = (warp % WARPS_N) * X3_WN;
+    const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN, z = blockIdx.z;
+    const float *A = (const float *)p.a + z * p.sa, *B = (const float *)p.b + z * p.sb;
+    const int ktiles = (int)((p.k + X3_BK - 1) / X3_BK);
+
+    float acc[MT][NT][4], part[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = part[i][j][e] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < X3_STAGES - 1; s++) {
+        if (s < ktiles) {
+            x3_stage<X3_BM, KN_X3_AK>(sa + s * X3_A_FLOATS, A, p.lda, p.m, p.k, m0, (long long)s * X3_BK);
+            x3_stage<X3_BN, KN_X3_BK>(sb + s * X3_B_FLOATS, B, p.ldb, p.n, p.k, n0, (long long)s * X3_BK);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(X3_STAGES - 2));
+        __syncthreads(); // tile kt is in, and every warp is done with the stage refilled next
+        const int next = kt + X3_STAGES - 1;
+        if (next < ktiles) {
+            const int st = next % X3_STAGES;
+            x3_stage<X3_BM, KN_X3_AK>(sa + st * X3_A_FLOATS, A, p.lda, p.m, p.k, m0, (long long)next * X3_BK);
+            x3_stage<X3_BN, KN_X3_BK>(sb + st * X3_B_FLOATS, B, p.ldb, p.n, p.k, n0, (long long)next * X3_BK);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+        const float *ta = sa + (kt % X3_STAGES) * X3_A_FLOATS, *tb = sb + (kt % X3_STAGES) * X3_B_FLOATS;
+#pragma unroll
+        for (int kk = 0; kk < X3_BK; kk += 8) {
+            unsigned ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const int r = wm0 + i * 16 + g;
+                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r, kk + t), ab[i][0], as[i][0]);
+                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r + 8, kk + t), ab[i][1], as[i][1]);
+                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r, kk + t + 4), ab[i][2], as[i][2]);
+                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r + 8, kk + t + 4), ab[i][3], as[i][3]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int c = wn0 + j * 8 + g;
+                x3_split(x3_at<X3_BN, KN_X3_BK>(tb, c, kk + t), bb[j][0], bs[j][0]);
+                x3_split(x3_at<X3_BN, KN_X3_BK>(tb, c, kk + t + 4), bb[j][1], bs[j][1]);
+            }
+            // the small terms first, so the big one is added to a partial
+            // of their size, not the other way round
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    x3_mma(part[i][j], as[i], bb[j]);
+                    x3_mma(part[i][j], ab[i], bs[j]);
+                    x3_mma(part[i][j], ab[i], bb[j]);
+                }
+            if ((kk / 8 + 1) % KN_X3_FLUSH == 0) {
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            acc[i][j][e] += part[i][j][e];
+                            part[i][j][e] = 0.f;
+                        }
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+
+    // epilogue: bias (f32, over n), residual (y's layout), activation; a
+    // thread holds two neighbouring columns of each of its rows
+    float *Y = (float *)p.y + z * p.sy;
+    const float *R = p.res ? (const float *)p.res + z * p.sy : 0;
+    const float *bias = (const float *)p.bias;
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const long long c = n0 + wn0 + j * 8 + 2 * t;
+            if (c >= p.n) continue;
+            const bool two = c + 1 < p.n;
+            const float b0 = bias ? bias[c] : 0.f, b1 = bias && two ? bias[c + 1] : 0.f;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const long long r = m0 + wm0 + i * 16 + g + h * 8;
+                if (r >= p.m) continue;
+                float v0 = acc[i][j][2 * h] + b0, v1 = acc[i][j][2 * h + 1] + b1;
+                if (R) {
+                    v0 += R[r * p.ldy + c];
+                    if (two) v1 += R[r * p.ldy + c + 1];
+                }
+                v0 = x3_act(v0, p.act);
+                v1 = x3_act(v1, p.act);
+                if (two && p.vec2) *(float2 *)(Y + r * p.ldy + c) = make_float2(v0, v1);
+                else {
+                    Y[r * p.ldy + c] = v0;
+                    if (two) Y[r * p.ldy + c + 1] = v1;
+                }
+            }
+        }
+}
