@@ -17,6 +17,9 @@
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
  *
+ * The baseline runs with KILN_NO_SPLIT_F32=1 (kiln's matmul then keeps
+ * cuBLASLt where its default would take the split kernel).
+ *
  * Without a GPU it prints "split_gemm: no GPU" and exits 0.
  */
 #include <math.h>
@@ -30,6 +33,7 @@
 #include "cuda/kn_cuda_gemm_x3.h"
 #include "cuda/kn_cuda_linalg.h"
 #include "cuda/kn_cuda_module.h"
+#include "kn_kernels.h"
 #include "kn_op.h"
 #include "kn_tensor.h"
 #include "kn_view.h"
@@ -208,6 +212,9 @@ static bool wanted(const char *name)
 
 int main(void)
 {
+    /* the baseline is cuBLASLt's strict f32: kiln's default would take the split kernel for the larger problems */
+    setenv("KILN_NO_SPLIT_F32", "1", 1);
+    kn_kernels_register();
     if (!kn_cuda_available() || kn_cuda_init() != KN_OK) {
         printf("split_gemm: no GPU\n");
         return 0;

@@ -33,6 +33,7 @@
 #include "kn_cuda_blas.h"
 
 #include "kn_cuda_context.h"
+#include "kn_cuda_gemm_x3.h"
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
 #include "kn_cuda_module.h"
@@ -47,6 +48,9 @@
 #define LT_HEUR_MAX 8 /* the heuristic's algorithms asked for (max-autotune measures them all) */
 #define LT_SPLITS 3   /* split-K variants of its first: 2, 4, 8 */
 #define LT_WORKSPACE ((int64_t)32 << 20)
+/* where the default mode takes kiln's split-f32 kernel (x3_default_tile) */
+#define X3_DEFAULT_MIN_K 256
+#define X3_DEFAULT_MIN_WORK 1.0e8 /* m n k */
 
 /* ---- the problem: sizes and strides of one matmul call ------------------ */
 
@@ -183,6 +187,7 @@ typedef struct lt_entry {
     uint64_t hash;
     bool refused; /* the heuristic found no algorithm: use kiln's kernel */
     bool past_end; /* variant > 0 beyond what the heuristic offers */
+    int x3_tile;   /* >= 0: this variant is kiln's split-f32 kernel in that tile shape (x3_variant) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -408,6 +413,48 @@ static cublasStatus_t lt_preference(const kn_cuda_blas *b, const lt_key *k, cubl
     return s;
 }
 
+/* ---- kiln's split-precision kernel (kn_cuda_gemm_x3.h) as variants ----
+ * In the "ieee" mode (f32 without TF32) kiln's split-f32 kernel is a
+ * variant of every matmul it can take: after cuBLASLt's algorithms and
+ * split-K variants come its tile shapes, then, when the default is the
+ * kernel (x3_default_tile), cuBLASLt's first algorithm, so the strict
+ * library GEMM stays a candidate. */
+
+static bool x3_allowed(const lt_key *k)
+{
+    return k->dtype == KN_F32 && !k->tf32;
+}
+
+/* The key's operands as the kernel reads them: cuBLASLt's A is kiln's b
+ * (op T: b is [n, k], op N: [k, n]), its B kiln's a (op N: a is [m, k],
+ * op T: [k, m]), D the output [m, n] with rows ld_d apart. */
+static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
+{
+    memset(c, 0, sizeof *c);
+    c->b_kmajor = k->op_a == CUBLAS_OP_T;
+    c->a_kmajor = k->op_b == CUBLAS_OP_N;
+    c->p.m = k->n, c->p.n = k->m, c->p.k = k->k;
+    c->p.lda = k->ld_b, c->p.ldb = k->ld_a, c->p.ldy = k->ld_d;
+    c->p.sa = k->sb, c->p.sb = k->sa, c->p.sy = k->sd;
+    c->count = k->count;
+}
+
+/* The tile shape the default mode runs through kiln's kernel, or -1 for
+ * cuBLASLt: measured on the H200 (bench/split_gemm.c), the kernel beats
+ * the strict f32 library GEMM where it has the work to fill the GPU, and
+ * keeps the "ieee" contract where the sums are long (its tensor-core
+ * partials lose to f32 FMA's rounding on short ones). */
+static int x3_default_tile(const lt_key *k)
+{
+    if (!x3_allowed(k) || k->k < X3_DEFAULT_MIN_K || getenv("KILN_NO_SPLIT_F32")) return -1;
+    if ((double)k->m * (double)k->n * (double)k->k * (double)k->count < X3_DEFAULT_MIN_WORK) return -1;
+    kn_cuda_x3_call c;
+    x3_layout(k, &c);
+    /* the alignments the calls' pointers will have (lt_shape's, over every batch) */
+    if (k->align_a < 16 || k->align_b < 16 || !kn_cuda_gemm_x3_shape_fits(&c)) return -1;
+    return kn_cuda_gemm_x3_pick(&c, kn_cuda_current()->sm_count);
+}
+
 /* Descriptors, layouts and the heuristic's first algorithm for key k.
  * bias_ptr only tells the heuristic its alignment. A refusal
  * (NOT_SUPPORTED, no algorithm) is cached as e->refused, not an error. */
@@ -418,6 +465,7 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
     if (!e) return kn_error(KN_ERR_OOM, "matmul: out of memory for a cuBLASLt plan");
     e->key = *k;
     e->hash = h;
+    e->x3_tile = -1;
     kn_dtype dt = (kn_dtype)k->dtype;
     cublasLtMatmulPreference_t pref = NULL;
     cublasStatus_t s = lt_descriptors(e, bias_ptr);
@@ -444,6 +492,7 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
     if (nu && v < nu) {
         e->algo = res[usable[v]].algo;
         e->refused = false;
+        if (v == 0) e->x3_tile = x3_default_tile(k);
     } else if (nu && v < nu + LT_SPLITS) {
         e->algo = res[usable[0]].algo;
         int32_t split = 2 << (v - nu);
@@ -455,6 +504,12 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
                 CUBLAS_STATUS_SUCCESS &&
             (int64_t)chk.workspaceSize <= b->ws_size)
             e->refused = false;
+    } else if (v && nu && x3_allowed(k) && v < nu + LT_SPLITS + KN_CUDA_X3_TILES) {
+        e->x3_tile = v - nu - LT_SPLITS;
+        e->refused = false;
+    } else if (v && nu && v == nu + LT_SPLITS + KN_CUDA_X3_TILES && x3_default_tile(k) >= 0) {
+        e->algo = res[usable[0]].algo; /* the default is kiln's kernel: cuBLASLt's first becomes a variant */
+        e->refused = false;
     } else if (v) {
         e->past_end = true;
     }
@@ -670,6 +725,50 @@ static bool lt_shape(const mm_problem *pr, const char *pa, const char *pb, char 
     return true;
 }
 
+/* The next outer batch index of [0, split) (an odometer): *oa, *ob and
+ * *oo step by the cuBLASLt A (kiln's b), B (kiln's a) and output strides. */
+static void outer_next(const mm_problem *pr, int split, int64_t *idx, int64_t *oa, int64_t *ob, int64_t *oo)
+{
+    for (int d = split - 1; d >= 0; d--) {
+        *oa += pr->b.bs[d];
+        *ob += pr->a.bs[d];
+        *oo += pr->o_bs[d];
+        if (++idx[d] < pr->bsize[d]) break;
+        *oa -= pr->b.bs[d] * idx[d];
+        *ob -= pr->a.bs[d] * idx[d];
+        *oo -= pr->o_bs[d] * idx[d];
+        idx[d] = 0;
+    }
+}
+
+/* Key k's calls through kiln's split-f32 kernel in tile shape `tile`, the
+ * epilogue (f32 bias over n, act, a residual like the output) in its
+ * stores. */
+static kn_status x3_calls(const lt_key *k, const mm_problem *pr, int split, const char *pa, const char *pb, char *pd,
+                          const kn_tensor *bias, int act, const kn_tensor *residual, int tile)
+{
+    kn_cuda_x3_call c;
+    x3_layout(k, &c);
+    c.p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+    c.p.act = act;
+    const int64_t esz = 4;
+    c.p.vec2 = k->ld_d % 2 == 0 && k->sd % 2 == 0 && k->align_d >= 8;
+    int64_t outer = 1, idx[KN_LA_MAX_BATCH] = {0}, oa = 0, ob = 0, oo = 0;
+    for (int d = 0; d < split; d++) outer *= pr->bsize[d];
+    for (int64_t it = 0; it < outer; it++) {
+        int64_t od = pr->o_dense ? it * k->count * k->n * pr->n : oo;
+        c.p.a = pb + ob * esz;
+        c.p.b = pa + oa * esz;
+        c.p.y = pd + od * esz;
+        c.p.res = residual ? (const char *)kn_cuda_tensor_ptr(residual) + od * esz : NULL;
+        KN_TRY(kn_cuda_gemm_x3(&c, tile));
+        outer_next(pr, split, idx, &oa, &ob, &oo);
+    }
+    kn_cuda_variant_label("kiln split-f32 GEMM %s (3xTF32)%s", kn_cuda_gemm_x3_tile_name(tile),
+                          bias || act ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "");
+    return KN_OK;
+}
+
 /* Entry e's calls (its key as lt_shape made it) over the outer batch dims
  * [0, split), one strided-batch call each: D = A·B, or D = A·B + C with a
  * residual (C). cuBLASLt refusing the first call is no error: e->refused
@@ -709,16 +808,7 @@ static kn_status lt_calls(kn_cuda_blas *b, lt_entry *e, const mm_problem *pr, in
             break;
         }
         if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(s, "matmul");
-        for (int d = split - 1; d >= 0; d--) { /* odometer over the outer dims */
-            oa += pr->b.bs[d];
-            ob += pr->a.bs[d];
-            oo += pr->o_bs[d];
-            if (++idx[d] < pr->bsize[d]) break;
-            oa -= pr->b.bs[d] * idx[d];
-            ob -= pr->a.bs[d] * idx[d];
-            oo -= pr->o_bs[d] * idx[d];
-            idx[d] = 0;
-        }
+        outer_next(pr, split, idx, &oa, &ob, &oo);
     }
     return KN_OK;
 }
@@ -776,6 +866,16 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         }
         past_end = past_end || e->past_end;
         if (e->refused) continue;
+        /* kiln's split-f32 kernel: the bias as the library would take it (f32, contiguous) */
+        if (e->x3_tile >= 0 && (!bias || lbias)) {
+            st = x3_calls(&k, &pr, split, pa, pb, pd, lbias, act, residual, e->x3_tile);
+            if (st == KN_OK) *done = true;
+            else if (!variant && st == KN_ERR_UNSUPPORTED) st = KN_OK; /* the library runs */
+            if (*done || st != KN_OK) goto out;
+        } else if (e->x3_tile >= 0 && variant) {
+            st = kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel takes no bias it cannot read as f32");
+            goto out;
+        }
         if (bptr) {
             cublasStatus_t s = lt.cublasLtMatmulDescSetAttribute(
                 e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr);

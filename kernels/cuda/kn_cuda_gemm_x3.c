@@ -36,20 +36,20 @@ static size_t x3_smem(const struct x3_tile *t, bool ak, bool bk)
     return X3_STAGES * (a + b) * sizeof(float);
 }
 
-static bool aligned16(const void *ptr, int64_t elems_step)
+bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c)
 {
-    return (uintptr_t)ptr % 16 == 0 && elems_step % 4 == 0;
+    const kn_la_gemm_args *p = &c->p;
+    if (p->m <= 0 || p->n <= 0 || p->k <= 0 || c->count < 1 || c->count > 65535) return false;
+    if (p->m > (int64_t)1 << 30 || p->n > (int64_t)65535 * 32 || p->k > (int64_t)1 << 30) return false;
+    if (p->lda % 4 || p->ldb % 4 || (c->count > 1 && (p->sa % 4 || p->sb % 4))) return false;
+    return true;
 }
 
 bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c)
 {
     const kn_la_gemm_args *p = &c->p;
-    if (p->m <= 0 || p->n <= 0 || p->k <= 0 || c->count < 1 || c->count > 65535) return false;
-    if (p->m > (int64_t)1 << 30 || p->n > (int64_t)65535 * 32 || p->k > (int64_t)1 << 30) return false;
-    if (!aligned16(p->a, p->lda) || !aligned16(p->b, p->ldb)) return false;
-    if (c->count > 1 && (p->sa % 4 || p->sb % 4)) return false;
-    if (p->bias && (uintptr_t)p->bias % 4) return false;
-    return true;
+    return kn_cuda_gemm_x3_shape_fits(c) && (uintptr_t)p->a % 16 == 0 && (uintptr_t)p->b % 16 == 0 &&
+           (!p->bias || (uintptr_t)p->bias % 4 == 0);
 }
 
 int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms)

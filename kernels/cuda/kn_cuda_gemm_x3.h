@@ -28,6 +28,8 @@ typedef struct kn_cuda_x3_call {
 /* Whether the kernel can take c: 16-byte aligned operands and leading
  * dims (its 16-byte copies), sizes within its 32-bit tile counts. */
 bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c);
+/* The same without the pointers: sizes, leading dims and batch strides. */
+bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c);
 /* The tile shape the default mode takes for c: the largest that still
  * gives every SM a block. */
 int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms);
