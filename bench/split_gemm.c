@@ -11,9 +11,10 @@
  * and "x f32" is that error over the strict f32 one: the "ieee" contract
  * allows at most 2. Times are the mean of REPS back-to-back launches
  * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
- * Every tile shape is timed, and each with KN_X3_FLUSH 1, 2 and 4 (how
- * many k-steps of 8 the tensor core sums before an f32 add) where
- * X3_FLUSH=all is set.
+ * Every tile shape is timed; with X3_VARIANTS=all each also in the
+ * kernel's other compile-time forms: KN_X3_FLUSH 1 and 2 (how many
+ * k-steps of 8 the tensor core sums before an f32 add; 4 is the module's)
+ * and KN_X3_CVT (the split rounds by cvt.rna.tf32.f32, not integer ops).
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
  *
@@ -165,8 +166,11 @@ static kn_status run_x3(void *ud)
 
 static const int TILE_DIMS[KN_CUDA_X3_TILES][4] = {{128, 128, 64, 32}, {128, 64, 32, 32}, {64, 64, 32, 32}, {64, 32, 32, 16}};
 
-/* tile t's module for this layout with KN_X3_FLUSH f, compiled here */
-static kn_status flush_variant(x3_run *r, int flush)
+static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 1\n", "#define KN_X3_FLUSH 2\n", "#define KN_X3_CVT 1\n"};
+static const char *const FORM_NAMES[] = {"", " flush 1", " flush 2", " cvt"};
+
+/* tile t's module for this layout in form `form` (its defines first), compiled here */
+static kn_status form_variant(x3_run *r, int form)
 {
     static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
     int layout = (r->call.a_kmajor ? 0 : 2) + (r->call.b_kmajor ? 0 : 1);
@@ -179,7 +183,7 @@ static kn_status flush_variant(x3_run *r, int flush)
         KN_TRY(kn_cuda_linalg_module_source(m, &src));
         size_t len = strlen(src) + 64;
         full = malloc(len);
-        snprintf(full, len, "#define KN_X3_FLUSH %d\n%s", flush, src);
+        snprintf(full, len, "%s%s", FORMS[form], src);
         free(src);
         kn_cuda_module *mod = NULL;
         kn_status st = kn_cuda_module_get(full, kn_cuda_cache_dir(), &mod);
@@ -187,8 +191,8 @@ static kn_status flush_variant(x3_run *r, int flush)
         KN_TRY(st);
         KN_TRY(kn_cuda_module_kernel(mod, kname, &r->fn));
         const int *d = TILE_DIMS[r->tile];
-        size_t a = r->call.a_kmajor ? (size_t)d[0] * 36 : (size_t)32 * (d[0] + 8);
-        size_t b = r->call.b_kmajor ? (size_t)d[1] * 36 : (size_t)32 * (d[1] + 8);
+        size_t a = r->call.a_kmajor ? (size_t)d[0] * 40 : (size_t)32 * (d[0] + 4);
+        size_t b = r->call.b_kmajor ? (size_t)d[1] * 40 : (size_t)32 * (d[1] + 4);
         r->smem = 3 * (a + b) * sizeof(float);
         r->threads = 32u * (unsigned)(d[0] / d[2]) * (unsigned)(d[1] / d[3]);
         r->gx = (unsigned)((r->call.p.m + d[0] - 1) / d[0]);
@@ -220,7 +224,7 @@ int main(void)
         return 0;
     }
     int reps = getenv("SPLIT_REPS") ? atoi(getenv("SPLIT_REPS")) : 20;
-    bool all_flush = getenv("X3_FLUSH") && strcmp(getenv("X3_FLUSH"), "all") == 0;
+    bool all_forms = getenv("X3_VARIANTS") && strcmp(getenv("X3_VARIANTS"), "all") == 0;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -286,11 +290,11 @@ int main(void)
         r.call.a_kmajor = pb->a_kmajor, r.call.b_kmajor = pb->b_kmajor, r.call.count = pb->count;
         int pick = kn_cuda_gemm_x3_pick(&r.call, kn_cuda_current()->sm_count);
         for (int tile = 0; tile < KN_CUDA_X3_TILES; tile++)
-            for (int flush = all_flush ? 1 : 4; flush <= 4; flush *= 2) {
+            for (int form = 0; form < (all_forms ? 4 : 1); form++) {
                 r.tile = tile;
                 r.fn = NULL;
-                if (flush != 4 && flush_variant(&r, flush) != KN_OK) {
-                    printf("  %s flush %d: %s\n", kn_cuda_gemm_x3_tile_name(tile), flush, kn_last_error());
+                if (form && form_variant(&r, form) != KN_OK) {
+                    printf("  %s%s: %s\n", kn_cuda_gemm_x3_tile_name(tile), FORM_NAMES[form], kn_last_error());
                     continue;
                 }
                 cudaMemsetAsync(r.call.p.y, 0xff, (size_t)no * 4, kn_cuda_stream()); /* NaN: a missed store shows */
@@ -303,8 +307,8 @@ int main(void)
                 free(gx);
                 float ux = time_it(run_x3, &r, reps, e0, e1);
                 char label[48];
-                snprintf(label, sizeof label, "x3 %s%s flush %d", kn_cuda_gemm_x3_tile_name(tile),
-                         tile == pick ? "*" : "", flush);
+                snprintf(label, sizeof label, "x3 %s%s%s", kn_cuda_gemm_x3_tile_name(tile), tile == pick ? "*" : "",
+                         FORM_NAMES[form]);
                 printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux,
                        flops / ux / 1e6, ex, e32 > 0 ? ex / e32 : (ex > 0 ? INFINITY : 0), us / ux);
             }

@@ -81,4 +81,12 @@ void kn_plan_set_unfused(kn_plan *p, int kid, bool unfused);
 /* A kernel's result from a cache entry. */
 void kn_plan_take_entry(kn_tune_result *tr, const kn_tune_entry *e);
 
+/* The precision ledger's measure (kn_plan_ledger.c): max |got - ref| over
+ * max |ref| (NaN where ref has a number: infinite), any devices and float
+ * dtypes; and the "ieee" contract on it: at most twice a true-f32
+ * computation's error, plus a floor for results true f32 gets exactly. The
+ * autotuner holds f32 library candidates to the same test. */
+kn_status kn_plan_rel_error(kn_tensor *got, kn_tensor *ref, const kn_settings *settings, double *max_err);
+bool kn_plan_within_contract(double err, double f32_err);
+
 #endif

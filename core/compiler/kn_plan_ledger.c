@@ -64,6 +64,25 @@ static void rel_errors(const double *got, const double *ref, int64_t n, double *
     *rms_err = n ? sqrt(sq / (double)n) : 0;
 }
 
+kn_status kn_plan_rel_error(kn_tensor *got, kn_tensor *ref, const kn_settings *settings, double *max_err)
+{
+    double *hg = NULL, *hr = NULL, rms;
+    int64_t ng = 0, nr = 0;
+    kn_status st = host_f64(got, settings, &hg, &ng);
+    if (st == KN_OK) st = host_f64(ref, settings, &hr, &nr);
+    if (st == KN_OK && ng != nr)
+        st = kn_error(KN_ERR_ARG, "precision: %lld elements against a reference of %lld", (long long)ng, (long long)nr);
+    if (st == KN_OK) rel_errors(hg, hr, nr, max_err, &rms);
+    free(hg);
+    free(hr);
+    return st;
+}
+
+bool kn_plan_within_contract(double err, double f32_err)
+{
+    return err <= 2 * f32_err + LEDGER_FLOOR;
+}
+
 /* Run node n's op on dev with inputs in (cast to dt when dt is not
  * KN_DTYPE_COUNT); *out gets the result. */
 static kn_status run_node(const kn_plan *p, const kn_node *n, kn_tensor **in, kn_device dev, kn_dtype dt, int variant,
@@ -134,7 +153,7 @@ static kn_status ledger_row(const kn_plan *p, int k, kn_tensor *const *vals, kn_
     if (st == KN_OK) {
         rel_errors(hd, hr, nr, &row->max_err, &row->rms_err);
         rel_errors(hf, hr, nr, &row->f32_max_err, &row->f32_rms_err);
-        row->meets = row->max_err <= 2 * row->f32_max_err + LEDGER_FLOOR;
+        row->meets = kn_plan_within_contract(row->max_err, row->f32_max_err);
         *taken = true;
     }
     kn_tensor_release(dev);

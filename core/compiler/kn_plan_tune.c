@@ -72,6 +72,12 @@ typedef struct tune_job {
     int n_out;
     kn_tensor *out[KN_KIR_MAX_ARGS];
     kn_tensor *ref[KN_KIR_MAX_ARGS];
+    /* the "ieee" contract (contract_setup): the float64 result, and the
+     * error of the backend's strict f32 engine against it; f32_err < 0
+     * when the contract does not apply to this job */
+    kn_tensor *ref64;
+    double f32_err;
+    bool default_broken; /* the default itself breaks the contract */
 } tune_job;
 
 static kn_status job_run(tune_job *j, int ci)
@@ -162,6 +168,84 @@ static void corrupt(tune_job *j)
     }
 }
 
+/* ---- the "ieee" contract (kiln.config.f32_precision) ----
+ * An f32 matmul, convolution or attention candidate may win only if its
+ * error against float64, on this run's inputs, is within twice that of
+ * the backend's strict f32 engine (variant -1 for matmul: cuBLASLt's
+ * strict GEMM even where the default is kiln's split kernel; the default
+ * for the others, which have no split engine). The default is held to it
+ * too: a default that breaks it gives way to the fastest candidate that
+ * keeps it. */
+
+static bool contract_applies(const tune_job *j)
+{
+    const kn_plan *p = j->r->p;
+    int op = j->c.op;
+    return j->library && j->n_out == 1 && j->c.n_out == 1 && j->out[0]->dtype == KN_F32 &&
+           !kn_settings_allow_tf32(kn_settings_or_defaults(p->settings)) &&
+           (op == KN_OP_MATMUL || op == KN_OP_CONV2D || op == KN_OP_ATTENTION);
+}
+
+static kn_status run_call(tune_job *j, kn_opcall *c, kn_tensor *bias, kn_tensor *res)
+{
+    return j->fused ? j->dc->be->library_fused(j->dc, c, bias, j->act, res) : j->dc->be->run(j->dc, c);
+}
+
+/* j's call once in float64 (inputs cast) and once through the strict f32
+ * engine: j->ref64 and j->f32_err. A failure leaves the contract off for
+ * this kernel (logged by the caller as the candidates' status). */
+static kn_status contract_setup(tune_job *j)
+{
+    const kn_plan *p = j->r->p;
+    j->f32_err = -1;
+    if (!contract_applies(j)) return KN_OK;
+    kn_opcall c = j->c, strict = j->c;
+    kn_tensor *casts[KN_MAX_INPUTS + 2] = {0}, *bias = NULL, *res = NULL, *o32 = NULL;
+    kn_status st = KN_OK;
+    c.variant = 0;
+    for (int i = 0; i < c.n_in && st == KN_OK; i++)
+        if (c.in[i] && kn_dtype_is_float(c.in[i]->dtype)) {
+            st = kn_tensor_cast(c.in[i], KN_F64, &casts[i]);
+            c.in[i] = casts[i];
+        }
+    if (st == KN_OK && j->bias) st = kn_tensor_cast(j->bias, KN_F64, &bias);
+    if (st == KN_OK && j->res) st = kn_tensor_cast(j->res, KN_F64, &res);
+    kn_meta m = {0};
+    m.dtype = KN_F64;
+    m.ndim = j->out[0]->ndim;
+    memcpy(m.shape, j->out[0]->shape, sizeof m.shape);
+    if (st == KN_OK) st = kn_tensor_new_meta(&m, p->device, &j->ref64);
+    c.out[0] = j->ref64;
+    if (st == KN_OK) st = run_call(j, &c, bias, res);
+    m.dtype = KN_F32;
+    if (st == KN_OK) st = kn_tensor_new_meta(&m, p->device, &o32);
+    strict.out[0] = o32;
+    strict.variant = strict.op == KN_OP_MATMUL ? -1 : 0;
+    if (st == KN_OK) st = run_call(j, &strict, j->bias, j->res);
+    double e = -1;
+    if (st == KN_OK) st = kn_plan_rel_error(o32, j->ref64, p->settings, &e);
+    if (st == KN_OK) j->f32_err = e;
+    for (int i = 0; i < KN_MAX_INPUTS + 2; i++) kn_tensor_release(casts[i]);
+    kn_tensor_release(bias);
+    kn_tensor_release(res);
+    kn_tensor_release(o32);
+    return st;
+}
+
+/* false (why says so) when candidate's output breaks the contract */
+static bool within_contract(tune_job *j, char *why, size_t size)
+{
+    if (j->f32_err < 0) return true;
+    double e = 0;
+    if (kn_plan_rel_error(j->out[0], j->ref64, j->r->p->settings, &e) != KN_OK) {
+        snprintf(why, size, "its error against float64 could not be measured: %s", kn_last_error());
+        return false;
+    }
+    if (kn_plan_within_contract(e, j->f32_err)) return true;
+    snprintf(why, size, "breaks the ieee contract: error %.2e against float64, strict f32 %.2e", e, j->f32_err);
+    return false;
+}
+
 static bool outputs_match(tune_job *j, char *why, size_t size)
 {
     for (int o = 0; o < j->n_out; o++)
@@ -248,6 +332,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
 static void job_free(tune_job *j, bool keep_lib_loaded)
 {
     kn_tensor_release(j->tmp);
+    kn_tensor_release(j->ref64);
     for (int o = 0; o < j->n_out; o++) kn_tensor_release(j->ref[o]);
     if (j->lib && !keep_lib_loaded && j->dc->be->release_program) j->dc->be->release_program(j->dc, j->lib);
     free(j->variants);
@@ -362,9 +447,23 @@ static void measure_candidates(tune_job *j, kn_tune_session *s, const kn_kconfig
         }
         if (ci > 0 && ci == o->fault_candidate) corrupt(j);
         char why[140];
+        if (ci == 0 && contract_setup(j) != KN_OK) {
+            j->f32_err = -1;
+            snprintf(why, sizeof why, "%s", kn_last_error());
+            if (s->log) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "autotune %s: the ieee contract is not checked: %s\n", k->name, why);
+                s->log(s->log_ud, msg);
+            }
+        }
         if (ci > 0 && !outputs_match(j, why, sizeof why)) {
             snprintf(cd->status, sizeof cd->status, "rejected: differs from the default: %s", why);
             continue;
+        }
+        if (!within_contract(j, why, sizeof why)) {
+            snprintf(cd->status, sizeof cd->status, "rejected: %s", why);
+            if (ci == 0) j->default_broken = true;
+            else continue;
         }
         int remaining = (j->library ? 4 : n) - ci; /* library lists are short; assume a few more */
         if (ci == j->unfused_ci) remaining = 1;
@@ -377,14 +476,16 @@ static void measure_candidates(tune_job *j, kn_tune_session *s, const kn_kconfig
 }
 
 /* The winner among the tried candidates: the fastest that passed, unless
- * within noise of the default. */
-static int pick_best(const kn_tune_cand *c, int tried, bool complete)
+ * within noise of the default; when the default breaks the ieee contract,
+ * the fastest that keeps it, however close. */
+static int pick_best(const kn_tune_cand *c, int tried, bool complete, bool default_broken)
 {
     if (!complete) return 0; /* a kernel left half-searched keeps its default; a resumed search starts it again */
     int best = 0;
     for (int ci = 1; ci < tried; ci++)
-        if (!c[ci].status[0] && c[ci].us >= 0 && c[ci].us < c[best].us) best = ci;
-    if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
+        if (!c[ci].status[0] && c[ci].us >= 0 && (best == 0 ? default_broken || c[ci].us < c[0].us : c[ci].us < c[best].us))
+            best = ci;
+    if (best != 0 && !default_broken && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
     return best;
 }
 
@@ -447,7 +548,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
     int tried;
     bool complete;
     measure_candidates(&j, s, cfgs, n, c, &tried, &complete);
-    int best = pick_best(c, tried, complete);
+    int best = pick_best(c, tried, complete, j.default_broken);
     if (best != 0 && !j.library) {
         k->cfg = cfgs[best];
         p->code.fns[kid] = j.fns[best];

@@ -822,6 +822,10 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
 {
     *done = false;
     bool past_end = false;
+    /* variant -1: cuBLASLt's strict GEMM where the default would be kiln's
+     * split kernel (the autotuner's yardstick for the ieee contract) */
+    bool strict = variant < 0;
+    if (strict) variant = 0;
     kn_cuda_blas *b = lt_ready();
     if (!b)
         return variant ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt is not available: no variant %d", variant) : KN_OK;
@@ -867,12 +871,12 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         past_end = past_end || e->past_end;
         if (e->refused) continue;
         /* kiln's split-f32 kernel: the bias as the library would take it (f32, contiguous) */
-        if (e->x3_tile >= 0 && (!bias || lbias)) {
+        if (e->x3_tile >= 0 && !strict && (!bias || lbias)) {
             st = x3_calls(&k, &pr, split, pa, pb, pd, lbias, act, residual, e->x3_tile);
             if (st == KN_OK) *done = true;
             else if (!variant && st == KN_ERR_UNSUPPORTED) st = KN_OK; /* the library runs */
             if (*done || st != KN_OK) goto out;
-        } else if (e->x3_tile >= 0 && variant) {
+        } else if (e->x3_tile >= 0 && variant && !strict) {
             st = kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel takes no bias it cannot read as f32");
             goto out;
         }
@@ -979,7 +983,7 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
     KN_TRY(matmul_lt(&pr, bias, act, residual, c->variant, &done));
     if (done) return KN_OK;
 #else
-    if (c->variant) return kn_error(KN_ERR_RANGE, "matmul: no cuBLASLt in this build: no variant %d", c->variant);
+    if (c->variant > 0) return kn_error(KN_ERR_RANGE, "matmul: no cuBLASLt in this build: no variant %d", c->variant);
 #endif
     if (!pr.o_dense) /* kiln's kernel writes contiguous outputs only */
         return kn_error(KN_ERR_UNSUPPORTED, "matmul: cuBLASLt did not take this strided output");

@@ -31,8 +31,8 @@ const char *kn_cuda_gemm_x3_tile_name(int tile)
 /* shared bytes of a block: the kernel's X3_TILE_FLOATS, three stages */
 static size_t x3_smem(const struct x3_tile *t, bool ak, bool bk)
 {
-    size_t a = ak ? (size_t)t->bm * (X3_BK + 4) : (size_t)X3_BK * (t->bm + 8);
-    size_t b = bk ? (size_t)t->bn * (X3_BK + 4) : (size_t)X3_BK * (t->bn + 8);
+    size_t a = ak ? (size_t)t->bm * (X3_BK + 8) : (size_t)X3_BK * (t->bm + 4);
+    size_t b = bk ? (size_t)t->bn * (X3_BK + 8) : (size_t)X3_BK * (t->bn + 4);
     return X3_STAGES * (a + b) * sizeof(float);
 }
 

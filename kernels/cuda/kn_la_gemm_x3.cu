@@ -40,12 +40,19 @@
 #define KN_X3_FLUSH 4 // k-steps of 8 a tensor-core partial sums before the f32 add (X3_BK / 8 at most)
 #endif
 
-// Shared rows: a k-contiguous tile is [rows][X3_BK + 4], an m- or
-// n-contiguous one [X3_BK][rows + 8]; either way the fragments' 32-bit
-// loads (lane = 4g + t reads row g, column t, or the transpose) fall in
-// 32 distinct banks, and every row starts on 16 bytes for cp.async.
-#define X3_KSTRIDE (X3_BK + 4)
-#define X3_TILE_FLOATS(rows, kmaj) ((kmaj) ? (rows) * X3_KSTRIDE : X3_BK * ((rows) + 8))
+// The k order inside a step of 8. An mma's fragments give lane (g, t)
+// the k indices t and t + 4; since a product sums over k, any order of
+// k taken alike for both operands gives the same sum, so here fragment
+// index t is stored k 2t and t + 4 is 2t + 1: a lane's two values of a
+// row are neighbours, one 8-byte load from a k-contiguous tile.
+//
+// Shared rows: a k-contiguous tile is [rows][X3_BK + 8] (a half-warp's
+// 8-byte loads, rows g and columns 2t, fall in distinct banks), an m- or
+// n-contiguous one [X3_BK][rows + 4] (its 4-byte loads, k rows 2t or 2t+1
+// and columns g, do); every row starts on 16 bytes for cp.async.
+#define X3_KSTRIDE (X3_BK + 8)
+#define X3_MSTRIDE(rows) ((rows) + 4)
+#define X3_TILE_FLOATS(rows, kmaj) ((kmaj) ? (rows) * X3_KSTRIDE : X3_BK * X3_MSTRIDE(rows))
 #define X3_A_FLOATS X3_TILE_FLOATS(X3_BM, KN_X3_AK)
 #define X3_B_FLOATS X3_TILE_FLOATS(X3_BN, KN_X3_BK)
 
@@ -89,23 +96,39 @@ __device__ __forceinline__ void x3_stage(float *s, const float *g, long long ld,
                 bytes = rows - gr >= 4 ? 16 : (int)(rows - gr) * 4;
                 src = g + gk * ld + gr;
             }
-            x3_cp16(s + kr * (ROWS + 8) + rc, src, bytes);
+            x3_cp16(s + kr * X3_MSTRIDE(ROWS) + rc, src, bytes);
         }
     }
 }
 
-// element (row r, k) of a staged tile
+// a lane's two values of row r in the k-step at kk: fragment k indices t
+// and t + 4, stored at kk + 2t and kk + 2t + 1
 template <int ROWS, bool KMAJ>
-__device__ __forceinline__ float x3_at(const float *s, int r, int k)
+__device__ __forceinline__ float2 x3_pair(const float *s, int r, int kk, int t)
 {
-    return KMAJ ? s[r * X3_KSTRIDE + k] : s[k * (ROWS + 8) + r];
+    if (KMAJ) return *(const float2 *)(s + r * X3_KSTRIDE + kk + 2 * t);
+    return make_float2(s[(kk + 2 * t) * X3_MSTRIDE(ROWS) + r], s[(kk + 2 * t + 1) * X3_MSTRIDE(ROWS) + r]);
 }
 
-// x = big + small, both TF32 (round to nearest); x - big is exact
+// x rounded to TF32's 11 significant bits, to nearest (ties away), by
+// two integer ops; KN_X3_CVT takes the conversion instruction instead
+// (bench/split_gemm.c times both)
+__device__ __forceinline__ unsigned x3_tf32(unsigned bits)
+{
+#ifdef KN_X3_CVT
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(__uint_as_float(bits)));
+    return r;
+#else
+    return (bits + 0x1000u) & 0xffffe000u;
+#endif
+}
+
+// x = big + small, both TF32; x - big is exact
 __device__ __forceinline__ void x3_split(float x, unsigned &big, unsigned &small)
 {
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - __uint_as_float(big)));
+    big = x3_tf32(__float_as_uint(x));
+    small = x3_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 
 __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const unsigned b[2])
@@ -171,16 +194,17 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
 #pragma unroll
             for (int i = 0; i < MT; i++) {
                 const int r = wm0 + i * 16 + g;
-                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r, kk + t), ab[i][0], as[i][0]);
-                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r + 8, kk + t), ab[i][1], as[i][1]);
-                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r, kk + t + 4), ab[i][2], as[i][2]);
-                x3_split(x3_at<X3_BM, KN_X3_AK>(ta, r + 8, kk + t + 4), ab[i][3], as[i][3]);
+                const float2 lo = x3_pair<X3_BM, KN_X3_AK>(ta, r, kk, t), hi = x3_pair<X3_BM, KN_X3_AK>(ta, r + 8, kk, t);
+                x3_split(lo.x, ab[i][0], as[i][0]); // (row g, k t)
+                x3_split(hi.x, ab[i][1], as[i][1]); // (row g + 8, k t)
+                x3_split(lo.y, ab[i][2], as[i][2]); // (row g, k t + 4)
+                x3_split(hi.y, ab[i][3], as[i][3]); // (row g + 8, k t + 4)
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                const int c = wn0 + j * 8 + g;
-                x3_split(x3_at<X3_BN, KN_X3_BK>(tb, c, kk + t), bb[j][0], bs[j][0]);
-                x3_split(x3_at<X3_BN, KN_X3_BK>(tb, c, kk + t + 4), bb[j][1], bs[j][1]);
+                const float2 v = x3_pair<X3_BN, KN_X3_BK>(tb, wn0 + j * 8 + g, kk, t);
+                x3_split(v.x, bb[j][0], bs[j][0]);
+                x3_split(v.y, bb[j][1], bs[j][1]);
             }
             // the small terms first, so the big one is added to a partial
             // of their size, not the other way round
