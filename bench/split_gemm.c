@@ -161,6 +161,7 @@ static kn_status run_x3(void *ud)
     x3_run *r = ud;
     if (!r->fn) return kn_cuda_gemm_x3(&r->call, r->tile);
     kn_la_gemm_args p = r->call.p;
+    p.splits = 1, p.kchunk = p.k, p.batches = r->call.count; /* the compiled forms run without split-K */
     return kn_cuda_launch_grid3(r->fn, r->gx, r->gy, (unsigned)r->call.count, r->threads, 1, &p, r->smem);
 }
 

@@ -52,14 +52,32 @@ bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c)
            (!p->bias || (uintptr_t)p->bias % 4 == 0);
 }
 
+static int64_t x3_blocks(const kn_cuda_x3_call *c, int tile)
+{
+    const struct x3_tile *t = &x3_tiles[tile];
+    return (c->p.m + t->bm - 1) / t->bm * ((c->p.n + t->bn - 1) / t->bn) * c->count;
+}
+
 int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms)
 {
-    for (int t = 0; t < KN_CUDA_X3_TILES - 1; t++) {
-        int64_t blocks = (c->p.m + x3_tiles[t].bm - 1) / x3_tiles[t].bm * ((c->p.n + x3_tiles[t].bn - 1) / x3_tiles[t].bn) *
-                         c->count;
-        if (blocks >= sms) return t;
-    }
+    for (int t = 0; t < KN_CUDA_X3_TILES - 1; t++)
+        if (x3_blocks(c, t) >= sms) return t;
     return KN_CUDA_X3_TILES - 1;
+}
+
+/* Split-K for a call of few tiles and a long sum: enough splits for about
+ * four blocks an SM (the smaller tiles fit four or more at once), each
+ * split at least X3_SPLIT_MIN_K long. */
+#define X3_SPLIT_MIN_K 512
+#define X3_SPLITS_MAX 8
+static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
+{
+    int64_t blocks = x3_blocks(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
+    int64_t by_k = c->p.k / X3_SPLIT_MIN_K;
+    int64_t s = want < by_k ? want : by_k;
+    if (s > X3_SPLITS_MAX) s = X3_SPLITS_MAX;
+    if (s * c->count > 65535) s = 1;
+    return s > 1 ? (int)s : 1;
 }
 
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
@@ -89,7 +107,23 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
         pthread_mutex_unlock(&lock);
     }
     kn_la_gemm_args p = c->p;
+    p.splits = x3_splits(c, tile, kn_cuda_current()->sm_count);
+    p.batches = c->count;
+    /* each split's k range, a multiple of the kernel's k tile (32) */
+    p.kchunk = ((p.k + p.splits - 1) / p.splits + 31) / 32 * 32;
+    p.splits = (int)((p.k + p.kchunk - 1) / p.kchunk);
     unsigned gx = (unsigned)((p.m + t->bm - 1) / t->bm), gy = (unsigned)((p.n + t->bn - 1) / t->bn);
     unsigned threads = 32u * (unsigned)(t->bm / t->wm) * (unsigned)(t->bn / t->wn);
-    return kn_cuda_launch_grid3(fn, gx, gy, (unsigned)c->count, threads, 1, &p, smem);
+    if (p.splits == 1) return kn_cuda_launch_grid3(fn, gx, gy, (unsigned)c->count, threads, 1, &p, smem);
+    /* the partial sums' planes: freed as soon as queued (the pool orders
+     * their reuse after this work on the one stream, recordings too) */
+    const void *sum;
+    KN_TRY(kn_cuda_linalg_kernel("kn_la_gemm_x3_sum", &sum));
+    void *ws = NULL;
+    KN_TRY(kn_cuda_malloc(p.splits * c->count * p.m * p.n * (int64_t)sizeof(float), &ws));
+    p.ws = ws;
+    kn_status st = kn_cuda_launch_grid3(fn, gx, gy, (unsigned)(c->count * p.splits), threads, 1, &p, smem);
+    if (st == KN_OK) st = kn_cuda_launch(sum, kn_cuda_linalg_grid(c->count * p.m * p.n, 256), 256, &p, 0);
+    kn_cuda_free(ws);
+    return st;
 }

@@ -118,12 +118,16 @@ typedef struct kn_la_dwc_args {
  * (rows lda apart) or [k, m] (k-rows lda apart), b [n, k] or [k, n], as the
  * layout letters say (k: k-contiguous, m/n: the other); bias f32 over n
  * (contiguous) or NULL; res y's layout or NULL; act 0 none, 1 relu, 2 GELU
- * (tanh). vec2: y's rows and base allow 8-byte stores. */
+ * (tanh). vec2: y's rows and base allow 8-byte stores. Split-K (splits >
+ * 1): gridDim.z is batches x splits, split s sums k in [s kchunk, (s + 1)
+ * kchunk) into ws [batches x splits, m, n] (contiguous, no epilogue), and
+ * kn_la_gemm_x3_sum (kn_la_aux.cu) adds the splits in order, then the
+ * epilogue, into y. */
 typedef struct kn_la_gemm_args {
     const char *a, *b, *bias, *res;
-    char *y;
-    long long m, n, k, lda, ldb, ldy, sa, sb, sy;
-    int act, vec2;
+    char *y, *ws;
+    long long m, n, k, lda, ldb, ldy, sa, sb, sy, kchunk, batches;
+    int act, vec2, splits;
 } kn_la_gemm_args;
 
 #endif

@@ -84,7 +84,7 @@ static const la_module la_modules[] = {
     {"dw nchw5 f16", "kn_la_dw", KN_LA_F16, -1, DW_NCHW(5), {"kn_la_conv_dw_nchw5_f16"}},
     /* kn_la_rows.cu: a few rows against a weight, strict f32 */
     {"rows f32", "kn_la_rows", KN_LA_F32, -1, "", {"kn_la_gemm_rows_f32"}},
-    {"aux", "kn_la_aux", -1, -1, "", {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc"}},
+    {"aux", "kn_la_aux", -1, -1, "", {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc", "kn_la_gemm_x3_sum"}},
     {"stem f32", "kn_la_stem", KN_LA_F32, -1, "", {"kn_la_conv_stem_f32"}},
     {"stem bf16", "kn_la_stem", KN_LA_BF16, -1, "", {"kn_la_conv_stem_bf16"}},
     {"stem f16", "kn_la_stem", KN_LA_F16, -1, "", {"kn_la_conv_stem_f16"}},

@@ -1,7 +1,8 @@
 // kn_la_aux.cu: the small kernels kiln runs around a cuBLASLt or cuDNN
 // call when the library cannot do their part itself: the bias and
-// activation after a matmul or conv (kn_cuda_bias_act), and the copy of an
-// NCHW input into a channels-last one (kn_cuda_linalg_to_nhwc). A module of
+// activation after a matmul or conv (kn_cuda_bias_act), the copy of an
+// NCHW input into a channels-last one (kn_cuda_linalg_to_nhwc), and the sum
+// of the split-f32 GEMM's split-K partials (kn_cuda_gemm_x3.c). A module of
 // its own (kn_cuda_linalg.c), so that a model which needs one of them does
 // not compile the fallback convolutions with them.
 
@@ -62,4 +63,29 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_bias_act_f32(kn_la_bias_
 extern "C" __global__ void __launch_bounds__(256) kn_la_bias_act_f64(kn_la_bias_args p)
 {
     kn_la_bias_body<double>(p);
+}
+
+// ---- kn_la_gemm_x3's split-K (kn_cuda_la_args.h): y = act(the splits'
+// partial sums, added in split order, + bias + res), one thread an
+// element; the order is fixed, so a result does not depend on timing ----
+extern "C" __global__ void __launch_bounds__(256) kn_la_gemm_x3_sum(kn_la_gemm_args p)
+{
+    const long long plane = p.m * p.n, total = p.batches * plane;
+    const float *ws = (const float *)p.ws;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long z = i / plane, rc = i % plane, r = rc / p.n, c = rc % p.n;
+        float v = 0.f;
+        for (int s = 0; s < p.splits; s++) v += ws[(z * p.splits + s) * plane + rc];
+        if (p.bias) v += ((const float *)p.bias)[c];
+        const long long o = z * p.sy + r * p.ldy + c;
+        if (p.res) v += ((const float *)p.res)[o];
+        if (p.act == 1) {
+            v = v > 0.f ? v : (v == v ? 0.f : v);
+        } else if (p.act == 2) {
+            float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+            v = 0.5f * v * (1.f + tanhf(u));
+        }
+        ((float *)p.y)[o] = v;
+    }
 }

@@ -156,9 +156,15 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
     float *sa = x3_smem, *sb = x3_smem + X3_STAGES * X3_A_FLOATS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int wm0 = (warp / WARPS_N) * X3_WM, wn0 = (warp % WARPS_N) * X3_WN;
-    const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN, z = blockIdx.z;
-    const float *A = (const float *)p.a + z * p.sa, *B = (const float *)p.b + z * p.sb;
-    const int ktiles = (int)((p.k + X3_BK - 1) / X3_BK);
+    const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN;
+    const long long z = blockIdx.z / p.splits, kbeg = (blockIdx.z % p.splits) * p.kchunk;
+    const long long kend = kbeg + p.kchunk < p.k ? kbeg + p.kchunk : p.k;
+    // the operands from this split's first k on (kchunk is a multiple of
+    // X3_BK: the 16-byte copies stay aligned), k counted from there
+    const float *A = (const float *)p.a + z * p.sa + (KN_X3_AK ? kbeg : kbeg * p.lda);
+    const float *B = (const float *)p.b + z * p.sb + (KN_X3_BK ? kbeg : kbeg * p.ldb);
+    const long long K = kend - kbeg;
+    const int ktiles = (int)((K + X3_BK - 1) / X3_BK);
 
     float acc[MT][NT][4], part[MT][NT][4];
 #pragma unroll
@@ -171,8 +177,8 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
 #pragma unroll
     for (int s = 0; s < X3_STAGES - 1; s++) {
         if (s < ktiles) {
-            x3_stage<X3_BM, KN_X3_AK>(sa + s * X3_A_FLOATS, A, p.lda, p.m, p.k, m0, (long long)s * X3_BK);
-            x3_stage<X3_BN, KN_X3_BK>(sb + s * X3_B_FLOATS, B, p.ldb, p.n, p.k, n0, (long long)s * X3_BK);
+            x3_stage<X3_BM, KN_X3_AK>(sa + s * X3_A_FLOATS, A, p.lda, p.m, K, m0, (long long)s * X3_BK);
+            x3_stage<X3_BN, KN_X3_BK>(sb + s * X3_B_FLOATS, B, p.ldb, p.n, K, n0, (long long)s * X3_BK);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     }
@@ -183,8 +189,8 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
         const int next = kt + X3_STAGES - 1;
         if (next < ktiles) {
             const int st = next % X3_STAGES;
-            x3_stage<X3_BM, KN_X3_AK>(sa + st * X3_A_FLOATS, A, p.lda, p.m, p.k, m0, (long long)next * X3_BK);
-            x3_stage<X3_BN, KN_X3_BK>(sb + st * X3_B_FLOATS, B, p.ldb, p.n, p.k, n0, (long long)next * X3_BK);
+            x3_stage<X3_BM, KN_X3_AK>(sa + st * X3_A_FLOATS, A, p.lda, p.m, K, m0, (long long)next * X3_BK);
+            x3_stage<X3_BN, KN_X3_BK>(sb + st * X3_B_FLOATS, B, p.ldb, p.n, K, n0, (long long)next * X3_BK);
         }
         asm volatile("cp.async.commit_group;\n" ::);
         const float *ta = sa + (kt % X3_STAGES) * X3_A_FLOATS, *tb = sb + (kt % X3_STAGES) * X3_B_FLOATS;
@@ -232,10 +238,14 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
     asm volatile("cp.async.wait_group 0;\n" ::);
 
     // epilogue: bias (f32, over n), residual (y's layout), activation; a
-    // thread holds two neighbouring columns of each of its rows
-    float *Y = (float *)p.y + z * p.sy;
-    const float *R = p.res ? (const float *)p.res + z * p.sy : 0;
-    const float *bias = (const float *)p.bias;
+    // thread holds two neighbouring columns of each of its rows. A split
+    // stores its raw sums in its own plane of ws instead.
+    const bool split = p.splits > 1;
+    float *Y = split ? (float *)p.ws + (long long)blockIdx.z * p.m * p.n : (float *)p.y + z * p.sy;
+    const long long ldy = split ? p.n : p.ldy;
+    const float *R = p.res && !split ? (const float *)p.res + z * p.sy : 0;
+    const float *bias = split ? 0 : (const float *)p.bias;
+    const int act = split ? 0 : p.act;
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -253,12 +263,12 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
                     v0 += R[r * p.ldy + c];
                     if (two) v1 += R[r * p.ldy + c + 1];
                 }
-                v0 = x3_act(v0, p.act);
-                v1 = x3_act(v1, p.act);
-                if (two && p.vec2) *(float2 *)(Y + r * p.ldy + c) = make_float2(v0, v1);
+                v0 = x3_act(v0, act);
+                v1 = x3_act(v1, act);
+                if (two && (split ? p.n % 2 == 0 : p.vec2)) *(float2 *)(Y + r * ldy + c) = make_float2(v0, v1);
                 else {
-                    Y[r * p.ldy + c] = v0;
-                    if (two) Y[r * p.ldy + c + 1] = v1;
+                    Y[r * ldy + c] = v0;
+                    if (two) Y[r * ldy + c + 1] = v1;
                 }
             }
         }
