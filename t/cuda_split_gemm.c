@@ -9,12 +9,14 @@
  *   ref| / max |ref|) is held to the "ieee" contract: at most twice a
  *   true-f32 computation's on the same inputs (f32 FMA in the k order, on
  *   the host), plus the precision ledger's floor.
- * - Inputs spread over 1e-6 .. 1e6 in one row, and inputs that are all
- *   denormal: the kernel keeps the contract, or the case is reported and
- *   the autotuner must reject it (t/split_gemm_contract.lua).
- * - kiln's matmul: the default takes the kernel for a large product with
- *   a long sum (its label says so) and keeps the contract; its variants
- *   include every tile shape and, last, cuBLASLt's strict GEMM.
+ * - Inputs spread over 1e-6 .. 1e6 in one row, and a's all denormal
+ *   (times b's of 1e20 .. 1e30, so the products are normal): the kernel
+ *   keeps the contract, or the case is reported and the autotuner must
+ *   reject it (t/split_gemm_contract.lua).
+ * - kiln's matmul: the default takes the kernel (with split-K) for a few
+ *   rows against a wide weight with a long sum (its label says so) and
+ *   keeps the contract; its variants include every tile shape and, last,
+ *   cuBLASLt's strict GEMM.
  * - Refusals: an operand whose leading dim is not a multiple of 4.
  *
  * Without a CUDA device it skips.
@@ -45,17 +47,25 @@ typedef struct gcase {
     int bias, act, residual, values; /* values: 0 uniform(-1, 1), 1 spread 1e-6 .. 1e6, 2 denormal */
 } gcase;
 
+/* values 2 (a's): denormal, 1e-39 .. 1e-38, paired with b's of 1e20 ..
+ * 1e30 (values 3), so that the products themselves are normal f32 */
 static float draw(int values)
 {
-    double mag = values == 1 ? pow(10.0, -6 + 12 * tl_unit()) : values == 2 ? 1e-39 * (0.5 + tl_unit()) : tl_unit();
+    double mag = values == 1   ? pow(10.0, -6 + 12 * tl_unit())
+                 : values == 2 ? 1e-39 * (1 + 9 * tl_unit())
+                 : values == 3 ? pow(10.0, 20 + 10 * tl_unit())
+                               : tl_unit();
     return (float)((tl_unit() < 0.5 ? -1 : 1) * mag);
 }
 
+/* kiln's work runs on its own stream (kn_cuda_stream), which does not
+ * wait for the legacy default stream: every copy and fill here goes on it */
 static void *to_gpu(const float *host, int64_t n)
 {
     void *p = NULL;
     if (kn_cuda_malloc(n * 4 + 16, &p) != KN_OK ||
-        cudaMemcpy(p, host, (size_t)n * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaMemcpyAsync(p, host, (size_t)n * 4, cudaMemcpyHostToDevice, kn_cuda_stream()) != cudaSuccess ||
+        cudaStreamSynchronize(kn_cuda_stream()) != cudaSuccess) {
         printf("Bail out! copying %lld floats to the GPU: %s\n", (long long)n, kn_last_error());
         exit(2);
     }
@@ -93,7 +103,7 @@ static bool run_case(const gcase *c, int tile, double *err, double *err32)
           *hbias = calloc((size_t)c->n, 4), *hy = calloc((size_t)ny, 4);
     double *ref = calloc((size_t)ny, 8), *r32 = calloc((size_t)ny, 8), *got = calloc((size_t)ny, 8);
     for (int64_t i = 0; i < na; i++) ha[i] = draw(c->values);
-    for (int64_t i = 0; i < nb; i++) hb[i] = draw(c->values);
+    for (int64_t i = 0; i < nb; i++) hb[i] = draw(c->values == 2 ? 3 : c->values);
     for (int64_t i = 0; i < ny; i++) hr[i] = c->residual ? draw(0) : 0;
     for (int64_t i = 0; i < c->n; i++) hbias[i] = c->bias ? draw(0) : 0;
     for (int64_t z = 0; z < c->count; z++)
@@ -115,7 +125,7 @@ static bool run_case(const gcase *c, int tile, double *err, double *err32)
     memset(&call, 0, sizeof call);
     void *da = to_gpu(ha, na), *db = to_gpu(hb, nb), *dr = to_gpu(hr, ny), *dbias = to_gpu(hbias, c->n), *dy = NULL;
     kn_cuda_malloc(ny * 4 + 16, &dy);
-    cudaMemset(dy, 0xff, (size_t)ny * 4); /* NaN: a missed store fails */
+    cudaMemsetAsync(dy, 0xff, (size_t)ny * 4, kn_cuda_stream()); /* NaN: a missed store fails */
     call.p.a = da, call.p.b = db, call.p.y = dy;
     call.p.bias = c->bias ? dbias : NULL;
     call.p.res = c->residual ? dr : NULL;
@@ -126,7 +136,8 @@ static bool run_case(const gcase *c, int tile, double *err, double *err32)
     call.p.vec2 = c->n % 2 == 0;
     call.a_kmajor = c->a_kmajor, call.b_kmajor = c->b_kmajor, call.count = c->count;
     kn_status st = kn_cuda_gemm_x3(&call, tile);
-    if (st == KN_OK && cudaMemcpy(hy, dy, (size_t)ny * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+    if (st == KN_OK && (cudaMemcpyAsync(hy, dy, (size_t)ny * 4, cudaMemcpyDeviceToHost, kn_cuda_stream()) != cudaSuccess ||
+                        cudaStreamSynchronize(kn_cuda_stream()) != cudaSuccess))
         st = kn_error(KN_ERR_DEVICE, "copying the result back");
     if (st != KN_OK) printf("# kernel failed: %s\n", kn_last_error());
     for (int64_t i = 0; i < ny; i++) got[i] = hy[i];
@@ -183,8 +194,8 @@ static double *host_of(kn_tensor *t)
 
 static void matmul_paths(void)
 {
-    /* x [512, 1024] . w^T, w [768, 1024]: a linear layer, large enough for the default to take the kernel */
-    const int64_t m = 512, n = 768, k = 1024;
+    /* x [64, 4096] . w^T, w [2048, 4096]: large_linear's kind of layer, where the default takes the kernel */
+    const int64_t m = 64, n = 2048, k = 4096;
     kn_tensor *x = gpu_tensor(m, k), *w = gpu_tensor(n, k), *wt = NULL, *x64 = NULL, *w64 = NULL;
     int64_t tshape[2] = {k, n}, tstr[2] = {1, k};
     kn_tensor_view_of(w, 2, tshape, tstr, w->offset, &wt);

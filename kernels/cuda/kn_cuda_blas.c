@@ -48,9 +48,8 @@
 #define LT_HEUR_MAX 8 /* the heuristic's algorithms asked for (max-autotune measures them all) */
 #define LT_SPLITS 3   /* split-K variants of its first: 2, 4, 8 */
 #define LT_WORKSPACE ((int64_t)32 << 20)
-/* where the default mode takes kiln's split-f32 kernel (x3_default_tile) */
-#define X3_DEFAULT_MIN_K 256
-#define X3_DEFAULT_MIN_WORK 1.0e8 /* m n k */
+/* the shortest sum for which the default mode takes kiln's split-f32 kernel (x3_default_tile) */
+#define X3_DEFAULT_MIN_K 2048
 
 /* ---- the problem: sizes and strides of one matmul call ------------------ */
 
@@ -440,19 +439,21 @@ static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
 }
 
 /* The tile shape the default mode runs through kiln's kernel, or -1 for
- * cuBLASLt: measured on the H200 (bench/split_gemm.c), the kernel beats
- * the strict f32 library GEMM where it has the work to fill the GPU, and
- * keeps the "ieee" contract where the sums are long (its tensor-core
- * partials lose to f32 FMA's rounding on short ones). */
+ * cuBLASLt. On the H200 (bench/split_gemm.c) the kernel is within about
+ * 10% of cuBLASLt's strict f32 GEMM, either way, on products that fill the
+ * GPU with tiles, so the default keeps the library there (max-autotune
+ * measures both). It takes the kernel where a product has too few tiles to
+ * fill the GPU and a long sum, which split-K spreads over the SMs: a few
+ * rows against a wide weight (large_linear: 64 x 4096 x 4096). */
 static int x3_default_tile(const lt_key *k)
 {
     if (!x3_allowed(k) || k->k < X3_DEFAULT_MIN_K || getenv("KILN_NO_SPLIT_F32")) return -1;
-    if ((double)k->m * (double)k->n * (double)k->k * (double)k->count < X3_DEFAULT_MIN_WORK) return -1;
     kn_cuda_x3_call c;
     x3_layout(k, &c);
     /* the alignments the calls' pointers will have (lt_shape's, over every batch) */
     if (k->align_a < 16 || k->align_b < 16 || !kn_cuda_gemm_x3_shape_fits(&c)) return -1;
-    return kn_cuda_gemm_x3_pick(&c, kn_cuda_current()->sm_count);
+    int small = KN_CUDA_X3_TILES - 1;
+    return kn_cuda_gemm_x3_tiles_for(&c, small) < kn_cuda_current()->sm_count ? small : -1;
 }
 
 /* Descriptors, layouts and the heuristic's first algorithm for key k.

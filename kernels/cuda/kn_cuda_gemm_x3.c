@@ -52,7 +52,7 @@ bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c)
            (!p->bias || (uintptr_t)p->bias % 4 == 0);
 }
 
-static int64_t x3_blocks(const kn_cuda_x3_call *c, int tile)
+int64_t kn_cuda_gemm_x3_tiles_for(const kn_cuda_x3_call *c, int tile)
 {
     const struct x3_tile *t = &x3_tiles[tile];
     return (c->p.m + t->bm - 1) / t->bm * ((c->p.n + t->bn - 1) / t->bn) * c->count;
@@ -61,7 +61,7 @@ static int64_t x3_blocks(const kn_cuda_x3_call *c, int tile)
 int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms)
 {
     for (int t = 0; t < KN_CUDA_X3_TILES - 1; t++)
-        if (x3_blocks(c, t) >= sms) return t;
+        if (kn_cuda_gemm_x3_tiles_for(c, t) >= sms) return t;
     return KN_CUDA_X3_TILES - 1;
 }
 
@@ -72,7 +72,7 @@ int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms)
 #define X3_SPLITS_MAX 8
 static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
 {
-    int64_t blocks = x3_blocks(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
+    int64_t blocks = kn_cuda_gemm_x3_tiles_for(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
     int64_t by_k = c->p.k / X3_SPLIT_MIN_K;
     int64_t s = want < by_k ? want : by_k;
     if (s > X3_SPLITS_MAX) s = X3_SPLITS_MAX;

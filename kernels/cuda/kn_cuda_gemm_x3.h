@@ -30,10 +30,13 @@ typedef struct kn_cuda_x3_call {
 bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c);
 /* The same without the pointers: sizes, leading dims and batch strides. */
 bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c);
-/* The tile shape the default mode takes for c: the largest that still
- * gives every SM a block. */
+/* A tile shape for c: the largest that still gives every SM a block. */
 int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms);
-/* Run c with tile shape `tile` (0 .. KN_CUDA_X3_TILES-1). */
+/* How many output tiles c has in tile shape `tile` (all batches). */
+int64_t kn_cuda_gemm_x3_tiles_for(const kn_cuda_x3_call *c, int tile);
+/* Run c with tile shape `tile` (0 .. KN_CUDA_X3_TILES-1); a call with
+ * fewer tiles than SMs and a long sum is split along k (kn_la_gemm_x3_sum
+ * adds the splits in order). */
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
 /* "128x128" */
 const char *kn_cuda_gemm_x3_tile_name(int tile);
