@@ -77,7 +77,6 @@ typedef struct tune_job {
      * when the contract does not apply to this job */
     kn_tensor *ref64;
     double f32_err;
-    bool default_broken; /* the default itself breaks the contract */
 } tune_job;
 
 static kn_status job_run(tune_job *j, int ci)
@@ -171,11 +170,8 @@ static void corrupt(tune_job *j)
 /* ---- the "ieee" contract (kiln.config.f32_precision) ----
  * An f32 matmul, convolution or attention candidate may win only if its
  * error against float64, on this run's inputs, is within twice that of
- * the backend's strict f32 engine (variant -1 for matmul: cuBLASLt's
- * strict GEMM even where the default is kiln's split kernel; the default
- * for the others, which have no split engine). The default is held to it
- * too: a default that breaks it gives way to the fastest candidate that
- * keeps it. */
+ * the default, which in this mode is a true-f32 engine (cuBLASLt's and
+ * cuDNN's strict FMA engines, kiln's f32 kernels). */
 
 static bool contract_applies(const tune_job *j)
 {
@@ -191,16 +187,16 @@ static kn_status run_call(tune_job *j, kn_opcall *c, kn_tensor *bias, kn_tensor 
     return j->fused ? j->dc->be->library_fused(j->dc, c, bias, j->act, res) : j->dc->be->run(j->dc, c);
 }
 
-/* j's call once in float64 (inputs cast) and once through the strict f32
- * engine: j->ref64 and j->f32_err. A failure leaves the contract off for
- * this kernel (logged by the caller as the candidates' status). */
+/* j's call once in float64 (inputs cast), and the default's error against
+ * it (j->out[0] holds the default's result): j->ref64 and j->f32_err. A
+ * failure leaves the contract off for this kernel (the caller logs why). */
 static kn_status contract_setup(tune_job *j)
 {
     const kn_plan *p = j->r->p;
     j->f32_err = -1;
     if (!contract_applies(j)) return KN_OK;
-    kn_opcall c = j->c, strict = j->c;
-    kn_tensor *casts[KN_MAX_INPUTS + 2] = {0}, *bias = NULL, *res = NULL, *o32 = NULL;
+    kn_opcall c = j->c;
+    kn_tensor *casts[KN_MAX_INPUTS + 2] = {0}, *bias = NULL, *res = NULL;
     kn_status st = KN_OK;
     c.variant = 0;
     for (int i = 0; i < c.n_in && st == KN_OK; i++)
@@ -217,18 +213,12 @@ static kn_status contract_setup(tune_job *j)
     if (st == KN_OK) st = kn_tensor_new_meta(&m, p->device, &j->ref64);
     c.out[0] = j->ref64;
     if (st == KN_OK) st = run_call(j, &c, bias, res);
-    m.dtype = KN_F32;
-    if (st == KN_OK) st = kn_tensor_new_meta(&m, p->device, &o32);
-    strict.out[0] = o32;
-    strict.variant = strict.op == KN_OP_MATMUL ? -1 : 0;
-    if (st == KN_OK) st = run_call(j, &strict, j->bias, j->res);
     double e = -1;
-    if (st == KN_OK) st = kn_plan_rel_error(o32, j->ref64, p->settings, &e);
+    if (st == KN_OK) st = kn_plan_rel_error(j->out[0], j->ref64, p->settings, &e);
     if (st == KN_OK) j->f32_err = e;
     for (int i = 0; i < KN_MAX_INPUTS + 2; i++) kn_tensor_release(casts[i]);
     kn_tensor_release(bias);
     kn_tensor_release(res);
-    kn_tensor_release(o32);
     return st;
 }
 
@@ -242,7 +232,7 @@ static bool within_contract(tune_job *j, char *why, size_t size)
         return false;
     }
     if (kn_plan_within_contract(e, j->f32_err)) return true;
-    snprintf(why, size, "breaks the ieee contract: error %.2e against float64, strict f32 %.2e", e, j->f32_err);
+    snprintf(why, size, "breaks the ieee contract: error %.2e against float64, the default's %.2e", e, j->f32_err);
     return false;
 }
 
@@ -460,10 +450,9 @@ static void measure_candidates(tune_job *j, kn_tune_session *s, const kn_kconfig
             snprintf(cd->status, sizeof cd->status, "rejected: differs from the default: %s", why);
             continue;
         }
-        if (!within_contract(j, why, sizeof why)) {
+        if (ci > 0 && !within_contract(j, why, sizeof why)) {
             snprintf(cd->status, sizeof cd->status, "rejected: %s", why);
-            if (ci == 0) j->default_broken = true;
-            else continue;
+            continue;
         }
         int remaining = (j->library ? 4 : n) - ci; /* library lists are short; assume a few more */
         if (ci == j->unfused_ci) remaining = 1;
@@ -476,16 +465,14 @@ static void measure_candidates(tune_job *j, kn_tune_session *s, const kn_kconfig
 }
 
 /* The winner among the tried candidates: the fastest that passed, unless
- * within noise of the default; when the default breaks the ieee contract,
- * the fastest that keeps it, however close. */
-static int pick_best(const kn_tune_cand *c, int tried, bool complete, bool default_broken)
+ * within noise of the default. */
+static int pick_best(const kn_tune_cand *c, int tried, bool complete)
 {
     if (!complete) return 0; /* a kernel left half-searched keeps its default; a resumed search starts it again */
     int best = 0;
     for (int ci = 1; ci < tried; ci++)
-        if (!c[ci].status[0] && c[ci].us >= 0 && (best == 0 ? default_broken || c[ci].us < c[0].us : c[ci].us < c[best].us))
-            best = ci;
-    if (best != 0 && !default_broken && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
+        if (!c[ci].status[0] && c[ci].us >= 0 && c[ci].us < c[best].us) best = ci;
+    if (best != 0 && c[best].us > c[0].us * FASTER) best = 0; /* within noise of the default */
     return best;
 }
 
@@ -548,7 +535,7 @@ static kn_status search_kernel(run_ctx *r, int kid, int node, bool fused)
     int tried;
     bool complete;
     measure_candidates(&j, s, cfgs, n, c, &tried, &complete);
-    int best = pick_best(c, tried, complete, j.default_broken);
+    int best = pick_best(c, tried, complete);
     if (best != 0 && !j.library) {
         k->cfg = cfgs[best];
         p->code.fns[kid] = j.fns[best];

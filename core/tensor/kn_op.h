@@ -126,10 +126,7 @@ typedef struct kn_opcall {
     kn_tensor *out[KN_MAX_OUTPUTS]; /* owned by the caller once filled */
     int variant; /* library ops (matmul, conv2d): which of the backend's
                     algorithms runs it; 0 is its default pick (the autotuner
-                    measures the others, kn_backend.library_variant_label);
-                    -1: the strict f32 engine, the "ieee" contract's
-                    yardstick (matmul: cuBLASLt where the default is kiln's
-                    split-f32 kernel; elsewhere the default) */
+                    measures the others, kn_backend.library_variant_label) */
     /* the caller's settings (TF32, the cache dir of the kernels it
      * compiles, the backends' logs), borrowed for the call; NULL: the
      * defaults (kn_settings.h) */

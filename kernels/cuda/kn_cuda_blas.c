@@ -48,8 +48,6 @@
 #define LT_HEUR_MAX 8 /* the heuristic's algorithms asked for (max-autotune measures them all) */
 #define LT_SPLITS 3   /* split-K variants of its first: 2, 4, 8 */
 #define LT_WORKSPACE ((int64_t)32 << 20)
-/* the shortest sum for which the default mode takes kiln's split-f32 kernel (x3_default_tile) */
-#define X3_DEFAULT_MIN_K 2048
 
 /* ---- the problem: sizes and strides of one matmul call ------------------ */
 
@@ -415,9 +413,11 @@ static cublasStatus_t lt_preference(const kn_cuda_blas *b, const lt_key *k, cubl
 /* ---- kiln's split-precision kernel (kn_cuda_gemm_x3.h) as variants ----
  * In the "ieee" mode (f32 without TF32) kiln's split-f32 kernel is a
  * variant of every matmul it can take: after cuBLASLt's algorithms and
- * split-K variants come its tile shapes, then, when the default is the
- * kernel (x3_default_tile), cuBLASLt's first algorithm, so the strict
- * library GEMM stays a candidate. */
+ * split-K variants come its tile shapes. It is not the default: on the
+ * H200 (bench/split_gemm.c) it is within about 10% of cuBLASLt's strict
+ * f32 GEMM either way, and its accuracy depends on the inputs (operands
+ * below about 1e-35 lose bits in its TF32 parts), which max-autotune
+ * measures on the real inputs and the default cannot. */
 
 static bool x3_allowed(const lt_key *k)
 {
@@ -436,24 +436,6 @@ static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
     c->p.lda = k->ld_b, c->p.ldb = k->ld_a, c->p.ldy = k->ld_d;
     c->p.sa = k->sb, c->p.sb = k->sa, c->p.sy = k->sd;
     c->count = k->count;
-}
-
-/* The tile shape the default mode runs through kiln's kernel, or -1 for
- * cuBLASLt. On the H200 (bench/split_gemm.c) the kernel is within about
- * 10% of cuBLASLt's strict f32 GEMM, either way, on products that fill the
- * GPU with tiles, so the default keeps the library there (max-autotune
- * measures both). It takes the kernel where a product has too few tiles to
- * fill the GPU and a long sum, which split-K spreads over the SMs: a few
- * rows against a wide weight (large_linear: 64 x 4096 x 4096). */
-static int x3_default_tile(const lt_key *k)
-{
-    if (!x3_allowed(k) || k->k < X3_DEFAULT_MIN_K || getenv("KILN_NO_SPLIT_F32")) return -1;
-    kn_cuda_x3_call c;
-    x3_layout(k, &c);
-    /* the alignments the calls' pointers will have (lt_shape's, over every batch) */
-    if (k->align_a < 16 || k->align_b < 16 || !kn_cuda_gemm_x3_shape_fits(&c)) return -1;
-    int small = KN_CUDA_X3_TILES - 1;
-    return kn_cuda_gemm_x3_tiles_for(&c, small) < kn_cuda_current()->sm_count ? small : -1;
 }
 
 /* Descriptors, layouts and the heuristic's first algorithm for key k.
@@ -493,7 +475,6 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
     if (nu && v < nu) {
         e->algo = res[usable[v]].algo;
         e->refused = false;
-        if (v == 0) e->x3_tile = x3_default_tile(k);
     } else if (nu && v < nu + LT_SPLITS) {
         e->algo = res[usable[0]].algo;
         int32_t split = 2 << (v - nu);
@@ -507,9 +488,6 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
             e->refused = false;
     } else if (v && nu && x3_allowed(k) && v < nu + LT_SPLITS + KN_CUDA_X3_TILES) {
         e->x3_tile = v - nu - LT_SPLITS;
-        e->refused = false;
-    } else if (v && nu && v == nu + LT_SPLITS + KN_CUDA_X3_TILES && x3_default_tile(k) >= 0) {
-        e->algo = res[usable[0]].algo; /* the default is kiln's kernel: cuBLASLt's first becomes a variant */
         e->refused = false;
     } else if (v) {
         e->past_end = true;
@@ -823,10 +801,6 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
 {
     *done = false;
     bool past_end = false;
-    /* variant -1: cuBLASLt's strict GEMM where the default would be kiln's
-     * split kernel (the autotuner's yardstick for the ieee contract) */
-    bool strict = variant < 0;
-    if (strict) variant = 0;
     kn_cuda_blas *b = lt_ready();
     if (!b)
         return variant ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt is not available: no variant %d", variant) : KN_OK;
@@ -872,12 +846,11 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         past_end = past_end || e->past_end;
         if (e->refused) continue;
         /* kiln's split-f32 kernel: the bias as the library would take it (f32, contiguous) */
-        if (e->x3_tile >= 0 && !strict && (!bias || lbias)) {
+        if (e->x3_tile >= 0 && (!bias || lbias)) {
             st = x3_calls(&k, &pr, split, pa, pb, pd, lbias, act, residual, e->x3_tile);
             if (st == KN_OK) *done = true;
-            else if (!variant && st == KN_ERR_UNSUPPORTED) st = KN_OK; /* the library runs */
-            if (*done || st != KN_OK) goto out;
-        } else if (e->x3_tile >= 0 && variant && !strict) {
+            goto out;
+        } else if (e->x3_tile >= 0) {
             st = kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel takes no bias it cannot read as f32");
             goto out;
         }
