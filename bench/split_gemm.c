@@ -12,10 +12,8 @@
  * allows at most 2. Times are the mean of REPS back-to-back launches
  * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
  * Every tile shape is timed; with X3_VARIANTS=all each also in the
- * kernel's other compile-time forms: KN_X3_FLUSH 2 (how many k-steps of 8
- * the tensor core sums before an f32 add; 4 is the module's) and
- * KN_X3_REGSPLIT (each warp splits the operands as it reads its fragments,
- * instead of the block splitting each landed tile once).
+ * kernel's other compile-time forms: KN_X3_FLUSH 1 and 2 (how many k-steps
+ * of 8 the tensor core sums before an f32 add; 4 is the module's).
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
  *
@@ -168,8 +166,8 @@ static kn_status run_x3(void *ud)
 
 static const int TILE_DIMS[KN_CUDA_X3_TILES][4] = {{128, 128, 64, 32}, {128, 64, 32, 32}, {64, 64, 32, 32}, {64, 32, 32, 16}};
 
-static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 2\n", "#define KN_X3_REGSPLIT 1\n"};
-static const char *const FORM_NAMES[] = {"", " flush 2", " regsplit"};
+static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 1\n", "#define KN_X3_FLUSH 2\n"};
+static const char *const FORM_NAMES[] = {"", " flush 1", " flush 2"};
 #define N_FORMS 3
 
 /* tile t's module for this layout in form `form` (its defines first), compiled here */
@@ -196,7 +194,7 @@ static kn_status form_variant(x3_run *r, int form)
         const int *d = TILE_DIMS[r->tile];
         size_t a = r->call.a_kmajor ? (size_t)d[0] * 40 : (size_t)32 * (d[0] + 4);
         size_t b = r->call.b_kmajor ? (size_t)d[1] * 40 : (size_t)32 * (d[1] + 4);
-        r->smem = 4 * (a + b) * sizeof(float); /* as kn_cuda_gemm_x3.c: three stages and the small parts */
+        r->smem = 3 * (a + b) * sizeof(float); /* as kn_cuda_gemm_x3.c: three stages */
         r->threads = 32u * (unsigned)(d[0] / d[2]) * (unsigned)(d[1] / d[3]);
         r->gx = (unsigned)((r->call.p.m + d[0] - 1) / d[0]);
         r->gy = (unsigned)((r->call.p.n + d[1] - 1) / d[1]);

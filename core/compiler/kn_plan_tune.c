@@ -171,7 +171,13 @@ static void corrupt(tune_job *j)
  * An f32 matmul, convolution or attention candidate may win only if its
  * error against float64, on this run's inputs, is within twice that of
  * the default, which in this mode is a true-f32 engine (cuBLASLt's and
- * cuDNN's strict FMA engines, kiln's f32 kernels). */
+ * cuDNN's strict FMA engines, kiln's f32 kernels). This replaces the
+ * element-wise comparison with the default, which holds each element to
+ * 1e-4 of itself: small elements of a long sum differ by more than that
+ * between two correct f32 orders of summation (H200, a 4096-long sum: an
+ * element of 0.333 differed by 1.2e-4 between kiln's split kernel and
+ * cuBLASLt, whose errors against float64 were 3.2e-7 and 4.8e-7 of the
+ * largest element). */
 
 static bool contract_applies(const tune_job *j)
 {
@@ -446,12 +452,14 @@ static void measure_candidates(tune_job *j, kn_tune_session *s, const kn_kconfig
                 s->log(s->log_ud, msg);
             }
         }
-        if (ci > 0 && !outputs_match(j, why, sizeof why)) {
-            snprintf(cd->status, sizeof cd->status, "rejected: differs from the default: %s", why);
+        /* an f32 library kernel under the contract is held to it; any other
+         * to the default's values, element by element */
+        if (ci > 0 && j->f32_err >= 0 && !within_contract(j, why, sizeof why)) {
+            snprintf(cd->status, sizeof cd->status, "rejected: %s", why);
             continue;
         }
-        if (ci > 0 && !within_contract(j, why, sizeof why)) {
-            snprintf(cd->status, sizeof cd->status, "rejected: %s", why);
+        if (ci > 0 && j->f32_err < 0 && !outputs_match(j, why, sizeof why)) {
+            snprintf(cd->status, sizeof cd->status, "rejected: differs from the default: %s", why);
             continue;
         }
         int remaining = (j->library ? 4 : n) - ci; /* library lists are short; assume a few more */

@@ -28,12 +28,12 @@ const char *kn_cuda_gemm_x3_tile_name(int tile)
     return tile >= 0 && tile < KN_CUDA_X3_TILES ? x3_tiles[tile].name : "?";
 }
 
-/* shared bytes of a block: the kernel's X3_TILE_FLOATS, three stages and one more for the small parts */
+/* shared bytes of a block: the kernel's X3_TILE_FLOATS, three stages */
 static size_t x3_smem(const struct x3_tile *t, bool ak, bool bk)
 {
     size_t a = ak ? (size_t)t->bm * (X3_BK + 8) : (size_t)X3_BK * (t->bm + 4);
     size_t b = bk ? (size_t)t->bn * (X3_BK + 8) : (size_t)X3_BK * (t->bn + 4);
-    return (X3_STAGES + 1) * (a + b) * sizeof(float); /* the stages, and the small parts of one */
+    return X3_STAGES * (a + b) * sizeof(float);
 }
 
 bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c)

@@ -27,8 +27,12 @@
 // over k in steps of 32, staged through shared memory by 16-byte cp.async
 // (zero fill past the edges) in a 3-stage pipeline; its warps take
 // KN_X3_WM x KN_X3_WN each, as mma.sync m16n8k8 tiles. Operands are split
-// as their fragments are read from shared memory. One module per tile
-// shape and layout (kn_cuda_linalg.c), the kernel named KN_LA_KERNEL.
+// as their fragments are read from shared memory. (Splitting each landed
+// tile once, into big and small planes in shared memory, cuts the split's
+// instructions by the warps that share an element, but ran 20-40% slower
+// on the H200: a second barrier a tile and twice the fragment loads.) One
+// module per tile shape and layout (kn_cuda_linalg.c), the kernel named
+// KN_LA_KERNEL.
 #define X3_BK 32
 #define X3_STAGES 3
 #define X3_BM KN_X3_BM
@@ -37,7 +41,9 @@
 #define X3_WN KN_X3_WN
 #define X3_THREADS (32 * (X3_BM / X3_WM) * (X3_BN / X3_WN))
 #ifndef KN_X3_FLUSH
-#define KN_X3_FLUSH 4 // k-steps of 8 a tensor-core partial sums before the f32 add (X3_BK / 8 at most)
+// k-steps of 8 a tensor-core partial sums before the f32 add, X3_BK / 8 at
+// most: 1 and 2 ran slower and no more accurately (H200, runs 2 and 3)
+#define KN_X3_FLUSH 4
 #endif
 
 // The k order inside a step of 8. An mma's fragments give lane (g, t)
@@ -125,30 +131,6 @@ __device__ __forceinline__ void x3_split(float x, unsigned &big, unsigned &small
     small = x3_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 
-// Split a landed tile in place, once for the block: s keeps the big
-// parts, sm (the same layout) gets the small ones. Each thread takes the
-// 16-byte chunks it would have copied. Splitting as fragments were read
-// cost every warp that reads an element (four for an A element of a
-// 128 x 128 block) five integer and float ops on it again, and left the
-// kernel issue-bound at about 200 instructions for 48 mma (H200, run 3).
-template <int ROWS, bool KMAJ>
-__device__ __forceinline__ void x3_split_tile(float *s, float *sm)
-{
-    constexpr int CPR = KMAJ ? X3_BK / 4 : ROWS / 4, CHUNKS = KMAJ ? ROWS * CPR : X3_BK * CPR;
-#pragma unroll
-    for (int c = threadIdx.x; c < CHUNKS; c += X3_THREADS) {
-        const int off = (c / CPR) * (KMAJ ? X3_KSTRIDE : X3_MSTRIDE(ROWS)) + (c % CPR) * 4;
-        const float4 v = *(const float4 *)(s + off);
-        uint4 big, small;
-        x3_split(v.x, big.x, small.x);
-        x3_split(v.y, big.y, small.y);
-        x3_split(v.z, big.z, small.z);
-        x3_split(v.w, big.w, small.w);
-        *(uint4 *)(s + off) = big;
-        *(uint4 *)(sm + off) = small;
-    }
-}
-
 __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const unsigned b[2])
 {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -172,11 +154,6 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
     constexpr int MT = X3_WM / 16, NT = X3_WN / 8, WARPS_N = X3_BN / X3_WN;
     extern __shared__ __align__(16) float x3_smem[];
     float *sa = x3_smem, *sb = x3_smem + X3_STAGES * X3_A_FLOATS;
-#ifndef KN_X3_REGSPLIT
-    // the small parts of the tile being computed (one buffer: the block
-    // splits tile kt only after every warp is done with tile kt - 1)
-    float *sas = sb + X3_STAGES * X3_B_FLOATS, *sbs = sas + X3_A_FLOATS;
-#endif
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int wm0 = (warp / WARPS_N) * X3_WM, wn0 = (warp % WARPS_N) * X3_WN;
     const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN;
@@ -216,34 +193,10 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
             x3_stage<X3_BN, KN_X3_BK>(sb + st * X3_B_FLOATS, B, p.ldb, p.n, K, n0, (long long)next * X3_BK);
         }
         asm volatile("cp.async.commit_group;\n" ::);
-        float *ta = sa + (kt % X3_STAGES) * X3_A_FLOATS, *tb = sb + (kt % X3_STAGES) * X3_B_FLOATS;
-#ifndef KN_X3_REGSPLIT
-        x3_split_tile<X3_BM, KN_X3_AK>(ta, sas);
-        x3_split_tile<X3_BN, KN_X3_BK>(tb, sbs);
-        __syncthreads();
-#endif
+        const float *ta = sa + (kt % X3_STAGES) * X3_A_FLOATS, *tb = sb + (kt % X3_STAGES) * X3_B_FLOATS;
 #pragma unroll
         for (int kk = 0; kk < X3_BK; kk += 8) {
             unsigned ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
-#ifndef KN_X3_REGSPLIT
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                const int r = wm0 + i * 16 + g;
-                const float2 lo = x3_pair<X3_BM, KN_X3_AK>(ta, r, kk, t), hi = x3_pair<X3_BM, KN_X3_AK>(ta, r + 8, kk, t);
-                const float2 los = x3_pair<X3_BM, KN_X3_AK>(sas, r, kk, t), his = x3_pair<X3_BM, KN_X3_AK>(sas, r + 8, kk, t);
-                ab[i][0] = __float_as_uint(lo.x), as[i][0] = __float_as_uint(los.x); // (row g, k t)
-                ab[i][1] = __float_as_uint(hi.x), as[i][1] = __float_as_uint(his.x); // (row g + 8, k t)
-                ab[i][2] = __float_as_uint(lo.y), as[i][2] = __float_as_uint(los.y); // (row g, k t + 4)
-                ab[i][3] = __float_as_uint(hi.y), as[i][3] = __float_as_uint(his.y); // (row g + 8, k t + 4)
-            }
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float2 v = x3_pair<X3_BN, KN_X3_BK>(tb, wn0 + j * 8 + g, kk, t);
-                const float2 vs = x3_pair<X3_BN, KN_X3_BK>(sbs, wn0 + j * 8 + g, kk, t);
-                bb[j][0] = __float_as_uint(v.x), bs[j][0] = __float_as_uint(vs.x);
-                bb[j][1] = __float_as_uint(v.y), bs[j][1] = __float_as_uint(vs.y);
-            }
-#else
 #pragma unroll
             for (int i = 0; i < MT; i++) {
                 const int r = wm0 + i * 16 + g;
@@ -259,7 +212,6 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
                 x3_split(v.x, bb[j][0], bs[j][0]);
                 x3_split(v.y, bb[j][1], bs[j][1]);
             }
-#endif
             // the small terms first, so the big one is added to a partial
             // of their size, not the other way round
 #pragma unroll
