@@ -12,8 +12,9 @@
  * allows at most 2. Times are the mean of REPS back-to-back launches
  * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
  * Every tile shape is timed; with X3_VARIANTS=all each also in the
- * kernel's other compile-time forms: KN_X3_FLUSH 1 and 2 (how many k-steps
- * of 8 the tensor core sums before an f32 add; 4 is the module's).
+ * kernel's other compile-time forms: KN_X3_FLUSH 2 (how many k-steps of 8
+ * the tensor core sums before an f32 add; 4 is the module's) and
+ * KN_X3_FPSPLIT (the big part by float ops, Veltkamp's splitting).
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
  *
@@ -166,8 +167,8 @@ static kn_status run_x3(void *ud)
 
 static const int TILE_DIMS[KN_CUDA_X3_TILES][4] = {{128, 128, 64, 32}, {128, 64, 32, 32}, {64, 64, 32, 32}, {64, 32, 32, 16}};
 
-static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 1\n", "#define KN_X3_FLUSH 2\n"};
-static const char *const FORM_NAMES[] = {"", " flush 1", " flush 2"};
+static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 2\n", "#define KN_X3_FPSPLIT 1\n"};
+static const char *const FORM_NAMES[] = {"", " flush 2", " fpsplit"};
 #define N_FORMS 3
 
 /* tile t's module for this layout in form `form` (its defines first), compiled here */

@@ -127,8 +127,17 @@ __device__ __forceinline__ unsigned x3_tf32(unsigned bits)
 // x = big + small, both TF32; x - big is exact
 __device__ __forceinline__ void x3_split(float x, unsigned &big, unsigned &small)
 {
+#ifdef KN_X3_FPSPLIT
+    // big by Veltkamp's splitting on the float pipe (t = x (2^13 + 1);
+    // big = t - (t - x) keeps 11 significant bits), small by integer ops:
+    // the two pipes share the work. Not contracted into FMAs (_rn).
+    const float t = __fmul_rn(x, 8193.f), b = __fsub_rn(t, __fsub_rn(t, x));
+    big = __float_as_uint(b);
+    small = x3_tf32(__float_as_uint(__fsub_rn(x, b)));
+#else
     big = x3_tf32(__float_as_uint(x));
     small = x3_tf32(__float_as_uint(x - __uint_as_float(big)));
+#endif
 }
 
 __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const unsigned b[2])
