@@ -12,9 +12,10 @@
  * allows at most 2. Times are the mean of REPS back-to-back launches
  * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
  * Every tile shape is timed; with X3_VARIANTS=all each also in the
- * kernel's other compile-time forms: KN_X3_FLUSH 2 (how many k-steps of 8
- * the tensor core sums before an f32 add; 4 is the module's) and
- * KN_X3_FPSPLIT (the big part by float ops, Veltkamp's splitting).
+ * kernel's other compile-time forms: KN_X3_FLUSH 0 (the tensor core sums
+ * all of k, no f32 adds), KN_X3_KTILE 64 (64 of k a pipeline stage, one
+ * f32 add for each), and KN_X3_FLUSH 0 with registers for two blocks an
+ * SM (KN_X3_MINB 2).
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
  *
@@ -167,9 +168,11 @@ static kn_status run_x3(void *ud)
 
 static const int TILE_DIMS[KN_CUDA_X3_TILES][4] = {{128, 128, 64, 32}, {128, 64, 32, 32}, {64, 64, 32, 32}, {64, 32, 32, 16}};
 
-static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 2\n", "#define KN_X3_FPSPLIT 1\n"};
-static const char *const FORM_NAMES[] = {"", " flush 2", " fpsplit"};
-#define N_FORMS 3
+static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 0\n", "#define KN_X3_KTILE 64\n",
+                                    "#define KN_X3_FLUSH 0\n#define KN_X3_MINB 2\n"};
+static const char *const FORM_NAMES[] = {"", " flush 0", " ktile 64", " flush 0 2/SM"};
+static const int FORM_KTILE[] = {32, 32, 64, 32};
+#define N_FORMS 4
 
 /* tile t's module for this layout in form `form` (its defines first), compiled here */
 static kn_status form_variant(x3_run *r, int form)
@@ -193,8 +196,9 @@ static kn_status form_variant(x3_run *r, int form)
         KN_TRY(st);
         KN_TRY(kn_cuda_module_kernel(mod, kname, &r->fn));
         const int *d = TILE_DIMS[r->tile];
-        size_t a = r->call.a_kmajor ? (size_t)d[0] * 40 : (size_t)32 * (d[0] + 4);
-        size_t b = r->call.b_kmajor ? (size_t)d[1] * 40 : (size_t)32 * (d[1] + 4);
+        size_t kt = (size_t)FORM_KTILE[form];
+        size_t a = r->call.a_kmajor ? (size_t)d[0] * (kt + 8) : kt * (d[0] + 4);
+        size_t b = r->call.b_kmajor ? (size_t)d[1] * (kt + 8) : kt * (d[1] + 4);
         r->smem = 3 * (a + b) * sizeof(float); /* as kn_cuda_gemm_x3.c: three stages */
         r->threads = 32u * (unsigned)(d[0] / d[2]) * (unsigned)(d[1] / d[3]);
         r->gx = (unsigned)((r->call.p.m + d[0] - 1) / d[0]);

@@ -10,7 +10,7 @@
 #include "kn_cuda_linalg.h"
 #include "kn_cuda_module.h"
 
-#define X3_BK 32     /* as kn_la_gemm_x3.cu */
+#define X3_KT 32     /* k a stage holds: kn_la_gemm_x3.cu's KN_X3_KTILE */
 #define X3_STAGES 3
 
 static const struct x3_tile {
@@ -31,8 +31,8 @@ const char *kn_cuda_gemm_x3_tile_name(int tile)
 /* shared bytes of a block: the kernel's X3_TILE_FLOATS, three stages */
 static size_t x3_smem(const struct x3_tile *t, bool ak, bool bk)
 {
-    size_t a = ak ? (size_t)t->bm * (X3_BK + 8) : (size_t)X3_BK * (t->bm + 4);
-    size_t b = bk ? (size_t)t->bn * (X3_BK + 8) : (size_t)X3_BK * (t->bn + 4);
+    size_t a = ak ? (size_t)t->bm * (X3_KT + 8) : (size_t)X3_KT * (t->bm + 4);
+    size_t b = bk ? (size_t)t->bn * (X3_KT + 8) : (size_t)X3_KT * (t->bn + 4);
     return X3_STAGES * (a + b) * sizeof(float);
 }
 
@@ -109,8 +109,8 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     kn_la_gemm_args p = c->p;
     p.splits = x3_splits(c, tile, kn_cuda_current()->sm_count);
     p.batches = c->count;
-    /* each split's k range, a multiple of the kernel's k tile (32) */
-    p.kchunk = ((p.k + p.splits - 1) / p.splits + 31) / 32 * 32;
+    /* each split's k range, a multiple of the kernel's k tile */
+    p.kchunk = ((p.k + p.splits - 1) / p.splits + X3_KT - 1) / X3_KT * X3_KT;
     p.splits = (int)((p.k + p.kchunk - 1) / p.kchunk);
     unsigned gx = (unsigned)((p.m + t->bm - 1) / t->bm), gy = (unsigned)((p.n + t->bn - 1) / t->bn);
     unsigned threads = 32u * (unsigned)(t->bm / t->wm) * (unsigned)(t->bn / t->wn);

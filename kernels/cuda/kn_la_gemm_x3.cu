@@ -33,7 +33,10 @@
 // on the H200: a second barrier a tile and twice the fragment loads.) One
 // module per tile shape and layout (kn_cuda_linalg.c), the kernel named
 // KN_LA_KERNEL.
-#define X3_BK 32
+#ifndef KN_X3_KTILE
+#define KN_X3_KTILE 32 // k a pipeline stage holds
+#endif
+#define X3_KT KN_X3_KTILE
 #define X3_STAGES 3
 #define X3_BM KN_X3_BM
 #define X3_BN KN_X3_BN
@@ -41,9 +44,15 @@
 #define X3_WN KN_X3_WN
 #define X3_THREADS (32 * (X3_BM / X3_WM) * (X3_BN / X3_WN))
 #ifndef KN_X3_FLUSH
-// k-steps of 8 a tensor-core partial sums before the f32 add, X3_BK / 8 at
-// most: 1 and 2 ran slower and no more accurately (H200, runs 2 and 3)
-#define KN_X3_FLUSH 4
+// k-steps of 8 a tensor-core partial sums before the f32 add, X3_KT / 8 at
+// most: 1 and 2 ran slower and no more accurately (H200, runs 2 and 3); 0
+// sums everything in the tensor core (no f32 adds, half the accumulators)
+#define KN_X3_FLUSH (X3_KT / 8)
+#endif
+#if KN_X3_FLUSH == 0
+#define X3_SUM acc
+#else
+#define X3_SUM part
 #endif
 
 // The k order inside a step of 8. An mma's fragments give lane (g, t)
@@ -52,13 +61,13 @@
 // index t is stored k 2t and t + 4 is 2t + 1: a lane's two values of a
 // row are neighbours, one 8-byte load from a k-contiguous tile.
 //
-// Shared rows: a k-contiguous tile is [rows][X3_BK + 8] (a half-warp's
+// Shared rows: a k-contiguous tile is [rows][X3_KT + 8] (a half-warp's
 // 8-byte loads, rows g and columns 2t, fall in distinct banks), an m- or
-// n-contiguous one [X3_BK][rows + 4] (its 4-byte loads, k rows 2t or 2t+1
+// n-contiguous one [X3_KT][rows + 4] (its 4-byte loads, k rows 2t or 2t+1
 // and columns g, do); every row starts on 16 bytes for cp.async.
-#define X3_KSTRIDE (X3_BK + 8)
+#define X3_KSTRIDE (X3_KT + 8)
 #define X3_MSTRIDE(rows) ((rows) + 4)
-#define X3_TILE_FLOATS(rows, kmaj) ((kmaj) ? (rows) * X3_KSTRIDE : X3_BK * X3_MSTRIDE(rows))
+#define X3_TILE_FLOATS(rows, kmaj) ((kmaj) ? (rows) * X3_KSTRIDE : X3_KT * X3_MSTRIDE(rows))
 #define X3_A_FLOATS X3_TILE_FLOATS(X3_BM, KN_X3_AK)
 #define X3_B_FLOATS X3_TILE_FLOATS(X3_BN, KN_X3_BK)
 
@@ -68,7 +77,7 @@ __device__ __forceinline__ void x3_cp16(float *dst, const float *src, int bytes)
                  "l"(src), "r"(bytes));
 }
 
-// One operand's tile (ROWS of m or n by X3_BK of k, from row r0 and k0)
+// One operand's tile (ROWS of m or n by X3_KT of k, from row r0 and k0)
 // into shared memory s. g's rows (k-contiguous) or k-rows (otherwise) are
 // ld floats apart; 16-byte chunks, cut short (and zero-filled) at the
 // matrix's edges: the host guarantees 16-byte aligned bases and lds.
@@ -77,7 +86,7 @@ __device__ __forceinline__ void x3_stage(float *s, const float *g, long long ld,
                                          long long r0, long long k0)
 {
     if (KMAJ) {
-        constexpr int CPR = X3_BK / 4;
+        constexpr int CPR = X3_KT / 4;
 #pragma unroll
         for (int c = threadIdx.x; c < ROWS * CPR; c += X3_THREADS) {
             const int r = c / CPR, kc = (c % CPR) * 4;
@@ -93,7 +102,7 @@ __device__ __forceinline__ void x3_stage(float *s, const float *g, long long ld,
     } else {
         constexpr int CPR = ROWS / 4;
 #pragma unroll
-        for (int c = threadIdx.x; c < X3_BK * CPR; c += X3_THREADS) {
+        for (int c = threadIdx.x; c < X3_KT * CPR; c += X3_THREADS) {
             const int kr = c / CPR, rc = (c % CPR) * 4;
             const long long gk = k0 + kr, gr = r0 + rc;
             int bytes = 0;
@@ -118,7 +127,8 @@ __device__ __forceinline__ float2 x3_pair(const float *s, int r, int kk, int t)
 
 // x rounded to TF32's 11 significant bits, to nearest (ties away), by
 // two integer ops: with cvt.rna.tf32.f32 instead the kernel ran 5-20%
-// slower (H200, bench/split_gemm.c, run 3)
+// slower (H200, bench/split_gemm.c, run 3), and the big part by Veltkamp's
+// splitting on the float pipe was no faster overall (run 6)
 __device__ __forceinline__ unsigned x3_tf32(unsigned bits)
 {
     return (bits + 0x1000u) & 0xffffe000u;
@@ -127,17 +137,8 @@ __device__ __forceinline__ unsigned x3_tf32(unsigned bits)
 // x = big + small, both TF32; x - big is exact
 __device__ __forceinline__ void x3_split(float x, unsigned &big, unsigned &small)
 {
-#ifdef KN_X3_FPSPLIT
-    // big by Veltkamp's splitting on the float pipe (t = x (2^13 + 1);
-    // big = t - (t - x) keeps 11 significant bits), small by integer ops:
-    // the two pipes share the work. Not contracted into FMAs (_rn).
-    const float t = __fmul_rn(x, 8193.f), b = __fsub_rn(t, __fsub_rn(t, x));
-    big = __float_as_uint(b);
-    small = x3_tf32(__float_as_uint(__fsub_rn(x, b)));
-#else
     big = x3_tf32(__float_as_uint(x));
     small = x3_tf32(__float_as_uint(x - __uint_as_float(big)));
-#endif
 }
 
 __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const unsigned b[2])
@@ -158,7 +159,10 @@ __device__ __forceinline__ float x3_act(float v, int act)
     return v;
 }
 
-extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 : 2) KN_LA_KERNEL(kn_la_gemm_args p)
+#ifndef KN_X3_MINB
+#define KN_X3_MINB (X3_THREADS >= 256 ? 1 : 2) // blocks an SM the registers must allow
+#endif
+extern "C" __global__ void __launch_bounds__(X3_THREADS, KN_X3_MINB) KN_LA_KERNEL(kn_la_gemm_args p)
 {
     constexpr int MT = X3_WM / 16, NT = X3_WN / 8, WARPS_N = X3_BN / X3_WN;
     extern __shared__ __align__(16) float x3_smem[];
@@ -169,25 +173,33 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
     const long long z = blockIdx.z / p.splits, kbeg = (blockIdx.z % p.splits) * p.kchunk;
     const long long kend = kbeg + p.kchunk < p.k ? kbeg + p.kchunk : p.k;
     // the operands from this split's first k on (kchunk is a multiple of
-    // X3_BK: the 16-byte copies stay aligned), k counted from there
+    // X3_KT: the 16-byte copies stay aligned), k counted from there
     const float *A = (const float *)p.a + z * p.sa + (KN_X3_AK ? kbeg : kbeg * p.lda);
     const float *B = (const float *)p.b + z * p.sb + (KN_X3_BK ? kbeg : kbeg * p.ldb);
     const long long K = kend - kbeg;
-    const int ktiles = (int)((K + X3_BK - 1) / X3_BK);
+    const int ktiles = (int)((K + X3_KT - 1) / X3_KT);
 
-    float acc[MT][NT][4], part[MT][NT][4];
+    float acc[MT][NT][4];
+#if KN_X3_FLUSH
+    float part[MT][NT][4];
+#endif
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = part[i][j][e] = 0.f;
+            for (int e = 0; e < 4; e++) {
+                acc[i][j][e] = 0.f;
+#if KN_X3_FLUSH
+                part[i][j][e] = 0.f;
+#endif
+            }
 
 #pragma unroll
     for (int s = 0; s < X3_STAGES - 1; s++) {
         if (s < ktiles) {
-            x3_stage<X3_BM, KN_X3_AK>(sa + s * X3_A_FLOATS, A, p.lda, p.m, K, m0, (long long)s * X3_BK);
-            x3_stage<X3_BN, KN_X3_BK>(sb + s * X3_B_FLOATS, B, p.ldb, p.n, K, n0, (long long)s * X3_BK);
+            x3_stage<X3_BM, KN_X3_AK>(sa + s * X3_A_FLOATS, A, p.lda, p.m, K, m0, (long long)s * X3_KT);
+            x3_stage<X3_BN, KN_X3_BK>(sb + s * X3_B_FLOATS, B, p.ldb, p.n, K, n0, (long long)s * X3_KT);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     }
@@ -198,13 +210,13 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
         const int next = kt + X3_STAGES - 1;
         if (next < ktiles) {
             const int st = next % X3_STAGES;
-            x3_stage<X3_BM, KN_X3_AK>(sa + st * X3_A_FLOATS, A, p.lda, p.m, K, m0, (long long)next * X3_BK);
-            x3_stage<X3_BN, KN_X3_BK>(sb + st * X3_B_FLOATS, B, p.ldb, p.n, K, n0, (long long)next * X3_BK);
+            x3_stage<X3_BM, KN_X3_AK>(sa + st * X3_A_FLOATS, A, p.lda, p.m, K, m0, (long long)next * X3_KT);
+            x3_stage<X3_BN, KN_X3_BK>(sb + st * X3_B_FLOATS, B, p.ldb, p.n, K, n0, (long long)next * X3_KT);
         }
         asm volatile("cp.async.commit_group;\n" ::);
         const float *ta = sa + (kt % X3_STAGES) * X3_A_FLOATS, *tb = sb + (kt % X3_STAGES) * X3_B_FLOATS;
 #pragma unroll
-        for (int kk = 0; kk < X3_BK; kk += 8) {
+        for (int kk = 0; kk < X3_KT; kk += 8) {
             unsigned ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++) {
@@ -227,10 +239,11 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    x3_mma(part[i][j], as[i], bb[j]);
-                    x3_mma(part[i][j], ab[i], bs[j]);
-                    x3_mma(part[i][j], ab[i], bb[j]);
+                    x3_mma(X3_SUM[i][j], as[i], bb[j]);
+                    x3_mma(X3_SUM[i][j], ab[i], bs[j]);
+                    x3_mma(X3_SUM[i][j], ab[i], bb[j]);
                 }
+#if KN_X3_FLUSH
             if ((kk / 8 + 1) % KN_X3_FLUSH == 0) {
 #pragma unroll
                 for (int i = 0; i < MT; i++)
@@ -242,6 +255,7 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
                             part[i][j][e] = 0.f;
                         }
             }
+#endif
         }
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
