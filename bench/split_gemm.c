@@ -13,9 +13,8 @@
  * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
  * Every tile shape is timed; with X3_VARIANTS=all each also in the
  * kernel's other compile-time forms: KN_X3_FLUSH 0 (the tensor core sums
- * all of k, no f32 adds), KN_X3_KTILE 64 (64 of k a pipeline stage, one
- * f32 add for each), and KN_X3_FLUSH 0 with registers for two blocks an
- * SM (KN_X3_MINB 2).
+ * all of k, no f32 adds: on the H200 4-45x strict f32's error, run 7), and
+ * the same with registers for two blocks an SM (KN_X3_MINB 2).
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
  *
@@ -166,13 +165,10 @@ static kn_status run_x3(void *ud)
     return kn_cuda_launch_grid3(r->fn, r->gx, r->gy, (unsigned)r->call.count, r->threads, 1, &p, r->smem);
 }
 
-static const int TILE_DIMS[KN_CUDA_X3_TILES][4] = {{128, 128, 64, 32}, {128, 64, 32, 32}, {64, 64, 32, 32}, {64, 32, 32, 16}};
 
-static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 0\n", "#define KN_X3_KTILE 64\n",
-                                    "#define KN_X3_FLUSH 0\n#define KN_X3_MINB 2\n"};
-static const char *const FORM_NAMES[] = {"", " flush 0", " ktile 64", " flush 0 2/SM"};
-static const int FORM_KTILE[] = {32, 32, 64, 32};
-#define N_FORMS 4
+static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 0\n", "#define KN_X3_FLUSH 0\n#define KN_X3_MINB 2\n"};
+static const char *const FORM_NAMES[] = {"", " flush 0", " flush 0 2/SM"};
+#define N_FORMS 3
 
 /* tile t's module for this layout in form `form` (its defines first), compiled here */
 static kn_status form_variant(x3_run *r, int form)
@@ -195,14 +191,9 @@ static kn_status form_variant(x3_run *r, int form)
         free(full);
         KN_TRY(st);
         KN_TRY(kn_cuda_module_kernel(mod, kname, &r->fn));
-        const int *d = TILE_DIMS[r->tile];
-        size_t kt = (size_t)FORM_KTILE[form];
-        size_t a = r->call.a_kmajor ? (size_t)d[0] * (kt + 8) : kt * (d[0] + 4);
-        size_t b = r->call.b_kmajor ? (size_t)d[1] * (kt + 8) : kt * (d[1] + 4);
-        r->smem = 3 * (a + b) * sizeof(float); /* as kn_cuda_gemm_x3.c: three stages */
-        r->threads = 32u * (unsigned)(d[0] / d[2]) * (unsigned)(d[1] / d[3]);
-        r->gx = (unsigned)((r->call.p.m + d[0] - 1) / d[0]);
-        r->gy = (unsigned)((r->call.p.n + d[1] - 1) / d[1]);
+        unsigned grid[2];
+        kn_cuda_gemm_x3_launch_shape(&r->call, r->tile, 0, grid, &r->threads, &r->smem);
+        r->gx = grid[0], r->gy = grid[1];
         cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)r->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                         (int)r->smem, kn_cuda_current()->index);
         return e == cudaSuccess ? KN_OK : kn_cuda_fail(e, "raising shared memory");

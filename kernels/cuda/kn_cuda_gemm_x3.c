@@ -10,17 +10,22 @@
 #include "kn_cuda_linalg.h"
 #include "kn_cuda_module.h"
 
-#define X3_KT 32     /* k a stage holds: kn_la_gemm_x3.cu's KN_X3_KTILE */
 #define X3_STAGES 3
 
+/* kt: the k a pipeline stage holds (kn_la_gemm_x3.cu's KN_X3_KTILE), and
+ * one f32 add of the tensor core's partial sums per stage. 128x128 with 64
+ * of k ran 6-21% faster than with 32 on the transformer block's GEMMs and
+ * a 4096-cube (H200, run 7), slower on BERT's FFN2 and a weight gradient:
+ * both are candidates. */
 static const struct x3_tile {
-    int bm, bn, wm, wn;
+    int bm, bn, wm, wn, kt;
     const char *name;
 } x3_tiles[KN_CUDA_X3_TILES] = {
-    {128, 128, 64, 32, "128x128"},
-    {128, 64, 32, 32, "128x64"},
-    {64, 64, 32, 32, "64x64"},
-    {64, 32, 32, 16, "64x32"},
+    {128, 128, 64, 32, 32, "128x128"},
+    {128, 64, 32, 32, 32, "128x64"},
+    {64, 64, 32, 32, 32, "64x64"},
+    {64, 32, 32, 16, 32, "64x32"},
+    {128, 128, 64, 32, 64, "128x128k64"},
 };
 
 const char *kn_cuda_gemm_x3_tile_name(int tile)
@@ -28,12 +33,18 @@ const char *kn_cuda_gemm_x3_tile_name(int tile)
     return tile >= 0 && tile < KN_CUDA_X3_TILES ? x3_tiles[tile].name : "?";
 }
 
-/* shared bytes of a block: the kernel's X3_TILE_FLOATS, three stages */
-static size_t x3_smem(const struct x3_tile *t, bool ak, bool bk)
+void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, int kt, unsigned grid[2], unsigned *threads,
+                                  size_t *smem)
 {
-    size_t a = ak ? (size_t)t->bm * (X3_KT + 8) : (size_t)X3_KT * (t->bm + 4);
-    size_t b = bk ? (size_t)t->bn * (X3_KT + 8) : (size_t)X3_KT * (t->bn + 4);
-    return X3_STAGES * (a + b) * sizeof(float);
+    const struct x3_tile *t = &x3_tiles[tile];
+    if (kt <= 0) kt = t->kt;
+    /* shared bytes: the kernel's X3_TILE_FLOATS, three stages */
+    size_t a = c->a_kmajor ? (size_t)t->bm * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bm + 4);
+    size_t b = c->b_kmajor ? (size_t)t->bn * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bn + 4);
+    *smem = X3_STAGES * (a + b) * sizeof(float);
+    *threads = 32u * (unsigned)(t->bm / t->wm) * (unsigned)(t->bn / t->wn);
+    grid[0] = (unsigned)((c->p.m + t->bm - 1) / t->bm);
+    grid[1] = (unsigned)((c->p.n + t->bn - 1) / t->bn);
 }
 
 bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c)
@@ -93,7 +104,9 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     snprintf(name, sizeof name, "kn_la_gemm_x3_%s_%s", t->name, lay[layout]);
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel(name, &fn));
-    size_t smem = x3_smem(t, c->a_kmajor, c->b_kmajor);
+    unsigned grid[2], threads;
+    size_t smem;
+    kn_cuda_gemm_x3_launch_shape(c, tile, 0, grid, &threads, &smem);
     int dev = kn_cuda_current()->index;
     pthread_mutex_lock(&lock);
     bool raised = dev < 64 && (smem_raised[tile][layout] >> dev & 1);
@@ -110,11 +123,9 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     p.splits = x3_splits(c, tile, kn_cuda_current()->sm_count);
     p.batches = c->count;
     /* each split's k range, a multiple of the kernel's k tile */
-    p.kchunk = ((p.k + p.splits - 1) / p.splits + X3_KT - 1) / X3_KT * X3_KT;
+    p.kchunk = ((p.k + p.splits - 1) / p.splits + t->kt - 1) / t->kt * t->kt;
     p.splits = (int)((p.k + p.kchunk - 1) / p.kchunk);
-    unsigned gx = (unsigned)((p.m + t->bm - 1) / t->bm), gy = (unsigned)((p.n + t->bn - 1) / t->bn);
-    unsigned threads = 32u * (unsigned)(t->bm / t->wm) * (unsigned)(t->bn / t->wn);
-    if (p.splits == 1) return kn_cuda_launch_grid3(fn, gx, gy, (unsigned)c->count, threads, 1, &p, smem);
+    if (p.splits == 1) return kn_cuda_launch_grid3(fn, grid[0], grid[1], (unsigned)c->count, threads, 1, &p, smem);
     /* the partial sums' planes: freed as soon as queued (the pool orders
      * their reuse after this work on the one stream, recordings too) */
     const void *sum;
@@ -122,7 +133,7 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     void *ws = NULL;
     KN_TRY(kn_cuda_malloc(p.splits * c->count * p.m * p.n * (int64_t)sizeof(float), &ws));
     p.ws = ws;
-    kn_status st = kn_cuda_launch_grid3(fn, gx, gy, (unsigned)(c->count * p.splits), threads, 1, &p, smem);
+    kn_status st = kn_cuda_launch_grid3(fn, grid[0], grid[1], (unsigned)(c->count * p.splits), threads, 1, &p, smem);
     if (st == KN_OK) st = kn_cuda_launch(sum, kn_cuda_linalg_grid(c->count * p.m * p.n, 256), 256, &p, 0);
     kn_cuda_free(ws);
     return st;

@@ -7,6 +7,7 @@
 #define KN_CUDA_GEMM_X3_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kn_cuda_la_args.h"
@@ -14,7 +15,7 @@
 
 /* Tile shapes, largest first (kn_cuda_linalg.c has a module for each and
  * layout, in this order). */
-#define KN_CUDA_X3_TILES 4
+#define KN_CUDA_X3_TILES 5
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
  * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else
@@ -38,6 +39,10 @@ int64_t kn_cuda_gemm_x3_tiles_for(const kn_cuda_x3_call *c, int tile);
  * fewer tiles than SMs and a long sum is split along k (kn_la_gemm_x3_sum
  * adds the splits in order). */
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
+/* A launch of c in tile shape `tile`: its grid (x over m, y over n),
+ * threads and shared bytes, with kt of k a stage (0: the tile's own). */
+void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, int kt, unsigned grid[2], unsigned *threads,
+                                  size_t *smem);
 /* "128x128" */
 const char *kn_cuda_gemm_x3_tile_name(int tile);
 

@@ -96,18 +96,19 @@ static const la_module la_modules[] = {
     {"stem_tc f16 n8", "kn_la_stem_tc", KN_LA_F16, 8, "", {"kn_la_conv_stem_tc_f16_n8"}},
     /* kn_la_gemm_x3.cu: the split-precision f32 GEMM, a module per tile
      * shape (kn_cuda_gemm_x3.c's table, in its order) and layout */
-#define X3_MODULES(bm, bn, wm, wn)                                                                                 \
-    X3_MODULE(bm, bn, wm, wn, 1, 1, "kk"), X3_MODULE(bm, bn, wm, wn, 1, 0, "kn"),                                \
-        X3_MODULE(bm, bn, wm, wn, 0, 1, "mk"), X3_MODULE(bm, bn, wm, wn, 0, 0, "mn")
-#define X3_MODULE(bm, bn, wm, wn, ak, bk, lay)                                                                     \
-    {"gemm_x3 " #bm "x" #bn " " lay, "kn_la_gemm_x3", -1, -1,                                                      \
+#define X3_MODULES(bm, bn, wm, wn, kt, name)                                                                       \
+    X3_MODULE(bm, bn, wm, wn, kt, name, 1, 1, "kk"), X3_MODULE(bm, bn, wm, wn, kt, name, 1, 0, "kn"),            \
+        X3_MODULE(bm, bn, wm, wn, kt, name, 0, 1, "mk"), X3_MODULE(bm, bn, wm, wn, kt, name, 0, 0, "mn")
+#define X3_MODULE(bm, bn, wm, wn, kt, name, ak, bk, lay)                                                           \
+    {"gemm_x3 " name " " lay, "kn_la_gemm_x3", -1, -1,                                                             \
      "#define KN_X3_BM " #bm "\n#define KN_X3_BN " #bn "\n#define KN_X3_WM " #wm "\n#define KN_X3_WN " #wn       \
-     "\n#define KN_X3_AK " #ak "\n#define KN_X3_BK " #bk "\n",                                                     \
-     {"kn_la_gemm_x3_" #bm "x" #bn "_" lay}}
-    X3_MODULES(128, 128, 64, 32),
-    X3_MODULES(128, 64, 32, 32),
-    X3_MODULES(64, 64, 32, 32),
-    X3_MODULES(64, 32, 32, 16),
+     "\n#define KN_X3_KTILE " #kt "\n#define KN_X3_AK " #ak "\n#define KN_X3_BK " #bk "\n",                      \
+     {"kn_la_gemm_x3_" name "_" lay}}
+    X3_MODULES(128, 128, 64, 32, 32, "128x128"),
+    X3_MODULES(128, 64, 32, 32, 32, "128x64"),
+    X3_MODULES(64, 64, 32, 32, 32, "64x64"),
+    X3_MODULES(64, 32, 32, 16, 32, "64x32"),
+    X3_MODULES(128, 128, 64, 32, 64, "128x128k64"),
 #undef X3_MODULE
 #undef X3_MODULES
 };
