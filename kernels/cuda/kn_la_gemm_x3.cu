@@ -78,41 +78,29 @@ __device__ __forceinline__ void x3_cp16(float *dst, const float *src, int bytes)
 }
 
 // One operand's tile (ROWS of m or n by X3_KT of k, from row r0 and k0)
-// into shared memory s. g's rows (k-contiguous) or k-rows (otherwise) are
-// ld floats apart; 16-byte chunks, cut short (and zero-filled) at the
-// matrix's edges: the host guarantees 16-byte aligned bases and lds.
+// into shared memory s, as lines of contiguous floats: a k-contiguous
+// operand's ROWS rows of X3_KT, or an m/n-contiguous one's X3_KT k-rows of
+// ROWS; g's lines are ld floats apart. 16-byte chunks, cut short (and
+// zero-filled) at the matrix's edges: the host guarantees 16-byte aligned
+// bases and lds.
 template <int ROWS, bool KMAJ>
 __device__ __forceinline__ void x3_stage(float *s, const float *g, long long ld, long long rows, long long k,
                                          long long r0, long long k0)
 {
-    if (KMAJ) {
-        constexpr int CPR = X3_KT / 4;
+    constexpr int INNER = KMAJ ? X3_KT : ROWS, OUTER = KMAJ ? ROWS : X3_KT, CPL = INNER / 4;
+    constexpr int SSTRIDE = KMAJ ? X3_KSTRIDE : X3_MSTRIDE(ROWS);
+    const long long o0 = KMAJ ? r0 : k0, i0 = KMAJ ? k0 : r0, olim = KMAJ ? rows : k, ilim = KMAJ ? k : rows;
 #pragma unroll
-        for (int c = threadIdx.x; c < ROWS * CPR; c += X3_THREADS) {
-            const int r = c / CPR, kc = (c % CPR) * 4;
-            const long long gr = r0 + r, gk = k0 + kc;
-            int bytes = 0;
-            const float *src = g;
-            if (gr < rows && gk < k) {
-                bytes = k - gk >= 4 ? 16 : (int)(k - gk) * 4;
-                src = g + gr * ld + gk;
-            }
-            x3_cp16(s + r * X3_KSTRIDE + kc, src, bytes);
+    for (int c = threadIdx.x; c < OUTER * CPL; c += X3_THREADS) {
+        const int o = c / CPL, i = (c % CPL) * 4;
+        const long long go = o0 + o, gi = i0 + i;
+        int bytes = 0;
+        const float *src = g;
+        if (go < olim && gi < ilim) {
+            bytes = ilim - gi >= 4 ? 16 : (int)(ilim - gi) * 4;
+            src = g + go * ld + gi;
         }
-    } else {
-        constexpr int CPR = ROWS / 4;
-#pragma unroll
-        for (int c = threadIdx.x; c < X3_KT * CPR; c += X3_THREADS) {
-            const int kr = c / CPR, rc = (c % CPR) * 4;
-            const long long gk = k0 + kr, gr = r0 + rc;
-            int bytes = 0;
-            const float *src = g;
-            if (gk < k && gr < rows) {
-                bytes = rows - gr >= 4 ? 16 : (int)(rows - gr) * 4;
-                src = g + gk * ld + gr;
-            }
-            x3_cp16(s + kr * X3_MSTRIDE(ROWS) + rc, src, bytes);
-        }
+        x3_cp16(s + o * SSTRIDE + i, src, bytes);
     }
 }
 
