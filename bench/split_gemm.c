@@ -178,7 +178,7 @@ static kn_status form_variant(x3_run *r, int form)
         KN_TRY(st);
         KN_TRY(kn_cuda_module_kernel(mod, kname, &r->fn));
         unsigned grid[2];
-        kn_cuda_gemm_x3_launch_shape(&r->call, r->tile, 0, grid, &r->threads, &r->smem);
+        kn_cuda_gemm_x3_launch_shape(&r->call, r->tile, grid, &r->threads, &r->smem);
         r->gx = grid[0], r->gy = grid[1];
         cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)r->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                         (int)r->smem, kn_cuda_current()->index);
@@ -269,7 +269,6 @@ int main(void)
         r.call.p.sa = pb->m * pb->k, r.call.p.sb = pb->n * pb->k, r.call.p.sy = pb->m * pb->n;
         r.call.p.vec2 = pb->n % 2 == 0;
         r.call.a_kmajor = pb->a_kmajor, r.call.b_kmajor = pb->b_kmajor, r.call.count = pb->count;
-        int pick = kn_cuda_gemm_x3_pick(&r.call, kn_cuda_current()->sm_count);
         for (int tile = 0; tile < KN_CUDA_X3_TILES; tile++)
             for (int form = 0; form < (all_forms ? N_FORMS : 1); form++) {
                 r.tile = tile;
@@ -286,8 +285,7 @@ int main(void)
                 double ex = max_rel_err(ox, o64);
                 float ux = time_it(run_x3, &r, reps, e0, e1);
                 char label[48];
-                snprintf(label, sizeof label, "x3 %s%s%s", kn_cuda_gemm_x3_tile_name(tile), tile == pick ? "*" : "",
-                         FORM_NAMES[form]);
+                snprintf(label, sizeof label, "x3 %s%s", kn_cuda_gemm_x3_tile_name(tile), FORM_NAMES[form]);
                 printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux,
                        flops / ux / 1e6, ex, e32 > 0 ? ex / e32 : (ex > 0 ? INFINITY : 0), us / ux);
             }

@@ -33,11 +33,11 @@ const char *kn_cuda_gemm_x3_tile_name(int tile)
     return tile >= 0 && tile < KN_CUDA_X3_TILES ? x3_tiles[tile].name : "?";
 }
 
-void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, int kt, unsigned grid[2], unsigned *threads,
+void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2], unsigned *threads,
                                   size_t *smem)
 {
     const struct x3_tile *t = &x3_tiles[tile];
-    if (kt <= 0) kt = t->kt;
+    const int kt = t->kt;
     /* shared bytes: the kernel's X3_TILE_FLOATS, three stages */
     size_t a = c->a_kmajor ? (size_t)t->bm * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bm + 4);
     size_t b = c->b_kmajor ? (size_t)t->bn * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bn + 4);
@@ -63,17 +63,11 @@ bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c)
            (!p->bias || (uintptr_t)p->bias % 4 == 0);
 }
 
-int64_t kn_cuda_gemm_x3_tiles_for(const kn_cuda_x3_call *c, int tile)
+/* c's output tiles in tile shape `tile`, all batches */
+static int64_t x3_tiles_of(const kn_cuda_x3_call *c, int tile)
 {
     const struct x3_tile *t = &x3_tiles[tile];
     return (c->p.m + t->bm - 1) / t->bm * ((c->p.n + t->bn - 1) / t->bn) * c->count;
-}
-
-int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms)
-{
-    for (int t = 0; t < KN_CUDA_X3_TILES - 1; t++)
-        if (kn_cuda_gemm_x3_tiles_for(c, t) >= sms) return t;
-    return KN_CUDA_X3_TILES - 1;
 }
 
 /* Split-K for a call of few tiles and a long sum: enough splits for about
@@ -83,7 +77,7 @@ int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms)
 #define X3_SPLITS_MAX 8
 static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
 {
-    int64_t blocks = kn_cuda_gemm_x3_tiles_for(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
+    int64_t blocks = x3_tiles_of(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
     int64_t by_k = c->p.k / X3_SPLIT_MIN_K;
     int64_t s = want < by_k ? want : by_k;
     if (s > X3_SPLITS_MAX) s = X3_SPLITS_MAX;
@@ -106,7 +100,7 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     KN_TRY(kn_cuda_linalg_kernel(name, &fn));
     unsigned grid[2], threads;
     size_t smem;
-    kn_cuda_gemm_x3_launch_shape(c, tile, 0, grid, &threads, &smem);
+    kn_cuda_gemm_x3_launch_shape(c, tile, grid, &threads, &smem);
     int dev = kn_cuda_current()->index;
     pthread_mutex_lock(&lock);
     bool raised = dev < 64 && (smem_raised[tile][layout] >> dev & 1);

@@ -13,8 +13,8 @@
 #include "kn_cuda_la_args.h"
 #include "kn_status.h"
 
-/* Tile shapes, largest first (kn_cuda_linalg.c has a module for each and
- * layout, in this order). */
+/* Tile shapes (kn_cuda_gemm_x3.c's table; kn_cuda_linalg.c has a module
+ * for each and layout, in this order). */
 #define KN_CUDA_X3_TILES 5
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
@@ -31,17 +31,13 @@ typedef struct kn_cuda_x3_call {
 bool kn_cuda_gemm_x3_fits(const kn_cuda_x3_call *c);
 /* The same without the pointers: sizes, leading dims and batch strides. */
 bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c);
-/* A tile shape for c: the largest that still gives every SM a block. */
-int kn_cuda_gemm_x3_pick(const kn_cuda_x3_call *c, int sms);
-/* How many output tiles c has in tile shape `tile` (all batches). */
-int64_t kn_cuda_gemm_x3_tiles_for(const kn_cuda_x3_call *c, int tile);
 /* Run c with tile shape `tile` (0 .. KN_CUDA_X3_TILES-1); a call with
  * fewer tiles than SMs and a long sum is split along k (kn_la_gemm_x3_sum
  * adds the splits in order). */
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
 /* A launch of c in tile shape `tile`: its grid (x over m, y over n),
- * threads and shared bytes, with kt of k a stage (0: the tile's own). */
-void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, int kt, unsigned grid[2], unsigned *threads,
+ * threads and shared bytes. */
+void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2], unsigned *threads,
                                   size_t *smem);
 /* "128x128" */
 const char *kn_cuda_gemm_x3_tile_name(int tile);
