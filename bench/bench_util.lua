@@ -41,8 +41,11 @@ end
 -- Max abs difference, and that over the largest |expected| (in f32, on the
 -- CPU). A NaN anywhere gives NaN, and a reference whose largest value is 0
 -- gives an infinite relative error: neither passes a tolerance.
-function U.errors(y, expected)
-  local a, b = y:to("cpu"):to("f32"), expected:to("cpu"):to("f32")
+-- Max abs difference and that over the largest |expected|, computed in
+-- `at` (default f32; "f64" against a float64 reference).
+function U.errors(y, expected, at)
+  at = at or "f32"
+  local a, b = y:to("cpu"):to(at), expected:to("cpu"):to(at)
   local sa, sb = a:shape(), b:shape()
   if #sa ~= #sb then return nil, nil end
   for i = 1, #sa do

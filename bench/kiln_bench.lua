@@ -104,7 +104,7 @@ local function lua_source(model_name, dtype, r)
     if FIXUPS[model_name] then FIXUPS[model_name](model) end
     local io_t = kiln.load_safetensors(iopath)
     r.ref = "torch-eager"
-    return model, io_t.input, io_t.output
+    return model, io_t.input, io_t.output, io_t.output_f64
   end
   r.ref = "kiln-eager"
   r.ref_note = REF and "no PyTorch export for this row; compared with kiln eager on the sample's weights" or nil
@@ -139,7 +139,7 @@ local function onnx_source(model_name, dtype, r)
   if exists(iopath) then
     local io_t = kiln.load_safetensors(iopath)
     r.ref = "torch-eager"
-    return model, io_t.input, io_t.output
+    return model, io_t.input, io_t.output, io_t.output_f64
   end
   r.ref = "kiln-eager"
   r.ref_note = "no PyTorch output beside the ONNX file; compared with kiln eager"
@@ -153,7 +153,8 @@ local function row(model_name, mode, dtype)
   kiln.session.small = SMALL
   kiln.config.allow_tf32 = false -- as PyTorch's rows
   local base_free = U.device_free(DEVICE) -- before the model: held_mib below is what the row adds
-  local model, x, expected = (ONNX_ROWS[model_name] and onnx_source or lua_source)(model_name, dtype, r)
+  -- expected64: PyTorch's float64 run of the same model and input (f32 rows)
+  local model, x, expected, expected64 = (ONNX_ROWS[model_name] and onnx_source or lua_source)(model_name, dtype, r)
   if not model then return r end
   model:to(dtype):to(DEVICE)
   x = x:to(dtype):to(DEVICE)
@@ -200,6 +201,7 @@ local function row(model_name, mode, dtype)
   y = f(x)
   U.sync(DEVICE)
   r.max_abs_err, r.max_rel_err = errors(y, expected)
+  if expected64 then r.f64_max_abs_err, r.f64_max_rel_err = errors(y, expected64, "f64") end
   r.ms_per_call, r.ms_reps = median(per), per
   r.ms_min = math.min(table.unpack(per))
   if cm then U.compiled_stats(r, cm, mode) end

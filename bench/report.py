@@ -263,8 +263,8 @@ def report(env, rows):
           "| workload | dtype | kiln first call s, cold (default) | compile_s capture / passes / codegen / backend "
           "| kiln first call s, warm cache | torch first call s (default) | peak MiB torch best | "
           "peak MiB kiln best | kiln best vs torch eager: max abs / rel err | worst kiln rel err (mode) | "
-          "torch best vs eager rel err |",
-          "|" + "---|" * 11]
+          "torch best vs eager rel err | f32 rel err vs float64: kiln best / torch best |",
+          "|" + "---|" * 12]
     for m in models:
         for d in dtypes:
             tr = {md: rows.get(("torch", TORCH_OF.get(m, m), md, d, "cold")) for md in TORCH_MODES}
@@ -299,10 +299,14 @@ def report(env, rows):
                          if r and num(r.get("max_rel_err")) is not None), default=(None, None))
             kerr = (f"{sci(kbest.get('max_abs_err'))} / {sci(kbest.get('max_rel_err'))}"
                     + ("" if kbest.get("ref") == "torch-eager" else f" (vs {kbest.get('ref')})")) if kbest else "-"
+            # against PyTorch's float64 run of the same weights and input (f32 rows)
+            f64 = (f"{sci(num((kbest or {}).get('f64_max_rel_err')))} / {sci(num(tbest.get('f64_max_rel_err')))}"
+                   if d == "f32" else "-")
             t2.append(f"| {m} | {d} | {sec(first)} | {phases} | {sec(num(warm.get('first_call_s')))} | "
                       f"{sec(num(tdef.get('first_call_s')))} | {mib(num(tbest.get('peak_mib')))} | "
                       f"{approx}{mib(kp)} | {kerr} | "
-                      f"{sci(worst[0])} ({worst[1] or '-'}) | {sci(tbest.get('max_rel_err')) if tbm != 'eager' else '0'} |")
+                      f"{sci(worst[0])} ({worst[1] or '-'}) | {sci(tbest.get('max_rel_err')) if tbm != 'eager' else '0'} | "
+                      f"{f64} |")
     # max-autotune: what the search bought and what it cost, against default and PyTorch
     t3 = ["## max-autotune", "",
           "| workload | dtype | kiln default ms | kiln max-autotune ms | MA / default | kiln search s "
@@ -344,6 +348,9 @@ def report(env, rows):
             "n/a = the mode is not implemented (max-autotune counts only when kiln reports autotuning: "
             "cm:stats().autotune_s or autotune_cache_hits > 0); † = reduce-overhead ran without CUDA graph replays "
             "(cm:stats().replays == 0); - = not run. Relative error = max |kiln - torch| / max |torch|. "
+            "f32 rel err vs float64: the same measure against PyTorch's float64 run of the same weights and input "
+            "(exported with PyTorch eager's f32 row), for kiln's best mode and PyTorch's (the precision ledger's "
+            "measure: docs/precision.md). "
             "Kiln peak MiB: the allocator's peak where kiln exposes one, else ≈ weights + input + "
             "cm:stats().peak_bytes (the compiled plan's intermediates); PyTorch: torch.cuda.max_memory_allocated() "
             "over one call after warm-up. kiln first call, warm cache: a second process on the persistent cache "

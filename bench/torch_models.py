@@ -177,6 +177,16 @@ def _errors(y, ref):
     return d, (d / scale if scale > 0 else d)
 
 
+def _errors64(y, ref64):
+    """_errors in float64, against a float64 reference."""
+    a, b = y.detach().double().cpu(), ref64.detach().double().cpu()
+    if a.shape != b.shape:
+        return None, None
+    d = (a - b).abs().max().item()
+    scale = b.abs().max().item()
+    return d, (d / scale if scale > 0 else d)
+
+
 def time_calls(f, x, sync, clock, reps, calls, warmup):
     """The method shared with kiln_bench.lua: one cold first call (compile
     included), `warmup` calls, then `reps` repetitions of `calls`
@@ -230,9 +240,15 @@ def row(name, mode, dtype):
             os.makedirs(exp, exist_ok=True)
             y = m(x)
             torch.cuda.synchronize()
+            io = {"input": x, "output": y}
+            if dtype == "f32":
+                # the float64 reference of the f32 rows' accuracy column:
+                # the same weights and input, computed in float64
+                import copy
+                io["output_f64"] = copy.deepcopy(m).double()(x.double())
             save_safetensors(os.path.join(exp, f"{name}-{dtype}.weights.safetensors"), m.state_dict(),
                              {"origin": "bench/torch_models.py", "torch": torch.__version__})
-            save_safetensors(os.path.join(exp, f"{name}-{dtype}.io.safetensors"), {"input": x, "output": y},
+            save_safetensors(os.path.join(exp, f"{name}-{dtype}.io.safetensors"), io,
                              {"origin": "bench/torch_models.py", "torch": torch.__version__})
             r["exported"] = True
         f = m if mode == "eager" else torch.compile(m, mode=None if mode == "default" else mode)
@@ -254,10 +270,13 @@ def row(name, mode, dtype):
               "ms_min": round(min(per), 5), "ms_reps": [round(p, 5) for p in per]})
     io_path = os.path.join(exp, f"{name}-{dtype}.io.safetensors") if exp else None
     if io_path and os.path.exists(io_path):
-        ref = load_safetensors(io_path)["output"]
+        io = load_safetensors(io_path)
+        ref = io["output"]
         for key, y in (("", y_last), ("first_", y_first)):
             a, rel = _errors(y, ref)
             r[key + "max_abs_err"], r[key + "max_rel_err"] = a, rel
+        if "output_f64" in io:
+            r["f64_max_abs_err"], r["f64_max_rel_err"] = _errors64(y_last, io["output_f64"])
         r["ref"] = "torch-eager"
     return r
 

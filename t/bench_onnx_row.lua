@@ -23,7 +23,8 @@ local spec = kiln.load("samples/transformer_block.lua", { quiet = true })
 W.write(ref .. "/transformer_block.onnx", build(spec.model:state_dict(), { B = 2, T = 16 }, { mask = "where_ones" }))
 local x = kiln.randn({ 2, 16, 512 }, { seed = 4242 })
 local m64 = kiln.load("samples/transformer_block.lua", { quiet = true }).model:to("f64")
-kiln.save_safetensors(ref .. "/transformer_block_onnx-f32.io.safetensors", { input = x, output = m64(x:to("f64")):to("f32") })
+local y64 = m64(x:to("f64"))
+kiln.save_safetensors(ref .. "/transformer_block_onnx-f32.io.safetensors", { input = x, output = y64:to("f32"), output_f64 = y64 })
 local mb = kiln.load("samples/transformer_block.lua", { quiet = true }).model:to("bf16")
 kiln.save_safetensors(ref .. "/transformer_block_onnx-bf16.io.safetensors", { input = x, output = mb(x:to("bf16")) })
 
@@ -46,6 +47,10 @@ for _, c in ipairs { { "eager", "f32", 1e-5 }, { "default", "f32", 1e-5 }, { "de
   T.is(field(line, "ref"), "torch-eager", what .. "compared with the output beside the file")
   T.ok(rel and rel == rel and rel <= tol, what .. "max rel err " .. tostring(rel) .. " <= " .. tol)
   T.is(field(line, "onnx_opset"), "17", what .. "the row records the file's opset")
+  if dtype == "f32" then -- the float64 output beside it: the accuracy against float64, measured in f64
+    local rel64 = tonumber(field(line, "f64_max_rel_err"))
+    T.ok(rel64 and rel64 == rel64 and rel64 <= tol, what .. "max rel err against float64 " .. tostring(rel64))
+  end
 end
 
 -- no file: the row is skipped, with the reason export_onnx.py left
@@ -83,6 +88,9 @@ if not T.like(row, "| %d+%.%d+ | %d+%.%d+ | %- | %- | %d+%.%d+ %(%a+%)", "gpu_be
   io.write("# " .. out:gsub("\n", "\n# ") .. "\n")
 end
 T.like(md, "commit 1234567,", "gpu_bench.sh: the header names KILN_COMMIT's commit")
+local acc = md:match("\n(| transformer_block_onnx | f32 | [^\n]*)\n[^\n]*\n*## First call") or
+  md:match("## Compile, memory, accuracy.-\n(| transformer_block_onnx | f32 | [^\n]*)") or ""
+T.like(acc, "| %d[%d%.e%-]* / %- |$", "report.py: the f32 row's error against float64 (kiln's; no PyTorch row here)")
 p = io.popen("cat '" .. dir .. "'/out/*.jsonl 2>/dev/null")
 local rawrows = p:read("a")
 p:close()
