@@ -85,6 +85,9 @@ local function row(name, mode, dtype)
   y = f(table.unpack(xs))
   U.sync(DEVICE)
   r.max_abs_err, r.max_rel_err = U.errors(y, expected)
+  if dtype == "f32" and io_t["output.f64"] then
+    r.f64_max_abs_err, r.f64_max_rel_err = U.errors(y, io_t["output.f64"], "f64")
+  end
   r.ms_per_call, r.ms_reps, r.ms_min = U.median(per), per, math.min(table.unpack(per))
   r.ref = "torch-eager"
   if cm then U.compiled_stats(r, cm, mode) end

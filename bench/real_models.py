@@ -227,6 +227,9 @@ def export_one(name, out):
                     mm = mm.to(torch.bfloat16)
                     xx = [t.to(torch.bfloat16) if t.is_floating_point() else t for t in xx]
                 io[f"output.{dt}"] = mm(*xx).detach().cpu()
+                if dt == "f32":  # the f32 rows' float64 reference: the same weights and inputs in float64
+                    m64 = copy.deepcopy(m).cuda().double()
+                    io["output.f64"] = m64(*[t.double() if t.is_floating_point() else t for t in xx]).detach().cpu()
         torch_models.save_safetensors(os.path.join(out, f"{name}.io.safetensors"), io,
                                       {"origin": "bench/real_models.py", "torch": torch.__version__, "seed": SEED})
         t1 = time.time()
@@ -292,9 +295,12 @@ def row(name, mode, dtype):
     ref_dir = os.environ.get("REF_DIR")
     io_path = os.path.join(ref_dir, f"{name}.io.safetensors") if ref_dir else None
     if io_path and os.path.exists(io_path):
-        ref = torch_models.load_safetensors(io_path)[f"output.{dtype}"]
+        io = torch_models.load_safetensors(io_path)
+        ref = io[f"output.{dtype}"]
         for key, y in (("", y_last), ("first_", y_first)):
             r[key + "max_abs_err"], r[key + "max_rel_err"] = torch_models._errors(y, ref)
+        if dtype == "f32" and "output.f64" in io:
+            r["f64_max_abs_err"], r["f64_max_rel_err"] = torch_models._errors64(y_last, io["output.f64"])
         r["ref"] = "torch-eager"
     return r
 
