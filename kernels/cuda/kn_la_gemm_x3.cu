@@ -11,7 +11,9 @@
 // "Numerical behavior of NVIDIA tensor cores", 2021), so an accumulator
 // chained through all of K collects a biased error that grows with K and
 // loses to f32 FMA's rounding (CUTLASS issue 729: plain 3xTF32 is less
-// accurate than FMA for K < 256). Here the tensor core sums only
+// accurate than FMA for K < 256; on the H200 this kernel summing all of K
+// in the tensor core had 3-45x strict f32's error, bench/split_gemm.c run
+// 7). Here the tensor core sums only
 // KN_X3_FLUSH k-steps of 8 (the three products of each) into a zeroed
 // partial, and that partial is added to the running sum by an ordinary
 // f32 add, which rounds to nearest (Ootomo and Yokota, arXiv 2203.03341,
@@ -24,7 +26,8 @@
 // res); a is [m, k] k-contiguous (KN_X3_AK 1) or [k, m] m-contiguous (0);
 // b is [n, k] k-contiguous (KN_X3_BK 1: a linear layer's weight) or
 // [k, n] n-contiguous (0). A block takes a KN_X3_BM x KN_X3_BN tile of y
-// over k in steps of 32, staged through shared memory by 16-byte cp.async
+// over k in steps of KN_X3_KTILE (32, or 64 for one 128x128 module),
+// staged through shared memory by 16-byte cp.async
 // (zero fill past the edges) in a 3-stage pipeline; its warps take
 // KN_X3_WM x KN_X3_WN each, as mma.sync m16n8k8 tiles. Operands are split
 // as their fragments are read from shared memory. (Splitting each landed
@@ -46,7 +49,8 @@
 #ifndef KN_X3_FLUSH
 // k-steps of 8 a tensor-core partial sums before the f32 add, X3_KT / 8 at
 // most: 1 and 2 ran slower and no more accurately (H200, runs 2 and 3); 0
-// sums everything in the tensor core (no f32 adds, half the accumulators)
+// sums everything in the tensor core (no f32 adds, half the accumulators:
+// for measurement only, it breaks the contract)
 #define KN_X3_FLUSH (X3_KT / 8)
 #endif
 #if KN_X3_FLUSH == 0
