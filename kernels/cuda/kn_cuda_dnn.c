@@ -16,11 +16,12 @@
  * Runtime-compiled engines are tried only when no precompiled one works:
  * finalizing their plans took 0.5-1.8 s each.
  *
- * The plan, its descriptors and its workspace are kept per call signature
- * (shapes, strides, dtypes, conv params, tf32, alignments) for the life of
- * the process; the workspace never moves, so CUDA graph recordings stay
- * valid. A refusal is remembered too: that signature goes straight to the
- * fallback kernel afterwards.
+ * The plan and its descriptors are kept per call signature (shapes,
+ * strides, dtypes, conv params, tf32, alignments) for the life of the
+ * process; every plan runs in the GPU's one cuDNN workspace, which only
+ * grows and keeps the buffers it grew out of, so CUDA graph recordings
+ * stay valid. A refusal is remembered too: that signature goes straight
+ * to the fallback kernel afterwards.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,8 +75,7 @@ typedef struct dnn_entry {
     cudnnBackendDescriptor_t plan;
     cudnnBackendDescriptor_t keep[MAX_KEEP]; /* what the plan was built from */
     int nkeep;
-    void *ws;
-    int64_t ws_size;
+    int64_t ws_size; /* the workspace its engine needs (the GPU's shared one: dnn_workspace) */
     kn_cuda_dnn_pack pack; /* the last execution's variant pack */
 } dnn_entry;
 
@@ -85,6 +85,15 @@ struct kn_cuda_dnn {
     int state; /* 0 not tried, 1 ready, -1 unavailable */
     size_t version;
     kn_cuda_libplans *plans; /* dnn_key -> dnn_entry */
+    /* One workspace for every plan of this GPU (conv and attention): they
+     * all run on its one stream, one after another, so none needs its own.
+     * Each plan holding its own, sized for its engine, kept up to 512 MB
+     * each alive for the process. It only grows; a grown-out buffer is
+     * kept, not freed: a recorded CUDA graph may still point at it. */
+    void *ws;
+    int64_t ws_size;
+    void **retired;
+    int n_retired;
 };
 
 static kn_status dnn_fail(cudnnStatus_t s, const char *what)
@@ -101,8 +110,34 @@ static void dnn_plan_destroy(void *plan)
 {
     dnn_entry *e = plan;
     dnn_entry_release(e);
-    if (e->ws) kn_cuda_free(e->ws);
     free(e);
+}
+
+/* The shared workspace, at least need bytes (NULL for none); NULL with
+ * *failed set when memory for it runs out. Grown to twice its size at
+ * least, so the buffers kept for old recordings add up to less than the
+ * current one. */
+static void *dnn_workspace(kn_cuda_dnn *dn, int64_t need, bool *failed)
+{
+    *failed = false;
+    if (need <= 0) return NULL;
+    if (need <= dn->ws_size) return dn->ws;
+    int64_t size = dn->ws_size * 2 > need ? dn->ws_size * 2 : need;
+    size = (size + ((int64_t)1 << 20) - 1) & ~(((int64_t)1 << 20) - 1);
+    void *ws = NULL, **r = NULL;
+    if (dn->ws && !(r = realloc(dn->retired, sizeof *r * (size_t)(dn->n_retired + 1)))) {
+        *failed = true;
+        return NULL;
+    }
+    if (r) dn->retired = r;
+    if (kn_cuda_malloc(size, &ws) != KN_OK) {
+        *failed = true;
+        return NULL;
+    }
+    if (dn->ws) dn->retired[dn->n_retired++] = dn->ws;
+    dn->ws = ws;
+    dn->ws_size = size;
+    return ws;
 }
 
 /* The current GPU's cuDNN; NULL when it cannot start (kiln's kernel then
@@ -772,13 +807,6 @@ static kn_status dnn_entry_get(kn_cuda_dnn *dn, const dnn_key *k, dnn_entry **ou
             st = dnn_fail(s, "plan build");
         dnn_entry_release(e);
         e->refused = true;
-    } else if (e->ws_size > 0) {
-        st = kn_cuda_malloc(e->ws_size, &e->ws);
-        if (st != KN_OK) { /* keep nothing half-built: the next call retries */
-            dnn_entry_release(e);
-            free(e);
-            return st;
-        }
     }
     if (st != KN_OK) {
         free(e);
@@ -786,7 +814,6 @@ static kn_status dnn_entry_get(kn_cuda_dnn *dn, const dnn_key *k, dnn_entry **ou
     }
     if ((st = kn_cuda_libplans_insert(dn->plans, &e->key, e->hash, e)) != KN_OK) {
         dnn_entry_release(e);
-        if (e->ws) kn_cuda_free(e->ws);
         free(e);
         return st;
     }
@@ -800,13 +827,17 @@ void kn_cuda_dnn_pack_release(kn_cuda_dnn_pack *pack)
     memset(pack, 0, sizeof *pack);
 }
 
-int kn_cuda_dnn_execute(void *plan, void *ws, const int64_t *uids, void *const *ptrs, int n, kn_cuda_dnn_pack *pack)
+int kn_cuda_dnn_execute(void *plan, int64_t ws_size, const int64_t *uids, void *const *ptrs, int n,
+                        kn_cuda_dnn_pack *pack)
 {
     kn_cuda_dnn *dn = dnn_ready();
     if (!dn || n > KN_CUDA_DNN_PACK_MAX) return CUDNN_STATUS_BAD_PARAM;
+    bool failed;
+    void *ws = dnn_workspace(dn, ws_size, &failed);
+    if (failed) return CUDNN_STATUS_ALLOC_FAILED;
     cudnnStatus_t s = cudnnSetStream(dn->h, kn_cuda_stream());
-    /* the workspace is the plan's own, fixed: only the data pointers decide */
-    if (pack->vp && (pack->n != n || memcmp(pack->ptrs, ptrs, sizeof(void *) * (size_t)n) != 0))
+    /* the pack holds the data pointers and the workspace (which moves when it grows) */
+    if (pack->vp && (pack->n != n || pack->ws != ws || memcmp(pack->ptrs, ptrs, sizeof(void *) * (size_t)n) != 0))
         kn_cuda_dnn_pack_release(pack);
     if (s == CUDNN_STATUS_SUCCESS && !pack->vp) {
         cudnnBackendDescriptor_t vp = NULL;
@@ -821,6 +852,7 @@ int kn_cuda_dnn_execute(void *plan, void *ws, const int64_t *uids, void *const *
         if (s == CUDNN_STATUS_SUCCESS) {
             pack->vp = vp;
             pack->n = n;
+            pack->ws = ws;
             memcpy(pack->ptrs, ptrs, sizeof(void *) * (size_t)n);
         } else if (vp) {
             cudnnBackendDestroyDescriptor(vp);
@@ -835,7 +867,7 @@ static kn_status dnn_execute(dnn_entry *e, void *x, void *w, void *y, void *b)
 {
     static const int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
     void *ptrs[4] = {x, w, y, b};
-    cudnnStatus_t s = (cudnnStatus_t)kn_cuda_dnn_execute(e->plan, e->ws, uids, ptrs, e->key.fused ? 4 : 3, &e->pack);
+    cudnnStatus_t s = (cudnnStatus_t)kn_cuda_dnn_execute(e->plan, e->ws_size, uids, ptrs, e->key.fused ? 4 : 3, &e->pack);
     if (s == CUDNN_STATUS_SUCCESS) return KN_OK;
     if (is_not_supported(s)) return KN_ERR_UNSUPPORTED; /* the caller falls back */
     return dnn_fail(s, "execute");
@@ -1090,9 +1122,10 @@ void kn_cuda_dnn_pack_release(kn_cuda_dnn_pack *pack)
     (void)pack;
 }
 
-int kn_cuda_dnn_execute(void *plan, void *ws, const int64_t *uids, void *const *ptrs, int n, kn_cuda_dnn_pack *pack)
+int kn_cuda_dnn_execute(void *plan, int64_t ws_size, const int64_t *uids, void *const *ptrs, int n,
+                        kn_cuda_dnn_pack *pack)
 {
-    (void)plan, (void)ws, (void)uids, (void)ptrs, (void)n, (void)pack;
+    (void)plan, (void)ws_size, (void)uids, (void)ptrs, (void)n, (void)pack;
     return -1;
 }
 

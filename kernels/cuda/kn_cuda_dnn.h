@@ -56,13 +56,16 @@ int kn_cuda_dnn_first_plan(void *graph, int64_t max_ws, void **plan, void **cfg,
 typedef struct kn_cuda_dnn_pack {
     void *vp; /* a cudnnBackendDescriptor_t, or NULL */
     void *ptrs[KN_CUDA_DNN_PACK_MAX];
+    void *ws; /* the workspace it was built with */
     int n;
 } kn_cuda_dnn_pack;
 /* Execute plan (a cudnnBackendDescriptor_t) on the current stream with
- * tensor uids[i] at ptrs[i] (n <= KN_CUDA_DNN_PACK_MAX) and workspace ws,
- * through *pack (rebuilt when the pointers differ). Returns cuDNN's status
- * (0: success) for the caller's message. */
-int kn_cuda_dnn_execute(void *plan, void *ws, const int64_t *uids, void *const *ptrs, int n, kn_cuda_dnn_pack *pack);
+ * tensor uids[i] at ptrs[i] (n <= KN_CUDA_DNN_PACK_MAX) and ws_size bytes
+ * of the GPU's one cuDNN workspace (grown when a plan needs more), through
+ * *pack (rebuilt when the pointers differ). Returns cuDNN's status (0:
+ * success) for the caller's message. */
+int kn_cuda_dnn_execute(void *plan, int64_t ws_size, const int64_t *uids, void *const *ptrs, int n,
+                        kn_cuda_dnn_pack *pack);
 void kn_cuda_dnn_pack_release(kn_cuda_dnn_pack *pack);
 /* Execution plans across processes (cache_dir/cudnn-plans/): the plan (a
  * cudnnBackendDescriptor_t) kept for key (of kind "conv", "attention")

@@ -64,8 +64,7 @@ typedef struct sdpa_plan {
     cudnnBackendDescriptor_t keep[MAX_DESC];
     int nkeep;
     unsigned uses; /* bit u: tensor UID u is in the graph */
-    void *ws;
-    int64_t ws_size;
+    int64_t ws_size; /* the workspace its engine needs (kn_cuda_dnn_execute's shared one) */
     /* by-value scalars live here, at addresses the variant pack keeps */
     float scale, neg_inf;
     kn_cuda_dnn_pack pack; /* the last execution's variant pack */
@@ -325,7 +324,6 @@ static void plan_destroy(void *plan)
 {
     sdpa_plan *p = plan;
     plan_release(p);
-    if (p->ws) kn_cuda_free(p->ws);
     free(p);
 }
 
@@ -395,9 +393,6 @@ static sdpa_plan *build_plan(const sdpa_key *k, void *handle, size_t version)
         if (s == CUDNN_STATUS_SUCCESS) kn_cuda_dnn_plan_save("attention", k, sizeof *k, p->plan, p->label);
     }
     kn_phase_end(KN_PHASE_LIBRARY_PLANS);
-    if (s == CUDNN_STATUS_SUCCESS && p->ws_size > 0) {
-        if (kn_cuda_malloc((size_t)p->ws_size, &p->ws) != KN_OK) s = CUDNN_STATUS_ALLOC_FAILED;
-    }
     if (s != CUDNN_STATUS_SUCCESS) {
         char last[96] = "";
         cudnnGetLastErrorString(last, sizeof last);
@@ -422,7 +417,7 @@ static kn_status execute(sdpa_plan *p, const kn_attention_problem *a)
     by_uid[UID_BIAS] = (void *)a->mask, by_uid[UID_SCALE] = &p->scale, by_uid[UID_NEG_INF] = &p->neg_inf;
     for (int u = UID_Q; u <= UID_NEG_INF; u++)
         if (p->uses & (1u << u)) uids[n] = u, ptrs[n++] = by_uid[u];
-    cudnnStatus_t s = (cudnnStatus_t)kn_cuda_dnn_execute(p->plan, p->ws, uids, ptrs, n, &p->pack);
+    cudnnStatus_t s = (cudnnStatus_t)kn_cuda_dnn_execute(p->plan, p->ws_size, uids, ptrs, n, &p->pack);
     if (s == CUDNN_STATUS_SUCCESS) return KN_OK;
     char last[256] = "";
     cudnnGetLastErrorString(last, sizeof last);
