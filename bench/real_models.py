@@ -300,7 +300,7 @@ def row(name, mode, dtype):
         for key, y in (("", y_last), ("first_", y_first)):
             r[key + "max_abs_err"], r[key + "max_rel_err"] = torch_models._errors(y, ref)
         if dtype == "f32" and "output.f64" in io:
-            r["f64_max_abs_err"], r["f64_max_rel_err"] = torch_models._errors64(y_last, io["output.f64"])
+            r["f64_max_abs_err"], r["f64_max_rel_err"] = torch_models._errors(y_last, io["output.f64"], "float64")
         r["ref"] = "torch-eager"
     return r
 

@@ -167,19 +167,12 @@ def _median(v):
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
-def _errors(y, ref):
-    """Max abs difference and that over the largest |ref| (in f32)."""
-    a, b = y.detach().float().cpu(), ref.detach().float().cpu()
-    if a.shape != b.shape:
-        return None, None
-    d = (a - b).abs().max().item()
-    scale = b.abs().max().item()
-    return d, (d / scale if scale > 0 else d)
-
-
-def _errors64(y, ref64):
-    """_errors in float64, against a float64 reference."""
-    a, b = y.detach().double().cpu(), ref64.detach().double().cpu()
+def _errors(y, ref, at="float32"):
+    """Max abs difference and that over the largest |ref|, computed in `at`
+    ("float64" against a float64 reference)."""
+    import torch
+    dt = getattr(torch, at)
+    a, b = y.detach().to(dt).cpu(), ref.detach().to(dt).cpu()
     if a.shape != b.shape:
         return None, None
     d = (a - b).abs().max().item()
@@ -276,7 +269,7 @@ def row(name, mode, dtype):
             a, rel = _errors(y, ref)
             r[key + "max_abs_err"], r[key + "max_rel_err"] = a, rel
         if "output_f64" in io:
-            r["f64_max_abs_err"], r["f64_max_rel_err"] = _errors64(y_last, io["output_f64"])
+            r["f64_max_abs_err"], r["f64_max_rel_err"] = _errors(y_last, io["output_f64"], "float64")
         r["ref"] = "torch-eager"
     return r
 
