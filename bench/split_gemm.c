@@ -11,15 +11,11 @@
  * and "x f32" is that error over the strict f32 one: the "ieee" contract
  * allows at most 2. Times are the mean of REPS back-to-back launches
  * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
- * Every tile shape is timed; with X3_VARIANTS=all each also in the
- * kernel's other compile-time forms: KN_X3_FLUSH 0 (the tensor core sums
- * all of k, no f32 adds: on the H200 4-45x strict f32's error, run 7), and
- * the same with registers for two blocks an SM (KN_X3_MINB 2).
+ * Every tile shape is timed. (The forms of the kernel measured and not
+ * kept are in bench/results/2026-11-30-h200-split-f32.md, with the runs
+ * that measured them; this file's history has the code that built them.)
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
- *
- * The baseline runs with KILN_NO_SPLIT_F32=1 (kiln's matmul then keeps
- * cuBLASLt where its default would take the split kernel).
  *
  * Without a GPU it prints "split_gemm: no GPU" and exits 0.
  */
@@ -32,8 +28,6 @@
 #include "cuda/kn_cuda_blas.h"
 #include "cuda/kn_cuda_context.h"
 #include "cuda/kn_cuda_gemm_x3.h"
-#include "cuda/kn_cuda_linalg.h"
-#include "cuda/kn_cuda_module.h"
 #include "kn_kernels.h"
 #include "kn_op.h"
 #include "kn_plan_impl.h"
@@ -137,55 +131,14 @@ static kn_status run_lt(void *ud)
 typedef struct x3_run {
     kn_cuda_x3_call call;
     int tile;
-    const void *fn; /* a FLUSH variant compiled here, or NULL: the library's module */
-    size_t smem;
-    unsigned threads, gx, gy;
 } x3_run;
 
 static kn_status run_x3(void *ud)
 {
     x3_run *r = ud;
-    if (!r->fn) return kn_cuda_gemm_x3(&r->call, r->tile);
-    kn_la_gemm_args p = r->call.p;
-    p.splits = 1, p.kchunk = p.k, p.batches = r->call.count; /* the compiled forms run without split-K */
-    return kn_cuda_launch_grid3(r->fn, r->gx, r->gy, (unsigned)r->call.count, r->threads, 1, &p, r->smem);
+    return kn_cuda_gemm_x3(&r->call, r->tile);
 }
 
-
-static const char *const FORMS[] = {"", "#define KN_X3_FLUSH 0\n", "#define KN_X3_FLUSH 0\n#define KN_X3_MINB 2\n"};
-static const char *const FORM_NAMES[] = {"", " flush 0", " flush 0 2/SM"};
-#define N_FORMS 3
-
-/* tile t's module for this layout in form `form` (its defines first), compiled here */
-static kn_status form_variant(x3_run *r, int form)
-{
-    static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
-    int layout = (r->call.a_kmajor ? 0 : 2) + (r->call.b_kmajor ? 0 : 1);
-    char want[64], kname[64];
-    snprintf(want, sizeof want, "gemm_x3 %s %s", kn_cuda_gemm_x3_tile_name(r->tile), lay[layout]);
-    snprintf(kname, sizeof kname, "kn_la_gemm_x3_%s_%s", kn_cuda_gemm_x3_tile_name(r->tile), lay[layout]);
-    for (int m = 0; m < kn_cuda_linalg_module_count(); m++) {
-        if (strcmp(kn_cuda_linalg_module_name(m), want) != 0) continue;
-        char *src = NULL, *full = NULL;
-        KN_TRY(kn_cuda_linalg_module_source(m, &src));
-        size_t len = strlen(src) + 64;
-        full = malloc(len);
-        snprintf(full, len, "%s%s", FORMS[form], src);
-        free(src);
-        kn_cuda_module *mod = NULL;
-        kn_status st = kn_cuda_module_get(full, kn_cuda_cache_dir(), &mod);
-        free(full);
-        KN_TRY(st);
-        KN_TRY(kn_cuda_module_kernel(mod, kname, &r->fn));
-        unsigned grid[2];
-        kn_cuda_gemm_x3_launch_shape(&r->call, r->tile, grid, &r->threads, &r->smem);
-        r->gx = grid[0], r->gy = grid[1];
-        cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)r->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        (int)r->smem, kn_cuda_current()->index);
-        return e == cudaSuccess ? KN_OK : kn_cuda_fail(e, "raising shared memory");
-    }
-    return kn_error(KN_ERR_ARG, "no module %s", want);
-}
 
 static bool wanted(const char *name)
 {
@@ -199,15 +152,12 @@ static bool wanted(const char *name)
 
 int main(void)
 {
-    /* the baseline is cuBLASLt's strict f32: kiln's default would take the split kernel for the larger problems */
-    setenv("KILN_NO_SPLIT_F32", "1", 1);
     kn_kernels_register();
     if (!kn_cuda_available() || kn_cuda_init() != KN_OK) {
         printf("split_gemm: no GPU\n");
         return 0;
     }
     int reps = getenv("SPLIT_REPS") ? atoi(getenv("SPLIT_REPS")) : 20;
-    bool all_forms = getenv("X3_VARIANTS") && strcmp(getenv("X3_VARIANTS"), "all") == 0;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -269,26 +219,20 @@ int main(void)
         r.call.p.sa = pb->m * pb->k, r.call.p.sb = pb->n * pb->k, r.call.p.sy = pb->m * pb->n;
         r.call.p.vec2 = pb->n % 2 == 0;
         r.call.a_kmajor = pb->a_kmajor, r.call.b_kmajor = pb->b_kmajor, r.call.count = pb->count;
-        for (int tile = 0; tile < KN_CUDA_X3_TILES; tile++)
-            for (int form = 0; form < (all_forms ? N_FORMS : 1); form++) {
-                r.tile = tile;
-                r.fn = NULL;
-                if (form && form_variant(&r, form) != KN_OK) {
-                    printf("  %s%s: %s\n", kn_cuda_gemm_x3_tile_name(tile), FORM_NAMES[form], kn_last_error());
-                    continue;
-                }
-                cudaMemsetAsync(r.call.p.y, 0xff, (size_t)no * 4, kn_cuda_stream()); /* NaN: a missed store shows */
-                if (run_x3(&r) != KN_OK) {
-                    printf("  x3 %s: %s\n", kn_cuda_gemm_x3_tile_name(tile), kn_last_error());
-                    continue;
-                }
-                double ex = max_rel_err(ox, o64);
-                float ux = time_it(run_x3, &r, reps, e0, e1);
-                char label[48];
-                snprintf(label, sizeof label, "x3 %s%s", kn_cuda_gemm_x3_tile_name(tile), FORM_NAMES[form]);
-                printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux,
-                       flops / ux / 1e6, ex, e32 > 0 ? ex / e32 : (ex > 0 ? INFINITY : 0), us / ux);
+        for (int tile = 0; tile < KN_CUDA_X3_TILES; tile++) {
+            r.tile = tile;
+            cudaMemsetAsync(r.call.p.y, 0xff, (size_t)no * 4, kn_cuda_stream()); /* NaN: a missed store shows */
+            if (run_x3(&r) != KN_OK) {
+                printf("  x3 %s: %s\n", kn_cuda_gemm_x3_tile_name(tile), kn_last_error());
+                continue;
             }
+            double ex = max_rel_err(ox, o64);
+            float ux = time_it(run_x3, &r, reps, e0, e1);
+            char label[48];
+            snprintf(label, sizeof label, "x3 %s", kn_cuda_gemm_x3_tile_name(tile));
+            printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux, flops / ux / 1e6,
+                   ex, e32 > 0 ? ex / e32 : (ex > 0 ? INFINITY : 0), us / ux);
+        }
         free(va);
         free(vb);
         kn_tensor *all[] = {sa32, sb32, sa64, sb64, a32, b32, a64, b64, o32, o64, ox};

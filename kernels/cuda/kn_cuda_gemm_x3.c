@@ -33,8 +33,9 @@ const char *kn_cuda_gemm_x3_tile_name(int tile)
     return tile >= 0 && tile < KN_CUDA_X3_TILES ? x3_tiles[tile].name : "?";
 }
 
-void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2], unsigned *threads,
-                                  size_t *smem)
+/* A launch of c in tile shape `tile`: its grid (x over m, y over n),
+ * threads and shared bytes. */
+static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2], unsigned *threads, size_t *smem)
 {
     const struct x3_tile *t = &x3_tiles[tile];
     const int kt = t->kt;
@@ -100,7 +101,7 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     KN_TRY(kn_cuda_linalg_kernel(name, &fn));
     unsigned grid[2], threads;
     size_t smem;
-    kn_cuda_gemm_x3_launch_shape(c, tile, grid, &threads, &smem);
+    x3_launch_shape(c, tile, grid, &threads, &smem);
     int dev = kn_cuda_current()->index;
     pthread_mutex_lock(&lock);
     bool raised = dev < 64 && (smem_raised[tile][layout] >> dev & 1);

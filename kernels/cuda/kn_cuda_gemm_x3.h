@@ -7,7 +7,6 @@
 #define KN_CUDA_GEMM_X3_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 
 #include "kn_cuda_la_args.h"
@@ -35,10 +34,6 @@ bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c);
  * fewer tiles than SMs and a long sum is split along k (kn_la_gemm_x3_sum
  * adds the splits in order). */
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
-/* A launch of c in tile shape `tile`: its grid (x over m, y over n),
- * threads and shared bytes. */
-void kn_cuda_gemm_x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2], unsigned *threads,
-                                  size_t *smem);
 /* "128x128" */
 const char *kn_cuda_gemm_x3_tile_name(int tile);
 

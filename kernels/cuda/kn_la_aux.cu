@@ -33,7 +33,7 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_to_nhwc(kn_la_nhwc_args 
 }
 
 // ---- y = act(y + bias[channel]) in place, channel = (i / inner) % channels;
-// act 0 none, 1 relu, 2 gelu (tanh approximation, as cuBLASLt's epilogue) ----
+// act as kn_la_act ----
 template <typename Acc>
 __device__ void kn_la_bias_body(const kn_la_bias_args &p)
 {
@@ -41,17 +41,7 @@ __device__ void kn_la_bias_body(const kn_la_bias_args &p)
          i += (long long)gridDim.x * blockDim.x) {
         Acc v = kn_la_ld<Acc>(p.y, p.y_dt, i);
         if (p.bias) v = v + kn_la_ld<Acc>(p.bias, p.b_dt, ((i / p.inner) % p.channels) * p.bias_s);
-        if (p.act == 1) {
-            v = v > (Acc)0 ? v : (v == v ? (Acc)0 : v); // NaN passes, as relu on the CPU
-        } else if (p.act == 2) {
-            Acc u = (Acc)0.7978845608028654 * (v + (Acc)0.044715 * v * v * v);
-            v = (Acc)0.5 * v * ((Acc)1 + kn_la_tanh(u));
-        } else if (p.act == 3) { // hardswish, as kn_la_dw_act
-            Acc t = v * ((Acc)1 / (Acc)6) + (Acc)0.5;
-            t = t > (Acc)0 ? t : (Acc)0;
-            v = v * (t < (Acc)1 ? t : (Acc)1);
-        }
-        kn_la_st<Acc>(p.y, p.y_dt, i, v);
+        kn_la_st<Acc>(p.y, p.y_dt, i, kn_la_act<Acc>(v, p.act));
     }
 }
 
@@ -80,12 +70,6 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_gemm_x3_sum(kn_la_gemm_a
         if (p.bias) v += ((const float *)p.bias)[c];
         const long long o = z * p.sy + r * p.ldy + c;
         if (p.res) v += ((const float *)p.res)[o];
-        if (p.act == 1) {
-            v = v > 0.f ? v : (v == v ? 0.f : v);
-        } else if (p.act == 2) {
-            float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-            v = 0.5f * v * (1.f + tanhf(u));
-        }
-        ((float *)p.y)[o] = v;
+        ((float *)p.y)[o] = kn_la_act<float>(v, p.act);
     }
 }

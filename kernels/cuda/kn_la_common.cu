@@ -44,6 +44,25 @@ __device__ __forceinline__ double kn_la_tanh(double x)
     return tanh(x);
 }
 
+// A matmul's or conv's epilogue activation, for the kernels that take one
+// as a code: 0 none, 1 relu (a NaN passes, as relu on the CPU), 2 GELU in
+// its tanh form (cuBLASLt's epilogue), 3 hardswish (as kn_la_dw_act)
+template <typename Acc>
+__device__ __forceinline__ Acc kn_la_act(Acc v, int act)
+{
+    if (act == 1) return v > (Acc)0 ? v : (v == v ? (Acc)0 : v);
+    if (act == 2) {
+        Acc u = (Acc)0.7978845608028654 * (v + (Acc)0.044715 * v * v * v);
+        return (Acc)0.5 * v * ((Acc)1 + kn_la_tanh(u));
+    }
+    if (act == 3) {
+        Acc t = v * ((Acc)1 / (Acc)6) + (Acc)0.5;
+        t = t > (Acc)0 ? t : (Acc)0;
+        return v * (t < (Acc)1 ? t : (Acc)1);
+    }
+    return v;
+}
+
 template <typename Acc>
 __device__ __forceinline__ Acc kn_la_ld(const char *p, int dt, long long i)
 {

@@ -13,9 +13,9 @@
 // loses to f32 FMA's rounding (CUTLASS issue 729: plain 3xTF32 is less
 // accurate than FMA for K < 256; on the H200 this kernel summing all of K
 // in the tensor core had 3-45x strict f32's error, bench/split_gemm.c run
-// 7). Here the tensor core sums only
-// KN_X3_FLUSH k-steps of 8 (the three products of each) into a zeroed
-// partial, and that partial is added to the running sum by an ordinary
+// 7). Here the tensor core sums only one pipeline stage's k (the three
+// products of each k-step) into a zeroed partial, and that partial is
+// added to the running sum by an ordinary
 // f32 add, which rounds to nearest (Ootomo and Yokota, arXiv 2203.03341,
 // make the same move). The contract (kiln.config.f32_precision = "ieee")
 // still decides on the real inputs whether this kernel may run: the
@@ -46,18 +46,6 @@
 #define X3_WM KN_X3_WM
 #define X3_WN KN_X3_WN
 #define X3_THREADS (32 * (X3_BM / X3_WM) * (X3_BN / X3_WN))
-#ifndef KN_X3_FLUSH
-// k-steps of 8 a tensor-core partial sums before the f32 add, X3_KT / 8 at
-// most: 1 and 2 ran slower and no more accurately (H200, runs 2 and 3); 0
-// sums everything in the tensor core (no f32 adds, half the accumulators:
-// for measurement only, it breaks the contract)
-#define KN_X3_FLUSH (X3_KT / 8)
-#endif
-#if KN_X3_FLUSH == 0
-#define X3_SUM acc
-#else
-#define X3_SUM part
-#endif
 
 // The k order inside a step of 8. An mma's fragments give lane (g, t)
 // the k indices t and t + 4; since a product sums over k, any order of
@@ -141,20 +129,7 @@ __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const un
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ float x3_act(float v, int act)
-{
-    if (act == 1) return v > 0.f ? v : (v == v ? 0.f : v); // NaN passes, as relu elsewhere
-    if (act == 2) {                                          // GELU, tanh form (cuBLASLt's epilogue)
-        float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-        return 0.5f * v * (1.f + tanhf(u));
-    }
-    return v;
-}
-
-#ifndef KN_X3_MINB
-#define KN_X3_MINB (X3_THREADS >= 256 ? 1 : 2) // blocks an SM the registers must allow
-#endif
-extern "C" __global__ void __launch_bounds__(X3_THREADS, KN_X3_MINB) KN_LA_KERNEL(kn_la_gemm_args p)
+extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 : 2) KN_LA_KERNEL(kn_la_gemm_args p)
 {
     constexpr int MT = X3_WM / 16, NT = X3_WN / 8, WARPS_N = X3_BN / X3_WN;
     extern __shared__ __align__(16) float x3_smem[];
@@ -171,21 +146,16 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, KN_X3_MINB) KN_LA_KERNE
     const long long K = kend - kbeg;
     const int ktiles = (int)((K + X3_KT - 1) / X3_KT);
 
-    float acc[MT][NT][4];
-#if KN_X3_FLUSH
-    float part[MT][NT][4];
-#endif
+    // acc: the running sums; part: the tensor core's sums of the current
+    // stage, added to acc by f32 adds when the stage is done (flushing every
+    // 8 or 16 of k instead ran slower and no more accurately, runs 2 and 3)
+    float acc[MT][NT][4], part[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                acc[i][j][e] = 0.f;
-#if KN_X3_FLUSH
-                part[i][j][e] = 0.f;
-#endif
-            }
+            for (int e = 0; e < 4; e++) acc[i][j][e] = part[i][j][e] = 0.f;
 
 #pragma unroll
     for (int s = 0; s < X3_STAGES - 1; s++) {
@@ -231,24 +201,20 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, KN_X3_MINB) KN_LA_KERNE
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    x3_mma(X3_SUM[i][j], as[i], bb[j]);
-                    x3_mma(X3_SUM[i][j], ab[i], bs[j]);
-                    x3_mma(X3_SUM[i][j], ab[i], bb[j]);
+                    x3_mma(part[i][j], as[i], bb[j]);
+                    x3_mma(part[i][j], ab[i], bs[j]);
+                    x3_mma(part[i][j], ab[i], bb[j]);
                 }
-#if KN_X3_FLUSH
-            if ((kk / 8 + 1) % KN_X3_FLUSH == 0) {
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            acc[i][j][e] += part[i][j][e];
-                            part[i][j][e] = 0.f;
-                        }
-            }
-#endif
         }
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    acc[i][j][e] += part[i][j][e];
+                    part[i][j][e] = 0.f;
+                }
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
 
@@ -278,8 +244,8 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, KN_X3_MINB) KN_LA_KERNE
                     v0 += R[r * p.ldy + c];
                     if (two) v1 += R[r * p.ldy + c + 1];
                 }
-                v0 = x3_act(v0, act);
-                v1 = x3_act(v1, act);
+                v0 = kn_la_act<float>(v0, act);
+                v1 = kn_la_act<float>(v1, act);
                 if (two && (split ? p.n % 2 == 0 : p.vec2)) *(float2 *)(Y + r * ldy + c) = make_float2(v0, v1);
                 else {
                     Y[r * ldy + c] = v0;
