@@ -79,6 +79,13 @@ typedef struct tune_job {
     double f32_err;
 } tune_job;
 
+/* j's library call c (its bias and residual given: the contract's float64
+ * run passes casts of them), fused or plain as j is */
+static kn_status run_call(tune_job *j, kn_opcall *c, kn_tensor *bias, kn_tensor *res)
+{
+    return j->fused ? j->dc->be->library_fused(j->dc, c, bias, j->act, res) : j->dc->be->run(j->dc, c);
+}
+
 static kn_status job_run(tune_job *j, int ci)
 {
     if (!j->library) {
@@ -94,7 +101,7 @@ static kn_status job_run(tune_job *j, int ci)
     }
     kn_opcall c = j->c;
     c.variant = ci;
-    return j->fused ? j->dc->be->library_fused(j->dc, &c, j->bias, j->act, j->res) : j->dc->be->run(j->dc, &c);
+    return run_call(j, &c, j->bias, j->res);
 }
 
 static kn_status time_once(tune_job *j, int ci, void *ea, void *eb, double *ms)
@@ -186,11 +193,6 @@ static bool contract_applies(const tune_job *j)
     return j->library && j->n_out == 1 && j->c.n_out == 1 && j->out[0]->dtype == KN_F32 &&
            !kn_settings_allow_tf32(kn_settings_or_defaults(p->settings)) &&
            (op == KN_OP_MATMUL || op == KN_OP_CONV2D || op == KN_OP_ATTENTION);
-}
-
-static kn_status run_call(tune_job *j, kn_opcall *c, kn_tensor *bias, kn_tensor *res)
-{
-    return j->fused ? j->dc->be->library_fused(j->dc, c, bias, j->act, res) : j->dc->be->run(j->dc, c);
 }
 
 /* j's call once in float64 (inputs cast), and the default's error against

@@ -704,6 +704,13 @@ static bool lt_shape(const mm_problem *pr, const char *pa, const char *pb, char 
     return true;
 }
 
+/* What a variant's label adds for the work its call did besides the
+ * product: a bias or activation in its epilogue, a residual. */
+static const char *epilogue_note(bool epi, bool residual)
+{
+    return epi ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "";
+}
+
 /* The next outer batch index of [0, split) (an odometer): *oa, *ob and
  * *oo step by the cuBLASLt A (kiln's b), B (kiln's a) and output strides. */
 static void outer_next(const mm_problem *pr, int split, int64_t *idx, int64_t *oa, int64_t *ob, int64_t *oo)
@@ -744,7 +751,7 @@ static kn_status x3_calls(const lt_key *k, const mm_problem *pr, int split, cons
         outer_next(pr, split, idx, &oa, &ob, &oo);
     }
     kn_cuda_variant_label("kiln split-f32 GEMM %s (3xTF32)%s", kn_cuda_gemm_x3_tile_name(tile),
-                          bias || act ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "");
+                          epilogue_note(bias || act, residual));
     return KN_OK;
 }
 
@@ -867,8 +874,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         *done = true;
         char *label = e->label[residual ? 1 : 0];
         if (!label[0])
-            lt_label(&e->algo, epi ? (residual ? " +epilogue +residual" : " +epilogue") : residual ? " +residual" : "",
-                     label, sizeof e->label[0]);
+            lt_label(&e->algo, epilogue_note(epi, residual), label, sizeof e->label[0]);
         kn_cuda_variant_label("%s", label);
         if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act); /* a strided output has neither (matmul_run) */
     }
