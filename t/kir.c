@@ -587,25 +587,32 @@ static void test_layer_norm(kn_dtype dt)
  * and one position holds 0 and one V + 5: those read rows 1 and V (a
  * gathered load clamps, never reading past the table). Reference: the
  * same arithmetic in f64 from the table, rounded once to dt. */
-static void test_gathered(kn_dtype dt, int64_t D, bool row)
+static void test_gathered(kn_dtype dt, int64_t D, bool row, bool from_end)
 {
     const int64_t B = 2, T = 5, V = 37, N = B * T;
     int64_t wsh[2] = {V, D}, ish[1] = {N}, psh[2] = {T, D}, sp[3] = {B, T, D}, rsh[2] = {B, T};
     kn_tensor *w = tl_rand(dt, 2, wsh, TL_CONTIG, -2, 2, 0), *pos = tl_rand(dt, 2, psh, TL_CONTIG, -1, 1, 0);
     kn_tensor *ix = tl_new(KN_I64, 1, ish), *out = tl_new(dt, 3, sp), *sums = tl_new(KN_F32, 2, rsh);
     int64_t ids[10] = {1, V, 4, 0, 17, V + 5, 2, 2, 30, 9}, want_row[10];
+    /* from the end (ONNX's Gather): 0-based, -1 the last row, -V the
+     * first; -V - 3 and V + 2 clamp to the first and the last */
+    int64_t signed_ids[10] = {0, -1, V - 1, -V, 17, V + 2, -V - 3, 2, -30, 9};
     for (int64_t n = 0; n < N; n++) {
-        tl_set_i64(ix, n, ids[n]);
-        want_row[n] = ids[n] < 1 ? 0 : ids[n] > V ? V - 1 : ids[n] - 1;
+        int64_t i = from_end ? signed_ids[n] : ids[n];
+        tl_set_i64(ix, n, i);
+        if (from_end) i = (i < 0 ? i + V : i) + 1;
+        want_row[n] = i < 1 ? 0 : i > V ? V - 1 : i - 1;
     }
-    char name[128];
-    snprintf(name, sizeof name, "gathered rows of a %lldx%lld %s table, %s", (long long)V, (long long)D,
-             kn_dtype_name(dt), row ? "a row kernel (sum, x - mean)" : "pointwise (+ pos)");
+    char name[160];
+    snprintf(name, sizeof name, "gathered rows of a %lldx%lld %s table%s, %s", (long long)V, (long long)D,
+             kn_dtype_name(dt), from_end ? " by 0-based ids counting from the end" : "",
+             row ? "a row kernel (sum, x - mean)" : "pointwise (+ pos)");
     kn_kernel *k = kernel_new(row ? "k9_gathered_rows" : "k9_gathered", row ? KN_KERNEL_ROW : KN_KERNEL_POINTWISE, 3, sp);
     kn_karg ia = {.dtype = KN_I64, .strides = {T, 1, 0}};
     int ai = -1, aw = -1;
     kn_kernel_add_arg(k, &ia, &ai);
-    kn_karg wa = {.dtype = dt, .strides = {0, 0, 1}, .gather_by = ai + 1, .gather_stride = D, .gather_size = V};
+    kn_karg wa = {.dtype = dt, .strides = {0, 0, 1}, .gather_by = ai + 1, .gather_stride = D, .gather_size = V,
+                  .gather_from_end = from_end};
     kn_kernel_add_arg(k, &wa, &aw);
     int ap = row ? -1 : arg_of(k, pos, false, false), ao = arg_of(k, out, true, false);
     int as = row ? arg_of(k, sums, true, true) : -1;
@@ -1250,11 +1257,13 @@ int main(void)
     test_layer_norm(KN_F32);
     test_layer_norm(KN_F16);
     test_row_reduce();
-    test_gathered(KN_F32, 40, false);
-    test_gathered(KN_BF16, 40, false);
-    test_gathered(KN_F32, 7, false);
-    test_gathered(KN_BF16, 64, true);
-    test_gathered(KN_F32, 33, true);
+    test_gathered(KN_F32, 40, false, false);
+    test_gathered(KN_BF16, 40, false, false);
+    test_gathered(KN_F32, 7, false, false);
+    test_gathered(KN_BF16, 64, true, false);
+    test_gathered(KN_F32, 33, true, false);
+    test_gathered(KN_BF16, 40, false, true);
+    test_gathered(KN_F32, 64, true, true);
     test_stored_row(KN_BF16, 64);
     test_stored_row(KN_F32, 96);
     test_stored_row(KN_BF16, 768);

@@ -254,6 +254,9 @@ static kn_status mk_gather_load(kctx *c, int node, int *res)
     const kn_node *sn = &c->g->nodes[sel];
     int wn = sn->in_node[0], in = sn->in_node[1];
     const kn_meta *wm = &c->g->nodes[wn].out[sn->in_out[0]];
+    /* an index whose wrap the grouping left to this load: read it raw */
+    bool from_end = c->f->disp[in] == KN_D_INLINE && kn_fuse_wrapped_index(c->g, in, wm->shape[0]) >= 0;
+    if (from_end) in = kn_fuse_wrapped_index(c->g, in, wm->shape[0]);
     const kn_meta *vm = &c->g->nodes[node].out[0];
     const kn_layout *vl = &c->f->layout[node], *wl = &c->f->layout[wn], *il = &c->f->layout[in];
     int64_t row = wm->shape[1];
@@ -264,7 +267,7 @@ static kn_status mk_gather_load(kctx *c, int node, int *res)
     w.out = sn->in_out[0];
     w.dtype = wm->dtype;
     ix.node = in;
-    ix.out = sn->in_out[1];
+    ix.out = from_end ? 0 : sn->in_out[1];
     ix.dtype = c->g->nodes[in].out[sn->in_out[1]].dtype;
     int64_t vs[KN_MAX_DIMS] = {0};
     space_strides(c, vm, vl, -1, vs);
@@ -277,6 +280,7 @@ static kn_status mk_gather_load(kctx *c, int node, int *res)
     w.gather_by = ia + 1;
     w.gather_stride = wl->strides[0];
     w.gather_size = wm->shape[0];
+    w.gather_from_end = from_end;
     KN_TRY(kn_kernel_add_arg(c->k, &w, &wa));
     kn_kexpr e = kx(KN_KX_LOAD, 0, wm->dtype);
     e.buf = wa;
@@ -393,6 +397,28 @@ static void list_nodes(kctx *c, int root)
         if (c->f->kernel[i] == c->kid) c->k->nodes[c->k->n_nodes++] = i;
 }
 
+/* Whether node i is the arithmetic of an index that a gathered load of
+ * this kernel wraps itself (kn_fuse_wrapped_index): the load's work, not
+ * an op the kernel's name should lead with. */
+static bool wraps_a_gathered_index(const kctx *c, int i, int root)
+{
+    const kn_graph *g = c->g;
+    for (int s = i + 1; s <= root; s++) {
+        const kn_node *sn = &g->nodes[s];
+        if (c->f->kernel[s] != c->kid || sn->op != KN_OP_INDEX_SELECT || c->f->disp[sn->in_node[1]] != KN_D_INLINE)
+            continue;
+        int top = sn->in_node[1];
+        int64_t rows = g->nodes[sn->in_node[0]].out[sn->in_out[0]].shape[0];
+        if (kn_fuse_wrapped_index(g, top, rows) < 0) continue;
+        /* + 1 of where(< 0, + rows, I) */
+        const kn_node *tn = &g->nodes[top];
+        int where = g->nodes[tn->in_node[0]].op == KN_OP_WHERE ? tn->in_node[0] : tn->in_node[1];
+        const kn_node *wn = &g->nodes[where];
+        if (i == top || i == where || i == wn->in_node[0] || i == wn->in_node[1]) return true;
+    }
+    return false;
+}
+
 /* A short name for what a kernel does: its ops, up to three. */
 static void what_text(kctx *c, int root, char *buf, size_t size)
 {
@@ -401,6 +427,7 @@ static void what_text(kctx *c, int root, char *buf, size_t size)
     buf[0] = 0;
     for (int i = 0; i <= root; i++) {
         if (c->f->kernel[i] != c->kid || !kn_fuse_is_op(&c->g->nodes[i])) continue;
+        if (wraps_a_gathered_index(c, i, root)) continue;
         if (shown == 3) {
             n += (size_t)snprintf(buf + n, size - n, "_etc");
             break;

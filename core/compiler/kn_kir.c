@@ -306,7 +306,7 @@ void kn_kir_put_elem(rctx *r, int j, int upto)
     if (a->gather_by > 0) { /* the row its index names, read from memory where the position is */
         bool regs = r->in_regs;
         r->in_regs = false;
-        kn_strbuf_printf(r->s, " + kn_gather_row((kn_i64)");
+        kn_strbuf_printf(r->s, " + %s((kn_i64)", a->gather_from_end ? "kn_gather_row_from_end" : "kn_gather_row");
         kn_kir_put_elem(r, a->gather_by - 1, upto);
         kn_strbuf_printf(r->s, ", %lldLL) * %lldLL", (long long)a->gather_size, (long long)a->gather_stride);
         r->in_regs = regs;

@@ -87,6 +87,11 @@ typedef struct kn_karg {
      * elements a row to the address; strides cover the rest. */
     int gather_by;
     int64_t gather_stride, gather_size;
+    /* The index is 0-based and a negative one counts from the table's end
+     * (ONNX's Gather, which the importer writes as where(i < 0, i + n, i)
+     * + 1 before kiln's 1-based index_select): the reader wraps it itself,
+     * so that arithmetic needs no kernel of its own. */
+    bool gather_from_end;
 } kn_karg;
 
 typedef struct kn_kstage {

@@ -144,6 +144,9 @@ static const char prelude_common[] =
     /* a gathered argument's row: its 1-based index clamped into the table
      * (a bad index reads a row of the table, never past it) */
     "KN_FN kn_i64 kn_gather_row(kn_i64 i, kn_i64 n) { return i < 1 ? 0 : i > n ? n - 1 : i - 1; }\n"
+    /* the same for a 0-based index whose negative values count from the
+     * end (kn_karg.gather_from_end) */
+    "KN_FN kn_i64 kn_gather_row_from_end(kn_i64 i, kn_i64 n) { i = i < 0 ? i + n : i; return i < 0 ? 0 : i >= n ? n - 1 : i; }\n"
     "KN_FN kn_i32 kn_sat_i32(kn_i64 v) { return (kn_i32)(v < -2147483647LL - 1 ? -2147483647LL - 1 : v > 2147483647LL ? 2147483647LL : v); }\n"
     /* integer arithmetic wraps in two's complement, as PyTorch's and the
      * CPU reference's: through unsigned types, where C and CUDA C++ define

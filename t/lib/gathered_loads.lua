@@ -29,6 +29,20 @@ for _, name in ipairs({ "bert", "gpt2" }) do
     local fused, alone = gathered_kernel(ro)
     T.ok(fused and not alone, string.format("%s %s: the token embedding is gathered inside %s", name, dt,
       fused and fused.name or "no generated kernel"))
+    -- ONNX's Gather takes negative ids from the end: the importer writes
+    -- where(i < 0, i + V, i) + 1, which the gathered load now does itself
+    local wrap_alone = false
+    for _, k in ipairs(ro:kernels()) do
+      local has_lt, has_select = false, false
+      for _, o in ipairs(k.ops or {}) do
+        has_lt = has_lt or o == "lt"
+        has_select = has_select or o == "index_select"
+      end
+      if has_lt and not has_select then wrap_alone = true end
+    end
+    T.ok(fused and not wrap_alone and fused.source and fused.source:find("kn_gather_row_from_end((", 1, true),
+      string.format("%s %s: the ids' wrap (where(i < 0, i + V, i) + 1) runs in the gathered load, not a kernel of its own",
+        name, dt))
     local _, plain_alone = gathered_kernel(plain)
     T.ok(plain_alone, name .. " " .. dt .. ": default mode keeps index_select a kernel of its own (it reports a bad index)")
   end
@@ -52,4 +66,32 @@ T.ok((cro(bad) - embed(clamped)):abs():max():item() == 0, "ids 0 and V + 4 read 
 local cdef = kiln.compile(embed, { mode = "default" })
 local ok, err = pcall(cdef, bad)
 T.ok(not ok and tostring(err):find("out of range"), "default mode reports the bad id: " .. tostring(err):sub(1, 80))
+-- ONNX's Gather written in Lua: negative ids count from the end
+local function onnx_embed(ids)
+  local flat = ids:reshape({ 6 })
+  return W:index_select(1, kiln.where(flat:lt(0), flat + V, flat) + 1):reshape({ 2, 3, D }) + pos
+end
+local signed = kiln.tensor({ { -1, 0, V - 1 }, { -V, 4, -3 } }, { dtype = "i64" })
+local cwrap = kiln.compile(onnx_embed, { mode = "reduce-overhead" })
+local got, want = cwrap(signed), onnx_embed(signed)
+T.ok((got - want):abs():max():item() == 0, "ONNX-style ids from -V to V - 1, gathered with their wrap: equals eager")
+local wk = gathered_kernel(cwrap)
+T.ok(#cwrap:kernels() == 1 and wk and wk.source:find("kn_gather_row_from_end((", 1, true),
+  string.format("and the wrap runs in the one gathered kernel (%d kernels: %s)", #cwrap:kernels(), wk and wk.name or "none"))
+local past = kiln.tensor({ { -V - 2, 0, V + 3 }, { 2, 2, 7 } }, { dtype = "i64" })
+local inside = kiln.tensor({ { 0, 0, V - 1 }, { 2, 2, 7 } }, { dtype = "i64" })
+T.ok((cwrap(past) - onnx_embed(inside)):abs():max():item() == 0,
+  "ids -V - 2 and V + 3 read the first and the last row (clamped after the wrap)")
+-- a near miss: the wrap adds V - 1, not the table's V rows, so the load
+-- must not take it over (it runs as arithmetic, and the result is eager's)
+local function off_by_one(ids)
+  local flat = ids:reshape({ 6 })
+  return W:index_select(1, kiln.where(flat:lt(0), flat + (V - 1), flat) + 1):reshape({ 2, 3, D }) + pos
+end
+local coff = kiln.compile(off_by_one, { mode = "reduce-overhead" })
+local okk = kiln.tensor({ { -1, 0, 3 }, { -2, 4, 5 } }, { dtype = "i64" })
+local off_diff = (coff(okk) - off_by_one(okk)):abs():max():item()
+local ko = gathered_kernel(coff)
+T.ok(off_diff == 0 and ko and not ko.source:find("kn_gather_row_from_end((", 1, true),
+  "a wrap by V - 1 is not taken for ONNX's: computed as written, equal to eager")
 T.done()
