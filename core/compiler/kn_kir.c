@@ -589,8 +589,7 @@ kn_status kn_kir_render_needed(rctx *r, const bool *need, int upto)
     for (int i = 0; i < r->k->n_exprs; i++) {
         if (!need[i]) continue;
         if (r->in_regs && r->folded) {
-            const kn_kexpr *f = &r->k->exprs[r->fold_expr];
-            if (i == f->a || i == f->b) continue; /* its operands are read by it alone */
+            if (r->fold_inner[i]) continue; /* read by the folded ops alone */
             if (i == r->fold_expr) { /* its value, from the registers it replaced */
                 kn_strbuf_printf(r->s, "%*sconst %s v%d = ", r->indent * 4, "", kn_kir_ctype_name(kn_kir_expr_ct(r, i)), i);
                 put_load(r, r->fold_arg, upto, kn_kir_expr_ct(r, i));

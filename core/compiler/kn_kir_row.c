@@ -114,7 +114,15 @@ static void row_cached(const kn_kernel *k, bool *cached, bool *early)
         if (need[i] && k->exprs[i].kind == KN_KX_LOAD && cached[k->exprs[i].buf]) early[k->exprs[i].buf] = true;
 }
 
-static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b);
+/* A row's elementwise ops folded into one input's registers (row_fold). */
+typedef struct row_fold_t {
+    int expr;                      /* the last op: its value replaces arg's registers (-1: none) */
+    int arg;                       /* the argument whose registers hold it */
+    bool reads[KN_KIR_MAX_ARGS];   /* every argument it reads, arg included */
+    bool inner[KN_KIR_MAX_EXPRS];  /* the expressions under it, read by it alone */
+} row_fold_t;
+
+static bool row_fold(const rctx *r, const bool *early, row_fold_t *f);
 static bool row_vec_arg(const rctx *r, int j);
 
 /* Whether the arguments only the stores read (`late`: a layer norm's
@@ -127,16 +135,18 @@ static bool row_vec_arg(const rctx *r, int j);
  * residual add; an f32 layer norm's 12 would press on registers).
  * KILN_ROW_LATE=early|late overrides, for measuring. */
 /* The bytes an element of the row takes in registers, over the arguments
- * in `which`: less the second input of a folded pair (row_fold, found
- * among the `early` ones), whose registers the pair's op takes over. */
+ * in `which`: less the inputs of a fold (row_fold, found among the `early`
+ * ones) but the one whose registers the fold's value takes over. */
 static size_t row_elem_bytes(const kn_kernel *k, const bool *which, const bool *early)
 {
     size_t bytes = 0;
     for (int j = 0; j < k->n_args; j++)
         if (which[j]) bytes += kn_dtype_size(k->args[j].dtype);
     const rctx vec = {.k = k, .regs_v = kn_kernel_row_vec(k)};
-    int arg_a = -1, arg_b = -1;
-    if (row_fold(&vec, early, &arg_a, &arg_b) >= 0) bytes -= kn_dtype_size(k->args[arg_b].dtype);
+    row_fold_t f;
+    if (row_fold(&vec, early, &f))
+        for (int j = 0; j < k->n_args; j++)
+            if (f.reads[j] && j != f.arg) bytes -= kn_dtype_size(k->args[j].dtype);
     return bytes;
 }
 
@@ -248,53 +258,93 @@ static void regs_loads(rctx *r, const bool *which, const char *lo, const char *s
     }
 }
 
-/* A row held in vectors may keep, instead of two input rows A and B, the
- * row of an elementwise op of them (x + r before a layer norm): when the
- * op's operands are the only loads of A and B, nothing else reads them,
- * A, B and the op share a float dtype (the op's value is rounded to that
- * dtype, so A's storage holds it exactly), and a stage reads the op (A and
- * B load before the stages: `early`). Returns the op (-1: none). */
-static int row_fold(const rctx *r, const bool *early, int *arg_a, int *arg_b)
+/* Whether expression x is read by `by` alone: no other op, stage or store. */
+static bool read_only_by(const kn_kernel *k, int x, int by)
 {
-    const kn_kernel *k = r->k;
-    if (r->regs_v <= 1) return -1;
-    for (int i = 0; i < k->n_exprs; i++) {
-        const kn_kexpr *e = &k->exprs[i];
-        if (e->kind != KN_KX_OP || e->a < 0 || e->b < 0 || e->c >= 0 || e->a == e->b) continue;
-        if (e->dtype != KN_F32 && e->dtype != KN_BF16 && e->dtype != KN_F16) continue;
-        const kn_kexpr *la = &k->exprs[e->a], *lb = &k->exprs[e->b];
-        if (la->kind != KN_KX_LOAD || lb->kind != KN_KX_LOAD || la->buf == lb->buf) continue;
-        if (!early[la->buf] || !early[lb->buf] || !row_vec_arg(r, la->buf) || !row_vec_arg(r, lb->buf)) continue;
-        if (k->args[la->buf].dtype != e->dtype || k->args[lb->buf].dtype != e->dtype) continue;
-        bool alone = true;
-        for (int x = 0; x < k->n_exprs && alone; x++) {
-            const kn_kexpr *o = &k->exprs[x];
-            if (x != e->a && x != e->b && o->kind == KN_KX_LOAD && (o->buf == la->buf || o->buf == lb->buf))
-                alone = false;
-            if (x != i && o->kind == KN_KX_OP &&
-                (o->a == e->a || o->b == e->a || o->c == e->a || o->a == e->b || o->b == e->b || o->c == e->b))
-                alone = false;
-        }
-        for (int s = 0; s < k->n_stages && alone; s++)
-            if (k->stages[s].expr == e->a || k->stages[s].expr == e->b) alone = false;
-        for (int s = 0; s < k->n_stores && alone; s++)
-            if (k->stores[s].expr == e->a || k->stores[s].expr == e->b) alone = false;
-        if (!alone) continue;
-        *arg_a = la->buf;
-        *arg_b = lb->buf;
-        return i;
+    for (int o = 0; o < k->n_exprs; o++) {
+        const kn_kexpr *e = &k->exprs[o];
+        if (o != by && e->kind == KN_KX_OP && (e->a == x || e->b == x || e->c == x)) return false;
     }
-    return -1;
+    for (int s = 0; s < k->n_stages; s++)
+        if (k->stages[s].expr == x) return false;
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].expr == x) return false;
+    return true;
 }
 
-/* The loads of A and B, and the lane's values of the folded op into A's
- * registers, one vector group at a time: B holds registers for one group. */
-static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *lo, const char *step)
+/* Whether expression x is the only load of an argument that loads before
+ * the stages, moves in vectors and has dtype dt. */
+static bool foldable_load(const rctx *r, const bool *early, int x, kn_dtype dt)
+{
+    const kn_kernel *k = r->k;
+    if (x < 0 || k->exprs[x].kind != KN_KX_LOAD) return false;
+    int j = k->exprs[x].buf;
+    if (!early[j] || !row_vec_arg(r, j) || k->args[j].dtype != dt) return false;
+    for (int o = 0; o < k->n_exprs; o++)
+        if (o != x && k->exprs[o].kind == KN_KX_LOAD && k->exprs[o].buf == j) return false;
+    return true;
+}
+
+/* A binary elementwise op on a float dtype. */
+static bool fold_op(const kn_kexpr *e)
+{
+    return e->kind == KN_KX_OP && e->a >= 0 && e->b >= 0 && e->c < 0 && e->a != e->b &&
+           (e->dtype == KN_F32 || e->dtype == KN_BF16 || e->dtype == KN_F16);
+}
+
+/* A row held in vectors may keep, instead of its input rows, the row of
+ * elementwise ops of them (x + bias + residual before a layer norm): a
+ * binary op of two input rows A and B, then ops of that value and one
+ * more input row each. Every op and input shares a float dtype (each op's
+ * value is rounded to it, so A's storage holds the last exactly), every
+ * input loads before the stages (`early`) and only there, and everything
+ * under the last op is read by the next op alone. Without the fold, each
+ * of the row's loops computed the ops again (a layer norm's three), and
+ * the inputs held registers through all of them. */
+static bool row_fold(const rctx *r, const bool *early, row_fold_t *f)
+{
+    const kn_kernel *k = r->k;
+    memset(f, 0, sizeof *f);
+    f->expr = -1;
+    if (r->regs_v <= 1) return false;
+    for (int i = 0; i < k->n_exprs; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if (!fold_op(e) || !foldable_load(r, early, e->a, e->dtype) || !foldable_load(r, early, e->b, e->dtype)) continue;
+        int arg_a = k->exprs[e->a].buf, arg_b = k->exprs[e->b].buf;
+        if (arg_a == arg_b || !read_only_by(k, e->a, i) || !read_only_by(k, e->b, i)) continue;
+        f->expr = i;
+        f->arg = arg_a;
+        f->reads[arg_a] = f->reads[arg_b] = true;
+        f->inner[e->a] = f->inner[e->b] = true;
+        for (bool grew = true; grew;) {
+            grew = false;
+            for (int j = f->expr + 1; j < k->n_exprs && !grew; j++) {
+                const kn_kexpr *u = &k->exprs[j];
+                if (!fold_op(u) || u->dtype != e->dtype) continue;
+                int other = u->a == f->expr ? u->b : u->b == f->expr ? u->a : -1;
+                if (!foldable_load(r, early, other, u->dtype) || f->reads[k->exprs[other].buf] ||
+                    !read_only_by(k, f->expr, j) || !read_only_by(k, other, j))
+                    continue;
+                f->inner[f->expr] = f->inner[other] = true;
+                f->reads[k->exprs[other].buf] = true;
+                f->expr = j;
+                grew = true;
+            }
+        }
+        return true;
+    }
+    return false;
+}
+
+/* The loads of a fold's inputs, and the lane's values of its last op into
+ * its argument's registers, one vector group at a time: the other inputs
+ * hold registers for one group. */
+static kn_status regs_fold(rctx *r, const row_fold_t *f, const char *lo, const char *step)
 {
     const kn_kernel *k = r->k;
     int R = k->ndim - 1, V = r->regs_v;
     bool need[KN_KIR_MAX_EXPRS] = {false};
-    need[fold] = true;
+    need[f->expr] = true;
     mark_deps(k, need);
     if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
     kn_kir_line(r, "for (int g = 0; g < %d; g++) {", r->regs_k / V);
@@ -303,8 +353,8 @@ static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *
     kn_kir_line(r, "{");
     r->indent++;
     kn_kir_line(r, "const int i%d = (%s + g * %s) * %d;", R, lo, step, V);
-    for (int pass = 0; pass < 2; pass++) {
-        int j = pass ? arg_b : arg_a;
+    for (int j = 0; j < k->n_args; j++) {
+        if (!f->reads[j]) continue;
         kn_strbuf_printf(r->s, "%*sc%d[g] = *(const v%d_t *)&", r->indent * 4, "", j, j);
         kn_kir_put_elem(r, j, k->ndim);
         kn_strbuf_printf(r->s, ";\n");
@@ -319,7 +369,7 @@ static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *
     kn_kir_line(r, "(void)i%d;", R);
     r->in_regs = true;
     kn_status st = kn_kir_render_needed(r, need, k->ndim);
-    if (st == KN_OK) kn_kir_render_store(r, arg_a, fold, k->ndim);
+    if (st == KN_OK) kn_kir_render_store(r, f->arg, f->expr, k->ndim);
     r->in_regs = false;
     KN_TRY(st);
     r->indent--;
@@ -327,8 +377,9 @@ static kn_status regs_fold(rctx *r, int fold, int arg_a, int arg_b, const char *
     r->indent--;
     kn_kir_line(r, "}");
     r->folded = true;
-    r->fold_expr = fold;
-    r->fold_arg = arg_a;
+    r->fold_expr = f->expr;
+    r->fold_arg = f->arg;
+    r->fold_inner = f->inner;
     return KN_OK;
 }
 
@@ -502,6 +553,7 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
     bool kept[KN_KIR_MAX_EXPRS] = {false}, kept_avail[KN_KIR_MAX_EXPRS], kept_now[KN_KIR_MAX_EXPRS];
     int kept_first[KN_KIR_MAX_EXPRS];
     for (int i = 0; i < KN_KIR_MAX_EXPRS; i++) kept_first[i] = -1;
+    row_fold_t r_fold; /* r->fold_inner points here while the row renders */
     r->folded = false;
     bool any_late = false;
     if (r->regs_k) { /* one read of the row from memory: every stage reads the registers */
@@ -523,10 +575,11 @@ kn_status kn_kir_row_body(rctx *r, const char *lo, const char *step, const char 
         /* every load of the row before any arithmetic on it: the folded
          * pair's loads come last, with their op, so that all of the row's
          * memory requests are in flight at once */
-        int arg_a = -1, arg_b = -1, fold = row_fold(r, early, &arg_a, &arg_b);
-        if (fold >= 0) early[arg_a] = early[arg_b] = false;
+        bool fold = row_fold(r, early, &r_fold);
+        for (int j = 0; j < k->n_args && fold; j++)
+            if (r_fold.reads[j]) early[j] = false;
         regs_loads(r, early, lo, step);
-        if (fold >= 0) KN_TRY(regs_fold(r, fold, arg_a, arg_b, lo, step));
+        if (fold) KN_TRY(regs_fold(r, &r_fold, lo, step));
         if (r->t->kept_bytes > 0) {
             plan_kept(k, r->regs_k, r->t->kept_bytes, kept, kept_first);
             for (int i = 0; i < k->n_exprs; i++)

@@ -37,9 +37,11 @@ struct kn_kir_rctx {
     int regs_v;     /* ... in groups of regs_v consecutive elements, moved with one vector load
                        or store where the row allows (1: element by element) */
     bool in_regs;   /* inside such a loop: row-varying loads read the registers c<j>[u] */
-    bool folded;    /* ... and expression fold_expr (an elementwise op of two such rows, as
-                       a residual add) has replaced input fold_arg's registers: it reads them */
+    bool folded;    /* ... and expression fold_expr (elementwise ops of such rows, as a bias
+                       and a residual add) has replaced input fold_arg's registers: it reads
+                       them, and the expressions under it (fold_inner) are not computed */
     int fold_expr, fold_arg;
+    const bool *fold_inner;
     /* ROW in registers: expressions whose per-element values an earlier
      * stage's loop kept in an array x<i>[u] (kept_avail: read them there,
      * not recomputed), and those the current loop computes and keeps
