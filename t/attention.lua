@@ -190,6 +190,12 @@ local eye = kiln.ones({ Tn, Tn }):tril() * kiln.ones({ Tn, Tn }):triu()
 local keep = (kiln.rand({ Tn, Tn }, { seed = nextseed() }) + eye):gt(0.3)
 local addm = randn({ Tn, Tn })
 
+-- constant masks (tensors the compiled functions capture), B x 1 x T x T
+local above = kiln.ones({ Tn, Tn }, { dtype = "bool" }):triu(1)
+local F32_LOWEST = -3.4028234663852886e38
+local lowest_above = kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, F32_LOWEST)
+local minus_1e20_above = kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, -1e20)
+
 -- each f is compiled, run and compared with its eager run; want: attention kernels expected
 local pass_cases = {
   { "q k^T * c, causal tril mask, softmax, v", 1, function(q, k, v)
@@ -206,6 +212,10 @@ local pass_cases = {
     local m = kiln.zeros({ Tn, Tn }):masked_fill(upper, -math.huge)
     return (q:matmul(k:transpose(-2, -1)) * 0.35 + m):softmax(-1):matmul(v)
   end, "causal mask folded" },
+  { "causal as a constant added mask (GPT-2's exported initializer: 0, and f32's lowest above the diagonal)", 1,
+    function(q, k, v)
+      return (q:matmul(k:transpose(-2, -1)) * 0.35 + lowest_above):softmax(-1):matmul(v)
+    end, "causal mask folded" },
   { "no scale, no mask", 1, function(q, k, v) return q:matmul(k:transpose(-2, -1)):softmax(-1):matmul(v) end },
   { "a bool mask from outside", 1, function(q, k, v)
     return (q:matmul(k:transpose(-2, -1)) * 0.5):masked_fill(keep:logical_not(), -math.huge):softmax(-1):matmul(v)
@@ -227,6 +237,9 @@ local pass_cases = {
   { "k split into heads and transposed twice (merged permutes)", 1, function(q, k, v)
     local kk = k:transpose(2, 3):reshape({ B, Tn, H * d }):reshape({ B, Tn, H, d }):transpose(2, 3)
     return (q:matmul(kk:transpose(-2, -1)) * 0.5):softmax(-1):matmul(v)
+  end },
+  { "a constant added mask of -1e20 above the diagonal: a mask, not the causal attribute", 1, function(q, k, v)
+    return (q:matmul(k:transpose(-2, -1)) * 0.35 + minus_1e20_above):softmax(-1):matmul(v)
   end },
   -- not matched
   { "softmax over another dim", 0, function(q, k, v)
@@ -283,6 +296,49 @@ for _, pc in ipairs(pass_cases) do
   if want == 1 and not covers_want then
     T.like(covers or "", "^matmul .-t/attention%.lua:%d+.*softmax :%d+, matmul :%d+$", name .. ": covers names the ops and lines")
   end
+end
+
+-- a constant mask taken for the causal attribute is read again when it is
+-- written: the plan is built again, and a mask no longer causal is a mask
+do
+  local cmask = kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, F32_LOWEST)
+  local f = function(q, k, v) return (q:matmul(k:transpose(-2, -1)) * 0.35 + cmask):softmax(-1):matmul(v) end
+  local cm = kiln.compile(f)
+  local e1 = relerr(cm(q, k, v), f(q, k, v))
+  local _, covers1 = attention_kernels(cm)
+  local row, col = kiln.arange(0, Tn):reshape({ Tn, 1 }), kiln.arange(0, Tn):reshape({ 1, Tn })
+  local query4_key1 = (row * Tn + col):eq(3 * Tn) -- query 4 no longer sees key 1
+  cmask:copy_(kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, F32_LOWEST):masked_fill(query4_key1, F32_LOWEST))
+  local e2 = relerr(cm(q, k, v), f(q, k, v))
+  local _, covers2 = attention_kernels(cm)
+  T.ok(e1 <= 1e-5 and (covers1 or ""):find("causal mask folded", 1, true),
+    string.format("a causal constant mask: the causal attribute, compiled equals eager (%.3g)", e1))
+  T.ok(e2 <= 1e-5 and not (covers2 or ""):find("causal mask folded", 1, true),
+    string.format("written in place so that query 4 masks key 1 too: built again with the mask, equal to eager (%.3g)", e2))
+end
+
+-- the suite's GPT-2, exported without an attention mask, carries its causal
+-- mask as a B x 1 x T x T initializer: each layer's attention takes the
+-- causal attribute, and the model still gives PyTorch's output
+do
+  local m = kiln.onnx.load("t/data/real_models/gpt2_tiny.onnx")
+  local io_t = kiln.load_safetensors("t/data/real_models/gpt2_tiny.io.safetensors")
+  local xs = {}
+  for i, vi in ipairs(m._inputs) do xs[i] = io_t[vi.name] end
+  local cm = kiln.compile(m)
+  local got = cm(table.unpack(xs))
+  local n, causal = 0, 0
+  for _, kn in ipairs(cm:kernels()) do
+    for _, op in ipairs(kn.ops) do
+      if op == "scaled_dot_product_attention" then
+        n = n + 1
+        if (kn.covers or ""):find("causal mask folded", 1, true) then causal = causal + 1 end
+      end
+    end
+  end
+  local e = relerr(got, io_t["output.f32"])
+  T.ok(n == 2 and causal == 2 and e <= 1e-4,
+    string.format("GPT-2's exported constant mask: %d of %d attention kernels causal, output against PyTorch's %.3g", causal, n, e))
 end
 
 -- the op itself while tracing: one node, one kernel; the cost model's flops and bytes

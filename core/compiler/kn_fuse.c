@@ -255,8 +255,8 @@ static kn_status mk_gather_load(kctx *c, int node, int *res)
     int wn = sn->in_node[0], in = sn->in_node[1];
     const kn_meta *wm = &c->g->nodes[wn].out[sn->in_out[0]];
     /* an index whose wrap the grouping left to this load: read it raw */
-    bool from_end = c->f->disp[in] == KN_D_INLINE && kn_fuse_wrapped_index(c->g, in, wm->shape[0]) >= 0;
-    if (from_end) in = kn_fuse_wrapped_index(c->g, in, wm->shape[0]);
+    bool from_end = c->f->disp[in] == KN_D_INLINE && kn_fuse_wrapped_index(c->g, in, wm->shape[0], NULL) >= 0;
+    if (from_end) in = kn_fuse_wrapped_index(c->g, in, wm->shape[0], NULL);
     const kn_meta *vm = &c->g->nodes[node].out[0];
     const kn_layout *vl = &c->f->layout[node], *wl = &c->f->layout[wn], *il = &c->f->layout[in];
     int64_t row = wm->shape[1];
@@ -397,6 +397,48 @@ static void list_nodes(kctx *c, int root)
         if (c->f->kernel[i] == c->kid) c->k->nodes[c->k->n_nodes++] = i;
 }
 
+/* Node's input k is a constant equal to v. */
+static bool input_is_const(const kn_graph *g, const kn_node *nd, int k, double v)
+{
+    const kn_node *p = &g->nodes[nd->in_node[k]];
+    return p->op == KN_NODE_CONST && p->value == v;
+}
+
+/* The other input of a binary add of the constant v (on either side),
+ * else -1. */
+static int add_of_const(const kn_graph *g, int node, double v)
+{
+    const kn_node *nd = &g->nodes[node];
+    if (nd->op != KN_OP_ADD || nd->n_in != 2 || nd->in_out[0] != 0 || nd->in_out[1] != 0) return -1;
+    if (input_is_const(g, nd, 1, v)) return nd->in_node[0];
+    if (input_is_const(g, nd, 0, v)) return nd->in_node[1];
+    return -1;
+}
+
+int kn_fuse_wrapped_index(const kn_graph *g, int node, int64_t rows, int chain[4])
+{
+    int w = add_of_const(g, node, 1);
+    if (w < 0 || g->nodes[w].op != KN_OP_WHERE || g->nodes[w].n_in != 3) return -1;
+    const kn_node *wn = &g->nodes[w];
+    int cond = wn->in_node[0], wrapped = wn->in_node[1], ix = wn->in_node[2];
+    if (wn->in_out[0] != 0 || wn->in_out[1] != 0 || wn->in_out[2] != 0) return -1;
+    const kn_node *cn = &g->nodes[cond];
+    if (cn->op != KN_OP_LT || cn->n_in != 2 || cn->in_node[0] != ix || cn->in_out[0] != 0 ||
+        !input_is_const(g, cn, 1, 0))
+        return -1;
+    if (add_of_const(g, wrapped, (double)rows) != ix) return -1;
+    const kn_meta *m = &g->nodes[ix].out[0];
+    if (m->ndim != 1 || (m->dtype != KN_I64 && m->dtype != KN_I32) || g->nodes[node].out[0].dtype != m->dtype)
+        return -1;
+    if (chain) {
+        chain[0] = node;
+        chain[1] = w;
+        chain[2] = cond;
+        chain[3] = wrapped;
+    }
+    return ix;
+}
+
 /* Whether node i is the arithmetic of an index that a gathered load of
  * this kernel wraps itself (kn_fuse_wrapped_index): the load's work, not
  * an op the kernel's name should lead with. */
@@ -409,12 +451,10 @@ static bool wraps_a_gathered_index(const kctx *c, int i, int root)
             continue;
         int top = sn->in_node[1];
         int64_t rows = g->nodes[sn->in_node[0]].out[sn->in_out[0]].shape[0];
-        if (kn_fuse_wrapped_index(g, top, rows) < 0) continue;
-        /* + 1 of where(< 0, + rows, I) */
-        const kn_node *tn = &g->nodes[top];
-        int where = g->nodes[tn->in_node[0]].op == KN_OP_WHERE ? tn->in_node[0] : tn->in_node[1];
-        const kn_node *wn = &g->nodes[where];
-        if (i == top || i == where || i == wn->in_node[0] || i == wn->in_node[1]) return true;
+        int chain[4];
+        if (kn_fuse_wrapped_index(g, top, rows, chain) < 0) continue;
+        for (int k = 0; k < 4; k++)
+            if (i == chain[k]) return true;
     }
     return false;
 }

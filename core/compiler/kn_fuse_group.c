@@ -571,53 +571,14 @@ static bool inlines_into(const kn_graph *g, int p, int c)
     return row_dim(g, cn) >= 0 && cn->in_node[0] == p && cn->in_out[0] == 0;
 }
 
-/* Node's input k is a constant equal to v. */
-static bool input_is_const(const kn_graph *g, const kn_node *nd, int k, double v)
-{
-    const kn_node *p = &g->nodes[nd->in_node[k]];
-    return p->op == KN_NODE_CONST && p->value == v;
-}
-
-/* The other input of a binary add of the constant v (on either side),
- * else -1. */
-static int add_of_const(const kn_graph *g, int node, double v)
-{
-    const kn_node *nd = &g->nodes[node];
-    if (nd->op != KN_OP_ADD || nd->n_in != 2 || nd->in_out[0] != 0 || nd->in_out[1] != 0) return -1;
-    if (input_is_const(g, nd, 1, v)) return nd->in_node[0];
-    if (input_is_const(g, nd, 0, v)) return nd->in_node[1];
-    return -1;
-}
-
-int kn_fuse_wrapped_index(const kn_graph *g, int node, int64_t rows)
-{
-    int w = add_of_const(g, node, 1);
-    if (w < 0 || g->nodes[w].op != KN_OP_WHERE || g->nodes[w].n_in != 3) return -1;
-    const kn_node *wn = &g->nodes[w];
-    int cond = wn->in_node[0], wrapped = wn->in_node[1], ix = wn->in_node[2];
-    if (wn->in_out[0] != 0 || wn->in_out[1] != 0 || wn->in_out[2] != 0) return -1;
-    const kn_node *cn = &g->nodes[cond];
-    if (cn->op != KN_OP_LT || cn->n_in != 2 || cn->in_node[0] != ix || cn->in_out[0] != 0 ||
-        !input_is_const(g, cn, 1, 0))
-        return -1;
-    if (add_of_const(g, wrapped, (double)rows) != ix) return -1;
-    const kn_meta *m = &g->nodes[ix].out[0];
-    return m->ndim == 1 && (m->dtype == KN_I64 || m->dtype == KN_I32) && g->nodes[node].out[0].dtype == m->dtype
-               ? ix
-               : -1;
-}
-
 /* The arithmetic of a wrapped index (kn_fuse_wrapped_index) inlined into
  * the gathered load that reads it, when that is its only reader: the
  * load wraps the index itself and the arithmetic needs no kernel. */
 static void absorb_wrapped_index(const kn_graph *g, kn_fusion *f, const int *uses, const bool *is_out, int sel,
                                  int64_t rows)
 {
-    int top = g->nodes[sel].in_node[1];
-    if (g->nodes[sel].in_out[1] != 0 || kn_fuse_wrapped_index(g, top, rows) < 0) return;
-    int where = add_of_const(g, top, 1);
-    const kn_node *wn = &g->nodes[where];
-    int chain[4] = {top, where, wn->in_node[0], wn->in_node[1]}; /* + 1, where, < 0, + rows */
+    int top = g->nodes[sel].in_node[1], chain[4];
+    if (g->nodes[sel].in_out[1] != 0 || kn_fuse_wrapped_index(g, top, rows, chain) < 0) return;
     for (int k = 0; k < 4; k++)
         if (uses[chain[k]] != 1 || is_out[chain[k]] || (f->disp[chain[k]] != KN_D_ROOT && f->disp[chain[k]] != KN_D_INLINE))
             return;

@@ -27,7 +27,9 @@ kn_status kn_fuse_build_kernel(const kn_graph *g, struct kn_fusion *f, int root,
 /* The index I when `node` is where(I < 0, I + rows, I) + 1: ONNX's Gather
  * (0-based, a negative index counting from the end) as the importer writes
  * it for kiln's 1-based index_select, over a table of `rows` rows; else -1.
- * A gathered load that reads I itself wraps it (kn_karg.gather_from_end). */
-int kn_fuse_wrapped_index(const kn_graph *g, int node, int64_t rows);
+ * A gathered load that reads I itself wraps it (kn_karg.gather_from_end).
+ * chain (when not NULL) gets the arithmetic's nodes: the + 1, the where,
+ * the < 0 and the + rows. */
+int kn_fuse_wrapped_index(const kn_graph *g, int node, int64_t rows, int chain[4]);
 
 #endif

@@ -71,6 +71,9 @@ typedef struct kn_graph_input {
                        once): the graph owns it, nobody binds it again, so its values stay */
     bool from_inputs; /* pass_made from other inputs' values (a folded conv weight), not from constants
                          alone (fold_once): the plan must be built again when those change */
+    bool values_read; /* a pass decided something from this input's values (a constant attention
+                         mask found to be the causal one): the plan must be built again when
+                         they change */
 } kn_graph_input;
 
 typedef struct kn_graph {

@@ -68,6 +68,45 @@ static bool is_causal_add_mask(const kn_graph *g, int m, int64_t t)
            is_causal_fill_mask(g, n->in_node[1], t);
 }
 
+/* The most elements of a constant mask read to see whether it is causal. */
+#define KN_FIXED_MASK_MAX_ELEMS ((int64_t)1 << 24)
+
+/* Whether the float mask added to the scores (node m) is a fixed value
+ * that is the causal one: a T x T slice (over any leading dims, each the
+ * same) of 0 on and below the diagonal and -inf or a number below -1e30
+ * (the dtype's lowest) above it. GPT-2 exported without an attention
+ * mask carries it so, a B x 1 x T x T initializer the exporter folded.
+ * Adding it gives what the causal attribute gives: a score pushed below
+ * -1e30 has exp 0 beside the row's unmasked diagonal. The plan builds
+ * again if the value is written (kn_pass_read_fixed_value). */
+static bool is_causal_fixed_mask(kn_pass_ctx *x, int m, int64_t t)
+{
+    const kn_node *n = &x->g->nodes[m];
+    const kn_meta *mm = &n->out[0];
+    if (n->op != KN_NODE_INPUT || !kn_dtype_is_float(mm->dtype) || mm->ndim < 2 || t < 1 ||
+        mm->shape[mm->ndim - 1] != t || mm->shape[mm->ndim - 2] != t)
+        return false;
+    int64_t numel = kn_numel_of(mm->ndim, mm->shape);
+    if (numel > KN_FIXED_MASK_MAX_ELEMS || !kn_pass_fixed_value(x->g, m, 0)) return false;
+    double *v = NULL;
+    if (!kn_pass_read_fixed_value(x, m, &v)) return false;
+    bool causal = true;
+    int64_t e = 0;
+    for (; e < numel && causal; e++) {
+        int64_t i = (e / t) % t, j = e % t;
+        causal = j <= i ? v[e] == 0 : v[e] < -1e30;
+    }
+    if (!causal) {
+        char who[200];
+        e--;
+        kn_pass_note(x, "attention at %s: its constant mask is not the causal one (query %lld, key %lld holds %g; "
+                        "the causal one holds 0 on and below the diagonal, below -1e30 above), so it stays a mask",
+                     kn_pass_who(x->g, m, who, sizeof who), (long long)((e / t) % t + 1), (long long)(e % t + 1), v[e]);
+    }
+    free(v);
+    return causal;
+}
+
 /* Whether value kt is k viewed with its last two dims swapped: a permute
  * (possibly several merged into one, as simplify does with
  * reshape(...):transpose(2, 3):transpose(-2, -1)) or a bound input whose
@@ -555,7 +594,8 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     int64_t tk = g->nodes[m.mm1].out[0].ndim >= 1 ? g->nodes[m.mm1].out[0].shape[g->nodes[m.mm1].out[0].ndim - 1] : -2;
     bool causal = m.mask_ref >= 0 && tq == tk &&
                   (m.mask_is_bool ? is_causal_fill_mask(g, KN_REF_NODE(m.mask_ref), tq)
-                                  : is_causal_add_mask(g, KN_REF_NODE(m.mask_ref), tq));
+                                  : is_causal_add_mask(g, KN_REF_NODE(m.mask_ref), tq) ||
+                                        (KN_REF_OUT(m.mask_ref) == 0 && is_causal_fixed_mask(x, KN_REF_NODE(m.mask_ref), tq)));
     char where[KN_WHERE_MAX]; /* copied: the nodes appended below may move the node array */
     memcpy(where, g->nodes[m.mm1].where, sizeof where);
     int before = mm2;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_view.h"
+
 kn_status kn_pass_sync(kn_pass_ctx *x)
 {
     int n = x->g->n_nodes;
@@ -217,6 +219,44 @@ kn_tensor *kn_pass_fixed_input(const kn_graph *g, int node, int out)
     if (!kn_input_keeps_values(in) && !in->pass_made) return NULL;
     kn_tensor *t = in->tensor;
     return t && t->storage ? t : NULL;
+}
+
+/* t's elements as float64, row-major (from any device, any layout: a
+ * copy to make it contiguous runs with settings). */
+kn_status kn_pass_load_doubles(kn_tensor *t, const struct kn_settings *settings, double **out)
+{
+    *out = NULL;
+    kn_tensor *h = NULL;
+    KN_TRY(kn_tensor_to_device(t, KN_CPU, settings, &h));
+    int64_t n = kn_tensor_numel(h);
+    size_t es = kn_dtype_size(h->dtype);
+    unsigned char *raw = malloc((size_t)(n > 0 ? n : 1) * es);
+    double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!raw || !v) {
+        free(raw);
+        free(v);
+        kn_tensor_release(h);
+        return kn_error(KN_ERR_OOM, "a pass reading values: out of host memory");
+    }
+    kn_tensor_gather_host(h, raw);
+    for (int64_t i = 0; i < n; i++) v[i] = kn_load_f64(raw + (size_t)i * es, h->dtype);
+    free(raw);
+    kn_tensor_release(h);
+    *out = v;
+    return KN_OK;
+}
+
+kn_tensor *kn_pass_read_fixed_value(kn_pass_ctx *x, int node, double **out)
+{
+    *out = NULL;
+    kn_tensor *t = kn_pass_fixed_value(x->g, node, 0);
+    if (!t || kn_pass_load_doubles(t, x->settings, out) != KN_OK) {
+        free(*out);
+        *out = NULL;
+        return NULL;
+    }
+    x->g->inputs[x->g->nodes[node].input].values_read = true;
+    return t;
 }
 
 kn_status kn_pass_add_folded_value(kn_pass_ctx *x, const char *name, kn_tensor *t, const char *where, int before,

@@ -65,6 +65,16 @@ kn_tensor *kn_pass_fixed_value(const kn_graph *g, int node, int out);
 /* The same without the training-step check, for a pass that made it once
  * for the whole graph (kn_pass_graph_trains walks every node). */
 kn_tensor *kn_pass_fixed_input(const kn_graph *g, int node, int out);
+/* t's elements as float64, row-major, in *out (malloc'd; the caller frees
+ * it): from any device and any layout (a copy to make it contiguous runs
+ * with settings). */
+kn_status kn_pass_load_doubles(kn_tensor *t, const struct kn_settings *settings, double **out);
+/* The values of the fixed input behind node (kn_pass_fixed_value), read by
+ * a pass that decides something from them (an attention mask found to be
+ * the causal one): the input is marked (kn_graph_input.values_read), so the
+ * plan builds again when it is written. NULL and *out NULL where node is
+ * no such input or reading fails. */
+kn_tensor *kn_pass_read_fixed_value(kn_pass_ctx *x, int node, double **out);
 /* A new graph input holding t (the caller keeps its own reference), a
  * value the pass computed now from fixed values (a folded, laid-out or
  * merged weight): the plan counts as having folded parameter values in,

@@ -218,14 +218,13 @@ static kn_status roots_to_inputs(kn_pass_ctx *x, const unsigned char *root, kn_t
 
 /* Whether idx (1-D, integral) holds 1, 2, ..., size: index_select by it
  * is the identity. */
-static kn_status load_doubles(kn_tensor *t, const kn_settings *settings, double **out);
 
 static bool is_identity_index(kn_tensor *idx, int64_t size, const kn_settings *settings)
 {
     if (idx->ndim != 1 || idx->shape[0] != size || size > ((int64_t)1 << 20) || kn_dtype_is_float(idx->dtype))
         return false;
     double *v = NULL;
-    bool same = load_doubles(idx, settings, &v) == KN_OK;
+    bool same = kn_pass_load_doubles(idx, settings, &v) == KN_OK;
     for (int64_t i = 0; same && i < size; i++) same = v[i] == (double)(i + 1);
     free(v);
     return same;
@@ -263,7 +262,7 @@ static bool all_ones(kn_tensor *t, const kn_settings *settings)
     int64_t n = kn_tensor_numel(t);
     if (n < 1 || n > ((int64_t)1 << 20)) return false;
     double *v = NULL;
-    bool ones = load_doubles(t, settings, &v) == KN_OK;
+    bool ones = kn_pass_load_doubles(t, settings, &v) == KN_OK;
     for (int64_t i = 0; ones && i < n; i++) ones = v[i] == 1.0;
     free(v);
     return ones;
@@ -402,31 +401,6 @@ static kn_tensor *bound(const kn_graph *g, int node, int out)
     return t && t->storage && kn_dtype_is_float(t->dtype) ? t : NULL;
 }
 
-/* t's elements as float64, row-major (from any device, any layout: a
- * copy to make it contiguous runs with settings). */
-static kn_status load_doubles(kn_tensor *t, const kn_settings *settings, double **out)
-{
-    *out = NULL;
-    kn_tensor *h = NULL;
-    KN_TRY(kn_tensor_to_device(t, KN_CPU, settings, &h));
-    int64_t n = kn_tensor_numel(h);
-    size_t es = kn_dtype_size(h->dtype);
-    unsigned char *raw = malloc((size_t)(n > 0 ? n : 1) * es);
-    double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    if (!raw || !v) {
-        free(raw);
-        free(v);
-        kn_tensor_release(h);
-        return kn_error(KN_ERR_OOM, "fold_batch_norm: out of host memory");
-    }
-    kn_tensor_gather_host(h, raw);
-    for (int64_t i = 0; i < n; i++) v[i] = kn_load_f64(raw + (size_t)i * es, h->dtype);
-    free(raw);
-    kn_tensor_release(h);
-    *out = v;
-    return KN_OK;
-}
-
 /* A new tensor of dtype/shape on dev holding v. */
 static kn_status store_doubles(const double *v, kn_dtype dt, int ndim, const int64_t *shape,
                                kn_device dev, kn_tensor **out)
@@ -492,10 +466,10 @@ static kn_status bn_compute(const bn_fold *f, const kn_settings *settings, kn_te
 {
     double *w = NULL, *cb = NULL, *p[4] = {NULL};
     int64_t oc = f->w->shape[0], per = kn_tensor_numel(f->w) / (oc > 0 ? oc : 1);
-    kn_status st = load_doubles(f->w, settings, &w);
-    if (st == KN_OK && f->cbias) st = load_doubles(f->cbias, settings, &cb);
+    kn_status st = kn_pass_load_doubles(f->w, settings, &w);
+    if (st == KN_OK && f->cbias) st = kn_pass_load_doubles(f->cbias, settings, &cb);
     for (int k = 0; k < 4 && st == KN_OK; k++)
-        if (f->p[k]) st = load_doubles(f->p[k], settings, &p[k]);
+        if (f->p[k]) st = kn_pass_load_doubles(f->p[k], settings, &p[k]);
     double *b = st == KN_OK ? malloc(sizeof(double) * (size_t)(oc > 0 ? oc : 1)) : NULL;
     if (st == KN_OK && !b) st = kn_error(KN_ERR_OOM, "fold_batch_norm: out of host memory");
     if (st == KN_OK) {

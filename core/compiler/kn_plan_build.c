@@ -36,6 +36,7 @@ static kn_status plan_guard_values(kn_plan *p, const kn_graph *g)
 {
     bool baked = false;
     for (int i = p->n_orig_inputs; i < p->g.n_inputs; i++) baked = baked || p->g.inputs[i].from_inputs;
+    for (int i = 0; i < p->n_orig_inputs && i < p->g.n_inputs; i++) baked = baked || p->g.inputs[i].values_read;
     if (baked && p->n_orig_inputs > 0) {
         p->baked.storage = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.storage);
         p->baked.version = calloc((size_t)p->n_orig_inputs, sizeof *p->baked.version);
