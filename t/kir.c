@@ -690,25 +690,31 @@ static void test_stored_row(kn_dtype dt, int64_t D)
     free(k);
 }
 
-/* A row kernel whose row is a chain of adds, as a layer norm after a
- * bias and a residual add: h = (x + b) + r with b one row broadcast over
- * all, and out = h - mean(h) per row. A row held in registers folds the
- * whole chain into x's registers (kn_kir_row.c: row_fold) and reads them
- * in each loop, instead of adding again; each add is rounded to dt, as
- * eager rounds each op. */
-static void test_folded_chain(kn_dtype dt, int64_t D)
+/* A row kernel whose row is a chain of elementwise ops, as a layer norm
+ * after a bias and a residual add: h = (x first b) second r, or
+ * r second (x first b) (the chain as the second operand), with b one row broadcast over all,
+ * and out = h - mean(h) per row. A row held in registers folds the whole
+ * chain into x's registers (kn_kir_row.c: row_fold) and reads them in each
+ * loop; in bf16 and f16 it runs on packed pairs (kn_pairw_*). Each op is
+ * rounded to dt, as eager rounds each op. */
+static void test_folded_chain(kn_dtype dt, int64_t D, kn_op first, kn_op second, bool chain_second)
 {
     int64_t sh[3] = {3, 5, D}, bsh[1] = {D};
     kn_tensor *x = tl_rand(dt, 3, sh, TL_CONTIG, -2, 2, 0), *r = tl_rand(dt, 3, sh, TL_CONTIG, -2, 2, 0);
     kn_tensor *b = tl_rand(dt, 1, bsh, TL_CONTIG, -1, 1, 0), *out = tl_new(dt, 3, sh);
-    char name[96];
-    snprintf(name, sizeof name, "a row of (x + b) + r folded, minus its mean, %s %s", kn_dtype_name(dt),
-             tl_shape_str(3, sh));
+    char name[128];
+    if (chain_second)
+        snprintf(name, sizeof name, "a row of r %s (x %s b) folded, minus its mean, %s %s", kn_op_name(second),
+                 kn_op_name(first), kn_dtype_name(dt), tl_shape_str(3, sh));
+    else
+        snprintf(name, sizeof name, "a row of (x %s b) %s r folded, minus its mean, %s %s", kn_op_name(first),
+                 kn_op_name(second), kn_dtype_name(dt), tl_shape_str(3, sh));
     kn_kernel *k = kernel_new("k9_folded_chain", KN_KERNEL_ROW, 3, sh);
     int ax = arg_of(k, x, false, false), ab = arg_of(k, b, false, false), ar = arg_of(k, r, false, false);
     int ao = arg_of(k, out, true, false);
-    int h1 = op2(k, KN_OP_ADD, ld(k, ax), ld(k, ab), dt);
-    int h = op2(k, KN_OP_ADD, h1, ld(k, ar), dt);
+    int h1 = op2(k, first, ld(k, ax), ld(k, ab), dt);
+    int lr = ld(k, ar);
+    int h = chain_second ? op2(k, second, lr, h1, dt) : op2(k, second, h1, lr, dt);
     int hf = op1(k, KN_OP_CAST, h, KN_F32);
     stage(k, KN_OP_SUM, hf);
     int mean = op2(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / (double)D, KN_F32), KN_F32);
@@ -720,8 +726,11 @@ static void test_folded_chain(kn_dtype dt, int64_t D)
         for (int64_t i = 0; i < rows; i++) {
             double s = 0;
             for (int64_t d = 0; d < D; d++) {
-                tl_set(want_h, i * D + d, tl_get(x, i * D + d) + tl_get(b, d)); /* rounded to dt */
-                tl_set(want_h, i * D + d, tl_get(want_h, i * D + d) + tl_get(r, i * D + d));
+                double xv = tl_get(x, i * D + d), bv = tl_get(b, d), rv = tl_get(r, i * D + d);
+                tl_set(want_h, i * D + d, first == KN_OP_MUL ? xv * bv : xv + bv); /* rounded to dt */
+                double hv = tl_get(want_h, i * D + d);
+                double v = second == KN_OP_SUB ? (chain_second ? rv - hv : hv - rv) : hv + rv;
+                tl_set(want_h, i * D + d, v);
                 s += tl_get(want_h, i * D + d);
             }
             for (int64_t d = 0; d < D; d++) tl_set(want, i * D + d, tl_get(want_h, i * D + d) - s / (double)D);
@@ -1311,9 +1320,10 @@ int main(void)
     test_stored_row(KN_BF16, 64);
     test_stored_row(KN_F32, 96);
     test_stored_row(KN_BF16, 768);
-    test_folded_chain(KN_BF16, 768);
-    test_folded_chain(KN_F16, 64);
-    test_folded_chain(KN_F32, 96);
+    test_folded_chain(KN_BF16, 768, KN_OP_ADD, KN_OP_ADD, false);
+    test_folded_chain(KN_F16, 64, KN_OP_ADD, KN_OP_SUB, true);
+    test_folded_chain(KN_BF16, 64, KN_OP_MUL, KN_OP_SUB, false);
+    test_folded_chain(KN_F32, 96, KN_OP_ADD, KN_OP_ADD, false);
     test_many_rows();
     test_tril(0);
     test_tril(2);

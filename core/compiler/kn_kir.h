@@ -218,6 +218,10 @@ typedef struct kn_render_target {
                                 (a, b, e) computing a bf16/f16 add, sub or mul of
                                 element e of two loaded vectors, its rounded result
                                 (NULL: the f32 formula, rounded) */
+    const char *pair_word_op; /* the prefix of prelude functions "<prefix><op>_<dtype>"
+                                 (x, y) on two 32-bit words of bf16/f16 pairs: the add,
+                                 sub or mul of each pair, rounded, packed in one word
+                                 (NULL: none; a row's folded ops then run in f32) */
     const char *rsqrt_f32;   /* the function computing rsqrt in f32 (NULL: the op
                                 table's 1 / sqrt). CUDA's rsqrtf is within 2 ulp, as
                                 PyTorch's CUDA rsqrt; 1 / sqrtf's IEEE division and

@@ -336,6 +336,56 @@ static bool row_fold(const rctx *r, const bool *early, row_fold_t *f)
     return false;
 }
 
+/* The name of op e as the target's pair word ops spell it, or NULL where
+ * the fold cannot run on packed pairs: only a rounded add, sub or mul of
+ * the half types, in a target that has those ops (see the CUDA prelude
+ * for why a packed op gives eager's value). */
+static const char *pair_word_name(const rctx *r, const kn_kexpr *e)
+{
+    if (!r->t->pair_word_op || e->internal || (e->dtype != KN_BF16 && e->dtype != KN_F16)) return NULL;
+    return e->op == KN_OP_ADD ? "add" : e->op == KN_OP_SUB ? "sub" : e->op == KN_OP_MUL ? "mul" : NULL;
+}
+
+/* Whether every op of fold f runs on packed pairs (pair_word_name), two
+ * elements a 32-bit word of the vectors that hold them. */
+static bool fold_in_pairs(const rctx *r, const row_fold_t *f)
+{
+    const kn_kernel *k = r->k;
+    if (r->regs_v % 2) return false;
+    for (int i = 0; i <= f->expr; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if ((i == f->expr || (f->inner[i] && e->kind == KN_KX_OP)) && !pair_word_name(r, e)) return false;
+    }
+    return true;
+}
+
+/* Operand x of a packed fold: a load's word w of its group vector, or the
+ * word the ops before it made (f<x>). */
+static void put_pair_operand(rctx *r, int x)
+{
+    const kn_kexpr *e = &r->k->exprs[x];
+    if (e->kind == KN_KX_LOAD) kn_strbuf_printf(r->s, "((const kn_u32 *)&c%d[g])[w]", e->buf);
+    else kn_strbuf_printf(r->s, "f%d", x);
+}
+
+/* The fold's ops, in order, on word w of the group's vectors; the last
+ * one's word goes to its argument's registers. */
+static void render_fold_pairs(rctx *r, const row_fold_t *f)
+{
+    const kn_kernel *k = r->k;
+    for (int i = 0; i <= f->expr; i++) {
+        const kn_kexpr *e = &k->exprs[i];
+        if (e->kind != KN_KX_OP || (i != f->expr && !f->inner[i])) continue;
+        kn_strbuf_printf(r->s, "%*sconst kn_u32 f%d = %s%s_%s(", r->indent * 4, "", i, r->t->pair_word_op,
+                         pair_word_name(r, e), kn_dtype_name(e->dtype));
+        put_pair_operand(r, e->a);
+        kn_strbuf_printf(r->s, ", ");
+        put_pair_operand(r, e->b);
+        kn_strbuf_printf(r->s, ");\n");
+    }
+    kn_kir_line(r, "((kn_u32 *)&c%d[g])[w] = f%d;", f->arg, f->expr);
+}
+
 /* The loads of a fold's inputs, and the lane's values of its last op into
  * its argument's registers, one vector group at a time: the other inputs
  * hold registers for one group. */
@@ -362,16 +412,22 @@ static kn_status regs_fold(rctx *r, const row_fold_t *f, const char *lo, const c
     r->indent--;
     kn_kir_line(r, "}");
     if (r->t->full_unroll_pragma) kn_kir_line(r, "%s", r->t->full_unroll_pragma);
-    kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
-    r->indent++;
-    kn_kir_line(r, "const int u = g * %d + e;", V);
-    kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
-    kn_kir_line(r, "(void)i%d;", R);
-    r->in_regs = true;
-    kn_status st = kn_kir_render_needed(r, need, k->ndim);
-    if (st == KN_OK) kn_kir_render_store(r, f->arg, f->expr, k->ndim);
-    r->in_regs = false;
-    KN_TRY(st);
+    if (fold_in_pairs(r, f)) {
+        kn_kir_line(r, "for (int w = 0; w < %d; w++) {", V / 2);
+        r->indent++;
+        render_fold_pairs(r, f);
+    } else {
+        kn_kir_line(r, "for (int e = 0; e < %d; e++) {", V);
+        r->indent++;
+        kn_kir_line(r, "const int u = g * %d + e;", V);
+        kn_kir_line(r, "const int i%d = (%s + g * %s) * %d + e;", R, lo, step, V);
+        kn_kir_line(r, "(void)i%d;", R);
+        r->in_regs = true;
+        kn_status st = kn_kir_render_needed(r, need, k->ndim);
+        if (st == KN_OK) kn_kir_render_store(r, f->arg, f->expr, k->ndim);
+        r->in_regs = false;
+        KN_TRY(st);
+    }
     r->indent--;
     kn_kir_line(r, "}");
     r->indent--;

@@ -549,6 +549,30 @@ const kn_render_target kn_cuda_render_target = {
                "KN_PAIR_F32(add, bf16, +) KN_PAIR_F32(sub, bf16, -) KN_PAIR_F32(mul, bf16, *)\n"
                "#endif\n"
                "KN_PAIR_PACKED(add, f16) KN_PAIR_PACKED(sub, f16) KN_PAIR_PACKED(mul, f16)\n"
+               /* the same on whole 32-bit words of pairs, for a row's folded
+                * adds (kn_kir_row.c: a layer norm's bias and residual adds
+                * took 8 instructions an element in f32, one word op takes
+                * two elements) */
+               "#define KN_PAIRW_PACKED(OP, T)\\\n"
+               "KN_FN kn_u32 kn_pairw_##OP##_##T(kn_u32 x, kn_u32 y)\\\n"
+               "{\\\n"
+               "    kn_u32 r;\\\n"
+               "    asm(#OP \".rn.\" #T \"x2 %0, %1, %2;\" : \"=r\"(r) : \"r\"(x), \"r\"(y));\\\n"
+               "    return r;\\\n"
+               "}\n"
+               "#define KN_PAIRW_F32(OP, T, F32OP)\\\n"
+               "KN_FN kn_u32 kn_pairw_##OP##_##T(kn_u32 x, kn_u32 y)\\\n"
+               "{\\\n"
+               "    const kn_u16 lo = kn_st_##T(kn_round_##T(kn_ld_##T((kn_u16)x) F32OP kn_ld_##T((kn_u16)y)));\\\n"
+               "    const kn_u16 hi = kn_st_##T(kn_round_##T(kn_ld_##T((kn_u16)(x >> 16)) F32OP kn_ld_##T((kn_u16)(y >> 16))));\\\n"
+               "    return (kn_u32)lo | (kn_u32)hi << 16;\\\n"
+               "}\n"
+               "#if __CUDA_ARCH__ >= 900\n"
+               "KN_PAIRW_PACKED(add, bf16) KN_PAIRW_PACKED(sub, bf16) KN_PAIRW_PACKED(mul, bf16)\n"
+               "#else\n"
+               "KN_PAIRW_F32(add, bf16, +) KN_PAIRW_F32(sub, bf16, -) KN_PAIRW_F32(mul, bf16, *)\n"
+               "#endif\n"
+               "KN_PAIRW_PACKED(add, f16) KN_PAIRW_PACKED(sub, f16) KN_PAIRW_PACKED(mul, f16)\n"
                /* a 16-byte vector in one store: assigned as a struct, the
                 * compiler split a layer norm's first group of bf16 results
                 * into four 4-byte stores */
@@ -575,6 +599,7 @@ const kn_render_target kn_cuda_render_target = {
     .sizes_baked = true,
     .half_gelu = "kn_gelu_",
     .pair_op = "kn_pair_",
+    .pair_word_op = "kn_pairw_",
     .rsqrt_f32 = "rsqrtf",
     .ld_bf16_in_vec = "kn_ldv_bf16",
     .store16 = "kn_st16",
