@@ -6,7 +6,9 @@
 -- eager (relative to the largest value: f32 1e-5, bf16 0.05), in
 -- the default and the reduce-overhead modes, with a softmax and a sum as
 -- the row op too, and where the first reader is not a row op the value
--- keeps a kernel of its own. On the CPU, and on the GPU where there is one.
+-- keeps a kernel of its own. Also a small value of the inputs riding on a
+-- row kernel with its rows' shape (BERT's padding mask). On the CPU, and on
+-- the GPU where there is one.
 local T = dofile("t/lib/tap.lua")
 
 -- max |a - b| / max(1, max |b|), in f64 on the CPU; NaN or a shape
@@ -78,4 +80,56 @@ local e1, e2 = later(x, a)
 T.ok(maxdiff(y1, e1) <= 1e-5 and maxdiff(y2, e2) <= 1e-5, "first read by a mul: equals eager")
 local _, ln_names = kernels_with(cl, "layer_norm")
 T.ok(not ln_names:find("add", 1, true), "and the add is not in the layer norm's kernel (" .. ln_names .. ")")
+
+-- a small value of the inputs with the shape of a row kernel's rows (BERT's
+-- padding mask: the ids' mask as an additive B x T bias, beside the
+-- embeddings' layer norm over B x T rows) is computed by that row kernel,
+-- once a row, when every reader comes after it; bf16 on the GPU too
+local B, Tn = 3, 5
+local function masked(x, m)
+  local bias = (1 - m:to(x.dtype)) * -1e4 -- B x T, from an i64 mask
+  local h = kiln.layer_norm(x + 1, { D }, w, b)
+  return h + bias:reshape({ B, Tn, 1 })
+end
+local ids_mask = kiln.tensor({ { 1, 1, 1, 0, 0 }, { 1, 1, 1, 1, 1 }, { 1, 0, 0, 0, 0 } }, { dtype = "i64" })
+for _, dev in ipairs(DEVICES) do
+  w, b = w:to(dev), b:to(dev)
+  for _, dt in ipairs({ "f32", "bf16" }) do
+    local xm = kiln.randn({ B, Tn, D }, { seed = 7 }):to(dt):to(dev)
+    local mm = ids_mask:to(dev)
+    local tol = dt == "f32" and 1e-5 or 0.05
+    for _, mode in ipairs({ "default", "reduce-overhead" }) do
+      local cm = kiln.compile(masked, { mode = mode })
+      local d = maxdiff(cm(xm, mm), masked(xm, mm))
+      local n_ln, names = kernels_with(cm, "layer_norm")
+      local n_cast = kernels_with(cm, "cast")
+      T.ok(d <= tol and #cm:kernels() == 2 and n_ln == 1 and n_cast == 1,
+        string.format("%s %s %s: the mask rides on the layer norm's kernel (%d kernels: %s), equal to eager (%.3g)",
+          dev, dt, mode, #cm:kernels(), names, d))
+      local both = false
+      for _, k in ipairs(cm:kernels()) do
+        local has_ln, has_cast = false, false
+        for _, o in ipairs(k.ops or {}) do
+          has_ln = has_ln or o == "layer_norm"
+          has_cast = has_cast or o == "cast"
+        end
+        both = both or (has_ln and has_cast)
+      end
+      T.ok(both, string.format("%s %s %s: one kernel holds the layer norm and the mask's ops", dev, dt, mode))
+    end
+  end
+end
+w, b = w:to("cpu"), b:to("cpu")
+-- near misses: a mask of another shape, and one the row kernel itself reads
+local function wider(x, m)
+  local bias = (1 - m:to(x.dtype)) * -1e4 -- B x (T + 1): not the rows' shape
+  local h = kiln.layer_norm(x + 1, { D }, w, b)
+  return h + bias:slice(2, 1, Tn):reshape({ B, Tn, 1 })
+end
+local wide_mask = kiln.tensor({ { 1, 1, 1, 0, 0, 1 }, { 1, 1, 1, 1, 1, 1 }, { 1, 0, 0, 0, 0, 1 } }, { dtype = "i64" })
+local xc = kiln.randn({ B, Tn, D }, { seed = 8, device = "cpu" })
+local cw = kiln.compile(wider)
+local dw = maxdiff(cw(xc, wide_mask), wider(xc, wide_mask))
+T.ok(dw <= 1e-5 and #cw:kernels() == 3, string.format("a B x (T + 1) mask keeps a kernel of its own (%d kernels), equal to eager (%.3g)",
+  #cw:kernels(), dw))
 T.done()

@@ -393,7 +393,8 @@ static kn_status out_arg(kctx *c, int node, int skip, bool keepdim, int *ai)
 
 static void list_nodes(kctx *c, int root)
 {
-    for (int i = 0; i <= root && c->k->n_nodes < KN_KIR_MAX_NODES; i++)
+    (void)root; /* values riding on a row kernel may come after its root */
+    for (int i = 0; i < c->g->n_nodes && c->k->n_nodes < KN_KIR_MAX_NODES; i++)
         if (c->f->kernel[i] == c->kid) c->k->nodes[c->k->n_nodes++] = i;
 }
 
@@ -459,6 +460,13 @@ static bool wraps_a_gathered_index(const kctx *c, int i, int root)
     return false;
 }
 
+/* Whether node i belongs to a value riding on this kernel (kn_fusion.rides):
+ * the kernel's name leads with its own ops. */
+static bool rides_here(const kctx *c, int i)
+{
+    return c->f->rides && c->f->rides[i] && c->f->kernel[i] == c->kid;
+}
+
 /* A short name for what a kernel does: its ops, up to three. */
 static void what_text(kctx *c, int root, char *buf, size_t size)
 {
@@ -467,7 +475,7 @@ static void what_text(kctx *c, int root, char *buf, size_t size)
     buf[0] = 0;
     for (int i = 0; i <= root; i++) {
         if (c->f->kernel[i] != c->kid || !kn_fuse_is_op(&c->g->nodes[i])) continue;
-        if (wraps_a_gathered_index(c, i, root)) continue;
+        if (wraps_a_gathered_index(c, i, root) || rides_here(c, i)) continue;
         if (shown == 3) {
             n += (size_t)snprintf(buf + n, size - n, "_etc");
             break;
@@ -739,9 +747,26 @@ kn_status kn_fuse_build_kernel(const kn_graph *g, kn_fusion *f, int root, kn_ker
         k->ndim = nd->out[0].ndim;
         memcpy(k->shape, nd->out[0].shape, sizeof k->shape);
     }
+    /* values riding on this row kernel: built over the rows' dims alone
+     * (the space without its row dim, so their loads broadcast along the
+     * row) and stored once a row */
+    for (int m = 0; m < g->n_nodes && st == KN_OK && kind == KN_KERNEL_ROW && f->rides; m++) {
+        if (!f->rides[m] || !f->stored[m] || f->kernel[m] != kid) continue; /* the value, not its steps */
+        if (k->n_stores >= KN_KIR_MAX_STORES) {
+            st = kn_error(KN_ERR_ARG, "kernel %s: more than %d stores", k->name, KN_KIR_MAX_STORES);
+            break;
+        }
+        int e = -1, ai = -1, space = c.no;
+        c.no = space - 1;
+        st = build(&c, m, 0, &e);
+        c.no = space;
+        if (st == KN_OK) st = out_arg(&c, m, row_dim, false, &ai);
+        if (st == KN_OK) k->stores[k->n_stores++] = (kn_kstore){.arg = ai, .expr = e, .per_row = true};
+    }
     /* values computed here for readers in later kernels too (kn_fusion.stored) */
     for (int m = 0; m < root && st == KN_OK && (kind == KN_KERNEL_ROW || kind == KN_KERNEL_POINTWISE); m++) {
-        if (!f->stored || !f->stored[m] || f->kernel[m] != kid || memo_expr[m] < 0) continue;
+        if (!f->stored || !f->stored[m] || (f->rides && f->rides[m]) || f->kernel[m] != kid || memo_expr[m] < 0)
+            continue;
         if (k->n_stores >= KN_KIR_MAX_STORES) {
             st = kn_error(KN_ERR_ARG, "kernel %s: more than %d stores", k->name, KN_KIR_MAX_STORES);
             break;
@@ -771,6 +796,7 @@ void kn_fusion_free(kn_fusion *f)
     free(f->copies);
     free(f->limit_split);
     free(f->stored);
+    free(f->rides);
     kn_kprogram_free(&f->prog);
     memset(f, 0, sizeof *f);
 }

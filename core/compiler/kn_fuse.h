@@ -71,6 +71,11 @@ typedef struct kn_fusion {
                           of its first reader (a layer norm's row: the residual sum before it), for
                           the readers after it, or the one pointwise kernel holding all its readers
                           (an optimizer's new moment, a result) */
+    bool *rides;       /* per node: part of a small pointwise value of the graph's inputs with the
+                          shape of a row kernel's rows (BERT's padding mask, B x T, beside its
+                          embeddings' layer norm over B x T rows), computed and stored once a row
+                          by that kernel instead of by a kernel of its own; the value's own node
+                          is also stored */
 } kn_fusion;
 
 /* Whether the backend can write library node `node`'s value with the
