@@ -553,10 +553,15 @@ static kn_status merge_into_readers(const kn_graph *g, kn_fusion *f, int *consum
 #define KN_RIDE_MAX_LOADS 4
 
 /* Whether value p (a value's node, through views) reaches a graph input or
- * a constant. */
-static bool from_inputs(const kn_graph *g, const kn_fusion *f, int p)
+ * a constant; *last_view gets the latest view on the way (views run in
+ * node order, so the row kernel must come after it; an input is bound
+ * early where a kernel reads it first, kn_plan_kernel_bufs). */
+static bool from_inputs(const kn_graph *g, const kn_fusion *f, int p, int *last_view)
 {
-    while (f->disp[p] == KN_D_VIEW) p = g->nodes[p].in_node[0];
+    while (f->disp[p] == KN_D_VIEW) {
+        if (p > *last_view) *last_view = p;
+        p = g->nodes[p].in_node[0];
+    }
     return f->disp[p] == KN_D_INPUT || f->disp[p] == KN_D_CONST;
 }
 
@@ -592,7 +597,7 @@ static void ride_on_rows(const kn_graph *g, kn_fusion *f, int *consumer, const b
         if (f->disp[p] != KN_D_ROOT || !is_pointwise(pn) || f->stored[p] || is_out[p] || pn->out[0].ndim < 1) continue;
         /* its group: pointwise ops of inputs and constants, nothing by position */
         bool ok = true;
-        int loads = 0;
+        int loads = 0, last_view = -1;
         for (int i = 0; i <= p && ok; i++) {
             if (root[i] != p) continue;
             const kn_node *in = &g->nodes[i];
@@ -601,14 +606,14 @@ static void ride_on_rows(const kn_graph *g, kn_fusion *f, int *consumer, const b
             for (int k = 0; k < in->n_in && ok; k++) {
                 int q = in->in_node[k];
                 if (root[q] == p) continue;
-                ok = from_inputs(g, f, q);
+                ok = from_inputs(g, f, q, &last_view);
                 loads++;
             }
         }
         if (!ok || loads > KN_RIDE_MAX_LOADS) continue;
         for (int r = 0; r < n; r++) {
             const kn_node *rn = &g->nodes[r];
-            if (f->disp[r] != KN_D_ROOT || r == p) continue;
+            if (f->disp[r] != KN_D_ROOT || r == p || r < last_view) continue;
             int d = row_dim(g, rn);
             const kn_meta *rin = d >= 0 ? &g->nodes[rn->in_node[0]].out[rn->in_out[0]] : NULL;
             if (!rin || d != rin->ndim - 1 || rin->ndim != pn->out[0].ndim + 1 ||

@@ -137,6 +137,9 @@ kn_status kn_plan_kernel_bufs(run_ctx *r, int kid, char **bufs)
     for (int a = 0; a < k->n_args; a++) {
         const kn_karg *ar = &k->args[a];
         kn_tensor **slot = &r->val[ar->node * KN_MAX_OUTPUTS + ar->out];
+        /* an input first read by a value riding on this kernel (kn_fusion.rides)
+         * may come after it in graph order: inputs can be bound early */
+        if (!*slot && p->code.fusion.disp[ar->node] == KN_D_INPUT) KN_TRY(bind_input(r, ar->node));
         if (ar->is_output && !*slot) {
             kn_tensor *t;
             const kn_meta *m = &p->g.nodes[ar->node].out[ar->out];
