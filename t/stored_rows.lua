@@ -136,7 +136,7 @@ local function wider(x, m)
   local h = kiln.layer_norm(x + 1, { D }, w, b)
   return h + bias:slice(2, 1, Tn):reshape({ B, Tn, 1 })
 end
-local wide_mask = kiln.tensor({ { 1, 1, 1, 0, 0, 1 }, { 1, 1, 1, 1, 1, 1 }, { 1, 0, 0, 0, 0, 1 } }, { dtype = "i64" })
+local wide_mask = kiln.tensor({ { 1, 1, 1, 0, 0, 1 }, { 1, 1, 1, 1, 1, 1 }, { 1, 0, 0, 0, 0, 1 } }, { dtype = "i64", device = "cpu" })
 local xc = kiln.randn({ B, Tn, D }, { seed = 8, device = "cpu" })
 local cw = kiln.compile(wider)
 local dw = maxdiff(cw(xc, wide_mask), wider(xc, wide_mask))
