@@ -647,6 +647,26 @@ static void test_gathered(kn_dtype dt, int64_t D, bool row, bool from_end)
     free(k);
 }
 
+/* The body both row tests below share: out = h - mean(h) over the row,
+ * h an expression of dtype dt; and its reference, from want_h (h rounded
+ * to dt) for rows of D. */
+static void store_row_minus_mean(kn_kernel *k, int h, int ao, int64_t D, kn_dtype dt)
+{
+    int hf = op1(k, KN_OP_CAST, h, KN_F32);
+    stage(k, KN_OP_SUM, hf);
+    int mean = op2(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / (double)D, KN_F32), KN_F32);
+    store(k, ao, op1(k, KN_OP_CAST, op2(k, KN_OP_SUB, hf, mean, KN_F32), dt), false);
+}
+
+static void want_row_minus_mean(const kn_tensor *want_h, kn_tensor *want, int64_t rows, int64_t D)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t d = 0; d < D; d++) s += tl_get(want_h, r * D + d);
+        for (int64_t d = 0; d < D; d++) tl_set(want, r * D + d, tl_get(want_h, r * D + d) - s / (double)D);
+    }
+}
+
 /* A row kernel that also stores a value it computes on the way (the
  * residual sum before a layer norm, kn_fusion.stored): h = x + a, stored
  * element by element, and out = h - mean(h) per row. The sum of two rows
@@ -664,23 +684,14 @@ static void test_stored_row(kn_dtype dt, int64_t D)
     int ax = arg_of(k, x, false, false), aa = arg_of(k, a, false, false);
     int ah = arg_of(k, h, true, false), ao = arg_of(k, out, true, false);
     int hs = op2(k, KN_OP_ADD, ld(k, ax), ld(k, aa), dt);
-    int hf = op1(k, KN_OP_CAST, hs, KN_F32);
-    stage(k, KN_OP_SUM, hf);
-    int mean = op2(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / (double)D, KN_F32), KN_F32);
-    store(k, ao, op1(k, KN_OP_CAST, op2(k, KN_OP_SUB, hf, mean, KN_F32), dt), false);
+    store_row_minus_mean(k, hs, ao, D, dt);
     store(k, ah, hs, false);
     kn_tensor *ts[] = {x, a, h, out};
     if (run(k, ts, name)) {
         kn_tensor *want_h = tl_new(dt, 3, sh), *want = tl_new(dt, 3, sh);
         int64_t rows = sh[0] * sh[1];
-        for (int64_t r = 0; r < rows; r++) {
-            double s = 0;
-            for (int64_t d = 0; d < D; d++) {
-                tl_set(want_h, r * D + d, tl_get(x, r * D + d) + tl_get(a, r * D + d)); /* rounded to dt */
-                s += tl_get(want_h, r * D + d);
-            }
-            for (int64_t d = 0; d < D; d++) tl_set(want, r * D + d, tl_get(want_h, r * D + d) - s / (double)D);
-        }
+        for (int64_t i = 0; i < rows * D; i++) tl_set(want_h, i, tl_get(x, i) + tl_get(a, i)); /* rounded to dt */
+        want_row_minus_mean(want_h, want, rows, D);
         check(h, want_h, false, name);
         check(out, want, false, "and its row minus the mean");
         kn_tensor_release(want_h);
@@ -692,8 +703,8 @@ static void test_stored_row(kn_dtype dt, int64_t D)
 
 /* A row kernel whose row is a chain of elementwise ops, as a layer norm
  * after a bias and a residual add: h = (x first b) second r, or
- * r second (x first b) (the chain as the second operand), with b one row broadcast over all,
- * and out = h - mean(h) per row. A row held in registers folds the whole
+ * r second (x first b) (the chain as the second operand), with b one row
+ * broadcast over all, and out = h - mean(h) per row. A row held in registers folds the whole
  * chain into x's registers (kn_kir_row.c: row_fold) and reads them in each
  * loop; in bf16 and f16 it runs on packed pairs (kn_pairw_*). Each op is
  * rounded to dt, as eager rounds each op. */
@@ -715,26 +726,18 @@ static void test_folded_chain(kn_dtype dt, int64_t D, kn_op first, kn_op second,
     int h1 = op2(k, first, ld(k, ax), ld(k, ab), dt);
     int lr = ld(k, ar);
     int h = chain_second ? op2(k, second, lr, h1, dt) : op2(k, second, h1, lr, dt);
-    int hf = op1(k, KN_OP_CAST, h, KN_F32);
-    stage(k, KN_OP_SUM, hf);
-    int mean = op2(k, KN_OP_MUL, acc(k, 0, KN_F32), cst(k, 1.0 / (double)D, KN_F32), KN_F32);
-    store(k, ao, op1(k, KN_OP_CAST, op2(k, KN_OP_SUB, hf, mean, KN_F32), dt), false);
+    store_row_minus_mean(k, h, ao, D, dt);
     kn_tensor *ts[] = {x, b, r, out};
     if (run(k, ts, name)) {
         kn_tensor *want_h = tl_new(dt, 3, sh), *want = tl_new(dt, 3, sh);
         int64_t rows = sh[0] * sh[1];
-        for (int64_t i = 0; i < rows; i++) {
-            double s = 0;
-            for (int64_t d = 0; d < D; d++) {
-                double xv = tl_get(x, i * D + d), bv = tl_get(b, d), rv = tl_get(r, i * D + d);
-                tl_set(want_h, i * D + d, first == KN_OP_MUL ? xv * bv : xv + bv); /* rounded to dt */
-                double hv = tl_get(want_h, i * D + d);
-                double v = second == KN_OP_SUB ? (chain_second ? rv - hv : hv - rv) : hv + rv;
-                tl_set(want_h, i * D + d, v);
-                s += tl_get(want_h, i * D + d);
-            }
-            for (int64_t d = 0; d < D; d++) tl_set(want, i * D + d, tl_get(want_h, i * D + d) - s / (double)D);
+        for (int64_t i = 0; i < rows * D; i++) {
+            double xv = tl_get(x, i), bv = tl_get(b, i % D), rv = tl_get(r, i);
+            tl_set(want_h, i, first == KN_OP_MUL ? xv * bv : xv + bv); /* rounded to dt */
+            double hv = tl_get(want_h, i);
+            tl_set(want_h, i, second == KN_OP_SUB ? (chain_second ? rv - hv : hv - rv) : hv + rv);
         }
+        want_row_minus_mean(want_h, want, rows, D);
         check(out, want, false, name);
         kn_tensor_release(want_h);
         kn_tensor_release(want);

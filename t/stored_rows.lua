@@ -10,6 +10,7 @@
 -- row kernel with its rows' shape (BERT's padding mask). On the CPU, and on
 -- the GPU where there is one.
 local T = dofile("t/lib/tap.lua")
+local kernel_ops = dofile("t/lib/kernel_ops.lua")
 
 -- max |a - b| / max(1, max |b|), in f64 on the CPU; NaN or a shape
 -- mismatch gives math.huge
@@ -115,16 +116,7 @@ for _, dev in ipairs(DEVICES) do
         T.ok(d <= tol and #cm:kernels() == 2 and n_ln == 1 and n_cast == 1,
           string.format("%s %s %s %s: the mask rides on the layer norm's kernel (%d kernels: %s), equal to eager (%.3g)",
             dev, case[1], dt, mode, #cm:kernels(), names, d))
-        local both = false
-        for _, k in ipairs(cm:kernels()) do
-          local has_ln, has_cast = false, false
-          for _, o in ipairs(k.ops or {}) do
-            has_ln = has_ln or o == "layer_norm"
-            has_cast = has_cast or o == "cast"
-          end
-          both = both or (has_ln and has_cast)
-        end
-        T.ok(both, string.format("%s %s %s %s: one kernel holds the layer norm and the mask's ops", dev, case[1], dt, mode))
+        T.ok(kernel_ops(cm, { "layer_norm", "cast" }), string.format("%s %s %s %s: one kernel holds the layer norm and the mask's ops", dev, case[1], dt, mode))
       end
     end
   end

@@ -8,6 +8,7 @@
 local T = dofile("t/lib/tap.lua")
 
 local gathered_kernel = dofile("t/lib/gathered_kernel.lua")
+local kernel_ops = dofile("t/lib/kernel_ops.lua")
 
 -- the suite's tiny BERT and GPT-2 (t/data/real_models), both dtypes
 for _, name in ipairs({ "bert", "gpt2" }) do
@@ -31,15 +32,7 @@ for _, name in ipairs({ "bert", "gpt2" }) do
       fused and fused.name or "no generated kernel"))
     -- ONNX's Gather takes negative ids from the end: the importer writes
     -- where(i < 0, i + V, i) + 1, which the gathered load now does itself
-    local wrap_alone = false
-    for _, k in ipairs(ro:kernels()) do
-      local has_lt, has_select = false, false
-      for _, o in ipairs(k.ops or {}) do
-        has_lt = has_lt or o == "lt"
-        has_select = has_select or o == "index_select"
-      end
-      if has_lt and not has_select then wrap_alone = true end
-    end
+    local wrap_alone = kernel_ops(ro, { "lt" }, { "index_select" })
     T.ok(fused and not wrap_alone and fused.source and fused.source:find("kn_gather_row_from_end((", 1, true),
       string.format("%s %s: the ids' wrap (where(i < 0, i + V, i) + 1) runs in the gathered load, not a kernel of its own",
         name, dt))
