@@ -425,6 +425,15 @@ static bool reads_a_matmul(const kn_graph *g, const kn_node *n, const int *uses,
     return false;
 }
 
+/* KILN_RESIDUAL_IN_ROW=1: a residual sum that reads a matmul's value goes
+ * into its row kernel all the same, for measuring that against the
+ * matmul's epilogue. */
+static bool residual_in_row(void)
+{
+    const char *v = getenv("KILN_RESIDUAL_IN_ROW");
+    return v && strcmp(v, "1") == 0;
+}
+
 /* Every node's disposition and layout, in node order. */
 static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses, int *consumer,
                                 const int *first_reader, const bool *is_out, const bool *needed)
@@ -462,7 +471,8 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
          * it for the readers after it; a kernel and a pass over the
          * value fewer. The row op is its first reader, so every other
          * runs after that kernel. */
-        if (is_pointwise(nd) && uses[i] > 1 && !is_out[i] && first_reader[i] >= 0 && !reads_a_matmul(g, nd, uses, 0) &&
+        if (is_pointwise(nd) && uses[i] > 1 && !is_out[i] && first_reader[i] >= 0 &&
+            (residual_in_row() || !reads_a_matmul(g, nd, uses, 0)) &&
             row_dim(g, &g->nodes[first_reader[i]]) >= 0 && reads_only_as_row(&g->nodes[first_reader[i]], i)) {
             f->disp[i] = KN_D_INLINE;
             f->stored[i] = true;
