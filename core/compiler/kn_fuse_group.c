@@ -411,8 +411,8 @@ static bool reads_only_as_row(const kn_node *c, int p)
 
 /* Whether node n reads a matmul's value: a bias or residual add there may
  * go into the matmul's library epilogue (kn_plan_epilogue.c), which a
- * row kernel holding the add would prevent (the transformer sample's
- * `x + proj(y)` before its second layer norm). */
+ * row kernel holding the add prevents (the transformer sample's
+ * `x + proj(y)` before its second layer norm): see residual_in_row. */
 static bool reads_a_matmul(const kn_graph *g, const kn_node *n, const int *uses, int depth)
 {
     for (int k = 0; k < n->n_in; k++) {
@@ -425,13 +425,25 @@ static bool reads_a_matmul(const kn_graph *g, const kn_node *n, const int *uses,
     return false;
 }
 
-/* KILN_RESIDUAL_IN_ROW=1: a residual sum that reads a matmul's value goes
- * into its row kernel all the same, for measuring that against the
- * matmul's epilogue. */
-static bool residual_in_row(void)
+/* Whether a residual sum of dtype dt that reads a matmul's value
+ * (x + proj(y) + b) goes into its row kernel too, rather than waiting for
+ * the matmul's library epilogue to take the adds. In the half types the
+ * row kernel folds the adds into the row it holds anyway, on packed pairs
+ * (kn_kir_row.c: row_fold), and cuBLASLt's residual epilogue cost more: on
+ * the H200, GPT-2 bf16 went from 218.3-219.2 to 211.9-212.3 us a call (its
+ * 768-wide GEMMs from 8.7 to 7.3 us, its layer norms from 2.15 to 2.85
+ * with the adds and the sum's store), and the transformer sample stayed
+ * at 94 us. In f32 the two forms were within 0.6% either way (GPT-2 a
+ * little faster in the row, the sample a little slower), so f32 keeps the
+ * epilogue (bench/results/2026-11-30-h200-transformers6.md).
+ * KILN_RESIDUAL_IN_ROW=0 or 1 takes one form for every dtype, for
+ * measuring. */
+static bool residual_in_row(kn_dtype dt)
 {
     const char *v = getenv("KILN_RESIDUAL_IN_ROW");
-    return v && strcmp(v, "1") == 0;
+    if (v && strcmp(v, "0") == 0) return false;
+    if (v && strcmp(v, "1") == 0) return true;
+    return dt == KN_BF16 || dt == KN_F16;
 }
 
 /* Every node's disposition and layout, in node order. */
@@ -472,7 +484,7 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
          * value fewer. The row op is its first reader, so every other
          * runs after that kernel. */
         if (is_pointwise(nd) && uses[i] > 1 && !is_out[i] && first_reader[i] >= 0 &&
-            (residual_in_row() || !reads_a_matmul(g, nd, uses, 0)) &&
+            (residual_in_row(nd->out[0].dtype) || !reads_a_matmul(g, nd, uses, 0)) &&
             row_dim(g, &g->nodes[first_reader[i]]) >= 0 && reads_only_as_row(&g->nodes[first_reader[i]], i)) {
             f->disp[i] = KN_D_INLINE;
             f->stored[i] = true;
