@@ -255,8 +255,9 @@ static kn_status mk_gather_load(kctx *c, int node, int *res)
     int wn = sn->in_node[0], in = sn->in_node[1];
     const kn_meta *wm = &c->g->nodes[wn].out[sn->in_out[0]];
     /* an index whose wrap the grouping left to this load: read it raw */
-    bool from_end = c->f->disp[in] == KN_D_INLINE && kn_fuse_wrapped_index(c->g, in, wm->shape[0], NULL) >= 0;
-    if (from_end) in = kn_fuse_wrapped_index(c->g, in, wm->shape[0], NULL);
+    int raw = c->f->disp[in] == KN_D_INLINE ? kn_fuse_wrapped_index(c->g, in, wm->shape[0], NULL) : -1;
+    bool from_end = raw >= 0;
+    if (from_end) in = raw;
     const kn_meta *vm = &c->g->nodes[node].out[0];
     const kn_layout *vl = &c->f->layout[node], *wl = &c->f->layout[wn], *il = &c->f->layout[in];
     int64_t row = wm->shape[1];
