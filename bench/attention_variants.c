@@ -27,16 +27,19 @@
 typedef struct shape {
     const char *name;
     int64_t b, h, t, d;
-    int mask; /* 0 none, 1 padding [B,1,1,T], 2 full [B,1,T,T] */
+    int mask; /* 0 none, 1 padding [B,1,1,T], 2 full [B,1,T,T], 3 the causal flag (no mask tensor) */
+    int fused_qkv; /* q, k, v as GPT-2's views of one [B,T,3,H,D] projection, o as [B,T,H,D] */
 } shape;
 
 static const shape SHAPES[] = {
-    {"bert 8x12x128x64, padding mask", 8, 12, 128, 64, 1},
-    {"gpt2 8x12x128x64, full mask", 8, 12, 128, 64, 2},
-    {"vit 8x12x197x64", 8, 12, 197, 64, 0},
-    {"block 16x8x256x64", 16, 8, 256, 64, 0},
-    {"long 4x8x1024x64", 4, 8, 1024, 64, 0},
-    {"llm 4x16x512x128, full mask", 4, 16, 512, 128, 2},
+    {"bert 8x12x128x64, padding mask", 8, 12, 128, 64, 1, 0},
+    {"gpt2 8x12x128x64, full mask", 8, 12, 128, 64, 2, 0},
+    {"gpt2 8x12x128x64, causal", 8, 12, 128, 64, 3, 0},
+    {"gpt2 8x12x128x64, causal, views of [B,T,3,H,D]", 8, 12, 128, 64, 3, 1},
+    {"vit 8x12x197x64", 8, 12, 197, 64, 0, 0},
+    {"block 16x8x256x64", 16, 8, 256, 64, 0, 0},
+    {"long 4x8x1024x64", 4, 8, 1024, 64, 0, 0},
+    {"llm 4x16x512x128, full mask", 4, 16, 512, 128, 2, 0},
 };
 
 /* variant -1: cuDNN's */
@@ -80,14 +83,16 @@ int main(int argc, char **argv)
         int64_t n = s->b * s->h * s->t * s->d, nm = s->mask == 1 ? s->b * s->t : s->b * s->t * s->t;
         void *buf[5] = {0};
         kn_status st = KN_OK;
-        for (int i = 0; i < 4 && st == KN_OK; i++) st = kn_cuda_malloc(n * es, &buf[i]);
-        if (st == KN_OK && s->mask) st = kn_cuda_malloc(nm * es, &buf[4]);
+        for (int i = 0; i < 4 && st == KN_OK; i++) st = kn_cuda_malloc((i == 0 && s->fused_qkv ? 3 : 1) * n * es, &buf[i]);
+        const bool has_mask = s->mask == 1 || s->mask == 2;
+        if (st == KN_OK && has_mask) st = kn_cuda_malloc(nm * es, &buf[4]);
         if (st != KN_OK) {
             printf("%s: no GPU memory\n", s->name);
             return 1;
         }
         for (int i = 0; i < 5; i++)
-            if (buf[i]) cudaMemsetAsync(buf[i], 0, (size_t)((i == 4 ? nm : n) * es), kn_cuda_stream());
+            if (buf[i])
+                cudaMemsetAsync(buf[i], 0, (size_t)((i == 4 ? nm : i == 0 && s->fused_qkv ? 3 * n : n) * es), kn_cuda_stream());
         kn_attention_problem p = {.dtype = dt, .batch = s->b, .heads = s->h, .tq = s->t, .tk = s->t, .d = s->d,
                                   .dv = s->d, .q = buf[0], .k = buf[1], .v = buf[2], .o = buf[3],
                                   .scale = 1.0 / sqrt((double)s->d)};
@@ -96,7 +101,17 @@ int main(int argc, char **argv)
         memcpy(p.k_stride, st3, sizeof st3);
         memcpy(p.v_stride, st3, sizeof st3);
         memcpy(p.o_stride, st3, sizeof st3);
-        if (s->mask) {
+        if (s->fused_qkv) { /* buf[0] holds [B,T,3,H,D]: q, k, v at offsets 0, H*D, 2*H*D of a row */
+            int64_t hd = s->h * s->d, qkv[3] = {s->t * 3 * hd, s->d, 3 * hd}, o3[3] = {s->t * hd, s->d, hd};
+            memcpy(p.q_stride, qkv, sizeof qkv);
+            memcpy(p.k_stride, qkv, sizeof qkv);
+            memcpy(p.v_stride, qkv, sizeof qkv);
+            memcpy(p.o_stride, o3, sizeof o3);
+            p.k = (char *)buf[0] + hd * es;
+            p.v = (char *)buf[0] + 2 * hd * es;
+        }
+        p.causal = s->mask == 3;
+        if (has_mask) {
             p.mask = buf[4];
             p.mask_dtype = dt;
             int64_t ms[4] = {s->mask == 1 ? s->t : s->t * s->t, 0, s->mask == 1 ? 0 : s->t, 1};

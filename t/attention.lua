@@ -195,6 +195,15 @@ local above = kiln.ones({ Tn, Tn }, { dtype = "bool" }):triu(1)
 local F32_LOWEST = -3.4028234663852886e38
 local lowest_above = kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, F32_LOWEST)
 local minus_1e20_above = kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, -1e20)
+-- the real-size GPT-2 export's mask: computed from three bool parameters,
+-- where(new_ones and le and eq, 0, lowest), ONNX's And as the importer
+-- writes it; fold_once computes it, then causal_masks reads its values
+local new_ones = kiln.ones({}, { dtype = "bool" })
+local le = kiln.ones({ 1, 1, Tn, Tn }, { dtype = "bool" }):tril()
+local eq_all = kiln.ones({ B, 1, Tn, Tn }, { dtype = "bool" })
+local eq_one_off = kiln.ones({ B, 1, Tn, Tn }):masked_fill((kiln.arange(0, B * Tn * Tn):reshape({ B, 1, Tn, Tn })):eq(Tn * Tn + 3 * Tn), 0):ne(0)
+local function onnx_and(a, b) return (a:to("i32") * b:to("i32")):ne(0) end
+local function gpt2_mask(eq) return kiln.where(onnx_and(onnx_and(new_ones, le), eq), 0, F32_LOWEST) end
 
 -- each f is compiled, run and compared with its eager run; want: attention kernels expected
 local pass_cases = {
@@ -216,15 +225,23 @@ local pass_cases = {
     function(q, k, v)
       return (q:matmul(k:transpose(-2, -1)) * 0.35 + lowest_above):softmax(-1):matmul(v)
     end, "causal mask folded" },
+  { "causal computed from bool parameters (the real-size GPT-2 export's where(ones and le and eq, 0, lowest))", 1,
+    function(q, k, v)
+      return (q:matmul(k:transpose(-2, -1)) * 0.35 + gpt2_mask(eq_all)):softmax(-1):matmul(v)
+    end, "causal mask folded" },
+  { "the same with one key of batch 2 masked (eq false once): a mask, not the causal attribute", 1, function(q, k, v)
+    return (q:matmul(k:transpose(-2, -1)) * 0.35 + gpt2_mask(eq_one_off)):softmax(-1):matmul(v)
+  end },
   { "no scale, no mask", 1, function(q, k, v) return q:matmul(k:transpose(-2, -1)):softmax(-1):matmul(v) end },
   { "a bool mask from outside", 1, function(q, k, v)
     return (q:matmul(k:transpose(-2, -1)) * 0.5):masked_fill(keep:logical_not(), -math.huge):softmax(-1):matmul(v)
   end },
-  { "a mask built with comparisons (arange)", 1, function(q, k, v)
+  -- (computed once by fold_once, its values are the causal pattern)
+  { "a causal mask built with comparisons (arange)", 1, function(q, k, v)
     local i = kiln.arange(0, Tn):reshape({ Tn, 1 })
     local j = kiln.arange(0, Tn):reshape({ 1, Tn })
     return (q:matmul(k:transpose(-2, -1)) * 0.5):masked_fill(j:gt(i), -math.huge):softmax(-1):matmul(v)
-  end },
+  end, "causal mask folded" },
   { "an additive float mask before the scale", 1, function(q, k, v)
     return ((q:matmul(k:transpose(-2, -1)) + addm) * 0.5):softmax(-1):matmul(v)
   end },

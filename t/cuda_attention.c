@@ -415,6 +415,13 @@ int main(void)
                 c.tq = 7;
                 c.d = c.dv = 80;
                 run_case(&c);
+                /* an even tk that ends inside a tile: the 16-bit masks' keys
+                 * load in pairs, the last pair standing in for keys past tk */
+                c.tq = c.tk = 100;
+                c.d = c.dv = 64;
+                run_case(&c);
+                c.pad_mask = 1;
+                run_case(&c);
             }
         /* a bool mask whose query row 0 keeps nothing: NaN there */
         acase nanrow = {.dt = dt, .b = 1, .h = 2, .tq = 70, .tk = 100, .d = 64, .dv = 64, .mask = MASK_BOOL,

@@ -150,28 +150,33 @@ for _, dt in ipairs({ "bf16", "f16", "f32" }) do
 end
 
 -- bf16 and f16 run on cuDNN's fused attention by default (:time's kind
--- says cudnn), with kiln's kernel as max-autotune's other candidates; the
--- padding mask of BERT ([B,1,1,T], the dtype's lowest value where a key is
--- padding) and causal attention agree with the f64 op
+-- says cudnn), except up to 128 keys, where kiln's tensor-core kernel
+-- does (kind cuda), with the other as one of max-autotune's candidates;
+-- the padding mask of BERT ([B,1,1,T], the dtype's lowest value where a
+-- key is padding) and causal attention agree with the f64 op either way
 for _, dt in ipairs({ "bf16", "f16" }) do
-  local B, H, Tn, D = 2, 4, 40, 64
-  local lowest = dt == "bf16" and -3.3895313892515355e38 or -65504
-  local pad = kiln.zeros({ B, 1, 1, Tn }):to(dt)
-  pad = kiln.where(kiln.arange(Tn):reshape({ 1, 1, 1, Tn }):ge(30):expand({ B, 1, 1, Tn }),
-    kiln.full({ B, 1, 1, Tn }, lowest, { dtype = dt }), pad)
-  local ins = {}
-  for i = 1, 3 do ins[i] = kiln.randn({ B, H, Tn, D }, { seed = nextseed(), dtype = dt, device = "cuda" }) end
-  local m = pad:to("cuda")
-  for _, opts in ipairs({ { mask = m }, { causal = true }, { causal = true, mask = m } }) do
-    local f = function(q, k, v) return kiln.scaled_dot_product_attention(q, k, v, opts) end
-    local cm = kiln.compile(f)
-    local got = cm(table.unpack(ins))
-    local what = (opts.causal and "causal" or "") .. (opts.mask and " padding mask" or "")
-    local e = rel_err(got, reference(ins[1], ins[2], ins[3], opts))
-    T.ok(e <= TOL[dt], string.format("cuDNN %s %s: rel err %.3g against f64", dt, what, e))
-    local r = kiln.time(cm, ins[1], ins[2], ins[3], { iters = 5, warmup = 2, profile_iters = 2 })
-    local kind = r.kernels[1] and r.kernels[1].kind
-    T.is(kind, "cudnn", string.format("cuDNN %s %s: :time says cudnn ran it", dt, what))
+  for _, Tn in ipairs({ 40, 128, 160 }) do
+    local B, H, D = 2, 4, 64
+    local lowest = dt == "bf16" and -3.3895313892515355e38 or -65504
+    local pad = kiln.zeros({ B, 1, 1, Tn }):to(dt)
+    pad = kiln.where(kiln.arange(Tn):reshape({ 1, 1, 1, Tn }):ge(30):expand({ B, 1, 1, Tn }),
+      kiln.full({ B, 1, 1, Tn }, lowest, { dtype = dt }), pad)
+    local ins = {}
+    for i = 1, 3 do ins[i] = kiln.randn({ B, H, Tn, D }, { seed = nextseed(), dtype = dt, device = "cuda" }) end
+    local m = pad:to("cuda")
+    local want_kind = Tn <= 128 and "cuda" or "cudnn"
+    local lib = Tn <= 128 and "kiln's kernel" or "cuDNN"
+    for _, opts in ipairs({ { mask = m }, { causal = true }, { causal = true, mask = m } }) do
+      local f = function(q, k, v) return kiln.scaled_dot_product_attention(q, k, v, opts) end
+      local cm = kiln.compile(f)
+      local got = cm(table.unpack(ins))
+      local what = string.format("T=%d %s%s", Tn, opts.causal and "causal" or "", opts.mask and " padding mask" or "")
+      local e = rel_err(got, reference(ins[1], ins[2], ins[3], opts))
+      T.ok(e <= TOL[dt], string.format("%s %s %s: rel err %.3g against f64", lib, dt, what, e))
+      local r = kiln.time(cm, ins[1], ins[2], ins[3], { iters = 5, warmup = 2, profile_iters = 2 })
+      local kind = r.kernels[1] and r.kernels[1].kind
+      T.is(kind, want_kind, string.format("%s %s %s: :time says %s ran it", lib, dt, what, want_kind))
+    end
   end
 end
 

@@ -74,7 +74,8 @@ static bool is_causal_add_mask(const kn_graph *g, int m, int64_t t)
 /* Whether the float mask added to the scores (node m) is a fixed value
  * that is the causal one: a T x T slice (over any leading dims, each the
  * same) of 0 on and below the diagonal and -inf or a number below -1e30
- * (the dtype's lowest) above it. GPT-2 exported without an attention
+ * (the dtype's lowest) above it; for a bool mask (the op's: keep where
+ * true), true on and below the diagonal and false above. GPT-2 exported without an attention
  * mask carries it so, a B x 1 x T x T initializer the exporter folded.
  * Adding it gives what the causal attribute gives: a score pushed below
  * -1e30 has exp 0 beside the row's unmasked diagonal. The plan builds
@@ -83,25 +84,27 @@ static bool is_causal_fixed_mask(kn_pass_ctx *x, int m, int64_t t)
 {
     const kn_node *n = &x->g->nodes[m];
     const kn_meta *mm = &n->out[0];
-    if (n->op != KN_NODE_INPUT || !kn_dtype_is_float(mm->dtype) || mm->ndim < 2 || t < 1 ||
+    if (n->op != KN_NODE_INPUT || !(kn_dtype_is_float(mm->dtype) || mm->dtype == KN_BOOL) || mm->ndim < 2 || t < 1 ||
         mm->shape[mm->ndim - 1] != t || mm->shape[mm->ndim - 2] != t)
         return false;
     int64_t numel = kn_numel_of(mm->ndim, mm->shape);
     if (numel > KN_FIXED_MASK_MAX_ELEMS || !kn_pass_fixed_value(x->g, m, 0)) return false;
     double *v = NULL;
     if (!kn_pass_read_fixed_value(x, m, &v)) return false;
-    bool causal = true;
+    bool causal = true, keep_mask = mm->dtype == KN_BOOL;
     int64_t e = 0;
     for (; e < numel && causal; e++) {
         int64_t i = (e / t) % t, j = e % t;
-        causal = j <= i ? v[e] == 0 : v[e] < -1e30;
+        causal = keep_mask ? (v[e] != 0) == (j <= i) : j <= i ? v[e] == 0 : v[e] < -1e30;
     }
     if (!causal) {
         char who[200];
         e--;
         kn_pass_note(x, "attention at %s: its constant mask is not the causal one (query %lld, key %lld holds %g; "
-                        "the causal one holds 0 on and below the diagonal, below -1e30 above), so it stays a mask",
-                     kn_pass_who(x->g, m, who, sizeof who), (long long)((e / t) % t + 1), (long long)(e % t + 1), v[e]);
+                        "the causal one holds %s), so it stays a mask",
+                     kn_pass_who(x->g, m, who, sizeof who), (long long)((e / t) % t + 1), (long long)(e % t + 1), v[e],
+                     keep_mask ? "true on and below the diagonal, false above"
+                               : "0 on and below the diagonal, below -1e30 above");
     }
     free(v);
     return causal;
@@ -665,6 +668,53 @@ static kn_status try_softmax(kn_pass_ctx *x, int sm)
     if (m.q_scale >= 0) x->dead[m.q_scale] = 1;
     if (m.k_scale >= 0) x->dead[m.k_scale] = 1;
     if (m.nan_fill >= 0) x->dead[m.nan_fill] = x->dead[m.nan_test] = 1;
+    return KN_OK;
+}
+
+/* ---- causal_masks: fixed masks that fold_once computed ---- */
+
+/* Attention node i with a fixed mask that holds the causal pattern gets
+ * the causal attribute instead: a new node on q, k, v replaces it, and the
+ * mask (no longer read) goes with dce. */
+static kn_status causal_from_fixed_mask(kn_pass_ctx *x, int i)
+{
+    kn_graph *g = x->g;
+    const kn_node *n = &g->nodes[i];
+    if (n->n_in != 4 || n->a.causal || n->in_out[3] != 0) return KN_OK;
+    const kn_meta *q = &g->nodes[n->in_node[0]].out[n->in_out[0]], *k = &g->nodes[n->in_node[1]].out[n->in_out[1]];
+    if (q->ndim < 2 || k->ndim < 2 || q->shape[q->ndim - 2] != k->shape[k->ndim - 2]) return KN_OK;
+    if (!is_causal_fixed_mask(x, n->in_node[3], q->shape[q->ndim - 2])) return KN_OK;
+    int refs[3];
+    for (int r = 0; r < 3; r++) refs[r] = KN_REF(n->in_node[r], n->in_out[r]);
+    kn_attrs at = n->a;
+    at.causal = 1;
+    char where[KN_WHERE_MAX], covers[sizeof n->covers];
+    memcpy(where, n->where, sizeof where);
+    memcpy(covers, n->covers, sizeof covers);
+    int att;
+    KN_TRY(kn_pass_append_node(x, KN_OP_ATTENTION, refs, 3, &at, i, where, &att));
+    g = x->g;
+    if (!kn_pass_meta_equal(&g->nodes[att].out[0], &g->nodes[i].out[0]) || !kn_pass_replace(x, i, KN_REF(att, 0))) {
+        x->dead[att] = 1;
+        return KN_OK;
+    }
+    snprintf(g->nodes[att].covers, sizeof g->nodes[att].covers, "%s%s", covers,
+             strstr(covers, "(causal mask folded)") ? "" : " (causal mask folded)");
+    x->dead[i] = 1;
+    return KN_OK;
+}
+
+/* After fold_once: a mask computed from parameters alone (the real-size
+ * GPT-2 export builds its causal mask from three bool parameters, where
+ * the small export carries the folded result) is an input now, whose
+ * values the attention pass could not read when it ran. */
+kn_status kn_pass_attention_causal_masks(kn_pass_ctx *x)
+{
+    int n = x->n_orig;
+    for (int i = 0; i < n; i++) {
+        if (x->dead[i] || x->g->nodes[i].op != KN_OP_ATTENTION) continue;
+        KN_TRY(causal_from_fixed_mask(x, i));
+    }
     return KN_OK;
 }
 

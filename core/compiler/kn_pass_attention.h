@@ -8,5 +8,8 @@
 #include "kn_pass_ctx.h"
 
 kn_status kn_pass_attention(kn_pass_ctx *x);
+/* after fold_once: an attention node whose mask is now a fixed value
+ * holding the causal pattern takes the causal attribute instead */
+kn_status kn_pass_attention_causal_masks(kn_pass_ctx *x);
 
 #endif

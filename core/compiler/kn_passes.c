@@ -561,6 +561,7 @@ static const pass_entry pass_table[] = {
     {"channels_last", kn_pass_channels_last},
     {"merge_projections", kn_pass_merge_projections},
     {"fold_once", kn_pass_fold_once},
+    {"causal_masks", kn_pass_attention_causal_masks},
     {"sink_views", pass_sink_views},
     {"recompute", kn_pass_recompute},
     {"split_reductions", kn_pass_split_reductions},
@@ -568,10 +569,12 @@ static const pass_entry pass_table[] = {
 
 /* attention before fold_once: the pattern pass wants to see the causal
  * mask's subgraph, which fold_once would turn into an input; gather_scatter
- * too: it folds a zeros base, which fold_once would make an input */
+ * too: it folds a zeros base, which fold_once would make an input.
+ * causal_masks after it: a mask fold_once computed from parameters may
+ * hold the causal pattern, which only its values show */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
                                         "attention", "gather_scatter", "channels_last", "merge_projections",
-                                        "split_reductions", "cse", "fold_once", "simplify", "sink_views",
+                                        "split_reductions", "cse", "fold_once", "causal_masks", "simplify", "sink_views",
                                         "recompute", "dce", NULL};
 
 const char *const *kn_passes_names(void)

@@ -210,17 +210,40 @@ __device__ __forceinline__ unsigned kn_att_pack(float lo, float hi)
 // Stage rows [row0, row0+nrows) of a [rows, width] tensor slice (row
 // stride rs elements) into shared memory as nrows x DP (+8 pad): 16-byte
 // chunks, zero past `limit` rows and past `width` columns.
+//
+// Where 128 threads tile the rows evenly (DP a power of two), each thread
+// keeps one column chunk and steps down the rows by a fixed stride: one
+// bounds test, one address add and the copy a chunk. The general loop
+// below recomputes row, column and a 64-bit offset for every chunk, about
+// 25 instructions; at BERT's and GPT-2's 128 tokens, where a warp walks one
+// or two key tiles, that address work was a third of the kernel's
+// instructions.
 template <int DP, int NROWS>
 __device__ __forceinline__ void kn_att_stage(unsigned short *dst, const char *src, long long rs, long long row0,
                                              long long limit, int width, int tid)
 {
     constexpr int CHUNKS = DP / 8; // 8 halves per 16 bytes
-    for (int c = tid; c < NROWS * CHUNKS; c += 128) {
-        int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        long long row = row0 + r;
-        bool in = row < limit && col < width;
-        const char *g = in ? src + (row * rs + col) * 2 : src;
-        kn_att_cp16(dst + r * (DP + 8) + col, g, in ? 16 : 0);
+    constexpr int STEP = 128 / CHUNKS; // rows one pass of the 128 threads covers
+    if constexpr (128 % CHUNKS == 0 && NROWS % STEP == 0) {
+        const int col = (tid % CHUNKS) * 8, r0 = tid / CHUNKS;
+        const long long left = limit - row0 - r0; // this thread's rows in bounds: i * STEP < left
+        const bool col_in = col < width;
+        const char *g = src + ((row0 + r0) * rs + col) * 2;
+        const long long gstep = (long long)STEP * rs * 2;
+        unsigned short *d = dst + r0 * (DP + 8) + col;
+#pragma unroll
+        for (int i = 0; i < NROWS / STEP; i++) {
+            const bool in = col_in && i * STEP < left;
+            kn_att_cp16(d + i * STEP * (DP + 8), in ? g + i * gstep : src, in ? 16 : 0);
+        }
+    } else {
+        for (int c = tid; c < NROWS * CHUNKS; c += 128) {
+            int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+            long long row = row0 + r;
+            bool in = row < limit && col < width;
+            const char *g = in ? src + (row * rs + col) * 2 : src;
+            kn_att_cp16(dst + r * (DP + 8) + col, g, in ? 16 : 0);
+        }
     }
 }
 
@@ -264,6 +287,43 @@ __device__ __forceinline__ void kn_att_mask_pairs(unsigned (&mbits)[MT][NT][2], 
                 const int j = j0 + n * 8;
                 mbits[mt][n][r] = (unsigned)mp[min(j, tk - 1) * ms3] | (unsigned)mp[min(j + 1, tk - 1) * ms3] << 16;
             }
+}
+
+// Scores to the log2 domain with a mask of kind KIND (kn_attn_args.mask_kind):
+// s * scale (+ mask * log2(e)), or -inf where a bool mask drops the key.
+template <int KIND, int MT, int NT>
+__device__ __forceinline__ void kn_att_scale_mask(float (&s)[MT][NT][4], const unsigned (&mbits)[MT][NT][2],
+                                                  const float (&mf32)[MT][NT][4], float scale_log2)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = s[mt][n][e] * scale_log2;
+                if (KIND == 2) v = fmaf(kn_att_h16_f32(mbits[mt][n][e / 2] >> 16 * (e % 2)), KN_ATT_LOG2E, v);
+                else if (KIND == 1) v = (mbits[mt][n][e / 2] >> 16 * (e % 2)) & 0xffu ? v : KN_ATT_NEG_INF;
+                else if (KIND == 3) v = fmaf(mf32[mt][n][e], KN_ATT_LOG2E, v);
+                s[mt][n][e] = v;
+            }
+}
+
+// kn_att_mask_pairs for a 16-bit mask whose keys are contiguous, with
+// mask_word_pairs set (kn_cuda_attention.c: even tk, even strides, a
+// 4-byte aligned base): a pair of keys is one aligned 32-bit load. The
+// last pair (tk - 2, tk - 1) stands in for keys past tk.
+template <int MT, int NT>
+__device__ __forceinline__ void kn_att_mask_words(unsigned (&mbits)[MT][NT][2], const char *const (&mrow)[MT][2], int j0,
+                                                  int tk)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                mbits[mt][n][r] = ((const unsigned *)mrow[mt][r])[min(j0 + n * 8, tk - 2) / 2];
 }
 
 template <int DP, int MT, int BN, int KS>
@@ -355,7 +415,8 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
         unsigned mbits[MT][NT][2];
         float mf32[MT][NT][4];
         const int j0 = (int)k0 + 2 * t;
-        if (a.mask_kind == 2) kn_att_mask_pairs<unsigned short, MT, NT>(mbits, mrow, j0, tk, ms3);
+        if (a.mask_kind == 2 && a.mask_word_pairs) kn_att_mask_words<MT, NT>(mbits, mrow, j0, tk);
+        else if (a.mask_kind == 2) kn_att_mask_pairs<unsigned short, MT, NT>(mbits, mrow, j0, tk, ms3);
         else if (a.mask_kind == 1) kn_att_mask_pairs<unsigned char, MT, NT>(mbits, mrow, j0, tk, ms3);
         kn_att_group_sync<KS>(grp);
         if (it == grp) {
@@ -398,18 +459,14 @@ __device__ __forceinline__ void kn_att_tc(const kn_attn_args &a, unsigned short 
                     for (int e = 0; e < 4; e++)
                         mf32[mt][n][e] = ((const float *)mrow[mt][e / 2])[min(j0 + n * 8 + (e % 2), tk - 1) * ms3];
         }
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float v = s[mt][n][e] * a.scale_log2;
-                    if (a.mask_kind == 2) v = fmaf(kn_att_h16_f32(mbits[mt][n][e / 2] >> 16 * (e % 2)), KN_ATT_LOG2E, v);
-                    else if (a.mask_kind == 1) v = (mbits[mt][n][e / 2] >> 16 * (e % 2)) & 0xffu ? v : KN_ATT_NEG_INF;
-                    else if (a.mask_kind == 3) v = fmaf(mf32[mt][n][e], KN_ATT_LOG2E, v);
-                    s[mt][n][e] = v;
-                }
+        // one loop per kind: the kind's test inside the loop cost a chain
+        // of branches per score even with no mask
+        switch (a.mask_kind) {
+        case 0: kn_att_scale_mask<0, MT, NT>(s, mbits, mf32, a.scale_log2); break;
+        case 1: kn_att_scale_mask<1, MT, NT>(s, mbits, mf32, a.scale_log2); break;
+        case 2: kn_att_scale_mask<2, MT, NT>(s, mbits, mf32, a.scale_log2); break;
+        default: kn_att_scale_mask<3, MT, NT>(s, mbits, mf32, a.scale_log2); break;
+        }
         if (k0 + BN > a.tk) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)

@@ -347,12 +347,11 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
  * kernel's blocks an SM, from the occupancy API, times the SMs); the 64
  * keys stand for a block's fixed work (staging Q, the merge, the store).
  * Fitted to bench/attention_variants.c on the H200, where it picks the
- * fastest configuration (or one within 2%) at the real-model suite's
- * shapes: on short sequences (BERT's 8 x 12 heads x 128 tokens) the key
- * split, as one group a block leaves most of the GPU's warp slots empty
- * and each warp a short chain of dependent steps; ViT's 197 tokens one
- * group of 32-key tiles (three blocks an SM: one wave); 128-wide heads
- * one group of 64-key tiles. Ties go to the earlier configuration. */
+ * fastest configuration at its seven shapes: 64-row blocks of 64-key
+ * tiles at 128 tokens (BERT, GPT-2; 128-row blocks would leave SMs idle),
+ * 128-row blocks where they fill the GPU in one wave (ViT's 197 tokens,
+ * 256 and 1024 tokens), 64-row ones for 128-wide heads. Ties go to the
+ * earlier configuration. */
 static const attn_config *default_config(const kn_attention_problem *p, const attn_config **cfg, int n)
 {
     const attn_config *best = cfg[0];
@@ -361,7 +360,11 @@ static const attn_config *default_config(const kn_attention_problem *p, const at
     int64_t sms = kn_cuda_current()->sm_count;
     for (int i = 0; i < n; i++) {
         const attn_config *c = cfg[i];
-        if (c->kind != KN_ATT_MODULE_TC) continue;
+        /* key groups (ks > 1) lost at every shape of bench/attention_variants.c
+         * once staging a tile cost a few instructions a chunk (H200: BERT's
+         * 8.9 against 7.9 us, GPT-2's causal 7.2 against 6.3): they stay
+         * variants for max-autotune */
+        if (c->kind != KN_ATT_MODULE_TC || c->ks > 1) continue;
         const void *fn;
         int per_sm = 1;
         if (get_kernel(c, p->dtype, dp, tc_smem(dp, c), &fn, &per_sm) != KN_OK) continue;
@@ -378,6 +381,22 @@ static const attn_config *default_config(const kn_attention_problem *p, const at
 bool kn_cuda_attention_f32_tiled(const kn_attention_problem *p)
 {
     return validate(p) == KN_OK && !f32t_refusal(p);
+}
+
+/* Up to 128 keys a query walks, kiln's tensor-core kernel runs the call
+ * by default rather than cuDNN: inside the suite's CUDA graphs on the
+ * H200, BERT (8 x 12 x 128 x 64, padding mask) took 215-218 us a call with
+ * it against 221-222 with cuDNN, GPT-2 205 against 213, though cuDNN's
+ * kernel alone is 0.8-1 us shorter than kiln's at BERT's shape: its node
+ * costs more than its kernel. Longer sequences keep cuDNN, whose kernels
+ * pull ahead with the keys (1.2x at ViT's 197 tokens, 1.9x at 1024). */
+#define SHORT_TC_MAX_KEYS 128
+
+bool kn_cuda_attention_short_tc(const kn_attention_problem *p)
+{
+    char why[160];
+    return (p->dtype == KN_BF16 || p->dtype == KN_F16) && p->tk <= SHORT_TC_MAX_KEYS && validate(p) == KN_OK &&
+           !tc_refusal(p, why, sizeof why);
 }
 
 int kn_cuda_attention_variants(const kn_attention_problem *p, const char **labels)
@@ -423,6 +442,8 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
     a.causal = p->causal != 0;
     a.zero_nan = p->zero_nan != 0;
     a.mask_kind = !p->mask ? 0 : p->mask_dtype == KN_BOOL ? 1 : p->mask_dtype == p->dtype ? 2 : 3;
+    a.mask_word_pairs = a.mask_kind == 2 && a.ms[3] == 1 && p->tk % 2 == 0 && a.ms[0] % 2 == 0 && a.ms[1] % 2 == 0 &&
+                        a.ms[2] % 2 == 0 && (uintptr_t)p->mask % 4 == 0;
 
     int size, bm;
     size_t smem;

@@ -48,6 +48,10 @@ kn_status kn_cuda_attention(const kn_attention_problem *p);
 /* Whether p (f32) runs on the tiled f32 kernel by default: strict f32 FMA
  * at shared-memory tiles, the fused path's answer to f32 attention. */
 bool kn_cuda_attention_f32_tiled(const kn_attention_problem *p);
+/* Whether kiln's tensor-core kernel is the better default for this bf16 or
+ * f16 problem than cuDNN's engines: short sequences (kn_cuda_attention.c
+ * says where the bound comes from). */
+bool kn_cuda_attention_short_tc(const kn_attention_problem *p);
 
 /* How many configurations (variants 1..n) can run p, for an autotuner; 0
  * when none can (kn_cuda_attention says why). labels (NULL, or room for

@@ -11,9 +11,10 @@
  * library), as the plan's fusion reasons do.
  *
  * bf16/f16 go to cuDNN's fused flash-attention engines first
- * (kn_cuda_dnn_attention.c: 1.2-1.4x faster than kiln's kernel at the
- * suite's shapes on the H200, 2-3x on longer sequences), kiln's kernel
- * taking what cuDNN does not.
+ * (kn_cuda_dnn_attention.c: 1.2x faster than kiln's kernel at ViT's 197
+ * tokens on the H200, 1.9x at 1024), kiln's kernel taking what cuDNN
+ * does not, and short sequences, where it makes the faster model
+ * (kn_cuda_attention_short_tc).
  *
  * Variants (max-autotune): 0 is the default pick (cuDNN where it takes
  * the call; for f32 up to moderate sizes the unfused chain:
@@ -279,6 +280,27 @@ static bool f32_runs_unfused(const kn_attention_problem *p)
     return p->dtype == KN_F32 && bytes <= (double)UNFUSED_F32_MAX_SCORE_BYTES && !kn_cuda_attention_f32_tiled(p);
 }
 
+/* KILN_ATTENTION_KERNEL=kiln or cudnn makes the default pick one library
+ * for every call it can take, for measuring the two inside a model (the
+ * variant tables time them one launch at a time, not inside a graph). */
+static int forced_kernel(void) /* 0 none, 1 kiln's, 2 cuDNN */
+{
+    static int forced = -1;
+    if (forced < 0) {
+        const char *v = getenv("KILN_ATTENTION_KERNEL");
+        forced = !v ? 0 : strcmp(v, "kiln") == 0 ? 1 : strcmp(v, "cudnn") == 0 ? 2 : 0;
+    }
+    return forced;
+}
+
+/* The default pick for a call cuDNN can take. */
+static bool default_is_cudnn(const kn_attention_problem *p)
+{
+    if (!kn_cuda_dnn_attention_covers(p)) return false;
+    int forced = forced_kernel();
+    return forced ? forced == 2 : !kn_cuda_attention_short_tc(p);
+}
+
 /* Float q, k, v: the fused kernel where it takes the call, the unfused
  * chain (float matmul, softmax, ...) for everything else. */
 bool kn_cuda_attention_op_supports(const kn_opcall *c)
@@ -310,7 +332,7 @@ kn_status kn_cuda_attention_op(const kn_opcall *c)
                             c->variant, nv + dnn);
         kn_cuda_variant_label("kiln attention %s", labels[c->variant - 1]);
     }
-    if (st == KN_OK && c->variant == 0 && kn_cuda_dnn_attention_covers(&p)) {
+    if (st == KN_OK && c->variant == 0 && default_is_cudnn(&p)) {
         st = kn_cuda_dnn_attention(&p);
         if (st != KN_ERR_UNSUPPORTED) return st; /* done, or failed running */
         if (attention_log_on()) fprintf(stderr, "kiln: scaled_dot_product_attention: %s; kiln's kernel runs it\n", kn_last_error());

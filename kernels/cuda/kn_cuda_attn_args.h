@@ -20,6 +20,8 @@ typedef struct kn_attn_args {
     int mask_kind; /* 0 none, 1 bool (keep where nonzero), 2 additive in the q dtype, 3 additive f32 */
     int n_qblocks; /* ceil(tq / BM) of the kernel launched */
     int zero_nan;  /* a NaN result is stored as 0 (the exporters' NaN fill after the softmax) */
+    int mask_word_pairs; /* mask_kind 2 with keys contiguous, tk even, even strides, a 4-byte aligned
+                            base: two keys' entries are one 32-bit load */
 } kn_attn_args;
 
 #endif
