@@ -3,7 +3,8 @@
 -- dtype with m:to(dtype), runs it in a kiln mode with the method of
 -- bench/torch_models.py (a cold first call, warm-up calls, REPS repetitions
 -- of CALLS calls with a sync after each; ms per call is the median), checks
--- the output against PyTorch's in the same dtype and prints one JSON line.
+-- the output against PyTorch's in the same dtype, times the host's work of a
+-- call on its own (host_us_per_call) and prints one JSON line.
 --
 --   build/kiln bench/real_models.lua NAME MODE DTYPE
 --
@@ -21,6 +22,7 @@ local FIRST_ONLY = U.env("KILN_BENCH_FIRST_ONLY", "0") == "1"
 local REPS = math.tointeger(tonumber(U.env("REPS", "5")))
 local CALLS = math.tointeger(tonumber(U.env("CALLS", "100")))
 local WARMUP = math.tointeger(tonumber(U.env("WARMUP", "10")))
+local HOST_CALLS = 20 -- calls timed one at a time on an idle device for the host's time per call
 
 -- The heavy ops of a graph that run in f32 (a bf16 model should have none).
 local HEAVY = { matmul = true, conv2d = true, scaled_dot_product_attention = true }
@@ -89,6 +91,19 @@ local function row(name, mode, dtype)
     r.f64_max_abs_err, r.f64_max_rel_err = U.errors(y, io_t["output.f64"], "f64")
   end
   r.ms_per_call, r.ms_reps, r.ms_min = U.median(per), per, math.min(table.unpack(per))
+  -- the host's time for one call, each started on an idle device (as
+  -- :time's host overhead): what a call costs the CPU before it returns,
+  -- the launch of a CUDA graph included; report.py holds a graph's rows to
+  -- HOST_US_MAX. (On the CPU a call returns when its work is done.)
+  local host = {}
+  for i = 1, HOST_CALLS do
+    U.sync(DEVICE)
+    t0 = kiln.clock()
+    f(table.unpack(xs))
+    host[i] = (kiln.clock() - t0) * 1e6
+  end
+  U.sync(DEVICE)
+  r.host_us_per_call = U.median(host)
   r.ref = "torch-eager"
   if cm then U.compiled_stats(r, cm, mode) end
   -- device memory measured as PyTorch's row measures it: what the process
