@@ -334,6 +334,24 @@ do
     string.format("written in place so that query 4 masks key 1 too: built again with the mask, equal to eager (%.3g)", e2))
 end
 
+-- the same for a causal mask computed from parameters (causal_masks reads
+-- what fold_once computed): writing one of the parameters builds the plan
+-- again, and the mask that is no longer causal is a mask
+do
+  local eq = kiln.ones({ B, 1, Tn, Tn }, { dtype = "bool" })
+  local f = function(q, k, v) return (q:matmul(k:transpose(-2, -1)) * 0.35 + gpt2_mask(eq)):softmax(-1):matmul(v) end
+  local cm = kiln.compile(f)
+  local e1 = relerr(cm(q, k, v), f(q, k, v))
+  local _, covers1 = attention_kernels(cm)
+  eq:copy_(eq_one_off)
+  local e2 = relerr(cm(q, k, v), f(q, k, v))
+  local _, covers2 = attention_kernels(cm)
+  T.ok(e1 <= 1e-5 and (covers1 or ""):find("causal mask folded", 1, true),
+    string.format("a causal mask computed from parameters: the causal attribute, compiled equals eager (%.3g)", e1))
+  T.ok(e2 <= 1e-5 and not (covers2 or ""):find("causal mask folded", 1, true),
+    string.format("one of its parameters written in place: built again with the mask, equal to eager (%.3g)", e2))
+end
+
 -- the suite's GPT-2, exported without an attention mask, carries its causal
 -- mask as a B x 1 x T x T initializer: each layer's attention takes the
 -- causal attribute, and the model still gives PyTorch's output
