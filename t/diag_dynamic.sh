@@ -62,13 +62,28 @@ feed 'kiln.session.small = true
 :time 5
 :time 5
 '
-like "$out" "
-! default: $HEAD, so compiled is " ":bench: the reason under the table, named by its first mode"
-like "$out" "x slower than eager: $ADVICE" ":bench: ... with what to do"
+# Which modes measure slower than eager is the machine's to say (re-tracing
+# costs the CPU most; on a loaded GPU machine a mode came out ahead now and
+# then), so the checks hold the marks to the table's own numbers: a mode is
+# marked ! exactly when it took over 1.1 times eager's time, a speedup under
+# 0.909 (a printed 0.91x may round either way), and the reason is printed
+# once, named by the first marked mode.
+rows=$(printf '%s\n' "$out" | grep '^\(default\|reduce-overhead\|max-autotune\) ')
+is "$(printf '%s\n' "$rows" | wc -l | tr -d ' ')" 3 ":bench: a row for each compiled mode"
+odd=$(printf '%s\n' "$rows" | awk '{ s = $4; m = (s ~ /!$/); sub(/x!?$/, "", s); if ((s + 0 < 0.905 && !m) || (s + 0 > 0.915 && m)) print }')
+is "$odd" "" ":bench: a mode is marked ! exactly when it is over 10% slower than eager"
+first=$(printf '%s\n' "$rows" | awk '$4 ~ /!$/ { print $1; exit }')
 count=$(printf '%s\n' "$out" | grep -c '^! ')
-is "$count" 1 ":bench: the reason once for the modes that share it"
-marked=$(printf '%s\n' "$out" | grep -c '^\(default\|reduce-overhead\|max-autotune\) .*x!')
-is "$marked" 3 ":bench: each mode slower than eager is marked !"
+if [ -n "$first" ]; then
+    like "$out" "
+! $first: $HEAD, so compiled is " ":bench: the reason under the table, named by its first marked mode"
+    like "$out" "x slower than eager: $ADVICE" ":bench: ... with what to do"
+    is "$count" 1 ":bench: the reason once for the modes that share it"
+else
+    is "$count" 0 ":bench: no mode slower than eager, no reason printed"
+    pass ":bench: (no marked mode on this machine: the reason's text is not printed)"
+    pass ":bench: (no marked mode on this machine: the advice is not printed)"
+fi
 # measured against a few eager calls: "so compiled is 12x slower than eager"
 # (or, where it is not slower, that every call runs the Lua code again)
 case $err in
