@@ -514,6 +514,8 @@ static int cm_stats(lua_State *L)
     }
     lua_pushinteger(L, (lua_Integer)s->replays);
     lua_setfield(L, -2, "replays");
+    lua_pushinteger(L, s->recorded_writes);
+    lua_setfield(L, -2, "recorded_writes");
     /* "yes" once a call replayed a recording; else why not (or not yet) */
     if (s->cuda_graph_why[0]) lua_pushfstring(L, "no: %s", s->cuda_graph_why);
     else if (s->replays) lua_pushstring(L, "yes");

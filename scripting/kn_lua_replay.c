@@ -532,6 +532,23 @@ static int replay_values(const replay_t *rp, kn_plan_value *out, int *n_results)
     return n;
 }
 
+/* The graph input each wanted value should end up in (into, n entries,
+ * -1: none): the in-place writes a replay repeats, by their positions in
+ * want (replay_values' order) or, with pos (want_pos), in the trace's
+ * list. A value wanted twice (also a result, a gradient or another write)
+ * is left to the copies after the run: the input's tensor cannot stand in
+ * for both. */
+static void write_targets(const replay_t *rp, int n_results_want, int n_want, const int *pos, int *into, int n)
+{
+    for (int j = 0; j < n; j++) into[j] = -1;
+    for (int i = 0; i < rp->n_writes; i++) {
+        int k = n_results_want + i, at = pos ? pos[k] : k;
+        bool alone = true;
+        for (int k2 = 0; k2 < n_want && alone; k2++) alone = k2 == k || (pos ? pos[k2] : k2) != at;
+        if (alone && at >= 0 && at < n) into[at] = rp->write_input[i];
+    }
+}
+
 /* Every guard holds: run version v's graph on the inputs bound, set the
  * stack back to top and push the results as the traced call returned them
  * (graph values, and the constants kept in the replay table); returns
@@ -555,7 +572,9 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
     if (!rp->tape && rp->n_trace_want > 0) {
         /* in the trace's order (its plan), each value needed taken by position */
         kn_tensor *trace_outs[KN_REPLAY_TAPE_MAX];
-        st = kn_compiled_run(cm, v, &v->g, rp->trace_want, rp->n_trace_want, trace_outs);
+        int into[KN_REPLAY_TAPE_MAX];
+        write_targets(rp, n_results_want, n_want, rp->want_pos, into, rp->n_trace_want);
+        st = kn_compiled_run_into(cm, v, &v->g, rp->trace_want, rp->n_trace_want, trace_outs, into);
         if (st == KN_OK) {
             for (int i = 0; i < n_want; i++) {
                 outs[i] = trace_outs[rp->want_pos[i]];
@@ -564,9 +583,12 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
             for (int j = 0; j < rp->n_trace_want; j++) kn_tensor_release(trace_outs[j]);
         }
     } else {
-        st = kn_compiled_run(cm, v, &v->g, want, n_want, outs);
+        int into[3 * KN_REPLAY_MAX];
+        if (!rp->tape) write_targets(rp, n_results_want, n_want, NULL, into, n_want);
+        st = kn_compiled_run_into(cm, v, &v->g, want, n_want, outs, rp->tape ? NULL : into);
     }
-    /* the writes, once the graph ran (a failed run writes nothing) */
+    /* the writes, once the graph ran (a failed run writes nothing); one a
+     * recording wrote itself is the tensor already (no copy: write_targets) */
     bool ran = st == KN_OK;
     for (int i = 0; i < rp->n_writes && st == KN_OK; i++)
         st = kn_capture_copy_value(bound[rp->write_input[i]], outs[n_results_want + i]);

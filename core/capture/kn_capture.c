@@ -272,7 +272,7 @@ static bool drop_stale_plan(kn_compiled *cm, kn_version *v, kn_plan *plan, kn_te
 }
 
 static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
-                             int n_wanted, kn_tensor **results);
+                             int n_wanted, kn_tensor **results, const int *into);
 
 /* The most device memory the allocator held by the end of a run of this
  * function (its peak since the last reset: weights, inputs, the plan's
@@ -291,17 +291,23 @@ static void note_device_memory(kn_compiled *cm, kn_device dev)
 kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
                           int n_wanted, kn_tensor **results)
 {
+    return kn_compiled_run_into(cm, v, g, wanted, n_wanted, results, NULL);
+}
+
+kn_status kn_compiled_run_into(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
+                               int n_wanted, kn_tensor **results, const int *into)
+{
     kn_phase_begin(KN_PHASE_RUN);
-    kn_status st = compiled_run(cm, v, g, wanted, n_wanted, results);
+    kn_status st = compiled_run(cm, v, g, wanted, n_wanted, results, into);
     kn_phase_end(KN_PHASE_RUN);
     return st;
 }
 
 static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_plan *plan, kn_tensor **ins,
-                         const kn_plan_value *wanted, int n_wanted, kn_tensor **results);
+                         const kn_plan_value *wanted, int n_wanted, kn_tensor **results, const int *into);
 
 static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
-                             int n_wanted, kn_tensor **results)
+                             int n_wanted, kn_tensor **results, const int *into)
 {
     kn_plan *plan = v && cm->opt.compiler ? version_plan(cm, v, g, wanted, n_wanted) : NULL;
     if (plan) {
@@ -310,7 +316,7 @@ static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g,
         kn_tensor *on_stack[256], **ins = on_stack;
         if (g->n_inputs > 256 && !(ins = malloc(sizeof *ins * (size_t)g->n_inputs)))
             return kn_error(KN_ERR_OOM, "out of host memory running a graph of %d inputs", g->n_inputs);
-        kn_status st = run_plan(cm, v, g, plan, ins, wanted, n_wanted, results);
+        kn_status st = run_plan(cm, v, g, plan, ins, wanted, n_wanted, results, into);
         if (ins != on_stack) free(ins);
         return st;
     }
@@ -329,12 +335,12 @@ static kn_status compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g,
 
 /* A version's plan, on the graph's bound inputs (ins: room for them). */
 static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_plan *plan, kn_tensor **ins,
-                         const kn_plan_value *wanted, int n_wanted, kn_tensor **results)
+                         const kn_plan_value *wanted, int n_wanted, kn_tensor **results, const int *into)
 {
     for (int i = 0; i < g->n_inputs; i++) ins[i] = g->inputs[i].tensor;
     if (plan->baked.storage && drop_stale_plan(cm, v, plan, ins)) {
         plan = version_plan(cm, v, g, wanted, n_wanted);
-        if (!plan) return compiled_run(cm, NULL, g, wanted, n_wanted, results); /* op by op, as without a plan */
+        if (!plan) return compiled_run(cm, NULL, g, wanted, n_wanted, results, NULL); /* op by op, as without a plan */
     }
     /* fresh random nodes draw at this call's counters, not the build's */
     kn_plan_bind_rng(plan, g);
@@ -396,8 +402,12 @@ static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_
     } else if (kn_mode_records(cm->id.mode) && !cm->opt.check_numerics) {
         bool replayed = false;
         int before = plan->rec.state;
-        st = kn_plan_run_recorded(plan, ins, results, &replayed);
-        if (replayed) cm->stats.replays++;
+        st = kn_plan_run_recorded_into(plan, ins, results, into, &replayed);
+        if (replayed) {
+            cm->stats.replays++;
+            cm->stats.recorded_writes = 0;
+            for (int o = 0; plan->rec.wb && o < plan->n_outputs; o++) cm->stats.recorded_writes += plan->rec.wb[o];
+        }
         if (plan->rec.state == KN_REC_NEVER && before != KN_REC_NEVER) {
             snprintf(cm->stats.cuda_graph_why, sizeof cm->stats.cuda_graph_why, "%s", plan->rec.why);
             /* torch says "skipping cudagraphs due to ..." once; so does kiln, on a GPU */

@@ -96,6 +96,8 @@ typedef struct kn_compile_stats {
     int64_t peak_bytes; /* most bytes of intermediate values alive in one compiled run */
     int64_t device_peak_bytes; /* most device memory the allocator held by the end of a compiled run (0: none kept) */
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
+    int recorded_writes; /* values the latest recording writes into their inputs itself
+                            (KILN_RECORD_WRITES=1: kn_plan_run_recorded_into) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */
     /* max-autotune */
     double autotune_s;       /* time spent searching (the budget counts it) */
@@ -366,6 +368,13 @@ bool kn_version_input_matches(const kn_version *v, int i, const kn_tensor *t);
  * references. */
 kn_status kn_compiled_run(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
                           int n_wanted, kn_tensor **results);
+/* kn_compiled_run where into[i] >= 0 asks for wanted value i to end up in
+ * graph input into[i]'s tensor (a write the caller repeats). A recorded
+ * run may put it there itself (kn_plan_run_recorded_into): results[i] is
+ * then that input's tensor, and the caller's copy finds nothing to do;
+ * otherwise results[i] is the value, for the caller to copy. */
+kn_status kn_compiled_run_into(kn_compiled *cm, kn_version *v, const kn_graph *g, const kn_plan_value *wanted,
+                               int n_wanted, kn_tensor **results, const int *into);
 /* The plan a version ran most recently (NULL when none). */
 kn_plan *kn_version_plan(const kn_version *v);
 

@@ -89,6 +89,11 @@ typedef struct kn_plan {
                                when it reads the caller's tensor in place (parameters) */
         void **ptr;         /* per caller input read in place: its data address when recorded */
         kn_tensor **out;    /* the recording's outputs (overwritten by each replay) */
+        /* write-backs (kn_plan_run_recorded_into): per output, the caller's
+         * input its value was asked to go into (-1: none), as recorded, and
+         * whether the recording copies it there itself (wb) */
+        int *into;
+        bool *wb;
         int64_t replays;
         bool by_choice;     /* max-autotune chose to run without the recording (measured slower) */
         double replay_us, plain_us; /* what that measurement saw (0: not measured) */
@@ -197,6 +202,18 @@ void kn_plan_bind_rng(kn_plan *p, const kn_graph *g);
  * p->rec.why (the caller reports it once, when rec.state turns KN_REC_NEVER).
  * *replayed: the recording answered this call (recorded now or replayed). */
 kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed);
+/* kn_plan_run_recorded where into[o] >= 0 asks for output o's value to end
+ * up in inputs[into[o]] (an in-place write the caller repeats: an updated
+ * parameter or optimizer state). With KILN_RECORD_WRITES=1 the recording
+ * itself copies it there, as its last step, where that is safe: the input
+ * is read in place (a parameter or guarded tensor), contiguous, of the
+ * output's dtype and size, no other output shares its storage or goes into
+ * it, and the plan is not autotuned (max-autotune times replays). Such an
+ * output's results[o] is then the input tensor itself, its storage marked
+ * written; every other output is a copy as before, and the caller copies
+ * it. into may be NULL. Off by default until measured on a GPU. */
+kn_status kn_plan_run_recorded_into(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, const int *into,
+                                    bool *replayed);
 
 /* max-autotune. Plans built with KN_PLAN_AUTOTUNE take the cache file's
  * choices at build (tune.cache_hits); the first call then runs through

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kn_backend.h"
 #include "kn_profile.h"
@@ -140,7 +141,14 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
     KN_TRY(dc->be->graph_launch(dc, p->rec.exec));
     p->rec.replays++;
     for (int o = 0; o < p->n_outputs; o++) {
-        kn_status st = rec_clone(p, p->rec.out[o], &results[o]);
+        kn_status st = KN_OK;
+        if (p->rec.wb && p->rec.wb[o]) { /* the recording wrote it into the input: its value is there now */
+            results[o] = inputs[p->rec.into[o]];
+            kn_tensor_retain(results[o]);
+            kn_storage_written(results[o]->storage);
+        } else {
+            st = rec_clone(p, p->rec.out[o], &results[o]);
+        }
         if (st != KN_OK) {
             for (int j = 0; j < o; j++) {
                 kn_tensor_release(results[j]);
@@ -152,7 +160,8 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
     return KN_OK;
 }
 
-void kn_plan_drop_recording(kn_plan *p)
+/* The recording and its tables, gone (the state is the caller's to set). */
+static void rec_free(kn_plan *p)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
     if (p->rec.exec && dc && dc->be->graph_destroy) dc->be->graph_destroy(dc, p->rec.exec);
@@ -162,23 +171,67 @@ void kn_plan_drop_recording(kn_plan *p)
     free(p->rec.in);
     free(p->rec.ptr);
     free(p->rec.out);
+    free(p->rec.into);
+    free(p->rec.wb);
     p->rec.in = p->rec.out = NULL;
     p->rec.ptr = NULL;
+    p->rec.into = NULL;
+    p->rec.wb = NULL;
+}
+
+void kn_plan_drop_recording(kn_plan *p)
+{
+    rec_free(p);
     if (p->rec.state != KN_REC_NEVER) p->rec.state = KN_REC_WARMUP;
 }
 
-static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
+/* KILN_RECORD_WRITES=1: recordings copy the values asked for inputs into
+ * them (kn_plan_run_recorded_into); off by default until measured. */
+static bool record_writes_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("KILN_RECORD_WRITES");
+        on = v && strcmp(v, "1") == 0;
+    }
+    return on == 1;
+}
+
+/* Whether the recording may copy output o into inputs[i] as its last step
+ * (rec.out holds the outputs as recorded; see kn_plan_run_recorded_into). */
+static bool rec_write_back_ok(const kn_plan *p, kn_tensor *const *inputs, const int *into, int o)
+{
+    int i = into[o];
+    if (i < 0 || i >= p->n_orig_inputs || !rec_in_place(p, i) || p->tune.enabled) return false;
+    const kn_tensor *in = inputs[i], *out = p->rec.out[o];
+    if (!in || !out || !in->storage || !out->storage || in->dtype != out->dtype ||
+        kn_tensor_numel(in) != kn_tensor_numel(out) || !kn_tensor_is_contiguous(in) ||
+        !kn_tensor_is_contiguous(out) || out->storage == in->storage)
+        return false;
+    for (int o2 = 0; o2 < p->n_outputs; o2++) {
+        if (o2 == o) continue;
+        /* a value in the input's storage would be cloned after the write
+         * changed it; two writes into one input would race */
+        if ((p->rec.out[o2] && p->rec.out[o2]->storage == in->storage) || into[o2] == i) return false;
+    }
+    return true;
+}
+
+static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, const int *into)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
     int n_in = p->n_orig_inputs;
     p->rec.in = calloc((size_t)n_in + 1, sizeof *p->rec.in);
     p->rec.ptr = calloc((size_t)n_in + 1, sizeof *p->rec.ptr);
     p->rec.out = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.out);
+    p->rec.into = malloc(sizeof *p->rec.into * ((size_t)p->n_outputs + 1));
+    p->rec.wb = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.wb);
     kn_tensor **bound = calloc((size_t)n_in + 1, sizeof *bound);
-    if (!p->rec.in || !p->rec.ptr || !p->rec.out || !bound) {
+    if (!p->rec.in || !p->rec.ptr || !p->rec.out || !p->rec.into || !p->rec.wb || !bound) {
         free(bound);
         return kn_error(KN_ERR_OOM, "out of host memory recording a graph");
     }
+    for (int o = 0; o < p->n_outputs; o++) p->rec.into[o] = into ? into[o] : -1;
     kn_status st = KN_OK;
     for (int i = 0; i < n_in && st == KN_OK; i++) {
         if (rec_in_place(p, i)) {
@@ -204,6 +257,14 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
     if (st == KN_OK) st = dc->be->capture_begin(dc);
     if (st == KN_OK) {
         kn_status run = kn_plan_run(p, bound, p->rec.out);
+        /* the write-backs, recorded as the graph's last steps: every kernel
+         * that reads the inputs ran before them */
+        for (int o = 0; o < p->n_outputs && run == KN_OK && into && record_writes_on(); o++) {
+            if (!rec_write_back_ok(p, inputs, p->rec.into, o)) continue;
+            run = dc->be->copy(dc, kn_tensor_data(inputs[into[o]]), kn_tensor_data(p->rec.out[o]),
+                               kn_tensor_numel(p->rec.out[o]) * (int64_t)kn_dtype_size(p->rec.out[o]->dtype));
+            p->rec.wb[o] = run == KN_OK;
+        }
         char why[200];
         snprintf(why, sizeof why, "%s", run != KN_OK ? kn_last_error() : "");
         void *exec = NULL;
@@ -284,6 +345,20 @@ static kn_status rec_choose(kn_plan *p, kn_tensor *const *inputs)
 
 kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed)
 {
+    return kn_plan_run_recorded_into(p, inputs, results, NULL, replayed);
+}
+
+/* Whether into asks what the recording was made with. */
+static bool same_into(const kn_plan *p, const int *into)
+{
+    for (int o = 0; o < p->n_outputs; o++)
+        if ((into ? into[o] : -1) != p->rec.into[o]) return false;
+    return true;
+}
+
+kn_status kn_plan_run_recorded_into(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, const int *into,
+                                    bool *replayed)
+{
     *replayed = false;
     /* profiling times each kernel with events, which a capture cannot hold:
      * a profiled call runs the plan as is */
@@ -295,18 +370,11 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
     }
     if (p->rec.state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
     for (int i = 0; i < p->n_orig_inputs; i++)
-        if (p->rec.state == KN_REC_READY && rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]) {
-            /* a parameter's storage moved (same tensor, new data): record again */
-            kn_device_ctx *dc = kn_backend_get(p->device);
-            dc->be->graph_destroy(dc, p->rec.exec);
-            p->rec.exec = NULL;
-            for (int j = 0; j < p->n_orig_inputs; j++) kn_tensor_release(p->rec.in[j]);
-            for (int j = 0; j < p->n_outputs; j++) kn_tensor_release(p->rec.out[j]);
-            free(p->rec.in);
-            free(p->rec.ptr);
-            free(p->rec.out);
-            p->rec.in = p->rec.out = NULL;
-            p->rec.ptr = NULL;
+        if (p->rec.state == KN_REC_READY &&
+            ((rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]) || !same_into(p, into))) {
+            /* a parameter's storage moved (same tensor, new data), or the
+             * caller asks for other write-backs: record again */
+            rec_free(p);
             p->rec.state = KN_REC_RECORD;
             break;
         }
@@ -316,7 +384,7 @@ kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor *
     for (int i = 0; p->rec.state == KN_REC_READY && i < p->n_orig_inputs; i++)
         if (p->rec.in[i] && !same_strides(p->rec.in[i], inputs[i])) return kn_plan_run(p, inputs, results);
     if (p->rec.state == KN_REC_RECORD) {
-        KN_TRY(rec_record(p, inputs, results));
+        KN_TRY(rec_record(p, inputs, results, into));
         if (p->rec.state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
         if (p->tune.enabled && p->rec.state == KN_REC_READY && !p->rec.by_choice && p->rec.plain_us == 0) {
             kn_status st = rec_choose(p, inputs);
