@@ -14,11 +14,8 @@ local nn = kiln.nn
 local F = nn.functional
 
 -- the largest |a - b| over two tensors (NaN when either has one)
-local function maxdiff(a, b)
-  local d = (a:to("f64") - b:to("f64")):abs()
-  local nan = d:ne(d):to("f64"):sum():item() > 0
-  return nan and 0 / 0 or d:amax():item()
-end
+local S = dofile("t/lib/train_step.lua")
+local maxdiff = S.maxdiff
 
 -- every parameter of m1 within tol of m2's; NaN never passes
 local function params_close(m1, m2, tol)
@@ -46,7 +43,9 @@ local function make_opt(name, model)
   return kiln.optim.AdamW(model, { lr = 1e-2 })
 end
 
--- the training step of model and opt: zero_grad, forward, loss, backward, step
+-- the training step of model and opt: zero_grad, forward, loss, backward,
+-- step (written here, not taken from t/lib/train_step.lua: cm:saved()'s
+-- source lines below name this file)
 local function step_of(model, opt)
   return function(x, y)
     opt:zero_grad()

@@ -14,11 +14,8 @@ local T = dofile("t/lib/tap.lua")
 local nn = kiln.nn
 local F = nn.functional
 
-local function maxdiff(a, b)
-  local d = (a:to("f64") - b:to("f64")):abs()
-  local nan = d:ne(d):to("f64"):sum():item() > 0
-  return nan and 0 / 0 or d:amax():item()
-end
+local S = dofile("t/lib/train_step.lua")
+local maxdiff = S.maxdiff
 
 -- the worst difference over two lists of tensors, where false marks none
 -- (a missing .grad: both lists must miss it)
@@ -66,15 +63,7 @@ local function pair(opt_fn)
   return m1, opt_fn(m1), m2, opt_fn(m2)
 end
 
-local function step_of(model, opt)
-  return function(xx, yy)
-    opt:zero_grad()
-    local loss = F.cross_entropy(model(xx), yy)
-    loss:backward()
-    opt:step()
-    return loss
-  end
-end
+local step_of = S.step_of
 
 -- in default mode and in reduce-overhead, whose replays on a GPU run a
 -- recording (with KILN_RECORD_WRITES=1, one that writes the parameters

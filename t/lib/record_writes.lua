@@ -10,11 +10,8 @@ if os.getenv("KILN_RECORD_WRITES") ~= "1" then T.skip_all("KILN_RECORD_WRITES is
 local nn = kiln.nn
 local F = nn.functional
 
-local function maxdiff(a, b)
-  local d = (a:to("f64") - b:to("f64")):abs()
-  local nan = d:ne(d):to("f64"):sum():item() > 0
-  return nan and 0 / 0 or d:amax():item()
-end
+local S = dofile("t/lib/train_step.lua")
+local maxdiff = S.maxdiff
 
 local Net = nn.Module {
   name = "Net",
@@ -24,15 +21,7 @@ local Net = nn.Module {
 local x = kiln.randn({ 12, 6 }, { seed = 21 }):to("cuda")
 local y = kiln.tensor({ 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4 }, { dtype = "i64" }):to("cuda")
 
-local function step_of(model, opt)
-  return function(xx, yy)
-    opt:zero_grad()
-    local loss = F.cross_entropy(model(xx), yy)
-    loss:backward()
-    opt:step()
-    return loss
-  end
-end
+local step_of = S.step_of
 
 for _, mode in ipairs({ "reduce-overhead", "max-autotune" }) do
   nn.manual_seed(7)

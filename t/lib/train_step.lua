@@ -1,0 +1,26 @@
+-- t/lib/train_step.lua: what the training-step tests share.
+--   local S = dofile("t/lib/train_step.lua")
+--   S.step_of(model, opt): the step (zero_grad, forward, cross entropy,
+--     backward, optimizer step) as a function of (x, y) returning the loss
+--   S.maxdiff(a, b): max |a - b| over two tensors, in f64; NaN when either
+--     holds a NaN (so a NaN never passes a bound)
+local F = kiln.nn.functional
+local S = {}
+
+function S.step_of(model, opt)
+  return function(x, y)
+    opt:zero_grad()
+    local loss = F.cross_entropy(model(x), y)
+    loss:backward()
+    opt:step()
+    return loss
+  end
+end
+
+function S.maxdiff(a, b)
+  local d = (a:to("f64") - b:to("f64")):abs()
+  local nan = d:ne(d):to("f64"):sum():item() > 0
+  return nan and 0 / 0 or d:amax():item()
+end
+
+return S
