@@ -334,6 +334,24 @@ do
     string.format("written in place so that query 4 masks key 1 too: built again with the mask, equal to eager (%.3g)", e2))
 end
 
+-- an f16 model's constant mask holds f16's lowest (-65504) above the
+-- diagonal, as Hugging Face writes it: the causal attribute too; -60000 is
+-- left a mask
+do
+  local q16, k16, v16 = q:to("f16"), k:to("f16"), v:to("f16")
+  for _, case in ipairs({ { -65504, true }, { -60000, false } }) do
+    local m16 = kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, case[1]):to("f16")
+    local f = function(qq, kk, vv) return (qq:matmul(kk:transpose(-2, -1)) * 0.35 + m16):softmax(-1):matmul(vv) end
+    local cm = kiln.compile(f)
+    local e = relerr(cm(q16, k16, v16), f(q16, k16, v16))
+    local n, covers = attention_kernels(cm)
+    local causal = (covers or ""):find("causal mask folded", 1, true) ~= nil
+    T.ok(n == 1 and causal == case[2] and e <= 5e-3,
+      string.format("an f16 constant mask of %d above the diagonal: %s, compiled equals eager in f16 (%.3g)", case[1],
+        case[2] and "the causal attribute" or "a mask", e))
+  end
+end
+
 -- the same for a causal mask computed from parameters (causal_masks reads
 -- what fold_once computed): writing one of the parameters builds the plan
 -- again, and the mask that is no longer causal is a mask

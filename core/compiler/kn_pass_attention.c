@@ -68,6 +68,16 @@ static bool is_causal_add_mask(const kn_graph *g, int m, int64_t t)
            is_causal_fill_mask(g, n->in_node[1], t);
 }
 
+/* Whether an added mask value hides its key as -inf does: below -1e30
+ * (f32's and bf16's lowest, as Hugging Face's models and PyTorch's
+ * exporter write them), or f16's lowest (-65504) in an f16 mask. A score
+ * plus such a value has an exponential of 0 beside a row's unmasked
+ * diagonal, unless the scores themselves reach tens of thousands. */
+static bool masks_out(double v, kn_dtype dt)
+{
+    return v < -1e30 || (dt == KN_F16 && v <= -65504.0);
+}
+
 /* The most elements of a constant mask read to see whether it is causal. */
 #define KN_FIXED_MASK_MAX_ELEMS ((int64_t)1 << 24)
 
@@ -95,7 +105,7 @@ static bool is_causal_fixed_mask(kn_pass_ctx *x, int m, int64_t t)
     int64_t e = 0;
     for (; e < numel && causal; e++) {
         int64_t i = (e / t) % t, j = e % t;
-        causal = keep_mask ? (v[e] != 0) == (j <= i) : j <= i ? v[e] == 0 : v[e] < -1e30;
+        causal = keep_mask ? (v[e] != 0) == (j <= i) : j <= i ? v[e] == 0 : masks_out(v[e], mm->dtype);
     }
     if (!causal) {
         char who[200];
@@ -104,7 +114,7 @@ static bool is_causal_fixed_mask(kn_pass_ctx *x, int m, int64_t t)
                         "the causal one holds %s), so it stays a mask",
                      kn_pass_who(x->g, m, who, sizeof who), (long long)((e / t) % t + 1), (long long)(e % t + 1), v[e],
                      keep_mask ? "true on and below the diagonal, false above"
-                               : "0 on and below the diagonal, below -1e30 above");
+                               : "0 on and below the diagonal, below -1e30 (f16: -65504) above");
     }
     free(v);
     return causal;
