@@ -386,11 +386,12 @@ bool kn_cuda_attention_f32_tiled(const kn_attention_problem *p)
 /* Up to 128 keys a query walks, kiln's tensor-core kernel runs the call
  * by default rather than cuDNN: inside the suite's CUDA graphs on the
  * H200, BERT (8 x 12 x 128 x 64, padding mask) took 215-218 us a call with
- * it against 221-222 with cuDNN, GPT-2 205 against 213 (both reading its
- * mask), though cuDNN's kernel alone is 0.5-1 us shorter than kiln's at
- * BERT's shape: the call's total is what counts (where cuDNN's extra time
- * goes is not measured). Longer sequences keep cuDNN, whose kernels
- * pull ahead with the keys (1.2x at ViT's 197 tokens, 1.9x at 1024). */
+ * it against 221-222 with cuDNN, GPT-2 205 against 213 reading its mask
+ * and 198-200 against 217 causal, though cuDNN's kernel alone is 0.5-1 us
+ * shorter than kiln's at BERT's shape: the call's total is what counts
+ * (where cuDNN's extra time goes is not measured). Longer sequences keep
+ * cuDNN, whose kernels pull ahead with the keys (1.2x at ViT's 197
+ * tokens, 1.9x at 1024). */
 #define SHORT_TC_MAX_KEYS 128
 
 bool kn_cuda_attention_short_tc(const kn_attention_problem *p)

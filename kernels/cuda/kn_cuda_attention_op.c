@@ -17,7 +17,8 @@
  * (kn_cuda_attention_short_tc).
  *
  * Variants (max-autotune): 0 is the default pick (cuDNN where it takes
- * the call; for f32 up to moderate sizes the unfused chain:
+ * the call and kiln's kernel is not the short-sequence pick; for f32 up to
+ * moderate sizes the unfused chain:
  * f32_runs_unfused), 1..n kiln's kernel's configurations, n + 1 cuDNN
  * where its engines may take the problem; past that is KN_ERR_RANGE, as
  * for the other library ops.
