@@ -115,6 +115,31 @@ for _, case in ipairs({
     .. tostring(err):sub(1, 100))
 end
 
+-- the compiled AdamW step's update: per parameter, one one-element kernel
+-- (the step count and both bias corrections: kn_fusion.joins) beside the
+-- parameter's update kernel, where each of the three had a kernel of its own
+do
+  local m1, opt1, m2, opt2 = pair(function(m) return kiln.optim.AdamW(m, { lr = 1e-2 }) end)
+  local eager, cm = step_of(m1, opt1), kiln.compile(step_of(m2, opt2))
+  local worst = 0
+  for _ = 1, 4 do
+    worst = math.max(worst, math.abs(eager(x, y):item() - cm(x, y):item()))
+    worst = math.max(worst, list_diff(m1:parameters(), m2:parameters()))
+  end
+  local scalars, ops = 0, nil
+  for _, k in ipairs(cm:kernels()) do
+    if k.part == "update" then
+      if k.name:find("_scalar$") then
+        scalars = scalars + 1
+        ops = ops or table.concat(k.ops, ",")
+      end
+    end
+  end
+  T.is(scalars, 4, "AdamW compiled: one one-element kernel for each of the 4 parameters with a gradient (three before)")
+  T.like(ops or "", "^add,.*exp.*sqrt", "... each computing the step count (add) and both bias corrections: " .. tostring(ops))
+  T.ok(worst <= 1e-6, string.format("... with eager's losses and parameters (max difference %g)", worst))
+end
+
 -- a .grad set by hand between calls on a parameter the step's zero_grad
 -- clears but no loss reaches: cleared again by a replay, as eagerly
 do

@@ -764,6 +764,13 @@ kn_status kn_fuse_build_kernel(const kn_graph *g, kn_fusion *f, int root, kn_ker
         if (st == KN_OK) st = out_arg(&c, m, row_dim, false, &ai);
         if (st == KN_OK) k->stores[k->n_stores++] = (kn_kstore){.arg = ai, .expr = e, .per_row = true};
     }
+    /* one-element values that joined this one-element kernel (kn_fusion.joins):
+     * nothing here reads them, so they are built here, then stored below */
+    for (int m = 0; m < root && st == KN_OK && kind == KN_KERNEL_POINTWISE && f->joins; m++) {
+        if (!f->joins[m] || f->kernel[m] != kid || memo_expr[m] >= 0) continue;
+        int e = -1;
+        st = build(&c, m, 0, &e);
+    }
     /* values computed here for readers in later kernels too (kn_fusion.stored) */
     for (int m = 0; m < root && st == KN_OK && (kind == KN_KERNEL_ROW || kind == KN_KERNEL_POINTWISE); m++) {
         if (!f->stored || !f->stored[m] || (f->rides && f->rides[m]) || f->kernel[m] != kid || memo_expr[m] < 0)
@@ -798,6 +805,7 @@ void kn_fusion_free(kn_fusion *f)
     free(f->limit_split);
     free(f->stored);
     free(f->rides);
+    free(f->joins);
     kn_kprogram_free(&f->prog);
     memset(f, 0, sizeof *f);
 }

@@ -76,6 +76,9 @@ typedef struct kn_fusion {
                           embeddings' layer norm over B x T rows), computed and stored once a row
                           by that kernel instead of by a kernel of its own; the value's own node
                           is also stored */
+    bool *joins;       /* per node: a one-element pointwise value computed and stored by the kernel
+                          of a later one-element value that does not read it (an optimizer's two
+                          bias corrections and its step count: one kernel a parameter, not three) */
 } kn_fusion;
 
 /* Whether the backend can write library node `node`'s value with the

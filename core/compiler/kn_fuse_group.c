@@ -515,6 +515,67 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
     }
 }
 
+/* ---- one-element values in one kernel -------------------------------------- */
+
+/* Whether every reader of node p (a view too: it runs at its own position,
+ * where the value must exist) comes after node r in graph order. */
+static bool readers_after(const kn_graph *g, const kn_fusion *f, int p, int r)
+{
+    for (int j = p + 1; j <= r && j < g->n_nodes; j++) {
+        const kn_node *jn = &g->nodes[j];
+        for (int k = 0; k < jn->n_in; k++)
+            if (jn->in_node[k] == p && f->disp[j] != KN_D_DEAD) return false;
+    }
+    return true;
+}
+
+/* The farthest (in nodes) a one-element value joins a later kernel. */
+#define KN_JOIN_WINDOW 64
+
+/* Whether x is a one-element pointwise kernel of its own that another may
+ * take in (nothing else already computes it elsewhere). */
+static bool lone_scalar_root(const kn_graph *g, const kn_fusion *f, int x)
+{
+    const kn_node *nd = &g->nodes[x];
+    return f->disp[x] == KN_D_ROOT && is_pointwise(nd) && !f->stored[x] && !f->rides[x] &&
+           kn_numel_of(nd->out[0].ndim, nd->out[0].shape) == 1;
+}
+
+/* One-element pointwise kernels that read nothing of each other, each a
+ * launch for one number: an optimizer's step has three a parameter (its
+ * step count and two bias corrections, read by the parameter's update).
+ * Walking back from the last, such a kernel joins the next one after it
+ * (the target) when every reader of its value comes after the target and
+ * none is in it: the target's kernel computes and stores it too
+ * (kn_fusion.joins). A value the target reads stays where it is, for
+ * merge_into_readers (the step count, read by both corrections, is
+ * stored by their kernel then). */
+static void join_scalars(const kn_graph *g, kn_fusion *f, int *consumer, bool *join_target)
+{
+    int n = g->n_nodes, target = -1, joined = 0;
+    for (int y = n - 1; y >= 0; y--) {
+        if (!lone_scalar_root(g, f, y)) continue;
+        /* the target's stores (its own, the joined values', a value
+         * merge_into_readers adds) stay within the kernel IR's limit, and
+         * the scan for readers within a window of nodes */
+        bool ok = target > y && target - y <= KN_JOIN_WINDOW && joined + 3 <= KN_KIR_MAX_STORES &&
+                  same_shape(&g->nodes[y].out[0], &g->nodes[target].out[0]) && readers_after(g, f, y, target);
+        if (!ok) {
+            target = y;
+            joined = 0;
+            continue;
+        }
+        joined++;
+        f->disp[y] = KN_D_INLINE;
+        f->stored[y] = true;
+        f->joins[y] = true;
+        consumer[y] = target;
+        join_target[target] = true;
+        note_why(f, g, y, "is computed in the kernel of", target,
+                 "one-element values that do not read each other share a kernel");
+    }
+}
+
 /* ---- values stored by their readers' kernel ------------------------------- */
 
 /* A pointwise value that is a result (an optimizer's new moment, written
@@ -525,7 +586,8 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
  * that kernel loads again. One kernel a parameter's update instead of
  * three. Nodes are visited from the last, so a value's readers have their
  * kernels' roots (root[]) when it is looked at. */
-static kn_status merge_into_readers(const kn_graph *g, kn_fusion *f, int *consumer, const bool *needed)
+static kn_status merge_into_readers(const kn_graph *g, kn_fusion *f, int *consumer, const bool *needed,
+                                    const bool *join_target)
 {
     int n = g->n_nodes, n_edges = 0;
     for (int i = 0; i < n; i++)
@@ -548,7 +610,11 @@ static kn_status merge_into_readers(const kn_graph *g, kn_fusion *f, int *consum
     for (int x = n - 1; x >= 0; x--) {
         root[x] = f->disp[x] == KN_D_ROOT ? x : f->disp[x] == KN_D_INLINE ? root[consumer[x]] : -1;
         const kn_node *nd = &g->nodes[x];
-        if (f->disp[x] != KN_D_ROOT || !is_pointwise(nd) || f->stored[x] || first[x] == first[x + 1]) continue;
+        /* a kernel other values joined stays where it is: their readers were
+         * checked against its position (join_scalars) */
+        if (f->disp[x] != KN_D_ROOT || !is_pointwise(nd) || f->stored[x] || first[x] == first[x + 1] ||
+            join_target[x])
+            continue;
         int r0 = -1;
         bool ok = true;
         for (int e = first[x]; e < first[x + 1] && ok; e++) {
@@ -607,7 +673,7 @@ static bool read_after(const kn_graph *g, const kn_fusion *f, int p, int r, int 
  * row kernel once a row and stored there, a launch (1.2 us on the H200)
  * fewer. The row kernel is the first such one; every reader of the value
  * must come after it, since the value exists from when it runs. */
-static void ride_on_rows(const kn_graph *g, kn_fusion *f, int *consumer, const bool *is_out)
+static void ride_on_rows(const kn_graph *g, kn_fusion *f, int *consumer, const bool *is_out, const bool *join_target)
 {
     int n = g->n_nodes;
     int *root = malloc(sizeof *root * ((size_t)n + 1));
@@ -616,7 +682,9 @@ static void ride_on_rows(const kn_graph *g, kn_fusion *f, int *consumer, const b
         root[x] = f->disp[x] == KN_D_ROOT ? x : f->disp[x] == KN_D_INLINE ? root[consumer[x]] : -1;
     for (int p = 0; p < n; p++) {
         const kn_node *pn = &g->nodes[p];
-        if (f->disp[p] != KN_D_ROOT || !is_pointwise(pn) || f->stored[p] || is_out[p] || pn->out[0].ndim < 1) continue;
+        if (f->disp[p] != KN_D_ROOT || join_target[p] || !is_pointwise(pn) || f->stored[p] || is_out[p] ||
+            pn->out[0].ndim < 1)
+            continue;
         /* its group: pointwise ops of inputs and constants, nothing by position */
         bool ok = true;
         int loads = 0, last_view = -1;
@@ -808,6 +876,7 @@ static bool split_kernel(const kn_graph *g, kn_fusion *f, int root)
     if (best < 0) return false;
     f->disp[best] = KN_D_ROOT;
     f->stored[best] = false;
+    f->joins[best] = false;
     f->limit_split[best] = true;
     return true;
 }
@@ -878,11 +947,13 @@ kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs
     bool *is_out = calloc((size_t)n + 1, sizeof *is_out), *needed = calloc((size_t)n + 1, sizeof *needed);
     int *memo_e = malloc(sizeof *memo_e * ((size_t)n + 1)), *memo_a = malloc(sizeof *memo_a * ((size_t)n + 1));
     int *first_reader = malloc(sizeof *first_reader * ((size_t)n + 1));
+    bool *join_target = calloc((size_t)n + 1, sizeof *join_target);
     f->stored = calloc((size_t)n + 1, sizeof *f->stored);
     f->rides = calloc((size_t)n + 1, sizeof *f->rides);
+    f->joins = calloc((size_t)n + 1, sizeof *f->joins);
     kn_status st = KN_OK;
     if (!f->disp || !f->kernel || !f->last_use || !f->layout || !uses || !consumer || !is_out || !needed ||
-        !memo_e || !memo_a || !first_reader || !f->stored || !f->rides) {
+        !memo_e || !memo_a || !first_reader || !join_target || !f->stored || !f->rides || !f->joins) {
         st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
         goto done;
     }
@@ -891,8 +962,9 @@ kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs
     permuted_library_outputs(g, f, uses, consumer, is_out, strided_out, ud);
     if (gather_loads) mark_gathered(g, f, uses, consumer, is_out);
     st = mark_view_copies(g, f);
-    if (st == KN_OK) st = merge_into_readers(g, f, consumer, needed);
-    if (st == KN_OK) ride_on_rows(g, f, consumer, is_out);
+    if (st == KN_OK) join_scalars(g, f, consumer, join_target);
+    if (st == KN_OK) st = merge_into_readers(g, f, consumer, needed, join_target);
+    if (st == KN_OK) ride_on_rows(g, f, consumer, is_out, join_target);
     if (st == KN_OK && !(f->limit_split = calloc((size_t)n + 1, sizeof *f->limit_split)))
         st = kn_error(KN_ERR_OOM, "out of host memory planning kernels");
     /* a group past the kernel IR's limits (a sum of 20 inputs: more than
@@ -912,6 +984,7 @@ kn_status kn_fuse_gathering(const kn_graph *g, const int *outputs, int n_outputs
 done:
     free(uses);
     free(first_reader);
+    free(join_target);
     free(consumer);
     free(is_out);
     free(needed);
