@@ -369,15 +369,13 @@ kn_status kn_plan_run_recorded_into(kn_plan *p, kn_tensor *const *inputs, kn_ten
         return kn_plan_run(p, inputs, results);
     }
     if (p->rec.state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
-    for (int i = 0; i < p->n_orig_inputs; i++)
-        if (p->rec.state == KN_REC_READY &&
-            ((rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]) || !same_into(p, into))) {
-            /* a parameter's storage moved (same tensor, new data), or the
-             * caller asks for other write-backs: record again */
-            rec_free(p);
-            p->rec.state = KN_REC_RECORD;
-            break;
-        }
+    bool again = p->rec.state == KN_REC_READY && !same_into(p, into); /* other write-backs asked */
+    for (int i = 0; i < p->n_orig_inputs && p->rec.state == KN_REC_READY && !again; i++)
+        again = rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]; /* a parameter's storage moved */
+    if (again) { /* record again */
+        rec_free(p);
+        p->rec.state = KN_REC_RECORD;
+    }
     /* a static buffer holds the layout it was recorded with: an input of
      * another layout (the guards let strides of size-1 dims and
      * contiguous-or-not through) runs this call without the recording */
