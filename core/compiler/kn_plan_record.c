@@ -369,7 +369,9 @@ kn_status kn_plan_run_recorded_into(kn_plan *p, kn_tensor *const *inputs, kn_ten
         return kn_plan_run(p, inputs, results);
     }
     if (p->rec.state == KN_REC_NEVER) return kn_plan_run(p, inputs, results);
-    bool again = p->rec.state == KN_REC_READY && !same_into(p, into); /* other write-backs asked */
+    /* other write-backs asked (only when recordings make them: a trace
+     * asks none and its replays some, which would record twice) */
+    bool again = p->rec.state == KN_REC_READY && record_writes_on() && !same_into(p, into);
     for (int i = 0; i < p->n_orig_inputs && p->rec.state == KN_REC_READY && !again; i++)
         again = rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]; /* a parameter's storage moved */
     if (again) { /* record again */
