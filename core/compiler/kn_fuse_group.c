@@ -517,8 +517,10 @@ static void assign_dispositions(const kn_graph *g, kn_fusion *f, const int *uses
 
 /* ---- one-element values in one kernel -------------------------------------- */
 
-/* Whether every reader of node p (a view too: it runs at its own position,
- * where the value must exist) comes after node r in graph order. */
+/* Whether every reader of node p comes after node r in graph order, a view
+ * too: it runs at its own position, where the value must exist (a value a
+ * later kernel computes, one that joins it or rides on it, exists from
+ * there on). */
 static bool readers_after(const kn_graph *g, const kn_fusion *f, int p, int r)
 {
     for (int j = p + 1; j <= r && j < g->n_nodes; j++) {
@@ -653,19 +655,6 @@ static bool from_inputs(const kn_graph *g, const kn_fusion *f, int p, int *last_
     return f->disp[p] == KN_D_INPUT || f->disp[p] == KN_D_CONST;
 }
 
-/* Whether every reader of node p, through views, comes after node r. */
-static bool read_after(const kn_graph *g, const kn_fusion *f, int p, int r, int depth)
-{
-    for (int j = p + 1; j < g->n_nodes; j++) {
-        const kn_node *jn = &g->nodes[j];
-        for (int k = 0; k < jn->n_in; k++) {
-            if (jn->in_node[k] != p || f->disp[j] == KN_D_DEAD) continue;
-            if (f->disp[j] == KN_D_VIEW ? depth > 8 || !read_after(g, f, j, r, depth + 1) : j <= r) return false;
-        }
-    }
-    return true;
-}
-
 /* A pointwise kernel whose ops read only graph inputs and constants (BERT's
  * padding mask: the ids' mask turned into an additive B x T bias), with
  * the shape of the rows of a later-reading row kernel over the last dim
@@ -709,7 +698,7 @@ static void ride_on_rows(const kn_graph *g, kn_fusion *f, int *consumer, const b
             if (!rin || d != rin->ndim - 1 || rin->ndim != pn->out[0].ndim + 1 ||
                 memcmp(rin->shape, pn->out[0].shape, sizeof(int64_t) * (size_t)pn->out[0].ndim) != 0)
                 continue;
-            if (!read_after(g, f, p, r, 0)) break; /* a later row kernel runs later still */
+            if (!readers_after(g, f, p, r)) break; /* a later row kernel runs later still */
             for (int i = 0; i <= p; i++)
                 if (root[i] == p) f->rides[i] = true;
             f->disp[p] = KN_D_INLINE;
