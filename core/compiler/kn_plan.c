@@ -59,13 +59,11 @@ static void free_tuning(kn_plan *p)
     free(p->tune.variant);
 }
 
-void kn_plan_free(kn_plan *p)
+void kn_plan_free_recording(kn_plan *p)
 {
-    if (!p) return;
     kn_device_ctx *dc = kn_backend_get(p->device);
-    /* the recording's tables (kn_plan_record.c's rec_free, which this file
-     * does not call: the recorder sits above the plan) */
     if (p->rec.exec && dc && dc->be->graph_destroy) dc->be->graph_destroy(dc, p->rec.exec);
+    p->rec.exec = NULL;
     for (int i = 0; p->rec.in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec.in[i]);
     for (int i = 0; p->rec.out && i < p->n_outputs; i++) kn_tensor_release(p->rec.out[i]);
     free(p->rec.in);
@@ -73,6 +71,17 @@ void kn_plan_free(kn_plan *p)
     free(p->rec.out);
     free(p->rec.into);
     free(p->rec.wb);
+    p->rec.in = p->rec.out = NULL;
+    p->rec.ptr = NULL;
+    p->rec.into = NULL;
+    p->rec.wb = NULL;
+}
+
+void kn_plan_free(kn_plan *p)
+{
+    if (!p) return;
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    kn_plan_free_recording(p);
     for (int i = 0; p->mem.consts && i < p->g.n_nodes; i++) kn_tensor_release(p->mem.consts[i]);
     free(p->mem.consts);
     free(p->baked.storage);

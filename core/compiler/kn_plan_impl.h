@@ -28,6 +28,9 @@ typedef struct kn_tune_result kn_tune_result;
 const kn_render_target *kn_plan_target(const kn_plan *p);
 /* The backend's identity (what a choice is valid for). */
 void kn_plan_identity(const kn_plan *p, char *buf, size_t size);
+/* The recording (p->rec) and its tables freed, the pointers NULL; its
+ * state is the caller's to set (kn_plan_record.c, kn_plan_free). */
+void kn_plan_free_recording(kn_plan *p);
 /* Whether node's value is laid out other than contiguous (a library
  * kernel writing it permuted, kn_fuse_ex): the run hands the library those
  * strides, and the kernel's cache key names them. */

@@ -160,28 +160,9 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
     return KN_OK;
 }
 
-/* The recording and its tables, gone (the state is the caller's to set). */
-static void rec_free(kn_plan *p)
-{
-    kn_device_ctx *dc = kn_backend_get(p->device);
-    if (p->rec.exec && dc && dc->be->graph_destroy) dc->be->graph_destroy(dc, p->rec.exec);
-    p->rec.exec = NULL;
-    for (int i = 0; p->rec.in && i < p->n_orig_inputs; i++) kn_tensor_release(p->rec.in[i]);
-    for (int i = 0; p->rec.out && i < p->n_outputs; i++) kn_tensor_release(p->rec.out[i]);
-    free(p->rec.in);
-    free(p->rec.ptr);
-    free(p->rec.out);
-    free(p->rec.into);
-    free(p->rec.wb);
-    p->rec.in = p->rec.out = NULL;
-    p->rec.ptr = NULL;
-    p->rec.into = NULL;
-    p->rec.wb = NULL;
-}
-
 void kn_plan_drop_recording(kn_plan *p)
 {
-    rec_free(p);
+    kn_plan_free_recording(p);
     if (p->rec.state != KN_REC_NEVER) p->rec.state = KN_REC_WARMUP;
 }
 
@@ -375,7 +356,7 @@ kn_status kn_plan_run_recorded_into(kn_plan *p, kn_tensor *const *inputs, kn_ten
     for (int i = 0; i < p->n_orig_inputs && p->rec.state == KN_REC_READY && !again; i++)
         again = rec_in_place(p, i) && kn_tensor_data(inputs[i]) != p->rec.ptr[i]; /* a parameter's storage moved */
     if (again) { /* record again */
-        rec_free(p);
+        kn_plan_free_recording(p);
         p->rec.state = KN_REC_RECORD;
     }
     /* a static buffer holds the layout it was recorded with: an input of
