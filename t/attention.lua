@@ -315,23 +315,32 @@ for _, pc in ipairs(pass_cases) do
   end
 end
 
+-- f compiled takes the causal attribute and equals eager; write() then
+-- makes its mask no longer causal, and the plan is built again with the
+-- mask, still equal to eager (before, after: the two checks' names)
+local function causal_until_written(f, write, before, after)
+  local cm = kiln.compile(f)
+  local e1 = relerr(cm(q, k, v), f(q, k, v))
+  local _, covers1 = attention_kernels(cm)
+  write()
+  local e2 = relerr(cm(q, k, v), f(q, k, v))
+  local _, covers2 = attention_kernels(cm)
+  T.ok(e1 <= 1e-5 and (covers1 or ""):find("causal mask folded", 1, true),
+    string.format("%s: the causal attribute, compiled equals eager (%.3g)", before, e1))
+  T.ok(e2 <= 1e-5 and not (covers2 or ""):find("causal mask folded", 1, true),
+    string.format("%s: built again with the mask, equal to eager (%.3g)", after, e2))
+end
+
 -- a constant mask taken for the causal attribute is read again when it is
 -- written: the plan is built again, and a mask no longer causal is a mask
 do
   local cmask = kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, F32_LOWEST)
-  local f = function(q, k, v) return (q:matmul(k:transpose(-2, -1)) * 0.35 + cmask):softmax(-1):matmul(v) end
-  local cm = kiln.compile(f)
-  local e1 = relerr(cm(q, k, v), f(q, k, v))
-  local _, covers1 = attention_kernels(cm)
   local row, col = kiln.arange(0, Tn):reshape({ Tn, 1 }), kiln.arange(0, Tn):reshape({ 1, Tn })
   local query4_key1 = (row * Tn + col):eq(3 * Tn) -- query 4 no longer sees key 1
-  cmask:copy_(kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, F32_LOWEST):masked_fill(query4_key1, F32_LOWEST))
-  local e2 = relerr(cm(q, k, v), f(q, k, v))
-  local _, covers2 = attention_kernels(cm)
-  T.ok(e1 <= 1e-5 and (covers1 or ""):find("causal mask folded", 1, true),
-    string.format("a causal constant mask: the causal attribute, compiled equals eager (%.3g)", e1))
-  T.ok(e2 <= 1e-5 and not (covers2 or ""):find("causal mask folded", 1, true),
-    string.format("written in place so that query 4 masks key 1 too: built again with the mask, equal to eager (%.3g)", e2))
+  causal_until_written(
+    function(q, k, v) return (q:matmul(k:transpose(-2, -1)) * 0.35 + cmask):softmax(-1):matmul(v) end,
+    function() cmask:copy_(kiln.zeros({ B, 1, Tn, Tn }):masked_fill(above, F32_LOWEST):masked_fill(query4_key1, F32_LOWEST)) end,
+    "a causal constant mask", "written in place so that query 4 masks key 1 too")
 end
 
 -- an f16 model's constant mask holds f16's lowest (-65504) above the
@@ -357,17 +366,10 @@ end
 -- again, and the mask that is no longer causal is a mask
 do
   local eq = kiln.ones({ B, 1, Tn, Tn }, { dtype = "bool" })
-  local f = function(q, k, v) return (q:matmul(k:transpose(-2, -1)) * 0.35 + gpt2_mask(eq)):softmax(-1):matmul(v) end
-  local cm = kiln.compile(f)
-  local e1 = relerr(cm(q, k, v), f(q, k, v))
-  local _, covers1 = attention_kernels(cm)
-  eq:copy_(eq_one_off)
-  local e2 = relerr(cm(q, k, v), f(q, k, v))
-  local _, covers2 = attention_kernels(cm)
-  T.ok(e1 <= 1e-5 and (covers1 or ""):find("causal mask folded", 1, true),
-    string.format("a causal mask computed from parameters: the causal attribute, compiled equals eager (%.3g)", e1))
-  T.ok(e2 <= 1e-5 and not (covers2 or ""):find("causal mask folded", 1, true),
-    string.format("one of its parameters written in place: built again with the mask, equal to eager (%.3g)", e2))
+  causal_until_written(
+    function(q, k, v) return (q:matmul(k:transpose(-2, -1)) * 0.35 + gpt2_mask(eq)):softmax(-1):matmul(v) end,
+    function() eq:copy_(eq_one_off) end,
+    "a causal mask computed from parameters", "one of its parameters written in place")
 end
 
 -- the suite's GPT-2, exported without an attention mask, carries its causal
