@@ -77,6 +77,10 @@ typedef struct {
     kn_plan_value *trace_want;
     int n_trace_want;
     int want_pos[3 * KN_REPLAY_MAX];
+    /* the graph input each value the replay asks for should end up in (-1:
+     * none; the writes alone), in the order it asks (the trace's list, or
+     * run_replay's): kn_compiled_run_into's into, found once at the trace */
+    int write_into[3 * KN_REPLAY_MAX];
     bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
     bool autocast_on;  /* kiln.autocast of the trace (its casts are in the graph): a replay needs the same */
     kn_dtype autocast_dtype;

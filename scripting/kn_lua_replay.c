@@ -572,9 +572,7 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
     if (!rp->tape && rp->n_trace_want > 0) {
         /* in the trace's order (its plan), each value needed taken by position */
         kn_tensor *trace_outs[KN_REPLAY_TAPE_MAX];
-        int into[KN_REPLAY_TAPE_MAX];
-        write_targets(rp, n_results_want, n_want, rp->want_pos, into, rp->n_trace_want);
-        st = kn_compiled_run_into(cm, v, &v->g, rp->trace_want, rp->n_trace_want, trace_outs, into);
+        st = kn_compiled_run_into(cm, v, &v->g, rp->trace_want, rp->n_trace_want, trace_outs, rp->write_into);
         if (st == KN_OK) {
             for (int i = 0; i < n_want; i++) {
                 outs[i] = trace_outs[rp->want_pos[i]];
@@ -583,9 +581,7 @@ static int run_replay(lua_State *L, compiled_ud *u, int uv, kn_version *v, kn_te
             for (int j = 0; j < rp->n_trace_want; j++) kn_tensor_release(trace_outs[j]);
         }
     } else {
-        int into[3 * KN_REPLAY_MAX];
-        if (!rp->tape) write_targets(rp, n_results_want, n_want, NULL, into, n_want);
-        st = kn_compiled_run_into(cm, v, &v->g, want, n_want, outs, rp->tape ? NULL : into);
+        st = kn_compiled_run_into(cm, v, &v->g, want, n_want, outs, rp->tape ? NULL : rp->write_into);
     }
     /* the writes, once the graph ran (a failed run writes nothing); one a
      * recording wrote itself is the tensor already (no copy: write_targets) */
@@ -1063,6 +1059,12 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     }
     lua_setfield(L, uv, "replay");
     record_trace_want(rp, cap);
+    if (!rp->tape) { /* where the writes go, in the order a replay asks */
+        kn_plan_value need[3 * KN_REPLAY_MAX];
+        int n_results_want, n_want = replay_values(rp, need, &n_results_want);
+        write_targets(rp, n_results_want, n_want, rp->n_trace_want > 0 ? rp->want_pos : NULL, rp->write_into,
+                      rp->n_trace_want > 0 ? rp->n_trace_want : n_want);
+    }
     rp->grad_enabled = s->grad.enabled;
     rp->autocast_on = s->autocast_on;
     rp->autocast_dtype = s->autocast_dtype;
