@@ -708,8 +708,8 @@ static kn_status causal_from_fixed_mask(kn_pass_ctx *x, int i)
         x->dead[att] = 1;
         return KN_OK;
     }
-    snprintf(g->nodes[att].covers, sizeof g->nodes[att].covers, "%s%s", covers,
-             strstr(covers, "(causal mask folded)") ? "" : " (causal mask folded)");
+    /* (a node with a mask was not causal: its covers do not say so yet) */
+    snprintf(g->nodes[att].covers, sizeof g->nodes[att].covers, "%s (causal mask folded)", covers);
     x->dead[i] = 1;
     return KN_OK;
 }
