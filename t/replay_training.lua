@@ -66,7 +66,7 @@ end
 local step_of = S.step_of
 
 -- in default mode and in reduce-overhead, whose replays on a GPU run a
--- recording (with KILN_RECORD_WRITES=1, one that writes the parameters
+-- recording (by default one that writes the parameters
 -- and the optimizer's state itself: t/record_writes.sh)
 for _, case in ipairs({
   { "AdamW", function(m) return kiln.optim.AdamW(m, { lr = 1e-2 }) end },

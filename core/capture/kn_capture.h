@@ -97,7 +97,7 @@ typedef struct kn_compile_stats {
     int64_t device_peak_bytes; /* most device memory the allocator held by the end of a compiled run (0: none kept) */
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
     int recorded_writes; /* values the latest recording writes into their inputs itself
-                            (KILN_RECORD_WRITES=1: kn_plan_run_recorded_into) */
+                            (kn_plan_run_recorded_into) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */
     /* max-autotune */
     double autotune_s;       /* time spent searching (the budget counts it) */

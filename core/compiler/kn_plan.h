@@ -204,14 +204,14 @@ void kn_plan_bind_rng(kn_plan *p, const kn_graph *g);
 kn_status kn_plan_run_recorded(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, bool *replayed);
 /* kn_plan_run_recorded where into[o] >= 0 asks for output o's value to end
  * up in inputs[into[o]] (an in-place write the caller repeats: an updated
- * parameter or optimizer state). With KILN_RECORD_WRITES=1 the recording
- * itself copies it there, as its last step, where that is safe: the input
+ * parameter or optimizer state). The recording itself copies it there
+ * (unless KILN_RECORD_WRITES=0), as its last step, where that is safe: the input
  * is read in place (a parameter or guarded tensor), contiguous, of the
  * output's dtype and size, no other output shares its storage or goes into
  * it, and the plan is not autotuned (max-autotune times replays). Such an
  * output's results[o] is then the input tensor itself, its storage marked
  * written; every other output is a copy as before, and the caller copies
- * it. into may be NULL. Off by default until measured on a GPU. */
+ * it. into may be NULL. */
 kn_status kn_plan_run_recorded_into(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, const int *into,
                                     bool *replayed);
 
