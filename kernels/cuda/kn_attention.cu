@@ -845,6 +845,82 @@ __device__ __forceinline__ float kn_att_ft_mask(int kind, const char *mrow, int 
     return kind == 1 ? (float)((const unsigned char *)mrow)[off] : ((const float *)mrow)[off];
 }
 
+// S = Q K^T for one tile: rows ty + 16*i, keys tx + 8*j. TAIL: only the
+// first jn key groups of 8 hold keys that can be kept (the last tile of a
+// sequence that is not a multiple of 64, or of a causal block); the others'
+// products are skipped, their scores stay 0 and the edge checks drop them. ViT's 197 keys end in a tile
+// of 5: the full product there was a fifth of its kernel's work.
+template <int FT, int RPT, bool TAIL>
+__device__ __forceinline__ void kn_att_ft_scores(float (&s)[RPT][8], const float *sq, const float *sk, int ty, int tx,
+                                                 int jn)
+{
+    constexpr int LD = FT + 4;
+#pragma unroll
+    for (int i = 0; i < RPT; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[i][j] = 0.f;
+    // all loads of a step first, then its FMAs: the loads' latency is
+    // paid once a step, not once a key column
+#pragma unroll 2
+    for (int x = 0; x < FT; x += 4) {
+        float4 qv[RPT], kv[8];
+#pragma unroll
+        for (int i = 0; i < RPT; i++) qv[i] = *(const float4 *)(sq + (ty + 16 * i) * LD + x);
+        // (every group's K loads, even in a tail: skipping them too took
+        // the 32-row kernel from 128 registers a thread to 168)
+#pragma unroll
+        for (int j = 0; j < 8; j++) kv[j] = *(const float4 *)(sk + (tx + 8 * j) * LD + x);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (!TAIL || j < jn) {
+#pragma unroll
+                for (int i = 0; i < RPT; i++) {
+                    float acc = s[i][j];
+                    acc = fmaf(qv[i].x, kv[j].x, acc);
+                    acc = fmaf(qv[i].y, kv[j].y, acc);
+                    acc = fmaf(qv[i].z, kv[j].z, acc);
+                    s[i][j] = fmaf(qv[i].w, kv[j].w, acc);
+                }
+            }
+    }
+}
+
+// O += P V over keys c < cn of the tile (TAIL; else all 64): rows
+// ty + 16*i, columns 32*q + 4*tx + e. P is 0 past the kept keys, so a
+// tail tile stops at them, cn rounded up to 4.
+template <int FT, int RPT, bool TAIL>
+__device__ __forceinline__ void kn_att_ft_pv(float (&o)[RPT][FT / 32][4], const float *sp, const float *sv, int ty,
+                                             int tx, int cn)
+{
+    constexpr int LD = FT + 4, LP = KN_ATT_FT_LP, NQ = FT / 32;
+    const int end = TAIL ? cn : KN_ATT_FT_BN;
+#pragma unroll 2
+    for (int c = 0; c < end; c += 4) {
+        float4 pv[RPT], vv4[4][NQ];
+#pragma unroll
+        for (int i = 0; i < RPT; i++) pv[i] = *(const float4 *)(sp + (ty + 16 * i) * LP + c);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++)
+#pragma unroll
+            for (int q = 0; q < NQ; q++) vv4[cc][q] = *(const float4 *)(sv + (c + cc) * LD + 32 * q + 4 * tx);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
+                const float4 vv = vv4[cc][q];
+#pragma unroll
+                for (int i = 0; i < RPT; i++) {
+                    const float p = cc == 0 ? pv[i].x : cc == 1 ? pv[i].y : cc == 2 ? pv[i].z : pv[i].w;
+                    o[i][q][0] = fmaf(p, vv.x, o[i][q][0]);
+                    o[i][q][1] = fmaf(p, vv.y, o[i][q][1]);
+                    o[i][q][2] = fmaf(p, vv.z, o[i][q][2]);
+                    o[i][q][3] = fmaf(p, vv.w, o[i][q][3]);
+                }
+            }
+        }
+    }
+}
+
 template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_attn_args &a, float *smem)
 {
     constexpr int BN = KN_ATT_FT_BN, LD = FT + 4, LP = KN_ATT_FT_LP, NQ = FT / 32, RPT = BM / 16; // rows a thread
@@ -915,32 +991,14 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
         kn_att_cp_wait<1>(); // this tile's K (and Q); its V may still be on the way
         __syncthreads();
 
-        // S = Q K^T: rows ty + 16*i, keys tx + 8*j
+        // S = Q K^T; nk: this tile's keys that can be kept (past them: past
+        // tk, or above every row's diagonal)
+        const int nk = (int)(kend - k0 < BN ? kend - k0 : BN);
         float s[RPT][8];
-#pragma unroll
-        for (int i = 0; i < RPT; i++)
-#pragma unroll
-            for (int j = 0; j < 8; j++) s[i][j] = 0.f;
-        // all loads of a step first, then its FMAs: the loads' latency is
-        // paid once a step, not once a key column
-#pragma unroll 2
-        for (int x = 0; x < FT; x += 4) {
-            float4 qv[RPT], kv[8];
-#pragma unroll
-            for (int i = 0; i < RPT; i++) qv[i] = *(const float4 *)(sq + (ty + 16 * i) * LD + x);
-#pragma unroll
-            for (int j = 0; j < 8; j++) kv[j] = *(const float4 *)(sk + (tx + 8 * j) * LD + x);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int i = 0; i < RPT; i++) {
-                    float acc = s[i][j];
-                    acc = fmaf(qv[i].x, kv[j].x, acc);
-                    acc = fmaf(qv[i].y, kv[j].y, acc);
-                    acc = fmaf(qv[i].z, kv[j].z, acc);
-                    s[i][j] = fmaf(qv[i].w, kv[j].w, acc);
-                }
-        }
+        if (nk == BN)
+            kn_att_ft_scores<FT, RPT, false>(s, sq, sk, ty, tx, 8);
+        else
+            kn_att_ft_scores<FT, RPT, true>(s, sq, sk, ty, tx, (nk + 7) / 8);
 
         // scale and mask; drop keys past tk and above the diagonal, on the
         // tiles that have such keys
@@ -998,32 +1056,10 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
             kn_att_cp_commit();
         }
 
-        // O += P V: rows ty + 16*i, columns 32*q + 4*tx + e
-#pragma unroll 2
-        for (int c = 0; c < BN; c += 4) {
-            float4 pv[RPT], vv4[4][NQ];
-#pragma unroll
-            for (int i = 0; i < RPT; i++) pv[i] = *(const float4 *)(sp + (ty + 16 * i) * LP + c);
-#pragma unroll
-            for (int cc = 0; cc < 4; cc++)
-#pragma unroll
-                for (int q = 0; q < NQ; q++) vv4[cc][q] = *(const float4 *)(sv + (c + cc) * LD + 32 * q + 4 * tx);
-#pragma unroll
-            for (int cc = 0; cc < 4; cc++) {
-#pragma unroll
-                for (int q = 0; q < NQ; q++) {
-                    const float4 vv = vv4[cc][q];
-#pragma unroll
-                    for (int i = 0; i < RPT; i++) {
-                        const float p = cc == 0 ? pv[i].x : cc == 1 ? pv[i].y : cc == 2 ? pv[i].z : pv[i].w;
-                        o[i][q][0] = fmaf(p, vv.x, o[i][q][0]);
-                        o[i][q][1] = fmaf(p, vv.y, o[i][q][1]);
-                        o[i][q][2] = fmaf(p, vv.z, o[i][q][2]);
-                        o[i][q][3] = fmaf(p, vv.w, o[i][q][3]);
-                    }
-                }
-            }
-        }
+        if (nk == BN)
+            kn_att_ft_pv<FT, RPT, false>(o, sp, sv, ty, tx, BN);
+        else
+            kn_att_ft_pv<FT, RPT, true>(o, sp, sv, ty, tx, (nk + 3) & ~3);
         __syncthreads(); // V and P free
         if (it + 1 < ntiles) {
             vst.copy(sv, k0 + BN, vrow, a.tk);
