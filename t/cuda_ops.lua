@@ -86,6 +86,9 @@ do
     -- columns (a bias's gradient over the rows) and BatchNorm's
     -- statistics over N, H and W, at sizes where outputs are split
     {{4096, 96}, {1}}, {{517, 3, 50}, {1}}, {{8, 16, 40, 40}, {1, 3, 4}},
+    -- columns over two leading dims (kn_reduce_cols): one block of rows,
+    -- and a training step's bias gradient, split over the rows
+    {{2, 30, 33}, {1, 2}}, {{16, 64, 1000}, {1, 2}},
   }
   for _, dt in ipairs(ALL) do
     local ops = INTS[dt] and {"sum", "amax", "amin"} or {"sum", "mean", "amax", "amin", "var"}

@@ -7,10 +7,8 @@
 #include "kn_pass_flags.h"
 
 /* The inner dims a row kernel reduces must be at least this long to pay
- * for the second, small reduction; and the rows of a column sum at least
- * this many for a GEMV to beat the one kernel. */
+ * for the second, small reduction. */
 #define SPLIT_MIN_INNER 32
-#define COLUMN_MIN_ROWS 64
 
 typedef struct {
     kn_pass_ctx *x;
@@ -128,25 +126,6 @@ static kn_status split_rows(builder *b, const kn_node *n, int xref, const kn_met
     return binary(b, KN_OP_DIV, s, denom, result);
 }
 
-/* A column sum (the leading k dims reduced, the rest kept: a bias's
- * gradient over the rows) as one GEMV in f64: ones {1, rows} x x {rows,
- * cols}; a mean divides by the rows after. */
-static kn_status column_gemv(builder *b, const kn_node *n, int xref, const kn_meta *m, int k, int *result)
-{
-    int64_t rows = 1, cols = 1;
-    for (int d = 0; d < m->ndim; d++) *(d < k ? &rows : &cols) *= m->shape[d];
-    int64_t s2[2] = {rows, cols}, s1[2] = {1, rows};
-    int xv, ones;
-    KN_TRY(reshape(b, xref, 2, s2, &xv));
-    KN_TRY(cast(b, xv, KN_F64, &xv));
-    KN_TRY(full(b, 2, s1, 1.0, KN_F64, &ones));
-    KN_TRY(binary(b, KN_OP_MATMUL, ones, xv, result));
-    if (n->op != KN_OP_MEAN) return KN_OK;
-    int count;
-    KN_TRY(full(b, 0, NULL, (double)rows, KN_F64, &count));
-    return binary(b, KN_OP_DIV, *result, count, result);
-}
-
 kn_status kn_pass_split_reductions(kn_pass_ctx *x)
 {
     if (!(x->flags & KN_PASSES_SPLIT_REDUCTIONS)) return KN_OK;
@@ -165,12 +144,10 @@ kn_status kn_pass_split_reductions(kn_pass_ctx *x)
         for (int k = 0; k < n->a.ndims; k++)
             if (n->a.dims[k] >= 0 && n->a.dims[k] < m.ndim) red[n->a.dims[k]] = true;
         for (int d = 0; d < m.ndim; d++) n_red += red[d];
-        int t = 0, k = 0;
+        int t = 0;
         while (t < m.ndim && red[m.ndim - 1 - t]) t++;
-        while (k < m.ndim && red[k]) k++;
-        int64_t inner = 1, rows = 1;
+        int64_t inner = 1;
         for (int d = m.ndim - t; d < m.ndim; d++) inner *= m.shape[d];
-        for (int d = 0; d < k; d++) rows *= m.shape[d];
         char where[KN_WHERE_MAX];
         snprintf(where, sizeof where, "%s", n->where);
         builder b = {x, i, where, n->part};
@@ -180,8 +157,6 @@ kn_status kn_pass_split_reductions(kn_pass_ctx *x)
             /* the last dims reduced, and more than one dim: rows, then the rest */
             if (n->op == KN_OP_VAR && inner * (n_red > t ? 2 : 1) - n->a.correction <= 0) continue;
             KN_TRY(split_rows(&b, n, xref, &m, red, t, &r));
-        } else if (t == 0 && k >= 1 && k == n_red && rows >= COLUMN_MIN_ROWS && n->op != KN_OP_VAR) {
-            KN_TRY(column_gemv(&b, n, xref, &m, k, &r));
         } else {
             continue;
         }

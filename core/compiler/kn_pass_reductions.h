@@ -6,16 +6,17 @@
  * kernel reduces its last dim) and ran in the backend's generic reduction:
  * BatchNorm's statistics over N, H and W and their gradients' sums took
  * 30-100 us each in a convnet's training step on the H200, 5-18% of the
- * memory roof. Two forms are rewritten:
- *  - the last dims reduced (with others, or several of them): the input
- *    viewed with those dims as one, reduced by a row kernel, then the
- *    rest of the dims on what is left (a few elements a channel); var
- *    becomes the mean of the squared deviations from the mean, each split
- *    the same way;
- *  - the leading dims reduced and the rest kept (a bias's gradient, summed
- *    over the rows): a GEMV of ones with the input as {rows, cols}.
- * Both sum in f64, from the input cast as it is read, and round once to
- * the reduction's dtype, as the generic kernel does: a training step's
+ * memory roof. The last dims reduced (with others, or several of them)
+ * are rewritten: the input viewed with those dims as one, reduced by a row
+ * kernel, then the rest of the dims on what is left (a few elements a
+ * channel); var becomes the mean of the squared deviations from the mean,
+ * each split the same way. A sum over the leading dims with the rest kept
+ * (a bias's gradient, summed over the rows) is left to the backend, whose
+ * column kernel reads the input once (on the GPU: kn_reduce_cols; it was
+ * a cast to f64 and a GEMV of ones here, which read and wrote the input's
+ * f64 copy: 105 us of a bf16 transformer training step on the H200).
+ * The split sums in f64, from the input cast as it is read, and rounds
+ * once to the reduction's dtype, as the generic kernel does: a training step's
  * compiled sums then equal its eager ones to the last bit nearly always.
  * Rounded at each stage, the f32 sums differed from eager's in their last
  * bits, and Adam, which divides a gradient by its own size, turned that

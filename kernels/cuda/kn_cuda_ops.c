@@ -156,6 +156,42 @@ static kn_status copy_into(const kn_tensor *in, kn_tensor *out)
 
 /* ---- reductions ---- */
 
+/* A float sum or mean over the leading dims of a contiguous x, the rest
+ * kept (a bias's gradient over the rows): kn_reduce_cols. */
+static bool columns_of_contiguous(const kn_opcall *c, const kn_tensor *x, const bool *red)
+{
+    if ((c->op != KN_OP_SUM && c->op != KN_OP_MEAN) || !kn_dtype_is_float(x->dtype) || x->ndim < 2 ||
+        !kn_tensor_is_contiguous(x))
+        return false;
+    int k = 0;
+    while (k < x->ndim && red[k]) k++;
+    if (k == 0 || k == x->ndim) return false;
+    for (int d = k; d < x->ndim; d++)
+        if (red[d]) return false;
+    return true;
+}
+
+static kn_status run_reduce_cols(const kn_tensor *x, kn_reduce_args *a)
+{
+    const int64_t cols = a->nout, rows = a->count, tiles = (cols + 31) / 32;
+    /* enough blocks for four an SM, each at least 64 rows */
+    int64_t want = (4 * (int64_t)kn_cuda_current()->sm_count + tiles - 1) / tiles, most = rows / 64;
+    a->nsplit = (int)(want < most ? want : most);
+    if (a->nsplit < 1) a->nsplit = 1;
+    a->chunk = (rows + a->nsplit - 1) / a->nsplit;
+    a->nr = 1;
+    a->rsize[0] = rows;
+    a->rst[0] = cols;
+    if (a->nsplit == 1) return launch(x->dtype, KN_TK_REDUCE_COLS, tiles, a);
+    void *part;
+    KN_TRY(kn_cuda_malloc(cols * a->nsplit * (int64_t)sizeof(kn_rpart), &part));
+    a->part = part;
+    kn_status st = launch(x->dtype, KN_TK_REDUCE_COLS, tiles * a->nsplit, a);
+    if (st == KN_OK) st = launch(x->dtype, KN_TK_REDUCE_FINAL, grid_for(cols, KN_T_BLOCK), a);
+    kn_cuda_free(part);
+    return st;
+}
+
 static kn_status run_reduce(const kn_opcall *c)
 {
     const kn_tensor *x = c->in[0];
@@ -192,6 +228,7 @@ static kn_status run_reduce(const kn_opcall *c)
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
     a.correction = c->a.correction;
+    if (columns_of_contiguous(c, x, red)) return run_reduce_cols(x, &a);
     a.group = pick_group(a.count, a.nout, a.rst[a.nr - 1] == 1 || a.nk == 0);
     a.nsplit = 1;
     if (a.nout <= 64 && a.count >= 65536) { /* too few outputs for the device: split them */

@@ -213,6 +213,44 @@ extern "C" __global__ void kn_reduce_final(kn_reduce_args a)
 }
 #endif
 
+/* Column sums: a sum or mean over the leading dims of a contiguous value
+ * (a bias's gradient, summed over the rows), as a.count rows of a.nout
+ * columns, row stride a.rst[0] elements. A block takes 32 columns and
+ * a.chunk rows (split a.nsplit ways over blockIdx); its 8 warps take every
+ * eighth row, a warp reading 32 adjacent columns of one row at once, and
+ * the 8 partial sums of a column are added in a fixed order. The generic
+ * kernel walks a column's elements a row apart, one output a thread group:
+ * a transformer's bias gradients there took 2-3x this kernel's reads, as a
+ * cast to f64 and a GEMV. Sums in double, as kn_reduce. */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce_cols)
+extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
+{
+    if constexpr (kn_isfloat<KN_DT>()) {
+        __shared__ double part[8][33];
+        const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+        const long long tiles = (a.nout + 31) / 32;
+        const long long col = (long long)(blockIdx.x % tiles) * 32 + tx, split = blockIdx.x / tiles;
+        const long long lo = split * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
+        const int es = kn_esize<KN_DT>();
+        const long long step = 8 * a.rst[0] * es;
+        double acc = 0.0;
+        if (col < a.nout) {
+            const char *p = a.x + ((lo + ty) * a.rst[0] + col) * es;
+#pragma unroll 4
+            for (long long r = lo + ty; r < hi; r += 8, p += step) acc += kn_ldd<KN_DT>(p);
+        }
+        part[ty][tx] = acc;
+        __syncthreads();
+        if (ty == 0 && col < a.nout) {
+            double s = part[0][tx];
+            for (int k = 1; k < 8; k++) s += part[k][tx];
+            if (a.nsplit == 1) kn_rfinish_f(a, col, s, 0.0);
+            else a.part[col * a.nsplit + split] = kn_rpart{s, 0.0, 0, hi - lo};
+        }
+    }
+}
+#endif
+
 /* Is candidate (vb, jb) better than (va, ja) by the CPU's scan order: the
  * first NaN wins, then the larger value, then the lower index. ja < 0 or
  * jb < 0 marks no candidate. */
