@@ -545,6 +545,22 @@ static bool rows_gather(const kn_tensor *x, const kn_tensor *out, int dim, int64
     return true;
 }
 
+/* Whether index_add(x, dim, idx, src) -> out adds whole contiguous rows
+ * (dim 0, every later dim of src contiguous; out is contiguous), for
+ * kn_index_add_rows: *row gets the row's length and *vec 4 where f32 rows
+ * start 16-byte aligned (one vector reduction a 4 elements), else 1. */
+static bool rows_scatter(const kn_tensor *src, const kn_tensor *out, int dim, int64_t *row_out, int64_t *vec_out)
+{
+    int64_t row;
+    if (dim != 0 || src->ndim < 1 || !kn_tensor_is_contiguous(out) || !trailing_run(src, 1, &row) || row < 1)
+        return false;
+    bool vectors = src->dtype == KN_F32 && row % 4 == 0 && src->strides[0] % 4 == 0 &&
+                   (uintptr_t)kn_cuda_tensor_ptr(src) % 16 == 0 && (uintptr_t)kn_cuda_tensor_ptr(out) % 16 == 0;
+    *row_out = row;
+    *vec_out = vectors ? 4 : 1;
+    return true;
+}
+
 static kn_status run_index(const kn_opcall *c)
 {
     const kn_tensor *x = c->in[0], *idx = c->in[1];
@@ -583,14 +599,16 @@ static kn_status run_index(const kn_opcall *c)
     }
     int64_t row = 0, vec = 0;
     if (c->op == KN_OP_INDEX_SELECT && rows_gather(x, out, dim, &row, &vec)) k = KN_TK_IROWS;
+    if (c->op == KN_OP_INDEX_ADD && rows_scatter(c->in[2], out, dim, &row, &vec)) k = KN_TK_IADD_ROWS;
     a.dst = kn_cuda_tensor_ptr(out);
     a.n = kn_tensor_numel(shape_of);
     for (int d = 0; d < shape_of->ndim; d++) a.shape[d] = shape_of->shape[d];
-    if (k == KN_TK_IROWS) { /* kn_index_rows's layout: see rows_gather */
+    bool rows = k == KN_TK_IROWS || k == KN_TK_IADD_ROWS;
+    if (rows) { /* kn_index_rows's and kn_index_add_rows's layout: see rows_gather, rows_scatter */
         a.shape[1] = row;
         a.dim = (int)vec;
     }
-    if (a.n > 0 && size > 0) KN_TRY(launch(x->dtype, k, grid_for(k == KN_TK_IROWS ? a.n / vec : a.n, KN_T_BLOCK), &a));
+    if (a.n > 0 && size > 0) KN_TRY(launch(x->dtype, k, grid_for(rows ? a.n / vec : a.n, KN_T_BLOCK), &a));
     return check ? index_check_result(c, idx, size) : KN_OK;
 }
 

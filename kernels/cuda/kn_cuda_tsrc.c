@@ -37,6 +37,7 @@ static const char *const kernel_names[KN_TK_COUNT] = {
     [KN_TK_IROWS] = "kn_index_rows",
     [KN_TK_GATHER] = "kn_gather",
     [KN_TK_IADD] = "kn_index_add",
+    [KN_TK_IADD_ROWS] = "kn_index_add_rows",
     [KN_TK_RANDOM] = "kn_random",
     [KN_TK_CAT] = "kn_cat",
     [KN_TK_CAT_ROWS] = "kn_cat_rows",

@@ -32,6 +32,7 @@ typedef enum kn_tkernel {
     KN_TK_IROWS, /* index_select of contiguous rows */
     KN_TK_GATHER,
     KN_TK_IADD,
+    KN_TK_IADD_ROWS, /* index_add of contiguous rows */
     KN_TK_RANDOM,
     KN_TK_CAT,
     KN_TK_CAT_ROWS, /* cat of contiguous row parts */

@@ -125,6 +125,54 @@ KN_FN void kn_atomic_add(char *dst, const char *src)
     }
 }
 
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_index_add_rows)
+/* index_add of whole rows: dst row idx[r] += source row r, along dim 0,
+ * the source's rows (every dim after the first) contiguous, a.xst[0]
+ * apart, dst contiguous. a.shape[1] is the row's length in elements and
+ * a.dim the vector width: 4 for f32 rows whose starts are 16-byte aligned,
+ * added by one vector reduction (red.global.add.v4.f32, sm_90) where the
+ * device has it, else 1. One 32-bit division an element or vector, where
+ * kn_index_add works out every coordinate in 64 bits: an embedding's
+ * gradient (4096 token rows of 512 into 1000) took 35.6 us that way on the
+ * H200, 6% of its memory roof. */
+extern "C" __global__ void kn_index_add_rows(kn_index_args a)
+{
+    const int es = kn_esize<KN_DT>();
+    const long long row = a.shape[1], vec = a.dim, rowv = row / vec, nv = a.n / vec;
+    for (long long e = kn_tid(); e < nv; e += kn_nthreads()) {
+        long long r, c;
+        if (nv <= 2147483647LL) { /* 32-bit division: 64-bit is a long software sequence */
+            const unsigned r32 = (unsigned)e / (unsigned)rowv;
+            r = r32;
+            c = ((unsigned)e - r32 * (unsigned)rowv) * vec;
+        } else {
+            r = e / rowv;
+            c = (e - r * rowv) * vec;
+        }
+        const long long j = kn_index_clamped(a.idx, a.idx64, r * a.ist[0], a.size);
+        char *dst = a.dst + (j * row + c) * es;
+        const char *src = a.x + (r * a.xst[0] + c) * es;
+        if constexpr (KN_DT == KN_DT_F32) {
+            if (vec == 4) {
+                const float4 v = *(const float4 *)src;
+#if __CUDA_ARCH__ >= 900
+                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v.x), "f"(v.y), "f"(v.z),
+                             "f"(v.w)
+                             : "memory");
+#else
+                atomicAdd((float *)dst, v.x);
+                atomicAdd((float *)dst + 1, v.y);
+                atomicAdd((float *)dst + 2, v.z);
+                atomicAdd((float *)dst + 3, v.w);
+#endif
+                continue;
+            }
+        }
+        kn_atomic_add(dst, src);
+    }
+}
+#endif
+
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_index_add)
 extern "C" __global__ void kn_index_add(kn_index_args a)
 {
