@@ -452,19 +452,9 @@ static kn_status pass_simplify(kn_pass_ctx *x)
  * small mask with stride 0). Only for a view whose one reader is the op,
  * of a computed value or of another view (the op moves on past that one
  * in turn: nodes appended here are visited too), not of an input (which
- * gains nothing: its reader would read it through the view as well).
- * In a training step, the other way round: only a cast of an input past
- * a permute, which then reads the input in its own order where it read
- * it transposed, a column at a time (an autocast training step's bf16
- * copies of its weights, read as {in, out} views of {out, in}
- * parameters: 7-9 us each at 17-20% of the memory roof on the H200; the
- * GEMMs read the transposed bf16 view as it is; outside training, fold_once
- * has made such casts of parameters inputs already). The appended nodes
- * take the op's part (forward, backward or update). A computed key cast
- * past its head split and transpose would be copied anyway, inside the
- * batched GEMM that reads it, whose batch dims are no single strided run.
- * It runs after fold_once, which leaves such chains (an identity gather or
- * a mul by ones dropped between the ops). */
+ * gains nothing), and outside training steps (appended nodes are
+ * forward nodes). It runs after fold_once, which leaves such chains (an
+ * identity gather or a mul by ones dropped between the ops). */
 static bool sinks_past_views(const kn_node *u)
 {
     if ((unsigned)u->op >= KN_OP_COUNT) return false;
@@ -514,13 +504,13 @@ static bool reshapes_a_strided(const kn_graph *g, const int *chain, int n_chain)
 
 static kn_status pass_sink_views(kn_pass_ctx *x)
 {
-    const bool trains = kn_pass_graph_trains(x->g);
+    if (kn_pass_graph_trains(x->g)) return KN_OK;
     int n = x->n_orig;
     for (int i = 0; i < n; i++) {
         if (x->dead[i]) continue;
         kn_pass_resolve_inputs(x, i);
         const kn_node *u = &x->g->nodes[i];
-        if (!sinks_past_views(u) || (trains && u->op != KN_OP_CAST)) continue;
+        if (!sinks_past_views(u)) continue;
         int k = the_viewed_input(x->g, u);
         if (k < 0) continue;
         /* the chain of views, each with one reader, down to the value they view */
@@ -532,23 +522,18 @@ static kn_status pass_sink_views(kn_pass_ctx *x)
             src = kn_pass_resolve(x, KN_REF(vn->in_node[0], vn->in_out[0]));
         }
         const kn_node *sn = &x->g->nodes[KN_REF_NODE(src)];
-        bool permutes = false;
-        for (int c = 0; c < n_chain; c++) permutes = permutes || x->g->nodes[chain[c]].op == KN_OP_PERMUTE;
-        if (n_chain == 0 || (sn->op == KN_NODE_INPUT) != trains || (trains && !permutes) ||
-            sn->op == KN_NODE_CONST || reshapes_a_strided(x->g, chain, n_chain))
+        if (n_chain == 0 || sn->op == KN_NODE_INPUT || sn->op == KN_NODE_CONST || reshapes_a_strided(x->g, chain, n_chain))
             continue;
         kn_node uc = *u; /* appending may move the node array */
         int refs[KN_MAX_INPUTS];
         for (int j = 0; j < uc.n_in; j++) refs[j] = j == k ? src : KN_REF(uc.in_node[j], uc.in_out[j]);
         int first = x->g->n_nodes, last;
         if (kn_pass_append_node(x, uc.op, refs, uc.n_in, &uc.a, i, uc.where, &last) != KN_OK) continue;
-        x->g->nodes[last].part = uc.part;
         bool ok = true;
         for (int c = n_chain - 1; c >= 0 && ok; c--) { /* the views again, innermost first */
             kn_node vc = x->g->nodes[chain[c]];
             int in = KN_REF(last, 0);
             ok = kn_pass_append_node(x, vc.op, &in, 1, &vc.a, i, vc.where, &last) == KN_OK;
-            if (ok) x->g->nodes[last].part = vc.part;
         }
         ok = ok && kn_pass_meta_equal(&x->g->nodes[last].out[0], &x->g->nodes[i].out[0]) &&
              kn_pass_replace(x, i, KN_REF(last, 0));
