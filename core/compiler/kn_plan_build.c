@@ -375,7 +375,14 @@ fail:
 /* Place the outputs of generated kernels in one arena: in order of the
  * kernels, each value goes at the lowest offset that no value still alive
  * overlaps (alive: its last reader has not run yet; a value read by the
- * kernel that writes another may not share its bytes). */
+ * kernel that writes another may not share its bytes). A value stored by
+ * the kernel of another node is born where that kernel runs, its root's
+ * position (kernel_at), which may come before the value's own node: a
+ * small value riding on an earlier row kernel (ride_on_rows). Placed at
+ * its own node, such a value was written over bytes still alive then: a
+ * convnet's cross-entropy ignore mask, riding on log_softmax, over a value
+ * its first BatchNorm's backward read, whose weight and bias came out
+ * 100-1000 off after one AdamW step. */
 static kn_status plan_memory(kn_plan *p)
 {
     const kn_graph *g = &p->g;
@@ -386,11 +393,16 @@ static kn_status plan_memory(kn_plan *p)
     int64_t *size = calloc((size_t)nv + 1, sizeof *size);
     int *live = malloc(sizeof *live * (size_t)(nv + 1));
     int *end = malloc(sizeof *end * ((size_t)n + 1));
-    if (!p->mem.arena_off || !escapes || !size || !live || !end) {
+    int *born = malloc(sizeof *born * ((size_t)n + 1)), *order = malloc(sizeof *order * ((size_t)n + 1));
+    int *first = calloc((size_t)n + 2, sizeof *first);
+    if (!p->mem.arena_off || !escapes || !size || !live || !end || !born || !order || !first) {
         free(escapes);
         free(size);
         free(live);
         free(end);
+        free(born);
+        free(order);
+        free(first);
         return kn_error(KN_ERR_OOM, "out of host memory planning a graph's memory");
     }
     /* a value's bytes live until the last reader of it or of any view of it */
@@ -406,16 +418,29 @@ static kn_status plan_memory(kn_plan *p)
         while (b >= 0 && f->disp[b] == KN_D_VIEW) b = g->nodes[b].in_node[0];
         if (b >= 0) escapes[b] = true;
     }
-    int n_live = 0;
+    /* the values to place, in order of the position where they are written
+     * (a counting sort: node order within a position) */
     for (int i = 0; i < n; i++) {
+        born[i] = -1;
         bool made = f->disp[i] == KN_D_ROOT || (f->disp[i] == KN_D_INLINE && f->stored && f->stored[i]);
         if (!made || escapes[i] || end[i] >= n || end[i] < 0) continue;
         const kn_kernel *k = &f->prog.kernels[f->kernel[i]];
         if (k->kind != KN_KERNEL_POINTWISE && k->kind != KN_KERNEL_ROW) continue;
+        born[i] = f->disp[i] == KN_D_INLINE ? f->kernel_at[f->kernel[i]] : i;
+        if (born[i] < 0 || born[i] >= n) born[i] = i;
+        first[born[i] + 1]++;
+    }
+    for (int i = 0; i < n; i++) first[i + 1] += first[i];
+    int n_order = first[n];
+    for (int i = 0; i < n; i++)
+        if (born[i] >= 0) order[first[born[i]]++] = i;
+    int n_live = 0;
+    for (int oi = 0; oi < n_order; oi++) {
+        int i = order[oi];
         /* retire what died before this kernel */
         int w = 0;
         for (int j = 0; j < n_live; j++)
-            if (end[live[j] / KN_MAX_OUTPUTS] >= i) live[w++] = live[j];
+            if (end[live[j] / KN_MAX_OUTPUTS] >= born[i]) live[w++] = live[j];
         n_live = w;
         const kn_meta *m = &g->nodes[i].out[0];
         int64_t bytes = kn_numel_of(m->ndim, m->shape) * (int64_t)kn_dtype_size(m->dtype);
@@ -441,5 +466,8 @@ static kn_status plan_memory(kn_plan *p)
     free(size);
     free(live);
     free(end);
+    free(born);
+    free(order);
+    free(first);
     return KN_OK;
 }
