@@ -21,7 +21,10 @@ local function params_diff(m1, m2)
 end
 
 local STEPS = 5
-for _, name in ipairs({ "gcn", "convnet", "transformer" }) do
+-- each sample's AdamW learning rate, and its losses' tolerance: gcn's
+-- scatter-adds are atomics, whose order differs from run to run on both sides
+for _, case in ipairs({ { "gcn", 1e-2, 1e-3 }, { "convnet", 1e-3, 1e-4 }, { "transformer", 3e-4, 1e-4 } }) do
+  local name, lr, tol = case[1], case[2], case[3]
   local file = "samples/train_" .. name .. ".lua"
   local a, b = kiln.load(file, { quiet = true }), kiln.load(file, { quiet = true })
   local xa, xb = a.inputs({ device = "cuda" }), b.inputs({ device = "cuda" })
@@ -32,12 +35,12 @@ for _, name in ipairs({ "gcn", "convnet", "transformer" }) do
     local r = math.abs(la - lb) / math.max(math.abs(la), 1e-30)
     worst = (la == la and lb == lb) and math.max(worst, r) or math.huge
   end
-  T.ok(worst <= 1e-4, string.format("%s f32 on the GPU: the compiled step's losses are eager's for %d steps (worst relative %.2g)",
+  T.ok(worst <= tol, string.format("%s f32 on the GPU: the compiled step's losses are eager's for %d steps (worst relative %.2g)",
     name, STEPS, worst))
-  -- AdamW (lr 1e-3) moves a parameter by at most about lr a step; a
-  -- gradient of rounding noise may move it the other way
+  -- AdamW moves a parameter by at most about lr a step; a gradient of
+  -- rounding noise may move it the other way
   local d = params_diff(a.model, b.model)
-  T.ok(d <= 2e-3 * STEPS, string.format("%s: ... and its parameters (largest difference %.2g)", name, d))
+  T.ok(d <= 2 * lr * STEPS, string.format("%s: ... and its parameters (largest difference %.2g)", name, d))
   T.ok(cm:stats().replays >= STEPS - 2, string.format("%s: the steps replay a recording (%d of %d)", name, cm:stats().replays, STEPS))
 end
 T.done()
