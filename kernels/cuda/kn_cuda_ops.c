@@ -183,11 +183,11 @@ static kn_status run_reduce_cols(const kn_tensor *x, kn_reduce_args *a)
     a->rsize[0] = rows;
     a->rst[0] = cols;
     if (a->nsplit == 1) return launch(x->dtype, KN_TK_REDUCE_COLS, tiles, a);
-    void *part;
-    KN_TRY(kn_cuda_malloc(cols * a->nsplit * (int64_t)sizeof(kn_rpart), &part));
+    void *part; /* the partial sums, doubles [nsplit][cols] */
+    KN_TRY(kn_cuda_malloc(cols * a->nsplit * (int64_t)sizeof(double), &part));
     a->part = part;
     kn_status st = launch(x->dtype, KN_TK_REDUCE_COLS, tiles * a->nsplit, a);
-    if (st == KN_OK) st = launch(x->dtype, KN_TK_REDUCE_FINAL, grid_for(cols, KN_T_BLOCK), a);
+    if (st == KN_OK) st = launch(x->dtype, KN_TK_REDUCE_COLS_FINAL, tiles, a);
     kn_cuda_free(part);
     return st;
 }
