@@ -9,16 +9,7 @@
 local T = dofile("t/lib/tap.lua")
 if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA device") end
 
-local function params_diff(m1, m2)
-  local p1, p2 = m1:parameters(), m2:parameters()
-  local worst = 0
-  for i = 1, #p1 do
-    local d = (p1[i]:to("f64") - p2[i]:to("f64")):abs():amax():item()
-    if d ~= d then return math.huge end
-    if d > worst then worst = d end
-  end
-  return worst
-end
+local params_diff = dofile("t/lib/train_step.lua").params_diff
 
 local STEPS = 5
 -- each sample's AdamW learning rate, and its losses' tolerance: gcn's

@@ -15,17 +15,7 @@ local function load(file)
   return kiln.load(file, { quiet = true })
 end
 
--- the largest |a - b| over the parameters of two models (NaN: infinite)
-local function params_diff(m1, m2)
-  local p1, p2 = m1:parameters(), m2:parameters()
-  local worst = 0
-  for i = 1, #p1 do
-    local d = (p1[i]:to("f64") - p2[i]:to("f64")):abs():amax():item()
-    if d ~= d then return math.huge end
-    if d > worst then worst = d end
-  end
-  return worst
-end
+local params_diff = dofile("t/lib/train_step.lua").params_diff
 
 for _, case in ipairs({ { "samples/train_gcn.lua", 1e-5 }, { "samples/train_convnet.lua", 1e-4 },
   { "samples/train_transformer.lua", 1e-5 } }) do
