@@ -81,6 +81,13 @@ typedef struct {
      * none; the writes alone), in the order it asks (the trace's list, or
      * run_replay's): kn_compiled_run_into's into, found once at the trace */
     int write_into[3 * KN_REPLAY_MAX];
+    /* the snapshot's tables other than the globals, as a replay walks
+     * them (lua_next): the entries of table t, in that order, end at
+     * walk_end[t]; the tables are the replay table's walk_tables list, and
+     * its fields list keeps every key and value alive (kn_lua_replay.c) */
+    struct kn_snap_entry *walk;
+    int *walk_end;
+    int n_walk_tables;
     bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
     bool autocast_on;  /* kiln.autocast of the trace (its casts are in the graph): a replay needs the same */
     kn_dtype autocast_dtype;

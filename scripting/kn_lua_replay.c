@@ -360,11 +360,195 @@ bool kn_lua_replay_snapshot(lua_State *L, int rt, int fn_idx, int module_idx, in
     return !sn.over;
 }
 
-/* Whether every value of the snapshot in the replay table at rt holds. */
-static bool snapshot_holds(lua_State *L, int rt)
+/* ---- the snapshot as a replay checks it ----------------------------------
+ * Checked by its lists, a snapshot cost a replay seven Lua API calls a
+ * field (three list reads, the lookup, the compare, and a walk that counts
+ * entries): most of a transformer's host time a call. A table that nothing
+ * changed walks in the same order, so a replay walks each table once with
+ * lua_next and compares every key and value, in order, with what the walk
+ * saw after the trace: any difference (a changed value, a key added, the
+ * order moved by a rehash) traces the call, as a failed field did. The
+ * globals keep the keyed check: a global tensor the graph does not read
+ * (the REPL's y = cm(x)) changes freely there, and kiln's watch counts
+ * their additions. */
+typedef struct {
+    int type;
+    bool integer;
+    const char *chars; /* a string's (a long string may come back as an equal copy) */
+    size_t len;
+    union {
+        const void *p; /* identity (lua_topointer): a string's, table's, function's, userdata's */
+        lua_Integer i;
+        lua_Number n;
+        int b;
+    } u;
+} snap_val;
+
+struct kn_snap_entry {
+    snap_val k, v;
+};
+
+static void snap_val_of(lua_State *L, int idx, snap_val *o)
 {
-    bool same = true;
+    memset(o, 0, sizeof *o);
+    o->type = lua_type(L, idx);
+    switch (o->type) {
+    case LUA_TNUMBER:
+        o->integer = lua_isinteger(L, idx);
+        if (o->integer) o->u.i = lua_tointeger(L, idx);
+        else o->u.n = lua_tonumber(L, idx);
+        break;
+    case LUA_TSTRING:
+        o->chars = lua_tolstring(L, idx, &o->len);
+        o->u.p = lua_topointer(L, idx);
+        break;
+    case LUA_TBOOLEAN: o->u.b = lua_toboolean(L, idx); break;
+    default: o->u.p = lua_topointer(L, idx); break;
+    }
+}
+
+/* Whether the value at idx is the one o saw (raw equality; an integer
+ * against a float counts as a change, which only traces the call). */
+static bool snap_val_same(lua_State *L, int idx, const snap_val *o)
+{
+    int t = lua_type(L, idx);
+    if (t != o->type) return false;
+    switch (t) {
+    case LUA_TNUMBER:
+        if (o->integer) return lua_isinteger(L, idx) && lua_tointeger(L, idx) == o->u.i;
+        return !lua_isinteger(L, idx) && lua_tonumber(L, idx) == o->u.n;
+    case LUA_TSTRING: {
+        /* short strings are interned (one object for equal contents); a
+         * long one may be an equal copy (the recorded one is alive: the
+         * replay table's fields hold it) */
+        if (lua_topointer(L, idx) == o->u.p) return true;
+        size_t len;
+        const char *p = lua_tolstring(L, idx, &len);
+        return len == o->len && memcmp(p, o->chars, len) == 0;
+    }
+    case LUA_TBOOLEAN: return lua_toboolean(L, idx) == o->u.b;
+    case LUA_TNIL: return true;
+    default: return lua_topointer(L, idx) == o->u.p;
+    }
+}
+
+static void walk_free(replay_t *rp)
+{
+    free(rp->walk);
+    free(rp->walk_end);
+    rp->walk = NULL;
+    rp->walk_end = NULL;
+    rp->n_walk_tables = 0;
+}
+
+/* The walk a replay checks (rp->walk, the replay table's walk_tables and
+ * gfields), from the snapshot just taken into rt; false when out of host
+ * memory. */
+static bool walk_record(lua_State *L, replay_t *rp, int rt)
+{
+    walk_free(rp);
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    int globals = lua_gettop(L);
+    lua_getfield(L, rt, "tables");
+    int tables = lua_gettop(L);
+    lua_Integer n_tables = (lua_Integer)lua_rawlen(L, tables) / 2, n_entries = 0;
+    for (lua_Integer i = 1; i <= n_tables; i++) {
+        lua_rawgeti(L, tables, 2 * i);
+        n_entries += lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    rp->walk = malloc(sizeof *rp->walk * (size_t)(n_entries + 1));
+    rp->walk_end = malloc(sizeof *rp->walk_end * (size_t)(n_tables + 1));
+    if (!rp->walk || !rp->walk_end) {
+        walk_free(rp);
+        lua_settop(L, top);
+        return false;
+    }
+    lua_newtable(L);
+    int walk_tables = lua_gettop(L);
+    int e = 0;
+    for (lua_Integer i = 1; i <= n_tables; i++) {
+        lua_rawgeti(L, tables, 2 * i - 1);
+        int t = lua_gettop(L);
+        if (lua_rawequal(L, t, globals)) {
+            lua_pop(L, 1);
+            continue;
+        }
+        lua_pushnil(L);
+        while (lua_next(L, t)) {
+            if (e == n_entries) { /* more than the snapshot counted: cannot be */
+                walk_free(rp);
+                lua_settop(L, top);
+                return false;
+            }
+            snap_val_of(L, -2, &rp->walk[e].k);
+            snap_val_of(L, -1, &rp->walk[e].v);
+            e++;
+            lua_pop(L, 1);
+        }
+        lua_rawseti(L, walk_tables, ++rp->n_walk_tables);
+        rp->walk_end[rp->n_walk_tables - 1] = e;
+    }
+    lua_setfield(L, rt, "walk_tables");
+    /* the globals' fields, compared by key */
+    lua_newtable(L);
+    int gfields = lua_gettop(L);
     lua_getfield(L, rt, "fields");
+    int fields = lua_gettop(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, fields), g = 0;
+    for (lua_Integer i = 1; i <= n; i += 3) {
+        lua_rawgeti(L, fields, i);
+        bool in_globals = lua_rawequal(L, -1, globals);
+        lua_pop(L, 1);
+        for (int j = 0; j < 3 && in_globals; j++) {
+            lua_rawgeti(L, fields, i + j);
+            lua_rawseti(L, gfields, ++g);
+        }
+    }
+    lua_pop(L, 1);
+    lua_setfield(L, rt, "gfields");
+    lua_settop(L, top);
+    return true;
+}
+
+/* Whether every table of the walk holds (walk_record's tables, in order). */
+static bool walk_holds(lua_State *L, const replay_t *rp, int rt)
+{
+    int top = lua_gettop(L);
+    lua_getfield(L, rt, "walk_tables");
+    int list = lua_gettop(L);
+    int e = 0;
+    for (int t = 0; t < rp->n_walk_tables; t++) {
+        lua_rawgeti(L, list, t + 1);
+        int tbl = lua_gettop(L), end = rp->walk_end[t];
+        lua_pushnil(L);
+        while (lua_next(L, tbl)) {
+            if (e == end || !snap_val_same(L, -2, &rp->walk[e].k) || !snap_val_same(L, -1, &rp->walk[e].v)) {
+                lua_settop(L, top);
+                return false;
+            }
+            e++;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        if (e != end) {
+            lua_settop(L, top);
+            return false;
+        }
+    }
+    lua_settop(L, top);
+    return true;
+}
+
+/* Whether every value of the snapshot in the replay table at rt holds;
+ * with rp (a recorded replay's walk), the walk checks every table but the
+ * globals, whose fields are its gfields. */
+static bool snapshot_holds_walk(lua_State *L, const replay_t *rp, int rt)
+{
+    bool walked = rp && rp->walk;
+    bool same = true;
+    lua_getfield(L, rt, walked ? "gfields" : "fields");
     int list = lua_gettop(L);
     lua_Integer n = (lua_Integer)lua_rawlen(L, list);
     for (lua_Integer i = 1; i <= n && same; i += 3) {
@@ -402,7 +586,8 @@ static bool snapshot_holds(lua_State *L, int rt)
     for (lua_Integer i = 1; i <= n && same; i += 2) {
         lua_rawgeti(L, list, i);
         int t = lua_gettop(L);
-        if (globals_same && lua_rawequal(L, t, globals)) {
+        bool is_globals = lua_rawequal(L, t, globals);
+        if ((globals_same && is_globals) || (walked && !is_globals)) {
             lua_pop(L, 1);
             continue;
         }
@@ -417,7 +602,12 @@ static bool snapshot_holds(lua_State *L, int rt)
         lua_pop(L, 2);
     }
     lua_pop(L, 4);
-    return same;
+    return same && (!walked || walk_holds(L, rp, rt));
+}
+
+static bool snapshot_holds(lua_State *L, int rt)
+{
+    return snapshot_holds_walk(L, NULL, rt);
 }
 
 /* A replay's random numbers: the fresh random nodes of v's graph move to
@@ -494,7 +684,8 @@ static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int r
         if (!bound[k]) return false;
         /* a placeholder an earlier call made: its value is the input */
         if (bound[k]->lazy) bound[k] = bound[k]->lazy->value;
-        if (!bound[k]) return false;
+        /* the same tensor, as the snapshot guarded; its shape still the traced one */
+        if (!bound[k] || !kn_version_input_matches(v, k, bound[k])) return false;
     }
     lua_pop(L, 1);
     /* whether each tensor requires grad, as at the trace: its gradient is
@@ -513,7 +704,7 @@ static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int r
     }
     lua_pop(L, 2);
     /* what the function can read: fields of its tables, globals, the module's fields */
-    return snapshot_holds(L, rt);
+    return snapshot_holds_walk(L, rp, rt);
 }
 
 /* The graph values a replay without a tape hands back, into out: the
@@ -821,10 +1012,19 @@ static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, con
             }
             continue;
         }
-        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
+        /* a parameter a snapshotted table holds is guarded by that field's
+         * identity, like any other tensor below: one lookup a replay. The
+         * path walk is for one the snapshot did not see (an opaque table
+         * holds it); ViT-B's 150 parameters by path cost the replay most
+         * of its host time. */
+        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64 && !push_snapshot_tensor(L, rt, in->tensor_id)) {
             lua_pushstring(L, in->name);
             lua_rawseti(L, -3, ++rp->n_params);
             rp->param_input[rp->n_params - 1] = k;
+            continue;
+        }
+        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) { /* found: on the stack */
+            lua_rawseti(L, -2, k + 1);
             continue;
         }
         /* a tensor the first call made (a value the code caches after
@@ -964,6 +1164,7 @@ void kn_lua_replay_forget(replay_t *rp)
     free(rp->trace_want);
     rp->trace_want = NULL;
     rp->n_trace_want = 0;
+    walk_free(rp);
 }
 
 /* rp->trace_want and want_pos (replay_t), for a replay without a tape,
@@ -1037,6 +1238,10 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
         snprintf(u->no_replay, sizeof u->no_replay,
                  "it can read more Lua values than a replay checks (%d): keep large tables out of its upvalues "
                  "and globals, or make it a module", KN_SNAPSHOT_MAX);
+        goto fail;
+    }
+    if (!walk_record(L, rp, rt)) {
+        snprintf(u->no_replay, sizeof u->no_replay, "out of host memory recording what a replay checks");
         goto fail;
     }
     if (!record_inputs(L, rp, cm, v, nargs, is_module, rt, u->no_replay, sizeof u->no_replay)) goto fail;

@@ -149,4 +149,64 @@ for _, users_metatable in ipairs({ false, true }) do
   if users_metatable then setmetatable(_G, nil) end
 end
 
+-- what a replay walks: every table the function can reach, each compared
+-- entry by entry in the order lua_next gives after the trace. Any change
+-- traces the call (and the answer follows); an equal value does not.
+do
+  local long = string.rep("gelu-tanh ", 8) -- longer than Lua's interned strings
+  local cfg = { scale = 2, kind = long, inner = { shift = 1 } }
+  local function fw(v)
+    local y = v * cfg.scale + cfg.inner.shift
+    if cfg.kind == long and cfg.extra then y = y + cfg.extra end
+    return y
+  end
+  local cw = kiln.compile(fw)
+  local function replays_after(change, what, want_replay)
+    local r0 = cw:stats().direct_replays
+    change()
+    T.is(maxdiff(cw(x), fw(x)), 0, what .. ": a call gives eager's answer")
+    local r1 = cw:stats().direct_replays
+    cw(x)
+    T.is(cw:stats().direct_replays, r1 + 1, what .. ": the call after it replays")
+    if want_replay then T.is(r1, r0 + 1, what .. ": the call itself replays")
+    else T.is(r1, r0, what .. ": the call itself traces") end
+  end
+  for _ = 1, 3 do cw(x) end
+  T.is(cw:stats().direct_replays, 2, "a config table: calls 2-3 replay")
+  replays_after(function() cfg.kind = string.rep("gelu-tanh ", 8) end, "a long string swapped for an equal copy", true)
+  replays_after(function() cfg.scale = 3 end, "a number changed", false)
+  replays_after(function() cfg.scale = 3.0 end, "an integer made the equal float", false)
+  replays_after(function() cfg.inner.shift = -1 end, "a nested table's field changed", false)
+  replays_after(function() cfg.inner = { shift = -1 } end, "a nested table swapped for an equal one", false)
+  replays_after(function() cfg.extra = 5 end, "a key added that the function reads", false)
+  replays_after(function() cfg.extra = nil end, "that key removed", false)
+  replays_after(function() cfg.kind = "relu" end, "a string changed", false)
+end
+
+-- an ONNX model's parameters (its flat params table): guarded by the
+-- table's walk; one swapped for another tensor is seen at the next call
+do
+  local m = kiln.onnx.load("t/data/real_models/bert_tiny.onnx")
+  local io = kiln.load_safetensors("t/data/real_models/bert_tiny.io.safetensors")
+  local ins = {}
+  for k, vi in ipairs(m._inputs) do ins[k] = io[vi.name] end
+  local cm = kiln.compile(m)
+  for _ = 1, 4 do cm(table.unpack(ins)) end
+  -- (the first call caches index constants in the module: the second traces)
+  T.is(cm:stats().direct_replays, 2, "ONNX BERT: calls 3-4 replay")
+  local name
+  for k, p in pairs(m.params) do
+    if p.dtype == "f32" and #p:shape() == 2 and (not name or k < name) then name = k end
+  end
+  m.params[name] = m.params[name] * 2
+  local want = kiln.no_grad(m, table.unpack(ins))
+  local got = cm(table.unpack(ins))
+  local before_swap = kiln.no_grad(function() return maxdiff(got, want) / want:abs():amax():item() end)
+  T.ok(before_swap < 1e-5, "ONNX BERT: parameter '" .. name .. "' swapped: the answer follows (rel err "
+    .. before_swap .. ")")
+  local before = cm:stats().direct_replays
+  cm(table.unpack(ins))
+  T.is(cm:stats().direct_replays, before + 1, "ONNX BERT: ... and the new version replays")
+end
+
 T.done()
