@@ -96,6 +96,7 @@ local function row(name, mode, dtype)
   -- the launch of a CUDA graph included; report.py holds a graph's rows to
   -- HOST_US_MAX. (On the CPU a call returns when its work is done.)
   local host = {}
+  local s0 = cm and cm:stats()
   for i = 1, HOST_CALLS do
     U.sync(DEVICE)
     t0 = kiln.clock()
@@ -104,6 +105,14 @@ local function row(name, mode, dtype)
   end
   U.sync(DEVICE)
   r.host_us_per_call = U.median(host)
+  if cm then
+    -- where it goes (means over the calls): running the graph (replay_run_s:
+    -- the input and output copies, and the CUDA graph's launch, also apart);
+    -- the rest is the direct replay's guards and the Lua call
+    local s1 = cm:stats()
+    r.host_run_us_per_call = (s1.replay_run_s - s0.replay_run_s) / HOST_CALLS * 1e6
+    r.host_launch_us_per_call = ((s1.replay_launch_s or 0) - (s0.replay_launch_s or 0)) / HOST_CALLS * 1e6
+  end
   r.ref = "torch-eager"
   if cm then U.compiled_stats(r, cm, mode) end
   -- device memory measured as PyTorch's row measures it: what the process

@@ -402,7 +402,9 @@ static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_
     } else if (kn_mode_records(cm->id.mode) && !cm->opt.check_numerics) {
         bool replayed = false;
         int before = plan->rec.state;
+        double launch_before = plan->rec.launch_s;
         st = kn_plan_run_recorded_into(plan, ins, results, into, &replayed);
+        cm->stats.replay_launch_s += plan->rec.launch_s - launch_before;
         if (replayed) {
             cm->stats.replays++;
             cm->stats.recorded_writes = 0;

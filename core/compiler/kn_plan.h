@@ -95,6 +95,7 @@ typedef struct kn_plan {
         int *into;
         bool *wb;
         int64_t replays;
+        double launch_s;    /* host time in the backend's launches of the recording, over its replays */
         bool by_choice;     /* max-autotune chose to run without the recording (measured slower) */
         double replay_us, plain_us; /* what that measurement saw (0: not measured) */
     } rec;

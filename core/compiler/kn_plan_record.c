@@ -138,7 +138,9 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
     KN_TRY(rec_copy_inputs(p, inputs));
+    double t0 = kn_clock_s();
     KN_TRY(dc->be->graph_launch(dc, p->rec.exec));
+    p->rec.launch_s += kn_clock_s() - t0;
     p->rec.replays++;
     for (int o = 0; o < p->n_outputs; o++) {
         kn_status st = KN_OK;
