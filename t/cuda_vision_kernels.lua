@@ -92,7 +92,8 @@ for _, dt in ipairs({ "bf16", "f16" }) do
 end
 
 -- 1b. patch embeddings (kernel = stride, ViT's 16x16 stride 16): one copy
--- of the non-overlapping windows and a cuBLASLt GEMM, channels-last out
+-- of the non-overlapping windows (from an NCHW image, channel-innermost:
+-- kn_patches) and a cuBLASLt GEMM, channels-last out
 -- (bf16, f16) and NCHW out (f32 keeps NCHW; CUDA eager too), then ViT's
 -- flatten and transpose; kernels not square, channels not multiples of 8,
 -- more taps than the stem kernels take (they run smaller windows). The
@@ -104,6 +105,9 @@ local patches = {
   { 2, 3, 32, 48, 24, { 16, 16 }, true },
   { 3, 12, 12, 10, 13, { 4, 4 }, false },
   { 1, 20, 15, 17, 40, { 3, 3 }, true }, -- windows that do not cover the image's last rows and columns
+  -- a band (64 channels x 160 columns) over the staging kernel's 16 KB in
+  -- 16 bits: the view's plain copy instead
+  { 1, 64, 4, 160, 8, { 2, 2 }, false },
 }
 for _, dt in ipairs({ "bf16", "f16", "f32" }) do
   for ci, c in ipairs(patches) do

@@ -35,6 +35,7 @@
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
 #include "kn_cuda_module.h"
+#include "kn_cuda_ops.h"
 #include "kn_fs.h"
 #include "kn_hash.h"
 #include "kn_phase.h"
@@ -1277,7 +1278,11 @@ static kn_status conv_patches(const kn_opcall *c, const kn_tensor *x, const kn_t
     memcpy(v.shape, shp, sizeof shp);
     memcpy(v.strides, str, sizeof str);
     kn_tensor *pt = NULL;
-    KN_TRY(kn_cuda_copy_as(&v, v.dtype, &pt));
+    /* an NCHW image with taps channel-innermost: the staged copy (the view's
+     * copy reads the channels' planes an element at a time) */
+    kn_status pst = w_nhwc && !x_nhwc ? kn_cuda_patches(x, KH, KW, &pt) : KN_ERR_UNSUPPORTED;
+    if (pst != KN_OK && pst != KN_ERR_UNSUPPORTED) return pst;
+    if (!pt) KN_TRY(kn_cuda_copy_as(&v, v.dtype, &pt));
     int64_t taps = C * KH * KW;
     kn_tensor a = *pt, b = *w, out = *y;
     b.ndim = 2; /* {taps, K}: w {K, taps} read transposed */

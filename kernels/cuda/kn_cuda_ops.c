@@ -146,6 +146,28 @@ static kn_status copy_strided(const kn_tensor *in, char *dst, kn_dtype ddt, cons
                   &a);
 }
 
+kn_status kn_cuda_patches(const kn_tensor *x, int64_t kh, int64_t kw, kn_tensor **out)
+{
+    *out = NULL;
+    if (x->ndim != 4 || kh < 1 || kw < 1)
+        return kn_error(KN_ERR_ARG, "patches: expects an {N, C, H, W} view and a window of at least 1 x 1");
+    int64_t n = x->shape[0], c = x->shape[1], p = x->shape[2] / kh, q = x->shape[3] / kw;
+    if (c * q * kw * esize(x) > KN_T_PATCHES_SMEM || p * kh > INT32_MAX || c * q * kw > INT32_MAX)
+        return kn_error(KN_ERR_UNSUPPORTED, "patches: a band of %lld channels x %lld elements is more than the "
+                        "kernel stages", (long long)c, (long long)(q * kw));
+    int64_t shape[6] = {n, p, q, kh, kw, c};
+    KN_TRY(kn_tensor_new(x->dtype, 6, shape, kn_tensor_device(x), out));
+    kn_patches_args a = {kn_cuda_tensor_ptr(x), kn_cuda_tensor_ptr(*out), n * p * kh, (int)c, (int)p, (int)q,
+                         (int)kh, (int)kw, x->strides[0], x->strides[1], x->strides[2], x->strides[3]};
+    /* one block a band (the grid capped: the blocks loop) */
+    kn_status st = a.bands > 0 ? launch(x->dtype, KN_TK_PATCHES, grid_for(a.bands, 1), &a) : KN_OK;
+    if (st != KN_OK) {
+        kn_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 /* in into out through out's own strides: a fresh output is contiguous, and
  * an output handed over as a view (a plan's permuted layout, attention's
  * unfused fallback) is written where its strides say. */

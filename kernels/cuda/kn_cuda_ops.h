@@ -24,6 +24,12 @@ bool kn_cuda_ops_supports(const kn_opcall *c);
  * grid-stride loop: KN_T_BLOCK threads a block, the grid capped). */
 struct kn_tensor;
 kn_status kn_cuda_ops_launch(kn_dtype dt, int k, int64_t work, void *args);
+/* The windows of a patch embedding (a convolution whose kernel kh x kw is
+ * its stride) over x, an NCHW view {N, C, H, W}: a new contiguous
+ * {N, P, Q, kh, kw, C} tensor, taps in the channels-last weight's order
+ * (kn_patches). KN_ERR_UNSUPPORTED where one band (C rows of Q * kw
+ * elements) is more than the kernel stages: the caller copies the view. */
+kn_status kn_cuda_patches(const struct kn_tensor *x, int64_t kh, int64_t kw, struct kn_tensor **out);
 /* The index ops' range check: queue the check of idx against 1..size
  * (*check: whether the host may read it back, not while the stream is
  * recorded), then read the first bad flat position (-1: none) and its

@@ -52,6 +52,18 @@ typedef struct kn_cat_args {
     long long st[KN_T_MAXCAT][KN_T_MAXD];
 } kn_cat_args;
 
+/* A patch embedding's windows (kn_patches): dst [N, P, Q, KH, KW, C]
+ * contiguous = x's KH x KW windows, x an NCHW view (strides sn, sc, sh,
+ * sw); a band is one (n, p, kh): C input rows of Q * KW elements. */
+#define KN_T_PATCHES_SMEM 16384 /* bytes of a band a block stages */
+typedef struct kn_patches_args {
+    const char *src;
+    char *dst;
+    long long bands; /* N * P * KH */
+    int c, p, q, kh, kw;
+    long long sn, sc, sh, sw;
+} kn_patches_args;
+
 /* One partial result of a reduction split across blocks. */
 typedef struct kn_rpart {
     double s, m2;    /* float sum (or extreme); var: chunk mean and squared deviations */
