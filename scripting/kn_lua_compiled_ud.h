@@ -85,6 +85,10 @@ typedef struct {
      * them (lua_next): the entries of table t, in that order, end at
      * walk_end[t]; the tables are the replay table's walk_tables list, and
      * its fields list keeps every key and value alive (kn_lua_replay.c) */
+    /* per graph input, the userdata of a tensor found through the snapshot
+     * (the replay table's tensors list holds it; NULL: bound otherwise):
+     * a replay reads its tensor without a Lua lookup */
+    struct kn_lua_tensor_ud **tensor_ud;
     struct kn_snap_entry *walk;
     int *walk_end;
     int n_walk_tables;

@@ -411,6 +411,12 @@ static void snap_val_of(lua_State *L, int idx, snap_val *o)
  * against a float counts as a change, which only traces the call). */
 static bool snap_val_same(lua_State *L, int idx, const snap_val *o)
 {
+    /* an object (table, function, userdata, string, thread) is itself
+     * wherever its identity is: one call, where most entries are */
+    if (o->type != LUA_TNUMBER && o->type != LUA_TBOOLEAN && o->type != LUA_TNIL &&
+        lua_topointer(L, idx) == o->u.p)
+        return true;
+    if (o->type == LUA_TNUMBER && o->integer) return lua_isinteger(L, idx) && lua_tointeger(L, idx) == o->u.i;
     int t = lua_type(L, idx);
     if (t != o->type) return false;
     switch (t) {
@@ -678,9 +684,13 @@ static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int r
     lua_getfield(L, rt, "tensors");
     for (int k = 0; k < v->g.n_inputs; k++) {
         if (bound[k]) continue;
-        lua_rawgeti(L, -1, k + 1);
-        bound[k] = kn_lua_totensor(L, -1);
-        lua_pop(L, 1);
+        if (rp->tensor_ud && rp->tensor_ud[k]) {
+            bound[k] = kn_lua_tensor_of(L, rp->tensor_ud[k]);
+        } else {
+            lua_rawgeti(L, -1, k + 1);
+            bound[k] = kn_lua_totensor(L, -1);
+            lua_pop(L, 1);
+        }
         if (!bound[k]) return false;
         /* a placeholder an earlier call made: its value is the input */
         if (bound[k]->lazy) bound[k] = bound[k]->lazy->value;
@@ -1165,6 +1175,8 @@ void kn_lua_replay_forget(replay_t *rp)
     rp->trace_want = NULL;
     rp->n_trace_want = 0;
     walk_free(rp);
+    free(rp->tensor_ud);
+    rp->tensor_ud = NULL;
 }
 
 /* rp->trace_want and want_pos (replay_t), for a replay without a tape,
@@ -1247,6 +1259,15 @@ void kn_lua_replay_record(lua_State *L, compiled_ud *u, int uv, int nargs, bool 
     if (!record_inputs(L, rp, cm, v, nargs, is_module, rt, u->no_replay, sizeof u->no_replay)) goto fail;
     if (history && !record_tape(L, u, v, first, nres)) goto fail;
     if (!record_writes(rp, cap, u->no_replay, sizeof u->no_replay)) goto fail;
+    /* the userdata of each tensor the tensors list holds (a ViT-B replay
+     * looked 150 of them up by list and metatable) */
+    free(rp->tensor_ud);
+    if ((rp->tensor_ud = calloc((size_t)v->g.n_inputs + 1, sizeof *rp->tensor_ud)))
+        for (int k = 0; k < v->g.n_inputs; k++) {
+            lua_rawgeti(L, -1, k + 1);
+            if (luaL_testudata(L, -1, KN_TENSOR_MT)) rp->tensor_ud[k] = lua_touserdata(L, -1);
+            lua_pop(L, 1);
+        }
     lua_setfield(L, rt, "tensors");
     lua_setfield(L, rt, "params");
     /* the tensors a replay would bind now, found the way it finds them:

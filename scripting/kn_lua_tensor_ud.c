@@ -19,10 +19,8 @@ static kn_tensor *value_with_history(kn_tensor *t)
 /* A placeholder whose graph has run stands for its value: outside the
  * capture that made it, hand out the value (and, once that capture is over,
  * keep the value in the userdata for good). */
-kn_tensor *kn_lua_totensor(lua_State *L, int idx)
+kn_tensor *kn_lua_tensor_of(lua_State *L, kn_lua_tensor_ud *u)
 {
-    kn_lua_tensor_ud *u = luaL_testudata(L, idx, KN_TENSOR_MT);
-    if (!u) return NULL;
     kn_tensor *t = u->t;
     if (t && t->lazy && t->lazy->value) {
         struct kn_capture *cap = kn_lua_state_get(L)->cap;
@@ -51,6 +49,12 @@ kn_tensor *kn_lua_totensor(lua_State *L, int idx)
         }
     }
     return t;
+}
+
+kn_tensor *kn_lua_totensor(lua_State *L, int idx)
+{
+    kn_lua_tensor_ud *u = luaL_testudata(L, idx, KN_TENSOR_MT);
+    return u ? kn_lua_tensor_of(L, u) : NULL;
 }
 
 kn_tensor *kn_lua_checktensor(lua_State *L, int idx)

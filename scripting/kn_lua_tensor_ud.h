@@ -12,7 +12,7 @@
 #define KN_TENSOR_MT "kiln.Tensor"
 
 /* The userdata holds one reference to a kn_tensor; __gc and __close release it. */
-typedef struct {
+typedef struct kn_lua_tensor_ud {
     kn_tensor *t;
 } kn_lua_tensor_ud;
 
@@ -20,6 +20,9 @@ typedef struct {
 kn_tensor *kn_lua_checktensor(lua_State *L, int idx);
 /* The tensor at idx, or NULL if the value is not a kiln tensor. */
 kn_tensor *kn_lua_totensor(lua_State *L, int idx);
+/* The tensor a kiln.Tensor userdata stands for (kn_lua_totensor, its
+ * type already known): for a caller that holds the userdata's block. */
+kn_tensor *kn_lua_tensor_of(lua_State *L, kn_lua_tensor_ud *u);
 /* Push a tensor userdata; takes over one reference of t (t may not be NULL). */
 void kn_lua_pushtensor(lua_State *L, kn_tensor *t);
 
