@@ -1103,7 +1103,14 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
 
 // kn_attn_f32t_d<FT>: blocks of 64 query rows; _m32: of 32 (short
 // sequences: twice the blocks where 64-row ones leave SMs idle)
-extern "C" __global__ void __launch_bounds__(128)
+// Blocks an SM the 64-row kernel is built to hold (registers capped to
+// fit): head dims up to 64, three (168 registers a thread, no spills; left
+// alone ptxas took 206, two blocks), which its 71 KB of shared memory also
+// allows. On the H200 ViT-B/16's 8 x 12 x 197 x 64 went from 67.9 to 49.6
+// us. The 32-row kernel was slower held to four blocks (128 registers:
+// BERT's 8 x 12 x 128 x 64 from 22.3 to 23.9 us): it keeps its 158, three.
+#define KN_ATT_FT_MINB64 (KN_ATT_FT <= 64 ? 3 : 1)
+extern "C" __global__ void __launch_bounds__(128, KN_ATT_FT_MINB64)
     KN_ATT_PASTE(kn_attn_f32t_d, KN_ATT_FT)(const kn_attn_args a)
 {
     extern __shared__ __align__(16) float kn_att_ftsmem[];
@@ -1114,6 +1121,15 @@ extern "C" __global__ void __launch_bounds__(128)
 {
     extern __shared__ __align__(16) float kn_att_ftsmem[];
     kn_att_f32t<KN_ATT_FT, 32>(a, kn_att_ftsmem);
+}
+// _m16: one query row a thread, twice the 32-row kernel's blocks (BERT's
+// 128 tokens make 384 blocks of 32 rows: fewer than three waves' worth of
+// room on 132 SMs)
+extern "C" __global__ void __launch_bounds__(128)
+    KN_ATT_PASTE(KN_ATT_PASTE(kn_attn_f32t_d, KN_ATT_FT), _m16)(const kn_attn_args a)
+{
+    extern __shared__ __align__(16) float kn_att_ftsmem[];
+    kn_att_f32t<KN_ATT_FT, 16>(a, kn_att_ftsmem);
 }
 #endif // KN_ATT_FT
 

@@ -49,10 +49,12 @@ static const attn_config tc_configs[N_TC_CONFIGS] = {
     {KN_ATT_MODULE_TC, 1, 32, 4, 64, "tc bm64 bn32 ks4"},
 };
 static const attn_config simt_config = {KN_ATT_MODULE_SIMT, 0, 32, 1, 0, "simt bm32 bn32"};
-/* the tiled f32 kernel: mt is its query block over 64 (1: 64 rows, 0: 32) */
-static const attn_config f32t_configs[2] = {
-    {KN_ATT_MODULE_F32T, 1, 64, 1, F32T_MAX_DIM, "f32 tiled bm64 bn64"},
-    {KN_ATT_MODULE_F32T, 0, 64, 1, F32T_MAX_DIM, "f32 tiled bm32 bn64"},
+/* the tiled f32 kernel: mt is its query rows a block (64, 32 or 16) */
+#define N_F32T_CONFIGS 3
+static const attn_config f32t_configs[N_F32T_CONFIGS] = {
+    {KN_ATT_MODULE_F32T, 64, 64, 1, F32T_MAX_DIM, "f32 tiled bm64 bn64"},
+    {KN_ATT_MODULE_F32T, 32, 64, 1, F32T_MAX_DIM, "f32 tiled bm32 bn64"},
+    {KN_ATT_MODULE_F32T, 16, 64, 1, F32T_MAX_DIM, "f32 tiled bm16 bn64"},
 };
 
 static int dt_code_index(kn_dtype dt) /* f32 0, bf16 1, f16 2 */
@@ -119,7 +121,7 @@ const char *kn_cuda_attention_module_tag(int kind)
 static void config_kernel_name(const attn_config *c, kn_dtype dt, int size, char name[48])
 {
     if (c->kind == KN_ATT_MODULE_F32T) {
-        snprintf(name, 48, "kn_attn_f32t_d%d%s", size, c->mt ? "" : "_m32");
+        snprintf(name, 48, "kn_attn_f32t_d%d%s", size, c->mt == 64 ? "" : c->mt == 32 ? "_m32" : "_m16");
         return;
     }
     char ks[16] = "";
@@ -135,7 +137,7 @@ int kn_cuda_attention_kernel_names(int kind, kn_dtype dt, int size, char names[]
     }
     int n = 0;
     if (kind == KN_ATT_MODULE_F32T) {
-        for (int i = 0; i < 2; i++) config_kernel_name(&f32t_configs[i], dt, size, names[n++]);
+        for (int i = 0; i < N_F32T_CONFIGS; i++) config_kernel_name(&f32t_configs[i], dt, size, names[n++]);
         return n;
     }
     for (int i = 0; i < N_TC_CONFIGS; i++)
@@ -154,7 +156,7 @@ typedef struct kernel_slot {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static kernel_slot tc_kernels[2][N_TC_SIZES][N_TC_CONFIGS]; /* [bf16, f16][DP/16 - 1][config] */
 static kernel_slot simt_kernels[3][N_SIMT_SIZES];       /* [f32, bf16, f16][NC - 1] */
-static kernel_slot f32t_kernels[3][2];                  /* [FT 32, 64, 128][BM 64, 32] */
+static kernel_slot f32t_kernels[3][N_F32T_CONFIGS];    /* [FT 32, 64, 128][BM 64, 32, 16] */
 
 static size_t tc_smem(int dp, const attn_config *c)
 {
@@ -180,7 +182,7 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
 {
     pthread_mutex_lock(&lock);
     kernel_slot *slot = c->kind == KN_ATT_MODULE_TC     ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
-                        : c->kind == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2][c->mt ? 0 : 1]
+                        : c->kind == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2][c - f32t_configs]
                                                       : &simt_kernels[dt_code_index(dt)][size - 1];
     kn_status st = KN_OK;
     if (!slot->fn) {
@@ -335,6 +337,7 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
         bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count || p->d > 64 || p->dv > 64;
         out[n++] = &f32t_configs[small ? 1 : 0];
         out[n++] = &f32t_configs[small ? 0 : 1];
+        out[n++] = &f32t_configs[2]; /* 16-row blocks: a max-autotune variant */
     }
     out[n++] = &simt_config;
     return n;
@@ -456,7 +459,7 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
     } else if (c->kind == KN_ATT_MODULE_F32T) {
         int64_t dm = p->d > p->dv ? p->d : p->dv;
         size = dm <= 32 ? 32 : dm <= 64 ? 64 : 128;
-        bm = c->mt ? 64 : 32;
+        bm = c->mt;
         smem = f32t_smem(size, bm);
     } else {
         size = (int)(p->dv + 31) / 32;
