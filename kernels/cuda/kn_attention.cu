@@ -1122,15 +1122,6 @@ extern "C" __global__ void __launch_bounds__(128)
     extern __shared__ __align__(16) float kn_att_ftsmem[];
     kn_att_f32t<KN_ATT_FT, 32>(a, kn_att_ftsmem);
 }
-// _m16: one query row a thread, twice the 32-row kernel's blocks (BERT's
-// 128 tokens make 384 blocks of 32 rows: fewer than three waves' worth of
-// room on 132 SMs)
-extern "C" __global__ void __launch_bounds__(128)
-    KN_ATT_PASTE(KN_ATT_PASTE(kn_attn_f32t_d, KN_ATT_FT), _m16)(const kn_attn_args a)
-{
-    extern __shared__ __align__(16) float kn_att_ftsmem[];
-    kn_att_f32t<KN_ATT_FT, 16>(a, kn_att_ftsmem);
-}
 #endif // KN_ATT_FT
 
 #endif // KN_ATT_STANDALONE
