@@ -376,10 +376,7 @@ end
 -- mask as a B x 1 x T x T initializer: each layer's attention takes the
 -- causal attribute, and the model still gives PyTorch's output
 do
-  local m = kiln.onnx.load("t/data/real_models/gpt2_tiny.onnx")
-  local io_t = kiln.load_safetensors("t/data/real_models/gpt2_tiny.io.safetensors")
-  local xs = {}
-  for i, vi in ipairs(m._inputs) do xs[i] = io_t[vi.name] end
+  local m, xs, io_t = dofile("t/lib/real_tiny.lua")("gpt2_tiny")
   local cm = kiln.compile(m)
   local got = cm(table.unpack(xs))
   local n, causal = 0, 0
@@ -464,10 +461,7 @@ end
 
 if kiln.onnx and kiln.onnx.available ~= false then
   for _, name in ipairs({ "bert_tiny", "gpt2_tiny", "vit_tiny" }) do
-    local m = kiln.onnx.load("t/data/real_models/" .. name .. ".onnx")
-    local io_t = kiln.load_safetensors("t/data/real_models/" .. name .. ".io.safetensors")
-    local xs = {}
-    for k, vi in ipairs(m._inputs) do xs[k] = io_t[vi.name] end
+    local m, xs, io_t = dofile("t/lib/real_tiny.lua")(name)
     local cm = kiln.compile(m)
     local y = cm(table.unpack(xs))
     local n, covers = attention_kernels(cm)

@@ -186,10 +186,7 @@ end
 -- an ONNX model's parameters (its flat params table): guarded by the
 -- table's walk; one swapped for another tensor is seen at the next call
 do
-  local m = kiln.onnx.load("t/data/real_models/bert_tiny.onnx")
-  local io = kiln.load_safetensors("t/data/real_models/bert_tiny.io.safetensors")
-  local ins = {}
-  for k, vi in ipairs(m._inputs) do ins[k] = io[vi.name] end
+  local m, ins = dofile("t/lib/real_tiny.lua")("bert_tiny")
   local cm = kiln.compile(m)
   for _ = 1, 4 do cm(table.unpack(ins)) end
   -- (the first call caches index constants in the module: the second traces)

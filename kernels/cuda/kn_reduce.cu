@@ -223,11 +223,23 @@ extern "C" __global__ void kn_reduce_final(kn_reduce_args a)
  * The generic kernel walks a column's elements a row apart, one output a
  * thread group, and the compiled plans made such sums a cast to f64 and a
  * GEMV, which read the input 2-3 times. Sums in double, as kn_reduce. */
+/* The column sums' combine, both passes: a block's 8 warps each hold a
+ * sum of its 32 columns (acc, thread tx's column), added in a fixed order,
+ * warp 0 to 7; the threads of warp 0 get their column's total. */
+KN_FN double kn_cols_combine(double acc, int tx, int ty)
+{
+    __shared__ double part[8][33];
+    part[ty][tx] = acc;
+    __syncthreads();
+    double s = part[0][tx];
+    for (int k = 1; k < 8; k++) s += part[k][tx];
+    return s;
+}
+
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce_cols)
 extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
-        __shared__ double part[8][33];
         const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
         const long long tiles = (a.nout + 31) / 32;
         const long long col = (long long)(blockIdx.x % tiles) * 32 + tx, split = blockIdx.x / tiles;
@@ -240,11 +252,8 @@ extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
 #pragma unroll 4
             for (long long r = lo + ty; r < hi; r += 8, p += step) acc += kn_ldd<KN_DT>(p);
         }
-        part[ty][tx] = acc;
-        __syncthreads();
+        const double s = kn_cols_combine(acc, tx, ty);
         if (ty == 0 && col < a.nout) {
-            double s = part[0][tx];
-            for (int k = 1; k < 8; k++) s += part[k][tx];
             if (a.nsplit == 1) kn_rfinish_f(a, col, s, 0.0);
             else ((double *)a.part)[split * a.nout + col] = s;
         }
@@ -264,20 +273,14 @@ extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
 extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
 {
     if constexpr (kn_isfloat<KN_DT>()) {
-        __shared__ double part[8][33];
         const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
         const long long col = (long long)blockIdx.x * 32 + tx;
         const double *p = (const double *)a.part;
         double acc = 0.0;
         if (col < a.nout)
             for (int k = ty; k < a.nsplit; k += 8) acc += p[(long long)k * a.nout + col];
-        part[ty][tx] = acc;
-        __syncthreads();
-        if (ty == 0 && col < a.nout) {
-            double s = part[0][tx];
-            for (int k = 1; k < 8; k++) s += part[k][tx];
-            kn_rfinish_f(a, col, s, 0.0);
-        }
+        const double s = kn_cols_combine(acc, tx, ty);
+        if (ty == 0 && col < a.nout) kn_rfinish_f(a, col, s, 0.0);
     }
 }
 #endif
