@@ -152,7 +152,7 @@ kn_status kn_cuda_patches(const kn_tensor *x, int64_t kh, int64_t kw, kn_tensor 
     if (x->ndim != 4 || kh < 1 || kw < 1)
         return kn_error(KN_ERR_ARG, "patches: expects an {N, C, H, W} view and a window of at least 1 x 1");
     int64_t n = x->shape[0], c = x->shape[1], p = x->shape[2] / kh, q = x->shape[3] / kw;
-    if (c * q * kw * esize(x) > KN_T_PATCHES_SMEM || p * kh > INT32_MAX || c * q * kw > INT32_MAX)
+    if (c * q * kw * esize(x) > KN_T_PATCHES_SMEM || n * p * kh > INT32_MAX)
         return kn_error(KN_ERR_UNSUPPORTED, "patches: a band of %lld channels x %lld elements is more than the "
                         "kernel stages", (long long)c, (long long)(q * kw));
     int64_t shape[6] = {n, p, q, kh, kw, c};
