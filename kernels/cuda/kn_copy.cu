@@ -81,43 +81,38 @@ extern "C" __global__ void kn_copy_bool(kn_copy_args a) { kn_copy_impl<KN_DT, KN
 #endif
 
 /* A patch embedding's windows, taps in the channels-last weight's order
- * (kh, kw, c) from an NCHW image. The view's copy (kn_copy) reads one
- * element of each channel's plane in turn (c is innermost), 3 elements a
- * coordinate computation: 8.2 us for ViT-B/16's 8 images on the H200, 18%
- * of its roofline. A block here stages kb image rows of one patch row,
- * every channel, 16 bytes a load where the rows allow, then writes each
- * window's kb * KW * C contiguous taps. (Staging one image row a block
- * left a few kilobytes in flight an SM, and took as long as the view's
- * copy.) */
+ * (kh, kw, c) from an NCHW image: the copy kn_copy makes of that view
+ * reads one element of each channel's plane in turn (c is innermost), 3
+ * elements a coordinate computation; ViT-B/16's 8 images took 8.2 us, at
+ * 18% of the copy's roofline. A block here stages one band (an image
+ * row kh of a patch row p, across the channels: C rows of Q * KW
+ * contiguous elements, read coalesced) in shared memory and writes its Q
+ * windows' runs of KW * C contiguous elements. */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_patches)
 extern "C" __global__ void kn_patches(kn_patches_args a)
 {
-    __shared__ __align__(16) unsigned char buf[KN_T_PATCHES_SMEM];
+    __shared__ __align__(16) unsigned char band_buf[KN_T_PATCHES_SMEM];
     const int es = kn_esize<KN_DT>();
-    const int w = a.q * a.kw, run = a.kw * a.c, taps = a.kh * run, groups = a.kh / a.kb;
-    const int rows = a.c * a.kb, chunks = w / a.vec, span = a.kb * run;
-    for (unsigned blk = blockIdx.x; blk < (unsigned)a.blocks; blk += gridDim.x) {
-        const unsigned np = blk / (unsigned)groups, kh0 = (blk - np * (unsigned)groups) * (unsigned)a.kb;
+    const int w = a.q * a.kw, run = a.kw * a.c, taps = a.kh * run, total = a.q * run;
+    /* 32-bit index math, once a band: a band is a few hundred elements, so
+     * 64-bit divisions per band (a software sequence each) and per element
+     * were most of the work (13.5 us for ViT-B/16's 8 images, H200) */
+    for (unsigned band = blockIdx.x; band < (unsigned)a.bands; band += gridDim.x) {
+        const unsigned kh = band % (unsigned)a.kh, np = band / (unsigned)a.kh;
         const unsigned p = np % (unsigned)a.p, n = np / (unsigned)a.p;
-        const char *src = a.src + ((long long)n * a.sn + (long long)(p * a.kh + kh0) * a.sh) * es;
-        /* staged row (c * kb + k): channel c, image row kh0 + k */
-        for (int t = threadIdx.x; t < rows * chunks; t += blockDim.x) {
-            const int row = t / chunks, ch = t - row * chunks, c = row / a.kb, k = row - c * a.kb;
-            const char *from = src + ((long long)c * a.sc + (long long)k * a.sh + (long long)ch * a.vec * a.sw) * es;
-            unsigned char *to = buf + (row * w + ch * a.vec) * es;
-            if (a.vec > 1) *(uint4 *)to = *(const uint4 *)from;
-            else kn_cpy<KN_DT>((char *)to, from);
+        const char *src = a.src + ((long long)n * a.sn + (long long)(p * a.kh + kh) * a.sh) * es;
+        for (int c = 0; c < a.c; c++) {
+            const char *row = src + (long long)c * a.sc * es;
+            unsigned char *buf = band_buf + c * w * es;
+            for (int x = threadIdx.x; x < w; x += blockDim.x) kn_cpy<KN_DT>((char *)buf + x * es, row + (long long)x * a.sw * es);
         }
         __syncthreads();
-        /* window q's taps kh0 * run .. (kh0 + kb) * run - 1 are contiguous */
-        char *dst = a.dst + ((long long)np * a.q * taps + (long long)kh0 * run) * es;
-        for (int e = threadIdx.x; e < span; e += blockDim.x) {
-            const int k = e / run, r = e - k * run, kw = r / a.c, c = r - kw * a.c;
-            const unsigned char *from = buf + ((c * a.kb + k) * w + kw) * es;
-            for (int q = 0; q < a.q; q++)
-                kn_cpy<KN_DT>(dst + ((long long)q * taps + e) * es, (const char *)from + q * a.kw * es);
+        char *dst = a.dst + ((long long)np * a.q * taps + (long long)kh * run) * es;
+        for (int j = threadIdx.x; j < total; j += blockDim.x) {
+            const int q = j / run, r = j - q * run, kw = r / a.c, c = r - kw * a.c;
+            kn_cpy<KN_DT>(dst + ((long long)q * taps + r) * es, (const char *)band_buf + (c * w + q * a.kw + kw) * es);
         }
-        __syncthreads(); /* the buffer is free */
+        __syncthreads(); /* the band's buffer is free */
     }
 }
 #endif

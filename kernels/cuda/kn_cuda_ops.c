@@ -151,25 +151,16 @@ kn_status kn_cuda_patches(const kn_tensor *x, int64_t kh, int64_t kw, kn_tensor 
     *out = NULL;
     if (x->ndim != 4 || kh < 1 || kw < 1)
         return kn_error(KN_ERR_ARG, "patches: expects an {N, C, H, W} view and a window of at least 1 x 1");
-    int64_t n = x->shape[0], c = x->shape[1], p = x->shape[2] / kh, q = x->shape[3] / kw, row = c * q * kw * esize(x);
-    /* image rows a block stages: the most that fit, dividing kh */
-    int64_t kb = kh;
-    while (kb > 1 && (kh % kb || kb * row > KN_T_PATCHES_SMEM)) kb--;
-    if (row > KN_T_PATCHES_SMEM || n * p * kh > INT32_MAX)
+    int64_t n = x->shape[0], c = x->shape[1], p = x->shape[2] / kh, q = x->shape[3] / kw;
+    if (c * q * kw * esize(x) > KN_T_PATCHES_SMEM || n * p * kh > INT32_MAX)
         return kn_error(KN_ERR_UNSUPPORTED, "patches: a band of %lld channels x %lld elements is more than the "
                         "kernel stages", (long long)c, (long long)(q * kw));
-    /* 16-byte loads where every row of the band starts aligned and is contiguous */
-    int64_t vec = 16 / esize(x);
-    const char *base = kn_cuda_tensor_ptr(x);
-    if (x->strides[3] != 1 || (uintptr_t)base % 16 || (q * kw) % vec || x->strides[0] % vec || x->strides[1] % vec ||
-        x->strides[2] % vec)
-        vec = 1;
     int64_t shape[6] = {n, p, q, kh, kw, c};
     KN_TRY(kn_tensor_new(x->dtype, 6, shape, kn_tensor_device(x), out));
-    kn_patches_args a = {base, kn_cuda_tensor_ptr(*out), n * p * (kh / kb), (int)c, (int)p, (int)q, (int)kh, (int)kw,
-                         (int)kb, (int)vec, x->strides[0], x->strides[1], x->strides[2], x->strides[3]};
-    /* one block a group of kb image rows (the grid capped: the blocks loop) */
-    kn_status st = a.blocks > 0 ? launch(x->dtype, KN_TK_PATCHES, grid_for(a.blocks, 1), &a) : KN_OK;
+    kn_patches_args a = {kn_cuda_tensor_ptr(x), kn_cuda_tensor_ptr(*out), n * p * kh, (int)c, (int)p, (int)q,
+                         (int)kh, (int)kw, x->strides[0], x->strides[1], x->strides[2], x->strides[3]};
+    /* one block a band (the grid capped: the blocks loop) */
+    kn_status st = a.bands > 0 ? launch(x->dtype, KN_TK_PATCHES, grid_for(a.bands, 1), &a) : KN_OK;
     if (st != KN_OK) {
         kn_tensor_release(*out);
         *out = NULL;

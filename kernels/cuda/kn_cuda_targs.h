@@ -54,15 +54,13 @@ typedef struct kn_cat_args {
 
 /* A patch embedding's windows (kn_patches): dst [N, P, Q, KH, KW, C]
  * contiguous = x's KH x KW windows, x an NCHW view (strides sn, sc, sh,
- * sw). A block stages kb image rows of one patch row (n, p), every
- * channel: C * kb rows of Q * KW elements, 16-byte chunks of vec elements
- * where the rows allow (else vec 1). */
-#define KN_T_PATCHES_SMEM 16384 /* bytes a block stages */
+ * sw); a band is one (n, p, kh): C input rows of Q * KW elements. */
+#define KN_T_PATCHES_SMEM 16384 /* bytes of a band a block stages */
 typedef struct kn_patches_args {
     const char *src;
     char *dst;
-    long long blocks; /* N * P * (KH / kb) */
-    int c, p, q, kh, kw, kb, vec;
+    long long bands; /* N * P * KH */
+    int c, p, q, kh, kw;
     long long sn, sc, sh, sw;
 } kn_patches_args;
 
