@@ -87,16 +87,20 @@ extern "C" __global__ void kn_copy_bool(kn_copy_args a) { kn_copy_impl<KN_DT, KN
  * 18% of the copy's roofline. A block here stages one band (an image
  * row kh of a patch row p, across the channels: C rows of Q * KW
  * contiguous elements, read coalesced) in shared memory and writes its Q
- * windows' runs of KW * C contiguous elements. */
+ * windows' runs of KW * C contiguous elements.
+ * Measured (H200, :time of the bf16 conv, windows and GEMM together): 14.0
+ * us against 14.7 with the view's copy; Nsight Compute (base clocks, cold
+ * caches) 12.2 us for this kernel alone. A band is a few kilobytes, so an
+ * SM has little in flight: staging several image rows a block, with
+ * 16-byte loads, is the next step (written, not yet measured). */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_patches)
 extern "C" __global__ void kn_patches(kn_patches_args a)
 {
     __shared__ __align__(16) unsigned char band_buf[KN_T_PATCHES_SMEM];
     const int es = kn_esize<KN_DT>();
     const int w = a.q * a.kw, run = a.kw * a.c, taps = a.kh * run, total = a.q * run;
-    /* 32-bit index math, once a band: a band is a few hundred elements, so
-     * 64-bit divisions per band (a software sequence each) and per element
-     * were most of the work (13.5 us for ViT-B/16's 8 images, H200) */
+    /* 32-bit index math, once a band (64-bit divisions are a software
+     * sequence each), and none in the staging loop */
     for (unsigned band = blockIdx.x; band < (unsigned)a.bands; band += gridDim.x) {
         const unsigned kh = band % (unsigned)a.kh, np = band / (unsigned)a.kh;
         const unsigned p = np % (unsigned)a.p, n = np / (unsigned)a.p;

@@ -1279,7 +1279,7 @@ static kn_status conv_patches(const kn_opcall *c, const kn_tensor *x, const kn_t
     memcpy(v.strides, str, sizeof str);
     kn_tensor *pt = NULL;
     /* an NCHW image with taps channel-innermost: the staged copy (the view's
-     * copy reads the channels' planes an element at a time) */
+     * copy reads the channels' planes an element at a time; kn_patches) */
     kn_status pst = w_nhwc && !x_nhwc ? kn_cuda_patches(x, KH, KW, &pt) : KN_ERR_UNSUPPORTED;
     if (pst != KN_OK && pst != KN_ERR_UNSUPPORTED) return pst;
     if (!pt) KN_TRY(kn_cuda_copy_as(&v, v.dtype, &pt));
