@@ -35,7 +35,7 @@ typedef struct {
     int n_results;
     int res_node[KN_REPLAY_MAX], res_out[KN_REPLAY_MAX]; /* res_node -1: a constant Lua value */
     int n_params;
-    int param_input[64];            /* graph input of each parameter (path in the replay table) */
+    int param_input[64];            /* graph input of each parameter the snapshot did not see (path in the replay table) */
     char mode[32];
     /* unseeded random ops: how many counters of the state's stream the
      * traced call drew; a replay draws the same count from where the stream
@@ -81,14 +81,14 @@ typedef struct {
      * none; the writes alone), in the order it asks (the trace's list, or
      * run_replay's): kn_compiled_run_into's into, found once at the trace */
     int write_into[3 * KN_REPLAY_MAX];
-    /* the snapshot's tables other than the globals, as a replay walks
-     * them (lua_next): the entries of table t, in that order, end at
-     * walk_end[t]; the tables are the replay table's walk_tables list, and
-     * its fields list keeps every key and value alive (kn_lua_replay.c) */
     /* per graph input, the userdata of a tensor found through the snapshot
      * (the replay table's tensors list holds it; NULL: bound otherwise):
      * a replay reads its tensor without a Lua lookup */
     struct kn_lua_tensor_ud **tensor_ud;
+    /* the snapshot's tables other than the globals, as a replay walks
+     * them (lua_next): the entries of table t, in that order, end at
+     * walk_end[t]; the tables are the replay table's walk_tables list, and
+     * its fields list keeps every key and value alive (kn_lua_replay.c) */
     struct kn_snap_entry *walk;
     int *walk_end;
     int n_walk_tables;

@@ -1,7 +1,8 @@
 /* kn_lua_replay: the direct replay of a compiled callable. After a traced
  * call that made exactly one clean graph, kn_lua_replay_record keeps what a
- * later call must match (arguments, parameters by path, upvalues, a
- * snapshot of every Lua value the function can read); kn_lua_replay_try
+ * later call must match (arguments, upvalues, a snapshot of every Lua
+ * value the function can read, the tensors it read found through that
+ * snapshot, parameters it did not see by path); kn_lua_replay_try
  * checks it and runs the cached graph without running the Lua function
  * again.
  *
@@ -411,30 +412,23 @@ static void snap_val_of(lua_State *L, int idx, snap_val *o)
  * against a float counts as a change, which only traces the call). */
 static bool snap_val_same(lua_State *L, int idx, const snap_val *o)
 {
-    /* an object (table, function, userdata, string, thread) is itself
-     * wherever its identity is: one call, where most entries are */
-    if (o->type != LUA_TNUMBER && o->type != LUA_TBOOLEAN && o->type != LUA_TNIL &&
-        lua_topointer(L, idx) == o->u.p)
-        return true;
-    if (o->type == LUA_TNUMBER && o->integer) return lua_isinteger(L, idx) && lua_tointeger(L, idx) == o->u.i;
-    int t = lua_type(L, idx);
-    if (t != o->type) return false;
-    switch (t) {
+    switch (o->type) {
     case LUA_TNUMBER:
         if (o->integer) return lua_isinteger(L, idx) && lua_tointeger(L, idx) == o->u.i;
-        return !lua_isinteger(L, idx) && lua_tonumber(L, idx) == o->u.n;
-    case LUA_TSTRING: {
+        return lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx) && lua_tonumber(L, idx) == o->u.n;
+    case LUA_TBOOLEAN: return lua_type(L, idx) == LUA_TBOOLEAN && lua_toboolean(L, idx) == o->u.b;
+    case LUA_TNIL: return lua_isnil(L, idx);
+    default:
+        /* an object (table, function, userdata, string, thread) is itself
+         * wherever its identity is: one call, where most entries are */
+        if (lua_topointer(L, idx) == o->u.p) return true;
         /* short strings are interned (one object for equal contents); a
          * long one may be an equal copy (the recorded one is alive: the
          * replay table's fields hold it) */
-        if (lua_topointer(L, idx) == o->u.p) return true;
+        if (o->type != LUA_TSTRING || lua_type(L, idx) != LUA_TSTRING) return false;
         size_t len;
         const char *p = lua_tolstring(L, idx, &len);
         return len == o->len && memcmp(p, o->chars, len) == 0;
-    }
-    case LUA_TBOOLEAN: return lua_toboolean(L, idx) == o->u.b;
-    case LUA_TNIL: return true;
-    default: return lua_topointer(L, idx) == o->u.p;
     }
 }
 
@@ -660,7 +654,7 @@ static bool replay_guards_hold(lua_State *L, const compiled_ud *u, int uv, int r
         if (k >= 0) bound[k] = t;
     }
     lua_pop(L, 1);
-    /* parameters: the module still holds the same tensors */
+    /* parameters the snapshot did not see: the module still holds the same tensors at their paths */
     if (rp->n_params) {
         lua_getfield(L, rt, "params");
         for (int i = 0; i < rp->n_params; i++) {
@@ -992,14 +986,15 @@ static bool push_snapshot_tensor(lua_State *L, int rt, uint64_t id)
 }
 
 /* The graph inputs that are neither arguments nor dynamic numbers, pushed
- * as two tables (params, then tensors): a module's parameters by path, and
- * the tensors a function reached through upvalues and globals (its
- * modules' weights) by graph input, found in the snapshot at rt. False,
- * with why, when an input comes from somewhere a replay cannot check. */
+ * as two tables (params, then tensors): the tensors found in the snapshot
+ * at rt (a module's parameters, the weights a function reached through
+ * upvalues and globals) by graph input, and a module's parameters the
+ * snapshot did not see by path. False, with why, when an input comes from
+ * somewhere a replay cannot check. */
 static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, const kn_version *v, int nargs,
                           bool is_module, int rt, char *why, size_t why_size)
 {
-    /* parameters by path; other tensor inputs kept alive by reference */
+    /* tensors kept alive by reference; parameters not found, by path */
     lua_newtable(L);
     lua_newtable(L);
     rp->n_params = 0;
@@ -1022,21 +1017,6 @@ static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, con
             }
             continue;
         }
-        /* a parameter a snapshotted table holds is guarded by that field's
-         * identity, like any other tensor below: one lookup a replay. The
-         * path walk is for one the snapshot did not see (an opaque table
-         * holds it); ViT-B's 150 parameters by path cost the replay most
-         * of its host time. */
-        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64 && !push_snapshot_tensor(L, rt, in->tensor_id)) {
-            lua_pushstring(L, in->name);
-            lua_rawseti(L, -3, ++rp->n_params);
-            rp->param_input[rp->n_params - 1] = k;
-            continue;
-        }
-        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) { /* found: on the stack */
-            lua_rawseti(L, -2, k + 1);
-            continue;
-        }
         /* a tensor the first call made (a value the code caches after
          * making it: an ONNX model's index constants) is found like any
          * other, when a table the function reaches still holds it */
@@ -1045,14 +1025,26 @@ static bool record_inputs(lua_State *L, replay_t *rp, const kn_compiled *cm, con
                                     "cannot find again", in->name);
             return false;
         }
-        if (!push_snapshot_tensor(L, rt, in->tensor_id)) {
-            snprintf(why, why_size,
-                     "it reads tensor '%s', which no upvalue, global or table it can reach holds after the "
-                     "call (made or swapped inside it?): pass it as an argument, or keep it in a module",
-                     in->name);
-            return false;
+        /* found in the snapshot: guarded by that field's identity, one
+         * lookup a replay (a module's parameters too: ViT-B's 150 walked
+         * by path were most of a replay's host time) */
+        if (push_snapshot_tensor(L, rt, in->tensor_id)) {
+            lua_rawseti(L, -2, k + 1);
+            continue;
         }
-        lua_rawseti(L, -2, k + 1);
+        /* a module's parameter the snapshot did not see (an opaque table
+         * holds it): by path */
+        if (in->kind == KN_IN_PARAM && is_module && rp->n_params < 64) {
+            lua_pushstring(L, in->name);
+            lua_rawseti(L, -3, ++rp->n_params);
+            rp->param_input[rp->n_params - 1] = k;
+            continue;
+        }
+        snprintf(why, why_size,
+                 "it reads tensor '%s', which no upvalue, global or table it can reach holds after the "
+                 "call (made or swapped inside it?): pass it as an argument, or keep it in a module",
+                 in->name);
+        return false;
     }
     return true;
 }
