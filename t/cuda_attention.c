@@ -444,7 +444,7 @@ int main(void)
             run_case(&c);
         }
         /* every configuration the autotuner may pick */
-        for (int64_t d = 64; d <= 128; d += 64) {
+        for (int64_t d = 32; d <= 128; d *= 2) {
             acase c = {.dt = dt, .b = 2, .h = 2, .tq = 300, .tk = 300, .d = d, .dv = d, .causal = 1};
             kn_attention_problem p = {.dtype = dt, .batch = 1, .heads = 1, .tq = 300, .tk = 300, .d = d, .dv = d,
                                       .q = (void *)(uintptr_t)256, .k = (void *)(uintptr_t)256,
