@@ -800,6 +800,18 @@ extern "C" __global__ void __launch_bounds__(128)
 // 16 bytes at a time where aligned. Copies are asynchronous: K of the next
 // tile is requested once this tile's scores are written, V once its
 // products are done.
+//
+// What bounds it, and three rewrites measured slower on the H200 at every
+// suite shape (bench/results/2026-11-30-h200-s14-attention-f32-experiments.txt):
+// a warp's 16-byte shared-memory load costs 4 wavefronts and an SM serves
+// one a cycle against 4 warp-FMAs, so 4 x 8 products a thread (2.7 FMAs a
+// float read) can reach two thirds of the FMA rate at most, and it runs at
+// 3 warps a scheduler. 8 x 8 register tiles (4 FMAs a float: 3.6x fewer
+// wavefronts) need 240+ registers, 1.4 warps a scheduler, and stalled on
+// instruction fetch and latency (ViT 69 us against 49); P in K's buffer
+// with 8-byte loads, for 4 blocks an SM, spilled and stalled on shared
+// memory (ViT 57); query rows spread evenly over the blocks (ViT's 197 as
+// 4 x 52, not 3 x 64 + 5) cost more in guards than it balanced (ViT 57).
 // ============================================================================
 #define KN_ATT_FT_BN 64
 #define KN_ATT_FT_LP (KN_ATT_FT_BN + 8)
