@@ -105,6 +105,9 @@ local function row(name, mode, dtype)
   end
   U.sync(DEVICE)
   r.host_us_per_call = U.median(host)
+  local sum = 0
+  for _, us in ipairs(host) do sum = sum + us end
+  r.host_mean_us_per_call = sum / HOST_CALLS
   if cm then
     -- where it goes (means over the calls): running the graph (replay_run_s:
     -- the input and output copies, and the CUDA graph's launch, also apart);
