@@ -26,6 +26,7 @@ int main(void)
 
 #include "cuda/kn_cuda_attention.h"
 #include "cuda/kn_cuda_linalg.h"
+#include "cuda/kn_cuda_module.h"
 #include "cuda/kn_cuda_nvrtc.h"
 #include "cuda/kn_cuda_tsrc.h"
 
@@ -88,7 +89,9 @@ static void test_linalg_modules(void)
         size_t len = 0;
         const char *name = kn_cuda_linalg_module_name(m);
         kn_status st = kn_cuda_linalg_module_source(m, &src);
-        if (st == KN_OK) st = kn_nvrtc_compile(src, "sm_90", &img, &len, &log);
+        char arch[16];
+        if (st == KN_OK) kn_cuda_module_arch(src, 90, arch, sizeof arch);
+        if (st == KN_OK) st = kn_nvrtc_compile(src, arch, &img, &len, &log);
         if (st != KN_OK) {
             printf("# linalg %s: %s\n", name, kn_last_error());
             bad_compile++;

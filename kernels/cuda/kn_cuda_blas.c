@@ -488,7 +488,7 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
             e->refused = false;
     } else if (v && nu && x3_allowed(k) && v < nu + LT_SPLITS + KN_CUDA_X3_TILES) {
         e->x3_tile = v - nu - LT_SPLITS;
-        e->refused = false;
+        e->refused = !kn_cuda_gemm_x3_tile_runs_here(e->x3_tile);
     } else if (v) {
         e->past_end = true;
     }

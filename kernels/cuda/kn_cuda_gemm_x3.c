@@ -19,14 +19,24 @@
  * both are candidates. */
 static const struct x3_tile {
     int bm, bn, wm, wn, kt;
+    bool wgmma; /* the wgmma form: Hopper (sm_90a) only, a warpgroup per 64 rows */
     const char *name;
 } x3_tiles[KN_CUDA_X3_TILES] = {
-    {128, 128, 64, 32, 32, "128x128"},
-    {128, 64, 32, 32, 32, "128x64"},
-    {64, 64, 32, 32, 32, "64x64"},
-    {64, 32, 32, 16, 32, "64x32"},
-    {128, 128, 64, 32, 64, "128x128k64"},
+    {128, 128, 64, 32, 32, false, "128x128"},
+    {128, 64, 32, 32, 32, false, "128x64"},
+    {64, 64, 32, 32, 32, false, "64x64"},
+    {64, 32, 32, 16, 32, false, "64x32"},
+    {128, 128, 64, 32, 64, false, "128x128k64"},
+    {128, 128, 64, 128, 32, true, "wg128x128"},
+    {64, 128, 64, 128, 32, true, "wg64x128"},
+    {64, 64, 64, 64, 32, true, "wg64x64"},
 };
+
+bool kn_cuda_gemm_x3_tile_runs_here(int tile)
+{
+    if (tile < 0 || tile >= KN_CUDA_X3_TILES) return false;
+    return !x3_tiles[tile].wgmma || kn_cuda_arch() == 90;
+}
 
 const char *kn_cuda_gemm_x3_tile_name(int tile)
 {
@@ -39,11 +49,18 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2]
 {
     const struct x3_tile *t = &x3_tiles[tile];
     const int kt = t->kt;
-    /* shared bytes: the kernel's X3_TILE_FLOATS, three stages */
-    size_t a = c->a_kmajor ? (size_t)t->bm * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bm + 4);
-    size_t b = c->b_kmajor ? (size_t)t->bn * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bn + 4);
-    *smem = X3_STAGES * (a + b) * sizeof(float);
-    *threads = 32u * (unsigned)(t->bm / t->wm) * (unsigned)(t->bn / t->wn);
+    if (t->wgmma) {
+        /* the kernel's planes of a and b (rows of kt floats): big ones for
+         * its four stages, small ones for two; and 1 KiB to align them on */
+        *smem = (4 + 2) * (size_t)(t->bm + t->bn) * (size_t)kt * sizeof(float) + 1024;
+        *threads = 128u * (unsigned)(t->bm / 64);
+    } else {
+        /* shared bytes: the kernel's X3_TILE_FLOATS, three stages */
+        size_t a = c->a_kmajor ? (size_t)t->bm * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bm + 4);
+        size_t b = c->b_kmajor ? (size_t)t->bn * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bn + 4);
+        *smem = X3_STAGES * (a + b) * sizeof(float);
+        *threads = 32u * (unsigned)(t->bm / t->wm) * (unsigned)(t->bn / t->wn);
+    }
     grid[0] = (unsigned)((c->p.m + t->bm - 1) / t->bm);
     grid[1] = (unsigned)((c->p.n + t->bn - 1) / t->bn);
 }
@@ -93,6 +110,9 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     if (tile < 0 || tile >= KN_CUDA_X3_TILES) return kn_error(KN_ERR_ARG, "matmul: no split-f32 tile shape %d", tile);
     if (!kn_cuda_gemm_x3_fits(c)) return kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel cannot take this call");
     const struct x3_tile *t = &x3_tiles[tile];
+    if (!kn_cuda_gemm_x3_tile_runs_here(tile))
+        return kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel's %s tile runs on Hopper (sm_90) only",
+                        t->name);
     int layout = (c->a_kmajor ? 0 : 2) + (c->b_kmajor ? 0 : 1);
     static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
     char name[64];

@@ -14,7 +14,7 @@
 
 /* Tile shapes (kn_cuda_gemm_x3.c's table; kn_cuda_linalg.c has a module
  * for each and layout, in this order). */
-#define KN_CUDA_X3_TILES 5
+#define KN_CUDA_X3_TILES 8
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
  * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else
@@ -34,6 +34,9 @@ bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c);
  * fewer tiles than SMs and a long sum is split along k (kn_la_gemm_x3_sum
  * adds the splits in order). */
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
+/* Whether tile shape `tile` runs on the calling thread's GPU (the wgmma
+ * tiles, "wg...", need compute capability 9.0). */
+bool kn_cuda_gemm_x3_tile_runs_here(int tile);
 /* "128x128" */
 const char *kn_cuda_gemm_x3_tile_name(int tile);
 

@@ -109,6 +109,21 @@ static const la_module la_modules[] = {
     X3_MODULES(64, 64, 32, 32, 32, "64x64"),
     X3_MODULES(64, 32, 32, 16, 32, "64x32"),
     X3_MODULES(128, 128, 64, 32, 64, "128x128k64"),
+    /* its wgmma form (sm_90a only: KN_ARCH_SPECIFIC), a warpgroup per 64
+     * rows of the tile */
+#define X3W_MODULES(bm, bn, kt, name)                                                                              \
+    X3W_MODULE(bm, bn, kt, name, 1, 1, "kk"), X3W_MODULE(bm, bn, kt, name, 1, 0, "kn"),                          \
+        X3W_MODULE(bm, bn, kt, name, 0, 1, "mk"), X3W_MODULE(bm, bn, kt, name, 0, 0, "mn")
+#define X3W_MODULE(bm, bn, kt, name, ak, bk, lay)                                                                  \
+    {"gemm_x3 " name " " lay, "kn_la_gemm_x3", -1, -1,                                                             \
+     KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_X3_WGMMA 1\n#define KN_X3_BM " #bm "\n#define KN_X3_BN " #bn           \
+                               "\n#define KN_X3_KTILE " #kt "\n#define KN_X3_AK " #ak "\n#define KN_X3_BK " #bk "\n", \
+     {"kn_la_gemm_x3_" name "_" lay}}
+    X3W_MODULES(128, 128, 32, "wg128x128"),
+    X3W_MODULES(64, 128, 32, "wg64x128"),
+    X3W_MODULES(64, 64, 32, "wg64x64"),
+#undef X3W_MODULE
+#undef X3W_MODULES
 #undef X3_MODULE
 #undef X3_MODULES
 };

@@ -244,6 +244,13 @@ static void log_compile(const char *src, const char *arch, double s, bool ok)
             arch, s, strlen(src));
 }
 
+bool kn_cuda_module_arch(const char *src, int arch, char *buf, size_t size)
+{
+    bool specific = strstr(src, KN_CUDA_ARCH_SPECIFIC_LINE) != NULL;
+    snprintf(buf, size, "sm_%d%s", arch, specific ? "a" : "");
+    return !specific || arch == 90;
+}
+
 kn_status kn_cuda_module_get(const char *src, const char *cache_dir, kn_cuda_module **m)
 {
     return kn_cuda_module_get_ex(src, cache_dir, m, NULL);
@@ -255,7 +262,9 @@ kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_
     if (cached) *cached = false;
     KN_TRY(kn_cuda_init());
     char arch[16];
-    snprintf(arch, sizeof arch, "sm_%d", kn_cuda_arch());
+    if (!kn_cuda_module_arch(src, kn_cuda_arch(), arch, sizeof arch))
+        return kn_error(KN_ERR_UNSUPPORTED, "cuda: a module for Hopper (sm_90a) only, on a GPU of compute capability %d.%d",
+                        kn_cuda_arch() / 10, kn_cuda_arch() % 10);
     uint64_t key = module_key(src, arch);
     size_t bucket = (size_t)(key % N_BUCKETS);
     pthread_mutex_lock(&lock);

@@ -11,6 +11,15 @@
 
 #include "kn_status.h"
 
+/* A source that holds this line uses features of one architecture only
+ * (Hopper's wgmma): it is compiled for sm_90a, not sm_90, and only on a
+ * compute capability 9.0 GPU (kn_cuda_module_get refuses it elsewhere). */
+#define KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_ARCH_SPECIFIC 1\n"
+/* The NVRTC architecture (sm_XX or sm_XXa) of src on a GPU of compute
+ * capability arch (major * 10 + minor), in buf; false when src cannot be
+ * compiled for it. */
+bool kn_cuda_module_arch(const char *src, int arch, char *buf, size_t size);
+
 /* A loaded NVRTC program. */
 typedef struct kn_cuda_module kn_cuda_module;
 /* Compile (or find in the in-memory cache, then in cache_dir as a verified

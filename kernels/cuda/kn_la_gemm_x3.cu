@@ -121,6 +121,335 @@ __device__ __forceinline__ void x3_split(float x, unsigned &big, unsigned &small
     small = x3_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 
+// Where a block's results go, from the epilogue's view: bias (f32, over
+// n), residual (y's layout), activation. A split-K block stores its raw
+// sums in its own plane of ws instead (kn_la_gemm_x3_sum adds the planes
+// in order and applies the epilogue).
+struct x3_out {
+    float *y;
+    const float *res, *bias;
+    long long ldy;
+    int act;
+    bool split, vec2;
+};
+
+__device__ __forceinline__ x3_out x3_out_of(const kn_la_gemm_args &p, long long z)
+{
+    x3_out o;
+    o.split = p.splits > 1;
+    o.y = o.split ? (float *)p.ws + (long long)blockIdx.z * p.m * p.n : (float *)p.y + z * p.sy;
+    o.ldy = o.split ? p.n : p.ldy;
+    o.res = p.res && !o.split ? (const float *)p.res + z * p.sy : 0;
+    o.bias = o.split ? 0 : (const float *)p.bias;
+    o.act = o.split ? 0 : p.act;
+    o.vec2 = o.split ? p.n % 2 == 0 : p.vec2 != 0;
+    return o;
+}
+
+// y[r, c] and y[r, c + 1] (when inside y) from the sums v0 and v1
+__device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args &p, long long r, long long c,
+                                          float v0, float v1)
+{
+    if (r >= p.m || c >= p.n) return;
+    const bool two = c + 1 < p.n;
+    v0 += o.bias ? o.bias[c] : 0.f;
+    v1 += o.bias && two ? o.bias[c + 1] : 0.f;
+    if (o.res) {
+        v0 += o.res[r * p.ldy + c];
+        if (two) v1 += o.res[r * p.ldy + c + 1];
+    }
+    v0 = kn_la_act<float>(v0, o.act);
+    v1 = kn_la_act<float>(v1, o.act);
+    float *y = o.y + r * o.ldy + c;
+    if (two && o.vec2) *(float2 *)y = make_float2(v0, v1);
+    else {
+        y[0] = v0;
+        if (two) y[1] = v1;
+    }
+}
+
+#if KN_X3_WGMMA
+// ---- The wgmma form (sm_90a) ----
+//
+// Hopper's asynchronous warpgroup MMA reads both operands from shared
+// memory, so the split is done once per element as a stage is staged, not
+// once per warp that reads it (the mma.sync form's split instructions
+// outnumbered its MMAs six to one and bound it, ncu run 6). Raw f32 tiles
+// come in by cp.async, W_STAGES - 1 ahead; while the tensor cores work on
+// tile kt, each thread splits what it copied of tile kt + 1: the big part
+// in place, the small part into a second plane. A block is X3_BM / 64
+// warpgroups; warpgroup w computes rows 64w .. 64w+63 of the tile over all
+// X3_BN columns with m64nX3_BNk8 instructions.
+//
+// Planes are in the instruction's 128-byte swizzled K-major layout: a row
+// is its 32 of k (128 bytes), rows follow each other, and the 16-byte
+// chunk j of row r sits at chunk j ^ (r mod 8). Eight rows are one
+// 1024-byte atom (the descriptor's stride offset). Unswizzled "core
+// matrix" planes, where the two 16-byte halves of a row's k-step lie 128
+// bytes apart in the same banks, ran the GEMM at 30-38% of the TF32 peak
+// (H200, session 15 run 4). Every copy and split of 16 bytes a thread
+// then falls in distinct banks within its quarter-warp.
+#define W_THREADS (128 * (X3_BM / 64))
+#define W_PLANE(rows) ((rows) * X3_KT)
+#define W_STAGE (W_PLANE(X3_BM) + W_PLANE(X3_BN)) // a's and b's big planes (raw f32 until split)
+#ifndef KN_X3W_STAGES
+#define KN_X3W_STAGES 4
+#endif
+#define W_STAGES KN_X3W_STAGES // big planes, three tiles in flight ahead of the one computed
+// and two of small planes: the tile computed and the one being split
+static_assert(X3_KT == 32, "the wgmma form's rows are one 128-byte swizzle atom wide");
+
+// float offset of (row r, k) in a plane
+__device__ __forceinline__ int w_at(int r, int k)
+{
+    return r * 32 + ((((k >> 2) ^ r) & 7) << 2) + (k & 3);
+}
+
+// a shared-memory matrix descriptor: start address (an atom's, plus the
+// k-step's bytes within it), stride offset 1024 bytes, 128-byte swizzle
+// (the leading offset is unused when a k-step lies within one atom)
+__device__ __forceinline__ unsigned long long w_desc(const float *s)
+{
+    const unsigned long long a = (unsigned)__cvta_generic_to_shared(s);
+    return ((a & 0x3ffff) >> 4) | 1ull << 16 | (1024ull >> 4) << 32 | 1ull << 62;
+}
+
+// One operand's tiles (ROWS rows of m or n by X3_KT of k, from row r0),
+// copied by cp.async into a stage's big plane in the plane's layout; then
+// each thread splits what it copied (no barrier in between): the big part
+// in place, the small part into the small plane. A k-contiguous operand
+// goes as 16-byte chunks of 4 of k, quarter-warps taking 8 rows of one
+// core matrix (128 contiguous bytes); an m- or n-contiguous one (a
+// backward pass's layouts) as 4-byte copies, a warp taking 32 rows at one
+// k. Outside the matrix: zeros. A thread's source pointers, rows and plane
+// offsets are worked out once (they were most of the kernel's instructions
+// when computed per tile), a tile only adds its k.
+template <int ROWS, bool KMAJ>
+struct w_tile {
+    static constexpr int CH = (KMAJ ? ROWS * X3_KT / 4 : ROWS * X3_KT) / W_THREADS; // copies a thread
+    const float *src[CH];
+    int off[CH]; // in the plane
+    int kin[CH]; // k within the tile
+    bool row_in[CH];
+    long long ld, K;
+
+    __device__ __forceinline__ w_tile(const float *g, long long ld_, long long rows, long long K_, long long r0)
+        : ld(ld_), K(K_)
+    {
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const int c = threadIdx.x + i * W_THREADS;
+            int r, k;
+            if (KMAJ) {
+                r = (c >> 3) / (X3_KT / 4) * 8 + (c & 7);
+                k = (c >> 3) % (X3_KT / 4) * 4;
+            } else {
+                r = c % ROWS;
+                k = c / ROWS;
+            }
+            off[i] = w_at(r, k);
+            kin[i] = k;
+            row_in[i] = r0 + r < rows;
+            src[i] = g + (row_in[i] ? (KMAJ ? (r0 + r) * ld + k : k * ld + r0 + r) : 0);
+        }
+    }
+
+    // tile kt into the big plane `big`
+    __device__ __forceinline__ void fetch(float *big, int kt) const
+    {
+        const long long k0 = (long long)kt * X3_KT;
+        if (k0 + X3_KT <= K) { // all of the tile's k inside: only rows can be out
+#pragma unroll
+            for (int i = 0; i < CH; i++) {
+                const unsigned dst = (unsigned)__cvta_generic_to_shared(big + off[i]);
+                if (KMAJ)
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src[i] + k0),
+                                 "r"(row_in[i] ? 16 : 0));
+                else
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src[i] + k0 * ld),
+                                 "r"(row_in[i] ? 4 : 0));
+            }
+            return;
+        }
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(big + off[i]);
+            const long long left = K - k0 - kin[i]; // of this row's k, from this copy's first on
+            if (KMAJ) {
+                const int bytes = !row_in[i] || left <= 0 ? 0 : left >= 4 ? 16 : (int)left * 4;
+                const float *from = bytes ? src[i] + k0 : src[i];
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(from), "r"(bytes));
+            } else {
+                const bool in = row_in[i] && left > 0;
+                const float *from = in ? src[i] + k0 * ld : src[i];
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(from), "r"(in ? 4 : 0));
+            }
+        }
+    }
+
+    __device__ __forceinline__ void split(float *big, float *small) const
+    {
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const int o = off[i];
+            if (KMAJ) {
+                const float4 v = *(const float4 *)(big + o);
+                unsigned b[4], s[4];
+                x3_split(v.x, b[0], s[0]);
+                x3_split(v.y, b[1], s[1]);
+                x3_split(v.z, b[2], s[2]);
+                x3_split(v.w, b[3], s[3]);
+                *(uint4 *)(big + o) = make_uint4(b[0], b[1], b[2], b[3]);
+                *(uint4 *)(small + o) = make_uint4(s[0], s[1], s[2], s[3]);
+            } else {
+                unsigned b, s;
+                x3_split(big[o], b, s);
+                big[o] = __uint_as_float(b);
+                small[o] = __uint_as_float(s);
+            }
+        }
+    }
+};
+
+// d (+)= a . b^T for a 64 x 8 slice of a and an X3_BN x 8 slice of b;
+// `accumulate` 0 starts d afresh
+__device__ __forceinline__ void w_mma(float *d, unsigned long long da, unsigned long long db, int accumulate)
+{
+#if X3_BN == 128
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(accumulate));
+#elif X3_BN == 64
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(accumulate));
+#else
+#error "the wgmma form takes X3_BN 64 or 128"
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_gemm_args p)
+{
+    constexpr int NR = X3_BN / 2; // accumulator floats a thread
+    // planes on 1024 bytes, the swizzle atom (the launcher adds the slack)
+    extern __shared__ __align__(16) float x3_raw_smem[];
+    float *const x3_smem = x3_raw_smem + ((1024 - ((unsigned)__cvta_generic_to_shared(x3_raw_smem) & 1023)) & 1023) / 4;
+    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN;
+    const long long z = blockIdx.z / p.splits, kbeg = (blockIdx.z % p.splits) * p.kchunk;
+    const long long kend = kbeg + p.kchunk < p.k ? kbeg + p.kchunk : p.k;
+    const float *A = (const float *)p.a + z * p.sa + (KN_X3_AK ? kbeg : kbeg * p.lda);
+    const float *B = (const float *)p.b + z * p.sb + (KN_X3_BK ? kbeg : kbeg * p.ldb);
+    const long long K = kend - kbeg;
+    const int ktiles = (int)((K + X3_KT - 1) / X3_KT);
+
+    // stage s: a big, b big; small planes after the stages, by tile parity
+    float *const stage0 = x3_smem, *const small0 = x3_smem + W_STAGES * W_STAGE;
+#define W_ABIG(s) (stage0 + (s) * W_STAGE)
+#define W_BBIG(s) (W_ABIG(s) + W_PLANE(X3_BM))
+#define W_ASMALL(t) (small0 + ((t) & 1) * W_STAGE)
+#define W_BSMALL(t) (W_ASMALL(t) + W_PLANE(X3_BM))
+    const w_tile<X3_BM, KN_X3_AK> tile_a(A, p.lda, p.m, K, m0);
+    const w_tile<X3_BN, KN_X3_BK> tile_b(B, p.ldb, p.n, K, n0);
+
+    // acc: the running sums; part: the tensor core's sums of the current
+    // stage, added to acc by f32 adds when the stage is done (the reason
+    // is at the top of this file)
+    float acc[NR], part[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) acc[i] = part[i] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < W_STAGES - 1; s++) {
+        if (s < ktiles) {
+            tile_a.fetch(W_ABIG(s), s);
+            tile_b.fetch(W_BBIG(s), s);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 2));
+    tile_a.split(W_ABIG(0), W_ASMALL(0));
+    tile_b.split(W_BBIG(0), W_BSMALL(0));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // the splits, seen by the async proxy
+    __syncthreads();
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int cur = kt % W_STAGES;
+        // the tensor cores first: tile kt (split by the last iteration)
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        const float *ab = W_ABIG(cur) + wg * 64 * X3_KT, *as = W_ASMALL(kt) + wg * 64 * X3_KT;
+        const float *bb = W_BBIG(cur), *bs = W_BSMALL(kt);
+#pragma unroll
+        for (int kk = 0; kk < X3_KT; kk += 8) {
+            // the small terms first, so the big one is added to a partial
+            // of their size, not the other way round
+            w_mma(part, w_desc(as + kk), w_desc(bb + kk), kk > 0);
+            w_mma(part, w_desc(ab + kk), w_desc(bs + kk), 1);
+            w_mma(part, w_desc(ab + kk), w_desc(bb + kk), 1);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        // meanwhile: copies of the tile W_STAGES - 1 ahead, into the stage
+        // of tile kt - 1 (done with since the last barrier) ...
+        const int ahead = kt + W_STAGES - 1;
+        if (ahead < ktiles) {
+            tile_a.fetch(W_ABIG(ahead % W_STAGES), ahead);
+            tile_b.fetch(W_BBIG(ahead % W_STAGES), ahead);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+        // ... and the split of this thread's copies of tile kt + 1
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 2));
+        if (kt + 1 < ktiles) {
+            const int nx = (kt + 1) % W_STAGES;
+            tile_a.split(W_ABIG(nx), W_ASMALL(kt + 1));
+            tile_b.split(W_BBIG(nx), W_BSMALL(kt + 1));
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < NR; i++) acc[i] += part[i];
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); // tile kt + 1 is split; every warpgroup is done with tile kt
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+#undef W_ABIG
+#undef W_ASMALL
+#undef W_BBIG
+#undef W_BSMALL
+
+    // d[4j + e]: row 16 warp + g (+ 8 for e >= 2), column 8j + 2t (+ 1 for odd e)
+    const x3_out o = x3_out_of(p, z);
+    const int g = lane >> 2, t = lane & 3;
+    const long long r = m0 + wg * 64 + warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < X3_BN / 8; j++) {
+        const long long c = n0 + j * 8 + 2 * t;
+        x3_store2(o, p, r, c, acc[4 * j], acc[4 * j + 1]);
+        x3_store2(o, p, r + 8, c, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+}
+#else // the mma.sync form
+
 __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const unsigned b[2])
 {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -218,39 +547,14 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
 
-    // epilogue: bias (f32, over n), residual (y's layout), activation; a
-    // thread holds two neighbouring columns of each of its rows. A split
-    // stores its raw sums in its own plane of ws instead.
-    const bool split = p.splits > 1;
-    float *Y = split ? (float *)p.ws + (long long)blockIdx.z * p.m * p.n : (float *)p.y + z * p.sy;
-    const long long ldy = split ? p.n : p.ldy;
-    const float *R = p.res && !split ? (const float *)p.res + z * p.sy : 0;
-    const float *bias = split ? 0 : (const float *)p.bias;
-    const int act = split ? 0 : p.act;
+    const x3_out o = x3_out_of(p, z);
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const long long c = n0 + wn0 + j * 8 + 2 * t;
-            if (c >= p.n) continue;
-            const bool two = c + 1 < p.n;
-            const float b0 = bias ? bias[c] : 0.f, b1 = bias && two ? bias[c + 1] : 0.f;
+        for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const long long r = m0 + wm0 + i * 16 + g + h * 8;
-                if (r >= p.m) continue;
-                float v0 = acc[i][j][2 * h] + b0, v1 = acc[i][j][2 * h + 1] + b1;
-                if (R) {
-                    v0 += R[r * p.ldy + c];
-                    if (two) v1 += R[r * p.ldy + c + 1];
-                }
-                v0 = kn_la_act<float>(v0, act);
-                v1 = kn_la_act<float>(v1, act);
-                if (two && (split ? p.n % 2 == 0 : p.vec2)) *(float2 *)(Y + r * ldy + c) = make_float2(v0, v1);
-                else {
-                    Y[r * ldy + c] = v0;
-                    if (two) Y[r * ldy + c + 1] = v1;
-                }
-            }
-        }
+            for (int h = 0; h < 2; h++)
+                x3_store2(o, p, m0 + wm0 + i * 16 + g + h * 8, n0 + wn0 + j * 8 + 2 * t, acc[i][j][2 * h],
+                          acc[i][j][2 * h + 1]);
 }
+#endif
