@@ -126,12 +126,19 @@ typedef struct kn_opcall {
     kn_tensor *out[KN_MAX_OUTPUTS]; /* owned by the caller once filled */
     int variant; /* library ops (matmul, conv2d): which of the backend's
                     algorithms runs it; 0 is its default pick (the autotuner
-                    measures the others, kn_backend.library_variant_label) */
+                    measures the others, kn_backend.library_variant_label);
+                    KN_VARIANT_STRICT its strict f32 engine for matmul */
     /* the caller's settings (TF32, the cache dir of the kernels it
      * compiles, the backends' logs), borrowed for the call; NULL: the
      * defaults (kn_settings.h) */
     const struct kn_settings *settings;
 } kn_opcall;
+
+/* kn_opcall.variant of a matmul: the backend's engine that computes f32
+ * with f32 arithmetic (no TF32, no split products), which the "ieee"
+ * contract measures the others against; a backend whose default is
+ * already that runs its default. */
+#define KN_VARIANT_STRICT (-1)
 
 /* Zero the call and set attribute defaults (correction 1, count_include_pad 1,
  * groups 1, dilation 1, eps 1e-5). */

@@ -73,7 +73,7 @@ static kn_status cpu_run(kn_device_ctx *d, const kn_opcall *c)
     (void)d;
     if (!c || (unsigned)c->op >= KN_OP_COUNT)
         return kn_error(KN_ERR_ARG, "cpu: unknown op %d", c ? (int)c->op : -1);
-    if (c->variant) /* one algorithm per op here: the autotuner's list ends at 0 */
+    if (c->variant > 0) /* one algorithm per op here: the autotuner's list ends at 0 */
         return kn_error(KN_ERR_RANGE, "%s: the cpu backend has no variant %d", kn_op_name(c->op), c->variant);
     switch (kn_op_kind_of(c->op)) {
     case KN_K_UNARY:
@@ -153,7 +153,7 @@ static void cpu_release_program(kn_device_ctx *d, void *lib)
 static kn_status cpu_library_fused(kn_device_ctx *d, const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *res)
 {
     (void)d;
-    if (c->variant) return kn_error(KN_ERR_RANGE, "%s: the cpu backend has no variant %d", kn_op_name(c->op), c->variant);
+    if (c->variant > 0) return kn_error(KN_ERR_RANGE, "%s: the cpu backend has no variant %d", kn_op_name(c->op), c->variant);
     if (!kn_tensor_is_contiguous(c->out[0]))
         return kn_error(KN_ERR_UNSUPPORTED, "%s: a library epilogue writes contiguous outputs only", kn_op_name(c->op));
     KN_TRY(c->op == KN_OP_CONV2D ? kn_cpu_conv2d(c) : kn_cpu_matmul(c));

@@ -413,15 +413,43 @@ static cublasStatus_t lt_preference(const kn_cuda_blas *b, const lt_key *k, cubl
 /* ---- kiln's split-precision kernel (kn_cuda_gemm_x3.h) as variants ----
  * In the "ieee" mode (f32 without TF32) kiln's split-f32 kernel is a
  * variant of every matmul it can take: after cuBLASLt's algorithms and
- * split-K variants come its tile shapes. It is not the default: on the
- * H200 (bench/split_gemm.c) it is within about 10% of cuBLASLt's strict
- * f32 GEMM either way, and its accuracy depends on the inputs (operands
- * below about 1e-35 lose bits in its TF32 parts), which max-autotune
- * measures on the real inputs and the default cannot. */
+ * split-K variants come its tile shapes. On Hopper its wgmma form is also
+ * the default for the shapes x3_default_tile picks; there the variant
+ * after the tile shapes is cuBLASLt's first algorithm, which the default
+ * then is not. Its accuracy depends on the inputs (operands below about
+ * 1e-34 lose their small TF32 part), which max-autotune measures on the
+ * real inputs and the default cannot: docs/precision.md says so. */
 
 static bool x3_allowed(const lt_key *k)
 {
     return k->dtype == KN_F32 && !k->tf32;
+}
+
+static void x3_layout(const lt_key *k, kn_cuda_x3_call *c);
+
+/* The default's tile of the split-f32 kernel for key k, or -1 for
+ * cuBLASLt's strict GEMM. From bench/split_gemm.c on the H200 (session
+ * 15, run 5): with both operands k-contiguous (a linear layer's forward)
+ * the wgmma form's 128x128 tile ran 1.2-1.6x as fast as cuBLASLt where it
+ * fills the GPU (a wave of 132 tiles, or split-K over k of 2048 and
+ * more: 4096x1536x512, 1024x3072x768, 1576x768x3072, 4096^3), its 64x64
+ * tile 1.1x on fewer tiles (1024x768x768) and on 64 rows (64x4096x4096,
+ * split-K). With an operand the other way round (a backward pass's
+ * layouts) both ran slower, and short sums were not measured faster: those
+ * stay with cuBLASLt. */
+#define X3_TILE_WG128 5
+#define X3_TILE_WG64 7
+static int x3_default_tile(const lt_key *k)
+{
+    if (!x3_allowed(k) || k->op_a != CUBLAS_OP_T || k->op_b != CUBLAS_OP_N) return -1;
+    if (k->align_a < 16 || k->align_b < 16 || (k->bias_dt && k->bias_dt != KN_F32)) return -1;
+    kn_cuda_x3_call c;
+    x3_layout(k, &c);
+    if (!kn_cuda_gemm_x3_shape_fits(&c) || c.p.k < 512 || c.p.m * c.p.n * c.p.k * c.count < ((int64_t)1 << 28))
+        return -1;
+    int64_t tiles128 = (c.p.m + 127) / 128 * ((c.p.n + 127) / 128) * c.count;
+    int tile = c.p.m > 96 && (tiles128 >= 132 || c.p.k >= 2048) ? X3_TILE_WG128 : X3_TILE_WG64;
+    return kn_cuda_gemm_x3_tile_runs_here(tile) ? tile : -1;
 }
 
 /* The key's operands as the kernel reads them: cuBLASLt's A is kiln's b
@@ -472,9 +500,16 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
     for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < got; i++)
         if (res[i].state == CUBLAS_STATUS_SUCCESS && (int64_t)res[i].workspaceSize <= b->ws_size) usable[nu++] = i;
     int v = k->variant;
-    if (nu && v < nu) {
+    if (nu && v == KN_VARIANT_STRICT) {
+        e->algo = res[usable[0]].algo; /* cuBLASLt's strict f32 (k->tf32 is off under the contract) */
+        e->refused = false;
+    } else if (nu && v >= 0 && v < nu) {
         e->algo = res[usable[v]].algo;
         e->refused = false;
+        /* the default: kiln's kernel where it measured faster, cuBLASLt's
+         * algorithm kept for a call the kernel cannot take (a bias it
+         * cannot read as f32) */
+        if (v == 0) e->x3_tile = x3_default_tile(k);
     } else if (nu && v < nu + LT_SPLITS) {
         e->algo = res[usable[0]].algo;
         int32_t split = 2 << (v - nu);
@@ -489,6 +524,9 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
     } else if (v && nu && x3_allowed(k) && v < nu + LT_SPLITS + KN_CUDA_X3_TILES) {
         e->x3_tile = v - nu - LT_SPLITS;
         e->refused = !kn_cuda_gemm_x3_tile_runs_here(e->x3_tile);
+    } else if (nu && v == nu + LT_SPLITS + KN_CUDA_X3_TILES && x3_default_tile(k) >= 0) {
+        e->algo = res[usable[0]].algo; /* cuBLASLt's first, which the default is not here */
+        e->refused = false;
     } else if (v) {
         e->past_end = true;
     }
@@ -810,7 +848,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
     bool past_end = false;
     kn_cuda_blas *b = lt_ready();
     if (!b)
-        return variant ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt is not available: no variant %d", variant) : KN_OK;
+        return variant > 0 ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt is not available: no variant %d", variant) : KN_OK;
     kn_dtype dt = pr0->o->dtype;
     kn_tensor *tmp[3] = {NULL, NULL, NULL};
     kn_status st = KN_OK;
@@ -856,8 +894,11 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         if (e->x3_tile >= 0 && (!bias || lbias)) {
             st = x3_calls(&k, &pr, split, pa, pb, pd, lbias, act, residual, e->x3_tile);
             if (st == KN_OK) *done = true;
-            goto out;
-        } else if (e->x3_tile >= 0) {
+            /* the default's kernel unable to take the call: cuBLASLt's algorithm */
+            if (st != KN_ERR_UNSUPPORTED || k.variant != 0) goto out;
+            if (kn_cuda_lib_log_on()) fprintf(stderr, "kiln: matmul: %s: cuBLASLt runs\n", kn_last_error());
+            st = KN_OK;
+        } else if (e->x3_tile >= 0 && k.variant != 0) {
             st = kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel takes no bias it cannot read as f32");
             goto out;
         }
@@ -879,7 +920,7 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
         if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act); /* a strided output has neither (matmul_run) */
     }
     /* a variant is that algorithm or nothing: kiln's kernel is no variant */
-    if (!*done && variant && st == KN_OK)
+    if (!*done && variant > 0 && st == KN_OK)
         st = past_end ? kn_error(KN_ERR_RANGE, "matmul: cuBLASLt has no variant %d for this call", variant)
                       : kn_error(KN_ERR_UNSUPPORTED, "matmul: cuBLASLt variant %d cannot run this call", variant);
 out:
