@@ -50,9 +50,19 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2]
     const struct x3_tile *t = &x3_tiles[tile];
     const int kt = t->kt;
     if (t->wgmma) {
-        /* the kernel's planes of a and b (rows of kt floats): big ones for
-         * its four stages, small ones for two; and 1 KiB to align them on */
-        *smem = (4 + 2) * (size_t)(t->bm + t->bn) * (size_t)kt * sizeof(float) + 1024;
+        /* the kernel's w_tile regions (kn_la_gemm_x3.cu) and 1 KiB to
+         * align them on: a k-contiguous operand's planes for its stages
+         * and two small ones, an m- or n-contiguous one's four planes and
+         * raw stages of kt rows of its rows + 8 */
+        int stages = c->a_kmajor && c->b_kmajor ? 4 : c->a_kmajor || c->b_kmajor ? 3 : 2;
+        size_t floats = 0;
+        for (int o = 0; o < 2; o++) {
+            size_t rows = (size_t)(o ? t->bn : t->bm);
+            bool kmaj = o ? c->b_kmajor : c->a_kmajor;
+            floats += kmaj ? (size_t)(stages + 2) * rows * (size_t)kt
+                           : 4 * rows * (size_t)kt + (size_t)stages * (size_t)kt * (rows + 8);
+        }
+        *smem = floats * sizeof(float) + 1024;
         *threads = 128u * (unsigned)(t->bm / 64);
     } else {
         /* shared bytes: the kernel's X3_TILE_FLOATS, three stages */

@@ -191,12 +191,10 @@ __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args
 // then falls in distinct banks within its quarter-warp.
 #define W_THREADS (128 * (X3_BM / 64))
 #define W_PLANE(rows) ((rows) * X3_KT)
-#define W_STAGE (W_PLANE(X3_BM) + W_PLANE(X3_BN)) // a's and b's big planes (raw f32 until split)
-#ifndef KN_X3W_STAGES
-#define KN_X3W_STAGES 4
-#endif
-#define W_STAGES KN_X3W_STAGES // big planes, three tiles in flight ahead of the one computed
-// and two of small planes: the tile computed and the one being split
+// Tiles in flight: three ahead of the one computed with both operands
+// k-contiguous; an m- or n-contiguous operand stages its raw tiles apart
+// from its planes (below), and shared memory then holds fewer.
+#define W_STAGES (KN_X3_AK + KN_X3_BK == 2 ? 4 : KN_X3_AK + KN_X3_BK == 1 ? 3 : 2)
 static_assert(X3_KT == 32, "the wgmma form's rows are one 128-byte swizzle atom wide");
 
 // float offset of (row r, k) in a plane
@@ -214,27 +212,44 @@ __device__ __forceinline__ unsigned long long w_desc(const float *s)
     return ((a & 0x3ffff) >> 4) | 1ull << 16 | (1024ull >> 4) << 32 | 1ull << 62;
 }
 
-// One operand's tiles (ROWS rows of m or n by X3_KT of k, from row r0),
-// copied by cp.async into a stage's big plane in the plane's layout; then
-// each thread splits what it copied (no barrier in between): the big part
-// in place, the small part into the small plane. A k-contiguous operand
-// goes as 16-byte chunks of 4 of k, quarter-warps taking 8 rows of one
-// core matrix (128 contiguous bytes); an m- or n-contiguous one (a
-// backward pass's layouts) as 4-byte copies, a warp taking 32 rows at one
-// k. Outside the matrix: zeros. A thread's source pointers, rows and plane
-// offsets are worked out once (they were most of the kernel's instructions
-// when computed per tile), a tile only adds its k.
+// One operand's tiles (ROWS rows of m or n by X3_KT of k, from row r0) and
+// its region of shared memory, which starts on 1024 bytes.
+//
+// A k-contiguous operand: tile kt comes by cp.async, 16 bytes (4 of k of a
+// row) a copy, straight into its place in the big plane of stage
+// kt % W_STAGES, quarter-warps taking 8 rows of one 16-byte column (128
+// contiguous bytes); each thread then splits what it copied, no barrier in
+// between: the big part in place, the small part into the small plane of
+// the tile's parity. Region: W_STAGES big planes, two small ones.
+//
+// An m- or n-contiguous operand (a [k, rows] matrix: ONNX's MatMul weights,
+// a backward pass's operands): tile kt comes as 16-byte copies of 4 rows
+// at one k into a raw [k][ROWS + 8] stage, and the thread that copied 4
+// rows splits them into the big and small planes of the tile's parity.
+// A warp's copies take 2 runs of 4 rows at 16 consecutive k: the raw rows'
+// 8 floats of padding put a quarter-warp's 16-byte reads in distinct banks,
+// and the swizzle puts the warp's 4-byte writes of a row in 32. Region:
+// two big planes, two small ones, W_STAGES raw stages.
+//
+// Outside the matrix: zeros. A thread's source pointers and offsets are
+// worked out once (computed per tile, they were most of the kernel's
+// instructions), a tile only adds its k.
 template <int ROWS, bool KMAJ>
 struct w_tile {
-    static constexpr int CH = (KMAJ ? ROWS * X3_KT / 4 : ROWS * X3_KT) / W_THREADS; // copies a thread
+    static constexpr int CH = ROWS * X3_KT / 4 / W_THREADS; // copies a thread
+    static constexpr int RAW = X3_KT * (ROWS + 8);        // floats of a raw stage
+    static constexpr int FLOATS = KMAJ ? (W_STAGES + 2) * W_PLANE(ROWS) : 4 * W_PLANE(ROWS) + W_STAGES * RAW;
+    float *base;
     const float *src[CH];
-    int off[CH]; // in the plane
-    int kin[CH]; // k within the tile
-    bool row_in[CH];
+    int soff[CH]; // where the copy lands in its stage
+    int doff[CH]; // where its first element goes in a plane
+    int kin[CH];  // its k within the tile
+    int full[CH]; // its bytes when all of the tile's k is inside
     long long ld, K;
 
-    __device__ __forceinline__ w_tile(const float *g, long long ld_, long long rows, long long K_, long long r0)
-        : ld(ld_), K(K_)
+    __device__ __forceinline__ w_tile(float *region, const float *g, long long ld_, long long rows, long long K_,
+                                      long long r0)
+        : base(region), ld(ld_), K(K_)
     {
 #pragma unroll
         for (int i = 0; i < CH; i++) {
@@ -243,69 +258,74 @@ struct w_tile {
             if (KMAJ) {
                 r = (c >> 3) / (X3_KT / 4) * 8 + (c & 7);
                 k = (c >> 3) % (X3_KT / 4) * 4;
+                soff[i] = w_at(r, k);
             } else {
-                r = c % ROWS;
-                k = c / ROWS;
+                r = ((c >> 1) / X3_KT * 2 + (c & 1)) * 4;
+                k = (c >> 1) % X3_KT;
+                soff[i] = k * (ROWS + 8) + r;
             }
-            off[i] = w_at(r, k);
+            doff[i] = w_at(r, k);
             kin[i] = k;
-            row_in[i] = r0 + r < rows;
-            src[i] = g + (row_in[i] ? (KMAJ ? (r0 + r) * ld + k : k * ld + r0 + r) : 0);
+            const long long left = rows - r0 - r; // rows from this copy's first on
+            full[i] = left <= 0 ? 0 : KMAJ || left >= 4 ? 16 : (int)left * 4;
+            src[i] = g + (left > 0 ? (KMAJ ? (r0 + r) * ld + k : k * ld + r0 + r) : 0);
         }
     }
 
-    // tile kt into the big plane `big`
-    __device__ __forceinline__ void fetch(float *big, int kt) const
+    __device__ __forceinline__ float *stage(int kt) const
+    {
+        return KMAJ ? base + kt % W_STAGES * W_PLANE(ROWS) : base + 4 * W_PLANE(ROWS) + kt % W_STAGES * RAW;
+    }
+    // the planes wgmma reads for tile kt
+    __device__ __forceinline__ float *big(int kt) const
+    {
+        return KMAJ ? stage(kt) : base + (kt & 1) * W_PLANE(ROWS);
+    }
+    __device__ __forceinline__ float *small(int kt) const
+    {
+        return base + (KMAJ ? W_STAGES : 2) * W_PLANE(ROWS) + (kt & 1) * W_PLANE(ROWS);
+    }
+
+    __device__ __forceinline__ void fetch(int kt) const
     {
         const long long k0 = (long long)kt * X3_KT;
-        if (k0 + X3_KT <= K) { // all of the tile's k inside: only rows can be out
-#pragma unroll
-            for (int i = 0; i < CH; i++) {
-                const unsigned dst = (unsigned)__cvta_generic_to_shared(big + off[i]);
-                if (KMAJ)
-                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src[i] + k0),
-                                 "r"(row_in[i] ? 16 : 0));
-                else
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src[i] + k0 * ld),
-                                 "r"(row_in[i] ? 4 : 0));
-            }
-            return;
-        }
+        float *st = stage(kt);
+        const bool all_k = k0 + X3_KT <= K; // then only rows can be out
 #pragma unroll
         for (int i = 0; i < CH; i++) {
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(big + off[i]);
-            const long long left = K - k0 - kin[i]; // of this row's k, from this copy's first on
-            if (KMAJ) {
-                const int bytes = !row_in[i] || left <= 0 ? 0 : left >= 4 ? 16 : (int)left * 4;
-                const float *from = bytes ? src[i] + k0 : src[i];
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(from), "r"(bytes));
-            } else {
-                const bool in = row_in[i] && left > 0;
-                const float *from = in ? src[i] + k0 * ld : src[i];
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(from), "r"(in ? 4 : 0));
-            }
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(st + soff[i]);
+            const long long left = K - k0 - kin[i]; // of k, from this copy's first on
+            int bytes = full[i];
+            if (!all_k) bytes = left <= 0 ? 0 : KMAJ && left < 4 ? (int)left * 4 : bytes;
+            const float *from = bytes ? src[i] + (KMAJ ? k0 : k0 * ld) : src[i];
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(from), "r"(bytes));
         }
     }
 
-    __device__ __forceinline__ void split(float *big, float *small) const
+    // this thread's copies of tile kt, split
+    __device__ __forceinline__ void split(int kt) const
     {
+        const float *st = stage(kt);
+        float *b = big(kt), *sm = small(kt);
 #pragma unroll
         for (int i = 0; i < CH; i++) {
-            const int o = off[i];
+            const float4 v = *(const float4 *)(st + soff[i]);
+            unsigned hb[4], hs[4];
+            x3_split(v.x, hb[0], hs[0]);
+            x3_split(v.y, hb[1], hs[1]);
+            x3_split(v.z, hb[2], hs[2]);
+            x3_split(v.w, hb[3], hs[3]);
             if (KMAJ) {
-                const float4 v = *(const float4 *)(big + o);
-                unsigned b[4], s[4];
-                x3_split(v.x, b[0], s[0]);
-                x3_split(v.y, b[1], s[1]);
-                x3_split(v.z, b[2], s[2]);
-                x3_split(v.w, b[3], s[3]);
-                *(uint4 *)(big + o) = make_uint4(b[0], b[1], b[2], b[3]);
-                *(uint4 *)(small + o) = make_uint4(s[0], s[1], s[2], s[3]);
-            } else {
-                unsigned b, s;
-                x3_split(big[o], b, s);
-                big[o] = __uint_as_float(b);
-                small[o] = __uint_as_float(s);
+                *(uint4 *)(b + doff[i]) = make_uint4(hb[0], hb[1], hb[2], hb[3]);
+                *(uint4 *)(sm + doff[i]) = make_uint4(hs[0], hs[1], hs[2], hs[3]);
+            } else { // four rows at one k: row r + e sits 32 e floats on, its chunk swizzled by its own row
+                const int r = doff[i] >> 5, k = kin[i];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int o = w_at(r + e, k);
+                    b[o] = __uint_as_float(hb[e]);
+                    sm[o] = __uint_as_float(hs[e]);
+                }
             }
         }
     }
@@ -365,14 +385,10 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     const long long K = kend - kbeg;
     const int ktiles = (int)((K + X3_KT - 1) / X3_KT);
 
-    // stage s: a big, b big; small planes after the stages, by tile parity
-    float *const stage0 = x3_smem, *const small0 = x3_smem + W_STAGES * W_STAGE;
-#define W_ABIG(s) (stage0 + (s) * W_STAGE)
-#define W_BBIG(s) (W_ABIG(s) + W_PLANE(X3_BM))
-#define W_ASMALL(t) (small0 + ((t) & 1) * W_STAGE)
-#define W_BSMALL(t) (W_ASMALL(t) + W_PLANE(X3_BM))
-    const w_tile<X3_BM, KN_X3_AK> tile_a(A, p.lda, p.m, K, m0);
-    const w_tile<X3_BN, KN_X3_BK> tile_b(B, p.ldb, p.n, K, n0);
+    // a's region, then b's (both on 1024 bytes: every plane and stage is a
+    // multiple of 1024 bytes)
+    const w_tile<X3_BM, KN_X3_AK> ta(x3_smem, A, p.lda, p.m, K, m0);
+    const w_tile<X3_BN, KN_X3_BK> tb(x3_smem + w_tile<X3_BM, KN_X3_AK>::FLOATS, B, p.ldb, p.n, K, n0);
 
     // acc: the running sums; part: the tensor core's sums of the current
     // stage, added to acc by f32 adds when the stage is done (the reason
@@ -384,23 +400,22 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
 #pragma unroll
     for (int s = 0; s < W_STAGES - 1; s++) {
         if (s < ktiles) {
-            tile_a.fetch(W_ABIG(s), s);
-            tile_b.fetch(W_BBIG(s), s);
+            ta.fetch(s);
+            tb.fetch(s);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     }
     asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 2));
-    tile_a.split(W_ABIG(0), W_ASMALL(0));
-    tile_b.split(W_BBIG(0), W_BSMALL(0));
+    ta.split(0);
+    tb.split(0);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // the splits, seen by the async proxy
     __syncthreads();
 
     for (int kt = 0; kt < ktiles; kt++) {
-        const int cur = kt % W_STAGES;
         // the tensor cores first: tile kt (split by the last iteration)
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        const float *ab = W_ABIG(cur) + wg * 64 * X3_KT, *as = W_ASMALL(kt) + wg * 64 * X3_KT;
-        const float *bb = W_BBIG(cur), *bs = W_BSMALL(kt);
+        const float *ab = ta.big(kt) + wg * 64 * X3_KT, *as = ta.small(kt) + wg * 64 * X3_KT;
+        const float *bb = tb.big(kt), *bs = tb.small(kt);
 #pragma unroll
         for (int kk = 0; kk < X3_KT; kk += 8) {
             // the small terms first, so the big one is added to a partial
@@ -412,18 +427,17 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         // meanwhile: copies of the tile W_STAGES - 1 ahead, into the stage
         // of tile kt - 1 (done with since the last barrier) ...
-        const int ahead = kt + W_STAGES - 1;
-        if (ahead < ktiles) {
-            tile_a.fetch(W_ABIG(ahead % W_STAGES), ahead);
-            tile_b.fetch(W_BBIG(ahead % W_STAGES), ahead);
+        if (kt + W_STAGES - 1 < ktiles) {
+            ta.fetch(kt + W_STAGES - 1);
+            tb.fetch(kt + W_STAGES - 1);
         }
         asm volatile("cp.async.commit_group;\n" ::);
-        // ... and the split of this thread's copies of tile kt + 1
+        // ... and the split of this thread's copies of tile kt + 1 (into
+        // the planes of tile kt - 1's parity, done with too)
         asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 2));
         if (kt + 1 < ktiles) {
-            const int nx = (kt + 1) % W_STAGES;
-            tile_a.split(W_ABIG(nx), W_ASMALL(kt + 1));
-            tile_b.split(W_BBIG(nx), W_BSMALL(kt + 1));
+            ta.split(kt + 1);
+            tb.split(kt + 1);
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
@@ -432,10 +446,6 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
         __syncthreads(); // tile kt + 1 is split; every warpgroup is done with tile kt
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
-#undef W_ABIG
-#undef W_ASMALL
-#undef W_BBIG
-#undef W_BSMALL
 
     // d[4j + e]: row 16 warp + g (+ 8 for e >= 2), column 8j + 2t (+ 1 for odd e)
     const x3_out o = x3_out_of(p, z);
