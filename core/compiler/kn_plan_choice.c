@@ -113,7 +113,7 @@ kn_status kn_plan_parse_choice(const kn_plan *p, int kid, const char *choice, kn
          * layout outside it (an edited file's unroll=4096) could compile
          * for minutes or run wrong, unmeasured */
         kn_kconfig cands[KN_TUNE_MAX_CANDS];
-        int n = kn_kconfig_candidates(k, kn_plan_target(p), cands, KN_TUNE_MAX_CANDS);
+        int n = kn_kconfig_candidates(k, kn_plan_target(p), cands, KN_TUNE_MAX_KCONFIGS);
         char list[512] = "";
         size_t used = 0;
         for (int i = 0; i < n; i++) {

@@ -19,8 +19,12 @@ typedef struct kn_tune_session kn_tune_session;
 typedef struct kn_tune_result kn_tune_result;
 
 /* The most candidates one kernel's search measures (library variants are
- * numbered below it). */
-#define KN_TUNE_MAX_CANDS 16
+ * numbered below it): an f32 matmul on Hopper has about 24 (cuBLASLt's
+ * algorithms and split-K variants, the split kernel's eight tile shapes,
+ * and cuBLASLt's first where the default is the split kernel). A
+ * generated kernel's configurations stay at most KN_TUNE_MAX_KCONFIGS. */
+#define KN_TUNE_MAX_CANDS 32
+#define KN_TUNE_MAX_KCONFIGS 16
 
 /* ---- kn_plan.c ---- */
 

@@ -282,7 +282,7 @@ static kn_status job_setup(tune_job *j, run_ctx *r, int kid, int node, bool fuse
     j->fused = fused;
     *n_cands = 1;
     if (!j->library) {
-        int n = kn_kconfig_candidates(k, kn_plan_target(p), cfgs, MAX_CANDS);
+        int n = kn_kconfig_candidates(k, kn_plan_target(p), cfgs, KN_TUNE_MAX_KCONFIGS);
         j->variants = calloc((size_t)n, sizeof *j->variants);
         if (!j->variants) return kn_error(KN_ERR_OOM, "out of host memory for autotuning");
         for (int i = 0; i < n; i++) {
