@@ -25,7 +25,15 @@
 // Layout. y [m, n] (rows ldy apart, batches sy apart) = act(a . b + bias +
 // res); a is [m, k] k-contiguous (KN_X3_AK 1) or [k, m] m-contiguous (0);
 // b is [n, k] k-contiguous (KN_X3_BK 1: a linear layer's weight) or
-// [k, n] n-contiguous (0). A block takes a KN_X3_BM x KN_X3_BN tile of y
+// [k, n] n-contiguous (0). A split-K block (p.splits > 1) sums its own
+// k range into its plane of p.ws.
+//
+// Two forms share the split, the per-stage flush and the epilogue: the
+// mma.sync form (any GPU with TF32 tensor cores) just below, and the wgmma
+// form (KN_X3_WGMMA, Hopper's sm_90a) further down, which measured 1.2-1.6x
+// cuBLASLt's strict f32 GEMM where the mma.sync form measured 0.8-1.2x.
+//
+// The mma.sync form. A block takes a KN_X3_BM x KN_X3_BN tile of y
 // over k in steps of KN_X3_KTILE (32, or 64 for one 128x128 module),
 // staged through shared memory by 16-byte cp.async
 // (zero fill past the edges) in a 3-stage pipeline; its warps take
@@ -189,6 +197,13 @@ __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args
 // bytes apart in the same banks, ran the GEMM at 30-38% of the TF32 peak
 // (H200, session 15 run 4). Every copy and split of 16 bytes a thread
 // then falls in distinct banks within its quarter-warp.
+//
+// What bounds it (ncu, run 5, 4096x1536x512: 58-64 TFLOP/s of f32 work,
+// about 40% of the tensor cores' TF32 rate): the warpgroups that issue the
+// products also copy, split and flush, and wait for the products before
+// the flush and the barrier, with 30% of issue slots busy. A producer
+// warpgroup that copies and splits beside consumer warpgroups, and a from
+// registers (split there, no planes of its own), are the next steps.
 #define W_THREADS (128 * (X3_BM / 64))
 #define W_PLANE(rows) ((rows) * X3_KT)
 // Tiles in flight: three ahead of the one computed with both operands
