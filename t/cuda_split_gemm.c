@@ -291,15 +291,15 @@ int main(void)
     gcase big3 = {512, 256, 2048, 1, false, false, 0, 0, 0, 0};
     check_case(&big3, 1, "weight gradient");
     /* the wgmma tiles (5, 6, 7) on the same long sums and the backward layouts */
-    check_case(&big1, 5, "bert ffn2");
+    check_case(&big1, KN_CUDA_X3_TILE_WG128, "bert ffn2");
     check_case(&big2, 6, "large_linear rows");
-    check_case(&big3, 5, "weight gradient");
+    check_case(&big3, KN_CUDA_X3_TILE_WG128, "weight gradient");
     gcase dx = {300, 520, 1000, 2, true, false, 1, 2, 0, 0};
-    check_case(&dx, 7, "input gradient, batched");
+    check_case(&dx, KN_CUDA_X3_TILE_WG64, "input gradient, batched");
     /* values over twelve decades, and denormals */
     gcase wide = {256, 192, 768, 1, true, true, 0, 0, 0, 1};
     check_case(&wide, 2, "values 1e-6 .. 1e6");
-    check_case(&wide, 5, "values 1e-6 .. 1e6");
+    check_case(&wide, KN_CUDA_X3_TILE_WG128, "values 1e-6 .. 1e6");
     gcase tiny = {128, 64, 512, 1, true, true, 0, 0, 0, 2};
     double err, err32;
     bool ran = run_case(&tiny, 2, &err, &err32);

@@ -425,7 +425,19 @@ static bool x3_allowed(const lt_key *k)
     return k->dtype == KN_F32 && !k->tf32;
 }
 
-static void x3_layout(const lt_key *k, kn_cuda_x3_call *c);
+/* The key's operands as the kernel reads them: cuBLASLt's A is kiln's b
+ * (op T: b is [n, k], op N: [k, n]), its B kiln's a (op N: a is [m, k],
+ * op T: [k, m]), D the output [m, n] with rows ld_d apart. */
+static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
+{
+    memset(c, 0, sizeof *c);
+    c->b_kmajor = k->op_a == CUBLAS_OP_T;
+    c->a_kmajor = k->op_b == CUBLAS_OP_N;
+    c->p.m = k->n, c->p.n = k->m, c->p.k = k->k;
+    c->p.lda = k->ld_b, c->p.ldb = k->ld_a, c->p.ldy = k->ld_d;
+    c->p.sa = k->sb, c->p.sb = k->sa, c->p.sy = k->sd;
+    c->count = k->count;
+}
 
 /* The default's tile of the split-f32 kernel for key k, or -1 for
  * cuBLASLt's strict GEMM. From bench/split_gemm.c on the H200 (session
@@ -439,8 +451,6 @@ static void x3_layout(const lt_key *k, kn_cuda_x3_call *c);
  * the default it made the suite's f32 BERT and GPT-2 3-5% slower; with a
  * m-contiguous (a weight gradient) it ran 0.89x; short sums were not
  * measured faster: those stay with cuBLASLt. */
-#define X3_TILE_WG128 5
-#define X3_TILE_WG64 7
 static int x3_default_tile(const lt_key *k)
 {
     if (!x3_allowed(k) || k->op_a != CUBLAS_OP_T || k->op_b != CUBLAS_OP_N) return -1;
@@ -450,22 +460,8 @@ static int x3_default_tile(const lt_key *k)
     if (!kn_cuda_gemm_x3_shape_fits(&c) || c.p.k < 512 || c.p.m * c.p.n * c.p.k * c.count < ((int64_t)1 << 28))
         return -1;
     int64_t tiles128 = (c.p.m + 127) / 128 * ((c.p.n + 127) / 128) * c.count;
-    int tile = c.p.m > 96 && (tiles128 >= 132 || c.p.k >= 2048) ? X3_TILE_WG128 : X3_TILE_WG64;
+    int tile = c.p.m > 96 && (tiles128 >= 132 || c.p.k >= 2048) ? KN_CUDA_X3_TILE_WG128 : KN_CUDA_X3_TILE_WG64;
     return kn_cuda_gemm_x3_tile_runs_here(tile) ? tile : -1;
-}
-
-/* The key's operands as the kernel reads them: cuBLASLt's A is kiln's b
- * (op T: b is [n, k], op N: [k, n]), its B kiln's a (op N: a is [m, k],
- * op T: [k, m]), D the output [m, n] with rows ld_d apart. */
-static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
-{
-    memset(c, 0, sizeof *c);
-    c->b_kmajor = k->op_a == CUBLAS_OP_T;
-    c->a_kmajor = k->op_b == CUBLAS_OP_N;
-    c->p.m = k->n, c->p.n = k->m, c->p.k = k->k;
-    c->p.lda = k->ld_b, c->p.ldb = k->ld_a, c->p.ldy = k->ld_d;
-    c->p.sa = k->sb, c->p.sb = k->sa, c->p.sy = k->sd;
-    c->count = k->count;
 }
 
 /* Descriptors, layouts and the heuristic's first algorithm for key k.

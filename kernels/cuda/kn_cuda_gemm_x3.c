@@ -27,9 +27,9 @@ static const struct x3_tile {
     {64, 64, 32, 32, 32, false, "64x64"},
     {64, 32, 32, 16, 32, false, "64x32"},
     {128, 128, 64, 32, 64, false, "128x128k64"},
-    {128, 128, 64, 128, 32, true, "wg128x128"},
+    [KN_CUDA_X3_TILE_WG128] = {128, 128, 64, 128, 32, true, "wg128x128"},
     {64, 128, 64, 128, 32, true, "wg64x128"},
-    {64, 64, 64, 64, 32, true, "wg64x64"},
+    [KN_CUDA_X3_TILE_WG64] = {64, 64, 64, 64, 32, true, "wg64x64"},
 };
 
 bool kn_cuda_gemm_x3_tile_runs_here(int tile)

@@ -15,6 +15,9 @@
 /* Tile shapes (kn_cuda_gemm_x3.c's table; kn_cuda_linalg.c has a module
  * for each and layout, in this order). */
 #define KN_CUDA_X3_TILES 8
+/* the wgmma tiles matmul's default picks from (kn_cuda_blas.c) */
+#define KN_CUDA_X3_TILE_WG128 5
+#define KN_CUDA_X3_TILE_WG64 7
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
  * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else

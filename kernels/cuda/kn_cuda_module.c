@@ -261,10 +261,11 @@ kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_
     *m = NULL;
     if (cached) *cached = false;
     KN_TRY(kn_cuda_init());
+    /* the memory cache's key: the GPU's architecture and the source (an
+     * architecture-specific source differs from all others by its marker
+     * line, so its sm_XXa is worked out only when it is not in memory) */
     char arch[16];
-    if (!kn_cuda_module_arch(src, kn_cuda_arch(), arch, sizeof arch))
-        return kn_error(KN_ERR_UNSUPPORTED, "cuda: a module for Hopper (sm_90a) only, on a GPU of compute capability %d.%d",
-                        kn_cuda_arch() / 10, kn_cuda_arch() % 10);
+    snprintf(arch, sizeof arch, "sm_%d", kn_cuda_arch());
     uint64_t key = module_key(src, arch);
     size_t bucket = (size_t)(key % N_BUCKETS);
     pthread_mutex_lock(&lock);
@@ -278,6 +279,9 @@ kn_status kn_cuda_module_get_ex(const char *src, const char *cache_dir, kn_cuda_
         }
     pthread_mutex_unlock(&lock);
 
+    if (!kn_cuda_module_arch(src, kn_cuda_arch(), arch, sizeof arch))
+        return kn_error(KN_ERR_UNSUPPORTED, "cuda: a module for Hopper (sm_90a) only, on a GPU of compute capability %d.%d",
+                        kn_cuda_arch() / 10, kn_cuda_arch() % 10);
     kn_cuda_module *mod = calloc(1, sizeof *mod);
     char *copy = strdup(src);
     if (!mod || !copy) {

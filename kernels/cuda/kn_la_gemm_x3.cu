@@ -48,69 +48,15 @@
 #define KN_X3_KTILE 32 // k a pipeline stage holds
 #endif
 #define X3_KT KN_X3_KTILE
-#define X3_STAGES 3
 #define X3_BM KN_X3_BM
 #define X3_BN KN_X3_BN
-#define X3_WM KN_X3_WM
-#define X3_WN KN_X3_WN
-#define X3_THREADS (32 * (X3_BM / X3_WM) * (X3_BN / X3_WN))
 
-// The k order inside a step of 8. An mma's fragments give lane (g, t)
-// the k indices t and t + 4; since a product sums over k, any order of
-// k taken alike for both operands gives the same sum, so here fragment
-// index t is stored k 2t and t + 4 is 2t + 1: a lane's two values of a
-// row are neighbours, one 8-byte load from a k-contiguous tile.
-//
-// Shared rows: a k-contiguous tile is [rows][X3_KT + 8] (a half-warp's
-// 8-byte loads, rows g and columns 2t, fall in distinct banks), an m- or
-// n-contiguous one [X3_KT][rows + 4] (its 4-byte loads, k rows 2t or 2t+1
-// and columns g, do); every row starts on 16 bytes for cp.async.
-#define X3_KSTRIDE (X3_KT + 8)
-#define X3_MSTRIDE(rows) ((rows) + 4)
-#define X3_TILE_FLOATS(rows, kmaj) ((kmaj) ? (rows) * X3_KSTRIDE : X3_KT * X3_MSTRIDE(rows))
-#define X3_A_FLOATS X3_TILE_FLOATS(X3_BM, KN_X3_AK)
-#define X3_B_FLOATS X3_TILE_FLOATS(X3_BN, KN_X3_BK)
-
+// 16 bytes from global src to shared dst, asynchronously; bytes < 16
+// copies that many and zero-fills the rest
 __device__ __forceinline__ void x3_cp16(float *dst, const float *src, int bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
                  "l"(src), "r"(bytes));
-}
-
-// One operand's tile (ROWS of m or n by X3_KT of k, from row r0 and k0)
-// into shared memory s, as lines of contiguous floats: a k-contiguous
-// operand's ROWS rows of X3_KT, or an m/n-contiguous one's X3_KT k-rows of
-// ROWS; g's lines are ld floats apart. 16-byte chunks, cut short (and
-// zero-filled) at the matrix's edges: the host guarantees 16-byte aligned
-// bases and lds.
-template <int ROWS, bool KMAJ>
-__device__ __forceinline__ void x3_stage(float *s, const float *g, long long ld, long long rows, long long k,
-                                         long long r0, long long k0)
-{
-    constexpr int INNER = KMAJ ? X3_KT : ROWS, OUTER = KMAJ ? ROWS : X3_KT, CPL = INNER / 4;
-    constexpr int SSTRIDE = KMAJ ? X3_KSTRIDE : X3_MSTRIDE(ROWS);
-    const long long o0 = KMAJ ? r0 : k0, i0 = KMAJ ? k0 : r0, olim = KMAJ ? rows : k, ilim = KMAJ ? k : rows;
-#pragma unroll
-    for (int c = threadIdx.x; c < OUTER * CPL; c += X3_THREADS) {
-        const int o = c / CPL, i = (c % CPL) * 4;
-        const long long go = o0 + o, gi = i0 + i;
-        int bytes = 0;
-        const float *src = g;
-        if (go < olim && gi < ilim) {
-            bytes = ilim - gi >= 4 ? 16 : (int)(ilim - gi) * 4;
-            src = g + go * ld + gi;
-        }
-        x3_cp16(s + o * SSTRIDE + i, src, bytes);
-    }
-}
-
-// a lane's two values of row r in the k-step at kk: fragment k indices t
-// and t + 4, stored at kk + 2t and kk + 2t + 1
-template <int ROWS, bool KMAJ>
-__device__ __forceinline__ float2 x3_pair(const float *s, int r, int kk, int t)
-{
-    if (KMAJ) return *(const float2 *)(s + r * X3_KSTRIDE + kk + 2 * t);
-    return make_float2(s[(kk + 2 * t) * X3_MSTRIDE(ROWS) + r], s[(kk + 2 * t + 1) * X3_MSTRIDE(ROWS) + r]);
 }
 
 // x rounded to TF32's 11 significant bits, to nearest (ties away), by
@@ -308,12 +254,10 @@ struct w_tile {
         const bool all_k = k0 + X3_KT <= K; // then only rows can be out
 #pragma unroll
         for (int i = 0; i < CH; i++) {
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(st + soff[i]);
             const long long left = K - k0 - kin[i]; // of k, from this copy's first on
             int bytes = full[i];
             if (!all_k) bytes = left <= 0 ? 0 : KMAJ && left < 4 ? (int)left * 4 : bytes;
-            const float *from = bytes ? src[i] + (KMAJ ? k0 : k0 * ld) : src[i];
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(from), "r"(bytes));
+            x3_cp16(st + soff[i], bytes ? src[i] + (KMAJ ? k0 : k0 * ld) : src[i], bytes);
         }
     }
 
@@ -474,6 +418,63 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     }
 }
 #else // the mma.sync form
+
+#define X3_STAGES 3
+#define X3_WM KN_X3_WM
+#define X3_WN KN_X3_WN
+#define X3_THREADS (32 * (X3_BM / X3_WM) * (X3_BN / X3_WN))
+
+// The k order inside a step of 8. An mma's fragments give lane (g, t)
+// the k indices t and t + 4; since a product sums over k, any order of
+// k taken alike for both operands gives the same sum, so here fragment
+// index t is stored k 2t and t + 4 is 2t + 1: a lane's two values of a
+// row are neighbours, one 8-byte load from a k-contiguous tile.
+//
+// Shared rows: a k-contiguous tile is [rows][X3_KT + 8] (a half-warp's
+// 8-byte loads, rows g and columns 2t, fall in distinct banks), an m- or
+// n-contiguous one [X3_KT][rows + 4] (its 4-byte loads, k rows 2t or 2t+1
+// and columns g, do); every row starts on 16 bytes for cp.async.
+#define X3_KSTRIDE (X3_KT + 8)
+#define X3_MSTRIDE(rows) ((rows) + 4)
+#define X3_TILE_FLOATS(rows, kmaj) ((kmaj) ? (rows) * X3_KSTRIDE : X3_KT * X3_MSTRIDE(rows))
+#define X3_A_FLOATS X3_TILE_FLOATS(X3_BM, KN_X3_AK)
+#define X3_B_FLOATS X3_TILE_FLOATS(X3_BN, KN_X3_BK)
+
+// One operand's tile (ROWS of m or n by X3_KT of k, from row r0 and k0)
+// into shared memory s, as lines of contiguous floats: a k-contiguous
+// operand's ROWS rows of X3_KT, or an m/n-contiguous one's X3_KT k-rows of
+// ROWS; g's lines are ld floats apart. 16-byte chunks, cut short (and
+// zero-filled) at the matrix's edges: the host guarantees 16-byte aligned
+// bases and lds.
+template <int ROWS, bool KMAJ>
+__device__ __forceinline__ void x3_stage(float *s, const float *g, long long ld, long long rows, long long k,
+                                         long long r0, long long k0)
+{
+    constexpr int INNER = KMAJ ? X3_KT : ROWS, OUTER = KMAJ ? ROWS : X3_KT, CPL = INNER / 4;
+    constexpr int SSTRIDE = KMAJ ? X3_KSTRIDE : X3_MSTRIDE(ROWS);
+    const long long o0 = KMAJ ? r0 : k0, i0 = KMAJ ? k0 : r0, olim = KMAJ ? rows : k, ilim = KMAJ ? k : rows;
+#pragma unroll
+    for (int c = threadIdx.x; c < OUTER * CPL; c += X3_THREADS) {
+        const int o = c / CPL, i = (c % CPL) * 4;
+        const long long go = o0 + o, gi = i0 + i;
+        int bytes = 0;
+        const float *src = g;
+        if (go < olim && gi < ilim) {
+            bytes = ilim - gi >= 4 ? 16 : (int)(ilim - gi) * 4;
+            src = g + go * ld + gi;
+        }
+        x3_cp16(s + o * SSTRIDE + i, src, bytes);
+    }
+}
+
+// a lane's two values of row r in the k-step at kk: fragment k indices t
+// and t + 4, stored at kk + 2t and kk + 2t + 1
+template <int ROWS, bool KMAJ>
+__device__ __forceinline__ float2 x3_pair(const float *s, int r, int kk, int t)
+{
+    if (KMAJ) return *(const float2 *)(s + r * X3_KSTRIDE + kk + 2 * t);
+    return make_float2(s[(kk + 2 * t) * X3_MSTRIDE(ROWS) + r], s[(kk + 2 * t + 1) * X3_MSTRIDE(ROWS) + r]);
+}
 
 __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const unsigned b[2])
 {
