@@ -649,7 +649,7 @@ static void test_names_and_run(void)
     char list[256] = "";
     for (int k = 0; names[k]; k++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? "," : "", names[k]);
     is_str(list,
-           "dce,cse,fold_constants,fold_batch_norm,simplify,attention,gather_scatter,channels_last,merge_projections,split_reductions,cse,fold_once,causal_masks,simplify,sink_views,recompute,dce",
+           "dce,cse,fold_constants,fold_batch_norm,simplify,attention,gather_scatter,channels_last,merge_projections,k_major_weights,split_reductions,cse,fold_once,causal_masks,simplify,sink_views,recompute,dce",
            "the pass list in order");
     kn_graph g;
     kn_graph_init(&g);

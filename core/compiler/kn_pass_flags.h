@@ -22,7 +22,11 @@ enum {
     KN_PLAN_GATHER_LOADS = 256,
     /* kn_pass_split_reductions: reductions over several dims as a row kernel and a small rest, on a
      * device that records (the GPU; KILN_CPU_SPLIT_REDUCTIONS=1 on the CPU, for tests) */
-    KN_PASSES_SPLIT_REDUCTIONS = 512
+    KN_PASSES_SPLIT_REDUCTIONS = 512,
+    /* kn_pass_k_major: fixed [K, N] matmul weights laid out k-contiguous where the plan's backend says
+     * its matmul runs faster so (kn_backend.matmul_b_k_major; KILN_CPU_K_MAJOR_WEIGHTS=1 on the CPU,
+     * for tests, takes every one) */
+    KN_PASSES_K_MAJOR_WEIGHTS = 1024
 };
 
 #endif

@@ -21,6 +21,8 @@
  */
 #include "kn_pass_merge_projections.h"
 
+#include "kn_pass_k_major.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,10 +134,26 @@ static kn_status merge(kn_pass_ctx *x, const projection *ps, int n)
         ws[k] = kn_pass_fixed_value(g, ps[k].w_node, 0);
         bs[k] = ps[k].bias_node >= 0 ? kn_pass_fixed_value(g, ps[k].bias_node, 0) : NULL;
     }
-    /* [K, N1 + N2 + ...], or [N1 + N2 + ..., K] read transposed */
-    kn_tensor *wcat = NULL, *bcat = NULL;
-    KN_TRY(cat_now(x, ws, n, ps[0].transposed ? 0 : 1, &wcat));
-    kn_status st = ps[0].bias_node >= 0 ? cat_now(x, bs, n, 0, &bcat) : KN_OK;
+    /* [K, N1 + N2 + ...], or [N1 + N2 + ..., K] read transposed: also
+     * for [K, Ni] weights where the device's matmul wants the merged
+     * weight k-contiguous (kn_pass_k_major would otherwise copy the
+     * [K, N] merge again and leave it beside the copy) */
+    int64_t n_total = 0;
+    for (int k = 0; k < n; k++) n_total += ps[k].n;
+    const kn_meta *am = &g->nodes[KN_REF_NODE(ps[0].a_ref)].out[KN_REF_OUT(ps[0].a_ref)];
+    bool transposed = ps[0].transposed ||
+                      kn_pass_wants_k_major(x, am, ps[0].dtype, ps[0].k, n_total, kn_tensor_device(ws[0]));
+    kn_tensor *wcat = NULL, *bcat = NULL, *wt[MAX_GROUP] = {NULL};
+    kn_status st = KN_OK;
+    for (int k = 0; k < n && st == KN_OK && transposed && !ps[0].transposed; k++)
+        st = kn_pass_transpose_now(x, ws[k], &wt[k]);
+    if (st == KN_OK) st = cat_now(x, transposed && !ps[0].transposed ? wt : ws, n, transposed ? 0 : 1, &wcat);
+    for (int k = 0; k < n; k++) kn_tensor_release(wt[k]);
+    if (st == KN_OK && transposed && !ps[0].transposed)
+        kn_pass_note(x, "k_major_weights: the merged [%lld, %lld] weight is laid out k-contiguous, the device's "
+                        "matmul runs faster so",
+                     (long long)ps[0].k, (long long)n_total);
+    if (st == KN_OK && ps[0].bias_node >= 0) st = cat_now(x, bs, n, 0, &bcat);
     int w_in = -1, b_in = -1;
     if (st == KN_OK) st = kn_pass_add_folded_value(x, "merged projection weight", wcat, where, first, &w_in);
     if (st == KN_OK && bcat) st = kn_pass_add_folded_value(x, "merged projection bias", bcat, where, first, &b_in);
@@ -143,7 +161,7 @@ static kn_status merge(kn_pass_ctx *x, const projection *ps, int n)
     kn_tensor_release(bcat);
     KN_TRY(st);
     int w_ref = KN_REF(w_in, 0);
-    if (ps[0].transposed) {
+    if (transposed) {
         kn_attrs t;
         memset(&t, 0, sizeof t);
         t.ndims = 2, t.dims[0] = 1, t.dims[1] = 0;

@@ -10,6 +10,7 @@
 #include "kn_pass_reductions.h"
 #include "kn_pass_channels_last.h"
 #include "kn_pass_merge_projections.h"
+#include "kn_pass_k_major.h"
 #include "kn_pass_gather_scatter.h"
 #include "kn_pass_ctx.h"
 #include "kn_passes_fold.h"
@@ -560,6 +561,7 @@ static const pass_entry pass_table[] = {
     {"gather_scatter", kn_pass_gather_scatter},
     {"channels_last", kn_pass_channels_last},
     {"merge_projections", kn_pass_merge_projections},
+    {"k_major_weights", kn_pass_k_major},
     {"fold_once", kn_pass_fold_once},
     {"causal_masks", kn_pass_attention_causal_masks},
     {"sink_views", pass_sink_views},
@@ -574,7 +576,7 @@ static const pass_entry pass_table[] = {
  * hold the causal pattern, which only its values show */
 static const char *const pass_list[] = {"dce", "cse", "fold_constants", "fold_batch_norm", "simplify",
                                         "attention", "gather_scatter", "channels_last", "merge_projections",
-                                        "split_reductions", "cse", "fold_once", "causal_masks", "simplify", "sink_views",
+                                        "k_major_weights", "split_reductions", "cse", "fold_once", "causal_masks", "simplify", "sink_views",
                                         "recompute", "dce", NULL};
 
 const char *const *kn_passes_names(void)

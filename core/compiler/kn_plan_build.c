@@ -245,6 +245,12 @@ static int device_pass_flags(const kn_plan *p, int pass_flags)
         if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32))
             pass_flags |= KN_PASSES_NHWC_F32;
     }
+    /* k-contiguous matmul weights where the backend can say which shapes
+     * want them (KILN_K_MAJOR_WEIGHTS=0 turns it off, for A/B runs) */
+    const char *k_major = getenv("KILN_K_MAJOR_WEIGHTS");
+    if (!(k_major && !strcmp(k_major, "0")) &&
+        ((adc && adc->be->matmul_b_k_major) || getenv("KILN_CPU_K_MAJOR_WEIGHTS")))
+        pass_flags |= KN_PASSES_K_MAJOR_WEIGHTS;
     /* gathered loads only where runs are replays: a device without
      * recording runs the plan, whose index ops report a bad index
      * (KILN_CPU_GATHER_LOADS=1 keeps them on the CPU, which lets CI test

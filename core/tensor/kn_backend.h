@@ -79,6 +79,13 @@ typedef struct kn_backend {
      * layout pass's question under kiln.config.channels_last = "auto".
      * NULL: never. */
     bool (*conv_channels_last)(kn_device_ctx *d, kn_dtype dt);
+    /* Whether this device's matmul of an [m, k] by [k, n] product of dtype
+     * dt, run with settings (NULL: the defaults), is faster with b
+     * k-contiguous (the transpose of an [n, k] tensor) than n-contiguous:
+     * plans then lay fixed [k, n] weights out so, once
+     * (core/compiler/kn_pass_k_major.c). NULL: no preference. */
+    bool (*matmul_b_k_major)(kn_device_ctx *d, const struct kn_settings *settings, kn_dtype dt, int64_t m,
+                             int64_t n, int64_t k);
     /* Wait for queued work (no-op on CPU). */
     kn_status (*sync)(kn_device_ctx *d);
     /* Generated code (NULL where the backend has none): compile the

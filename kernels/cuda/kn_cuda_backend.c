@@ -21,6 +21,7 @@
 #include "kn_cuda_render.h"
 #include "kn_cuda_trace.h"
 #include "kn_kir.h"
+#include "kn_settings.h"
 /* the op families, each behind one call */
 #include "kn_cuda_attention_op.h"
 #include "kn_cuda_blas.h"
@@ -172,6 +173,13 @@ static bool cuda_strided_out(kn_device_ctx *d, const kn_opcall *c)
 static bool cuda_conv_channels_last(kn_device_ctx *d, kn_dtype dt)
 {
     return kn_cuda_enter(d) == KN_OK && kn_cuda_conv_prefers_nhwc(dt);
+}
+
+static bool cuda_matmul_b_k_major(kn_device_ctx *d, const kn_settings *settings, kn_dtype dt, int64_t m,
+                                  int64_t n, int64_t k)
+{
+    bool tf32 = settings && kn_settings_allow_tf32(settings);
+    return kn_cuda_enter(d) == KN_OK && kn_cuda_matmul_wants_k_major_b(dt, tf32, m, n, k);
 }
 
 static kn_status cuda_sync(kn_device_ctx *d)
@@ -497,6 +505,7 @@ static const kn_backend kn_cuda_backend = {
     .run = cuda_run,
     .strided_out = cuda_strided_out,
     .conv_channels_last = cuda_conv_channels_last,
+    .matmul_b_k_major = cuda_matmul_b_k_major,
     .sync = cuda_sync,
     .compile_program = cuda_compile_program,
     .release_program = cuda_release_program,

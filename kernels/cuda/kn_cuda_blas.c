@@ -451,17 +451,33 @@ static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
  * the default it made the suite's f32 BERT and GPT-2 3-5% slower; with a
  * m-contiguous (a weight gradient) it ran 0.89x; short sums were not
  * measured faster: those stay with cuBLASLt. */
+/* The rule above for a GEMM of m rows and n columns (the kernel's: kiln's
+ * a rows and b columns), k-long sums, count of them; -1: cuBLASLt. */
+static int x3_default_tile_of(int64_t m, int64_t n, int64_t k, int64_t count)
+{
+    if (k < 512 || m * n * k * count < ((int64_t)1 << 28)) return -1;
+    int64_t tiles128 = (m + 127) / 128 * ((n + 127) / 128) * count;
+    int tile = m > 96 && (tiles128 >= 132 || k >= 2048) ? KN_CUDA_X3_TILE_WG128 : KN_CUDA_X3_TILE_WG64;
+    return kn_cuda_gemm_x3_tile_runs_here(tile) ? tile : -1;
+}
+
 static int x3_default_tile(const lt_key *k)
 {
     if (!x3_allowed(k) || k->op_a != CUBLAS_OP_T || k->op_b != CUBLAS_OP_N) return -1;
     if (k->align_a < 16 || k->align_b < 16 || (k->bias_dt && k->bias_dt != KN_F32)) return -1;
     kn_cuda_x3_call c;
     x3_layout(k, &c);
-    if (!kn_cuda_gemm_x3_shape_fits(&c) || c.p.k < 512 || c.p.m * c.p.n * c.p.k * c.count < ((int64_t)1 << 28))
-        return -1;
-    int64_t tiles128 = (c.p.m + 127) / 128 * ((c.p.n + 127) / 128) * c.count;
-    int tile = c.p.m > 96 && (tiles128 >= 132 || c.p.k >= 2048) ? KN_CUDA_X3_TILE_WG128 : KN_CUDA_X3_TILE_WG64;
-    return kn_cuda_gemm_x3_tile_runs_here(tile) ? tile : -1;
+    if (!kn_cuda_gemm_x3_shape_fits(&c)) return -1;
+    return x3_default_tile_of(c.p.m, c.p.n, c.p.k, c.count);
+}
+
+bool kn_cuda_matmul_wants_k_major_b(kn_dtype dt, bool tf32, int64_t m, int64_t n, int64_t k)
+{
+    if (dt != KN_F32 || tf32) return false;
+    kn_cuda_x3_call c;
+    memset(&c, 0, sizeof c);
+    c.p.m = m, c.p.n = n, c.p.k = k, c.p.lda = k, c.p.ldb = k, c.count = 1;
+    return kn_cuda_gemm_x3_shape_fits(&c) && x3_default_tile_of(m, n, k, 1) >= 0;
 }
 
 /* Descriptors, layouts and the heuristic's first algorithm for key k.

@@ -26,6 +26,12 @@ static inline bool kn_cuda_matmul_supports(const kn_opcall *c)
 /* Whether kn_cuda_matmul can write c->out[0] with its strides (unit-stride
  * rows, through cuBLASLt's D leading dim and batch stride). */
 bool kn_cuda_matmul_strided_ok(const kn_opcall *c);
+/* Whether the default matmul of an [m, k] by [k, n] product of dtype dt
+ * runs faster with b k-contiguous (stored [n, k]) than n-contiguous: where
+ * it runs kiln's split-f32 kernel (f32 under the "ieee" contract, on
+ * Hopper), which ran 1.2-1.4x as fast with both operands k-contiguous as
+ * with ONNX's [k, n] weights. tf32: the call's settings allow TF32. */
+bool kn_cuda_matmul_wants_k_major_b(kn_dtype dt, bool tf32, int64_t m, int64_t n, int64_t k);
 /* matmul with bias (1-D over N on cuda, may be NULL; any float dtype:
  * cast to the output's when the runtime can, else added by kiln's
  * kernel), activation and a residual (contiguous, the output's shape)
