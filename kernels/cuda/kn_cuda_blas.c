@@ -440,25 +440,30 @@ static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
 }
 
 /* The default's tile of the split-f32 kernel for key k, or -1 for
- * cuBLASLt's strict GEMM. From bench/split_gemm.c on the H200 (session
- * 15, run 5): with both operands k-contiguous (a linear layer's forward)
- * the wgmma form's 128x128 tile ran 1.2-1.6x as fast as cuBLASLt where it
- * fills the GPU (a wave of 132 tiles, or split-K over k of 2048 and
- * more: 4096x1536x512, 1024x3072x768, 1576x768x3072, 4096^3), its 64x64
- * tile 1.1x on fewer tiles (1024x768x768) and on 64 rows (64x4096x4096,
- * split-K). With b n-contiguous (ONNX's MatMul weights, [k, n]) the
- * 128x128 tile ran 0.94-1.17x cuBLASLt at BERT's shapes (run 8), and as
- * the default it made the suite's f32 BERT and GPT-2 3-5% slower; with a
- * m-contiguous (a weight gradient) it ran 0.89x; short sums were not
- * measured faster: those stay with cuBLASLt. */
-/* The rule above for a GEMM of m rows and n columns (the kernel's: kiln's
- * a rows and b columns), k-long sums, count of them; -1: cuBLASLt. */
-static int x3_default_tile_of(int64_t m, int64_t n, int64_t k, int64_t count)
+ * cuBLASLt's strict GEMM. With both operands k-contiguous (a linear
+ * layer's forward, or an ONNX weight kn_pass_k_major laid out so):
+ * - 128 rows or more: the wgmma 128x128 tile where its wave model
+ *   (kn_cuda_gemm_x3.c) says it beats cuBLASLt taken at 40 TFLOP/s, what
+ *   its strict f32 GEMM sustained on these shapes (H200, session 16,
+ *   bench/split_gemm.c: 33-50). Measured there: ViT-B/16's QKV and FFN
+ *   GEMMs (1576 rows) 1.2-1.4x as fast as cuBLASLt, BERT's FFN 1.1-1.2x,
+ *   the transformer block's QKV 1.5x; BERT's QKV (144 tiles: two waves on
+ *   132 SMs) and output projections (48 tiles, k 768) were no faster, and
+ *   the model keeps them on cuBLASLt;
+ * - at most 96 rows, a long sum (large_linear's 64 x 4096 x 4096): the
+ *   wgmma 64x64 tile, split-K, 1.06-1.15x (session 15).
+ * Short sums (k < 512) and small products stay with cuBLASLt. With b
+ * n-contiguous (as ONNX gives its weights) the kernel ran 0.88-1.13x and
+ * a m-contiguous (a weight gradient) 0.89x: those stay with cuBLASLt. */
+static int x3_default_tile_of(const kn_cuda_x3_call *c)
 {
-    if (k < 512 || m * n * k * count < ((int64_t)1 << 28)) return -1;
-    int64_t tiles128 = (m + 127) / 128 * ((n + 127) / 128) * count;
-    int tile = m > 96 && (tiles128 >= 132 || k >= 2048) ? KN_CUDA_X3_TILE_WG128 : KN_CUDA_X3_TILE_WG64;
-    return kn_cuda_gemm_x3_tile_runs_here(tile) ? tile : -1;
+    const kn_la_gemm_args *p = &c->p;
+    if (p->k < 512 || p->m * p->n * p->k * c->count < ((int64_t)1 << 28)) return -1;
+    if (p->m <= 96)
+        return kn_cuda_gemm_x3_tile_runs_here(KN_CUDA_X3_TILE_WG64) ? KN_CUDA_X3_TILE_WG64 : -1;
+    if (!kn_cuda_gemm_x3_tile_runs_here(KN_CUDA_X3_TILE_WG128)) return -1;
+    double cublaslt_us = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)c->count / 40e6;
+    return kn_cuda_gemm_x3_wg128_us(c) < cublaslt_us ? KN_CUDA_X3_TILE_WG128 : -1;
 }
 
 static int x3_default_tile(const lt_key *k)
@@ -468,7 +473,7 @@ static int x3_default_tile(const lt_key *k)
     kn_cuda_x3_call c;
     x3_layout(k, &c);
     if (!kn_cuda_gemm_x3_shape_fits(&c)) return -1;
-    return x3_default_tile_of(c.p.m, c.p.n, c.p.k, c.count);
+    return x3_default_tile_of(&c);
 }
 
 bool kn_cuda_matmul_wants_k_major_b(kn_dtype dt, bool tf32, int64_t m, int64_t n, int64_t k)
@@ -477,7 +482,7 @@ bool kn_cuda_matmul_wants_k_major_b(kn_dtype dt, bool tf32, int64_t m, int64_t n
     kn_cuda_x3_call c;
     memset(&c, 0, sizeof c);
     c.p.m = m, c.p.n = n, c.p.k = k, c.p.lda = k, c.p.ldb = k, c.count = 1;
-    return kn_cuda_gemm_x3_shape_fits(&c) && x3_default_tile_of(m, n, k, 1) >= 0;
+    return kn_cuda_gemm_x3_shape_fits(&c) && x3_default_tile_of(&c) >= 0;
 }
 
 /* Descriptors, layouts and the heuristic's first algorithm for key k.

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kn_cuda_context.h"
@@ -98,13 +99,75 @@ static int64_t x3_tiles_of(const kn_cuda_x3_call *c, int tile)
     return (c->p.m + t->bm - 1) / t->bm * ((c->p.n + t->bn - 1) / t->bn) * c->count;
 }
 
-/* Split-K for a call of few tiles and a long sum: enough splits for about
- * four blocks an SM (the smaller tiles fit four or more at once), each
- * split at least X3_SPLIT_MIN_K long. */
+/* Split-K for a call of few tiles and a long sum, each split at least
+ * X3_SPLIT_MIN_K long. */
 #define X3_SPLIT_MIN_K 512
 #define X3_SPLITS_MAX 8
+
+/* The wave model of the wgmma 128x128 tile, one block an SM (its shared
+ * memory takes the SM): the blocks run in waves of an SM each, a wave
+ * takes its tiles' k times X3_WG_US_PER_K plus X3_WG_WAVE_US (filling the
+ * pipeline, the epilogue), and split-K adds its partial sums' writes and
+ * reads at about 6 TB/s (they mostly stay in L2). Fitted to
+ * bench/split_gemm.c on the H200 (session 16, splits forced): 1024x768x3072
+ * split 1, 2, 3, 4, 6, 8 ways ran 192, 108, 145, 115, 123, 103 us, the
+ * model says 194, 105, 148, 117, 129, 108; 1576x768x3072 split 3, 4, 6, 8
+ * ways 149, 171, 164, 167 us, the model 149, 175, 173, 179. A wave of 144
+ * tiles on 132 SMs costs two (1024x2304x768: 106 us, cuBLASLt 97-103). */
+#define X3_WG_US_PER_K 0.06
+#define X3_WG_WAVE_US 10.0
+static double x3_wave_us(const kn_cuda_x3_call *c, int tile, int splits, int sms)
+{
+    const struct x3_tile *t = &x3_tiles[tile];
+    int64_t blocks = x3_tiles_of(c, tile) * splits, waves = (blocks + sms - 1) / sms;
+    double kchunk = (double)((c->p.k + splits - 1) / splits);
+    double us = (double)waves * (X3_WG_US_PER_K * kchunk * t->bm * t->bn / 16384.0 + X3_WG_WAVE_US);
+    if (splits > 1) us += (2.0 * splits + 1) * (double)(c->p.m * c->p.n * c->count) * 4.0 / 6.0e6;
+    return us;
+}
+
+/* The wgmma 128x128 tile's split count: the model's fastest (the fewer
+ * splits of two as fast) */
+static int x3_wave_splits(const kn_cuda_x3_call *c, int tile, int sms, double *us)
+{
+    int64_t most = c->p.k / X3_SPLIT_MIN_K;
+    if (most > X3_SPLITS_MAX) most = X3_SPLITS_MAX;
+    if (most * c->count > 65535) most = 1;
+    int best = 1;
+    *us = x3_wave_us(c, tile, 1, sms);
+    for (int s = 2; s <= most; s++) {
+        double t = x3_wave_us(c, tile, s, sms);
+        if (t < *us) *us = t, best = s;
+    }
+    return best;
+}
+
+double kn_cuda_gemm_x3_wg128_us(const kn_cuda_x3_call *c)
+{
+    double us;
+    x3_wave_splits(c, KN_CUDA_X3_TILE_WG128, kn_cuda_current()->sm_count, &us);
+    return us;
+}
+
+/* The other tiles: enough splits for about four blocks an SM (the smaller
+ * tiles fit four or more at once). */
 static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
 {
+    /* KILN_X3_SPLITS=n: every call split n ways where its k allows (for
+     * measuring the heuristic in bench/split_gemm.c, not for users) */
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("KILN_X3_SPLITS");
+        forced = e ? atoi(e) : 0;
+    }
+    if (forced > 0) {
+        int64_t f = forced < c->p.k / 64 ? forced : c->p.k / 64;
+        return f > 1 && f * c->count <= 65535 ? (int)f : 1;
+    }
+    if (tile == KN_CUDA_X3_TILE_WG128) {
+        double us;
+        return x3_wave_splits(c, tile, sms, &us);
+    }
     int64_t blocks = x3_tiles_of(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
     int64_t by_k = c->p.k / X3_SPLIT_MIN_K;
     int64_t s = want < by_k ? want : by_k;

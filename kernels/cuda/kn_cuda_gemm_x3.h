@@ -42,5 +42,9 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
 bool kn_cuda_gemm_x3_tile_runs_here(int tile);
 /* "128x128" */
 const char *kn_cuda_gemm_x3_tile_name(int tile);
+/* The wgmma 128x128 tile's time for c in microseconds by its wave model
+ * (kn_cuda_gemm_x3.c), split as the launcher will split it, on the
+ * current GPU: what matmul's default weighs against cuBLASLt. */
+double kn_cuda_gemm_x3_wg128_us(const kn_cuda_x3_call *c);
 
 #endif
