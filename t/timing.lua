@@ -395,11 +395,11 @@ T.ok(o4:find("cached=false", 1, true) and o4:find("measuring", 1, true), "a file
 cf = io.open(fname, "r")
 ctext = cf and cf:read("a") or ""
 if cf then cf:close() end
-T.like(ctext, "\nruler = 4\n", "the file names how its points were measured")
+T.like(ctext, "\nruler = 5\n", "the file names how its points were measured")
 T.like(ctext, "\nbandwidth_copy = [%d.]+:[%d.]+ ", "the file keeps the copy's figure of each working set")
-for _, old in ipairs({ "\nruler = 3\n", "\nruler = 2\n", "\n" }) do
+for _, old in ipairs({ "\nruler = 4\n", "\nruler = 3\n", "\n" }) do
   bad = io.open(fname, "w")
-  bad:write((ctext:gsub("\nruler = 4\n", old)))
+  bad:write((ctext:gsub("\nruler = 5\n", old)))
   bad:close()
   local o5 = child(code, env)
   T.ok(o5:find("cached=false", 1, true) and o5:find("measuring", 1, true),

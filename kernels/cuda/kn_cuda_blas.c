@@ -1102,9 +1102,20 @@ kn_status kn_cuda_matmul_rate(kn_dtype dt, double *tflops)
         cudaError_t e = cudaEventCreate(&ev[i]);
         if (e != cudaSuccess) st = kn_cuda_fail(e, "matmul rate: event");
     }
+    /* b k-contiguous (a Linear layer's weight as nn.Linear holds it, and
+     * ONNX's after kn_pass_k_major): the layout matmul's default runs
+     * fastest, on Hopper in f32 the split-f32 kernel, whose rate is then
+     * the ceiling its kernels and cuBLASLt's are held to (with b [k, n]
+     * the ceiling was cuBLASLt's strict 48 TFLOP/s, and the split
+     * kernel's GEMMs read 104% of it, H200 session 16) */
+    kn_tensor bt;
+    if (st == KN_OK) {
+        bt = *t[1];
+        bt.strides[0] = 1, bt.strides[1] = SIZE; /* square: the transpose's header, the same storage */
+    }
     kn_opcall c;
     kn_opcall_init(&c, KN_OP_MATMUL);
-    c.n_in = 2, c.in[0] = t[0], c.in[1] = t[1], c.n_out = 1, c.out[0] = t[2];
+    c.n_in = 2, c.in[0] = t[0], c.in[1] = &bt, c.n_out = 1, c.out[0] = t[2];
     double ms[RUNS];
     for (int r = 0; r < WARM + RUNS && st == KN_OK; r++) {
         cudaError_t e = cudaEventRecord(ev[0], kn_cuda_stream());

@@ -41,7 +41,7 @@ bool kn_cuda_matmul_wants_k_major_b(kn_dtype dt, bool tf32, int64_t m, int64_t n
 kn_status kn_cuda_matmul_fused(const kn_opcall *c, const kn_tensor *bias, int act, const kn_tensor *residual);
 /* o += r (same shape, contiguous o): kiln's add and a copy back. */
 kn_status kn_cuda_add_into(kn_tensor *o, const kn_tensor *r);
-/* The roofline ceiling for :device: an 8192^3 GEMM of dtype dt through
+/* The roofline ceiling for :device: an 8192^3 GEMM (b k-contiguous) of dtype dt through
  * kn_cuda_matmul (median of 5 event-timed runs after 2 warm-ups), in
  * TFLOP/s. f32 follows kiln.config.allow_tf32 like every matmul. */
 kn_status kn_cuda_matmul_rate(kn_dtype dt, double *tflops);

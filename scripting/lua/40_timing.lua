@@ -129,13 +129,16 @@ local function device_label(dev)
   return dev
 end
 
--- The way the ceilings' points are measured, recorded in the file. 4: each
--- point the best single pass of a copy or an add moving the same bytes,
--- each also with its (first) input just written, as measured, and the copy's
--- figure kept apart (bandwidth_copy) for kernels that write as much as they
--- read (3 kept only the better of the two; 2 had no fresh-input add; 1 also
+-- The way the ceilings' points are measured, recorded in the file. 5: the
+-- matmul rates with b k-contiguous, the layout the default runs fastest
+-- (in f32 on Hopper kiln's split-f32 kernel; 4 timed b [k, n], cuBLASLt's
+-- strict GEMM, which that kernel beats); 4: each point the best single
+-- pass of a copy or an add moving the same bytes, each also with its
+-- (first) input just written, as measured, and the copy's figure kept
+-- apart (bandwidth_copy) for kernels that write as much as they read (3
+-- kept only the better of the two; 2 had no fresh-input add; 1 also
 -- raised a small working set's point to any larger one's).
-local RULER = "4"
+local RULER = "5"
 
 local function cache_path(dev, label)
   local dir = kiln.config and kiln.config.cache_dir or "."
