@@ -442,8 +442,9 @@ static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
 /* The default's tile of the split-f32 kernel for key k, or -1 for
  * cuBLASLt's strict GEMM. With both operands k-contiguous (a linear
  * layer's forward, or an ONNX weight kn_pass_k_major laid out so):
- * - 128 rows or more: the wgmma 128x128 tile where its wave model
- *   (kn_cuda_gemm_x3.c) says it beats cuBLASLt taken at 40 TFLOP/s, what
+ * - more than 96 rows: the wgmma 128x128 or 128x192 tile, whichever its
+ *   wave model (kn_cuda_gemm_x3.c) finds faster, where it beats cuBLASLt
+ *   taken at 40 TFLOP/s, what
  *   its strict f32 GEMM sustained on these shapes (H200, session 16,
  *   bench/split_gemm.c: 33-50). Measured there: ViT-B/16's QKV and FFN
  *   GEMMs (1576 rows) 1.2-1.4x as fast as cuBLASLt, BERT's FFN 1.1-1.2x,
@@ -461,9 +462,9 @@ static int x3_default_tile_of(const kn_cuda_x3_call *c)
     if (p->k < 512 || p->m * p->n * p->k * c->count < ((int64_t)1 << 28)) return -1;
     if (p->m <= 96)
         return kn_cuda_gemm_x3_tile_runs_here(KN_CUDA_X3_TILE_WG64) ? KN_CUDA_X3_TILE_WG64 : -1;
-    if (!kn_cuda_gemm_x3_tile_runs_here(KN_CUDA_X3_TILE_WG128)) return -1;
-    double cublaslt_us = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)c->count / 40e6;
-    return kn_cuda_gemm_x3_wg128_us(c) < cublaslt_us ? KN_CUDA_X3_TILE_WG128 : -1;
+    double x3_us, cublaslt_us = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)c->count / 40e6;
+    int tile = kn_cuda_gemm_x3_wave_tile(c, &x3_us);
+    return tile >= 0 && x3_us < cublaslt_us ? tile : -1;
 }
 
 static int x3_default_tile(const lt_key *k)
@@ -542,7 +543,9 @@ static kn_status lt_entry_build(kn_cuda_blas *b, const lt_key *k, uint64_t h, co
             e->refused = false;
     } else if (v && nu && x3_allowed(k) && v < nu + LT_SPLITS + KN_CUDA_X3_TILES) {
         e->x3_tile = v - nu - LT_SPLITS;
-        e->refused = !kn_cuda_gemm_x3_tile_runs_here(e->x3_tile);
+        kn_cuda_x3_call c;
+        x3_layout(k, &c);
+        e->refused = !kn_cuda_gemm_x3_tile_takes(e->x3_tile, c.a_kmajor, c.b_kmajor);
     } else if (nu && v == nu + LT_SPLITS + KN_CUDA_X3_TILES && x3_default_tile(k) >= 0) {
         e->algo = res[usable[0]].algo; /* cuBLASLt's first, which the default is not here */
         e->refused = false;

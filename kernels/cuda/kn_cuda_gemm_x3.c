@@ -31,7 +31,13 @@ static const struct x3_tile {
     [KN_CUDA_X3_TILE_WG128] = {128, 128, 64, 128, 32, true, "wg128x128"},
     {64, 128, 64, 128, 32, true, "wg64x128"},
     [KN_CUDA_X3_TILE_WG64] = {64, 64, 64, 64, 32, true, "wg64x64"},
+    /* one wave of 128-row tiles where 128x128 takes two or a ragged
+     * second (BERT's 1024 x 2304 and 1024 x 3072: 96 and 128 tiles) */
+    [KN_CUDA_X3_TILE_WG128X192] = {128, 192, 64, 192, 32, true, "wg128x192"},
 };
+
+/* the most dynamic shared memory a block may have (sm_90: 227 KiB) */
+#define X3_SMEM_MAX (227 * 1024)
 
 bool kn_cuda_gemm_x3_tile_runs_here(int tile)
 {
@@ -56,6 +62,7 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2]
          * and two small ones, an m- or n-contiguous one's four planes and
          * raw stages of kt rows of its rows + 8 */
         int stages = c->a_kmajor && c->b_kmajor ? 4 : c->a_kmajor || c->b_kmajor ? 3 : 2;
+        if (t->bn > 128 && (c->a_kmajor || c->b_kmajor)) stages--; /* W_STAGES */
         size_t floats = 0;
         for (int o = 0; o < 2; o++) {
             size_t rows = (size_t)(o ? t->bn : t->bm);
@@ -74,6 +81,18 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2]
     }
     grid[0] = (unsigned)((c->p.m + t->bm - 1) / t->bm);
     grid[1] = (unsigned)((c->p.n + t->bn - 1) / t->bn);
+}
+
+bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor)
+{
+    if (!kn_cuda_gemm_x3_tile_runs_here(tile)) return false;
+    kn_cuda_x3_call c;
+    memset(&c, 0, sizeof c);
+    c.p.m = c.p.n = c.p.k = 1, c.count = 1, c.a_kmajor = a_kmajor, c.b_kmajor = b_kmajor;
+    unsigned grid[2], threads;
+    size_t smem;
+    x3_launch_shape(&c, tile, grid, &threads, &smem);
+    return smem <= X3_SMEM_MAX;
 }
 
 bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c)
@@ -142,11 +161,18 @@ static int x3_wave_splits(const kn_cuda_x3_call *c, int tile, int sms, double *u
     return best;
 }
 
-double kn_cuda_gemm_x3_wg128_us(const kn_cuda_x3_call *c)
+int kn_cuda_gemm_x3_wave_tile(const kn_cuda_x3_call *c, double *us)
 {
-    double us;
-    x3_wave_splits(c, KN_CUDA_X3_TILE_WG128, kn_cuda_current()->sm_count, &us);
-    return us;
+    static const int tiles[2] = {KN_CUDA_X3_TILE_WG128, KN_CUDA_X3_TILE_WG128X192};
+    int best = -1;
+    *us = 0;
+    for (int i = 0; i < 2; i++) {
+        double t;
+        if (!kn_cuda_gemm_x3_tile_takes(tiles[i], c->a_kmajor, c->b_kmajor)) continue;
+        x3_wave_splits(c, tiles[i], kn_cuda_current()->sm_count, &t);
+        if (best < 0 || t < *us) best = tiles[i], *us = t;
+    }
+    return best;
 }
 
 /* The other tiles: enough splits for about four blocks an SM (the smaller
@@ -164,7 +190,7 @@ static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
         int64_t f = forced < c->p.k / 64 ? forced : c->p.k / 64;
         return f > 1 && f * c->count <= 65535 ? (int)f : 1;
     }
-    if (tile == KN_CUDA_X3_TILE_WG128) {
+    if (tile == KN_CUDA_X3_TILE_WG128 || tile == KN_CUDA_X3_TILE_WG128X192) {
         double us;
         return x3_wave_splits(c, tile, sms, &us);
     }
@@ -186,6 +212,10 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     if (!kn_cuda_gemm_x3_tile_runs_here(tile))
         return kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel's %s tile runs on Hopper (sm_90) only",
                         t->name);
+    if (!kn_cuda_gemm_x3_tile_takes(tile, c->a_kmajor, c->b_kmajor))
+        return kn_error(KN_ERR_UNSUPPORTED,
+                        "matmul: the split-f32 kernel's %s tile does not fit in shared memory with both operands "
+                        "m- or n-contiguous", t->name);
     int layout = (c->a_kmajor ? 0 : 2) + (c->b_kmajor ? 0 : 1);
     static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
     char name[64];

@@ -14,10 +14,11 @@
 
 /* Tile shapes (kn_cuda_gemm_x3.c's table; kn_cuda_linalg.c has a module
  * for each and layout, in this order). */
-#define KN_CUDA_X3_TILES 8
+#define KN_CUDA_X3_TILES 9
 /* the wgmma tiles matmul's default picks from (kn_cuda_blas.c) */
 #define KN_CUDA_X3_TILE_WG128 5
 #define KN_CUDA_X3_TILE_WG64 7
+#define KN_CUDA_X3_TILE_WG128X192 8
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
  * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else
@@ -42,9 +43,15 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile);
 bool kn_cuda_gemm_x3_tile_runs_here(int tile);
 /* "128x128" */
 const char *kn_cuda_gemm_x3_tile_name(int tile);
-/* The wgmma 128x128 tile's time for c in microseconds by its wave model
- * (kn_cuda_gemm_x3.c), split as the launcher will split it, on the
- * current GPU: what matmul's default weighs against cuBLASLt. */
-double kn_cuda_gemm_x3_wg128_us(const kn_cuda_x3_call *c);
+/* Whether tile shape `tile` runs here with operands of these layouts (the
+ * 192-column tile's stages do not fit in shared memory with both operands
+ * m- or n-contiguous). */
+bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor);
+/* The fastest of the wgmma tiles with 128 rows (128x128, 128x192) for c
+ * by their wave model (kn_cuda_gemm_x3.c), split as the launcher will
+ * split it, on the current GPU: its tile, and its time in microseconds in
+ * *us (what matmul's default weighs against cuBLASLt); -1 where neither
+ * runs here. */
+int kn_cuda_gemm_x3_wave_tile(const kn_cuda_x3_call *c, double *us);
 
 #endif

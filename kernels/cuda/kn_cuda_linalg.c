@@ -122,6 +122,7 @@ static const la_module la_modules[] = {
     X3W_MODULES(128, 128, 32, "wg128x128"),
     X3W_MODULES(64, 128, 32, "wg64x128"),
     X3W_MODULES(64, 64, 32, "wg64x64"),
+    X3W_MODULES(128, 192, 32, "wg128x192"),
 #undef X3W_MODULE
 #undef X3W_MODULES
 #undef X3_MODULE
