@@ -483,6 +483,7 @@ bool kn_cuda_matmul_wants_k_major_b(kn_dtype dt, bool tf32, int64_t m, int64_t n
     kn_cuda_x3_call c;
     memset(&c, 0, sizeof c);
     c.p.m = m, c.p.n = n, c.p.k = k, c.p.lda = k, c.p.ldb = k, c.count = 1;
+    c.a_kmajor = c.b_kmajor = true; /* as the product will run once b is laid out */
     return kn_cuda_gemm_x3_shape_fits(&c) && x3_default_tile_of(&c) >= 0;
 }
 
