@@ -152,8 +152,7 @@ static bool conv_outside_cudnn(const kn_plan *p, const kn_node *mn)
 
 /* Fold the pointwise kernel after a matmul into the library call where
  * the backend can (cuBLASLt's BIAS / RELU_BIAS / GELU_BIAS epilogues, and a
- * residual as its C operand; in f32 the split-f32 GEMM's epilogue, which
- * computes the erf GELU too): Linear's `x·wᵀ + b`, its ReLU or GELU, and the transformer's
+ * residual as its C operand): Linear's `x·wᵀ + b`, its ReLU or tanh GELU, and the transformer's
  * `x + proj(y)`. The kernel must be exactly that chain and the matmul's
  * own value read nowhere else; the run checks the tensors' layouts and
  * falls back to the two kernels when they do not fit. */
@@ -216,20 +215,12 @@ kn_status kn_plan_epilogues(kn_plan *p)
             if (second->op == KN_OP_RELU && second->in_node[0] == P->nodes[0]) {
                 e.act = 1;
             } else if (second->op == KN_OP_GELU_TANH && second->in_node[0] == P->nodes[0] &&
-                       (mn->out[0].dtype == KN_BF16 || mn->out[0].dtype == KN_F16 || mn->out[0].dtype == KN_F32)) {
+                       (mn->out[0].dtype == KN_BF16 || mn->out[0].dtype == KN_F16)) {
                 /* cuBLASLt's GELU epilogue is the tanh form (GPT-2's
-                 * gelu_new): for half outputs computed in f32 and rounded
-                 * once to bf16 or f16, within their rounding; an f32
-                 * output gets it from kiln's kernels (the split-f32 GEMM's
-                 * epilogue, or a kernel after cuBLASLt), with tanhf as the
-                 * generated kernel computes it */
-                e.act = KN_EPI_GELU_TANH;
-            } else if (second->op == KN_OP_GELU && second->in_node[0] == P->nodes[0] && mn->out[0].dtype == KN_F32) {
-                /* BERT's and ViT's erf GELU, f32: the split-f32 GEMM's
-                 * epilogue computes it (H200: BERT's and ViT's add+GELU
-                 * kernels took 6.7 and 9.6 us after each FFN1), cuBLASLt
-                 * has none and the backend runs kiln's kernel after it */
-                e.act = KN_EPI_GELU;
+                 * gelu_new); half outputs only: computed in f32 and
+                 * rounded once to bf16 or f16 it is within their rounding,
+                 * while an f32 output keeps the generated kernel's tanhf */
+                e.act = 2;
             } else if (second->op == KN_OP_ADD) {
                 e.res_node = other_operand(second, P->nodes[0], &e.res_out);
                 if (e.res_node < 0) continue;

@@ -41,7 +41,6 @@ typedef enum {
     KN_EPI_RELU = 1,
     KN_EPI_GELU_TANH = 2, /* cuBLASLt's GELU epilogue */
     KN_EPI_HARDSWISH = 3, /* x * min(max(x / 6 + 1/2, 0), 1); conv2d only */
-    KN_EPI_GELU = 4,      /* x (1 + erf(x / sqrt 2)) / 2, kiln's gelu (BERT's and ViT's); matmul only */
 } kn_epilogue_act;
 
 typedef struct kn_backend {

@@ -176,8 +176,6 @@ static kn_status cpu_library_fused(kn_device_ctx *d, const kn_opcall *c, const k
         }
         if (act == KN_EPI_RELU && v < 0) kn_store_f64(y, o->dtype, 0.0); /* NaN stays */
         if (act == KN_EPI_HARDSWISH) kn_store_f64(y, o->dtype, v * fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0));
-        if (act == KN_EPI_GELU) /* as kn_ops.def's gelu */
-            kn_store_f64(y, o->dtype, 0.5 * v * (1 + erf(v * 0.70710678118654752440)));
         if (act == KN_EPI_GELU_TANH) /* as kn_ops.def's gelu_tanh */
             kn_store_f64(y, o->dtype, 0.5 * v * (1 + tanh(0.79788456080286535588 * (v + 0.044715 * (v * v * v)))));
     }

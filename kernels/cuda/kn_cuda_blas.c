@@ -887,22 +887,16 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
     k.dtype = (int32_t)dt;
     k.variant = variant;
     k.tf32 = dt == KN_F32 && kn_cuda_allow_tf32();
-    /* what cuBLASLt's epilogue computes: ReLU, and its tanh GELU for half
-     * outputs (in f32 kiln's kernels compute it with tanhf, the generated
-     * kernels' math); the erf GELU it has not. An activation it does not
-     * take follows in kiln's kernel (kn_cuda_bias_act); the split-f32
-     * kernel takes every one. */
-    int lt_act = act == KN_EPI_RELU || (act == KN_EPI_GELU_TANH && dt != KN_F32) ? act : 0;
-    bool want_epi = (bias || lt_act) && (!bias || lbias);
+    bool want_epi = (bias || act) && (!bias || lbias);
     for (int attempt = want_epi ? 0 : 1; attempt < 2 && !*done; attempt++) {
         bool epi = attempt == 0;
         k.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
         k.bias_dt = 0;
         k.align_bias = 0;
         if (epi) {
-            k.epilogue = lt_act == 1   ? (bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
-                         : lt_act == 2 ? (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
-                                       : CUBLASLT_EPILOGUE_BIAS;
+            k.epilogue = act == 1   ? (bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
+                         : act == 2 ? (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
+                                    : CUBLASLT_EPILOGUE_BIAS;
             if (bias) {
                 k.bias_dt = (int32_t)lbias->dtype;
                 k.align_bias = kn_cuda_align_of(kn_cuda_tensor_ptr(lbias), NULL, 0, 256);
@@ -947,7 +941,6 @@ static kn_status matmul_lt(const mm_problem *pr0, const kn_tensor *bias, int act
             lt_label(&e->algo, epilogue_note(epi, residual), label, sizeof e->label[0]);
         kn_cuda_variant_label("%s", label);
         if (!epi) st = kn_cuda_bias_act(pr.o, bias, 1, pr.n, act); /* a strided output has neither (matmul_run) */
-        else if (act != lt_act) st = kn_cuda_bias_act(pr.o, NULL, 1, pr.n, act);
     }
     /* a variant is that algorithm or nothing: kiln's kernel is no variant */
     if (!*done && variant > 0 && st == KN_OK)
@@ -998,8 +991,7 @@ static kn_status matmul_run(const kn_opcall *c, const kn_tensor *bias, int act, 
 {
     if (c->n_in != 2 || !c->in[0] || !c->in[1] || c->n_out < 1 || !c->out[0])
         return kn_error(KN_ERR_ARG, "matmul: expects 2 inputs and a preallocated output");
-    if (act < 0 || act > KN_EPI_GELU || act == KN_EPI_HARDSWISH)
-        return kn_error(KN_ERR_ARG, "matmul: unknown activation %d", act);
+    if (act < 0 || act > 2) return kn_error(KN_ERR_ARG, "matmul: unknown activation %d", act);
     kn_tensor *o = c->out[0];
     const kn_tensor *a = c->in[0], *b = c->in[1];
     if (!kn_cuda_on_current(a) || !kn_cuda_on_current(b) || !kn_cuda_on_current(o))

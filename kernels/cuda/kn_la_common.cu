@@ -44,21 +44,9 @@ __device__ __forceinline__ double kn_la_tanh(double x)
     return tanh(x);
 }
 
-__device__ __forceinline__ float kn_la_erf(float x)
-{
-    return erff(x);
-}
-
-__device__ __forceinline__ double kn_la_erf(double x)
-{
-    return erf(x);
-}
-
 // A matmul's or conv's epilogue activation, for the kernels that take one
-// as a code (kn_epilogue_act): 0 none, 1 relu (a NaN passes, as relu on
-// the CPU), 2 GELU in its tanh form (cuBLASLt's epilogue), 3 hardswish (as
-// kn_la_dw_act), 4 GELU with erf (kiln's gelu, as its generated kernels
-// compute it)
+// as a code: 0 none, 1 relu (a NaN passes, as relu on the CPU), 2 GELU in
+// its tanh form (cuBLASLt's epilogue), 3 hardswish (as kn_la_dw_act)
 template <typename Acc>
 __device__ __forceinline__ Acc kn_la_act(Acc v, int act)
 {
@@ -72,7 +60,6 @@ __device__ __forceinline__ Acc kn_la_act(Acc v, int act)
         t = t > (Acc)0 ? t : (Acc)0;
         return v * (t < (Acc)1 ? t : (Acc)1);
     }
-    if (act == 4) return (Acc)0.5 * v * ((Acc)1 + kn_la_erf(v * (Acc)0.70710678118654752440));
     return v;
 }
 
