@@ -439,32 +439,18 @@ static void x3_layout(const lt_key *k, kn_cuda_x3_call *c)
     c->count = k->count;
 }
 
-/* The default's tile of the split-f32 kernel for key k, or -1 for
- * cuBLASLt's strict GEMM. With both operands k-contiguous (a linear
- * layer's forward, or an ONNX weight kn_pass_k_major laid out so):
- * - more than 96 rows: the wgmma 128x128 or 128x192 tile, whichever its
- *   wave model (kn_cuda_gemm_x3.c) finds faster, where it beats cuBLASLt
- *   taken at 40 TFLOP/s, what
- *   its strict f32 GEMM sustained on these shapes (H200, session 16,
- *   bench/split_gemm.c: 33-50). Measured there: ViT-B/16's QKV and FFN
- *   GEMMs (1576 rows) 1.2-1.4x as fast as cuBLASLt, BERT's FFN 1.1-1.2x,
- *   the transformer block's QKV 1.5x; BERT's QKV (144 tiles: two waves on
- *   132 SMs) and output projections (48 tiles, k 768) were no faster, and
- *   the model keeps them on cuBLASLt;
- * - at most 96 rows, a long sum (large_linear's 64 x 4096 x 4096): the
- *   wgmma 64x64 tile, split-K, 1.06-1.15x (session 15).
- * Short sums (k < 512) and small products stay with cuBLASLt. With b
- * n-contiguous (as ONNX gives its weights) the kernel ran 0.88-1.13x and
- * a m-contiguous (a weight gradient) 0.89x: those stay with cuBLASLt. */
+/* The default's tile of the split-f32 kernel for call c, or -1 for
+ * cuBLASLt's strict GEMM: kn_cuda_gemm_x3_default_pick's rule (both
+ * operands k-contiguous: a linear layer's forward, or an ONNX weight
+ * kn_pass_k_major laid out so) on this GPU. With b n-contiguous (as ONNX
+ * gives its weights) the kernel ran 0.88-1.13x cuBLASLt and with a
+ * m-contiguous (a weight gradient) 0.89x: those stay with cuBLASLt
+ * (x3_default_tile). */
 static int x3_default_tile_of(const kn_cuda_x3_call *c)
 {
-    const kn_la_gemm_args *p = &c->p;
-    if (p->k < 512 || p->m * p->n * p->k * c->count < ((int64_t)1 << 28)) return -1;
-    if (p->m <= 96)
-        return kn_cuda_gemm_x3_tile_runs_here(KN_CUDA_X3_TILE_WG64) ? KN_CUDA_X3_TILE_WG64 : -1;
-    double x3_us, cublaslt_us = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)c->count / 40e6;
-    int tile = kn_cuda_gemm_x3_wave_tile(c, &x3_us);
-    return tile >= 0 && x3_us < cublaslt_us ? tile : -1;
+    int splits;
+    int tile = kn_cuda_gemm_x3_default_pick(c, kn_cuda_current()->sm_count, &splits);
+    return tile >= 0 && kn_cuda_gemm_x3_tile_runs_here(tile) ? tile : -1;
 }
 
 static int x3_default_tile(const lt_key *k)

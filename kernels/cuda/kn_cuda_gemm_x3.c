@@ -83,9 +83,9 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2]
     grid[1] = (unsigned)((c->p.n + t->bn - 1) / t->bn);
 }
 
-bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor)
+/* whether tile's stages fit in shared memory with these layouts */
+static bool x3_layout_fits(int tile, bool a_kmajor, bool b_kmajor)
 {
-    if (!kn_cuda_gemm_x3_tile_runs_here(tile)) return false;
     kn_cuda_x3_call c;
     memset(&c, 0, sizeof c);
     c.p.m = c.p.n = c.p.k = 1, c.count = 1, c.a_kmajor = a_kmajor, c.b_kmajor = b_kmajor;
@@ -93,6 +93,11 @@ bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor)
     size_t smem;
     x3_launch_shape(&c, tile, grid, &threads, &smem);
     return smem <= X3_SMEM_MAX;
+}
+
+bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor)
+{
+    return kn_cuda_gemm_x3_tile_runs_here(tile) && x3_layout_fits(tile, a_kmajor, b_kmajor);
 }
 
 bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c)
@@ -123,10 +128,12 @@ static int64_t x3_tiles_of(const kn_cuda_x3_call *c, int tile)
 #define X3_SPLIT_MIN_K 512
 #define X3_SPLITS_MAX 8
 
-/* The wave model of the wgmma 128x128 tile, one block an SM (its shared
- * memory takes the SM): the blocks run in waves of an SM each, a wave
- * takes its tiles' k times X3_WG_US_PER_K plus X3_WG_WAVE_US (filling the
- * pipeline, the epilogue), and split-K adds its partial sums' writes and
+/* The wave model of the wgmma tiles of 128 rows, one block an SM (their
+ * shared memory takes the SM): the blocks run in waves of an SM each, a
+ * wave takes its tiles' k times X3_WG_US_PER_K for each 128x128 of their
+ * area (1.5 times that for 128x192, which ran 1.0-1.2 times, session 16
+ * run 6) plus X3_WG_WAVE_US (filling the pipeline, the epilogue), and
+ * split-K adds its partial sums' writes and
  * reads at about 6 TB/s (they mostly stay in L2). Fitted to
  * bench/split_gemm.c on the H200 (session 16, splits forced): 1024x768x3072
  * split 1, 2, 3, 4, 6, 8 ways ran 192, 108, 145, 115, 123, 103 us, the
@@ -145,7 +152,7 @@ static double x3_wave_us(const kn_cuda_x3_call *c, int tile, int splits, int sms
     return us;
 }
 
-/* The wgmma 128x128 tile's split count: the model's fastest (the fewer
+/* A 128-row wgmma tile's split count: the model's fastest (the fewer
  * splits of two as fast) */
 static int x3_wave_splits(const kn_cuda_x3_call *c, int tile, int sms, double *us)
 {
@@ -161,16 +168,43 @@ static int x3_wave_splits(const kn_cuda_x3_call *c, int tile, int sms, double *u
     return best;
 }
 
-int kn_cuda_gemm_x3_wave_tile(const kn_cuda_x3_call *c, double *us)
+/* The default's rule (docs/precision.md), as measured with both operands
+ * k-contiguous on the H200 (bench/split_gemm.c, session 16, runs 4 and
+ * 6; each tile split as this model splits it):
+ * - more than 96 rows: the 128x128 or 128x192 tile, whichever the wave
+ *   model finds faster, where it beats cuBLASLt taken at 40 TFLOP/s, what
+ *   its strict f32 GEMM sustained on these shapes (33-50). It picked the
+ *   faster tile on each of twelve GEMMs of BERT, ViT-B/16 and the
+ *   transformer block, 1.23-1.68x cuBLASLt's time where it took one
+ *   (4096x1536x512: 105.7 us against 164.2; 1024x2304x768, BERT's QKV,
+ *   two waves of 128x128 but one of 128x192: 77.3 against 102.9), and
+ *   left the two output projections of 48 and 78 tiles (1024 and 1576 x
+ *   768 x 768), no faster, to cuBLASLt;
+ * - at most 96 rows, a long sum (large_linear's 64 x 4096 x 4096): the
+ *   64x64 tile, split-K, 1.06-1.15x (session 15).
+ * Short sums (k < 512) and small products stay with cuBLASLt. */
+int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits)
 {
     static const int tiles[2] = {KN_CUDA_X3_TILE_WG128, KN_CUDA_X3_TILE_WG128X192};
+    const kn_la_gemm_args *p = &c->p;
+    *splits = 1;
+    if (sms < 1 || p->k < 512 || p->m * p->n * p->k * c->count < ((int64_t)1 << 28)) return -1;
+    if (p->m <= 96) {
+        *splits = 0; /* the launcher's rule for the smaller tiles */
+        return KN_CUDA_X3_TILE_WG64;
+    }
     int best = -1;
-    *us = 0;
+    double best_us = 0;
     for (int i = 0; i < 2; i++) {
-        double t;
-        if (!kn_cuda_gemm_x3_tile_takes(tiles[i], c->a_kmajor, c->b_kmajor)) continue;
-        x3_wave_splits(c, tiles[i], kn_cuda_current()->sm_count, &t);
-        if (best < 0 || t < *us) best = tiles[i], *us = t;
+        if (!x3_layout_fits(tiles[i], c->a_kmajor, c->b_kmajor)) continue;
+        double us;
+        int s = x3_wave_splits(c, tiles[i], sms, &us);
+        if (best < 0 || us < best_us) best = tiles[i], best_us = us, *splits = s;
+    }
+    double cublaslt_us = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)c->count / 40e6;
+    if (best < 0 || best_us >= cublaslt_us) {
+        *splits = 1;
+        return -1;
     }
     return best;
 }

@@ -47,11 +47,11 @@ const char *kn_cuda_gemm_x3_tile_name(int tile);
  * 192-column tile's stages do not fit in shared memory with both operands
  * m- or n-contiguous). */
 bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor);
-/* The fastest of the wgmma tiles with 128 rows (128x128, 128x192) for c
- * by their wave model (kn_cuda_gemm_x3.c), split as the launcher will
- * split it, on the current GPU: its tile, and its time in microseconds in
- * *us (what matmul's default weighs against cuBLASLt); -1 where neither
- * runs here. */
-int kn_cuda_gemm_x3_wave_tile(const kn_cuda_x3_call *c, double *us);
+/* matmul's default for c on a Hopper GPU of `sms` SMs: a wgmma tile
+ * (split *splits ways, as the launcher splits it; 0: the 64x64 tile,
+ * which the launcher splits by its own rule), or -1 for cuBLASLt's
+ * strict GEMM; by the wave model of kn_cuda_gemm_x3.c, which needs no
+ * GPU (the caller checks that the tile runs on its own). */
+int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits);
 
 #endif
