@@ -17,6 +17,9 @@
  *
  *   build/bench/split_gemm            SPLIT_ONLY=name,name  SPLIT_REPS=N
  *
+ * KILN_X3_SPLITS=n splits every split-f32 call n ways (where its k allows):
+ * how the launcher's wave model was fitted (session 16).
+ *
  * Without a GPU it prints "split_gemm: no GPU" and exits 0.
  */
 #include <math.h>

@@ -12,23 +12,18 @@ local KILN = os.getenv("KILN") or "build/kiln"
 if not (kiln.cuda_available and kiln.cuda_available() and pcall(kiln.zeros, { 1 }, { device = "cuda" })) then
   T.skip_all("no CUDA device")
 end
-local seed = tonumber(os.getenv("KILN_TEST_SEED")) or os.time()
-io.write("# inputs from seed ", seed, " (KILN_TEST_SEED=", seed, " repeats them)\n")
+local nextseed = T.seeds()
 kiln.config.f32_precision = "ieee"
 
-local function rel(a, b)
-  a, b = a:to("cpu"):to("f64"), b:to("cpu"):to("f64")
-  local r = ((a - b):abs():amax() / (b:abs():amax() + 1e-30)):item()
-  return r == r and r or math.huge
-end
+local rel = T.rel
 
-local W = kiln.randn({ 768, 3072 }, { seed = seed, device = "cuda" }) * 0.03
-local b = kiln.randn({ 3072 }, { seed = seed + 1, device = "cuda" })
+local W = kiln.randn({ 768, 3072 }, { seed = nextseed(), device = "cuda" }) * 0.03
+local b = kiln.randn({ 3072 }, { seed = nextseed(), device = "cuda" })
 local function ffn(x) return (x:matmul(W) + b):gelu() end
 local function ref(x)
   return (x:to("cpu"):to("f64"):matmul(W:to("cpu"):to("f64")) + b:to("cpu"):to("f64")):gelu()
 end
-local x = kiln.randn({ 8, 128, 768 }, { seed = seed + 2, device = "cuda" })
+local x = kiln.randn({ 8, 128, 768 }, { seed = nextseed(), device = "cuda" })
 local cm = kiln.compile(ffn)
 local got = cm(x)
 local r64, reager = rel(got, ref(x)), rel(got, ffn(x))

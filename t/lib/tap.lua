@@ -148,6 +148,14 @@ function T.seeds(note)
   end
 end
 
+-- The relative difference of two tensors, max |a - b| / max |b|, in
+-- float64 on the CPU; math.huge for NaN (which never passes).
+function T.rel(a, b)
+  a, b = a:to("cpu"):to("f64"), b:to("cpu"):to("f64")
+  local r = ((a - b):abs():amax() / (b:abs():amax() + 1e-30)):item()
+  return r == r and r or math.huge
+end
+
 function T.done()
   io.write("1.." .. T.n .. "\n")
   os.exit(T.failed == 0 and T.n > 0 and 0 or 1)
