@@ -8,7 +8,6 @@
 -- argument, a bias on only some, another input), and a weight written
 -- after compiling (the plan builds again and the merged weight follows).
 local T = dofile("t/lib/tap.lua")
-local KILN = os.getenv("KILN") or "build/kiln"
 local nn = kiln.nn
 
 local function rel(got, want)
@@ -59,16 +58,8 @@ for _, bias in ipairs({ true, false }) do
 end
 
 -- what KILN_LOGS=fusion says, and what is left alone
-local function notes(script)
-  local out = T.output("KILN_LOGS=fusion " .. KILN .. " -e \"" .. script .. "; print('ran to the end')\" 2>&1")
-  -- a script that failed says nothing of merges either: that must not pass
-  if not out:find("ran to the end", 1, true) then return "the script failed: " .. out end
-  local lines = {}
-  for l in out:gmatch("[^\n]+") do
-    if l:find("merge_projections") then lines[#lines + 1] = l end
-  end
-  return table.concat(lines, "\n")
-end
+-- (a script that failed says nothing of merges either: T.fusion_notes says it failed)
+local function notes(script) return T.fusion_notes(script, "merge_projections") end
 local prelude = "local nn = kiln.nn; local a, b, c = nn.Linear(8, 4), nn.Linear(8, 4), nn.Linear(8, 6); "
   .. "local x = kiln.randn({3, 8}); "
 T.like(notes(prelude .. "local cm = kiln.compile(function(x) return a(x) + b(x), c(x) end); cm(x)"),

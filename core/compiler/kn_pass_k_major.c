@@ -94,7 +94,7 @@ static bool is_read(const kn_pass_ctx *x, int i)
 
 /* The b weight of matmul node i when the rewrite applies: its fixed
  * [K, N] tensor, else NULL. */
-static kn_tensor *kn_weight(kn_pass_ctx *x, int i)
+static kn_tensor *weight_to_lay_out(kn_pass_ctx *x, int i)
 {
     kn_graph *g = x->g;
     if (x->dead[i] || g->nodes[i].op != KN_OP_MATMUL || g->nodes[i].n_in != 2 || !is_read(x, i)) return NULL;
@@ -151,7 +151,7 @@ kn_status kn_pass_k_major(kn_pass_ctx *x)
     kn_status st = KN_OK;
     int64_t bytes = 0;
     for (int i = 0; i < n0 && st == KN_OK; i++) {
-        kn_tensor *w = kn_weight(x, i);
+        kn_tensor *w = weight_to_lay_out(x, i);
         if (!w) continue;
         const kn_node *mm = &x->g->nodes[i];
         const kn_meta *am = &x->g->nodes[mm->in_node[0]].out[mm->in_out[0]];

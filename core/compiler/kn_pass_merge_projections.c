@@ -141,15 +141,15 @@ static kn_status merge(kn_pass_ctx *x, const projection *ps, int n)
     int64_t n_total = 0;
     for (int k = 0; k < n; k++) n_total += ps[k].n;
     const kn_meta *am = &g->nodes[KN_REF_NODE(ps[0].a_ref)].out[KN_REF_OUT(ps[0].a_ref)];
-    bool transposed = ps[0].transposed ||
-                      kn_pass_wants_k_major(x, am, ps[0].dtype, ps[0].k, n_total, kn_tensor_device(ws[0]));
+    bool lay_out = !ps[0].transposed &&
+                   kn_pass_wants_k_major(x, am, ps[0].dtype, ps[0].k, n_total, kn_tensor_device(ws[0]));
+    bool transposed = ps[0].transposed || lay_out;
     kn_tensor *wcat = NULL, *bcat = NULL, *wt[MAX_GROUP] = {NULL};
     kn_status st = KN_OK;
-    for (int k = 0; k < n && st == KN_OK && transposed && !ps[0].transposed; k++)
-        st = kn_pass_transpose_now(x, ws[k], &wt[k]);
-    if (st == KN_OK) st = cat_now(x, transposed && !ps[0].transposed ? wt : ws, n, transposed ? 0 : 1, &wcat);
+    for (int k = 0; k < n && st == KN_OK && lay_out; k++) st = kn_pass_transpose_now(x, ws[k], &wt[k]);
+    if (st == KN_OK) st = cat_now(x, lay_out ? wt : ws, n, transposed ? 0 : 1, &wcat);
     for (int k = 0; k < n; k++) kn_tensor_release(wt[k]);
-    if (st == KN_OK && transposed && !ps[0].transposed)
+    if (st == KN_OK && lay_out)
         kn_pass_note(x, "k_major_weights: the merged [%lld, %lld] weight is laid out k-contiguous, the device's "
                         "matmul runs faster so",
                      (long long)ps[0].k, (long long)n_total);

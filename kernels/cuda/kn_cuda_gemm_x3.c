@@ -133,8 +133,8 @@ static int64_t x3_tiles_of(const kn_cuda_x3_call *c, int tile)
  * wave takes its tiles' k times X3_WG_US_PER_K for each 128x128 of their
  * area (1.5 times that for 128x192, which ran 1.0-1.2 times, session 16
  * run 6) plus X3_WG_WAVE_US (filling the pipeline, the epilogue), and
- * split-K adds its partial sums' writes and
- * reads at about 6 TB/s (they mostly stay in L2). Fitted to
+ * split-K adds its partial sums' writes and reads at about 6 TB/s (they
+ * mostly stay in L2). Fitted to
  * bench/split_gemm.c on the H200 (session 16, splits forced): 1024x768x3072
  * split 1, 2, 3, 4, 6, 8 ways ran 192, 108, 145, 115, 123, 103 us, the
  * model says 194, 105, 148, 117, 129, 108; 1576x768x3072 split 3, 4, 6, 8
@@ -246,7 +246,12 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     if (!kn_cuda_gemm_x3_tile_runs_here(tile))
         return kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel's %s tile runs on Hopper (sm_90) only",
                         t->name);
-    if (!kn_cuda_gemm_x3_tile_takes(tile, c->a_kmajor, c->b_kmajor))
+    /* before the module is loaded: a layout whose stages do not fit is
+     * refused without compiling it */
+    unsigned grid[2], threads;
+    size_t smem;
+    x3_launch_shape(c, tile, grid, &threads, &smem);
+    if (smem > X3_SMEM_MAX)
         return kn_error(KN_ERR_UNSUPPORTED,
                         "matmul: the split-f32 kernel's %s tile does not fit in shared memory with both operands "
                         "m- or n-contiguous", t->name);
@@ -256,9 +261,6 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     snprintf(name, sizeof name, "kn_la_gemm_x3_%s_%s", t->name, lay[layout]);
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel(name, &fn));
-    unsigned grid[2], threads;
-    size_t smem;
-    x3_launch_shape(c, tile, grid, &threads, &smem);
     int dev = kn_cuda_current()->index;
     pthread_mutex_lock(&lock);
     bool raised = dev < 64 && (smem_raised[tile][layout] >> dev & 1);

@@ -7,7 +7,6 @@
 -- [N, K] weight, a training step, the pass turned off), and the suite's
 -- tiny ONNX models against PyTorch's outputs.
 local T = dofile("t/lib/tap.lua")
-local KILN = os.getenv("KILN") or "build/kiln"
 local nextseed = T.seeds()
 
 local rel = T.rel
@@ -36,16 +35,7 @@ kiln.no_grad(function() W:copy_(W * -0.5) end)
 T.ok(rel(cm(x), ref(x)) <= 1e-5, "after W is written in place, the compiled result follows it")
 
 -- what KILN_LOGS=fusion says
-local function notes(script, env)
-  local out = T.output((env or "") .. " KILN_LOGS=fusion " .. KILN .. " -e \"" .. script
-    .. "; print('ran to the end')\" 2>&1")
-  if not out:find("ran to the end", 1, true) then return "the script failed: " .. out end
-  local lines = {}
-  for l in out:gmatch("[^\n]+") do
-    if l:find("k_major_weights") then lines[#lines + 1] = l end
-  end
-  return table.concat(lines, "\n")
-end
+local function notes(script, env) return T.fusion_notes(script, "k_major_weights", env) end
 local prelude = "local W = kiln.randn({8, 4}); local x = kiln.randn({3, 8}); "
 local use = prelude .. "local cm = kiln.compile(function(x) return x:matmul(W) end); cm(x)"
 T.like(notes(use), "^k_major_weights: 1 %[K, N%] matmul weight laid out k%-contiguous %(0%.0 MiB more device "

@@ -117,6 +117,23 @@ function T.output(cmd)
   return out
 end
 
+-- The lines holding `word` (a plain string) that KILN_LOGS=fusion prints
+-- while kiln ($KILN) runs `script` with `env` (variable assignments or an
+-- `env -u NAME`) before the command, joined by newlines. A script that
+-- did not run to its end says nothing either: then "the script failed:"
+-- and its output, which no expected note matches.
+function T.fusion_notes(script, word, env)
+  local kiln = os.getenv("KILN") or "build/kiln"
+  local out = T.output((env or "") .. " KILN_LOGS=fusion " .. kiln .. " -e \"" .. script
+    .. "; print('ran to the end')\" 2>&1")
+  if not out:find("ran to the end", 1, true) then return "the script failed: " .. out end
+  local lines = {}
+  for l in out:gmatch("[^\n]+") do
+    if l:find(word, 1, true) then lines[#lines + 1] = l end
+  end
+  return table.concat(lines, "\n")
+end
+
 -- text split into sections at the lines matching `pattern`, whose one
 -- capture names the section: {name = the lines after it, each with "\n"}
 -- (lines before the first such line are dropped).
