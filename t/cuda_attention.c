@@ -9,6 +9,13 @@
  * (the SIMT path for bf16/f16), every autotuner variant, a fully masked row
  * (NaN), and bad problems refused with the right status.
  *
+ * f32 calls that run the split-f32 kernel (f32 on the TF32 tensor cores)
+ * are also held to the "ieee" precision contract: their error against
+ * float64 at most twice that of the strict f32 kernel
+ * (KN_ATTENTION_STRICT) on the same inputs, plus the contract's floor of
+ * 4e-7 of the largest output, with inputs of uniform values, v spanning
+ * 1e-6 to 1e6 in one row (q and k 1e-6 to 3), and denormals among them.
+ *
  * The reference takes the inputs as rounded to the dtype; the error is
  * max |got - ref| / max |ref| over the output, within 1e-4 for f32, 2e-2
  * for bf16 and 5e-3 for f16 (bf16/f16 round P to the input precision for
@@ -29,6 +36,7 @@ int main(void)
 #include "cuda/kn_cuda_attention.h"
 #include "cuda/kn_cuda.h"
 #include "cuda/kn_cuda_context.h"
+#include "kn_plan_impl.h"
 #include "ops_testlib.h"
 
 enum { MASK_NONE, MASK_BOOL, MASK_ADD, MASK_ADD_F32 };
@@ -42,7 +50,11 @@ typedef struct acase {
     int causal, mask, layout, variant;
     int mask_row0_off; /* a bool mask whose row 0 is all false: that row must be NaN */
     int pad_mask;      /* the mask is [b, 1, 1, tk], a padding mask broadcast over heads and query rows */
+    int values;        /* VALUES_*: how q, k and v are drawn */
 } acase;
+
+enum { VALUES_UNIFORM, VALUES_WIDE, VALUES_DENORMAL };
+static const char *const values_names[] = {"", ", v 1e-6..1e6", ", denormals among the values"};
 
 /* ---- host buffers in a dtype ---- */
 
@@ -159,8 +171,6 @@ static double tolerance(kn_dtype dt)
     return dt == KN_F32 ? 1e-4 : dt == KN_BF16 ? 2e-2 : 5e-3;
 }
 
-/* ---- one case ---- */
-
 static void fill(kn_dtype dt, void *buf, double *vals, int64_t n, double lo, double hi)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -168,6 +178,77 @@ static void fill(kn_dtype dt, void *buf, double *vals, int64_t n, double lo, dou
         put(dt, buf, i, vals[i]);
     }
 }
+
+/* q, k or v values of a kind: uniform in [-1, 1]; magnitudes 10^u for u
+ * uniform in [lo_exp, hi_exp] with random signs; or uniform with every
+ * fourth value a denormal (f32's are below 1.2e-38) */
+static void fill_values(kn_dtype dt, int kind, void *buf, double *vals, int64_t n, double lo_exp, double hi_exp)
+{
+    fill(dt, buf, vals, n, -1, 1);
+    if (kind == VALUES_UNIFORM) return;
+    for (int64_t i = 0; i < n; i++) {
+        double sign = tl_unit() < 0.5 ? -1 : 1, v = vals[i];
+        if (kind == VALUES_WIDE) v = sign * pow(10, lo_exp + (hi_exp - lo_exp) * tl_unit());
+        else if (i % 4 == 0) v = sign * 1e-39 * (0.01 + tl_unit());
+        vals[i] = round_to(dt, v);
+        put(dt, buf, i, vals[i]);
+    }
+}
+
+/* max |got - ref| / max |ref| over the output (NaN where the reference is
+ * not NaN counts as infinite; NaN where it is counts as right) */
+static double rel_max_error(const acase *c, const void *hout, const int64_t os[3], const double *ref)
+{
+    double maxref = 0, maxerr = 0;
+    int64_t n = c->b * c->h * c->tq * c->dv;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(ref[i]) && fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    for (int64_t b = 0; b < c->b; b++)
+        for (int64_t h = 0; h < c->h; h++)
+            for (int64_t i = 0; i < c->tq; i++)
+                for (int64_t x = 0; x < c->dv; x++) {
+                    double w = ref[((b * c->h + h) * c->tq + i) * c->dv + x];
+                    double g = get(c->dt, hout, b * os[0] + h * os[1] + i * os[2] + x);
+                    if (isnan(w)) continue;
+                    double err = isnan(g) ? INFINITY : fabs(g - w);
+                    if (err > maxerr) maxerr = err;
+                }
+    return maxref > 0 ? maxerr / maxref : maxerr;
+}
+
+/* ---- the precision contract ---- */
+
+/* The split-f32 result (its error rel) against the strict f32
+ * kernel's on the same inputs, by the contract's rule
+ * (kn_plan_within_contract: twice strict's error, plus a floor of a few
+ * f32 roundings of the largest output for results strict f32 gets
+ * exactly). The ratio is printed: the contract is met by the floor alone
+ * where it is above 2. */
+static void check_contract(const acase *c, const kn_attention_problem *p, int64_t no,
+                           const int64_t os[3], const double *ref, double rel, const char *name)
+{
+    kn_attention_problem sp = *p;
+    size_t bytes = (size_t)no * sizeof(float);
+    float *hs = malloc(bytes);
+    sp.variant = KN_ATTENTION_STRICT;
+    kn_status st = kn_cuda_malloc((int64_t)bytes, &sp.o);
+    if (st == KN_OK) st = kn_cuda_attention(&sp);
+    cudaError_t e = st == KN_OK ? cudaMemcpyAsync(hs, sp.o, bytes, cudaMemcpyDeviceToHost, kn_cuda_stream()) : cudaSuccess;
+    if (e == cudaSuccess && st == KN_OK) e = cudaStreamSynchronize(kn_cuda_stream());
+    if (st != KN_OK || e != cudaSuccess) {
+        ok(0, "%s: the strict f32 kernel ran", name);
+        printf("#   %s\n", st != KN_OK ? kn_last_error() : cudaGetErrorString(e));
+    } else {
+        double strict = rel_max_error(c, hs, os, ref);
+        ok(kn_plan_within_contract(rel, strict) && !isnan(rel),
+           "%s: split-f32 error %.2e, strict f32's %.2e (%.2fx): within the ieee contract", name, rel, strict,
+           strict > 0 ? rel / strict : 0.0);
+    }
+    if (sp.o) kn_cuda_free(sp.o);
+    free(hs);
+}
+
+/* ---- one case ---- */
 
 static void run_case(const acase *c)
 {
@@ -182,9 +263,12 @@ static void run_case(const acase *c)
     double *q = malloc(sizeof(double) * (size_t)nq), *k = malloc(sizeof(double) * (size_t)nk),
            *v = malloc(sizeof(double) * (size_t)nv);
     void *hq = malloc((size_t)nq * es), *hk = malloc((size_t)nk * es), *hv = malloc((size_t)nv * es);
-    fill(dt, hq, q, nq, -1, 1);
-    fill(dt, hk, k, nk, -1, 1);
-    fill(dt, hv, v, nv, -1, 1);
+    /* wide values: v spans 1e-6..1e6; q and k 1e-6..3, since softmax
+     * turns a score's absolute error into P's relative error, and f32
+     * scores of 1e6 carry errors of 0.1 whatever the kernel */
+    fill_values(dt, c->values, hq, q, nq, -6, 0.5);
+    fill_values(dt, c->values, hk, k, nk, -6, 0.5);
+    fill_values(dt, c->values, hv, v, nv, -6, 6);
     /* masks are [b, 1, tq, tk]: broadcast over heads (stride 0) */
     kn_dtype mdt = c->mask == MASK_BOOL ? KN_BOOL : c->mask == MASK_ADD_F32 ? KN_F32 : dt;
     int64_t nm = !c->mask ? 1 : c->pad_mask ? c->b * c->tk : c->b * c->tq * c->tk;
@@ -226,11 +310,11 @@ static void run_case(const acase *c)
     const char *label = nvar > 0 ? labels[c->variant ? c->variant - 1 : 0] : "?";
 
     char name[256];
-    snprintf(name, sizeof name, "%s B%lld H%lld tq %lld tk %lld d %lld dv %lld%s, %s%s, %s%s [%s]", kn_dtype_name(dt),
-             (long long)c->b, (long long)c->h, (long long)c->tq, (long long)c->tk, (long long)c->d,
-             (long long)c->dv, c->causal ? " causal" : "", mask_names[c->mask], c->pad_mask ? " [B,1,1,T]" : "",
-             layout_names[c->layout],
-             c->mask_row0_off ? ", row 0 fully masked" : "", label);
+    snprintf(name, sizeof name, "%s B%lld H%lld tq %lld tk %lld d %lld dv %lld%s, %s%s, %s%s%s [%s]",
+             kn_dtype_name(dt), (long long)c->b, (long long)c->h, (long long)c->tq, (long long)c->tk,
+             (long long)c->d, (long long)c->dv, c->causal ? " causal" : "", mask_names[c->mask],
+             c->pad_mask ? " [B,1,1,T]" : "", layout_names[c->layout], c->mask_row0_off ? ", row 0 fully masked" : "",
+             values_names[c->values], label);
     kn_status st = kn_cuda_attention(&p);
     cudaError_t e = st == KN_OK ? cudaMemcpyAsync(hout, dout, (size_t)no * es, cudaMemcpyDeviceToHost, kn_cuda_stream())
                                 : cudaSuccess;
@@ -269,6 +353,7 @@ static void run_case(const acase *c)
         ok(good, "%s: max error %.3g of max |ref| %.3g (rel %.2e, tol %.0e)", name, maxerr, maxref, rel,
            tolerance(dt));
         if (bad_nan) printf("#   %lld NaN mismatches (first at flat %lld)\n", (long long)bad_nan, (long long)first_bad);
+        if (strncmp(label, "split-f32", 9) == 0) check_contract(c, &p, no, os, ref, rel, name);
     }
     kn_cuda_free(dq);
     kn_cuda_free(dk);
@@ -321,9 +406,21 @@ static void test_refusals(void)
        "bf16 d=64 has tensor-core variants and the SIMT one (%d)", n);
     p.dtype = KN_F32;
     n = kn_cuda_attention_variants(&p, labels);
-    ok(n == 3 && strncmp(labels[0], "f32 tiled bm32", 14) == 0 && strncmp(labels[1], "f32 tiled bm64", 14) == 0 &&
-           strncmp(labels[2], "simt", 4) == 0,
-       "f32 on one small block: the tiled variants, 32-row blocks first, then the SIMT one (%d)", n);
+    ok(n == 6 && strcmp(labels[0], "split-f32 bm32 bn32 ks2") == 0 && strcmp(labels[1], "split-f32 bm32 bn32") == 0 &&
+           strcmp(labels[2], "split-f32 bm64 bn32") == 0 && strncmp(labels[3], "f32 tiled bm32", 14) == 0 &&
+           strncmp(labels[4], "f32 tiled bm64", 14) == 0 && strncmp(labels[5], "simt", 4) == 0,
+       "f32 on one small block: the split-f32 variants (key groups first), then the tiled ones, then the SIMT one (%d)",
+       n);
+    p.variant = -2;
+    ok(kn_cuda_attention(&p) == KN_ERR_RANGE, "variant -2 does not exist (%s)", kn_last_error());
+    p.variant = 0;
+    p.d = p.dv = 80;
+    p.q_stride[2] = p.k_stride[2] = p.v_stride[2] = p.o_stride[2] = 80;
+    n = kn_cuda_attention_variants(&p, labels);
+    ok(n == 3 && strncmp(labels[0], "f32 tiled", 9) == 0,
+       "f32 with 80-wide heads: no split-f32 variant (it takes heads up to 64) (%d: %s)", n, n ? labels[0] : "-");
+    p.d = p.dv = 64;
+    p.q_stride[2] = p.k_stride[2] = p.v_stride[2] = p.o_stride[2] = 64;
     p.q_stride[2] = 66; /* rows 16-byte copies cannot take: the SIMT kernel only */
     n = kn_cuda_attention_variants(&p, labels);
     ok(n == 1 && strncmp(labels[0], "simt", 4) == 0, "f32 with rows of 66 elements: the SIMT variant only (%d)", n);
@@ -480,6 +577,20 @@ int main(void)
                        .pad_mask = mask != MASK_NONE};
             run_case(&c);
         }
+        if (dt != KN_F32) continue;
+        /* the split-f32 kernel (the f32 default up to 64-wide heads) at
+         * ViT's and the transformer_block sample's shapes, at ragged
+         * lengths and head dims, d != dv, on wide-ranged and denormal values */
+        static const int64_t shapes[][6] = {
+            {8, 12, 197, 197, 64, 64}, {4, 8, 256, 256, 64, 64}, {2, 3, 100, 61, 32, 32},
+            {1, 4, 33, 70, 20, 20},    {2, 2, 129, 129, 40, 40}, {2, 2, 90, 90, 64, 24}, {2, 2, 65, 65, 28, 64}};
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int values = VALUES_UNIFORM; values <= VALUES_DENORMAL; values++) {
+                acase c = {.dt = dt, .b = shapes[i][0], .h = shapes[i][1], .tq = shapes[i][2], .tk = shapes[i][3],
+                           .d = shapes[i][4], .dv = shapes[i][5], .causal = (int)(i % 2), .values = values,
+                           .mask = i == 2 ? MASK_ADD_F32 : i == 3 ? MASK_BOOL : MASK_NONE};
+                run_case(&c);
+            }
     }
     test_refusals();
     time_case(KN_BF16, 16, 8, 256, 64, 1);

@@ -144,7 +144,7 @@ static void test_linalg_modules(void)
 /* Every module kn_cuda_attention.c can build: tensor-core modules for
  * bf16 and f16 at each padded head dim 16..128, SIMT modules for f32, bf16
  * and f16 at 1..8 output chunks of 32 columns, tiled f32 modules for head
- * dims 32, 64 and 128. */
+ * dims 32, 64 and 128, split-f32 modules for head dims 32 and 64. */
 static void test_attention_modules(void)
 {
     int bad_compile = 0, bad_warn = 0, missing = 0, modules = 0;

@@ -127,7 +127,8 @@ typedef struct kn_opcall {
     int variant; /* library ops (matmul, conv2d): which of the backend's
                     algorithms runs it; 0 is its default pick (the autotuner
                     measures the others, kn_backend.library_variant_label);
-                    KN_VARIANT_STRICT its strict f32 engine for matmul */
+                    KN_VARIANT_STRICT its strict f32 engine for matmul
+                    and attention */
     /* the caller's settings (TF32, the cache dir of the kernels it
      * compiles, the backends' logs), borrowed for the call; NULL: the
      * defaults (kn_settings.h) */

@@ -13,8 +13,10 @@
 //   #define KN_ATT_NC <1..8>              the SIMT kernel for dv <= 32*NC
 //  or
 //   #define KN_ATT_FT <32, 64, 128>       the tiled f32 kernel for this padded head dim
+//  or
+//   #define KN_ATT_X3 <32, 64>            the split-f32 tensor-core kernel for this padded head dim
 // and looks the kernels up by the names built below (kn_attn_tc_*,
-// kn_attn_simt_* and kn_attn_f32t_*). kn_cuda_attention_source puts kn_cuda_attn_args.h (the
+// kn_attn_simt_*, kn_attn_f32t_* and kn_attn_x3_*). kn_cuda_attention_source puts kn_cuda_attn_args.h (the
 // args struct the host fills) before this text.
 //
 // No CUDA headers (NVRTC runs without include paths): bf16/f16 are raw
@@ -776,6 +778,55 @@ extern "C" __global__ void __launch_bounds__(128)
 }
 #endif // KN_ATT_NC
 
+#if (defined(KN_ATT_FT) || defined(KN_ATT_X3)) && KN_ATT_DT == 0
+// ---- f32 staging and masks, shared by the tiled f32 and split-f32 kernels ----
+
+// One thread's share of staging a [NROWS][FT] f32 slice into shared memory
+// as [NROWS][LD] (LD = FT + 4 unless said), in 16-byte cp.async chunks, by
+// the block's NTHREADS threads. NTHREADS is a multiple of a row's FT / 4
+// chunks, so a thread always copies the same column (col) of rows r0,
+// r0 + RSTEP, ...; only the row bound changes from tile to tile.
+template <int FT, int NROWS, int LD = FT + 4, int NTHREADS = 128> struct kn_att_ft_stager {
+    static constexpr int CH = FT / 4, RSTEP = NTHREADS / CH, PER = NROWS / RSTEP;
+    static_assert(NTHREADS % CH == 0 && NROWS % RSTEP == 0, "the threads must tile the rows evenly");
+    const char *base; // the slice: what a zero-filled chunk names (it reads nothing)
+    const char *g;    // this thread's first chunk, in row r0 of the slice
+    long long step;   // bytes between its chunks (RSTEP rows)
+    int r0, bytes;    // its first row; bytes a chunk copies (0 past the width)
+    int dst_off;      // its first chunk's offset in shared memory, in floats
+    // thread tid of the NTHREADS (threadIdx.x when they are the whole block)
+    __device__ __forceinline__ void init(const char *slice, long long rs, int width, int tid)
+    {
+        const int col = (tid % CH) * 4, left = width - col;
+        base = slice;
+        r0 = tid / CH;
+        bytes = left >= 4 ? 16 : left > 0 ? 4 * left : 0;
+        g = slice + ((long long)r0 * rs + col) * 4;
+        step = (long long)RSTEP * rs * 4;
+        dst_off = r0 * LD + col;
+    }
+    // rows row0 .. row0 + NROWS - 1 of the slice (row0 * row_bytes bytes in), zero past `limit`
+    __device__ __forceinline__ void copy(float *dst, long long row0, long long row_bytes, long long limit) const
+    {
+        const char *p = g + row0 * row_bytes;
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const bool in = row0 + r0 + u * RSTEP < limit && bytes;
+            kn_att_cp16(dst + dst_off + u * RSTEP * LD, in ? p + u * step : base, in ? bytes : 0);
+        }
+    }
+};
+
+// a mask entry of key j (clamped to tk - 1: keys past tk are dropped
+// anyway) in row mrow: a bool as 0 or 1, an additive f32 entry as itself
+__device__ __forceinline__ float kn_att_ft_mask(int kind, const char *mrow, int j, int tk, int ms3)
+{
+    const int off = min(j, tk - 1) * ms3;
+    return kind == 1 ? (float)((const unsigned char *)mrow)[off] : ((const float *)mrow)[off];
+}
+
+#endif
+
 #if defined(KN_ATT_FT) && KN_ATT_DT == 0
 // ============================================================================
 // Tiled f32 kernel: f32 FMA throughout (strict f32, no tensor cores), for
@@ -815,48 +866,6 @@ extern "C" __global__ void __launch_bounds__(128)
 // ============================================================================
 #define KN_ATT_FT_BN 64
 #define KN_ATT_FT_LP (KN_ATT_FT_BN + 8)
-
-// One thread's share of staging a [NROWS][FT] f32 slice into shared memory
-// as [NROWS][FT + 4], in 16-byte cp.async chunks. 128 is a multiple of a
-// row's FT / 4 chunks, so a thread always copies the same column (col) of
-// rows r0, r0 + RSTEP, ...; only the row bound changes from tile to tile.
-template <int FT, int NROWS> struct kn_att_ft_stager {
-    static constexpr int CH = FT / 4, RSTEP = 128 / CH, PER = NROWS / RSTEP;
-    const char *base; // the slice: what a zero-filled chunk names (it reads nothing)
-    const char *g;    // this thread's first chunk, in row r0 of the slice
-    long long step;   // bytes between its chunks (RSTEP rows)
-    int r0, bytes;    // its first row; bytes a chunk copies (0 past the width)
-    int dst_off;      // its first chunk's offset in shared memory, in floats
-    __device__ __forceinline__ void init(const char *slice, long long rs, int width)
-    {
-        const int col = (threadIdx.x % CH) * 4, left = width - col;
-        base = slice;
-        r0 = threadIdx.x / CH;
-        bytes = left >= 4 ? 16 : left > 0 ? 4 * left : 0;
-        g = slice + ((long long)r0 * rs + col) * 4;
-        step = (long long)RSTEP * rs * 4;
-        dst_off = r0 * (FT + 4) + col;
-    }
-    // rows row0 .. row0 + NROWS - 1 of the slice (row0 * row_bytes bytes in), zero past `limit`
-    __device__ __forceinline__ void copy(float *dst, long long row0, long long row_bytes, long long limit) const
-    {
-        const char *p = g + row0 * row_bytes;
-#pragma unroll
-        for (int u = 0; u < PER; u++) {
-            const bool in = row0 + r0 + u * RSTEP < limit && bytes;
-            kn_att_cp16(dst + dst_off + u * RSTEP * (FT + 4), in ? p + u * step : base, in ? bytes : 0);
-        }
-    }
-};
-
-// a mask entry of key j (clamped to tk - 1: keys past tk are dropped
-// anyway) in row mrow: a bool as 0 or 1, an additive f32 entry as itself
-__device__ __forceinline__ float kn_att_ft_mask(int kind, const char *mrow, int j, int tk, int ms3)
-{
-    const int off = min(j, tk - 1) * ms3;
-    return kind == 1 ? (float)((const unsigned char *)mrow)[off] : ((const float *)mrow)[off];
-}
-
 // S = Q K^T for one tile: rows ty + 16*i, keys tx + 8*j. TAIL: only the
 // first jn key groups of 8 hold keys that can be kept (the last tile of a
 // sequence that is not a multiple of 64, or of a causal block); the others'
@@ -955,12 +964,12 @@ template <int FT, int BM> __device__ __forceinline__ void kn_att_f32t(const kn_a
     const int ntiles = (int)((kend + BN - 1) / BN), tk = (int)a.tk;
 
     kn_att_ft_stager<FT, BN> kst, vst;
-    kst.init(kp, a.ks[2], a.d);
-    vst.init(vp, a.vs[2], a.dv);
+    kst.init(kp, a.ks[2], a.d, threadIdx.x);
+    vst.init(vp, a.vs[2], a.dv, threadIdx.x);
     const long long krow = a.ks[2] * 4, vrow = a.vs[2] * 4;
     {
         kn_att_ft_stager<FT, BM> qst;
-        qst.init(qp, a.qs[2], a.d);
+        qst.init(qp, a.qs[2], a.d, threadIdx.x);
         qst.copy(sq, q0, a.qs[2] * 4, a.tq);
     }
     kst.copy(sk, 0, krow, a.tk);
@@ -1135,5 +1144,395 @@ extern "C" __global__ void __launch_bounds__(128)
     kn_att_f32t<KN_ATT_FT, 32>(a, kn_att_ftsmem);
 }
 #endif // KN_ATT_FT
+
+#if defined(KN_ATT_X3) && KN_ATT_DT == 0
+// ============================================================================
+// Split-f32 kernel: f32 attention on the TF32 tensor cores at f32 accuracy,
+// the split-precision ("3xTF32") method of kn_la_gemm_x3.cu (read its head
+// comment for why the method is accurate and where it is not). Each f32
+// operand x is split into a TF32 "big" part and a TF32 "small" remainder,
+// and a product is big.big + big.small + small.big on mma.sync m16n8k8,
+// the small terms first. The tensor core adds to its accumulator with
+// truncation, so, as in the GEMM, no accumulator is chained through more
+// than four k-steps: S's k-steps (the head dim) are summed four at a time
+// into a zeroed partial that an f32 add folds into the scores, and each
+// tile's P V (32 keys, four k-steps) into a zeroed partial that an f32 add
+// folds into O. PyTorch's memory-efficient attention uses the same split
+// for f32 on sm_80 and later.
+//
+// Layout. W warps a block, 16 query rows each (BM = 16 W); key tiles of 32
+// (BN), K and V double-buffered in shared memory by cp.async, Q staged
+// there once (Q and K rows of DP + 8 floats, V rows of DP + 4: the pads put
+// a warp's fragment loads in distinct banks). Q's fragments are read and
+// split at each use, scaled by scale * log2(e) so that the scores come out
+// in the log2 domain: held in registers they took 32 more a thread, and
+// the kernel went from 168 registers with spills to fewer without.
+//
+// The k permutation. Within a k-step of 8, mma k index t stands for element
+// 2t and index t + 4 for element 2t + 1, on both operands (a sum does not
+// care about the order of its terms):
+//   S = Q K^T: a lane's Q and K elements of a k-step are two neighbours, one
+//     8-byte load;
+//   O += P V: the S accumulator of key n-tile kc holds (row g, keys 2t and
+//     2t + 1) and (row g + 8, the same keys), which is exactly P's A
+//     fragment for the k-step over those 8 keys; B is V's rows 2t and
+//     2t + 1. P never leaves registers, with no shuffles.
+// Fragment layouts of m16n8k8 .tf32 (g = lane / 4, t = lane % 4):
+//   A: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+//   B: b0 (k t, n g), b1 (k t + 4, n g)
+//   C: c0, c1 (g, 2t .. 2t + 1), c2, c3 (g + 8, 2t .. 2t + 1)
+// ============================================================================
+#define KN_ATT_X3_BN 32
+
+// x rounded to TF32's 11 significant bits, to nearest (ties away), by two
+// integer ops (kn_la_gemm_x3.cu measured cvt.rna.tf32.f32 slower)
+__device__ __forceinline__ unsigned kn_att_tf32(unsigned bits)
+{
+    return (bits + 0x1000u) & 0xffffe000u;
+}
+// x = big + small, both TF32; x - big is exact
+__device__ __forceinline__ void kn_att_split(float x, unsigned &big, unsigned &small)
+{
+    big = kn_att_tf32(__float_as_uint(x));
+    small = kn_att_tf32(__float_as_uint(x - __uint_as_float(big)));
+}
+// c += a b on TF32 fragments
+__device__ __forceinline__ void kn_att_mma_tf32(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c = a b: a zeroed accumulator, with no instructions to zero it
+__device__ __forceinline__ void kn_att_mma_tf32_first(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+// the split product's three terms, small ones first: c (+)= a b
+template <bool FIRST>
+__device__ __forceinline__ void kn_att_mma_x3(float (&c)[4], const unsigned (&ab)[4], const unsigned (&as)[4], unsigned bb0,
+                                              unsigned bb1, unsigned bs0, unsigned bs1)
+{
+    if (FIRST) kn_att_mma_tf32_first(c, as, bb0, bb1);
+    else kn_att_mma_tf32(c, as, bb0, bb1);
+    kn_att_mma_tf32(c, ab, bs0, bs1);
+    kn_att_mma_tf32(c, ab, bb0, bb1);
+}
+
+// A key group's barrier (named barrier 1 + group, its RW warps): the
+// groups of a block walk their key tiles independently (immediate ids: a
+// register id makes ptxas reserve all 16 barriers)
+template <int KG, int RW> __device__ __forceinline__ void kn_att_x3_group_sync(int grp)
+{
+    if (KG == 1) __syncthreads();
+    else if (grp == 0) asm volatile("bar.sync 1, %0;\n" ::"n"(32 * RW) : "memory");
+    else if (grp == 1) asm volatile("bar.sync 2, %0;\n" ::"n"(32 * RW) : "memory");
+    else if (grp == 2) asm volatile("bar.sync 3, %0;\n" ::"n"(32 * RW) : "memory");
+    else asm volatile("bar.sync 4, %0;\n" ::"n"(32 * RW) : "memory");
+}
+
+// RW row warps (BM = 16 RW query rows) x KG key groups: group g walks key
+// tiles g, g + KG, ... through ST buffers of its own (ST 2: the next tile
+// loads while this one is used), and at the end the groups' softmax
+// states (row max, row sum, unnormalized O) are merged through shared
+// memory, as the tensor-core kernel's key groups are. Key groups put more
+// warps on the GPU where the grid is small (BERT's 8 x 12 heads x 128
+// tokens make 768 warps of 16 rows for 132 SMs).
+template <int DP, int RW, int KG, int ST> __device__ __forceinline__ void kn_att_x3(const kn_attn_args &a, float *smem)
+{
+    constexpr int BN = KN_ATT_X3_BN, BM = 16 * RW, LK = DP + 8, LV = DP + 4, KSTEPS = DP / 8, NT = BN / 8,
+                  DT8 = DP / 8, GROUP = 4; // k-steps a partial sum chains
+    constexpr int STAGE = BN * (LK + LV); // floats: a tile's K, then its V
+    constexpr int GT = 32 * RW;           // threads a key group
+    static_assert(KG == 1 || (4 + 4 * DT8) * GT <= ST * STAGE, "a key group's merge state must fit its buffers");
+    const int grp = KG == 1 ? 0 : threadIdx.x / GT, gtid = KG == 1 ? threadIdx.x : threadIdx.x % GT;
+    const int warp = gtid / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const long long nbh = gridDim.x / a.n_qblocks;
+    const long long bh = blockIdx.x % nbh;
+    const int qb = a.n_qblocks - 1 - (int)(blockIdx.x / nbh);
+    const long long b = bh / a.heads, h = bh % a.heads;
+    const long long q0 = (long long)qb * BM, wq0 = q0 + warp * 16; // the block's and this warp's first query row
+    const char *qp = a.q + (b * a.qs[0] + h * a.qs[1]) * 4;
+    const char *kp = a.k + (b * a.ks[0] + h * a.ks[1]) * 4;
+    const char *vp = a.v + (b * a.vs[0] + h * a.vs[1]) * 4;
+
+    long long kend = a.tk;
+    if (a.causal && q0 + BM < kend) kend = q0 + BM;
+    const int ntiles = (int)((kend + BN - 1) / BN), tk = (int)a.tk;
+    // a warp whose rows all lie past tq stages tiles and meets the barriers, nothing more
+    const bool active = wq0 < a.tq;
+
+    float *sq = smem + KG * ST * STAGE; // Q: BM rows of LK, after every group's stages of K and V
+    float *gbuf = smem + grp * ST * STAGE; // this group's stages
+    {
+        kn_att_ft_stager<DP, BM, LK, GT * KG> qst;
+        qst.init(qp, a.qs[2], a.d, threadIdx.x);
+        qst.copy(sq, q0, a.qs[2] * 4, a.tq);
+    }
+    kn_att_ft_stager<DP, BN, LK, GT> kst;
+    kn_att_ft_stager<DP, BN, LV, GT> vst;
+    kst.init(kp, a.ks[2], a.d, gtid);
+    vst.init(vp, a.vs[2], a.dv, gtid);
+    const long long krow = a.ks[2] * 4, vrow = a.vs[2] * 4;
+    if (grp < ntiles) {
+        kst.copy(gbuf, (long long)grp * BN, krow, a.tk);
+        vst.copy(gbuf + BN * LK, (long long)grp * BN, vrow, a.tk);
+    }
+    kn_att_cp_commit();
+    if (KG > 1) { // Q is copied by every group's threads: in and seen by all before a group's first tile
+        kn_att_cp_wait<0>();
+        __syncthreads();
+    }
+    const float *sqw = sq + (warp * 16 + g) * LK + 2 * t; // this lane's Q elements: rows g, g + 8, from 2t on
+
+    // the mask rows of rows g and g + 8 (clamped into range: rows past tq are never stored)
+    const int ms3 = (int)a.ms[3];
+    const char *mrow[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        long long i = wq0 + g + 8 * r;
+        if (i >= a.tq) i = a.tq - 1;
+        const int es = a.mask_kind == 1 ? 1 : 4; // an f32 kernel's float masks are f32
+        mrow[r] = a.mask_kind ? a.mask + kn_att_mask_row(a, b, h, i) * es : a.mask;
+    }
+
+    float o[DT8][4], m[2], l[2]; // O of rows g (e = 0, 1) and g + 8 (e = 2, 3); running max and sum
+#pragma unroll
+    for (int n = 0; n < DT8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    m[0] = m[1] = KN_ATT_NEG_INF;
+    l[0] = l[1] = 0.f;
+
+    for (int it = grp, n_it = 0; it < ntiles; it += KG, n_it++) {
+        const int k0 = it * BN, j0 = k0 + 2 * t; // j0: this lane's first key column
+        float *sk = gbuf + (ST == 2 ? n_it % 2 : 0) * STAGE, *sv = sk + BN * LK;
+        if (ST == 1 && n_it > 0) { // one buffer: this tile loads now (the last one's readers are past the barrier)
+            kst.copy(sk, k0, krow, a.tk);
+            vst.copy(sv, k0, vrow, a.tk);
+            kn_att_cp_commit();
+        }
+        // two: the next tile into the other buffer, while this one is used
+        if (ST == 2 && it + KG < ntiles) {
+            float *nk = gbuf + ((n_it + 1) % 2) * STAGE;
+            kst.copy(nk, k0 + KG * BN, krow, a.tk);
+            vst.copy(nk + BN * LK, k0 + KG * BN, vrow, a.tk);
+            kn_att_cp_commit();
+            kn_att_cp_wait<1>();
+        } else {
+            kn_att_cp_wait<0>();
+        }
+        // this tile's mask entries, in flight across the barrier and Q K^T
+        float mk[NT][4];
+        if (a.mask_kind && active) {
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    mk[n][e] = kn_att_ft_mask(a.mask_kind, mrow[e / 2], j0 + n * 8 + (e % 2), tk, ms3);
+        }
+        kn_att_x3_group_sync<KG, RW>(grp);
+        if (active) {
+            // S = Q K^T, four k-steps a partial
+            float s[NT][4], part[NT][4];
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                // Q in the log2 domain, in A's order: rows g, g + 8 of element 2t, then of 2t + 1
+                const float2 qlo = *(const float2 *)(sqw + kk * 8), qhi = *(const float2 *)(sqw + 8 * LK + kk * 8);
+                const float qa[4] = {qlo.x * a.scale_log2, qhi.x * a.scale_log2, qlo.y * a.scale_log2,
+                                     qhi.y * a.scale_log2};
+                unsigned qb4[4], qs4[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) kn_att_split(qa[e], qb4[e], qs4[e]);
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const float2 kv = *(const float2 *)(sk + (n * 8 + g) * LK + kk * 8 + 2 * t);
+                    unsigned kb0, ks0, kb1, ks1;
+                    kn_att_split(kv.x, kb0, ks0);
+                    kn_att_split(kv.y, kb1, ks1);
+                    float(&acc)[4] = kk < GROUP ? s[n] : part[n];
+                    if (kk % GROUP == 0) kn_att_mma_x3<true>(acc, qb4, qs4, kb0, kb1, ks0, ks1);
+                    else kn_att_mma_x3<false>(acc, qb4, qs4, kb0, kb1, ks0, ks1);
+                }
+                if (kk >= GROUP && (kk % GROUP == GROUP - 1 || kk == KSTEPS - 1)) {
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) s[n][e] += part[n][e];
+                }
+            }
+            // mask; drop keys past tk and above the diagonal, on the tiles that have them
+            if (a.mask_kind == 1) {
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[n][e] = mk[n][e] != 0.f ? s[n][e] : KN_ATT_NEG_INF;
+            } else if (a.mask_kind) {
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[n][e] = fmaf(mk[n][e], KN_ATT_LOG2E, s[n][e]);
+            }
+            if (k0 + BN > tk) {
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (j0 + n * 8 + (e % 2) >= tk) s[n][e] = KN_ATT_NEG_INF;
+            }
+            if (a.causal && k0 + BN - 1 > wq0) {
+                const int di = (int)(wq0 - k0) + g - 2 * t; // query row minus key column, at n = e = 0
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (n * 8 + (e % 2) > di + 8 * (e / 2)) s[n][e] = KN_ATT_NEG_INF;
+            }
+            // online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3): a
+            // row's scores are spread over the 4 lanes of a quad
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mx = m[r];
+#pragma unroll
+                for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float use = kn_att_safe_max(mx);
+                const float corr = kn_att_exp2(m[r] - use); // 0 for the first finite max
+                m[r] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const float p0 = kn_att_exp2(s[n][2 * r] - use), p1 = kn_att_exp2(s[n][2 * r + 1] - use);
+                    s[n][2 * r] = p0;
+                    s[n][2 * r + 1] = p1;
+                    sum += p0 + p1;
+                }
+                l[r] = fmaf(l[r], corr, sum); // lane-partial; the quad's sum comes at the end
+#pragma unroll
+                for (int n = 0; n < DT8; n++) {
+                    o[n][2 * r] *= corr;
+                    o[n][2 * r + 1] *= corr;
+                }
+            }
+            // O += P V over the tile's 32 keys (4 k-steps: one partial)
+            float op[DT8][4];
+#pragma unroll
+            for (int kc = 0; kc < NT; kc++) {
+                unsigned pb[4], ps[4];
+                kn_att_split(s[kc][0], pb[0], ps[0]); // (row g, key 2t)
+                kn_att_split(s[kc][2], pb[1], ps[1]); // (row g + 8, key 2t)
+                kn_att_split(s[kc][1], pb[2], ps[2]); // (row g, key 2t + 1)
+                kn_att_split(s[kc][3], pb[3], ps[3]); // (row g + 8, key 2t + 1)
+                const float *v0 = sv + (kc * 8 + 2 * t) * LV + g;
+#pragma unroll
+                for (int n = 0; n < DT8; n++) {
+                    unsigned vb0, vs0, vb1, vs1;
+                    kn_att_split(v0[n * 8], vb0, vs0);
+                    kn_att_split(v0[LV + n * 8], vb1, vs1);
+                    if (kc == 0) kn_att_mma_x3<true>(op[n], pb, ps, vb0, vb1, vs0, vs1);
+                    else kn_att_mma_x3<false>(op[n], pb, ps, vb0, vb1, vs0, vs1);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < DT8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[n][e] += op[n][e];
+        }
+        kn_att_x3_group_sync<KG, RW>(grp); // the buffer just read is the next copy's target
+    }
+
+    if (KG > 1) {
+        // merge: groups 1.. write (m, l, O) over their own buffers, lane by
+        // lane, and group 0 rescales each to the common row max and adds it
+        // (the lane-partial sums stay lane-partial: the scale is a row's)
+        __syncthreads(); // every group is done with its buffers
+        if (grp > 0) {
+            float *xb = gbuf;
+            int k = 0;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                xb[(k++) * GT + gtid] = m[r];
+                xb[(k++) * GT + gtid] = l[r];
+#pragma unroll
+                for (int n = 0; n < DT8; n++) {
+                    xb[(k++) * GT + gtid] = o[n][2 * r];
+                    xb[(k++) * GT + gtid] = o[n][2 * r + 1];
+                }
+            }
+        }
+        __syncthreads();
+        if (grp > 0) return;
+#pragma unroll
+        for (int other = 1; other < KG; other++) {
+            const float *ob = smem + other * ST * STAGE;
+            int k = 0;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float mo = ob[(k++) * GT + gtid], lo = ob[(k++) * GT + gtid];
+                const float mx = fmaxf(m[r], mo), use = kn_att_safe_max(mx);
+                const float cs = kn_att_exp2(m[r] - use), co = kn_att_exp2(mo - use);
+                m[r] = mx;
+                l[r] = l[r] * cs + lo * co;
+#pragma unroll
+                for (int n = 0; n < DT8; n++) {
+                    o[n][2 * r] = o[n][2 * r] * cs + ob[(k++) * GT + gtid] * co;
+                    o[n][2 * r + 1] = o[n][2 * r + 1] * cs + ob[(k++) * GT + gtid] * co;
+                }
+            }
+        }
+    }
+    if (!active) return;
+
+    // normalize and store: this lane holds columns 2t, 2t + 1 of rows g and g + 8 in each 8
+    float *op = (float *)a.o + b * a.os[0] + h * a.os[1];
+    const bool pairs = a.os[2] % 2 == 0 && ((unsigned long long)op & 7) == 0;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = 1.f / sum; // 1/0 = inf and 0 * inf = NaN: a fully masked row
+        const long long i = wq0 + g + 8 * r;
+        if (i >= a.tq) continue;
+        float *row = op + i * a.os[2];
+#pragma unroll
+        for (int n = 0; n < DT8; n++) {
+            const int col = n * 8 + 2 * t;
+            float v0 = o[n][2 * r] * inv, v1 = o[n][2 * r + 1] * inv;
+            if (a.zero_nan) {
+                v0 = v0 != v0 ? 0.f : v0;
+                v1 = v1 != v1 ? 0.f : v1;
+            }
+            if (pairs && col + 1 < a.dv) {
+                float2 w;
+                w.x = v0, w.y = v1;
+                *(float2 *)(row + col) = w;
+            } else {
+                if (col < a.dv) row[col] = v0;
+                if (col + 1 < a.dv) row[col + 1] = v1;
+            }
+        }
+    }
+}
+
+// kn_attn_x3_d<DP>_m<BM>[_k<KG>]: blocks of 64 query rows (4 warps), 32
+// (2 warps: twice the blocks, for launches that would leave SMs idle), or
+// 32 rows in two key groups of one buffer each (4 warps: twice the warps
+// again, in the same shared memory). The 64-row kernel is held to 128
+// registers, four blocks an SM (its 54 KB of shared memory allows four at
+// a 64-wide head; left alone ptxas took 166, three); the 32-row ones to
+// five, what their 45 KB allows.
+#define KN_ATT_X3_KERNEL(SUFFIX, RW, KG, ST, MINB)                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * RW * KG, MINB)                                              \
+        KN_ATT_PASTE(KN_ATT_PASTE(kn_attn_x3_d, KN_ATT_X3), SUFFIX)(const kn_attn_args a)                          \
+    {                                                                                                              \
+        extern __shared__ __align__(16) float kn_att_x3smem[];                                                    \
+        kn_att_x3<KN_ATT_X3, RW, KG, ST>(a, kn_att_x3smem);                                                        \
+    }
+KN_ATT_X3_KERNEL(_m64, 4, 1, 2, 4)
+KN_ATT_X3_KERNEL(_m32, 2, 1, 2, 5)
+KN_ATT_X3_KERNEL(_m32_k2, 2, 2, 1, 4)
+#endif // KN_ATT_X3
 
 #endif // KN_ATT_STANDALONE

@@ -23,6 +23,8 @@
 
 #define TC_MAX_DIM 128  /* Q fragments and O accumulators live in registers */
 #define F32T_MAX_DIM 128 /* the tiled f32 kernel's widest head (O: 64 registers a thread) */
+#define X3_MAX_DIM 64    /* the split-f32 kernel's widest head (O and its tile's partial in registers) */
+#define X3_BN 32         /* its keys a tile (KN_ATT_X3_BN) */
 #define SIMT_MAX_DIM 256
 #define N_TC_SIZES (TC_MAX_DIM / 16)
 #define N_SIMT_SIZES (SIMT_MAX_DIM / 32)
@@ -31,8 +33,8 @@
 
 /* one kernel configuration */
 typedef struct attn_config {
-    int kind;   /* the module kind: KN_ATT_MODULE_TC (bf16/f16 tensor cores), _SIMT or _F32T */
-    int mt;     /* tc: m16 tiles a warp (BM = 64 * mt); f32 tiled: 1 for blocks of 64 query rows, 0 for 32 */
+    int kind;   /* the module kind: KN_ATT_MODULE_TC (bf16/f16 tensor cores), _SIMT, _F32T or _X3 */
+    int mt;     /* tc: m16 tiles a warp (BM = 64 * mt); f32 tiled and split-f32: query rows a block (64 or 32) */
     int bn;     /* keys a tile */
     int ks;     /* tc: groups of 4 warps that split the keys of one query block */
     int max_dp; /* tc: the widest padded head dim it is built for (register budget) */
@@ -60,6 +62,16 @@ static const attn_config f32t_configs[N_F32T_CONFIGS] = {
     {KN_ATT_MODULE_F32T, 32, 64, 1, F32T_MAX_DIM, "f32 tiled bm32 bn64"},
 };
 
+/* the split-f32 kernel (f32 on the TF32 tensor cores, split so that the
+ * result keeps f32 accuracy): mt is its query rows a block, 16 a warp; ks
+ * its key groups, which keep one buffer each (two with one group) */
+#define N_X3_CONFIGS 3
+static const attn_config x3_configs[N_X3_CONFIGS] = {
+    {KN_ATT_MODULE_X3, 64, X3_BN, 1, X3_MAX_DIM, "split-f32 bm64 bn32"},
+    {KN_ATT_MODULE_X3, 32, X3_BN, 1, X3_MAX_DIM, "split-f32 bm32 bn32"},
+    {KN_ATT_MODULE_X3, 32, X3_BN, 2, X3_MAX_DIM, "split-f32 bm32 bn32 ks2"},
+};
+
 static int dt_code_index(kn_dtype dt) /* f32 0, bf16 1, f16 2 */
 {
     return dt == KN_BF16 ? 1 : dt == KN_F16 ? 2 : 0;
@@ -75,6 +87,11 @@ static bool f32t_size(int size)
     return size == 32 || size == 64 || size == 128;
 }
 
+static bool x3_size(int size)
+{
+    return size == 32 || size == 64;
+}
+
 kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src)
 {
     *src = NULL;
@@ -82,18 +99,20 @@ kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src)
         return kn_error(KN_ERR_UNSUPPORTED, "attention: no kernels for dtype %s", kn_dtype_name(dt));
     bool bad = kind == KN_ATT_MODULE_TC     ? dt == KN_F32 || size < 16 || size > TC_MAX_DIM || size % 16
                : kind == KN_ATT_MODULE_F32T ? dt != KN_F32 || !f32t_size(size)
+               : kind == KN_ATT_MODULE_X3   ? dt != KN_F32 || !x3_size(size)
                                             : size < 1 || size > N_SIMT_SIZES;
-    static const char *const kind_names[] = {"SIMT", "tensor-core", "tiled f32"};
-    if (bad || kind < 0 || kind > KN_ATT_MODULE_F32T)
+    static const char *const kind_names[] = {"SIMT", "tensor-core", "tiled f32", "split-f32"};
+    if (bad || kind < 0 || kind > KN_ATT_MODULE_X3)
         return kn_error(KN_ERR_ARG, "attention: no %s module of size %d for %s",
-                        kind >= 0 && kind <= KN_ATT_MODULE_F32T ? kind_names[kind] : "such", size, kn_dtype_name(dt));
+                        kind >= 0 && kind <= KN_ATT_MODULE_X3 ? kind_names[kind] : "such", size, kn_dtype_name(dt));
     const char *tpl = kn_cuda_template("kn_attention"), *args = kn_cuda_template("kn_cuda_attn_args.h");
     if (!tpl || !args)
         return kn_error(KN_ERR_UNSUPPORTED, "attention: kernels/cuda/%s is not embedded in this build",
                         !tpl ? "kn_attention.cu" : "kn_cuda_attn_args.h");
     kn_strbuf s = {0};
+    static const char *const kind_defines[] = {"NC", "DP", "FT", "X3"};
     kn_strbuf_printf(&s, "#define KN_ATT_STANDALONE 1\n#define KN_ATT_DT %d\n#define KN_ATT_%s %d\n", (int)dt,
-                     kind == KN_ATT_MODULE_TC ? "DP" : kind == KN_ATT_MODULE_F32T ? "FT" : "NC", size);
+                     kind_defines[kind], size);
     kn_strbuf_puts(&s, args);
     kn_strbuf_puts(&s, "\n");
     kn_strbuf_puts(&s, tpl);
@@ -113,18 +132,24 @@ int kn_cuda_attention_modules(kn_att_module *out, int cap)
             if (n < cap) out[n++] = (kn_att_module){KN_ATT_MODULE_SIMT, dts[di], size};
     for (int size = 32; size <= F32T_MAX_DIM; size *= 2) /* tiled f32: head dims 32, 64, 128 */
         if (n < cap) out[n++] = (kn_att_module){KN_ATT_MODULE_F32T, KN_F32, size};
+    for (int size = 32; size <= X3_MAX_DIM; size *= 2) /* split-f32: head dims 32, 64 */
+        if (n < cap) out[n++] = (kn_att_module){KN_ATT_MODULE_X3, KN_F32, size};
     return n;
 }
 
 const char *kn_cuda_attention_module_tag(int kind)
 {
-    return kind == KN_ATT_MODULE_TC ? "tc" : kind == KN_ATT_MODULE_F32T ? "f32t" : "simt";
+    return kind == KN_ATT_MODULE_TC ? "tc" : kind == KN_ATT_MODULE_F32T ? "f32t" : kind == KN_ATT_MODULE_X3 ? "x3" : "simt";
 }
 
 static void config_kernel_name(const attn_config *c, kn_dtype dt, int size, char name[48])
 {
     if (c->kind == KN_ATT_MODULE_F32T) {
         snprintf(name, 48, "kn_attn_f32t_d%d%s", size, c->mt == 64 ? "" : "_m32");
+        return;
+    }
+    if (c->kind == KN_ATT_MODULE_X3) {
+        snprintf(name, 48, "kn_attn_x3_d%d_m%d%s", size, c->mt, c->ks == 2 ? "_k2" : "");
         return;
     }
     char ks[16] = "";
@@ -141,6 +166,10 @@ int kn_cuda_attention_kernel_names(int kind, kn_dtype dt, int size, char names[]
     int n = 0;
     if (kind == KN_ATT_MODULE_F32T) {
         for (int i = 0; i < N_F32T_CONFIGS; i++) config_kernel_name(&f32t_configs[i], dt, size, names[n++]);
+        return n;
+    }
+    if (kind == KN_ATT_MODULE_X3) {
+        for (int i = 0; i < N_X3_CONFIGS; i++) config_kernel_name(&x3_configs[i], dt, size, names[n++]);
         return n;
     }
     for (int i = 0; i < N_TC_CONFIGS; i++)
@@ -160,6 +189,13 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static kernel_slot tc_kernels[2][N_TC_SIZES][N_TC_CONFIGS]; /* [bf16, f16][DP/16 - 1][config] */
 static kernel_slot simt_kernels[3][N_SIMT_SIZES];       /* [f32, bf16, f16][NC - 1] */
 static kernel_slot f32t_kernels[3][N_F32T_CONFIGS];    /* [FT 32, 64, 128][BM 64, 32] */
+static kernel_slot x3_kernels[2][N_X3_CONFIGS];        /* [DP 32, 64][x3_configs] */
+
+/* threads a block of configuration c */
+static int config_threads(const attn_config *c)
+{
+    return c->kind == KN_ATT_MODULE_X3 ? 2 * c->mt * c->ks : 32 * WARPS * c->ks; /* split-f32: a warp per 16 rows a group */
+}
 
 static size_t tc_smem(int dp, const attn_config *c)
 {
@@ -171,6 +207,15 @@ static size_t f32t_smem(int ft, int bm)
 {
     /* Q as [bm][ft + 4], K and V as [64][ft + 4], P as [bm][64 + 8], f32 */
     return (size_t)((bm + 2 * 64) * (ft + 4) + bm * 72) * sizeof(float);
+}
+
+static size_t x3_smem(int dp, const attn_config *c)
+{
+    /* each key group's stages of K (rows of dp + 8) and V (dp + 4), 32
+     * keys each (two stages with one group, one each with more), then Q as
+     * [bm][dp + 8], f32 */
+    int stages = c->ks == 1 ? 2 : c->ks;
+    return (size_t)(stages * X3_BN * (2 * dp + 12) + c->mt * (dp + 8)) * sizeof(float);
 }
 
 static size_t simt_smem(int64_t d, int64_t dv)
@@ -186,7 +231,8 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
     pthread_mutex_lock(&lock);
     kernel_slot *slot = c->kind == KN_ATT_MODULE_TC     ? &tc_kernels[dt_code_index(dt) - 1][size / 16 - 1][c - tc_configs]
                         : c->kind == KN_ATT_MODULE_F32T ? &f32t_kernels[size == 32 ? 0 : size == 64 ? 1 : 2][c - f32t_configs]
-                                                      : &simt_kernels[dt_code_index(dt)][size - 1];
+                        : c->kind == KN_ATT_MODULE_X3   ? &x3_kernels[size == 32 ? 0 : 1][c - x3_configs]
+                                                        : &simt_kernels[dt_code_index(dt)][size - 1];
     kn_status st = KN_OK;
     if (!slot->fn) {
         char *src = NULL;
@@ -210,7 +256,7 @@ static kn_status get_kernel(const attn_config *c, kn_dtype dt, int size, size_t 
     }
     if (st == KN_OK && per_sm && !slot->per_sm) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, slot->fn, 32 * WARPS * c->ks, smem) != cudaSuccess || n < 1) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, slot->fn, config_threads(c), smem) != cudaSuccess || n < 1) {
             (void)cudaGetLastError();
             n = 1; /* unknown: the cost model then assumes the fewest */
         }
@@ -319,12 +365,46 @@ static const char *f32t_refusal(const kn_attention_problem *p)
     return NULL;
 }
 
+/* Whether the split-f32 kernel can take p: f32, head dims up to 64, a GPU
+ * with TF32 tensor cores (sm_80 on), and the tiled f32 kernel's alignment
+ * and index limits. KILN_ATTENTION_X3=0 turns it off (to measure the tiled
+ * kernel in its place). Returns why not, or NULL. */
+static const char *x3_refusal(const kn_attention_problem *p)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *v = getenv("KILN_ATTENTION_X3");
+        off = v && strcmp(v, "0") == 0;
+    }
+    if (off) return "KILN_ATTENTION_X3=0";
+    if (p->dtype != KN_F32) return "not f32";
+    if (kn_cuda_current()->arch < 80) return "no TF32 tensor cores before sm_80";
+    if (p->d > X3_MAX_DIM || p->dv > X3_MAX_DIM) return "head dims over 64";
+    return f32t_refusal(p);
+}
+
 /* The configurations p can use: the tensor-core ones in table order, or
- * the tiled f32 one, then the SIMT one. */
+ * the split-f32 ones and the tiled f32 ones, then the SIMT one. The
+ * blocks of 32 query rows go first where 64-row ones would leave SMs
+ * idle. */
 static int configs_of(const kn_attention_problem *p, const attn_config **out)
 {
     char why[160];
     int n = 0;
+    if (!x3_refusal(p)) {
+        /* where 64-row blocks would not fill two a SM, 32-row blocks in
+         * two key groups first, then 32-row blocks, then 64-row ones;
+         * elsewhere the other way round. On the H200
+         * (bench/attention_variants.c): BERT's 8 x 12 x 128 x 64 took 15.9
+         * us in key groups, 17.7 in 32-row blocks, 18.9 in 64-row ones;
+         * ViT's 8 x 12 x 197 x 64 36.7 us in 64-row blocks, 41.5 and 43.7
+         * in the others; 16 x 8 x 256 x 64 51.9 in 64-row blocks. */
+        int64_t blocks = (p->tq + 63) / 64 * p->batch * p->heads;
+        bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count;
+        out[n++] = &x3_configs[small ? 2 : 0];
+        out[n++] = &x3_configs[1];
+        out[n++] = &x3_configs[small ? 0 : 2];
+    }
     if (!tc_refusal(p, why, sizeof why)) {
         int dp = tc_padded_dim(p);
         for (int i = 0; i < N_TC_CONFIGS; i++)
@@ -416,14 +496,25 @@ int kn_cuda_attention_variants(const kn_attention_problem *p, const char **label
     return n;
 }
 
+/* The strict-f32 pick (KN_ATTENTION_STRICT): the first configuration that
+ * is not the split-f32 kernel. */
+static const attn_config *strict_config(const attn_config **cfg, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (cfg[i]->kind != KN_ATT_MODULE_X3) return cfg[i];
+    return cfg[n - 1]; /* not reached: the SIMT configuration is always last */
+}
+
 kn_status kn_cuda_attention(const kn_attention_problem *p)
 {
     KN_TRY(validate(p));
     const attn_config *cfg[KN_ATTENTION_MAX_VARIANTS];
     int n = configs_of(p, cfg);
-    if (p->variant < 0 || p->variant > n)
+    if ((p->variant < 0 && p->variant != KN_ATTENTION_STRICT) || p->variant > n)
         return kn_error(KN_ERR_RANGE, "attention: variant %d does not exist (this problem has %d)", p->variant, n);
-    const attn_config *c = p->variant ? cfg[p->variant - 1] : default_config(p, cfg, n);
+    const attn_config *c = p->variant > 0 ? cfg[p->variant - 1]
+                           : p->variant == KN_ATTENTION_STRICT ? strict_config(cfg, n)
+                                                               : default_config(p, cfg, n);
 
     kn_attn_args a;
     memset(&a, 0, sizeof a);
@@ -463,6 +554,10 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
         size = dm <= 32 ? 32 : dm <= 64 ? 64 : 128;
         bm = c->mt;
         smem = f32t_smem(size, bm);
+    } else if (c->kind == KN_ATT_MODULE_X3) {
+        size = p->d <= 32 && p->dv <= 32 ? 32 : 64;
+        bm = c->mt;
+        smem = x3_smem(size, c);
     } else {
         size = (int)(p->dv + 31) / 32;
         bm = SIMT_BM;
@@ -472,5 +567,6 @@ kn_status kn_cuda_attention(const kn_attention_problem *p)
     KN_TRY(get_kernel(c, p->dtype, size, smem, &fn, NULL));
     int64_t nqb = (p->tq + bm - 1) / bm;
     a.n_qblocks = (int)nqb;
-    return kn_cuda_launch(fn, nqb * p->batch * p->heads, 32 * WARPS * c->ks, &a, smem);
+    kn_cuda_variant_label("kiln attention %s", c->label);
+    return kn_cuda_launch(fn, nqb * p->batch * p->heads, config_threads(c), &a, smem);
 }

@@ -4,9 +4,12 @@
  *   o = softmax(q k^T * scale (+ mask)) v
  * computed FlashAttention-2 style (online softmax in f32, the score matrix
  * never stored). bf16/f16 run on tensor cores (mma.sync) when the head dims
- * are multiples of 8 up to 128 and the operands allow 16-byte loads; every
- * other supported case (f32, other head dims up to 256, unaligned views)
- * runs a SIMT kernel that accumulates in f32 with f32 FMA.
+ * are multiples of 8 up to 128 and the operands allow 16-byte loads. f32
+ * runs on the TF32 tensor cores by the split-precision method, which keeps
+ * f32 accuracy (head dims up to 64, 16-byte rows, sm_80 on), or else on a
+ * tiled kernel of strict f32 FMA (head dims up to 128). Every other
+ * supported case (other head dims up to 256, unaligned views) runs a SIMT
+ * kernel that accumulates in f32 with f32 FMA.
  */
 #ifndef KN_CUDA_ATTENTION_H
 #define KN_CUDA_ATTENTION_H
@@ -29,10 +32,15 @@ typedef struct kn_attention_problem {
     int64_t mask_stride[4]; /* batch, head, query row, key col; 0 broadcasts */
     int causal;             /* key j is kept for query i iff j <= i (PyTorch's top-left is_causal) */
     double scale;           /* scores = q.k^T * scale */
-    int allow_tf32;         /* f32 may use TF32 tensor cores only when set (the f32 path is SIMT FMA today) */
-    int variant;            /* 0 = default pick; 1..n = the configurations kn_cuda_attention_variants lists */
+    int allow_tf32;         /* kiln.config's TF32 permission (no kernel reads it: the split-f32 kernel keeps f32 accuracy in every mode) */
+    int variant;            /* 0 = default pick; 1..n = the configurations kn_cuda_attention_variants lists;
+                               KN_ATTENTION_STRICT = strict f32 FMA (the precision contract's yardstick) */
     int zero_nan;           /* store a NaN result as 0 (a fully masked row: 0, as the exporters' fill gives) */
 } kn_attention_problem;
+
+/* variant: the default's strict-f32 kernel, never the split-f32 one (the
+ * op's KN_VARIANT_STRICT); for bf16 and f16, the default */
+#define KN_ATTENTION_STRICT (-1)
 
 /* The most configurations kn_cuda_attention_variants reports. */
 #define KN_ATTENTION_MAX_VARIANTS 8
@@ -45,8 +53,9 @@ typedef struct kn_attention_problem {
  * gives NaN, as the unfused softmax does. */
 kn_status kn_cuda_attention(const kn_attention_problem *p);
 
-/* Whether p (f32) runs on the tiled f32 kernel by default: strict f32 FMA
- * at shared-memory tiles, the fused path's answer to f32 attention. */
+/* Whether p (f32) runs on a tiled f32 kernel by default (the split-f32
+ * one, or the strict-f32 FMA one at shared-memory tiles): the fused path's
+ * answer to f32 attention, where the SIMT kernel is not. */
 bool kn_cuda_attention_f32_tiled(const kn_attention_problem *p);
 /* Whether kiln's tensor-core kernel is the better default for this bf16 or
  * f16 problem than cuDNN's engines: short sequences (kn_cuda_attention.c
@@ -63,9 +72,10 @@ int kn_cuda_attention_variants(const kn_attention_problem *p, const char **label
 
 /* The kinds of module of kn_attention.cu: the SIMT kernel (size: output
  * chunks of 32 columns, 1..8), the tensor-core kernels (bf16/f16; size:
- * the padded head dim 16..128 in steps of 16) and the tiled f32 kernel
- * (size: the padded head dim 32, 64 or 128). */
-enum { KN_ATT_MODULE_SIMT, KN_ATT_MODULE_TC, KN_ATT_MODULE_F32T };
+ * the padded head dim 16..128 in steps of 16), the tiled f32 kernel
+ * (size: the padded head dim 32, 64 or 128) and the split-f32 kernel
+ * (size: the padded head dim 32 or 64). */
+enum { KN_ATT_MODULE_SIMT, KN_ATT_MODULE_TC, KN_ATT_MODULE_F32T, KN_ATT_MODULE_X3 };
 
 /* one module: its kind, dtype and size (the arguments of
  * kn_cuda_attention_source) */
@@ -79,9 +89,10 @@ typedef struct kn_att_module {
 #define KN_ATTENTION_MAX_MODULES 64
 
 /* Every module kn_cuda_attention.c can build, into out (room for cap):
- * tensor-core ones, then SIMT, then tiled f32. Returns how many. */
+ * tensor-core ones, then SIMT, then tiled f32, then split-f32. Returns how
+ * many. */
 int kn_cuda_attention_modules(kn_att_module *out, int cap);
-/* A kind's short name in module names: "tc", "simt" or "f32t". */
+/* A kind's short name in module names: "tc", "simt", "f32t" or "x3". */
 const char *kn_cuda_attention_module_tag(int kind);
 
 /* The source of one module of kn_attention.cu, of kind KN_ATT_MODULE_*

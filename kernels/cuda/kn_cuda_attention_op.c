@@ -21,7 +21,9 @@
  * moderate sizes the unfused chain:
  * f32_runs_unfused), 1..n kiln's kernel's configurations, n + 1 cuDNN
  * where its engines may take the problem; past that is KN_ERR_RANGE, as
- * for the other library ops.
+ * for the other library ops. KN_VARIANT_STRICT is the default with
+ * strict f32 FMA in place of the split-f32 kernel: the precision
+ * contract's yardstick (core/compiler/kn_plan_tune.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -144,7 +146,7 @@ static kn_status make_problem(const kn_opcall *c, kn_attention_problem *p)
     p->zero_nan = c->a.zero_nan;
     p->scale = c->a.scale;
     p->allow_tf32 = kn_cuda_allow_tf32();
-    p->variant = c->variant;
+    p->variant = c->variant == KN_VARIANT_STRICT ? KN_ATTENTION_STRICT : c->variant;
     return KN_OK;
 }
 
@@ -324,30 +326,27 @@ kn_status kn_cuda_attention_op(const kn_opcall *c)
     kn_attention_problem p;
     kn_status st = make_problem(c, &p);
     if (st == KN_OK && c->variant > 0) {
-        const char *labels[KN_ATTENTION_MAX_VARIANTS];
-        int nv = kn_cuda_attention_variants(&p, labels);
+        int nv = kn_cuda_attention_variants(&p, NULL);
         bool dnn = kn_cuda_dnn_attention_covers(&p);
         if (c->variant == nv + 1 && dnn) return kn_cuda_dnn_attention(&p);
         if (c->variant > nv)
             return kn_error(KN_ERR_RANGE, "scaled_dot_product_attention: no variant %d (%d configurations)",
                             c->variant, nv + dnn);
-        kn_cuda_variant_label("kiln attention %s", labels[c->variant - 1]);
     }
-    if (st == KN_OK && c->variant == 0 && default_is_cudnn(&p)) {
+    if (st == KN_OK && c->variant < 0 && c->variant != KN_VARIANT_STRICT)
+        return kn_error(KN_ERR_RANGE, "scaled_dot_product_attention: no variant %d", c->variant);
+    bool pick = c->variant <= 0; /* the default, or its strict-f32 form */
+    if (st == KN_OK && pick && default_is_cudnn(&p)) {
         st = kn_cuda_dnn_attention(&p);
         if (st != KN_ERR_UNSUPPORTED) return st; /* done, or failed running */
         if (attention_log_on()) fprintf(stderr, "kiln: scaled_dot_product_attention: %s; kiln's kernel runs it\n", kn_last_error());
         st = KN_OK;
     }
-    if (st == KN_OK && c->variant == 0 && f32_runs_unfused(&p)) {
+    if (st == KN_OK && pick && f32_runs_unfused(&p)) {
         kn_cuda_variant_label("unfused: strict-f32 GEMMs, softmax");
         return attention_unfused(c);
     }
-    if (st == KN_OK) st = kn_cuda_attention(&p);
-    if (st == KN_OK) {
-        if (c->variant == 0) kn_cuda_variant_label("kiln attention");
-        return KN_OK;
-    }
+    if (st == KN_OK) st = kn_cuda_attention(&p); /* which labels what it ran */
     if (st != KN_ERR_UNSUPPORTED) return st;
     if (c->variant > 0) return st; /* a variant is that kernel or nothing */
     if (attention_log_on())
