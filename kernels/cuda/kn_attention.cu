@@ -1361,6 +1361,7 @@ template <int DP, int RW, int KG, int ST> __device__ __forceinline__ void kn_att
                         for (int e = 0; e < 4; e++) s[n][e] += part[n][e];
                 }
             }
+
             // mask; drop keys past tk and above the diagonal, on the tiles that have them
             if (a.mask_kind == 1) {
 #pragma unroll
@@ -1415,7 +1416,9 @@ template <int DP, int RW, int KG, int ST> __device__ __forceinline__ void kn_att
                     o[n][2 * r + 1] *= corr;
                 }
             }
-            // O += P V over the tile's 32 keys (4 k-steps: one partial)
+            // O += P V over the tile's 32 keys (4 k-steps: one partial; chained
+            // straight into O instead, every tile's truncations pile up
+            // there: 2.9-3.8x strict f32's error, H200)
             float op[DT8][4];
 #pragma unroll
             for (int kc = 0; kc < NT; kc++) {
@@ -1519,20 +1522,23 @@ template <int DP, int RW, int KG, int ST> __device__ __forceinline__ void kn_att
 // kn_attn_x3_d<DP>_m<BM>[_k<KG>]: blocks of 64 query rows (4 warps), 32
 // (2 warps: twice the blocks, for launches that would leave SMs idle), or
 // 32 rows in two key groups of one buffer each (4 warps: twice the warps
-// again, in the same shared memory). The 64-row kernel is held to 128
-// registers, four blocks an SM (its 54 KB of shared memory allows four at
-// a 64-wide head; left alone ptxas took 166, three); the 32-row ones to
-// five, what their 45 KB allows.
-#define KN_ATT_X3_KERNEL(SUFFIX, RW, KG, ST, MINB)                                                                 \
+// again, in the same shared memory). Registers: the 4-warp kernels are held
+// to three blocks an SM (168 registers a thread, no spills), the 2-warp one
+// to five, what its 45 KB of shared memory allows. Held to four blocks
+// (128 registers, a few bytes spilled) the 4-warp kernels ran slower on the
+// H200 at every suite shape though their grids never fill three blocks an
+// SM: ViT's 8 x 12 x 197 x 64 36.9 us against 33.8, BERT's 16.0 against
+// 15.4 (bench/attention_variants.c).
+#define KN_ATT_X3_KERNEL(SUFFIX, RW, KG, ST, MINB)                                                               \
     extern "C" __global__ void __launch_bounds__(32 * RW * KG, MINB)                                              \
         KN_ATT_PASTE(KN_ATT_PASTE(kn_attn_x3_d, KN_ATT_X3), SUFFIX)(const kn_attn_args a)                          \
     {                                                                                                              \
         extern __shared__ __align__(16) float kn_att_x3smem[];                                                    \
-        kn_att_x3<KN_ATT_X3, RW, KG, ST>(a, kn_att_x3smem);                                                        \
+        kn_att_x3<KN_ATT_X3, RW, KG, ST>(a, kn_att_x3smem);                                                    \
     }
-KN_ATT_X3_KERNEL(_m64, 4, 1, 2, 4)
+KN_ATT_X3_KERNEL(_m64, 4, 1, 2, 3)
 KN_ATT_X3_KERNEL(_m32, 2, 1, 2, 5)
-KN_ATT_X3_KERNEL(_m32_k2, 2, 2, 1, 4)
+KN_ATT_X3_KERNEL(_m32_k2, 2, 2, 1, 3)
 #endif // KN_ATT_X3
 
 #endif // KN_ATT_STANDALONE

@@ -395,10 +395,11 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
         /* where 64-row blocks would not fill two a SM, 32-row blocks in
          * two key groups first, then 32-row blocks, then 64-row ones;
          * elsewhere the other way round. On the H200
-         * (bench/attention_variants.c): BERT's 8 x 12 x 128 x 64 took 15.9
-         * us in key groups, 17.7 in 32-row blocks, 18.9 in 64-row ones;
-         * ViT's 8 x 12 x 197 x 64 36.7 us in 64-row blocks, 41.5 and 43.7
-         * in the others; 16 x 8 x 256 x 64 51.9 in 64-row blocks. */
+         * (bench/attention_variants.c, with the 4-warp kernels at 128
+         * registers): BERT's 8 x 12 x 128 x 64 took 16.0 us in key groups,
+         * 17.7 in 32-row blocks, 19.0 in 64-row ones; ViT's 8 x 12 x 197 x
+         * 64 36.9 us in 64-row blocks, 41.5 and 43.8 in the others; 16 x 8
+         * x 256 x 64 52.6 in 64-row blocks, 58.8 in key groups. */
         int64_t blocks = (p->tq + 63) / 64 * p->batch * p->heads;
         bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count;
         out[n++] = &x3_configs[small ? 2 : 0];
