@@ -787,7 +787,7 @@ extern "C" __global__ void __launch_bounds__(128)
 // chunks, so a thread always copies the same column (col) of rows r0,
 // r0 + RSTEP, ...; only the row bound changes from tile to tile.
 template <int FT, int NROWS, int LD = FT + 4, int NTHREADS = 128> struct kn_att_ft_stager {
-    static constexpr int CH = FT / 4, RSTEP = NTHREADS / CH, PER = NROWS / RSTEP, LDS = LD;
+    static constexpr int CH = FT / 4, RSTEP = NTHREADS / CH, PER = NROWS / RSTEP;
     static_assert(NTHREADS % CH == 0 && NROWS % RSTEP == 0, "the threads must tile the rows evenly");
     const char *base; // the slice: what a zero-filled chunk names (it reads nothing)
     const char *g;    // this thread's first chunk, in row r0 of the slice
@@ -1233,25 +1233,6 @@ template <int KG, int RW> __device__ __forceinline__ void kn_att_x3_group_sync(i
     else asm volatile("bar.sync 4, %0;\n" ::"n"(32 * RW) : "memory");
 }
 
-// A stager's own chunks (its copies landed), scaled by s and split: the big
-// parts in place, the small ones at the same offsets of `small`
-template <class STAGER>
-__device__ __forceinline__ void kn_att_x3_split_own(const STAGER &st, float *big, float *small, float s)
-{
-#pragma unroll
-    for (int u = 0; u < STAGER::PER; u++) {
-        const int off = st.dst_off + u * STAGER::RSTEP * STAGER::LDS;
-        const float4 v = *(const float4 *)(big + off);
-        uint4 b, sm;
-        kn_att_split(v.x * s, b.x, sm.x);
-        kn_att_split(v.y * s, b.y, sm.y);
-        kn_att_split(v.z * s, b.z, sm.z);
-        kn_att_split(v.w * s, b.w, sm.w);
-        *(uint4 *)(big + off) = b;
-        *(uint4 *)(small + off) = sm;
-    }
-}
-
 // RW row warps (BM = 16 RW query rows) x KG key groups: group g walks key
 // tiles g, g + KG, ... through ST buffers of its own (ST 2: the next tile
 // loads while this one is used), and at the end the groups' softmax
@@ -1283,13 +1264,13 @@ template <int DP, int RW, int KG, int ST> __device__ __forceinline__ void kn_att
     // a warp whose rows all lie past tq stages tiles and meets the barriers, nothing more
     const bool active = wq0 < a.tq;
 
-    // Q's big parts (BM rows of LK) after every group's stages of K and V, then its small parts
-    float *sq = smem + KG * ST * STAGE, *sqs = sq + BM * LK;
+    float *sq = smem + KG * ST * STAGE; // Q: BM rows of LK, after every group's stages of K and V
     float *gbuf = smem + grp * ST * STAGE; // this group's stages
-    kn_att_ft_stager<DP, BM, LK, GT * KG> qst;
-    qst.init(qp, a.qs[2], a.d, threadIdx.x);
-    qst.copy(sq, q0, a.qs[2] * 4, a.tq);
-    kn_att_cp_commit();
+    {
+        kn_att_ft_stager<DP, BM, LK, GT * KG> qst;
+        qst.init(qp, a.qs[2], a.d, threadIdx.x);
+        qst.copy(sq, q0, a.qs[2] * 4, a.tq);
+    }
     kn_att_ft_stager<DP, BN, LK, GT> kst;
     kn_att_ft_stager<DP, BN, LV, GT> vst;
     kst.init(kp, a.ks[2], a.d, gtid);
@@ -1300,17 +1281,11 @@ template <int DP, int RW, int KG, int ST> __device__ __forceinline__ void kn_att
         vst.copy(gbuf + BN * LK, (long long)grp * BN, vrow, a.tk);
     }
     kn_att_cp_commit();
-    // Q, scaled into the log2 domain and split once: each thread its own
-    // chunks, as soon as they land (split at every use instead, 24
-    // instructions a k-step a tile, it cost ViT's shape ...)
-    kn_att_cp_wait<1>();
-    kn_att_x3_split_own(qst, sq, sqs, a.scale_log2);
     if (KG > 1) { // Q is copied by every group's threads: in and seen by all before a group's first tile
         kn_att_cp_wait<0>();
         __syncthreads();
     }
-    // this lane's Q elements: rows g, g + 8, from 2t on, big and small parts
-    const float *sqw = sq + (warp * 16 + g) * LK + 2 * t, *sqsw = sqs + (warp * 16 + g) * LK + 2 * t;
+    const float *sqw = sq + (warp * 16 + g) * LK + 2 * t; // this lane's Q elements: rows g, g + 8, from 2t on
 
     // the mask rows of rows g and g + 8 (clamped into range: rows past tq are never stored)
     const int ms3 = (int)a.ms[3];
@@ -1362,13 +1337,13 @@ template <int DP, int RW, int KG, int ST> __device__ __forceinline__ void kn_att
             float s[NT][4], part[NT][4];
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; kk++) {
-                // Q in A's order: rows g, g + 8 of element 2t, then of 2t + 1
-                const float2 blo = *(const float2 *)(sqw + kk * 8), bhi = *(const float2 *)(sqw + 8 * LK + kk * 8);
-                const float2 slo = *(const float2 *)(sqsw + kk * 8), shi = *(const float2 *)(sqsw + 8 * LK + kk * 8);
-                const unsigned qb4[4] = {__float_as_uint(blo.x), __float_as_uint(bhi.x), __float_as_uint(blo.y),
-                                         __float_as_uint(bhi.y)};
-                const unsigned qs4[4] = {__float_as_uint(slo.x), __float_as_uint(shi.x), __float_as_uint(slo.y),
-                                         __float_as_uint(shi.y)};
+                // Q in the log2 domain, in A's order: rows g, g + 8 of element 2t, then of 2t + 1
+                const float2 qlo = *(const float2 *)(sqw + kk * 8), qhi = *(const float2 *)(sqw + 8 * LK + kk * 8);
+                const float qa[4] = {qlo.x * a.scale_log2, qhi.x * a.scale_log2, qlo.y * a.scale_log2,
+                                     qhi.y * a.scale_log2};
+                unsigned qb4[4], qs4[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) kn_att_split(qa[e], qb4[e], qs4[e]);
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
                     const float2 kv = *(const float2 *)(sk + (n * 8 + g) * LK + kk * 8 + 2 * t);

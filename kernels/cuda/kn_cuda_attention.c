@@ -212,10 +212,10 @@ static size_t f32t_smem(int ft, int bm)
 static size_t x3_smem(int dp, const attn_config *c)
 {
     /* each key group's stages of K (rows of dp + 8) and V (dp + 4), 32
-     * keys each (two stages with one group, one each with more), then Q's
-     * big and small parts as [bm][dp + 8] each, f32 */
+     * keys each (two stages with one group, one each with more), then Q as
+     * [bm][dp + 8], f32 */
     int stages = c->ks == 1 ? 2 : c->ks;
-    return (size_t)(stages * X3_BN * (2 * dp + 12) + 2 * c->mt * (dp + 8)) * sizeof(float);
+    return (size_t)(stages * X3_BN * (2 * dp + 12) + c->mt * (dp + 8)) * sizeof(float);
 }
 
 static size_t simt_smem(int64_t d, int64_t dv)
