@@ -458,6 +458,8 @@ static int cm_precision(lua_State *L)
         lua_setfield(L, -2, "f32_rms_err");
         lua_pushboolean(L, r->meets);
         lua_setfield(L, -2, "meets");
+        lua_pushboolean(L, r->by_floor);
+        lua_setfield(L, -2, "by_floor");
         lua_seti(L, -2, i + 1);
     }
     lua_pushboolean(L, cm->ledger.runs > before);

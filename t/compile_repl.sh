@@ -1,7 +1,8 @@
 #!/bin/sh
 # compile_repl.sh: the REPL's compiler commands (docs/repl.md):
 # :kernels (the kernel table), :src K (a kernel's generated source, by index
-# or name; clear errors otherwise), :check (the numerics check), through
+# or name; clear errors otherwise), :check (the numerics check), :precision
+# (the precision ledger), through
 # kiln's standard input, on samples/transformer_block.lua and
 # samples/breaks.lua in their small sizes; and their kiln.cmd functions.
 # Run by prove through t/run, which sets $KILN.
@@ -220,6 +221,26 @@ local l = kiln.cmd.kernels(); local s = kiln.cmd.src(6); local r = kiln.cmd.chec
 '
 like "$out" "
 11 k0_layer_norm_f32_2x16x512 true true" "kiln.cmd.kernels/src/check return the list, the source and the report"
+
+# ---- :precision: the ledger's table; on the CPU each library kernel is the
+# true-f32 computation itself, so every row keeps the contract by its factor
+feed 'kiln.session.small = true
+:load samples/transformer_block.lua
+:precision
+'
+is "$rc" 0 ":precision: exit status 0"
+is "$err" "" ":precision: nothing on stderr"
+like "$out" "   #  kernel                           engine                          max err    rms err   true f32  ieee" \
+    ":precision prints the ledger's header"
+rows=$(printf '%s\n' "$out" | grep -c '^ *[0-9][0-9]*  k[0-9]*_\(matmul\|attention\)_f32')
+is "$rows" 5 ":precision: a row for each of the sample's four matmuls and its attention"
+if [ "$dev" = cpu ]; then
+    is "$(printf '%s\n' "$out" | grep -c 'yes$')" 5 ":precision on the CPU: every row keeps the contract (yes)"
+    unlike "$out" "floor:" ":precision on the CPU: no row keeps it by the floor alone, so no floor legend"
+else
+    skip ":precision's rows on the CPU (device $dev)"
+    skip ":precision's floor legend on the CPU (device $dev)"
+fi
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

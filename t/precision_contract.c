@@ -66,5 +66,11 @@ int main(void)
     ok(!kn_plan_within_contract(2.5e-6, 1e-6), "2.5 times it does not");
     ok(kn_plan_within_contract(3e-7, 0), "where true f32 is exact, a few units of f32 rounding still pass (3e-7)");
     ok(!kn_plan_within_contract(1e-6, 0), "but not 1e-6");
+    /* which passes are the floor's alone */
+    ok(kn_plan_contract_by_floor(3e-7, 0), "3e-7 against an exact true f32 passes by the floor");
+    ok(kn_plan_contract_by_floor(1.64e-7, 2.36e-8), "so does 7 times a true-f32 error of 2.4e-8");
+    ok(!kn_plan_contract_by_floor(2e-6, 1e-6), "twice the true-f32 error passes by the factor");
+    ok(!kn_plan_contract_by_floor(1e-7, 2e-7), "as does less than it");
+    ok(!kn_plan_contract_by_floor(1e-6, 0), "and a break of the contract is no pass at all");
     done_testing();
 }

@@ -19,6 +19,7 @@ local function ledger_ok(led, what)
     T.ok(r.f32_max_err == r.f32_max_err and r.f32_max_err >= 0 and r.f32_max_err < 1e-5,
       tag .. ": true-f32 error " .. r.f32_max_err)
     T.is(r.meets, r.max_err <= 2 * r.f32_max_err + 4e-7, tag .. ": meets says max <= 2 x true f32")
+    T.is(r.by_floor, r.meets and r.max_err > 2 * r.f32_max_err, tag .. ": by_floor says met only by the floor")
   end
 end
 

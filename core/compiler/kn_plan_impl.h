@@ -95,5 +95,10 @@ void kn_plan_take_entry(kn_tune_result *tr, const kn_tune_entry *e);
  * autotuner holds f32 library candidates to the same test. */
 kn_status kn_plan_rel_error(kn_tensor *got, kn_tensor *ref, const kn_settings *settings, double *max_err);
 bool kn_plan_within_contract(double err, double f32_err);
+/* Whether err keeps the contract only by its floor: within it, but over
+ * twice the true-f32 error (the ledger says so, so that a kernel several
+ * times less accurate than true f32 on small errors is not mistaken for
+ * one within a factor of 2). */
+bool kn_plan_contract_by_floor(double err, double f32_err);
 
 #endif

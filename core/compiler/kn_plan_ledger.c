@@ -83,6 +83,11 @@ bool kn_plan_within_contract(double err, double f32_err)
     return err <= 2 * f32_err + LEDGER_FLOOR;
 }
 
+bool kn_plan_contract_by_floor(double err, double f32_err)
+{
+    return kn_plan_within_contract(err, f32_err) && err > 2 * f32_err;
+}
+
 /* Run node n's op on dev with inputs in (cast to dt when dt is not
  * KN_DTYPE_COUNT); *out gets the result. */
 static kn_status run_node(const kn_plan *p, const kn_node *n, kn_tensor **in, kn_device dev, kn_dtype dt, int variant,
@@ -154,6 +159,7 @@ static kn_status ledger_row(const kn_plan *p, int k, kn_tensor *const *vals, kn_
         rel_errors(hd, hr, nr, &row->max_err, &row->rms_err);
         rel_errors(hf, hr, nr, &row->f32_max_err, &row->f32_rms_err);
         row->meets = kn_plan_within_contract(row->max_err, row->f32_max_err);
+        row->by_floor = kn_plan_contract_by_floor(row->max_err, row->f32_max_err);
         *taken = true;
     }
     kn_tensor_release(dev);

@@ -352,7 +352,8 @@ inputs it got: its error against a float64 computation of the same op,
 and the error of a true-f32 computation (f32 FMA on the CPU), both relative
 to the reference's largest magnitude. "ieee" marks a kernel within twice
 the true-f32 error, the contract of kiln.config.f32_precision = "ieee";
-"no" one outside it (TF32, for one). Compiles the model if needed (mode
+"floor" one within it only by its floor of 4e-7 (over twice the true-f32
+error, but small); "no" one outside it (TF32, for one). Compiles the model if needed (mode
 default when the session is eager). From Lua, kiln.cmd.precision() returns
 the rows of cm:precision.]],
 }, function()
@@ -370,9 +371,15 @@ the rows of cm:precision.]],
   end
   print(string.format("%4s  %-32s %-28s %10s %10s %10s  %s", "#", "kernel", "engine", "max err", "rms err",
     "true f32", "ieee"))
+  local floors = 0
   for _, r in ipairs(led) do
     print(string.format("%4d  %-32s %-28s %10.2e %10.2e %10.2e  %s", r.kernel, r.name:sub(1, 32), r.engine:sub(1, 28),
-      r.max_err, r.rms_err, r.f32_max_err, r.meets and "yes" or "no"))
+      r.max_err, r.rms_err, r.f32_max_err, r.by_floor and "floor" or r.meets and "yes" or "no"))
+    if r.by_floor then floors = floors + 1 end
+  end
+  if floors > 0 then
+    print(string.format("floor: %d kernel%s over twice the true-f32 error, within the contract by its floor of 4e-7 "
+      .. "of the largest value (docs/precision.md)", floors, floors == 1 and "" or "s"))
   end
   return led
 end)
