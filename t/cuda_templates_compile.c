@@ -9,7 +9,8 @@
  * dtype) compiles without warnings and holds the kernels its table lists,
  * and every kernel its templates define is in that table; every module of
  * kn_attention.cu (tensor-core kernels per bf16/f16 head-dim bucket, SIMT
- * kernels per dtype and output width) compiles without warnings and holds
+ * kernels per dtype and output width; with kn_attention_f32.cu, the tiled
+ * and split f32 kernels per head dim) compiles without warnings and holds
  * the kernels kn_cuda_attention.c looks up. Every embedded template must
  * be part of a module compiled here, so a new module cannot go untested.
  * Needs NVRTC only, no GPU, so template syntax errors fail CI on any

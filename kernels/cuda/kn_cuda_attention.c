@@ -1,4 +1,5 @@
-/* kn_cuda_attention: the launcher of kn_attention.cu (see kn_cuda_attention.h).
+/* kn_cuda_attention: the launcher of kn_attention.cu and kn_attention_f32.cu
+ * (see kn_cuda_attention.h).
  *
  * Modules are built per (dtype, head-dim bucket) so that a first call
  * compiles a handful of kernels, not every instantiation: tensor-core
@@ -105,10 +106,13 @@ kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src)
     if (bad || kind < 0 || kind > KN_ATT_MODULE_X3)
         return kn_error(KN_ERR_ARG, "attention: no %s module of size %d for %s",
                         kind >= 0 && kind <= KN_ATT_MODULE_X3 ? kind_names[kind] : "such", size, kn_dtype_name(dt));
+    /* the f32 kernels (kn_attention_f32.cu) follow the shared helpers of kn_attention.cu */
+    bool f32 = kind == KN_ATT_MODULE_F32T || kind == KN_ATT_MODULE_X3;
     const char *tpl = kn_cuda_template("kn_attention"), *args = kn_cuda_template("kn_cuda_attn_args.h");
-    if (!tpl || !args)
+    const char *f32_tpl = f32 ? kn_cuda_template("kn_attention_f32") : "";
+    if (!tpl || !args || !f32_tpl)
         return kn_error(KN_ERR_UNSUPPORTED, "attention: kernels/cuda/%s is not embedded in this build",
-                        !tpl ? "kn_attention.cu" : "kn_cuda_attn_args.h");
+                        !tpl ? "kn_attention.cu" : !args ? "kn_cuda_attn_args.h" : "kn_attention_f32.cu");
     kn_strbuf s = {0};
     static const char *const kind_defines[] = {"NC", "DP", "FT", "X3"};
     kn_strbuf_printf(&s, "#define KN_ATT_STANDALONE 1\n#define KN_ATT_DT %d\n#define KN_ATT_%s %d\n", (int)dt,
@@ -116,6 +120,10 @@ kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src)
     kn_strbuf_puts(&s, args);
     kn_strbuf_puts(&s, "\n");
     kn_strbuf_puts(&s, tpl);
+    if (f32) {
+        kn_strbuf_puts(&s, "\n");
+        kn_strbuf_puts(&s, f32_tpl);
+    }
     return kn_strbuf_finish(&s, src, "attention: the kernel source");
 }
 
@@ -383,6 +391,14 @@ static const char *x3_refusal(const kn_attention_problem *p)
     return f32t_refusal(p);
 }
 
+/* Whether blocks of 64 query rows would not fill two an SM: where the f32
+ * kernels take 32-row blocks first. */
+static bool few_64_row_blocks(const kn_attention_problem *p)
+{
+    int64_t blocks = (p->tq + 63) / 64 * p->batch * p->heads;
+    return blocks < 2 * (int64_t)kn_cuda_current()->sm_count;
+}
+
 /* The configurations p can use: the tensor-core ones in table order, or
  * the split-f32 ones and the tiled f32 ones, then the SIMT one. The
  * blocks of 32 query rows go first where 64-row ones would leave SMs
@@ -400,8 +416,7 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
          * 17.7 in 32-row blocks, 19.0 in 64-row ones; ViT's 8 x 12 x 197 x
          * 64 36.9 us in 64-row blocks, 41.5 and 43.8 in the others; 16 x 8
          * x 256 x 64 52.6 in 64-row blocks, 58.8 in key groups. */
-        int64_t blocks = (p->tq + 63) / 64 * p->batch * p->heads;
-        bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count;
+        bool small = few_64_row_blocks(p);
         out[n++] = &x3_configs[small ? 2 : 0];
         out[n++] = &x3_configs[1];
         out[n++] = &x3_configs[small ? 0 : 2];
@@ -417,8 +432,7 @@ static int configs_of(const kn_attention_problem *p, const attn_config **out)
          * for 132 SMs, which hold three each), and for heads over 64 wide,
          * whose 64-row kernel needs 254 registers a thread, two blocks an
          * SM (4 x 16 x 512 x 128 on the H200: 614 us against 375) */
-        int64_t blocks = (p->tq + 63) / 64 * p->batch * p->heads;
-        bool small = blocks < 2 * (int64_t)kn_cuda_current()->sm_count || p->d > 64 || p->dv > 64;
+        bool small = few_64_row_blocks(p) || p->d > 64 || p->dv > 64;
         out[n++] = &f32t_configs[small ? 1 : 0];
         out[n++] = &f32t_configs[small ? 0 : 1];
     }

@@ -1,6 +1,6 @@
 /* kn_cuda_attention: kiln's fused scaled-dot-product attention forward on
- * the GPU (kernels/cuda/kn_attention.cu), the same result as PyTorch's
- * F.scaled_dot_product_attention:
+ * the GPU (kernels/cuda/kn_attention.cu and kn_attention_f32.cu), the same
+ * result as PyTorch's F.scaled_dot_product_attention:
  *   o = softmax(q k^T * scale (+ mask)) v
  * computed FlashAttention-2 style (online softmax in f32, the score matrix
  * never stored). bf16/f16 run on tensor cores (mma.sync) when the head dims
@@ -70,8 +70,8 @@ int kn_cuda_attention_variants(const kn_attention_problem *p, const char **label
 
 /* ---- for t/cuda_templates_compile.c: the modules and the kernel names ---- */
 
-/* The kinds of module of kn_attention.cu: the SIMT kernel (size: output
- * chunks of 32 columns, 1..8), the tensor-core kernels (bf16/f16; size:
+/* The kinds of module of kn_attention.cu (and kn_attention_f32.cu): the
+ * SIMT kernel (size: output chunks of 32 columns, 1..8), the tensor-core kernels (bf16/f16; size:
  * the padded head dim 16..128 in steps of 16), the tiled f32 kernel
  * (size: the padded head dim 32, 64 or 128) and the split-f32 kernel
  * (size: the padded head dim 32 or 64). */
@@ -95,8 +95,9 @@ int kn_cuda_attention_modules(kn_att_module *out, int cap);
 /* A kind's short name in module names: "tc", "simt", "f32t" or "x3". */
 const char *kn_cuda_attention_module_tag(int kind);
 
-/* The source of one module of kn_attention.cu, of kind KN_ATT_MODULE_*
- * (see above) and dtype dt. *src is malloc'd. */
+/* The source of one module of kn_attention.cu (and, for the f32 kinds,
+ * kn_attention_f32.cu after it), of kind KN_ATT_MODULE_* (see above) and
+ * dtype dt. *src is malloc'd. */
 kn_status kn_cuda_attention_source(int kind, kn_dtype dt, int size, char **src);
 /* The kernel names such a module holds (up to KN_ATTENTION_MAX_VARIANTS; returns how many). */
 int kn_cuda_attention_kernel_names(int kind, kn_dtype dt, int size, char names[][48]);
