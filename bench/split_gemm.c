@@ -233,6 +233,15 @@ int main(void)
         r.call.p.ldy = pb->n;
         r.call.p.sa = pb->m * pb->k, r.call.p.sb = pb->n * pb->k, r.call.p.sy = pb->m * pb->n;
         r.call.p.vec2 = pb->n % 2 == 0;
+        /* SPLIT_BIAS=1: a bias of zeros in the epilogue, as a model's
+         * linear layers read one (the sums, and so the errors, unchanged) */
+        kn_tensor *bias = NULL;
+        if (getenv("SPLIT_BIAS") && atoi(getenv("SPLIT_BIAS"))) {
+            double *vz = calloc((size_t)pb->n, sizeof *vz);
+            bias = vz ? gpu_tensor(KN_F32, 1, pb->n, 1, vz) : NULL;
+            free(vz);
+            r.call.p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
+        }
         r.call.a_kmajor = pb->a_kmajor, r.call.b_kmajor = pb->b_kmajor, r.call.count = pb->count;
         for (int tile = 0; tile < KN_CUDA_X3_TILES; tile++) {
             r.tile = tile;
@@ -250,7 +259,7 @@ int main(void)
         }
         free(va);
         free(vb);
-        kn_tensor *all[] = {sa32, sb32, sa64, sb64, a32, b32, a64, b64, o32, o64, ox};
+        kn_tensor *all[] = {sa32, sb32, sa64, sb64, a32, b32, a64, b64, o32, o64, ox, bias};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kn_tensor_release(all[i]);
         fflush(stdout);
     }

@@ -40,7 +40,7 @@ local cases = {
   { 1, 32, 15, 15, 32, 3, 1, 1, 1, 32 },
   { 4, 64, 14, 14, 128, 3, 2, 1, 1, 1 },
 }
-kiln.config.channels_last = true -- f32 too (auto leaves f32 NCHW)
+kiln.config.channels_last = true -- f32 too (auto leaves f32 NCHW off Hopper)
 for _, dt in ipairs({ "bf16", "f16", "f32" }) do
   for ci, c in ipairs(cases) do
     local n, ch, h, w, k, ks, st, pd, dl, gr = table.unpack(c)
@@ -89,8 +89,18 @@ local ma = run("KILN_CACHE_DIR=" .. ma_dir .. " KILN_LOGS=autotune " .. KILN .. 
 T.like(ma, "autotune k0_conv2d_bf16_32x112x112x32 [^\n]*kiln stem conv nhwc %+bias%+relu",
   "max-autotune, bf16: the image conv's candidates include kiln's stem kernel (bias and ReLU fused)")
 os.execute("rm -rf '" .. ma_dir .. "'")
+-- f32: NHWC where kiln's split-precision convolution runs (Hopper), whose
+-- epilogue takes the ReLU; NCHW elsewhere and with it turned off
+local dev1 = (kiln.device_info().cuda.devices or {})[1] or {}
 local f32 = run("KILN_LOGS=fusion " .. KILN .. " -e \"" .. script:format("f32", "f32") .. "\"")
-T.like(f32, "k0_conv2d_f32_32x32x112x112", "auto, f32 convnet: NCHW")
+if dev1.cc == "9.0" then
+  T.like(f32, "k0_conv2d_f32_32x112x112x32\n", "auto, f32 convnet on Hopper: NHWC, the ReLU in the conv's kernel")
+  T.ok(not f32:find("relu_f32", 1, true), "auto, f32 convnet on Hopper: no ReLU kernel of its own")
+else
+  T.like(f32, "k0_conv2d_f32_32x32x112x112", "auto, f32 convnet: NCHW")
+end
+local f32_off = run("KILN_CONV_X3=0 KILN_LOGS=fusion " .. KILN .. " -e \"" .. script:format("f32", "f32") .. "\"")
+T.like(f32_off, "k0_conv2d_f32_32x32x112x112", "auto, f32 convnet, KILN_CONV_X3=0: NCHW")
 
 -- cuDNN's chosen plans are kept in the cache dir: a second process builds
 -- them from there, and computes the same values

@@ -216,6 +216,29 @@ kn_status kn_graph_run(const kn_graph *g, const struct kn_settings *settings, kn
     return st;
 }
 
+void kn_graph_value_header(const kn_meta *m, kn_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    t->refcount = 1;
+    t->dtype = m->dtype;
+    t->ndim = m->ndim;
+    memcpy(t->shape, m->shape, sizeof t->shape);
+    if ((unsigned)m->ndim <= KN_MAX_DIMS) kn_contiguous_strides(m->ndim, m->shape, t->strides);
+}
+
+bool kn_graph_node_call(const kn_graph *g, const kn_node *n, kn_tensor hdr[KN_MAX_INPUTS], kn_opcall *c)
+{
+    if (n->op >= KN_OP_COUNT || n->n_in > KN_MAX_INPUTS) return false;
+    kn_opcall_init(c, (kn_op)n->op);
+    c->a = n->a;
+    c->n_in = n->n_in;
+    for (int k = 0; k < n->n_in; k++) {
+        kn_graph_value_header(&g->nodes[n->in_node[k]].out[n->in_out[k]], &hdr[k]);
+        c->in[k] = &hdr[k];
+    }
+    return true;
+}
+
 kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], int *n_out)
 {
     const kn_node *n = &g->nodes[i];
@@ -226,22 +249,12 @@ kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], i
         return kn_error(KN_ERR_ARG, "node %d: not an op node", i);
     if (n->n_in < 0 || n->n_in > KN_MAX_INPUTS)
         return kn_error(KN_ERR_ARG, "node %d: %d inputs", i, n->n_in);
-    kn_opcall_init(&c, (kn_op)n->op);
-    c.a = n->a;
-    c.n_in = n->n_in;
     for (int k = 0; k < n->n_in; k++) {
         int s = n->in_node[k], o = n->in_out[k];
         if (s < 0 || s >= g->n_nodes || o < 0 || o >= g->nodes[s].n_out)
             return kn_error(KN_ERR_ARG, "node %d: input %d names a missing value %d:%d", i, k + 1,
                             s, o);
-        const kn_meta *m = &g->nodes[s].out[o];
-        memset(&t[k], 0, sizeof t[k]);
-        t[k].refcount = 1;
-        t[k].dtype = m->dtype;
-        t[k].ndim = m->ndim;
-        memcpy(t[k].shape, m->shape, sizeof t[k].shape);
-        if ((unsigned)m->ndim <= KN_MAX_DIMS) kn_contiguous_strides(m->ndim, m->shape, t[k].strides);
-        c.in[k] = &t[k];
     }
+    kn_graph_node_call(g, n, t, &c);
     return kn_op_infer(&c, out, n_out);
 }

@@ -136,4 +136,12 @@ kn_status kn_graph_run(const kn_graph *g, const struct kn_settings *settings, kn
  * order: it only reads the nodes i names). */
 kn_status kn_node_infer(const kn_graph *g, int i, kn_meta out[KN_MAX_OUTPUTS], int *n_out);
 
+/* A header without storage for a value of meta m, contiguous. */
+void kn_graph_value_header(const kn_meta *m, kn_tensor *t);
+/* The call node n of g makes, as a backend is asked about it before a
+ * run (plans ask at build time): its op and attrs, its inputs as headers
+ * in hdr (contiguous, no storage), no outputs. False for a node that is no
+ * op call. */
+bool kn_graph_node_call(const kn_graph *g, const kn_node *n, kn_tensor hdr[KN_MAX_INPUTS], kn_opcall *c);
+
 #endif

@@ -101,33 +101,6 @@ bool kn_plan_stale(const kn_plan *p, kn_tensor *const *inputs, char *why, size_t
 
 /* ---- the build ---------------------------------------------------------------- */
 
-/* A header without storage for a value of meta m, contiguous. */
-static void header_of(const kn_meta *m, kn_tensor *t)
-{
-    memset(t, 0, sizeof *t);
-    t->refcount = 1;
-    t->dtype = m->dtype;
-    t->ndim = m->ndim;
-    memcpy(t->shape, m->shape, sizeof t->shape);
-    kn_contiguous_strides(m->ndim, m->shape, t->strides);
-}
-
-/* The call node n of g makes, as a backend is asked about it before a
- * run: its op and attrs, its inputs as headers in hdr (contiguous, no
- * storage), no outputs. False for a node that is no op call. */
-static bool node_call(const kn_graph *g, const kn_node *n, kn_tensor hdr[KN_MAX_INPUTS], kn_opcall *c)
-{
-    if (n->op >= KN_OP_COUNT || n->n_in > KN_MAX_INPUTS) return false;
-    kn_opcall_init(c, (kn_op)n->op);
-    c->a = n->a;
-    c->n_in = n->n_in;
-    for (int k = 0; k < n->n_in; k++) {
-        header_of(&g->nodes[n->in_node[k]].out[n->in_out[k]], &hdr[k]);
-        c->in[k] = &hdr[k];
-    }
-    return true;
-}
-
 /* kn_fuse_ex's question to the plan's backend: can the library call at
  * `node` write its value with the strides of `layout`? Asked on headers
  * without storage (inputs contiguous: their strides do not decide it). */
@@ -138,8 +111,8 @@ static bool plan_strided_out(void *ud, const kn_graph *g, int node, const kn_lay
     const kn_node *n = &g->nodes[node];
     kn_tensor hdr[KN_MAX_INPUTS], out;
     kn_opcall c;
-    if (!dc || !dc->be->strided_out || !node_call(g, n, hdr, &c)) return false;
-    header_of(&n->out[0], &out);
+    if (!dc || !dc->be->strided_out || !kn_graph_node_call(g, n, hdr, &c)) return false;
+    kn_graph_value_header(&n->out[0], &out);
     memcpy(out.strides, layout->strides, sizeof out.strides);
     c.n_out = 1;
     c.out[0] = &out;
@@ -163,7 +136,7 @@ static kn_status plan_check_ops(const kn_plan *p)
         const kn_node *n = &p->g.nodes[node];
         kn_tensor hdr[KN_MAX_INPUTS];
         kn_opcall c;
-        if (!node_call(&p->g, n, hdr, &c)) continue;
+        if (!kn_graph_node_call(&p->g, n, hdr, &c)) continue;
         kn_status st = kn_op_check_supported(dc, &c);
         if (st != KN_OK) {
             char msg[512];

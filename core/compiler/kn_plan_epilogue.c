@@ -39,21 +39,36 @@ static int other_operand(const kn_node *n, int node, int *out)
     return a ? n->in_node[1] : n->in_node[0];
 }
 
+/* Whether the plan's device says it runs conv node mn in a kernel whose
+ * epilogue adds a bias, ReLU and residual at no cost (kn_backend's
+ * conv_epilogue_free: kiln's split-precision f32 convolution on the GPU) */
+static bool backend_epilogue_free(const kn_plan *p, const kn_node *mn)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    kn_tensor hdr[KN_MAX_INPUTS], out;
+    kn_opcall c;
+    if (!dc || !dc->be->conv_epilogue_free || !kn_graph_node_call(&p->g, mn, hdr, &c)) return false;
+    kn_graph_value_header(&mn->out[0], &out);
+    c.n_out = 1;
+    c.out[0] = &out;
+    return dc->be->conv_epilogue_free(dc, p->settings, &c);
+}
+
 /* A channels-last 1x1 conv (which the GPU runs as a GEMM over its input's
- * bytes) followed by exactly `+ residual` or `relu(+ residual)`: ResNet's
- * bottleneck ends. The backend adds the residual (and the ReLU) in the
- * GEMM's epilogue, so the conv's output is not written and read again by an
- * add_relu kernel (ResNet-50 bf16 on the H100: 24 us each at 56x56x256).
- * *e gets the fold. */
+ * bytes), or a conv the backend runs with a free epilogue, followed by
+ * exactly `+ residual` or `relu(+ residual)`: ResNet's block ends. The
+ * backend adds the residual (and the ReLU) in the kernel's epilogue, so the
+ * conv's output is not written and read again by an add_relu kernel
+ * (ResNet-50 bf16 on the H100: 24 us each at 56x56x256). *e gets the fold. */
 static bool conv_residual_epilogue(const kn_plan *p, int m, const kn_kernel *P, struct kn_plan_epi *e, int k)
 {
     const kn_node *mn = &p->g.nodes[m];
     const kn_meta *y = &mn->out[0], *x = &p->g.nodes[mn->in_node[0]].out[mn->in_out[0]],
                   *w = &p->g.nodes[mn->in_node[1]].out[mn->in_out[1]];
-    if (mn->a.in_layout != KN_LAYOUT_NHWC || mn->a.out_layout != KN_LAYOUT_NHWC || mn->a.groups != 1 ||
-        mn->a.padding[0] || mn->a.padding[1] || w->ndim != 4 || w->shape[1] != 1 || w->shape[2] != 1 ||
-        x->ndim != 4 || x->shape[3] != w->shape[3] || !kn_dtype_is_float(y->dtype))
-        return false;
+    bool gemm = mn->a.in_layout == KN_LAYOUT_NHWC && mn->a.out_layout == KN_LAYOUT_NHWC && mn->a.groups == 1 &&
+                !mn->a.padding[0] && !mn->a.padding[1] && w->ndim == 4 && w->shape[1] == 1 && w->shape[2] == 1 &&
+                x->ndim == 4 && x->shape[3] == w->shape[3];
+    if (!kn_dtype_is_float(y->dtype) || (!gemm && !backend_epilogue_free(p, mn))) return false;
     if (P->n_nodes < 1 || P->n_nodes > 2) return false;
     const kn_node *add = &p->g.nodes[P->nodes[0]];
     if (add->op != KN_OP_ADD || read_elsewhere(p, m, P->nodes[0])) return false;
@@ -185,7 +200,7 @@ kn_status kn_plan_epilogues(kn_plan *p)
              * 596 against 580 us; bf16 316 against 329; bench/fold_ab.lua),
              * unless the GPU runs the conv in a kernel of kiln's or a GEMM */
             if (mn->out[0].dtype == KN_F32 && !kn_settings_allow_tf32(kn_settings_or_defaults(p->settings)) &&
-                !conv_outside_cudnn(p, mn))
+                !conv_outside_cudnn(p, mn) && !backend_epilogue_free(p, mn))
                 continue;
             const kn_node *rl = &p->g.nodes[P->nodes[0]];
             if (rl->op == KN_OP_RELU && rl->in_node[0] == m && rl->in_out[0] == 0 &&

@@ -222,9 +222,10 @@ static kn_status contract_setup(tune_job *j)
     c.out[0] = j->ref64;
     if (st == KN_OK) st = run_call(j, &c, bias, res);
     double e = -1;
-    if (st == KN_OK && (j->c.op == KN_OP_MATMUL || j->c.op == KN_OP_ATTENTION)) {
-        /* a matmul's or attention's default may itself be a split method
-         * (the CUDA backend's): the true-f32 error is its strict engine's */
+    if (st == KN_OK && (j->c.op == KN_OP_MATMUL || j->c.op == KN_OP_ATTENTION || j->c.op == KN_OP_CONV2D)) {
+        /* a matmul's, attention's or convolution's default may itself be a
+         * split method (the CUDA backend's): the true-f32 error is its
+         * strict engine's */
         kn_opcall sc = j->c;
         kn_tensor *strict = NULL;
         m.dtype = KN_F32;
@@ -235,7 +236,7 @@ static kn_status contract_setup(tune_job *j)
         if (st == KN_OK) st = kn_plan_rel_error(strict, j->ref64, p->settings, &e);
         kn_tensor_release(strict);
     } else if (st == KN_OK) {
-        st = kn_plan_rel_error(j->out[0], j->ref64, p->settings, &e); /* convolution's default is strict */
+        st = kn_plan_rel_error(j->out[0], j->ref64, p->settings, &e); /* the other ops' defaults are strict */
     }
     if (st == KN_OK) j->f32_err = e;
     for (int i = 0; i < KN_MAX_INPUTS + 2; i++) kn_tensor_release(casts[i]);

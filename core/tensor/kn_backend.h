@@ -79,6 +79,13 @@ typedef struct kn_backend {
      * layout pass's question under kiln.config.channels_last = "auto".
      * NULL: never. */
     bool (*conv_channels_last)(kn_device_ctx *d, kn_dtype dt);
+    /* Whether this device runs the conv2d call c (its inputs and output
+     * headers without storage, c->a its attrs; settings NULL: the defaults) in a
+     * kernel whose epilogue adds the bias, a ReLU and a residual at no
+     * cost: plans then fold them into the call (kn_plan_epilogue.c), where
+     * a library's fused engines would be slower than the separate kernels.
+     * NULL: never. */
+    bool (*conv_epilogue_free)(kn_device_ctx *d, const struct kn_settings *settings, const kn_opcall *c);
     /* Whether this device's matmul of an [m, k] by [k, n] product of dtype
      * dt, run with settings (NULL: the defaults), is faster with b
      * k-contiguous (the transpose of an [n, k] tensor) than n-contiguous:

@@ -127,15 +127,15 @@ typedef struct kn_opcall {
     int variant; /* library ops (matmul, conv2d): which of the backend's
                     algorithms runs it; 0 is its default pick (the autotuner
                     measures the others, kn_backend.library_variant_label);
-                    KN_VARIANT_STRICT its strict f32 engine for matmul
-                    and attention */
+                    KN_VARIANT_STRICT its strict f32 engine for matmul,
+                    conv2d and attention */
     /* the caller's settings (TF32, the cache dir of the kernels it
      * compiles, the backends' logs), borrowed for the call; NULL: the
      * defaults (kn_settings.h) */
     const struct kn_settings *settings;
 } kn_opcall;
 
-/* kn_opcall.variant of a matmul: the backend's engine that computes f32
+/* kn_opcall.variant of a matmul, conv2d or attention: the backend's engine that computes f32
  * with f32 arithmetic (no TF32, no split products), which the "ieee"
  * contract measures the others against; a backend whose default is
  * already that runs its default. */

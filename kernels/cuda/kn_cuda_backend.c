@@ -175,6 +175,15 @@ static bool cuda_conv_channels_last(kn_device_ctx *d, kn_dtype dt)
     return kn_cuda_enter(d) == KN_OK && kn_cuda_conv_prefers_nhwc(dt);
 }
 
+static bool cuda_conv_epilogue_free(kn_device_ctx *d, const kn_settings *settings, const kn_opcall *c)
+{
+    if (kn_cuda_enter(d) != KN_OK) return false;
+    const kn_settings *outer = kn_cuda_call_settings_enter(settings);
+    bool free_epilogue = kn_cuda_conv_epilogue_free(c);
+    kn_cuda_call_settings_leave(outer);
+    return free_epilogue;
+}
+
 static bool cuda_matmul_b_k_major(kn_device_ctx *d, const kn_settings *settings, kn_dtype dt, int64_t m,
                                   int64_t n, int64_t k)
 {
@@ -505,6 +514,7 @@ static const kn_backend kn_cuda_backend = {
     .run = cuda_run,
     .strided_out = cuda_strided_out,
     .conv_channels_last = cuda_conv_channels_last,
+    .conv_epilogue_free = cuda_conv_epilogue_free,
     .matmul_b_k_major = cuda_matmul_b_k_major,
     .sync = cuda_sync,
     .compile_program = cuda_compile_program,

@@ -32,6 +32,7 @@
 #include "kn_cuda_blas.h"
 
 #include "kn_cuda_context.h"
+#include "kn_cuda_conv_x3.h"
 #include "kn_cuda_libplans.h"
 #include "kn_cuda_linalg.h"
 #include "kn_cuda_module.h"
@@ -1252,6 +1253,20 @@ static bool conv_is_patches(const kn_opcall *c, const kn_tensor *x, const kn_ten
            kn_tensor_is_contiguous(y) && x->dtype == y->dtype && w->dtype == y->dtype;
 }
 
+/* Whether conv_run takes call c (headers will do) to kiln's
+ * split-precision convolution: not a conv that a GEMM runs (1x1, a patch
+ * embedding), nor a chain's first conv (NCHW in) that the stem kernel
+ * takes, which reads the image where it lies (convnet's, f32 on an H200:
+ * 75 us with bias and ReLU, against 176 for the split kernel on 4 padded
+ * channels, whose k of 36 leaves its tensor cores idle, and 60 more for
+ * laying the image out; bench/split_conv.c) */
+static bool conv_runs_split(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
+    return kn_cuda_conv_x3_takes(x, w, y, &c->a) && !conv_is_gemm(x, w, y, &c->a) && !conv_is_patches(c, x, w, y) &&
+           !kn_cuda_linalg_stem_fits(x, w, y, &c->a);
+}
+
 static kn_status conv_patches(const kn_opcall *c, const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias,
                               kn_tensor *y, int act)
 {
@@ -1347,9 +1362,23 @@ static kn_status conv_run(const kn_opcall *c, int act)
         KN_TRY(conv_run(c, KN_EPI_NONE));
         return kn_cuda_bias_act(y, NULL, 1, 1, KN_EPI_HARDSWISH);
     }
+    /* KN_VARIANT_STRICT: the default's choice among the strict f32
+     * engines (kiln's CUDA-core kernels, cuDNN's), never the split kernel */
+    bool strict = c->variant == KN_VARIANT_STRICT;
+    int variant = strict ? 0 : c->variant;
+    /* f32 outside TF32 mode on Hopper: kiln's split-precision convolution
+     * (its tiles are variants 0-3), where it takes the call and no GEMM
+     * does (a 1x1 conv, a patch embedding) */
+    if (!strict && conv_runs_split(c)) {
+        if (variant < kn_cuda_conv_x3_variant_count()) {
+            kn_status st = kn_cuda_conv_x3_run(x, w, bias, y, &c->a, act, NULL, variant);
+            if (st != KN_ERR_UNSUPPORTED || variant) return st;
+            /* the default, refused at run time (alignment): the engines below */
+        }
+        variant -= variant ? kn_cuda_conv_x3_variant_count() : 0;
+    }
     /* a stem (an image's few channels): kiln's kernel is variant 0, and
      * cuDNN's configs follow it (max-autotune measures both) */
-    int variant = c->variant;
     if (kn_cuda_linalg_stem_tc_fits(x, w, y, &c->a)) { /* bf16, f16: the tensor cores first */
         if (variant == 0) return kn_cuda_linalg_conv_stem_tc(x, w, bias, y, &c->a, act);
         variant--;
@@ -1450,6 +1479,12 @@ kn_status kn_cuda_conv2d_fused_residual(const kn_opcall *c, int act, const kn_te
     if (c->variant == 0 && kn_tensor_numel(y) > 0 && conv_is_gemm(x, w, y, &c->a) && kn_cuda_on_current(x) &&
         kn_cuda_on_current(w))
         return conv_gemm(c, x, w, bias, y, act, residual);
+    /* the split-precision convolution adds the residual in its epilogue too */
+    if (c->variant == 0 && kn_tensor_numel(y) > 0 && kn_cuda_on_current(x) && kn_cuda_on_current(w) &&
+        conv_runs_split(c)) {
+        kn_status st = kn_cuda_conv_x3_run(x, w, bias, y, &c->a, act, residual, 0);
+        if (st != KN_ERR_UNSUPPORTED) return st;
+    }
     KN_TRY(conv_run(c, 0));
     KN_TRY(kn_cuda_add_into(y, residual));
     bool nhwc = c->a.out_layout == KN_LAYOUT_NHWC;
@@ -1464,14 +1499,26 @@ kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act)
     return conv_run(c, act);
 }
 
+bool kn_cuda_conv_epilogue_free(const kn_opcall *c)
+{
+    if (c->op != KN_OP_CONV2D || c->n_in < 2 || c->n_out < 1 || !c->in[0] || !c->in[1] || !c->out[0]) return false;
+    const kn_tensor *x = c->in[0], *w = c->in[1], *y = c->out[0];
+    /* the split convolution, or the stem kernels (bias and ReLU in their
+     * stores), as conv_run picks them */
+    return conv_runs_split(c) || kn_cuda_linalg_stem_tc_fits(x, w, y, &c->a) || kn_cuda_linalg_stem_fits(x, w, y, &c->a);
+}
+
 bool kn_cuda_conv_prefers_nhwc(kn_dtype dt)
 {
 #ifdef KILN_HAVE_CUDNN
     if (kn_cuda_init() != KN_OK || !dnn_ready()) return false;
     /* half types: the tensor-core engines of sm_80 and later read NHWC
      * (NCHW costs them transposes: convnet bf16's convs at 10-13% of their
-     * roofline on the H100). f32: not measured faster; KILN_CHANNELS_LAST=1
-     * or kiln.config.channels_last = true turns it on. */
+     * roofline on the H100). f32: where kiln's split-precision convolution
+     * runs (Hopper), which reads NHWC; cuDNN's strict f32 engines were not
+     * measured faster so (KILN_CHANNELS_LAST=1 or kiln.config.channels_last
+     * = true turns it on elsewhere). */
+    if (dt == KN_F32) return kn_cuda_conv_x3_available();
     return (dt == KN_BF16 || dt == KN_F16) && kn_cuda_current()->arch >= 80;
 #else
     (void)dt;

@@ -36,6 +36,11 @@ kn_status kn_cuda_conv2d_fused_residual(const kn_opcall *c, int act, const struc
 /* Whether conv2d of dtype dt should run channels-last on the current GPU
  * (the layout pass's "auto"): cuDNN present, a half type, sm_80 or later. */
 bool kn_cuda_conv_prefers_nhwc(kn_dtype dt);
+/* Whether conv2d call c (headers will do: shapes, strides, dtypes, attrs)
+ * runs in a kernel of kiln's whose epilogue adds a bias and ReLU at no
+ * cost (kn_backend.conv_epilogue_free): the split-precision convolution
+ * (a residual too), the stem kernels. */
+bool kn_cuda_conv_epilogue_free(const kn_opcall *c);
 
 /* The current GPU's cuDNN handle (a cudnnHandle_t), started on first use,
  * and cuDNN's version in *version; NULL when cuDNN is missing or cannot

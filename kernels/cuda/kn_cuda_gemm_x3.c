@@ -34,6 +34,8 @@ static const struct x3_tile {
     /* one wave of 128-row tiles where 128x128 takes two or a ragged
      * second (BERT's 1024 x 2304 and 1024 x 3072: 96 and 128 tiles) */
     [KN_CUDA_X3_TILE_WG128X192] = {128, 192, 64, 192, 32, true, "wg128x192"},
+    /* the convolutions' tile for 64 output channels or fewer */
+    [KN_CUDA_X3_TILE_WG128X64] = {128, 64, 64, 64, 32, true, "wg128x64"},
 };
 
 /* the most dynamic shared memory a block may have (sm_90: 227 KiB) */
@@ -224,7 +226,7 @@ static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
         int64_t f = forced < c->p.k / 64 ? forced : c->p.k / 64;
         return f > 1 && f * c->count <= 65535 ? (int)f : 1;
     }
-    if (tile == KN_CUDA_X3_TILE_WG128 || tile == KN_CUDA_X3_TILE_WG128X192) {
+    if (tile == KN_CUDA_X3_TILE_WG128 || tile == KN_CUDA_X3_TILE_WG128X192 || tile == KN_CUDA_X3_TILE_WG128X64) {
         double us;
         return x3_wave_splits(c, tile, sms, &us);
     }
@@ -236,15 +238,18 @@ static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
     return s > 1 ? (int)s : 1;
 }
 
-kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
+/* Launch c in tile shape `tile`: the GEMM's module of that tile and
+ * layout, or (conv) the convolution form's module of that tile. */
+static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static uint64_t smem_raised[KN_CUDA_X3_TILES][4]; /* a bit a GPU */
-    if (tile < 0 || tile >= KN_CUDA_X3_TILES) return kn_error(KN_ERR_ARG, "matmul: no split-f32 tile shape %d", tile);
-    if (!kn_cuda_gemm_x3_fits(c)) return kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel cannot take this call");
+    static uint64_t smem_raised[KN_CUDA_X3_TILES][5]; /* a bit a GPU; [4]: the convolution form */
+    const char *what = conv ? "conv2d" : "matmul";
+    if (tile < 0 || tile >= KN_CUDA_X3_TILES) return kn_error(KN_ERR_ARG, "%s: no split-f32 tile shape %d", what, tile);
+    if (!kn_cuda_gemm_x3_fits(c)) return kn_error(KN_ERR_UNSUPPORTED, "%s: the split-f32 kernel cannot take this call", what);
     const struct x3_tile *t = &x3_tiles[tile];
     if (!kn_cuda_gemm_x3_tile_runs_here(tile))
-        return kn_error(KN_ERR_UNSUPPORTED, "matmul: the split-f32 kernel's %s tile runs on Hopper (sm_90) only",
+        return kn_error(KN_ERR_UNSUPPORTED, "%s: the split-f32 kernel's %s tile runs on Hopper (sm_90) only", what,
                         t->name);
     /* before the module is loaded: a layout whose stages do not fit is
      * refused without compiling it */
@@ -253,12 +258,13 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     x3_launch_shape(c, tile, grid, &threads, &smem);
     if (smem > X3_SMEM_MAX)
         return kn_error(KN_ERR_UNSUPPORTED,
-                        "matmul: the split-f32 kernel's %s tile does not fit in shared memory with both operands "
-                        "m- or n-contiguous", t->name);
-    int layout = (c->a_kmajor ? 0 : 2) + (c->b_kmajor ? 0 : 1);
+                        "%s: the split-f32 kernel's %s tile does not fit in shared memory with both operands "
+                        "m- or n-contiguous", what, t->name);
+    int layout = conv ? 4 : (c->a_kmajor ? 0 : 2) + (c->b_kmajor ? 0 : 1);
     static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
     char name[64];
-    snprintf(name, sizeof name, "kn_la_gemm_x3_%s_%s", t->name, lay[layout]);
+    if (conv) snprintf(name, sizeof name, "kn_la_conv_x3_%s", t->name);
+    else snprintf(name, sizeof name, "kn_la_gemm_x3_%s_%s", t->name, lay[layout]);
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel(name, &fn));
     int dev = kn_cuda_current()->index;
@@ -268,7 +274,8 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     if (!raised && smem > 48 * 1024) {
         cudaError_t e = cudaKernelSetAttributeForDevice((cudaKernel_t)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                         (int)smem, dev);
-        if (e != cudaSuccess) return kn_cuda_fail(e, "matmul: raising the split-f32 kernel's shared-memory limit");
+        if (e != cudaSuccess) return kn_cuda_fail(e, conv ? "conv2d: raising the split-f32 kernel's shared-memory limit"
+                                                          : "matmul: raising the split-f32 kernel's shared-memory limit");
         pthread_mutex_lock(&lock);
         if (dev < 64) smem_raised[tile][layout] |= 1ull << dev;
         pthread_mutex_unlock(&lock);
@@ -291,4 +298,43 @@ kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
     if (st == KN_OK) st = kn_cuda_launch(sum, kn_cuda_linalg_grid(c->count * p.m * p.n, 256), 256, &p, 0);
     kn_cuda_free(ws);
     return st;
+}
+
+kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
+{
+    return x3_launch(c, tile, false);
+}
+
+/* ---- the convolution form ---- */
+
+/* Its tiles: 128 rows (output pixels) by 64 or 128 output channels, and
+ * 64x64 for convolutions of few pixels. */
+bool kn_cuda_conv_x3_tile_ok(int tile)
+{
+    return tile == KN_CUDA_X3_TILE_WG128X64 || tile == KN_CUDA_X3_TILE_WG128 || tile == KN_CUDA_X3_TILE_WG64;
+}
+
+bool kn_cuda_conv_x3_fits(const kn_cuda_x3_call *c)
+{
+    const kn_la_conv_geom *g = &c->p.cv;
+    if (c->count != 1 || !c->a_kmajor || !c->b_kmajor || !kn_cuda_gemm_x3_fits(c)) return false;
+    if (g->c <= 0 || g->c % 4 || g->h <= 0 || g->w <= 0 || g->p <= 0 || g->q <= 0 || g->s <= 0) return false;
+    if (g->sh <= 0 || g->sw <= 0 || g->dh <= 0 || g->dw <= 0 || g->ph < 0 || g->pw < 0) return false;
+    /* k = r s c, each a 32-bit int in the kernel; m = N p q pixels */
+    return c->p.k % ((int64_t)g->s * g->c) == 0 && c->p.ldb == c->p.k && c->p.m % ((int64_t)g->p * g->q) == 0 &&
+           (int64_t)g->h * g->w * g->c < ((int64_t)1 << 31);
+}
+
+int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c, int sms)
+{
+    (void)sms;
+    return c->p.n <= 64 ? KN_CUDA_X3_TILE_WG128X64 : KN_CUDA_X3_TILE_WG128;
+}
+
+kn_status kn_cuda_conv_x3(const kn_cuda_x3_call *c, int tile)
+{
+    if (!kn_cuda_conv_x3_tile_ok(tile))
+        return kn_error(KN_ERR_ARG, "conv2d: the split-f32 convolution has no %s tile", kn_cuda_gemm_x3_tile_name(tile));
+    if (!kn_cuda_conv_x3_fits(c)) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: the split-f32 convolution cannot take this call");
+    return x3_launch(c, tile, true);
 }

@@ -14,11 +14,12 @@
 
 /* Tile shapes (kn_cuda_gemm_x3.c's table; kn_cuda_linalg.c has a module
  * for each and layout, in this order). */
-#define KN_CUDA_X3_TILES 9
+#define KN_CUDA_X3_TILES 10
 /* the wgmma tiles matmul's default picks from (kn_cuda_blas.c) */
 #define KN_CUDA_X3_TILE_WG128 5
 #define KN_CUDA_X3_TILE_WG64 7
 #define KN_CUDA_X3_TILE_WG128X192 8
+#define KN_CUDA_X3_TILE_WG128X64 9
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
  * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else
@@ -53,5 +54,20 @@ bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor);
  * strict GEMM; by the wave model of kn_cuda_gemm_x3.c, which needs no
  * GPU (the caller checks that the tile runs on its own). */
 int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits);
+
+/* The convolution form (KN_X3_CONV in kn_la_gemm_x3.cu): c->p as for the
+ * GEMM with a the channels-last input x {N, h, w, c} (contiguous), b the
+ * weight {n, r, s, c} (ldb = k = r s c), y {N, p, q, n} (m = N p q rows,
+ * ldy apart), and the geometry in c->p.cv; one call (count 1), both
+ * operands k-contiguous. Whether it can take c: c a multiple of 4 (a
+ * window's 4 channels are one 16-byte copy), 16-byte aligned x and
+ * weight, sizes within its 32-bit index math. */
+bool kn_cuda_conv_x3_fits(const kn_cuda_x3_call *c);
+/* Whether `tile` is one of the convolution form's tiles. */
+bool kn_cuda_conv_x3_tile_ok(int tile);
+/* The default's tile for c on a GPU of `sms` SMs. */
+int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c, int sms);
+/* Run c with tile shape `tile` (split along k as the GEMM is). */
+kn_status kn_cuda_conv_x3(const kn_cuda_x3_call *c, int tile);
 
 #endif

@@ -210,28 +210,49 @@ struct w_tile {
     int full[CH]; // its bytes when all of the tile's k is inside
     long long ld, K;
 
+    // copy i's row and k within the tile
+    __device__ __forceinline__ static void place(int i, int &r, int &k)
+    {
+        const int c = threadIdx.x + i * W_THREADS;
+        if (KMAJ) {
+            r = (c >> 3) / (X3_KT / 4) * 8 + (c & 7);
+            k = (c >> 3) % (X3_KT / 4) * 4;
+        } else {
+            r = ((c >> 1) / X3_KT * 2 + (c & 1)) * 4;
+            k = (c >> 1) % X3_KT;
+        }
+    }
+
     __device__ __forceinline__ w_tile(float *region, const float *g, long long ld_, long long rows, long long K_,
                                       long long r0)
         : base(region), ld(ld_), K(K_)
     {
 #pragma unroll
         for (int i = 0; i < CH; i++) {
-            const int c = threadIdx.x + i * W_THREADS;
             int r, k;
-            if (KMAJ) {
-                r = (c >> 3) / (X3_KT / 4) * 8 + (c & 7);
-                k = (c >> 3) % (X3_KT / 4) * 4;
-                soff[i] = w_at(r, k);
-            } else {
-                r = ((c >> 1) / X3_KT * 2 + (c & 1)) * 4;
-                k = (c >> 1) % X3_KT;
-                soff[i] = k * (ROWS + 8) + r;
-            }
+            place(i, r, k);
+            soff[i] = KMAJ ? w_at(r, k) : k * (ROWS + 8) + r;
             doff[i] = w_at(r, k);
             kin[i] = k;
             const long long left = rows - r0 - r; // rows from this copy's first on
             full[i] = left <= 0 ? 0 : KMAJ || left >= 4 ? 16 : (int)left * 4;
             src[i] = g + (left > 0 ? (KMAJ ? (r0 + r) * ld + k : k * ld + r0 + r) : 0);
+        }
+    }
+
+    // the region and each copy's place in it, without a source: for an
+    // operand that gathers its tiles itself (w_conv_tile)
+    __device__ __forceinline__ w_tile(float *region, long long K_) : base(region), ld(0), K(K_)
+    {
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            int r, k;
+            place(i, r, k);
+            soff[i] = KMAJ ? w_at(r, k) : k * (ROWS + 8) + r;
+            doff[i] = w_at(r, k);
+            kin[i] = k;
+            full[i] = 0;
+            src[i] = 0;
         }
     }
 
@@ -291,6 +312,79 @@ struct w_tile {
         }
     }
 };
+
+#if KN_X3_CONV
+// The convolution form's a operand: the im2col matrix of a channels-last
+// x {N, h, w, c}, never written out. Row m of the tile is output pixel
+// (n, p, q) of the conv; its k = (r s + s') c + c' is tap (r, s') and
+// channel c' of the window, whose 4 channels from c' on are 16 contiguous
+// bytes of x when in the image (c is a multiple of 4), zeros (the
+// padding) when not. Its tiles land where a k-contiguous operand's do, so
+// the split and the planes are w_tile's.
+//
+// Where each copy reads is worked out as a tile is fetched, from its
+// pixel's window origin (set once) and the tap and channel of this
+// thread's k, which is the same for all its copies (a copy's k within the
+// tile depends on its thread alone: w_tile::place) and moves on X3_KT a
+// tile, so it is carried from tile to tile instead of divided out.
+// fetch(kt) must come in the order kt = 0, 1, 2, ..., as the kernel's
+// pipeline asks.
+struct w_conv_tile : w_tile<X3_BM, true> {
+    typedef w_tile<X3_BM, true> tile_t;
+    const float *x;
+    const float *img[tile_t::CH]; // x's image of the copy's pixel
+    int ih0[tile_t::CH], iw0[tile_t::CH]; // its window's origin (rows past m: far outside)
+    int tr, ts, tc; // this thread's k in the next tile fetched: tap row, tap column, channel
+    int h, w, c, s, dh, dw;
+
+    __device__ __forceinline__ w_conv_tile(float *region, const kn_la_gemm_args &p, long long K_, long long m0,
+                                           long long kbeg)
+        : tile_t(region, K_), x((const float *)p.a), h(p.cv.h), w(p.cv.w), c(p.cv.c), s(p.cv.s), dh(p.cv.dh),
+          dw(p.cv.dw)
+    {
+        const long long pq = (long long)p.cv.p * p.cv.q;
+#pragma unroll
+        for (int i = 0; i < tile_t::CH; i++) {
+            int r, k;
+            tile_t::place(i, r, k);
+            const long long m = m0 + r;
+            img[i] = x;
+            ih0[i] = -(1 << 30);
+            iw0[i] = 0;
+            if (m < p.m) {
+                const long long n = m / pq, rem = m - n * pq;
+                const int oh = (int)(rem / p.cv.q), ow = (int)(rem - (long long)oh * p.cv.q);
+                img[i] = x + n * h * w * c;
+                ih0[i] = oh * p.cv.sh - p.cv.ph;
+                iw0[i] = ow * p.cv.sw - p.cv.pw;
+            }
+        }
+        const long long k0 = kbeg + tile_t::kin[0];
+        const long long tap = k0 / c;
+        tc = (int)(k0 - tap * c);
+        tr = (int)(tap / s);
+        ts = (int)(tap - (long long)tr * s);
+    }
+
+    __device__ __forceinline__ void fetch(int kt)
+    {
+        float *st = tile_t::stage(kt);
+        const bool live = (long long)kt * X3_KT + tile_t::kin[0] < tile_t::K;
+        const int dr = tr * dh, ds = ts * dw;
+#pragma unroll
+        for (int i = 0; i < tile_t::CH; i++) {
+            const int ih = ih0[i] + dr, iw = iw0[i] + ds;
+            const bool in = live && (unsigned)ih < (unsigned)h && (unsigned)iw < (unsigned)w;
+            x3_cp16(st + tile_t::soff[i], in ? img[i] + ((long long)ih * w + iw) * c + tc : x, in ? 16 : 0);
+        }
+        tc += X3_KT;
+        while (tc >= c) {
+            tc -= c;
+            if (++ts == s) ts = 0, tr++;
+        }
+    }
+};
+#endif
 
 // d (+)= a . b^T for a 64 x 8 slice of a and an X3_BN x 8 slice of b;
 // `accumulate` 0 starts d afresh
@@ -364,14 +458,19 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN;
     const long long z = blockIdx.z / p.splits, kbeg = (blockIdx.z % p.splits) * p.kchunk;
     const long long kend = kbeg + p.kchunk < p.k ? kbeg + p.kchunk : p.k;
-    const float *A = (const float *)p.a + z * p.sa + (KN_X3_AK ? kbeg : kbeg * p.lda);
     const float *B = (const float *)p.b + z * p.sb + (KN_X3_BK ? kbeg : kbeg * p.ldb);
     const long long K = kend - kbeg;
     const int ktiles = (int)((K + X3_KT - 1) / X3_KT);
 
     // a's region, then b's (both on 1024 bytes: every plane and stage is a
     // multiple of 1024 bytes)
+#if KN_X3_CONV
+    static_assert(KN_X3_AK && KN_X3_BK, "the convolution form's operands are k-contiguous");
+    w_conv_tile ta(x3_smem, p, K, m0, kbeg);
+#else
+    const float *A = (const float *)p.a + z * p.sa + (KN_X3_AK ? kbeg : kbeg * p.lda);
     const w_tile<X3_BM, KN_X3_AK> ta(x3_smem, A, p.lda, p.m, K, m0);
+#endif
     const w_tile<X3_BN, KN_X3_BK> tb(x3_smem + w_tile<X3_BM, KN_X3_AK>::FLOATS, B, p.ldb, p.n, K, n0);
 
     // acc: the running sums; part: the tensor core's sums of the current

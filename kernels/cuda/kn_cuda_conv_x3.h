@@ -1,0 +1,35 @@
+/* kn_cuda_conv_x3: conv2d through kiln's split-precision ("3xTF32")
+ * implicit-GEMM convolution (kn_la_gemm_x3.cu's convolution form): f32
+ * convolutions on the TF32 tensor cores at about f32's accuracy, with the
+ * bias, ReLU and a residual in the kernel's epilogue. The tensor-level
+ * side: which calls it takes, and the call from kiln tensors. kn_cuda_dnn.c
+ * puts it before cuDNN for the calls it takes.
+ */
+#ifndef KN_CUDA_CONV_X3_H
+#define KN_CUDA_CONV_X3_H
+
+#include <stdbool.h>
+
+#include "kn_op.h"
+
+/* Whether the split convolution takes a conv2d of x, w into y with attrs
+ * at on this GPU, from the headers alone (shapes, strides, dtypes,
+ * layouts; the pointers' alignment is the run's check): f32 outside TF32
+ * mode, Hopper (its wgmma form), a channels-last output and weight
+ * {K, r, s, C} with C a multiple of 4 (the layout pass pads it so), one
+ * group, x channels-last with C channels or NCHW (then laid out first).
+ * KILN_CONV_X3=0 turns it off. */
+bool kn_cuda_conv_x3_takes(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at);
+/* Whether it runs on this GPU at all (Hopper, not turned off): f32
+ * convolutions then run channels-last (kn_cuda_conv_prefers_nhwc). */
+bool kn_cuda_conv_x3_available(void);
+/* Its tile shapes, as conv2d variants: 0 is the default's pick. */
+int kn_cuda_conv_x3_variant_count(void);
+/* y = act(conv(x, w) + bias + residual) (bias f32 over y's channels or
+ * NULL, residual like y or NULL, act 0 none or 1 relu) with variant v's
+ * tile; KN_ERR_UNSUPPORTED (nothing written) where the call does not fit
+ * after all (alignment). Sets the variant label. */
+kn_status kn_cuda_conv_x3_run(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
+                              const kn_attrs *at, int act, const kn_tensor *residual, int v);
+
+#endif
