@@ -31,6 +31,8 @@
 #include "kn_tensor.h"
 #include "kn_view.h"
 
+#include "bench_gpu.h"
+
 typedef struct problem {
     const char *name;
     int n, h, w, c, k, r, stride, pad;
@@ -47,23 +49,6 @@ static const problem PROBLEMS[] = {
     {"r50_56", 16, 56, 56, 64, 64, 3, 1, 1},       {"r50_28", 16, 28, 28, 128, 128, 3, 1, 1},
     {"r50_14", 16, 14, 14, 256, 256, 3, 1, 1},     {"r50_7", 16, 7, 7, 512, 512, 3, 1, 1},
 };
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double unit(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static bool wanted(const char *name)
-{
-    const char *only = getenv("CONV_ONLY");
-    if (!only) return true;
-    size_t n = strlen(name);
-    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
-    return false;
-}
 
 /* a GPU tensor of dtype dt and shape s holding v */
 static kn_tensor *gpu_tensor(kn_dtype dt, int ndim, const int64_t *s, const double *v)
@@ -90,21 +75,6 @@ static kn_status run_once(void *ud)
         return kn_cuda_conv_x3_run(r->c.in[0], r->c.in[1], r->c.in[2], r->c.out[0], &r->c.a, r->act, NULL,
                                    r->x3_variant);
     return kn_cuda_conv2d_fused(&r->c, r->act);
-}
-
-static float time_it(run *r, int reps, cudaEvent_t e0, cudaEvent_t e1)
-{
-    kn_status st = KN_OK;
-    for (int i = 0; i < 3 && st == KN_OK; i++) st = run_once(r);
-    cudaEventRecord(e0, kn_cuda_stream());
-    for (int i = 0; i < reps && st == KN_OK; i++) st = run_once(r);
-    cudaEventRecord(e1, kn_cuda_stream());
-    float ms = 0;
-    if (st != KN_OK || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
-        printf("    failed: %s\n", kn_last_error());
-        return -1;
-    }
-    return 1e3f * ms / (float)reps;
 }
 
 static double err_of(kn_tensor *y, bool nhwc, kn_tensor *ref)
@@ -134,16 +104,16 @@ int main(void)
            kn_cuda_current()->sm_count, reps);
     for (size_t pi = 0; pi < sizeof PROBLEMS / sizeof PROBLEMS[0]; pi++) {
         const problem *pb = &PROBLEMS[pi];
-        if (!wanted(pb->name)) continue;
+        if (!bench_wanted("CONV_ONLY", pb->name)) continue;
         int p = (pb->h + 2 * pb->pad - pb->r) / pb->stride + 1, q = (pb->w + 2 * pb->pad - pb->r) / pb->stride + 1;
         int64_t nx = (int64_t)pb->n * pb->c * pb->h * pb->w, nw = (int64_t)pb->k * pb->c * pb->r * pb->r;
         double *x = malloc(sizeof(double) * (size_t)nx), *xl = malloc(sizeof(double) * (size_t)nx);
         double *w = malloc(sizeof(double) * (size_t)nw), *wl = malloc(sizeof(double) * (size_t)nw);
         double *b = malloc(sizeof(double) * (size_t)pb->k);
         /* NCHW values, and the same values channels-last */
-        for (int64_t i = 0; i < nx; i++) x[i] = (float)(2 * unit() - 1);
-        for (int64_t i = 0; i < nw; i++) w[i] = (float)((2 * unit() - 1) * 0.1);
-        for (int i = 0; i < pb->k; i++) b[i] = (float)(2 * unit() - 1);
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)(2 * bench_unit() - 1);
+        for (int64_t i = 0; i < nw; i++) w[i] = (float)((2 * bench_unit() - 1) * 0.1);
+        for (int i = 0; i < pb->k; i++) b[i] = (float)(2 * bench_unit() - 1);
         int64_t hw = (int64_t)pb->h * pb->w, rr = (int64_t)pb->r * pb->r;
         for (int n = 0; n < pb->n; n++)
             for (int c = 0; c < pb->c; c++)
@@ -183,11 +153,11 @@ int main(void)
         printf("%-11s %dx%dx%dx%d -> %d, %dx%d stride %d pad %d: %.2f GFLOP\n", pb->name, pb->n, pb->h, pb->w, pb->c,
                pb->k, pb->r, pb->r, pb->stride, pb->pad, flops / 1e9);
         /* cuDNN strict, NCHW: bias and ReLU as the engine takes them */
-        float us = time_it(&rs, reps, e0, e1);
+        float us = bench_time_us(run_once, &rs, reps, e0, e1);
         double es = err_of(y32, false, y64);
         printf("  %-34s %9.2f us %6.1f TFLOP/s  err %.3e  (%s)\n", "cuDNN strict NCHW", us, flops / us / 1e6, es,
                kn_cuda_current()->variant_label);
-        float usl = time_it(&rl, reps, e0, e1);
+        float usl = bench_time_us(run_once, &rl, reps, e0, e1);
         double el = err_of(yl32, true, y64);
         printf("  %-34s %9.2f us %6.1f TFLOP/s  err %.3e  (%s)\n", "cuDNN strict NHWC", usl, flops / usl / 1e6, el,
                kn_cuda_current()->variant_label);
@@ -204,7 +174,7 @@ int main(void)
             double ex = err_of(yl32, true, y64);
             char label[160];
             snprintf(label, sizeof label, "%s%s", v == 0 ? "default: " : "", kn_cuda_current()->variant_label);
-            float ux = time_it(&rx, reps, e0, e1);
+            float ux = bench_time_us(run_once, &rx, reps, e0, e1);
             printf("  %-34.34s %9.2f us %6.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux,
                    flops / ux / 1e6, ex, strict_err > 0 ? ex / strict_err : 0, best / ux);
         }

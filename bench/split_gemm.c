@@ -37,6 +37,8 @@
 #include "kn_tensor.h"
 #include "kn_view.h"
 
+#include "bench_gpu.h"
+
 typedef struct problem {
     const char *name;
     int64_t m, n, k, count;
@@ -77,13 +79,6 @@ static const problem PROBLEMS[] = {
     {"wide_k3072", 1024, 768, 3072, 1, 1, 1, 1},
 };
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double unit(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-
 static kn_tensor *gpu_tensor(kn_dtype dt, int64_t rows, int64_t cols, int64_t count, const double *vals)
 {
     int64_t shape[3] = {count, rows, cols};
@@ -120,21 +115,6 @@ static kn_tensor *logical_view(kn_tensor *stored, bool transposed)
     return v;
 }
 
-static float time_it(kn_status (*fn)(void *), void *ud, int reps, cudaEvent_t e0, cudaEvent_t e1)
-{
-    kn_status st = KN_OK;
-    for (int i = 0; i < 3 && st == KN_OK; i++) st = fn(ud);
-    cudaEventRecord(e0, kn_cuda_stream());
-    for (int i = 0; i < reps && st == KN_OK; i++) st = fn(ud);
-    cudaEventRecord(e1, kn_cuda_stream());
-    float ms = 0;
-    if (st != KN_OK || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
-        printf("    failed: %s\n", kn_last_error());
-        return -1;
-    }
-    return 1e3f * ms / (float)reps;
-}
-
 static kn_status run_lt(void *ud)
 {
     return kn_cuda_matmul((const kn_opcall *)ud);
@@ -152,16 +132,6 @@ static kn_status run_x3(void *ud)
 }
 
 
-static bool wanted(const char *name)
-{
-    const char *only = getenv("SPLIT_ONLY");
-    if (!only) return true;
-    size_t n = strlen(name);
-    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
-    return false;
-}
-
 int main(void)
 {
     kn_kernels_register();
@@ -177,13 +147,13 @@ int main(void)
            kn_cuda_current()->sm_count, reps);
     for (size_t pi = 0; pi < sizeof PROBLEMS / sizeof PROBLEMS[0]; pi++) {
         const problem *pb = &PROBLEMS[pi];
-        if (!wanted(pb->name)) continue;
+        if (!bench_wanted("SPLIT_ONLY", pb->name)) continue;
         int64_t na = pb->count * pb->m * pb->k, nb = pb->count * pb->n * pb->k, no = pb->count * pb->m * pb->n;
         double *va = malloc(sizeof(double) * (size_t)na), *vb = malloc(sizeof(double) * (size_t)nb);
         for (int64_t i = 0; i < na; i++)
-            va[i] = pb->wide ? (unit() < 0.5 ? -1 : 1) * pow(10.0, -6 + 12 * unit()) : (float)(2 * unit() - 1);
+            va[i] = pb->wide ? (bench_unit() < 0.5 ? -1 : 1) * pow(10.0, -6 + 12 * bench_unit()) : (float)(2 * bench_unit() - 1);
         for (int64_t i = 0; i < nb; i++)
-            vb[i] = pb->wide ? (unit() < 0.5 ? -1 : 1) * pow(10.0, -6 + 12 * unit()) : (float)(2 * unit() - 1);
+            vb[i] = pb->wide ? (bench_unit() < 0.5 ? -1 : 1) * pow(10.0, -6 + 12 * bench_unit()) : (float)(2 * bench_unit() - 1);
         for (int64_t i = 0; i < na; i++) va[i] = (float)va[i];
         for (int64_t i = 0; i < nb; i++) vb[i] = (float)vb[i];
         /* stored: a as [count, m, k] (k-major) or [count, k, m]; b as [count, n, k] or [count, k, n] */
@@ -217,7 +187,7 @@ int main(void)
         }
         double e32 = max_rel_err(o32, o64);
         double flops = 2.0 * (double)pb->m * (double)pb->n * (double)pb->k * (double)pb->count;
-        float us = time_it(run_lt, &c32, reps, e0, e1);
+        float us = bench_time_us(run_lt, &c32, reps, e0, e1);
         printf("%-12s m=%lld n=%lld k=%lld batch=%lld %s%s\n", pb->name, (long long)pb->m, (long long)pb->n,
                (long long)pb->k, (long long)pb->count, pb->a_kmajor ? "a[m,k]" : "a[k,m]",
                pb->b_kmajor ? " b[n,k]" : " b[k,n]");
@@ -254,7 +224,7 @@ int main(void)
                 continue;
             }
             double ex = max_rel_err(ox, o64);
-            float ux = time_it(run_x3, &r, reps, e0, e1);
+            float ux = bench_time_us(run_x3, &r, reps, e0, e1);
             char label[48];
             snprintf(label, sizeof label, "x3 %s", kn_cuda_gemm_x3_tile_name(tile));
             printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux, flops / ux / 1e6,

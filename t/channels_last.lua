@@ -325,4 +325,23 @@ for _, dt in ipairs({ "f32", "bf16" }) do
   end
 end
 
+-- 7. "auto" where the device says f32 convs run faster channels-last (the
+-- GPU's split-precision convolution on Hopper; KILN_CPU_CONV_NHWC_F32=1
+-- makes the CPU say so): an inference graph goes NHWC, a training step's
+-- graph (conv gradients in it) stays NCHW, as its eager twin runs
+do
+  local inference = "local s = dofile('samples/convnet.lua'); local cm = kiln.compile(s.model); "
+    .. "cm(s.inputs{small = true}[1]); for _, k in ipairs(cm:kernels()) do print(k.name) end"
+  local training = "kiln.session.small = true; local s = kiln.load('samples/train_convnet.lua', {quiet = true}); "
+    .. "local cm = kiln.compile(s.train_step); cm(table.unpack(s.inputs{small = true})); "
+    .. "for _, k in ipairs(cm:kernels()) do print(k.name) end"
+  local inf = run("KILN_CPU_CONV_NHWC_F32=1 " .. KILN .. " -e \"" .. inference .. "\"")
+  T.like(inf, "k0_conv2d_f32_2x16x16x32\n", "auto, f32, a device that runs NHWC faster: the inference graph's convs are NHWC")
+  local tr = run("KILN_CPU_CONV_NHWC_F32=1 " .. KILN .. " -e \"" .. training .. "\"")
+  T.like(tr, "conv2d_f32_2x32x16x16\n", "... a training step's convs stay NCHW")
+  T.ok(not tr:find("conv2d_f32_2x16x16x32", 1, true), "... none of them NHWC")
+  local off = run(KILN .. " -e \"" .. inference .. "\"")
+  T.like(off, "k0_conv2d_f32_2x32x16x16\n", "auto, f32, a device that does not: NCHW")
+end
+
 T.done()

@@ -38,8 +38,7 @@ int main(void)
 #include "kn_tensor.h"
 #include "kn_view.h"
 #include "ops_testlib.h"
-
-#define FLOOR 4.0e-7 /* the precision ledger's slack for exact true-f32 results */
+#include "split_testlib.h"
 
 typedef struct ccase {
     int n, h, w, c, k, r, s, sh, sw, ph, pw, dh, dw;
@@ -51,29 +50,6 @@ static int out_dim(int in, int win, int stride, int pad, int dil)
     return (in + 2 * pad - dil * (win - 1) - 1) / stride + 1;
 }
 
-/* values 2 (x's): denormal, 1e-39 .. 1e-38, with weights of 1e20 .. 1e30
- * (values 3), so that the products themselves are normal f32 */
-static float draw(int values)
-{
-    double mag = values == 1   ? pow(10.0, -6 + 12 * tl_unit())
-                 : values == 2 ? 1e-39 * (1 + 9 * tl_unit())
-                 : values == 3 ? pow(10.0, 20 + 10 * tl_unit())
-                               : tl_unit();
-    return (float)((tl_unit() < 0.5 ? -1 : 1) * mag);
-}
-
-static double rel_err(const double *got, const double *ref, int64_t n)
-{
-    double scale = 0, mx = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    for (int64_t i = 0; i < n; i++) {
-        double e = isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]) / (scale ? scale : 1);
-        if (e > mx) mx = e;
-    }
-    return mx;
-}
-
 /* a GPU tensor of shape (4 dims or 1) holding host floats v */
 static kn_tensor *gpu_of(const float *v, int ndim, const int64_t *shape)
 {
@@ -83,18 +59,6 @@ static kn_tensor *gpu_of(const float *v, int ndim, const int64_t *shape)
     kn_tensor_to_device(h, kn_cuda_current()->device, NULL, &d);
     kn_tensor_release(h);
     return d;
-}
-
-static double *host_of(kn_tensor *t)
-{
-    kn_tensor *c = NULL, *f = NULL;
-    kn_tensor_to_device(t, KN_CPU, NULL, &c);
-    kn_tensor_cast(c, KN_F64, &f);
-    double *v = malloc(sizeof(double) * (size_t)kn_tensor_numel(f));
-    kn_tensor_gather_host(f, v);
-    kn_tensor_release(c);
-    kn_tensor_release(f);
-    return v;
 }
 
 /* One case's tensors (channels-last x {n, h, w, c}, w {k, r, s, c}, y
@@ -119,10 +83,10 @@ static void prepare(const ccase *cs, prepared *pr)
     pr->ny = (int64_t)cs->n * pr->p * pr->q * cs->k;
     float *hx = malloc(sizeof(float) * (size_t)nx), *hw = malloc(sizeof(float) * (size_t)nw),
           *hb = malloc(sizeof(float) * (size_t)cs->k), *hr = malloc(sizeof(float) * (size_t)pr->ny);
-    for (int64_t i = 0; i < nx; i++) hx[i] = draw(cs->values);
-    for (int64_t i = 0; i < nw; i++) hw[i] = draw(cs->values == 2 ? 3 : cs->values) * (cs->values ? 1.0f : 0.3f);
-    for (int i = 0; i < cs->k; i++) hb[i] = cs->bias ? draw(0) : 0;
-    for (int64_t i = 0; i < pr->ny; i++) hr[i] = cs->residual ? draw(0) : 0;
+    for (int64_t i = 0; i < nx; i++) hx[i] = st_draw(cs->values);
+    for (int64_t i = 0; i < nw; i++) hw[i] = st_draw(cs->values == 2 ? 3 : cs->values) * (cs->values ? 1.0f : 0.3f);
+    for (int i = 0; i < cs->k; i++) hb[i] = cs->bias ? st_draw(0) : 0;
+    for (int64_t i = 0; i < pr->ny; i++) hr[i] = cs->residual ? st_draw(0) : 0;
     pr->ref = malloc(sizeof(double) * (size_t)pr->ny);
     pr->r32 = malloc(sizeof(double) * (size_t)pr->ny);
     for (int b = 0; b < cs->n; b++)
@@ -203,8 +167,8 @@ static void check_kernel(const ccase *cs, int v, const char *what)
     if (st != KN_OK) {
         ok(0, "%s: %s variant %d ran: %s", what, d, v, kn_last_error());
     } else {
-        double *got = host_of(y);
-        double err = rel_err(got, pr.ref, pr.ny), err32 = rel_err(pr.r32, pr.ref, pr.ny);
+        double *got = st_host_of(y);
+        double err = st_rel_err(got, pr.ref, pr.ny), err32 = st_rel_err(pr.r32, pr.ref, pr.ny);
         ok(err <= 2 * err32 + FLOOR, "%s: %s, variant %d (%s): error %.3g, true f32 %.3g", what, d, v,
            kn_cuda_current()->variant_label, err, err32);
         free(got);
@@ -228,8 +192,8 @@ static kn_status conv_call(const prepared *pr, int variant, bool fused_residual,
     kn_status st = fused_residual ? kn_cuda_conv2d_fused_residual(&c, pr->cs.act, pr->res)
                                   : kn_cuda_conv2d_fused(&c, pr->cs.act);
     if (st == KN_OK) {
-        double *got = host_of(y);
-        *err = rel_err(got, pr->ref, pr->ny);
+        double *got = st_host_of(y);
+        *err = st_rel_err(got, pr->ref, pr->ny);
         free(got);
         snprintf(label, size, "%s", kn_cuda_current()->variant_label);
     }
@@ -306,8 +270,8 @@ static void conv2d_paths(void)
     c.variant = KN_VARIANT_STRICT;
     kn_status st2 = kn_cuda_conv2d_fused(&c, ic.act);
     if (st == KN_OK && st2 == KN_OK) {
-        double *a = host_of(y), *b = host_of(ys);
-        double d = rel_err(a, b, pr.ny);
+        double *a = st_host_of(y), *b = st_host_of(ys);
+        double d = st_rel_err(a, b, pr.ny);
         ok(d < 1e-5, "an NCHW input of 3 channels, laid out and padded: against strict f32, %.3g", d);
         free(a), free(b);
     } else {
@@ -358,10 +322,10 @@ int main(void)
         prepare(&tiny, &pr);
         kn_tensor *y = new_y(&pr);
         kn_status st = kn_cuda_conv_x3_run(pr.x, pr.w, NULL, y, &pr.at, 0, NULL, 0);
-        double err = INFINITY, err32 = rel_err(pr.r32, pr.ref, pr.ny);
+        double err = INFINITY, err32 = st_rel_err(pr.r32, pr.ref, pr.ny);
         if (st == KN_OK) {
-            double *got = host_of(y);
-            err = rel_err(got, pr.ref, pr.ny);
+            double *got = st_host_of(y);
+            err = st_rel_err(got, pr.ref, pr.ny);
             free(got);
         }
         ok(st == KN_OK && !isnan(err), "denormal x runs: error %.3g, true f32 %.3g (%s the contract)", err, err32,

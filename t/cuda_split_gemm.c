@@ -41,25 +41,13 @@ int main(void)
 #include "kn_tensor.h"
 #include "kn_view.h"
 #include "ops_testlib.h"
-
-#define FLOOR 4.0e-7 /* the precision ledger's slack for exact true-f32 results */
+#include "split_testlib.h"
 
 typedef struct gcase {
     int64_t m, n, k, count;
     bool a_kmajor, b_kmajor;
     int bias, act, residual, values; /* values: 0 uniform(-1, 1), 1 spread 1e-6 .. 1e6, 2 denormal */
 } gcase;
-
-/* values 2 (a's): denormal, 1e-39 .. 1e-38, paired with b's of 1e20 ..
- * 1e30 (values 3), so that the products themselves are normal f32 */
-static float draw(int values)
-{
-    double mag = values == 1   ? pow(10.0, -6 + 12 * tl_unit())
-                 : values == 2 ? 1e-39 * (1 + 9 * tl_unit())
-                 : values == 3 ? pow(10.0, 20 + 10 * tl_unit())
-                               : tl_unit();
-    return (float)((tl_unit() < 0.5 ? -1 : 1) * mag);
-}
 
 /* kiln's work runs on its own stream (kn_cuda_stream), which does not
  * wait for the legacy default stream: every copy and fill here goes on it */
@@ -73,18 +61,6 @@ static void *to_gpu(const float *host, int64_t n)
         exit(2);
     }
     return p;
-}
-
-static double rel_err(const double *got, const double *ref, int64_t n)
-{
-    double scale = 0, mx = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    for (int64_t i = 0; i < n; i++) {
-        double e = isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]) / (scale ? scale : 1);
-        if (e > mx) mx = e;
-    }
-    return mx;
 }
 
 static double act_of(int act, double v)
@@ -105,10 +81,10 @@ static bool run_case(const gcase *c, int tile, double *err, double *err32)
     float *ha = calloc((size_t)na, 4), *hb = calloc((size_t)nb, 4), *hr = calloc((size_t)ny, 4),
           *hbias = calloc((size_t)c->n, 4), *hy = calloc((size_t)ny, 4);
     double *ref = calloc((size_t)ny, 8), *r32 = calloc((size_t)ny, 8), *got = calloc((size_t)ny, 8);
-    for (int64_t i = 0; i < na; i++) ha[i] = draw(c->values);
-    for (int64_t i = 0; i < nb; i++) hb[i] = draw(c->values == 2 ? 3 : c->values);
-    for (int64_t i = 0; i < ny; i++) hr[i] = c->residual ? draw(0) : 0;
-    for (int64_t i = 0; i < c->n; i++) hbias[i] = c->bias ? draw(0) : 0;
+    for (int64_t i = 0; i < na; i++) ha[i] = st_draw(c->values);
+    for (int64_t i = 0; i < nb; i++) hb[i] = st_draw(c->values == 2 ? 3 : c->values);
+    for (int64_t i = 0; i < ny; i++) hr[i] = c->residual ? st_draw(0) : 0;
+    for (int64_t i = 0; i < c->n; i++) hbias[i] = c->bias ? st_draw(0) : 0;
     for (int64_t z = 0; z < c->count; z++)
         for (int64_t i = 0; i < c->m; i++)
             for (int64_t j = 0; j < c->n; j++) {
@@ -144,8 +120,8 @@ static bool run_case(const gcase *c, int tile, double *err, double *err32)
         st = kn_error(KN_ERR_DEVICE, "copying the result back");
     if (st != KN_OK) printf("# kernel failed: %s\n", kn_last_error());
     for (int64_t i = 0; i < ny; i++) got[i] = hy[i];
-    *err = rel_err(got, ref, ny);
-    *err32 = rel_err(r32, ref, ny);
+    *err = st_rel_err(got, ref, ny);
+    *err32 = st_rel_err(r32, ref, ny);
     void *dev[] = {da, db, dr, dbias, dy};
     for (int i = 0; i < 5; i++) kn_cuda_free(dev[i]);
     free(ha), free(hb), free(hr), free(hbias), free(hy), free(ref), free(r32), free(got);
@@ -177,22 +153,10 @@ static kn_tensor *gpu_tensor(int64_t rows, int64_t cols)
     kn_tensor *h = NULL, *d = NULL;
     kn_tensor_new(KN_F32, 2, shape, KN_CPU, &h);
     float *p = kn_tensor_data(h);
-    for (int64_t i = 0; i < rows * cols; i++) p[i] = draw(0);
+    for (int64_t i = 0; i < rows * cols; i++) p[i] = st_draw(0);
     kn_tensor_to_device(h, kn_cuda_current()->device, NULL, &d);
     kn_tensor_release(h);
     return d;
-}
-
-static double *host_of(kn_tensor *t)
-{
-    kn_tensor *c = NULL, *f = NULL;
-    kn_tensor_to_device(t, KN_CPU, NULL, &c);
-    kn_tensor_cast(c, KN_F64, &f);
-    double *v = malloc(sizeof(double) * (size_t)kn_tensor_numel(f));
-    kn_tensor_gather_host(f, v);
-    kn_tensor_release(c);
-    kn_tensor_release(f);
-    return v;
 }
 
 static void matmul_paths(void)
@@ -217,12 +181,12 @@ static void matmul_paths(void)
     c64 = c;
     c64.in[0] = x64, c64.in[1] = wt64, c64.out[0] = o64;
     ok(kn_cuda_matmul(&c64) == KN_OK, "f64 reference matmul");
-    double *ref = host_of(o64);
+    double *ref = st_host_of(o64);
     /* the contract's measure: cuBLASLt's strict f32 engine */
     c.variant = KN_VARIANT_STRICT;
     ok(kn_cuda_matmul(&c) == KN_OK && strstr(kn_cuda_current()->variant_label, "cublaslt"),
        "the strict variant is cuBLASLt (%s)", kn_cuda_current()->variant_label);
-    double *strict = host_of(o), err_strict = rel_err(strict, ref, m * n);
+    double *strict = st_host_of(o), err_strict = st_rel_err(strict, ref, m * n);
     free(strict);
     /* the variants: until the library says there are no more */
     int n_x3 = 0, n_x3_within = 0, v;
@@ -236,8 +200,8 @@ static void matmul_paths(void)
             continue;
         }
         const char *label = kn_cuda_current()->variant_label;
-        double *got = host_of(o);
-        double e = rel_err(got, ref, m * n);
+        double *got = st_host_of(o);
+        double e = st_rel_err(got, ref, m * n);
         free(got);
         bool x3 = strstr(label, "split-f32") != NULL;
         printf("# variant %d: %s: error %.3g\n", v, label, e);

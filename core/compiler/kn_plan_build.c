@@ -226,8 +226,11 @@ static int device_pass_flags(const kn_plan *p, int pass_flags)
          * steps of its learning rate (the convnet sample's parameters 0.01
          * from eager's after 20 compiled steps, against bit-equal with the
          * strict engines on both sides: t/training_samples.lua, H200) */
-        if (!has_conv_grad && adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32))
-            pass_flags |= KN_PASSES_NHWC_F32;
+        /* (KILN_CPU_CONV_NHWC_F32=1: the CPU answers yes, so CI tests the
+         * rule without a GPU) */
+        bool f32_faster = (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32)) ||
+                          (kn_device_kind_of(p->device) == KN_DEVICE_CPU && getenv("KILN_CPU_CONV_NHWC_F32"));
+        if (!has_conv_grad && f32_faster) pass_flags |= KN_PASSES_NHWC_F32;
     }
     /* k-contiguous matmul weights where the backend can say which shapes
      * want them (KILN_K_MAJOR_WEIGHTS=0 turns it off, for A/B runs) */

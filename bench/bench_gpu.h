@@ -1,0 +1,56 @@
+/* bench_gpu.h: what the C benchmarks of kiln's GPU kernels
+ * (bench/split_gemm.c, bench/split_conv.c) share: a seeded random source
+ * (the same inputs on every run), the NAME_ONLY=a,b filter, and timing a
+ * call as the mean of back-to-back launches between two CUDA events on
+ * kiln's stream. */
+#ifndef BENCH_GPU_H
+#define BENCH_GPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/kn_cuda.h"
+#include "cuda/kn_cuda_context.h"
+#include "kn_status.h"
+
+static uint64_t bench_rng = 0x9e3779b97f4a7c15ull;
+
+/* uniform in [0, 1), xorshift: the same sequence on every run */
+static double bench_unit(void)
+{
+    bench_rng ^= bench_rng << 13, bench_rng ^= bench_rng >> 7, bench_rng ^= bench_rng << 17;
+    return (double)(bench_rng >> 11) / 9007199254740992.0;
+}
+
+/* whether problem `name` is in the comma list of env var `only` (all when unset) */
+static bool bench_wanted(const char *only_env, const char *name)
+{
+    const char *only = getenv(only_env);
+    if (!only) return true;
+    size_t n = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
+/* fn(ud)'s time in microseconds: 3 warm-up calls, then the mean of reps
+ * back-to-back calls between two events; -1 (said) when a call fails */
+static float bench_time_us(kn_status (*fn)(void *), void *ud, int reps, cudaEvent_t e0, cudaEvent_t e1)
+{
+    kn_status st = KN_OK;
+    for (int i = 0; i < 3 && st == KN_OK; i++) st = fn(ud);
+    cudaEventRecord(e0, kn_cuda_stream());
+    for (int i = 0; i < reps && st == KN_OK; i++) st = fn(ud);
+    cudaEventRecord(e1, kn_cuda_stream());
+    float ms = 0;
+    if (st != KN_OK || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+        printf("    failed: %s\n", kn_last_error());
+        return -1;
+    }
+    return 1e3f * ms / (float)reps;
+}
+
+#endif
