@@ -213,10 +213,7 @@ int main(void)
             r.call.p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
         }
         r.call.a_kmajor = pb->a_kmajor, r.call.b_kmajor = pb->b_kmajor, r.call.count = pb->count;
-        /* every tile, and for few rows the 128x64 tile swapped (the weight's rows in its 128) */
-        for (int ti = 0; ti <= KN_CUDA_X3_TILES; ti++) {
-            int tile = ti < KN_CUDA_X3_TILES ? ti : KN_CUDA_X3_TILE_WG128X64 | KN_CUDA_X3_SWAPPED;
-            if (ti == KN_CUDA_X3_TILES && pb->m > 64) continue;
+        for (int tile = 0; tile < KN_CUDA_X3_TILES; tile++) {
             r.tile = tile;
             cudaMemsetAsync(r.call.p.y, 0xff, (size_t)no * 4, kn_cuda_stream()); /* NaN: a missed store shows */
             if (run_x3(&r) != KN_OK) {

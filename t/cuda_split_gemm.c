@@ -271,13 +271,6 @@ int main(void)
     check_case(&big3, KN_CUDA_X3_TILE_WG128, "weight gradient");
     gcase dx = {300, 520, 1000, 2, true, false, 1, 2, 0, 0};
     check_case(&dx, KN_CUDA_X3_TILE_WG64, "input gradient, batched");
-    /* few rows, swapped (b . a^T, stored transposed): the default for large_linear's 64 rows */
-    const int sw = KN_CUDA_X3_TILE_WG128X64 | KN_CUDA_X3_SWAPPED;
-    check_case(&big2, sw, "large_linear rows, swapped");
-    gcase few = {37, 300, 1000, 2, true, true, 1, 1, 1, 0};
-    check_case(&few, sw, "few rows, batched, swapped");
-    gcase few_kn = {64, 520, 768, 1, true, false, 1, 2, 0, 0};
-    check_case(&few_kn, sw, "few rows, b n-contiguous, swapped");
     /* values over twelve decades, and denormals */
     gcase wide = {256, 192, 768, 1, true, true, 0, 0, 0, 1};
     check_case(&wide, 2, "values 1e-6 .. 1e6");

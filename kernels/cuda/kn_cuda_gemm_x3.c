@@ -43,30 +43,13 @@ static const struct x3_tile {
 
 bool kn_cuda_gemm_x3_tile_runs_here(int tile)
 {
-    tile &= ~KN_CUDA_X3_SWAPPED;
     if (tile < 0 || tile >= KN_CUDA_X3_TILES) return false;
     return !x3_tiles[tile].wgmma || kn_cuda_arch() == 90;
 }
 
 const char *kn_cuda_gemm_x3_tile_name(int tile)
 {
-    if (tile == (KN_CUDA_X3_TILE_WG128X64 | KN_CUDA_X3_SWAPPED)) return "wg128x64 swapped";
     return tile >= 0 && tile < KN_CUDA_X3_TILES ? x3_tiles[tile].name : "?";
-}
-
-/* c as b . a^T: rows and columns swapped, the output stored transposed
- * (KN_CUDA_X3_SWAPPED) */
-static kn_cuda_x3_call x3_swapped(const kn_cuda_x3_call *c)
-{
-    kn_cuda_x3_call s = *c;
-    s.p.a = c->p.b, s.p.b = c->p.a;
-    s.p.m = c->p.n, s.p.n = c->p.m;
-    s.p.lda = c->p.ldb, s.p.ldb = c->p.lda;
-    s.p.sa = c->p.sb, s.p.sb = c->p.sa;
-    s.a_kmajor = c->b_kmajor, s.b_kmajor = c->a_kmajor;
-    s.p.ty = !c->p.ty;
-    s.p.vec2 = 0;
-    return s;
 }
 
 /* A launch of c in tile shape `tile`: its grid (x over m, y over n),
@@ -208,13 +191,6 @@ int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits)
     const kn_la_gemm_args *p = &c->p;
     *splits = 1;
     if (sms < 1 || p->k < 512 || p->m * p->n * p->k * c->count < ((int64_t)1 << 28)) return -1;
-    if (p->m <= 64 && p->n >= 128 && x3_layout_fits(KN_CUDA_X3_TILE_WG128X64, c->b_kmajor, c->a_kmajor)) {
-        /* few rows: swapped, the weight's rows in the 128x64 tile's 128 */
-        kn_cuda_x3_call s = x3_swapped(c);
-        double us;
-        *splits = x3_wave_splits(&s, KN_CUDA_X3_TILE_WG128X64, sms, &us);
-        return KN_CUDA_X3_TILE_WG128X64 | KN_CUDA_X3_SWAPPED;
-    }
     if (p->m <= 96) {
         *splits = 0; /* the launcher's rule for the smaller tiles */
         return KN_CUDA_X3_TILE_WG64;
@@ -326,10 +302,6 @@ static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
 
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
 {
-    if (tile & KN_CUDA_X3_SWAPPED) {
-        kn_cuda_x3_call s = x3_swapped(c);
-        return x3_launch(&s, tile & ~KN_CUDA_X3_SWAPPED, false);
-    }
     return x3_launch(c, tile, false);
 }
 

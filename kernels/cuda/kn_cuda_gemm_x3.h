@@ -20,11 +20,6 @@
 #define KN_CUDA_X3_TILE_WG64 7
 #define KN_CUDA_X3_TILE_WG128X192 8
 #define KN_CUDA_X3_TILE_WG128X64 9
-/* A tile with this flag runs the product as b . a^T, rows and columns
- * swapped, its output stored transposed: for a product of few rows (m up
- * to 64, large_linear's batch) the weight's n rows fill the tile's 128
- * rows and the few rows its 64 columns. */
-#define KN_CUDA_X3_SWAPPED 0x100
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
  * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else

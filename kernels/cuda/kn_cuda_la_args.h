@@ -137,8 +137,6 @@ typedef struct kn_la_gemm_args {
     char *y, *ws;
     long long m, n, k, lda, ldb, ldy, sa, sb, sy, kchunk, batches;
     int act, vec2, splits;
-    int ty; /* y transposed: result (r, c) stored at y[c ldy + r], the bias over r (a product computed as
-               b . a^T, its rows and columns swapped: kn_cuda_gemm_x3.c) */
     kn_la_conv_geom cv; /* the convolution form's geometry; unused by the GEMM */
 } kn_la_gemm_args;
 

@@ -85,8 +85,8 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_gemm_x3_sum(kn_la_gemm_a
         const long long z = i / plane, rc = i % plane, r = rc / p.n, c = rc % p.n;
         float v = 0.f;
         for (int s = 0; s < p.splits; s++) v += ws[(z * p.splits + s) * plane + rc];
-        if (p.bias) v += ((const float *)p.bias)[p.ty ? r : c];
-        const long long o = z * p.sy + (p.ty ? c * p.ldy + r : r * p.ldy + c);
+        if (p.bias) v += ((const float *)p.bias)[c];
+        const long long o = z * p.sy + r * p.ldy + c;
         if (p.res) v += ((const float *)p.res)[o];
         ((float *)p.y)[o] = kn_la_act<float>(v, p.act);
     }

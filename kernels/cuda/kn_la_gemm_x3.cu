@@ -84,7 +84,7 @@ struct x3_out {
     const float *res, *bias;
     long long ldy;
     int act;
-    bool split, vec2, ty;
+    bool split, vec2;
 };
 
 __device__ __forceinline__ x3_out x3_out_of(const kn_la_gemm_args &p, long long z)
@@ -96,26 +96,16 @@ __device__ __forceinline__ x3_out x3_out_of(const kn_la_gemm_args &p, long long 
     o.res = p.res && !o.split ? (const float *)p.res + z * p.sy : 0;
     o.bias = o.split ? 0 : (const float *)p.bias;
     o.act = o.split ? 0 : p.act;
-    o.ty = !o.split && p.ty;
-    o.vec2 = o.split ? p.n % 2 == 0 : p.vec2 != 0 && !o.ty;
+    o.vec2 = o.split ? p.n % 2 == 0 : p.vec2 != 0;
     return o;
 }
 
-// y[r, c] and y[r, c + 1] (when inside y) from the sums v0 and v1; with y
-// transposed (o.ty), y[c, r] and y[c + 1, r], the bias over r
+// y[r, c] and y[r, c + 1] (when inside y) from the sums v0 and v1
 __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args &p, long long r, long long c,
                                           float v0, float v1)
 {
     if (r >= p.m || c >= p.n) return;
     const bool two = c + 1 < p.n;
-    if (o.ty) {
-        const float b = o.bias ? o.bias[r] : 0.f;
-        const long long i0 = c * o.ldy + r, i1 = i0 + o.ldy;
-        v0 = kn_la_act<float>(v0 + b + (o.res ? o.res[i0] : 0.f), o.act);
-        o.y[i0] = v0;
-        if (two) o.y[i1] = kn_la_act<float>(v1 + b + (o.res ? o.res[i1] : 0.f), o.act);
-        return;
-    }
     v0 += o.bias ? o.bias[c] : 0.f;
     v1 += o.bias && two ? o.bias[c + 1] : 0.f;
     if (o.res) {
