@@ -52,8 +52,9 @@ bool kn_cuda_conv_x3_takes(const kn_tensor *x, const kn_tensor *w, const kn_tens
     if (at->groups != 1 || at->out_layout != KN_LAYOUT_NHWC || !kn_tensor_is_contiguous(w) ||
         !kn_tensor_is_contiguous(y))
         return false;
-    int64_t cp = w->shape[3];
-    if (cp % 4 || x->shape[at->in_layout == KN_LAYOUT_NHWC ? 3 : 1] > cp) return false;
+    bool x_nhwc = at->in_layout == KN_LAYOUT_NHWC;
+    int64_t cp = w->shape[3], h = x->shape[x_nhwc ? 1 : 2], wd = x->shape[x_nhwc ? 2 : 3];
+    if (cp % 4 || x->shape[x_nhwc ? 3 : 1] > cp) return false;
     kn_cuda_x3_call c;
     memset(&c, 0, sizeof c);
     c.p.m = y->shape[0] * y->shape[1] * y->shape[2];
@@ -62,9 +63,8 @@ bool kn_cuda_conv_x3_takes(const kn_tensor *x, const kn_tensor *w, const kn_tens
     c.p.lda = c.p.ldb = c.p.k;
     c.p.ldy = c.p.n;
     c.count = 1, c.a_kmajor = c.b_kmajor = true;
-    return kn_cuda_gemm_x3_shape_fits(&c) && (at->in_layout == KN_LAYOUT_NHWC ? x->shape[1] : x->shape[2]) *
-                                                     (at->in_layout == KN_LAYOUT_NHWC ? x->shape[2] : x->shape[3]) *
-                                                     cp < ((int64_t)1 << 31);
+    /* one image within 2^31 elements, as kn_cuda_conv_x3_fits asks (its geometry travels as ints) */
+    return kn_cuda_gemm_x3_shape_fits(&c) && h * wd * cp < ((int64_t)1 << 31);
 }
 
 kn_status kn_cuda_conv_x3_run(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
