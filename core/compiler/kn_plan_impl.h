@@ -75,7 +75,6 @@ kn_status kn_plan_fused_call(run_ctx *r, int kid, int m, kn_opcall *c, kn_tensor
  * (before the compile: their configurations are what gets compiled). */
 /* kn_plan_epilogue.c: which pointwise kernels fold into the library call before them */
 kn_status kn_plan_epilogues(kn_plan *p);
-
 kn_status kn_plan_tune_prepare(kn_plan *p, const char *cache_dir);
 /* Kernel kid's cache key: what it computes, on which shapes, dtypes and
  * strides, hashed (names and graph positions left out). */

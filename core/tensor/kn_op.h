@@ -135,10 +135,10 @@ typedef struct kn_opcall {
     const struct kn_settings *settings;
 } kn_opcall;
 
-/* kn_opcall.variant of a matmul, conv2d or attention: the backend's engine that computes f32
- * with f32 arithmetic (no TF32, no split products), which the "ieee"
- * contract measures the others against; a backend whose default is
- * already that runs its default. */
+/* kn_opcall.variant of a matmul, conv2d or attention: the backend's
+ * engine that computes f32 with f32 arithmetic (no TF32, no split
+ * products), which the "ieee" contract measures the others against; a
+ * backend whose default is already that runs its default. */
 #define KN_VARIANT_STRICT (-1)
 
 /* Zero the call and set attribute defaults (correction 1, count_include_pad 1,

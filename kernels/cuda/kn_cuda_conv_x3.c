@@ -43,6 +43,20 @@ bool kn_cuda_conv_x3_available(void)
     return !conv_x3_off() && kn_cuda_gemm_x3_tile_runs_here(KN_CUDA_X3_TILE_WG128X64);
 }
 
+/* The GEMM's sizes of a conv into y by weight w {K, r, s, cp} (pointers,
+ * epilogue and geometry are the caller's): m = N P Q output pixels, n = K,
+ * k = r s cp, both operands k-contiguous, one call */
+static void conv_call_sizes(const kn_tensor *w, const kn_tensor *y, kn_cuda_x3_call *c)
+{
+    memset(c, 0, sizeof *c);
+    c->p.m = y->shape[0] * y->shape[1] * y->shape[2];
+    c->p.n = w->shape[0];
+    c->p.k = w->shape[1] * w->shape[2] * w->shape[3];
+    c->p.lda = c->p.ldb = c->p.k;
+    c->p.ldy = c->p.n;
+    c->count = 1, c->a_kmajor = c->b_kmajor = true;
+}
+
 bool kn_cuda_conv_x3_takes(const kn_tensor *x, const kn_tensor *w, const kn_tensor *y, const kn_attrs *at)
 {
     if (!kn_cuda_conv_x3_available() || kn_cuda_allow_tf32()) return false;
@@ -56,13 +70,7 @@ bool kn_cuda_conv_x3_takes(const kn_tensor *x, const kn_tensor *w, const kn_tens
     int64_t cp = w->shape[3], h = x->shape[x_nhwc ? 1 : 2], wd = x->shape[x_nhwc ? 2 : 3];
     if (cp % 4 || x->shape[x_nhwc ? 3 : 1] > cp) return false;
     kn_cuda_x3_call c;
-    memset(&c, 0, sizeof c);
-    c.p.m = y->shape[0] * y->shape[1] * y->shape[2];
-    c.p.n = w->shape[0];
-    c.p.k = w->shape[1] * w->shape[2] * cp;
-    c.p.lda = c.p.ldb = c.p.k;
-    c.p.ldy = c.p.n;
-    c.count = 1, c.a_kmajor = c.b_kmajor = true;
+    conv_call_sizes(w, y, &c);
     /* one image within 2^31 elements, as kn_cuda_conv_x3_fits asks (its geometry travels as ints) */
     return kn_cuda_gemm_x3_shape_fits(&c) && h * wd * cp < ((int64_t)1 << 31);
 }
@@ -86,7 +94,7 @@ kn_status kn_cuda_conv_x3_run(const kn_tensor *x, const kn_tensor *w, const kn_t
         bias = tmp[1];
     }
     kn_cuda_x3_call c;
-    memset(&c, 0, sizeof c);
+    conv_call_sizes(w, y, &c);
     const int64_t cp = w->shape[3];
     c.p.a = kn_cuda_tensor_ptr(x);
     c.p.b = kn_cuda_tensor_ptr(w);
@@ -94,22 +102,16 @@ kn_status kn_cuda_conv_x3_run(const kn_tensor *x, const kn_tensor *w, const kn_t
     c.p.bias = bias ? kn_cuda_tensor_ptr(bias) : NULL;
     c.p.res = residual ? kn_cuda_tensor_ptr(residual) : NULL;
     c.p.act = act;
-    c.p.m = y->shape[0] * y->shape[1] * y->shape[2];
-    c.p.n = w->shape[0];
-    c.p.k = w->shape[1] * w->shape[2] * cp;
-    c.p.lda = c.p.ldb = c.p.k;
-    c.p.ldy = c.p.n;
     c.p.vec2 = c.p.n % 2 == 0 && kn_cuda_align_of(c.p.y, NULL, 0, 8) == 8 &&
                (!c.p.res || kn_cuda_align_of(c.p.res, NULL, 0, 8) == 8);
     c.p.cv = (kn_la_conv_geom){(int)x->shape[1], (int)x->shape[2], (int)cp, (int)y->shape[1], (int)y->shape[2],
                                (int)w->shape[2], (int)at->stride[0], (int)at->stride[1], (int)at->padding[0],
                                (int)at->padding[1], (int)at->dilation[0], (int)at->dilation[1]};
-    c.count = 1, c.a_kmajor = c.b_kmajor = true;
     if (!kn_cuda_conv_x3_fits(&c)) {
         st = kn_error(KN_ERR_UNSUPPORTED, "conv2d: the split-f32 convolution cannot take these pointers");
         goto out;
     }
-    int tile = v == 0 ? kn_cuda_conv_x3_default_pick(&c, kn_cuda_current()->sm_count) : conv_tiles[v - 1];
+    int tile = v == 0 ? kn_cuda_conv_x3_default_pick(&c) : conv_tiles[v - 1];
     if ((st = kn_cuda_conv_x3(&c, tile)) != KN_OK) goto out;
     kn_cuda_variant_label("kiln split-f32 conv %s (3xTF32)%s%s", kn_cuda_gemm_x3_tile_name(tile),
                           bias || act ? " +epilogue" : "", residual ? " +residual" : "");

@@ -325,9 +325,8 @@ bool kn_cuda_conv_x3_fits(const kn_cuda_x3_call *c)
            (int64_t)g->h * g->w * g->c < ((int64_t)1 << 31);
 }
 
-int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c, int sms)
+int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c)
 {
-    (void)sms;
     return c->p.n <= 64 ? KN_CUDA_X3_TILE_WG128X64 : KN_CUDA_X3_TILE_WG128;
 }
 

@@ -65,8 +65,9 @@ int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits)
 bool kn_cuda_conv_x3_fits(const kn_cuda_x3_call *c);
 /* Whether `tile` is one of the convolution form's tiles. */
 bool kn_cuda_conv_x3_tile_ok(int tile);
-/* The default's tile for c on a GPU of `sms` SMs. */
-int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c, int sms);
+/* The default's tile for c: 128x64 for 64 output channels or fewer,
+ * 128x128 from there (bench/split_conv.c, H200: 64x64 never won). */
+int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c);
 /* Run c with tile shape `tile` (split along k as the GEMM is). */
 kn_status kn_cuda_conv_x3(const kn_cuda_x3_call *c, int tile);
 

@@ -112,6 +112,15 @@ typedef struct kn_la_dwc_args {
     int ppb, band, bands, pitch, rows_alloc;
 } kn_la_dwc_args;
 
+/* The convolution form, kn_la_conv_x3_<tile> (KN_X3_CONV): an implicit
+ * GEMM over a channels-last x {N, h, w, c} (contiguous, c a multiple of
+ * 4): y {N, p, q, n} = conv(x, b) with b the weight {n, r, s, c}
+ * (k-contiguous, k = r s c), so m = N p q output pixels, k = r s c, the
+ * a operand x's windows, read in place; the rest as for the GEMM. */
+typedef struct kn_la_conv_geom {
+    int h, w, c, p, q, s, sh, sw, ph, pw, dh, dw;
+} kn_la_conv_geom;
+
 /* kn_la_gemm_x3_<tile>_<layout> (kn_la_gemm_x3.cu): y [m, n] (rows ldy
  * apart) = act(a . b + bias + res) in f32 by the split-precision method,
  * batch z of gridDim.z at a + z sa, b + z sb, y and res + z sy. a is [m, k]
@@ -123,15 +132,6 @@ typedef struct kn_la_dwc_args {
  * kchunk) into ws [batches x splits, m, n] (contiguous, no epilogue), and
  * kn_la_gemm_x3_sum (kn_la_aux.cu) adds the splits in order, then the
  * epilogue, into y. */
-/* The convolution form, kn_la_conv_x3_<tile> (KN_X3_CONV): an implicit
- * GEMM over a channels-last x {N, h, w, c} (contiguous, c a multiple of
- * 4): y {N, p, q, n} = conv(x, b) with b the weight {n, r, s, c}
- * (k-contiguous, k = r s c), so m = N p q output pixels, k = r s c, the
- * a operand x's windows, read in place; the rest as for the GEMM. */
-typedef struct kn_la_conv_geom {
-    int h, w, c, p, q, s, sh, sw, ph, pw, dh, dw;
-} kn_la_conv_geom;
-
 typedef struct kn_la_gemm_args {
     const char *a, *b, *bias, *res;
     char *y, *ws;
