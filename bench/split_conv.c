@@ -24,7 +24,7 @@
 #include "cuda/kn_cuda.h"
 #include "cuda/kn_cuda_context.h"
 #include "cuda/kn_cuda_conv_x3.h"
-#include "cuda/kn_cuda_dnn.h"
+#include "cuda/kn_cuda_conv.h"
 #include "kn_kernels.h"
 #include "kn_op.h"
 #include "kn_plan_impl.h"

@@ -1,5 +1,5 @@
 -- cuda_library.lua: the library ops of the CUDA backend (kn_cuda_blas.c,
--- kn_cuda_dnn.c and their fallback kernels in kn_linalg.cu) against the
+-- kn_cuda_conv.c, kn_cuda_dnn.c and their fallback kernels in kn_linalg.cu) against the
 -- CPU reference on the same inputs: matmul over 1-D operands, batches,
 -- broadcasts, transposed, sliced and expanded views, odd sizes, k = 1 and
 -- k = 0; conv2d over stride, padding, dilation, groups, bias, batch and

@@ -1,6 +1,6 @@
 /* t/cuda_split_conv.c: kiln's split-precision f32 convolution (the
  * convolution form of kn_la_gemm_x3.cu, kernels/cuda/kn_cuda_conv_x3.c)
- * and its place in conv2d (kn_cuda_dnn.c), against float64 on fresh
+ * and its place in conv2d (kn_cuda_conv.c), against float64 on fresh
  * random inputs (seed printed; KILN_SEED repeats).
  *
  * - The kernel: each tile shape on random geometries (sizes that are not
@@ -33,7 +33,7 @@ int main(void)
 #include "cuda/kn_cuda.h"
 #include "cuda/kn_cuda_context.h"
 #include "cuda/kn_cuda_conv_x3.h"
-#include "cuda/kn_cuda_dnn.h"
+#include "cuda/kn_cuda_conv.h"
 #include "cuda/kn_cuda_gemm_x3.h"
 #include "kn_tensor.h"
 #include "kn_view.h"

@@ -25,7 +25,7 @@
 /* the op families, each behind one call */
 #include "kn_cuda_attention_op.h"
 #include "kn_cuda_blas.h"
-#include "kn_cuda_dnn.h"
+#include "kn_cuda_conv.h"
 #include "kn_cuda_eager.h"
 #include "kn_cuda_gather_scatter.h"
 #include "kn_cuda_ops.h"

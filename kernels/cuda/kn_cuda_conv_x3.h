@@ -2,7 +2,7 @@
  * implicit-GEMM convolution (kn_la_gemm_x3.cu's convolution form): f32
  * convolutions on the TF32 tensor cores at about f32's accuracy, with the
  * bias, ReLU and a residual in the kernel's epilogue. The tensor-level
- * side: which calls it takes, and the call from kiln tensors. kn_cuda_dnn.c
+ * side: which calls it takes, and the call from kiln tensors. kn_cuda_conv.c
  * puts it before cuDNN for the calls it takes.
  */
 #ifndef KN_CUDA_CONV_X3_H

@@ -1,6 +1,6 @@
-/* kn_cuda_dnn: conv2d on the GPU through cuDNN's graph API, with kiln's
- * own kernels (kn_cuda_linalg.h) for whatever cuDNN refuses (kernels/cuda).
- */
+/* kn_cuda_dnn: cuDNN's graph API for conv2d and its gradients, and what
+ * the other cuDNN callers share (kernels/cuda). kn_cuda_conv.h chooses
+ * the engine of each conv2d. */
 #ifndef KN_CUDA_DNN_H
 #define KN_CUDA_DNN_H
 
@@ -11,36 +11,21 @@
 #include "kn_op.h"
 #include "kn_status.h"
 
-/* KN_ERR_UNSUPPORTED for a call it does not cover. */
-kn_status kn_cuda_conv2d(const kn_opcall *c);
-/* Whether kn_cuda_conv2d runs conv2d's gradient ops (conv2d_input_grad,
- * conv2d_weight_grad) for c: float tensors, NCHW, through cuDNN. */
+/* Whether conv2d's gradient ops (conv2d_input_grad, conv2d_weight_grad)
+ * run for c: float tensors, NCHW, through cuDNN. */
 bool kn_cuda_conv2d_grad_supports(const kn_opcall *c);
-/* Whether kn_cuda_conv2d has a kernel for c (cuDNN, or kiln's for what it
- * refuses, in either layout): float tensors, as conv_run checks. Without
- * tensors: the op alone. */
-static inline bool kn_cuda_conv2d_supports(const kn_opcall *c)
-{
-    if (c && (c->op == KN_OP_CONV2D_INPUT_GRAD || c->op == KN_OP_CONV2D_WEIGHT_GRAD))
-        return kn_cuda_conv2d_grad_supports(c);
-    if (!c || c->op != KN_OP_CONV2D) return false;
-    for (int i = 0; i < c->n_in; i++)
-        if (c->in[i] && !kn_dtype_is_float(c->in[i]->dtype)) return false;
-    return true;
-}
-/* conv2d (its own bias input, if any) with act (0 none, 1 relu) in cuDNN's
- * graph: conv -> bias add -> ReLU as one plan. */
-kn_status kn_cuda_conv2d_fused(const kn_opcall *c, int act);
-/* act(conv + its bias + residual), residual contiguous like the output. */
-kn_status kn_cuda_conv2d_fused_residual(const kn_opcall *c, int act, const struct kn_tensor *residual);
-/* Whether conv2d of dtype dt should run channels-last on the current GPU
- * (the layout pass's "auto"): cuDNN present, a half type, sm_80 or later. */
-bool kn_cuda_conv_prefers_nhwc(kn_dtype dt);
-/* Whether conv2d call c (headers will do: shapes, strides, dtypes, attrs)
- * runs in a kernel of kiln's whose epilogue adds a bias and ReLU at no
- * cost (kn_backend.conv_epilogue_free): the split-precision convolution
- * (a residual too), the stem kernels. */
-bool kn_cuda_conv_epilogue_free(const kn_opcall *c);
+/* conv2d through cuDNN: y = act(conv(x0, w0) + bias) (act 0 none, 1 relu),
+ * in the call's layouts (at->in_layout, out_layout), with cuDNN's engine
+ * `variant` (0 its heuristic's first, KN_VARIANT_STRICT its first strict
+ * f32 one). *done stays false where cuDNN refuses the call or a copy it
+ * needs is not available (the caller then runs kiln's kernel); a variant
+ * past cuDNN's last is KN_ERR_RANGE. Without cuDNN in the build: *done
+ * false, and any variant but 0 KN_ERR_RANGE. */
+kn_status kn_cuda_dnn_conv(const struct kn_tensor *x0, const struct kn_tensor *w0, const struct kn_tensor *bias,
+                           struct kn_tensor *y, const kn_attrs *at, int act, int variant, bool *done);
+/* A gradient op of conv2d (kn_cuda_conv2d_grad_supports) through cuDNN's
+ * backward-data or backward-filter; without cuDNN, KN_ERR_UNSUPPORTED. */
+kn_status kn_cuda_dnn_conv_grad(const kn_opcall *c);
 
 /* The current GPU's cuDNN handle (a cudnnHandle_t), started on first use,
  * and cuDNN's version in *version; NULL when cuDNN is missing or cannot

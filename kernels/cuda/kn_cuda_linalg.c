@@ -1,4 +1,4 @@
-/* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share (see
+/* kn_cuda_linalg: what kn_cuda_blas.c, kn_cuda_conv.c and kn_cuda_dnn.c share (see
  * kn_cuda_linalg.h): kiln's own kernels (kn_linalg.cu, kn_la_*.cu) in
  * modules by use, compiled when first asked for; the fallback for
  * what cuBLASLt or cuDNN refuse (conv2d's launchers among them: the direct

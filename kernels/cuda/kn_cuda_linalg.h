@@ -1,4 +1,4 @@
-/* kn_cuda_linalg: what kn_cuda_blas.c and kn_cuda_dnn.c share
+/* kn_cuda_linalg: what kn_cuda_blas.c, kn_cuda_conv.c and kn_cuda_dnn.c share
  * (kn_cuda_linalg.c): kiln's own kernels in kn_linalg.cu (the fallback for
  * cases cuBLASLt or cuDNN refuse, or when a library is missing; their
  * argument structs are in kn_cuda_la_args.h, which the device code
@@ -42,7 +42,7 @@ int64_t kn_cuda_linalg_grid(int64_t work, int64_t per_block);
 kn_status kn_cuda_bias_act(kn_tensor *y, const kn_tensor *bias, int64_t inner, int64_t channels,
                            int act);
 
-/* ---- conv2d's kernels (kn_cuda_dnn.c runs them) ---- */
+/* ---- conv2d's kernels (kn_cuda_conv.c runs them) ---- */
 
 /* kiln's direct convolution: any strides (y's too), any float dtypes,
  * bias fused; x, w and y seen as NCHW (a channels-last call passes

@@ -1,5 +1,5 @@
 // kn_linalg.cu: kiln's own matmul and conv2d kernels, the fallback behind
-// cuBLASLt and cuDNN (kn_cuda_blas.c, kn_cuda_dnn.c). The fallback runs whatever the libraries refuse (or when a library
+// cuBLASLt and cuDNN (kn_cuda_blas.c, kn_cuda_conv.c). The fallback runs whatever the libraries refuse (or when a library
 // is missing), so it takes any strides and any mix of float dtypes, and it
 // sums the way the CPU reference does: in f32 (f64 for an f64 result), k in
 // order, one rounding at the store. NVRTC compiles kiln's modules with
