@@ -14,6 +14,7 @@
 
 #include "cuda/kn_cuda.h"
 #include "cuda/kn_cuda_context.h"
+#include "kn_kernels.h"
 #include "kn_status.h"
 
 static uint64_t bench_rng = 0x9e3779b97f4a7c15ull;
@@ -34,6 +35,23 @@ static bool bench_wanted(const char *only_env, const char *name)
     for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
         if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
     return false;
+}
+
+/* A benchmark's start: kiln's backends registered and the GPU started,
+ * *reps from env var reps_env (default 20), two events to time with.
+ * False (it says "NAME: no GPU") where there is none: the benchmark then
+ * exits 0, as on CI. */
+static bool bench_gpu_begin(const char *name, const char *reps_env, int *reps, cudaEvent_t *e0, cudaEvent_t *e1)
+{
+    kn_kernels_register();
+    if (!kn_cuda_available() || kn_cuda_init() != KN_OK) {
+        printf("%s: no GPU\n", name);
+        return false;
+    }
+    *reps = getenv(reps_env) ? atoi(getenv(reps_env)) : 20;
+    cudaEventCreate(e0);
+    cudaEventCreate(e1);
+    return true;
 }
 
 /* fn(ud)'s time in microseconds: 3 warm-up calls, then the mean of reps

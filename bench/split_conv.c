@@ -87,19 +87,13 @@ static double err_of(kn_tensor *y, bool nhwc, kn_tensor *ref)
 
 int main(void)
 {
-    kn_kernels_register();
-    if (!kn_cuda_available() || kn_cuda_init() != KN_OK) {
-        printf("split_conv: no GPU\n");
-        return 0;
-    }
+    int reps;
+    cudaEvent_t e0, e1;
+    if (!bench_gpu_begin("split_conv", "CONV_REPS", &reps, &e0, &e1)) return 0;
     if (!kn_cuda_conv_x3_available()) {
         printf("split_conv: the split-precision convolution runs on Hopper only\n");
         return 0;
     }
-    int reps = getenv("CONV_REPS") ? atoi(getenv("CONV_REPS")) : 20;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
     printf("# %d SMs; us per call (mean of %d), TFLOP/s, max rel error vs f64, error over strict f32's\n",
            kn_cuda_current()->sm_count, reps);
     for (size_t pi = 0; pi < sizeof PROBLEMS / sizeof PROBLEMS[0]; pi++) {

@@ -134,15 +134,9 @@ static kn_status run_x3(void *ud)
 
 int main(void)
 {
-    kn_kernels_register();
-    if (!kn_cuda_available() || kn_cuda_init() != KN_OK) {
-        printf("split_gemm: no GPU\n");
-        return 0;
-    }
-    int reps = getenv("SPLIT_REPS") ? atoi(getenv("SPLIT_REPS")) : 20;
+    int reps;
     cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
+    if (!bench_gpu_begin("split_gemm", "SPLIT_REPS", &reps, &e0, &e1)) return 0;
     printf("# %d SMs; us per call (mean of %d), TFLOP/s, max rel error vs f64, error over strict f32's\n",
            kn_cuda_current()->sm_count, reps);
     for (size_t pi = 0; pi < sizeof PROBLEMS / sizeof PROBLEMS[0]; pi++) {
