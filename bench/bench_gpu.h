@@ -6,6 +6,7 @@
 #ifndef BENCH_GPU_H
 #define BENCH_GPU_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,8 @@
 #include "cuda/kn_cuda_context.h"
 #include "kn_kernels.h"
 #include "kn_status.h"
+#include "kn_tensor.h"
+#include "kn_view.h"
 
 static uint64_t bench_rng = 0x9e3779b97f4a7c15ull;
 
@@ -69,6 +72,42 @@ static float bench_time_us(kn_status (*fn)(void *), void *ud, int reps, cudaEven
         return -1;
     }
     return 1e3f * ms / (float)reps;
+}
+
+/* The signed part of got's error against ref (same shape, any device and
+ * dtype), over the mean magnitude: *shrink = sum (got - ref) sign(ref) /
+ * sum |ref| (below 0: results pulled toward zero), *down = sum (got - ref)
+ * / sum |ref| (below 0: toward minus infinity). Rounding to nearest leaves
+ * both near 0, random errors cancelling over many outputs; truncation
+ * leaves a fraction of an ulp, the same sign in every output, and such a
+ * bias adds up from layer to layer where random errors do not. NaN when
+ * the values cannot be read. */
+static void bench_bias(kn_tensor *got, kn_tensor *ref, double *shrink, double *down)
+{
+    *shrink = *down = NAN;
+    kn_tensor *t[2] = {got, ref}, *f[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        kn_tensor *c = NULL;
+        if (kn_tensor_to_device(t[i], KN_CPU, NULL, &c) == KN_OK) kn_tensor_cast(c, KN_F64, &f[i]);
+        kn_tensor_release(c);
+    }
+    int64_t n = f[0] ? kn_tensor_numel(f[0]) : 0;
+    double *g = malloc(sizeof(double) * (size_t)(n ? n : 1)), *r = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (f[0] && f[1] && kn_tensor_numel(f[1]) == n && g && r) {
+        kn_tensor_gather_host(f[0], g);
+        kn_tensor_gather_host(f[1], r);
+        double sz = 0, sd = 0, mag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double e = g[i] - r[i];
+            sz += r[i] < 0 ? -e : r[i] > 0 ? e : 0;
+            sd += e;
+            mag += fabs(r[i]);
+        }
+        if (mag > 0) *shrink = sz / mag, *down = sd / mag;
+    }
+    free(g), free(r);
+    kn_tensor_release(f[0]);
+    kn_tensor_release(f[1]);
 }
 
 #endif

@@ -85,6 +85,13 @@ static double err_of(kn_tensor *y, bool nhwc, kn_tensor *ref)
     return e;
 }
 
+/* bench_bias of y (channels-last when nhwc) against the NCHW reference */
+static void bias_of(kn_tensor *y, bool nhwc, kn_tensor *ref, double *shrink, double *down)
+{
+    kn_tensor v = nhwc ? kn_view_nhwc_as_nchw(y) : *y;
+    bench_bias(&v, ref, shrink, down);
+}
+
 int main(void)
 {
     int reps;
@@ -94,7 +101,8 @@ int main(void)
         printf("split_conv: the split-precision convolution runs on Hopper only\n");
         return 0;
     }
-    printf("# %d SMs; us per call (mean of %d), TFLOP/s, max rel error vs f64, error over strict f32's\n",
+    printf("# %d SMs; us per call (mean of %d), TFLOP/s, max rel error vs f64, error over strict f32's, "
+           "bias (toward zero, toward -inf)\n",
            kn_cuda_current()->sm_count, reps);
     for (size_t pi = 0; pi < sizeof PROBLEMS / sizeof PROBLEMS[0]; pi++) {
         const problem *pb = &PROBLEMS[pi];
@@ -148,13 +156,15 @@ int main(void)
                pb->k, pb->r, pb->r, pb->stride, pb->pad, flops / 1e9);
         /* cuDNN strict, NCHW: bias and ReLU as the engine takes them */
         float us = bench_time_us(run_once, &rs, reps, e0, e1);
-        double es = err_of(y32, false, y64);
-        printf("  %-34s %9.2f us %6.1f TFLOP/s  err %.3e  (%s)\n", "cuDNN strict NCHW", us, flops / us / 1e6, es,
-               kn_cuda_current()->variant_label);
+        double es = err_of(y32, false, y64), zs, ds;
+        bias_of(y32, false, y64, &zs, &ds);
+        printf("  %-34s %9.2f us %6.1f TFLOP/s  err %.3e  bias %+.1e %+.1e  (%s)\n", "cuDNN strict NCHW", us,
+               flops / us / 1e6, es, zs, ds, kn_cuda_current()->variant_label);
         float usl = bench_time_us(run_once, &rl, reps, e0, e1);
-        double el = err_of(yl32, true, y64);
-        printf("  %-34s %9.2f us %6.1f TFLOP/s  err %.3e  (%s)\n", "cuDNN strict NHWC", usl, flops / usl / 1e6, el,
-               kn_cuda_current()->variant_label);
+        double el = err_of(yl32, true, y64), zl, dl;
+        bias_of(yl32, true, y64, &zl, &dl);
+        printf("  %-34s %9.2f us %6.1f TFLOP/s  err %.3e  bias %+.1e %+.1e  (%s)\n", "cuDNN strict NHWC", usl,
+               flops / usl / 1e6, el, zl, dl, kn_cuda_current()->variant_label);
         double strict_err = es < el ? es : el;
         float best = us < usl ? us : usl;
         for (int v = 0; v < kn_cuda_conv_x3_variant_count(); v++) {
@@ -165,12 +175,13 @@ int main(void)
                 printf("  x3 variant %d: %s\n", v, kn_last_error());
                 continue;
             }
-            double ex = err_of(yl32, true, y64);
+            double ex = err_of(yl32, true, y64), zx, dx;
+            bias_of(yl32, true, y64, &zx, &dx);
             char label[160];
             snprintf(label, sizeof label, "%s%s", v == 0 ? "default: " : "", kn_cuda_current()->variant_label);
             float ux = bench_time_us(run_once, &rx, reps, e0, e1);
-            printf("  %-34.34s %9.2f us %6.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux,
-                   flops / ux / 1e6, ex, strict_err > 0 ? ex / strict_err : 0, best / ux);
+            printf("  %-34.34s %9.2f us %6.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f  bias %+.1e %+.1e\n", label,
+                   ux, flops / ux / 1e6, ex, strict_err > 0 ? ex / strict_err : 0, best / ux, zx, dx);
         }
         kn_tensor *all[] = {x64, w64, b64, x32, w32, b32, xl32, wl32, y64, y32, yl32};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kn_tensor_release(all[i]);

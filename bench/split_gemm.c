@@ -9,7 +9,8 @@
  * is the same product in float64 through kiln's f64 matmul on the GPU.
  * Errors are max |got - ref| / max |ref| (the precision ledger's measure),
  * and "x f32" is that error over the strict f32 one: the "ieee" contract
- * allows at most 2. Times are the mean of REPS back-to-back launches
+ * allows at most 2. "bias" is the signed part of the error (bench_gpu.h's
+ * bench_bias): toward zero, then toward minus infinity. Times are the mean of REPS back-to-back launches
  * between two CUDA events, in microseconds, with the TFLOP/s of 2 m n k.
  * Every tile shape is timed. (The forms of the kernel measured and not
  * kept are in bench/results/2026-11-30-h200-split-f32.md, with the runs
@@ -137,7 +138,8 @@ int main(void)
     int reps;
     cudaEvent_t e0, e1;
     if (!bench_gpu_begin("split_gemm", "SPLIT_REPS", &reps, &e0, &e1)) return 0;
-    printf("# %d SMs; us per call (mean of %d), TFLOP/s, max rel error vs f64, error over strict f32's\n",
+    printf("# %d SMs; us per call (mean of %d), TFLOP/s, max rel error vs f64, error over strict f32's, "
+           "bias (toward zero, toward -inf)\n",
            kn_cuda_current()->sm_count, reps);
     for (size_t pi = 0; pi < sizeof PROBLEMS / sizeof PROBLEMS[0]; pi++) {
         const problem *pb = &PROBLEMS[pi];
@@ -185,7 +187,10 @@ int main(void)
         printf("%-12s m=%lld n=%lld k=%lld batch=%lld %s%s\n", pb->name, (long long)pb->m, (long long)pb->n,
                (long long)pb->k, (long long)pb->count, pb->a_kmajor ? "a[m,k]" : "a[k,m]",
                pb->b_kmajor ? " b[n,k]" : " b[k,n]");
-        printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e\n", "cublasLt strict f32", us, flops / us / 1e6, e32);
+        double z32, d32;
+        bench_bias(o32, o64, &z32, &d32);
+        printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  bias %+.1e %+.1e\n", "cublasLt strict f32", us,
+               flops / us / 1e6, e32, z32, d32);
         x3_run r;
         memset(&r, 0, sizeof r);
         r.call.p.a = kn_cuda_tensor_ptr(sa32);
@@ -214,12 +219,13 @@ int main(void)
                 printf("  x3 %s: %s\n", kn_cuda_gemm_x3_tile_name(tile), kn_last_error());
                 continue;
             }
-            double ex = max_rel_err(ox, o64);
+            double ex = max_rel_err(ox, o64), zx, dx;
+            bench_bias(ox, o64, &zx, &dx);
             float ux = bench_time_us(run_x3, &r, reps, e0, e1);
             char label[48];
             snprintf(label, sizeof label, "x3 %s", kn_cuda_gemm_x3_tile_name(tile));
-            printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f\n", label, ux, flops / ux / 1e6,
-                   ex, e32 > 0 ? ex / e32 : (ex > 0 ? INFINITY : 0), us / ux);
+            printf("  %-22s %9.2f us %7.1f TFLOP/s  err %.3e  %.2f x f32  speedup %.2f  bias %+.1e %+.1e\n", label,
+                   ux, flops / ux / 1e6, ex, e32 > 0 ? ex / e32 : (ex > 0 ? INFINITY : 0), us / ux, zx, dx);
         }
         free(va);
         free(vb);

@@ -485,6 +485,13 @@ static void cuda_memory_reset_peak(kn_device_ctx *d)
     if (kn_cuda_enter(d) == KN_OK) kn_cuda_alloc_reset_peak();
 }
 
+/* The variant lists' edition: max-autotune's cache names a library op's
+ * choice by its number ("variant=9"), so a kiln that adds, removes or
+ * reorders variants (kiln's split-f32 tiles among matmul's, say) must not
+ * read an older kiln's choices. Bump it with any such change; it is part
+ * of the identity the cache is keyed on. */
+#define KN_CUDA_VARIANT_LISTS 2
+
 static void cuda_identity(kn_device_ctx *d, char *buf, size_t size)
 {
     const kn_cuda_dev *gpu = d->state;
@@ -498,8 +505,8 @@ static void cuda_identity(kn_device_ctx *d, char *buf, size_t size)
 #ifdef KILN_HAVE_CUDNN
     dnn = cudnnGetVersion();
 #endif
-    snprintf(buf, size, "%s, sm %d.%d, driver %d, runtime %d, cudnn %zu, cublaslt %zu, nvrtc", prop.name,
-             prop.major, prop.minor, driver, runtime, dnn, kn_cuda_blas_version());
+    snprintf(buf, size, "%s, sm %d.%d, driver %d, runtime %d, cudnn %zu, cublaslt %zu, nvrtc, variant lists %d",
+             prop.name, prop.major, prop.minor, driver, runtime, dnn, kn_cuda_blas_version(), KN_CUDA_VARIANT_LISTS);
 }
 
 static const kn_backend kn_cuda_backend = {

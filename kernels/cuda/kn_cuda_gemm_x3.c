@@ -21,21 +21,25 @@
 static const struct x3_tile {
     int bm, bn, wm, wn, kt;
     bool wgmma; /* the wgmma form: Hopper (sm_90a) only, a warpgroup per 64 rows */
+    bool swap;  /* its swapped form: a warpgroup per 64 columns, both operands k-contiguous */
     const char *name;
 } x3_tiles[KN_CUDA_X3_TILES] = {
-    {128, 128, 64, 32, 32, false, "128x128"},
-    {128, 64, 32, 32, 32, false, "128x64"},
-    {64, 64, 32, 32, 32, false, "64x64"},
-    {64, 32, 32, 16, 32, false, "64x32"},
-    {128, 128, 64, 32, 64, false, "128x128k64"},
-    [KN_CUDA_X3_TILE_WG128] = {128, 128, 64, 128, 32, true, "wg128x128"},
-    {64, 128, 64, 128, 32, true, "wg64x128"},
-    [KN_CUDA_X3_TILE_WG64] = {64, 64, 64, 64, 32, true, "wg64x64"},
+    {128, 128, 64, 32, 32, false, false, "128x128"},
+    {128, 64, 32, 32, 32, false, false, "128x64"},
+    {64, 64, 32, 32, 32, false, false, "64x64"},
+    {64, 32, 32, 16, 32, false, false, "64x32"},
+    {128, 128, 64, 32, 64, false, false, "128x128k64"},
+    [KN_CUDA_X3_TILE_WG128] = {128, 128, 64, 128, 32, true, false, "wg128x128"},
+    {64, 128, 64, 128, 32, true, false, "wg64x128"},
+    [KN_CUDA_X3_TILE_WG64] = {64, 64, 64, 64, 32, true, false, "wg64x64"},
     /* one wave of 128-row tiles where 128x128 takes two or a ragged
      * second (BERT's 1024 x 2304 and 1024 x 3072: 96 and 128 tiles) */
-    [KN_CUDA_X3_TILE_WG128X192] = {128, 192, 64, 192, 32, true, "wg128x192"},
+    [KN_CUDA_X3_TILE_WG128X192] = {128, 192, 64, 192, 32, true, false, "wg128x192"},
     /* the convolutions' tile for 64 output channels or fewer */
-    [KN_CUDA_X3_TILE_WG128X64] = {128, 64, 64, 64, 32, true, "wg128x64"},
+    [KN_CUDA_X3_TILE_WG128X64] = {128, 64, 64, 64, 32, true, false, "wg128x64"},
+    /* the swapped form, for few rows: b's tiles split in registers */
+    [KN_CUDA_X3_TILE_WGS64X128] = {64, 128, 64, 64, 32, true, true, "wgs64x128"},
+    [KN_CUDA_X3_TILE_WGS64X64] = {64, 64, 64, 64, 32, true, true, "wgs64x64"},
 };
 
 /* the most dynamic shared memory a block may have (sm_90: 227 KiB) */
@@ -58,7 +62,11 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2]
 {
     const struct x3_tile *t = &x3_tiles[tile];
     const int kt = t->kt;
-    if (t->wgmma) {
+    if (t->swap) {
+        /* a's planes for its 4 stages and two small ones, b's stages */
+        *smem = ((size_t)6 * t->bm + (size_t)4 * t->bn) * (size_t)kt * sizeof(float) + 1024;
+        *threads = 128u * (unsigned)(t->bn / 64);
+    } else if (t->wgmma) {
         /* the kernel's w_tile regions (kn_la_gemm_x3.cu) and 1 KiB to
          * align them on: a k-contiguous operand's planes for its stages
          * and two small ones, an m- or n-contiguous one's four planes and
@@ -99,7 +107,8 @@ static bool x3_layout_fits(int tile, bool a_kmajor, bool b_kmajor)
 
 bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor)
 {
-    return kn_cuda_gemm_x3_tile_runs_here(tile) && x3_layout_fits(tile, a_kmajor, b_kmajor);
+    return kn_cuda_gemm_x3_tile_runs_here(tile) && x3_layout_fits(tile, a_kmajor, b_kmajor) &&
+           (!x3_tiles[tile].swap || (a_kmajor && b_kmajor));
 }
 
 bool kn_cuda_gemm_x3_shape_fits(const kn_cuda_x3_call *c)
@@ -182,8 +191,12 @@ static int x3_wave_splits(const kn_cuda_x3_call *c, int tile, int sms, double *u
  *   two waves of 128x128 but one of 128x192: 77.3 against 102.9), and
  *   left the two output projections of 48 and 78 tiles (1024 and 1576 x
  *   768 x 768), no faster, to cuBLASLt;
- * - at most 96 rows, a long sum (large_linear's 64 x 4096 x 4096): the
- *   64x64 tile, split-K, 1.06-1.15x (session 15).
+ * - at most 64 rows, both operands k-contiguous and a long sum
+ *   (large_linear's 64 x 4096 x 4096): the swapped 64x128 tile, split to
+ *   about a wave, 1.36x (47.8 us against 65.2, where wgs64x64 took 49.8
+ *   and wg64x64 57.5; session 19, run 5);
+ * - 65 to 96 rows, or another layout: the 64x64 tile, split-K, 1.06-1.15x
+ *   (session 15).
  * Short sums (k < 512) and small products stay with cuBLASLt. */
 int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits)
 {
@@ -193,7 +206,7 @@ int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits)
     if (sms < 1 || p->k < 512 || p->m * p->n * p->k * c->count < ((int64_t)1 << 28)) return -1;
     if (p->m <= 96) {
         *splits = 0; /* the launcher's rule for the smaller tiles */
-        return KN_CUDA_X3_TILE_WG64;
+        return p->m <= 64 && c->a_kmajor && c->b_kmajor ? KN_CUDA_X3_TILE_WGS64X128 : KN_CUDA_X3_TILE_WG64;
     }
     int best = -1;
     double best_us = 0;
@@ -230,6 +243,16 @@ static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
         double us;
         return x3_wave_splits(c, tile, sms, &us);
     }
+    if (x3_tiles[tile].swap) {
+        /* a wave: a block an SM (256 threads at up to 255 registers) or
+         * two (128), splits to the nearest whole wave */
+        int64_t blocks = x3_tiles_of(c, tile), per_sm = x3_tiles[tile].bn > 64 ? 1 : 2;
+        int64_t s = (2 * per_sm * sms + blocks) / (2 * blocks), by_k = c->p.k / 256;
+        if (s > by_k) s = by_k;
+        if (s > X3_SPLITS_MAX) s = X3_SPLITS_MAX;
+        if (s * c->count > 65535) s = 1;
+        return s > 1 ? (int)s : 1;
+    }
     int64_t blocks = x3_tiles_of(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
     int64_t by_k = c->p.k / X3_SPLIT_MIN_K;
     int64_t s = want < by_k ? want : by_k;
@@ -250,6 +273,9 @@ static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
     const struct x3_tile *t = &x3_tiles[tile];
     if (!kn_cuda_gemm_x3_tile_runs_here(tile))
         return kn_error(KN_ERR_UNSUPPORTED, "%s: the split-f32 kernel's %s tile runs on Hopper (sm_90) only", what,
+                        t->name);
+    if (t->swap && !(c->a_kmajor && c->b_kmajor))
+        return kn_error(KN_ERR_UNSUPPORTED, "%s: the split-f32 kernel's %s tile takes both operands k-contiguous", what,
                         t->name);
     /* before the module is loaded: a layout whose stages do not fit is
      * refused without compiling it */
@@ -295,7 +321,14 @@ static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
     KN_TRY(kn_cuda_malloc(p.splits * c->count * p.m * p.n * (int64_t)sizeof(float), &ws));
     p.ws = ws;
     kn_status st = kn_cuda_launch_grid3(fn, grid[0], grid[1], (unsigned)(c->count * p.splits), threads, 1, &p, smem);
-    if (st == KN_OK) st = kn_cuda_launch(sum, kn_cuda_linalg_grid(c->count * p.m * p.n, 256), 256, &p, 0);
+    if (st == KN_OK) {
+        /* kn_la_gemm_x3_sum: a thread 4 columns of a row, a block up to
+         * 256 threads across a row, rows along y */
+        int64_t quads = (p.n + 3) / 4, rows = c->count * p.m;
+        unsigned threads_sum = quads >= 256 ? 256 : (unsigned)((quads + 31) / 32 * 32);
+        unsigned gx = (unsigned)((quads + threads_sum - 1) / threads_sum), gy = rows < 65535 ? (unsigned)rows : 65535;
+        st = kn_cuda_launch_grid3(sum, gx, gy, 1, threads_sum, 1, &p, 0);
+    }
     kn_cuda_free(ws);
     return st;
 }

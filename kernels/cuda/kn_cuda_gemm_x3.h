@@ -14,12 +14,16 @@
 
 /* Tile shapes (kn_cuda_gemm_x3.c's table; kn_cuda_linalg.c has a module
  * for each and layout, in this order). */
-#define KN_CUDA_X3_TILES 10
+#define KN_CUDA_X3_TILES 12
 /* the wgmma tiles matmul's default picks from (kn_cuda_blas.c) */
 #define KN_CUDA_X3_TILE_WG128 5
 #define KN_CUDA_X3_TILE_WG64 7
 #define KN_CUDA_X3_TILE_WG128X192 8
 #define KN_CUDA_X3_TILE_WG128X64 9
+/* the swapped form's (y^T = b a^T, both operands k-contiguous): 64 rows
+ * of y by 128 or 64 columns */
+#define KN_CUDA_X3_TILE_WGS64X128 10
+#define KN_CUDA_X3_TILE_WGS64X64 11
 
 /* One call: p's pointers, sizes and leading dims, a_kmajor (a is [m, k]
  * k-contiguous, else [k, m] m-contiguous), b_kmajor (b is [n, k], else
@@ -46,7 +50,7 @@ bool kn_cuda_gemm_x3_tile_runs_here(int tile);
 const char *kn_cuda_gemm_x3_tile_name(int tile);
 /* Whether tile shape `tile` runs here with operands of these layouts (the
  * 192-column tile's stages do not fit in shared memory with both operands
- * m- or n-contiguous). */
+ * m- or n-contiguous; the swapped tiles take both k-contiguous only). */
 bool kn_cuda_gemm_x3_tile_takes(int tile, bool a_kmajor, bool b_kmajor);
 /* matmul's default for c on a Hopper GPU of `sms` SMs: a wgmma tile
  * (split *splits ways, as the launcher splits it; 0: the 64x64 tile,

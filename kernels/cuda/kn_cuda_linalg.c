@@ -124,6 +124,15 @@ static const la_module la_modules[] = {
     X3W_MODULES(64, 64, 32, "wg64x64"),
     X3W_MODULES(128, 192, 32, "wg128x192"),
     X3W_MODULES(128, 64, 32, "wg128x64"),
+    /* its swapped form (KN_X3_SWAP, y^T = b a^T for few rows): both
+     * operands k-contiguous only */
+#define X3S_MODULE(bn, name)                                                                                       \
+    {"gemm_x3 " name " kk", "kn_la_gemm_x3", -1, -1,                                                                \
+     KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_X3_WGMMA 1\n#define KN_X3_SWAP 1\n#define KN_X3_BM 64\n#define KN_X3_BN " #bn \
+                               "\n#define KN_X3_KTILE 32\n#define KN_X3_AK 1\n#define KN_X3_BK 1\n",                \
+     {"kn_la_gemm_x3_" name "_kk"}}
+    X3S_MODULE(128, "wgs64x128"),
+    X3S_MODULE(64, "wgs64x64"),
     /* its convolution form (KN_X3_CONV): an implicit GEMM over a
      * channels-last input, a module per tile shape (kn_cuda_gemm_x3.c's
      * conv tiles) */
@@ -136,6 +145,7 @@ static const la_module la_modules[] = {
     X3C_MODULE(128, 128, "wg128x128"),
     X3C_MODULE(64, 64, "wg64x64"),
 #undef X3C_MODULE
+#undef X3S_MODULE
 #undef X3W_MODULE
 #undef X3W_MODULES
 #undef X3_MODULE

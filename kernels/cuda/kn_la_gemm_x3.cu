@@ -150,7 +150,26 @@ __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args
 // the flush and the barrier, with 30% of issue slots busy. A producer
 // warpgroup that copies and splits beside consumer warpgroups, and a from
 // registers (split there, no planes of its own), are the next steps.
-#define W_THREADS (128 * (X3_BM / 64))
+#if KN_X3_SWAP
+#define W_THREADS (128 * (X3_BN / 64)) // a warpgroup per 64 columns of y (the swapped form, below)
+#else
+#define W_THREADS (128 * (X3_BM / 64)) // a warpgroup per 64 rows of y
+#endif
+// Two accumulator chains a stage where the registers hold them (up to 128
+// columns): the big.big products in one, the small terms in the other.
+// The tensor core truncates each sum it adds into an accumulator, so a
+// chain's rounding is biased toward zero; the bias is a fraction of an ulp
+// of the chain's value per add, and it is the same sign in every output.
+// One chain of all three products takes 12 such adds a stage at the
+// result's magnitude, two chains 4 (the small chain's are 2^-11 smaller).
+// A kernel's error stays within the contract either way, but a bias adds
+// up from layer to layer where rounding errors do not: ResNet-18's
+// logits, 20 convolutions deep with no normalization in between at
+// inference, came out with 3.5x PyTorch's error against float64 (1.8e-6
+// against 5.2e-7, H200, session 19) with one chain.
+#ifndef W_CHAINS
+#define W_CHAINS (X3_BN <= 128 ? 2 : 1)
+#endif
 #define W_PLANE(rows) ((rows) * X3_KT)
 // Tiles in flight: three ahead of the one computed with both operands
 // k-contiguous; an m- or n-contiguous operand stages its raw tiles apart
@@ -194,23 +213,37 @@ __device__ __forceinline__ unsigned long long w_desc(const float *s)
 // and the swizzle puts the warp's 4-byte writes of a row in 32. Region:
 // two big planes, two small ones, W_STAGES raw stages.
 //
-// Outside the matrix: zeros. A thread's source pointers and offsets are
+// Outside the matrix: zeros. A thread's source pointer and offsets are
 // worked out once (computed per tile, they were most of the kernel's
-// instructions), a tile only adds its k.
-template <int ROWS, bool KMAJ>
+// instructions), a tile only adds its k. A thread's copies lie at one k,
+// RSTEP rows apart (W_THREADS copies cover RSTEP rows in either layout),
+// so copy i's places are copy 0's plus constants: one set of offsets a
+// thread, not one a copy (a copy's own held 6 registers, and the
+// accumulators of W_CHAINS need them).
+//
+// PLANES false: a k-contiguous operand whose tiles are only staged, in the
+// big planes' layout, never split there (the swapped form's b); its region
+// has no small planes.
+template <int ROWS, bool KMAJ, bool PLANES = true>
 struct w_tile {
+    static_assert(KMAJ || PLANES, "an m- or n-contiguous operand is split into planes");
     static constexpr int CH = ROWS * X3_KT / 4 / W_THREADS; // copies a thread
     static constexpr int RAW = X3_KT * (ROWS + 8);        // floats of a raw stage
-    static constexpr int FLOATS = KMAJ ? (W_STAGES + 2) * W_PLANE(ROWS) : 4 * W_PLANE(ROWS) + W_STAGES * RAW;
+    static constexpr int FLOATS = KMAJ ? (W_STAGES + (PLANES ? 2 : 0)) * W_PLANE(ROWS)
+                                       : 4 * W_PLANE(ROWS) + W_STAGES * RAW;
+    static constexpr int RSTEP = W_THREADS / 8;              // rows from one copy to the next
+    static constexpr int SSTEP = KMAJ ? RSTEP * 32 : RSTEP;  // the same in a stage
+    static_assert(X3_KT / 4 == 8 && RSTEP % 8 == 0, "copy i's swizzle is copy 0's");
     float *base;
-    const float *src[CH];
-    int soff[CH]; // where the copy lands in its stage
-    int doff[CH]; // where its first element goes in a plane
-    int kin[CH];  // its k within the tile
-    int full[CH]; // its bytes when all of the tile's k is inside
+    const float *src;    // copy 0's first element (g itself when the thread has no rows)
+    long long step;      // from one copy's source to the next
+    long long rows_left; // rows from copy 0's first on (0 or less: none)
+    int soff;            // where copy 0 lands in its stage
+    int doff;            // where its first element goes in a plane
+    int kin;             // the copies' k within the tile
     long long ld, K;
 
-    // copy i's row and k within the tile
+    // copy i's row and k within the tile (its k is the same for every i)
     __device__ __forceinline__ static void place(int i, int &r, int &k)
     {
         const int c = threadIdx.x + i * W_THREADS;
@@ -223,37 +256,20 @@ struct w_tile {
         }
     }
 
+    // the region and copy 0's place in it; g == 0: an operand that gathers
+    // its tiles itself (w_conv_tile)
     __device__ __forceinline__ w_tile(float *region, const float *g, long long ld_, long long rows, long long K_,
                                       long long r0)
         : base(region), ld(ld_), K(K_)
     {
-#pragma unroll
-        for (int i = 0; i < CH; i++) {
-            int r, k;
-            place(i, r, k);
-            soff[i] = KMAJ ? w_at(r, k) : k * (ROWS + 8) + r;
-            doff[i] = w_at(r, k);
-            kin[i] = k;
-            const long long left = rows - r0 - r; // rows from this copy's first on
-            full[i] = left <= 0 ? 0 : KMAJ || left >= 4 ? 16 : (int)left * 4;
-            src[i] = g + (left > 0 ? (KMAJ ? (r0 + r) * ld + k : k * ld + r0 + r) : 0);
-        }
-    }
-
-    // the region and each copy's place in it, without a source: for an
-    // operand that gathers its tiles itself (w_conv_tile)
-    __device__ __forceinline__ w_tile(float *region, long long K_) : base(region), ld(0), K(K_)
-    {
-#pragma unroll
-        for (int i = 0; i < CH; i++) {
-            int r, k;
-            place(i, r, k);
-            soff[i] = KMAJ ? w_at(r, k) : k * (ROWS + 8) + r;
-            doff[i] = w_at(r, k);
-            kin[i] = k;
-            full[i] = 0;
-            src[i] = 0;
-        }
+        int r, k;
+        place(0, r, k);
+        soff = KMAJ ? w_at(r, k) : k * (ROWS + 8) + r;
+        doff = w_at(r, k);
+        kin = k;
+        rows_left = rows - r0 - r;
+        step = KMAJ ? RSTEP * ld : RSTEP;
+        src = g && rows_left > 0 ? g + (KMAJ ? (r0 + r) * ld + k : k * ld + r0 + r) : g;
     }
 
     __device__ __forceinline__ float *stage(int kt) const
@@ -274,13 +290,14 @@ struct w_tile {
     {
         const long long k0 = (long long)kt * X3_KT;
         float *st = stage(kt);
-        const bool all_k = k0 + X3_KT <= K; // then only rows can be out
+        const long long kleft = K - k0 - kin; // of k, from the copies' first on
+        const int kbytes = kleft <= 0 ? 0 : KMAJ && kleft < 4 ? (int)kleft * 4 : 16;
+        const float *from = src + (KMAJ ? k0 : k0 * ld);
 #pragma unroll
         for (int i = 0; i < CH; i++) {
-            const long long left = K - k0 - kin[i]; // of k, from this copy's first on
-            int bytes = full[i];
-            if (!all_k) bytes = left <= 0 ? 0 : KMAJ && left < 4 ? (int)left * 4 : bytes;
-            x3_cp16(st + soff[i], bytes ? src[i] + (KMAJ ? k0 : k0 * ld) : src[i], bytes);
+            const long long left = rows_left - i * RSTEP; // rows from this copy's first on
+            const int bytes = left <= 0 ? 0 : KMAJ || left >= 4 ? kbytes : kbytes ? (int)left * 4 : 0;
+            x3_cp16(st + soff + i * SSTEP, bytes ? from + i * step : src, bytes);
         }
     }
 
@@ -291,20 +308,21 @@ struct w_tile {
         float *b = big(kt), *sm = small(kt);
 #pragma unroll
         for (int i = 0; i < CH; i++) {
-            const float4 v = *(const float4 *)(st + soff[i]);
+            const float4 v = *(const float4 *)(st + soff + i * SSTEP);
             unsigned hb[4], hs[4];
             x3_split(v.x, hb[0], hs[0]);
             x3_split(v.y, hb[1], hs[1]);
             x3_split(v.z, hb[2], hs[2]);
             x3_split(v.w, hb[3], hs[3]);
+            const int d = doff + i * RSTEP * 32;
             if (KMAJ) {
-                *(uint4 *)(b + doff[i]) = make_uint4(hb[0], hb[1], hb[2], hb[3]);
-                *(uint4 *)(sm + doff[i]) = make_uint4(hs[0], hs[1], hs[2], hs[3]);
+                *(uint4 *)(b + d) = make_uint4(hb[0], hb[1], hb[2], hb[3]);
+                *(uint4 *)(sm + d) = make_uint4(hs[0], hs[1], hs[2], hs[3]);
             } else { // four rows at one k: row r + e sits 32 e floats on, its chunk swizzled by its own row
-                const int r = doff[i] >> 5, k = kin[i];
+                const int r = d >> 5;
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int o = w_at(r + e, k);
+                    const int o = w_at(r + e, kin);
                     b[o] = __uint_as_float(hb[e]);
                     sm[o] = __uint_as_float(hs[e]);
                 }
@@ -339,7 +357,7 @@ struct w_conv_tile : w_tile<X3_BM, true> {
 
     __device__ __forceinline__ w_conv_tile(float *region, const kn_la_gemm_args &p, long long K_, long long m0,
                                            long long kbeg)
-        : tile_t(region, K_), x((const float *)p.a), h(p.cv.h), w(p.cv.w), c(p.cv.c), s(p.cv.s), dh(p.cv.dh),
+        : tile_t(region, 0, 0, 0, K_, 0), x((const float *)p.a), h(p.cv.h), w(p.cv.w), c(p.cv.c), s(p.cv.s), dh(p.cv.dh),
           dw(p.cv.dw)
     {
         const long long pq = (long long)p.cv.p * p.cv.q;
@@ -359,7 +377,7 @@ struct w_conv_tile : w_tile<X3_BM, true> {
                 iw0[i] = ow * p.cv.sw - p.cv.pw;
             }
         }
-        const long long k0 = kbeg + tile_t::kin[0];
+        const long long k0 = kbeg + tile_t::kin;
         const long long tap = k0 / c;
         tc = (int)(k0 - tap * c);
         tr = (int)(tap / s);
@@ -369,13 +387,13 @@ struct w_conv_tile : w_tile<X3_BM, true> {
     __device__ __forceinline__ void fetch(int kt)
     {
         float *st = tile_t::stage(kt);
-        const bool live = (long long)kt * X3_KT + tile_t::kin[0] < tile_t::K;
+        const bool live = (long long)kt * X3_KT + tile_t::kin < tile_t::K;
         const int dr = tr * dh, ds = ts * dw;
 #pragma unroll
         for (int i = 0; i < tile_t::CH; i++) {
             const int ih = ih0[i] + dr, iw = iw0[i] + ds;
             const bool in = live && (unsigned)ih < (unsigned)h && (unsigned)iw < (unsigned)w;
-            x3_cp16(st + tile_t::soff[i], in ? img[i] + ((long long)ih * w + iw) * c + tc : x, in ? 16 : 0);
+            x3_cp16(st + tile_t::soff + i * tile_t::SSTEP, in ? img[i] + ((long long)ih * w + iw) * c + tc : x, in ? 16 : 0);
         }
         tc += X3_KT;
         while (tc >= c) {
@@ -448,6 +466,158 @@ __device__ __forceinline__ void w_mma(float *d, unsigned long long da, unsigned 
 #endif
 }
 
+#if KN_X3_SWAP
+// ---- The swapped form (KN_X3_SWAP, tiles wgs64xN) ----
+//
+// For few rows (large_linear's 64 x 4096 x 4096, a decode step's), where
+// the GEMM is a stream of b: y^T = b . a^T, b's rows (a linear layer's
+// output features, y's columns) the MMA's m, a's 64 rows its n. b's tiles
+// come by cp.async into stages in the big planes' layout and are never
+// split there: each warp reads its 16 rows' fragments from the stage into
+// registers, splits them there, and wgmma takes them from registers as
+// its a operand against a's split planes. b then costs one shared-memory
+// write and one read; in the planes it cost a write, a read, two writes
+// and the tensor core's three reads, and the 64x64 tile of the ordinary
+// form ran with shared memory 68% busy and DRAM 23% (ncu, H200, session
+// 19). A warpgroup takes 64 columns of y; the fragments of tile kt + 1
+// are read and split while the tensor cores work on tile kt, so the
+// copies run two tiles ahead of the wait (cp.async.wait_group 1).
+static_assert(KN_X3_AK && KN_X3_BK && X3_BM == 64, "the swapped form: both operands k-contiguous, 64 rows");
+
+// d (+)= a . b^T for a 64 x 8 slice of a in registers (the lane's
+// fragment: rows g and g + 8 of its warp's 16, k t and t + 4) and a 64 x 8
+// slice of b in shared memory
+__device__ __forceinline__ void w_mma_r(float *d, const unsigned a[4], unsigned long long db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
+// The fragments of rows r and r + 8 of a staged b tile, split: big[kk],
+// small[kk] for each k-step kk (k 8 kk + t and 8 kk + t + 4). The
+// swizzle puts a warp's 32 reads of one k in 32 banks.
+__device__ __forceinline__ void w_frags(const float *st, int r, int t, unsigned big[4][4], unsigned small[4][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const int k = 8 * kk + t;
+        x3_split(st[w_at(r, k)], big[kk][0], small[kk][0]);
+        x3_split(st[w_at(r + 8, k)], big[kk][1], small[kk][1]);
+        x3_split(st[w_at(r, k + 4)], big[kk][2], small[kk][2]);
+        x3_split(st[w_at(r + 8, k + 4)], big[kk][3], small[kk][3]);
+    }
+}
+
+// y[r, c] (when inside y) from the sum v: the transposed store of a
+// swapped tile (a warp's 8 lanes of one register write 8 neighbours of
+// a row of y)
+__device__ __forceinline__ void x3_store1(const x3_out &o, const kn_la_gemm_args &p, long long r, long long c, float v)
+{
+    if (r >= p.m || c >= p.n) return;
+    if (o.bias) v += o.bias[c];
+    if (o.res) v += o.res[r * p.ldy + c];
+    o.y[r * o.ldy + c] = kn_la_act<float>(v, o.act);
+}
+
+extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_gemm_args p)
+{
+    constexpr int NR = X3_BM / 2; // accumulator floats a thread (64 of b's rows by X3_BM of a's)
+    extern __shared__ __align__(16) float x3_raw_smem[];
+    float *const x3_smem = x3_raw_smem + ((1024 - ((unsigned)__cvta_generic_to_shared(x3_raw_smem) & 1023)) & 1023) / 4;
+    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN;
+    const long long z = blockIdx.z / p.splits, kbeg = (blockIdx.z % p.splits) * p.kchunk;
+    const long long kend = kbeg + p.kchunk < p.k ? kbeg + p.kchunk : p.k;
+    const long long K = kend - kbeg;
+    const int ktiles = (int)((K + X3_KT - 1) / X3_KT);
+    const float *A = (const float *)p.a + z * p.sa + kbeg, *B = (const float *)p.b + z * p.sb + kbeg;
+    const w_tile<X3_BM, true> ta(x3_smem, A, p.lda, p.m, K, m0);
+    const w_tile<X3_BN, true, false> tb(x3_smem + w_tile<X3_BM, true>::FLOATS, B, p.ldb, p.n, K, n0);
+    const int rb = wg * 64 + warp * 16 + g; // this lane's first row of b's tile
+
+    float acc[NR], part[NR], part_small[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) acc[i] = part[i] = part_small[i] = 0.f;
+    unsigned fb[4][4], fs[4][4], nb[4][4], ns[4][4]; // tile kt's fragments, and tile kt + 1's
+
+#pragma unroll
+    for (int s = 0; s < W_STAGES - 1; s++) {
+        if (s < ktiles) {
+            ta.fetch(s);
+            tb.fetch(s);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 3)); // tiles 0 and 1
+    ta.split(0);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    w_frags(tb.stage(0), rb, t, fb, fs);
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        const float *ab = ta.big(kt), *as = ta.small(kt);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            w_mma_r(part_small, fs[kk], w_desc(ab + 8 * kk), kk > 0);
+            w_mma_r(part_small, fb[kk], w_desc(as + 8 * kk), 1);
+            w_mma_r(part, fb[kk], w_desc(ab + 8 * kk), kk > 0);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        // meanwhile: tile kt + 1's fragments (in since the last barrier) ...
+        if (kt + 1 < ktiles) w_frags(tb.stage(kt + 1), rb, t, nb, ns);
+        // ... the copies of tile kt + W_STAGES - 1, into the stages of tile
+        // kt - 1 ...
+        if (kt + W_STAGES - 1 < ktiles) {
+            ta.fetch(kt + W_STAGES - 1);
+            tb.fetch(kt + W_STAGES - 1);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+        // ... and a's split of tile kt + 1; tile kt + 2 in for the next
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 3));
+        if (kt + 1 < ktiles) ta.split(kt + 1);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        // the tensor cores read fb and fs until the wait: held live to here,
+        // so that the compiler puts tile kt + 1's fragments elsewhere
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) asm volatile("" : "+r"(fb[kk][e]), "+r"(fs[kk][e])::"memory");
+#pragma unroll
+        for (int i = 0; i < NR; i++) acc[i] += part[i] + part_small[i];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) fb[kk][e] = nb[kk][e], fs[kk][e] = ns[kk][e];
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); // a's tile kt + 1 is split, b's tile kt + 2 in; every warpgroup is done with tile kt
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+
+    // d[4j + e]: b's row rb (+ 8 for e >= 2) = y's column; a's row 8j + 2t
+    // (+ 1 for odd e) = y's row
+    const x3_out o = x3_out_of(p, z);
+    const long long c = n0 + rb;
+#pragma unroll
+    for (int j = 0; j < X3_BM / 8; j++) {
+        const long long r = m0 + j * 8 + 2 * t;
+        x3_store1(o, p, r, c, acc[4 * j]);
+        x3_store1(o, p, r + 1, c, acc[4 * j + 1]);
+        x3_store1(o, p, r, c + 8, acc[4 * j + 2]);
+        x3_store1(o, p, r + 1, c + 8, acc[4 * j + 3]);
+    }
+}
+#else // the ordinary wgmma form
 extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_gemm_args p)
 {
     constexpr int NR = X3_BN / 2; // accumulator floats a thread
@@ -475,10 +645,16 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
 
     // acc: the running sums; part: the tensor core's sums of the current
     // stage, added to acc by f32 adds when the stage is done (the reason
-    // is at the top of this file)
+    // is at the top of this file); part_small: the stage's small terms, where
+    // the registers allow (W_CHAINS)
     float acc[NR], part[NR];
 #pragma unroll
     for (int i = 0; i < NR; i++) acc[i] = part[i] = 0.f;
+#if W_CHAINS == 2
+    float part_small[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) part_small[i] = 0.f;
+#endif
 
 #pragma unroll
     for (int s = 0; s < W_STAGES - 1; s++) {
@@ -501,11 +677,17 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
         const float *bb = tb.big(kt), *bs = tb.small(kt);
 #pragma unroll
         for (int kk = 0; kk < X3_KT; kk += 8) {
+#if W_CHAINS == 2
+            w_mma(part_small, w_desc(as + kk), w_desc(bb + kk), kk > 0);
+            w_mma(part_small, w_desc(ab + kk), w_desc(bs + kk), 1);
+            w_mma(part, w_desc(ab + kk), w_desc(bb + kk), kk > 0);
+#else
             // the small terms first, so the big one is added to a partial
             // of their size, not the other way round
             w_mma(part, w_desc(as + kk), w_desc(bb + kk), kk > 0);
             w_mma(part, w_desc(ab + kk), w_desc(bs + kk), 1);
             w_mma(part, w_desc(ab + kk), w_desc(bb + kk), 1);
+#endif
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         // meanwhile: copies of the tile W_STAGES - 1 ahead, into the stage
@@ -523,8 +705,13 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
             tb.split(kt + 1);
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#if W_CHAINS == 2
+#pragma unroll
+        for (int i = 0; i < NR; i++) acc[i] += part[i] + part_small[i];
+#else
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[i] += part[i];
+#endif
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads(); // tile kt + 1 is split; every warpgroup is done with tile kt
     }
@@ -541,6 +728,7 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
         x3_store2(o, p, r + 8, c, acc[4 * j + 2], acc[4 * j + 3]);
     }
 }
+#endif // KN_X3_SWAP
 #else // the mma.sync form
 
 #define X3_STAGES 3
