@@ -225,7 +225,7 @@ int kn_cuda_gemm_x3_default_pick(const kn_cuda_x3_call *c, int sms, int *splits)
 }
 
 /* The other tiles: enough splits for about four blocks an SM (the smaller
- * tiles fit four or more at once). */
+ * tiles fit four or more at once); the swapped tiles, about a whole wave. */
 static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
 {
     /* KILN_X3_SPLITS=n: every call split n ways where its k allows (for
@@ -243,18 +243,15 @@ static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
         double us;
         return x3_wave_splits(c, tile, sms, &us);
     }
+    int64_t blocks = x3_tiles_of(c, tile), want, by_k;
     if (x3_tiles[tile].swap) {
         /* a wave: a block an SM (256 threads at up to 255 registers) or
          * two (128), splits to the nearest whole wave */
-        int64_t blocks = x3_tiles_of(c, tile), per_sm = x3_tiles[tile].bn > 64 ? 1 : 2;
-        int64_t s = (2 * per_sm * sms + blocks) / (2 * blocks), by_k = c->p.k / 256;
-        if (s > by_k) s = by_k;
-        if (s > X3_SPLITS_MAX) s = X3_SPLITS_MAX;
-        if (s * c->count > 65535) s = 1;
-        return s > 1 ? (int)s : 1;
+        int64_t per_sm = x3_tiles[tile].bn > 64 ? 1 : 2;
+        want = (2 * per_sm * sms + blocks) / (2 * blocks), by_k = c->p.k / 256;
+    } else {
+        want = (4 * (int64_t)sms + blocks - 1) / blocks, by_k = c->p.k / X3_SPLIT_MIN_K;
     }
-    int64_t blocks = x3_tiles_of(c, tile), want = (4 * (int64_t)sms + blocks - 1) / blocks;
-    int64_t by_k = c->p.k / X3_SPLIT_MIN_K;
     int64_t s = want < by_k ? want : by_k;
     if (s > X3_SPLITS_MAX) s = X3_SPLITS_MAX;
     if (s * c->count > 65535) s = 1;

@@ -79,7 +79,8 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_bias_act_f64(kn_la_bias_
 // row, blockIdx.y strides over the batches' rows: the index arithmetic
 // is a row's, not an element's (the 64-bit divisions of a flat index per
 // element, with scalar loads, made this 7.8 us for large_linear's eight
-// splits of 64x4096, ncu on the H200, session 19) ----
+// splits of 64x4096, this form 6.6, ncu on the H200 with its caches
+// flushed, session 19) ----
 
 extern "C" __global__ void __launch_bounds__(256) kn_la_gemm_x3_sum(kn_la_gemm_args p)
 {

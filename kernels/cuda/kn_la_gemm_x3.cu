@@ -404,6 +404,21 @@ struct w_conv_tile : w_tile<X3_BM, true> {
 };
 #endif
 
+// The pipeline's start: the copies of the first W_STAGES - 1 tiles of
+// both operands, a commit group a tile (empty past the last tile, so that
+// the waits count groups alike)
+template <class TA, class TB> __device__ __forceinline__ void w_prefetch(TA &ta, TB &tb, int ktiles)
+{
+#pragma unroll
+    for (int s = 0; s < W_STAGES - 1; s++) {
+        if (s < ktiles) {
+            ta.fetch(s);
+            tb.fetch(s);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+}
+
 // the 32 accumulator operands of an m64n64k8 (the n64 form and the
 // swapped form's)
 #define W_ACC32(d)                                                                                                   \
@@ -550,14 +565,7 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     for (int i = 0; i < NR; i++) acc[i] = part[i] = part_small[i] = 0.f;
     unsigned fb[4][4], fs[4][4], nb[4][4], ns[4][4]; // tile kt's fragments, and tile kt + 1's
 
-#pragma unroll
-    for (int s = 0; s < W_STAGES - 1; s++) {
-        if (s < ktiles) {
-            ta.fetch(s);
-            tb.fetch(s);
-        }
-        asm volatile("cp.async.commit_group;\n" ::);
-    }
+    w_prefetch(ta, tb, ktiles);
     asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 3)); // tiles 0 and 1
     ta.split(0);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -656,14 +664,7 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     for (int i = 0; i < NR; i++) part_small[i] = 0.f;
 #endif
 
-#pragma unroll
-    for (int s = 0; s < W_STAGES - 1; s++) {
-        if (s < ktiles) {
-            ta.fetch(s);
-            tb.fetch(s);
-        }
-        asm volatile("cp.async.commit_group;\n" ::);
-    }
+    w_prefetch(ta, tb, ktiles);
     asm volatile("cp.async.wait_group %0;\n" ::"n"(W_STAGES - 2));
     ta.split(0);
     tb.split(0);
