@@ -178,9 +178,11 @@ kn_status kn_plan_epilogues(kn_plan *p)
     if (kn_device_kind_of(p->device) == KN_DEVICE_CPU && !getenv("KILN_CPU_FOLD_EPILOGUES")) return KN_OK; /* see kn_cpu_backend.c */
     kn_fusion *f = &p->code.fusion;
     int nk = f->prog.n_kernels;
-    p->epi.kernel = malloc(sizeof *p->epi.kernel * (size_t)(nk + 1));
+    /* zeroed: `off` of a kernel with nothing folded is read too (a pin's
+     * record of the choice); uninitialized, it once read true on the GPU */
+    p->epi.kernel = calloc((size_t)nk + 1, sizeof *p->epi.kernel);
     if (!p->epi.kernel) return kn_error(KN_ERR_OOM, "out of host memory for a plan");
-    for (int k = 0; k < nk; k++) p->epi.kernel[k].into = -1;
+    for (int k = 0; k <= nk; k++) p->epi.kernel[k].into = -1;
     for (int k = 0; k + 1 < nk; k++) {
         const kn_kernel *L = &f->prog.kernels[k], *P = &f->prog.kernels[k + 1];
         int m = f->kernel_at[k];

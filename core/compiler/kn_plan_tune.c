@@ -720,7 +720,8 @@ kn_status kn_plan_tune_pin(kn_plan *p, int kid, const char *choice, const char *
     KN_TRY(apply_choice(p, kid, choice, cache_dir, &cfg, &v));
     char text[KN_TUNE_CHOICE];
     if (kn_plan_generated(k)) kn_kconfig_text(&cfg, text, sizeof text);
-    else if (p->epi.kernel && p->epi.kernel[kid].off) snprintf(text, sizeof text, "unfused");
+    else if (p->epi.kernel && p->epi.kernel[kid].into >= 0 && p->epi.kernel[kid].off)
+        snprintf(text, sizeof text, "unfused");
     else snprintf(text, sizeof text, v ? "variant=%d" : "default", v);
     snprintf(tr->choice, sizeof tr->choice, "%s", text);
     snprintf(tr->label, sizeof tr->label, "%s", text);
