@@ -67,6 +67,8 @@ local function row(name, mode, dtype)
   local y = f(table.unpack(xs))
   U.sync(DEVICE)
   r.first_call_s = kiln.clock() - t0
+  r.n_inputs, r.n_outputs, r.n_params = #xs, select("#", f(table.unpack(xs))), 0
+  for _ in pairs(m.params or {}) do r.n_params = r.n_params + 1 end
   r.first_max_abs_err, r.first_max_rel_err = U.errors(y, expected)
   if cm then
     r.stats_first = U.stat_copy(cm:stats())
@@ -115,6 +117,8 @@ local function row(name, mode, dtype)
     local s1 = cm:stats()
     r.host_run_us_per_call = (s1.replay_run_s - s0.replay_run_s) / HOST_CALLS * 1e6
     r.host_launch_us_per_call = ((s1.replay_launch_s or 0) - (s0.replay_launch_s or 0)) / HOST_CALLS * 1e6
+    r.host_copy_in_us_per_call = ((s1.replay_copy_in_s or 0) - (s0.replay_copy_in_s or 0)) / HOST_CALLS * 1e6
+    r.host_copy_out_us_per_call = ((s1.replay_copy_out_s or 0) - (s0.replay_copy_out_s or 0)) / HOST_CALLS * 1e6
   end
   r.ref = "torch-eager"
   if cm then U.compiled_stats(r, cm, mode) end

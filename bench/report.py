@@ -292,7 +292,11 @@ def report(env, rows):
                 if kbr else (None, None)
             if host is not None and run is not None and kbr.get("cuda_graph_replays"):
                 # the split: running the graph (of which the CUDA graph's launch), the rest the guards
-                host_text += f" (run {run:.0f}, launch {launch or 0:.0f})"
+                host_text += f" (run {run:.0f}, launch {launch or 0:.0f}"
+                cin, cout = num(kbr.get("host_copy_in_us_per_call")), num(kbr.get("host_copy_out_us_per_call"))
+                if cin is not None and cout is not None:  # rows from before the copies were timed have neither
+                    host_text += f", copies in {cin:.0f}, out {cout:.0f}"
+                host_text += ")"
 
             if host_over and met == "yes":
                 met = "no (host)"
@@ -366,7 +370,9 @@ def report(env, rows):
             "kiln's best mode, each started on an idle device (the median of 20; a CUDA graph's launch included), "
             "and in brackets, as means over those calls, the part running the graph (its input and output copies "
             "and its launch) and the CUDA graph's launch alone (cm:stats().replay_run_s, replay_launch_s; the rest "
-            "is the replay's guards and the Lua call); "
+            "is the replay's guards and the Lua call), and, where reported, the copies in and out "
+            "(replay_copy_in_s, replay_copy_out_s: queuing them, or pointing the recording's own copies at the "
+            "call's tensors, and the results' allocation); "
             f"a row that replays a CUDA graph misses its target above {HOST_US_MAX} us (✗, \"no (host)\"). "
             "Relative error = max |kiln - torch| / max |torch|. "
             "f32 rel err vs float64: the same measure against PyTorch's float64 run of the same weights and input "

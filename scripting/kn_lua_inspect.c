@@ -516,6 +516,10 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "replays");
     lua_pushnumber(L, s->replay_launch_s);
     lua_setfield(L, -2, "replay_launch_s");
+    lua_pushnumber(L, s->replay_copy_in_s);
+    lua_setfield(L, -2, "replay_copy_in_s");
+    lua_pushnumber(L, s->replay_copy_out_s);
+    lua_setfield(L, -2, "replay_copy_out_s");
     lua_pushinteger(L, s->recorded_writes);
     lua_setfield(L, -2, "recorded_writes");
     /* "yes" once a call replayed a recording; else why not (or not yet) */

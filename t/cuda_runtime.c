@@ -777,6 +777,40 @@ static void test_graphs(void)
     kn_opcall after = c;
     ok(kn_op_eager(&after, KN_CUDA) == KN_OK && dc->be->sync(dc) == KN_OK, "the GPU works after a failed recording");
     kn_tensor_release(after.out[0]);
+
+    /* a recorded copy pointed at other tensors (reduce-overhead's copies
+     * in and out of a replay: kn_plan_record.c) */
+    /* values apart: the recorded source hz, the new source hy, both destinations hx */
+    kn_tensor *hz = tl_rand(KN_F32, 2, s, TL_CONTIG, 5, 9, 0);
+    kn_tensor *src1 = gpu_like(hz), *src2 = gpu_like(hy), *dst1 = gpu_like(hx), *dst2 = gpu_like(hx);
+    int64_t nbytes = hx->storage->nbytes;
+    ok(dc->be->capture_begin(dc) == KN_OK, "a recording of a copy begins");
+    kn_status cst = dc->be->copy(dc, dst1->storage->data, src1->storage->data, nbytes);
+    exec = NULL;
+    end = dc->be->capture_end(dc, &exec);
+    ok(cst == KN_OK && end == KN_OK && exec, "a copy is recorded");
+    int copy = -1, other = -1;
+    ok(exec && dc->be->graph_find_copy(dc, exec, dst1->storage->data, src1->storage->data, &copy) == KN_OK &&
+           copy >= 0,
+       "the recorded copy is found by its addresses");
+    ok(exec && dc->be->graph_find_copy(dc, exec, dst2->storage->data, src1->storage->data, &other) != KN_OK,
+       "no recorded copy is found at addresses it does not have");
+    like(kn_last_error(), "0 recorded copies", "... and the error says so");
+    if (exec && copy >= 0) {
+        ok(dc->be->graph_set_copy(dc, exec, copy, dst2->storage->data, src2->storage->data, nbytes) == KN_OK,
+           "the copy is pointed at other tensors");
+        ok(dc->be->graph_launch(dc, exec) == KN_OK, "... and replayed");
+        same_values(dst2, hy, "the replay copied the new source into the new destination");
+        same_values(dst1, hx, "... and left the recorded destination alone (the recorded source holds other values)");
+        ok(dc->be->graph_set_copy(dc, exec, copy + 1, dst2->storage->data, src2->storage->data, nbytes) != KN_OK,
+           "a copy the recording has not found is refused");
+    }
+    if (exec) dc->be->graph_destroy(dc, exec);
+    kn_tensor_release(hz);
+    kn_tensor_release(src1);
+    kn_tensor_release(src2);
+    kn_tensor_release(dst1);
+    kn_tensor_release(dst2);
     kn_tensor_release(x);
     kn_tensor_release(y);
     kn_tensor_release(hx);

@@ -402,9 +402,12 @@ static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_
     } else if (kn_mode_records(cm->id.mode) && !cm->opt.check_numerics) {
         bool replayed = false;
         int before = plan->rec.state;
-        double launch_before = plan->rec.launch_s;
+        double launch_before = plan->rec.launch_s, in_before = plan->rec.copy_in_s,
+               out_before = plan->rec.copy_out_s;
         st = kn_plan_run_recorded_into(plan, ins, results, into, &replayed);
         cm->stats.replay_launch_s += plan->rec.launch_s - launch_before;
+        cm->stats.replay_copy_in_s += plan->rec.copy_in_s - in_before;
+        cm->stats.replay_copy_out_s += plan->rec.copy_out_s - out_before;
         if (replayed) {
             cm->stats.replays++;
             cm->stats.recorded_writes = 0;

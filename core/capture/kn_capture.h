@@ -97,6 +97,7 @@ typedef struct kn_compile_stats {
     int64_t device_peak_bytes; /* most device memory the allocator held by the end of a compiled run (0: none kept) */
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
     double replay_launch_s; /* host time those replays spent in the backend's launch (cudaGraphLaunch) */
+    double replay_copy_in_s, replay_copy_out_s; /* and copying inputs in, outputs out (rec.copy_in_s) */
     int recorded_writes; /* values the latest recording writes into their inputs itself
                             (kn_plan_run_recorded_into) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */

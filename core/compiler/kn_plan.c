@@ -71,9 +71,17 @@ void kn_plan_free_recording(kn_plan *p)
     free(p->rec.out);
     free(p->rec.into);
     free(p->rec.wb);
-    p->rec.in = p->rec.out = NULL;
+    for (int i = 0; p->rec.first_out && i < p->n_outputs; i++) kn_tensor_release(p->rec.first_out[i]);
+    free(p->rec.first_out);
+    free(p->rec.in_copy);
+    free(p->rec.in_src);
+    free(p->rec.out_copy);
+    free(p->rec.out_dst);
+    p->rec.in = p->rec.out = p->rec.first_out = NULL;
     p->rec.ptr = NULL;
-    p->rec.into = NULL;
+    p->rec.into = p->rec.in_copy = p->rec.out_copy = NULL;
+    p->rec.in_src = NULL;
+    p->rec.out_dst = NULL;
     p->rec.wb = NULL;
 }
 

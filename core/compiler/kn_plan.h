@@ -94,8 +94,24 @@ typedef struct kn_plan {
          * whether the recording copies it there itself (wb) */
         int *into;
         bool *wb;
+        /* the copies in and out as steps of the recording itself (a replay
+         * is then one launch, the backend's graph_set_copy pointing them
+         * at each call's tensors; KILN_GRAPH_COPIES=0 or a backend without
+         * it copies around the launch instead): per caller input, the
+         * recorded copy into its static buffer (-1: none) and the address
+         * that copy reads now; per output, the recorded copy out of it
+         * (-1: cloned after the launch) and the address it writes now,
+         * and the first call's result (the capture's destination) */
+        int *in_copy;
+        const void **in_src;
+        int *out_copy;
+        void **out_dst;
+        kn_tensor **first_out;
+        bool no_graph_copies; /* the backend could not find or change them: record without */
         int64_t replays;
         double launch_s;    /* host time in the backend's launches of the recording, over its replays */
+        double copy_in_s;   /* host time copying callers' inputs into the static buffers, over its replays */
+        double copy_out_s;  /* host time cloning the outputs for the caller, over its replays */
         bool by_choice;     /* max-autotune chose to run without the recording (measured slower) */
         double replay_us, plain_us; /* what that measurement saw (0: not measured) */
     } rec;

@@ -93,19 +93,81 @@ static bool rec_in_place(const kn_plan *p, int i)
     return k == KN_IN_PARAM || k == KN_IN_TENSOR;
 }
 
+/* Input i's copy into its static buffer: its destination and source and
+ * its size in bytes (0: none; a view's whole span, as the static buffer
+ * has its layout: rec_record). */
+static int64_t input_copy(const kn_plan *p, kn_tensor *const *inputs, int i, void **dst, const void **src)
+{
+    const kn_tensor *s = p->rec.in[i];
+    if (!s) return 0;
+    *dst = kn_tensor_data(s);
+    *src = kn_tensor_data(inputs[i]);
+    int64_t n = kn_tensor_is_contiguous(s) ? kn_tensor_numel(s) : view_span(s);
+    return *dst == *src ? 0 : n * (int64_t)kn_dtype_size(s->dtype);
+}
+
+/* The input copies the recording does not hold, queued before its launch. */
 static kn_status rec_copy_inputs(kn_plan *p, kn_tensor *const *inputs)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
     for (int i = 0; i < p->n_orig_inputs; i++) {
-        kn_tensor *s = p->rec.in[i];
-        if (!s) continue;
-        void *dst = kn_tensor_data(s);
-        const void *src = kn_tensor_data(inputs[i]);
-        /* a view's whole span (the static buffer has its layout: rec_record) */
-        int64_t n = kn_tensor_is_contiguous(s) ? kn_tensor_numel(s) : view_span(s);
-        if (dst != src) KN_TRY(dc->be->copy(dc, dst, src, n * (int64_t)kn_dtype_size(s->dtype)));
+        if (p->rec.in_copy && p->rec.in_copy[i] >= 0) continue;
+        void *dst;
+        const void *src;
+        int64_t nbytes = input_copy(p, inputs, i, &dst, &src);
+        if (nbytes > 0) KN_TRY(dc->be->copy(dc, dst, src, nbytes));
     }
     return KN_OK;
+}
+
+/* The input copies the recording holds, pointed at this call's tensors
+ * (where they moved since the last replay). */
+static kn_status rec_point_inputs(kn_plan *p, kn_tensor *const *inputs)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    for (int i = 0; p->rec.in_copy && i < p->n_orig_inputs; i++) {
+        if (p->rec.in_copy[i] < 0) continue;
+        void *dst;
+        const void *src;
+        int64_t nbytes = input_copy(p, inputs, i, &dst, &src);
+        if (src == p->rec.in_src[i]) continue;
+        KN_TRY(dc->be->graph_set_copy(dc, p->rec.exec, p->rec.in_copy[i], dst, src, nbytes));
+        p->rec.in_src[i] = src;
+    }
+    return KN_OK;
+}
+
+/* This call's results of the outputs the recording copies out itself:
+ * new tensors (the first call's, the capture's destinations), the copies
+ * pointed at them; results[o] of the others stays NULL. */
+static kn_status rec_point_outputs(kn_plan *p, kn_tensor **results)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    for (int o = 0; o < p->n_outputs; o++) results[o] = NULL;
+    kn_status st = KN_OK;
+    for (int o = 0; p->rec.out_copy && o < p->n_outputs && st == KN_OK; o++) {
+        if (p->rec.out_copy[o] < 0) continue;
+        const kn_tensor *t = p->rec.out[o];
+        if (p->rec.first_out[o]) {
+            results[o] = p->rec.first_out[o];
+            p->rec.first_out[o] = NULL;
+        } else {
+            kn_meta m = kn_tensor_meta(t);
+            st = kn_tensor_new_meta(&m, p->device, &results[o]);
+            if (st != KN_OK) break;
+        }
+        void *dst = kn_tensor_data(results[o]);
+        if (dst == p->rec.out_dst[o]) continue;
+        st = dc->be->graph_set_copy(dc, p->rec.exec, p->rec.out_copy[o], dst, kn_tensor_data(t),
+                                    kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype));
+        if (st == KN_OK) p->rec.out_dst[o] = dst;
+    }
+    if (st != KN_OK)
+        for (int o = 0; o < p->n_outputs; o++) {
+            kn_tensor_release(results[o]);
+            results[o] = NULL;
+        }
+    return st;
 }
 
 /* The caller's copy of a recording output: a new tensor, so the next
@@ -134,16 +196,33 @@ static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
     return KN_OK;
 }
 
+/* A replay: the recording's copies pointed at this call's tensors (or
+ * the copies queued around it), one launch, the results. When the backend
+ * refuses to point a recorded copy (it could not have been recorded as
+ * one, say), the recording is dropped, the next is made without recorded
+ * copies, and this call runs the plan as is. */
 static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
-    KN_TRY(rec_copy_inputs(p, inputs));
     double t0 = kn_clock_s();
-    KN_TRY(dc->be->graph_launch(dc, p->rec.exec));
-    p->rec.launch_s += kn_clock_s() - t0;
-    p->rec.replays++;
-    for (int o = 0; o < p->n_outputs; o++) {
-        kn_status st = KN_OK;
+    KN_TRY(rec_copy_inputs(p, inputs));
+    kn_status st = rec_point_inputs(p, inputs);
+    double t1 = kn_clock_s();
+    if (st == KN_OK) st = rec_point_outputs(p, results);
+    if (st != KN_OK && p->rec.in_copy) {
+        kn_plan_drop_recording(p);
+        p->rec.no_graph_copies = true;
+        return kn_plan_run(p, inputs, results);
+    }
+    KN_TRY(st);
+    double t2 = kn_clock_s();
+    st = dc->be->graph_launch(dc, p->rec.exec);
+    double t3 = kn_clock_s();
+    p->rec.copy_in_s += t1 - t0;
+    p->rec.launch_s += t3 - t2;
+    if (st == KN_OK) p->rec.replays++;
+    for (int o = 0; o < p->n_outputs && st == KN_OK; o++) {
+        if (results[o]) continue; /* copied out by the recording */
         if (p->rec.wb && p->rec.wb[o]) { /* the recording wrote it into the input: its value is there now */
             results[o] = inputs[p->rec.into[o]];
             kn_tensor_retain(results[o]);
@@ -151,14 +230,15 @@ static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         } else {
             st = rec_clone(p, p->rec.out[o], &results[o]);
         }
-        if (st != KN_OK) {
-            for (int j = 0; j < o; j++) {
-                kn_tensor_release(results[j]);
-                results[j] = NULL;
-            }
-            return st;
-        }
     }
+    if (st != KN_OK) {
+        for (int o = 0; o < p->n_outputs; o++) {
+            kn_tensor_release(results[o]);
+            results[o] = NULL;
+        }
+        return st;
+    }
+    p->rec.copy_out_s += (t2 - t1) + (kn_clock_s() - t3);
     return KN_OK;
 }
 
@@ -203,10 +283,69 @@ static bool rec_write_back_ok(const kn_plan *p, kn_tensor *const *inputs, const 
     return true;
 }
 
+/* The copies in and out as steps of the recording (rec.in_copy). On by
+ * default: each copy queued around a launch cost the host 7-34 us on the
+ * H200's host (session 21, ViT-B/16 f32: copies in 7-34 us, out 12-37,
+ * the launch 3-13), where pointing a recorded copy at a call's tensor
+ * does not queue work. KILN_GRAPH_COPIES=0 turns it off, to measure
+ * against or to rule it out. */
+static bool graph_copies_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("KILN_GRAPH_COPIES");
+        on = !(v && strcmp(v, "0") == 0);
+    }
+    return on == 1;
+}
+
+/* The recording's own copies found in it (rec.in_copy, rec.out_copy),
+ * after capture_end; false when the backend cannot find one. */
+static bool rec_find_copies(kn_plan *p, kn_tensor *const *inputs)
+{
+    kn_device_ctx *dc = kn_backend_get(p->device);
+    for (int i = 0; i < p->n_orig_inputs; i++) {
+        if (p->rec.in_copy[i] < 0) continue;
+        void *dst;
+        const void *src;
+        (void)input_copy(p, inputs, i, &dst, &src);
+        if (dc->be->graph_find_copy(dc, p->rec.exec, dst, src, &p->rec.in_copy[i]) != KN_OK) return false;
+        p->rec.in_src[i] = src;
+    }
+    for (int o = 0; o < p->n_outputs; o++) {
+        if (p->rec.out_copy[o] < 0) continue;
+        void *dst = kn_tensor_data(p->rec.first_out[o]);
+        if (dc->be->graph_find_copy(dc, p->rec.exec, dst, kn_tensor_data(p->rec.out[o]), &p->rec.out_copy[o]) != KN_OK)
+            return false;
+        p->rec.out_dst[o] = dst;
+    }
+    return true;
+}
+
+/* Output o copied out by the recording itself: a contiguous value of its
+ * own that the recording does not write into an input. */
+static bool rec_copies_out(const kn_plan *p, int o)
+{
+    const kn_tensor *t = p->rec.out[o];
+    return t && t->storage && !(p->rec.wb && p->rec.wb[o]) && kn_tensor_is_contiguous(t) && kn_tensor_numel(t) > 0;
+}
+
 static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, const int *into)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
     int n_in = p->n_orig_inputs;
+    bool in_graph = graph_copies_on() && !p->rec.no_graph_copies && dc->be->graph_find_copy && dc->be->graph_set_copy;
+    if (in_graph) {
+        p->rec.in_copy = malloc(sizeof *p->rec.in_copy * ((size_t)n_in + 1));
+        p->rec.in_src = calloc((size_t)n_in + 1, sizeof *p->rec.in_src);
+        p->rec.out_copy = malloc(sizeof *p->rec.out_copy * ((size_t)p->n_outputs + 1));
+        p->rec.out_dst = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.out_dst);
+        p->rec.first_out = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.first_out);
+        if (!p->rec.in_copy || !p->rec.in_src || !p->rec.out_copy || !p->rec.out_dst || !p->rec.first_out)
+            return kn_error(KN_ERR_OOM, "out of host memory recording a graph");
+        for (int i = 0; i < n_in; i++) p->rec.in_copy[i] = -1;
+        for (int o = 0; o < p->n_outputs; o++) p->rec.out_copy[o] = -1;
+    }
     p->rec.in = calloc((size_t)n_in + 1, sizeof *p->rec.in);
     p->rec.ptr = calloc((size_t)n_in + 1, sizeof *p->rec.ptr);
     p->rec.out = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.out);
@@ -239,10 +378,20 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         }
         bound[i] = p->rec.in[i];
     }
-    if (st == KN_OK) st = rec_copy_inputs(p, inputs);
+    if (st == KN_OK && !in_graph) st = rec_copy_inputs(p, inputs);
     if (st == KN_OK) st = dc->be->capture_begin(dc);
     if (st == KN_OK) {
-        kn_status run = kn_plan_run(p, bound, p->rec.out);
+        kn_status run = KN_OK;
+        /* the copies in, recorded as the graph's first steps */
+        for (int i = 0; i < n_in && in_graph && run == KN_OK; i++) {
+            void *dst;
+            const void *src;
+            int64_t nbytes = input_copy(p, inputs, i, &dst, &src);
+            if (nbytes <= 0) continue;
+            run = dc->be->copy(dc, dst, src, nbytes);
+            p->rec.in_copy[i] = 0; /* found after the capture */
+        }
+        if (run == KN_OK) run = kn_plan_run(p, bound, p->rec.out);
         /* the write-backs, recorded as the graph's last steps: every kernel
          * that reads the inputs ran before them */
         for (int o = 0; o < p->n_outputs && run == KN_OK && into && record_writes_on(); o++) {
@@ -250,6 +399,18 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
             run = dc->be->copy(dc, kn_tensor_data(inputs[into[o]]), kn_tensor_data(p->rec.out[o]),
                                kn_tensor_numel(p->rec.out[o]) * (int64_t)kn_dtype_size(p->rec.out[o]->dtype));
             p->rec.wb[o] = run == KN_OK;
+        }
+        /* the copies out, as the last steps, into this call's results (an
+         * allocation while recording stays reserved for the recording:
+         * one output's size, which the later replays' copies do not use) */
+        for (int o = 0; o < p->n_outputs && in_graph && run == KN_OK; o++) {
+            if (!rec_copies_out(p, o)) continue;
+            kn_meta m = kn_tensor_meta(p->rec.out[o]);
+            run = kn_tensor_new_meta(&m, p->device, &p->rec.first_out[o]);
+            if (run == KN_OK)
+                run = dc->be->copy(dc, kn_tensor_data(p->rec.first_out[o]), kn_tensor_data(p->rec.out[o]),
+                                   kn_tensor_numel(p->rec.out[o]) * (int64_t)kn_dtype_size(p->rec.out[o]->dtype));
+            p->rec.out_copy[o] = 0; /* found after the capture */
         }
         char why[200];
         snprintf(why, sizeof why, "%s", run != KN_OK ? kn_last_error() : "");
@@ -268,6 +429,13 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         }
         p->rec.exec = exec;
         p->rec.state = KN_REC_READY;
+        if (in_graph && !rec_find_copies(p, inputs)) {
+            /* record again, copying around the launch */
+            kn_plan_free_recording(p);
+            p->rec.no_graph_copies = true;
+            free(bound);
+            return rec_record(p, inputs, results, into);
+        }
     }
     free(bound);
     KN_TRY(st);

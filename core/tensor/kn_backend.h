@@ -154,6 +154,14 @@ typedef struct kn_backend {
     kn_status (*capture_end)(kn_device_ctx *d, void **exec);
     kn_status (*graph_launch)(kn_device_ctx *d, void *exec);
     void (*graph_destroy)(kn_device_ctx *d, void *exec);
+    /* A copy the recording holds (a `copy` queued while recording), found
+     * by its destination and source: *copy is its handle for
+     * graph_set_copy. Fails when no recorded copy, or more than one, has
+     * those addresses. graph_set_copy points it at other addresses of the
+     * same size for the replays after. Both NULL where a recording's
+     * copies cannot be changed; a replay then copies around the launch. */
+    kn_status (*graph_find_copy)(kn_device_ctx *d, void *exec, void *dst, const void *src, int *copy);
+    kn_status (*graph_set_copy)(kn_device_ctx *d, void *exec, int copy, void *dst, const void *src, int64_t nbytes);
     /* The allocator's figures, and a reset of their peaks (NULL where the
      * backend keeps none: host memory). */
     void (*memory)(kn_device_ctx *d, kn_memory_stats *out);

@@ -341,6 +341,11 @@ static kn_status cuda_event_elapsed_ms(kn_device_ctx *d, void *a, void *b, doubl
 
 typedef struct cuda_graph {
     cudaGraphExec_t exec;
+    /* the graph exec was made from: its nodes name the copies that
+     * cudaGraphExecMemcpyNodeSetParams1D changes (graph_set_copy) */
+    cudaGraph_t graph;
+    cudaGraphNode_t *copies; /* the copies found (graph_find_copy), by handle */
+    int n_copies;
     void *held; /* the allocator's blocks this recording reads and writes */
 } cuda_graph;
 
@@ -376,18 +381,66 @@ static kn_status cuda_capture_end(kn_device_ctx *d, void **exec)
     }
     cudaGraphExec_t ge = NULL;
     e = cudaGraphInstantiate(&ge, g, 0);
-    cudaGraphDestroy(g);
     if (e == cudaSuccess) e = cudaGraphUpload(ge, kn_cuda_stream());
     cuda_graph *cg = e == cudaSuccess ? calloc(1, sizeof *cg) : NULL;
     if (!cg) {
         if (ge) cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
         kn_cuda_alloc_release_held(held);
         if (e == cudaSuccess) return kn_error(KN_ERR_OOM, "out of host memory for a recording");
         return kn_cuda_fail(e, "this graph cannot be recorded: instantiating it");
     }
     cg->exec = ge;
+    cg->graph = g;
     cg->held = held;
     *exec = cg;
+    return KN_OK;
+}
+
+static kn_status cuda_graph_find_copy(kn_device_ctx *d, void *exec, void *dst, const void *src, int *copy)
+{
+    cuda_graph *cg = exec;
+    if (!cg) return kn_error(KN_ERR_ARG, "cuda: a copy in a missing recording");
+    KN_TRY(kn_cuda_enter(d));
+    size_t n = 0;
+    KN_CUDA_TRY(cudaGraphGetNodes(cg->graph, NULL, &n), "listing a recording's nodes");
+    cudaGraphNode_t *nodes = malloc(sizeof *nodes * (n ? n : 1));
+    cudaGraphNode_t *more = realloc(cg->copies, sizeof *more * (size_t)(cg->n_copies + 1));
+    if (more) cg->copies = more;
+    if (!nodes || !more) {
+        free(nodes);
+        return kn_error(KN_ERR_OOM, "out of host memory listing a recording's nodes");
+    }
+    cudaError_t e = cudaGraphGetNodes(cg->graph, nodes, &n);
+    int found = 0;
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+        enum cudaGraphNodeType type;
+        struct cudaMemcpy3DParms prm;
+        if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess || type != cudaGraphNodeTypeMemcpy) continue;
+        if (cudaGraphMemcpyNodeGetParams(nodes[i], &prm) != cudaSuccess) continue;
+        if (prm.dstPtr.ptr == dst && prm.srcPtr.ptr == src && !prm.srcArray && !prm.dstArray) {
+            cg->copies[cg->n_copies] = nodes[i];
+            found++;
+        }
+    }
+    free(nodes);
+    (void)cudaGetLastError(); /* a node that was not a plain copy: not an error of the next call */
+    if (e != cudaSuccess) return kn_cuda_fail(e, "listing a recording's nodes");
+    if (found != 1)
+        return kn_error(KN_ERR_UNSUPPORTED, "cuda: %d recorded copies from %p to %p, not one", found, src, dst);
+    *copy = cg->n_copies++;
+    return KN_OK;
+}
+
+static kn_status cuda_graph_set_copy(kn_device_ctx *d, void *exec, int copy, void *dst, const void *src,
+                                     int64_t nbytes)
+{
+    cuda_graph *cg = exec;
+    if (!cg || copy < 0 || copy >= cg->n_copies) return kn_error(KN_ERR_ARG, "cuda: no such recorded copy");
+    KN_TRY(kn_cuda_enter(d));
+    KN_CUDA_TRY(cudaGraphExecMemcpyNodeSetParams1D(cg->exec, cg->copies[copy], dst, src, (size_t)nbytes,
+                                                   cudaMemcpyDeviceToDevice),
+                "pointing a recorded copy at a call's tensors");
     return KN_OK;
 }
 
@@ -407,7 +460,9 @@ static void cuda_graph_destroy(kn_device_ctx *d, void *exec)
     /* a replay still in flight writes to the held blocks */
     if (cudaStreamSynchronize(kn_cuda_stream()) != cudaSuccess) (void)cudaGetLastError();
     cudaGraphExecDestroy(cg->exec);
+    cudaGraphDestroy(cg->graph);
     kn_cuda_alloc_release_held(cg->held);
+    free(cg->copies);
     free(cg);
 }
 
@@ -541,6 +596,8 @@ static const kn_backend kn_cuda_backend = {
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,
+    .graph_find_copy = cuda_graph_find_copy,
+    .graph_set_copy = cuda_graph_set_copy,
     .graph_destroy = cuda_graph_destroy,
     .flush_cache = cuda_flush_cache,
     .memory = cuda_memory,
