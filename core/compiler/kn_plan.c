@@ -71,13 +71,11 @@ void kn_plan_free_recording(kn_plan *p)
     free(p->rec.out);
     free(p->rec.into);
     free(p->rec.wb);
-    for (int i = 0; p->rec.first_out && i < p->n_outputs; i++) kn_tensor_release(p->rec.first_out[i]);
-    free(p->rec.first_out);
     free(p->rec.in_copy);
     free(p->rec.in_src);
     free(p->rec.out_copy);
     free(p->rec.out_dst);
-    p->rec.in = p->rec.out = p->rec.first_out = NULL;
+    p->rec.in = p->rec.out = NULL;
     p->rec.ptr = NULL;
     p->rec.into = p->rec.in_copy = p->rec.out_copy = NULL;
     p->rec.in_src = NULL;

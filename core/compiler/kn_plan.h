@@ -100,13 +100,11 @@ typedef struct kn_plan {
          * it copies around the launch instead): per caller input, the
          * recorded copy into its static buffer (-1: none) and the address
          * that copy reads now; per output, the recorded copy out of it
-         * (-1: cloned after the launch) and the address it writes now,
-         * and the first call's result (the capture's destination) */
+         * (-1: cloned after the launch) and the address it writes now */
         int *in_copy;
         const void **in_src;
         int *out_copy;
         void **out_dst;
-        kn_tensor **first_out;
         bool no_graph_copies; /* the backend could not find or change them: record without */
         int64_t replays;
         double launch_s;    /* host time in the backend's launches of the recording, over its replays */

@@ -138,8 +138,9 @@ static kn_status rec_point_inputs(kn_plan *p, kn_tensor *const *inputs)
 }
 
 /* This call's results of the outputs the recording copies out itself:
- * new tensors (the first call's, the capture's destinations), the copies
- * pointed at them; results[o] of the others stays NULL. */
+ * new tensors, the copies pointed at them; results[o] of the others stays
+ * NULL. (Never a block handed out while recording: one freed inside the
+ * plan's run and handed out again would be written by every replay.) */
 static kn_status rec_point_outputs(kn_plan *p, kn_tensor **results)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
@@ -148,14 +149,9 @@ static kn_status rec_point_outputs(kn_plan *p, kn_tensor **results)
     for (int o = 0; p->rec.out_copy && o < p->n_outputs && st == KN_OK; o++) {
         if (p->rec.out_copy[o] < 0) continue;
         const kn_tensor *t = p->rec.out[o];
-        if (p->rec.first_out[o]) {
-            results[o] = p->rec.first_out[o];
-            p->rec.first_out[o] = NULL;
-        } else {
-            kn_meta m = kn_tensor_meta(t);
-            st = kn_tensor_new_meta(&m, p->device, &results[o]);
-            if (st != KN_OK) break;
-        }
+        kn_meta m = kn_tensor_meta(t);
+        st = kn_tensor_new_meta(&m, p->device, &results[o]);
+        if (st != KN_OK) break;
         void *dst = kn_tensor_data(results[o]);
         if (dst == p->rec.out_dst[o]) continue;
         st = dc->be->graph_set_copy(dc, p->rec.exec, p->rec.out_copy[o], dst, kn_tensor_data(t),
@@ -204,6 +200,8 @@ static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
 static kn_status rec_replay(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
+    /* dropped by an earlier replay of max-autotune's timing (below) */
+    if (p->rec.state != KN_REC_READY || !p->rec.exec) return kn_plan_run(p, inputs, results);
     double t0 = kn_clock_s();
     KN_TRY(rec_copy_inputs(p, inputs));
     kn_status st = rec_point_inputs(p, inputs);
@@ -300,8 +298,9 @@ static bool graph_copies_on(void)
 }
 
 /* The recording's own copies found in it (rec.in_copy, rec.out_copy),
- * after capture_end; false when the backend cannot find one. */
-static bool rec_find_copies(kn_plan *p, kn_tensor *const *inputs)
+ * after capture_end (out_to: the outputs' destinations while recording);
+ * false when the backend cannot find one. */
+static bool rec_find_copies(kn_plan *p, kn_tensor *const *inputs, kn_tensor *const *out_to)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
     for (int i = 0; i < p->n_orig_inputs; i++) {
@@ -314,7 +313,7 @@ static bool rec_find_copies(kn_plan *p, kn_tensor *const *inputs)
     }
     for (int o = 0; o < p->n_outputs; o++) {
         if (p->rec.out_copy[o] < 0) continue;
-        void *dst = kn_tensor_data(p->rec.first_out[o]);
+        void *dst = kn_tensor_data(out_to[o]);
         if (dc->be->graph_find_copy(dc, p->rec.exec, dst, kn_tensor_data(p->rec.out[o]), &p->rec.out_copy[o]) != KN_OK)
             return false;
         p->rec.out_dst[o] = dst;
@@ -330,6 +329,13 @@ static bool rec_copies_out(const kn_plan *p, int o)
     return t && t->storage && !(p->rec.wb && p->rec.wb[o]) && kn_tensor_is_contiguous(t) && kn_tensor_numel(t) > 0;
 }
 
+/* Releases n tensors and frees their list (NULL: nothing). */
+static void release_all(kn_tensor **t, int n)
+{
+    for (int i = 0; t && i < n; i++) kn_tensor_release(t[i]);
+    free(t);
+}
+
 static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **results, const int *into)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
@@ -340,8 +346,7 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         p->rec.in_src = calloc((size_t)n_in + 1, sizeof *p->rec.in_src);
         p->rec.out_copy = malloc(sizeof *p->rec.out_copy * ((size_t)p->n_outputs + 1));
         p->rec.out_dst = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.out_dst);
-        p->rec.first_out = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.first_out);
-        if (!p->rec.in_copy || !p->rec.in_src || !p->rec.out_copy || !p->rec.out_dst || !p->rec.first_out)
+        if (!p->rec.in_copy || !p->rec.in_src || !p->rec.out_copy || !p->rec.out_dst)
             return kn_error(KN_ERR_OOM, "out of host memory recording a graph");
         for (int i = 0; i < n_in; i++) p->rec.in_copy[i] = -1;
         for (int o = 0; o < p->n_outputs; o++) p->rec.out_copy[o] = -1;
@@ -352,8 +357,12 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
     p->rec.into = malloc(sizeof *p->rec.into * ((size_t)p->n_outputs + 1));
     p->rec.wb = calloc((size_t)p->n_outputs + 1, sizeof *p->rec.wb);
     kn_tensor **bound = calloc((size_t)n_in + 1, sizeof *bound);
-    if (!p->rec.in || !p->rec.ptr || !p->rec.out || !p->rec.into || !p->rec.wb || !bound) {
+    /* the outputs' destinations while recording: blocks the recording keeps
+     * (one output's size each), never a caller's result (rec_point_outputs) */
+    kn_tensor **out_to = calloc((size_t)p->n_outputs + 1, sizeof *out_to);
+    if (!p->rec.in || !p->rec.ptr || !p->rec.out || !p->rec.into || !p->rec.wb || !bound || !out_to) {
         free(bound);
+        free(out_to);
         return kn_error(KN_ERR_OOM, "out of host memory recording a graph");
     }
     for (int o = 0; o < p->n_outputs; o++) p->rec.into[o] = into ? into[o] : -1;
@@ -400,15 +409,14 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
                                kn_tensor_numel(p->rec.out[o]) * (int64_t)kn_dtype_size(p->rec.out[o]->dtype));
             p->rec.wb[o] = run == KN_OK;
         }
-        /* the copies out, as the last steps, into this call's results (an
-         * allocation while recording stays reserved for the recording:
-         * one output's size, which the later replays' copies do not use) */
+        /* the copies out, as the last steps; each replay points them at
+         * that call's results */
         for (int o = 0; o < p->n_outputs && in_graph && run == KN_OK; o++) {
             if (!rec_copies_out(p, o)) continue;
             kn_meta m = kn_tensor_meta(p->rec.out[o]);
-            run = kn_tensor_new_meta(&m, p->device, &p->rec.first_out[o]);
+            run = kn_tensor_new_meta(&m, p->device, &out_to[o]);
             if (run == KN_OK)
-                run = dc->be->copy(dc, kn_tensor_data(p->rec.first_out[o]), kn_tensor_data(p->rec.out[o]),
+                run = dc->be->copy(dc, kn_tensor_data(out_to[o]), kn_tensor_data(p->rec.out[o]),
                                    kn_tensor_numel(p->rec.out[o]) * (int64_t)kn_dtype_size(p->rec.out[o]->dtype));
             p->rec.out_copy[o] = 0; /* found after the capture */
         }
@@ -424,12 +432,16 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
                 p->rec.out[o] = NULL;
             }
             rec_never(p, "recording failed: %s", why);
+            release_all(out_to, p->n_outputs);
             free(bound);
             return KN_OK; /* the caller runs it without */
         }
         p->rec.exec = exec;
         p->rec.state = KN_REC_READY;
-        if (in_graph && !rec_find_copies(p, inputs)) {
+        bool found = !in_graph || rec_find_copies(p, inputs, out_to);
+        release_all(out_to, p->n_outputs);
+        out_to = NULL;
+        if (!found) {
             /* record again, copying around the launch */
             kn_plan_free_recording(p);
             p->rec.no_graph_copies = true;
@@ -437,6 +449,7 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
             return rec_record(p, inputs, results, into);
         }
     }
+    release_all(out_to, p->n_outputs);
     free(bound);
     KN_TRY(st);
     /* the capture ran nothing: the first replay computes this call */
