@@ -230,8 +230,21 @@ feed 'kiln.session.small = true
 '
 is "$rc" 0 ":precision: exit status 0"
 is "$err" "" ":precision: nothing on stderr"
-like "$out" "   #  kernel                           engine                          max err    rms err   true f32  ieee" \
+is "$(printf '%s\n' "$out" | grep -c '^ *#  kernel  *engine  *max err  *rms err  *true f32  ieee$')" 1 \
     ":precision prints the ledger's header"
+# each engine's name whole (the columns are as wide as their longest
+# entry): every row's engine, as kiln.cmd.precision returns it, is in the table
+feed 'kiln.session.small = true
+:load samples/transformer_block.lua
+for _, r in ipairs(kiln.cmd.precision()) do print("engine=" .. r.engine) end
+'
+whole=0 cut=0
+while IFS= read -r engine; do
+    if printf '%s\n' "$out" | grep '^ *[0-9][0-9]*  k' | grep -qF " $engine "; then whole=$((whole + 1)); else cut=$((cut + 1)); fi
+done <<EOF_ENGINES
+$(printf '%s\n' "$out" | sed -n 's/^engine=//p')
+EOF_ENGINES
+is "$whole $cut" "5 0" ":precision prints every row's engine whole (attention's included)"
 rows=$(printf '%s\n' "$out" | grep -c '^ *[0-9][0-9]*  k[0-9]*_\(matmul\|attention\)_f32')
 is "$rows" 5 ":precision: a row for each of the sample's four matmuls and its attention"
 if [ "$dev" = cpu ]; then

@@ -369,12 +369,19 @@ the rows of cm:precision.]],
     print("precision ledger: no f32 matmul, convolution or attention kernel")
     return led
   end
-  print(string.format("%4s  %-32s %-28s %10s %10s %10s  %s", "#", "kernel", "engine", "max err", "rms err",
-    "true f32", "ieee"))
+  -- the columns as wide as their longest entry: an engine's name says its
+  -- tile ("wg128x192"), which a cut would change into another's
+  local wk, we = #"kernel", #"engine"
+  for _, r in ipairs(led) do
+    wk, we = math.max(wk, #r.name), math.max(we, #r.engine)
+  end
+  local head = "%4s  %-" .. wk .. "s %-" .. we .. "s %10s %10s %10s  %s"
+  local row = "%4d  %-" .. wk .. "s %-" .. we .. "s %10.2e %10.2e %10.2e  %s"
+  print(string.format(head, "#", "kernel", "engine", "max err", "rms err", "true f32", "ieee"))
   local floors = 0
   for _, r in ipairs(led) do
-    print(string.format("%4d  %-32s %-28s %10.2e %10.2e %10.2e  %s", r.kernel, r.name:sub(1, 32), r.engine:sub(1, 28),
-      r.max_err, r.rms_err, r.f32_max_err, r.by_floor and "floor" or r.meets and "yes" or "no"))
+    print(string.format(row, r.kernel, r.name, r.engine, r.max_err, r.rms_err, r.f32_max_err,
+      r.by_floor and "floor" or r.meets and "yes" or "no"))
     if r.by_floor then floors = floors + 1 end
   end
   if floors > 0 then
