@@ -64,10 +64,11 @@ local function row(name, mode, dtype)
   end
   U.sync(DEVICE)
   local t0 = kiln.clock()
-  local y = f(table.unpack(xs))
+  local ys = table.pack(f(table.unpack(xs)))
+  local y = ys[1]
   U.sync(DEVICE)
   r.first_call_s = kiln.clock() - t0
-  r.n_inputs, r.n_outputs, r.n_params = #xs, select("#", f(table.unpack(xs))), 0
+  r.n_inputs, r.n_outputs, r.n_params = #xs, ys.n, 0
   for _ in pairs(m.params or {}) do r.n_params = r.n_params + 1 end
   r.first_max_abs_err, r.first_max_rel_err = U.errors(y, expected)
   if cm then
