@@ -109,7 +109,8 @@ typedef struct kn_plan {
         int64_t replays;
         double launch_s;    /* host time in the backend's launches of the recording, over its replays */
         double copy_in_s;   /* host time copying callers' inputs into the static buffers, over its replays */
-        double copy_out_s;  /* host time cloning the outputs for the caller, over its replays */
+        double copy_out_s;  /* host time making the caller's results (new tensors, the copies pointed at
+                               them or queued), over its replays */
         bool by_choice;     /* max-autotune chose to run without the recording (measured slower) */
         double replay_us, plain_us; /* what that measurement saw (0: not measured) */
     } rec;

@@ -41,6 +41,12 @@ static int64_t view_span(const kn_tensor *t)
     return span;
 }
 
+/* A contiguous value's size in bytes (what a copy of it moves). */
+static int64_t value_bytes(const kn_tensor *t)
+{
+    return kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype);
+}
+
 static bool same_strides(const kn_tensor *a, const kn_tensor *b)
 {
     if (a->ndim != b->ndim) return false;
@@ -157,7 +163,7 @@ static kn_status rec_point_outputs(kn_plan *p, kn_tensor **results)
         void *dst = kn_tensor_data(results[o]);
         if (dst == p->rec.out_dst[o]) continue;
         st = dc->be->graph_set_copy(dc, p->rec.exec, p->rec.out_copy[o], dst, kn_tensor_data(t),
-                                    kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype));
+                                    value_bytes(t));
         if (st == KN_OK) p->rec.out_dst[o] = dst;
     }
     if (st != KN_OK)
@@ -177,7 +183,7 @@ static kn_status rec_clone(kn_plan *p, kn_tensor *t, kn_tensor **out)
         kn_meta m = kn_tensor_meta(t);
         KN_TRY(kn_tensor_new_meta(&m, p->device, out));
         kn_status st = dc->be->copy(dc, kn_tensor_data(*out), kn_tensor_data(t),
-                                kn_tensor_numel(t) * (int64_t)kn_dtype_size(t->dtype));
+                                value_bytes(t));
         if (st != KN_OK) {
             kn_tensor_release(*out);
             *out = NULL;
@@ -412,7 +418,7 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
         for (int o = 0; o < p->n_outputs && run == KN_OK && into && record_writes_on(); o++) {
             if (!rec_write_back_ok(p, inputs, p->rec.into, o)) continue;
             run = dc->be->copy(dc, kn_tensor_data(inputs[into[o]]), kn_tensor_data(p->rec.out[o]),
-                               kn_tensor_numel(p->rec.out[o]) * (int64_t)kn_dtype_size(p->rec.out[o]->dtype));
+                               value_bytes(p->rec.out[o]));
             p->rec.wb[o] = run == KN_OK;
         }
         /* the copies out, as the last steps; each replay points them at
@@ -423,7 +429,7 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
             run = kn_tensor_new_meta(&m, p->device, &out_to[o]);
             if (run == KN_OK)
                 run = dc->be->copy(dc, kn_tensor_data(out_to[o]), kn_tensor_data(p->rec.out[o]),
-                                   kn_tensor_numel(p->rec.out[o]) * (int64_t)kn_dtype_size(p->rec.out[o]->dtype));
+                                   value_bytes(p->rec.out[o]));
             p->rec.out_copy[o] = 0; /* found after the capture */
         }
         char why[200];
