@@ -120,6 +120,10 @@ local function row(name, mode, dtype)
     r.host_launch_us_per_call = ((s1.replay_launch_s or 0) - (s0.replay_launch_s or 0)) / HOST_CALLS * 1e6
     r.host_copy_in_us_per_call = ((s1.replay_copy_in_s or 0) - (s0.replay_copy_in_s or 0)) / HOST_CALLS * 1e6
     r.host_copy_out_us_per_call = ((s1.replay_copy_out_s or 0) - (s0.replay_copy_out_s or 0)) / HOST_CALLS * 1e6
+    r.host_out_alloc_us_per_call = ((s1.replay_out_alloc_s or 0) - (s0.replay_out_alloc_s or 0)) / HOST_CALLS * 1e6
+    -- the direct replay's guards: what the Lua side checks before it runs the graph
+    r.host_guard_us_per_call = ((s1.replay_guard_s or 0) - (s0.replay_guard_s or 0)) / HOST_CALLS * 1e6
+    r.guard_entries = s1.replay_guard_entries
   end
   r.ref = "torch-eager"
   if cm then U.compiled_stats(r, cm, mode) end

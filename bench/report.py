@@ -296,6 +296,9 @@ def report(env, rows):
                 cin, cout = num(kbr.get("host_copy_in_us_per_call")), num(kbr.get("host_copy_out_us_per_call"))
                 if cin is not None and cout is not None:  # rows from before the copies were timed have neither
                     host_text += f", copies in {cin:.0f}, out {cout:.0f}"
+                guard = num(kbr.get("host_guard_us_per_call"))
+                if guard is not None:  # rows from before the guards were timed have none
+                    host_text += f"; guards {guard:.0f}"
                 host_text += ")"
 
             if host_over and met == "yes":
@@ -372,7 +375,7 @@ def report(env, rows):
             "and its launch) and the CUDA graph's launch alone (cm:stats().replay_run_s, replay_launch_s; the rest "
             "is the replay's guards and the Lua call), and, where reported, the copies in and out "
             "(replay_copy_in_s, replay_copy_out_s: queuing them, or pointing the recording's own copies at the "
-            "call's tensors, and the results' allocation); "
+            "call's tensors, and the results' allocation) and the direct replay's guards (replay_guard_s); "
             f"a row that replays a CUDA graph misses its target above {HOST_US_MAX} us (✗, \"no (host)\"). "
             "Relative error = max |kiln - torch| / max |torch|. "
             "f32 rel err vs float64: the same measure against PyTorch's float64 run of the same weights and input "

@@ -92,6 +92,7 @@ typedef struct {
     struct kn_snap_entry *walk;
     int *walk_end;
     int n_walk_tables;
+    int n_walk; /* entries of the walk: what a replay compares, table field by field */
     bool grad_enabled; /* grad mode of the trace: a replay of a training graph needs the same */
     bool autocast_on;  /* kiln.autocast of the trace (its casts are in the graph): a replay needs the same */
     kn_dtype autocast_dtype;
@@ -102,6 +103,7 @@ typedef struct {
     replay_t rp;
     int direct_replays;
     double replay_run_s; /* time inside kn_graph_run during replays */
+    double replay_guard_s; /* time checking a direct replay's guards (those that held and those that did not) */
     char no_replay[384]; /* why the last trace cannot be replayed ("" when it can) */
     bool trains; /* a traced call ran backward: later calls keep saved values across breaks */
     uint64_t trace_seq0; /* the first tape node number of the latest trace (its nodes are this or later) */

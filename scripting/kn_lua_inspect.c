@@ -520,6 +520,8 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "replay_copy_in_s");
     lua_pushnumber(L, s->replay_copy_out_s);
     lua_setfield(L, -2, "replay_copy_out_s");
+    lua_pushnumber(L, s->replay_out_alloc_s);
+    lua_setfield(L, -2, "replay_out_alloc_s");
     lua_pushinteger(L, s->recorded_writes);
     lua_setfield(L, -2, "recorded_writes");
     /* "yes" once a call replayed a recording; else why not (or not yet) */
@@ -535,6 +537,10 @@ static int cm_stats(lua_State *L)
     lua_setfield(L, -2, "direct_replays");
     lua_pushnumber(L, u->replay_run_s);
     lua_setfield(L, -2, "replay_run_s");
+    lua_pushnumber(L, u->replay_guard_s);
+    lua_setfield(L, -2, "replay_guard_s");
+    lua_pushinteger(L, (lua_Integer)u->rp.n_walk);
+    lua_setfield(L, -2, "replay_guard_entries");
     lua_pushstring(L, u->rp.valid ? "yes" : u->no_replay[0] ? u->no_replay : "not called yet");
     lua_setfield(L, -2, "replayable");
     lua_pushinteger(L, (lua_Integer)cm->cache.n_breaks);

@@ -438,7 +438,7 @@ static void walk_free(replay_t *rp)
     free(rp->walk_end);
     rp->walk = NULL;
     rp->walk_end = NULL;
-    rp->n_walk_tables = 0;
+    rp->n_walk_tables = rp->n_walk = 0;
 }
 
 /* The walk a replay checks (rp->walk, the replay table's walk_tables and
@@ -491,6 +491,7 @@ static bool walk_record(lua_State *L, replay_t *rp, int rt)
         rp->walk_end[rp->n_walk_tables - 1] = e;
     }
     lua_setfield(L, rt, "walk_tables");
+    rp->n_walk = e;
     /* the globals' fields, compared by key */
     lua_newtable(L);
     int gfields = lua_gettop(L);
@@ -850,7 +851,10 @@ int kn_lua_replay_try(lua_State *L, compiled_ud *u, int uv, int nargs, int modul
     lua_getfield(L, uv, "replay");
     int rt = lua_gettop(L);
     kn_tensor *bound[256] = {NULL};
-    if (v->g.n_inputs > 256 || !replay_guards_hold(L, u, uv, rt, v, nargs, module_idx, bound)) {
+    double t0 = kn_clock_s();
+    bool hold = v->g.n_inputs <= 256 && replay_guards_hold(L, u, uv, rt, v, nargs, module_idx, bound);
+    u->replay_guard_s += kn_clock_s() - t0;
+    if (!hold) {
         lua_settop(L, top);
         return -1;
     }

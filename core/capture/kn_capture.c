@@ -403,8 +403,9 @@ static kn_status run_plan(kn_compiled *cm, kn_version *v, const kn_graph *g, kn_
         bool replayed = false;
         int before = plan->rec.state;
         double launch_before = plan->rec.launch_s, in_before = plan->rec.copy_in_s,
-               out_before = plan->rec.copy_out_s;
+               out_before = plan->rec.copy_out_s, alloc_before = plan->rec.out_alloc_s;
         st = kn_plan_run_recorded_into(plan, ins, results, into, &replayed);
+        cm->stats.replay_out_alloc_s += plan->rec.out_alloc_s - alloc_before;
         cm->stats.replay_launch_s += plan->rec.launch_s - launch_before;
         cm->stats.replay_copy_in_s += plan->rec.copy_in_s - in_before;
         cm->stats.replay_copy_out_s += plan->rec.copy_out_s - out_before;

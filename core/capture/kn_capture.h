@@ -98,6 +98,7 @@ typedef struct kn_compile_stats {
     int64_t replays;    /* calls answered by replaying a recording (reduce-overhead) */
     double replay_launch_s; /* host time those replays spent in the backend's launch (cudaGraphLaunch) */
     double replay_copy_in_s, replay_copy_out_s; /* and copying inputs in, outputs out (rec.copy_in_s) */
+    double replay_out_alloc_s; /* the part of replay_copy_out_s spent allocating the results */
     int recorded_writes; /* values the latest recording writes into their inputs itself
                             (kn_plan_run_recorded_into) */
     char cuda_graph_why[256]; /* why the last graph that could not be recorded was not */

@@ -111,6 +111,7 @@ typedef struct kn_plan {
         double copy_in_s;   /* host time copying callers' inputs into the static buffers, over its replays */
         double copy_out_s;  /* host time making the caller's results (new tensors, the copies pointed at
                                them or queued), over its replays */
+        double out_alloc_s; /* the part of copy_out_s spent allocating the results */
         bool by_choice;     /* max-autotune chose to run without the recording (measured slower) */
         double replay_us, plain_us; /* what that measurement saw (0: not measured) */
     } rec;

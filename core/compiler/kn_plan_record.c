@@ -158,7 +158,9 @@ static kn_status rec_point_outputs(kn_plan *p, kn_tensor **results)
         if (p->rec.out_copy[o] < 0) continue;
         const kn_tensor *t = p->rec.out[o];
         kn_meta m = kn_tensor_meta(t);
+        double a0 = kn_clock_s();
         st = kn_tensor_new_meta(&m, p->device, &results[o]);
+        p->rec.out_alloc_s += kn_clock_s() - a0;
         if (st != KN_OK) break;
         void *dst = kn_tensor_data(results[o]);
         if (dst == p->rec.out_dst[o]) continue;
