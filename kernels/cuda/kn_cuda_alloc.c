@@ -6,7 +6,18 @@
  * are rounded to size classes and a freed block goes to a cache, from
  * which the smallest block that fits (and is at most twice the request,
  * so a small tensor does not pin a huge block) serves the next request.
- * No block is split: each is one cudaMalloc.
+ * No block is split, and none grows: a block is one cudaMalloc, or one of
+ * several equal blocks carved from one (a segment, below).
+ *
+ * Segments. Results that outlive their call are freed only when Lua's
+ * collector gets to them, so a loop of compiled calls can ask for the same
+ * size a hundred times before any comes back, and each miss was a
+ * cudaMalloc: 9-33 us of host time a call on the H200 (2026-12-02), more
+ * than the whole replay should cost. A size that keeps missing gets more
+ * blocks a cudaMalloc: one the first time, then 2, 4, ... up to
+ * SEGMENT_MAX_BYTES (SEGMENT_MAX_BLOCKS), the rest of them cached. A
+ * segment goes back to CUDA (emptying the cache) only once every block of
+ * it is cached.
  *
  * Reuse without waiting is safe because all of kiln's device work runs on
  * one stream: work queued after the reuse runs after the work that still
@@ -25,17 +36,32 @@
 #define SMALL_MAX ((int64_t)1 << 20)
 #define SMALL_ROUND ((int64_t)512)
 #define LARGE_ROUND ((int64_t)2 << 20)
+#define SEGMENT_MAX_BYTES ((int64_t)32 << 20)
+#define SEGMENT_MAX_BLOCKS 64
+#define MISS_SIZES 8 /* sizes whose misses are counted */
+
+typedef struct block block;
+
+/* One cudaMalloc carved into n equal blocks (base: the pointer to free). */
+typedef struct segment {
+    void *base;
+    int64_t bytes;
+    int n;
+    block **blocks;
+    bool freeing; /* empty_locked: every block cached, to be given back */
+} segment;
 
 typedef struct rec rec;
 
-typedef struct block {
+struct block {
     void *ptr;
     int64_t size;
+    segment *seg;        /* the segment it was carved from; NULL: its own cudaMalloc */
     bool in_use;
     int holds;           /* live recordings the block is reserved for */
     rec *owner;          /* the latest of them (tells whether the open one has it) */
     struct block *hnext; /* chain of the pointer table */
-} block;
+};
 
 /* Blocks sorted by (size, address): best fit is a binary search. */
 typedef struct blist {
@@ -57,6 +83,11 @@ struct kn_cuda_pool {
     rec *recording; /* the recording open now, or NULL */
     kn_cuda_alloc_stats stats;
     bool warned_unknown;
+    struct {
+        int64_t size;
+        int misses;
+    } missed[MISS_SIZES]; /* the latest sizes that missed the cache, with their count */
+    int missed_next;      /* the slot the next new size takes */
 };
 
 kn_cuda_pool *kn_cuda_pool_new(void)
@@ -177,17 +208,60 @@ static int64_t round_size(int64_t n)
     return (n + LARGE_ROUND - 1) / LARGE_ROUND * LARGE_ROUND;
 }
 
-/* cudaFree the cached blocks (lock held). */
+/* Whether every block of the segment is cached (free, held by no recording). */
+static bool segment_idle(const segment *g)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->blocks[i]->in_use || g->blocks[i]->holds > 0) return false;
+    return true;
+}
+
+/* Give a segment back to CUDA, its blocks out of the table (lock held;
+ * the caller has taken them out of every list). */
+static void segment_free(kn_cuda_pool *pool, segment *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        table_remove(pool, g->blocks[i]);
+        free(g->blocks[i]);
+    }
+    cudaFree(g->base);
+    pool->stats.reserved -= g->bytes;
+    free(g->blocks);
+    free(g);
+}
+
+/* Give a block that is in no list back to CUDA: its own cudaMalloc now; a
+ * segment's stays in the table, unlisted, until empty_locked finds its
+ * segment idle (the cache had no room for it: out of host memory). */
+static void block_give_back(kn_cuda_pool *pool, block *b)
+{
+    if (b->seg) return;
+    table_remove(pool, b);
+    cudaFree(b->ptr);
+    pool->stats.reserved -= b->size;
+    free(b);
+}
+
+/* cudaFree the cached blocks, and the segments all of whose blocks are
+ * cached (lock held). */
 static void empty_locked(kn_cuda_pool *pool)
 {
+    segment **idle = calloc((size_t)pool->cache.n + 1, sizeof *idle);
+    int n_idle = 0, keep = 0;
     for (int i = 0; i < pool->cache.n; i++) {
         block *b = pool->cache.v[i];
-        table_remove(pool, b);
-        cudaFree(b->ptr);
-        pool->stats.reserved -= b->size;
-        free(b);
+        if (!b->seg) {
+            block_give_back(pool, b);
+        } else if (idle && (b->seg->freeing || segment_idle(b->seg))) {
+            if (!b->seg->freeing) idle[n_idle++] = b->seg; /* freed below, once out of the list */
+            b->seg->freeing = true;
+        } else {
+            pool->cache.v[keep++] = b; /* (no host memory for the list of idle segments: kept) */
+        }
     }
-    pool->cache.n = 0;
+    pool->cache.n = keep;
+    for (int i = 0; i < n_idle; i++) segment_free(pool, idle[i]);
+    free(idle);
 }
 
 /* Reserve b for the open recording (lock held). */
@@ -205,6 +279,58 @@ static void hand_out(kn_cuda_pool *pool, block *b)
     b->in_use = true;
     pool->stats.allocated += b->size;
     if (pool->stats.allocated > pool->stats.peak_allocated) pool->stats.peak_allocated = pool->stats.allocated;
+}
+
+/* The blocks of a new cudaMalloc at ptr: k of need bytes each (a segment
+ * when k > 1), in the table, all but the first cached; the first reserved
+ * for an open recording and returned. NULL, with the memory given back,
+ * when host memory for the lists runs out (lock held). */
+static block *carve(kn_cuda_pool *pool, void *ptr, int64_t need, int k)
+{
+    segment *g = k > 1 ? calloc(1, sizeof *g) : NULL;
+    block **blocks = calloc((size_t)k, sizeof *blocks);
+    bool ok = blocks && (k == 1 || g);
+    for (int i = 0; ok && i < k; i++) {
+        blocks[i] = calloc(1, sizeof *blocks[i]);
+        ok = blocks[i] != NULL;
+        if (ok) {
+            blocks[i]->ptr = (char *)ptr + (int64_t)i * need;
+            blocks[i]->size = need;
+            blocks[i]->seg = g;
+        }
+    }
+    int added = 0;
+    while (ok && added < k && table_add(pool, blocks[added])) added++;
+    ok = ok && added == k;
+    for (int i = 1; ok && i < k; i++) ok = blist_insert(&pool->cache, blocks[i]);
+    ok = ok && reserve(pool, blocks[0]); /* last: nothing after it can fail */
+    if (!ok) {
+        for (int i = 0; i < k && blocks; i++) {
+            if (!blocks[i]) continue;
+            if (i < added) table_remove(pool, blocks[i]);
+            int at = -1;
+            for (int j = 0; j < pool->cache.n; j++)
+                if (pool->cache.v[j] == blocks[i]) at = j;
+            if (at >= 0) blist_remove_at(&pool->cache, at);
+            free(blocks[i]);
+        }
+        free(blocks);
+        free(g);
+        cudaFree(ptr);
+        return NULL;
+    }
+    pool->stats.reserved += k * need;
+    if (pool->stats.reserved > pool->stats.peak_reserved) pool->stats.peak_reserved = pool->stats.reserved;
+    block *first = blocks[0];
+    if (g) {
+        g->base = ptr;
+        g->bytes = k * need;
+        g->n = k;
+        g->blocks = blocks;
+    } else {
+        free(blocks);
+    }
+    return first;
 }
 
 kn_status kn_cuda_pool_malloc(kn_cuda_pool *pool, int64_t nbytes, void **p, cudaError_t *cuda_error)
@@ -227,14 +353,28 @@ kn_status kn_cuda_pool_malloc(kn_cuda_pool *pool, int64_t nbytes, void **p, cuda
         pthread_mutex_unlock(&pool->lock);
         return KN_OK;
     }
-    block *nb = calloc(1, sizeof *nb);
-    if (!nb) {
-        pthread_mutex_unlock(&pool->lock);
-        return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
+    /* a miss: this size's blocks a cudaMalloc (segments, above) */
+    int slot = -1;
+    for (int i = 0; i < MISS_SIZES; i++)
+        if (pool->missed[i].size == need) slot = i;
+    if (slot < 0) {
+        slot = pool->missed_next;
+        pool->missed_next = (pool->missed_next + 1) % MISS_SIZES;
+        pool->missed[slot].size = need;
+        pool->missed[slot].misses = 0;
     }
+    int misses = ++pool->missed[slot].misses, k = 1; /* 1, 2, 4, ... as the misses go on */
+    while (k < SEGMENT_MAX_BLOCKS && 2 * k <= (1 << (misses < 8 ? misses - 1 : 7)) && 2 * k * need <= SEGMENT_MAX_BYTES)
+        k *= 2;
     void *ptr = NULL;
-    cudaError_t e = cudaMalloc(&ptr, (size_t)need);
+    cudaError_t e = cudaMalloc(&ptr, (size_t)(k * need));
     pool->stats.n_malloc++;
+    if (e == cudaErrorMemoryAllocation && k > 1) { /* no room for the segment: one block will do */
+        (void)cudaGetLastError();
+        k = 1;
+        e = cudaMalloc(&ptr, (size_t)need);
+        pool->stats.n_malloc++;
+    }
     if (e == cudaErrorMemoryAllocation && !pool->recording) {
         /* cudaFree synchronizes the device, which an open recording's
          * capture cannot tolerate; outside one, give the cache back and
@@ -245,25 +385,18 @@ kn_status kn_cuda_pool_malloc(kn_cuda_pool *pool, int64_t nbytes, void **p, cuda
         pool->stats.n_malloc++;
     }
     if (e != cudaSuccess) {
-        free(nb);
         pthread_mutex_unlock(&pool->lock);
         (void)cudaGetLastError(); /* an OOM is not sticky: later calls must not see it */
         *cuda_error = e;
         return KN_ERR_DEVICE; /* kn_cuda_malloc words it */
     }
-    nb->ptr = ptr;
-    nb->size = need;
-    if (!table_add(pool, nb) || !reserve(pool, nb)) {
-        table_remove(pool, nb);
-        cudaFree(ptr);
-        free(nb);
+    block *nb = carve(pool, ptr, need, k);
+    if (!nb) {
         pthread_mutex_unlock(&pool->lock);
         return kn_error(KN_ERR_OOM, "out of host memory for the CUDA allocator's lists");
     }
-    pool->stats.reserved += need;
-    if (pool->stats.reserved > pool->stats.peak_reserved) pool->stats.peak_reserved = pool->stats.reserved;
     hand_out(pool, nb);
-    *p = ptr;
+    *p = nb->ptr;
     pthread_mutex_unlock(&pool->lock);
     return KN_OK;
 }
@@ -292,12 +425,7 @@ void kn_cuda_pool_free(kn_cuda_pool *pool, void *p)
     } else if (b->holds > 0) {
         kept = true; /* a live recording's: stays reserved until that is destroyed */
     }
-    if (!kept && !blist_insert(&pool->cache, b)) { /* no room in the list: give it back */
-        table_remove(pool, b);
-        cudaFree(b->ptr);
-        pool->stats.reserved -= b->size;
-        free(b);
-    }
+    if (!kept && !blist_insert(&pool->cache, b)) block_give_back(pool, b); /* no room in the list */
     pthread_mutex_unlock(&pool->lock);
 }
 
@@ -305,6 +433,7 @@ void kn_cuda_pool_empty(kn_cuda_pool *pool)
 {
     pthread_mutex_lock(&pool->lock);
     empty_locked(pool);
+    memset(pool->missed, 0, sizeof pool->missed); /* a fresh start: sizes begin again at one block a miss */
     pthread_mutex_unlock(&pool->lock);
 }
 
@@ -363,12 +492,7 @@ void kn_cuda_pool_release_held(kn_cuda_pool *pool, void *held)
         block *b = r->all.v[i];
         if (b->owner == r) b->owner = NULL;
         if (--b->holds > 0 || b->in_use) continue; /* its holder frees it into the cache later */
-        if (!blist_insert(&pool->cache, b)) {
-            table_remove(pool, b);
-            cudaFree(b->ptr);
-            pool->stats.reserved -= b->size;
-            free(b);
-        }
+        if (!blist_insert(&pool->cache, b)) block_give_back(pool, b);
     }
     pthread_mutex_unlock(&pool->lock);
     free(r->all.v);

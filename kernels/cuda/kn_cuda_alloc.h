@@ -8,7 +8,10 @@
  *
  * Caching: blocks are rounded up to size classes and kept on free lists
  * after a free instead of cudaFree; cudaMalloc only when no cached block
- * fits (and after emptying the cache once on OOM). Pointers are 256-byte
+ * fits (and after emptying the cache once on OOM). A size that keeps
+ * missing gets several blocks from one cudaMalloc (a segment), cached until
+ * asked for; emptying the cache gives back the segments whose blocks are
+ * all free. Pointers are 256-byte
  * aligned. Work already queued on kn_cuda_stream may still use a freed
  * block: since everything runs on that one stream, reuse by later work on
  * the same stream is ordered after it.
