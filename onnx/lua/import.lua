@@ -522,8 +522,9 @@ local OnnxModel = kiln.nn.Module {
     if not opts or opts.fuse ~= false then onnx.fuse_patterns(model.graph) end
     prepare(model.graph)
     self._opts = opts or {}
-    self.params = {}
-    for name, t in pairs(model.graph.initializers) do self.params[name] = t end
+    -- by name; a parameter table (kiln.nn.param_table): a compiled call's
+    -- replay checks its write count instead of its every entry
+    self.params = kiln.nn.param_table(model.graph.initializers)
     -- the initializers of If branches (subgraphs, at any depth): one table
     -- per subgraph, a field of the module so that :to moves them too; not
     -- parameters (their names may repeat the main graph's)

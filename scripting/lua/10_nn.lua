@@ -241,6 +241,38 @@ function Base:extra_repr()
 end
 
 ---------------------------------------------------------------------------
+-- Parameter tables: a table of tensors (an ONNX module's `params`, by name)
+-- that counts its writes. Reads, writes, pairs and # work as on a plain
+-- table; the entries live in a store behind the metatable, whose
+-- __newindex counts every write in __kiln_replay_version. A compiled call's
+-- direct replay then checks that count, one compare, instead of every entry
+-- (kn_lua_replay.c: snap_versioned). rawset on the table itself bypasses
+-- the store: the replay sees such an entry as a change all the same.
+
+function nn.param_table(init)
+  local store, mt = {}, nil
+  mt = {
+    __kiln_replay_store = store,
+    __kiln_replay_version = 0,
+    __index = store,
+    __newindex = function(_, k, v)
+      store[k] = v
+      mt.__kiln_replay_version = mt.__kiln_replay_version + 1
+    end,
+    __pairs = function() return next, store, nil end,
+    __len = function() return #store end,
+  }
+  for k, v in pairs(init or {}) do store[k] = v end
+  return setmetatable({}, mt)
+end
+
+local function is_param_table(t)
+  local mt = getmetatable(t)
+  return type(mt) == "table" and rawget(mt, "__kiln_replay_store") ~= nil
+end
+nn.is_param_table = is_param_table
+
+---------------------------------------------------------------------------
 -- Walking a module's fields
 
 -- The name of field k, or nil when the field is not part of the module.
@@ -280,7 +312,7 @@ local function walk(t, prefix, seen, on_tensor, on_module, shallow)
         seen[v] = true
         if on_module then on_module(v, name) end
         if not shallow then walk(v, name .. ".", seen, on_tensor, on_module, shallow) end
-      elseif getmetatable(v) == nil then
+      elseif getmetatable(v) == nil or is_param_table(v) then
         seen[v] = true
         walk(v, name .. ".", seen, on_tensor, on_module, shallow)
       end
