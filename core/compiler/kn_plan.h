@@ -65,7 +65,10 @@ typedef struct kn_plan {
     struct {
         int64_t *arena_off; /* per node * KN_MAX_OUTPUTS: offset in the arena, or -1 */
         int64_t arena_bytes;
-        void *arena;        /* allocated at the first run, kept for the next */
+        void *arena;        /* allocated at a run; kept for the next where the backend's free does not
+                               cache (caches_freed), else given back when the last run using it ends */
+        void *arena_seen;   /* the address scratch.arena_t's headers point into */
+        int arena_runs;     /* runs using the arena now (a run inside a run shares it) */
         int64_t peak_bytes; /* most bytes of values alive at once in the last run (arena included) */
         kn_tensor **consts; /* per node: the constant's value on the device, made at the first run */
     } mem;

@@ -49,6 +49,12 @@ typedef struct kn_backend {
     /* nbytes may be 0 (then *p may be NULL or a unique pointer). */
     kn_status (*alloc)(kn_device_ctx *d, int64_t nbytes, void **p);
     void (*free)(kn_device_ctx *d, void *p);
+    /* Whether free keeps the memory for the next alloc of its size (a
+     * caching pool, where both cost well under a microsecond): a plan then
+     * gives its arena back after each run, so a plan that is not running
+     * holds none. False (host memory: each large alloc maps fresh pages):
+     * a plan keeps its arena from run to run. */
+    bool caches_freed;
     /* Copy between host memory and this device's memory. */
     kn_status (*to_host)(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes);
     kn_status (*from_host)(kn_device_ctx *d, void *dst, const void *src, int64_t nbytes);

@@ -569,6 +569,7 @@ static const kn_backend kn_cuda_backend = {
     .kind = KN_DEVICE_CUDA,
     .alloc = cuda_alloc,
     .free = cuda_free,
+    .caches_freed = true,
     .to_host = cuda_to_host,
     .from_host = cuda_from_host,
     .copy = cuda_copy,
