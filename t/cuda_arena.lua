@@ -14,34 +14,43 @@ local function in_use()
 end
 
 -- relu(2x) is a generated kernel's value that the matmul reads: it lives in
--- the arena; the matmul's output is the library's, freed after its reader
-local w = kiln.randn({ 1024, 1024 }, { seed = 2 }):to("cuda")
+-- the arena; the matmul's output is the library's, freed after its reader.
+-- The weight is scaled so the products stay near 1: the compiled matmul
+-- (split-f32) and eager's (cuBLASLt) then agree to about 1e-6, where an
+-- arena handed to another value would be off by about 1.
+local w = (kiln.randn({ 1024, 1024 }, { seed = 2 }) * (1 / 32)):to("cuda")
+local TOL = 1e-4
 local function f(x) return ((x * 2):relu():matmul(w) + 1):tanh() end
 local cm = kiln.compile(f, { mode = "default" })
 
-local function check(x, label)
+-- a version's first call also makes what its plan keeps for good (library
+-- plans and workspaces, weights laid out once): held is checked after it
+local function check(x, label, first)
   local base = in_use()
   local y = cm(x)
   local held = in_use() - base
   local out_bytes = y:numel() * 4
   local arena = cm:stats().peak_bytes
   T.ok(arena > 0, string.format("%s: the plan has an arena (%.1f MiB at its peak)", label, arena / MIB))
-  T.ok(held <= out_bytes + 2 * MIB,
-    string.format("%s: after the call the pool holds the result (%.1f MiB) and no arena: %.1f MiB more in use",
-      label, out_bytes / MIB, held / MIB))
-  local want = f(x)
-  T.ok((y - want):abs():amax():item() <= 1e-5, label .. ": the result is eager's")
+  if not first then
+    T.ok(held <= out_bytes + 2 * MIB,
+      string.format("%s: after the call the pool holds the result (%.1f MiB) and no arena: %.1f MiB more in use",
+        label, out_bytes / MIB, held / MIB))
+  end
+  local err = (y - f(x)):abs():amax():item()
+  T.ok(err <= TOL, string.format("%s: the result is eager's (off by %.3g)", label, err))
   return y
 end
 
 local xa = kiln.randn({ 1024, 1024 }, { seed = 1 }):to("cuda")
 local xb = kiln.randn({ 512, 1024 }, { seed = 3 }):to("cuda")
-check(xa, "first call")
+check(xa, "first call", true)
 check(xa, "second call (the arena taken again)")
-check(xb, "another shape (a second version)")
-local ya = check(xa, "the first shape again")
+check(xb, "another shape (a second version)", true)
+check(xb, "that shape again")
+local ya = check(xa, "the first shape again: the first version's arena given back by the second")
 local yb = cm(xb)
-T.ok((yb - f(xb)):abs():amax():item() <= 1e-5 and (ya - f(xa)):abs():amax():item() <= 1e-5,
+T.ok((yb - f(xb)):abs():amax():item() <= TOL and (ya - f(xa)):abs():amax():item() <= TOL,
   "results of both versions, alternating, stay right")
 
 -- reduce-overhead: the recording keeps what its run used; replays stay right
@@ -51,6 +60,6 @@ for i = 1, 5 do ys[i] = ro(xa) end
 local want = f(xa)
 local worst = 0
 for i = 1, 5 do worst = math.max(worst, (ys[i] - want):abs():amax():item()) end
-T.ok(worst <= 1e-5 and ro:stats().replays >= 1,
+T.ok(worst <= TOL and ro:stats().replays >= 1,
   string.format("reduce-overhead: five calls (%d replays), each result eager's (off by %.3g)", ro:stats().replays, worst))
 T.done()
