@@ -474,17 +474,20 @@ static kn_status rec_record(kn_plan *p, kn_tensor *const *inputs, kn_tensor **re
 static kn_status time_calls(kn_plan *p, kn_tensor *const *inputs, bool replay, int n, double *us)
 {
     kn_device_ctx *dc = kn_backend_get(p->device);
-    kn_tensor *res[64];
-    if (p->n_outputs > 64) return kn_error(KN_ERR_UNSUPPORTED, "timing a plan with more than 64 outputs");
-    KN_TRY(dc->be->sync(dc));
+    /* a training step's plan has an output a parameter, a gradient and an
+     * optimizer state: more than a fixed array held (64 refused them all) */
+    kn_tensor **res = calloc((size_t)p->n_outputs + 1, sizeof *res);
+    if (!res) return kn_error(KN_ERR_OOM, "out of host memory timing a plan");
+    kn_status st = dc->be->sync(dc);
     double t0 = kn_clock_s();
-    for (int i = 0; i < n; i++) {
-        KN_TRY(replay ? rec_replay(p, inputs, res) : kn_plan_run(p, inputs, res));
-        for (int o = 0; o < p->n_outputs; o++) kn_tensor_release(res[o]);
+    for (int i = 0; i < n && st == KN_OK; i++) {
+        st = replay ? rec_replay(p, inputs, res) : kn_plan_run(p, inputs, res);
+        for (int o = 0; o < p->n_outputs && st == KN_OK; o++) kn_tensor_release(res[o]);
     }
-    KN_TRY(dc->be->sync(dc));
+    if (st == KN_OK) st = dc->be->sync(dc);
     *us = (kn_clock_s() - t0) / n * 1e6;
-    return KN_OK;
+    free(res);
+    return st;
 }
 
 /* max-autotune: a recording is kept only when replaying it is measured
