@@ -363,9 +363,9 @@ kn_status kn_cuda_pool_malloc(kn_cuda_pool *pool, int64_t nbytes, void **p, cuda
         pool->missed[slot].size = need;
         pool->missed[slot].misses = 0;
     }
-    int misses = ++pool->missed[slot].misses, k = 1; /* 1, 2, 4, ... as the misses go on */
-    while (k < SEGMENT_MAX_BLOCKS && 2 * k <= (1 << (misses < 8 ? misses - 1 : 7)) && 2 * k * need <= SEGMENT_MAX_BYTES)
-        k *= 2;
+    /* blocks this cudaMalloc: twice as many for each earlier miss of the size, 1, 2, 4, ... */
+    int misses = ++pool->missed[slot].misses, k = 1;
+    for (int m = 1; m < misses && k < SEGMENT_MAX_BLOCKS && 2 * k * need <= SEGMENT_MAX_BYTES; m++) k *= 2;
     void *ptr = NULL;
     cudaError_t e = cudaMalloc(&ptr, (size_t)(k * need));
     pool->stats.n_malloc++;
