@@ -20,6 +20,11 @@ if not sample then
   os.exit(2)
 end
 local STEPS = math.tointeger(tonumber(os.getenv("STEPS") or "6"))
+local has_gpu, why = kiln.cuda_available()
+if not has_gpu then
+  io.stderr:write("train_memory.lua: needs a GPU (the CPU keeps no allocator figures): ", tostring(why), "\n")
+  os.exit(2)
+end
 local MIB = 2 ^ 20
 
 local function mem()
