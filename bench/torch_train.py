@@ -4,6 +4,7 @@ PyTorch models, trained and timed step by step the way kiln_train.lua does.
 
   python3 bench/torch_train.py row SAMPLE MODE DTYPE   one row, one JSON line on stdout
   python3 bench/torch_train.py reference OUTDIR        CI's loss curves (below)
+  python3 bench/torch_train.py profile SAMPLE MODE DTYPE  PyTorch's kernels, one by one
 
 SAMPLE is gcn, convnet or transformer; MODE eager, default or
 reduce-overhead (torch.compile of the model and of the optimizer step in
@@ -224,6 +225,38 @@ def row(name, mode, dtype):
     }
 
 
+def profile_row(name, mode, dtype):
+    """PyTorch's kernels in one training step, as kiln's `:time` lists its
+    own (bench/profile_train.lua): each CUDA kernel's mean time a step over
+    PROFILE_STEPS (20) steps, after 20 unprofiled ones (compile, warm-up),
+    largest first, with the step's total device time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    m, x, y, loss_fn, opt_args = build(name, False, "cuda")
+    step = step_fns(m, x, y, loss_fn, opt_args, mode, dtype)
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    n = _env_int("PROFILE_STEPS", 20)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    def device_us(e):
+        return getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+    rows = [(e.key, e.count, device_us(e)) for e in prof.key_averages()
+            if device_us(e) > 0 and getattr(e, "device_type", None) != torch.autograd.DeviceType.CPU]
+    rows.sort(key=lambda r: -r[2])
+    total = sum(r[2] for r in rows) / n
+    print(f"== torch {name} {dtype} {mode}: {total:.1f} us of kernels a step, "
+          f"{sum(r[1] for r in rows) / n:.0f} kernels a step")
+    for key, count, t in rows:
+        print(f"{t / n:9.1f} us  {count / n:5.1f}x  {key[:110]}")
+
+
 def reference(outdir):
     """CI's loss curves: the small sizes, CPU, f32, formula weights, 100
     eager steps (see formula_init)."""
@@ -256,6 +289,8 @@ def main():
             r = {"side": "torch", "sample": name, "mode": mode, "dtype": dtype,
                  "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
         print(json.dumps(r), flush=True)
+    elif len(sys.argv) >= 5 and sys.argv[1] == "profile":
+        profile_row(*sys.argv[2:5])
     elif len(sys.argv) == 3 and sys.argv[1] == "reference":
         reference(sys.argv[2])
     else:
