@@ -118,6 +118,11 @@ do
     same(x:to(DEV):var({1, 3}, {correction = corr}), x:var({1, 3}, {correction = corr}),
       "var correction " .. corr, 1e-6)
   end
+  -- a column var (kn_reduce_cols, split over the rows) of values far from
+  -- zero: the deviations are taken from each block's mean, then merged
+  local far = make({6000, 40}, "f32") + 1000
+  same(far:to(DEV):var({1}), far:var({1}), "column var of values near 1000, split over the rows", 1e-6)
+  same(far:to(DEV):var({1}, {correction = 0}), far:var({1}, {correction = 0}), "... population var", 1e-6)
   local xn = x:masked_fill(x:gt(1.2), 0 / 0)
   for _, op in ipairs({"sum", "mean", "amax", "amin", "var"}) do
     same(xn:to(DEV)[op](xn:to(DEV), {1, 2}), xn[op](xn, {1, 2}), op .. " with NaN", 1e-6)

@@ -143,13 +143,14 @@ static kn_status build_pointwise(kctx *c, int node, int *res)
     const kn_node *n = &c->g->nodes[node];
     kn_dtype dt = n->out[0].dtype;
     int e[KN_MAX_INPUTS];
-    if (n->op == KN_OP_BATCH_NORM) { /* params are per channel: dim 1 of x */
+    if (n->op == KN_OP_BATCH_NORM) { /* params are per channel: dim 1 of x, or its last (channels-last) */
         /* steps in the math type, the result rounded once (as eager) */
         kn_dtype mt = math_dtype(dt);
         KN_TRY(build(c, n->in_node[0], n->in_out[0], &e[0]));
         KN_TRY(mk_cast(c, e[0], mt, &e[0]));
+        int channel_dim = n->a.in_layout == KN_LAYOUT_NHWC ? n->out[0].ndim - 1 : 1;
         for (int i = 1; i < n->n_in; i++) {
-            KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], 1, &e[i]));
+            KN_TRY(mk_load(c, n->in_node[i], n->in_out[i], channel_dim, &e[i]));
             KN_TRY(mk_cast(c, e[i], mt, &e[i]));
         }
         int eps, t, r;

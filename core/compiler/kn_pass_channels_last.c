@@ -24,6 +24,12 @@
  *   that reads such a view runs on t instead, and its result is the view
  *   again: the ReLU stays next to its conv, where the plan folds it into
  *   the cuDNN call, and a residual add stays NHWC;
+ * - a BatchNorm (a training step's: its statistics are the batch's)
+ *   that normalizes such a view runs on t with its channels last, and its
+ *   result is the view again;
+ * - conv2d's gradients (a training step's backward) run NHWC, reading
+ *   such views' NHWC values (other operands permuted and copied), and the
+ *   input's gradient is a view again;
  * - a pool that reads such a view runs channels-last too (in and out
  *   NHWC) and its result is the view again, so a stem's max pool does not
  *   end the chain; a mean over H and W (a global average pool as the
@@ -238,6 +244,76 @@ static kn_status convert_conv(cl_ctx *c, int i)
     return KN_OK;
 }
 
+/* ref (NCHW {N, C, H, W}, or a weight {K, C, kh, kw}) as a contiguous
+ * channels-last value: this pass's NHWC value where ref is one of its
+ * views, else a permute and a copy. */
+static kn_status nhwc_operand(cl_ctx *c, int ref, int like, int *out)
+{
+    int src = nhwc_behind(c, KN_REF_NODE(ref));
+    if (src >= 0 && KN_REF_OUT(ref) == 0) {
+        *out = src;
+        return KN_OK;
+    }
+    int perm, copy;
+    KN_TRY(append_permute(c->x, ref, to_nhwc, like, &perm));
+    int pref = KN_REF(perm, 0);
+    KN_TRY(append_like(c->x, KN_OP_CONTIGUOUS, &pref, 1, NULL, like, &copy));
+    *out = KN_REF(copy, 0);
+    return KN_OK;
+}
+
+/* conv2d's gradient node i (a training step's backward) runs channels-last
+ * too: cuDNN's tensor-core engines read and write NHWC. Left NCHW, each
+ * read its NHWC operands through a copy to NCHW (10-57 us each for the
+ * convnet sample, bf16, H200) and ran the NCHW engines at 3-11% of the
+ * roofline. The input's gradient is a view again, so the BatchNorm and
+ * ReLU gradients after it stay NHWC; the weight's is read through its
+ * view (a few KB). Where the channels (per group: groups 1 only) are not
+ * whole 16-byte vectors, as the 3 of an image, it stays NCHW: cuDNN's
+ * NHWC engines want them so, and a refused gradient has no fallback. */
+static kn_status convert_conv_grad(cl_ctx *c, int i)
+{
+    kn_pass_ctx *x = c->x;
+    kn_graph *g = x->g;
+    char who[200];
+    const kn_node *n = &g->nodes[i];
+    bool input_grad = n->op == KN_OP_CONV2D_INPUT_GRAD;
+    kn_dtype dt = n->out[0].dtype;
+    if (n->a.in_layout != KN_LAYOUT_NCHW || n->a.out_layout != KN_LAYOUT_NCHW || n->n_in != 2) return KN_OK;
+    const kn_meta *m0 = &g->nodes[n->in_node[0]].out[n->in_out[0]];
+    const kn_meta *m1 = &g->nodes[n->in_node[1]].out[n->in_out[1]];
+    if (!dtype_converts(x->flags, dt) || m0->dtype != dt || m1->dtype != dt) return KN_OK;
+    if (m0->ndim != 4 || m1->ndim != 4 || n->out[0].ndim != 4 || n->a.nshape != 4) return KN_OK;
+    /* channels of x and of the output gradient: x's are attr shape[1] (the
+     * input's gradient) or in[0]'s; dy's in[0]'s or in[1]'s */
+    int64_t cin = input_grad ? n->a.shape[1] : m0->shape[1], cout = input_grad ? m0->shape[1] : m1->shape[1];
+    int64_t mult = 16 / (int64_t)kn_dtype_size(dt);
+    if (n->a.groups != 1 || cin % mult != 0 || cout % mult != 0) {
+        kn_pass_note(x, "channels_last: %s stays NCHW: %s", kn_pass_who(g, i, who, sizeof who),
+                     n->a.groups != 1 ? "a grouped convolution's gradient"
+                                      : "its channels are not whole 16-byte vectors for cuDNN's NHWC engines");
+        return KN_OK;
+    }
+    int r0, r1;
+    KN_TRY(nhwc_operand(c, KN_REF(n->in_node[0], n->in_out[0]), i, &r0));
+    g = x->g;
+    n = &g->nodes[i];
+    KN_TRY(nhwc_operand(c, KN_REF(n->in_node[1], n->in_out[1]), i, &r1));
+    g = x->g;
+    n = &g->nodes[i];
+    kn_attrs a = n->a;
+    a.in_layout = a.out_layout = KN_LAYOUT_NHWC;
+    for (int d = 0; d < 4; d++) a.shape[d] = n->a.shape[to_nhwc[d]];
+    int refs[2] = {r0, r1}, gn, view;
+    KN_TRY(append_like(x, n->op, refs, 2, &a, i, &gn));
+    KN_TRY(append_permute(x, KN_REF(gn, 0), to_nchw, i, &view));
+    g = x->g;
+    memcpy(g->nodes[gn].covers, g->nodes[i].covers, sizeof g->nodes[gn].covers);
+    if (!kn_pass_replace(x, i, KN_REF(view, 0))) return KN_OK;
+    kn_pass_note(x, "channels_last: %s runs NHWC", kn_pass_who(x->g, i, who, sizeof who));
+    return input_grad ? remember_view(c, view, KN_REF(gn, 0)) : KN_OK;
+}
+
 static bool elementwise(const kn_node *n)
 {
     return n->n_out == 1 && kn_op_is_elementwise((kn_op)n->op);
@@ -311,6 +387,35 @@ static kn_status sink_elementwise(cl_ctx *c, int i)
     return remember_view(c, view, KN_REF(nn, 0));
 }
 
+/* BatchNorm node i (a training step's, whose statistics are the batch's,
+ * so the inference fold left it) normalizes one of this pass's views: it
+ * runs on the NHWC value with its channels last (in_layout NHWC), and its
+ * result is a view again. Read through the view, its per-channel loads and
+ * its output walked NCHW order over NHWC bytes: 89 us for a 32 x 32 x
+ * 112 x 112 f32 batch on the H200, 28% of the memory roof, and the conv
+ * after it got an NCHW input to transpose. */
+static kn_status sink_batch_norm(cl_ctx *c, int i)
+{
+    kn_pass_ctx *x = c->x;
+    kn_graph *g = x->g;
+    const kn_node *n = &g->nodes[i];
+    if (n->a.in_layout != KN_LAYOUT_NCHW || n->out[0].ndim != 4) return KN_OK;
+    int src = nhwc_behind(c, n->in_node[0]);
+    if (src < 0) return KN_OK;
+    int refs[KN_MAX_INPUTS];
+    refs[0] = src;
+    for (int k = 1; k < n->n_in; k++) refs[k] = KN_REF(n->in_node[k], n->in_out[k]);
+    kn_attrs a = n->a;
+    a.in_layout = a.out_layout = KN_LAYOUT_NHWC;
+    int bn, view;
+    KN_TRY(append_like(x, KN_OP_BATCH_NORM, refs, n->n_in, &a, i, &bn));
+    KN_TRY(append_permute(x, KN_REF(bn, 0), to_nchw, i, &view));
+    if (!kn_pass_replace(x, i, KN_REF(view, 0))) return KN_OK;
+    char who[200];
+    kn_pass_note(x, "channels_last: %s runs NHWC on the conv chain's value", kn_pass_who(x->g, i, who, sizeof who));
+    return remember_view(c, view, KN_REF(bn, 0));
+}
+
 /* Whether node n is a mean over dims 2 and 3 (H and W) of a 4-dim value. */
 static bool mean_over_hw(const kn_node *n)
 {
@@ -380,6 +485,8 @@ kn_status kn_pass_channels_last(kn_pass_ctx *x)
         int op = x->g->nodes[i].op;
         if (op == KN_OP_CONV2D) st = convert_conv(&c, i);
         else if (op == KN_OP_MEAN || kn_op_kind_of((kn_op)op) == KN_K_POOL) st = sink_pool(&c, i);
+        else if (op == KN_OP_BATCH_NORM) st = sink_batch_norm(&c, i);
+        else if (op == KN_OP_CONV2D_INPUT_GRAD || op == KN_OP_CONV2D_WEIGHT_GRAD) st = convert_conv_grad(&c, i);
         else st = sink_elementwise(&c, i);
     }
     free(c.view_node);

@@ -39,15 +39,22 @@ static kn_status reshape(builder *b, int ref, int ndim, const int64_t *shape, in
     return add(b, KN_OP_RESHAPE, &ref, 1, &a, out);
 }
 
-static kn_status reduce(builder *b, int op, int ref, int ndims, const int *dims, bool keepdim, int *out)
+static kn_status reduce_corrected(builder *b, int op, int ref, int ndims, const int *dims, bool keepdim,
+                                 int correction, int *out)
 {
     kn_opcall init;
     kn_opcall_init(&init, (kn_op)op);
     kn_attrs a = init.a;
+    a.correction = correction;
     a.ndims = ndims;
     memcpy(a.dims, dims, sizeof(int) * (size_t)ndims);
     a.keepdim = keepdim;
     return add(b, op, &ref, 1, &a, out);
+}
+
+static kn_status reduce(builder *b, int op, int ref, int ndims, const int *dims, bool keepdim, int *out)
+{
+    return reduce_corrected(b, op, ref, ndims, dims, keepdim, 0, out);
 }
 
 static kn_status binary(builder *b, int op, int x, int y, int *out)
@@ -126,6 +133,45 @@ static kn_status split_rows(builder *b, const kn_node *n, int xref, const kn_met
     return binary(b, KN_OP_DIV, s, denom, result);
 }
 
+/* A reduction of a permuted view (the layout pass's NCHW view of an NHWC
+ * value: BatchNorm's statistics over N, H and W) whose dims, traced back
+ * to the view's source, are that source's leading ones, and whose kept
+ * dims keep their order there: *src (meta *sm) and its leading *n_lead
+ * dims reduced, the rest kept, are the same numbers in the same order.
+ * A row kernel over the view walks H and W a channel row apart: 173 us for
+ * a 32 x 32 x 112 x 112 batch's mean on the H200, 7% of the memory roof.
+ * Over the source, it is the backend's column reduction, which reads each
+ * row once, contiguous. */
+static bool columns_behind_view(const kn_pass_ctx *x, const kn_node *n, const bool *red, int *src, kn_meta *sm,
+                                int *n_lead)
+{
+    const kn_graph *g = x->g;
+    const kn_node *v = &g->nodes[n->in_node[0]];
+    if (v->op != KN_OP_PERMUTE || n->in_out[0] != 0) return false;
+    const kn_meta *vm = &v->out[0];
+    *src = KN_REF(v->in_node[0], v->in_out[0]);
+    *sm = g->nodes[v->in_node[0]].out[v->in_out[0]];
+    if (v->a.ndims != vm->ndim || sm->ndim != vm->ndim) return false;
+    bool src_red[KN_MAX_DIMS] = {false};
+    int last_kept = -1;
+    for (int d = 0; d < vm->ndim; d++) {
+        int sd = v->a.dims[d] < 0 ? v->a.dims[d] + vm->ndim : v->a.dims[d];
+        if (sd < 0 || sd >= vm->ndim) return false;
+        src_red[sd] = red[d];
+        if (!red[d]) {
+            if (sd < last_kept) return false; /* the kept dims would come out in another order */
+            last_kept = sd;
+        }
+    }
+    int k = 0;
+    while (k < sm->ndim && src_red[k]) k++;
+    if (k == 0 || k == sm->ndim) return false;
+    for (int d = k; d < sm->ndim; d++)
+        if (src_red[d]) return false;
+    *n_lead = k;
+    return true;
+}
+
 kn_status kn_pass_split_reductions(kn_pass_ctx *x)
 {
     if (!(x->flags & KN_PASSES_SPLIT_REDUCTIONS)) return KN_OK;
@@ -152,8 +198,15 @@ kn_status kn_pass_split_reductions(kn_pass_ctx *x)
         snprintf(where, sizeof where, "%s", n->where);
         builder b = {x, i, where, n->part};
         kn_meta want = n->out[0];
-        int r = -1;
-        if (t >= 1 && t < m.ndim && inner >= SPLIT_MIN_INNER && (n_red > t || t >= 2)) {
+        int r = -1, src, n_lead;
+        kn_meta sm;
+        if (columns_behind_view(x, n, red, &src, &sm, &n_lead)) {
+            /* the source's leading dims, by the backend's column kernel,
+             * which sums in f64 and rounds once, as the split below */
+            int lead[KN_MAX_DIMS];
+            for (int d = 0; d < n_lead; d++) lead[d] = d;
+            KN_TRY(reduce_corrected(&b, n->op, src, n_lead, lead, false, n->a.correction, &r));
+        } else if (t >= 1 && t < m.ndim && inner >= SPLIT_MIN_INNER && (n_red > t || t >= 2)) {
             /* the last dims reduced, and more than one dim: rows, then the rest */
             if (n->op == KN_OP_VAR && inner * (n_red > t ? 2 : 1) - n->a.correction <= 0) continue;
             KN_TRY(split_rows(&b, n, xref, &m, red, t, &r));

@@ -15,6 +15,11 @@
  * column kernel reads the input once (on the GPU: kn_reduce_cols; it was
  * a cast to f64 and a GEMV of ones here, which read and wrote the input's
  * f64 copy: 105 us of a bf16 transformer training step on the H200).
+ * A reduction of the layout pass's NCHW view of an NHWC value over N, H
+ * and W (BatchNorm's statistics and their gradients' sums in a channels-
+ * last training step) becomes one over the NHWC value's leading dims,
+ * the backend's column reduction: the view's rows would run a channel
+ * row apart in memory.
  * The split sums in f64, from the input cast as it is read, and rounds
  * once to the reduction's dtype, as the generic kernel does: a training step's
  * compiled sums then equal its eager ones to the last bit nearly always.

@@ -341,12 +341,14 @@ static kn_status infer_batch_norm(const kn_opcall *c, kn_meta *out)
     if (x->ndim < 2)
         return kn_error(KN_ERR_SHAPE, "batch_norm: input must have at least 2 dims (N, C, ...), got shape %s",
                         shp(x, sx));
+    /* channels-last (the layout pass's form): the channels are the last dim */
+    int64_t channels = c->a.in_layout == KN_LAYOUT_NHWC ? x->shape[x->ndim - 1] : x->shape[1];
     for (int i = 1; i < c->n_in; i++) {
         const kn_tensor *p = c->in[i];
         KN_TRY(need_float(c, p, names[i]));
-        if (p->ndim != 1 || p->shape[0] != x->shape[1])
+        if (p->ndim != 1 || p->shape[0] != channels)
             return kn_error(KN_ERR_SHAPE, "batch_norm: %s must have shape {%lld} (the channels of input %s), got %s",
-                            names[i], (long long)x->shape[1], shp(x, sx), shp(p, sw));
+                            names[i], (long long)channels, shp(x, sx), shp(p, sw));
     }
     meta_set(out, x->dtype, x->ndim, x->shape);
     return KN_OK;

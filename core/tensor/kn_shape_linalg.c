@@ -196,7 +196,10 @@ kn_status kn_infer_conv2d(const kn_opcall *c, kn_meta *out)
 /* conv2d's gradients: the input's from (grad_out, w), the weight's from
  * (x, grad_out), the missing operand's shape in attr.shape. Checked as the
  * forward conv on that shape would be, and grad_out against the forward's
- * output. NCHW, 4 dims (autograd's rule makes them so). */
+ * output. NCHW, 4 dims (autograd's rule makes them so); or, from the
+ * layout pass, channels-last in and out (in_layout and out_layout NHWC):
+ * every operand and the result {N, H, W, C} (a weight {K, kh, kw, C/groups}),
+ * attr.shape so too. */
 kn_status kn_infer_conv2d_grad(const kn_opcall *c, kn_meta *out)
 {
     char sa[SHAPE_BUF], sb[SHAPE_BUF];
@@ -205,25 +208,36 @@ kn_status kn_infer_conv2d_grad(const kn_opcall *c, kn_meta *out)
     KN_TRY(check_inputs(c, 2, 2, input_grad ? "grad_output, weight" : "input, grad_output"));
     KN_TRY(check_float(c, 0, input_grad ? "grad_output" : "input"));
     KN_TRY(check_float(c, 1, input_grad ? "weight" : "grad_output"));
-    if (c->a.in_layout != KN_LAYOUT_NCHW || c->a.out_layout != KN_LAYOUT_NCHW)
-        return kn_error(KN_ERR_ARG, "%s: NCHW only", name);
+    bool nhwc = c->a.in_layout == KN_LAYOUT_NHWC && c->a.out_layout == KN_LAYOUT_NHWC;
+    if (!nhwc && (c->a.in_layout != KN_LAYOUT_NCHW || c->a.out_layout != KN_LAYOUT_NCHW))
+        return kn_error(KN_ERR_ARG, "%s: NCHW, or channels-last in and out", name);
     if (c->a.nshape != 4)
         return kn_error(KN_ERR_ARG, "%s: attr shape must be the %s's 4 dims, got %d", name,
                         input_grad ? "input" : "weight", c->a.nshape);
     for (int i = 0; i < 2; i++)
         if (c->in[i]->ndim != 4)
             return kn_error(KN_ERR_SHAPE, "%s: input %d must have 4 dims, got %s", name, i + 1, shape_of(c->in[i], sa));
-    /* the forward call this is the gradient of, on headers */
+    /* the forward call this is the gradient of, on headers (NCHW dims) */
+    static const int nchw_of[4] = {0, 3, 1, 2};
+    kn_tensor in0 = *c->in[0], in1 = *c->in[1];
+    int64_t attr_shape[4];
+    for (int d = 0; d < 4; d++) {
+        int s = nhwc ? nchw_of[d] : d;
+        in0.shape[d] = c->in[0]->shape[s];
+        in1.shape[d] = c->in[1]->shape[s];
+        attr_shape[d] = c->a.shape[s];
+    }
     kn_tensor fx = {0}, fw = {0};
-    const kn_tensor *g = input_grad ? c->in[0] : c->in[1], *known = input_grad ? c->in[1] : c->in[0];
+    const kn_tensor *g = input_grad ? &in0 : &in1, *known = input_grad ? &in1 : &in0;
     kn_tensor *shaped = input_grad ? &fx : &fw;
     *(input_grad ? &fw : &fx) = *known;
     shaped->dtype = known->dtype;
     shaped->ndim = 4;
-    for (int d = 0; d < 4; d++) shaped->shape[d] = c->a.shape[d];
+    for (int d = 0; d < 4; d++) shaped->shape[d] = attr_shape[d];
     kn_opcall f;
     kn_opcall_init(&f, KN_OP_CONV2D);
     f.a = c->a;
+    f.a.in_layout = f.a.out_layout = KN_LAYOUT_NCHW;
     f.n_in = 2;
     f.in[0] = &fx;
     f.in[1] = &fw;

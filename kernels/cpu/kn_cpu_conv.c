@@ -194,6 +194,31 @@ static void conv_finish(const kn_tensor *bias, kn_tensor *out, const void *acc, 
     }
 }
 
+static kn_status conv2d_grad(const kn_opcall *c);
+
+/* NCHW call `inner` (a conv or a conv gradient) computed into a new NCHW
+ * tensor, then laid out into out {N, H, W, C} by one copy. */
+static kn_status run_nchw_into_nhwc(kn_opcall *inner, kn_tensor *out)
+{
+    int64_t shape[4] = {out->shape[0], out->shape[3], out->shape[1], out->shape[2]};
+    kn_tensor *tmp;
+    KN_TRY(kn_tensor_new(out->dtype, 4, shape, KN_CPU, &tmp));
+    inner->out[0] = tmp;
+    kn_status st = inner->op == KN_OP_CONV2D ? kn_cpu_conv2d(inner) : conv2d_grad(inner);
+    if (st == KN_OK) { /* out[n, p, q, k] = tmp[n, k, p, q]; both contiguous */
+        size_t es = kn_dtype_size(out->dtype);
+        const char *src = kn_tensor_data(tmp);
+        char *dst = kn_tensor_data(out);
+        int64_t k = shape[1], pq = shape[2] * shape[3];
+        for (int64_t n = 0; n < shape[0]; n++)
+            for (int64_t i = 0; i < pq; i++)
+                for (int64_t o = 0; o < k; o++)
+                    memcpy(dst + (size_t)((n * pq + i) * k + o) * es, src + (size_t)((n * k + o) * pq + i) * es, es);
+    }
+    kn_tensor_release(tmp);
+    return st;
+}
+
 /* The channels-last forms (the layout pass's, KN_LAYOUT_NHWC): the same
  * sums as NCHW, read through permuted headers; the weight's padded
  * channels (which meet zeros) are left out; an NHWC output is computed
@@ -210,25 +235,8 @@ static kn_status conv_channels_last(const kn_opcall *c)
     inner.a.in_layout = inner.a.out_layout = KN_LAYOUT_NCHW;
     inner.in[0] = &xv;
     inner.in[1] = &wv;
-    kn_tensor *out = c->out[0];
     if (c->a.out_layout != KN_LAYOUT_NHWC) return kn_cpu_conv2d(&inner);
-    int64_t shape[4] = {out->shape[0], out->shape[3], out->shape[1], out->shape[2]};
-    kn_tensor *tmp;
-    KN_TRY(kn_tensor_new(out->dtype, 4, shape, KN_CPU, &tmp));
-    inner.out[0] = tmp;
-    kn_status st = kn_cpu_conv2d(&inner);
-    if (st == KN_OK) { /* out[n, p, q, k] = tmp[n, k, p, q]; both contiguous */
-        size_t es = kn_dtype_size(out->dtype);
-        const char *src = kn_tensor_data(tmp);
-        char *dst = kn_tensor_data(out);
-        int64_t k = shape[1], pq = shape[2] * shape[3];
-        for (int64_t n = 0; n < shape[0]; n++)
-            for (int64_t i = 0; i < pq; i++)
-                for (int64_t o = 0; o < k; o++)
-                    memcpy(dst + (size_t)((n * pq + i) * k + o) * es, src + (size_t)((n * k + o) * pq + i) * es, es);
-    }
-    kn_tensor_release(tmp);
-    return st;
+    return run_nchw_into_nhwc(&inner, c->out[0]);
 }
 
 /* col2im for output rows [y0, y1) of one group: the mirror of im2col,
@@ -340,9 +348,25 @@ static kn_status conv2d_grad(const kn_opcall *c)
     return st;
 }
 
+/* The gradients' channels-last form (the layout pass's: every operand and
+ * the result {N, H, W, C}, a weight {K, kh, kw, C/groups}): the NCHW
+ * gradient read through permuted headers, laid out by one copy. */
+static kn_status conv2d_grad_channels_last(const kn_opcall *c)
+{
+    kn_tensor v0 = kn_view_nhwc_as_nchw(c->in[0]), v1 = kn_view_nhwc_as_nchw(c->in[1]);
+    kn_opcall inner = *c;
+    inner.a.in_layout = inner.a.out_layout = KN_LAYOUT_NCHW;
+    static const int nchw_of[4] = {0, 3, 1, 2};
+    for (int d = 0; d < 4; d++) inner.a.shape[d] = c->a.shape[nchw_of[d]];
+    inner.in[0] = &v0;
+    inner.in[1] = &v1;
+    return run_nchw_into_nhwc(&inner, c->out[0]);
+}
+
 kn_status kn_cpu_conv2d(const kn_opcall *c)
 {
-    if (c->op != KN_OP_CONV2D) return conv2d_grad(c);
+    if (c->op != KN_OP_CONV2D)
+        return c->a.out_layout == KN_LAYOUT_NHWC ? conv2d_grad_channels_last(c) : conv2d_grad(c);
     if (c->a.in_layout != KN_LAYOUT_NCHW || c->a.out_layout != KN_LAYOUT_NCHW) return conv_channels_last(c);
     const kn_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
     kn_tensor *out = c->out[0];

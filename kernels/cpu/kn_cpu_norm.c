@@ -88,23 +88,34 @@ static kn_status run_layer_norm(const kn_opcall *c, const kn_tensor *x)
     return st;
 }
 
-/* y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + b[c], channel dim 1. */
+/* y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + b[c], channel dim 1, or
+ * the last dim for the layout pass's channels-last form (in_layout NHWC). */
 static kn_status run_batch_norm(const kn_opcall *c, const kn_tensor *x)
 {
-    int64_t nb = x->shape[0], nc = x->shape[1], inner = 1;
-    for (int d = 2; d < x->ndim; d++) inner *= x->shape[d];
+    bool last = c->a.in_layout == KN_LAYOUT_NHWC; /* channels-last: {N, ..., C} */
+    int64_t nb = x->shape[0], nc = last ? x->shape[x->ndim - 1] : x->shape[1], inner = 1;
+    for (int d = last ? 1 : 2; d < (last ? x->ndim - 1 : x->ndim); d++) inner *= x->shape[d];
     double *p[4] = {NULL, NULL, NULL, NULL}; /* mean, var, weight, bias */
     static const double fills[4] = {0.0, 1.0, 1.0, 0.0};
     double *row = NULL;
     kn_status st = KN_OK;
     for (int i = 0; i < 4 && st == KN_OK; i++)
         st = doubles_of(i + 1 < c->n_in ? c->in[i + 1] : NULL, nc, fills[i], &p[i]);
-    if (st == KN_OK && !(row = malloc(sizeof(double) * (size_t)(inner > 0 ? inner : 1))))
-        st = kn_error(KN_ERR_OOM, "batch_norm: out of memory for a row of %lld", (long long)inner);
+    int64_t row_len = last ? nc : inner;
+    if (st == KN_OK && !(row = malloc(sizeof(double) * (size_t)(row_len > 0 ? row_len : 1))))
+        st = kn_error(KN_ERR_OOM, "batch_norm: out of memory for a row of %lld", (long long)row_len);
     if (st == KN_OK) {
         const char *xd = kn_tensor_data(x);
         char *od = kn_tensor_data(c->out[0]);
-        for (int64_t n = 0; n < nb; n++)
+        for (int64_t n = 0; n < nb && last; n++) /* a row of the C channels per pixel */
+            for (int64_t px = 0; px < inner; px++) {
+                int64_t off = (n * inner + px) * nc;
+                load_row(row, xd, x->dtype, off, nc);
+                for (int64_t ch = 0; ch < nc; ch++)
+                    row[ch] = (row[ch] - p[0][ch]) * (1.0 / sqrt(p[1][ch] + c->a.eps)) * p[2][ch] + p[3][ch];
+                store_row(od, c->out[0]->dtype, off, row, nc);
+            }
+        for (int64_t n = 0; n < nb && !last; n++)
             for (int64_t ch = 0; ch < nc; ch++) {
                 int64_t off = (n * nc + ch) * inner;
                 double inv = 1.0 / sqrt(p[1][ch] + c->a.eps), m = p[0][ch];

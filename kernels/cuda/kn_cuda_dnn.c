@@ -1030,7 +1030,8 @@ out:
 }
 
 /* conv2d's gradients through cuDNN's backward-data and backward-filter
- * ops (NCHW, packed, the output's dtype): the gradient of an input the
+ * ops (NCHW, or NHWC for the layout pass's channels-last form; packed, the
+ * output's dtype): the gradient of an input the
  * forward read with a stride, padding or dilation comes from one call,
  * where autograd's rule otherwise spreads the output's gradient with
  * zeros, pads it, and convolves it (or stacks the input's patches for a
@@ -1059,18 +1060,26 @@ kn_status kn_cuda_dnn_conv_grad(const kn_opcall *c)
     k.dt = (int32_t)dt;
     k.tf32 = dt == KN_F32 && kn_cuda_allow_tf32();
     k.grad = dx ? DNN_GRAD_X : DNN_GRAD_W;
+    k.nhwc = c->a.out_layout == KN_LAYOUT_NHWC; /* every operand {N, H, W, C}: NCHW dims, NHWC strides */
     for (int i = 0; i < 2; i++) {
         k.stride[i] = c->a.stride[i];
         k.pad[i] = c->a.padding[i];
         k.dil[i] = c->a.dilation[i];
     }
+    static const int nchw_of[4] = {0, 3, 1, 2};
     for (int d = 0; d < 4; d++) {
-        k.xd[d] = dx ? out->shape[d] : in[0]->shape[d];
-        k.wd[d] = dx ? in[1]->shape[d] : out->shape[d];
-        k.yd[d] = dy->shape[d];
+        int s = k.nhwc ? nchw_of[d] : d;
+        k.xd[d] = dx ? out->shape[s] : in[0]->shape[s];
+        k.wd[d] = dx ? in[1]->shape[s] : out->shape[s];
+        k.yd[d] = dy->shape[s];
     }
-    packed(k.xd, k.xs);
-    packed(k.wd, k.ws);
+    if (k.nhwc) {
+        packed_nhwc(k.xd, k.xs);
+        packed_nhwc(k.wd, k.ws);
+    } else {
+        packed(k.xd, k.xs);
+        packed(k.wd, k.ws);
+    }
     void *px = dx ? kn_cuda_tensor_ptr(out) : kn_cuda_tensor_ptr(in[0]);
     void *pw = dx ? kn_cuda_tensor_ptr(in[1]) : kn_cuda_tensor_ptr(out);
     k.align_x = kn_cuda_align_of(px, NULL, 0, 16);
@@ -1087,7 +1096,7 @@ kn_status kn_cuda_dnn_conv_grad(const kn_opcall *c)
         e->refused = true;
         st = kn_error(KN_ERR_UNSUPPORTED, "%s: cuDNN refused to execute its plan", kn_op_name(c->op));
     }
-    if (st == KN_OK) kn_cuda_variant_label("%s", e->label);
+    if (st == KN_OK) kn_cuda_variant_label("%s%s", e->label, k.nhwc ? " nhwc" : "");
 out:
     for (int i = 0; i < 2; i++) kn_tensor_release(tmp[i]);
     return st;
@@ -1095,16 +1104,18 @@ out:
 
 #endif /* KILN_HAVE_CUDNN */
 
-/* Whether conv2d's gradient ops run here: float tensors in NCHW, through
- * cuDNN (a call it refuses, or a machine without it, is an error naming
- * the op; kiln needs cuDNN for training convolutions on a GPU). */
+/* Whether conv2d's gradient ops run here: float tensors in NCHW, or NHWC
+ * in and out (the layout pass's), through cuDNN (a call it refuses, or a
+ * machine without it, is an error naming the op; kiln needs cuDNN for
+ * training convolutions on a GPU). */
 bool kn_cuda_conv2d_grad_supports(const kn_opcall *c)
 {
     if (!c || (c->op != KN_OP_CONV2D_INPUT_GRAD && c->op != KN_OP_CONV2D_WEIGHT_GRAD)) return false;
     for (int i = 0; i < c->n_in; i++)
         if (c->in[i] && !kn_dtype_is_float(c->in[i]->dtype)) return false;
     if (c->n_in > 0 && c->a.nshape != 4) return false; /* the other operand's shape (kn_infer_conv2d_grad) */
-    return c->a.in_layout == KN_LAYOUT_NCHW && c->a.out_layout == KN_LAYOUT_NCHW;
+    return c->a.in_layout == c->a.out_layout &&
+           (c->a.in_layout == KN_LAYOUT_NCHW || c->a.in_layout == KN_LAYOUT_NHWC);
 }
 
 #ifndef KILN_HAVE_CUDNN

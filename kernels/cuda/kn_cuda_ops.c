@@ -178,11 +178,13 @@ static kn_status copy_into(const kn_tensor *in, kn_tensor *out)
 
 /* ---- reductions ---- */
 
-/* A float sum or mean over the leading dims of a contiguous x, the rest
- * kept (a bias's gradient over the rows): kn_reduce_cols. */
+/* A float sum, mean or var over the leading dims of a contiguous x, the
+ * rest kept (a bias's gradient over the rows, BatchNorm's statistics of a
+ * channels-last batch): kn_reduce_cols. */
 static bool columns_of_contiguous(const kn_opcall *c, const kn_tensor *x, const bool *red)
 {
-    if ((c->op != KN_OP_SUM && c->op != KN_OP_MEAN) || !kn_dtype_is_float(x->dtype) || x->ndim < 2 ||
+    if ((c->op != KN_OP_SUM && c->op != KN_OP_MEAN && c->op != KN_OP_VAR) || !kn_dtype_is_float(x->dtype) ||
+        x->ndim < 2 ||
         !kn_tensor_is_contiguous(x))
         return false;
     int k = 0;
@@ -205,8 +207,9 @@ static kn_status run_reduce_cols(const kn_tensor *x, kn_reduce_args *a)
     a->rsize[0] = rows;
     a->rst[0] = cols;
     if (a->nsplit == 1) return launch(x->dtype, KN_TK_REDUCE_COLS, tiles, a);
-    void *part; /* the partial sums, doubles [nsplit][cols] */
-    KN_TRY(kn_cuda_malloc(cols * a->nsplit * (int64_t)sizeof(double), &part));
+    void *part; /* the partial sums, doubles [nsplit][cols]; a var's squared deviations after them */
+    int64_t parts = a->op == KN_TR_VAR ? 2 : 1;
+    KN_TRY(kn_cuda_malloc(parts * cols * a->nsplit * (int64_t)sizeof(double), &part));
     a->part = part;
     kn_status st = launch(x->dtype, KN_TK_REDUCE_COLS, tiles * a->nsplit, a);
     if (st == KN_OK) st = launch(x->dtype, KN_TK_REDUCE_COLS_FINAL, tiles, a);

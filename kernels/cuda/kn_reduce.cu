@@ -220,6 +220,10 @@ extern "C" __global__ void kn_reduce_final(kn_reduce_args a)
  * eighth row, a warp reading 32 adjacent columns of one row at once, and
  * the 8 partial sums of a column are added in a fixed order; with more
  * than one split, a block's sums go to a.part for kn_reduce_cols_final.
+ * A var (BatchNorm's statistics over N, H and W of a channels-last batch)
+ * reads its rows twice: the block's mean, then the squared deviations from
+ * it; the splits' sums and squared deviations go to a.part
+ * ([2][nsplit][nout]) and are merged by count, mean and deviations.
  * The generic kernel walks a column's elements a row apart, one output a
  * thread group, and the compiled plans made such sums a cast to f64 and a
  * GEMV, which read the input 2-3 times. Sums in double, as kn_reduce. */
@@ -253,9 +257,29 @@ extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
             for (long long r = lo + ty; r < hi; r += 8, p += step) acc += kn_ldd<KN_DT>(p);
         }
         const double s = kn_cols_combine(acc, tx, ty);
+        double m2 = 0.0;
+        if (a.op == KN_TR_VAR) {
+            /* the squared deviations from this block's mean, its rows read
+             * again (from L2: a block's rows are a few hundred KB at most) */
+            const double mean = hi > lo ? s / (double)(hi - lo) : 0.0;
+            double sq = 0.0;
+            if (col < a.nout) {
+                const char *p = a.x + ((lo + ty) * a.rst[0] + col) * es;
+#pragma unroll 4
+                for (long long r = lo + ty; r < hi; r += 8, p += step) {
+                    const double d = kn_ldd<KN_DT>(p) - mean;
+                    sq += d * d;
+                }
+            }
+            __syncthreads(); /* kn_cols_combine's shared sums are read above */
+            m2 = kn_cols_combine(sq, tx, ty);
+        }
         if (ty == 0 && col < a.nout) {
-            if (a.nsplit == 1) kn_rfinish_f(a, col, s, 0.0);
-            else ((double *)a.part)[split * a.nout + col] = s;
+            if (a.nsplit == 1) kn_rfinish_f(a, col, s, m2);
+            else {
+                ((double *)a.part)[split * a.nout + col] = s;
+                if (a.op == KN_TR_VAR) ((double *)a.part)[(a.nsplit + split) * a.nout + col] = m2;
+            }
         }
     }
 }
@@ -276,6 +300,39 @@ extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
         const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
         const long long col = (long long)blockIdx.x * 32 + tx;
         const double *p = (const double *)a.part;
+        if (a.op == KN_TR_VAR) {
+            /* the splits' (count, mean, squared deviations) merged by Chan
+             * et al.'s update, as kn_reduce_final: every eighth split per
+             * warp, then the 8 warps' in order */
+            __shared__ double pn[8][33], pm[8][33], pq[8][33];
+            double n = 0.0, mean = 0.0, m2 = 0.0;
+            for (int k = ty; col < a.nout && k < a.nsplit; k += 8) {
+                const long long lo = (long long)k * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
+                const double nb = hi > lo ? (double)(hi - lo) : 0.0;
+                if (nb == 0) continue;
+                const double mb = p[(long long)k * a.nout + col] / nb, nt = n + nb, d = mb - mean;
+                mean += d * (nb / nt);
+                m2 += p[((long long)a.nsplit + k) * a.nout + col] + d * d * (n * nb / nt);
+                n = nt;
+            }
+            pn[ty][tx] = n;
+            pm[ty][tx] = mean;
+            pq[ty][tx] = m2;
+            __syncthreads();
+            if (ty == 0 && col < a.nout) {
+                n = pn[0][tx], mean = pm[0][tx], m2 = pq[0][tx];
+                for (int k = 1; k < 8; k++) {
+                    const double nb = pn[k][tx];
+                    if (nb == 0) continue;
+                    const double nt = n + nb, d = pm[k][tx] - mean;
+                    mean += d * (nb / nt);
+                    m2 += pq[k][tx] + d * d * (n * nb / nt);
+                    n = nt;
+                }
+                kn_rfinish_f(a, col, mean * n, m2);
+            }
+            return;
+        }
         double acc = 0.0;
         if (col < a.nout)
             for (int k = ty; k < a.nsplit; k += 8) acc += p[(long long)k * a.nout + col];
