@@ -6,8 +6,8 @@
 -- values (kn_reduce_cols, a var's two passes among them). Loss, every
 -- gradient and the running statistics against eager's NCHW step on fresh
 -- random inputs: bf16 under autocast (the pass's "auto" choice on a GPU)
--- and f32 (asked for: kiln.config.channels_last = true). Skipped where
--- there is no CUDA device.
+-- and f32 (asked for: kiln.config.channels_last = true; its conv gradients
+-- stay NCHW). Skipped where there is no CUDA device.
 local T = dofile("t/lib/tap.lua")
 if not pcall(kiln.zeros, { 1 }, { device = "cuda" }) then T.skip_all("no CUDA device") end
 
@@ -17,8 +17,8 @@ local nn = kiln.nn
 local function model(seed)
   nn.manual_seed(seed)
   -- channels multiples of 8, as cuDNN's NHWC engines take them in bf16;
-  -- the first conv reads 3 image channels, so its weight's gradient stays
-  -- NCHW; the last conv has no bias, as a conv before a BatchNorm
+  -- the first conv reads 3 image channels, which its weight's gradient
+  -- pads to 8; the last conv has no bias, as a conv before a BatchNorm
   return nn.Sequential(nn.Conv2d(3, 16, 3, { padding = 1 }), nn.BatchNorm2d(16), nn.ReLU(),
     nn.Conv2d(16, 32, 3, { stride = 2, padding = 1 }), nn.BatchNorm2d(32), nn.ReLU(),
     nn.Conv2d(32, 24, 3, { padding = 1, bias = false }), nn.BatchNorm2d(24), nn.ReLU(),
@@ -75,10 +75,18 @@ for _, case in ipairs({ { "bf16", "auto", 3e-2 }, { "f32", true, 1e-4 } }) do
       rel_max(m2[i].running_var, m1[i].running_var))
   end
   T.ok(worst_stat <= tol, string.format("%s: the running statistics as eager's (worst %.2g)", dt, worst_stat))
-  -- NHWC shapes in the kernels' names: N x H x W x C
-  local sdt = dt
-  T.like(notes, "conv2d_input_grad_" .. sdt .. "_8x20x20x16", dt .. ": the second conv's input gradient ran NHWC")
-  T.like(notes, "conv2d_weight_grad_" .. sdt .. "_32x3x3x16", dt .. ": the second conv's weight gradient ran NHWC")
+  -- NHWC shapes in the kernels' names: N x H x W x C. The f32 gradients
+  -- stay NCHW (cuDNN's strict f32 NHWC weight gradient of this stride-2
+  -- conv came out 0.99 off on the H200)
+  if dt == "f32" then
+    T.like(notes, "conv2d_input_grad_f32_8x16x20x20", "f32: the second conv's input gradient stayed NCHW")
+    T.like(notes, "conv2d_weight_grad_f32_32x16x3x3", "f32: the second conv's weight gradient stayed NCHW")
+  else
+    T.like(notes, "conv2d_input_grad_" .. dt .. "_8x20x20x16", dt .. ": the second conv's input gradient ran NHWC")
+    T.like(notes, "conv2d_weight_grad_" .. dt .. "_32x3x3x16", dt .. ": the second conv's weight gradient ran NHWC")
+    T.like(notes, "conv2d_weight_grad_" .. dt .. "_16x3x3x8",
+      dt .. ": the first conv's weight gradient ran NHWC, its 3 image channels padded to 8")
+  end
   T.like(notes, "batch_norm[%w_]*_8x10x10x32", dt .. ": the second BatchNorm ran NHWC")
 end
 

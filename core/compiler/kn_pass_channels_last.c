@@ -138,13 +138,16 @@ static kn_status weight_khwc(kn_tensor *w, int64_t cp, const kn_settings *settin
     return st;
 }
 
-/* Append node `op` and give it the replaced node's source line, so that
- * kernels, messages and drawings name the user's code. */
+/* Append node `op` and give it the replaced node's source line and part
+ * (forward, backward, update), so that kernels, messages, drawings and
+ * :time's part column name the user's code where it was. */
 static kn_status append_like(kn_pass_ctx *x, int op, const int *refs, int n, const kn_attrs *a, int like, int *out)
 {
     char where[KN_WHERE_MAX];
     memcpy(where, x->g->nodes[like].where, sizeof where);
-    return kn_pass_append_node(x, op, refs, n, a, like, where, out);
+    KN_TRY(kn_pass_append_node(x, op, refs, n, a, like, where, out));
+    x->g->nodes[*out].part = x->g->nodes[like].part;
+    return KN_OK;
 }
 
 static kn_status append_permute(kn_pass_ctx *x, int ref, const int dims[4], int like, int *out)
@@ -262,15 +265,88 @@ static kn_status nhwc_operand(cl_ctx *c, int ref, int like, int *out)
     return KN_OK;
 }
 
+/* x {N, C, H, W} (C not whole 16-byte vectors: an image's 3) as a new
+ * contiguous {N, H, W, cp}, its channels C..cp zero: the permuted x and a
+ * zero block joined along the channels. */
+static kn_status nhwc_padded(cl_ctx *c, int ref, int64_t cp, int like, int *out)
+{
+    kn_pass_ctx *x = c->x;
+    const kn_meta *m = &x->g->nodes[KN_REF_NODE(ref)].out[KN_REF_OUT(ref)];
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_FULL);
+    kn_attrs fa = init.a;
+    fa.nshape = 4;
+    fa.shape[0] = m->shape[0];
+    fa.shape[1] = m->shape[2];
+    fa.shape[2] = m->shape[3];
+    fa.shape[3] = cp - m->shape[1];
+    fa.value = 0;
+    fa.dtype = m->dtype;
+    int perm, zeros, cat;
+    KN_TRY(append_permute(x, ref, to_nhwc, like, &perm));
+    KN_TRY(append_like(x, KN_OP_FULL, NULL, 0, &fa, like, &zeros));
+    kn_opcall_init(&init, KN_OP_CAT);
+    kn_attrs ca = init.a;
+    ca.dim = 3;
+    int parts[2] = {KN_REF(perm, 0), KN_REF(zeros, 0)};
+    KN_TRY(append_like(x, KN_OP_CAT, parts, 2, &ca, like, &cat));
+    *out = KN_REF(cat, 0);
+    return KN_OK;
+}
+
+/* The weight's gradient of a conv whose input channels are not whole
+ * 16-byte vectors (the first layer's image), channels-last: x padded with
+ * zero channels to cp, the gradient {K, kh, kw, cp} (the padded channels'
+ * are sums of products with zeros), its first cin channels viewed NCHW.
+ * Left NCHW, cuDNN's gradient of the convnet sample's first conv took 216
+ * us (3% of the roofline, bf16, H200) after a 57 us copy of dy to NCHW. */
+static kn_status padded_weight_grad(cl_ctx *c, int i, int64_t cin, int64_t cp)
+{
+    kn_pass_ctx *x = c->x;
+    int xr, gr, gn, sl, view;
+    KN_TRY(nhwc_padded(c, KN_REF(x->g->nodes[i].in_node[0], x->g->nodes[i].in_out[0]), cp, i, &xr));
+    KN_TRY(nhwc_operand(c, KN_REF(x->g->nodes[i].in_node[1], x->g->nodes[i].in_out[1]), i, &gr));
+    const kn_node *n = &x->g->nodes[i];
+    kn_attrs a = n->a;
+    a.in_layout = a.out_layout = KN_LAYOUT_NHWC;
+    a.shape[0] = n->a.shape[0];
+    a.shape[1] = n->a.shape[2];
+    a.shape[2] = n->a.shape[3];
+    a.shape[3] = cp;
+    int refs[2] = {xr, gr};
+    KN_TRY(append_like(x, n->op, refs, 2, &a, i, &gn));
+    kn_opcall init;
+    kn_opcall_init(&init, KN_OP_SLICE);
+    kn_attrs sa = init.a;
+    sa.dim = 3;
+    sa.start = 0;
+    sa.stop = cin;
+    sa.step = 1;
+    int gref = KN_REF(gn, 0);
+    KN_TRY(append_like(x, KN_OP_SLICE, &gref, 1, &sa, i, &sl));
+    KN_TRY(append_permute(x, KN_REF(sl, 0), to_nchw, i, &view));
+    kn_graph *g = x->g;
+    memcpy(g->nodes[gn].covers, g->nodes[i].covers, sizeof g->nodes[gn].covers);
+    if (!kn_pass_replace(x, i, KN_REF(view, 0))) return KN_OK;
+    char who[200];
+    kn_pass_note(x, "channels_last: %s runs NHWC (its %lld input channels padded to %lld)",
+                 kn_pass_who(g, i, who, sizeof who), (long long)cin, (long long)cp);
+    return KN_OK;
+}
+
 /* conv2d's gradient node i (a training step's backward) runs channels-last
  * too: cuDNN's tensor-core engines read and write NHWC. Left NCHW, each
  * read its NHWC operands through a copy to NCHW (10-57 us each for the
  * convnet sample, bf16, H200) and ran the NCHW engines at 3-11% of the
  * roofline. The input's gradient is a view again, so the BatchNorm and
  * ReLU gradients after it stay NHWC; the weight's is read through its
- * view (a few KB). Where the channels (per group: groups 1 only) are not
- * whole 16-byte vectors, as the 3 of an image, it stays NCHW: cuDNN's
- * NHWC engines want them so, and a refused gradient has no fallback. */
+ * view (a few KB). Half types only: in f32, cuDNN's strict NHWC weight
+ * gradient of a stride-2 conv came out wrong on the H200 (t/cuda_channels_
+ * last_train.lua, 0.99 off), where the bf16 one matched eager's. Where the
+ * channels (groups 1 only) are not whole 16-byte vectors, as the 3 of an
+ * image, the weight's gradient reads x padded with zero channels
+ * (padded_weight_grad) and the input's stays NCHW: cuDNN's NHWC engines
+ * want whole vectors, and a refused gradient has no fallback. */
 static kn_status convert_conv_grad(cl_ctx *c, int i)
 {
     kn_pass_ctx *x = c->x;
@@ -288,10 +364,15 @@ static kn_status convert_conv_grad(cl_ctx *c, int i)
      * input's gradient) or in[0]'s; dy's in[0]'s or in[1]'s */
     int64_t cin = input_grad ? n->a.shape[1] : m0->shape[1], cout = input_grad ? m0->shape[1] : m1->shape[1];
     int64_t mult = 16 / (int64_t)kn_dtype_size(dt);
-    if (n->a.groups != 1 || cin % mult != 0 || cout % mult != 0) {
+    bool half = dt == KN_BF16 || dt == KN_F16;
+    if (half && !input_grad && n->a.groups == 1 && cin % mult != 0 && cout % mult == 0)
+        return padded_weight_grad(c, i, cin, (cin + mult - 1) / mult * mult);
+    if (!half || n->a.groups != 1 || cin % mult != 0 || cout % mult != 0) {
         kn_pass_note(x, "channels_last: %s stays NCHW: %s", kn_pass_who(g, i, who, sizeof who),
-                     n->a.groups != 1 ? "a grouped convolution's gradient"
-                                      : "its channels are not whole 16-byte vectors for cuDNN's NHWC engines");
+                     !half ? "an f32 gradient (cuDNN's strict f32 NHWC weight gradient of a strided conv was wrong on "
+                             "the H200)"
+                     : n->a.groups != 1 ? "a grouped convolution's gradient"
+                                        : "its channels are not whole 16-byte vectors for cuDNN's NHWC engines");
         return KN_OK;
     }
     int r0, r1;

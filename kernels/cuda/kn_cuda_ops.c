@@ -198,8 +198,10 @@ static bool columns_of_contiguous(const kn_opcall *c, const kn_tensor *x, const 
 static kn_status run_reduce_cols(const kn_tensor *x, kn_reduce_args *a)
 {
     const int64_t cols = a->nout, rows = a->count, tiles = (cols + 31) / 32;
-    /* enough blocks for four an SM, each at least 64 rows */
-    int64_t want = (4 * (int64_t)kn_cuda_current()->sm_count + tiles - 1) / tiles, most = rows / 64;
+    /* enough blocks for eight an SM (each 8 warps, 8 loads in flight a
+     * warp: 64 KB an SM, what the H200's bandwidth needs), each at least
+     * 64 rows */
+    int64_t want = (8 * (int64_t)kn_cuda_current()->sm_count + tiles - 1) / tiles, most = rows / 64;
     a->nsplit = (int)(want < most ? want : most);
     if (a->nsplit < 1) a->nsplit = 1;
     a->chunk = (rows + a->nsplit - 1) / a->nsplit;

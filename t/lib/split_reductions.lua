@@ -100,33 +100,34 @@ do
   T.ok(rel(m2[2].running_var, m1[2].running_var) <= 1e-5, "... and its running variance")
 end
 
--- the same channels-last (kiln.config.channels_last, as bf16 convs run on
--- a GPU): the convs, their gradients and the BatchNorms run NHWC, and the
--- statistics and their gradients' sums are column reductions of the NHWC
--- values; loss, gradients and running variance against eager's NCHW step
+-- the same channels-last under bf16 autocast (kiln.config.channels_last,
+-- as bf16 convs run on a GPU): the convs, their gradients and the
+-- BatchNorms run NHWC, and the statistics and their gradients' sums are
+-- column reductions of the NHWC values; loss, gradients and running
+-- variance against eager's NCHW step
 do
   local nn = kiln.nn
   local function model()
     nn.manual_seed(seed % 1000 + 1)
-    return nn.Sequential(nn.Conv2d(4, 8, 3, { padding = 1 }), nn.BatchNorm2d(8), nn.ReLU(),
-      nn.Conv2d(8, 12, 3, { stride = 2, padding = 1 }), nn.BatchNorm2d(12), nn.ReLU())
+    return nn.Sequential(nn.Conv2d(8, 8, 3, { padding = 1 }), nn.BatchNorm2d(8), nn.ReLU(),
+      nn.Conv2d(8, 16, 3, { stride = 2, padding = 1 }), nn.BatchNorm2d(16), nn.ReLU())
   end
   local m1, m2 = model(), model()
-  local x = kiln.randn({ 4, 4, 10, 10 }, { seed = seed + 98 })
+  local x = kiln.randn({ 4, 8, 10, 10 }, { seed = seed + 98 })
   local function step(m) return function(xx) m:zero_grad(); local l = (m(xx) ^ 2):mean(); l:backward(); return l end end
   kiln.config.channels_last = true
-  local cm = kiln.compile(step(m2))
+  local cm = kiln.compile(step(m2), { autocast = "bf16" })
   local worst = 0
   for _ = 1, 3 do
-    local a, b = step(m1)(x):item(), cm(x):item()
+    local a, b = kiln.autocast("bf16", step(m1), x):item(), cm(x):item()
     worst = math.max(worst, math.abs(a - b) / math.abs(a))
   end
   local names, per_channel = {}, 0
   for _, k in ipairs(cm:kernels(x)) do
     names[#names + 1] = k.name
-    if k.kind ~= "generated" and (k.name:match("_sum_f32_8$") or k.name:match("_sum_f32_12$")
-        or k.name:match("_mean_f32_8$") or k.name:match("_mean_f32_12$")
-        or k.name:match("_var_f32_8$") or k.name:match("_var_f32_12$")) then
+    if k.kind ~= "generated" and (k.name:match("_sum_%w+_8$") or k.name:match("_sum_%w+_16$")
+        or k.name:match("_mean_%w+_8$") or k.name:match("_mean_%w+_16$")
+        or k.name:match("_var_%w+_8$") or k.name:match("_var_%w+_16$")) then
       per_channel = per_channel + 1
     end
   end
@@ -138,10 +139,12 @@ do
     local d = (m2:parameters()[k].grad:to("f64") - p.grad:to("f64")):abs():amax():item()
     worst = math.max(worst, d == d and d / scale or math.huge)
   end
-  T.ok(worst <= 1e-5, string.format("a channels-last BatchNorm training step: loss and gradients as eager's (worst %.1e)", worst))
-  T.ok(rel(m2[5].running_var, m1[5].running_var) <= 1e-5, "... and its running variance")
-  T.ok(names:find("conv2d_input_grad_f32_4x10x10x8", 1, true) and names:find("conv2d_weight_grad_f32_12x3x3x8", 1, true)
-    and names:find("batch_norm_relu_f32_4x5x5x12", 1, true),
+  -- bf16 sums in other orders (columns against eager's NCHW reductions)
+  -- round to other bf16 values now and then: a bf16 step's tolerance
+  T.ok(worst <= 1.6e-2, string.format("a channels-last bf16 BatchNorm training step: loss and gradients as eager's (worst %.1e)", worst))
+  T.ok(rel(m2[5].running_var, m1[5].running_var) <= 1.6e-2, "... and its running variance")
+  T.ok(names:find("conv2d_input_grad_bf16_4x10x10x8", 1, true) and names:find("conv2d_weight_grad_bf16_16x3x3x8", 1, true)
+    and names:find("batch_norm_relu_f32_4x5x5x16", 1, true),
     "... the input's and the weight's gradients of the second conv, and the BatchNorm, ran NHWC (kernel names)")
   T.is(per_channel, 10, "... each BatchNorm's mean, var and two gradient sums, and each conv's bias gradient: "
     .. "10 reductions to a value per channel, each one backend reduction (on a GPU: its column kernel)")
