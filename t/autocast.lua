@@ -1,8 +1,9 @@
 -- t/autocast.lua: kiln.autocast and kiln.compile(f, {autocast = dtype})
 -- (issue 33, item 3): inside it, matmul, conv2d and attention take their
 -- f32 inputs in bf16 or f16 and give results in that dtype, while softmax,
--- log_softmax, the norms and the reductions take half inputs in f32, as
--- torch.autocast's lists do; f64 and integer inputs stay; every other op
+-- log_softmax, layer_norm and the reductions take half inputs in f32, as
+-- torch.autocast's lists do (batch_norm normalizes a half input into a
+-- half result); f64 and integer inputs stay; every other op
 -- promotes as always. The casts are ops of their own, so gradients come
 -- back to f32 parameters in f32; a compiled callable's replays never mix a
 -- trace made under autocast with a call outside it; a compiled training
@@ -48,6 +49,25 @@ for _, case in ipairs({
   local r = kiln.autocast("bf16", case[2])
   T.is(r.dtype, "f32", case[1] .. " of a bf16 input under autocast: computed and returned in f32")
   T.ok(maxrel(r, case[2]():to("f32")) <= 1e-2, case[1] .. ": the value of the op in bf16, within bf16's rounding")
+end
+-- batch_norm, as in torch.autocast: a bf16 input normalized with f32
+-- statistics and parameters, a bf16 result (the f32 normalization rounded
+-- once); a BatchNorm2d in train mode keeps f32 running statistics, and its
+-- parameters get f32 gradients
+do
+  local xb = bf(randn({ 4, 3, 5, 5 }))
+  local rm, rv = randn({ 3 }), randn({ 3 }):abs() + 0.5
+  local r = kiln.autocast("bf16", function() return kiln.batch_norm(xb, rm, rv, nil, nil, 1e-5) end)
+  T.is(r.dtype, "bf16", "batch_norm of a bf16 input under autocast: a bf16 result")
+  local want = kiln.batch_norm(xb:to("f32"), rm, rv, nil, nil, 1e-5):to("bf16")
+  T.ok(maxrel(r, want) == 0, "and the f32 normalization of its input, rounded to bf16 once")
+  local bn = nn.BatchNorm2d(3):train()
+  local xin = randn({ 4, 3, 5, 5 })
+  local out = kiln.autocast("bf16", function() return bn(bf(xin)) end)
+  T.is(out.dtype, "bf16", "a BatchNorm2d in train mode under autocast: a bf16 result")
+  T.is(bn.running_var.dtype, "f32", "... its running statistics stay f32")
+  kiln.autocast("bf16", function() return bn(bf(xin)):to("f32"):sum() end):backward()
+  T.is(bn.weight.grad and bn.weight.grad.dtype, "f32", "... and its weight gets an f32 gradient")
 end
 T.is(kiln.autocast("bf16", function() return x:to("f64"):matmul(w:to("f64")) end).dtype, "f64",
   "f64 inputs stay f64")

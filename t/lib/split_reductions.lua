@@ -144,7 +144,7 @@ do
   T.ok(worst <= 1.6e-2, string.format("a channels-last bf16 BatchNorm training step: loss and gradients as eager's (worst %.1e)", worst))
   T.ok(rel(m2[5].running_var, m1[5].running_var) <= 1.6e-2, "... and its running variance")
   T.ok(names:find("conv2d_input_grad_bf16_4x10x10x8", 1, true) and names:find("conv2d_weight_grad_bf16_16x3x3x8", 1, true)
-    and names:find("batch_norm_relu_f32_4x5x5x16", 1, true),
+    and names:find("batch_norm_relu_bf16_4x5x5x16", 1, true),
     "... the input's and the weight's gradients of the second conv, and the BatchNorm, ran NHWC (kernel names)")
   T.is(per_channel, 10, "... each BatchNorm's mean, var and two gradient sums, and each conv's bias gradient: "
     .. "10 reductions to a value per channel, each one backend reduction (on a GPU: its column kernel)")
