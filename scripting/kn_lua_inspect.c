@@ -623,7 +623,7 @@ static bool read_by_backward(const kn_graph *g, int i, int o)
  * with op, shape, dtype, bytes and source line; `bytes`, their sum; and
  * `recomputed`, the forward ops the recompute pass computes again in the
  * backward instead of keeping (kiln.config.activation_memory_budget below
- * 1), each with its reason. */
+ * 1, or a widening cast of a value kept anyway), each with its reason. */
 /* The graph cm:saved() reads for graph k's version: its plan's, when the
  * recompute pass copied forward ops into its backward (the values it
  * keeps are then the plan's), else the captured one. */
@@ -685,10 +685,15 @@ static int cm_saved(lua_State *L)
         for (int i = 0; i < g->n_nodes; i++) {
             if (!g->nodes[i].recomputed) continue;
             push_saved(L, k, g, i, 0);
-            lua_pushfstring(L, "a pointwise %s of values the backward keeps anyway: computed again before its "
-                               "first backward reader, not kept from the forward (kiln.config."
-                               "activation_memory_budget below 1 when the plan was built)",
-                            kn_node_op_name(&g->nodes[i]));
+            if (g->nodes[i].recomputed == KN_RECOMPUTED_WIDENING_CAST)
+                lua_pushfstring(L, "a widening cast of a value the backward keeps anyway: computed again before "
+                                   "its first backward reader, not kept from the forward (at any "
+                                   "kiln.config.activation_memory_budget: the narrow value is kept already)");
+            else
+                lua_pushfstring(L, "a pointwise %s of values the backward keeps anyway: computed again before its "
+                                   "first backward reader, not kept from the forward (kiln.config."
+                                   "activation_memory_budget below 1 when the plan was built)",
+                                kn_node_op_name(&g->nodes[i]));
             lua_setfield(L, -2, "reason");
             lua_seti(L, -2, ++nr);
         }

@@ -57,7 +57,7 @@ T.ok(worst <= 1e-5, string.format("budget 0.5: the losses of budget 1 and of eag
 local pd = 0
 for i, p in ipairs(m2:parameters()) do pd = math.max(pd, (p - m1:parameters()[i]):abs():amax():item()) end
 T.ok(pd <= 1e-5, string.format("and the same parameters after 8 steps (%.3g)", pd))
-T.is(#s1.recomputed, 0, "budget 1: nothing recomputed")
+T.is(#s1.recomputed, 0, "budget 1: nothing recomputed (an f32 step has no widening casts)")
 T.ok(#s2.recomputed >= 2, string.format("budget 0.5: forward ops recomputed (%d)", #s2.recomputed))
 local r = s2.recomputed[1] or {}
 T.is(r.op, "gelu", "the recomputed op is named (gelu)")
@@ -70,6 +70,40 @@ T.ok(p2 < p1, string.format("and so does the plan's peak (%d -> %d bytes)", p1, 
 local kept_gelu = 0
 for _, v in ipairs(s2.values) do kept_gelu = kept_gelu + (v.op == "gelu" and 1 or 0) end
 T.is(kept_gelu, 4 - #s2.recomputed, "the values kept list no gelu that is recomputed")
+
+-- at any budget, a widening cast of a value the backward keeps anyway is
+-- computed again, not kept: under bf16 autocast, BatchNorm's statistics
+-- read an f32 cast of the bf16 conv output, and var's gradient reads it
+-- again, while the bf16 value is kept for BatchNorm's own gradient
+do
+  local function net()
+    nn.manual_seed(4)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, { padding = 1, bias = false }), nn.BatchNorm2d(8), nn.ReLU(),
+      nn.AdaptiveAvgPool2d({ 1, 1 }), nn.Flatten(), nn.Linear(8, 4))
+  end
+  local img, lab = kiln.randn({ 4, 3, 6, 6 }, { seed = 7 }), kiln.randint(1, 5, { 4 }, { seed = 8 })
+  local me, mc = net(), net()
+  local se, sc = step_of(me), step_of(mc)
+  local cm = kiln.compile(sc, { autocast = "bf16" })
+  local worst = 0
+  for _ = 1, 4 do
+    local a, b = kiln.autocast("bf16", se, img, lab):item(), cm(img, lab):item()
+    worst = math.max(worst, a == a and b == b and math.abs(a - b) or math.huge)
+  end
+  T.ok(worst <= 1e-5, string.format("bf16 autocast BatchNorm step, budget 1: the eager steps' losses (worst %.3g)", worst))
+  local s = cm:saved()
+  local casts, kept_f32_casts = 0, 0
+  for _, r in ipairs(s.recomputed) do
+    if r.op == "cast" and (r.reason or ""):find("widening cast of a value the backward keeps anyway", 1, true) then
+      casts = casts + 1
+    end
+  end
+  for _, v in ipairs(s.values) do
+    if v.op == "cast" and v.dtype == "f32" and #v.shape == 4 then kept_f32_casts = kept_f32_casts + 1 end
+  end
+  T.ok(casts >= 1, string.format("budget 1: the f32 cast of the conv output is recomputed, with its reason (%d)", casts))
+  T.is(kept_f32_casts, 0, "and no f32 copy of a 4-D value is kept from the forward")
+end
 
 local ok, err = pcall(function()
   kiln.config.activation_memory_budget = 1.5

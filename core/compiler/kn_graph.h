@@ -21,6 +21,10 @@ enum { KN_NODE_INPUT = KN_OP_COUNT, KN_NODE_CONST };
  * it (an optimizer's ops, grad mode off); inference graphs are all
  * forward. */
 enum { KN_PART_FORWARD, KN_PART_BACKWARD, KN_PART_UPDATE };
+/* Why the recompute pass copied a forward op into the backward (kn_node.
+ * recomputed): kiln.config.activation_memory_budget below 1, or a widening
+ * cast of a value kept anyway (at any budget). */
+enum { KN_RECOMPUTED_BUDGET = 1, KN_RECOMPUTED_WIDENING_CAST = 2 };
 /* A KN_PART_*'s word: "forward", "backward" or "update" (cm:graphs(), the drawings). */
 const char *kn_part_name(int part);
 
@@ -55,7 +59,7 @@ typedef struct kn_node {
     char covers[KN_COVERS_MAX];  /* a node a pass made from several: the ops it replaced with their
                                     lines, for cm:kernels() ("matmul f.lua:3, softmax :4, ..."); or "" */
     unsigned char part;          /* KN_PART_*: set as the node is traced */
-    unsigned char recomputed;    /* a forward op the recompute pass copied into the backward */
+    unsigned char recomputed;    /* a forward op the recompute pass copied into the backward: KN_RECOMPUTED_* */
 } kn_node;
 
 typedef struct kn_graph_input {

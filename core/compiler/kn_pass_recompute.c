@@ -12,6 +12,8 @@
  * value). The inputs of a recomputed op are then pinned: recomputing one
  * of them too would only move where it is kept. Each copy is marked
  * `recomputed` (and part backward), which cm:saved() lists with its reason.
+ * At any budget, a widening float cast of a value kept anyway is computed
+ * again rather than kept (recompute_widening_casts).
  */
 #include "kn_pass_recompute.h"
 
@@ -54,10 +56,65 @@ static int by_bytes_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* Node i's copy before its first backward reader, which the backward
+ * reads instead (marked `recomputed` = why: KN_RECOMPUTED_*); *copy the
+ * new node. */
+static kn_status recompute_node(kn_pass_ctx *x, int i, unsigned char why, int *copy)
+{
+    kn_graph *g = x->g;
+    const kn_node *nd = &g->nodes[i];
+    int first = first_backward_reader(x, i);
+    int refs[KN_MAX_INPUTS];
+    for (int k = 0; k < nd->n_in; k++) refs[k] = KN_REF(nd->in_node[k], nd->in_out[k]);
+    char where[KN_WHERE_MAX];
+    memcpy(where, nd->where, sizeof where);
+    kn_attrs a = nd->a;
+    int op = nd->op, n_in = nd->n_in;
+    KN_TRY(kn_pass_append_node(x, op, refs, n_in, &a, first, where, copy));
+    g = x->g; /* the node array may have moved */
+    g->nodes[*copy].part = KN_PART_BACKWARD;
+    g->nodes[*copy].recomputed = why;
+    memcpy(g->nodes[*copy].name, g->nodes[i].name, sizeof g->nodes[*copy].name);
+    /* the backward reads the copy; the forward keeps the original */
+    for (int j = i + 1; j < x->n_orig; j++) {
+        kn_node *u = &g->nodes[j];
+        if (x->dead[j] || u->part != KN_PART_BACKWARD) continue;
+        for (int k = 0; k < u->n_in; k++)
+            if (u->in_node[k] == i && u->in_out[k] == 0) u->in_node[k] = *copy;
+    }
+    return KN_OK;
+}
+
+/* Widening float casts the backward reads, of a value it keeps anyway
+ * (or of a graph input): computed again from that value at any budget.
+ * Keeping the wider copy costs its bytes from the forward to the backward
+ * for nothing, since the backward kernel that reads it can convert the
+ * narrow value as it loads it. Under bf16 autocast, the f32 casts that
+ * BatchNorm's statistics read (and var's gradient reads again) were 92 of
+ * the 194 MiB a convnet training step kept (the sample at 32 x 224 x 224). */
+static kn_status recompute_widening_casts(kn_pass_ctx *x, const unsigned char *kept, unsigned char *done)
+{
+    for (int i = 0; i < x->n_orig; i++) {
+        const kn_node *nd = &x->g->nodes[i];
+        if (!kept[i] || nd->op != KN_OP_CAST || nd->n_in != 1 || nd->n_out != 1 || kn_pass_is_output(x, i))
+            continue;
+        int s = nd->in_node[0];
+        const kn_meta *in = &x->g->nodes[s].out[nd->in_out[0]];
+        if (!kn_dtype_is_float(in->dtype) || !kn_dtype_is_float(nd->out[0].dtype) ||
+            kn_dtype_size(nd->out[0].dtype) <= kn_dtype_size(in->dtype))
+            continue;
+        int sop = x->g->nodes[s].op;
+        if (!(sop == KN_NODE_INPUT || (kept[s] && !done[s] && nd->in_out[0] == 0))) continue;
+        int copy;
+        KN_TRY(recompute_node(x, i, KN_RECOMPUTED_WIDENING_CAST, &copy));
+        done[i] = 1;
+    }
+    return KN_OK;
+}
+
 kn_status kn_pass_recompute(kn_pass_ctx *x)
 {
     double budget = kn_settings_or_defaults(x->settings)->activation_memory_budget;
-    if (!(budget < 1)) return KN_OK;
     kn_graph *g = x->g;
     int n = x->n_orig;
     /* kept: forward op outputs that a backward op reads */
@@ -77,9 +134,14 @@ kn_status kn_pass_recompute(kn_pass_ctx *x)
         kept[i] = 1;
         total += value_bytes(&nd->out[0]);
     }
+    if ((st = recompute_widening_casts(x, kept, done)) != KN_OK) goto out;
+    g = x->g;
+    for (int i = 0; i < n; i++)
+        if (done[i]) total -= value_bytes(&g->nodes[i].out[0]);
+    if (!(budget < 1)) goto out;
     for (int i = 0; i < n; i++) {
         const kn_node *nd = &g->nodes[i];
-        if (!kept[i] || !is_pointwise(nd->op) || nd->n_out != 1 || kn_pass_is_output(x, i)) continue;
+        if (!kept[i] || done[i] || !is_pointwise(nd->op) || nd->n_out != 1 || kn_pass_is_output(x, i)) continue;
         cand[nc++] = (candidate){i, value_bytes(&nd->out[0])};
     }
     qsort(cand, (size_t)nc, sizeof *cand, by_bytes_desc);
@@ -96,28 +158,12 @@ kn_status kn_pass_recompute(kn_pass_ctx *x)
             ok = sop == KN_NODE_INPUT || sop == KN_NODE_CONST || (kept[s] && !done[s] && nd->in_out[k] == 0);
         }
         if (!ok) continue;
-        int first = first_backward_reader(x, i);
-        int refs[KN_MAX_INPUTS];
-        for (int k = 0; k < nd->n_in; k++) refs[k] = KN_REF(nd->in_node[k], nd->in_out[k]);
-        char where[KN_WHERE_MAX];
-        memcpy(where, nd->where, sizeof where);
-        kn_attrs a = nd->a;
-        int op = nd->op, n_in = nd->n_in, copy;
-        st = kn_pass_append_node(x, op, refs, n_in, &a, first, where, &copy);
-        if (st != KN_OK) break;
-        g = x->g; /* the node array may have moved */
-        g->nodes[copy].part = KN_PART_BACKWARD;
-        g->nodes[copy].recomputed = 1;
-        memcpy(g->nodes[copy].name, g->nodes[i].name, sizeof g->nodes[copy].name);
-        /* the backward reads the copy; the forward keeps the original */
-        for (int j = i + 1; j < n; j++) {
-            kn_node *u = &g->nodes[j];
-            if (x->dead[j] || u->part != KN_PART_BACKWARD) continue;
-            for (int k = 0; k < u->n_in; k++)
-                if (u->in_node[k] == i && u->in_out[k] == 0) u->in_node[k] = copy;
-        }
+        int n_in = nd->n_in, ins[KN_MAX_INPUTS], copy;
+        for (int k = 0; k < n_in; k++) ins[k] = nd->in_node[k];
+        if ((st = recompute_node(x, i, KN_RECOMPUTED_BUDGET, &copy)) != KN_OK) break;
+        g = x->g;
         done[i] = 1;
-        for (int k = 0; k < n_in; k++) pinned[KN_REF_NODE(refs[k])] = 1;
+        for (int k = 0; k < n_in; k++) pinned[ins[k]] = 1;
         keep -= cand[c].bytes;
     }
 out:
