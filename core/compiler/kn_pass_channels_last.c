@@ -340,9 +340,10 @@ static kn_status padded_weight_grad(cl_ctx *c, int i, int64_t cin, int64_t cp)
  * convnet sample, bf16, H200) and ran the NCHW engines at 3-11% of the
  * roofline. The input's gradient is a view again, so the BatchNorm and
  * ReLU gradients after it stay NHWC; the weight's is read through its
- * view (a few KB). Half types only: in f32, cuDNN's strict NHWC weight
- * gradient of a stride-2 conv came out wrong on the H200 (t/cuda_channels_
- * last_train.lua, 0.99 off), where the bf16 one matched eager's. Where the
+ * view (a few KB). Half types only: f32 training graphs stay NCHW under
+ * "auto" (kn_plan_build.c), cuDNN's strict f32 forward engines measured
+ * slower NHWC than NCHW (docs/modes.md), and its f32 NHWC gradients have
+ * not been measured against its NCHW ones. Where the
  * channels (groups 1 only) are not whole 16-byte vectors, as the 3 of an
  * image, the weight's gradient reads x padded with zero channels
  * (padded_weight_grad) and the input's stays NCHW: cuDNN's NHWC engines
@@ -369,8 +370,8 @@ static kn_status convert_conv_grad(cl_ctx *c, int i)
         return padded_weight_grad(c, i, cin, (cin + mult - 1) / mult * mult);
     if (!half || n->a.groups != 1 || cin % mult != 0 || cout % mult != 0) {
         kn_pass_note(x, "channels_last: %s stays NCHW: %s", kn_pass_who(g, i, who, sizeof who),
-                     !half ? "an f32 gradient (cuDNN's strict f32 NHWC weight gradient of a strided conv was wrong on "
-                             "the H200)"
+                     !half ? "an f32 gradient (cuDNN's strict f32 forward engines ran slower NHWC; its gradients' "
+                             "were not measured so)"
                      : n->a.groups != 1 ? "a grouped convolution's gradient"
                                         : "its channels are not whole 16-byte vectors for cuDNN's NHWC engines");
         return KN_OK;

@@ -2,7 +2,6 @@
 --   local T = dofile("t/lib/tap.lua")
 --   T.ok(cond, name); T.is(got, want, name); T.like(str, pattern, name)
 --   T.near(got, want, tol, name); T.raises(fn, pattern, name); T.skip_all(reason)
---   T.todo(cond, name, reason)  -- a known defect's check: reported, not failing
 --   T.done()  -- prints the plan and exits non-zero on failure
 local T = { n = 0, failed = 0 }
 
@@ -25,15 +24,6 @@ end
 
 function T.ok(cond, name) return report(cond and true or false, name) end
 
--- A check of a known defect, not yet fixed: it runs and prints its result
--- with TAP's TODO directive and the reason (prove lists it, and says when
--- it starts passing), but does not fail the file.
-function T.todo(cond, name, reason)
-  T.n = T.n + 1
-  io.write((cond and "ok " or "not ok ") .. T.n .. " - " .. tostring(name or "") .. " # TODO " .. reason .. "\n")
-  io.flush()
-  return cond
-end
 
 function T.is(got, want, name)
   return report(got == want, name,
