@@ -160,6 +160,24 @@ static kn_status append_permute(kn_pass_ctx *x, int ref, const int dims[4], int 
     return append_like(x, KN_OP_PERMUTE, &ref, 1, &a, like, out);
 }
 
+/* ref (NCHW {N, C, H, W}, or a weight {K, C, kh, kw}) as a contiguous
+ * channels-last value: this pass's NHWC value where ref is one of its
+ * views, else a permute and a copy. */
+static kn_status nhwc_operand(cl_ctx *c, int ref, int like, int *out)
+{
+    int src = nhwc_behind(c, KN_REF_NODE(ref));
+    if (src >= 0 && KN_REF_OUT(ref) == 0) {
+        *out = src;
+        return KN_OK;
+    }
+    int perm, copy;
+    KN_TRY(append_permute(c->x, ref, to_nhwc, like, &perm));
+    int pref = KN_REF(perm, 0);
+    KN_TRY(append_like(c->x, KN_OP_CONTIGUOUS, &pref, 1, NULL, like, &copy));
+    *out = KN_REF(copy, 0);
+    return KN_OK;
+}
+
 /* The NHWC weight of conv node i: a fixed value laid out now, or nodes
  * that permute an argument at every call. */
 static kn_status nhwc_weight(cl_ctx *c, int i, int64_t cp, int *ref, bool *padded)
@@ -183,12 +201,7 @@ static kn_status nhwc_weight(cl_ctx *c, int i, int64_t cp, int *ref, bool *padde
         *padded = cp > w->shape[1];
         return KN_OK;
     }
-    int perm, copy;
-    KN_TRY(append_permute(x, KN_REF(wn, wo), to_nhwc, i, &perm));
-    int pref = KN_REF(perm, 0);
-    KN_TRY(append_like(x, KN_OP_CONTIGUOUS, &pref, 1, NULL, i, &copy));
-    *ref = KN_REF(copy, 0);
-    return KN_OK;
+    return nhwc_operand(c, KN_REF(wn, wo), i, ref);
 }
 
 static kn_status convert_conv(cl_ctx *c, int i)
@@ -244,24 +257,6 @@ static kn_status convert_conv(cl_ctx *c, int i)
     kn_pass_note(x, "channels_last: %s runs NHWC (%s%s)", kn_pass_who(g, i, who, sizeof who),
                  src >= 0 ? "reads the NHWC value of the conv chain before it" : "converts its NCHW input: a chain starts",
                  pad);
-    return KN_OK;
-}
-
-/* ref (NCHW {N, C, H, W}, or a weight {K, C, kh, kw}) as a contiguous
- * channels-last value: this pass's NHWC value where ref is one of its
- * views, else a permute and a copy. */
-static kn_status nhwc_operand(cl_ctx *c, int ref, int like, int *out)
-{
-    int src = nhwc_behind(c, KN_REF_NODE(ref));
-    if (src >= 0 && KN_REF_OUT(ref) == 0) {
-        *out = src;
-        return KN_OK;
-    }
-    int perm, copy;
-    KN_TRY(append_permute(c->x, ref, to_nhwc, like, &perm));
-    int pref = KN_REF(perm, 0);
-    KN_TRY(append_like(c->x, KN_OP_CONTIGUOUS, &pref, 1, NULL, like, &copy));
-    *out = KN_REF(copy, 0);
     return KN_OK;
 }
 
