@@ -114,6 +114,10 @@ static kn_status recompute_widening_casts(kn_pass_ctx *x, const unsigned char *k
 
 kn_status kn_pass_recompute(kn_pass_ctx *x)
 {
+    /* an inference graph keeps nothing for a backward: finding the kept
+     * values asks every node for its first backward reader, a walk over
+     * the nodes after it */
+    if (!kn_pass_graph_trains(x->g)) return KN_OK;
     double budget = kn_settings_or_defaults(x->settings)->activation_memory_budget;
     kn_graph *g = x->g;
     int n = x->n_orig;
