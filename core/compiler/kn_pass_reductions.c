@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kn_pass_flags.h"
+#include "kn_shape.h"
 
 /* The inner dims a row kernel reduces must be at least this long to pay
  * for the second, small reduction. */
@@ -163,13 +164,8 @@ static bool columns_behind_view(const kn_pass_ctx *x, const kn_node *n, const bo
             last_kept = sd;
         }
     }
-    int k = 0;
-    while (k < sm->ndim && src_red[k]) k++;
-    if (k == 0 || k == sm->ndim) return false;
-    for (int d = k; d < sm->ndim; d++)
-        if (src_red[d]) return false;
-    *n_lead = k;
-    return true;
+    *n_lead = kn_shape_leading_reduced(sm->ndim, src_red);
+    return *n_lead > 0;
 }
 
 kn_status kn_pass_split_reductions(kn_pass_ctx *x)

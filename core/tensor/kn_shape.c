@@ -220,6 +220,16 @@ static kn_status infer_masked(const kn_opcall *c, kn_meta *out)
 
 /* ---- reductions ---- */
 
+int kn_shape_leading_reduced(int ndim, const bool *red)
+{
+    int k = 0;
+    while (k < ndim && red[k]) k++;
+    if (k == 0 || k == ndim) return 0;
+    for (int d = k; d < ndim; d++)
+        if (red[d]) return 0;
+    return k;
+}
+
 static kn_status infer_reduce(const kn_opcall *c, kn_meta *out)
 {
     KN_TRY(check_count(c, 1, 1, "a tensor"));

@@ -20,4 +20,10 @@ kn_status kn_shape_broadcast(const char *what, int na, const int64_t *a, int nb,
  * names the op ("add: expects 2 inputs, got 3"). */
 kn_status kn_shape_check_inputs(const kn_opcall *c, int n);
 
+/* A reduction over dims red[0..ndim) that takes the leading dims and keeps
+ * the rest (a column reduction: a bias's gradient over the rows, BatchNorm's
+ * statistics of a channels-last value): how many leading dims, 1 to
+ * ndim - 1; 0 when it is not one. */
+int kn_shape_leading_reduced(int ndim, const bool *red);
+
 #endif

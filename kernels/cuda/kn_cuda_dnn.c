@@ -1066,20 +1066,7 @@ kn_status kn_cuda_dnn_conv_grad(const kn_opcall *c)
         k.pad[i] = c->a.padding[i];
         k.dil[i] = c->a.dilation[i];
     }
-    static const int nchw_of[4] = {0, 3, 1, 2};
-    for (int d = 0; d < 4; d++) {
-        int s = k.nhwc ? nchw_of[d] : d;
-        k.xd[d] = dx ? out->shape[s] : in[0]->shape[s];
-        k.wd[d] = dx ? in[1]->shape[s] : out->shape[s];
-        k.yd[d] = dy->shape[s];
-    }
-    if (k.nhwc) {
-        packed_nhwc(k.xd, k.xs);
-        packed_nhwc(k.wd, k.ws);
-    } else {
-        packed(k.xd, k.xs);
-        packed(k.wd, k.ws);
-    }
+    dnn_key_dims(&k, dx ? out : in[0], dx ? in[1] : out, dy, k.nhwc);
     void *px = dx ? kn_cuda_tensor_ptr(out) : kn_cuda_tensor_ptr(in[0]);
     void *pw = dx ? kn_cuda_tensor_ptr(in[1]) : kn_cuda_tensor_ptr(out);
     k.align_x = kn_cuda_align_of(px, NULL, 0, 16);

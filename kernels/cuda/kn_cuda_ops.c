@@ -22,6 +22,7 @@
 #include "kn_cuda_module.h"
 #include "kn_cuda_targs.h"
 #include "kn_cuda_tsrc.h"
+#include "kn_shape.h"
 #include "kn_view.h"
 
 #define GRID_CAP 65535 /* kernels loop over their work: any grid is correct */
@@ -187,12 +188,7 @@ static bool columns_of_contiguous(const kn_opcall *c, const kn_tensor *x, const 
         x->ndim < 2 ||
         !kn_tensor_is_contiguous(x))
         return false;
-    int k = 0;
-    while (k < x->ndim && red[k]) k++;
-    if (k == 0 || k == x->ndim) return false;
-    for (int d = k; d < x->ndim; d++)
-        if (red[d]) return false;
-    return true;
+    return kn_shape_leading_reduced(x->ndim, red) > 0;
 }
 
 static kn_status run_reduce_cols(const kn_tensor *x, kn_reduce_args *a)

@@ -176,6 +176,16 @@ extern "C" __global__ void kn_reduce(kn_reduce_args a)
 }
 #endif
 
+/* Chan et al.'s pairwise update: (n, mean, m2), a count, its mean and its
+ * squared deviations from it, merged with another part's (nb > 0). */
+KN_FN void kn_chan_merge(double &n, double &mean, double &m2, double nb, double mb, double m2b)
+{
+    const double nt = n + nb, d = mb - mean;
+    mean += d * (nb / nt);
+    m2 += m2b + d * d * (n * nb / nt);
+    n = nt;
+}
+
 /* One thread per output: combine its nsplit partials in order (var by
  * Chan et al.'s pairwise update of count, mean and squared deviations). */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce_final)
@@ -193,10 +203,7 @@ extern "C" __global__ void kn_reduce_final(kn_reduce_args a)
                 } else if (a.op == KN_TR_VAR) {
                     double nb = (double)p[k].n;
                     if (nb == 0) continue;
-                    double mb = p[k].s / nb, nt = n + nb, d = mb - mean;
-                    mean += d * (nb / nt);
-                    m2 += p[k].m2 + d * d * (n * nb / nt);
-                    n = nt;
+                    kn_chan_merge(n, mean, m2, nb, p[k].s / nb, p[k].m2);
                 } else {
                     s += p[k].s;
                 }
@@ -326,10 +333,8 @@ extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
                 const long long lo = (long long)k * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
                 const double nb = hi > lo ? (double)(hi - lo) : 0.0;
                 if (nb == 0) continue;
-                const double mb = p[(long long)k * a.nout + col] / nb, nt = n + nb, d = mb - mean;
-                mean += d * (nb / nt);
-                m2 += p[((long long)a.nsplit + k) * a.nout + col] + d * d * (n * nb / nt);
-                n = nt;
+                kn_chan_merge(n, mean, m2, nb, p[(long long)k * a.nout + col] / nb,
+                              p[((long long)a.nsplit + k) * a.nout + col]);
             }
             pn[ty][tx] = n;
             pm[ty][tx] = mean;
@@ -337,14 +342,8 @@ extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
             __syncthreads();
             if (ty == 0 && col < a.nout) {
                 n = pn[0][tx], mean = pm[0][tx], m2 = pq[0][tx];
-                for (int k = 1; k < 8; k++) {
-                    const double nb = pn[k][tx];
-                    if (nb == 0) continue;
-                    const double nt = n + nb, d = pm[k][tx] - mean;
-                    mean += d * (nb / nt);
-                    m2 += pq[k][tx] + d * d * (n * nb / nt);
-                    n = nt;
-                }
+                for (int k = 1; k < 8; k++)
+                    if (pn[k][tx] != 0) kn_chan_merge(n, mean, m2, pn[k][tx], pm[k][tx], pq[k][tx]);
                 kn_rfinish_f(a, col, mean * n, m2);
             }
             return;
