@@ -304,9 +304,7 @@ static kn_status padded_weight_grad(cl_ctx *c, int i, int64_t cin, int64_t cp)
     const kn_node *n = &x->g->nodes[i];
     kn_attrs a = n->a;
     a.in_layout = a.out_layout = KN_LAYOUT_NHWC;
-    a.shape[0] = n->a.shape[0];
-    a.shape[1] = n->a.shape[2];
-    a.shape[2] = n->a.shape[3];
+    for (int d = 0; d < 4; d++) a.shape[d] = n->a.shape[to_nhwc[d]];
     a.shape[3] = cp;
     int refs[2] = {xr, gr};
     KN_TRY(append_like(x, n->op, refs, 2, &a, i, &gn));

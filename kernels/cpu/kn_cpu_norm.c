@@ -95,12 +95,13 @@ static kn_status run_batch_norm(const kn_opcall *c, const kn_tensor *x)
     bool last = c->a.in_layout == KN_LAYOUT_NHWC; /* channels-last: {N, ..., C} */
     int64_t nb = x->shape[0], nc = last ? x->shape[x->ndim - 1] : x->shape[1], inner = 1;
     for (int d = last ? 1 : 2; d < (last ? x->ndim - 1 : x->ndim); d++) inner *= x->shape[d];
-    double *p[4] = {NULL, NULL, NULL, NULL}; /* mean, var, weight, bias */
+    double *p[4] = {NULL, NULL, NULL, NULL}; /* mean, var (then 1/sqrt(var + eps)), weight, bias */
     static const double fills[4] = {0.0, 1.0, 1.0, 0.0};
     double *row = NULL;
     kn_status st = KN_OK;
     for (int i = 0; i < 4 && st == KN_OK; i++)
         st = doubles_of(i + 1 < c->n_in ? c->in[i + 1] : NULL, nc, fills[i], &p[i]);
+    for (int64_t ch = 0; st == KN_OK && ch < nc; ch++) p[1][ch] = 1.0 / sqrt(p[1][ch] + c->a.eps); /* var -> 1/std */
     int64_t row_len = last ? nc : inner;
     if (st == KN_OK && !(row = malloc(sizeof(double) * (size_t)(row_len > 0 ? row_len : 1))))
         st = kn_error(KN_ERR_OOM, "batch_norm: out of memory for a row of %lld", (long long)row_len);
@@ -111,14 +112,13 @@ static kn_status run_batch_norm(const kn_opcall *c, const kn_tensor *x)
             for (int64_t px = 0; px < inner; px++) {
                 int64_t off = (n * inner + px) * nc;
                 load_row(row, xd, x->dtype, off, nc);
-                for (int64_t ch = 0; ch < nc; ch++)
-                    row[ch] = (row[ch] - p[0][ch]) * (1.0 / sqrt(p[1][ch] + c->a.eps)) * p[2][ch] + p[3][ch];
+                for (int64_t ch = 0; ch < nc; ch++) row[ch] = (row[ch] - p[0][ch]) * p[1][ch] * p[2][ch] + p[3][ch];
                 store_row(od, c->out[0]->dtype, off, row, nc);
             }
         for (int64_t n = 0; n < nb && !last; n++)
             for (int64_t ch = 0; ch < nc; ch++) {
                 int64_t off = (n * nc + ch) * inner;
-                double inv = 1.0 / sqrt(p[1][ch] + c->a.eps), m = p[0][ch];
+                double inv = p[1][ch], m = p[0][ch];
                 double w = p[2][ch], b = p[3][ch];
                 load_row(row, xd, x->dtype, off, inner);
                 for (int64_t j = 0; j < inner; j++) row[j] = (row[j] - m) * inv * w + b;

@@ -72,6 +72,29 @@ for ci, c in ipairs(CASES) do
   end
 end
 
+-- a BatchNorm net's training step, without an update: (mean of its output squared):backward()
+local function bn_step(m)
+  return function(xx)
+    m:zero_grad()
+    local l = (m(xx) ^ 2):mean()
+    l:backward()
+    return l
+  end
+end
+
+-- the largest difference between two models' gradients, against the
+-- largest gradient of all: a conv's bias before a BatchNorm gets none
+-- (rounding noise of 1e-8 on both sides)
+local function grads_apart(m1, m2)
+  local scale, worst = 0, 0
+  for _, p in ipairs(m1:parameters()) do scale = math.max(scale, p.grad:abs():amax():item()) end
+  for k, p in ipairs(m1:parameters()) do
+    local d = (m2:parameters()[k].grad:to("f64") - p.grad:to("f64")):abs():amax():item()
+    worst = math.max(worst, d == d and d / scale or math.huge)
+  end
+  return worst
+end
+
 -- a BatchNorm training step: its statistics in the forward, the sums of its
 -- gradient in the backward, all split; gradients against eager
 do
@@ -81,21 +104,13 @@ do
   nn.manual_seed(seed % 1000)
   local m2 = nn.Sequential(nn.Conv2d(3, 8, 3, { padding = 1 }), nn.BatchNorm2d(8), nn.ReLU())
   local x = kiln.randn({ 4, 3, 12, 12 }, { seed = seed + 99 })
-  local function step(m) return function(xx) m:zero_grad(); local l = (m(xx) ^ 2):mean(); l:backward(); return l end end
-  local cm = kiln.compile(step(m2))
+  local cm = kiln.compile(bn_step(m2))
   local worst = 0
   for _ = 1, 3 do
-    local a, b = step(m1)(x):item(), cm(x):item()
+    local a, b = bn_step(m1)(x):item(), cm(x):item()
     worst = math.max(worst, math.abs(a - b) / math.abs(a))
   end
-  -- gradients against the largest of them: the conv's bias gets none
-  -- through BatchNorm (rounding noise of 1e-8 on both sides)
-  local scale = 0
-  for _, p in ipairs(m1:parameters()) do scale = math.max(scale, p.grad:abs():amax():item()) end
-  for k, p in ipairs(m1:parameters()) do
-    local d = (m2:parameters()[k].grad:to("f64") - p.grad:to("f64")):abs():amax():item()
-    worst = math.max(worst, d == d and d / scale or math.huge)
-  end
+  worst = math.max(worst, grads_apart(m1, m2))
   T.ok(worst <= 1e-5, string.format("a BatchNorm training step: loss and gradients as eager's (worst %.1e)", worst))
   T.ok(rel(m2[2].running_var, m1[2].running_var) <= 1e-5, "... and its running variance")
 end
@@ -114,12 +129,11 @@ do
   end
   local m1, m2 = model(), model()
   local x = kiln.randn({ 4, 8, 10, 10 }, { seed = seed + 98 })
-  local function step(m) return function(xx) m:zero_grad(); local l = (m(xx) ^ 2):mean(); l:backward(); return l end end
   kiln.config.channels_last = true
-  local cm = kiln.compile(step(m2), { autocast = "bf16" })
+  local cm = kiln.compile(bn_step(m2), { autocast = "bf16" })
   local worst = 0
   for _ = 1, 3 do
-    local a, b = kiln.autocast("bf16", step(m1), x):item(), cm(x):item()
+    local a, b = kiln.autocast("bf16", bn_step(m1), x):item(), cm(x):item()
     worst = math.max(worst, math.abs(a - b) / math.abs(a))
   end
   local names, per_channel = {}, 0
@@ -133,12 +147,7 @@ do
   end
   names = table.concat(names, " ")
   kiln.config.channels_last = "auto"
-  local scale = 0
-  for _, p in ipairs(m1:parameters()) do scale = math.max(scale, p.grad:abs():amax():item()) end
-  for k, p in ipairs(m1:parameters()) do
-    local d = (m2:parameters()[k].grad:to("f64") - p.grad:to("f64")):abs():amax():item()
-    worst = math.max(worst, d == d and d / scale or math.huge)
-  end
+  worst = math.max(worst, grads_apart(m1, m2))
   -- bf16 sums in other orders (columns against eager's NCHW reductions)
   -- round to other bf16 values now and then: a bf16 step's tolerance
   T.ok(worst <= 1.6e-2, string.format("a channels-last bf16 BatchNorm training step: loss and gradients as eager's (worst %.1e)", worst))
