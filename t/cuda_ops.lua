@@ -269,6 +269,21 @@ do
         "cat of rows and a sliced view " .. dt .. " width " .. w)
     end
   end
+  -- along the last dim, rows of at most 32 (kn_cat_short, a thread a row)
+  -- and longer (kn_cat): the padded image of a channels-last weight
+  -- gradient, a permuted NCHW batch joined with an expanded zero; and
+  -- rows of 49 from a transposed view and a slice with a step
+  for _, dt in ipairs(ALL) do
+    local img = make({2, 3, 5, 7}, dt)
+    local zero = make({1, 1, 1, 1}, dt)
+    same(kiln.cat({img:to(DEV):permute(1, 3, 4, 2), zero:to(DEV):expand({2, 5, 7, 5})}, 4),
+      kiln.cat({img:permute(1, 3, 4, 2), zero:expand({2, 5, 7, 5})}, 4),
+      "cat " .. dt .. " along the last dim: a permuted batch and an expanded value, rows of 8")
+    local long, tail = make({3, 40, 2}, dt), make({2, 3, 18}, dt)
+    same(kiln.cat({long:to(DEV):transpose(2, 3):transpose(1, 2), tail:to(DEV):slice(3, 1, 18, 2)}, 3),
+      kiln.cat({long:transpose(2, 3):transpose(1, 2), tail:slice(3, 1, 18, 2)}, 3),
+      "cat " .. dt .. " along the last dim of strided views, rows of 49")
+  end
   local z = kiln.zeros({0, 4}, {device = "cpu"})
   same(kiln.cat({list[1]:to(DEV), z:to(DEV), list[2]:to(DEV)}, 1), kiln.cat({list[1], z, list[2]}, 1),
     "cat with an empty input")

@@ -454,7 +454,10 @@ static kn_status run_cat(const kn_opcall *c)
         a.start[i + 1] = a.start[i] + x->shape[dim];
         for (int d = 0; d < x->ndim; d++) a.st[i][d] = x->strides[d];
     }
-    return launch(out->dtype, KN_TK_CAT, grid_for(row_runs(a.n, a.shape[a.ndim - 1]), KN_T_BLOCK), &a);
+    const int64_t row = a.shape[a.ndim - 1];
+    if (dim == out->ndim - 1 && row <= KN_T_CAT_SHORT)
+        return launch(out->dtype, KN_TK_CAT_SHORT, grid_for(a.n / row, KN_T_BLOCK), &a);
+    return launch(out->dtype, KN_TK_CAT, grid_for(row_runs(a.n, row), KN_T_BLOCK), &a);
 }
 
 /* ---- index ops ---- */

@@ -14,6 +14,7 @@
 #define KN_T_MAXCAT 8 /* KN_MAX_INPUTS */
 #define KN_T_BLOCK 256 /* every template kernel runs with this many threads */
 #define KN_T_RUN 8      /* consecutive elements a thread of strided copies and cats (kn_ops.cu) */
+#define KN_T_CAT_SHORT 32 /* the longest row kn_cat_short takes a thread (a cat along the last dim) */
 
 /* reduction ops (kn_reduce) */
 #define KN_TR_SUM 0

@@ -42,6 +42,7 @@ static const char *const kernel_names[KN_TK_COUNT] = {
     [KN_TK_RANDOM] = "kn_random",
     [KN_TK_CAT] = "kn_cat",
     [KN_TK_CAT_ROWS] = "kn_cat_rows",
+    [KN_TK_CAT_SHORT] = "kn_cat_short",
     [KN_TK_PATCHES] = "kn_patches",
     [KN_TK_GS_ATOMIC] = "kn_gs_atomic",
     [KN_TK_GS_SEGMENT] = "kn_gs_segment",

@@ -37,6 +37,7 @@ typedef enum kn_tkernel {
     KN_TK_RANDOM,
     KN_TK_CAT,
     KN_TK_CAT_ROWS, /* cat of contiguous row parts */
+    KN_TK_CAT_SHORT, /* cat along the last dim of short rows */
     KN_TK_PATCHES,  /* a patch embedding's windows (kn_copy.cu) */
     KN_TK_GS_ATOMIC,  /* gather_scatter (kn_gather_scatter.cu) */
     KN_TK_GS_SEGMENT,

@@ -119,16 +119,17 @@ end
 -- as bf16 convs run on a GPU): the convs, their gradients and the
 -- BatchNorms run NHWC, and the statistics and their gradients' sums are
 -- column reductions of the NHWC values; loss, gradients and running
--- variance against eager's NCHW step
+-- variance against eager's NCHW step. The first conv reads a 3-channel
+-- image: its weight's gradient reads the image padded to 8 channels.
 do
   local nn = kiln.nn
   local function model()
     nn.manual_seed(seed % 1000 + 1)
-    return nn.Sequential(nn.Conv2d(8, 8, 3, { padding = 1 }), nn.BatchNorm2d(8), nn.ReLU(),
+    return nn.Sequential(nn.Conv2d(3, 8, 3, { padding = 1 }), nn.BatchNorm2d(8), nn.ReLU(),
       nn.Conv2d(8, 16, 3, { stride = 2, padding = 1 }), nn.BatchNorm2d(16), nn.ReLU())
   end
   local m1, m2 = model(), model()
-  local x = kiln.randn({ 4, 8, 10, 10 }, { seed = seed + 98 })
+  local x = kiln.randn({ 4, 3, 10, 10 }, { seed = seed + 98 })
   kiln.config.channels_last = true
   local cm = kiln.compile(bn_step(m2), { autocast = "bf16" })
   local worst = 0
@@ -155,6 +156,8 @@ do
   T.ok(names:find("conv2d_input_grad_bf16_4x10x10x8", 1, true) and names:find("conv2d_weight_grad_bf16_16x3x3x8", 1, true)
     and names:find("batch_norm_relu_bf16_4x5x5x16", 1, true),
     "... the input's and the weight's gradients of the second conv, and the BatchNorm, ran NHWC (kernel names)")
+  T.ok(names:find("conv2d_weight_grad_bf16_8x3x3x8", 1, true),
+    "... and the first conv's weight gradient, its 3 image channels padded to 8 (kernel names)")
   T.is(per_channel, 10, "... each BatchNorm's mean, var and two gradient sums, and each conv's bias gradient: "
     .. "10 reductions to a value per channel, each one backend reduction (on a GPU: its column kernel)")
 end
