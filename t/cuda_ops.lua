@@ -123,6 +123,21 @@ do
   local far = make({6000, 40}, "f32") + 1000
   same(far:to(DEV):var({1}), far:var({1}), "column var of values near 1000, split over the rows", 1e-6)
   same(far:to(DEV):var({1}, {correction = 0}), far:var({1}, {correction = 0}), "... population var", 1e-6)
+  -- f32 statistics of a bf16 channels-last value, compiled: the column
+  -- kernel reads bf16 and writes f32 (the reductions pass folds the cast
+  -- in), over 720 rows split 11 ways; values near 0 and near 100
+  for _, shift in ipairs({0, 100}) do
+    local xb = make({8, 9, 10, 40}, "bf16") + shift
+    local function stats(v)
+      v = v:permute({1, 4, 2, 3})
+      return v:mean({1, 3, 4}), v:var({1, 3, 4}, {correction = 0}), v:var({1, 3, 4})
+    end
+    local cm = kiln.compile(function(t) return stats(t:to("f32")) end)
+    local got, ref = {cm(xb:to(DEV))}, {stats(xb:to("f64"))}
+    for k, what in ipairs({"mean", "population var", "var"}) do
+      same(got[k], ref[k]:to("f32"), string.format("compiled f32 %s of a bf16 channels-last value near %d", what, shift), 1e-6, 1e-6)
+    end
+  end
   local xn = x:masked_fill(x:gt(1.2), 0 / 0)
   for _, op in ipairs({"sum", "mean", "amax", "amin", "var"}) do
     same(xn:to(DEV)[op](xn:to(DEV), {1, 2}), xn[op](xn, {1, 2}), op .. " with NaN", 1e-6)

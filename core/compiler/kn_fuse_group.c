@@ -47,6 +47,7 @@ static int row_dim(const kn_graph *g, const kn_node *n)
     switch (kn_op_kind_of((kn_op)n->op)) {
     case KN_K_SOFTMAX: return in->ndim ? n->a.dim : -1;
     case KN_K_REDUCE:
+        if (n->a.widen) return -1; /* the backend's kernels convert as they read */
         if (n->a.ndims == 1) return n->a.dims[0];
         if (n->a.ndims == 0 && in->ndim == 1) return 0;
         return -1;
@@ -222,6 +223,7 @@ static const char *fallback_why(const kn_graph *g, const kn_node *n)
 {
     switch (kn_op_kind_of((kn_op)n->op)) {
     case KN_K_REDUCE:
+        if (n->a.widen) return "a reduction into a wider float than its input's, which the backend's kernel converts as it reads";
         return g->nodes[n->in_node[0]].out[n->in_out[0]].ndim > 1 && n->a.ndims != 1
                    ? "a reduction over several dims or all of them, which a row kernel (one dim) does not cover"
                    : "a reduction no row kernel covers";

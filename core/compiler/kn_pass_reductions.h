@@ -19,7 +19,10 @@
  * and W (BatchNorm's statistics and their gradients' sums in a channels-
  * last training step) becomes one over the NHWC value's leading dims,
  * the backend's column reduction: the view's rows would run a channel
- * row apart in memory.
+ * row apart in memory. Where that value is a widening cast of a half
+ * value (autocast's f32 statistics), the column reduction reads the half
+ * value and writes the wider result (attr widen), and the cast's copy is
+ * not made.
  * The split sums in f64, from the input cast as it is read, and rounds
  * once to the reduction's dtype, as the generic kernel does: a training step's
  * compiled sums then equal its eager ones to the last bit nearly always.

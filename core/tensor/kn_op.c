@@ -18,7 +18,7 @@ _Static_assert(sizeof kn_op_table / sizeof kn_op_table[0] == KN_OP_COUNT,
                "kn_op_table must have one row per op in kn_ops.def");
 /* attrs are compared as bytes (cse, guards): the last fields must end the
  * struct without tail padding */
-_Static_assert(offsetof(kn_attrs, spare) + sizeof(int) == sizeof(kn_attrs),
+_Static_assert(offsetof(kn_attrs, widen) + sizeof(int) == sizeof(kn_attrs),
                "kn_attrs has no padding after its last field");
 
 const char *kn_op_name(kn_op op)

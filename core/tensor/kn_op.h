@@ -104,7 +104,11 @@ typedef struct kn_attrs {
      * 0) after the softmax does for a row whose every key is masked; the
      * kernel does it as it stores, instead of a fill kernel after it */
     int zero_nan;
-    int spare; /* unused: with zero_nan, no tail padding (attrs are compared as bytes) */
+    /* sum, mean, var (set only by kn_pass_split_reductions): 1 gives the
+     * result in attr dtype, a float wider than the input's, the input
+     * converted as it is read (a widening cast folded in). With zero_nan,
+     * no tail padding (attrs are compared as bytes). */
+    int widen;
 } kn_attrs;
 
 /* Whether a conv2d with attrs a and a kh x kw kernel is a patch embedding:

@@ -265,6 +265,15 @@ static kn_status infer_reduce(const kn_opcall *c, kn_meta *out)
     }
     kn_dtype dt = x->dtype;
     if (c->op == KN_OP_SUM && !kn_dtype_is_float(dt)) dt = KN_I64;
+    if (c->a.widen) {
+        if (c->op != KN_OP_SUM && c->op != KN_OP_MEAN && c->op != KN_OP_VAR)
+            return kn_error(KN_ERR_ARG, "%s: only sum, mean and var widen their result", op_name(c));
+        if (!kn_dtype_is_float(dt) || !kn_dtype_is_float(c->a.dtype) ||
+            kn_dtype_size(c->a.dtype) <= kn_dtype_size(dt))
+            return kn_error(KN_ERR_DTYPE, "%s: cannot widen a %s result to %s", op_name(c), kn_dtype_name(dt),
+                            kn_dtype_name(c->a.dtype));
+        dt = c->a.dtype;
+    }
     meta_set(out, dt, n, s);
     return KN_OK;
 }

@@ -250,6 +250,7 @@ static kn_status run_reduce(const kn_opcall *c)
     }
     a.x = kn_cuda_tensor_ptr(x);
     a.out = kn_cuda_tensor_ptr(out);
+    a.out_dt = kn_dtype_is_float(x->dtype) ? (int)out->dtype : (int)x->dtype; /* ints: kn_rfinish_i's own */
     a.correction = c->a.correction;
     if (columns_of_contiguous(c, x, red)) return run_reduce_cols(x, &a);
     a.group = pick_group(a.count, a.nout, a.rst[a.nr - 1] == 1 || a.nk == 0);

@@ -80,6 +80,7 @@ typedef struct kn_reduce_args {
     char *out;
     kn_rpart *part;
     int op, correction;
+    int out_dt; /* the result's dtype (a kn_dtype): KN_DT, or a wider float (a folded widening cast) */
     int nk, nr;
     int group, nsplit;
     long long nout, count, chunk;

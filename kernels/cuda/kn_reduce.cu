@@ -74,7 +74,9 @@ KN_FN void kn_rfinish_f(const kn_reduce_args &a, long long o, double s, double m
         double denom = n - a.correction;
         v = m2 / (denom > 0 ? denom : 0.0);
     }
-    kn_std<KN_DT>(a.out + o * kn_esize<KN_DT>(), v);
+    if (a.out_dt == KN_DT) kn_std<KN_DT>(a.out + o * kn_esize<KN_DT>(), v);
+    else if (a.out_dt == KN_DT_F32) kn_std<KN_DT_F32>(a.out + o * 4, v);
+    else kn_std<KN_DT_F64>(a.out + o * 8, v);
 }
 
 /* Integer results: sums are i64, extremes keep the input dtype. */

@@ -72,6 +72,28 @@ for ci, c in ipairs(CASES) do
   end
 end
 
+-- autocast's BatchNorm statistics: mean and var in f32 of a bf16
+-- channels-last value. The column reductions read the bf16 value and
+-- write f32 (the widening cast folded in: no f32 copy is made)
+do
+  local x = kiln.randn({ 8, 9, 10, 6 }, { seed = seed + 77 }):to("bf16")
+  local function stats(v)
+    v = v:permute({ 1, 4, 2, 3 })
+    return v:mean({ 1, 3, 4 }), v:var({ 1, 3, 4 }, { correction = 0 }), v:var({ 1, 3, 4 }, true)
+  end
+  local cm = kiln.compile(function(t) return stats(t:to("f32")) end)
+  local got, ref = { cm(x) }, { stats(x:to("f64")) }
+  for k = 1, 3 do
+    T.is(got[k].dtype, "f32", "f32 statistics of a bf16 channels-last value: result " .. k .. "'s dtype")
+    T.ok(rel(got[k], ref[k]) <= 1e-6, string.format("... result %d against f64: %.1e", k, rel(got[k], ref[k])))
+  end
+  local names = {}
+  for _, k in ipairs(cm:kernels(x)) do names[#names + 1] = k.name end
+  names = table.concat(names, " ")
+  T.ok(not names:find("cast", 1, true), "... no cast kernel: the reductions read the bf16 value (" .. names .. ")")
+  T.is(generic_reductions(cm, x), 3, "... three column reductions")
+end
+
 -- a BatchNorm net's training step, without an update: (mean of its output squared):backward()
 local function bn_step(m)
   return function(xx)
@@ -158,6 +180,8 @@ do
     "... the input's and the weight's gradients of the second conv, and the BatchNorm, ran NHWC (kernel names)")
   T.ok(names:find("conv2d_weight_grad_bf16_8x3x3x8", 1, true),
     "... and the first conv's weight gradient, its 3 image channels padded to 8 (kernel names)")
+  T.ok(not names:find("k%d+_cast_f32_4x10x10x8") and not names:find("k%d+_cast_f32_4x5x5x16"),
+    "... and the BatchNorms' statistics read the bf16 conv outputs, no f32 copy (kernel names)")
   T.is(per_channel, 10, "... each BatchNorm's mean, var and two gradient sums, and each conv's bias gradient: "
     .. "10 reductions to a value per channel, each one backend reduction (on a GPU: its column kernel)")
 end
