@@ -193,24 +193,36 @@ static bool columns_of_contiguous(const kn_opcall *c, const kn_tensor *x, const 
 
 static kn_status run_reduce_cols(const kn_tensor *x, kn_reduce_args *a)
 {
-    const int64_t cols = a->nout, rows = a->count, tiles = (cols + 31) / 32;
+    const int64_t cols = a->nout, rows = a->count, sms = kn_cuda_current()->sm_count;
+    const int64_t vec = 16 / esize(x); /* columns a 16-byte vector holds */
+    int first = KN_TK_REDUCE_COLS;
+    int64_t tiles = (cols + 31) / 32;
     /* enough blocks for eight an SM (each 8 warps, 8 loads in flight a
      * warp: 64 KB an SM, what the H200's bandwidth needs), each at least
      * 64 rows */
-    int64_t want = (8 * (int64_t)kn_cuda_current()->sm_count + tiles - 1) / tiles, most = rows / 64;
+    int64_t want = (8 * sms + tiles - 1) / tiles, most = rows / 64;
+    if (cols % vec == 0 && (uintptr_t)kn_cuda_tensor_ptr(x) % 16 == 0) {
+        /* kn_reduce_cols_vec: two blocks an SM (16 bytes a load, 8 in
+         * flight a thread), each thread at least 8 rows */
+        const int64_t g = cols / vec, tw = g < 32 ? g : 32, rb = KN_T_BLOCK / tw;
+        first = KN_TK_REDUCE_COLS_VEC;
+        tiles = (g + tw - 1) / tw;
+        want = (2 * sms + tiles - 1) / tiles;
+        most = rows / (rb * 8);
+    }
     a->nsplit = (int)(want < most ? want : most);
     if (a->nsplit < 1) a->nsplit = 1;
     a->chunk = (rows + a->nsplit - 1) / a->nsplit;
     a->nr = 1;
     a->rsize[0] = rows;
     a->rst[0] = cols;
-    if (a->nsplit == 1) return launch(x->dtype, KN_TK_REDUCE_COLS, tiles, a);
+    if (a->nsplit == 1) return launch(x->dtype, first, tiles, a);
     void *part; /* the partial sums, doubles [nsplit][cols]; a var's squared deviations after them */
     int64_t parts = a->op == KN_TR_VAR ? 2 : 1;
     KN_TRY(kn_cuda_malloc(parts * cols * a->nsplit * (int64_t)sizeof(double), &part));
     a->part = part;
-    kn_status st = launch(x->dtype, KN_TK_REDUCE_COLS, tiles * a->nsplit, a);
-    if (st == KN_OK) st = launch(x->dtype, KN_TK_REDUCE_COLS_FINAL, tiles, a);
+    kn_status st = launch(x->dtype, first, tiles * a->nsplit, a);
+    if (st == KN_OK) st = launch(x->dtype, KN_TK_REDUCE_COLS_FINAL, (cols + 31) / 32, a);
     kn_cuda_free(part);
     return st;
 }

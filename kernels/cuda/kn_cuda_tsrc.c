@@ -25,6 +25,7 @@ static const char *const kernel_names[KN_TK_COUNT] = {
     [KN_TK_REDUCE_FINAL] = "kn_reduce_final",
     [KN_TK_REDUCE_COLS] = "kn_reduce_cols",
     [KN_TK_REDUCE_COLS_FINAL] = "kn_reduce_cols_final",
+    [KN_TK_REDUCE_COLS_VEC] = "kn_reduce_cols_vec",
     [KN_TK_ARGMAX] = "kn_argmax",
     [KN_TK_POOL] = "kn_pool",
     [KN_TK_POOL_GAP] = "kn_pool_gap",

@@ -20,6 +20,7 @@ typedef enum kn_tkernel {
     KN_TK_REDUCE_FINAL,
     KN_TK_REDUCE_COLS, /* sum / mean over the leading dims of a contiguous value */
     KN_TK_REDUCE_COLS_FINAL,
+    KN_TK_REDUCE_COLS_VEC, /* the same, rows of whole 16-byte vectors */
     KN_TK_ARGMAX,
     KN_TK_POOL,
     KN_TK_POOL_GAP,

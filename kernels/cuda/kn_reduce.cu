@@ -310,11 +310,115 @@ extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
 }
 #endif
 
+/* Element i of a 16-byte vector of KN_DT values, as a double. */
+template <int D> KN_FN double kn_vec_elem(const uint4 &v, int i)
+{
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    if constexpr (D == KN_DT_F32) return (double)__uint_as_float(w[i]);
+    else if constexpr (D == KN_DT_F64) return __hiloint2double((int)w[2 * i + 1], (int)w[2 * i]);
+    else {
+        const kn_u16 h = (kn_u16)(w[i >> 1] >> (16 * (i & 1)));
+        if constexpr (D == KN_DT_BF16) return (double)kn_ld_bf16(h);
+        else return (double)kn_ld_f16(h);
+    }
+}
+
+/* The column sums' first pass where a row is whole 16-byte vectors (the
+ * host checks: columns a multiple of 16 / esize, x 16-byte aligned): a
+ * thread takes one vector column (V = 16 / esize columns), a block TW of
+ * them (all of a row's, up to 32) and RB = 256 / TW rows at a time, each
+ * thread 8 rows' vectors in flight before it sums any, a column's sums
+ * kept per element in double. The block's RB sums of a column are added
+ * in row-lane order; var as kn_reduce_cols (deviations from the column's
+ * value at the block's first row, and their squares). The scalar kernel
+ * reads a column's 2 or 4 bytes a thread, so a warp's load was 64 bytes
+ * of a bf16 row of 32 channels, and it needed 8 blocks an SM of them,
+ * 1,056 splits, to keep the memory busy: a BatchNorm's statistics over
+ * 32 x 112 x 112 pixels of 32 channels read 1.1 TB/s (bf16) and 2.1
+ * (f32) on the H200, and the final pass over the 1,056 splits' partials
+ * took 7-47 us more. Here 16 bytes a load need 2 blocks an SM. */
+#if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce_cols_vec)
+extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_reduce_cols_vec(kn_reduce_args a)
+{
+    if constexpr (kn_isfloat<KN_DT>()) {
+        constexpr int es = kn_esize<KN_DT>(), V = 16 / es, U = 8;
+        __shared__ double sh[KN_T_BLOCK * V];
+        const long long G = a.nout / V; /* vectors a row */
+        const int TW = G < 32 ? (int)G : 32, RB = KN_T_BLOCK / TW, W = TW * V;
+        const long long tiles = (G + TW - 1) / TW, tile = blockIdx.x % tiles, split = blockIdx.x / tiles;
+        const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+        const long long vc = tile * TW + tx;
+        const long long lo = split * a.chunk, hi = lo + a.chunk < a.count ? lo + a.chunk : a.count;
+        const bool var = a.op == KN_TR_VAR, live = ty < RB && vc < G && hi > lo;
+        double acc[V], acc2[V], shift[V];
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[e] = acc2[e] = shift[e] = 0.0;
+        if (live) {
+            const uint4 *col = (const uint4 *)a.x + vc; /* row r's vector: col[r * G] */
+            if (var) {
+                const uint4 s0 = col[lo * G];
+#pragma unroll
+                for (int e = 0; e < V; e++) shift[e] = kn_vec_elem<KN_DT>(s0, e);
+            }
+            for (long long r = lo + ty; r < hi; r += (long long)RB * U) {
+                uint4 v[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) v[u] = r + u * RB < hi ? col[(r + u * RB) * G] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (r + u * RB < hi) {
+#pragma unroll
+                        for (int e = 0; e < V; e++) {
+                            const double d = kn_vec_elem<KN_DT>(v[u], e) - shift[e];
+                            acc[e] += d;
+                            acc2[e] += d * d;
+                        }
+                    }
+                }
+            }
+        }
+        /* column c of the tile (c = tx V + e) is summed by thread c over
+         * the row lanes, in order */
+        const int c = threadIdx.x;
+        const long long ccol = (tile * TW + c / V) * V + c % V;
+        const bool owner = c < W && tile * TW + c / V < G;
+        if (ty < RB)
+#pragma unroll
+            for (int e = 0; e < V; e++) sh[ty * W + tx * V + e] = acc[e];
+        __syncthreads();
+        double s = 0.0, m2 = 0.0;
+        if (owner)
+            for (int t = 0; t < RB; t++) s += sh[t * W + c];
+        if (var) {
+            __syncthreads();
+            if (ty < RB)
+#pragma unroll
+                for (int e = 0; e < V; e++) sh[ty * W + tx * V + e] = acc2[e];
+            __syncthreads();
+            double s2 = 0.0;
+            if (owner)
+                for (int t = 0; t < RB; t++) s2 += sh[t * W + c];
+            const double n = hi > lo ? (double)(hi - lo) : 0.0;
+            m2 = n > 0 ? s2 - s * s / n : 0.0; /* squared deviations from the block's mean */
+            if (m2 < 0) m2 = 0.0;
+            if (owner && n > 0) s += n * kn_ldd<KN_DT>(a.x + (lo * a.nout + ccol) * es); /* the block's sum */
+        }
+        if (owner) {
+            if (a.nsplit == 1) kn_rfinish_f(a, ccol, s, m2);
+            else {
+                ((double *)a.part)[split * a.nout + ccol] = s;
+                if (var) ((double *)a.part)[(a.nsplit + split) * a.nout + ccol] = m2;
+            }
+        }
+    }
+}
+#endif
+
 /* The column sums' second pass: out[col] from the a.nsplit partials
  * kn_reduce_cols left as doubles, split-major ([nsplit][nout]), so that a
  * warp's loads are adjacent. A block takes 32 columns; its 8 warps take
- * every eighth split each, eight splits' loads issued before any is used,
- * then the 8 warps' sums of a column are added in a fixed order.
+ * every eighth split each, then the 8 warps' sums of a column are added
+ * in a fixed order.
  *
  * A var merges its splits' sums s_k and squared deviations m2_k about
  * c, the first split's mean, in one pass of plain sums:
@@ -337,20 +441,11 @@ extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
         const double n0 = (double)(a.chunk < a.count ? a.chunk : a.count), inv = 1.0 / (double)a.chunk;
         const double c = var && live ? p[col] / n0 : 0.0;
         double acc = 0.0, dev = 0.0, dev2 = 0.0;
-        for (int k0 = ty; live && k0 < a.nsplit; k0 += 64) {
-            double s[8], m[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int k = k0 + 8 * j;
-                s[j] = k < a.nsplit ? p[(long long)k * a.nout + col] : 0.0;
-                m[j] = var && k < a.nsplit ? q[(long long)k * a.nout + col] : 0.0;
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int k = k0 + 8 * j;
-                if (k >= a.nsplit) break;
+        if (live)
+            for (int k = ty; k < a.nsplit; k += 8) {
+                const double s = p[(long long)k * a.nout + col];
                 if (!var) {
-                    acc += s[j];
+                    acc += s;
                     continue;
                 }
                 /* rows of split k: chunk, fewer for the last ones (the
@@ -359,12 +454,11 @@ extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
                 const long long left = a.count - (long long)k * a.chunk;
                 const long long nk = left < a.chunk ? left : a.chunk;
                 if (nk <= 0) continue;
-                const double d = s[j] - (double)nk * c;
-                acc += m[j];
+                const double d = s - (double)nk * c;
+                acc += q[(long long)k * a.nout + col];
                 dev += d;
                 dev2 += d * d * (nk == a.chunk ? inv : 1.0 / (double)nk);
             }
-        }
         const double tot = kn_cols_combine(acc, tx, ty);
         if (!var) {
             if (ty == 0 && live) kn_rfinish_f(a, col, tot, 0.0);
