@@ -291,9 +291,13 @@ do
   for _, dt in ipairs(ALL) do
     local img = make({2, 3, 5, 7}, dt)
     local zero = make({1, 1, 1, 1}, dt)
-    same(kiln.cat({img:to(DEV):permute(1, 3, 4, 2), zero:to(DEV):expand({2, 5, 7, 5})}, 4),
-      kiln.cat({img:permute(1, 3, 4, 2), zero:expand({2, 5, 7, 5})}, 4),
-      "cat " .. dt .. " along the last dim: a permuted batch and an expanded value, rows of 8")
+    -- rows of 4, 8 and 16: 16 bytes (packed and stored as one vector) for
+    -- f32, for bf16 and f16, and for bool
+    for _, row in ipairs({4, 8, 16}) do
+      same(kiln.cat({img:to(DEV):permute(1, 3, 4, 2), zero:to(DEV):expand({2, 5, 7, row - 3})}, 4),
+        kiln.cat({img:permute(1, 3, 4, 2), zero:expand({2, 5, 7, row - 3})}, 4),
+        "cat " .. dt .. " along the last dim: a permuted batch and an expanded value, rows of " .. row)
+    end
     local long, tail = make({3, 40, 2}, dt), make({2, 3, 18}, dt)
     same(kiln.cat({long:to(DEV):transpose(2, 3):transpose(1, 2), tail:to(DEV):slice(3, 1, 18, 2)}, 3),
       kiln.cat({long:transpose(2, 3):transpose(1, 2), tail:slice(3, 1, 18, 2)}, 3),

@@ -157,7 +157,8 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
  * inputs with any strides): a thread an output row. The row's outer
  * coordinates are worked out once (32-bit divisions where the sizes fit),
  * each input's offset from them, then every input's elements of the row
- * are copied through its own last-dim stride. kn_cat works out a run's
+ * are copied through its own last-dim stride (a row of 16 bytes packed
+ * and stored as one vector). kn_cat works out a run's
  * coordinates with 64-bit divisions and searches for each element's
  * input: the first conv's image padded to 8 channels for its weight's
  * gradient (32 x 224 x 224 x 8 bf16, from the permuted NCHW image and a
@@ -165,7 +166,7 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_cat_short)
 extern "C" __global__ void kn_cat_short(kn_cat_args a)
 {
-    const int es = kn_esize<KN_DT>();
+    constexpr int es = kn_esize<KN_DT>();
     const int L = a.ndim - 1;
     const long long row = kn_pick(a.shape, L), rows = a.n / row;
     bool narrow = rows <= 4294967295LL;
@@ -185,6 +186,29 @@ extern "C" __global__ void kn_cat_short(kn_cat_args a)
                 if (k < a.nin) off[k] += c * a.st[k][d];
         }
         char *dst = a.dst + o * row * es;
+        if (row * es == 16 && ((unsigned long long)a.dst & 15) == 0) {
+            /* a row of 16 bytes goes out as one vector, packed here: 2-byte
+             * stores, a warp's each 16 bytes apart, wrote every sector
+             * eight times (62 us for the padded image) */
+            unsigned w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+            for (int p = 0; p < 16 / es; p++) {
+                const int k = kn_cat_part(a, p);
+                long long from = 0;
+#pragma unroll
+                for (int kk = 0; kk < KN_T_MAXCAT; kk++)
+                    if (kk == k) from = off[kk] + (p - a.start[kk]) * kn_pick(a.st[kk], L);
+                const unsigned long long v = kn_ldraw<KN_DT>(a.src[k] + from * es);
+                if constexpr (es == 8) {
+                    w[2 * p] = (unsigned)v;
+                    w[2 * p + 1] = (unsigned)(v >> 32);
+                } else {
+                    w[p * es / 4] |= (unsigned)v << (8 * (p * es % 4));
+                }
+            }
+            *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+            continue;
+        }
 #pragma unroll
         for (int k = 0; k < KN_T_MAXCAT; k++) {
             if (k >= a.nin) break;
