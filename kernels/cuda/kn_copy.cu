@@ -157,66 +157,81 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
  * inputs with any strides): a thread an output row. The row's outer
  * coordinates are worked out once (32-bit divisions where the sizes fit),
  * each input's offset from them, then every input's elements of the row
- * are copied through its own last-dim stride (a row of 16 bytes packed
- * and stored as one vector). kn_cat works out a run's
+ * are copied through its own last-dim stride (rows of up to 16 bytes
+ * through shared memory, stored as vectors). kn_cat works out a run's
  * coordinates with 64-bit divisions and searches for each element's
  * input: the first conv's image padded to 8 channels for its weight's
  * gradient (32 x 224 x 224 x 8 bf16, from the permuted NCHW image and a
  * zero block) took 69 us there, 17% of the memory roof, on the H200. */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_cat_short)
+/* Output row o's outer coordinates, and from them each input's offset. */
+KN_FN void kn_cat_row_offsets(const kn_cat_args &a, long long o, bool narrow, long long off[KN_T_MAXCAT])
+{
+    const int L = a.ndim - 1;
+#pragma unroll
+    for (int k = 0; k < KN_T_MAXCAT; k++) off[k] = 0;
+    long long rem = o;
+#pragma unroll
+    for (int d = KN_T_MAXD - 1; d >= 0; d--) {
+        if (d >= L) continue;
+        const long long size = a.shape[d];
+        const long long q = narrow ? (long long)((unsigned)rem / (unsigned)size) : rem / size, c = rem - q * size;
+        rem = q;
+#pragma unroll
+        for (int k = 0; k < KN_T_MAXCAT; k++)
+            if (k < a.nin) off[k] += c * a.st[k][d];
+    }
+}
+
+/* Row o's elements, input by input, to dst (the output's row, or its
+ * place in a block's staging buffer). */
+template <int D> KN_FN void kn_cat_row_copy(const kn_cat_args &a, const long long off[KN_T_MAXCAT], char *dst)
+{
+    constexpr int es = kn_esize<D>();
+    const int L = a.ndim - 1;
+#pragma unroll
+    for (int k = 0; k < KN_T_MAXCAT; k++) {
+        if (k >= a.nin) break;
+        const long long len = a.start[k + 1] - a.start[k], sl = kn_pick(a.st[k], L);
+        const char *src = a.src[k] + off[k] * es;
+        for (long long j = 0; j < len; j++)
+            kn_straw<D>(dst + (a.start[k] + j) * es, kn_ldraw<D>(src + j * sl * es));
+    }
+}
+
 extern "C" __global__ void kn_cat_short(kn_cat_args a)
 {
     constexpr int es = kn_esize<KN_DT>();
     const int L = a.ndim - 1;
     const long long row = kn_pick(a.shape, L), rows = a.n / row;
-    bool narrow = rows <= 4294967295LL;
-    for (long long o = kn_tid(); o < rows; o += kn_nthreads()) {
-        long long off[KN_T_MAXCAT];
-#pragma unroll
-        for (int k = 0; k < KN_T_MAXCAT; k++) off[k] = 0;
-        long long rem = o;
-#pragma unroll
-        for (int d = KN_T_MAXD - 1; d >= 0; d--) {
-            if (d >= L) continue;
-            const long long size = a.shape[d];
-            const long long q = narrow ? (long long)((unsigned)rem / (unsigned)size) : rem / size, c = rem - q * size;
-            rem = q;
-#pragma unroll
-            for (int k = 0; k < KN_T_MAXCAT; k++)
-                if (k < a.nin) off[k] += c * a.st[k][d];
-        }
-        char *dst = a.dst + o * row * es;
-        if (row * es == 16 && ((unsigned long long)a.dst & 15) == 0) {
-            /* a row of 16 bytes goes out as one vector, packed here: 2-byte
-             * stores, a warp's each 16 bytes apart, wrote every sector
-             * eight times (62 us for the padded image) */
-            unsigned w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-            for (int p = 0; p < 16 / es; p++) {
-                const int k = kn_cat_part(a, p);
-                long long from = 0;
-#pragma unroll
-                for (int kk = 0; kk < KN_T_MAXCAT; kk++)
-                    if (kk == k) from = off[kk] + (p - a.start[kk]) * kn_pick(a.st[kk], L);
-                const unsigned long long v = kn_ldraw<KN_DT>(a.src[k] + from * es);
-                if constexpr (es == 8) {
-                    w[2 * p] = (unsigned)v;
-                    w[2 * p + 1] = (unsigned)(v >> 32);
-                } else {
-                    w[p * es / 4] |= (unsigned)v << (8 * (p * es % 4));
-                }
+    const bool narrow = rows <= 4294967295LL;
+    long long off[KN_T_MAXCAT];
+    if (row * es <= 16 && ((unsigned long long)a.dst & 15) == 0) {
+        /* rows of up to 16 bytes: a block's 256 rows are staged in shared
+         * memory, then stored as 16-byte vectors. Each thread storing its
+         * own row's elements, a warp's 2-byte stores fell 16 bytes apart
+         * and wrote every sector eight times (62 us for the padded image). */
+        __shared__ uint4 stage[KN_T_BLOCK];
+        char *buf = (char *)stage;
+        const long long bytes_a_row = row * es;
+        for (long long o0 = (long long)blockIdx.x * blockDim.x; o0 < rows; o0 += (long long)gridDim.x * blockDim.x) {
+            const long long o = o0 + threadIdx.x;
+            if (o < rows) {
+                kn_cat_row_offsets(a, o, narrow, off);
+                kn_cat_row_copy<KN_DT>(a, off, buf + threadIdx.x * bytes_a_row);
             }
-            *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
-            continue;
+            __syncthreads();
+            const long long n = (rows - o0 < (long long)blockDim.x ? rows - o0 : (long long)blockDim.x) * bytes_a_row;
+            char *dst = a.dst + o0 * bytes_a_row; /* 16-byte aligned: o0 is a multiple of 256 */
+            for (long long v = threadIdx.x; v < n / 16; v += blockDim.x) ((uint4 *)dst)[v] = stage[v];
+            for (long long b = n / 16 * 16 + threadIdx.x; b < n; b += blockDim.x) dst[b] = buf[b];
+            __syncthreads(); /* the buffer is free for the next rows */
         }
-#pragma unroll
-        for (int k = 0; k < KN_T_MAXCAT; k++) {
-            if (k >= a.nin) break;
-            const long long len = a.start[k + 1] - a.start[k], sl = kn_pick(a.st[k], L);
-            const char *src = a.src[k] + off[k] * es;
-            for (long long j = 0; j < len; j++)
-                kn_straw<KN_DT>(dst + (a.start[k] + j) * es, kn_ldraw<KN_DT>(src + j * sl * es));
-        }
+        return;
+    }
+    for (long long o = kn_tid(); o < rows; o += kn_nthreads()) {
+        kn_cat_row_offsets(a, o, narrow, off);
+        kn_cat_row_copy<KN_DT>(a, off, a.dst + o * row * es);
     }
 }
 #endif
