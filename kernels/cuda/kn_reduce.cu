@@ -441,13 +441,13 @@ extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
         const double n0 = (double)(a.chunk < a.count ? a.chunk : a.count), inv = 1.0 / (double)a.chunk;
         const double c = var && live ? p[col] / n0 : 0.0;
         double acc = 0.0, dev = 0.0, dev2 = 0.0;
-        if (live)
+        if (live && !var)
+            for (int k = ty; k < a.nsplit; k += 8) acc += p[(long long)k * a.nout + col];
+        if (live && var)
             for (int k = ty; k < a.nsplit; k += 8) {
-                const double s = p[(long long)k * a.nout + col];
-                if (!var) {
-                    acc += s;
-                    continue;
-                }
+                /* both loads first, whatever the split holds: behind the
+                 * empty-split test, the second waited on the first */
+                const double s = p[(long long)k * a.nout + col], m2 = q[(long long)k * a.nout + col];
                 /* rows of split k: chunk, fewer for the last ones (the
                  * rounded-up chunk can leave the tail splits short or
                  * empty; an empty split's sums are 0) */
@@ -455,7 +455,7 @@ extern "C" __global__ void kn_reduce_cols_final(kn_reduce_args a)
                 const long long nk = left < a.chunk ? left : a.chunk;
                 if (nk <= 0) continue;
                 const double d = s - (double)nk * c;
-                acc += q[(long long)k * a.nout + col];
+                acc += m2;
                 dev += d;
                 dev2 += d * d * (nk == a.chunk ? inv : 1.0 / (double)nk);
             }
