@@ -291,8 +291,7 @@ do
   for _, dt in ipairs(ALL) do
     local img = make({2, 3, 5, 7}, dt)
     local zero = make({1, 1, 1, 1}, dt)
-    -- rows of 4, 8 and 16: 16 bytes (packed and stored as one vector) for
-    -- f32, for bf16 and f16, and for bool
+    -- rows of 4, 8 and 16 (16 bytes for f32, for bf16 and f16, and for bool)
     for _, row in ipairs({4, 8, 16}) do
       same(kiln.cat({img:to(DEV):permute(1, 3, 4, 2), zero:to(DEV):expand({2, 5, 7, row - 3})}, 4),
         kiln.cat({img:permute(1, 3, 4, 2), zero:expand({2, 5, 7, row - 3})}, 4),

@@ -157,12 +157,14 @@ extern "C" __global__ void kn_cat_rows(kn_cat_args a)
  * inputs with any strides): a thread an output row. The row's outer
  * coordinates are worked out once (32-bit divisions where the sizes fit),
  * each input's offset from them, then every input's elements of the row
- * are copied through its own last-dim stride (rows of up to 16 bytes
- * through shared memory, stored as vectors). kn_cat works out a run's
+ * are copied through its own last-dim stride. kn_cat works out a run's
  * coordinates with 64-bit divisions and searches for each element's
  * input: the first conv's image padded to 8 channels for its weight's
  * gradient (32 x 224 x 224 x 8 bf16, from the permuted NCHW image and a
- * zero block) took 69 us there, 17% of the memory roof, on the H200. */
+ * zero block) took 69 us there, 17% of the memory roof, on the H200; this
+ * kernel 62.5 us. Storing a row as one 16-byte vector, packed in
+ * registers (91 us) or staged through shared memory (107 us), measured
+ * slower still: the time is not in the stores. */
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_cat_short)
 /* Output row o's outer coordinates, and from them each input's offset. */
 KN_FN void kn_cat_row_offsets(const kn_cat_args &a, long long o, bool narrow, long long off[KN_T_MAXCAT])
@@ -201,34 +203,11 @@ template <int D> KN_FN void kn_cat_row_copy(const kn_cat_args &a, const long lon
 
 extern "C" __global__ void kn_cat_short(kn_cat_args a)
 {
-    constexpr int es = kn_esize<KN_DT>();
+    const int es = kn_esize<KN_DT>();
     const int L = a.ndim - 1;
     const long long row = kn_pick(a.shape, L), rows = a.n / row;
     const bool narrow = rows <= 4294967295LL;
     long long off[KN_T_MAXCAT];
-    if (row * es <= 16 && ((unsigned long long)a.dst & 15) == 0) {
-        /* rows of up to 16 bytes: a block's 256 rows are staged in shared
-         * memory, then stored as 16-byte vectors. Each thread storing its
-         * own row's elements, a warp's 2-byte stores fell 16 bytes apart
-         * and wrote every sector eight times (62 us for the padded image). */
-        __shared__ uint4 stage[KN_T_BLOCK];
-        char *buf = (char *)stage;
-        const long long bytes_a_row = row * es;
-        for (long long o0 = (long long)blockIdx.x * blockDim.x; o0 < rows; o0 += (long long)gridDim.x * blockDim.x) {
-            const long long o = o0 + threadIdx.x;
-            if (o < rows) {
-                kn_cat_row_offsets(a, o, narrow, off);
-                kn_cat_row_copy<KN_DT>(a, off, buf + threadIdx.x * bytes_a_row);
-            }
-            __syncthreads();
-            const long long n = (rows - o0 < (long long)blockDim.x ? rows - o0 : (long long)blockDim.x) * bytes_a_row;
-            char *dst = a.dst + o0 * bytes_a_row; /* 16-byte aligned: o0 is a multiple of 256 */
-            for (long long v = threadIdx.x; v < n / 16; v += blockDim.x) ((uint4 *)dst)[v] = stage[v];
-            for (long long b = n / 16 * 16 + threadIdx.x; b < n; b += blockDim.x) dst[b] = buf[b];
-            __syncthreads(); /* the buffer is free for the next rows */
-        }
-        return;
-    }
     for (long long o = kn_tid(); o < rows; o += kn_nthreads()) {
         kn_cat_row_offsets(a, o, narrow, off);
         kn_cat_row_copy<KN_DT>(a, off, a.dst + o * row * es);
