@@ -185,8 +185,7 @@ KN_FN void kn_cat_row_offsets(const kn_cat_args &a, long long o, bool narrow, lo
     }
 }
 
-/* Row o's elements, input by input, to dst (the output's row, or its
- * place in a block's staging buffer). */
+/* Row o's elements, input by input, to dst, the output's row. */
 template <int D> KN_FN void kn_cat_row_copy(const kn_cat_args &a, const long long off[KN_T_MAXCAT], char *dst)
 {
     constexpr int es = kn_esize<D>();

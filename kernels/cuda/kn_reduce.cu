@@ -251,6 +251,26 @@ KN_FN double kn_cols_combine(double acc, int tx, int ty)
     return s;
 }
 
+/* A block's column col, from its n rows' sum s (a var's: of deviations
+ * from shift, s2 the sum of their squares): the result where the block is
+ * the column's only split, else its sum and (var) its squared deviations
+ * from its own mean for kn_reduce_cols_final. Both column kernels end so. */
+KN_FN void kn_cols_block_out(const kn_reduce_args &a, long long col, long long split, double s, double s2, double n,
+                             double shift)
+{
+    double m2 = 0.0;
+    if (a.op == KN_TR_VAR) {
+        m2 = n > 0 ? s2 - s * s / n : 0.0; /* squared deviations from the block's mean */
+        if (m2 < 0) m2 = 0.0;
+        s += n * shift; /* the block's sum */
+    }
+    if (a.nsplit == 1) kn_rfinish_f(a, col, s, m2);
+    else {
+        ((double *)a.part)[split * a.nout + col] = s;
+        if (a.op == KN_TR_VAR) ((double *)a.part)[(a.nsplit + split) * a.nout + col] = m2;
+    }
+}
+
 #if !defined(KN_ONE_KERNEL) || defined(KN_KSEL_kn_reduce_cols)
 extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
 {
@@ -291,21 +311,13 @@ extern "C" __global__ void kn_reduce_cols(kn_reduce_args a)
                 }
             }
         }
-        double s = kn_cols_combine(acc, tx, ty), m2 = 0.0;
+        const double s = kn_cols_combine(acc, tx, ty);
+        double s2 = 0.0;
         if (var) {
             __syncthreads(); /* kn_cols_combine's shared sums are read above */
-            const double s2 = kn_cols_combine(acc2, tx, ty), n = hi > lo ? (double)(hi - lo) : 0.0;
-            m2 = n > 0 ? s2 - s * s / n : 0.0; /* squared deviations from the block's mean */
-            if (m2 < 0) m2 = 0.0;
-            s += n * shift; /* the block's sum */
+            s2 = kn_cols_combine(acc2, tx, ty);
         }
-        if (ty == 0 && col < a.nout) {
-            if (a.nsplit == 1) kn_rfinish_f(a, col, s, m2);
-            else {
-                ((double *)a.part)[split * a.nout + col] = s;
-                if (a.op == KN_TR_VAR) ((double *)a.part)[(a.nsplit + split) * a.nout + col] = m2;
-            }
-        }
+        if (ty == 0 && col < a.nout) kn_cols_block_out(a, col, split, s, s2, hi > lo ? (double)(hi - lo) : 0.0, shift);
     }
 }
 #endif
@@ -386,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_reduce_cols_vec(kn_r
 #pragma unroll
             for (int e = 0; e < V; e++) sh[ty * W + tx * V + e] = acc[e];
         __syncthreads();
-        double s = 0.0, m2 = 0.0;
+        double s = 0.0, s2 = 0.0;
         if (owner)
             for (int t = 0; t < RB; t++) s += sh[t * W + c];
         if (var) {
@@ -395,21 +407,12 @@ extern "C" __global__ void __launch_bounds__(KN_T_BLOCK) kn_reduce_cols_vec(kn_r
 #pragma unroll
                 for (int e = 0; e < V; e++) sh[ty * W + tx * V + e] = acc2[e];
             __syncthreads();
-            double s2 = 0.0;
             if (owner)
                 for (int t = 0; t < RB; t++) s2 += sh[t * W + c];
-            const double n = hi > lo ? (double)(hi - lo) : 0.0;
-            m2 = n > 0 ? s2 - s * s / n : 0.0; /* squared deviations from the block's mean */
-            if (m2 < 0) m2 = 0.0;
-            if (owner && n > 0) s += n * kn_ldd<KN_DT>(a.x + (lo * a.nout + ccol) * es); /* the block's sum */
         }
-        if (owner) {
-            if (a.nsplit == 1) kn_rfinish_f(a, ccol, s, m2);
-            else {
-                ((double *)a.part)[split * a.nout + ccol] = s;
-                if (var) ((double *)a.part)[(a.nsplit + split) * a.nout + ccol] = m2;
-            }
-        }
+        if (owner)
+            kn_cols_block_out(a, ccol, split, s, s2, hi > lo ? (double)(hi - lo) : 0.0,
+                              var && hi > lo ? kn_ldd<KN_DT>(a.x + (lo * a.nout + ccol) * es) : 0.0);
     }
 }
 #endif
