@@ -336,19 +336,18 @@ static kn_status padded_weight_grad(cl_ctx *c, int i, int64_t cin, int64_t cp)
 }
 
 /* conv2d's gradient node i (a training step's backward) runs channels-last
- * too: cuDNN's tensor-core engines read and write NHWC. Left NCHW, each
- * read its NHWC operands through a copy to NCHW (10-57 us each for the
- * convnet sample, bf16, H200) and ran the NCHW engines at 3-11% of the
- * roofline. The input's gradient is a view again, so the BatchNorm and
- * ReLU gradients after it stay NHWC; the weight's is read through its
- * view (a few KB). Half types only: f32 training graphs stay NCHW under
- * "auto" (kn_plan_build.c), cuDNN's strict f32 forward engines measured
- * slower NHWC than NCHW (docs/modes.md), and its f32 NHWC gradients have
- * not been measured against its NCHW ones. Where the
- * channels (groups 1 only) are not whole 16-byte vectors, as the 3 of an
- * image, the weight's gradient reads x padded with zero channels
- * (padded_weight_grad) and the input's stays NCHW: cuDNN's NHWC engines
- * want whole vectors, and a refused gradient has no fallback. */
+ * too: cuDNN's tensor-core engines read and write NHWC, and so do kiln's
+ * split-precision f32 gradients (Hopper). Left NCHW, each read its NHWC
+ * operands through a copy to NCHW (10-57 us each for the convnet sample,
+ * bf16, H200) and ran the NCHW engines at 3-11% of the roofline. The
+ * input's gradient is a view again, so the BatchNorm and ReLU gradients
+ * after it stay NHWC; the weight's is read through its view (a few KB).
+ * f32 graphs are channels-last under "auto" only where the device runs
+ * f32 convolutions faster so (kn_plan_build.c). Where the channels
+ * (groups 1 only) are not whole 16-byte vectors, as the 3 of an image,
+ * the weight's gradient reads x padded with zero channels
+ * (padded_weight_grad) and the input's stays NCHW: the NHWC kernels want
+ * whole vectors, and a refused gradient has no fallback. */
 static kn_status convert_conv_grad(cl_ctx *c, int i)
 {
     kn_pass_ctx *x = c->x;
@@ -366,15 +365,12 @@ static kn_status convert_conv_grad(cl_ctx *c, int i)
      * input's gradient) or in[0]'s; dy's in[0]'s or in[1]'s */
     int64_t cin = input_grad ? n->a.shape[1] : m0->shape[1], cout = input_grad ? m0->shape[1] : m1->shape[1];
     int64_t mult = 16 / (int64_t)kn_dtype_size(dt);
-    bool half = dt == KN_BF16 || dt == KN_F16;
-    if (half && !input_grad && n->a.groups == 1 && cin % mult != 0 && cout % mult == 0)
+    if (!input_grad && n->a.groups == 1 && cin % mult != 0 && cout % mult == 0)
         return padded_weight_grad(c, i, cin, (cin + mult - 1) / mult * mult);
-    if (!half || n->a.groups != 1 || cin % mult != 0 || cout % mult != 0) {
+    if (n->a.groups != 1 || cin % mult != 0 || cout % mult != 0) {
         kn_pass_note(x, "channels_last: %s stays NCHW: %s", kn_pass_who(g, i, who, sizeof who),
-                     !half ? "an f32 gradient (cuDNN's strict f32 forward engines ran slower NHWC; its gradients' "
-                             "were not measured so)"
-                     : n->a.groups != 1 ? "a grouped convolution's gradient"
-                                        : "its channels are not whole 16-byte vectors for cuDNN's NHWC engines");
+                     n->a.groups != 1 ? "a grouped convolution's gradient"
+                                      : "its channels are not whole 16-byte vectors for the NHWC kernels");
         return KN_OK;
     }
     int r0, r1;

@@ -219,14 +219,19 @@ static int device_pass_flags(const kn_plan *p, int pass_flags)
     if ((pass_flags & KN_PLAN_NHWC_AUTO) && has_conv) {
         if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_BF16))
             pass_flags |= KN_PASSES_NHWC_HALF;
-        /* f32 training graphs (conv gradients) stay NCHW: f32 goes
-         * channels-last for the GPU's split-precision forward convolution,
-         * whose rounding differs from the strict engines' that eager runs,
-         * and AdamW turns such differences in near-zero gradients into
-         * steps of its learning rate (the convnet sample's parameters 0.01
-         * from eager's after 20 compiled steps, against bit-equal with the
-         * strict engines on both sides: t/training_samples.lua, H200) */
-        /* (KILN_CPU_CONV_NHWC_F32=1: the CPU answers yes, so CI tests the
+        /* f32 training graphs (conv gradients) stay NCHW under "auto".
+         * Channels-last, their convs and gradients run kiln's
+         * split-precision kernels on Hopper (kn_cuda_conv_x3_grad_run),
+         * which do not yet beat cuDNN's strict NCHW engines on a whole
+         * step: the convnet sample's, 2,747 us of kernels against 2,681
+         * (H200, session 25; their loads wait in full, a tile at a time).
+         * Their rounding also differs from the strict engines' that eager
+         * runs, and AdamW turns such differences in near-zero gradients
+         * into steps of its learning rate (the convnet sample's parameters
+         * 0.01 from eager's after 20 compiled steps, against bit-equal with
+         * the strict engines on both sides: t/training_samples.lua, H200).
+         * kiln.config.channels_last = true asks for them.
+         * (KILN_CPU_CONV_NHWC_F32=1: the CPU answers yes, so CI tests the
          * rule without a GPU) */
         bool f32_faster = (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32)) ||
                           (kn_device_kind_of(p->device) == KN_DEVICE_CPU && getenv("KILN_CPU_CONV_NHWC_F32"));

@@ -317,6 +317,15 @@ kn_status kn_cuda_conv2d(const kn_opcall *c)
         return kn_error(KN_ERR_UNSUPPORTED, "%s: a contiguous cuda output only", kn_op_name(c->op));
     KN_TRY(kn_cuda_init());
     if (kn_tensor_numel(c->out[0]) == 0) return KN_OK;
+    /* f32 outside TF32 mode on Hopper, channels-last (a training step
+     * compiled with kiln.config.channels_last = true): kiln's
+     * split-precision gradients, which read and write NHWC where cuDNN's
+     * strict f32 engines want NCHW copies; KN_VARIANT_STRICT keeps
+     * cuDNN's */
+    if (c->variant != KN_VARIANT_STRICT && kn_cuda_conv_x3_grad_takes(c)) {
+        kn_status st = kn_cuda_conv_x3_grad_run(c);
+        if (st != KN_ERR_UNSUPPORTED) return st;
+    }
     return kn_cuda_dnn_conv_grad(c);
 }
 

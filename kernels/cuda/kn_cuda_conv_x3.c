@@ -10,6 +10,7 @@
 #include "kn_cuda_context.h"
 #include "kn_cuda_gemm_x3.h"
 #include "kn_cuda_linalg.h"
+#include "kn_cuda_module.h"
 #include "kn_view.h"
 
 /* The variants after the default: each tile shape */
@@ -119,4 +120,181 @@ out:
     kn_tensor_release(tmp[0]);
     kn_tensor_release(tmp[1]);
     return st;
+}
+
+/* ---- the gradients ---- */
+
+/* Where the input gradient's class a of a dim (input pixels a, a + st,
+ * ...) takes its taps from: taps r = last, last - st, ... (n of them) meet
+ * output pixel i + off + t for input pixel i st + a; none when n is 0
+ * (a stride longer than the kernel). */
+typedef struct dgrad_class {
+    int n, last, off;
+} dgrad_class;
+
+static dgrad_class dgrad_class_of(int a, int st, int pad, int taps)
+{
+    dgrad_class k = {0, 0, 0};
+    int first = ((a + pad) % st + st) % st;
+    if (first >= taps) return k;
+    k.n = (taps - 1 - first) / st + 1;
+    k.last = first + (k.n - 1) * st;
+    k.off = (a + pad - k.last) / st; /* exact: last = a + pad (mod st) */
+    return k;
+}
+
+static bool all_f32_contiguous(const kn_opcall *c)
+{
+    const kn_tensor *t[3] = {c->in[0], c->in[1], c->out[0]};
+    for (int i = 0; i < 3; i++)
+        if (!t[i] || t[i]->dtype != KN_F32 || t[i]->ndim != 4 || !kn_tensor_is_contiguous(t[i])) return false;
+    return true;
+}
+
+bool kn_cuda_conv_x3_grad_takes(const kn_opcall *c)
+{
+    if (!kn_cuda_conv_x3_available() || kn_cuda_allow_tf32()) return false;
+    if (c->op != KN_OP_CONV2D_INPUT_GRAD && c->op != KN_OP_CONV2D_WEIGHT_GRAD) return false;
+    if (c->n_in != 2 || c->n_out < 1 || !all_f32_contiguous(c)) return false;
+    const kn_attrs *at = &c->a;
+    if (at->groups != 1 || at->in_layout != KN_LAYOUT_NHWC || at->out_layout != KN_LAYOUT_NHWC) return false;
+    if (c->op == KN_OP_CONV2D_INPUT_GRAD) {
+        const kn_tensor *dy = c->in[0], *w = c->in[1], *dx = c->out[0];
+        int64_t k = dy->shape[3], r = w->shape[1], s = w->shape[2];
+        if (k % 4 || w->shape[0] != k || w->shape[3] != dx->shape[3] || at->dilation[0] != 1 || at->dilation[1] != 1)
+            return false;
+        if (at->stride[0] < 1 || at->stride[1] < 1 || at->stride[0] > KN_LA_DGRAD_MAX_STRIDE ||
+            at->stride[1] > KN_LA_DGRAD_MAX_STRIDE || at->stride[0] > r || at->stride[1] > s)
+            return false;
+        /* one class's GEMM: dy's channels and pixels, the most taps */
+        kn_cuda_x3_call x;
+        memset(&x, 0, sizeof x);
+        x.p.m = dx->shape[0] * dx->shape[1] * dx->shape[2];
+        x.p.n = dx->shape[3];
+        x.p.k = x.p.lda = x.p.ldb = r * s * k;
+        x.count = 1, x.a_kmajor = x.b_kmajor = true;
+        return kn_cuda_gemm_x3_shape_fits(&x) && dy->shape[1] * dy->shape[2] * k < ((int64_t)1 << 31);
+    }
+    const kn_tensor *x = c->in[0], *dy = c->in[1], *dw = c->out[0];
+    int64_t cin = x->shape[3];
+    if (cin % 4 || dw->shape[3] != cin || dw->shape[0] != dy->shape[3] || dy->shape[3] % 4) return false;
+    return x->shape[1] * x->shape[2] * cin < ((int64_t)1 << 31) &&
+           dy->shape[0] * dy->shape[1] * dy->shape[2] < ((int64_t)1 << 30);
+}
+
+/* dx = conv2d_input_grad(dy, w): a stride-1 convolution of dy per class */
+static kn_status dgrad_run(const kn_opcall *c)
+{
+    const kn_tensor *dy = c->in[0], *w = c->in[1];
+    kn_tensor *dx = c->out[0];
+    const kn_attrs *at = &c->a;
+    int sh = (int)at->stride[0], sw = (int)at->stride[1], ph = (int)at->padding[0], pw = (int)at->padding[1];
+    int K = (int)w->shape[0], R = (int)w->shape[1], S = (int)w->shape[2], C = (int)w->shape[3];
+    int H = (int)dx->shape[1], W = (int)dx->shape[2];
+    dgrad_class rows[KN_LA_DGRAD_MAX_STRIDE], cols[KN_LA_DGRAD_MAX_STRIDE];
+    kn_la_dgrad_weight_args wa;
+    memset(&wa, 0, sizeof wa);
+    long long at_float = 0;
+    for (int a = 0; a < sh; a++) {
+        rows[a] = dgrad_class_of(a, sh, ph, R);
+        wa.rc[a] = rows[a].n, wa.rl[a] = rows[a].last;
+    }
+    for (int b = 0; b < sw; b++) {
+        cols[b] = dgrad_class_of(b, sw, pw, S);
+        wa.sc[b] = cols[b].n, wa.sl[b] = cols[b].last;
+    }
+    for (int a = 0; a < sh; a++)
+        for (int b = 0; b < sw; b++) {
+            wa.base[a * sw + b] = at_float;
+            at_float += (long long)C * rows[a].n * cols[b].n * K;
+        }
+    if ((uintptr_t)kn_cuda_tensor_ptr(dy) % 16 || (uintptr_t)kn_cuda_tensor_ptr(w) % 16)
+        return kn_error(KN_ERR_UNSUPPORTED, "conv2d_input_grad: the split-f32 gradient wants 16-byte aligned operands");
+    /* the classes' weights, each 16-byte aligned (a multiple of K floats) */
+    void *cw = NULL;
+    KN_TRY(kn_cuda_malloc(at_float * (int64_t)sizeof(float), &cw));
+    const void *fn;
+    kn_status st = kn_cuda_linalg_kernel("kn_la_conv_dgrad_weight", &fn);
+    if (st == KN_OK) {
+        wa.w = kn_cuda_tensor_ptr(w);
+        wa.out = cw;
+        wa.n = kn_tensor_numel(w);
+        wa.k = K, wa.r = R, wa.s = S, wa.c = C, wa.sh = sh, wa.sw = sw, wa.ph = ph, wa.pw = pw;
+        st = kn_cuda_launch(fn, (wa.n + 255) / 256, 256, &wa, 0);
+    }
+    int tile = -1;
+    for (int a = 0; a < sh && st == KN_OK; a++)
+        for (int b = 0; b < sw && st == KN_OK; b++) {
+            int hc = (H - a + sh - 1) / sh, wc = (W - b + sw - 1) / sw;
+            if (hc <= 0 || wc <= 0) continue;
+            kn_cuda_x3_call x;
+            memset(&x, 0, sizeof x);
+            x.p.m = dx->shape[0] * hc * wc;
+            x.p.n = C;
+            x.p.k = x.p.lda = x.p.ldb = (int64_t)rows[a].n * cols[b].n * K;
+            x.p.ldy = C;
+            x.count = 1, x.a_kmajor = x.b_kmajor = true;
+            x.p.a = kn_cuda_tensor_ptr(dy);
+            x.p.b = (char *)cw + wa.base[a * sw + b] * (long long)sizeof(float);
+            x.p.y = kn_cuda_tensor_ptr(dx);
+            x.p.vec2 = C % 2 == 0 && kn_cuda_align_of(x.p.y, NULL, 0, 8) == 8;
+            /* dy read as a stride-1 convolution's input by this class's
+             * taps, the first at output pixel i + off */
+            x.p.cv = (kn_la_conv_geom){(int)dy->shape[1], (int)dy->shape[2], K, hc, wc, cols[b].n, 1, 1,
+                                       -rows[a].off, -cols[b].off, 1, 1};
+            x.p.ys = (kn_la_row_scatter){hc, wc, H, W, sh, sw, a, b};
+            if (tile < 0) {
+                /* a class of few pixels (a deep layer's) in 64x64 tiles:
+                 * the 128-row tiles left SMs idle (49 blocks a class for
+                 * the convnet sample's last layer) */
+                tile = kn_cuda_conv_x3_default_pick(&x);
+                int64_t bn = x.p.n <= 64 ? 64 : 128, tiles = (x.p.m + 127) / 128 * ((x.p.n + bn - 1) / bn);
+                if (tiles < 2 * (int64_t)kn_cuda_current()->sm_count) tile = KN_CUDA_X3_TILE_WG64;
+            }
+            if (!kn_cuda_conv_x3_fits(&x))
+                st = kn_error(KN_ERR_UNSUPPORTED, "conv2d_input_grad: the split-f32 gradient cannot take these pointers");
+            else st = kn_cuda_conv_x3(&x, tile);
+        }
+    kn_cuda_free(cw);
+    if (st == KN_OK)
+        kn_cuda_variant_label("kiln split-f32 input gradient %s (3xTF32, %d classes)", kn_cuda_gemm_x3_tile_name(tile),
+                              sh * sw);
+    return st;
+}
+
+/* dw = conv2d_weight_grad(x, dy): the weight-gradient form */
+static kn_status wgrad_run(const kn_opcall *c)
+{
+    const kn_tensor *x = c->in[0], *dy = c->in[1];
+    kn_tensor *dw = c->out[0];
+    const kn_attrs *at = &c->a;
+    kn_cuda_x3_call g;
+    memset(&g, 0, sizeof g);
+    g.p.m = dw->shape[0];
+    g.p.n = dw->shape[1] * dw->shape[2] * dw->shape[3];
+    g.p.k = dy->shape[0] * dy->shape[1] * dy->shape[2];
+    g.p.lda = g.p.m;
+    g.p.ldb = g.p.n;
+    g.p.ldy = g.p.n;
+    g.count = 1, g.a_kmajor = g.b_kmajor = false;
+    g.p.a = kn_cuda_tensor_ptr(dy);
+    g.p.b = kn_cuda_tensor_ptr(x);
+    g.p.y = kn_cuda_tensor_ptr(dw);
+    g.p.vec2 = g.p.n % 2 == 0 && kn_cuda_align_of(g.p.y, NULL, 0, 8) == 8;
+    g.p.cv = (kn_la_conv_geom){(int)x->shape[1], (int)x->shape[2], (int)x->shape[3], (int)dy->shape[1],
+                               (int)dy->shape[2], (int)dw->shape[2], (int)at->stride[0], (int)at->stride[1],
+                               (int)at->padding[0], (int)at->padding[1], (int)at->dilation[0], (int)at->dilation[1]};
+    if (!kn_cuda_conv_x3w_fits(&g))
+        return kn_error(KN_ERR_UNSUPPORTED, "conv2d_weight_grad: the split-f32 gradient cannot take these pointers");
+    int tile = kn_cuda_conv_x3w_default_pick(&g);
+    KN_TRY(kn_cuda_conv_x3w(&g, tile));
+    kn_cuda_variant_label("kiln split-f32 weight gradient %s (3xTF32)", kn_cuda_gemm_x3_tile_name(tile));
+    return KN_OK;
+}
+
+kn_status kn_cuda_conv_x3_grad_run(const kn_opcall *c)
+{
+    if (!kn_cuda_conv_x3_grad_takes(c))
+        return kn_error(KN_ERR_UNSUPPORTED, "%s: the split-f32 gradient does not take this call", kn_op_name(c->op));
+    return c->op == KN_OP_CONV2D_INPUT_GRAD ? dgrad_run(c) : wgrad_run(c);
 }

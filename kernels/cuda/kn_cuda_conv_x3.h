@@ -32,4 +32,22 @@ int kn_cuda_conv_x3_variant_count(void);
 kn_status kn_cuda_conv_x3_run(const kn_tensor *x, const kn_tensor *w, const kn_tensor *bias, kn_tensor *y,
                               const kn_attrs *at, int act, const kn_tensor *residual, int v);
 
+/* The gradients of such a convolution (a training step's backward, laid
+ * out channels-last by the layout pass): c is a conv2d_input_grad (dy
+ * {N, p, q, K}, w {K, r, s, C} -> dx {N, h, w, C}) or conv2d_weight_grad
+ * (x {N, h, w, C}, dy -> dw {K, r, s, C}) with NHWC attrs, every operand
+ * f32 and contiguous, one group. The input's gradient wants K a multiple
+ * of 4, no dilation, and a stride of at most the kernel (and 4) in each
+ * dim; the weight's, C a multiple of 4. From the headers alone (the run
+ * checks alignment). */
+bool kn_cuda_conv_x3_grad_takes(const kn_opcall *c);
+/* Run it: the input's gradient as one stride-1 convolution of dy per
+ * class of input pixels (a stride of 2 has four: (even, even) rows and
+ * columns, ...), each by its own taps of w (laid out for it by
+ * kn_la_conv_dgrad_weight) into its strided subgrid of dx; the weight's as
+ * the weight-gradient form (dy^T times x's windows, split over the
+ * pixels). KN_ERR_UNSUPPORTED with nothing written where the pointers do
+ * not fit after all. Sets the variant label. */
+kn_status kn_cuda_conv_x3_grad_run(const kn_opcall *c);
+
 #endif

@@ -30,7 +30,7 @@ static const struct x3_tile {
     {64, 32, 32, 16, 32, false, false, "64x32"},
     {128, 128, 64, 32, 64, false, false, "128x128k64"},
     [KN_CUDA_X3_TILE_WG128] = {128, 128, 64, 128, 32, true, false, "wg128x128"},
-    {64, 128, 64, 128, 32, true, false, "wg64x128"},
+    [KN_CUDA_X3_TILE_WG64X128] = {64, 128, 64, 128, 32, true, false, "wg64x128"},
     [KN_CUDA_X3_TILE_WG64] = {64, 64, 64, 64, 32, true, false, "wg64x64"},
     /* one wave of 128-row tiles where 128x128 takes two or a ragged
      * second (BERT's 1024 x 2304 and 1024 x 3072: 96 and 128 tiles) */
@@ -56,9 +56,14 @@ const char *kn_cuda_gemm_x3_tile_name(int tile)
     return tile >= 0 && tile < KN_CUDA_X3_TILES ? x3_tiles[tile].name : "?";
 }
 
+/* What a launch runs: the GEMM, the convolution form, or its weight
+ * gradient's */
+enum { X3_FORM_GEMM, X3_FORM_CONV, X3_FORM_CONV_WGRAD };
+
 /* A launch of c in tile shape `tile`: its grid (x over m, y over n),
  * threads and shared bytes. */
-static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2], unsigned *threads, size_t *smem)
+static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, int form, unsigned grid[2], unsigned *threads,
+                            size_t *smem)
 {
     const struct x3_tile *t = &x3_tiles[tile];
     const int kt = t->kt;
@@ -73,6 +78,7 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, unsigned grid[2]
          * raw stages of kt rows of its rows + 8 */
         int stages = c->a_kmajor && c->b_kmajor ? 4 : c->a_kmajor || c->b_kmajor ? 3 : 2;
         if (t->bn > 128 && (c->a_kmajor || c->b_kmajor)) stages--; /* W_STAGES */
+        if (form == X3_FORM_CONV_WGRAD) stages = 4;
         size_t floats = 0;
         for (int o = 0; o < 2; o++) {
             size_t rows = (size_t)(o ? t->bn : t->bm);
@@ -101,7 +107,7 @@ static bool x3_layout_fits(int tile, bool a_kmajor, bool b_kmajor)
     c.p.m = c.p.n = c.p.k = 1, c.count = 1, c.a_kmajor = a_kmajor, c.b_kmajor = b_kmajor;
     unsigned grid[2], threads;
     size_t smem;
-    x3_launch_shape(&c, tile, grid, &threads, &smem);
+    x3_launch_shape(&c, tile, X3_FORM_GEMM, grid, &threads, &smem);
     return smem <= X3_SMEM_MAX;
 }
 
@@ -258,13 +264,32 @@ static int x3_splits(const kn_cuda_x3_call *c, int tile, int sms)
     return s > 1 ? (int)s : 1;
 }
 
+/* The weight-gradient form's splits: its k is every output pixel of the
+ * batch (100,352 for the convnet sample's second layer) and its output a
+ * few tiles, so a split takes a run of pixels, as many splits as make two
+ * waves (a block an SM: its four stages take the shared memory), each at
+ * least X3_WGRAD_MIN_K pixels long. More splits cost their sum
+ * (kn_la_gemm_x3_sum reads every split's plane). */
+#define X3_WGRAD_MIN_K 256
+#define X3_WGRAD_SPLITS_MAX 256
+static int x3_wgrad_splits(const kn_cuda_x3_call *c, int tile, int sms)
+{
+    int64_t blocks = x3_tiles_of(c, tile), want = (2 * (int64_t)sms + blocks - 1) / blocks,
+            by_k = c->p.k / X3_WGRAD_MIN_K;
+    int64_t s = want < by_k ? want : by_k;
+    if (s > X3_WGRAD_SPLITS_MAX) s = X3_WGRAD_SPLITS_MAX;
+    return s > 1 ? (int)s : 1;
+}
+
 /* Launch c in tile shape `tile`: the GEMM's module of that tile and
- * layout, or (conv) the convolution form's module of that tile. */
-static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
+ * layout, or the convolution form's (form X3_FORM_CONV) or its weight
+ * gradient's (X3_FORM_CONV_WGRAD) module of that tile. */
+static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, int form)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static uint64_t smem_raised[KN_CUDA_X3_TILES][5]; /* a bit a GPU; [4]: the convolution form */
-    const char *what = conv ? "conv2d" : "matmul";
+    static uint64_t smem_raised[KN_CUDA_X3_TILES][6]; /* a bit a GPU; [4], [5]: the convolution forms */
+    const bool conv = form != X3_FORM_GEMM;
+    const char *what = form == X3_FORM_CONV_WGRAD ? "conv2d_weight_grad" : conv ? "conv2d" : "matmul";
     if (tile < 0 || tile >= KN_CUDA_X3_TILES) return kn_error(KN_ERR_ARG, "%s: no split-f32 tile shape %d", what, tile);
     if (!kn_cuda_gemm_x3_fits(c)) return kn_error(KN_ERR_UNSUPPORTED, "%s: the split-f32 kernel cannot take this call", what);
     const struct x3_tile *t = &x3_tiles[tile];
@@ -278,15 +303,16 @@ static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
      * refused without compiling it */
     unsigned grid[2], threads;
     size_t smem;
-    x3_launch_shape(c, tile, grid, &threads, &smem);
+    x3_launch_shape(c, tile, form, grid, &threads, &smem);
     if (smem > X3_SMEM_MAX)
         return kn_error(KN_ERR_UNSUPPORTED,
                         "%s: the split-f32 kernel's %s tile does not fit in shared memory with both operands "
                         "m- or n-contiguous", what, t->name);
-    int layout = conv ? 4 : (c->a_kmajor ? 0 : 2) + (c->b_kmajor ? 0 : 1);
+    int layout = form == X3_FORM_CONV ? 4 : form == X3_FORM_CONV_WGRAD ? 5 : (c->a_kmajor ? 0 : 2) + (c->b_kmajor ? 0 : 1);
     static const char *const lay[4] = {"kk", "kn", "mk", "mn"};
     char name[64];
-    if (conv) snprintf(name, sizeof name, "kn_la_conv_x3_%s", t->name);
+    if (form == X3_FORM_CONV) snprintf(name, sizeof name, "kn_la_conv_x3_%s", t->name);
+    else if (form == X3_FORM_CONV_WGRAD) snprintf(name, sizeof name, "kn_la_conv_x3w_%s", t->name);
     else snprintf(name, sizeof name, "kn_la_gemm_x3_%s_%s", t->name, lay[layout]);
     const void *fn;
     KN_TRY(kn_cuda_linalg_kernel(name, &fn));
@@ -304,7 +330,8 @@ static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
         pthread_mutex_unlock(&lock);
     }
     kn_la_gemm_args p = c->p;
-    p.splits = x3_splits(c, tile, kn_cuda_current()->sm_count);
+    p.splits = form == X3_FORM_CONV_WGRAD ? x3_wgrad_splits(c, tile, kn_cuda_current()->sm_count)
+                                           : x3_splits(c, tile, kn_cuda_current()->sm_count);
     p.batches = c->count;
     /* each split's k range, a multiple of the kernel's k tile */
     p.kchunk = ((p.k + p.splits - 1) / p.splits + t->kt - 1) / t->kt * t->kt;
@@ -332,7 +359,7 @@ static kn_status x3_launch(const kn_cuda_x3_call *c, int tile, bool conv)
 
 kn_status kn_cuda_gemm_x3(const kn_cuda_x3_call *c, int tile)
 {
-    return x3_launch(c, tile, false);
+    return x3_launch(c, tile, X3_FORM_GEMM);
 }
 
 /* ---- the convolution form ---- */
@@ -349,10 +376,46 @@ bool kn_cuda_conv_x3_fits(const kn_cuda_x3_call *c)
     const kn_la_conv_geom *g = &c->p.cv;
     if (c->count != 1 || !c->a_kmajor || !c->b_kmajor || !kn_cuda_gemm_x3_fits(c)) return false;
     if (g->c <= 0 || g->c % 4 || g->h <= 0 || g->w <= 0 || g->p <= 0 || g->q <= 0 || g->s <= 0) return false;
-    if (g->sh <= 0 || g->sw <= 0 || g->dh <= 0 || g->dw <= 0 || g->ph < 0 || g->pw < 0) return false;
+    /* a padding may be negative: an input gradient's class starts inside
+     * the output's gradient (kn_cuda_conv_x3.c) */
+    if (g->sh <= 0 || g->sw <= 0 || g->dh <= 0 || g->dw <= 0) return false;
     /* k = r s c, each a 32-bit int in the kernel; m = N p q pixels */
     return c->p.k % ((int64_t)g->s * g->c) == 0 && c->p.ldb == c->p.k && c->p.m % ((int64_t)g->p * g->q) == 0 &&
            (int64_t)g->h * g->w * g->c < ((int64_t)1 << 31);
+}
+
+bool kn_cuda_conv_x3w_fits(const kn_cuda_x3_call *c)
+{
+    const kn_la_conv_geom *g = &c->p.cv;
+    if (c->count != 1 || c->a_kmajor || c->b_kmajor || !kn_cuda_gemm_x3_fits(c) || c->p.ys.pc) return false;
+    if (g->c <= 0 || g->c % 4 || g->h <= 0 || g->w <= 0 || g->p <= 0 || g->q <= 0 || g->s <= 0) return false;
+    if (g->sh <= 0 || g->sw <= 0 || g->dh <= 0 || g->dw <= 0) return false;
+    /* n = r s c taps and channels; k = N p q output pixels, N within an
+     * int as the kernel carries it */
+    return c->p.n % ((int64_t)g->s * g->c) == 0 && c->p.k % ((int64_t)g->p * g->q) == 0 &&
+           c->p.k / ((int64_t)g->p * g->q) < ((int64_t)1 << 31) && (int64_t)g->h * g->w * g->c < ((int64_t)1 << 31);
+}
+
+bool kn_cuda_conv_x3w_tile_ok(int tile)
+{
+    return tile == KN_CUDA_X3_TILE_WG64 || tile == KN_CUDA_X3_TILE_WG64X128;
+}
+
+/* 64 rows (output channels) a tile, as wide as the taps and channels
+ * allow */
+int kn_cuda_conv_x3w_default_pick(const kn_cuda_x3_call *c)
+{
+    return c->p.n <= 64 ? KN_CUDA_X3_TILE_WG64 : KN_CUDA_X3_TILE_WG64X128;
+}
+
+kn_status kn_cuda_conv_x3w(const kn_cuda_x3_call *c, int tile)
+{
+    if (!kn_cuda_conv_x3w_tile_ok(tile))
+        return kn_error(KN_ERR_ARG, "conv2d_weight_grad: the split-f32 weight gradient has no %s tile",
+                        kn_cuda_gemm_x3_tile_name(tile));
+    if (!kn_cuda_conv_x3w_fits(c))
+        return kn_error(KN_ERR_UNSUPPORTED, "conv2d_weight_grad: the split-f32 weight gradient cannot take this call");
+    return x3_launch(c, tile, X3_FORM_CONV_WGRAD);
 }
 
 int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c)
@@ -365,5 +428,5 @@ kn_status kn_cuda_conv_x3(const kn_cuda_x3_call *c, int tile)
     if (!kn_cuda_conv_x3_tile_ok(tile))
         return kn_error(KN_ERR_ARG, "conv2d: the split-f32 convolution has no %s tile", kn_cuda_gemm_x3_tile_name(tile));
     if (!kn_cuda_conv_x3_fits(c)) return kn_error(KN_ERR_UNSUPPORTED, "conv2d: the split-f32 convolution cannot take this call");
-    return x3_launch(c, tile, true);
+    return x3_launch(c, tile, X3_FORM_CONV);
 }

@@ -17,6 +17,7 @@
 #define KN_CUDA_X3_TILES 12
 /* the wgmma tiles matmul's default picks from (kn_cuda_blas.c) */
 #define KN_CUDA_X3_TILE_WG128 5
+#define KN_CUDA_X3_TILE_WG64X128 6
 #define KN_CUDA_X3_TILE_WG64 7
 #define KN_CUDA_X3_TILE_WG128X192 8
 #define KN_CUDA_X3_TILE_WG128X64 9
@@ -72,7 +73,22 @@ bool kn_cuda_conv_x3_tile_ok(int tile);
 /* The default's tile for c: 128x64 for 64 output channels or fewer,
  * 128x128 from there (bench/split_conv.c, H200: 64x64 never won). */
 int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c);
-/* Run c with tile shape `tile` (split along k as the GEMM is). */
+/* Run c with tile shape `tile` (split along k as the GEMM is). c->p.ys
+ * may scatter y's rows (an input gradient's class of pixels). */
 kn_status kn_cuda_conv_x3(const kn_cuda_x3_call *c, int tile);
+
+/* The weight-gradient form (KN_X3_CONV 2): y {m, r, s, c} (ldy = n = r s
+ * c) = the sum over the k = N p q output pixels of a (the output's
+ * gradient {N, p, q, m}, m-contiguous: lda = m, a_kmajor false) times x's
+ * windows (x {N, h, w, c} channels-last, contiguous, at c->p.b; b_kmajor
+ * false), the geometry in c->p.cv. Whether it can take c: c a multiple
+ * of 4, 16-byte aligned operands and lda. */
+bool kn_cuda_conv_x3w_fits(const kn_cuda_x3_call *c);
+bool kn_cuda_conv_x3w_tile_ok(int tile);
+/* Its default tile: 64 rows by 64 or 128. */
+int kn_cuda_conv_x3w_default_pick(const kn_cuda_x3_call *c);
+/* Run c with tile shape `tile`, split along its pixels into as many
+ * blocks as fill the GPU (kn_la_gemm_x3_sum adds the splits in order). */
+kn_status kn_cuda_conv_x3w(const kn_cuda_x3_call *c, int tile);
 
 #endif

@@ -112,14 +112,29 @@ typedef struct kn_la_dwc_args {
     int ppb, band, bands, pitch, rows_alloc;
 } kn_la_dwc_args;
 
-/* The convolution form, kn_la_conv_x3_<tile> (KN_X3_CONV): an implicit
+/* The convolution form, kn_la_conv_x3_<tile> (KN_X3_CONV 1): an implicit
  * GEMM over a channels-last x {N, h, w, c} (contiguous, c a multiple of
  * 4): y {N, p, q, n} = conv(x, b) with b the weight {n, r, s, c}
  * (k-contiguous, k = r s c), so m = N p q output pixels, k = r s c, the
- * a operand x's windows, read in place; the rest as for the GEMM. */
+ * a operand x's windows, read in place; the rest as for the GEMM.
+ *
+ * The weight-gradient form, kn_la_conv_x3w_<tile> (KN_X3_CONV 2): y {m, r,
+ * s, c} = the gradient of the weight of that convolution, sum over its
+ * output pixels of a (the output's gradient {N, p, q, m}, m-contiguous,
+ * lda m) times b (x's windows, gathered: n = r s c, n-contiguous), so k
+ * = N p q output pixels; s, the geometry and x (at b) as above. */
 typedef struct kn_la_conv_geom {
     int h, w, c, p, q, s, sh, sw, ph, pw, dh, dw;
 } kn_la_conv_geom;
+
+/* Where y's rows go when they are not one after another (pc 0: row r at r
+ * ldy): row r = (n, i, j) of an N x pc x qc grid is pixel (n, i sh + oh,
+ * j sw + ow) of a channels-last {N, h, w, ldy} output. An input gradient of
+ * a strided convolution is computed one class of pixels at a time (the
+ * convolution form, kn_cuda_conv_x3.c), each class a strided subgrid. */
+typedef struct kn_la_row_scatter {
+    int pc, qc, h, w, sh, sw, oh, ow;
+} kn_la_row_scatter;
 
 /* kn_la_gemm_x3_<tile>_<layout> (kn_la_gemm_x3.cu): y [m, n] (rows ldy
  * apart) = act(a . b + bias + res) in f32 by the split-precision method,
@@ -137,7 +152,26 @@ typedef struct kn_la_gemm_args {
     char *y, *ws;
     long long m, n, k, lda, ldb, ldy, sa, sb, sy, kchunk, batches;
     int act, vec2, splits;
-    kn_la_conv_geom cv; /* the convolution form's geometry; unused by the GEMM */
+    kn_la_conv_geom cv; /* the convolution forms' geometry; unused by the GEMM */
+    kn_la_row_scatter ys; /* y's rows scattered (pc > 0), or not */
 } kn_la_gemm_args;
+
+/* kn_la_conv_dgrad_weight (kn_la_aux.cu): a stride (sh, sw) convolution's
+ * weight w {k, r, s, c} (contiguous) as the weights of its input
+ * gradient's classes: class (a, b), the input pixels (i sh + a, j sw + b),
+ * gets the taps r = rl[a] - sh t (t < rc[a]) and s = sl[b] - sw u (u <
+ * sc[b]), laid out {c, rc[a], sc[b], k} (k-contiguous: the weight of a
+ * stride-1 convolution over the output's gradient) at out + base[a sw + b]
+ * floats. */
+#define KN_LA_DGRAD_MAX_STRIDE 4
+typedef struct kn_la_dgrad_weight_args {
+    const char *w;
+    char *out;
+    long long n;
+    int k, r, s, c, sh, sw, ph, pw;
+    int rc[KN_LA_DGRAD_MAX_STRIDE], rl[KN_LA_DGRAD_MAX_STRIDE], sc[KN_LA_DGRAD_MAX_STRIDE],
+        sl[KN_LA_DGRAD_MAX_STRIDE];
+    long long base[KN_LA_DGRAD_MAX_STRIDE * KN_LA_DGRAD_MAX_STRIDE];
+} kn_la_dgrad_weight_args;
 
 #endif

@@ -51,7 +51,7 @@ kn_status kn_cuda_copy_as(const kn_tensor *t, kn_dtype dt, kn_tensor **out)
  * instantiation), the argument structs
  * (kn_cuda_la_args.h), kn_la_common.cu and its template. The disk cache
  * keys a module by its whole source (kn_cuda_module.c), defines included. */
-#define LA_MAX_KERNELS 5
+#define LA_MAX_KERNELS 6
 typedef struct la_module {
     const char *name;     /* "stem_tc bf16 n8": for bench/nvrtc_modules.c and the tests */
     const char *tpl;      /* its template, kernels/cuda/<tpl>.cu */
@@ -84,7 +84,8 @@ static const la_module la_modules[] = {
     {"dw nchw5 f16", "kn_la_dw", KN_LA_F16, -1, DW_NCHW(5), {"kn_la_conv_dw_nchw5_f16"}},
     /* kn_la_rows.cu: a few rows against a weight, strict f32 */
     {"rows f32", "kn_la_rows", KN_LA_F32, -1, "", {"kn_la_gemm_rows_f32"}},
-    {"aux", "kn_la_aux", -1, -1, "", {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc", "kn_la_gemm_x3_sum"}},
+    {"aux", "kn_la_aux", -1, -1, "",
+     {"kn_la_bias_act_f32", "kn_la_bias_act_f64", "kn_la_to_nhwc", "kn_la_gemm_x3_sum", "kn_la_conv_dgrad_weight"}},
     {"stem f32", "kn_la_stem", KN_LA_F32, -1, "", {"kn_la_conv_stem_f32"}},
     {"stem bf16", "kn_la_stem", KN_LA_BF16, -1, "", {"kn_la_conv_stem_bf16"}},
     {"stem f16", "kn_la_stem", KN_LA_F16, -1, "", {"kn_la_conv_stem_f16"}},
@@ -144,6 +145,16 @@ static const la_module la_modules[] = {
     X3C_MODULE(128, 64, "wg128x64"),
     X3C_MODULE(128, 128, "wg128x128"),
     X3C_MODULE(64, 64, "wg64x64"),
+    /* its weight-gradient form (KN_X3_CONV 2): the output's gradient
+     * m-contiguous, x's windows gathered n-contiguous */
+#define X3G_MODULE(bm, bn, name)                                                                                   \
+    {"conv_x3w " name, "kn_la_gemm_x3", -1, -1,                                                                    \
+     KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_X3_WGMMA 1\n#define KN_X3_CONV 2\n#define KN_X3_BM " #bm               \
+                               "\n#define KN_X3_BN " #bn "\n#define KN_X3_KTILE 32\n#define KN_X3_AK 0\n#define KN_X3_BK 0\n", \
+     {"kn_la_conv_x3w_" name}}
+    X3G_MODULE(64, 64, "wg64x64"),
+    X3G_MODULE(64, 128, "wg64x128"),
+#undef X3G_MODULE
 #undef X3C_MODULE
 #undef X3S_MODULE
 #undef X3W_MODULE

@@ -108,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_gemm_x3_sum(kn_la_gemm_a
                 for (int e = 0; e < 4; e++)
                     if (e < w) v[e] += src[s * plane + e];
         }
-        const long long o = z * p.sy + r * p.ldy + c;
+        const long long o = z * p.sy + kn_la_scatter_row(p.ys, r) * p.ldy + c;
         float *y = (float *)p.y + o;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -123,4 +123,24 @@ extern "C" __global__ void __launch_bounds__(256) kn_la_gemm_x3_sum(kn_la_gemm_a
             for (int e = 0; e < 4; e++)
                 if (e < w) y[e] = v[e];
     }
+}
+
+// The weights of a strided convolution's input-gradient classes
+// (kn_la_dgrad_weight_args): a thread an element of w, read in order
+extern "C" __global__ void __launch_bounds__(256) kn_la_conv_dgrad_weight(kn_la_dgrad_weight_args p)
+{
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= p.n) return;
+    long long q = e;
+    const int ci = (int)(q % p.c);
+    q /= p.c;
+    const int si = (int)(q % p.s);
+    q /= p.s;
+    const int ri = (int)(q % p.r);
+    const int ki = (int)(q / p.r);
+    // the class whose taps r and s are: r = a + ph (mod sh)
+    const int a = ((ri - p.ph) % p.sh + p.sh) % p.sh, b = ((si - p.pw) % p.sw + p.sw) % p.sw;
+    const int t = (p.rl[a] - ri) / p.sh, u = (p.sl[b] - si) / p.sw;
+    float *out = (float *)p.out + p.base[a * p.sw + b];
+    out[(((long long)ci * p.rc[a] + t) * p.sc[b] + u) * p.k + ki] = ((const float *)p.w)[e];
 }

@@ -100,3 +100,12 @@ __device__ __forceinline__ float kn_la_ld_t(const char *p, int i)
     return ((const float *)p)[i];
 }
 
+// Row r of a GEMM's y as the row of memory it lands in: r itself, or the
+// pixel of the scattered grid (kn_la_row_scatter, kn_cuda_la_args.h)
+__device__ __forceinline__ long long kn_la_scatter_row(const kn_la_row_scatter &ys, long long r)
+{
+    if (ys.pc <= 0) return r;
+    const long long pq = (long long)ys.pc * ys.qc, n = r / pq, rem = r - n * pq;
+    const int i = (int)(rem / ys.qc), j = (int)(rem - (long long)i * ys.qc);
+    return (n * ys.h + (long long)i * ys.sh + ys.oh) * ys.w + (long long)j * ys.sw + ys.ow;
+}

@@ -109,12 +109,13 @@ __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args
     v0 += o.bias ? o.bias[c] : 0.f;
     v1 += o.bias && two ? o.bias[c + 1] : 0.f;
     if (o.res) {
-        v0 += o.res[r * p.ldy + c];
-        if (two) v1 += o.res[r * p.ldy + c + 1];
+        const long long at = kn_la_scatter_row(p.ys, r) * p.ldy + c;
+        v0 += o.res[at];
+        if (two) v1 += o.res[at + 1];
     }
     v0 = kn_la_act<float>(v0, o.act);
     v1 = kn_la_act<float>(v1, o.act);
-    float *y = o.y + r * o.ldy + c;
+    float *y = o.y + (o.split ? r : kn_la_scatter_row(p.ys, r)) * o.ldy + c;
     if (two && o.vec2) *(float2 *)y = make_float2(v0, v1);
     else {
         y[0] = v0;
@@ -176,7 +177,15 @@ __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args
 // from its planes (below), and shared memory then holds fewer.
 // The 192-column tile holds one stage fewer (its shared memory is the
 // SM's otherwise; both operands m- or n-contiguous it does not fit at all).
+// The weight-gradient form (64-row tiles only) keeps four raw stages of
+// both operands in flight: with two, each tile's gathered loads were
+// waited for in full (5 us a tile of 64x128, H200, session 25).
+#if KN_X3_CONV == 2
+#define W_STAGES 4
+static_assert(X3_BM == 64 && X3_BN <= 128, "the weight-gradient form's four stages fit 64-row tiles");
+#else
 #define W_STAGES ((KN_X3_AK + KN_X3_BK == 2 ? 4 : KN_X3_AK + KN_X3_BK == 1 ? 3 : 2) - (X3_BN > 128 && KN_X3_AK + KN_X3_BK >= 1))
+#endif
 static_assert(X3_KT == 32, "the wgmma form's rows are one 128-byte swizzle atom wide");
 
 // float offset of (row r, k) in a plane
@@ -331,7 +340,7 @@ struct w_tile {
     }
 };
 
-#if KN_X3_CONV
+#if KN_X3_CONV == 1
 // The convolution form's a operand: the im2col matrix of a channels-last
 // x {N, h, w, c}, never written out. Row m of the tile is output pixel
 // (n, p, q) of the conv; its k = (r s + s') c + c' is tap (r, s') and
@@ -399,6 +408,73 @@ struct w_conv_tile : w_tile<X3_BM, true> {
         while (tc >= c) {
             tc -= c;
             if (++ts == s) ts = 0, tr++;
+        }
+    }
+};
+#endif
+
+#if KN_X3_CONV == 2
+// The weight-gradient form's b operand: the same im2col matrix, read the
+// other way round. Its k is the output pixel (n, p, q) and its rows n =
+// (r s + s') c + c' the taps and channels, so a tile is laid out as an
+// n-contiguous operand's (w_tile<.., false>): a copy is 4 rows (4 channels
+// of one tap, 16 contiguous bytes of x) at one k. A thread's copies share
+// their k (w_tile::place), so the pixel is carried from tile to tile once a
+// thread; each copy keeps its tap's offsets and channel.
+struct w_conv_tile_n : w_tile<X3_BN, false> {
+    typedef w_tile<X3_BN, false> tile_t;
+    const float *x;
+    int dr[tile_t::CH], ds[tile_t::CH], ch[tile_t::CH]; // a copy's tap offsets and channel (ch < 0: past n)
+    int pn, pp, pq; // this thread's pixel in the next tile fetched
+    long long kleft; // pixels of this split from it on
+    int h, w, c, P, Q, sh, sw;
+
+    __device__ __forceinline__ w_conv_tile_n(float *region, const kn_la_gemm_args &p, long long K_, long long n0,
+                                             long long kbeg)
+        : tile_t(region, 0, 0, 0, K_, 0), x((const float *)p.b), h(p.cv.h), w(p.cv.w), c(p.cv.c), P(p.cv.p),
+          Q(p.cv.q), sh(p.cv.sh), sw(p.cv.sw)
+    {
+#pragma unroll
+        for (int i = 0; i < tile_t::CH; i++) {
+            int r, k;
+            tile_t::place(i, r, k);
+            const long long row = n0 + r; // 4 rows from here: one tap (c is a multiple of 4)
+            ch[i] = -1;
+            dr[i] = ds[i] = 0;
+            if (row < p.n) {
+                const int tap = (int)(row / c);
+                ch[i] = (int)(row - (long long)tap * c);
+                const int tr = tap / p.cv.s, ts = tap - tr * p.cv.s;
+                dr[i] = tr * p.cv.dh - p.cv.ph;
+                ds[i] = ts * p.cv.dw - p.cv.pw;
+            }
+        }
+        const long long pix = kbeg + tile_t::kin, pqn = (long long)P * Q;
+        pn = (int)(pix / pqn);
+        const long long rem = pix - (long long)pn * pqn;
+        pp = (int)(rem / Q);
+        pq = (int)(rem - (long long)pp * Q);
+        kleft = K_ - tile_t::kin;
+    }
+
+    __device__ __forceinline__ void fetch(int kt)
+    {
+        float *st = tile_t::stage(kt);
+        const bool live = kleft > 0;
+        const float *img = x + (long long)pn * h * w * c;
+        const int ih0 = pp * sh, iw0 = pq * sw;
+#pragma unroll
+        for (int i = 0; i < tile_t::CH; i++) {
+            const int ih = ih0 + dr[i], iw = iw0 + ds[i];
+            const bool in = live && ch[i] >= 0 && (unsigned)ih < (unsigned)h && (unsigned)iw < (unsigned)w;
+            x3_cp16(st + tile_t::soff + i * tile_t::SSTEP, in ? img + ((long long)ih * w + iw) * c + ch[i] : x,
+                    in ? 16 : 0);
+        }
+        kleft -= X3_KT;
+        pq += X3_KT;
+        while (pq >= Q) {
+            pq -= Q;
+            if (++pp == P) pp = 0, pn++;
         }
     }
 };
@@ -539,8 +615,9 @@ __device__ __forceinline__ void x3_store1(const x3_out &o, const kn_la_gemm_args
 {
     if (r >= p.m || c >= p.n) return;
     if (o.bias) v += o.bias[c];
-    if (o.res) v += o.res[r * p.ldy + c];
-    o.y[r * o.ldy + c] = kn_la_act<float>(v, o.act);
+    const long long yr = o.split ? r : kn_la_scatter_row(p.ys, r);
+    if (o.res) v += o.res[yr * p.ldy + c];
+    o.y[yr * o.ldy + c] = kn_la_act<float>(v, o.act);
 }
 
 extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_gemm_args p)
@@ -636,20 +713,25 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     const long long m0 = (long long)blockIdx.x * X3_BM, n0 = (long long)blockIdx.y * X3_BN;
     const long long z = blockIdx.z / p.splits, kbeg = (blockIdx.z % p.splits) * p.kchunk;
     const long long kend = kbeg + p.kchunk < p.k ? kbeg + p.kchunk : p.k;
-    const float *B = (const float *)p.b + z * p.sb + (KN_X3_BK ? kbeg : kbeg * p.ldb);
     const long long K = kend - kbeg;
     const int ktiles = (int)((K + X3_KT - 1) / X3_KT);
 
     // a's region, then b's (both on 1024 bytes: every plane and stage is a
     // multiple of 1024 bytes)
-#if KN_X3_CONV
+#if KN_X3_CONV == 1
     static_assert(KN_X3_AK && KN_X3_BK, "the convolution form's operands are k-contiguous");
     w_conv_tile ta(x3_smem, p, K, m0, kbeg);
 #else
     const float *A = (const float *)p.a + z * p.sa + (KN_X3_AK ? kbeg : kbeg * p.lda);
     const w_tile<X3_BM, KN_X3_AK> ta(x3_smem, A, p.lda, p.m, K, m0);
 #endif
+#if KN_X3_CONV == 2
+    static_assert(!KN_X3_AK && !KN_X3_BK, "the weight-gradient form's operands are m- and n-contiguous");
+    w_conv_tile_n tb(x3_smem + w_tile<X3_BM, KN_X3_AK>::FLOATS, p, K, n0, kbeg);
+#else
+    const float *B = (const float *)p.b + z * p.sb + (KN_X3_BK ? kbeg : kbeg * p.ldb);
     const w_tile<X3_BN, KN_X3_BK> tb(x3_smem + w_tile<X3_BM, KN_X3_AK>::FLOATS, B, p.ldb, p.n, K, n0);
+#endif
 
     // acc: the running sums; part: the tensor core's sums of the current
     // stage, added to acc by f32 adds when the stage is done (the reason
