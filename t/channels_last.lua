@@ -327,8 +327,10 @@ end
 
 -- 7. "auto" where the device says f32 convs run faster channels-last (the
 -- GPU's split-precision convolution on Hopper; KILN_CPU_CONV_NHWC_F32=1
--- makes the CPU say so): an inference graph goes NHWC, a training step's
--- graph (conv gradients in it) stays NCHW, as its eager twin runs
+-- makes the CPU say so): an inference graph goes NHWC, and so does a
+-- training step's graph, its conv gradients too (the split-precision
+-- gradients on Hopper), the image's 3 channels padded to 4 for the first
+-- conv's weight gradient
 do
   local inference = "local s = dofile('samples/convnet.lua'); local cm = kiln.compile(s.model); "
     .. "cm(s.inputs{small = true}[1]); for _, k in ipairs(cm:kernels()) do print(k.name) end"
@@ -338,8 +340,10 @@ do
   local inf = run("KILN_CPU_CONV_NHWC_F32=1 " .. KILN .. " -e \"" .. inference .. "\"")
   T.like(inf, "k0_conv2d_f32_2x16x16x32\n", "auto, f32, a device that runs NHWC faster: the inference graph's convs are NHWC")
   local tr = run("KILN_CPU_CONV_NHWC_F32=1 " .. KILN .. " -e \"" .. training .. "\"")
-  T.like(tr, "conv2d_f32_2x32x16x16\n", "... a training step's convs stay NCHW")
-  T.ok(not tr:find("conv2d_f32_2x16x16x32", 1, true), "... none of them NHWC")
+  T.like(tr, "conv2d_f32_2x16x16x32\n", "... a training step's convs are NHWC too")
+  T.ok(not tr:find("conv2d_f32_2x32x16x16", 1, true), "... none of them NCHW")
+  T.like(tr, "conv2d_input_grad_f32_2x16x16x32\n", "... the second conv's input gradient NHWC")
+  T.like(tr, "conv2d_weight_grad_f32_32x3x3x4\n", "... the first conv's weight gradient NHWC, its 3 channels padded to 4")
   local off = run(KILN .. " -e \"" .. inference .. "\"")
   T.like(off, "k0_conv2d_f32_2x32x16x16\n", "auto, f32, a device that does not: NCHW")
 end

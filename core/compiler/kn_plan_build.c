@@ -210,32 +210,29 @@ static int device_pass_flags(const kn_plan *p, int pass_flags)
     kn_opcall_init(&probe, KN_OP_ATTENTION);
     if (!adc || !adc->be->supports_op(adc, &probe)) pass_flags |= KN_PASSES_NO_ATTENTION;
     /* channels-last convolutions where the backend says they are faster */
-    bool has_conv = false, has_conv_grad = false; /* asking starts the device's conv library: only when it will run */
+    bool has_conv = false; /* asking starts the device's conv library: only when it will run */
     for (int i = 0; i < p->g.n_nodes; i++) {
         int op = p->g.nodes[i].op;
         has_conv = has_conv || op == KN_OP_CONV2D;
-        has_conv_grad = has_conv_grad || op == KN_OP_CONV2D_INPUT_GRAD || op == KN_OP_CONV2D_WEIGHT_GRAD;
     }
     if ((pass_flags & KN_PLAN_NHWC_AUTO) && has_conv) {
         if (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_BF16))
             pass_flags |= KN_PASSES_NHWC_HALF;
-        /* f32 training graphs (conv gradients) stay NCHW under "auto".
-         * Channels-last, their convs and gradients run kiln's
-         * split-precision kernels on Hopper (kn_cuda_conv_x3_grad_run),
-         * which do not yet beat cuDNN's strict NCHW engines on a whole
-         * step: the convnet sample's, 2,747 us of kernels against 2,681
-         * (H200, session 25; their loads wait in full, a tile at a time).
-         * Their rounding also differs from the strict engines' that eager
-         * runs, and AdamW turns such differences in near-zero gradients
-         * into steps of its learning rate (the convnet sample's parameters
-         * 0.01 from eager's after 20 compiled steps, against bit-equal with
-         * the strict engines on both sides: t/training_samples.lua, H200).
-         * kiln.config.channels_last = true asks for them.
+        /* f32 goes channels-last where the GPU runs kiln's split-precision
+         * convolutions (Hopper), training graphs too: their gradients run
+         * split as well (kn_cuda_conv_x3_grad_run). The convnet sample's
+         * step took 2,453 us of kernels so, against 2,675 NCHW on cuDNN's
+         * strict engines (H200, session 25). Their rounding differs from
+         * those engines', which eager runs, and AdamW turns such
+         * differences in near-zero gradients into steps of its learning
+         * rate: the compiled step's losses drift from eager's
+         * (t/training_samples.lua says how far), as PyTorch's compiled
+         * step's drift from its eager one's.
          * (KILN_CPU_CONV_NHWC_F32=1: the CPU answers yes, so CI tests the
-         * rule without a GPU) */
+         * rule without a GPU.) */
         bool f32_faster = (adc && adc->be->conv_channels_last && adc->be->conv_channels_last(adc, KN_F32)) ||
                           (kn_device_kind_of(p->device) == KN_DEVICE_CPU && getenv("KILN_CPU_CONV_NHWC_F32"));
-        if (!has_conv_grad && f32_faster) pass_flags |= KN_PASSES_NHWC_F32;
+        if (f32_faster) pass_flags |= KN_PASSES_NHWC_F32;
     }
     /* k-contiguous matmul weights where the backend can say which shapes
      * want them (KILN_K_MAJOR_WEIGHTS=0 turns it off, for A/B runs) */

@@ -87,7 +87,8 @@ static void x3_launch_shape(const kn_cuda_x3_call *c, int tile, int form, unsign
                            : 4 * rows * (size_t)kt + (size_t)stages * (size_t)kt * (rows + 8);
         }
         *smem = floats * sizeof(float) + 1024;
-        *threads = 128u * (unsigned)(t->bm / 64);
+        /* the weight-gradient form: two warpgroups over the 64 rows' halves of columns */
+        *threads = form == X3_FORM_CONV_WGRAD ? 256u : 128u * (unsigned)(t->bm / 64);
     } else {
         /* shared bytes: the kernel's X3_TILE_FLOATS, three stages */
         size_t a = c->a_kmajor ? (size_t)t->bm * (size_t)(kt + 8) : (size_t)kt * (size_t)(t->bm + 4);
@@ -398,14 +399,14 @@ bool kn_cuda_conv_x3w_fits(const kn_cuda_x3_call *c)
 
 bool kn_cuda_conv_x3w_tile_ok(int tile)
 {
-    return tile == KN_CUDA_X3_TILE_WG64 || tile == KN_CUDA_X3_TILE_WG64X128;
+    return tile == KN_CUDA_X3_TILE_WG64X128;
 }
 
-/* 64 rows (output channels) a tile, as wide as the taps and channels
- * allow */
+/* its one tile, 64 rows (output channels) by 128 taps and channels */
 int kn_cuda_conv_x3w_default_pick(const kn_cuda_x3_call *c)
 {
-    return c->p.n <= 64 ? KN_CUDA_X3_TILE_WG64 : KN_CUDA_X3_TILE_WG64X128;
+    (void)c;
+    return KN_CUDA_X3_TILE_WG64X128;
 }
 
 kn_status kn_cuda_conv_x3w(const kn_cuda_x3_call *c, int tile)

@@ -152,7 +152,6 @@ static const la_module la_modules[] = {
      KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_X3_WGMMA 1\n#define KN_X3_CONV 2\n#define KN_X3_BM " #bm               \
                                "\n#define KN_X3_BN " #bn "\n#define KN_X3_KTILE 32\n#define KN_X3_AK 0\n#define KN_X3_BK 0\n", \
      {"kn_la_conv_x3w_" name}}
-    X3G_MODULE(64, 64, "wg64x64"),
     X3G_MODULE(64, 128, "wg64x128"),
 #undef X3G_MODULE
 #undef X3C_MODULE

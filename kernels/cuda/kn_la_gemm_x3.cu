@@ -153,8 +153,20 @@ __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args
 // registers (split there, no planes of its own), are the next steps.
 #if KN_X3_SWAP
 #define W_THREADS (128 * (X3_BN / 64)) // a warpgroup per 64 columns of y (the swapped form, below)
+#elif KN_X3_CONV == 2
+// The weight-gradient form's 64-row tile: two warpgroups, each all 64 rows
+// by half the columns. With one (4 warps an SM, its 255 registers
+// spilling) the 64x128 tile ran a k tile in 5-6 us (ncu, session 25).
+#define W_THREADS 256
+#define W_COLUMN_HALVES 1
 #else
 #define W_THREADS (128 * (X3_BM / 64)) // a warpgroup per 64 rows of y
+#endif
+// the columns one wgmma instruction (one warpgroup) takes
+#if W_COLUMN_HALVES
+#define W_MMA_N (X3_BN / 2)
+#else
+#define W_MMA_N X3_BN
 #endif
 // Two accumulator chains a stage where the registers hold them (up to 128
 // columns): the big.big products in one, the small terms in the other.
@@ -182,7 +194,7 @@ __device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args
 // waited for in full (5 us a tile of 64x128, H200, session 25).
 #if KN_X3_CONV == 2
 #define W_STAGES 4
-static_assert(X3_BM == 64 && X3_BN <= 128, "the weight-gradient form's four stages fit 64-row tiles");
+static_assert(X3_BM == 64 && X3_BN == 128, "the weight-gradient form's four stages fit its 64x128 tile");
 #else
 #define W_STAGES ((KN_X3_AK + KN_X3_BK == 2 ? 4 : KN_X3_AK + KN_X3_BK == 1 ? 3 : 2) - (X3_BN > 128 && KN_X3_AK + KN_X3_BK >= 1))
 #endif
@@ -503,11 +515,11 @@ template <class TA, class TB> __device__ __forceinline__ void w_prefetch(TA &ta,
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),    \
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
-// d (+)= a . b^T for a 64 x 8 slice of a and an X3_BN x 8 slice of b;
+// d (+)= a . b^T for a 64 x 8 slice of a and a W_MMA_N x 8 slice of b;
 // `accumulate` 0 starts d afresh
 __device__ __forceinline__ void w_mma(float *d, unsigned long long da, unsigned long long db, int accumulate)
 {
-#if X3_BN == 128
+#if W_MMA_N == 128
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -525,7 +537,7 @@ __device__ __forceinline__ void w_mma(float *d, unsigned long long da, unsigned 
                    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
                    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(da), "l"(db), "r"(accumulate));
-#elif X3_BN == 64
+#elif W_MMA_N == 64
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -533,7 +545,7 @@ __device__ __forceinline__ void w_mma(float *d, unsigned long long da, unsigned 
                  "%32, %33, p, 1, 1;\n}\n"
                  : W_ACC32(d)
                  : "l"(da), "l"(db), "r"(accumulate));
-#elif X3_BN == 192
+#elif W_MMA_N == 192
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -557,7 +569,7 @@ __device__ __forceinline__ void w_mma(float *d, unsigned long long da, unsigned 
                    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
                  : "l"(da), "l"(db), "r"(accumulate));
 #else
-#error "the wgmma form takes X3_BN 64, 128 or 192"
+#error "the wgmma form's instructions take 64, 128 or 192 columns"
 #endif
 }
 
@@ -705,7 +717,7 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
 #else // the ordinary wgmma form
 extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_gemm_args p)
 {
-    constexpr int NR = X3_BN / 2; // accumulator floats a thread
+    constexpr int NR = W_MMA_N / 2; // accumulator floats a thread
     // planes on 1024 bytes, the swizzle atom (the launcher adds the slack)
     extern __shared__ __align__(16) float x3_raw_smem[];
     float *const x3_smem = x3_raw_smem + ((1024 - ((unsigned)__cvta_generic_to_shared(x3_raw_smem) & 1023)) & 1023) / 4;
@@ -756,8 +768,14 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     for (int kt = 0; kt < ktiles; kt++) {
         // the tensor cores first: tile kt (split by the last iteration)
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#if W_COLUMN_HALVES
+        // every warpgroup all of a's 64 rows, its own half of b's
+        const float *ab = ta.big(kt), *as = ta.small(kt);
+        const float *bb = tb.big(kt) + wg * W_MMA_N * X3_KT, *bs = tb.small(kt) + wg * W_MMA_N * X3_KT;
+#else
         const float *ab = ta.big(kt) + wg * 64 * X3_KT, *as = ta.small(kt) + wg * 64 * X3_KT;
         const float *bb = tb.big(kt), *bs = tb.small(kt);
+#endif
 #pragma unroll
         for (int kk = 0; kk < X3_KT; kk += 8) {
 #if W_CHAINS == 2
@@ -803,10 +821,14 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     // d[4j + e]: row 16 warp + g (+ 8 for e >= 2), column 8j + 2t (+ 1 for odd e)
     const x3_out o = x3_out_of(p, z);
     const int g = lane >> 2, t = lane & 3;
-    const long long r = m0 + wg * 64 + warp * 16 + g;
+#if W_COLUMN_HALVES
+    const long long r = m0 + warp * 16 + g, c0 = n0 + wg * W_MMA_N;
+#else
+    const long long r = m0 + wg * 64 + warp * 16 + g, c0 = n0;
+#endif
 #pragma unroll
-    for (int j = 0; j < X3_BN / 8; j++) {
-        const long long c = n0 + j * 8 + 2 * t;
+    for (int j = 0; j < W_MMA_N / 8; j++) {
+        const long long c = c0 + j * 8 + 2 * t;
         x3_store2(o, p, r, c, acc[4 * j], acc[4 * j + 1]);
         x3_store2(o, p, r + 8, c, acc[4 * j + 2], acc[4 * j + 3]);
     }
