@@ -45,22 +45,6 @@ typedef struct ccase {
     int bias, act, residual, values; /* values: 0 uniform(-1, 1), 1 spread 1e-6 .. 1e6, 2 denormal x */
 } ccase;
 
-static int out_dim(int in, int win, int stride, int pad, int dil)
-{
-    return (in + 2 * pad - dil * (win - 1) - 1) / stride + 1;
-}
-
-/* a GPU tensor of shape (4 dims or 1) holding host floats v */
-static kn_tensor *gpu_of(const float *v, int ndim, const int64_t *shape)
-{
-    kn_tensor *h = NULL, *d = NULL;
-    if (kn_tensor_new(KN_F32, ndim, shape, KN_CPU, &h) != KN_OK) return NULL;
-    memcpy(kn_tensor_data(h), v, sizeof(float) * (size_t)kn_tensor_numel(h));
-    kn_tensor_to_device(h, kn_cuda_current()->device, NULL, &d);
-    kn_tensor_release(h);
-    return d;
-}
-
 /* One case's tensors (channels-last x {n, h, w, c}, w {k, r, s, c}, y
  * {n, p, q, k}), its float64 reference and the true-f32 result (FMA over
  * k = (r, s, c) in order, then bias, then residual, then the ReLU). */
@@ -77,8 +61,8 @@ static void prepare(const ccase *cs, prepared *pr)
 {
     memset(pr, 0, sizeof *pr);
     pr->cs = *cs;
-    pr->p = out_dim(cs->h, cs->r, cs->sh, cs->ph, cs->dh);
-    pr->q = out_dim(cs->w, cs->s, cs->sw, cs->pw, cs->dw);
+    pr->p = st_out_dim(cs->h, cs->r, cs->sh, cs->ph, cs->dh);
+    pr->q = st_out_dim(cs->w, cs->s, cs->sw, cs->pw, cs->dw);
     int64_t nx = (int64_t)cs->n * cs->h * cs->w * cs->c, nw = (int64_t)cs->k * cs->r * cs->s * cs->c;
     pr->ny = (int64_t)cs->n * pr->p * pr->q * cs->k;
     float *hx = malloc(sizeof(float) * (size_t)nx), *hw = malloc(sizeof(float) * (size_t)nw),
@@ -114,10 +98,10 @@ static void prepare(const ccase *cs, prepared *pr)
                 }
     int64_t xs[4] = {cs->n, cs->h, cs->w, cs->c}, ws[4] = {cs->k, cs->r, cs->s, cs->c}, bs[1] = {cs->k},
             ys[4] = {cs->n, pr->p, pr->q, cs->k};
-    pr->x = gpu_of(hx, 4, xs);
-    pr->w = gpu_of(hw, 4, ws);
-    pr->bias = cs->bias ? gpu_of(hb, 1, bs) : NULL;
-    pr->res = cs->residual ? gpu_of(hr, 4, ys) : NULL;
+    pr->x = st_gpu_of(hx, 4, xs);
+    pr->w = st_gpu_of(hw, 4, ws);
+    pr->bias = cs->bias ? st_gpu_of(hb, 1, bs) : NULL;
+    pr->res = cs->residual ? st_gpu_of(hr, 4, ys) : NULL;
     kn_opcall init;
     kn_opcall_init(&init, KN_OP_CONV2D);
     pr->at = init.a;
@@ -300,7 +284,7 @@ int main(void)
         cs.sh = (int)tl_int(1, 2), cs.sw = (int)tl_int(1, 2);
         cs.ph = (int)tl_int(0, cs.r / 2 + 1), cs.pw = (int)tl_int(0, cs.s / 2 + 1);
         cs.dh = cs.dw = (int)tl_int(1, 2);
-        if (out_dim(cs.h, cs.r, cs.sh, cs.ph, cs.dh) < 1 || out_dim(cs.w, cs.s, cs.sw, cs.pw, cs.dw) < 1) cs.dh = cs.dw = 1;
+        if (st_out_dim(cs.h, cs.r, cs.sh, cs.ph, cs.dh) < 1 || st_out_dim(cs.w, cs.s, cs.sw, cs.pw, cs.dw) < 1) cs.dh = cs.dw = 1;
         cs.bias = (int)tl_int(0, 1), cs.act = (int)tl_int(0, 1), cs.residual = i % 3 == 0;
         check_kernel(&cs, i % kn_cuda_conv_x3_variant_count(), "random");
     }

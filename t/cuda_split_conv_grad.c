@@ -42,21 +42,6 @@ typedef struct gcase {
     int n, h, w, c, k, r, s, sh, sw, ph, pw, dh, dw;
 } gcase;
 
-static int out_dim(int in, int win, int stride, int pad, int dil)
-{
-    return (in + 2 * pad - dil * (win - 1) - 1) / stride + 1;
-}
-
-static kn_tensor *gpu_of(const float *v, const int64_t *shape)
-{
-    kn_tensor *h = NULL, *d = NULL;
-    if (kn_tensor_new(KN_F32, 4, shape, KN_CPU, &h) != KN_OK) return NULL;
-    memcpy(kn_tensor_data(h), v, sizeof(float) * (size_t)kn_tensor_numel(h));
-    kn_tensor_to_device(h, kn_cuda_current()->device, NULL, &d);
-    kn_tensor_release(h);
-    return d;
-}
-
 static kn_tensor *gpu_nan(const int64_t *shape)
 {
     kn_tensor *t = NULL;
@@ -80,8 +65,8 @@ static void prepare(const gcase *cs, prepared *pr)
 {
     memset(pr, 0, sizeof *pr);
     pr->cs = *cs;
-    pr->p = out_dim(cs->h, cs->r, cs->sh, cs->ph, cs->dh);
-    pr->q = out_dim(cs->w, cs->s, cs->sw, cs->pw, cs->dw);
+    pr->p = st_out_dim(cs->h, cs->r, cs->sh, cs->ph, cs->dh);
+    pr->q = st_out_dim(cs->w, cs->s, cs->sw, cs->pw, cs->dw);
     int64_t xs[4] = {cs->n, cs->h, cs->w, cs->c}, ws[4] = {cs->k, cs->r, cs->s, cs->c},
             ys[4] = {cs->n, pr->p, pr->q, cs->k};
     memcpy(pr->xs, xs, sizeof xs), memcpy(pr->ws, ws, sizeof ws), memcpy(pr->ys, ys, sizeof ys);
@@ -110,9 +95,9 @@ static void prepare(const gcase *cs, prepared *pr)
                             }
                         }
                     }
-    pr->x = gpu_of(hx, xs);
-    pr->w = gpu_of(hw, ws);
-    pr->dy = gpu_of(hy, ys);
+    pr->x = st_gpu_of(hx, 4, xs);
+    pr->w = st_gpu_of(hw, 4, ws);
+    pr->dy = st_gpu_of(hy, 4, ys);
     free(hx), free(hw), free(hy);
 }
 

@@ -297,11 +297,14 @@ static void profile_kernel_end(int slot, const kn_plan *p, int kernel)
         snprintf(r.kind, sizeof r.kind, "%s",
                  gen ? "generated" : kn_profile_op_kind(p->device, op >= 0 && op < KN_OP_COUNT ? (kn_op)op : KN_OP_COUNT));
         /* a library op that ran kiln's own kernel (a fallback, the stem
-         * conv): its backend's label for the call says so ("kiln ...");
-         * likewise a conv that cuBLASLt ran, and attention that cuDNN ran */
+         * conv, the split-precision conv gradients): its backend's label
+         * for the call says so ("kiln ..."); likewise a conv that cuBLASLt
+         * ran, and attention that cuDNN ran */
         kn_device_ctx *dc = kn_backend_get(p->device);
         char label[128] = "";
-        if (!gen && (op == KN_OP_MATMUL || op == KN_OP_CONV2D || op == KN_OP_ATTENTION) && dc &&
+        bool labelled = op == KN_OP_MATMUL || op == KN_OP_CONV2D || op == KN_OP_CONV2D_INPUT_GRAD ||
+                        op == KN_OP_CONV2D_WEIGHT_GRAD || op == KN_OP_ATTENTION;
+        if (!gen && labelled && dc &&
             dc->be->library_variant_label)
             dc->be->library_variant_label(dc, label, sizeof label);
         if (strncmp(label, "kiln ", 5) == 0) snprintf(r.kind, sizeof r.kind, "%s", dc->be->name);

@@ -134,26 +134,21 @@ static const la_module la_modules[] = {
      {"kn_la_gemm_x3_" name "_kk"}}
     X3S_MODULE(128, "wgs64x128"),
     X3S_MODULE(64, "wgs64x64"),
-    /* its convolution form (KN_X3_CONV): an implicit GEMM over a
-     * channels-last input, a module per tile shape (kn_cuda_gemm_x3.c's
-     * conv tiles) */
-#define X3C_MODULE(bm, bn, name)                                                                                   \
-    {"conv_x3 " name, "kn_la_gemm_x3", -1, -1,                                                                     \
-     KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_X3_WGMMA 1\n#define KN_X3_CONV 1\n#define KN_X3_BM " #bm               \
-                               "\n#define KN_X3_BN " #bn "\n#define KN_X3_KTILE 32\n#define KN_X3_AK 1\n#define KN_X3_BK 1\n", \
-     {"kn_la_conv_x3_" name}}
-    X3C_MODULE(128, 64, "wg128x64"),
-    X3C_MODULE(128, 128, "wg128x128"),
-    X3C_MODULE(64, 64, "wg64x64"),
-    /* its weight-gradient form (KN_X3_CONV 2): the output's gradient
-     * m-contiguous, x's windows gathered n-contiguous */
-#define X3G_MODULE(bm, bn, name)                                                                                   \
-    {"conv_x3w " name, "kn_la_gemm_x3", -1, -1,                                                                    \
-     KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_X3_WGMMA 1\n#define KN_X3_CONV 2\n#define KN_X3_BM " #bm               \
-                               "\n#define KN_X3_BN " #bn "\n#define KN_X3_KTILE 32\n#define KN_X3_AK 0\n#define KN_X3_BK 0\n", \
-     {"kn_la_conv_x3w_" name}}
-    X3G_MODULE(64, 128, "wg64x128"),
-#undef X3G_MODULE
+    /* its convolution forms (kn_cuda_la_args.h), a module per tile shape
+     * (kn_cuda_gemm_x3.c's conv tiles): KN_X3_CONV 1, conv_x3, an implicit
+     * GEMM over a channels-last input (both operands k-contiguous);
+     * KN_X3_CONV 2, conv_x3w, its weight gradient (the output's gradient
+     * m-contiguous, the input's windows gathered n-contiguous) */
+#define X3C_MODULE(form, kmajor, bm, bn, tag, name)                                                                \
+    {tag " " name, "kn_la_gemm_x3", -1, -1,                                                                        \
+     KN_CUDA_ARCH_SPECIFIC_LINE "#define KN_X3_WGMMA 1\n#define KN_X3_CONV " #form "\n#define KN_X3_BM " #bm       \
+                               "\n#define KN_X3_BN " #bn "\n#define KN_X3_KTILE 32\n#define KN_X3_AK " #kmajor    \
+                               "\n#define KN_X3_BK " #kmajor "\n",                                                \
+     {"kn_la_" tag "_" name}}
+    X3C_MODULE(1, 1, 128, 64, "conv_x3", "wg128x64"),
+    X3C_MODULE(1, 1, 128, 128, "conv_x3", "wg128x128"),
+    X3C_MODULE(1, 1, 64, 64, "conv_x3", "wg64x64"),
+    X3C_MODULE(2, 0, 64, 128, "conv_x3w", "wg64x128"),
 #undef X3C_MODULE
 #undef X3S_MODULE
 #undef X3W_MODULE

@@ -52,4 +52,23 @@ static double *st_host_of(kn_tensor *t)
     return v;
 }
 
+/* A convolution's output size along one dim */
+static inline int st_out_dim(int in, int win, int stride, int pad, int dil)
+{
+    return (in + 2 * pad - dil * (win - 1) - 1) / stride + 1;
+}
+
+#ifdef KN_CUDA_CONTEXT_H
+/* A GPU f32 tensor of shape (ndim dims) holding host floats v */
+static inline kn_tensor *st_gpu_of(const float *v, int ndim, const int64_t *shape)
+{
+    kn_tensor *h = NULL, *d = NULL;
+    if (kn_tensor_new(KN_F32, ndim, shape, KN_CPU, &h) != KN_OK) return NULL;
+    memcpy(kn_tensor_data(h), v, sizeof(float) * (size_t)kn_tensor_numel(h));
+    kn_tensor_to_device(h, kn_cuda_current()->device, NULL, &d);
+    kn_tensor_release(h);
+    return d;
+}
+#endif
+
 #endif
