@@ -222,7 +222,17 @@ static kn_status dgrad_run(const kn_opcall *c)
         wa.k = K, wa.r = R, wa.s = S, wa.c = C, wa.sh = sh, wa.sw = sw, wa.ph = ph, wa.pw = pw;
         st = kn_cuda_launch(fn, (wa.n + 255) / 256, 256, &wa, 0);
     }
-    int tile = -1;
+    /* every class's tile, by the largest class's GEMM, (0, 0)'s: 128 rows,
+     * or 64x64 where a layer has few pixels (a deep layer's): the 128-row
+     * tiles left SMs idle (49 blocks a class for the convnet sample's last
+     * layer) */
+    kn_cuda_x3_call big;
+    memset(&big, 0, sizeof big);
+    big.p.m = dx->shape[0] * ((H + sh - 1) / sh) * ((W + sw - 1) / sw);
+    big.p.n = C;
+    int tile = kn_cuda_conv_x3_default_pick(&big);
+    int64_t bn = C <= 64 ? 64 : 128, tiles128 = (big.p.m + 127) / 128 * ((C + bn - 1) / bn);
+    if (tiles128 < 2 * (int64_t)kn_cuda_current()->sm_count) tile = KN_CUDA_X3_TILE_WG64;
     for (int a = 0; a < sh && st == KN_OK; a++)
         for (int b = 0; b < sw && st == KN_OK; b++) {
             int hc = (H - a + sh - 1) / sh, wc = (W - b + sw - 1) / sw;
@@ -243,14 +253,6 @@ static kn_status dgrad_run(const kn_opcall *c)
             x.p.cv = (kn_la_conv_geom){(int)dy->shape[1], (int)dy->shape[2], K, hc, wc, cols[b].n, 1, 1,
                                        -rows[a].off, -cols[b].off, 1, 1};
             x.p.ys = (kn_la_row_scatter){hc, wc, H, W, sh, sw, a, b};
-            if (tile < 0) {
-                /* a class of few pixels (a deep layer's) in 64x64 tiles:
-                 * the 128-row tiles left SMs idle (49 blocks a class for
-                 * the convnet sample's last layer) */
-                tile = kn_cuda_conv_x3_default_pick(&x);
-                int64_t bn = x.p.n <= 64 ? 64 : 128, tiles = (x.p.m + 127) / 128 * ((x.p.n + bn - 1) / bn);
-                if (tiles < 2 * (int64_t)kn_cuda_current()->sm_count) tile = KN_CUDA_X3_TILE_WG64;
-            }
             if (!kn_cuda_conv_x3_fits(&x))
                 st = kn_error(KN_ERR_UNSUPPORTED, "conv2d_input_grad: the split-f32 gradient cannot take these pointers");
             else st = kn_cuda_conv_x3(&x, tile);
@@ -286,9 +288,9 @@ static kn_status wgrad_run(const kn_opcall *c)
                                (int)at->padding[0], (int)at->padding[1], (int)at->dilation[0], (int)at->dilation[1]};
     if (!kn_cuda_conv_x3w_fits(&g))
         return kn_error(KN_ERR_UNSUPPORTED, "conv2d_weight_grad: the split-f32 gradient cannot take these pointers");
-    int tile = kn_cuda_conv_x3w_default_pick(&g);
-    KN_TRY(kn_cuda_conv_x3w(&g, tile));
-    kn_cuda_variant_label("kiln split-f32 weight gradient %s (3xTF32)", kn_cuda_gemm_x3_tile_name(tile));
+    KN_TRY(kn_cuda_conv_x3w(&g));
+    kn_cuda_variant_label("kiln split-f32 weight gradient %s (3xTF32)",
+                          kn_cuda_gemm_x3_tile_name(KN_CUDA_X3_TILE_WG64X128));
     return KN_OK;
 }
 

@@ -397,26 +397,11 @@ bool kn_cuda_conv_x3w_fits(const kn_cuda_x3_call *c)
            c->p.k / ((int64_t)g->p * g->q) < ((int64_t)1 << 31) && (int64_t)g->h * g->w * g->c < ((int64_t)1 << 31);
 }
 
-bool kn_cuda_conv_x3w_tile_ok(int tile)
+kn_status kn_cuda_conv_x3w(const kn_cuda_x3_call *c)
 {
-    return tile == KN_CUDA_X3_TILE_WG64X128;
-}
-
-/* its one tile, 64 rows (output channels) by 128 taps and channels */
-int kn_cuda_conv_x3w_default_pick(const kn_cuda_x3_call *c)
-{
-    (void)c;
-    return KN_CUDA_X3_TILE_WG64X128;
-}
-
-kn_status kn_cuda_conv_x3w(const kn_cuda_x3_call *c, int tile)
-{
-    if (!kn_cuda_conv_x3w_tile_ok(tile))
-        return kn_error(KN_ERR_ARG, "conv2d_weight_grad: the split-f32 weight gradient has no %s tile",
-                        kn_cuda_gemm_x3_tile_name(tile));
     if (!kn_cuda_conv_x3w_fits(c))
         return kn_error(KN_ERR_UNSUPPORTED, "conv2d_weight_grad: the split-f32 weight gradient cannot take this call");
-    return x3_launch(c, tile, X3_FORM_CONV_WGRAD);
+    return x3_launch(c, KN_CUDA_X3_TILE_WG64X128, X3_FORM_CONV_WGRAD);
 }
 
 int kn_cuda_conv_x3_default_pick(const kn_cuda_x3_call *c)

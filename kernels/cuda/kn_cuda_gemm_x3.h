@@ -84,11 +84,10 @@ kn_status kn_cuda_conv_x3(const kn_cuda_x3_call *c, int tile);
  * false), the geometry in c->p.cv. Whether it can take c: c a multiple
  * of 4, 16-byte aligned operands and lda. */
 bool kn_cuda_conv_x3w_fits(const kn_cuda_x3_call *c);
-bool kn_cuda_conv_x3w_tile_ok(int tile);
-/* Its tile: 64 rows by 128 (two warpgroups, a half of the columns each). */
-int kn_cuda_conv_x3w_default_pick(const kn_cuda_x3_call *c);
-/* Run c with tile shape `tile`, split along its pixels into as many
- * blocks as fill the GPU (kn_la_gemm_x3_sum adds the splits in order). */
-kn_status kn_cuda_conv_x3w(const kn_cuda_x3_call *c, int tile);
+/* Run c in its one tile, 64 rows (output channels) by 128 taps and
+ * channels on two warpgroups (KN_CUDA_X3_TILE_WG64X128), split along its
+ * pixels into as many blocks as fill the GPU (kn_la_gemm_x3_sum adds the
+ * splits in order). */
+kn_status kn_cuda_conv_x3w(const kn_cuda_x3_call *c);
 
 #endif
