@@ -100,26 +100,84 @@ __device__ __forceinline__ x3_out x3_out_of(const kn_la_gemm_args &p, long long 
     return o;
 }
 
-// y[r, c] and y[r, c + 1] (when inside y) from the sums v0 and v1
-__device__ __forceinline__ void x3_store2(const x3_out &o, const kn_la_gemm_args &p, long long r, long long c,
-                                          float v0, float v1)
+// Every form's epilogue, an operation at a time over all of a thread's
+// sums: the bias, the residual, the activation, then the stores, each
+// behind one uniform branch, so that a plain GEMM runs the stores alone.
+// Element by element (one store function a pair of sums), every sum
+// carried its own tests, its row's scatter (64-bit divisions) and the
+// code of every activation: 300 KB of kernel text, of which a warp ran
+// 3,600 instructions once each, waiting on instruction fetches, for as
+// long as the 16 k tiles of its main loop took (ncu, wg128x192 at
+// 4096x2048x512, H200, session 26).
+//
+// A thread's sums: v over ROWS rows and COLS columns, the sum of row
+// r0 + at.row(i) and column c0 + at.col(j) at v[at(i, j)] (compile-time
+// offsets: every form gives a thread a few rows and columns). Where
+// at.pairs, columns come in neighbouring pairs (j even: c, j odd: c + 1),
+// stored as one float2 where y allows.
+template <int ROWS, int COLS, class AT>
+__device__ __forceinline__ void x3_epilogue(const x3_out &o, const kn_la_gemm_args &p, long long r0, long long c0,
+                                            float *v, AT at)
 {
-    if (r >= p.m || c >= p.n) return;
-    const bool two = c + 1 < p.n;
-    v0 += o.bias ? o.bias[c] : 0.f;
-    v1 += o.bias && two ? o.bias[c + 1] : 0.f;
-    if (o.res) {
-        const long long at = kn_la_scatter_row(p.ys, r) * p.ldy + c;
-        v0 += o.res[at];
-        if (two) v1 += o.res[at + 1];
+    if (o.bias) {
+#pragma unroll
+        for (int j = 0; j < COLS; j++) {
+            const long long c = c0 + at.col(j);
+            const float b = c < p.n ? o.bias[c] : 0.f;
+#pragma unroll
+            for (int i = 0; i < ROWS; i++) v[at(i, j)] += b;
+        }
     }
-    v0 = kn_la_act<float>(v0, o.act);
-    v1 = kn_la_act<float>(v1, o.act);
-    float *y = o.y + (o.split ? r : kn_la_scatter_row(p.ys, r)) * o.ldy + c;
-    if (two && o.vec2) *(float2 *)y = make_float2(v0, v1);
-    else {
-        y[0] = v0;
-        if (two) y[1] = v1;
+    long long yrow[ROWS]; // y's row of each, scattered (a convolution's input gradient); -1: past m
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        const long long r = r0 + at.row(i);
+        yrow[i] = r < p.m ? kn_la_scatter_row(p.ys, r) : -1;
+    }
+    if (o.res) {
+#pragma unroll
+        for (int i = 0; i < ROWS; i++) {
+            if (yrow[i] < 0) continue;
+            const float *rr = o.res + yrow[i] * p.ldy + c0;
+#pragma unroll
+            for (int j = 0; j < COLS; j++)
+                if (c0 + at.col(j) < p.n) v[at(i, j)] += rr[at.col(j)];
+        }
+    }
+    switch (o.act) { // one loop an activation: the constant folds kn_la_act's tests away
+    case 1:
+#pragma unroll
+        for (int i = 0; i < ROWS * COLS; i++) v[i] = kn_la_act<float>(v[i], 1);
+        break;
+    case 2:
+#pragma unroll
+        for (int i = 0; i < ROWS * COLS; i++) v[i] = kn_la_act<float>(v[i], 2);
+        break;
+    case 3:
+#pragma unroll
+        for (int i = 0; i < ROWS * COLS; i++) v[i] = kn_la_act<float>(v[i], 3);
+        break;
+    default: break;
+    }
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        if (yrow[i] < 0) continue;
+        float *y = o.y + (o.split ? r0 + at.row(i) : yrow[i]) * o.ldy + c0;
+#pragma unroll
+        for (int j = 0; j < COLS; j += at.pairs ? 2 : 1) {
+            const int cj = at.col(j);
+            if (c0 + cj >= p.n) continue;
+            const float v0 = v[at(i, j)];
+            if (at.pairs) {
+                const bool two = c0 + cj + 1 < p.n;
+                const float v1 = v[at(i, j + 1)];
+                if (two && o.vec2) *(float2 *)(y + cj) = make_float2(v0, v1);
+                else {
+                    y[cj] = v0;
+                    if (two) y[cj + 1] = v1;
+                }
+            } else y[cj] = v0;
+        }
     }
 }
 
@@ -620,17 +678,14 @@ __device__ __forceinline__ void w_frags(const float *st, int r, int t, unsigned 
     }
 }
 
-// y[r, c] (when inside y) from the sum v: the transposed store of a
-// swapped tile (a warp's 8 lanes of one register write 8 neighbours of
-// a row of y)
-__device__ __forceinline__ void x3_store1(const x3_out &o, const kn_la_gemm_args &p, long long r, long long c, float v)
-{
-    if (r >= p.m || c >= p.n) return;
-    if (o.bias) v += o.bias[c];
-    const long long yr = o.split ? r : kn_la_scatter_row(p.ys, r);
-    if (o.res) v += o.res[yr * p.ldy + c];
-    o.y[yr * o.ldy + c] = kn_la_act<float>(v, o.act);
-}
+// where the swapped form's sums sit, for x3_epilogue: d[4q + e] is y's
+// row 8q + 2t (+ 1 for odd e), column rb (+ 8 for e >= 2)
+struct w_swapped_at {
+    static constexpr bool pairs = false;
+    __device__ __forceinline__ int row(int i) const { return (i >> 1) * 8 + (i & 1); }
+    __device__ __forceinline__ int col(int j) const { return 8 * j; }
+    __device__ __forceinline__ int operator()(int i, int j) const { return 4 * (i >> 1) + 2 * j + (i & 1); }
+};
 
 extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_gemm_args p)
 {
@@ -704,17 +759,18 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     // d[4j + e]: b's row rb (+ 8 for e >= 2) = y's column; a's row 8j + 2t
     // (+ 1 for odd e) = y's row
     const x3_out o = x3_out_of(p, z);
-    const long long c = n0 + rb;
-#pragma unroll
-    for (int j = 0; j < X3_BM / 8; j++) {
-        const long long r = m0 + j * 8 + 2 * t;
-        x3_store1(o, p, r, c, acc[4 * j]);
-        x3_store1(o, p, r + 1, c, acc[4 * j + 1]);
-        x3_store1(o, p, r, c + 8, acc[4 * j + 2]);
-        x3_store1(o, p, r + 1, c + 8, acc[4 * j + 3]);
-    }
+    x3_epilogue<X3_BM / 4, 2>(o, p, m0 + 2 * t, n0 + rb, acc, w_swapped_at());
 }
 #else // the ordinary wgmma form
+// where its sums sit, for x3_epilogue: d[4q + e] is row 16 warp + g (+ 8
+// for e >= 2), column 8q + 2t (+ 1 for odd e)
+struct w_ordinary_at {
+    static constexpr bool pairs = true;
+    __device__ __forceinline__ int row(int i) const { return 8 * i; }
+    __device__ __forceinline__ int col(int j) const { return (j >> 1) * 8 + (j & 1); }
+    __device__ __forceinline__ int operator()(int i, int j) const { return 4 * (j >> 1) + 2 * i + (j & 1); }
+};
+
 extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_gemm_args p)
 {
     constexpr int NR = W_MMA_N / 2; // accumulator floats a thread
@@ -818,20 +874,14 @@ extern "C" __global__ void __launch_bounds__(W_THREADS, 1) KN_LA_KERNEL(kn_la_ge
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
 
-    // d[4j + e]: row 16 warp + g (+ 8 for e >= 2), column 8j + 2t (+ 1 for odd e)
     const x3_out o = x3_out_of(p, z);
     const int g = lane >> 2, t = lane & 3;
 #if W_COLUMN_HALVES
-    const long long r = m0 + warp * 16 + g, c0 = n0 + wg * W_MMA_N;
+    const long long r = m0 + warp * 16 + g, c0 = n0 + wg * W_MMA_N + 2 * t;
 #else
-    const long long r = m0 + wg * 64 + warp * 16 + g, c0 = n0;
+    const long long r = m0 + wg * 64 + warp * 16 + g, c0 = n0 + 2 * t;
 #endif
-#pragma unroll
-    for (int j = 0; j < W_MMA_N / 8; j++) {
-        const long long c = c0 + j * 8 + 2 * t;
-        x3_store2(o, p, r, c, acc[4 * j], acc[4 * j + 1]);
-        x3_store2(o, p, r + 8, c, acc[4 * j + 2], acc[4 * j + 3]);
-    }
+    x3_epilogue<2, W_MMA_N / 4>(o, p, r, c0, acc, w_ordinary_at());
 }
 #endif // KN_X3_SWAP
 #else // the mma.sync form
@@ -900,6 +950,18 @@ __device__ __forceinline__ void x3_mma(float c[4], const unsigned a[4], const un
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+// where its sums sit, for x3_epilogue: acc[mi][nj][e] is row 16 mi + g
+// (+ 8 for e >= 2), column 8 nj + 2t (+ 1 for odd e)
+template <int NT> struct x3_mma_at {
+    static constexpr bool pairs = true;
+    __device__ __forceinline__ int row(int i) const { return (i >> 1) * 16 + (i & 1) * 8; }
+    __device__ __forceinline__ int col(int j) const { return (j >> 1) * 8 + (j & 1); }
+    __device__ __forceinline__ int operator()(int i, int j) const
+    {
+        return ((i >> 1) * NT + (j >> 1)) * 4 + 2 * (i & 1) + (j & 1);
+    }
+};
 
 extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 : 2) KN_LA_KERNEL(kn_la_gemm_args p)
 {
@@ -991,13 +1053,6 @@ extern "C" __global__ void __launch_bounds__(X3_THREADS, X3_THREADS >= 256 ? 1 :
     asm volatile("cp.async.wait_group 0;\n" ::);
 
     const x3_out o = x3_out_of(p, z);
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                x3_store2(o, p, m0 + wm0 + i * 16 + g + h * 8, n0 + wn0 + j * 8 + 2 * t, acc[i][j][2 * h],
-                          acc[i][j][2 * h + 1]);
+    x3_epilogue<2 * MT, 2 * NT>(o, p, m0 + wm0 + g, n0 + wn0 + 2 * t, &acc[0][0][0], x3_mma_at<NT>());
 }
 #endif
