@@ -149,23 +149,34 @@ static int64_t x3_tiles_of(const kn_cuda_x3_call *c, int tile)
 /* The wave model of the wgmma tiles of 128 rows, one block an SM (their
  * shared memory takes the SM): the blocks run in waves of an SM each, a
  * wave takes its tiles' k times X3_WG_US_PER_K for each 128x128 of their
- * area (1.5 times that for 128x192, which ran 1.0-1.2 times, session 16
- * run 6) plus X3_WG_WAVE_US (filling the pipeline, the epilogue), and
- * split-K adds its partial sums' writes and reads at about 6 TB/s (they
- * mostly stay in L2). Fitted to
- * bench/split_gemm.c on the H200 (session 16, splits forced): 1024x768x3072
- * split 1, 2, 3, 4, 6, 8 ways ran 192, 108, 145, 115, 123, 103 us, the
- * model says 194, 105, 148, 117, 129, 108; 1576x768x3072 split 3, 4, 6, 8
- * ways 149, 171, 164, 167 us, the model 149, 175, 173, 179. A wave of 144
- * tiles on 132 SMs costs two (1024x2304x768: 106 us, cuBLASLt 97-103). */
-#define X3_WG_US_PER_K 0.06
-#define X3_WG_WAVE_US 10.0
+ * area (X3_WG_192_COST times that for 128x192) plus X3_WG_WAVE_US
+ * (filling the pipeline, the epilogue), an operand that is not
+ * k-contiguous costs X3_WG_NOT_K_COST more (X3_WG_192_NOT_K_COST for the
+ * 128x192 tile, whose stages then drop to two), and split-K adds its partial
+ * sums' writes and reads at about 6 TB/s (they mostly stay in L2).
+ * Fitted to bench/split_gemm.c on the H200 after the epilogue was made
+ * compact (session 26, run 4), where the model says / it measured, us:
+ * 4096x2048x512 129 / 130 (128x128, 4 waves) and 117 / 129 (128x192, 3);
+ * 4096x512x2048 126 / 121 and 149 / 140 (one wave each); 4096x1536x512
+ * 96 / 99 and 79 / 87; 1024x3072x768 94 / 96 and 58 / 63; 1576x2304x768
+ * 94 / 94 and 115 / 125; 4096x2048x512 with b n-contiguous 136 / 136
+ * and 147 / 147. (Before, the epilogue cost as much as 16 k tiles, and the
+ * model had 0.06 us and 10 us a wave, 192 at 1.5.) */
+#define X3_WG_US_PER_K 0.057
+#define X3_WG_WAVE_US 3.0
+#define X3_WG_192_COST 1.25
+#define X3_WG_NOT_K_COST 1.05
+#define X3_WG_192_NOT_K_COST 1.25
 static double x3_wave_us(const kn_cuda_x3_call *c, int tile, int splits, int sms)
 {
     const struct x3_tile *t = &x3_tiles[tile];
     int64_t blocks = x3_tiles_of(c, tile) * splits, waves = (blocks + sms - 1) / sms;
     double kchunk = (double)((c->p.k + splits - 1) / splits);
-    double us = (double)waves * (X3_WG_US_PER_K * kchunk * t->bm * t->bn / 16384.0 + X3_WG_WAVE_US);
+    double area = t->bm * t->bn / 16384.0 * (t->bn > 128 ? X3_WG_192_COST / 1.5 : 1.0);
+    double per_k = X3_WG_US_PER_K * (c->a_kmajor && c->b_kmajor ? 1.0
+                                     : t->bn > 128                ? X3_WG_192_NOT_K_COST
+                                                                  : X3_WG_NOT_K_COST);
+    double us = (double)waves * (per_k * kchunk * area + X3_WG_WAVE_US);
     if (splits > 1) us += (2.0 * splits + 1) * (double)(c->p.m * c->p.n * c->count) * 4.0 / 6.0e6;
     return us;
 }
@@ -191,13 +202,13 @@ static int x3_wave_splits(const kn_cuda_x3_call *c, int tile, int sms, double *u
  * 6; each tile split as this model splits it):
  * - more than 96 rows: the 128x128 or 128x192 tile, whichever the wave
  *   model finds faster, where it beats cuBLASLt taken at 40 TFLOP/s, what
- *   its strict f32 GEMM sustained on these shapes (33-50). It picked the
- *   faster tile on each of twelve GEMMs of BERT, ViT-B/16 and the
- *   transformer block, 1.23-1.68x cuBLASLt's time where it took one
- *   (4096x1536x512: 105.7 us against 164.2; 1024x2304x768, BERT's QKV,
- *   two waves of 128x128 but one of 128x192: 77.3 against 102.9), and
- *   left the two output projections of 48 and 78 tiles (1024 and 1576 x
- *   768 x 768), no faster, to cuBLASLt;
+ *   its strict f32 GEMM sustained on these shapes (33-50). In session 16
+ *   it picked the faster tile on each of twelve GEMMs of BERT, ViT-B/16
+ *   and the transformer block, and left the two output projections of 48
+ *   and 78 tiles (1024 and 1576 x 768 x 768), no faster, to cuBLASLt.
+ *   Since the compact epilogue (session 26, run 4) the tiles it picks ran
+ *   1.41-2.06x cuBLASLt on those shapes (4096x1536x512: 87.4 us against
+ *   164.9; 1024x3072x768: 63.3 against 130.6);
  * - at most 64 rows, both operands k-contiguous and a long sum
  *   (large_linear's 64 x 4096 x 4096): the swapped 64x128 tile, split to
  *   about a wave, 1.36x (47.8 us against 65.2, where wgs64x64 took 49.8
